@@ -1,0 +1,1 @@
+"""eggfuse: egglog fusion rules, cost-based extraction and WGSL kernels on wgpu."""

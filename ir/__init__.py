@@ -1,0 +1,20 @@
+"""IR: op graph, tensor types, op registry and the numpy reference semantics."""
+
+from .errors import (
+    DeviceError,
+    EggfuseError,
+    GraphError,
+    InputError,
+    LoweringError,
+    ModelError,
+    RewriteError,
+)
+from .graph import Graph, Node, NodeId
+from .ops import OPS, OpDef
+from .reference import evaluate
+from .types import DType, TensorType
+
+__all__ = [
+    "OPS", "DType", "DeviceError", "EggfuseError", "Graph", "GraphError", "InputError",
+    "LoweringError", "ModelError", "Node", "NodeId", "OpDef", "RewriteError", "TensorType", "evaluate",
+]

@@ -1,0 +1,33 @@
+"""Project exception types.
+
+Every error a user can provoke is raised as a subclass of :class:`EggfuseError`, with a
+message that names the node, the op and the shapes involved.
+"""
+
+
+class EggfuseError(Exception):
+    """Base class of every error eggfuse raises on purpose."""
+
+
+class GraphError(EggfuseError, ValueError):
+    """A graph is malformed: a builder got inputs whose shapes or dtypes the op rejects."""
+
+
+class InputError(EggfuseError, ValueError):
+    """Data given at run time (feeds, parameters, sentences) does not match the graph."""
+
+
+class RewriteError(EggfuseError):
+    """The rewrite engine failed: extraction, rebuild or verification went wrong."""
+
+
+class LoweringError(EggfuseError):
+    """A graph cannot be lowered to the device (a limit is exceeded, an op has no kernel)."""
+
+
+class DeviceError(EggfuseError):
+    """No usable wgpu adapter or device, or the device rejected a command."""
+
+
+class ModelError(EggfuseError):
+    """A model's weights or tokenizer could not be found or loaded."""

@@ -1,0 +1,272 @@
+"""The op graph: nodes in topological order, builder methods that check shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import GraphError
+from .ops import OPS, ShapeError
+from .types import DType, TensorType
+
+NodeId = int
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op application. ``inputs`` are ids of earlier nodes; ``attrs`` are the op's attributes."""
+
+    id: NodeId
+    op: str
+    inputs: tuple[NodeId, ...]
+    attrs: dict[str, Any] = field(hash=False, compare=False)
+    type: TensorType = TensorType((1,))
+
+    @property
+    def name(self) -> str | None:
+        return self.attrs.get("name")
+
+    def describe(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"node {self.id} ({self.op}{label}, {self.type})"
+
+
+class Graph:
+    """A DAG of ops in topological order (every input id is smaller than its node's id).
+
+    Build it with the methods below; each returns the new node's id. Leaves are
+    ``input`` (fed per run), ``parameter`` (weights, uploaded once) and ``constant``.
+    Every builder checks shapes and dtypes and raises :class:`GraphError` naming the op
+    and the offending shapes. Outputs are declared with :meth:`set_outputs`.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.outputs: list[NodeId] = []
+
+    # --- core -----------------------------------------------------------------------
+
+    def add_node(self, op: str, inputs: Sequence[NodeId] = (), **attrs: Any) -> NodeId:
+        """Append a node of kind ``op`` after checking its inputs with the op's shape rule.
+
+        Raises :class:`GraphError` for an unknown op, a wrong number of inputs, an input
+        id that does not exist, or shapes the op rejects.
+        """
+        if op not in OPS:
+            raise GraphError(f"unknown op {op!r}; known ops: {', '.join(sorted(OPS))}")
+        opdef = OPS[op]
+        inputs = tuple(int(i) for i in inputs)
+        if not opdef.min_inputs <= len(inputs) <= opdef.max_inputs:
+            raise GraphError(f"{op}: takes {opdef.min_inputs}..{opdef.max_inputs} inputs, got {len(inputs)}")
+        for i in inputs:
+            if not 0 <= i < len(self.nodes):
+                raise GraphError(f"{op}: input id {i} is not a node of this graph ({len(self.nodes)} nodes)")
+        full = {**opdef.defaults, **attrs}
+        missing = [k for k in opdef.attrs if k not in full and k != "name"]
+        if missing:
+            raise GraphError(f"{op}: missing attribute(s) {', '.join(missing)}")
+        types = [self.nodes[i].type for i in inputs]
+        try:
+            ty = opdef.infer(types, full)
+        except ShapeError as e:
+            shapes = ", ".join(f"node {i} {t}" for i, t in zip(inputs, types, strict=True))
+            raise GraphError(f"{op} (new node {len(self.nodes)}): {e} [inputs: {shapes}]") from None
+        node = Node(len(self.nodes), op, inputs, full, ty)
+        self.nodes.append(node)
+        return node.id
+
+    def node(self, nid: NodeId) -> Node:
+        return self.nodes[nid]
+
+    def set_outputs(self, outputs: Iterable[NodeId]) -> None:
+        outs = [int(o) for o in outputs]
+        for o in outs:
+            if not 0 <= o < len(self.nodes):
+                raise GraphError(f"output id {o} is not a node of this graph ({len(self.nodes)} nodes)")
+        if not outs:
+            raise GraphError("a graph needs at least one output")
+        self.outputs = outs
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def leaves(self, op: str) -> list[Node]:
+        return [n for n in self.nodes if n.op == op]
+
+    @property
+    def parameters(self) -> dict[str, TensorType]:
+        return {n.attrs["name"]: n.type for n in self.leaves("Parameter")}
+
+    @property
+    def inputs(self) -> dict[str, TensorType]:
+        return {n.attrs["name"]: n.type for n in self.leaves("Input")}
+
+    def live_nodes(self) -> list[Node]:
+        """Nodes the outputs depend on, in topological order."""
+        live = set()
+        stack = list(self.outputs)
+        while stack:
+            n = stack.pop()
+            if n not in live:
+                live.add(n)
+                stack.extend(self.nodes[n].inputs)
+        return [n for n in self.nodes if n.id in live]
+
+    def dispatch_count(self) -> int:
+        """GPU dispatches the live part of the graph needs (leaves and views need none)."""
+        return sum(OPS[n.op].dispatches for n in self.live_nodes())
+
+    def summary(self) -> str:
+        lines = []
+        for n in self.nodes:
+            attrs = {k: v for k, v in n.attrs.items() if k not in ("type", "value")}
+            lines.append(f"%{n.id} = {n.op}({', '.join(f'%{i}' for i in n.inputs)}) {attrs} : {n.type}")
+        lines.append(f"outputs: {', '.join(f'%{o}' for o in self.outputs)}")
+        return "\n".join(lines)
+
+    # --- leaves ---------------------------------------------------------------------
+
+    def _check_name(self, op: str, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"{op}: name must be a non-empty string, got {name!r}")
+        for n in self.nodes:
+            if n.op in ("Input", "Parameter") and n.attrs["name"] == name:
+                raise GraphError(f"{op} {name!r}: name already used by {n.describe()}")
+
+    @staticmethod
+    def _shape(op: str, shape: Sequence[int]) -> tuple[int, ...]:
+        try:
+            dims = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise GraphError(f"{op}: shape must be a sequence of ints, got {shape!r}") from None
+        if not dims or any(d < 1 for d in dims):
+            raise GraphError(f"{op}: every dimension must be >= 1, got {list(dims)}")
+        return dims
+
+    def input(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
+        """A tensor fed at every run, of ``shape`` and ``dtype`` (F32 or U32 indices)."""
+        self._check_name("Input", name)
+        return self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape), dtype))
+
+    def parameter(self, name: str, shape: Sequence[int]) -> NodeId:
+        """A named f32 weight, uploaded once per session."""
+        self._check_name("Parameter", name)
+        return self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape)))
+
+    def constant(self, value: Any, shape: Sequence[int] | None = None) -> NodeId:
+        """An f32 constant baked into the graph (copied; the caller's array is not kept)."""
+        arr = np.array(value, dtype=np.float32, copy=True)
+        if shape is not None:
+            shape = self._shape("Constant", shape)
+            if arr.size != int(np.prod(shape)):
+                raise GraphError(f"Constant: {arr.size} values do not fill shape {list(shape)}")
+            arr = arr.reshape(shape)
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+        arr.setflags(write=False)
+        return self.add_node("Constant", (), name=f"const{len(self.nodes)}", value=arr,
+                        type=TensorType(self._shape("Constant", arr.shape)))
+
+    # --- builders: one line each, the shape rules live in ops.py ------------------------
+
+    def matmul(self, a: NodeId, b: NodeId) -> NodeId:
+        """C[M,N] = A[M,K] @ B[K,N]."""
+        return self.add_node("MatMul", (a, b))
+
+    def matmul_at(self, a: NodeId, b: NodeId) -> NodeId:
+        """C[M,N] = A[K,M]^T @ B[K,N]."""
+        return self.add_node("MatMulAT", (a, b))
+
+    def matmul_bt(self, a: NodeId, b: NodeId) -> NodeId:
+        """C[M,N] = A[M,K] @ B[N,K]^T (a linear layer with a [out,in] weight)."""
+        return self.add_node("MatMulBT", (a, b))
+
+    def add(self, a: NodeId, b: NodeId) -> NodeId:
+        """Elementwise a + b with numpy broadcasting."""
+        return self.add_node("Add", (a, b))
+
+    def mul(self, a: NodeId, b: NodeId) -> NodeId:
+        """Elementwise a * b with numpy broadcasting."""
+        return self.add_node("Mul", (a, b))
+
+    def bias_add(self, x: NodeId, bias: NodeId) -> NodeId:
+        """x[M,N] + bias[N] (or [1,N]) broadcast over rows."""
+        return self.add_node("BiasAdd", (x, bias))
+
+    def relu(self, x: NodeId) -> NodeId:
+        return self.add_node("Relu", (x,))
+
+    def sigmoid(self, x: NodeId) -> NodeId:
+        return self.add_node("Sigmoid", (x,))
+
+    def tanh(self, x: NodeId) -> NodeId:
+        return self.add_node("Tanh", (x,))
+
+    def neg(self, x: NodeId) -> NodeId:
+        return self.add_node("Neg", (x,))
+
+    def gelu(self, x: NodeId, approximate: str = "erf") -> NodeId:
+        """GELU, erf form (``approximate='erf'``, BERT) or tanh form (``'tanh'``, GPT-2)."""
+        if approximate not in ("erf", "tanh"):
+            raise GraphError(f"Gelu: approximate must be 'erf' or 'tanh', got {approximate!r}")
+        return self.add_node("Gelu" if approximate == "erf" else "GeluTanh", (x,))
+
+    def silu(self, x: NodeId) -> NodeId:
+        return self.add_node("Silu", (x,))
+
+    def swiglu(self, gate: NodeId, up: NodeId) -> NodeId:
+        """silu(gate) * up."""
+        return self.add_node("SwiGLU", (gate, up))
+
+    def softmax(self, x: NodeId) -> NodeId:
+        return self.add_node("Softmax", (x,))
+
+    def rms_norm(self, x: NodeId, weight: NodeId, eps: float = 1e-5) -> NodeId:
+        """x[M,N] / sqrt(mean(x^2, row) + eps) * weight[N]."""
+        return self.add_node("RmsNorm", (x, weight), eps=float(eps))
+
+    def layer_norm(self, x: NodeId, weight: NodeId, bias: NodeId, eps: float = 1e-5) -> NodeId:
+        """(x - mean) / sqrt(var + eps) * weight + bias, over the last axis of x[M,N]."""
+        return self.add_node("LayerNorm", (x, weight, bias), eps=float(eps))
+
+    def embedding(self, indices: NodeId, table: NodeId) -> NodeId:
+        """out[T,H] = table[V,H][indices[T]] (indices u32)."""
+        return self.add_node("Embedding", (indices, table))
+
+    def rope(self, x: NodeId, theta: float, head_dim: int, pos_offset: int = 0,
+             pairing: str = "half", batch: int = 1) -> NodeId:
+        """Rotary position embedding of x[rows, heads*head_dim]; see :func:`ops.rope_pairs`."""
+        return self.add_node("RoPE", (x,), theta=float(theta), head_dim=int(head_dim),
+                        pos_offset=int(pos_offset), pairing=pairing, batch=int(batch))
+
+    def full_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
+                       head_dim: int, batch: int = 1, key_mask: NodeId | None = None) -> NodeId:
+        """Non-causal GQA attention over ``batch`` sequences stacked by rows.
+
+        q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S] f32, 1 keeps a key.
+        """
+        ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)
+        return self.add_node("FullAttention", ins, num_heads=int(num_heads), num_kv_heads=int(num_kv_heads),
+                        head_dim=int(head_dim), batch=int(batch))
+
+    def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
+                         head_dim: int, batch: int = 1) -> NodeId:
+        """Causal GQA attention; shapes as :meth:`full_attention`."""
+        return self.add_node("CausalAttention", (q, k, v), num_heads=int(num_heads),
+                        num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), batch=int(batch))
+
+    def transpose(self, x: NodeId) -> NodeId:
+        return self.add_node("Transpose", (x,))
+
+    def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
+        """A view of x with another shape and the same element count (no dispatch)."""
+        return self.add_node("Identity", (x,), shape=self._shape("Identity", shape))
+
+    def sum_all(self, x: NodeId) -> NodeId:
+        return self.add_node("SumAll", (x,))
+
+    def mean_all(self, x: NodeId) -> NodeId:
+        return self.add_node("MeanAll", (x,))

@@ -1,0 +1,67 @@
+"""Numpy reference interpreter: the oracle every test compares against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .errors import InputError
+from .graph import Graph, NodeId
+from .ops import OPS
+from .types import DType, TensorType
+
+
+def check_array(what: str, value, ty: TensorType) -> np.ndarray:
+    """Return ``value`` as a fresh array of ``ty``; raise :class:`InputError` if it does not fit.
+
+    The caller's array is never modified (the result is a copy or a new conversion).
+    """
+    try:
+        arr = np.asarray(value)
+    except Exception as e:  # noqa: BLE001 - anything numpy cannot take is a user error
+        raise InputError(f"{what}: cannot convert {type(value).__name__} to an array ({e})") from None
+    if arr.shape != ty.shape:
+        raise InputError(f"{what}: expected shape {list(ty.shape)} ({ty}), got {list(arr.shape)}")
+    if ty.dtype is DType.U32:
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(f"{what}: expected integer indices for {ty}, got dtype {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.uint32).max):
+            raise InputError(f"{what}: indices must lie in [0, 2^32), got {arr.min()}..{arr.max()}")
+        return arr.astype(np.uint32)
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise InputError(f"{what}: expected numbers for {ty}, got dtype {arr.dtype}")
+    out = arr.astype(np.float32)
+    if not np.isfinite(out).all():
+        raise InputError(f"{what}: contains NaN or infinity")
+    return out
+
+
+def evaluate(
+    graph: Graph,
+    inputs: Mapping[str, np.ndarray],
+    params: Mapping[str, np.ndarray],
+    outputs: Sequence[NodeId] | None = None,
+) -> list[np.ndarray]:
+    """Evaluate ``graph`` in float64 numpy; returns one array per output node.
+
+    ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
+    dtype; integer indices for U32 inputs). Raises :class:`InputError` for a missing or
+    mis-shaped leaf. The arrays passed in are not modified.
+    """
+    wanted = list(graph.outputs if outputs is None else outputs)
+    values: dict[NodeId, np.ndarray] = {}
+    for node in graph.live_nodes() if outputs is None else graph.nodes:
+        if node.op in ("Input", "Parameter"):
+            src = inputs if node.op == "Input" else params
+            name = node.attrs["name"]
+            if name not in src:
+                raise InputError(f"{node.op} {name!r} ({node.type}) was not given")
+            arr = check_array(f"{node.op} {name!r}", src[name], node.type)
+            values[node.id] = arr if node.type.dtype is DType.U32 else arr.astype(np.float64)
+        elif node.op == "Constant":
+            values[node.id] = node.attrs["value"].astype(np.float64)
+        else:
+            args = [values[i] for i in node.inputs]
+            values[node.id] = np.asarray(OPS[node.op].reference(args, node.attrs)).reshape(node.type.shape)
+    return [values[o] for o in wanted]

@@ -1,0 +1,146 @@
+"""IR: builder shape checks, error messages, and reference semantics on known values."""
+
+import math
+
+import numpy as np
+import pytest
+from eggfuse.ir import DType, Graph, GraphError, InputError, evaluate
+
+
+def test_matmul_shape_mismatch_names_op_and_shapes():
+    g = Graph()
+    a = g.input("a", [3, 5])
+    b = g.parameter("b", [4, 2])
+    with pytest.raises(GraphError) as e:
+        g.matmul(a, b)
+    msg = str(e.value)
+    assert "MatMul" in msg and "f32[3,5]" in msg and "f32[4,2]" in msg
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda g, x: g.bias_add(x, g.parameter("b", [3])),
+        lambda g, x: g.add(x, g.parameter("y", [4, 3])),
+        lambda g, x: g.rms_norm(x, g.parameter("w", [5])),
+        lambda g, x: g.layer_norm(x, g.parameter("w", [5]), g.parameter("b", [4])),
+        lambda g, x: g.rope(x, 10000.0, head_dim=3),
+        lambda g, x: g.reshape(x, [3, 3]),
+        lambda g, x: g.full_attention(x, x, x, num_heads=2, num_kv_heads=1, head_dim=2),
+        lambda g, x: g.swiglu(x, g.parameter("u", [4, 5])),
+        lambda g, x: g.embedding(x, g.parameter("t", [10, 4])),
+        lambda g, x: g.transpose(g.sum_all(x)),
+        lambda g, x: g.gelu(x, approximate="fast"),
+    ],
+)
+def test_builders_reject_bad_shapes(build):
+    g = Graph()
+    x = g.input("x", [5, 4])
+    with pytest.raises(GraphError):
+        build(g, x)
+
+
+def test_bad_leaves_and_ids():
+    g = Graph()
+    with pytest.raises(GraphError):
+        g.input("x", [0, 3])
+    x = g.input("x", [2, 3])
+    with pytest.raises(GraphError, match="already used"):
+        g.parameter("x", [3])
+    with pytest.raises(GraphError, match="not a node"):
+        g.relu(7)
+    with pytest.raises(GraphError, match="unknown op"):
+        g.add_node("Frobnicate", (x,))
+    with pytest.raises(GraphError):
+        g.set_outputs([])
+
+
+def test_constant_copies_caller_array():
+    g = Graph()
+    data = np.arange(6, dtype=np.float32)
+    c = g.constant(data, [2, 3])
+    data[0] = 100.0
+    assert g.node(c).attrs["value"][0, 0] == 0.0
+
+
+def test_broadcast_add_shapes():
+    g = Graph()
+    x = g.input("x", [4, 3])
+    r = g.input("r", [4, 1])
+    c = g.input("c", [3])
+    assert g.node(g.add(x, r)).type.shape == (4, 3)
+    assert g.node(g.add(c, x)).type.shape == (4, 3)
+
+
+def test_reference_values():
+    g = Graph()
+    x = g.input("x", [2, 4])
+    w = g.parameter("w", [4])
+    outs = [g.softmax(x), g.rms_norm(x, w, eps=0.0), g.gelu(x), g.gelu(x, "tanh"), g.silu(x)]
+    g.set_outputs(outs)
+    xv = np.array([[1000.0, 999.0, 998.0, 0.0], [1.0, -2.0, 0.5, 3.0]], dtype=np.float32)
+    sm, rms, gelu, gelu_t, silu = evaluate(g, {"x": xv}, {"w": np.ones(4)})
+    e = np.exp([0.0, -1.0, -2.0])
+    np.testing.assert_allclose(sm[0, :3], e / e.sum(), rtol=1e-12)
+    assert np.isfinite(sm).all()
+    row = xv[1].astype(np.float64)
+    np.testing.assert_allclose(rms[1], row / math.sqrt((row**2).mean()), rtol=1e-12)
+    # GELU(1) = 0.8413447460685429 (erf form); tanh form 0.8411919906082768
+    assert gelu[1, 0] == pytest.approx(0.8413447460685429, abs=1e-12)
+    assert gelu_t[1, 0] == pytest.approx(0.8411919906082768, abs=1e-12)
+    assert silu[1, 1] == pytest.approx(-2.0 / (1.0 + math.exp(2.0)), abs=1e-12)
+
+
+def test_attention_gqa_matches_repeated_kv():
+    rng = np.random.default_rng(0)
+    seq, hd = 5, 4
+    g = Graph()
+    q = g.input("q", [seq, 4 * hd])
+    k = g.input("k", [seq, 2 * hd])
+    v = g.input("v", [seq, 2 * hd])
+    g.set_outputs([g.causal_attention(q, k, v, 4, 2, hd)])
+    qv, kv, vv = (rng.standard_normal((seq, n * hd)).astype(np.float32).astype(np.float64) for n in (4, 2, 2))
+    (out,) = evaluate(g, {"q": qv, "k": kv, "v": vv}, {})
+    for h in range(4):  # query heads 0,1 read kv head 0; heads 2,3 read kv head 1
+        kh = h // 2
+        s = qv[:, h * hd:(h + 1) * hd] @ kv[:, kh * hd:(kh + 1) * hd].T / math.sqrt(hd)
+        s[np.triu_indices(seq, 1)] = -np.inf
+        p = np.exp(s - s.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        np.testing.assert_allclose(out[:, h * hd:(h + 1) * hd], p @ vv[:, kh * hd:(kh + 1) * hd], rtol=1e-10)
+
+
+def test_rope_pairings_rotate_the_stated_pairs():
+    g = Graph()
+    x = g.input("x", [3, 4])
+    g.set_outputs([g.rope(x, 100.0, 4, pos_offset=2), g.rope(x, 100.0, 4, pairing="adjacent")])
+    xv = np.tile(np.array([1.0, 2.0, 3.0, 4.0]), (3, 1))
+    half, adj = evaluate(g, {"x": xv}, {})
+    pos = 2 + 1  # row 1 with pos_offset 2
+    a = pos * 100.0 ** (-0.5)  # pair j=1 of head_dim 4: theta^(-2/4)
+    # half pairing: pair 1 is (1, 3)
+    np.testing.assert_allclose(half[1, [1, 3]], [2 * math.cos(a) - 4 * math.sin(a),
+                                                 2 * math.sin(a) + 4 * math.cos(a)], rtol=1e-12)
+    # adjacent pairing, row 1, pos 1: pair 0 is (0, 1) with angle 1
+    np.testing.assert_allclose(adj[1, [0, 1]], [math.cos(1) - 2 * math.sin(1),
+                                                math.sin(1) + 2 * math.cos(1)], rtol=1e-12)
+
+
+def test_evaluate_input_errors_and_no_mutation():
+    g = Graph()
+    x = g.input("x", [2, 2])
+    i = g.input("i", [2], DType.U32)
+    t = g.parameter("t", [3, 2])
+    g.set_outputs([g.add(x, g.embedding(i, t))])
+    xv = np.ones((2, 2))
+    before = xv.copy()
+    with pytest.raises(InputError, match="'x'"):
+        evaluate(g, {"i": [0, 1]}, {"t": np.zeros((3, 2))})
+    with pytest.raises(InputError, match=r"\[2, 2\]"):
+        evaluate(g, {"x": np.ones((3, 2)), "i": [0, 1]}, {"t": np.zeros((3, 2))})
+    with pytest.raises(InputError, match="out of range"):
+        evaluate(g, {"x": xv, "i": [0, 5]}, {"t": np.zeros((3, 2))})
+    with pytest.raises(InputError, match="indices"):
+        evaluate(g, {"x": xv, "i": [0.5, 1.0]}, {"t": np.zeros((3, 2))})
+    evaluate(g, {"x": xv, "i": [0, 2]}, {"t": np.zeros((3, 2))})
+    np.testing.assert_array_equal(xv, before)
