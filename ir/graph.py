@@ -115,6 +115,17 @@ class Graph:
                 stack.extend(self.nodes[n].inputs)
         return [n for n in self.nodes if n.id in live]
 
+    def pruned(self) -> Graph:
+        """A copy holding only the live nodes, renumbered in the same order."""
+        out = Graph()
+        new: dict[NodeId, NodeId] = {}
+        for n in self.live_nodes():
+            node = Node(len(out.nodes), n.op, tuple(new[i] for i in n.inputs), dict(n.attrs), n.type)
+            out.nodes.append(node)
+            new[n.id] = node.id
+        out.outputs = [new[o] for o in self.outputs]
+        return out
+
     def dispatch_count(self) -> int:
         """GPU dispatches the live part of the graph needs (leaves and views need none)."""
         return sum(OPS[n.op].dispatches for n in self.live_nodes())

@@ -246,6 +246,7 @@ register(OpDef("Softmax", 1, 1, _same_f32, _softmax_ref, doc="softmax over the l
 
 
 def _transpose(ts, a):
+    _f32(ts[0], "input")
     _need(ts[0].rank == 2, f"input must be 2-D, got {ts[0]}")
     return TensorType(ts[0].shape[::-1], ts[0].dtype)
 
@@ -263,10 +264,13 @@ def _identity(ts, a):
 
 register(OpDef("Identity", 1, 1, _identity, lambda xs, a: xs[0].reshape(a["shape"]),
                attrs=("shape",), dispatches=0, doc="reshape view, no data movement"))
-register(OpDef("SumAll", 1, 1, lambda ts, a: TensorType((1,)),
-               lambda xs, a: np.array([xs[0].sum()])))
-register(OpDef("MeanAll", 1, 1, lambda ts, a: TensorType((1,)),
-               lambda xs, a: np.array([xs[0].mean()])))
+def _reduce_all(ts, a):
+    _f32(ts[0], "input")
+    return TensorType((1,))
+
+
+register(OpDef("SumAll", 1, 1, _reduce_all, lambda xs, a: np.array([xs[0].sum()])))
+register(OpDef("MeanAll", 1, 1, _reduce_all, lambda xs, a: np.array([xs[0].mean()])))
 
 
 # --- transformer -------------------------------------------------------------------------
@@ -301,6 +305,8 @@ def _rope(ts, a):
     _need(hd > 0 and hd % 2 == 0, f"head_dim must be even and > 0, got {hd}")
     _need(x.shape[1] % hd == 0, f"width {x.shape[1]} is not a multiple of head_dim {hd}")
     _need(a["pairing"] in ("half", "adjacent"), f"pairing must be half or adjacent, got {a['pairing']!r}")
+    _need(a["batch"] >= 1 and x.shape[0] % a["batch"] == 0,
+          f"{x.shape[0]} rows do not split into batch={a['batch']} sequences")
     return x
 
 
@@ -354,6 +360,7 @@ def _attention(ts, a):
     _need(batch >= 1 and q.shape[0] % batch == 0, f"{q.shape[0]} rows do not split into {batch} sequences")
     if len(ts) == 4:
         seq = q.shape[0] // batch
+        _f32(ts[3], "key_mask")
         _need(ts[3].shape == (batch, seq), f"key_mask must be [{batch},{seq}], got {ts[3]}")
     return TensorType((q.shape[0], nh * hd))
 

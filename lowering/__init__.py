@@ -1,0 +1,10 @@
+"""Lowering: Graph -> ExecutionPlan (buffers, dispatches with specialised WGSL)."""
+
+from .kernels import KERNELS, UNARY_WGSL
+from .limits import DEFAULT_LIMITS, limit_name
+from .plan import BufferSpec, Dispatch, ExecutionPlan, check_limits, lower
+
+__all__ = [
+    "DEFAULT_LIMITS", "KERNELS", "UNARY_WGSL", "BufferSpec", "Dispatch", "ExecutionPlan",
+    "check_limits", "limit_name", "lower",
+]

@@ -1,0 +1,234 @@
+"""Graph -> ExecutionPlan: one buffer per value, one dispatch per op, checked against limits.
+
+The plan is plain data (buffers, dispatches with specialised WGSL, leaf bindings); the
+runtime only allocates what it lists and records its dispatches in order. Lowering follows
+meganeura's ``compile.rs`` (``../shared/seeds``): leaves get buffers the runtime fills,
+``Identity`` aliases its input's buffer, and every other op becomes one dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.errors import LoweringError
+from ..ir.graph import Graph, Node, NodeId
+from ..ir.types import DType, TensorType
+from .kernels import KERNELS
+from .limits import limit_name, resolve_limits, split_grid
+
+_LEAF_KIND = {"Input": "input", "Parameter": "parameter", "Constant": "constant"}
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One device buffer: ``size_bytes`` (a multiple of 4, at least 4) holding the value of
+    ``node`` with ``shape`` and ``dtype``. ``kind`` is 'parameter', 'input', 'constant' or
+    'intermediate'; ``name`` is the leaf's name or ``<Op>%<node id>``."""
+
+    index: int
+    size_bytes: int
+    dtype: DType
+    kind: str
+    name: str
+    node: NodeId
+    shape: tuple[int, ...]
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One compute dispatch of ``entry_point`` in ``source`` (specialised WGSL).
+
+    ``bindings`` are buffer indices at @binding(0..): the read-only storage inputs, then
+    the read_write output (last). When ``params`` (uniform bytes, a multiple of 16) is
+    non-empty it binds at @binding(len(bindings)). ``workgroups`` is the (x, y, z) grid;
+    ``label`` names the op and its shapes for errors and profiling.
+    """
+
+    node: NodeId
+    op: str
+    kernel: str
+    source: str
+    entry_point: str
+    bindings: tuple[int, ...]
+    params: bytes
+    workgroups: tuple[int, int, int]
+    label: str
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return self.bindings[:-1]
+
+    @property
+    def output(self) -> int:
+        return self.bindings[-1]
+
+
+@dataclass
+class ExecutionPlan:
+    """What the runtime allocates and records for one graph.
+
+    ``inputs`` / ``parameters`` map leaf names to buffer indices; ``constants`` maps buffer
+    indices to the f32 arrays uploaded once; ``outputs`` are the buffers read back, in the
+    graph's output order, with ``output_types`` (several outputs may share a buffer).
+    ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
+    ignored at run time); ``index_bounds`` maps a u32 input to the rows of the smallest
+    table it indexes. ``limits`` are the device limits the plan was checked against.
+    """
+
+    buffers: list[BufferSpec]
+    dispatches: list[Dispatch]
+    inputs: dict[str, int]
+    parameters: dict[str, int]
+    constants: dict[int, np.ndarray]
+    outputs: list[int]
+    output_types: list[TensorType]
+    unused_leaves: frozenset[str] = frozenset()
+    index_bounds: dict[str, int] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line per buffer and per dispatch, for debugging."""
+        lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)" for b in self.buffers]
+        for d in self.dispatches:
+            binds = ", ".join(f"buf{i}" for i in d.bindings)
+            lines.append(f"{d.kernel} [{binds}] wg={d.workgroups}  # {d.label}")
+        lines.append("outputs: " + ", ".join(f"buf{o}" for o in self.outputs))
+        return "\n".join(lines)
+
+
+def _label(node: Node, ins: list[TensorType]) -> str:
+    return f"node {node.id} {node.op}({', '.join(str(t) for t in ins)}) -> {node.type}"
+
+
+def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPlan:
+    """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
+
+    ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
+    defaults (:data:`~.limits.DEFAULT_LIMITS`). A dispatch with more workgroups than
+    maxComputeWorkgroupsPerDimension is laid out on a 2-D (or 3-D) grid.
+
+    Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
+    exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
+    the op and the shapes).
+    """
+    if not graph.outputs:
+        raise LoweringError("the graph has no outputs; call graph.set_outputs() first")
+    lim = resolve_limits(limits)
+    live = graph.live_nodes()
+    buffers: list[BufferSpec] = []
+    node_buffer: dict[NodeId, int] = {}
+    inputs: dict[str, int] = {}
+    parameters: dict[str, int] = {}
+    constants: dict[int, np.ndarray] = {}
+    for node in live:
+        if node.op == "Identity":  # a reshape view: same bytes, same buffer
+            node_buffer[node.id] = node_buffer[node.inputs[0]]
+            continue
+        kind = _LEAF_KIND.get(node.op, "intermediate")
+        name = node.attrs["name"] if node.op in ("Input", "Parameter") else f"{node.op}%{node.id}"
+        index = len(buffers)
+        size = max(4, -(-node.type.size_bytes // 4) * 4)
+        buffers.append(BufferSpec(index, size, node.type.dtype, kind, name, node.id, node.type.shape))
+        node_buffer[node.id] = index
+        if kind == "input":
+            inputs[name] = index
+        elif kind == "parameter":
+            parameters[name] = index
+        elif kind == "constant":
+            constants[index] = np.ascontiguousarray(node.attrs["value"], dtype=np.float32)
+
+    max_dim = lim["max-compute-workgroups-per-dimension"]
+    dispatches: list[Dispatch] = []
+    for node in live:
+        if node.op in _LEAF_KIND or node.op == "Identity":
+            continue
+        ins = [graph.node(i).type for i in node.inputs]
+        builder = KERNELS.get(node.op)
+        if builder is None:
+            raise LoweringError(f"no kernel lowers op {node.op} ({_label(node, ins)}); "
+                                f"ops with kernels: {', '.join(sorted(KERNELS))}")
+        call = builder(node, ins)
+        grid = split_grid(call.groups, max_dim)
+        if grid is None:
+            raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
+                                f"{call.groups} workgroups do not fit a 3-D grid for {_label(node, ins)}")
+        bindings = tuple(node_buffer[i] for i in node.inputs) + (node_buffer[node.id],)
+        dispatches.append(Dispatch(node.id, node.op, call.kernel, call.source, call.entry_point,
+                                   bindings, call.params, grid, _label(node, ins)))
+
+    live_ids = {n.id for n in live}
+    unused = frozenset(n.attrs["name"] for n in graph.nodes
+                       if n.op in ("Input", "Parameter") and n.id not in live_ids)
+    plan = ExecutionPlan(
+        buffers=buffers,
+        dispatches=dispatches,
+        inputs=inputs,
+        parameters=parameters,
+        constants=constants,
+        outputs=[node_buffer[o] for o in graph.outputs],
+        output_types=[graph.node(o).type for o in graph.outputs],
+        unused_leaves=unused,
+        index_bounds=_index_bounds(graph, live),
+        limits=lim,
+    )
+    check_limits(plan, lim)
+    return plan
+
+
+def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
+    # The runtime rejects out-of-range indices in an input, as the reference does; a
+    # constant index table is checked here once.
+    bounds: dict[str, int] = {}
+    for node in live:
+        if node.op != "Embedding":
+            continue
+        src = graph.node(node.inputs[0])
+        while src.op == "Identity":
+            src = graph.node(src.inputs[0])
+        rows = graph.node(node.inputs[1]).type.shape[0]
+        if src.op == "Input":
+            bounds[src.attrs["name"]] = min(rows, bounds.get(src.attrs["name"], rows))
+        elif src.op == "Constant" and np.any(src.attrs["value"] >= rows):
+            raise LoweringError(f"Embedding node {node.id}: constant indices reach "
+                                f"{int(np.max(src.attrs['value']))}, the table has {rows} rows")
+    return bounds
+
+
+def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -> None:
+    """Raise LoweringError if ``plan`` exceeds ``limits`` (wgpu ``device.limits`` keys).
+
+    Checks buffer sizes (maxBufferSize), storage bindings per dispatch
+    (maxStorageBuffersPerShaderStage), each binding's size (maxStorageBufferBindingSize),
+    uniform size (maxUniformBufferBindingSize) and the workgroup grid
+    (maxComputeWorkgroupsPerDimension). Messages name the limit, node, op and shapes.
+    """
+    lim = resolve_limits(limits)
+
+    def fail(key: str, what: str) -> None:
+        raise LoweringError(f"{limit_name(key)} = {lim[key]} exceeded: {what}")
+
+    for b in plan.buffers:
+        if b.size_bytes > lim["max-buffer-size"]:
+            fail("max-buffer-size", f"buffer {b.index} ({b.kind} {b.name!r}, node {b.node}, {b.type}) "
+                                    f"is {b.size_bytes} bytes")
+    for d in plan.dispatches:
+        if len(d.bindings) > lim["max-storage-buffers-per-shader-stage"]:
+            fail("max-storage-buffers-per-shader-stage",
+                 f"kernel {d.kernel} binds {len(d.bindings)} storage buffers for {d.label}")
+        for slot, index in enumerate(d.bindings):
+            b = plan.buffers[index]
+            if b.size_bytes > lim["max-storage-buffer-binding-size"]:
+                fail("max-storage-buffer-binding-size",
+                     f"binding {slot} of {d.label} is buffer {b.index} ({b.name!r}, {b.type}) "
+                     f"of {b.size_bytes} bytes")
+        if len(d.params) > lim["max-uniform-buffer-binding-size"]:
+            fail("max-uniform-buffer-binding-size", f"{len(d.params)}-byte uniform for {d.label}")
+        if max(d.workgroups) > lim["max-compute-workgroups-per-dimension"]:
+            fail("max-compute-workgroups-per-dimension", f"grid {d.workgroups} for {d.label}")

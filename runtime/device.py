@@ -1,0 +1,80 @@
+"""The wgpu device: one per process, requested with the adapter's own limits."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import wgpu
+
+from ..ir.errors import DeviceError
+
+log = logging.getLogger("eggfuse.runtime")
+
+#: Limits requested at the adapter's maximum (instead of the WebGPU defaults), so that
+#: weights of real models fit in single bindings and fused kernels may bind more buffers.
+REQUESTED_LIMITS = (
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+)
+
+_device: wgpu.GPUDevice | None = None
+_lock = threading.Lock()
+
+
+def get_device() -> wgpu.GPUDevice:
+    """The process-wide wgpu device (created on first call, then cached).
+
+    Asks for a high-performance adapter and requests its maxima for
+    :data:`REQUESTED_LIMITS`; logs the adapter at INFO. Raises DeviceError when no
+    adapter or device is available.
+    """
+    global _device
+    with _lock:
+        if _device is not None:
+            return _device
+        try:
+            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        except Exception as e:  # noqa: BLE001 - wgpu-native reports a missing driver in many ways
+            raise DeviceError(_NO_ADAPTER + f" (wgpu said: {e})") from None
+        if adapter is None:
+            raise DeviceError(_NO_ADAPTER)
+        required = {key: adapter.limits[key] for key in REQUESTED_LIMITS if key in adapter.limits}
+        try:
+            _device = adapter.request_device_sync(required_limits=required)
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"the adapter {_describe(adapter.info)} refused a device with limits "
+                              f"{required}: {e}") from None
+        log.info("wgpu adapter: %s", _describe(adapter.info))
+        return _device
+
+
+_NO_ADAPTER = ("no wgpu adapter found: install a Vulkan driver; without a GPU, Mesa's CPU driver "
+               "lavapipe works (Debian/Ubuntu: apt-get install mesa-vulkan-drivers)")
+
+
+def _describe(info) -> str:
+    name = info.get("device") or info.get("vendor") or "unknown adapter"
+    return f"{name} / {info.get('backend_type', '?')} / {info.get('adapter_type', '?')}"
+
+
+def adapter_description(device: wgpu.GPUDevice) -> str:
+    """The device's adapter as 'name / backend / type', e.g.
+    'llvmpipe (LLVM 15.0.6, 256 bits) / Vulkan / CPU'."""
+    return _describe(device.adapter.info)
+
+
+@contextmanager
+def device_errors(what: str) -> Iterator[None]:
+    """Re-raise any wgpu error inside the block as DeviceError prefixed by ``what``.
+
+    A safety net: inputs are validated before wgpu sees them, so reaching it is a bug in
+    a kernel or in the lowering, or a lost device.
+    """
+    try:
+        yield
+    except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
+        raise DeviceError(f"{what}: {type(e).__name__}: {e}") from e

@@ -1,0 +1,41 @@
+//#include "common.wgsl"
+//#include "reduce.wgsl"
+// LayerNorm over rows of N: (x - mean) / sqrt(var + eps) * w + b with the biased
+// variance computed in a second pass over (x - mean) (Ba et al. 2016; ir.ops LayerNorm).
+// One workgroup per row.
+
+struct Params {
+    rows: u32,
+    n: u32,
+    eps: f32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let row = linear_workgroup(wid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.n;
+    var s = 0.0;
+    for (var j = li; j < p.n; j = j + RED) {
+        s = s + x[base + j];
+    }
+    let mean = workgroup_sum(li, s) / f32(p.n);
+    var q = 0.0;
+    for (var j = li; j < p.n; j = j + RED) {
+        let d = x[base + j] - mean;
+        q = q + d * d;
+    }
+    let rstd = 1.0 / sqrt(workgroup_sum(li, q) / f32(p.n) + p.eps);
+    for (var j = li; j < p.n; j = j + RED) {
+        out[base + j] = (x[base + j] - mean) * rstd * w[j] + bias[j];
+    }
+}

@@ -1,0 +1,211 @@
+"""Session behaviour: uploads, validation, outputs that alias, limits, caching."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import wgpu
+from eggfuse.ir import DeviceError, DType, Graph, InputError, LoweringError, evaluate
+from eggfuse.lowering import lower
+from eggfuse.runtime import Session
+from eggfuse.runtime import device as device_module
+from eggfuse.runtime import pipelines as pipeline_cache
+
+RNG = np.random.default_rng(7)
+
+
+def _linear() -> Graph:
+    g = Graph()
+    x = g.input("x", [5, 6])
+    w = g.parameter("w", [6, 4])
+    b = g.parameter("b", [4])
+    g.set_outputs([g.relu(g.bias_add(g.matmul(x, w), b))])
+    return g
+
+
+def _params():
+    return {"w": RNG.standard_normal((6, 4)), "b": RNG.standard_normal(4)}
+
+
+def _close(got, want):
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_parameters_uploaded_once_and_runs_repeat(device):
+    g, params = _linear(), _params()
+    kept = {k: v.copy() for k, v in params.items()}
+    s = Session(g, params, device=device)
+    params["w"][:] = 0.0  # the session holds its own copy from creation time
+    for _ in range(2):
+        x = {"x": RNG.standard_normal((5, 6))}
+        _close(s.run(x), evaluate(g, x, kept))
+
+
+def test_inputs_and_params_are_not_modified(device):
+    g, params = _linear(), _params()
+    x = RNG.standard_normal((5, 6))  # float64: converted, never written back
+    x.setflags(write=False)
+    before = (x.copy(), params["w"].copy())
+    Session(g, params, device=device).run({"x": x})
+    np.testing.assert_array_equal(x, before[0])
+    np.testing.assert_array_equal(params["w"], before[1])
+    assert x.dtype == np.float64
+
+
+def test_adapter_is_described(device):
+    s = Session(_linear(), _params(), device=device)
+    assert s.adapter.count(" / ") == 2
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"w": np.zeros((6, 4))}, r"'b' \(f32\[4\]\)"),
+    ({"w": np.zeros((4, 6)), "b": np.zeros(4)}, r"parameter 'w': expected shape \[6, 4\].*got \[4, 6\]"),
+    ({"w": np.zeros((6, 4)), "b": np.zeros(4), "wq": np.zeros(3)}, r"unknown parameter.*'wq'"),
+    ({"w": np.full((6, 4), np.nan), "b": np.zeros(4)}, "NaN"),
+])
+def test_bad_parameters_raise_input_error(params, match, device):
+    with pytest.raises(InputError, match=match):
+        Session(_linear(), params, device=device)
+
+
+@pytest.mark.parametrize("inputs, match", [
+    ({}, r"'x' \(f32\[5,6\]\)"),
+    ({"x": np.zeros((6, 5))}, r"input 'x': expected shape \[5, 6\].*got \[6, 5\]"),
+    ({"x": np.zeros((5, 6)), "y": np.zeros(1)}, r"unknown input.*'y'"),
+    ({"x": np.array([["a"] * 6] * 5)}, "expected numbers"),
+])
+def test_bad_inputs_raise_input_error(inputs, match, device):
+    s = Session(_linear(), _params(), device=device)
+    with pytest.raises(InputError, match=match):
+        s.run(inputs)
+
+
+def test_embedding_index_out_of_range_is_rejected(device):
+    g = Graph()
+    g.set_outputs([g.embedding(g.input("ids", [3], DType.U32), g.parameter("table", [4, 2]))])
+    s = Session(g, {"table": np.ones((4, 2))}, device=device)
+    with pytest.raises(InputError, match="index 4 out of range.*4 rows"):
+        s.run({"ids": np.array([0, 4, 1])})
+
+
+def test_outputs_that_alias_or_are_consumed(device):
+    g = Graph()
+    x = g.input("x", [4, 6])
+    w = g.parameter("w", [6, 6])
+    h = g.matmul(x, w)  # consumed by gelu and also an output
+    flat = g.reshape(h, [24])  # an Identity of an intermediate
+    y = g.gelu(h)
+    z = g.add(y, h)
+    g.set_outputs([flat, h, z, y, x, g.reshape(x, [6, 4]), w])
+    params = {"w": RNG.standard_normal((6, 6))}
+    feeds = {"x": RNG.standard_normal((4, 6))}
+    plan = lower(g)
+    assert len(plan.dispatches) == 3 and len(set(plan.outputs)) == 5
+    got = Session(plan, params, device=device).run(feeds)
+    _close(got, evaluate(g, feeds, params))
+    got[1][:] = 0.0  # outputs sharing a buffer are still separate arrays
+    assert np.abs(got[0]).max() > 0
+
+
+def test_two_outputs_sharing_nodes_and_a_constant(device):
+    g = Graph()
+    x = g.input("x", [3, 5])
+    c = g.constant(np.arange(5, dtype=np.float32) / 5.0, [1, 5])
+    t = g.tanh(g.add(x, c))
+    g.set_outputs([g.sum_all(t), g.softmax(t)])
+    feeds = {"x": RNG.standard_normal((3, 5))}
+    _close(Session(g, {}, device=device).run(feeds), evaluate(g, feeds, {}))
+
+
+def test_unused_leaves_are_accepted(device):
+    g = Graph()
+    x = g.input("x", [2, 3])
+    g.parameter("pooler", [3, 3])  # dead: no output depends on it
+    g.input("unused", [1])
+    g.set_outputs([g.neg(x)])
+    s = Session(g, {"pooler": np.zeros((3, 3))}, device=device)
+    (got,) = s.run({"x": np.ones((2, 3)), "unused": np.zeros(1)})
+    np.testing.assert_array_equal(got, -np.ones((2, 3)))
+
+
+def test_pipelines_are_shared_between_sessions(device):
+    Session(_linear(), _params(), device=device)
+    count = len(pipeline_cache._pipelines)
+    g = Graph()  # same kernels, other shapes
+    x = g.input("x", [9, 2])
+    g.set_outputs([g.relu(g.bias_add(g.matmul(x, g.parameter("w", [2, 3])), g.parameter("b", [3])))])
+    Session(g, {"w": np.ones((2, 3)), "b": np.ones(3)}, device=device)
+    assert len(pipeline_cache._pipelines) == count
+
+
+def test_no_adapter_is_a_device_error(monkeypatch):
+    monkeypatch.setattr(device_module, "_device", None)
+    monkeypatch.setattr(wgpu.gpu, "request_adapter_sync", lambda **kw: None)
+    with pytest.raises(DeviceError, match="mesa-vulkan-drivers"):
+        device_module.get_device()
+
+
+def test_wgpu_errors_surface_as_device_errors(device):
+    plan = lower(_linear())
+    broken = dataclasses.replace(plan.dispatches[0], source="fn main( {")
+    plan.dispatches[0] = broken
+    with pytest.raises(DeviceError, match=r"compiling kernel for matmul: node 3 MatMul"):
+        Session(plan, _params(), device=device)
+
+
+# --- limits ------------------------------------------------------------------------------
+
+
+def test_binding_size_limit_is_refused_with_its_name():
+    with pytest.raises(LoweringError, match=r"maxStorageBufferBindingSize = 64 .*MatMul.*f32\[5,6\]"):
+        lower(_linear(), {"max-storage-buffer-binding-size": 64})
+
+
+def test_buffer_size_limit_is_refused_with_its_name():
+    with pytest.raises(LoweringError, match=r"maxBufferSize = 100 .*'x'.*f32\[5,6\]"):
+        lower(_linear(), {"max-buffer-size": 100})
+
+
+def test_storage_buffer_count_limit_is_refused_with_its_name():
+    g = Graph()
+    a, b = g.input("a", [3, 4]), g.parameter("b", [4, 5])
+    res = [g.input(f"r{i}", [3, 5]) for i in range(7)]
+    g.set_outputs([g.add_node("FusedMatMul", (a, b, *res), variant="", epilogue=("add",) * 7)])
+    with pytest.raises(LoweringError, match=r"maxStorageBuffersPerShaderStage = 8 .*binds 10 .*FusedMatMul"):
+        lower(g)
+    assert len(lower(g, {"max-storage-buffers-per-shader-stage": 10}).dispatches) == 1
+
+
+def test_small_workgroup_limit_splits_the_grid(device):
+    g = Graph()
+    x = g.input("x", [50, 70])  # 3500 elements: 14 workgroups of 256
+    w = g.parameter("w", [70, 130])
+    y = g.silu(x)
+    mm = g.matmul(y, w)  # 1 x 3 tiles
+    q = g.reshape(mm, [100, 65])
+    att = g.causal_attention(q, q, q, num_heads=1, num_kv_heads=1, head_dim=65, batch=1)
+    g.set_outputs([y, mm, att])
+    plan = lower(g, {"max-compute-workgroups-per-dimension": 4})
+    assert [d.workgroups for d in plan.dispatches] == [(4, 4, 1), (3, 1, 1), (2, 1, 1)]
+    params = {"w": RNG.standard_normal((70, 130)) * 0.1}
+    feeds = {"x": RNG.standard_normal((50, 70))}
+    _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))
+    plan = lower(g, {"max-compute-workgroups-per-dimension": 3})  # 14 groups need a 3-D grid
+    assert plan.dispatches[0].workgroups == (3, 3, 2)
+    _close(Session(plan, params, device=device).run(feeds)[:1], evaluate(g, feeds, params)[:1])
+    with pytest.raises(LoweringError, match="maxComputeWorkgroupsPerDimension = 1"):
+        lower(g, {"max-compute-workgroups-per-dimension": 1})
+
+
+def test_split_matmul_grid_covers_every_tile(device):
+    g = Graph()
+    a, b = g.input("a", [130, 20]), g.parameter("b", [20, 200])
+    g.set_outputs([g.matmul(a, b)])  # 3 x 4 = 12 tiles
+    plan = lower(g, {"max-compute-workgroups-per-dimension": 5})
+    assert plan.dispatches[0].workgroups == (4, 3, 1)
+    params, feeds = {"b": RNG.standard_normal((20, 200))}, {"a": RNG.standard_normal((130, 20))}
+    _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))

@@ -1,0 +1,171 @@
+"""Plan structure without a GPU: buffers, aliases, dispatches, limits, WGSL templating."""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+import numpy as np
+import pytest
+from eggfuse.ir import DType, Graph, GraphError, LoweringError
+from eggfuse.lowering import KERNELS, lower
+from eggfuse.lowering.kernels import broadcast_strides, matmul_source
+from eggfuse.lowering.limits import limit_name, split_grid
+from eggfuse.lowering.wgsl import render, uniform_bytes
+
+
+def _mlp() -> tuple[Graph, dict[str, int]]:
+    g = Graph()
+    ids = g.input("ids", [6], DType.U32)
+    table = g.parameter("table", [10, 8])
+    w = g.parameter("w", [8, 8])
+    g.parameter("dead_w", [3, 3])
+    x = g.embedding(ids, table)
+    h = g.gelu(g.matmul(x, w))
+    r = g.reshape(h, [48])
+    c = g.constant(np.ones(48, dtype=np.float32))
+    out = g.add(r, c)
+    g.neg(out)  # dead node
+    g.set_outputs([out, r])
+    return g, {"x": x, "h": h, "r": r, "out": out}
+
+
+def test_buffers_kinds_and_identity_alias():
+    g, n = _mlp()
+    plan = lower(g)
+    kinds = [b.kind for b in plan.buffers]
+    assert kinds.count("input") == 1 and kinds.count("parameter") == 2 and kinds.count("constant") == 1
+    assert set(plan.parameters) == {"table", "w"} and plan.unused_leaves == {"dead_w"}
+    by_node = {b.node: b.index for b in plan.buffers}
+    assert n["r"] not in by_node  # the reshape has no buffer of its own
+    assert plan.outputs == [by_node[n["out"]], by_node[n["h"]]]
+    assert [t.shape for t in plan.output_types] == [(48,), (48,)]
+    assert all(b.size_bytes % 4 == 0 and b.size_bytes >= 4 for b in plan.buffers)
+    assert plan.buffers[plan.inputs["ids"]].dtype is DType.U32
+    assert plan.index_bounds == {"ids": 10}
+    (const_index,) = plan.constants
+    assert plan.buffers[const_index].kind == "constant" and plan.constants[const_index].shape == (48,)
+
+
+def test_one_dispatch_per_live_op_with_bindings_in_order():
+    g, n = _mlp()
+    plan = lower(g)
+    assert len(plan.dispatches) == g.dispatch_count() == 4
+    assert [d.op for d in plan.dispatches] == ["Embedding", "MatMul", "Gelu", "Add"]
+    by_node = {b.node: b.index for b in plan.buffers}
+    add = plan.dispatches[-1]
+    (const_index,) = plan.constants
+    assert add.inputs == (by_node[n["h"]], const_index)  # the reshape reads h's buffer
+    for d in plan.dispatches:
+        assert d.output == by_node[d.node] and d.output not in d.inputs
+        assert len(d.params) % 16 == 0 and "{{" not in d.source
+        assert f"@binding({len(d.bindings)}) var<uniform>" in d.source
+        assert d.label.startswith(f"node {d.node} {d.op}(")
+
+
+def test_op_without_kernel_is_named(monkeypatch):
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [2]))])
+    monkeypatch.delitem(KERNELS, "Relu")
+    with pytest.raises(LoweringError, match=r"no kernel lowers op Relu \(node 1 Relu\(f32\[2\]\)"):
+        lower(g)
+
+
+def test_limit_names_and_errors():
+    assert limit_name("max-storage-buffer-binding-size") == "maxStorageBufferBindingSize"
+    assert limit_name("max-compute-workgroups-per-dimension") == "maxComputeWorkgroupsPerDimension"
+    g = Graph()
+    g.set_outputs([g.sigmoid(g.input("x", [4096]))])
+    with pytest.raises(LoweringError, match=r"maxStorageBufferBindingSize = 1024 .*Sigmoid.*f32\[4096\]"):
+        lower(g, {"max-storage-buffer-binding-size": 1024})
+    plan = lower(g, {"max-compute-workgroups-per-dimension": 4, "unrelated-limit": 1})
+    assert plan.dispatches[0].workgroups == (4, 4, 1)
+
+
+@pytest.mark.parametrize("groups, limit", [(1, 4), (4, 4), (5, 4), (16, 4), (17, 4), (63, 4), (64, 4),
+                                           (65535, 65535), (65536, 65535), (10**6, 1000), (1, 1)])
+def test_split_grid_covers_and_respects_the_limit(groups, limit):
+    grid = split_grid(groups, limit)
+    assert grid is not None and max(grid) <= limit and math.prod(grid) >= groups
+    assert math.prod(grid) < groups + grid[0] * grid[1]  # at most one partial z layer
+    assert split_grid(limit**3 + 1, limit) is None
+
+
+@pytest.mark.parametrize("out, a, b, dims, sa, sb", [
+    ((7, 13), (7, 13), (7, 13), [1, 1, 1, 91], [0, 0, 0, 1], [0, 0, 0, 1]),
+    ((7, 13), (7, 13), (1, 13), [1, 1, 7, 13], [0, 0, 13, 1], [0, 0, 0, 1]),
+    ((7, 13), (7, 13), (7, 1), [1, 1, 7, 13], [0, 0, 13, 1], [0, 0, 1, 0]),
+    ((7, 13), (13,), (7, 13), [1, 1, 7, 13], [0, 0, 0, 1], [0, 0, 13, 1]),
+    ((2, 3, 4, 5, 6), (2, 3, 4, 5, 6), (6,), [1, 1, 120, 6], [0, 0, 6, 1], [0, 0, 0, 1]),
+    ((1, 1), (1, 1), (1,), [1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]),
+])
+def test_broadcast_strides(out, a, b, dims, sa, sb):
+    assert broadcast_strides(out, a, b) == (dims, sa, sb)
+    # the strides address exactly numpy's broadcast
+    x, y = np.arange(math.prod(a)).reshape(a), np.arange(math.prod(b)).reshape(b)
+    want = np.broadcast_arrays(x, y)
+    coords = np.stack(np.unravel_index(np.arange(math.prod(out)), dims), axis=1)
+    assert (coords @ np.array(sa) == want[0].ravel()).all()
+    assert (coords @ np.array(sb) == want[1].ravel()).all()
+
+
+def test_broadcast_beyond_rank_4_is_refused():
+    with pytest.raises(LoweringError, match="4"):
+        broadcast_strides((2, 5, 3, 6, 4), (2, 1, 3, 1, 4), (1, 5, 1, 6, 1))
+
+
+def test_matmul_template_epilogue_and_variants():
+    src = matmul_source("BT", ("bias", "Relu", "add", "Gelu"))
+    assert "@binding(2) var<storage, read> e0" in src and "@binding(3) var<storage, read> e1" in src
+    assert "@binding(4) var<storage, read_write> out" in src and "@binding(5) var<uniform> p" in src
+    body = re.search(r"fn epilogue.*?return v;", src, re.S).group(0)
+    steps = re.findall(r"^ +v = (.*?);", body, re.M)
+    assert steps == ["v + e0[j]", "max(v, 0.0)", "v + e1[i * p.n + j]", "gelu_erf(v)"]
+    assert "b[j * p.k + kk]" in src and "a[i * p.k + kk]" in src
+    assert "a[kk * p.m + i]" in matmul_source("AT", ())
+    assert src.count("fn gelu_erf") == 1  # helpers included once, not copied
+
+
+def test_render_rejects_unfilled_and_unknown_slots():
+    with pytest.raises(LoweringError, match="unfilled"):
+        render("unary.wgsl")
+    with pytest.raises(LoweringError, match="unknown"):
+        render("unary.wgsl", EXPR="v", TYPO=1)
+
+
+def test_uniform_bytes_pack_u32_f32_and_pad():
+    data = uniform_bytes(3, 2.5, 7)
+    assert len(data) == 16 and struct.unpack("<IfI", data[:12]) == (3, 2.5, 7)
+    with pytest.raises(LoweringError):
+        uniform_bytes(-1)
+
+
+def test_every_kernel_renders():
+    # A graph using every op; lowering renders every template with all slots filled.
+    g = Graph()
+    x = g.input("x", [4, 8])
+    w = g.parameter("w", [8, 8])
+    q = g.rope(x, 10000.0, head_dim=4, pairing="adjacent")
+    att = g.full_attention(q, x, x, 2, 2, 4, key_mask=g.input("m", [1, 4]))
+    outs = [att, g.causal_attention(x, x, x, 2, 2, 4),
+            g.layer_norm(x, g.parameter("lw", [8]), g.parameter("lb", [8])),
+            g.rms_norm(x, g.parameter("rw", [8])), g.softmax(x), g.transpose(x), g.mean_all(x), g.sum_all(x),
+            g.swiglu(x, x), g.mul(x, x), g.matmul_at(x, x), g.matmul_bt(x, w),
+            g.embedding(g.input("ids", [3], DType.U32), w)]
+    g.set_outputs(outs)
+    plan = lower(g)
+    assert len(plan.dispatches) == g.dispatch_count()
+    assert all("{{" not in d.source for d in plan.dispatches)
+
+
+def test_u32_inputs_only_where_a_kernel_reads_them():
+    g = Graph()
+    with pytest.raises(GraphError, match=r"SumAll.*u32\[4\]"):
+        g.sum_all(g.input("ids", [4], DType.U32))
+
+
+def test_rope_batch_must_split_the_rows():
+    g = Graph()
+    with pytest.raises(GraphError, match="10 rows do not split into batch=3"):
+        g.rope(g.input("x", [10, 8]), 10000.0, head_dim=8, batch=3)
