@@ -1,0 +1,63 @@
+"""Shape analysis: facts about e-classes, saturated before any optimisation rule runs.
+
+Every node inserted from a graph gets its shape from the IR (the IR's shape rules are the
+authority); the rules here derive the shape of terms that optimisation rules create, and
+``numel`` (element count, what the cost model reads) from every shape.
+"""
+
+from __future__ import annotations
+
+from egglog import String, Vec, eq, i64, rule, ruleset, set_
+
+from .sorts import UNARY_CONSTRUCTORS, Epi, T, numel, shape
+
+shape_analysis_ruleset = ruleset(name="shape_analysis")
+
+
+@shape_analysis_ruleset.register
+def _leaf_shapes(t: T, name: String, s: Vec[i64], x: T):
+    # input/parameter/constant(name, s) : s
+    for leaf in (T.input, T.parameter, T.constant):
+        yield rule(eq(t).to(leaf(name, s))).then(set_(shape(t)).to(s))
+    # reshape(x, s) : s
+    yield rule(eq(t).to(T.reshape(x, s))).then(set_(shape(t)).to(s))
+
+
+@shape_analysis_ruleset.register
+def _matmul_shapes(t: T, a: T, b: T, v: String, e: Epi, sa: Vec[i64], sb: Vec[i64]):
+    # matmul(a[M,K], b[K,N]) : [M,N]; matmul_at(a[K,M], b[K,N]) : [M,N]; matmul_bt(a[M,K], b[N,K]) : [M,N]
+    rules = (
+        (T.matmul(a, b), lambda: Vec(sa[0], sb[1])),
+        (T.matmul_at(a, b), lambda: Vec(sa[1], sb[1])),
+        (T.matmul_bt(a, b), lambda: Vec(sa[0], sb[0])),
+        (T.fused_matmul("", a, b, e), lambda: Vec(sa[0], sb[1])),
+        (T.fused_matmul("AT", a, b, e), lambda: Vec(sa[1], sb[1])),
+        (T.fused_matmul("BT", a, b, e), lambda: Vec(sa[0], sb[0])),
+    )
+    for term, out in rules:
+        yield rule(eq(t).to(term), eq(shape(a)).to(sa), eq(shape(b)).to(sb)).then(
+            set_(shape(t)).to(out()))
+
+
+@shape_analysis_ruleset.register
+def _elementwise_shapes(t: T, a: T, b: T, sa: Vec[i64]):
+    # u(a) : shape(a) for unary elementwise u; swiglu(a, b) : shape(a)
+    for ctor in (*UNARY_CONSTRUCTORS.values(), T.softmax):
+        yield rule(eq(t).to(ctor(a)), eq(shape(a)).to(sa)).then(set_(shape(t)).to(sa))
+    yield rule(eq(t).to(T.swiglu(a, b)), eq(shape(a)).to(sa)).then(
+        set_(shape(t)).to(sa))
+    # add(a, b), mul(a, b) with equal shapes : shape(a) (broadcasts are set from the IR)
+    for ctor in (T.add, T.mul):
+        yield rule(eq(t).to(ctor(a, b)), eq(shape(a)).to(sa), eq(shape(b)).to(sa)).then(set_(shape(t)).to(sa))
+
+
+@shape_analysis_ruleset.register
+def _numel(t: T, s: Vec[i64]):
+    # numel(t) = product of shape(t), ranks 1..4
+    yield rule(eq(shape(t)).to(s), eq(s.length()).to(i64(1))).then(set_(numel(t)).to(s[0]))
+    yield rule(eq(shape(t)).to(s), eq(s.length()).to(i64(2))).then(
+        set_(numel(t)).to(s[0] * s[1]))
+    yield rule(eq(shape(t)).to(s), eq(s.length()).to(i64(3))).then(
+        set_(numel(t)).to(s[0] * s[1] * s[2]))
+    yield rule(eq(shape(t)).to(s), eq(s.length()).to(i64(4))).then(
+        set_(numel(t)).to(s[0] * s[1] * s[2] * s[3]))
