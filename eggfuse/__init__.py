@@ -1,1 +1,33 @@
-"""eggfuse: egglog fusion rules, cost-based extraction and WGSL kernels on wgpu."""
+"""eggfuse: a compiler for neural-network op graphs.
+
+Graphs (``eggfuse.ir``) are encoded into egglog, fused by declarative rulesets
+(``eggfuse.rewrites``), extracted by cost, lowered to WGSL dispatches
+(``eggfuse.lowering``) and run through wgpu (``eggfuse.runtime``)::
+
+    import eggfuse
+    result = eggfuse.embed(["A man is eating food.", "A man is eating pasta."])
+    result.embeddings          # float32 [2, 384]
+    result.similarity()        # cosine similarity [2, 2]
+"""
+
+from eggfuse.api import Compiled, EmbedResult, compile, embed
+from eggfuse.ir import (
+    DeviceError,
+    DType,
+    EggfuseError,
+    Graph,
+    GraphError,
+    InputError,
+    LoweringError,
+    ModelError,
+    RewriteError,
+    TensorType,
+    evaluate,
+)
+from eggfuse.rewrites import CostModel, KernelInfo, Report, optimize
+
+__all__ = [
+    "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "Graph", "GraphError",
+    "InputError", "KernelInfo", "LoweringError", "ModelError", "Report", "RewriteError", "TensorType", "compile",
+    "embed", "evaluate", "optimize",
+]

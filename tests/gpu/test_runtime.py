@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import wgpu
+
 from eggfuse.ir import DeviceError, DType, Graph, InputError, LoweringError, evaluate
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session

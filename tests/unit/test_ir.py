@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from eggfuse.ir import DType, Graph, GraphError, InputError, evaluate
 
 

@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+
 from eggfuse.ir import DType, Graph, GraphError, LoweringError
 from eggfuse.lowering import KERNELS, lower
 from eggfuse.lowering.kernels import broadcast_strides, matmul_source

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-from pathlib import Path
 
+import bert_numpy  # tests/bert_numpy.py: the independent oracle (pytest pythonpath)
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
+
 from eggfuse.ir import GraphError, InputError, ModelError, evaluate
 from eggfuse.models import minilm
 from eggfuse.models.minilm import MiniLM, build_bert_graph, feeds
-from safetensors.numpy import save_file
-
-# tests/ is not a package; load the oracle by path so it never goes through eggfuse.
-_spec = importlib.util.spec_from_file_location("bert_numpy", Path(__file__).parents[1] / "bert_numpy.py")
-bert_numpy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bert_numpy)
 
 SENTENCES = ["A man is eating food.", "A man is riding a horse on a sunny beach today.", "Hi"]
 

@@ -7,10 +7,11 @@ evaluated by the numpy reference on random inputs and must agree.
 from collections import Counter
 
 import pytest
-from eggfuse.ir import Graph, evaluate
-from eggfuse.rewrites import CostModel, optimize, random_feeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from eggfuse.ir import Graph, evaluate
+from eggfuse.rewrites import CostModel, optimize, random_feeds
 
 dims = st.integers(min_value=1, max_value=9)
 

@@ -1,0 +1,128 @@
+"""The pipeline in one place: Graph -> egglog optimisation -> lowering -> wgpu Session."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eggfuse.ir import Graph, InputError
+from eggfuse.rewrites import CostModel, Report, optimize
+
+
+@dataclass
+class Compiled:
+    """A graph compiled for a device: run it with :meth:`run`.
+
+    ``graph`` is the graph that runs (the optimised one unless ``fuse=False``), ``report``
+    the rewrite engine's :class:`~eggfuse.rewrites.Report` (None when not fused).
+    ``dispatches_unfused`` / ``dispatches_fused`` count GPU dispatches per run of the
+    original and the compiled graph. ``timings`` holds seconds per stage.
+    """
+
+    graph: Graph
+    session: object
+    report: Report | None
+    dispatches_unfused: int
+    dispatches_fused: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def adapter(self) -> str:
+        return self.session.adapter
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``."""
+        return self.session.run(inputs)
+
+
+def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
+            cost_model: CostModel | None = None, verify: bool = False, device=None) -> Compiled:
+    """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it and upload ``params``.
+
+    Raises :class:`~eggfuse.ir.InputError` for missing or mis-shaped parameters,
+    :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
+    :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
+    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
+    are not modified.
+    """
+    from eggfuse.runtime import Session  # wgpu is only imported when something runs
+
+    timings: dict[str, float] = {}
+    report = None
+    run_graph = graph
+    if fuse:
+        t = time.perf_counter()
+        run_graph, report = optimize(graph, cost_model=cost_model, verify=verify)
+        timings["optimize_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    session = Session(run_graph, params, device=device)
+    timings["compile_s"] = time.perf_counter() - t
+    return Compiled(run_graph, session, report, graph.dispatch_count(), run_graph.dispatch_count(), timings)
+
+
+@functools.cache
+def _minilm():
+    from eggfuse.models.minilm import MiniLM
+
+    return MiniLM.load()
+
+
+@dataclass
+class EmbedResult:
+    """Sentence embeddings: ``embeddings`` float32 [B, 384], unit L2 norm per row."""
+
+    sentences: list[str]
+    embeddings: np.ndarray
+    adapter: str
+    dispatches_unfused: int
+    dispatches_fused: int
+    report: Report | None
+    timings: dict[str, float]
+
+    def similarity(self) -> np.ndarray:
+        """Cosine similarity matrix [B, B] (the embeddings are normalised, so a dot product)."""
+        e = self.embeddings.astype(np.float64)
+        return e @ e.T
+
+    def to_dict(self) -> dict:
+        return {
+            "sentences": self.sentences,
+            "embeddings": self.embeddings.tolist(),
+            "similarity": self.similarity().tolist(),
+            "adapter": self.adapter,
+            "dispatches_unfused": self.dispatches_unfused,
+            "dispatches_fused": self.dispatches_fused,
+            "report": None if self.report is None else self.report.to_dict(),
+            "timings": self.timings,
+        }
+
+
+def embed(sentences: Sequence[str], *, fuse: bool = True, device=None) -> EmbedResult:
+    """Embed sentences with all-MiniLM-L6-v2 (real weights) compiled by eggfuse and run on wgpu.
+
+    Tokenisation, BERT encoder, mean pooling over real tokens and L2 normalisation, as
+    sentence-transformers computes them (Reimers & Gurevych 2019). Returns an
+    :class:`EmbedResult` with float32 embeddings [len(sentences), 384].
+
+    Raises :class:`~eggfuse.ir.InputError` for an empty list or a non-string item,
+    :class:`~eggfuse.ir.ModelError` when the weights package is not installed,
+    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists.
+    """
+    if isinstance(sentences, str):
+        raise InputError("sentences must be a list of strings, got a single str")
+    sentences = list(sentences)
+    t = time.perf_counter()
+    model = _minilm()
+    load_s = time.perf_counter() - t
+    graph, feeds = model.graph_for(sentences)
+    compiled = compile(graph, model.params, fuse=fuse, device=device)
+    t = time.perf_counter()
+    (emb,) = compiled.run(feeds)
+    run_s = time.perf_counter() - t
+    timings = {"load_s": load_s, **compiled.timings, "run_s": run_s}
+    return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
+                       compiled.report, timings)
