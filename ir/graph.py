@@ -126,9 +126,17 @@ class Graph:
         out.outputs = [new[o] for o in self.outputs]
         return out
 
+    def is_derived_parameter(self, node: Node) -> bool:
+        """A Concat of parameters: packed once when a session is created, never dispatched."""
+        return node.op == "Concat" and all(self.nodes[i].op == "Parameter" for i in node.inputs)
+
+    def dispatches(self, node: Node) -> int:
+        """GPU dispatches ``node`` needs when lowered."""
+        return 0 if self.is_derived_parameter(node) else OPS[node.op].dispatches
+
     def dispatch_count(self) -> int:
-        """GPU dispatches the live part of the graph needs (leaves and views need none)."""
-        return sum(OPS[n.op].dispatches for n in self.live_nodes())
+        """GPU dispatches the live part of the graph needs (leaves, views and derived parameters need none)."""
+        return sum(self.dispatches(n) for n in self.live_nodes())
 
     def summary(self) -> str:
         lines = []
@@ -268,6 +276,30 @@ class Graph:
         """Causal GQA attention; shapes as :meth:`full_attention`."""
         return self.add_node("CausalAttention", (q, k, v), num_heads=int(num_heads),
                         num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), batch=int(batch))
+
+    def concat(self, xs: Sequence[NodeId], axis: int = 0) -> NodeId:
+        """Concatenation along ``axis``; of parameters only, a derived parameter (no dispatch)."""
+        return self.add_node("Concat", tuple(xs), axis=int(axis))
+
+    def slice_cols(self, x: NodeId, start: int, size: int) -> NodeId:
+        """Columns [start, start+size) of a 2-D tensor."""
+        return self.add_node("SliceCols", (x,), start=int(start), size=int(size))
+
+    def swiglu_concat(self, x: NodeId) -> NodeId:
+        """silu(x[:, :N]) * x[:, N:] for x [M, 2N]."""
+        return self.add_node("SwiGLUConcat", (x,))
+
+    def group_norm(self, x: NodeId, weight: NodeId, bias: NodeId, num_groups: int, eps: float = 1e-5) -> NodeId:
+        """GroupNorm of x [N, C, S] with per-channel weight and bias [C]."""
+        return self.add_node("GroupNorm", (x, weight, bias), num_groups=int(num_groups), eps=float(eps))
+
+    def causal_attention_rope(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
+                              head_dim: int, theta: float, pos_offset: int = 0, pairing: str = "half",
+                              batch: int = 1) -> NodeId:
+        """CausalAttention(RoPE(q), RoPE(k), v) in one kernel."""
+        return self.add_node("CausalAttentionRoPE", (q, k, v), num_heads=int(num_heads),
+                             num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), theta=float(theta),
+                             pos_offset=int(pos_offset), pairing=pairing, batch=int(batch))
 
     def transpose(self, x: NodeId) -> NodeId:
         return self.add_node("Transpose", (x,))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, rule, ruleset, set_
 
-from .sorts import UNARY_CONSTRUCTORS, Epi, T, numel, shape
+from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, numel, shape
 
 shape_analysis_ruleset = ruleset(name="shape_analysis")
 
@@ -49,6 +49,31 @@ def _elementwise_shapes(t: T, a: T, b: T, sa: Vec[i64]):
     # add(a, b), mul(a, b) with equal shapes : shape(a) (broadcasts are set from the IR)
     for ctor in (T.add, T.mul):
         yield rule(eq(t).to(ctor(a, b)), eq(shape(a)).to(sa), eq(shape(b)).to(sa)).then(set_(shape(t)).to(sa))
+
+
+@shape_analysis_ruleset.register
+def _packing_shapes(t: T, a: T, b: T, c: T, sa: Vec[i64], sb: Vec[i64], sc: Vec[i64], start: i64, size: i64):
+    # concat2(0, a, b) : [rows(a)+rows(b), cols(a)]; concat2(1, a, b) : [rows(a), cols(a)+cols(b)]
+    yield rule(eq(t).to(T.concat2(0, a, b)), eq(shape(a)).to(sa), eq(shape(b)).to(sb)).then(
+        set_(shape(t)).to(Vec(sa[0] + sb[0], sa[1])))
+    yield rule(eq(t).to(T.concat2(1, a, b)), eq(shape(a)).to(sa), eq(shape(b)).to(sb)).then(
+        set_(shape(t)).to(Vec(sa[0], sa[1] + sb[1])))
+    # concat3(0, a, b, c) : [rows(a)+rows(b)+rows(c), cols(a)]
+    yield rule(eq(t).to(T.concat3(0, a, b, c)), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
+               eq(shape(c)).to(sc)).then(set_(shape(t)).to(Vec(sa[0] + sb[0] + sc[0], sa[1])))
+    # slice_cols(a, start, size) : [rows(a), size]
+    yield rule(eq(t).to(T.slice_cols(a, start, size)), eq(shape(a)).to(sa)).then(
+        set_(shape(t)).to(Vec(sa[0], size)))
+    # swiglu_concat(a) : [rows(a), cols(a)/2]
+    yield rule(eq(t).to(T.swiglu_concat(a)), eq(shape(a)).to(sa)).then(set_(shape(t)).to(Vec(sa[0], sa[1] / 2)))
+
+
+@shape_analysis_ruleset.register
+def _epilogue_facts(e: Epi, inner: Epi, d: T, op: String):
+    # epilogue_without_add(e): the chain e has no residual-add step (so at most one is folded)
+    yield rule(eq(e).to(Epi.none())).then(epilogue_without_add(e))
+    yield rule(eq(e).to(Epi.bias(inner, d)), epilogue_without_add(inner)).then(epilogue_without_add(e))
+    yield rule(eq(e).to(Epi.act(inner, op)), epilogue_without_add(inner)).then(epilogue_without_add(e))
 
 
 @shape_analysis_ruleset.register

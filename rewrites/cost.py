@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egglog import DagCostModel, EGraph, get_callable_args, get_callable_fn
+from egglog import DagCostModel, EGraph, get_callable_args, get_callable_fn, get_literal_value
 
 from ..ir import OPS, Graph, RewriteError
-from .sorts import CONSTRUCTORS, Epi, T, numel
+from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, Epi, T, numel
 
 
 @dataclass(frozen=True)
@@ -50,30 +50,37 @@ class CostModel:
         """Cost of the live part of ``graph`` under this model (the extractor's objective)."""
         total = 0
         for node in graph.live_nodes():
-            if OPS[node.op].dispatches == 0:
+            if (n := graph.dispatches(node)) == 0:
                 continue
             reads = sum(graph.node(i).type.size_bytes for i in node.inputs)
-            total += self.kernel_cost(KernelInfo(node.op, OPS[node.op].dispatches, reads, node.type.size_bytes))
+            total += self.kernel_cost(KernelInfo(node.op, n, reads, node.type.size_bytes))
         return total
 
 
 #: Constructors that are no kernel: leaves, views, epilogue structure, the output list.
-FREE_CONSTRUCTORS = {"T.input", "T.parameter", "T.constant", "T.reshape", "Epi.none", "Epi.act",
-                     "TList.nil", "TList.cons"}
+#: ``concat2``/``concat3`` only ever pack parameters (derived parameters, packed at load).
+FREE_CONSTRUCTORS = {"T.input", "T.parameter", "T.constant", "T.reshape", "T.concat2", "T.concat3", "Epi.none",
+                     "Epi.act", "TList.nil", "TList.cons"}
+GENERIC_NAMES = {str(c) for c in GENERIC_CONSTRUCTORS.values()}
 _EPI_OPERAND = {"Epi.bias": "epilogue:bias", "Epi.add": "epilogue:add"}
 #: Constructor name ("T.matmul") -> IR op name ("MatMul").
 OP_OF_CONSTRUCTOR = {str(ctor): op for op, (ctor, _) in CONSTRUCTORS.items()} | {
-    "T.fused_matmul": "FusedMatMul", "T.full_attention_masked": "FullAttention"}
+    "T.fused_matmul": "FusedMatMul", "T.full_attention_masked": "FullAttention",
+    "T.fused_rms_norm_matmul": "FusedRmsNormMatMul", "T.slice_cols": "SliceCols",
+    "T.causal_attention_rope": "CausalAttentionRoPE", "T.causal_attention_rope_packed": "CausalAttentionRoPE"}
 
 
-def enode_cost(model: CostModel, ctor: str, tensor_child_bytes: list[int], out_bytes: int) -> int:
+def enode_cost(model: CostModel, ctor: str, tensor_child_bytes: list[int], out_bytes: int,
+               op: str | None = None) -> int:
     """Marginal cost of one e-node: its constructor name, the bytes of its tensor (``T``)
-    children in order, and the bytes of its own e-class. Shared by every extractor."""
+    children in order, and the bytes of its own e-class. Shared by every extractor.
+    ``op`` names the IR op of a generic constructor (``T.op2("Softmax", ...)``)."""
     if ctor in FREE_CONSTRUCTORS:
         return 0
     if ctor in _EPI_OPERAND:
         return model.kernel_cost(KernelInfo(_EPI_OPERAND[ctor], 0, tensor_child_bytes[0], 0))
-    return model.kernel_cost(KernelInfo(OP_OF_CONSTRUCTOR[ctor], 1, sum(tensor_child_bytes), out_bytes))
+    op = op or OP_OF_CONSTRUCTOR[ctor]
+    return model.kernel_cost(KernelInfo(op, OPS[op].dispatches, sum(tensor_child_bytes), out_bytes))
 
 
 def dag_cost_model(egraph: EGraph, model: CostModel) -> DagCostModel:
@@ -104,8 +111,10 @@ def dag_cost_model(egraph: EGraph, model: CostModel) -> DagCostModel:
             name = names[fn] = str(fn)
         if name in FREE_CONSTRUCTORS:
             return 0
-        children = [nbytes(a) for a in get_callable_args(expr) if isinstance(a, T)]
+        args = get_callable_args(expr)
+        children = [nbytes(a) for a in args if isinstance(a, T)]
         out = nbytes(eg.lookup_function_value(expr)) if isinstance(expr, T) else 0
-        return enode_cost(model, name, children, out)
+        op = get_literal_value(args[0]) if name in GENERIC_NAMES else None
+        return enode_cost(model, name, children, out, op)
 
     return DagCostModel(marginal, 0)

@@ -11,17 +11,21 @@ import numpy as np
 from egglog import EGraph, Ruleset
 
 from ..ir import DType, Graph, RewriteError, evaluate
-from .activation import activation_ruleset
+from .algebraic import algebraic_ruleset
 from .analysis import shape_analysis_ruleset
+from .attention import attention_ruleset
 from .cost import CostModel
 from .encode import encode
-from .extract import extract, rebuild
+from .extract import extract_greedy, rebuild
 from .ilp import extract_ilp
 from .matmul_epilogue import matmul_epilogue_ruleset
+from .norms import norm_fusion_ruleset
 from .sorts import Epi, T, TList, numel, shape
+from .swiglu import swiglu_ruleset
 
 #: The optimisation rulesets run by default, in schedule order.
-OPTIMIZATION_RULESETS: tuple[Ruleset, ...] = (activation_ruleset, matmul_epilogue_ruleset)
+OPTIMIZATION_RULESETS: tuple[Ruleset, ...] = (
+    algebraic_ruleset, swiglu_ruleset, matmul_epilogue_ruleset, norm_fusion_ruleset, attention_ruleset)
 
 
 @dataclass
@@ -161,19 +165,20 @@ def optimize(
     if extractor not in ("auto", "greedy", "ilp"):
         raise ValueError(f"extractor must be 'auto', 'greedy' or 'ilp', got {extractor!r}")
     t3 = time.perf_counter()
-    term, rep.extracted_cost = extract(enc, model)
-    rep.greedy_cost, rep.extractor = rep.extracted_cost, "greedy"
+    dag = extract_greedy(enc, model)
+    rep.greedy_cost = rep.extracted_cost = dag.cost
+    rep.extractor = "greedy"
     if extractor == "ilp" or (extractor == "auto" and rep.enodes <= ilp_max_enodes):
         ilp = extract_ilp(enc, model, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t1)))
         rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
         if extractor == "ilp" or ilp.cost < rep.extracted_cost:
-            term, rep.extracted_cost, rep.extractor = ilp.term, ilp.cost, "ilp"
+            dag, rep.extracted_cost, rep.extractor = ilp.dag, ilp.cost, "ilp"
     keep_input = rep.extracted_cost > rep.cost_before
     if keep_input:
         rep.extracted_cost, rep.extractor = rep.cost_before, "input (greedy was worse)"
     t4 = time.perf_counter()
     rep.extraction_s = t4 - t3
-    out = graph.pruned() if keep_input else rebuild(term, enc)
+    out = graph.pruned() if keep_input else rebuild(dag, enc)
     t5 = time.perf_counter()
     rep.rebuild_s = t5 - t4
     rep.total_s = (t2 - t0) + (t5 - t3)

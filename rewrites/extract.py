@@ -1,110 +1,234 @@
-"""Extraction (egglog's Rust greedy-DAG extractor) and rebuild of a Graph from the term."""
+"""Extraction with egglog's Rust greedy-DAG extractor, and rebuild of a Graph from a term DAG.
+
+Both extractors (this one and :mod:`.ilp`) produce a :class:`TermDag`: e-nodes as
+(constructor, arguments) with children by index, so a shared sub-term is one entry and
+becomes one graph node. The greedy extractor drives egglog's raw bindings: the cost
+callback receives backend values (no Python expression is built per e-node) and the
+result comes back as egglog's own term DAG, with sharing and without recursion.
+"""
 
 from __future__ import annotations
 
-from egglog import get_callable_args, get_callable_fn, get_literal_value
+from dataclasses import dataclass
+from typing import Any
+
+from egglog import EGraph, bindings
+from egglog.egraph import resolve_callable
 
 from ..ir import Graph, RewriteError
-from .cost import CostModel, dag_cost_model
+from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
 from .encode import LEAF_CONSTRUCTORS, Encoding
-from .sorts import CONSTRUCTORS, Epi, T, TList
+from .sorts import CONSTRUCTORS, Epi, T, TList, numel
 
-_OP_OF = {ctor: (op, has_attrs) for op, (ctor, has_attrs) in CONSTRUCTORS.items()}
-_LEAF_OP_OF = {ctor: op for op, ctor in LEAF_CONSTRUCTORS.items()}
+_SORTS = {"T": T, "Epi": Epi, "TList": TList}
+
+
+@dataclass(frozen=True)
+class Constructor:
+    """One egglog constructor: Python name (``T.matmul``), egglog name, argument sorts."""
+
+    name: str
+    egg_name: str
+    arg_sorts: tuple[str, ...]
+
+
+def _arg_sorts() -> dict[str, tuple[str, ...]]:
+    """Argument sort names of every constructor of ``T``, ``Epi`` and ``TList``, by Python name."""
+    out = {}
+    for sort_name, sort in _SORTS.items():
+        for method in (n for n in vars(sort) if not n.startswith("_")):
+            ref, decls = resolve_callable(getattr(sort, method))
+            sig = decls.get_callable_decl(ref).signature
+            out[f"{sort_name}.{method}"] = tuple(t.ident.name for t in sig.arg_types)
+    return out
+
+
+ARG_SORTS = _arg_sorts()
+
+
+def constructors(egraph: EGraph) -> dict[str, Constructor]:
+    """Every constructor, by its egglog name in ``egraph``."""
+    table: dict[str, Constructor] = {}
+    for name, sorts in ARG_SORTS.items():
+        sort_name, method = name.split(".")
+        c = Constructor(name, egraph._callable_to_egg(getattr(_SORTS[sort_name], method))[1], sorts)
+        table[c.egg_name] = c
+    return table
+
+
+@dataclass
+class TermDag:
+    """An extracted term as a DAG: ``nodes[i] = (constructor name, args)``; an argument is a
+    child index (``int`` in a tensor/epilogue/list position) or a literal (str, int,
+    tuple of ints for a shape). ``root`` is the index of the output list."""
+
+    nodes: list[tuple[str, tuple]]
+    root: int
+    cost: int
+
+
+def _is_child(sort: str) -> bool:
+    return sort in _SORTS
+
+
+def extract_greedy(enc: Encoding, model: CostModel) -> TermDag:
+    """egglog's Rust greedy-DAG extraction with :func:`~.cost.enode_cost` as the marginal cost."""
+    eg = enc.egraph
+    raw = eg._egraph
+    table = constructors(eg)
+    numel_name = eg._callable_to_egg(numel)[1]
+    nbytes_memo: dict = {}
+
+    def nbytes(v) -> int:
+        n = nbytes_memo.get(v)
+        if n is None:
+            size = raw.lookup_function(numel_name, [v])
+            if size is None:
+                raise RewriteError("the shape analysis gave no size for an e-class the extractor reached")
+            n = nbytes_memo[v] = raw.value_to_i64(size) * 4
+        return n
+
+    def node_cost(name: str, args: list) -> int:
+        c = table.get(name)
+        if c is None or c.name in FREE_CONSTRUCTORS:
+            return 0
+        kids = [nbytes(a) for a, s in zip(args, c.arg_sorts, strict=True) if s == "T"]
+        out = nbytes(raw.lookup_function(name, args)) if c.name.startswith("T.") else 0
+        op = raw.value_to_string(args[0]) if c.name in GENERIC_NAMES else None
+        return enode_cost(model, c.name, kids, out, op)
+
+    cost_model = bindings.DagCostModel(0, node_cost, lambda sort, v: 0, lambda sort, v: 0)
+    root = raw.eval_expr(bindings.Var(bindings.PanicSpan(), "$outputs"))
+    dag, results = bindings.extract_best_with_dag_cost_model(raw, [root], cost_model, extractor="greedy-dag")
+    if not results or results[0] is None:
+        raise RewriteError("greedy-DAG extraction found no term for the outputs")
+    cost, root_id = results[0]
+    return _from_egglog_termdag(dag, root_id, table, cost)
+
+
+def _from_egglog_termdag(dag, root_id: int, table: dict[str, Constructor], cost: int) -> TermDag:
+    """Our :class:`TermDag` from egglog's (children first, iteratively)."""
+    index: dict[int, int] = {}
+    nodes: list[tuple[str, tuple]] = []
+    stack = [(root_id, False)]
+    while stack:
+        tid, ready = stack.pop()
+        if tid in index:
+            continue
+        term = dag.get(tid)
+        c = table[term.name]
+        kids = [a for a, s in zip(term.args, c.arg_sorts, strict=True) if _is_child(s)]
+        if not ready:
+            stack.append((tid, True))
+            stack.extend((k, False) for k in kids if k not in index)
+            continue
+        args = tuple(index[a] if _is_child(s) else _literal(dag, a) for a, s in zip(term.args, c.arg_sorts,
+                                                                                    strict=True))
+        index[tid] = len(nodes)
+        nodes.append((c.name, args))
+    return TermDag(nodes, index[root_id], int(cost))
+
+
+def _literal(dag, tid: int) -> Any:
+    term = dag.get(tid)
+    if isinstance(term, bindings.TermLit):
+        v = term.value
+        return v.value if hasattr(v, "value") else v
+    if isinstance(term, bindings.TermApp):  # vec-of: a shape
+        return tuple(_literal(dag, a) for a in term.args)
+    raise RewriteError(f"unexpected literal term {term!r}")
+
+
+# --- rebuild -----------------------------------------------------------------------------
+
+_OP_OF = {str(ctor): (op, has_attrs) for op, (ctor, has_attrs) in CONSTRUCTORS.items()}
+_LEAF_OP_OF = {str(ctor): op for op, ctor in LEAF_CONSTRUCTORS.items()}
 _PLAIN_MATMUL = {"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}
-# RuntimeFunction objects are created anew on each attribute access: compare by hash/eq.
-_EPI_STEP = {Epi.bias: "bias", Epi.add: "add"}
-_EPI_NONE, _EPI_ACT = {Epi.none}, {Epi.act}
-_FUSED, _RESHAPE, _MASKED = {T.fused_matmul}, {T.reshape}, {T.full_attention_masked}
 
 
-def extract(enc: Encoding, model: CostModel) -> tuple[TList, int]:
-    """The cheapest term for all outputs at once and its DAG cost (shared sub-terms once)."""
-    term, cost = enc.egraph.extract(enc.root, include_cost=True, extractor="greedy-dag",
-                                    cost_model=dag_cost_model(enc.egraph, model))
-    return term, cost
-
-
-def _epilogue(epi) -> tuple[list[str], list[T]]:
-    """Steps (innermost first) and operand terms of an ``Epi`` chain."""
+def _epilogue(dag: TermDag, i: int) -> tuple[list[str], list[int]]:
+    """Steps (innermost first) and operand indices of an ``Epi`` chain."""
     steps, operands = [], []
-    while (fn := get_callable_fn(epi)) not in _EPI_NONE:
-        args = get_callable_args(epi)
-        if fn in _EPI_ACT:
-            steps.append(get_literal_value(args[1]))
+    while (node := dag.nodes[i])[0] != "Epi.none":
+        name, args = node
+        if name == "Epi.act":
+            steps.append(args[1])
         else:
-            steps.append(_EPI_STEP[fn])
+            steps.append("bias" if name == "Epi.bias" else "add")
             operands.append(args[1])
-        epi = args[0]
+        i = args[0]
     return steps[::-1], operands[::-1]
 
 
-def _children(e) -> list[T]:
-    fn, args = get_callable_fn(e), get_callable_args(e)
-    if fn in _FUSED:
-        return [args[1], args[2], *_epilogue(args[3])[1]]
-    return [a for a in args if isinstance(a, T)]
+def rebuild(dag: TermDag, enc: Encoding) -> Graph:
+    """A new Graph computing the extracted DAG, one node per DAG entry reached from the outputs.
 
-
-def _vec(v) -> tuple[int, ...]:
-    return tuple(int(x) for x in v)
-
-
-def rebuild(term: TList, enc: Encoding) -> Graph:
-    """A new Graph computing the extracted term, one node per distinct sub-term.
-
-    Walks the term iteratively in post-order with a memo on the interned expression, so
-    a sub-term shared in the DAG becomes one shared node. Every node goes through the
-    IR builder, so its shape rule is checked again.
+    Every node goes through the IR builder, so its shape rule is checked again.
     """
     g = Graph()
-    memo: dict = {}
-
-    def key(e):
-        return e.__egg_typed_expr__
-
+    built: dict[int, int] = {}
     outs = []
-    cur = term
-    while (ht := get_callable_args(cur, TList.cons)) is not None:
-        outs.append(ht[0])
-        cur = ht[1]
-    stack = [(o, False) for o in reversed(outs)]
-    while stack:
-        e, ready = stack.pop()
-        if key(e) in memo:
-            continue
-        kids = _children(e)
-        if not ready:
-            stack.append((e, True))
-            stack.extend((k, False) for k in kids if key(k) not in memo)
-            continue
-        memo[key(e)] = _build_node(g, e, [memo[key(k)] for k in kids], enc)
-    g.set_outputs([memo[key(o)] for o in outs])
+    i = dag.root
+    while dag.nodes[i][0] == "TList.cons":
+        outs.append(dag.nodes[i][1][0])
+        i = dag.nodes[i][1][1]
+    for start in outs:
+        stack = [(start, False)]
+        while stack:
+            j, ready = stack.pop()
+            if j in built:
+                continue
+            kids = _children(dag, j)
+            if not ready:
+                stack.append((j, True))
+                stack.extend((k, False) for k in kids if k not in built)
+                continue
+            built[j] = _build_node(g, dag, j, [built[k] for k in kids], enc)
+    g.set_outputs([built[o] for o in outs])
     return g
 
 
-def _build_node(g: Graph, e, inputs: list[int], enc: Encoding) -> int:
-    fn, args = get_callable_fn(e), get_callable_args(e)
-    if fn in _LEAF_OP_OF:
-        op = _LEAF_OP_OF[fn]
-        orig = enc.leaves[(op, get_literal_value(args[0]))]
+def _children(dag: TermDag, j: int) -> list[int]:
+    name, args = dag.nodes[j]
+    if name == "T.fused_matmul":
+        return [args[1], args[2], *_epilogue(dag, args[3])[1]]
+    if name == "T.fused_rms_norm_matmul":
+        return [args[2], args[3], args[4], *_epilogue(dag, args[5])[1]]
+    return [a for a, s in zip(args, ARG_SORTS[name], strict=True) if s == "T"]
+
+
+def _build_node(g: Graph, dag: TermDag, j: int, inputs: list[int], enc: Encoding) -> int:
+    name, args = dag.nodes[j]
+    if name in _LEAF_OP_OF:
+        op = _LEAF_OP_OF[name]
+        orig = enc.leaves[(op, args[0])]
         if op == "Constant":
             return g.constant(orig.attrs["value"])
         if op == "Input":
             return g.input(orig.attrs["name"], orig.type.shape, orig.type.dtype)
         return g.parameter(orig.attrs["name"], orig.type.shape)
-    if fn in _RESHAPE:
-        return g.reshape(inputs[0], _vec(args[1]))
-    if fn in _FUSED:
-        variant = get_literal_value(args[0])
-        steps, _ = _epilogue(args[3])
+    if name == "T.reshape":
+        return g.reshape(inputs[0], args[1])
+    if name == "T.fused_matmul":
+        steps, _ = _epilogue(dag, args[3])
         if not steps:
-            return g.add_node(_PLAIN_MATMUL[variant], inputs)
-        return g.add_node("FusedMatMul", inputs, variant=variant, epilogue=tuple(steps))
-    if fn in _MASKED:
-        return g.add_node("FullAttention", inputs, **enc.attrs[get_literal_value(args[0])])
-    if fn not in _OP_OF:
-        raise RewriteError(f"extracted term has an unknown constructor {fn}")
-    op, has_attrs = _OP_OF[fn]
-    attrs = enc.attrs[get_literal_value(args[0])] if has_attrs else {}
-    return g.add_node(op, inputs, **attrs)
+            return g.add_node(_PLAIN_MATMUL[args[0]], inputs)
+        return g.add_node("FusedMatMul", inputs, variant=args[0], epilogue=tuple(steps))
+    if name == "T.fused_rms_norm_matmul":
+        steps, _ = _epilogue(dag, args[5])
+        return g.add_node("FusedRmsNormMatMul", inputs, **enc.attrs[args[0]], variant=args[1],
+                          epilogue=tuple(steps))
+    if name in ("T.concat2", "T.concat3"):
+        return g.add_node("Concat", inputs, axis=int(args[0]))
+    if name == "T.slice_cols":
+        return g.add_node("SliceCols", inputs, start=int(args[1]), size=int(args[2]))
+    if name in ("T.causal_attention_rope", "T.causal_attention_rope_packed"):
+        return g.add_node("CausalAttentionRoPE", inputs, **{**enc.attrs[args[0]], **enc.attrs[args[1]]})
+    if name == "T.full_attention_masked":
+        return g.add_node("FullAttention", inputs, **enc.attrs[args[0]])
+    if name in GENERIC_NAMES:
+        return g.add_node(args[0], inputs, **enc.attrs[args[1]])
+    if name not in _OP_OF:
+        raise RewriteError(f"extracted term has an unknown constructor {name}")
+    op, has_attrs = _OP_OF[name]
+    return g.add_node(op, inputs, **(enc.attrs[args[0]] if has_attrs else {}))

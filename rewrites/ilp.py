@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
-from egglog import Vec, i64
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from ..ir import RewriteError
-from .cost import FREE_CONSTRUCTORS, CostModel, enode_cost
+from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
 from .encode import Encoding
+from .extract import TermDag
 from .sorts import Epi, T, TList
 
 _SORTS = {"T": T, "Epi": Epi, "TList": TList}
@@ -32,7 +32,7 @@ _SORTS = {"T": T, "Epi": Epi, "TList": TList}
 
 @dataclass
 class IlpResult:
-    term: TList
+    dag: TermDag
     cost: int
     optimal: bool
     seconds: float
@@ -86,7 +86,8 @@ def extract_ilp(enc: Encoding, model: CostModel, time_limit_s: float = 60.0) -> 
         kids = [nbytes(cls[ch]) for ch in n["children"] if sort.get(cls[ch]) == "T"]
         free = n["op"] in FREE_CONSTRUCTORS
         out = nbytes(n["eclass"]) if sort[n["eclass"]] == "T" and not free else 0
-        cost[i] = 0 if free else enode_cost(model, n["op"], kids, out)
+        op = json.loads(value[cls[n["children"][0]]]) if n["op"] in GENERIC_NAMES else None
+        cost[i] = 0 if free else enode_cost(model, n["op"], kids, out, op)
 
     rows, cols, vals, lo, hi = [], [], [], [], []
 
@@ -133,33 +134,34 @@ def extract_ilp(enc: Encoding, model: CostModel, time_limit_s: float = 60.0) -> 
     if res.x is None:
         raise RewriteError(f"ILP extraction found no solution ({res.message})")
     chosen = {nodes[cand[i]]["eclass"]: cand[i] for i in np.flatnonzero(res.x[:len(cand)] > 0.5)}
-    term = _build_term(root, chosen, nodes, cls, sort, value)
-    return IlpResult(term, int(round(res.fun)), res.status == 0, time.perf_counter() - t0, nvar)
+    dag = _build_term(root, chosen, nodes, cls, sort, value, int(round(res.fun)))
+    return IlpResult(dag, dag.cost, res.status == 0, time.perf_counter() - t0, nvar)
 
 
-def _build_term(root: str, chosen: dict, nodes: dict, cls: dict, sort: dict, value: dict):
-    """The egglog expression of the chosen e-nodes, built bottom-up without recursion."""
-    built: dict[str, object] = {}
+def _build_term(root: str, chosen: dict, nodes: dict, cls: dict, sort: dict, value: dict, cost: int) -> TermDag:
+    """The chosen e-nodes reachable from the root as a :class:`TermDag` (children first)."""
+    index: dict[str, int] = {}
+    out: list[tuple[str, tuple]] = []
     stack = [(root, False)]
     while stack:
         c, ready = stack.pop()
-        if c in built:
+        if c in index:
             continue
         node = nodes[chosen[c]]
         kids = [cls[ch] for ch in node["children"] if sort.get(cls[ch])]
         if not ready:
             stack.append((c, True))
-            stack.extend((k, False) for k in kids if k not in built)
+            stack.extend((k, False) for k in kids if k not in index)
             continue
         args = []
         for ch in node["children"]:
             cc = cls[ch]
             if sort.get(cc):
-                args.append(built[cc])
+                args.append(index[cc])
             elif nodes[ch]["op"] == "Vec":
-                args.append(Vec(*(i64(int(nodes[g]["op"])) for g in nodes[ch]["children"])))
+                args.append(tuple(int(nodes[g]["op"]) for g in nodes[ch]["children"]))
             else:
                 args.append(json.loads(value[cc]) if value[cc].startswith('"') else int(value[cc]))
-        sort_name, method = node["op"].split(".", 1)
-        built[c] = getattr(_SORTS[sort_name], method)(*args)
-    return built[root]
+        index[c] = len(out)
+        out.append((node["op"], tuple(args)))
+    return TermDag(out, index[root], cost)

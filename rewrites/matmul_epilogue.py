@@ -10,7 +10,7 @@ from __future__ import annotations
 from egglog import String, Vec, eq, i64, ruleset
 
 from .dsl import equal
-from .sorts import UNARY_CONSTRUCTORS, Epi, T, shape
+from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, shape
 
 matmul_epilogue_ruleset = ruleset(name="matmul_epilogue")
 
@@ -33,11 +33,12 @@ def _fold_add(mm: T, d: T, a: T, b: T, v: String, e: Epi, s: Vec[i64], sd: Vec[i
     # BiasAdd(FusedMatMul(v,a,b,e), d) -> FusedMatMul(v,a,b,e+[bias d])
     yield equal("BiasAdd(FusedMatMul(a,b,e), d) -> FusedMatMul(a,b,e+[bias d])",
                 T.bias_add(fused, d), T.fused_matmul(v, a, b, Epi.bias(e, d)))
-    # Add(FusedMatMul(v,a,b,e), d) -> FusedMatMul(v,a,b,e+[add d])   if shape(d) = shape(mm)
-    # Add(d, FusedMatMul(v,a,b,e)) -> the same   (an addend that would enlarge the output never matches)
+    # Add(FusedMatMul(v,a,b,e), d) -> FusedMatMul(v,a,b,e+[add d])   if shape(d) = shape(mm), e has no add
+    # Add(d, FusedMatMul(v,a,b,e)) -> the same   (an addend that would enlarge the output never matches;
+    # one residual add per epilogue keeps a residual stream from chaining every layer into one term)
     for label, add in (("Add(FusedMatMul(a,b,e), d)", T.add(mm, d)), ("Add(d, FusedMatMul(a,b,e))", T.add(d, mm))):
         yield equal(f"{label} -> FusedMatMul(a,b,e+[add d])", add, T.fused_matmul(v, a, b, Epi.add(e, d)),
-                    eq(mm).to(fused), eq(shape(mm)).to(s), eq(shape(d)).to(s))
+                    eq(mm).to(fused), eq(shape(mm)).to(s), eq(shape(d)).to(s), epilogue_without_add(e))
     # Add(FusedMatMul(v,a,b,e), d[1,N]) -> FusedMatMul(v,a,b,e+[bias d])   if shape(mm) = [M,N]
     for label, add in (("Add(FusedMatMul(a,b,e), d[1,N])", T.add(mm, d)),
                        ("Add(d[1,N], FusedMatMul(a,b,e))", T.add(d, mm))):

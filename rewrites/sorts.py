@@ -9,11 +9,15 @@ shared nodes are extracted once).
 
 The analysis functions ``shape`` (a ``Vec[i64]``) and ``numel`` (its product) hold facts
 about e-classes; rules read them in their queries, the cost model reads ``numel``.
+``rope_fits_attention(rope_attrs, attention_attrs)`` holds when a RoPE's positions match an
+attention's sequences (set at encoding, where the attributes are known). Ops that no rule
+matches use the generic ``op1``..``op6`` constructors: adding such an op needs no egglog
+change.
 """
 
 from __future__ import annotations
 
-from egglog import Expr, StringLike, Vec, function, i64
+from egglog import Expr, StringLike, Unit, Vec, function, i64, i64Like
 
 
 class T(Expr):
@@ -79,6 +83,40 @@ class T(Expr):
     @classmethod
     def causal_attention(cls, attrs: StringLike, q: T, k: T, v: T) -> T: ...
 
+    # fused and packed forms the rules create
+    @classmethod
+    def fused_rms_norm_matmul(cls, attrs: StringLike, variant: StringLike, x: T, w_norm: T, w: T, epi: Epi) -> T: ...
+    @classmethod
+    def concat2(cls, axis: i64Like, a: T, b: T) -> T: ...
+    @classmethod
+    def concat3(cls, axis: i64Like, a: T, b: T, c: T) -> T: ...
+    @classmethod
+    def slice_cols(cls, x: T, start: i64Like, size: i64Like) -> T: ...
+    @classmethod
+    def swiglu_concat(cls, x: T) -> T: ...
+    @classmethod
+    def causal_attention_rope(cls, attrs: StringLike, rope_attrs: StringLike, q: T, k: T, v: T) -> T: ...
+    @classmethod
+    def causal_attention_rope_packed(cls, attrs: StringLike, rope_attrs: StringLike, qkv: T) -> T: ...
+    @classmethod
+    def group_norm(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
+    @classmethod
+    def group_norm_silu(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
+
+    # any other op, by arity: no rule matches these, they only carry the graph through
+    @classmethod
+    def op1(cls, op: StringLike, attrs: StringLike, a: T) -> T: ...
+    @classmethod
+    def op2(cls, op: StringLike, attrs: StringLike, a: T, b: T) -> T: ...
+    @classmethod
+    def op3(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T) -> T: ...
+    @classmethod
+    def op4(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T) -> T: ...
+    @classmethod
+    def op5(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T, e: T) -> T: ...
+    @classmethod
+    def op6(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T, e: T, f: T) -> T: ...
+
     # shape ops, reductions
     @classmethod
     def transpose(cls, x: T) -> T: ...
@@ -118,8 +156,17 @@ def shape(t: T) -> Vec[i64]: ...
 def numel(t: T) -> i64: ...
 
 
+@function
+def epilogue_without_add(e: Epi) -> Unit: ...
+
+
+@function
+def rope_fits_attention(rope_attrs: StringLike, attention_attrs: StringLike) -> Unit: ...
+
+
 #: IR op name -> (constructor, takes an attrs key). Leaves, Identity, FullAttention with a
-#: mask and FusedMatMul are encoded specially (see encode.py).
+#: mask, the fused matmuls, Concat, SliceCols and CausalAttentionRoPE are encoded
+#: specially (see encode.py); ops missing here use a generic constructor by arity.
 CONSTRUCTORS = {
     "MatMul": (T.matmul, False),
     "MatMulAT": (T.matmul_at, False),
@@ -145,7 +192,13 @@ CONSTRUCTORS = {
     "Transpose": (T.transpose, False),
     "SumAll": (T.sum_all, False),
     "MeanAll": (T.mean_all, False),
+    "SwiGLUConcat": (T.swiglu_concat, False),
+    "GroupNorm": (T.group_norm, True),
+    "GroupNormSilu": (T.group_norm_silu, True),
 }
+
+#: Generic constructors by arity, for ops without a constructor of their own.
+GENERIC_CONSTRUCTORS = {1: T.op1, 2: T.op2, 3: T.op3, 4: T.op4, 5: T.op5, 6: T.op6}
 
 #: The unary elementwise ops a matmul epilogue can apply, by IR op name.
 UNARY_CONSTRUCTORS = {op: CONSTRUCTORS[op][0] for op in
