@@ -46,6 +46,7 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self.outputs: list[NodeId] = []
+        self._leaf_names: dict[str, NodeId] = {}
 
     # --- core -----------------------------------------------------------------------
 
@@ -124,6 +125,7 @@ class Graph:
             out.nodes.append(node)
             new[n.id] = node.id
         out.outputs = [new[o] for o in self.outputs]
+        out._leaf_names = {n.attrs["name"]: n.id for n in out.nodes if n.op in ("Input", "Parameter")}
         return out
 
     def is_derived_parameter(self, node: Node) -> bool:
@@ -151,9 +153,9 @@ class Graph:
     def _check_name(self, op: str, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise GraphError(f"{op}: name must be a non-empty string, got {name!r}")
-        for n in self.nodes:
-            if n.op in ("Input", "Parameter") and n.attrs["name"] == name:
-                raise GraphError(f"{op} {name!r}: name already used by {n.describe()}")
+        if name in self._leaf_names:
+            raise GraphError(f"{op} {name!r}: name already used by {self.nodes[self._leaf_names[name]].describe()}")
+        self._leaf_names[name] = len(self.nodes)
 
     @staticmethod
     def _shape(op: str, shape: Sequence[int]) -> tuple[int, ...]:

@@ -71,7 +71,8 @@ def _need(cond: bool, msg: str) -> None:
 
 
 def _f32(t: TensorType, what: str) -> None:
-    _need(t.dtype is F32, f"{what} must be f32, got {t}")
+    if t.dtype is not F32:
+        raise ShapeError(f"{what} must be f32, got {t}")
 
 
 # --- leaves ------------------------------------------------------------------------------
