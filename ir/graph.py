@@ -155,7 +155,6 @@ class Graph:
             raise GraphError(f"{op}: name must be a non-empty string, got {name!r}")
         if name in self._leaf_names:
             raise GraphError(f"{op} {name!r}: name already used by {self.nodes[self._leaf_names[name]].describe()}")
-        self._leaf_names[name] = len(self.nodes)
 
     @staticmethod
     def _shape(op: str, shape: Sequence[int]) -> tuple[int, ...]:
@@ -170,12 +169,16 @@ class Graph:
     def input(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
         """A tensor fed at every run, of ``shape`` and ``dtype`` (F32 or U32 indices)."""
         self._check_name("Input", name)
-        return self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape), dtype))
+        nid = self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape), dtype))
+        self._leaf_names[name] = nid
+        return nid
 
     def parameter(self, name: str, shape: Sequence[int]) -> NodeId:
         """A named f32 weight, uploaded once per session."""
         self._check_name("Parameter", name)
-        return self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape)))
+        nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape)))
+        self._leaf_names[name] = nid
+        return nid
 
     def constant(self, value: Any, shape: Sequence[int] | None = None) -> NodeId:
         """An f32 constant baked into the graph (copied; the caller's array is not kept)."""
