@@ -33,6 +33,37 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print("timings: " + ", ".join(f"{k} {v:.3f}s" for k, v in result.timings.items()))
 
 
+def cmd_optimize(args: argparse.Namespace) -> None:
+    from eggfuse.api import model_graph
+    from eggfuse.rewrites import optimize
+
+    graph = model_graph(args.model, seq=args.seq, batch=args.batch, training=args.training)
+    _, report = optimize(graph, extractor=args.extractor, verify=args.verify, dump_egglog=args.dump_egglog)
+    if args.json:
+        out = report.to_dict()
+        out.update(model=args.model, training=args.training, seq=args.seq)
+        print(json.dumps(out))
+        return
+    kind = "forward + backward" if args.training else "forward"
+    print(f"{args.model} ({kind}, seq {args.seq}): {len(graph.live_nodes())} nodes")
+    print(report.summary())
+    if args.dump_egglog:
+        print(f"egglog program written to {args.dump_egglog}")
+
+
+def cmd_rules(args: argparse.Namespace) -> None:
+    from eggfuse.rewrites.catalog import catalog
+
+    rules = catalog()
+    if args.json:
+        print(json.dumps(rules))
+        return
+    for ruleset, names in rules.items():
+        print(f"{ruleset} ({len(names)} rules)")
+        for name in names:
+            print(f"  {name}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eggfuse", description="egglog-fused neural-network graphs on wgpu")
     sub = p.add_subparsers(dest="command", required=True)
@@ -41,6 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--no-fuse", action="store_true", help="run the unoptimised graph")
     e.set_defaults(func=cmd_embed)
+
+    o = sub.add_parser("optimize", help="run the rewrite engine on a model's graph and print its report")
+    o.add_argument("model", help="minilm, smollm2, or llama:LAYERS (SmolLM2 shapes, synthetic)")
+    o.add_argument("--training", action="store_true", help="the forward + backward (training) graph")
+    o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
+    o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
+    o.add_argument("--extractor", choices=["auto", "greedy", "ilp"], default="auto")
+    o.add_argument("--verify", action="store_true", help="check the result on the numpy reference")
+    o.add_argument("--dump-egglog", metavar="FILE", help="write the egglog program for replay")
+    o.add_argument("--json", action="store_true", help="print one JSON object")
+    o.set_defaults(func=cmd_optimize)
+
+    r = sub.add_parser("rules", help="list every rewrite rule by ruleset")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=cmd_rules)
     return p
 
 

@@ -8,20 +8,22 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from egglog import EGraph, Ruleset
+from egglog import EGraph, Ruleset, back_off, run, seq
 
 from ..ir import DType, Graph, RewriteError, evaluate
 from .algebraic import algebraic_ruleset
 from .analysis import shape_analysis_ruleset
 from .attention import attention_ruleset
 from .cost import CostModel
-from .encode import encode
+from .encode import Encoding, encode
 from .extract import extract_greedy, rebuild
 from .ilp import extract_ilp
 from .matmul_epilogue import matmul_epilogue_ruleset
 from .norms import norm_fusion_ruleset
-from .sorts import Epi, T, TList, numel, shape
+from .sorts import Epi, T, TList, epilogue_without_add, numel, rope_fits_attention, shape
 from .swiglu import swiglu_ruleset
+
+_ANALYSIS_FUNCTIONS = {shape, numel, epilogue_without_add, rope_fits_attention}
 
 #: The optimisation rulesets run by default, in schedule order.
 OPTIMIZATION_RULESETS: tuple[Ruleset, ...] = (
@@ -29,17 +31,34 @@ OPTIMIZATION_RULESETS: tuple[Ruleset, ...] = (
 
 
 @dataclass
+class Phase:
+    """One phase of an optimisation: wall-clock seconds and the e-graph's size after it."""
+
+    seconds: float
+    eclasses: int
+    enodes: int
+
+
+@dataclass
 class Report:
-    """What one optimisation did. Times in seconds, sizes in e-classes / e-nodes / graph nodes."""
+    """What one optimisation did. Times in seconds, sizes in e-classes / e-nodes / graph nodes,
+    costs in the cost model's unit (byte-equivalents for :class:`CostModel`).
+
+    ``phases`` holds insertion, analysis (the shape analysis, summed over iterations),
+    saturation (the optimisation rulesets), extraction and rebuild; ``total_s`` is their
+    sum, the wall clock of the whole optimisation. ``rules_fired`` counts matches per rule
+    over all iterations (a rule can match a term again after a merge changes its children).
+    """
 
     rules_fired: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, Phase] = field(default_factory=dict)
     iterations: int = 0
     saturated: bool = False
     stop_reason: str = ""
     eclasses: int = 0
     enodes: int = 0
-    enodes_inserted: int = 0
     insert_s: float = 0.0
+    analysis_s: float = 0.0
     saturation_s: float = 0.0
     extraction_s: float = 0.0
     rebuild_s: float = 0.0
@@ -50,7 +69,6 @@ class Report:
     dispatches_after: int = 0
     cost_before: int = 0
     cost_after: int = 0
-    extracted_cost: int = 0
     extractor: str = ""
     greedy_cost: int | None = None
     ilp_cost: int | None = None
@@ -61,33 +79,95 @@ class Report:
         return asdict(self)
 
     def summary(self) -> str:
-        fired = ", ".join(f"{k} x{v}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
+        fired = "\n".join(f"  {v:5d}  {k}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
+        phases = "\n".join(f"  {name:<10} {p.seconds:7.3f}s  {p.eclasses:6d} e-classes  {p.enodes:6d} e-nodes"
+                           for name, p in self.phases.items())
+        gap = ""
+        if self.ilp_cost is not None and self.greedy_cost:
+            gap = (f", greedy {self.greedy_cost:,} vs ILP {self.ilp_cost:,}"
+                   f"{' (optimal)' if self.ilp_optimal else ''}")
         return (
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
             f"{self.dispatches_after}, cost {self.cost_before:,} -> {self.cost_after:,} byte-equivalents\n"
-            f"e-graph: {self.enodes_inserted} e-nodes inserted, {self.enodes} e-nodes / {self.eclasses} "
-            f"e-classes after {self.iterations} iterations ({self.stop_reason})\n"
-            f"time: insert {self.insert_s:.3f}s, saturate {self.saturation_s:.3f}s, extract "
-            f"{self.extraction_s:.3f}s, rebuild {self.rebuild_s:.3f}s, total {self.total_s:.3f}s\n"
-            f"rules fired: {fired or 'none'}"
+            f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
+            f"phases (total {self.total_s:.3f}s):\n{phases}\n"
+            f"rules fired (matches):\n{fired or '  none'}"
         )
 
 
 def _enodes(egraph: EGraph) -> int:
-    return sum(n for fn, n in egraph.all_function_sizes() if fn not in (shape, numel))
+    return sum(n for fn, n in egraph.all_function_sizes() if fn not in _ANALYSIS_FUNCTIONS)
 
 
 def _eclasses(egraph: EGraph) -> int:
-    import json
+    """E-classes of the tensor, epilogue and output-list sorts.
 
-    data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
-    sorts = {"T", "Epi", "TList"}
-    return sum(1 for c in data["class_data"].values() if c.get("type", "").rsplit("_", 1)[-1] in sorts
-               or c.get("type", "").rsplit(".", 1)[-1] in sorts)
+    Every tensor e-class has exactly one ``shape`` row once the analysis has run; no rule
+    merges epilogue or list e-classes, so each of their e-nodes is its own e-class.
+    """
+    return egraph.function_size(shape) + sum(
+        n for fn, n in egraph.all_function_sizes() if str(fn).startswith(("Epi.", "TList.")))
 
 
-def _rule_label(decl) -> str:
-    return getattr(decl, "name", None) or str(decl)
+def _phase(egraph: EGraph, seconds: float) -> Phase:
+    return Phase(seconds, _eclasses(egraph), _enodes(egraph))
+
+
+def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = None, match_limit: int = 20_000,
+             max_iterations: int = 50, max_enodes: int = 200_000, time_limit_s: float = 60.0,
+             record: bool = False) -> Encoding:
+    """Insert ``graph`` into a new e-graph and run the schedule; fills the insert, analysis
+    and saturation phases of ``rep``. See :func:`optimize` for the schedule and budgets.
+
+    Raises :class:`RewriteError` when egglog rejects a merge (two e-classes with
+    different shapes: an unsound rule).
+    """
+    rulesets = tuple(OPTIMIZATION_RULESETS if rulesets is None else rulesets)
+    t0 = time.perf_counter()
+    egraph = EGraph(save_egglog_string=record)
+    enc = encode(graph, egraph)
+    rep.insert_s = time.perf_counter() - t0
+    rep.phases["insert"] = _phase(egraph, rep.insert_s)
+
+    fired: Counter[str] = Counter()
+    analysis = shape_analysis_ruleset.saturate()
+    scheduler = back_off(match_limit=match_limit).persistent()
+    optimisation = seq(*(run(rs, scheduler=scheduler) for rs in rulesets))
+    start = time.perf_counter()
+    try:
+        rep.stop_reason = f"iteration limit {max_iterations}"
+        for _ in range(max_iterations):
+            t = time.perf_counter()
+            egraph.run(analysis)
+            rep.analysis_s += time.perf_counter() - t
+            if rep.iterations == 0:
+                rep.phases["analysis"] = _phase(egraph, rep.analysis_s)
+            t = time.perf_counter()
+            step = egraph.run(optimisation)
+            rep.saturation_s += time.perf_counter() - t
+            rep.iterations += 1
+            for decl, n in step.num_matches_per_rule.items():
+                if n:
+                    fired[getattr(decl, "name", None) or str(decl)] += n
+            if not step.updated and step.can_stop:
+                rep.saturated, rep.stop_reason = True, "saturated"
+                break
+            if (size := _enodes(egraph)) > max_enodes:
+                rep.stop_reason = f"e-node budget: {size} > {max_enodes}"
+                break
+            if time.perf_counter() - start > time_limit_s:
+                rep.stop_reason = f"time budget: {time_limit_s}s"
+                break
+        t = time.perf_counter()
+        egraph.run(analysis)
+        rep.analysis_s += time.perf_counter() - t
+    except Exception as e:  # egglog reports unsound merges (different shapes) as errors
+        raise RewriteError(f"saturation failed: {e}") from e
+    rep.phases["analysis"].seconds = rep.analysis_s
+    rep.phases["saturation"] = _phase(egraph, rep.saturation_s)
+    rep.rules_fired = dict(fired)
+    rep.enodes, rep.eclasses = rep.phases["saturation"].enodes, rep.phases["saturation"].eclasses
+    return enc
 
 
 def optimize(
@@ -97,94 +177,70 @@ def optimize(
     rulesets: Sequence[Ruleset] | None = None,
     extractor: str = "auto",
     ilp_max_enodes: int = 4000,
-    max_iterations: int = 30,
+    match_limit: int = 20_000,
+    max_iterations: int = 50,
     max_enodes: int = 200_000,
     time_limit_s: float = 60.0,
     verify: bool = False,
     seed: int = 0,
+    dump_egglog: str | None = None,
 ) -> tuple[Graph, Report]:
     """Optimise ``graph`` with egglog; returns the rebuilt graph and a :class:`Report`.
 
-    The schedule runs the shape analysis to saturation, then one pass of every
-    optimisation ruleset, and repeats until nothing changes, ``max_iterations`` is
-    reached, the e-graph exceeds ``max_enodes`` or ``time_limit_s`` (seconds) passes
-    (the report's ``stop_reason`` says which). Extraction picks, for all outputs at once,
-    the DAG of least total cost under ``cost_model`` (default :class:`CostModel`):
-    ``extractor="greedy"`` runs egglog's Rust greedy-DAG extractor, ``"ilp"`` the optimal
-    integer program of :mod:`.ilp`, ``"auto"`` (default) both when the e-graph has at most
-    ``ilp_max_enodes`` e-nodes, keeping the cheaper (the report gives both costs), else the
-    greedy one. A greedy result that costs more than the input graph is replaced by the
-    input's own term (also in the e-graph), so optimising never makes a graph worse.
+    Schedule: the shape analysis runs to saturation, then one pass of every optimisation
+    ruleset under egglog's back-off scheduler (a rule matching more than ``match_limit``
+    times in a pass is banned for a while, so a rule that blows up cannot swamp the
+    e-graph); repeated until a pass changes nothing and no rule is banned. It stops early,
+    saying so in ``stop_reason``, at ``max_iterations`` passes, above ``max_enodes``
+    e-nodes or after ``time_limit_s`` seconds.
+
+    Extraction picks, for all outputs at once, the DAG of least total cost under
+    ``cost_model`` (default :class:`CostModel`): ``extractor="greedy"`` runs egglog's
+    Rust greedy-DAG extractor, ``"ilp"`` the optimal integer program of :mod:`.ilp`,
+    ``"auto"`` (default) both when the e-graph has at most ``ilp_max_enodes`` e-nodes and
+    keeps the cheaper. A greedy result that costs more than the input graph is replaced by
+    the input itself (also a term of the e-graph), so optimising never makes a graph worse.
 
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
-    raises :class:`RewriteError` if any output differs. The input graph is not modified.
+    raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
+    that receives the egglog program (graph, rules, schedule) for replay. The input
+    graph is not modified. Raises ``ValueError`` for an unknown ``extractor``.
     """
+    if extractor not in ("auto", "greedy", "ilp"):
+        raise ValueError(f"extractor must be 'auto', 'greedy' or 'ilp', got {extractor!r}")
     model = cost_model or CostModel()
     rulesets = tuple(OPTIMIZATION_RULESETS if rulesets is None else rulesets)
     rep = Report(nodes_before=len(graph.live_nodes()), dispatches_before=graph.dispatch_count(),
                  cost_before=model.graph_cost(graph))
-    t0 = time.perf_counter()
-    egraph = EGraph()
-    enc = encode(graph, egraph)
-    t1 = time.perf_counter()
-    rep.insert_s = t1 - t0
-    rep.enodes_inserted = _enodes(egraph)
+    start = time.perf_counter()
+    enc = saturate(graph, rep, rulesets=rulesets, match_limit=match_limit, max_iterations=max_iterations,
+                   max_enodes=max_enodes, time_limit_s=time_limit_s, record=dump_egglog is not None)
+    egraph = enc.egraph
 
-    fired: Counter[str] = Counter()
-    analysis = shape_analysis_ruleset.saturate()
-    optimisation = rulesets[0]
-    for rs in rulesets[1:]:
-        optimisation = optimisation + rs
-    try:
-        rep.stop_reason = f"iteration limit {max_iterations}"
-        for _ in range(max_iterations):
-            egraph.run(analysis)
-            run = egraph.run(optimisation)
-            rep.iterations += 1
-            for decl, n in run.num_matches_per_rule.items():
-                if n:
-                    fired[_rule_label(decl)] += n
-            if not run.updated:
-                rep.saturated, rep.stop_reason = True, "saturated"
-                break
-            if (size := _enodes(egraph)) > max_enodes:
-                rep.stop_reason = f"e-node budget: {size} > {max_enodes}"
-                break
-            if time.perf_counter() - t1 > time_limit_s:
-                rep.stop_reason = f"time budget: {time_limit_s}s"
-                break
-        egraph.run(shape_analysis_ruleset.saturate())
-    except Exception as e:  # egglog reports unsound merges (different shapes) as errors
-        raise RewriteError(f"saturation failed: {e}") from e
-    t2 = time.perf_counter()
-    rep.saturation_s = t2 - t1
-    rep.rules_fired = dict(fired)
-    rep.enodes = _enodes(egraph)
-    rep.eclasses = _eclasses(egraph)
-
-    if extractor not in ("auto", "greedy", "ilp"):
-        raise ValueError(f"extractor must be 'auto', 'greedy' or 'ilp', got {extractor!r}")
-    t3 = time.perf_counter()
+    t = time.perf_counter()
     dag = extract_greedy(enc, model)
-    rep.greedy_cost = rep.extracted_cost = dag.cost
-    rep.extractor = "greedy"
+    rep.greedy_cost, rep.extractor = dag.cost, "greedy"
     if extractor == "ilp" or (extractor == "auto" and rep.enodes <= ilp_max_enodes):
-        ilp = extract_ilp(enc, model, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t1)))
+        ilp = extract_ilp(enc, model, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - start)))
         rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
-        if extractor == "ilp" or ilp.cost < rep.extracted_cost:
-            dag, rep.extracted_cost, rep.extractor = ilp.dag, ilp.cost, "ilp"
-    keep_input = rep.extracted_cost > rep.cost_before
+        if extractor == "ilp" or ilp.cost < dag.cost:
+            dag, rep.extractor = ilp.dag, "ilp"
+    keep_input = dag.cost > rep.cost_before
     if keep_input:
-        rep.extracted_cost, rep.extractor = rep.cost_before, "input (greedy was worse)"
-    t4 = time.perf_counter()
-    rep.extraction_s = t4 - t3
+        rep.extractor = "input (greedy was worse)"
+    rep.extraction_s = time.perf_counter() - t
+    rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
+    t = time.perf_counter()
     out = graph.pruned() if keep_input else rebuild(dag, enc)
-    t5 = time.perf_counter()
-    rep.rebuild_s = t5 - t4
-    rep.total_s = (t2 - t0) + (t5 - t3)
+    rep.rebuild_s = time.perf_counter() - t
+    rep.phases["rebuild"] = Phase(rep.rebuild_s, rep.eclasses, rep.enodes)
+    rep.total_s = rep.insert_s + rep.analysis_s + rep.saturation_s + rep.extraction_s + rep.rebuild_s
     rep.nodes_after = len(out.live_nodes())
     rep.dispatches_after = out.dispatch_count()
     rep.cost_after = model.graph_cost(out)
+    if dump_egglog is not None:
+        with open(dump_egglog, "w") as f:
+            f.write(egraph.as_egglog_string)
     if verify:
         verify_equivalent(graph, out, seed=seed)
     return out, rep
