@@ -1,5 +1,6 @@
 """IR: op graph, tensor types, op registry and the numpy reference semantics."""
 
+from . import ops_backward  # noqa: F401, I001  (registers the loss and gradient ops into OPS)
 from . import ops_fused  # noqa: F401  (registers the fused and vision ops into OPS)
 from .errors import (
     DeviceError,

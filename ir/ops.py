@@ -90,6 +90,7 @@ for _leaf in ("Input", "Parameter", "Constant"):
 
 
 def _matmul_dims(ts: list[TensorType], variant: str) -> tuple[int, int, int]:
+    _need(variant in ("", "AT", "BT"), f"variant must be '', 'AT' or 'BT', got {variant!r}")
     a, b = ts[0], ts[1]
     _f32(a, "A")
     _f32(b, "B")

@@ -29,6 +29,7 @@ from .types import TensorType
 def _fused_rms_norm_matmul(ts, a):
     x, w_norm = ts[0], ts[1]
     _f32(x, "x")
+    _f32(w_norm, "w_norm")
     _need(a["variant"] in ("", "BT"), f"variant must be '' or 'BT' (x is not transposed), got {a['variant']!r}")
     _need(x.rank == 2 and w_norm.shape == (x.shape[1],), f"w_norm must be [{x.shape[-1]}] for x {x}, got {w_norm}")
     return _fused_matmul([x, *ts[2:]], a)

@@ -1,0 +1,477 @@
+"""Autodiff: gradients evaluated with ir.evaluate against central finite differences.
+
+One row per differentiable op (JAX ``op_record`` style): the row builds the op on
+parameter leaves; the loss is sum(out * R) for a fixed random R (or the op itself when it
+is a loss). Leaf values are float32-representable, so ``ir.evaluate`` (which rounds
+leaves to f32) and the float64 finite-difference oracle below see the same point.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from eggfuse.ir import OPS, DType, Graph, GraphError, evaluate
+from eggfuse.ir.autodiff import VJP, grad
+from eggfuse.ir.ops_backward import GRAD_OPS
+
+EPS = 1e-6
+RTOL = 1e-5
+ATOL = 1e-7
+
+
+def eval64(g: Graph, values: dict[str, np.ndarray], out: int) -> np.ndarray:
+    """Float64 interpreter without evaluate's f32 rounding of leaves: the finite-difference oracle."""
+    live, stack = set(), [out]
+    while stack:
+        n = stack.pop()
+        if n not in live:
+            live.add(n)
+            stack.extend(g.node(n).inputs)
+    vals = {}
+    for n in g.nodes:
+        if n.id not in live:
+            continue
+        if n.op in ("Input", "Parameter"):
+            vals[n.id] = values[n.attrs["name"]]
+        elif n.op == "Constant":
+            vals[n.id] = n.attrs["value"].astype(np.float64)
+        else:
+            vals[n.id] = np.asarray(OPS[n.op].reference([vals[i] for i in n.inputs], n.attrs)).reshape(n.type.shape)
+    return vals[out]
+
+
+def finite_difference(g: Graph, loss: int, values: dict, name: str, entries=None) -> tuple[list, np.ndarray]:
+    """Central differences of the loss in parameter ``name`` at ``entries`` (default: all)."""
+    base = values[name]
+    entries = list(np.ndindex(base.shape)) if entries is None else entries
+    fd = []
+    for idx in entries:
+        plus, minus = base.copy(), base.copy()
+        plus[idx] += EPS
+        minus[idx] -= EPS
+        hi = eval64(g, {**values, name: plus}, loss)[0]
+        lo = eval64(g, {**values, name: minus}, loss)[0]
+        fd.append((hi - lo) / (2 * EPS))
+    return entries, np.array(fd)
+
+
+def f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32).astype(np.float64)
+
+
+def away_from_zero(rng, shape):
+    return f32(rng.choice([-1.0, 1.0], size=shape) * rng.uniform(0.2, 1.0, size=shape))
+
+
+def near_one(rng, shape):
+    return f32(1.0 + 0.2 * rng.standard_normal(shape))
+
+
+@dataclass
+class Row:
+    id: str
+    build: Callable[[Graph], int]
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)  # Inputs (indices, masks, labels)
+    init: dict[str, Callable] = field(default_factory=dict)  # special parameter draws
+
+
+def leaf_values(g: Graph, row: Row, rng) -> dict[str, np.ndarray]:
+    values = {}
+    for n in g.nodes:
+        if n.op not in ("Input", "Parameter"):
+            continue
+        name, shape = n.attrs["name"], n.type.shape
+        if name in row.feeds:
+            values[name] = row.feeds[name]
+        elif name in row.init:
+            values[name] = row.init[name](rng, shape)
+        else:
+            values[name] = f32(0.7 * rng.standard_normal(shape))
+    return values
+
+
+def split(g: Graph, values: dict) -> tuple[dict, dict]:
+    inputs = {k: v for k, v in values.items() if k in g.inputs}
+    return inputs, {k: v for k, v in values.items() if k in g.parameters}
+
+
+def check_gradients(g: Graph, loss: int, values: dict, entries_per_param: int | None = None, seed: int = 0, **kw):
+    tg = grad(g, loss, **kw)
+    inputs, params = split(g, values)
+    outs = evaluate(tg, inputs, params)
+    np.testing.assert_allclose(outs[0], eval64(g, values, loss), rtol=1e-12)
+    rng = np.random.default_rng(seed)
+    for name, index in tg.grad_outputs.items():
+        ad = outs[index]
+        assert ad.shape == values[name].shape, name
+        entries = None
+        if entries_per_param is not None:
+            flat = rng.choice(ad.size, size=min(entries_per_param, ad.size), replace=False)
+            entries = [np.unravel_index(i, ad.shape) for i in flat]
+        entries, fd = finite_difference(g, loss, values, name, entries)
+        got = np.array([ad[i] for i in entries])
+        np.testing.assert_allclose(got, fd, rtol=RTOL, atol=ATOL, err_msg=f"d loss / d {name}")
+    return tg, outs
+
+
+# --- the op table ------------------------------------------------------------------------
+
+
+def P(g: Graph, name: str, shape) -> int:
+    return g.parameter(name, shape)
+
+
+def _fused(variant: str, epilogue: tuple[str, ...], m=3, k=4, n=5, bias_shape=None) -> Row:
+    def build(g):
+        a = P(g, "a", [k, m] if variant == "AT" else [m, k])
+        b = P(g, "b", [n, k] if variant == "BT" else [k, n])
+        ops = []
+        for i, step in enumerate(epilogue):
+            if step in ("bias", "add"):
+                ops.append(P(g, f"op{i}", (bias_shape or [n]) if step == "bias" else [m, n]))
+        return g.add_node("FusedMatMul", (a, b, *ops), variant=variant, epilogue=epilogue)
+
+    return Row(f"FusedMatMul{variant}-{'+'.join(epilogue) or 'none'}", build)
+
+
+def _fused_rms(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row:
+    def build(g):
+        x, wn = P(g, "x", [m, k]), P(g, "wn", [k])
+        w = P(g, "w", [n, k] if variant == "BT" else [k, n])
+        ops = [P(g, f"op{i}", [n] if s == "bias" else [m, n]) for i, s in enumerate(epilogue) if s in ("bias", "add")]
+        return g.add_node("FusedRmsNormMatMul", (x, wn, w, *ops), eps=1e-5, variant=variant, epilogue=epilogue)
+
+    return Row(f"FusedRmsNormMatMul{variant}-{'+'.join(epilogue) or 'none'}", build, init={"wn": near_one})
+
+
+def _binary(op: str, xs, ys) -> Row:
+    return Row(f"{op}{xs}{ys}", lambda g: g.add_node(op, (P(g, "x", xs), P(g, "y", ys))))
+
+
+def _unary(op: str) -> Row:
+    init = {"x": away_from_zero} if op == "Relu" else {}
+    return Row(op, lambda g: g.add_node(op, (P(g, "x", [3, 5]),)), init=init)
+
+
+def _attention(op: str, nh=4, nkv=2, hd=4, batch=2, seq=3, mask=None, **extra) -> Row:
+    rows = batch * seq
+
+    def build(g):
+        q, k, v = P(g, "q", [rows, nh * hd]), P(g, "k", [rows, nkv * hd]), P(g, "v", [rows, nkv * hd])
+        ins = (q, k, v) if mask is None else (q, k, v, g.input("mask", [batch, seq]))
+        return g.add_node(op, ins, num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
+
+    feeds = {} if mask is None else {"mask": f32(mask)}
+    return Row(f"{op}-h{nh}kv{nkv}b{batch}{'-mask' if mask is not None else ''}", build, feeds)
+
+
+def _one_hot(rows: int, v: int, zero_row: int | None = None, seed: int = 7) -> np.ndarray:
+    labels = np.eye(v)[np.random.default_rng(seed).integers(0, v, rows)]
+    if zero_row is not None:
+        labels[zero_row] = 0.0  # a padding row: adds nothing to the loss
+    return labels
+
+
+def _two_slices(g, starts_sizes):
+    x = P(g, "x", [3, 7])
+    parts = [g.slice_cols(x, s, n) for s, n in starts_sizes]
+    return g.concat([g.tanh(parts[0]), *[g.sigmoid(p) for p in parts[1:]]], axis=1)
+
+
+def _mse(g):
+    pred, target = P(g, "pred", [3, 4]), g.input("target", [3, 4])
+    diff = g.add(pred, g.neg(target))
+    return g.mean_all(g.mul(diff, diff))
+
+
+ROWS = [
+    Row("MatMul", lambda g: g.matmul(P(g, "a", [3, 4]), P(g, "b", [4, 5]))),
+    Row("MatMulAT", lambda g: g.matmul_at(P(g, "a", [4, 3]), P(g, "b", [4, 5]))),
+    Row("MatMulBT", lambda g: g.matmul_bt(P(g, "a", [3, 4]), P(g, "b", [5, 4]))),
+    _fused("", ("bias", "Gelu", "add")),
+    _fused("AT", ("add", "Tanh", "bias", "Silu"), bias_shape=[1, 5]),
+    _fused("BT", ("Sigmoid", "Neg", "GeluTanh")),
+    _fused("BT", ("bias", "Relu")),
+    _fused("", ("bias", "add")),
+    _fused("", ()),
+    _fused_rms("", ("bias", "Silu")),
+    _fused_rms("BT", ("add",)),
+    _fused_rms("BT", ()),
+    _binary("Add", [3, 5], [3, 5]),
+    _binary("Add", [3, 5], [5]),
+    _binary("Add", [3, 1], [1, 5]),
+    _binary("Add", [2, 3, 5], [3, 1]),
+    _binary("Add", [1], [3, 4]),
+    _binary("Mul", [3, 5], [3, 5]),
+    _binary("Mul", [3, 5], [1, 5]),
+    _binary("Mul", [2, 3, 5], [5]),
+    Row("Mul-square", lambda g: (lambda x: g.mul(x, x))(P(g, "x", [3, 5]))),
+    Row("BiasAdd[N]", lambda g: g.bias_add(P(g, "x", [3, 5]), P(g, "b", [5]))),
+    Row("BiasAdd[1,N]", lambda g: g.bias_add(P(g, "x", [3, 5]), P(g, "b", [1, 5]))),
+    *[_unary(op) for op in ("Relu", "Sigmoid", "Tanh", "Neg", "Gelu", "GeluTanh", "Silu")],
+    Row("SwiGLU", lambda g: g.swiglu(P(g, "gate", [3, 5]), P(g, "up", [3, 5]))),
+    Row("SwiGLUConcat", lambda g: g.swiglu_concat(P(g, "x", [3, 10]))),
+    Row("Softmax", lambda g: g.softmax(P(g, "x", [3, 5]))),
+    Row("LayerNorm", lambda g: g.layer_norm(P(g, "x", [3, 5]), P(g, "w", [5]), P(g, "b", [5])), init={"w": near_one}),
+    Row("RmsNorm", lambda g: g.rms_norm(P(g, "x", [3, 5]), P(g, "w", [5])), init={"w": near_one}),
+    Row("Embedding", lambda g: g.embedding(g.input("ids", [7], DType.U32), P(g, "table", [5, 3])),
+        feeds={"ids": np.array([0, 3, 3, 1, 0, 3, 1], dtype=np.uint32)}),
+    Row("RoPE-half", lambda g: g.rope(P(g, "x", [6, 8]), 100.0, head_dim=4, pos_offset=3, batch=2)),
+    Row("RoPE-adjacent", lambda g: g.rope(P(g, "x", [5, 6]), 10000.0, head_dim=6, pairing="adjacent")),
+    _attention("FullAttention"),
+    _attention("FullAttention", nh=2, nkv=1, mask=[[1, 1, 0], [1, 0, 1]]),
+    _attention("CausalAttention"),
+    _attention("CausalAttention", nh=3, nkv=3, batch=1, seq=5),
+    _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1),
+    _attention("CausalAttentionRoPE", nh=2, nkv=1, batch=1, seq=4, theta=10000.0, pairing="adjacent"),
+    Row("Transpose", lambda g: g.transpose(P(g, "x", [3, 5]))),
+    Row("Identity", lambda g: g.reshape(P(g, "x", [3, 4]), [2, 6])),
+    Row("SumAll", lambda g: g.sum_all(P(g, "x", [3, 5]))),
+    Row("MeanAll", lambda g: g.mean_all(P(g, "x", [3, 5]))),
+    Row("Concat-axis0", lambda g: g.concat([P(g, "a", [2, 3]), P(g, "b", [4, 3])], axis=0)),
+    Row("Concat-axis1", lambda g: g.concat([P(g, "a", [3, 2]), P(g, "b", [3, 4]), P(g, "c", [3, 1])], axis=1)),
+    Row("Concat-3d", lambda g: g.concat([P(g, "a", [2, 3, 2]), P(g, "b", [2, 1, 2])], axis=1)),
+    Row("SliceCols", lambda g: g.slice_cols(P(g, "x", [3, 7]), 2, 3)),
+    Row("SliceCols-tiling", lambda g: _two_slices(g, [(0, 3), (3, 4)])),
+    Row("SliceCols-overlap", lambda g: _two_slices(g, [(0, 4), (2, 5)])),
+    Row("GroupNorm", lambda g: g.group_norm(P(g, "x", [2, 6, 5]), P(g, "w", [6]), P(g, "b", [6]), num_groups=3),
+        init={"w": near_one}),
+    Row("GroupNormSilu", lambda g: g.add_node("GroupNormSilu", (P(g, "x", [2, 4, 3]), P(g, "w", [4]), P(g, "b", [4])),
+                                              num_groups=2, eps=1e-5), init={"w": near_one}),
+    Row("CrossEntropyLoss", lambda g: g.add_node("CrossEntropyLoss", (P(g, "logits", [4, 5]), g.input("y", [4, 5]))),
+        feeds={"y": _one_hot(4, 5, zero_row=2)}),
+    Row("MseLoss", _mse),
+]
+
+
+def _loss(g: Graph, out: int, rng) -> int:
+    """The row's output if it is a loss, else sum(out * R) with a fixed random R."""
+    if g.node(out).type.shape == (1,):
+        return out
+    r = g.constant(rng.standard_normal(g.node(out).type.shape))
+    return g.sum_all(g.mul(out, r))
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_gradients_match_finite_differences(row: Row):
+    rng = np.random.default_rng(zlib.crc32(row.id.encode()))
+    g = Graph()
+    loss = _loss(g, row.build(g), rng)
+    check_gradients(g, loss, leaf_values(g, row, rng))
+
+
+def test_loss_seed_other_than_one():
+    # CrossEntropyLoss and MeanAll fold the unit seed; scaled, they must multiply by it.
+    rng = np.random.default_rng(1)
+    g = Graph()
+    ce = g.add_node("CrossEntropyLoss", (P(g, "logits", [4, 5]), g.input("y", [4, 5])))
+    loss = g.add(g.mul(ce, g.constant(0.5)), g.mul(g.mean_all(g.tanh(P(g, "x", [2, 3]))), P(g, "s", [1])))
+    check_gradients(g, loss, leaf_values(g, Row("", lambda g: 0, feeds={"y": _one_hot(4, 5)}), rng))
+
+
+def test_every_forward_op_has_a_rule_and_a_row():
+    forward = {op for op in OPS if op not in GRAD_OPS and op not in ("Input", "Parameter", "Constant")}
+    assert forward <= set(VJP), forward - set(VJP)
+    covered = set()
+    for row in ROWS:
+        g = Graph()
+        row.build(g)
+        covered |= {n.op for n in g.nodes}
+    assert forward <= covered, forward - covered
+
+
+# --- structure of the training graph ---------------------------------------------------------
+
+
+def _ops(tg, start: int) -> list[str]:
+    return [n.op for n in tg.nodes[start:]]
+
+
+def test_input_graph_is_not_modified_and_outputs_are_ordered():
+    g = Graph()
+    x = g.input("x", [3, 4])
+    w1, w2 = P(g, "w1", [4, 5]), P(g, "w2", [5, 2])
+    out = g.matmul(g.tanh(g.matmul(x, w1)), w2)
+    loss = g.mean_all(out)
+    g.set_outputs([out])
+    before = g.summary()
+    tg = grad(g, loss, wrt=["w2", "x", "w1"])
+    assert g.summary() == before
+    assert tg.grad_outputs == {"w2": 1, "x": 2, "w1": 3}
+    assert tg.outputs[0] == loss and len(tg.outputs) == 4
+    assert [n.op for n in tg.nodes[: len(g)]] == [n.op for n in g.nodes]
+    with pytest.raises(GraphError, match="already used"):  # the leaf names came along
+        tg.parameter("w1", [2])
+    rng = np.random.default_rng(0)
+    values = {"x": f32(rng.standard_normal((3, 4))), "w1": f32(rng.standard_normal((4, 5))),
+              "w2": f32(rng.standard_normal((5, 2)))}
+    check_gradients(g, loss, values, wrt=["w2", "x", "w1"])
+
+
+def test_multi_use_gradients_are_summed():
+    g = Graph()
+    w = P(g, "w", [4, 4])
+    x = g.input("x", [3, 4])
+    h = g.matmul(x, w)
+    loss = g.add(g.sum_all(g.matmul(g.tanh(h), w)), g.sum_all(g.sigmoid(w)))  # w used three times
+    rng = np.random.default_rng(2)
+    values = {"w": f32(0.5 * rng.standard_normal((4, 4))), "x": f32(rng.standard_normal((3, 4)))}
+    tg, _ = check_gradients(g, loss, values)
+    dw = tg.node(tg.outputs[1])
+    assert dw.op == "Add" and tg.node(dw.inputs[0]).op == "Add"  # three contributions, two Adds
+
+
+def test_frozen_parameters_get_no_output_and_no_backward_work():
+    g = Graph()
+    x = g.input("x", [3, 4])
+    w, frozen = P(g, "w", [5, 4]), P(g, "emb", [4, 4])
+    h = g.matmul(x, frozen)
+    loss = g.mean_all(g.silu(g.matmul_bt(h, w)))
+    tg = grad(g, loss, frozen=["emb"])
+    assert tg.grad_outputs == {"w": 1} and len(tg.outputs) == 2
+    # d w = MatMulAT(dC, h); nothing propagates into h (no MatMulBT, no gradient for emb)
+    assert sorted(_ops(tg, len(g))) == sorted(["Constant", "BroadcastTo", "SiluGrad", "MatMulAT"])
+    rng = np.random.default_rng(3)
+    values = {"x": f32(rng.standard_normal((3, 4))), "w": f32(rng.standard_normal((5, 4))),
+              "emb": f32(rng.standard_normal((4, 4)))}
+    check_gradients(g, loss, values, frozen=["emb"])
+
+
+def test_unused_parameter_gets_a_zero_gradient():
+    g = Graph()
+    a = P(g, "a", [2, 3])
+    P(g, "unused", [3])
+    loss = g.sum_all(g.tanh(a))
+    tg = grad(g, loss)
+    assert tg.zero_grads == ("unused",)
+    out = evaluate(tg, {}, {"a": np.ones((2, 3)), "unused": np.ones(3)})
+    np.testing.assert_array_equal(out[tg.grad_outputs["unused"]], np.zeros(3))
+    assert tg.node(tg.outputs[2]).op == "BroadcastTo"  # not a full-size constant
+
+
+def test_fused_epilogue_wanting_only_bias_builds_only_a_reduction():
+    g = Graph()
+    a, w = g.input("a", [3, 4]), g.input("w", [4, 5])
+    bias, res = P(g, "bias", [5]), g.input("res", [3, 5])
+    out = g.add_node("FusedMatMul", (a, w, bias, res), variant="", epilogue=("bias", "add"))
+    tg = grad(g, g.sum_all(out))
+    assert _ops(tg, len(g)) == ["Constant", "BroadcastTo", "SumRows"]
+
+
+def test_mean_all_loss_folds_the_seed():
+    g = Graph()
+    loss = g.mean_all(P(g, "x", [3, 4]))
+    tg = grad(g, loss)
+    assert _ops(tg, len(g)) == ["Constant", "BroadcastTo"]  # no Mul by the unit seed
+    assert tg.node(tg.nodes[len(g)].id).attrs["value"][0] == np.float32(1 / 12)
+
+
+def test_bad_loss_and_names_raise_graph_error():
+    g = Graph()
+    x = P(g, "x", [3, 4])
+    y = g.tanh(x)
+    with pytest.raises(GraphError, match=r"f32\[1\].*Tanh"):
+        grad(g, y)
+    with pytest.raises(GraphError, match="not a node"):
+        grad(g, 99)
+    loss = g.sum_all(y)
+    with pytest.raises(GraphError, match="'nope'"):
+        grad(g, loss, wrt=["nope"])
+    with pytest.raises(GraphError, match="not parameters"):
+        grad(g, loss, frozen=["nope"])
+    with pytest.raises(GraphError, match="both"):
+        grad(g, loss, wrt=["x"], frozen=["x"])
+
+
+def test_labels_depending_on_a_parameter_raise():
+    g = Graph()
+    logits, soft = P(g, "logits", [2, 3]), P(g, "soft", [2, 3])
+    loss = g.add_node("CrossEntropyLoss", (logits, g.softmax(soft)))
+    with pytest.raises(GraphError, match="labels"):
+        grad(g, loss)
+    assert grad(g, loss, frozen=["soft"]).grad_outputs == {"logits": 1}
+
+
+def test_gradient_ops_have_no_rule():
+    g = Graph()
+    x = P(g, "x", [2, 3])
+    loss = g.sum_all(g.add_node("TanhGrad", (x, x)))
+    with pytest.raises(GraphError, match="no gradient rule for TanhGrad"):
+        grad(g, loss)
+
+
+# --- a 2-layer LLaMA-style model -------------------------------------------------------------
+
+SEQ, BATCH, HID, NH, NKV, HD, FFN, VOCAB, THETA = 5, 2, 16, 4, 2, 4, 12, 11, 100.0
+
+
+def llama(fused: bool, layers: int = 2) -> tuple[Graph, int]:
+    """Embedding -> layers x (RmsNorm, GQA causal attention with RoPE, SwiGLU MLP) -> CE loss.
+
+    ``fused`` builds what the rewrite engine produces: packed QKV / gate-up weights,
+    FusedRmsNormMatMul, CausalAttentionRoPE and residual adds in matmul epilogues.
+    """
+    g = Graph()
+    rows = SEQ * BATCH
+    x = g.embedding(g.input("tokens", [rows], DType.U32), P(g, "embed", [VOCAB, HID]))
+    labels = g.input("labels", [rows, VOCAB])
+    for layer in range(layers):
+        p = f"l{layer}."
+        wn1, wn2 = P(g, p + "attn_norm", [HID]), P(g, p + "mlp_norm", [HID])
+        wq, wk, wv = P(g, p + "wq", [NH * HD, HID]), P(g, p + "wk", [NKV * HD, HID]), P(g, p + "wv", [NKV * HD, HID])
+        wo = P(g, p + "wo", [HID, NH * HD])
+        wg, wu, wd = P(g, p + "gate", [FFN, HID]), P(g, p + "up", [FFN, HID]), P(g, p + "down", [HID, FFN])
+        heads = dict(num_heads=NH, num_kv_heads=NKV, head_dim=HD, batch=BATCH)
+        if fused:
+            qkv = g.add_node("FusedRmsNormMatMul", (x, wn1, g.concat([wq, wk, wv], axis=0)), eps=1e-5, variant="BT")
+            q, k = g.slice_cols(qkv, 0, NH * HD), g.slice_cols(qkv, NH * HD, NKV * HD)
+            v = g.slice_cols(qkv, (NH + NKV) * HD, NKV * HD)
+            att = g.causal_attention_rope(q, k, v, theta=THETA, **heads)
+            x = g.add_node("FusedMatMul", (att, wo, x), variant="BT", epilogue=("add",))
+            gu = g.add_node("FusedRmsNormMatMul", (x, wn2, g.concat([wg, wu], axis=0)), eps=1e-5, variant="BT")
+            x = g.add_node("FusedMatMul", (g.swiglu_concat(gu), wd, x), variant="BT", epilogue=("add",))
+        else:
+            h = g.rms_norm(x, wn1)
+            q = g.rope(g.matmul_bt(h, wq), THETA, HD, batch=BATCH)
+            k = g.rope(g.matmul_bt(h, wk), THETA, HD, batch=BATCH)
+            att = g.causal_attention(q, k, g.matmul_bt(h, wv), **heads)
+            x = g.add(x, g.matmul_bt(att, wo))
+            h = g.rms_norm(x, wn2)
+            x = g.add(x, g.matmul_bt(g.swiglu(g.matmul_bt(h, wg), g.matmul_bt(h, wu)), wd))
+    logits = g.matmul_bt(g.rms_norm(x, P(g, "final_norm", [HID])), P(g, "lm_head", [VOCAB, HID]))
+    return g, g.add_node("CrossEntropyLoss", (logits, labels))
+
+
+def llama_values(g: Graph, seed: int = 5) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    values = {"tokens": rng.integers(0, VOCAB, SEQ * BATCH).astype(np.uint32),
+              "labels": _one_hot(SEQ * BATCH, VOCAB, zero_row=3, seed=seed)}
+    for name, ty in g.parameters.items():
+        scale = 1.0 if name == "embed" else 1.0 / np.sqrt(ty.shape[-1])
+        values[name] = near_one(rng, ty.shape) if name.endswith("norm") else f32(scale * rng.standard_normal(ty.shape))
+    return values
+
+
+def test_llama_block_gradients_match_finite_differences():
+    g, loss = llama(fused=False)
+    check_gradients(g, loss, llama_values(g), entries_per_param=6)
+
+
+def test_fused_llama_block_matches_unfused_gradients():
+    g, loss = llama(fused=False)
+    gf, loss_f = llama(fused=True)
+    values = llama_values(g)
+    tg, tgf = grad(g, loss), grad(gf, loss_f)
+    assert tg.grad_outputs.keys() == tgf.grad_outputs.keys()
+    out, out_f = (evaluate(t, *split(g, values)) for t in (tg, tgf))
+    for name, i in tg.grad_outputs.items():
+        np.testing.assert_allclose(out_f[tgf.grad_outputs[name]], out[i], rtol=1e-9, atol=1e-12, err_msg=name)
+    check_gradients(gf, loss_f, values, entries_per_param=4, seed=1)
+    ops = {n.op for n in tgf.nodes[len(gf):]}
+    assert {"Concat", "AttentionGradQ", "RoPEGrad", "SwiGLUConcatGrad", "RmsNormGradX"} <= ops
+    assert "PadCols" not in ops  # q, k, v slices tile the packed output: their grads are concatenated
