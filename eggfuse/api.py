@@ -126,3 +126,58 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None) -> EmbedR
     timings = {"load_s": load_s, **compiled.timings, "run_s": run_s}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
                        compiled.report, timings)
+
+
+def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:
+    """The graph of a model by name, for the rewrite engine (no weights are loaded).
+
+    ``spec``: ``minilm`` (all-MiniLM-L6-v2, ``batch`` sentences of ``seq`` tokens),
+    ``smollm2`` (SmolLM2-135M, config read from the shipped GGUF) or ``llama:LAYERS``
+    (SmolLM2 shapes with LAYERS layers). ``training=True`` gives the forward + backward
+    graph (see :func:`training_graph`). Raises :class:`~eggfuse.ir.InputError` for an
+    unknown spec and :class:`~eggfuse.ir.ModelError` when a model package is missing.
+    """
+    if spec == "minilm":
+        from eggfuse.models import minilm
+
+        config = minilm.BertConfig.from_model_dir(minilm.find_model_dir())
+        graph, loss = minilm.build_bert_graph(config, batch, seq), "mse"
+    elif spec == "smollm2" or spec.startswith("llama:"):
+        from eggfuse.models import llama
+
+        if spec == "smollm2":
+            config, layers = llama.LlamaConfig.from_gguf(llama.find_gguf()), None
+        else:
+            try:
+                layers = int(spec.split(":", 1)[1])
+            except ValueError:
+                raise InputError(f"llama:LAYERS needs an integer layer count, got {spec!r}") from None
+            config = llama.LlamaConfig.smollm2_135m()
+        graph, loss = llama.build_llama_graph(config, seq, layers=layers), "cross_entropy"
+    else:
+        raise InputError(f"unknown model {spec!r}: use minilm, smollm2 or llama:LAYERS")
+    return training_graph(graph, loss) if training else graph
+
+
+def training_graph(forward: Graph, loss: str = "cross_entropy") -> Graph:
+    """Forward + backward graph: a loss on ``forward``'s first output, and the gradient of
+    every parameter (outputs ``[loss, *grads]``, see :func:`eggfuse.ir.autodiff.grad`).
+
+    ``loss="cross_entropy"``: CrossEntropyLoss of the output (logits [M, V]) against an
+    input ``labels`` [M, V] (one-hot rows); ``"mse"``: mean((y - target)^2) against an input
+    ``target`` of the output's shape. ``forward`` is not modified.
+    """
+    from eggfuse.ir.autodiff import grad
+
+    g = forward.pruned()
+    (y,) = g.outputs[:1]
+    shape = g.node(y).type.shape
+    if loss == "cross_entropy":
+        value = g.add_node("CrossEntropyLoss", (y, g.input("labels", shape)))
+    elif loss == "mse":
+        diff = g.add(y, g.neg(g.input("target", shape)))
+        value = g.mean_all(g.mul(diff, diff))
+    else:
+        raise InputError(f"unknown loss {loss!r}: use cross_entropy or mse")
+    g.set_outputs([value])
+    return grad(g, value)

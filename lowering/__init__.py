@@ -2,9 +2,9 @@
 
 from .kernels import KERNELS, UNARY_WGSL
 from .limits import DEFAULT_LIMITS, limit_name
-from .plan import BufferSpec, Dispatch, ExecutionPlan, check_limits, lower
+from .plan import BufferSpec, DerivedParameter, Dispatch, ExecutionPlan, check_limits, lower
 
 __all__ = [
-    "DEFAULT_LIMITS", "KERNELS", "UNARY_WGSL", "BufferSpec", "Dispatch", "ExecutionPlan",
+    "DEFAULT_LIMITS", "KERNELS", "UNARY_WGSL", "BufferSpec", "DerivedParameter", "Dispatch", "ExecutionPlan",
     "check_limits", "limit_name", "lower",
 ]

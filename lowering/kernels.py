@@ -5,8 +5,11 @@ A builder takes the node and its input types and returns a :class:`KernelCall`. 
 storage bindings are always the node's input buffers in ``node.inputs`` order
 (read-only) followed by the output buffer (read_write); the uniform, when ``params`` is
 non-empty, comes right after. Sizes travel in uniforms, so one pipeline serves every
-shape; templating is used only where the code's structure changes (epilogue chains,
-the unary/binary expression, attention masking and head size).
+shape; templating is used only where the code's structure changes (epilogue chains and
+the RmsNorm prologue of the matmul, the unary/binary expression, attention masking, head
+size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
+kernel fills hook functions from its own file (``matmul_prologue_*.wgsl``,
+``attention_qk*.wgsl``) instead of copying the kernel.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ..ir.errors import LoweringError
 from ..ir.graph import Node
 from ..ir.ops import EPILOGUE_BINARY
 from ..ir.types import TensorType
-from .wgsl import render, uniform_bytes
+from .wgsl import render, shader_text, uniform_bytes
 
 #: Invocations per workgroup of the elementwise kernels (one element each).
 ELEMENTWISE_WG = 256
@@ -167,20 +170,74 @@ def _embedding(node: Node, ins: list[TensorType]) -> KernelCall:
                       _elementwise_groups(n))
 
 
+#: Inputs the concat kernel takes at most (ir.ops_fused Concat), one binding each.
+MAX_CONCAT_INPUTS = 16
+
+
+@kernel("Concat")
+def _concat(node: Node, ins: list[TensorType]) -> KernelCall:
+    # Concat of computed tensors; a Concat of parameters is a derived parameter (plan.py).
+    axis, shape = node.attrs["axis"], node.type.shape
+    if len(ins) > MAX_CONCAT_INPUTS:
+        raise LoweringError(f"Concat (node {node.id}): {len(ins)} inputs, the kernel takes {MAX_CONCAT_INPUTS}")
+    offsets = [0]
+    for t in ins:
+        offsets.append(offsets[-1] + t.shape[axis])
+    offsets += [0] * (4 * 5 - len(offsets))  # concat.wgsl Params.off: 5 x vec4<u32>
+    last = len(ins) - 1
+    select = [f"    if (c < off({t + 1}u)) {{ return x{t}[at({t}u, o, c, r)]; }}" for t in range(last)]
+    select.append(f"    return x{last}[at({last}u, o, c, r)];")
+    dtype = node.type.dtype.value
+    src = render(
+        "concat.wgsl",
+        T=dtype,
+        INPUTS="\n".join(f"@group(0) @binding({t}) var<storage, read> x{t}: array<{dtype}>;" for t in range(len(ins))),
+        SELECT="\n".join(select),
+        OUT=len(ins),
+        UNIFORM=len(ins) + 1,
+    )
+    n = node.type.num_elements
+    params = uniform_bytes(*offsets, n, shape[axis], math.prod(shape[axis + 1:]))
+    return KernelCall(f"concat{len(ins)}_{dtype}", src, params, _elementwise_groups(n))
+
+
+@kernel("SliceCols")
+def _slice_cols(node: Node, ins: list[TensorType]) -> KernelCall:
+    rows, size = node.type.shape
+    n = rows * size
+    params = uniform_bytes(n, size, ins[0].shape[1], node.attrs["start"])
+    dtype = node.type.dtype.value
+    return KernelCall(f"slice_cols_{dtype}", render("slice_cols.wgsl", T=dtype), params, _elementwise_groups(n))
+
+
+@kernel("SwiGLUConcat")
+def _swiglu_concat(node: Node, ins: list[TensorType]) -> KernelCall:
+    n = node.type.num_elements
+    return KernelCall("swiglu_concat", render("swiglu_concat.wgsl"), uniform_bytes(n, node.type.shape[1]),
+                      _elementwise_groups(n))
+
+
 # --- matmul family -------------------------------------------------------------------------
 
 
-def matmul_source(variant: str, epilogue: tuple[str, ...]) -> str:
+def matmul_source(variant: str, epilogue: tuple[str, ...], rms_norm: bool = False) -> str:
     """WGSL of the tiled matmul for ``variant`` ('' | 'AT' | 'BT') and an epilogue chain.
 
-    Epilogue operands bind at 2, 3, ... in chain order; 'bias' reads operand[j],
-    'add' reads operand[i * N + j]; unary steps use :data:`UNARY_WGSL`.
+    A binds at 0 and B at 1; with ``rms_norm`` (FusedRmsNormMatMul, A not transposed) the
+    RmsNorm weight binds at 1 and B at 2, A is staged as x * w_norm and each row is scaled
+    by its inverse rms before the epilogue. Epilogue operands bind after B in chain order;
+    'bias' reads operand[j], 'add' reads operand[i * N + j]; unary steps use
+    :data:`UNARY_WGSL`. Raises LoweringError for an unknown step or a transposed A with
+    ``rms_norm``.
     """
+    if rms_norm and variant == "AT":
+        raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
+    first = 3 if rms_norm else 2
     operands, lines = [], []
     for step in epilogue:
         if step in EPILOGUE_BINARY:
             e = len(operands)
-            operands.append(f"@group(0) @binding({2 + e}) var<storage, read> e{e}: array<f32>;")
+            operands.append(f"@group(0) @binding({first + e}) var<storage, read> e{e}: array<f32>;")
             index = "j" if step == "bias" else "i * p.n + j"
             lines.append(f"    v = v + e{e}[{index}];  // {step}")
         elif step in UNARY_WGSL:
@@ -191,26 +248,32 @@ def matmul_source(variant: str, epilogue: tuple[str, ...]) -> str:
         "matmul.wgsl",
         A_INDEX="kk * p.m + i" if variant == "AT" else "i * p.k + kk",
         B_INDEX="j * p.k + kk" if variant == "BT" else "kk * p.n + j",
+        B=first - 1,
         OPERANDS="\n".join(operands),
+        PROLOGUE=shader_text("matmul_prologue_rms_norm.wgsl" if rms_norm else "matmul_prologue_none.wgsl"),
         EPILOGUE="\n".join(lines),
-        OUT=2 + len(operands),
-        UNIFORM=3 + len(operands),
+        OUT=first + len(operands),
+        UNIFORM=first + 1 + len(operands),
     )
 
 
 _MATMUL_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
 
 
-@kernel("MatMul", "MatMulAT", "MatMulBT", "FusedMatMul")
+@kernel("MatMul", "MatMulAT", "MatMulBT", "FusedMatMul", "FusedRmsNormMatMul")
 def _matmul(node: Node, ins: list[TensorType]) -> KernelCall:
-    variant = node.attrs["variant"] if node.op == "FusedMatMul" else _MATMUL_VARIANT[node.op]
+    rms_norm = node.op == "FusedRmsNormMatMul"
+    variant = node.attrs["variant"] if node.op.startswith("Fused") else _MATMUL_VARIANT[node.op]
     epilogue = tuple(node.attrs.get("epilogue", ()))
     m, n = node.type.shape
     k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
+    eps = float(node.attrs["eps"]) if rms_norm else 0.0
     tiles_n = math.ceil(n / MATMUL_TILE)
     tiles = math.ceil(m / MATMUL_TILE) * tiles_n
-    name = "matmul" + (f"_{variant}" if variant else "") + "".join(f"+{s}" for s in epilogue)
-    return KernelCall(name, matmul_source(variant, epilogue), uniform_bytes(m, k, n, tiles_n, tiles), tiles)
+    name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "")
+    name += "".join(f"+{s}" for s in epilogue)
+    return KernelCall(name, matmul_source(variant, epilogue, rms_norm), uniform_bytes(m, k, n, tiles_n, tiles, eps),
+                      tiles)
 
 
 # --- rows: softmax, norms, reductions ------------------------------------------------------
@@ -230,6 +293,16 @@ def _norm(node: Node, ins: list[TensorType]) -> KernelCall:
     return KernelCall(file[:-5], render(file), uniform_bytes(rows, n, float(node.attrs["eps"])), rows)
 
 
+@kernel("GroupNorm", "GroupNormSilu")
+def _group_norm(node: Node, ins: list[TensorType]) -> KernelCall:
+    n, c, size = node.type.shape
+    g = node.attrs["num_groups"]
+    silu = node.op == "GroupNormSilu"
+    src = render("group_norm.wgsl", ACT="silu(v)" if silu else "v")
+    params = uniform_bytes(n * g, g, c // g * size, c // g, size, float(node.attrs["eps"]))
+    return KernelCall("group_norm" + ("_silu" if silu else ""), src, params, n * g)
+
+
 @kernel("SumAll", "MeanAll")
 def _reduce_all(node: Node, ins: list[TensorType]) -> KernelCall:
     n = ins[0].num_elements
@@ -240,6 +313,12 @@ def _reduce_all(node: Node, ins: list[TensorType]) -> KernelCall:
 # --- transformer -------------------------------------------------------------------------
 
 
+def _inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
+    # RoPE frequencies theta^(-2j/head_dim), computed in float64, padded to ``slots`` floats.
+    inv_freq = [float(theta ** (-2.0 * j / head_dim)) for j in range(head_dim // 2)]
+    return inv_freq + [0.0] * (slots - len(inv_freq))
+
+
 @kernel("RoPE")
 def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
     rows, width = node.type.shape
@@ -248,15 +327,19 @@ def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
     if hd > MAX_ROPE_HEAD_DIM:
         raise LoweringError(f"RoPE (node {node.id}, {node.type}): head_dim {hd} is above the "
                             f"kernel's maximum of {MAX_ROPE_HEAD_DIM}")
-    inv_freq = [float(a["theta"] ** (-2.0 * j / hd)) for j in range(hd // 2)]
-    inv_freq += [0.0] * (MAX_ROPE_HEAD_DIM // 2 - len(inv_freq))
     n = rows * width // 2
-    params = uniform_bytes(*inv_freq, n, width // 2, hd // 2, rows // a["batch"],
-                           float(a["pos_offset"]), int(a["pairing"] == "adjacent"))
+    params = uniform_bytes(*_inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2), n, width // 2, hd // 2,
+                           rows // a["batch"], float(a["pos_offset"]), int(a["pairing"] == "adjacent"))
     return KernelCall("rope", render("rope.wgsl"), params, _elementwise_groups(n))
 
 
-@kernel("FullAttention", "CausalAttention")
+#: The uniform fields attention_qk_rope.wgsl reads (they come first: the array is 16-byte
+#: aligned). pos_offset is not among them: it cancels out of every score (see that file).
+_ATTENTION_ROPE_PARAMS = """    inv_freq: array<vec4<f32>, 32>,  // theta^(-2t/HD), t < HD/2, from the host in float64
+    adjacent: u32,                   // 1 for the 'adjacent' pairing, 0 for 'half'"""
+
+
+@kernel("FullAttention", "CausalAttention", "CausalAttentionRoPE")
 def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
     a = node.attrs
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
@@ -264,10 +347,19 @@ def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
         raise LoweringError(f"{node.op} (node {node.id}, q {ins[0]}): head_dim {hd} is above the "
                             f"kernel's maximum of {MAX_ATTENTION_HEAD_DIM}")
     masked = len(ins) == 4
-    causal = node.op == "CausalAttention"
+    packed = len(ins) == 1  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
+    causal = node.op != "FullAttention"
+    rope = node.op == "CausalAttentionRoPE"
+    names = ("qkv",) * 3 if packed else ("q", "k", "v")
+    qk = shader_text("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl")
     src = render(
         "attention.wgsl",
         HEAD_DIM=hd,
+        ROPE_PARAMS=_ATTENTION_ROPE_PARAMS if rope else "",
+        INPUTS="\n".join(f"@group(0) @binding({i}) var<storage, read> {n}: array<f32>;"
+                         for i, n in enumerate(dict.fromkeys(names))),
+        V=names[2],
+        QK=qk.replace("{{Q}}", names[0]).replace("{{K}}", names[1]),
         MASK_BINDING="@group(0) @binding(3) var<storage, read> key_mask: array<f32>;" if masked else "",
         MASK="        if (key_mask[b * p.seq + j] <= 0.0) { s = MASK_SENTINEL; }" if masked else "",
         KEY_END="qi + 1u" if causal else "p.seq",
@@ -277,6 +369,13 @@ def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
     seq = ins[0].shape[0] // batch
     q_blocks = math.ceil(seq / ATTENTION_ROWS)
     total = batch * nh * q_blocks
-    params = uniform_bytes(seq, nh, nkv, nh // nkv, q_blocks, total, float(1.0 / math.sqrt(hd)))
-    name = f"attention_hd{hd}" + ("_causal" if causal else "") + ("_mask" if masked else "")
+    rope_params = []
+    if rope:
+        rope_params = [*_inv_freq(a["theta"], hd, MAX_ATTENTION_HEAD_DIM // 2), int(a["pairing"] == "adjacent")]
+    width = (nh + 2 * nkv) * hd
+    strides = (width, width, nh * hd, (nh + nkv) * hd) if packed else (nh * hd, nkv * hd, 0, 0)
+    params = uniform_bytes(*rope_params, seq, nh, nkv, nh // nkv, q_blocks, total, float(1.0 / math.sqrt(hd)),
+                           *strides)
+    name = (f"attention_hd{hd}" + ("_causal" if causal else "") + ("_mask" if masked else "")
+            + ("_rope" if rope else "") + ("_packed" if packed else ""))
     return KernelCall(name, src, params, total)

@@ -3,11 +3,14 @@
 The plan is plain data (buffers, dispatches with specialised WGSL, leaf bindings); the
 runtime only allocates what it lists and records its dispatches in order. Lowering follows
 meganeura's ``compile.rs`` (``../shared/seeds``): leaves get buffers the runtime fills,
-``Identity`` aliases its input's buffer, and every other op becomes one dispatch.
+``Identity`` aliases its input's buffer, a derived parameter (a Concat of parameters,
+``Graph.is_derived_parameter``) gets a buffer the runtime packs once from the parameters,
+and every other op becomes one dispatch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -24,9 +27,12 @@ _LEAF_KIND = {"Input": "input", "Parameter": "parameter", "Constant": "constant"
 
 @dataclass(frozen=True)
 class BufferSpec:
-    """One device buffer: ``size_bytes`` (a multiple of 4, at least 4) holding the value of
-    ``node`` with ``shape`` and ``dtype``. ``kind`` is 'parameter', 'input', 'constant' or
-    'intermediate'; ``name`` is the leaf's name or ``<Op>%<node id>``."""
+    """One buffer: ``size_bytes`` (a multiple of 4, at least 4) holding the value of
+    ``node`` with ``shape`` and ``dtype``. ``kind`` is 'parameter', 'input', 'constant',
+    'intermediate', 'derived' (packed by the runtime from parameters, see
+    :class:`DerivedParameter`) or 'host' (a parameter that only derived parameters read:
+    the runtime checks it and packs from it, but allocates no device buffer). ``name`` is
+    the leaf's name or ``<Op>%<node id>``."""
 
     index: int
     size_bytes: int
@@ -70,6 +76,15 @@ class Dispatch:
         return self.bindings[-1]
 
 
+@dataclass(frozen=True)
+class DerivedParameter:
+    """A parameter the runtime computes once, when a session is created:
+    ``numpy.concatenate`` of the parameters named ``sources`` (in order) along ``axis``."""
+
+    sources: tuple[str, ...]
+    axis: int
+
+
 @dataclass
 class ExecutionPlan:
     """What the runtime allocates and records for one graph.
@@ -79,7 +94,8 @@ class ExecutionPlan:
     graph's output order, with ``output_types`` (several outputs may share a buffer).
     ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
     ignored at run time); ``index_bounds`` maps a u32 input to the rows of the smallest
-    table it indexes. ``limits`` are the device limits the plan was checked against.
+    table it indexes. ``derived`` maps the buffer index of each derived parameter to how it
+    is packed. ``limits`` are the device limits the plan was checked against.
     """
 
     buffers: list[BufferSpec]
@@ -91,11 +107,14 @@ class ExecutionPlan:
     output_types: list[TensorType]
     unused_leaves: frozenset[str] = frozenset()
     index_bounds: dict[str, int] = field(default_factory=dict)
+    derived: dict[int, DerivedParameter] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line per buffer and per dispatch, for debugging."""
         lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)" for b in self.buffers]
+        for index, d in self.derived.items():
+            lines[index] += f" = Concat(axis={d.axis}: {', '.join(d.sources)})"
         for d in self.dispatches:
             binds = ", ".join(f"buf{i}" for i in d.bindings)
             lines.append(f"{d.kernel} [{binds}] wg={d.workgroups}  # {d.label}")
@@ -116,7 +135,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
 
     Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
-    the op and the shapes).
+    the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none, so
+    ``len(plan.dispatches) == graph.dispatch_count()``.
     """
     if not graph.outputs:
         raise LoweringError("the graph has no outputs; call graph.set_outputs() first")
@@ -127,11 +147,12 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
     inputs: dict[str, int] = {}
     parameters: dict[str, int] = {}
     constants: dict[int, np.ndarray] = {}
+    derived: dict[int, DerivedParameter] = {}
     for node in live:
         if node.op == "Identity":  # a reshape view: same bytes, same buffer
             node_buffer[node.id] = node_buffer[node.inputs[0]]
             continue
-        kind = _LEAF_KIND.get(node.op, "intermediate")
+        kind = _LEAF_KIND.get(node.op, "derived" if graph.is_derived_parameter(node) else "intermediate")
         name = node.attrs["name"] if node.op in ("Input", "Parameter") else f"{node.op}%{node.id}"
         index = len(buffers)
         size = max(4, -(-node.type.size_bytes // 4) * 4)
@@ -143,11 +164,14 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
             parameters[name] = index
         elif kind == "constant":
             constants[index] = np.ascontiguousarray(node.attrs["value"], dtype=np.float32)
+        elif kind == "derived":
+            sources = tuple(graph.node(i).attrs["name"] for i in node.inputs)
+            derived[index] = DerivedParameter(sources, int(node.attrs["axis"]))
 
     max_dim = lim["max-compute-workgroups-per-dimension"]
     dispatches: list[Dispatch] = []
     for node in live:
-        if node.op in _LEAF_KIND or node.op == "Identity":
+        if graph.dispatches(node) == 0:  # leaves, views and derived parameters
             continue
         ins = [graph.node(i).type for i in node.inputs]
         builder = KERNELS.get(node.op)
@@ -163,6 +187,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         dispatches.append(Dispatch(node.id, node.op, call.kernel, call.source, call.entry_point,
                                    bindings, call.params, grid, _label(node, ins)))
 
+    # A parameter that only derived parameters read needs no device buffer of its own.
+    on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
+    packed_from = {name for d in derived.values() for name in d.sources}
+    for name, index in parameters.items():
+        if index not in on_device and name in packed_from:
+            buffers[index] = dataclasses.replace(buffers[index], kind="host")
+
     live_ids = {n.id for n in live}
     unused = frozenset(n.attrs["name"] for n in graph.nodes
                        if n.op in ("Input", "Parameter") and n.id not in live_ids)
@@ -176,6 +207,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         output_types=[graph.node(o).type for o in graph.outputs],
         unused_leaves=unused,
         index_bounds=_index_bounds(graph, live),
+        derived=derived,
         limits=lim,
     )
     check_limits(plan, lim)
@@ -215,7 +247,7 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
         raise LoweringError(f"{limit_name(key)} = {lim[key]} exceeded: {what}")
 
     for b in plan.buffers:
-        if b.size_bytes > lim["max-buffer-size"]:
+        if b.kind != "host" and b.size_bytes > lim["max-buffer-size"]:
             fail("max-buffer-size", f"buffer {b.index} ({b.kind} {b.name!r}, node {b.node}, {b.type}) "
                                     f"is {b.size_bytes} bytes")
     for d in plan.dispatches:

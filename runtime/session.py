@@ -24,8 +24,10 @@ class Session:
     lowered against the device's limits; an :class:`~eggfuse.lowering.ExecutionPlan` is
     checked against them. ``params`` maps every parameter name to an array of its shape
     (any real dtype, converted to f32; the caller's arrays are not modified). Constants
-    and parameters are uploaded here, pipelines (cached per process) and bind groups
-    built here, so :meth:`run` only writes inputs, records and reads back.
+    and parameters are uploaded here, derived parameters (``plan.derived``) packed with
+    numpy from the converted parameters and uploaded, pipelines (cached per process) and
+    bind groups built here, so :meth:`run` only writes inputs, records and reads back.
+    A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
 
     Raises InputError for a missing, unknown or mis-shaped parameter, LoweringError when
     the graph exceeds the device's limits, DeviceError when there is no device. Not
@@ -48,11 +50,17 @@ class Session:
         values = _check_leaves("parameter", params, plan.parameters, plan)
 
         with device_errors("creating the session's buffers"):
-            self._buffers = [self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
-                             for b in plan.buffers]
+            self._buffers: list[wgpu.GPUBuffer | None] = [
+                None if b.kind == "host" else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE,
+                                                                        label=b.name)
+                for b in plan.buffers]
             queue = self.device.queue
             for name, arr in values.items():
-                queue.write_buffer(self._buffers[plan.parameters[name]], 0, arr)
+                if self._buffers[plan.parameters[name]] is not None:
+                    queue.write_buffer(self._buffers[plan.parameters[name]], 0, arr)
+            for index, d in plan.derived.items():
+                packed = np.concatenate([values[name] for name in d.sources], axis=d.axis)
+                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(packed))
             for index, arr in plan.constants.items():
                 queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr, dtype=np.float32))
         self._uniforms: list[wgpu.GPUBuffer] = []

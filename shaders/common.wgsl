@@ -48,3 +48,10 @@ fn gelu_erf(x: f32) -> f32 {
 fn gelu_tanh(x: f32) -> f32 {
     return x * sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x));
 }
+
+// Reduction of a RoPE angle to [-pi, pi] before cos/sin, Cody-Waite style (2 pi = C1 + C2,
+// C1 exact in 8 bits so k * C1 is exact for k < 2^16).
+fn reduce_angle(a: f32) -> f32 {
+    let k = round(a * 0.15915494309189535);
+    return (a - k * 6.28125) - k * 0.0019353071795864769;
+}

@@ -3,7 +3,11 @@
 // Template slots (filled by lowering/kernels.py): A_INDEX and B_INDEX address
 // element (i, kk) of op(A) and (kk, j) of op(B) for the variant; OPERANDS declares
 // the epilogue operand bindings; EPILOGUE is the chain applied to each result;
-// OUT and UNIFORM are the binding numbers after the operands.
+// B, OUT and UNIFORM are binding numbers. PROLOGUE defines the hooks stage_a (the value
+// staged for element (i, kk) of op(A)), finish_rows (called once after the K loop, in
+// uniform control flow) and row_scale (a factor per tile row applied before the
+// epilogue): matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for
+// FusedRmsNormMatMul.
 //
 // One workgroup computes a 64x64 tile of C with 16x16 invocations, each a 4x4
 // micro-tile (rows ty + 16r, columns tx + 16c, so neighbouring invocations store
@@ -16,10 +20,11 @@ struct Params {
     n: u32,
     tiles_n: u32,  // column tiles, ceil(N / 64)
     tiles: u32,    // all tiles, ceil(M / 64) * tiles_n
+    eps: f32,      // RmsNorm prologue only
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding({{B}}) var<storage, read> b: array<f32>;
 {{OPERANDS}}
 @group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
 @group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
@@ -43,6 +48,8 @@ fn load_b(kk: u32, j: u32) -> f32 {
     return b[{{B_INDEX}}];
 }
 
+{{PROLOGUE}}
+
 fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     var v = acc;
 {{EPILOGUE}}
@@ -65,7 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let l = li + 256u * r;
             let ia = l / TK;
             let ka = l % TK;
-            a_tile[ka * TILE + ia] = load_a(row0 + ia, k0 + ka);
+            a_tile[ka * TILE + ia] = stage_a(r, row0 + ia, k0 + ka);
             let jb = l % TILE;
             let kb = l / TILE;
             b_tile[kb * TILE + jb] = load_b(k0 + kb, col0 + jb);
@@ -81,12 +88,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
+    finish_rows(li);
     for (var r = 0u; r < 4u; r = r + 1u) {
         let i = row0 + lid.y + 16u * r;
+        let scale = row_scale(lid.y + 16u * r);
         for (var c = 0u; c < 4u; c = c + 1u) {
             let j = col0 + lid.x + 16u * c;
             if (i < p.m && j < p.n) {
-                out[i * p.n + j] = epilogue(i, j, acc[r][c]);
+                out[i * p.n + j] = epilogue(i, j, acc[r][c] * scale);
             }
         }
     }

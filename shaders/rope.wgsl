@@ -19,13 +19,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<uniform> p: Params;
 
-// Cody-Waite reduction of an angle to [-pi, pi] before cos/sin (2 pi = C1 + C2, C1 exact
-// in 8 bits so k * C1 is exact for k < 2^16).
-fn reduce_angle(a: f32) -> f32 {
-    let k = round(a * 0.15915494309189535);
-    return (a - k * 6.28125) - k * 0.0019353071795864769;
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

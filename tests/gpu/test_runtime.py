@@ -57,6 +57,67 @@ def test_inputs_and_params_are_not_modified(device):
     assert x.dtype == np.float64
 
 
+def _packed_mlp() -> Graph:
+    # The SwiGLU weights packed side by side (a derived parameter), a Concat of the packed
+    # weight (a dispatch) and a derived parameter that is an output.
+    g = Graph()
+    x = g.input("x", [5, 6])
+    wg, wu, b = g.parameter("wg", [6, 4]), g.parameter("wu", [6, 4]), g.parameter("b", [1, 8])
+    packed = g.concat([wg, wu], axis=1)
+    h = g.swiglu_concat(g.bias_add(g.matmul(x, packed), b))
+    g.set_outputs([h, g.concat([packed, b], axis=0), g.concat([wu, wg], axis=0)])
+    return g
+
+
+def test_derived_parameters_are_packed_once(device):
+    g = _packed_mlp()
+    plan = lower(g)
+    assert len(plan.derived) == 2 and len(plan.dispatches) == g.dispatch_count() == 4
+    assert {n: plan.buffers[i].kind for n, i in plan.parameters.items()} == {
+        "wg": "host", "wu": "host", "b": "parameter"}
+    w = RNG.standard_normal((4, 6))
+    params = {"wg": w.T, "wu": RNG.standard_normal((6, 4)).astype(np.float32), "b": RNG.standard_normal((1, 8))}
+    kept = {k: v.copy() for k, v in params.items()}
+    for arr in params.values():
+        arr.setflags(write=False)
+    s = Session(plan, params, device=device)
+    for _ in range(2):
+        x = {"x": RNG.standard_normal((5, 6))}
+        _close(s.run(x), evaluate(g, x, kept))
+    for k, v in params.items():
+        np.testing.assert_array_equal(v, kept[k])
+        assert v.dtype == kept[k].dtype
+    assert not params["wg"].flags.c_contiguous  # a transposed view was packed correctly
+
+
+def test_parameters_only_packed_get_no_device_buffer(device):
+    g = Graph()
+    x = g.input("x", [3, 8])
+    ws = [g.parameter(name, [4, 8]) for name in ("wq", "wk", "wv")]
+    g.set_outputs([g.matmul_bt(x, g.concat(ws, axis=0))])
+    params = {name: RNG.standard_normal((4, 8)) for name in ("wq", "wk", "wv")}
+    s = Session(g, params, device=device)
+    assert all(s._buffers[s.plan.parameters[name]] is None for name in params)
+    feeds = {"x": RNG.standard_normal((3, 8))}
+    for _ in range(2):
+        _close(s.run(feeds), evaluate(g, feeds, params))
+    with pytest.raises(InputError, match=r"'wv' \(f32\[4,8\]\)"):  # packed sources are still checked
+        Session(g, {"wq": params["wq"], "wk": params["wk"]}, device=device)
+
+
+def test_concat_and_slice_copy_u32_indices(device):
+    g = Graph()
+    a, b = g.input("a", [2, 3], DType.U32), g.input("b", [2, 2], DType.U32)
+    both = g.concat([a, b], axis=1)
+    g.set_outputs([both, g.slice_cols(both, 1, 3)])
+    feeds = {"a": np.array([[0, 1, 2**32 - 1], [7, 8, 9]]), "b": np.array([[2**31, 5], [6, 2**23 + 1]])}
+    got = Session(g, {}, device=device).run(feeds)
+    want = np.concatenate([feeds["a"], feeds["b"]], axis=1).astype(np.uint32)
+    assert got[0].dtype == np.uint32
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[1], want[:, 1:4])
+
+
 def test_adapter_is_described(device):
     s = Session(_linear(), _params(), device=device)
     assert s.adapter.count(" / ") == 2

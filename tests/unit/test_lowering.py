@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import DType, Graph, GraphError, LoweringError
-from eggfuse.lowering import KERNELS, lower
+from eggfuse.lowering import KERNELS, DerivedParameter, lower
 from eggfuse.lowering.kernels import broadcast_strides, matmul_source
 from eggfuse.lowering.limits import limit_name, split_grid
 from eggfuse.lowering.wgsl import render, uniform_bytes
@@ -63,6 +63,43 @@ def test_one_dispatch_per_live_op_with_bindings_in_order():
         assert len(d.params) % 16 == 0 and "{{" not in d.source
         assert f"@binding({len(d.bindings)}) var<uniform>" in d.source
         assert d.label.startswith(f"node {d.node} {d.op}(")
+
+
+def _packed_qkv() -> Graph:
+    # QKV weights packed into one derived parameter; wo is packed and also read by a dispatch.
+    g = Graph()
+    x = g.input("x", [3, 8])
+    ws = [g.parameter(name, [4, 8]) for name in ("wq", "wk", "wv", "wo")]
+    packed = g.concat(ws, axis=0)
+    qkvo = g.matmul_bt(x, packed)
+    mixed = g.concat([x, qkvo], axis=1)  # reads an input: a dispatch
+    g.set_outputs([mixed, g.matmul_bt(x, ws[3])])
+    return g
+
+
+def test_derived_concat_is_packed_not_dispatched():
+    g = _packed_qkv()
+    plan = lower(g)
+    assert len(plan.dispatches) == g.dispatch_count() == 3
+    assert [d.op for d in plan.dispatches] == ["MatMulBT", "Concat", "MatMulBT"]
+    (index,) = plan.derived
+    assert plan.derived[index] == DerivedParameter(("wq", "wk", "wv", "wo"), 0)
+    assert plan.buffers[index].kind == "derived" and plan.buffers[index].shape == (16, 8)
+    assert plan.dispatches[0].inputs == (plan.inputs["x"], index)
+    kinds = {name: plan.buffers[i].kind for name, i in plan.parameters.items()}
+    assert kinds == {"wq": "host", "wk": "host", "wv": "host", "wo": "parameter"}
+    bound = {i for d in plan.dispatches for i in d.bindings} | set(plan.outputs)
+    assert all(plan.buffers[plan.parameters[n]].index not in bound for n in ("wq", "wk", "wv"))
+    assert "derived Concat%5 f32[16,8] (512 B) = Concat(axis=0: wq, wk, wv, wo)" in plan.summary()
+
+
+def test_derived_concat_that_is_an_output_keeps_its_sources_on_the_device():
+    g = Graph()
+    a, b = g.parameter("a", [2, 3]), g.parameter("b", [2, 1])
+    g.set_outputs([g.concat([a, b], axis=1), a])
+    plan = lower(g)
+    assert plan.dispatches == [] and g.dispatch_count() == 0
+    assert [plan.buffers[plan.parameters[n]].kind for n in ("a", "b")] == ["parameter", "host"]
 
 
 def test_op_without_kernel_is_named(monkeypatch):
@@ -126,6 +163,17 @@ def test_matmul_template_epilogue_and_variants():
     assert "b[j * p.k + kk]" in src and "a[i * p.k + kk]" in src
     assert "a[kk * p.m + i]" in matmul_source("AT", ())
     assert src.count("fn gelu_erf") == 1  # helpers included once, not copied
+    assert "w_norm" not in src and "fn stage_a" in src
+
+
+def test_matmul_template_rms_norm_prologue():
+    src = matmul_source("BT", ("bias", "add"), rms_norm=True)
+    assert "@binding(1) var<storage, read> w_norm" in src and "@binding(2) var<storage, read> b" in src
+    assert "@binding(3) var<storage, read> e0" in src and "@binding(4) var<storage, read> e1" in src
+    assert "@binding(5) var<storage, read_write> out" in src and "@binding(6) var<uniform> p" in src
+    assert src.count("fn stage_a") == 1 and "row_rstd" in src
+    with pytest.raises(LoweringError, match="'AT'"):
+        matmul_source("AT", (), rms_norm=True)
 
 
 def test_render_rejects_unfilled_and_unknown_slots():
@@ -153,10 +201,17 @@ def test_every_kernel_renders():
             g.layer_norm(x, g.parameter("lw", [8]), g.parameter("lb", [8])),
             g.rms_norm(x, g.parameter("rw", [8])), g.softmax(x), g.transpose(x), g.mean_all(x), g.sum_all(x),
             g.swiglu(x, x), g.mul(x, x), g.matmul_at(x, x), g.matmul_bt(x, w),
-            g.embedding(g.input("ids", [3], DType.U32), w)]
+            g.embedding(g.input("ids", [3], DType.U32), w),
+            g.add_node("FusedRmsNormMatMul", (x, g.parameter("nw", [8]), w), eps=1e-5, variant="BT",
+                       epilogue=("Silu",)),
+            g.concat([x, w], axis=0), g.concat([w, g.parameter("w2", [8, 8])], axis=1), g.slice_cols(x, 2, 3),
+            g.swiglu_concat(x), g.causal_attention_rope(x, x, x, 2, 2, 4, 10000.0, pairing="adjacent"),
+            g.group_norm(g.reshape(x, [2, 4, 4]), g.parameter("gw", [4]), g.parameter("gb", [4]), 2),
+            g.add_node("GroupNormSilu", (g.reshape(x, [1, 8, 4]), g.parameter("sw", [8]), g.parameter("sb", [8])),
+                       num_groups=4, eps=1e-5)]
     g.set_outputs(outs)
     plan = lower(g)
-    assert len(plan.dispatches) == g.dispatch_count()
+    assert len(plan.dispatches) == g.dispatch_count() and len(plan.derived) == 1  # Concat(w, w2)
     assert all("{{" not in d.source for d in plan.dispatches)
 
 

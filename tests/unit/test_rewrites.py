@@ -172,7 +172,7 @@ def test_ilp_is_never_worse_than_greedy():
     g.set_outputs([h])
     _, rep = check(g, extractor="auto")
     assert rep.ilp_optimal and rep.ilp_cost <= rep.greedy_cost
-    assert rep.extracted_cost == min(rep.ilp_cost, rep.greedy_cost)
+    assert rep.cost_after == min(rep.ilp_cost, rep.greedy_cost)
 
 
 def test_extracted_cost_matches_graph_cost():
@@ -186,7 +186,7 @@ def test_extracted_cost_matches_graph_cost():
     g.set_outputs([h])
     model = CostModel()
     out, rep = check(g, cost_model=model)
-    assert rep.extracted_cost == model.graph_cost(out) == rep.cost_after
+    assert rep.greedy_cost == model.graph_cost(out) == rep.cost_after
     assert rep.dispatches_after == 3
 
 
