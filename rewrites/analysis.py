@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, rule, ruleset, set_
 
-from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, numel, shape
+from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, last_step, numel, shape
 
 shape_analysis_ruleset = ruleset(name="shape_analysis")
 
@@ -84,6 +84,11 @@ def _epilogue_facts(e: Epi, inner: Epi, d: T, op: String):
                name="epilogue_without_add(e+[bias d])").then(epilogue_without_add(e))
     yield rule(eq(e).to(Epi.act(inner, op)), epilogue_without_add(inner),
                name="epilogue_without_add(e+[U])").then(epilogue_without_add(e))
+    # last_step(e): the name of e's last step ("" for an empty epilogue)
+    yield rule(eq(e).to(Epi.none()), name="last_step([])").then(set_(last_step(e)).to(String("")))
+    yield rule(eq(e).to(Epi.bias(inner, d)), name="last_step(e+[bias d])").then(set_(last_step(e)).to(String("bias")))
+    yield rule(eq(e).to(Epi.add(inner, d)), name="last_step(e+[add d])").then(set_(last_step(e)).to(String("add")))
+    yield rule(eq(e).to(Epi.act(inner, op)), name="last_step(e+[U])").then(set_(last_step(e)).to(op))
 
 
 @shape_analysis_ruleset.register

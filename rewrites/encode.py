@@ -159,10 +159,11 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         lines.append(f"(let $n{node.id} {render(term)})")
         lines.append(f"(set ({shape_fn} $n{node.id}) {render(Shape(node.type.shape))})")
     lines.extend(render(f) for f in _rope_attention_facts(enc))
-    root = Call(TList.nil, ())
-    for out in reversed(graph.outputs):
-        root = Call(TList.cons, (Ref(out), root))
-    lines.append(f"(let $outputs {render(root)})")
+    # the output list, one let per cell (a training graph has hundreds of outputs)
+    lines.append(f"(let $out{len(graph.outputs)} {render(Call(TList.nil, ()))})")
+    for i in range(len(graph.outputs) - 1, -1, -1):
+        cell = f"({render.name(TList.cons)} $n{graph.outputs[i]} $out{i + 1})"
+        lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} {cell})")
     enc.program = "\n".join(lines)
     state = egraph._state
     state.run_program(*state.egraph.parse_program(enc.program))

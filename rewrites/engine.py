@@ -17,13 +17,16 @@ from .attention import attention_ruleset
 from .cost import CostModel
 from .encode import Encoding, encode
 from .extract import extract_greedy, rebuild
+from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .matmul_epilogue import matmul_epilogue_ruleset
 from .norms import norm_fusion_ruleset
-from .sorts import Epi, T, TList, epilogue_without_add, numel, rope_fits_attention, shape
+from .problem import build_problem
+from .sorts import Epi, T, TList, epilogue_without_add, last_step, numel, rope_fits_attention, shape
 from .swiglu import swiglu_ruleset
 
-_ANALYSIS_FUNCTIONS = {shape, numel, epilogue_without_add, rope_fits_attention}
+EXTRACTORS = ("ilp", "greedy", "compare", "egglog-greedy")
+_ANALYSIS_FUNCTIONS = {shape, numel, epilogue_without_add, last_step, rope_fits_attention}
 
 #: The optimisation rulesets run by default, in schedule order.
 OPTIMIZATION_RULESETS: tuple[Ruleset, ...] = (
@@ -175,8 +178,8 @@ def optimize(
     *,
     cost_model: CostModel | None = None,
     rulesets: Sequence[Ruleset] | None = None,
-    extractor: str = "auto",
-    ilp_max_enodes: int = 4000,
+    extractor: str = "ilp",
+    ilp_time_limit_s: float = 20.0,
     match_limit: int = 20_000,
     max_iterations: int = 50,
     max_enodes: int = 200_000,
@@ -195,39 +198,49 @@ def optimize(
     e-nodes or after ``time_limit_s`` seconds.
 
     Extraction picks, for all outputs at once, the DAG of least total cost under
-    ``cost_model`` (default :class:`CostModel`): ``extractor="greedy"`` runs egglog's
-    Rust greedy-DAG extractor, ``"ilp"`` the optimal integer program of :mod:`.ilp`,
-    ``"auto"`` (default) both when the e-graph has at most ``ilp_max_enodes`` e-nodes and
-    keeps the cheaper. A greedy result that costs more than the input graph is replaced by
-    the input itself (also a term of the e-graph), so optimising never makes a graph worse.
+    ``cost_model`` (default :class:`CostModel`). ``extractor="ilp"`` (default) solves the
+    integer program of :mod:`.ilp` (optimal; if ``ilp_time_limit_s`` runs out first, the
+    better of its best solution and the greedy one); ``"greedy"`` runs the vectorised
+    greedy-DAG extractor of :mod:`.greedy` alone; ``"compare"`` runs both and reports
+    both costs (the greedy gap); ``"egglog-greedy"`` runs egglog's own Rust greedy-DAG
+    extractor (kept for comparison: it is slow on deep training graphs). A greedy result
+    that costs more than the input graph is replaced by the input itself (also a term of
+    the e-graph), so optimising never makes a graph worse.
 
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
     raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
     graph is not modified. Raises ``ValueError`` for an unknown ``extractor``.
     """
-    if extractor not in ("auto", "greedy", "ilp"):
-        raise ValueError(f"extractor must be 'auto', 'greedy' or 'ilp', got {extractor!r}")
+    if extractor not in EXTRACTORS:
+        raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
     model = cost_model or CostModel()
     rulesets = tuple(OPTIMIZATION_RULESETS if rulesets is None else rulesets)
     rep = Report(nodes_before=len(graph.live_nodes()), dispatches_before=graph.dispatch_count(),
                  cost_before=model.graph_cost(graph))
-    start = time.perf_counter()
     enc = saturate(graph, rep, rulesets=rulesets, match_limit=match_limit, max_iterations=max_iterations,
                    max_enodes=max_enodes, time_limit_s=time_limit_s, record=dump_egglog is not None)
     egraph = enc.egraph
 
     t = time.perf_counter()
-    dag = extract_greedy(enc, model)
-    rep.greedy_cost, rep.extractor = dag.cost, "greedy"
-    if extractor == "ilp" or (extractor == "auto" and rep.enodes <= ilp_max_enodes):
-        ilp = extract_ilp(enc, model, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - start)))
-        rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
-        if extractor == "ilp" or ilp.cost < dag.cost:
+    if extractor == "egglog-greedy":
+        dag = extract_greedy(enc, model)
+        rep.greedy_cost, rep.extractor = dag.cost, "egglog-greedy"
+    else:
+        problem = build_problem(enc, model)
+        dag = None
+        if extractor in ("ilp", "compare"):
+            ilp = extract_ilp(problem, time_limit_s=ilp_time_limit_s)
+            rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
             dag, rep.extractor = ilp.dag, "ilp"
+        if extractor in ("greedy", "compare") or not rep.ilp_optimal:
+            greedy = problem.term(extract_greedy_dag(problem))
+            rep.greedy_cost = greedy.cost
+            if dag is None or greedy.cost < dag.cost:
+                dag, rep.extractor = greedy, "greedy"
     keep_input = dag.cost > rep.cost_before
     if keep_input:
-        rep.extractor = "input (greedy was worse)"
+        rep.extractor = f"input ({rep.extractor} result cost more)"
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
     t = time.perf_counter()

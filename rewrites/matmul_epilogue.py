@@ -7,10 +7,10 @@ the unfused term stays in its e-class, and extraction decides which one pays.
 
 from __future__ import annotations
 
-from egglog import String, Vec, eq, i64, ruleset
+from egglog import String, Vec, eq, i64, ne, ruleset
 
 from .dsl import equal
-from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, shape
+from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, last_step, shape
 
 matmul_epilogue_ruleset = ruleset(name="matmul_epilogue")
 
@@ -47,8 +47,10 @@ def _fold_add(mm: T, d: T, a: T, b: T, v: String, e: Epi, s: Vec[i64], sd: Vec[i
 
 
 @matmul_epilogue_ruleset.register
-def _fold_unary(a: T, b: T, v: String, e: Epi):
-    # U(FusedMatMul(v,a,b,e)) -> FusedMatMul(v,a,b,e+[U])   for U in Relu, Sigmoid, Tanh, Neg, Gelu, GeluTanh, Silu
+def _fold_unary(a: T, b: T, v: String, e: Epi, last: String):
+    # U(FusedMatMul(v,a,b,e)) -> FusedMatMul(v,a,b,e+[U])   for U in Relu, Sigmoid, Tanh, Neg, Gelu, GeluTanh, Silu,
+    # unless e already ends with U: with Relu(Relu(x)) = Relu(x) or Neg(Neg(x)) = x in the e-graph a
+    # class contains U of itself, and folding U again would grow the chain forever
     for op, ctor in UNARY_CONSTRUCTORS.items():
         yield equal(f"{op}(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[{op}])", ctor(T.fused_matmul(v, a, b, e)),
-                    T.fused_matmul(v, a, b, Epi.act(e, op)))
+                    T.fused_matmul(v, a, b, Epi.act(e, op)), eq(last_step(e)).to(last), ne(last).to(String(op)))

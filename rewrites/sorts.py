@@ -17,7 +17,7 @@ change.
 
 from __future__ import annotations
 
-from egglog import Expr, StringLike, Unit, Vec, function, i64, i64Like
+from egglog import Expr, String, StringLike, Unit, Vec, function, i64, i64Like
 
 
 class T(Expr):
@@ -158,6 +158,10 @@ def numel(t: T) -> i64: ...
 
 @function
 def epilogue_without_add(e: Epi) -> Unit: ...
+
+
+@function
+def last_step(e: Epi) -> String: ...
 
 
 @function

@@ -1,0 +1,134 @@
+"""The extraction problem read from a saturated e-graph: e-classes, candidate e-nodes, costs.
+
+egglog serialises the e-graph (e-nodes with their e-class and children); this module
+keeps the e-nodes of the tensor, epilogue and output-list sorts reachable from the
+outputs, prices each with :func:`~.cost.enode_cost` (sizes from the ``numel``
+analysis) and turns a choice of one e-node per e-class into a :class:`~.extract.TermDag`.
+Both the greedy and the ILP extractor solve this problem.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import RewriteError
+from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
+from .encode import Encoding
+from .extract import ARG_SORTS, TermDag
+
+_SORTS = ("T", "Epi", "TList")
+
+
+@dataclass
+class Problem:
+    """``classes[i]`` an e-class id; e-node j is in class ``node_class[j]``, costs
+    ``cost[j]`` and needs the classes ``node_children[j]`` (distinct, sorted;
+    ``node_args[j]`` lists them in argument order); ``root`` is the outputs' class."""
+
+    classes: list[str]
+    class_nodes: list[list[int]]
+    node_ids: list[str]
+    node_class: np.ndarray
+    node_children: list[list[int]]
+    node_args: list[list[int]]
+    cost: np.ndarray
+    root: int
+    raw: dict
+
+    def term(self, choice: dict[int, int]) -> TermDag:
+        """The :class:`TermDag` of ``choice`` (class index -> chosen e-node index) from the root;
+        its cost is the sum of the chosen e-nodes' costs, each e-class reached counted once."""
+        nodes = self.raw["nodes"]
+        cost = 0.0
+        index: dict[int, int] = {}
+        out: list[tuple[str, tuple]] = []
+        stack = [(self.root, False)]
+        while stack:
+            c, ready = stack.pop()
+            if c in index:
+                continue
+            j = choice[c]
+            if not ready:
+                stack.append((c, True))
+                stack.extend((k, False) for k in self.node_children[j] if k not in index)
+                continue
+            node = nodes[self.node_ids[j]]
+            args = []
+            kids = iter(self.node_args[j])
+            for ch, sort in zip(node["children"], ARG_SORTS[node["op"]], strict=True):
+                if sort in _SORTS:
+                    args.append(index[next(kids)])
+                else:
+                    args.append(self._literal(ch))
+            index[c] = len(out)
+            out.append((node["op"], tuple(args)))
+            cost += self.cost[j]
+        return TermDag(out, index[self.root], int(round(cost)))
+
+    def _literal(self, node_id: str):
+        nodes = self.raw["nodes"]
+        node = nodes[node_id]
+        if node["op"] == "Vec":
+            return tuple(int(nodes[g]["op"]) for g in node["children"])
+        op = node["op"]
+        return json.loads(op) if op.startswith('"') else int(op)
+
+
+def build_problem(enc: Encoding, model: CostModel) -> Problem:
+    """Read the e-graph of ``enc`` and price every candidate e-node under ``model``.
+
+    Raises :class:`RewriteError` when an e-class the outputs need has no size.
+    """
+    raw = json.loads(enc.egraph._serialize(split_primitive_outputs=False).to_json())
+    nodes, class_data = raw["nodes"], raw["class_data"]
+    cls = {nid: n["eclass"] for nid, n in nodes.items()}
+    value = {n["eclass"]: n["op"] for nid, n in nodes.items() if nid.startswith("primitive-") and not n["children"]}
+    numel = {cls[n["children"][0]]: int(value[n["eclass"]]) for n in nodes.values() if n["op"] == "numel"}
+    members: dict[str, list[str]] = {}
+    for nid, n in nodes.items():
+        if "." in n["op"] and n["op"].split(".", 1)[0] in _SORTS:
+            members.setdefault(n["eclass"], []).append(nid)
+    root_class = next(c for c, d in class_data.items() if d.get("let") == "$outputs")
+
+    def sorted_kids(nid: str) -> list[str]:
+        n = nodes[nid]
+        return [cls[ch] for ch, s in zip(n["children"], ARG_SORTS[n["op"]], strict=True) if s in _SORTS]
+
+    reach, stack = {root_class}, [root_class]
+    while stack:
+        for nid in members.get(stack.pop(), []):
+            for c in sorted_kids(nid):
+                if c not in reach:
+                    reach.add(c)
+                    stack.append(c)
+    classes = sorted(reach)
+    cindex = {c: i for i, c in enumerate(classes)}
+    node_ids = [nid for c in classes for nid in members.get(c, [])]
+
+    def nbytes(c: str) -> int:
+        if c not in numel:
+            raise RewriteError(f"the shape analysis gave no size for e-class {c}")
+        return numel[c] * 4
+
+    cost = np.zeros(len(node_ids))
+    children, ordered = [], []
+    for j, nid in enumerate(node_ids):
+        n = nodes[nid]
+        kids = sorted_kids(nid)
+        ordered.append([cindex[c] for c in kids])
+        children.append(sorted(set(ordered[-1])))
+        if n["op"] in FREE_CONSTRUCTORS:
+            continue
+        sorts = ARG_SORTS[n["op"]]
+        tensor_kids = [nbytes(cls[ch]) for ch, s in zip(n["children"], sorts, strict=True) if s == "T"]
+        out = nbytes(n["eclass"]) if n["op"].startswith("T.") else 0
+        op = json.loads(value[cls[n["children"][0]]]) if n["op"] in GENERIC_NAMES else None
+        cost[j] = enode_cost(model, n["op"], tensor_kids, out, op)
+    class_nodes = [[] for _ in classes]
+    node_class = np.array([cindex[cls[nid]] for nid in node_ids], dtype=np.int64)
+    for j, c in enumerate(node_class):
+        class_nodes[c].append(j)
+    return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw)
