@@ -41,44 +41,57 @@ def extract_ilp(problem: Problem, time_limit_s: float = 60.0) -> IlpResult:
     """
     t0 = time.perf_counter()
     n_nodes = len(problem.node_ids)
-    rows, cols, vals, lo, hi = [], [], [], [], []
+    rows: list[np.ndarray] = []  # constraint matrix in triplets, built a block at a time
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
+    n_rows = 0
 
-    def constraint(coeffs: dict[int, float], lower: float, upper: float) -> None:
-        r = len(lo)
-        for j, v in coeffs.items():
-            rows.append(r)
-            cols.append(j)
-            vals.append(v)
-        lo.append(lower)
-        hi.append(upper)
+    def block(r, c, v, lower, upper) -> None:
+        nonlocal n_rows
+        rows.append(np.asarray(r) + n_rows)
+        cols.append(np.asarray(c))
+        vals.append(np.asarray(v, dtype=float))
+        lo.append(np.asarray(lower, dtype=float))
+        hi.append(np.asarray(upper, dtype=float))
+        n_rows += len(lower)
 
-    constraint({j: 1.0 for j in problem.class_nodes[problem.root]}, 1, 1)
-    for members in problem.class_nodes:
-        if len(members) > 1:
-            constraint({j: 1.0 for j in members}, -np.inf, 1)
-    class_graph = nx.DiGraph()
-    for j, kids in enumerate(problem.node_children):
-        c = int(problem.node_class[j])
-        for k in kids:
-            coeffs = {m: -1.0 for m in problem.class_nodes[k]}
-            coeffs[j] = coeffs.get(j, 0.0) + 1.0
-            constraint(coeffs, -np.inf, 0)
-            class_graph.add_edge(c, k, node=j)
+    # the root class has one chosen e-node; every other class at most one
+    multi = [m for i, m in enumerate(problem.class_nodes) if len(m) > 1 or i == problem.root]
+    r = np.repeat(np.arange(len(multi)), [len(m) for m in multi])
+    is_root = np.array([i == problem.root for i, m in enumerate(problem.class_nodes)
+                        if len(m) > 1 or i == problem.root])
+    block(r, np.concatenate(multi), np.ones(len(r)), np.where(is_root, 1.0, -np.inf), np.ones(len(multi)))
+    # a chosen e-node's child classes have a chosen e-node: x_j - sum_{m in k} x_m <= 0
+    edges = [(j, k) for j, kids in enumerate(problem.node_children) for k in kids]
+    sizes = np.array([len(problem.class_nodes[k]) for _, k in edges])
+    r = np.repeat(np.arange(len(edges)), sizes + 1)
+    c: list[int] = []
+    v: list[float] = []
+    for j, k in edges:
+        c.append(j)
+        c.extend(problem.class_nodes[k])
+        v.append(1.0)
+        v.extend([-1.0] * len(problem.class_nodes[k]))
+    block(r, np.array(c, dtype=np.int64), v, np.full(len(edges), -np.inf), np.zeros(len(edges)))
 
-    # order variables only where the class graph has cycles
+    # order variables only where the class graph has cycles: x_j -> t_u >= t_v + 1
+    class_graph = nx.DiGraph((int(problem.node_class[j]), k, {"node": j}) for j, k in edges)
     cyclic = [s for s in nx.strongly_connected_components(class_graph)
               if len(s) > 1 or any(class_graph.has_edge(c, c) for c in s)]
     order = {c: n_nodes + i for i, c in enumerate(c for s in cyclic for c in s)}
     big = len(order) + 1
-    for u, v, d in class_graph.edges(data=True):
-        if u in order and v in order:
-            if u == v:  # a self-loop e-node can never be chosen
-                constraint({d["node"]: 1.0}, 0, 0)
-            else:  # x_n -> t_u >= t_v + 1
-                constraint({order[u]: 1.0, order[v]: -1.0, d["node"]: -float(big)}, 1 - big, np.inf)
+    for u, v_, d in class_graph.edges(data=True):
+        if u in order and v_ in order:
+            if u == v_:  # a self-loop e-node can never be chosen
+                block([0], [d["node"]], [1.0], [0.0], [0.0])
+            else:
+                block([0, 0, 0], [order[u], order[v_], d["node"]], [1.0, -1.0, -float(big)], [1 - big], [np.inf])
 
     nvar = n_nodes + len(order)
-    a = coo_array((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
+    a = coo_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, nvar)).tocsr()
+    lo, hi = np.concatenate(lo), np.concatenate(hi)
     integrality = np.r_[np.ones(n_nodes), np.zeros(len(order))]
     bounds = Bounds(np.zeros(nvar), np.r_[np.ones(n_nodes), np.full(len(order), float(big))])
     res = milp(np.r_[problem.cost, np.zeros(len(order))], constraints=LinearConstraint(a, lo, hi),
