@@ -1,5 +1,6 @@
 """Lowering: Graph -> ExecutionPlan (buffers, dispatches with specialised WGSL)."""
 
+from . import kernels_backward  # noqa: F401  (registers the training ops' kernels)
 from .kernels import KERNELS, UNARY_WGSL
 from .limits import DEFAULT_LIMITS, limit_name
 from .plan import BufferSpec, DerivedParameter, Dispatch, ExecutionPlan, check_limits, lower

@@ -9,7 +9,8 @@ shape; templating is used only where the code's structure changes (epilogue chai
 the RmsNorm prologue of the matmul, the unary/binary expression, attention masking, head
 size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
 kernel fills hook functions from its own file (``matmul_prologue_*.wgsl``,
-``attention_qk*.wgsl``) instead of copying the kernel.
+``attention_qk*.wgsl``) instead of copying the kernel. The entries of the training ops
+(losses, gradients) live in :mod:`.kernels_backward`; RoPEGrad shares RoPE's below.
 """
 
 from __future__ import annotations
@@ -319,16 +320,20 @@ def _inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
     return inv_freq + [0.0] * (slots - len(inv_freq))
 
 
-@kernel("RoPE")
+@kernel("RoPE", "RoPEGrad")
 def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
+    # RoPEGrad rotates every pair by the opposite angle, R(pos)^T = R(-pos): the same
+    # kernel with the frequencies negated.
     rows, width = node.type.shape
     a = node.attrs
     hd = a["head_dim"]
     if hd > MAX_ROPE_HEAD_DIM:
-        raise LoweringError(f"RoPE (node {node.id}, {node.type}): head_dim {hd} is above the "
+        raise LoweringError(f"{node.op} (node {node.id}, {node.type}): head_dim {hd} is above the "
                             f"kernel's maximum of {MAX_ROPE_HEAD_DIM}")
     n = rows * width // 2
-    params = uniform_bytes(*_inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2), n, width // 2, hd // 2,
+    sign = -1.0 if node.op == "RoPEGrad" else 1.0
+    inv_freq = [sign * f for f in _inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2)]
+    params = uniform_bytes(*inv_freq, n, width // 2, hd // 2,
                            rows // a["batch"], float(a["pos_offset"]), int(a["pairing"] == "adjacent"))
     return KernelCall("rope", render("rope.wgsl"), params, _elementwise_groups(n))
 

@@ -94,8 +94,9 @@ class ExecutionPlan:
     graph's output order, with ``output_types`` (several outputs may share a buffer).
     ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
     ignored at run time); ``index_bounds`` maps a u32 input to the rows of the smallest
-    table it indexes. ``derived`` maps the buffer index of each derived parameter to how it
-    is packed. ``limits`` are the device limits the plan was checked against.
+    table it indexes (Embedding) or writes (ScatterAdd). ``derived`` maps the buffer index
+    of each derived parameter to how it is packed. ``limits`` are the device limits the plan
+    was checked against.
     """
 
     buffers: list[BufferSpec]
@@ -216,19 +217,23 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
 
 def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
     # The runtime rejects out-of-range indices in an input, as the reference does; a
-    # constant index table is checked here once.
+    # constant index table is checked here once. Embedding reads table rows, ScatterAdd
+    # (its gradient) writes vocab_size rows.
     bounds: dict[str, int] = {}
     for node in live:
-        if node.op != "Embedding":
+        if node.op == "Embedding":
+            rows = graph.node(node.inputs[1]).type.shape[0]
+        elif node.op == "ScatterAdd":
+            rows = node.attrs["vocab_size"]
+        else:
             continue
         src = graph.node(node.inputs[0])
         while src.op == "Identity":
             src = graph.node(src.inputs[0])
-        rows = graph.node(node.inputs[1]).type.shape[0]
         if src.op == "Input":
             bounds[src.attrs["name"]] = min(rows, bounds.get(src.attrs["name"], rows))
         elif src.op == "Constant" and np.any(src.attrs["value"] >= rows):
-            raise LoweringError(f"Embedding node {node.id}: constant indices reach "
+            raise LoweringError(f"{node.op} node {node.id}: constant indices reach "
                                 f"{int(np.max(src.attrs['value']))}, the table has {rows} rows")
     return bounds
 

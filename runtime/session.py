@@ -102,8 +102,8 @@ class Session:
         for name, rows in plan.index_bounds.items():
             arr = values[name]
             if arr.size and int(arr.max()) >= rows:
-                raise InputError(f"input {name!r}: index {int(arr.max())} out of range for an "
-                                 f"Embedding table of {rows} rows")
+                raise InputError(f"input {name!r}: index {int(arr.max())} out of range for a "
+                                 f"table of {rows} rows (Embedding / ScatterAdd)")
         device = self.device
         with device_errors("running the plan"):
             for name, arr in values.items():

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
-from eggfuse.ir.ops_backward import GRAD_OPS
 from eggfuse.lowering import KERNELS, lower
 from eggfuse.runtime import Session
 
@@ -240,10 +239,140 @@ ROWS: list[Row] = [
 ]
 
 
-def test_every_forward_op_has_a_kernel_and_every_kernel_a_row():
-    # The backward ops (ir/ops_backward.py) have references and autodiff but no kernels yet.
-    forward = {op for op in OPS if OPS[op].dispatches and op not in GRAD_OPS}
-    assert forward <= set(KERNELS), forward - set(KERNELS)
+# --- training ops (ir/ops_backward.py) ---------------------------------------------------------
+
+
+def _grad_unary(op: str, shape) -> Row:
+    return Row(f"{op}Grad", f"{op}Grad{list(shape)}",
+               lambda g: g.add_node(f"{op}Grad", (g.input("dy", shape), g.input("x", shape))), scale=3.0)
+
+
+def _grad_unary_precision(op: str) -> Row:
+    # dy = 1 over a dense sweep of x: the derivative itself, with a bound of a few f32 ulps
+    # of the largest derivative (the erf / tanh approximations and exp of the forward kernels).
+    x = np.linspace(-10.0, 10.0, 4001)
+    return Row(f"{op}Grad", f"{op}Grad-precision",
+               lambda g: g.add_node(f"{op}Grad", (g.input("dy", [x.size]), g.input("x", [x.size]))),
+               {"dy": np.ones_like(x), "x": x}, rtol=1e-6, atol=1e-6)
+
+
+def _inputs(op: str, names: str, shapes, attrs=None, feeds=None, tag="", row_id=None, **kw) -> Row:
+    # op applied to f32 inputs named by the words of ``names``, one per shape; the row id is
+    # the op, the shapes and ``tag`` unless ``row_id`` is given
+    def build(g: Graph) -> int:
+        return g.add_node(op, [g.input(n, s) for n, s in zip(names.split(), shapes, strict=True)], **(attrs or {}))
+
+    row_id = row_id or f"{op}{''.join(str(list(s)) for s in shapes)}{tag}"
+    return Row(op, row_id, build, feeds or {}, **kw)
+
+
+def _cross_entropy(op: str, rows: int, v: int, soft: bool = False) -> Row:
+    # One-hot labels with an all-zero (padding) row; row 0's logits are 1e3, 999, 0, -1e3.
+    # ``soft`` gives every row a distribution instead (rows summing to 1, one to 0.5).
+    rng = np.random.default_rng(rows * 100 + v)
+    logits = 3.0 * rng.standard_normal((rows, v))
+    logits[0, :4] = [1e3, 999.0, 0.0, -1e3]
+    if soft:
+        labels = rng.random((rows, v))
+        labels /= labels.sum(axis=1, keepdims=True)
+        labels[-1] *= 0.5
+    else:
+        labels = np.eye(v)[rng.integers(0, v, rows)]
+        labels[0] = np.eye(v)[1]
+        labels[rows // 2] = 0.0
+    return _inputs(op, "logits labels", [[rows, v]] * 2, feeds={"logits": logits, "labels": labels},
+                   tag="-soft" if soft else "-onehot")
+
+
+def _norm_grad(op: str, rows: int, n: int, shift: float = 0.0) -> Row:
+    # ``shift`` moves every x away from 0: a mean rounded to f32 would shift every xhat.
+    names, shapes = ("dy x w", [[rows, n]] * 2 + [[n]]) if op.endswith("X") else ("dy x", [[rows, n]] * 2)
+    feeds = {"x": shift + 2.0 * np.random.default_rng(rows + n).standard_normal((rows, n))} if shift else {}
+    return _inputs(op, names, shapes, {"eps": 1e-5}, feeds, f"-shift{shift:g}" if shift else "", scale=3.0)
+
+
+def _group_norm_grad(op: str, n: int, c: int, size: int, groups: int, shift: float = 0.0) -> Row:
+    rng = np.random.default_rng(n * 1000 + c * 10 + size)
+    feeds = {"x": shift + 2.0 * rng.standard_normal((n, c, size))} if shift else {}
+    names, shapes = "dy x", [[n, c, size]] * 2
+    if op == "GroupNormGradInput":
+        names, shapes = "dy x w", [*shapes, [c]]
+    tag = f"g{groups}" + (f"-shift{shift:g}" if shift else "")
+    return _inputs(op, names, shapes, {"num_groups": groups, "eps": 1e-5}, feeds, tag, scale=3.0)
+
+
+def _scatter_add(ids: list[int], vocab: int, width: int) -> Row:
+    def build(g: Graph) -> int:
+        return g.add_node("ScatterAdd", (g.input("ids", [len(ids)], DType.U32), g.input("src", [len(ids), width])),
+                          vocab_size=vocab)
+
+    return Row("ScatterAdd", f"ScatterAdd[{len(ids)}x{width}]->{vocab}", build, {"ids": np.array(ids)})
+
+
+def _rope_grad(pairing: str, batch: int, offset: int) -> Row:
+    return _inputs("RoPEGrad", "dy", [[10, 16]], dict(theta=10000.0, head_dim=8, pos_offset=offset,
+                                                      pairing=pairing, batch=batch),
+                   tag=f"-{pairing}-b{batch}-off{offset}")
+
+
+def _attention_grad(part: str, causal: bool, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None) -> Row:
+    rows = batch * seq
+    names, shapes = "dO q k v", [[rows, nh * hd], [rows, nh * hd], [rows, nkv * hd], [rows, nkv * hd]]
+    feeds = {}
+    if mask is not None:
+        names, shapes = names + " key_mask", [*shapes, [batch, seq]]
+        feeds = {"key_mask": np.asarray(mask, dtype=np.float32)}
+    attrs = dict(causal=causal, num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
+    tag = f"[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]" + ("-causal" if causal else "") + ("-mask" if mask else "")
+    op = f"AttentionGrad{part}"
+    return _inputs(op, names, shapes, attrs, feeds, row_id=op + tag, scale=2.0)
+
+
+_REPEATS = [0, 10, 3, 3, 7, 1, 10, 0, 5, 3]
+_MANY = [(7 * t) % 13 % 7 for t in range(300)]  # 300 indices (two chunks of 256), every row repeated
+
+ROWS += [
+    *[_grad_unary(op, shape) for op in ("Relu", "Sigmoid", "Tanh", "Gelu", "GeluTanh", "Silu")
+      for shape in ([1], [7, 13], [65, 33])],
+    *[_grad_unary_precision(op) for op in ("Sigmoid", "Tanh", "Gelu", "GeluTanh", "Silu")],
+    *[_inputs("SwiGLUGradGate", "dy gate up", [shape] * 3, scale=3.0) for shape in ([7, 13], [65, 33])],
+    *[_inputs("SwiGLUGradUp", "dy gate", [shape] * 2, scale=3.0) for shape in ([7, 13], [65, 33])],
+    *[_inputs("SwiGLUConcatGrad", "dy x", [[m, n], [m, 2 * n]], scale=3.0) for m, n in ((1, 1), (7, 13), (65, 150))],
+    *[_inputs("SoftmaxGrad", "dy y", [shape] * 2) for shape in ([1, 1], [7, 13], [3, 300], [2, 3, 5])],
+    *[_cross_entropy(op, rows, v, soft) for op in ("CrossEntropyLoss", "CrossEntropyLossGrad")
+      for rows, v, soft in ((8, 5, False), (3, 300, False), (70, 11, False), (5, 7, True))],
+    *[_inputs("SumRows", "x", [shape]) for shape in ([1, 1], [7, 13], [1000, 3], [5, 5000])],
+    *[_inputs("ReduceTo", "x", [x], {"shape": t}, tag=f"->{t}") for x, t in (
+        ([7, 13], [1, 13]), ([7, 13], [7, 1]), ([2, 3, 4, 5], [3, 1, 5]), ([2, 3, 4, 5], [1]), ([3000], [1]),
+        ([2, 6, 50], [6, 1]), ([4, 1, 6], [1, 1, 6]), ([300, 9], [9]))],
+    *[_inputs("BroadcastTo", "x", [x], {"shape": t}, tag=f"->{t}") for x, t in (
+        ([1], [7, 13]), ([13], [7, 13]), ([7, 1], [7, 13]), ([3, 1, 5], [2, 3, 4, 5]), ([1], [1]))],
+    *[_inputs("PadCols", "x", [[m, n]], {"start": start, "width": width}, tag=f"->{start}+{width}")
+      for m, n, start, width in ((7, 5, 3, 13), (7, 13, 0, 13), (65, 129, 123, 300), (1, 1, 0, 2))],
+    *[_norm_grad(op, rows, n) for op in ("LayerNormGradX", "LayerNormGradW", "RmsNormGradX", "RmsNormGradW")
+      for rows, n in ((1, 1), (7, 13), (3, 300), (70, 5))],
+    *[_norm_grad(op, 70, 300, shift=1000.0) for op in ("LayerNormGradX", "LayerNormGradW")],
+    *[_group_norm_grad(op, *shape) for op in ("GroupNormGradInput", "GroupNormGradWeight")
+      for shape in ((2, 6, 5, 3), (2, 12, 100, 3), (1, 4, 1, 4))],
+    *[_group_norm_grad(op, 2, 8, 70, 2, shift=1000.0) for op in ("GroupNormGradInput", "GroupNormGradWeight")],
+    _scatter_add(_REPEATS, 11, 6),
+    _scatter_add(_MANY, 7, 5),
+    _scatter_add([2, 0, 2], 3, 300),
+    *[_rope_grad(pairing, batch, offset) for pairing in ("half", "adjacent")
+      for batch, offset in ((1, 0), (2, 3), (5, 17))],
+    *[_attention_grad(part, *args) for part in "QKV" for args in (
+        (False, 4, 2, 8, 2, 5),
+        (False, 4, 2, 8, 3, 7, _MASK),
+        (False, 4, 1, 4, 3, 7, _MASK),
+        (True, 4, 2, 8, 2, 5),
+        (True, 2, 1, 16, 1, 70),
+        (False, 2, 2, 8, 1, 70))],
+]
+
+
+def test_every_op_with_dispatches_has_a_kernel_and_every_kernel_a_row():
+    dispatched = {op for op in OPS if OPS[op].dispatches}
+    assert dispatched <= set(KERNELS), dispatched - set(KERNELS)
     assert set(KERNELS) <= {row.op for row in ROWS}, set(KERNELS) - {row.op for row in ROWS}
 
 

@@ -9,9 +9,10 @@ import struct
 import numpy as np
 import pytest
 
-from eggfuse.ir import DType, Graph, GraphError, LoweringError
+from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
 from eggfuse.lowering import KERNELS, DerivedParameter, lower
 from eggfuse.lowering.kernels import broadcast_strides, matmul_source
+from eggfuse.lowering.kernels_backward import reduce_dims
 from eggfuse.lowering.limits import limit_name, split_grid
 from eggfuse.lowering.wgsl import render, uniform_bytes
 
@@ -151,6 +152,41 @@ def test_broadcast_strides(out, a, b, dims, sa, sb):
 def test_broadcast_beyond_rank_4_is_refused():
     with pytest.raises(LoweringError, match="4"):
         broadcast_strides((2, 5, 3, 6, 4), (2, 1, 3, 1, 4), (1, 5, 1, 6, 1))
+
+
+@pytest.mark.parametrize("x, target, dims, reduced", [
+    ((7, 13), (13,), [1, 1, 7, 13], [False, False, True, False]),
+    ((7, 13), (7, 1), [1, 1, 7, 13], [False, False, False, True]),
+    ((2, 3, 4, 5), (3, 1, 5), [2, 3, 4, 5], [True, False, True, False]),
+    ((2, 3, 4, 5), (1,), [1, 1, 1, 120], [False, False, False, True]),
+    ((2, 6, 50), (6, 1), [1, 2, 6, 50], [False, True, False, True]),
+    ((4, 1, 6), (1, 1, 6), [1, 1, 4, 6], [False, False, True, False]),
+    ((3, 4), (3, 4), [1, 1, 1, 12], [False, False, False, False]),
+])
+def test_reduce_dims_address_the_reduce_to_reference(x, target, dims, reduced):
+    assert reduce_dims(x, target) == (dims, reduced)
+    # reduce_to.wgsl's indexing, in numpy, against the op's reference
+    strides = [math.prod(dims[d + 1:]) for d in range(4)]
+    out_dims = [1 if r else d for d, r in zip(dims, reduced, strict=True)]
+    red_dims = [d if r else 1 for d, r in zip(dims, reduced, strict=True)]
+    offsets = [np.stack(np.unravel_index(np.arange(math.prod(ds)), ds), axis=1) @ np.array(strides)
+               for ds in (out_dims, red_dims)]
+    values = np.random.default_rng(0).standard_normal(math.prod(x))
+    got = values[offsets[0][:, None] + offsets[1][None, :]].sum(axis=1)
+    want = OPS["ReduceTo"].reference([values.reshape(x)], {"shape": target})
+    np.testing.assert_allclose(got, want.ravel())
+
+
+def test_reduce_to_beyond_4_alternating_dims_is_refused():
+    with pytest.raises(LoweringError, match="reduce_to kernel handles 4"):
+        reduce_dims((2, 3, 4, 5, 6), (3, 1, 5, 1))
+
+
+def test_scatter_add_indices_are_bounded_by_the_vocabulary():
+    g = Graph()
+    ids = g.input("ids", [5], DType.U32)
+    g.set_outputs([g.add_node("ScatterAdd", (ids, g.input("src", [5, 3])), vocab_size=7)])
+    assert lower(g).index_bounds == {"ids": 7}
 
 
 def test_matmul_template_epilogue_and_variants():

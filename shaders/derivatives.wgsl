@@ -1,0 +1,41 @@
+//#include "common.wgsl"
+// Derivatives f'(x) of the unary ops for the gradient kernels (ir.ops_backward
+// UNARY_DERIVATIVES holds the float64 references and the sources of the formulas). Each is
+// written so that nothing overflows or cancels for large |x|: the logistic's s (1 - s) is
+// e / (1 + e)^2 with e = exp(-|x|), never 1 - s.
+
+// sigmoid'(x) = s (1 - s) = e / (1 + e)^2, e = exp(-|x|).
+fn dsigmoid(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    let d = 1.0 + e;
+    return e / (d * d);
+}
+
+// tanh'(x) = 1 - tanh(x)^2 = 4 sigmoid'(2x), without the cancellation of 1 - t^2.
+fn dtanh(x: f32) -> f32 {
+    return 4.0 * dsigmoid(2.0 * x);
+}
+
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x), with 1 - s computed as sigmoid(-x).
+fn dsilu(x: f32) -> f32 {
+    return sigmoid(x) * (1.0 + x * sigmoid(-x));
+}
+
+// GELU (erf form)' = Phi(x) + x phi(x), Phi/phi the standard normal cdf/pdf
+// (Hendrycks & Gimpel 2016); Phi from erfc_pos as gelu_erf computes it.
+fn dgelu_erf(x: f32) -> f32 {
+    let c = erfc_pos(abs(x) * 0.7071067811865476);
+    let cdf = 0.5 * select(c, 2.0 - c, x >= 0.0);
+    return cdf + x * 0.3989422804014327 * exp(-0.5 * x * x);
+}
+
+// GELU (tanh form)' with v = 2u = k (x + 0.044715 x^3), k = 2 sqrt(2/pi):
+// 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u' = sigmoid(v) + x sigmoid'(v) k (1 + 3 * 0.044715 x^2).
+// The second term is below f32's smallest normal for |x| > 15; x is clamped there so that
+// x^3 cannot overflow into 0 * inf.
+fn dgelu_tanh(x: f32) -> f32 {
+    let k = 1.5957691216057308;
+    let xc = clamp(x, -15.0, 15.0);
+    let v = k * (xc + 0.044715 * xc * xc * xc);
+    return sigmoid(k * (x + 0.044715 * x * x * x)) + xc * dsigmoid(v) * k * (1.0 + 0.134145 * xc * xc);
+}
