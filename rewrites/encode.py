@@ -166,7 +166,10 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} {cell})")
     enc.program = "\n".join(lines)
     state = egraph._state
-    state.run_program(*state.egraph.parse_program(enc.program))
+    if state.egglog_file_state is None:
+        state.egraph.parse_and_run_program(enc.program)
+    else:  # recording a transcript for --dump-egglog: go through egglog-python, which saves it
+        state.run_program(*state.egraph.parse_program(enc.program))
     tlist = TList.nil().__egg_typed_expr__.tp
     enc.root = RuntimeExpr.__from_values__(egraph.__egg_decls__, TypedExprDecl(tlist, LetRefDecl("outputs")))
     return enc
