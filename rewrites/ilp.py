@@ -93,7 +93,9 @@ def extract_ilp(problem: Problem, time_limit_s: float = 60.0) -> IlpResult:
     a = coo_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, nvar)).tocsr()
     lo, hi = np.concatenate(lo), np.concatenate(hi)
     integrality = np.r_[np.ones(n_nodes), np.zeros(len(order))]
-    bounds = Bounds(np.zeros(nvar), np.r_[np.ones(n_nodes), np.full(len(order), float(big))])
+    usable = np.zeros(n_nodes)  # e-nodes pruned as dominated (problem.class_nodes) stay at 0
+    usable[np.concatenate([np.asarray(m, dtype=np.int64) for m in problem.class_nodes])] = 1.0
+    bounds = Bounds(np.zeros(nvar), np.r_[usable, np.full(len(order), float(big))])
     res = milp(np.r_[problem.cost, np.zeros(len(order))], constraints=LinearConstraint(a, lo, hi),
                integrality=integrality, bounds=bounds, options={"time_limit": time_limit_s})
     if res.x is None:

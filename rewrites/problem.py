@@ -131,4 +131,30 @@ def build_problem(enc: Encoding, model: CostModel) -> Problem:
     node_class = np.array([cindex[cls[nid]] for nid in node_ids], dtype=np.int64)
     for j, c in enumerate(node_class):
         class_nodes[c].append(j)
+    for c, members in enumerate(class_nodes):
+        if len(members) > 1:
+            class_nodes[c] = _undominated(members, cost, children)
     return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw)
+
+
+def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]) -> list[int]:
+    """The e-nodes of one e-class that no other e-node of it dominates.
+
+    e-node a is dominated by b when a costs at least as much and needs every e-class b
+    needs (and more, or the same with a later index): any choice using a is no cheaper
+    with b instead, so no extractor needs a. ``MatMul(a, b)`` dominates
+    ``FusedMatMul(a, b, [])``, for one.
+    """
+    keep = []
+    for a in members:
+        need_a = set(children[a])
+        dominated = False
+        for b in members:
+            if b == a or cost[b] > cost[a] or not need_a >= set(children[b]):
+                continue
+            if cost[b] < cost[a] or len(children[b]) < len(need_a) or b < a:
+                dominated = True
+                break
+        if not dominated:
+            keep.append(a)
+    return keep
