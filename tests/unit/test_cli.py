@@ -1,0 +1,38 @@
+"""The command line, without a GPU: optimize and rules."""
+
+import json
+
+from eggfuse import cli
+from eggfuse.rewrites.catalog import catalog
+
+
+def test_optimize_json(capsys):
+    assert cli.main(["optimize", "llama:2", "--training", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("total_s", "saturation_s", "extraction_s", "eclasses", "enodes", "nodes_before", "nodes_after",
+                "dispatches_before", "dispatches_after", "rules_fired"):
+        assert key in out
+    assert out["dispatches_after"] < out["dispatches_before"]
+    assert out["training"] is True
+
+
+def test_optimize_text_and_dump(capsys, tmp_path):
+    path = tmp_path / "g.egg"
+    assert cli.main(["optimize", "minilm", "--seq", "7", "--dump-egglog", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "dispatches 116 ->" in text and "saturation" in text
+    assert path.read_text().startswith("(")
+
+
+def test_optimize_bad_model_is_one_error_line(capsys):
+    assert cli.main(["optimize", "resnet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "eggfuse: error: unknown model 'resnet': use minilm, smollm2 or llama:LAYERS"]
+
+
+def test_rules_lists_every_rule(capsys):
+    assert cli.main(["rules", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == catalog()
+    assert cli.main(["rules"]) == 0
+    text = capsys.readouterr().out
+    assert "matmul_epilogue" in text and "Neg(Neg(x)) -> x" in text
