@@ -55,7 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 4, 16, 30, 64])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--egglog-greedy-max-nodes", type=int, default=1000,
+    ap.add_argument("--egglog-greedy-max-nodes", type=int, default=1700,
                     help="time egglog's Rust greedy-DAG extractor on graphs up to this many nodes")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "rewrite_engine.json")
     args = ap.parse_args()
