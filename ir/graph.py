@@ -173,6 +173,16 @@ class Graph:
         self._leaf_names[name] = nid
         return nid
 
+    def state(self, name: str, shape: Sequence[int]) -> NodeId:
+        """A named f32 tensor that lives on the device across runs (a KV cache, optimiser
+        moments). It is a Parameter that in-place ops may update; a session fills it with
+        zeros unless given a value."""
+        self._check_name("Parameter", name)
+        nid = self.add_node("Parameter", (), name=name, state=True,
+                            type=TensorType(self._shape("Parameter", shape)))
+        self._leaf_names[name] = nid
+        return nid
+
     def parameter(self, name: str, shape: Sequence[int]) -> NodeId:
         """A named f32 weight, uploaded once per session."""
         self._check_name("Parameter", name)

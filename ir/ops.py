@@ -53,6 +53,9 @@ class OpDef:
     dispatches: int = 1
     doc: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: Index of an input the op updates in place (a KV cache, a parameter under an
+    #: optimiser): the node's value is that input's new value, in the same buffer.
+    writes: int | None = None
 
 
 OPS: dict[str, OpDef] = {}

@@ -1,6 +1,9 @@
 """Lowering: Graph -> ExecutionPlan (buffers, dispatches with specialised WGSL)."""
 
-from . import kernels_backward  # noqa: F401  (registers the training ops' kernels)
+from . import (
+    kernels_backward,  # noqa: F401  (registers the training ops' kernels)
+    kernels_train,  # noqa: F401, I001  (registers the optimiser updates)
+)
 from .kernels import KERNELS, UNARY_WGSL
 from .limits import DEFAULT_LIMITS, limit_name
 from .plan import BufferSpec, DerivedParameter, Dispatch, ExecutionPlan, check_limits, lower

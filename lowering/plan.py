@@ -14,10 +14,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 
 from ..ir.errors import LoweringError
 from ..ir.graph import Graph, Node, NodeId
+from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
 from .kernels import KERNELS
 from .limits import limit_name, resolve_limits, split_grid
@@ -110,6 +112,7 @@ class ExecutionPlan:
     index_bounds: dict[str, int] = field(default_factory=dict)
     derived: dict[int, DerivedParameter] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
+    state: frozenset[str] = frozenset()
 
     def summary(self) -> str:
         """One line per buffer and per dispatch, for debugging."""
@@ -142,7 +145,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
     if not graph.outputs:
         raise LoweringError("the graph has no outputs; call graph.set_outputs() first")
     lim = resolve_limits(limits)
-    live = graph.live_nodes()
+    live = schedule(graph)
     buffers: list[BufferSpec] = []
     node_buffer: dict[NodeId, int] = {}
     inputs: dict[str, int] = {}
@@ -152,6 +155,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
     for node in live:
         if node.op == "Identity":  # a reshape view: same bytes, same buffer
             node_buffer[node.id] = node_buffer[node.inputs[0]]
+            continue
+        if (w := OPS[node.op].writes) is not None:  # updated in place: the written input's buffer
+            node_buffer[node.id] = node_buffer[node.inputs[w]]
             continue
         kind = _LEAF_KIND.get(node.op, "derived" if graph.is_derived_parameter(node) else "intermediate")
         name = node.attrs["name"] if node.op in ("Input", "Parameter") else f"{node.op}%{node.id}"
@@ -184,7 +190,10 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
                                 f"{call.groups} workgroups do not fit a 3-D grid for {_label(node, ins)}")
-        bindings = tuple(node_buffer[i] for i in node.inputs) + (node_buffer[node.id],)
+        w = OPS[node.op].writes
+        # an in-place kernel binds the written input last, read_write, as its output
+        reads = [i for k, i in enumerate(node.inputs) if k != w]
+        bindings = tuple(node_buffer[i] for i in reads) + (node_buffer[node.id],)
         dispatches.append(Dispatch(node.id, node.op, call.kernel, call.source, call.entry_point,
                                    bindings, call.params, grid, _label(node, ins)))
 
@@ -210,9 +219,64 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         index_bounds=_index_bounds(graph, live),
         derived=derived,
         limits=lim,
+        state=frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state")),
     )
     check_limits(plan, lim)
     return plan
+
+
+def schedule(graph: Graph) -> list[Node]:
+    """The live nodes in an order that respects data dependencies and in-place updates.
+
+    An op that updates an input in place (``OpDef.writes``) overwrites that input's buffer,
+    so every other reader of the old contents (the input itself, a reshape view of it, an
+    earlier version) must run before it. Reading old contents only after the update, or
+    returning them as an output, raises LoweringError naming the nodes. Without in-place
+    ops the graph's own topological order is kept.
+    """
+    live = graph.live_nodes()
+    if not any(OPS[n.op].writes is not None for n in live):
+        return live
+    by_id = {n.id: n for n in live}
+    storage: dict[NodeId, NodeId] = {}  # value -> the node that owns its buffer
+    version: dict[NodeId, int] = {}     # how many in-place updates the buffer had when the value was made
+    readers: dict[NodeId, list[NodeId]] = {n.id: [] for n in live}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(by_id)
+    for n in live:  # graph order is topological
+        for i in n.inputs:
+            dag.add_edge(i, n.id)
+            readers[i].append(n.id)
+        w = OPS[n.op].writes
+        if n.op == "Identity":
+            storage[n.id], version[n.id] = storage[n.inputs[0]], version[n.inputs[0]]
+        elif w is not None:
+            storage[n.id], version[n.id] = storage[n.inputs[w]], version[n.inputs[w]] + 1
+        else:
+            storage[n.id], version[n.id] = n.id, 0
+    latest: dict[NodeId, int] = {}
+    values_in: dict[NodeId, list[NodeId]] = {}
+    for v, s in storage.items():
+        latest[s] = max(latest.get(s, 0), version[v])
+        values_in.setdefault(s, []).append(v)
+    for n in live:
+        if (w := OPS[n.op].writes) is None:
+            continue
+        s, old = storage[n.id], version[n.inputs[w]]
+        for v in values_in[s]:
+            if version[v] <= old:  # the old contents: their other readers run first
+                dag.add_edges_from((r, n.id) for r in readers[v]
+                                   if r != n.id and not (storage[r] == s and version[r] > old))
+    for o in graph.outputs:
+        if version[o] < latest[storage[o]]:
+            raise LoweringError(f"output node {o} ({by_id[o].op}) is a value whose buffer a later in-place "
+                                f"update overwrites; output the updated node instead")
+    try:
+        return [by_id[i] for i in nx.lexicographical_topological_sort(dag)]
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(dag)
+        raise LoweringError("a node reads a buffer's old contents only after an in-place update of it "
+                            f"(dependency cycle {' -> '.join(str(u) for u, _ in cycle)})") from None
 
 
 def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:

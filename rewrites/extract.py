@@ -206,6 +206,8 @@ def _build_node(g: Graph, dag: TermDag, j: int, inputs: list[int], enc: Encoding
             return g.constant(orig.attrs["value"])
         if op == "Input":
             return g.input(orig.attrs["name"], orig.type.shape, orig.type.dtype)
+        if orig.attrs.get("state"):
+            return g.state(orig.attrs["name"], orig.type.shape)
         return g.parameter(orig.attrs["name"], orig.type.shape)
     if name == "T.reshape":
         return g.reshape(inputs[0], args[1])

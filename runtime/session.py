@@ -47,7 +47,11 @@ class Session:
             raise InputError(f"Session needs a Graph or an ExecutionPlan, got {type(plan_or_graph).__name__}")
         self.plan = plan
         self.adapter = adapter_description(self.device)
-        values = _check_leaves("parameter", params, plan.parameters, plan)
+        given = dict(params)
+        for name in plan.state:  # state tensors start at zero unless given
+            if name not in given:
+                given[name] = np.zeros(plan.buffers[plan.parameters[name]].shape, dtype=np.float32)
+        values = _check_leaves("parameter", given, plan.parameters, plan)
 
         with device_errors("creating the session's buffers"):
             self._buffers: list[wgpu.GPUBuffer | None] = [
@@ -87,6 +91,28 @@ class Session:
                                 "resource": {"buffer": uniform, "offset": 0, "size": len(d.params)}})
             bind_group = self.device.create_bind_group(layout=bgl, entries=entries, label=d.label)
         return pipeline, bind_group, d.workgroups
+
+    def read_parameter(self, name: str) -> np.ndarray:
+        """The current device contents of parameter or state ``name`` (float32, its shape):
+        after in-place updates (optimiser steps, KV-cache writes) not the uploaded value.
+        Raises InputError for an unknown name."""
+        index = self.plan.parameters.get(name)
+        if index is None or self._buffers[index] is None:
+            raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
+        spec = self.plan.buffers[index]
+        with device_errors(f"reading parameter {name!r}"):
+            raw = self.device.queue.read_buffer(self._buffers[index], 0, spec.size_bytes)
+        return np.frombuffer(raw, dtype=spec.dtype.numpy, count=spec.type.num_elements).reshape(spec.shape).copy()
+
+    def write_parameter(self, name: str, value: np.ndarray) -> None:
+        """Replace the device contents of parameter or state ``name`` (checked like the
+        session's parameters; the array is not modified). Raises InputError."""
+        index = self.plan.parameters.get(name)
+        if index is None or self._buffers[index] is None:
+            raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
+        arr = np.ascontiguousarray(check_array(f"parameter {name!r}", value, self.plan.buffers[index].type))
+        with device_errors(f"writing parameter {name!r}"):
+            self.device.queue.write_buffer(self._buffers[index], 0, arr)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run the plan once; returns one new array per graph output (its shape and dtype).

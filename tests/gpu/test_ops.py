@@ -370,6 +370,31 @@ ROWS += [
 ]
 
 
+def _optimizer(op: str, shape) -> Row:
+    # One in-place update (tests/gpu/test_inplace.py runs them over several steps); the
+    # second moment is fed non-negative, the step count t >= 1, as an optimiser keeps them.
+    rng = np.random.default_rng(len(shape) * 10 + shape[-1])
+    moments = np.stack([rng.standard_normal(shape), rng.random(shape)])
+
+    def build(g: Graph) -> int:
+        x = lambda name: g.input(name, shape)  # noqa: E731
+        if op == "SgdUpdate":
+            return g.add_node(op, (x("param"), x("step")), lr=0.1, weight_decay=0.01)
+        if op == "SgdMomentum":
+            return g.add_node(op, (x("velocity"), x("grad"), x("param")), momentum=0.9)
+        mv = g.input("moments", [2, *shape])
+        if op == "AdamMoments":
+            return g.add_node(op, (mv, x("grad")), beta1=0.9, beta2=0.999)
+        return g.add_node(op, (x("param"), mv, g.input("t", [1], DType.U32)), lr=0.01, beta1=0.9, beta2=0.999,
+                          eps=1e-8, weight_decay=0.01)
+
+    return Row(op, f"{op}{list(shape)}", build, {"moments": moments, "t": np.array([3])})
+
+
+ROWS += [_optimizer(op, shape) for op in ("SgdUpdate", "SgdMomentum", "AdamMoments", "AdamStep")
+         for shape in ([1], [7, 13], [300, 5])]
+
+
 def test_every_op_with_dispatches_has_a_kernel_and_every_kernel_a_row():
     dispatched = {op for op in OPS if OPS[op].dispatches}
     assert dispatched <= set(KERNELS), dispatched - set(KERNELS)
