@@ -21,6 +21,10 @@ REQUESTED_LIMITS = (
     "max-storage-buffers-per-shader-stage",
 )
 
+#: Optional features asked for when the adapter has them: GPU timestamps for profiling
+#: (Session.profile), subgroup operations for reductions.
+REQUESTED_FEATURES = ("timestamp-query", "subgroup")
+
 _device: wgpu.GPUDevice | None = None
 _lock = threading.Lock()
 
@@ -43,8 +47,9 @@ def get_device() -> wgpu.GPUDevice:
         if adapter is None:
             raise DeviceError(_NO_ADAPTER)
         required = {key: adapter.limits[key] for key in REQUESTED_LIMITS if key in adapter.limits}
+        features = [f for f in REQUESTED_FEATURES if f in adapter.features]
         try:
-            _device = adapter.request_device_sync(required_limits=required)
+            _device = adapter.request_device_sync(required_limits=required, required_features=features)
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"the adapter {_describe(adapter.info)} refused a device with limits "
                               f"{required}: {e}") from None

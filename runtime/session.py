@@ -14,6 +14,11 @@ from ..lowering import ExecutionPlan, check_limits, lower
 from .device import adapter_description, device_errors, get_device
 from .pipelines import get_pipeline
 
+try:  # the wgpu-native backend's C functions, for the recording fast path
+    from wgpu.backends.wgpu_native import _api as _native
+except ImportError:  # another backend: wgpu-py's own calls
+    _native = None
+
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
@@ -69,6 +74,7 @@ class Session:
                 queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr, dtype=np.float32))
         self._uniforms: list[wgpu.GPUBuffer] = []
         self._commands = [self._prepare(d) for d in plan.dispatches]
+        self._native_commands: list | None = None
         with device_errors("creating the read-back buffers"):
             self._staging = {
                 index: self.device.create_buffer(size=plan.buffers[index].size_bytes,
@@ -114,6 +120,47 @@ class Session:
         with device_errors(f"writing parameter {name!r}"):
             self.device.queue.write_buffer(self._buffers[index], 0, arr)
 
+    def record_and_submit(self) -> None:
+        """Record the plan into one compute pass and submit it, without writing inputs or
+        waiting: the runtime's host cost alone (benchmarks)."""
+        with device_errors("running the plan"):
+            encoder = self.device.create_command_encoder()
+            self._record(encoder)
+            self.device.queue.submit([encoder.finish()])
+
+    def wait(self) -> None:
+        """Block until the device has finished the submitted work (a 4-byte read-back: wgpu-py
+        0.32's ``on_submitted_work_done`` does not work with its wgpu-native)."""
+        with device_errors("waiting for the device"):
+            self.device.queue.read_buffer(self._buffers[self.plan.outputs[0]], 0, 4)
+
+    def _record(self, encoder) -> None:
+        if not self._commands:
+            return
+        compute = encoder.begin_compute_pass()
+        if _native is not None and hasattr(compute, "_internal"):
+            # wgpu-native's C calls with handles resolved at session creation: wgpu-py's
+            # wrappers cost ~3x as much per dispatch (argument handling, a cffi array per
+            # set_bind_group). The session keeps the pipelines and bind groups alive.
+            if self._native_commands is None:
+                self._native_commands = [(p._internal, b._internal, *grid) for p, b, grid in self._commands]
+            lib, null, cp, last = _native.libf, _native.ffi.NULL, compute._internal, None
+            set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+            set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+            dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+            for pipeline, bind_group, x, y, z in self._native_commands:
+                if pipeline != last:
+                    set_pipeline(cp, pipeline)
+                    last = pipeline
+                set_bind_group(cp, 0, bind_group, 0, null)
+                dispatch(cp, x, y, z)
+        else:
+            for pipeline, bind_group, grid in self._commands:
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(*grid)
+        compute.end()
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run the plan once; returns one new array per graph output (its shape and dtype).
 
@@ -135,13 +182,7 @@ class Session:
             for name, arr in values.items():
                 device.queue.write_buffer(self._buffers[plan.inputs[name]], 0, arr)
             encoder = device.create_command_encoder()
-            if self._commands:
-                compute = encoder.begin_compute_pass()
-                for pipeline, bind_group, grid in self._commands:
-                    compute.set_pipeline(pipeline)
-                    compute.set_bind_group(0, bind_group)
-                    compute.dispatch_workgroups(*grid)
-                compute.end()
+            self._record(encoder)
             for index, staging in self._staging.items():
                 encoder.copy_buffer_to_buffer(self._buffers[index], 0, staging, 0, staging.size)
             device.queue.submit([encoder.finish()])
