@@ -24,7 +24,18 @@ from eggfuse.ir import (
     TensorType,
     evaluate,
 )
-from eggfuse.rewrites import CostModel, KernelInfo, Report, optimize
+
+_REWRITES = ("CostModel", "KernelInfo", "Report", "optimize")
+
+
+def __getattr__(name: str):
+    # The rewrite engine (egglog) loads on first use: running a compiled graph needs only
+    # the IR, lowering and runtime.
+    if name in _REWRITES:
+        from eggfuse import rewrites
+
+        return getattr(rewrites, name)
+    raise AttributeError(f"module 'eggfuse' has no attribute {name!r}")
 
 __all__ = [
     "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "Graph", "GraphError",

@@ -6,11 +6,14 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from eggfuse.ir import Graph, InputError
-from eggfuse.rewrites import CostModel, Report, optimize
+
+if TYPE_CHECKING:
+    from eggfuse.rewrites import CostModel, Report
 
 
 @dataclass
@@ -55,6 +58,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     report = None
     run_graph = graph
     if fuse:
+        from eggfuse.rewrites import optimize
+
         t = time.perf_counter()
         run_graph, report = optimize(graph, cost_model=cost_model, verify=verify)
         timings["optimize_s"] = time.perf_counter() - t
