@@ -87,6 +87,7 @@ class EmbedResult:
     dispatches_fused: int
     report: Report | None
     timings: dict[str, float]
+    profile: object | None = None  # runtime.profile.Profile when asked for
 
     def similarity(self) -> np.ndarray:
         """Cosine similarity matrix [B, B] (the embeddings are normalised, so a dot product)."""
@@ -103,10 +104,12 @@ class EmbedResult:
             "dispatches_fused": self.dispatches_fused,
             "report": None if self.report is None else self.report.to_dict(),
             "timings": self.timings,
+            "profile": None if self.profile is None else [
+                {"kernel": k.kernel, "op": k.label, "gpu_ms": k.gpu_ms} for k in self.profile.kernels],
         }
 
 
-def embed(sentences: Sequence[str], *, fuse: bool = True, device=None) -> EmbedResult:
+def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: bool = False) -> EmbedResult:
     """Embed sentences with all-MiniLM-L6-v2 (real weights) compiled by eggfuse and run on wgpu.
 
     Tokenisation, BERT encoder, mean pooling over real tokens and L2 normalisation, as
@@ -115,7 +118,8 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None) -> EmbedR
 
     Raises :class:`~eggfuse.ir.InputError` for an empty list or a non-string item,
     :class:`~eggfuse.ir.ModelError` when the weights package is not installed,
-    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists.
+    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``profile=True`` also
+    times every dispatch on the GPU (timestamp queries; ``result.profile``).
     """
     if isinstance(sentences, str):
         raise InputError("sentences must be a list of strings, got a single str")
@@ -129,8 +133,13 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None) -> EmbedR
     (emb,) = compiled.run(feeds)
     run_s = time.perf_counter() - t
     timings = {"load_s": load_s, **compiled.timings, "run_s": run_s}
+    prof = None
+    if profile:
+        from eggfuse.runtime.profile import profile as profile_session
+
+        prof = profile_session(compiled.session, feeds)
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
-                       compiled.report, timings)
+                       compiled.report, timings, prof)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from eggfuse.cli_train import add_train_digits
 from eggfuse.ir import EggfuseError
 
 
@@ -21,7 +22,9 @@ def _print_matrix(sentences: list[str], sim) -> None:
 def cmd_embed(args: argparse.Namespace) -> None:
     from eggfuse.api import embed
 
-    result = embed(args.sentences, fuse=not args.no_fuse)
+    result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None)
+    if result.profile is not None:
+        result.profile.write_chrome_trace(args.profile)
     if args.json:
         print(json.dumps(result.to_dict()))
         return
@@ -31,6 +34,9 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if result.report is not None:
         print(result.report.summary())
     print("timings: " + ", ".join(f"{k} {v:.3f}s" for k, v in result.timings.items()))
+    if result.profile is not None:
+        print(result.profile.table())
+        print(f"Chrome/Perfetto trace written to {args.profile}")
 
 
 def cmd_optimize(args: argparse.Namespace) -> None:
@@ -71,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("sentences", nargs="*", help="sentences to embed")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--no-fuse", action="store_true", help="run the unoptimised graph")
+    e.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
+                   help="print GPU time per kernel and write a Chrome/Perfetto trace (default eggfuse-trace.json)")
     e.set_defaults(func=cmd_embed)
 
     o = sub.add_parser("optimize", help="run the rewrite engine on a model's graph and print its report")
@@ -88,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("rules", help="list every rewrite rule by ruleset")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=cmd_rules)
+    add_train_digits(sub)
     return p
 
 
