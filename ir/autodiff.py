@@ -540,3 +540,70 @@ def _cross_entropy_vjp(b, node, dy, want):
                          "CrossEntropyLoss has no gradient with respect to its labels")
     d = b.emit("CrossEntropyLossGrad", (logits, labels))
     return [d if dy == ONE else b.emit("Mul", (d, dy)), None]
+
+
+# =============================================================================================
+# --- rules: the ops of ir/ops_extra.py -------------------------------------------------------
+# Abs, Log and Recip read their forward input, LogSoftmax its output; Greater is piecewise
+# constant (no gradient); BceLoss, like CrossEntropyLoss, has none for its labels; the
+# attention gradients recompute the probabilities (the IR keeps no logsumexp side buffer).
+# =============================================================================================
+
+
+@vjp("Abs", "Log", "Recip")
+def _extra_unary_vjp(b, node, dy, want):
+    return [b.emit(f"{node.op}Grad", (dy, node.inputs[0]))]
+
+
+@vjp("Greater")
+def _greater_vjp(b, node, dy, want):
+    return [None, None]
+
+
+@vjp("LogSoftmax")
+def _log_softmax_vjp(b, node, dy, want):
+    return [b.emit("LogSoftmaxGrad", (dy, node.id))]
+
+
+@vjp("BceLoss", takes_one=True)
+def _bce_loss_vjp(b, node, dy, want):
+    pred, labels = node.inputs
+    if want[1]:
+        raise GraphError(f"grad: the labels of {node.describe()} depend on a differentiated leaf; "
+                         "BceLoss has no gradient with respect to its labels")
+    d = b.emit("BceLossGrad", (pred, labels))
+    return [d if dy == ONE else b.emit("Mul", (d, dy)), None]
+
+
+@vjp("SlidingWindowAttention", "CrossAttention")
+def _windowed_attention_vjp(b, node, dy, want):
+    q, k, v, *mask = node.inputs
+    attrs = {a: node.attrs[a] for a in OPS[node.op].attrs}
+    grads = [b.emit(f"{node.op}Grad{part}", (dy, *node.inputs), **attrs) if w else None
+             for part, w in zip("QKV", want, strict=False)]
+    return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
+
+
+@vjp("Conv2d")
+def _conv2d_vjp(b, node, dy, want):
+    x, w = node.inputs
+    geometry = {a: node.attrs[a] for a in ("stride", "padding_h", "padding_w")}
+    _, _, in_h, in_w = b.type(x).shape
+    _, _, kh, kw = b.type(w).shape
+    return [b.emit("Conv2dGradInput", (dy, w), in_h=in_h, in_w=in_w, **geometry) if want[0] else None,
+            b.emit("Conv2dGradWeight", (dy, x), kernel_h=kh, kernel_w=kw, **geometry) if want[1] else None]
+
+
+@vjp("MaxPool2d")
+def _max_pool_vjp(b, node, dy, want):
+    return [b.emit("MaxPool2dGrad", (dy, node.inputs[0]), **{a: node.attrs[a] for a in OPS[node.op].attrs})]
+
+
+@vjp("GlobalAvgPool")
+def _global_avg_pool_vjp(b, node, dy, want):
+    return [b.emit("GlobalAvgPoolGrad", (dy,), shape=b.type(node.inputs[0]).shape)]
+
+
+@vjp("Upsample2x")
+def _upsample_vjp(b, node, dy, want):
+    return [b.emit("Upsample2xGrad", (dy,))]

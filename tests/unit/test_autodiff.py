@@ -249,6 +249,62 @@ ROWS = [
 ]
 
 
+# --- the rest of the seed's ops (ir/ops_extra.py) ----------------------------------------------
+
+
+def positive(rng, shape):
+    return f32(rng.uniform(0.5, 2.0, size=shape))
+
+
+def probabilities(rng, shape):
+    return f32(rng.uniform(0.05, 0.95, size=shape))
+
+
+def _windowed(op: str, nh=4, nkv=2, hd=4, batch=2, q_seq=4, kv_seq=4, mask=None, **extra) -> Row:
+    def build(g):
+        q = P(g, "q", [batch * q_seq, nh * hd])
+        k, v = P(g, "k", [batch * kv_seq, nkv * hd]), P(g, "v", [batch * kv_seq, nkv * hd])
+        ins = (q, k, v) if mask is None else (q, k, v, g.input("mask", [batch, kv_seq]))
+        return g.add_node(op, ins, num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
+
+    feeds = {} if mask is None else {"mask": f32(mask)}
+    return Row(f"{op}-h{nh}kv{nkv}b{batch}-{q_seq}x{kv_seq}{'-mask' if mask is not None else ''}", build, feeds)
+
+
+def _conv2d(x, w, stride, ph, pw) -> Row:
+    return Row(f"Conv2d{x}{w}-s{stride}-p{ph},{pw}",
+               lambda g: g.add_node("Conv2d", (P(g, "x", x), P(g, "w", w)), stride=stride, padding_h=ph, padding_w=pw))
+
+
+def _bce_scaled(g):
+    bce = g.add_node("BceLoss", (g.sigmoid(P(g, "z", [3, 4])), g.input("t", [3, 4])))
+    return g.mul(bce, P(g, "s", [1]))
+
+
+ROWS += [
+    Row("Abs", lambda g: g.add_node("Abs", (P(g, "x", [3, 5]),)), init={"x": away_from_zero}),
+    Row("Log", lambda g: g.add_node("Log", (P(g, "x", [3, 5]),)), init={"x": positive}),
+    Row("Recip", lambda g: g.add_node("Recip", (P(g, "x", [3, 5]),)), init={"x": away_from_zero}),
+    Row("Greater-as-mask", lambda g: (lambda x: g.mul(x, g.add_node("Greater", (x, P(g, "y", [5])))))(
+        P(g, "x", [3, 5]))),
+    Row("LogSoftmax", lambda g: g.add_node("LogSoftmax", (P(g, "x", [3, 5]),))),
+    Row("BceLoss", lambda g: g.add_node("BceLoss", (P(g, "p", [3, 5]), g.input("t", [3, 5]))),
+        feeds={"t": f32(np.random.default_rng(4).random((3, 5)))}, init={"p": probabilities}),
+    Row("BceLoss-of-sigmoid-scaled", _bce_scaled, feeds={"t": (np.arange(12).reshape(3, 4) % 2).astype(np.float64)}),
+    _windowed("SlidingWindowAttention", window_size=2),
+    _windowed("SlidingWindowAttention", nh=2, nkv=1, batch=1, q_seq=5, kv_seq=5, window_size=3,
+              mask=[[0, 0, 1, 0, 1]]),  # rows 0 and 1 see only masked keys
+    _windowed("CrossAttention", q_seq=3, kv_seq=5),
+    _windowed("CrossAttention", nh=2, nkv=1, q_seq=4, kv_seq=3, mask=[[1, 0, 1], [0, 0, 0]]),
+    _conv2d([2, 2, 5, 6], [3, 2, 3, 2], 2, 1, 0),
+    _conv2d([1, 3, 4, 4], [2, 3, 3, 3], 1, 1, 1),
+    Row("MaxPool2d", lambda g: g.add_node("MaxPool2d", (P(g, "x", [2, 2, 5, 5]),), kernel_h=3, kernel_w=2, stride=2,
+                                          padding=1)),
+    Row("GlobalAvgPool", lambda g: g.add_node("GlobalAvgPool", (P(g, "x", [2, 3, 2, 3]),))),
+    Row("Upsample2x", lambda g: g.add_node("Upsample2x", (P(g, "x", [1, 2, 2, 3]),))),
+]
+
+
 def _loss(g: Graph, out: int, rng) -> int:
     """The row's output if it is a loss, else sum(out * R) with a fixed random R."""
     if g.node(out).type.shape == (1,):

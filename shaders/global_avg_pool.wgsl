@@ -1,0 +1,43 @@
+//#include "common.wgsl"
+//#include "reduce.wgsl"
+// GlobalAvgPool and GlobalAvgPoolGrad (ir.ops_extra). x is [rows = N * C, spatial].
+// `pool`: out[r] = mean of row r, one workgroup per row (256 invocations stride over it, then
+// a tree reduction). `grad`: dx[r, s] = dy[r] / spatial, one invocation per element.
+
+struct Params {
+    rows: u32,     // N * C
+    spatial: u32,  // H * W (or S)
+    inv: f32,      // 1 / spatial
+    n: u32,        // rows * spatial
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size(256)
+fn pool(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let row = linear_workgroup(wid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    var s = 0.0;
+    for (var i = li; i < p.spatial; i = i + RED) {
+        s = s + x[row * p.spatial + i];
+    }
+    let total = workgroup_sum(li, s);
+    if (li == 0u) {
+        out[row] = total * p.inv;
+    }
+}
+
+@compute @workgroup_size(256)
+fn grad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let e = linear_workgroup(wid, nwg) * 256u + li;
+    if (e >= p.n) {
+        return;
+    }
+    out[e] = x[e / p.spatial] * p.inv;
+}

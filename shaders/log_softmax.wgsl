@@ -1,0 +1,37 @@
+//#include "common.wgsl"
+//#include "reduce.wgsl"
+// LogSoftmax over the last axis (ir.ops_extra): out = z - log(sum_j exp(z_j)), z = x - max_j x_j,
+// one workgroup per row of N; z is exact for nearby logits (Sterbenz), so logits of 1e3 lose
+// nothing and a row of MASK_SENTINEL logits stays finite.
+
+struct Params {
+    rows: u32,
+    n: u32,  // row length
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let row = linear_workgroup(wid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.n;
+    var m = MAX_INIT;
+    for (var j = li; j < p.n; j = j + RED) {
+        m = max(m, x[base + j]);
+    }
+    m = workgroup_max(li, m);
+    var s = 0.0;
+    for (var j = li; j < p.n; j = j + RED) {
+        s = s + exp(x[base + j] - m);
+    }
+    let lse = log(workgroup_sum(li, s));
+    for (var j = li; j < p.n; j = j + RED) {
+        out[base + j] = (x[base + j] - m) - lse;
+    }
+}
