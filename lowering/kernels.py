@@ -5,12 +5,13 @@ A builder takes the node and its input types and returns a :class:`KernelCall`. 
 storage bindings are always the node's input buffers in ``node.inputs`` order
 (read-only) followed by the output buffer (read_write); the uniform, when ``params`` is
 non-empty, comes right after. Sizes travel in uniforms, so one pipeline serves every
-shape; templating is used only where the code's structure changes (epilogue chains and
-the RmsNorm prologue of the matmul, the unary/binary expression, attention masking, head
-size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
+shape; templating is used only where the code's structure changes (epilogue chains,
+RmsNorm prologue and tile of the matmul, the unary/binary expression, attention masking,
+head size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
 kernel fills hook functions from its own file (``matmul_prologue_*.wgsl``,
 ``attention_qk*.wgsl``) instead of copying the kernel. The entries of the training ops
-(losses, gradients) live in :mod:`.kernels_backward`; RoPEGrad shares RoPE's below.
+(losses, gradients) live in :mod:`.kernels_backward`, the matmul family's in
+:mod:`.kernels_matmul`; RoPEGrad shares RoPE's below.
 """
 
 from __future__ import annotations
@@ -21,14 +22,11 @@ from dataclasses import dataclass
 
 from ..ir.errors import LoweringError
 from ..ir.graph import Node
-from ..ir.ops import EPILOGUE_BINARY
 from ..ir.types import TensorType
 from .wgsl import render, shader_text, uniform_bytes
 
 #: Invocations per workgroup of the elementwise kernels (one element each).
 ELEMENTWISE_WG = 256
-#: Output tile side of the matmul kernel (matmul.wgsl TILE).
-MATMUL_TILE = 64
 #: Query rows per workgroup of the attention kernel (attention.wgsl workgroup size).
 ATTENTION_ROWS = 64
 #: Largest head_dim the attention kernel keeps in per-invocation arrays.
@@ -218,63 +216,7 @@ def _swiglu_concat(node: Node, ins: list[TensorType]) -> KernelCall:
                       _elementwise_groups(n))
 
 
-# --- matmul family -------------------------------------------------------------------------
-
-
-def matmul_source(variant: str, epilogue: tuple[str, ...], rms_norm: bool = False) -> str:
-    """WGSL of the tiled matmul for ``variant`` ('' | 'AT' | 'BT') and an epilogue chain.
-
-    A binds at 0 and B at 1; with ``rms_norm`` (FusedRmsNormMatMul, A not transposed) the
-    RmsNorm weight binds at 1 and B at 2, A is staged as x * w_norm and each row is scaled
-    by its inverse rms before the epilogue. Epilogue operands bind after B in chain order;
-    'bias' reads operand[j], 'add' reads operand[i * N + j]; unary steps use
-    :data:`UNARY_WGSL`. Raises LoweringError for an unknown step or a transposed A with
-    ``rms_norm``.
-    """
-    if rms_norm and variant == "AT":
-        raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
-    first = 3 if rms_norm else 2
-    operands, lines = [], []
-    for step in epilogue:
-        if step in EPILOGUE_BINARY:
-            e = len(operands)
-            operands.append(f"@group(0) @binding({first + e}) var<storage, read> e{e}: array<f32>;")
-            index = "j" if step == "bias" else "i * p.n + j"
-            lines.append(f"    v = v + e{e}[{index}];  // {step}")
-        elif step in UNARY_WGSL:
-            lines.append(f"    v = {UNARY_WGSL[step].format(x='v')};")
-        else:
-            raise LoweringError(f"FusedMatMul: epilogue step {step!r} has no WGSL lowering")
-    return render(
-        "matmul.wgsl",
-        A_INDEX="kk * p.m + i" if variant == "AT" else "i * p.k + kk",
-        B_INDEX="j * p.k + kk" if variant == "BT" else "kk * p.n + j",
-        B=first - 1,
-        OPERANDS="\n".join(operands),
-        PROLOGUE=shader_text("matmul_prologue_rms_norm.wgsl" if rms_norm else "matmul_prologue_none.wgsl"),
-        EPILOGUE="\n".join(lines),
-        OUT=first + len(operands),
-        UNIFORM=first + 1 + len(operands),
-    )
-
-
-_MATMUL_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
-
-
-@kernel("MatMul", "MatMulAT", "MatMulBT", "FusedMatMul", "FusedRmsNormMatMul")
-def _matmul(node: Node, ins: list[TensorType]) -> KernelCall:
-    rms_norm = node.op == "FusedRmsNormMatMul"
-    variant = node.attrs["variant"] if node.op.startswith("Fused") else _MATMUL_VARIANT[node.op]
-    epilogue = tuple(node.attrs.get("epilogue", ()))
-    m, n = node.type.shape
-    k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
-    eps = float(node.attrs["eps"]) if rms_norm else 0.0
-    tiles_n = math.ceil(n / MATMUL_TILE)
-    tiles = math.ceil(m / MATMUL_TILE) * tiles_n
-    name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "")
-    name += "".join(f"+{s}" for s in epilogue)
-    return KernelCall(name, matmul_source(variant, epilogue, rms_norm), uniform_bytes(m, k, n, tiles_n, tiles, eps),
-                      tiles)
+# --- matmul family: lowering/kernels_matmul.py ------------------------------------------
 
 
 # --- rows: softmax, norms, reductions ------------------------------------------------------

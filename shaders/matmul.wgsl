@@ -1,52 +1,74 @@
 //#include "common.wgsl"
-// C[M,N] = epilogue(op(A) @ op(B)) for MatMul, MatMulAT, MatMulBT and FusedMatMul.
-// Template slots (filled by lowering/kernels.py): A_INDEX and B_INDEX address
-// element (i, kk) of op(A) and (kk, j) of op(B) for the variant; OPERANDS declares
-// the epilogue operand bindings; EPILOGUE is the chain applied to each result;
-// B, OUT and UNIFORM are binding numbers. PROLOGUE defines the hooks stage_a (the value
-// staged for element (i, kk) of op(A)), finish_rows (called once after the K loop, in
-// uniform control flow) and row_scale (a factor per tile row applied before the
-// epilogue): matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for
-// FusedRmsNormMatMul.
+// C[M,N] = epilogue(op(A) @ op(B)) for MatMul, MatMulAT, MatMulBT, FusedMatMul and
+// FusedRmsNormMatMul: the tiled kernel (lowering/kernels_matmul.py; M <= 4 takes
+// matmul_gemv.wgsl).
 //
-// One workgroup computes a 64x64 tile of C with 16x16 invocations, each a 4x4
-// micro-tile (rows ty + 16r, columns tx + 16c, so neighbouring invocations store
-// neighbouring columns). K is walked in slices of 16 staged in workgroup memory.
-// Every load and store is bounds-checked, so any M, K, N works.
+// One workgroup of 256 invocations computes a BM x BN tile of C. They form KSPLIT groups
+// of TX x TY invocations; invocation (tx, ty) of a group owns rows g*4*TY + ty*4 + (0..3)
+// and columns h*4*TX + tx*4 + (0..3) of the tile (g < TM/4, h < TN/4): a TM x TN
+// micro-tile (8x8 for 128x128) of vec4 accumulators c{row}_{h}, updated with one vec4
+// FMA per row and column group. K is walked in slices of BK: A's slice is staged
+// transposed ([BK][BM], so the inner loop reads 4 rows of A as one vec4) and B's as is
+// ([BK][BN]), in two buffers: while the workgroup computes on one, each invocation holds
+// its quad (4 consecutive stored elements) of the next slice of A and of B in registers,
+// stores them into the other buffer after the inner product, and a single barrier per
+// slice separates the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each
+// slice; small tiles (KSPLIT 2 or 4) thus keep 256 invocations busy, and their groups'
+// sums are added in workgroup memory at the end (REDUCE_SPLIT).
+//
+// Template slots (filled by lowering/kernels_matmul.py): BM, BN, BK, TM, TN the tile;
+// A_ELEM and B_ELEM the element type each operand is read as (vec4<f32> when its stored
+// rows are a multiple of 4 long, else f32); QUADS defines quad_a(r, c) and quad_b(r, c),
+// the stored elements (r, c..c+3), zero outside the matrix; A_ALONG_K (false for 'AT',
+// whose A is stored [K,M]) and B_ALONG_K (true for 'BT', whose B is stored [N,K]) say
+// along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
+// REDUCE_SPLIT and STORE are the unrolled micro-tile; OPERANDS declares the epilogue
+// operand bindings; EPILOGUE is the chain applied to each result; B, OUT and UNIFORM are
+// binding numbers. PROLOGUE defines the hooks stage_a (the quad staged for 4 elements of
+// a row of A at column k), finish_rows (called once after the K loop, in uniform control
+// flow) and row_scale (a factor per tile row applied before the epilogue):
+// matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
+//
+// Edge tiles need no separate path: quads past M, N or K load as zeros (a vec4 quad is
+// wholly inside or outside, its row length being a multiple of 4) and the store checks
+// each element.
 
 struct Params {
     m: u32,
     k: u32,
     n: u32,
-    tiles_n: u32,  // column tiles, ceil(N / 64)
-    tiles: u32,    // all tiles, ceil(M / 64) * tiles_n
+    tiles_n: u32,  // column tiles, ceil(N / BN)
+    tiles: u32,    // all tiles, ceil(M / BM) * tiles_n
     eps: f32,      // RmsNorm prologue only
 }
 
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding({{B}}) var<storage, read> b: array<f32>;
+@group(0) @binding(0) var<storage, read> a: array<{{A_ELEM}}>;
+@group(0) @binding({{B}}) var<storage, read> b: array<{{B_ELEM}}>;
 {{OPERANDS}}
 @group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
 @group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
 
-const TILE: u32 = 64u;
-const TK: u32 = 16u;
-var<workgroup> a_tile: array<f32, 1024>;  // [TK][TILE]: a_tile[kk * TILE + i]
-var<workgroup> b_tile: array<f32, 1024>;  // [TK][TILE]: b_tile[kk * TILE + j]
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const BK: u32 = {{BK}}u;
+const TX: u32 = BN / {{TN}}u;          // invocations across a K group's tile: TX x TY,
+const TY: u32 = BM / {{TM}}u;          // each a {{TM}}x{{TN}} micro-tile
+const KSPLIT: u32 = 256u / (TX * TY);  // K groups
+const BM4: u32 = BM / 4u;
+const BN4: u32 = BN / 4u;
+const KQ: u32 = BK / 4u;              // quads in BK elements of a row
+const A_QUADS: u32 = BM * BK / 4u;    // quads in a slice of A (at most 256: one per invocation)
+const B_QUADS: u32 = BN * BK / 4u;
+const A_SIZE: u32 = BK * BM4;         // vec4 per A buffer
+const B_SIZE: u32 = BK * BN4;
+const B_START: u32 = 2u * A_SIZE;     // the B buffers follow the two A buffers
+const A_ALONG_K: bool = {{A_ALONG_K}};
+const B_ALONG_K: bool = {{B_ALONG_K}};
 
-fn load_a(i: u32, kk: u32) -> f32 {
-    if (i >= p.m || kk >= p.k) {
-        return 0.0;
-    }
-    return a[{{A_INDEX}}];
-}
+// [2][BK][BM / 4] slices of A, then [2][BK][BN / 4] slices of B.
+var<workgroup> tiles: array<vec4<f32>, 2u * (A_SIZE + B_SIZE)>;
 
-fn load_b(kk: u32, j: u32) -> f32 {
-    if (kk >= p.k || j >= p.n) {
-        return 0.0;
-    }
-    return b[{{B_INDEX}}];
-}
+{{QUADS}}
 
 {{PROLOGUE}}
 
@@ -56,47 +78,117 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     return v;
 }
 
-@compute @workgroup_size(16, 16, 1)
+// Quad li of the A slice starting at k0 of the tile at row0 (zero for li >= A_QUADS).
+fn load_a(li: u32, row0: u32, k0: u32) -> vec4<f32> {
+    if (li >= A_QUADS) {
+        return vec4<f32>();
+    }
+    if (A_ALONG_K) {  // quad li: tile row li / KQ, columns k0 + (li % KQ) * 4 ..
+        let k = k0 + li % KQ * 4u;
+        return stage_a(quad_a(row0 + li / KQ, k), k);
+    }
+    return quad_a(k0 + li / BM4, row0 + li % BM4 * 4u);  // quad li: slice row li / BM4
+}
+
+fn load_b(li: u32, col0: u32, k0: u32) -> vec4<f32> {
+    if (li >= B_QUADS) {
+        return vec4<f32>();
+    }
+    if (B_ALONG_K) {
+        return quad_b(col0 + li / KQ, k0 + li % KQ * 4u);
+    }
+    return quad_b(k0 + li / BN4, col0 + li % BN4 * 4u);
+}
+
+// Store a quad loaded along K as 4 elements of a column of the [BK][side] slice at `at`.
+// The KQ quads of a row go to neighbouring invocations, which read the row's 4 * BK bytes
+// together; their stores meet 2-way bank conflicts (neighbouring rows instead: no
+// conflicts, but each warp reads half-sectors, and on an H200 it ran 3% slower at 4096^3,
+// 15% at 1024^3).
+fn store_transposed(at: u32, li: u32, side4: u32, v: vec4<f32>) {
+    let m = li / KQ;
+    let base = at + li % KQ * 4u * side4 + m / 4u;
+    let e = m % 4u;
+    tiles[base][e] = v.x;
+    tiles[base + side4][e] = v.y;
+    tiles[base + 2u * side4][e] = v.z;
+    tiles[base + 3u * side4][e] = v.w;
+}
+
+fn store_a(li: u32, buf: u32, v: vec4<f32>) {
+    if (li < A_QUADS) {
+        if (A_ALONG_K) {
+            store_transposed(buf * A_SIZE, li, BM4, v);
+        } else {
+            tiles[buf * A_SIZE + li] = v;
+        }
+    }
+}
+
+fn store_b(li: u32, buf: u32, v: vec4<f32>) {
+    if (li < B_QUADS) {
+        if (B_ALONG_K) {
+            store_transposed(B_START + buf * B_SIZE, li, BN4, v);
+        } else {
+            tiles[B_START + buf * B_SIZE + li] = v;
+        }
+    }
+}
+
+// Columns j..j+3 of row i (tile row r) of C, through the epilogue.
+fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m) {
+        return;
+    }
+    let s = v * row_scale(r);
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        if (j + e < p.n) {
+            out[i * p.n + j + e] = epilogue(i, j + e, s[e]);
+        }
+    }
+}
+
+@compute @workgroup_size(256, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let tile = linear_workgroup(wid, nwg);
     if (tile >= p.tiles) {
         return;
     }
-    let row0 = (tile / p.tiles_n) * TILE;
-    let col0 = (tile % p.tiles_n) * TILE;
-    var acc: array<vec4<f32>, 4>;
-    for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
-        for (var r = 0u; r < 4u; r = r + 1u) {
-            let l = li + 256u * r;
-            let ia = l / TK;
-            let ka = l % TK;
-            a_tile[ka * TILE + ia] = stage_a(r, row0 + ia, k0 + ka);
-            let jb = l % TILE;
-            let kb = l / TILE;
-            b_tile[kb * TILE + jb] = load_b(k0 + kb, col0 + jb);
+    let row0 = tile / p.tiles_n * BM;
+    let col0 = tile % p.tiles_n * BN;
+    let t = li % (TX * TY);  // invocation (tx, ty) of K group kg
+    let kg = li / (TX * TY);
+    let tx = t % TX;
+    let ty = t / TX;
+{{ACCUMULATORS}}
+    var next_a = load_a(li, row0, 0u);
+    var next_b = load_b(li, col0, 0u);
+    store_a(li, 0u, next_a);
+    store_b(li, 0u, next_b);
+    workgroupBarrier();
+    let steps = (p.k + BK - 1u) / BK;
+    for (var s = 0u; s < steps; s = s + 1u) {
+        let buf = s % 2u;
+        let more = s + 1u < steps;
+        if (more) {  // the next slice's quads, in flight during the inner product
+            next_a = load_a(li, row0, (s + 1u) * BK);
+            next_b = load_b(li, col0, (s + 1u) * BK);
         }
-        workgroupBarrier();
-        for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            let base = kk * TILE;
-            let bv = vec4<f32>(b_tile[base + lid.x], b_tile[base + lid.x + 16u],
-                               b_tile[base + lid.x + 32u], b_tile[base + lid.x + 48u]);
-            for (var r = 0u; r < 4u; r = r + 1u) {
-                acc[r] = acc[r] + a_tile[base + lid.y + 16u * r] * bv;
-            }
+        let a_at = buf * A_SIZE + kg * (BK / KSPLIT) * BM4 + ty;
+        let b_at = B_START + buf * B_SIZE + kg * (BK / KSPLIT) * BN4 + tx;
+{{MICRO_TILE}}
+        if (more) {
+            store_a(li, 1u - buf, next_a);
+            store_b(li, 1u - buf, next_b);
         }
         workgroupBarrier();
     }
+{{REDUCE_SPLIT}}
     finish_rows(li);
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        let i = row0 + lid.y + 16u * r;
-        let scale = row_scale(lid.y + 16u * r);
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            let j = col0 + lid.x + 16u * c;
-            if (i < p.m && j < p.n) {
-                out[i * p.n + j] = epilogue(i, j, acc[r][c] * scale);
-            }
-        }
+    if (kg == 0u) {
+{{STORE}}
     }
 }

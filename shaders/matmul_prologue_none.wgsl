@@ -1,7 +1,7 @@
 // matmul.wgsl hooks without a prologue: op(A) is staged as loaded, rows are not scaled.
 
-fn stage_a(r: u32, i: u32, kk: u32) -> f32 {
-    return load_a(i, kk);
+fn stage_a(v: vec4<f32>, k: u32) -> vec4<f32> {
+    return v;
 }
 
 fn finish_rows(li: u32) {}

@@ -197,10 +197,10 @@ def test_unused_leaves_are_accepted(device):
 def test_pipelines_are_shared_between_sessions(device):
     Session(_linear(), _params(), device=device)
     count = len(pipeline_cache._pipelines)
-    g = Graph()  # same kernels, other shapes
+    g = Graph()  # same kernels (matmul: same tile, and N % 4 == 0 as before), other shapes
     x = g.input("x", [9, 2])
-    g.set_outputs([g.relu(g.bias_add(g.matmul(x, g.parameter("w", [2, 3])), g.parameter("b", [3])))])
-    Session(g, {"w": np.ones((2, 3)), "b": np.ones(3)}, device=device)
+    g.set_outputs([g.relu(g.bias_add(g.matmul(x, g.parameter("w", [2, 8])), g.parameter("b", [8])))])
+    Session(g, {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
     assert len(pipeline_cache._pipelines) == count
 
 
@@ -215,7 +215,7 @@ def test_wgpu_errors_surface_as_device_errors(device):
     plan = lower(_linear())
     broken = dataclasses.replace(plan.dispatches[0], source="fn main( {")
     plan.dispatches[0] = broken
-    with pytest.raises(DeviceError, match=r"compiling kernel for matmul: node 3 MatMul"):
+    with pytest.raises(DeviceError, match=r"compiling kernel for matmul_\w+: node 3 MatMul"):
         Session(plan, _params(), device=device)
 
 
@@ -247,12 +247,12 @@ def test_small_workgroup_limit_splits_the_grid(device):
     x = g.input("x", [50, 70])  # 3500 elements: 14 workgroups of 256
     w = g.parameter("w", [70, 130])
     y = g.silu(x)
-    mm = g.matmul(y, w)  # 1 x 3 tiles
+    mm = g.matmul(y, w)  # 2 x 5 tiles of 32x32 (lowering.kernels_matmul.matmul_tile)
     q = g.reshape(mm, [100, 65])
     att = g.causal_attention(q, q, q, num_heads=1, num_kv_heads=1, head_dim=65, batch=1)
     g.set_outputs([y, mm, att])
     plan = lower(g, {"max-compute-workgroups-per-dimension": 4})
-    assert [d.workgroups for d in plan.dispatches] == [(4, 4, 1), (3, 1, 1), (2, 1, 1)]
+    assert [d.workgroups for d in plan.dispatches] == [(4, 4, 1), (4, 3, 1), (2, 1, 1)]
     params = {"w": RNG.standard_normal((70, 130)) * 0.1}
     feeds = {"x": RNG.standard_normal((50, 70))}
     _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))
@@ -266,8 +266,8 @@ def test_small_workgroup_limit_splits_the_grid(device):
 def test_split_matmul_grid_covers_every_tile(device):
     g = Graph()
     a, b = g.input("a", [130, 20]), g.parameter("b", [20, 200])
-    g.set_outputs([g.matmul(a, b)])  # 3 x 4 = 12 tiles
+    g.set_outputs([g.matmul(a, b)])  # 5 x 7 = 35 tiles of 32x32 (lowering.kernels_matmul.matmul_tile)
     plan = lower(g, {"max-compute-workgroups-per-dimension": 5})
-    assert plan.dispatches[0].workgroups == (4, 3, 1)
+    assert plan.dispatches[0].workgroups == (5, 4, 2)  # 40 >= 35 workgroups on a 3-D grid
     params, feeds = {"b": RNG.standard_normal((20, 200))}, {"a": RNG.standard_normal((130, 20))}
     _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))

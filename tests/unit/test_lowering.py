@@ -11,8 +11,17 @@ import pytest
 
 from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
 from eggfuse.lowering import KERNELS, DerivedParameter, lower
-from eggfuse.lowering.kernels import broadcast_strides, matmul_source
+from eggfuse.lowering.kernels import broadcast_strides
 from eggfuse.lowering.kernels_backward import reduce_dims
+from eggfuse.lowering.kernels_matmul import (
+    GEMV_MAX_ROWS,
+    MATMUL_TILES,
+    MATMUL_WG,
+    WORKGROUP_STORAGE,
+    matmul_source,
+    matmul_tile,
+    matmul_vec4,
+)
 from eggfuse.lowering.limits import limit_name, split_grid
 from eggfuse.lowering.wgsl import render, uniform_bytes
 
@@ -196,10 +205,73 @@ def test_matmul_template_epilogue_and_variants():
     body = re.search(r"fn epilogue.*?return v;", src, re.S).group(0)
     steps = re.findall(r"^ +v = (.*?);", body, re.M)
     assert steps == ["v + e0[j]", "max(v, 0.0)", "v + e1[i * p.n + j]", "gelu_erf(v)"]
-    assert "b[j * p.k + kk]" in src and "a[i * p.k + kk]" in src
-    assert "a[kk * p.m + i]" in matmul_source("AT", ())
+    # scalar reads by default: quads of the stored rows, A [M,K] and B [N,K] along K
+    assert "a[r * p.k + cc]" in src and "b[r * p.k + cc]" in src and "const B_ALONG_K: bool = true;" in src
+    at = matmul_source("AT", ())
+    assert "a[r * p.m + cc]" in at and "const A_ALONG_K: bool = false;" in at  # A stored [K,M]
     assert src.count("fn gelu_erf") == 1  # helpers included once, not copied
     assert "w_norm" not in src and "fn stage_a" in src
+
+
+def test_matmul_template_vec4_reads_and_tiles():
+    src = matmul_source("", (), tile=MATMUL_TILES[0], vec4=(True, False))
+    assert "var<storage, read> a: array<vec4<f32>>;" in src and "var<storage, read> b: array<f32>;" in src
+    assert "return a[(r * p.k + c) / 4u];" in src and "b[r * p.n + cc]" in src
+    assert "const BM: u32 = 128u;" in src and "const BK: u32 = 8u;" in src
+    assert len(re.findall(r"^ +var c\d+_\d+ = vec4<f32>\(\);", src, re.M)) == 16  # 8x8 outputs as vec4
+    assert src.count("= fma(") == 8 * 16  # the K slice unrolled: 8 steps of 16 vec4 FMAs
+    assert "tiles[(kg - 1u)" not in src  # one K group: no split-K reduction
+    small = matmul_source("", (), tile=MATMUL_TILES[-1])
+    assert "tiles[(kg - 1u)" in small and small.count("= fma(") == 8 * 4  # 4 K groups of 8 steps
+    gemv = matmul_source("AT", ("bias",), tile=matmul_tile(1, 9, "AT"))
+    assert "a[cc * p.m + r]" in gemv and "const ROWS: u32 = 1u;" in gemv  # op(A) rows through [K,M]
+    assert "{{" not in gemv and "fn stage_x" in gemv
+
+
+def test_matmul_tile_heuristic():
+    cases = {
+        (8192, 8192): "128x128x8", (4096, 4096): "128x128x8", (2048, 2048): "128x128x8",
+        (1024, 1024): "64x64x16", (512, 512): "32x32x32",
+        (2048, 1024): "128x64x8", (1024, 2048): "64x128x8", (1024, 510): "64x32x16", (510, 1024): "32x64x16",
+        (130, 257): "32x32x32", (257, 65): "32x32x32", (5, 7): "32x32x32",
+        (512, 1536): "32x64x16", (256, 49152): "128x128x8", (64, 49152): "64x128x8", (16, 49152): "32x64x16",
+    }
+    for (m, n), name in cases.items():
+        assert matmul_tile(m, n).name == name, (m, n)
+    assert {matmul_tile(m, n).name for m, n in cases} == {t.name for t in MATMUL_TILES}  # every tile reachable
+    for m in range(1, GEMV_MAX_ROWS + 1):
+        assert matmul_tile(m, 1536, "BT").name == f"gemv{m}x8"
+        assert matmul_tile(m, 1536, "").name == f"gemv{m}x32"
+
+
+def test_matmul_tiles_fit_the_default_limits():
+    for t in MATMUL_TILES:
+        assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == MATMUL_WG and t.bk % (4 * t.ksplit) == 0
+        slices = 2 * t.bk * (t.bm + t.bn)  # floats in workgroup memory
+        assert 4 * slices <= WORKGROUP_STORAGE
+        assert t.bm * t.bk // 4 <= MATMUL_WG and t.bn * t.bk // 4 <= MATMUL_WG  # one quad per invocation
+        assert (t.ksplit - 1) * MATMUL_WG * t.tm * t.tn // t.ksplit <= slices  # split-K sums parked
+        assert t.bm * t.bk // 4 + t.bm <= slices  # RmsNorm partial sums and row scales
+
+
+def test_matmul_vec4_follows_the_stored_row_length():
+    assert matmul_vec4("", 5, 8, 12) == (True, True)
+    assert matmul_vec4("", 8, 5, 12) == (False, True)
+    assert matmul_vec4("", 8, 8, 13) == (True, False)
+    assert matmul_vec4("AT", 6, 8, 12) == (False, True)  # A [K,M]: rows of M
+    assert matmul_vec4("AT", 8, 8, 12, gemv=True) == (False, True)  # GEMV reads op(A) strided
+    assert matmul_vec4("BT", 5, 8, 13) == (True, True)  # B [N,K]: rows of K
+    assert matmul_vec4("BT", 5, 9, 12) == (False, False)
+
+
+def test_matmul_dispatch_follows_the_tile():
+    g = Graph()
+    x = g.input("x", [1, 576])
+    g.set_outputs([g.matmul_bt(x, g.parameter("w", [1536, 576])),
+                   g.matmul(g.input("y", [1024, 9]), g.parameter("v", [9, 510]))])
+    gemv, tiled = lower(g).dispatches
+    assert gemv.kernel == "matmul_BT_gemv1x8_v44" and gemv.workgroups == (1536 // 8, 1, 1)
+    assert tiled.kernel == "matmul_64x32x16_v11" and tiled.workgroups == (16 * 16, 1, 1)
 
 
 def test_matmul_template_rms_norm_prologue():
@@ -207,7 +279,9 @@ def test_matmul_template_rms_norm_prologue():
     assert "@binding(1) var<storage, read> w_norm" in src and "@binding(2) var<storage, read> b" in src
     assert "@binding(3) var<storage, read> e0" in src and "@binding(4) var<storage, read> e1" in src
     assert "@binding(5) var<storage, read_write> out" in src and "@binding(6) var<uniform> p" in src
-    assert src.count("fn stage_a") == 1 and "row_rstd" in src
+    assert src.count("fn stage_a") == 1 and "ss = ss + dot(v, v)" in src
+    gemv = matmul_source("BT", (), rms_norm=True, tile=matmul_tile(2, 576, "BT"))
+    assert gemv.count("fn stage_x") == 1 and "row_rstd" in gemv and "@binding(2) var<storage, read> b" in gemv
     with pytest.raises(LoweringError, match="'AT'"):
         matmul_source("AT", (), rms_norm=True)
 

@@ -1,0 +1,304 @@
+"""The matmul family's lowering entry: MatMul, MatMulAT, MatMulBT, FusedMatMul and
+FusedRmsNormMatMul, on two kernels chosen per problem size.
+
+- ``matmul.wgsl``, tiled: a workgroup of 256 invocations computes a BM x BN tile of C
+  (:data:`MATMUL_TILES`: 128x128 with an 8x8 register micro-tile per invocation, down to
+  32x32 with 4x4 micro-tiles and K split over 4 groups of invocations), walking K in
+  slices staged, double-buffered, in workgroup memory (A transposed, so the inner product
+  reads vec4 of A and of B); the inner product is unrolled here, in Python.
+- ``matmul_gemv.wgsl``, for M <= 4 (decode): a workgroup computes a block of output
+  columns for every row; its invocations split K and reduce in workgroup memory.
+
+Both read their operands a quad (4 consecutive elements of a stored row) at a time: as
+one ``vec4`` load when the stored row length is a multiple of 4, as four bounds-checked
+scalar loads otherwise. The specialisation (template) is on variant, epilogue, prologue,
+tile and vec4-ness; sizes travel in the uniform, so one pipeline serves every shape that
+picks the same tile and alignment. The tile heuristic is :func:`matmul_tile`.
+
+On an NVIDIA H200 through Vulkan (bench/matmul.py, bench/results/matmul_h200.json) the
+4096^3 fp32 product runs at 32 TFLOP/s, 0.62x torch with TF32 off (the former 64x64
+kernel: 3.2 TFLOP/s), and M = 1 GEMVs of LLM weights at 3.1 TB/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir.errors import LoweringError
+from ..ir.graph import Node
+from ..ir.ops import EPILOGUE_BINARY
+from ..ir.types import TensorType
+from .kernels import UNARY_WGSL, KernelCall, kernel
+from .wgsl import render, shader_text, uniform_bytes
+
+#: Invocations per workgroup of both matmul kernels (the WebGPU default limit
+#: maxComputeInvocationsPerWorkgroup).
+MATMUL_WG = 256
+#: Largest M that takes the GEMV kernel (its accumulators are per row, in registers).
+GEMV_MAX_ROWS = 4
+#: Workgroups a tile shape should give before a larger tile is preferred: enough to fill
+#: a large GPU (an H100/H200 has 132 multiprocessors, each holding 2 workgroups of the
+#: 128x128 kernel). Below it, tiles shrink so that more workgroups share the work.
+TARGET_WORKGROUPS = 256
+#: Bytes of workgroup memory every WebGPU device offers (maxComputeWorkgroupStorageSize).
+WORKGROUP_STORAGE = 16384
+
+
+@dataclass(frozen=True)
+class MatmulTile:
+    """The work of one workgroup: ``bm`` x ``bn`` outputs, K staged ``bk`` at a time.
+
+    Tiled kernel (``gemv`` False): the 256 invocations form ``ksplit`` groups of
+    (bm/tm) x (bn/tn), each invocation owning a tm x tn micro-tile (tm, tn = 8 for a side
+    of 128, else 4); group g computes K slice elements [g, g+1) * bk/ksplit, and the
+    groups' sums are added at the end (split-K inside the workgroup, for small tiles).
+    bk * (bm + bn) * 2 buffers * 4 bytes fits WORKGROUP_STORAGE and each invocation loads
+    at most one quad of each operand per slice. GEMV (``gemv`` True): bm is M (1..4), bn
+    the output columns per workgroup, bk unused (0).
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    gemv: bool = False
+
+    @property
+    def tm(self) -> int:
+        return 8 if self.bm == 128 else 4
+
+    @property
+    def tn(self) -> int:
+        return 8 if self.bn == 128 else 4
+
+    @property
+    def ksplit(self) -> int:
+        return MATMUL_WG * self.tm * self.tn // (self.bm * self.bn)
+
+    @property
+    def name(self) -> str:
+        return f"gemv{self.bm}x{self.bn}" if self.gemv else f"{self.bm}x{self.bn}x{self.bk}"
+
+
+#: Every tile shape of the tiled kernel, from the most reuse per loaded element to the
+#: most workgroups per output: 128x128 (8x8 per invocation), 128x64 / 64x128 (8x4),
+#: 64x64 (4x4), 64x32 / 32x64 (4x4, K split in 2), 32x32 (4x4, K split in 4).
+MATMUL_TILES = (MatmulTile(128, 128, 8), MatmulTile(128, 64, 8), MatmulTile(64, 128, 8), MatmulTile(64, 64, 16),
+                MatmulTile(64, 32, 16), MatmulTile(32, 64, 16), MatmulTile(32, 32, 32))
+_TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
+
+
+def gemv_tile(m: int, variant: str) -> MatmulTile:
+    """The GEMV work split for ``m`` <= GEMV_MAX_ROWS rows: with 'BT' (B stored [N,K]) 8
+    columns per workgroup, 32 invocations each; otherwise 32 columns (8 quads), 32
+    invocations each."""
+    return MatmulTile(m, 8 if variant == "BT" else 32, 0, gemv=True)
+
+
+def matmul_tile(m: int, n: int, variant: str = "") -> MatmulTile:
+    """The work split of an [M,N] product, chosen at lowering time.
+
+    M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
+    walking MATMUL_TILES from the largest area down (at equal area, the longer side along
+    the larger of M and N), the first tile that gives TARGET_WORKGROUPS workgroups, or the
+    last one walked. A side of 128 is only used where that dimension reaches 128, and of
+    64 where it reaches 64 (a 128-row tile over 16 rows would compute 87% zeros). Larger
+    tiles reuse each loaded element more (8x8 per invocation against 4x4); smaller ones
+    spread a small problem over more multiprocessors. On an H200 the tile chosen was the
+    fastest of the seven, or within 2% of it, for square sizes 512 to 4096 and for the
+    LLM shapes of bench/matmul.py with M >= 16.
+    """
+    if m <= GEMV_MAX_ROWS:
+        return gemv_tile(m, variant)
+
+    def fits(side: int, dim: int) -> bool:
+        return side == 32 or dim >= side
+
+    ladder = [(128, 128), (128, 64), (64, 64), (64, 32), (32, 32)]
+    chosen = None
+    for long, short in ladder:
+        sides = (long, short) if m >= n else (short, long)
+        if not (fits(sides[0], m) and fits(sides[1], n)):
+            sides = (sides[1], sides[0])
+            if not (fits(sides[0], m) and fits(sides[1], n)):
+                continue
+        chosen = _TILE_BY_SIDES[sides]
+        if math.ceil(m / sides[0]) * math.ceil(n / sides[1]) >= TARGET_WORKGROUPS:
+            break
+    return chosen
+
+
+def matmul_vec4(variant: str, m: int, k: int, n: int, gemv: bool = False) -> tuple[bool, bool]:
+    """Whether A and B are read as vec4: the stored row the kernel reads quads along is a
+    multiple of 4 long. The tiled kernel reads A along K, or along M for 'AT'; B along N,
+    or along K for 'BT'. The GEMV kernel reads op(A) along K, a strided column for 'AT'
+    (scalar)."""
+    if variant == "AT":
+        vec_a = not gemv and m % 4 == 0
+    else:
+        vec_a = k % 4 == 0
+    vec_b = k % 4 == 0 if variant == "BT" else n % 4 == 0
+    return vec_a, vec_b
+
+
+_QUAD_VEC4 = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
+    // elements (r, c..c+3) of {x} stored row-major [{rows}, {cols}]; {cols} % 4 == 0 == c % 4
+    if (r < {rows} && c < {cols}) {{
+        return {x}[(r * {cols} + c) / 4u];
+    }}
+    return vec4<f32>();
+}}"""
+
+_QUAD_SCALAR = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
+    // elements (r, c..c+3) of a [{rows}, {cols}] view of {x}, zero outside
+    var v = vec4<f32>();
+    if (r < {rows}) {{
+        for (var e = 0u; e < 4u; e = e + 1u) {{
+            let cc = c + e;
+            if (cc < {cols}) {{
+                v[e] = {x}[{index}];
+            }}
+        }}
+    }}
+    return v;
+}}"""
+
+
+def _quad(x: str, rows: str, cols: str, index: str, vec4: bool) -> str:
+    # quad_<x>(r, c): 4 consecutive elements of a row of a [rows, cols] matrix; ``index``
+    # addresses element (r, cc) in the scalar form (a transposed view for GEMV 'AT').
+    if vec4:
+        return _QUAD_VEC4.format(x=x, rows=rows, cols=cols)
+    return _QUAD_SCALAR.format(x=x, rows=rows, cols=cols, index=index)
+
+
+def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool) -> str:
+    # A: tiled reads quads of its stored rows ([M,K], or [K,M] for 'AT'); GEMV reads rows of
+    # op(A) ([M,K]), through a transposed view for 'AT'. B: quads of its stored rows, [K,N]
+    # or [N,K] for 'BT'.
+    if variant == "AT" and gemv:
+        qa = _quad("a", "p.m", "p.k", "cc * p.m + r", False)
+    elif variant == "AT":
+        qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a)
+    else:
+        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a)
+    if variant == "BT":
+        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b)
+    else:
+        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b)
+    return qa + "\n\n" + qb
+
+
+def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
+    # The unrolled micro-tile of invocation (tx, ty) in K group kg (matmul.wgsl): the
+    # accumulator declarations, the inner product over its bk / ksplit elements of a K
+    # slice, the store, and the split-K reduction. Rows g*4*TY + ty*4 + e, columns
+    # h*4*TX + tx*4 + (0..3), as vec4 c{row}_{h}. Unrolled here because the NVIDIA driver
+    # does not unroll the loop itself: on an H200 the unrolled 128x128 tile ran 34 TFLOP/s
+    # at 4096^3 against 29 for the loop, 31 for 2 steps per iteration.
+    ty_count, tx_count = tile.bm // tile.tm, tile.bn // tile.tn
+    row_groups, col_groups = tile.tm // 4, tile.tn // 4
+    accs = [(4 * g + e, h) for g in range(row_groups) for e in range(4) for h in range(col_groups)]
+    decl = [f"    var c{r}_{h} = vec4<f32>();" for r, h in accs]
+    body = []
+    steps = tile.bk // tile.ksplit
+    for step in range(steps):
+        body.append(f"        // K slice element kg * {steps} + {step}")
+        for g in range(row_groups):
+            body.append(f"        let a{g}_{step} = tiles[a_at + {step * tile.bm // 4 + g * ty_count}u];")
+        for h in range(col_groups):
+            body.append(f"        let b{h}_{step} = tiles[b_at + {step * tile.bn // 4 + h * tx_count}u];")
+        for r, h in accs:
+            a = f"a{r // 4}_{step}.{'xyzw'[r % 4]}"
+            body.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}, c{r}_{h});")
+    store = [f"        store4(row0, col0, {(r // 4) * 4 * ty_count + r % 4}u + ty * 4u, {h * 4 * tx_count}u + tx * 4u, "
+             f"c{r}_{h});" for r, h in accs]
+    reduce = []
+    if tile.ksplit > 1:  # groups 1.. park their sums in the (now free) slice memory, group 0 adds them
+        per_group = ty_count * tx_count
+        reduce.append("    if (kg > 0u) {")
+        for j, (r, h) in enumerate(accs):
+            reduce.append(f"        tiles[(kg - 1u) * {per_group * len(accs)}u + {j * per_group}u + t] = c{r}_{h};")
+        reduce.append("    }")
+        reduce.append("    workgroupBarrier();")
+        reduce.append("    if (kg == 0u) {")
+        reduce.append(f"        for (var g = 0u; g < {tile.ksplit - 1}u; g = g + 1u) {{")
+        for j, (r, h) in enumerate(accs):
+            at = f"g * {per_group * len(accs)}u + {j * per_group}u + t"
+            reduce.append(f"            c{r}_{h} = c{r}_{h} + tiles[{at}];")
+        reduce.append("        }")
+        reduce.append("    }")
+        reduce.append("    workgroupBarrier();")
+    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(reduce)
+
+
+def matmul_source(variant: str, epilogue: tuple[str, ...], rms_norm: bool = False,
+                  tile: MatmulTile = MATMUL_TILES[3], vec4: tuple[bool, bool] = (False, False)) -> str:
+    """WGSL of the matmul for ``variant`` ('' | 'AT' | 'BT'), an epilogue chain, a tile
+    (:func:`matmul_tile`; a GEMV tile selects matmul_gemv.wgsl) and vec4 reads of A and B
+    (:func:`matmul_vec4`; True only where that stored row length is a multiple of 4).
+
+    A binds at 0 and B at 1; with ``rms_norm`` (FusedRmsNormMatMul, A not transposed) the
+    RmsNorm weight binds at 1 and B at 2, A is staged as x * w_norm and each row is scaled
+    by its inverse rms before the epilogue. Epilogue operands bind after B in chain order;
+    'bias' reads operand[j], 'add' reads operand[i * N + j]; unary steps use
+    :data:`UNARY_WGSL`. Raises LoweringError for an unknown step or a transposed A with
+    ``rms_norm``.
+    """
+    if rms_norm and variant == "AT":
+        raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
+    first = 3 if rms_norm else 2
+    operands, lines = [], []
+    for step in epilogue:
+        if step in EPILOGUE_BINARY:
+            e = len(operands)
+            operands.append(f"@group(0) @binding({first + e}) var<storage, read> e{e}: array<f32>;")
+            index = "j" if step == "bias" else "i * p.n + j"
+            lines.append(f"    v = v + e{e}[{index}];  // {step}")
+        elif step in UNARY_WGSL:
+            lines.append(f"    v = {UNARY_WGSL[step].format(x='v')};")
+        else:
+            raise LoweringError(f"FusedMatMul: epilogue step {step!r} has no WGSL lowering")
+    vec_a, vec_b = vec4
+    slots = dict(
+        A_ELEM="vec4<f32>" if vec_a else "f32",
+        B_ELEM="vec4<f32>" if vec_b else "f32",
+        B=first - 1,
+        OPERANDS="\n".join(operands),
+        QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv),
+        EPILOGUE="\n".join(lines),
+        OUT=first + len(operands),
+        UNIFORM=first + 1 + len(operands),
+        B_ALONG_K="true" if variant == "BT" else "false",
+    )
+    prologue = "rms_norm" if rms_norm else "none"
+    if tile.gemv:
+        return render("matmul_gemv.wgsl", ROWS=tile.bm, COLS=tile.bn,
+                      PROLOGUE=shader_text(f"matmul_gemv_prologue_{prologue}.wgsl"), **slots)
+    decl, body, store, reduce = _micro_tile(tile)
+    return render("matmul.wgsl", BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn,
+                  A_ALONG_K="false" if variant == "AT" else "true",
+                  ACCUMULATORS=decl, MICRO_TILE=body, STORE=store, REDUCE_SPLIT=reduce,
+                  PROLOGUE=shader_text(f"matmul_prologue_{prologue}.wgsl"), **slots)
+
+
+_MATMUL_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
+
+
+@kernel("MatMul", "MatMulAT", "MatMulBT", "FusedMatMul", "FusedRmsNormMatMul")
+def _matmul(node: Node, ins: list[TensorType]) -> KernelCall:
+    rms_norm = node.op == "FusedRmsNormMatMul"
+    variant = node.attrs["variant"] if node.op.startswith("Fused") else _MATMUL_VARIANT[node.op]
+    epilogue = tuple(node.attrs.get("epilogue", ()))
+    m, n = node.type.shape
+    k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
+    eps = float(node.attrs["eps"]) if rms_norm else 0.0
+    tile = matmul_tile(m, n, variant)
+    vec4 = matmul_vec4(variant, m, k, n, tile.gemv)
+    tiles_n = math.ceil(n / tile.bn)
+    tiles = math.ceil(m / tile.bm) * tiles_n
+    name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "") + f"_{tile.name}"
+    name += "_v" + "".join("4" if v else "1" for v in vec4)
+    name += "".join(f"+{s}" for s in epilogue)
+    source = matmul_source(variant, epilogue, rms_norm, tile, vec4)
+    return KernelCall(name, source, uniform_bytes(m, k, n, tiles_n, tiles, eps), tiles)

@@ -1,0 +1,123 @@
+//#include "common.wgsl"
+// C[M,N] = epilogue(op(A) @ op(B)) for M <= 4 (decode): the GEMV form of matmul.wgsl,
+// chosen by lowering/kernels_matmul.py (matmul_tile). A GEMV reads each element of B once
+// and does 2 flops with it, so it is bound by memory bandwidth: the kernel keeps many
+// vec4 loads of B in flight and spends nothing on staging.
+//
+// A workgroup of 256 invocations computes COLS output columns for all ROWS rows. Its
+// invocations are COLS-or-COLS/4 column owners times 32 lanes that split K in quads
+// (4 consecutive k), lane l taking quads l, l + 32, l + 64, ... (two per loop step):
+// - B_ALONG_K ('BT': B stored [N,K], weights in the LLM layout): 8 columns, invocation li
+//   owns column li / 32 as lane li % 32; a quad of B is one row of it, so a warp reads
+//   512 contiguous bytes per step. Each accumulator holds 4 partial dot products.
+// - otherwise (B stored [K,N]): 32 columns as 8 quads, invocation li owns columns
+//   (li % 8) * 4 .. +3 as lane li / 8, and reads 4 rows of B (k .. k+3) per step, 8
+//   invocations covering 128 contiguous bytes of each. Each accumulator holds 4 columns.
+// The lanes of a column are then added in workgroup memory, one row of C at a time
+// (a tree of 5 steps), and lane 0 stores through the epilogue.
+//
+// Template slots: ROWS (M), COLS, B_ALONG_K; A_ELEM, B_ELEM, QUADS, OPERANDS, EPILOGUE,
+// B, OUT, UNIFORM as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K.
+// PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
+// prepare_rows (called first, in uniform control flow) and row_scale (a factor per row of
+// C): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.
+
+struct Params {
+    m: u32,
+    k: u32,
+    n: u32,
+    tiles_n: u32,  // workgroups, ceil(N / COLS)
+    tiles: u32,    // the same
+    eps: f32,      // RmsNorm prologue only
+}
+
+@group(0) @binding(0) var<storage, read> a: array<{{A_ELEM}}>;
+@group(0) @binding({{B}}) var<storage, read> b: array<{{B_ELEM}}>;
+{{OPERANDS}}
+@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
+@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
+
+const ROWS: u32 = {{ROWS}}u;
+const COLS: u32 = {{COLS}}u;
+const B_ALONG_K: bool = {{B_ALONG_K}};
+const LANES: u32 = 32u;
+
+var<workgroup> red: array<vec4<f32>, 256>;
+
+{{QUADS}}
+
+{{PROLOGUE}}
+
+fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
+    var v = acc;
+{{EPILOGUE}}
+    return v;
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let group = linear_workgroup(wid, nwg);
+    if (group >= p.tiles) {
+        return;
+    }
+    prepare_rows(li);
+    let lane = select(li / 8u, li % LANES, B_ALONG_K);
+    let stride = select(8u, 1u, B_ALONG_K);  // invocations between neighbouring lanes
+    let col = select(group * COLS + li % 8u * 4u, group * COLS + li / LANES, B_ALONG_K);
+    var acc: array<vec4<f32>, ROWS>;
+    for (var k = lane * 4u; k < p.k; k = k + 8u * LANES) {
+        // two quads of K per lane and step: their loads are independent, so both are in
+        // flight at once (past K, quads load as zeros)
+        let k2 = k + 4u * LANES;
+        if (B_ALONG_K) {
+            let w = quad_b(col, k);
+            let w2 = quad_b(col, k2);
+            for (var i = 0u; i < ROWS; i = i + 1u) {
+                acc[i] = fma(stage_x(quad_a(i, k), k), w, acc[i]);
+                acc[i] = fma(stage_x(quad_a(i, k2), k2), w2, acc[i]);
+            }
+        } else {
+            let w0 = quad_b(k, col);
+            let w1 = quad_b(k + 1u, col);
+            let w2 = quad_b(k + 2u, col);
+            let w3 = quad_b(k + 3u, col);
+            let w4 = quad_b(k2, col);
+            let w5 = quad_b(k2 + 1u, col);
+            let w6 = quad_b(k2 + 2u, col);
+            let w7 = quad_b(k2 + 3u, col);
+            for (var i = 0u; i < ROWS; i = i + 1u) {
+                let x = stage_x(quad_a(i, k), k);
+                let y = stage_x(quad_a(i, k2), k2);
+                acc[i] = fma(vec4<f32>(x.x), w0, fma(vec4<f32>(x.y), w1,
+                         fma(vec4<f32>(x.z), w2, fma(vec4<f32>(x.w), w3, acc[i]))));
+                acc[i] = fma(vec4<f32>(y.x), w4, fma(vec4<f32>(y.y), w5,
+                         fma(vec4<f32>(y.z), w6, fma(vec4<f32>(y.w), w7, acc[i]))));
+            }
+        }
+    }
+    for (var i = 0u; i < ROWS; i = i + 1u) {
+        red[li] = acc[i];
+        workgroupBarrier();
+        for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+            if (lane < s) {
+                red[li] = red[li] + red[li + s * stride];
+            }
+            workgroupBarrier();
+        }
+        if (lane == 0u) {
+            let v = red[li] * row_scale(i);
+            if (B_ALONG_K) {
+                if (col < p.n) {
+                    out[i * p.n + col] = epilogue(i, col, v.x + v.y + v.z + v.w);
+                }
+            } else {
+                for (var e = 0u; e < 4u; e = e + 1u) {
+                    if (col + e < p.n) {
+                        out[i * p.n + col + e] = epilogue(i, col + e, v[e]);
+                    }
+                }
+            }
+        }
+    }
+}
