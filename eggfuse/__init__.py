@@ -11,6 +11,7 @@ Graphs (``eggfuse.ir``) are encoded into egglog, fused by declarative rulesets
 """
 
 from eggfuse.api import Compiled, EmbedResult, compile, embed
+from eggfuse.generate import GenerateResult, Generator, generate  # noqa: F401  (SmolLM2 text generation)
 from eggfuse.ir import (
     DeviceError,
     DType,
@@ -24,6 +25,7 @@ from eggfuse.ir import (
     TensorType,
     evaluate,
 )
+from eggfuse.ir.optim import SGD, Adam
 
 _REWRITES = ("CostModel", "KernelInfo", "Report", "optimize")
 
@@ -35,10 +37,14 @@ def __getattr__(name: str):
         from eggfuse import rewrites
 
         return getattr(rewrites, name)
+    if name == "Trainer":  # nor wgpu: the runtime loads on first use too
+        from eggfuse.runtime import Trainer
+
+        return Trainer
     raise AttributeError(f"module 'eggfuse' has no attribute {name!r}")
 
 __all__ = [
-    "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "Graph", "GraphError",
-    "InputError", "KernelInfo", "LoweringError", "ModelError", "Report", "RewriteError", "TensorType", "compile",
-    "embed", "evaluate", "optimize",
+    "SGD", "Adam", "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "Graph",
+    "GraphError", "InputError", "KernelInfo", "LoweringError", "ModelError", "Report", "RewriteError", "TensorType",
+    "Trainer", "compile", "embed", "evaluate", "optimize",
 ]

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from eggfuse.cli_generate import add_generate
 from eggfuse.cli_train import add_train_digits
 from eggfuse.ir import EggfuseError
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=cmd_rules)
     add_train_digits(sub)
+    add_generate(sub)
     return p
 
 

@@ -4,6 +4,7 @@ from . import ops_backward  # noqa: F401, I001  (registers the loss and gradient
 from . import ops_fused  # noqa: F401  (registers the fused and vision ops into OPS)
 from . import ops_extra  # noqa: F401, I001  (registers the rest of the seed's ops into OPS)
 from . import ops_train  # noqa: F401, I001  (registers the optimiser updates into OPS)
+from . import ops_cache  # noqa: F401, I001  (registers the KV-cache ops into OPS)
 from .errors import (
     DeviceError,
     EggfuseError,

@@ -129,8 +129,13 @@ class Graph:
         return out
 
     def is_derived_parameter(self, node: Node) -> bool:
-        """A Concat of parameters: packed once when a session is created, never dispatched."""
-        return node.op == "Concat" and all(self.nodes[i].op == "Parameter" for i in node.inputs)
+        """A Concat of parameters: packed once when a session is created, never dispatched.
+
+        Not when an op of the graph updates one of those parameters in place (a training
+        step): the packed copy would keep the first values, so the Concat is dispatched."""
+        if node.op != "Concat" or not all(self.nodes[i].op == "Parameter" for i in node.inputs):
+            return False
+        return not any((w := OPS[n.op].writes) is not None and n.inputs[w] in node.inputs for n in self.nodes)
 
     def dispatches(self, node: Node) -> int:
         """GPU dispatches ``node`` needs when lowered."""

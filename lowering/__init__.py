@@ -2,6 +2,7 @@
 
 from . import (
     kernels_backward,  # noqa: F401  (registers the training ops' kernels)
+    kernels_cache,  # noqa: F401  (registers the KV-cache ops' kernels)
     kernels_extra,  # noqa: F401  (registers the kernels of ir/ops_extra.py)
     kernels_matmul,  # noqa: F401  (registers the matmul family's kernels)
     kernels_train,  # noqa: F401, I001  (registers the optimiser updates)

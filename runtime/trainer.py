@@ -1,0 +1,147 @@
+"""Trainer: one compiled training step (forward, backward, optimiser) whose parameters stay on the device."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from os import PathLike
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..ir.errors import InputError, ModelError
+from ..ir.graph import Graph, NodeId
+from ..ir.optim import Optimizer, StepGraph, step_graph
+from ..ir.reference import check_array
+from .session import Session
+
+if TYPE_CHECKING:
+    from ..rewrites import CostModel, Report
+
+
+class Trainer:
+    """A training step compiled once: ``Trainer(graph, loss, params, optimizer)``.
+
+    ``graph`` with its f32[1] node ``loss`` (or a ``TrainingGraph`` with ``loss=None``) is
+    turned into one :class:`~eggfuse.ir.optim.StepGraph`: forward, backward
+    (:func:`~eggfuse.ir.autodiff.grad`) and the in-place updates of ``optimizer``
+    (:class:`~eggfuse.ir.optim.SGD` or :class:`~eggfuse.ir.optim.Adam`) of every parameter
+    not in ``frozen``. With ``fuse=True`` that whole graph goes through the rewrite engine
+    (``report`` says what it did); it is lowered and uploaded once. ``params`` maps every
+    parameter name to an array of its shape (the caller's arrays are not modified);
+    optimiser state starts at zero.
+
+    :meth:`step` runs one step and reads nothing back unless asked; parameters stay on the
+    device until :meth:`parameters` or :meth:`save`. ``steps`` counts the steps run.
+    ``step_graph`` is the step as built, ``graph`` the one that runs (optimised unless
+    ``fuse=False``), ``session`` its :class:`Session` (``session.read_parameter`` reads
+    optimiser state such as ``"<name>.adam"``). ``timings`` holds seconds for
+    ``optimize_s`` (absent unfused) and ``compile_s`` (lowering, upload, pipelines).
+
+    Raises GraphError for a loss or names ``grad`` refuses, InputError for missing,
+    unknown or mis-shaped parameters, RewriteError, LoweringError or DeviceError from
+    the later stages. Not thread-safe.
+    """
+
+    def __init__(self, graph: Graph, loss: NodeId | None, params: Mapping[str, np.ndarray], optimizer: Optimizer,
+                 *, frozen: Iterable[str] = (), fuse: bool = True, cost_model: CostModel | None = None,
+                 device=None) -> None:
+        self.step_graph: StepGraph = step_graph(graph, loss, optimizer, frozen=frozen)
+        self.optimizer = optimizer
+        self.report: Report | None = None
+        self.timings: dict[str, float] = {}
+        sg = self.step_graph
+        names = [n.attrs["name"] for n in sg.leaves("Parameter") if not n.attrs.get("state")]
+        missing = [f"{n!r} ({sg.parameters[n]})" for n in names if n not in params]
+        unknown = [n for n in params if n not in names]
+        if missing or unknown:
+            raise InputError(f"Trainer: parameters not given: {', '.join(missing) or 'none'}; "
+                             f"unknown: {', '.join(map(repr, unknown)) or 'none'}")
+        values = {n: check_array(f"parameter {n!r}", params[n], sg.parameters[n]) for n in names}
+        run_graph: Graph = sg
+        if fuse:
+            from ..rewrites import optimize  # egglog loads only when something is fused
+
+            t = time.perf_counter()
+            run_graph, self.report = optimize(sg, cost_model=cost_model)
+            self.timings["optimize_s"] = time.perf_counter() - t
+        self.graph = run_graph
+        t = time.perf_counter()
+        live = set(run_graph.parameters)
+        self.session = Session(run_graph, {n: v for n, v in values.items() if n in live}, device=device)
+        self.timings["compile_s"] = time.perf_counter() - t
+        # parameters no live node reads (not reached by the loss): never on the device
+        self._host = {n: v for n, v in values.items() if n not in self.session.plan.parameters}
+        self._names = names
+        self.steps = 0
+
+    @property
+    def dispatches(self) -> int:
+        """GPU dispatches per training step."""
+        return len(self.session.plan.dispatches)
+
+    def step(self, inputs: Mapping[str, np.ndarray], *, read_loss: bool = False) -> float | None:
+        """Run one training step on ``inputs`` (every Input of the graph; the optimiser's step
+        count is fed here). Returns the step's loss when ``read_loss`` (waits for the
+        device), else None without waiting. Raises InputError as ``Session.run``."""
+        feeds = dict(inputs)
+        if self.step_graph.step_input is not None:
+            if self.step_graph.step_input in feeds:
+                raise InputError(f"input {self.step_graph.step_input!r} is fed by the Trainer")
+            feeds[self.step_graph.step_input] = np.array([self.steps + 1], dtype=np.uint32)
+        out = self.session.run(feeds, read=(0,) if read_loss else ())
+        self.steps += 1
+        return float(out[0][0]) if read_loss else None
+
+    def loss(self) -> float:
+        """The loss of the last step (waits for the device). Raises InputError before any step."""
+        if self.steps == 0:
+            raise InputError("Trainer.loss: no step has run yet")
+        return float(self.session.read_output(self.step_graph.loss_output)[0])
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """Every parameter's current value (float32 arrays, read back from the device)."""
+        return {n: self._host[n].copy() if n in self._host else self.session.read_parameter(n) for n in self._names}
+
+    def save(self, path: str | PathLike) -> None:
+        """Write :meth:`parameters` to a safetensors file (F32 tensors named as the graph's
+        parameters; metadata ``steps``). Optimiser state is not saved. Raises ModelError
+        when the file cannot be written."""
+        from safetensors import SafetensorError
+        from safetensors.numpy import save_file
+
+        try:
+            save_file(self.parameters(), str(path), metadata={"steps": str(self.steps)})
+        except (OSError, SafetensorError) as e:  # the Rust writer reports I/O errors as SafetensorError
+            raise ModelError(f"cannot write parameters to {path}: {e}") from None
+
+    def load(self, path: str | PathLike) -> None:
+        """Replace every parameter with the tensors of a safetensors file (as :meth:`save`
+        writes). The file must hold exactly the graph's parameters with their shapes;
+        optimiser state and ``steps`` are kept. Raises ModelError naming the file and the
+        parameter for an unreadable file, a missing or unknown name, a wrong shape or a
+        non-finite value; nothing is written then."""
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+
+        try:
+            tensors = load_file(str(path))
+        except (OSError, SafetensorError) as e:  # a missing file, a bad header
+            raise ModelError(f"cannot read parameters from {path}: {e}") from None
+        missing = [f"{n!r} {self.step_graph.parameters[n]}" for n in self._names if n not in tensors]
+        unknown = [n for n in tensors if n not in self._names]
+        if missing or unknown:
+            raise ModelError(f"{path}: parameters missing: {', '.join(missing) or 'none'}; "
+                             f"not in the graph: {', '.join(map(repr, unknown)) or 'none'}")
+        values = {}
+        for name in self._names:
+            try:
+                values[name] = check_array(f"{path}: parameter {name!r}", tensors[name],
+                                           self.step_graph.parameters[name])
+            except InputError as e:
+                raise ModelError(str(e)) from None
+        for name, value in values.items():
+            if name in self._host:
+                self._host[name] = value
+            else:
+                self.session.write_parameter(name, value)

@@ -1,0 +1,41 @@
+//#include "common.wgsl"
+// RoPE's rotation (Su et al. 2021, eq. 15) of x[rows, heads * head_dim] into out, shared by
+// rope.wgsl (RoPE, RoPEGrad: the offset is a uniform field) and rope_dynamic.wgsl
+// (RoPEDynamic: the offset is an input). The includer declares x, out and p: Params.
+// Pair j of a head at row r rotates (x[i0], x[i1]) by the angle pos * inv_freq[j],
+// pos = offset + r mod seq. Pairs are (j, j + head_dim/2) for the 'half' layout and
+// (2j, 2j + 1) for 'adjacent'. inv_freq = theta^(-2j/head_dim) is computed on the host in
+// float64 and passed in the uniform (head_dim <= 512).
+
+struct Params {
+    inv_freq: array<vec4<f32>, 64>,
+    n: u32,           // pairs in the tensor, rows * width / 2
+    half_width: u32,  // pairs per row
+    half_hd: u32,     // pairs per head
+    seq: u32,         // rows per sequence
+    pos_offset: f32,  // exact for offsets below 2^24 (RoPE, RoPEGrad; 0 for RoPEDynamic)
+    adjacent: u32,    // 1 for the 'adjacent' layout, 0 for 'half'
+}
+
+// Rotate pair q (< p.n) with positions starting at `offset`.
+fn rotate_pair(q: u32, offset: f32) {
+    let r = q / p.half_width;
+    let pp = q % p.half_width;
+    let head = pp / p.half_hd;
+    let j = pp % p.half_hd;
+    let row_base = r * p.half_width * 2u + head * p.half_hd * 2u;
+    var i0 = row_base + j;
+    var i1 = i0 + p.half_hd;
+    if (p.adjacent == 1u) {
+        i0 = row_base + 2u * j;
+        i1 = i0 + 1u;
+    }
+    let pos = f32(r % p.seq) + offset;
+    let ang = reduce_angle(pos * p.inv_freq[j / 4u][j % 4u]);
+    let c = cos(ang);
+    let s = sin(ang);
+    let x0 = x[i0];
+    let x1 = x[i1];
+    out[i0] = x0 * c - x1 * s;
+    out[i1] = x0 * s + x1 * c;
+}

@@ -1,0 +1,64 @@
+"""Sessions sharing weights and KV cache (Session(..., share=...)) on a tiny random LLaMA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eggfuse.ir import DType, Graph, InputError, evaluate
+from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
+from eggfuse.rewrites import optimize, random_feeds
+from eggfuse.runtime import Session
+
+TINY = LlamaConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48,
+                   vocab_size=50, rope_theta=10000.0, norm_eps=1e-5, tied_embeddings=True, max_seq=64)
+
+
+def test_prefill_and_decode_sessions_share_weights_and_cache(device):
+    _, params = random_feeds(build_llama_graph(TINY, 1), seed=3)
+    tokens = np.random.default_rng(4).integers(0, TINY.vocab_size, 10)
+    want = evaluate(build_llama_graph(TINY, 10), {"tokens": tokens}, params)[0]
+    # both optimised, as eggfuse.generate compiles them (gate/up packed: a shared derived parameter)
+    decode_graph, _ = optimize(build_llama_cache_graph(TINY, 1, 16), max_iterations=4)
+    prefill_graph, _ = optimize(build_llama_cache_graph(TINY, 6, 16))
+    decode = Session(decode_graph, params, device=device)
+    prefill = Session(prefill_graph, {}, share=decode)  # nothing to upload: every buffer is shared
+    for name, index in prefill.plan.parameters.items():
+        if prefill._buffers[index] is not None:
+            assert prefill._buffers[index] is decode._buffers[decode.plan.parameters[name]], name
+    assert prefill.plan.derived and all(prefill._buffers[i] in decode._buffers for i in prefill.plan.derived)
+
+    (got,) = prefill.run({"tokens": tokens[:6], "pos": [0]})
+    np.testing.assert_allclose(got, want[:6], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    for pos in range(6, 10):  # decode continues from the cache prefill wrote
+        (got,) = decode.run({"tokens": tokens[pos:pos + 1], "pos": [pos]})
+        np.testing.assert_allclose(got, want[pos:pos + 1], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    k_cache = decode.read_parameter("blk.1.k_cache")
+    np.testing.assert_array_equal(prefill.read_parameter("blk.1.k_cache"), k_cache)
+    assert np.abs(k_cache[:10]).min() > 0 and not k_cache[10:].any()  # rows 0..9 written, the rest zero
+
+
+def test_sharing_a_parameter_of_another_shape_is_refused(device):
+    def graph(width: int) -> Graph:
+        g = Graph()
+        g.set_outputs([g.relu(g.add(g.input("x", [width]), g.parameter("w", [width])))])
+        return g
+
+    first = Session(graph(3), {"w": np.ones(3)}, device=device)
+    with pytest.raises(InputError, match=r"parameter 'w' is f32\[4\] in this plan but f32\[3\] in the shared"):
+        Session(graph(4), {"w": np.ones(4)}, share=first)
+    (out,) = Session(graph(3), {}, share=first).run({"x": [-2.0, 0.5, 1.0]})
+    np.testing.assert_array_equal(out, [0.0, 1.5, 2.0])
+
+
+def test_cache_write_past_the_end_writes_only_the_rows_that_fit(device):
+    # The reference refuses such a position (InputError); the kernel must stay inside the cache.
+    g = Graph()
+    cache = g.state("cache", [4, 3])
+    g.set_outputs([g.add_node("CacheWrite", (cache, g.input("new", [3, 3]), g.input("pos", [1], DType.U32)))])
+    s = Session(g, {}, device=device)
+    new = np.arange(1.0, 10.0).reshape(3, 3)
+    (out,) = s.run({"new": new, "pos": [2]})
+    np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))
+    (out,) = s.run({"new": -new, "pos": [2**32 - 1]})  # no wrap-around to row 0
+    np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))
