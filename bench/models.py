@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.ir import DType, Graph
-from eggfuse.models.llama import LlamaConfig, build_llama_graph
+from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
 
 MINILM = dict(hidden=384, layers=6, heads=12, inter=1536, vocab=30522, max_pos=512, eps=1e-12)
 
@@ -66,10 +66,15 @@ def random_values(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     return inputs, params
 
 
+#: Positions held by the decode benchmark's KV cache; decode starts after a prompt of ``--seq``.
+DECODE_MAX_SEQ = 512
+
+
 def graphs(seq: int, batch: int) -> dict[str, Graph]:
     return {
         "minilm": minilm_graph(batch, seq),
         "smollm2_prefill": build_llama_graph(LlamaConfig.smollm2_135m(), seq),
+        "smollm2_decode": build_llama_cache_graph(LlamaConfig.smollm2_135m(), 1, DECODE_MAX_SEQ),
     }
 
 
@@ -83,13 +88,18 @@ def save_graphs(out: Path, seq: int, batch: int) -> None:
         print(f"{name}: dispatches {rep.dispatches_before} -> {rep.dispatches_after}")
 
 
-def time_ours(graph: Graph, inputs: dict, params: dict, repeats: int) -> tuple[float, int, str]:
+def time_ours(graph: Graph, inputs: dict, params: dict, repeats: int, decode_from: int | None = None
+              ) -> tuple[float, int, str]:
+    """Median ms per run. For a decode graph (``decode_from`` = prompt length), one run is
+    one decode step at the next position, the logits read back each step as generation does."""
     from eggfuse.runtime import Session
 
-    s = Session(graph, params)
+    s = Session(graph, {k: v for k, v in params.items() if k in graph.parameters})
     s.run(inputs)
     times = []
-    for _ in range(repeats):
+    for r in range(repeats):
+        if decode_from is not None:
+            inputs = {**inputs, "pos": np.array([decode_from + r], np.uint32)}
         t = time.perf_counter()
         s.run(inputs)
         times.append(time.perf_counter() - t)
@@ -167,6 +177,50 @@ def torch_llama(torch, p, inputs, seq, dev, cfg: LlamaConfig):
     return run
 
 
+def torch_llama_decode(torch, p, prompt: int, dev, cfg: LlamaConfig):
+    """One eager decode step per call with a KV cache (as HF's generate with use_cache)."""
+    t = {k: torch.from_numpy(v).to(dev) for k, v in p.items() if "cache" not in k}
+    hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=dev).float() / hd))
+    caches = [[torch.randn(nkv, prompt, hd, device=dev), torch.randn(nkv, prompt, hd, device=dev)]
+              for _ in range(cfg.num_layers)]
+    state = {"pos": prompt, "token": torch.tensor([1], device=dev)}
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * w
+
+    def rope(x, pos):
+        ang = pos * inv
+        cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    def run():
+        pos = state["pos"]
+        x = t["token_embd.weight"][state["token"]]
+        for i in range(cfg.num_layers):
+            b = f"blk.{i}."
+            h = rms(x, t[b + "attn_norm.weight"])
+            q = rope((h @ t[b + "attn_q.weight"].T).view(nh, 1, hd), pos)
+            k = rope((h @ t[b + "attn_k.weight"].T).view(nkv, 1, hd), pos)
+            v = (h @ t[b + "attn_v.weight"].T).view(nkv, 1, hd)
+            caches[i][0] = torch.cat([caches[i][0], k], 1)
+            caches[i][1] = torch.cat([caches[i][1], v], 1)
+            kk = caches[i][0].repeat_interleave(nh // nkv, 0)
+            vv = caches[i][1].repeat_interleave(nh // nkv, 0)
+            a = torch.softmax(q @ kk.transpose(-1, -2) / math.sqrt(hd), -1) @ vv
+            x = x + a.reshape(1, nh * hd) @ t[b + "attn_output.weight"].T
+            h = rms(x, t[b + "ffn_norm.weight"])
+            x = x + (torch.nn.functional.silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) \
+                @ t[b + "ffn_down.weight"].T
+        logits = rms(x, t["output_norm.weight"]) @ t["token_embd.weight"].T
+        state["token"] = logits.argmax(-1)
+        state["pos"] = pos + 1
+        return logits
+
+    return run
+
+
 def time_torch(torch, fn, repeats: int, cuda: bool) -> float:
     with torch.no_grad():
         for _ in range(3):
@@ -213,17 +267,23 @@ def main() -> None:
 
             unfused, (fused, _) = g, optimize(g)
         inputs, params = random_values(unfused)
-        row = {"model": name, "seq": args.seq}
+        decode = name == "smollm2_decode"
+        if decode:
+            inputs = {"tokens": np.array([1], np.uint32), "pos": np.array([args.seq], np.uint32)}
+        row = {"model": name, "seq": 1 if decode else args.seq, "context": args.seq if decode else None}
         for kind, graph in (("unfused", unfused), ("fused", fused)):
-            ms, dispatches, adapter = time_ours(graph, inputs, params, args.repeats)
+            ms, dispatches, adapter = time_ours(graph, inputs, params, args.repeats, args.seq if decode else None)
             row[f"{kind}_ms"], row[f"{kind}_dispatches"], row["adapter"] = ms, dispatches, adapter
         if torch is not None:
+            cfg = LlamaConfig.smollm2_135m()
             fn = (torch_minilm(torch, params, inputs, args.batch, args.seq, dev) if name == "minilm"
-                  else torch_llama(torch, params, inputs, args.seq, dev, LlamaConfig.smollm2_135m()))
+                  else torch_llama_decode(torch, params, args.seq, dev, cfg) if decode
+                  else torch_llama(torch, params, inputs, args.seq, dev, cfg))
             row["torch_ms"], row["torch_device"] = time_torch(torch, fn, args.repeats, cuda), dev
         rows.append(row)
         ratio = f", ours/torch {row['fused_ms'] / row['torch_ms']:.2f}x" if "torch_ms" in row else ""
-        print(f"{name} (seq {args.seq}): fused {row['fused_ms']:.2f} ms ({row['fused_dispatches']} dispatches), "
+        what = f"one token after {args.seq}" if decode else f"seq {args.seq}"
+        print(f"{name} ({what}): fused {row['fused_ms']:.2f} ms ({row['fused_dispatches']} dispatches), "
               f"unfused {row['unfused_ms']:.2f} ms ({row['unfused_dispatches']}), "
               f"torch eager {row.get('torch_ms', float('nan')):.2f} ms on {row.get('torch_device', '-')}{ratio}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
