@@ -4,8 +4,6 @@ it here.
 :data:`SEED_OP_MAP` maps each seed variant to the names of the ops of :data:`~.ops.OPS` that
 implement it (a tuple), or to a reason string for the variants that are not ops for us.
 :data:`SEED_NOTES` says how a mapping differs from the seed where it is not one-to-one.
-:data:`PENDING` names mapped ops that other work adds (tests/unit/test_seed_ops.py reports a
-variant whose ops are missing as an expected failure only when every missing op is pending).
 """
 
 from __future__ import annotations
@@ -132,9 +130,3 @@ SEED_NOTES: dict[str, str] = {
     "CrossAttention": "optional key_mask [batch, kv_seq]; differentiable (CrossAttentionGradQ/K/V)",
 }
 
-#: Mapped ops that other work adds (the KV-cache ops, the dynamic-offset RoPE). A variant whose
-#: missing ops are all in here is an expected failure, not a silent skip.
-PENDING: frozenset[str] = frozenset({"CacheWrite", "CachedAttention", "RoPEDynamic"})
-
-#: The reason the seed-op test gives for a pending op.
-PENDING_REASON = "added with the KV-cache / training issues"

@@ -1,8 +1,7 @@
 """Every op kind of the seed (``pub enum Op`` in ../shared/seeds/000_4484ac52b02c59b6.txt,
 meganeura's graph.rs) has an entry in ir.seed_ops.SEED_OP_MAP, and every op it maps to has a
 reference, a kernel when it dispatches, and a row in the GPU op table (tests/gpu/test_ops.py,
-whose row graphs are built here without a GPU). Ops that other work adds (ir.seed_ops.PENDING)
-are reported as expected failures while they are missing or incomplete, and pass once done.
+whose row graphs are built here without a GPU).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import pytest
 
 from eggfuse.ir import OPS, Graph
 from eggfuse.ir.ops import _leaf_ref
-from eggfuse.ir.seed_ops import PENDING, PENDING_REASON, SEED_OP_MAP
+from eggfuse.ir.seed_ops import SEED_OP_MAP
 from eggfuse.lowering import KERNELS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +81,4 @@ def test_mapped_ops_have_a_reference_a_kernel_and_a_row(seed_op):
             problems[op] = "dispatches but has no kernel"
         elif op not in ROW_OPS:
             problems[op] = "is built by no row of tests/gpu/test_ops.py"
-    if problems and set(problems) <= PENDING:
-        pytest.xfail(f"{seed_op}: {problems}: {PENDING_REASON}")
     assert not problems, f"{seed_op}: {problems}"
