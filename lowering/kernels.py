@@ -6,7 +6,7 @@ storage bindings are always the node's input buffers in ``node.inputs`` order
 (read-only) followed by the output buffer (read_write); the uniform, when ``params`` is
 non-empty, comes right after. Sizes travel in uniforms, so one pipeline serves every
 shape; templating is used only where the code's structure changes (epilogue chains,
-RmsNorm prologue and tile of the matmul, the unary/binary expression, attention masking,
+RmsNorm prologue and tile of the matmul, the unary/binary expression, attention masking, tiles,
 head size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
 kernel fills hook functions from its own file (``matmul_prologue_*.wgsl``,
 ``attention_qk*.wgsl``) instead of copying the kernel. The entries of the training ops
@@ -27,8 +27,15 @@ from .wgsl import render, shader_text, uniform_bytes
 
 #: Invocations per workgroup of the elementwise kernels (one element each).
 ELEMENTWISE_WG = 256
-#: Query rows per workgroup of the attention kernel (attention.wgsl workgroup size).
-ATTENTION_ROWS = 64
+#: Query rows per workgroup of the attention kernel (attention.wgsl), largest first: the
+#: lowering takes the first that still gives ATTENTION_MIN_GROUPS workgroups, else the last.
+ATTENTION_ROWS = (64, 32, 16)
+#: Workgroups below which attention takes fewer query rows per workgroup (about one per
+#: streaming multiprocessor of a large GPU: seq 128 x 9 heads runs 72 workgroups, not 18).
+ATTENTION_MIN_GROUPS = 128
+#: Bytes of workgroup memory the attention K and V tiles may take: the WebGPU default of
+#: maxComputeWorkgroupStorageSize, which every device offers.
+ATTENTION_TILE_BYTES = 16384
 #: Largest head_dim the attention kernel keeps in per-invocation arrays.
 MAX_ATTENTION_HEAD_DIM = 256
 #: Largest head_dim the RoPE uniform holds frequencies for (64 vec4 = 256 pairs).
@@ -286,6 +293,66 @@ _ATTENTION_ROPE_PARAMS = """    inv_freq: array<vec4<f32>, 32>,  // theta^(-2t/H
     adjacent: u32,                   // 1 for the 'adjacent' pairing, 0 for 'half'"""
 
 
+def attention_io(names: tuple[str, ...], hd: int, out: int) -> str:
+    """WGSL storage bindings of the attention inputs ``names`` (one per distinct name, from
+    @binding(0)) and of ``out`` (at @binding(``out``)), with the accessors attention
+    kernels read through.
+
+    ``NAME4(base, c)`` is vec4 ``c`` of the HD-element row starting at element ``base``
+    (zero past HD), ``NAME1(i)`` element ``i``, ``store_out(base, c, v)`` writes vec4 ``c``
+    of an output row. When ``hd % 4 == 0`` every row start is a multiple of 4 elements and
+    the arrays are bound as ``array<vec4<f32>>`` (one 16-byte load per vec4); otherwise as
+    ``array<f32>``, read element by element.
+    """
+    vec = hd % 4 == 0
+    lines = [f"const VW: u32 = {4 if vec else 1}u;  // elements per array entry"]
+    unique = list(dict.fromkeys(names))
+    for i, n in enumerate(unique):
+        if vec:
+            lines += [f"@group(0) @binding({i}) var<storage, read> {n}: array<vec4<f32>>;",
+                      f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{ return {n}[base / 4u + c]; }}",
+                      f"fn {n}1(i: u32) -> f32 {{ return {n}[i / 4u][i % 4u]; }}"]
+        else:
+            lines += [f"@group(0) @binding({i}) var<storage, read> {n}: array<f32>;",
+                      f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{",
+                      "    var r = vec4<f32>();",
+                      "    for (var e = 0u; e < 4u; e = e + 1u) {",
+                      f"        if (4u * c + e < HD) {{ r[e] = {n}[base + 4u * c + e]; }}",
+                      "    }",
+                      "    return r;",
+                      "}",
+                      f"fn {n}1(i: u32) -> f32 {{ return {n}[i]; }}"]
+    if vec:
+        lines += [f"@group(0) @binding({out}) var<storage, read_write> out: array<vec4<f32>>;",
+                  "fn store_out(base: u32, c: u32, v: vec4<f32>) { out[base / 4u + c] = v; }"]
+    else:
+        lines += [f"@group(0) @binding({out}) var<storage, read_write> out: array<f32>;",
+                  "fn store_out(base: u32, c: u32, v: vec4<f32>) {",
+                  "    for (var e = 0u; e < 4u; e = e + 1u) {",
+                  "        if (4u * c + e < HD) { out[base + 4u * c + e] = v[e]; }",
+                  "    }",
+                  "}"]
+    return "\n".join(lines)
+
+
+def attention_tiles(seq: int, heads: int, hd: int) -> tuple[int, int]:
+    """(BQ query rows per workgroup, BK keys per tile) of attention.wgsl for ``heads``
+    (sequence, head) pairs of ``seq`` rows and head size ``hd``.
+
+    BQ is the largest of ATTENTION_ROWS giving at least ATTENTION_MIN_GROUPS workgroups
+    (small problems spread over more workgroups), else the smallest; BK the most keys, at
+    most 64, whose K and V tiles (2 BK ceil(hd / 4) vec4s) fit ATTENTION_TILE_BYTES:
+    32 for hd 64, 16 for hd 128, 8 for hd 256.
+    """
+    bq = ATTENTION_ROWS[-1]
+    for rows in ATTENTION_ROWS:
+        if heads * math.ceil(seq / rows) >= ATTENTION_MIN_GROUPS:
+            bq = rows
+            break
+    bk = min(64, ATTENTION_TILE_BYTES // (2 * 16 * math.ceil(hd / 4)))
+    return bq, bk
+
+
 @kernel("FullAttention", "CausalAttention", "CausalAttentionRoPE")
 def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
     a = node.attrs
@@ -298,23 +365,27 @@ def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
     causal = node.op != "FullAttention"
     rope = node.op == "CausalAttentionRoPE"
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
+    seq = ins[0].shape[0] // batch
+    bq, bk = attention_tiles(seq, batch * nh, hd)
     qk = shader_text("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl")
+    mask = "                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
     src = render(
         "attention.wgsl",
         HEAD_DIM=hd,
+        BQ=bq,
+        BK=bk,
         ROPE_PARAMS=_ATTENTION_ROPE_PARAMS if rope else "",
-        INPUTS="\n".join(f"@group(0) @binding({i}) var<storage, read> {n}: array<f32>;"
-                         for i, n in enumerate(dict.fromkeys(names))),
+        IO=attention_io(names, hd, len(ins)),
         V=names[2],
-        QK=qk.replace("{{Q}}", names[0]).replace("{{K}}", names[1]),
+        K=names[1],
+        QK=qk.replace("{{Q}}", names[0]),
         MASK_BINDING="@group(0) @binding(3) var<storage, read> key_mask: array<f32>;" if masked else "",
-        MASK="        if (key_mask[b * p.seq + j] <= 0.0) { s = MASK_SENTINEL; }" if masked else "",
+        MASK=mask if masked else "",
         KEY_END="qi + 1u" if causal else "p.seq",
-        OUT=len(ins),
+        TILES_END="min(p.seq, q0 + BQ)" if causal else "p.seq",
         UNIFORM=len(ins) + 1,
     )
-    seq = ins[0].shape[0] // batch
-    q_blocks = math.ceil(seq / ATTENTION_ROWS)
+    q_blocks = math.ceil(seq / bq)
     total = batch * nh * q_blocks
     rope_params = []
     if rope:

@@ -1,8 +1,9 @@
 """Lowering entries of the KV-cache ops (ir/ops_cache.py).
 
 RoPEDynamic shares RoPE's rotation (rope_rotate.wgsl) and uniform layout; CachedAttention
-is the attention template (attention.wgsl) with the cache's row count and the run-time
-position in its key loop; CacheWrite binds the cache last, read_write, as in-place ops do.
+spreads each query row's keys over a workgroup (attention_cached.wgsl) and reads through
+the attention kernels' accessors (kernels.attention_io); CacheWrite binds the cache last,
+read_write, as in-place ops do.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ from ..ir.errors import LoweringError
 from ..ir.graph import Node
 from ..ir.types import TensorType
 from .kernels import (
-    ATTENTION_ROWS,
     MAX_ATTENTION_HEAD_DIM,
     MAX_ROPE_HEAD_DIM,
     KernelCall,
     _elementwise_groups,
     _inv_freq,
+    attention_io,
     kernel,
 )
-from .wgsl import render, shader_text, uniform_bytes
+from .wgsl import render, uniform_bytes
+
+#: Invocations per workgroup of CachedAttention: keys scored at once by one (query row,
+#: head); at least MAX_ATTENTION_HEAD_DIM / 4, the vec4 columns of the output row.
+CACHED_ATTENTION_WG = 128
 
 
 @kernel("RoPEDynamic")
@@ -55,25 +60,8 @@ def _cached_attention(node: Node, ins: list[TensorType]) -> KernelCall:
     if hd > MAX_ATTENTION_HEAD_DIM:
         raise LoweringError(f"{node.op} (node {node.id}, q {ins[0]}): head_dim {hd} is above the "
                             f"kernel's maximum of {MAX_ATTENTION_HEAD_DIM}")
-    names = ("q", "k_cache", "v_cache")
-    inputs = [f"@group(0) @binding({i}) var<storage, read> {n}: array<f32>;" for i, n in enumerate(names)]
-    inputs.append("@group(0) @binding(3) var<storage, read> cache_pos: array<u32>;")
-    src = render(
-        "attention.wgsl",
-        HEAD_DIM=hd,
-        ROPE_PARAMS="",
-        INPUTS="\n".join(inputs),
-        V="v_cache",
-        QK=shader_text("attention_qk.wgsl").replace("{{Q}}", "q").replace("{{K}}", "k_cache"),
-        MASK_BINDING="",
-        MASK="",
-        KEY_END="min(cache_pos[0] + qi + 1u, arrayLength(&k_cache) / p.kv_stride)",
-        OUT=4,
-        UNIFORM=5,
-    )
-    seq = ins[0].shape[0]
-    q_blocks = math.ceil(seq / ATTENTION_ROWS)
-    total = nh * q_blocks
-    params = uniform_bytes(seq, nh, nkv, nh // nkv, q_blocks, total, float(1.0 / math.sqrt(hd)),
-                           nh * hd, nkv * hd, 0, 0)
+    src = render("attention_cached.wgsl", HEAD_DIM=hd, WG=CACHED_ATTENTION_WG,
+                 IO=attention_io(("q", "k_cache", "v_cache"), hd, 4))
+    total = ins[0].shape[0] * nh
+    params = uniform_bytes(nh, nh // nkv, total, float(1.0 / math.sqrt(hd)), nh * hd, nkv * hd)
     return KernelCall(f"cached_attention_hd{hd}", src, params, total)

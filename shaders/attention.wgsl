@@ -1,20 +1,31 @@
 //#include "common.wgsl"
-// Scaled dot-product attention with GQA for FullAttention and CausalAttention
-// (Vaswani et al. 2017, eq. 1; ir.ops.attention_reference). Rows hold `batch` sequences
-// of `seq` rows each; q and out are [rows, nh * HD], k and v [rows, nkv * HD]; query
-// head h reads kv head h / group. One invocation per (sequence, head, query row), 64
-// query rows of one head per workgroup; keys are streamed with an online softmax
-// (Milakov & Gimelshein 2018), so no score matrix is stored.
-// Template slots: HEAD_DIM; MASK_BINDING and MASK (key_mask [batch, seq], a
-// masked score becomes MASK_SENTINEL, so a fully masked row averages all values, as in
-// the reference); KEY_END (seq, or qi + 1 for causal: later keys get weight 0); QK
-// defines the hooks load_q (a query row into registers) and qk_dot (its dot product with
-// a key row), attention_qk.wgsl or, for CausalAttentionRoPE, attention_qk_rope.wgsl,
-// whose uniform fields ROPE_PARAMS adds. INPUTS declares the q, k, v storage bindings:
-// three arrays, or one packed [rows, (nh + 2 nkv) * HD] projection read through the row
-// strides and the k / v column offsets in Params; Q, K, V name the arrays read.
+// Scaled dot-product attention with GQA for FullAttention, CausalAttention and
+// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir.ops.attention_reference), tiled as
+// FlashAttention (Dao et al. 2022, alg. 1): a workgroup of BQ invocations takes BQ query
+// rows of one (sequence, head), one row per invocation, with q, the running max m, the
+// sum l and acc[HD] in registers. K and V tiles of BK keys x HD are loaded cooperatively
+// (coalesced, vec4 when HD % 4 == 0) into workgroup memory; each invocation scores its
+// row against the whole tile, takes the tile's max and rescales acc once per tile
+// (online softmax, Milakov & Gimelshein 2018), so no score matrix is stored.
+// Rows hold `batch` sequences of `seq` rows each; q and out are [rows, nh * HD], k and v
+// [rows, nkv * HD]; query head h reads kv head h / group. Vectors are zero-padded to HD4
+// vec4s, so any HD works; padding adds 0 to every dot product and is never written.
+// Template slots: HEAD_DIM, BQ (query rows = invocations per workgroup), BK (keys per
+// tile; 2 BK HD4 16 bytes fit maxComputeWorkgroupStorageSize); MASK_BINDING and MASK
+// (key_mask [batch, seq]: a masked score becomes MASK_SENTINEL, so a fully masked row
+// averages all values, as in the reference); KEY_END (keys of row qi: seq, or qi + 1 for
+// causal) and TILES_END (keys any row of the block reads: causal stops at the diagonal);
+// QK defines the hooks load_q (a query row into registers) and prepare_k_tile (after the
+// K tile is loaded), attention_qk.wgsl or, for CausalAttentionRoPE, attention_qk_rope.wgsl,
+// whose uniform fields ROPE_PARAMS adds. IO declares the q, k, v storage bindings with
+// their accessors NAME4(row_base, c) (vec4 c of a row) and NAME1(i) (element i), and the
+// output's store_out (lowering.kernels._attention_io); Q, K, V name the arrays read (one
+// packed [rows, (nh + 2 nkv) * HD] projection, read through the strides and offsets).
 
 const HD: u32 = {{HEAD_DIM}}u;
+const HD4: u32 = (HD + 3u) / 4u;
+const BQ: u32 = {{BQ}}u;
+const BK: u32 = {{BK}}u;
 
 struct Params {
 {{ROPE_PARAMS}}
@@ -22,7 +33,7 @@ struct Params {
     nh: u32,
     nkv: u32,
     group: u32,     // nh / nkv
-    q_blocks: u32,  // ceil(seq / 64)
+    q_blocks: u32,  // ceil(seq / BQ)
     total: u32,     // batch * nh * q_blocks workgroups
     scale: f32,     // 1 / sqrt(HD)
     q_stride: u32,  // elements per row of q (nh * HD, or the packed width)
@@ -31,14 +42,16 @@ struct Params {
     v_off: u32,     // column of v's first element (0, or (nh + nkv) * HD when packed)
 }
 
-{{INPUTS}}
+{{IO}}
 {{MASK_BINDING}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
 @group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
+
+var<workgroup> k_tile: array<vec4<f32>, BK * HD4>;
+var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
 
 {{QK}}
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(BQ)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let wg = linear_workgroup(wid, nwg);
@@ -49,33 +62,66 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let bh = wg / p.q_blocks;
     let h = bh % p.nh;
     let b = bh / p.nh;
-    let qi = qb * 64u + li;
-    if (qi >= p.seq) {
-        return;
-    }
     let kh = h / p.group;
-    let q_base = (b * p.seq + qi) * p.q_stride + h * HD;
-    let o_base = (b * p.seq + qi) * p.nh * HD + h * HD;
-    var qv: array<f32, HD>;
-    var acc: array<f32, HD>;
-    load_q(&qv, q_base, qi);
+    let row0 = b * p.seq;
+    let q0 = qb * BQ;
+    let qi = q0 + li;  // past seq on the last block: loads tiles, writes nothing
+    var qv: array<vec4<f32>, HD4>;
+    var acc: array<vec4<f32>, HD4>;
+    var sc: array<f32, BK>;
+    if (qi < p.seq) {
+        load_q(&qv, (row0 + qi) * p.q_stride + h * HD, qi);
+    }
+    let key_end = {{KEY_END}};
+    let tiles_end = {{TILES_END}};
     var m = MAX_INIT;
     var l = 0.0;
-    for (var j = 0u; j < {{KEY_END}}; j = j + 1u) {
-        let kv_base = (b * p.seq + j) * p.kv_stride + kh * HD;
-        var s = qk_dot(&qv, kv_base + p.k_off, j) * p.scale;
-{{MASK}}
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let w = exp(s - m_new);
-        l = l * corr + w;
-        for (var d = 0u; d < HD; d = d + 1u) {
-            acc[d] = acc[d] * corr + w * {{V}}[kv_base + p.v_off + d];
+    for (var k0 = 0u; k0 < tiles_end; k0 = k0 + BK) {
+        let nk = min(BK, tiles_end - k0);
+        workgroupBarrier();  // every invocation is done with the previous tile
+        for (var i = li; i < nk * HD4; i = i + BQ) {
+            let base = (row0 + k0 + i / HD4) * p.kv_stride + kh * HD;
+            k_tile[i] = {{K}}4(base + p.k_off, i % HD4);
+            v_tile[i] = {{V}}4(base + p.v_off, i % HD4);
         }
-        m = m_new;
+        workgroupBarrier();
+        prepare_k_tile(li, k0, nk);
+        // This row's keys in the tile: 0 once the causal diagonal is behind it.
+        let kn = min(nk, key_end - min(key_end, k0));
+        var mt = m;
+        for (var j = 0u; j < BK; j = j + 1u) {
+            if (j < kn) {
+                var s = 0.0;
+                for (var c = 0u; c < HD4; c = c + 1u) {
+                    s = s + dot(qv[c], k_tile[j * HD4 + c]);
+                }
+                s = s * p.scale;
+{{MASK}}
+                sc[j] = s;
+                mt = max(mt, s);
+            }
+        }
+        let corr = exp(m - mt);
+        l = l * corr;
+        for (var c = 0u; c < HD4; c = c + 1u) {
+            acc[c] = acc[c] * corr;
+        }
+        for (var j = 0u; j < BK; j = j + 1u) {
+            if (j < kn) {
+                let w = exp(sc[j] - mt);
+                l = l + w;
+                for (var c = 0u; c < HD4; c = c + 1u) {
+                    acc[c] = acc[c] + w * v_tile[j * HD4 + c];
+                }
+            }
+        }
+        m = mt;
     }
-    let inv = 1.0 / l;
-    for (var d = 0u; d < HD; d = d + 1u) {
-        out[o_base + d] = acc[d] * inv;
+    if (qi < p.seq) {
+        let inv = 1.0 / l;
+        let o_base = (row0 + qi) * p.nh * HD + h * HD;
+        for (var c = 0u; c < HD4; c = c + 1u) {
+            store_out(o_base, c, acc[c] * inv);
+        }
     }
 }

@@ -1,16 +1,11 @@
-// attention.wgsl hooks without RoPE: the query row is loaded as it is, a score is the
-// plain dot product with the key row.
+// attention.wgsl hooks without RoPE: the query row is loaded as it is, the K tile is
+// used as loaded.
 
-fn load_q(qv: ptr<function, array<f32, HD>>, q_base: u32, row: u32) {
-    for (var d = 0u; d < HD; d = d + 1u) {
-        (*qv)[d] = {{Q}}[q_base + d];
+fn load_q(qv: ptr<function, array<vec4<f32>, HD4>>, q_base: u32, row: u32) {
+    for (var c = 0u; c < HD4; c = c + 1u) {
+        (*qv)[c] = {{Q}}4(q_base, c);
     }
 }
 
-fn qk_dot(qv: ptr<function, array<f32, HD>>, kv_base: u32, row: u32) -> f32 {
-    var s = 0.0;
-    for (var d = 0u; d < HD; d = d + 1u) {
-        s = s + (*qv)[d] * {{K}}[kv_base + d];
-    }
-    return s;
+fn prepare_k_tile(li: u32, k0: u32, nk: u32) {
 }

@@ -1,8 +1,8 @@
 // attention.wgsl hooks for CausalAttentionRoPE (ir.ops_fused): q and k are rotated as
 // the RoPE op does (rope.wgsl; Su et al. 2021, eq. 15), pair t of a row by the angle
 // pos * inv_freq[t]; pairs are (t, t + HD/2) for the 'half' layout and (2t, 2t + 1) for
-// 'adjacent'. The query row is rotated once; each key row is rotated on the fly inside
-// its score, so neither rotated tensor is ever stored.
+// 'adjacent'. The query row is rotated once, as it is loaded; each K tile is rotated once
+// in workgroup memory, right after it is loaded, so neither rotated tensor is ever stored.
 // Positions: the op's position of row r is pos_offset + r mod seq, but a score depends
 // only on the difference of the query's and the key's positions (Su et al. 2021:
 // R(m)^T R(n) = R(n - m)), so the kernel uses pos = r mod seq: the same scores, without
@@ -20,25 +20,29 @@ fn rope_cos_sin(row: u32, t: u32) -> vec2<f32> {
     return vec2<f32>(cos(ang), sin(ang));
 }
 
-fn load_q(qv: ptr<function, array<f32, HD>>, q_base: u32, row: u32) {
+fn load_q(qv: ptr<function, array<vec4<f32>, HD4>>, q_base: u32, row: u32) {
     for (var t = 0u; t < HD / 2u; t = t + 1u) {
         let i = rope_pair(t);
         let cs = rope_cos_sin(row, t);
-        let x0 = {{Q}}[q_base + i.x];
-        let x1 = {{Q}}[q_base + i.y];
-        (*qv)[i.x] = x0 * cs.x - x1 * cs.y;
-        (*qv)[i.y] = x0 * cs.y + x1 * cs.x;
+        let x0 = {{Q}}1(q_base + i.x);
+        let x1 = {{Q}}1(q_base + i.y);
+        (*qv)[i.x / 4u][i.x % 4u] = x0 * cs.x - x1 * cs.y;
+        (*qv)[i.y / 4u][i.y % 4u] = x0 * cs.y + x1 * cs.x;
     }
 }
 
-fn qk_dot(qv: ptr<function, array<f32, HD>>, kv_base: u32, row: u32) -> f32 {
-    var s = 0.0;
-    for (var t = 0u; t < HD / 2u; t = t + 1u) {
-        let i = rope_pair(t);
-        let cs = rope_cos_sin(row, t);
-        let k0 = {{K}}[kv_base + i.x];
-        let k1 = {{K}}[kv_base + i.y];
-        s = s + (*qv)[i.x] * (k0 * cs.x - k1 * cs.y) + (*qv)[i.y] * (k0 * cs.y + k1 * cs.x);
+// Rotates the nk key rows of k_tile (key k0 + j of the sequence in row j); every
+// invocation of the workgroup calls it.
+fn prepare_k_tile(li: u32, k0: u32, nk: u32) {
+    for (var i = li; i < nk * (HD / 2u); i = i + BQ) {
+        let j = i / (HD / 2u);
+        let t = i % (HD / 2u);
+        let pr = rope_pair(t) + vec2<u32>(j * HD4 * 4u);
+        let cs = rope_cos_sin(k0 + j, t);
+        let x0 = k_tile[pr.x / 4u][pr.x % 4u];
+        let x1 = k_tile[pr.y / 4u][pr.y % 4u];
+        k_tile[pr.x / 4u][pr.x % 4u] = x0 * cs.x - x1 * cs.y;
+        k_tile[pr.y / 4u][pr.y % 4u] = x0 * cs.y + x1 * cs.x;
     }
-    return s;
+    workgroupBarrier();
 }

@@ -11,7 +11,7 @@ import pytest
 
 from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
 from eggfuse.lowering import KERNELS, DerivedParameter, lower
-from eggfuse.lowering.kernels import broadcast_strides
+from eggfuse.lowering.kernels import ATTENTION_TILE_BYTES, attention_tiles, broadcast_strides
 from eggfuse.lowering.kernels_backward import reduce_dims
 from eggfuse.lowering.kernels_matmul import (
     GEMV_MAX_ROWS,
@@ -335,3 +335,16 @@ def test_rope_batch_must_split_the_rows():
     g = Graph()
     with pytest.raises(GraphError, match="10 rows do not split into batch=3"):
         g.rope(g.input("x", [10, 8]), 10000.0, head_dim=8, batch=3)
+
+
+def test_attention_tiles():
+    # (seq, sequences x heads, hd) -> (query rows per workgroup, keys per tile); the three shapes the
+    # H200 profile names: SmolLM2 prefill, MiniLM batch 8, and the largest head size.
+    assert attention_tiles(128, 9, 64) == (16, 32)
+    assert attention_tiles(128, 8 * 12, 32) == (64, 64)
+    assert attention_tiles(130, 32, 8) == (32, 64)
+    assert attention_tiles(1, 1, 256) == (16, 8)
+    assert attention_tiles(7, 1, 128) == (16, 16)
+    for hd in range(1, 257):
+        bk = attention_tiles(64, 1, hd)[1]
+        assert 1 <= bk <= 64 and 2 * bk * math.ceil(hd / 4) * 16 <= ATTENTION_TILE_BYTES

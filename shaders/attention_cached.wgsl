@@ -1,0 +1,107 @@
+//#include "common.wgsl"
+// CachedAttention (ir.ops_cache): causal GQA attention of n new query rows over a KV
+// cache, query row qi (position pos + qi, pos = cache_pos[0]) reading cache rows
+// 0..pos+qi, never past the cache's last row. Decoding has n = 1, so the work is spread
+// over keys instead of rows (Flash-Decoding, Dao et al. 2023, within one workgroup): one
+// workgroup of WG invocations per (query row, head) walks the keys in chunks of WG.
+// Per chunk, invocation i scores key k0 + i (a vec4 dot product over its cache row with
+// q from workgroup memory); the chunk's max updates the running max m shared by the
+// whole workgroup (online softmax, Milakov & Gimelshein 2018), so the weights
+// exp(s - m) of the chunk sit in workgroup memory for the second phase. There the head
+// dimension is split too: invocation i owns vec4 column i % HD4 of the output and the
+// keys i / HD4, + KSPLIT, ... of the chunk, reading V rows coalesced. The KSPLIT partial
+// sums share m, so they are added in workgroup memory at the end and divided by l.
+// Layout: q and out [n, nh * HD], k_cache and v_cache [max_seq, nkv * HD]; query head h
+// reads kv head h / group. Template slots: HEAD_DIM, WG; IO (lowering.kernels
+// .attention_io: the q, k_cache, v_cache bindings with their vec4 accessors, out).
+
+const HD: u32 = {{HEAD_DIM}}u;
+const HD4: u32 = (HD + 3u) / 4u;
+const WG: u32 = {{WG}}u;
+const KSPLIT: u32 = WG / HD4;  // key subsets of the second phase (HD4 <= WG)
+
+struct Params {
+    nh: u32,
+    group: u32,      // nh / nkv
+    total: u32,      // n * nh workgroups
+    scale: f32,      // 1 / sqrt(HD)
+    q_stride: u32,   // elements per row of q (nh * HD)
+    kv_stride: u32,  // elements per cache row (nkv * HD)
+}
+
+{{IO}}
+@group(0) @binding(3) var<storage, read> cache_pos: array<u32>;
+@group(0) @binding(5) var<uniform> p: Params;
+
+var<workgroup> q_row: array<vec4<f32>, HD4>;
+var<workgroup> weight: array<f32, WG>;             // scores, then exp(s - m), of a chunk
+var<workgroup> partial: array<vec4<f32>, KSPLIT * HD4>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let wg = linear_workgroup(wid, nwg);
+    if (wg >= p.total) {
+        return;
+    }
+    let h = wg % p.nh;
+    let qi = wg / p.nh;
+    let kv_col = (h / p.group) * HD;
+    if (li < HD4) {
+        q_row[li] = q4(qi * p.q_stride + h * HD, li);
+    }
+    let cache_rows = arrayLength(&k_cache) * VW / p.kv_stride;
+    let key_end = min(cache_pos[0] + qi + 1u, cache_rows);
+    let col = li % HD4;
+    let part = li / HD4;  // KSPLIT and above: idle in the second phase
+    var m = MAX_INIT;
+    var l = 0.0;
+    var acc = vec4<f32>();
+    workgroupBarrier();
+    for (var k0 = 0u; k0 < key_end; k0 = k0 + WG) {
+        let j = k0 + li;
+        var s = MAX_INIT;
+        if (j < key_end) {
+            s = 0.0;
+            for (var c = 0u; c < HD4; c = c + 1u) {
+                s = s + dot(q_row[c], k_cache4(j * p.kv_stride + kv_col, c));
+            }
+            s = s * p.scale;
+        }
+        weight[li] = s;
+        workgroupBarrier();
+        var mt = m;
+        for (var i = 0u; i < WG; i = i + 1u) {
+            mt = max(mt, weight[i]);
+        }
+        workgroupBarrier();  // every max is taken before the weights overwrite the scores
+        weight[li] = select(0.0, exp(s - mt), j < key_end);
+        workgroupBarrier();
+        let corr = exp(m - mt);
+        var lt = 0.0;
+        for (var i = 0u; i < WG; i = i + 1u) {
+            lt = lt + weight[i];
+        }
+        l = l * corr + lt;
+        acc = acc * corr;
+        if (part < KSPLIT) {
+            let n = min(WG, key_end - k0);
+            for (var i = part; i < n; i = i + KSPLIT) {
+                acc = acc + weight[i] * v_cache4((k0 + i) * p.kv_stride + kv_col, col);
+            }
+        }
+        m = mt;
+        workgroupBarrier();  // the chunk's weights are read before the next chunk's scores
+    }
+    if (part < KSPLIT) {
+        partial[li] = acc;
+    }
+    workgroupBarrier();
+    if (li < HD4) {
+        var sum = vec4<f32>();
+        for (var k = 0u; k < KSPLIT; k = k + 1u) {
+            sum = sum + partial[k * HD4 + li];
+        }
+        store_out(qi * p.q_stride + h * HD, li, sum / l);
+    }
+}
