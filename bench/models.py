@@ -288,6 +288,29 @@ def main() -> None:
               f"torch eager {row.get('torch_ms', float('nan')):.2f} ms on {row.get('torch_device', '-')}{ratio}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))
+    plot(rows, args.json.with_suffix(".png"))
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Bars of ms per forward (ours fused, unfused, torch eager) per model, when matplotlib exists."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    kinds = [k for k in ("fused", "unfused", "torch") if all(f"{k}_ms" in r for r in rows)]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(kinds)
+    for i, kind in enumerate(kinds):
+        ax.bar([j + i * width for j in range(len(rows))], [r[f"{kind}_ms"] for r in rows], width, label=kind)
+    ax.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(rows))], [r["model"] for r in rows])
+    ax.set_ylabel("ms per forward (median)")
+    ax.set_title(f"eggfuse vs torch eager on {rows[0].get('adapter', '?')}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
