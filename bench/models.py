@@ -90,8 +90,9 @@ def save_graphs(out: Path, seq: int, batch: int) -> None:
 
 def time_ours(graph: Graph, inputs: dict, params: dict, repeats: int, decode_from: int | None = None
               ) -> tuple[float, int, str]:
-    """Median ms per run. For a decode graph (``decode_from`` = prompt length), one run is
-    one decode step at the next position, the logits read back each step as generation does."""
+    """Median ms per run: inputs written, the plan recorded and run, the GPU waited for; the
+    output stays on the device, as torch's does (``Session.run(read=())`` + ``wait``). For a
+    decode graph (``decode_from`` = prompt length) one run is one step at the next position."""
     from eggfuse.runtime import Session
 
     s = Session(graph, {k: v for k, v in params.items() if k in graph.parameters})
@@ -101,7 +102,8 @@ def time_ours(graph: Graph, inputs: dict, params: dict, repeats: int, decode_fro
         if decode_from is not None:
             inputs = {**inputs, "pos": np.array([decode_from + r], np.uint32)}
         t = time.perf_counter()
-        s.run(inputs)
+        s.run(inputs, read=())
+        s.wait()
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3, len(s.plan.dispatches), s.adapter
 
