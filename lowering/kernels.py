@@ -6,8 +6,8 @@ storage bindings are always the node's input buffers in ``node.inputs`` order
 (read-only) followed by the output buffer (read_write); the uniform, when ``params`` is
 non-empty, comes right after. Sizes travel in uniforms, so one pipeline serves every
 shape; templating is used only where the code's structure changes (epilogue chains,
-RmsNorm prologue and tile of the matmul, the unary/binary expression, attention masking, tiles,
-head size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
+RmsNorm prologue and tile of the matmul, the unary/binary/softmax expressions, attention
+masking, tiles, head size and RoPE, the number of Concat inputs, the element type of copies). A variant of a
 kernel fills hook functions from its own file (``matmul_prologue_*.wgsl``,
 ``attention_qk*.wgsl``) instead of copying the kernel. The entries of the training ops
 (losses, gradients) live in :mod:`.kernels_backward`, the matmul family's in
@@ -103,11 +103,16 @@ BINARY_WGSL: dict[str, str] = {
 }
 
 
+def unary_call(node: Node, expr: str) -> KernelCall:
+    """unary.wgsl applying the WGSL expression ``expr`` on ``{x}`` to each element of the node."""
+    n = node.type.num_elements
+    src = render("unary.wgsl", EXPR=expr.format(x="v"))
+    return KernelCall(f"unary_{node.op}", src, uniform_bytes(n), _elementwise_groups(n))
+
+
 @kernel(*UNARY_WGSL)
 def _unary(node: Node, ins: list[TensorType]) -> KernelCall:
-    n = node.type.num_elements
-    src = render("unary.wgsl", EXPR=UNARY_WGSL[node.op].format(x="v"))
-    return KernelCall(f"unary_{node.op}", src, uniform_bytes(n), _elementwise_groups(n))
+    return unary_call(node, UNARY_WGSL[node.op])
 
 
 def broadcast_strides(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
@@ -233,7 +238,8 @@ def _swiglu_concat(node: Node, ins: list[TensorType]) -> KernelCall:
 def _softmax(node: Node, ins: list[TensorType]) -> KernelCall:
     n = node.type.shape[-1]
     rows = node.type.num_elements // n
-    return KernelCall("softmax", render("softmax.wgsl"), uniform_bytes(rows, n), rows)
+    src = render("softmax.wgsl", NORM="1.0 / total", OUT="exp(z) * norm")
+    return KernelCall("softmax", src, uniform_bytes(rows, n), rows)
 
 
 @kernel("LayerNorm", "RmsNorm")
@@ -269,10 +275,12 @@ def _inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
     return inv_freq + [0.0] * (slots - len(inv_freq))
 
 
-@kernel("RoPE", "RoPEGrad")
-def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
-    # RoPEGrad rotates every pair by the opposite angle, R(pos)^T = R(-pos): the same
-    # kernel with the frequencies negated.
+def rope_uniform(node: Node, batch: int, pos_offset: float, sign: float = 1.0) -> tuple[bytes, int]:
+    """The Params of rope_rotate.wgsl for the [rows, width] node of ``batch`` sequences, the
+    frequencies multiplied by ``sign``, and the number of pairs to rotate (rows * width / 2).
+
+    Raises LoweringError for a head_dim above MAX_ROPE_HEAD_DIM.
+    """
     rows, width = node.type.shape
     a = node.attrs
     hd = a["head_dim"]
@@ -280,10 +288,18 @@ def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
         raise LoweringError(f"{node.op} (node {node.id}, {node.type}): head_dim {hd} is above the "
                             f"kernel's maximum of {MAX_ROPE_HEAD_DIM}")
     n = rows * width // 2
-    sign = -1.0 if node.op == "RoPEGrad" else 1.0
     inv_freq = [sign * f for f in _inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2)]
     params = uniform_bytes(*inv_freq, n, width // 2, hd // 2,
-                           rows // a["batch"], float(a["pos_offset"]), int(a["pairing"] == "adjacent"))
+                           rows // batch, pos_offset, int(a["pairing"] == "adjacent"))
+    return params, n
+
+
+@kernel("RoPE", "RoPEGrad")
+def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
+    # RoPEGrad rotates every pair by the opposite angle, R(pos)^T = R(-pos): the same
+    # kernel with the frequencies negated.
+    sign = -1.0 if node.op == "RoPEGrad" else 1.0
+    params, n = rope_uniform(node, node.attrs["batch"], float(node.attrs["pos_offset"]), sign)
     return KernelCall("rope", render("rope.wgsl"), params, _elementwise_groups(n))
 
 

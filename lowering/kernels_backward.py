@@ -144,7 +144,8 @@ def _cross_entropy(node: Node, ins: list[TensorType]) -> KernelCall:
 def _softmax_grad(node: Node, ins: list[TensorType]) -> KernelCall:
     n = node.type.shape[-1]
     rows = node.type.num_elements // n
-    return KernelCall("softmax_grad", render("softmax_grad.wgsl"), uniform_bytes(rows, n), rows)
+    src = render("softmax_grad.wgsl", TERM="dy[i] * y[i]", GRAD="y[i] * (dy[i] - total)")
+    return KernelCall("softmax_grad", src, uniform_bytes(rows, n), rows)
 
 
 @kernel("LayerNormGradX", "RmsNormGradX", "GroupNormGradInput")

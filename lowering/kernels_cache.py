@@ -1,8 +1,8 @@
 """Lowering entries of the KV-cache ops (ir/ops_cache.py).
 
-RoPEDynamic shares RoPE's rotation (rope_rotate.wgsl) and uniform layout; CachedAttention
-spreads each query row's keys over a workgroup (attention_cached.wgsl) and reads through
-the attention kernels' accessors (kernels.attention_io); CacheWrite binds the cache last,
+RoPEDynamic shares RoPE's rotation (rope_rotate.wgsl) and uniform (kernels.rope_uniform);
+CachedAttention spreads each query row's keys over a workgroup (attention_cached.wgsl) and
+reads through the attention kernels' accessors (kernels.attention_io); CacheWrite binds the cache last,
 read_write, as in-place ops do.
 """
 
@@ -15,12 +15,11 @@ from ..ir.graph import Node
 from ..ir.types import TensorType
 from .kernels import (
     MAX_ATTENTION_HEAD_DIM,
-    MAX_ROPE_HEAD_DIM,
     KernelCall,
     _elementwise_groups,
-    _inv_freq,
     attention_io,
     kernel,
+    rope_uniform,
 )
 from .wgsl import render, uniform_bytes
 
@@ -31,15 +30,7 @@ CACHED_ATTENTION_WG = 128
 
 @kernel("RoPEDynamic")
 def _rope_dynamic(node: Node, ins: list[TensorType]) -> KernelCall:
-    rows, width = node.type.shape
-    a = node.attrs
-    hd = a["head_dim"]
-    if hd > MAX_ROPE_HEAD_DIM:
-        raise LoweringError(f"{node.op} (node {node.id}, {node.type}): head_dim {hd} is above the "
-                            f"kernel's maximum of {MAX_ROPE_HEAD_DIM}")
-    n = rows * width // 2
-    params = uniform_bytes(*_inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2), n, width // 2, hd // 2, rows, 0.0,
-                           int(a["pairing"] == "adjacent"))
+    params, n = rope_uniform(node, batch=1, pos_offset=0.0)
     return KernelCall("rope_dynamic", render("rope_dynamic.wgsl"), params, _elementwise_groups(n))
 
 

@@ -8,7 +8,8 @@ its logical count, so the plan's 2-D grid split, binding-count and binding-size 
 key mask).
 
 The elementwise ops reuse the templates of :mod:`.kernels` and :mod:`.kernels_backward`
-(unary.wgsl, binary.wgsl, elementwise_grad.wgsl) with their own expressions. Knowingly slow
+(unary.wgsl, binary.wgsl, elementwise_grad.wgsl) with their own expressions, LogSoftmax and
+its gradient those of Softmax (softmax.wgsl, softmax_grad.wgsl). Knowingly slow
 at scale, as their WGSL headers say: Conv2d / Conv2dGradInput (direct convolution, no
 workgroup-memory reuse), MaxPool2dGrad (each input rescans the windows that contain it),
 BceLoss (one workgroup) and CrossAttentionGradK / V (softmax statistics recomputed per block
@@ -22,7 +23,7 @@ import math
 from ..ir.errors import LoweringError
 from ..ir.graph import Node
 from ..ir.types import TensorType
-from .kernels import MAX_ATTENTION_HEAD_DIM, KernelCall, _elementwise_groups, broadcast_strides, kernel
+from .kernels import MAX_ATTENTION_HEAD_DIM, KernelCall, _elementwise_groups, broadcast_strides, kernel, unary_call
 from .wgsl import render, uniform_bytes
 
 # --- elementwise ---------------------------------------------------------------------------
@@ -47,9 +48,7 @@ EXTRA_GRAD_WGSL: dict[str, str] = {
 
 @kernel(*EXTRA_UNARY_WGSL)
 def _unary(node: Node, ins: list[TensorType]) -> KernelCall:
-    n = node.type.num_elements
-    src = render("unary.wgsl", EXPR=EXTRA_UNARY_WGSL[node.op].format(x="v"))
-    return KernelCall(f"unary_{node.op}", src, uniform_bytes(n), _elementwise_groups(n))
+    return unary_call(node, EXTRA_UNARY_WGSL[node.op])
 
 
 @kernel(*EXTRA_GRAD_WGSL)
@@ -79,10 +78,14 @@ def _greater(node: Node, ins: list[TensorType]) -> KernelCall:
 
 @kernel("LogSoftmax", "LogSoftmaxGrad")
 def _log_softmax(node: Node, ins: list[TensorType]) -> KernelCall:
+    # The templates of Softmax and SoftmaxGrad with the log-softmax expressions.
     n = node.type.shape[-1]
     rows = node.type.num_elements // n
-    file = "log_softmax.wgsl" if node.op == "LogSoftmax" else "log_softmax_grad.wgsl"
-    return KernelCall(file[:-5], render(file), uniform_bytes(rows, n), rows)
+    if node.op == "LogSoftmax":
+        name, src = "log_softmax", render("softmax.wgsl", NORM="log(total)", OUT="z - norm")
+    else:
+        name, src = "log_softmax_grad", render("softmax_grad.wgsl", TERM="dy[i]", GRAD="dy[i] - exp(y[i]) * total")
+    return KernelCall(name, src, uniform_bytes(rows, n), rows)
 
 
 @kernel("BceLoss", "BceLossGrad")

