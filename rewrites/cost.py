@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egglog import DagCostModel, EGraph, get_callable_args, get_callable_fn, get_literal_value
-
-from ..ir import OPS, Graph, RewriteError
-from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, Epi, T, numel
+from ..ir import OPS, Graph
+from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS
 
 
 @dataclass(frozen=True)
@@ -81,40 +79,3 @@ def enode_cost(model: CostModel, ctor: str, tensor_child_bytes: list[int], out_b
         return model.kernel_cost(KernelInfo(_EPI_OPERAND[ctor], 0, tensor_child_bytes[0], 0))
     op = op or OP_OF_CONSTRUCTOR[ctor]
     return model.kernel_cost(KernelInfo(op, OPS[op].dispatches, sum(tensor_child_bytes), out_bytes))
-
-
-def dag_cost_model(egraph: EGraph, model: CostModel) -> DagCostModel:
-    """An egglog ``DagCostModel`` whose marginal cost of an e-node is :func:`enode_cost`.
-
-    The e-node's children arrive as e-class values; their sizes come from the ``numel``
-    analysis, memoised per e-class.
-    """
-    memo: dict = {}
-    names: dict = {}
-
-    def nbytes(t) -> int:
-        key = t.__egg_typed_expr__  # interned; hashing the expression itself is ~6x slower
-        n = memo.get(key)
-        if n is None:
-            value = egraph.lookup_function_value(numel(t))
-            if value is None:
-                raise RewriteError(f"the shape analysis gave no size for the e-class of {t}")
-            n = memo[key] = int(value) * 4
-        return n
-
-    def marginal(eg: EGraph, expr) -> int:
-        if not isinstance(expr, (T, Epi)):  # literals, Vec shapes, the output list
-            return 0
-        fn = get_callable_fn(expr)
-        name = names.get(fn)
-        if name is None:
-            name = names[fn] = str(fn)
-        if name in FREE_CONSTRUCTORS:
-            return 0
-        args = get_callable_args(expr)
-        children = [nbytes(a) for a in args if isinstance(a, T)]
-        out = nbytes(eg.lookup_function_value(expr)) if isinstance(expr, T) else 0
-        op = get_literal_value(args[0]) if name in GENERIC_NAMES else None
-        return enode_cost(model, name, children, out, op)
-
-    return DagCostModel(marginal, 0)
