@@ -21,7 +21,7 @@ from .ops import OpDef, _f32, _need, _rope, _rope_ref, attention_reference, regi
 from .types import DType, TensorType
 
 #: The ops of this module: inference only, so no gradient rules (tests exclude them).
-INFERENCE_OPS = ("RoPEDynamic", "CacheWrite", "CachedAttention")
+INFERENCE_OPS = ("RoPEDynamic", "CacheWrite", "CachedAttention", "CacheWriteRoPE", "CachedAttentionRoPE")
 
 
 def _position(t: TensorType, what: str) -> None:
@@ -123,4 +123,50 @@ register(OpDef(
     doc="causal GQA attention (Vaswani et al. 2017, eq. 1) of the n query rows q [n, H*D] at positions "
         "pos..pos+n-1 over cache rows 0..pos+i (row i); inputs [q, k_cache, v_cache [max_seq, KV*D], "
         "pos u32[1]]; output [n, H*D] (seed: CachedAttention, generalised from n = 1)",
+))
+
+
+# --- fused forms the attention rules create: the rotation moved into its reader -----------------
+
+_ROPE_ATTRS = ("theta", "head_dim", "pairing")
+
+
+def _cache_write_rope(ts, a):
+    cache, new, pos = ts
+    _rope_dynamic([new, pos], a)
+    return _cache_write(ts, a)
+
+
+def _cache_write_rope_ref(xs, a):
+    cache, new, pos = xs
+    return _cache_write_ref([cache, _rope_dynamic_ref([new, pos], a), pos], a)
+
+
+register(OpDef(
+    "CacheWriteRoPE", 3, 3, _cache_write_rope, _cache_write_rope_ref, attrs=_ROPE_ATTRS, writes=0,
+    defaults={"pairing": "half"},
+    doc="CacheWrite(cache, RoPEDynamic(new, pos), pos) in one kernel: cache[pos + r] <- new[r] rotated "
+        "(Su et al. 2021) at position pos + r, in place; inputs [cache [max_seq, W] (a state tensor), "
+        "new [n, W], pos u32[1]]; the value is the whole updated cache. Raises InputError (reference) "
+        "when pos + n > max_seq",
+))
+
+
+def _cached_attention_rope(ts, a):
+    q, _, _, pos = ts
+    _rope_dynamic([q, pos], a)
+    return _cached_attention(ts, a)
+
+
+def _cached_attention_rope_ref(xs, a):
+    q, k, v, pos = xs
+    return _cached_attention_ref([_rope_dynamic_ref([q, pos], a), k, v, pos], a)
+
+
+register(OpDef(
+    "CachedAttentionRoPE", 4, 4, _cached_attention_rope, _cached_attention_rope_ref,
+    attrs=(*_ATTRS, "theta", "pairing"), defaults={"pairing": "half"},
+    doc="CachedAttention(RoPEDynamic(q, pos), k_cache, v_cache, pos) in one kernel: the query rows are "
+        "rotated (Su et al. 2021) at positions pos..pos+n-1 as they are loaded; inputs [q [n, H*D], "
+        "k_cache, v_cache [max_seq, KV*D], pos u32[1]]; output [n, H*D]",
 ))

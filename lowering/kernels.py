@@ -275,13 +275,15 @@ def _inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
     return inv_freq + [0.0] * (slots - len(inv_freq))
 
 
-def rope_uniform(node: Node, batch: int, pos_offset: float, sign: float = 1.0) -> tuple[bytes, int]:
-    """The Params of rope_rotate.wgsl for the [rows, width] node of ``batch`` sequences, the
-    frequencies multiplied by ``sign``, and the number of pairs to rotate (rows * width / 2).
+def rope_uniform(node: Node, batch: int, pos_offset: float, sign: float = 1.0,
+                 shape: tuple[int, ...] | None = None) -> tuple[bytes, int]:
+    """The Params of rope_rotate.wgsl for the [rows, width] node of ``batch`` sequences (or
+    the rows ``shape`` it rotates, when its own shape differs), the frequencies multiplied
+    by ``sign``, and the number of pairs to rotate (rows * width / 2).
 
     Raises LoweringError for a head_dim above MAX_ROPE_HEAD_DIM.
     """
-    rows, width = node.type.shape
+    rows, width = shape or node.type.shape
     a = node.attrs
     hd = a["head_dim"]
     if hd > MAX_ROPE_HEAD_DIM:

@@ -1,4 +1,5 @@
-"""Attention: RoPE applied inside the attention kernel, and Q/K/V projections packed."""
+"""Attention: RoPE applied inside the attention kernel (and inside the KV-cache write and the
+cached attention of decoding), and Q/K/V projections packed."""
 
 from __future__ import annotations
 
@@ -34,3 +35,16 @@ def _packed_qkv(h: T, nq: String, nk: String, nv: String, sq: Vec[i64], skv: Vec
         union(k).with_(T.slice_cols(packed, sq[0], skv[0])),
         union(v).with_(T.slice_cols(packed, sq[0] + skv[0], skv[0])),
     )
+
+
+@attention_ruleset.register
+def _rope_into_cache(ca: String, aa: String, ra: String, c: T, k: T, q: T, kc: T, vc: T, p: T):
+    # CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)
+    yield equal("CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)",
+                T.op3("CacheWrite", ca, c, T.op2("RoPEDynamic", ra, k, p), p),
+                T.op3("CacheWriteRoPE", ra, c, k, p))
+    # CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)   if the head sizes agree
+    yield equal("CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)",
+                T.op4("CachedAttention", aa, T.op2("RoPEDynamic", ra, q, p), kc, vc, p),
+                T.cached_attention_rope(aa, ra, q, kc, vc, p),
+                rope_fits_attention(ra, aa))

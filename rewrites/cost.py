@@ -65,7 +65,8 @@ _EPI_OPERAND = {"Epi.bias": "epilogue:bias", "Epi.add": "epilogue:add"}
 OP_OF_CONSTRUCTOR = {str(ctor): op for op, (ctor, _) in CONSTRUCTORS.items()} | {
     "T.fused_matmul": "FusedMatMul", "T.full_attention_masked": "FullAttention",
     "T.fused_rms_norm_matmul": "FusedRmsNormMatMul", "T.slice_cols": "SliceCols",
-    "T.causal_attention_rope": "CausalAttentionRoPE", "T.causal_attention_rope_packed": "CausalAttentionRoPE"}
+    "T.causal_attention_rope": "CausalAttentionRoPE", "T.causal_attention_rope_packed": "CausalAttentionRoPE",
+    "T.cached_attention_rope": "CachedAttentionRoPE"}
 
 
 def enode_cost(model: CostModel, ctor: str, tensor_child_bytes: list[int], out_bytes: int,

@@ -21,6 +21,8 @@ from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, Epi, T, TList, rope_fits_
 LEAF_CONSTRUCTORS = {"Input": T.input, "Parameter": T.parameter, "Constant": T.constant}
 _ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim", "batch")
 _ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch")
+_CACHED_ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim")
+_ROPE_DYNAMIC_ATTRS = ("theta", "head_dim", "pairing")
 
 
 class Call(NamedTuple):
@@ -100,6 +102,9 @@ def node_term(node: Node, args: list[Ref], enc: Encoding, derived: bool = False)
         ctor = T.causal_attention_rope if len(args) == 3 else T.causal_attention_rope_packed
         return Call(ctor, (enc.key("CausalAttention", {k: a[k] for k in _ATTENTION_ATTRS}),
                            enc.key("RoPE", {k: a[k] for k in _ROPE_ATTRS}), *args))
+    if op == "CachedAttentionRoPE":
+        return Call(T.cached_attention_rope, (enc.key("CachedAttention", {k: a[k] for k in _CACHED_ATTENTION_ATTRS}),
+                                              enc.key("RoPEDynamic", {k: a[k] for k in _ROPE_DYNAMIC_ATTRS}), *args))
     if op == "FullAttention" and len(args) == 4:
         return Call(T.full_attention_masked, (enc.key(op, a), *args))
     if op in CONSTRUCTORS:
@@ -112,12 +117,16 @@ def node_term(node: Node, args: list[Ref], enc: Encoding, derived: bool = False)
 
 def _rope_attention_facts(enc: Encoding) -> list[Call]:
     """``rope_fits_attention`` for every RoPE / CausalAttention attribute pair that agree on
-    head size and sequence layout, so the fusion rule can require it."""
-    ropes = [k for k in enc.attrs if k.startswith("RoPE:")]
-    attns = [k for k in enc.attrs if k.startswith("CausalAttention:")]
-    return [Call(rope_fits_attention, (rk, ak)) for rk in ropes for ak in attns
-            if enc.attrs[rk]["head_dim"] == enc.attrs[ak]["head_dim"]
-            and enc.attrs[rk]["batch"] == enc.attrs[ak]["batch"]]
+    head size and sequence layout, and every RoPEDynamic / CachedAttention pair that agree on
+    head size (one sequence each), so the fusion rules can require it."""
+    facts = []
+    for rope, attention, same in (("RoPE:", "CausalAttention:", ("head_dim", "batch")),
+                                  ("RoPEDynamic:", "CachedAttention:", ("head_dim",))):
+        ropes = [k for k in enc.attrs if k.startswith(rope)]
+        attns = [k for k in enc.attrs if k.startswith(attention)]
+        facts += [Call(rope_fits_attention, (rk, ak)) for rk in ropes for ak in attns
+                  if all(enc.attrs[rk][f] == enc.attrs[ak][f] for f in same)]
+    return facts
 
 
 class _Renderer:

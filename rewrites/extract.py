@@ -226,6 +226,8 @@ def _build_node(g: Graph, dag: TermDag, j: int, inputs: list[int], enc: Encoding
         return g.add_node("SliceCols", inputs, start=int(args[1]), size=int(args[2]))
     if name in ("T.causal_attention_rope", "T.causal_attention_rope_packed"):
         return g.add_node("CausalAttentionRoPE", inputs, **{**enc.attrs[args[0]], **enc.attrs[args[1]]})
+    if name == "T.cached_attention_rope":
+        return g.add_node("CachedAttentionRoPE", inputs, **{**enc.attrs[args[0]], **enc.attrs[args[1]]})
     if name == "T.full_attention_masked":
         return g.add_node("FullAttention", inputs, **enc.attrs[args[0]])
     if name in GENERIC_NAMES:

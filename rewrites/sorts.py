@@ -10,7 +10,8 @@ shared nodes are extracted once).
 The analysis functions ``shape`` (a ``Vec[i64]``) and ``numel`` (its product) hold facts
 about e-classes; rules read them in their queries, the cost model reads ``numel``.
 ``rope_fits_attention(rope_attrs, attention_attrs)`` holds when a RoPE's positions match an
-attention's sequences (set at encoding, where the attributes are known). Ops that no rule
+attention's sequences, or a RoPEDynamic's head size a CachedAttention's (set at encoding,
+where the attributes are known). Ops that no rule
 matches use the generic ``op1``..``op6`` constructors: adding such an op needs no egglog
 change.
 """
@@ -99,6 +100,9 @@ class T(Expr):
     @classmethod
     def causal_attention_rope_packed(cls, attrs: StringLike, rope_attrs: StringLike, qkv: T) -> T: ...
     @classmethod
+    def cached_attention_rope(cls, attrs: StringLike, rope_attrs: StringLike, q: T, k_cache: T, v_cache: T,
+                              pos: T) -> T: ...
+    @classmethod
     def group_norm(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
     @classmethod
     def group_norm_silu(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
@@ -169,7 +173,7 @@ def rope_fits_attention(rope_attrs: StringLike, attention_attrs: StringLike) -> 
 
 
 #: IR op name -> (constructor, takes an attrs key). Leaves, Identity, FullAttention with a
-#: mask, the fused matmuls, Concat, SliceCols and CausalAttentionRoPE are encoded
+#: mask, the fused matmuls, Concat, SliceCols, CausalAttentionRoPE and CachedAttentionRoPE are encoded
 #: specially (see encode.py); ops missing here use a generic constructor by arity.
 CONSTRUCTORS = {
     "MatMul": (T.matmul, False),

@@ -13,7 +13,10 @@
 // sums share m, so they are added in workgroup memory at the end and divided by l.
 // Layout: q and out [n, nh * HD], k_cache and v_cache [max_seq, nkv * HD]; query head h
 // reads kv head h / group. Template slots: HEAD_DIM, WG; IO (lowering.kernels
-// .attention_io: the q, k_cache, v_cache bindings with their vec4 accessors, out).
+// .attention_io: the q, k_cache, v_cache bindings with their vec4 accessors, out);
+// ROPE_PARAMS and ROTATE_Q: for CachedAttentionRoPE the uniform's RoPE fields and a
+// rotate_q that rotates the query row in workgroup memory once it is loaded
+// (attention_cached_rope.wgsl), for CachedAttention nothing and a rotate_q that does nothing.
 
 const HD: u32 = {{HEAD_DIM}}u;
 const HD4: u32 = (HD + 3u) / 4u;
@@ -21,6 +24,7 @@ const WG: u32 = {{WG}}u;
 const KSPLIT: u32 = WG / HD4;  // key subsets of the second phase (HD4 <= WG)
 
 struct Params {
+{{ROPE_PARAMS}}
     nh: u32,
     group: u32,      // nh / nkv
     total: u32,      // n * nh workgroups
@@ -37,6 +41,8 @@ var<workgroup> q_row: array<vec4<f32>, HD4>;
 var<workgroup> weight: array<f32, WG>;             // scores, then exp(s - m), of a chunk
 var<workgroup> partial: array<vec4<f32>, KSPLIT * HD4>;
 
+{{ROTATE_Q}}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
@@ -50,6 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (li < HD4) {
         q_row[li] = q4(qi * p.q_stride + h * HD, li);
     }
+    rotate_q(li, cache_pos[0] + qi);
     let cache_rows = arrayLength(&k_cache) * VW / p.kv_stride;
     let key_end = min(cache_pos[0] + qi + 1u, cache_rows);
     let col = li % HD4;

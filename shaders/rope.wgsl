@@ -13,5 +13,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (q >= p.n) {
         return;
     }
-    rotate_pair(q, p.pos_offset);
+    rotate_pair(q, p.pos_offset, 0u);
 }

@@ -15,5 +15,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (q >= p.n) {
         return;
     }
-    rotate_pair(q, f32(offset[0]));
+    rotate_pair(q, f32(offset[0]), 0u);
 }

@@ -1,7 +1,8 @@
 //#include "common.wgsl"
 // RoPE's rotation (Su et al. 2021, eq. 15) of x[rows, heads * head_dim] into out, shared by
-// rope.wgsl (RoPE, RoPEGrad: the offset is a uniform field) and rope_dynamic.wgsl
-// (RoPEDynamic: the offset is an input). The includer declares x, out and p: Params.
+// rope.wgsl (RoPE, RoPEGrad: the offset is a uniform field), rope_dynamic.wgsl
+// (RoPEDynamic: the offset is an input) and cache_write_rope.wgsl (CacheWriteRoPE: out is
+// the cache, written from row out_row0 on). The includer declares x, out and p: Params.
 // Pair j of a head at row r rotates (x[i0], x[i1]) by the angle pos * inv_freq[j],
 // pos = offset + r mod seq. Pairs are (j, j + head_dim/2) for the 'half' layout and
 // (2j, 2j + 1) for 'adjacent'. inv_freq = theta^(-2j/head_dim) is computed on the host in
@@ -17,8 +18,8 @@ struct Params {
     adjacent: u32,    // 1 for the 'adjacent' layout, 0 for 'half'
 }
 
-// Rotate pair q (< p.n) with positions starting at `offset`.
-fn rotate_pair(q: u32, offset: f32) {
+// Rotate pair q (< p.n) with positions starting at `offset`; store it out_row0 rows down.
+fn rotate_pair(q: u32, offset: f32, out_row0: u32) {
     let r = q / p.half_width;
     let pp = q % p.half_width;
     let head = pp / p.half_hd;
@@ -36,6 +37,7 @@ fn rotate_pair(q: u32, offset: f32) {
     let s = sin(ang);
     let x0 = x[i0];
     let x1 = x[i1];
-    out[i0] = x0 * c - x1 * s;
-    out[i1] = x0 * s + x1 * c;
+    let shift = out_row0 * p.half_width * 2u;
+    out[shift + i0] = x0 * c - x1 * s;
+    out[shift + i1] = x0 * s + x1 * c;
 }

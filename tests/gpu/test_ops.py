@@ -447,6 +447,27 @@ ROWS += [
 ]
 
 
+# Fused KV-cache ops (rewrites/attention.py): the rotation of RoPEDynamic moved into the cache
+# write and into the cached attention; both pairings, positions past 0, head_dim not a multiple of 4.
+ROWS += [
+    *[Row("CacheWriteRoPE", f"CacheWriteRoPE-{pairing}[{rows},{w}]<-[{n},{w}]@{pos}/hd{hd}",
+          lambda g, rows=rows, w=w, n=n, hd=hd, pairing=pairing: g.add_node(
+              "CacheWriteRoPE", (g.input("cache", [rows, w]), g.input("new", [n, w]), g.input("pos", [1], DType.U32)),
+              theta=10000.0, head_dim=hd, pairing=pairing), {"pos": np.array([pos])})
+      for pairing in ("half", "adjacent")
+      for rows, w, n, hd, pos in ((2, 2, 1, 2, 0), (7, 16, 1, 8, 6), (7, 16, 3, 8, 2), (70, 24, 40, 6, 17))],
+    *[Row("CachedAttentionRoPE", f"CachedAttentionRoPE-{pairing}[h{nh}/kv{nkv},hd{hd}]q{n}@{pos}/{rows}",
+          lambda g, nh=nh, nkv=nkv, hd=hd, rows=rows, n=n, pairing=pairing: g.add_node("CachedAttentionRoPE", (
+              g.input("q", [n, nh * hd]), g.input("k_cache", [rows, nkv * hd]), g.input("v_cache", [rows, nkv * hd]),
+              g.input("pos", [1], DType.U32)), num_heads=nh, num_kv_heads=nkv, head_dim=hd, theta=10000.0,
+              pairing=pairing),
+          {"pos": np.array([pos])}, scale=2.0)
+      for pairing in ("half", "adjacent")
+      for nh, nkv, hd, rows, n, pos in ((4, 2, 8, 10, 1, 0), (4, 2, 8, 10, 1, 9), (4, 2, 6, 10, 5, 3),
+                                        (2, 1, 16, 200, 70, 120), (9, 3, 64, 40, 1, 20))],
+]
+
+
 def _optimizer(op: str, shape) -> Row:
     # One in-place update (tests/gpu/test_inplace.py runs them over several steps); the
     # second moment is fed non-negative, the step count t >= 1, as an optimiser keeps them.

@@ -36,6 +36,27 @@ def _llama_attention(g, dim, *, rope=True):
     return g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)
 
 
+def _decode_step(g, dim, *, attention):
+    # One layer's cache update and attention as models/llama.build_llama_cache_graph builds them.
+    hd = 2 * dim("half_head", 1, 3)
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    n = dim("n", 1, 3)
+    rows = n + dim("spare", 0, 3)
+    pairing = ("half", "adjacent")[dim("adjacent", 0, 1)]
+    pos = g.input("pos", [1], DType.U32)
+
+    def rope(x):
+        return g.add_node("RoPEDynamic", (x, pos), theta=100.0, head_dim=hd, pairing=pairing)
+
+    k_cache = g.add_node("CacheWrite", (g.state("k_cache", [rows, nkv * hd]), rope(g.input("k", [n, nkv * hd])), pos))
+    if not attention:
+        return k_cache
+    v_cache = g.add_node("CacheWrite", (g.state("v_cache", [rows, nkv * hd]), g.input("v", [n, nkv * hd]), pos))
+    return g.add_node("CachedAttention", (rope(g.input("q", [n, nh * hd])), k_cache, v_cache, pos),
+                      num_heads=nh, num_kv_heads=nkv, head_dim=hd)
+
+
 def _swiglu_mm(g, dim, bt):
     m, k, n = dim("m"), dim("k"), dim("n")
     h = g.input("h", [m, k])
@@ -89,6 +110,10 @@ BUILDERS = {
         lambda g, dim: _out(g, _llama_attention(g, dim)),
     "CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T)":
         lambda g, dim: _out(g, _llama_attention(g, dim, rope=False)),
+    "CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)":
+        lambda g, dim: _out(g, _decode_step(g, dim, attention=False)),
+    "CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)":
+        lambda g, dim: _out(g, _decode_step(g, dim, attention=True)),
 }
 for _v, _label in (("", "MatMul(a,b) -> FusedMatMul(a,b,[])"), ("AT", "MatMulAT(a,b) -> FusedMatMulAT(a,b,[])"),
                    ("BT", "MatMulBT(a,b) -> FusedMatMulBT(a,b,[])")):
