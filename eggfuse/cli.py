@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from eggfuse.cli_generate import add_generate
@@ -106,9 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except EggfuseError as e:
         print(f"eggfuse: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`eggfuse rules | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 

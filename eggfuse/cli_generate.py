@@ -34,7 +34,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         return
     steps = len(result.generated_ids) - 1
     print()
-    print(f"prefill: {len(result.prompt_ids)} tokens, {result.prefill_tokens_per_s:.2f} tokens/s")
+    print(f"prefill: {len(result.prompt_ids)} prompt tokens, {result.prefill_tokens_per_s:.2f} tokens/s "
+          f"(it also gives the first new token)")
     print(f"decode: {steps} tokens, {result.decode_tokens_per_s:.2f} tokens/s (stopped: {result.stop_reason})")
     print(f"adapter: {result.adapter}")
     print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +42,8 @@ def get_device() -> wgpu.GPUDevice:
     with _lock:
         if _device is not None:
             return _device
+        # Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on every start without one
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
         try:
             adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         except Exception as e:  # noqa: BLE001 - wgpu-native reports a missing driver in many ways

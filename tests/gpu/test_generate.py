@@ -134,7 +134,7 @@ def test_cli_json_and_text(model, capsys):
     assert cli.main(args) == 0
     text = capsys.readouterr().out
     assert text.startswith(prompt + model.decode(out["generated_ids"]))
-    for line in (f"prefill: {model.encode(prompt).size} tokens", "decode: ", "adapter: ",
+    for line in (f"prefill: {model.encode(prompt).size} prompt tokens", "decode: ", "adapter: ",
                  "dispatches per decode step: 37 unfused -> "):
         assert line in text
 

@@ -36,3 +36,13 @@ def test_rules_lists_every_rule(capsys):
     assert cli.main(["rules"]) == 0
     text = capsys.readouterr().out
     assert "matmul_epilogue" in text and "Neg(Neg(x)) -> x" in text
+
+
+def test_a_closed_pipe_ends_output_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    # `eggfuse rules | true`: the reader is gone before anything is written; no traceback
+    proc = subprocess.run(f"{sys.executable} -m eggfuse.cli rules | true", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
