@@ -47,15 +47,13 @@ class Encoding:
     """The e-graph of one graph; ``root`` is the let-bound list of outputs.
 
     ``attrs`` maps each attribute key (a string literal in the e-graph) back to the
-    attribute dict; ``leaves`` maps (op, name) to the original leaf node; ``program`` is
-    the egglog text that inserted the graph.
+    attribute dict; ``leaves`` maps (op, name) to the original leaf node.
     """
 
     egraph: EGraph
     root: TList | None = None
     attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
     leaves: dict[tuple[str, str], Node] = field(default_factory=dict)
-    program: str = ""
 
     def key(self, op: str, attrs: dict[str, Any]) -> str:
         """The canonical key of ``op``'s attributes (equal attributes give equal keys)."""
@@ -173,12 +171,12 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     for i in range(len(graph.outputs) - 1, -1, -1):
         cell = f"({render.name(TList.cons)} $n{graph.outputs[i]} $out{i + 1})"
         lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} {cell})")
-    enc.program = "\n".join(lines)
+    program = "\n".join(lines)
     state = egraph._state
     if state.egglog_file_state is None:
-        state.egraph.parse_and_run_program(enc.program)
+        state.egraph.parse_and_run_program(program)
     else:  # recording a transcript for --dump-egglog: go through egglog-python, which saves it
-        state.run_program(*state.egraph.parse_program(enc.program))
+        state.run_program(*state.egraph.parse_program(program))
     tlist = TList.nil().__egg_typed_expr__.tp
     enc.root = RuntimeExpr.__from_values__(egraph.__egg_decls__, TypedExprDecl(tlist, LetRefDecl("outputs")))
     return enc

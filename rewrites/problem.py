@@ -19,7 +19,34 @@ from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
 from .encode import Encoding
 from .extract import ARG_SORTS, TermDag
 
-_SORTS = ("T", "Epi", "TList")
+#: The sorts whose e-nodes extraction chooses among (the rest are literals and analyses).
+SORTS = ("T", "Epi", "TList")
+
+
+def serialized(enc: Encoding) -> dict:
+    """egglog's serialisation of the e-graph: ``nodes`` (op, children, e-class) and ``class_data``."""
+    return json.loads(enc.egraph._serialize(split_primitive_outputs=False).to_json())
+
+
+def decode(raw: dict) -> tuple[dict, dict, dict]:
+    """(e-class of each node id, candidate e-nodes of each e-class, literal of each primitive e-class)."""
+    nodes = raw["nodes"]
+    cls = {nid: n["eclass"] for nid, n in nodes.items()}
+    value = {n["eclass"]: n["op"] for nid, n in nodes.items() if nid.startswith("primitive-") and not n["children"]}
+    members: dict[str, list[str]] = {}
+    for nid, n in nodes.items():
+        if "." in n["op"] and n["op"].split(".", 1)[0] in SORTS:
+            members.setdefault(n["eclass"], []).append(nid)
+    return cls, members, value
+
+
+def literal(nodes: dict, node_id: str):
+    """The Python value of a literal argument: str, int, or a shape (tuple of ints) for a Vec."""
+    node = nodes[node_id]
+    if node["op"] == "Vec":
+        return tuple(int(nodes[g]["op"]) for g in node["children"])
+    op = node["op"]
+    return json.loads(op) if op.startswith('"') else int(op)
 
 
 @dataclass
@@ -59,22 +86,14 @@ class Problem:
             args = []
             kids = iter(self.node_args[j])
             for ch, sort in zip(node["children"], ARG_SORTS[node["op"]], strict=True):
-                if sort in _SORTS:
+                if sort in SORTS:
                     args.append(index[next(kids)])
                 else:
-                    args.append(self._literal(ch))
+                    args.append(literal(nodes, ch))
             index[c] = len(out)
             out.append((node["op"], tuple(args)))
             cost += self.cost[j]
         return TermDag(out, index[self.root], int(round(cost)))
-
-    def _literal(self, node_id: str):
-        nodes = self.raw["nodes"]
-        node = nodes[node_id]
-        if node["op"] == "Vec":
-            return tuple(int(nodes[g]["op"]) for g in node["children"])
-        op = node["op"]
-        return json.loads(op) if op.startswith('"') else int(op)
 
 
 def build_problem(enc: Encoding, model: CostModel) -> Problem:
@@ -82,20 +101,15 @@ def build_problem(enc: Encoding, model: CostModel) -> Problem:
 
     Raises :class:`RewriteError` when an e-class the outputs need has no size.
     """
-    raw = json.loads(enc.egraph._serialize(split_primitive_outputs=False).to_json())
+    raw = serialized(enc)
     nodes, class_data = raw["nodes"], raw["class_data"]
-    cls = {nid: n["eclass"] for nid, n in nodes.items()}
-    value = {n["eclass"]: n["op"] for nid, n in nodes.items() if nid.startswith("primitive-") and not n["children"]}
+    cls, members, value = decode(raw)
     numel = {cls[n["children"][0]]: int(value[n["eclass"]]) for n in nodes.values() if n["op"] == "numel"}
-    members: dict[str, list[str]] = {}
-    for nid, n in nodes.items():
-        if "." in n["op"] and n["op"].split(".", 1)[0] in _SORTS:
-            members.setdefault(n["eclass"], []).append(nid)
     root_class = next(c for c, d in class_data.items() if d.get("let") == "$outputs")
 
     def sorted_kids(nid: str) -> list[str]:
         n = nodes[nid]
-        return [cls[ch] for ch, s in zip(n["children"], ARG_SORTS[n["op"]], strict=True) if s in _SORTS]
+        return [cls[ch] for ch, s in zip(n["children"], ARG_SORTS[n["op"]], strict=True) if s in SORTS]
 
     reach, stack = {root_class}, [root_class]
     while stack:

@@ -9,7 +9,6 @@ pays under the cost model is still tested.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,8 +19,7 @@ from ..ir import DType, Graph, RewriteError, evaluate
 from .encode import Encoding
 from .engine import Report, random_feeds, saturate
 from .extract import ARG_SORTS, TermDag, _build_node, _children
-
-_SORTS = ("T", "Epi", "TList")
+from .problem import SORTS, decode, literal, serialized
 
 
 @dataclass
@@ -29,25 +27,6 @@ class SoundnessReport:
     rules_fired: dict[str, int]
     eclasses_checked: int
     enodes_checked: int
-
-
-def _decode(data: dict) -> tuple[dict, dict, dict]:
-    """(e-class of each node id, candidate e-nodes per e-class, literal value per primitive e-class)."""
-    nodes = data["nodes"]
-    cls = {nid: n["eclass"] for nid, n in nodes.items()}
-    members: dict[str, list[str]] = {}
-    for nid, n in nodes.items():
-        if n["op"].split(".", 1)[0] in _SORTS and "." in n["op"]:
-            members.setdefault(n["eclass"], []).append(nid)
-    value = {n["eclass"]: n["op"] for nid, n in nodes.items() if nid.startswith("primitive-") and not n["children"]}
-    return cls, members, value
-
-
-def _literal(nodes: dict, value: dict, cls: dict, child: str):
-    if nodes[child]["op"] == "Vec":
-        return tuple(int(nodes[g]["op"]) for g in nodes[child]["children"])
-    v = value[cls[child]]
-    return json.loads(v) if v.startswith('"') else int(v)
 
 
 def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed: int = 0,
@@ -62,9 +41,9 @@ def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed
     rep = Report()
     enc = saturate(graph, rep, rulesets=rulesets)
     inputs, params = random_feeds(graph, seed)
-    data = json.loads(enc.egraph._serialize(split_primitive_outputs=False).to_json())
+    data = serialized(enc)
     nodes = data["nodes"]
-    cls, members, value = _decode(data)
+    cls, members, value = decode(data)
     tensor_classes = [c for c, ms in members.items() if nodes[ms[0]]["op"].startswith("T.")]
 
     values: dict[str, np.ndarray] = {}
@@ -109,20 +88,20 @@ def _evaluate_enode(nid, nodes, cls, members, value, values, enc: Encoding, inpu
                 args.append(len(dag_nodes))
                 child_values[len(dag_nodes)] = values[cls[ch]]
                 dag_nodes.append(("child", ()))
-            elif sort in _SORTS:  # an epilogue chain: Epi e-classes are never merged, take their e-node
+            elif sort in SORTS:  # an epilogue chain: Epi e-classes are never merged, take their e-node
                 sub = add(members[cls[ch]][0])
                 if sub is None:
                     return None
                 args.append(sub)
             else:
-                args.append(_literal(nodes, value, cls, ch))
+                args.append(literal(nodes, ch))
         dag_nodes.append((n["op"], tuple(args)))
         return len(dag_nodes) - 1
 
     op = nodes[nid]["op"]
     if op in ("T.input", "T.parameter", "T.constant"):
         leaf = enc.leaves[({"T.input": "Input", "T.parameter": "Parameter", "T.constant": "Constant"}[op],
-                           _literal(nodes, value, cls, nodes[nid]["children"][0]))]
+                           literal(nodes, nodes[nid]["children"][0]))]
         return evaluate(_single_leaf(leaf), inputs, params)[0]
     root = add(nid)
     if root is None:
