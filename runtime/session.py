@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import wgpu
 
-from ..ir.errors import InputError
+from ..ir.errors import InputError, LoweringError
 from ..ir.graph import Graph
 from ..ir.reference import check_array
 from ..lowering import ExecutionPlan, check_limits, lower
-from .device import adapter_description, device_errors, get_device
+from .device import adapter_description, device_errors, get_device, subgroup_reductions_usable
 from .pipelines import get_pipeline
 
-try:  # the wgpu-native backend's C functions, for the recording fast path
-    from wgpu.backends.wgpu_native import _api as _native
+try:  # the wgpu-native backend's C library, for the recording fast paths
+    from wgpu.backends.wgpu_native._ffi import ffi as _ffi
+    from wgpu.backends.wgpu_native._ffi import lib as _lib
 except ImportError:  # another backend: wgpu-py's own calls
-    _native = None
+    _ffi = _lib = None
+try:  # the recording loop in C (runtime/_record.c), built at install when a C compiler exists
+    from . import _record as _c_record
+except ImportError:
+    _c_record = None
+
+_recorder: ThreadPoolExecutor | None = None  # one thread that records sessions' next runs
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -41,23 +49,46 @@ class Session:
     session is seen by both. That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
+    ``subgroups``: lower reductions with subgroup operations (None: when
+    :func:`~eggfuse.runtime.device.subgroup_reductions_usable` says the device has them;
+    ignored for a plan, which was lowered already).
+
     Raises InputError for a missing, unknown or mis-shaped parameter (or one whose type
-    differs from the shared session's), LoweringError when
-    the graph exceeds the device's limits, DeviceError when there is no device. Not
+    differs from the shared session's) or for ``subgroups=True`` on a device without
+    usable subgroups, LoweringError when the graph exceeds the device's limits (or a plan
+    needs subgroups the device lacks), DeviceError when there is no device. Not
     thread-safe: one :meth:`run` at a time.
+
+    Recording: the plan is one compute pass in one command buffer. With wgpu-native and the
+    compiled loop (``eggfuse.runtime._record``, built at install when a C compiler is
+    present) the dispatches are recorded in C with the GIL released; without it through
+    cffi calls of wgpu-native (:attr:`recording` names the path). From the second
+    :meth:`run` on, the next run's command buffer is recorded by a background thread while
+    the device executes the current one (``prerecord=False`` turns this off): the plan and
+    its bindings do not change between runs, and inputs written with ``queue.write_buffer``
+    reach the device before any later submission, so a run's host critical path is the
+    input writes and one submit.
     """
 
     def __init__(self, plan_or_graph: ExecutionPlan | Graph, params: Mapping[str, np.ndarray],
-                 device: wgpu.GPUDevice | None = None, *, share: Session | None = None) -> None:
+                 device: wgpu.GPUDevice | None = None, *, share: Session | None = None,
+                 prerecord: bool = True, subgroups: bool | None = None) -> None:
         if share is not None and device is not None and device is not share.device:
             raise InputError("a Session can share buffers only with a session on the same device")
         self.device = device if device is not None else share.device if share is not None else get_device()
         limits = dict(self.device.limits)
+        usable = subgroup_reductions_usable(self.device)
+        if subgroups and not usable:
+            raise InputError("subgroups=True, but this device has no usable subgroup operations "
+                             "(runtime.device.subgroup_reductions_usable)")
         if isinstance(plan_or_graph, Graph):
-            plan = lower(plan_or_graph, limits)
+            plan = lower(plan_or_graph, limits, subgroups=usable if subgroups is None else subgroups)
         elif isinstance(plan_or_graph, ExecutionPlan):
             plan = plan_or_graph
             check_limits(plan, limits)
+            if plan.subgroups and not usable:
+                raise LoweringError("the plan was lowered with subgroup operations, which this device "
+                                    "does not offer usably: lower it again with subgroups=False")
         else:
             raise InputError(f"Session needs a Graph or an ExecutionPlan, got {type(plan_or_graph).__name__}")
         self.plan = plan
@@ -92,7 +123,10 @@ class Session:
                                 for d in plan.derived.values() for name in d.sources}
         self._uniforms: list[wgpu.GPUBuffer] = []
         self._commands = [self._prepare(d) for d in plan.dispatches]
-        self._native_commands: list | None = None
+        self._prerecord = bool(prerecord)
+        self._runs = 0
+        self._next: Future | None = None  # the next run's command buffer, being recorded
+        self._native: tuple | None = None  # (commands [n, 5] uint64, function addresses), on first run
         self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
 
     def _prepare(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
@@ -154,13 +188,19 @@ class Session:
             raw = self.device.queue.read_buffer(self._buffers[index], 0, self.plan.buffers[index].size_bytes)
         return np.frombuffer(raw, dtype=ty.dtype.numpy, count=ty.num_elements).reshape(ty.shape).copy()
 
+    @property
+    def recording(self) -> str:
+        """How :meth:`run` records the plan: 'C loop' (the compiled loop), 'cffi loop'
+        (wgpu-native without the compiled loop) or 'wgpu-py calls' (another backend)."""
+        if _lib is None:
+            return "wgpu-py calls"
+        return "C loop" if _c_record is not None else "cffi loop"
+
     def record_and_submit(self) -> None:
-        """Record the plan into one compute pass and submit it, without writing inputs or
-        waiting: the runtime's host cost alone (benchmarks)."""
+        """Record the plan and submit it, without writing inputs, pre-recording or waiting:
+        the host cost of recording alone (benchmarks)."""
         with device_errors("running the plan"):
-            encoder = self.device.create_command_encoder()
-            self._record(encoder)
-            self.device.queue.submit([encoder.finish()])
+            self.device.queue.submit(self._record_plan())
 
     def wait(self) -> None:
         """Block until the device has finished the submitted work (a 4-byte read-back: wgpu-py
@@ -168,40 +208,73 @@ class Session:
         with device_errors("waiting for the device"):
             self.device.queue.read_buffer(self._buffers[self.plan.outputs[0]], 0, 4)
 
-    def _record(self, encoder) -> None:
-        if not self._commands:
+    def _take_recorded(self) -> list[wgpu.GPUCommandBuffer]:
+        # This run's command buffer: the one recorded in the background, or recorded now.
+        if self._next is not None:
+            future, self._next = self._next, None
+            return future.result()
+        return self._record_plan()
+
+    def _record_next(self) -> None:
+        # Start recording the next run's command buffer on the background thread.
+        global _recorder
+        self._runs += 1
+        if not self._prerecord or self._runs < 2 or not self._commands:
             return
+        if _recorder is None:
+            _recorder = ThreadPoolExecutor(1, thread_name_prefix="eggfuse-record")
+        self._next = _recorder.submit(self._record_plan)
+
+    def _record_plan(self) -> list[wgpu.GPUCommandBuffer]:
+        # The plan in one compute pass of one command buffer ([] for a plan with no dispatches).
+        if not self._commands:
+            return []
+        encoder = self.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        if _native is not None and hasattr(compute, "_internal"):
-            # wgpu-native's C calls with handles resolved at session creation: wgpu-py's
-            # wrappers cost ~3x as much per dispatch (argument handling, a cffi array per
-            # set_bind_group). The session keeps the pipelines and bind groups alive.
-            if self._native_commands is None:
-                self._native_commands = [(p._internal, b._internal, *grid) for p, b, grid in self._commands]
-            lib, null, cp, last = _native.libf, _native.ffi.NULL, compute._internal, None
-            set_pipeline = lib.wgpuComputePassEncoderSetPipeline
-            set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
-            dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
-            for pipeline, bind_group, x, y, z in self._native_commands:
-                if pipeline != last:
-                    set_pipeline(cp, pipeline)
-                    last = pipeline
-                set_bind_group(cp, 0, bind_group, 0, null)
-                dispatch(cp, x, y, z)
+        handle = getattr(compute, "_internal", None)
+        if _lib is not None and handle is not None:
+            if self._native is None:
+                # handles resolved once; the session keeps the pipelines and bind groups alive
+                rows = [(p._internal, b._internal, *grid) for p, b, grid in self._commands]
+                if _c_record is not None:
+                    fns = ("wgpuComputePassEncoderSetPipeline", "wgpuComputePassEncoderSetBindGroup",
+                           "wgpuComputePassEncoderDispatchWorkgroups")
+                    table = np.array([(_addr(p), _addr(b), x, y, z) for p, b, x, y, z in rows], dtype=np.uint64)
+                    self._native = (table.reshape(-1, 5), tuple(_addr(_ffi.addressof(_lib, f)) for f in fns))
+                else:
+                    self._native = (rows, ())
+            table, fns = self._native
+            if fns:
+                _c_record.record(_addr(handle), table, *fns)
+            else:
+                # wgpu-native's C functions called directly: wgpu-py's wrappers cost ~3x as
+                # much per dispatch (argument handling, error capture, a cffi array per call);
+                # validation errors still surface at finish()
+                set_pipeline = _lib.wgpuComputePassEncoderSetPipeline
+                set_bind_group = _lib.wgpuComputePassEncoderSetBindGroup
+                dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
+                null, last = _ffi.NULL, None
+                for pipeline, bind_group, x, y, z in table:
+                    if pipeline != last:
+                        set_pipeline(handle, pipeline)
+                        last = pipeline
+                    set_bind_group(handle, 0, bind_group, 0, null)
+                    dispatch(handle, x, y, z)
         else:
             for pipeline, bind_group, grid in self._commands:
                 compute.set_pipeline(pipeline)
                 compute.set_bind_group(0, bind_group)
                 compute.dispatch_workgroups(*grid)
         compute.end()
+        return [encoder.finish()]
 
     def run(self, inputs: Mapping[str, np.ndarray], read: Sequence[int] | None = None) -> list[np.ndarray]:
         """Run the plan once; returns one new array per graph output (its shape and dtype).
 
         ``inputs`` maps every input name to an array of its shape (integers for u32
         indices, which must be below the rows of the table they index); the arrays are
-        not modified. The whole plan is recorded in one compute pass of one command
-        encoder, followed by copies into the read-back buffers. ``read`` lists the output
+        not modified. The plan is one compute pass (recorded while the previous run executed,
+        see the class docstring), followed by copies into the read-back buffers. ``read`` lists the output
         indices to copy back (default: all); the result then holds those outputs only, in
         that order. With ``read=()`` the run is submitted without waiting for the device
         (a training step whose outputs are parameters updated in place); a later read
@@ -223,12 +296,15 @@ class Session:
         with device_errors("running the plan"):
             for name, arr in values.items():
                 device.queue.write_buffer(self._buffers[plan.inputs[name]], 0, arr)
-            encoder = device.create_command_encoder()
-            self._record(encoder)
+            buffers = self._take_recorded()
             wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read}
-            for index, staging in wanted.items():
-                encoder.copy_buffer_to_buffer(self._buffers[index], 0, staging, 0, staging.size)
-            device.queue.submit([encoder.finish()])
+            if wanted:
+                encoder = device.create_command_encoder()
+                for index, staging in wanted.items():
+                    encoder.copy_buffer_to_buffer(self._buffers[index], 0, staging, 0, staging.size)
+                buffers.append(encoder.finish())
+            device.queue.submit(buffers)
+            self._record_next()
             raw = {}
             for index, staging in wanted.items():
                 staging.map_sync(wgpu.MapMode.READ)
@@ -247,6 +323,11 @@ class Session:
             self._staging[index] = self.device.create_buffer(
                 size=self.plan.buffers[index].size_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         return self._staging[index]
+
+
+def _addr(handle) -> int:
+    # The address of a cffi pointer (a wgpu-native handle or function), as an int.
+    return int(_ffi.cast("uintptr_t", handle))
 
 
 def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBuffer]:

@@ -31,7 +31,7 @@ if [ ! -x "$VENV/bin/python" ] || ! is_312 "$VENV/bin/python"; then
 fi
 
 stamp="$VENV/.eggfuse-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ runtime/_record.c -nt "$stamp" ]; then
     echo "setup: installing eggfuse[models,dev] into $VENV"
     log="$VENV/pip.log"
     { "$VENV/bin/python" -m pip install -q --upgrade pip &&
