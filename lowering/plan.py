@@ -23,6 +23,7 @@ from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
 from .kernels import KERNELS
 from .limits import limit_name, resolve_limits, split_grid
+from .wgsl import subgroups as subgroups_form
 
 _LEAF_KIND = {"Input": "input", "Parameter": "parameter", "Constant": "constant"}
 
@@ -98,7 +99,8 @@ class ExecutionPlan:
     ignored at run time); ``index_bounds`` maps a u32 input to the rows of the smallest
     table it indexes (Embedding) or writes (ScatterAdd). ``derived`` maps the buffer index
     of each derived parameter to how it is packed. ``limits`` are the device limits the plan
-    was checked against.
+    was checked against; ``subgroups`` is true when a kernel uses subgroup operations (the
+    device must then have usable subgroups).
     """
 
     buffers: list[BufferSpec]
@@ -113,6 +115,7 @@ class ExecutionPlan:
     derived: dict[int, DerivedParameter] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
     state: frozenset[str] = frozenset()
+    subgroups: bool = False
 
     def summary(self) -> str:
         """One line per buffer and per dispatch, for debugging."""
@@ -130,12 +133,14 @@ def _label(node: Node, ins: list[TensorType]) -> str:
     return f"node {node.id} {node.op}({', '.join(str(t) for t in ins)}) -> {node.type}"
 
 
-def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPlan:
+def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
     defaults (:data:`~.limits.DEFAULT_LIMITS`). A dispatch with more workgroups than
-    maxComputeWorkgroupsPerDimension is laid out on a 2-D (or 3-D) grid.
+    maxComputeWorkgroupsPerDimension is laid out on a 2-D (or 3-D) grid. ``subgroups=True``
+    gives reductions in subgroup form (:data:`~.wgsl.SUBGROUP_FORMS`; kernel names end in
+    ``+sg``): only for a device where runtime.device.subgroup_reductions_usable is true.
 
     Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
@@ -185,7 +190,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         if builder is None:
             raise LoweringError(f"no kernel lowers op {node.op} ({_label(node, ins)}); "
                                 f"ops with kernels: {', '.join(sorted(KERNELS))}")
-        call = builder(node, ins)
+        with subgroups_form(subgroups):
+            call = builder(node, ins)
+        kernel_name = call.kernel + ("+sg" if subgroups and "subgroupAdd" in call.source else "")
         grid = split_grid(call.groups, max_dim)
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
@@ -194,7 +201,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         # an in-place kernel binds the written input last, read_write, as its output
         reads = [i for k, i in enumerate(node.inputs) if k != w]
         bindings = tuple(node_buffer[i] for i in reads) + (node_buffer[node.id],)
-        dispatches.append(Dispatch(node.id, node.op, call.kernel, call.source, call.entry_point,
+        dispatches.append(Dispatch(node.id, node.op, kernel_name, call.source, call.entry_point,
                                    bindings, call.params, grid, _label(node, ins)))
 
     # A parameter that only derived parameters read needs no device buffer of its own.
@@ -220,6 +227,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None) -> ExecutionPla
         derived=derived,
         limits=lim,
         state=frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state")),
+        subgroups=any("subgroupAdd" in d.source for d in dispatches),
     )
     check_limits(plan, lim)
     return plan

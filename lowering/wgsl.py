@@ -6,12 +6,37 @@ from __future__ import annotations
 import functools
 import re
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import resources
 
 from ..ir.errors import LoweringError
 
 _INCLUDE = re.compile(r'^//#include "([\w.]+)"\s*$', re.MULTILINE)
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
+
+#: Includes that have a form with subgroup operations, used while :func:`subgroups` is on.
+#: On the H200 the cached-attention form took CachedAttentionRoPE from 38.5 to 26.1 us per
+#: call (SmolLM2 decode) and the row reductions were unchanged; a subgroup form of the GEMV's
+#: lane sums (matmul_gemv_reduce.wgsl) was 15% slower there, so it has none.
+SUBGROUP_FORMS = {
+    "reduce.wgsl": "reduce_subgroup.wgsl",
+    "attention_cached_chunk.wgsl": "attention_cached_chunk_subgroup.wgsl",
+}
+_use_subgroups: ContextVar[bool] = ContextVar("eggfuse_wgsl_subgroups", default=False)
+
+
+@contextmanager
+def subgroups(enabled: bool) -> Iterator[None]:
+    """Within the block, :func:`render` includes the subgroup form of each include in
+    :data:`SUBGROUP_FORMS` (the device must have usable subgroups:
+    runtime.device.subgroup_reductions_usable)."""
+    token = _use_subgroups.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _use_subgroups.reset(token)
 
 
 @functools.cache
@@ -27,6 +52,8 @@ def _expand(name: str, seen: set[str]) -> str:
     # Each file is pulled in once, so helpers included by two includes are not duplicated.
     def sub(match: re.Match) -> str:
         inc = match.group(1)
+        if _use_subgroups.get():
+            inc = SUBGROUP_FORMS.get(inc, inc)
         if inc in seen:
             return f"// (already included: {inc})"
         seen.add(inc)
@@ -36,7 +63,8 @@ def _expand(name: str, seen: set[str]) -> str:
 
 
 def render(name: str, **slots: object) -> str:
-    """WGSL of ``shaders/<name>`` with includes expanded and ``{{SLOT}}`` markers filled.
+    """WGSL of ``shaders/<name>`` with includes expanded (their subgroup forms within
+    :func:`subgroups`) and ``{{SLOT}}`` markers filled.
 
     Raises LoweringError if the file has a slot that ``slots`` does not fill, or if a slot
     given is not in the file (a typo would otherwise go unnoticed).

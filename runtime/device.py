@@ -87,3 +87,56 @@ def device_errors(what: str) -> Iterator[None]:
         yield
     except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
         raise DeviceError(f"{what}: {type(e).__name__}: {e}") from e
+
+
+#: Probe of the subgroup layout that shaders/subgroup_reduce.wgsl assumes: each invocation
+#: of four 256-invocation workgroups writes 1 when its subgroup size n (subgroupAdd(1u)) is a
+#: power of two >= 4, its subgroup holds invocations li - li % n .. + n - 1 (subgroupMin
+#: and subgroupMax of the local index) and its subgroup_invocation_id is li % n.
+_SUBGROUP_PROBE = """
+@group(0) @binding(0) var<storage, read_write> ok: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32,
+        @builtin(workgroup_id) wid: vec3<u32>) {
+    let n = subgroupAdd(1u);
+    let first = li - li % n;
+    let good = n >= 4u && (n & (n - 1u)) == 0u && subgroupMin(li) == first
+        && subgroupMax(li) == first + n - 1u && sid == li % n;
+    ok[wid.x * 256u + li] = select(0u, 1u, good);
+}
+"""
+_subgroups_usable: dict[int, bool] = {}
+
+
+def subgroup_reductions_usable(device: wgpu.GPUDevice) -> bool:
+    """Whether lowering may give ``device`` reductions with subgroup operations
+    (lowering.lower(..., subgroups=True)): the device has the 'subgroup' feature and a probe
+    kernel, run once per device, finds the full, contiguous power-of-two subgroups that
+    shaders/subgroup_reduce.wgsl assumes in 256-invocation workgroups. Setting the
+    environment variable EGGFUSE_SUBGROUPS=0 turns them off. Never raises: a device where
+    the probe fails to compile or run gets False.
+    """
+    if os.environ.get("EGGFUSE_SUBGROUPS", "1") == "0" or "subgroup" not in device.features:
+        return False
+    key = id(device)
+    if key not in _subgroups_usable:
+        try:
+            import numpy as np
+
+            module = device.create_shader_module(code=_SUBGROUP_PROBE)
+            pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+            out = device.create_buffer(size=4096, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+            group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0),
+                                             entries=[{"binding": 0, "resource": {"buffer": out}}])
+            encoder = device.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, group)
+            compute.dispatch_workgroups(4)
+            compute.end()
+            device.queue.submit([encoder.finish()])
+            _subgroups_usable[key] = bool(np.frombuffer(device.queue.read_buffer(out), np.uint32).all())
+        except Exception as e:  # noqa: BLE001 - any failure means: do not use them
+            log.info("subgroup probe failed (%s); reductions use workgroup memory", e)
+            _subgroups_usable[key] = False
+    return _subgroups_usable[key]

@@ -1,4 +1,5 @@
 //#include "common.wgsl"
+//#include "attention_cached_chunk.wgsl"
 // CachedAttention (ir.ops_cache): causal GQA attention of n new query rows over a KV
 // cache, query row qi (position pos + qi, pos = cache_pos[0]) reading cache rows
 // 0..pos+qi, never past the cache's last row. Decoding has n = 1, so the work is spread
@@ -7,7 +8,8 @@
 // Per chunk, invocation i scores key k0 + i (a vec4 dot product over its cache row with
 // q from workgroup memory); the chunk's max updates the running max m shared by the
 // whole workgroup (online softmax, Milakov & Gimelshein 2018), so the weights
-// exp(s - m) of the chunk sit in workgroup memory for the second phase. There the head
+// exp(s - m) of the chunk sit in workgroup memory for the second phase (the chunk's max
+// and sum: attention_cached_chunk.wgsl, or its subgroup form). There the head
 // dimension is split too: invocation i owns vec4 column i % HD4 of the output and the
 // keys i / HD4, + KSPLIT, ... of the chunk, reading V rows coalesced. The KSPLIT partial
 // sums share m, so they are added in workgroup memory at the end and divided by l.
@@ -75,25 +77,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             s = s * p.scale;
         }
-        weight[li] = s;
-        workgroupBarrier();
-        var mt = m;
-        for (var i = 0u; i < WG; i = i + 1u) {
-            mt = max(mt, weight[i]);
-        }
-        workgroupBarrier();  // every max is taken before the weights overwrite the scores
-        weight[li] = select(0.0, exp(s - mt), j < key_end);
-        workgroupBarrier();
+        let mt = max(m, chunk_max(li, s));
+        let w = select(0.0, exp(s - mt), j < key_end);
+        weight[li] = w;
+        let lt = chunk_sum(li, w);  // after it, every weight of the chunk is in weight[]
         let corr = exp(m - mt);
-        var lt = 0.0;
-        for (var i = 0u; i < WG; i = i + 1u) {
-            lt = lt + weight[i];
-        }
         l = l * corr + lt;
         acc = acc * corr;
         if (part < KSPLIT) {
             let n = min(WG, key_end - k0);
-            for (var i = part; i < n; i = i + KSPLIT) {
+            // four keys per step: their V loads are independent, so all four are in flight
+            var i = part;
+            for (; i + 3u * KSPLIT < n; i = i + 4u * KSPLIT) {
+                let v0 = v_cache4((k0 + i) * p.kv_stride + kv_col, col);
+                let v1 = v_cache4((k0 + i + KSPLIT) * p.kv_stride + kv_col, col);
+                let v2 = v_cache4((k0 + i + 2u * KSPLIT) * p.kv_stride + kv_col, col);
+                let v3 = v_cache4((k0 + i + 3u * KSPLIT) * p.kv_stride + kv_col, col);
+                acc = acc + weight[i] * v0 + weight[i + KSPLIT] * v1
+                    + weight[i + 2u * KSPLIT] * v2 + weight[i + 3u * KSPLIT] * v3;
+            }
+            for (; i < n; i = i + KSPLIT) {
                 acc = acc + weight[i] * v_cache4((k0 + i) * p.kv_stride + kv_col, col);
             }
         }

@@ -1,4 +1,5 @@
 //#include "common.wgsl"
+//#include "matmul_gemv_reduce.wgsl"
 // C[M,N] = epilogue(op(A) @ op(B)) for M <= 4 (decode): the GEMV form of matmul.wgsl,
 // chosen by lowering/kernels_matmul.py (matmul_tile). A GEMV reads each element of B once
 // and does 2 flops with it, so it is bound by memory bandwidth: the kernel keeps many
@@ -13,8 +14,9 @@
 // - otherwise (B stored [K,N]): 32 columns as 8 quads, invocation li owns columns
 //   (li % 8) * 4 .. +3 as lane li / 8, and reads 4 rows of B (k .. k+3) per step, 8
 //   invocations covering 128 contiguous bytes of each. Each accumulator holds 4 columns.
-// The lanes of a column are then added in workgroup memory, one row of C at a time
-// (a tree of 5 steps), and lane 0 stores through the epilogue.
+// The lanes of a column are then added, one row of C at a time (lanes_sum: a tree of 5
+// steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
+// epilogue.
 //
 // Template slots: ROWS (M), COLS, B_ALONG_K; A_ELEM, B_ELEM, QUADS, OPERANDS, EPILOGUE,
 // B, OUT, UNIFORM as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K.
@@ -97,16 +99,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     for (var i = 0u; i < ROWS; i = i + 1u) {
-        red[li] = acc[i];
-        workgroupBarrier();
-        for (var s = LANES / 2u; s > 0u; s = s / 2u) {
-            if (lane < s) {
-                red[li] = red[li] + red[li + s * stride];
-            }
-            workgroupBarrier();
-        }
+        let total = lanes_sum(li, lane, stride, acc[i]);  // valid in lane 0
         if (lane == 0u) {
-            let v = red[li] * row_scale(i);
+            let v = total * row_scale(i);
             if (B_ALONG_K) {
                 if (col < p.n) {
                     out[i * p.n + col] = epilogue(i, col, v.x + v.y + v.z + v.w);

@@ -2,7 +2,7 @@
 // formula): x[i, k..k+3] is used as x * w_norm, and row i of C is scaled by
 // 1 / sqrt(mean_k x[i, k]^2 + eps). The lanes of one column see only part of K, so
 // prepare_rows first computes the scales of all ROWS rows with the whole workgroup: each
-// invocation sums x^2 over every 256th quad, and a tree in workgroup memory adds them up.
+// invocation sums x^2 over every 256th quad, and workgroup_sum4 adds them up.
 // x is a few rows, read again from cache by the main loop.
 
 @group(0) @binding(1) var<storage, read> w_norm: array<f32>;
@@ -25,16 +25,9 @@ fn prepare_rows(li: u32) {
             ss[i] = ss[i] + dot(x, x);
         }
     }
-    red[li] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s / 2u) {
-        if (li < s) {
-            red[li] = red[li] + red[li + s];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum4(li, ss);
     if (li == 0u) {
-        row_rstd = 1.0 / sqrt(red[0] / f32(p.k) + p.eps);
+        row_rstd = 1.0 / sqrt(total / f32(p.k) + p.eps);
     }
     workgroupBarrier();
 }

@@ -16,6 +16,7 @@ import pytest
 from eggfuse.ir import OPS, DType, Graph, evaluate
 from eggfuse.lowering import KERNELS, lower
 from eggfuse.runtime import Session
+from eggfuse.runtime.device import subgroup_reductions_usable
 
 
 @dataclass
@@ -686,16 +687,48 @@ def _random_leaves(g: Graph, row: Row, rng: np.random.Generator, device) -> tupl
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_op_matches_reference(row: Row, device):
+    # the device's default lowering: reductions in subgroup form where it has usable subgroups
+    _check_row(row, device, subgroups=None)
+
+
+def _subgroup_rows() -> list[Row]:
+    out = []
+    for row in ROWS:
+        g = Graph()
+        g.set_outputs([row.build(g)])
+        limits = {"max-storage-buffers-per-shader-stage": 64}  # rows like a 47-input Concat
+        if lower(g, limits, subgroups=True).subgroups:
+            out.append(row)
+    return out
+
+
+SUBGROUP_ROWS = _subgroup_rows()
+
+
+@pytest.mark.parametrize("row", SUBGROUP_ROWS, ids=[r.id for r in SUBGROUP_ROWS])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup-memory", "subgroups"])
+def test_reductions_in_both_forms_match_reference(row: Row, subgroups: bool, device):
+    # rows whose kernels have a subgroup form, lowered explicitly in each form
+    if subgroups and not subgroup_reductions_usable(device):
+        pytest.skip("the device has no usable subgroup operations")
+    session = _check_row(row, device, subgroups=subgroups)
+    assert session.plan.subgroups == subgroups
+    assert all(d.kernel.endswith("+sg") == subgroups for d in session.plan.dispatches if d.op == row.op)
+
+
+def _check_row(row: Row, device, subgroups: bool | None) -> Session:
     g = Graph()
     g.set_outputs([row.build(g)])
     rng = np.random.default_rng(zlib.crc32(row.id.encode()))
     inputs, params = _random_leaves(g, row, rng, device)
-    (got,) = Session(g, params, device=device).run(inputs)
+    session = Session(g, params, device=device, subgroups=subgroups)
+    (got,) = session.run(inputs)
     (want,) = evaluate(g, inputs, params)
     assert got.shape == want.shape and got.dtype == np.float32
     assert np.isfinite(got).all() or not row.finite
     atol = row.atol if row.atol is not None else 1e-5 * max(1.0, float(np.abs(want[np.isfinite(want)]).max()))
     np.testing.assert_allclose(got, want, rtol=row.rtol, atol=atol)
+    return session
 
 
 def test_extra_kernels_on_a_split_grid(device):

@@ -1,0 +1,31 @@
+// matmul_gemv.wgsl's reductions in workgroup memory (red: 256 vec4). Uniform control flow
+// only. (No subgroup form: one was slower on the H200, see lowering.wgsl.SUBGROUP_FORMS.)
+
+// The sum of v over the LANES lanes of an invocation's column, valid in lane 0: a tree of
+// log2(LANES) steps; neighbouring lanes are `stride` invocations apart.
+fn lanes_sum(li: u32, lane: u32, stride: u32, v: vec4<f32>) -> vec4<f32> {
+    red[li] = v;
+    workgroupBarrier();
+    for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+        if (lane < s) {
+            red[li] = red[li] + red[li + s * stride];
+        }
+        workgroupBarrier();
+    }
+    return red[li];  // the next write of red[li] is this invocation's own
+}
+
+// The sum of v over all 256 invocations, valid in every invocation.
+fn workgroup_sum4(li: u32, v: vec4<f32>) -> vec4<f32> {
+    red[li] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s / 2u) {
+        if (li < s) {
+            red[li] = red[li] + red[li + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
