@@ -27,14 +27,13 @@ from .wgsl import render, shader_text, uniform_bytes
 
 #: Invocations per workgroup of the elementwise kernels (one element each).
 ELEMENTWISE_WG = 256
-#: Query rows per workgroup of the attention kernel (attention.wgsl), largest first: the
-#: lowering takes the first that still gives ATTENTION_MIN_GROUPS workgroups, else the last.
-ATTENTION_ROWS = (64, 32, 16)
-#: Workgroups below which attention takes fewer query rows per workgroup (about one per
-#: streaming multiprocessor of a large GPU: seq 128 x 9 heads runs 72 workgroups, not 18).
-ATTENTION_MIN_GROUPS = 128
-#: Bytes of workgroup memory the attention K and V tiles may take: the WebGPU default of
-#: maxComputeWorkgroupStorageSize, which every device offers.
+#: Invocations per workgroup of the attention kernel (attention.wgsl).
+ATTENTION_WG = 256
+#: Query rows per workgroup of attention.wgsl at most.
+ATTENTION_MAX_ROWS = 64
+#: Bytes of workgroup memory attention.wgsl's tiles may take (Q block, K and V tiles,
+#: scores and row statistics): the WebGPU default of maxComputeWorkgroupStorageSize,
+#: which every device offers.
 ATTENTION_TILE_BYTES = 16384
 #: Largest head_dim the attention kernel keeps in per-invocation arrays.
 MAX_ATTENTION_HEAD_DIM = 256
@@ -353,21 +352,20 @@ def attention_io(names: tuple[str, ...], hd: int, out: int) -> str:
     return "\n".join(lines)
 
 
-def attention_tiles(seq: int, heads: int, hd: int) -> tuple[int, int]:
-    """(BQ query rows per workgroup, BK keys per tile) of attention.wgsl for ``heads``
-    (sequence, head) pairs of ``seq`` rows and head size ``hd``.
+def attention_tiles(hd: int) -> tuple[int, int]:
+    """(BQ query rows per workgroup, BK keys per tile) of attention.wgsl for head size ``hd``.
 
-    BQ is the largest of ATTENTION_ROWS giving at least ATTENTION_MIN_GROUPS workgroups
-    (small problems spread over more workgroups), else the smallest; BK the most keys, at
-    most 64, whose K and V tiles (2 BK ceil(hd / 4) vec4s) fit ATTENTION_TILE_BYTES:
-    32 for hd 64, 16 for hd 128, 8 for hd 256.
+    BQ = ATTENTION_WG / ceil(hd / 4) (at most ATTENTION_MAX_ROWS), so that each invocation
+    owns one vec4 of the output block; BK the most keys, a power of two of at most 64,
+    whose tiles fit ATTENTION_TILE_BYTES: the Q block and the K and V tiles (16 bytes per
+    vec4), the BQ x BK scores and three f32 statistics per row. hd 64: (16, 16); hd 32:
+    (32, 16); hd 256: (4, 4).
     """
-    bq = ATTENTION_ROWS[-1]
-    for rows in ATTENTION_ROWS:
-        if heads * math.ceil(seq / rows) >= ATTENTION_MIN_GROUPS:
-            bq = rows
-            break
-    bk = min(64, ATTENTION_TILE_BYTES // (2 * 16 * math.ceil(hd / 4)))
+    hd4 = math.ceil(hd / 4)
+    bq = max(1, min(ATTENTION_MAX_ROWS, ATTENTION_WG // hd4))
+    bk = 64
+    while bk > 1 and 16 * hd4 * (bq + 2 * bk) + 4 * bq * (bk + 3) > ATTENTION_TILE_BYTES:
+        bk //= 2
     return bq, bk
 
 
@@ -384,7 +382,7 @@ def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
     rope = node.op == "CausalAttentionRoPE"
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     seq = ins[0].shape[0] // batch
-    bq, bk = attention_tiles(seq, batch * nh, hd)
+    bq, bk = attention_tiles(hd)
     qk = shader_text("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl")
     mask = "                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
     src = render(
@@ -392,14 +390,16 @@ def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
         HEAD_DIM=hd,
         BQ=bq,
         BK=bk,
+        WG=ATTENTION_WG,
+        Q=names[0],
         ROPE_PARAMS=_ATTENTION_ROPE_PARAMS if rope else "",
         IO=attention_io(names, hd, len(ins)),
         V=names[2],
         K=names[1],
-        QK=qk.replace("{{Q}}", names[0]),
+        QK=qk,
         MASK_BINDING="@group(0) @binding(3) var<storage, read> key_mask: array<f32>;" if masked else "",
         MASK=mask if masked else "",
-        KEY_END="qi + 1u" if causal else "p.seq",
+        KEY_END="qi + 1u" if causal else "p.seq",  # of key_end_of(qi)
         TILES_END="min(p.seq, q0 + BQ)" if causal else "p.seq",
         UNIFORM=len(ins) + 1,
     )

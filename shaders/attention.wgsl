@@ -1,31 +1,40 @@
 //#include "common.wgsl"
 // Scaled dot-product attention with GQA for FullAttention, CausalAttention and
 // CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir.ops.attention_reference), tiled as
-// FlashAttention (Dao et al. 2022, alg. 1): a workgroup of BQ invocations takes BQ query
-// rows of one (sequence, head), one row per invocation, with q, the running max m, the
-// sum l and acc[HD] in registers. K and V tiles of BK keys x HD are loaded cooperatively
-// (coalesced, vec4 when HD % 4 == 0) into workgroup memory; each invocation scores its
-// row against the whole tile, takes the tile's max and rescales acc once per tile
-// (online softmax, Milakov & Gimelshein 2018), so no score matrix is stored.
+// FlashAttention (Dao et al. 2022, alg. 1) with online softmax (Milakov & Gimelshein
+// 2018): a workgroup of WG invocations takes BQ query rows of one (sequence, head) and
+// walks the keys in tiles of BK. Everything a row needs lives in workgroup memory, and
+// each phase of a tile spreads its work over all invocations, so no invocation holds a
+// row in registers:
+// 1. the Q block (once) and each K and V tile are loaded cooperatively (coalesced, vec4
+//    when HD % 4 == 0); the QK hooks may then rotate Q and K in place (RoPE);
+// 2. the BQ x BK scores are computed, one or more per invocation, into s_tile;
+// 3. invocation r < BQ updates row r's running max m and sum l, turns its scores into
+//    weights exp(s - m) and records the factor corr = exp(m_old - m) for the accumulator;
+// 4. invocation li = r * HD4 + c < BQ * HD4 owns vec4 c of row r's output: it rescales
+//    its accumulator by corr and adds the tile's weights times V.
 // Rows hold `batch` sequences of `seq` rows each; q and out are [rows, nh * HD], k and v
 // [rows, nkv * HD]; query head h reads kv head h / group. Vectors are zero-padded to HD4
 // vec4s, so any HD works; padding adds 0 to every dot product and is never written.
-// Template slots: HEAD_DIM, BQ (query rows = invocations per workgroup), BK (keys per
-// tile; 2 BK HD4 16 bytes fit maxComputeWorkgroupStorageSize); MASK_BINDING and MASK
-// (key_mask [batch, seq]: a masked score becomes MASK_SENTINEL, so a fully masked row
-// averages all values, as in the reference); KEY_END (keys of row qi: seq, or qi + 1 for
-// causal) and TILES_END (keys any row of the block reads: causal stops at the diagonal);
-// QK defines the hooks load_q (a query row into registers) and prepare_k_tile (after the
-// K tile is loaded), attention_qk.wgsl or, for CausalAttentionRoPE, attention_qk_rope.wgsl,
-// whose uniform fields ROPE_PARAMS adds. IO declares the q, k, v storage bindings with
-// their accessors NAME4(row_base, c) (vec4 c of a row) and NAME1(i) (element i), and the
-// output's store_out (lowering.kernels._attention_io); Q, K, V name the arrays read (one
-// packed [rows, (nh + 2 nkv) * HD] projection, read through the strides and offsets).
+// Scores of keys a row may not see (past the causal diagonal or past the sequence) are
+// MAX_INIT and their weights 0; a key masked by key_mask scores MASK_SENTINEL, so a fully
+// masked row averages all values, as in the reference.
+// Template slots: HEAD_DIM, BQ, BK, WG (lowering.kernels.attention_tiles: the tiles fit
+// ATTENTION_TILE_BYTES of workgroup memory); MASK_BINDING and MASK (key_mask [batch, seq]);
+// KEY_END (keys row qi sees: p.seq, or qi + 1u for causal) and TILES_END (keys any row of
+// the block sees: causal stops at the diagonal); QK defines prepare_q_tile and
+// prepare_k_tile (attention_qk.wgsl: nothing; attention_qk_rope.wgsl: RoPE in workgroup
+// memory, whose uniform fields ROPE_PARAMS adds). IO declares the q, k, v storage
+// bindings with their accessors NAME4(row_base, c) (vec4 c of a row) and NAME1(i)
+// (element i), and the output's store_out (lowering.kernels.attention_io); Q, K, V name
+// the arrays read (one packed [rows, (nh + 2 nkv) * HD] projection, read through the
+// strides and offsets).
 
 const HD: u32 = {{HEAD_DIM}}u;
 const HD4: u32 = (HD + 3u) / 4u;
 const BQ: u32 = {{BQ}}u;
 const BK: u32 = {{BK}}u;
+const WG: u32 = {{WG}}u;
 
 struct Params {
 {{ROPE_PARAMS}}
@@ -46,12 +55,21 @@ struct Params {
 {{MASK_BINDING}}
 @group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
 
+var<workgroup> q_tile: array<vec4<f32>, BQ * HD4>;
 var<workgroup> k_tile: array<vec4<f32>, BK * HD4>;
 var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
+var<workgroup> s_tile: array<f32, BQ * BK>;  // scores, then weights, of the tile
+var<workgroup> row_m: array<f32, BQ>;
+var<workgroup> row_l: array<f32, BQ>;
+var<workgroup> row_corr: array<f32, BQ>;
 
 {{QK}}
 
-@compute @workgroup_size(BQ)
+fn key_end_of(qi: u32) -> u32 {
+    return {{KEY_END}};
+}
+
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let wg = linear_workgroup(wid, nwg);
@@ -65,63 +83,86 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kh = h / p.group;
     let row0 = b * p.seq;
     let q0 = qb * BQ;
-    let qi = q0 + li;  // past seq on the last block: loads tiles, writes nothing
-    var qv: array<vec4<f32>, HD4>;
-    var acc: array<vec4<f32>, HD4>;
-    var sc: array<f32, BK>;
-    if (qi < p.seq) {
-        load_q(&qv, (row0 + qi) * p.q_stride + h * HD, qi);
+    for (var i = li; i < BQ * HD4; i = i + WG) {
+        let qi = q0 + i / HD4;
+        var v = vec4<f32>();
+        if (qi < p.seq) {
+            v = {{Q}}4((row0 + qi) * p.q_stride + h * HD, i % HD4);
+        }
+        q_tile[i] = v;
     }
-    let key_end = {{KEY_END}};
+    if (li < BQ) {
+        row_m[li] = MAX_INIT;
+        row_l[li] = 0.0;
+    }
+    workgroupBarrier();
+    prepare_q_tile(li, q0);
+    // phase 4's invocation: vec4 `col` of row `orow` (none when li >= BQ * HD4)
+    let orow = li / HD4;
+    let col = li % HD4;
+    var acc = vec4<f32>();
     let tiles_end = {{TILES_END}};
-    var m = MAX_INIT;
-    var l = 0.0;
     for (var k0 = 0u; k0 < tiles_end; k0 = k0 + BK) {
         let nk = min(BK, tiles_end - k0);
         workgroupBarrier();  // every invocation is done with the previous tile
-        for (var i = li; i < nk * HD4; i = i + BQ) {
-            let base = (row0 + k0 + i / HD4) * p.kv_stride + kh * HD;
-            k_tile[i] = {{K}}4(base + p.k_off, i % HD4);
-            v_tile[i] = {{V}}4(base + p.v_off, i % HD4);
+        for (var i = li; i < BK * HD4; i = i + WG) {
+            var kv = vec4<f32>();
+            var vv = vec4<f32>();
+            if (i / HD4 < nk) {
+                let base = (row0 + k0 + i / HD4) * p.kv_stride + kh * HD;
+                kv = {{K}}4(base + p.k_off, i % HD4);
+                vv = {{V}}4(base + p.v_off, i % HD4);
+            }
+            k_tile[i] = kv;
+            v_tile[i] = vv;
         }
         workgroupBarrier();
         prepare_k_tile(li, k0, nk);
-        // This row's keys in the tile: 0 once the causal diagonal is behind it.
-        let kn = min(nk, key_end - min(key_end, k0));
-        var mt = m;
-        for (var j = 0u; j < BK; j = j + 1u) {
-            if (j < kn) {
-                var s = 0.0;
+        for (var e = li; e < BQ * BK; e = e + WG) {
+            let r = e / BK;
+            let j = e % BK;
+            let key_end = key_end_of(q0 + r);
+            var s = MAX_INIT;
+            if (k0 + j < key_end && j < nk) {
+                s = 0.0;
                 for (var c = 0u; c < HD4; c = c + 1u) {
-                    s = s + dot(qv[c], k_tile[j * HD4 + c]);
+                    s = s + dot(q_tile[r * HD4 + c], k_tile[j * HD4 + c]);
                 }
                 s = s * p.scale;
 {{MASK}}
-                sc[j] = s;
-                mt = max(mt, s);
+            }
+            s_tile[e] = s;
+        }
+        workgroupBarrier();
+        if (li < BQ) {
+            let m = row_m[li];
+            var mt = m;
+            for (var j = 0u; j < BK; j = j + 1u) {
+                mt = max(mt, s_tile[li * BK + j]);
+            }
+            var lt = 0.0;
+            for (var j = 0u; j < BK; j = j + 1u) {
+                let s = s_tile[li * BK + j];
+                let w = select(0.0, exp(s - mt), s > MAX_INIT);
+                s_tile[li * BK + j] = w;
+                lt = lt + w;
+            }
+            let corr = exp(m - mt);
+            row_corr[li] = corr;
+            row_l[li] = row_l[li] * corr + lt;
+            row_m[li] = mt;
+        }
+        workgroupBarrier();
+        if (orow < BQ) {
+            acc = acc * row_corr[orow];
+            for (var j = 0u; j < nk; j = j + 1u) {
+                acc = acc + s_tile[orow * BK + j] * v_tile[j * HD4 + col];
             }
         }
-        let corr = exp(m - mt);
-        l = l * corr;
-        for (var c = 0u; c < HD4; c = c + 1u) {
-            acc[c] = acc[c] * corr;
-        }
-        for (var j = 0u; j < BK; j = j + 1u) {
-            if (j < kn) {
-                let w = exp(sc[j] - mt);
-                l = l + w;
-                for (var c = 0u; c < HD4; c = c + 1u) {
-                    acc[c] = acc[c] + w * v_tile[j * HD4 + c];
-                }
-            }
-        }
-        m = mt;
     }
-    if (qi < p.seq) {
-        let inv = 1.0 / l;
-        let o_base = (row0 + qi) * p.nh * HD + h * HD;
-        for (var c = 0u; c < HD4; c = c + 1u) {
-            store_out(o_base, c, acc[c] * inv);
-        }
+    workgroupBarrier();
+    let qi = q0 + orow;
+    if (orow < BQ && qi < p.seq) {
+        store_out((row0 + qi) * p.nh * HD + h * HD, col, acc / row_l[orow]);
     }
 }

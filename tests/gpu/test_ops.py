@@ -417,10 +417,11 @@ ROWS += [
 ]
 
 
-# --- attention tiling (lowering.kernels.attention_tiles, attention_cached.wgsl): BQ 16 / 32 / 64 query
-# rows per workgroup, BK 64 / 32 / 16 / 8 keys per tile for hd <= 32 / 64 / 128 / 256; seq below, at and
-# past a tile; hd not a multiple of 4 (element-wise reads). CachedAttention: 128 keys per chunk, pos + n
-# below, at and past it, several query rows, the vec4 column split of hd 4..256.
+# --- attention tiling (lowering.kernels.attention_tiles, attention_cached.wgsl): BQ = 256 / ceil(hd / 4)
+# query rows per workgroup (at most 64), BK 32 / 16 / 8 / 4 keys per tile for hd 8 / 64 / 128 / 256; seq
+# below, at and past a tile and a row block; hd not a multiple of 4 (element-wise reads). CachedAttention:
+# 256 keys per chunk, pos + n below, at and past it, several query rows, the vec4 column
+# split of hd 4..256.
 _MASK_130 = [[float(j % 3 != 0) for j in range(130)], [0.0] * 130]
 
 ROWS += [
@@ -432,7 +433,7 @@ ROWS += [
     _attention("FullAttention", 2, 1, 5, 2, 9, mask=[[1, 0, 1, 1, 0, 1, 1, 1, 0], [0] * 9]),
     _attention("FullAttention", 4, 4, 32, 2, 130, mask=_MASK_130),
     _attention("CausalAttention", 16, 4, 8, 8, 130),   # 384 workgroups of 64 rows
-    _attention("CausalAttention", 8, 2, 8, 4, 130),    # 160 workgroups of 32 rows
+    _attention("CausalAttention", 8, 2, 8, 4, 130),    # 96 workgroups of 64 rows
     _attention_rope(9, 3, 64, 1, 130, "half", 0, packed=True),
     _attention_rope(2, 1, 128, 1, 17, "adjacent", 5),
     _attention_rope(2, 1, 6, 2, 21, "half", 3),       # hd 6: element-wise reads, odd pair count
@@ -443,6 +444,7 @@ ROWS += [
               g.input("pos", [1], DType.U32)), num_heads=nh, num_kv_heads=nkv, head_dim=hd),
           {"pos": np.array([pos])}, scale=2.0)
       for nh, nkv, hd, rows, n, pos in ((9, 3, 64, 300, 1, 127), (9, 3, 64, 300, 1, 128), (9, 3, 64, 300, 3, 200),
+                                        (9, 3, 64, 600, 1, 255), (9, 3, 64, 600, 1, 256), (9, 3, 64, 600, 2, 511),
                                         (4, 2, 32, 260, 2, 126), (2, 1, 128, 140, 4, 133), (2, 2, 256, 70, 1, 50),
                                         (3, 1, 6, 150, 2, 130), (2, 1, 4, 5, 5, 0))],
 ]

@@ -249,7 +249,7 @@ def test_small_workgroup_limit_splits_the_grid(device):
     y = g.silu(x)
     mm = g.matmul(y, w)  # 2 x 5 tiles of 32x32 (lowering.kernels_matmul.matmul_tile)
     q = g.reshape(mm, [100, 65])
-    # 7 workgroups of 16 query rows (lowering.kernels.attention_tiles)
+    # 7 workgroups of 15 query rows (lowering.kernels.attention_tiles)
     att = g.causal_attention(q, q, q, num_heads=1, num_kv_heads=1, head_dim=65, batch=1)
     g.set_outputs([y, mm, att])
     plan = lower(g, {"max-compute-workgroups-per-dimension": 4})

@@ -338,13 +338,14 @@ def test_rope_batch_must_split_the_rows():
 
 
 def test_attention_tiles():
-    # (seq, sequences x heads, hd) -> (query rows per workgroup, keys per tile); the three shapes the
-    # H200 profile names: SmolLM2 prefill, MiniLM batch 8, and the largest head size.
-    assert attention_tiles(128, 9, 64) == (16, 32)
-    assert attention_tiles(128, 8 * 12, 32) == (64, 64)
-    assert attention_tiles(130, 32, 8) == (32, 64)
-    assert attention_tiles(1, 1, 256) == (16, 8)
-    assert attention_tiles(7, 1, 128) == (16, 16)
+    # hd -> (query rows per workgroup, keys per tile): one vec4 of the output block per
+    # invocation, and every tile in the workgroup memory budget (attention.wgsl)
+    assert attention_tiles(64) == (16, 16)  # SmolLM2
+    assert attention_tiles(32) == (32, 16)  # MiniLM
+    assert attention_tiles(8) == (64, 32)
+    assert attention_tiles(256) == (4, 4)
     for hd in range(1, 257):
-        bk = attention_tiles(64, 1, hd)[1]
-        assert 1 <= bk <= 64 and 2 * bk * math.ceil(hd / 4) * 16 <= ATTENTION_TILE_BYTES
+        bq, bk = attention_tiles(hd)
+        hd4 = math.ceil(hd / 4)
+        assert 1 <= bq <= 64 and bq * hd4 <= 256 and 1 <= bk <= 64
+        assert 16 * hd4 * (bq + 2 * bk) + 4 * bq * (bk + 3) <= ATTENTION_TILE_BYTES
