@@ -35,7 +35,8 @@ ATTENTION_MAX_ROWS = 64
 #: scores and row statistics): the WebGPU default of maxComputeWorkgroupStorageSize,
 #: which every device offers.
 ATTENTION_TILE_BYTES = 16384
-#: Largest head_dim the attention kernel keeps in per-invocation arrays.
+#: Largest head_dim of the attention kernels: the RoPE uniform holds 32 vec4 of frequencies
+#: (128 pairs), and CachedAttention needs head_dim / 4 <= its 256 invocations.
 MAX_ATTENTION_HEAD_DIM = 256
 #: Largest head_dim the RoPE uniform holds frequencies for (64 vec4 = 256 pairs).
 MAX_ROPE_HEAD_DIM = 512
@@ -316,8 +317,8 @@ def attention_io(names: tuple[str, ...], hd: int, out: int) -> str:
     kernels read through.
 
     ``NAME4(base, c)`` is vec4 ``c`` of the HD-element row starting at element ``base``
-    (zero past HD), ``NAME1(i)`` element ``i``, ``store_out(base, c, v)`` writes vec4 ``c``
-    of an output row. When ``hd % 4 == 0`` every row start is a multiple of 4 elements and
+    (zero past HD); ``store_out(base, c, v)`` writes vec4 ``c`` of an output row. When
+    ``hd % 4 == 0`` every row start is a multiple of 4 elements and
     the arrays are bound as ``array<vec4<f32>>`` (one 16-byte load per vec4); otherwise as
     ``array<f32>``, read element by element.
     """
@@ -327,8 +328,7 @@ def attention_io(names: tuple[str, ...], hd: int, out: int) -> str:
     for i, n in enumerate(unique):
         if vec:
             lines += [f"@group(0) @binding({i}) var<storage, read> {n}: array<vec4<f32>>;",
-                      f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{ return {n}[base / 4u + c]; }}",
-                      f"fn {n}1(i: u32) -> f32 {{ return {n}[i / 4u][i % 4u]; }}"]
+                      f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{ return {n}[base / 4u + c]; }}"]
         else:
             lines += [f"@group(0) @binding({i}) var<storage, read> {n}: array<f32>;",
                       f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{",
@@ -337,8 +337,7 @@ def attention_io(names: tuple[str, ...], hd: int, out: int) -> str:
                       f"        if (4u * c + e < HD) {{ r[e] = {n}[base + 4u * c + e]; }}",
                       "    }",
                       "    return r;",
-                      "}",
-                      f"fn {n}1(i: u32) -> f32 {{ return {n}[i]; }}"]
+                      "}"]
     if vec:
         lines += [f"@group(0) @binding({out}) var<storage, read_write> out: array<vec4<f32>>;",
                   "fn store_out(base: u32, c: u32, v: vec4<f32>) { out[base / 4u + c] = v; }"]

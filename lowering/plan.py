@@ -190,9 +190,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         if builder is None:
             raise LoweringError(f"no kernel lowers op {node.op} ({_label(node, ins)}); "
                                 f"ops with kernels: {', '.join(sorted(KERNELS))}")
-        with subgroups_form(subgroups):
+        with subgroups_form(subgroups) as use:
             call = builder(node, ins)
-        kernel_name = call.kernel + ("+sg" if subgroups and "subgroupAdd" in call.source else "")
+        kernel_name = call.kernel + ("+sg" if use.used else "")
         grid = split_grid(call.groups, max_dim)
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
@@ -227,7 +227,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         derived=derived,
         limits=lim,
         state=frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state")),
-        subgroups=any("subgroupAdd" in d.source for d in dispatches),
+        subgroups=any(d.kernel.endswith("+sg") for d in dispatches),
     )
     check_limits(plan, lim)
     return plan

@@ -17,24 +17,38 @@ _INCLUDE = re.compile(r'^//#include "([\w.]+)"\s*$', re.MULTILINE)
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
 
 #: Includes that have a form with subgroup operations, used while :func:`subgroups` is on.
-#: On the H200 the cached-attention form took CachedAttentionRoPE from 38.5 to 26.1 us per
-#: call (SmolLM2 decode) and the row reductions were unchanged; a subgroup form of the GEMV's
-#: lane sums (matmul_gemv_reduce.wgsl) was 15% slower there, so it has none.
+#: On the H200 the cached-attention form took CachedAttentionRoPE from 32.7 to 14.3 us per
+#: call at 128 keys and from 63.4 to 26.5 us at 1000 (SmolLM2 decode), and the row
+#: reductions were unchanged; a subgroup form of the GEMV's lane sums
+#: (matmul_gemv_reduce.wgsl) was 15% slower there, so it has none.
 SUBGROUP_FORMS = {
     "reduce.wgsl": "reduce_subgroup.wgsl",
     "attention_cached_chunk.wgsl": "attention_cached_chunk_subgroup.wgsl",
 }
-_use_subgroups: ContextVar[bool] = ContextVar("eggfuse_wgsl_subgroups", default=False)
+
+
+class SubgroupUse:
+    """What :func:`subgroups` yields: ``used`` turns true once :func:`render` includes a
+    subgroup form in its block."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.used = False
+
+
+_use_subgroups: ContextVar[SubgroupUse | None] = ContextVar("eggfuse_wgsl_subgroups", default=None)
 
 
 @contextmanager
-def subgroups(enabled: bool) -> Iterator[None]:
+def subgroups(enabled: bool) -> Iterator[SubgroupUse]:
     """Within the block, :func:`render` includes the subgroup form of each include in
-    :data:`SUBGROUP_FORMS` (the device must have usable subgroups:
-    runtime.device.subgroup_reductions_usable)."""
-    token = _use_subgroups.set(bool(enabled))
+    :data:`SUBGROUP_FORMS` when ``enabled`` (the device must have usable subgroups:
+    runtime.device.subgroup_reductions_usable). Yields a :class:`SubgroupUse` that says
+    whether any was included."""
+    use = SubgroupUse(bool(enabled))
+    token = _use_subgroups.set(use)
     try:
-        yield
+        yield use
     finally:
         _use_subgroups.reset(token)
 
@@ -52,8 +66,10 @@ def _expand(name: str, seen: set[str]) -> str:
     # Each file is pulled in once, so helpers included by two includes are not duplicated.
     def sub(match: re.Match) -> str:
         inc = match.group(1)
-        if _use_subgroups.get():
-            inc = SUBGROUP_FORMS.get(inc, inc)
+        use = _use_subgroups.get()
+        if use is not None and use.enabled and inc in SUBGROUP_FORMS:
+            inc = SUBGROUP_FORMS[inc]
+            use.used = True
         if inc in seen:
             return f"// (already included: {inc})"
         seen.add(inc)

@@ -6,6 +6,7 @@ import logging
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -99,13 +100,14 @@ _SUBGROUP_PROBE = """
 fn main(@builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32,
         @builtin(workgroup_id) wid: vec3<u32>) {
     let n = subgroupAdd(1u);
+    let lo = subgroupMin(li);
+    let hi = subgroupMax(li);
     let first = li - li % n;
-    let good = n >= 4u && (n & (n - 1u)) == 0u && subgroupMin(li) == first
-        && subgroupMax(li) == first + n - 1u && sid == li % n;
+    let good = n >= 4u && (n & (n - 1u)) == 0u && lo == first && hi == first + n - 1u && sid == li % n;
     ok[wid.x * 256u + li] = select(0u, 1u, good);
 }
 """
-_subgroups_usable: dict[int, bool] = {}
+_subgroups_usable: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> probe result
 
 
 def subgroup_reductions_usable(device: wgpu.GPUDevice) -> bool:
@@ -118,7 +120,7 @@ def subgroup_reductions_usable(device: wgpu.GPUDevice) -> bool:
     """
     if os.environ.get("EGGFUSE_SUBGROUPS", "1") == "0" or "subgroup" not in device.features:
         return False
-    key = id(device)
+    key = device
     if key not in _subgroups_usable:
         try:
             import numpy as np

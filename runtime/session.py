@@ -1,4 +1,4 @@
-"""Session: a lowered plan bound to device buffers, run with one command encoder per call."""
+"""Session: a lowered plan bound to device buffers, run as one recorded compute pass per call."""
 
 from __future__ import annotations
 
@@ -49,15 +49,15 @@ class Session:
     session is seen by both. That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
-    ``subgroups``: lower reductions with subgroup operations (None: when
-    :func:`~eggfuse.runtime.device.subgroup_reductions_usable` says the device has them;
-    ignored for a plan, which was lowered already).
+    ``subgroups`` (a graph only; a plan was lowered already): lower reductions with
+    subgroup operations; None (default) when
+    :func:`~eggfuse.runtime.device.subgroup_reductions_usable` says the device has them.
 
     Raises InputError for a missing, unknown or mis-shaped parameter (or one whose type
-    differs from the shared session's) or for ``subgroups=True`` on a device without
-    usable subgroups, LoweringError when the graph exceeds the device's limits (or a plan
-    needs subgroups the device lacks), DeviceError when there is no device. Not
-    thread-safe: one :meth:`run` at a time.
+    differs from the shared session's), for ``subgroups`` not None/True/False, or for
+    ``subgroups=True`` with a graph on a device without usable subgroups, LoweringError
+    when the graph exceeds the device's limits (or a plan needs subgroups the device
+    lacks), DeviceError when there is no device. Not thread-safe: one :meth:`run` at a time.
 
     Recording: the plan is one compute pass in one command buffer. With wgpu-native and the
     compiled loop (``eggfuse.runtime._record``, built at install when a C compiler is
@@ -77,16 +77,18 @@ class Session:
             raise InputError("a Session can share buffers only with a session on the same device")
         self.device = device if device is not None else share.device if share is not None else get_device()
         limits = dict(self.device.limits)
-        usable = subgroup_reductions_usable(self.device)
-        if subgroups and not usable:
-            raise InputError("subgroups=True, but this device has no usable subgroup operations "
-                             "(runtime.device.subgroup_reductions_usable)")
+        if subgroups is not None and not isinstance(subgroups, bool):
+            raise InputError(f"subgroups must be None, True or False, got {subgroups!r}")
         if isinstance(plan_or_graph, Graph):
-            plan = lower(plan_or_graph, limits, subgroups=usable if subgroups is None else subgroups)
+            usable = subgroups is not False and subgroup_reductions_usable(self.device)
+            if subgroups and not usable:
+                raise InputError("subgroups=True, but this device has no usable subgroup operations "
+                                 "(runtime.device.subgroup_reductions_usable)")
+            plan = lower(plan_or_graph, limits, subgroups=usable)
         elif isinstance(plan_or_graph, ExecutionPlan):
             plan = plan_or_graph
             check_limits(plan, limits)
-            if plan.subgroups and not usable:
+            if plan.subgroups and not subgroup_reductions_usable(self.device):
                 raise LoweringError("the plan was lowered with subgroup operations, which this device "
                                     "does not offer usably: lower it again with subgroups=False")
         else:
@@ -223,7 +225,10 @@ class Session:
             return
         if _recorder is None:
             _recorder = ThreadPoolExecutor(1, thread_name_prefix="eggfuse-record")
-        self._next = _recorder.submit(self._record_plan)
+        try:
+            self._next = _recorder.submit(self._record_plan)
+        except RuntimeError:  # the interpreter is shutting down: record in run() from now on
+            self._prerecord = False
 
     def _record_plan(self) -> list[wgpu.GPUCommandBuffer]:
         # The plan in one compute pass of one command buffer ([] for a plan with no dispatches).
@@ -279,7 +284,9 @@ class Session:
         that order. With ``read=()`` the run is submitted without waiting for the device
         (a training step whose outputs are parameters updated in place); a later read
         waits for it. Raises InputError for a missing, unknown or mis-shaped input, an
-        index out of range, or an output index in ``read`` out of range.
+        index out of range, or an output index in ``read`` out of range; DeviceError for a
+        wgpu error, including one met while this run's commands were recorded in the
+        background after the previous run.
         """
         plan = self.plan
         read = range(len(plan.outputs)) if read is None else list(read)

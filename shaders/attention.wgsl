@@ -25,8 +25,8 @@
 // the block sees: causal stops at the diagonal); QK defines prepare_q_tile and
 // prepare_k_tile (attention_qk.wgsl: nothing; attention_qk_rope.wgsl: RoPE in workgroup
 // memory, whose uniform fields ROPE_PARAMS adds). IO declares the q, k, v storage
-// bindings with their accessors NAME4(row_base, c) (vec4 c of a row) and NAME1(i)
-// (element i), and the output's store_out (lowering.kernels.attention_io); Q, K, V name
+// bindings with their accessors NAME4(row_base, c) (vec4 c of a row) and the output's
+// store_out (lowering.kernels.attention_io); Q, K, V name
 // the arrays read (one packed [rows, (nh + 2 nkv) * HD] projection, read through the
 // strides and offsets).
 
@@ -143,7 +143,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var lt = 0.0;
             for (var j = 0u; j < BK; j = j + 1u) {
                 let s = s_tile[li * BK + j];
-                let w = select(0.0, exp(s - mt), s > MAX_INIT);
+                let w = select(0.0, exp(s - mt), s != MAX_INIT);  // a NaN score stays NaN
                 s_tile[li * BK + j] = w;
                 lt = lt + w;
             }

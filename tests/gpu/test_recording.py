@@ -90,5 +90,33 @@ def test_compiled_loop_rejects_malformed_commands():
         rec.record(0, np.ones((1, 5), dtype=np.uint64), *fns)
     with pytest.raises(ValueError, match="command 1 has a null"):
         rec.record(1, np.array([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], dtype=np.uint64), *fns)
-    with pytest.raises(ValueError, match="C-contiguous"):
-        rec.record(1, np.ones((5, 5), dtype=np.uint64)[:, ::1][::2], *fns)
+    with pytest.raises(ValueError, match="C-contiguous uint64"):
+        rec.record(1, np.ones((5, 5), dtype=np.uint64)[::2], *fns)  # not contiguous
+    with pytest.raises(ValueError, match="C-contiguous uint64"):
+        rec.record(1, np.ones((2, 5), dtype=np.float64), *fns)  # 8-byte items, not integers
+    with pytest.raises(ValueError, match="C-contiguous uint64"):
+        rec.record(1, np.ones((2, 10), dtype=np.uint32), *fns)  # [n, 5] words of 4 bytes
+    with pytest.raises(ValueError, match="C-contiguous uint64"):
+        rec.record(1, b"\x01" * 40, *fns)  # bytes: unsigned chars
+
+
+def test_run_after_the_recording_thread_is_gone(device, monkeypatch):
+    # At interpreter shutdown the executor refuses new work: runs go on, recorded in run().
+    g = _dag()
+    x = np.ones((5, 7), dtype=np.float32)
+    w0 = np.full((7, 3), 0.2, dtype=np.float32)
+    s = Session(g, {"w": w0}, device=device)
+    s.run({"x": x}, read=())
+
+    class Closed:
+        def submit(self, *args, **kwargs):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(session_module, "_recorder", Closed())
+    s.run({"x": x}, read=())  # the second run would start pre-recording
+    assert s._next is None and not s._prerecord
+    w = evaluate(g, {"x": x}, {"w": w0})[-1]
+    w = evaluate(g, {"x": x}, {"w": w})[-1]
+    want = evaluate(g, {"x": x}, {"w": w})
+    for got, ref in zip(s.run({"x": x}), want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)

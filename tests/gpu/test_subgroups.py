@@ -60,3 +60,9 @@ def test_subgroups_refused_where_the_device_lacks_them(device, monkeypatch):
     with pytest.raises(LoweringError, match="subgroup operations"):
         Session(lower(_softmax(), dict(device.limits), subgroups=True), {}, device=device)
     assert not Session(_softmax(), {}, device=device).plan.subgroups
+
+
+@pytest.mark.parametrize("bad", [1, "yes", 0])
+def test_subgroups_argument_must_be_none_or_a_bool(bad, device):
+    with pytest.raises(InputError, match="subgroups must be None, True or False"):
+        Session(_softmax(), {}, device=device, subgroups=bad)
