@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import wgpu
 
 from ..ir.errors import DeviceError
@@ -123,8 +124,6 @@ def subgroup_reductions_usable(device: wgpu.GPUDevice) -> bool:
     key = device
     if key not in _subgroups_usable:
         try:
-            import numpy as np
-
             module = device.create_shader_module(code=_SUBGROUP_PROBE)
             pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
             out = device.create_buffer(size=4096, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)

@@ -20,17 +20,30 @@ fn rope_cos_sin(row: u32, t: u32) -> vec2<f32> {
     return vec2<f32>(cos(ang), sin(ang));
 }
 
+// Element indices (within a tile of rows of HD4 vec4s) and cos/sin of rotation i of a tile
+// whose row j is at position pos0 + j: row i / (HD/2), pair i % (HD/2).
+struct RopeSlot {
+    at: vec2<u32>,
+    cs: vec2<f32>,
+}
+
+fn rope_slot(i: u32, pos0: u32) -> RopeSlot {
+    let j = i / (HD / 2u);
+    let t = i % (HD / 2u);
+    return RopeSlot(rope_pair(t) + vec2<u32>(j * HD4 * 4u), rope_cos_sin(pos0 + j, t));
+}
+
+fn rotate(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(x0 * cs.x - x1 * cs.y, x0 * cs.y + x1 * cs.x);
+}
+
 // Rotates the BQ rows of q_tile (row r at position q0 + r); every invocation calls it.
 fn prepare_q_tile(li: u32, q0: u32) {
     for (var i = li; i < BQ * (HD / 2u); i = i + WG) {
-        let r = i / (HD / 2u);
-        let t = i % (HD / 2u);
-        let pr = rope_pair(t) + vec2<u32>(r * HD4 * 4u);
-        let cs = rope_cos_sin(q0 + r, t);
-        let x0 = q_tile[pr.x / 4u][pr.x % 4u];
-        let x1 = q_tile[pr.y / 4u][pr.y % 4u];
-        q_tile[pr.x / 4u][pr.x % 4u] = x0 * cs.x - x1 * cs.y;
-        q_tile[pr.y / 4u][pr.y % 4u] = x0 * cs.y + x1 * cs.x;
+        let r = rope_slot(i, q0);
+        let y = rotate(q_tile[r.at.x / 4u][r.at.x % 4u], q_tile[r.at.y / 4u][r.at.y % 4u], r.cs);
+        q_tile[r.at.x / 4u][r.at.x % 4u] = y.x;
+        q_tile[r.at.y / 4u][r.at.y % 4u] = y.y;
     }
     workgroupBarrier();
 }
@@ -39,14 +52,10 @@ fn prepare_q_tile(li: u32, q0: u32) {
 // invocation calls it.
 fn prepare_k_tile(li: u32, k0: u32, nk: u32) {
     for (var i = li; i < nk * (HD / 2u); i = i + WG) {
-        let j = i / (HD / 2u);
-        let t = i % (HD / 2u);
-        let pr = rope_pair(t) + vec2<u32>(j * HD4 * 4u);
-        let cs = rope_cos_sin(k0 + j, t);
-        let x0 = k_tile[pr.x / 4u][pr.x % 4u];
-        let x1 = k_tile[pr.y / 4u][pr.y % 4u];
-        k_tile[pr.x / 4u][pr.x % 4u] = x0 * cs.x - x1 * cs.y;
-        k_tile[pr.y / 4u][pr.y % 4u] = x0 * cs.y + x1 * cs.x;
+        let r = rope_slot(i, k0);
+        let y = rotate(k_tile[r.at.x / 4u][r.at.x % 4u], k_tile[r.at.y / 4u][r.at.y % 4u], r.cs);
+        k_tile[r.at.x / 4u][r.at.x % 4u] = y.x;
+        k_tile[r.at.y / 4u][r.at.y % 4u] = y.y;
     }
     workgroupBarrier();
 }
