@@ -11,6 +11,7 @@ import wgpu
 from ..ir.errors import InputError, LoweringError
 from ..ir.graph import Graph
 from ..ir.reference import check_array
+from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits, lower
 from .device import adapter_description, device_errors, get_device, subgroup_reductions_usable
 from .pipelines import get_pipeline
@@ -40,6 +41,11 @@ class Session:
     and parameters are uploaded here, derived parameters (``plan.derived``) packed with
     numpy from the converted parameters and uploaded, pipelines (cached per process) and
     bind groups built here, so :meth:`run` only writes inputs, records and reads back.
+    The graph inputs live in one device buffer, each at an offset aligned to
+    minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
+    kernel updates in place keeps a buffer of its own); the dispatches' uniform
+    parameters live in one uniform buffer, each at an offset aligned to
+    minUniformBufferOffsetAlignment.
     A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
 
     ``share=other`` makes this session use ``other``'s device buffers for every parameter
@@ -103,11 +109,35 @@ class Session:
                 given[name] = np.zeros(plan.buffers[plan.parameters[name]].shape, dtype=np.float32)
         values = _check_leaves("parameter", given, needed, plan)
 
+        # The inputs share one device buffer (each at an aligned offset), written with one
+        # write per run; an input that a kernel writes in place keeps a buffer of its own (one
+        # dispatch may not bind one buffer both read-only and writable).
+        written = {d.bindings[-1] for d in plan.dispatches}
+        align = max(int(limits.get("min-storage-buffer-offset-alignment", 256)), 4)
+        self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
+        packed_inputs, size = set(), 0
+        for index in plan.inputs.values():
+            if index not in written:
+                packed_inputs.add(index)
+                self._offsets[index] = size
+                size += -(-plan.buffers[index].size_bytes // align) * align
+        if size > int(limits.get("max-buffer-size", 268_435_456)):  # too large together: one buffer each
+            packed_inputs, size = set(), 0
+            self._offsets = dict.fromkeys(self._offsets, 0)
         with device_errors("creating the session's buffers"):
+            arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
+            self._input_buffer = arena
             self._buffers: list[wgpu.GPUBuffer | None] = [
                 borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
+                else arena if b.index in packed_inputs
                 else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
+        # run(): each input's checks and its place in the host copy of the input buffer
+        self._input_staging = np.zeros(size, dtype=np.uint8)
+        self._input_slots = {name: _InputSlot(name, index, plan.buffers[index].type, plan.index_bounds.get(name),
+                                              self._input_staging, self._offsets[index], index in packed_inputs)
+                             for name, index in plan.inputs.items()}
+        with device_errors("uploading the session's parameters"):
             queue = self.device.queue
             for name, arr in values.items():
                 index = plan.parameters[name]
@@ -123,27 +153,40 @@ class Session:
         # the sources of derived parameters, kept to repack those when one is written (write_parameter)
         self._packed_sources = {name: values[name] if name in values else share._packed_sources[name]
                                 for d in plan.derived.values() for name in d.sources}
-        self._uniforms: list[wgpu.GPUBuffer] = []
-        self._commands = [self._prepare(d) for d in plan.dispatches]
+        # every dispatch's parameters in one uniform buffer, each at an aligned offset: one
+        # buffer for wgpu-native to track per run instead of one per dispatch
+        align = max(int(limits.get("min-uniform-buffer-offset-alignment", 256)), 16)
+        offsets, size = [], 0
+        for d in plan.dispatches:
+            offsets.append(size)
+            size += -(-len(d.params) // align) * align if d.params else 0
+        self._uniform: wgpu.GPUBuffer | None = None
+        if size:
+            packed = np.zeros(size, dtype=np.uint8)
+            for d, offset in zip(plan.dispatches, offsets, strict=True):
+                packed[offset:offset + len(d.params)] = np.frombuffer(d.params, dtype=np.uint8)
+            with device_errors("creating the dispatches' uniform buffer"):
+                self._uniform = self.device.create_buffer_with_data(data=packed, usage=wgpu.BufferUsage.UNIFORM)
+        self._commands = [self._prepare(d, offset) for d, offset in zip(plan.dispatches, offsets, strict=True)]
         self._prerecord = bool(prerecord)
         self._runs = 0
         self._next: Future | None = None  # the next run's command buffer, being recorded
         self._native: tuple | None = None  # (commands [n, 5] uint64, function addresses), on first run
         self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
 
-    def _prepare(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
-        # Pipeline, bind group (with the dispatch's own uniform buffer) and grid of one dispatch.
+    def _prepare(self, d, uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup,
+                                                         tuple[int, int, int]]:
+        # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch.
         pipeline, bgl = get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
                                      label=f"{d.kernel}: {d.label}")
         with device_errors(f"binding buffers for {d.label}"):
-            entries = [{"binding": slot, "resource": {"buffer": self._buffers[index], "offset": 0,
+            entries = [{"binding": slot, "resource": {"buffer": self._buffers[index], "offset": self._offsets[index],
                                                       "size": self.plan.buffers[index].size_bytes}}
                        for slot, index in enumerate(d.bindings)]
             if d.params:
-                uniform = self.device.create_buffer_with_data(data=d.params, usage=wgpu.BufferUsage.UNIFORM)
-                self._uniforms.append(uniform)
                 entries.append({"binding": len(d.bindings),
-                                "resource": {"buffer": uniform, "offset": 0, "size": len(d.params)}})
+                                "resource": {"buffer": self._uniform, "offset": uniform_offset,
+                                             "size": len(d.params)}})
             bind_group = self.device.create_bind_group(layout=bgl, entries=entries, label=d.label)
         return pipeline, bind_group, d.workgroups
 
@@ -187,7 +230,8 @@ class Session:
 
     def _read_buffer(self, index: int, ty, what: str) -> np.ndarray:
         with device_errors(what):
-            raw = self.device.queue.read_buffer(self._buffers[index], 0, self.plan.buffers[index].size_bytes)
+            raw = self.device.queue.read_buffer(self._buffers[index], self._offsets[index],
+                                                self.plan.buffers[index].size_bytes)
         return np.frombuffer(raw, dtype=ty.dtype.numpy, count=ty.num_elements).reshape(ty.shape).copy()
 
     @property
@@ -208,7 +252,8 @@ class Session:
         """Block until the device has finished the submitted work (a 4-byte read-back: wgpu-py
         0.32's ``on_submitted_work_done`` does not work with its wgpu-native)."""
         with device_errors("waiting for the device"):
-            self.device.queue.read_buffer(self._buffers[self.plan.outputs[0]], 0, 4)
+            index = self.plan.outputs[0]
+            self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
 
     def _take_recorded(self) -> list[wgpu.GPUCommandBuffer]:
         # This run's command buffer: the one recorded in the background, or recorded now.
@@ -293,24 +338,32 @@ class Session:
         bad = [i for i in read if not 0 <= i < len(plan.outputs)]
         if bad:
             raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")
-        values = _check_leaves("input", inputs, plan.inputs, plan)
-        for name, rows in plan.index_bounds.items():
-            arr = values[name]
-            if arr.size and int(arr.max()) >= rows:
-                raise InputError(f"input {name!r}: index {int(arr.max())} out of range for a "
-                                 f"table of {rows} rows (Embedding / ScatterAdd)")
+        slots = self._input_slots
+        if not isinstance(inputs, Mapping) or inputs.keys() != slots.keys():
+            _check_leaves("input", inputs, plan.inputs, plan)  # raises for a missing or unknown input
+        values = [(slot, slot.check(inputs[name])) for name, slot in slots.items()]
         device = self.device
         with device_errors("running the plan"):
-            for name, arr in values.items():
-                device.queue.write_buffer(self._buffers[plan.inputs[name]], 0, arr)
+            for slot, arr in values:  # the packed inputs into the host copy, the others written now
+                if slot.packed:
+                    slot.view[...] = arr
+                else:
+                    device.queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(arr))
+            if self._input_staging.size:
+                device.queue.write_buffer(self._input_buffer, 0, self._input_staging)
             buffers = self._take_recorded()
             wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read}
             if wanted:
                 encoder = device.create_command_encoder()
                 for index, staging in wanted.items():
-                    encoder.copy_buffer_to_buffer(self._buffers[index], 0, staging, 0, staging.size)
+                    encoder.copy_buffer_to_buffer(self._buffers[index], self._offsets[index], staging, 0,
+                                                  staging.size)
                 buffers.append(encoder.finish())
+                del encoder
             device.queue.submit(buffers)
+            # released here, not when run() returns: wgpu-native's release would wait on the
+            # next run's recording, which holds the device's command locks
+            del buffers
             self._record_next()
             raw = {}
             for index, staging in wanted.items():
@@ -330,6 +383,34 @@ class Session:
             self._staging[index] = self.device.create_buffer(
                 size=self.plan.buffers[index].size_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         return self._staging[index]
+
+
+class _InputSlot:
+    """One graph input of a session: its checks, and where :meth:`Session.run` puts it."""
+
+    __slots__ = ("name", "index", "type", "rows", "packed", "view")
+
+    def __init__(self, name: str, index: int, ty, rows: int | None, staging: np.ndarray, offset: int,
+                 packed: bool) -> None:
+        self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
+        # its bytes in the host copy of the session's input buffer, as an array of its type
+        self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.numpy).reshape(ty.shape)
+                     if packed else None)
+
+    def check(self, value) -> np.ndarray:
+        # The value as an array of the input's type (not a copy when it is one already), or
+        # InputError: wrong shape or dtype (check_array), NaN / infinity, an index out of range.
+        ty = self.type
+        if type(value) is np.ndarray and value.dtype == ty.dtype.numpy and value.shape == ty.shape:
+            if ty.dtype is DType.F32 and value.size and not np.isfinite(value).all():
+                raise InputError(f"input {self.name!r}: contains NaN or infinity")
+            arr = value
+        else:
+            arr = check_array(f"input {self.name!r}", value, ty)
+        if self.rows is not None and arr.size and (top := int(arr.max())) >= self.rows:
+            raise InputError(f"input {self.name!r}: index {top} out of range for a "
+                             f"table of {self.rows} rows (Embedding / ScatterAdd)")
+        return arr
 
 
 def _addr(handle) -> int:

@@ -272,3 +272,77 @@ def test_split_matmul_grid_covers_every_tile(device):
     assert plan.dispatches[0].workgroups == (5, 4, 2)  # 40 >= 35 workgroups on a 3-D grid
     params, feeds = {"b": RNG.standard_normal((20, 200))}, {"a": RNG.standard_normal((130, 20))}
     _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))
+
+
+def test_inputs_share_one_buffer_and_are_rewritten_each_run(device):
+    g = Graph()
+    x = g.input("x", [3, 5])
+    b = g.input("b", [5])
+    ids = g.input("ids", [7], DType.U32)
+    table = g.parameter("table", [4, 5])
+    g.set_outputs([g.bias_add(g.embedding(ids, table), b), x, g.reshape(b, [1, 5]), g.tanh(x)])
+    params = {"table": RNG.standard_normal((4, 5))}
+    s = Session(g, params, device=device)
+    slots = [s.plan.inputs[n] for n in ("x", "b", "ids")]
+    assert len({id(s._buffers[i]) for i in slots}) == 1  # one device buffer for the three inputs
+    offsets = sorted(s._offsets[i] for i in slots)
+    align = device.limits["min-storage-buffer-offset-alignment"]
+    assert offsets[0] == 0 and all(o % align == 0 for o in offsets) and len(set(offsets)) == 3
+    for _ in range(3):  # new values every run; outputs read from their offsets
+        feeds = {"x": RNG.standard_normal((3, 5)), "b": RNG.standard_normal(5),
+                 "ids": RNG.integers(0, 4, 7)}
+        _close(s.run(feeds), evaluate(g, feeds, params))
+
+
+def test_input_layouts_and_dtypes_are_converted_without_touching_the_caller(device):
+    g = Graph()
+    x = g.input("x", [5, 6])
+    ids = g.input("ids", [4], DType.U32)
+    table = g.parameter("table", [3, 6])
+    g.set_outputs([g.tanh(x), g.embedding(ids, table)])
+    params = {"table": RNG.standard_normal((3, 6))}
+    s = Session(g, params, device=device)
+    base = RNG.standard_normal((6, 5)).astype(np.float32)
+    cases = [
+        {"x": base.T, "ids": np.array([2, 0, 1, 2], np.uint32)},          # f32, not contiguous
+        {"x": np.asfortranarray(base.T), "ids": np.array([1, 1, 0, 2])},   # Fortran order, int64 ids
+        {"x": base.T.astype(np.float64), "ids": [0, 1, 2, 0]},             # float64, a list of ids
+    ]
+    for feeds in cases:
+        kept = {k: np.array(v, copy=True) for k, v in feeds.items()}
+        for v in feeds.values():
+            if isinstance(v, np.ndarray):
+                v.setflags(write=False)
+        _close(s.run(feeds), evaluate(g, feeds, params))
+        for k, v in feeds.items():
+            np.testing.assert_array_equal(v, kept[k])
+
+
+@pytest.mark.parametrize("x, ids, match", [
+    (np.full((5, 6), np.nan, np.float32), [0, 0, 0, 0], "input 'x': contains NaN"),
+    (np.full((5, 6), np.inf), [0, 0, 0, 0], "input 'x': contains NaN or infinity"),
+    (np.zeros((5, 6), np.float32), np.array([0, 3, 0, 0], np.uint32), "input 'ids': index 3 out of range.*3 rows"),
+    (np.zeros((5, 6), np.float32), np.array([0, -1, 0, 0]), r"input 'ids': indices must lie in \[0, 2\^32\)"),
+    (np.zeros((6, 5), np.float32), [0, 0, 0, 0], r"input 'x': expected shape \[5, 6\]"),
+    (np.zeros((5, 6), np.float32), np.zeros(4, np.float32), "input 'ids': expected integer indices"),
+])
+def test_bad_input_values_are_refused_by_name(x, ids, match, device):
+    g = Graph()
+    g.set_outputs([g.tanh(g.input("x", [5, 6])),
+                   g.embedding(g.input("ids", [4], DType.U32), g.parameter("table", [3, 6]))])
+    s = Session(g, {"table": np.ones((3, 6))}, device=device)
+    with pytest.raises(InputError, match=match):
+        s.run({"x": x, "ids": ids})
+
+
+def test_an_input_updated_in_place_keeps_a_buffer_of_its_own(device):
+    g = Graph()
+    x = g.input("x", [4, 3])
+    w = g.input("w", [3, 2])  # an input that an optimiser step writes in place
+    y = g.matmul(x, w)
+    g.set_outputs([y, g.add_node("SgdUpdate", (w, g.matmul_at(x, y)), lr=0.1)])
+    s = Session(g, {}, device=device)
+    assert s._buffers[s.plan.inputs["w"]] is not s._buffers[s.plan.inputs["x"]]
+    for _ in range(2):
+        feeds = {"x": RNG.standard_normal((4, 3)), "w": RNG.standard_normal((3, 2))}
+        _close(s.run(feeds), evaluate(g, feeds, {}))
