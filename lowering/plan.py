@@ -100,7 +100,9 @@ class ExecutionPlan:
     table it indexes (Embedding) or writes (ScatterAdd). ``derived`` maps the buffer index
     of each derived parameter to how it is packed. ``limits`` are the device limits the plan
     was checked against; ``subgroups`` is true when a kernel uses subgroup operations (the
-    device must then have usable subgroups).
+    device must then have usable subgroups). ``storage`` maps the buffer index of each
+    intermediate that shares its device allocation to that allocation's index in
+    ``storage_sizes`` (bytes); intermediates not listed get an allocation of their own.
     """
 
     buffers: list[BufferSpec]
@@ -116,6 +118,8 @@ class ExecutionPlan:
     limits: dict[str, int] = field(default_factory=dict)
     state: frozenset[str] = frozenset()
     subgroups: bool = False
+    storage: dict[int, int] = field(default_factory=dict)
+    storage_sizes: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line per buffer and per dispatch, for debugging."""
@@ -126,6 +130,9 @@ class ExecutionPlan:
             binds = ", ".join(f"buf{i}" for i in d.bindings)
             lines.append(f"{d.kernel} [{binds}] wg={d.workgroups}  # {d.label}")
         lines.append("outputs: " + ", ".join(f"buf{o}" for o in self.outputs))
+        if self.storage:
+            lines.append(f"storage: {len(self.storage)} intermediates in {len(self.storage_sizes)} allocations "
+                         f"of {sum(self.storage_sizes)} B")
         return "\n".join(lines)
 
 
@@ -133,7 +140,8 @@ def _label(node: Node, ins: list[TensorType]) -> str:
     return f"node {node.id} {node.op}({', '.join(str(t) for t in ins)}) -> {node.type}"
 
 
-def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False) -> ExecutionPlan:
+def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
+          share_storage: bool = True) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -141,6 +149,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     maxComputeWorkgroupsPerDimension is laid out on a 2-D (or 3-D) grid. ``subgroups=True``
     gives reductions in subgroup form (:data:`~.wgsl.SUBGROUP_FORMS`; kernel names end in
     ``+sg``): only for a device where runtime.device.subgroup_reductions_usable is true.
+    ``share_storage=True`` lets intermediates whose lifetimes do not overlap share a device
+    allocation (:func:`share_storage_of`); False gives each its own.
 
     Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
@@ -211,6 +221,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         if index not in on_device and name in packed_from:
             buffers[index] = dataclasses.replace(buffers[index], kind="host")
 
+    storage, storage_sizes = share_storage_of(buffers, dispatches, {node_buffer[o] for o in graph.outputs}) \
+        if share_storage else ({}, [])
     live_ids = {n.id for n in live}
     unused = frozenset(n.attrs["name"] for n in graph.nodes
                        if n.op in ("Input", "Parameter") and n.id not in live_ids)
@@ -228,9 +240,57 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         limits=lim,
         state=frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state")),
         subgroups=any(d.kernel.endswith("+sg") for d in dispatches),
+        storage=storage,
+        storage_sizes=storage_sizes,
     )
     check_limits(plan, lim)
     return plan
+
+
+def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
+                     outputs: set[int]) -> tuple[dict[int, int], list[int]]:
+    """Device allocations for the intermediates: ``(storage, sizes)`` as in
+    :class:`ExecutionPlan` (buffer index -> allocation index, allocation sizes in bytes).
+
+    An intermediate lives from the first dispatch that binds it (its producer) to the last
+    one that binds it (its last reader, or an in-place update of it), in plan order. Walking
+    the dispatches in order, an intermediate's first binding takes the smallest free
+    allocation that holds it (else the largest free one, grown to fit, else a new one), and
+    a dispatch frees the allocations of the intermediates it binds for the last time after
+    it has taken its own output's: a dispatch never reads and writes one allocation, and a
+    later writer of an allocation comes after every reader of its earlier contents (wgpu
+    orders the two with a barrier). Graph outputs are read after the run and keep their own
+    buffers. Greedy best-fit in the spirit of the offset planners of TFLite's
+    ``ArenaPlanner`` and XLA's buffer assignment, here over whole buffers.
+    """
+    last: dict[int, int] = {}
+    for i, d in enumerate(dispatches):
+        for b in d.bindings:
+            last[b] = i
+    storage: dict[int, int] = {}
+    sizes: list[int] = []
+    free: list[int] = []
+    for i, d in enumerate(dispatches):
+        for b in d.bindings:
+            if b in storage or b in outputs or buffers[b].kind != "intermediate":
+                continue
+            need = buffers[b].size_bytes
+            fits = [a for a in free if sizes[a] >= need]
+            if fits:
+                slot = min(fits, key=lambda a: sizes[a])
+            elif free:
+                slot = max(free, key=lambda a: sizes[a])
+                sizes[slot] = need
+            else:
+                slot = len(sizes)
+                sizes.append(need)
+            if slot in free:
+                free.remove(slot)
+            storage[b] = slot
+        for b in dict.fromkeys(d.bindings):
+            if last[b] == i and b in storage:
+                free.append(storage[b])
+    return storage, sizes
 
 
 def schedule(graph: Graph) -> list[Node]:

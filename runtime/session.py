@@ -127,9 +127,12 @@ class Session:
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
+            shared = [self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}")
+                      for k, n in enumerate(plan.storage_sizes)]
             self._buffers: list[wgpu.GPUBuffer | None] = [
                 borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
+                else shared[plan.storage[b.index]] if b.index in plan.storage
                 else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
         # run(): each input's checks and its place in the host copy of the input buffer

@@ -346,3 +346,24 @@ def test_an_input_updated_in_place_keeps_a_buffer_of_its_own(device):
     for _ in range(2):
         feeds = {"x": RNG.standard_normal((4, 3)), "w": RNG.standard_normal((3, 2))}
         _close(s.run(feeds), evaluate(g, feeds, {}))
+
+
+def test_shared_intermediate_storage_gives_the_reference_numbers(device):
+    g = Graph()
+    x = g.input("x", [3, 7])
+    w = g.parameter("w", [7, 7])
+    h = g.tanh(g.matmul(x, w))
+    keep = g.gelu(h)  # read again at the end, across the chain
+    for _ in range(5):
+        h = g.neg(g.add(h, g.mul(h, h)))
+    wide = g.matmul(g.reshape(h, [7, 3]), g.input("y", [3, 11]))  # larger than the allocations before it
+    g.set_outputs([g.add(g.sum_all(wide), g.sum_all(g.matmul(keep, w))), h, wide])
+    params = {"w": RNG.standard_normal((7, 7)) * 0.3}
+    shared, own = lower(g), lower(g, share_storage=False)
+    assert len(shared.storage_sizes) < len(shared.storage) and not own.storage
+    s_shared, s_own = Session(shared, params, device=device), Session(own, params, device=device)
+    for _ in range(2):
+        feeds = {"x": RNG.standard_normal((3, 7)), "y": RNG.standard_normal((3, 11))}
+        want = evaluate(g, feeds, params)
+        _close(s_shared.run(feeds), want)
+        _close(s_own.run(feeds), want)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import struct
@@ -349,3 +350,64 @@ def test_attention_tiles():
         hd4 = math.ceil(hd / 4)
         assert 1 <= bq <= 64 and bq * hd4 <= 256 and 1 <= bk <= 64
         assert 16 * hd4 * (bq + 2 * bk) + 4 * bq * (bk + 3) <= ATTENTION_TILE_BYTES
+
+
+def _storage_invariants(plan) -> None:
+    # Checked from the dispatch list, independently of share_storage_of's walk: every
+    # shared intermediate fits its allocation, no dispatch binds one allocation twice, and
+    # the lifetimes (first .. last binding dispatch) of buffers sharing one do not overlap.
+    span: dict[int, list[int]] = {}
+    for i, d in enumerate(plan.dispatches):
+        allocs = [plan.storage[b] for b in set(d.bindings) if b in plan.storage]
+        assert len(allocs) == len(set(allocs)), f"{d.label} binds one allocation twice"
+        for b in d.bindings:
+            span.setdefault(b, [i, i])[1] = i
+    assert not set(plan.storage) & set(plan.outputs)
+    by_alloc: dict[int, list[int]] = {}
+    for b, a in plan.storage.items():
+        assert plan.buffers[b].kind == "intermediate"
+        assert plan.buffers[b].size_bytes <= plan.storage_sizes[a]
+        by_alloc.setdefault(a, []).append(b)
+    for members in by_alloc.values():
+        spans = sorted(span[b] for b in members)
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end < start, f"overlapping lifetimes in one allocation: {spans}"
+
+
+def test_intermediates_with_disjoint_lifetimes_share_allocations():
+    g = Graph()
+    x = g.input("x", [3, 7])
+    w = g.parameter("w", [7, 7])
+    h = g.tanh(g.matmul(x, w))
+    keep = g.gelu(h)  # read again at the end: alive across the chain
+    for _ in range(5):
+        h = g.neg(g.add(h, g.mul(h, h)))  # multi-use intermediates
+    wide = g.matmul(g.reshape(h, [7, 3]), g.input("y", [3, 11]))  # a larger one after small ones
+    g.set_outputs([g.add(g.sum_all(wide), g.sum_all(g.matmul(keep, w))), h])
+    plan = lower(g)
+    _storage_invariants(plan)
+    inter = [b for b in plan.buffers if b.kind == "intermediate"]
+    assert len(plan.storage) == len(inter) - 2  # all but the two outputs
+    assert len(plan.storage_sizes) <= 4 < len(plan.storage)
+    assert sum(plan.storage_sizes) < sum(plan.buffers[b].size_bytes for b in plan.storage)
+    assert max(plan.storage_sizes) >= 7 * 11 * 4  # an allocation grew (or was made) for the wide one
+    none = lower(g, share_storage=False)
+    assert none.storage == {} and none.storage_sizes == []
+    assert [d.bindings for d in none.dispatches] == [d.bindings for d in plan.dispatches]
+
+
+def test_storage_sharing_of_model_and_training_graphs():
+    from eggfuse.ir.optim import Adam, step_graph
+    from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
+    from eggfuse.models.mlp import build_mlp_graph
+    from eggfuse.rewrites import optimize
+
+    cfg = LlamaConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48,
+                      vocab_size=40, rope_theta=10000.0, norm_eps=1e-5, tied_embeddings=True, max_seq=16)
+    mlp, loss = build_mlp_graph(4, (6, 8, 3))
+    graphs = [build_llama_graph(cfg, 5), build_llama_cache_graph(cfg, 3, 16), step_graph(mlp, loss, Adam())]
+    for graph in graphs:
+        for g in (graph, optimize(graph, extractor="greedy")[0]):
+            plan = lower(g)
+            _storage_invariants(plan)
+            assert len(plan.storage_sizes) < len(plan.storage)
