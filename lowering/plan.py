@@ -262,6 +262,11 @@ def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
     orders the two with a barrier). Graph outputs are read after the run and keep their own
     buffers. Greedy best-fit in the spirit of the offset planners of TFLite's
     ``ArenaPlanner`` and XLA's buffer assignment, here over whole buffers.
+
+    A dispatch that does not read what the dispatch before it wrote may run alongside it on
+    the GPU (the Q, K and V projections of one decode step); a reused allocation would make
+    it wait for that dispatch (the barrier before a write to a buffer read earlier), so such
+    a dispatch's output gets a new allocation, which later dispatches may reuse.
     """
     last: dict[int, int] = {}
     for i, d in enumerate(dispatches):
@@ -275,17 +280,19 @@ def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
             if b in storage or b in outputs or buffers[b].kind != "intermediate":
                 continue
             need = buffers[b].size_bytes
-            fits = [a for a in free if sizes[a] >= need]
+            # reuse only where the dispatch waits for its predecessor anyway
+            pool = free if i > 0 and dispatches[i - 1].output in d.inputs else []
+            fits = [a for a in pool if sizes[a] >= need]
             if fits:
                 slot = min(fits, key=lambda a: sizes[a])
-            elif free:
-                slot = max(free, key=lambda a: sizes[a])
+                free.remove(slot)
+            elif pool:
+                slot = max(pool, key=lambda a: sizes[a])
+                free.remove(slot)
                 sizes[slot] = need
             else:
                 slot = len(sizes)
                 sizes.append(need)
-            if slot in free:
-                free.remove(slot)
             storage[b] = slot
         for b in dict.fromkeys(d.bindings):
             if last[b] == i and b in storage:
