@@ -1,7 +1,8 @@
 """Graph -> ExecutionPlan: one buffer per value, one dispatch per op, checked against limits.
 
-The plan is plain data (buffers, dispatches with specialised WGSL, leaf bindings); the
-runtime only allocates what it lists and records its dispatches in order. Lowering follows
+The plan is plain data (buffers, dispatches with specialised WGSL, leaf bindings, and which
+intermediates share a device allocation: ``storage``); the runtime allocates what it lists
+and records its dispatches in order. Lowering follows
 meganeura's ``compile.rs`` (``../shared/seeds``): leaves get buffers the runtime fills,
 ``Identity`` aliases its input's buffer, a derived parameter (a Concat of parameters,
 ``Graph.is_derived_parameter``) gets a buffer the runtime packs once from the parameters,

@@ -28,6 +28,9 @@ except ImportError:
 
 _recorder: ThreadPoolExecutor | None = None  # one thread that records sessions' next runs
 
+#: Inputs up to this size share the session's input buffer (one write per run, after a host
+#: copy into its staging array); larger ones are written straight into a buffer of their own.
+PACK_MAX_BYTES = 1 << 20
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
@@ -43,7 +46,8 @@ class Session:
     bind groups built here, so :meth:`run` only writes inputs, records and reads back.
     The graph inputs live in one device buffer, each at an offset aligned to
     minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
-    kernel updates in place keeps a buffer of its own); the dispatches' uniform
+    kernel updates in place, or one above :data:`PACK_MAX_BYTES`, keeps a buffer of its
+    own); the dispatches' uniform
     parameters live in one uniform buffer, each at an offset aligned to
     minUniformBufferOffsetAlignment.
     A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
@@ -111,13 +115,13 @@ class Session:
 
         # The inputs share one device buffer (each at an aligned offset), written with one
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
-        # dispatch may not bind one buffer both read-only and writable).
+        # dispatch may not bind one buffer both read-only and writable), as does a large one.
         written = {d.bindings[-1] for d in plan.dispatches}
         align = max(int(limits.get("min-storage-buffer-offset-alignment", 256)), 4)
         self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
         packed_inputs, size = set(), 0
         for index in plan.inputs.values():
-            if index not in written:
+            if index not in written and plan.buffers[index].size_bytes <= PACK_MAX_BYTES:
                 packed_inputs.add(index)
                 self._offsets[index] = size
                 size += -(-plan.buffers[index].size_bytes // align) * align

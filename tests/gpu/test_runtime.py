@@ -292,6 +292,26 @@ def test_inputs_share_one_buffer_and_are_rewritten_each_run(device):
         feeds = {"x": RNG.standard_normal((3, 5)), "b": RNG.standard_normal(5),
                  "ids": RNG.integers(0, 4, 7)}
         _close(s.run(feeds), evaluate(g, feeds, params))
+    s.run(feeds, read=())  # inputs that are outputs, read later from their offsets
+    want = evaluate(g, feeds, params)
+    _close([s.read_output(i) for i in range(4)], want)
+
+
+def test_a_large_input_is_written_to_a_buffer_of_its_own(device, monkeypatch):
+    from eggfuse.runtime import session as session_module
+
+    monkeypatch.setattr(session_module, "PACK_MAX_BYTES", 64)
+    g = Graph()
+    small, large = g.input("small", [5]), g.input("large", [3, 7])
+    g.set_outputs([g.bias_add(g.tanh(large), g.input("bias", [7])), small])
+    s = Session(g, {}, device=device)
+    index = {n: s.plan.inputs[n] for n in ("small", "large", "bias")}
+    assert s._buffers[index["large"]] is not s._buffers[index["small"]]
+    assert s._buffers[index["small"]] is s._buffers[index["bias"]]
+    for _ in range(2):
+        large = RNG.standard_normal((7, 3)).astype(np.float32).T  # f32, not contiguous
+        feeds = {"small": RNG.standard_normal(5), "large": large, "bias": RNG.standard_normal(7)}
+        _close(s.run(feeds), evaluate(g, feeds, {}))
 
 
 def test_input_layouts_and_dtypes_are_converted_without_touching_the_caller(device):

@@ -399,7 +399,7 @@ def test_intermediates_with_disjoint_lifetimes_share_allocations():
 def test_a_dispatch_that_could_overlap_its_predecessor_gets_a_new_allocation():
     g = Graph()
     x = g.input("x", [1, 8])
-    h = g.tanh(g.neg(g.tanh(x)))  # a chain: each reads its predecessor's output
+    h = g.tanh(g.add(g.tanh(x), g.neg(x)))  # the tanh and neg die here: free allocations when K is dispatched
     q = g.matmul(h, g.parameter("wq", [8, 8]))
     k = g.matmul(h, g.parameter("wk", [8, 8]))  # reads h, not q: may run alongside q
     v = g.matmul(h, g.parameter("wv", [8, 8]))
@@ -413,6 +413,9 @@ def test_a_dispatch_that_could_overlap_its_predecessor_gets_a_new_allocation():
             if b in plan.storage:
                 first_use.setdefault(plan.storage[b], i)
     order = [d.node for d in plan.dispatches]
+    free_before_k = {plan.storage[b] for b in plan.storage
+                     if max(i for i, d in enumerate(plan.dispatches) if b in d.bindings) < order.index(k)}
+    assert free_before_k  # reuse was possible, and is not taken
     for node in (k, v):  # allocations no earlier dispatch used
         assert first_use[plan.storage[by_node[node]]] == order.index(node)
     # q reads its predecessor's output (h): it reuses an allocation an earlier dispatch used
