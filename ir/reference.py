@@ -12,10 +12,12 @@ from .ops import OPS
 from .types import DType, TensorType
 
 
-def check_array(what: str, value, ty: TensorType) -> np.ndarray:
-    """Return ``value`` as a fresh array of ``ty``; raise :class:`InputError` if it does not fit.
+def check_array(what: str, value, ty: TensorType, *, copy: bool = True) -> np.ndarray:
+    """Return ``value`` as an array of ``ty``; raise :class:`InputError` if it does not fit.
 
-    The caller's array is never modified (the result is a copy or a new conversion).
+    The result is a fresh array (a copy or a new conversion), or with ``copy=False``
+    ``value`` itself when it is already an array of ``ty``'s dtype (for a caller that only
+    reads it). The caller's array is never modified.
     """
     try:
         arr = np.asarray(value)
@@ -26,12 +28,13 @@ def check_array(what: str, value, ty: TensorType) -> np.ndarray:
     if ty.dtype is DType.U32:
         if not np.issubdtype(arr.dtype, np.integer):
             raise InputError(f"{what}: expected integer indices for {ty}, got dtype {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.uint32).max):
+        if arr.size and not np.can_cast(arr.dtype, np.uint32) and (
+                arr.min() < 0 or arr.max() > np.iinfo(np.uint32).max):
             raise InputError(f"{what}: indices must lie in [0, 2^32), got {arr.min()}..{arr.max()}")
-        return arr.astype(np.uint32)
+        return arr.astype(np.uint32, copy=copy)
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise InputError(f"{what}: expected numbers for {ty}, got dtype {arr.dtype}")
-    out = arr.astype(np.float32)
+    out = arr.astype(np.float32, copy=copy)
     if not np.isfinite(out).all():
         raise InputError(f"{what}: contains NaN or infinity")
     return out

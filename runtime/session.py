@@ -11,7 +11,6 @@ import wgpu
 from ..ir.errors import InputError, LoweringError
 from ..ir.graph import Graph
 from ..ir.reference import check_array
-from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits, lower
 from .device import adapter_description, device_errors, get_device, subgroup_reductions_usable
 from .pipelines import get_pipeline
@@ -47,9 +46,8 @@ class Session:
     The graph inputs live in one device buffer, each at an offset aligned to
     minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
     kernel updates in place, or one above :data:`PACK_MAX_BYTES`, keeps a buffer of its
-    own); the dispatches' uniform
-    parameters live in one uniform buffer, each at an offset aligned to
-    minUniformBufferOffsetAlignment.
+    own); the dispatches' uniform parameters live in one uniform buffer, each at an offset
+    aligned to minUniformBufferOffsetAlignment.
     A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
 
     ``share=other`` makes this session use ``other``'s device buffers for every parameter
@@ -116,18 +114,15 @@ class Session:
         # The inputs share one device buffer (each at an aligned offset), written with one
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
         # dispatch may not bind one buffer both read-only and writable), as does a large one.
-        written = {d.bindings[-1] for d in plan.dispatches}
-        align = max(int(limits.get("min-storage-buffer-offset-alignment", 256)), 4)
-        self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
-        packed_inputs, size = set(), 0
-        for index in plan.inputs.values():
-            if index not in written and plan.buffers[index].size_bytes <= PACK_MAX_BYTES:
-                packed_inputs.add(index)
-                self._offsets[index] = size
-                size += -(-plan.buffers[index].size_bytes // align) * align
+        written = {d.output for d in plan.dispatches}
+        packed_inputs = [i for i in plan.inputs.values()
+                         if i not in written and plan.buffers[i].size_bytes <= PACK_MAX_BYTES]
+        offsets, size = _aligned_offsets([plan.buffers[i].size_bytes for i in packed_inputs],
+                                         int(limits.get("min-storage-buffer-offset-alignment", 256)))
         if size > int(limits.get("max-buffer-size", 268_435_456)):  # too large together: one buffer each
-            packed_inputs, size = set(), 0
-            self._offsets = dict.fromkeys(self._offsets, 0)
+            packed_inputs, offsets, size = [], [], 0
+        self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
+        self._offsets.update(zip(packed_inputs, offsets, strict=True))
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
@@ -162,11 +157,8 @@ class Session:
                                 for d in plan.derived.values() for name in d.sources}
         # every dispatch's parameters in one uniform buffer, each at an aligned offset: one
         # buffer for wgpu-native to track per run instead of one per dispatch
-        align = max(int(limits.get("min-uniform-buffer-offset-alignment", 256)), 16)
-        offsets, size = [], 0
-        for d in plan.dispatches:
-            offsets.append(size)
-            size += -(-len(d.params) // align) * align if d.params else 0
+        offsets, size = _aligned_offsets([len(d.params) for d in plan.dispatches],
+                                         int(limits.get("min-uniform-buffer-offset-alignment", 256)))
         self._uniform: wgpu.GPUBuffer | None = None
         if size:
             packed = np.zeros(size, dtype=np.uint8)
@@ -406,18 +398,22 @@ class _InputSlot:
 
     def check(self, value) -> np.ndarray:
         # The value as an array of the input's type (not a copy when it is one already), or
-        # InputError: wrong shape or dtype (check_array), NaN / infinity, an index out of range.
-        ty = self.type
-        if type(value) is np.ndarray and value.dtype == ty.dtype.numpy and value.shape == ty.shape:
-            if ty.dtype is DType.F32 and value.size and not np.isfinite(value).all():
-                raise InputError(f"input {self.name!r}: contains NaN or infinity")
-            arr = value
-        else:
-            arr = check_array(f"input {self.name!r}", value, ty)
+        # InputError: wrong shape or dtype, NaN / infinity (check_array), an index out of range.
+        arr = check_array(f"input {self.name!r}", value, self.type, copy=False)
         if self.rows is not None and arr.size and (top := int(arr.max())) >= self.rows:
             raise InputError(f"input {self.name!r}: index {top} out of range for a "
                              f"table of {self.rows} rows (Embedding / ScatterAdd)")
         return arr
+
+
+def _aligned_offsets(sizes: Sequence[int], align: int) -> tuple[list[int], int]:
+    # Offsets of items of ``sizes`` bytes laid out one after another in one buffer, each at a
+    # multiple of ``align``, and the buffer's size (an empty item takes no space).
+    offsets, end = [], 0
+    for n in sizes:
+        offsets.append(end)
+        end += -(-n // align) * align
+    return offsets, end
 
 
 def _addr(handle) -> int:
