@@ -1,5 +1,6 @@
-/* The recording loop of Session.run in C: one pipeline / bind group / dispatch triple per
- * plan dispatch, recorded into an open wgpu-native compute pass.
+/* The host hot path of Session.run in C: the recording loop (one pipeline / bind group /
+ * dispatch triple per plan dispatch, recorded into an open wgpu-native compute pass) and the
+ * staging of the graph inputs into the host copy of the session's input buffer.
  *
  * Python calls wgpu-native through cffi's ABI mode at about 0.3-0.8 us per call, and a
  * dispatch needs two or three calls; this loop makes the same calls through the function
@@ -17,6 +18,18 @@
  * Raises ValueError when the buffer is not C-contiguous 64-bit unsigned integers in whole
  * 5-word rows, or a handle is 0. Validation errors of the recorded commands surface, as with
  * wgpu-py's own calls, when the command encoder is finished.
+ *
+ * stage(staging, inputs, slots) -> list of int
+ *   Session.run's input staging: copies each graph input that is already a C-contiguous
+ *   array of its slot's element type and shape into the host copy of the session's input
+ *   buffer, checking it on the way (f32: every value finite; u32 with a row count: every
+ *   index below it).
+ *   staging   writable C-contiguous buffer (the host copy, bytes)
+ *   inputs    mapping of input name -> value (KeyError for a missing name)
+ *   slots     tuple of (name, offset in bytes, shape tuple, kind, rows) tuples; kind 0 is
+ *             f32 ("f"), 1 is u32 ("I", or "L" of 4 bytes); rows < 0 means no bound
+ *   Returns the indices of the slots it did not stage, or staged but found a bad value in:
+ *   the caller converts and checks those itself (and names the input in its error).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -82,12 +95,86 @@ static PyObject *record(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* 1 when buffer format ``f`` (of items of ``itemsize`` bytes) is kind 0 (f32) or 1 (u32). */
+static int format_is(const char *f, Py_ssize_t itemsize, long kind) {
+    if (!f || itemsize != 4) return 0;
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (f[0] == '\0' || f[1] != '\0') return 0;
+    return kind == 0 ? f[0] == 'f' : (f[0] == 'I' || f[0] == 'L');
+}
+
+/* 1 when the value in ``b`` has the slot's shape, and its n bytes are a whole number of items. */
+static int shape_is(const Py_buffer *b, PyObject *shape) {
+    const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    if (b->ndim != ndim || !b->shape) return 0;
+    for (Py_ssize_t d = 0; d < ndim; d++)
+        if (b->shape[d] != PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d))) return 0;
+    return 1;
+}
+
+static PyObject *stage(PyObject *self, PyObject *args) {
+    PyObject *staging_obj, *inputs, *slots;
+    if (!PyArg_ParseTuple(args, "OOO!", &staging_obj, &inputs, &PyTuple_Type, &slots)) return NULL;
+    Py_buffer dest;
+    if (PyObject_GetBuffer(staging_obj, &dest, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    PyObject *rest = PyList_New(0);
+    if (!rest) goto fail;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i);
+        PyObject *name, *shape;
+        Py_ssize_t offset;
+        long kind, rows;
+        if (!PyArg_ParseTuple(slot, "OnO!ll", &name, &offset, &PyTuple_Type, &shape, &kind, &rows)) goto fail;
+        PyObject *value = PyObject_GetItem(inputs, name);
+        if (!value) goto fail;
+        Py_buffer b;
+        int staged = 0, good = 0;
+        if (PyObject_GetBuffer(value, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+        } else {
+            if (format_is(b.format, b.itemsize, kind) && shape_is(&b, shape) && offset >= 0 &&
+                offset + b.len <= dest.len) {
+                memmove((char *)dest.buf + offset, b.buf, (size_t)b.len);
+                staged = 1;
+                const uint32_t *w = (const uint32_t *)b.buf;
+                const Py_ssize_t n = b.len / 4;
+                uint32_t bad = 0;
+                if (kind == 0) {
+                    for (Py_ssize_t k = 0; k < n; k++)  /* exponent all ones: infinity or NaN */
+                        bad |= (uint32_t)((w[k] & 0x7f800000u) == 0x7f800000u);
+                } else if (rows >= 0) {
+                    for (Py_ssize_t k = 0; k < n; k++) bad |= (uint32_t)(w[k] >= (uint64_t)rows);
+                }
+                good = !bad;
+            }
+            PyBuffer_Release(&b);
+        }
+        Py_DECREF(value);
+        if (PyErr_Occurred()) goto fail;  /* a shape entry that is not an int */
+        if (!(staged && good)) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (!index || PyList_Append(rest, index) < 0) {
+                Py_XDECREF(index);
+                goto fail;
+            }
+            Py_DECREF(index);
+        }
+    }
+    PyBuffer_Release(&dest);
+    return rest;
+fail:
+    Py_XDECREF(rest);
+    PyBuffer_Release(&dest);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"record", record, METH_VARARGS, "record(pass, commands, set_pipeline, set_bind_group, dispatch) -> None"},
+    {"stage", stage, METH_VARARGS, "stage(staging, inputs, slots) -> list of the slot indices left to the caller"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record",
-                                    "Session's dispatch-recording loop in C (see _record.c).", -1, methods};
+                                    "Session's dispatch-recording loop and input staging in C (see _record.c).", -1, methods};
 
 PyMODINIT_FUNC PyInit__record(void) { return PyModule_Create(&module); }

@@ -88,7 +88,13 @@ def device_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
-        raise DeviceError(f"{what}: {type(e).__name__}: {e}") from e
+        raise device_error(what, e) from e
+
+
+def device_error(what: str, error: Exception) -> DeviceError:
+    """The DeviceError that :func:`device_errors` raises for wgpu ``error`` met while ``what``
+    (for a hot path that catches wgpu's errors itself)."""
+    return DeviceError(f"{what}: {type(error).__name__}: {error}")
 
 
 #: Probe of the subgroup layout that shaders/subgroup_reduce.wgsl assumes: each invocation

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import atexit
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import wgpu
@@ -11,8 +13,9 @@ import wgpu
 from ..ir.errors import InputError, LoweringError
 from ..ir.graph import Graph
 from ..ir.reference import check_array
+from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits, lower
-from .device import adapter_description, device_errors, get_device, subgroup_reductions_usable
+from .device import adapter_description, device_error, device_errors, get_device, subgroup_reductions_usable
 from .pipelines import get_pipeline
 
 try:  # the wgpu-native backend's C library, for the recording fast paths
@@ -25,11 +28,16 @@ try:  # the recording loop in C (runtime/_record.c), built at install when a C c
 except ImportError:
     _c_record = None
 
-_recorder: ThreadPoolExecutor | None = None  # one thread that records sessions' next runs
+_recorder: _Recorder | None = None  # one thread that records sessions' next runs
 
 #: Inputs up to this size share the session's input buffer (one write per run, after a host
 #: copy into its staging array); larger ones are written straight into a buffer of their own.
 PACK_MAX_BYTES = 1 << 20
+#: Read-only parameters, derived parameters and constants are packed into device buffers
+#: ("arenas") of at most this size (and the device's maxBufferSize), each at an aligned
+#: offset: wgpu-native's submit and pass encoding track every distinct buffer a command
+#: buffer uses, so fewer buffers cost less host time per run.
+ARENA_MAX_BYTES = 256 << 20
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
@@ -47,14 +55,18 @@ class Session:
     minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
     kernel updates in place, or one above :data:`PACK_MAX_BYTES`, keeps a buffer of its
     own); the dispatches' uniform parameters live in one uniform buffer, each at an offset
-    aligned to minUniformBufferOffsetAlignment.
+    aligned to minUniformBufferOffsetAlignment; the parameters, derived parameters and
+    constants no dispatch writes live in a few buffers of at most :data:`ARENA_MAX_BYTES`
+    (state tensors and parameters updated in place keep buffers of their own).
     A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
 
     ``share=other`` makes this session use ``other``'s device buffers for every parameter
     and state tensor of the same name (and derived parameter packing the same sources):
     nothing is uploaded or zero-filled for them, ``params`` may leave them out (values given
     for them are ignored), and an in-place update or :meth:`write_parameter` through either
-    session is seen by both. That is how a prefill plan and a decode plan of one model hold
+    session is seen by both (a plan that updates a parameter in place while reading another
+    one in the same dispatch must be the first session, not the sharing one: InputError).
+    That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
     ``subgroups`` (a graph only; a plan was lowered already): lower reductions with
@@ -123,14 +135,37 @@ class Session:
             packed_inputs, offsets, size = [], [], 0
         self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
         self._offsets.update(zip(packed_inputs, offsets, strict=True))
+        self._offsets.update({index: offset for index, (_, offset) in borrowed.items()})
+        # Parameters, derived parameters and constants no dispatch of this plan writes share
+        # a few arenas (state tensors, which plans update in place, keep buffers of their own).
+        storage_align = int(limits.get("min-storage-buffer-offset-alignment", 256))
+        arena_cap = min(ARENA_MAX_BYTES, int(limits.get("max-buffer-size", 268_435_456)))
+        resident = [b.index for b in plan.buffers
+                    if b.kind in ("parameter", "derived", "constant") and b.index not in written
+                    and b.index not in borrowed and b.name not in plan.state and b.size_bytes <= arena_cap]
+        arenas: list[tuple[list[int], list[int], int]] = []  # (buffer indices, offsets, size)
+        for index in resident:
+            if not arenas or _aligned_offsets([arenas[-1][2], plan.buffers[index].size_bytes],
+                                              storage_align)[1] > arena_cap:
+                arenas.append(([], [], 0))
+            members, offs, end = arenas[-1]
+            offset = -(-end // storage_align) * storage_align
+            arenas[-1] = (members + [index], offs + [offset], offset + plan.buffers[index].size_bytes)
+        for members, offs, _ in arenas:
+            self._offsets.update(zip(members, offs, strict=True))
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
+            in_arena = {}
+            for k, (members, _, end) in enumerate(arenas):
+                buffer = self.device.create_buffer(size=end, usage=_STORAGE, label=f"parameters {k}")
+                in_arena.update(dict.fromkeys(members, buffer))
             shared = [self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}")
                       for k, n in enumerate(plan.storage_sizes)]
             self._buffers: list[wgpu.GPUBuffer | None] = [
-                borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
+                borrowed[b.index][0] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
+                else in_arena[b.index] if b.index in in_arena
                 else shared[plan.storage[b.index]] if b.index in plan.storage
                 else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
@@ -139,19 +174,34 @@ class Session:
         self._input_slots = {name: _InputSlot(name, index, plan.buffers[index].type, plan.index_bounds.get(name),
                                               self._input_staging, self._offsets[index], index in packed_inputs)
                              for name, index in plan.inputs.items()}
+        self._packed_slots = [slot for slot in self._input_slots.values() if slot.packed]
+        self._own_slots = [slot for slot in self._input_slots.values() if not slot.packed]
+        # the packed inputs as the compiled staging (_record.stage) takes them
+        self._stage_slots = None
+        if getattr(_c_record, "stage", None) is not None:
+            self._stage_slots = tuple((slot.name, self._offsets[slot.index], slot.shape,
+                                       0 if slot.type.dtype is DType.F32 else 1, -1 if slot.rows is None else slot.rows)
+                                      for slot in self._packed_slots)
+        # run()'s input write and submit as direct wgpu-native calls (wgpu-py's wrappers cost
+        # ~15 us a run): the queue handle, the input buffer's, and the host copy's address
+        self._raw: tuple | None = None
+        if _lib is not None and getattr(self.device.queue, "_internal", None) is not None:
+            self._raw = (self.device.queue._internal, getattr(self._input_buffer, "_internal", None),
+                         _ffi.cast("void *", self._input_staging.ctypes.data))
         with device_errors("uploading the session's parameters"):
             queue = self.device.queue
             for name, arr in values.items():
                 index = plan.parameters[name]
                 if self._buffers[index] is not None and index not in borrowed:
-                    queue.write_buffer(self._buffers[index], 0, arr)
+                    queue.write_buffer(self._buffers[index], self._offsets[index], arr)
             for index, d in plan.derived.items():
                 if index in borrowed:
                     continue
                 packed = np.concatenate([values[name] for name in d.sources], axis=d.axis)
-                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(packed))
+                queue.write_buffer(self._buffers[index], self._offsets[index], np.ascontiguousarray(packed))
             for index, arr in plan.constants.items():
-                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr, dtype=np.float32))
+                queue.write_buffer(self._buffers[index], self._offsets[index],
+                                   np.ascontiguousarray(arr, dtype=np.float32))
         # the sources of derived parameters, kept to repack those when one is written (write_parameter)
         self._packed_sources = {name: values[name] if name in values else share._packed_sources[name]
                                 for d in plan.derived.values() for name in d.sources}
@@ -169,13 +219,20 @@ class Session:
         self._commands = [self._prepare(d, offset) for d, offset in zip(plan.dispatches, offsets, strict=True)]
         self._prerecord = bool(prerecord)
         self._runs = 0
-        self._next: Future | None = None  # the next run's command buffer, being recorded
+        self._next: _Pending | None = None  # the next run's command buffer, being recorded
         self._native: tuple | None = None  # (commands [n, 5] uint64, function addresses), on first run
         self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
 
     def _prepare(self, d, uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup,
                                                          tuple[int, int, int]]:
         # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch.
+        out = self._buffers[d.output]
+        clash = [self.plan.buffers[i].name for i in d.inputs if self._buffers[i] is out]
+        if clash:  # only through share=: the other session packed a parameter this plan updates
+            raise InputError(f"{d.label} updates {self.plan.buffers[d.output].name!r} in place, but the shared "
+                             "session packed it read-only into one parameter buffer with "
+                             f"{', '.join(map(repr, clash))}, which this dispatch also reads: create the "
+                             "session that updates it first and share from that one")
         pipeline, bgl = get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
                                      label=f"{d.kernel}: {d.label}")
         with device_errors(f"binding buffers for {d.label}"):
@@ -211,13 +268,14 @@ class Session:
         arr = np.ascontiguousarray(check_array(f"parameter {name!r}", value, self.plan.buffers[index].type))
         with device_errors(f"writing parameter {name!r}"):
             if self._buffers[index] is not None:
-                self.device.queue.write_buffer(self._buffers[index], 0, arr)
+                self.device.queue.write_buffer(self._buffers[index], self._offsets[index], arr)
             if name in self._packed_sources:
                 self._packed_sources[name] = arr
                 for packed, d in self.plan.derived.items():
                     if name in d.sources:
                         value = np.concatenate([self._packed_sources[n] for n in d.sources], axis=d.axis)
-                        self.device.queue.write_buffer(self._buffers[packed], 0, np.ascontiguousarray(value))
+                        self.device.queue.write_buffer(self._buffers[packed], self._offsets[packed],
+                                                      np.ascontiguousarray(value))
 
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
@@ -254,12 +312,19 @@ class Session:
             index = self.plan.outputs[0]
             self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
 
-    def _take_recorded(self) -> list[wgpu.GPUCommandBuffer]:
-        # This run's command buffer: the one recorded in the background, or recorded now.
+    def _take_recorded(self) -> tuple[list[wgpu.GPUCommandBuffer], object]:
+        # This run's command buffer (and its handles, see _record_for_run): the one recorded in
+        # the background, or recorded now.
         if self._next is not None:
-            future, self._next = self._next, None
-            return future.result()
-        return self._record_plan()
+            pending, self._next = self._next, None
+            return pending.result()
+        return self._record_for_run()
+
+    def _record_for_run(self) -> tuple[list[wgpu.GPUCommandBuffer], object]:
+        # The plan's command buffer, with the C array of its wgpu-native handle that run()
+        # submits (None without wgpu-native).
+        buffers = self._record_plan()
+        return buffers, None if self._raw is None else _handles(buffers)
 
     def _record_next(self) -> None:
         # Start recording the next run's command buffer on the background thread.
@@ -268,10 +333,9 @@ class Session:
         if not self._prerecord or self._runs < 2 or not self._commands:
             return
         if _recorder is None:
-            _recorder = ThreadPoolExecutor(1, thread_name_prefix="eggfuse-record")
-        try:
-            self._next = _recorder.submit(self._record_plan)
-        except RuntimeError:  # the interpreter is shutting down: record in run() from now on
+            _recorder = _Recorder()
+        self._next = _recorder.submit(self._record_for_run)
+        if self._next is None:  # the interpreter is shutting down: record in run() from now on
             self._prerecord = False
 
     def _record_plan(self) -> list[wgpu.GPUCommandBuffer]:
@@ -333,42 +397,65 @@ class Session:
         background after the previous run.
         """
         plan = self.plan
-        read = range(len(plan.outputs)) if read is None else list(read)
-        bad = [i for i in read if not 0 <= i < len(plan.outputs)]
-        if bad:
-            raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")
+        if read is None:
+            read = range(len(plan.outputs))
+        elif read != ():
+            read = list(read)
+            bad = [i for i in read if not 0 <= i < len(plan.outputs)]
+            if bad:
+                raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")
         slots = self._input_slots
-        if not isinstance(inputs, Mapping) or inputs.keys() != slots.keys():
-            _check_leaves("input", inputs, plan.inputs, plan)  # raises for a missing or unknown input
-        values = [(slot, slot.check(inputs[name])) for name, slot in slots.items()]
-        device = self.device
-        with device_errors("running the plan"):
-            for slot, arr in values:  # the packed inputs into the host copy, the others written now
-                if slot.packed:
-                    slot.view[...] = arr
-                else:
-                    device.queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(arr))
+        rest = None  # the packed inputs left to convert, check and copy here
+        if self._stage_slots is not None and type(inputs) is dict and len(inputs) == len(slots):
+            try:  # compiled: copies and checks the inputs that are arrays of their type already
+                rest = [self._packed_slots[i] for i in _c_record.stage(self._input_staging, inputs, self._stage_slots)]
+            except KeyError:  # a name missing, so another unknown: refused below
+                pass
+        if rest is None:
+            if not isinstance(inputs, Mapping) or inputs.keys() != slots.keys():
+                _check_leaves("input", inputs, plan.inputs, plan)  # raises for a missing or unknown input
+            rest = self._packed_slots
+        for slot in rest:  # into the host copy of the input buffer
+            slot.view[...] = slot.check(inputs[slot.name])
+        own = [(slot, slot.check(inputs[slot.name])) for slot in self._own_slots] if self._own_slots else ()
+        try:
+            queue, raw = self.device.queue, self._raw
+            for slot, arr in own:
+                queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(arr))
             if self._input_staging.size:
-                device.queue.write_buffer(self._input_buffer, 0, self._input_staging)
-            buffers = self._take_recorded()
-            wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read}
+                if raw is not None:
+                    _lib.wgpuQueueWriteBuffer(raw[0], raw[1], 0, raw[2], self._input_staging.nbytes)
+                else:
+                    queue.write_buffer(self._input_buffer, 0, self._input_staging)
+            buffers, handles = self._take_recorded()
+            wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read} if read else {}
             if wanted:
-                encoder = device.create_command_encoder()
+                encoder = self.device.create_command_encoder()
                 for index, staging in wanted.items():
                     encoder.copy_buffer_to_buffer(self._buffers[index], self._offsets[index], staging, 0,
                                                   staging.size)
                 buffers.append(encoder.finish())
+                handles = None if raw is None else _handles(buffers)
                 del encoder
-            device.queue.submit(buffers)
+            if raw is not None:
+                # wgpu-native's own call: a submit of valid command buffers (finish() raised for
+                # any error recorded in them) whose resources the session keeps alive
+                _lib.wgpuQueueSubmit(raw[0], len(buffers), handles)
+            else:
+                queue.submit(buffers)
             # released here, not when run() returns: wgpu-native's release would wait on the
             # next run's recording, which holds the device's command locks
             del buffers
             self._record_next()
+            if not wanted:
+                return []
             raw = {}
             for index, staging in wanted.items():
                 staging.map_sync(wgpu.MapMode.READ)
                 raw[index] = staging.read_mapped()
                 staging.unmap()
+        except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
+            raise device_error("running the plan", e) from e
         outs = []
         for i in read:
             ty = plan.output_types[i]
@@ -387,11 +474,12 @@ class Session:
 class _InputSlot:
     """One graph input of a session: its checks, and where :meth:`Session.run` puts it."""
 
-    __slots__ = ("name", "index", "type", "rows", "packed", "view")
+    __slots__ = ("name", "index", "type", "shape", "rows", "packed", "view")
 
     def __init__(self, name: str, index: int, ty, rows: int | None, staging: np.ndarray, offset: int,
                  packed: bool) -> None:
         self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
+        self.shape = ty.shape
         # its bytes in the host copy of the session's input buffer, as an array of its type
         self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.numpy).reshape(ty.shape)
                      if packed else None)
@@ -406,6 +494,59 @@ class _InputSlot:
         return arr
 
 
+class _Pending:
+    # A command buffer being recorded on the recording thread: result() blocks until it is.
+    __slots__ = ("_done", "value", "error")
+
+    def __init__(self) -> None:
+        self._done = threading.Lock()
+        self._done.acquire()  # released by the recording thread when the job is done
+        self.value: tuple | None = None
+        self.error: BaseException | None = None
+
+    def result(self) -> tuple:
+        self._done.acquire()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class _Recorder:
+    # The thread that records sessions' next runs: jobs handed over through a SimpleQueue
+    # and finished jobs signalled through a lock (a quarter of the host time that
+    # concurrent.futures takes per hand-over). It stops (finishing queued jobs) at exit.
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="eggfuse-record", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def submit(self, job: Callable[[], tuple]) -> _Pending | None:
+        # The job's pending result, or None once the recorder has stopped.
+        if self._closed:
+            return None
+        pending = _Pending()
+        self._jobs.put((job, pending))
+        return pending
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, pending = item
+            try:
+                pending.value = job()
+            except BaseException as e:  # noqa: BLE001 - handed to the thread that takes the result
+                pending.error = e
+            finally:
+                pending._done.release()
+
+    def close(self) -> None:
+        self._closed = True
+        self._jobs.put(None)
+        self._thread.join()
+
+
 def _aligned_offsets(sizes: Sequence[int], align: int) -> tuple[list[int], int]:
     # Offsets of items of ``sizes`` bytes laid out one after another in one buffer, each at a
     # multiple of ``align``, and the buffer's size (an empty item takes no space).
@@ -416,14 +557,19 @@ def _aligned_offsets(sizes: Sequence[int], align: int) -> tuple[list[int], int]:
     return offsets, end
 
 
+def _handles(buffers: Sequence[wgpu.GPUCommandBuffer]):
+    # A C array of the wgpu-native handles of command buffers, for wgpuQueueSubmit.
+    return _ffi.new("WGPUCommandBuffer[]", [b._internal for b in buffers])
+
+
 def _addr(handle) -> int:
     # The address of a cffi pointer (a wgpu-native handle or function), as an int.
     return int(_ffi.cast("uintptr_t", handle))
 
 
-def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBuffer]:
-    # The device buffers of ``share`` that ``plan`` reuses, by buffer index: parameters and
-    # state by name, derived parameters by what they pack.
+def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, tuple[wgpu.GPUBuffer, int]]:
+    # The device buffers (and offsets in them) of ``share`` that ``plan`` reuses, by buffer
+    # index: parameters and state by name, derived parameters by what they pack.
     out = {}
     for name, index in plan.parameters.items():
         other = share.plan.parameters.get(name)
@@ -433,15 +579,15 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBu
         if mine != theirs:
             raise InputError(f"parameter {name!r} is {mine} in this plan but {theirs} in the shared session")
         if plan.buffers[index].kind != "host" and share._buffers[other] is not None:
-            out[index] = share._buffers[other]
+            out[index] = share._buffers[other], share._offsets[other]
     packed = {(d.sources, d.axis): index for index, d in share.plan.derived.items()}
     for index, d in plan.derived.items():
         if (other := packed.get((d.sources, d.axis))) is not None:
-            out[index] = share._buffers[other]
+            out[index] = share._buffers[other], share._offsets[other]
     return out
 
 
-def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffer]) -> dict[str, int]:
+def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, tuple[wgpu.GPUBuffer, int]]) -> dict[str, int]:
     # Parameters whose values must be given: those with a buffer of their own, and the
     # sources of derived parameters this session packs itself.
     packing = {name for index, d in plan.derived.items() if index not in borrowed for name in d.sources}

@@ -23,10 +23,14 @@ def test_prefill_and_decode_sessions_share_weights_and_cache(device):
     prefill_graph, _ = optimize(build_llama_cache_graph(TINY, 6, 16))
     decode = Session(decode_graph, params, device=device)
     prefill = Session(prefill_graph, {}, share=decode)  # nothing to upload: every buffer is shared
+    def place(session, index):  # a device buffer and the offset in it
+        return id(session._buffers[index]), session._offsets[index]
+
     for name, index in prefill.plan.parameters.items():
         if prefill._buffers[index] is not None:
-            assert prefill._buffers[index] is decode._buffers[decode.plan.parameters[name]], name
-    assert prefill.plan.derived and all(prefill._buffers[i] in decode._buffers for i in prefill.plan.derived)
+            assert place(prefill, index) == place(decode, decode.plan.parameters[name]), name
+    decode_places = {place(decode, i) for i in range(len(decode.plan.buffers))}
+    assert prefill.plan.derived and all(place(prefill, i) in decode_places for i in prefill.plan.derived)
 
     (got,) = prefill.run({"tokens": tokens[:6], "pos": [0]})
     np.testing.assert_allclose(got, want[:6], rtol=1e-4, atol=1e-4 * np.abs(want).max())
@@ -62,3 +66,24 @@ def test_cache_write_past_the_end_writes_only_the_rows_that_fit(device):
     np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))
     (out,) = s.run({"new": -new, "pos": [2**32 - 1]})  # no wrap-around to row 0
     np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))
+
+
+def test_a_sharing_plan_that_updates_a_packed_parameter_while_reading_another_is_refused(device):
+    # The first session packs w and v read-only into one parameter buffer; a plan whose
+    # update of w reads v in the same dispatch cannot bind that buffer both ways.
+    g = Graph()
+    w, v = g.parameter("w", [3]), g.parameter("v", [3])
+    g.set_outputs([g.add(g.input("x", [3]), g.mul(w, v))])
+    params = {"w": np.ones(3), "v": np.full(3, 2.0)}
+    first = Session(g, params, device=device)
+    assert first._buffers[first.plan.parameters["w"]] is first._buffers[first.plan.parameters["v"]]
+    train = Graph()
+    tw, tv = train.parameter("w", [3]), train.parameter("v", [3])
+    train.set_outputs([train.add_node("SgdUpdate", (tw, tv), lr=0.5)])
+    with pytest.raises(InputError, match=r"SgdUpdate.*updates 'w' in place.*with 'v'.*create the session that updates"):
+        Session(train, {}, share=first)
+    # created the other way round, the updated parameter has a buffer of its own and both work
+    trainer = Session(train, params, device=device)
+    infer = Session(g, {}, share=trainer)
+    trainer.run({}, read=())
+    np.testing.assert_allclose(infer.run({"x": np.zeros(3)})[0], (1 - 0.5 * 2.0) * 2.0 * np.ones(3))

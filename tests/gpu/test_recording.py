@@ -101,18 +101,18 @@ def test_compiled_loop_rejects_malformed_commands():
 
 
 def test_run_after_the_recording_thread_is_gone(device, monkeypatch):
-    # At interpreter shutdown the executor refuses new work: runs go on, recorded in run().
+    # At interpreter exit the recording thread stops and refuses new work: runs go on,
+    # recorded in run().
     g = _dag()
     x = np.ones((5, 7), dtype=np.float32)
     w0 = np.full((7, 3), 0.2, dtype=np.float32)
     s = Session(g, {"w": w0}, device=device)
     s.run({"x": x}, read=())
 
-    class Closed:
-        def submit(self, *args, **kwargs):
-            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-
-    monkeypatch.setattr(session_module, "_recorder", Closed())
+    closed = session_module._Recorder()
+    closed.close()  # what the exit handler does
+    assert not closed._thread.is_alive()
+    monkeypatch.setattr(session_module, "_recorder", closed)
     s.run({"x": x}, read=())  # the second run would start pre-recording
     assert s._next is None and not s._prerecord
     w = evaluate(g, {"x": x}, {"w": w0})[-1]
@@ -120,3 +120,95 @@ def test_run_after_the_recording_thread_is_gone(device, monkeypatch):
     want = evaluate(g, {"x": x}, {"w": w})
     for got, ref in zip(s.run({"x": x}), want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_an_error_met_while_recording_in_the_background_is_raised_by_the_next_run(device, monkeypatch):
+    import wgpu
+
+    from eggfuse.ir import DeviceError
+
+    g = _dag()
+    x = np.ones((5, 7), dtype=np.float32)
+    s = Session(g, {"w": np.full((7, 3), 0.1)}, device=device)
+    s.run({"x": x}, read=())
+    s.run({"x": x}, read=())  # the next run is being recorded from here on
+    assert s._next is not None
+
+    def failing():
+        raise wgpu.GPUValidationError("invalid bind group")
+
+    monkeypatch.setattr(s, "_record_for_run", failing)  # what the next hand-over gives the thread
+    s.run({"x": x}, read=())  # starts recording the next run, which fails on the recording thread
+    with pytest.raises(DeviceError, match="running the plan: GPUValidationError: invalid bind group"):
+        s.run({"x": x}, read=())
+    monkeypatch.undo()
+    s.run({"x": x}, read=())  # the failed command buffer is not kept: later runs record again
+    w = s.read_parameter("w")  # after the failed run, which submitted nothing
+    (got,) = s.run({"x": x}, read=[0])
+    np.testing.assert_allclose(got, evaluate(g, {"x": x}, {"w": w})[0], rtol=1e-5)
+
+
+def test_compiled_staging_copies_and_checks_inputs_of_their_type_and_leaves_the_rest():
+    rec = session_module._c_record
+    if rec is None:
+        pytest.skip("the compiled recording loop is not built")
+    staging = np.zeros(64, dtype=np.uint8)
+    slots = (("x", 0, (2, 3), 0, -1), ("ids", 32, (4,), 1, 5))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ids = np.array([0, 4, 2, 1], dtype=np.uint32)
+    assert rec.stage(staging, {"x": x, "ids": ids}, slots) == []
+    np.testing.assert_array_equal(staging[:24].view(np.float32), x.ravel())
+    np.testing.assert_array_equal(staging[32:48].view(np.uint32), ids)
+    left = [
+        ({"x": x.astype(np.float64)}, [0]),                     # another dtype
+        ({"x": x.T.copy()}, [0]),                               # another shape
+        ({"x": np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]}, [0]),  # not contiguous
+        ({"x": x.tolist()}, [0]),                               # no buffer protocol
+        ({"x": x.astype(">f4")}, [0]),                          # big-endian
+        ({"x": np.where(x == 4, np.nan, x).astype(np.float32)}, [0]),   # NaN
+        ({"x": np.where(x == 5, -np.inf, x).astype(np.float32)}, [0]),  # infinity
+        ({"ids": np.array([0, 5, 1, 1], np.uint32)}, [1]),     # an index of row 5 of 5
+        ({"ids": ids.astype(np.int32)}, [1]),                   # signed
+        ({"x": x.astype(np.uint32), "ids": ids.astype(np.float32)}, [0, 1]),
+    ]
+    for change, want in left:
+        assert rec.stage(staging, {"x": x, "ids": ids, **change}, slots) == want, change
+    assert rec.stage(staging, {"x": x, "ids": ids}, (("x", 48, (2, 3), 0, -1),)) == [0]  # past the end
+    assert rec.stage(staging, {"x": np.full((2, 3), 3e38, np.float32), "ids": ids}, slots) == []  # finite
+    with pytest.raises(KeyError):
+        rec.stage(staging, {"x": x}, slots)
+    with pytest.raises(BufferError):
+        rec.stage(b"\x00" * 64, {"x": x, "ids": ids}, slots)  # read-only staging
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_inputs_staged_with_and_without_the_compiled_staging(compiled, device, monkeypatch):
+    from types import MappingProxyType
+
+    from eggfuse.ir import DType, InputError
+
+    if compiled and session_module._c_record is None:
+        pytest.skip("the compiled recording loop is not built")
+    if not compiled:
+        monkeypatch.setattr(session_module, "_c_record", None)
+    g = Graph()
+    a, ids = g.input("a", [3, 5]), g.input("ids", [4], DType.U32)
+    g.set_outputs([g.tanh(a), g.embedding(ids, g.parameter("table", [6, 5]))])
+    params = {"table": np.random.default_rng(1).standard_normal((6, 5))}
+    s = Session(g, params, device=device)
+    assert (s._stage_slots is not None) == compiled
+    rng = np.random.default_rng(2)
+    for feeds in ({"a": rng.standard_normal((3, 5)).astype(np.float32), "ids": np.array([5, 0, 3, 3], np.uint32)},
+                  {"a": rng.standard_normal((3, 5)), "ids": [1, 2, 3, 4]},     # converted
+                  MappingProxyType({"a": np.ones((3, 5), np.float32), "ids": np.zeros(4, np.uint32)})):
+        for got, want in zip(s.run(feeds), evaluate(g, dict(feeds), params), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    good = {"a": np.ones((3, 5), np.float32), "ids": np.zeros(4, np.uint32)}
+    for bad, match in (({"ids": np.array([0, 6, 0, 0], np.uint32)}, "input 'ids': index 6 out of range"),
+                       ({"a": np.full((3, 5), np.nan, np.float32)}, "input 'a': contains NaN"),
+                       ({"b": good["a"]}, r"input\(s\) not given: 'a'")):
+        feeds = {**good, **bad}
+        if "b" in bad:
+            del feeds["a"]
+        with pytest.raises(InputError, match=match):
+            s.run(feeds)

@@ -387,3 +387,67 @@ def test_shared_intermediate_storage_gives_the_reference_numbers(device):
         want = evaluate(g, feeds, params)
         _close(s_shared.run(feeds), want)
         _close(s_own.run(feeds), want)
+
+
+def test_read_only_parameters_and_constants_share_parameter_buffers(device, monkeypatch):
+    from eggfuse.runtime import session as session_module
+
+    g = Graph()
+    x = g.input("x", [5, 6])
+    w1, w2 = g.parameter("w1", [6, 7]), g.parameter("w2", [7, 3])
+    b1, b2 = g.parameter("b1", [7]), g.parameter("b2", [3])
+    h = g.relu(g.bias_add(g.matmul(x, w1), b1))
+    g.set_outputs([g.bias_add(g.matmul(h, w2), b2), g.add(b2, g.constant(np.arange(3.0)))])
+    params = {"w1": RNG.standard_normal((6, 7)), "w2": RNG.standard_normal((7, 3)),
+              "b1": RNG.standard_normal(7), "b2": RNG.standard_normal(3)}
+    align = device.limits["min-storage-buffer-offset-alignment"]
+    for cap in (1 << 20, 200):  # one parameter buffer (of 304 bytes and more), or several of <= 200
+        monkeypatch.setattr(session_module, "ARENA_MAX_BYTES", cap)
+        s = Session(g, params, device=device)
+        resident = [b for b in s.plan.buffers if b.kind in ("parameter", "constant")]
+        buffers = {id(s._buffers[b.index]): s._buffers[b.index] for b in resident}
+        assert (len(buffers) == 1) == (cap > 1000) and all(buf.size <= cap for buf in buffers.values())
+        spans = sorted((id(s._buffers[b.index]), s._offsets[b.index], s._offsets[b.index] + b.size_bytes)
+                       for b in resident)
+        assert all(o % align == 0 for _, o, _ in spans)
+        assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:], strict=False))
+        feeds = {"x": RNG.standard_normal((5, 6))}
+        _close(s.run(feeds), evaluate(g, feeds, params))
+        for name in params:  # read back from its offset
+            np.testing.assert_array_equal(s.read_parameter(name), np.float32(params[name]))
+        new = {**params, "w2": RNG.standard_normal((7, 3))}
+        s.write_parameter("w2", new["w2"])  # written at its offset, neighbours untouched
+        _close(s.run(feeds), evaluate(g, feeds, new))
+        np.testing.assert_array_equal(s.read_parameter("b1"), np.float32(params["b1"]))
+
+
+def test_a_refused_input_names_itself_and_the_next_run_is_unaffected(device):
+    # Inputs already of their dtype are copied into the input buffer's host copy and checked
+    # there; the error still names the input, and nothing stale reaches the next run.
+    g = Graph()
+    a, b = g.input("a", [3, 4]), g.input("b", [4])
+    ids = g.input("ids", [5], DType.U32)
+    g.set_outputs([g.bias_add(a, b), g.embedding(ids, g.parameter("table", [6, 4]))])
+    params = {"table": RNG.standard_normal((6, 4))}
+    s = Session(g, params, device=device)
+    good = {"a": RNG.standard_normal((3, 4)).astype(np.float32), "b": np.ones(4, np.float32),
+            "ids": np.arange(5, dtype=np.uint32)}
+    for bad, match in (({"b": np.array([1, np.inf, 1, 1], np.float32)}, "input 'b': contains NaN or infinity"),
+                       ({"a": np.full((3, 4), np.nan, np.float32)}, "input 'a': contains NaN"),
+                       ({"ids": np.array([0, 1, 6, 2, 3], np.uint32)}, "input 'ids': index 6 out of range")):
+        with pytest.raises(InputError, match=match):
+            s.run({**good, **bad})
+        _close(s.run(good), evaluate(g, good, params))
+
+
+def test_a_plan_without_dispatches_runs_and_reads_back(device):
+    g = Graph()
+    x = g.input("x", [3])
+    g.set_outputs([x, g.reshape(x, [1, 3])])
+    s = Session(g, {}, device=device)
+    assert not s.plan.dispatches
+    for k in range(3):
+        feeds = {"x": np.arange(3.0) + k}
+        assert s.run(feeds, read=()) == []
+        _close([s.read_output(0), s.read_output(1)], evaluate(g, feeds, {}))
+        _close(s.run(feeds), evaluate(g, feeds, {}))
