@@ -33,11 +33,6 @@ _recorder: _Recorder | None = None  # one thread that records sessions' next run
 #: Inputs up to this size share the session's input buffer (one write per run, after a host
 #: copy into its staging array); larger ones are written straight into a buffer of their own.
 PACK_MAX_BYTES = 1 << 20
-#: Read-only parameters, derived parameters and constants are packed into device buffers
-#: ("arenas") of at most this size (and the device's maxBufferSize), each at an aligned
-#: offset: wgpu-native's submit and pass encoding track every distinct buffer a command
-#: buffer uses, so fewer buffers cost less host time per run.
-ARENA_MAX_BYTES = 256 << 20
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
@@ -55,18 +50,14 @@ class Session:
     minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
     kernel updates in place, or one above :data:`PACK_MAX_BYTES`, keeps a buffer of its
     own); the dispatches' uniform parameters live in one uniform buffer, each at an offset
-    aligned to minUniformBufferOffsetAlignment; the parameters, derived parameters and
-    constants no dispatch writes live in a few buffers of at most :data:`ARENA_MAX_BYTES`
-    (state tensors and parameters updated in place keep buffers of their own).
+    aligned to minUniformBufferOffsetAlignment.
     A parameter only derived parameters read (buffer kind 'host') gets no device buffer.
 
     ``share=other`` makes this session use ``other``'s device buffers for every parameter
     and state tensor of the same name (and derived parameter packing the same sources):
     nothing is uploaded or zero-filled for them, ``params`` may leave them out (values given
     for them are ignored), and an in-place update or :meth:`write_parameter` through either
-    session is seen by both (a plan that updates a parameter in place while reading another
-    one in the same dispatch must be the first session, not the sharing one: InputError).
-    That is how a prefill plan and a decode plan of one model hold
+    session is seen by both. That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
     ``subgroups`` (a graph only; a plan was lowered already): lower reductions with
@@ -136,36 +127,14 @@ class Session:
         self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
         self._offsets.update(zip(packed_inputs, offsets, strict=True))
         self._offsets.update({index: offset for index, (_, offset) in borrowed.items()})
-        # Parameters, derived parameters and constants no dispatch of this plan writes share
-        # a few arenas (state tensors, which plans update in place, keep buffers of their own).
-        storage_align = int(limits.get("min-storage-buffer-offset-alignment", 256))
-        arena_cap = min(ARENA_MAX_BYTES, int(limits.get("max-buffer-size", 268_435_456)))
-        resident = [b.index for b in plan.buffers
-                    if b.kind in ("parameter", "derived", "constant") and b.index not in written
-                    and b.index not in borrowed and b.name not in plan.state and b.size_bytes <= arena_cap]
-        arenas: list[tuple[list[int], list[int], int]] = []  # (buffer indices, offsets, size)
-        for index in resident:
-            if not arenas or _aligned_offsets([arenas[-1][2], plan.buffers[index].size_bytes],
-                                              storage_align)[1] > arena_cap:
-                arenas.append(([], [], 0))
-            members, offs, end = arenas[-1]
-            offset = -(-end // storage_align) * storage_align
-            arenas[-1] = (members + [index], offs + [offset], offset + plan.buffers[index].size_bytes)
-        for members, offs, _ in arenas:
-            self._offsets.update(zip(members, offs, strict=True))
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
-            in_arena = {}
-            for k, (members, _, end) in enumerate(arenas):
-                buffer = self.device.create_buffer(size=end, usage=_STORAGE, label=f"parameters {k}")
-                in_arena.update(dict.fromkeys(members, buffer))
             shared = [self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}")
                       for k, n in enumerate(plan.storage_sizes)]
             self._buffers: list[wgpu.GPUBuffer | None] = [
                 borrowed[b.index][0] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
-                else in_arena[b.index] if b.index in in_arena
                 else shared[plan.storage[b.index]] if b.index in plan.storage
                 else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
@@ -226,13 +195,6 @@ class Session:
     def _prepare(self, d, uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup,
                                                          tuple[int, int, int]]:
         # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch.
-        out = self._buffers[d.output]
-        clash = [self.plan.buffers[i].name for i in d.inputs if self._buffers[i] is out]
-        if clash:  # only through share=: the other session packed a parameter this plan updates
-            raise InputError(f"{d.label} updates {self.plan.buffers[d.output].name!r} in place, but the shared "
-                             "session packed it read-only into one parameter buffer with "
-                             f"{', '.join(map(repr, clash))}, which this dispatch also reads: create the "
-                             "session that updates it first and share from that one")
         pipeline, bgl = get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
                                      label=f"{d.kernel}: {d.label}")
         with device_errors(f"binding buffers for {d.label}"):

@@ -67,23 +67,3 @@ def test_cache_write_past_the_end_writes_only_the_rows_that_fit(device):
     (out,) = s.run({"new": -new, "pos": [2**32 - 1]})  # no wrap-around to row 0
     np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))
 
-
-def test_a_sharing_plan_that_updates_a_packed_parameter_while_reading_another_is_refused(device):
-    # The first session packs w and v read-only into one parameter buffer; a plan whose
-    # update of w reads v in the same dispatch cannot bind that buffer both ways.
-    g = Graph()
-    w, v = g.parameter("w", [3]), g.parameter("v", [3])
-    g.set_outputs([g.add(g.input("x", [3]), g.mul(w, v))])
-    params = {"w": np.ones(3), "v": np.full(3, 2.0)}
-    first = Session(g, params, device=device)
-    assert first._buffers[first.plan.parameters["w"]] is first._buffers[first.plan.parameters["v"]]
-    train = Graph()
-    tw, tv = train.parameter("w", [3]), train.parameter("v", [3])
-    train.set_outputs([train.add_node("SgdUpdate", (tw, tv), lr=0.5)])
-    with pytest.raises(InputError, match=r"SgdUpdate.*updates 'w' in place.*with 'v'.*create the session that updates"):
-        Session(train, {}, share=first)
-    # created the other way round, the updated parameter has a buffer of its own and both work
-    trainer = Session(train, params, device=device)
-    infer = Session(g, {}, share=trainer)
-    trainer.run({}, read=())
-    np.testing.assert_allclose(infer.run({"x": np.zeros(3)})[0], (1 - 0.5 * 2.0) * 2.0 * np.ones(3))

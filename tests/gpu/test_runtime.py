@@ -389,38 +389,6 @@ def test_shared_intermediate_storage_gives_the_reference_numbers(device):
         _close(s_own.run(feeds), want)
 
 
-def test_read_only_parameters_and_constants_share_parameter_buffers(device, monkeypatch):
-    from eggfuse.runtime import session as session_module
-
-    g = Graph()
-    x = g.input("x", [5, 6])
-    w1, w2 = g.parameter("w1", [6, 7]), g.parameter("w2", [7, 3])
-    b1, b2 = g.parameter("b1", [7]), g.parameter("b2", [3])
-    h = g.relu(g.bias_add(g.matmul(x, w1), b1))
-    g.set_outputs([g.bias_add(g.matmul(h, w2), b2), g.add(b2, g.constant(np.arange(3.0)))])
-    params = {"w1": RNG.standard_normal((6, 7)), "w2": RNG.standard_normal((7, 3)),
-              "b1": RNG.standard_normal(7), "b2": RNG.standard_normal(3)}
-    align = device.limits["min-storage-buffer-offset-alignment"]
-    for cap in (1 << 20, 200):  # one parameter buffer (of 304 bytes and more), or several of <= 200
-        monkeypatch.setattr(session_module, "ARENA_MAX_BYTES", cap)
-        s = Session(g, params, device=device)
-        resident = [b for b in s.plan.buffers if b.kind in ("parameter", "constant")]
-        buffers = {id(s._buffers[b.index]): s._buffers[b.index] for b in resident}
-        assert (len(buffers) == 1) == (cap > 1000) and all(buf.size <= cap for buf in buffers.values())
-        spans = sorted((id(s._buffers[b.index]), s._offsets[b.index], s._offsets[b.index] + b.size_bytes)
-                       for b in resident)
-        assert all(o % align == 0 for _, o, _ in spans)
-        assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:], strict=False))
-        feeds = {"x": RNG.standard_normal((5, 6))}
-        _close(s.run(feeds), evaluate(g, feeds, params))
-        for name in params:  # read back from its offset
-            np.testing.assert_array_equal(s.read_parameter(name), np.float32(params[name]))
-        new = {**params, "w2": RNG.standard_normal((7, 3))}
-        s.write_parameter("w2", new["w2"])  # written at its offset, neighbours untouched
-        _close(s.run(feeds), evaluate(g, feeds, new))
-        np.testing.assert_array_equal(s.read_parameter("b1"), np.float32(params["b1"]))
-
-
 def test_a_refused_input_names_itself_and_the_next_run_is_unaffected(device):
     # Inputs already of their dtype are copied into the input buffer's host copy and checked
     # there; the error still names the input, and nothing stale reaches the next run.
