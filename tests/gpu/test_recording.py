@@ -174,7 +174,23 @@ def test_compiled_staging_copies_and_checks_inputs_of_their_type_and_leaves_the_
     for change, want in left:
         assert rec.stage(staging, {"x": x, "ids": ids, **change}, slots) == want, change
     assert rec.stage(staging, {"x": x, "ids": ids}, (("x", 48, (2, 3), 0, -1),)) == [0]  # past the end
-    assert rec.stage(staging, {"x": np.full((2, 3), 3e38, np.float32), "ids": ids}, slots) == []  # finite
+    big = np.finfo(np.float32).max
+    edge = np.array([[big, -big, 1e-45], [-0.0, np.finfo(np.float32).tiny, -1.0]], np.float32)  # all finite
+    assert rec.stage(staging, {"x": edge, "ids": ids}, slots) == []
+    for k in range(6):  # one infinity anywhere (the check's loop runs in vector-wide steps)
+        assert rec.stage(staging, {"x": np.where(np.arange(6).reshape(2, 3) == k, np.inf, edge).astype(np.float32),
+                                   "ids": ids}, slots) == [0], k
+    wide, long = np.zeros(4096, np.uint8), (("v", 0, (1000,), 0, -1), ("i", 4000, (23,), 1, 1000))
+    for k in (0, 517, 999):
+        v = np.linspace(-1, 1, 1000, dtype=np.float32)
+        assert rec.stage(wide, {"v": v, "i": np.arange(23, dtype=np.uint32) * 43}, long) == []
+        v[k] = np.nan
+        i = np.arange(23, dtype=np.uint32) * 43
+        i[k % 23] = 1000
+        assert rec.stage(wide, {"v": v, "i": i}, long) == [0, 1], k
+    top = np.array([0, 0, 0, 4], np.uint32)  # the largest index last, and one at 2^32 - 1
+    assert rec.stage(staging, {"x": x, "ids": top}, slots) == []
+    assert rec.stage(staging, {"x": x, "ids": np.array([0, 2**32 - 1, 0, 0], np.uint32)}, slots) == [1]
     with pytest.raises(KeyError):
         rec.stage(staging, {"x": x}, slots)
     with pytest.raises(BufferError):
