@@ -95,10 +95,6 @@ static PyObject *record(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3") /* GCC vectorises the staging checks' loops from -O3 on; Python may build at -O2 */
-#endif
-
 /* 1 when buffer format ``f`` (of items of ``itemsize`` bytes) is kind 0 (f32) or 1 (u32). */
 static int format_is(const char *f, Py_ssize_t itemsize, long kind) {
     if (!f || itemsize != 4) return 0;
@@ -107,13 +103,19 @@ static int format_is(const char *f, Py_ssize_t itemsize, long kind) {
     return kind == 0 ? f[0] == 'f' : (f[0] == 'I' || f[0] == 'L');
 }
 
-/* 1 when the value in ``b`` has the slot's shape, and its n bytes are a whole number of items. */
+/* 1 when the value in ``b`` has the slot's shape and b->len bytes of 4-byte items of it; -1
+ * (an exception set) for a shape entry that is not an integer. */
 static int shape_is(const Py_buffer *b, PyObject *shape) {
     const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     if (b->ndim != ndim || !b->shape) return 0;
-    for (Py_ssize_t d = 0; d < ndim; d++)
-        if (b->shape[d] != PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d))) return 0;
-    return 1;
+    Py_ssize_t items = 1;
+    for (Py_ssize_t d = 0; d < ndim; d++) {
+        const Py_ssize_t want = PyNumber_AsSsize_t(PyTuple_GET_ITEM(shape, d), PyExc_OverflowError);
+        if (want == -1 && PyErr_Occurred()) return -1;
+        if (b->shape[d] != want) return 0;
+        items *= want;
+    }
+    return b->len == items * 4;
 }
 
 static PyObject *stage(PyObject *self, PyObject *args) {
@@ -136,13 +138,15 @@ static PyObject *stage(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(value, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
             PyErr_Clear();
         } else {
-            if (format_is(b.format, b.itemsize, kind) && shape_is(&b, shape) && offset >= 0 &&
-                offset + b.len <= dest.len) {
+            const int fits = offset >= 0 && b.len <= dest.len && offset <= dest.len - b.len;
+            const int shaped = format_is(b.format, b.itemsize, kind) ? shape_is(&b, shape) : 0;
+            if (shaped == 1 && fits) {
                 memmove((char *)dest.buf + offset, b.buf, (size_t)b.len);
                 staged = 1;
-                const uint32_t *w = (const uint32_t *)b.buf;
+                /* the checks read the staged copy: what is written to the device is what passed */
+                const uint32_t *w = (const uint32_t *)((const char *)dest.buf + offset);
                 const Py_ssize_t n = b.len / 4;
-                /* branch-free loops, which compilers vectorise */
+                /* branch-free loops, which compilers vectorise (setup.py builds this file at -O3) */
                 if (kind == 0) {
                     /* an exponent of all ones (infinity, NaN) carries into bit 31 when one more
                      * exponent step is added; no finite value does */
@@ -160,7 +164,7 @@ static PyObject *stage(PyObject *self, PyObject *args) {
             PyBuffer_Release(&b);
         }
         Py_DECREF(value);
-        if (PyErr_Occurred()) goto fail;  /* a shape entry that is not an int */
+        if (PyErr_Occurred()) goto fail;  /* a shape entry that is not an integer */
         if (!(staged && good)) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (!index || PyList_Append(rest, index) < 0) {

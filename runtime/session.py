@@ -19,10 +19,11 @@ from .device import adapter_description, device_error, device_errors, get_device
 from .pipelines import get_pipeline
 
 try:  # the wgpu-native backend's C library, for the recording fast paths
+    from wgpu.backends.wgpu_native._api import libf as _libf
     from wgpu.backends.wgpu_native._ffi import ffi as _ffi
     from wgpu.backends.wgpu_native._ffi import lib as _lib
 except ImportError:  # another backend: wgpu-py's own calls
-    _ffi = _lib = None
+    _ffi = _lib = _libf = None
 try:  # the recording loop in C (runtime/_record.c), built at install when a C compiler exists
     from . import _record as _c_record
 except ImportError:
@@ -148,13 +149,14 @@ class Session:
         # the packed inputs as the compiled staging (_record.stage) takes them
         self._stage_slots = None
         if getattr(_c_record, "stage", None) is not None:
-            self._stage_slots = tuple((slot.name, self._offsets[slot.index], slot.shape,
+            self._stage_slots = tuple((slot.name, self._offsets[slot.index], tuple(map(int, slot.shape)),
                                        0 if slot.type.dtype is DType.F32 else 1, -1 if slot.rows is None else slot.rows)
                                       for slot in self._packed_slots)
-        # run()'s input write and submit as direct wgpu-native calls (wgpu-py's wrappers cost
-        # ~15 us a run): the queue handle, the input buffer's, and the host copy's address
+        # run()'s input write and submit as wgpu-native calls with wgpu-py's error capture
+        # only (its wrappers' argument handling costs ~15 us a run): the queue handle, the
+        # input buffer's, and the host copy's address
         self._raw: tuple | None = None
-        if _lib is not None and getattr(self.device.queue, "_internal", None) is not None:
+        if _libf is not None and getattr(self.device.queue, "_internal", None) is not None:
             self._raw = (self.device.queue._internal, getattr(self._input_buffer, "_internal", None),
                          _ffi.cast("void *", self._input_staging.ctypes.data))
         with device_errors("uploading the session's parameters"):
@@ -361,21 +363,18 @@ class Session:
         plan = self.plan
         if read is None:
             read = range(len(plan.outputs))
-        elif read != ():
+        else:
             read = list(read)
             bad = [i for i in read if not 0 <= i < len(plan.outputs)]
             if bad:
                 raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")
         slots = self._input_slots
-        rest = None  # the packed inputs left to convert, check and copy here
-        if self._stage_slots is not None and type(inputs) is dict and len(inputs) == len(slots):
-            try:  # compiled: copies and checks the inputs that are arrays of their type already
-                rest = [self._packed_slots[i] for i in _c_record.stage(self._input_staging, inputs, self._stage_slots)]
-            except KeyError:  # a name missing, so another unknown: refused below
-                pass
-        if rest is None:
-            if not isinstance(inputs, Mapping) or inputs.keys() != slots.keys():
-                _check_leaves("input", inputs, plan.inputs, plan)  # raises for a missing or unknown input
+        if not isinstance(inputs, Mapping) or inputs.keys() != slots.keys():
+            _check_leaves("input", inputs, plan.inputs, plan)  # raises for a missing or unknown input
+        if self._stage_slots is not None and type(inputs) is dict:
+            # compiled: copies and checks the inputs that are arrays of their type already
+            rest = [self._packed_slots[i] for i in _c_record.stage(self._input_staging, inputs, self._stage_slots)]
+        else:
             rest = self._packed_slots
         for slot in rest:  # into the host copy of the input buffer
             slot.view[...] = slot.check(inputs[slot.name])
@@ -386,7 +385,7 @@ class Session:
                 queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(arr))
             if self._input_staging.size:
                 if raw is not None:
-                    _lib.wgpuQueueWriteBuffer(raw[0], raw[1], 0, raw[2], self._input_staging.nbytes)
+                    _libf.wgpuQueueWriteBuffer(raw[0], raw[1], 0, raw[2], self._input_staging.nbytes)
                 else:
                     queue.write_buffer(self._input_buffer, 0, self._input_staging)
             buffers, handles = self._take_recorded()
@@ -400,9 +399,7 @@ class Session:
                 handles = None if raw is None else _handles(buffers)
                 del encoder
             if raw is not None:
-                # wgpu-native's own call: a submit of valid command buffers (finish() raised for
-                # any error recorded in them) whose resources the session keeps alive
-                _lib.wgpuQueueSubmit(raw[0], len(buffers), handles)
+                _libf.wgpuQueueSubmit(raw[0], len(buffers), handles)
             else:
                 queue.submit(buffers)
             # released here, not when run() returns: wgpu-native's release would wait on the
@@ -502,6 +499,7 @@ class _Recorder:
                 pending.error = e
             finally:
                 pending._done.release()
+            del item, job, pending  # while waiting, hold no session alive
 
     def close(self) -> None:
         self._closed = True

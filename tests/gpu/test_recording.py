@@ -1,5 +1,9 @@
 """Recording: the compiled loop, the next run recorded in the background, and the cffi fallback."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -174,6 +178,12 @@ def test_compiled_staging_copies_and_checks_inputs_of_their_type_and_leaves_the_
     for change, want in left:
         assert rec.stage(staging, {"x": x, "ids": ids, **change}, slots) == want, change
     assert rec.stage(staging, {"x": x, "ids": ids}, (("x", 48, (2, 3), 0, -1),)) == [0]  # past the end
+    for offset in (-4, sys.maxsize - 8, sys.maxsize):  # before the start, and offset + size overflowing
+        assert rec.stage(staging, {"x": x, "ids": ids}, (("x", offset, (2, 3), 0, -1),)) == [0]
+    for bits in (0x7FC00001, 0xFFFFFFFF, 0x7F800001, 0xFF800000, 0x7F800000):  # NaNs and infinities
+        bad = x.copy()
+        bad.view(np.uint32)[1, 2] = bits
+        assert rec.stage(staging, {"x": bad, "ids": ids}, slots) == [0], hex(bits)
     big = np.finfo(np.float32).max
     edge = np.array([[big, -big, 1e-45], [-0.0, np.finfo(np.float32).tiny, -1.0]], np.float32)  # all finite
     assert rec.stage(staging, {"x": edge, "ids": ids}, slots) == []
@@ -205,8 +215,17 @@ def test_inputs_staged_with_and_without_the_compiled_staging(compiled, device, m
 
     if compiled and session_module._c_record is None:
         pytest.skip("the compiled recording loop is not built")
-    if not compiled:
-        monkeypatch.setattr(session_module, "_c_record", None)
+    left, real = [], session_module._c_record  # what each compiled staging left to Python
+
+    class Counting:  # the compiled module, with its staging results recorded
+        record = real.record if compiled else None
+
+        @staticmethod
+        def stage(*args):
+            left.append(real.stage(*args))
+            return left[-1]
+
+    monkeypatch.setattr(session_module, "_c_record", Counting() if compiled else None)
     g = Graph()
     a, ids = g.input("a", [3, 5]), g.input("ids", [4], DType.U32)
     g.set_outputs([g.tanh(a), g.embedding(ids, g.parameter("table", [6, 5]))])
@@ -219,6 +238,9 @@ def test_inputs_staged_with_and_without_the_compiled_staging(compiled, device, m
                   MappingProxyType({"a": np.ones((3, 5), np.float32), "ids": np.zeros(4, np.uint32)})):
         for got, want in zip(s.run(feeds), evaluate(g, dict(feeds), params), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # compiled: the first feeds staged entirely in C, the second's converted in Python, the
+    # third (not a dict) not staged in C at all
+    assert left == ([[], [0, 1]] if compiled else [])
     good = {"a": np.ones((3, 5), np.float32), "ids": np.zeros(4, np.uint32)}
     for bad, match in (({"ids": np.array([0, 6, 0, 0], np.uint32)}, "input 'ids': index 6 out of range"),
                        ({"a": np.full((3, 5), np.nan, np.float32)}, "input 'a': contains NaN"),
@@ -228,3 +250,69 @@ def test_inputs_staged_with_and_without_the_compiled_staging(compiled, device, m
             del feeds["a"]
         with pytest.raises(InputError, match=match):
             s.run(feeds)
+
+
+def _subprocess(code: str) -> subprocess.CompletedProcess:
+    # ``code`` run by this interpreter in a fresh process (the exit path, a lost device).
+    env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+_TINY = """
+import numpy as np
+from eggfuse.ir import Graph
+from eggfuse.runtime import Session
+g = Graph()
+g.set_outputs([g.tanh(g.add(g.input("x", [3, 4]), g.parameter("w", [3, 4])))])
+"""
+
+
+def test_a_process_exits_cleanly_with_a_recording_queued():
+    # Runs with read=() leave the next run being recorded on the thread when the script ends.
+    done = _subprocess(_TINY + """
+s = Session(g, {"w": np.ones((3, 4))})
+for _ in range(3):
+    s.run({"x": np.zeros((3, 4), np.float32)}, read=())
+print("ran")
+""")
+    assert done.returncode == 0 and done.stdout.strip() == "ran", done.stderr
+    assert "Traceback" not in done.stderr and "panic" not in done.stderr, done.stderr
+
+
+def test_a_lost_device_is_a_device_error_on_a_run_that_reads_nothing():
+    done = _subprocess(_TINY + """
+import wgpu
+from eggfuse.ir import DeviceError
+device = wgpu.gpu.request_adapter_sync().request_device_sync()
+s = Session(g, {"w": np.ones((3, 4))}, device=device)
+for _ in range(3):
+    s.run({"x": np.zeros((3, 4), np.float32)}, read=())
+s.wait()
+device.destroy()
+try:
+    s.run({"x": np.zeros((3, 4), np.float32)}, read=())
+except DeviceError as e:
+    print("DeviceError:", e)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("DeviceError: running the plan:"), (done.stdout, done.stderr)
+
+
+def test_a_dropped_session_is_not_kept_alive_by_the_recording_thread(device):
+    import gc
+    import time
+    import weakref
+
+    g = _dag()
+    s = Session(g, {"w": np.full((7, 3), 0.1)}, device=device)
+    for _ in range(3):
+        s.run({"x": np.ones((5, 7), np.float32)}, read=())
+    s._take_recorded()  # the thread's job is done
+    ref = weakref.ref(s)
+    del s
+    for _ in range(200):  # the thread lets go of its last job right after finishing it
+        gc.collect()
+        if ref() is None:
+            break
+        time.sleep(0.01)
+    assert ref() is None

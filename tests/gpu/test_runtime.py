@@ -419,3 +419,28 @@ def test_a_plan_without_dispatches_runs_and_reads_back(device):
         assert s.run(feeds, read=()) == []
         _close([s.read_output(0), s.read_output(1)], evaluate(g, feeds, {}))
         _close(s.run(feeds), evaluate(g, feeds, {}))
+
+
+def test_a_misnamed_input_with_a_buffer_of_its_own_is_refused_by_name(device, monkeypatch):
+    from eggfuse.runtime import session as session_module
+
+    monkeypatch.setattr(session_module, "PACK_MAX_BYTES", 16)  # "big" and "big2" get buffers of their own
+    g = Graph()
+    g.set_outputs([g.add(g.input("big", [2, 4]), g.bias_add(g.input("big2", [2, 4]), g.input("small", [4])))])
+    s = Session(g, {}, device=device)
+    assert [slot.packed for slot in s._input_slots.values()].count(True) == 1
+    feeds = {"big": np.ones((2, 4)), "big2": np.ones((2, 4)), "small": np.ones(4)}
+    _close(s.run(feeds), evaluate(g, feeds, {}))
+    with pytest.raises(InputError, match=r"input\(s\) not given: 'big'"):
+        s.run({"bgi": feeds["big"], "big2": feeds["big2"], "small": feeds["small"]})
+
+
+def test_read_takes_any_sequence_of_output_indices(device):
+    g, params = _linear(), _params()
+    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
+    s = Session(g, params, device=device)
+    feeds = {"x": RNG.standard_normal((5, 6))}
+    want = evaluate(g, feeds, params)
+    _close(s.run(feeds, read=np.array([1, 0])), [want[1], want[0]])
+    assert s.run(feeds, read=np.array([], dtype=int)) == [] and s.run(feeds, read=[]) == []
+    _close(s.run(feeds, read=range(1, 2)), [want[1]])
