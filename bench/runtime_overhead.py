@@ -15,7 +15,13 @@ Plans: ``chain``, ``--dispatches`` tiny dependent elementwise kernels (GPU work 
 and with ``--graphs DIR`` the fused model plans saved by ``bench/models.py --save-graphs``
 (SmolLM2 decode and prefill, MiniLM), with random weights of the real shapes.
 
+The rows go to ``--json`` and, when matplotlib is importable, a bar plot of the host times per
+dispatch (with the 2 us target) next to it as PNG. ``--plot-from A.json B.json ...`` draws that
+plot from saved runs instead of measuring (bars at the median of the runs, whiskers at their
+minimum and maximum).
+
     .venv/bin/python bench/runtime_overhead.py [--dispatches 1000] [--graphs bench/graphs] [--json FILE]
+    .venv/bin/python bench/runtime_overhead.py --plot-from run1.json run2.json --json out.json
 """
 
 from __future__ import annotations
@@ -113,6 +119,43 @@ def measure(name: str, graph: Graph, inputs: dict, params: dict, repeats: int, d
     return row
 
 
+#: The bars of the plot: JSON key and legend label.
+PLOT_BARS = {"wgpu_py_record_us_per_dispatch": "record + submit, wgpu-py calls (peer)",
+             "record_us_per_dispatch": "record + submit, eggfuse",
+             "run_host_us_per_dispatch_recorded_in_run": "run(read=()), recorded in run()",
+             "run_host_us_per_dispatch_prerecorded": "run(read=()), pre-recorded"}
+
+
+def plot(runs: list[list[dict]], path: Path) -> bool:
+    """Bars of host us per dispatch per plan (median over ``runs``, whiskers at min / max),
+    with the 2 us target; False when matplotlib is not importable."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    plans = [row["plan"] for row in runs[0]]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / len(PLOT_BARS)
+    for k, (key, label) in enumerate(PLOT_BARS.items()):
+        values = [[next(r[key] for r in run if r["plan"] == plan) for run in runs] for plan in plans]
+        mid = [statistics.median(v) for v in values]
+        spread = [[m - min(v) for m, v in zip(mid, values, strict=True)],
+                  [max(v) - m for m, v in zip(mid, values, strict=True)]]
+        ax.bar([j + k * width for j in range(len(plans))], mid, width, yerr=spread, capsize=2, label=label)
+    ax.axhline(2.0, color="black", linestyle="--", linewidth=1, label="target: 2 us per dispatch")
+    labels = [f"{row['plan']}\n({row['dispatches']} dispatches)" for row in runs[0]]
+    ax.set_xticks([j + width * (len(PLOT_BARS) - 1) / 2 for j in range(len(plans))], labels, fontsize=8)
+    ax.set_ylabel("host us per dispatch")
+    ax.set_title(f"runtime host time on {runs[0][0]['adapter']} ({len(runs)} run(s))", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dispatches", type=int, default=1000)
@@ -120,7 +163,14 @@ def main() -> None:
     ap.add_argument("--graphs", type=Path, help="folder of plans saved by bench/models.py --save-graphs")
     ap.add_argument("--context", type=int, default=128, help="decode position for the SmolLM2 decode plan")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "runtime_overhead.json")
+    ap.add_argument("--plot-from", type=Path, nargs="+", metavar="JSON",
+                    help="draw the plot of these saved runs (to --json's name, .png) instead of measuring")
     args = ap.parse_args()
+    png = args.json.with_suffix(".png")
+    if args.plot_from:
+        runs = [json.loads(path.read_text()) for path in args.plot_from]
+        print(f"wrote {png}" if plot(runs, png) else "matplotlib is not importable: no plot")
+        return
 
     device = get_device()
     plans = {"chain": lambda: chain(args.dispatches)}
@@ -131,6 +181,7 @@ def main() -> None:
     rows = [measure(name, *build(), args.repeats, device) for name, build in plans.items()]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {args.json}" + (f" and {png}" if plot([rows], png) else " (no matplotlib: no plot)"))
 
 
 if __name__ == "__main__":
