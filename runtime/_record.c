@@ -134,7 +134,7 @@ static PyObject *stage(PyObject *self, PyObject *args) {
         PyObject *value = PyObject_GetItem(inputs, name);
         if (!value) goto fail;
         Py_buffer b;
-        int staged = 0, good = 0;
+        int good = 0;  /* staged and checked */
         if (PyObject_GetBuffer(value, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
             PyErr_Clear();
         } else {
@@ -142,7 +142,6 @@ static PyObject *stage(PyObject *self, PyObject *args) {
             const int shaped = format_is(b.format, b.itemsize, kind) ? shape_is(&b, shape) : 0;
             if (shaped == 1 && fits) {
                 memmove((char *)dest.buf + offset, b.buf, (size_t)b.len);
-                staged = 1;
                 /* the checks read the staged copy: what is written to the device is what passed */
                 const uint32_t *w = (const uint32_t *)((const char *)dest.buf + offset);
                 const Py_ssize_t n = b.len / 4;
@@ -165,7 +164,7 @@ static PyObject *stage(PyObject *self, PyObject *args) {
         }
         Py_DECREF(value);
         if (PyErr_Occurred()) goto fail;  /* a shape entry that is not an integer */
-        if (!(staged && good)) {
+        if (!good) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (!index || PyList_Append(rest, index) < 0) {
                 Py_XDECREF(index);

@@ -127,14 +127,13 @@ class Session:
             packed_inputs, offsets, size = [], [], 0
         self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
         self._offsets.update(zip(packed_inputs, offsets, strict=True))
-        self._offsets.update({index: offset for index, (_, offset) in borrowed.items()})
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
             shared = [self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}")
                       for k, n in enumerate(plan.storage_sizes)]
             self._buffers: list[wgpu.GPUBuffer | None] = [
-                borrowed[b.index][0] if b.index in borrowed else None if b.kind == "host"
+                borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
                 else shared[plan.storage[b.index]] if b.index in plan.storage
                 else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
@@ -149,7 +148,7 @@ class Session:
         # the packed inputs as the compiled staging (_record.stage) takes them
         self._stage_slots = None
         if getattr(_c_record, "stage", None) is not None:
-            self._stage_slots = tuple((slot.name, self._offsets[slot.index], tuple(map(int, slot.shape)),
+            self._stage_slots = tuple((slot.name, self._offsets[slot.index], tuple(map(int, slot.type.shape)),
                                        0 if slot.type.dtype is DType.F32 else 1, -1 if slot.rows is None else slot.rows)
                                       for slot in self._packed_slots)
         # run()'s input write and submit as wgpu-native calls with wgpu-py's error capture
@@ -164,15 +163,14 @@ class Session:
             for name, arr in values.items():
                 index = plan.parameters[name]
                 if self._buffers[index] is not None and index not in borrowed:
-                    queue.write_buffer(self._buffers[index], self._offsets[index], arr)
+                    queue.write_buffer(self._buffers[index], 0, arr)
             for index, d in plan.derived.items():
                 if index in borrowed:
                     continue
                 packed = np.concatenate([values[name] for name in d.sources], axis=d.axis)
-                queue.write_buffer(self._buffers[index], self._offsets[index], np.ascontiguousarray(packed))
+                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(packed))
             for index, arr in plan.constants.items():
-                queue.write_buffer(self._buffers[index], self._offsets[index],
-                                   np.ascontiguousarray(arr, dtype=np.float32))
+                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr, dtype=np.float32))
         # the sources of derived parameters, kept to repack those when one is written (write_parameter)
         self._packed_sources = {name: values[name] if name in values else share._packed_sources[name]
                                 for d in plan.derived.values() for name in d.sources}
@@ -232,14 +230,13 @@ class Session:
         arr = np.ascontiguousarray(check_array(f"parameter {name!r}", value, self.plan.buffers[index].type))
         with device_errors(f"writing parameter {name!r}"):
             if self._buffers[index] is not None:
-                self.device.queue.write_buffer(self._buffers[index], self._offsets[index], arr)
+                self.device.queue.write_buffer(self._buffers[index], 0, arr)
             if name in self._packed_sources:
                 self._packed_sources[name] = arr
                 for packed, d in self.plan.derived.items():
                     if name in d.sources:
                         value = np.concatenate([self._packed_sources[n] for n in d.sources], axis=d.axis)
-                        self.device.queue.write_buffer(self._buffers[packed], self._offsets[packed],
-                                                      np.ascontiguousarray(value))
+                        self.device.queue.write_buffer(self._buffers[packed], 0, np.ascontiguousarray(value))
 
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
@@ -378,7 +375,7 @@ class Session:
             rest = self._packed_slots
         for slot in rest:  # into the host copy of the input buffer
             slot.view[...] = slot.check(inputs[slot.name])
-        own = [(slot, slot.check(inputs[slot.name])) for slot in self._own_slots] if self._own_slots else ()
+        own = [(slot, slot.check(inputs[slot.name])) for slot in self._own_slots]
         try:
             queue, raw = self.device.queue, self._raw
             for slot, arr in own:
@@ -433,12 +430,11 @@ class Session:
 class _InputSlot:
     """One graph input of a session: its checks, and where :meth:`Session.run` puts it."""
 
-    __slots__ = ("name", "index", "type", "shape", "rows", "packed", "view")
+    __slots__ = ("name", "index", "type", "rows", "packed", "view")
 
     def __init__(self, name: str, index: int, ty, rows: int | None, staging: np.ndarray, offset: int,
                  packed: bool) -> None:
         self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
-        self.shape = ty.shape
         # its bytes in the host copy of the session's input buffer, as an array of its type
         self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.numpy).reshape(ty.shape)
                      if packed else None)
@@ -527,9 +523,9 @@ def _addr(handle) -> int:
     return int(_ffi.cast("uintptr_t", handle))
 
 
-def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, tuple[wgpu.GPUBuffer, int]]:
-    # The device buffers (and offsets in them) of ``share`` that ``plan`` reuses, by buffer
-    # index: parameters and state by name, derived parameters by what they pack.
+def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBuffer]:
+    # The device buffers of ``share`` that ``plan`` reuses, by buffer index: parameters and
+    # state by name, derived parameters by what they pack.
     out = {}
     for name, index in plan.parameters.items():
         other = share.plan.parameters.get(name)
@@ -539,15 +535,15 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, tuple[wgpu
         if mine != theirs:
             raise InputError(f"parameter {name!r} is {mine} in this plan but {theirs} in the shared session")
         if plan.buffers[index].kind != "host" and share._buffers[other] is not None:
-            out[index] = share._buffers[other], share._offsets[other]
+            out[index] = share._buffers[other]
     packed = {(d.sources, d.axis): index for index, d in share.plan.derived.items()}
     for index, d in plan.derived.items():
         if (other := packed.get((d.sources, d.axis))) is not None:
-            out[index] = share._buffers[other], share._offsets[other]
+            out[index] = share._buffers[other]
     return out
 
 
-def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, tuple[wgpu.GPUBuffer, int]]) -> dict[str, int]:
+def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffer]) -> dict[str, int]:
     # Parameters whose values must be given: those with a buffer of their own, and the
     # sources of derived parameters this session packs itself.
     packing = {name for index, d in plan.derived.items() if index not in borrowed for name in d.sources}
