@@ -30,7 +30,7 @@ import numpy as np
 import wgpu
 
 from eggfuse.ir import Graph
-from eggfuse.lowering.kernels_matmul import matmul_tile
+from eggfuse.ir.ops.matmul_kernel import matmul_tile
 from eggfuse.runtime import Session, get_device
 
 SQUARE = (512, 1024, 2048, 4096, 8192)

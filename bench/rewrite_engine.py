@@ -7,8 +7,7 @@ warm process (the first call also registers the rules with egglog; that one-time
 printed separately). Times are wall-clock seconds on this machine.
 
 The extraction gap compares the vectorised greedy-DAG extractor with the optimal ILP on
-the same e-graph, and egglog's own Rust greedy-DAG extractor is timed beside them where
-it finishes in reasonable time. Targets (whole graph, no node cap, no windowing): 30-layer
+the same e-graph. Targets (whole graph, no node cap, no windowing): 30-layer
 forward <= 0.5 s, 30-layer training <= 1 s, 64-layer training <= 3 s; meganeura skips
 egglog above 300 nodes.
 
@@ -31,7 +30,7 @@ TARGETS = {(30, False): 0.5, (30, True): 1.0, (64, True): 3.0}
 PHASES = ("insert", "analysis", "saturation", "extraction", "rebuild")
 
 
-def measure(layers: int, training: bool, repeats: int, egglog_greedy: bool) -> dict:
+def measure(layers: int, training: bool, repeats: int) -> dict:
     graph = model_graph(f"llama:{layers}", training=training)
     runs = [optimize(graph)[1] for _ in range(repeats)]
     rep = min(runs, key=lambda r: r.total_s) if repeats == 1 else sorted(runs, key=lambda r: r.total_s)[repeats // 2]
@@ -44,10 +43,6 @@ def measure(layers: int, training: bool, repeats: int, egglog_greedy: bool) -> d
         "ilp_cost": compare.ilp_cost, "greedy_cost": compare.greedy_cost, "ilp_optimal": compare.ilp_optimal,
         "cost_before": rep.cost_before,
     }
-    if egglog_greedy:
-        _, eg = optimize(graph, extractor="egglog-greedy")
-        row["egglog_greedy_extraction_s"] = eg.extraction_s
-        row["egglog_greedy_cost"] = eg.greedy_cost
     return row
 
 
@@ -55,8 +50,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 4, 16, 30, 64])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--egglog-greedy-max-nodes", type=int, default=1700,
-                    help="time egglog's Rust greedy-DAG extractor on graphs up to this many nodes")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "rewrite_engine.json")
     args = ap.parse_args()
 
@@ -66,23 +59,20 @@ def main() -> None:
 
     rows = []
     header = (f"{'graph':<14}{'nodes':>6}{'e-cls':>7}{'e-nodes':>8}  " + "".join(f"{p[:7]:>8}" for p in PHASES)
-              + f"{'total':>8}{'target':>8}  {'dispatches':>11}  {'greedy/ILP cost':>15}  egglog-greedy extr.")
+              + f"{'total':>8}{'target':>8}  {'dispatches':>11}  {'greedy/ILP cost':>15}")
     print(header)
     print("-" * len(header))
     for training in (False, True):
         for layers in args.layers:
-            graph_nodes = len(model_graph(f"llama:{layers}", training=training).nodes)
-            row = measure(layers, training, args.repeats, graph_nodes <= args.egglog_greedy_max_nodes)
+            row = measure(layers, training, args.repeats)
             rows.append(row)
             target = TARGETS.get((layers, training))
             name = f"{layers}L {'train' if training else 'fwd'}"
             gap = row["greedy_cost"] / row["ilp_cost"]
-            eg = (f"{row['egglog_greedy_extraction_s']:.2f}s ({row['egglog_greedy_cost'] / row['ilp_cost']:.3f}x)"
-                  if "egglog_greedy_extraction_s" in row else "skipped")
             print(f"{name:<14}{row['nodes']:>6}{row['eclasses']:>7}{row['enodes']:>8}  "
                   + "".join(f"{row[p + '_s']:>8.3f}" for p in PHASES)
                   + f"{row['total_s']:>8.3f}{(f'{target:.1f}' if target else '-'):>8}  "
-                  + f"{row['dispatches_before']:>5}->{row['dispatches_after']:<5}  {gap:>15.4f}  {eg}")
+                  + f"{row['dispatches_before']:>5}->{row['dispatches_after']:<5}  {gap:>15.4f}")
             if target and row["total_s"] > target:
                 print(f"  ^ above the {target:.1f}s target")
     largest = max(rows, key=lambda r: r["nodes"])

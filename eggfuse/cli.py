@@ -60,7 +60,7 @@ def cmd_optimize(args: argparse.Namespace) -> None:
 
 
 def cmd_rules(args: argparse.Namespace) -> None:
-    from eggfuse.rewrites.catalog import catalog
+    from eggfuse.rewrites import catalog
 
     rules = catalog()
     if args.json:
@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--training", action="store_true", help="the forward + backward (training) graph")
     o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
-    o.add_argument("--extractor", choices=["ilp", "greedy", "compare", "egglog-greedy"], default="ilp",
-                   help="ilp: optimal (default); greedy; compare: both, reporting the gap; egglog-greedy")
+    o.add_argument("--extractor", choices=["ilp", "greedy", "compare"], default="ilp",
+                   help="ilp: optimal (default); greedy; compare: both, reporting the gap")
     o.add_argument("--verify", action="store_true", help="check the result on the numpy reference")
     o.add_argument("--dump-egglog", metavar="FILE", help="write the egglog program for replay")
     o.add_argument("--json", action="store_true", help="print one JSON object")

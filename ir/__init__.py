@@ -1,10 +1,7 @@
-"""IR: op graph, tensor types, op registry and the numpy reference semantics."""
+"""IR: op graph, tensor types, the op specs (one block per op, ``ir.ops``) and the numpy
+reference semantics."""
 
-from . import ops_backward  # noqa: F401, I001  (registers the loss and gradient ops into OPS)
-from . import ops_fused  # noqa: F401  (registers the fused and vision ops into OPS)
-from . import ops_extra  # noqa: F401, I001  (registers the rest of the seed's ops into OPS)
-from . import ops_train  # noqa: F401, I001  (registers the optimiser updates into OPS)
-from . import ops_cache  # noqa: F401, I001  (registers the KV-cache ops into OPS)
+from . import ops  # noqa: F401  (registers every op family into OPS, see ir/ops/__init__.py)
 from .errors import (
     DeviceError,
     EggfuseError,
@@ -15,11 +12,11 @@ from .errors import (
     RewriteError,
 )
 from .graph import Graph, Node, NodeId
-from .ops import OPS, OpDef
 from .reference import evaluate
+from .spec import NO_GRAD, OPS, RULES, Attr, OpSpec, ShapeError
 from .types import DType, TensorType
 
 __all__ = [
-    "OPS", "DType", "DeviceError", "EggfuseError", "Graph", "GraphError", "InputError",
-    "LoweringError", "ModelError", "Node", "NodeId", "OpDef", "RewriteError", "TensorType", "evaluate",
+    "NO_GRAD", "OPS", "RULES", "Attr", "DType", "DeviceError", "EggfuseError", "Graph", "GraphError", "InputError",
+    "LoweringError", "ModelError", "Node", "NodeId", "OpSpec", "RewriteError", "ShapeError", "TensorType", "evaluate",
 ]

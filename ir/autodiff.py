@@ -5,37 +5,33 @@ all ordinary ops of :data:`~eggfuse.ir.ops.OPS` built with ``add_node``, so the 
 the pipeline (rewrites, lowering) treats it like any other graph. Its outputs are
 ``[loss, d loss / d p for p in wrt]``.
 
-Each forward op has one vector-Jacobian rule below (``@vjp("Op")``, one block per op, as
-JAX's ``defvjp``): given the node and ``dy`` = d loss / d output, it returns one gradient
-per input slot it was asked for. The reverse sweep visits nodes in reverse topological
-order, sums the contributions a node received from its users with ``Add`` and only
-differentiates the slots that lead to a wanted leaf, so frozen weights and inputs cost
-nothing. Identical backward nodes are shared (hash-consing on op, inputs and attributes,
-seeded with the forward nodes), which also turns the two products of ``Mul(x, x)`` into one.
+Each forward op has one vector-Jacobian rule in its spec block (``OpSpec.vjp``, in the
+family modules of :mod:`eggfuse.ir.ops`, as JAX's ``defvjp``): given the builder, the node
+and ``dy`` = d loss / d output, it returns one gradient per input slot it was asked for.
+The reverse sweep visits nodes in reverse topological order, sums the contributions a node
+received from its users with ``Add`` and only differentiates the slots that lead to a
+wanted leaf, so frozen weights and inputs cost nothing. Identical backward nodes are shared
+(hash-consing on op, inputs and attributes, seeded with the forward nodes), which also
+turns the two products of ``Mul(x, x)`` into one.
 The gradients of SliceCols users whose column ranges tile a tensor (a packed QKV
 projection) are joined by one Concat; other slices are padded back with PadCols and added.
 
-Fused ops are differentiated through their definition: a ``FusedMatMul`` walks its epilogue
-backwards (``bias`` -> SumRows, ``add`` -> pass-through, unary -> ``<Op>Grad``), and the
-pre-activation a unary step's gradient reads is recomputed as the same fused op with the
-epilogue cut before that step (one extra matmul per fused node with a non-linear epilogue;
-differentiating before fusion avoids it). ``FusedRmsNormMatMul`` adds RmsNormGradX/W after the
-matmul's input gradient; ``CausalAttentionRoPE`` rebuilds RoPE(q), RoPE(k) and applies
-RoPEGrad to dq and dk; ``GroupNormSilu`` rebuilds the GroupNorm output for SiluGrad.
+Fused ops are differentiated through their definition (their rules say how: a
+``FusedMatMul`` walks its epilogue backwards and recomputes the pre-activation a unary
+step's gradient reads; ``CausalAttentionRoPE`` rebuilds RoPE(q), RoPE(k) and applies RoPEGrad).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import GraphError
 from .graph import Graph, Node, NodeId
-from .ops import OPS
-from .ops_backward import UNARY_DERIVATIVES  # importing it registers the gradient ops
+from .spec import OPS
 from .types import DType, TensorType
 
 _LEAVES = ("Input", "Parameter", "Constant")
@@ -43,8 +39,9 @@ ONE = -1  # d loss / d loss before it is needed as a node: rules may fold it awa
 
 
 @dataclass(frozen=True)
-class _Cols:
-    """A SliceCols gradient: ``grad`` belongs at columns ``start``.. of the sliced tensor."""
+class Cols:
+    """A SliceCols gradient: ``grad`` belongs at columns ``start``.. of the sliced tensor
+    (the VJP of SliceCols returns one; :meth:`_Builder.total` joins or pads them)."""
 
     start: int
     grad: NodeId
@@ -64,24 +61,6 @@ class TrainingGraph(Graph):
         super().__init__()
         self.grad_outputs: dict[str, int] = {}
         self.zero_grads: tuple[str, ...] = ()
-
-
-Rule = Callable[["_Builder", Node, NodeId, tuple[bool, ...]], Sequence[object]]
-VJP: dict[str, Rule] = {}
-_TAKES_ONE: set[str] = set()  # rules that accept dy = ONE (the loss seed) and fold it
-
-
-def vjp(*ops: str, takes_one: bool = False) -> Callable[[Rule], Rule]:
-    """Register a vector-Jacobian rule for ``ops``: ``rule(b, node, dy, want) -> grads per slot``."""
-
-    def deco(rule: Rule) -> Rule:
-        for op in ops:
-            VJP[op] = rule
-            if takes_one:
-                _TAKES_ONE.add(op)
-        return rule
-
-    return deco
 
 
 def _freeze(v):
@@ -105,7 +84,7 @@ class _Builder:
 
     @staticmethod
     def _key(op: str, inputs: Sequence[NodeId], attrs: dict) -> tuple | None:
-        full = {**OPS[op].defaults, **attrs}
+        full = Graph._attributes(OPS[op], attrs)  # normalised, defaults filled: equal nodes, equal keys
         try:
             return op, tuple(inputs), tuple(sorted((k, _freeze(v)) for k, v in full.items()))
         except TypeError:  # an unhashable attribute: such a node is not shared
@@ -163,8 +142,8 @@ class _Builder:
 
     def total(self, nid: NodeId, contribs: list) -> NodeId:
         """Sum of the gradient contributions ``nid`` received (Add chain)."""
-        full = [c for c in contribs if not isinstance(c, _Cols)]
-        cols = sorted((c for c in contribs if isinstance(c, _Cols)), key=lambda c: c.start)
+        full = [c for c in contribs if not isinstance(c, Cols)]
+        cols = sorted((c for c in contribs if isinstance(c, Cols)), key=lambda c: c.start)
         if cols:
             width = self.type(nid).shape[1]
             ends = [c.start + self.type(c.grad).shape[1] for c in cols]
@@ -238,12 +217,14 @@ def grad(graph: Graph, loss: NodeId, wrt: Sequence[str] | None = None,
             continue
         contribs = grads.pop(nid)
         dy = ONE if contribs == [ONE] else b.total(nid, contribs)
-        if node.op not in VJP:
-            raise GraphError(f"grad: no gradient rule for {node.op}, needed at {node.describe()}")
-        if dy == ONE and node.op not in _TAKES_ONE:
+        spec = OPS[node.op]
+        if not spec.differentiable:
+            why = f" ({spec.vjp.reason})" if spec.vjp is not None else ""
+            raise GraphError(f"grad: {node.op} has no gradient rule{why}, needed at {node.describe()}")
+        if dy == ONE and not spec.vjp_takes_one:
             dy = b.one()
         want = tuple(i in needs for i in node.inputs)
-        for i, gi in zip(node.inputs, VJP[node.op](b, node, dy, want), strict=True):
+        for i, gi in zip(node.inputs, spec.vjp(b, node, dy, want), strict=True):
             if gi is not None and i in needs:
                 grads.setdefault(i, []).append(gi)
 
@@ -259,351 +240,3 @@ def grad(graph: Graph, loss: NodeId, wrt: Sequence[str] | None = None,
     g.zero_grads = tuple(zero)
     g.set_outputs(outs)
     return g
-
-
-# --- rules: matmul family --------------------------------------------------------------
-
-
-def _matmul_grads(b: _Builder, variant: str, get_a: Callable[[], NodeId], w: NodeId, dc: NodeId,
-                  want_a: bool, want_b: bool) -> list:
-    """dA, dB of C = A op B (op by ``variant``), each itself a MatMul/AT/BT."""
-    if variant == "":  # C = A B: dA = dC B^T, dB = A^T dC
-        da = b.emit("MatMulBT", (dc, w)) if want_a else None
-        db = b.emit("MatMulAT", (get_a(), dc)) if want_b else None
-    elif variant == "AT":  # C = A^T B: dA = B dC^T, dB = A dC
-        da = b.emit("MatMulBT", (w, dc)) if want_a else None
-        db = b.emit("MatMul", (get_a(), dc)) if want_b else None
-    elif variant == "BT":  # C = A B^T: dA = dC B, dB = dC^T A
-        da = b.emit("MatMul", (dc, w)) if want_a else None
-        db = b.emit("MatMulAT", (dc, get_a())) if want_b else None
-    else:  # the shape rule lets an unknown variant through as a plain matmul; refuse to guess
-        raise GraphError(f"grad: unknown matmul variant {variant!r}")
-    return [da, db]
-
-
-@vjp("MatMul", "MatMulAT", "MatMulBT")
-def _matmul_vjp(b, node, dy, want):
-    variant = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}[node.op]
-    return _matmul_grads(b, variant, lambda: node.inputs[0], node.inputs[1], dy, *want)
-
-
-def _epilogue_vjp(b: _Builder, node: Node, n_fixed: int, get_a: Callable[[], NodeId], w: NodeId,
-                  dy: NodeId, want: tuple[bool, ...]) -> list:
-    """Gradients [dA, dW, *d operands] of epilogue(A op W); ``node`` holds ``n_fixed`` leading inputs."""
-    epilogue, variant = tuple(node.attrs["epilogue"]), node.attrs["variant"]
-    operands = list(node.inputs[n_fixed:])
-    slot = []  # operand index of each binary step, None for unary ones
-    for step in epilogue:
-        slot.append(sum(s is not None for s in slot) if step in ("bias", "add") else None)
-    stop = 0  # the earliest step the backward walk must reach
-    if not (want[0] or want[1]):
-        stop = min((i for i, k in enumerate(slot) if k is not None and want[2 + k]), default=len(epilogue))
-    pre = _pre_activations(b, node, n_fixed, slot, [i for i in range(stop, len(epilogue))
-                                                    if epilogue[i] in UNARY_DERIVATIVES])
-    dz, d_ops = dy, [None] * len(operands)
-    for i in range(len(epilogue) - 1, stop - 1, -1):
-        step, k = epilogue[i], slot[i]
-        if k is not None:
-            if want[2 + k]:
-                d_ops[k] = dz if step == "add" else _bias_grad(b, dz, operands[k])
-        elif step == "Neg":
-            dz = b.emit("Neg", (dz,))
-        else:
-            dz = b.emit(f"{step}Grad", (dz, pre[i]))
-    return [*_matmul_grads(b, variant, get_a, w, dz, want[0], want[1]), *d_ops]
-
-
-def _pre_activations(b: _Builder, node: Node, n_fixed: int, slot: list, steps: list[int]) -> dict[int, NodeId]:
-    """Input of each epilogue step in ``steps``: the fused op cut before the first, then unfused ops."""
-    if not steps:
-        return {}
-    epilogue, first = tuple(node.attrs["epilogue"]), steps[0]
-    n_ops = sum(k is not None for k in slot[:first])
-    head = node.inputs[:n_fixed]
-    if node.op == "FusedMatMul" and first == 0:
-        cur = b.emit({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[node.attrs["variant"]], head)
-    else:
-        cur = b.emit(node.op, (*head, *node.inputs[n_fixed:n_fixed + n_ops]),
-                     **{**node.attrs, "epilogue": epilogue[:first]})
-    values = {first: cur}
-    for i in range(first, steps[-1]):
-        step = epilogue[i]
-        if step == "bias":
-            cur = b.emit("BiasAdd", (cur, node.inputs[n_fixed + slot[i]]))
-        elif step == "add":
-            cur = b.emit("Add", (cur, node.inputs[n_fixed + slot[i]]))
-        else:
-            cur = b.emit(step, (cur,))
-        values[i + 1] = cur
-    return values
-
-
-@vjp("FusedMatMul")
-def _fused_matmul_vjp(b, node, dy, want):
-    return _epilogue_vjp(b, node, 2, lambda: node.inputs[0], node.inputs[1], dy, want)
-
-
-@vjp("FusedRmsNormMatMul")
-def _fused_rms_norm_matmul_vjp(b, node, dy, want):
-    x, wn, w = node.inputs[:3]
-    normed = lambda: b.emit("RmsNorm", (x, wn), eps=node.attrs["eps"])  # noqa: E731
-    dn, dw, *d_ops = _epilogue_vjp(b, node, 3, normed, w, dy, (want[0] or want[1], *want[2:]))
-    dx = b.emit("RmsNormGradX", (dn, x, wn), eps=node.attrs["eps"]) if want[0] else None
-    dwn = b.emit("RmsNormGradW", (dn, x), eps=node.attrs["eps"]) if want[1] else None
-    return [dx, dwn, dw, *d_ops]
-
-
-# --- rules: elementwise ------------------------------------------------------------------
-
-
-def _bias_grad(b: _Builder, dy: NodeId, bias: NodeId) -> NodeId:
-    return b.reshape(b.emit("SumRows", (dy,)), b.type(bias).shape)
-
-
-@vjp("Add")
-def _add_vjp(b, node, dy, want):
-    return [b.reduce_to(dy, b.type(i).shape) if w else None for i, w in zip(node.inputs, want, strict=True)]
-
-
-@vjp("Mul")
-def _mul_vjp(b, node, dy, want):
-    x, y = node.inputs
-    return [b.reduce_to(b.emit("Mul", (dy, y)), b.type(x).shape) if want[0] else None,
-            b.reduce_to(b.emit("Mul", (dy, x)), b.type(y).shape) if want[1] else None]
-
-
-@vjp("BiasAdd")
-def _bias_add_vjp(b, node, dy, want):
-    return [dy, _bias_grad(b, dy, node.inputs[1]) if want[1] else None]
-
-
-@vjp(*UNARY_DERIVATIVES)
-def _unary_vjp(b, node, dy, want):
-    return [b.emit(f"{node.op}Grad", (dy, node.inputs[0]))]
-
-
-@vjp("Neg")
-def _neg_vjp(b, node, dy, want):
-    return [b.emit("Neg", (dy,))]
-
-
-@vjp("SwiGLU")
-def _swiglu_vjp(b, node, dy, want):
-    gate, up = node.inputs
-    return [b.emit("SwiGLUGradGate", (dy, gate, up)) if want[0] else None,
-            b.emit("SwiGLUGradUp", (dy, gate)) if want[1] else None]
-
-
-@vjp("SwiGLUConcat")
-def _swiglu_concat_vjp(b, node, dy, want):
-    return [b.emit("SwiGLUConcatGrad", (dy, node.inputs[0]))]
-
-
-@vjp("Softmax")
-def _softmax_vjp(b, node, dy, want):
-    return [b.emit("SoftmaxGrad", (dy, node.id))]
-
-
-# --- rules: normalisation ----------------------------------------------------------------
-
-
-@vjp("LayerNorm")
-def _layer_norm_vjp(b, node, dy, want):
-    x, w, _ = node.inputs
-    eps = node.attrs["eps"]
-    return [b.emit("LayerNormGradX", (dy, x, w), eps=eps) if want[0] else None,
-            b.emit("LayerNormGradW", (dy, x), eps=eps) if want[1] else None,
-            b.emit("SumRows", (dy,)) if want[2] else None]
-
-
-@vjp("RmsNorm")
-def _rms_norm_vjp(b, node, dy, want):
-    x, w = node.inputs
-    eps = node.attrs["eps"]
-    return [b.emit("RmsNormGradX", (dy, x, w), eps=eps) if want[0] else None,
-            b.emit("RmsNormGradW", (dy, x), eps=eps) if want[1] else None]
-
-
-@vjp("GroupNorm")
-def _group_norm_vjp(b, node, dy, want):
-    x, w, _ = node.inputs
-    attrs = {"num_groups": node.attrs["num_groups"], "eps": node.attrs["eps"]}
-    c = b.type(x).shape[1]
-    return [b.emit("GroupNormGradInput", (dy, x, w), **attrs) if want[0] else None,
-            b.emit("GroupNormGradWeight", (dy, x), **attrs) if want[1] else None,
-            b.reshape(b.emit("ReduceTo", (dy,), shape=(c, 1)), (c,)) if want[2] else None]
-
-
-@vjp("GroupNormSilu")
-def _group_norm_silu_vjp(b, node, dy, want):
-    z = b.emit("GroupNorm", node.inputs, num_groups=node.attrs["num_groups"], eps=node.attrs["eps"])
-    return _group_norm_vjp(b, b.g.node(z), b.emit("SiluGrad", (dy, z)), want)
-
-
-# --- rules: transformer ------------------------------------------------------------------
-
-
-@vjp("Embedding")
-def _embedding_vjp(b, node, dy, want):
-    idx, table = node.inputs
-    return [None, b.emit("ScatterAdd", (idx, dy), vocab_size=b.type(table).shape[0])]
-
-
-_ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch")
-_ATTN_ATTRS = ("num_heads", "num_kv_heads", "head_dim", "batch")
-
-
-@vjp("RoPE")
-def _rope_vjp(b, node, dy, want):
-    return [b.emit("RoPEGrad", (dy,), **{k: node.attrs[k] for k in _ROPE_ATTRS})]
-
-
-def _attention_grads(b: _Builder, dy, q, k, v, mask, causal: bool, attrs: dict, want) -> list:
-    ins = (dy, q, k, v) if mask is None else (dy, q, k, v, mask)
-    return [b.emit(f"AttentionGrad{part}", ins, causal=causal, **attrs) if w else None
-            for part, w in zip("QKV", want, strict=False)]
-
-
-@vjp("FullAttention", "CausalAttention")
-def _attention_vjp(b, node, dy, want):
-    q, k, v, *mask = node.inputs
-    attrs = {a: node.attrs[a] for a in _ATTN_ATTRS}
-    grads = _attention_grads(b, dy, q, k, v, mask[0] if mask else None, node.op == "CausalAttention", attrs, want)
-    return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
-
-
-@vjp("CausalAttentionRoPE")
-def _attention_rope_vjp(b, node, dy, want):
-    q, k, v = node.inputs
-    rope = {a: node.attrs[a] for a in _ROPE_ATTRS}
-    qr, kr = b.emit("RoPE", (q,), **rope), b.emit("RoPE", (k,), **rope)
-    dq, dk, dv = _attention_grads(b, dy, qr, kr, v, None, True, {a: node.attrs[a] for a in _ATTN_ATTRS}, want)
-    return [None if dq is None else b.emit("RoPEGrad", (dq,), **rope),
-            None if dk is None else b.emit("RoPEGrad", (dk,), **rope), dv]
-
-
-# --- rules: shape ops, reductions, losses ----------------------------------------------------
-
-
-@vjp("Transpose")
-def _transpose_vjp(b, node, dy, want):
-    return [b.emit("Transpose", (dy,))]
-
-
-@vjp("Identity")
-def _identity_vjp(b, node, dy, want):
-    return [b.reshape(dy, b.type(node.inputs[0]).shape)]
-
-
-@vjp("SumAll")
-def _sum_all_vjp(b, node, dy, want):
-    return [b.broadcast(dy, b.type(node.inputs[0]).shape)]
-
-
-@vjp("MeanAll", takes_one=True)
-def _mean_all_vjp(b, node, dy, want):
-    x = b.type(node.inputs[0])
-    return [b.broadcast(b.scale(dy, 1.0 / x.num_elements), x.shape)]
-
-
-@vjp("Concat")
-def _concat_vjp(b, node, dy, want):
-    # Along any axis, a row-major concatenation is a column concatenation of the
-    # [outer, axis * inner] views, so each part is a SliceCols between two reshapes.
-    axis, shape = node.attrs["axis"], b.type(node.id).shape
-    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
-    grads, start = [], 0
-    for i, w in zip(node.inputs, want, strict=True):
-        part = b.type(i).shape
-        if w and part == shape:
-            grads.append(dy)
-        elif w:
-            flat = b.reshape(dy, (outer, shape[axis] * inner))
-            piece = b.emit("SliceCols", (flat,), start=start * inner, size=part[axis] * inner)
-            grads.append(b.reshape(piece, part))
-        else:
-            grads.append(None)
-        start += part[axis]
-    return grads
-
-
-@vjp("SliceCols")
-def _slice_cols_vjp(b, node, dy, want):
-    return [_Cols(node.attrs["start"], dy)]
-
-
-@vjp("CrossEntropyLoss", takes_one=True)
-def _cross_entropy_vjp(b, node, dy, want):
-    logits, labels = node.inputs
-    if want[1]:
-        raise GraphError(f"grad: the labels of {node.describe()} depend on a differentiated leaf; "
-                         "CrossEntropyLoss has no gradient with respect to its labels")
-    d = b.emit("CrossEntropyLossGrad", (logits, labels))
-    return [d if dy == ONE else b.emit("Mul", (d, dy)), None]
-
-
-# =============================================================================================
-# --- rules: the ops of ir/ops_extra.py -------------------------------------------------------
-# Abs, Log and Recip read their forward input, LogSoftmax its output; Greater is piecewise
-# constant (no gradient); BceLoss, like CrossEntropyLoss, has none for its labels; the
-# attention gradients recompute the probabilities (the IR keeps no logsumexp side buffer).
-# =============================================================================================
-
-
-@vjp("Abs", "Log", "Recip")
-def _extra_unary_vjp(b, node, dy, want):
-    return [b.emit(f"{node.op}Grad", (dy, node.inputs[0]))]
-
-
-@vjp("Greater")
-def _greater_vjp(b, node, dy, want):
-    return [None, None]
-
-
-@vjp("LogSoftmax")
-def _log_softmax_vjp(b, node, dy, want):
-    return [b.emit("LogSoftmaxGrad", (dy, node.id))]
-
-
-@vjp("BceLoss", takes_one=True)
-def _bce_loss_vjp(b, node, dy, want):
-    pred, labels = node.inputs
-    if want[1]:
-        raise GraphError(f"grad: the labels of {node.describe()} depend on a differentiated leaf; "
-                         "BceLoss has no gradient with respect to its labels")
-    d = b.emit("BceLossGrad", (pred, labels))
-    return [d if dy == ONE else b.emit("Mul", (d, dy)), None]
-
-
-@vjp("SlidingWindowAttention", "CrossAttention")
-def _windowed_attention_vjp(b, node, dy, want):
-    q, k, v, *mask = node.inputs
-    attrs = {a: node.attrs[a] for a in OPS[node.op].attrs}
-    grads = [b.emit(f"{node.op}Grad{part}", (dy, *node.inputs), **attrs) if w else None
-             for part, w in zip("QKV", want, strict=False)]
-    return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
-
-
-@vjp("Conv2d")
-def _conv2d_vjp(b, node, dy, want):
-    x, w = node.inputs
-    geometry = {a: node.attrs[a] for a in ("stride", "padding_h", "padding_w")}
-    _, _, in_h, in_w = b.type(x).shape
-    _, _, kh, kw = b.type(w).shape
-    return [b.emit("Conv2dGradInput", (dy, w), in_h=in_h, in_w=in_w, **geometry) if want[0] else None,
-            b.emit("Conv2dGradWeight", (dy, x), kernel_h=kh, kernel_w=kw, **geometry) if want[1] else None]
-
-
-@vjp("MaxPool2d")
-def _max_pool_vjp(b, node, dy, want):
-    return [b.emit("MaxPool2dGrad", (dy, node.inputs[0]), **{a: node.attrs[a] for a in OPS[node.op].attrs})]
-
-
-@vjp("GlobalAvgPool")
-def _global_avg_pool_vjp(b, node, dy, want):
-    return [b.emit("GlobalAvgPoolGrad", (dy,), shape=b.type(node.inputs[0]).shape)]
-
-
-@vjp("Upsample2x")
-def _upsample_vjp(b, node, dy, want):
-    return [b.emit("Upsample2xGrad", (dy,))]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .errors import GraphError
-from .ops import OPS, ShapeError
+from .spec import OPS, REQUIRED, ShapeError
 from .types import DType, TensorType
 
 NodeId = int
@@ -53,31 +53,55 @@ class Graph:
     def add_node(self, op: str, inputs: Sequence[NodeId] = (), **attrs: Any) -> NodeId:
         """Append a node of kind ``op`` after checking its inputs with the op's shape rule.
 
-        Raises :class:`GraphError` for an unknown op, a wrong number of inputs, an input
-        id that does not exist, or shapes the op rejects.
+        Attributes are normalised to their declared kinds (``OpSpec.attrs``; defaults fill
+        the ones left out). Raises :class:`GraphError` for an unknown op, a wrong number of
+        inputs, an input id that does not exist, a missing, unknown or ill-typed attribute,
+        or shapes the op rejects.
         """
-        if op not in OPS:
+        spec = OPS.get(op)
+        if spec is None:
             raise GraphError(f"unknown op {op!r}; known ops: {', '.join(sorted(OPS))}")
-        opdef = OPS[op]
-        inputs = tuple(int(i) for i in inputs)
-        if not opdef.min_inputs <= len(inputs) <= opdef.max_inputs:
-            raise GraphError(f"{op}: takes {opdef.min_inputs}..{opdef.max_inputs} inputs, got {len(inputs)}")
+        try:
+            inputs = tuple(int(i) for i in inputs)
+        except (TypeError, ValueError):
+            raise GraphError(f"{op}: inputs must be node ids (ints), got {inputs!r}") from None
+        limit = spec.input_limit
+        if len(inputs) < spec.min_inputs or (limit is not None and len(inputs) > limit):
+            takes = f"{spec.min_inputs}.." + ("" if limit is None else str(limit))
+            raise GraphError(f"{op}: takes {takes} inputs ({', '.join(spec.inputs) or 'none'}), got {len(inputs)}")
         for i in inputs:
             if not 0 <= i < len(self.nodes):
                 raise GraphError(f"{op}: input id {i} is not a node of this graph ({len(self.nodes)} nodes)")
-        full = {**opdef.defaults, **attrs}
-        missing = [k for k in opdef.attrs if k not in full and k != "name"]
-        if missing:
-            raise GraphError(f"{op}: missing attribute(s) {', '.join(missing)}")
+        full = self._attributes(spec, attrs)
         types = [self.nodes[i].type for i in inputs]
         try:
-            ty = opdef.infer(types, full)
+            ty = spec.infer(types, full)
         except ShapeError as e:
             shapes = ", ".join(f"node {i} {t}" for i, t in zip(inputs, types, strict=True))
             raise GraphError(f"{op} (new node {len(self.nodes)}): {e} [inputs: {shapes}]") from None
         node = Node(len(self.nodes), op, inputs, full, ty)
         self.nodes.append(node)
         return node.id
+
+    @staticmethod
+    def _attributes(spec, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(attrs) - set(spec.attr_names))
+        if unknown:
+            known = ", ".join(spec.attr_names) or "none"
+            raise GraphError(f"{spec.name}: unknown attribute(s) {', '.join(unknown)}; its attributes are: {known}")
+        full = {}
+        for a in spec.attrs:
+            if a.name not in attrs:
+                if a.default is REQUIRED:
+                    raise GraphError(f"{spec.name}: missing attribute {a.name} ({a.kind})")
+                full[a.name] = a.default
+                continue
+            try:
+                full[a.name] = a.normalise(attrs[a.name])
+            except (TypeError, ValueError) as e:
+                raise GraphError(f"{spec.name}: attribute {a.name} must be {a.kind}, got {attrs[a.name]!r} ({e})") \
+                    from None
+        return full
 
     def node(self, nid: NodeId) -> Node:
         return self.nodes[nid]
@@ -129,11 +153,12 @@ class Graph:
         return out
 
     def is_derived_parameter(self, node: Node) -> bool:
-        """A Concat of parameters: packed once when a session is created, never dispatched.
+        """A node of an op that packs parameters (``OpSpec.packs_parameters``: Concat) whose
+        inputs are all parameters: packed once when a session is created, never dispatched.
 
         Not when an op of the graph updates one of those parameters in place (a training
         step): the packed copy would keep the first values, so the Concat is dispatched."""
-        if node.op != "Concat" or not all(self.nodes[i].op == "Parameter" for i in node.inputs):
+        if not OPS[node.op].packs_parameters or not all(self.nodes[i].op == "Parameter" for i in node.inputs):
             return False
         return not any((w := OPS[n.op].writes) is not None and n.inputs[w] in node.inputs for n in self.nodes)
 

@@ -8,16 +8,17 @@ import numpy as np
 
 from .errors import InputError
 from .graph import Graph, NodeId
-from .ops import OPS
+from .spec import OPS
 from .types import DType, TensorType
 
 
-def check_array(what: str, value, ty: TensorType, *, copy: bool = True) -> np.ndarray:
+def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: bool = True) -> np.ndarray:
     """Return ``value`` as an array of ``ty``; raise :class:`InputError` if it does not fit.
 
     The result is a fresh array (a copy or a new conversion), or with ``copy=False``
     ``value`` itself when it is already an array of ``ty``'s dtype (for a caller that only
-    reads it). The caller's array is never modified.
+    reads it). Floats must be finite unless ``finite=False``. The caller's array is never
+    modified.
     """
     try:
         arr = np.asarray(value)
@@ -35,7 +36,7 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True) -> np.nd
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise InputError(f"{what}: expected numbers for {ty}, got dtype {arr.dtype}")
     out = arr.astype(np.float32, copy=copy)
-    if not np.isfinite(out).all():
+    if finite and not np.isfinite(out).all():
         raise InputError(f"{what}: contains NaN or infinity")
     return out
 
@@ -45,12 +46,15 @@ def evaluate(
     inputs: Mapping[str, np.ndarray],
     params: Mapping[str, np.ndarray],
     outputs: Sequence[NodeId] | None = None,
+    *,
+    check_finite: bool = True,
 ) -> list[np.ndarray]:
     """Evaluate ``graph`` in float64 numpy; returns one array per output node.
 
     ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
     dtype; integer indices for U32 inputs). Raises :class:`InputError` for a missing or
-    mis-shaped leaf. The arrays passed in are not modified.
+    mis-shaped leaf, and (unless ``check_finite=False``) for a NaN or infinity in a float
+    leaf. The arrays passed in are not modified.
     """
     wanted = list(graph.outputs if outputs is None else outputs)
     values: dict[NodeId, np.ndarray] = {}
@@ -60,7 +64,7 @@ def evaluate(
             name = node.attrs["name"]
             if name not in src:
                 raise InputError(f"{node.op} {name!r} ({node.type}) was not given")
-            arr = check_array(f"{node.op} {name!r}", src[name], node.type)
+            arr = check_array(f"{node.op} {name!r}", src[name], node.type, finite=check_finite)
             values[node.id] = arr if node.type.dtype is DType.U32 else arr.astype(np.float64)
         elif node.op == "Constant":
             values[node.id] = node.attrs["value"].astype(np.float64)

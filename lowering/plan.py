@@ -20,10 +20,11 @@ import numpy as np
 
 from ..ir.errors import LoweringError
 from ..ir.graph import Graph, Node, NodeId
-from ..ir.ops import OPS
+from ..ir.kernel import Buffer, Kernel, Target
+from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
-from .kernels import KERNELS
 from .limits import limit_name, resolve_limits, split_grid
+from .wgsl import render_kernel
 from .wgsl import subgroups as subgroups_form
 
 _LEAF_KIND = {"Input": "input", "Parameter": "parameter", "Constant": "constant"}
@@ -155,8 +156,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
-    the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none, so
-    ``len(plan.dispatches) == graph.dispatch_count()``.
+    the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
+    other node gets its kernel builder's dispatches, one for every op but a Concat of more
+    inputs than one dispatch may bind, so ``len(plan.dispatches) >= graph.dispatch_count()``.
     """
     if not graph.outputs:
         raise LoweringError("the graph has no outputs; call graph.set_outputs() first")
@@ -191,29 +193,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             sources = tuple(graph.node(i).attrs["name"] for i in node.inputs)
             derived[index] = DerivedParameter(sources, int(node.attrs["axis"]))
 
-    max_dim = lim["max-compute-workgroups-per-dimension"]
+    target = Target(lim, subgroups)
     dispatches: list[Dispatch] = []
     for node in live:
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters
             continue
         ins = [graph.node(i).type for i in node.inputs]
-        builder = KERNELS.get(node.op)
-        if builder is None:
-            raise LoweringError(f"no kernel lowers op {node.op} ({_label(node, ins)}); "
-                                f"ops with kernels: {', '.join(sorted(KERNELS))}")
-        with subgroups_form(subgroups) as use:
-            call = builder(node, ins)
-        kernel_name = call.kernel + ("+sg" if use.used else "")
-        grid = split_grid(call.groups, max_dim)
-        if grid is None:
-            raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
-                                f"{call.groups} workgroups do not fit a 3-D grid for {_label(node, ins)}")
-        w = OPS[node.op].writes
-        # an in-place kernel binds the written input last, read_write, as its output
-        reads = [i for k, i in enumerate(node.inputs) if k != w]
-        bindings = tuple(node_buffer[i] for i in reads) + (node_buffer[node.id],)
-        dispatches.append(Dispatch(node.id, node.op, kernel_name, call.source, call.entry_point,
-                                   bindings, call.params, grid, _label(node, ins)))
+        dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer))
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
@@ -246,6 +232,47 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     )
     check_limits(plan, lim)
     return plan
+
+
+def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Target,
+                     node_buffer: dict[NodeId, int]) -> list[Dispatch]:
+    """The dispatches of one node: its op's kernel builder (``OpSpec.kernel``) rendered to WGSL.
+
+    A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
+    in-place op writes) read-only, then the output read_write: the node's buffer, which for an
+    in-place op is the written input's."""
+    spec = OPS[node.op]
+    if spec.kernel is None:
+        raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})")
+    w = spec.writes
+    with subgroups_form(target.subgroups) as use:
+        built = spec.kernel(node, ins, target)
+        kernels = [built] if isinstance(built, Kernel) else list(built)
+        rendered = []
+        for k in kernels:
+            reads = tuple(k.inputs) if k.inputs is not None else tuple(i for i in range(len(ins)) if i != w)
+            bindings = k.bindings if k.bindings is not None else _default_bindings(spec, node, ins, reads)
+            if len(bindings) != len(reads) + 1:
+                raise LoweringError(f"kernel {k.name} of {node.op} declares {len(bindings)} bindings for "
+                                    f"{len(reads)} inputs and the output ({_label(node, ins)})")
+            rendered.append((k, reads, *render_kernel(k.body, bindings, k.params, k.slots)))
+    max_dim = target.limits["max-compute-workgroups-per-dimension"]
+    out = []
+    for k, reads, source, params in rendered:
+        grid = split_grid(k.groups, max_dim)
+        if grid is None:
+            raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
+                                f"{k.groups} workgroups do not fit a 3-D grid for {_label(node, ins)}")
+        buffers = tuple(node_buffer[node.inputs[i]] for i in reads) + (node_buffer[node.id],)
+        out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, buffers,
+                            params, grid, _label(node, ins)))
+    return out
+
+
+def _default_bindings(spec, node: Node, ins: list[TensorType], reads: tuple[int, ...]) -> tuple[Buffer, ...]:
+    out_name = spec.input_name(spec.writes) if spec.writes is not None else "out"
+    return (*(Buffer(spec.input_name(i), ins[i].dtype.value) for i in reads),
+            Buffer(out_name, node.type.dtype.value, write=True))
 
 
 def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],

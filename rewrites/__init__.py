@@ -1,7 +1,9 @@
-"""Rewrites: graphs encoded into egglog, fusion rulesets, cost model and DAG extraction."""
+"""Rewrites: graphs encoded into egglog, the rulesets the op families declare, cost model and
+DAG extraction."""
 
 from .cost import CostModel, KernelInfo
-from .engine import OPTIMIZATION_RULESETS, Report, optimize, random_feeds, verify_equivalent
+from .engine import EXTRACTORS, Report, optimize, random_feeds, verify_equivalent
+from .rulesets import SCHEDULE, catalog, make_ruleset, optimization_rulesets
 
-__all__ = ["OPTIMIZATION_RULESETS", "CostModel", "KernelInfo", "Report", "optimize", "random_feeds",
-           "verify_equivalent"]
+__all__ = ["EXTRACTORS", "SCHEDULE", "CostModel", "KernelInfo", "Report", "catalog", "make_ruleset",
+           "optimization_rulesets", "optimize", "random_feeds", "verify_equivalent"]

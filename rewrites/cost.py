@@ -1,38 +1,44 @@
 """Cost model: bytes moved per kernel plus a fixed per-dispatch cost, from shapes.
 
-Unit: byte-equivalents. A kernel costs ``bytes_read + bytes_written`` (each input and
-the output read or written once, 4 bytes an element) plus ``dispatch_bytes`` per
-dispatch, the launch overhead expressed as the bytes the device could move in that time
-(default 1 MiB: about 6 us of host time per dispatch, as measured on an H200, at ~170 GB/s
-of effective small-kernel bandwidth). Views (reshape) and leaves cost nothing; a leaf's
-bytes are charged to the kernels that read it. A fused matmul's epilogue operands are
-charged to their epilogue step, so the whole fused kernel costs the same as one kernel
-reading all its inputs.
+Unit: byte-equivalents. A kernel costs ``bytes_read + bytes_written`` (each input and the
+output read or written once) plus ``dispatch_bytes`` per dispatch, the launch overhead
+expressed as the bytes the device could move in that time (default 1 MiB: about 6 us of host
+time per dispatch, as measured on an H200, at ~170 GB/s of effective small-kernel
+bandwidth). Views (reshape), leaves and derived parameters cost nothing; a leaf's bytes are
+charged to the kernels that read it. A fused matmul's epilogue operands are charged to their
+epilogue step, so the whole fused kernel costs the same as one kernel reading all its inputs.
 
 The extractor sums marginal costs over the extracted DAG, counting a shared sub-term once.
-Pass your own model by subclassing :class:`CostModel` and overriding :meth:`kernel_cost`.
+Pass your own model by subclassing :class:`CostModel` and overriding :meth:`kernel_cost`; it
+receives a :class:`KernelInfo` with the op, its input and output types, attributes and FLOPs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..ir import OPS, Graph
-from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS
+from ..ir import OPS, Graph, TensorType
 
 
 @dataclass(frozen=True)
 class KernelInfo:
-    """What one kernel (or one epilogue step of a fused matmul) moves.
+    """What one kernel (or one epilogue step of a fused matmul) does.
 
-    ``op`` is the IR op name, or ``epilogue:bias`` / ``epilogue:add`` for the operand read
-    of an epilogue step (``dispatches`` 0 then). Byte counts are in bytes.
+    ``op`` is the IR op name, or ``epilogue:bias`` / ``epilogue:add`` for the operand read of
+    an epilogue step (``dispatches`` 0 then). Byte counts are in bytes, ``flops`` in
+    floating-point operations (``OpSpec.flops``); ``inputs`` and ``output`` are the tensor
+    types read and written, ``attrs`` the op's attributes.
     """
 
     op: str
     dispatches: int
     bytes_read: int
     bytes_written: int
+    flops: int = 0
+    inputs: tuple[TensorType, ...] = ()
+    output: TensorType | None = None
+    attrs: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 class CostModel:
@@ -50,33 +56,23 @@ class CostModel:
         for node in graph.live_nodes():
             if (n := graph.dispatches(node)) == 0:
                 continue
-            reads = sum(graph.node(i).type.size_bytes for i in node.inputs)
-            total += self.kernel_cost(KernelInfo(node.op, n, reads, node.type.size_bytes))
+            ins = tuple(graph.node(i).type for i in node.inputs)
+            total += self.kernel_cost(kernel_info(node.op, node.attrs, ins, node.type, n))
         return total
 
 
-#: Constructors that are no kernel: leaves, views, epilogue structure, the output list.
-#: ``concat2``/``concat3`` only ever pack parameters (derived parameters, packed at load).
-FREE_CONSTRUCTORS = {"T.input", "T.parameter", "T.constant", "T.reshape", "T.concat2", "T.concat3", "Epi.none",
-                     "Epi.act", "TList.nil", "TList.cons"}
-GENERIC_NAMES = {str(c) for c in GENERIC_CONSTRUCTORS.values()}
-_EPI_OPERAND = {"Epi.bias": "epilogue:bias", "Epi.add": "epilogue:add"}
-#: Constructor name ("T.matmul") -> IR op name ("MatMul").
-OP_OF_CONSTRUCTOR = {str(ctor): op for op, (ctor, _) in CONSTRUCTORS.items()} | {
-    "T.fused_matmul": "FusedMatMul", "T.full_attention_masked": "FullAttention",
-    "T.fused_rms_norm_matmul": "FusedRmsNormMatMul", "T.slice_cols": "SliceCols",
-    "T.causal_attention_rope": "CausalAttentionRoPE", "T.causal_attention_rope_packed": "CausalAttentionRoPE",
-    "T.cached_attention_rope": "CachedAttentionRoPE"}
+def kernel_info(op: str, attrs: dict[str, Any], ins: tuple[TensorType, ...], out: TensorType,
+                dispatches: int | None = None) -> KernelInfo:
+    """The :class:`KernelInfo` of one node of ``op`` reading ``ins`` and writing ``out``."""
+    spec = OPS[op]
+    n = spec.dispatches if dispatches is None else dispatches
+    return KernelInfo(op, n, sum(t.size_bytes for t in ins), out.size_bytes, spec.count_flops(ins, out, attrs),
+                      ins, out, attrs)
 
 
-def enode_cost(model: CostModel, ctor: str, tensor_child_bytes: list[int], out_bytes: int,
-               op: str | None = None) -> int:
-    """Marginal cost of one e-node: its constructor name, the bytes of its tensor (``T``)
-    children in order, and the bytes of its own e-class. Shared by every extractor.
-    ``op`` names the IR op of a generic constructor (``T.op2("Softmax", ...)``)."""
-    if ctor in FREE_CONSTRUCTORS:
-        return 0
-    if ctor in _EPI_OPERAND:
-        return model.kernel_cost(KernelInfo(_EPI_OPERAND[ctor], 0, tensor_child_bytes[0], 0))
-    op = op or OP_OF_CONSTRUCTOR[ctor]
-    return model.kernel_cost(KernelInfo(op, OPS[op].dispatches, sum(tensor_child_bytes), out_bytes))
+def epilogue_operand_info(step: str, operand: TensorType) -> KernelInfo:
+    """The :class:`KernelInfo` of the operand read of a fused matmul's ``bias`` or ``add`` step."""
+    return KernelInfo(f"epilogue:{step}", 0, operand.size_bytes, 0, 0, (operand,), None)
+
+
+__all__ = ["CostModel", "KernelInfo", "epilogue_operand_info", "kernel_info"]

@@ -1,16 +1,156 @@
-"""The one helper rule authors need: a named, optionally guarded equality."""
+"""The namespace rule functions receive: constructors by op name, sorts, analyses, egglog's
+rule primitives, and :meth:`Namespace.equal`, the one helper rule authors need.
+
+A rule function (registered with ``eggfuse.ir.spec.rules``, beside the op it concerns) is
+called as ``fn(e)`` with a :class:`Namespace` ``e``::
+
+    @rules("norm_fusion")
+    def _add_rms_norm(e):
+        x, d, w = e.vars("x d w")
+        eps = e.var("eps", e.f64)
+        yield e.equal("RmsNorm(Add(x,d), w) -> AddRmsNorm(x,d,w)",
+                      e.RmsNorm(e.Add(x, d), w, eps=eps), e.AddRmsNorm(x, d, w, eps=eps),
+                      e.eq(e.shape(x)).to(e.shape(d)), example=...)
+
+``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
+into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
+matmul its chain as ``epilogue=``. An attribute left out is a fresh pattern variable, so it
+matches anything on a left-hand side; on a right-hand side every attribute must be given or
+bound by the left.
+"""
 
 from __future__ import annotations
 
-from egglog import rule, union
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import egglog
+from egglog import Bool, String, Vec, f64, i64
+
+from ..ir.spec import Example
+from .sorts import (
+    ATTR_SORTS,
+    CONSTRUCTORS,
+    SIGNATURES,
+    Epi,
+    T,
+    TList,
+    epilogue_without_add,
+    last_step,
+    shape,
+)
 
 
-def equal(name: str, lhs, rhs, *guards):
-    """The rule ``lhs = rhs`` (``rhs`` joins ``lhs``'s e-class) when every guard holds.
+@dataclass(frozen=True)
+class RuleRecord:
+    """One shipped rule: its ``name`` (``lhs -> rhs``), ruleset, the op family whose module
+    holds it, and its soundness :class:`~eggfuse.ir.spec.Example` (None only for analysis rules)."""
 
-    ``name`` is the rule's label in reports and ``eggfuse rules``, written ``lhs -> rhs``;
-    it must be unique. ``guards`` are egglog facts over the pattern variables, typically
-    analysis reads such as ``eq(shape(d)).to(s)``. Being an equality, the rule never
-    removes the left side: extraction decides which form is computed.
-    """
-    return rule(lhs, *guards, name=name).then(union(lhs).with_(rhs))
+    name: str
+    ruleset: str
+    family: str
+    example: Example | None
+
+
+class Namespace:
+    """See the module docstring. ``records`` collects every rule made through it."""
+
+    T, Epi, TList = T, Epi, TList
+    String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
+    shape, epilogue_without_add, last_step = staticmethod(shape), staticmethod(epilogue_without_add), \
+        staticmethod(last_step)
+    eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
+                                    staticmethod(egglog.set_), staticmethod(egglog.rewrite))
+
+    def __init__(self) -> None:
+        self.records: list[RuleRecord] = []
+        self.ruleset = ""
+        self.family = ""
+        self._fresh = itertools.count()
+        self._ops: dict[str, Callable[..., Any]] = {}
+
+    # --- variables ---------------------------------------------------------------------
+
+    def var(self, name: str, sort: Any = T) -> Any:
+        """A pattern variable of ``sort`` (default: a tensor)."""
+        return egglog.var(name, sort)
+
+    def vars(self, names: str, sort: Any = T) -> list[Any]:
+        """Pattern variables, one per space-separated name."""
+        return [self.var(n, sort) for n in names.split()]
+
+    def tensors(self, *xs: Any) -> TList:
+        """The ``TList`` of ``xs`` (the inputs of a variadic op, in order)."""
+        out = TList.nil()
+        for x in reversed(xs):
+            out = TList.cons(x, out)
+        return out
+
+    def attrs_of(self, op: str, **given: Any) -> dict[str, Any]:
+        """Every egglog attribute of ``op``: ``given`` values, fresh variables for the rest."""
+        return {a.name: given[a.name] if a.name in given else self.var(f"{op}_{a.name}_{next(self._fresh)}",
+                                                                       ATTR_SORTS[a.kind])
+                for a in SIGNATURES[op].attrs}
+
+    # --- constructors --------------------------------------------------------------------
+
+    def __getattr__(self, op: str) -> Callable[..., Any]:
+        if op not in SIGNATURES:
+            raise AttributeError(f"no op named {op!r} (rules name ops as eggfuse.ir.OPS does)")
+        if op not in self._ops:
+            self._ops[op] = self._wrap(op)
+        return self._ops[op]
+
+    def _wrap(self, op: str) -> Callable[..., Any]:
+        sig, ctor = SIGNATURES[op], CONSTRUCTORS[op]
+
+        def build(*tensors: Any, epilogue: Any = None, **attrs: Any) -> Any:
+            if sig.leaf:
+                return ctor(*tensors)
+            unknown = set(attrs) - {a.name for a in sig.attrs}
+            if unknown:
+                raise TypeError(f"{op}: no attribute(s) {sorted(unknown)}; its attributes are "
+                                f"{[a.name for a in sig.attrs]}")
+            args = list(self.attrs_of(op, **attrs).values())
+            if sig.tensors is None:
+                args.append(self.tensors(*tensors))
+            elif len(tensors) != sig.tensors:
+                raise TypeError(f"{op} takes {sig.tensors} tensor arguments, got {len(tensors)}")
+            else:
+                args.extend(tensors)
+            if sig.epilogue:
+                args.append(self.var(f"{op}_epi_{next(self._fresh)}", Epi) if epilogue is None else epilogue)
+            return ctor(*args)
+
+        build.__name__ = op
+        return build
+
+    # --- rules ---------------------------------------------------------------------------
+
+    def _record(self, name: str, example: Example | None) -> None:
+        if any(r.name == name for r in self.records):
+            raise ValueError(f"two rules are named {name!r}; rule names must be unique")
+        self.records.append(RuleRecord(name, self.ruleset, self.family, example))
+
+    def equal(self, name: str, lhs: Any, rhs: Any, *guards: Any, example: Example | None = None) -> Any:
+        """The rule ``lhs = rhs`` (``rhs`` joins ``lhs``'s e-class) when every guard holds.
+
+        ``name`` is the rule's label in reports and ``eggfuse rules``, written ``lhs -> rhs``;
+        it must be unique. ``guards`` are egglog facts over the pattern variables, typically
+        analysis reads such as ``e.eq(e.shape(d)).to(s)``. ``example`` is the rule's soundness
+        example (``eggfuse.ir.spec.example``). Being an equality, the rule never removes the
+        left side: extraction decides which form is computed.
+        """
+        self._record(name, example)
+        return egglog.rule(lhs, *guards, name=name).then(egglog.union(lhs).with_(rhs))
+
+    def rule(self, *facts: Any, name: str, example: Example | None = None) -> Any:
+        """egglog's ``rule(*facts).then(...)`` for a rule with several actions (each a union
+        of equal terms, or a fact), recorded under ``name`` like :meth:`equal`."""
+        self._record(name, example)
+        return egglog.rule(*facts, name=name)
+
+
+__all__ = ["Namespace", "RuleRecord"]

@@ -1,154 +1,89 @@
 """Graph -> e-graph: one ``let`` (one e-node) per live graph node, shapes set as facts.
 
-The graph is written as one egglog program (text) and run in one call: building each
-node as an egglog-python expression costs about 0.8 ms a node, the text about 5 us. The
-constructors' egglog names come from egglog-python itself, so the program refers to the
-same functions the rulesets use, and the saved transcript (``--dump-egglog``) replays.
+The graph is written as one egglog program (text) and run in one call (see
+:mod:`.egglog_private` for why). The constructors' egglog names are the op names
+(:mod:`.sorts`), so the program reads as the graph does and the saved transcript
+(``--dump-egglog``) replays.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from egglog import EGraph
-from egglog.declarations import LetRefDecl, TypedExprDecl
-from egglog.runtime import RuntimeExpr
 
-from ..ir import Graph, Node, RewriteError
-from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, Epi, T, TList, rope_fits_attention, shape
-
-LEAF_CONSTRUCTORS = {"Input": T.input, "Parameter": T.parameter, "Constant": T.constant}
-_ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim", "batch")
-_ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch")
-_CACHED_ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim")
-_ROPE_DYNAMIC_ATTRS = ("theta", "head_dim", "pairing")
-
-
-class Call(NamedTuple):
-    """A constructor applied to arguments: ``Call``, ``Ref``, ``Shape``, str or int."""
-
-    fn: Any
-    args: tuple
-
-
-class Ref(NamedTuple):
-    """The e-node of an earlier graph node (its ``let`` name)."""
-
-    node: int
-
-
-class Shape(NamedTuple):
-    dims: tuple[int, ...]
+from ..ir import OPS, Graph, Node, TensorType
+from . import egglog_private
+from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList
 
 
 @dataclass
 class Encoding:
-    """The e-graph of one graph; ``root`` is the let-bound list of outputs.
-
-    ``attrs`` maps each attribute key (a string literal in the e-graph) back to the
-    attribute dict; ``leaves`` maps (op, name) to the original leaf node.
-    """
+    """The e-graph of one graph. ``leaves`` maps (op, name) to the original leaf node;
+    ``types`` maps the let name of every encoded node (``$n<id>``) to its IR type; ``written``
+    names the parameters an op updates in place; ``root`` is the let name of the output list."""
 
     egraph: EGraph
-    root: TList | None = None
-    attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
     leaves: dict[tuple[str, str], Node] = field(default_factory=dict)
-
-    def key(self, op: str, attrs: dict[str, Any]) -> str:
-        """The canonical key of ``op``'s attributes (equal attributes give equal keys)."""
-        clean = {k: v for k, v in attrs.items() if k not in ("type", "value", "name")}
-        key = f"{op}:" + ",".join(f"{k}={v!r}" for k, v in sorted(clean.items()))
-        self.attrs.setdefault(key, clean)
-        return key
+    types: dict[str, TensorType] = field(default_factory=dict)
+    written: frozenset[str] = frozenset()
+    root: str = "$outputs"
+    raw: dict | None = None  # egglog's serialisation once saturated (rewrites.engine.saturate)
 
 
-def epilogue_term(steps, operands) -> Call:
-    """The ``Epi`` chain of an epilogue tuple; binary steps take operands in order."""
-    epi = Call(Epi.none, ())
+def literal(value: Any, kind: str) -> str:
+    """egglog text of an attribute value of ``kind`` (see ``ir.spec.ATTR_KINDS``)."""
+    if kind == "int":
+        return str(int(value))
+    if kind == "float":
+        return repr(float(value))
+    if kind == "str":
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if kind == "bool":
+        return "true" if value else "false"
+    if kind == "ints":
+        return "(vec-of" + "".join(f" {int(v)}" for v in value) + ")"
+    if kind == "floats":
+        return "(vec-of" + "".join(f" {float(v)!r}" for v in value) + ")"
+    raise ValueError(f"attribute kind {kind} has no egglog literal")
+
+
+def tensor_list(items: list[str]) -> str:
+    out = "(Nil)"
+    for x in reversed(items):
+        out = f"(Cons {x} {out})"
+    return out
+
+
+def epilogue_chain(steps, operands: list[str]) -> str:
+    """The ``Epi`` text of an epilogue tuple; binary steps take operands in order."""
+    epi = "(EpiNone)"
     operands = list(operands)
     for step in steps:
         if step == "bias":
-            epi = Call(Epi.bias, (epi, operands.pop(0)))
+            epi = f"(EpiBias {epi} {operands.pop(0)})"
         elif step == "add":
-            epi = Call(Epi.add, (epi, operands.pop(0)))
+            epi = f"(EpiAdd {epi} {operands.pop(0)})"
         else:
-            epi = Call(Epi.act, (epi, step))
+            epi = f"(EpiAct {epi} {literal(step, 'str')})"
     return epi
 
 
-def node_term(node: Node, args: list[Ref], enc: Encoding, derived: bool = False) -> Call:
-    """The e-node for one graph node whose inputs are the e-nodes ``args``.
-
-    ``derived`` marks a Concat of parameters (see ``Graph.is_derived_parameter``)."""
-    op, a = node.op, node.attrs
-    if op in LEAF_CONSTRUCTORS:
-        enc.leaves[(op, a["name"])] = node
-        return Call(LEAF_CONSTRUCTORS[op], (a["name"], Shape(node.type.shape)))
-    if op == "Identity":
-        return Call(T.reshape, (args[0], Shape(node.type.shape)))
-    if op == "FusedMatMul":
-        return Call(T.fused_matmul, (a["variant"], args[0], args[1], epilogue_term(a["epilogue"], args[2:])))
-    if op == "FusedRmsNormMatMul":
-        return Call(T.fused_rms_norm_matmul, (enc.key("RmsNorm", {"eps": a["eps"]}), a["variant"], *args[:3],
-                                              epilogue_term(a["epilogue"], args[3:])))
-    if op == "Concat" and len(args) in (2, 3) and derived:  # a derived parameter: packed at load
-        return Call(T.concat2 if len(args) == 2 else T.concat3, (a["axis"], *args))
-    if op == "SliceCols":
-        return Call(T.slice_cols, (args[0], a["start"], a["size"]))
-    if op == "CausalAttentionRoPE":
-        ctor = T.causal_attention_rope if len(args) == 3 else T.causal_attention_rope_packed
-        return Call(ctor, (enc.key("CausalAttention", {k: a[k] for k in _ATTENTION_ATTRS}),
-                           enc.key("RoPE", {k: a[k] for k in _ROPE_ATTRS}), *args))
-    if op == "CachedAttentionRoPE":
-        return Call(T.cached_attention_rope, (enc.key("CachedAttention", {k: a[k] for k in _CACHED_ATTENTION_ATTRS}),
-                                              enc.key("RoPEDynamic", {k: a[k] for k in _ROPE_DYNAMIC_ATTRS}), *args))
-    if op == "FullAttention" and len(args) == 4:
-        return Call(T.full_attention_masked, (enc.key(op, a), *args))
-    if op in CONSTRUCTORS:
-        ctor, has_attrs = CONSTRUCTORS[op]
-        return Call(ctor, (enc.key(op, a), *args) if has_attrs else tuple(args))
-    if len(args) not in GENERIC_CONSTRUCTORS:
-        raise RewriteError(f"{node.describe()}: {len(args)} inputs; give op {op} a constructor in rewrites/sorts.py")
-    return Call(GENERIC_CONSTRUCTORS[len(args)], (op, enc.key(op, a), *args))
-
-
-def _rope_attention_facts(enc: Encoding) -> list[Call]:
-    """``rope_fits_attention`` for every RoPE / CausalAttention attribute pair that agree on
-    head size and sequence layout, and every RoPEDynamic / CachedAttention pair that agree on
-    head size (one sequence each), so the fusion rules can require it."""
-    facts = []
-    for rope, attention, same in (("RoPE:", "CausalAttention:", ("head_dim", "batch")),
-                                  ("RoPEDynamic:", "CachedAttention:", ("head_dim",))):
-        ropes = [k for k in enc.attrs if k.startswith(rope)]
-        attns = [k for k in enc.attrs if k.startswith(attention)]
-        facts += [Call(rope_fits_attention, (rk, ak)) for rk in ropes for ak in attns
-                  if all(enc.attrs[rk][f] == enc.attrs[ak][f] for f in same)]
-    return facts
-
-
-class _Renderer:
-    """egglog text for :class:`Call` trees, with the constructors' egglog names."""
-
-    def __init__(self, egraph: EGraph) -> None:
-        self.egraph = egraph
-        self.names: dict[Any, str] = {}
-
-    def name(self, fn) -> str:
-        if (n := self.names.get(fn)) is None:
-            n = self.names[fn] = self.egraph._callable_to_egg(fn)[1]
-        return n
-
-    def __call__(self, x) -> str:
-        if isinstance(x, Call):
-            return f"({' '.join([self.name(x.fn), *map(self, x.args)])})"
-        if isinstance(x, Ref):
-            return f"$n{x.node}"
-        if isinstance(x, Shape):
-            return f"(vec-of {' '.join(str(int(d)) for d in x.dims)})"
-        if isinstance(x, str):
-            return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        return str(int(x))
+def node_text(node: Node, refs: list[str]) -> str:
+    """The e-node of one graph node whose inputs are the e-nodes ``refs`` (egglog text)."""
+    sig = SIGNATURES[node.op]
+    if sig.leaf:
+        return f"({node.op} {literal(node.attrs['name'], 'str')} {literal(node.type.shape, 'ints')})"
+    args = [literal(node.attrs[a.name], a.kind) for a in sig.attrs]
+    if sig.epilogue:
+        args += refs[:sig.tensors]
+        args.append(epilogue_chain(node.attrs[OPS[node.op].epilogue_attr.name], refs[sig.tensors:]))
+    elif sig.tensors is None:
+        args.append(tensor_list(refs))
+    else:
+        args += refs
+    return f"({node.op} {' '.join(args)})"
 
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
@@ -158,25 +93,28 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     of producing a wrong graph.
     """
     enc = Encoding(egraph)
-    render = _Renderer(egraph)
-    shape_fn = render.name(shape)
+    live = graph.live_nodes()
+    used = {n.op for n in live}
+    egglog_private.declare(egraph, [*(CONSTRUCTORS[op] for op in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
+                                    TList.nil, TList.cons, *ANALYSES])
     lines = []
-    for node in graph.live_nodes():
-        term = node_term(node, [Ref(i) for i in node.inputs], enc, graph.is_derived_parameter(node))
-        lines.append(f"(let $n{node.id} {render(term)})")
-        lines.append(f"(set ({shape_fn} $n{node.id}) {render(Shape(node.type.shape))})")
-    lines.extend(render(f) for f in _rope_attention_facts(enc))
+    written = set()
+    for node in live:
+        if node.op in ("Input", "Parameter", "Constant"):
+            enc.leaves[(node.op, node.attrs["name"])] = node
+        if (w := OPS[node.op].writes) is not None and graph.node(node.inputs[w]).op == "Parameter":
+            written.add(graph.node(node.inputs[w]).attrs["name"])
+        name = f"$n{node.id}"
+        enc.types[name] = node.type
+        lines.append(f"(let {name} {node_text(node, [f'$n{i}' for i in node.inputs])})")
+        lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
     # the output list, one let per cell (a training graph has hundreds of outputs)
-    lines.append(f"(let $out{len(graph.outputs)} {render(Call(TList.nil, ()))})")
+    lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):
-        cell = f"({render.name(TList.cons)} $n{graph.outputs[i]} $out{i + 1})"
-        lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} {cell})")
-    program = "\n".join(lines)
-    state = egraph._state
-    if state.egglog_file_state is None:
-        state.egraph.parse_and_run_program(program)
-    else:  # recording a transcript for --dump-egglog: go through egglog-python, which saves it
-        state.run_program(*state.egraph.parse_program(program))
-    tlist = TList.nil().__egg_typed_expr__.tp
-    enc.root = RuntimeExpr.__from_values__(egraph.__egg_decls__, TypedExprDecl(tlist, LetRefDecl("outputs")))
+        lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} (Cons $n{graph.outputs[i]} $out{i + 1}))")
+    enc.written = frozenset(written)
+    egglog_private.run_program(egraph, "\n".join(lines))
     return enc
+
+
+__all__ = ["Encoding", "encode", "epilogue_chain", "literal", "node_text", "tensor_list"]

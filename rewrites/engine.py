@@ -10,27 +10,19 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from egglog import EGraph, Ruleset, back_off, run, seq
 
-from ..ir import DType, Graph, RewriteError, evaluate
-from .algebraic import algebraic_ruleset
-from .analysis import shape_analysis_ruleset
-from .attention import attention_ruleset
+from ..ir import DType, Graph, GraphError, RewriteError, evaluate
+from . import egglog_private
 from .cost import CostModel
 from .encode import Encoding, encode
-from .extract import extract_greedy, rebuild
+from .extract import rebuild
 from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
-from .matmul_epilogue import matmul_epilogue_ruleset
-from .norms import norm_fusion_ruleset
 from .problem import build_problem
-from .sorts import Epi, T, TList, epilogue_without_add, last_step, numel, rope_fits_attention, shape
-from .swiglu import swiglu_ruleset
+from .rulesets import analysis_ruleset, optimization_rulesets
+from .sorts import ANALYSES, Epi, T, TList, shape
 
-EXTRACTORS = ("ilp", "greedy", "compare", "egglog-greedy")
-_ANALYSIS_FUNCTIONS = {shape, numel, epilogue_without_add, last_step, rope_fits_attention}
-
-#: The optimisation rulesets run by default, in schedule order.
-OPTIMIZATION_RULESETS: tuple[Ruleset, ...] = (
-    algebraic_ruleset, swiglu_ruleset, matmul_epilogue_ruleset, norm_fusion_ruleset, attention_ruleset)
+EXTRACTORS = ("ilp", "greedy", "compare")
+_ANALYSIS_NAMES = {str(fn) for fn in ANALYSES}
 
 
 @dataclass
@@ -99,21 +91,22 @@ class Report:
 
 
 def _enodes(egraph: EGraph) -> int:
-    return sum(n for fn, n in egraph.all_function_sizes() if fn not in _ANALYSIS_FUNCTIONS)
+    return sum(n for fn, n in egraph.all_function_sizes() if str(fn) not in _ANALYSIS_NAMES)
 
 
-def _eclasses(egraph: EGraph) -> int:
-    """E-classes of the tensor, epilogue and output-list sorts.
-
-    Every tensor e-class has exactly one ``shape`` row once the analysis has run; no rule
-    merges epilogue or list e-classes, so each of their e-nodes is its own e-class.
-    """
+def _eclasses(egraph: EGraph, raw: dict | None = None) -> int:
+    """E-classes of the tensor, epilogue and list sorts. From egglog's serialisation ``raw``
+    when given (an e-class a rule created has no ``shape`` row); without it, before any rule
+    ran, every tensor e-class is one encoded node with its ``shape`` row and every epilogue
+    and list e-node its own e-class."""
+    if raw is not None:
+        return sum(1 for d in raw["class_data"].values() if d.get("type") in ("T", "Epi", "TList"))
     return egraph.function_size(shape) + sum(
         n for fn, n in egraph.all_function_sizes() if str(fn).startswith(("Epi.", "TList.")))
 
 
-def _phase(egraph: EGraph, seconds: float) -> Phase:
-    return Phase(seconds, _eclasses(egraph), _enodes(egraph))
+def _phase(egraph: EGraph, seconds: float, raw: dict | None = None) -> Phase:
+    return Phase(seconds, _eclasses(egraph, raw), _enodes(egraph))
 
 
 def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = None, match_limit: int = 20_000,
@@ -125,7 +118,7 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     Raises :class:`RewriteError` when egglog rejects a merge (two e-classes with
     different shapes: an unsound rule).
     """
-    rulesets = tuple(OPTIMIZATION_RULESETS if rulesets is None else rulesets)
+    rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
     t0 = time.perf_counter()
     egraph = EGraph(save_egglog_string=record)
     enc = encode(graph, egraph)
@@ -133,7 +126,7 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     rep.phases["insert"] = _phase(egraph, rep.insert_s)
 
     fired: Counter[str] = Counter()
-    analysis = shape_analysis_ruleset.saturate()
+    analysis = analysis_ruleset().saturate()
     scheduler = back_off(match_limit=match_limit).persistent()
     optimisation = seq(*(run(rs, scheduler=scheduler) for rs in rulesets))
     start = time.perf_counter()
@@ -167,7 +160,8 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     except Exception as e:  # egglog reports unsound merges (different shapes) as errors
         raise RewriteError(f"saturation failed: {e}") from e
     rep.phases["analysis"].seconds = rep.analysis_s
-    rep.phases["saturation"] = _phase(egraph, rep.saturation_s)
+    enc.raw = egglog_private.serialize(egraph)  # the final e-graph, read once by extraction too
+    rep.phases["saturation"] = _phase(egraph, rep.saturation_s, enc.raw)
     rep.rules_fired = dict(fired)
     rep.enodes, rep.eclasses = rep.phases["saturation"].enodes, rep.phases["saturation"].eclasses
     return enc
@@ -202,20 +196,22 @@ def optimize(
     integer program of :mod:`.ilp` (optimal; if ``ilp_time_limit_s`` runs out first, the
     better of its best solution and the greedy one); ``"greedy"`` runs the vectorised
     greedy-DAG extractor of :mod:`.greedy` alone; ``"compare"`` runs both and reports
-    both costs (the greedy gap); ``"egglog-greedy"`` runs egglog's own Rust greedy-DAG
-    extractor (kept for comparison: it is slow on deep training graphs). A greedy result
-    that costs more than the input graph is replaced by the input itself (also a term of
-    the e-graph), so optimising never makes a graph worse.
+    both costs (the greedy gap). A greedy result that costs more than the input graph is
+    replaced by the input itself (also a term of the e-graph), so optimising never makes a
+    graph worse.
 
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
     raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
-    graph is not modified. Raises ``ValueError`` for an unknown ``extractor``.
+    graph is not modified. Raises ``ValueError`` for an unknown ``extractor`` and
+    :class:`GraphError` for a graph without outputs.
     """
     if extractor not in EXTRACTORS:
         raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
+    if not graph.outputs:
+        raise GraphError("the graph has no outputs; call graph.set_outputs() first")
     model = cost_model or CostModel()
-    rulesets = tuple(OPTIMIZATION_RULESETS if rulesets is None else rulesets)
+    rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
     rep = Report(nodes_before=len(graph.live_nodes()), dispatches_before=graph.dispatch_count(),
                  cost_before=model.graph_cost(graph))
     enc = saturate(graph, rep, rulesets=rulesets, match_limit=match_limit, max_iterations=max_iterations,
@@ -223,25 +219,21 @@ def optimize(
     egraph = enc.egraph
 
     t = time.perf_counter()
-    if extractor == "egglog-greedy":
-        dag = extract_greedy(enc, model)
-        rep.greedy_cost, rep.extractor = dag.cost, "egglog-greedy"
-    else:
-        problem = build_problem(enc, model)
-        dag = None
-        if extractor in ("ilp", "compare"):
-            try:
-                ilp = extract_ilp(problem, time_limit_s=ilp_time_limit_s)
-            except RewriteError:  # no solution within the time limit: the greedy one below
-                rep.ilp_optimal = False
-            else:
-                rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
-                dag, rep.extractor = ilp.dag, "ilp"
-        if extractor in ("greedy", "compare") or not rep.ilp_optimal:
-            greedy = problem.term(extract_greedy_dag(problem))
-            rep.greedy_cost = greedy.cost
-            if dag is None or greedy.cost < dag.cost:
-                dag, rep.extractor = greedy, "greedy"
+    problem = build_problem(enc, model, enc.raw)
+    dag = None
+    if extractor in ("ilp", "compare"):
+        try:
+            ilp = extract_ilp(problem, time_limit_s=ilp_time_limit_s)
+        except RewriteError:  # no solution within the time limit: the greedy one below
+            rep.ilp_optimal = False
+        else:
+            rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
+            dag, rep.extractor = ilp.dag, "ilp"
+    if extractor in ("greedy", "compare") or not rep.ilp_optimal:
+        greedy = problem.term(extract_greedy_dag(problem))
+        rep.greedy_cost = greedy.cost
+        if dag is None or greedy.cost < dag.cost:
+            dag, rep.extractor = greedy, "greedy"
     keep_input = dag.cost > rep.cost_before
     if keep_input:
         rep.extractor = f"input ({rep.extractor} result cost more)"
@@ -300,4 +292,4 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
                                f"differs after optimisation: shapes {w.shape} vs {g.shape}, max abs error {err:.3g}")
 
 
-__all__ = ["OPTIMIZATION_RULESETS", "Report", "T", "Epi", "TList", "optimize", "random_feeds", "verify_equivalent"]
+__all__ = ["EXTRACTORS", "Report", "T", "Epi", "TList", "optimize", "random_feeds", "verify_equivalent"]

@@ -1,10 +1,12 @@
 """The extraction problem read from a saturated e-graph: e-classes, candidate e-nodes, costs.
 
-egglog serialises the e-graph (e-nodes with their e-class and children); this module
-keeps the e-nodes of the tensor, epilogue and output-list sorts reachable from the
-outputs, prices each with :func:`~.cost.enode_cost` (sizes from the ``numel``
-analysis) and turns a choice of one e-node per e-class into a :class:`~.extract.TermDag`.
-Both the greedy and the ILP extractor solve this problem.
+egglog serialises the e-graph (e-nodes with their e-class and children); this module keeps
+the e-nodes of the tensor, epilogue and list sorts reachable from the outputs, gives every
+tensor e-class its type (from the ``shape`` facts set at encoding; for an e-class a rule
+created, from the IR's shape rule applied to an e-node of it: the IR stays the only
+authority on shapes), prices each e-node under the cost model and turns a choice of one
+e-node per e-class into a :class:`~.extract.TermDag`. Both the greedy and the ILP extractor
+solve this problem.
 """
 
 from __future__ import annotations
@@ -14,46 +16,121 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import RewriteError
-from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
+from ..ir import OPS, RewriteError, TensorType
+from ..ir.spec import ShapeError
+from . import egglog_private
+from .cost import CostModel, epilogue_operand_info, kernel_info
 from .encode import Encoding
-from .extract import ARG_SORTS, TermDag
-
-#: The sorts whose e-nodes extraction chooses among (the rest are literals and analyses).
-SORTS = ("T", "Epi", "TList")
-
-
-def serialized(enc: Encoding) -> dict:
-    """egglog's serialisation of the e-graph: ``nodes`` (op, children, e-class) and ``class_data``."""
-    return json.loads(enc.egraph._serialize(split_primitive_outputs=False).to_json())
+from .extract import TermDag
+from .sorts import ARG_SORTS, CHILD_SORTS, SIGNATURES
 
 
 def decode(raw: dict) -> tuple[dict, dict, dict]:
-    """(e-class of each node id, candidate e-nodes of each e-class, literal of each primitive e-class)."""
+    """(e-class of each node id, candidate e-nodes of each e-class, literal op of each primitive e-class)."""
     nodes = raw["nodes"]
     cls = {nid: n["eclass"] for nid, n in nodes.items()}
     value = {n["eclass"]: n["op"] for nid, n in nodes.items() if nid.startswith("primitive-") and not n["children"]}
     members: dict[str, list[str]] = {}
     for nid, n in nodes.items():
-        if "." in n["op"] and n["op"].split(".", 1)[0] in SORTS:
+        if n["op"] in ARG_SORTS and not nid.startswith("primitive-"):
             members.setdefault(n["eclass"], []).append(nid)
     return cls, members, value
 
 
-def literal(nodes: dict, node_id: str):
-    """The Python value of a literal argument: str, int, or a shape (tuple of ints) for a Vec."""
+def literal(nodes: dict, node_id: str, kind: str):
+    """The Python value of a literal argument of attribute ``kind`` (``ir.spec.ATTR_KINDS``)."""
     node = nodes[node_id]
-    if node["op"] == "Vec":
-        return tuple(int(nodes[g]["op"]) for g in node["children"])
     op = node["op"]
-    return json.loads(op) if op.startswith('"') else int(op)
+    if kind == "ints":
+        return tuple(int(nodes[g]["op"]) for g in node["children"])
+    if kind == "floats":
+        return tuple(float(nodes[g]["op"]) for g in node["children"])
+    if kind == "int":
+        return int(op)
+    if kind == "float":
+        return float(op)
+    if kind == "bool":
+        return op == "true"
+    return json.loads(op)
+
+
+@dataclass
+class ENode:
+    """One decoded e-node: ``op``, its attributes, its tensor inputs as e-classes in input order
+    (variadic lists and epilogue operands flattened), and for a fused matmul its epilogue steps."""
+
+    op: str
+    attrs: dict
+    inputs: list[str]
+
+
+class Decoder:
+    """Reads e-nodes of egglog's serialisation as IR ops (shared by extraction and the soundness check)."""
+
+    def __init__(self, raw: dict) -> None:
+        self.raw = raw
+        self.nodes = raw["nodes"]
+        self.cls, self.members, self.value = decode(raw)
+
+    def args(self, nid: str) -> list[tuple[str, str]]:
+        """(sort, child node id) of each argument of e-node ``nid``."""
+        n = self.nodes[nid]
+        return list(zip(ARG_SORTS[n["op"]], n["children"], strict=True))
+
+    def first(self, eclass: str) -> str:
+        return self.members[eclass][0]
+
+    def tensor_list(self, eclass: str) -> list[str]:
+        """The tensor e-classes of a ``TList`` e-class, in order."""
+        out = []
+        while True:
+            n = self.nodes[self.first(eclass)]
+            if n["op"] == "TList.nil":
+                return out
+            out.append(self.cls[n["children"][0]])
+            eclass = self.cls[n["children"][1]]
+
+    def epilogue(self, eclass: str) -> tuple[list[str], list[str]]:
+        """Steps (innermost first) and operand e-classes of an ``Epi`` e-class."""
+        steps, operands = [], []
+        while (n := self.nodes[self.first(eclass)])["op"] != "Epi.none":
+            inner, arg = n["children"]
+            if n["op"] == "Epi.act":
+                steps.append(json.loads(self.nodes[arg]["op"]))
+            else:
+                steps.append("bias" if n["op"] == "Epi.bias" else "add")
+                operands.append(self.cls[arg])
+            eclass = self.cls[inner]
+        return steps[::-1], operands[::-1]
+
+    def enode(self, nid: str) -> ENode:
+        """e-node ``nid`` of a tensor e-class as an IR op application."""
+        n = self.nodes[nid]
+        op = n["op"]
+        sig = SIGNATURES[op]
+        if sig.leaf:
+            return ENode(op, {"name": literal(self.nodes, n["children"][0], "str")}, [])
+        attrs, inputs = {}, []
+        for (sort, child), attr in zip(self.args(nid), (*sig.attrs, *([None] * len(n["children"]))), strict=False):
+            if sort == "T":
+                inputs.append(self.cls[child])
+            elif sort == "TList":
+                inputs.extend(self.tensor_list(self.cls[child]))
+            elif sort == "Epi":
+                steps, operands = self.epilogue(self.cls[child])
+                attrs[OPS[op].epilogue_attr.name] = tuple(steps)
+                inputs.extend(operands)
+            else:
+                attrs[attr.name] = literal(self.nodes, child, sort)
+        return ENode(op, attrs, inputs)
 
 
 @dataclass
 class Problem:
     """``classes[i]`` an e-class id; e-node j is in class ``node_class[j]``, costs
     ``cost[j]`` and needs the classes ``node_children[j]`` (distinct, sorted;
-    ``node_args[j]`` lists them in argument order); ``root`` is the outputs' class."""
+    ``node_args[j]`` lists them in argument order); ``root`` is the outputs' class;
+    ``types`` the IR type of each tensor e-class."""
 
     classes: list[str]
     class_nodes: list[list[int]]
@@ -64,6 +141,7 @@ class Problem:
     cost: np.ndarray
     root: int
     raw: dict
+    types: dict[str, TensorType]
 
     def term(self, choice: dict[int, int]) -> TermDag:
         """The :class:`TermDag` of ``choice`` (class index -> chosen e-node index) from the root;
@@ -86,77 +164,118 @@ class Problem:
             args = []
             kids = iter(self.node_args[j])
             for ch, sort in zip(node["children"], ARG_SORTS[node["op"]], strict=True):
-                if sort in SORTS:
-                    args.append(index[next(kids)])
-                else:
-                    args.append(literal(nodes, ch))
+                args.append(index[next(kids)] if sort in CHILD_SORTS else literal(nodes, ch, sort))
             index[c] = len(out)
             out.append((node["op"], tuple(args)))
             cost += self.cost[j]
         return TermDag(out, index[self.root], int(round(cost)))
 
 
-def build_problem(enc: Encoding, model: CostModel) -> Problem:
+def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType]:
+    """The IR type of every reachable tensor e-class: the encoding's type of a let-bound node,
+    else its ``shape`` fact (f32), else (an e-class only a rule created) the shape rule of one
+    of its e-nodes applied to its inputs' types."""
+    types: dict[str, TensorType] = {}
+    for c, d in dec.raw["class_data"].items():
+        if d.get("let") in enc.types:
+            types[c] = enc.types[d["let"]]
+    vectors = {n["eclass"]: n for nid, n in dec.nodes.items() if nid.startswith("primitive-Vec")}
+    for n in dec.nodes.values():
+        if n["op"] == "shape" and (c := dec.cls[n["children"][0]]) not in types:
+            types[c] = TensorType(tuple(int(dec.nodes[g]["op"]) for g in vectors[n["eclass"]]["children"]))
+    pending = [c for c in reach if c not in types and dec.raw["class_data"][c].get("type") == "T"]
+    while pending:
+        progress = False
+        for c in list(pending):
+            for nid in dec.members.get(c, []):
+                e = dec.enode(nid)
+                if not all(i in types for i in e.inputs):
+                    continue
+                spec = OPS[e.op]
+                full = {a.name: a.default for a in spec.attrs} | e.attrs
+                try:
+                    types[c] = spec.infer([types[i] for i in e.inputs], full)
+                except ShapeError as err:
+                    raise RewriteError(f"a rule built {e.op} of inputs {[str(types[i]) for i in e.inputs]} that its "
+                                       f"shape rule rejects: {err}") from None
+                pending.remove(c)
+                progress = True
+                break
+        if not progress:
+            raise RewriteError(f"the rewrite engine found no type for e-class {pending[0]} "
+                               f"({', '.join(dec.nodes[m]['op'] for m in dec.members.get(pending[0], []))})")
+    return types
+
+
+def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None) -> Problem:
     """Read the e-graph of ``enc`` and price every candidate e-node under ``model``.
 
-    Raises :class:`RewriteError` when an e-class the outputs need has no size.
+    Raises :class:`RewriteError` when an e-class the outputs need has no type.
     """
-    raw = serialized(enc)
+    raw = egglog_private.serialize(enc.egraph) if raw is None else raw
+    dec = Decoder(raw)
     nodes, class_data = raw["nodes"], raw["class_data"]
-    cls, members, value = decode(raw)
-    numel = {cls[n["children"][0]]: int(value[n["eclass"]]) for n in nodes.values() if n["op"] == "numel"}
-    root_class = next(c for c, d in class_data.items() if d.get("let") == "$outputs")
+    root_class = next(c for c, d in class_data.items() if d.get("let") == enc.root)
 
     def sorted_kids(nid: str) -> list[str]:
-        n = nodes[nid]
-        return [cls[ch] for ch, s in zip(n["children"], ARG_SORTS[n["op"]], strict=True) if s in SORTS]
+        return [dec.cls[ch] for sort, ch in dec.args(nid) if sort in CHILD_SORTS]
 
     reach, stack = {root_class}, [root_class]
     while stack:
-        for nid in members.get(stack.pop(), []):
+        for nid in dec.members.get(stack.pop(), []):
             for c in sorted_kids(nid):
                 if c not in reach:
                     reach.add(c)
                     stack.append(c)
+    types = _types(dec, enc, reach)
     classes = sorted(reach)
     cindex = {c: i for i, c in enumerate(classes)}
-    node_ids = [nid for c in classes for nid in members.get(c, [])]
-
-    def nbytes(c: str) -> int:
-        if c not in numel:
-            raise RewriteError(f"the shape analysis gave no size for e-class {c}")
-        return numel[c] * 4
+    node_ids = [nid for c in classes for nid in dec.members.get(c, [])]
+    free_params = {c for c in reach for nid in dec.members.get(c, [])
+                   if nodes[nid]["op"] == "Parameter" and dec.enode(nid).attrs["name"] not in enc.written}
 
     cost = np.zeros(len(node_ids))
     children, ordered = [], []
     for j, nid in enumerate(node_ids):
-        n = nodes[nid]
         kids = sorted_kids(nid)
         ordered.append([cindex[c] for c in kids])
         children.append(sorted(set(ordered[-1])))
-        if n["op"] in FREE_CONSTRUCTORS:
-            continue
-        sorts = ARG_SORTS[n["op"]]
-        tensor_kids = [nbytes(cls[ch]) for ch, s in zip(n["children"], sorts, strict=True) if s == "T"]
-        out = nbytes(n["eclass"]) if n["op"].startswith("T.") else 0
-        op = json.loads(value[cls[n["children"][0]]]) if n["op"] in GENERIC_NAMES else None
-        cost[j] = enode_cost(model, n["op"], tensor_kids, out, op)
+        cost[j] = _enode_cost(dec, nid, types, model, free_params)
     class_nodes = [[] for _ in classes]
-    node_class = np.array([cindex[cls[nid]] for nid in node_ids], dtype=np.int64)
+    node_class = np.array([cindex[dec.cls[nid]] for nid in node_ids], dtype=np.int64)
     for j, c in enumerate(node_class):
         class_nodes[c].append(j)
     for c, members in enumerate(class_nodes):
         if len(members) > 1:
             class_nodes[c] = _undominated(members, cost, children)
-    return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw)
+    return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw, types)
+
+
+def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str]) -> float:
+    op = dec.nodes[nid]["op"]
+    if op in ("Epi.bias", "Epi.add"):
+        operand = dec.cls[dec.nodes[nid]["children"][1]]
+        return model.kernel_cost(epilogue_operand_info(op[4:], types[operand]))
+    if op not in OPS:
+        return 0.0  # list cells, Epi.none, Epi.act: structure
+    spec = OPS[op]
+    if spec.leaf or spec.dispatches == 0:
+        return 0.0
+    e = dec.enode(nid)
+    if spec.packs_parameters and all(i in free_params for i in e.inputs):
+        return 0.0  # a derived parameter, packed once when a session is created
+    full = {a.name: a.default for a in spec.attrs} | e.attrs
+    # epilogue operands are charged to their Epi steps: the op reads its fixed inputs
+    reads = e.inputs[:SIGNATURES[op].tensors] if SIGNATURES[op].epilogue else e.inputs
+    ins = tuple(types[i] for i in reads)
+    return float(model.kernel_cost(kernel_info(op, full, ins, types[dec.cls[nid]])))
 
 
 def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]) -> list[int]:
     """The e-nodes of one e-class that no other e-node of it dominates.
 
     e-node a is dominated by b when a costs at least as much and needs every e-class b
-    needs (and more, or the same with a later index): any choice using a is no cheaper
-    with b instead, so no extractor needs a. ``MatMul(a, b)`` dominates
+    needs (then b is at least as good in every extraction): ``MatMul(a, b)`` dominates
     ``FusedMatMul(a, b, [])``, for one.
     """
     keep = []
@@ -172,3 +291,6 @@ def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]
         if not dominated:
             keep.append(a)
     return keep
+
+
+__all__ = ["Decoder", "ENode", "Problem", "build_problem", "decode", "literal"]

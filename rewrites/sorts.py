@@ -1,213 +1,174 @@
-"""egglog sorts for tensor graphs: one constructor per IR op.
+"""egglog sorts of tensor graphs, and one constructor per IR op, named by the op.
 
-``T`` is a tensor term; each classmethod is the e-node of one op from
-:data:`eggfuse.ir.OPS` (the table :data:`CONSTRUCTORS` ties them together). Ops with
-attributes take a leading ``attrs`` string: a canonical key into the attribute table of
-the encoding, so rules can bind and pass it on without decoding it. ``Epi`` is a matmul
-epilogue chain (innermost step first), ``TList`` the list of graph outputs (one root, so
-shared nodes are extracted once).
+Every op of :data:`eggfuse.ir.OPS` gets a constructor whose egglog name is the op's name
+(``@function(egg_fn="RmsNorm")``), generated from its spec, so encoding, decoding, the cost
+model and rules map e-nodes to ops by name and no second table lists ops. A constructor's
+arguments are, in order:
 
-The analysis functions ``shape`` (a ``Vec[i64]``) and ``numel`` (its product) hold facts
-about e-classes; rules read them in their queries, the cost model reads ``numel``.
-``rope_fits_attention(rope_attrs, attention_attrs)`` holds when a RoPE's positions match an
-attention's sequences, or a RoPEDynamic's head size a CachedAttention's (set at encoding,
-where the attributes are known). Ops that no rule
-matches use the generic ``op1``..``op6`` constructors: adding such an op needs no egglog
-change.
+- the op's egglog attributes (``OpSpec.egg_attrs``) in declaration order, typed by kind:
+  int ``i64``, float ``f64``, str ``String``, bool ``Bool``, ints ``Vec[i64]``, floats
+  ``Vec[f64]``;
+- its tensor inputs, one ``T`` each, or for an op whose number of inputs varies
+  (``OpSpec.variadic``) one ``TList`` of them;
+- for an op with an epilogue attribute (the fused matmuls) its store chain as an ``Epi``
+  term, whose binary steps carry the trailing inputs.
+
+Leaves are ``Input``/``Parameter``/``Constant(name, shape)``. ``TList`` (``Nil``/``Cons``)
+also holds the graph's outputs, one root, so shared nodes are extracted once.
+
+Analyses: ``shape(t)`` (a ``Vec[i64]``) is set at encoding for every graph node and read by
+rule guards; ``epilogue_without_add(e)`` and ``last_step(e)`` are facts about ``Epi`` chains
+derived by the matmul family's analysis rules (``ir/ops/matmul.py``).
 """
 
 from __future__ import annotations
 
-from egglog import Expr, String, StringLike, Unit, Vec, function, i64, i64Like
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from egglog import (
+    Bool,
+    Expr,
+    String,
+    StringLike,
+    Unit,
+    Vec,
+    f64,
+    function,
+    i64,
+    method,
+)
+
+from ..ir import OPS
+from ..ir.spec import Attr, OpSpec
 
 
-class T(Expr):
-    # leaves: a unique name and the shape
-    @classmethod
-    def input(cls, name: StringLike, shape: Vec[i64]) -> T: ...
-    @classmethod
-    def parameter(cls, name: StringLike, shape: Vec[i64]) -> T: ...
-    @classmethod
-    def constant(cls, name: StringLike, shape: Vec[i64]) -> T: ...
-
-    # matmul family
-    @classmethod
-    def matmul(cls, a: T, b: T) -> T: ...
-    @classmethod
-    def matmul_at(cls, a: T, b: T) -> T: ...
-    @classmethod
-    def matmul_bt(cls, a: T, b: T) -> T: ...
-    @classmethod
-    def fused_matmul(cls, variant: StringLike, a: T, b: T, epi: Epi) -> T: ...
-
-    # elementwise
-    @classmethod
-    def add(cls, a: T, b: T) -> T: ...
-    @classmethod
-    def mul(cls, a: T, b: T) -> T: ...
-    @classmethod
-    def bias_add(cls, x: T, bias: T) -> T: ...
-    @classmethod
-    def relu(cls, x: T) -> T: ...
-    @classmethod
-    def sigmoid(cls, x: T) -> T: ...
-    @classmethod
-    def tanh(cls, x: T) -> T: ...
-    @classmethod
-    def neg(cls, x: T) -> T: ...
-    @classmethod
-    def gelu(cls, x: T) -> T: ...
-    @classmethod
-    def gelu_tanh(cls, x: T) -> T: ...
-    @classmethod
-    def silu(cls, x: T) -> T: ...
-    @classmethod
-    def swiglu(cls, gate: T, up: T) -> T: ...
-
-    # normalisation, softmax
-    @classmethod
-    def softmax(cls, x: T) -> T: ...
-    @classmethod
-    def rms_norm(cls, attrs: StringLike, x: T, w: T) -> T: ...
-    @classmethod
-    def layer_norm(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
-
-    # transformer
-    @classmethod
-    def embedding(cls, indices: T, table: T) -> T: ...
-    @classmethod
-    def rope(cls, attrs: StringLike, x: T) -> T: ...
-    @classmethod
-    def full_attention(cls, attrs: StringLike, q: T, k: T, v: T) -> T: ...
-    @classmethod
-    def full_attention_masked(cls, attrs: StringLike, q: T, k: T, v: T, key_mask: T) -> T: ...
-    @classmethod
-    def causal_attention(cls, attrs: StringLike, q: T, k: T, v: T) -> T: ...
-
-    # fused and packed forms the rules create
-    @classmethod
-    def fused_rms_norm_matmul(cls, attrs: StringLike, variant: StringLike, x: T, w_norm: T, w: T, epi: Epi) -> T: ...
-    @classmethod
-    def concat2(cls, axis: i64Like, a: T, b: T) -> T: ...
-    @classmethod
-    def concat3(cls, axis: i64Like, a: T, b: T, c: T) -> T: ...
-    @classmethod
-    def slice_cols(cls, x: T, start: i64Like, size: i64Like) -> T: ...
-    @classmethod
-    def swiglu_concat(cls, x: T) -> T: ...
-    @classmethod
-    def causal_attention_rope(cls, attrs: StringLike, rope_attrs: StringLike, q: T, k: T, v: T) -> T: ...
-    @classmethod
-    def causal_attention_rope_packed(cls, attrs: StringLike, rope_attrs: StringLike, qkv: T) -> T: ...
-    @classmethod
-    def cached_attention_rope(cls, attrs: StringLike, rope_attrs: StringLike, q: T, k_cache: T, v_cache: T,
-                              pos: T) -> T: ...
-    @classmethod
-    def group_norm(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
-    @classmethod
-    def group_norm_silu(cls, attrs: StringLike, x: T, w: T, b: T) -> T: ...
-
-    # any other op, by arity: no rule matches these, they only carry the graph through
-    @classmethod
-    def op1(cls, op: StringLike, attrs: StringLike, a: T) -> T: ...
-    @classmethod
-    def op2(cls, op: StringLike, attrs: StringLike, a: T, b: T) -> T: ...
-    @classmethod
-    def op3(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T) -> T: ...
-    @classmethod
-    def op4(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T) -> T: ...
-    @classmethod
-    def op5(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T, e: T) -> T: ...
-    @classmethod
-    def op6(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T, e: T, f: T) -> T: ...
-
-    # shape ops, reductions
-    @classmethod
-    def transpose(cls, x: T) -> T: ...
-    @classmethod
-    def reshape(cls, x: T, shape: Vec[i64]) -> T: ...
-    @classmethod
-    def sum_all(cls, x: T) -> T: ...
-    @classmethod
-    def mean_all(cls, x: T) -> T: ...
+class T(Expr, egg_sort="T"):
+    """A tensor term: the value of one e-class."""
 
 
-class Epi(Expr):
-    """A matmul epilogue: steps applied in order to each output element at the store."""
+class Epi(Expr, egg_sort="Epi"):
+    """A matmul epilogue: steps applied in order to each output element at the store
+    (innermost step first)."""
 
+    @method(egg_fn="EpiNone")
     @classmethod
     def none(cls) -> Epi: ...
+
+    @method(egg_fn="EpiBias")
     @classmethod
     def bias(cls, e: Epi, bias: T) -> Epi: ...
+
+    @method(egg_fn="EpiAdd")
     @classmethod
     def add(cls, e: Epi, addend: T) -> Epi: ...
+
+    @method(egg_fn="EpiAct")
     @classmethod
     def act(cls, e: Epi, op: StringLike) -> Epi: ...
 
 
-class TList(Expr):
+class TList(Expr, egg_sort="TList"):
+    """A list of tensors: the graph outputs, or the inputs of a variadic op."""
+
+    @method(egg_fn="Nil")
     @classmethod
     def nil(cls) -> TList: ...
+
+    @method(egg_fn="Cons")
     @classmethod
     def cons(cls, head: T, tail: TList) -> TList: ...
 
 
-@function
+@function(egg_fn="shape")
 def shape(t: T) -> Vec[i64]: ...
 
 
-@function
-def numel(t: T) -> i64: ...
-
-
-@function
+@function(egg_fn="epilogue_without_add")
 def epilogue_without_add(e: Epi) -> Unit: ...
 
 
-@function
+@function(egg_fn="last_step")
 def last_step(e: Epi) -> String: ...
 
 
-@function
-def rope_fits_attention(rope_attrs: StringLike, attention_attrs: StringLike) -> Unit: ...
+#: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
+ANALYSES = (shape, epilogue_without_add, last_step)
+
+#: egglog sort of each attribute kind.
+ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec[i64], "floats": Vec[f64]}
 
 
-#: IR op name -> (constructor, takes an attrs key). Leaves, Identity, FullAttention with a
-#: mask, the fused matmuls, Concat, SliceCols, CausalAttentionRoPE and CachedAttentionRoPE are encoded
-#: specially (see encode.py); ops missing here use a generic constructor by arity.
-CONSTRUCTORS = {
-    "MatMul": (T.matmul, False),
-    "MatMulAT": (T.matmul_at, False),
-    "MatMulBT": (T.matmul_bt, False),
-    "Add": (T.add, False),
-    "Mul": (T.mul, False),
-    "BiasAdd": (T.bias_add, False),
-    "Relu": (T.relu, False),
-    "Sigmoid": (T.sigmoid, False),
-    "Tanh": (T.tanh, False),
-    "Neg": (T.neg, False),
-    "Gelu": (T.gelu, False),
-    "GeluTanh": (T.gelu_tanh, False),
-    "Silu": (T.silu, False),
-    "SwiGLU": (T.swiglu, False),
-    "Softmax": (T.softmax, False),
-    "RmsNorm": (T.rms_norm, True),
-    "LayerNorm": (T.layer_norm, True),
-    "Embedding": (T.embedding, False),
-    "RoPE": (T.rope, True),
-    "FullAttention": (T.full_attention, True),
-    "CausalAttention": (T.causal_attention, True),
-    "Transpose": (T.transpose, False),
-    "SumAll": (T.sum_all, False),
-    "MeanAll": (T.mean_all, False),
-    "SwiGLUConcat": (T.swiglu_concat, False),
-    "GroupNorm": (T.group_norm, True),
-    "GroupNormSilu": (T.group_norm_silu, True),
+@dataclass(frozen=True)
+class Signature:
+    """How an op's e-node is laid out: ``attrs`` (egglog attributes, in argument order),
+    ``tensors`` (the number of ``T`` arguments after them; None: one ``TList``), ``epilogue``
+    (a trailing ``Epi`` argument) and ``leaf`` (``name, shape``)."""
+
+    op: str
+    attrs: tuple[Attr, ...]
+    tensors: int | None
+    epilogue: bool
+    leaf: bool
+
+    @property
+    def arg_sorts(self) -> tuple[str, ...]:
+        """The sort of each argument: an attribute kind, "T", "TList" or "Epi"."""
+        if self.leaf:
+            return ("str", "ints")
+        tail = ("TList",) if self.tensors is None else ("T",) * self.tensors
+        return (*(a.kind for a in self.attrs), *tail, *(("Epi",) if self.epilogue else ()))
+
+
+def signature(spec: OpSpec) -> Signature:
+    if spec.leaf:
+        return Signature(spec.name, (), 0, False, True)
+    epilogue = spec.epilogue_attr is not None
+    if epilogue:  # fixed inputs as T, the operands in the chain
+        tensors: int | None = spec.min_inputs
+    else:
+        tensors = None if spec.variadic else spec.min_inputs
+    return Signature(spec.name, spec.egg_attrs, tensors, epilogue, False)
+
+
+def _constructor(sig: Signature) -> Any:
+    """The egglog function of one op, declared with the op's name (egglog-python's public
+    ``@function(egg_fn=...)`` applied to a generated Python signature)."""
+    sorts = {"T": T, "TList": TList, "Epi": Epi, **ATTR_SORTS}
+    names = [a.name for a in sig.attrs] if not sig.leaf else ["name", "shape"]
+    kinds = sig.arg_sorts
+    params = []
+    for i, kind in enumerate(kinds):
+        pname = names[i] if i < len(names) else f"t{i - len(names)}"
+        params.append(inspect.Parameter(f"_{pname}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        annotation=sorts[kind]))
+
+    def fn(*args): ...
+
+    fn.__name__ = fn.__qualname__ = sig.op
+    fn.__module__ = __name__
+    fn.__signature__ = inspect.Signature(params, return_annotation=T)
+    fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": T}
+    return function(egg_fn=sig.op)(fn)
+
+
+#: Op name -> its Signature, for every op of OPS.
+SIGNATURES: dict[str, Signature] = {name: signature(spec) for name, spec in OPS.items()}
+
+#: Op name -> its egglog constructor.
+CONSTRUCTORS: dict[str, Any] = {name: _constructor(sig) for name, sig in SIGNATURES.items()}
+
+#: Argument sorts of the structural constructors (by their Python display names in egglog's
+#: serialisation) and of every op's constructor (by op name).
+ARG_SORTS: dict[str, tuple[str, ...]] = {
+    "Epi.none": (), "Epi.bias": ("Epi", "T"), "Epi.add": ("Epi", "T"), "Epi.act": ("Epi", "str"),
+    "TList.nil": (), "TList.cons": ("T", "TList"),
+    **{name: sig.arg_sorts for name, sig in SIGNATURES.items()},
 }
 
-#: Generic constructors by arity, for ops without a constructor of their own.
-GENERIC_CONSTRUCTORS = {1: T.op1, 2: T.op2, 3: T.op3, 4: T.op4, 5: T.op5, 6: T.op6}
+#: The sorts whose e-nodes extraction chooses among (the rest are literals and analyses).
+CHILD_SORTS = ("T", "Epi", "TList")
 
-#: The unary elementwise ops a matmul epilogue can apply, by IR op name.
-UNARY_CONSTRUCTORS = {op: CONSTRUCTORS[op][0] for op in
-                      ("Relu", "Sigmoid", "Tanh", "Neg", "Gelu", "GeluTanh", "Silu")}
+__all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "SIGNATURES", "Epi", "Signature",
+           "T", "TList", "epilogue_without_add", "last_step", "shape"]

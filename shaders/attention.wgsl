@@ -36,24 +36,7 @@ const BQ: u32 = {{BQ}}u;
 const BK: u32 = {{BK}}u;
 const WG: u32 = {{WG}}u;
 
-struct Params {
-{{ROPE_PARAMS}}
-    seq: u32,
-    nh: u32,
-    nkv: u32,
-    group: u32,     // nh / nkv
-    q_blocks: u32,  // ceil(seq / BQ)
-    total: u32,     // batch * nh * q_blocks workgroups
-    scale: f32,     // 1 / sqrt(HD)
-    q_stride: u32,  // elements per row of q (nh * HD, or the packed width)
-    kv_stride: u32, // elements per row of k and v (nkv * HD, or the packed width)
-    k_off: u32,     // column of k's first element in its row (0, or nh * HD when packed)
-    v_off: u32,     // column of v's first element (0, or (nh + nkv) * HD when packed)
-}
-
 {{IO}}
-{{MASK_BINDING}}
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
 
 var<workgroup> q_tile: array<vec4<f32>, BQ * HD4>;
 var<workgroup> k_tile: array<vec4<f32>, BK * HD4>;

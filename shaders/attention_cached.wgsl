@@ -25,19 +25,7 @@ const HD4: u32 = (HD + 3u) / 4u;
 const WG: u32 = {{WG}}u;
 const KSPLIT: u32 = WG / HD4;  // key subsets of the second phase (HD4 <= WG)
 
-struct Params {
-{{ROPE_PARAMS}}
-    nh: u32,
-    group: u32,      // nh / nkv
-    total: u32,      // n * nh workgroups
-    scale: f32,      // 1 / sqrt(HD)
-    q_stride: u32,   // elements per row of q (nh * HD)
-    kv_stride: u32,  // elements per cache row (nkv * HD)
-}
-
 {{IO}}
-@group(0) @binding(3) var<storage, read> cache_pos: array<u32>;
-@group(0) @binding(5) var<uniform> p: Params;
 
 var<workgroup> q_row: array<vec4<f32>, HD4>;
 var<workgroup> weight: array<f32, WG>;             // scores, then exp(s - m), of a chunk

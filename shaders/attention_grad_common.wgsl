@@ -6,14 +6,6 @@
 // is needed); template slots: MASK_BINDING and KEPT (key_mask [batch, keys] > 0 keeps key j
 // of sequence b, or `true`; a masked score is MASK_SENTINEL), OUT and UNIFORM.
 
-@group(0) @binding(0) var<storage, read> dout: array<f32>;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-{{MASK_BINDING}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
-
 fn kept(b: u32, j: u32) -> bool {
     return {{KEPT}};
 }

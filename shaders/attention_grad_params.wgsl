@@ -3,12 +3,3 @@
 
 const HD: u32 = {{HEAD_DIM}}u;
 
-struct Params {
-    seq: u32,
-    nh: u32,
-    nkv: u32,
-    group: u32,   // nh / nkv
-    blocks: u32,  // ceil(seq / 64)
-    total: u32,   // batch * blocks workgroups, times nh (dq) or nkv (dk, dv)
-    scale: f32,   // 1 / sqrt(HD)
-}

@@ -8,13 +8,6 @@
 // per workgroup; the keys of the range are streamed with an online softmax (Milakov &
 // Gimelshein 2018), so a sliding window costs window * HD multiply-adds per row, not seq * HD.
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-{{MASK_BINDING}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
-
 fn kept(b: u32, j: u32) -> bool {
     return {{KEPT}};
 }

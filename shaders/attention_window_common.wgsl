@@ -6,18 +6,6 @@
 
 const HD: u32 = {{HEAD_DIM}}u;
 
-struct Params {
-    q_seq: u32,   // query rows per sequence
-    kv_seq: u32,  // key rows per sequence (= q_seq for a sliding window)
-    nh: u32,
-    nkv: u32,
-    group: u32,   // nh / nkv
-    blocks: u32,  // ceil(rows / 64) of the rows a workgroup takes (query rows, or key rows for dk / dv)
-    total: u32,   // batch * heads * blocks workgroups
-    scale: f32,   // 1 / sqrt(HD)
-    window: u32,  // 0: every key (CrossAttention); else keys qi - window < j <= qi
-}
-
 // Keys [x, y) query row qi attends to (ir.ops_extra attention_band).
 fn key_range(qi: u32) -> vec2<u32> {
     if (p.window == 0u) {

@@ -9,16 +9,6 @@
 // all n elements, then reduces in a tree (no float atomics; deterministic).
 // `grad`: out[i] = -(1/n) (t/p [log p > -100] - (1-t)/(1-p) [log(1-p) > -100]), elementwise.
 
-struct Params {
-    n: u32,
-    inv_n: f32,  // 1 / n
-}
-
-@group(0) @binding(0) var<storage, read> pred: array<f32>;
-@group(0) @binding(1) var<storage, read> labels: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
 const LOG_MIN: f32 = -100.0;
 
 fn clamped_log(u: f32) -> f32 {

@@ -1,20 +1,8 @@
 //#include "common.wgsl"
 // out[i] = f(a[...], b[...]) with numpy broadcasting; EXPR combines `av` and `bv`
-// (lowering/kernels.py, BINARY_WGSL). The output is viewed as rank 4 (dims), and each
+// (ir/ops/elementwise.py, binary_kernel). The output is viewed as rank 4 (dims), and each
 // operand is addressed through per-dimension element strides, 0 on broadcast dimensions.
 // 256 elements per workgroup.
-
-struct Params {
-    dims: vec4<u32>,  // output shape, padded with leading 1s
-    sa: vec4<u32>,    // element strides of a per output dimension
-    sb: vec4<u32>,    // element strides of b per output dimension
-    n: u32,           // output elements
-}
-
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,18 +1,8 @@
 //#include "common.wgsl"
-// BroadcastTo (ir.ops_backward): out = numpy broadcast_to(x, shape). The output is viewed
+// BroadcastTo (ir/ops/reductions.py): out = numpy broadcast_to(x, shape). The output is viewed
 // as rank 4 (dims, after the lowering merged dimensions) and x is addressed through
 // per-dimension element strides, 0 on broadcast dimensions (as binary.wgsl). 256 elements
 // per workgroup.
-
-struct Params {
-    dims: vec4<u32>,  // output shape, padded with leading 1s
-    sx: vec4<u32>,    // element strides of x per output dimension
-    n: u32,           // output elements
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -5,11 +5,6 @@
 // the rotated rows are never written anywhere else. As in cache_write.wgsl, a row that
 // would land at or past the cache's last row (pos + r >= rows) is skipped.
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;          // new rows [n, width]
-@group(0) @binding(1) var<storage, read> pos: array<u32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;  // the cache [rows, width]
-@group(0) @binding(3) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

@@ -1,21 +1,12 @@
 //#include "common.wgsl"
-// Concat of up to 16 tensors along one axis (ir.ops_fused Concat), one output element per
-// invocation, 256 per workgroup. Every tensor is viewed as [outer, width, inner], with
-// outer the product of the dims before the axis and inner of those after it, so any rank
-// and axis work. out[o, c, r] comes from input t with off(t) <= c < off(t + 1).
-// Template slots: T (f32 or u32; elements are copied, never converted), INPUTS (the
-// bindings x0, x1, ...), SELECT (the branch per input), OUT and UNIFORM.
-
-struct Params {
-    off: array<vec4<u32>, 5>,  // off[t]: first position of input t along the axis; then the width
-    n: u32,                    // output elements
-    width: u32,                // output size along the axis
-    inner: u32,                // product of the dims after the axis
-}
-
-{{INPUTS}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<{{T}}>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
+// Concat along one axis (ir/ops/shape.py), one output element per invocation, 256 per
+// workgroup. Every tensor is viewed as [outer, width, inner], with outer the product of the
+// dims before the axis and inner of those after it, so any rank and axis work. A dispatch
+// binds up to 16 inputs x0, x1, ... and writes their part of the output, positions
+// chunk_start .. chunk_start + chunk_width along the axis (a Concat of more inputs is several
+// dispatches); out[o, c, r] comes from input t with off(t) <= c < off(t + 1).
+// Template slots: T (f32 or u32; elements are copied, never converted), SELECT (the branch
+// per input).
 
 fn off(t: u32) -> u32 {
     return p.off[t / 4u][t % 4u];
@@ -39,5 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let r = i % p.inner;
     let t = i / p.inner;
-    out[i] = element(t / p.width, t % p.width, r);
+    let c = p.chunk_start + t % p.chunk_width;
+    let o = t / p.chunk_width;
+    out[(o * p.width + c) * p.inner + r] = element(o, c, r);
 }

@@ -5,22 +5,6 @@
 // output row oy reads padded input row oy * stride + i, i < kh, that is input row
 // oy * stride + i - ph when that lies in [0, h) (zero padding elsewhere).
 
-struct Params {
-    n: u32,  // elements (or, for the weight gradient, workgroups) of this dispatch's output
-    batch: u32,
-    cin: u32,
-    h: u32,
-    w: u32,
-    cout: u32,
-    kh: u32,
-    kw: u32,
-    oh: u32,
-    ow: u32,
-    stride: u32,
-    ph: u32,
-    pw: u32,
-}
-
 fn x_at(nb: u32, c: u32, iy: u32, ix: u32) -> u32 {
     return ((nb * p.cin + c) * p.h + iy) * p.w + ix;
 }

@@ -9,17 +9,6 @@
 // costs M * (2 ceil(V / 256) loads + 4 tree reductions) in sequence. The row terms are
 // added in row order, so the result is deterministic.
 
-struct Params {
-    rows: u32,      // M
-    n: u32,         // V, the row length
-    inv_rows: f32,  // 1 / M
-}
-
-@group(0) @binding(0) var<storage, read> logits: array<f32>;
-@group(0) @binding(1) var<storage, read> labels: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) li: u32) {
     var total = 0.0;

@@ -4,17 +4,6 @@
 // L_i = sum_j labels_ij, the max-subtracted softmax of softmax.wgsl; 0 on an all-zero label
 // row. One workgroup per row of V.
 
-struct Params {
-    rows: u32,      // M
-    n: u32,         // V
-    inv_rows: f32,  // 1 / M
-}
-
-@group(0) @binding(0) var<storage, read> logits: array<f32>;
-@group(0) @binding(1) var<storage, read> labels: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

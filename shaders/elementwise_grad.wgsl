@@ -1,16 +1,7 @@
 //#include "derivatives.wgsl"
 // Elementwise gradients, out[i] = EXPR of g = dy[i] and v = x[i] (the forward input): the
-// <Op>Grad ops, SwiGLUGradGate (which also reads up[i]) and SwiGLUGradUp
-// (lowering/kernels_backward.py, GRAD_WGSL). Template slots: INPUTS (dy, x and, for
-// SwiGLUGradGate, up), EXPR, OUT and UNIFORM. 256 elements per workgroup.
-
-struct Params {
-    n: u32,  // elements
-}
-
-{{INPUTS}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
+// <Op>Grad ops of the unary table, SwiGLUGradGate (which also reads up[i]) and SwiGLUGradUp
+// (ir/ops/elementwise.py). Template slot: EXPR. 256 elements per workgroup.
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

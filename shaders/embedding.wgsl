@@ -2,17 +2,6 @@
 // out[t, c] = table[indices[t], c]; an index past the last row is clamped to it, so a
 // bad index can never read outside the table (the runtime rejects such inputs first).
 
-struct Params {
-    n: u32,      // T * H output elements
-    h: u32,      // row width H
-    vocab: u32,  // table rows V
-}
-
-@group(0) @binding(0) var<storage, read> indices: array<u32>;
-@group(0) @binding(1) var<storage, read> table: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

@@ -4,17 +4,6 @@
 // `pool`: out[r] = mean of row r, one workgroup per row (256 invocations stride over it, then
 // a tree reduction). `grad`: dx[r, s] = dy[r] / spatial, one invocation per element.
 
-struct Params {
-    rows: u32,     // N * C
-    spatial: u32,  // H * W (or S)
-    inv: f32,      // 1 / spatial
-    n: u32,        // rows * spatial
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn pool(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

@@ -1,25 +1,10 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// GroupNorm and GroupNormSilu on x [N, C, S] (Wu & He 2018; ir.ops_fused GroupNorm): one
+// GroupNorm and GroupNormSilu on x [N, C, S] (Wu & He 2018; ir/ops/norms.py): one
 // workgroup per (sample, group), whose C/G channels x S positions are contiguous. The
 // mean comes first, then the biased variance from a second pass over (x - mean), which
 // has none of the cancellation of E[x^2] - E[x]^2; a third pass writes
 // ACT((x - mean) * rstd * w[c] + b[c]). Template slot ACT: `v`, or `silu(v)`.
-
-struct Params {
-    groups: u32,  // N * G, one workgroup each
-    g: u32,       // groups per sample G
-    len: u32,     // elements per group, (C / G) * S
-    cpg: u32,     // channels per group, C / G
-    s: u32,       // positions per channel S
-    eps: f32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

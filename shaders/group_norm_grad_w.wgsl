@@ -1,24 +1,11 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// GroupNormGradWeight (ir.ops_backward): dw[c] = sum_{n,s} dy[n,c,s] xhat[n,c,s] for
+// GroupNormGradWeight (ir/ops/norms.py): dw[c] = sum_{n,s} dy[n,c,s] xhat[n,c,s] for
 // x [N, C, S], xhat normalised per (sample, group) as group_norm.wgsl does. One workgroup
 // per channel: for each sample in order it recomputes the statistics of the channel's
 // group (two passes over its (C/G) * S elements), then adds dy * xhat over the channel's S
 // positions into per-invocation sums, reduced once at the end. Every channel of a group
 // recomputes the same statistics, so x is read about 2 * C/G + 1 times in all.
-
-struct Params {
-    channels: u32,  // C, one workgroup each
-    samples: u32,   // N
-    cpg: u32,       // channels per group, C / G
-    s: u32,         // positions per channel S
-    eps: f32,
-}
-
-@group(0) @binding(0) var<storage, read> dy: array<f32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,20 +1,8 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
 // LayerNorm over rows of N: (x - mean) / sqrt(var + eps) * w + b with the biased
-// variance computed in a second pass over (x - mean) (Ba et al. 2016; ir.ops LayerNorm).
+// variance computed in a second pass over (x - mean) (Ba et al. 2016; ir/ops/norms.py).
 // One workgroup per row.
-
-struct Params {
-    rows: u32,
-    n: u32,
-    eps: f32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 // C[M,N] = epilogue(op(A) @ op(B)) for MatMul, MatMulAT, MatMulBT, FusedMatMul and
-// FusedRmsNormMatMul: the tiled kernel (lowering/kernels_matmul.py; M <= 4 takes
+// FusedRmsNormMatMul: the tiled kernel (ir/ops/matmul_kernel.py; M <= 4 takes
 // matmul_gemv.wgsl).
 //
 // One workgroup of 256 invocations computes a BM x BN tile of C. They form KSPLIT groups
@@ -16,15 +16,15 @@
 // slice; small tiles (KSPLIT 2 or 4) thus keep 256 invocations busy, and their groups'
 // sums are added in workgroup memory at the end (REDUCE_SPLIT).
 //
-// Template slots (filled by lowering/kernels_matmul.py): BM, BN, BK, TM, TN the tile;
-// A_ELEM and B_ELEM the element type each operand is read as (vec4<f32> when its stored
-// rows are a multiple of 4 long, else f32); QUADS defines quad_a(r, c) and quad_b(r, c),
-// the stored elements (r, c..c+3), zero outside the matrix; A_ALONG_K (false for 'AT',
+// Template slots (filled by ir/ops/matmul_kernel.py): BM, BN, BK, TM, TN the tile; the
+// bindings a and b hold vec4<f32> when the operand's stored rows are a multiple of 4 long,
+// else f32 (the RmsNorm weight sits between them, the epilogue operands e0, e1, ... follow
+// b); QUADS defines quad_a(r, c) and quad_b(r, c), the stored elements (r, c..c+3), zero
+// outside the matrix; A_ALONG_K (false for 'AT',
 // whose A is stored [K,M]) and B_ALONG_K (true for 'BT', whose B is stored [N,K]) say
 // along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
-// REDUCE_SPLIT and STORE are the unrolled micro-tile; OPERANDS declares the epilogue
-// operand bindings; EPILOGUE is the chain applied to each result; B, OUT and UNIFORM are
-// binding numbers. PROLOGUE defines the hooks stage_a (the quad staged for 4 elements of
+// REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
+// each result. PROLOGUE defines the hooks stage_a (the quad staged for 4 elements of
 // a row of A at column k), finish_rows (called once after the K loop, in uniform control
 // flow) and row_scale (a factor per tile row applied before the epilogue):
 // matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
@@ -32,21 +32,6 @@
 // Edge tiles need no separate path: quads past M, N or K load as zeros (a vec4 quad is
 // wholly inside or outside, its row length being a multiple of 4) and the store checks
 // each element.
-
-struct Params {
-    m: u32,
-    k: u32,
-    n: u32,
-    tiles_n: u32,  // column tiles, ceil(N / BN)
-    tiles: u32,    // all tiles, ceil(M / BM) * tiles_n
-    eps: f32,      // RmsNorm prologue only
-}
-
-@group(0) @binding(0) var<storage, read> a: array<{{A_ELEM}}>;
-@group(0) @binding({{B}}) var<storage, read> b: array<{{B_ELEM}}>;
-{{OPERANDS}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
 
 const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;

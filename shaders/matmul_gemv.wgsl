@@ -1,7 +1,7 @@
 //#include "common.wgsl"
 //#include "matmul_gemv_reduce.wgsl"
 // C[M,N] = epilogue(op(A) @ op(B)) for M <= 4 (decode): the GEMV form of matmul.wgsl,
-// chosen by lowering/kernels_matmul.py (matmul_tile). A GEMV reads each element of B once
+// chosen by ir/ops/matmul_kernel.py (matmul_tile). A GEMV reads each element of B once
 // and does 2 flops with it, so it is bound by memory bandwidth: the kernel keeps many
 // vec4 loads of B in flight and spends nothing on staging.
 //
@@ -18,26 +18,10 @@
 // steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
 // epilogue.
 //
-// Template slots: ROWS (M), COLS, B_ALONG_K; A_ELEM, B_ELEM, QUADS, OPERANDS, EPILOGUE,
-// B, OUT, UNIFORM as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K.
+// Template slots: ROWS (M), COLS, B_ALONG_K; QUADS and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
 // prepare_rows (called first, in uniform control flow) and row_scale (a factor per row of
 // C): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.
-
-struct Params {
-    m: u32,
-    k: u32,
-    n: u32,
-    tiles_n: u32,  // workgroups, ceil(N / COLS)
-    tiles: u32,    // the same
-    eps: f32,      // RmsNorm prologue only
-}
-
-@group(0) @binding(0) var<storage, read> a: array<{{A_ELEM}}>;
-@group(0) @binding({{B}}) var<storage, read> b: array<{{B_ELEM}}>;
-{{OPERANDS}}
-@group(0) @binding({{OUT}}) var<storage, read_write> out: array<f32>;
-@group(0) @binding({{UNIFORM}}) var<uniform> p: Params;
 
 const ROWS: u32 = {{ROWS}}u;
 const COLS: u32 = {{COLS}}u;

@@ -5,8 +5,6 @@
 // invocation sums x^2 over every 256th quad, and workgroup_sum4 adds them up.
 // x is a few rows, read again from cache by the main loop.
 
-@group(0) @binding(1) var<storage, read> w_norm: array<f32>;
-
 var<workgroup> row_rstd: vec4<f32>;  // 1 / rms of rows 0..ROWS-1
 
 fn w_norm_at(k: u32) -> f32 {

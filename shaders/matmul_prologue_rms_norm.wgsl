@@ -1,12 +1,10 @@
 // matmul.wgsl hooks for FusedRmsNormMatMul: C = epilogue(RmsNorm(x, w_norm) op W)
-// (Zhang & Sennrich 2019; ir.ops_fused FusedRmsNormMatMul). The A slice stages
+// (Zhang & Sennrich 2019; ir/ops/matmul.py). The A slice stages
 // x[i, k..k+3] * w_norm[k..k+3]; the store multiplies row i by 1 / sqrt(mean_k x[i, k]^2 + eps),
 // which commutes with the product. The sums of squares come for free from the A loads:
 // invocation li < A_QUADS loads quads of tile row li / KQ only (at columns li % KQ * 4
 // of every K slice), so it sums x^2 of that row in `ss`; finish_rows adds the KQ partial
 // sums of each row in workgroup memory.
-
-@group(0) @binding(1) var<storage, read> w_norm: array<f32>;
 
 var<private> ss: f32;  // partial sum of x^2 of tile row li / KQ
 

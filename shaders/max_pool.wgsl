@@ -3,10 +3,6 @@
 // window lying wholly in the padding writes MASK_SENTINEL (no infinities in WGSL), as the
 // reference does. One invocation per output element, 256 per workgroup.
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

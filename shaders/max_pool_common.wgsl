@@ -4,18 +4,6 @@
 // which tap wins. x is [N*C planes, h, w]; output row oy covers padded rows oy * stride + i,
 // i < kh, that is input rows oy * stride + i - pad inside [0, h) (padding never wins).
 
-struct Params {
-    n: u32,       // elements of this dispatch's output
-    h: u32,
-    w: u32,
-    oh: u32,
-    ow: u32,
-    kh: u32,
-    kw: u32,
-    stride: u32,
-    pad: u32,
-}
-
 // The scan of one window: whether a tap lies inside the input, the first maximum in
 // row-major tap order (only a strictly larger value replaces it) and that tap's index in x.
 struct WindowMax {

@@ -4,11 +4,6 @@
 // visits the ceil(kh / stride) x ceil(kw / stride) windows that contain it and rescans each,
 // so an input costs up to (kh kw)^2 / stride^2 loads. 256 elements per workgroup.
 
-@group(0) @binding(0) var<storage, read> dy: array<f32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

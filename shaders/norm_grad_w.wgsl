@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// Weight gradients of the row norms (ir.ops_backward LayerNormGradW, RmsNormGradW):
+// Weight gradients of the row norms (ir/ops/norms.py: LayerNormGradW, RmsNormGradW):
 // dw[j] = sum_i dy[i, j] xhat[i, j], xhat = (x - mean_i) rstd_i for LayerNorm (CENTERED)
 // and x r_i for RmsNorm. One workgroup per block of 256 columns, one invocation per
 // column; the workgroup walks the M rows in order and recomputes each row's statistics
@@ -10,18 +10,6 @@
 // are centred about their first element as in norm_grad_x.wgsl.
 
 const CENTERED: bool = {{CENTERED}};
-
-struct Params {
-    rows: u32,    // M
-    n: u32,       // N, row length
-    blocks: u32,  // ceil(N / 256)
-    eps: f32,
-}
-
-@group(0) @binding(0) var<storage, read> dy: array<f32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// Input gradients of the norms (ir.ops_backward LayerNormGradX, RmsNormGradX,
+// Input gradients of the norms (ir/ops/norms.py: LayerNormGradX, RmsNormGradX,
 // GroupNormGradInput) over segments of `len` contiguous elements, one workgroup each:
 // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * w[c], xhat = (x - mean) rstd,
 // rstd = 1 / sqrt(mean((x - mean)^2) + eps), means over the segment (the LayerNorm
@@ -14,21 +14,6 @@
 // an error every sum of dy * xhat would multiply.
 
 const CENTERED: bool = {{CENTERED}};
-
-struct Params {
-    segs: u32,  // segments, one workgroup each
-    g: u32,     // groups per sample (1 for row norms)
-    len: u32,   // elements per segment
-    cpg: u32,   // channels per group
-    s: u32,     // positions per channel
-    eps: f32,
-}
-
-@group(0) @binding(0) var<storage, read> dy: array<f32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

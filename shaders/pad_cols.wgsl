@@ -1,18 +1,7 @@
 //#include "common.wgsl"
-// PadCols (ir.ops_backward), the adjoint of SliceCols: out[i, start + j] = x[i, j] for
+// PadCols (ir/ops/shape.py), the adjoint of SliceCols: out[i, start + j] = x[i, j] for
 // x [rows, cols], zero in the other columns of out [rows, width]. One output element per
 // invocation, 256 per workgroup.
-
-struct Params {
-    n: u32,      // output elements, rows * width
-    width: u32,  // output columns
-    cols: u32,   // input columns
-    start: u32,  // output column of x's first column
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -3,15 +3,6 @@
 // SumAll and MeanAll: out[0] = scale * sum(x), scale 1 or 1/n. A single workgroup
 // strides over all n elements (no float atomics in WGSL), then reduces in a tree.
 
-struct Params {
-    n: u32,
-    scale: f32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) li: u32) {
     var s = 0.0;

@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// ReduceTo and SumRows (ir.ops_backward): out = the sum of x over the axes broadcasting
+// ReduceTo and SumRows (ir/ops/reductions.py): out = the sum of x over the axes broadcasting
 // added or stretched. The lowering merges x's dimensions into at most 4 (padded with
 // leading 1s), each either kept or reduced: out_dims holds the kept sizes (1 where
 // reduced), red_dims the reduced ones (1 where kept), st x's element strides. Output
@@ -9,18 +9,6 @@
 // reduction (coalesced for SumRows, whose kept dimension is innermost), and `per_group`,
 // one workgroup per output element striding over the reduction then a tree reduction,
 // for few outputs with long reductions (ReduceTo to [1], the GroupNorm bias gradient).
-
-struct Params {
-    out_dims: vec4<u32>,
-    red_dims: vec4<u32>,
-    st: vec4<u32>,
-    n: u32,        // output elements
-    red_len: u32,  // elements summed into each
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
 // Offset in x of the index ``idx`` laid out row-major over ``dims``.
 fn offset(idx: u32, dims: vec4<u32>) -> u32 {

@@ -1,18 +1,7 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
 // RmsNorm over rows of N: x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019;
-// ir.ops RmsNorm). One workgroup per row.
-
-struct Params {
-    rows: u32,
-    n: u32,
-    eps: f32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+// ir/ops/norms.py). One workgroup per row.
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

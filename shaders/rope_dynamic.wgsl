@@ -3,11 +3,6 @@
 // offset[0] + r, the offset read from an input at run time, so one pipeline and bind group
 // serve every decoding step (see rope_rotate.wgsl; the uniform's pos_offset is 0).
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> offset: array<u32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {

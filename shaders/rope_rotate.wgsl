@@ -2,21 +2,12 @@
 // RoPE's rotation (Su et al. 2021, eq. 15) of x[rows, heads * head_dim] into out, shared by
 // rope.wgsl (RoPE, RoPEGrad: the offset is a uniform field), rope_dynamic.wgsl
 // (RoPEDynamic: the offset is an input) and cache_write_rope.wgsl (CacheWriteRoPE: out is
-// the cache, written from row out_row0 on). The includer declares x, out and p: Params.
+// the cache, written from row out_row0 on). The includer binds x and out; p holds the
+// fields of ir/ops/transformer.py rope_params.
 // Pair j of a head at row r rotates (x[i0], x[i1]) by the angle pos * inv_freq[j],
 // pos = offset + r mod seq. Pairs are (j, j + head_dim/2) for the 'half' layout and
 // (2j, 2j + 1) for 'adjacent'. inv_freq = theta^(-2j/head_dim) is computed on the host in
 // float64 and passed in the uniform (head_dim <= 512).
-
-struct Params {
-    inv_freq: array<vec4<f32>, 64>,
-    n: u32,           // pairs in the tensor, rows * width / 2
-    half_width: u32,  // pairs per row
-    half_hd: u32,     // pairs per head
-    seq: u32,         // rows per sequence
-    pos_offset: f32,  // exact for offsets below 2^24 (RoPE, RoPEGrad; 0 for RoPEDynamic)
-    adjacent: u32,    // 1 for the 'adjacent' layout, 0 for 'half'
-}
 
 // Rotate pair q (< p.n) with positions starting at `offset`; store it out_row0 rows down.
 fn rotate_pair(q: u32, offset: f32, out_row0: u32) {

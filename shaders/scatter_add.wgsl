@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// ScatterAdd (ir.ops_backward), the Embedding table gradient: out[v, c] = sum over t with
+// ScatterAdd (ir/ops/transformer.py), the Embedding table gradient: out[v, c] = sum over t with
 // indices[t] = v of src[t, c], out [V, H]. WGSL has no float atomics, so there is no
 // scatter: one invocation per output element gathers instead, scanning all T indices
 // (staged 256 at a time in workgroup memory, one coalesced load per workgroup) and adding
@@ -8,17 +8,6 @@
 // T * H for an atomic scatter: fine for the test vocabularies, slow for a 32k vocabulary
 // (a sort of the indices, or u32-atomic fixed point, would remove the V factor).
 // An index >= V matches no row (the runtime rejects such inputs first).
-
-struct Params {
-    n: u32,  // output elements, V * H
-    h: u32,  // row width H
-    t: u32,  // indices T
-}
-
-@group(0) @binding(0) var<storage, read> indices: array<u32>;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 var<workgroup> chunk: array<u32, 256>;
 

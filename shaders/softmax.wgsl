@@ -1,19 +1,10 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// Softmax (ir.ops) and LogSoftmax (ir.ops_extra) over the last axis: one workgroup per row of
+// Softmax and LogSoftmax (ir/ops/norms.py) over the last axis: one workgroup per row of
 // N, z = x - max_j x_j, so rows of large or sentinel logits stay finite; z is exact for
 // nearby logits (Sterbenz), so log-softmax logits of 1e3 lose nothing.
 // Template slots: NORM, of the row's total = sum_j exp(z_j) (1 / total, or log(total));
 // OUT, element j from z and norm (exp(z) * norm, or z - norm).
-
-struct Params {
-    rows: u32,
-    n: u32,  // row length
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,20 +1,10 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// SoftmaxGrad (ir.ops_backward): dx = y * (dy - sum_j dy_j y_j), y the Softmax output, and
-// LogSoftmaxGrad (ir.ops_extra): dx = dy - exp(y) * sum_j dy_j, y the LogSoftmax output (so
+// SoftmaxGrad (ir/ops/norms.py): dx = y * (dy - sum_j dy_j y_j), y the Softmax output, and
+// LogSoftmaxGrad: dx = dy - exp(y) * sum_j dy_j, y the LogSoftmax output (so
 // exp(y) is the softmax); over the last axis, one workgroup per row of N.
 // Template slots: TERM, the summand of element i (dy[i] * y[i], or dy[i]); GRAD, element i
 // of dx from the row's sum `total`.
-
-struct Params {
-    rows: u32,
-    n: u32,  // row length
-}
-
-@group(0) @binding(0) var<storage, read> dy: array<f32>;
-@group(0) @binding(1) var<storage, read> y: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,17 +1,7 @@
 //#include "derivatives.wgsl"
-// SwiGLUConcatGrad (ir.ops_backward): for x [M, 2N] = [gate | up] and dy [M, N],
+// SwiGLUConcatGrad (ir/ops/elementwise.py): for x [M, 2N] = [gate | up] and dy [M, N],
 // out[i, j] = dy * up * silu'(gate) for j < N and dy * silu(gate) at column N + j.
 // One output element per invocation, 256 per workgroup.
-
-struct Params {
-    n: u32,     // output elements, M * 2N
-    half: u32,  // N
-}
-
-@group(0) @binding(0) var<storage, read> dy: array<f32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

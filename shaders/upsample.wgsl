@@ -4,16 +4,6 @@
 // `up`: out[plane, y, x] = x[plane, y / 2, x / 2] over the 2h x 2w output (nearest neighbour).
 // `grad`: out[plane, y, x] = the sum of the 2 x 2 block of dy at (2y, 2x), dy 2h x 2w.
 
-struct Params {
-    n: u32,  // elements of this dispatch's output
-    h: u32,  // low-resolution height and width
-    w: u32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
-
 @compute @workgroup_size(256)
 fn up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(local_invocation_index) li: u32) {

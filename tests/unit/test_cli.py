@@ -3,7 +3,7 @@
 import json
 
 from eggfuse import cli
-from eggfuse.rewrites.catalog import catalog
+from eggfuse.rewrites import catalog
 
 
 def test_optimize_json(capsys):

@@ -11,20 +11,27 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
-from eggfuse.lowering import KERNELS, DerivedParameter, lower
-from eggfuse.lowering.kernels import ATTENTION_TILE_BYTES, attention_tiles, broadcast_strides
-from eggfuse.lowering.kernels_backward import reduce_dims
-from eggfuse.lowering.kernels_matmul import (
+from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tiles
+from eggfuse.ir.ops.elementwise import broadcast_strides
+from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
     MATMUL_TILES,
     MATMUL_WG,
     WORKGROUP_STORAGE,
-    matmul_source,
+    matmul_kernel_for,
     matmul_tile,
     matmul_vec4,
 )
+from eggfuse.ir.ops.reductions import reduce_dims
+from eggfuse.lowering import DerivedParameter, lower
 from eggfuse.lowering.limits import limit_name, split_grid
-from eggfuse.lowering.wgsl import render, uniform_bytes
+from eggfuse.lowering.wgsl import pack_params, render, render_kernel
+
+
+def matmul_source(variant, epilogue, rms_norm=False, tile=MATMUL_TILES[3], vec4=(False, False)) -> str:
+    """The WGSL of a matmul kernel (sizes travel in the uniform; tile and reads as given)."""
+    k = matmul_kernel_for(variant, epilogue, 64, 64, 64, rms_norm=rms_norm, tile=tile, vec4=vec4)
+    return render_kernel(k.body, k.bindings, k.params, k.slots)[0]
 
 
 def _mlp() -> tuple[Graph, dict[str, int]]:
@@ -114,10 +121,12 @@ def test_derived_concat_that_is_an_output_keeps_its_sources_on_the_device():
 
 
 def test_op_without_kernel_is_named(monkeypatch):
+    import dataclasses
+
     g = Graph()
     g.set_outputs([g.relu(g.input("x", [2]))])
-    monkeypatch.delitem(KERNELS, "Relu")
-    with pytest.raises(LoweringError, match=r"no kernel lowers op Relu \(node 1 Relu\(f32\[2\]\)"):
+    monkeypatch.setitem(OPS, "Relu", dataclasses.replace(OPS["Relu"], kernel=None))
+    with pytest.raises(LoweringError, match=r"op Relu has no kernel \(node 1 Relu\(f32\[2\]\)"):
         lower(g)
 
 
@@ -211,7 +220,7 @@ def test_matmul_template_epilogue_and_variants():
     at = matmul_source("AT", ())
     assert "a[r * p.m + cc]" in at and "const A_ALONG_K: bool = false;" in at  # A stored [K,M]
     assert src.count("fn gelu_erf") == 1  # helpers included once, not copied
-    assert "w_norm" not in src and "fn stage_a" in src
+    assert "var<storage, read> w_norm" not in src and "fn stage_a" in src
 
 
 def test_matmul_template_vec4_reads_and_tiles():
@@ -294,11 +303,19 @@ def test_render_rejects_unfilled_and_unknown_slots():
         render("unary.wgsl", EXPR="v", TYPO=1)
 
 
-def test_uniform_bytes_pack_u32_f32_and_pad():
-    data = uniform_bytes(3, 2.5, 7)
+def test_uniform_params_pack_by_wgsl_layout():
+    struct_text, data = pack_params((("n", "u32", 3), ("eps", "f32", 2.5), ("k", "u32", 7)))
     assert len(data) == 16 and struct.unpack("<IfI", data[:12]) == (3, 2.5, 7)
-    with pytest.raises(LoweringError):
-        uniform_bytes(-1)
+    assert struct_text.splitlines() == ["struct Params {", "    n: u32,", "    eps: f32,", "    k: u32,", "}"]
+    # a vec4 field is 16-byte aligned: the u32 before it is padded
+    _, data = pack_params((("n", "u32", 1), ("d", "vec4<u32>", (2, 3, 4, 5)), ("f", "array<vec4<f32>, 2>", [0.5] * 8)))
+    assert len(data) == 64 and struct.unpack("<I12x4I8f", data) == (1, 2, 3, 4, 5, *[0.5] * 8)
+    with pytest.raises(LoweringError, match="does not fit in u32"):
+        pack_params((("n", "u32", -1),))
+    with pytest.raises(LoweringError, match="takes 4 values"):
+        pack_params((("d", "vec4<u32>", (1, 2)),))
+    with pytest.raises(LoweringError, match="uniform field type"):
+        pack_params((("a", "array<f32, 4>", [0.0] * 4),))
 
 
 def test_every_kernel_renders():

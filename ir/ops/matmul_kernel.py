@@ -1,5 +1,5 @@
-"""The matmul family's lowering entry: MatMul, MatMulAT, MatMulBT, FusedMatMul and
-FusedRmsNormMatMul, on two kernels chosen per problem size.
+"""The matmul family's kernel: MatMul, MatMulAT, MatMulBT, FusedMatMul and FusedRmsNormMatMul
+on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmul`).
 
 - ``matmul.wgsl``, tiled: a workgroup of 256 invocations computes a BM x BN tile of C
   (:data:`MATMUL_TILES`: 128x128 with an 8x8 register micro-tile per invocation, down to
@@ -25,12 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..ir.errors import LoweringError
-from ..ir.graph import Node
-from ..ir.ops import EPILOGUE_BINARY
-from ..ir.types import TensorType
-from .kernels import UNARY_WGSL, KernelCall, kernel
-from .wgsl import render, shader_text, uniform_bytes
+from ..errors import LoweringError
+from ..kernel import Buffer, Include, Kernel
+
+#: Epilogue steps that read an operand: ``bias`` reads operand[j] ([N] or [1,N]), ``add``
+#: operand[i,j] ([M,N]).
+EPILOGUE_BINARY = ("bias", "add")
 
 #: Invocations per workgroup of both matmul kernels (the WebGPU default limit
 #: maxComputeInvocationsPerWorkgroup).
@@ -232,73 +232,70 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(reduce)
 
 
-def matmul_source(variant: str, epilogue: tuple[str, ...], rms_norm: bool = False,
-                  tile: MatmulTile = MATMUL_TILES[3], vec4: tuple[bool, bool] = (False, False)) -> str:
-    """WGSL of the matmul for ``variant`` ('' | 'AT' | 'BT'), an epilogue chain, a tile
-    (:func:`matmul_tile`; a GEMV tile selects matmul_gemv.wgsl) and vec4 reads of A and B
-    (:func:`matmul_vec4`; True only where that stored row length is a multiple of 4).
+def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
+                      eps: float = 0.0, tile: MatmulTile | None = None,
+                      vec4: tuple[bool, bool] | None = None) -> Kernel:
+    """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
+    epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
+    matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
+    where that stored row length is a multiple of 4).
 
-    A binds at 0 and B at 1; with ``rms_norm`` (FusedRmsNormMatMul, A not transposed) the
-    RmsNorm weight binds at 1 and B at 2, A is staged as x * w_norm and each row is scaled
-    by its inverse rms before the epilogue. Epilogue operands bind after B in chain order;
-    'bias' reads operand[j], 'add' reads operand[i * N + j]; unary steps use
-    :data:`UNARY_WGSL`. Raises LoweringError for an unknown step or a transposed A with
-    ``rms_norm``.
+    A binds first, then (``rms_norm``: FusedRmsNormMatMul, A not transposed) the RmsNorm weight
+    w_norm, then B, then the epilogue operands in chain order; 'bias' reads operand[j], 'add'
+    reads operand[i * N + j]; unary steps are the WGSL of the unary table
+    (:mod:`.elementwise`). With ``rms_norm`` A is staged as x * w_norm and each row is scaled by
+    its inverse rms before the epilogue. Raises LoweringError for an unknown step or a
+    transposed A with ``rms_norm``.
     """
+    from .elementwise import UNARY_BY_NAME
+
     if rms_norm and variant == "AT":
         raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
-    first = 3 if rms_norm else 2
+    tile = tile or matmul_tile(m, n, variant)
+    vec_a, vec_b = vec4 or matmul_vec4(variant, m, k, n, tile.gemv)
     operands, lines = [], []
     for step in epilogue:
         if step in EPILOGUE_BINARY:
             e = len(operands)
-            operands.append(f"@group(0) @binding({first + e}) var<storage, read> e{e}: array<f32>;")
+            operands.append(Buffer(f"e{e}"))
             index = "j" if step == "bias" else "i * p.n + j"
             lines.append(f"    v = v + e{e}[{index}];  // {step}")
-        elif step in UNARY_WGSL:
-            lines.append(f"    v = {UNARY_WGSL[step].format(x='v')};")
+        elif step in UNARY_BY_NAME and UNARY_BY_NAME[step].epilogue:
+            lines.append(f"    v = {UNARY_BY_NAME[step].wgsl.format(x='v')};")
         else:
             raise LoweringError(f"FusedMatMul: epilogue step {step!r} has no WGSL lowering")
-    vec_a, vec_b = vec4
-    slots = dict(
-        A_ELEM="vec4<f32>" if vec_a else "f32",
-        B_ELEM="vec4<f32>" if vec_b else "f32",
-        B=first - 1,
-        OPERANDS="\n".join(operands),
-        QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv),
-        EPILOGUE="\n".join(lines),
-        OUT=first + len(operands),
-        UNIFORM=first + 1 + len(operands),
-        B_ALONG_K="true" if variant == "BT" else "false",
-    )
-    prologue = "rms_norm" if rms_norm else "none"
-    if tile.gemv:
-        return render("matmul_gemv.wgsl", ROWS=tile.bm, COLS=tile.bn,
-                      PROLOGUE=shader_text(f"matmul_gemv_prologue_{prologue}.wgsl"), **slots)
-    decl, body, store, reduce = _micro_tile(tile)
-    return render("matmul.wgsl", BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn,
-                  A_ALONG_K="false" if variant == "AT" else "true",
-                  ACCUMULATORS=decl, MICRO_TILE=body, STORE=store, REDUCE_SPLIT=reduce,
-                  PROLOGUE=shader_text(f"matmul_prologue_{prologue}.wgsl"), **slots)
-
-
-_MATMUL_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
-
-
-@kernel("MatMul", "MatMulAT", "MatMulBT", "FusedMatMul", "FusedRmsNormMatMul")
-def _matmul(node: Node, ins: list[TensorType]) -> KernelCall:
-    rms_norm = node.op == "FusedRmsNormMatMul"
-    variant = node.attrs["variant"] if node.op.startswith("Fused") else _MATMUL_VARIANT[node.op]
-    epilogue = tuple(node.attrs.get("epilogue", ()))
-    m, n = node.type.shape
-    k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
-    eps = float(node.attrs["eps"]) if rms_norm else 0.0
-    tile = matmul_tile(m, n, variant)
-    vec4 = matmul_vec4(variant, m, k, n, tile.gemv)
+    bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((Buffer("w_norm"),) if rms_norm else ()),
+                Buffer("b", "vec4<f32>" if vec_b else "f32"), *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * tiles_n
+    params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles),
+              ("eps", "f32", eps))
     name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "") + f"_{tile.name}"
-    name += "_v" + "".join("4" if v else "1" for v in vec4)
+    name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
     name += "".join(f"+{s}" for s in epilogue)
-    source = matmul_source(variant, epilogue, rms_norm, tile, vec4)
-    return KernelCall(name, source, uniform_bytes(m, k, n, tiles_n, tiles, eps), tiles)
+    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv), EPILOGUE="\n".join(lines),
+                 B_ALONG_K="true" if variant == "BT" else "false")
+    prologue = "rms_norm" if rms_norm else "none"
+    if tile.gemv:
+        return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings,
+                      slots=dict(ROWS=tile.bm, COLS=tile.bn, PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
+                                 **slots))
+    decl, body, store, reduce = _micro_tile(tile)
+    return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings,
+                  slots=dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn,
+                             A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
+                             STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
+                             **slots))
+
+
+_PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
+
+
+def matmul_kernel(node, ins, target) -> Kernel:
+    """The kernel builder of every op of the matmul family."""
+    rms_norm = node.op == "FusedRmsNormMatMul"
+    variant = node.attrs["variant"] if node.op.startswith("Fused") else _PLAIN_VARIANT[node.op]
+    m, n = node.type.shape
+    k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
+    return matmul_kernel_for(variant, tuple(node.attrs.get("epilogue", ())), m, k, n, rms_norm=rms_norm,
+                             eps=float(node.attrs["eps"]) if rms_norm else 0.0)

@@ -1,0 +1,90 @@
+"""What an op's kernel builder returns: a description of one dispatch, rendered by lowering.
+
+A builder (``OpSpec.kernel``) is called as ``kernel(node, ins, target)`` with the node, its
+input types and the :class:`Target` (the device's limits), and returns a :class:`Kernel` (or
+a list of them, run in order, for an op that needs several dispatches). The kernel's WGSL
+file under ``shaders/`` holds only its body: lowering generates the storage bindings (from
+``bindings``, by default the node's inputs in order, then the output) and the uniform
+``struct Params`` with its binding (from ``params``), so no binding or struct is written twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Invocations per workgroup of the elementwise kernels (one element each).
+ELEMENTWISE_WG = 256
+
+#: WGSL types a uniform field may have: scalars, vec4s and arrays of vec4 (uniform arrays
+#: need a 16-byte element stride).
+PARAM_TYPES = ("u32", "i32", "f32", "vec4<u32>", "vec4<i32>", "vec4<f32>")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One storage binding: the WGSL variable ``name`` of type ``array<elem>``, read-only
+    unless ``write`` (then ``read_write``)."""
+
+    name: str
+    elem: str = "f32"
+    write: bool = False
+
+
+@dataclass(frozen=True)
+class Include:
+    """A slot value: the text of ``shaders/<file>`` (which includes nothing itself), for a
+    kernel whose variants fill hook functions from a file of their own."""
+
+    file: str
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One dispatch of ``entry_point`` in ``shaders/<body>`` over ``groups`` workgroups.
+
+    - ``name``: the pipeline's name in plans, profiles and traces.
+    - ``params``: the uniform ``Params`` fields in order, as ``(name, wgsl type, value)``;
+      types are :data:`PARAM_TYPES` or ``array<vec4<f32|u32|i32>, N>`` (value: 4N numbers).
+    - ``slots``: ``{{SLOT}}`` markers of the body filled with these strings (or with the text
+      of a file, :class:`Include`).
+    - ``bindings``: the storage bindings in binding order (None: one per bound input, named
+      as the op's inputs, typed ``f32``/``u32`` by the input's dtype, then the output ``out``,
+      or for an in-place op the written input, ``read_write``).
+    - ``inputs``: which of the node's inputs this dispatch binds, in order (None: all but
+      the one an in-place op writes); an op split into several dispatches binds a part of
+      its inputs in each, every one writing its part of the same output buffer.
+    """
+
+    name: str
+    body: str
+    groups: int
+    params: tuple[tuple[str, str, Any], ...] = ()
+    slots: Mapping[str, object] = field(default_factory=dict)
+    bindings: tuple[Buffer, ...] | None = None
+    inputs: tuple[int, ...] | None = None
+    entry_point: str = "main"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a kernel builder may know about the device: its limits (wgpu-py keys, WebGPU
+    defaults filled in) and whether reductions may use subgroup operations."""
+
+    limits: Mapping[str, int]
+    subgroups: bool = False
+
+
+def elementwise_groups(n: int) -> int:
+    """Workgroups of an elementwise kernel over ``n`` elements (:data:`ELEMENTWISE_WG` each)."""
+    return max(1, math.ceil(n / ELEMENTWISE_WG))
+
+
+def u32s(prefix: str, values) -> tuple[tuple[str, str, Any], ...]:
+    """Uniform fields ``prefix0..`` as u32, one per value (a small helper for shape vectors)."""
+    return tuple((f"{prefix}{i}", "u32", int(v)) for i, v in enumerate(values))
+
+
+__all__ = ["ELEMENTWISE_WG", "PARAM_TYPES", "Buffer", "Include", "Kernel", "Target", "elementwise_groups", "u32s"]

@@ -1,0 +1,582 @@
+"""Attention: FullAttention, CausalAttention, CausalAttentionRoPE (RoPE inside the kernel),
+SlidingWindowAttention, CrossAttention and their gradients, with the rules that move RoPE
+into the attention kernel and pack the Q/K/V projections.
+
+Rows hold ``batch`` sequences: q [B*S, H*D], k/v [B*S, KV*D]; query head h reads kv head
+h // (H / KV) (GQA). Masked scores are set to the finite :data:`MASK_SENTINEL` before the
+max-subtracted softmax, so a fully masked row averages all values instead of producing NaN.
+Gradient kernels recompute the probabilities (the IR keeps no logsumexp side buffer) and
+say in their WGSL header where that makes them slow.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import LoweringError
+from ..kernel import Buffer, Include, Kernel
+from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
+from ..types import TensorType
+from .transformer import ROPE_ATTR_NAMES, inv_freq, rope_ref, rope_rule
+
+FAMILY = "attention"
+
+#: Sentinel score for masked attention positions (finite, so no inf arithmetic anywhere).
+MASK_SENTINEL = -1.0e30
+#: Invocations per workgroup of the attention kernel (attention.wgsl).
+ATTENTION_WG = 256
+#: Query rows per workgroup of attention.wgsl at most.
+ATTENTION_MAX_ROWS = 64
+#: Bytes of workgroup memory attention.wgsl's tiles may take (Q block, K and V tiles,
+#: scores and row statistics): the WebGPU default of maxComputeWorkgroupStorageSize,
+#: which every device offers.
+ATTENTION_TILE_BYTES = 16384
+#: Largest head_dim of the attention kernels: the RoPE uniform holds 32 vec4 of frequencies
+#: (128 pairs), and CachedAttention needs head_dim / 4 <= its 256 invocations.
+MAX_ATTENTION_HEAD_DIM = 256
+#: Rows (query rows for dq, key rows for dk / dv) per workgroup of the attention gradients
+#: and of the windowed attention kernels.
+ATTENTION_GRAD_ROWS = 64
+
+
+def check_head_dim(node, q: TensorType) -> None:
+    """LoweringError when the node's head_dim is above the kernels' maximum."""
+    hd = node.attrs["head_dim"]
+    if hd > MAX_ATTENTION_HEAD_DIM:
+        raise LoweringError(f"{node.op} (node {node.id}, q {q}): head_dim {hd} is above the kernel's maximum of "
+                            f"{MAX_ATTENTION_HEAD_DIM}")
+
+
+# --- the reference -----------------------------------------------------------------------------
+
+
+def attention_rule(ts, a):
+    """Shape rule of FullAttention / CausalAttention: q [rows, H*D], k and v [rows, KV*D], an
+    optional key_mask [batch, seq]."""
+    q, k, v = ts[:3]
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    for t, w, what in ((q, nh * hd, "q"), (k, nkv * hd, "k"), (v, nkv * hd, "v")):
+        need_f32(t, what)
+        need(t.rank == 2 and t.shape[1] == w, f"{what} must be [rows,{w}], got {t}")
+    need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
+    need(k.shape[0] == q.shape[0] and v.shape[0] == q.shape[0],
+         f"q {q}, k {k} and v {v} must have the same number of rows")
+    need(batch >= 1 and q.shape[0] % batch == 0, f"{q.shape[0]} rows do not split into {batch} sequences")
+    if len(ts) == 4:
+        seq = q.shape[0] // batch
+        need_f32(ts[3], "key_mask")
+        need(ts[3].shape == (batch, seq), f"key_mask must be [{batch},{seq}], got {ts[3]}")
+    return TensorType((q.shape[0], nh * hd))
+
+
+def attention_reference(q, k, v, a, causal: bool, key_mask=None) -> np.ndarray:
+    """Scaled dot-product attention per sequence and head, GQA and key masking.
+
+    Query head h reads kv head h // (num_heads / num_kv_heads). Masked scores are set to
+    the finite :data:`MASK_SENTINEL` before the max-subtracted softmax, so a fully masked
+    row averages all values instead of producing NaN (Vaswani et al. 2017, eq. 1).
+    """
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a.get("batch", 1)
+    seq = q.shape[0] // batch
+    group = nh // nkv
+    out = np.zeros((q.shape[0], nh * hd))
+    scale = 1.0 / math.sqrt(hd)
+    for b in range(batch):
+        rows = slice(b * seq, (b + 1) * seq)
+        for h in range(nh):
+            kh = h // group
+            qh = q[rows, h * hd:(h + 1) * hd]
+            kk = k[rows, kh * hd:(kh + 1) * hd]
+            vv = v[rows, kh * hd:(kh + 1) * hd]
+            s = (qh @ kk.T) * scale
+            keep = np.ones_like(s, dtype=bool)
+            if causal:
+                keep &= np.tril(np.ones((seq, seq), dtype=bool))
+            if key_mask is not None:
+                keep &= (key_mask[b] > 0)[None, :]
+            s = np.where(keep, s, MASK_SENTINEL)
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            out[rows, h * hd:(h + 1) * hd] = p @ vv
+    return out
+
+
+def attention_grads(do, q, k, v, a, causal: bool, key_mask=None):
+    """(dq, dk, dv) of :func:`attention_reference`, probabilities recomputed.
+
+    Per sequence and head, with P = softmax(mask(scale q k^T)): dV = P^T dO,
+    dS = P * (dO V^T - rowsum(P * dO V^T)) zeroed at masked scores (they are constants),
+    dQ = scale dS K, dK = scale dS^T Q. A kv head's dK and dV sum over the query heads of
+    its GQA group (FlashAttention-2 backward, Dao 2023, Algorithm 2, without tiling).
+    """
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    seq = q.shape[0] // batch
+    group = nh // nkv
+    scale = 1.0 / math.sqrt(hd)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for b in range(batch):
+        rows = slice(b * seq, (b + 1) * seq)
+        for h in range(nh):
+            qc, kc = slice(h * hd, (h + 1) * hd), slice((h // group) * hd, (h // group + 1) * hd)
+            qh, kh, vh, doh = q[rows, qc], k[rows, kc], v[rows, kc], do[rows, qc]
+            keep = np.ones((seq, seq), dtype=bool)
+            if causal:
+                keep &= np.tril(keep)
+            if key_mask is not None:
+                keep &= (key_mask[b] > 0)[None, :]
+            s = np.where(keep, (qh @ kh.T) * scale, MASK_SENTINEL)
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            dp = doh @ vh.T
+            ds = np.where(keep, p * (dp - (p * dp).sum(axis=-1, keepdims=True)), 0.0)
+            dv[rows, kc] += p.T @ doh
+            dq[rows, qc] = scale * ds @ kh
+            dk[rows, kc] += scale * ds.T @ qh
+    return dq, dk, dv
+
+
+# --- the forward kernel ------------------------------------------------------------------------
+
+#: The uniform fields attention_qk_rope.wgsl reads (they come first: the array is 16-byte
+#: aligned). pos_offset is not among them: it cancels out of every score (see that file).
+def rope_uniform_fields(node) -> tuple:
+    a = node.attrs
+    return (("inv_freq", f"array<vec4<f32>, {MAX_ATTENTION_HEAD_DIM // 8}>",
+             inv_freq(a["theta"], a["head_dim"], MAX_ATTENTION_HEAD_DIM // 2)),
+            ("adjacent", "u32", int(a["pairing"] == "adjacent")))
+
+
+def attention_io(names: tuple[str, ...], hd: int) -> tuple[tuple[Buffer, ...], Buffer, str]:
+    """The storage bindings of the attention inputs ``names`` (one per distinct name) and of the
+    output, and the accessors attention kernels read through.
+
+    ``NAME4(base, c)`` is vec4 ``c`` of the HD-element row starting at element ``base`` (zero
+    past HD); ``store_out(base, c, v)`` writes vec4 ``c`` of an output row. When ``hd % 4 ==
+    0`` every row start is a multiple of 4 elements and the arrays are bound as
+    ``array<vec4<f32>>`` (one 16-byte load per vec4); otherwise as ``array<f32>``, read
+    element by element.
+    """
+    vec = hd % 4 == 0
+    elem = "vec4<f32>" if vec else "f32"
+    lines = [f"const VW: u32 = {4 if vec else 1}u;  // elements per array entry"]
+    unique = list(dict.fromkeys(names))
+    for n in unique:
+        if vec:
+            lines.append(f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{ return {n}[base / 4u + c]; }}")
+        else:
+            lines += [f"fn {n}4(base: u32, c: u32) -> vec4<f32> {{",
+                      "    var r = vec4<f32>();",
+                      "    for (var e = 0u; e < 4u; e = e + 1u) {",
+                      f"        if (4u * c + e < HD) {{ r[e] = {n}[base + 4u * c + e]; }}",
+                      "    }",
+                      "    return r;",
+                      "}"]
+    if vec:
+        lines.append("fn store_out(base: u32, c: u32, v: vec4<f32>) { out[base / 4u + c] = v; }")
+    else:
+        lines += ["fn store_out(base: u32, c: u32, v: vec4<f32>) {",
+                  "    for (var e = 0u; e < 4u; e = e + 1u) {",
+                  "        if (4u * c + e < HD) { out[base + 4u * c + e] = v[e]; }",
+                  "    }",
+                  "}"]
+    return tuple(Buffer(n, elem) for n in unique), Buffer("out", elem, write=True), "\n".join(lines)
+
+
+def attention_tiles(hd: int) -> tuple[int, int]:
+    """(BQ query rows per workgroup, BK keys per tile) of attention.wgsl for head size ``hd``.
+
+    BQ = ATTENTION_WG / ceil(hd / 4) (at most ATTENTION_MAX_ROWS), so that each invocation
+    owns one vec4 of the output block; BK the most keys, a power of two of at most 64,
+    whose tiles fit ATTENTION_TILE_BYTES: the Q block and the K and V tiles (16 bytes per
+    vec4), the BQ x BK scores and three f32 statistics per row. hd 64: (16, 16); hd 32:
+    (32, 16); hd 256: (4, 4).
+    """
+    hd4 = math.ceil(hd / 4)
+    bq = max(1, min(ATTENTION_MAX_ROWS, ATTENTION_WG // hd4))
+    bk = 64
+    while bk > 1 and 16 * hd4 * (bq + 2 * bk) + 4 * bq * (bk + 3) > ATTENTION_TILE_BYTES:
+        bk //= 2
+    return bq, bk
+
+
+def _attention_kernel(node, ins, target) -> Kernel:
+    a = node.attrs
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    check_head_dim(node, ins[0])
+    masked = len(ins) == 4
+    packed = len(ins) == 1  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
+    causal = node.op != "FullAttention"
+    rope = node.op == "CausalAttentionRoPE"
+    names = ("qkv",) * 3 if packed else ("q", "k", "v")
+    io, out, accessors = attention_io(names, hd)
+    seq = ins[0].shape[0] // batch
+    bq, bk = attention_tiles(hd)
+    slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=ATTENTION_WG, Q=names[0], K=names[1], V=names[2], IO=accessors,
+                 QK=Include("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl"),
+                 MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
+                 if masked else "",
+                 KEY_END="qi + 1u" if causal else "p.seq",  # of key_end_of(qi)
+                 TILES_END="min(p.seq, q0 + BQ)" if causal else "p.seq")
+    q_blocks = math.ceil(seq / bq)
+    total = batch * nh * q_blocks
+    width = (nh + 2 * nkv) * hd
+    strides = (width, width, nh * hd, (nh + nkv) * hd) if packed else (nh * hd, nkv * hd, 0, 0)
+    params = (*(rope_uniform_fields(node) if rope else ()), ("seq", "u32", seq), ("nh", "u32", nh),
+              ("nkv", "u32", nkv), ("group", "u32", nh // nkv), ("q_blocks", "u32", q_blocks), ("total", "u32", total),
+              ("scale", "f32", 1.0 / math.sqrt(hd)),
+              *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
+    name = (f"attention_hd{hd}" + ("_causal" if causal else "") + ("_mask" if masked else "")
+            + ("_rope" if rope else "") + ("_packed" if packed else ""))
+    bindings = (*io, *((Buffer("key_mask"),) if masked else ()), out)
+    return Kernel(name, "attention.wgsl", total, params=params, slots=slots, bindings=bindings)
+
+
+def _attention_flops(ins, out, a) -> int:
+    rows = ins[0].shape[0]
+    seq = rows // a.get("batch", 1)
+    return 4 * rows * seq * a["num_heads"] * a["head_dim"]
+
+
+def _attention_grad_nodes(b, dy, q, k, v, mask, causal: bool, attrs: dict, want) -> list:
+    ins = (dy, q, k, v) if mask is None else (dy, q, k, v, mask)
+    return [b.emit(f"AttentionGrad{part}", ins, causal=causal, **attrs) if w else None
+            for part, w in zip("QKV", want, strict=False)]
+
+
+_ATTN_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("head_dim", "int"), Attr("batch", "int", 1))
+_ATTN_NAMES = tuple(x.name for x in _ATTN_ATTRS)
+
+
+def _attention_vjp(b, node, dy, want):
+    q, k, v, *mask = node.inputs
+    attrs = {a: node.attrs[a] for a in _ATTN_NAMES}
+    grads = _attention_grad_nodes(b, dy, q, k, v, mask[0] if mask else None, node.op == "CausalAttention", attrs, want)
+    return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
+
+
+op("FullAttention", ("q", "k", "v", "key_mask?"), attention_rule,
+   lambda xs, a: attention_reference(*xs[:3], a, False, xs[3] if len(xs) > 3 else None), attrs=_ATTN_ATTRS,
+   vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
+   doc="non-causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], "
+       "1 keeps a key")
+op("CausalAttention", ("q", "k", "v"), attention_rule, lambda xs, a: attention_reference(*xs, a, True),
+   attrs=_ATTN_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
+   doc="causal GQA attention (Vaswani et al. 2017, eq. 1)")
+
+
+# --- CausalAttentionRoPE -----------------------------------------------------------------------
+
+
+def split_packed_qkv(x, a):
+    """Columns of a packed [rows, (H + 2 KV) * D] projection: (q, k, v) views or types."""
+    nq, nkv = a["num_heads"] * a["head_dim"], a["num_kv_heads"] * a["head_dim"]
+    if isinstance(x, TensorType):
+        need(x.rank == 2 and x.shape[1] == nq + 2 * nkv,
+             f"packed qkv must be [rows, {nq + 2 * nkv}] (q {nq} + k {nkv} + v {nkv} columns), got {x}")
+        return [TensorType((x.shape[0], w)) for w in (nq, nkv, nkv)]
+    return [x[:, :nq], x[:, nq:nq + nkv], x[:, nq + nkv:]]
+
+
+def _attention_rope(ts, a):
+    need(len(ts) in (1, 3), f"takes q, k, v or one packed qkv input, got {len(ts)} inputs")
+    if len(ts) == 1:
+        need_f32(ts[0], "packed qkv")
+        ts = split_packed_qkv(ts[0], a)
+    out = attention_rule(ts, a)
+    for t, what in ((ts[0], "q"), (ts[1], "k")):
+        try:
+            rope_rule([t], a)
+        except ValueError as e:
+            need(False, f"{what}: {e}")
+    return out
+
+
+def _attention_rope_ref(xs, a):
+    q, k, v = split_packed_qkv(xs[0], a) if len(xs) == 1 else xs
+    return attention_reference(rope_ref([q], a), rope_ref([k], a), v, a, causal=True)
+
+
+def _attention_rope_vjp(b, node, dy, want):
+    q, k, v = node.inputs
+    rope = {a: node.attrs[a] for a in ROPE_ATTR_NAMES}
+    qr, kr = b.emit("RoPE", (q,), **rope), b.emit("RoPE", (k,), **rope)
+    dq, dk, dv = _attention_grad_nodes(b, dy, qr, kr, v, None, True, {a: node.attrs[a] for a in _ATTN_NAMES}, want)
+    return [None if dq is None else b.emit("RoPEGrad", (dq,), **rope),
+            None if dk is None else b.emit("RoPEGrad", (dk,), **rope), dv]
+
+
+op("CausalAttentionRoPE", ("q", "k?", "v?"), _attention_rope, _attention_rope_ref,
+   attrs=(*_ATTN_ATTRS, Attr("theta", "float"), Attr("pos_offset", "int", 0), Attr("pairing", "str", "half")),
+   vjp=_attention_rope_vjp, kernel=_attention_kernel, flops=_attention_flops,
+   doc="CausalAttention(RoPE(q), RoPE(k), v): the rotation is applied inside the attention kernel (seed: "
+       "CausalAttentionRoPE). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] projection whose columns are "
+       "q, k, v in that order")
+
+
+def _llama_attention(g, dim, *, rope: bool = True):
+    hd = 2 * dim("half_head", 1, 3)
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    seq, width = dim("seq", 1, 5), dim("width", 2, 6)
+    h = g.input("h", [seq, width])
+    q = g.matmul_bt(h, g.parameter("wq", [nh * hd, width]))
+    k = g.matmul_bt(h, g.parameter("wk", [nkv * hd, width]))
+    v = g.matmul_bt(h, g.parameter("wv", [nkv * hd, width]))
+    if rope:
+        q, k = g.rope(q, 100.0, hd), g.rope(k, 100.0, hd)
+        out = g.causal_attention(q, k, v, nh, nkv, hd)
+    else:
+        out = g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)
+    g.set_outputs([out])
+
+
+@rules("attention")
+def _rope_into_attention(e):
+    q, k, v = e.vars("q k v")
+    nh, nkv, hd, batch, pos = e.vars("nh nkv hd batch pos", e.i64)
+    (theta,) = e.vars("theta", e.f64)
+    (pairing,) = e.vars("pairing", e.String)
+    rope = dict(theta=theta, head_dim=hd, pos_offset=pos, pairing=pairing, batch=batch)
+    attn = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
+    # CausalAttention(RoPE(q), RoPE(k), v) -> CausalAttentionRoPE(q, k, v)   if head size and sequences agree
+    yield e.equal("CausalAttention(RoPE(q), RoPE(k), v) -> CausalAttentionRoPE(q, k, v)",
+                  e.CausalAttention(e.RoPE(q, **rope), e.RoPE(k, **rope), v, **attn),
+                  e.CausalAttentionRoPE(q, k, v, **attn, theta=theta, pos_offset=pos, pairing=pairing),
+                  example=example(_llama_attention))
+
+
+@rules("attention")
+def _packed_qkv(e):
+    (h,) = e.vars("h")
+    nq, nk, nv = e.vars("nq nk nv", e.String)
+    sq, skv = e.vars("sq skv", e.Vec[e.i64])
+    wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, skv), e.Parameter(nv, skv)
+    q, k, v = e.MatMulBT(h, wq), e.MatMulBT(h, wk), e.MatMulBT(h, wv)
+    packed = e.MatMulBT(h, e.Concat(wq, wk, wv, axis=0))
+    attrs = e.attrs_of("CausalAttentionRoPE")
+    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
+    # CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv)^T
+    # and h@Wq^T = SliceCols(P, 0, q), h@Wk^T = SliceCols(P, q, kv), h@Wv^T = SliceCols(P, q+kv, kv)
+    yield e.rule(attn, name="CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T)",
+                 example=example(lambda g, dim: _llama_attention(g, dim, rope=False))).then(
+        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
+        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[0])),
+        e.union(k).with_(e.SliceCols(packed, start=sq[0], size=skv[0])),
+        e.union(v).with_(e.SliceCols(packed, start=sq[0] + skv[0], size=skv[0])),
+    )
+
+
+# --- attention gradients -----------------------------------------------------------------------
+
+
+def _attention_grad_op(index: int, part: str) -> None:
+    def infer(ts, a):
+        need(not (a["causal"] and len(ts) == 5), "a key_mask is only taken with causal=False")
+        out = attention_rule(ts[1:], a)
+        need_f32(ts[0], "dO")
+        need(ts[0] == out, f"dO must be {out}, got {ts[0]}")
+        return ts[1 + index]
+
+    def reference(xs, a):
+        mask = xs[4] if len(xs) == 5 else None
+        return attention_grads(xs[0], xs[1], xs[2], xs[3], a, a["causal"], mask)[index]
+
+    op(f"AttentionGrad{part}", ("dO", "q", "k", "v", "key_mask?"), infer, reference,
+       attrs=(Attr("causal", "bool"), *_ATTN_ATTRS), vjp=NO_GRAD, kernel=_attention_grad_kernel,
+       flops=lambda ins, out, a: 2 * _attention_flops(ins[1:], out, a),
+       doc=f"d{part.lower()} of FullAttention (causal=False, optional key_mask) or CausalAttention; inputs "
+           f"[dO, q, k, v(, key_mask)], see attention_grads (seed: MultiHeadAttnGrad{part})")
+
+
+def _grad_bindings(masked: bool) -> tuple[Buffer, ...]:
+    return (Buffer("dout"), Buffer("q"), Buffer("k"), Buffer("v"), *((Buffer("key_mask"),) if masked else ()),
+            Buffer("out", write=True))
+
+
+def _attention_grad_kernel(node, ins, target) -> Kernel:
+    a = node.attrs
+    nh, nkv, hd, batch, causal = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], a["causal"]
+    check_head_dim(node, ins[1])
+    masked = len(ins) == 5
+    part = node.op[-1]
+    slots = dict(HEAD_DIM=hd, KEPT="key_mask[b * p.seq + j] > 0.0" if masked else "true",
+                 KEY_END="qi + 1u" if causal else "p.seq")
+    if part == "Q":
+        body = "attention_grad_q.wgsl"
+    else:
+        body = "attention_grad_kv.wgsl"
+        slots.update(WANT_K="true" if part == "K" else "false", CAUSAL="true" if causal else "false")
+    seq = ins[1].shape[0] // batch
+    blocks = math.ceil(seq / ATTENTION_GRAD_ROWS)
+    total = batch * (nh if part == "Q" else nkv) * blocks
+    params = (("seq", "u32", seq), ("nh", "u32", nh), ("nkv", "u32", nkv), ("group", "u32", nh // nkv),
+              ("blocks", "u32", blocks), ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)))
+    name = f"attention_grad_{part.lower()}_hd{hd}" + ("_causal" if causal else "") + ("_mask" if masked else "")
+    return Kernel(name, body, total, params=params, slots=slots, bindings=_grad_bindings(masked))
+
+
+for _i, _part in enumerate("QKV"):
+    _attention_grad_op(_i, _part)
+
+
+# --- SlidingWindowAttention, CrossAttention and their gradients -------------------------------------
+
+
+def _windowed_rule(ts, a, cross: bool):
+    q, k, v = ts[:3]
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    for t, w, what in ((q, nh * hd, "q"), (k, nkv * hd, "k"), (v, nkv * hd, "v")):
+        need_f32(t, what)
+        need(t.rank == 2 and t.shape[1] == w, f"{what} must be [rows,{w}], got {t}")
+    need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
+    need(v.shape[0] == k.shape[0], f"k {k} and v {v} must have the same number of rows")
+    need(cross or k.shape[0] == q.shape[0], f"q {q} and k {k} must have the same number of rows")
+    need(batch >= 1 and q.shape[0] % batch == 0 and k.shape[0] % batch == 0,
+         f"q {q} and k {k} rows do not split into {batch} sequences")
+    if not cross:
+        need(a["window_size"] >= 1, f"window_size must be an int >= 1, got {a['window_size']!r}")
+    if len(ts) == 4:
+        kv_seq = k.shape[0] // batch
+        need_f32(ts[3], "key_mask")
+        need(ts[3].shape == (batch, kv_seq), f"key_mask must be [{batch},{kv_seq}], got {ts[3]}")
+    return TensorType((q.shape[0], nh * hd))
+
+
+def attention_band(q_seq: int, kv_seq: int, window: int) -> np.ndarray:
+    """[q_seq, kv_seq] bool: the keys query row i may see. window 0: all (CrossAttention);
+    else the ``window`` rows up to and including i (i - window < j <= i, Mistral / Beltagy
+    et al. 2020), as the seed's ``my_kv_start = my_kv_len - min(my_kv_len, window_size)``."""
+    i, j = np.arange(q_seq)[:, None], np.arange(kv_seq)[None, :]
+    if window == 0:
+        return np.ones((q_seq, kv_seq), dtype=bool)
+    return (j <= i) & (j > i - window)
+
+
+def _scores(qh, kh, band, kept, scale):
+    # Softmax of one (sequence, head): key-masked scores become MASK_SENTINEL, keys outside the
+    # band get weight 0, so a row whose keys are all masked averages the values in its band.
+    s = np.where(kept[None, :], (qh @ kh.T) * scale, MASK_SENTINEL)
+    m = np.where(band, s, -np.inf).max(axis=-1, keepdims=True)
+    e = np.exp(np.where(band, s - m, -np.inf))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def windowed_attention(q, k, v, a, window: int, key_mask=None, do=None):
+    """Attention of each query row over its band (:func:`attention_band`), GQA and key masking.
+
+    Rows hold ``batch`` sequences: q [B*Sq, H*D], k/v [B*Skv, KV*D]; query head h reads kv head
+    h // (H / KV). Without ``do``: the output (Vaswani et al. 2017, eq. 1). With ``do`` (dO):
+    (dq, dk, dv) by the FlashAttention-2 backward (Dao 2023, Algorithm 2, untiled): dV = P^T dO,
+    dS = P * (dO V^T - rowsum(P * dO V^T)) zeroed at masked keys, dQ = scale dS K, dK = scale dS^T Q.
+    """
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    sq, skv = q.shape[0] // batch, k.shape[0] // batch
+    group, scale = nh // nkv, 1.0 / math.sqrt(hd)
+    band = attention_band(sq, skv, window)
+    out = np.zeros((q.shape[0], nh * hd))
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for b in range(batch):
+        qr, kr = slice(b * sq, (b + 1) * sq), slice(b * skv, (b + 1) * skv)
+        kept = np.ones(skv, dtype=bool) if key_mask is None else key_mask[b] > 0
+        for h in range(nh):
+            qc, kc = slice(h * hd, (h + 1) * hd), slice((h // group) * hd, (h // group + 1) * hd)
+            qh, kh, vh = q[qr, qc], k[kr, kc], v[kr, kc]
+            p = _scores(qh, kh, band, kept, scale)
+            if do is None:
+                out[qr, qc] = p @ vh
+                continue
+            doh = do[qr, qc]
+            dp = doh @ vh.T
+            ds = np.where(kept[None, :], p * (dp - (p * dp).sum(axis=-1, keepdims=True)), 0.0)
+            dv[kr, kc] += p.T @ doh
+            dq[qr, qc] = scale * ds @ kh
+            dk[kr, kc] += scale * ds.T @ qh
+    return out if do is None else (dq, dk, dv)
+
+
+def _windowed_kernel(node, ins, target) -> Kernel:
+    a = node.attrs
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    grad = "" if node.op in _WINDOW_KINDS else node.op[-5:]  # '', 'GradQ', 'GradK' or 'GradV'
+    q, k = (ins[0], ins[1]) if not grad else (ins[1], ins[2])
+    check_head_dim(node, q)
+    masked = len(ins) == (5 if grad else 4)
+    slots = dict(HEAD_DIM=hd, KEPT="key_mask[b * p.kv_seq + j] > 0.0" if masked else "true")
+    if grad in ("GradK", "GradV"):
+        body = "attention_window_grad_kv.wgsl"
+        slots["WANT_K"] = "true" if grad == "GradK" else "false"
+    else:
+        body = "attention_window_grad_q.wgsl" if grad else "attention_window.wgsl"
+    q_seq, kv_seq = q.shape[0] // batch, k.shape[0] // batch
+    per_key = grad in ("GradK", "GradV")
+    blocks = math.ceil((kv_seq if per_key else q_seq) / ATTENTION_GRAD_ROWS)
+    total = batch * (nkv if per_key else nh) * blocks
+    window = a.get("window_size", 0)
+    params = (("q_seq", "u32", q_seq), ("kv_seq", "u32", kv_seq), ("nh", "u32", nh), ("nkv", "u32", nkv),
+              ("group", "u32", nh // nkv), ("blocks", "u32", blocks), ("total", "u32", total),
+              ("scale", "f32", 1.0 / math.sqrt(hd)), ("window", "u32", window))
+    kind = "window" if window else "cross"
+    name = f"attention_{kind}{('_' + grad.lower()) if grad else ''}_hd{hd}" + ("_mask" if masked else "")
+    if grad:
+        bindings = _grad_bindings(masked)
+    else:
+        bindings = (Buffer("q"), Buffer("k"), Buffer("v"), *((Buffer("key_mask"),) if masked else ()),
+                    Buffer("out", write=True))
+    return Kernel(name, body, total, params=params, slots=slots, bindings=bindings)
+
+
+def _windowed_vjp(b, node, dy, want):
+    q, k, v, *mask = node.inputs
+    from ..spec import OPS
+
+    attrs = {x: node.attrs[x] for x in OPS[node.op].attr_names}
+    grads = [b.emit(f"{node.op}Grad{part}", (dy, *node.inputs), **attrs) if w else None
+             for part, w in zip("QKV", want, strict=False)]
+    return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
+
+
+_WINDOW_KINDS = {
+    # op: (cross, attrs, window of the attrs, doc)
+    "SlidingWindowAttention": (False, (*_ATTN_ATTRS[:3], Attr("window_size", "int"), _ATTN_ATTRS[3]),
+                               lambda a: a["window_size"],
+                               "causal GQA attention where row i sees keys i - window_size < j <= i; q, k, v [B*S, .]; "
+                               "optional key_mask [B, S] (1 keeps a key): a row whose window is fully masked averages "
+                               "the values in its window (Beltagy et al. 2020, Longformer; Jiang et al. 2023, Mistral "
+                               "7B; seed: SlidingWindowAttention)"),
+    "CrossAttention": (True, _ATTN_ATTRS, lambda a: 0,
+                       "non-causal GQA attention of q [B*Sq, H*D] over k, v [B*Skv, KV*D] of another sequence; "
+                       "optional key_mask [B, Skv]: a fully masked row averages all values (encoder-decoder "
+                       "attention, Vaswani et al. 2017; seed: CrossAttention, and MultiHeadAttn with is_cross)"),
+}
+
+
+def _windowed_ops(name, cross, attrs, window, doc) -> None:
+    def ref(xs, a):
+        return windowed_attention(*xs[:3], a, window(a), xs[3] if len(xs) > 3 else None)
+
+    def flops(ins, out, a):
+        return 4 * ins[0].shape[0] * (ins[1].shape[0] // a["batch"]) * a["num_heads"] * a["head_dim"]
+
+    op(name, ("q", "k", "v", "key_mask?"), lambda ts, a: _windowed_rule(ts, a, cross), ref, attrs=attrs,
+       vjp=_windowed_vjp, kernel=_windowed_kernel, flops=flops, doc=doc)
+    for index, part in enumerate("QKV"):
+        def infer(ts, a, index=index):
+            out = _windowed_rule(ts[1:], a, cross)
+            need_f32(ts[0], "dO")
+            need(ts[0] == out, f"dO must be {out}, got {ts[0]}")
+            return ts[1 + index]
+
+        def grad_ref(xs, a, index=index):
+            mask = xs[4] if len(xs) == 5 else None
+            return windowed_attention(*xs[1:4], a, window(a), mask, do=xs[0])[index]
+
+        op(f"{name}Grad{part}", ("dO", "q", "k", "v", "key_mask?"), infer, grad_ref, attrs=attrs, vjp=NO_GRAD,
+           kernel=_windowed_kernel, flops=lambda ins, out, a: 2 * flops(ins[1:], out, a),
+           doc=f"d{part.lower()} of {name}; inputs [dO, q, k, v(, key_mask)], probabilities recomputed (see "
+               f"windowed_attention; seed: MultiHeadAttnGrad{part}, without its saved LSE)")
+
+
+for _name, _kind in _WINDOW_KINDS.items():
+    _windowed_ops(_name, *_kind)

@@ -1,0 +1,261 @@
+"""KV-cache ops for autoregressive decoding: RoPE at a run-time position, an in-place cache
+write, attention of new query rows over the cache, and the fused forms with RoPE inside.
+
+A cache is a state tensor (``Graph.state``) [max_seq, kv_width] whose row j holds the key
+(or value) of position j. Every op here takes the position of its first new row as an
+input ``pos`` u32[1], so one compiled plan serves every decoding step (meganeura 0.2.0
+``graph.rs``: ``rope_dynamic_offset``, ``CacheWrite``, ``CachedAttention``, generalised
+from one new row to n). Inference only: these ops have no gradient rules
+(:func:`~..spec.no_grad`), and ``autodiff.grad`` says so when a gradient would flow through one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InputError
+from ..kernel import Buffer, Include, Kernel, elementwise_groups
+from ..spec import Attr, example, need, need_f32, no_grad, op, rules
+from ..types import DType, TensorType
+from .attention import ATTENTION_WG, attention_io, attention_reference, check_head_dim, rope_uniform_fields
+from .transformer import rope_params, rope_ref, rope_rule
+
+FAMILY = "kv_cache"
+
+INFERENCE = no_grad("it is an inference-only KV-cache op")
+
+#: Invocations per workgroup of CachedAttention: keys scored at once by one (query row,
+#: head); at least MAX_ATTENTION_HEAD_DIM / 4, the vec4 columns of the output row. On the
+#: H200 (SmolLM2 decode, 9 workgroups per call) 256 took 14.3 us per call at 128 keys and
+#: 26.5 us at 1000 against 18.4 and 42.3 us with 128 (subgroup reductions on).
+CACHED_ATTENTION_WG = ATTENTION_WG
+
+
+def _position(t: TensorType, what: str) -> None:
+    need(t.dtype is DType.U32 and t.shape == (1,), f"{what} must be u32[1], got {t}")
+
+
+def _rows_fit(op_name: str, pos: np.ndarray, rows: int, cache_rows: int) -> int:
+    """The first new row's position, after checking that ``rows`` rows from it fit the cache."""
+    p = int(pos[0])
+    if p + rows > cache_rows:
+        raise InputError(f"{op_name}: rows {p}..{p + rows - 1} do not fit a cache of {cache_rows} rows (max_seq)")
+    return p
+
+
+_ROPE_DYNAMIC_ATTRS = (Attr("theta", "float"), Attr("head_dim", "int"), Attr("pairing", "str", "half"))
+
+
+# --- RoPEDynamic: RoPE whose position offset is an input --------------------------------------
+
+
+def _rope_dynamic(ts, a):
+    x, offset = ts
+    _position(offset, "offset")
+    return rope_rule([x], {**a, "batch": 1})
+
+
+def _rope_dynamic_ref(xs, a):
+    x, offset = xs
+    return rope_ref([x], {**a, "batch": 1, "pos_offset": int(offset[0])})
+
+
+def _rope_dynamic_kernel(node, ins, target) -> Kernel:
+    params, n = rope_params(node, node.type.shape, batch=1, pos_offset=0.0)
+    return Kernel("rope_dynamic", "rope_dynamic.wgsl", elementwise_groups(n), params=params,
+                  bindings=(Buffer("x"), Buffer("offset", "u32"), Buffer("out", write=True)))
+
+
+op("RoPEDynamic", ("x", "offset"), _rope_dynamic, _rope_dynamic_ref, attrs=_ROPE_DYNAMIC_ATTRS, vjp=INFERENCE,
+   kernel=_rope_dynamic_kernel, flops=lambda ins, out, a: 3 * out.num_elements,
+   doc="RoPE (Su et al. 2021) of x [rows, heads*head_dim] where row r has position offset[0] + r; inputs "
+       "[x, offset u32[1]] (seed: rope_dynamic_offset). Pairing as RoPE's (transformer.rope_pairs)")
+
+
+# --- CacheWrite: new rows into a cache, in place ---------------------------------------------
+
+
+def _cache_write(ts, a):
+    cache, new, pos = ts
+    need_f32(cache, "cache")
+    need_f32(new, "new rows")
+    need(cache.rank == 2 and new.rank == 2 and new.shape[1] == cache.shape[1],
+         f"cache [max_seq, W] and new rows [n, W] must be 2-D of the same width, got {cache} and {new}")
+    need(new.shape[0] <= cache.shape[0], f"{new.shape[0]} new rows do not fit a cache of {cache.shape[0]} rows")
+    _position(pos, "pos")
+    return cache
+
+
+def _cache_write_ref(xs, a):
+    cache, new, pos = xs
+    p = _rows_fit("CacheWrite", pos, new.shape[0], cache.shape[0])
+    out = cache.copy()
+    out[p:p + new.shape[0]] = new
+    return out
+
+
+def _cache_write_kernel(node, ins, target) -> Kernel:
+    rows, width = ins[0].shape
+    n = ins[1].num_elements
+    return Kernel("cache_write", "cache_write.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("width", "u32", width), ("rows", "u32", rows)),
+                  bindings=(Buffer("new_rows"), Buffer("pos", "u32"), Buffer("cache", write=True)))
+
+
+op("CacheWrite", ("cache", "new_rows", "pos"), _cache_write, _cache_write_ref, writes=0, vjp=INFERENCE,
+   kernel=_cache_write_kernel, flops=lambda ins, out, a: 0,
+   doc="cache[pos + r] <- new[r] for r < n, in place; inputs [cache [max_seq, W] (a state tensor), new [n, W], "
+       "pos u32[1]]; the value is the whole updated cache. Raises InputError (reference) when pos + n > max_seq; "
+       "the kernel then writes only the rows that fit (seed: CacheWrite)")
+
+
+# --- CachedAttention: causal GQA attention of new rows over the cache --------------------------
+
+_CACHED_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("head_dim", "int"))
+
+
+def _cached_attention(ts, a):
+    q, k, v, pos = ts
+    nh, nkv, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
+    for t, w, what in ((q, nh * hd, "q"), (k, nkv * hd, "k_cache"), (v, nkv * hd, "v_cache")):
+        need_f32(t, what)
+        need(t.rank == 2 and t.shape[1] == w, f"{what} must be [rows,{w}], got {t}")
+    need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
+    need(k.shape == v.shape, f"k_cache {k} and v_cache {v} must have the same shape")
+    need(q.shape[0] <= k.shape[0], f"{q.shape[0]} query rows do not fit a cache of {k.shape[0]} rows")
+    _position(pos, "pos")
+    return q
+
+
+def _cached_attention_ref(xs, a):
+    # Row i of q sits at position pos + i and sees cache rows 0..pos+i: exactly row pos + i of
+    # causal attention over the first pos + n cache rows, whatever the other query rows hold.
+    q, k, v, pos = xs
+    n = q.shape[0]
+    p = _rows_fit("CachedAttention", pos, n, k.shape[0])
+    q_full = np.zeros((p + n, q.shape[1]))
+    q_full[p:] = q
+    out = attention_reference(q_full, k[:p + n], v[:p + n], {**a, "batch": 1}, causal=True)
+    return out[p:]
+
+
+def _cached_attention_kernel(node, ins, target) -> Kernel:
+    # One sequence of n query rows; query row qi (position pos + qi) reads keys 0..pos+qi,
+    # never past the cache's last row (arrayLength(k_cache) / kv_stride rows).
+    # CachedAttentionRoPE rotates each query row in workgroup memory as it is loaded.
+    a = node.attrs
+    rope = node.op == "CachedAttentionRoPE"
+    nh, nkv, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
+    check_head_dim(node, ins[0])
+    io, out, accessors = attention_io(("q", "k_cache", "v_cache"), hd)
+    total = ins[0].shape[0] * nh
+    params = (*(rope_uniform_fields(node) if rope else ()), ("nh", "u32", nh), ("group", "u32", nh // nkv),
+              ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)), ("q_stride", "u32", nh * hd),
+              ("kv_stride", "u32", nkv * hd))
+    rotate = Include("attention_cached_rope.wgsl") if rope else \
+        "fn rotate_q(li: u32, position: u32) {}  // CachedAttention: q is used as it is"
+    return Kernel(f"cached_attention_hd{hd}" + ("_rope" if rope else ""), "attention_cached.wgsl", total,
+                  params=params, bindings=(*io, Buffer("cache_pos", "u32"), out),
+                  slots=dict(HEAD_DIM=hd, WG=CACHED_ATTENTION_WG, IO=accessors, ROTATE_Q=rotate))
+
+
+def _cached_flops(ins, out, a):
+    return 4 * ins[0].shape[0] * ins[1].shape[0] * a["num_heads"] * a["head_dim"]
+
+
+op("CachedAttention", ("q", "k_cache", "v_cache", "pos"), _cached_attention, _cached_attention_ref,
+   attrs=_CACHED_ATTRS, vjp=INFERENCE, kernel=_cached_attention_kernel, flops=_cached_flops,
+   doc="causal GQA attention (Vaswani et al. 2017, eq. 1) of the n query rows q [n, H*D] at positions "
+       "pos..pos+n-1 over cache rows 0..pos+i (row i); inputs [q, k_cache, v_cache [max_seq, KV*D], pos u32[1]]; "
+       "output [n, H*D] (seed: CachedAttention, generalised from n = 1)")
+
+
+# --- fused forms the attention rules create: the rotation moved into its reader -----------------
+
+
+def _cache_write_rope(ts, a):
+    cache, new, pos = ts
+    _rope_dynamic([new, pos], a)
+    return _cache_write(ts, a)
+
+
+def _cache_write_rope_ref(xs, a):
+    cache, new, pos = xs
+    return _cache_write_ref([cache, _rope_dynamic_ref([new, pos], a), pos], a)
+
+
+def _cache_write_rope_kernel(node, ins, target) -> Kernel:
+    params, n = rope_params(node, ins[1].shape, batch=1, pos_offset=0.0)
+    return Kernel("cache_write_rope", "cache_write_rope.wgsl", elementwise_groups(n), params=params,
+                  bindings=(Buffer("x"), Buffer("pos", "u32"), Buffer("out", write=True)))
+
+
+op("CacheWriteRoPE", ("cache", "new_rows", "pos"), _cache_write_rope, _cache_write_rope_ref, attrs=_ROPE_DYNAMIC_ATTRS,
+   writes=0, vjp=INFERENCE, kernel=_cache_write_rope_kernel, flops=lambda ins, out, a: 3 * ins[1].num_elements,
+   doc="CacheWrite(cache, RoPEDynamic(new, pos), pos) in one kernel: cache[pos + r] <- new[r] rotated (Su et al. "
+       "2021) at position pos + r, in place; inputs [cache [max_seq, W] (a state tensor), new [n, W], pos u32[1]]; "
+       "the value is the whole updated cache. Raises InputError (reference) when pos + n > max_seq")
+
+
+def _cached_attention_rope(ts, a):
+    q, _, _, pos = ts
+    _rope_dynamic([q, pos], a)
+    return _cached_attention(ts, a)
+
+
+def _cached_attention_rope_ref(xs, a):
+    q, k, v, pos = xs
+    return _cached_attention_ref([_rope_dynamic_ref([q, pos], a), k, v, pos], a)
+
+
+op("CachedAttentionRoPE", ("q", "k_cache", "v_cache", "pos"), _cached_attention_rope, _cached_attention_rope_ref,
+   attrs=(*_CACHED_ATTRS, Attr("theta", "float"), Attr("pairing", "str", "half")), vjp=INFERENCE,
+   kernel=_cached_attention_kernel, flops=_cached_flops,
+   doc="CachedAttention(RoPEDynamic(q, pos), k_cache, v_cache, pos) in one kernel: the query rows are rotated "
+       "(Su et al. 2021) at positions pos..pos+n-1 as they are loaded; inputs [q [n, H*D], k_cache, v_cache "
+       "[max_seq, KV*D], pos u32[1]]; output [n, H*D]")
+
+
+def _decode_step(g, dim, *, attention: bool) -> None:
+    # One layer's cache update and attention as models/llama.build_llama_cache_graph builds them.
+    hd = 2 * dim("half_head", 1, 3)
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    n = dim("n", 1, 3)
+    rows = n + dim("spare", 0, 3)
+    pairing = ("half", "adjacent")[dim("adjacent", 0, 1)]
+    pos = g.input("pos", [1], DType.U32)
+
+    def rope(x):
+        return g.add_node("RoPEDynamic", (x, pos), theta=100.0, head_dim=hd, pairing=pairing)
+
+    k_cache = g.add_node("CacheWrite", (g.state("k_cache", [rows, nkv * hd]), rope(g.input("k", [n, nkv * hd])), pos))
+    if not attention:
+        g.set_outputs([k_cache])
+        return
+    v_cache = g.add_node("CacheWrite", (g.state("v_cache", [rows, nkv * hd]), g.input("v", [n, nkv * hd]), pos))
+    g.set_outputs([g.add_node("CachedAttention", (rope(g.input("q", [n, nh * hd])), k_cache, v_cache, pos),
+                              num_heads=nh, num_kv_heads=nkv, head_dim=hd)])
+
+
+@rules("attention")
+def _rope_into_cache(e):
+    c, k, q, kc, vc, p = e.vars("c k q kc vc p")
+    (theta,) = e.vars("theta", e.f64)
+    (hd,) = e.vars("hd", e.i64)
+    (pairing,) = e.vars("pairing", e.String)
+    rope = dict(theta=theta, head_dim=hd, pairing=pairing)
+    # CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)
+    yield e.equal("CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)",
+                  e.CacheWrite(c, e.RoPEDynamic(k, p, **rope), p), e.CacheWriteRoPE(c, k, p, **rope),
+                  example=example(lambda g, dim: _decode_step(g, dim, attention=False)))
+    # CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)   if the head sizes agree
+    nh, nkv = e.vars("nh nkv", e.i64)
+    yield e.equal("CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)",
+                  e.CachedAttention(e.RoPEDynamic(q, p, **rope), kc, vc, p, num_heads=nh, num_kv_heads=nkv,
+                                    head_dim=hd),
+                  e.CachedAttentionRoPE(q, kc, vc, p, num_heads=nh, num_kv_heads=nkv, head_dim=hd, theta=theta,
+                                        pairing=pairing),
+                  example=example(lambda g, dim: _decode_step(g, dim, attention=True)))

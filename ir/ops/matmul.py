@@ -1,0 +1,353 @@
+"""The matmul family: MatMul, MatMulAT, MatMulBT, and the fused forms the rewrite engine
+introduces, FusedMatMul (an epilogue chain folded into the store) and FusedRmsNormMatMul
+(RmsNorm as the matmul's prologue), with the rules that introduce them.
+
+The fused forms are the seed's FusedMatMulAdd / FusedMatMulATAdd / FusedMatMulBTAdd and
+FusedRmsNormMatMul, generalised to a chain of bias, add and unary steps (the ``epilogue``
+attribute; in the e-graph an ``Epi`` term). Every rule is an equality: the unfused term stays
+in its e-class, and extraction decides which one pays. All five ops share one kernel builder
+(:mod:`.matmul_kernel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import GraphError
+from ..spec import Attr, example, need, need_f32, op, rules
+from ..types import TensorType
+from .elementwise import UNARY_BY_NAME, bias_grad
+from .matmul_kernel import EPILOGUE_BINARY, matmul_kernel
+
+FAMILY = "matmul"
+
+_VARIANT_OF = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
+_OP_OF = {v: k for k, v in _VARIANT_OF.items()}
+
+
+def matmul_dims(ts: list[TensorType], variant: str) -> tuple[int, int, int]:
+    """(M, K, N) of ``op(A) @ op(B)`` for ``variant``; ShapeError when the operands do not fit."""
+    need(variant in ("", "AT", "BT"), f"variant must be '', 'AT' or 'BT', got {variant!r}")
+    a, b = ts[0], ts[1]
+    need_f32(a, "A")
+    need_f32(b, "B")
+    need(a.rank == 2 and b.rank == 2, f"needs 2-D operands, got A {a} and B {b}")
+    if variant == "AT":  # C = A^T B, A [K,M], B [K,N]
+        (k, m), (k2, n) = a.shape, b.shape
+    elif variant == "BT":  # C = A B^T, A [M,K], B [N,K]
+        (m, k), (n, k2) = a.shape, b.shape
+    else:
+        (m, k), (k2, n) = a.shape, b.shape
+    need(k == k2, f"inner dimensions differ: A {a}, B {b} (variant {variant or 'plain'})")
+    return m, k, n
+
+
+def matmul_ref(a, b, variant: str):
+    if variant == "AT":
+        return a.T @ b
+    if variant == "BT":
+        return a @ b.T
+    return a @ b
+
+
+def _flops(variant_of: Callable[[dict], str], first: int = 0):
+    def flops(ins, out, attrs):
+        m, k, n = matmul_dims(ins[first:first + 2], variant_of(attrs))
+        return 2 * m * k * n + out.num_elements * len(attrs.get("epilogue", ()))
+
+    return flops
+
+
+def matmul_grads(b, variant: str, get_a: Callable[[], int], w: int, dc: int, want_a: bool, want_b: bool) -> list:
+    """dA, dB of C = A op B (op by ``variant``), each itself a MatMul/AT/BT."""
+    if variant == "":  # C = A B: dA = dC B^T, dB = A^T dC
+        da = b.emit("MatMulBT", (dc, w)) if want_a else None
+        db = b.emit("MatMulAT", (get_a(), dc)) if want_b else None
+    elif variant == "AT":  # C = A^T B: dA = B dC^T, dB = A dC
+        da = b.emit("MatMulBT", (w, dc)) if want_a else None
+        db = b.emit("MatMul", (get_a(), dc)) if want_b else None
+    elif variant == "BT":  # C = A B^T: dA = dC B, dB = dC^T A
+        da = b.emit("MatMul", (dc, w)) if want_a else None
+        db = b.emit("MatMulAT", (dc, get_a())) if want_b else None
+    else:  # the shape rule lets no other variant through; refuse to guess
+        raise GraphError(f"grad: unknown matmul variant {variant!r}")
+    return [da, db]
+
+
+for _name, _variant in _VARIANT_OF.items():
+    op(_name, ("a", "b"), (lambda v: lambda ts, a: TensorType(matmul_dims(ts, v)[0::2]))(_variant),
+       (lambda v: lambda xs, a: matmul_ref(xs[0], xs[1], v))(_variant),
+       doc={"": "C[M,N] = A[M,K] @ B[K,N]", "AT": "C[M,N] = A[K,M]^T @ B[K,N]",
+            "BT": "C[M,N] = A[M,K] @ B[N,K]^T"}[_variant],
+       vjp=(lambda v: lambda b, node, dy, want: matmul_grads(b, v, lambda: node.inputs[0], node.inputs[1], dy,
+                                                             *want))(_variant),
+       kernel=matmul_kernel, flops=_flops((lambda v: lambda a: v)(_variant)))
+
+
+# --- FusedMatMul: C = epilogue(A op B) ------------------------------------------------------
+
+
+def check_epilogue(m: int, n: int, epilogue, operands: list[TensorType]) -> None:
+    """ShapeError unless every binary step of ``epilogue`` has an operand of its shape and
+    every other step is a unary op that may be an epilogue step."""
+    extra = list(operands)
+    for step in epilogue:
+        if step in EPILOGUE_BINARY:
+            need(bool(extra), f"epilogue step {step} has no operand")
+            t = extra.pop(0)
+            want = ((n,), (1, n)) if step == "bias" else ((m, n),)
+            need(t.shape in want, f"epilogue {step} operand must be {' or '.join(map(str, want))}, got {t}")
+        else:
+            need(step in UNARY_BY_NAME and UNARY_BY_NAME[step].epilogue, f"unknown epilogue step {step!r}")
+    need(not extra, f"{len(extra)} epilogue operands left unused")
+
+
+def _fused_matmul(ts, a):
+    m, _, n = matmul_dims(ts, a["variant"])
+    check_epilogue(m, n, a["epilogue"], ts[2:])
+    return TensorType((m, n))
+
+
+def apply_epilogue(c, epilogue, operands):
+    """Apply an epilogue chain to a matmul result ``c`` [M,N] (reference semantics)."""
+    operands = list(operands)
+    for step in epilogue:
+        if step == "bias":
+            c = c + operands.pop(0).reshape(1, -1)
+        elif step == "add":
+            c = c + operands.pop(0)
+        else:
+            c = UNARY_BY_NAME[step].fn(c)
+    return c
+
+
+def _epilogue_vjp(b, node, n_fixed: int, get_a: Callable[[], int], w: int, dy: int, want: tuple[bool, ...]) -> list:
+    """Gradients [dA, dW, *d operands] of epilogue(A op W); ``node`` holds ``n_fixed`` leading inputs.
+
+    The chain is walked backwards (``bias`` -> SumRows, ``add`` -> pass-through, unary ->
+    ``<Op>Grad``); the pre-activation a unary step's gradient reads is recomputed as the same
+    fused op with the epilogue cut before that step."""
+    epilogue, variant = tuple(node.attrs["epilogue"]), node.attrs["variant"]
+    operands = list(node.inputs[n_fixed:])
+    slot = []  # operand index of each binary step, None for unary ones
+    for step in epilogue:
+        slot.append(sum(s is not None for s in slot) if step in EPILOGUE_BINARY else None)
+    stop = 0  # the earliest step the backward walk must reach
+    if not (want[0] or want[1]):
+        stop = min((i for i, k in enumerate(slot) if k is not None and want[2 + k]), default=len(epilogue))
+    pre = _pre_activations(b, node, n_fixed, slot, [i for i in range(stop, len(epilogue))
+                                                    if epilogue[i] not in EPILOGUE_BINARY and epilogue[i] != "Neg"])
+    dz, d_ops = dy, [None] * len(operands)
+    for i in range(len(epilogue) - 1, stop - 1, -1):
+        step, k = epilogue[i], slot[i]
+        if k is not None:
+            if want[2 + k]:
+                d_ops[k] = dz if step == "add" else bias_grad(b, dz, operands[k])
+        elif step == "Neg":
+            dz = b.emit("Neg", (dz,))
+        else:
+            dz = b.emit(f"{step}Grad", (dz, pre[i]))
+    return [*matmul_grads(b, variant, get_a, w, dz, want[0], want[1]), *d_ops]
+
+
+def _pre_activations(b, node, n_fixed: int, slot: list, steps: list[int]) -> dict[int, int]:
+    """Input of each epilogue step in ``steps``: the fused op cut before the first, then unfused ops."""
+    if not steps:
+        return {}
+    epilogue, first = tuple(node.attrs["epilogue"]), steps[0]
+    n_ops = sum(k is not None for k in slot[:first])
+    head = node.inputs[:n_fixed]
+    if node.op == "FusedMatMul" and first == 0:
+        cur = b.emit(_OP_OF[node.attrs["variant"]], head)
+    else:
+        cur = b.emit(node.op, (*head, *node.inputs[n_fixed:n_fixed + n_ops]),
+                     **{**node.attrs, "epilogue": epilogue[:first]})
+    values = {first: cur}
+    for i in range(first, steps[-1]):
+        step = epilogue[i]
+        if step == "bias":
+            cur = b.emit("BiasAdd", (cur, node.inputs[n_fixed + slot[i]]))
+        elif step == "add":
+            cur = b.emit("Add", (cur, node.inputs[n_fixed + slot[i]]))
+        else:
+            cur = b.emit(step, (cur,))
+        values[i + 1] = cur
+    return values
+
+
+op("FusedMatMul", ("a", "b", "*operands"), _fused_matmul,
+   lambda xs, a: apply_epilogue(matmul_ref(xs[0], xs[1], a["variant"]), a["epilogue"], xs[2:]),
+   attrs=(Attr("variant", "str"), Attr("epilogue", "epilogue")),
+   doc="C = epilogue(A op B): variant '' | 'AT' | 'BT', epilogue a tuple of steps (bias, add or a unary op "
+       "name) applied in order at the store; inputs [A, B, *operands]",
+   vjp=lambda b, node, dy, want: _epilogue_vjp(b, node, 2, lambda: node.inputs[0], node.inputs[1], dy, want),
+   kernel=matmul_kernel, flops=_flops(lambda a: a["variant"]))
+
+
+def _mm(g, dim, variant: str):
+    m, k, n = dim("m"), dim("k"), dim("n")
+    a = g.input("a", [k, m] if variant == "AT" else [m, k])
+    b = g.parameter("b", [n, k] if variant == "BT" else [k, n])
+    return g.add_node(_OP_OF[variant], (a, b)), m, n
+
+
+def _out(g, *ids):
+    g.set_outputs(list(ids))
+
+
+@rules("analysis")
+def _epilogue_facts(e):
+    ep, inner = e.vars("e inner", e.Epi)
+    (d,) = e.vars("d")
+    (step,) = e.vars("step", e.String)
+    Epi = e.Epi
+    # epilogue_without_add(e): the chain e has no residual-add step (so at most one is folded)
+    yield e.rule(e.eq(ep).to(Epi.none()), name="epilogue_without_add([])").then(e.epilogue_without_add(ep))
+    yield e.rule(e.eq(ep).to(Epi.bias(inner, d)), e.epilogue_without_add(inner),
+                 name="epilogue_without_add(e+[bias d])").then(e.epilogue_without_add(ep))
+    yield e.rule(e.eq(ep).to(Epi.act(inner, step)), e.epilogue_without_add(inner),
+                 name="epilogue_without_add(e+[U])").then(e.epilogue_without_add(ep))
+    # last_step(e): the name of e's last step ("" for an empty epilogue)
+    yield e.rule(e.eq(ep).to(Epi.none()), name="last_step([])").then(e.set_(e.last_step(ep)).to(e.String("")))
+    yield e.rule(e.eq(ep).to(Epi.bias(inner, d)), name="last_step(e+[bias d])").then(
+        e.set_(e.last_step(ep)).to(e.String("bias")))
+    yield e.rule(e.eq(ep).to(Epi.add(inner, d)), name="last_step(e+[add d])").then(
+        e.set_(e.last_step(ep)).to(e.String("add")))
+    yield e.rule(e.eq(ep).to(Epi.act(inner, step)), name="last_step(e+[U])").then(e.set_(e.last_step(ep)).to(step))
+
+
+@rules("matmul_epilogue")
+def _matmul_as_fused(e):
+    a, b = e.vars("a b")
+    # MatMul(a,b) -> FusedMatMul("",a,b,[])   (an empty epilogue, so the rules below chain)
+    # MatMulAT(a,b) -> FusedMatMul("AT",a,b,[]);  MatMulBT(a,b) -> FusedMatMul("BT",a,b,[])
+    for name, variant in _VARIANT_OF.items():
+        fused = "FusedMatMul" + variant
+        yield e.equal(f"{name}(a,b) -> {fused}(a,b,[])", getattr(e, name)(a, b),
+                      e.FusedMatMul(a, b, variant=variant, epilogue=e.Epi.none()),
+                      example=example((lambda v: lambda g, dim: _out(g, _mm(g, dim, v)[0]))(variant)))
+
+
+@rules("matmul_epilogue")
+def _fold_add(e):
+    mm, d, a, b = e.vars("mm d a b")
+    (v,) = e.vars("v", e.String)
+    (ep,) = e.vars("e", e.Epi)
+    s, sd = e.vars("s sd", e.Vec[e.i64])
+    fused = e.FusedMatMul(a, b, variant=v, epilogue=ep)
+    # BiasAdd(FusedMatMul(v,a,b,e), d) -> FusedMatMul(v,a,b,e+[bias d])
+    yield e.equal("BiasAdd(FusedMatMul(a,b,e), d) -> FusedMatMul(a,b,e+[bias d])",
+                  e.BiasAdd(fused, d), e.FusedMatMul(a, b, variant=v, epilogue=e.Epi.bias(ep, d)),
+                  example=example(lambda g, dim: _out(g, g.bias_add((m := _mm(g, dim, "BT"))[0],
+                                                                    g.parameter("d", [m[2]])))))
+    # Add(FusedMatMul(v,a,b,e), d) -> FusedMatMul(v,a,b,e+[add d])   if shape(d) = shape(mm), e has no add
+    # Add(d, FusedMatMul(v,a,b,e)) -> the same   (an addend that would enlarge the output never matches;
+    # one residual add per epilogue keeps a residual stream from chaining every layer into one term)
+    examples = {"Add(FusedMatMul(a,b,e), d)": lambda g, dim: _out(g, g.add((m := _mm(g, dim, "AT"))[0],
+                                                                          g.input("d", [m[1], m[2]]))),
+                "Add(d, FusedMatMul(a,b,e))": lambda g, dim: _out(g, g.add(g.input("d", [dim("m"), dim("n")]),
+                                                                          _mm(g, dim, "")[0]))}
+    for label, add in (("Add(FusedMatMul(a,b,e), d)", e.Add(mm, d)), ("Add(d, FusedMatMul(a,b,e))", e.Add(d, mm))):
+        yield e.equal(f"{label} -> FusedMatMul(a,b,e+[add d])", add,
+                      e.FusedMatMul(a, b, variant=v, epilogue=e.Epi.add(ep, d)),
+                      e.eq(mm).to(fused), e.eq(e.shape(mm)).to(s), e.eq(e.shape(d)).to(s), e.epilogue_without_add(ep),
+                      example=example(examples[label]))
+    # Add(FusedMatMul(v,a,b,e), d[1,N]) -> FusedMatMul(v,a,b,e+[bias d])   if shape(mm) = [M,N], M > 1
+    # (with M = 1 the addend is a residual of the same shape: the add rule above covers it, once)
+    examples = {"Add(FusedMatMul(a,b,e), d[1,N])": lambda g, dim: _out(g, g.add((m := _mm(g, dim, ""))[0],
+                                                                               g.parameter("d", [1, m[2]]))),
+                "Add(d[1,N], FusedMatMul(a,b,e))": lambda g, dim: _out(g, g.add(g.parameter("d", [1, dim("n")]),
+                                                                               _mm(g, dim, "BT")[0]))}
+    for label, add in (("Add(FusedMatMul(a,b,e), d[1,N])", e.Add(mm, d)),
+                       ("Add(d[1,N], FusedMatMul(a,b,e))", e.Add(d, mm))):
+        yield e.equal(f"{label} -> FusedMatMul(a,b,e+[bias d])", add,
+                      e.FusedMatMul(a, b, variant=v, epilogue=e.Epi.bias(ep, d)),
+                      e.eq(mm).to(fused), e.eq(e.shape(mm)).to(s), e.eq(e.shape(d)).to(sd),
+                      e.eq(sd).to(e.Vec(e.i64(1), s[1])), s[0] > e.i64(1), example=example(examples[label]))
+
+
+def _unary_example(name: str):
+    method = {"GeluTanh": lambda g, x: g.gelu(x, "tanh")}.get(name, lambda g, x: g.add_node(name, (x,)))
+    variant = "" if name == "GeluTanh" else "BT"
+    return example(lambda g, dim: _out(g, method(g, _mm(g, dim, variant)[0])))
+
+
+@rules("matmul_epilogue")
+def _fold_unary(e):
+    from ..spec import OPS
+
+    a, b = e.vars("a b")
+    v, last = e.vars("v last", e.String)
+    (ep,) = e.vars("e", e.Epi)
+    # U(FusedMatMul(v,a,b,e)) -> FusedMatMul(v,a,b,e+[U])   for every unary op that may be an epilogue
+    # step, unless e already ends with U: with Relu(Relu(x)) = Relu(x) or Neg(Neg(x)) = x in the
+    # e-graph a class contains U of itself, and folding U again would grow the chain forever
+    for name in (n for n, spec in OPS.items() if spec.epilogue_step):
+        yield e.equal(f"{name}(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[{name}])",
+                      getattr(e, name)(e.FusedMatMul(a, b, variant=v, epilogue=ep)),
+                      e.FusedMatMul(a, b, variant=v, epilogue=e.Epi.act(ep, name)),
+                      e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)), example=_unary_example(name))
+
+
+# --- FusedRmsNormMatMul: C = epilogue(RmsNorm(x, w_norm) op W) ------------------------------
+
+
+def _fused_rms_norm_matmul(ts, a):
+    x, w_norm = ts[0], ts[1]
+    need_f32(x, "x")
+    need_f32(w_norm, "w_norm")
+    need(a["variant"] in ("", "BT"), f"variant must be '' or 'BT' (x is not transposed), got {a['variant']!r}")
+    need(x.rank == 2 and w_norm.shape == (x.shape[1],), f"w_norm must be [{x.shape[-1]}] for x {x}, got {w_norm}")
+    return _fused_matmul([x, *ts[2:]], a)
+
+
+def _fused_rms_norm_matmul_ref(xs, a):
+    from .norms import rms_norm_ref
+
+    normed = rms_norm_ref(xs[:2], a)
+    return apply_epilogue(matmul_ref(normed, xs[2], a["variant"]), a["epilogue"], xs[3:])
+
+
+def _fused_rms_norm_matmul_vjp(b, node, dy, want):
+    x, wn, w = node.inputs[:3]
+    eps = node.attrs["eps"]
+    normed = lambda: b.emit("RmsNorm", (x, wn), eps=eps)  # noqa: E731
+    dn, dw, *d_ops = _epilogue_vjp(b, node, 3, normed, w, dy, (want[0] or want[1], *want[2:]))
+    dx = b.emit("RmsNormGradX", (dn, x, wn), eps=eps) if want[0] else None
+    dwn = b.emit("RmsNormGradW", (dn, x), eps=eps) if want[1] else None
+    return [dx, dwn, dw, *d_ops]
+
+
+def _rms_flops(ins, out, attrs):
+    m, k, n = matmul_dims([ins[0], ins[2]], attrs["variant"])
+    return 2 * m * k * n + 3 * m * k + out.num_elements * len(attrs["epilogue"])
+
+
+op("FusedRmsNormMatMul", ("x", "w_norm", "w", "*operands"), _fused_rms_norm_matmul, _fused_rms_norm_matmul_ref,
+   attrs=(Attr("eps", "float"), Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())),
+   doc="C = epilogue(RmsNorm(x, w_norm, eps) op W); inputs [x, w_norm, W, *epilogue operands]; the seed's "
+       "FusedRmsNormMatMul with a matmul variant and an epilogue chain",
+   vjp=_fused_rms_norm_matmul_vjp, kernel=matmul_kernel, flops=_rms_flops)
+
+
+def _rms_mm_example(variant: str):
+    def build(g, dim):
+        x = g.rms_norm(g.input("x", [dim("m"), dim("k")]), g.parameter("w", [dim("k")]))
+        if variant == "BT":
+            _out(g, g.relu(g.matmul_bt(x, g.parameter("W", [dim("n"), dim("k")]))))
+        else:
+            _out(g, g.matmul(x, g.parameter("W", [dim("k"), dim("n")])))
+
+    return example(build)
+
+
+@rules("norm_fusion")
+def _rms_norm_matmul(e):
+    x, w, wp = e.vars("x w wp")
+    (ep,) = e.vars("e", e.Epi)
+    (eps,) = e.vars("eps", e.f64)
+    # FusedMatMul(RmsNorm(x, w), W, e) -> FusedRmsNormMatMul(x, w, W, e)   (W [K,N], or [N,K] for BT)
+    for v in ("", "BT"):
+        yield e.equal(f"FusedMatMul{v}(RmsNorm(x,w), W, e) -> FusedRmsNormMatMul{v}(x, w, W, e)",
+                      e.FusedMatMul(e.RmsNorm(x, w, eps=eps), wp, variant=v, epilogue=ep),
+                      e.FusedRmsNormMatMul(x, w, wp, eps=eps, variant=v, epilogue=ep), example=_rms_mm_example(v))

@@ -1,0 +1,340 @@
+"""Normalisations over rows or groups, and the softmaxes: RmsNorm, LayerNorm, GroupNorm
+(and GroupNormSilu, its fusion with SiLU), Softmax, LogSoftmax and their gradients.
+
+Row ops run one workgroup per row (or group) and reduce in workgroup memory. Gradient
+kernels that are knowingly slow at scale say so in their WGSL header: LayerNormGradW /
+RmsNormGradW (one workgroup per 256 columns walking every row) and GroupNormGradWeight
+(group statistics recomputed per channel), for want of float atomics or saved statistics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..kernel import Kernel
+from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
+from ..types import TensorType
+from .elementwise import like, sigmoid
+
+FAMILY = "norms"
+
+
+def _row_norm(ts, a):
+    x = ts[0]
+    need_f32(x, "input")
+    need(x.rank == 2, f"input must be 2-D, got {x}")
+    for t, what in zip(ts[1:], ("weight", "bias"), strict=False):
+        need(t.shape == (x.shape[1],), f"{what} must be [{x.shape[1]}], got {t}")
+    return x
+
+
+def rms_norm_ref(xs, a):
+    x, w = xs
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"]) * w
+
+
+def _layer_norm_ref(xs, a):
+    x, w, b = xs
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + a["eps"]) * w + b
+
+
+def _row_norm_kernel(node, ins, target) -> Kernel:
+    rows, n = node.type.shape
+    body = "layer_norm.wgsl" if node.op == "LayerNorm" else "rms_norm.wgsl"
+    return Kernel(body[:-5], body, rows, params=(("rows", "u32", rows), ("n", "u32", n),
+                                                 ("eps", "f32", node.attrs["eps"])))
+
+
+def _rms_norm_vjp(b, node, dy, want):
+    x, w = node.inputs
+    eps = node.attrs["eps"]
+    return [b.emit("RmsNormGradX", (dy, x, w), eps=eps) if want[0] else None,
+            b.emit("RmsNormGradW", (dy, x), eps=eps) if want[1] else None]
+
+
+def _layer_norm_vjp(b, node, dy, want):
+    x, w, _ = node.inputs
+    eps = node.attrs["eps"]
+    return [b.emit("LayerNormGradX", (dy, x, w), eps=eps) if want[0] else None,
+            b.emit("LayerNormGradW", (dy, x), eps=eps) if want[1] else None,
+            b.emit("SumRows", (dy,)) if want[2] else None]
+
+
+_EPS = (Attr("eps", "float", 1e-5),)
+op("RmsNorm", ("x", "w"), _row_norm, rms_norm_ref, attrs=_EPS, vjp=_rms_norm_vjp, kernel=_row_norm_kernel,
+   flops=lambda ins, out, a: 4 * out.num_elements, doc="x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019)")
+op("LayerNorm", ("x", "w", "bias"), _row_norm, _layer_norm_ref, attrs=_EPS, vjp=_layer_norm_vjp,
+   kernel=_row_norm_kernel, flops=lambda ins, out, a: 7 * out.num_elements,
+   doc="(x - mean) / sqrt(var + eps) * w + b, biased variance (Ba et al. 2016)")
+
+
+# --- row norm gradients ------------------------------------------------------------------------
+
+
+def _norm_grad_x(ts, a):
+    like(ts, "x", 1)
+    x, w = ts[1], ts[2]
+    need(x.rank == 2 and w.shape == (x.shape[1],), f"needs x [M,N] and weight [N], got x {x}, weight {w}")
+    return x
+
+
+def _norm_grad_w(ts, a):
+    x = like(ts, "x", 1)
+    need(x.rank == 2, f"x must be 2-D, got {x}")
+    return TensorType((x.shape[1],))
+
+
+def _layer_norm_parts(x, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
+    return (x - mu) * rstd, rstd
+
+
+def _layer_norm_grad_x_ref(xs, a):
+    dy, x, w = xs
+    xhat, rstd = _layer_norm_parts(x, a["eps"])
+    g = dy * w
+    return rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+
+
+def _rms_rstd(x, eps):
+    return 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+
+
+def _rms_norm_grad_x_ref(xs, a):
+    dy, x, w = xs
+    r = _rms_rstd(x, a["eps"])
+    g = dy * w
+    return r * (g - x * r * r * (g * x).mean(axis=-1, keepdims=True))
+
+
+def _norm_grad_x_kernel(node, ins, target) -> Kernel:
+    eps = node.attrs["eps"]
+    if node.op == "GroupNormGradInput":
+        n, c, size = node.type.shape
+        g = node.attrs["num_groups"]
+        segs, geometry = n * g, (g, c // g * size, c // g, size)
+    else:
+        segs, width = node.type.shape
+        geometry = (1, width, width, 1)
+    centered = node.op != "RmsNormGradX"
+    params = (("segs", "u32", segs), *zip(("g", "len", "cpg", "s"), ("u32",) * 4, geometry, strict=True),
+              ("eps", "f32", eps))
+    return Kernel("norm_grad_x" + ("" if centered else "_rms"), "norm_grad_x.wgsl", segs, params=params,
+                  slots={"CENTERED": "true" if centered else "false"})
+
+
+def _norm_grad_w_kernel(node, ins, target) -> Kernel:
+    rows, n = ins[1].shape
+    blocks = math.ceil(n / 256)
+    centered = node.op == "LayerNormGradW"
+    return Kernel("norm_grad_w" + ("" if centered else "_rms"), "norm_grad_w.wgsl", blocks,
+                  params=(("rows", "u32", rows), ("n", "u32", n), ("blocks", "u32", blocks),
+                          ("eps", "f32", node.attrs["eps"])),
+                  slots={"CENTERED": "true" if centered else "false"})
+
+
+op("LayerNormGradX", ("dy", "x", "w"), _norm_grad_x, _layer_norm_grad_x_ref, attrs=_EPS, vjp=NO_GRAD,
+   kernel=_norm_grad_x_kernel,
+   doc="dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * w, xhat = (x - mean) rstd, rstd = 1/sqrt(var + "
+       "eps), means over the row; inputs [dy, x, w] (seed: LayerNormGradX)")
+op("LayerNormGradW", ("dy", "x"), _norm_grad_w,
+   lambda xs, a: (xs[0] * _layer_norm_parts(xs[1], a["eps"])[0]).sum(axis=0), attrs=_EPS, vjp=NO_GRAD,
+   kernel=_norm_grad_w_kernel,
+   doc="dw[j] = sum_i dy[i,j] xhat[i,j]; inputs [dy, x] -> [N]. The seed's LayerNormGradWB split in two: the "
+       "bias gradient is SumRows(dy)")
+op("RmsNormGradX", ("dy", "x", "w"), _norm_grad_x, _rms_norm_grad_x_ref, attrs=_EPS, vjp=NO_GRAD,
+   kernel=_norm_grad_x_kernel,
+   doc="dx[i,j] = r_i (dy[i,j] w[j] - x[i,j] s_i), s_i = r_i^2 mean_j(dy w x)[i], r_i = 1/sqrt(mean_j "
+       "x[i,j]^2 + eps); inputs [dy, x, w] (seed: RmsNormGradX)")
+op("RmsNormGradW", ("dy", "x"), _norm_grad_w, lambda xs, a: (xs[0] * xs[1] * _rms_rstd(xs[1], a["eps"])).sum(axis=0),
+   attrs=_EPS, vjp=NO_GRAD, kernel=_norm_grad_w_kernel,
+   doc="dw[j] = sum_i dy[i,j] x[i,j] r_i; inputs [dy, x] -> [N] (seed: RmsNormGradW, which also takes w only "
+       "for its shape)")
+
+
+# --- GroupNorm, GroupNormSilu ------------------------------------------------------------------
+
+
+def _group_norm(ts, a):
+    x = ts[0]
+    need_f32(x, "input")
+    need(x.rank == 3, f"input must be [N, C, S] (batch, channels, spatial), got {x}")
+    c, g = x.shape[1], a["num_groups"]
+    need(g >= 1 and c % g == 0, f"{c} channels do not split into {g} groups")
+    for t, what in zip(ts[1:], ("weight", "bias"), strict=True):
+        need(t.shape == (c,), f"{what} must be [{c}], got {t}")
+    return x
+
+
+def _group_norm_ref(xs, a):
+    x, w, b = xs
+    n, c, s = x.shape
+    g = x.reshape(n, a["num_groups"], -1)
+    mu = g.mean(-1, keepdims=True)
+    var = ((g - mu) ** 2).mean(-1, keepdims=True)
+    y = ((g - mu) / np.sqrt(var + a["eps"])).reshape(n, c, s)
+    return y * w[None, :, None] + b[None, :, None]
+
+
+def _group_geometry(node, shape) -> tuple:
+    n, c, size = shape
+    g = node.attrs["num_groups"]
+    return (("groups", "u32", n * g), ("g", "u32", g), ("len", "u32", c // g * size), ("cpg", "u32", c // g),
+            ("s", "u32", size), ("eps", "f32", node.attrs["eps"]))
+
+
+def _group_norm_kernel(node, ins, target) -> Kernel:
+    silu = node.op == "GroupNormSilu"
+    params = _group_geometry(node, node.type.shape)
+    return Kernel("group_norm" + ("_silu" if silu else ""), "group_norm.wgsl", params[0][2], params=params,
+                  slots={"ACT": "silu(v)" if silu else "v"})
+
+
+def _group_norm_vjp(b, node, dy, want):
+    x, w, _ = node.inputs
+    attrs = {"num_groups": node.attrs["num_groups"], "eps": node.attrs["eps"]}
+    c = b.type(x).shape[1]
+    return [b.emit("GroupNormGradInput", (dy, x, w), **attrs) if want[0] else None,
+            b.emit("GroupNormGradWeight", (dy, x), **attrs) if want[1] else None,
+            b.reshape(b.emit("ReduceTo", (dy,), shape=(c, 1)), (c,)) if want[2] else None]
+
+
+def _group_norm_silu_vjp(b, node, dy, want):
+    z = b.emit("GroupNorm", node.inputs, num_groups=node.attrs["num_groups"], eps=node.attrs["eps"])
+    return _group_norm_vjp(b, b.g.node(z), b.emit("SiluGrad", (dy, z)), want)
+
+
+_GROUP_ATTRS = (Attr("num_groups", "int"), Attr("eps", "float", 1e-5))
+op("GroupNorm", ("x", "w", "bias"), _group_norm, _group_norm_ref, attrs=_GROUP_ATTRS, vjp=_group_norm_vjp,
+   kernel=_group_norm_kernel, flops=lambda ins, out, a: 7 * out.num_elements,
+   doc="normalise each group of C/num_groups channels over channels and space, then scale and shift per "
+       "channel (Wu & He 2018); x [N, C, S]")
+op("GroupNormSilu", ("x", "w", "bias"), _group_norm,
+   lambda xs, a: (y := _group_norm_ref(xs, a)) * sigmoid(y), attrs=_GROUP_ATTRS, vjp=_group_norm_silu_vjp,
+   kernel=_group_norm_kernel, flops=lambda ins, out, a: 9 * out.num_elements,
+   doc="Silu(GroupNorm(x, w, b)) in one kernel (seed: GroupNormSilu)")
+
+
+@rules("norm_fusion")
+def _group_norm_silu(e):
+    x, w, b = e.vars("x w b")
+    attrs = e.attrs_of("GroupNorm")
+    # Silu(GroupNorm(x, w, b)) -> GroupNormSilu(x, w, b)
+    yield e.equal("Silu(GroupNorm(x,w,b)) -> GroupNormSilu(x,w,b)", e.Silu(e.GroupNorm(x, w, b, **attrs)),
+                  e.GroupNormSilu(x, w, b, **attrs),
+                  example=example(lambda g, dim: g.set_outputs([g.silu(g.group_norm(
+                      g.input("x", [dim("n"), dim("g") * dim("cpg"), dim("s")]),
+                      g.parameter("w", [dim("g") * dim("cpg")]), g.parameter("b", [dim("g") * dim("cpg")]),
+                      num_groups=dim("g")))])))
+
+
+def _group_norm_grad(ts, a):
+    x = like(ts, "x", 1)
+    need(x.rank == 3, f"x must be [N, C, S], got {x}")
+    c, g = x.shape[1], a["num_groups"]
+    need(g >= 1 and c % g == 0, f"{c} channels do not split into {g} groups")
+    if len(ts) == 3:
+        need(ts[2].shape == (c,), f"weight must be [{c}], got {ts[2]}")
+        return x
+    return TensorType((c,))
+
+
+def _group_norm_xhat(x, a):
+    g = x.reshape(x.shape[0], a["num_groups"], -1)
+    mu = g.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((g - mu) ** 2).mean(-1, keepdims=True) + a["eps"])
+    return (g - mu) * rstd, rstd
+
+
+def _group_norm_grad_input_ref(xs, a):
+    dy, x, w = xs
+    xhat, rstd = _group_norm_xhat(x, a)
+    g = (dy * w[None, :, None]).reshape(xhat.shape)
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    return dx.reshape(x.shape)
+
+
+def _group_norm_grad_w_kernel(node, ins, target) -> Kernel:
+    n, c, size = ins[1].shape
+    cpg = c // node.attrs["num_groups"]
+    return Kernel("group_norm_grad_w", "group_norm_grad_w.wgsl", c,
+                  params=(("channels", "u32", c), ("samples", "u32", n), ("cpg", "u32", cpg), ("s", "u32", size),
+                          ("eps", "f32", node.attrs["eps"])))
+
+
+op("GroupNormGradInput", ("dy", "x", "w"), _group_norm_grad, _group_norm_grad_input_ref, attrs=_GROUP_ATTRS,
+   vjp=NO_GRAD, kernel=_norm_grad_x_kernel,
+   doc="LayerNormGradX per (sample, group) over its C/G channels x S positions, with g = dy * w[c]; inputs "
+       "[dy, x, w], x [N, C, S] (seed: GroupNormGradInput)")
+op("GroupNormGradWeight", ("dy", "x"), _group_norm_grad,
+   lambda xs, a: (xs[0] * _group_norm_xhat(xs[1], a)[0].reshape(xs[1].shape)).sum(axis=(0, 2)), attrs=_GROUP_ATTRS,
+   vjp=NO_GRAD, kernel=_group_norm_grad_w_kernel,
+   doc="dw[c] = sum_{n,s} dy[n,c,s] xhat[n,c,s]; inputs [dy, x] -> [C]. The seed's GroupNormGradWeightBias "
+       "split in two: the bias gradient is ReduceTo(dy, [C,1])")
+
+
+# --- Softmax, LogSoftmax -----------------------------------------------------------------------
+
+
+def _same_f32(ts, a):
+    need_f32(ts[0], "input")
+    return ts[0]
+
+
+def softmax_ref(xs, a):
+    x = xs[0]
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def log_softmax(x):
+    z = x - x.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def _rows_of(t: TensorType) -> tuple[tuple, int]:
+    n = t.shape[-1]
+    rows = t.num_elements // n
+    return (("rows", "u32", rows), ("n", "u32", n)), rows
+
+
+def _softmax_kernel(node, ins, target) -> Kernel:
+    params, rows = _rows_of(node.type)
+    if node.op == "Softmax":
+        return Kernel("softmax", "softmax.wgsl", rows, params=params, slots={"NORM": "1.0 / total",
+                                                                             "OUT": "exp(z) * norm"})
+    return Kernel("log_softmax", "softmax.wgsl", rows, params=params, slots={"NORM": "log(total)", "OUT": "z - norm"})
+
+
+def _softmax_grad_kernel(node, ins, target) -> Kernel:
+    params, rows = _rows_of(node.type)
+    if node.op == "SoftmaxGrad":
+        return Kernel("softmax_grad", "softmax_grad.wgsl", rows, params=params,
+                      slots={"TERM": "dy[i] * y[i]", "GRAD": "y[i] * (dy[i] - total)"})
+    return Kernel("log_softmax_grad", "softmax_grad.wgsl", rows, params=params,
+                  slots={"TERM": "dy[i]", "GRAD": "dy[i] - exp(y[i]) * total"})
+
+
+op("Softmax", ("x",), _same_f32, softmax_ref, kernel=_softmax_kernel, flops=lambda ins, out, a: 4 * out.num_elements,
+   vjp=lambda b, node, dy, want: [b.emit("SoftmaxGrad", (dy, node.id))],
+   doc="softmax over the last axis, max-subtracted: exp(x - max) / sum exp(x - max)")
+op("SoftmaxGrad", ("dy", "y"), lambda ts, a: like(ts, "y", 1),
+   lambda xs, a: xs[1] * (xs[0] - (xs[0] * xs[1]).sum(axis=-1, keepdims=True)), vjp=NO_GRAD,
+   kernel=_softmax_grad_kernel,
+   doc="dx = y * (dy - sum_j dy[.,j] y[.,j]) over the last axis; inputs [dy, y] with y the Softmax output "
+       "(Jacobian y_i (delta_ij - y_j))")
+op("LogSoftmax", ("x",), _same_f32, lambda xs, a: log_softmax(xs[0]), kernel=_softmax_kernel,
+   flops=lambda ins, out, a: 4 * out.num_elements,
+   vjp=lambda b, node, dy, want: [b.emit("LogSoftmaxGrad", (dy, node.id))],
+   doc="x - max - log(sum exp(x - max)) over the last axis, max-subtracted so it is exact for large logits "
+       "(Goodfellow et al. 2016, Deep Learning, sec. 4.1; seed: LogSoftmax)")
+op("LogSoftmaxGrad", ("dy", "y"), lambda ts, a: like(ts, "y", 1),
+   lambda xs, a: xs[0] - np.exp(xs[1]) * xs[0].sum(axis=-1, keepdims=True), vjp=NO_GRAD,
+   kernel=_softmax_grad_kernel,
+   doc="dx = dy - exp(y) * sum_j dy[., j] over the last axis, y the LogSoftmax output (Jacobian delta_ij - "
+       "softmax_j); inputs [dy, y]")

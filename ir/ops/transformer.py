@@ -1,0 +1,187 @@
+"""Token embedding and rotary position embedding: Embedding and its gradient ScatterAdd,
+RoPE and RoPEGrad. The RoPE helpers (:func:`rope_pairs`, :func:`rope_ref`,
+:func:`rope_params`) are shared with the attention and KV-cache families, whose fused
+kernels apply the same rotation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError, LoweringError
+from ..kernel import Buffer, Kernel, elementwise_groups
+from ..spec import NO_GRAD, Attr, need, need_f32, op
+from ..types import DType, TensorType
+
+FAMILY = "transformer"
+
+#: Largest head_dim the RoPE uniform holds frequencies for (64 vec4 = 256 pairs).
+MAX_ROPE_HEAD_DIM = 512
+
+
+# --- Embedding, ScatterAdd ---------------------------------------------------------------------
+
+
+def _embedding(ts, a):
+    idx, table = ts
+    need(idx.dtype is DType.U32 and idx.rank == 1, f"indices must be u32 1-D, got {idx}")
+    need(table.dtype is DType.F32 and table.rank == 2, f"table must be f32 2-D, got {table}")
+    return TensorType((idx.shape[0], table.shape[1]))
+
+
+def _embedding_ref(xs, a):
+    idx, table = xs
+    bad = idx >= table.shape[0]
+    if bad.any():
+        raise InputError(f"Embedding: index {int(idx[bad][0])} out of range for a table of {table.shape[0]} rows")
+    return table[idx.astype(np.int64)]
+
+
+def _embedding_kernel(node, ins, target) -> Kernel:
+    vocab, h = ins[1].shape
+    n = node.type.num_elements
+    return Kernel("embedding", "embedding.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("h", "u32", h), ("vocab", "u32", vocab)))
+
+
+def _embedding_vjp(b, node, dy, want):
+    idx, table = node.inputs
+    return [None, b.emit("ScatterAdd", (idx, dy), vocab_size=b.type(table).shape[0])]
+
+
+op("Embedding", ("indices", "table"), _embedding, _embedding_ref, doc="out[t] = table[indices[t]]",
+   vjp=_embedding_vjp, kernel=_embedding_kernel, flops=lambda ins, out, a: 0)
+
+
+def _scatter_add(ts, a):
+    idx, src = ts
+    need(idx.dtype is DType.U32 and idx.rank == 1, f"indices must be u32 1-D, got {idx}")
+    need(src.dtype is DType.F32 and src.rank == 2 and src.shape[0] == idx.shape[0],
+         f"src must be f32 [{idx.shape[0]}, H], got {src}")
+    need(a["vocab_size"] >= 1, f"vocab_size must be >= 1, got {a['vocab_size']}")
+    return TensorType((a["vocab_size"], src.shape[1]))
+
+
+def _scatter_add_ref(xs, a):
+    idx, src = xs
+    bad = idx >= a["vocab_size"]
+    if bad.any():
+        raise InputError(f"ScatterAdd: index {int(idx[bad][0])} out of range for {a['vocab_size']} rows")
+    out = np.zeros((a["vocab_size"], src.shape[1]))
+    np.add.at(out, idx.astype(np.int64), src)
+    return out
+
+
+def _scatter_add_kernel(node, ins, target) -> Kernel:
+    t, h = ins[1].shape
+    n = node.type.num_elements
+    return Kernel("scatter_add", "scatter_add.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("h", "u32", h), ("t", "u32", t)))
+
+
+op("ScatterAdd", ("indices", "src"), _scatter_add, _scatter_add_ref, attrs=(Attr("vocab_size", "int"),), vjp=NO_GRAD,
+   kernel=_scatter_add_kernel, flops=lambda ins, out, a: ins[1].num_elements,
+   doc="out[v] = sum over t with indices[t] = v of src[t]; inputs [indices u32 [T], src [T,H]] -> "
+       "[vocab_size, H]: the Embedding table gradient (seed: ScatterAdd)")
+
+
+# --- RoPE ------------------------------------------------------------------------------------
+
+ROPE_ATTRS = (Attr("theta", "float"), Attr("head_dim", "int"), Attr("pos_offset", "int", 0),
+              Attr("pairing", "str", "half"), Attr("batch", "int", 1))
+ROPE_ATTR_NAMES = tuple(a.name for a in ROPE_ATTRS)
+
+
+def rope_rule(ts, a):
+    """Shape rule of RoPE on x [rows, heads * head_dim] with ``batch`` sequences stacked by rows."""
+    x = ts[0]
+    hd = a["head_dim"]
+    need_f32(x, "input")
+    need(x.rank == 2, f"input must be 2-D, got {x}")
+    need(hd > 0 and hd % 2 == 0, f"head_dim must be even and > 0, got {hd}")
+    need(x.shape[1] % hd == 0, f"width {x.shape[1]} is not a multiple of head_dim {hd}")
+    need(a["pairing"] in ("half", "adjacent"), f"pairing must be half or adjacent, got {a['pairing']!r}")
+    batch = a.get("batch", 1)
+    need(batch >= 1 and x.shape[0] % batch == 0, f"{x.shape[0]} rows do not split into batch={batch} sequences")
+    return x
+
+
+def rope_pairs(head_dim: int, pairing: str) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (first, second) of the rotated pairs inside one head.
+
+    ``half``: (j, j + head_dim/2), the GPT-NeoX / Hugging Face layout. ``adjacent``:
+    (2j, 2j+1), the original RoFormer layout that llama.cpp's permuted Q/K weights use.
+    Pair j rotates by angle pos * theta^(-2j/head_dim) (Su et al. 2021, eq. 15).
+    """
+    j = np.arange(head_dim // 2)
+    if pairing == "half":
+        return j, j + head_dim // 2
+    return 2 * j, 2 * j + 1
+
+
+def _rotate(x, a, sign: float):
+    hd, theta = a["head_dim"], a["theta"]
+    seq = x.shape[0] // a.get("batch", 1)
+    pos = (np.arange(x.shape[0]) % seq + a.get("pos_offset", 0))[:, None].astype(np.float64)
+    first, second = rope_pairs(hd, a["pairing"])
+    ang = pos * (theta ** (-2.0 * np.arange(hd // 2) / hd))[None, :]
+    cos, sin = np.cos(ang), sign * np.sin(ang)
+    out = x.copy()
+    for h in range(x.shape[1] // hd):
+        i0, i1 = h * hd + first, h * hd + second
+        p, q = x[:, i0], x[:, i1]
+        out[:, i0] = p * cos - q * sin
+        out[:, i1] = p * sin + q * cos
+    return out
+
+
+def rope_ref(xs, a):
+    """RoPE of xs[0]: row r at position pos_offset + r mod (rows / batch)."""
+    return _rotate(xs[0], a, 1.0)
+
+
+def inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
+    """RoPE frequencies theta^(-2j/head_dim), computed in float64, padded to ``slots`` floats."""
+    freqs = [float(theta ** (-2.0 * j / head_dim)) for j in range(head_dim // 2)]
+    return freqs + [0.0] * (slots - len(freqs))
+
+
+def rope_params(node, shape: tuple[int, int], batch: int, pos_offset: float, sign: float = 1.0) -> tuple[tuple, int]:
+    """The uniform fields of rope_rotate.wgsl for rotating ``shape`` [rows, width] of ``batch``
+    sequences (the frequencies multiplied by ``sign``), and the number of pairs to rotate.
+
+    Raises LoweringError for a head_dim above MAX_ROPE_HEAD_DIM.
+    """
+    rows, width = shape
+    a = node.attrs
+    hd = a["head_dim"]
+    if hd > MAX_ROPE_HEAD_DIM:
+        raise LoweringError(f"{node.op} (node {node.id}, {node.type}): head_dim {hd} is above the kernel's "
+                            f"maximum of {MAX_ROPE_HEAD_DIM}")
+    n = rows * width // 2
+    freqs = [sign * f for f in inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2)]
+    return (("inv_freq", f"array<vec4<f32>, {MAX_ROPE_HEAD_DIM // 8}>", freqs), ("n", "u32", n),
+            ("half_width", "u32", width // 2), ("half_hd", "u32", hd // 2), ("seq", "u32", rows // batch),
+            ("pos_offset", "f32", pos_offset), ("adjacent", "u32", int(a["pairing"] == "adjacent"))), n
+
+
+def _rope_kernel(node, ins, target) -> Kernel:
+    # RoPEGrad rotates every pair by the opposite angle, R(pos)^T = R(-pos): the same kernel
+    # with the frequencies negated.
+    sign = -1.0 if node.op == "RoPEGrad" else 1.0
+    params, n = rope_params(node, node.type.shape, node.attrs["batch"], float(node.attrs["pos_offset"]), sign)
+    return Kernel("rope", "rope.wgsl", elementwise_groups(n), params=params,
+                  bindings=(Buffer("x"), Buffer("out", write=True)))  # RoPEGrad's dy is read as x
+
+
+def _rope_vjp(b, node, dy, want):
+    return [b.emit("RoPEGrad", (dy,), **{k: node.attrs[k] for k in ROPE_ATTR_NAMES})]
+
+
+op("RoPE", ("x",), rope_rule, rope_ref, attrs=ROPE_ATTRS, vjp=_rope_vjp, kernel=_rope_kernel,
+   flops=lambda ins, out, a: 3 * out.num_elements,
+   doc="rotary position embedding (Su et al. 2021); row r has position pos_offset + r mod (rows / batch)")
+op("RoPEGrad", ("dy",), rope_rule, lambda xs, a: _rotate(xs[0], a, -1.0), attrs=ROPE_ATTRS, vjp=NO_GRAD,
+   kernel=_rope_kernel, flops=lambda ins, out, a: 3 * out.num_elements,
+   doc="dx = R(pos)^T dy: each pair rotated by -angle, the inverse of RoPE with the same attributes (the "
+       "rotation is orthogonal); inputs [dy] (seed: RoPEGrad)")

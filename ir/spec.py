@@ -1,0 +1,297 @@
+"""The op spec: everything eggfuse knows about one op kind, in one block.
+
+An :class:`OpSpec` gives, for one op: its inputs and typed attributes, its shape rule, its
+float64 numpy reference with the formula's source, its vector-Jacobian product (or the
+:data:`NO_GRAD` marker), its cost facts (FLOPs; bytes follow from the types), its kernel
+builder (a function returning :class:`~.kernel.Kernel` descriptions, which lowering renders
+to WGSL), and the rewrite rules that introduce or simplify it (:func:`rules`). The family
+modules of :mod:`eggfuse.ir.ops` hold one such block per op; everything downstream derives
+its tables from :data:`OPS`: the egglog constructors and their encoding and decoding
+(``rewrites/``), the cost model, the kernel table (``lowering/``) and autodiff.
+
+Nothing here imports a later stage: a kernel builder returns plain data, and a rule function
+receives the rewrite engine's egglog namespace as its argument (:class:`RuleGroup`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .types import DType, TensorType
+
+
+class ShapeError(ValueError):
+    """Raised by a shape rule; the graph builder adds node, op and shapes to it."""
+
+
+def need(cond: bool, msg: str) -> None:
+    """Raise :class:`ShapeError` with ``msg`` unless ``cond``: the shape rules' one check."""
+    if not cond:
+        raise ShapeError(msg)
+
+
+def need_f32(t: TensorType, what: str) -> None:
+    need(t.dtype is DType.F32, f"{what} must be f32, got {t}")
+
+
+#: An attribute without a default must be given.
+REQUIRED = object()
+
+#: Attribute kinds and the Python type each value is normalised to. "epilogue" is a tuple of
+#: step names (a fused matmul's store chain, encoded in egglog as an ``Epi`` term); "array"
+#: and "type" belong to leaves and never enter the e-graph.
+ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "epilogue", "array", "type")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op: ``name``, ``kind`` (one of :data:`ATTR_KINDS`), ``default``."""
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTR_KINDS:
+            raise ValueError(f"attribute {self.name}: unknown kind {self.kind!r}")
+
+    def normalise(self, value: Any) -> Any:
+        """``value`` as this attribute's canonical Python value; ValueError/TypeError if it is not one."""
+        k = self.kind
+        if k == "int":
+            if isinstance(value, bool) or int(value) != value:
+                raise ValueError(f"{value!r} is not an integer")
+            return int(value)
+        if k == "float":
+            v = float(value)
+            if not math.isfinite(v):
+                raise ValueError(f"{value!r} is not finite")
+            return v
+        if k == "str":
+            if not isinstance(value, str):
+                raise TypeError(f"{value!r} is not a string")
+            return value
+        if k == "bool":
+            if not isinstance(value, bool | np.bool_):
+                raise TypeError(f"{value!r} is not a bool")
+            return bool(value)
+        if k == "ints":
+            out = tuple(int(v) for v in value)
+            if any(o != v for o, v in zip(out, value, strict=True)):
+                raise ValueError(f"{value!r} is not a sequence of integers")
+            return out
+        if k == "floats":
+            return tuple(float(v) for v in value)
+        if k == "epilogue":
+            out = tuple(value)
+            if not all(isinstance(s, str) for s in out):
+                raise TypeError(f"{value!r} is not a sequence of step names")
+            return out
+        return value
+
+
+class _NoGrad:
+    """The marker of an op with no gradient rule: gradient ops, updates, piecewise-constant ops
+    are differentiated only where the marker's reason allows (see :func:`grad`)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"NO_GRAD({self.reason!r})"
+
+
+def no_grad(reason: str) -> _NoGrad:
+    """The VJP field of an op that has no gradient, with the reason autodiff gives."""
+    return _NoGrad(reason)
+
+
+NO_GRAD = no_grad("it computes a gradient or updates state; eggfuse has no second derivatives")
+
+ShapeRule = Callable[[list[TensorType], dict[str, Any]], TensorType]
+Reference = Callable[[list[np.ndarray], dict[str, Any]], np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class OpSpec:
+    """How one op kind behaves in every stage.
+
+    - ``inputs``: input names in order. ``"name?"`` marks an optional trailing input and
+      ``"*name"`` a variadic tail (any number, ``max_inputs`` at most when given). Names are
+      used in messages and as the kernel's default binding names.
+    - ``attrs``: the typed attributes (:class:`Attr`); values are normalised on ``add_node``.
+    - ``infer(types, attrs) -> TensorType``: the shape rule, raising :class:`ShapeError`.
+    - ``reference(values, attrs) -> ndarray``: the float64 numpy semantics, the oracle of
+      every test; ``doc`` names the formula's source.
+    - ``vjp(b, node, dy, want) -> grads``: the vector-Jacobian rule (see ``ir.autodiff``),
+      or a :func:`no_grad` marker. ``vjp_takes_one``: the rule folds a loss seed of one.
+    - ``kernel(node, ins, target) -> Kernel | list[Kernel]``: the lowering (``ir.kernel``);
+      None for ops that need no dispatch (``dispatches`` 0: leaves, views).
+    - ``flops(ins, out, attrs) -> int``: floating-point operations of one run (default:
+      one per output element).
+    - ``writes``: index of an input the op updates in place (its value is that input's new
+      contents, in the same buffer).
+    - ``epilogue_step``: a unary elementwise op a fused matmul may apply at its store.
+    - ``packs_parameters``: a node of this op whose inputs are all parameters is a derived
+      parameter, packed once when a session is created (``Graph.is_derived_parameter``).
+    - ``leaf``: Input, Parameter and Constant, fed or uploaded rather than computed.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    infer: ShapeRule
+    reference: Reference | None
+    attrs: tuple[Attr, ...] = ()
+    doc: str = ""
+    vjp: Any = None
+    vjp_takes_one: bool = False
+    kernel: Callable | None = None
+    dispatches: int = 1
+    flops: Callable[[list[TensorType], TensorType, dict[str, Any]], int] | None = None
+    writes: int | None = None
+    epilogue_step: bool = False
+    packs_parameters: bool = False
+    leaf: bool = False
+    max_inputs: int | None = None
+    family: str = ""
+
+    # --- derived facts -------------------------------------------------------------------
+
+    @property
+    def fixed_inputs(self) -> tuple[str, ...]:
+        return tuple(n for n in self.inputs if not n.endswith("?") and not n.startswith("*"))
+
+    @property
+    def min_inputs(self) -> int:
+        return len(self.fixed_inputs)
+
+    @property
+    def variadic(self) -> bool:
+        """True when the number of inputs varies (optional or variadic inputs)."""
+        return any(n.endswith("?") or n.startswith("*") for n in self.inputs)
+
+    @property
+    def input_limit(self) -> int | None:
+        """Most inputs the op takes (None: no limit)."""
+        if any(n.startswith("*") for n in self.inputs):
+            return self.max_inputs
+        return len(self.inputs)
+
+    def input_name(self, i: int) -> str:
+        """The name of input ``i`` (``name3`` for the fourth input of a ``*name`` tail)."""
+        fixed = [n.rstrip("?") for n in self.inputs if not n.startswith("*")]
+        if i < len(fixed):
+            return fixed[i]
+        tail = next(n[1:] for n in self.inputs if n.startswith("*"))
+        return f"{tail}{i - len(fixed)}"
+
+    def attr(self, name: str) -> Attr:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def attr_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attrs)
+
+    @property
+    def egg_attrs(self) -> tuple[Attr, ...]:
+        """The attributes that are arguments of the op's egglog constructor, in order."""
+        return tuple(a for a in self.attrs if a.kind not in ("array", "type", "epilogue"))
+
+    @property
+    def epilogue_attr(self) -> Attr | None:
+        return next((a for a in self.attrs if a.kind == "epilogue"), None)
+
+    @property
+    def differentiable(self) -> bool:
+        return callable(self.vjp)
+
+    def count_flops(self, ins: Sequence[TensorType], out: TensorType, attrs: dict[str, Any]) -> int:
+        if self.flops is None:
+            return out.num_elements if self.dispatches else 0
+        return int(self.flops(list(ins), out, attrs))
+
+
+#: Op name -> spec, in registration order (family by family, see ``ir.ops``).
+OPS: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    """Add ``spec`` to :data:`OPS`; ValueError if its name is taken."""
+    if spec.name in OPS:
+        raise ValueError(f"op {spec.name} registered twice")
+    OPS[spec.name] = spec
+    return spec
+
+
+def op(name: str, inputs: Sequence[str], infer: ShapeRule, reference: Reference | None, **fields: Any) -> OpSpec:
+    """Register an :class:`OpSpec` (``family`` from the calling module's ``FAMILY``)."""
+    import sys
+
+    caller = sys._getframe(1).f_globals
+    fields.setdefault("family", caller.get("FAMILY", ""))
+    return register(OpSpec(name, tuple(inputs), infer, reference, **fields))
+
+
+# --- rules as data ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleGroup:
+    """Rules of one ruleset written beside the ops they concern.
+
+    ``fn(e)`` receives the rewrite engine's egglog namespace (``rewrites.dsl.Namespace``:
+    constructors by op name, sorts, analyses and egglog's rule primitives) and yields egglog
+    rules, each made with ``e.equal(name, lhs, rhs, *guards, example=...)`` or ``e.rule``.
+    ``ruleset`` names the ruleset (the schedule lists them, ``rewrites.rulesets``);
+    ``"analysis"`` rules derive facts and run to saturation between optimisation passes.
+    """
+
+    ruleset: str
+    fn: Callable[[Any], Iterable[Any]]
+    family: str = ""
+
+
+#: Every rule group, in registration order.
+RULES: list[RuleGroup] = []
+
+
+def rules(ruleset: str) -> Callable[[Callable], Callable]:
+    """Decorator: register the decorated function as a :class:`RuleGroup` of ``ruleset``."""
+    import sys
+
+    family = sys._getframe(1).f_globals.get("FAMILY", "")
+
+    def deco(fn: Callable) -> Callable:
+        RULES.append(RuleGroup(ruleset, fn, family))
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Example:
+    """A soundness example of a rule: ``build(g, dim)`` adds nodes and outputs to the empty
+    graph ``g``; ``dim(name, lo=1, hi=max)`` draws a size, the same for the same name."""
+
+    build: Callable[[Any, Callable[..., int]], None]
+    max_dim: int = 7
+
+
+def example(build: Callable[[Any, Callable[..., int]], None], max_dim: int = 7) -> Example:
+    return Example(build, max_dim)
+
+
+__all__ = [
+    "ATTR_KINDS", "NO_GRAD", "OPS", "REQUIRED", "RULES", "Attr", "Example", "OpSpec", "RuleGroup", "ShapeError",
+    "example", "need", "need_f32", "no_grad", "op", "register", "rules",
+]
+

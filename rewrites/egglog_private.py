@@ -1,0 +1,61 @@
+"""Every use of egglog-python internals, in one module (egglog is pinned ``>=14,<15``).
+
+Everything else in ``rewrites/`` uses egglog-python's public API: ``@function(egg_fn=...)``
+constructors, rulesets, schedules, ``EGraph.run``. Three things have no public form, and each
+is kept here for a measured reason:
+
+- :func:`run_program`: the encoded graph is inserted as one egglog program (text) in one call.
+  Building every node as an egglog-python expression and ``let``-binding it took about 0.4 ms
+  a node (SmolLM2's 30-layer graph: 0.3 s), the text takes about 5 us.
+- :func:`declare`: the constructors a program names must be declared in the e-graph first;
+  egglog-python declares a function only when an expression first uses it.
+- :func:`serialize`: the e-graph (e-nodes with their e-class and children) for the ILP and
+  greedy extractors and the soundness check; the public ``function_values`` builds one
+  Python expression per e-node, about 1000x slower on a training graph.
+
+``tests/unit/test_egglog_private.py`` exercises each of them, so an egglog release that
+changes one fails there, naming it, before anything else breaks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from egglog import EGraph
+
+from ..ir import RewriteError
+
+
+def _internal(what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except AttributeError as e:
+        raise RewriteError(f"this egglog-python release no longer has {what} ({e}); eggfuse supports egglog "
+                           ">=14,<15: install a version in that range") from e
+
+
+def declare(egraph: EGraph, functions: Iterable[Any]) -> None:
+    """Declare ``functions`` (egglog-python constructors or functions) in ``egraph``."""
+    for fn in functions:
+        _internal("EGraph._callable_to_egg", lambda fn=fn: egraph._callable_to_egg(fn))
+
+
+def run_program(egraph: EGraph, program: str) -> None:
+    """Run egglog ``program`` (text) in ``egraph``; kept in the replayable transcript when the
+    e-graph records one (``EGraph(save_egglog_string=True)``)."""
+    state = _internal("EGraph._state", lambda: egraph._state)
+    if state.egglog_file_state is None:
+        state.egraph.parse_and_run_program(program)
+    else:  # recording a transcript for --dump-egglog: through egglog-python, which saves it
+        state.run_program(*state.egraph.parse_program(program))
+
+
+def serialize(egraph: EGraph) -> dict:
+    """egglog's serialisation of ``egraph``: ``nodes`` (op, children, e-class) and ``class_data``."""
+    raw = _internal("EGraph._serialize", lambda: egraph._serialize(split_primitive_outputs=False))
+    return json.loads(raw.to_json())
+
+
+__all__ = ["declare", "run_program", "serialize"]
