@@ -1,54 +1,70 @@
-"""Matmul throughput: eggfuse's WGSL kernels against torch (cuBLAS) on the same shapes, in one run.
+"""Matmul time: eggfuse's WGSL kernel against cuBLAS (torch.matmul, fp32, TF32 off), both over the
+same N back-to-back calls, in one run.
 
-Each shape is one graph holding one matmul (square shapes: MatMul, A [M,K] @ B [K,N];
-LLM shapes: MatMulBT, x [M,K] @ W[N,K]^T, the layout of linear weights), lowered by
-eggfuse (tile chosen by ``matmul_tile``) and run through its runtime's pipelines and bind
-groups. GPU time per matmul is the median over a few samples of ``reps`` dispatches
-recorded into one compute pass: from timestamp queries written at the pass's beginning and
-end when the device has ``timestamp-query``, else wall-clock around submit + wait. The
-dispatches all write the same output, so they run one after another.
+Each shape is one graph holding one matmul, lowered by eggfuse (tile chosen by
+``matmul_tile``) and run through its runtime's pipelines and bind groups: square shapes as
+MatMul, A [M,K] @ B [K,N]; LLM shapes as MatMulBT, x [M,K] @ W[N,K]^T (the layout of linear
+weights). LLM shapes: M in 1, 2, 4, ..., 512 with the (K, N) of SmolLM2-135M (576->192 k/v,
+576->576 q/o, 576->1536 gate/up, 1536->576 down, 576->49152 LM head) and all-MiniLM-L6-v2
+(384->384, 384->1536, 1536->384); square 4096^3 (``--big``: also 8192^3).
 
-When torch with CUDA is importable, the same shapes run through ``torch.matmul`` (CUDA
-events, same repetition scheme) with TF32 off (``torch.backends.cuda.matmul.allow_tf32 =
-False``: true fp32, the fair comparison) and on. The table prints GFLOP/s (2*M*N*K flops
-per matmul) and ours / torch; JSON and, if matplotlib is importable, a PNG go to
-bench/results/.
+Timing, per shape, N calls (N sized so that N of our calls take about ``--budget`` /
+``--repeats`` seconds, 2..1000), ``--repeats`` samples, median and p90:
 
-    .venv/bin/python bench/matmul.py            # all shapes (a GPU; 8192^3 needs ~1 GiB)
-    .venv/bin/python bench/matmul.py --quick    # a small subset (lavapipe: about a minute)
+- ours: N dispatches of the kernel recorded back-to-back into one compute pass, GPU
+  timestamps at the pass's beginning and end (``ours_timing`` "timestamps"; wall clock around
+  submit + wait where the device has no ``timestamp-query``). The dispatches write the same
+  output, so they run one after another.
+- peer: ``torch.matmul(a, w, out=c)`` N times captured in one ``torch.cuda.CUDAGraph``
+  (warmed up on a side stream first, as the torch docs ask), the replay timed by CUDA events
+  (``peer_timing`` "cuda-graph"): no Python launch overhead, as none is in ours.
+
+Columns (JSON fields, one row per shape): ``op``, ``m``, ``k``, ``n``, ``calls`` (N);
+``ours_us``/``ours_p90_us`` and ``peer_us``/``peer_p90_us``: microseconds per matmul;
+``ratio`` = ours_us / peer_us (below 1: ours faster); ``ours_gflops``/``peer_gflops``
+(2*M*N*K flops per matmul); ``kernel``/``tile``: our kernel. Without CUDA (or with
+``--no-torch``) the peer fields say "skipped: no CUDA". The rows go to ``--json`` (a list), a
+PNG beside it when matplotlib is importable.
+
+    .venv/bin/python bench/matmul.py --quick                             # here (lavapipe), ~1 minute
+    python3 bench/matmul.py --json bench/results/matmul_h200.json        # GPU machine, ~2 minutes
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import wgpu
 
 from eggfuse.ir import Graph
 from eggfuse.ir.ops.matmul_kernel import matmul_tile
 from eggfuse.runtime import Session, get_device
 
-SQUARE = (512, 1024, 2048, 4096, 8192)
-LLM_M = (1, 16, 64, 256, 512)
-LLM_KN = ((576, 1536), (1536, 576), (576, 49152))  # SmolLM2-135M: up/gate, down, LM head
-QUICK = [("MatMul", 256, 256, 256), ("MatMul", 512, 512, 512), ("MatMulBT", 1, 576, 1536),
-         ("MatMulBT", 16, 576, 1536), ("MatMulBT", 64, 1536, 576)]
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_timing  # noqa: E402
+
+LLM_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+LLM_KN = ((576, 192), (576, 576), (576, 1536), (1536, 576), (576, 49152),  # SmolLM2-135M
+          (384, 384), (384, 1536), (1536, 384))                            # all-MiniLM-L6-v2
+SQUARE = (4096,)
+BIG = (8192,)
+QUICK = [("MatMul", 256, 256, 256), ("MatMulBT", 1, 576, 1536), ("MatMulBT", 16, 576, 192),
+         ("MatMulBT", 64, 1536, 576)]
 WARMUP = ("MatMul", 4096, 4096, 4096)
 RESULTS = Path(__file__).parent / "results"
+SKIPPED = "skipped: no CUDA"
 
 
-def shapes(quick: bool) -> list[tuple[str, int, int, int]]:
+def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
     """(op, M, K, N) of every benchmarked matmul."""
     if quick:
         return QUICK
-    out = [("MatMul", s, s, s) for s in SQUARE]
-    out += [("MatMulBT", m, k, n) for k, n in LLM_KN for m in LLM_M]
-    return out
+    out = [("MatMulBT", m, k, n) for k, n in LLM_KN for m in LLM_M]
+    return out + [("MatMul", s, s, s) for s in SQUARE + (BIG if big else ())]
 
 
 def _session(op: str, m: int, k: int, n: int, device) -> Session:
@@ -62,65 +78,67 @@ def _session(op: str, m: int, k: int, n: int, device) -> Session:
     return session
 
 
-def _time_dispatches(session: Session, reps: int, query) -> float:
-    # Seconds per dispatch of the session's single kernel, `reps` of them in one pass.
-    # Session._commands holds each dispatch's pipeline, bind group and grid (as runtime.profile uses it).
-    device = session.device
-    pipeline, bind_group, grid = session._commands[0]
-    encoder = device.create_command_encoder()
-    stamps = None
-    if query:
-        stamps = {"query_set": query[0], "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
-    compute = encoder.begin_compute_pass(timestamp_writes=stamps)
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, bind_group)
-    for _ in range(reps):
-        compute.dispatch_workgroups(*grid)
-    compute.end()
-    if query:
-        encoder.resolve_query_set(query[0], 0, 2, query[1], 0)
-    t = time.perf_counter()
-    device.queue.submit([encoder.finish()])
-    session.wait()
-    wall = time.perf_counter() - t
-    if query:
-        ticks = np.frombuffer(device.queue.read_buffer(query[1]), dtype=np.uint64)
-        return float(ticks[1] - ticks[0]) * 1e-9 / reps
-    return wall / reps
+def _wall_per_call(session: Session, calls: int, samples: int) -> list[float]:
+    # Without timestamp queries: wall clock around one submit of `calls` dispatches and a wait.
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        encoder = session.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        pipeline, bind_group, grid = session._commands[0]
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, bind_group)
+        for _ in range(calls):
+            compute.dispatch_workgroups(*grid)
+        compute.end()
+        session.device.queue.submit([encoder.finish()])
+        session.wait()
+        out.append((time.perf_counter() - t) / calls)
+    return out
 
 
-def time_ours(session: Session, budget_s: float, samples: int = 5) -> float:
-    """Median seconds per dispatch: a calibration pass sizes `reps` to ~budget_s / samples."""
-    device = session.device
-    query = None
-    if "timestamp-query" in device.features:
-        query = (device.create_query_set(type=wgpu.QueryType.timestamp, count=2),
-                 device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC))
-    one = _time_dispatches(session, 2, query)
-    reps = int(min(1000, max(2, budget_s / samples / max(one, 1e-7))))
-    return statistics.median(_time_dispatches(session, reps, query) for _ in range(samples))
+def time_ours(session: Session, calls: int, samples: int) -> list[float]:
+    """Seconds per dispatch, one value per sample of ``calls`` back-to-back dispatches in one pass."""
+    stamps = gpu_timing.gpu_per_call(session, calls, samples, one_pass=True)
+    return stamps if stamps is not None else _wall_per_call(session, calls, samples)
 
 
-def time_torch(torch, op: str, m: int, k: int, n: int, tf32: bool, budget_s: float, samples: int = 5) -> float:
-    """Median seconds per torch.matmul on CUDA (events around `reps` back-to-back calls)."""
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+def calls_for(session: Session, budget_s: float, samples: int) -> int:
+    """N back-to-back calls so that one sample of ours takes about ``budget_s / samples``."""
+    one = time_ours(session, 2, 1)[0]
+    return int(min(1000, max(2, budget_s / samples / max(one, 1e-7))))
+
+
+def time_peer(torch, op: str, m: int, k: int, n: int, calls: int, samples: int) -> list[float]:
+    """Seconds per torch.matmul (fp32, TF32 off), one value per sample: ``calls`` matmuls
+    captured in one CUDA graph, each replay timed by CUDA events."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     a = torch.randn(m, k, device="cuda")
     b = torch.randn((n, k) if op == "MatMulBT" else (k, n), device="cuda")
-    w = b.t() if op == "MatMulBT" else b
-    c = torch.matmul(a, w)
-
-    def run(reps: int) -> float:
+    w = b.t() if op == "MatMulBT" else b  # x @ W^T, as F.linear computes it
+    c = torch.empty(m, n, device="cuda")
+    side = torch.cuda.Stream()  # warm-up (cuBLAS handle, workspace) on a side stream before capture
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            torch.matmul(a, w, out=c)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            torch.matmul(a, w, out=c)
+    graph.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(samples):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(reps):
-            torch.matmul(a, w, out=c)
+        graph.replay()
         end.record()
         torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1e-3 / reps
-
-    one = run(3)
-    reps = int(min(1000, max(3, budget_s / samples / max(one, 1e-7))))
-    return statistics.median(run(reps) for _ in range(samples))
+        out.append(start.elapsed_time(end) * 1e-3 / calls)
+    return out
 
 
 def _torch_cuda():
@@ -131,7 +149,7 @@ def _torch_cuda():
     return torch if torch.cuda.is_available() else None
 
 
-def _plot(rows: list[dict], path: Path, adapter: str) -> bool:
+def _plot(rows: list[dict], path: Path) -> bool:
     try:
         import matplotlib
 
@@ -139,82 +157,91 @@ def _plot(rows: list[dict], path: Path, adapter: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [r["shape"] for r in rows]
-    x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, 0.5 * len(rows)), 5))
-    series = [("ours", "ours_gflops")]
-    if any(r.get("torch_fp32_gflops") for r in rows):
-        series += [("torch fp32", "torch_fp32_gflops"), ("torch tf32", "torch_tf32_gflops")]
-    width = 0.8 / len(series)
-    for s, (name, key) in enumerate(series):
-        ax.bar(x + s * width, [r.get(key) or 0 for r in rows], width, label=name)
-    ax.set_xticks(x + width * (len(series) - 1) / 2, labels, rotation=60, ha="right", fontsize=8)
+    peer = any(r["peer_us"] for r in rows)
+    key, label = ("ratio", "ours / cuBLAS time (below 1: ours faster)") if peer else ("ours_gflops", "ours GFLOP/s")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for k, n in dict.fromkeys((r["k"], r["n"]) for r in rows if r["op"] == "MatMulBT"):
+        mine = [r for r in rows if r["op"] == "MatMulBT" and (r["k"], r["n"]) == (k, n)]
+        ax.plot([r["m"] for r in mine], [r[key] for r in mine], marker="o", label=f"K={k}, N={n}")
+    for r in rows:
+        if r["op"] == "MatMul":
+            ax.axhline(r[key], linestyle=":", color="gray")
+            ax.annotate(f"{r['m']}^3", (1, r[key]), fontsize=7)
+    if peer:
+        ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"matmul throughput, {adapter}")
-    ax.legend()
+    ax.set_xlabel("M (rows)")
+    ax.set_ylabel(label)
+    vs = f"vs {rows[0]['peer']} ({rows[0]['peer_timing']})" if peer else f"(peer {SKIPPED})"
+    ax.set_title(f"fp32 matmul, {rows[0]['adapter']} {vs}", fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return True
 
 
 def _print_row(row: dict) -> None:
-    def fmt(key: str, spec: str) -> str:
-        return format(row[key], spec) if key in row else "-"
+    def f(key: str, spec: str) -> str:
+        return "-" if row.get(key) is None else format(row[key], spec)
 
-    print(f"{row['shape']:<26}{row['kernel'][:29]:<30}{row['ours_gflops']:>13.1f}"
-          f"{fmt('torch_fp32_gflops', '.1f'):>12}{fmt('ratio_fp32', '.3f'):>8}"
-          f"{fmt('torch_tf32_gflops', '.1f'):>12}{fmt('ratio_tf32', '.3f'):>8}", flush=True)
+    shape = f"{row['op']}[{row['m']},{row['k']},{row['n']}]"
+    print(f"{shape:<26}{row['kernel'][:27]:<28}{row['calls']:>6}{f('ours_us', '.2f'):>11}{f('ours_p90_us', '.2f'):>9}"
+          f"{f('peer_us', '.2f'):>11}{f('peer_p90_us', '.2f'):>9}{f('ratio', '.3f'):>8}"
+          f"{f('ours_gflops', '.0f'):>10}{f('peer_gflops', '.0f'):>10}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small subset (lavapipe)")
-    ap.add_argument("--budget", type=float, default=0.5, help="GPU seconds to spend per shape and implementation")
+    ap.add_argument("--big", action="store_true", help="also 8192^3 (~1 GiB)")
+    ap.add_argument("--repeats", type=int, default=10, help="samples per shape and side, for median and p90")
+    ap.add_argument("--budget", type=float, default=0.25, help="GPU seconds of our calls per shape (sizes N)")
     ap.add_argument("--warmup", type=float, default=3.0,
                     help="seconds of matmuls run first, so that an idle GPU's clocks are up when timing starts")
-    ap.add_argument("--no-torch", action="store_true", help="skip torch even when it is importable")
+    ap.add_argument("--no-torch", action="store_true", help="skip the peer even when torch with CUDA is importable")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     args = ap.parse_args()
 
     device = get_device()
     torch = None if args.no_torch else _torch_cuda()
-    todo = shapes(args.quick)
+    todo = shapes(args.quick, args.big)
     warm = _session(*(todo[0] if args.quick else WARMUP), device)
-    print(f"adapter: {warm.adapter}; timing: {'timestamps' if 'timestamp-query' in device.features else 'wall'}; "
-          f"torch: {torch.cuda.get_device_name() if torch else 'absent'}")
+    ours_timing = "timestamps" if gpu_timing.has_timestamps(device) else "wall"
+    peer = f"torch.matmul on {torch.cuda.get_device_name()} (cuBLAS fp32, TF32 off), CUDA-graph replay" if torch \
+        else SKIPPED
+    print(f"adapter: {warm.adapter}; ours timed by {ours_timing}; peer: {peer}")
     start = time.perf_counter()
     while time.perf_counter() - start < args.warmup:
-        time_ours(warm, 0.5, samples=1)
+        time_ours(warm, calls_for(warm, 0.5, 1), 1)
     del warm
-    print(f"{'shape':<26}{'kernel':<30}{'ours GFLOP/s':>13}{'torch fp32':>12}{'ratio':>8}"
-          f"{'torch tf32':>12}{'ratio':>8}")
+    print(f"{'shape':<26}{'kernel':<28}{'N':>6}{'ours us':>11}{'p90':>9}{'cuBLAS us':>11}{'p90':>9}{'ratio':>8}"
+          f"{'ours GF/s':>10}{'peer GF/s':>10}")
     rows = []
     for op, m, k, n in todo:
         session = _session(op, m, k, n, device)
-        adapter = session.adapter
+        calls = calls_for(session, args.budget, args.repeats)
         flops = 2.0 * m * n * k
-        ours = time_ours(session, args.budget)
-        tile = matmul_tile(m, n, "BT" if op == "MatMulBT" else "")
-        row = {"op": op, "m": m, "k": k, "n": n, "shape": f"{op}[{m},{k},{n}]",
-               "kernel": session.plan.dispatches[0].kernel, "tile": tile.name,
-               "ours_s": ours, "ours_gflops": flops / ours * 1e-9}
+        ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
+        row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
+               "kernel": session.plan.dispatches[0].kernel,
+               "tile": matmul_tile(m, n, "BT" if op == "MatMulBT" else "").name,
+               "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
+               "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,
+               "peer": SKIPPED, "peer_dtype": "fp32", "peer_tf32": False, "peer_timing": SKIPPED,
+               "peer_us": None, "peer_p90_us": None, "peer_gflops": None, "ratio": None}
         del session
         if torch is not None:
-            for tf32 in (False, True):
-                t = time_torch(torch, op, m, k, n, tf32, args.budget)
-                key = "tf32" if tf32 else "fp32"
-                row[f"torch_{key}_s"] = t
-                row[f"torch_{key}_gflops"] = flops / t * 1e-9
-                row[f"ratio_{key}"] = t / ours
+            peer, peer_p90 = gpu_timing.median_p90(time_peer(torch, op, m, k, n, calls, args.repeats))
+            row.update({"peer": f"torch.matmul (cuBLAS) on {torch.cuda.get_device_name()}", "peer_timing": "cuda-graph",
+                        "peer_us": peer * 1e6, "peer_p90_us": peer_p90 * 1e6, "peer_gflops": flops / peer * 1e-9,
+                        "ratio": ours / peer, "torch": torch.__version__})
         rows.append(row)
         _print_row(row)
-    result = {"adapter": adapter, "torch": torch.cuda.get_device_name() if torch else None,
-              "timing": "timestamps" if "timestamp-query" in device.features else "wall", "rows": rows}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1))
+    args.json.write_text(json.dumps(rows, indent=1))
     png = args.json.with_suffix(".png")
-    print(f"wrote {args.json}" + (f" and {png}" if _plot(rows, png, adapter) else " (no matplotlib: no plot)"))
+    print(f"wrote {args.json}" + (f" and {png}" if _plot(rows, png) else " (no matplotlib: no plot)"))
 
 
 if __name__ == "__main__":

@@ -1,46 +1,130 @@
-"""Model latency: our compiled MiniLM and SmolLM2 (fused and unfused) against torch eager, same device.
+"""Model latency: our compiled MiniLM and SmolLM2 (prefill, decode) against Hugging Face transformers
+with the same weights, eager and ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), same device.
 
-Both sides run the same architecture with the same weights: random weights of the real
-shapes, drawn from one seed (latency does not depend on the values; the real weights do
-not fit through the device tool's 64 MiB transfer). Torch runs an eager fp32
-implementation written here from the same formulas (TF32 off), on CUDA when available.
-Our side runs plans compiled from the graphs of ``eggfuse.models``; ``--save-graphs``
-optimises them here (egglog) and pickles them, so a machine without egglog can run them.
+Run it in two steps: the graphs are optimised here (egglog) and pickled, because the GPU
+machine has no egglog; there, one command times everything (several minutes on an H200, most of
+them torch.compile's warm-up: each peer row records its own in ``peer_setup_s``)::
 
-    .venv/bin/python bench/models.py --save-graphs bench/graphs     # optimise once (CPU)
-    python3 bench/models.py --graphs bench/graphs                    # time on the device
+    .venv/bin/python bench/models.py --save-graphs bench/graphs        # here: optimise and pickle
+    python3 bench/models.py --graphs bench/graphs --json bench/results/models_h200.json   # GPU machine
+    python3 bench/models.py --graphs bench/graphs --check               # outputs of both sides agree?
 
-Prints milliseconds per forward (median of ``--repeats``) and the ratio ours / torch.
+A smoke test without CUDA (lavapipe; torch CPU, e.g. a Python 3.11 venv with eggfuse installed
+``--no-deps``)::
+
+    .venv/bin/python bench/models.py --save-graphs /tmp/g --quick
+    python3 bench/models.py --graphs /tmp/g --check                   # HF (CPU) vs numpy reference vs ours
+    python3 bench/models.py --graphs /tmp/g --cpu-peer --peers eager:fp32,default:fp32
+
+What is compared (``torch_peers.py`` builds the peers and maps the weights):
+
+- ``minilm``: all-MiniLM-L6-v2, batch ``--batch`` x ``--seq`` tokens -> L2-normalised mean-pooled
+  embeddings; peer ``BertModel`` + the same pooling and normalisation.
+- ``smollm2_prefill``: SmolLM2-135M on ``--seq`` tokens -> logits of every position (no cache);
+  peer ``LlamaForCausalLM``.
+- ``smollm2_decode``: one token at the next position after a prompt of ``--seq`` tokens, over a
+  KV cache of 512 positions -> logits [1, V]. Within a sample the calls decode positions seq,
+  seq+1, ...; every sample starts at seq again. Peer ``LlamaForCausalLM`` with a ``StaticCache``
+  (the peer attends over all 512 cache rows under a mask, ours over pos+1 rows).
+
+Weights are random, of the real shapes, identical on both sides (latency does not depend on
+their values). Timing, the same on both sides: ``--calls`` back-to-back calls (ours:
+``Session.run(feeds, read=())``, the plan pre-recorded; the peer: the eager module or the
+compiled function, a CUDA-graph replay per call), wall clock around them with one
+synchronisation at the end, divided by the calls; ``--repeats`` such samples give the median and
+p90. Ours also by GPU timestamps around the same number of back-to-back plan copies
+(``ours_gpu_ms``), the peer also by CUDA events (``peer_event_ms``). Outputs stay on the device
+on both sides. The peers are fp32 with TF32 off, except the bf16 rows (ours is always fp32).
+
+Columns (JSON fields): ``model``; ``ours_ms``/``ours_p90_ms`` (fused plan, wall clock, median /
+p90, ms per call); ``ours_gpu_ms`` (timestamps); ``ours_unfused_ms``; ``ours_dispatches``;
+``peer`` (the HF module), ``peer_mode`` (eager or the torch.compile mode), ``peer_dtype``,
+``peer_ms``/``peer_p90_ms`` (wall clock, as ours), ``peer_event_ms``; ``ratio`` = ours_ms /
+peer_ms (below 1: ours faster); ``floor_fp32_ms``/``floor_bf16_ms``: the bandwidth floor, weight
+bytes / the device-to-device copy bandwidth measured in the same run (``copy_gbs``, read + write
+bytes per second), i.e. the time to read every weight once; ``rel_diff_vs_ours``: max |peer -
+ours| / max |ours| of the outputs of the timed peer and ours on the same inputs (fp32 peers
+warn above 1e-3); ``peer_cudagraph_skips``: torch.compile calls that fell back to no CUDA
+graphs (a warning is printed on CUDA); ``peer_setup_s``, ``error`` (a peer that failed). Without
+CUDA the peer fields say ``skipped: no CUDA`` (``--cpu-peer`` runs the peers on the CPU instead).
+
+``--check`` times nothing: on padded inputs with random token types it compares the eager fp32
+peer with the numpy reference (``eggfuse.ir.evaluate``) and with ours, and every other peer of
+``--peers`` with the eager one (``--peers eager:fp32`` skips the compilations); it exits 1 when
+a difference exceeds 1e-3 of the output's largest magnitude (1e-1 for bf16). ``--models`` picks
+models; ``--merge`` keeps the other models' rows already in ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import pickle
-import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from eggfuse.ir import DType, Graph
+from eggfuse.ir import DType, Graph, evaluate
 from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
+from eggfuse.models.minilm import Batch, BertConfig, build_bert_graph, feeds
 
-MINILM = dict(hidden=384, layers=6, heads=12, inter=1536, vocab=30522, max_pos=512, eps=1e-12)
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_timing  # noqa: E402
+import torch_peers  # noqa: E402
+
+MODELS = ("minilm", "smollm2_prefill", "smollm2_decode")
+MINILM_LAYERS = 6
+#: Positions held by the decode benchmark's KV cache (ours and the peer's StaticCache).
+DECODE_MAX_SEQ = 512
+#: --check fails when max |a - b| exceeds this fraction of max |peer|.
+CHECK_RTOL = 1e-3
 
 
-def minilm_graph(batch: int, seq: int) -> Graph:
-    from eggfuse.models.minilm import BertConfig, build_bert_graph
-
-    cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+def minilm_graph(batch: int, seq: int, layers: int = MINILM_LAYERS) -> Graph:
+    cfg = BertConfig(hidden_size=384, num_hidden_layers=layers, num_attention_heads=12, intermediate_size=1536,
                      vocab_size=30522, max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12)
     return build_bert_graph(cfg, batch, seq)
 
 
+def graphs(seq: int, batch: int, layers: int | None = None) -> dict[str, Graph]:
+    """Our unfused graphs; ``layers`` (None: the real depths) cuts both models to their first layers."""
+    cfg = LlamaConfig.smollm2_135m()
+    return {
+        "minilm": minilm_graph(batch, seq, min(layers or MINILM_LAYERS, MINILM_LAYERS)),
+        "smollm2_prefill": build_llama_graph(cfg, seq, layers=layers),
+        "smollm2_decode": build_llama_cache_graph(cfg, 1, DECODE_MAX_SEQ, layers=layers),
+    }
+
+
+def save_graphs(out: Path, meta: dict) -> None:
+    from eggfuse.rewrites import optimize
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, g in graphs(meta["seq"], meta["batch"], meta["layers"]).items():
+        fused, rep = optimize(g)
+        (out / f"{name}.pkl").write_bytes(pickle.dumps({"unfused": g, "fused": fused, "meta": meta}))
+        print(f"{name}: dispatches {rep.dispatches_before} -> {rep.dispatches_after}")
+    print(f"wrote {out}/*.pkl ({meta})")
+
+
+def load_graphs(directory: Path) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
+    out, meta = {}, None
+    for name in MODELS:
+        path = directory / f"{name}.pkl"
+        if not path.exists():
+            raise SystemExit(f"{path} is missing: make it with "
+                             f".venv/bin/python bench/models.py --save-graphs {directory}")
+        saved = pickle.loads(path.read_bytes())
+        out[name] = (saved["unfused"], saved["fused"])
+        meta = saved.get("meta") or {"seq": 128, "batch": 8, "layers": None}
+    return out, meta
+
+
 def random_values(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
-    """Parameters N(0, 0.02) (norm weights 1), inputs valid for their tables."""
+    """Parameters N(0, 0.02) (norm weights 1), inputs valid for their tables (also used by
+    bench/runtime_overhead.py, and here when torch is absent)."""
     rng = np.random.default_rng(seed)
     params = {}
     for n in graph.leaves("Parameter"):
@@ -66,253 +150,346 @@ def random_values(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     return inputs, params
 
 
-#: Positions held by the decode benchmark's KV cache; decode starts after a prompt of ``--seq``.
-DECODE_MAX_SEQ = 512
+def model_inputs(kind: str, seq: int, batch: int, padded: bool, seed: int = 0) -> dict:
+    """The inputs both sides get: minilm ``ids``/``types``/``mask`` [B, S] (``padded``: random
+    token types and sentences of decreasing length; else type 0 and no padding); prefill
+    ``tokens`` [S]; decode ``prompt`` [S] and ``token`` [1]."""
+    rng = np.random.default_rng(seed)
+    if kind == "minilm":
+        mask = np.ones((batch, seq), np.float32)
+        types = np.zeros((batch, seq), np.int64)
+        if padded:
+            types = rng.integers(0, 2, (batch, seq))
+            for b in range(batch):
+                mask[b, max(2, seq - b * seq // (2 * batch)):] = 0.0
+        return {"ids": rng.integers(0, 30522, (batch, seq)), "types": types, "mask": mask}
+    if kind == "smollm2_prefill":
+        return {"tokens": rng.integers(0, 49152, seq)}
+    return {"prompt": rng.integers(0, 49152, seq), "token": rng.integers(0, 49152, 1)}
 
 
-def graphs(seq: int, batch: int) -> dict[str, Graph]:
-    return {
-        "minilm": minilm_graph(batch, seq),
-        "smollm2_prefill": build_llama_graph(LlamaConfig.smollm2_135m(), seq),
-        "smollm2_decode": build_llama_cache_graph(LlamaConfig.smollm2_135m(), 1, DECODE_MAX_SEQ),
-    }
+def our_feeds(kind: str, inputs: dict, seq: int, calls: int) -> list[dict]:
+    """Our graph's feeds for ``calls`` back-to-back runs (decode: positions seq, seq+1, ...)."""
+    if kind == "minilm":
+        mask = inputs["mask"]
+        return [feeds(Batch((), inputs["ids"].astype(np.uint32), mask, inputs["types"].astype(np.uint32)))]
+    if kind == "smollm2_prefill":
+        return [{"tokens": inputs["tokens"].astype(np.uint32)}]
+    token = inputs["token"].astype(np.uint32)
+    return [{"tokens": token, "pos": np.array([seq + i], np.uint32)} for i in range(calls)]
 
 
-def save_graphs(out: Path, seq: int, batch: int) -> None:
-    from eggfuse.rewrites import optimize
-
-    out.mkdir(parents=True, exist_ok=True)
-    for name, g in graphs(seq, batch).items():
-        fused, rep = optimize(g)
-        (out / f"{name}.pkl").write_bytes(pickle.dumps({"unfused": g, "fused": fused}))
-        print(f"{name}: dispatches {rep.dispatches_before} -> {rep.dispatches_after}")
-
-
-def time_ours(graph: Graph, inputs: dict, params: dict, repeats: int, decode_from: int | None = None
-              ) -> tuple[float, int, str]:
-    """Median ms per run: inputs written, the plan recorded and run, the GPU waited for; the
-    output stays on the device, as torch's does (``Session.run(read=())`` + ``wait``). For a
-    decode graph (``decode_from`` = prompt length) one run is one step at the next position."""
+def time_ours(graph: Graph, params: dict, kind: str, inputs: dict, seq: int, calls: int, samples: int) -> dict:
     from eggfuse.runtime import Session
 
     s = Session(graph, {k: v for k, v in params.items() if k in graph.parameters})
-    s.run(inputs)
-    times = []
-    for r in range(repeats):
-        if decode_from is not None:
-            inputs = {**inputs, "pos": np.array([decode_from + r], np.uint32)}
-        t = time.perf_counter()
-        s.run(inputs, read=())
-        s.wait()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3, len(s.plan.dispatches), s.adapter
+    fs = our_feeds(kind, inputs, seq, calls)
+    fs = fs * (calls // len(fs)) if len(fs) < calls else fs
+    wall = gpu_timing.wall_per_call(s, fs, samples)
+    s.run(fs[0], read=())
+    gpu = gpu_timing.gpu_per_call(s, calls, samples)
+    return {"wall": wall, "gpu": gpu, "dispatches": len(s.plan.dispatches), "adapter": s.adapter}
 
 
-# --- torch eager references (same formulas as eggfuse.models) -------------------------------
-
-def torch_minilm(torch, p, inputs, batch, seq, dev):
-    t = {k: torch.from_numpy(v).to(dev) for k, v in p.items()}
-    ids = torch.from_numpy(inputs["input_ids"].astype(np.int64)).to(dev)
-    pos = torch.from_numpy(inputs["position_ids"].astype(np.int64)).to(dev)
-    tt = torch.from_numpy(inputs["token_type_ids"].astype(np.int64)).to(dev)
-    pool = torch.from_numpy(inputs["pool"]).to(dev)
-    F = torch.nn.functional
-    H, nh = 384, 12
-
-    def run():
-        x = t["embeddings.word_embeddings.weight"][ids] + t["embeddings.position_embeddings.weight"][pos] \
-            + t["embeddings.token_type_embeddings.weight"][tt]
-        x = F.layer_norm(x, (H,), t["embeddings.LayerNorm.weight"], t["embeddings.LayerNorm.bias"], 1e-12)
-        for i in range(6):
-            pre = f"encoder.layer.{i}."
-
-            def lin(h, n, pre=pre):
-                return F.linear(h, t[pre + n + ".weight"], t[pre + n + ".bias"])
-
-            q, k, v = (lin(x, f"attention.self.{n}").view(batch, seq, nh, 32).transpose(1, 2)
-                       for n in ("query", "key", "value"))
-            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(32), -1) @ v
-            a = a.transpose(1, 2).reshape(batch * seq, H)
-            x = F.layer_norm(lin(a, "attention.output.dense") + x, (H,), t[pre + "attention.output.LayerNorm.weight"],
-                             t[pre + "attention.output.LayerNorm.bias"], 1e-12)
-            h = F.gelu(lin(x, "intermediate.dense"))
-            x = F.layer_norm(lin(h, "output.dense") + x, (H,), t[pre + "output.LayerNorm.weight"],
-                             t[pre + "output.LayerNorm.bias"], 1e-12)
-        e = pool @ x
-        return e / e.norm(dim=-1, keepdim=True)
-
-    return run
+#: Decode steps of --check: the prompt, then the token fed this many times (positions P, P+1, ...).
+CHECK_STEPS = 3
 
 
-def torch_llama(torch, p, inputs, seq, dev, cfg: LlamaConfig):
-    t = {k: torch.from_numpy(v).to(dev) for k, v in p.items()}
-    ids = torch.from_numpy(inputs["tokens"].astype(np.int64)).to(dev)
-    hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=dev).float() / hd))
-    ang = torch.arange(seq, device=dev).float()[:, None] * inv[None]
-    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
-    mask = torch.full((seq, seq), float("-inf"), device=dev).triu(1)
+def ours_output(graph: Graph, params: dict, kind: str, inputs: dict) -> np.ndarray:
+    """Our fused plan's output on the device (decode: the prompt fed one token per step, then
+    ``token`` CHECK_STEPS times; the logits of the last step)."""
+    from eggfuse.runtime import Session
 
-    def rms(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * w
-
-    def rope(x):
-        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-        return x * cos + torch.cat([-x2, x1], -1) * sin
-
-    def run():
-        x = t["token_embd.weight"][ids]
-        for i in range(cfg.num_layers):
-            b = f"blk.{i}."
-            h = rms(x, t[b + "attn_norm.weight"])
-            q = rope((h @ t[b + "attn_q.weight"].T).view(seq, nh, hd).transpose(0, 1))
-            k = rope((h @ t[b + "attn_k.weight"].T).view(seq, nkv, hd).transpose(0, 1))
-            v = (h @ t[b + "attn_v.weight"].T).view(seq, nkv, hd).transpose(0, 1)
-            k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
-            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, -1) @ v
-            x = x + a.transpose(0, 1).reshape(seq, nh * hd) @ t[b + "attn_output.weight"].T
-            h = rms(x, t[b + "ffn_norm.weight"])
-            g = h @ t[b + "ffn_gate.weight"].T
-            x = x + (torch.nn.functional.silu(g) * (h @ t[b + "ffn_up.weight"].T)) @ t[b + "ffn_down.weight"].T
-        return rms(x, t["output_norm.weight"]) @ t["token_embd.weight"].T
-
-    return run
+    s = Session(graph, {k: v for k, v in params.items() if k in graph.parameters})
+    if kind != "smollm2_decode":
+        return s.run(our_feeds(kind, inputs, 0, 1)[0])[0].astype(np.float64)
+    tokens = _check_tokens(inputs)
+    for pos, tok in enumerate(tokens):
+        s.run({"tokens": tok[None], "pos": np.array([pos], np.uint32)}, read=())
+    return s.read_output(0)[0].astype(np.float64)
 
 
-def torch_llama_decode(torch, p, prompt: int, dev, cfg: LlamaConfig):
-    """One eager decode step per call with a KV cache (as HF's generate with use_cache)."""
-    t = {k: torch.from_numpy(v).to(dev) for k, v in p.items() if "cache" not in k}
-    hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=dev).float() / hd))
-    caches = [[torch.randn(nkv, prompt, hd, device=dev), torch.randn(nkv, prompt, hd, device=dev)]
-              for _ in range(cfg.num_layers)]
-    state = {"pos": prompt, "token": torch.tensor([1], device=dev)}
-
-    def rms(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * w
-
-    def rope(x, pos):
-        ang = pos * inv
-        cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
-        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-        return x * cos + torch.cat([-x2, x1], -1) * sin
-
-    def run():
-        pos = state["pos"]
-        x = t["token_embd.weight"][state["token"]]
-        for i in range(cfg.num_layers):
-            b = f"blk.{i}."
-            h = rms(x, t[b + "attn_norm.weight"])
-            q = rope((h @ t[b + "attn_q.weight"].T).view(nh, 1, hd), pos)
-            k = rope((h @ t[b + "attn_k.weight"].T).view(nkv, 1, hd), pos)
-            v = (h @ t[b + "attn_v.weight"].T).view(nkv, 1, hd)
-            caches[i][0] = torch.cat([caches[i][0], k], 1)
-            caches[i][1] = torch.cat([caches[i][1], v], 1)
-            kk = caches[i][0].repeat_interleave(nh // nkv, 0)
-            vv = caches[i][1].repeat_interleave(nh // nkv, 0)
-            a = torch.softmax(q @ kk.transpose(-1, -2) / math.sqrt(hd), -1) @ vv
-            x = x + a.reshape(1, nh * hd) @ t[b + "attn_output.weight"].T
-            h = rms(x, t[b + "ffn_norm.weight"])
-            x = x + (torch.nn.functional.silu(h @ t[b + "ffn_gate.weight"].T) * (h @ t[b + "ffn_up.weight"].T)) \
-                @ t[b + "ffn_down.weight"].T
-        logits = rms(x, t["output_norm.weight"]) @ t["token_embd.weight"].T
-        state["token"] = logits.argmax(-1)
-        state["pos"] = pos + 1
-        return logits
-
-    return run
+def _check_tokens(inputs: dict) -> np.ndarray:
+    return np.concatenate([inputs["prompt"]] + [inputs["token"]] * CHECK_STEPS).astype(np.uint32)
 
 
-def time_torch(torch, fn, repeats: int, cuda: bool) -> float:
-    with torch.no_grad():
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(repeats):
-            if cuda:
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            fn()
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+def reference_output(unfused: Graph, params: dict, kind: str, inputs: dict, layers: int | None) -> np.ndarray:
+    """The numpy reference (eggfuse.ir.evaluate, float64) of the same output (decode: the last
+    row of the prefill graph over the same tokens, which the cached steps must equal)."""
+    if kind != "smollm2_decode":
+        return evaluate(unfused, our_feeds(kind, inputs, 0, 1)[0], params)[0]
+    tokens = _check_tokens(inputs)
+    g = build_llama_graph(LlamaConfig.smollm2_135m(), len(tokens), layers=layers)
+    return evaluate(g, {"tokens": tokens}, params)[0][-1]
+
+
+def check(models: dict, hf: dict, params: dict, meta: dict, peers: list, torch, device: str) -> bool:
+    """Print max |difference| of the outputs on the same inputs: the peer (eager fp32) against
+    the numpy reference and against ours; every other peer of ``peers`` against the eager one
+    (bf16 with a 100x looser tolerance). True when all are within tolerance."""
+    ok = True
+
+    def report(kind, what, value, peer, rtol):
+        nonlocal ok
+        diff, scale = float(np.abs(value - peer).max()), float(np.abs(peer).max())
+        good = diff <= rtol * scale
+        ok &= good
+        print(f"check {kind:<16} {what:<52} max |diff| {diff:.3e} (max |eager| {scale:.3e}, rel "
+              f"{diff / scale:.2e}) {'ok' if good else 'FAIL'}", flush=True)
+
+    for kind, (unfused, fused) in models.items():
+        inputs = model_inputs(kind, meta["seq"], meta["batch"], padded=True, seed=1)
+        p = params[kind]
+
+        def output(mode, dtype, kind=kind, inputs=inputs):
+            pr = torch_peers.peer(torch, kind, hf[kind], mode, dtype, inputs, device, DECODE_MAX_SEQ)
+            return torch_peers.peer_output(torch, pr, CHECK_STEPS).ravel()
+
+        eager = output("eager", "fp32")
+        report(kind, f"HF eager fp32 ({device}) vs numpy reference",
+               reference_output(unfused, p, kind, inputs, meta["layers"]).ravel(), eager, CHECK_RTOL)
+        report(kind, "HF eager fp32 vs ours (fused, wgpu)", ours_output(fused, p, kind, inputs).ravel(), eager,
+               CHECK_RTOL)
+        for mode, dtype in peers:
+            if (mode, dtype) != ("eager", "fp32"):
+                report(kind, f"HF eager fp32 vs HF {mode} {dtype}", output(mode, dtype), eager,
+                       CHECK_RTOL * (100 if dtype == "bf16" else 1))
+                torch._dynamo.reset()
+    return ok
+
+
+def _ms(values) -> tuple[float, float]:
+    med, p90 = gpu_timing.median_p90(values)
+    return med * 1e3, p90 * 1e3
+
+
+def peer_row(torch, base: dict, kind: str, model, mode: str, dtype: str, inputs: dict, device: str, calls: int,
+             samples: int, ours_out: np.ndarray) -> dict:
+    """``base`` (our side) completed with one peer's timing, and ``rel_diff_vs_ours``: max |peer -
+    ours| / max |ours| of the outputs on the same inputs (``ours_out``, see :func:`ours_output`),
+    from the timed peer after its timing. A peer that fails (compilation, say) gives a row with
+    its error, so the other rows still come."""
+    import transformers
+    from torch._dynamo.utils import counters
+
+    cuda = device == "cuda"
+    row = {**base, "peer": f"transformers ({kind})", "peer_mode": mode, "peer_dtype": dtype, "peer_tf32": False,
+           "peer_device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+           "transformers": transformers.__version__, "peer_ms": None, "peer_p90_ms": None, "ratio": None}
+    start, skips = time.perf_counter(), counters["inductor"]["cudagraph_skips"]
+    try:
+        pr = torch_peers.peer(torch, kind, model, mode, dtype, inputs, device, DECODE_MAX_SEQ)
+        row["peer"], row["peer_attn"] = pr.name, pr.attn
+        t = torch_peers.time_peer(torch, pr, calls, samples, cuda)
+    except Exception as e:  # noqa: BLE001 - reported in the row and on the console
+        row["error"] = f"{type(e).__name__}: {e}"[:500]
+        print(f"{kind}: peer {mode} {dtype} failed: {row['error']}", flush=True)
+    else:
+        row["peer_ms"], row["peer_p90_ms"] = _ms(t["wall"])
+        row["peer_event_ms"] = _ms(t["events"])[0] if t["events"] else None
+        row["ratio"] = row["ours_ms"] / row["peer_ms"]
+        out = torch_peers.peer_output(torch, pr, CHECK_STEPS).ravel()
+        row["rel_diff_vs_ours"] = float(np.abs(out - ours_out).max() / np.abs(ours_out).max())
+        if dtype == "fp32" and row["rel_diff_vs_ours"] > CHECK_RTOL:
+            print(f"{kind}: peer {mode} {dtype} and ours disagree: max |diff| / max |ours| "
+                  f"{row['rel_diff_vs_ours']:.2e} > {CHECK_RTOL}", flush=True)
+    row["peer_setup_s"] = time.perf_counter() - start  # compilation and warm-up included
+    # torch.compile falls back to no CUDA graphs with a warning ("skipping cudagraphs due to ..."): count them
+    row["peer_cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
+    if row["peer_cudagraph_skips"] and cuda and mode in torch_peers.CUDAGRAPH_MODES:
+        print(f"{kind}: peer {mode} {dtype} ran without CUDA graphs ({row['peer_cudagraph_skips']} skips; "
+              "torch logged why)", flush=True)
+    torch._dynamo.reset()
+    return row
+
+
+def print_row(r: dict) -> None:
+    def f(key, spec=".3f"):
+        return "-" if r.get(key) is None else format(r[key], spec)
+
+    print(f"{r['model']:<16}{f('ours_ms'):>9}{f('ours_p90_ms'):>9}{f('ours_gpu_ms'):>9}  {r['peer'][:44]:<45}"
+          f"{r['peer_mode']:<16}{r['peer_dtype']:<6}{f('peer_ms'):>9}{f('peer_p90_ms'):>9}{f('ratio'):>8}"
+          f"{f('floor_fp32_ms'):>9}{f('floor_bf16_ms'):>9}", flush=True)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, help="tokens per sequence (default 128; --quick 16)")
+    ap.add_argument("--batch", type=int, help="MiniLM sentences per batch (default 8; --quick 2)")
+    ap.add_argument("--layers", type=int, help="first N layers of each model (default: all; --quick 2)")
+    ap.add_argument("--quick", action="store_true", help="small shapes for a smoke test (with --save-graphs)")
+    ap.add_argument("--repeats", type=int, default=20, help="samples, for median and p90 (default 20)")
+    ap.add_argument("--calls", type=int, default=10, help="back-to-back calls per sample (default 10)")
+    ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS, help="MODE:DTYPE,... (MODE: eager, default, "
+                    f"reduce-overhead, max-autotune; DTYPE: fp32, bf16); default {torch_peers.DEFAULT_PEERS}")
+    ap.add_argument("--models", default=",".join(MODELS), help="which of " + ",".join(MODELS))
+    ap.add_argument("--cpu-peer", action="store_true", help="without CUDA, run the peers on the CPU")
+    ap.add_argument("--check", action="store_true", help="compare the outputs of both sides instead of timing")
+    ap.add_argument("--save-graphs", type=Path, help="optimise the graphs (needs egglog), pickle them there")
+    ap.add_argument("--graphs", type=Path, help="folder of graphs saved by --save-graphs")
+    ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "models.json")
+    ap.add_argument("--merge", action="store_true", help="keep the rows of the models not run now from --json")
+    return ap.parse_args()
+
+
+def shapes_of(args) -> tuple[dict, dict]:
+    """The shapes {seq, batch, layers} the options ask for, and those given explicitly."""
+    given = {k: v for k, v in {"seq": args.seq, "batch": args.batch, "layers": args.layers}.items() if v is not None}
+    meta = {"seq": 16, "batch": 2, "layers": 2} if args.quick else {"seq": 128, "batch": 8, "layers": None}
+    return {**meta, **given}, given
+
+
+def select_graphs(args) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
+    """(unfused, fused) per model of ``--models``, and the shapes {seq, batch, layers}."""
+    meta, given = shapes_of(args)
+    if args.graphs:
+        loaded, saved_meta = load_graphs(args.graphs)
+        clash = {k: v for k, v in given.items() if v != saved_meta.get(k)}
+        if clash or (args.quick and saved_meta != meta):
+            raise SystemExit(f"{args.graphs} holds graphs for {saved_meta}, not {clash or meta}: "
+                             "save them again with those options")
+        meta = saved_meta
+    else:
+        from eggfuse.rewrites import optimize
+
+        loaded = {name: (g, optimize(g)[0]) for name, g in graphs(meta["seq"], meta["batch"], meta["layers"]).items()}
+    wanted = [m.strip() for m in args.models.split(",") if m.strip()]
+    if unknown := [m for m in wanted if m not in MODELS]:
+        raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    if meta["seq"] + max(args.calls, 5) > DECODE_MAX_SEQ:
+        raise SystemExit(f"--seq {meta['seq']} + the decode calls must stay within the {DECODE_MAX_SEQ}-position "
+                         "cache")
+    return {name: loaded[name] for name in MODELS if name in wanted}, meta
+
+
+def hf_models(models: dict, layers: int | None, torch, transformers, device: str) -> tuple[dict, dict]:
+    """The HF model of each of ``models`` on ``device`` (prefill and decode share one) and our
+    parameters holding its weights; without torch, no models and random parameters."""
+    hf, params = {}, {}
+    for kind, (unfused, _) in models.items():
+        if torch is None:  # our side alone, on random weights
+            params[kind] = random_values(unfused)[1]
+            continue
+        torch_peers.set_fp32_precision(torch)
+        llama = next((k for k in hf if k != "minilm"), None)
+        if kind == "minilm":
+            hf[kind] = torch_peers.build_bert(torch, transformers, min(layers or MINILM_LAYERS, MINILM_LAYERS))
+            params[kind] = torch_peers.bert_params(hf[kind])
+        elif llama is not None:
+            hf[kind], params[kind] = hf[llama], params[llama]
+        else:
+            hf[kind] = torch_peers.build_llama(torch, transformers, layers or LlamaConfig.smollm2_135m().num_layers)
+            params[kind] = torch_peers.llama_params(hf[kind])
+        missing = sorted(n for n in set(unfused.parameters) - set(params[kind]) if not n.endswith("_cache"))
+        if missing:
+            raise SystemExit(f"{kind}: no HF weights for our parameters {missing[:5]}")
+        hf[kind].to(device)
+    return hf, params
+
+
+def our_row(kind: str, unfused: Graph, fused: Graph, p: dict, meta: dict, args, copy_bps: float | None,
+            copy_src: str) -> tuple[dict, dict]:
+    """Our side of every row of ``kind`` (fused: wall clock and timestamps; unfused: wall clock;
+    the shapes; the bandwidth floor), and the inputs both sides run on."""
+    seq = meta["seq"]
+    inputs = model_inputs(kind, seq, meta["batch"], padded=False)
+    weight_bytes = sum(v.nbytes for k, v in p.items() if k in unfused.parameters)
+    decode = kind == "smollm2_decode"
+    row = {"model": kind, "seq": 1 if decode else seq, "context": seq if decode else None,
+           "batch": meta["batch"] if kind == "minilm" else 1, "layers": meta["layers"], "calls": args.calls,
+           "samples": args.repeats, "weight_bytes": weight_bytes, "copy_gbs": copy_bps and copy_bps / 1e9,
+           "copy_source": copy_src, "floor_fp32_ms": copy_bps and weight_bytes / copy_bps * 1e3,
+           "floor_bf16_ms": copy_bps and weight_bytes / 2 / copy_bps * 1e3}
+    ours = time_ours(fused, p, kind, inputs, seq, args.calls, args.repeats)
+    unf = time_ours(unfused, p, kind, inputs, seq, args.calls, args.repeats)
+    row["ours_ms"], row["ours_p90_ms"] = _ms(ours["wall"])
+    row["ours_gpu_ms"], row["ours_gpu_p90_ms"] = _ms(ours["gpu"]) if ours["gpu"] else (None, None)
+    row["ours_unfused_ms"], row["ours_unfused_dispatches"] = _ms(unf["wall"])[0], unf["dispatches"]
+    row["ours_dispatches"], row["adapter"] = ours["dispatches"], ours["adapter"]
+    row["ours_timing"] = "wall clock around N back-to-back Session.run(read=()), one wait"
+    return row, inputs
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8, help="MiniLM sentences per batch")
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--save-graphs", type=Path)
-    ap.add_argument("--graphs", type=Path)
-    ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "models.json")
-    args = ap.parse_args()
+    args = parse_args()
     if args.save_graphs:
-        save_graphs(args.save_graphs, args.seq, args.batch)
+        save_graphs(args.save_graphs, shapes_of(args)[0])
         return
-    try:
-        import torch
-    except ImportError:
-        torch = None
+    models, meta = select_graphs(args)
+    peers = torch_peers.parse_peers(args.peers)
+    torch, transformers = torch_peers.load_torch()
+    if args.check and torch is None:
+        raise SystemExit(f"--check needs torch and transformers ({transformers})")
     cuda = torch is not None and torch.cuda.is_available()
-    if torch is not None:
-        torch.backends.cuda.matmul.allow_tf32 = False
-    dev = "cuda" if cuda else "cpu"
+    device = "cuda" if cuda else "cpu"
+    skip = None if cuda or (torch is not None and (args.cpu_peer or args.check)) else (
+        transformers if torch is None else "skipped: no CUDA")
+    hf, params = hf_models(models, meta["layers"], torch, transformers, device)
+    if args.check:
+        raise SystemExit(0 if check(models, hf, params, meta, peers, torch, device) else 1)
+
+    copy_bps, copy_src = (None, "skipped: no torch") if torch is None else torch_peers.copy_bandwidth(torch, cuda)
+    gbs = "-" if copy_bps is None else f"{copy_bps / 1e9:.0f}"
+    print(f"shapes {meta}; {args.repeats} samples x {args.calls} back-to-back calls; copy bandwidth "
+          f"{gbs} GB/s ({copy_src}); torch {torch and torch.__version__}, "
+          f"transformers {getattr(transformers, '__version__', '-')}, peers on {device if not skip else '-'} "
+          "(fp32: TF32 off); ms per call")
+    print(f"{'model':<16}{'ours ms':>9}{'p90':>9}{'GPU ms':>9}  {'peer':<45}{'mode':<16}{'dtype':<6}"
+          f"{'peer ms':>9}{'p90':>9}{'ratio':>8}{'floor32':>9}{'floor16':>9}")
     rows = []
-    for name, g in graphs(args.seq, args.batch).items():
-        if args.graphs:
-            saved = pickle.loads((args.graphs / f"{name}.pkl").read_bytes())
-            unfused, fused = saved["unfused"], saved["fused"]
-        else:
-            from eggfuse.rewrites import optimize
-
-            unfused, (fused, _) = g, optimize(g)
-        inputs, params = random_values(unfused)
-        decode = name == "smollm2_decode"
-        if decode:
-            inputs = {"tokens": np.array([1], np.uint32), "pos": np.array([args.seq], np.uint32)}
-        row = {"model": name, "seq": 1 if decode else args.seq, "context": args.seq if decode else None}
-        for kind, graph in (("unfused", unfused), ("fused", fused)):
-            ms, dispatches, adapter = time_ours(graph, inputs, params, args.repeats, args.seq if decode else None)
-            row[f"{kind}_ms"], row[f"{kind}_dispatches"], row["adapter"] = ms, dispatches, adapter
-        if torch is not None:
-            cfg = LlamaConfig.smollm2_135m()
-            fn = (torch_minilm(torch, params, inputs, args.batch, args.seq, dev) if name == "minilm"
-                  else torch_llama_decode(torch, params, args.seq, dev, cfg) if decode
-                  else torch_llama(torch, params, inputs, args.seq, dev, cfg))
-            row["torch_ms"], row["torch_device"] = time_torch(torch, fn, args.repeats, cuda), dev
-        rows.append(row)
-        ratio = f", ours/torch {row['fused_ms'] / row['torch_ms']:.2f}x" if "torch_ms" in row else ""
-        what = f"one token after {args.seq}" if decode else f"seq {args.seq}"
-        print(f"{name} ({what}): fused {row['fused_ms']:.2f} ms ({row['fused_dispatches']} dispatches), "
-              f"unfused {row['unfused_ms']:.2f} ms ({row['unfused_dispatches']}), "
-              f"torch eager {row.get('torch_ms', float('nan')):.2f} ms on {row.get('torch_device', '-')}{ratio}")
+    if args.merge and args.json.exists():
+        rows = [r for r in json.loads(args.json.read_text()) if r["model"] not in models]
     args.json.parent.mkdir(parents=True, exist_ok=True)
+    for kind, (unfused, fused) in models.items():
+        base, inputs = our_row(kind, unfused, fused, params[kind], meta, args, copy_bps, copy_src)
+        if skip:
+            rows.append({**base, "peer": skip, "peer_mode": "-", "peer_dtype": "-", "peer_ms": None,
+                         "peer_p90_ms": None, "ratio": None})
+            print_row(rows[-1])
+        ours_out = None if skip else ours_output(fused, params[kind], kind, inputs).ravel()
+        for mode, dtype in [] if skip else peers:
+            rows.append(peer_row(torch, base, kind, hf[kind], mode, dtype, inputs, device, args.calls, args.repeats,
+                                 ours_out))
+            print_row(rows[-1])
+            args.json.write_text(json.dumps(rows, indent=1))  # as it goes: a run cut short keeps its rows
+    rows.sort(key=lambda r: MODELS.index(r["model"]))
     args.json.write_text(json.dumps(rows, indent=1))
-    plot(rows, args.json.with_suffix(".png"))
+    png = args.json.with_suffix(".png")
+    print(f"wrote {args.json}" + (f" and {png}" if plot(rows, png) else " (no matplotlib: no plot)"))
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    """Bars of ms per forward (ours fused, unfused, torch eager) per model, when matplotlib exists."""
+def plot(rows: list[dict], path: Path) -> bool:
+    """Bars of ms per call per model: ours (fused), then each peer row; the bandwidth floor as a tick."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return
-    kinds = [k for k in ("fused", "unfused", "torch") if all(f"{k}_ms" in r for r in rows)]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    width = 0.8 / len(kinds)
-    for i, kind in enumerate(kinds):
-        ax.bar([j + i * width for j in range(len(rows))], [r[f"{kind}_ms"] for r in rows], width, label=kind)
-    ax.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(rows))], [r["model"] for r in rows])
-    ax.set_ylabel("ms per forward (median)")
-    ax.set_title(f"eggfuse vs torch eager on {rows[0].get('adapter', '?')}", fontsize=9)
-    ax.legend()
+        return False
+    kinds = list(dict.fromkeys(r["model"] for r in rows))
+    series = ["ours (fused, fp32)"] + list(dict.fromkeys(
+        f"{r['peer_mode']} {r['peer_dtype']}" for r in rows if r["peer_ms"] is not None))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(series)
+    for j, kind in enumerate(kinds):
+        mine = [r for r in rows if r["model"] == kind]
+        values = {"ours (fused, fp32)": mine[0]["ours_ms"]}
+        values.update({f"{r['peer_mode']} {r['peer_dtype']}": r["peer_ms"] for r in mine if r["peer_ms"] is not None})
+        for i, name in enumerate(series):
+            ax.bar(j + i * width, values.get(name, 0), width, color=f"C{i}", label=name if j == 0 else None)
+        if mine[0].get("floor_fp32_ms"):
+            ax.hlines(mine[0]["floor_fp32_ms"], j - width / 2, j + 0.8 - width / 2, colors="black", linestyles=":",
+                      label="fp32 bandwidth floor" if j == 0 else None)
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(kinds))], kinds)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per call (median)")
+    ax.set_title(f"eggfuse vs transformers (peer: {rows[0].get('peer_device', rows[0]['peer'])}); "
+                 f"ours on {rows[0]['adapter']}", fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return True
 
 
 if __name__ == "__main__":

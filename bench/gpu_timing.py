@@ -1,0 +1,80 @@
+"""Timing of our side for the benchmarks: N back-to-back runs of a session's plan, by wall clock
+and by GPU timestamps, and the median / p90 over samples.
+
+Both benchmarks time a peer over the same N back-to-back calls (``bench/models.py``: wall
+clock around N calls with one sync at the end, as here; ``bench/matmul.py``: CUDA-graph
+replay of N calls, CUDA events). Times are seconds per call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import wgpu
+
+
+def median_p90(values: Sequence[float]) -> tuple[float, float]:
+    """Median and 90th percentile (numpy's linear interpolation) of ``values``."""
+    arr = np.asarray(values, dtype=np.float64)
+    return float(np.median(arr)), float(np.percentile(arr, 90))
+
+
+def wall_per_call(session, feeds: Sequence[dict], samples: int, warmup: int = 3) -> list[float]:
+    """Seconds per run, one value per sample: wall clock around ``len(feeds)`` back-to-back
+    ``session.run(feeds[i], read=())`` calls (inputs written, the pre-recorded plan submitted,
+    nothing read back) and one wait for the device at the end, divided by the number of calls.
+    ``warmup`` runs come first (the second run on is pre-recorded in the background)."""
+    for i in range(warmup):
+        session.run(feeds[i % len(feeds)], read=())
+    session.wait()
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        for feed in feeds:
+            session.run(feed, read=())
+        session.wait()
+        out.append((time.perf_counter() - t) / len(feeds))
+    return out
+
+
+def has_timestamps(device) -> bool:
+    return "timestamp-query" in device.features
+
+
+def gpu_per_call(session, calls: int, samples: int, one_pass: bool = False) -> list[float] | None:
+    """Seconds per plan run on the GPU, one value per sample, from timestamp queries around
+    ``calls`` back-to-back copies of the plan in one command buffer: one compute pass per copy
+    (as ``Session.run`` records a run), or with ``one_pass`` every dispatch of every copy in one
+    compute pass. The first pass writes the beginning timestamp, the last the end one. Runs on
+    the inputs the session last wrote. None when the device has no ``timestamp-query``."""
+    device = session.device
+    if not has_timestamps(device) or not session._commands:
+        return None
+    query = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+    resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    passes = 1 if one_pass else calls
+    per_pass = calls if one_pass else 1
+    out = []
+    for _ in range(samples):
+        encoder = device.create_command_encoder()
+        for p in range(passes):
+            stamps = {"query_set": query}
+            if p == 0:
+                stamps["beginning_of_pass_write_index"] = 0
+            if p == passes - 1:
+                stamps["end_of_pass_write_index"] = 1
+            compute = encoder.begin_compute_pass(timestamp_writes=stamps if len(stamps) > 1 else None)
+            for _ in range(per_pass):
+                # Session._commands: each dispatch's pipeline, bind group and grid (as runtime.profile uses it)
+                for pipeline, bind_group, grid in session._commands:
+                    compute.set_pipeline(pipeline)
+                    compute.set_bind_group(0, bind_group)
+                    compute.dispatch_workgroups(*grid)
+            compute.end()
+        encoder.resolve_query_set(query, 0, 2, resolve, 0)
+        device.queue.submit([encoder.finish()])
+        ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64)
+        out.append(float(ticks[1] - ticks[0]) * 1e-9 / calls)  # WebGPU timestamps are nanoseconds
+    return out
