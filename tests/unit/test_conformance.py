@@ -1,0 +1,102 @@
+"""The op registry is complete: every op of ``eggfuse.ir.OPS`` has every piece its spec block
+must give, and every shipped rule its soundness example. Each check names the op (or rule)
+and the piece missing, so a new op that forgets one fails here first.
+
+What each op needs (``ir/spec.py``, the family modules of ``ir/ops/``): a doc naming the
+formula's source, a float64 reference (leaves excepted), a kernel builder when it dispatches,
+a VJP or a no-gradient marker, an egglog constructor (generated from its spec) and a row in
+the GPU op table (``tests/gpu/test_ops.py``) when it has a kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+from eggfuse.ir import OPS, Graph
+from eggfuse.ir.ops import FAMILIES
+from eggfuse.ir.spec import _NoGrad
+from eggfuse.rewrites.rulesets import ANALYSIS, SCHEDULE, rule_records
+from eggfuse.rewrites.sorts import CONSTRUCTORS, SIGNATURES
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _gpu_row_ops() -> set[str]:
+    spec = importlib.util.spec_from_file_location("_conformance_op_rows", REPO / "tests" / "gpu" / "test_ops.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    ops = set()
+    for row in module.ROWS:
+        g = Graph()
+        row.build(g)
+        ops |= {n.op for n in g.nodes}
+    return ops
+
+
+ROW_OPS = _gpu_row_ops()
+
+
+def _problems(name: str) -> list[str]:
+    spec = OPS[name]
+    out = []
+    if not spec.doc:
+        out.append("no doc (say what it computes and the formula's source)")
+    if not spec.family or spec.family not in {m.FAMILY for m in FAMILIES}:
+        out.append(f"family {spec.family!r} is not a module of eggfuse.ir.ops")
+    if spec.leaf:
+        return out
+    if not callable(spec.reference):
+        out.append("no numpy reference")
+    if spec.dispatches and spec.kernel is None:
+        out.append("dispatches but has no kernel builder")
+    if not (callable(spec.vjp) or isinstance(spec.vjp, _NoGrad)):
+        out.append("neither a VJP nor a no-gradient marker (ir.spec.no_grad)")
+    if name not in SIGNATURES or name not in CONSTRUCTORS:
+        out.append("no egglog constructor")
+    if spec.kernel is not None and name not in ROW_OPS:
+        out.append("has a kernel but no row in the GPU op table (tests/gpu/test_ops.py ROWS)")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_op_spec_is_complete(name):
+    problems = _problems(name)
+    assert not problems, f"op {name} ({OPS[name].family} family): " + "; ".join(problems)
+
+
+def test_every_vjp_takes_the_builder_node_dy_and_want():
+    for name, spec in OPS.items():
+        if callable(spec.vjp):
+            params = inspect.signature(spec.vjp).parameters
+            assert len(params) == 4, f"op {name}: its VJP takes {list(params)}, not (b, node, dy, want)"
+
+
+def test_every_shipped_rule_has_a_soundness_example_and_a_scheduled_ruleset():
+    for r in rule_records():
+        assert r.ruleset in (ANALYSIS, *SCHEDULE), f"rule {r.name!r} ({r.family}): ruleset {r.ruleset!r}"
+        if r.ruleset != ANALYSIS:
+            assert r.example is not None, f"rule {r.name!r} ({r.family} family) has no soundness example"
+
+
+def test_the_constructor_of_each_op_is_named_by_the_op():
+    from egglog import EGraph
+
+    from eggfuse.rewrites import egglog_private
+    from eggfuse.rewrites.encode import encode
+
+    for name, ctor in CONSTRUCTORS.items():
+        assert str(ctor) == name, f"op {name}: its egglog constructor is named {ctor}"
+    # and the e-graph calls its e-nodes so: an encoded graph's e-nodes carry the op names
+    g = Graph()
+    x = g.input("x", [4, 6])
+    g.set_outputs([g.concat([g.rms_norm(x, g.parameter("w", [6])), g.relu(x)], axis=0)])
+    eg = EGraph()
+    encode(g, eg)
+    ops = {n["op"] for n in egglog_private.serialize(eg)["nodes"].values()}
+    assert {"Input", "Parameter", "RmsNorm", "Relu", "Concat"} <= ops, ops
