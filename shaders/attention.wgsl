@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 // Scaled dot-product attention with GQA for FullAttention, CausalAttention and
-// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir.ops.attention_reference), tiled as
+// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference), tiled as
 // FlashAttention (Dao et al. 2022, alg. 1) with online softmax (Milakov & Gimelshein
 // 2018): a workgroup of WG invocations takes BQ query rows of one (sequence, head) and
 // walks the keys in tiles of BK. Everything a row needs lives in workgroup memory, and
@@ -19,14 +19,14 @@
 // Scores of keys a row may not see (past the causal diagonal or past the sequence) are
 // MAX_INIT and their weights 0; a key masked by key_mask scores MASK_SENTINEL, so a fully
 // masked row averages all values, as in the reference.
-// Template slots: HEAD_DIM, BQ, BK, WG (lowering.kernels.attention_tiles: the tiles fit
-// ATTENTION_TILE_BYTES of workgroup memory); MASK_BINDING and MASK (key_mask [batch, seq]);
+// Template slots: HEAD_DIM, BQ, BK, WG (ir/ops/attention.py attention_tiles: the tiles fit
+// ATTENTION_TILE_BYTES of workgroup memory); MASK (key_mask [batch, seq], bound after v);
 // KEY_END (keys row qi sees: p.seq, or qi + 1u for causal) and TILES_END (keys any row of
 // the block sees: causal stops at the diagonal); QK defines prepare_q_tile and
 // prepare_k_tile (attention_qk.wgsl: nothing; attention_qk_rope.wgsl: RoPE in workgroup
-// memory, whose uniform fields ROPE_PARAMS adds). IO declares the q, k, v storage
-// bindings with their accessors NAME4(row_base, c) (vec4 c of a row) and the output's
-// store_out (lowering.kernels.attention_io); Q, K, V name
+// memory, whose uniform fields come first in Params). IO defines the accessors of the q,
+// k, v bindings, NAME4(row_base, c) (vec4 c of a row), and the output's store_out
+// (ir/ops/attention.py attention_io); Q, K, V name
 // the arrays read (one packed [rows, (nh + 2 nkv) * HD] projection, read through the
 // strides and offsets).
 

@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "attention_cached_chunk.wgsl"
-// CachedAttention (ir.ops_cache): causal GQA attention of n new query rows over a KV
+// CachedAttention (ir/ops/kv_cache.py): causal GQA attention of n new query rows over a KV
 // cache, query row qi (position pos + qi, pos = cache_pos[0]) reading cache rows
 // 0..pos+qi, never past the cache's last row. Decoding has n = 1, so the work is spread
 // over keys instead of rows (Flash-Decoding, Dao et al. 2023, within one workgroup): one
@@ -14,9 +14,9 @@
 // keys i / HD4, + KSPLIT, ... of the chunk, reading V rows coalesced. The KSPLIT partial
 // sums share m, so they are added in workgroup memory at the end and divided by l.
 // Layout: q and out [n, nh * HD], k_cache and v_cache [max_seq, nkv * HD]; query head h
-// reads kv head h / group. Template slots: HEAD_DIM, WG; IO (lowering.kernels
-// .attention_io: the q, k_cache, v_cache bindings with their vec4 accessors, out);
-// ROPE_PARAMS and ROTATE_Q: for CachedAttentionRoPE the uniform's RoPE fields and a
+// reads kv head h / group. Template slots: HEAD_DIM, WG; IO (ir/ops/attention.py
+// attention_io: the vec4 accessors of the q, k_cache, v_cache bindings, and out's);
+// ROTATE_Q: for CachedAttentionRoPE (whose uniform starts with the RoPE fields) a
 // rotate_q that rotates the query row in workgroup memory once it is loaded
 // (attention_cached_rope.wgsl), for CachedAttention nothing and a rotate_q that does nothing.
 

@@ -1,4 +1,4 @@
-// attention_cached.wgsl's rotate_q for CachedAttentionRoPE (ir.ops_cache): the query row
+// attention_cached.wgsl's rotate_q for CachedAttentionRoPE (ir/ops/kv_cache.py): the query row
 // in q_row (workgroup memory) is rotated as RoPEDynamic does (rope_rotate.wgsl; Su et al.
 // 2021, eq. 15), once per workgroup: invocation t < HD/2 rotates pair t by the angle
 // position * inv_freq[t]. Pairs are (t, t + HD/2) for the 'half' layout and (2t, 2t + 1)

@@ -1,10 +1,10 @@
 //#include "common.wgsl"
 // Shared by the attention gradient kernels (attention_grad_*.wgsl, attention_window_grad_*.wgsl):
-// their bindings, the key mask and the softmax statistics of one query row, computed online
-// over its keys (Milakov & Gimelshein 2018) since the IR keeps no logsumexp from the forward.
-// The including kernel defines HD, Params (with nkv and scale) and WANT_D (whether D, below,
-// is needed); template slots: MASK_BINDING and KEPT (key_mask [batch, keys] > 0 keeps key j
-// of sequence b, or `true`; a masked score is MASK_SENTINEL), OUT and UNIFORM.
+// the key mask and the softmax statistics of one query row, computed online over its keys
+// (Milakov & Gimelshein 2018) since the IR keeps no logsumexp from the forward. The kernels
+// bind dout, q, k, v, (key_mask,) out; the including kernel defines HD and WANT_D (whether
+// D, below, is needed); template slot KEPT (key_mask [batch, keys] > 0 keeps key j of
+// sequence b, or `true`; a masked score is MASK_SENTINEL).
 
 fn kept(b: u32, j: u32) -> bool {
     return {{KEPT}};

@@ -1,6 +1,6 @@
 //#include "attention_grad_kv_common.wgsl"
 //#include "attention_grad_params.wgsl"
-// AttentionGradK and AttentionGradV (ir.ops_backward attention_grads): for key row j of kv
+// AttentionGradK and AttentionGradV (ir/ops/attention.py attention_grads): for key row j of kv
 // head kh, dv_j = sum_h sum_i P_ij dO_i and dk_j = scale sum_h sum_i ds_ij q_i, the sums
 // over the query heads h of kh's GQA group and over the query rows i (i >= j if causal),
 // with P, D and ds as attention_grad_q.wgsl defines them (FlashAttention-2 backward, Dao
@@ -13,7 +13,7 @@
 // costs about ceil(seq / 64) * seq^2 * HD multiply-adds for them (half with causal; twice
 // for dk), against seq^2 * HD for the forward; a forward that saved the logsumexp (as
 // FlashAttention-2 does) would remove that factor.
-// Template slots: HEAD_DIM; WANT_K (dk, else dv); CAUSAL; MASK_BINDING and KEPT as in
+// Template slots: HEAD_DIM; WANT_K (dk, else dv); CAUSAL; KEPT as in
 // attention_grad_q.wgsl; KEY_END (seq, or qi + 1 for causal) bounds query row qi's keys.
 
 const CAUSAL: bool = {{CAUSAL}};

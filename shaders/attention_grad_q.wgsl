@@ -1,6 +1,6 @@
 //#include "attention_grad_q_common.wgsl"
 //#include "attention_grad_params.wgsl"
-// AttentionGradQ (ir.ops_backward attention_grads): dq_i = scale sum_j ds_ij k_j with
+// AttentionGradQ (ir/ops/attention.py attention_grads): dq_i = scale sum_j ds_ij k_j with
 // P = softmax(mask(scale q k^T)) recomputed max-subtracted as the forward and the reference
 // do, dp_ij = dO_i . v_j, D_i = sum_j P_ij dp_ij and ds_ij = P_ij (dp_ij - D_i), 0 at masked
 // keys (FlashAttention-2 backward, Dao 2023, without tiling). Layout as attention.wgsl:
@@ -9,7 +9,7 @@
 // rows of one head per workgroup; two passes over the keys: the first carries the max,
 // the sum and D online (Milakov & Gimelshein 2018), the second accumulates dq. Cost: about
 // twice the forward kernel's, 4 * seq * HD multiply-adds per row (half that if causal).
-// Template slots: HEAD_DIM; MASK_BINDING and KEPT (key_mask [batch, seq] > 0 keeps key j
+// Template slots: HEAD_DIM; KEPT (key_mask [batch, seq] > 0 keeps key j
 // of sequence b; a masked score is MASK_SENTINEL, so a fully masked row has uniform P and
 // zero ds); KEY_END (seq, or qi + 1 for causal).
 

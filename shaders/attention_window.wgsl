@@ -1,5 +1,5 @@
 //#include "attention_window_common.wgsl"
-// SlidingWindowAttention and CrossAttention (ir.ops_extra windowed_attention): scaled
+// SlidingWindowAttention and CrossAttention (ir/ops/attention.py windowed_attention): scaled
 // dot-product attention with GQA of each query row over its key range [lo, hi) (see
 // key_range), a masked key's score being MASK_SENTINEL, so a row whose keys are all masked
 // averages the values of its range, as the reference does. Layout: `batch` sequences, q and

@@ -1,6 +1,6 @@
 //#include "attention_window_common.wgsl"
 //#include "attention_grad_kv_common.wgsl"
-// SlidingWindowAttentionGradK/V and CrossAttentionGradK/V (ir.ops_extra windowed_attention):
+// SlidingWindowAttentionGradK/V and CrossAttentionGradK/V (ir/ops/attention.py windowed_attention):
 // for key row j of kv head kh, dv_j = sum_h sum_i P_ij dO_i and dk_j = scale sum_h sum_i ds_ij q_i,
 // the sums over the query heads h of kh's GQA group and the query rows i that see j
 // (query_range), P, D and ds as attention_window_grad_q.wgsl defines them. One invocation per

@@ -1,6 +1,6 @@
 //#include "attention_window_common.wgsl"
 //#include "attention_grad_q_common.wgsl"
-// SlidingWindowAttentionGradQ and CrossAttentionGradQ (ir.ops_extra windowed_attention):
+// SlidingWindowAttentionGradQ and CrossAttentionGradQ (ir/ops/attention.py windowed_attention):
 // dq_i = scale sum_j ds_ij k_j over the key range of row i, with P = softmax(mask(scale q k^T))
 // over that range recomputed max-subtracted as the forward does, dp_ij = dO_i . v_j,
 // D_i = sum_j P_ij dp_ij and ds_ij = P_ij (dp_ij - D_i), 0 at masked keys (FlashAttention-2

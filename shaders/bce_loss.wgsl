@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// BceLoss and BceLossGrad (ir.ops_extra) on pred p and labels t of n elements, each log
+// BceLoss and BceLossGrad (ir/ops/losses.py) on pred p and labels t of n elements, each log
 // clamped below at -100 as torch.nn.BCELoss. log(0) is never relied on: clamped_log selects
 // -100 for u <= 0, and a positive u too small for f32's normal range (flushed to 0 by some
 // adapters) gives at most -100 as well, where the float64 reference, for a denormal u,

@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// CacheWrite (ir.ops_cache): cache[pos + r, c] <- new_rows[r, c] in place, one invocation per
+// CacheWrite (ir/ops/kv_cache.py): cache[pos + r, c] <- new_rows[r, c] in place, one invocation per
 // element of new_rows [n, width]. A row that would land at or past the cache's last row
 // (pos + r >= rows) is skipped, so a bad position never writes outside the cache (the
 // reference refuses it).

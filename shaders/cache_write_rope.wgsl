@@ -1,5 +1,5 @@
 //#include "rope_rotate.wgsl"
-// CacheWriteRoPE (ir.ops_cache): CacheWrite(cache, RoPEDynamic(x, pos), pos) in one pass.
+// CacheWriteRoPE (ir/ops/kv_cache.py): CacheWrite(cache, RoPEDynamic(x, pos), pos) in one pass.
 // One invocation per rotated pair of x [n, width] (rope_rotate.wgsl, positions from
 // pos[0], the uniform's pos_offset 0 and seq n), stored at cache row pos + r in place, so
 // the rotated rows are never written anywhere else. As in cache_write.wgsl, a row that

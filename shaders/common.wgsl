@@ -1,7 +1,7 @@
 // Helpers shared by every kernel: `//#include "common.wgsl"` pulls this file in at lowering.
-// Sources of the formulas are given per function; ir/ops.py holds the reference semantics.
+// Sources of the formulas are given per function; the op specs of ir/ops/ hold the reference semantics.
 
-// Finite score for a masked attention key (ir.ops.MASK_SENTINEL); no infinities anywhere.
+// Finite score for a masked attention key (ir/ops/attention.py MASK_SENTINEL); no infinities anywhere.
 const MASK_SENTINEL: f32 = -1.0e30;
 // Below every finite score we compute; the start value of running maxima.
 const MAX_INIT: f32 = -3.0e38;

@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// Shared by conv2d*.wgsl (Conv2d, Conv2dGradInput, Conv2dGradWeight; ir.ops_extra): the
+// Shared by conv2d*.wgsl (Conv2d, Conv2dGradInput, Conv2dGradWeight; ir/ops/vision.py): the
 // uniform of one convolution and the flat NCHW indices of its three tensors. The input x
 // is [N, cin, h, w], the kernel [cout, cin, kh, kw], the output y [N, cout, oh, ow];
 // output row oy reads padded input row oy * stride + i, i < kh, that is input row

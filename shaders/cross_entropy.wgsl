@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// CrossEntropyLoss (ir.ops_backward): out[0] = (1/M) sum_i (L_i log(sum_j exp(z_ij)) -
+// CrossEntropyLoss (ir/ops/losses.py): out[0] = (1/M) sum_i (L_i log(sum_j exp(z_ij)) -
 // sum_j labels_ij z_ij) with z_ij = logits_ij - max_j logits_ij and L_i = sum_j labels_ij,
 // which is -(1/M) sum labels * log_softmax(logits) rearranged; z is exact for nearby
 // logits (Sterbenz), so logits of 1e3 lose nothing, and an all-zero label row adds 0.

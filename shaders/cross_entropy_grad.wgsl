@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// CrossEntropyLossGrad (ir.ops_backward): out = (softmax(logits) * L_i - labels) / M with
+// CrossEntropyLossGrad (ir/ops/losses.py): out = (softmax(logits) * L_i - labels) / M with
 // L_i = sum_j labels_ij, the max-subtracted softmax of softmax.wgsl; 0 on an all-zero label
 // row. One workgroup per row of V.
 

@@ -1,6 +1,6 @@
 //#include "common.wgsl"
-// Derivatives f'(x) of the unary ops for the gradient kernels (ir.ops_backward
-// UNARY_DERIVATIVES holds the float64 references and the sources of the formulas). Each is
+// Derivatives f'(x) of the unary ops for the gradient kernels (the unary table
+// of ir/ops/elementwise.py holds the float64 references and the sources of the formulas). Each is
 // written so that nothing overflows or cancels for large |x|: the logistic's s (1 - s) is
 // e / (1 + e)^2 with e = exp(-|x|), never 1 - s.
 

@@ -1,6 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// GlobalAvgPool and GlobalAvgPoolGrad (ir.ops_extra). x is [rows = N * C, spatial].
+// GlobalAvgPool and GlobalAvgPoolGrad (ir/ops/vision.py). x is [rows = N * C, spatial].
 // `pool`: out[r] = mean of row r, one workgroup per row (256 invocations stride over it, then
 // a tree reduction). `grad`: dx[r, s] = dy[r] / spatial, one invocation per element.
 

@@ -18,7 +18,8 @@
 // steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
 // epilogue.
 //
-// Template slots: ROWS (M), COLS, B_ALONG_K; QUADS and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K.
+// Template slots: ROWS (M), COLS, B_ALONG_K; QUADS and EPILOGUE as in matmul.wgsl, except
+// that quad_a(i, k) reads op(A)'s row i along K.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
 // prepare_rows (called first, in uniform control flow) and row_scale (a factor per row of
 // C): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.

@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// Shared by max_pool.wgsl and max_pool_grad.wgsl (MaxPool2d, MaxPool2dGrad; ir.ops_extra):
+// Shared by max_pool.wgsl and max_pool_grad.wgsl (MaxPool2d, MaxPool2dGrad; ir/ops/vision.py):
 // the uniform and the scan of one pooling window, so the forward and the gradient agree on
 // which tap wins. x is [N*C planes, h, w]; output row oy covers padded rows oy * stride + i,
 // i < kh, that is input rows oy * stride + i - pad inside [0, h) (padding never wins).

@@ -1,5 +1,5 @@
 //#include "rope_rotate.wgsl"
-// RoPEDynamic (ir.ops_cache): one invocation per rotated pair; row r has position
+// RoPEDynamic (ir/ops/kv_cache.py): one invocation per rotated pair; row r has position
 // offset[0] + r, the offset read from an input at run time, so one pipeline and bind group
 // serve every decoding step (see rope_rotate.wgsl; the uniform's pos_offset is 0).
 

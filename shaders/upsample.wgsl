@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// Upsample2x and Upsample2xGrad (ir.ops_extra) on planes (N * C) of h x w low-resolution
+// Upsample2x and Upsample2xGrad (ir/ops/vision.py) on planes (N * C) of h x w low-resolution
 // pixels, one invocation per output element, 256 per workgroup.
 // `up`: out[plane, y, x] = x[plane, y / 2, x / 2] over the 2h x 2w output (nearest neighbour).
 // `grad`: out[plane, y, x] = the sum of the 2 x 2 block of dy at (2y, 2x), dy 2h x 2w.
