@@ -52,15 +52,21 @@ def check_head_dim(node, q: TensorType) -> None:
 # --- the reference -----------------------------------------------------------------------------
 
 
-def attention_rule(ts, a):
-    """Shape rule of FullAttention / CausalAttention: q [rows, H*D], k and v [rows, KV*D], an
-    optional key_mask [batch, seq]."""
-    q, k, v = ts[:3]
-    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+def check_heads(q: TensorType, k: TensorType, v: TensorType, a) -> None:
+    """q [rows, H*D], k and v [rows, KV*D] (2-D f32), H a multiple of KV."""
+    nh, nkv, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
     for t, w, what in ((q, nh * hd, "q"), (k, nkv * hd, "k"), (v, nkv * hd, "v")):
         need_f32(t, what)
         need(t.rank == 2 and t.shape[1] == w, f"{what} must be [rows,{w}], got {t}")
     need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
+
+
+def attention_rule(ts, a):
+    """Shape rule of FullAttention / CausalAttention: q [rows, H*D], k and v [rows, KV*D], an
+    optional key_mask [batch, seq]."""
+    q, k, v = ts[:3]
+    nh, hd, batch = a["num_heads"], a["head_dim"], a["batch"]
+    check_heads(q, k, v, a)
     need(k.shape[0] == q.shape[0] and v.shape[0] == q.shape[0],
          f"q {q}, k {k} and v {v} must have the same number of rows")
     need(batch >= 1 and q.shape[0] % batch == 0, f"{q.shape[0]} rows do not split into {batch} sequences")
@@ -426,11 +432,8 @@ for _i, _part in enumerate("QKV"):
 
 def _windowed_rule(ts, a, cross: bool):
     q, k, v = ts[:3]
-    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
-    for t, w, what in ((q, nh * hd, "q"), (k, nkv * hd, "k"), (v, nkv * hd, "v")):
-        need_f32(t, what)
-        need(t.rank == 2 and t.shape[1] == w, f"{what} must be [rows,{w}], got {t}")
-    need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
+    nh, hd, batch = a["num_heads"], a["head_dim"], a["batch"]
+    check_heads(q, k, v, a)
     need(v.shape[0] == k.shape[0], f"k {k} and v {v} must have the same number of rows")
     need(cross or k.shape[0] == q.shape[0], f"q {q} and k {k} must have the same number of rows")
     need(batch >= 1 and q.shape[0] % batch == 0 and k.shape[0] % batch == 0,

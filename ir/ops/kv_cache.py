@@ -19,7 +19,14 @@ from ..errors import InputError
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
-from .attention import ATTENTION_WG, attention_io, attention_reference, check_head_dim, rope_uniform_fields
+from .attention import (
+    ATTENTION_WG,
+    attention_io,
+    attention_reference,
+    check_head_dim,
+    check_heads,
+    rope_uniform_fields,
+)
 from .transformer import rope_params, rope_ref, rope_rule
 
 FAMILY = "kv_cache"
@@ -118,11 +125,7 @@ _CACHED_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("he
 
 def _cached_attention(ts, a):
     q, k, v, pos = ts
-    nh, nkv, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
-    for t, w, what in ((q, nh * hd, "q"), (k, nkv * hd, "k_cache"), (v, nkv * hd, "v_cache")):
-        need_f32(t, what)
-        need(t.rank == 2 and t.shape[1] == w, f"{what} must be [rows,{w}], got {t}")
-    need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
+    check_heads(q, k, v, a)
     need(k.shape == v.shape, f"k_cache {k} and v_cache {v} must have the same shape")
     need(q.shape[0] <= k.shape[0], f"{q.shape[0]} query rows do not fit a cache of {k.shape[0]} rows")
     _position(pos, "pos")

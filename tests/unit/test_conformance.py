@@ -10,12 +10,10 @@ the GPU op table (``tests/gpu/test_ops.py``) when it has a kernel.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 
 import pytest
+from op_rows import gpu_row_ops  # tests/op_rows.py (pytest pythonpath)
 
 from eggfuse.ir import OPS, Graph
 from eggfuse.ir.ops import FAMILIES
@@ -23,23 +21,7 @@ from eggfuse.ir.spec import _NoGrad
 from eggfuse.rewrites.rulesets import ANALYSIS, SCHEDULE, rule_records
 from eggfuse.rewrites.sorts import CONSTRUCTORS, SIGNATURES
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _gpu_row_ops() -> set[str]:
-    spec = importlib.util.spec_from_file_location("_conformance_op_rows", REPO / "tests" / "gpu" / "test_ops.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    ops = set()
-    for row in module.ROWS:
-        g = Graph()
-        row.build(g)
-        ops |= {n.op for n in g.nodes}
-    return ops
-
-
-ROW_OPS = _gpu_row_ops()
+ROW_OPS = gpu_row_ops()
 
 
 def _problems(name: str) -> list[str]:

@@ -6,14 +6,13 @@ whose row graphs are built here without a GPU).
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from op_rows import gpu_row_ops  # tests/op_rows.py (pytest pythonpath)
 
-from eggfuse.ir import OPS, Graph
+from eggfuse.ir import OPS
 from eggfuse.ir.seed_ops import SEED_OP_MAP
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,21 +27,7 @@ def seed_variants(text: str) -> list[str]:
     return re.findall(r"^ {4}([A-Z][A-Za-z0-9]*)\b", body, re.MULTILINE)
 
 
-def _gpu_row_ops() -> set[str]:
-    # The ops each row of the GPU table builds (leaves and views included).
-    spec = importlib.util.spec_from_file_location("_gpu_op_rows", REPO / "tests" / "gpu" / "test_ops.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    ops = set()
-    for row in module.ROWS:
-        g = Graph()
-        row.build(g)
-        ops |= {n.op for n in g.nodes}
-    return ops
-
-
-ROW_OPS = _gpu_row_ops()
+ROW_OPS = gpu_row_ops()
 
 
 def test_seed_variants_parse():
