@@ -181,10 +181,19 @@ def _simple(op: str, shape) -> Row:
 _MASK = [[1, 1, 0, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]  # sequence 1 fully masked
 _LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30] * 4, [-1e30, 2.0, -1e30, 1.0]])
 
+#: One row per unary op of the table in ir/ops/elementwise.py (Log has rows of its own below, for
+#: its domain): whether dense precision sweeps of the op and of its gradient run, and whether it
+#: has a gradient op. Each gives random rows at three shapes of the op (and of ``<Op>Grad``).
+UNARY_ROWS: dict[str, tuple[bool, bool]] = {
+    "Relu": (False, True), "Sigmoid": (True, True), "Tanh": (True, True), "Neg": (False, False),
+    "Gelu": (True, True), "GeluTanh": (True, True), "Silu": (True, True), "Abs": (False, True),
+    "Recip": (False, True),
+}
+_SHAPES = ([1], [7, 13], [65, 33])
+
 ROWS: list[Row] = [
-    *[_unary(op, shape) for op in ("Relu", "Sigmoid", "Tanh", "Neg", "Gelu", "GeluTanh", "Silu")
-      for shape in ([1], [7, 13], [65, 33])],
-    *[_unary_precision(op) for op in ("Sigmoid", "Tanh", "Gelu", "GeluTanh", "Silu")],
+    *[_unary(op, shape) for op in UNARY_ROWS for shape in _SHAPES],
+    *[_unary_precision(op) for op, (sweep, _) in UNARY_ROWS.items() if sweep],
     *[_matmul(op, *mkn) for op in ("MatMul", "MatMulAT", "MatMulBT")
       for mkn in ((1, 1, 1), (7, 13, 5), (65, 33, 70), (3, 100, 129))],
     *[_fused(v, *mkn, epi) for v in ("", "AT", "BT") for mkn in ((7, 13, 5), (65, 33, 70))
@@ -241,7 +250,7 @@ ROWS: list[Row] = [
 ]
 
 
-# --- training ops (ir/ops_backward.py) ---------------------------------------------------------
+# --- training ops (gradients, losses, adjoints) ---------------------------------------------------------
 
 
 def _grad_unary(op: str, shape) -> Row:
@@ -334,9 +343,8 @@ _REPEATS = [0, 10, 3, 3, 7, 1, 10, 0, 5, 3]
 _MANY = [(7 * t) % 13 % 7 for t in range(300)]  # 300 indices (two chunks of 256), every row repeated
 
 ROWS += [
-    *[_grad_unary(op, shape) for op in ("Relu", "Sigmoid", "Tanh", "Gelu", "GeluTanh", "Silu")
-      for shape in ([1], [7, 13], [65, 33])],
-    *[_grad_unary_precision(op) for op in ("Sigmoid", "Tanh", "Gelu", "GeluTanh", "Silu")],
+    *[_grad_unary(op, shape) for op, (_, grad) in UNARY_ROWS.items() if grad for shape in _SHAPES],
+    *[_grad_unary_precision(op) for op, (sweep, grad) in UNARY_ROWS.items() if sweep and grad],
     *[_inputs("SwiGLUGradGate", "dy gate up", [shape] * 3, scale=3.0) for shape in ([7, 13], [65, 33])],
     *[_inputs("SwiGLUGradUp", "dy gate", [shape] * 2, scale=3.0) for shape in ([7, 13], [65, 33])],
     *[_inputs("SwiGLUConcatGrad", "dy x", [[m, n], [m, 2 * n]], scale=3.0) for m, n in ((1, 1), (7, 13), (65, 150))],
@@ -372,7 +380,7 @@ ROWS += [
 ]
 
 
-# KV-cache ops (ir/ops_cache.py): the position is fed; the cache is an input the op updates in place.
+# KV-cache ops (ir/ops/kv_cache.py): the position is fed; the cache is an input the op updates in place.
 ROWS += [
     *[Row("RoPEDynamic", f"RoPEDynamic-{pairing}-off{off}", lambda g, pairing=pairing: g.add_node(
         "RoPEDynamic", (g.input("x", [10, 16]), g.input("offset", [1], DType.U32)), theta=10000.0, head_dim=8,
@@ -636,13 +644,12 @@ def _greater_constant() -> Row:
 
 
 ROWS += [
-    *[_unary(op, shape) for op in ("Abs", "Recip") for shape in ([1], [7, 13], [65, 33])],
     *[_inputs("Log", "x", [shape], feeds={"x": _positive(shape)}, tag="-positive") for shape in ([1], [65, 33])],
     Row("Log", "Log-nonpositive", lambda g: g.add_node("Log", (g.input("x", [_NONPOSITIVE.size]),)),
         {"x": _NONPOSITIVE}, finite=False),
     Row("Log", "Log-precision", lambda g: g.add_node("Log", (g.input("x", [4001]),)),
         {"x": np.logspace(-30, 30, 4001)}, rtol=5e-7, atol=1e-6),  # WGSL log: 3 ulp, 2^-21 in [0.5, 2]
-    *[_grad_unary(op, shape) for op in ("Abs", "Log", "Recip") for shape in ([1], [7, 13], [65, 33])],
+    *[_grad_unary("Log", shape) for shape in _SHAPES],
     *[_binary("Greater", x, y) for x, y in (([7, 13], [7, 13]), ([7, 13], [1, 13]), ([65, 33], [33]))],
     _inputs("Greater", "x y", [[5], [5]], feeds={"x": np.array([1.0, 2.0, 3.0, -1.0, 0.0]),
                                                   "y": np.array([1.0, 1.0, 4.0, -1.0, -0.0])}, tag="-ties"),

@@ -247,9 +247,9 @@ def test_small_workgroup_limit_splits_the_grid(device):
     x = g.input("x", [50, 70])  # 3500 elements: 14 workgroups of 256
     w = g.parameter("w", [70, 130])
     y = g.silu(x)
-    mm = g.matmul(y, w)  # 2 x 5 tiles of 32x32 (lowering.kernels_matmul.matmul_tile)
+    mm = g.matmul(y, w)  # 2 x 5 tiles of 32x32 (ir/ops/matmul_kernel.py matmul_tile)
     q = g.reshape(mm, [100, 65])
-    # 7 workgroups of 15 query rows (lowering.kernels.attention_tiles)
+    # 7 workgroups of 15 query rows (ir/ops/attention.py attention_tiles)
     att = g.causal_attention(q, q, q, num_heads=1, num_kv_heads=1, head_dim=65, batch=1)
     g.set_outputs([y, mm, att])
     plan = lower(g, {"max-compute-workgroups-per-dimension": 4})
@@ -267,7 +267,7 @@ def test_small_workgroup_limit_splits_the_grid(device):
 def test_split_matmul_grid_covers_every_tile(device):
     g = Graph()
     a, b = g.input("a", [130, 20]), g.parameter("b", [20, 200])
-    g.set_outputs([g.matmul(a, b)])  # 5 x 7 = 35 tiles of 32x32 (lowering.kernels_matmul.matmul_tile)
+    g.set_outputs([g.matmul(a, b)])  # 5 x 7 = 35 tiles of 32x32 (ir/ops/matmul_kernel.py matmul_tile)
     plan = lower(g, {"max-compute-workgroups-per-dimension": 5})
     assert plan.dispatches[0].workgroups == (5, 4, 2)  # 40 >= 35 workgroups on a 3-D grid
     params, feeds = {"b": RNG.standard_normal((20, 200))}, {"a": RNG.standard_normal((130, 20))}

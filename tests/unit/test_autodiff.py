@@ -248,7 +248,7 @@ ROWS = [
 ]
 
 
-# --- the rest of the seed's ops (ir/ops_extra.py) ----------------------------------------------
+# --- the rest of the seed's ops (vision, losses, windowed attention, Abs/Log/Recip) ---------------
 
 
 def positive(rng, shape):

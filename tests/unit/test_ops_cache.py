@@ -1,4 +1,4 @@
-"""KV-cache ops (ir/ops_cache.py) and the LLaMA cache graph on the numpy reference: no GPU."""
+"""KV-cache ops (ir/ops/kv_cache.py) and the LLaMA cache graph on the numpy reference: no GPU."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The ops of ir/ops_extra.py: shape rules (one row per op, good and bad shapes) and the
-references checked against independent definitions (naive loops, the existing attention
-ops they generalise, adjoint identities, known values). Their gradients are checked against
-finite differences in test_autodiff.py and their kernels in tests/gpu/test_ops.py.
+"""The rest of the seed's ops (Abs, Log, Recip, Greater, LogSoftmax, BceLoss, windowed
+attention, vision): shape rules (one row per op, good and bad shapes) and the references
+checked against independent definitions (naive loops, the existing attention ops they
+generalise, adjoint identities, known values). Their gradients are checked against finite
+differences in test_autodiff.py and their kernels in tests/gpu/test_ops.py.
 """
 
 import itertools
