@@ -29,6 +29,7 @@ from typing import Any
 import egglog
 from egglog import Bool, String, Vec, f64, i64
 
+from ..ir import OPS
 from ..ir.spec import Example
 from .sorts import (
     ATTR_SORTS,
@@ -37,6 +38,7 @@ from .sorts import (
     Epi,
     T,
     TList,
+    constructor_name,
     epilogue_without_add,
     last_step,
     shape,
@@ -92,21 +94,21 @@ class Namespace:
         """Every egglog attribute of ``op``: ``given`` values, fresh variables for the rest."""
         return {a.name: given[a.name] if a.name in given else self.var(f"{op}_{a.name}_{next(self._fresh)}",
                                                                        ATTR_SORTS[a.kind])
-                for a in SIGNATURES[op].attrs}
+                for a in OPS[op].egg_attrs}
 
     # --- constructors --------------------------------------------------------------------
 
     def __getattr__(self, op: str) -> Callable[..., Any]:
-        if op not in SIGNATURES:
+        if op not in OPS:
             raise AttributeError(f"no op named {op!r} (rules name ops as eggfuse.ir.OPS does)")
         if op not in self._ops:
             self._ops[op] = self._wrap(op)
         return self._ops[op]
 
     def _wrap(self, op: str) -> Callable[..., Any]:
-        sig, ctor = SIGNATURES[op], CONSTRUCTORS[op]
-
         def build(*tensors: Any, epilogue: Any = None, **attrs: Any) -> Any:
+            name = constructor_name(op, len(tensors))  # by arity, for an op with optional inputs
+            sig, ctor = SIGNATURES[name], CONSTRUCTORS[name]
             if sig.leaf:
                 return ctor(*tensors)
             unknown = set(attrs) - {a.name for a in sig.attrs}

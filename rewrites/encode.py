@@ -15,7 +15,7 @@ from egglog import EGraph
 
 from ..ir import OPS, Graph, Node, TensorType
 from . import egglog_private
-from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList
+from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList, constructor_name
 
 
 @dataclass
@@ -72,7 +72,7 @@ def epilogue_chain(steps, operands: list[str]) -> str:
 
 def node_text(node: Node, refs: list[str]) -> str:
     """The e-node of one graph node whose inputs are the e-nodes ``refs`` (egglog text)."""
-    sig = SIGNATURES[node.op]
+    sig = SIGNATURES[constructor_name(node.op, len(refs))]
     if sig.leaf:
         return f"({node.op} {literal(node.attrs['name'], 'str')} {literal(node.type.shape, 'ints')})"
     args = [literal(node.attrs[a.name], a.kind) for a in sig.attrs]
@@ -83,7 +83,7 @@ def node_text(node: Node, refs: list[str]) -> str:
         args.append(tensor_list(refs))
     else:
         args += refs
-    return f"({node.op} {' '.join(args)})"
+    return f"({sig.name} {' '.join(args)})"
 
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
@@ -94,8 +94,8 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     """
     enc = Encoding(egraph)
     live = graph.live_nodes()
-    used = {n.op for n in live}
-    egglog_private.declare(egraph, [*(CONSTRUCTORS[op] for op in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
+    used = {constructor_name(n.op, len(n.inputs)) for n in live}
+    egglog_private.declare(egraph, [*(CONSTRUCTORS[c] for c in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
                                     TList.nil, TList.cons, *ANALYSES])
     lines = []
     written = set()

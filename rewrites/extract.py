@@ -55,7 +55,7 @@ def dag_enode(dag: TermDag, j: int) -> tuple[str, dict, list[int]]:
     if sig is None:
         raise RewriteError(f"extracted term has an unknown constructor {name}")
     if sig.leaf:
-        return name, {"name": args[0]}, []
+        return sig.op, {"name": args[0]}, []
     attrs, inputs = {}, []
     attr_iter = iter(sig.attrs)
     for sort, arg in zip(ARG_SORTS[name], args, strict=True):
@@ -65,11 +65,11 @@ def dag_enode(dag: TermDag, j: int) -> tuple[str, dict, list[int]]:
             inputs.extend(_list(dag, arg))
         elif sort == "Epi":
             steps, operands = _epilogue(dag, arg)
-            attrs[OPS[name].epilogue_attr.name] = tuple(steps)
+            attrs[OPS[sig.op].epilogue_attr.name] = tuple(steps)
             inputs.extend(operands)
         else:
             attrs[next(attr_iter).name] = arg
-    return name, attrs, inputs
+    return sig.op, attrs, inputs
 
 
 def outputs(dag: TermDag) -> list[int]:

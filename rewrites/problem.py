@@ -106,8 +106,8 @@ class Decoder:
     def enode(self, nid: str) -> ENode:
         """e-node ``nid`` of a tensor e-class as an IR op application."""
         n = self.nodes[nid]
-        op = n["op"]
-        sig = SIGNATURES[op]
+        sig = SIGNATURES[n["op"]]
+        op = sig.op
         if sig.leaf:
             return ENode(op, {"name": literal(self.nodes, n["children"][0], "str")}, [])
         attrs, inputs = {}, []
@@ -232,7 +232,7 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None) -> P
     cindex = {c: i for i, c in enumerate(classes)}
     node_ids = [nid for c in classes for nid in dec.members.get(c, [])]
     free_params = {c for c in reach for nid in dec.members.get(c, [])
-                   if nodes[nid]["op"] == "Parameter" and dec.enode(nid).attrs["name"] not in enc.written}
+                      if nodes[nid]["op"] == "Parameter" and dec.enode(nid).attrs["name"] not in enc.written}
 
     cost = np.zeros(len(node_ids))
     children, ordered = [], []
@@ -252,12 +252,14 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None) -> P
 
 
 def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str]) -> float:
-    op = dec.nodes[nid]["op"]
-    if op in ("Epi.bias", "Epi.add"):
+    name = dec.nodes[nid]["op"]
+    if name in ("Epi.bias", "Epi.add"):
         operand = dec.cls[dec.nodes[nid]["children"][1]]
-        return model.kernel_cost(epilogue_operand_info(op[4:], types[operand]))
-    if op not in OPS:
+        return model.kernel_cost(epilogue_operand_info(name[4:], types[operand]))
+    if name not in SIGNATURES:
         return 0.0  # list cells, Epi.none, Epi.act: structure
+    sig = SIGNATURES[name]
+    op = sig.op
     spec = OPS[op]
     if spec.leaf or spec.dispatches == 0:
         return 0.0
@@ -266,7 +268,7 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
         return 0.0  # a derived parameter, packed once when a session is created
     full = {a.name: a.default for a in spec.attrs} | e.attrs
     # epilogue operands are charged to their Epi steps: the op reads its fixed inputs
-    reads = e.inputs[:SIGNATURES[op].tensors] if SIGNATURES[op].epilogue else e.inputs
+    reads = e.inputs[:sig.tensors] if sig.epilogue else e.inputs
     ins = tuple(types[i] for i in reads)
     return float(model.kernel_cost(kernel_info(op, full, ins, types[dec.cls[nid]])))
 

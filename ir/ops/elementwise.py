@@ -404,8 +404,8 @@ def _swiglu_mm(g, dim, bt: bool) -> None:
 def _gate_up_concat(e):
     (h,) = e.vars("h")
     ng, nu = e.vars("ng nu", e.String)
-    (s,) = e.vars("s", e.Vec[e.i64])
-    wg, wu = e.Parameter(ng, s), e.Parameter(nu, s)
+    sg, su = e.vars("sg su", e.Vec[e.i64])  # SwiGLU's shape rule makes them equal (see attention.py _packed_qkv)
+    wg, wu = e.Parameter(ng, sg), e.Parameter(nu, su)
     # SwiGLU(MatMul(h,Wg), MatMul(h,Wu)) -> SwiGLUConcat(MatMul(h, Concat1(Wg,Wu)))   (W [K,N]: columns)
     yield e.equal("SwiGLU(MatMul(h,Wg), MatMul(h,Wu)) -> SwiGLUConcat(MatMul(h, Concat(Wg,Wu)))",
                   e.SwiGLU(e.MatMul(h, wg), e.MatMul(h, wu)),
