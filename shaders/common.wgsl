@@ -29,6 +29,14 @@ fn silu(x: f32) -> f32 {
     return x * sigmoid(x);
 }
 
+// softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(e), e = exp(-|x|) (exp never overflows);
+// WGSL has no log1p: below 1e-3 its series e - e^2/2 + e^3/3 (relative error < 3e-10).
+fn softplus(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    let l = select(log(1.0 + e), e * (1.0 - e * (0.5 - e / 3.0)), e < 1e-3);
+    return max(x, 0.0) + l;
+}
+
 // erfc(z) for z >= 0, Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7).
 fn erfc_pos(z: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.3275911 * z);

@@ -116,6 +116,9 @@ UNARY: tuple[Unary, ...] = (
     Unary("Log", _log, "select(bitcast<f32>(select(0x7fc00000u, 0xff800000u, {x} == 0.0)), log({x}), {x} > 0.0)",
           lambda x: 1.0 / x, "1.0 / ({x})",
           "natural log; as numpy (IEEE 754 log): -inf at 0, NaN below 0 (seed: Log)", "1 / x"),
+    # max(x, 0) + log1p(exp(-|x|)): exp never overflows, and the tail is exact for large |x|
+    Unary("Softplus", lambda x: np.logaddexp(0.0, x), "softplus({x})", sigmoid, "sigmoid({x})",
+          "log(1 + exp(x)) (Dugas et al. 2001; ONNX Softplus)", "sigmoid(x)"),
     # a plain IEEE division: +-inf at +-0 on every adapter we know, though WGSL does not promise it
     Unary("Recip", _recip, "1.0 / ({x})", lambda x: -1.0 / (x * x), "-1.0 / (({x}) * ({x}))",
           "1 / x; +-inf at +-0 as numpy (seed: Recip)", "-1 / x^2"),

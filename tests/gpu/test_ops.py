@@ -187,7 +187,7 @@ _LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30] * 4, [-1e30, 2.0, -1e30, 1.
 UNARY_ROWS: dict[str, tuple[bool, bool]] = {
     "Relu": (False, True), "Sigmoid": (True, True), "Tanh": (True, True), "Neg": (False, False),
     "Gelu": (True, True), "GeluTanh": (True, True), "Silu": (True, True), "Abs": (False, True),
-    "Recip": (False, True),
+    "Recip": (False, True), "Softplus": (True, True),
 }
 _SHAPES = ([1], [7, 13], [65, 33])
 
