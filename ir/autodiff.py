@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import GraphError
 from .graph import Graph, Node, NodeId
-from .ops import OPS
+from .ops import OPS, ROPE_ATTRS
 from .ops_backward import UNARY_DERIVATIVES  # importing it registers the gradient ops
 from .types import DType, TensorType
 
@@ -449,7 +449,7 @@ def _embedding_vjp(b, node, dy, want):
     return [None, b.emit("ScatterAdd", (idx, dy), vocab_size=b.type(table).shape[0])]
 
 
-_ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch")
+_ROPE_ATTRS = ROPE_ATTRS
 _ATTN_ATTRS = ("num_heads", "num_kv_heads", "head_dim", "batch")
 
 

@@ -312,7 +312,52 @@ def _rope(ts, a):
     _need(a["pairing"] in ("half", "adjacent"), f"pairing must be half or adjacent, got {a['pairing']!r}")
     _need(a["batch"] >= 1 and x.shape[0] % a["batch"] == 0,
           f"{x.shape[0]} rows do not split into batch={a['batch']} sequences")
+    _check_rope_scaling(a.get("scaling"))
     return x
+
+
+#: RoPE frequency scalings (the ``scaling`` attribute of the RoPE ops), with their parameters:
+#: Hugging Face ``modeling_rope_utils`` rope types ``linear`` and ``llama3``.
+ROPE_SCALINGS = {"linear": ("factor",),
+                 "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
+def _check_rope_scaling(scaling) -> None:
+    if scaling is None:
+        return
+    _need(isinstance(scaling, tuple) and scaling and scaling[0] in ROPE_SCALINGS,
+          f"scaling must be None or a tuple (kind, *parameters) with kind in {sorted(ROPE_SCALINGS)}, got {scaling!r}")
+    names = ROPE_SCALINGS[scaling[0]]
+    _need(len(scaling) == 1 + len(names) and all(isinstance(v, (int, float)) and v > 0 for v in scaling[1:]),
+          f"scaling {scaling[0]!r} takes {len(names)} positive numbers ({', '.join(names)}), got {scaling[1:]!r}")
+    if scaling[0] == "llama3":
+        _need(scaling[3] > scaling[2], f"llama3 scaling needs high_freq_factor > low_freq_factor, got {scaling!r}")
+
+
+def rope_inv_freq(theta: float, head_dim: int, scaling: tuple | None = None) -> np.ndarray:
+    """RoPE's frequencies, float64 [head_dim/2]: theta^(-2j/head_dim) (Su et al. 2021, eq. 15),
+    rescaled by ``scaling`` as Hugging Face ``transformers.modeling_rope_utils`` does.
+
+    ``None``: unscaled. ``("linear", factor)``: every frequency divided by factor
+    (``_compute_linear_scaling_rope_parameters``, position interpolation). ``("llama3", factor,
+    low_freq_factor, high_freq_factor, original_max_position_embeddings)``
+    (``_compute_llama3_parameters``, Llama 3.1): with wavelength 2 pi / f and L the original
+    context, f is kept where the wavelength is below L / high_freq_factor, divided by factor
+    above L / low_freq_factor, and in between interpolated as (1 - s) f / factor + s f with
+    s = (L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor).
+    """
+    inv_freq = theta ** (-2.0 * np.arange(head_dim // 2) / head_dim)
+    if scaling is None:
+        return inv_freq
+    kind, factor, *rest = scaling
+    if kind == "linear":
+        return inv_freq / factor
+    low, high, context = rest
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (context / wavelen - low) / (high - low)
+    interpolated = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return np.where(wavelen < context / high, inv_freq,
+                    np.where(wavelen > context / low, inv_freq / factor, interpolated))
 
 
 def rope_pairs(head_dim: int, pairing: str) -> tuple[np.ndarray, np.ndarray]:
@@ -320,7 +365,7 @@ def rope_pairs(head_dim: int, pairing: str) -> tuple[np.ndarray, np.ndarray]:
 
     ``half``: (j, j + head_dim/2), the GPT-NeoX / Hugging Face layout. ``adjacent``:
     (2j, 2j+1), the original RoFormer layout that llama.cpp's permuted Q/K weights use.
-    Pair j rotates by angle pos * theta^(-2j/head_dim) (Su et al. 2021, eq. 15).
+    Pair j rotates by angle pos * inv_freq[j] (:func:`rope_inv_freq`).
     """
     j = np.arange(head_dim // 2)
     if pairing == "half":
@@ -328,14 +373,20 @@ def rope_pairs(head_dim: int, pairing: str) -> tuple[np.ndarray, np.ndarray]:
     return 2 * j, 2 * j + 1
 
 
+def rope_angles(rows: int, a: dict) -> np.ndarray:
+    """float64 [rows, head_dim/2]: the angle of each pair at each row, for the RoPE-family
+    attributes ``a`` (row r has position pos_offset + r mod (rows / batch))."""
+    hd = a["head_dim"]
+    seq = rows // a.get("batch", 1)
+    pos = (np.arange(rows) % seq + a["pos_offset"])[:, None].astype(np.float64)
+    return pos * rope_inv_freq(a["theta"], hd, a.get("scaling"))[None, :]
+
+
 def _rope_ref(xs, a):
     x = xs[0]
-    hd, theta = a["head_dim"], a["theta"]
-    seq = x.shape[0] // a["batch"]
-    pos = (np.arange(x.shape[0]) % seq + a["pos_offset"])[:, None].astype(np.float64)
+    hd = a["head_dim"]
     first, second = rope_pairs(hd, a["pairing"])
-    inv_freq = theta ** (-2.0 * np.arange(hd // 2) / hd)
-    ang = pos * inv_freq[None, :]
+    ang = rope_angles(x.shape[0], a)
     cos, sin = np.cos(ang), np.sin(ang)
     out = x.copy()
     for h in range(x.shape[1] // hd):
@@ -346,11 +397,13 @@ def _rope_ref(xs, a):
     return out
 
 
-register(OpDef("RoPE", 1, 1, _rope, _rope_ref,
-               attrs=("theta", "head_dim", "pos_offset", "pairing", "batch"),
-               defaults={"pos_offset": 0, "pairing": "half", "batch": 1},
+#: The attributes every RoPE-family op (RoPE, RoPEGrad, CausalAttentionRoPE) shares.
+ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch", "scaling")
+ROPE_DEFAULTS = {"pos_offset": 0, "pairing": "half", "batch": 1, "scaling": None}
+
+register(OpDef("RoPE", 1, 1, _rope, _rope_ref, attrs=ROPE_ATTRS, defaults=ROPE_DEFAULTS,
                doc="rotary position embedding (Su et al. 2021); row r has position "
-                   "pos_offset + r mod (rows / batch)"))
+                   "pos_offset + r mod (rows / batch); frequencies as ops.rope_inv_freq"))
 
 
 def _attention(ts, a):

@@ -29,6 +29,8 @@ from scipy.special import erf
 
 from .ops import (
     F32,
+    ROPE_ATTRS,
+    ROPE_DEFAULTS,
     U32,
     OpDef,
     _attention,
@@ -38,6 +40,7 @@ from .ops import (
     _sigmoid,
     _softmax_ref,
     register,
+    rope_angles,
     rope_pairs,
 )
 from .types import TensorType
@@ -396,9 +399,7 @@ _register_grad(OpDef("ScatterAdd", 2, 2, _scatter_add, _scatter_add_ref, attrs=(
 def _rope_grad_ref(xs, a):
     dy = xs[0]
     hd = a["head_dim"]
-    seq = dy.shape[0] // a["batch"]
-    pos = (np.arange(dy.shape[0]) % seq + a["pos_offset"])[:, None].astype(np.float64)
-    ang = pos * (a["theta"] ** (-2.0 * np.arange(hd // 2) / hd))[None, :]
+    ang = rope_angles(dy.shape[0], a)
     cos, sin = np.cos(ang), np.sin(ang)
     first, second = rope_pairs(hd, a["pairing"])
     out = dy.copy()
@@ -411,8 +412,7 @@ def _rope_grad_ref(xs, a):
 
 
 _register_grad(OpDef("RoPEGrad", 1, 1, _rope, _rope_grad_ref,
-                     attrs=("theta", "head_dim", "pos_offset", "pairing", "batch"),
-                     defaults={"pos_offset": 0, "pairing": "half", "batch": 1},
+                     attrs=ROPE_ATTRS, defaults=ROPE_DEFAULTS,
                      doc="dx = R(pos)^T dy: each pair rotated by -angle, the inverse of RoPE with the same "
                          "attributes (the rotation is orthogonal); inputs [dy] (seed: RoPEGrad)"))
 

@@ -38,6 +38,10 @@ def _rows_fit(op: str, pos: np.ndarray, rows: int, cache_rows: int) -> int:
 
 # --- RoPEDynamic: RoPE whose position offset is an input --------------------------------------
 
+#: The RoPE attributes of RoPEDynamic and of the fused forms below (no pos_offset, no batch).
+_ROPE_ATTRS = ("theta", "head_dim", "pairing", "scaling")
+_ROPE_DEFAULTS = {"pairing": "half", "scaling": None}
+
 
 def _rope_dynamic(ts, a):
     x, offset = ts
@@ -51,8 +55,7 @@ def _rope_dynamic_ref(xs, a):
 
 
 register(OpDef(
-    "RoPEDynamic", 2, 2, _rope_dynamic, _rope_dynamic_ref, attrs=("theta", "head_dim", "pairing"),
-    defaults={"pairing": "half"},
+    "RoPEDynamic", 2, 2, _rope_dynamic, _rope_dynamic_ref, attrs=_ROPE_ATTRS, defaults=_ROPE_DEFAULTS,
     doc="RoPE (Su et al. 2021) of x [rows, heads*head_dim] where row r has position offset[0] + r; "
         "inputs [x, offset u32[1]] (seed: rope_dynamic_offset). Pairing as RoPE's (ops.rope_pairs)",
 ))
@@ -128,9 +131,6 @@ register(OpDef(
 
 # --- fused forms the attention rules create: the rotation moved into its reader -----------------
 
-_ROPE_ATTRS = ("theta", "head_dim", "pairing")
-
-
 def _cache_write_rope(ts, a):
     cache, new, pos = ts
     _rope_dynamic([new, pos], a)
@@ -144,7 +144,7 @@ def _cache_write_rope_ref(xs, a):
 
 register(OpDef(
     "CacheWriteRoPE", 3, 3, _cache_write_rope, _cache_write_rope_ref, attrs=_ROPE_ATTRS, writes=0,
-    defaults={"pairing": "half"},
+    defaults=_ROPE_DEFAULTS,
     doc="CacheWrite(cache, RoPEDynamic(new, pos), pos) in one kernel: cache[pos + r] <- new[r] rotated "
         "(Su et al. 2021) at position pos + r, in place; inputs [cache [max_seq, W] (a state tensor), "
         "new [n, W], pos u32[1]]; the value is the whole updated cache. Raises InputError (reference) "
@@ -165,7 +165,7 @@ def _cached_attention_rope_ref(xs, a):
 
 register(OpDef(
     "CachedAttentionRoPE", 4, 4, _cached_attention_rope, _cached_attention_rope_ref,
-    attrs=(*_ATTRS, "theta", "pairing"), defaults={"pairing": "half"},
+    attrs=(*_ATTRS, *_ROPE_ATTRS), defaults=_ROPE_DEFAULTS,
     doc="CachedAttention(RoPEDynamic(q, pos), k_cache, v_cache, pos) in one kernel: the query rows are "
         "rotated (Su et al. 2021) at positions pos..pos+n-1 as they are loaded; inputs [q [n, H*D], "
         "k_cache, v_cache [max_seq, KV*D], pos u32[1]]; output [n, H*D]",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .ops import (
+    ROPE_ATTRS,
+    ROPE_DEFAULTS,
     UNARY_FNS,
     OpDef,
     ShapeError,
@@ -137,8 +139,8 @@ def _attention_rope_ref(xs, a):
 
 register(OpDef(
     "CausalAttentionRoPE", 1, 3, _attention_rope, _attention_rope_ref,
-    attrs=("num_heads", "num_kv_heads", "head_dim", "batch", "theta", "pos_offset", "pairing"),
-    defaults={"batch": 1, "pos_offset": 0, "pairing": "half"},
+    attrs=("num_heads", "num_kv_heads", *ROPE_ATTRS),
+    defaults=ROPE_DEFAULTS,
     doc="CausalAttention(RoPE(q), RoPE(k), v): the rotation is applied inside the attention kernel "
         "(seed: CausalAttentionRoPE). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] projection "
         "whose columns are q, k, v in that order",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..ir.errors import LoweringError
 from ..ir.graph import Node
+from ..ir.ops import rope_inv_freq
 from ..ir.types import TensorType
 from .wgsl import render, shader_text, uniform_bytes
 
@@ -269,9 +270,10 @@ def _reduce_all(node: Node, ins: list[TensorType]) -> KernelCall:
 # --- transformer -------------------------------------------------------------------------
 
 
-def _inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
-    # RoPE frequencies theta^(-2j/head_dim), computed in float64, padded to ``slots`` floats.
-    inv_freq = [float(theta ** (-2.0 * j / head_dim)) for j in range(head_dim // 2)]
+def _inv_freq(attrs: dict, slots: int) -> list[float]:
+    # RoPE frequencies (ir.ops.rope_inv_freq: theta, head_dim, scaling), computed in float64,
+    # padded to ``slots`` floats.
+    inv_freq = [float(f) for f in rope_inv_freq(attrs["theta"], attrs["head_dim"], attrs.get("scaling"))]
     return inv_freq + [0.0] * (slots - len(inv_freq))
 
 
@@ -290,7 +292,7 @@ def rope_uniform(node: Node, batch: int, pos_offset: float, sign: float = 1.0,
         raise LoweringError(f"{node.op} (node {node.id}, {node.type}): head_dim {hd} is above the "
                             f"kernel's maximum of {MAX_ROPE_HEAD_DIM}")
     n = rows * width // 2
-    inv_freq = [sign * f for f in _inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2)]
+    inv_freq = [sign * f for f in _inv_freq(a, MAX_ROPE_HEAD_DIM // 2)]
     params = uniform_bytes(*inv_freq, n, width // 2, hd // 2,
                            rows // batch, pos_offset, int(a["pairing"] == "adjacent"))
     return params, n
@@ -307,7 +309,7 @@ def _rope(node: Node, ins: list[TensorType]) -> KernelCall:
 
 #: The uniform fields attention_qk_rope.wgsl reads (they come first: the array is 16-byte
 #: aligned). pos_offset is not among them: it cancels out of every score (see that file).
-_ATTENTION_ROPE_PARAMS = """    inv_freq: array<vec4<f32>, 32>,  // theta^(-2t/HD), t < HD/2, from the host in float64
+_ATTENTION_ROPE_PARAMS = """    inv_freq: array<vec4<f32>, 32>,  // ir.ops.rope_inv_freq, t < HD/2, host float64
     adjacent: u32,                   // 1 for the 'adjacent' pairing, 0 for 'half'"""
 
 
@@ -406,7 +408,7 @@ def _attention(node: Node, ins: list[TensorType]) -> KernelCall:
     total = batch * nh * q_blocks
     rope_params = []
     if rope:
-        rope_params = [*_inv_freq(a["theta"], hd, MAX_ATTENTION_HEAD_DIM // 2), int(a["pairing"] == "adjacent")]
+        rope_params = [*_inv_freq(a, MAX_ATTENTION_HEAD_DIM // 2), int(a["pairing"] == "adjacent")]
     width = (nh + 2 * nkv) * hd
     strides = (width, width, nh * hd, (nh + nkv) * hd) if packed else (nh * hd, nkv * hd, 0, 0)
     params = uniform_bytes(*rope_params, seq, nh, nkv, nh // nkv, q_blocks, total, float(1.0 / math.sqrt(hd)),

@@ -72,6 +72,6 @@ def _cached_attention(node: Node, ins: list[TensorType]) -> KernelCall:
     total = ins[0].shape[0] * nh
     rope_params = []
     if rope:
-        rope_params = [*_inv_freq(a["theta"], hd, MAX_ATTENTION_HEAD_DIM // 2), int(a["pairing"] == "adjacent")]
+        rope_params = [*_inv_freq(a, MAX_ATTENTION_HEAD_DIM // 2), int(a["pairing"] == "adjacent")]
     params = uniform_bytes(*rope_params, nh, nh // nkv, total, float(1.0 / math.sqrt(hd)), nh * hd, nkv * hd)
     return KernelCall(f"cached_attention_hd{hd}" + ("_rope" if rope else ""), src, params, total)

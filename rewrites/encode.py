@@ -20,9 +20,9 @@ from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, Epi, T, TList, rope_fits_
 
 LEAF_CONSTRUCTORS = {"Input": T.input, "Parameter": T.parameter, "Constant": T.constant}
 _ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim", "batch")
-_ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch")
+_ROPE_ATTRS = ("theta", "head_dim", "pos_offset", "pairing", "batch", "scaling")
 _CACHED_ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim")
-_ROPE_DYNAMIC_ATTRS = ("theta", "head_dim", "pairing")
+_ROPE_DYNAMIC_ATTRS = ("theta", "head_dim", "pairing", "scaling")
 
 
 class Call(NamedTuple):
