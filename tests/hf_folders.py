@@ -331,10 +331,11 @@ def encoder_weights(cfg: dict, seed: int = 0, prefix: str = "") -> dict[str, np.
 
 def write_weights(folder: Path, weights: dict[str, np.ndarray], shards: int = 1, dtype: str = "float32") -> None:
     """model.safetensors, or ``shards`` files and the index as ``save_pretrained`` names them."""
-    if dtype == "bfloat16":
+    if dtype in ("bfloat16", "float16"):
         import ml_dtypes
 
-        weights = {k: v.astype(ml_dtypes.bfloat16) if v.dtype == np.float32 else v for k, v in weights.items()}
+        kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+        weights = {k: v.astype(kind) if v.dtype == np.float32 else v for k, v in weights.items()}
     if shards == 1:
         save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
         return

@@ -105,10 +105,13 @@ def test_sharded_checkpoint(hf_folder):
     assert all(np.array_equal(sharded.params[k], one.params[k]) for k in one.params)
 
 
-def test_bfloat16_weights(hf_folder):
+def test_half_precision_weights(hf_folder):
     model = check_against_oracle(hf_folder("qwen3-bf16", "decoder", "qwen3", generation=5, dtype="bfloat16"))
     assert model.dtype == "bfloat16" and model.params["token_embd.weight"].dtype == np.float32
     assert np.unique(model.params["token_embd.weight"].view(np.uint32) & 0xFFFF).tolist() == [0]  # bf16 values
+    half = check_against_oracle(hf_folder("llama-fp16", "decoder", "llama", dtype="float16"))
+    assert half.dtype == "float16" and np.array_equal(half.params["token_embd.weight"].astype(np.float16),
+                                                      half.params["token_embd.weight"])
 
 
 def test_sliding_window_bounds_the_context(hf_folder):
