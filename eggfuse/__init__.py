@@ -8,10 +8,13 @@ Graphs (``eggfuse.ir``) are encoded into egglog, fused by declarative rulesets
     result = eggfuse.embed(["A man is eating food.", "A man is eating pasta."])
     result.embeddings          # float32 [2, 384]
     result.similarity()        # cosine similarity [2, 2]
+
+    model = eggfuse.load_model("path/to/model")   # a Hugging Face folder or a .gguf file
+    eggfuse.generate("Hello", model=model)        # or eggfuse.embed([...], model=...) for an encoder
 """
 
 from eggfuse.api import Compiled, EmbedResult, compile, embed
-from eggfuse.generate import GenerateResult, Generator, generate  # noqa: F401  (SmolLM2 text generation)
+from eggfuse.generate import GenerateResult, Generator, generate  # noqa: F401  (text generation)
 from eggfuse.ir import (
     DeviceError,
     DType,
@@ -26,6 +29,7 @@ from eggfuse.ir import (
     evaluate,
 )
 from eggfuse.ir.optim import SGD, Adam
+from eggfuse.models.hf import load_model
 
 _REWRITES = ("CostModel", "KernelInfo", "Report", "optimize")
 
@@ -46,5 +50,5 @@ def __getattr__(name: str):
 __all__ = [
     "SGD", "Adam", "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "Graph",
     "GraphError", "InputError", "KernelInfo", "LoweringError", "ModelError", "Report", "RewriteError", "TensorType",
-    "Trainer", "compile", "embed", "evaluate", "optimize",
+    "Trainer", "compile", "embed", "evaluate", "load_model", "optimize",
 ]

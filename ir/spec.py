@@ -42,10 +42,26 @@ def need_f32(t: TensorType, what: str) -> None:
 #: An attribute without a default must be given.
 REQUIRED = object()
 
-#: Attribute kinds and the Python type each value is normalised to. "epilogue" is a tuple of
-#: step names (a fused matmul's store chain, encoded in egglog as an ``Epi`` term); "array"
-#: and "type" belong to leaves and never enter the e-graph.
-ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "epilogue", "array", "type")
+#: Attribute kinds and the Python type each value is normalised to. "json" is None, a number, a
+#: string or a tuple of them (nested), encoded in egglog as its JSON text (RoPE's ``scaling``);
+#: "epilogue" is a tuple of step names (a fused matmul's store chain, encoded in egglog as an
+#: ``Epi`` term); "array" and "type" belong to leaves and never enter the e-graph.
+ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "json", "epilogue", "array", "type")
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as a canonical "json" attribute: tuples for lists, finite floats; ValueError else."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not finite")
+        return float(value)
+    if isinstance(value, list | tuple):
+        return tuple(json_value(v) for v in value)
+    raise ValueError(f"{value!r} is not None, a number, a string or a tuple of them")
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,8 @@ class Attr:
             return out
         if k == "floats":
             return tuple(float(v) for v in value)
+        if k == "json":
+            return json_value(value)
         if k == "epilogue":
             out = tuple(value)
             if not all(isinstance(s, str) for s in out):

@@ -8,6 +8,7 @@ The graph is written as one egglog program (text) and run in one call (see
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ def literal(value: Any, kind: str) -> str:
         return "(vec-of" + "".join(f" {int(v)}" for v in value) + ")"
     if kind == "floats":
         return "(vec-of" + "".join(f" {float(v)!r}" for v in value) + ")"
+    if kind == "json":
+        return literal(json.dumps(value), "str")
     raise ValueError(f"attribute kind {kind} has no egglog literal")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import OPS, RewriteError, TensorType
-from ..ir.spec import ShapeError
+from ..ir.spec import ShapeError, json_value
 from . import egglog_private
 from .cost import CostModel, epilogue_operand_info, kernel_info
 from .encode import Encoding
@@ -51,6 +51,8 @@ def literal(nodes: dict, node_id: str, kind: str):
         return float(op)
     if kind == "bool":
         return op == "true"
+    if kind == "json":
+        return json_value(json.loads(json.loads(op)))
     return json.loads(op)
 
 

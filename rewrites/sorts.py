@@ -7,7 +7,7 @@ arguments are, in order:
 
 - the op's egglog attributes (``OpSpec.egg_attrs``) in declaration order, typed by kind:
   int ``i64``, float ``f64``, str ``String``, bool ``Bool``, ints ``Vec[i64]``, floats
-  ``Vec[f64]``;
+  ``Vec[f64]``, json a ``String`` of its JSON text;
 - its tensor inputs, one ``T`` each; an op with a variadic tail (``"*name"``, Concat) takes
   one ``TList`` of them instead, and an op with optional inputs (``"name?"``) has one
   constructor per arity, named ``<Op>`` with every input and ``<Op>_<n>`` with n of them (a
@@ -100,7 +100,8 @@ def last_step(e: Epi) -> String: ...
 ANALYSES = (shape, epilogue_without_add, last_step)
 
 #: egglog sort of each attribute kind.
-ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec[i64], "floats": Vec[f64]}
+ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec[i64], "floats": Vec[f64],
+              "json": String}
 
 
 @dataclass(frozen=True)

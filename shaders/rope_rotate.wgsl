@@ -6,7 +6,7 @@
 // fields of ir/ops/transformer.py rope_params.
 // Pair j of a head at row r rotates (x[i0], x[i1]) by the angle pos * inv_freq[j],
 // pos = offset + r mod seq. Pairs are (j, j + head_dim/2) for the 'half' layout and
-// (2j, 2j + 1) for 'adjacent'. inv_freq = theta^(-2j/head_dim) is computed on the host in
+// (2j, 2j + 1) for 'adjacent'. inv_freq (ir.ops.rope_inv_freq) is computed on the host in
 // float64 and passed in the uniform (head_dim <= 512).
 
 // Rotate pair q (< p.n) with positions starting at `offset`; store it out_row0 rows down.

@@ -36,15 +36,20 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 def bert_hidden_states(weights: dict[str, np.ndarray], input_ids: np.ndarray, attention_mask: np.ndarray,
                        num_heads: int, eps: float = 1e-12,
-                       token_type_ids: np.ndarray | None = None) -> np.ndarray:
-    """Last hidden state [B, S, H] (float64) of ``BertModel`` for int ids [B, S] and a 0/1 mask [B, S]."""
-    w = {k.removeprefix("bert."): np.asarray(v, dtype=np.float64) for k, v in weights.items()
-         if np.issubdtype(np.asarray(v).dtype, np.floating)}
+                       token_type_ids: np.ndarray | None = None, position_ids: np.ndarray | None = None) -> np.ndarray:
+    """Last hidden state [B, S, H] (float64) of ``BertModel`` for int ids [B, S] and a 0/1 mask [B, S].
+
+    ``position_ids`` [B, S] default to 0..S-1 (BERT); RoBERTa's start after the padding id.
+    Names may carry a ``bert.`` or ``roberta.`` prefix.
+    """
+    w = {k.removeprefix("bert.").removeprefix("roberta."): np.asarray(v, dtype=np.float64)
+         for k, v in weights.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
     ids = np.asarray(input_ids).astype(np.int64)
     b, s = ids.shape
     types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids).astype(np.int64)
+    positions = np.tile(np.arange(s), (b, 1)) if position_ids is None else np.asarray(position_ids, dtype=np.int64)
     x = (w["embeddings.word_embeddings.weight"][ids]
-         + w["embeddings.position_embeddings.weight"][np.arange(s)][None, :, :]
+         + w["embeddings.position_embeddings.weight"][positions]
          + w["embeddings.token_type_embeddings.weight"][types])
     x = _layer_norm(x, w, "embeddings.LayerNorm", eps)
     h = x.shape[-1]

@@ -19,7 +19,7 @@ from ..errors import LoweringError
 from ..kernel import Buffer, Include, Kernel
 from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
 from ..types import TensorType
-from .transformer import ROPE_ATTR_NAMES, inv_freq, rope_ref, rope_rule
+from .transformer import ROPE_ATTR_NAMES, SCALING, inv_freq, rope_ref, rope_rule
 
 FAMILY = "attention"
 
@@ -149,8 +149,7 @@ def attention_grads(do, q, k, v, a, causal: bool, key_mask=None):
 #: aligned). pos_offset is not among them: it cancels out of every score (see that file).
 def rope_uniform_fields(node) -> tuple:
     a = node.attrs
-    return (("inv_freq", f"array<vec4<f32>, {MAX_ATTENTION_HEAD_DIM // 8}>",
-             inv_freq(a["theta"], a["head_dim"], MAX_ATTENTION_HEAD_DIM // 2)),
+    return (("inv_freq", f"array<vec4<f32>, {MAX_ATTENTION_HEAD_DIM // 8}>", inv_freq(a, MAX_ATTENTION_HEAD_DIM // 2)),
             ("adjacent", "u32", int(a["pairing"] == "adjacent")))
 
 
@@ -314,7 +313,7 @@ def _attention_rope_vjp(b, node, dy, want):
 
 
 op("CausalAttentionRoPE", ("q", "k?", "v?"), _attention_rope, _attention_rope_ref,
-   attrs=(*_ATTN_ATTRS, Attr("theta", "float"), Attr("pos_offset", "int", 0), Attr("pairing", "str", "half")),
+   attrs=(*_ATTN_ATTRS, Attr("theta", "float"), Attr("pos_offset", "int", 0), Attr("pairing", "str", "half"), SCALING),
    vjp=_attention_rope_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="CausalAttention(RoPE(q), RoPE(k), v): the rotation is applied inside the attention kernel (seed: "
        "CausalAttentionRoPE). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] projection whose columns are "
@@ -343,13 +342,14 @@ def _rope_into_attention(e):
     q, k, v = e.vars("q k v")
     nh, nkv, hd, batch, pos = e.vars("nh nkv hd batch pos", e.i64)
     (theta,) = e.vars("theta", e.f64)
-    (pairing,) = e.vars("pairing", e.String)
-    rope = dict(theta=theta, head_dim=hd, pos_offset=pos, pairing=pairing, batch=batch)
+    pairing, scaling = e.vars("pairing scaling", e.String)
+    rope = dict(theta=theta, head_dim=hd, pos_offset=pos, pairing=pairing, batch=batch, scaling=scaling)
     attn = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
     # CausalAttention(RoPE(q), RoPE(k), v) -> CausalAttentionRoPE(q, k, v)   if head size and sequences agree
     yield e.equal("CausalAttention(RoPE(q), RoPE(k), v) -> CausalAttentionRoPE(q, k, v)",
                   e.CausalAttention(e.RoPE(q, **rope), e.RoPE(k, **rope), v, **attn),
-                  e.CausalAttentionRoPE(q, k, v, **attn, theta=theta, pos_offset=pos, pairing=pairing),
+                  e.CausalAttentionRoPE(q, k, v, **attn, theta=theta, pos_offset=pos, pairing=pairing,
+                                        scaling=scaling),
                   example=example(_llama_attention))
 
 

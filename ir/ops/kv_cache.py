@@ -27,7 +27,7 @@ from .attention import (
     check_heads,
     rope_uniform_fields,
 )
-from .transformer import rope_params, rope_ref, rope_rule
+from .transformer import SCALING, rope_params, rope_ref, rope_rule
 
 FAMILY = "kv_cache"
 
@@ -52,7 +52,7 @@ def _rows_fit(op_name: str, pos: np.ndarray, rows: int, cache_rows: int) -> int:
     return p
 
 
-_ROPE_DYNAMIC_ATTRS = (Attr("theta", "float"), Attr("head_dim", "int"), Attr("pairing", "str", "half"))
+_ROPE_DYNAMIC_ATTRS = (Attr("theta", "float"), Attr("head_dim", "int"), Attr("pairing", "str", "half"), SCALING)
 
 
 # --- RoPEDynamic: RoPE whose position offset is an input --------------------------------------
@@ -214,7 +214,7 @@ def _cached_attention_rope_ref(xs, a):
 
 
 op("CachedAttentionRoPE", ("q", "k_cache", "v_cache", "pos"), _cached_attention_rope, _cached_attention_rope_ref,
-   attrs=(*_CACHED_ATTRS, Attr("theta", "float"), Attr("pairing", "str", "half")), vjp=INFERENCE,
+   attrs=(*_CACHED_ATTRS, Attr("theta", "float"), Attr("pairing", "str", "half"), SCALING), vjp=INFERENCE,
    kernel=_cached_attention_kernel, flops=_cached_flops,
    doc="CachedAttention(RoPEDynamic(q, pos), k_cache, v_cache, pos) in one kernel: the query rows are rotated "
        "(Su et al. 2021) at positions pos..pos+n-1 as they are loaded; inputs [q [n, H*D], k_cache, v_cache "
@@ -248,8 +248,8 @@ def _rope_into_cache(e):
     c, k, q, kc, vc, p = e.vars("c k q kc vc p")
     (theta,) = e.vars("theta", e.f64)
     (hd,) = e.vars("hd", e.i64)
-    (pairing,) = e.vars("pairing", e.String)
-    rope = dict(theta=theta, head_dim=hd, pairing=pairing)
+    pairing, scaling = e.vars("pairing scaling", e.String)
+    rope = dict(theta=theta, head_dim=hd, pairing=pairing, scaling=scaling)
     # CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)
     yield e.equal("CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)",
                   e.CacheWrite(c, e.RoPEDynamic(k, p, **rope), p), e.CacheWriteRoPE(c, k, p, **rope),
@@ -260,5 +260,5 @@ def _rope_into_cache(e):
                   e.CachedAttention(e.RoPEDynamic(q, p, **rope), kc, vc, p, num_heads=nh, num_kv_heads=nkv,
                                     head_dim=hd),
                   e.CachedAttentionRoPE(q, kc, vc, p, num_heads=nh, num_kv_heads=nkv, head_dim=hd, theta=theta,
-                                        pairing=pairing),
+                                        pairing=pairing, scaling=scaling),
                   example=example(lambda g, dim: _decode_step(g, dim, attention=True)))

@@ -6,6 +6,8 @@ kernels apply the same rotation.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import InputError, LoweringError
@@ -87,9 +89,54 @@ op("ScatterAdd", ("indices", "src"), _scatter_add, _scatter_add_ref, attrs=(Attr
 
 # --- RoPE ------------------------------------------------------------------------------------
 
+#: RoPE frequency scalings (the ``scaling`` attribute of the RoPE ops), with their parameters:
+#: Hugging Face ``modeling_rope_utils`` rope types ``linear`` and ``llama3``.
+ROPE_SCALINGS = {"linear": ("factor",),
+                 "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+#: The ``scaling`` attribute every RoPE-family op takes: None, or (kind, *parameters).
+SCALING = Attr("scaling", "json", None, "None or (kind, *parameters), kind in ROPE_SCALINGS")
 ROPE_ATTRS = (Attr("theta", "float"), Attr("head_dim", "int"), Attr("pos_offset", "int", 0),
-              Attr("pairing", "str", "half"), Attr("batch", "int", 1))
+              Attr("pairing", "str", "half"), Attr("batch", "int", 1), SCALING)
 ROPE_ATTR_NAMES = tuple(a.name for a in ROPE_ATTRS)
+
+
+def check_rope_scaling(scaling) -> None:
+    """ShapeError unless ``scaling`` is None or a valid (kind, *parameters)."""
+    if scaling is None:
+        return
+    need(isinstance(scaling, tuple) and len(scaling) > 0 and scaling[0] in ROPE_SCALINGS,
+         f"scaling must be None or a tuple (kind, *parameters) with kind in {sorted(ROPE_SCALINGS)}, got {scaling!r}")
+    names = ROPE_SCALINGS[scaling[0]]
+    need(len(scaling) == 1 + len(names) and all(isinstance(v, int | float) and v > 0 for v in scaling[1:]),
+         f"scaling {scaling[0]!r} takes {len(names)} positive numbers ({', '.join(names)}), got {scaling[1:]!r}")
+    if scaling[0] == "llama3":
+        need(scaling[3] > scaling[2], f"llama3 scaling needs high_freq_factor > low_freq_factor, got {scaling!r}")
+
+
+def rope_inv_freq(theta: float, head_dim: int, scaling: tuple | None = None) -> np.ndarray:
+    """RoPE's frequencies, float64 [head_dim/2]: theta^(-2j/head_dim) (Su et al. 2021, eq. 15),
+    rescaled by ``scaling`` as Hugging Face ``transformers.modeling_rope_utils`` does.
+
+    ``None``: unscaled. ``("linear", factor)``: every frequency divided by factor
+    (``_compute_linear_scaling_rope_parameters``, position interpolation). ``("llama3", factor,
+    low_freq_factor, high_freq_factor, original_max_position_embeddings)``
+    (``_compute_llama3_parameters``, Llama 3.1): with wavelength 2 pi / f and L the original
+    context, f is kept where the wavelength is below L / high_freq_factor, divided by factor
+    above L / low_freq_factor, and in between interpolated as (1 - s) f / factor + s f with
+    s = (L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor).
+    """
+    freqs = theta ** (-2.0 * np.arange(head_dim // 2) / head_dim)
+    if scaling is None:
+        return freqs
+    kind, factor, *rest = scaling
+    if kind == "linear":
+        return freqs / factor
+    low, high, context = rest
+    wavelen = 2 * math.pi / freqs
+    smooth = (context / wavelen - low) / (high - low)
+    interpolated = (1 - smooth) * freqs / factor + smooth * freqs
+    return np.where(wavelen < context / high, freqs, np.where(wavelen > context / low, freqs / factor, interpolated))
 
 
 def rope_rule(ts, a):
@@ -103,6 +150,7 @@ def rope_rule(ts, a):
     need(a["pairing"] in ("half", "adjacent"), f"pairing must be half or adjacent, got {a['pairing']!r}")
     batch = a.get("batch", 1)
     need(batch >= 1 and x.shape[0] % batch == 0, f"{x.shape[0]} rows do not split into batch={batch} sequences")
+    check_rope_scaling(a.get("scaling"))
     return x
 
 
@@ -111,7 +159,7 @@ def rope_pairs(head_dim: int, pairing: str) -> tuple[np.ndarray, np.ndarray]:
 
     ``half``: (j, j + head_dim/2), the GPT-NeoX / Hugging Face layout. ``adjacent``:
     (2j, 2j+1), the original RoFormer layout that llama.cpp's permuted Q/K weights use.
-    Pair j rotates by angle pos * theta^(-2j/head_dim) (Su et al. 2021, eq. 15).
+    Pair j rotates by angle pos * inv_freq[j] (:func:`rope_inv_freq`).
     """
     j = np.arange(head_dim // 2)
     if pairing == "half":
@@ -124,7 +172,7 @@ def _rotate(x, a, sign: float):
     seq = x.shape[0] // a.get("batch", 1)
     pos = (np.arange(x.shape[0]) % seq + a.get("pos_offset", 0))[:, None].astype(np.float64)
     first, second = rope_pairs(hd, a["pairing"])
-    ang = pos * (theta ** (-2.0 * np.arange(hd // 2) / hd))[None, :]
+    ang = pos * rope_inv_freq(theta, hd, a.get("scaling"))[None, :]
     cos, sin = np.cos(ang), sign * np.sin(ang)
     out = x.copy()
     for h in range(x.shape[1] // hd):
@@ -140,9 +188,10 @@ def rope_ref(xs, a):
     return _rotate(xs[0], a, 1.0)
 
 
-def inv_freq(theta: float, head_dim: int, slots: int) -> list[float]:
-    """RoPE frequencies theta^(-2j/head_dim), computed in float64, padded to ``slots`` floats."""
-    freqs = [float(theta ** (-2.0 * j / head_dim)) for j in range(head_dim // 2)]
+def inv_freq(attrs: dict, slots: int) -> list[float]:
+    """The RoPE frequencies of a node's attributes (:func:`rope_inv_freq`: theta, head_dim,
+    scaling), computed in float64, padded to ``slots`` floats for a uniform."""
+    freqs = [float(f) for f in rope_inv_freq(attrs["theta"], attrs["head_dim"], attrs.get("scaling"))]
     return freqs + [0.0] * (slots - len(freqs))
 
 
@@ -159,7 +208,7 @@ def rope_params(node, shape: tuple[int, int], batch: int, pos_offset: float, sig
         raise LoweringError(f"{node.op} (node {node.id}, {node.type}): head_dim {hd} is above the kernel's "
                             f"maximum of {MAX_ROPE_HEAD_DIM}")
     n = rows * width // 2
-    freqs = [sign * f for f in inv_freq(a["theta"], hd, MAX_ROPE_HEAD_DIM // 2)]
+    freqs = [sign * f for f in inv_freq(a, MAX_ROPE_HEAD_DIM // 2)]
     return (("inv_freq", f"array<vec4<f32>, {MAX_ROPE_HEAD_DIM // 8}>", freqs), ("n", "u32", n),
             ("half_width", "u32", width // 2), ("half_hd", "u32", hd // 2), ("seq", "u32", rows // batch),
             ("pos_offset", "f32", pos_offset), ("adjacent", "u32", int(a["pairing"] == "adjacent"))), n
@@ -180,7 +229,8 @@ def _rope_vjp(b, node, dy, want):
 
 op("RoPE", ("x",), rope_rule, rope_ref, attrs=ROPE_ATTRS, vjp=_rope_vjp, kernel=_rope_kernel,
    flops=lambda ins, out, a: 3 * out.num_elements,
-   doc="rotary position embedding (Su et al. 2021); row r has position pos_offset + r mod (rows / batch)")
+   doc="rotary position embedding (Su et al. 2021); row r has position pos_offset + r mod (rows / batch); "
+       "frequencies as transformer.rope_inv_freq (scaling: None, linear or llama3, as transformers)")
 op("RoPEGrad", ("dy",), rope_rule, lambda xs, a: _rotate(xs[0], a, -1.0), attrs=ROPE_ATTRS, vjp=NO_GRAD,
    kernel=_rope_kernel, flops=lambda ins, out, a: 3 * out.num_elements,
    doc="dx = R(pos)^T dy: each pair rotated by -angle, the inverse of RoPE with the same attributes (the "

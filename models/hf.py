@@ -1,0 +1,169 @@
+"""Model files: recognising a Hugging Face model folder or a GGUF file, and reading a folder's
+config and safetensors weights.
+
+A Hugging Face folder is recognised by its ``config.json`` and that file's ``model_type``;
+a sentence-transformers folder whose ``modules.json`` puts the transformer in a subfolder
+(``0_Transformer``) is followed there. Weights are ``model.safetensors``, or the shards that
+``model.safetensors.index.json`` lists (``model-00001-of-00002.safetensors`` ...), read with
+the ``safetensors`` library (bfloat16 through ``ml_dtypes``). Both generations of config
+files are read: ``torch_dtype`` (transformers 4) or ``dtype`` (transformers 5), and for
+decoders ``rope_theta`` + ``rope_scaling`` or ``rope_parameters`` (see :mod:`.hf_llama`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eggfuse.ir import ModelError
+
+from .text import read_json
+
+#: model_type values of the decoders (:mod:`.hf_llama`) and encoders (:mod:`.minilm`) that load.
+DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3")
+ENCODER_TYPES = ("bert", "roberta", "xlm-roberta")
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def load_model(path: Any):
+    """The model at ``path``: a :class:`.causal_lm.CausalLM` for a ``.gguf`` file or a folder of
+    a decoder (``model_type`` in :data:`DECODER_TYPES`), a :class:`.minilm.SentenceEncoder` for
+    a folder of an encoder (:data:`ENCODER_TYPES`). ``path`` may also name the folder's
+    ``config.json``.
+
+    Raises :class:`ModelError` naming the path and the file or setting at fault: no such
+    path, no ``config.json``, an unsupported ``model_type`` or setting, missing weights or
+    tensors.
+    """
+    p = Path(path).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        from .causal_lm import CausalLM
+
+        return CausalLM.load(p)
+    if p.is_file() and p.name == "config.json":
+        p = p.parent
+    if not p.exists():
+        raise ModelError(f"{p}: no such file or folder (give a Hugging Face model folder or a .gguf file)")
+    if not p.is_dir():
+        raise ModelError(f"{p}: not a model: give a Hugging Face model folder (with config.json) or a .gguf file")
+    folder = transformer_folder(p)
+    raw = read_config(folder)
+    model_type = raw.get("model_type")
+    if model_type in DECODER_TYPES:
+        from .hf_llama import load_causal_lm
+
+        return load_causal_lm(folder, raw)
+    if model_type in ENCODER_TYPES:
+        from .minilm import SentenceEncoder
+
+        return SentenceEncoder.load(p)
+    raise ModelError(f"{folder / 'config.json'}: model_type {model_type!r} is not supported; supported: "
+                     f"{', '.join(DECODER_TYPES)} (decoders), {', '.join(ENCODER_TYPES)} (encoders)")
+
+
+def transformer_folder(root: Path) -> Path:
+    """The folder holding the transformer's config.json: ``root``, or the path of the
+    ``Transformer`` module that a sentence-transformers ``modules.json`` names."""
+    modules = root / "modules.json"
+    if modules.is_file():
+        for module in read_json(modules):
+            if isinstance(module, dict) and str(module.get("type", "")).endswith(".Transformer"):
+                return root / module.get("path", "")
+    return root
+
+
+def read_config(folder: Path) -> dict:
+    """``config.json`` of a model folder as a dict; ModelError when it is missing or malformed."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelError(f"{folder}: not a Hugging Face model folder: no config.json (and not a .gguf file)")
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise ModelError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    if raw.get("quantization_config"):
+        method = raw["quantization_config"].get("quant_method", "?") if isinstance(raw["quantization_config"],
+                                                                                  dict) else "?"
+        raise ModelError(f"{path}: quantized checkpoints (quantization_config, {method!r}) are not supported; "
+                         "use the unquantized model")
+    return raw
+
+
+def config_dtype(raw: dict, where: str) -> str:
+    """The stored weights' type a config names: ``dtype`` (transformers 5) or ``torch_dtype``
+    (transformers 4); ``float32`` when neither is set. ModelError for another type."""
+    dtype = raw.get("dtype") or raw.get("torch_dtype") or "float32"
+    dtype = str(dtype).removeprefix("torch.")
+    if dtype not in DTYPES:
+        raise ModelError(f"{where}: dtype {dtype!r} is not supported (only {', '.join(DTYPES)})")
+    return dtype
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a folder: the shards of ``model.safetensors.index.json`` if
+    present, else ``model.safetensors``. Raises ModelError naming what is missing."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelError(f"{index}: no weight_map (tensor name -> shard file)")
+        files = [folder / name for name in dict.fromkeys(weight_map.values())]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ModelError(f"{folder}: missing weight shard(s) {', '.join(missing)} listed in {INDEX_FILE}")
+        return files
+    path = folder / WEIGHTS_FILE
+    if not path.is_file():
+        others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
+        hint = (f"; the folder has {', '.join(others)} only: save it as safetensors (transformers: "
+                "model.save_pretrained(dir, safe_serialization=True))") if others else ""
+        raise ModelError(f"{folder}: missing {WEIGHTS_FILE} (or {INDEX_FILE} with its shards){hint}")
+    return [path]
+
+
+def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str = "") -> dict[str, np.ndarray]:
+    """Every floating-point tensor of a folder's safetensors files, as float32 arrays by name.
+
+    A name starting with one of ``prefixes`` loses it (``bert.``, ``roberta.``: checkpoints
+    saved from a model with a task head carry the base model's prefix). Integer buffers
+    (``position_ids``) are left out. ``hint`` ends the message of a file that cannot be read.
+    Raises :class:`ModelError` naming the file (missing, unreadable, a Git LFS pointer
+    instead of the weights), or a tensor that the index assigns to a shard lacking it.
+    """
+    from safetensors.numpy import load_file
+
+    try:
+        import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy, which safetensors then reads
+    except ImportError:
+        pass
+    weights: dict[str, np.ndarray] = {}
+    seen: set[str] = set()
+    for path in weight_files(folder):
+        try:
+            raw = load_file(str(path))
+        except TypeError as e:  # bfloat16 without ml_dtypes: "data type 'bfloat16' not understood"
+            raise ModelError(f"{path}: cannot read its tensors ({e}); install ml_dtypes") from None
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own untyped errors
+            with open(path, "rb") as f:
+                lfs = f.read(64).startswith(b"version https://git-lfs")
+            why = " (it is a Git LFS pointer, not the weights: fetch them with git lfs pull)" if lfs else ""
+            raise ModelError(f"{path}: cannot read safetensors ({e}){why}{hint}") from None
+        seen.update(raw)
+        for name, arr in raw.items():
+            if np.issubdtype(arr.dtype, np.floating) or arr.dtype.name == "bfloat16":
+                weights[_strip(name, prefixes)] = np.ascontiguousarray(arr, dtype=np.float32)
+    if (folder / INDEX_FILE).is_file():
+        for name, shard in read_json(folder / INDEX_FILE)["weight_map"].items():
+            if name not in seen:
+                raise ModelError(f"{folder / shard}: lacks tensor {name!r}, which {INDEX_FILE} places there")
+    return weights
+
+
+def _strip(name: str, prefixes: tuple[str, ...]) -> str:
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name

@@ -1,0 +1,220 @@
+"""LLaMA-family decoders from Hugging Face model folders: ``config.json`` -> :class:`LlamaConfig`,
+safetensors names -> the graph's parameter names, and the tokenizer, chat template and
+end-of-sequence ids of the folder.
+
+Written from transformers 5's ``configuration_*.py`` and ``modeling_*.py`` of each
+``model_type``: ``llama`` (also SmolLM and SmolLM2), ``mistral``, ``qwen2``, ``qwen3`` and
+``smollm3``. A key a config.json omits takes the default of transformers' config class. The
+config's ``head_dim`` (Qwen3: 128 when absent), ``num_key_value_heads`` (GQA),
+``tie_word_embeddings``, biases (Qwen2: q/k/v always; ``attention_bias``: q/k/v/o;
+``mlp_bias``: gate/up/down), Qwen3's q/k RMSNorm, SmolLM3's ``no_rope_layers`` and RoPE as
+``rope_theta`` + ``rope_scaling`` (transformers 4) or ``rope_parameters`` (transformers 5) of
+rope type ``default``, ``linear`` or ``llama3`` are implemented; other settings raise a
+:class:`ModelError` naming them. A sliding window (Mistral's ``sliding_window``; Qwen's and
+SmolLM3's when ``use_sliding_window``) bounds the context at the window, within which it
+equals causal attention.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eggfuse.ir import ModelError
+
+from .hf import config_dtype, load_safetensors
+from .llama import LlamaConfig, graph_parameters
+from .text import ChatTemplate, find_chat_template, load_tokenizer_json, read_json, special_tokens
+
+_ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
+_MLP = ("ffn_gate", "ffn_up", "ffn_down")
+
+#: Per model_type, transformers' defaults for keys a config may omit, and which projections
+#: carry a bias: always (``bias``), or when ``attention_bias`` / ``mlp_bias`` is true.
+FAMILIES: dict[str, dict[str, Any]] = {
+    "llama": dict(num_key_value_heads=None, max_position_embeddings=2048, rope_theta=10000.0,
+                  tie_word_embeddings=False, head_dim=None, bias=(), attention_bias=_ATTENTION, mlp_bias=_MLP),
+    "mistral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, rope_theta=10000.0,
+                    tie_word_embeddings=False, head_dim=None, bias=(), sliding_window=4096),
+    "qwen2": dict(num_key_value_heads=32, max_position_embeddings=32768, rope_theta=10000.0,
+                  tie_word_embeddings=False, head_dim=None, bias=("attn_q", "attn_k", "attn_v"), sliding_window=4096),
+    "qwen3": dict(num_key_value_heads=32, max_position_embeddings=32768, rope_theta=10000.0,
+                  tie_word_embeddings=False, head_dim=128, bias=(), attention_bias=_ATTENTION, sliding_window=4096),
+    "smollm3": dict(num_key_value_heads=4, max_position_embeddings=32768, rope_theta=2000000.0,
+                    tie_word_embeddings=True, head_dim=None, bias=(), attention_bias=_ATTENTION, mlp_bias=_MLP),
+}
+
+#: Hugging Face tensor names -> graph parameter names (GGUF's, as llama.cpp's converter maps them).
+GLOBAL_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                "lm_head.weight": "output.weight"}
+LAYER_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+               "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm",
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+_HF_OF_LAYER = {v: k for k, v in LAYER_NAMES.items()}
+_HF_OF_GLOBAL = {v: k for k, v in GLOBAL_NAMES.items()}
+
+
+def graph_name(hf: str) -> str | None:
+    """The graph parameter of a Hugging Face tensor name (None for one the graph does not read)."""
+    if hf in GLOBAL_NAMES:
+        return GLOBAL_NAMES[hf]
+    parts = hf.split(".")
+    if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
+        module = ".".join(parts[3:-1])
+        if module in LAYER_NAMES:
+            return f"blk.{parts[2]}.{LAYER_NAMES[module]}.{parts[-1]}"
+    return None
+
+
+def hf_name(graph: str) -> str:
+    """The Hugging Face tensor name of a graph parameter (inverse of :func:`graph_name`)."""
+    if graph in _HF_OF_GLOBAL:
+        return _HF_OF_GLOBAL[graph]
+    _, layer, module, kind = graph.split(".")
+    return f"model.layers.{layer}.{_HF_OF_LAYER[module]}.{kind}"
+
+
+def config_from_hf(raw: dict, where: str = "config.json") -> LlamaConfig:
+    """The :class:`LlamaConfig` of a decoder's ``config.json`` (see the module docstring).
+
+    Raises :class:`ModelError` naming ``where`` and the key for a missing required key, a
+    model_type not in :data:`FAMILIES`, or a setting the graph does not implement (another
+    activation, partial rotary, another rope type, per-layer RoPE parameters, an odd
+    head_dim, heads not a multiple of KV heads).
+    """
+    model_type = raw.get("model_type")
+    if model_type not in FAMILIES:
+        raise ModelError(f"{where}: model_type {model_type!r} is not a LLaMA-family decoder ({', '.join(FAMILIES)})")
+    family = FAMILIES[model_type]
+
+    def need(key: str) -> Any:
+        if raw.get(key) is None:
+            raise ModelError(f"{where}: lacks {key!r}, which a {model_type} config needs")
+        return raw[key]
+
+    def get(key: str) -> Any:
+        return raw[key] if key in raw else family.get(key)
+
+    hidden, heads, layers = int(need("hidden_size")), int(need("num_attention_heads")), int(need("num_hidden_layers"))
+    kv_heads = int(get("num_key_value_heads") or heads)
+    head_dim = int(get("head_dim") or hidden // heads)
+    if raw.get("hidden_act", "silu") != "silu":
+        raise ModelError(f"{where}: hidden_act {raw['hidden_act']!r} is not supported (only 'silu', SwiGLU)")
+    if head_dim % 2 or heads % kv_heads:
+        raise ModelError(f"{where}: head_dim {head_dim} must be even and num_attention_heads {heads} a multiple "
+                         f"of num_key_value_heads {kv_heads}")
+    theta, scaling = _rope(raw, get("rope_theta"), where)
+    biases = set(family["bias"])
+    for key in ("attention_bias", "mlp_bias"):
+        if raw.get(key) and key in family:
+            biases.update(family[key])
+    rope_layers = None
+    if model_type == "smollm3":
+        interval = int(raw.get("no_rope_layer_interval", 4))
+        flags = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+        if len(flags) != layers:
+            raise ModelError(f"{where}: no_rope_layers has {len(flags)} entries for {layers} layers")
+        rope_layers = tuple(bool(f) for f in flags)
+    window = _sliding_window(raw, model_type, get, layers, rope_layers)
+    max_seq = int(get("max_position_embeddings"))
+    return LlamaConfig(
+        hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=int(need("intermediate_size")), vocab_size=int(need("vocab_size")),
+        rope_theta=float(theta), norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        tied_embeddings=bool(get("tie_word_embeddings")), max_seq=max_seq if window is None else min(max_seq, window),
+        biases=frozenset(biases), qk_norm=model_type == "qwen3", rope_scaling=scaling, rope_layers=rope_layers,
+        sliding_window=window)
+
+
+def _rope(raw: dict, default_theta: float, where: str) -> tuple[float, tuple | None]:
+    """RoPE's base and scaling from ``rope_parameters`` (transformers 5) or ``rope_theta`` and
+    ``rope_scaling`` (transformers 4), as ``RotaryEmbeddingConfigMixin.standardize_rope_params``."""
+    params = raw.get("rope_parameters")
+    key = "rope_parameters"
+    if params is None:
+        params, key = raw.get("rope_scaling") or {}, "rope_scaling"
+    if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
+        raise ModelError(f"{where}: {key} {params!r} is not supported (only one set of RoPE parameters for "
+                         "every layer)")
+    theta = params.get("rope_theta", raw.get("rope_theta", default_theta))
+    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
+    if float(partial) != 1.0:
+        raise ModelError(f"{where}: partial_rotary_factor {partial} is not supported (RoPE on whole heads only)")
+    kind = params.get("rope_type", params.get("type", "default"))
+    try:
+        if kind == "default":
+            return theta, None
+        if kind == "linear":
+            return theta, ("linear", float(params["factor"]))
+        if kind == "llama3":
+            context = params.get("original_max_position_embeddings", raw.get("max_position_embeddings"))
+            return theta, ("llama3", float(params["factor"]), float(params["low_freq_factor"]),
+                           float(params["high_freq_factor"]), float(context))
+    except (KeyError, TypeError) as e:
+        raise ModelError(f"{where}: {key} of rope_type {kind!r} lacks {e}") from None
+    raise ModelError(f"{where}: RoPE scaling rope_type {kind!r} ({key}) is not supported; supported: "
+                     "default, linear, llama3")
+
+
+def _sliding_window(raw: dict, model_type: str, get, layers: int, rope_layers) -> int | None:
+    """The attention window of the windowed layers (None: every layer attends causally)."""
+    if model_type == "llama":
+        return None
+    window = get("sliding_window")
+    if model_type == "mistral":
+        return None if window is None else int(window)
+    if not raw.get("use_sliding_window") or window is None:
+        return None
+    types = raw.get("layer_types")
+    if types is None and model_type == "smollm3":
+        types = ["full_attention" if rope_layers[i] else "sliding_attention" for i in range(layers)]
+    elif types is None:
+        first = int(raw.get("max_window_layers", 28))
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    return int(window) if "sliding_attention" in types else None
+
+
+def _token_ids(value: Any) -> list[int]:
+    # eos_token_id / bos_token_id as configs store them: an int, a list of ints, or null
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+def load_causal_lm(folder: Path, raw: dict | None = None):
+    """A :class:`.causal_lm.CausalLM` from a Hugging Face decoder folder.
+
+    Reads ``config.json`` (:func:`config_from_hf`), the safetensors weights (mapped by
+    :func:`graph_name`; with tied embeddings the LM head is the embedding table and a stored
+    ``lm_head.weight`` is not read, as transformers ties them), ``tokenizer.json``, the
+    special tokens of ``tokenizer_config.json``, the chat template (:func:`.text.find_chat_template`),
+    and the end-of-sequence ids: config.json's and ``generation_config.json``'s
+    ``eos_token_id`` and the tokenizer's ``eos_token``. Raises :class:`ModelError` naming the
+    file and tensor at fault.
+    """
+    from .causal_lm import CausalLM
+
+    where = str(folder / "config.json")
+    raw = read_json(folder / "config.json") if raw is None else raw
+    config = config_from_hf(raw, where)
+    dtype = config_dtype(raw, where)
+    weights = {}
+    for name, arr in load_safetensors(folder).items():
+        if (graph := graph_name(name)) is not None and not (graph == "output.weight" and config.tied_embeddings):
+            weights[graph] = arr
+    params = graph_parameters(config, weights, where=f"the safetensors files of {folder}", file_name=hf_name)
+    tokenizer = load_tokenizer_json(folder / "tokenizer.json")
+    tokens = special_tokens(folder)
+    eos = _token_ids(raw.get("eos_token_id"))
+    if (folder / "generation_config.json").is_file():
+        eos += _token_ids(read_json(folder / "generation_config.json").get("eos_token_id"))
+    if "eos_token" in tokens and tokenizer.token_to_id(tokens["eos_token"]) is not None:
+        eos.append(tokenizer.token_to_id(tokens["eos_token"]))
+    bos = tokenizer.token_to_id(tokens["bos_token"]) if "bos_token" in tokens else None
+    if bos is None and _token_ids(raw.get("bos_token_id")):
+        bos = _token_ids(raw["bos_token_id"])[0]
+    found = find_chat_template(folder)
+    chat = None if found is None else ChatTemplate(found[0], tokens, str(folder / found[1]))
+    return CausalLM(config, params, tokenizer, bos_id=bos, eos_ids=eos, chat=chat, name=str(folder),
+                    kind=raw["model_type"], dtype=dtype)

@@ -1,0 +1,251 @@
+"""Hugging Face decoder folders (tests/hf_folders.py) through eggfuse.load_model, on the numpy
+reference interpreter, against the independent oracle tests/hf_numpy.py: no GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
+import hf_numpy
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import eggfuse
+from eggfuse.ir import InputError, ModelError
+from eggfuse.models.causal_lm import CausalLM
+from eggfuse.models.llama import PROJECTIONS
+
+PROMPT = "The capital of France is Paris. The quick brown fox jumps"
+DECODERS = [(mt, gen) for mt in hf_folders.DECODER_TYPES for gen in (4, 5)]
+
+
+def relative_error(got, want) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def check_against_oracle(folder, prompt: str = PROMPT) -> CausalLM:
+    model = eggfuse.load_model(folder)
+    ids = model.encode(prompt)
+    cfg, weights = hf_numpy.load_folder(folder)
+    assert relative_error(model.reference_logits(ids), hf_numpy.causal_lm_logits(cfg, weights, ids)) < 1e-9
+    return model
+
+
+@pytest.mark.parametrize("model_type, generation", DECODERS, ids=[f"{m}-tf{g}" for m, g in DECODERS])
+def test_logits_match_the_oracle(hf_folder, model_type, generation):
+    model = check_against_oracle(hf_folder(f"{model_type}{generation}", "decoder", model_type, generation=generation))
+    assert isinstance(model, CausalLM) and model.kind == model_type and model.dtype == "float32"
+
+
+@pytest.mark.parametrize("model_type", hf_folders.DECODER_TYPES)
+def test_both_config_generations_give_one_config(hf_folder, model_type):
+    old, new = (eggfuse.load_model(hf_folder(f"{model_type}{g}", "decoder", model_type, generation=g)).config
+                for g in (4, 5))
+    assert old == new
+
+
+def test_what_each_model_type_sets(hf_folder):
+    cfg = {mt: eggfuse.load_model(hf_folder(f"{mt}4", "decoder", mt, generation=4)).config
+           for mt in hf_folders.DECODER_TYPES}
+    assert cfg["qwen2"].biases == {"attn_q", "attn_k", "attn_v"} and not cfg["llama"].biases
+    qwen3 = cfg["qwen3"]
+    assert qwen3.qk_norm and (qwen3.num_heads, qwen3.head_dim, qwen3.hidden_size) == (4, 16, 32)
+    assert cfg["smollm3"].rope_layers == (True, True, True, False) and cfg["llama"].rope_layers is None
+    assert cfg["mistral"].sliding_window == 4096 and cfg["mistral"].max_seq == 128  # the window is past the context
+    assert (cfg["llama"].num_heads, cfg["llama"].num_kv_heads) == (4, 2)  # GQA
+    assert cfg["llama"].tied_embeddings and not cfg["mistral"].tied_embeddings
+    assert (cfg["qwen2"].rope_theta, cfg["smollm3"].rope_theta) == (1e6, 5e6)
+
+
+def test_untied_head_and_a_stored_head_of_tied_embeddings(hf_folder, tmp_path):
+    untied = check_against_oracle(hf_folder("llama-untied", "decoder", "llama", tied=False))
+    assert not untied.config.tied_embeddings and "output.weight" in untied.params
+    # tied: transformers ties lm_head to the embedding even if the file stores one, and so do we
+    folder = hf_folders.decoder_folder(tmp_path / "tied", "llama")
+    w = load_file(str(folder / "model.safetensors"))
+    save_file({**w, "lm_head.weight": np.ones_like(w["model.embed_tokens.weight"])}, str(folder / "model.safetensors"))
+    tied = eggfuse.load_model(folder)
+    assert "output.weight" not in tied.params
+    ids = tied.encode(PROMPT)
+    cfg, weights = hf_numpy.load_folder(folder)
+    assert relative_error(tied.reference_logits(ids), hf_numpy.causal_lm_logits(cfg, weights, ids)) < 1e-9
+
+
+def test_attention_and_mlp_biases(hf_folder):
+    model = check_against_oracle(hf_folder("llama-bias", "decoder", "llama", attention_bias=True, mlp_bias=True))
+    assert model.config.biases == set(PROJECTIONS)
+    assert {f"blk.1.{p}.bias" for p in PROJECTIONS} <= model.params.keys()
+
+
+@pytest.mark.parametrize("generation, params", [
+    (4, {"type": "linear", "factor": 4.0}),                 # transformers 4: rope_scaling, old key "type"
+    (4, {**hf_folders.LLAMA3_SCALING}),
+    (5, {"rope_type": "linear", "factor": 2.0}),            # transformers 5: inside rope_parameters
+    (5, {**hf_folders.LLAMA3_SCALING}),
+], ids=["tf4-linear", "tf4-llama3", "tf5-linear", "tf5-llama3"])
+def test_rope_scaling(hf_folder, generation, params):
+    name = f"llama-rope-{generation}-{params.get('rope_type', params.get('type'))}"
+    model = check_against_oracle(hf_folder(name, "decoder", "llama", generation=generation, rope_scaling=params),
+                                 PROMPT * 2)
+    assert model.config.rope_scaling[0] == params.get("rope_type", params.get("type"))
+    ids = model.encode(PROMPT * 2)
+    plain = CausalLM(dataclasses.replace(model.config, rope_scaling=None), model.params, model.tokenizer,
+                     bos_id=None, eos_ids=[])
+    assert relative_error(plain.reference_logits(ids), model.reference_logits(ids)) > 1e-3  # the scaling matters
+
+
+def test_sharded_checkpoint(hf_folder):
+    one = eggfuse.load_model(hf_folder("qwen2-4", "decoder", "qwen2", generation=4))
+    folder = hf_folder("qwen2-sharded", "decoder", "qwen2", shards=3)
+    assert not (folder / "model.safetensors").exists() and (folder / "model-00003-of-00003.safetensors").is_file()
+    sharded = check_against_oracle(folder)
+    assert sharded.params.keys() == one.params.keys()
+    assert all(np.array_equal(sharded.params[k], one.params[k]) for k in one.params)
+
+
+def test_half_precision_weights(hf_folder):
+    model = check_against_oracle(hf_folder("qwen3-bf16", "decoder", "qwen3", generation=5, dtype="bfloat16"))
+    assert model.dtype == "bfloat16" and model.params["token_embd.weight"].dtype == np.float32
+    assert np.unique(model.params["token_embd.weight"].view(np.uint32) & 0xFFFF).tolist() == [0]  # bf16 values
+    half = check_against_oracle(hf_folder("llama-fp16", "decoder", "llama", dtype="float16"))
+    assert half.dtype == "float16" and np.array_equal(half.params["token_embd.weight"].astype(np.float16),
+                                                      half.params["token_embd.weight"])
+
+
+def test_sliding_window_bounds_the_context(hf_folder):
+    mistral = check_against_oracle(hf_folder("mistral-window", "decoder", "mistral", sliding_window=16), "Hello there")
+    assert (mistral.config.sliding_window, mistral.config.max_seq) == (16, 16)
+    with pytest.raises(InputError, match="more than max_seq 16 .*sliding_window"):
+        mistral.encode(PROMPT * 3)
+    with pytest.raises(InputError, match="max_seq must lie in .*sliding_window"):
+        eggfuse.Generator(mistral, max_seq=32)
+    # Qwen: only with use_sliding_window, and only from layer max_window_layers on
+    qwen = eggfuse.load_model(hf_folder("qwen2-window", "decoder", "qwen2", use_sliding_window=True,
+                                        sliding_window=16, max_window_layers=1))
+    assert qwen.config.max_seq == 16
+    unused = eggfuse.load_model(hf_folder("qwen2-4", "decoder", "qwen2", generation=4))
+    assert unused.config.sliding_window is None and unused.config.max_seq == 128
+
+
+# --- tokenizer, chat template, special tokens --------------------------------------------------
+
+
+def test_bos_as_the_post_processor_adds_it(hf_folder):
+    for mt, bos in (("llama", "<|begin_of_text|>"), ("mistral", "<s>")):
+        model = eggfuse.load_model(hf_folder(f"{mt}4", "decoder", mt, generation=4))
+        ids = model.encode("Hello")
+        assert model.tokenizer.id_to_token(int(ids[0])) == bos and model.bos_id == ids[0]
+        assert model.tokenizer.id_to_token(int(model.encode("Hello", special_tokens=False)[0])) != bos
+    qwen = eggfuse.load_model(hf_folder("qwen24", "decoder", "qwen2", generation=4))
+    assert qwen.encode("Hello").tolist() == qwen.encode("Hello", special_tokens=False).tolist()
+    assert qwen.bos_id is None
+
+
+@pytest.mark.parametrize("model_type, generation", DECODERS, ids=[f"{m}-tf{g}" for m, g in DECODERS])
+def test_chat_template_rendered_as_transformers_does(hf_folder, model_type, generation):
+    folder = hf_folder(f"{model_type}{generation}", "decoder", model_type, generation=generation)
+    model = eggfuse.load_model(folder)
+    assert (folder / "chat_template.jinja").is_file() == (generation == 5)
+    text = model.chat_prompt("Hi there")
+    assert text == hf_folders.CHAT_RENDERED[model_type]
+    ids = model.encode(text, special_tokens=False)
+    if model.bos_id is not None:  # the template wrote the BOS; encoding must not add a second one
+        assert ids.tolist().count(model.bos_id) == 1 and ids[0] == model.bos_id
+
+
+def test_chat_template_errors(hf_folder, tmp_path):
+    mistral = eggfuse.load_model(hf_folder("mistral4", "decoder", "mistral", generation=4))
+    with pytest.raises(InputError, match="roles must alternate"):  # the template's raise_exception
+        mistral.chat_prompt("Hi", system="Be brief.")
+    bare = eggfuse.load_model(hf_folders.decoder_folder(tmp_path / "nochat", "llama", chat=False))
+    with pytest.raises(ModelError, match="no chat template"):
+        bare.chat_prompt("Hi")
+    broken = hf_folders.decoder_folder(tmp_path / "broken", "qwen2", generation=5)
+    (broken / "chat_template.jinja").write_text("{% for m in messages %}")
+    with pytest.raises(ModelError, match="chat_template.jinja: the chat template does not compile"):
+        eggfuse.load_model(broken)
+
+
+def test_chat_template_jinja_file_wins_over_tokenizer_config(tmp_path):
+    folder = hf_folders.decoder_folder(tmp_path / "both", "qwen2", generation=4)
+    (folder / "chat_template.jinja").write_text("{{ messages[0]['content'] | upper }}")
+    assert eggfuse.load_model(folder).chat_prompt("hi") == "HI"
+
+
+def test_end_of_sequence_ids(hf_folder):
+    qwen = eggfuse.load_model(hf_folder("qwen24", "decoder", "qwen2", generation=4))
+    tok = qwen.tokenizer
+    # config.json's eos (<|im_end|>) and generation_config.json's second one (<|endoftext|>)
+    assert [tok.id_to_token(i) for i in qwen.eos_ids] == ["<|im_end|>", "<|endoftext|>"]
+    llama = eggfuse.load_model(hf_folder("llama4", "decoder", "llama", generation=4))
+    assert [llama.tokenizer.id_to_token(i) for i in llama.eos_ids] == ["<|eot_id|>"]
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def _edit_config(folder, **changes):
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model_type": "gpt2"}, r"model_type 'gpt2' is not supported; supported: llama, mistral"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_type 'yarn' \(rope_scaling\) is not supported"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, r"rope_type 'dynamic' \(rope_scaling\) is not supported"),
+    ({"rope_scaling": {"rope_type": "linear"}}, r"rope_scaling of rope_type 'linear' lacks 'factor'"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is not supported"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+    ({"num_key_value_heads": 3}, "a multiple of num_key_value_heads 3"),
+    ({"hidden_size": None}, "lacks 'hidden_size'"),
+    ({"torch_dtype": "int8"}, "dtype 'int8' is not supported"),
+    ({"quantization_config": {"quant_method": "awq"}}, r"quantized checkpoints .*'awq'"),
+])
+def test_config_errors_name_the_setting(tmp_path, changes, message):
+    folder = hf_folders.decoder_folder(tmp_path / "m", "llama")
+    _edit_config(folder, **changes)
+    with pytest.raises(ModelError, match=message) as err:
+        eggfuse.load_model(folder)
+    assert str(folder) in str(err.value)
+
+
+def test_missing_files_and_tensors_are_named(tmp_path):
+    folder = hf_folders.decoder_folder(tmp_path / "m", "qwen2")
+    w = load_file(str(folder / "model.safetensors"))
+    del w["model.layers.1.self_attn.q_proj.bias"]
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=r"lack tensor model\.layers\.1\.self_attn\.q_proj\.bias \(parameter "
+                                         r"blk\.1\.attn_q\.bias\) f32\[32\]"):
+        eggfuse.load_model(folder)
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    with pytest.raises(ModelError, match=rf"{folder}: missing model\.safetensors .*pytorch_model\.bin only"):
+        eggfuse.load_model(folder)
+    sharded = hf_folders.decoder_folder(tmp_path / "s", "llama", shards=2)
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ModelError, match=r"missing weight shard\(s\) model-00002-of-00002\.safetensors"):
+        eggfuse.load_model(sharded)
+    with pytest.raises(ModelError, match="not a Hugging Face model folder: no config.json"):
+        eggfuse.load_model(tmp_path)
+    with pytest.raises(ModelError, match="no such file or folder"):
+        eggfuse.load_model(tmp_path / "nowhere")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ModelError, match="not a model"):
+        eggfuse.load_model(tmp_path / "notes.txt")
+
+
+def test_lfs_pointer_instead_of_weights(tmp_path):
+    folder = hf_folders.decoder_folder(tmp_path / "m", "mistral")
+    (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n")
+    with pytest.raises(ModelError, match="Git LFS pointer"):
+        eggfuse.load_model(folder)
+
+
+def test_an_encoder_is_refused_by_generate_and_a_decoder_by_embed(hf_folder):
+    with pytest.raises(InputError, match="is a bert model, not a decoder: use embed"):
+        eggfuse.generate("hi", model=hf_folder("bert", "encoder", "bert"))
+    with pytest.raises(InputError, match="is a llama model, not an encoder: use generate"):
+        eggfuse.embed(["hi"], model=hf_folder("llama4", "decoder", "llama", generation=4))

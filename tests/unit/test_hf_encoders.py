@@ -1,0 +1,161 @@
+"""BERT / RoBERTa / XLM-R folders (tests/hf_folders.py) and the shipped all-MiniLM-L6-v2 folder
+through eggfuse.load_model, on the numpy reference interpreter, against tests/hf_numpy.py: no GPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
+import hf_numpy
+import numpy as np
+import pytest
+
+import eggfuse
+from eggfuse.ir import ModelError
+from eggfuse.models import minilm
+from eggfuse.models.minilm import Pooling, SentenceEncoder
+
+SENTENCES = ["A man is eating food.", "Hi", "The weather is lovely today, it's so sunny outside!"]
+#: (model_type, generation, pooling in sentence-transformers' files (None: no files), normalize, name prefix)
+CASES = [
+    ("bert", 4, "mean", True, ""),
+    ("bert", 5, "cls", False, "bert."),
+    ("bert", 4, "mean_sqrt_len", True, ""),
+    ("roberta", 4, "mean", True, "roberta."),
+    ("roberta", 5, "lasttoken", True, ""),
+    ("xlm-roberta", 4, None, True, "roberta."),
+    ("xlm-roberta", 5, "weightedmean", False, ""),
+]
+
+
+def _name(case) -> str:
+    mt, gen, pooling, normalize, prefix = case
+    return f"{mt}-tf{gen}-{pooling or 'default'}{'-norm' if normalize else ''}{'-' + prefix[:-1] if prefix else ''}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_name(c) for c in CASES])
+def test_embeddings_match_the_oracle(hf_folder, case):
+    mt, gen, pooling, normalize, prefix = case
+    folder = hf_folder(_name(case), "encoder", mt, generation=gen, pooling=pooling, normalize=normalize, prefix=prefix)
+    model = eggfuse.load_model(folder)
+    assert isinstance(model, SentenceEncoder) and model.kind == mt
+    batch = model.tokenize(SENTENCES)
+    assert len(set(batch.attention_mask.sum(1).tolist())) == 3  # three lengths: padded
+    cfg, weights = hf_numpy.load_folder(folder)
+    want = hf_numpy.sentence_embeddings(cfg, weights, batch.input_ids, batch.attention_mask, pooling or "mean",
+                                        normalize)
+    np.testing.assert_allclose(model.reference_embeddings(SENTENCES), want, rtol=0, atol=1e-6 * np.abs(want).max())
+    assert model.pooling.mode == (pooling or "mean") and model.pooling.normalize == normalize
+    if pooling is None:
+        assert model.pooling.source.startswith("default: the folder has no sentence-transformers modules.json")
+    else:
+        assert model.pooling.source == "modules.json, 1_Pooling/config.json"
+
+
+def test_tokenizer_of_each_family(hf_folder):
+    bert = eggfuse.load_model(hf_folder(_name(CASES[0]), "encoder", "bert"))
+    batch = bert.tokenize(["Hi", "A man is eating food."])
+    tok = bert.tokenizer
+    assert tok.id_to_token(int(batch.input_ids[0, 0])) == "[CLS]" and batch.input_ids.shape[1] < 128  # not padded
+    assert batch.input_ids[0, -1] == tok.token_to_id("[PAD]") and bert.max_length == 48  # sentence_bert_config.json
+    roberta = eggfuse.load_model(hf_folder(_name(CASES[3]), "encoder", "roberta", prefix="roberta."))
+    batch = roberta.tokenize(["Hi", "A man is eating food."])
+    assert [roberta.tokenizer.id_to_token(int(i)) for i in (batch.input_ids[0, 0], batch.input_ids[0, -1])] == [
+        "<s>", "<pad>"]
+    assert roberta.pad_id == 1 and roberta.config.position_offset == 2
+    f = roberta.graph_for(["Hi", "A man is eating food."])[1]
+    n = int(batch.attention_mask[0].sum())
+    # RoBERTa's positions start at padding_idx + 1; padding gets padding_idx
+    assert f["position_ids"][:batch.seq].tolist() == [*range(2, 2 + n), *[1] * (batch.seq - n)]
+
+
+def test_sentence_transformers_folder_with_a_transformer_subfolder(hf_folder, tmp_path):
+    src = hf_folder(_name(CASES[0]), "encoder", "bert")
+    root = tmp_path / "st"
+    shutil.copytree(src, root / "0_Transformer")
+    for name in ("modules.json", "1_Pooling", "sentence_bert_config.json"):
+        shutil.move(root / "0_Transformer" / name, root / name)
+    modules = json.loads((root / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (root / "modules.json").write_text(json.dumps(modules))
+    model = eggfuse.load_model(root)
+    np.testing.assert_allclose(model.reference_embeddings(SENTENCES),
+                               eggfuse.load_model(src).reference_embeddings(SENTENCES), rtol=0, atol=1e-12)
+
+
+def test_the_shipped_minilm_folder():
+    folder = minilm.find_model_dir()
+    model = eggfuse.load_model(folder)
+    assert model.pooling == Pooling("mean", True, "modules.json, 1_Pooling/config.json") and model.max_length == 256
+    batch = model.tokenize(SENTENCES)
+    cfg, weights = hf_numpy.load_folder(folder)
+    want = hf_numpy.sentence_embeddings(cfg, weights, batch.input_ids, batch.attention_mask)
+    np.testing.assert_allclose(model.reference_embeddings(SENTENCES), want, rtol=0, atol=1e-5)
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def test_a_user_folder_without_weights_names_the_file_not_the_package(hf_folder, tmp_path):
+    folder = tmp_path / "bert"
+    shutil.copytree(hf_folder(_name(CASES[0]), "encoder", "bert"), folder)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ModelError, match=rf"{folder}: missing model\.safetensors$") as err:
+        eggfuse.load_model(folder)
+    assert "pip install" not in str(err.value)
+
+
+@pytest.mark.parametrize("generation, message", [
+    (4, r"pooling_mode_max_tokens \(max pooling\) is not supported; supported: mean, cls"),
+    (5, r"pooling_mode \(max pooling\) is not supported; supported: mean, cls"),
+])
+def test_max_pooling_is_refused(tmp_path, generation, message):
+    folder = hf_folders.encoder_folder(tmp_path / "m", "bert", pooling="max", generation=generation)
+    with pytest.raises(ModelError, match=message):
+        eggfuse.load_model(folder)
+
+
+def test_unsupported_modules_and_pooling_combinations(tmp_path):
+    folder = hf_folders.encoder_folder(tmp_path / "m", "bert")
+    cfg = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**cfg, "pooling_mode_cls_token": True}))
+    with pytest.raises(ModelError, match=r"pooling modes \['mean', 'cls'\] are not supported"):
+        eggfuse.load_model(folder)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": ["mean", "lasttoken"]}))
+    with pytest.raises(ModelError, match=r"pooling modes \['mean', 'lasttoken'\] are not supported"):
+        eggfuse.load_model(folder)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ModelError, match=r"module 'sentence_transformers.models.Dense' \(2_Dense\) is not supported"):
+        eggfuse.load_model(folder)
+    (folder / "modules.json").write_text(json.dumps(modules[:1]))
+    with pytest.raises(ModelError, match="no Pooling module"):
+        eggfuse.load_model(folder)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden_act": "relu"}, "hidden_act 'relu' is not supported"),
+    ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported"),
+    ({"num_attention_heads": 5}, "not a multiple of num_attention_heads 5"),
+    ({"model_type": "distilbert"}, "model_type 'distilbert' is not supported"),
+])
+def test_config_errors(tmp_path, changes, message):
+    folder = hf_folders.encoder_folder(tmp_path / "m", "roberta")
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    with pytest.raises(ModelError, match=message):
+        eggfuse.load_model(folder)
+
+
+def test_missing_tensor_is_named(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = hf_folders.encoder_folder(tmp_path / "m", "roberta", prefix="roberta.")
+    w = load_file(str(folder / "model.safetensors"))
+    del w["roberta.encoder.layer.1.output.dense.bias"]
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=r"lack tensor 'encoder\.layer\.1\.output\.dense\.bias' f32\[32\]"):
+        eggfuse.load_model(folder)
