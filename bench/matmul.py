@@ -42,6 +42,7 @@ import numpy as np
 
 from eggfuse.ir import Graph
 from eggfuse.ir.ops.matmul_kernel import matmul_tile
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session, get_device
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -73,7 +74,7 @@ def _session(op: str, m: int, k: int, n: int, device) -> Session:
     a, b = g.input("a", [m, k]), g.parameter("b", b_shape)
     g.set_outputs([g.matmul_bt(a, b) if op == "MatMulBT" else g.matmul(a, b)])
     rng = np.random.default_rng(0)
-    session = Session(g, {"b": rng.standard_normal(b_shape, dtype=np.float32)}, device=device)
+    session = Session(lower_for(g, device), {"b": rng.standard_normal(b_shape, dtype=np.float32)}, device=device)
     session.run({"a": rng.standard_normal((m, k), dtype=np.float32)})  # uploads a, compiles, warms up
     return session
 

@@ -180,9 +180,10 @@ def our_feeds(kind: str, inputs: dict, seq: int, calls: int) -> list[dict]:
 
 
 def time_ours(graph: Graph, params: dict, kind: str, inputs: dict, seq: int, calls: int, samples: int) -> dict:
+    from eggfuse.pipeline import lower_for
     from eggfuse.runtime import Session
 
-    s = Session(graph, {k: v for k, v in params.items() if k in graph.parameters})
+    s = Session(lower_for(graph), {k: v for k, v in params.items() if k in graph.parameters})
     fs = our_feeds(kind, inputs, seq, calls)
     fs = fs * (calls // len(fs)) if len(fs) < calls else fs
     wall = gpu_timing.wall_per_call(s, fs, samples)
@@ -198,9 +199,10 @@ CHECK_STEPS = 3
 def ours_output(graph: Graph, params: dict, kind: str, inputs: dict) -> np.ndarray:
     """Our fused plan's output on the device (decode: the prompt fed one token per step, then
     ``token`` CHECK_STEPS times; the logits of the last step)."""
+    from eggfuse.pipeline import lower_for
     from eggfuse.runtime import Session
 
-    s = Session(graph, {k: v for k, v in params.items() if k in graph.parameters})
+    s = Session(lower_for(graph), {k: v for k, v in params.items() if k in graph.parameters})
     if kind != "smollm2_decode":
         return s.run(our_feeds(kind, inputs, 0, 1)[0])[0].astype(np.float64)
     tokens = _check_tokens(inputs)

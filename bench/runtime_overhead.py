@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.ir import Graph
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session, get_device
 from eggfuse.runtime.profile import profile
 
@@ -86,8 +87,8 @@ def median_us_per_dispatch(fn, session: Session, repeats: int) -> float:
 
 
 def measure(name: str, graph: Graph, inputs: dict, params: dict, repeats: int, device) -> dict:
-    s = Session(graph, params, device=device)
-    s_sync = Session(graph, params, device=device, share=s, prerecord=False)
+    s = Session(lower_for(graph, device), params, device=device)
+    s_sync = Session(lower_for(graph, device), params, device=device, share=s, prerecord=False)
     n = len(s.plan.dispatches)
     row = {"plan": name, "dispatches": n, "adapter": s.adapter, "recording": s.recording}
     for session in (s, s_sync):

@@ -42,7 +42,7 @@ def __getattr__(name: str):
 
         return getattr(rewrites, name)
     if name == "Trainer":  # nor wgpu: the runtime loads on first use too
-        from eggfuse.runtime import Trainer
+        from eggfuse.trainer import Trainer
 
         return Trainer
     raise AttributeError(f"module 'eggfuse' has no attribute {name!r}")

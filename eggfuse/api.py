@@ -1,10 +1,11 @@
-"""The pipeline in one place: Graph -> egglog optimisation -> lowering -> wgpu Session."""
+"""The facade's jobs: sentence embeddings, model graphs for the rewrite engine, training graphs.
+Compiling goes through :mod:`eggfuse.pipeline`."""
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,62 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from eggfuse.ir import Graph, InputError
+from eggfuse.pipeline import Compiled, compile  # noqa: F401  (the facade's compile)
 
 if TYPE_CHECKING:
-    from eggfuse.rewrites import CostModel, Report
-
-
-@dataclass
-class Compiled:
-    """A graph compiled for a device: run it with :meth:`run`.
-
-    ``graph`` is the graph that runs (the optimised one unless ``fuse=False``), ``report``
-    the rewrite engine's :class:`~eggfuse.rewrites.Report` (None when not fused).
-    ``dispatches_unfused`` / ``dispatches_fused`` count GPU dispatches per run of the
-    original and the compiled graph. ``timings`` holds seconds per stage.
-    """
-
-    graph: Graph
-    session: object
-    report: Report | None
-    dispatches_unfused: int
-    dispatches_fused: int
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def adapter(self) -> str:
-        return self.session.adapter
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``."""
-        return self.session.run(inputs)
-
-
-def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
-            cost_model: CostModel | None = None, verify: bool = False, device=None) -> Compiled:
-    """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it and upload ``params``.
-
-    Raises :class:`~eggfuse.ir.InputError` for missing or mis-shaped parameters,
-    :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
-    :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
-    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
-    are not modified.
-    """
-    from eggfuse.runtime import Session  # wgpu is only imported when something runs
-
-    timings: dict[str, float] = {}
-    report = None
-    run_graph = graph
-    if fuse:
-        from eggfuse.rewrites import optimize
-
-        t = time.perf_counter()
-        run_graph, report = optimize(graph, cost_model=cost_model, verify=verify)
-        timings["optimize_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    session = Session(run_graph, params, device=device)
-    timings["compile_s"] = time.perf_counter() - t
-    return Compiled(run_graph, session, report, graph.dispatch_count(), run_graph.dispatch_count(), timings)
+    from eggfuse.rewrites import Report
 
 
 @functools.cache

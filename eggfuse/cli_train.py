@@ -1,6 +1,6 @@
 """``eggfuse train-digits``: train an MLP on scikit-learn's digits on the GPU, report test accuracy.
 
-:func:`train_digits` is the whole run (data, model, :class:`~eggfuse.runtime.Trainer`, test
+:func:`train_digits` is the whole run (data, model, :class:`~eggfuse.trainer.Trainer`, test
 accuracy), usable without the command line; :func:`add_train_digits` registers the
 subcommand on the CLI's parser.
 """
@@ -79,7 +79,7 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
 
     Raises InputError for steps < 1, an unknown optimizer or a batch outside [1, 1437],
     ModelError when scikit-learn is missing or ``save`` cannot be written, and the
-    errors of :class:`~eggfuse.runtime.Trainer`.
+    errors of :class:`~eggfuse.trainer.Trainer`.
     """
     from eggfuse.ir.optim import SGD, Adam
     from eggfuse.models.mlp import (
@@ -91,7 +91,8 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
         load_digits_split,
         one_hot,
     )
-    from eggfuse.runtime import Session, Trainer
+    from eggfuse.pipeline import compile as compile_graph
+    from eggfuse.trainer import Trainer
 
     if steps < 1:
         raise InputError(f"steps must be >= 1, got {steps}")
@@ -129,7 +130,7 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
 
     def accuracy(x: np.ndarray, y: np.ndarray) -> float:
         g, _ = build_mlp_graph(len(x), sizes)
-        (logits,) = Session(g, params, device=trainer.session.device).run({"x": x})
+        (logits,) = compile_graph(g, params, fuse=False, device=trainer.session.device).run({"x": x})
         return float(np.mean(np.argmax(logits, axis=1) == y))
 
     return DigitsRun(

@@ -91,20 +91,15 @@ class Generator:
         self._prefill: dict[tuple[int, bool], Any] = {}
 
     def _session(self, graph, what: str, share):
-        # Optimise (when fusing), lower and bind one graph; the weights come from the model.
-        from eggfuse.runtime import Session
+        # Optimise (when fusing), lower and bind one graph (eggfuse.pipeline); the weights come
+        # from the model, the caches are zero-filled state (or the shared session's).
+        from eggfuse.pipeline import compile as compile_graph
 
-        t = time.perf_counter()
-        if self.fuse:
-            from eggfuse.rewrites import optimize
-
-            graph, _ = optimize(graph)
-        t_opt = time.perf_counter()
         params = {name: self.model.params[name] for name in graph.parameters if name in self.model.params}
-        session = Session(graph, params, device=self.device, share=share)
-        self.timings[f"{what}_optimize_s"] = t_opt - t
-        self.timings[f"{what}_compile_s"] = time.perf_counter() - t_opt
-        return session
+        compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share)
+        self.timings[f"{what}_optimize_s"] = compiled.timings.get("optimize_s", 0.0)
+        self.timings[f"{what}_compile_s"] = compiled.timings["compile_s"]
+        return compiled.session
 
     @property
     def adapter(self) -> str:

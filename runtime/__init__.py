@@ -1,7 +1,6 @@
-"""Runtime: the wgpu device, cached pipelines, Session.run and the Trainer."""
+"""Runtime: the wgpu device, cached pipelines and Session.run."""
 
 from .device import adapter_description, get_device
 from .session import Session
-from .trainer import Trainer
 
-__all__ = ["Session", "Trainer", "adapter_description", "get_device"]
+__all__ = ["Session", "adapter_description", "get_device"]

@@ -11,10 +11,9 @@ import numpy as np
 import wgpu
 
 from ..ir.errors import InputError, LoweringError
-from ..ir.graph import Graph
 from ..ir.reference import check_array
 from ..ir.types import DType
-from ..lowering import ExecutionPlan, check_limits, lower
+from ..lowering import ExecutionPlan, check_limits
 from .device import adapter_description, device_error, device_errors, get_device, subgroup_reductions_usable
 from .pipelines import get_pipeline
 
@@ -38,11 +37,11 @@ _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsa
 
 
 class Session:
-    """A graph (or plan) on a device, with its parameters uploaded once.
+    """A lowered plan on a device, with its parameters uploaded once.
 
-    ``Session(graph_or_plan, params, device=None)``: a :class:`~eggfuse.ir.Graph` is
-    lowered against the device's limits; an :class:`~eggfuse.lowering.ExecutionPlan` is
-    checked against them. ``params`` maps every parameter name to an array of its shape
+    ``Session(plan, params, device=None)``: the :class:`~eggfuse.lowering.ExecutionPlan`
+    (``eggfuse.pipeline.lower_for`` lowers a graph for a device) is checked against the
+    device's limits. ``params`` maps every parameter name to an array of its shape
     (any real dtype, converted to f32; the caller's arrays are not modified). Constants
     and parameters are uploaded here, derived parameters (``plan.derived``) packed with
     numpy from the converted parameters and uploaded, pipelines (cached per process) and
@@ -61,14 +60,9 @@ class Session:
     session is seen by both. That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
-    ``subgroups`` (a graph only; a plan was lowered already): lower reductions with
-    subgroup operations; None (default) when
-    :func:`~eggfuse.runtime.device.subgroup_reductions_usable` says the device has them.
-
-    Raises InputError for a missing, unknown or mis-shaped parameter (or one whose type
-    differs from the shared session's), for ``subgroups`` not None/True/False, or for
-    ``subgroups=True`` with a graph on a device without usable subgroups, LoweringError
-    when the graph exceeds the device's limits (or a plan needs subgroups the device
+    Raises InputError for a plan that is not an ExecutionPlan, a missing, unknown or
+    mis-shaped parameter (or one whose type differs from the shared session's),
+    LoweringError when the plan exceeds the device's limits (or needs subgroups the device
     lacks), DeviceError when there is no device. Not thread-safe: one :meth:`run` at a time.
 
     Recording: the plan is one compute pass in one command buffer. With wgpu-native and the
@@ -82,29 +76,20 @@ class Session:
     input writes and one submit.
     """
 
-    def __init__(self, plan_or_graph: ExecutionPlan | Graph, params: Mapping[str, np.ndarray],
+    def __init__(self, plan: ExecutionPlan, params: Mapping[str, np.ndarray],
                  device: wgpu.GPUDevice | None = None, *, share: Session | None = None,
-                 prerecord: bool = True, subgroups: bool | None = None) -> None:
+                 prerecord: bool = True) -> None:
+        if not isinstance(plan, ExecutionPlan):
+            raise InputError(f"Session takes an ExecutionPlan, got {type(plan).__name__}: lower a graph first, "
+                             "with eggfuse.pipeline.lower_for(graph, device), or compile it with eggfuse.compile")
         if share is not None and device is not None and device is not share.device:
             raise InputError("a Session can share buffers only with a session on the same device")
         self.device = device if device is not None else share.device if share is not None else get_device()
         limits = dict(self.device.limits)
-        if subgroups is not None and not isinstance(subgroups, bool):
-            raise InputError(f"subgroups must be None, True or False, got {subgroups!r}")
-        if isinstance(plan_or_graph, Graph):
-            usable = subgroups is not False and subgroup_reductions_usable(self.device)
-            if subgroups and not usable:
-                raise InputError("subgroups=True, but this device has no usable subgroup operations "
-                                 "(runtime.device.subgroup_reductions_usable)")
-            plan = lower(plan_or_graph, limits, subgroups=usable)
-        elif isinstance(plan_or_graph, ExecutionPlan):
-            plan = plan_or_graph
-            check_limits(plan, limits)
-            if plan.subgroups and not subgroup_reductions_usable(self.device):
-                raise LoweringError("the plan was lowered with subgroup operations, which this device "
-                                    "does not offer usably: lower it again with subgroups=False")
-        else:
-            raise InputError(f"Session needs a Graph or an ExecutionPlan, got {type(plan_or_graph).__name__}")
+        check_limits(plan, limits)
+        if plan.subgroups and not subgroup_reductions_usable(self.device):
+            raise LoweringError("the plan was lowered with subgroup operations, which this device "
+                                "does not offer usably: lower it again with subgroups=False")
         self.plan = plan
         self.adapter = adapter_description(self.device)
         borrowed = {} if share is None else _shared_buffers(plan, share)

@@ -17,6 +17,7 @@ from unit.test_autodiff import ROWS, Row, _loss, leaf_values, split
 
 from eggfuse.ir import Graph, evaluate
 from eggfuse.ir.autodiff import grad
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 
 
@@ -31,7 +32,7 @@ def test_gpu_gradients_match_reference(row: Row, device):
     want = evaluate(tg, inputs, params)
     live = tg.live_nodes()
     used = {n.attrs["name"] for n in live if n.op in ("Input", "Parameter")}
-    got = Session(tg, {k: v for k, v in params.items() if k in used}, device=device).run(
+    got = Session(lower_for(tg, device), {k: v for k, v in params.items() if k in used}, device=device).run(
         {k: v for k, v in inputs.items() if k in used})
     for name, a, b in zip(["loss", *tg.grad_outputs], got, want, strict=True):
         assert a.shape == b.shape and np.isfinite(a).all(), name

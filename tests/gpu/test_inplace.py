@@ -5,6 +5,7 @@ import pytest
 
 from eggfuse.ir import DType, Graph, LoweringError, evaluate
 from eggfuse.lowering import lower
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 
 
@@ -24,7 +25,7 @@ def test_sgd_steps_update_the_parameter_on_the_device(device):
     w0 = rng.standard_normal((3, 2)).astype(np.float32)
     w0_copy = w0.copy()
     g = _sgd_graph()
-    s = Session(g, {"w": w0}, device=device)
+    s = Session(lower_for(g, device), {"w": w0}, device=device)
     w = w0.astype(np.float64)
     for _ in range(3):
         loss, w_new = s.run({"x": x})
@@ -50,7 +51,7 @@ def test_adam_and_momentum_match_the_reference_over_steps(device):
     q_new = g.add_node("SgdUpdate", (q, vel), lr=0.05)
     g.set_outputs([p_new, q_new])
     p0, q0 = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
-    s = Session(g, {"p": p0, "q": q0}, device=device)
+    s = Session(lower_for(g, device), {"p": p0, "q": q0}, device=device)
     state = {"p": p0, "q": q0, "mv": np.zeros((2, 5, 3)), "vel": np.zeros((5, 3))}
     for t in range(1, 5):
         gv = rng.standard_normal((5, 3)).astype(np.float32)

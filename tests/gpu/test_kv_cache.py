@@ -7,6 +7,7 @@ import pytest
 
 from eggfuse.ir import DType, Graph, InputError, evaluate
 from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
+from eggfuse.pipeline import lower_for
 from eggfuse.rewrites import optimize, random_feeds
 from eggfuse.runtime import Session
 
@@ -21,8 +22,9 @@ def test_prefill_and_decode_sessions_share_weights_and_cache(device):
     # both optimised, as eggfuse.generate compiles them (gate/up packed: a shared derived parameter)
     decode_graph, _ = optimize(build_llama_cache_graph(TINY, 1, 16), max_iterations=4)
     prefill_graph, _ = optimize(build_llama_cache_graph(TINY, 6, 16))
-    decode = Session(decode_graph, params, device=device)
-    prefill = Session(prefill_graph, {}, share=decode)  # nothing to upload: every buffer is shared
+    decode = Session(lower_for(decode_graph, device), params, device=device)
+    # nothing to upload: every buffer is shared
+    prefill = Session(lower_for(prefill_graph, decode.device), {}, share=decode)
     def place(session, index):  # a device buffer and the offset in it
         return id(session._buffers[index]), session._offsets[index]
 
@@ -48,10 +50,10 @@ def test_sharing_a_parameter_of_another_shape_is_refused(device):
         g.set_outputs([g.relu(g.add(g.input("x", [width]), g.parameter("w", [width])))])
         return g
 
-    first = Session(graph(3), {"w": np.ones(3)}, device=device)
+    first = Session(lower_for(graph(3), device), {"w": np.ones(3)}, device=device)
     with pytest.raises(InputError, match=r"parameter 'w' is f32\[4\] in this plan but f32\[3\] in the shared"):
-        Session(graph(4), {"w": np.ones(4)}, share=first)
-    (out,) = Session(graph(3), {}, share=first).run({"x": [-2.0, 0.5, 1.0]})
+        Session(lower_for(graph(4), first.device), {"w": np.ones(4)}, share=first)
+    (out,) = Session(lower_for(graph(3), first.device), {}, share=first).run({"x": [-2.0, 0.5, 1.0]})
     np.testing.assert_array_equal(out, [0.0, 1.5, 2.0])
 
 
@@ -60,7 +62,7 @@ def test_cache_write_past_the_end_writes_only_the_rows_that_fit(device):
     g = Graph()
     cache = g.state("cache", [4, 3])
     g.set_outputs([g.add_node("CacheWrite", (cache, g.input("new", [3, 3]), g.input("pos", [1], DType.U32)))])
-    s = Session(g, {}, device=device)
+    s = Session(lower_for(g, device), {}, device=device)
     new = np.arange(1.0, 10.0).reshape(3, 3)
     (out,) = s.run({"new": new, "pos": [2]})
     np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))

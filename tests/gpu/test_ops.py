@@ -15,6 +15,7 @@ import pytest
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
 from eggfuse.lowering import lower
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
 
@@ -757,7 +758,7 @@ def _check_row(row: Row, device, subgroups: bool | None) -> Session:
     g.set_outputs([row.build(g)])
     rng = np.random.default_rng(zlib.crc32(row.id.encode()))
     inputs, params = _random_leaves(g, row, rng, device)
-    session = Session(g, params, device=device, subgroups=subgroups)
+    session = Session(lower_for(g, device, subgroups=subgroups), params, device=device)
     (got,) = session.run(inputs)
     (want,) = evaluate(g, inputs, params)
     assert got.shape == want.shape and got.dtype == np.float32

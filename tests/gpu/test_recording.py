@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import Graph, evaluate
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 from eggfuse.runtime import session as session_module
 
@@ -48,7 +49,7 @@ def test_prerecorded_runs_match_the_reference(prerecord, device):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7)).astype(np.float32)
     w0 = rng.standard_normal((7, 3)).astype(np.float32)
-    s = Session(g, {"w": w0}, device=device, prerecord=prerecord)
+    s = Session(lower_for(g, device), {"w": w0}, device=device, prerecord=prerecord)
     _check_steps(s, g, x, w0)
     assert (s._next is not None) == prerecord  # the next run's commands are ready (or not kept)
 
@@ -57,7 +58,7 @@ def test_prerecorded_run_sees_new_inputs_and_parameters(device):
     # A command buffer recorded before the inputs and a parameter change reads the new values.
     g = _dag()
     w0 = np.full((7, 3), 0.1, dtype=np.float32)
-    s = Session(g, {"w": w0}, device=device)
+    s = Session(lower_for(g, device), {"w": w0}, device=device)
     x = np.ones((5, 7), dtype=np.float32)
     s.run({"x": x}, read=())
     s.run({"x": x}, read=())
@@ -78,7 +79,7 @@ def test_cffi_loop_fallback_gives_the_same_numbers(c_loop, device, monkeypatch):
         monkeypatch.setattr(session_module, "_c_record", None)
     g = _dag()
     x = np.linspace(-1, 1, 35, dtype=np.float32).reshape(5, 7)
-    s = Session(g, {"w": np.full((7, 3), 0.1)}, device=device)
+    s = Session(lower_for(g, device), {"w": np.full((7, 3), 0.1)}, device=device)
     assert s.recording == ("C loop" if c_loop else "cffi loop")
     _check_steps(s, g, x, np.full((7, 3), 0.1))
 
@@ -110,7 +111,7 @@ def test_run_after_the_recording_thread_is_gone(device, monkeypatch):
     g = _dag()
     x = np.ones((5, 7), dtype=np.float32)
     w0 = np.full((7, 3), 0.2, dtype=np.float32)
-    s = Session(g, {"w": w0}, device=device)
+    s = Session(lower_for(g, device), {"w": w0}, device=device)
     s.run({"x": x}, read=())
 
     closed = session_module._Recorder()
@@ -133,7 +134,7 @@ def test_an_error_met_while_recording_in_the_background_is_raised_by_the_next_ru
 
     g = _dag()
     x = np.ones((5, 7), dtype=np.float32)
-    s = Session(g, {"w": np.full((7, 3), 0.1)}, device=device)
+    s = Session(lower_for(g, device), {"w": np.full((7, 3), 0.1)}, device=device)
     s.run({"x": x}, read=())
     s.run({"x": x}, read=())  # the next run is being recorded from here on
     assert s._next is not None
@@ -230,7 +231,7 @@ def test_inputs_staged_with_and_without_the_compiled_staging(compiled, device, m
     a, ids = g.input("a", [3, 5]), g.input("ids", [4], DType.U32)
     g.set_outputs([g.tanh(a), g.embedding(ids, g.parameter("table", [6, 5]))])
     params = {"table": np.random.default_rng(1).standard_normal((6, 5))}
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     assert (s._stage_slots is not None) == compiled
     rng = np.random.default_rng(2)
     for feeds in ({"a": rng.standard_normal((3, 5)).astype(np.float32), "ids": np.array([5, 0, 3, 3], np.uint32)},
@@ -261,6 +262,7 @@ def _subprocess(code: str) -> subprocess.CompletedProcess:
 _TINY = """
 import numpy as np
 from eggfuse.ir import Graph
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 g = Graph()
 g.set_outputs([g.tanh(g.add(g.input("x", [3, 4]), g.parameter("w", [3, 4])))])
@@ -270,7 +272,7 @@ g.set_outputs([g.tanh(g.add(g.input("x", [3, 4]), g.parameter("w", [3, 4])))])
 def test_a_process_exits_cleanly_with_a_recording_queued():
     # Runs with read=() leave the next run being recorded on the thread when the script ends.
     done = _subprocess(_TINY + """
-s = Session(g, {"w": np.ones((3, 4))})
+s = Session(lower_for(g), {"w": np.ones((3, 4))})
 for _ in range(3):
     s.run({"x": np.zeros((3, 4), np.float32)}, read=())
 print("ran")
@@ -284,7 +286,7 @@ def test_a_lost_device_is_a_device_error_on_a_run_that_reads_nothing():
 import wgpu
 from eggfuse.ir import DeviceError
 device = wgpu.gpu.request_adapter_sync().request_device_sync()
-s = Session(g, {"w": np.ones((3, 4))}, device=device)
+s = Session(lower_for(g, device), {"w": np.ones((3, 4))}, device=device)
 for _ in range(3):
     s.run({"x": np.zeros((3, 4), np.float32)}, read=())
 s.wait()
@@ -304,7 +306,7 @@ def test_a_dropped_session_is_not_kept_alive_by_the_recording_thread(device):
     import weakref
 
     g = _dag()
-    s = Session(g, {"w": np.full((7, 3), 0.1)}, device=device)
+    s = Session(lower_for(g, device), {"w": np.full((7, 3), 0.1)}, device=device)
     for _ in range(3):
         s.run({"x": np.ones((5, 7), np.float32)}, read=())
     s._take_recorded()  # the thread's job is done

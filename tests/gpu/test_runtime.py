@@ -10,6 +10,7 @@ import wgpu
 
 from eggfuse.ir import DeviceError, DType, Graph, InputError, LoweringError, evaluate
 from eggfuse.lowering import lower
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 from eggfuse.runtime import device as device_module
 from eggfuse.runtime import pipelines as pipeline_cache
@@ -39,7 +40,7 @@ def _close(got, want):
 def test_parameters_uploaded_once_and_runs_repeat(device):
     g, params = _linear(), _params()
     kept = {k: v.copy() for k, v in params.items()}
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     params["w"][:] = 0.0  # the session holds its own copy from creation time
     for _ in range(2):
         x = {"x": RNG.standard_normal((5, 6))}
@@ -51,7 +52,7 @@ def test_inputs_and_params_are_not_modified(device):
     x = RNG.standard_normal((5, 6))  # float64: converted, never written back
     x.setflags(write=False)
     before = (x.copy(), params["w"].copy())
-    Session(g, params, device=device).run({"x": x})
+    Session(lower_for(g, device), params, device=device).run({"x": x})
     np.testing.assert_array_equal(x, before[0])
     np.testing.assert_array_equal(params["w"], before[1])
     assert x.dtype == np.float64
@@ -96,13 +97,13 @@ def test_parameters_only_packed_get_no_device_buffer(device):
     ws = [g.parameter(name, [4, 8]) for name in ("wq", "wk", "wv")]
     g.set_outputs([g.matmul_bt(x, g.concat(ws, axis=0))])
     params = {name: RNG.standard_normal((4, 8)) for name in ("wq", "wk", "wv")}
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     assert all(s._buffers[s.plan.parameters[name]] is None for name in params)
     feeds = {"x": RNG.standard_normal((3, 8))}
     for _ in range(2):
         _close(s.run(feeds), evaluate(g, feeds, params))
     with pytest.raises(InputError, match=r"'wv' \(f32\[4,8\]\)"):  # packed sources are still checked
-        Session(g, {"wq": params["wq"], "wk": params["wk"]}, device=device)
+        Session(lower_for(g, device), {"wq": params["wq"], "wk": params["wk"]}, device=device)
 
 
 def test_concat_and_slice_copy_u32_indices(device):
@@ -111,7 +112,7 @@ def test_concat_and_slice_copy_u32_indices(device):
     both = g.concat([a, b], axis=1)
     g.set_outputs([both, g.slice_cols(both, 1, 3)])
     feeds = {"a": np.array([[0, 1, 2**32 - 1], [7, 8, 9]]), "b": np.array([[2**31, 5], [6, 2**23 + 1]])}
-    got = Session(g, {}, device=device).run(feeds)
+    got = Session(lower_for(g, device), {}, device=device).run(feeds)
     want = np.concatenate([feeds["a"], feeds["b"]], axis=1).astype(np.uint32)
     assert got[0].dtype == np.uint32
     np.testing.assert_array_equal(got[0], want)
@@ -119,7 +120,7 @@ def test_concat_and_slice_copy_u32_indices(device):
 
 
 def test_adapter_is_described(device):
-    s = Session(_linear(), _params(), device=device)
+    s = Session(lower_for(_linear(), device), _params(), device=device)
     assert s.adapter.count(" / ") == 2
 
 
@@ -131,7 +132,7 @@ def test_adapter_is_described(device):
 ])
 def test_bad_parameters_raise_input_error(params, match, device):
     with pytest.raises(InputError, match=match):
-        Session(_linear(), params, device=device)
+        Session(lower_for(_linear(), device), params, device=device)
 
 
 @pytest.mark.parametrize("inputs, match", [
@@ -141,7 +142,7 @@ def test_bad_parameters_raise_input_error(params, match, device):
     ({"x": np.array([["a"] * 6] * 5)}, "expected numbers"),
 ])
 def test_bad_inputs_raise_input_error(inputs, match, device):
-    s = Session(_linear(), _params(), device=device)
+    s = Session(lower_for(_linear(), device), _params(), device=device)
     with pytest.raises(InputError, match=match):
         s.run(inputs)
 
@@ -149,7 +150,7 @@ def test_bad_inputs_raise_input_error(inputs, match, device):
 def test_embedding_index_out_of_range_is_rejected(device):
     g = Graph()
     g.set_outputs([g.embedding(g.input("ids", [3], DType.U32), g.parameter("table", [4, 2]))])
-    s = Session(g, {"table": np.ones((4, 2))}, device=device)
+    s = Session(lower_for(g, device), {"table": np.ones((4, 2))}, device=device)
     with pytest.raises(InputError, match="index 4 out of range.*4 rows"):
         s.run({"ids": np.array([0, 4, 1])})
 
@@ -180,7 +181,7 @@ def test_two_outputs_sharing_nodes_and_a_constant(device):
     t = g.tanh(g.add(x, c))
     g.set_outputs([g.sum_all(t), g.softmax(t)])
     feeds = {"x": RNG.standard_normal((3, 5))}
-    _close(Session(g, {}, device=device).run(feeds), evaluate(g, feeds, {}))
+    _close(Session(lower_for(g, device), {}, device=device).run(feeds), evaluate(g, feeds, {}))
 
 
 def test_unused_leaves_are_accepted(device):
@@ -189,18 +190,18 @@ def test_unused_leaves_are_accepted(device):
     g.parameter("pooler", [3, 3])  # dead: no output depends on it
     g.input("unused", [1])
     g.set_outputs([g.neg(x)])
-    s = Session(g, {"pooler": np.zeros((3, 3))}, device=device)
+    s = Session(lower_for(g, device), {"pooler": np.zeros((3, 3))}, device=device)
     (got,) = s.run({"x": np.ones((2, 3)), "unused": np.zeros(1)})
     np.testing.assert_array_equal(got, -np.ones((2, 3)))
 
 
 def test_pipelines_are_shared_between_sessions(device):
-    Session(_linear(), _params(), device=device)
+    Session(lower_for(_linear(), device), _params(), device=device)
     count = len(pipeline_cache._pipelines)
     g = Graph()  # same kernels (matmul: same tile, and N % 4 == 0 as before), other shapes
     x = g.input("x", [9, 2])
     g.set_outputs([g.relu(g.bias_add(g.matmul(x, g.parameter("w", [2, 8])), g.parameter("b", [8])))])
-    Session(g, {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
+    Session(lower_for(g, device), {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
     assert len(pipeline_cache._pipelines) == count
 
 
@@ -282,7 +283,7 @@ def test_inputs_share_one_buffer_and_are_rewritten_each_run(device):
     table = g.parameter("table", [4, 5])
     g.set_outputs([g.bias_add(g.embedding(ids, table), b), x, g.reshape(b, [1, 5]), g.tanh(x)])
     params = {"table": RNG.standard_normal((4, 5))}
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     slots = [s.plan.inputs[n] for n in ("x", "b", "ids")]
     assert len({id(s._buffers[i]) for i in slots}) == 1  # one device buffer for the three inputs
     offsets = sorted(s._offsets[i] for i in slots)
@@ -304,7 +305,7 @@ def test_a_large_input_is_written_to_a_buffer_of_its_own(device, monkeypatch):
     g = Graph()
     small, large = g.input("small", [5]), g.input("large", [3, 7])
     g.set_outputs([g.bias_add(g.tanh(large), g.input("bias", [7])), small])
-    s = Session(g, {}, device=device)
+    s = Session(lower_for(g, device), {}, device=device)
     index = {n: s.plan.inputs[n] for n in ("small", "large", "bias")}
     assert s._buffers[index["large"]] is not s._buffers[index["small"]]
     assert s._buffers[index["small"]] is s._buffers[index["bias"]]
@@ -321,7 +322,7 @@ def test_input_layouts_and_dtypes_are_converted_without_touching_the_caller(devi
     table = g.parameter("table", [3, 6])
     g.set_outputs([g.tanh(x), g.embedding(ids, table)])
     params = {"table": RNG.standard_normal((3, 6))}
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     base = RNG.standard_normal((6, 5)).astype(np.float32)
     cases = [
         {"x": base.T, "ids": np.array([2, 0, 1, 2], np.uint32)},          # f32, not contiguous
@@ -350,7 +351,7 @@ def test_bad_input_values_are_refused_by_name(x, ids, match, device):
     g = Graph()
     g.set_outputs([g.tanh(g.input("x", [5, 6])),
                    g.embedding(g.input("ids", [4], DType.U32), g.parameter("table", [3, 6]))])
-    s = Session(g, {"table": np.ones((3, 6))}, device=device)
+    s = Session(lower_for(g, device), {"table": np.ones((3, 6))}, device=device)
     with pytest.raises(InputError, match=match):
         s.run({"x": x, "ids": ids})
 
@@ -361,7 +362,7 @@ def test_an_input_updated_in_place_keeps_a_buffer_of_its_own(device):
     w = g.input("w", [3, 2])  # an input that an optimiser step writes in place
     y = g.matmul(x, w)
     g.set_outputs([y, g.add_node("SgdUpdate", (w, g.matmul_at(x, y)), lr=0.1)])
-    s = Session(g, {}, device=device)
+    s = Session(lower_for(g, device), {}, device=device)
     assert s._buffers[s.plan.inputs["w"]] is not s._buffers[s.plan.inputs["x"]]
     for _ in range(2):
         feeds = {"x": RNG.standard_normal((4, 3)), "w": RNG.standard_normal((3, 2))}
@@ -397,7 +398,7 @@ def test_a_refused_input_names_itself_and_the_next_run_is_unaffected(device):
     ids = g.input("ids", [5], DType.U32)
     g.set_outputs([g.bias_add(a, b), g.embedding(ids, g.parameter("table", [6, 4]))])
     params = {"table": RNG.standard_normal((6, 4))}
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     good = {"a": RNG.standard_normal((3, 4)).astype(np.float32), "b": np.ones(4, np.float32),
             "ids": np.arange(5, dtype=np.uint32)}
     for bad, match in (({"b": np.array([1, np.inf, 1, 1], np.float32)}, "input 'b': contains NaN or infinity"),
@@ -412,7 +413,7 @@ def test_a_plan_without_dispatches_runs_and_reads_back(device):
     g = Graph()
     x = g.input("x", [3])
     g.set_outputs([x, g.reshape(x, [1, 3])])
-    s = Session(g, {}, device=device)
+    s = Session(lower_for(g, device), {}, device=device)
     assert not s.plan.dispatches
     for k in range(3):
         feeds = {"x": np.arange(3.0) + k}
@@ -427,7 +428,7 @@ def test_a_misnamed_input_with_a_buffer_of_its_own_is_refused_by_name(device, mo
     monkeypatch.setattr(session_module, "PACK_MAX_BYTES", 16)  # "big" and "big2" get buffers of their own
     g = Graph()
     g.set_outputs([g.add(g.input("big", [2, 4]), g.bias_add(g.input("big2", [2, 4]), g.input("small", [4])))])
-    s = Session(g, {}, device=device)
+    s = Session(lower_for(g, device), {}, device=device)
     assert [slot.packed for slot in s._input_slots.values()].count(True) == 1
     feeds = {"big": np.ones((2, 4)), "big2": np.ones((2, 4)), "small": np.ones(4)}
     _close(s.run(feeds), evaluate(g, feeds, {}))
@@ -438,7 +439,7 @@ def test_a_misnamed_input_with_a_buffer_of_its_own_is_refused_by_name(device, mo
 def test_read_takes_any_sequence_of_output_indices(device):
     g, params = _linear(), _params()
     g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
-    s = Session(g, params, device=device)
+    s = Session(lower_for(g, device), params, device=device)
     feeds = {"x": RNG.standard_normal((5, 6))}
     want = evaluate(g, feeds, params)
     _close(s.run(feeds, read=np.array([1, 0])), [want[1], want[0]])

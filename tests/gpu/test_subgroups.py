@@ -6,6 +6,7 @@ import pytest
 from eggfuse.ir import Graph, InputError, LoweringError, evaluate
 from eggfuse.lowering import lower
 from eggfuse.lowering.wgsl import render, subgroups
+from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 from eggfuse.runtime import device as device_module
 from eggfuse.runtime import session as session_module
@@ -41,7 +42,7 @@ def test_probe_agrees_with_the_feature(device):
     usable = device_module.subgroup_reductions_usable(device)
     if "subgroup" not in device.features:
         assert not usable
-    s = Session(_softmax(), {}, device=device)
+    s = Session(lower_for(_softmax(), device), {}, device=device)
     assert s.plan.subgroups == usable
     x = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)
     np.testing.assert_allclose(s.run({"x": x})[0], evaluate(_softmax(), {"x": x}, {})[0], rtol=1e-5, atol=1e-7)
@@ -50,19 +51,20 @@ def test_probe_agrees_with_the_feature(device):
 def test_environment_variable_turns_subgroups_off(device, monkeypatch):
     monkeypatch.setenv("EGGFUSE_SUBGROUPS", "0")
     assert not device_module.subgroup_reductions_usable(device)
-    assert not Session(_softmax(), {}, device=device).plan.subgroups
+    assert not Session(lower_for(_softmax(), device), {}, device=device).plan.subgroups
 
 
 def test_subgroups_refused_where_the_device_lacks_them(device, monkeypatch):
-    monkeypatch.setattr(session_module, "subgroup_reductions_usable", lambda d: False)
+    monkeypatch.setattr(session_module, "subgroup_reductions_usable", lambda d: False)  # Session's check
+    monkeypatch.setattr(device_module, "subgroup_reductions_usable", lambda d: False)  # lower_for's
     with pytest.raises(InputError, match="subgroups=True"):
-        Session(_softmax(), {}, device=device, subgroups=True)
+        Session(lower_for(_softmax(), device, subgroups=True), {}, device=device)
     with pytest.raises(LoweringError, match="subgroup operations"):
         Session(lower(_softmax(), dict(device.limits), subgroups=True), {}, device=device)
-    assert not Session(_softmax(), {}, device=device).plan.subgroups
+    assert not Session(lower_for(_softmax(), device), {}, device=device).plan.subgroups
 
 
 @pytest.mark.parametrize("bad", [1, "yes", 0])
 def test_subgroups_argument_must_be_none_or_a_bool(bad, device):
     with pytest.raises(InputError, match="subgroups must be None, True or False"):
-        Session(_softmax(), {}, device=device, subgroups=bad)
+        Session(lower_for(_softmax(), device, subgroups=bad), {}, device=device)

@@ -12,7 +12,9 @@ from eggfuse.ir import OPS, DType, Graph, InputError, ModelError, evaluate
 from eggfuse.ir.optim import SGD, STEP_INPUT, Adam
 from eggfuse.models.llama import LlamaConfig, build_llama_graph
 from eggfuse.models.mlp import build_mlp_graph, init_mlp_params, one_hot
-from eggfuse.runtime import Session, Trainer
+from eggfuse.pipeline import lower_for
+from eggfuse.runtime import Session
+from eggfuse.trainer import Trainer
 
 SIZES = (12, 16, 5)
 BATCH = 8
@@ -197,7 +199,7 @@ def test_session_reads_back_only_the_outputs_asked_for(device):
     g = Graph()
     x = g.input("x", [3])
     g.set_outputs([g.relu(x), g.neg(x), g.tanh(x)])
-    s = Session(g, {}, device=device)
+    s = Session(lower_for(g, device), {}, device=device)
     xs = np.array([-1.0, 0.5, 2.0], np.float32)
     neg, relu = s.run({"x": xs}, read=(1, 0))
     np.testing.assert_array_equal(neg, -xs)
@@ -214,7 +216,7 @@ def test_writing_a_packed_parameter_repacks_it(device):
     g = Graph()
     a, b = g.parameter("a", [2, 3]), g.parameter("b", [1, 3])
     g.set_outputs([g.matmul_bt(g.input("x", [1, 3]), g.concat([a, b], axis=0))])
-    s = Session(g, {"a": np.ones((2, 3)), "b": np.ones((1, 3))}, device=device)
+    s = Session(lower_for(g, device), {"a": np.ones((2, 3)), "b": np.ones((1, 3))}, device=device)
     assert s.plan.derived and s.plan.buffers[s.plan.parameters["a"]].kind == "host"
     s.write_parameter("b", np.full((1, 3), 2.0))
     s.write_parameter("a", np.zeros((2, 3)))

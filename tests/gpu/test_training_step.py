@@ -13,6 +13,7 @@ import pytest
 
 from eggfuse.ir import Graph, evaluate
 from eggfuse.ir.autodiff import grad
+from eggfuse.pipeline import lower_for
 from eggfuse.rewrites import optimize
 from eggfuse.runtime import Session
 
@@ -81,7 +82,7 @@ def test_optimised_training_step_matches_reference(model, device):
     inputs = {name: values[name] for name in tg.inputs}
     params = {name: values[name] for name in tg.parameters}
     want = evaluate(tg, inputs, params)
-    got = Session(og, {name: values[name] for name in og.parameters}, device=device).run(
+    got = Session(lower_for(og, device), {name: values[name] for name in og.parameters}, device=device).run(
         {name: values[name] for name in og.inputs})
     names = ["loss", *tg.grad_outputs]
     for name, a, b in zip(names, got, want, strict=True):

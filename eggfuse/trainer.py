@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir.errors import InputError, ModelError
-from ..ir.graph import Graph, NodeId
-from ..ir.optim import Optimizer, StepGraph, step_graph
-from ..ir.reference import check_array
-from .session import Session
+from eggfuse.ir.errors import InputError, ModelError
+from eggfuse.ir.graph import Graph, NodeId
+from eggfuse.ir.optim import Optimizer, StepGraph, step_graph
+from eggfuse.ir.reference import check_array
+from eggfuse.pipeline import compile as compile_graph
 
 if TYPE_CHECKING:
-    from ..rewrites import CostModel, Report
+    from eggfuse.rewrites import CostModel, Report
 
 
 class Trainer:
@@ -58,18 +57,9 @@ class Trainer:
             raise InputError(f"Trainer: parameters not given: {', '.join(missing) or 'none'}; "
                              f"unknown: {', '.join(map(repr, unknown)) or 'none'}")
         values = {n: check_array(f"parameter {n!r}", params[n], sg.parameters[n]) for n in names}
-        run_graph: Graph = sg
-        if fuse:
-            from ..rewrites import optimize  # egglog loads only when something is fused
-
-            t = time.perf_counter()
-            run_graph, self.report = optimize(sg, cost_model=cost_model)
-            self.timings["optimize_s"] = time.perf_counter() - t
-        self.graph = run_graph
-        t = time.perf_counter()
-        live = set(run_graph.parameters)
-        self.session = Session(run_graph, {n: v for n, v in values.items() if n in live}, device=device)
-        self.timings["compile_s"] = time.perf_counter() - t
+        compiled = compile_graph(sg, values, fuse=fuse, cost_model=cost_model, device=device)
+        self.report, self.graph, self.session = compiled.report, compiled.graph, compiled.session
+        self.timings.update(compiled.timings)
         # parameters no live node reads (not reached by the loss): never on the device
         self._host = {n: v for n, v in values.items() if n not in self.session.plan.parameters}
         self._names = names

@@ -1,0 +1,125 @@
+"""The pipeline, in one place: optimise (``rewrites``) -> lower (``lowering``) -> bind (a
+``runtime.Session``). The facade's ``compile``, ``embed``, ``generate`` and ``Trainer`` all go
+through :func:`compile`; each step is timed and can be called on its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from eggfuse.ir import Graph, GraphError, InputError
+from eggfuse.lowering import ExecutionPlan, lower
+
+if TYPE_CHECKING:
+    from eggfuse.rewrites import CostModel, Report
+    from eggfuse.runtime import Session
+
+
+@dataclass
+class Compiled:
+    """A graph compiled for a device: run it with :meth:`run`.
+
+    ``graph`` is the graph that runs (the optimised one unless ``fuse=False``), ``plan`` its
+    :class:`~eggfuse.lowering.ExecutionPlan`, ``session`` the bound
+    :class:`~eggfuse.runtime.Session`, ``report`` the rewrite engine's
+    :class:`~eggfuse.rewrites.Report` (None when not fused). ``dispatches_unfused`` /
+    ``dispatches_fused`` count GPU dispatches per run of the original and the compiled graph.
+    ``timings`` holds seconds per step: ``optimize_s`` (when fused), ``lower_s``, ``bind_s``
+    (buffers, uploads, pipelines) and ``compile_s`` (lower + bind).
+    """
+
+    graph: Graph
+    plan: ExecutionPlan
+    session: Session
+    report: Report | None
+    dispatches_unfused: int
+    dispatches_fused: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def adapter(self) -> str:
+        return self.session.adapter
+
+    def run(self, inputs: Mapping[str, np.ndarray], **kw: Any) -> list[np.ndarray]:
+        """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``
+        (``Session.run``'s keywords pass through)."""
+        return self.session.run(inputs, **kw)
+
+
+def optimize(graph: Graph, *, cost_model: CostModel | None = None, verify: bool = False) -> tuple[Graph, Report]:
+    """The rewrite engine's step (``eggfuse.rewrites.optimize``; egglog loads on first use)."""
+    from eggfuse.rewrites import optimize as rewrite
+
+    return rewrite(graph, cost_model=cost_model, verify=verify)
+
+
+def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None) -> ExecutionPlan:
+    """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
+
+    ``subgroups``: lower reductions with subgroup operations; None (default) when the device
+    has usable ones (``runtime.device.subgroup_reductions_usable``). Raises InputError for
+    ``subgroups`` not None/True/False or True on a device without them, LoweringError when
+    the graph exceeds the device's limits, DeviceError when there is no device.
+    """
+    from eggfuse.runtime.device import get_device, subgroup_reductions_usable
+
+    if subgroups is not None and not isinstance(subgroups, bool):
+        raise InputError(f"subgroups must be None, True or False, got {subgroups!r}")
+    device = device if device is not None else get_device()
+    usable = subgroups is not False and subgroup_reductions_usable(device)
+    if subgroups and not usable:
+        raise InputError("subgroups=True, but this device has no usable subgroup operations "
+                         "(runtime.device.subgroup_reductions_usable)")
+    return lower(graph, dict(device.limits), subgroups=usable)
+
+
+def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
+            cost_model: CostModel | None = None, verify: bool = False, device=None, share: Session | None = None,
+            subgroups: bool | None = None, prerecord: bool = True) -> Compiled:
+    """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
+    bind it: parameters uploaded once, pipelines and bind groups built.
+
+    ``share`` binds to another session's buffers of the same names (weights, KV caches: see
+    ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` as ``Session``.
+
+    Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
+    :class:`~eggfuse.ir.InputError` for missing or mis-shaped parameters,
+    :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
+    :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
+    :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
+    are not modified.
+    """
+    from eggfuse.runtime import Session  # wgpu is only imported when something runs
+
+    if not graph.outputs:
+        raise GraphError("the graph has no outputs; call graph.set_outputs() first")
+    timings: dict[str, float] = {}
+    report = None
+    run_graph = graph
+    if fuse:
+        t = time.perf_counter()
+        run_graph, report = optimize(graph, cost_model=cost_model, verify=verify)
+        timings["optimize_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if device is None and share is not None:
+        device = share.device
+    plan = lower_for(run_graph, device, subgroups=subgroups)
+    # the leaves of the graph as built are the ones a caller feeds, fused or not: those the
+    # optimised graph no longer reads are accepted and ignored, as unused leaves are unfused
+    dropped = {n.attrs["name"] for n in graph.nodes if n.op in ("Input", "Parameter")} \
+        - set(plan.inputs) - set(plan.parameters)
+    plan = dataclasses.replace(plan, unused_leaves=plan.unused_leaves | dropped)
+    timings["lower_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    session = Session(plan, params, device=device, share=share, prerecord=prerecord)
+    timings["bind_s"] = time.perf_counter() - t
+    timings["compile_s"] = timings["lower_s"] + timings["bind_s"]
+    return Compiled(run_graph, plan, session, report, graph.dispatch_count(), run_graph.dispatch_count(), timings)
+
+
+__all__ = ["Compiled", "compile", "lower_for", "optimize"]
