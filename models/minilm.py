@@ -36,15 +36,21 @@ def find_model_dir() -> Path:
     see :func:`._files.package_dir`). Raises :class:`ModelError` when the package is not
     installed or a required file is missing.
     """
-    return check_model_dir(package_dir(PACKAGE, SETUP_HINT) / "model")
+    return check_model_dir(package_dir(PACKAGE, SETUP_HINT) / "model", SETUP_HINT)
 
 
-def check_model_dir(model_dir: str | Path) -> Path:
-    """``model_dir`` as a Path after checking it holds config, weights and tokenizer (else ModelError)."""
+def check_model_dir(model_dir: str | Path, hint: str = "") -> Path:
+    """``model_dir`` as a Path after checking it holds config, weights and tokenizer.
+
+    Raises :class:`ModelError` naming the missing files in that directory (and ending in
+    ``hint``: how to install the package, when the directory is the package's)."""
     path = Path(model_dir)
-    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
+    if not path.is_dir():
+        raise ModelError(f"{path} is not a directory; a BERT model directory holds {', '.join(REQUIRED_FILES)}")
+    missing = [str(path / f) for f in REQUIRED_FILES if not (path / f).is_file()]
     if missing:
-        raise ModelError(f"{path}: missing {', '.join(missing)}; {SETUP_HINT}")
+        raise ModelError(f"{path}: missing {', '.join(missing)}; a BERT model directory holds "
+                         f"{', '.join(REQUIRED_FILES)}" + (f"; {hint}" if hint else ""))
     return path
 
 
@@ -105,7 +111,7 @@ def load_weights(model_dir: str | Path) -> dict[str, np.ndarray]:
     try:
         raw = load_file(str(path))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own untyped errors
-        raise ModelError(f"{path}: cannot read safetensors ({e}); {SETUP_HINT}") from None
+        raise ModelError(f"{path}: cannot read safetensors ({e})") from None
     weights = {}
     for name, arr in raw.items():
         if np.issubdtype(arr.dtype, np.floating):
