@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from eggfuse.ir import Graph, InputError
+from eggfuse.ir.reference import check_mapping
 
 if TYPE_CHECKING:
     from eggfuse.rewrites import CostModel, Report
@@ -46,7 +47,9 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             cost_model: CostModel | None = None, verify: bool = False, device=None) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it and upload ``params``.
 
-    Raises :class:`~eggfuse.ir.InputError` for missing or mis-shaped parameters,
+    Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
+    :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing or
+    mis-shaped parameters,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
     :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
@@ -54,6 +57,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     """
     from eggfuse.runtime import Session  # wgpu is only imported when something runs
 
+    graph.check_outputs()  # both checked before the (slower) optimisation
+    check_mapping("parameter", params, graph.parameters)
     timings: dict[str, float] = {}
     report = None
     run_graph = graph

@@ -153,13 +153,12 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     ``share_storage=True`` lets intermediates whose lifetimes do not overlap share a device
     allocation (:func:`share_storage_of`); False gives each its own.
 
-    Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
+    Raises GraphError when the graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none, so
     ``len(plan.dispatches) == graph.dispatch_count()``.
     """
-    if not graph.outputs:
-        raise LoweringError("the graph has no outputs; call graph.set_outputs() first")
+    graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)
     buffers: list[BufferSpec] = []

@@ -122,9 +122,11 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     """Insert ``graph`` into a new e-graph and run the schedule; fills the insert, analysis
     and saturation phases of ``rep``. See :func:`optimize` for the schedule and budgets.
 
-    Raises :class:`RewriteError` when egglog rejects a merge (two e-classes with
-    different shapes: an unsound rule).
+    Raises :class:`~eggfuse.ir.GraphError` when the graph has no outputs,
+    :class:`RewriteError` when egglog rejects a merge (two e-classes with different shapes:
+    an unsound rule).
     """
+    graph.check_outputs()
     rulesets = tuple(OPTIMIZATION_RULESETS if rulesets is None else rulesets)
     t0 = time.perf_counter()
     egraph = EGraph(save_egglog_string=record)
@@ -203,15 +205,19 @@ def optimize(
     better of its best solution and the greedy one); ``"greedy"`` runs the vectorised
     greedy-DAG extractor of :mod:`.greedy` alone; ``"compare"`` runs both and reports
     both costs (the greedy gap); ``"egglog-greedy"`` runs egglog's own Rust greedy-DAG
-    extractor (kept for comparison: it is slow on deep training graphs). A greedy result
+    extractor (kept for comparison: it is slow on deep training graphs). The rebuilt graph
+    holds every Input and Parameter of ``graph``, those no output depends on as leaves
+    nothing reads, so it accepts the same feeds and parameters. A greedy result
     that costs more than the input graph is replaced by the input itself (also a term of
     the e-graph), so optimising never makes a graph worse.
 
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
     raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
-    graph is not modified. Raises ``ValueError`` for an unknown ``extractor``.
+    graph is not modified. Raises ``ValueError`` for an unknown ``extractor`` and
+    :class:`~eggfuse.ir.GraphError` when the graph has no outputs.
     """
+    graph.check_outputs()
     if extractor not in EXTRACTORS:
         raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
     model = cost_model or CostModel()
@@ -248,7 +254,7 @@ def optimize(
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
     t = time.perf_counter()
-    out = graph.pruned() if keep_input else rebuild(dag, enc)
+    out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc))
     rep.rebuild_s = time.perf_counter() - t
     rep.phases["rebuild"] = Phase(rep.rebuild_s, rep.eclasses, rep.enodes)
     rep.total_s = rep.insert_s + rep.analysis_s + rep.saturation_s + rep.extraction_s + rep.rebuild_s
@@ -261,6 +267,23 @@ def optimize(
     if verify:
         verify_equivalent(graph, out, seed=seed)
     return out, rep
+
+
+def _with_leaves_of(graph: Graph, out: Graph) -> Graph:
+    # ``out`` with each Input and Parameter of ``graph`` that it lacks added as a leaf that
+    # nothing reads: a session accepts (and ignores) values for those, as for ``graph``.
+    have = {n.attrs["name"] for n in out.nodes if n.op in ("Input", "Parameter")}
+    for n in graph.nodes:
+        name = n.attrs.get("name")
+        if n.op not in ("Input", "Parameter") or name in have:
+            continue
+        if n.op == "Input":
+            out.input(name, n.type.shape, n.type.dtype)
+        elif n.attrs.get("state"):
+            out.state(name, n.type.shape)
+        else:
+            out.parameter(name, n.type.shape)
+    return out
 
 
 def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
