@@ -59,8 +59,8 @@ def evaluate(
 
     ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
     dtype; integer indices for U32 inputs). Raises :class:`InputError` for a missing or
-    mis-shaped leaf or feeds that are not mappings, :class:`~eggfuse.ir.GraphError` when ``outputs`` is not given and the
-    graph has none. The arrays passed in are not modified.
+    mis-shaped leaf or feeds that are not mappings, :class:`~eggfuse.ir.GraphError` when
+    ``outputs`` is not given and the graph has none. The arrays passed in are not modified.
     """
     if outputs is None:
         graph.check_outputs()

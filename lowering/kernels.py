@@ -47,7 +47,9 @@ class KernelCall:
     """A specialised kernel for one node: WGSL text, uniform bytes, logical workgroups.
 
     ``groups`` is the number of workgroups as one linear count; the lowering lays it out
-    on a grid that respects maxComputeWorkgroupsPerDimension.
+    on a grid that respects maxComputeWorkgroupsPerDimension. ``inputs`` lists the positions
+    in ``node.inputs`` that this dispatch binds, in order, when it binds only some (one part
+    of a node split over several dispatches, :data:`SPLIT_KERNELS`); None binds them all.
     """
 
     kernel: str
@@ -55,12 +57,18 @@ class KernelCall:
     params: bytes
     groups: int
     entry_point: str = "main"
+    inputs: tuple[int, ...] | None = None
 
 
 KernelBuilder = Callable[[Node, list[TensorType]], KernelCall]
 
 #: Op name -> lowering entry. Ops missing here cannot be lowered (LoweringError).
 KERNELS: dict[str, KernelBuilder] = {}
+
+#: Ops whose work the lowering spreads over several dispatches when one would bind more
+#: storage buffers than maxStorageBuffersPerShaderStage: op name -> builder(node, input
+#: types, the most storage buffers a dispatch may bind) of the dispatches, in order.
+SPLIT_KERNELS: dict[str, Callable[[Node, list[TensorType], int], list[KernelCall]]] = {}
 
 
 def kernel(*ops: str) -> Callable[[KernelBuilder], KernelBuilder]:
@@ -188,28 +196,49 @@ MAX_CONCAT_INPUTS = 16
 @kernel("Concat")
 def _concat(node: Node, ins: list[TensorType]) -> KernelCall:
     # Concat of computed tensors; a Concat of parameters is a derived parameter (plan.py).
-    axis, shape = node.attrs["axis"], node.type.shape
     if len(ins) > MAX_CONCAT_INPUTS:
         raise LoweringError(f"Concat (node {node.id}): {len(ins)} inputs, the kernel takes {MAX_CONCAT_INPUTS}")
+    return _concat_part(node, ins, range(len(ins)))
+
+
+def _concat_split(node: Node, ins: list[TensorType], max_storage: int) -> list[KernelCall]:
+    # One dispatch per run of at most max_storage - 1 inputs (and the output), each writing its
+    # inputs' range along the axis of the one output buffer.
+    per = max(1, max_storage - 1)
+    return [_concat_part(node, ins, range(k, min(k + per, len(ins)))) for k in range(0, len(ins), per)]
+
+
+SPLIT_KERNELS["Concat"] = _concat_split
+
+
+def _concat_part(node: Node, ins: list[TensorType], part: range) -> KernelCall:
+    # concat.wgsl for the inputs ``part`` (consecutive positions): the output's positions
+    # [base, base + their total width) along the axis.
+    axis, shape = node.attrs["axis"], node.type.shape
+    base = sum(ins[t].shape[axis] for t in range(part.start))
     offsets = [0]
-    for t in ins:
-        offsets.append(offsets[-1] + t.shape[axis])
+    for t in part:
+        offsets.append(offsets[-1] + ins[t].shape[axis])
+    part_width = offsets[-1]
     offsets += [0] * (4 * 5 - len(offsets))  # concat.wgsl Params.off: 5 x vec4<u32>
-    last = len(ins) - 1
+    count = len(part)
+    last = count - 1
     select = [f"    if (c < off({t + 1}u)) {{ return x{t}[at({t}u, o, c, r)]; }}" for t in range(last)]
     select.append(f"    return x{last}[at({last}u, o, c, r)];")
     dtype = node.type.dtype.value
     src = render(
         "concat.wgsl",
         T=dtype,
-        INPUTS="\n".join(f"@group(0) @binding({t}) var<storage, read> x{t}: array<{dtype}>;" for t in range(len(ins))),
+        INPUTS="\n".join(f"@group(0) @binding({t}) var<storage, read> x{t}: array<{dtype}>;" for t in range(count)),
         SELECT="\n".join(select),
-        OUT=len(ins),
-        UNIFORM=len(ins) + 1,
+        OUT=count,
+        UNIFORM=count + 1,
     )
-    n = node.type.num_elements
-    params = uniform_bytes(*offsets, n, shape[axis], math.prod(shape[axis + 1:]))
-    return KernelCall(f"concat{len(ins)}_{dtype}", src, params, _elementwise_groups(n))
+    inner = math.prod(shape[axis + 1:])
+    n = math.prod(shape[:axis]) * part_width * inner
+    params = uniform_bytes(*offsets, n, shape[axis], inner, base, part_width)
+    inputs = None if count == len(ins) else tuple(part)
+    return KernelCall(f"concat{count}_{dtype}", src, params, _elementwise_groups(n), inputs=inputs)
 
 
 @kernel("SliceCols")

@@ -22,7 +22,7 @@ from ..ir.errors import LoweringError
 from ..ir.graph import Graph, Node, NodeId
 from ..ir.ops import OPS
 from ..ir.types import DType, TensorType
-from .kernels import KERNELS
+from .kernels import KERNELS, SPLIT_KERNELS
 from .limits import limit_name, resolve_limits, split_grid
 from .wgsl import subgroups as subgroups_form
 
@@ -147,7 +147,10 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
     defaults (:data:`~.limits.DEFAULT_LIMITS`). A dispatch with more workgroups than
-    maxComputeWorkgroupsPerDimension is laid out on a 2-D (or 3-D) grid. ``subgroups=True``
+    maxComputeWorkgroupsPerDimension is laid out on a 2-D (or 3-D) grid; one that would bind
+    more storage buffers than maxStorageBuffersPerShaderStage is spread over several
+    dispatches where its op allows (:data:`~.kernels.SPLIT_KERNELS`: Concat, each dispatch
+    writing its inputs' part of the output). ``subgroups=True``
     gives reductions in subgroup form (:data:`~.wgsl.SUBGROUP_FORMS`; kernel names end in
     ``+sg``): only for a device where runtime.device.subgroup_reductions_usable is true.
     ``share_storage=True`` lets intermediates whose lifetimes do not overlap share a device
@@ -156,7 +159,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     Raises GraphError when the graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none, so
-    ``len(plan.dispatches) == graph.dispatch_count()``.
+    ``len(plan.dispatches) == graph.dispatch_count()`` unless a Concat was split.
     """
     graph.check_outputs()
     lim = resolve_limits(limits)
@@ -191,6 +194,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             derived[index] = DerivedParameter(sources, int(node.attrs["axis"]))
 
     max_dim = lim["max-compute-workgroups-per-dimension"]
+    max_storage = lim["max-storage-buffers-per-shader-stage"]
     dispatches: list[Dispatch] = []
     for node in live:
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters
@@ -201,18 +205,26 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             raise LoweringError(f"no kernel lowers op {node.op} ({_label(node, ins)}); "
                                 f"ops with kernels: {', '.join(sorted(KERNELS))}")
         with subgroups_form(subgroups) as use:
-            call = builder(node, ins)
-        kernel_name = call.kernel + ("+sg" if use.used else "")
-        grid = split_grid(call.groups, max_dim)
-        if grid is None:
-            raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
-                                f"{call.groups} workgroups do not fit a 3-D grid for {_label(node, ins)}")
-        w = OPS[node.op].writes
-        # an in-place kernel binds the written input last, read_write, as its output
-        reads = [i for k, i in enumerate(node.inputs) if k != w]
-        bindings = tuple(node_buffer[i] for i in reads) + (node_buffer[node.id],)
-        dispatches.append(Dispatch(node.id, node.op, kernel_name, call.source, call.entry_point,
-                                   bindings, call.params, grid, _label(node, ins)))
+            if len(ins) + 1 > max_storage and node.op in SPLIT_KERNELS:  # too many bindings for one
+                calls = SPLIT_KERNELS[node.op](node, ins, max_storage)
+            else:
+                calls = [builder(node, ins)]
+        for part, call in enumerate(calls):
+            kernel_name = call.kernel + ("+sg" if use.used else "")
+            label = _label(node, ins)
+            if len(calls) > 1:
+                label += f" part {part + 1}/{len(calls)}: inputs {call.inputs[0]}..{call.inputs[-1]}"
+            grid = split_grid(call.groups, max_dim)
+            if grid is None:
+                raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
+                                    f"{call.groups} workgroups do not fit a 3-D grid for {label}")
+            w = OPS[node.op].writes
+            # an in-place kernel binds the written input last, read_write, as its output
+            positions = range(len(node.inputs)) if call.inputs is None else call.inputs
+            reads = [node.inputs[k] for k in positions if k != w]
+            bindings = tuple(node_buffer[i] for i in reads) + (node_buffer[node.id],)
+            dispatches.append(Dispatch(node.id, node.op, kernel_name, call.source, call.entry_point,
+                                       bindings, call.params, grid, label))
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, rule, ruleset, set_
 
-from .sorts import UNARY_CONSTRUCTORS, Epi, T, epilogue_without_add, last_step, numel, shape
+from .sorts import UNARY_CONSTRUCTORS, Epi, T, args, epilogue_without_add, last_step, numel, shape
 
 shape_analysis_ruleset = ruleset(name="shape_analysis")
 
@@ -56,15 +56,16 @@ def _elementwise_shapes(t: T, a: T, b: T, sa: Vec[i64]):
 
 @shape_analysis_ruleset.register
 def _packing_shapes(t: T, a: T, b: T, c: T, sa: Vec[i64], sb: Vec[i64], sc: Vec[i64], start: i64, size: i64):
-    # concat2(0, a, b) : [rows(a)+rows(b), cols(a)]; concat2(1, a, b) : [rows(a), cols(a)+cols(b)]
-    yield rule(eq(t).to(T.concat2(0, a, b)), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
+    # The packed weights the rules create (2-D); a Concat from the graph has its IR shape.
+    # concat(0, [a, b]) : [rows(a)+rows(b), cols(a)]; concat(1, [a, b]) : [rows(a), cols(a)+cols(b)]
+    yield rule(eq(t).to(T.concat(0, args(a, b))), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
                name="shape(Concat0(a, b))").then(
         set_(shape(t)).to(Vec(sa[0] + sb[0], sa[1])))
-    yield rule(eq(t).to(T.concat2(1, a, b)), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
+    yield rule(eq(t).to(T.concat(1, args(a, b))), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
                name="shape(Concat1(a, b))").then(
         set_(shape(t)).to(Vec(sa[0], sa[1] + sb[1])))
-    # concat3(0, a, b, c) : [rows(a)+rows(b)+rows(c), cols(a)]
-    yield rule(eq(t).to(T.concat3(0, a, b, c)), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
+    # concat(0, [a, b, c]) : [rows(a)+rows(b)+rows(c), cols(a)]
+    yield rule(eq(t).to(T.concat(0, args(a, b, c))), eq(shape(a)).to(sa), eq(shape(b)).to(sb),
                eq(shape(c)).to(sc), name="shape(Concat0(a, b, c))").then(
         set_(shape(t)).to(Vec(sa[0] + sb[0] + sc[0], sa[1])))
     # slice_cols(a, start, size) : [rows(a), size]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from egglog import String, Vec, eq, i64, rule, ruleset, union
 
 from .dsl import equal
-from .sorts import T, rope_fits_attention, shape
+from .sorts import T, args, rope_fits_attention, shape
 
 attention_ruleset = ruleset(name="attention")
 
@@ -24,7 +24,7 @@ def _rope_into_attention(aa: String, ra: String, q: T, k: T, v: T):
 def _packed_qkv(h: T, nq: String, nk: String, nv: String, sq: Vec[i64], skv: Vec[i64], aa: String, ra: String):
     wq, wk, wv = T.parameter(nq, sq), T.parameter(nk, skv), T.parameter(nv, skv)
     q, k, v = T.matmul_bt(h, wq), T.matmul_bt(h, wk), T.matmul_bt(h, wv)
-    packed = T.matmul_bt(h, T.concat3(0, wq, wk, wv))
+    packed = T.matmul_bt(h, T.concat(0, args(wq, wk, wv)))
     attn = T.causal_attention_rope(aa, ra, q, k, v)
     # CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv)^T
     # and h@Wq^T = SliceCols(P, 0, q), h@Wk^T = SliceCols(P, q, kv), h@Wv^T = SliceCols(P, q+kv, kv)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import OPS, Graph
-from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS
+from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, VARIADIC_CONSTRUCTOR
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,12 @@ class CostModel:
         return total
 
 
-#: Constructors that are no kernel: leaves, views, epilogue structure, the output list.
-#: ``concat2``/``concat3`` only ever pack parameters (derived parameters, packed at load).
-FREE_CONSTRUCTORS = {"T.input", "T.parameter", "T.constant", "T.reshape", "T.concat2", "T.concat3", "Epi.none",
-                     "Epi.act", "TList.nil", "TList.cons"}
-GENERIC_NAMES = {str(c) for c in GENERIC_CONSTRUCTORS.values()}
+#: Constructors that are no kernel: leaves, views, epilogue structure, the output list and
+#: argument lists (a variadic e-node is charged for the tensors in its list). ``concat``
+#: only ever packs parameters (a derived parameter, packed at load).
+FREE_CONSTRUCTORS = {"T.input", "T.parameter", "T.constant", "T.reshape", "T.concat", "Epi.none",
+                     "Epi.act", "TList.nil", "TList.cons", "Args.nil", "Args.cons"}
+GENERIC_NAMES = {str(c) for c in (*GENERIC_CONSTRUCTORS.values(), VARIADIC_CONSTRUCTOR)}
 _EPI_OPERAND = {"Epi.bias": "epilogue:bias", "Epi.add": "epilogue:add"}
 #: Constructor name ("T.matmul") -> IR op name ("MatMul").
 OP_OF_CONSTRUCTOR = {str(ctor): op for op, (ctor, _) in CONSTRUCTORS.items()} | {
@@ -72,7 +73,8 @@ OP_OF_CONSTRUCTOR = {str(ctor): op for op, (ctor, _) in CONSTRUCTORS.items()} | 
 def enode_cost(model: CostModel, ctor: str, tensor_child_bytes: list[int], out_bytes: int,
                op: str | None = None) -> int:
     """Marginal cost of one e-node: its constructor name, the bytes of its tensor (``T``)
-    children in order, and the bytes of its own e-class. Shared by every extractor.
+    children in order (for ``T.opn``, of the tensors in its ``Args`` list), and the bytes of
+    its own e-class. Shared by every extractor.
     ``op`` names the IR op of a generic constructor (``T.op2("Softmax", ...)``)."""
     if ctor in FREE_CONSTRUCTORS:
         return 0

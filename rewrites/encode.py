@@ -15,8 +15,18 @@ from egglog import EGraph
 from egglog.declarations import LetRefDecl, TypedExprDecl
 from egglog.runtime import RuntimeExpr
 
-from ..ir import Graph, Node, RewriteError
-from .sorts import CONSTRUCTORS, GENERIC_CONSTRUCTORS, Epi, T, TList, rope_fits_attention, shape
+from ..ir import Graph, Node
+from .sorts import (
+    CONSTRUCTORS,
+    GENERIC_CONSTRUCTORS,
+    VARIADIC_CONSTRUCTOR,
+    Args,
+    Epi,
+    T,
+    TList,
+    rope_fits_attention,
+    shape,
+)
 
 LEAF_CONSTRUCTORS = {"Input": T.input, "Parameter": T.parameter, "Constant": T.constant}
 _ATTENTION_ATTRS = ("num_heads", "num_kv_heads", "head_dim", "batch")
@@ -38,6 +48,12 @@ class Ref(NamedTuple):
     node: int
 
 
+class ListRef(NamedTuple):
+    """The ``Args`` list of a variadic graph node's e-node (its own ``let``)."""
+
+    node: int
+
+
 class Shape(NamedTuple):
     dims: tuple[int, ...]
 
@@ -47,13 +63,16 @@ class Encoding:
     """The e-graph of one graph; ``root`` is the let-bound list of outputs.
 
     ``attrs`` maps each attribute key (a string literal in the e-graph) back to the
-    attribute dict; ``leaves`` maps (op, name) to the original leaf node.
+    attribute dict; ``leaves`` maps (op, name) to the original leaf node; ``lists`` maps a
+    variadic node (``T.concat``, ``T.opn``) to its inputs, its ``Args`` list bound as
+    ``$args<node id>``.
     """
 
     egraph: EGraph
     root: TList | None = None
     attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
     leaves: dict[tuple[str, str], Node] = field(default_factory=dict)
+    lists: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def key(self, op: str, attrs: dict[str, Any]) -> str:
         """The canonical key of ``op``'s attributes (equal attributes give equal keys)."""
@@ -77,6 +96,14 @@ def epilogue_term(steps, operands) -> Call:
     return epi
 
 
+def args_term(xs) -> Call:
+    """The ``Args`` list of the terms ``xs``, in order."""
+    out = Call(Args.nil, ())
+    for x in reversed(list(xs)):
+        out = Call(Args.cons, (x, out))
+    return out
+
+
 def node_term(node: Node, args: list[Ref], enc: Encoding, derived: bool = False) -> Call:
     """The e-node for one graph node whose inputs are the e-nodes ``args``.
 
@@ -92,8 +119,8 @@ def node_term(node: Node, args: list[Ref], enc: Encoding, derived: bool = False)
     if op == "FusedRmsNormMatMul":
         return Call(T.fused_rms_norm_matmul, (enc.key("RmsNorm", {"eps": a["eps"]}), a["variant"], *args[:3],
                                               epilogue_term(a["epilogue"], args[3:])))
-    if op == "Concat" and len(args) in (2, 3) and derived:  # a derived parameter: packed at load
-        return Call(T.concat2 if len(args) == 2 else T.concat3, (a["axis"], *args))
+    if op == "Concat" and derived:  # a derived parameter: packed at load
+        return Call(T.concat, (a["axis"], args_term(args)))
     if op == "SliceCols":
         return Call(T.slice_cols, (args[0], a["start"], a["size"]))
     if op == "CausalAttentionRoPE":
@@ -109,7 +136,7 @@ def node_term(node: Node, args: list[Ref], enc: Encoding, derived: bool = False)
         ctor, has_attrs = CONSTRUCTORS[op]
         return Call(ctor, (enc.key(op, a), *args) if has_attrs else tuple(args))
     if len(args) not in GENERIC_CONSTRUCTORS:
-        raise RewriteError(f"{node.describe()}: {len(args)} inputs; give op {op} a constructor in rewrites/sorts.py")
+        return Call(VARIADIC_CONSTRUCTOR, (op, enc.key(op, a), args_term(args)))
     return Call(GENERIC_CONSTRUCTORS[len(args)], (op, enc.key(op, a), *args))
 
 
@@ -144,6 +171,8 @@ class _Renderer:
             return f"({' '.join([self.name(x.fn), *map(self, x.args)])})"
         if isinstance(x, Ref):
             return f"$n{x.node}"
+        if isinstance(x, ListRef):
+            return f"$args{x.node}"
         if isinstance(x, Shape):
             return f"(vec-of {' '.join(str(int(d)) for d in x.dims)})"
         if isinstance(x, str):
@@ -163,6 +192,10 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     lines = []
     for node in graph.live_nodes():
         term = node_term(node, [Ref(i) for i in node.inputs], enc, graph.is_derived_parameter(node))
+        if term.fn in (T.concat, VARIADIC_CONSTRUCTOR):  # the list gets a name (for extract_greedy)
+            lines.append(f"(let $args{node.id} {render(term.args[-1])})")
+            term = Call(term.fn, (*term.args[:-1], ListRef(node.id)))
+            enc.lists[node.id] = node.inputs
         lines.append(f"(let $n{node.id} {render(term)})")
         lines.append(f"(set ({shape_fn} $n{node.id}) {render(Shape(node.type.shape))})")
     lines.extend(render(f) for f in _rope_attention_facts(enc))

@@ -103,13 +103,13 @@ def _enodes(egraph: EGraph) -> int:
 
 
 def _eclasses(egraph: EGraph) -> int:
-    """E-classes of the tensor, epilogue and output-list sorts.
+    """E-classes of the tensor, epilogue, output-list and argument-list sorts.
 
     Every tensor e-class has exactly one ``shape`` row once the analysis has run; no rule
     merges epilogue or list e-classes, so each of their e-nodes is its own e-class.
     """
     return egraph.function_size(shape) + sum(
-        n for fn, n in egraph.all_function_sizes() if str(fn).startswith(("Epi.", "TList.")))
+        n for fn, n in egraph.all_function_sizes() if str(fn).startswith(("Epi.", "TList.", "Args.")))
 
 
 def _phase(egraph: EGraph, seconds: float) -> Phase:

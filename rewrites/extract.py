@@ -18,9 +18,11 @@ from egglog.egraph import resolve_callable
 from ..ir import Graph, RewriteError
 from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
 from .encode import LEAF_CONSTRUCTORS, Encoding
-from .sorts import CONSTRUCTORS, Epi, T, TList, numel
+from .sorts import CONSTRUCTORS, VARIADIC_CONSTRUCTOR, Args, Epi, T, TList, numel
 
-_SORTS = {"T": T, "Epi": Epi, "TList": TList}
+_SORTS = {"T": T, "Epi": Epi, "TList": TList, "Args": Args}
+#: Variadic constructors -> the position of their ``Args`` list.
+ARGS_POSITION = {"T.concat": 1, str(VARIADIC_CONSTRUCTOR): 2}
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Constructor:
 
 
 def _arg_sorts() -> dict[str, tuple[str, ...]]:
-    """Argument sort names of every constructor of ``T``, ``Epi`` and ``TList``, by Python name."""
+    """Argument sort names of every constructor of ``T``, ``Epi``, ``TList`` and ``Args``, by Python name."""
     out = {}
     for sort_name, sort in _SORTS.items():
         for method in (n for n in vars(sort) if not n.startswith("_")):
@@ -88,17 +90,26 @@ def extract_greedy(enc: Encoding, model: CostModel) -> TermDag:
             n = nbytes_memo[v] = raw.value_to_i64(size) * 4
         return n
 
+    span = bindings.PanicSpan()
+    # the bytes of the tensors of every Args list, by its value: the cost callback cannot
+    # look inside a list (it may see a variadic e-node before the list's e-nodes). Every
+    # list is the graph's; the rules create variadic e-nodes only as Concat of parameters (free).
+    listed = {raw.eval_expr(bindings.Var(span, f"$args{node}"))[1]: [
+        nbytes(raw.eval_expr(bindings.Var(span, f"$n{i}"))[1]) for i in inputs] for node, inputs in enc.lists.items()}
+
     def node_cost(name: str, args: list) -> int:
         c = table.get(name)
         if c is None or c.name in FREE_CONSTRUCTORS:
             return 0
         kids = [nbytes(a) for a, s in zip(args, c.arg_sorts, strict=True) if s == "T"]
+        if c.name in ARGS_POSITION:
+            kids = listed[args[ARGS_POSITION[c.name]]]
         out = nbytes(raw.lookup_function(name, args)) if c.name.startswith("T.") else 0
         op = raw.value_to_string(args[0]) if c.name in GENERIC_NAMES else None
         return enode_cost(model, c.name, kids, out, op)
 
     cost_model = bindings.DagCostModel(0, node_cost, lambda sort, v: 0, lambda sort, v: 0)
-    root = raw.eval_expr(bindings.Var(bindings.PanicSpan(), "$outputs"))
+    root = raw.eval_expr(bindings.Var(span, "$outputs"))
     dag, results = bindings.extract_best_with_dag_cost_model(raw, [root], cost_model, extractor="greedy-dag")
     if not results or results[0] is None:
         raise RewriteError("greedy-DAG extraction found no term for the outputs")
@@ -188,8 +199,19 @@ def rebuild(dag: TermDag, enc: Encoding) -> Graph:
     return g
 
 
+def _listed(dag: TermDag, i: int) -> list[int]:
+    """The entries of an ``Args`` list, in order."""
+    out = []
+    while (node := dag.nodes[i])[0] == "Args.cons":
+        out.append(node[1][0])
+        i = node[1][1]
+    return out
+
+
 def _children(dag: TermDag, j: int) -> list[int]:
     name, args = dag.nodes[j]
+    if name in ARGS_POSITION:
+        return _listed(dag, args[ARGS_POSITION[name]])
     if name == "T.fused_matmul":
         return [args[1], args[2], *_epilogue(dag, args[3])[1]]
     if name == "T.fused_rms_norm_matmul":
@@ -220,7 +242,7 @@ def _build_node(g: Graph, dag: TermDag, j: int, inputs: list[int], enc: Encoding
         steps, _ = _epilogue(dag, args[5])
         return g.add_node("FusedRmsNormMatMul", inputs, **enc.attrs[args[0]], variant=args[1],
                           epilogue=tuple(steps))
-    if name in ("T.concat2", "T.concat3"):
+    if name == "T.concat":
         return g.add_node("Concat", inputs, axis=int(args[0]))
     if name == "T.slice_cols":
         return g.add_node("SliceCols", inputs, start=int(args[1]), size=int(args[2]))

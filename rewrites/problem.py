@@ -17,10 +17,10 @@ import numpy as np
 from ..ir import RewriteError
 from .cost import FREE_CONSTRUCTORS, GENERIC_NAMES, CostModel, enode_cost
 from .encode import Encoding
-from .extract import ARG_SORTS, TermDag
+from .extract import ARG_SORTS, ARGS_POSITION, TermDag
 
 #: The sorts whose e-nodes extraction chooses among (the rest are literals and analyses).
-SORTS = ("T", "Epi", "TList")
+SORTS = ("T", "Epi", "TList", "Args")
 
 
 def serialized(enc: Encoding) -> dict:
@@ -127,6 +127,14 @@ def build_problem(enc: Encoding, model: CostModel) -> Problem:
             raise RewriteError(f"the shape analysis gave no size for e-class {c}")
         return numel[c] * 4
 
+    def listed(c: str) -> list[str]:
+        # the tensor e-classes of an Args list (its e-classes are never merged: one e-node each)
+        out = []
+        while (n := nodes[members[c][0]])["op"] == "Args.cons":
+            out.append(cls[n["children"][0]])
+            c = cls[n["children"][1]]
+        return out
+
     cost = np.zeros(len(node_ids))
     children, ordered = [], []
     for j, nid in enumerate(node_ids):
@@ -137,7 +145,10 @@ def build_problem(enc: Encoding, model: CostModel) -> Problem:
         if n["op"] in FREE_CONSTRUCTORS:
             continue
         sorts = ARG_SORTS[n["op"]]
-        tensor_kids = [nbytes(cls[ch]) for ch, s in zip(n["children"], sorts, strict=True) if s == "T"]
+        if n["op"] in ARGS_POSITION:
+            tensor_kids = [nbytes(c) for c in listed(cls[n["children"][ARGS_POSITION[n["op"]]]])]
+        else:
+            tensor_kids = [nbytes(cls[ch]) for ch, s in zip(n["children"], sorts, strict=True) if s == "T"]
         out = nbytes(n["eclass"]) if n["op"].startswith("T.") else 0
         op = json.loads(value[cls[n["children"][0]]]) if n["op"] in GENERIC_NAMES else None
         cost[j] = enode_cost(model, n["op"], tensor_kids, out, op)
@@ -145,9 +156,9 @@ def build_problem(enc: Encoding, model: CostModel) -> Problem:
     node_class = np.array([cindex[cls[nid]] for nid in node_ids], dtype=np.int64)
     for j, c in enumerate(node_class):
         class_nodes[c].append(j)
-    for c, members in enumerate(class_nodes):
-        if len(members) > 1:
-            class_nodes[c] = _undominated(members, cost, children)
+    for c, ms in enumerate(class_nodes):
+        if len(ms) > 1:
+            class_nodes[c] = _undominated(ms, cost, children)
     return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw)
 
 

@@ -5,15 +5,16 @@
 attributes take a leading ``attrs`` string: a canonical key into the attribute table of
 the encoding, so rules can bind and pass it on without decoding it. ``Epi`` is a matmul
 epilogue chain (innermost step first), ``TList`` the list of graph outputs (one root, so
-shared nodes are extracted once).
+shared nodes are extracted once), ``Args`` the inputs of a variadic e-node (a cons list of
+tensors, built with :func:`args`).
 
 The analysis functions ``shape`` (a ``Vec[i64]``) and ``numel`` (its product) hold facts
 about e-classes; rules read them in their queries, the cost model reads ``numel``.
 ``rope_fits_attention(rope_attrs, attention_attrs)`` holds when a RoPE's positions match an
 attention's sequences, or a RoPEDynamic's head size a CachedAttention's (set at encoding,
 where the attributes are known). Ops that no rule
-matches use the generic ``op1``..``op6`` constructors: adding such an op needs no egglog
-change.
+matches use the generic ``op1``..``op6`` constructors, and ``opn`` over an ``Args`` list
+for more inputs: adding such an op needs no egglog change, whatever its arity.
 """
 
 from __future__ import annotations
@@ -88,9 +89,7 @@ class T(Expr):
     @classmethod
     def fused_rms_norm_matmul(cls, attrs: StringLike, variant: StringLike, x: T, w_norm: T, w: T, epi: Epi) -> T: ...
     @classmethod
-    def concat2(cls, axis: i64Like, a: T, b: T) -> T: ...
-    @classmethod
-    def concat3(cls, axis: i64Like, a: T, b: T, c: T) -> T: ...
+    def concat(cls, axis: i64Like, xs: Args) -> T: ...  # of parameters only: a derived parameter
     @classmethod
     def slice_cols(cls, x: T, start: i64Like, size: i64Like) -> T: ...
     @classmethod
@@ -120,6 +119,8 @@ class T(Expr):
     def op5(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T, e: T) -> T: ...
     @classmethod
     def op6(cls, op: StringLike, attrs: StringLike, a: T, b: T, c: T, d: T, e: T, f: T) -> T: ...
+    @classmethod
+    def opn(cls, op: StringLike, attrs: StringLike, xs: Args) -> T: ...  # any other arity
 
     # shape ops, reductions
     @classmethod
@@ -143,6 +144,23 @@ class Epi(Expr):
     def add(cls, e: Epi, addend: T) -> Epi: ...
     @classmethod
     def act(cls, e: Epi, op: StringLike) -> Epi: ...
+
+
+class Args(Expr):
+    """The inputs of a variadic e-node, in order (``T.concat``, ``T.opn``)."""
+
+    @classmethod
+    def nil(cls) -> Args: ...
+    @classmethod
+    def cons(cls, head: T, tail: Args) -> Args: ...
+
+
+def args(*xs: T) -> Args:
+    """The ``Args`` list of ``xs``, in order."""
+    out = Args.nil()
+    for x in reversed(xs):
+        out = Args.cons(x, out)
+    return out
 
 
 class TList(Expr):
@@ -173,8 +191,9 @@ def rope_fits_attention(rope_attrs: StringLike, attention_attrs: StringLike) -> 
 
 
 #: IR op name -> (constructor, takes an attrs key). Leaves, Identity, FullAttention with a
-#: mask, the fused matmuls, Concat, SliceCols, CausalAttentionRoPE and CachedAttentionRoPE are encoded
-#: specially (see encode.py); ops missing here use a generic constructor by arity.
+#: mask, the fused matmuls, Concat of parameters, SliceCols, CausalAttentionRoPE and
+#: CachedAttentionRoPE are encoded specially (see encode.py); ops missing here use a
+#: generic constructor by arity.
 CONSTRUCTORS = {
     "MatMul": (T.matmul, False),
     "MatMulAT": (T.matmul_at, False),
@@ -205,8 +224,10 @@ CONSTRUCTORS = {
     "GroupNormSilu": (T.group_norm_silu, True),
 }
 
-#: Generic constructors by arity, for ops without a constructor of their own.
+#: Generic constructors by arity, for ops without a constructor of their own; other
+#: arities take :data:`VARIADIC_CONSTRUCTOR` over an ``Args`` list.
 GENERIC_CONSTRUCTORS = {1: T.op1, 2: T.op2, 3: T.op3, 4: T.op4, 5: T.op5, 6: T.op6}
+VARIADIC_CONSTRUCTOR = T.opn
 
 #: The unary elementwise ops a matmul epilogue can apply, by IR op name.
 UNARY_CONSTRUCTORS = {op: CONSTRUCTORS[op][0] for op in

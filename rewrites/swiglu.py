@@ -9,7 +9,7 @@ from __future__ import annotations
 from egglog import String, Vec, eq, i64, ruleset
 
 from .dsl import equal
-from .sorts import T, shape
+from .sorts import T, args, shape
 
 swiglu_ruleset = ruleset(name="swiglu")
 
@@ -38,8 +38,8 @@ def _gate_up_concat(h: T, ng: String, nu: String, s: Vec[i64]):
     # SwiGLU(MatMul(h,Wg), MatMul(h,Wu)) -> SwiGLUConcat(MatMul(h, Concat1(Wg,Wu)))   (W [K,N]: columns)
     yield equal("SwiGLU(MatMul(h,Wg), MatMul(h,Wu)) -> SwiGLUConcat(MatMul(h, Concat(Wg,Wu)))",
                 T.swiglu(T.matmul(h, wg), T.matmul(h, wu)),
-                T.swiglu_concat(T.matmul(h, T.concat2(1, wg, wu))))
+                T.swiglu_concat(T.matmul(h, T.concat(1, args(wg, wu)))))
     # SwiGLU(MatMulBT(h,Wg), MatMulBT(h,Wu)) -> SwiGLUConcat(MatMulBT(h, Concat0(Wg,Wu)))   (W [N,K]: rows)
     yield equal("SwiGLU(MatMulBT(h,Wg), MatMulBT(h,Wu)) -> SwiGLUConcat(MatMulBT(h, Concat(Wg,Wu)))",
                 T.swiglu(T.matmul_bt(h, wg), T.matmul_bt(h, wu)),
-                T.swiglu_concat(T.matmul_bt(h, T.concat2(0, wg, wu))))
+                T.swiglu_concat(T.matmul_bt(h, T.concat(0, args(wg, wu)))))

@@ -84,3 +84,18 @@ def test_a_misspelt_feed_is_named_with_the_closest_known_name(fuse, device):
         eggfuse.compile(g, {"W": params["w"], "b": params["b"]}, fuse=fuse, device=device)
     with pytest.raises(InputError, match=r"unknown input\(s\) 'zzz'; the graph's inputs are: 'x'"):
         compiled.run({"x": feeds["x"], "zzz": np.zeros(1)})
+
+
+@pytest.mark.parametrize("n", [7, 16])
+def test_a_concat_of_up_to_16_computed_inputs_compiles_fused(n, device):
+    # 'node 7 (Concat, f32[3,35]): 7 inputs; give op Concat a constructor' before
+    g = Graph()
+    v = g.input("v", [3, 5])
+    c = g.concat([g.sigmoid(g.mul(v, g.parameter(f"p{i}", [3, 5]))) for i in range(n)], axis=1)
+    g.set_outputs([g.relu(g.matmul(c, g.parameter("w", [5 * n, 6])))])
+    params = {f"p{i}": RNG.standard_normal((3, 5)) for i in range(n)} | {"w": RNG.standard_normal((5 * n, 6))}
+    feeds = {"v": RNG.standard_normal((3, 5))}
+    compiled = eggfuse.compile(g, params, device=device)
+    assert compiled.report.dispatches_after == compiled.report.dispatches_before - 1  # relu in the matmul
+    (got,) = compiled.run(feeds)
+    np.testing.assert_allclose(got, evaluate(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
