@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import erf
+from scipy.special import erfc
 
 from .types import DType, TensorType
 
@@ -134,7 +134,9 @@ for _name, _variant in (("MatMul", ""), ("MatMulAT", "AT"), ("MatMulBT", "BT")):
 
 
 def _gelu_erf(x):
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    # 0.5 x (1 + erf(x / sqrt 2)) written with erfc, exact in float64 in the negative tail too
+    # (1 + erf(x / sqrt 2) rounds to 0 below x = -8.3)
+    return 0.5 * x * erfc(-x / math.sqrt(2.0))
 
 
 def _gelu_tanh(x):

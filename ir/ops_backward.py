@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf
+from scipy.special import erfc
 
 from .ops import (
     F32,
@@ -199,7 +199,7 @@ UNARY_DERIVATIVES = {
     "Relu": (lambda x: (x > 0).astype(np.float64), "1 if x > 0 else 0 (0 at x = 0, as PyTorch)"),
     "Sigmoid": (lambda x: _sigmoid(x) * (1.0 - _sigmoid(x)), "s(1 - s), s = sigmoid(x)"),
     "Tanh": (lambda x: 1.0 - np.tanh(x) ** 2, "1 - tanh(x)^2"),
-    "Gelu": (lambda x: 0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
+    "Gelu": (lambda x: 0.5 * erfc(-x / math.sqrt(2.0)) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
              "Phi(x) + x phi(x), Phi/phi the normal cdf/pdf (Hendrycks & Gimpel 2016)"),
     "GeluTanh": (_dgelu_tanh, "0.5(1 + t) + 0.5 x (1 - t^2) c (1 + 3*0.044715 x^2), "
                               "t = tanh(c (x + 0.044715 x^3)), c = sqrt(2/pi)"),
