@@ -4,7 +4,6 @@ through :func:`compile`; each step is timed and can be called on its own."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from eggfuse.ir import Graph, GraphError, InputError
+from eggfuse.ir import Graph, InputError
+from eggfuse.ir.reference import check_mapping
 from eggfuse.lowering import ExecutionPlan, lower
 
 if TYPE_CHECKING:
@@ -87,8 +87,12 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
     ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` as ``Session``.
 
+    The accepted inputs and parameters are those of ``graph`` as built, fused or not (the
+    optimised graph keeps the leaves no output reads, and a session ignores their values).
+
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
-    :class:`~eggfuse.ir.InputError` for missing or mis-shaped parameters,
+    :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
+    unknown or mis-shaped parameters,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
     :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
@@ -96,8 +100,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     """
     from eggfuse.runtime import Session  # wgpu is only imported when something runs
 
-    if not graph.outputs:
-        raise GraphError("the graph has no outputs; call graph.set_outputs() first")
+    graph.check_outputs()  # both checked before the (slower) optimisation
+    check_mapping("parameter", params, graph.parameters)
     timings: dict[str, float] = {}
     report = None
     run_graph = graph
@@ -109,11 +113,6 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     if device is None and share is not None:
         device = share.device
     plan = lower_for(run_graph, device, subgroups=subgroups)
-    # the leaves of the graph as built are the ones a caller feeds, fused or not: those the
-    # optimised graph no longer reads are accepted and ignored, as unused leaves are unfused
-    dropped = {n.attrs["name"] for n in graph.nodes if n.op in ("Input", "Parameter")} \
-        - set(plan.inputs) - set(plan.parameters)
-    plan = dataclasses.replace(plan, unused_leaves=plan.unused_leaves | dropped)
     timings["lower_s"] = time.perf_counter() - t
     t = time.perf_counter()
     session = Session(plan, params, device=device, share=share, prerecord=prerecord)

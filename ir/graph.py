@@ -118,6 +118,13 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def check_outputs(self) -> None:
+        """Raise :class:`GraphError` unless :meth:`set_outputs` has declared outputs (what
+        evaluating, optimising and lowering need)."""
+        if not self.outputs:
+            raise GraphError(f"the graph has no outputs ({len(self.nodes)} nodes); "
+                             "call graph.set_outputs([...]) with the nodes to compute first")
+
     def leaves(self, op: str) -> list[Node]:
         return [n for n in self.nodes if n.op == op]
 

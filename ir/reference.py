@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +41,15 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
     return out
 
 
+def check_mapping(kind: str, value, names: Iterable[str]) -> None:
+    """Raise :class:`InputError` unless ``value`` (the ``kind`` leaves given: 'input',
+    'parameter') is a mapping of name -> array; the message lists the graph's ``names``."""
+    if not isinstance(value, Mapping):
+        known = ", ".join(repr(n) for n in names) or "none"
+        raise InputError(f"{kind}s must be a mapping of name -> array (a dict), got {type(value).__name__}; "
+                         f"the graph's {kind}s are: {known}")
+
+
 def evaluate(
     graph: Graph,
     inputs: Mapping[str, np.ndarray],
@@ -53,9 +62,14 @@ def evaluate(
 
     ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
     dtype; integer indices for U32 inputs). Raises :class:`InputError` for a missing or
-    mis-shaped leaf, and (unless ``check_finite=False``) for a NaN or infinity in a float
-    leaf. The arrays passed in are not modified.
+    mis-shaped leaf, feeds that are not mappings and (unless ``check_finite=False``) a NaN or
+    infinity in a float leaf, :class:`~eggfuse.ir.GraphError` when ``outputs`` is not given
+    and the graph has none. The arrays passed in are not modified.
     """
+    if outputs is None:
+        graph.check_outputs()
+    check_mapping("input", inputs, graph.inputs)
+    check_mapping("parameter", params, graph.parameters)
     wanted = list(graph.outputs if outputs is None else outputs)
     values: dict[NodeId, np.ndarray] = {}
     for node in graph.live_nodes() if outputs is None else graph.nodes:

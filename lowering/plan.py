@@ -154,14 +154,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     ``share_storage=True`` lets intermediates whose lifetimes do not overlap share a device
     allocation (:func:`share_storage_of`); False gives each its own.
 
-    Raises LoweringError when the graph has no outputs, an op has no kernel, or the plan
+    Raises GraphError when the graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
     other node gets its kernel builder's dispatches, one for every op but a Concat of more
     inputs than one dispatch may bind, so ``len(plan.dispatches) >= graph.dispatch_count()``.
     """
-    if not graph.outputs:
-        raise LoweringError("the graph has no outputs; call graph.set_outputs() first")
+    graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)
     buffers: list[BufferSpec] = []
@@ -258,14 +257,18 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             rendered.append((k, reads, *render_kernel(k.body, bindings, k.params, k.slots)))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
     out = []
-    for k, reads, source, params in rendered:
+    for part, (k, reads, source, params) in enumerate(rendered):
+        label = _label(node, ins)
+        if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
+            label += f" part {part + 1}/{len(rendered)}: inputs {reads[0]}..{reads[-1]}" if reads else \
+                f" part {part + 1}/{len(rendered)}"
         grid = split_grid(k.groups, max_dim)
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
-                                f"{k.groups} workgroups do not fit a 3-D grid for {_label(node, ins)}")
+                                f"{k.groups} workgroups do not fit a 3-D grid for {label}")
         buffers = tuple(node_buffer[node.inputs[i]] for i in reads) + (node_buffer[node.id],)
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, buffers,
-                            params, grid, _label(node, ins)))
+                            params, grid, label))
     return out
 
 

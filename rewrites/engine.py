@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from egglog import EGraph, Ruleset, back_off, run, seq
 
-from ..ir import DType, Graph, GraphError, RewriteError, evaluate
+from ..ir import DType, Graph, RewriteError, evaluate
 from . import egglog_private
 from .cost import CostModel
 from .encode import Encoding, encode
@@ -118,6 +118,7 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     Raises :class:`RewriteError` when egglog rejects a merge (two e-classes with
     different shapes: an unsound rule).
     """
+    graph.check_outputs()
     rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
     t0 = time.perf_counter()
     egraph = EGraph(save_egglog_string=record)
@@ -198,7 +199,8 @@ def optimize(
     greedy-DAG extractor of :mod:`.greedy` alone; ``"compare"`` runs both and reports
     both costs (the greedy gap). A greedy result that costs more than the input graph is
     replaced by the input itself (also a term of the e-graph), so optimising never makes a
-    graph worse.
+    graph worse. The rebuilt graph holds every Input and Parameter of ``graph``, those no
+    output depends on as leaves nothing reads, so it accepts the same feeds and parameters.
 
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
     raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
@@ -208,8 +210,7 @@ def optimize(
     """
     if extractor not in EXTRACTORS:
         raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
-    if not graph.outputs:
-        raise GraphError("the graph has no outputs; call graph.set_outputs() first")
+    graph.check_outputs()
     model = cost_model or CostModel()
     rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
     rep = Report(nodes_before=len(graph.live_nodes()), dispatches_before=graph.dispatch_count(),
@@ -240,7 +241,7 @@ def optimize(
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
     t = time.perf_counter()
-    out = graph.pruned() if keep_input else rebuild(dag, enc)
+    out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc))
     rep.rebuild_s = time.perf_counter() - t
     rep.phases["rebuild"] = Phase(rep.rebuild_s, rep.eclasses, rep.enodes)
     rep.total_s = rep.insert_s + rep.analysis_s + rep.saturation_s + rep.extraction_s + rep.rebuild_s
@@ -253,6 +254,23 @@ def optimize(
     if verify:
         verify_equivalent(graph, out, seed=seed)
     return out, rep
+
+
+def _with_leaves_of(graph: Graph, out: Graph) -> Graph:
+    # ``out`` with each Input and Parameter of ``graph`` that it lacks added as a leaf that
+    # nothing reads: a session accepts (and ignores) values for those, as for ``graph``.
+    have = {n.attrs["name"] for n in out.nodes if n.op in ("Input", "Parameter")}
+    for n in graph.nodes:
+        name = n.attrs.get("name")
+        if n.op not in ("Input", "Parameter") or name in have:
+            continue
+        if n.op == "Input":
+            out.input(name, n.type.shape, n.type.dtype)
+        elif n.attrs.get("state"):
+            out.state(name, n.type.shape)
+        else:
+            out.parameter(name, n.type.shape)
+    return out
 
 
 def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import difflib
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -11,7 +12,7 @@ import numpy as np
 import wgpu
 
 from ..ir.errors import InputError, LoweringError
-from ..ir.reference import check_array
+from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits
 from .device import adapter_description, device_error, device_errors, get_device, subgroup_reductions_usable
@@ -82,6 +83,7 @@ class Session:
         if not isinstance(plan, ExecutionPlan):
             raise InputError(f"Session takes an ExecutionPlan, got {type(plan).__name__}: lower a graph first, "
                              "with eggfuse.pipeline.lower_for(graph, device), or compile it with eggfuse.compile")
+        check_mapping("parameter", params, plan.parameters)
         if share is not None and device is not None and device is not share.device:
             raise InputError("a Session can share buffers only with a session on the same device")
         self.device = device if device is not None else share.device if share is not None else get_device()
@@ -540,15 +542,25 @@ def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[st
                   plan: ExecutionPlan) -> dict[str, np.ndarray]:
     # Every name present, none unknown, every array of the right shape: the InputError
     # names the leaf and both shapes (check_array), before wgpu sees anything.
-    if not isinstance(given, Mapping):
-        raise InputError(f"{kind}s must be a mapping of name -> array, got {type(given).__name__}")
+    check_mapping(kind, given, wanted)
     missing = [f"{n!r} ({plan.buffers[i].type})" for n, i in wanted.items() if n not in given]
-    if missing:
-        raise InputError(f"{kind}(s) not given: {', '.join(missing)}")
     unknown = [n for n in given if n not in wanted and n not in plan.unused_leaves]
-    if unknown:
-        known = ", ".join(repr(n) for n in wanted) or "none"
-        raise InputError(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; "
-                         f"the graph's {kind}s are: {known}")
+    if missing or unknown:
+        parts = [f"{kind}(s) not given: {', '.join(missing)}"] if missing else []
+        if unknown:
+            known = [*wanted, *sorted(plan.unused_leaves)]
+            parts.append(f"unknown {kind}(s) " + ", ".join(_with_closest(n, known) for n in unknown))
+        names = ", ".join(repr(n) for n in wanted) or "none"
+        raise InputError(f"{'; '.join(parts)}; the graph's {kind}s are: {names}")
     return {name: np.ascontiguousarray(check_array(f"{kind} {name!r}", given[name], plan.buffers[i].type))
             for name, i in wanted.items()}
+
+
+def _with_closest(name, known: Sequence[str]) -> str:
+    # 'X' (did you mean 'x'?): the known name most similar to a misspelt one, ignoring case.
+    text = repr(name)
+    if not isinstance(name, str):
+        return text
+    lower = {k.lower(): k for k in reversed(known)}
+    close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
+    return f"{text} (did you mean {lower[close[0]]!r}?)" if close else text

@@ -22,11 +22,9 @@ fn dsilu(x: f32) -> f32 {
 }
 
 // GELU (erf form)' = Phi(x) + x phi(x), Phi/phi the standard normal cdf/pdf
-// (Hendrycks & Gimpel 2016); Phi from erfc_pos as gelu_erf computes it.
+// (Hendrycks & Gimpel 2016); Phi from normal_cdf as gelu_erf computes it.
 fn dgelu_erf(x: f32) -> f32 {
-    let c = erfc_pos(abs(x) * 0.7071067811865476);
-    let cdf = 0.5 * select(c, 2.0 - c, x >= 0.0);
-    return cdf + x * 0.3989422804014327 * exp(-0.5 * x * x);
+    return normal_cdf(x) + x * 0.3989422804014327 * exp(-0.5 * x * x);
 }
 
 // GELU (tanh form)' with v = 2u = k (x + 0.044715 x^3), k = 2 sqrt(2/pi):

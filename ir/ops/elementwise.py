@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import erf
+from scipy.special import erfc
 
 from ..errors import LoweringError
 from ..kernel import Buffer, Kernel, elementwise_groups
@@ -30,7 +30,9 @@ def sigmoid(x):
 
 
 def gelu_erf(x):
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    # 0.5 x (1 + erf(x / sqrt 2)) written with erfc, exact in float64 in the negative tail too
+    # (1 + erf(x / sqrt 2) rounds to 0 below x = -8.3)
+    return 0.5 * x * erfc(-x / math.sqrt(2.0))
 
 
 def gelu_tanh(x):
@@ -101,7 +103,7 @@ UNARY: tuple[Unary, ...] = (
           "tanh(x)", "1 - tanh(x)^2"),
     Unary("Neg", np.negative, "-({x})", None, None, "-x (its gradient is Neg(dy))"),
     Unary("Gelu", gelu_erf, "gelu_erf({x})",
-          lambda x: 0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
+          lambda x: 0.5 * erfc(-x / math.sqrt(2.0)) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
           "dgelu_erf({x})", "GELU, erf form: x Phi(x) (Hendrycks & Gimpel 2016), as BERT uses",
           "Phi(x) + x phi(x), Phi/phi the normal cdf/pdf (Hendrycks & Gimpel 2016)"),
     Unary("GeluTanh", gelu_tanh, "gelu_tanh({x})", _dgelu_tanh, "dgelu_tanh({x})",

