@@ -169,6 +169,21 @@ class Graph:
             return False
         return not any((w := OPS[n.op].writes) is not None and n.inputs[w] in node.inputs for n in self.nodes)
 
+    def index_bounds(self) -> dict[NodeId, int]:
+        """Leaf id -> the exclusive bound of its u32 index values: the smallest bound of the ops
+        that read it as indices (``OpSpec.index_bounds``), through reshape views."""
+        bounds: dict[NodeId, int] = {}
+        for node in self.nodes:
+            hook = OPS[node.op].index_bounds
+            if hook is None:
+                continue
+            for slot, rows in hook([self.nodes[i].type for i in node.inputs], node.attrs).items():
+                src = self.nodes[node.inputs[slot]]
+                while OPS[src.op].view:
+                    src = self.nodes[src.inputs[0]]
+                bounds[src.id] = min(rows, bounds.get(src.id, rows))
+        return bounds
+
     def dispatches(self, node: Node) -> int:
         """GPU dispatches ``node`` needs when lowered."""
         return 0 if self.is_derived_parameter(node) else OPS[node.op].dispatches

@@ -159,6 +159,11 @@ class OpSpec:
     - ``packs_parameters``: a node of this op whose inputs are all parameters is a derived
       parameter, packed once when a session is created (``Graph.is_derived_parameter``).
     - ``leaf``: Input, Parameter and Constant, fed or uploaded rather than computed.
+    - ``view``: the op's value is its first input's bytes seen with another shape (a reshape):
+      lowering gives it that input's buffer and no dispatch.
+    - ``index_bounds(ins, attrs) -> {input slot: rows}``: the u32 index inputs the op reads
+      and the exclusive bound of their values (an Embedding's table rows); the runtime
+      refuses a fed index at or past it, as the reference does.
     """
 
     name: str
@@ -176,6 +181,8 @@ class OpSpec:
     epilogue_step: bool = False
     packs_parameters: bool = False
     leaf: bool = False
+    view: bool = False
+    index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int]] | None = None
     max_inputs: int | None = None
     family: str = ""
 

@@ -170,7 +170,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     constants: dict[int, np.ndarray] = {}
     derived: dict[int, DerivedParameter] = {}
     for node in live:
-        if node.op == "Identity":  # a reshape view: same bytes, same buffer
+        if OPS[node.op].view:  # a reshape view: same bytes, same buffer
             node_buffer[node.id] = node_buffer[node.inputs[0]]
             continue
         if (w := OPS[node.op].writes) is not None:  # updated in place: the written input's buffer
@@ -354,7 +354,7 @@ def schedule(graph: Graph) -> list[Node]:
             dag.add_edge(i, n.id)
             readers[i].append(n.id)
         w = OPS[n.op].writes
-        if n.op == "Identity":
+        if OPS[n.op].view:
             storage[n.id], version[n.id] = storage[n.inputs[0]], version[n.inputs[0]]
         elif w is not None:
             storage[n.id], version[n.id] = storage[n.inputs[w]], version[n.inputs[w]] + 1
@@ -387,24 +387,18 @@ def schedule(graph: Graph) -> list[Node]:
 
 def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
     # The runtime rejects out-of-range indices in an input, as the reference does; a
-    # constant index table is checked here once. Embedding reads table rows, ScatterAdd
-    # (its gradient) writes vocab_size rows.
+    # constant index table is checked here once (Graph.index_bounds: the ops' own hooks).
+    live_ids = {n.id for n in live}
     bounds: dict[str, int] = {}
-    for node in live:
-        if node.op == "Embedding":
-            rows = graph.node(node.inputs[1]).type.shape[0]
-        elif node.op == "ScatterAdd":
-            rows = node.attrs["vocab_size"]
-        else:
+    for nid, rows in graph.index_bounds().items():
+        src = graph.node(nid)
+        if nid not in live_ids:
             continue
-        src = graph.node(node.inputs[0])
-        while src.op == "Identity":
-            src = graph.node(src.inputs[0])
         if src.op == "Input":
-            bounds[src.attrs["name"]] = min(rows, bounds.get(src.attrs["name"], rows))
+            bounds[src.attrs["name"]] = rows
         elif src.op == "Constant" and np.any(src.attrs["value"] >= rows):
-            raise LoweringError(f"{node.op} node {node.id}: constant indices reach "
-                                f"{int(np.max(src.attrs['value']))}, the table has {rows} rows")
+            raise LoweringError(f"{src.describe()}: constant indices reach {int(np.max(src.attrs['value']))}, "
+                                f"which an op reading them bounds at {rows} rows")
     return bounds
 
 

@@ -276,11 +276,7 @@ def _with_leaves_of(graph: Graph, out: Graph) -> Graph:
 def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     """Random inputs and parameters for ``graph``: normal floats, valid embedding indices."""
     rng = np.random.default_rng(seed)
-    limits: dict[int, int] = {}
-    for n in graph.nodes:  # an index input must be valid for every table it indexes
-        if n.op == "Embedding":
-            rows = graph.node(n.inputs[1]).type.shape[0]
-            limits[n.inputs[0]] = min(limits.get(n.inputs[0], rows), rows)
+    limits = graph.index_bounds()  # an index input must be valid for every table it indexes
     inputs = {}
     for n in graph.leaves("Input"):
         if n.type.dtype is DType.U32:

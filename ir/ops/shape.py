@@ -32,7 +32,7 @@ def _identity(ts, a):
 
 
 op("Identity", ("x",), _identity, lambda xs, a: xs[0].reshape(a["shape"]), attrs=(Attr("shape", "ints"),),
-   dispatches=0, doc="reshape view (row-major, numpy.reshape): the same bytes, no data movement",
+   dispatches=0, view=True, doc="reshape view (row-major, numpy.reshape): the same bytes, no data movement",
    vjp=lambda b, node, dy, want: [b.reshape(dy, b.type(node.inputs[0]).shape)], flops=lambda ins, out, a: 0)
 
 

@@ -52,7 +52,8 @@ def _embedding_vjp(b, node, dy, want):
 
 
 op("Embedding", ("indices", "table"), _embedding, _embedding_ref, doc="out[t] = table[indices[t]]",
-   vjp=_embedding_vjp, kernel=_embedding_kernel, flops=lambda ins, out, a: 0)
+   vjp=_embedding_vjp, kernel=_embedding_kernel, flops=lambda ins, out, a: 0,
+   index_bounds=lambda ins, a: {0: ins[1].shape[0]})
 
 
 def _scatter_add(ts, a):
@@ -83,6 +84,7 @@ def _scatter_add_kernel(node, ins, target) -> Kernel:
 
 op("ScatterAdd", ("indices", "src"), _scatter_add, _scatter_add_ref, attrs=(Attr("vocab_size", "int"),), vjp=NO_GRAD,
    kernel=_scatter_add_kernel, flops=lambda ins, out, a: ins[1].num_elements,
+   index_bounds=lambda ins, a: {0: a["vocab_size"]},
    doc="out[v] = sum over t with indices[t] = v of src[t]; inputs [indices u32 [T], src [T,H]] -> "
        "[vocab_size, H]: the Embedding table gradient (seed: ScatterAdd)")
 
