@@ -96,25 +96,6 @@ def render(name: str, **slots: object) -> str:
     return _SLOT.sub(lambda m: str(slots[m.group(1)]), text)
 
 
-def uniform_bytes(*values: int | float) -> bytes:
-    """Pack uniform fields in order: Python floats as f32, ints as u32; padded to 16 bytes.
-
-    The order must match the kernel's ``Params`` struct; a struct whose vec4 or array
-    members come first (16-byte aligned) packs with no gaps. Raises LoweringError for an
-    int outside u32.
-    """
-    out = bytearray()
-    for v in values:
-        if isinstance(v, float):
-            out += struct.pack("<f", v)
-        else:
-            if not 0 <= int(v) < 2**32:
-                raise LoweringError(f"uniform value {v} does not fit in u32")
-            out += struct.pack("<I", int(v))
-    out += bytes(-len(out) % 16)
-    return bytes(out)
-
-
 _ARRAY_PARAM = re.compile(r"^array<(vec4<(?:f32|u32|i32)>), (\d+)>$")
 
 
