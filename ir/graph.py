@@ -214,12 +214,12 @@ class Graph:
             dims = tuple(int(d) for d in shape)
         except (TypeError, ValueError):
             raise GraphError(f"{op}: shape must be a sequence of ints, got {shape!r}") from None
-        if not dims or any(d < 1 for d in dims):
-            raise GraphError(f"{op}: every dimension must be >= 1, got {list(dims)}")
+        if any(d < 1 for d in dims):
+            raise GraphError(f"{op}: every dimension must be >= 1 (an empty tensor cannot be stored), got {list(dims)}")
         return dims
 
     def input(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
-        """A tensor fed at every run, of ``shape`` and ``dtype`` (F32 or U32 indices)."""
+        """A tensor fed at every run, of ``shape`` (``()`` for a scalar) and ``dtype``."""
         self._check_name("Input", name)
         nid = self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape), dtype))
         self._leaf_names[name] = nid
@@ -242,19 +242,30 @@ class Graph:
         self._leaf_names[name] = nid
         return nid
 
-    def constant(self, value: Any, shape: Sequence[int] | None = None) -> NodeId:
-        """An f32 constant baked into the graph (copied; the caller's array is not kept)."""
-        arr = np.array(value, dtype=np.float32, copy=True)
+    def constant(self, value: Any, shape: Sequence[int] | None = None, dtype: DType = DType.F32) -> NodeId:
+        """A constant baked into the graph, of ``dtype`` (copied; the caller's array is not
+        kept). A 0-d value becomes shape ``[1]`` unless ``shape=()`` asks for a scalar. Raises :class:`GraphError` when the
+        values do not fill ``shape`` or do not fit ``dtype``."""
+        from .errors import InputError
+        from .reference import check_array
+
+        arr = np.array(value, copy=True)
         if shape is not None:
             shape = self._shape("Constant", shape)
             if arr.size != int(np.prod(shape)):
                 raise GraphError(f"Constant: {arr.size} values do not fill shape {list(shape)}")
             arr = arr.reshape(shape)
-        if arr.ndim == 0:
+        elif arr.ndim == 0:
             arr = arr.reshape(1)
+        ty = TensorType(self._shape("Constant", arr.shape), dtype)
+        if dtype is DType.F32 and arr.dtype == np.bool_:
+            arr = arr.astype(np.float32)
+        try:
+            arr = check_array("Constant", arr, ty, finite=False)
+        except InputError as e:
+            raise GraphError(str(e)) from None
         arr.setflags(write=False)
-        return self.add_node("Constant", (), name=f"const{len(self.nodes)}", value=arr,
-                        type=TensorType(self._shape("Constant", arr.shape)))
+        return self.add_node("Constant", (), name=f"const{len(self.nodes)}", value=arr, type=ty)
 
     # --- builders: one line each, the shape rules live in ops.py ------------------------
 

@@ -26,19 +26,40 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
         raise InputError(f"{what}: cannot convert {type(value).__name__} to an array ({e})") from None
     if arr.shape != ty.shape:
         raise InputError(f"{what}: expected shape {list(ty.shape)} ({ty}), got {list(arr.shape)}")
-    if ty.dtype is DType.U32:
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise InputError(f"{what}: expected integer indices for {ty}, got dtype {arr.dtype}")
-        if arr.size and not np.can_cast(arr.dtype, np.uint32) and (
-                arr.min() < 0 or arr.max() > np.iinfo(np.uint32).max):
-            raise InputError(f"{what}: indices must lie in [0, 2^32), got {arr.min()}..{arr.max()}")
-        return arr.astype(np.uint32, copy=copy)
+    if ty.dtype in (DType.U32, DType.I32):
+        info = np.iinfo(ty.dtype.numpy)
+        if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+            kind = "integer indices" if ty.dtype is DType.U32 else "integers"
+            raise InputError(f"{what}: expected {kind} for {ty}, got dtype {arr.dtype}")
+        if arr.size and not np.can_cast(arr.dtype, ty.dtype.numpy) and (
+                arr.min() < info.min or arr.max() > info.max):
+            what_ = "indices" if ty.dtype is DType.U32 else "values"
+            span = "[0, 2^32)" if ty.dtype is DType.U32 else f"[-2^31, 2^31) for {ty}"
+            raise InputError(f"{what}: {what_} must lie in {span}, got {arr.min()}..{arr.max()}")
+        return arr.astype(ty.dtype.numpy, copy=copy)
+    if ty.dtype is DType.BOOL:
+        if arr.dtype != np.bool_:
+            raise InputError(f"{what}: expected a bool array for {ty}, got dtype {arr.dtype}")
+        return arr.astype(np.bool_, copy=copy)
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise InputError(f"{what}: expected numbers for {ty}, got dtype {arr.dtype}")
     out = arr.astype(np.float32, copy=copy)
     if finite and not np.isfinite(out).all():
         raise InputError(f"{what}: contains NaN or infinity")
     return out
+
+
+def as_reference(value, ty: TensorType) -> np.ndarray:
+    """``value`` in the reference's representation of ``ty``: float64 for F32, int64 for
+    I32 (exact; the device's int32 wraps where this does not), uint32 for U32, bool for BOOL."""
+    arr = np.asarray(value)
+    if ty.dtype is DType.F32:
+        return arr.astype(np.float64, copy=False)
+    if ty.dtype is DType.I32:
+        return arr.astype(np.int64, copy=False)
+    if ty.dtype is DType.U32:
+        return arr.astype(np.uint32, copy=False)
+    return arr.astype(np.bool_, copy=False)
 
 
 def check_mapping(kind: str, value, names: Iterable[str]) -> None:
@@ -79,10 +100,11 @@ def evaluate(
             if name not in src:
                 raise InputError(f"{node.op} {name!r} ({node.type}) was not given")
             arr = check_array(f"{node.op} {name!r}", src[name], node.type, finite=check_finite)
-            values[node.id] = arr if node.type.dtype is DType.U32 else arr.astype(np.float64)
+            values[node.id] = as_reference(arr, node.type)
         elif node.op == "Constant":
-            values[node.id] = node.attrs["value"].astype(np.float64)
+            values[node.id] = as_reference(node.attrs["value"], node.type)
         else:
             args = [values[i] for i in node.inputs]
-            values[node.id] = np.asarray(OPS[node.op].reference(args, node.attrs)).reshape(node.type.shape)
+            out = np.asarray(OPS[node.op].reference(args, node.attrs)).reshape(node.type.shape)
+            values[node.id] = as_reference(out, node.type)
     return [values[o] for o in wanted]

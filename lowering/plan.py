@@ -187,7 +187,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         elif kind == "parameter":
             parameters[name] = index
         elif kind == "constant":
-            constants[index] = np.ascontiguousarray(node.attrs["value"], dtype=np.float32)
+            constants[index] = np.ascontiguousarray(node.attrs["value"], dtype=node.type.dtype.device_numpy)
         elif kind == "derived":
             sources = tuple(graph.node(i).attrs["name"] for i in node.inputs)
             derived[index] = DerivedParameter(sources, int(node.attrs["axis"]))
@@ -274,8 +274,8 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
 
 def _default_bindings(spec, node: Node, ins: list[TensorType], reads: tuple[int, ...]) -> tuple[Buffer, ...]:
     out_name = spec.input_name(spec.writes) if spec.writes is not None else "out"
-    return (*(Buffer(spec.input_name(i), ins[i].dtype.value) for i in reads),
-            Buffer(out_name, node.type.dtype.value, write=True))
+    return (*(Buffer(spec.input_name(i), ins[i].dtype.wgsl) for i in reads),
+            Buffer(out_name, node.type.dtype.wgsl, write=True))
 
 
 def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],

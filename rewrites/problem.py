@@ -175,25 +175,27 @@ class Problem:
 
 def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType]:
     """The IR type of every reachable tensor e-class: the encoding's type of a let-bound node,
-    else its ``shape`` fact (f32), else (an e-class only a rule created) the shape rule of one
-    of its e-nodes applied to its inputs' types."""
+    else (an e-class a rule created) the shape rule of one of its e-nodes applied to its
+    inputs' types, which gives the dtype too; an e-class's ``shape`` fact (f32) is used where
+    no shape rule can be applied yet."""
     types: dict[str, TensorType] = {}
     for c, d in dec.raw["class_data"].items():
         if d.get("let") in enc.types:
             types[c] = enc.types[d["let"]]
     vectors = {n["eclass"]: n for nid, n in dec.nodes.items() if nid.startswith("primitive-Vec")}
+    facts: dict[str, TensorType] = {}
     for n in dec.nodes.values():
         if n["op"] == "shape" and (c := dec.cls[n["children"][0]]) not in types:
-            types[c] = TensorType(tuple(int(dec.nodes[g]["op"]) for g in vectors[n["eclass"]]["children"]))
+            facts[c] = TensorType(tuple(int(dec.nodes[g]["op"]) for g in vectors[n["eclass"]]["children"]))
     pending = [c for c in reach if c not in types and dec.raw["class_data"][c].get("type") == "T"]
     while pending:
         progress = False
         for c in list(pending):
             for nid in dec.members.get(c, []):
                 e = dec.enode(nid)
-                if not all(i in types for i in e.inputs):
-                    continue
                 spec = OPS[e.op]
+                if spec.leaf or not all(i in types for i in e.inputs):
+                    continue
                 full = {a.name: a.default for a in spec.attrs} | e.attrs
                 try:
                     types[c] = spec.infer([types[i] for i in e.inputs], full)
@@ -204,8 +206,15 @@ def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType
                 progress = True
                 break
         if not progress:
-            raise RewriteError(f"the rewrite engine found no type for e-class {pending[0]} "
-                               f"({', '.join(dec.nodes[m]['op'] for m in dec.members.get(pending[0], []))})")
+            known = [c for c in pending if c in facts]
+            if not known:
+                raise RewriteError(f"the rewrite engine found no type for e-class {pending[0]} "
+                                   f"({', '.join(dec.nodes[m]['op'] for m in dec.members.get(pending[0], []))})")
+            for c in known:
+                types[c] = facts[c]
+                pending.remove(c)
+    for c, t in facts.items():
+        types.setdefault(c, t)
     return types
 
 

@@ -27,7 +27,8 @@
  *   staging   writable C-contiguous buffer (the host copy, bytes)
  *   inputs    mapping of input name -> value (KeyError for a missing name)
  *   slots     tuple of (name, offset in bytes, shape tuple, kind, rows) tuples; kind 0 is
- *             f32 ("f"), 1 is u32 ("I", or "L" of 4 bytes); rows < 0 means no bound
+ *             f32 ("f"), 1 is u32 ("I", or "L" of 4 bytes), 2 is i32 ("i" or "l", every
+ *             value valid), -1 is left to Python; rows < 0 means no bound
  *   Returns the indices of the slots it did not stage, or staged but found a bad value in:
  *   the caller converts and checks those itself (and names the input in its error).
  */
@@ -95,12 +96,16 @@ static PyObject *record(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* 1 when buffer format ``f`` (of items of ``itemsize`` bytes) is kind 0 (f32) or 1 (u32). */
+/* 1 when buffer format ``f`` (of items of ``itemsize`` bytes) is kind 0 (f32), 1 (u32) or
+ * 2 (i32); any other kind is left to Python. */
 static int format_is(const char *f, Py_ssize_t itemsize, long kind) {
     if (!f || itemsize != 4) return 0;
     if (*f == '<' || *f == '=' || *f == '@') f++;
     if (f[0] == '\0' || f[1] != '\0') return 0;
-    return kind == 0 ? f[0] == 'f' : (f[0] == 'I' || f[0] == 'L');
+    if (kind == 0) return f[0] == 'f';
+    if (kind == 1) return f[0] == 'I' || f[0] == 'L';
+    if (kind == 2) return f[0] == 'i' || f[0] == 'l';
+    return 0;
 }
 
 /* 1 when the value in ``b`` has the slot's shape and b->len bytes of 4-byte items of it; -1

@@ -136,7 +136,7 @@ class Session:
         self._stage_slots = None
         if getattr(_c_record, "stage", None) is not None:
             self._stage_slots = tuple((slot.name, self._offsets[slot.index], tuple(map(int, slot.type.shape)),
-                                       0 if slot.type.dtype is DType.F32 else 1, -1 if slot.rows is None else slot.rows)
+                                       _STAGE_KIND[slot.type.dtype], -1 if slot.rows is None else slot.rows)
                                       for slot in self._packed_slots)
         # run()'s input write and submit as wgpu-native calls with wgpu-py's error capture
         # only (its wrappers' argument handling costs ~15 us a run): the queue handle, the
@@ -157,7 +157,7 @@ class Session:
                 packed = np.concatenate([values[name] for name in d.sources], axis=d.axis)
                 queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(packed))
             for index, arr in plan.constants.items():
-                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr, dtype=np.float32))
+                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr))
         # the sources of derived parameters, kept to repack those when one is written (write_parameter)
         self._packed_sources = {name: values[name] if name in values else share._packed_sources[name]
                                 for d in plan.derived.values() for name in d.sources}
@@ -237,7 +237,7 @@ class Session:
         with device_errors(what):
             raw = self.device.queue.read_buffer(self._buffers[index], self._offsets[index],
                                                 self.plan.buffers[index].size_bytes)
-        return np.frombuffer(raw, dtype=ty.dtype.numpy, count=ty.num_elements).reshape(ty.shape).copy()
+        return _host_array(raw, ty)
 
     @property
     def recording(self) -> str:
@@ -402,8 +402,7 @@ class Session:
         outs = []
         for i in read:
             ty = plan.output_types[i]
-            arr = np.frombuffer(raw[plan.outputs[i]], dtype=ty.dtype.numpy, count=ty.num_elements)
-            outs.append(arr.reshape(ty.shape).copy())
+            outs.append(_host_array(raw[plan.outputs[i]], ty))
         return outs
 
     def _staging_buffer(self, index: int) -> wgpu.GPUBuffer:
@@ -412,6 +411,16 @@ class Session:
             self._staging[index] = self.device.create_buffer(
                 size=self.plan.buffers[index].size_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         return self._staging[index]
+
+
+#: The compiled staging's element kinds (runtime/_record.c): booleans are staged in Python.
+_STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
+
+
+def _host_array(raw, ty) -> np.ndarray:
+    # A new host array of type ``ty`` from the device bytes ``raw`` (bool from its u32 0/1).
+    arr = np.frombuffer(raw, dtype=ty.dtype.device_numpy, count=ty.num_elements).reshape(ty.shape)
+    return arr.astype(ty.dtype.numpy) if arr.dtype != ty.dtype.numpy else arr.copy()
 
 
 class _InputSlot:
@@ -423,7 +432,7 @@ class _InputSlot:
                  packed: bool) -> None:
         self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
         # its bytes in the host copy of the session's input buffer, as an array of its type
-        self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.numpy).reshape(ty.shape)
+        self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.device_numpy).reshape(ty.shape)
                      if packed else None)
 
     def check(self, value) -> np.ndarray:
