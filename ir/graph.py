@@ -244,8 +244,8 @@ class Graph:
 
     def constant(self, value: Any, shape: Sequence[int] | None = None, dtype: DType = DType.F32) -> NodeId:
         """A constant baked into the graph, of ``dtype`` (copied; the caller's array is not
-        kept). A 0-d value becomes shape ``[1]`` unless ``shape=()`` asks for a scalar. Raises :class:`GraphError` when the
-        values do not fill ``shape`` or do not fit ``dtype``."""
+        kept). A 0-d value becomes shape ``[1]`` unless ``shape=()`` asks for a scalar. Raises
+        :class:`GraphError` when the values do not fill ``shape`` or do not fit ``dtype``."""
         from .errors import InputError
         from .reference import check_array
 
