@@ -9,7 +9,9 @@ from .errors import (
     InputError,
     LoweringError,
     ModelError,
+    OnnxError,
     RewriteError,
+    UnsupportedOpsError,
 )
 from .graph import Graph, Node, NodeId
 from .reference import evaluate
@@ -18,5 +20,6 @@ from .types import DType, TensorType
 
 __all__ = [
     "NO_GRAD", "OPS", "RULES", "Attr", "DType", "DeviceError", "EggfuseError", "Graph", "GraphError", "InputError",
-    "LoweringError", "ModelError", "Node", "NodeId", "OpSpec", "RewriteError", "ShapeError", "TensorType", "evaluate",
+    "LoweringError", "ModelError", "Node", "NodeId", "OnnxError", "OpSpec", "RewriteError", "ShapeError", "TensorType",
+    "UnsupportedOpsError", "evaluate",
 ]

@@ -31,3 +31,17 @@ class DeviceError(EggfuseError):
 
 class ModelError(EggfuseError):
     """A model's weights or tokenizer could not be found or loaded."""
+
+
+class OnnxError(ModelError):
+    """An ONNX model cannot be imported: an op type, dtype, attribute, opset or shape that
+    eggfuse does not support, named with the node and tensor concerned."""
+
+
+class UnsupportedOpsError(OnnxError):
+    """A model uses op types eggfuse cannot run. ``ops`` maps each such op type to
+    ``(count, first node name)``; the message lists them all."""
+
+    def __init__(self, message: str, ops: dict[str, tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.ops = ops
