@@ -82,7 +82,7 @@ def build_node(g: Graph, op: str, attrs: dict, inputs: list[int], enc: Encoding)
     if OPS[op].leaf:
         orig = enc.leaves[(op, attrs["name"])]
         if op == "Constant":
-            return g.constant(orig.attrs["value"])
+            return g.constant(orig.attrs["value"], shape=orig.type.shape, dtype=orig.type.dtype)
         if op == "Input":
             return g.input(orig.attrs["name"], orig.type.shape, orig.type.dtype)
         if orig.attrs.get("state"):

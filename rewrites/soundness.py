@@ -91,7 +91,7 @@ def _evaluate_enode(dec: Decoder, nid: str, values: dict, enc, inputs, params):
 def _single_leaf(leaf) -> Graph:
     g = Graph()
     if leaf.op == "Constant":
-        g.set_outputs([g.constant(leaf.attrs["value"])])
+        g.set_outputs([g.constant(leaf.attrs["value"], shape=leaf.type.shape, dtype=leaf.type.dtype)])
     elif leaf.op == "Input":
         g.set_outputs([g.input(leaf.attrs["name"], leaf.type.shape, leaf.type.dtype)])
     else:

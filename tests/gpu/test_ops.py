@@ -1,35 +1,21 @@
 """Every op with a kernel, on the GPU, against the numpy reference (ir.evaluate).
 
 One row per (op, shapes): a builder adds the op to a graph whose leaves are random
-(inputs and parameters alike), optionally with hand-made feeds for edge cases.
+(inputs and parameters alike), optionally with hand-made feeds for edge cases. A family may
+keep its rows in a module of its own, ``tests/gpu/test_ops_<family>.py`` with a ``ROWS`` list
+of :class:`op_table.Row` (tests/op_table.py holds the row type and the check).
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
+from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
 from eggfuse.lowering import lower
-from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
-
-
-@dataclass
-class Row:
-    op: str
-    id: str
-    build: Callable[[Graph], int]
-    feeds: dict[str, np.ndarray] = field(default_factory=dict)
-    scale: float = 1.0  # spread of the random leaves
-    rtol: float = 1e-4
-    atol: float | None = None  # default: 1e-5 * max(1, max |reference|)
-    finite: bool = True  # False: the reference has NaN / infinities, which the kernel must match
 
 
 def _unary(op: str, shape) -> Row:
@@ -702,30 +688,18 @@ ROWS += [
 
 
 def test_every_op_with_dispatches_has_a_kernel_and_every_kernel_a_row():
+    # rows may live in any tests/gpu/test_ops*.py module (a family's own table)
     dispatched = {op for op, spec in OPS.items() if spec.dispatches}
     with_kernel = {op for op, spec in OPS.items() if spec.kernel is not None}
     assert dispatched <= with_kernel, dispatched - with_kernel
-    assert with_kernel <= {row.op for row in ROWS}, with_kernel - {row.op for row in ROWS}
-
-
-def _random_leaves(g: Graph, row: Row, rng: np.random.Generator, device) -> tuple[dict, dict]:
-    bounds = lower(g, dict(device.limits)).index_bounds
-    inputs, params = {}, {}
-    for leaves, out in ((g.inputs, inputs), (g.parameters, params)):
-        for name, ty in leaves.items():
-            if name in row.feeds:
-                out[name] = row.feeds[name]
-            elif ty.dtype is DType.U32:
-                out[name] = rng.integers(0, bounds[name], size=ty.shape)
-            else:
-                out[name] = (row.scale * rng.standard_normal(ty.shape)).astype(np.float32)
-    return inputs, params
+    rows = {row.op for row in all_rows()}
+    assert with_kernel <= rows, with_kernel - rows
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_op_matches_reference(row: Row, device):
     # the device's default lowering: reductions in subgroup form where it has usable subgroups
-    _check_row(row, device, subgroups=None)
+    check_row(row, device, subgroups=None)
 
 
 def _subgroup_rows() -> list[Row]:
@@ -748,24 +722,9 @@ def test_reductions_in_both_forms_match_reference(row: Row, subgroups: bool, dev
     # rows whose kernels have a subgroup form, lowered explicitly in each form
     if subgroups and not subgroup_reductions_usable(device):
         pytest.skip("the device has no usable subgroup operations")
-    session = _check_row(row, device, subgroups=subgroups)
+    session = check_row(row, device, subgroups=subgroups)
     assert session.plan.subgroups == subgroups
     assert all(d.kernel.endswith("+sg") == subgroups for d in session.plan.dispatches if d.op == row.op)
-
-
-def _check_row(row: Row, device, subgroups: bool | None) -> Session:
-    g = Graph()
-    g.set_outputs([row.build(g)])
-    rng = np.random.default_rng(zlib.crc32(row.id.encode()))
-    inputs, params = _random_leaves(g, row, rng, device)
-    session = Session(lower_for(g, device, subgroups=subgroups), params, device=device)
-    (got,) = session.run(inputs)
-    (want,) = evaluate(g, inputs, params)
-    assert got.shape == want.shape and got.dtype == np.float32
-    assert np.isfinite(got).all() or not row.finite
-    atol = row.atol if row.atol is not None else 1e-5 * max(1.0, float(np.abs(want[np.isfinite(want)]).max()))
-    np.testing.assert_allclose(got, want, rtol=row.rtol, atol=atol)
-    return session
 
 
 def test_extra_kernels_on_a_split_grid(device):

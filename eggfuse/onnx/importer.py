@@ -1,0 +1,565 @@
+"""ONNX ModelProto -> eggfuse Graph, specialised to static input shapes.
+
+The import walks the graph's nodes in order. Each value is a :class:`Value`: its ONNX element
+type and static shape, and its contents when they are known at load time (initializers,
+``Constant`` nodes and whatever is computed from them alone) or the IR node computing it.
+A node whose inputs are all known is folded at load time by onnx's reference evaluator
+(shape arithmetic: ``Shape``, ``Gather``, ``Concat``, ``Range``, ...); any other node goes to
+its converter (``eggfuse.onnx.ops``), which adds IR nodes. An op type without a converter is
+expanded when the ONNX standard defines it as a function of other ops. An ``If`` whose
+condition is known is inlined.
+
+ONNX int64 tensors become I32 (WGSL has no 64-bit integers): a known value out of the int32
+range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are checked at run
+time. Float initializers become parameters, named as in the model.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from eggfuse.ir import DType, Graph, GraphError, OnnxError, UnsupportedOpsError
+
+#: The oldest default-domain opset the converters are written for.
+MIN_OPSET = 7
+
+_T = onnx.TensorProto
+#: ONNX element types eggfuse imports and their IR dtype (int64 narrowed to 32 bits).
+ELEM_DTYPE = {_T.FLOAT: DType.F32, _T.INT64: DType.I32, _T.INT32: DType.I32, _T.BOOL: DType.BOOL}
+
+
+def elem_name(elem: int) -> str:
+    """The ONNX name of element type ``elem`` (``FLOAT``, ``INT64``, ...)."""
+    try:
+        return _T.DataType.Name(elem)
+    except ValueError:
+        return f"element type {elem}"
+
+
+def elem_numpy(elem: int) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+
+
+class DynamicControlError(OnnxError):
+    """An ``If``'s condition depends on the graph's inputs (:class:`~eggfuse.onnx.Model`
+    then binds its small integer inputs as load-time values and imports again)."""
+
+
+@dataclass
+class Value:
+    """One ONNX value during import: ``elem`` (ONNX element type) and ``shape``; ``const``
+    its contents when known at load time (in its ONNX dtype), ``node`` the IR node holding it
+    once one exists; ``param``: it comes from an initializer (a parameter when it reaches the
+    graph); ``blocked``: an unsupported node upstream computes it (the import goes on only to
+    list every unsupported op)."""
+
+    name: str
+    elem: int
+    shape: tuple[int, ...]
+    const: np.ndarray | None = None
+    node: int | None = None
+    param: bool = False
+    blocked: bool = False
+
+
+class NodeContext:
+    """What a converter sees of one ONNX node: its attributes, inputs (``Value``) and the IR
+    graph being built. Converters raise through :meth:`fail`, which names the node."""
+
+    def __init__(self, importer: Importer, node: onnx.NodeProto, inputs: list[Value | None], opset: int) -> None:
+        self.importer = importer
+        self.node = node
+        self.inputs = inputs
+        self.opset = opset
+        self.graph: Graph = importer.graph
+
+    # --- naming and errors -------------------------------------------------------------
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    def where(self) -> str:
+        name = self.node.name or (self.node.output[0] if self.node.output else "")
+        return f"{self.node.op_type} node {name!r}"
+
+    def fail(self, msg: str) -> OnnxError:
+        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name."""
+        return OnnxError(f"{self.where()}: {msg}")
+
+    # --- attributes --------------------------------------------------------------------
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name`` as a Python value (ints, floats, str, tuples of them, a
+        numpy array for a tensor, a GraphProto for a graph), or ``default``."""
+        for a in self.node.attribute:
+            if a.name == name:
+                v = helper.get_attribute_value(a)
+                if isinstance(v, bytes):
+                    return v.decode()
+                if isinstance(v, onnx.TensorProto):
+                    return numpy_helper.to_array(v)
+                if isinstance(v, list):
+                    return tuple(x.decode() if isinstance(x, bytes) else x for x in v)
+                return v
+        return default
+
+    def attrs_present(self) -> set[str]:
+        return {a.name for a in self.node.attribute}
+
+    def refuse_attrs(self, allowed: Sequence[str]) -> None:
+        """Raise :meth:`fail` for any attribute outside ``allowed``."""
+        extra = sorted(self.attrs_present() - set(allowed))
+        if extra:
+            raise self.fail(f"attribute(s) {', '.join(extra)} are not supported")
+
+    # --- inputs ------------------------------------------------------------------------
+
+    def has(self, i: int) -> bool:
+        """Whether optional input ``i`` is given."""
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def value(self, i: int) -> Value:
+        if not self.has(i):
+            raise self.fail(f"input {i} is required")
+        return self.inputs[i]
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.value(i).shape
+
+    def elem(self, i: int) -> int:
+        return self.value(i).elem
+
+    def const(self, i: int, what: str = "") -> np.ndarray:
+        """The contents of input ``i``, which must be known at load time (a shape, axes,
+        pads, ...); raises :meth:`fail` when it is computed from graph inputs."""
+        v = self.value(i)
+        if v.const is None:
+            raise self.fail(f"input {i} ({what or v.name!r}) must be known at load time (an initializer, a "
+                            f"Constant or computed from them), but it depends on the graph's inputs")
+        return v.const
+
+    def tensor(self, i: int) -> int:
+        """The IR node of input ``i`` (a known value becomes a Constant or, from an
+        initializer, a Parameter)."""
+        return self.importer.materialise(self.value(i), self)
+
+    # --- building ----------------------------------------------------------------------
+
+    def add(self, op: str, inputs: Sequence[int], **attrs: Any) -> int:
+        """Add IR node ``op``; a GraphError becomes an OnnxError naming this ONNX node."""
+        try:
+            return self.graph.add_node(op, inputs, **attrs)
+        except GraphError as e:
+            raise self.fail(f"{e}; input shapes {[list(v.shape) if v else None for v in self.inputs]}") from None
+
+    def constant(self, value: Any, dtype: DType = DType.F32) -> int:
+        """An IR Constant of ``value`` (its own shape, a 0-d value a scalar)."""
+        arr = np.asarray(value)
+        return self.graph.constant(arr, shape=arr.shape, dtype=dtype)
+
+    def out(self, node: int, elem: int | None = None) -> Value:
+        """The Value of IR node ``node``: ``elem`` defaults to FLOAT for f32, INT64 for i32
+        (ONNX's index type) and BOOL for bool."""
+        ty = self.graph.node(node).type
+        if elem is None:
+            elem = {DType.F32: _T.FLOAT, DType.I32: _T.INT64, DType.BOOL: _T.BOOL, DType.U32: _T.UINT32}[ty.dtype]
+        return Value("", elem, ty.shape, node=node)
+
+    def known(self, array: np.ndarray, elem: int | None = None) -> Value:
+        """A Value known at load time (folded by the converter itself, e.g. ``Shape``)."""
+        arr = np.asarray(array)
+        if elem is None:
+            elem = helper.np_dtype_to_tensor_dtype(arr.dtype)
+        return Value("", elem, tuple(arr.shape), const=arr)
+
+
+Converter = Callable[[NodeContext], "Value | Sequence[Value | None]"]
+
+#: ONNX op type -> converter (``eggfuse.onnx.ops`` registers them).
+CONVERTERS: dict[str, Converter] = {}
+
+#: Op types never folded at load time: random ops (a new value per run in other runtimes) and
+#: BatchNormalization, whose reference implementation reads ``momentum`` as training mode for
+#: opsets 9-13.
+#: Identity and Dropout pass a value through (one leaf, keeping its name).
+NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
+           "BatchNormalization", "If", "Loop", "Scan", "Identity", "Dropout"}
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    """Decorator: register ``fn(ctx) -> Value | [Value | None, ...]`` for ``op_types``."""
+
+    def deco(fn: Converter) -> Converter:
+        for t in op_types:
+            if t in CONVERTERS:
+                raise ValueError(f"ONNX op {t} has two converters")
+            CONVERTERS[t] = fn
+        return fn
+
+    return deco
+
+
+def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, str | os.PathLike):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise OnnxError(f"no ONNX file at {path!r}")
+        try:
+            return onnx.load(path)
+        except Exception as e:  # noqa: BLE001 - protobuf raises many kinds
+            raise OnnxError(f"{path!r} is not a readable ONNX model: {e}") from None
+    raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
+    out: list[int | str | None] = []
+    for d in vi.type.tensor_type.shape.dim:
+        out.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    return out
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller feeds: graph inputs that are not initializers."""
+    inits = {t.name for t in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+class Importer:
+    """One import of ``model`` for the given input shapes (see :func:`load`)."""
+
+    def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
+                 values: Mapping[str, np.ndarray], known_outputs: bool = False) -> None:
+        self.known_outputs = known_outputs
+        self.model = model
+        self.graph = Graph()
+        self.params: dict[str, np.ndarray] = {}
+        self.opsets = {o.domain: o.version for o in model.opset_import}
+        self.unsupported: dict[str, list[str]] = {}
+        self._names: set[str] = set()
+        self._functions = {(f.domain, f.name): f for f in model.functions}
+        self._count = 0
+        self.shapes, self.values = shapes, values
+
+    # --- values ------------------------------------------------------------------------
+
+    def materialise(self, v: Value, ctx: NodeContext | None = None) -> int:
+        """The IR node of ``v``, creating its leaf for a known value."""
+        if v.node is not None:
+            return v.node
+        dtype = ELEM_DTYPE.get(v.elem)
+        where = f"{ctx.where()}: " if ctx is not None else ""
+        if dtype is None:
+            raise OnnxError(f"{where}tensor {v.name!r} has element type {elem_name(v.elem)}, which eggfuse does not "
+                            "run (it computes in float32, int32 and bool); cast the model to float32")
+        arr = v.const
+        if dtype is DType.I32 and arr.size:
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < -2**31 or hi >= 2**31:
+                raise OnnxError(f"{where}tensor {v.name!r} ({elem_name(v.elem)}) holds {lo}..{hi}, outside the int32 "
+                                "range eggfuse narrows int64 tensors to (WGSL has no 64-bit integers)")
+        if v.param and dtype is DType.F32:
+            name = self._unique(v.name or "param")
+            v.node = self.graph.parameter(name, arr.shape)
+            self.params[name] = np.ascontiguousarray(arr, dtype=np.float32)
+        else:
+            v.node = self.graph.constant(arr, shape=arr.shape, dtype=dtype)
+        return v.node
+
+    def _unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self._names:
+            name, k = f"{base}.{k}", k + 1
+        self._names.add(name)
+        return name
+
+    # --- the walk ----------------------------------------------------------------------
+
+    def run(self) -> tuple[Graph, dict[str, np.ndarray], list[Value]]:
+        g = self.model.graph
+        version = self.opsets.get("", self.opsets.get("ai.onnx"))
+        if version is None:
+            raise OnnxError("the model imports no default-domain (ai.onnx) opset")
+        if version < MIN_OPSET:
+            raise OnnxError(f"the model's opset is {version}; eggfuse imports opset {MIN_OPSET} and later "
+                            "(onnx.version_converter.convert_version can upgrade it)")
+        if version > onnx.defs.onnx_opset_version():
+            raise OnnxError(f"the model's opset is {version}, newer than this onnx package knows "
+                            f"({onnx.defs.onnx_opset_version()}); upgrade onnx")
+        env: dict[str, Value] = {}
+        for t in g.initializer:
+            arr = numpy_helper.to_array(t)
+            env[t.name] = Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True)
+        self._inputs(g, env)
+        self._nodes(g.node, env, version)
+        if self.unsupported:
+            ops = {k: (len(v), v[0]) for k, v in self.unsupported.items()}
+            listing = "; ".join(f"{k} x{n} (first: {first!r})" for k, (n, first) in sorted(ops.items()))
+            raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}", ops)
+        outs = []
+        for vi in g.output:
+            if vi.name not in env:
+                raise OnnxError(f"graph output {vi.name!r} is computed by no node")
+            outs.append(env[vi.name])
+        # outputs known at load time stay out of the graph when the caller returns them itself
+        ids = [self.materialise(v) for v in outs if not (self.known_outputs and v.const is not None)]
+        if ids:
+            self.graph.set_outputs(ids)
+        return self.graph, self.params, outs
+
+    def _inputs(self, g: onnx.GraphProto, env: dict[str, Value]) -> None:
+        inits = {t.name for t in g.initializer}
+        fed = [vi for vi in g.input if vi.name not in inits]
+        names = [vi.name for vi in fed]
+        for key in list(self.shapes) + list(self.values):
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise OnnxError(f"{key!r} is not an input of the model{hint}; its inputs are: "
+                                f"{', '.join(repr(n) for n in names) or 'none'}")
+        for vi in fed:
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                raise OnnxError(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
+            elem = tt.elem_type
+            if vi.name in self.values:
+                arr = np.asarray(self.values[vi.name], dtype=elem_numpy(elem))
+                env[vi.name] = Value(vi.name, elem, tuple(arr.shape), const=arr)
+                continue
+            if elem not in ELEM_DTYPE:
+                raise OnnxError(f"input {vi.name!r} has element type {elem_name(elem)}, which eggfuse does not run "
+                                "(float32, int32, int64 and bool inputs are supported)")
+            dims = _dims(vi) if tt.HasField("shape") else None
+            if vi.name in self.shapes:
+                shape = tuple(int(d) for d in self.shapes[vi.name])
+                if dims is not None and (len(dims) != len(shape) or any(
+                        isinstance(d, int) and d != s for d, s in zip(dims, shape, strict=False))):
+                    raise OnnxError(f"input {vi.name!r}: shape {list(shape)} does not match the model's {dims}")
+            elif dims is None or not all(isinstance(d, int) for d in dims):
+                raise OnnxError(f"input {vi.name!r} has dimensions {dims} that are not fixed; give its shape "
+                                f"(load(..., shapes={{{vi.name!r}: [...]}})), or run it through eggfuse.onnx.Model, "
+                                "which takes them from the first feeds")
+            else:
+                shape = tuple(dims)
+            if any(d < 1 for d in shape):
+                raise OnnxError(f"input {vi.name!r} has shape {list(shape)}; eggfuse needs every dimension >= 1")
+            self._names.add(vi.name)
+            nid = self.graph.input(vi.name, shape, ELEM_DTYPE[elem])
+            env[vi.name] = Value(vi.name, elem, shape, node=nid)
+
+    def _nodes(self, nodes: Sequence[onnx.NodeProto], env: dict[str, Value], version: int) -> None:
+        for node in nodes:
+            self._node(node, env, version)
+
+    def _node(self, node: onnx.NodeProto, env: dict[str, Value], version: int) -> None:
+        ins: list[Value | None] = []
+        for name in node.input:
+            if not name:
+                ins.append(None)
+            elif name in env:
+                ins.append(env[name])
+            else:
+                raise OnnxError(f"{node.op_type} node {node.name!r}: input {name!r} is computed by no earlier node")
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        blocked = any(v is not None and v.blocked for v in ins)
+        given = [v for v in ins if v is not None]
+        foldable = (node.domain in ("", "ai.onnx") and node.op_type not in NO_FOLD and not blocked
+                    and all(v.const is not None for v in given)
+                    and (given or node.op_type in ("Constant", "ConstantOfShape", "Range", "EyeLike")))
+        if blocked and key not in CONVERTERS and not self._expandable(node, version):
+            self._mark_unsupported(key, node)
+        if blocked:
+            for o in node.output:
+                env[o] = Value(o, _T.FLOAT, (), blocked=True)
+            return
+        if foldable:
+            outs = self._fold(node, ins, version)
+        elif key in CONVERTERS:
+            ctx = NodeContext(self, node, ins, version)
+            outs = CONVERTERS[key](ctx)
+            if isinstance(outs, Value):
+                outs = [outs]
+        elif node.op_type == "If" and node.domain in ("", "ai.onnx"):
+            outs = self._if(node, ins, env, version)
+        elif (fn := self._expandable(node, version)) is not None:
+            outs = self._expand(node, fn, ins, env, version)
+        else:
+            self._mark_unsupported(key, node)
+            for o in node.output:
+                env[o] = Value(o, _T.FLOAT, (), blocked=True)
+            return
+        outs = list(outs)
+        for k, name in enumerate(node.output):
+            if not name:
+                continue
+            v = outs[k] if k < len(outs) else None
+            if v is None:
+                raise OnnxError(f"{node.op_type} node {node.name!r}: output {k} ({name!r}) is not supported")
+            if any(v is i for i in ins):  # passed through (Identity): the same value, one leaf
+                env[name] = v
+                continue
+            v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
+                i is not None and i.param for i in ins)), False)
+            env[name] = v
+
+    def _mark_unsupported(self, key: str, node: onnx.NodeProto) -> None:
+        self.unsupported.setdefault(key, []).append(node.name or (node.output[0] if node.output else key))
+
+    # --- folding, If, functions ----------------------------------------------------------
+
+    def _fold(self, node: onnx.NodeProto, ins: list[Value | None], version: int) -> list[Value]:
+        if node.op_type == "Constant":
+            ctx = NodeContext(self, node, ins, version)
+            for a in node.attribute:
+                if a.name == "value":
+                    arr = numpy_helper.to_array(a.t)
+                    return [Value("", a.t.data_type, tuple(arr.shape), const=arr)]
+                if a.name in ("value_float", "value_int", "value_floats", "value_ints"):
+                    v = ctx.attr(a.name)
+                    elem = _T.FLOAT if "float" in a.name else _T.INT64
+                    arr = np.asarray(v, dtype=elem_numpy(elem))
+                    return [Value("", elem, tuple(arr.shape), const=arr)]
+            raise OnnxError(f"Constant node {node.name!r}: only tensor, float and int values are supported")
+        from onnx.reference import ReferenceEvaluator
+
+        names = [f"i{k}" if v is not None else "" for k, v in enumerate(ins)]
+        outs = [f"o{k}" for k in range(len(node.output))]
+        n2 = helper.make_node(node.op_type, names, outs, domain=node.domain)
+        n2.attribute.extend(node.attribute)
+        vis = [helper.make_tensor_value_info(nm, v.elem, v.shape) for nm, v in zip(names, ins, strict=True) if v]
+        g2 = helper.make_graph([n2], "fold", vis, [helper.make_value_info(o, onnx.TypeProto()) for o in outs])
+        m2 = helper.make_model(g2, opset_imports=[helper.make_opsetid("", version)])
+        try:
+            res = ReferenceEvaluator(m2).run(None, {nm: v.const for nm, v in zip(names, ins, strict=True) if v})
+        except Exception as e:  # noqa: BLE001 - the evaluator raises what numpy raises
+            raise OnnxError(f"{node.op_type} node {node.name!r}: folding it at load time failed: {e}") from None
+        return [Value("", helper.np_dtype_to_tensor_dtype(np.asarray(r).dtype), tuple(np.shape(r)),
+                      const=np.asarray(r)) for r in res]
+
+    def _if(self, node: onnx.NodeProto, ins: list[Value | None], env: dict[str, Value], version: int) -> list[Value]:
+        cond = ins[0]
+        if cond is None or cond.const is None:
+            raise DynamicControlError(f"If node {node.name!r}: its condition {node.input[0]!r} depends on the graph's inputs; "
+                            "eggfuse inlines an If only when the condition is known at load time (give the inputs it "
+                            "depends on with load(..., values={...}); eggfuse.onnx.Model does so itself for small "
+                            "integer inputs)")
+        branch = "then_branch" if bool(np.asarray(cond.const).reshape(-1)[0]) else "else_branch"
+        sub = next(a.g for a in node.attribute if a.name == branch)
+        inner = dict(env)
+        self._nodes(sub.node, inner, version)
+        out = []
+        for vi in sub.output:
+            if vi.name not in inner:
+                raise OnnxError(f"If node {node.name!r}: {branch} output {vi.name!r} is computed by no node")
+            out.append(inner[vi.name])
+        for k, v in inner.items():  # the branch's values stay visible to blocked-op bookkeeping only
+            if k not in env and v.blocked:
+                env[k] = v
+        return out
+
+    def _expandable(self, node: onnx.NodeProto, version: int) -> onnx.FunctionProto | None:
+        """The function body defining ``node``'s op (model-local or from the standard), if any."""
+        if (node.domain, node.op_type) in self._functions:
+            return self._functions[(node.domain, node.op_type)]
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        try:
+            schema = onnx.defs.get_schema(node.op_type, version, "")
+        except onnx.defs.SchemaError:
+            return None
+        try:
+            if schema.has_function:
+                return schema.get_function_with_opset_version(version) or schema.function_body
+        except Exception:  # noqa: BLE001 - older onnx builds lack some of these calls
+            return None
+        return None if not schema.has_context_dependent_function else onnx.FunctionProto()
+
+    def _expand(self, node: onnx.NodeProto, fn: onnx.FunctionProto, ins: list[Value | None], env: dict[str, Value],
+                version: int) -> list[Value]:
+        if not fn.node:  # a context-dependent function: ask the schema for this node's body
+            schema = onnx.defs.get_schema(node.op_type, version, "")
+            types = [helper.make_tensor_type_proto(v.elem, v.shape) if v else onnx.TypeProto() for v in ins]
+            try:
+                raw = schema.get_context_dependent_function_with_opset_version(
+                    version, node.SerializeToString(), [t.SerializeToString() for t in types])
+            except Exception as e:  # noqa: BLE001
+                raise OnnxError(f"{node.op_type} node {node.name!r}: expanding its function failed: {e}") from None
+            fn = onnx.FunctionProto()
+            fn.ParseFromString(raw)
+        self._count += 1
+        prefix = f"{node.name or node.op_type}/{self._count}/"
+        attrs = {a.name: a for a in node.attribute}
+        for a in fn.attribute_proto:  # defaults of attributes the node leaves out
+            attrs.setdefault(a.name, a)
+        rename = {}
+        for formal, actual in zip(fn.input, node.input, strict=False):
+            rename[formal] = actual
+        inner = dict(env)
+        body_version = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), version)
+        for sub in fn.node:
+            n2 = onnx.NodeProto()
+            n2.CopyFrom(sub)
+            del n2.input[:]
+            n2.input.extend(rename.get(i, prefix + i) if i else "" for i in sub.input)
+            del n2.output[:]
+            n2.output.extend(prefix + o if o else "" for o in sub.output)
+            del n2.attribute[:]
+            for a in sub.attribute:
+                if a.ref_attr_name:
+                    if a.ref_attr_name in attrs:
+                        a2 = onnx.AttributeProto()
+                        a2.CopyFrom(attrs[a.ref_attr_name])
+                        a2.name = a.name
+                        n2.attribute.append(a2)
+                else:
+                    n2.attribute.append(a)
+            if not n2.name:
+                n2.name = prefix + (sub.output[0] if sub.output else sub.op_type)
+            self._node(n2, inner, body_version)
+        out = []
+        for formal in fn.output:
+            v = inner.get(prefix + formal) or inner.get(rename.get(formal, ""))
+            out.append(v)
+        for k, v in inner.items():
+            if k not in env and v.blocked:
+                env[k] = v
+        return out
+
+
+def load(model: str | os.PathLike | onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, *,
+         values: Mapping[str, Any] | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Import an ONNX model as an eggfuse graph and its parameters.
+
+    ``model``: a path to an ``.onnx`` file or an ``onnx.ModelProto`` (not modified).
+    ``shapes``: input name -> shape, for inputs whose dimensions are not fixed in the model.
+    ``values``: input name -> array, inputs fixed at load time (folded as constants; an
+    ``If`` whose condition depends only on them is inlined).
+
+    The graph's inputs and outputs keep their ONNX names and order; float initializers become
+    parameters (``params``: name -> float32 array). Element types: float32, int32, int64
+    (narrowed to int32) and bool. Raises :class:`~eggfuse.ir.UnsupportedOpsError` listing every
+    op type eggfuse cannot run (count and first node of each), and
+    :class:`~eggfuse.ir.OnnxError` for an unreadable file, an opset older than 7, an
+    unsupported element type, attribute or shape, naming the node and tensor.
+    """
+    proto = _load_proto(model)
+    graph, params, _ = Importer(proto, dict(shapes or {}), dict(values or {})).run()
+    return graph, params
+
+
+def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], values: Mapping[str, Any]
+                 ) -> tuple[Graph, dict[str, np.ndarray], list[Value]]:
+    """:func:`load` for :class:`~eggfuse.onnx.Model`: also returns the output Values (their
+    ONNX element types); the outputs known at load time are not graph outputs (their
+    ``const`` is the result), and the graph has no outputs when all are known."""
+    return Importer(model, dict(shapes), dict(values), known_outputs=True).run()

@@ -1,0 +1,153 @@
+"""An ONNX model compiled per set of input shapes: :class:`Model`."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from eggfuse.ir import Graph, InputError, OnnxError
+
+from .importer import DynamicControlError, Value, _dims, _load_proto, elem_name, elem_numpy, graph_inputs, import_model
+
+#: Inputs of at most this many integer or bool elements may steer an ``If``: a Model binds them
+#: as load-time values when a condition depends on them (one plan per value).
+CONTROL_MAX_ELEMENTS = 16
+
+
+@dataclass
+class Specialised:
+    """One import and compilation of a :class:`Model`: for ``shapes`` (and ``values``, the
+    inputs bound at load time). ``outputs`` are the ONNX output Values (element types);
+    ``compiled`` the :class:`eggfuse.Compiled` (None until compiled); ``timings`` seconds."""
+
+    shapes: dict[str, tuple[int, ...]]
+    values: dict[str, np.ndarray]
+    graph: Graph
+    params: dict[str, np.ndarray]
+    outputs: list[Value]
+    compiled: Any = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Model:
+    """An ONNX model run by eggfuse on the GPU (or lavapipe).
+
+    ``model``: a path or an ``onnx.ModelProto`` (not modified). ``shapes``: input name ->
+    shape for dimensions the model leaves symbolic; dimensions not given are taken from each
+    run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
+    input shapes. ``fuse``, ``cost_model``, ``verify`` and ``device`` go to
+    :func:`eggfuse.compile`.
+
+    :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
+    in the model's output order, in their ONNX dtypes (float32, int64, int32, bool).
+    Raises :class:`~eggfuse.ir.OnnxError` / :class:`~eggfuse.ir.UnsupportedOpsError` when the
+    model cannot be imported, :class:`~eggfuse.ir.InputError` for feeds that do not fit.
+    """
+
+    def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,
+                 fuse: bool = True, cost_model=None, verify: bool = False, device=None) -> None:
+        self.proto = _load_proto(model)
+        self.inputs = graph_inputs(self.proto)
+        self.input_names = [vi.name for vi in self.inputs]
+        self.output_names = [vi.name for vi in self.proto.graph.output]
+        self.shapes = {k: tuple(int(d) for d in v) for k, v in dict(shapes or {}).items()}
+        for k in self.shapes:
+            if k not in self.input_names:
+                raise OnnxError(f"shapes: {k!r} is not an input of the model; its inputs are: "
+                                f"{', '.join(map(repr, self.input_names)) or 'none'}")
+        self.fuse, self.cost_model, self.verify, self.device = fuse, cost_model, verify, device
+        self.plans: dict[tuple, Specialised] = {}
+        self._control: set[str] = set()  # inputs bound as values (an If depends on them)
+
+    @property
+    def static(self) -> bool:
+        """Every input's shape is fixed (by the model or ``shapes``)."""
+        return all(vi.name in self.shapes or all(isinstance(d, int) for d in _dims(vi)) for vi in self.inputs)
+
+    def specialise(self, feeds: Mapping[str, np.ndarray] | None = None) -> Specialised:
+        """The import for the shapes of ``feeds`` (shapes fixed by the model or ``shapes``
+        where a feed is not given), compiled and cached."""
+        feeds = dict(feeds or {})
+        shapes = dict(self.shapes)
+        for name, arr in feeds.items():
+            shapes[name] = tuple(np.shape(arr))
+        values = {n: np.asarray(feeds[n]) for n in self._control if n in feeds}
+        key = (tuple(sorted(shapes.items())), tuple(sorted((n, v.tobytes(), v.shape) for n, v in values.items())))
+        if key in self.plans:
+            return self.plans[key]
+        t = time.perf_counter()
+        try:
+            graph, params, outs = import_model(self.proto, shapes, values)
+        except DynamicControlError:
+            control = {vi.name for vi in self.inputs if vi.name in feeds and self._small_int(vi, feeds[vi.name])}
+            if not control - self._control:
+                raise
+            self._control |= control
+            return self.specialise(feeds)
+        spec = Specialised(shapes, values, graph, params, outs)
+        spec.timings["import_s"] = time.perf_counter() - t
+        from eggfuse.pipeline import compile as compile_graph
+
+        if graph.outputs:
+            spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
+                                          verify=self.verify, device=self.device)
+            spec.timings.update(spec.compiled.timings)
+        self.plans[key] = spec
+        return spec
+
+    @staticmethod
+    def _small_int(vi: onnx.ValueInfoProto, value: Any) -> bool:
+        arr = np.asarray(value)
+        return vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT and arr.size <= CONTROL_MAX_ELEMENTS
+
+    def _feeds(self, feeds: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
+        if isinstance(feeds, Mapping):
+            given = dict(feeds)
+        elif isinstance(feeds, Sequence) and not isinstance(feeds, str | bytes):
+            if len(feeds) != len(self.input_names):
+                raise InputError(f"got {len(feeds)} inputs, the model takes {len(self.input_names)}: "
+                                 f"{', '.join(map(repr, self.input_names))}")
+            given = dict(zip(self.input_names, feeds, strict=True))
+        else:
+            raise InputError(f"feeds must be a mapping of input name -> array or a sequence in input order, got "
+                             f"{type(feeds).__name__}")
+        for name in given:
+            if name not in self.input_names:
+                close = difflib.get_close_matches(name, self.input_names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise InputError(f"{name!r} is not an input of the model{hint}; its inputs are: "
+                                 f"{', '.join(map(repr, self.input_names))}")
+        missing = [n for n in self.input_names if n not in given]
+        if missing:
+            raise InputError(f"input(s) {', '.join(map(repr, missing))} not given")
+        out = {}
+        for vi in self.inputs:
+            arr = np.asarray(given[vi.name])
+            elem = vi.type.tensor_type.elem_type
+            want = elem_numpy(elem) if elem else arr.dtype
+            if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")):
+                raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of {arr.dtype}")
+            out[vi.name] = arr
+        return out
+
+    def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """The model's outputs for ``feeds``, in output order and ONNX dtypes."""
+        feeds = self._feeds(feeds)
+        spec = self.specialise(feeds)
+        runtime = {n: a for n, a in feeds.items() if n not in spec.values}
+        results = iter(spec.compiled.run(runtime) if spec.compiled is not None else ())
+        out = []
+        for v in spec.outputs:
+            r = v.const.copy() if v.const is not None else next(results)
+            out.append(np.asarray(r).astype(elem_numpy(v.elem), copy=False))
+        return out
+
+    def __repr__(self) -> str:
+        return f"eggfuse.onnx.Model(inputs={self.input_names}, outputs={self.output_names}, plans={len(self.plans)})"

@@ -1,0 +1,95 @@
+"""The GPU op table's row type and check, shared by ``tests/gpu/test_ops*.py``.
+
+A :class:`Row` builds one op into a graph whose leaves are random (inputs and parameters
+alike: floats N(0, scale), i32 in [-9, 9], bools, u32 indices below the tables they index),
+optionally with hand-made feeds; :func:`check_row` runs it on the device and compares it with
+the numpy reference (``eggfuse.ir.evaluate``): floats within ``rtol``/``atol``, integers and
+bools exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from eggfuse.ir import DType, Graph, evaluate
+from eggfuse.lowering import lower
+from eggfuse.pipeline import lower_for
+from eggfuse.runtime import Session
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Row:
+    op: str
+    id: str
+    build: Callable[[Graph], int]
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)
+    scale: float = 1.0  # spread of the random float leaves
+    rtol: float = 1e-4
+    atol: float | None = None  # default: 1e-5 * max(1, max |reference|)
+    finite: bool = True  # False: the reference has NaN / infinities, which the kernel must match
+
+
+def random_leaves(g: Graph, row: Row, rng: np.random.Generator, device) -> tuple[dict, dict]:
+    bounds = lower(g, dict(device.limits)).index_bounds
+    inputs, params = {}, {}
+    for leaves, out in ((g.inputs, inputs), (g.parameters, params)):
+        for name, ty in leaves.items():
+            if name in row.feeds:
+                out[name] = row.feeds[name]
+            elif ty.dtype is DType.U32:
+                out[name] = rng.integers(0, bounds.get(name, 10), size=ty.shape)
+            elif ty.dtype is DType.I32:
+                out[name] = rng.integers(-9, 10, size=ty.shape).astype(np.int32)
+            elif ty.dtype is DType.BOOL:
+                out[name] = rng.integers(0, 2, size=ty.shape).astype(bool)
+            else:
+                out[name] = (row.scale * rng.standard_normal(ty.shape)).astype(np.float32)
+    return inputs, params
+
+
+def check_row(row: Row, device, subgroups: bool | None) -> Session:
+    g = Graph()
+    g.set_outputs([row.build(g)])
+    rng = np.random.default_rng(zlib.crc32(row.id.encode()))
+    inputs, params = random_leaves(g, row, rng, device)
+    session = Session(lower_for(g, device, subgroups=subgroups), params, device=device)
+    (got,) = session.run(inputs)
+    (want,) = evaluate(g, inputs, params, check_finite=row.finite)
+    ty = g.node(g.outputs[0]).type
+    assert got.shape == want.shape and got.dtype == ty.dtype.numpy, (got.shape, got.dtype, ty)
+    if ty.dtype is not DType.F32:
+        np.testing.assert_array_equal(got, want.astype(ty.dtype.numpy))
+        return session
+    assert np.isfinite(got).all() or not row.finite
+    finite = want[np.isfinite(want)]
+    atol = row.atol if row.atol is not None else 1e-5 * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
+    np.testing.assert_allclose(got, want, rtol=row.rtol, atol=atol)
+    return session
+
+
+def row_modules() -> list:
+    """Every ``tests/gpu/test_ops*.py`` module, loaded by path (no GPU needed to list rows)."""
+    out = []
+    for path in sorted((REPO / "tests" / "gpu").glob("test_ops*.py")):
+        name = f"_gpu_op_rows_{path.stem}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # dataclasses look their module up there
+            spec.loader.exec_module(module)
+        out.append(sys.modules[name])
+    return out
+
+
+def all_rows() -> list[Row]:
+    """The rows of every GPU op table module."""
+    return [row for m in row_modules() for row in getattr(m, "ROWS", ())]

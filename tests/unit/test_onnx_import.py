@@ -1,0 +1,83 @@
+"""eggfuse.onnx.load: inputs, initializers, folding, refusals (no GPU needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_models import F, I64, model, node  # tests/onnx_models.py
+
+from eggfuse.ir import DType, OnnxError, UnsupportedOpsError, evaluate
+from eggfuse.onnx import load
+
+
+def test_inputs_and_initializers_keep_their_names_and_shape_arithmetic_folds():
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    m = model([node("Shape", ["x"], ["s"]), node("Identity", ["w"], ["y"]), node("Identity", ["s"], ["z"])],
+              [("x", F, [4, 5])], [("y", F, None), ("z", I64, None)], [("w", w)])
+    g, params = load(m)
+    assert g.inputs == {"x": g.node(0).type} and g.node(0).type.shape == (4, 5)
+    assert list(params) == ["w"] and np.array_equal(params["w"], w)
+    outs = [g.node(o) for o in g.outputs]
+    assert outs[0].op == "Parameter" and outs[1].op == "Constant" and outs[1].type.dtype is DType.I32
+    got = evaluate(g, {"x": np.zeros((4, 5))}, params)
+    assert np.array_equal(got[0], w) and list(got[1]) == [4, 5]
+
+
+def test_symbolic_dimension_needs_a_shape_and_a_misspelt_name_gets_the_closest():
+    m = model([node("Identity", ["x"], ["y"])], [("x", F, ["batch", 3])], [("y", F, None)])
+    with pytest.raises(OnnxError, match=r"input 'x' has dimensions \['batch', 3\].*shapes=\{'x'"):
+        load(m)
+    g, _ = load(m, shapes={"x": [2, 3]})
+    assert g.node(0).type.shape == (2, 3)
+    with pytest.raises(OnnxError, match=r"'xx' is not an input of the model \(did you mean 'x'\?\)"):
+        load(m, shapes={"xx": [2, 3]})
+    with pytest.raises(OnnxError, match=r"shape \[2, 4\] does not match the model's \['batch', 3\]"):
+        load(m, shapes={"x": [2, 4]})
+
+
+def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
+    m = model([node("FancyOp", ["x"], ["a"], name="f1", domain="com.example"), node("Relu", ["a"], ["b"]),
+               node("NoSuchOp", ["b"], ["c"], name="n1"), node("NoSuchOp", ["c"], ["d"], name="n2")],
+              [("x", F, [2])], [("d", F, None)])
+    with pytest.raises(UnsupportedOpsError) as e:
+        load(m)
+    assert e.value.ops == {"com.example.FancyOp": (1, "f1"), "NoSuchOp": (2, "n1")}
+    assert "NoSuchOp x2 (first: 'n1')" in str(e.value) and "com.example.FancyOp x1 (first: 'f1')" in str(e.value)
+
+
+def test_int64_values_outside_int32_are_refused_naming_the_tensor():
+    big = np.array([2**40], dtype=np.int64)
+    m = model([node("Identity", ["k"], ["y"])], [("x", F, [1])], [("y", I64, None)], [("k", big)])  # Identity: k itself
+    with pytest.raises(OnnxError, match=r"tensor 'k' \(INT64\) holds 1099511627776\.\.1099511627776, outside"):
+        load(m)
+
+
+def test_unsupported_element_types_and_opsets_are_refused():
+    m = model([node("Identity", ["x"], ["y"])], [("x", 11, [2])], [("y", 11, None)])  # DOUBLE
+    with pytest.raises(OnnxError, match=r"input 'x' has element type DOUBLE"):
+        load(m)
+    old = model([node("Identity", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)], opset=6)
+    with pytest.raises(OnnxError, match=r"opset is 6; eggfuse imports opset 7 and later"):
+        load(old)
+    with pytest.raises(OnnxError, match=r"no ONNX file at"):
+        load("/no/such/model.onnx")
+
+
+def test_a_known_if_is_inlined_and_an_input_dependent_one_refused():
+    from onnx import helper
+
+    then = helper.make_graph([node("Identity", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([node("Shape", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", I64, None)])
+    m = model([node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+              [("x", F, [3]), ("c", 9, [])], [("y", F, None)])
+    g, _ = load(m, values={"c": np.array(True)})
+    assert g.node(g.outputs[0]).op == "Input"
+    with pytest.raises(OnnxError, match=r"If node .*condition 'c' depends on the graph's inputs"):
+        load(m)
+
+
+def test_the_passed_model_is_not_modified():
+    m = model([node("Shape", ["x"], ["s"])], [("x", F, [2, 3])], [("s", I64, None)])
+    before = m.SerializeToString()
+    load(m)
+    assert m.SerializeToString() == before
