@@ -449,10 +449,11 @@ class Importer:
     def _if(self, node: onnx.NodeProto, ins: list[Value | None], env: dict[str, Value], version: int) -> list[Value]:
         cond = ins[0]
         if cond is None or cond.const is None:
-            raise DynamicControlError(f"If node {node.name!r}: its condition {node.input[0]!r} depends on the graph's inputs; "
-                            "eggfuse inlines an If only when the condition is known at load time (give the inputs it "
-                            "depends on with load(..., values={...}); eggfuse.onnx.Model does so itself for small "
-                            "integer inputs)")
+            raise DynamicControlError(
+                f"If node {node.name!r}: its condition {node.input[0]!r} depends on the graph's inputs; "
+                "eggfuse inlines an If only when the condition is known at load time (give the inputs it "
+                "depends on with load(..., values={...}); eggfuse.onnx.Model does so itself for small "
+                "integer inputs)")
         branch = "then_branch" if bool(np.asarray(cond.const).reshape(-1)[0]) else "else_branch"
         sub = next(a.g for a in node.attribute if a.name == branch)
         inner = dict(env)

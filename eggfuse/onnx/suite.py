@@ -77,7 +77,7 @@ def case_data(case, model) -> list[tuple[list, list]]:
 
     out = []
     for d in sorted(Path(case.model_dir).glob("test_data_set*")):
-        def read(prefix: str) -> list:
+        def read(prefix: str, d: Path = d) -> list:
             arrays = []
             for f in sorted(d.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[-1])):
                 t = onnx.TensorProto()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_models import F, I64, model, node  # tests/onnx_models.py
+from onnx_models import I64, F, model, node  # tests/onnx_models.py
 
 from eggfuse.ir import DType, OnnxError, UnsupportedOpsError, evaluate
 from eggfuse.onnx import load
@@ -66,8 +66,9 @@ def test_unsupported_element_types_and_opsets_are_refused():
 def test_a_known_if_is_inlined_and_an_input_dependent_one_refused():
     from onnx import helper
 
-    then = helper.make_graph([node("Identity", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, None)])
-    other = helper.make_graph([node("Shape", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", I64, None)])
+    out = helper.make_tensor_value_info
+    then = helper.make_graph([node("Identity", ["x"], ["t"])], "then", [], [out("t", F, None)])
+    other = helper.make_graph([node("Shape", ["x"], ["e"])], "else", [], [out("e", I64, None)])
     m = model([node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
               [("x", F, [3]), ("c", 9, [])], [("y", F, None)])
     g, _ = load(m, values={"c": np.array(True)})
