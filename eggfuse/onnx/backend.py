@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from .importer import DynamicControlError
+from .importer import NeedsValuesError
 from .model import Model
 
 
@@ -53,7 +53,7 @@ class EggfuseBackend(Backend):
         if m.static:
             try:
                 m.specialise()
-            except DynamicControlError:  # an If steered by an input: imported per value at run
+            except NeedsValuesError:  # it needs an input's value: imported per value at run
                 pass
         return EggfuseRep(m)
 

@@ -48,9 +48,15 @@ def elem_numpy(elem: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
 
 
-class DynamicControlError(OnnxError):
-    """An ``If``'s condition depends on the graph's inputs (:class:`~eggfuse.onnx.Model`
-    then binds its small integer inputs as load-time values and imports again)."""
+class NeedsValuesError(OnnxError):
+    """A value the import must know (an ``If``'s condition, a Reshape's shape, Slice's
+    starts, ...) is computed from graph inputs: ``inputs`` names them.
+    :class:`~eggfuse.onnx.Model` then binds those inputs' fed values at load time (one plan
+    per value) and imports again."""
+
+    def __init__(self, message: str, inputs: frozenset[str]) -> None:
+        super().__init__(message)
+        self.inputs = inputs
 
 
 @dataclass
@@ -59,7 +65,7 @@ class Value:
     its contents when known at load time (in its ONNX dtype), ``node`` the IR node holding it
     once one exists; ``param``: it comes from an initializer (a parameter when it reaches the
     graph); ``blocked``: an unsupported node upstream computes it (the import goes on only to
-    list every unsupported op)."""
+    list every unsupported op); ``deps``: the graph inputs it is computed from."""
 
     name: str
     elem: int
@@ -68,6 +74,7 @@ class Value:
     node: int | None = None
     param: bool = False
     blocked: bool = False
+    deps: frozenset[str] = frozenset()  # the graph inputs it is computed from
 
 
 class NodeContext:
@@ -143,8 +150,11 @@ class NodeContext:
         pads, ...); raises :meth:`fail` when it is computed from graph inputs."""
         v = self.value(i)
         if v.const is None:
-            raise self.fail(f"input {i} ({what or v.name!r}) must be known at load time (an initializer, a "
-                            f"Constant or computed from them), but it depends on the graph's inputs")
+            raise NeedsValuesError(
+                f"{self.where()}: input {i} ({what or v.name!r}) must be known at load time (an initializer, a "
+                f"Constant or computed from them), but it depends on the graph's inputs "
+                f"{', '.join(map(repr, sorted(v.deps)))}: give them with load(..., values={{...}}) (eggfuse.onnx.Model "
+                "does so itself, one plan per value)", v.deps)
         return v.const
 
     def tensor(self, i: int) -> int:
@@ -287,9 +297,9 @@ class Importer:
 
     def run(self) -> tuple[Graph, dict[str, np.ndarray], list[Value]]:
         g = self.model.graph
-        version = self.opsets.get("", self.opsets.get("ai.onnx"))
-        if version is None:
-            raise OnnxError("the model imports no default-domain (ai.onnx) opset")
+        # a model of other domains only (ai.onnx.ml, training) gets the latest default opset:
+        # its ops are refused by name below
+        version = self.opsets.get("", self.opsets.get("ai.onnx", onnx.defs.onnx_opset_version()))
         if version < MIN_OPSET:
             raise OnnxError(f"the model's opset is {version}; eggfuse imports opset {MIN_OPSET} and later "
                             "(onnx.version_converter.convert_version can upgrade it)")
@@ -355,7 +365,7 @@ class Importer:
                 raise OnnxError(f"input {vi.name!r} has shape {list(shape)}; eggfuse needs every dimension >= 1")
             self._names.add(vi.name)
             nid = self.graph.input(vi.name, shape, ELEM_DTYPE[elem])
-            env[vi.name] = Value(vi.name, elem, shape, node=nid)
+            env[vi.name] = Value(vi.name, elem, shape, node=nid, deps=frozenset([vi.name]))
 
     def _nodes(self, nodes: Sequence[onnx.NodeProto], env: dict[str, Value], version: int) -> None:
         for node in nodes:
@@ -391,8 +401,8 @@ class Importer:
                 outs = [outs]
         elif node.op_type == "If" and node.domain in ("", "ai.onnx"):
             outs = self._if(node, ins, env, version)
-        elif (fn := self._expandable(node, version)) is not None:
-            outs = self._expand(node, fn, ins, env, version)
+        elif (body := self._expandable(node, version)) is not None:
+            outs = self._expand(node, body, ins, env, version)
         else:
             self._mark_unsupported(key, node)
             for o in node.output:
@@ -408,8 +418,9 @@ class Importer:
             if any(v is i for i in ins):  # passed through (Identity): the same value, one leaf
                 env[name] = v
                 continue
+            deps = v.deps if v.const is not None or v.deps else frozenset().union(*(i.deps for i in ins if i))
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
-                i is not None and i.param for i in ins)), False)
+                i is not None and i.param for i in ins)), False, deps)
             env[name] = v
 
     def _mark_unsupported(self, key: str, node: onnx.NodeProto) -> None:
@@ -449,11 +460,11 @@ class Importer:
     def _if(self, node: onnx.NodeProto, ins: list[Value | None], env: dict[str, Value], version: int) -> list[Value]:
         cond = ins[0]
         if cond is None or cond.const is None:
-            raise DynamicControlError(
-                f"If node {node.name!r}: its condition {node.input[0]!r} depends on the graph's inputs; "
-                "eggfuse inlines an If only when the condition is known at load time (give the inputs it "
-                "depends on with load(..., values={...}); eggfuse.onnx.Model does so itself for small "
-                "integer inputs)")
+            raise NeedsValuesError(
+                f"If node {node.name!r}: its condition {node.input[0]!r} depends on the graph's inputs "
+                f"{', '.join(map(repr, sorted(cond.deps if cond else ())))}; eggfuse inlines an If only when the "
+                "condition is known at load time: give them with load(..., values={...}) (eggfuse.onnx.Model does "
+                "so itself, one plan per value)", cond.deps if cond else frozenset())
         branch = "then_branch" if bool(np.asarray(cond.const).reshape(-1)[0]) else "else_branch"
         sub = next(a.g for a in node.attribute if a.name == branch)
         inner = dict(env)
@@ -468,40 +479,53 @@ class Importer:
                 env[k] = v
         return out
 
-    def _expandable(self, node: onnx.NodeProto, version: int) -> onnx.FunctionProto | None:
-        """The function body defining ``node``'s op (model-local or from the standard), if any."""
+    def _expandable(self, node: onnx.NodeProto, version: int) -> Callable[[list], onnx.FunctionProto] | None:
+        """A function giving the body that defines ``node``'s op (model-local, or a function
+        of the ONNX standard for the model's opset), or None."""
         if (node.domain, node.op_type) in self._functions:
-            return self._functions[(node.domain, node.op_type)]
+            fn = self._functions[(node.domain, node.op_type)]
+            return lambda ins: fn
         if node.domain not in ("", "ai.onnx"):
             return None
         try:
             schema = onnx.defs.get_schema(node.op_type, version, "")
         except onnx.defs.SchemaError:
             return None
-        try:
-            if schema.has_function:
-                return schema.get_function_with_opset_version(version) or schema.function_body
-        except Exception:  # noqa: BLE001 - older onnx builds lack some of these calls
-            return None
-        return None if not schema.has_context_dependent_function else onnx.FunctionProto()
+        static = [v for v in schema.function_opset_versions if v <= version]
+        context = [v for v in schema.context_dependent_function_opset_versions if v <= version]
 
-    def _expand(self, node: onnx.NodeProto, fn: onnx.FunctionProto, ins: list[Value | None], env: dict[str, Value],
-                version: int) -> list[Value]:
-        if not fn.node:  # a context-dependent function: ask the schema for this node's body
-            schema = onnx.defs.get_schema(node.op_type, version, "")
-            types = [helper.make_tensor_type_proto(v.elem, v.shape) if v else onnx.TypeProto() for v in ins]
-            try:
-                raw = schema.get_context_dependent_function_with_opset_version(
-                    version, node.SerializeToString(), [t.SerializeToString() for t in types])
-            except Exception as e:  # noqa: BLE001
-                raise OnnxError(f"{node.op_type} node {node.name!r}: expanding its function failed: {e}") from None
+        def parse(raw: bytes) -> onnx.FunctionProto:
             fn = onnx.FunctionProto()
             fn.ParseFromString(raw)
+            return fn
+
+        if static:
+            return lambda ins: parse(schema.get_function_with_opset_version(max(static)))
+        if context:
+            def body(ins: list) -> onnx.FunctionProto:
+                types = [helper.make_tensor_type_proto(v.elem, v.shape) if v else onnx.TypeProto() for v in ins]
+                return parse(schema.get_context_dependent_function_with_opset_version(
+                    max(context), node.SerializeToString(), [t.SerializeToString() for t in types]))
+            return body
+        return None
+
+    def _expand(self, node: onnx.NodeProto, body: Callable[[list], onnx.FunctionProto], ins: list[Value | None],
+                env: dict[str, Value], version: int) -> list[Value]:
+        try:
+            fn = body(ins)
+        except Exception as e:  # noqa: BLE001 - the schema's C++ raises several kinds
+            raise OnnxError(f"{node.op_type} node {node.name!r}: expanding its ONNX function failed: {e}") from None
+        if not fn.node:
+            raise OnnxError(f"{node.op_type} node {node.name!r}: its ONNX function has no body for opset {version}")
         self._count += 1
         prefix = f"{node.name or node.op_type}/{self._count}/"
         attrs = {a.name: a for a in node.attribute}
         for a in fn.attribute_proto:  # defaults of attributes the node leaves out
             attrs.setdefault(a.name, a)
+        if node.domain in ("", "ai.onnx"):  # a standard op's defaults are in its schema
+            for name, a in onnx.defs.get_schema(node.op_type, version, "").attributes.items():
+                if a.default_value.type != onnx.AttributeProto.UNDEFINED:
+                    attrs.setdefault(name, a.default_value)
         rename = {}
         for formal, actual in zip(fn.input, node.input, strict=False):
             rename[formal] = actual

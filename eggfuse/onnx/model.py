@@ -14,11 +14,7 @@ import onnx
 
 from eggfuse.ir import Graph, InputError, OnnxError
 
-from .importer import DynamicControlError, Value, _dims, _load_proto, elem_name, elem_numpy, graph_inputs, import_model
-
-#: Inputs of at most this many integer or bool elements may steer an ``If``: a Model binds them
-#: as load-time values when a condition depends on them (one plan per value).
-CONTROL_MAX_ELEMENTS = 16
+from .importer import NeedsValuesError, Value, _dims, _load_proto, elem_name, elem_numpy, graph_inputs, import_model
 
 
 @dataclass
@@ -46,7 +42,9 @@ class Model:
     :func:`eggfuse.compile`.
 
     :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
-    in the model's output order, in their ONNX dtypes (float32, int64, int32, bool).
+    in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). An input
+    the import must know (a Reshape's shape fed as an input, an ``If``'s condition) is bound
+    at load time to its fed value: the model is imported once per such value.
     Raises :class:`~eggfuse.ir.OnnxError` / :class:`~eggfuse.ir.UnsupportedOpsError` when the
     model cannot be imported, :class:`~eggfuse.ir.InputError` for feeds that do not fit.
     """
@@ -64,7 +62,7 @@ class Model:
                                 f"{', '.join(map(repr, self.input_names)) or 'none'}")
         self.fuse, self.cost_model, self.verify, self.device = fuse, cost_model, verify, device
         self.plans: dict[tuple, Specialised] = {}
-        self._control: set[str] = set()  # inputs bound as values (an If depends on them)
+        self._control: set[str] = set()  # inputs bound as load-time values (the import needs them)
 
     @property
     def static(self) -> bool:
@@ -85,11 +83,10 @@ class Model:
         t = time.perf_counter()
         try:
             graph, params, outs = import_model(self.proto, shapes, values)
-        except DynamicControlError:
-            control = {vi.name for vi in self.inputs if vi.name in feeds and self._small_int(vi, feeds[vi.name])}
-            if not control - self._control:
+        except NeedsValuesError as e:
+            if not e.inputs or not set(e.inputs) <= set(feeds) or set(e.inputs) <= self._control:
                 raise
-            self._control |= control
+            self._control |= set(e.inputs)
             return self.specialise(feeds)
         spec = Specialised(shapes, values, graph, params, outs)
         spec.timings["import_s"] = time.perf_counter() - t
@@ -101,11 +98,6 @@ class Model:
             spec.timings.update(spec.compiled.timings)
         self.plans[key] = spec
         return spec
-
-    @staticmethod
-    def _small_int(vi: onnx.ValueInfoProto, value: Any) -> bool:
-        arr = np.asarray(value)
-        return vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT and arr.size <= CONTROL_MAX_ELEMENTS
 
     def _feeds(self, feeds: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
         if isinstance(feeds, Mapping):
