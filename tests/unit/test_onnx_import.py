@@ -36,7 +36,7 @@ def test_symbolic_dimension_needs_a_shape_and_a_misspelt_name_gets_the_closest()
 
 
 def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
-    m = model([node("FancyOp", ["x"], ["a"], name="f1", domain="com.example"), node("Relu", ["a"], ["b"]),
+    m = model([node("FancyOp", ["x"], ["a"], name="f1", domain="com.example"), node("Identity", ["a"], ["b"]),
                node("NoSuchOp", ["b"], ["c"], name="n1"), node("NoSuchOp", ["c"], ["d"], name="n2")],
               [("x", F, [2])], [("d", F, None)])
     with pytest.raises(UnsupportedOpsError) as e:
