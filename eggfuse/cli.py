@@ -8,8 +8,9 @@ import os
 import sys
 
 from eggfuse.cli_generate import add_generate
+from eggfuse.cli_onnx import _shape_arg, add_run
 from eggfuse.cli_train import add_train_digits
-from eggfuse.ir import EggfuseError
+from eggfuse.ir import EggfuseError, InputError
 
 
 def _print_matrix(sentences: list[str], sim) -> None:
@@ -48,15 +49,28 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     from eggfuse.api import model_graph
     from eggfuse.rewrites import optimize
 
-    graph = model_graph(args.model, seq=args.seq, batch=args.batch, training=args.training)
+    onnx_nodes = None
+    if args.model.endswith(".onnx"):
+        from eggfuse.cli_onnx import onnx_graph
+
+        if args.training:
+            raise InputError("--training applies to the shipped models, not to an ONNX file")
+        graph, onnx_nodes = onnx_graph(args.model, dict(args.shape or []))
+    else:
+        graph = model_graph(args.model, seq=args.seq, batch=args.batch, training=args.training)
     _, report = optimize(graph, extractor=args.extractor, verify=args.verify, dump_egglog=args.dump_egglog)
     if args.json:
         out = report.to_dict()
         out.update(model=args.model, training=args.training, seq=args.seq)
+        if onnx_nodes is not None:
+            out.update(onnx_nodes=onnx_nodes, seq=None)
         print(json.dumps(out))
         return
-    kind = "forward + backward" if args.training else "forward"
-    print(f"{args.model} ({kind}, seq {args.seq}): {len(graph.live_nodes())} nodes")
+    if onnx_nodes is not None:
+        print(f"{args.model}: {onnx_nodes} ONNX nodes -> {len(graph.live_nodes())} graph nodes")
+    else:
+        kind = "forward + backward" if args.training else "forward"
+        print(f"{args.model} ({kind}, seq {args.seq}): {len(graph.live_nodes())} nodes")
     print(report.summary())
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")
@@ -90,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_embed)
 
     o = sub.add_parser("optimize", help="run the rewrite engine on a model's graph and print its report")
-    o.add_argument("model", help="minilm, smollm2, or llama:LAYERS (SmolLM2 shapes, synthetic)")
+    o.add_argument("model", help="minilm, smollm2, llama:LAYERS (SmolLM2 shapes, synthetic), or an .onnx file")
+    o.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
+                   help="an ONNX input's shape where the model leaves dimensions symbolic (default 1)")
     o.add_argument("--training", action="store_true", help="the forward + backward (training) graph")
     o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
@@ -106,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_rules)
     add_train_digits(sub)
     add_generate(sub)
+    add_run(sub)
     return p
 
 

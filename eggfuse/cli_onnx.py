@@ -1,0 +1,155 @@
+"""``eggfuse run MODEL.onnx``: run an ONNX model on the GPU and print what it did; and the
+ONNX half of ``eggfuse optimize MODEL.onnx``.
+
+Inputs come from ``--input NAME=FILE.npy``; inputs not given get random valid values (floats
+N(0, 1), integers in [0, 10), booleans), of the model's shapes, with ``--shape NAME=2x3x224x224``
+for dimensions the model leaves symbolic (default 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from eggfuse.ir import InputError
+
+
+def _shape_arg(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, [int(d) for d in dims.lower().replace(",", "x").split("x") if d]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=DxDx..., got {text!r}") from None
+
+
+def _input_arg(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    return name, path
+
+
+def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
+    """The feeds of ``model`` (an :class:`eggfuse.onnx.Model`): arrays loaded from ``given``
+    (name -> .npy path), random values of the model's shapes for the others (symbolic
+    dimensions from ``shapes``, else 1). Raises InputError for an unknown name or a bad file."""
+    from eggfuse.onnx.importer import _dims, elem_numpy
+
+    names = set(model.input_names)
+    for name in [*given, *shapes]:
+        if name not in names:
+            raise InputError(f"{name!r} is not an input of the model; its inputs are: "
+                             f"{', '.join(map(repr, model.input_names))}")
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.inputs:
+        if vi.name in given:
+            try:
+                feeds[vi.name] = np.load(given[vi.name], allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise InputError(f"input {vi.name!r}: cannot read {given[vi.name]!r} as a .npy file ({e})") from None
+            continue
+        dims = _dims(vi)
+        shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+        dtype = elem_numpy(vi.type.tensor_type.elem_type)
+        if dtype.kind == "f":
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[vi.name] = rng.integers(0, 10, shape).astype(dtype)
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from eggfuse.onnx import Model
+
+    if args.repeats < 0:
+        raise InputError(f"repeats must be >= 0, got {args.repeats}")
+    t = time.perf_counter()
+    model = Model(args.model, fuse=not args.no_fuse)
+    feeds = feeds_for(model, dict(args.input or []), dict(args.shape or []), args.seed)
+    spec = model.specialise(feeds)
+    first = time.perf_counter() - t
+    outs = model.run(feeds)
+    runs = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        model.run(feeds)
+        runs.append(time.perf_counter() - t)
+    compiled = spec.compiled
+    info = {
+        "model": str(args.model), "adapter": compiled.adapter if compiled else None,
+        "onnx_nodes": len(model.proto.graph.node),
+        "inputs": {n: list(np.shape(a)) for n, a in feeds.items()},
+        "outputs": {n: {"shape": list(o.shape), "dtype": str(o.dtype)} for n, o in zip(model.output_names, outs,
+                                                                                        strict=True)},
+        "dispatches_unfused": compiled.dispatches_unfused if compiled else 0,
+        "dispatches_fused": compiled.dispatches_fused if compiled else 0,
+        "timings_s": {**{k: round(v, 4) for k, v in spec.timings.items()}, "first_run_s": round(first, 4),
+                      "run_median_ms": round(1e3 * float(np.median(runs)), 3) if runs else None},
+    }
+    if args.save:
+        np.savez(args.save, **dict(zip(model.output_names, outs, strict=True)))
+        info["saved"] = str(args.save)
+    if args.profile and compiled is not None:
+        from eggfuse.runtime.profile import profile
+
+        runtime = {n: a for n, a in feeds.items() if n not in spec.values}
+        prof = profile(compiled.session, runtime)
+        prof.write_chrome_trace(args.profile)
+        info["profile"] = str(args.profile)
+    if args.json:
+        print(json.dumps(info))
+        return
+    print(f"model: {info['model']} ({info['onnx_nodes']} ONNX nodes)")
+    print(f"adapter: {info['adapter']}")
+    for name, shape in info["inputs"].items():
+        src = "file" if name in dict(args.input or []) else "random"
+        print(f"input  {name}: {shape} ({src})")
+    for name, o in info["outputs"].items():
+        print(f"output {name}: {o['shape']} {o['dtype']}")
+    print(f"dispatches per run: {info['dispatches_unfused']} unfused -> {info['dispatches_fused']} fused")
+    print("timings: " + ", ".join(f"{k} {v}" for k, v in info["timings_s"].items()))
+    if args.profile and compiled is not None:
+        print(prof.table())
+        print(f"Chrome/Perfetto trace written to {args.profile}")
+
+
+def onnx_graph(path: str, shapes: dict[str, list[int]]):
+    """The graph of the ONNX model at ``path`` for ``eggfuse optimize`` (symbolic dimensions
+    from ``shapes``, else 1), and its ONNX node count."""
+    from eggfuse.onnx import load
+    from eggfuse.onnx.importer import _dims, _load_proto, graph_inputs
+
+    proto = _load_proto(path)
+    full = {}
+    for vi in graph_inputs(proto):
+        dims = _dims(vi)
+        full[vi.name] = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+    graph, _ = load(proto, shapes=full)
+    return graph, len(proto.graph.node)
+
+
+def add_run(sub) -> None:
+    """Register ``run`` on the CLI's subparsers."""
+    r = sub.add_parser("run", help="run an ONNX model; print its outputs' shapes, dispatches and timings")
+    r.add_argument("model", type=Path, help="an .onnx file")
+    r.add_argument("--input", metavar="NAME=FILE.npy", type=_input_arg, action="append",
+                   help="an input's value (repeatable); inputs not given get random values")
+    r.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
+                   help="a random input's shape where the model leaves dimensions symbolic (default 1)")
+    r.add_argument("--repeats", type=int, default=10, help="timed runs after the first (default 10)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.add_argument("--save", metavar="OUT.npz", help="write the outputs, by name")
+    r.add_argument("--no-fuse", action="store_true", help="run the graph without the rewrite engine")
+    r.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
+                   help="print GPU time per kernel and write a Chrome/Perfetto trace")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=cmd_run)

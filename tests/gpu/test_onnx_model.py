@@ -1,0 +1,85 @@
+"""eggfuse.onnx.Model, the backend and the CLI on small models (ops of the core converters)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from onnx_models import B, F, I64, model, node  # tests/onnx_models.py
+
+from eggfuse.cli import main
+from eggfuse.ir import InputError
+from eggfuse.onnx import Model
+from eggfuse.onnx.backend import EggfuseBackend
+
+
+def _shape_model():
+    # y = x (Identity), s = Shape(x): one runtime output, one known at load time
+    return model([node("Identity", ["x"], ["y"]), node("Shape", ["x"], ["s"])],
+                 [("x", F, ["n", 3])], [("y", F, None), ("s", I64, None)])
+
+
+def test_a_plan_per_input_shape_and_outputs_in_onnx_order_and_dtypes():
+    m = Model(_shape_model())
+    x2, x5 = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((5, 3), np.float32)
+    y, s = m.run({"x": x2})
+    assert np.array_equal(y, x2) and s.dtype == np.int64 and list(s) == [2, 3]
+    y, s = m.run([x5])
+    assert np.array_equal(y, x5) and list(s) == [5, 3]
+    m.run({"x": x2})
+    assert len(m.plans) == 2
+
+
+def test_an_if_on_an_input_is_imported_per_value():
+    out = helper.make_tensor_value_info
+    then = helper.make_graph([node("Identity", ["x"], ["t"])], "then", [], [out("t", F, None)])
+    other = helper.make_graph([node("Dropout", ["x"], ["e"])], "else", [], [out("e", F, None)])
+    m = Model(model([node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                    [("x", F, [3]), ("c", B, [])], [("y", F, None)]))
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    assert np.array_equal(m.run({"x": x, "c": np.array(True)})[0], x)
+    assert np.array_equal(m.run({"x": x, "c": np.array(False)})[0], x)
+    assert len(m.plans) == 2 and all(set(p.values) == {"c"} for p in m.plans.values())
+
+
+def test_feeds_that_do_not_fit_are_refused_clearly():
+    m = Model(_shape_model())
+    with pytest.raises(InputError, match=r"'xx' is not an input of the model \(did you mean 'x'\?\)"):
+        m.run({"xx": np.zeros((2, 3), np.float32)})
+    with pytest.raises(InputError, match=r"got 2 inputs, the model takes 1"):
+        m.run([np.zeros((2, 3)), np.zeros(2)])
+    with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool"):
+        m.run({"x": np.zeros((2, 3), bool)})
+    with pytest.raises(InputError, match=r"input\(s\) 'x' not given"):
+        m.run({})
+
+
+def test_backend_prepares_and_runs_by_position():
+    rep = EggfuseBackend.prepare(_static(), "CPU")
+    (y, s) = rep.run([np.ones((4, 3), np.float32)])
+    assert y.shape == (4, 3) and list(s) == [4, 3]
+    assert EggfuseBackend.supports_device("CPU")
+
+
+def _static():
+    return model([node("Identity", ["x"], ["y"]), node("Shape", ["x"], ["s"])],
+                 [("x", F, [4, 3])], [("y", F, [4, 3]), ("s", I64, [2])])
+
+
+def test_cli_run_prints_shapes_dispatches_and_timings(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_shape_model(), path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((7, 3), np.float32))
+    assert main(["run", str(path), "--input", f"x={x}", "--json", "--repeats", "2"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["outputs"] == {"y": {"shape": [7, 3], "dtype": "float32"}, "s": {"shape": [2], "dtype": "int64"}}
+    assert info["inputs"] == {"x": [7, 3]} and info["onnx_nodes"] == 2
+    assert main(["run", str(path), "--shape", "x=2x3"]) == 0
+    text = capsys.readouterr().out
+    assert "input  x: [2, 3] (random)" in text and "dispatches per run:" in text
+    assert main(["run", str(path), "--shape", "y=2x3"]) == 2
+    assert "'y' is not an input of the model" in capsys.readouterr().err
