@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
-from onnx_models import B, F, I64, model, node  # tests/onnx_models.py
+from onnx_models import I64, B, F, model, node  # tests/onnx_models.py
 
 from eggfuse.cli import main
 from eggfuse.ir import InputError
