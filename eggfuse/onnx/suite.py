@@ -237,6 +237,20 @@ def table(results: list[dict], ops: dict[str, str], kind: str, seconds: float) -
     return "\n".join(lines) + "\n"
 
 
+def ci_subset(results: list[dict], per_op: int) -> list[str]:
+    """Up to ``per_op`` passing cases of every op type that has one (cases testing the op
+    itself before ``_expanded`` function bodies; among those the slowest last), sorted by name."""
+    by_op: dict[str, list[dict]] = defaultdict(list)
+    for r in results:
+        if r["status"] == "passed":
+            by_op[r["op_type"]].append(r)
+    names = []
+    for rs in by_op.values():
+        rs.sort(key=lambda r: ("_expanded" in r["name"], r["seconds"]))
+        names += [r["name"] for r in rs[:per_op]]
+    return sorted(names)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eggfuse.onnx.suite", description=__doc__.split("\n\n")[0])
     p.add_argument("--kind", choices=KINDS, default="node", help="which of onnx's test cases (default node)")
@@ -246,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table", type=Path, help="write the markdown table here (a full run in the repository: "
                    "tests/onnx/<kind>_suite.md)")
     p.add_argument("--json", type=Path, help="every case's result as JSON")
+    p.add_argument("--ci-list", type=Path, metavar="FILE",
+                   help="write the names of up to --ci-per-op passing cases per op type (the CI subset)")
+    p.add_argument("--ci-per-op", type=int, default=2, help="cases per op type in --ci-list (default 2)")
     args = p.parse_args(argv)
     t = time.perf_counter()
     cases = load_cases(args.kind, args.k)
@@ -272,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+    if args.ci_list:
+        args.ci_list.write_text("\n".join(ci_subset(results, args.ci_per_op)) + "\n")
+        print(f"wrote {args.ci_list}")
     passed = sum(r["status"] == "passed" for r in results)
     print(f"{passed} of {len(results)} {args.kind} cases pass ({seconds:.0f} s)")
     if out is None:
