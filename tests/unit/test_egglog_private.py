@@ -54,6 +54,17 @@ def test_serialisation_of_an_encoded_graph_names_every_e_class():
     assert {n["eclass"] for n in raw["nodes"].values()} <= set(raw["class_data"])
 
 
+def test_variables_of_expressions_and_facts():
+    from eggfuse.rewrites.dsl import Namespace
+
+    e = Namespace()
+    x, d = e.vars("x d")
+    (eps,) = e.vars("eps", e.f64)
+    assert egglog_private.variables(e.RmsNorm(e.Add(x, d), x, eps=eps)) == {"x", "d", "eps"}
+    assert egglog_private.variables(e.eq(e.shape(x)).to(e.shape(d)), e.Neg(x)) == {"x", "d"}
+    assert egglog_private.variables(e.Relu(e.Input(e.String("a"), e.Vec[e.i64](e.i64(1))))) == set()
+
+
 def test_a_missing_internal_is_named():
     class Broken:  # an e-graph without the internals, as a changed egglog-python would give
         pass

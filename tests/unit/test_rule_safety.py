@@ -76,3 +76,36 @@ def test_a_sound_rule_of_ones_own_still_optimises():
     out, rep = optimize(g, rulesets=[make_ruleset("mine", relu_of_relu)], verify=True)
     assert [n.op for n in out.live_nodes()] == ["Input", "Relu"]
     assert rep.rules_fired.get("Relu(Relu(x)) -> Relu(x) (mine)")
+
+
+def test_a_right_side_that_leaves_out_an_attribute_is_refused_naming_rule_and_attribute():
+    def rule(e):
+        x, w = e.vars("x w")
+        yield e.equal("RmsNorm(Relu(x), w) -> RmsNorm(x, w)", e.RmsNorm(e.Relu(x), w), e.RmsNorm(x, w))
+
+    # before: accepted here, then saturation failed with egglog's "Unbound symbol _RmsNorm_eps_1"
+    with pytest.raises(RewriteError, match=r"rule 'RmsNorm\(Relu\(x\), w\) -> RmsNorm\(x, w\)'.*"
+                                           r"RmsNorm's attribute eps, left out \(give eps="):
+        make_ruleset("mine", rule)
+
+
+def test_a_right_side_variable_that_nothing_binds_is_refused():
+    def rule(e):
+        x, y = e.vars("x y")
+        yield e.equal("Relu(x) -> Neg(y)", e.Relu(x), e.Neg(y))
+
+    with pytest.raises(RewriteError, match=r"rule 'Relu\(x\) -> Neg\(y\)'.*variable 'y'"):
+        make_ruleset("mine", rule)
+
+
+def test_variables_bound_by_a_guard_or_given_attributes_are_accepted():
+    def rule(e):
+        x, d = e.vars("x d")
+        (s,) = e.vars("s", e.Vec[e.i64])
+        (eps,) = e.vars("eps", e.f64)
+        # s is bound by the guard only, eps by the left-hand side; SliceCols' attributes given
+        yield e.equal("RmsNorm(x + d) -> RmsNorm(x + SliceCols(d))", e.RmsNorm(e.Add(x, d), x, eps=eps),
+                      e.RmsNorm(e.Add(x, e.SliceCols(d, start=e.i64(0), size=s[1])), x, eps=eps),
+                      e.eq(e.shape(d)).to(s))
+
+    make_ruleset("mine", rule)
