@@ -3,6 +3,8 @@ names what is wrong, never a silently different graph or a bare egglog error."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eggfuse.ir import DType, Graph, RewriteError
@@ -109,3 +111,19 @@ def test_variables_bound_by_a_guard_or_given_attributes_are_accepted():
                       e.eq(e.shape(d)).to(s))
 
     make_ruleset("mine", rule)
+
+
+def _rules_for_a_ruleset_nobody_schedules(e):
+    (x,) = e.vars("x")
+    yield e.equal("Neg(Neg(x)) -> x (unscheduled)", e.Neg(e.Neg(x)), x)
+
+
+def test_a_rule_group_of_an_unscheduled_ruleset_is_named_by_its_function(monkeypatch):
+    from eggfuse.ir.spec import RuleGroup
+    from eggfuse.rewrites import rulesets
+
+    fn = _rules_for_a_ruleset_nobody_schedules
+    monkeypatch.setattr(rulesets, "RULES", [RuleGroup("fusion_typo", fn, "elementwise")])
+    with pytest.raises(RewriteError, match=re.escape(f"rule group {fn.__module__}.{fn.__qualname__} (family "
+                                                     "elementwise)") + ".*'fusion_typo', which is not scheduled"):
+        rulesets._built.__wrapped__()  # the build, without its cache of the shipped rules
