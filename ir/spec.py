@@ -251,7 +251,7 @@ class OpSpec:
         return int(self.flops(list(ins), out, attrs))
 
 
-#: Op name -> spec, in registration order (family by family, see ``ir.ops``).
+#: Op name -> spec, in registration order (family by family, in the order ``ir.ops`` imports them).
 OPS: dict[str, OpSpec] = {}
 
 
