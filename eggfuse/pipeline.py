@@ -16,6 +16,10 @@ from eggfuse.ir.reference import check_mapping
 from eggfuse.lowering import ExecutionPlan, lower
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from egglog import Ruleset
+
     from eggfuse.rewrites import CostModel, Report
     from eggfuse.runtime import Session
 
@@ -51,11 +55,13 @@ class Compiled:
         return self.session.run(inputs, **kw)
 
 
-def optimize(graph: Graph, *, cost_model: CostModel | None = None, verify: bool = False) -> tuple[Graph, Report]:
-    """The rewrite engine's step (``eggfuse.rewrites.optimize``; egglog loads on first use)."""
+def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None,
+             verify: bool = False) -> tuple[Graph, Report]:
+    """The rewrite engine's step (``eggfuse.rewrites.optimize``, whose arguments these are;
+    egglog loads on first use). ``rulesets`` None runs the shipped optimisation rulesets."""
     from eggfuse.rewrites import optimize as rewrite
 
-    return rewrite(graph, cost_model=cost_model, verify=verify)
+    return rewrite(graph, cost_model=cost_model, rulesets=rulesets, verify=verify)
 
 
 def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None) -> ExecutionPlan:
@@ -79,10 +85,15 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None) -> Ex
 
 
 def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
-            cost_model: CostModel | None = None, verify: bool = False, device=None, share: Session | None = None,
-            subgroups: bool | None = None, prerecord: bool = True) -> Compiled:
+            cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
+            device=None, share: Session | None = None, subgroups: bool | None = None,
+            prerecord: bool = True) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
+
+    ``cost_model``, ``rulesets`` and ``verify`` go to :func:`optimize`: ``rulesets`` None runs
+    the shipped ones, ``[*optimization_rulesets(), mine]`` adds a ruleset of one's own
+    (``eggfuse.rewrites.make_ruleset``).
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
     ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` as ``Session``.
@@ -107,7 +118,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     run_graph = graph
     if fuse:
         t = time.perf_counter()
-        run_graph, report = optimize(graph, cost_model=cost_model, verify=verify)
+        run_graph, report = optimize(graph, cost_model=cost_model, rulesets=rulesets, verify=verify)
         timings["optimize_s"] = time.perf_counter() - t
     t = time.perf_counter()
     if device is None and share is not None:

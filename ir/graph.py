@@ -107,7 +107,10 @@ class Graph:
         return self.nodes[nid]
 
     def set_outputs(self, outputs: Iterable[NodeId]) -> None:
-        outs = [int(o) for o in outputs]
+        try:
+            outs = [int(o) for o in outputs]
+        except (TypeError, ValueError):
+            raise GraphError(f"outputs must be node ids (ints), got {outputs!r}") from None
         for o in outs:
             if not 0 <= o < len(self.nodes):
                 raise GraphError(f"output id {o} is not a node of this graph ({len(self.nodes)} nodes)")
@@ -323,11 +326,11 @@ class Graph:
 
     def rms_norm(self, x: NodeId, weight: NodeId, eps: float = 1e-5) -> NodeId:
         """x[M,N] / sqrt(mean(x^2, row) + eps) * weight[N]."""
-        return self.add_node("RmsNorm", (x, weight), eps=float(eps))
+        return self.add_node("RmsNorm", (x, weight), eps=eps)
 
     def layer_norm(self, x: NodeId, weight: NodeId, bias: NodeId, eps: float = 1e-5) -> NodeId:
         """(x - mean) / sqrt(var + eps) * weight + bias, over the last axis of x[M,N]."""
-        return self.add_node("LayerNorm", (x, weight, bias), eps=float(eps))
+        return self.add_node("LayerNorm", (x, weight, bias), eps=eps)
 
     def embedding(self, indices: NodeId, table: NodeId) -> NodeId:
         """out[T,H] = table[V,H][indices[T]] (indices u32)."""
@@ -337,8 +340,8 @@ class Graph:
              pairing: str = "half", batch: int = 1, scaling: tuple | None = None) -> NodeId:
         """Rotary position embedding of x[rows, heads*head_dim]; see :func:`ops.rope_pairs` and,
         for ``scaling``, :func:`ops.rope_inv_freq`."""
-        return self.add_node("RoPE", (x,), theta=float(theta), head_dim=int(head_dim),
-                             pos_offset=int(pos_offset), pairing=pairing, batch=int(batch), scaling=scaling)
+        return self.add_node("RoPE", (x,), theta=theta, head_dim=head_dim, pos_offset=pos_offset,
+                             pairing=pairing, batch=batch, scaling=scaling)
 
     def full_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                        head_dim: int, batch: int = 1, key_mask: NodeId | None = None) -> NodeId:
@@ -347,22 +350,22 @@ class Graph:
         q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S] f32, 1 keeps a key.
         """
         ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)
-        return self.add_node("FullAttention", ins, num_heads=int(num_heads), num_kv_heads=int(num_kv_heads),
-                        head_dim=int(head_dim), batch=int(batch))
+        return self.add_node("FullAttention", ins, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                             head_dim=head_dim, batch=batch)
 
     def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                          head_dim: int, batch: int = 1) -> NodeId:
         """Causal GQA attention; shapes as :meth:`full_attention`."""
-        return self.add_node("CausalAttention", (q, k, v), num_heads=int(num_heads),
-                        num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), batch=int(batch))
+        return self.add_node("CausalAttention", (q, k, v), num_heads=num_heads, num_kv_heads=num_kv_heads,
+                             head_dim=head_dim, batch=batch)
 
     def concat(self, xs: Sequence[NodeId], axis: int = 0) -> NodeId:
         """Concatenation along ``axis``; of parameters only, a derived parameter (no dispatch)."""
-        return self.add_node("Concat", tuple(xs), axis=int(axis))
+        return self.add_node("Concat", xs, axis=axis)
 
     def slice_cols(self, x: NodeId, start: int, size: int) -> NodeId:
         """Columns [start, start+size) of a 2-D tensor."""
-        return self.add_node("SliceCols", (x,), start=int(start), size=int(size))
+        return self.add_node("SliceCols", (x,), start=start, size=size)
 
     def swiglu_concat(self, x: NodeId) -> NodeId:
         """silu(x[:, :N]) * x[:, N:] for x [M, 2N]."""
@@ -370,15 +373,15 @@ class Graph:
 
     def group_norm(self, x: NodeId, weight: NodeId, bias: NodeId, num_groups: int, eps: float = 1e-5) -> NodeId:
         """GroupNorm of x [N, C, S] with per-channel weight and bias [C]."""
-        return self.add_node("GroupNorm", (x, weight, bias), num_groups=int(num_groups), eps=float(eps))
+        return self.add_node("GroupNorm", (x, weight, bias), num_groups=num_groups, eps=eps)
 
     def causal_attention_rope(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                               head_dim: int, theta: float, pos_offset: int = 0, pairing: str = "half",
                               batch: int = 1, scaling: tuple | None = None) -> NodeId:
         """CausalAttention(RoPE(q), RoPE(k), v) in one kernel."""
-        return self.add_node("CausalAttentionRoPE", (q, k, v), num_heads=int(num_heads),
-                             num_kv_heads=int(num_kv_heads), head_dim=int(head_dim), theta=float(theta),
-                             pos_offset=int(pos_offset), pairing=pairing, batch=int(batch), scaling=scaling)
+        return self.add_node("CausalAttentionRoPE", (q, k, v), num_heads=num_heads, num_kv_heads=num_kv_heads,
+                             head_dim=head_dim, theta=theta, pos_offset=pos_offset, pairing=pairing, batch=batch,
+                             scaling=scaling)
 
     def transpose(self, x: NodeId) -> NodeId:
         return self.add_node("Transpose", (x,))

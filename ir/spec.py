@@ -85,6 +85,8 @@ class Attr:
                 raise ValueError(f"{value!r} is not an integer")
             return int(value)
         if k == "float":
+            if isinstance(value, str | bytes):
+                raise TypeError(f"{value!r} is a string, not a number")
             v = float(value)
             if not math.isfinite(v):
                 raise ValueError(f"{value!r} is not finite")
@@ -103,10 +105,14 @@ class Attr:
                 raise ValueError(f"{value!r} is not a sequence of integers")
             return out
         if k == "floats":
+            if isinstance(value, str | bytes) or any(isinstance(v, str | bytes) for v in value):
+                raise TypeError(f"{value!r} is not a sequence of numbers")
             return tuple(float(v) for v in value)
         if k == "json":
             return json_value(value)
         if k == "epilogue":
+            if isinstance(value, str):
+                raise TypeError(f"{value!r} is one string; the steps are a sequence of step names, e.g. ({value!r},)")
             out = tuple(value)
             if not all(isinstance(s, str) for s in out):
                 raise TypeError(f"{value!r} is not a sequence of step names")
@@ -245,7 +251,7 @@ class OpSpec:
         return int(self.flops(list(ins), out, attrs))
 
 
-#: Op name -> spec, in registration order (family by family, see ``ir.ops``).
+#: Op name -> spec, in registration order (family by family, in the order ``ir.ops`` imports them).
 OPS: dict[str, OpSpec] = {}
 
 

@@ -16,7 +16,8 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
 matmul its chain as ``epilogue=``. An attribute left out is a fresh pattern variable, so it
 matches anything on a left-hand side; on a right-hand side every attribute must be given or
-bound by the left.
+bound by the left (:meth:`Namespace.equal` refuses a right side with an unbound variable,
+naming the rule and the attribute).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from typing import Any
 import egglog
 from egglog import Bool, String, Vec, f64, i64
 
-from ..ir import OPS
+from ..ir import OPS, RewriteError
 from ..ir.spec import Example
+from . import egglog_private
 from .sorts import (
     ATTR_SORTS,
     CONSTRUCTORS,
@@ -72,6 +74,7 @@ class Namespace:
         self.family = ""
         self._fresh = itertools.count()
         self._ops: dict[str, Callable[..., Any]] = {}
+        self._left_out: dict[str, tuple[str, str]] = {}  # fresh variable -> (op, attribute) it stands for
 
     # --- variables ---------------------------------------------------------------------
 
@@ -92,9 +95,13 @@ class Namespace:
 
     def attrs_of(self, op: str, **given: Any) -> dict[str, Any]:
         """Every egglog attribute of ``op``: ``given`` values, fresh variables for the rest."""
-        return {a.name: given[a.name] if a.name in given else self.var(f"{op}_{a.name}_{next(self._fresh)}",
-                                                                       ATTR_SORTS[a.kind])
+        return {a.name: given[a.name] if a.name in given else self._fresh_var(op, a.name, ATTR_SORTS[a.kind])
                 for a in OPS[op].egg_attrs}
+
+    def _fresh_var(self, op: str, attr: str, sort: Any) -> Any:
+        name = f"{op}_{attr}_{next(self._fresh)}"
+        self._left_out[name] = (op, attr)
+        return self.var(name, sort)
 
     # --- constructors --------------------------------------------------------------------
 
@@ -123,7 +130,7 @@ class Namespace:
             else:
                 args.extend(tensors)
             if sig.epilogue:
-                args.append(self.var(f"{op}_epi_{next(self._fresh)}", Epi) if epilogue is None else epilogue)
+                args.append(self._fresh_var(op, "epilogue", Epi) if epilogue is None else epilogue)
             return ctor(*args)
 
         build.__name__ = op
@@ -144,9 +151,29 @@ class Namespace:
         analysis reads such as ``e.eq(e.shape(d)).to(s)``. ``example`` is the rule's soundness
         example (``eggfuse.ir.spec.example``). Being an equality, the rule never removes the
         left side: extraction decides which form is computed.
+
+        Raises :class:`RewriteError` naming the rule and the variables when ``rhs`` has a
+        variable that neither ``lhs`` nor a guard binds (an attribute the right side leaves
+        out is such a variable: give it, or bind it to a variable on the left).
         """
+        self._check_bound(name, rhs, lhs, *guards)
         self._record(name, example)
         return egglog.rule(lhs, *guards, name=name).then(egglog.union(lhs).with_(rhs))
+
+    def _check_bound(self, name: str, rhs: Any, *binding: Any) -> None:
+        unbound = sorted(egglog_private.variables(rhs) - egglog_private.variables(*binding))
+        if not unbound:
+            return
+        what = []
+        for v in unbound:
+            if v in self._left_out:
+                op, attr = self._left_out[v]
+                what.append(f"{op}'s attribute {attr}, left out (give {attr}=..., a value or a variable that the "
+                            "left-hand side binds)")
+            else:
+                what.append(f"variable {v!r}")
+        raise RewriteError(f"rule {name!r}: the right-hand side uses what neither the left-hand side nor a guard "
+                           f"binds: {'; '.join(what)}")
 
     def rule(self, *facts: Any, name: str, example: Example | None = None) -> Any:
         """egglog's ``rule(*facts).then(...)`` for a rule with several actions (each a union

@@ -2,7 +2,7 @@
 
 Everything else in ``rewrites/`` uses egglog-python's public API: ``@function(egg_fn=...)``
 constructors, rulesets, schedules, ``EGraph.run``. Three things have no public form, and each
-is kept here for a measured reason:
+is kept here for a measured reason (and :func:`variables`, for a clear error message):
 
 - :func:`run_program`: the encoded graph is inserted as one egglog program (text) in one call.
   On SmolLM2's 30-layer graph (726 nodes) that took 31 ms; building every node as an
@@ -12,13 +12,20 @@ is kept here for a measured reason:
 - :func:`serialize`: the e-graph (e-nodes with their e-class and children) for the ILP and
   greedy extractors and the soundness check: 7 ms for that graph's 1,752 e-nodes, where the
   public ``function_values`` took 3.5 s for the 211 rows of one constructor (MatMulBT).
+- :func:`variables`: the pattern variables of a rule's sides and guards, so that a right
+  side naming a variable that nothing binds is refused when the rule is made, naming the
+  rule, not at saturation as egglog's ``Unbound symbol``.
 
-``tests/unit/test_egglog_private.py`` exercises each of them, so an egglog release that
-changes one fails there, naming it, before anything else breaks.
+``tests/unit/test_egglog_private.py`` exercises each of them, and pins the details of the
+serialisation that ``problem.py``, ``engine.py`` and ``soundness.py`` read (``primitive-`` and
+``primitive-Vec`` node ids, ``class_data``'s ``type`` and ``let`` keys, the display names
+``Epi.none`` ... ``TList.cons`` of ``sorts.ARG_SORTS``), so an egglog release that changes one
+fails there, naming it, before anything else breaks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -58,4 +65,26 @@ def serialize(egraph: EGraph) -> dict:
     return json.loads(raw.to_json())
 
 
-__all__ = ["declare", "run_program", "serialize"]
+def variables(*terms: Any) -> set[str]:
+    """The names of the pattern variables (``egglog.var``) in egglog-python expressions and facts."""
+    from egglog.declarations import UnboundVarDecl
+
+    def decl(t: Any) -> Any:
+        if hasattr(t, "__egg_typed_expr__"):  # an expression
+            return t.__egg_typed_expr__
+        return getattr(t, "fact", t)  # a fact (eq(a).to(b)), or a declaration already
+
+    names: set[str] = set()
+    stack = [_internal("RuntimeExpr.__egg_typed_expr__ / Fact.fact", lambda: [decl(t) for t in terms])]
+    while stack:
+        d = stack.pop()
+        if isinstance(d, UnboundVarDecl):
+            names.add(d.name)
+        elif isinstance(d, tuple | list):
+            stack.extend(d)
+        elif dataclasses.is_dataclass(d) and not isinstance(d, type):
+            stack.extend(getattr(d, f.name) for f in dataclasses.fields(d))
+    return names
+
+
+__all__ = ["declare", "run_program", "serialize", "variables"]

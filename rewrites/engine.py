@@ -115,8 +115,9 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     """Insert ``graph`` into a new e-graph and run the schedule; fills the insert, analysis
     and saturation phases of ``rep``. See :func:`optimize` for the schedule and budgets.
 
-    Raises :class:`RewriteError` when egglog rejects a merge (two e-classes with
-    different shapes: an unsound rule).
+    Raises :class:`RewriteError` when egglog rejects a merge (two encoded e-classes with
+    different shape facts: an unsound rule). A term a rule created has no shape fact; the
+    extraction problem checks those (``problem.build_problem``).
     """
     graph.check_outputs()
     rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
@@ -205,8 +206,10 @@ def optimize(
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
     raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
-    graph is not modified. Raises ``ValueError`` for an unknown ``extractor`` and
-    :class:`GraphError` for a graph without outputs.
+    graph is not modified. Raises ``ValueError`` for an unknown ``extractor``,
+    :class:`GraphError` for a graph without outputs and :class:`RewriteError` for a rule
+    that joins terms of different shapes or dtypes (an e-node whose shape rule gives another
+    type than its e-class's, named with both types).
     """
     if extractor not in EXTRACTORS:
         raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")

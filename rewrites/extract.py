@@ -8,9 +8,9 @@ maps each entry back to ``add_node(op, inputs, **attrs)`` with nothing listed pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..ir import OPS, Graph, RewriteError
+from ..ir import OPS, Graph, RewriteError, TensorType
 from .encode import Encoding
 from .sorts import ARG_SORTS, SIGNATURES
 
@@ -19,11 +19,15 @@ from .sorts import ARG_SORTS, SIGNATURES
 class TermDag:
     """An extracted term as a DAG: ``nodes[i] = (constructor name, args)``; an argument is a
     child index (``int`` in a tensor, epilogue or list position) or a literal (str, int,
-    float, bool, or a tuple for a Vec). ``root`` is the index of the output list."""
+    float, bool, or a tuple for a Vec). ``root`` is the index of the output list.
+    ``eclasses[i]`` is the e-class entry ``i`` was chosen for and ``types[i]`` that e-class's
+    IR type (None for an epilogue or list entry); both empty for a DAG built by hand."""
 
     nodes: list[tuple[str, tuple]]
     root: int
     cost: int
+    eclasses: list[str] = field(default_factory=list)
+    types: list[TensorType | None] = field(default_factory=list)
 
 
 def _list(dag: TermDag, i: int) -> list[int]:
@@ -94,7 +98,11 @@ def build_node(g: Graph, op: str, attrs: dict, inputs: list[int], enc: Encoding)
 def rebuild(dag: TermDag, enc: Encoding) -> Graph:
     """A new Graph computing the extracted DAG, one node per DAG entry reached from the outputs.
 
-    Every node goes through the IR builder, so its shape rule is checked again.
+    Every node goes through the IR builder, so its shape rule is checked again, and its type
+    (shape and dtype) is compared with its e-class's type (``dag.types``). Raises
+    :class:`RewriteError` naming the op, the e-class and both types when they differ: a rule
+    that joined terms of different types (an unsound rule) would otherwise change the graph's
+    outputs.
     """
     g = Graph()
     built: dict[int, int] = {}
@@ -111,6 +119,10 @@ def rebuild(dag: TermDag, enc: Encoding) -> Graph:
                 stack.extend((k, False) for k in kids if k not in built)
                 continue
             built[j] = build_node(g, op, attrs, [built[k] for k in kids], enc)
+            if j < len(dag.types) and (want := dag.types[j]) is not None and (got := g.node(built[j]).type) != want:
+                raise RewriteError(f"a rule made e-class {dag.eclasses[j]} of type {want} hold {op}, of type {got}: "
+                                   "a rule whose two sides have different shapes or dtypes is unsound (check the "
+                                   "rules of the rulesets passed to optimize)")
     g.set_outputs([built[o] for o in outs])
     return g
 

@@ -4,7 +4,9 @@ egglog serialises the e-graph (e-nodes with their e-class and children); this mo
 the e-nodes of the tensor, epilogue and list sorts reachable from the outputs, gives every
 tensor e-class its type (from the ``shape`` facts set at encoding; for an e-class a rule
 created, from the IR's shape rule applied to an e-node of it: the IR stays the only
-authority on shapes), prices each e-node under the cost model and turns a choice of one
+authority on shapes), checks every other reachable e-node against its e-class's type (a
+rule's right side has no shape fact, so egglog lets an unsound rule join terms of different
+shapes), prices each e-node under the cost model and turns a choice of one
 e-node per e-class into a :class:`~.extract.TermDag`. Both the greedy and the ILP extractor
 solve this problem.
 """
@@ -152,6 +154,7 @@ class Problem:
         cost = 0.0
         index: dict[int, int] = {}
         out: list[tuple[str, tuple]] = []
+        eclasses: list[str] = []
         stack = [(self.root, False)]
         while stack:
             c, ready = stack.pop()
@@ -169,8 +172,9 @@ class Problem:
                 args.append(index[next(kids)] if sort in CHILD_SORTS else literal(nodes, ch, sort))
             index[c] = len(out)
             out.append((node["op"], tuple(args)))
+            eclasses.append(self.classes[c])
             cost += self.cost[j]
-        return TermDag(out, index[self.root], int(round(cost)))
+        return TermDag(out, index[self.root], int(round(cost)), eclasses, [self.types.get(e) for e in eclasses])
 
 
 def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType]:
@@ -218,10 +222,14 @@ def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType
     return types
 
 
-def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None) -> Problem:
+def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, check_types: bool = True) -> Problem:
     """Read the e-graph of ``enc`` and price every candidate e-node under ``model``.
 
-    Raises :class:`RewriteError` when an e-class the outputs need has no type.
+    ``check_types``: apply the shape rule of every reachable e-node to its inputs' types and
+    compare the result (shape and dtype) with its e-class's type, so that an unsound rule (one
+    whose sides differ in shape or dtype) is named even when extraction would not pick its
+    e-node. Raises :class:`RewriteError` when an e-class the outputs need has no type, and
+    for an e-node whose type differs from its e-class's or whose inputs its shape rule rejects.
     """
     raw = egglog_private.serialize(enc.egraph) if raw is None else raw
     dec = Decoder(raw)
@@ -247,11 +255,12 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None) -> P
 
     cost = np.zeros(len(node_ids))
     children, ordered = [], []
+    inferred = {} if check_types else None
     for j, nid in enumerate(node_ids):
         kids = sorted_kids(nid)
         ordered.append([cindex[c] for c in kids])
         children.append(sorted(set(ordered[-1])))
-        cost[j] = _enode_cost(dec, nid, types, model, free_params)
+        cost[j] = _enode_cost(dec, nid, types, model, free_params, inferred)
     class_nodes = [[] for _ in classes]
     node_class = np.array([cindex[dec.cls[nid]] for nid in node_ids], dtype=np.int64)
     for j, c in enumerate(node_class):
@@ -262,7 +271,29 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None) -> P
     return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw, types)
 
 
-def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str]) -> float:
+def _check_type(dec: Decoder, nid: str, e: ENode, full: dict, types: dict[str, TensorType],
+                inferred: dict[tuple, TensorType]) -> None:
+    """Raise :class:`RewriteError` unless e-node ``nid``'s shape rule, applied to its inputs'
+    types, gives its e-class's type. ``inferred`` memoises the shape rules' results (the
+    layers of a model repeat the same ops on the same types)."""
+    c = dec.cls[nid]
+    ins = [types[i] for i in e.inputs]
+    key = (e.op, *ins, *e.attrs.items())
+    got = inferred.get(key)
+    if got is None:
+        try:
+            got = inferred[key] = OPS[e.op].infer(ins, full)
+        except ShapeError as err:
+            raise RewriteError(f"a rule put {e.op} of inputs {[str(t) for t in ins]} into e-class {c} ({types[c]}), "
+                               f"but its shape rule rejects those inputs: {err}") from None
+    if got != types[c]:
+        raise RewriteError(f"a rule put {e.op} of type {got} (inputs {[str(t) for t in ins]}) into e-class {c} of "
+                           f"type {types[c]}: a rule whose two sides have different shapes or dtypes is unsound "
+                           "(check the rules of the rulesets passed to optimize)")
+
+
+def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str],
+                inferred: dict[tuple, TensorType] | None) -> float:
     name = dec.nodes[nid]["op"]
     if name in ("Epi.bias", "Epi.add"):
         operand = dec.cls[dec.nodes[nid]["children"][1]]
@@ -272,12 +303,16 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
     sig = SIGNATURES[name]
     op = sig.op
     spec = OPS[op]
-    if spec.leaf or spec.dispatches == 0:
-        return 0.0
+    if spec.leaf or (spec.dispatches == 0 and inferred is None):
+        return 0.0  # a leaf has no inputs to check
     e = dec.enode(nid)
+    full = {a.name: a.default for a in spec.attrs} | e.attrs
+    if inferred is not None:
+        _check_type(dec, nid, e, full, types, inferred)
+    if spec.dispatches == 0:
+        return 0.0
     if spec.packs_parameters and all(i in free_params for i in e.inputs):
         return 0.0  # a derived parameter, packed once when a session is created
-    full = {a.name: a.default for a in spec.attrs} | e.attrs
     # epilogue operands are charged to their Epi steps: the op reads its fixed inputs
     reads = e.inputs[:sig.tensors] if sig.epilogue else e.inputs
     ins = tuple(types[i] for i in reads)

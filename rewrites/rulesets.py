@@ -2,8 +2,8 @@
 
 :data:`SCHEDULE` lists the optimisation rulesets in the order one pass runs them; the
 analysis ruleset (facts the guards read) is saturated between passes. A rule group naming a
-ruleset not listed here is refused, naming the group's family. Everything is built once per
-process, on first use.
+ruleset not listed here is refused, naming the group's function and family. Everything is
+built once per process, on first use.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def _built() -> tuple[dict[str, Ruleset], tuple[RuleRecord, ...]]:
     by_name = {name: ruleset(name=name) for name in (ANALYSIS, *SCHEDULE)}
     for group in RULES:
         if group.ruleset not in by_name:
-            raise RewriteError(f"the {group.family} family registers rules for ruleset {group.ruleset!r}, which is "
-                               f"not scheduled; rulesets: {', '.join(by_name)} (rewrites/rulesets.py SCHEDULE)")
+            fn = f"{group.fn.__module__}.{group.fn.__qualname__}"
+            raise RewriteError(f"the rule group {fn} (family {group.family or '?'}) registers rules for ruleset "
+                               f"{group.ruleset!r}, which is not scheduled; rulesets: {', '.join(by_name)} "
+                               "(rewrites/rulesets.py SCHEDULE)")
         ns.ruleset, ns.family = group.ruleset, group.family
         for r in group.fn(ns):
             by_name[group.ruleset].register(r)

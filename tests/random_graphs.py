@@ -2,7 +2,8 @@
 
 :func:`random_graph` builds a graph with the ``eggfuse.Graph`` builder out of the patterns
 the rewrite rules match, at odd sizes: matmuls (plain, AT, BT) with bias, row-broadcast and
-residual adds in either operand order and activation chains; x * sigmoid(x) both ways; SiLU-
+residual adds in either operand order and chains of every unary op of the table that may be
+an epilogue step (Log and Recip of |x| + 1); x * sigmoid(x) both ways; SiLU-
 gated products and gate/up projection pairs; RmsNorm before a matmul; LayerNorm, Softmax;
 Concat of 1 to 16 computed tensors and of parameters; reshape chains; Neg(Neg), Relu(Relu),
 Transpose(Transpose); broadcasting Add and Mul; causal attention with RoPE on q and k from
@@ -20,10 +21,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eggfuse.ir import DType, Graph
+from eggfuse.ir.ops import elementwise
 
 #: Sizes, most of them not multiples of any tile.
 DIMS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 31, 33, 65)
-UNARY = ("Relu", "Sigmoid", "Tanh", "Neg", "Gelu", "GeluTanh", "Silu")
+#: Every unary op of the table (ir/ops/elementwise.py) that a matmul may apply at its store.
+UNARY = tuple(u.name for u in elementwise.UNARY if u.epilogue)
+with np.errstate(all="ignore"):
+    #: Those not finite on all of -1, 0, 1 (Log, Recip): they are applied to |x| + 1.
+    POSITIVE_ONLY = frozenset(u.name for u in elementwise.UNARY
+                              if u.epilogue and not np.isfinite(u.fn(np.array([-1.0, 0.0, 1.0]))).all())
 
 
 @dataclass
@@ -79,6 +86,14 @@ class _Builder:
         self.r.patterns.append(pattern)
         return x
 
+    def unary_op(self, op: str, x: int) -> int:
+        # op(x), or for an op of a restricted domain op(|x| + 1): a [1, N] addend of ones, which
+        # a matmul folds into its store as a bias, so the op stays in the epilogue chain
+        if op in POSITIVE_ONLY:
+            ones = self.g.constant(np.ones((1, self.shape(x)[1]), dtype=np.float32))
+            x = self.g.add(self.g.add_node("Abs", (x,)), ones)
+        return self.g.add_node(op, (x,))
+
     def same_shape(self, x: int) -> int:
         # another tensor of x's shape: one from the pool, or a new input or parameter
         shape = self.shape(x)
@@ -119,7 +134,8 @@ class _Builder:
                 d = self.same_shape(y)
                 y = self.g.add(y, d) if self.rng.random() < 0.5 else self.g.add(d, y)
             else:
-                y = self.g.add_node(str(self.rng.choice(UNARY)), (y,))
+                kind = str(self.rng.choice(UNARY))
+                y = self.unary_op(kind, y)
             steps.append(kind)
             if self.rng.random() < 0.2:  # an intermediate of the chain read elsewhere too
                 self.keep(y, "+".join(steps))
@@ -128,7 +144,7 @@ class _Builder:
     def unary(self) -> None:
         x = self.pick()
         op = str(self.rng.choice(UNARY))
-        y = self.g.add_node(op, (x,))
+        y = self.unary_op(op, x)
         if op in ("Neg", "Relu") and self.rng.random() < 0.5:  # Neg(Neg(x)), Relu(Relu(x))
             y = self.g.add_node(op, (y,))
             op += "x2"

@@ -1,14 +1,17 @@
 """The op families: one module per family, one spec block per op (:class:`~..spec.OpSpec`).
 
-:data:`FAMILIES` lists the modules in registration order; importing this package registers
-every op into :data:`~..spec.OPS` and every rule group into :data:`~..spec.RULES`. Nothing
-else lists ops: encoding, cost, lowering and autodiff read the specs.
+:data:`FAMILIES` lists the modules, the basic ones first (leaves, elementwise, ...). Importing
+this package registers every op into :data:`~..spec.OPS` and every rule group into
+:data:`~..spec.RULES`, family by family in the order the modules are first imported. That
+order follows the modules' imports of each other (attention imports transformer's RoPE, so
+transformer's ops come first), not :data:`FAMILIES`. Nothing else lists ops: encoding, cost,
+lowering and autodiff read the specs.
 """
 
 from __future__ import annotations
 
 from ..spec import OPS, RULES
-from . import (  # noqa: I001  (registration order: a family may build on the ones before it)
+from . import (  # a module imports the families it builds on itself
     attention,
     elementwise,
     kv_cache,
@@ -23,7 +26,7 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
     vision,
 )
 
-#: The family modules, in registration order.
+#: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
             optimisers)
 

@@ -304,12 +304,23 @@ def _attention_rope_ref(xs, a):
 
 
 def _attention_rope_vjp(b, node, dy, want):
-    q, k, v = node.inputs
+    # packed: q, k, v are column slices of the one input, and its gradient is theirs side by side
+    packed = len(node.inputs) == 1
+    if packed:
+        if not want[0]:
+            return [None]
+        nq, nkv = node.attrs["num_heads"] * node.attrs["head_dim"], node.attrs["num_kv_heads"] * node.attrs["head_dim"]
+        q, k, v = (b.emit("SliceCols", node.inputs, start=start, size=size)
+                   for start, size in ((0, nq), (nq, nkv), (nq + nkv, nkv)))
+        want = (True, True, True)
+    else:
+        q, k, v = node.inputs
     rope = {a: node.attrs[a] for a in ROPE_ATTR_NAMES}
     qr, kr = b.emit("RoPE", (q,), **rope), b.emit("RoPE", (k,), **rope)
     dq, dk, dv = _attention_grad_nodes(b, dy, qr, kr, v, None, True, {a: node.attrs[a] for a in _ATTN_NAMES}, want)
-    return [None if dq is None else b.emit("RoPEGrad", (dq,), **rope),
-            None if dk is None else b.emit("RoPEGrad", (dk,), **rope), dv]
+    grads = [None if dq is None else b.emit("RoPEGrad", (dq,), **rope),
+             None if dk is None else b.emit("RoPEGrad", (dk,), **rope), dv]
+    return [b.emit("Concat", grads, axis=1)] if packed else grads
 
 
 op("CausalAttentionRoPE", ("q", "k?", "v?"), _attention_rope, _attention_rope_ref,

@@ -219,7 +219,8 @@ op("Conv2dGradWeight", ("dy", "x"), _conv2d_grad_weight, _conv2d_grad_weight_ref
 
 # --- MaxPool2d and its gradient --------------------------------------------------------------
 
-_POOL_ATTRS = (Attr("kernel_h", "int"), Attr("kernel_w", "int"), Attr("stride", "int", 1), Attr("padding", "int", 0))
+# stride has no default: torch.nn.MaxPool2d's is the kernel size, one the kernel's two sides cannot give
+_POOL_ATTRS = (Attr("kernel_h", "int"), Attr("kernel_w", "int"), Attr("stride", "int"), Attr("padding", "int", 0))
 
 
 def _max_pool(ts, a):

@@ -99,3 +99,24 @@ def test_a_concat_of_up_to_16_computed_inputs_compiles_fused(n, device):
     assert compiled.report.dispatches_after == compiled.report.dispatches_before - 1  # relu in the matmul
     (got,) = compiled.run(feeds)
     np.testing.assert_allclose(got, evaluate(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_ruleset_of_ones_own_reaches_the_compiled_graph(device):
+    from eggfuse.rewrites import make_ruleset, optimization_rulesets
+
+    def abs_of_abs(e):
+        (x,) = e.vars("x")
+        # Abs(Abs(x)) -> Abs(x): no shipped rule says so
+        yield e.equal("Abs(Abs(x)) -> Abs(x)", e.Abs(e.Abs(x)), e.Abs(x))
+
+    g = Graph()
+    g.set_outputs([g.add_node("Abs", [g.add_node("Abs", [g.input("x", [3, 5])])])])
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    shipped = eggfuse.compile(g, {}, device=device)
+    mine = eggfuse.compile(g, {}, rulesets=[*optimization_rulesets(), make_ruleset("mine", abs_of_abs)],
+                           device=device)
+    assert [n.op for n in shipped.graph.live_nodes()].count("Abs") == 2
+    assert [n.op for n in mine.graph.live_nodes()].count("Abs") == 1
+    assert set(mine.report.rules_fired) == {"Abs(Abs(x)) -> Abs(x)"}
+    assert mine.dispatches_fused == 1
+    np.testing.assert_array_equal(mine.run({"x": x})[0], np.abs(x))

@@ -27,6 +27,8 @@ from eggfuse.ir import evaluate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run as a script
 from random_graphs import random_graph  # noqa: E402
 
+from eggfuse.ir.ops.elementwise import UNARY  # noqa: E402
+
 FUZZ_GRAPHS = int(os.environ.get("EGGFUSE_FUZZ_GRAPHS", "250"))
 FUZZ_SEED = int(os.environ.get("EGGFUSE_FUZZ_SEED", "0"))
 #: Largest error allowed, relative to the largest magnitude of the output (or 1): float32
@@ -71,6 +73,19 @@ def check_graph(seed: int, device=None) -> dict:
 @pytest.mark.parametrize("seed", range(FUZZ_SEED, FUZZ_SEED + FUZZ_GRAPHS))
 def test_random_graph_fused_unfused_and_reference_agree(seed, device):
     check_graph(seed, device)
+
+
+def test_the_random_graphs_apply_every_epilogue_op_of_the_unary_table():
+    # each unary op a matmul may apply at its store, in a matmul's chain and on its own, in the
+    # graphs the suite runs (so each is compared fused against unfused)
+    chained, alone = set(), set()
+    for seed in range(FUZZ_SEED, FUZZ_SEED + FUZZ_GRAPHS):
+        for pattern in random_graph(seed).patterns:
+            steps = pattern.split("+")
+            (chained if steps[0].startswith("MatMul") else alone).update(steps)
+    want = {u.name for u in UNARY if u.epilogue}
+    assert want - chained == set()
+    assert want - {p.removesuffix("x2") for p in alone} == set()
 
 
 def _main() -> None:

@@ -165,81 +165,6 @@ def _simple(op: str, shape) -> Row:
     return Row(op, f"{op}{list(shape)}", lambda g: g.add_node(op, (g.input("x", shape),)))
 
 
-_MASK = [[1, 1, 0, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]  # sequence 1 fully masked
-_LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30] * 4, [-1e30, 2.0, -1e30, 1.0]])
-
-#: One row per unary op of the table in ir/ops/elementwise.py (Log has rows of its own below, for
-#: its domain): whether dense precision sweeps of the op and of its gradient run, and whether it
-#: has a gradient op. Each gives random rows at three shapes of the op (and of ``<Op>Grad``).
-UNARY_ROWS: dict[str, tuple[bool, bool]] = {
-    "Relu": (False, True), "Sigmoid": (True, True), "Tanh": (True, True), "Neg": (False, False),
-    "Gelu": (True, True), "GeluTanh": (True, True), "Silu": (True, True), "Abs": (False, True),
-    "Recip": (False, True), "Softplus": (True, True),
-}
-_SHAPES = ([1], [7, 13], [65, 33])
-
-ROWS: list[Row] = [
-    *[_unary(op, shape) for op in UNARY_ROWS for shape in _SHAPES],
-    *[_unary_precision(op) for op, (sweep, _) in UNARY_ROWS.items() if sweep],
-    *[_matmul(op, *mkn) for op in ("MatMul", "MatMulAT", "MatMulBT")
-      for mkn in ((1, 1, 1), (7, 13, 5), (65, 33, 70), (3, 100, 129))],
-    *[_fused(v, *mkn, epi) for v in ("", "AT", "BT") for mkn in ((7, 13, 5), (65, 33, 70))
-      for epi in (("bias", "Gelu"), ("bias", "add", "GeluTanh", "Neg"))],
-    _fused("", 9, 17, 66, ("add", "Relu", "bias", "Sigmoid", "Tanh", "Silu"), bias_shape=[1, 66]),
-    _fused("BT", 1, 1, 1, ("bias", "add")),
-    *[_binary(op, x, y) for op in ("Add", "Mul") for x, y in (
-        ([7, 13], [7, 13]), ([7, 13], [1, 13]), ([7, 13], [7, 1]), ([13], [7, 13]), ([1], [5]),
-        ([2, 3, 4, 5], [3, 1, 5]), ([2, 3, 4, 5, 6], [6]), ([4, 1, 6], [1, 5, 1]))],
-    _binary("BiasAdd", [7, 13], [13]),
-    _binary("BiasAdd", [65, 70], [1, 70]),
-    _binary("SwiGLU", [7, 13], [7, 13]),
-    *[_softmax(shape) for shape in ([1, 1], [7, 13], [3, 300], [2, 3, 5])],
-    _softmax([3, 4], {"x": _LOGITS}, tag="-large-and-sentinel-logits"),
-    *[_norm(op, rows, n) for op in ("LayerNorm", "RmsNorm") for rows, n in ((1, 1), (7, 13), (3, 300))],
-    _embedding([0, 10, 3, 3, 7, 1, 10, 0, 5], 11, 6),
-    *[_rope(pairing, batch, offset) for pairing in ("half", "adjacent")
-      for batch, offset in ((1, 0), (2, 3), (5, 17))],
-    _attention("FullAttention", 4, 2, 8, 2, 5),
-    _attention("FullAttention", 2, 2, 16, 1, 70),
-    _attention("FullAttention", 4, 2, 8, 3, 7, mask=_MASK),
-    _attention("FullAttention", 4, 1, 4, 3, 7, mask=_MASK),
-    _attention("CausalAttention", 4, 2, 8, 2, 5),
-    _attention("CausalAttention", 2, 1, 32, 1, 70),
-    *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (
-        ((1, 1, 1), ()), ((7, 13, 5), ("bias", "Gelu")), ((70, 33, 130), ("bias", "add", "GeluTanh", "Neg")),
-        ((65, 100, 3), ("add", "Silu", "bias", "Relu")))],
-    _concat([[7, 13], [7, 5], [7, 1]], axis=1),
-    _concat([[3], [1], [9]], axis=0),
-    _concat([[2, 3, 4], [2, 1, 4], [2, 5, 4]], axis=1),
-    _concat([[2, 3, 4, 5], [2, 3, 4, 2]], axis=3),
-    _concat([[1, 3, 4, 5], [2, 3, 4, 5]], axis=0),
-    _concat([[65, 33]], axis=0),
-    _concat([[3, 2 + i % 3] for i in range(16)], axis=1),
-    _concat([[13, 7], [5, 7], [1, 7]], axis=0, leaf="parameter"),
-    _concat([[7, 13], [7, 5]], axis=1, leaf="parameter"),
-    _slice_cols([7, 13], 0, 13),
-    _slice_cols([7, 13], 5, 3),
-    _slice_cols([65, 300], 123, 129),
-    *[_simple("SwiGLUConcat", shape) for shape in ([1, 2], [7, 26], [65, 300])],
-    _attention_rope(4, 2, 8, 2, 5, "half", 0),
-    _attention_rope(4, 2, 8, 2, 5, "half", 0, packed=True),
-    _attention_rope(3, 1, 16, 1, 67, "adjacent", 2, packed=True),
-    _attention_rope(4, 2, 8, 2, 5, "adjacent", 3),
-    _attention_rope(2, 1, 32, 1, 70, "half", 17, theta=500000.0),
-    _attention_rope(6, 2, 16, 3, 7, "adjacent", 1000),
-    _attention_rope(4, 2, 8, 2, 5, "half", 1_000_000),  # f32 angles of such positions are off by ~0.3
-    *[_group_norm(op, *shape) for op in ("GroupNorm", "GroupNormSilu")
-      for shape in ((2, 6, 5, 3), (2, 12, 100, 3), (1, 4, 1, 4))],
-    _group_norm("GroupNorm", 2, 8, 70, 2, shift=1000.0),
-    _simple("Transpose", [7, 13]),
-    _simple("Transpose", [1, 5]),
-    *[_simple(op, shape) for op in ("SumAll", "MeanAll") for shape in ([1], [7, 13], [3000])],
-]
-
-
-# --- training ops (gradients, losses, adjoints) ---------------------------------------------------------
-
-
 def _grad_unary(op: str, shape) -> Row:
     return Row(f"{op}Grad", f"{op}Grad{list(shape)}",
                lambda g: g.add_node(f"{op}Grad", (g.input("dy", shape), g.input("x", shape))), scale=3.0)
@@ -324,6 +249,192 @@ def _attention_grad(part: str, causal: bool, nh: int, nkv: int, hd: int, batch: 
     tag = f"[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]" + ("-causal" if causal else "") + ("-mask" if mask else "")
     op = f"AttentionGrad{part}"
     return _inputs(op, names, shapes, attrs, feeds, row_id=op + tag, scale=2.0)
+
+
+def _optimizer(op: str, shape) -> Row:
+    # One in-place update (tests/gpu/test_inplace.py runs them over several steps); the
+    # second moment is fed non-negative, the step count t >= 1, as an optimiser keeps them.
+    rng = np.random.default_rng(len(shape) * 10 + shape[-1])
+    moments = np.stack([rng.standard_normal(shape), rng.random(shape)])
+
+    def build(g: Graph) -> int:
+        x = lambda name: g.input(name, shape)  # noqa: E731
+        if op == "SgdUpdate":
+            return g.add_node(op, (x("param"), x("step")), lr=0.1, weight_decay=0.01)
+        if op == "SgdMomentum":
+            return g.add_node(op, (x("velocity"), x("grad"), x("param")), momentum=0.9)
+        mv = g.input("moments", [2, *shape])
+        if op == "AdamMoments":
+            return g.add_node(op, (mv, x("grad")), beta1=0.9, beta2=0.999)
+        return g.add_node(op, (x("param"), mv, g.input("t", [1], DType.U32)), lr=0.01, beta1=0.9, beta2=0.999,
+                          eps=1e-8, weight_decay=0.01)
+
+    return Row(op, f"{op}{list(shape)}", build, {"moments": moments, "t": np.array([3])})
+
+
+def _positive(shape, lo: float = -20.0, hi: float = 20.0, seed: int = 0) -> np.ndarray:
+    return np.exp(np.random.default_rng(seed).uniform(lo, hi, size=shape))
+
+
+def _probabilities(shape, soft: bool, edges: bool = False, seed: int = 0):
+    # pred in (0, 1) and labels 0/1 (or soft); ``edges`` puts exact 0s and 1s in pred, where
+    # the clamped logs take over (-100) and the clamped gradient is 0
+    rng = np.random.default_rng(seed)
+    pred = 1.0 / (1.0 + np.exp(-3.0 * rng.standard_normal(shape)))
+    labels = rng.random(shape) if soft else (rng.random(shape) < 0.5).astype(np.float64)
+    if edges:
+        pred.flat[:4] = [0.0, 0.0, 1.0, 1.0]
+        labels.flat[:4] = [0.0, 1.0, 0.0, 1.0]
+    return {"pred": pred, "labels": labels}
+
+
+def _bce(op: str, shape, soft=False, edges=False) -> Row:
+    tag = ("-soft" if soft else "-hard") + ("-edges" if edges else "")
+    return _inputs(op, "pred labels", [shape] * 2, feeds=_probabilities(shape, soft, edges, seed=len(shape)), tag=tag)
+
+
+def _windowed(op: str, part: str, nh: int, nkv: int, hd: int, batch: int, q_seq: int, kv_seq: int,
+              window: int = 0, mask=None) -> Row:
+    # SlidingWindowAttention (window > 0, q_seq = kv_seq) or CrossAttention, or a gradient
+    # of one (part Q, K or V): dO, q, k, v (and key_mask [batch, kv_seq]) are inputs
+    names = "q k v"
+    shapes = [[batch * q_seq, nh * hd], [batch * kv_seq, nkv * hd], [batch * kv_seq, nkv * hd]]
+    if part:
+        names, shapes = "dO " + names, [shapes[0], *shapes]
+    feeds = {}
+    if mask is not None:
+        names, shapes = names + " key_mask", [*shapes, [batch, kv_seq]]
+        feeds = {"key_mask": np.asarray(mask, dtype=np.float32)}
+    attrs = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
+    if window:
+        attrs["window_size"] = window
+    name = op + (f"Grad{part}" if part else "")
+    tag = f"[h{nh}/kv{nkv},hd{hd},b{batch},s{q_seq}x{kv_seq}" + (f",w{window}]" if window else "]")
+    return _inputs(name, names, shapes, attrs, feeds, row_id=name + tag + ("-mask" if mask else ""), scale=2.0)
+
+
+def _conv(op: str, n: int, cin: int, hw, cout: int, k, stride: int, pad) -> Row:
+    # Conv2d, or one of its gradients on the dy a Conv2d of these shapes produces
+    attrs = dict(stride=stride, padding_h=pad[0], padding_w=pad[1])
+    oh, ow = ((hw[0] + 2 * pad[0] - k[0]) // stride + 1, (hw[1] + 2 * pad[1] - k[1]) // stride + 1)
+    x, w, dy = [n, cin, *hw], [cout, cin, *k], [n, cout, oh, ow]
+    if op == "Conv2d":
+        names, shapes = "x w", [x, w]
+    elif op == "Conv2dGradInput":
+        names, shapes = "dy w", [dy, w]
+        attrs.update(in_h=hw[0], in_w=hw[1])
+    else:
+        names, shapes = "dy x", [dy, x]
+        attrs.update(kernel_h=k[0], kernel_w=k[1])
+    tag = f"-k{k[0]}x{k[1]}-s{stride}-p{pad[0]},{pad[1]}"
+    return _inputs(op, names, shapes, attrs, tag=tag)
+
+
+def _pool(op: str, shape, k, stride: int, pad: int, constant: bool = False) -> Row:
+    attrs = dict(kernel_h=k[0], kernel_w=k[1], stride=stride, padding=pad)
+    n, c, h, w = shape
+    dy = [n, c, (h + 2 * pad - k[0]) // stride + 1, (w + 2 * pad - k[1]) // stride + 1]
+    names, shapes = ("x", [shape]) if op == "MaxPool2d" else ("dy x", [dy, shape])
+    feeds = {"x": np.zeros(shape)} if constant else {}  # every tap ties: the first one wins
+    tag = f"-k{k[0]}x{k[1]}-s{stride}-p{pad}" + ("-ties" if constant else "")
+    # atol from the values, not from max |reference|: a MASK_SENTINEL output would make it 1e25
+    return _inputs(op, names, shapes, attrs, feeds, tag=tag, scale=2.0, atol=1e-5)
+
+
+def _split(which: str, n: int, ca: int, cb: int, hw) -> Row:
+    # The seed's SplitA / SplitB: channels [0, ca) or [ca, ca + cb) of [N, ca + cb, H, W], as
+    # SliceCols between two Identity views (ir.seed_ops)
+    size = hw[0] * hw[1]
+
+    def build(g: Graph) -> int:
+        flat = g.reshape(g.input("x", [n, ca + cb, *hw]), [n, (ca + cb) * size])
+        start, width = (0, ca) if which == "A" else (ca, cb)
+        return g.reshape(g.slice_cols(flat, start * size, width * size), [n, width, *hw])
+
+    return Row("SliceCols", f"Split{which}[{n},{ca}+{cb},{hw[0]},{hw[1]}]", build)
+
+
+def _greater_constant() -> Row:
+    return Row("Greater", "Greater[7,13]>Constant[1]",
+               lambda g: g.add_node("Greater", (g.input("x", [7, 13]), g.constant([0.25]))))
+
+
+# --- the rows. Every row builder is defined above, so a new row may go in any ROWS block below
+# (test_row_builders_are_defined_before_the_first_row keeps it so).
+
+_MASK = [[1, 1, 0, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]  # sequence 1 fully masked
+_LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30] * 4, [-1e30, 2.0, -1e30, 1.0]])
+
+#: One row per unary op of the table in ir/ops/elementwise.py (Log has rows of its own below, for
+#: its domain): whether dense precision sweeps of the op and of its gradient run, and whether it
+#: has a gradient op. Each gives random rows at three shapes of the op (and of ``<Op>Grad``).
+UNARY_ROWS: dict[str, tuple[bool, bool]] = {
+    "Relu": (False, True), "Sigmoid": (True, True), "Tanh": (True, True), "Neg": (False, False),
+    "Gelu": (True, True), "GeluTanh": (True, True), "Silu": (True, True), "Abs": (False, True),
+    "Recip": (False, True), "Softplus": (True, True),
+}
+_SHAPES = ([1], [7, 13], [65, 33])
+
+ROWS: list[Row] = [
+    *[_unary(op, shape) for op in UNARY_ROWS for shape in _SHAPES],
+    *[_unary_precision(op) for op, (sweep, _) in UNARY_ROWS.items() if sweep],
+    *[_matmul(op, *mkn) for op in ("MatMul", "MatMulAT", "MatMulBT")
+      for mkn in ((1, 1, 1), (7, 13, 5), (65, 33, 70), (3, 100, 129))],
+    *[_fused(v, *mkn, epi) for v in ("", "AT", "BT") for mkn in ((7, 13, 5), (65, 33, 70))
+      for epi in (("bias", "Gelu"), ("bias", "add", "GeluTanh", "Neg"))],
+    _fused("", 9, 17, 66, ("add", "Relu", "bias", "Sigmoid", "Tanh", "Silu"), bias_shape=[1, 66]),
+    _fused("BT", 1, 1, 1, ("bias", "add")),
+    *[_binary(op, x, y) for op in ("Add", "Mul") for x, y in (
+        ([7, 13], [7, 13]), ([7, 13], [1, 13]), ([7, 13], [7, 1]), ([13], [7, 13]), ([1], [5]),
+        ([2, 3, 4, 5], [3, 1, 5]), ([2, 3, 4, 5, 6], [6]), ([4, 1, 6], [1, 5, 1]))],
+    _binary("BiasAdd", [7, 13], [13]),
+    _binary("BiasAdd", [65, 70], [1, 70]),
+    _binary("SwiGLU", [7, 13], [7, 13]),
+    *[_softmax(shape) for shape in ([1, 1], [7, 13], [3, 300], [2, 3, 5])],
+    _softmax([3, 4], {"x": _LOGITS}, tag="-large-and-sentinel-logits"),
+    *[_norm(op, rows, n) for op in ("LayerNorm", "RmsNorm") for rows, n in ((1, 1), (7, 13), (3, 300))],
+    _embedding([0, 10, 3, 3, 7, 1, 10, 0, 5], 11, 6),
+    *[_rope(pairing, batch, offset) for pairing in ("half", "adjacent")
+      for batch, offset in ((1, 0), (2, 3), (5, 17))],
+    _attention("FullAttention", 4, 2, 8, 2, 5),
+    _attention("FullAttention", 2, 2, 16, 1, 70),
+    _attention("FullAttention", 4, 2, 8, 3, 7, mask=_MASK),
+    _attention("FullAttention", 4, 1, 4, 3, 7, mask=_MASK),
+    _attention("CausalAttention", 4, 2, 8, 2, 5),
+    _attention("CausalAttention", 2, 1, 32, 1, 70),
+    *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (
+        ((1, 1, 1), ()), ((7, 13, 5), ("bias", "Gelu")), ((70, 33, 130), ("bias", "add", "GeluTanh", "Neg")),
+        ((65, 100, 3), ("add", "Silu", "bias", "Relu")))],
+    _concat([[7, 13], [7, 5], [7, 1]], axis=1),
+    _concat([[3], [1], [9]], axis=0),
+    _concat([[2, 3, 4], [2, 1, 4], [2, 5, 4]], axis=1),
+    _concat([[2, 3, 4, 5], [2, 3, 4, 2]], axis=3),
+    _concat([[1, 3, 4, 5], [2, 3, 4, 5]], axis=0),
+    _concat([[65, 33]], axis=0),
+    _concat([[3, 2 + i % 3] for i in range(16)], axis=1),
+    _concat([[13, 7], [5, 7], [1, 7]], axis=0, leaf="parameter"),
+    _concat([[7, 13], [7, 5]], axis=1, leaf="parameter"),
+    _slice_cols([7, 13], 0, 13),
+    _slice_cols([7, 13], 5, 3),
+    _slice_cols([65, 300], 123, 129),
+    *[_simple("SwiGLUConcat", shape) for shape in ([1, 2], [7, 26], [65, 300])],
+    _attention_rope(4, 2, 8, 2, 5, "half", 0),
+    _attention_rope(4, 2, 8, 2, 5, "half", 0, packed=True),
+    _attention_rope(3, 1, 16, 1, 67, "adjacent", 2, packed=True),
+    _attention_rope(4, 2, 8, 2, 5, "adjacent", 3),
+    _attention_rope(2, 1, 32, 1, 70, "half", 17, theta=500000.0),
+    _attention_rope(6, 2, 16, 3, 7, "adjacent", 1000),
+    _attention_rope(4, 2, 8, 2, 5, "half", 1_000_000),  # f32 angles of such positions are off by ~0.3
+    *[_group_norm(op, *shape) for op in ("GroupNorm", "GroupNormSilu")
+      for shape in ((2, 6, 5, 3), (2, 12, 100, 3), (1, 4, 1, 4))],
+    _group_norm("GroupNorm", 2, 8, 70, 2, shift=1000.0),
+    _simple("Transpose", [7, 13]),
+    _simple("Transpose", [1, 5]),
+    *[_simple(op, shape) for op in ("SumAll", "MeanAll") for shape in ([1], [7, 13], [3000])],
+]
+
+
+# --- training ops (gradients, losses, adjoints) ---------------------------------------------------------
 
 
 _REPEATS = [0, 10, 3, 3, 7, 1, 10, 0, 5, 3]
@@ -466,7 +577,6 @@ ROWS += [
 ]
 
 
-
 # RoPE frequency scaling (ir/ops/transformer.py rope_inv_freq, checked against transformers' formulas in
 # tests/unit/test_rope_scaling.py): every RoPE-family kernel with linear and llama3 scaling. With
 # head_dim 32, theta 10000 and an original context of 64, llama3's pairs fall in all three bands.
@@ -492,26 +602,6 @@ ROWS += [
         theta=10000.0, scaling=sc), {"pos": np.array([70])}, scale=2.0) for kind, sc in _SCALINGS.items()],
 ]
 
-def _optimizer(op: str, shape) -> Row:
-    # One in-place update (tests/gpu/test_inplace.py runs them over several steps); the
-    # second moment is fed non-negative, the step count t >= 1, as an optimiser keeps them.
-    rng = np.random.default_rng(len(shape) * 10 + shape[-1])
-    moments = np.stack([rng.standard_normal(shape), rng.random(shape)])
-
-    def build(g: Graph) -> int:
-        x = lambda name: g.input(name, shape)  # noqa: E731
-        if op == "SgdUpdate":
-            return g.add_node(op, (x("param"), x("step")), lr=0.1, weight_decay=0.01)
-        if op == "SgdMomentum":
-            return g.add_node(op, (x("velocity"), x("grad"), x("param")), momentum=0.9)
-        mv = g.input("moments", [2, *shape])
-        if op == "AdamMoments":
-            return g.add_node(op, (mv, x("grad")), beta1=0.9, beta2=0.999)
-        return g.add_node(op, (x("param"), mv, g.input("t", [1], DType.U32)), lr=0.01, beta1=0.9, beta2=0.999,
-                          eps=1e-8, weight_decay=0.01)
-
-    return Row(op, f"{op}{list(shape)}", build, {"moments": moments, "t": np.array([3])})
-
 
 ROWS += [_optimizer(op, shape) for op in ("SgdUpdate", "SgdMomentum", "AdamMoments", "AdamStep")
          for shape in ([1], [7, 13], [300, 5])]
@@ -520,48 +610,7 @@ ROWS += [_optimizer(op, shape) for op in ("SgdUpdate", "SgdMomentum", "AdamMomen
 # --- the rest of the seed's ops (ir/ops_extra.py) ------------------------------------------------
 
 
-def _positive(shape, lo: float = -20.0, hi: float = 20.0, seed: int = 0) -> np.ndarray:
-    return np.exp(np.random.default_rng(seed).uniform(lo, hi, size=shape))
-
-
-def _probabilities(shape, soft: bool, edges: bool = False, seed: int = 0):
-    # pred in (0, 1) and labels 0/1 (or soft); ``edges`` puts exact 0s and 1s in pred, where
-    # the clamped logs take over (-100) and the clamped gradient is 0
-    rng = np.random.default_rng(seed)
-    pred = 1.0 / (1.0 + np.exp(-3.0 * rng.standard_normal(shape)))
-    labels = rng.random(shape) if soft else (rng.random(shape) < 0.5).astype(np.float64)
-    if edges:
-        pred.flat[:4] = [0.0, 0.0, 1.0, 1.0]
-        labels.flat[:4] = [0.0, 1.0, 0.0, 1.0]
-    return {"pred": pred, "labels": labels}
-
-
-def _bce(op: str, shape, soft=False, edges=False) -> Row:
-    tag = ("-soft" if soft else "-hard") + ("-edges" if edges else "")
-    return _inputs(op, "pred labels", [shape] * 2, feeds=_probabilities(shape, soft, edges, seed=len(shape)), tag=tag)
-
-
 _NONPOSITIVE = np.array([-3.0, -1e-30, -0.0, 0.0, 1e-30, 0.5, 1.0, 2.0, 3e38])
-
-
-def _windowed(op: str, part: str, nh: int, nkv: int, hd: int, batch: int, q_seq: int, kv_seq: int,
-              window: int = 0, mask=None) -> Row:
-    # SlidingWindowAttention (window > 0, q_seq = kv_seq) or CrossAttention, or a gradient
-    # of one (part Q, K or V): dO, q, k, v (and key_mask [batch, kv_seq]) are inputs
-    names = "q k v"
-    shapes = [[batch * q_seq, nh * hd], [batch * kv_seq, nkv * hd], [batch * kv_seq, nkv * hd]]
-    if part:
-        names, shapes = "dO " + names, [shapes[0], *shapes]
-    feeds = {}
-    if mask is not None:
-        names, shapes = names + " key_mask", [*shapes, [batch, kv_seq]]
-        feeds = {"key_mask": np.asarray(mask, dtype=np.float32)}
-    attrs = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
-    if window:
-        attrs["window_size"] = window
-    name = op + (f"Grad{part}" if part else "")
-    tag = f"[h{nh}/kv{nkv},hd{hd},b{batch},s{q_seq}x{kv_seq}" + (f",w{window}]" if window else "]")
-    return _inputs(name, names, shapes, attrs, feeds, row_id=name + tag + ("-mask" if mask else ""), scale=2.0)
 
 
 #: (nh, nkv, hd, batch, q_seq, kv_seq, window, mask): GQA, more than 64 query or key rows
@@ -584,23 +633,6 @@ _CROSS_CASES = [
 ]
 
 
-def _conv(op: str, n: int, cin: int, hw, cout: int, k, stride: int, pad) -> Row:
-    # Conv2d, or one of its gradients on the dy a Conv2d of these shapes produces
-    attrs = dict(stride=stride, padding_h=pad[0], padding_w=pad[1])
-    oh, ow = ((hw[0] + 2 * pad[0] - k[0]) // stride + 1, (hw[1] + 2 * pad[1] - k[1]) // stride + 1)
-    x, w, dy = [n, cin, *hw], [cout, cin, *k], [n, cout, oh, ow]
-    if op == "Conv2d":
-        names, shapes = "x w", [x, w]
-    elif op == "Conv2dGradInput":
-        names, shapes = "dy w", [dy, w]
-        attrs.update(in_h=hw[0], in_w=hw[1])
-    else:
-        names, shapes = "dy x", [dy, x]
-        attrs.update(kernel_h=k[0], kernel_w=k[1])
-    tag = f"-k{k[0]}x{k[1]}-s{stride}-p{pad[0]},{pad[1]}"
-    return _inputs(op, names, shapes, attrs, tag=tag)
-
-
 #: (n, cin, (h, w), cout, (kh, kw), stride, (ph, pw)): same-padding 3x3, a strided non-square
 #: kernel, a stride that does not divide (h + 2p - k) (floored), padding wider than the kernel
 #: (zero border outputs), a 1x1 conv of 2430 outputs, and 1x1x1x1.
@@ -614,17 +646,6 @@ _CONV_CASES = [
 ]
 
 
-def _pool(op: str, shape, k, stride: int, pad: int, constant: bool = False) -> Row:
-    attrs = dict(kernel_h=k[0], kernel_w=k[1], stride=stride, padding=pad)
-    n, c, h, w = shape
-    dy = [n, c, (h + 2 * pad - k[0]) // stride + 1, (w + 2 * pad - k[1]) // stride + 1]
-    names, shapes = ("x", [shape]) if op == "MaxPool2d" else ("dy x", [dy, shape])
-    feeds = {"x": np.zeros(shape)} if constant else {}  # every tap ties: the first one wins
-    tag = f"-k{k[0]}x{k[1]}-s{stride}-p{pad}" + ("-ties" if constant else "")
-    # atol from the values, not from max |reference|: a MASK_SENTINEL output would make it 1e25
-    return _inputs(op, names, shapes, attrs, feeds, tag=tag, scale=2.0, atol=1e-5)
-
-
 #: (shape, (kh, kw), stride, padding): 2x2/2 with a floored edge, overlapping 3x3/1 with
 #: padding, a non-square strided window, windows lying wholly in the padding (padding >= kernel:
 #: a fully masked window edge, MASK_SENTINEL), and 1600 outputs.
@@ -636,24 +657,6 @@ _POOL_CASES = [
     ([1, 2, 7, 7], (2, 2), 3, 2),
     ([1, 4, 80, 40], (2, 2), 2, 0),
 ]
-
-
-def _split(which: str, n: int, ca: int, cb: int, hw) -> Row:
-    # The seed's SplitA / SplitB: channels [0, ca) or [ca, ca + cb) of [N, ca + cb, H, W], as
-    # SliceCols between two Identity views (ir.seed_ops)
-    size = hw[0] * hw[1]
-
-    def build(g: Graph) -> int:
-        flat = g.reshape(g.input("x", [n, ca + cb, *hw]), [n, (ca + cb) * size])
-        start, width = (0, ca) if which == "A" else (ca, cb)
-        return g.reshape(g.slice_cols(flat, start * size, width * size), [n, width, *hw])
-
-    return Row("SliceCols", f"Split{which}[{n},{ca}+{cb},{hw[0]},{hw[1]}]", build)
-
-
-def _greater_constant() -> Row:
-    return Row("Greater", "Greater[7,13]>Constant[1]",
-               lambda g: g.add_node("Greater", (g.input("x", [7, 13]), g.constant([0.25]))))
 
 
 ROWS += [
@@ -685,6 +688,19 @@ ROWS += [
     _split("A", 2, 2, 3, (3, 4)),
     _split("B", 2, 2, 3, (3, 4)),
 ]
+
+
+def test_row_builders_are_defined_before_the_first_row():
+    # a builder defined after the first ROWS statement raises NameError at collection for a row
+    # added above it
+    import ast
+    from pathlib import Path
+
+    body = ast.parse(Path(__file__).read_text()).body
+    rows = [st.lineno for st in body if isinstance(st, ast.Assign | ast.AnnAssign | ast.AugAssign)
+            and getattr(getattr(st, "target", None) or st.targets[0], "id", None) == "ROWS"]
+    late = [st.name for st in body if isinstance(st, ast.FunctionDef) and rows[0] < st.lineno < rows[-1]]
+    assert not late, f"define the row builders {late} above the first ROWS statement (line {rows[0]})"
 
 
 def test_every_op_with_dispatches_has_a_kernel_and_every_kernel_a_row():

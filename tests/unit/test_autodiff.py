@@ -162,16 +162,21 @@ def _unary(op: str) -> Row:
     return Row(op, lambda g: g.add_node(op, (P(g, "x", [3, 5]),)), init=init)
 
 
-def _attention(op: str, nh=4, nkv=2, hd=4, batch=2, seq=3, mask=None, **extra) -> Row:
+def _attention(op: str, nh=4, nkv=2, hd=4, batch=2, seq=3, mask=None, packed=False, **extra) -> Row:
+    # packed: one [rows, (nh + 2 nkv) hd] input holding q, k, v side by side (CausalAttentionRoPE)
     rows = batch * seq
 
     def build(g):
-        q, k, v = P(g, "q", [rows, nh * hd]), P(g, "k", [rows, nkv * hd]), P(g, "v", [rows, nkv * hd])
-        ins = (q, k, v) if mask is None else (q, k, v, g.input("mask", [batch, seq]))
+        if packed:
+            ins = (P(g, "qkv", [rows, (nh + 2 * nkv) * hd]),)
+        else:
+            ins = P(g, "q", [rows, nh * hd]), P(g, "k", [rows, nkv * hd]), P(g, "v", [rows, nkv * hd])
+        ins = ins if mask is None else (*ins, g.input("mask", [batch, seq]))
         return g.add_node(op, ins, num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
 
     feeds = {} if mask is None else {"mask": f32(mask)}
-    return Row(f"{op}-h{nh}kv{nkv}b{batch}{'-mask' if mask is not None else ''}", build, feeds)
+    tag = ("-mask" if mask is not None else "") + ("-packed" if packed else "")
+    return Row(f"{op}-h{nh}kv{nkv}b{batch}{tag}", build, feeds)
 
 
 def _one_hot(rows: int, v: int, zero_row: int | None = None, seed: int = 7) -> np.ndarray:
@@ -233,6 +238,8 @@ ROWS = [
     _attention("CausalAttention", nh=3, nkv=3, batch=1, seq=5),
     _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1),
     _attention("CausalAttentionRoPE", nh=2, nkv=1, batch=1, seq=4, theta=10000.0, pairing="adjacent"),
+    _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1, packed=True),
+    _attention("CausalAttentionRoPE", nh=2, nkv=1, batch=1, seq=4, theta=10000.0, pairing="adjacent", packed=True),
     Row("Transpose", lambda g: g.transpose(P(g, "x", [3, 5]))),
     Row("Identity", lambda g: g.reshape(P(g, "x", [3, 4]), [2, 6])),
     Row("SumAll", lambda g: g.sum_all(P(g, "x", [3, 5]))),

@@ -41,6 +41,41 @@ def test_builders_reject_bad_shapes(build):
         build(g, x)
 
 
+@pytest.mark.parametrize(
+    ("build", "op", "attr"),
+    [
+        (lambda g, x: g.rms_norm(x, g.parameter("w", [8]), eps="x"), "RmsNorm", "eps"),
+        (lambda g, x: g.rms_norm(x, g.parameter("w", [8]), eps="1e-5"), "RmsNorm", "eps"),
+        (lambda g, x: g.layer_norm(x, g.parameter("w", [8]), g.parameter("b", [8]), eps=None), "LayerNorm", "eps"),
+        (lambda g, x: g.rope(x, "big", 4), "RoPE", "theta"),
+        (lambda g, x: g.rope(x, 100.0, 2.5), "RoPE", "head_dim"),
+        (lambda g, x: g.full_attention(x, x, x, 2, 2, 4, batch=None), "FullAttention", "batch"),
+        (lambda g, x: g.causal_attention(x, x, x, "2", 2, 4), "CausalAttention", "num_heads"),
+        (lambda g, x: g.concat([x, x], axis="0"), "Concat", "axis"),
+        (lambda g, x: g.slice_cols(x, "a", 2), "SliceCols", "start"),
+        (lambda g, x: g.group_norm(g.input("y", [1, 4, 3]), g.parameter("gw", [4]), g.parameter("gb", [4]), []),
+         "GroupNorm", "num_groups"),
+        (lambda g, x: g.causal_attention_rope(x, x, x, 2, 2, 4, 100.0, pos_offset="a"), "CausalAttentionRoPE",
+         "pos_offset"),
+        (lambda g, x: g.add_node("FusedMatMul", (x, g.parameter("m", [8, 8]), g.parameter("b", [8])), variant="",
+                                 epilogue="bias"), "FusedMatMul", "epilogue"),
+    ],
+)
+def test_builders_reject_bad_attributes_naming_op_and_attribute(build, op, attr):
+    # each value is refused by the attribute's kind (Attr.normalise), never by a bare float() / int()
+    g = Graph()
+    x = g.input("x", [4, 8])
+    with pytest.raises(GraphError, match=f"{op}: attribute {attr} must be"):
+        build(g, x)
+
+
+def test_an_epilogue_given_as_one_string_says_how_to_write_it():
+    g = Graph()
+    x = g.input("x", [4, 8])
+    with pytest.raises(GraphError, match=r"one string; the steps are a sequence of step names, e.g. \('bias',\)"):
+        g.add_node("FusedMatMul", (x, g.parameter("m", [8, 8]), g.parameter("b", [8])), variant="", epilogue="bias")
+
+
 def test_bad_leaves_and_ids():
     g = Graph()
     with pytest.raises(GraphError):
@@ -54,6 +89,10 @@ def test_bad_leaves_and_ids():
         g.add_node("Frobnicate", (x,))
     with pytest.raises(GraphError):
         g.set_outputs([])
+    with pytest.raises(GraphError, match="outputs must be node ids"):
+        g.set_outputs(["x"])
+    with pytest.raises(GraphError, match="inputs must be node ids"):
+        g.concat(5)
 
 
 def test_constant_copies_caller_array():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from shape_rules import shape_rule_tests  # tests/shape_rules.py (pytest pythonpath)
 
-from eggfuse.ir import NO_GRAD, OPS, Graph, evaluate
+from eggfuse.ir import NO_GRAD, OPS, Graph, GraphError, evaluate
 from eggfuse.ir.ops.attention import MASK_SENTINEL, attention_band, attention_reference, windowed_attention
 
 SWA = dict(num_heads=4, num_kv_heads=2, head_dim=2, window_size=3, batch=2)
@@ -208,6 +208,16 @@ def test_max_pool_matches_loops(k, stride, pad):
         taps = [x[0, c, y * stride - pad + i, xx * stride - pad + j] for i in range(k[0]) for j in range(k[1])
                 if 0 <= y * stride - pad + i < h and 0 <= xx * stride - pad + j < w]
         assert out[0, c, y, xx] == (max(taps) if taps else MASK_SENTINEL)
+
+
+@pytest.mark.parametrize("op", ["MaxPool2d", "MaxPool2dGrad"])
+def test_max_pool_stride_must_be_given(op):
+    # torch.nn.MaxPool2d's default stride is the kernel size, not 1: a pool without one is refused
+    g = Graph()
+    x = g.input("x", [1, 1, 4, 4])
+    ins = [x] if op == "MaxPool2d" else [g.input("dy", [1, 1, 2, 2]), x]
+    with pytest.raises(GraphError, match=f"{op}: missing attribute stride"):
+        g.add_node(op, ins, kernel_h=2, kernel_w=2)
 
 
 def test_max_pool_gradient_goes_to_the_first_maximum():
