@@ -17,6 +17,7 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
     matmul,
     norms,
     optimisers,
+    reduce_axes,
     reductions,
     shape,
     transformer,
@@ -25,6 +26,6 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 
 #: The family modules, in registration order.
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+            optimisers, reduce_axes)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
