@@ -19,6 +19,7 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
     optimisers,
     reduce_axes,
     reductions,
+    scans,
     shape,
     transformer,
     vision,
@@ -26,6 +27,6 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 
 #: The family modules, in registration order.
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers, reduce_axes)
+            optimisers, reduce_axes, scans)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
