@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..spec import OPS, RULES
 from . import (  # noqa: I001  (registration order: a family may build on the ones before it)
     attention,
+    axis_norms,
     elementwise,
     kv_cache,
     leaves,
@@ -27,6 +28,6 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 
 #: The family modules, in registration order.
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers, reduce_axes, scans)
+            optimisers, reduce_axes, scans, axis_norms)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

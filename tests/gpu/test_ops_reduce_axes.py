@@ -13,6 +13,7 @@ from op_table import Row, check_row  # tests/op_table.py
 from eggfuse.ir import DType, Graph, LoweringError
 from eggfuse.ir.ops.reduce_axes import REDUCTIONS
 from eggfuse.lowering import lower
+from eggfuse.runtime.device import subgroup_reductions_usable
 
 _F, _I, _B = DType.F32, DType.I32, DType.BOOL
 
@@ -107,6 +108,25 @@ ROWS += [
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_op_matches_reference(row: Row, device):
     check_row(row, device, subgroups=None)
+
+
+def _uses_subgroups(row: Row) -> bool:
+    g = Graph()
+    g.set_outputs([row.build(g)])
+    return lower(g, subgroups=True).subgroups
+
+
+SUBGROUP_ROWS = [row for row in ROWS if _uses_subgroups(row)]
+
+
+@pytest.mark.parametrize("row", SUBGROUP_ROWS, ids=[r.id for r in SUBGROUP_ROWS])
+@pytest.mark.parametrize("subgroups", [False, True], ids=["workgroup-memory", "subgroups"])
+def test_reductions_in_both_forms_match_reference(row: Row, subgroups: bool, device):
+    # the per_group kernels reduce with reduce.wgsl, which has a subgroup form
+    if subgroups and not subgroup_reductions_usable(device):
+        pytest.skip("the device has no usable subgroup operations")
+    session = check_row(row, device, subgroups=subgroups)
+    assert session.plan.subgroups == subgroups
 
 
 def test_entry_points_cover_both_forms():
