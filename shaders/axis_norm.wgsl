@@ -10,6 +10,16 @@
 // Entry points: `per_group`, a workgroup per group (trees of reduce.wgsl), and
 // `per_element`, an invocation per group (short groups, or many whose innermost axis is kept).
 
+// the offset of group o and of its r-th reduced element (lowering's KEEP_AT / RED_AT: a single
+// merged dimension is one multiply, more go through at())
+fn keep_at(o: u32) -> u32 {
+    return {{KEEP_AT}};
+}
+
+fn red_at(r: u32) -> u32 {
+    return {{RED_AT}};
+}
+
 const CENTRE: u32 = {{CENTRE}}u;
 
 fn term(v: f32, c: f32) -> f32 {
@@ -27,25 +37,25 @@ fn per_element(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     if (o >= p.n) {
         return;
     }
-    let base = at(o, p.keep_dims, p.keep_st);
+    let base = keep_at(o);
     var c = 0.0;
     if (CENTRE == 1u) {
         c = x[base];
         for (var r = 1u; r < p.red_len; r = r + 1u) {
-            c = max(c, x[base + at(r, p.red_dims, p.red_st)]);
+            c = max(c, x[base + red_at(r)]);
         }
     } else if (CENTRE == 2u) {
         for (var r = 0u; r < p.red_len; r = r + 1u) {
-            c = c + x[base + at(r, p.red_dims, p.red_st)];
+            c = c + x[base + red_at(r)];
         }
         c = c / f32(p.red_len);
     }
     var s = 0.0;
     for (var r = 0u; r < p.red_len; r = r + 1u) {
-        s = s + term(x[base + at(r, p.red_dims, p.red_st)], c);
+        s = s + term(x[base + red_at(r)], c);
     }
     for (var r = 0u; r < p.red_len; r = r + 1u) {
-        let i = base + at(r, p.red_dims, p.red_st);
+        let i = base + red_at(r);
         out[i] = value(x[i], c, s);
     }
 }
@@ -57,28 +67,28 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     if (o >= p.n) {
         return;
     }
-    let base = at(o, p.keep_dims, p.keep_st);
+    let base = keep_at(o);
     var c = 0.0;
     if (CENTRE == 1u) {
         var m = MAX_INIT;
         for (var r = li; r < p.red_len; r = r + RED) {
-            m = max(m, x[base + at(r, p.red_dims, p.red_st)]);
+            m = max(m, x[base + red_at(r)]);
         }
         c = workgroup_max(li, m);
     } else if (CENTRE == 2u) {
         var t = 0.0;
         for (var r = li; r < p.red_len; r = r + RED) {
-            t = t + x[base + at(r, p.red_dims, p.red_st)];
+            t = t + x[base + red_at(r)];
         }
         c = workgroup_sum(li, t) / f32(p.red_len);
     }
     var q = 0.0;
     for (var r = li; r < p.red_len; r = r + RED) {
-        q = q + term(x[base + at(r, p.red_dims, p.red_st)], c);
+        q = q + term(x[base + red_at(r)], c);
     }
     let s = workgroup_sum(li, q);
     for (var r = li; r < p.red_len; r = r + RED) {
-        let i = base + at(r, p.red_dims, p.red_st);
+        let i = base + red_at(r);
         out[i] = value(x[i], c, s);
     }
 }

@@ -13,6 +13,18 @@
 // Two entry points: `per_group`, a workgroup per output element striding over the
 // reduction, then a tree (for long reductions), and `per_element`, an invocation per output
 // element looping over it (for short ones, or many outputs whose innermost axis is kept).
+// Knowingly slow at scale: a reduction to few outputs (ReduceSum of everything) runs on as many
+// workgroups, as SumAll does (no float atomics in WGSL, and a dispatch has no scratch buffer).
+
+// the offset of group o and of its r-th reduced element (lowering's KEEP_AT / RED_AT: a single
+// merged dimension is one multiply, more go through at())
+fn keep_at(o: u32) -> u32 {
+    return {{KEEP_AT}};
+}
+
+fn red_at(r: u32) -> u32 {
+    return {{RED_AT}};
+}
 
 const CENTRE: u32 = {{CENTRE}}u;
 
@@ -31,7 +43,7 @@ fn finish(a: {{T}}, c: f32) -> {{T}} {
 }
 
 fn element(base: u32, r: u32) -> {{T}} {
-    return x[base + at(r, p.red_dims, p.red_st)];
+    return x[base + red_at(r)];
 }
 
 @compute @workgroup_size(256)
@@ -41,7 +53,7 @@ fn per_element(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     if (o >= p.n) {
         return;
     }
-    let base = at(o, p.keep_dims, p.keep_st);
+    let base = keep_at(o);
     var c = 0.0;
     if (CENTRE == 1u) {
         c = f32(element(base, 0u));
@@ -68,7 +80,7 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     if (o >= p.n) {
         return;
     }
-    let base = at(o, p.keep_dims, p.keep_st);
+    let base = keep_at(o);
     var c = 0.0;
     if (CENTRE == 1u) {
         var m = MAX_INIT;

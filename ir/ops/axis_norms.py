@@ -30,10 +30,10 @@ def _axis_f32(ts, a):
 
 
 def _axis_norm_kernel(node, ins, target, axes: tuple[int, ...], centre: int, term: str, out: str) -> Kernel:
-    params, n, _, per_group = layout_params(ins[0].shape, axes)
+    params, offsets, n, per_group = layout_params(ins[0].shape, axes)
     entry = "per_group" if per_group else "per_element"
     return Kernel(f"{node.op.lower()}_{entry}", "axis_norm.wgsl", n if per_group else elementwise_groups(n),
-                  params=params, entry_point=entry, slots={"CENTRE": str(centre), "TERM": term, "OUT": out})
+                  params=params, entry_point=entry, slots={"CENTRE": str(centre), "TERM": term, "OUT": out, **offsets})
 
 
 # --- SoftmaxAxis, LogSoftmaxAxis, Hardmax ----------------------------------------------------------

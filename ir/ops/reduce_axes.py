@@ -73,15 +73,21 @@ def axis_layout(shape: tuple[int, ...], axes: tuple[int, ...]) -> dict[str, list
     return out
 
 
-def layout_params(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple, int, int, bool]:
-    """(uniform fields keep_dims, keep_st, red_dims, red_st, n, red_len; n; red_len;
-    whether ``per_group`` is the better entry point) of :func:`axis_layout`."""
+def layout_params(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple, dict[str, str], int, bool]:
+    """The kernels' view of :func:`axis_layout`: uniform fields keep_dims, keep_st, red_dims,
+    red_st, n (groups) and red_len; the slots KEEP_AT and RED_AT (the offset of group o and
+    of its r-th element: one multiply where one merged dimension remains, ``at`` of
+    axes_common.wgsl otherwise); n; whether ``per_group`` is the better entry point."""
     lay = axis_layout(shape, axes)
     n, red_len = math.prod(lay["keep_dims"]), math.prod(lay["red_dims"])
     params = tuple((k, "vec4<u32>", lay[k]) for k in ("keep_dims", "keep_st", "red_dims", "red_st"))
     params += (("n", "u32", n), ("red_len", "u32", red_len))
+    slots = {}
+    for kind, v in (("keep", "o"), ("red", "r")):
+        single = sum(d > 1 for d in lay[f"{kind}_dims"]) <= 1
+        slots[f"{kind.upper()}_AT"] = f"{v} * p.{kind}_st.w" if single else f"at({v}, p.{kind}_dims, p.{kind}_st)"
     coalesced = lay["inner_kept"][0] and n >= COALESCED_MIN_OUT
-    return params, n, red_len, red_len >= GROUP_MIN_LEN and not coalesced
+    return params, slots, n, red_len >= GROUP_MIN_LEN and not coalesced
 
 
 def check_axes(t: TensorType, axes: tuple[int, ...]) -> None:
@@ -215,7 +221,7 @@ def _reduce_ref(name: str):
 def _reduce_kernel(node, ins, target) -> Kernel:
     r = REDUCTION_BY_NAME[node.op]
     x = ins[0]
-    params, n, _, per_group = layout_params(x.shape, node.attrs["axes"])
+    params, offsets, n, per_group = layout_params(x.shape, node.attrs["axes"])
     eps = node.attrs.get("epsilon", 0.0)
     t = x.dtype.wgsl
     integer = x.dtype is not DType.F32
@@ -224,7 +230,8 @@ def _reduce_kernel(node, ins, target) -> Kernel:
     entry = "per_group" if per_group else "per_element"
     return Kernel(f"{node.op}_{t}_{entry}", "reduce_axes.wgsl", n if per_group else elementwise_groups(n),
                   params=(*params, ("eps", "f32", eps)), entry_point=entry,
-                  slots={"T": t, "CENTRE": str(r.centre), "TERM": r.term, "COMBINE": combine, "FINISH": finish})
+                  slots={"T": t, "CENTRE": str(r.centre), "TERM": r.term, "COMBINE": combine, "FINISH": finish,
+                         **offsets})
 
 
 _AXES = (Attr("axes", "ints", doc="the reduced axes: non-negative, sorted, distinct (none: a copy)"),

@@ -13,6 +13,7 @@ from onnx_vs_ort import I32, check, feed  # tests/onnx_vs_ort.py
 
 from eggfuse.ir import OnnxError
 from eggfuse.onnx import Model, load
+from eggfuse.onnx.importer import NeedsValuesError
 
 _REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
            "ReduceLogSumExp", "ReduceSumSquare"]
@@ -74,6 +75,19 @@ def test_axes_fed_as_an_input_are_bound_at_load_time():
         (y,) = eg.run({"x": x, "axes": np.array(axes)})
         np.testing.assert_allclose(y, x.max(axis=axes[0]))
     assert len(eg.plans) == 3  # a plan per value of axes
+
+
+def test_an_empty_axes_input_is_bound_at_load_time_and_empty_data_refused():
+    m = model([node("ReduceSum", ["x", "axes"], ["y"])], [("x", F, [2, 3]), ("axes", I64, [0])], [("y", F, None)],
+              opset=18)
+    with pytest.raises(NeedsValuesError, match=r"input 'axes' has shape \[0\]: an empty tensor cannot be fed"):
+        load(m)
+    x = feed(F, [2, 3])
+    (y,) = Model(m).run({"x": x, "axes": np.zeros(0, dtype=np.int64)})
+    np.testing.assert_allclose(y, x.sum(keepdims=True), rtol=1e-6)
+    empty = model([node("ReduceSum", ["x"], ["y"])], [("x", F, [2, 0])], [("y", F, None)], opset=18)
+    with pytest.raises(OnnxError, match=r"input 'x' has shape \[2, 0\]; eggfuse needs every dimension >= 1"):
+        load(empty)
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
