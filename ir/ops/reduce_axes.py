@@ -106,7 +106,8 @@ def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool)
 
 @dataclass(frozen=True)
 class Reduction:
-    """One reduce op: its numpy reference ``fn(x, axes)`` (keepdims applied by the caller),
+    """One reduce op: its numpy reference ``fn(x, axes, attrs)`` (kept dimensions; the caller
+    wraps i32 results and drops the reduced dimensions unless keepdims),
     the WGSL of its term, combine and finish for floats and (``int_ok``) for i32, its centre
     (0 none, 1 max, 2 mean), whether bool inputs are allowed, and its doc."""
 
@@ -123,7 +124,7 @@ class Reduction:
     int_finish: str | None = None
 
 
-def _lse(x, axes):
+def _lse(x, axes, a):
     # log(sum(exp(x))) with the max subtracted; -inf where every term is -inf, +inf where one is
     m = np.max(x, axis=axes, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -137,33 +138,41 @@ def _log(v):
         return np.log(v)
 
 
-def _inv_std(x, axes, eps):
+def _inv_std(x, axes, a):
     mu = np.mean(x, axis=axes, keepdims=True)
-    return 1.0 / np.sqrt(np.mean((x - mu) ** 2, axis=axes, keepdims=True) + eps)
+    return 1.0 / np.sqrt(np.mean((x - mu) ** 2, axis=axes, keepdims=True) + a["epsilon"])
+
+
+def _mean(x, axes, a):
+    if x.dtype.kind not in "iu":
+        return np.mean(x, axis=axes, keepdims=True)
+    s = wrap_i32(np.sum(x, axis=axes, keepdims=True))
+    count = math.prod(x.shape[d] for d in axes)
+    return np.sign(s) * (np.abs(s) // count)  # WGSL's i32 division truncates toward zero
 
 
 _SPEC = "ONNX {} (https://onnx.ai/onnx/operators/onnx__{}.html)"
 
 REDUCTIONS: tuple[Reduction, ...] = (
-    Reduction("ReduceSum", lambda x, ax: np.sum(x, axis=ax, keepdims=True), "v", "a + b", "a",
+    Reduction("ReduceSum", lambda x, ax, a: np.sum(x, axis=ax, keepdims=True), "v", "a + b", "a",
               "sum over the axes; " + _SPEC.format("ReduceSum", "ReduceSum")),
-    Reduction("ReduceMean", None, "v", "a + b", "a / f32(p.red_len)",
+    Reduction("ReduceMean", _mean, "v", "a + b", "a / f32(p.red_len)",
               "mean over the axes (i32: the wrapped sum divided by the count, truncated toward zero); "
               + _SPEC.format("ReduceMean", "ReduceMean"), int_finish="a / i32(p.red_len)"),
-    Reduction("ReduceMax", lambda x, ax: np.max(x, axis=ax, keepdims=True), "v", "max_nan(a, b)", "a",
+    Reduction("ReduceMax", lambda x, ax, a: np.max(x, axis=ax, keepdims=True), "v", "max_nan(a, b)", "a",
               "maximum over the axes, NaN if any element is NaN (numpy maximum); bool: any; "
               + _SPEC.format("ReduceMax", "ReduceMax"), bool_ok=True, int_combine="max(a, b)"),
-    Reduction("ReduceMin", lambda x, ax: np.min(x, axis=ax, keepdims=True), "v", "min_nan(a, b)", "a",
+    Reduction("ReduceMin", lambda x, ax, a: np.min(x, axis=ax, keepdims=True), "v", "min_nan(a, b)", "a",
               "minimum over the axes, NaN if any element is NaN (numpy minimum); bool: all; "
               + _SPEC.format("ReduceMin", "ReduceMin"), bool_ok=True, int_combine="min(a, b)"),
-    Reduction("ReduceProd", lambda x, ax: np.prod(x, axis=ax, keepdims=True), "v", "a * b", "a",
+    Reduction("ReduceProd", lambda x, ax, a: np.prod(x, axis=ax, keepdims=True), "v", "a * b", "a",
               "product over the axes; " + _SPEC.format("ReduceProd", "ReduceProd")),
-    Reduction("ReduceL1", lambda x, ax: np.sum(np.abs(x), axis=ax, keepdims=True), "abs(v)", "a + b", "a",
+    Reduction("ReduceL1", lambda x, ax, a: np.sum(np.abs(x), axis=ax, keepdims=True), "abs(v)", "a + b", "a",
               "sum of |x| over the axes; " + _SPEC.format("ReduceL1", "ReduceL1")),
-    Reduction("ReduceL2", lambda x, ax: np.sqrt(np.sum(x * x, axis=ax, keepdims=True)), "v * v", "a + b", "sqrt(a)",
+    Reduction("ReduceL2", lambda x, ax, a: np.sqrt(np.sum(x * x, axis=ax, keepdims=True)), "v * v", "a + b", "sqrt(a)",
               "sqrt of the sum of x^2 over the axes (float only); " + _SPEC.format("ReduceL2", "ReduceL2"),
               int_ok=False),
-    Reduction("ReduceLogSum", lambda x, ax: _log(np.sum(x, axis=ax, keepdims=True)), "v", "a + b", "log_ieee(a)",
+    Reduction("ReduceLogSum", lambda x, ax, a: _log(np.sum(x, axis=ax, keepdims=True)), "v", "a + b", "log_ieee(a)",
               "log of the sum over the axes, -inf at 0 and NaN below (float only); "
               + _SPEC.format("ReduceLogSum", "ReduceLogSum"), int_ok=False),
     Reduction("ReduceLogSumExp", _lse, "exp(v - c)", "a + b",
@@ -171,9 +180,9 @@ REDUCTIONS: tuple[Reduction, ...] = (
               "log(sum(exp(x))) over the axes, the maximum m subtracted first: m + log(sum(exp(x - m))), so large x "
               "do not overflow; -inf where every element is -inf, +inf where one is +inf (float only); "
               + _SPEC.format("ReduceLogSumExp", "ReduceLogSumExp"), int_ok=False, centre=1),
-    Reduction("ReduceSumSquare", lambda x, ax: np.sum(x * x, axis=ax, keepdims=True), "v * v", "a + b", "a",
+    Reduction("ReduceSumSquare", lambda x, ax, a: np.sum(x * x, axis=ax, keepdims=True), "v * v", "a + b", "a",
               "sum of x^2 over the axes; " + _SPEC.format("ReduceSumSquare", "ReduceSumSquare")),
-    Reduction("InvStdDev", None, "(v - c) * (v - c)", "a + b", "1.0 / sqrt(a / f32(p.red_len) + p.eps)",
+    Reduction("InvStdDev", _inv_std, "(v - c) * (v - c)", "a + b", "1.0 / sqrt(a / f32(p.red_len) + p.eps)",
               "1 / sqrt(var + epsilon) over the axes, var the biased variance computed around the mean in a second "
               "pass: the InvStdDev output of ONNX LayerNormalization "
               "(https://onnx.ai/onnx/operators/onnx__LayerNormalization.html)", int_ok=False, centre=2),
@@ -199,19 +208,8 @@ def _reduce_ref(name: str):
 
     def ref(xs, a):
         x, axes = xs[0], tuple(a["axes"])
-        integer = x.dtype.kind in "iu"
-        if name == "ReduceMean":
-            if integer:
-                s = wrap_i32(np.sum(x, axis=axes, keepdims=True))
-                count = max(1, math.prod(x.shape[d] for d in axes))
-                y = np.sign(s) * (np.abs(s) // count)  # WGSL's i32 division truncates toward zero
-            else:
-                y = np.mean(x, axis=axes, keepdims=True)
-        elif name == "InvStdDev":
-            y = _inv_std(x, axes, a["epsilon"])
-        else:
-            y = r.fn(x, axes)
-        if integer:
+        y = r.fn(x, axes, a)
+        if x.dtype.kind in "iu":
             y = wrap_i32(y)
         return y.reshape(reduced_shape(x.shape, axes, a["keepdims"]))
 
