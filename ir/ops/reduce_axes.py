@@ -25,7 +25,8 @@ from ..types import DType, TensorType
 FAMILY = "reduce_axes"
 
 #: The reason autodiff gives for the ops of this module and its ONNX companions.
-INFERENCE = no_grad("it was added for ONNX inference; eggfuse's training graphs use SumAll, MeanAll and ReduceTo")
+INFERENCE = no_grad("it serves ONNX inference; the ops eggfuse trains with (SumAll, MeanAll, Softmax, LayerNorm, "
+                    "RmsNorm, GroupNorm, ...) have gradients")
 
 #: Reductions at least this long get a workgroup per output element (kernel entry ``per_group``).
 GROUP_MIN_LEN = 64
