@@ -362,6 +362,11 @@ class Importer:
             else:
                 shape = tuple(dims)
             if any(d < 1 for d in shape):
+                if elem in (_T.INT64, _T.INT32):  # empty axes, pads, ...: usable as a load-time value only
+                    raise NeedsValuesError(
+                        f"input {vi.name!r} has shape {list(shape)}: an empty tensor cannot be fed at run time, "
+                        f"only known at load time; give it with load(..., values={{{vi.name!r}: ...}}) "
+                        "(eggfuse.onnx.Model does so itself)", frozenset([vi.name]))
                 raise OnnxError(f"input {vi.name!r} has shape {list(shape)}; eggfuse needs every dimension >= 1")
             self._names.add(vi.name)
             nid = self.graph.input(vi.name, shape, ELEM_DTYPE[elem])

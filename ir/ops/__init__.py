@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..spec import OPS, RULES
 from . import (  # a module imports the families it builds on itself
     attention,
+    axis_norms,
     elementwise,
     kv_cache,
     leaves,
@@ -20,7 +21,9 @@ from . import (  # a module imports the families it builds on itself
     matmul,
     norms,
     optimisers,
+    reduce_axes,
     reductions,
+    scans,
     shape,
     transformer,
     vision,
@@ -28,6 +31,6 @@ from . import (  # a module imports the families it builds on itself
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+            optimisers, reduce_axes, scans, axis_norms)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
