@@ -36,6 +36,14 @@ fn softplus(x: f32) -> f32 {
     return max(x, 0.0) + log1p_acc(exp(-abs(x)));
 }
 
+// mish(x) = x tanh(softplus(x)) (Misra 2019) = x n (n + 2) / (n (n + 2) + 2), n = exp(x): no
+// cancellation for x < 0, and x itself from x = 20 on (the ratio rounds to 1 there).
+fn mish(x: f32) -> f32 {
+    let n = exp_acc(min(x, 20.0));
+    let t = n * (n + 2.0);
+    return select(x * t / (t + 2.0), x, x >= 20.0);
+}
+
 // erfc(z) for z >= 0 with relative error below 1.2e-7 everywhere (in exact arithmetic):
 // the Chebyshev fit of W. H. Press et al., Numerical Recipes in C, 2nd ed. (1992),
 // section 6.2, function erfcc. The caller passes zz = z * z (x * x / 2 for z = |x| / sqrt 2:

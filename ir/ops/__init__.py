@@ -20,11 +20,12 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
     reductions,
     shape,
     transformer,
+    unary,
     vision,
 )
 
 #: The family modules, in registration order.
-FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+FAMILIES = (leaves, elementwise, unary, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision,
+            losses, optimisers)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
