@@ -87,7 +87,7 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None) -> Ex
 def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
             cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
             device=None, share: Session | None = None, subgroups: bool | None = None,
-            prerecord: bool = True) -> Compiled:
+            prerecord: bool = True, finite_inputs: bool = True) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
 
@@ -96,7 +96,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     (``eggfuse.rewrites.make_ruleset``).
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
-    ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` as ``Session``.
+    ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` and ``finite_inputs`` (False:
+    float inputs may hold NaN and infinities) as ``Session``.
 
     The accepted inputs and parameters are those of ``graph`` as built, fused or not (the
     optimised graph keeps the leaves no output reads, and a session ignores their values).
@@ -126,7 +127,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     plan = lower_for(run_graph, device, subgroups=subgroups)
     timings["lower_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    session = Session(plan, params, device=device, share=share, prerecord=prerecord)
+    session = Session(plan, params, device=device, share=share, prerecord=prerecord, finite_inputs=finite_inputs)
     timings["bind_s"] = time.perf_counter() - t
     timings["compile_s"] = timings["lower_s"] + timings["bind_s"]
     return Compiled(run_graph, plan, session, report, graph.dispatch_count(), run_graph.dispatch_count(), timings)

@@ -61,6 +61,9 @@ class Session:
     session is seen by both. That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
+    ``finite_inputs=False`` lets float inputs hold NaN and infinities (an ONNX model's feeds
+    may: IsNaN, IsInf); by default :meth:`run` refuses them, as a sign of a bug upstream.
+
     Raises InputError for a plan that is not an ExecutionPlan, a missing, unknown or
     mis-shaped parameter (or one whose type differs from the shared session's),
     LoweringError when the plan exceeds the device's limits (or needs subgroups the device
@@ -79,7 +82,7 @@ class Session:
 
     def __init__(self, plan: ExecutionPlan, params: Mapping[str, np.ndarray],
                  device: wgpu.GPUDevice | None = None, *, share: Session | None = None,
-                 prerecord: bool = True) -> None:
+                 prerecord: bool = True, finite_inputs: bool = True) -> None:
         if not isinstance(plan, ExecutionPlan):
             raise InputError(f"Session takes an ExecutionPlan, got {type(plan).__name__}: lower a graph first, "
                              "with eggfuse.pipeline.lower_for(graph, device), or compile it with eggfuse.compile")
@@ -128,7 +131,8 @@ class Session:
         # run(): each input's checks and its place in the host copy of the input buffer
         self._input_staging = np.zeros(size, dtype=np.uint8)
         self._input_slots = {name: _InputSlot(name, index, plan.buffers[index].type, plan.index_bounds.get(name),
-                                              self._input_staging, self._offsets[index], index in packed_inputs)
+                                              self._input_staging, self._offsets[index], index in packed_inputs,
+                                              bool(finite_inputs))
                              for name, index in plan.inputs.items()}
         self._packed_slots = [slot for slot in self._input_slots.values() if slot.packed]
         self._own_slots = [slot for slot in self._input_slots.values() if not slot.packed]
@@ -426,19 +430,21 @@ def _host_array(raw, ty) -> np.ndarray:
 class _InputSlot:
     """One graph input of a session: its checks, and where :meth:`Session.run` puts it."""
 
-    __slots__ = ("name", "index", "type", "rows", "packed", "view")
+    __slots__ = ("name", "index", "type", "rows", "packed", "view", "finite")
 
     def __init__(self, name: str, index: int, ty, rows: int | None, staging: np.ndarray, offset: int,
-                 packed: bool) -> None:
+                 packed: bool, finite: bool = True) -> None:
         self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
+        self.finite = finite
         # its bytes in the host copy of the session's input buffer, as an array of its type
         self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.device_numpy).reshape(ty.shape)
                      if packed else None)
 
     def check(self, value) -> np.ndarray:
         # The value as an array of the input's type (not a copy when it is one already), or
-        # InputError: wrong shape or dtype, NaN / infinity (check_array), an index out of range.
-        arr = check_array(f"input {self.name!r}", value, self.type, copy=False)
+        # InputError: wrong shape or dtype, NaN / infinity (check_array, unless allowed), an index
+        # out of range. (The compiled staging hands non-finite values to this check.)
+        arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite)
         if self.rows is not None and arr.size and (top := int(arr.max())) >= self.rows:
             raise InputError(f"input {self.name!r}: index {top} out of range for a "
                              f"table of {self.rows} rows (Embedding / ScatterAdd)")

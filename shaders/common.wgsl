@@ -1,5 +1,6 @@
 // Helpers shared by every kernel: `//#include "common.wgsl"` pulls this file in at lowering.
 // Sources of the formulas are given per function; the op specs of ir/ops/ hold the reference semantics.
+//#include "math.wgsl"
 
 // Finite score for a masked attention key (ir/ops/attention.py MASK_SENTINEL); no infinities anywhere.
 const MASK_SENTINEL: f32 = -1.0e30;
@@ -29,12 +30,18 @@ fn silu(x: f32) -> f32 {
     return x * sigmoid(x);
 }
 
-// softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(e), e = exp(-|x|) (exp never overflows);
-// WGSL has no log1p: below 1e-3 its series e - e^2/2 + e^3/3 (relative error < 3e-10).
+// softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(e), e = exp(-|x|) (exp never overflows),
+// log1p_acc (math.wgsl) keeping its relative accuracy for small e.
 fn softplus(x: f32) -> f32 {
-    let e = exp(-abs(x));
-    let l = select(log(1.0 + e), e * (1.0 - e * (0.5 - e / 3.0)), e < 1e-3);
-    return max(x, 0.0) + l;
+    return max(x, 0.0) + log1p_acc(exp(-abs(x)));
+}
+
+// mish(x) = x tanh(softplus(x)) (Misra 2019) = x n (n + 2) / (n (n + 2) + 2), n = exp(x): no
+// cancellation for x < 0, and x itself from x = 20 on (the ratio rounds to 1 there).
+fn mish(x: f32) -> f32 {
+    let n = exp_acc(min(x, 20.0));
+    let t = n * (n + 2.0);
+    return select(x * t / (t + 2.0), x, x >= 20.0);
 }
 
 // erfc(z) for z >= 0 with relative error below 1.2e-7 everywhere (in exact arithmetic):

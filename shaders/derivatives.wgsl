@@ -37,3 +37,19 @@ fn dgelu_tanh(x: f32) -> f32 {
     let v = k * (xc + 0.044715 * xc * xc * xc);
     return sigmoid(k * (x + 0.044715 * x * x * x)) + xc * dsigmoid(v) * k * (1.0 + 0.134145 * xc * xc);
 }
+
+// tan'(x) = 1 / cos(x)^2.
+fn dtan(x: f32) -> f32 {
+    let c = cos_acc(x);
+    return 1.0 / (c * c);
+}
+
+// mish'(x) = tanh(sp) + x (1 - tanh(sp)^2) sigmoid(x), sp = softplus(x), with n = exp(x) and
+// t = n (n + 2): tanh(sp) = t / (t + 2), 1 - tanh(sp)^2 = 4 (t + 1) / (t + 2)^2 (Misra 2019).
+// 1 from x = 20 on, where the second term is below 2^-24.
+fn dmish(x: f32) -> f32 {
+    let n = exp_acc(min(x, 20.0));
+    let t = n * (n + 2.0);
+    let d = t + 2.0;
+    return select(t / d + x * 4.0 * (t + 1.0) / (d * d) * (n / (1.0 + n)), 1.0, x >= 20.0);
+}

@@ -35,7 +35,7 @@ class Row:
     scale: float = 1.0  # spread of the random float leaves
     rtol: float = 1e-4
     atol: float | None = None  # default: 1e-5 * max(1, max |reference|)
-    finite: bool = True  # False: the reference has NaN / infinities, which the kernel must match
+    finite: bool = True  # False: feeds and reference may hold NaN / infinities, which the kernel must match
 
 
 def random_leaves(g: Graph, row: Row, rng: np.random.Generator, device) -> tuple[dict, dict]:
@@ -61,7 +61,7 @@ def check_row(row: Row, device, subgroups: bool | None) -> Session:
     g.set_outputs([row.build(g)])
     rng = np.random.default_rng(zlib.crc32(row.id.encode()))
     inputs, params = random_leaves(g, row, rng, device)
-    session = Session(lower_for(g, device, subgroups=subgroups), params, device=device)
+    session = Session(lower_for(g, device, subgroups=subgroups), params, device=device, finite_inputs=row.finite)
     (got,) = session.run(inputs)
     (want,) = evaluate(g, inputs, params, check_finite=row.finite)
     ty = g.node(g.outputs[0]).type

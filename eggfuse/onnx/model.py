@@ -93,8 +93,9 @@ class Model:
         from eggfuse.pipeline import compile as compile_graph
 
         if graph.outputs:
+            # ONNX feeds may hold NaN and infinities (IsNaN, IsInf): the session takes them
             spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
-                                          verify=self.verify, device=self.device)
+                                          verify=self.verify, device=self.device, finite_inputs=False)
             spec.timings.update(spec.compiled.timings)
         self.plans[key] = spec
         return spec

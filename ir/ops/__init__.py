@@ -26,11 +26,12 @@ from . import (  # a module imports the families it builds on itself
     scans,
     shape,
     transformer,
+    unary,
     vision,
 )
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
-FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers, reduce_axes, scans, axis_norms)
+FAMILIES = (leaves, elementwise, unary, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision,
+            losses, optimisers, reduce_axes, scans, axis_norms)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

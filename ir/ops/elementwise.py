@@ -1,11 +1,14 @@
 """Elementwise ops: the unary table, broadcasting binary ops, SwiGLU and their gradients.
 
-A unary op is one :class:`Unary` row: its numpy function, its derivative, the WGSL of both
-and whether a fused matmul may apply it at its store. Each row registers the op and, when it
-has a derivative, its gradient op ``<Op>Grad`` (inputs ``dy, x``: the gradient reads the
-forward input, so a matmul epilogue needs only its pre-activation values). References compute
-in float64; the WGSL helpers named in the rows live in ``shaders/common.wgsl`` and
-``shaders/derivatives.wgsl``.
+A unary op is one :class:`Unary` row: its numpy function, its derivative, the WGSL of both,
+its attributes (uniforms of the kernels), whether it also runs on I32 and whether a fused
+matmul may apply it at its store. Each row registers the op and, when it has a derivative,
+its gradient op ``<Op>Grad`` (inputs ``dy, x``: the gradient reads the forward input, so a
+matmul epilogue needs only its pre-activation values). The rows here are the activations the
+models use; the math functions and the other ONNX activations are rows of ``unary.py``, which
+registers them with :func:`register_unary`. References compute in float64; the WGSL helpers
+named in the rows live in ``shaders/common.wgsl``, ``shaders/math.wgsl`` (elementary functions
+accurate to a few ulp) and ``shaders/derivatives.wgsl``.
 """
 
 from __future__ import annotations
@@ -13,20 +16,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from scipy.special import erfc
+from scipy.special import erfc, expit
 
 from ..errors import LoweringError
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import NO_GRAD, example, need, need_f32, op, rules
-from ..types import TensorType
+from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
+from ..types import DType, TensorType
 
 FAMILY = "elementwise"
 
 
 def sigmoid(x):
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free logistic
+    return expit(x)  # the logistic, without overflow and with its relative accuracy in the tail
 
 
 def gelu_erf(x):
@@ -76,32 +80,102 @@ def like(ts, what: str, index: int) -> TensorType:
 
 # --- the unary table ------------------------------------------------------------------------
 
+#: The uniform field type of each attribute kind a unary row may have.
+_ATTR_WGSL = {"float": "f32", "int": "i32", "bool": "u32"}
+
+
+def wrap_i32(y):
+    """An integer result as the device's int32 gives it (two's complement wrap-around:
+    -(-2^31) and |-2^31| are -2^31 in WGSL); float results pass through."""
+    y = np.asarray(y)
+    if y.dtype.kind != "i":
+        return y
+    return (y.astype(np.int64) + 2**31) % 2**32 - 2**31
+
+
+def _neg_vjp(b, node, dy, want):
+    return [b.emit("Neg", (dy,))]
+
 
 @dataclass(frozen=True)
 class Unary:
-    """One unary elementwise op. ``fn`` / ``derivative`` are numpy (float64) functions;
-    ``wgsl`` / ``wgsl_derivative`` WGSL expressions of ``{x}``; ``derivative`` None means the
-    op has no ``<Op>Grad`` (its VJP is ``vjp``); ``epilogue``: a fused matmul may apply it."""
+    """One unary elementwise op, as a row of :data:`UNARY`.
+
+    - ``fn(x, **attrs)`` / ``derivative(x, **attrs)``: numpy, float64 (an I32 input comes as
+      int64 and ``fn`` returns the device's int32 result, :func:`wrap_i32`).
+    - ``wgsl`` / ``wgsl_derivative``: WGSL expressions of ``{x}``; attribute ``a`` is written
+      ``{a}`` and becomes the kernel's uniform field ``p.a`` (f32, i32 or u32 for float, int
+      and bool attributes). ``derivative`` None: the op has no ``<Op>Grad`` and ``vjp`` is
+      its VJP or no-gradient marker; otherwise ``<Op>Grad`` (inputs ``dy, x``, the same
+      attributes) computes ``dy * f'(x)``.
+    - ``epilogue``: a fused matmul may apply the op at its store (rows without attributes
+      and with an f32 result only: the store has no uniforms for them).
+    - ``attrs``: the op's typed attributes (:class:`~..spec.Attr`, kinds float, int, bool).
+    - ``wgsl_int``: the op on I32 as WGSL (then it takes I32 inputs too).
+    - ``out``: the result's dtype when it is not the input's (IsNaN, IsInf: BOOL).
+    - ``check(attrs)``: raises ShapeError (through ``need``) for attribute values the op
+      does not define.
+    """
 
     name: str
-    fn: Callable[[np.ndarray], np.ndarray]
+    fn: Callable[..., np.ndarray]
     wgsl: str
-    derivative: Callable[[np.ndarray], np.ndarray] | None
+    derivative: Callable[..., np.ndarray] | None
     wgsl_derivative: str | None
     doc: str
     derivative_doc: str = ""
     epilogue: bool = True
+    attrs: tuple[Attr, ...] = ()
+    wgsl_int: str | None = None
+    out: DType | None = None
+    vjp: Any = None
+    check: Callable[[dict], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.epilogue and (self.attrs or self.out is not None):
+            raise ValueError(f"unary {self.name}: only a row without attributes and with an f32 result may be "
+                             "an epilogue step")
+        if (self.derivative is None) != (self.wgsl_derivative is None) or (self.derivative is None) == (
+                self.vjp is None):
+            raise ValueError(f"unary {self.name}: give a derivative and its WGSL, or a vjp")
+        for a in self.attrs:
+            if a.kind not in _ATTR_WGSL:
+                raise ValueError(f"unary {self.name}: attribute {a.name} of kind {a.kind!r} has no uniform type")
+
+    def expr(self, template: str, x: str) -> str:
+        """``template`` (the row's WGSL or its derivative's) applied to ``x``, with the
+        attributes read from the kernel's uniform ``p``."""
+        return template.format(x=x, **{a.name: f"p.{a.name}" for a in self.attrs})
+
+    def params(self, attrs: dict) -> tuple[tuple[str, str, Any], ...]:
+        """The uniform fields of the attributes, as a kernel's ``params``."""
+        return tuple((a.name, _ATTR_WGSL[a.kind], int(attrs[a.name]) if a.kind == "bool" else attrs[a.name])
+                     for a in self.attrs)
+
+    def call(self, fn: Callable[..., np.ndarray], x: np.ndarray, attrs: dict) -> np.ndarray:
+        """``fn`` (the row's function or derivative) at ``x``, float attributes rounded to
+        f32 as the kernels' uniforms hold them; without numpy's warnings (NaN and infinities
+        are IEEE 754 results here)."""
+        kw = {a.name: float(np.float32(attrs[a.name])) if a.kind == "float" else attrs[a.name] for a in self.attrs}
+        with np.errstate(all="ignore"):
+            return fn(x, **kw)
 
 
-UNARY: tuple[Unary, ...] = (
-    Unary("Relu", lambda x: np.maximum(x, 0.0), "max({x}, 0.0)",
+#: Every row, in registration order (:func:`register_unary` appends the rows of other modules).
+UNARY: list[Unary] = [
+    Unary("Relu", lambda x: np.maximum(x, 0), "max({x}, 0.0)",
           lambda x: (x > 0).astype(np.float64), "select(0.0, 1.0, {x} > 0.0)",
-          "max(x, 0)", "1 if x > 0 else 0 (0 at x = 0, as PyTorch)"),
-    Unary("Sigmoid", sigmoid, "sigmoid({x})", lambda x: sigmoid(x) * (1.0 - sigmoid(x)), "dsigmoid({x})",
-          "1 / (1 + exp(-x))", "s(1 - s), s = sigmoid(x)"),
-    Unary("Tanh", np.tanh, "tanh_clamped({x})", lambda x: 1.0 - np.tanh(x) ** 2, "dtanh({x})",
-          "tanh(x)", "1 - tanh(x)^2"),
-    Unary("Neg", np.negative, "-({x})", None, None, "-x (its gradient is Neg(dy))"),
+          "max(x, 0) (ONNX Relu, f32 and int)", "1 if x > 0 else 0 (0 at x = 0, as PyTorch)",
+          wgsl_int="max({x}, 0)"),
+    Unary("Sigmoid", sigmoid, "sigmoid({x})", lambda x: sigmoid(x) * sigmoid(-x), "dsigmoid({x})",
+          "1 / (1 + exp(-x)) (ONNX Sigmoid)", "s(1 - s), s = sigmoid(x)"),
+    # tanh_acc (shaders/math.wgsl) keeps its relative accuracy near 0, where WGSL's tanh need
+    # not (lavapipe's loses every digit below 1e-7)
+    Unary("Tanh", np.tanh, "tanh_acc({x})", lambda x: 1.0 - np.tanh(x) ** 2, "dtanh({x})",
+          "tanh(x) (ONNX Tanh)", "1 - tanh(x)^2"),
+    Unary("Neg", lambda x: wrap_i32(np.negative(x)), "-({x})", None, None,
+          "-x (ONNX Neg, f32 and int: -(-2^31) wraps to -2^31); its gradient is Neg(dy)", wgsl_int="-({x})",
+          vjp=_neg_vjp),
     Unary("Gelu", gelu_erf, "gelu_erf({x})",
           lambda x: 0.5 * erfc(-x / math.sqrt(2.0)) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
           "dgelu_erf({x})", "GELU, erf form: x Phi(x) (Hendrycks & Gimpel 2016), as BERT uses",
@@ -111,58 +185,87 @@ UNARY: tuple[Unary, ...] = (
           "0.5(1 + t) + 0.5 x (1 - t^2) c (1 + 3*0.044715 x^2), t = tanh(c (x + 0.044715 x^3)), c = sqrt(2/pi)"),
     Unary("Silu", lambda x: x * sigmoid(x), "silu({x})", dsilu, "dsilu({x})",
           "SiLU / swish x sigmoid(x) (Elfwing et al. 2018)", "s (1 + x (1 - s)), s = sigmoid(x) (seed: SiluGrad)"),
-    Unary("Abs", np.abs, "abs({x})", np.sign, "sign({x})", "|x| (seed: Abs)",
-          "sign(x), 0 at x = 0 (numpy sign, as PyTorch's abs backward)"),
-    # WGSL leaves log(x <= 0) indeterminate, so the kernel selects the IEEE results itself, -inf
-    # at 0 and a quiet NaN below, built with bitcast (WGSL has no infinity or NaN literals).
-    Unary("Log", _log, "select(bitcast<f32>(select(0x7fc00000u, 0xff800000u, {x} == 0.0)), log({x}), {x} > 0.0)",
-          lambda x: 1.0 / x, "1.0 / ({x})",
-          "natural log; as numpy (IEEE 754 log): -inf at 0, NaN below 0 (seed: Log)", "1 / x"),
+    Unary("Abs", lambda x: wrap_i32(np.abs(x)), "abs({x})", np.sign, "sign({x})",
+          "|x| (seed: Abs; ONNX Abs, f32 and int: |-2^31| wraps to -2^31)",
+          "sign(x), 0 at x = 0 (numpy sign, as PyTorch's abs backward)", wgsl_int="abs({x})"),
+    # log_acc (shaders/math.wgsl) keeps its relative accuracy near 1, where WGSL's log need
+    # not (lavapipe's loses 2e-3 there), and gives IEEE 754's -inf at 0 and NaN below 0.
+    Unary("Log", _log, "log_acc({x})", lambda x: 1.0 / x, "1.0 / ({x})",
+          "natural log; as numpy (IEEE 754 log): -inf at 0, NaN below 0 (seed: Log; ONNX Log)", "1 / x"),
     # max(x, 0) + log1p(exp(-|x|)): exp never overflows, and the tail is exact for large |x|
     Unary("Softplus", lambda x: np.logaddexp(0.0, x), "softplus({x})", sigmoid, "sigmoid({x})",
           "log(1 + exp(x)) (Dugas et al. 2001; ONNX Softplus)", "sigmoid(x)"),
     # a plain IEEE division: +-inf at +-0 on every adapter we know, though WGSL does not promise it
     Unary("Recip", _recip, "1.0 / ({x})", lambda x: -1.0 / (x * x), "-1.0 / (({x}) * ({x}))",
-          "1 / x; +-inf at +-0 as numpy (seed: Recip)", "-1 / x^2"),
-)
+          "1 / x; +-inf at +-0 as numpy (seed: Recip; ONNX Reciprocal)", "-1 / x^2"),
+]
 UNARY_BY_NAME = {u.name: u for u in UNARY}
+
+
+def _unary_type(u: Unary):
+    def infer(ts, a):
+        t = ts[0]
+        if u.wgsl_int is not None:
+            need(t.dtype in (DType.F32, DType.I32), f"input must be f32 or i32, got {t}")
+        else:
+            need_f32(t, "input")
+        if u.check is not None:
+            u.check(a)
+        return TensorType(t.shape, u.out or t.dtype)
+
+    return infer
 
 
 def _unary_kernel(node, ins, target) -> Kernel:
     n = node.type.num_elements
-    return Kernel(f"unary_{node.op}", "unary.wgsl", elementwise_groups(n), params=(("n", "u32", n),),
-                  slots={"EXPR": UNARY_BY_NAME[node.op].wgsl.format(x="v")})
+    u = UNARY_BY_NAME[node.op]
+    on_int = ins[0].dtype is DType.I32
+    return Kernel(f"unary_{node.op}" + ("_i32" if on_int else ""), "unary.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), *u.params(node.attrs)),
+                  slots={"EXPR": u.expr(u.wgsl_int if on_int else u.wgsl, "v")})
 
 
 def _unary_vjp(b, node, dy, want):
-    return [b.emit(f"{node.op}Grad", (dy, node.inputs[0]))]
+    return [b.emit(f"{node.op}Grad", (dy, node.inputs[0]), **node.attrs)]
 
 
-def _neg_vjp(b, node, dy, want):
-    return [b.emit("Neg", (dy,))]
-
-
-def elementwise_grad_kernel(node, ins, target, expr: str) -> Kernel:
-    """elementwise_grad.wgsl computing ``expr`` of g = dy[i], v = x[i] (and up[i]) per element."""
+def elementwise_grad_kernel(node, ins, target, expr: str, params=()) -> Kernel:
+    """elementwise_grad.wgsl computing ``expr`` of g = dy[i], v = x[i] (and up[i]) per element;
+    ``params``: uniform fields beyond ``n``."""
     n = node.type.num_elements
     names = ("dy", "x", "up")[:len(ins)]
-    return Kernel(f"grad_{node.op}", "elementwise_grad.wgsl", elementwise_groups(n), params=(("n", "u32", n),),
+    return Kernel(f"grad_{node.op}", "elementwise_grad.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), *params),
                   slots={"EXPR": expr}, bindings=(*(Buffer(m) for m in names), Buffer("out", write=True)))
 
 
 def _grad_kernel(node, ins, target) -> Kernel:
-    row = UNARY_BY_NAME[node.op.removesuffix("Grad")]
-    return elementwise_grad_kernel(node, ins, target, f"g * ({row.wgsl_derivative.format(x='v')})")
+    u = UNARY_BY_NAME[node.op.removesuffix("Grad")]
+    return elementwise_grad_kernel(node, ins, target, f"g * ({u.expr(u.wgsl_derivative, 'v')})",
+                                   u.params(node.attrs))
 
 
-for _u in UNARY:
-    op(_u.name, ("x",), same_f32, (lambda f: lambda xs, a: f(xs[0]))(_u.fn), doc=_u.doc,
-       vjp=_unary_vjp if _u.derivative else _neg_vjp, kernel=_unary_kernel, epilogue_step=_u.epilogue)
-    if _u.derivative is not None:
-        op(f"{_u.name}Grad", ("dy", "x"), lambda ts, a: like(ts, "x", 1),
-           (lambda f: lambda xs, a: xs[0] * f(xs[1]))(_u.derivative),
-           doc=f"dx = dy * {_u.name}'(x), {_u.name}'(x) = {_u.derivative_doc}; inputs [dy, x]",
-           vjp=NO_GRAD, kernel=_grad_kernel)
+def register_unary(u: Unary, family: str = FAMILY) -> None:
+    """Register row ``u``: the op ``u.name`` and, when it has a derivative, ``<name>Grad``
+    (their shape rules, references, VJPs and kernels), in ``family``."""
+    if u.name not in UNARY_BY_NAME:
+        UNARY.append(u)
+        UNARY_BY_NAME[u.name] = u
+    op(u.name, ("x",), _unary_type(u), lambda xs, a: u.call(u.fn, xs[0], a), attrs=u.attrs, doc=u.doc,
+       vjp=_unary_vjp if u.derivative else u.vjp, kernel=_unary_kernel, epilogue_step=u.epilogue, family=family)
+    if u.derivative is not None:
+        def infer(ts, a):
+            if u.check is not None:
+                u.check(a)
+            return like(ts, "x", 1)
+
+        op(f"{u.name}Grad", ("dy", "x"), infer, lambda xs, a: xs[0] * u.call(u.derivative, xs[1], a),
+           attrs=u.attrs, doc=f"dx = dy * {u.name}'(x), {u.name}'(x) = {u.derivative_doc}; inputs [dy, x]",
+           vjp=NO_GRAD, kernel=_grad_kernel, family=family)
+
+
+for _u in tuple(UNARY):
+    register_unary(_u)
 
 
 def _xy(g, dim):

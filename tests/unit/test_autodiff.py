@@ -153,8 +153,28 @@ def _binary(op: str, xs, ys) -> Row:
     return Row(f"{op}{xs}{ys}", lambda g: g.add_node(op, (P(g, "x", xs), P(g, "y", ys))))
 
 
-#: Inputs of the unary ops whose derivative is not smooth everywhere: away from the kink or pole.
-_UNARY_INIT = {"Relu": away_from_zero, "Abs": away_from_zero, "Recip": away_from_zero}
+def inside_unit(rng, shape):
+    return f32(rng.uniform(-0.9, 0.9, size=shape))
+
+
+def above_one(rng, shape):
+    return f32(rng.uniform(1.1, 3.0, size=shape))
+
+
+def away_from_kinks(rng, shape):
+    # the kinks and jumps of the piecewise activations at their default attributes: 0, +-0.5
+    # (Shrink), 1 (ThresholdedRelu), -2.5 (HardSigmoid), +-3 (HardSwish)
+    centres = rng.choice([-2.2, -1.3, -0.7, -0.2, 0.2, 0.7, 1.3, 2.2], size=shape)
+    return f32(centres + rng.uniform(-0.1, 0.1, size=shape))
+
+
+#: Inputs of the unary ops whose derivative is not smooth everywhere: away from the kink or pole;
+#: of those defined on part of the line: inside it.
+_UNARY_INIT = {"Relu": away_from_zero, "Abs": away_from_zero, "Recip": away_from_zero,
+               "Sqrt": lambda rng, shape: f32(rng.uniform(0.2, 3.0, size=shape)), "Asin": inside_unit,
+               "Acos": inside_unit, "Atanh": inside_unit, "Acosh": above_one,
+               **dict.fromkeys(("LeakyRelu", "Selu", "ThresholdedRelu", "Shrink", "HardSigmoid", "HardSwish", "Floor",
+                                "Ceil", "Round"), away_from_kinks)}
 
 
 def _unary(op: str) -> Row:
@@ -222,7 +242,8 @@ ROWS = [
     Row("Mul-square", lambda g: (lambda x: g.mul(x, x))(P(g, "x", [3, 5]))),
     Row("BiasAdd[N]", lambda g: g.bias_add(P(g, "x", [3, 5]), P(g, "b", [5]))),
     Row("BiasAdd[1,N]", lambda g: g.bias_add(P(g, "x", [3, 5]), P(g, "b", [1, 5]))),
-    *[_unary(u.name) for u in UNARY if u.name != "Log"],  # every row of the unary table (Log: below)
+    # every differentiable row of the unary table (Log: below)
+    *[_unary(u.name) for u in UNARY if u.name != "Log" and OPS[u.name].differentiable],
     Row("SwiGLU", lambda g: g.swiglu(P(g, "gate", [3, 5]), P(g, "up", [3, 5]))),
     Row("SwiGLUConcat", lambda g: g.swiglu_concat(P(g, "x", [3, 10]))),
     Row("Softmax", lambda g: g.softmax(P(g, "x", [3, 5]))),
