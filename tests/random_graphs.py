@@ -25,12 +25,18 @@ from eggfuse.ir.ops import elementwise
 
 #: Sizes, most of them not multiples of any tile.
 DIMS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 31, 33, 65)
-#: Every unary op of the table (ir/ops/elementwise.py) that a matmul may apply at its store.
-UNARY = tuple(u.name for u in elementwise.UNARY if u.epilogue)
+#: Epilogue ops a float32 chain cannot be compared on against the float64 reference: the
+#: discontinuous ones (a last-bit difference between two summation orders moves Floor, Ceil or
+#: Round by a whole unit), Tan (poles), those defined on [-1, 1] only (Asin, Acos, Atanh) and
+#: those that overflow within a few links of a chain (Exp, Sinh, Cosh). Their epilogue forms
+#: are checked by GPU rows of their own (tests/gpu/test_ops_unary.py).
+UNFUZZABLE = frozenset({"Floor", "Ceil", "Round", "Tan", "Asin", "Acos", "Atanh", "Exp", "Sinh", "Cosh"})
+#: Every other unary op of the table (ir/ops/elementwise.py) that a matmul may apply at its store.
+UNARY = tuple(u.name for u in elementwise.UNARY if u.epilogue and u.name not in UNFUZZABLE)
 with np.errstate(all="ignore"):
     #: Those not finite on all of -1, 0, 1 (Log, Recip): they are applied to |x| + 1.
-    POSITIVE_ONLY = frozenset(u.name for u in elementwise.UNARY
-                              if u.epilogue and not np.isfinite(u.fn(np.array([-1.0, 0.0, 1.0]))).all())
+    POSITIVE_ONLY = frozenset(u.name for u in elementwise.UNARY if u.name in UNARY
+                              and not np.isfinite(u.fn(np.array([-1.0, 0.0, 1.0]))).all())
 
 
 @dataclass

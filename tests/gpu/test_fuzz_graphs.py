@@ -25,7 +25,7 @@ import eggfuse
 from eggfuse.ir import evaluate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run as a script
-from random_graphs import random_graph  # noqa: E402
+from random_graphs import UNFUZZABLE, random_graph  # noqa: E402
 
 from eggfuse.ir.ops.elementwise import UNARY  # noqa: E402
 
@@ -77,13 +77,14 @@ def test_random_graph_fused_unfused_and_reference_agree(seed, device):
 
 def test_the_random_graphs_apply_every_epilogue_op_of_the_unary_table():
     # each unary op a matmul may apply at its store, in a matmul's chain and on its own, in the
-    # graphs the suite runs (so each is compared fused against unfused)
+    # graphs the suite runs (so each is compared fused against unfused), but for those a float32
+    # chain cannot be compared on (random_graphs.UNFUZZABLE, each with a GPU row of its own)
     chained, alone = set(), set()
     for seed in range(FUZZ_SEED, FUZZ_SEED + FUZZ_GRAPHS):
         for pattern in random_graph(seed).patterns:
             steps = pattern.split("+")
             (chained if steps[0].startswith("MatMul") else alone).update(steps)
-    want = {u.name for u in UNARY if u.epilogue}
+    want = {u.name for u in UNARY if u.epilogue} - UNFUZZABLE
     assert want - chained == set()
     assert want - {p.removesuffix("x2") for p in alone} == set()
 
