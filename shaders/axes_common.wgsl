@@ -18,11 +18,8 @@ fn at(idx: u32, dims: vec4<u32>, st: vec4<u32>) -> u32 {
     return dot(vec4<u32>(c0, c1, c2, c3), st);
 }
 
-// NaN test on the bits (exponent all ones, mantissa non-zero): WGSL lets compilers assume
-// floats are never NaN, so `v != v` may fold to false.
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
+// is_nan (a NaN test on the bits: WGSL lets compilers assume floats are never NaN) comes
+// from math.wgsl, which common.wgsl includes.
 
 // IEEE infinities and a quiet NaN, built from bits (WGSL has no literals for them).
 fn neg_inf() -> f32 {
