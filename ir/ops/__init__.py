@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..spec import OPS, RULES
 from . import (  # noqa: I001  (registration order: a family may build on the ones before it)
+    arithmetic,
     attention,
     elementwise,
     kv_cache,
@@ -24,7 +25,7 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 )
 
 #: The family modules, in registration order.
-FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+FAMILIES = (leaves, elementwise, arithmetic, reductions, shape, matmul, norms, transformer, attention, kv_cache,
+            vision, losses, optimisers)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -307,6 +307,35 @@ ROWS += [
 ]
 
 
+def _where_mask(g):
+    # a leaky ReLU written as ONNX graphs do: Where(Less(x, 0), 0.1 x, x); the mask takes no gradient
+    x = P(g, "x", [3, 5])
+    return g.add_node("Where", (g.add_node("Less", (x, g.constant(0.0, shape=()))), g.mul(x, g.constant(0.1)), x))
+
+
+def _cast_twice(g):
+    # x * trunc(x): Cast to i32 and back is piecewise constant, the identity cast passes dy
+    x = P(g, "x", [3, 5])
+    trunc = g.add_node("Cast", (g.add_node("Cast", (x,), to="i32"),), to="f32")
+    return g.mul(g.add_node("Cast", (x,), to="f32"), trunc)
+
+
+# the broadcasting ops of ir/ops/arithmetic.py
+ROWS += [
+    _binary("Sub", [3, 5], [5]),
+    _binary("Sub", [1], [3, 4]),
+    *[Row(f"Div{xs}{ys}", lambda g, xs=xs, ys=ys: g.add_node("Div", (P(g, "x", xs), P(g, "y", ys))),
+          init={"y": away_from_zero}) for xs, ys in (([3, 5], [3, 5]), ([2, 3, 5], [5]))],
+    _binary("Min", [3, 5], [5]),
+    _binary("Max", [3, 5], [3, 1]),
+    Row("Where", lambda g: g.add_node("Where", (g.input("c", [3, 5], DType.BOOL), P(g, "x", [3, 5]), P(g, "y", [5]))),
+        feeds={"c": np.random.default_rng(3).random((3, 5)) < 0.5}),
+    Row("Where-leaky-relu", _where_mask, init={"x": away_from_zero}),
+    Row("Cast", _cast_twice, init={"x": lambda rng, shape: f32(rng.uniform(-3.9, 3.9, shape) // 0.5 * 0.5 + 0.25)}),
+    Row("Sign-as-factor", lambda g: (lambda x: g.mul(x, g.add_node("Sign", (x,))))(P(g, "x", [3, 5])),
+        init={"x": away_from_zero}),
+]
+
 def _loss(g: Graph, out: int, rng) -> int:
     """The row's output if it is a loss, else sum(out * R) with a fixed random R."""
     if g.node(out).type.shape == (1,):
