@@ -281,7 +281,7 @@ class Importer:
         if v.param and dtype is DType.F32:
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
-            self.params[name] = np.ascontiguousarray(arr, dtype=np.float32)
+            self.params[name] = np.array(arr, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
         else:
             v.node = self.graph.constant(arr, shape=arr.shape, dtype=dtype)
         return v.node

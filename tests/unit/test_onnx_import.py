@@ -23,6 +23,13 @@ def test_inputs_and_initializers_keep_their_names_and_shape_arithmetic_folds():
     assert np.array_equal(got[0], w) and list(got[1]) == [4, 5]
 
 
+def test_a_scalar_initializer_is_a_scalar_parameter():
+    m = model([node("Identity", ["s"], ["y"])], [("x", F, [2])], [("y", F, None)], [("s", np.array(2.5, np.float32))])
+    g, params = load(m)
+    assert params["s"].shape == () and g.node(g.outputs[0]).type.shape == ()
+    assert evaluate(g, {"x": np.zeros(2)}, params)[0] == 2.5
+
+
 def test_symbolic_dimension_needs_a_shape_and_a_misspelt_name_gets_the_closest():
     m = model([node("Identity", ["x"], ["y"])], [("x", F, ["batch", 3])], [("y", F, None)])
     with pytest.raises(OnnxError, match=r"input 'x' has dimensions \['batch', 3\].*shapes=\{'x'"):
