@@ -1,4 +1,7 @@
 """Converters from ONNX op types to IR nodes, one module per family (each registers its
 converters with ``eggfuse.onnx.importer.converter``)."""
 
-from . import core  # noqa: F401
+from . import (
+    arithmetic,  # noqa: F401
+    core,  # noqa: F401
+)
