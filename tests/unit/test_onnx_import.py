@@ -52,6 +52,20 @@ def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
     assert "NoSuchOp x2 (first: 'n1')" in str(e.value) and "com.example.FancyOp x1 (first: 'f1')" in str(e.value)
 
 
+def test_an_unsupported_op_inside_an_expanded_function_blocks_what_follows():
+    from onnx import helper
+
+    fn = helper.make_function("local", "Wrap", ["a"], ["y"], [helper.make_node("NoSuchOp", ["a"], ["y"])],
+                              [helper.make_opsetid("", 17)])
+    m = model([helper.make_node("Wrap", ["x"], ["w"], domain="local"), node("Mul", ["w", "x"], ["z"])],
+              [("x", F, [2])], [("z", F, None)])
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.append(fn)
+    with pytest.raises(UnsupportedOpsError) as e:
+        load(m)
+    assert set(e.value.ops) == {"NoSuchOp"}
+
+
 def test_int64_values_outside_int32_are_refused_naming_the_tensor():
     big = np.array([2**40], dtype=np.int64)
     m = model([node("Identity", ["k"], ["y"])], [("x", F, [1])], [("y", I64, None)], [("k", big)])  # Identity: k itself
