@@ -202,6 +202,53 @@ def _where_vjp(b, node, dy, want):
             _masked(b, c, dy, b.type(y).shape, False) if want[2] else None]
 
 
+def _pow_vjp(b, node, dy, want):
+    # d/dx x^y = y x^(y-1); d/dy x^y = x^y log x, taken as 0 at x = 0 (as PyTorch), NaN for x < 0
+    x, y = node.inputs
+    yf = y if b.type(y).dtype is F32 else b.emit("Cast", (y,), to="f32")
+    dx = dy_ = None
+    if want[0]:
+        one = b.const(np.ones(1))
+        dx = b.emit("Mul", (b.emit("Mul", (dy, yf)), b.emit("Pow", (x, b.emit("Sub", (yf, one))))))
+        dx = b.reduce_to(dx, b.type(x).shape)
+    if want[1]:
+        zero = b.const(np.zeros(1))
+        at_zero = b.emit("Equal", (x, zero))
+        dy_ = b.emit("Where", (at_zero, zero, b.emit("Mul", (b.emit("Mul", (dy, node.id)), b.emit("Log", (x,))))))
+        dy_ = b.reduce_to(dy_, b.type(y).shape)
+    return [dx, dy_]
+
+
+def _mod_vjp(b, node, dy, want):
+    # a mod b = a - b q with q = (a - out) / b piecewise constant: d/da = 1, d/db = -q
+    x, y = node.inputs
+    dq = None
+    if want[1]:
+        q = b.emit("Div", (b.emit("Sub", (x, node.id)), y))
+        dq = b.reduce_to(b.emit("Neg", (b.emit("Mul", (dy, q)),)), b.type(y).shape)
+    return [b.reduce_to(dy, b.type(x).shape) if want[0] else None, dq]
+
+
+def _prelu_vjp(b, node, dy, want):
+    # x > 0: (dy, 0); else (dy slope, dy x)
+    x, slope = node.inputs
+    pos = b.emit("Less", (b.const(np.zeros(1)), x))
+    dx = b.emit("Where", (pos, dy, b.emit("Mul", (dy, slope)))) if want[0] else None
+    ds = _masked(b, pos, b.emit("Mul", (dy, x)), b.type(slope).shape, False) if want[1] else None
+    return [dx, ds]
+
+
+def _clip_vjp(b, node, dy, want):
+    # min(max(x, lo), hi): dy goes to hi where max(x, lo) > hi, else to x where x >= lo, else to lo
+    x, lo, hi = node.inputs
+    inside = b.emit("LessOrEqual", (b.emit("Max", (x, lo)), hi))
+    above_lo = b.emit("LessOrEqual", (lo, x))
+    return [_masked(b, b.emit("And", (inside, above_lo)), dy, b.type(x).shape, True) if want[0] else None,
+            _masked(b, b.emit("And", (inside, b.emit("Not", (above_lo,)))), dy, b.type(lo).shape, True)
+            if want[1] else None,
+            _masked(b, inside, dy, b.type(hi).shape, False) if want[2] else None]
+
+
 def _zero_vjp(b, node, dy, want):
     return [None] * len(node.inputs)
 
@@ -343,13 +390,11 @@ POINTWISE: tuple[Pointwise, ...] = (
     Pointwise("Pow", ("x", "y"), _same(F32, I32) + ((F32, I32), (I32, F32)), _pow, _pow_wgsl,
               "x^y with the dtype of x: C pow / numpy power for f32 (NaN for x < 0 and a non-integer y); an "
               "i32 base with an integral exponent exactly (wrapping; 1 / x^n truncated for n < 0), with "
-              f"another f32 exponent truncated and saturated {_onnx('Pow')}", vjp=no_grad("Pow has no gradient "
-              "rule yet"), helpers=True),
+              f"another f32 exponent truncated and saturated {_onnx('Pow')}", vjp=_pow_vjp, helpers=True),
     Pointwise("Mod", _AB, _NUM2, _mod, _mod_wgsl,
               "remainder: fmod = 1, the dividend's sign (C fmod); fmod = 0, the divisor's (Python %, numpy mod). "
               "i32: 0 for b = 0; f32: NaN for b = 0 or an infinite a, exact while |a / b| < 2^24 "
-              f"{_onnx('Mod')}", attrs=(Attr("fmod", "int", 0),), vjp=no_grad("Mod has no gradient rule yet"),
-              helpers=True, check=_check_mod),
+              f"{_onnx('Mod')}", attrs=(Attr("fmod", "int", 0),), vjp=_mod_vjp, helpers=True, check=_check_mod),
     Pointwise("Min", _AB, _NUM2, _minmax(np.minimum), {F32: "min_f32(av, bv)", I32: "min(av, bv)"},
               f"numpy minimum: NaN if either is NaN; the variadic ONNX Min is a chain {_onnx('Min')}",
               vjp=_select_vjp("min"), helpers=True),
@@ -359,14 +404,13 @@ POINTWISE: tuple[Pointwise, ...] = (
     Pointwise("PRelu", ("x", "slope"), _NUM2, lambda x, s: np.where(x > 0, x, x * s),
               {F32: "select(av * bv, av, av > 0.0)", I32: "select(av * bv, av, av > 0)"},
               "x if x > 0 else slope * x, slope broadcast to x's shape (He et al. 2015; onnx's reference "
-              f"np.where(x > 0, x, x * slope)) {_onnx('PRelu')}", vjp=no_grad("PRelu has no gradient rule yet"),
-              unidirectional=True),
+              f"np.where(x > 0, x, x * slope)) {_onnx('PRelu')}", vjp=_prelu_vjp, unidirectional=True),
     Pointwise("Clip", ("x", "min", "max"), _same(F32, I32, n=3),
               lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
               {F32: "min_f32(max_f32(av, bv), cv)", I32: "min(max(av, bv), cv)"},
               "min(max(x, min), max): max where min > max, NaN propagated (numpy clip; the bounds of ONNX Clip "
               f"are inputs from opset 11, absent ones are -inf / +inf) {_onnx('Clip')}",
-              vjp=no_grad("Clip has no gradient rule yet"), helpers=True),
+              vjp=_clip_vjp, helpers=True),
     Pointwise("Sign", ("x",), ((F32,), (I32,)), np.sign,
               {F32: "sign_f32(av)", I32: "select(select(0, 1, av > 0), -1, av < 0)"},
               f"-1, 0 or 1 (numpy sign); NaN stays NaN {_onnx('Sign')}", vjp=_zero_vjp, helpers=True),

@@ -334,6 +334,19 @@ ROWS += [
     Row("Cast", _cast_twice, init={"x": lambda rng, shape: f32(rng.uniform(-3.9, 3.9, shape) // 0.5 * 0.5 + 0.25)}),
     Row("Sign-as-factor", lambda g: (lambda x: g.mul(x, g.add_node("Sign", (x,))))(P(g, "x", [3, 5])),
         init={"x": away_from_zero}),
+    Row("Pow", lambda g: g.add_node("Pow", (P(g, "x", [3, 5]), P(g, "y", [5]))), init={"x": near_one}),
+    Row("Pow-square", lambda g: g.add_node("Pow", (P(g, "x", [3, 5]), g.constant(2.0, shape=())))),
+    Row("Pow-i32-exponent", lambda g: g.add_node("Pow", (P(g, "x", [3, 5]), g.constant([3, -1, 2, 0, 1],
+                                                                                        dtype=DType.I32))),
+        init={"x": away_from_zero}),
+    *[Row(f"Mod-fmod{f}", lambda g, f=f: g.add_node("Mod", (P(g, "x", [3, 5]), P(g, "y", [5])), fmod=f),
+          init={"y": lambda rng, shape: f32(rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 0.6, shape))})
+      for f in (0, 1)],
+    Row("PRelu", lambda g: g.add_node("PRelu", (P(g, "x", [3, 5]), P(g, "slope", [5]))), init={"x": away_from_zero}),
+    Row("Clip", lambda g: g.add_node("Clip", (P(g, "x", [3, 5]), P(g, "lo", [5]), P(g, "hi", []))),
+        init={"lo": lambda rng, shape: f32(rng.uniform(-0.6, -0.2, shape)), "hi": lambda rng, shape: f32(0.4)}),
+    Row("Clip-min-above-max", lambda g: g.add_node("Clip", (P(g, "x", [3, 5]), P(g, "lo", [1]), P(g, "hi", [5]))),
+        init={"lo": lambda rng, shape: f32([0.1]), "hi": lambda rng, shape: f32(rng.uniform(-0.5, 0.5, shape))}),
 ]
 
 def _loss(g: Graph, out: int, rng) -> int:
