@@ -305,13 +305,6 @@ def _pow(x, y):
                     _f32_to_i32(np.power(x.astype(np.float64), y)))
 
 
-def _minmax(f):
-    def ref(a, b):
-        return f(a, b)  # numpy minimum / maximum propagate NaN
-
-    return ref
-
-
 def _shift(a, b, direction):
     ok = (b >= 0) & (b < 32)
     bb = np.where(ok, b, 0)
@@ -393,12 +386,12 @@ POINTWISE: tuple[Pointwise, ...] = (
               f"another f32 exponent truncated and saturated {_onnx('Pow')}", vjp=_pow_vjp, helpers=True),
     Pointwise("Mod", _AB, _NUM2, _mod, _mod_wgsl,
               "remainder: fmod = 1, the dividend's sign (C fmod); fmod = 0, the divisor's (Python %, numpy mod). "
-              "i32: 0 for b = 0; f32: NaN for b = 0 or an infinite a, exact while |a / b| < 2^24 "
+              "i32: 0 for b = 0; f32: exact (a long division of the significands), NaN for b = 0 or an infinite a "
               f"{_onnx('Mod')}", attrs=(Attr("fmod", "int", 0),), vjp=_mod_vjp, helpers=True, check=_check_mod),
-    Pointwise("Min", _AB, _NUM2, _minmax(np.minimum), {F32: "min_f32(av, bv)", I32: "min(av, bv)"},
+    Pointwise("Min", _AB, _NUM2, np.minimum, {F32: "min_f32(av, bv)", I32: "min(av, bv)"},
               f"numpy minimum: NaN if either is NaN; the variadic ONNX Min is a chain {_onnx('Min')}",
               vjp=_select_vjp("min"), helpers=True),
-    Pointwise("Max", _AB, _NUM2, _minmax(np.maximum), {F32: "max_f32(av, bv)", I32: "max(av, bv)"},
+    Pointwise("Max", _AB, _NUM2, np.maximum, {F32: "max_f32(av, bv)", I32: "max(av, bv)"},
               f"numpy maximum: NaN if either is NaN; the variadic ONNX Max is a chain {_onnx('Max')}",
               vjp=_select_vjp("max"), helpers=True),
     Pointwise("PRelu", ("x", "slope"), _NUM2, lambda x, s: np.where(x > 0, x, x * s),
