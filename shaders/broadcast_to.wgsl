@@ -1,7 +1,7 @@
 //#include "common.wgsl"
 // BroadcastTo (ir/ops/reductions.py): out = numpy broadcast_to(x, shape). The output is viewed
 // as rank 4 (dims, after the lowering merged dimensions) and x is addressed through
-// per-dimension element strides, 0 on broadcast dimensions (as binary.wgsl). 256 elements
+// per-dimension element strides, 0 on broadcast dimensions (as broadcast.wgsl). 256 elements
 // per workgroup.
 
 @compute @workgroup_size(256)

@@ -281,7 +281,7 @@ class Importer:
         if v.param and dtype is DType.F32:
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
-            self.params[name] = np.ascontiguousarray(arr, dtype=np.float32)
+            self.params[name] = np.array(arr, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
         else:
             v.node = self.graph.constant(arr, shape=arr.shape, dtype=dtype)
         return v.node
@@ -425,7 +425,7 @@ class Importer:
                 continue
             deps = v.deps if v.const is not None or v.deps else frozenset().union(*(i.deps for i in ins if i))
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
-                i is not None and i.param for i in ins)), False, deps)
+                i is not None and i.param for i in ins)), v.blocked, deps)  # an expansion's blocked output stays so
             env[name] = v
 
     def _mark_unsupported(self, key: str, node: onnx.NodeProto) -> None:

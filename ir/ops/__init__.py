@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..spec import OPS, RULES
 from . import (  # a module imports the families it builds on itself
+    arithmetic,
     attention,
     axis_norms,
     elementwise,
@@ -31,7 +32,7 @@ from . import (  # a module imports the families it builds on itself
 )
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
-FAMILIES = (leaves, elementwise, unary, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision,
-            losses, optimisers, reduce_axes, scans, axis_norms)
+FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, matmul, norms, transformer, attention, kv_cache,
+            vision, losses, optimisers, reduce_axes, scans, axis_norms)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -1,4 +1,4 @@
-"""Elementwise ops: the unary table, broadcasting binary ops, SwiGLU and their gradients.
+"""Elementwise ops: the unary table, BiasAdd, SwiGLU and their gradients.
 
 A unary op is one :class:`Unary` row: its numpy function, its derivative, the WGSL of both,
 its attributes (uniforms of the kernels), whether it also runs on I32 and whether a fused
@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 from scipy.special import erfc, expit
 
-from ..errors import LoweringError
 from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
 from ..types import DType, TensorType
+from .broadcasting import broadcast_kernel, broadcast_strides  # noqa: F401  (broadcast_strides: BroadcastTo)
 
 FAMILY = "elementwise"
 
@@ -294,93 +294,20 @@ def _silu(e):
                   example=example(lambda g, dim: g.set_outputs([g.mul(g.sigmoid(x := _xy(g, dim)[0]), x)])))
 
 
-# --- broadcasting binary ops -------------------------------------------------------------------
-
-
-def broadcast(ts, a):
-    x, y = ts
-    need_f32(x, "lhs")
-    need_f32(y, "rhs")
-    try:
-        shape = np.broadcast_shapes(x.shape, y.shape)
-    except ValueError:
-        need(False, f"shapes {x} and {y} do not broadcast")
-    return TensorType(tuple(shape))
-
-
-def broadcast_strides(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
-                      ) -> tuple[list[int], list[int], list[int]]:
-    """Output dims and per-dim element strides of a and b (0 where broadcast), rank 4.
-
-    Size-1 output dims are dropped and neighbouring dims merged where both operands are
-    contiguous across them, so any rank lowers as long as at most 4 dims remain (numpy
-    broadcasting, https://numpy.org/doc/stable/user/basics.broadcasting.html). Raises
-    LoweringError beyond that.
-    """
-    rank = len(out)
-
-    def strides(shape: tuple[int, ...]) -> list[int]:
-        shape = (1,) * (rank - len(shape)) + tuple(shape)
-        st, acc = [0] * rank, 1
-        for d in reversed(range(rank)):
-            st[d] = 0 if shape[d] == 1 else acc
-            acc *= shape[d]
-        return st
-
-    sa, sb = strides(a), strides(b)
-    dims: list[int] = []
-    ma: list[int] = []
-    mb: list[int] = []
-    for d in range(rank):
-        if out[d] == 1:
-            continue
-        if dims and ma[-1] == sa[d] * out[d] and mb[-1] == sb[d] * out[d]:
-            dims[-1] *= out[d]
-            ma[-1], mb[-1] = sa[d], sb[d]
-        else:
-            dims.append(out[d])
-            ma.append(sa[d])
-            mb.append(sb[d])
-    if len(dims) > 4:
-        raise LoweringError(f"broadcast of {list(a)} and {list(b)} to {list(out)} needs {len(dims)} "
-                            "dimensions after merging; the binary kernel handles 4")
-    pad = 4 - len(dims)
-    return [1] * pad + dims, [0] * pad + ma, [0] * pad + mb
+# --- BiasAdd: the matmul epilogue's bias, on the broadcasting kernel ----------------------------
+# (Add, Mul, Greater and the other broadcasting ops are the table of ir/ops/arithmetic.py)
 
 
 def binary_kernel(expr: str) -> Callable:
-    """The kernel builder of a broadcasting binary op: binary.wgsl with ``expr`` of ``av``, ``bv``."""
+    """The kernel builder of an f32 binary op on the broadcasting kernel (``ir/ops/broadcasting.py``):
+    ``expr`` of ``av``, ``bv``; BiasAdd's bias is broadcast as ``[1, N]``."""
 
     def build(node, ins, target) -> Kernel:
         b_shape = ins[1].shape if node.op != "BiasAdd" else (1, ins[1].shape[-1])
-        dims, sa, sb = broadcast_strides(node.type.shape, ins[0].shape, b_shape)
-        n = node.type.num_elements
-        return Kernel(f"binary_{node.op}", "binary.wgsl", elementwise_groups(n),
-                      params=(("dims", "vec4<u32>", dims), ("sa", "vec4<u32>", sa), ("sb", "vec4<u32>", sb),
-                              ("n", "u32", n)),
-                      slots={"EXPR": expr}, bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+        return broadcast_kernel(f"binary_{node.op}", expr, node.type.shape, [ins[0].shape, b_shape],
+                                [t.dtype.wgsl for t in ins], node.type.dtype.wgsl)
 
     return build
-
-
-def _add_vjp(b, node, dy, want):
-    return [b.reduce_to(dy, b.type(i).shape) if w else None for i, w in zip(node.inputs, want, strict=True)]
-
-
-def _mul_vjp(b, node, dy, want):
-    x, y = node.inputs
-    return [b.reduce_to(b.emit("Mul", (dy, y)), b.type(x).shape) if want[0] else None,
-            b.reduce_to(b.emit("Mul", (dy, x)), b.type(y).shape) if want[1] else None]
-
-
-op("Add", ("a", "b"), broadcast, lambda xs, a: xs[0] + xs[1], doc="numpy broadcasting add",
-   vjp=_add_vjp, kernel=binary_kernel("av + bv"))
-op("Mul", ("a", "b"), broadcast, lambda xs, a: xs[0] * xs[1], doc="numpy broadcasting multiply",
-   vjp=_mul_vjp, kernel=binary_kernel("av * bv"))
-op("Greater", ("a", "b"), broadcast, lambda xs, a: (xs[0] > xs[1]).astype(np.float64),
-   doc="1.0 where a > b else 0.0, numpy broadcasting (a NaN compares false); piecewise constant, so its "
-       "gradient is zero (seed: Greater, same shapes only)",
-   vjp=lambda b, node, dy, want: [None, None], kernel=binary_kernel("select(0.0, 1.0, av > bv)"))
 
 
 def _bias_add(ts, a):

@@ -335,6 +335,48 @@ ROWS += [
 ]
 
 
+def _where_mask(g):
+    # a leaky ReLU written as ONNX graphs do: Where(Less(x, 0), 0.1 x, x); the mask takes no gradient
+    x = P(g, "x", [3, 5])
+    return g.add_node("Where", (g.add_node("Less", (x, g.constant(0.0, shape=()))), g.mul(x, g.constant(0.1)), x))
+
+
+def _cast_twice(g):
+    # x * trunc(x): Cast to i32 and back is piecewise constant, the identity cast passes dy
+    x = P(g, "x", [3, 5])
+    trunc = g.add_node("Cast", (g.add_node("Cast", (x,), to="i32"),), to="f32")
+    return g.mul(g.add_node("Cast", (x,), to="f32"), trunc)
+
+
+# the broadcasting ops of ir/ops/arithmetic.py
+ROWS += [
+    _binary("Sub", [3, 5], [5]),
+    _binary("Sub", [1], [3, 4]),
+    *[Row(f"Div{xs}{ys}", lambda g, xs=xs, ys=ys: g.add_node("Div", (P(g, "x", xs), P(g, "y", ys))),
+          init={"y": away_from_zero}) for xs, ys in (([3, 5], [3, 5]), ([2, 3, 5], [5]))],
+    _binary("Min", [3, 5], [5]),
+    _binary("Max", [3, 5], [3, 1]),
+    Row("Where", lambda g: g.add_node("Where", (g.input("c", [3, 5], DType.BOOL), P(g, "x", [3, 5]), P(g, "y", [5]))),
+        feeds={"c": np.random.default_rng(3).random((3, 5)) < 0.5}),
+    Row("Where-leaky-relu", _where_mask, init={"x": away_from_zero}),
+    Row("Cast", _cast_twice, init={"x": lambda rng, shape: f32(rng.uniform(-3.9, 3.9, shape) // 0.5 * 0.5 + 0.25)}),
+    Row("Sign-as-factor", lambda g: (lambda x: g.mul(x, g.add_node("Sign", (x,))))(P(g, "x", [3, 5])),
+        init={"x": away_from_zero}),
+    Row("Pow", lambda g: g.add_node("Pow", (P(g, "x", [3, 5]), P(g, "y", [5]))), init={"x": near_one}),
+    Row("Pow-square", lambda g: g.add_node("Pow", (P(g, "x", [3, 5]), g.constant(2.0, shape=())))),
+    Row("Pow-i32-exponent", lambda g: g.add_node("Pow", (P(g, "x", [3, 5]), g.constant([3, -1, 2, 0, 1],
+                                                                                        dtype=DType.I32))),
+        init={"x": away_from_zero}),
+    *[Row(f"Mod-fmod{f}", lambda g, f=f: g.add_node("Mod", (P(g, "x", [3, 5]), P(g, "y", [5])), fmod=f),
+          init={"y": lambda rng, shape: f32(rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 0.6, shape))})
+      for f in (0, 1)],
+    Row("PRelu", lambda g: g.add_node("PRelu", (P(g, "x", [3, 5]), P(g, "slope", [5]))), init={"x": away_from_zero}),
+    Row("Clip", lambda g: g.add_node("Clip", (P(g, "x", [3, 5]), P(g, "lo", [5]), P(g, "hi", []))),
+        init={"lo": lambda rng, shape: f32(rng.uniform(-0.6, -0.2, shape)), "hi": lambda rng, shape: f32(0.4)}),
+    Row("Clip-min-above-max", lambda g: g.add_node("Clip", (P(g, "x", [3, 5]), P(g, "lo", [1]), P(g, "hi", [5]))),
+        init={"lo": lambda rng, shape: f32([0.1]), "hi": lambda rng, shape: f32(rng.uniform(-0.5, 0.5, shape))}),
+]
+
 def _loss(g: Graph, out: int, rng) -> int:
     """The row's output if it is a loss, else sum(out * R) with a fixed random R."""
     if g.node(out).type.shape == (1,):

@@ -23,6 +23,13 @@ def test_inputs_and_initializers_keep_their_names_and_shape_arithmetic_folds():
     assert np.array_equal(got[0], w) and list(got[1]) == [4, 5]
 
 
+def test_a_scalar_initializer_is_a_scalar_parameter():
+    m = model([node("Identity", ["s"], ["y"])], [("x", F, [2])], [("y", F, None)], [("s", np.array(2.5, np.float32))])
+    g, params = load(m)
+    assert params["s"].shape == () and g.node(g.outputs[0]).type.shape == ()
+    assert evaluate(g, {"x": np.zeros(2)}, params)[0] == 2.5
+
+
 def test_symbolic_dimension_needs_a_shape_and_a_misspelt_name_gets_the_closest():
     m = model([node("Identity", ["x"], ["y"])], [("x", F, ["batch", 3])], [("y", F, None)])
     with pytest.raises(OnnxError, match=r"input 'x' has dimensions \['batch', 3\].*shapes=\{'x'"):
@@ -43,6 +50,20 @@ def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
         load(m)
     assert e.value.ops == {"com.example.FancyOp": (1, "f1"), "NoSuchOp": (2, "n1")}
     assert "NoSuchOp x2 (first: 'n1')" in str(e.value) and "com.example.FancyOp x1 (first: 'f1')" in str(e.value)
+
+
+def test_an_unsupported_op_inside_an_expanded_function_blocks_what_follows():
+    from onnx import helper
+
+    fn = helper.make_function("local", "Wrap", ["a"], ["y"], [helper.make_node("NoSuchOp", ["a"], ["y"])],
+                              [helper.make_opsetid("", 17)])
+    m = model([helper.make_node("Wrap", ["x"], ["w"], domain="local"), node("Mul", ["w", "x"], ["z"])],
+              [("x", F, [2])], [("z", F, None)])
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.append(fn)
+    with pytest.raises(UnsupportedOpsError) as e:
+        load(m)
+    assert set(e.value.ops) == {"NoSuchOp"}
 
 
 def test_int64_values_outside_int32_are_refused_naming_the_tensor():
