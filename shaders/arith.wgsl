@@ -3,9 +3,7 @@
 // an implementation assume that floats are finite (https://www.w3.org/TR/WGSL/#floating-point-evaluation),
 // and a NaN or infinity is built at run time from `bits` (a const-expression may not be one).
 
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
+// is_nan comes from math.wgsl (included by common.wgsl, which broadcast.wgsl includes).
 
 fn is_inf(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u;

@@ -481,3 +481,27 @@ def test_a_limit_below_one_input_and_the_output_is_refused_with_its_name():
     with pytest.raises(LoweringError, match=r"maxStorageBuffersPerShaderStage = 1 exceeded: kernel concat1_f32 "
                                             r"binds 2"):
         lower(_wide_concat(3), {"max-storage-buffers-per-shader-stage": 1})
+
+
+def test_no_kernel_body_defines_a_helper_twice_through_its_includes():
+    # Two helper files that define the same function and reach one kernel through its
+    # includes fail only when a pipeline is built; this names the kernel and the function
+    # without a GPU, in both include forms (with and without subgroups).
+    import re
+    from importlib import resources
+
+    from eggfuse.lowering import wgsl
+
+    fn = re.compile(r"^fn (\w+)\s*\(", re.MULTILINE)
+    bad = []
+    for path in resources.files("eggfuse.shaders").iterdir():
+        if not path.name.endswith(".wgsl") or "@compute" not in path.read_text():
+            continue
+        for sub in (False, True):
+            with wgsl.subgroups(sub):
+                text = wgsl._expand(path.name, {path.name})
+            names = fn.findall(text)
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                bad.append(f"{path.name} (subgroups={sub}): {dup}")
+    assert not bad, bad
