@@ -11,10 +11,12 @@ from ..spec import OPS, RULES
 from . import (  # noqa: I001  (registration order: a family may build on the ones before it)
     attention,
     elementwise,
+    indexing,
     kv_cache,
     leaves,
     losses,
     matmul,
+    movement,
     norms,
     optimisers,
     reductions,
@@ -24,7 +26,7 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 )
 
 #: The family modules, in registration order.
-FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+FAMILIES = (leaves, elementwise, reductions, shape, movement, indexing, matmul, norms, transformer, attention, kv_cache,
+            vision, losses, optimisers)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
