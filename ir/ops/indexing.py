@@ -25,7 +25,9 @@ FAMILY = "indexing"
 
 _NO_GRAD = no_grad("an ONNX import op without a gradient rule (eggfuse trains graphs built from its own ops)")
 
-#: Scatter reductions and the WGSL combining the current value ``acc`` with an update ``v``.
+#: Scatter reductions and the WGSL combining the current value ``acc`` with an update ``v``. max and
+#: min compare (as the reference's Python max/min): an update that is NaN is skipped, a NaN already
+#: there stays (numpy.maximum, which ONNX's reference uses, would propagate both).
 REDUCTIONS = {"none": "v", "add": "acc + v", "mul": "acc * v", "max": "select(acc, v, v > acc)",
               "min": "select(acc, v, v < acc)"}
 
@@ -152,9 +154,9 @@ def _reduce(out: np.ndarray, at: tuple, v, reduction: str) -> None:
     elif reduction == "mul":
         out[at] *= v
     elif reduction == "max":
-        out[at] = max(out[at], v)
+        out[at] = v if v > out[at] else out[at]
     else:
-        out[at] = min(out[at], v)
+        out[at] = v if v < out[at] else out[at]
     if out.dtype == np.int64:
         out[at] = _wrap_i32(out[at])
 

@@ -174,10 +174,9 @@ def _space_to_depth(ctx: NodeContext) -> Value:
 @converter("Concat")
 def _concat(ctx: NodeContext) -> Value:
     given = [i for i in range(len(ctx.inputs)) if ctx.has(i)]
-    rank = len(ctx.shape(given[0]))
-    axis = axis_of(ctx, ctx.attr("axis"), rank) if ctx.attr("axis") is not None else None
-    if axis is None:
+    if ctx.attr("axis") is None:
         raise ctx.fail("attribute axis is required")
+    axis = axis_of(ctx, ctx.attr("axis"), len(ctx.shape(given[0])))
     if len(given) == 1:
         return ctx.value(given[0])
     elems = {ctx.elem(i) for i in given}

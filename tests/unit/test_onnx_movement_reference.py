@@ -1,7 +1,7 @@
 """The movement and indexing converters (eggfuse/onnx/ops/movement.py, indexing.py): each model
 imported and evaluated by the numpy reference (eggfuse.ir.evaluate) against onnxruntime, across
 the opset variants of attributes and inputs; the IR ops they choose; and their refusals. No GPU
-needed (tests/gpu/test_onnx_movement.py runs models on the device)."""
+needed (tests/gpu/test_onnx_movement.py runs the models on the device)."""
 
 from __future__ import annotations
 
