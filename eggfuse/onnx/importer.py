@@ -420,7 +420,7 @@ class Importer:
                 continue
             deps = v.deps if v.const is not None or v.deps else frozenset().union(*(i.deps for i in ins if i))
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
-                i is not None and i.param for i in ins)), False, deps)
+                i is not None and i.param for i in ins)), v.blocked, deps)
             env[name] = v
 
     def _mark_unsupported(self, key: str, node: onnx.NodeProto) -> None:

@@ -277,3 +277,19 @@ def test_constant_of_shape_and_range_of_fed_values_are_bound_at_load_time():
 def test_refusals_name_the_node_and_say_why(build, match):
     with pytest.raises(OnnxError, match=match):
         load(build())
+
+
+def test_an_unsupported_op_inside_an_expanded_function_is_listed_not_blamed_on_the_next_converter():
+    from onnx import helper
+
+    from eggfuse.ir import UnsupportedOpsError
+
+    body = helper.make_function("local", "Wrap", ["a"], ["b"], [node("FancyOp", ["a"], ["b"], domain="com.example")],
+                                [helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    m = model([node("Wrap", ["x"], ["w"], domain="local"), node("Transpose", ["w"], ["y"], perm=[1, 0, 2])],
+              [("x", F, [2, 3, 4])], [("y", F, None)])
+    m.functions.append(body)
+    m.opset_import.extend([helper.make_opsetid("local", 1), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOpsError) as e:
+        load(m)
+    assert list(e.value.ops) == ["com.example.FancyOp"]
