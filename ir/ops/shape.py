@@ -1,6 +1,7 @@
-"""Data movement: the reshape view, Transpose, Concat (packed weights among its uses),
-SliceCols and its adjoint PadCols. Elements are copied, never converted, so the copies take
-u32 tensors as well as f32.
+"""Data movement: the reshape view (any rank, 0 included), the 2-D Transpose of the seed,
+Concat (packed weights among its uses), SliceCols and its adjoint PadCols. Elements are
+copied, never converted, so Concat and SliceCols take u32, i32 and bool tensors as well as
+f32. The N-d movement ops of ONNX are in ``movement.py``.
 """
 
 from __future__ import annotations
