@@ -116,6 +116,13 @@ def test_split_by_attribute_input_num_outputs_or_equal_parts(opset, how):
     _check(m, {"x": _data(F, shape)}, ops={"Slice"})
 
 
+def test_an_empty_split_part_is_known_and_a_concat_skips_it():
+    # RotaryEmbedding's function splits off the unrotated rest, which is empty at full rotary_dim
+    m = model([node("Split", ["x", "s"], ["a", "b"], axis=1), node("Concat", ["b", "a", "b"], ["y"], axis=1)],
+              [("x", F, [2, 5])], [("y", F, None)], [("s", np.array([5, 0]))], opset=13)
+    _check(m, {"x": _data(F, [2, 5])}, ops=set())
+
+
 def test_slice_before_opset_10_takes_attributes():
     m = _unary("Slice", [5, 6, 7], opset=9, starts=[1, -4], ends=[4, 1000], axes=[0, 2])
     _check(m, {"x": _data(F, [5, 6, 7])}, ops={"Slice"})

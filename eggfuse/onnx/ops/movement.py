@@ -177,6 +177,8 @@ def _concat(ctx: NodeContext) -> Value:
     if ctx.attr("axis") is None:
         raise ctx.fail("attribute axis is required")
     axis = axis_of(ctx, ctx.attr("axis"), len(ctx.shape(given[0])))
+    # empty parts (of a Split, known at load time) add nothing
+    given = [i for i in given if math.prod(ctx.shape(i))] or given[:1]
     if len(given) == 1:
         return ctx.value(given[0])
     elems = {ctx.elem(i) for i in given}
@@ -241,11 +243,14 @@ def _split(ctx: NodeContext) -> list[Value]:
         sizes = [dim // n] * n
     if len(sizes) != n or sum(sizes) != dim or min(sizes) < 0:
         raise ctx.fail(f"split sizes {sizes} do not divide axis {axis} of size {dim} into {n} outputs")
-    if 0 in sizes:
-        raise ctx.fail(f"split sizes {sizes} make an empty tensor, which eggfuse does not support")
     outs, start = [], 0
     for size in sizes:
-        outs.append(slice_node(ctx, [start], [start + size], [axis], [1]))
+        if size == 0:  # an empty part (a RotaryEmbedding's unrotated rest of nothing): known, never computed
+            empty = list(shape)
+            empty[axis] = 0
+            outs.append(ctx.known(np.zeros(empty, dtype=elem_numpy(ctx.elem(0))), ctx.elem(0)))
+        else:
+            outs.append(slice_node(ctx, [start], [start + size], [axis], [1]))
         start += size
     return outs
 
