@@ -16,10 +16,12 @@ from . import (  # a module imports the families it builds on itself
     attention,
     axis_norms,
     elementwise,
+    indexing,
     kv_cache,
     leaves,
     losses,
     matmul,
+    movement,
     norms,
     optimisers,
     reduce_axes,
@@ -32,7 +34,7 @@ from . import (  # a module imports the families it builds on itself
 )
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
-FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, matmul, norms, transformer, attention, kv_cache,
-            vision, losses, optimisers, reduce_axes, scans, axis_norms)
+FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
+            attention, kv_cache, vision, losses, optimisers, reduce_axes, scans, axis_norms)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

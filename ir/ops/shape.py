@@ -1,6 +1,7 @@
-"""Data movement: the reshape view, Transpose, Concat (packed weights among its uses),
-SliceCols and its adjoint PadCols. Elements are copied, never converted, so the copies take
-u32 tensors as well as f32.
+"""Data movement: the reshape view (any rank, 0 included), the 2-D Transpose of the seed,
+Concat (packed weights among its uses), SliceCols and its adjoint PadCols. Elements are
+copied, never converted, so Concat and SliceCols take u32, i32 and bool tensors as well as
+f32. The N-d movement ops of ONNX are in ``movement.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ FAMILY = "shape"
 
 
 def _elem(t: TensorType) -> str:
-    return t.dtype.value
+    return t.dtype.wgsl  # bool is stored as u32
 
 
 # --- Identity: a reshape view --------------------------------------------------------------
@@ -25,7 +26,7 @@ def _elem(t: TensorType) -> str:
 
 def _identity(ts, a):
     shape = tuple(a["shape"])
-    need(len(shape) >= 1 and all(d >= 1 for d in shape), f"target shape {list(shape)} has a dimension < 1")
+    need(all(d >= 1 for d in shape), f"target shape {list(shape)} has a dimension < 1")
     need(math.prod(shape) == ts[0].num_elements,
          f"cannot reshape {ts[0]} to {list(shape)}: element counts differ")
     return TensorType(shape, ts[0].dtype)
@@ -111,7 +112,7 @@ def _concat_kernel(node, ins, target) -> list[Kernel]:
     starts = [0]
     for t in ins:
         starts.append(starts[-1] + t.shape[axis])
-    dtype = node.type.dtype.value
+    dtype = node.type.dtype.wgsl
     kernels = []
     for first in range(0, len(ins), per):
         part = list(range(first, min(first + per, len(ins))))
@@ -173,7 +174,7 @@ def _slice_cols(ts, a):
 def _slice_cols_kernel(node, ins, target) -> Kernel:
     rows, size = node.type.shape
     n = rows * size
-    dtype = node.type.dtype.value
+    dtype = node.type.dtype.wgsl
     return Kernel(f"slice_cols_{dtype}", "slice_cols.wgsl", elementwise_groups(n),
                   params=(("n", "u32", n), ("size", "u32", size), ("cols", "u32", ins[0].shape[1]),
                           ("start", "u32", node.attrs["start"])),

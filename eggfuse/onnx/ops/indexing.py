@@ -1,0 +1,57 @@
+"""Indexing with run-time indices: Gather, GatherElements, GatherND, ScatterElements (and the
+deprecated Scatter), ScatterND, OneHot. Negative indices count from the end of their axis;
+out-of-range ones are clamped (ONNX leaves them undefined): see ``eggfuse.ir.ops.indexing``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..importer import NodeContext, Value, converter
+from .movement import axis_of, same
+
+_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _reduction(ctx: NodeContext) -> str:
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in _REDUCTIONS:
+        raise ctx.fail(f"attribute reduction={reduction!r} is not supported ({', '.join(_REDUCTIONS)} are)")
+    return reduction
+
+
+@converter("Gather")
+def _gather(ctx: NodeContext) -> Value:
+    axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
+    return same(ctx, ctx.add("Gather", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
+
+
+@converter("GatherElements")
+def _gather_elements(ctx: NodeContext) -> Value:
+    axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
+    return same(ctx, ctx.add("GatherElements", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
+
+
+@converter("GatherND")
+def _gather_nd(ctx: NodeContext) -> Value:
+    return same(ctx, ctx.add("GatherND", [ctx.tensor(0), ctx.tensor(1)], batch_dims=ctx.attr("batch_dims", 0)))
+
+
+@converter("ScatterElements", "Scatter")
+def _scatter_elements(ctx: NodeContext) -> Value:
+    axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
+    return same(ctx, ctx.add("ScatterElements", [ctx.tensor(0), ctx.tensor(1), ctx.tensor(2)], axis=axis,
+                             reduction=_reduction(ctx)))
+
+
+@converter("ScatterND")
+def _scatter_nd(ctx: NodeContext) -> Value:
+    return same(ctx, ctx.add("ScatterND", [ctx.tensor(0), ctx.tensor(1), ctx.tensor(2)], reduction=_reduction(ctx)))
+
+
+@converter("OneHot")
+def _one_hot(ctx: NodeContext) -> Value:
+    depth = np.asarray(ctx.const(1, "depth")).reshape(-1)
+    if depth.size != 1 or depth[0] < 1:
+        raise ctx.fail(f"depth must be one value >= 1, got {depth.tolist()}")
+    return ctx.out(ctx.add("OneHot", [ctx.tensor(0), ctx.tensor(2)], depth=int(depth[0]), axis=ctx.attr("axis", -1)),
+                   elem=ctx.elem(2))

@@ -1,0 +1,335 @@
+"""Indexing with run-time indices, ONNX's semantics (https://onnx.ai/onnx/operators/): Gather,
+GatherElements, GatherND, ScatterElements, ScatterND and OneHot.
+
+Indices are i32 tensors (ONNX int64 narrowed). A negative index counts from the end of its
+axis (``k + dim``), as ONNX specifies; an index still outside ``[0, dim)`` is one ONNX leaves
+undefined (onnxruntime raises), and here it is clamped to the axis, in the reference and the
+kernels alike, so a kernel never reads or writes outside a buffer. Data tensors may be of any
+dtype (elements are copied, never converted). The scatters are written as gathers (WGSL has
+no float atomics): each output element scans the updates that may land on it, in the order
+ONNX's reference applies them, so duplicate indices and the reductions are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..kernel import Kernel, elementwise_groups
+from ..spec import Attr, need, no_grad, op
+from ..types import DType, TensorType
+from .movement import MAX_RANK, row_strides
+
+FAMILY = "indexing"
+
+_NO_GRAD = no_grad("an ONNX import op without a gradient rule (eggfuse trains graphs built from its own ops)")
+
+#: Scatter reductions and the WGSL combining the current value ``acc`` with an update ``v``. max and
+#: min compare (as the reference's Python max/min): an update that is NaN is skipped, a NaN already
+#: there stays (numpy.maximum, which ONNX's reference uses, would propagate both).
+REDUCTIONS = {"none": "v", "add": "acc + v", "mul": "acc * v", "max": "select(acc, v, v > acc)",
+              "min": "select(acc, v, v < acc)"}
+
+
+def normalise(k: np.ndarray, dim: int) -> np.ndarray:
+    """ONNX index normalisation: ``k + dim`` for a negative ``k``, then clamped to ``[0, dim)``."""
+    k = np.asarray(k, dtype=np.int64)
+    return np.clip(np.where(k < 0, k + dim, k), 0, dim - 1)
+
+
+def _indices(t: TensorType, what: str = "indices") -> None:
+    need(t.dtype is DType.I32, f"{what} must be i32, got {t}")
+
+
+def _axis(a, rank: int) -> int:
+    axis = a["axis"]
+    need(-rank <= axis < rank, f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+def _vec8(values) -> list[int]:
+    values = [int(v) for v in values]
+    return values + [0] * (MAX_RANK - len(values))
+
+
+def _max_rank(rank: int, what: str) -> None:
+    need(rank <= MAX_RANK, f"{what} has rank {rank}; the kernel addresses {MAX_RANK} dimensions")
+
+
+def _wrap_i32(x: np.ndarray) -> np.ndarray:
+    # the device's i32 arithmetic wraps; the reference's int64 does not
+    return ((x + 2**31) % 2**32) - 2**31
+
+
+# --- Gather ----------------------------------------------------------------------------------
+
+
+def _gather(ts, a):
+    data, idx = ts
+    _indices(idx)
+    axis = _axis(a, data.rank)
+    return TensorType(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.dtype)
+
+
+def _gather_ref(xs, a):
+    data, idx = xs
+    axis = a["axis"] % data.ndim
+    return np.take(data, normalise(idx, data.shape[axis]), axis=axis)
+
+
+def _gather_kernel(node, ins, target) -> Kernel:
+    data, idx = ins
+    axis = node.attrs["axis"] % data.rank
+    n = node.type.num_elements
+    return Kernel(f"gather_{data.dtype.wgsl}", "gather.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("inner", "u32", math.prod(data.shape[axis + 1:])),
+                          ("count", "u32", idx.num_elements), ("dim", "i32", data.shape[axis])))
+
+
+op("Gather", ("data", "indices"), _gather, _gather_ref, attrs=(Attr("axis", "int", 0),), vjp=_NO_GRAD,
+   kernel=_gather_kernel, flops=lambda ins, out, a: 0,
+   doc="ONNX Gather (https://onnx.ai/onnx/operators/onnx__Gather.html): numpy.take(data, indices, axis), "
+       "negative indices from the end, out-of-range ones clamped")
+
+
+# --- GatherElements, ScatterElements ---------------------------------------------------------
+
+
+def _gather_elements(ts, a):
+    data, idx = ts
+    _indices(idx)
+    _max_rank(data.rank, f"data {data}")
+    axis = _axis(a, data.rank)
+    need(idx.rank == data.rank and all(i <= d for k, (i, d) in enumerate(zip(idx.shape, data.shape, strict=True))
+                                       if k != axis),
+         f"indices {idx} must have data's rank and no larger dims than data {data} off axis {axis}")
+    return TensorType(idx.shape, data.dtype)
+
+
+def _gather_elements_ref(xs, a):
+    data, idx = xs
+    axis = a["axis"] % data.ndim
+    part = data[tuple(slice(0, d) if k != axis else slice(None) for k, d in enumerate(idx.shape))]
+    return np.take_along_axis(part, normalise(idx, data.shape[axis]), axis=axis)
+
+
+def _gather_elements_kernel(node, ins, target) -> Kernel:
+    data, idx = ins
+    axis = node.attrs["axis"] % data.rank
+    n = node.type.num_elements
+    return Kernel(f"gather_elements_{data.dtype.wgsl}", "gather_elements.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("rank", "u32", data.rank), ("axis", "u32", axis),
+                          ("dim", "i32", data.shape[axis]), ("dims", "array<vec4<u32>, 2>", _vec8(idx.shape)),
+                          ("dstr", "array<vec4<u32>, 2>", _vec8(row_strides(data.shape)))))
+
+
+op("GatherElements", ("data", "indices"), _gather_elements, _gather_elements_ref, attrs=(Attr("axis", "int", 0),),
+   vjp=_NO_GRAD, kernel=_gather_elements_kernel, flops=lambda ins, out, a: 0,
+   doc="ONNX GatherElements (https://onnx.ai/onnx/operators/onnx__GatherElements.html): "
+       "out[c] = data[c with c[axis] = indices[c]] (numpy.take_along_axis), out of indices' shape")
+
+
+def _scatter_elements(ts, a):
+    data, idx, upd = ts
+    _indices(idx)
+    _max_rank(data.rank, f"data {data}")
+    axis = _axis(a, data.rank)
+    need(upd.dtype == data.dtype and upd.shape == idx.shape, f"updates {upd} must be of data's dtype and indices' "
+                                                             f"shape {list(idx.shape)}")
+    need(idx.rank == data.rank and all(i <= d for k, (i, d) in enumerate(zip(idx.shape, data.shape, strict=True))
+                                       if k != axis),
+         f"indices {idx} must have data's rank and no larger dims than data {data} off axis {axis}")
+    need(a["reduction"] in REDUCTIONS, f"reduction {a['reduction']!r} is not one of {', '.join(REDUCTIONS)}")
+    need(a["reduction"] == "none" or data.dtype in (DType.F32, DType.I32),
+         f"reduction {a['reduction']!r} needs f32 or i32 data, got {data}")
+    return data
+
+
+def _reduce(out: np.ndarray, at: tuple, v, reduction: str) -> None:
+    if reduction == "none":
+        out[at] = v
+    elif reduction == "add":
+        out[at] += v
+    elif reduction == "mul":
+        out[at] *= v
+    elif reduction == "max":
+        out[at] = v if v > out[at] else out[at]
+    else:
+        out[at] = v if v < out[at] else out[at]
+    if out.dtype == np.int64:
+        out[at] = _wrap_i32(out[at])
+
+
+def _scatter_elements_ref(xs, a):
+    data, idx, upd = xs
+    axis = a["axis"] % data.ndim
+    out = data.copy()
+    k = normalise(idx, data.shape[axis])
+    for pos in np.ndindex(*idx.shape):  # row-major, as ONNX's reference applies the updates
+        at = list(pos)
+        at[axis] = k[pos]
+        _reduce(out, tuple(at), upd[pos], a["reduction"])
+    return out
+
+
+def _scatter_elements_kernel(node, ins, target) -> Kernel:
+    data, idx, _ = ins
+    axis = node.attrs["axis"] % data.rank
+    n = node.type.num_elements
+    reduction = node.attrs["reduction"]
+    return Kernel(f"scatter_elements_{reduction}_{data.dtype.wgsl}", "scatter_elements.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("rank", "u32", data.rank), ("axis", "u32", axis),
+                          ("along", "u32", idx.shape[axis]), ("ddims", "array<vec4<u32>, 2>", _vec8(data.shape)),
+                          ("udims", "array<vec4<u32>, 2>", _vec8(idx.shape)),
+                          ("ustr", "array<vec4<u32>, 2>", _vec8(row_strides(idx.shape)))),
+                  slots={"REDUCE": REDUCTIONS[reduction]})
+
+
+op("ScatterElements", ("data", "indices", "updates"), _scatter_elements, _scatter_elements_ref,
+   attrs=(Attr("axis", "int", 0), Attr("reduction", "str", "none")), vjp=_NO_GRAD, kernel=_scatter_elements_kernel,
+   flops=lambda ins, out, a: out.num_elements * ins[1].shape[a["axis"] % ins[1].rank],
+   doc="ONNX ScatterElements (https://onnx.ai/onnx/operators/onnx__ScatterElements.html): a copy of data with "
+       "out[c with c[axis] = indices[c]] = updates[c], or combined with it by reduction add/mul/max/min, in "
+       "row-major order of the updates (duplicates apply in that order). Each output element scans the "
+       "updates.shape[axis] updates that may land on it")
+
+
+# --- GatherND, ScatterND ---------------------------------------------------------------------
+
+
+def _gather_nd(ts, a):
+    data, idx = ts
+    _indices(idx)
+    b = a["batch_dims"]
+    need(0 <= b < min(data.rank, idx.rank), f"batch_dims {b} must be below the ranks of data {data} and indices {idx}")
+    need(data.shape[:b] == idx.shape[:b], f"the first {b} dims of data {data} and indices {idx} differ")
+    k = idx.shape[-1]
+    need(1 <= k <= data.rank - b, f"indices' last dim {k} must be in 1..{data.rank - b} for data {data}")
+    _max_rank(k, f"indices {idx}' last dim")
+    shape = idx.shape[:-1] + data.shape[b + k:]
+    return TensorType(shape if shape else (), data.dtype)
+
+
+def _gather_nd_ref(xs, a):
+    data, idx = xs
+    b, k = a["batch_dims"], idx.shape[-1]
+    batch = math.prod(data.shape[:b])
+    d = data.reshape((batch,) + data.shape[b:])
+    ix = idx.reshape((batch, -1, k))
+    out = np.empty((batch, ix.shape[1]) + data.shape[b + k:], dtype=data.dtype)
+    for i in range(batch):
+        for m in range(ix.shape[1]):
+            out[i, m] = d[i][tuple(normalise(ix[i, m, j], data.shape[b + j]) for j in range(k))]
+    return out.reshape(idx.shape[:-1] + data.shape[b + k:])
+
+
+def _gather_nd_kernel(node, ins, target) -> Kernel:
+    data, idx = ins
+    b, k = node.attrs["batch_dims"], idx.shape[-1]
+    n = node.type.num_elements
+    st = row_strides(data.shape)
+    return Kernel(f"gather_nd_{data.dtype.wgsl}", "gather_nd.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("inner", "u32", math.prod(data.shape[b + k:])),
+                          ("rows", "u32", math.prod(idx.shape[b:-1])), ("k", "u32", k),
+                          ("batch_stride", "u32", math.prod(data.shape[b:])),
+                          ("idims", "array<vec4<u32>, 2>", _vec8(data.shape[b:b + k])),
+                          ("istr", "array<vec4<u32>, 2>", _vec8(st[b:b + k]))))
+
+
+op("GatherND", ("data", "indices"), _gather_nd, _gather_nd_ref, attrs=(Attr("batch_dims", "int", 0),), vjp=_NO_GRAD,
+   kernel=_gather_nd_kernel, flops=lambda ins, out, a: 0,
+   doc="ONNX GatherND (https://onnx.ai/onnx/operators/onnx__GatherND.html): out[B.., M..] = data[B.., "
+       "indices[B.., M.., :]] with the first batch_dims dims shared, of shape indices.shape[:-1] + "
+       "data.shape[batch_dims + k:]")
+
+
+def _scatter_nd(ts, a):
+    data, idx, upd = ts
+    _indices(idx)
+    k = idx.shape[-1]
+    need(1 <= k <= data.rank, f"indices' last dim {k} must be in 1..{data.rank} for data {data}")
+    _max_rank(k, f"indices {idx}' last dim")
+    want = idx.shape[:-1] + data.shape[k:]
+    need(upd.dtype == data.dtype and upd.shape == want,
+         f"updates {upd} must be of data's dtype and shape {list(want)}")
+    need(a["reduction"] in REDUCTIONS, f"reduction {a['reduction']!r} is not one of {', '.join(REDUCTIONS)}")
+    need(a["reduction"] == "none" or data.dtype in (DType.F32, DType.I32),
+         f"reduction {a['reduction']!r} needs f32 or i32 data, got {data}")
+    return data
+
+
+def _scatter_nd_ref(xs, a):
+    data, idx, upd = xs
+    k = idx.shape[-1]
+    out = data.copy()
+    rows = idx.reshape(-1, k)
+    u = upd.reshape((rows.shape[0],) + data.shape[k:])
+    for r in range(rows.shape[0]):  # in row order, as ONNX's reference applies them
+        at = tuple(int(normalise(rows[r, j], data.shape[j])) for j in range(k))
+        for inner in np.ndindex(*data.shape[k:]):
+            _reduce(out, at + inner, u[(r,) + inner], a["reduction"])
+    return out
+
+
+def _scatter_nd_kernel(node, ins, target) -> Kernel:
+    data, idx, _ = ins
+    k = idx.shape[-1]
+    n = node.type.num_elements
+    reduction = node.attrs["reduction"]
+    return Kernel(f"scatter_nd_{reduction}_{data.dtype.wgsl}", "scatter_nd.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("inner", "u32", math.prod(data.shape[k:])),
+                          ("rows", "u32", math.prod(idx.shape[:-1])), ("k", "u32", k),
+                          ("idims", "array<vec4<u32>, 2>", _vec8(data.shape[:k])),
+                          ("istr", "array<vec4<u32>, 2>", _vec8(row_strides(data.shape)[:k]))),
+                  slots={"REDUCE": REDUCTIONS[reduction]})
+
+
+op("ScatterND", ("data", "indices", "updates"), _scatter_nd, _scatter_nd_ref,
+   attrs=(Attr("reduction", "str", "none"),), vjp=_NO_GRAD, kernel=_scatter_nd_kernel,
+   flops=lambda ins, out, a: out.num_elements * math.prod(ins[1].shape[:-1]) * ins[1].shape[-1],
+   doc="ONNX ScatterND (https://onnx.ai/onnx/operators/onnx__ScatterND.html): a copy of data with the slices "
+       "data[indices[r]] = updates[r] (or combined by reduction add/mul/max/min) in row order r. Each output "
+       "element scans every index row: cost elements x rows x k, fine for the few rows of a cache update or a "
+       "masked write, slow for a scatter of many rows")
+
+
+# --- OneHot ----------------------------------------------------------------------------------
+
+
+def _one_hot(ts, a):
+    idx, values = ts
+    need(idx.dtype in (DType.I32, DType.F32), f"indices must be i32 or f32, got {idx}")
+    need(values.num_elements == 2 and values.rank <= 1, f"values must hold [off, on], got {values}")
+    need(a["depth"] >= 1, f"depth must be >= 1, got {a['depth']}")
+    axis = a["axis"]
+    need(-idx.rank - 1 <= axis <= idx.rank, f"axis {axis} out of range for indices {idx}")
+    axis %= idx.rank + 1
+    return TensorType(idx.shape[:axis] + (a["depth"],) + idx.shape[axis:], values.dtype)
+
+
+def _one_hot_ref(xs, a):
+    idx, values = xs
+    depth = a["depth"]
+    axis = a["axis"] % (idx.ndim + 1)
+    k = np.trunc(idx).astype(np.int64)  # ONNX casts non-integer indices to int64
+    k = np.where((k < 0) & (k >= -depth), k + depth, k)  # out of [-depth, depth): no hot entry
+    hot = np.expand_dims(k, axis) == np.arange(depth).reshape((-1,) + (1,) * (idx.ndim - axis))
+    return np.where(hot, values.reshape(-1)[1], values.reshape(-1)[0])
+
+
+def _one_hot_kernel(node, ins, target) -> Kernel:
+    idx = ins[0]
+    axis = node.attrs["axis"] % (idx.rank + 1)
+    n = node.type.num_elements
+    index = "indices[at]" if idx.dtype is DType.I32 else "i32(trunc(indices[at]))"
+    return Kernel(f"one_hot_{idx.dtype.wgsl}_{node.type.dtype.wgsl}", "one_hot.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("depth", "i32", node.attrs["depth"]),
+                          ("inner", "u32", math.prod(idx.shape[axis:]))), slots={"INDEX": index})
+
+
+op("OneHot", ("indices", "values"), _one_hot, _one_hot_ref, attrs=(Attr("depth", "int"), Attr("axis", "int", -1)),
+   vjp=_NO_GRAD, kernel=_one_hot_kernel, flops=lambda ins, out, a: 0,
+   doc="ONNX OneHot (https://onnx.ai/onnx/operators/onnx__OneHot.html): values[1] where the (truncated) index, "
+       "negative ones from the end, equals the position along the new axis of size depth, values[0] elsewhere "
+       "(an index outside [-depth, depth) has no hot entry)")
