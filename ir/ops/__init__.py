@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..spec import OPS, RULES
 from . import (  # noqa: I001  (registration order: a family may build on the ones before it)
     attention,
+    attention_general,
     elementwise,
     kv_cache,
     leaves,
@@ -25,6 +26,6 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 
 #: The family modules, in registration order.
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+            optimisers, attention_general)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
