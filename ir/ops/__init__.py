@@ -18,6 +18,7 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
     matmul,
     norms,
     optimisers,
+    recurrent,
     reductions,
     shape,
     transformer,
@@ -26,6 +27,6 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 
 #: The family modules, in registration order.
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers, attention_general)
+            optimisers, attention_general, recurrent)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
