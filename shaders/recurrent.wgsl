@@ -10,9 +10,11 @@
 // the kernel adds the recurrence r h + rb (GRU with linear_before_reset: r * (Rh h + Rbh)).
 // Steps t >= len are zero rows of Y; a direction that is reversed walks t = len-1 .. 0;
 // the final h (and c) go after Y in the packed output (zero for an empty sequence, as
-// onnxruntime). Template slots: HIDDEN, GATES, WG, UNITS (UPI), SHARED (GRU's rh), the
-// activations ACTIVATIONS (act0.. of the cell's functions, per direction), CLIP (the
-// bound on every gate input), SEQ_LEN, CELL (one step of the cell), FINAL (its states).
+// onnxruntime). Params.batch_major is ONNX's layout attribute (1: [B, S, ..] tensors).
+// Template slots: HIDDEN, GATES, WG, UNITS (UPI), SHARED (GRU's rh), ACTIVATIONS (act0.. of
+// the cell's functions, per direction), CLIP (the bound on every gate input), SEQ_LEN
+// (p.seq, or this entry's seq_lens), CELL (one step of the cell into h_reg), INIT and
+// FINAL (LSTM's c: loaded from c0, stored as Y_c).
 
 const H: u32 = {{HIDDEN}}u;
 const G: u32 = {{GATES}}u;

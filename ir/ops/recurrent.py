@@ -6,14 +6,15 @@ The input projection is not part of these ops: ``xw`` is X W^T + Wb for every st
 1), G the gates of the cell (LSTM 4: i, o, f, c; GRU 3: z, r, h; RNN 1), direction d's gates
 at columns [d * G * H, (d + 1) * G * H). The ops take the recurrence weights r [dirs, G*H, H]
 and bias rb [dirs, G*H], the initial state h0 (and c0) [dirs, B, H] (layout 1: [B, dirs, H]),
-LSTM's peepholes p [dirs, 3H] (i, o, f) and optionally the sequence lengths [B] (i32).
+LSTM's peepholes [dirs, 3H] (i, o, f) and optionally the sequence lengths [B] (i32).
 Semantics as the ONNX operators (https://onnx.ai/onnx/operators/onnx__LSTM.html, __GRU,
 __RNN) and onnxruntime's implementation of them: ``clip`` (when > 0) bounds every gate's
 input before its activation; a direction ``reverse`` (and the second direction of
 ``bidirectional``) walks t = len - 1 .. 0; steps t >= len of a batch entry are zero in Y and
-leave its state alone. The output packs ONNX's outputs into one flat tensor: Y ([S, dirs,
-B, H], layout 1 [B, S, dirs, H]), then Y_h, then (LSTM) Y_c (each [dirs, B, H], layout 1
-[B, dirs, H]).
+leave its state alone, and an empty sequence ends in zero states (as onnxruntime's). The
+output packs ONNX's outputs into one flat tensor: Y ([S, dirs, B, H], layout 1 [B, S, dirs,
+H]), then Y_h, then (LSTM) Y_c (each [dirs, B, H], layout 1 [B, dirs, H]). The peepholes are
+named ``peepholes`` (a binding named ``p`` would hide the kernel's uniform).
 
 Activations are ONNX's names (Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu,
 ScaledTanh, HardSigmoid, Elu, Softsign, Softplus), one per function of the cell (LSTM f, g,
