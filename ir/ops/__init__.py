@@ -14,6 +14,7 @@ from ..spec import OPS, RULES
 from . import (  # a module imports the families it builds on itself
     arithmetic,
     attention,
+    attention_general,
     axis_norms,
     elementwise,
     indexing,
@@ -24,6 +25,7 @@ from . import (  # a module imports the families it builds on itself
     movement,
     norms,
     optimisers,
+    recurrent,
     reduce_axes,
     reductions,
     scans,
@@ -35,6 +37,7 @@ from . import (  # a module imports the families it builds on itself
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
-            attention, kv_cache, vision, losses, optimisers, reduce_axes, scans, axis_norms)
+            attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
+            axis_norms)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

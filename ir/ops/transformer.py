@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import InputError, LoweringError
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import NO_GRAD, Attr, need, need_f32, op
+from ..spec import NO_GRAD, Attr, need, need_f32, no_grad, op
 from ..types import DType, TensorType
 
 FAMILY = "transformer"
@@ -237,3 +237,94 @@ op("RoPEGrad", ("dy",), rope_rule, lambda xs, a: _rotate(xs[0], a, -1.0), attrs=
    kernel=_rope_kernel, flops=lambda ins, out, a: 3 * out.num_elements,
    doc="dx = R(pos)^T dy: each pair rotated by -angle, the inverse of RoPE with the same attributes (the "
        "rotation is orthogonal); inputs [dy] (seed: RoPEGrad)")
+
+
+# --- RotaryEmbedding (ONNX) -------------------------------------------------------------------
+
+
+def _rotary_dims(ts, a) -> tuple[int, int, int, int, int]:
+    """(batch, heads, seq, head size, rotated size) of RotaryEmbedding's x; ShapeError otherwise."""
+    x, cos, sin = ts[:3]
+    need_f32(x, "x")
+    need(x.rank in (3, 4), f"x must be 4-D [B, H, S, D] or 3-D [B, S, H*D], got {x}")
+    if x.rank == 4:
+        b, nh, s, hd = x.shape
+    else:
+        nh = a["num_heads"]
+        need(nh >= 1 and x.shape[2] % nh == 0, f"x {x} is 3-D: num_heads must be >= 1 and divide {x.shape[2]}, "
+             f"got {nh}")
+        b, s, hd = x.shape[0], x.shape[1], x.shape[2] // nh
+    rot = a["rotary_embedding_dim"] or hd
+    need(rot % 2 == 0 and 2 <= rot <= hd, f"rotary_embedding_dim {rot} must be even and in [2, {hd}]")
+    for t, what in ((cos, "cos_cache"), (sin, "sin_cache")):
+        need_f32(t, what)
+        if len(ts) == 4:
+            need(t.rank == 2 and t.shape[1] == rot // 2, f"{what} must be [positions, {rot // 2}], got {t}")
+        else:
+            need(t.rank == 3 and t.shape[0] in (1, b) and t.shape[1:] == (s, rot // 2),
+                 f"{what} must be [{b}, {s}, {rot // 2}] without position_ids, got {t}")
+    need(cos.shape == sin.shape, f"cos_cache {cos} and sin_cache {sin} differ")
+    if len(ts) == 4:
+        ids = ts[3]
+        need(ids.dtype is DType.I32 and ids.rank == 2 and ids.shape[0] in (1, b) and ids.shape[1] == s,
+             f"position_ids must be i32 [{b}, {s}], got {ids}")
+    return b, nh, s, hd, rot
+
+
+def rotary_embedding_ref(xs, a):
+    """ONNX RotaryEmbedding (https://onnx.ai/onnx/operators/onnx__RotaryEmbedding.html, the
+    spec's numpy algorithm), float64; position ids outside the cache are an InputError."""
+    x, cos, sin = xs[:3]
+    b, nh, s, hd, rot = _rotary_dims([TensorType(t.shape, DType.I32 if i == 3 else DType.F32)
+                                      for i, t in enumerate(xs)], a)
+    xb = x.transpose(0, 2, 1, 3) if x.ndim == 4 else x.reshape(b, s, nh, hd)  # [B, S, H, D]
+    if len(xs) == 4:
+        ids = np.broadcast_to(xs[3], (b, s))
+        if ids.min() < 0 or ids.max() >= cos.shape[0]:
+            raise InputError(f"RotaryEmbedding: position ids {int(ids.min())}..{int(ids.max())} are outside the "
+                             f"{cos.shape[0]} rows of the cos / sin caches")
+        cos, sin = cos[ids], sin[ids]
+    cos = np.broadcast_to(cos, (b, s, rot // 2))[:, :, None, :]
+    sin = np.broadcast_to(sin, (b, s, rot // 2))[:, :, None, :]
+    rotated = xb[..., :rot]
+    if a["interleaved"]:
+        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+    else:
+        x1, x2 = rotated[..., :rot // 2], rotated[..., rot // 2:]
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    out = xb.copy()
+    if a["interleaved"]:
+        out[..., 0:rot:2], out[..., 1:rot:2] = real, imag
+    else:
+        out[..., :rot // 2], out[..., rot // 2:rot] = real, imag
+    return out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
+
+
+def _rotary_kernel(node, ins, target) -> Kernel:
+    b, nh, s, hd, rot = _rotary_dims(ins, node.attrs)
+    n = node.type.num_elements
+    if len(ins) == 4:
+        position = "u32(clamp(position_ids[b * p.ids_b + s], 0, i32(p.cache_rows) - 1))"
+        ids_b = 0 if ins[3].shape[0] == 1 else s
+        cache_b = 0
+    else:
+        position = "b * p.cache_b + s"
+        ids_b, cache_b = 0, 0 if ins[1].shape[0] == 1 else s
+    return Kernel("rotary_embedding", "rotary_embedding.wgsl", elementwise_groups(n),
+                  params=(("n", "u32", n), ("hd", "u32", hd), ("rot", "u32", rot), ("seq", "u32", s),
+                          ("nh", "u32", nh), ("bhsd", "u32", int(ins[0].rank == 4)),
+                          ("interleaved", "u32", int(node.attrs["interleaved"])), ("ids_b", "u32", ids_b),
+                          ("cache_b", "u32", cache_b), ("cache_rows", "u32", ins[1].shape[0])),
+                  slots={"POSITION": position})
+
+
+op("RotaryEmbedding", ("x", "cos_cache", "sin_cache", "position_ids?"),
+   lambda ts, a: (_rotary_dims(ts, a), ts[0])[1], rotary_embedding_ref,
+   attrs=(Attr("interleaved", "bool", False), Attr("rotary_embedding_dim", "int", 0), Attr("num_heads", "int", 0)),
+   vjp=no_grad("an inference op of the ONNX import (training graphs use RoPE)"), kernel=_rotary_kernel,
+   flops=lambda ins, out, a: 3 * out.num_elements,
+   index_bounds=lambda ins, a: {3: ins[1].shape[0]} if len(ins) == 4 else {},
+   doc="ONNX RotaryEmbedding (Su et al. 2021, with cos / sin caches; "
+       "https://onnx.ai/onnx/operators/onnx__RotaryEmbedding.html): x [B, H, S, D] or [B, S, H*D] (num_heads), "
+       "the first rotary_embedding_dim (0: all) elements of each head rotated in pairs (i, i + rot/2), or (2i, 2i+1) "
+       "when interleaved; caches [positions, rot/2] read at position_ids [B, S], or [B, S, rot/2] without them")

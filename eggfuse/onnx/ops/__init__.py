@@ -1,4 +1,4 @@
 """Converters from ONNX op types to IR nodes, one module per family (each registers its
 converters with ``eggfuse.onnx.importer.converter``)."""
 
-from . import arithmetic, core, indexing, movement, norms, reductions, unary  # noqa: F401
+from . import arithmetic, attention, core, indexing, movement, norms, recurrent, reductions, unary  # noqa: F401
