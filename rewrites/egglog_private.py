@@ -12,6 +12,8 @@ is kept here for a measured reason:
 - :func:`serialize`: the e-graph (e-nodes with their e-class and children) for the ILP and
   greedy extractors and the soundness check: 7 ms for that graph's 1,752 e-nodes, where the
   public ``function_values`` took 3.5 s for the 211 rows of one constructor (MatMulBT).
+- :func:`ruleset_fingerprint`: the text of a ruleset's rules, for the compile cache's key
+  (``eggfuse.cache``): egglog-python prints a ruleset as its name only.
 
 ``tests/unit/test_egglog_private.py`` exercises each of them, so an egglog release that
 changes one fails there, naming it, before anything else breaks.
@@ -58,4 +60,14 @@ def serialize(egraph: EGraph) -> dict:
     return json.loads(raw.to_json())
 
 
-__all__ = ["declare", "run_program", "serialize"]
+def ruleset_fingerprint(rs: Any) -> str:
+    """The rules of egglog ruleset ``rs`` as text (their declarations, deferred rules included):
+    equal for rulesets of the same rules, in the same order; no addresses or ids in it."""
+    def text() -> str:
+        rs._update_egg_decls()
+        return repr(rs.__egg_ruleset__)
+
+    return _internal("Ruleset.__egg_ruleset__", text)
+
+
+__all__ = ["declare", "ruleset_fingerprint", "run_program", "serialize"]
