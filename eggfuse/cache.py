@@ -154,8 +154,10 @@ def _code_identity(cls: type) -> list:
 def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
     """The key's part for the arguments that reach the rewrite engine (``cost_model=``,
     ``rulesets=``; None: the shipped ones, covered by the source digest). A cost model is its
-    classes and attributes, rulesets the text of their rules; any other argument must be
-    plain data. Raises :class:`Unstorable` for what cannot be keyed."""
+    classes (their source text, outside eggfuse) and attributes, rulesets the text of their
+    rules; any other argument must be plain data. Code a cost model calls outside its own
+    classes is not covered: compile with ``cache=False`` while changing such code. Raises
+    :class:`Unstorable` for what cannot be keyed."""
     out: dict[str, Any] = {}
     for name, value in sorted(args.items()):
         if value is None:

@@ -108,6 +108,7 @@ class Generator:
         params = {name: self.model.params[name] for name in graph.parameters if name in self.model.params}
         compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share, cache=self.cache)
         self.cache_status[key] = compiled.cache
+        self.timings.setdefault("device_s", compiled.timings["device_s"])  # the first compile gets the device
         self.timings[f"{what}_optimize_s"] = compiled.timings.get("optimize_s", 0.0)
         self.timings[f"{what}_compile_s"] = compiled.timings["compile_s"]
         return compiled.session
