@@ -57,6 +57,8 @@ class EmbedResult:
     """Sentence embeddings: ``embeddings`` float32 [B, H], of unit L2 norm per row when the
     model's pooling normalises. ``model`` is the folder, ``pooling`` the pooling used
     (mode, normalize, and the source: the files that set it, or that the default was taken).
+    ``timings`` in seconds (``Compiled.timings``, plus ``load_s`` and ``run_s``); ``cache`` is
+    ``hit``, ``miss`` or ``off`` and ``cache_loaded`` the steps loaded from the compile cache.
     """
 
     sentences: list[str]
@@ -69,6 +71,8 @@ class EmbedResult:
     profile: object | None = None  # runtime.profile.Profile when asked for
     model: str = ""
     pooling: dict = field(default_factory=dict)
+    cache: str = "off"
+    cache_loaded: tuple[str, ...] = ()
 
     def similarity(self) -> np.ndarray:
         """Cosine similarity matrix [B, B] (a dot product of the rows scaled to unit norm)."""
@@ -88,13 +92,15 @@ class EmbedResult:
             "dispatches_fused": self.dispatches_fused,
             "report": None if self.report is None else self.report.to_dict(),
             "timings": self.timings,
+            "cache": self.cache,
+            "cache_loaded": list(self.cache_loaded),
             "profile": None if self.profile is None else [
                 {"kernel": k.kernel, "op": k.label, "gpu_ms": k.gpu_ms} for k in self.profile.kernels],
         }
 
 
 def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: bool = False,
-          model=None) -> EmbedResult:
+          model=None, cache: bool = True) -> EmbedResult:
     """Embed sentences with a BERT-family encoder compiled by eggfuse and run on wgpu.
 
     ``model`` is a path to a Hugging Face or sentence-transformers folder (bert, roberta,
@@ -110,7 +116,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     model, :class:`~eggfuse.ir.ModelError` when the model cannot be loaded (the weights
     package not installed, a bad folder), :class:`~eggfuse.ir.DeviceError` when no wgpu
     adapter exists. ``profile=True`` also times every dispatch on the GPU (timestamp
-    queries; ``result.profile``).
+    queries; ``result.profile``). ``cache`` as :func:`eggfuse.compile`.
     """
     if isinstance(sentences, str):
         raise InputError("sentences must be a list of strings, got a single str")
@@ -119,7 +125,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     model = _minilm() if model is None else resolve_model(model, "encoder")
     load_s = time.perf_counter() - t
     graph, feeds = model.graph_for(sentences)
-    compiled = compile(graph, model.params, fuse=fuse, device=device)
+    compiled = compile(graph, model.params, fuse=fuse, device=device, cache=cache)
     t = time.perf_counter()
     (emb,) = compiled.run(feeds)
     run_s = time.perf_counter() - t
@@ -131,7 +137,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
         prof = profile_session(compiled.session, feeds)
     pooling = {"mode": model.pooling.mode, "normalize": model.pooling.normalize, "source": model.pooling.source}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
-                       compiled.report, timings, prof, model.name, pooling)
+                       compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from eggfuse.cli_cache import add_cache, add_no_cache, cache_line
 from eggfuse.cli_generate import add_generate
 from eggfuse.cli_onnx import _shape_arg, add_run
 from eggfuse.cli_train import add_train_digits
@@ -25,7 +26,8 @@ def _print_matrix(sentences: list[str], sim) -> None:
 def cmd_embed(args: argparse.Namespace) -> None:
     from eggfuse.api import embed
 
-    result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None, model=args.model)
+    result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None, model=args.model,
+                   cache=not args.no_cache)
     if result.profile is not None:
         result.profile.write_chrome_trace(args.profile)
     if args.json:
@@ -40,6 +42,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if result.report is not None:
         print(result.report.summary())
     print("timings: " + ", ".join(f"{k} {v:.3f}s" for k, v in result.timings.items()))
+    print(cache_line(result.cache, result.cache_loaded))
     if result.profile is not None:
         print(result.profile.table())
         print(f"Chrome/Perfetto trace written to {args.profile}")
@@ -99,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the shipped all-MiniLM-L6-v2")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--no-fuse", action="store_true", help="run the unoptimised graph")
+    add_no_cache(e)
     e.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
                    help="print GPU time per kernel and write a Chrome/Perfetto trace (default eggfuse-trace.json)")
     e.set_defaults(func=cmd_embed)
@@ -120,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("rules", help="list every rewrite rule by ruleset")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=cmd_rules)
+    add_cache(sub)
     add_train_digits(sub)
     add_generate(sub)
     add_run(sub)

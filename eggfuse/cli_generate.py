@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from eggfuse.cli_cache import add_no_cache
+
 #: Dispatches per generated token of meganeura 0.2.0 on this model (its published figure).
 MEGANEURA_DISPATCHES_PER_TOKEN = 423
 
@@ -30,7 +32,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     result = generate(args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       seed=args.seed, chat=args.chat, stop_at_eos=not args.no_stop, max_seq=args.max_seq,
                       on_token=show if streaming else None, fuse=not args.no_fuse, layers=args.layers,
-                      model=args.model)
+                      model=args.model, cache=not args.no_cache)
     if args.json:
         print(json.dumps(result.to_dict()))
         return
@@ -39,6 +41,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"prefill: {len(result.prompt_ids)} prompt tokens, {result.prefill_tokens_per_s:.2f} tokens/s "
           f"(it also gives the first new token)")
     print(f"decode: {steps} tokens, {result.decode_tokens_per_s:.2f} tokens/s (stopped: {result.stop_reason})")
+    print(f"time to first token: {result.time_to_first_token_s:.2f}s; compile cache: {result.cache} "
+          f"({', '.join(f'{k} {v}' for k, v in result.cache_plans.items())})")
     print(f"model: {result.model}")
     print(f"adapter: {result.adapter}")
     peer = f"; meganeura, 30 layers: {MEGANEURA_DISPATCHES_PER_TOKEN}" if args.model is None else ""
@@ -65,6 +69,7 @@ def add_generate(sub) -> None:
     g.add_argument("--layers", type=int, default=None,
                    help="run the first N layers only (quick checks: the text is then meaningless)")
     g.add_argument("--no-fuse", action="store_true", help="run the graphs without the rewrite engine")
+    add_no_cache(g)
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (prompt_ids, generated_ids, text, tokens/s, dispatches)")
     g.set_defaults(func=cmd_generate)

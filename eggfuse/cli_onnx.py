@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eggfuse.cli_cache import add_no_cache
 from eggfuse.ir import InputError
 
 
@@ -73,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.repeats < 0:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
     t = time.perf_counter()
-    model = Model(args.model, fuse=not args.no_fuse)
+    model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache)
     feeds = feeds_for(model, dict(args.input or []), dict(args.shape or []), args.seed)
     spec = model.specialise(feeds)
     first = time.perf_counter() - t
@@ -92,6 +93,7 @@ def cmd_run(args: argparse.Namespace) -> None:
                                                                                         strict=True)},
         "dispatches_unfused": compiled.dispatches_unfused if compiled else 0,
         "dispatches_fused": compiled.dispatches_fused if compiled else 0,
+        "cache": compiled.cache if compiled else "off",
         "timings_s": {**{k: round(v, 4) for k, v in spec.timings.items()}, "first_run_s": round(first, 4),
                       "run_median_ms": round(1e3 * float(np.median(runs)), 3) if runs else None},
     }
@@ -117,6 +119,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"output {name}: {o['shape']} {o['dtype']}")
     print(f"dispatches per run: {info['dispatches_unfused']} unfused -> {info['dispatches_fused']} fused")
     print("timings: " + ", ".join(f"{k} {v}" for k, v in info["timings_s"].items()))
+    print(f"compile cache: {info['cache']}")
     if args.profile and compiled is not None:
         print(prof.table())
         print(f"Chrome/Perfetto trace written to {args.profile}")
@@ -149,6 +152,7 @@ def add_run(sub) -> None:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.add_argument("--save", metavar="OUT.npz", help="write the outputs, by name")
     r.add_argument("--no-fuse", action="store_true", help="run the graph without the rewrite engine")
+    add_no_cache(r)
     r.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
                    help="print GPU time per kernel and write a Chrome/Perfetto trace")
     r.add_argument("--json", action="store_true", help="print one JSON object")

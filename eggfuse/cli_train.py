@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from eggfuse.cli_cache import add_no_cache
 from eggfuse.ir import Graph, InputError
 
 #: Defaults of the run: reach >= 95% test accuracy in a few seconds on lavapipe.
@@ -32,7 +33,9 @@ class DigitsRun:
     seconds of steps 2.. (inputs written, the step submitted, a loss read back every
     ``loss_every`` steps and after the last); ``first_step_s`` is step 1 alone, which on
     lavapipe includes compiling the shaders to machine code. ``compile_s`` covers the
-    rewrite engine, lowering and pipeline creation; evaluation is not timed."""
+    rewrite engine, lowering and pipeline creation (``optimize_s`` + ``compile_s`` of
+    :class:`~eggfuse.pipeline.Compiled`); evaluation is not timed. ``cache``: whether the
+    compile cache had the training step (``hit``, ``miss``, ``off``)."""
 
     test_accuracy: float
     train_accuracy: float
@@ -51,6 +54,7 @@ class DigitsRun:
     fused_matmuls: dict[str, int]
     adapter: str
     saved: str | None = None
+    cache: str = "off"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,7 +69,7 @@ def _fused_matmuls(graph: Graph) -> dict[str, int]:
 def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None, optimizer: str = "adam",
                  seed: int = SEED, hidden: int = HIDDEN, fuse: bool = True, save: str | None = None,
                  progress: Callable[[int, float], None] | None = None, loss_every: int = LOSS_EVERY,
-                 device=None) -> DigitsRun:
+                 device=None, cache: bool = True) -> DigitsRun:
     """Train a 64 -> ``hidden`` (ReLU) -> 10 MLP on the digits training split for ``steps``
     mini-batches of ``batch`` images; returns a :class:`DigitsRun` with the test accuracy.
 
@@ -106,7 +110,7 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
     order = batches(len(data.x_train), batch, seed)  # checks the batch size
     sizes = (DIGITS_FEATURES, hidden, DIGITS_CLASSES)
     graph, loss = build_mlp_graph(batch, sizes)
-    trainer = Trainer(graph, loss, init_mlp_params(sizes, seed), opt, fuse=fuse, device=device)
+    trainer = Trainer(graph, loss, init_mlp_params(sizes, seed), opt, fuse=fuse, device=device, cache=cache)
     labels = one_hot(data.y_train)
 
     first_loss = last_loss = float("nan")
@@ -130,7 +134,7 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
 
     def accuracy(x: np.ndarray, y: np.ndarray) -> float:
         g, _ = build_mlp_graph(len(x), sizes)
-        (logits,) = compile_graph(g, params, fuse=False, device=trainer.session.device).run({"x": x})
+        (logits,) = compile_graph(g, params, fuse=False, device=trainer.session.device, cache=cache).run({"x": x})
         return float(np.mean(np.argmax(logits, axis=1) == y))
 
     return DigitsRun(
@@ -138,9 +142,10 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
         train_accuracy=accuracy(data.x_train, data.y_train),
         steps=steps, batch=batch, epochs=steps * batch / len(data.x_train), optimizer=optimizer, lr=lr, fuse=fuse,
         seconds_per_step=(end - first_end) / (steps - 1) if steps > 1 else first_end - start,
-        first_step_s=first_end - start, compile_s=sum(trainer.timings.values()), final_loss=last_loss,
+        first_step_s=first_end - start, compile_s=trainer.timings.get("optimize_s", 0.0) + trainer.timings["compile_s"],
+        final_loss=last_loss,
         first_loss=first_loss, dispatches_per_step=trainer.dispatches, fused_matmuls=_fused_matmuls(trainer.graph),
-        adapter=trainer.session.adapter, saved=save)
+        adapter=trainer.session.adapter, saved=save, cache=trainer.cache)
 
 
 def cmd_train_digits(args: argparse.Namespace) -> None:
@@ -159,7 +164,7 @@ def cmd_train_digits(args: argparse.Namespace) -> None:
 
     try:
         run = train_digits(args.steps, args.batch, args.lr, args.optimizer, args.seed, args.hidden,
-                           fuse=not args.no_fuse, save=args.save, progress=progress)
+                           fuse=not args.no_fuse, save=args.save, progress=progress, cache=not args.no_cache)
     finally:
         if bar is not None:
             bar.close()
@@ -172,6 +177,7 @@ def cmd_train_digits(args: argparse.Namespace) -> None:
     print(f"time per step: {run.seconds_per_step * 1e3:.2f} ms ({run.dispatches_per_step} dispatches, "
           f"{'fused' if run.fuse else 'unfused'}; first step {run.first_step_s:.2f}s); compile {run.compile_s:.2f}s")
     print(f"adapter: {run.adapter}")
+    print(f"compile cache: {run.cache}")
     if run.saved:
         print(f"parameters saved to {run.saved}")
 
@@ -190,4 +196,5 @@ def add_train_digits(sub) -> None:
     t.add_argument("--json", action="store_true", help="print one JSON object (no progress bar)")
     t.add_argument("--no-fuse", action="store_true", help="run the training step without the rewrite engine")
     t.add_argument("--save", metavar="PATH", help="write the trained parameters as safetensors")
+    add_no_cache(t)
     t.set_defaults(func=cmd_train_digits)

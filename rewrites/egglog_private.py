@@ -15,6 +15,8 @@ is kept here for a measured reason (and :func:`variables`, for a clear error mes
 - :func:`variables`: the pattern variables of a rule's sides and guards, so that a right
   side naming a variable that nothing binds is refused when the rule is made, naming the
   rule, not at saturation as egglog's ``Unbound symbol``.
+- :func:`ruleset_fingerprint`: the text of a ruleset's rules, for the compile cache's key
+  (``eggfuse.cache``): egglog-python prints a ruleset as its name only.
 
 ``tests/unit/test_egglog_private.py`` exercises each of them, and pins the details of the
 serialisation that ``problem.py``, ``engine.py`` and ``soundness.py`` read (``primitive-`` and
@@ -87,4 +89,14 @@ def variables(*terms: Any) -> set[str]:
     return names
 
 
-__all__ = ["declare", "run_program", "serialize", "variables"]
+def ruleset_fingerprint(rs: Any) -> str:
+    """The rules of egglog ruleset ``rs`` as text (their declarations, deferred rules included):
+    equal for rulesets of the same rules, in the same order; no addresses or ids in it."""
+    def text() -> str:
+        rs._update_egg_decls()
+        return repr(rs.__egg_ruleset__)
+
+    return _internal("Ruleset.__egg_ruleset__", text)
+
+
+__all__ = ["declare", "ruleset_fingerprint", "run_program", "serialize", "variables"]

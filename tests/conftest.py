@@ -1,7 +1,24 @@
 """Shared fixtures. GPU tests run on any adapter (lavapipe without a GPU) and fail, never
 skip, when there is none."""
 
+import os
+
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache_folder(tmp_path_factory):
+    """The compile cache of the test session: an empty folder of its own (``EGGFUSE_CACHE``),
+    so that no test reads or writes the user's cache, nor depends on what an earlier run left
+    in one. Tests that need a cache of their own set ``EGGFUSE_CACHE`` with monkeypatch."""
+    folder = tmp_path_factory.mktemp("compile-cache")
+    before = os.environ.get("EGGFUSE_CACHE")
+    os.environ["EGGFUSE_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("EGGFUSE_CACHE", None)
+    else:
+        os.environ["EGGFUSE_CACHE"] = before
 
 
 @pytest.fixture(scope="session")

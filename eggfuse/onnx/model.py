@@ -38,7 +38,7 @@ class Model:
     ``model``: a path or an ``onnx.ModelProto`` (not modified). ``shapes``: input name ->
     shape for dimensions the model leaves symbolic; dimensions not given are taken from each
     run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
-    input shapes. ``fuse``, ``cost_model``, ``verify`` and ``device`` go to
+    input shapes. ``fuse``, ``cost_model``, ``verify``, ``device`` and ``cache`` go to
     :func:`eggfuse.compile`.
 
     :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
@@ -50,7 +50,7 @@ class Model:
     """
 
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,
-                 fuse: bool = True, cost_model=None, verify: bool = False, device=None) -> None:
+                 fuse: bool = True, cost_model=None, verify: bool = False, device=None, cache: bool = True) -> None:
         self.proto = _load_proto(model)
         self.inputs = graph_inputs(self.proto)
         self.input_names = [vi.name for vi in self.inputs]
@@ -60,7 +60,7 @@ class Model:
             if k not in self.input_names:
                 raise OnnxError(f"shapes: {k!r} is not an input of the model; its inputs are: "
                                 f"{', '.join(map(repr, self.input_names)) or 'none'}")
-        self.fuse, self.cost_model, self.verify, self.device = fuse, cost_model, verify, device
+        self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache
         self.plans: dict[tuple, Specialised] = {}
         self._control: set[str] = set()  # inputs bound as load-time values (the import needs them)
 
@@ -95,7 +95,8 @@ class Model:
         if graph.outputs:
             # ONNX feeds may hold NaN and infinities (IsNaN, IsInf): the session takes them
             spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
-                                          verify=self.verify, device=self.device, finite_inputs=False)
+                                          verify=self.verify, device=self.device, finite_inputs=False,
+                                          cache=self.cache)
             spec.timings.update(spec.compiled.timings)
         self.plans[key] = spec
         return spec

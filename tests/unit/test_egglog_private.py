@@ -158,3 +158,22 @@ def test_a_missing_internal_is_named():
 
     with pytest.raises(RewriteError, match=r"no longer has EGraph._serialize .*egglog >=14,<15"):
         egglog_private.serialize(Broken())
+
+
+def test_a_ruleset_fingerprint_is_its_rules_text():
+    from eggfuse.rewrites import make_ruleset
+    from eggfuse.rewrites.rulesets import optimization_rulesets
+
+    def neg_neg(e):
+        (x,) = e.vars("x")
+        yield e.equal("Neg(Neg(x)) -> x", e.Neg(e.Neg(x)), x)
+
+    def relu_relu(e):
+        (x,) = e.vars("x")
+        yield e.equal("Relu(Relu(x)) -> Relu(x)", e.Relu(e.Relu(x)), e.Relu(x))
+
+    a, b, c = (egglog_private.ruleset_fingerprint(make_ruleset("r", fn)) for fn in (neg_neg, neg_neg, relu_relu))
+    assert a == b != c
+    assert "Neg(Neg(x)) -> x" in a and "0x" not in a  # the rule, and no addresses
+    shipped = [egglog_private.ruleset_fingerprint(r) for r in optimization_rulesets()]
+    assert len(set(shipped)) == len(shipped) and all(shipped)

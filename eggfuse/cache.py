@@ -1,0 +1,496 @@
+"""The compile cache: optimised graphs and lowered plans on disk, so that a process compiling a
+graph an earlier process compiled skips the rewrite engine and lowering.
+
+An entry is keyed by a SHA-256 of everything its contents depend on:
+
+- the graph: every node's op, inputs, attributes and type (so leaf names and shapes), the
+  constants' values and the outputs; never parameter values, which each session uploads;
+- what reaches the rewrite engine (:func:`optimizer_identity`): the cost model (its class and
+  attributes) and the rulesets (the shipped ones by default, else the text of their rules);
+- the device (:func:`device_identity`): the adapter's description and the limits lowering
+  reads, and whether reductions use subgroup operations;
+- whether the graph is fused, and the versions of eggfuse (its version and a digest of its
+  source files, so an edited rule or kernel is a miss), egglog, wgpu-py and wgpu-native.
+
+The folder is ``$EGGFUSE_CACHE`` when set, else platformdirs' user cache folder for eggfuse
+(``~/.cache/eggfuse`` on Linux). An entry is one file, ``<key>.json``: a header line (the
+format, the key, the SHA-256 and length of the body), then the body, JSON with arrays as
+base64 of their bytes (dtype and shape beside them). Nothing in it can run code when loaded
+(no pickle). An entry that does not check out (unreadable, a checksum or key that differs, a
+graph whose shape rules disagree with its stored types, a plan that does not fit its graph)
+is ignored with a warning, and the compile that follows rewrites it. Writes go to a temporary
+file renamed into place, so a reader never sees half an entry; a folder that cannot be
+written only costs the cache.
+
+wgpu's own pipeline cache (``VkPipelineCache``, the adapter feature ``pipeline-cache``) is not
+used: wgpu-native 29 (wgpu-py 0.32) exposes the feature but no function to create one. Mesa's
+drivers (lavapipe included) keep their own on-disk shader cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from eggfuse.ir import DType, Graph, TensorType
+from eggfuse.ir.spec import OPS
+from eggfuse.lowering import ExecutionPlan
+from eggfuse.lowering.limits import resolve_limits
+from eggfuse.lowering.plan import BufferSpec, DerivedParameter, Dispatch
+
+if TYPE_CHECKING:
+    from eggfuse.rewrites import Report
+
+log = logging.getLogger("eggfuse.cache")
+
+#: The environment variable that moves the cache folder.
+ENV = "EGGFUSE_CACHE"
+#: The entry format; part of every key, so a new format never reads an old entry.
+FORMAT = 1
+_ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
+_TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
+#: The packages whose source files the eggfuse digest covers.
+_PACKAGES = ("eggfuse", "eggfuse.ir", "eggfuse.rewrites", "eggfuse.lowering", "eggfuse.runtime", "eggfuse.shaders",
+             "eggfuse.models")
+_ARRAY_DTYPES = {np.dtype(t).str for t in (np.float32, np.float64, np.uint32, np.int32, np.int64, np.bool_)}
+
+
+class CorruptEntry(Exception):
+    """An entry that does not check out (internal: it is ignored and rewritten)."""
+
+
+class Unstorable(Exception):
+    """A compile the cache cannot key or store: a value that is not plain data (internal: the
+    compile runs uncached)."""
+
+
+def cache_dir() -> Path:
+    """The cache folder: ``$EGGFUSE_CACHE`` when set, else platformdirs' user cache folder."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("eggfuse", appauthor=False))
+
+
+# --- what a key holds -----------------------------------------------------------------------
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 of eggfuse's source files (``*.py``, ``*.wgsl``: paths and contents)."""
+    h = hashlib.sha256()
+    for name in _PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in spec.submodule_search_locations if spec is not None else ():
+            root = Path(folder)
+            for path in sorted(root.rglob("*")):
+                if path.suffix in (".py", ".wgsl") and "__pycache__" not in path.parts:
+                    h.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+                    h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def versions() -> dict[str, str]:
+    """The versions a compiled result depends on: eggfuse (version + source digest), egglog,
+    wgpu-py and wgpu-native."""
+    try:
+        from wgpu.backends import wgpu_native
+
+        native = str(getattr(wgpu_native, "__version__", "unknown"))
+    except ImportError:
+        native = "none"
+    return {"eggfuse": f"{_version('eggfuse')}+{source_digest()[:16]}", "egglog": _version("egglog"),
+            "wgpu": _version("wgpu"), "wgpu-native": native}
+
+
+def device_identity(device) -> dict[str, Any]:
+    """What of ``device`` a plan depends on: the adapter's description (every field of
+    ``adapter.info``) and the limits lowering reads (``lowering.limits.resolve_limits``)."""
+    info = device.adapter.info
+    return {"adapter": {str(k): str(info[k]) for k in sorted(info)},
+            "limits": resolve_limits(dict(device.limits))}
+
+
+def _code_identity(cls: type) -> list:
+    # The classes of an object outside eggfuse, by name and source text (eggfuse's own are
+    # covered by the source digest of versions()).
+    out = []
+    for c in cls.__mro__[:-1]:
+        entry = [c.__module__, c.__qualname__]
+        if c.__module__.split(".")[0] != "eggfuse":
+            try:
+                entry.append(hashlib.sha256(inspect.getsource(c).encode()).hexdigest())
+            except (OSError, TypeError):
+                raise Unstorable(f"the source of {c.__qualname__} is not available") from None
+        out.append(entry)
+    return out
+
+
+def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The key's part for the arguments that reach the rewrite engine (``cost_model=``,
+    ``rulesets=``; None: the shipped ones, covered by the source digest). A cost model is its
+    classes (their source text, outside eggfuse) and attributes, rulesets the text of their
+    rules; any other argument must be plain data. Code a cost model calls outside its own
+    classes is not covered: compile with ``cache=False`` while changing such code. Raises
+    :class:`Unstorable` for what cannot be keyed."""
+    out: dict[str, Any] = {}
+    for name, value in sorted(args.items()):
+        if value is None:
+            out[name] = "shipped"
+        elif name == "cost_model":
+            out[name] = {"classes": _code_identity(type(value)), "attributes": _plain(vars(value), digest=True)}
+        elif name == "rulesets":
+            from eggfuse.rewrites import egglog_private
+
+            out[name] = [hashlib.sha256(egglog_private.ruleset_fingerprint(r).encode()).hexdigest() for r in value]
+        else:
+            out[name] = _plain(value, digest=True)
+    return out
+
+
+def entry_key(graph: Graph, *, fuse: bool, optimizer: Mapping[str, Any], device: Mapping[str, Any],
+              subgroups: bool) -> str:
+    """The key (64 hex digits) of compiling ``graph``: see the module docstring. ``device`` is
+    :func:`device_identity`'s dict. Raises :class:`Unstorable` for a graph or optimiser
+    argument that is not plain data."""
+    doc = {"format": FORMAT, "versions": versions(), "graph": encode_graph(graph, digest=True), "fuse": bool(fuse),
+           "optimizer": optimizer_identity(optimizer) if fuse else None, "device": dict(device),
+           "subgroups": bool(subgroups)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# --- plain data <-> JSON --------------------------------------------------------------------
+
+
+def _array(a: np.ndarray, digest: bool) -> dict:
+    a = np.ascontiguousarray(a)
+    if a.dtype.str not in _ARRAY_DTYPES:
+        raise Unstorable(f"an array of dtype {a.dtype}")
+    data = a.tobytes()
+    body = hashlib.sha256(data).hexdigest() if digest else base64.b64encode(data).decode()
+    return {"array": a.dtype.str, "shape": list(a.shape), "sha256" if digest else "data": body}
+
+
+def _plain(v: Any, digest: bool = False) -> Any:
+    """``v`` as JSON data, tagged where JSON has no type of its own (``digest``: arrays by hash)."""
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, tuple):
+        return {"tuple": [_plain(x, digest) for x in v]}
+    if isinstance(v, list):
+        return {"list": [_plain(x, digest) for x in v]}
+    if isinstance(v, dict):
+        return {"dict": [[_plain(k, digest), _plain(x, digest)] for k, x in v.items()]}
+    if isinstance(v, TensorType):
+        return {"type": [list(v.shape), v.dtype.value]}
+    if isinstance(v, DType):
+        return {"dtype": v.value}
+    if isinstance(v, np.ndarray):
+        return _array(v, digest)
+    raise Unstorable(f"a value of type {type(v).__name__}")
+
+
+def _value(v: Any) -> Any:
+    """The value :func:`_plain` encoded (without ``digest``). Raises CorruptEntry."""
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if not isinstance(v, dict) or len(v) == 0:
+        raise CorruptEntry(f"unexpected value {v!r:.80}")
+    if "tuple" in v:
+        return tuple(_value(x) for x in v["tuple"])
+    if "list" in v:
+        return [_value(x) for x in v["list"]]
+    if "dict" in v:
+        return {_value(k): _value(x) for k, x in v["dict"]}
+    if "type" in v:
+        return _type(v["type"])
+    if "dtype" in v:
+        return DType(v["dtype"])
+    if "array" in v:
+        if v["array"] not in _ARRAY_DTYPES:
+            raise CorruptEntry(f"an array of dtype {v['array']!r}")
+        a = np.frombuffer(base64.b64decode(v["data"], validate=True), dtype=np.dtype(v["array"]))
+        a = a.reshape([_int(d) for d in v["shape"]]).copy()
+        a.setflags(write=False)
+        return a
+    raise CorruptEntry(f"unexpected value {v!r:.80}")
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise CorruptEntry(f"expected an integer, got {v!r:.40}")
+    return v
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise CorruptEntry(f"expected a string, got {v!r:.40}")
+    return v
+
+
+def _type(v: Any) -> TensorType:
+    shape, dtype = v
+    return TensorType(tuple(_int(d) for d in shape), DType(dtype))
+
+
+def encode_graph(graph: Graph, *, digest: bool = False) -> dict:
+    """``graph`` as JSON data: nodes as [op, inputs, attributes, type], and the outputs
+    (``digest``: constants' values by hash, for keys). Raises Unstorable."""
+    nodes = [[n.op, list(n.inputs), {k: _plain(v, digest) for k, v in n.attrs.items()}, _plain(n.type)]
+             for n in graph.nodes]
+    return {"nodes": nodes, "outputs": list(graph.outputs)}
+
+
+def decode_graph(doc: dict) -> Graph:
+    """The graph :func:`encode_graph` encoded, rebuilt through the IR's builders (every shape
+    rule checked again, every node's type compared with the stored one). Raises CorruptEntry."""
+    g = Graph()
+    for op, inputs, attrs, ty in doc["nodes"]:
+        attrs = {_str(k): _value(v) for k, v in attrs.items()}
+        want = _value(ty)
+        if op == "Input":
+            nid = g.input(attrs["name"], want.shape, want.dtype)
+        elif op == "Parameter":
+            nid = (g.state if attrs.get("state") else g.parameter)(attrs["name"], want.shape)
+        elif op == "Constant":
+            nid = g.constant(attrs["value"], shape=want.shape, dtype=want.dtype)
+        elif op in OPS and not OPS[op].leaf:
+            nid = g.add_node(op, [_int(i) for i in inputs], **attrs)
+        else:
+            raise CorruptEntry(f"unknown op {op!r:.40}")
+        node = g.node(nid)
+        if node.type != want or node.attrs.get("name") != attrs.get("name"):
+            raise CorruptEntry(f"{node.describe()} does not match its stored type {want}")
+    g.set_outputs([_int(o) for o in doc["outputs"]])
+    return g
+
+
+_PLAN_FIELDS = {"buffers", "dispatches", "inputs", "parameters", "constants", "outputs", "output_types",
+                "unused_leaves", "index_bounds", "derived", "limits", "state", "subgroups", "storage",
+                "storage_sizes"}
+
+
+def encode_plan(plan: ExecutionPlan) -> dict:
+    """``plan`` as JSON data (each WGSL source stored once). Raises Unstorable for a plan with
+    fields this module does not know."""
+    unknown = {f.name for f in fields(ExecutionPlan)} - _PLAN_FIELDS
+    if unknown:
+        raise Unstorable(f"ExecutionPlan fields the cache does not store: {sorted(unknown)}")
+    sources: dict[str, int] = {}
+    dispatches = [[d.node, d.op, d.kernel, sources.setdefault(d.source, len(sources)), d.entry_point,
+                   list(d.bindings), base64.b64encode(d.params).decode(), list(d.workgroups), d.label]
+                  for d in plan.dispatches]
+    return {
+        "buffers": [[b.index, b.size_bytes, b.dtype.value, b.kind, b.name, b.node, list(b.shape)]
+                    for b in plan.buffers],
+        "sources": list(sources), "dispatches": dispatches,
+        "inputs": plan.inputs, "parameters": plan.parameters,
+        "constants": [[i, _array(a, False)] for i, a in plan.constants.items()],
+        "outputs": plan.outputs, "output_types": [_plain(t) for t in plan.output_types],
+        "unused_leaves": sorted(plan.unused_leaves), "index_bounds": plan.index_bounds,
+        "derived": [[i, list(d.sources), d.axis] for i, d in plan.derived.items()],
+        "limits": plan.limits, "state": sorted(plan.state), "subgroups": plan.subgroups,
+        "storage": [[i, j] for i, j in plan.storage.items()], "storage_sizes": plan.storage_sizes,
+    }
+
+
+def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
+    """The plan :func:`encode_plan` encoded, checked against ``graph`` (the graph it runs):
+    buffers of its nodes' types, bindings and outputs in range. Raises CorruptEntry."""
+    sources = [_str(s) for s in doc["sources"]]
+    buffers = [BufferSpec(_int(i), _int(size), DType(dt), _str(kind), _str(name), _int(node),
+                          tuple(_int(d) for d in shape))
+               for i, size, dt, kind, name, node, shape in doc["buffers"]]
+    dispatches = [Dispatch(_int(node), _str(op), _str(kernel), sources[_int(src)], _str(entry),
+                           tuple(_int(b) for b in binds), base64.b64decode(params, validate=True),
+                           tuple(_int(w) for w in wg), _str(label))
+                  for node, op, kernel, src, entry, binds, params, wg, label in doc["dispatches"]]
+    names = lambda m: {_str(k): _int(v) for k, v in m.items()}  # noqa: E731
+    plan = ExecutionPlan(
+        buffers=buffers, dispatches=dispatches, inputs=names(doc["inputs"]), parameters=names(doc["parameters"]),
+        constants={_int(i): _value(a) for i, a in doc["constants"]}, outputs=[_int(o) for o in doc["outputs"]],
+        output_types=[_value(t) for t in doc["output_types"]],
+        unused_leaves=frozenset(_str(n) for n in doc["unused_leaves"]), index_bounds=names(doc["index_bounds"]),
+        derived={_int(i): DerivedParameter(tuple(_str(s) for s in srcs), _int(axis))
+                 for i, srcs, axis in doc["derived"]},
+        limits=names(doc["limits"]), state=frozenset(_str(n) for n in doc["state"]),
+        subgroups=bool(doc["subgroups"]), storage={_int(i): _int(j) for i, j in doc["storage"]},
+        storage_sizes=[_int(s) for s in doc["storage_sizes"]])
+    _check_plan(plan, graph)
+    return plan
+
+
+def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
+    n = len(plan.buffers)
+    for i, b in enumerate(plan.buffers):
+        if b.index != i or not 0 <= b.node < len(graph.nodes) or b.type != graph.node(b.node).type:
+            raise CorruptEntry(f"buffer {i} does not hold a value of the graph")
+        if b.size_bytes < max(4, b.type.size_bytes) or b.size_bytes % 4:
+            raise CorruptEntry(f"buffer {i} has {b.size_bytes} bytes for {b.type}")
+    for d in plan.dispatches:
+        if not d.bindings or any(not 0 <= i < n for i in d.bindings) or len(d.workgroups) != 3 \
+                or min(d.workgroups) < 1 or len(d.params) % 16:
+            raise CorruptEntry(f"dispatch {d.label!r:.60} does not fit the plan's buffers")
+    leaves = {x.attrs["name"]: x.type for x in graph.nodes if x.op in ("Input", "Parameter")}
+    for name, i in {**plan.inputs, **plan.parameters}.items():
+        if not 0 <= i < n or leaves.get(name) != plan.buffers[i].type:
+            raise CorruptEntry(f"leaf {name!r} does not match the graph's")
+    if not plan.unused_leaves <= set(leaves) or any(not 0 <= i < n for i in (*plan.outputs, *plan.constants,
+                                                                             *plan.derived, *plan.storage)):
+        raise CorruptEntry("the plan's leaves or outputs do not match the graph's")
+    if plan.output_types != [graph.node(o).type for o in graph.outputs]:
+        raise CorruptEntry("the plan's outputs do not match the graph's")
+    if any(not 0 <= j < len(plan.storage_sizes) for j in plan.storage.values()):
+        raise CorruptEntry("the plan's shared storage does not match its allocations")
+
+
+# --- the folder -----------------------------------------------------------------------------
+
+
+@dataclass
+class Loaded:
+    """An entry read back: ``graph`` and its ``report`` (None for an unfused compile) and
+    ``plan``; seconds spent: ``optimize_s`` (from the caller's start: key, read, checksum,
+    graph and report), ``lower_s`` (the plan)."""
+
+    graph: Graph | None
+    report: Report | None
+    plan: ExecutionPlan
+    optimize_s: float
+    lower_s: float
+
+
+class CompileCache:
+    """The entries in ``folder`` (default :func:`cache_dir`)."""
+
+    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else cache_dir()
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def load(self, key: str, *, runs: Graph | None = None, started: float | None = None) -> Loaded | None:
+        """The entry of ``key``, or None when there is none or it does not check out (then a
+        warning names the reason; the caller's compile rewrites it). ``runs`` is the graph
+        that runs when the entry holds none (an unfused compile); ``started`` is when the
+        caller began (perf_counter), counted into ``optimize_s``."""
+        t = time.perf_counter() if started is None else started
+        path = self.path(key)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warning("eggfuse: cannot read compile-cache entry %s (%s); compiling instead", path, e)
+            return None
+        try:
+            body = _verified_body(raw, key)
+            graph = report = None
+            if runs is None:
+                graph, report = decode_graph(body["graph"]), _report(body["report"])
+            t_plan = time.perf_counter()
+            plan = decode_plan(body["plan"], graph if runs is None else runs)
+        except Exception as e:  # noqa: BLE001 - any failure to read an entry back means: ignore it
+            log.warning("eggfuse: ignoring compile-cache entry %s (%s: %s); it is rewritten", path,
+                        type(e).__name__, e)
+            return None
+        return Loaded(graph, report, plan, t_plan - t, time.perf_counter() - t_plan)
+
+    def store(self, key: str, graph: Graph | None, report: Report | None, plan: ExecutionPlan) -> Path | None:
+        """Write the entry of ``key`` (``graph`` and ``report`` None for an unfused compile);
+        returns its path, or None when it could not be written (logged)."""
+        try:
+            body = json.dumps({"key": key, "graph": None if graph is None else encode_graph(graph),
+                               "report": None if report is None else report.to_dict(), "plan": encode_plan(plan),
+                               "versions": versions(), "created": time.time()}, separators=(",", ":")).encode()
+        except (Unstorable, TypeError, ValueError) as e:
+            log.info("eggfuse: not caching this compile: %s", e)
+            return None
+        header = json.dumps({"eggfuse_cache": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest(),
+                             "bytes": len(body)}).encode()
+        path = self.path(key)
+        temp = self.folder / f".{key}.{os.getpid()}.tmp"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            temp.write_bytes(header + b"\n" + body)
+            os.replace(temp, path)
+        except OSError as e:
+            log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder, e)
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            return None
+        return path
+
+    def entries(self) -> list[Path]:
+        """The entry files, by name."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(p for p in self.folder.iterdir() if _ENTRY.match(p.name) and p.is_file())
+
+    def info(self) -> dict[str, Any]:
+        """``folder`` (str), ``entries`` (count) and ``bytes`` (their total size)."""
+        entries = self.entries()
+        return {"folder": str(self.folder), "entries": len(entries), "bytes": sum(p.stat().st_size for p in entries)}
+
+    def clear(self) -> int:
+        """Remove every entry (and temporary files a killed write left); returns the number of
+        entries removed. Other files in the folder are left alone."""
+        removed = 0
+        for p in self.entries():
+            p.unlink(missing_ok=True)
+            removed += 1
+        if self.folder.is_dir():
+            for p in self.folder.iterdir():
+                if _TEMP.match(p.name):
+                    p.unlink(missing_ok=True)
+        return removed
+
+
+def _verified_body(raw: bytes, key: str) -> dict:
+    head, sep, body = raw.partition(b"\n")
+    if not sep:
+        raise CorruptEntry("no header line")
+    header = json.loads(head)
+    if header.get("eggfuse_cache") != FORMAT or header.get("key") != key:
+        raise CorruptEntry("another format or key")
+    if header.get("bytes") != len(body) or header.get("sha256") != hashlib.sha256(body).hexdigest():
+        raise CorruptEntry("checksum mismatch")
+    doc = json.loads(body)
+    if doc.get("key") != key:
+        raise CorruptEntry("the body holds another key")
+    return doc
+
+
+def _report(doc: dict | None) -> Report | None:
+    from eggfuse.rewrites.report import Report  # plain data: no egglog
+
+    return None if doc is None else Report.from_dict(doc)
+
+
+__all__ = ["ENV", "CompileCache", "Loaded", "cache_dir", "device_identity", "entry_key", "optimizer_identity",
+           "versions"]

@@ -1,0 +1,54 @@
+"""``eggfuse cache info|clear`` (the compile cache, :mod:`eggfuse.cache`), and the
+``--no-cache`` option of the commands that compile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cache_line(status: str, loaded) -> str:
+    """The text output's line on the compile cache, for ``status`` hit, miss or off."""
+    from eggfuse.cache import cache_dir
+
+    if status == "hit":
+        return f"compile cache: hit ({', '.join(loaded)} loaded from {cache_dir()})"
+    if status == "miss":
+        return f"compile cache: miss (stored in {cache_dir()})"
+    return f"compile cache: {status}"
+
+
+def add_no_cache(parser: argparse.ArgumentParser) -> None:
+    """Register ``--no-cache`` on a command that compiles."""
+    parser.add_argument("--no-cache", action="store_true",
+                        help="neither load nor store compiled graphs in the compile cache (see: eggfuse cache info)")
+
+
+def cmd_cache(args: argparse.Namespace) -> None:
+    from eggfuse.cache import CompileCache
+
+    store = CompileCache()
+    if args.action == "clear":
+        removed = store.clear()
+        if args.json:
+            print(json.dumps({"folder": str(store.folder), "removed": removed}))
+        else:
+            print(f"removed {removed} entries from {store.folder}")
+        return
+    info = store.info()
+    if args.json:
+        print(json.dumps(info))
+        return
+    print(f"folder: {info['folder']}")
+    print(f"entries: {info['entries']}")
+    print(f"total size: {info['bytes'] / 1e6:.2f} MB ({info['bytes']} bytes)")
+
+
+def add_cache(sub) -> None:
+    """Register ``cache`` on the CLI's subparsers."""
+    c = sub.add_parser("cache", help="the compile cache: its folder, entries and size (info), or remove them (clear)")
+    c.add_argument("action", choices=["info", "clear"],
+                   help="info: the folder ($EGGFUSE_CACHE or the user cache folder), entries, total size; "
+                        "clear: remove the entries")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=cmd_cache)
