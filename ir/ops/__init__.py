@@ -10,14 +10,18 @@ from __future__ import annotations
 from ..spec import OPS, RULES
 from . import (  # noqa: I001  (registration order: a family may build on the ones before it)
     attention,
+    conv,
     elementwise,
     kv_cache,
     leaves,
+    linalg,
     losses,
     matmul,
     norms,
     optimisers,
+    pooling,
     reductions,
+    resample,
     shape,
     transformer,
     vision,
@@ -25,6 +29,6 @@ from . import (  # noqa: I001  (registration order: a family may build on the on
 
 #: The family modules, in registration order.
 FAMILIES = (leaves, elementwise, reductions, shape, matmul, norms, transformer, attention, kv_cache, vision, losses,
-            optimisers)
+            optimisers, linalg, conv, pooling, resample)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

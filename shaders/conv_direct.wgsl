@@ -1,0 +1,51 @@
+//#include "conv_common.wgsl"
+// Conv / ConvTranspose, direct (ir/ops/conv.py, for few output channels per group: depthwise
+// convolutions, 1-channel heads): one invocation per output element out[nb, o, d, h, w],
+// bias[o] plus the sum over the group's C/group input channels and the kernel taps. A tap in
+// the padding reads a clamped in-bounds element and adds it times zero, so the tap loops have
+// no branches. 256 per workgroup. KD, KH, KW (the kernel's extent) are template constants, so
+// the compiler can unroll the tap loops.
+
+const KD: u32 = {{KD}}u;
+const KH: u32 = {{KH}}u;
+const KW: u32 = {{KW}}u;
+
+// The input coordinate of tap t along an axis, clamped inside, and 1 or 0 for whether it is real.
+fn tap_weight(o: u32, t: u32, n_in: u32, s: u32, pad: i32, d: u32) -> vec2<i32> {
+    let i = tap_at(o, t, n_in, s, pad, d);
+    return vec2<i32>(max(i, 0), select(0, 1, i >= 0));
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let e = linear_workgroup(wid, nwg) * 256u + li;
+    if (e >= p.total) {
+        return;
+    }
+    let spatial = p.outs.x * p.outs.y * p.outs.z;
+    let oc = out_coord(e % spatial);
+    let o = (e / spatial) % p.outs.w;
+    let nb = e / (spatial * p.outs.w);
+    let grp = o / p.chan.y;
+    let m = o % p.chan.y;
+    let plane = p.ins.x * p.ins.y * p.ins.z;
+    var acc = bias_at(o);
+    for (var c = 0u; c < p.chan.x; c = c + 1u) {
+        let base = (nb * p.ins.w + grp * p.chan.x + c) * plane;
+        for (var td = 0u; td < KD; td = td + 1u) {
+            let id = tap_weight(oc.x, td, p.ins.x, p.stride.x, p.pad.x, p.dil.x);
+            for (var th = 0u; th < KH; th = th + 1u) {
+                let ih = tap_weight(oc.y, th, p.ins.y, p.stride.y, p.pad.y, p.dil.y);
+                let row = base + (u32(id.x) * p.ins.y + u32(ih.x)) * p.ins.z;
+                for (var tw = 0u; tw < KW; tw = tw + 1u) {
+                    let iw = tap_weight(oc.z, tw, p.ins.z, p.stride.z, p.pad.z, p.dil.z);
+                    let real = f32(id.y * ih.y * iw.y);
+                    let tap = (td * KH + th) * KW + tw;
+                    acc = fma(x[row + u32(iw.x)] * real, w[weight_at(grp, m, c, tap)], acc);
+                }
+            }
+        }
+    }
+    out[e] = acc;
+}

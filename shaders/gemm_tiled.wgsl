@@ -1,0 +1,95 @@
+//#include "common.wgsl"
+// C[z, m, n] = sum_k A(z, m, k) B(z, k, n), 0 <= m < p.m, k < p.k, n < p.n: the tiled kernel of
+// BatchMatMul (batch_matmul.wgsl) and of Conv / ConvTranspose as implicit GEMMs
+// (conv_gemm.wgsl; ir/ops/linalg.py, ir/ops/conv.py). The file that includes this one defines
+// the operand accessors:
+//   gemm_begin(z, col)  called first, once: z the problem (batch, or image and group), col
+//                       the first of the 4 consecutive columns of B this invocation loads
+//   load_a(m, k)        an element of A, called only inside the problem
+//   load_b4(k)          elements (k, col .. col + 3) of B, zero past p.n; k < p.k
+//   store_c(m, n, v)    one result, called only inside the problem
+//
+// One workgroup of 256 invocations computes a BM x BN tile of C (BM * BN = 4096: 64 x 64,
+// 32 x 128 or 16 x 256, chosen per problem). Invocation (tx, ty), tx = li % TX, owns the
+// 4 x 4 outputs at rows ty * 4 .. + 3 and columns tx * 4 .. + 3 of the tile. K is walked in
+// slices of 16, both operands staged in workgroup memory as vec4 (A transposed: [16][BM / 4],
+// B [16][BN / 4]), so the inner product reads one vec4 of each per step. Each invocation
+// stages BM / 16 elements of A's slice (slice column li % 16, rows li / 16 + 16 r:
+// neighbouring invocations read neighbouring k) and BN / 64 quads of B's (columns fixed per
+// invocation, rows li / TX4 + (256 / TX4) r). Elements outside the problem load as zeros.
+// Workgroups are numbered tile column fastest, then tile row, then z (p.tiles_n,
+// p.tiles_m); past p.tiles (a split grid) a workgroup returns at once.
+
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const SLICE: u32 = 16u;
+const TX: u32 = BN / 4u;  // invocations across the tile, each 4 columns
+const BM4: u32 = BM / 4u;
+const A_LOADS: u32 = BM / 16u;  // elements of A's slice per invocation
+const B_LOADS: u32 = BN / 64u;  // quads of B's slice per invocation
+const B_ROWS: u32 = 256u / TX;  // slice rows of B staged per round
+
+var<workgroup> a_tile: array<vec4<f32>, 16u * BM4>;  // a_tile[k * BM4 + m / 4][m % 4]
+var<workgroup> b_tile: array<vec4<f32>, 16u * TX>;   // b_tile[k * TX + n / 4]
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let t = linear_workgroup(wid, nwg);
+    if (t >= p.tiles) {
+        return;
+    }
+    let n0 = (t % p.tiles_n) * BN;
+    let m0 = ((t / p.tiles_n) % p.tiles_m) * BM;
+    let z = t / (p.tiles_n * p.tiles_m);
+    let tx = li % TX;
+    let ty = li / TX;
+    let a_k = li % SLICE;
+    let b_q = li % TX;  // the quad of B columns this invocation stages
+    gemm_begin(z, n0 + 4u * b_q);
+    var c0 = vec4<f32>();
+    var c1 = vec4<f32>();
+    var c2 = vec4<f32>();
+    var c3 = vec4<f32>();
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + SLICE) {
+        for (var r = 0u; r < A_LOADS; r = r + 1u) {
+            let am = li / SLICE + 16u * r;
+            var va = 0.0;
+            if (m0 + am < p.m && k0 + a_k < p.k) {
+                va = load_a(m0 + am, k0 + a_k);
+            }
+            a_tile[a_k * BM4 + am / 4u][am % 4u] = va;
+        }
+        for (var r = 0u; r < B_LOADS; r = r + 1u) {
+            let bk = li / TX + B_ROWS * r;
+            var vb = vec4<f32>();
+            if (k0 + bk < p.k) {
+                vb = load_b4(k0 + bk);
+            }
+            b_tile[bk * TX + b_q] = vb;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < SLICE; kk = kk + 1u) {
+            let a = a_tile[kk * BM4 + ty];
+            let b = b_tile[kk * TX + tx];
+            c0 = fma(vec4<f32>(a.x), b, c0);
+            c1 = fma(vec4<f32>(a.y), b, c1);
+            c2 = fma(vec4<f32>(a.z), b, c2);
+            c3 = fma(vec4<f32>(a.w), b, c3);
+        }
+        workgroupBarrier();
+    }
+    let acc = array<vec4<f32>, 4>(c0, c1, c2, c3);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let m = m0 + ty * 4u + i;
+        if (m >= p.m) {
+            break;
+        }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let n = n0 + tx * 4u + j;
+            if (n < p.n) {
+                store_c(m, n, acc[i][j]);
+            }
+        }
+    }
+}
