@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import Attr, need, need_f32, no_grad, op
+from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import TensorType
 
 FAMILY = "linalg"
@@ -139,6 +139,68 @@ op("BatchMatMul", ("a", "b"), _batch_matmul, _batch_matmul_ref,
        "(https://numpy.org/doc/stable/reference/generated/numpy.matmul.html; ONNX MatMul, "
        "https://onnx.ai/onnx/operators/onnx__MatMul.html)",
    vjp=_INFERENCE, kernel=_batch_matmul_kernel, flops=_batch_matmul_flops)
+
+
+# --- the epilogue of a matmul seen through a reshape -----------------------------------------
+# ONNX MatMul of a [..., M, K] activation by a [K, N] weight is imported as the 2-D MatMul of a
+# [rows, K] view, viewed back as [..., N]; the bias, residual and activation that follow act on
+# that view. These rules move them under the view, where the matmul_epilogue rules fold them
+# into the matmul's store.
+
+
+def _viewed_matmul(g, dim):
+    """A [b, m, k] input times a [k, n] weight through [b m, k] and back: (node, b, m, n)."""
+    b, m, k, n = dim("b"), dim("m"), dim("k"), dim("n")
+    x = g.reshape(g.input("x", [b, m, k]), [b * m, k])
+    return g.reshape(g.matmul(x, g.parameter("w", [k, n])), [b, m, n]), b, m, n
+
+
+def _out(g, node):
+    g.set_outputs([node])
+
+
+_THROUGH_RESHAPE = {
+    "bias": lambda g, dim: _out(g, g.add((v := _viewed_matmul(g, dim))[0], g.parameter("d", [v[3]]))),
+    "bias_first": lambda g, dim: _out(g, g.add(g.parameter("d", [dim("n")]), _viewed_matmul(g, dim)[0])),
+    "add": lambda g, dim: _out(g, g.add((v := _viewed_matmul(g, dim))[0], g.input("r", list(v[1:])))),
+    "add_first": lambda g, dim: _out(g, g.add(g.input("r", [dim("b"), dim("m"), dim("n")]),
+                                             _viewed_matmul(g, dim)[0])),
+}
+
+
+@rules("matmul_epilogue")
+def _epilogue_through_reshape(e):
+    from ..spec import OPS
+
+    a, b, d, mm = e.vars("a b d mm")
+    (v,) = e.vars("v", e.String)
+    (ep,) = e.vars("e", e.Epi)
+    s, sm, sd = e.vars("s sm sd", e.Vec[e.i64])
+    fused = e.FusedMatMul(a, b, variant=v, epilogue=ep)
+    view = e.Identity(mm, shape=s)
+    is_mm = (e.eq(mm).to(fused), e.eq(e.shape(mm)).to(sm))
+    # each rule gives the new term under the view its shape fact (a class a rule creates has none,
+    # and the epilogue rules read it)
+
+    def moved(name, lhs, inner, *guards, ex, views=()):
+        return e.rule(lhs, *is_mm, *guards, name=name, example=example(ex)).then(
+            e.union(lhs).with_(e.Identity(inner, shape=s)), *(e.set_(e.shape(t)).to(sm) for t in (inner, *views)))
+
+    # Add(Reshape(mm, s), d[N]) -> Reshape(BiasAdd(mm, d), s)   if mm is a FusedMatMul [R,N] and s = [..., N]
+    for label, add, ex in (("Add(Reshape(mm,s), d[N])", e.Add(view, d), "bias"),
+                           ("Add(d[N], Reshape(mm,s))", e.Add(d, view), "bias_first")):
+        yield moved(f"{label} -> Reshape(BiasAdd(mm,d), s)", add, e.BiasAdd(mm, d), e.eq(e.shape(d)).to(sd),
+                    e.eq(sd).to(e.Vec(sm[1])), e.eq(s[s.length() - e.i64(1)]).to(sm[1]), ex=_THROUGH_RESHAPE[ex])
+    # Add(Reshape(mm, s), d) -> Reshape(Add(mm, Reshape(d, shape(mm))), s)   if shape(d) = s, mm a FusedMatMul
+    for label, add, ex in (("Add(Reshape(mm,s), d)", e.Add(view, d), "add"),
+                           ("Add(d, Reshape(mm,s))", e.Add(d, view), "add_first")):
+        flat = e.Identity(d, shape=sm)
+        yield moved(f"{label} -> Reshape(Add(mm, Reshape(d, shape(mm))), s)", add, e.Add(mm, flat),
+                    e.eq(e.shape(d)).to(s), ex=_THROUGH_RESHAPE[ex], views=(flat,))
+    # U(Reshape(mm, s)) -> Reshape(U(mm), s)   for every unary op that may be an epilogue step, mm a FusedMatMul
+    for name in (name for name, spec in OPS.items() if spec.epilogue_step):
+        yield moved(f"{name}(Reshape(mm,s)) -> Reshape({name}(mm), s)", getattr(e, name)(view), getattr(e, name)(mm),
+                    ex=(lambda u: lambda g, dim: _out(g, g.add_node(u, (_viewed_matmul(g, dim)[0],))))(name))
 
 
 # --- Einsum --------------------------------------------------------------------------------------

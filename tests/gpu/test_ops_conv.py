@@ -103,7 +103,8 @@ def test_kernels_on_a_split_grid(device):
                            shape=[2, 16, 10, 24], taps=[0, 0, 2, 0]))
     g.set_outputs(outs)
     plan = lower(g, {"max-compute-workgroups-per-dimension": 4})
-    assert len(plan.dispatches) == len(outs) and all(d.workgroups[1] > 1 for d in plan.dispatches), [(d.kernel, d.workgroups) for d in plan.dispatches]
+    grids = [(d.kernel, d.workgroups) for d in plan.dispatches]
+    assert len(grids) == len(outs) and all(grid[1] > 1 for _, grid in grids), grids
     params = {f"w{i}": rng.standard_normal(s) for i, s in ((1, [20, 16, 3, 3]), (2, [16, 1, 3, 3]),
                                                            (3, [16, 18, 2, 2]))}
     feeds = {"x": rng.standard_normal((2, 16, 20, 24)), "y": rng.standard_normal((2, 16, 24, 40))}
