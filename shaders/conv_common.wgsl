@@ -27,6 +27,21 @@ fn tap_at(o: u32, t: u32, n_in: u32, s: u32, pad: i32, d: u32) -> i32 {
     return i;
 }
 
+// The first kernel tap along an axis that can reach output coordinate o, and the step to the
+// next: every tap for Conv; for ConvTranspose without dilation only the taps t = o + pad
+// (mod s) (the others land between input positions), so a direct loop skips them.
+fn tap_first(o: u32, s: u32, pad: i32, d: u32) -> u32 {
+    if (TRANSPOSED && d == 1u) {
+        let r = (i32(o) + pad) % i32(s);
+        return u32(select(r, r + i32(s), r < 0));
+    }
+    return 0u;
+}
+
+fn tap_step(s: u32, d: u32) -> u32 {
+    return select(1u, s, TRANSPOSED && d == 1u);
+}
+
 // The weight element linking output channel m of group grp to input channel c of the group at tap.
 fn weight_at(grp: u32, m: u32, c: u32, tap: u32) -> u32 {
     if (TRANSPOSED) {

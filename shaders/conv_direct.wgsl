@@ -3,8 +3,9 @@
 // convolutions, 1-channel heads): one invocation per output element out[nb, o, d, h, w],
 // bias[o] plus the sum over the group's C/group input channels and the kernel taps. A tap in
 // the padding reads a clamped in-bounds element and adds it times zero, so the tap loops have
-// no branches. 256 per workgroup. KD, KH, KW (the kernel's extent) are template constants, so
-// the compiler can unroll the tap loops.
+// no branches; a ConvTranspose without dilation visits only the taps of its output's stride
+// phase (tap_first). 256 per workgroup. KD, KH, KW (the kernel's extent) are template
+// constants, so the compiler can unroll the tap loops of a Conv.
 
 const KD: u32 = {{KD}}u;
 const KH: u32 = {{KH}}u;
@@ -30,15 +31,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let grp = o / p.chan.y;
     let m = o % p.chan.y;
     let plane = p.ins.x * p.ins.y * p.ins.z;
+    let step = vec3<u32>(tap_step(p.stride.x, p.dil.x), tap_step(p.stride.y, p.dil.y),
+                         tap_step(p.stride.z, p.dil.z));
     var acc = bias_at(o);
     for (var c = 0u; c < p.chan.x; c = c + 1u) {
         let base = (nb * p.ins.w + grp * p.chan.x + c) * plane;
-        for (var td = 0u; td < KD; td = td + 1u) {
+        for (var td = tap_first(oc.x, p.stride.x, p.pad.x, p.dil.x); td < KD; td = td + step.x) {
             let id = tap_weight(oc.x, td, p.ins.x, p.stride.x, p.pad.x, p.dil.x);
-            for (var th = 0u; th < KH; th = th + 1u) {
+            for (var th = tap_first(oc.y, p.stride.y, p.pad.y, p.dil.y); th < KH; th = th + step.y) {
                 let ih = tap_weight(oc.y, th, p.ins.y, p.stride.y, p.pad.y, p.dil.y);
                 let row = base + (u32(id.x) * p.ins.y + u32(ih.x)) * p.ins.z;
-                for (var tw = 0u; tw < KW; tw = tw + 1u) {
+                for (var tw = tap_first(oc.z, p.stride.z, p.pad.z, p.dil.z); tw < KW; tw = tw + step.z) {
                     let iw = tap_weight(oc.z, tw, p.ins.z, p.stride.z, p.pad.z, p.dil.z);
                     let real = f32(id.y * ih.y * iw.y);
                     let tap = (td * KH + th) * KW + tw;
