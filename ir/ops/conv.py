@@ -145,7 +145,7 @@ def _conv_transpose_ref(xs, a):
     return out
 
 
-def conv_uses_gemm(node, ins) -> bool:
+def conv_uses_gemm(node) -> bool:
     """Whether a Conv / ConvTranspose node runs as the implicit GEMM (else the direct loop)."""
     g = node.attrs["group"]
     return node.type.shape[1] // g >= GEMM_MIN_CHANNELS
@@ -192,7 +192,7 @@ def _conv_kernel(node, ins, target) -> Kernel:
     slots = {"TRANSPOSED": "true" if transposed else "false", "BIAS": "return bias[o];" if bias else "return 0.0;"}
     bindings = (Buffer("x"), Buffer("w"), *((Buffer("bias"),) if bias else ()), Buffer("out", write=True))
     name = ("conv_transpose" if transposed else "conv") + ("+bias" if bias else "")
-    if conv_uses_gemm(node, ins):
+    if conv_uses_gemm(node):
         gemm, tile, tiles = gemm_params(m // g, c // g * taps, spatial, n * g)
         pointwise = not transposed and taps == 1 and set(strides) == {1} and not any(node.attrs["pads"])
         slots.update(tile, POINTWISE="true" if pointwise else "false")

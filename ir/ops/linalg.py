@@ -300,7 +300,7 @@ def _einsum_kernel(node, ins, target) -> Kernel:
 
 
 def _einsum_flops(ins, out, a):
-    _, letters, sizes = parse_einsum(a["equation"], [t.shape for t in ins])
+    _, _, sizes = parse_einsum(a["equation"], [t.shape for t in ins])
     return len(ins) * math.prod(sizes.values())
 
 

@@ -50,23 +50,21 @@ def _resample(ts, a):
     return TensorType(shape)
 
 
-def _tables(a):
+def _tables(a, index, weight):
     """(axis, index rows [out, taps], weight rows, outside [out]) of each resized axis."""
-    def split(index, weight):
-        at = 0
-        for ax, (o, t) in enumerate(zip(a["shape"], a["taps"], strict=True)):
-            if t:
-                idx = index[at:at + o * t].reshape(o, t)
-                yield ax, idx, weight[at:at + o * t].reshape(o, t), idx[:, 0] < 0
-                at += o * t
-    return split
+    at = 0
+    for ax, (o, t) in enumerate(zip(a["shape"], a["taps"], strict=True)):
+        if t:
+            idx = index[at:at + o * t].reshape(o, t)
+            yield ax, idx, weight[at:at + o * t].reshape(o, t), idx[:, 0] < 0
+            at += o * t
 
 
 def _resample_ref(xs, a):
     x, index, weight = xs
     out = x
     outside = np.zeros(tuple(a["shape"]), dtype=bool)
-    for ax, idx, w, off in _tables(a)(index, weight):
+    for ax, idx, w, off in _tables(a, index, weight):
         gathered = np.take(out, np.clip(idx, 0, x.shape[ax] - 1), axis=ax)  # [..., out, taps, ...]
         view = [1] * gathered.ndim
         view[ax], view[ax + 1] = w.shape

@@ -79,7 +79,7 @@ def test_gemm_choice_follows_channels_per_group():
     x = g.input("x", [1, 32, 8, 8])
     depthwise = g.node(g.add_node("Conv", (x, g.parameter("w1", [32, 1, 3, 3])), group=32))
     grouped = g.node(g.add_node("Conv", (x, g.parameter("w2", [32, 16, 3, 3])), group=2))
-    assert not conv_uses_gemm(depthwise, None) and conv_uses_gemm(grouped, None)
+    assert not conv_uses_gemm(depthwise) and conv_uses_gemm(grouped)
 
 
 def test_kernels_on_a_split_grid(device):

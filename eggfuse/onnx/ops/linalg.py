@@ -39,6 +39,7 @@ def reshape(ctx: NodeContext, nid: int, shape) -> int:
 
 @converter("MatMul")
 def _matmul(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(())
     float_inputs(ctx, 0, 1)
     sa, sb = ctx.shape(0), ctx.shape(1)
     if not sa or not sb:
@@ -58,6 +59,7 @@ def _matmul(ctx: NodeContext) -> Value:
 
 @converter("Gemm")
 def _gemm(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(("alpha", "beta", "transA", "transB"))
     float_inputs(ctx, 0, 1, 2)
     sa, sb = ctx.shape(0), ctx.shape(1)
     if len(sa) != 2 or len(sb) != 2:
@@ -107,6 +109,7 @@ def _batched_matmul_form(letters: list[str], out: str):
 
 @converter("Einsum")
 def _einsum(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(("equation",))
     n_in = len(ctx.inputs)
     float_inputs(ctx, *range(n_in))
     equation = ctx.attr("equation")

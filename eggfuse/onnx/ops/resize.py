@@ -141,6 +141,8 @@ def _known(ctx: NodeContext, i: int, what: str) -> np.ndarray | None:
 
 @converter("Resize")
 def _resize(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                      "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode"))
     float_inputs(ctx, 0)
     shape = ctx.shape(0)
     r = len(shape)
@@ -206,6 +208,7 @@ def _resize(ctx: NodeContext) -> Value:
 @converter("Upsample")
 def _upsample(ctx: NodeContext) -> Value:
     # Upsample-7 takes scales as an attribute, 9 as an input; out = floor(in * scale), asymmetric coordinates
+    ctx.refuse_attrs(("mode", "scales"))
     float_inputs(ctx, 0)
     shape = ctx.shape(0)
     mode = ctx.attr("mode", "nearest")

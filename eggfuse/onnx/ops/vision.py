@@ -16,6 +16,8 @@ from ..importer import NodeContext, Value, converter
 from .linalg import float_inputs, reshape
 
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_CONV = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+_POOL = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
 
 
 def _spatial(ctx: NodeContext) -> tuple[int, ...]:
@@ -68,6 +70,7 @@ def _kernel_shape(ctx: NodeContext, w_shape) -> list[int]:
 
 @converter("Conv")
 def _conv(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(_CONV)
     float_inputs(ctx, 0, 1, 2)
     spatial = _spatial(ctx)
     r = len(spatial)
@@ -81,6 +84,7 @@ def _conv(ctx: NodeContext) -> Value:
 
 @converter("ConvTranspose")
 def _conv_transpose(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs((*_CONV, "output_padding", "output_shape"))
     float_inputs(ctx, 0, 1, 2)
     spatial = _spatial(ctx)
     r = len(spatial)
@@ -113,7 +117,8 @@ def _conv_transpose(ctx: NodeContext) -> Value:
                            group=int(ctx.attr("group", 1)), output_padding=extra))
 
 
-def _pool_attrs(ctx: NodeContext) -> dict:
+def _pool_attrs(ctx: NodeContext, *extra: str) -> dict:
+    ctx.refuse_attrs((*_POOL, *extra))
     float_inputs(ctx, 0)
     spatial = _spatial(ctx)
     r = len(spatial)
@@ -128,7 +133,7 @@ def _pool_attrs(ctx: NodeContext) -> dict:
 
 @converter("MaxPool")
 def _max_pool(ctx: NodeContext) -> list[Value]:
-    attrs = _pool_attrs(ctx)
+    attrs = _pool_attrs(ctx, "storage_order")
     x = ctx.tensor(0)
     outs = [ctx.out(ctx.add("MaxPool", [x], **attrs))]
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
@@ -141,19 +146,20 @@ def _max_pool(ctx: NodeContext) -> list[Value]:
 
 @converter("AveragePool")
 def _average_pool(ctx: NodeContext) -> Value:
-    attrs = _pool_attrs(ctx)
+    attrs = _pool_attrs(ctx, "count_include_pad")
     return ctx.out(ctx.add("AveragePool", [ctx.tensor(0)], count_include_pad=bool(ctx.attr("count_include_pad", 0)),
                            **attrs))
 
 
 @converter("LpPool")
 def _lp_pool(ctx: NodeContext) -> Value:
-    attrs = _pool_attrs(ctx)
+    attrs = _pool_attrs(ctx, "p")
     return ctx.out(ctx.add("LpPool", [ctx.tensor(0)], p=int(ctx.attr("p", 2)), **attrs))
 
 
 def _global(ctx: NodeContext) -> tuple[int, list[int], list[int]]:
     """(X's node viewed as [N, C, S] when it has more than 3 spatial axes, its window, the output shape)."""
+    ctx.refuse_attrs(("p",) if ctx.op_type == "GlobalLpPool" else ())
     float_inputs(ctx, 0)
     shape = ctx.shape(0)
     if len(shape) < 3:
