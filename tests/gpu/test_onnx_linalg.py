@@ -63,8 +63,8 @@ def test_gemm_attributes_and_bias_shapes(opset, ta, tb, alpha, beta, c, device):
 
 
 def test_gemm_with_a_runtime_bias_fuses_into_the_matmul(device):
-    m = model([node("Gemm", ["a", "w", "c"], ["y"], transB=1)], [("a", F, [6, 8]), ("c", F, [7])], [("y", F, None)],
-              [("w", _f(7, 8))], opset=13)
+    m = model([node("Gemm", ["a", "w", "c"], ["y"], transB=1, alpha=0.5)], [("a", F, [6, 8]), ("c", F, [7])],
+              [("y", F, None)], [("w", _f(7, 8))], opset=13)
     eg = check_against_ort(m, {"a": _f(6, 8), "c": _f(7)}, device=device)
     (spec,) = eg.plans.values()
     assert [d.op for d in spec.compiled.plan.dispatches] == ["FusedMatMul"]

@@ -3,8 +3,8 @@
 MatMul by a 2-D right operand (a weight, usually) becomes the 2-D MatMul on a [batch * M, K]
 view of the left one, so the matmul family's fusion rules (bias, residual and activation
 epilogues) and fast kernels apply; other shapes become BatchMatMul (numpy.matmul semantics).
-Gemm is MatMul / MatMulAT / MatMulBT with alpha as a Mul and C as a BiasAdd or Add (fused
-into the matmul by the rewrite engine). Einsum of a batched-matmul form (letters shared by
+Gemm is MatMul / MatMulAT / MatMulBT with alpha folded into a known B (else a Mul) and C as a
+BiasAdd or Add (fused into the matmul by the rewrite engine). Einsum of a batched-matmul form (letters shared by
 both operands and the output as batch axes, a contracted group, the output's remaining
 letters in order) becomes MatMul or BatchMatMul on views; any other equation of one to three
 operands runs the generic Einsum kernel.
@@ -66,7 +66,11 @@ def _gemm(ctx: NodeContext) -> Value:
         raise ctx.fail(f"Gemm takes 2-D A and B, got {list(sa)} and {list(sb)}")
     ta, tb = bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
-    a, b = ctx.tensor(0), ctx.tensor(1)
+    a = ctx.tensor(0)
+    if alpha != 1.0 and ctx.value(1).const is not None:  # a known B is scaled at load time
+        b, alpha = ctx.constant(alpha * ctx.value(1).const.astype("float64")), 1.0
+    else:
+        b = ctx.tensor(1)
     if ta and tb:  # A^T B^T = (A^T) B^T
         y = ctx.add("MatMulBT", [ctx.add("Transpose", [a]), b])
     else:
