@@ -4,12 +4,15 @@
 // bias[o] plus the sum over the group's C/group input channels and the kernel taps. A tap in
 // the padding reads a clamped in-bounds element and adds it times zero, so the tap loops have
 // no branches; a ConvTranspose without dilation visits only the taps of its output's stride
-// phase (tap_first). 256 per workgroup. KD, KH, KW (the kernel's extent) are template
-// constants, so the compiler can unroll the tap loops of a Conv.
+// phase (tap_first). Per tap the group's channels are summed in the innermost loop, then
+// weighted by whether the tap is real. 256 per workgroup. KD, KH, KW (the kernel's extent) and
+// CG are template constants, so the compiler can unroll the loops (a depthwise convolution's
+// channel loop is one step).
 
 const KD: u32 = {{KD}}u;
 const KH: u32 = {{KH}}u;
 const KW: u32 = {{KW}}u;
+const CG: u32 = {{CG}}u;  // input channels per group (p.chan.x)
 
 // The input coordinate of tap t along an axis, clamped inside, and 1 or 0 for whether it is real.
 fn tap_weight(o: u32, t: u32, n_in: u32, s: u32, pad: i32, d: u32) -> vec2<i32> {
@@ -33,20 +36,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let plane = p.ins.x * p.ins.y * p.ins.z;
     let step = vec3<u32>(tap_step(p.stride.x, p.dil.x), tap_step(p.stride.y, p.dil.y),
                          tap_step(p.stride.z, p.dil.z));
+    let x0 = (nb * p.ins.w + grp * p.chan.x) * plane;  // channel 0 of the group
+    let w_step = weight_at(grp, m, 1u, 0u) - weight_at(grp, m, 0u, 0u);  // between input channels
     var acc = bias_at(o);
-    for (var c = 0u; c < p.chan.x; c = c + 1u) {
-        let base = (nb * p.ins.w + grp * p.chan.x + c) * plane;
-        for (var td = tap_first(oc.x, p.stride.x, p.pad.x, p.dil.x); td < KD; td = td + step.x) {
-            let id = tap_weight(oc.x, td, p.ins.x, p.stride.x, p.pad.x, p.dil.x);
-            for (var th = tap_first(oc.y, p.stride.y, p.pad.y, p.dil.y); th < KH; th = th + step.y) {
-                let ih = tap_weight(oc.y, th, p.ins.y, p.stride.y, p.pad.y, p.dil.y);
-                let row = base + (u32(id.x) * p.ins.y + u32(ih.x)) * p.ins.z;
-                for (var tw = tap_first(oc.z, p.stride.z, p.pad.z, p.dil.z); tw < KW; tw = tw + step.z) {
-                    let iw = tap_weight(oc.z, tw, p.ins.z, p.stride.z, p.pad.z, p.dil.z);
-                    let real = f32(id.y * ih.y * iw.y);
-                    let tap = (td * KH + th) * KW + tw;
-                    acc = fma(x[row + u32(iw.x)] * real, w[weight_at(grp, m, c, tap)], acc);
+    for (var td = tap_first(oc.x, p.stride.x, p.pad.x, p.dil.x); td < KD; td = td + step.x) {
+        let id = tap_weight(oc.x, td, p.ins.x, p.stride.x, p.pad.x, p.dil.x);
+        for (var th = tap_first(oc.y, p.stride.y, p.pad.y, p.dil.y); th < KH; th = th + step.y) {
+            let ih = tap_weight(oc.y, th, p.ins.y, p.stride.y, p.pad.y, p.dil.y);
+            let row = (u32(id.x) * p.ins.y + u32(ih.x)) * p.ins.z;
+            for (var tw = tap_first(oc.z, p.stride.z, p.pad.z, p.dil.z); tw < KW; tw = tw + step.z) {
+                let iw = tap_weight(oc.z, tw, p.ins.z, p.stride.z, p.pad.z, p.dil.z);
+                var xi = x0 + row + u32(iw.x);
+                var wi = weight_at(grp, m, 0u, (td * KH + th) * KW + tw);
+                var s = 0.0;
+                for (var c = 0u; c < CG; c = c + 1u) {
+                    s = fma(x[xi], w[wi], s);
+                    xi = xi + plane;
+                    wi = wi + w_step;
                 }
+                acc = fma(s, f32(id.y * ih.y * iw.y), acc);
             }
         }
     }

@@ -200,7 +200,7 @@ def _conv_kernel(node, ins, target) -> Kernel:
         return Kernel(name, "conv_gemm.wgsl", tiles, params=(*params, *gemm), slots=slots, bindings=bindings)
     total = node.type.num_elements
     params.append(("total", "u32", total))
-    slots.update(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True))
+    slots.update(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True), CG=c // g)
     return Kernel(name + "_direct", "conv_direct.wgsl", elementwise_groups(total), params=tuple(params), slots=slots,
                   bindings=bindings)
 
