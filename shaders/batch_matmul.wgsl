@@ -38,6 +38,14 @@ fn load_b4(k: u32) -> vec4<f32> {
     return v;
 }
 
-fn store_c(m: u32, n: u32, v: f32) {
-    out[c_base + m * p.n + n] = v;
+fn out_row(m: u32) -> u32 {
+    return c_base + m * p.n;
+}
+
+fn out_col(n: u32) -> u32 {
+    return n;
+}
+
+fn row_bias(m: u32) -> f32 {
+    return 0.0;
 }

@@ -6,9 +6,14 @@
 // position, k = c * taps + tap over the group's input channels and the kernel taps; X(k, q)
 // is the input that position q reads through tap (0 in the padding), gathered as it is
 // staged (no im2col buffer). POINTWISE (a 1x1x1 kernel, stride 1, no padding: X(k, q) is
-// channel k at position q) skips the gather. The store adds the bias.
+// channel k at position q) skips the gather. UNPOOL, a ConvTranspose whose kernel equals its
+// stride (no padding, dilation or output padding), is the GEMM C[(m, tap), q] = sum_c W[c, m,
+// tap] X[c, q] over the input positions q instead (A = the group's weight as [C/group,
+// M/group * taps], transposed), each result stored at output q * stride + tap, which no other
+// tap writes. The store adds the bias.
 
 const POINTWISE: bool = {{POINTWISE}};
+const UNPOOL: bool = {{UNPOOL}};
 
 var<private> nb: u32;
 var<private> grp: u32;
@@ -25,6 +30,9 @@ fn gemm_begin(z: u32, col: u32) {
 }
 
 fn load_a(m: u32, k: u32) -> f32 {
+    if (UNPOOL) {
+        return w[(grp * p.chan.x + k) * p.m + m];
+    }
     if (TRANSPOSED) {
         return w[weight_at(grp, m, k / p.ker.w, k % p.ker.w)];
     }
@@ -33,8 +41,8 @@ fn load_a(m: u32, k: u32) -> f32 {
 
 fn load_b4(k: u32) -> vec4<f32> {
     var v = vec4<f32>();
-    let ch = grp * p.chan.x + k / p.ker.w;
-    if (POINTWISE) {
+    let ch = grp * p.chan.x + select(k / p.ker.w, k, UNPOOL);
+    if (POINTWISE || UNPOOL) {
         let base = (nb * p.ins.w + ch) * p.n;
         for (var e = 0u; e < 4u; e = e + 1u) {
             if (col0 + e < p.n) {
@@ -59,7 +67,27 @@ fn load_b4(k: u32) -> vec4<f32> {
     return v;
 }
 
-fn store_c(m: u32, n: u32, v: f32) {
-    let o = grp * p.chan.y + m;
-    out[(nb * p.outs.w + o) * p.n + n] = v + bias_at(o);
+// Output (m, n): image nb, channel grp * M/group + m, position n; UNPOOL: row m = (channel,
+// tap (td, th, tw)), input position n = (qd, qh, qw), output position n * stride + tap, split
+// into the row's part (channel and tap) and the column's (n * stride).
+fn out_row(m: u32) -> u32 {
+    if (UNPOOL) {
+        let o = grp * p.chan.y + m / p.ker.w;
+        let tap = m % p.ker.w;
+        let t = vec3<u32>(tap / (p.ker.z * p.ker.y), (tap / p.ker.z) % p.ker.y, tap % p.ker.z);
+        return (((nb * p.outs.w + o) * p.outs.x + t.x) * p.outs.y + t.y) * p.outs.z + t.z;
+    }
+    return (nb * p.outs.w + grp * p.chan.y + m) * p.n;
+}
+
+fn out_col(n: u32) -> u32 {
+    if (UNPOOL) {
+        let q = vec3<u32>(n / (p.ins.y * p.ins.z), (n / p.ins.z) % p.ins.y, n % p.ins.z) * p.stride.xyz;
+        return (q.x * p.outs.y + q.y) * p.outs.z + q.z;
+    }
+    return n;
+}
+
+fn row_bias(m: u32) -> f32 {
+    return bias_at(grp * p.chan.y + select(m, m / p.ker.w, UNPOOL));
 }

@@ -7,7 +7,9 @@
 //                       the first of the 4 consecutive columns of B this invocation loads
 //   load_a(m, k)        an element of A, called only inside the problem
 //   load_b4(k)          elements (k, col .. col + 3) of B, zero past p.n; k < p.k
-//   store_c(m, n, v)    one result, called only inside the problem
+//   out_row(m), out_col(n)  where result (m, n) goes: out[out_row(m) + out_col(n)], so each
+//                       invocation computes its 4 rows' and 4 columns' parts once
+//   row_bias(m)         added to every result of row m
 //
 // One workgroup of 256 invocations computes a BM x BN tile of C (BM * BN = 4096: 64 x 64,
 // 32 x 128 or 16 x 256, chosen per problem). Invocation (tx, ty), tx = li % TX, owns the
@@ -80,15 +82,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     let acc = array<vec4<f32>, 4>(c0, c1, c2, c3);
+    var cols: array<u32, 4>;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        cols[j] = out_col(min(n0 + tx * 4u + j, p.n - 1u));
+    }
     for (var i = 0u; i < 4u; i = i + 1u) {
         let m = m0 + ty * 4u + i;
         if (m >= p.m) {
             break;
         }
+        let row = out_row(m);
+        let bias = row_bias(m);
         for (var j = 0u; j < 4u; j = j + 1u) {
-            let n = n0 + tx * 4u + j;
-            if (n < p.n) {
-                store_c(m, n, acc[i][j]);
+            if (n0 + tx * 4u + j < p.n) {
+                out[row + cols[j]] = acc[i][j] + bias;
             }
         }
     }

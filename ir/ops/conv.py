@@ -193,10 +193,16 @@ def _conv_kernel(node, ins, target) -> Kernel:
     bindings = (Buffer("x"), Buffer("w"), *((Buffer("bias"),) if bias else ()), Buffer("out", write=True))
     name = ("conv_transpose" if transposed else "conv") + ("+bias" if bias else "")
     if conv_uses_gemm(node):
-        gemm, tile, tiles = gemm_params(m // g, c // g * taps, spatial, n * g)
-        pointwise = not transposed and taps == 1 and set(strides) == {1} and not any(node.attrs["pads"])
-        slots.update(tile, POINTWISE="true" if pointwise else "false")
-        name += f"_gemm{tile['BM']}x{tile['BN']}" + ("_1x1" if pointwise else "")
+        a = node.attrs
+        pointwise = not transposed and taps == 1 and set(strides) == {1} and not any(a["pads"])
+        unpool = (transposed and tuple(w.shape[2:]) == tuple(strides) and set(dilations) == {1}
+                  and not any(a["pads"]) and not any(a["output_padding"]))
+        if unpool:  # rows (output channel, tap), columns the input positions
+            gemm, tile, tiles = gemm_params(m // g * taps, c // g, x.num_elements // (n * c), n * g)
+        else:
+            gemm, tile, tiles = gemm_params(m // g, c // g * taps, spatial, n * g)
+        slots.update(tile, POINTWISE="true" if pointwise else "false", UNPOOL="true" if unpool else "false")
+        name += f"_gemm{tile['BM']}x{tile['BN']}" + ("_1x1" if pointwise else "_unpool" if unpool else "")
         return Kernel(name, "conv_gemm.wgsl", tiles, params=(*params, *gemm), slots=slots, bindings=bindings)
     total = node.type.num_elements
     params.append(("total", "u32", total))

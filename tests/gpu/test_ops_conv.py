@@ -50,7 +50,10 @@ ROWS = [
     _conv("ConvTranspose", [1, 4, 5, 6], [4, 3, 2, 2], strides=[2, 2]),
     _conv("ConvTranspose", [2, 4, 5, 6], [4, 5, 3, 3], strides=[2, 3], pads=[1, 0, 1, 2], output_padding=[1, 1],
           dilations=[1, 2], group=2),
-    _conv("ConvTranspose", [1, 24, 7, 8], [24, 24, 2, 2], bias=False, strides=[2, 2]),
+    _conv("ConvTranspose", [1, 24, 7, 8], [24, 24, 2, 2], bias=False, strides=[2, 2]),  # kernel = stride: unpool
+    _conv("ConvTranspose", [2, 32, 3, 5], [32, 17, 2, 3], strides=[2, 3], group=2),
+    _conv("ConvTranspose", [1, 20, 9], [20, 16, 4], strides=[4]),
+    _conv("ConvTranspose", [1, 20, 9], [20, 16, 4], strides=[4], output_padding=[1], tag="-not-unpool"),
     _conv("ConvTranspose", [1, 3, 7], [3, 18, 3], strides=[2], pads=[0, 1]),
     _conv("ConvTranspose", [1, 6, 5, 4], [6, 20, 3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=2),
     _conv("ConvTranspose", [1, 2, 4, 4], [2, 3, 3, 3], strides=[2, 2], pads=[-1, 0, -1, 1]),
@@ -72,6 +75,7 @@ def test_the_rows_reach_every_conv_kernel():
     for want in ("conv_1x1_matmul", "conv_direct", "conv_gemm16x256", "conv_gemm32x128", "conv_gemm64x64",
                  "conv_gemm32x128_1x1", "conv_transpose_direct", "conv_transpose_gemm"):
         assert any(k.startswith(want) for k in kernels), (want, kernels)
+    assert any(k.startswith("conv_transpose_gemm") and k.endswith("_unpool") for k in kernels), kernels
 
 
 def test_gemm_choice_follows_channels_per_group():
