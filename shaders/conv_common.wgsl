@@ -2,11 +2,17 @@
 // Shared by conv_direct.wgsl and conv_gemm.wgsl (Conv, ConvTranspose; ir/ops/conv.py): the
 // geometry of one convolution over up to 3 spatial axes (d, h, w; fewer axes are padded with
 // size-1 ones). Uniform: p.ins = (in d, h, w, C), p.outs = (out d, h, w, M), p.ker =
-// (kernel d, h, w, taps), p.stride, p.dil, p.pad (begin pads, i32), p.chan = (C per group,
+// (kernel d, h, w, taps; also the constants KD, KH, KW), p.stride, p.dil, p.pad (begin pads, i32), p.chan = (C per group,
 // M per group, groups, batch). x is [N, C, d, h, w]; the weight is [M, C/group, taps] (Conv)
 // or [C, M/group, taps] (ConvTranspose); out is [N, M, d, h, w].
 
 const TRANSPOSED: bool = {{TRANSPOSED}};
+// The kernel's extent, template constants: the compiler unrolls loops over them and turns
+// divisions by them into multiplications.
+const KD: u32 = {{KD}}u;
+const KH: u32 = {{KH}}u;
+const KW: u32 = {{KW}}u;
+const TAPS: u32 = KD * KH * KW;
 
 // The input coordinate that output coordinate o reads through kernel tap t along an axis of
 // n_in inputs, or -1 when there is none. Conv: i = o s + t d - pad, inside [0, n_in).
@@ -45,9 +51,9 @@ fn tap_step(s: u32, d: u32) -> u32 {
 // The weight element linking output channel m of group grp to input channel c of the group at tap.
 fn weight_at(grp: u32, m: u32, c: u32, tap: u32) -> u32 {
     if (TRANSPOSED) {
-        return ((grp * p.chan.x + c) * p.chan.y + m) * p.ker.w + tap;
+        return ((grp * p.chan.x + c) * p.chan.y + m) * TAPS + tap;
     }
-    return ((grp * p.chan.y + m) * p.chan.x + c) * p.ker.w + tap;
+    return ((grp * p.chan.y + m) * p.chan.x + c) * TAPS + tap;
 }
 
 fn bias_at(o: u32) -> f32 {

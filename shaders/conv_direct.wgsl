@@ -5,13 +5,10 @@
 // the padding reads a clamped in-bounds element and adds it times zero, so the tap loops have
 // no branches; a ConvTranspose without dilation visits only the taps of its output's stride
 // phase (tap_first). Per tap the group's channels are summed in the innermost loop, then
-// weighted by whether the tap is real. 256 per workgroup. KD, KH, KW (the kernel's extent) and
-// CG are template constants, so the compiler can unroll the loops (a depthwise convolution's
+// weighted by whether the tap is real. 256 per workgroup. KD, KH, KW (conv_common.wgsl) and CG
+// are template constants, so the compiler can unroll the loops (a depthwise convolution's
 // channel loop is one step).
 
-const KD: u32 = {{KD}}u;
-const KH: u32 = {{KH}}u;
-const KW: u32 = {{KW}}u;
 const CG: u32 = {{CG}}u;  // input channels per group (p.chan.x)
 
 // The input coordinate of tap t along an axis, clamped inside, and 1 or 0 for whether it is real.

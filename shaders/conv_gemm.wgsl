@@ -34,14 +34,14 @@ fn load_a(m: u32, k: u32) -> f32 {
         return w[(grp * p.chan.x + k) * p.m + m];
     }
     if (TRANSPOSED) {
-        return w[weight_at(grp, m, k / p.ker.w, k % p.ker.w)];
+        return w[weight_at(grp, m, k / TAPS, k % TAPS)];
     }
     return w[(grp * p.chan.y + m) * p.k + k];
 }
 
 fn load_b4(k: u32) -> vec4<f32> {
     var v = vec4<f32>();
-    let ch = grp * p.chan.x + select(k / p.ker.w, k, UNPOOL);
+    let ch = grp * p.chan.x + select(k / TAPS, k, UNPOOL);
     if (POINTWISE || UNPOOL) {
         let base = (nb * p.ins.w + ch) * p.n;
         for (var e = 0u; e < 4u; e = e + 1u) {
@@ -51,10 +51,10 @@ fn load_b4(k: u32) -> vec4<f32> {
         }
         return v;
     }
-    let tap = k % p.ker.w;
-    let tw = tap % p.ker.z;
-    let th = (tap / p.ker.z) % p.ker.y;
-    let td = tap / (p.ker.z * p.ker.y);
+    let tap = k % TAPS;
+    let tw = tap % KW;
+    let th = (tap / KW) % KH;
+    let td = tap / (KW * KH);
     let plane = (nb * p.ins.w + ch) * p.ins.x;
     for (var e = 0u; e < 4u; e = e + 1u) {
         let id = tap_at(oc[e].x, td, p.ins.x, p.stride.x, p.pad.x, p.dil.x);
@@ -72,9 +72,9 @@ fn load_b4(k: u32) -> vec4<f32> {
 // into the row's part (channel and tap) and the column's (n * stride).
 fn out_row(m: u32) -> u32 {
     if (UNPOOL) {
-        let o = grp * p.chan.y + m / p.ker.w;
-        let tap = m % p.ker.w;
-        let t = vec3<u32>(tap / (p.ker.z * p.ker.y), (tap / p.ker.z) % p.ker.y, tap % p.ker.z);
+        let o = grp * p.chan.y + m / TAPS;
+        let tap = m % TAPS;
+        let t = vec3<u32>(tap / (KW * KH), (tap / KW) % KH, tap % KW);
         return (((nb * p.outs.w + o) * p.outs.x + t.x) * p.outs.y + t.y) * p.outs.z + t.z;
     }
     return (nb * p.outs.w + grp * p.chan.y + m) * p.n;
@@ -89,5 +89,5 @@ fn out_col(n: u32) -> u32 {
 }
 
 fn row_bias(m: u32) -> f32 {
-    return bias_at(grp * p.chan.y + select(m, m / p.ker.w, UNPOOL));
+    return bias_at(grp * p.chan.y + select(m, m / TAPS, UNPOOL));
 }

@@ -189,7 +189,8 @@ def _conv_kernel(node, ins, target) -> Kernel:
               ("dil", "vec4<u32>", [*_pad3(dilations, 1), 0]), ("pad", "vec4<i32>", [*_pad3(begin, 0), 0]),
               ("chan", "vec4<u32>", [c // g, m // g, g, n])]
     bias = len(ins) > 2
-    slots = {"TRANSPOSED": "true" if transposed else "false", "BIAS": "return bias[o];" if bias else "return 0.0;"}
+    slots = {"TRANSPOSED": "true" if transposed else "false", "BIAS": "return bias[o];" if bias else "return 0.0;",
+             **dict(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True))}
     bindings = (Buffer("x"), Buffer("w"), *((Buffer("bias"),) if bias else ()), Buffer("out", write=True))
     name = ("conv_transpose" if transposed else "conv") + ("+bias" if bias else "")
     if conv_uses_gemm(node):
@@ -206,7 +207,7 @@ def _conv_kernel(node, ins, target) -> Kernel:
         return Kernel(name, "conv_gemm.wgsl", tiles, params=(*params, *gemm), slots=slots, bindings=bindings)
     total = node.type.num_elements
     params.append(("total", "u32", total))
-    slots.update(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True), CG=c // g)
+    slots["CG"] = c // g
     return Kernel(name + "_direct", "conv_direct.wgsl", elementwise_groups(total), params=tuple(params), slots=slots,
                   bindings=bindings)
 
