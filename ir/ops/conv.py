@@ -9,8 +9,10 @@ Three kernels, chosen per node at lowering:
   family's tiled kernel, with the bias added per row at its store;
 - an implicit GEMM (``conv_gemm.wgsl`` over ``gemm_tiled.wgsl``): per image and group, the
   [M/group, C/group * taps] weight times the input patches, gathered as they are staged in
-  workgroup memory, 64 x 64 outputs per workgroup; for convolutions with at least
-  :data:`GEMM_MIN_CHANNELS` output channels per group (:func:`conv_uses_gemm`);
+  workgroup memory, 4096 outputs per workgroup (64 x 64, 32 x 128 or 16 x 256 by M/group); a
+  ConvTranspose whose kernel equals its stride is one such GEMM with rows (channel, tap) over
+  the input positions; for convolutions with at least :data:`GEMM_MIN_CHANNELS` output
+  channels per group (:func:`conv_uses_gemm`);
 - a direct loop (``conv_direct.wgsl``), one invocation per output, for fewer (depthwise
   convolutions, where each output reads only its own channel's taps).
 """
