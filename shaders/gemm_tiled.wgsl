@@ -14,25 +14,29 @@
 // One workgroup of 256 invocations computes a BM x BN tile of C (BM * BN = 4096: 64 x 64,
 // 32 x 128 or 16 x 256, chosen per problem). Invocation (tx, ty), tx = li % TX, owns the
 // 4 x 4 outputs at rows ty * 4 .. + 3 and columns tx * 4 .. + 3 of the tile. K is walked in
-// slices of 16, both operands staged in workgroup memory as vec4 (A transposed: [16][BM / 4],
-// B [16][BN / 4]), so the inner product reads one vec4 of each per step. Each invocation
-// stages BM / 16 elements of A's slice (slice column li % 16, rows li / 16 + 16 r:
-// neighbouring invocations read neighbouring k) and BN / 64 quads of B's (columns fixed per
-// invocation, rows li / TX4 + (256 / TX4) r). Elements outside the problem load as zeros.
+// slices of SLICE (16, or 8 for 16 x 256, so that 4 SLICE (BM + BN) bytes stay within the
+// 16384 of workgroup memory every WebGPU device has), both operands staged in workgroup
+// memory as vec4 (A transposed: [SLICE][BM / 4], B [SLICE][BN / 4]), so the inner product
+// reads one vec4 of each per step. Element e = li + 256 r of A's slice is row e / SLICE,
+// column e % SLICE (neighbouring invocations read neighbouring k); quad q = li + 256 r of B's
+// is slice row q / TX, the tile's quad column li % TX (the same for every r, as TX divides
+// 256). Elements outside the problem load as zeros.
 // Workgroups are numbered tile column fastest, then tile row, then z (p.tiles_n,
 // p.tiles_m); past p.tiles (a split grid) a workgroup returns at once.
 
 const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
-const SLICE: u32 = 16u;
+const SLICE: u32 = {{SLICE}}u;
 const TX: u32 = BN / 4u;  // invocations across the tile, each 4 columns
 const BM4: u32 = BM / 4u;
-const A_LOADS: u32 = BM / 16u;  // elements of A's slice per invocation
-const B_LOADS: u32 = BN / 64u;  // quads of B's slice per invocation
+const A_ELEMS: u32 = BM * SLICE;  // elements of A's slice
+const B_QUADS: u32 = SLICE * TX;  // quads of B's slice
+const A_LOADS: u32 = (A_ELEMS + 255u) / 256u;  // rounds of staging
+const B_LOADS: u32 = (B_QUADS + 255u) / 256u;
 const B_ROWS: u32 = 256u / TX;  // slice rows of B staged per round
 
-var<workgroup> a_tile: array<vec4<f32>, 16u * BM4>;  // a_tile[k * BM4 + m / 4][m % 4]
-var<workgroup> b_tile: array<vec4<f32>, 16u * TX>;   // b_tile[k * TX + n / 4]
+var<workgroup> a_tile: array<vec4<f32>, SLICE * BM4>;  // a_tile[k * BM4 + m / 4][m % 4]
+var<workgroup> b_tile: array<vec4<f32>, SLICE * TX>;   // b_tile[k * TX + n / 4]
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -46,7 +50,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let z = t / (p.tiles_n * p.tiles_m);
     let tx = li % TX;
     let ty = li / TX;
-    let a_k = li % SLICE;
     let b_q = li % TX;  // the quad of B columns this invocation stages
     gemm_begin(z, n0 + 4u * b_q);
     var c0 = vec4<f32>();
@@ -55,20 +58,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var c3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.k; k0 = k0 + SLICE) {
         for (var r = 0u; r < A_LOADS; r = r + 1u) {
-            let am = li / SLICE + 16u * r;
+            let e = li + 256u * r;
+            let am = e / SLICE;
+            let ak = e % SLICE;
             var va = 0.0;
-            if (m0 + am < p.m && k0 + a_k < p.k) {
-                va = load_a(m0 + am, k0 + a_k);
+            if (e < A_ELEMS && m0 + am < p.m && k0 + ak < p.k) {
+                va = load_a(m0 + am, k0 + ak);
             }
-            a_tile[a_k * BM4 + am / 4u][am % 4u] = va;
+            if (e < A_ELEMS) {
+                a_tile[ak * BM4 + am / 4u][am % 4u] = va;
+            }
         }
         for (var r = 0u; r < B_LOADS; r = r + 1u) {
             let bk = li / TX + B_ROWS * r;
             var vb = vec4<f32>();
-            if (k0 + bk < p.k) {
+            if (bk < SLICE && k0 + bk < p.k) {
                 vb = load_b4(k0 + bk);
             }
-            b_tile[bk * TX + b_q] = vb;
+            if (bk < SLICE) {
+                b_tile[bk * TX + b_q] = vb;
+            }
         }
         workgroupBarrier();
         for (var kk = 0u; kk < SLICE; kk = kk + 1u) {

@@ -20,8 +20,10 @@ from ..types import TensorType
 
 FAMILY = "linalg"
 
-#: Tiles (rows, columns) of shaders/gemm_tiled.wgsl, 4096 outputs per workgroup of 256 invocations.
-GEMM_TILES = ((64, 64), (32, 128), (16, 256))
+#: Tiles (rows, columns, K slice) of shaders/gemm_tiled.wgsl, 4096 outputs per workgroup of 256
+#: invocations; the two staged slices take 4 * slice * (rows + columns) bytes of workgroup memory,
+#: within the WebGPU default maxComputeWorkgroupStorageSize (matmul_kernel.WORKGROUP_STORAGE).
+GEMM_TILES = ((64, 64, 16), (32, 128, 16), (16, 256, 8))
 #: Batch dimensions BatchMatMul's kernel addresses after merging (uniform vec4s).
 MAX_BATCH_DIMS = 4
 #: Letters (after expanding "...") and operands the Einsum kernel takes.
@@ -72,20 +74,20 @@ def batch_layout(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -
     return dims or [(1, 0, 0)]
 
 
-def gemm_tile(m: int) -> tuple[int, int]:
-    """The tile (BM, BN) of gemm_tiled.wgsl for a problem of ``m`` rows: the narrowest that
-    covers them (a 64-row tile over 16 rows would compute 75% zeros), else 64 x 64."""
-    return next(((bm, bn) for bm, bn in reversed(GEMM_TILES) if m <= bm), GEMM_TILES[0])
+def gemm_tile(m: int) -> tuple[int, int, int]:
+    """The tile (BM, BN, K slice) of gemm_tiled.wgsl for a problem of ``m`` rows: the narrowest
+    that covers them (a 64-row tile over 16 rows would compute 75% zeros), else 64 x 64."""
+    return next((t for t in reversed(GEMM_TILES) if m <= t[0]), GEMM_TILES[0])
 
 
 def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, int], int]:
     """(uniform fields, slots, workgroups) of gemm_tiled.wgsl for z problems of [m, k] x [k, n]."""
-    bm, bn = gemm_tile(m)
+    bm, bn, slice_k = gemm_tile(m)
     tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
     tiles = tiles_m * tiles_n * z
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_m", "u32", tiles_m),
               ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles))
-    return params, {"BM": bm, "BN": bn}, tiles
+    return params, {"BM": bm, "BN": bn, "SLICE": slice_k}, tiles
 
 
 def _batch_matmul(ts, a):

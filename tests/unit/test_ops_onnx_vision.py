@@ -127,3 +127,14 @@ def test_resize_tables_match_onnx_reference_evaluator(attrs, inits):
     (got,) = evaluate(g, {"x": feed}, params)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_tiles_fit_the_default_workgroup_storage():
+    # shaders/gemm_tiled.wgsl stages a K slice of A and of B (vec4s) per tile; every WebGPU
+    # device offers 16384 bytes (maxComputeWorkgroupStorageSize), the limit the tiles keep to
+    from eggfuse.ir.ops.linalg import GEMM_TILES
+    from eggfuse.ir.ops.matmul_kernel import WORKGROUP_STORAGE
+
+    for bm, bn, slice_k in GEMM_TILES:
+        assert bm * bn == 256 * 16 and 256 % (bn // 4) == 0 and slice_k % 4 == 0, (bm, bn, slice_k)
+        assert 4 * slice_k * (bm + bn) <= WORKGROUP_STORAGE, (bm, bn, slice_k)
