@@ -16,18 +16,22 @@ from . import (  # a module imports the families it builds on itself
     attention,
     attention_general,
     axis_norms,
+    conv,
     elementwise,
     indexing,
     kv_cache,
     leaves,
+    linalg,
     losses,
     matmul,
     movement,
     norms,
     optimisers,
+    pooling,
     recurrent,
     reduce_axes,
     reductions,
+    resample,
     scans,
     shape,
     transformer,
@@ -38,6 +42,6 @@ from . import (  # a module imports the families it builds on itself
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
-            axis_norms)
+            axis_norms, linalg, conv, pooling, resample)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -1,0 +1,160 @@
+"""MatMul, Gemm and Einsum.
+
+MatMul by a 2-D right operand (a weight, usually) becomes the 2-D MatMul on a [batch * M, K]
+view of the left one, so the matmul family's fusion rules (bias, residual and activation
+epilogues) and fast kernels apply; other shapes become BatchMatMul (numpy.matmul semantics).
+Gemm is MatMul / MatMulAT / MatMulBT with alpha folded into a known B (else a Mul) and C as a
+BiasAdd or Add (fused into the matmul by the rewrite engine). Einsum of a batched-matmul form (letters shared by
+both operands and the output as batch axes, a contracted group, the output's remaining
+letters in order) becomes MatMul or BatchMatMul on views; any other equation of one to three
+operands runs the generic Einsum kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from onnx import TensorProto
+
+from eggfuse.ir.ops.linalg import MAX_EINSUM_LETTERS, MAX_EINSUM_OPERANDS, parse_einsum
+
+from ..importer import NodeContext, Value, converter, elem_name
+
+
+def float_inputs(ctx: NodeContext, *indices: int) -> None:
+    """Refuse a non-float input among ``indices`` (the matmul and conv kernels compute in float32)."""
+    for i in indices:
+        if ctx.has(i) and ctx.elem(i) != TensorProto.FLOAT:
+            raise ctx.fail(f"input {i} ({ctx.value(i).name!r}) has element type {elem_name(ctx.elem(i))}; eggfuse "
+                           f"runs {ctx.op_type} in float32 only (cast the model to float32)")
+
+
+def reshape(ctx: NodeContext, nid: int, shape) -> int:
+    """``nid`` viewed with ``shape`` (no node when it already has it)."""
+    shape = [int(d) for d in shape]
+    if list(ctx.graph.node(nid).type.shape) == shape:
+        return nid
+    return ctx.add("Identity", [nid], shape=shape)
+
+
+@converter("MatMul")
+def _matmul(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(())
+    float_inputs(ctx, 0, 1)
+    sa, sb = ctx.shape(0), ctx.shape(1)
+    if not sa or not sb:
+        raise ctx.fail(f"MatMul needs operands of rank >= 1, got {list(sa)} and {list(sb)}")
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    if len(sb) == 2:  # a weight, usually: the 2-D MatMul on [batch * M, K]
+        w, out = b, [*sa[:-1], sb[1]]
+    elif len(sb) == 1 and len(sa) >= 2:  # a column [K, 1]
+        w, out = reshape(ctx, b, [sb[0], 1]), list(sa[:-1])
+    else:
+        return ctx.out(ctx.add("BatchMatMul", [a, b]))
+    if sb[0] != sa[-1]:
+        raise ctx.fail(f"inner dimensions differ: A {list(sa)}, B {list(sb)}")
+    y = ctx.add("MatMul", [reshape(ctx, a, [math.prod(sa[:-1]), sa[-1]]), w])
+    return ctx.out(reshape(ctx, y, out))
+
+
+@converter("Gemm")
+def _gemm(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(("alpha", "beta", "transA", "transB"))
+    float_inputs(ctx, 0, 1, 2)
+    sa, sb = ctx.shape(0), ctx.shape(1)
+    if len(sa) != 2 or len(sb) != 2:
+        raise ctx.fail(f"Gemm takes 2-D A and B, got {list(sa)} and {list(sb)}")
+    ta, tb = bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0))
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    a = ctx.tensor(0)
+    if alpha != 1.0 and ctx.value(1).const is not None:  # a known B is scaled at load time
+        b, alpha = ctx.constant(alpha * ctx.value(1).const.astype("float64")), 1.0
+    else:
+        b = ctx.tensor(1)
+    if ta and tb:  # A^T B^T = (A^T) B^T
+        y = ctx.add("MatMulBT", [ctx.add("Transpose", [a]), b])
+    else:
+        y = ctx.add({(False, False): "MatMul", (True, False): "MatMulAT", (False, True): "MatMulBT"}[(ta, tb)], [a, b])
+    if alpha != 1.0:
+        y = ctx.add("Mul", [y, ctx.constant(alpha)])
+    if not ctx.has(2) or beta == 0.0:
+        return ctx.out(y)
+    m, n = ctx.graph.node(y).type.shape
+    c_value = ctx.value(2)
+    if beta != 1.0 and c_value.const is not None:  # folded at load time
+        c = ctx.constant(beta * c_value.const.astype("float64"))
+    else:
+        c = ctx.tensor(2)
+        if beta != 1.0:
+            c = ctx.add("Mul", [c, ctx.constant(beta)])
+    sc = tuple(ctx.graph.node(c).type.shape)
+    if sc in ((n,), (1, n)) and n > 1:
+        return ctx.out(ctx.add("BiasAdd", [y, reshape(ctx, c, [n])]))
+    return ctx.out(ctx.add("Add", [y, c]))
+
+
+def _batched_matmul_form(letters: list[str], out: str):
+    """(batch, m, k, n, trans_a, trans_b) when operand letters ``letters`` = [A, B] and the
+    output ``out`` spell a batched matmul: out = batch + m + n, A = batch + (m + k or k + m),
+    B = batch + (k + n or n + k), no letter repeated or summed within one operand; else None."""
+    la, lb = letters
+    if len(set(la)) != len(la) or len(set(lb)) != len(lb):
+        return None
+    batch = "".join(c for c in out if c in la and c in lb)
+    m = "".join(c for c in out if c in la and c not in lb)
+    n = "".join(c for c in out if c in lb and c not in la)
+    k = "".join(c for c in la if c in lb and c not in out)
+    if out != batch + m + n or set(la) != set(batch + m + k) or set(lb) != set(batch + k + n):
+        return None
+    if la not in (batch + m + k, batch + k + m) or lb not in (batch + k + n, batch + n + k):
+        return None
+    return batch, m, k, n, la != batch + m + k, lb != batch + k + n
+
+
+@converter("Einsum")
+def _einsum(ctx: NodeContext) -> Value:
+    ctx.refuse_attrs(("equation",))
+    n_in = len(ctx.inputs)
+    float_inputs(ctx, *range(n_in))
+    equation = ctx.attr("equation")
+    if equation is None:
+        raise ctx.fail("the equation attribute is required")
+    if n_in > MAX_EINSUM_OPERANDS:
+        raise ctx.fail(f"equation {equation!r} has {n_in} operands; eggfuse runs Einsum of 1 to "
+                       f"{MAX_EINSUM_OPERANDS} (split it into pairwise Einsums)")
+    shapes = [ctx.shape(i) for i in range(n_in)]
+    try:
+        letters, out, sizes = parse_einsum(equation, shapes)
+    except ValueError as e:
+        raise ctx.fail(f"{e}; input shapes {[list(s) for s in shapes]}") from None
+    xs = [ctx.tensor(i) for i in range(n_in)]
+    if n_in == 2:
+        for order in ((0, 1), (1, 0)):
+            form = _batched_matmul_form([letters[order[0]], letters[order[1]]], out)
+            shared = all(shapes[0][letters[0].index(c)] == shapes[1][letters[1].index(c)]
+                         for c in (form[0] if form else ""))
+            if form and shared:
+                return ctx.out(_einsum_matmul(ctx, [xs[i] for i in order], form, sizes, out))
+    if n_in == 1 and len(shapes[0]) == 2 and letters[0] == out[::-1] and len(set(out)) == 2:
+        return ctx.out(ctx.add("Transpose", xs))
+    if n_in == 1 and letters[0] == out:
+        return ctx.value(0)
+    if len(sizes) > MAX_EINSUM_LETTERS:
+        raise ctx.fail(f"equation {equation!r} uses {len(sizes)} letters (with '...' axes); eggfuse's Einsum takes "
+                       f"at most {MAX_EINSUM_LETTERS}")
+    return ctx.out(ctx.add("Einsum", xs, equation=equation))
+
+
+def _einsum_matmul(ctx: NodeContext, xs: list[int], form, sizes: dict[str, int], out: str) -> int:
+    batch, m, k, n, ta, tb = form
+    size = lambda letters: math.prod(sizes[c] for c in letters)  # noqa: E731
+    nb, nm, nk, nn = size(batch), size(m), size(k), size(n)
+    if not out:  # an inner product: BatchMatMul of two vectors gives the rank-0 result
+        return ctx.add("BatchMatMul", [reshape(ctx, xs[0], [nk]), reshape(ctx, xs[1], [nk])])
+    a = reshape(ctx, xs[0], [*([nb] if batch else []), *((nk, nm) if ta else (nm, nk))])
+    b = reshape(ctx, xs[1], [*([nb] if batch else []), *((nn, nk) if tb else (nk, nn))])
+    if not batch and not (ta and tb):
+        y = ctx.add({(False, False): "MatMul", (True, False): "MatMulAT", (False, True): "MatMulBT"}[(ta, tb)], [a, b])
+    else:
+        y = ctx.add("BatchMatMul", [a, b], trans_a=ta, trans_b=tb)
+    return reshape(ctx, y, [sizes[c] for c in out])

@@ -1,0 +1,314 @@
+"""Batched linear algebra with numpy semantics: BatchMatMul (numpy.matmul, optionally with
+transposed operands) and Einsum (numpy.einsum), the targets of ONNX MatMul and Einsum where
+the 2-D MatMul family (``matmul.py``) does not apply.
+
+BatchMatMul runs the tiled kernel shared with the implicit-GEMM convolutions
+(``shaders/gemm_tiled.wgsl``); Einsum runs one invocation per output element, summing over
+the contracted letters (fine for small contractions: ONNX Einsum of a batched-matmul form
+goes to BatchMatMul or MatMul in the importer).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..kernel import Buffer, Kernel, elementwise_groups
+from ..spec import Attr, example, need, need_f32, no_grad, op, rules
+from ..types import TensorType
+
+FAMILY = "linalg"
+
+#: Tiles (rows, columns, K slice) of shaders/gemm_tiled.wgsl, 4096 outputs per workgroup of 256
+#: invocations; the two staged slices take 4 * slice * (rows + columns) bytes of workgroup memory,
+#: within the WebGPU default maxComputeWorkgroupStorageSize (matmul_kernel.WORKGROUP_STORAGE).
+GEMM_TILES = ((64, 64, 16), (32, 128, 16), (16, 256, 8))
+#: Batch dimensions BatchMatMul's kernel addresses after merging (uniform vec4s).
+MAX_BATCH_DIMS = 4
+#: Letters (after expanding "...") and operands the Einsum kernel takes.
+MAX_EINSUM_LETTERS = 12
+MAX_EINSUM_OPERANDS = 3
+
+_INFERENCE = no_grad("an inference op of the ONNX importer; training graphs use MatMul, MatMulAT and MatMulBT")
+
+
+# --- BatchMatMul -------------------------------------------------------------------------------
+
+
+def _matrices(ts, a) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
+    """(batch of A, batch of B, M, K, N) of a BatchMatMul; a 1-D A is [1,K], a 1-D B [K,1]."""
+    x, y = ts
+    need_f32(x, "A")
+    need_f32(y, "B")
+    need(x.rank >= 1 and y.rank >= 1, f"needs operands of rank >= 1, got A {x} and B {y}")
+    need(not (a["trans_a"] and x.rank == 1) and not (a["trans_b"] and y.rank == 1),
+         "a 1-D operand cannot be transposed")
+    xs = (1, *x.shape) if x.rank == 1 else x.shape
+    ys = (*y.shape, 1) if y.rank == 1 else y.shape
+    m, k = xs[-1:-3:-1] if a["trans_a"] else xs[-2:]
+    k2, n = ys[-1:-3:-1] if a["trans_b"] else ys[-2:]
+    need(k == k2, f"inner dimensions differ: A {x}, B {y} (trans_a {a['trans_a']}, trans_b {a['trans_b']})")
+    return xs[:-2], ys[:-2], m, k, n
+
+
+def batch_layout(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """The batch dimensions of a broadcast product as (size, stride of A, stride of B), in
+    matrices (stride 0 where an operand broadcasts), adjacent dimensions merged where both
+    strides allow, at least one."""
+    a = (1,) * (len(out) - len(a)) + tuple(a)
+    b = (1,) * (len(out) - len(b)) + tuple(b)
+    dims: list[tuple[int, int, int]] = []
+    sa = sb = 1
+    for d in range(len(out) - 1, -1, -1):
+        if out[d] == 1:
+            continue
+        da, db = (sa if a[d] != 1 else 0), (sb if b[d] != 1 else 0)
+        if dims and dims[0][1] * dims[0][0] == da and dims[0][2] * dims[0][0] == db:
+            size, ia, ib = dims[0]
+            dims[0] = (size * out[d], ia, ib)
+        else:
+            dims.insert(0, (out[d], da, db))
+        sa *= a[d]
+        sb *= b[d]
+    return dims or [(1, 0, 0)]
+
+
+def gemm_tile(m: int) -> tuple[int, int, int]:
+    """The tile (BM, BN, K slice) of gemm_tiled.wgsl for a problem of ``m`` rows: the narrowest
+    that covers them (a 64-row tile over 16 rows would compute 75% zeros), else 64 x 64."""
+    return next((t for t in reversed(GEMM_TILES) if m <= t[0]), GEMM_TILES[0])
+
+
+def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, int], int]:
+    """(uniform fields, slots, workgroups) of gemm_tiled.wgsl for z problems of [m, k] x [k, n]."""
+    bm, bn, slice_k = gemm_tile(m)
+    tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
+    tiles = tiles_m * tiles_n * z
+    params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_m", "u32", tiles_m),
+              ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles))
+    return params, {"BM": bm, "BN": bn, "SLICE": slice_k}, tiles
+
+
+def _batch_matmul(ts, a):
+    ba, bb, m, _, n = _matrices(ts, a)
+    try:
+        batch = np.broadcast_shapes(ba, bb)
+    except ValueError:
+        need(False, f"batch dimensions {list(ba)} and {list(bb)} do not broadcast")
+    need(len(batch_layout(batch, ba, bb)) <= MAX_BATCH_DIMS,
+         f"batch dimensions {list(ba)} and {list(bb)} broadcast in more than {MAX_BATCH_DIMS} separate groups")
+    return TensorType((*batch, *((m,) if ts[0].rank > 1 else ()), *((n,) if ts[1].rank > 1 else ())))
+
+
+def _batch_matmul_ref(xs, a):
+    x, y = xs
+    if a["trans_a"]:
+        x = np.swapaxes(x, -1, -2)
+    if a["trans_b"]:
+        y = np.swapaxes(y, -1, -2)
+    return np.matmul(x, y)
+
+
+def _batch_matmul_kernel(node, ins, target) -> Kernel:
+    a = node.attrs
+    ba, bb, m, k, n = _matrices(ins, a)
+    batch = np.broadcast_shapes(ba, bb)
+    dims = batch_layout(batch, ba, bb)
+    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
+    gemm, slots, tiles = gemm_params(m, k, n, math.prod(batch))
+    # A stored [M,K] (element (m, k) at m K + k) or, transposed, [K,M]; B [K,N] or [N,K]
+    sam, sak = (1, m) if a["trans_a"] else (k, 1)
+    sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
+    params = (*gemm, ("batch", "vec4<u32>", [d[0] for d in dims]),
+              ("a_batch", "vec4<u32>", [d[1] * m * k for d in dims]),
+              ("b_batch", "vec4<u32>", [d[2] * k * n for d in dims]),
+              ("sa", "vec4<u32>", [sam, sak, 0, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
+    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles, params=params,
+                  slots=slots, bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+
+
+def _batch_matmul_flops(ins, out, a):
+    ba, bb, m, k, n = _matrices(ins, a)
+    return 2 * math.prod(np.broadcast_shapes(ba, bb)) * m * k * n
+
+
+op("BatchMatMul", ("a", "b"), _batch_matmul, _batch_matmul_ref,
+   attrs=(Attr("trans_a", "bool", False), Attr("trans_b", "bool", False)),
+   doc="numpy.matmul(A', B') with A' = A, or A with its last two axes swapped when trans_a (B' likewise): "
+       "[..., M, K] @ [..., K, N] -> [..., M, N] with numpy-broadcast batch axes; a 1-D A is a row "
+       "[1, K] and a 1-D B a column [K, 1], their axis dropped from the result "
+       "(https://numpy.org/doc/stable/reference/generated/numpy.matmul.html; ONNX MatMul, "
+       "https://onnx.ai/onnx/operators/onnx__MatMul.html)",
+   vjp=_INFERENCE, kernel=_batch_matmul_kernel, flops=_batch_matmul_flops)
+
+
+# --- the epilogue of a matmul seen through a reshape -----------------------------------------
+# ONNX MatMul of a [..., M, K] activation by a [K, N] weight is imported as the 2-D MatMul of a
+# [rows, K] view, viewed back as [..., N]; the bias, residual and activation that follow act on
+# that view. These rules move them under the view, where the matmul_epilogue rules fold them
+# into the matmul's store.
+
+
+def _viewed_matmul(g, dim):
+    """A [b, m, k] input times a [k, n] weight through [b m, k] and back: (node, b, m, n)."""
+    b, m, k, n = dim("b"), dim("m"), dim("k"), dim("n")
+    x = g.reshape(g.input("x", [b, m, k]), [b * m, k])
+    return g.reshape(g.matmul(x, g.parameter("w", [k, n])), [b, m, n]), b, m, n
+
+
+def _out(g, node):
+    g.set_outputs([node])
+
+
+_THROUGH_RESHAPE = {
+    "bias": lambda g, dim: _out(g, g.add((v := _viewed_matmul(g, dim))[0], g.parameter("d", [v[3]]))),
+    "bias_first": lambda g, dim: _out(g, g.add(g.parameter("d", [dim("n")]), _viewed_matmul(g, dim)[0])),
+    "add": lambda g, dim: _out(g, g.add((v := _viewed_matmul(g, dim))[0], g.input("r", list(v[1:])))),
+    "add_first": lambda g, dim: _out(g, g.add(g.input("r", [dim("b"), dim("m"), dim("n")]),
+                                             _viewed_matmul(g, dim)[0])),
+}
+
+
+@rules("matmul_epilogue")
+def _epilogue_through_reshape(e):
+    from ..spec import OPS
+
+    a, b, d, mm = e.vars("a b d mm")
+    (v,) = e.vars("v", e.String)
+    (ep,) = e.vars("e", e.Epi)
+    s, sm, sd = e.vars("s sm sd", e.Vec[e.i64])
+    fused = e.FusedMatMul(a, b, variant=v, epilogue=ep)
+    view = e.Identity(mm, shape=s)
+    is_mm = (e.eq(mm).to(fused), e.eq(e.shape(mm)).to(sm))
+    # each rule gives the new term under the view its shape fact (a class a rule creates has none,
+    # and the epilogue rules read it)
+
+    def moved(name, lhs, inner, *guards, ex, views=()):
+        return e.rule(lhs, *is_mm, *guards, name=name, example=example(ex)).then(
+            e.union(lhs).with_(e.Identity(inner, shape=s)), *(e.set_(e.shape(t)).to(sm) for t in (inner, *views)))
+
+    # Add(Reshape(mm, s), d[N]) -> Reshape(BiasAdd(mm, d), s)   if mm is a FusedMatMul [R,N] and s = [..., N]
+    for label, add, ex in (("Add(Reshape(mm,s), d[N])", e.Add(view, d), "bias"),
+                           ("Add(d[N], Reshape(mm,s))", e.Add(d, view), "bias_first")):
+        yield moved(f"{label} -> Reshape(BiasAdd(mm,d), s)", add, e.BiasAdd(mm, d), e.eq(e.shape(d)).to(sd),
+                    e.eq(sd).to(e.Vec(sm[1])), e.eq(s[s.length() - e.i64(1)]).to(sm[1]), ex=_THROUGH_RESHAPE[ex])
+    # Add(Reshape(mm, s), d) -> Reshape(Add(mm, Reshape(d, shape(mm))), s)   if shape(d) = s, mm a FusedMatMul
+    for label, add, ex in (("Add(Reshape(mm,s), d)", e.Add(view, d), "add"),
+                           ("Add(d, Reshape(mm,s))", e.Add(d, view), "add_first")):
+        flat = e.Identity(d, shape=sm)
+        yield moved(f"{label} -> Reshape(Add(mm, Reshape(d, shape(mm))), s)", add, e.Add(mm, flat),
+                    e.eq(e.shape(d)).to(s), ex=_THROUGH_RESHAPE[ex], views=(flat,))
+    # U(Reshape(mm, s)) -> Reshape(U(mm), s)   for every unary op that may be an epilogue step, mm a FusedMatMul
+    for name in (name for name, spec in OPS.items() if spec.epilogue_step):
+        yield moved(f"{name}(Reshape(mm,s)) -> Reshape({name}(mm), s)", getattr(e, name)(view), getattr(e, name)(mm),
+                    ex=(lambda u: lambda g, dim: _out(g, g.add_node(u, (_viewed_matmul(g, dim)[0],))))(name))
+
+
+# --- Einsum --------------------------------------------------------------------------------------
+
+
+def parse_einsum(equation: str, shapes: list[tuple[int, ...]]) -> tuple[list[str], str, dict[str, int]]:
+    """(the letters of each operand, the output's letters, the size of each letter) of an
+    einsum ``equation`` over operands of ``shapes``. "..." becomes digit letters
+    (right-aligned across operands, numpy-broadcast); without "->" the output is the
+    ellipsis, then the letters used once, in alphabetical order (numpy.einsum's implicit
+    mode; ONNX Einsum). Raises ShapeError for an equation that does not fit the shapes."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    need(len(terms) == len(shapes), f"equation {equation!r} has {len(terms)} operands, got {len(shapes)} inputs")
+    for t in [*terms, rhs]:
+        body = t.replace("...", "")
+        need(body.isalpha() or body == "", f"equation {equation!r}: {t!r} is not letters and at most one '...'")
+        need(t.count("...") <= 1, f"equation {equation!r}: {t!r} has more than one '...'")
+    ell = 0
+    for t, s in zip(terms, shapes, strict=True):
+        named = len(t.replace("...", ""))
+        need(len(s) == named if "..." not in t else len(s) >= named,
+             f"equation {equation!r}: term {t!r} does not fit an operand of rank {len(s)}")
+        ell = max(ell, len(s) - named)
+    need(ell <= 10, f"equation {equation!r}: '...' stands for more than 10 axes")
+    ell_letters = "".join(str(d) for d in range(ell))
+    letters, sizes = [], {}
+    for t, s in zip(terms, shapes, strict=True):
+        if "..." in t:
+            pre, post = t.split("...")
+            n_ell = len(s) - len(pre) - len(post)
+            t = pre + ell_letters[ell - n_ell:] + post
+        letters.append(t)
+        for ch, d in zip(t, s, strict=True):
+            if ch.isdigit():  # broadcast like numpy's ellipsis
+                need(sizes.get(ch, 1) in (1, d) or d == 1, f"equation {equation!r}: '...' axes {s} do not broadcast")
+                sizes[ch] = max(sizes.get(ch, 1), d)
+            else:
+                need(sizes.get(ch, d) == d, f"equation {equation!r}: letter {ch!r} has sizes {sizes.get(ch)} and {d}")
+                sizes[ch] = d
+    if arrow:
+        out = rhs.replace("...", ell_letters) if "..." in rhs else rhs
+        need(not ell or "..." in rhs or all(ch not in ell_letters for ch in out),
+             f"equation {equation!r}: the output drops the '...' axes")
+    else:
+        used = "".join(letters)
+        out = ell_letters + "".join(sorted(ch for ch in set(used) if not ch.isdigit() and used.count(ch) == 1))
+    need(len(set(out)) == len(out), f"equation {equation!r}: the output repeats a letter")
+    need(all(ch in sizes for ch in out), f"equation {equation!r}: an output letter is in no operand")
+    return letters, out, sizes
+
+
+def _einsum(ts, a):
+    need(1 <= len(ts) <= MAX_EINSUM_OPERANDS, f"takes 1 to {MAX_EINSUM_OPERANDS} operands, got {len(ts)}")
+    for i, t in enumerate(ts):
+        need_f32(t, f"operand {i}")
+    _, out, sizes = parse_einsum(a["equation"], [t.shape for t in ts])
+    need(len(sizes) <= MAX_EINSUM_LETTERS, f"equation {a['equation']!r} has {len(sizes)} letters (with '...' axes); "
+                                           f"at most {MAX_EINSUM_LETTERS} are supported")
+    return TensorType(tuple(sizes[ch] for ch in out))
+
+
+def _einsum_ref(xs, a):
+    letters, out, _ = parse_einsum(a["equation"], [x.shape for x in xs])
+    # numpy takes the digit-free spelling: map every letter to one of its own
+    names = {ch: chr(ord("A") + i) if i < 26 else chr(ord("a") + i - 26)
+             for i, ch in enumerate(dict.fromkeys("".join(letters) + out))}
+    spelt = ",".join("".join(names[c] for c in t) for t in letters) + "->" + "".join(names[c] for c in out)
+    return np.einsum(spelt, *xs)
+
+
+def _einsum_kernel(node, ins, target) -> Kernel:
+    letters, out, sizes = parse_einsum(node.attrs["equation"], [t.shape for t in ins])
+    order = list(out) + [ch for ch in sizes if ch not in out]  # output letters, then the summed ones
+    strides = []
+    for t, ty in zip(letters, ins, strict=True):
+        per = dict.fromkeys(order, 0)
+        step = 1
+        for ch, d in zip(reversed(t), reversed(ty.shape), strict=True):
+            if d != 1 or sizes[ch] == 1:
+                per[ch] += step  # a repeated letter walks the diagonal
+            step *= d
+        strides.append([per[ch] for ch in order])
+    pad = 4 * (MAX_EINSUM_LETTERS // 4)
+    while len(strides) < MAX_EINSUM_OPERANDS:
+        strides.append([0] * len(order))
+    n = node.type.num_elements
+    summed = math.prod(sizes[ch] for ch in order[len(out):])
+    params = (("n", "u32", n), ("n_out", "u32", len(out)), ("letters", "u32", len(order)), ("summed", "u32", summed),
+              ("size", f"array<vec4<u32>, {pad // 4}>", [sizes[ch] for ch in order] + [1] * (pad - len(order))),
+              *((f"s{i}", f"array<vec4<u32>, {pad // 4}>", s + [0] * (pad - len(s))) for i, s in enumerate(strides)))
+    product = " * ".join(f"x{i}[off[{i}]]" for i in range(len(ins)))
+    return Kernel(f"einsum{len(ins)}", "einsum.wgsl", elementwise_groups(n), params=params,
+                  slots={"PRODUCT": product},
+                  bindings=(*(Buffer(f"x{i}") for i in range(len(ins))), Buffer("out", write=True)))
+
+
+def _einsum_flops(ins, out, a):
+    _, _, sizes = parse_einsum(a["equation"], [t.shape for t in ins])
+    return len(ins) * math.prod(sizes.values())
+
+
+op("Einsum", ("x", "*xs"), _einsum, _einsum_ref, attrs=(Attr("equation", "str"),), max_inputs=MAX_EINSUM_OPERANDS,
+   doc="numpy.einsum(equation, *operands) of 1 to 3 f32 operands: the output letters index the result, every "
+       "other letter is summed over, a letter repeated in one operand takes its diagonal, '...' broadcasts "
+       "(https://onnx.ai/onnx/operators/onnx__Einsum.html, "
+       "https://numpy.org/doc/stable/reference/generated/numpy.einsum.html)",
+   vjp=_INFERENCE, kernel=_einsum_kernel, flops=_einsum_flops)
