@@ -133,7 +133,8 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     and saturation phases of ``rep``. See :func:`optimize` for the schedule and budgets.
 
     Raises :class:`RewriteError` when egglog rejects a merge (two encoded e-classes with
-    different shape facts: an unsound rule). A term a rule created has no shape fact; the
+    different shape facts: an unsound rule), naming the rule (found by replaying the schedule
+    one rule at a time, :mod:`.diagnose`). A term a rule created has no shape fact; the
     extraction problem checks those (``problem.build_problem``).
     """
     graph.check_outputs()
@@ -177,7 +178,16 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
         egraph.run(analysis)
         rep.analysis_s += time.perf_counter() - t
     except Exception as e:  # egglog reports unsound merges (different shapes) as errors
-        raise RewriteError(f"saturation failed: {e}") from e
+        if "Illegal merge" not in str(e):
+            raise RewriteError(f"saturation failed: {e}") from e
+        from .diagnose import merge_culprit
+
+        who = merge_culprit(graph, rulesets, match_limit=match_limit, ban_length=ban_length,
+                            max_iterations=max_iterations)
+        raise RewriteError(f"saturation failed: {who or 'a rule'} joined two e-classes of the input graph whose "
+                           f"shapes differ (egglog: {e}): a rule whose two sides have different shapes is unsound"
+                           + ("" if who else "; run the rulesets one by one (optimize(rulesets=[...])) to find it")
+                           ) from e
     rep.phases["analysis"].seconds = rep.analysis_s
     enc.raw = egglog_private.serialize(egraph)  # the final e-graph, read once by extraction too
     rep.phases["saturation"] = _phase(egraph, rep.saturation_s, enc.raw)

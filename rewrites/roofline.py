@@ -108,7 +108,7 @@ def fit_profile(samples: Sequence[tuple[KernelInfo, float]], name: str, source: 
         design = np.stack([n, np.where(memory, b, 0.0), np.where(memory, 0.0, f)], axis=1) / t[:, None]
         x = _nonneg_lstsq(design, np.ones(len(t)))
     tiny = 1e-30  # a term the fit dropped: an (effectively) unlimited resource
-    return DeviceProfile(name, float(x[0]), 1.0 / max(x[1], tiny), 1.0 / max(x[2], tiny), source)
+    return DeviceProfile(name, float(x[0]), float(1.0 / max(x[1], tiny)), float(1.0 / max(x[2], tiny)), source)
 
 
 def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
