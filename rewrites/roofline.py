@@ -46,11 +46,15 @@ class DeviceProfile:
 
 #: Device profiles. ``lavapipe``: fitted by ``bench/cost_model.py --calibrate`` on this
 #: project's development machine (Mesa lavapipe on 2 shared CPU cores; per-kernel timestamp
-#: queries on the shipped models' fused and unfused plans). ``h200``: provisional figures from
+#: queries on the shipped models' fused and unfused plans, 2 layers; the results in
+#: ``bench/results/cost_model_lavapipe.json``): a CPU is bound by arithmetic here, so the fit
+#: gives memory a bandwidth too high to matter. ``h200``: provisional figures from
 #: the README's H200 measurements (3.8 TB/s copy bandwidth, 31.8 TFLOP/s fp32 matmul, ~6 us a
 #: dispatch) until ``bench/cost_model.py --calibrate`` runs there.
 PROFILES: dict[str, DeviceProfile] = {
-    "lavapipe": DeviceProfile("lavapipe", 2.0e-5, 4.0e9, 4.0e9, "provisional"),
+    "lavapipe": DeviceProfile("lavapipe", 6.0e-5, 2.35e13, 2.5e9,
+                              "fitted by bench/cost_model.py --quick --calibrate lavapipe (300 kernels; llvmpipe, "
+                              "LLVM 15, 2 shared cores): compute-bound, the fit left memory unlimited"),
     "h200": DeviceProfile("h200", 6.0e-6, 3.8e12, 3.18e13,
                           "provisional: README's H200 figures (copy bandwidth, 4096^3 matmul), not fitted"),
 }
