@@ -75,9 +75,4 @@ class TensorType:
         return self.num_elements * self.dtype.size_bytes
 
     def __str__(self) -> str:
-        # kept once made: shape rules format their messages eagerly, for every e-node priced
-        text = self.__dict__.get("_text")
-        if text is None:
-            text = f"{self.dtype.value}[{','.join(map(str, self.shape))}]"
-            object.__setattr__(self, "_text", text)
-        return text
+        return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"
