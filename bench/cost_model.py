@@ -5,8 +5,8 @@ Two steps, because the GPU machine has no egglog: the graphs are optimised here 
 then timed there with timestamp queries (this script's timing and pricing need only the IR,
 lowering, runtime and ``eggfuse.rewrites.cost``/``roofline``, which load without egglog)::
 
-    .venv/bin/python bench/cost_model.py --save-graphs bench/graphs_cost              # here (egglog)
-    python3 bench/cost_model.py --graphs bench/graphs_cost --calibrate h200 \\
+    .venv/bin/python bench/cost_model.py --save-graphs bench/graphs/cost              # here (egglog)
+    python3 bench/cost_model.py --graphs bench/graphs/cost --calibrate h200 \\
         --json bench/results/cost_model_h200.json                                     # on the GPU machine
 
 A smoke test on lavapipe: ``--save-graphs /tmp/gc --quick`` then ``--graphs /tmp/gc``.
@@ -33,7 +33,8 @@ geometric mean of measured / predicted: the byte model has no time unit), ``kern
 predicted sum against the measured one-pass plan time). ``plans`` lists each plan's measured
 times (``gpu_ms`` one pass, ``kernels_ms`` summed) and predictions; ``default_check`` compares
 the measured plan time of the plans fused under each cost model, per model: a cost model may
-become the default only if no model's plan gets slower (``slower_than_bytes``).
+become the default only if no model's plan gets slower (``slower_than_bytes``: more than 2%
+slower than the plan fused under ``bytes``).
 """
 
 from __future__ import annotations
