@@ -92,18 +92,28 @@ def rule_name(rule: Any) -> str:
     return _internal("RewriteOrRule.decl.name", lambda: rule.decl.name)
 
 
-def rule_rhs(rule: Any) -> list[Any]:
-    """The right-hand sides of an egglog rule (the second term of each ``union`` it makes) as
-    patterns: ``(constructor, (child patterns...))`` for a call (constructors by their names in
-    egglog's serialisation: ``FusedMatMul``, ``Epi.act``), ``("lit", value)`` for a literal and
-    None for a variable or anything else (which matches anything)."""
-    from egglog.declarations import CallDecl, ClassMethodRef, FunctionRef, LitDecl, TypedExprDecl, UnionDecl
+def rule_unions(rule: Any, names: bool = False) -> list[tuple[Any, Any]]:
+    """The ``union(lhs).with_(rhs)`` actions of an egglog rule as (lhs, rhs) patterns:
+    ``(constructor, (child patterns...))`` for a call (constructors by their names in egglog's
+    serialisation: ``FusedMatMul``, ``Epi.act``), ``("lit", value)`` for a literal, and for a
+    variable None, or with ``names`` ``("var", name)``; anything else is None (matches anything)."""
+    from egglog.declarations import (
+        CallDecl,
+        ClassMethodRef,
+        FunctionRef,
+        LitDecl,
+        TypedExprDecl,
+        UnboundVarDecl,
+        UnionDecl,
+    )
 
     def pattern(d: Any) -> Any:
         if isinstance(d, TypedExprDecl):
             d = d.expr
         if isinstance(d, LitDecl):
             return ("lit", d.value)
+        if isinstance(d, UnboundVarDecl):
+            return ("var", d.name) if names else None
         if isinstance(d, CallDecl):
             ref = d.callable
             if isinstance(ref, FunctionRef):
@@ -116,7 +126,12 @@ def rule_rhs(rule: Any) -> list[Any]:
         return None
 
     head = _internal("RewriteOrRule.decl.head", lambda: rule.decl.head)
-    return [pattern(a.rhs) for a in head if isinstance(a, UnionDecl)]
+    return [(pattern(a.lhs), pattern(a.rhs)) for a in head if isinstance(a, UnionDecl)]
+
+
+def rule_rhs(rule: Any) -> list[Any]:
+    """The right-hand sides of an egglog rule's unions as patterns (see :func:`rule_unions`)."""
+    return [rhs for _, rhs in rule_unions(rule)]
 
 
 def ruleset_ident(rs: Any) -> str:
@@ -124,4 +139,4 @@ def ruleset_ident(rs: Any) -> str:
     return _internal("Ruleset.__egg_ident__", lambda: rs.__egg_ident__.name)
 
 
-__all__ = ["declare", "rule_name", "rule_rhs", "ruleset_ident", "run_program", "serialize", "variables"]
+__all__ = ["declare", "rule_name", "rule_rhs", "rule_unions", "ruleset_ident", "run_program", "serialize", "variables"]

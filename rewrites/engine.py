@@ -182,12 +182,13 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
             raise RewriteError(f"saturation failed: {e}") from e
         from .diagnose import merge_culprit
 
-        who = merge_culprit(graph, rulesets, match_limit=match_limit, ban_length=ban_length,
-                            max_iterations=max_iterations)
-        raise RewriteError(f"saturation failed: {who or 'a rule'} joined two e-classes of the input graph whose "
-                           f"shapes differ (egglog: {e}): a rule whose two sides have different shapes is unsound"
-                           + ("" if who else "; run the rulesets one by one (optimize(rulesets=[...])) to find it")
-                           ) from e
+        found = merge_culprit(graph, rulesets, match_limit=match_limit, ban_length=ban_length,
+                              max_iterations=max_iterations)
+        who, what = found or ("a rule", "")
+        raise RewriteError(f"saturation failed: {who} joined two e-classes of the input graph whose shapes differ"
+                           f"{': ' + what if what else ''} (egglog: {e}); a rule whose two sides have different "
+                           "shapes is unsound" + ("" if found else "; run the rulesets one by one "
+                                                  "(optimize(rulesets=[...])) to find it")) from e
     rep.phases["analysis"].seconds = rep.analysis_s
     enc.raw = egglog_private.serialize(egraph)  # the final e-graph, read once by extraction too
     rep.phases["saturation"] = _phase(egraph, rep.saturation_s, enc.raw)

@@ -43,7 +43,9 @@ def test_embedding_indices_stay_valid_in_soundness_feeds():
     assert check_sound(g).eclasses_checked >= 3
 
 
-def test_a_rule_that_merges_shapes_is_named():
+def test_a_rule_that_merges_shapes_is_named_with_both_shapes():
+    from eggfuse.rewrites import optimize
+
     def bad(e):
         (x,) = e.vars("x")
         yield e.equal("Relu(x) -> Relu(x)", e.Relu(x), e.Relu(x))
@@ -51,9 +53,20 @@ def test_a_rule_that_merges_shapes_is_named():
 
     g = Graph()
     g.set_outputs([g.relu(g.transpose(g.input("x", [3, 4])))])
-    from eggfuse.rewrites import optimize
-
     with pytest.raises(RewriteError, match=r"saturation failed: rule 'Transpose\(x\) -> x \(wrong\)' \(ruleset "
                                            r"merges_for_test\) joined two e-classes of the input graph whose shapes "
-                                           "differ"):
+                                           r"differ: its left side Transpose, e-class \S+ of shape \[4, 3\], and its "
+                                           r"right side, e-class \S+ of shape \[3, 4\]"):
         optimize(g, rulesets=[make_ruleset("merges_for_test", bad)])
+
+    def bad_call(e):
+        (x,) = e.vars("x")
+        yield e.equal("Relu(x) -> Transpose(x) (wrong)", e.Relu(x), e.Transpose(x))
+
+    g = Graph()
+    x = g.input("x", [3, 4])
+    g.set_outputs([g.relu(x), g.transpose(x)])  # the right side exists already: a merge of two shape facts
+    with pytest.raises(RewriteError, match=r"rule 'Relu\(x\) -> Transpose\(x\) \(wrong\)' .* its left side Relu, "
+                                           r"e-class \S+ of shape \[3, 4\], and its right side, e-class \S+ of "
+                                           r"shape \[4, 3\]"):
+        optimize(g, rulesets=[make_ruleset("merges_call_for_test", bad_call)])
