@@ -46,7 +46,8 @@ class DeviceProfile:
 
 #: Device profiles. ``lavapipe``: fitted by ``bench/cost_model.py --calibrate`` on this
 #: project's development machine (Mesa lavapipe on 2 shared CPU cores; per-kernel timestamp
-#: queries on the shipped models' fused and unfused plans, 2 layers; the results in
+#: queries on the shipped models' fused and unfused plans, 2 layers; the fit in
+#: ``bench/results/cost_model_lavapipe_calibration.json``, checked on a second run in
 #: ``bench/results/cost_model_lavapipe.json``): a CPU is bound by arithmetic here, so the fit
 #: gives memory a bandwidth too high to matter. ``h200``: provisional figures from
 #: the README's H200 measurements (3.8 TB/s copy bandwidth, 31.8 TFLOP/s fp32 matmul, ~6 us a

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import itertools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ def _register(rs: Ruleset, name: str, rules: Iterable[Any]) -> Ruleset:
         rs.register(r)
         members.append((egglog_private.rule_name(r), r))
     _MEMBERS[id(rs)] = (name, members)
+    weakref.finalize(rs, _MEMBERS.pop, id(rs), None)  # the entry goes with the ruleset (ids are reused)
     return rs
 
 

@@ -37,6 +37,9 @@ def test_run_one_gives_a_row_and_a_failure_is_a_row():
     assert (row["dispatches_before"], row["dispatches_after"], row["cost_after"]) == (
         rep.dispatches_before, rep.dispatches_after, rep.cost_after)
     assert row["egglog_version"].startswith("14.")
+    paid = sweep.run_one(sweep.RunConfig("llama:1", ",".join(SCHEDULE), payoff=True))
+    # MatMulBT -> FusedMatMulBT, the Add epilogue, the RmsNorm prologue, SwiGLU's and attention's packing pay
+    assert paid["error"] == "" and paid["rules_paid"] >= 4 and row["rules_paid"] == ""
     bad = sweep.run_one(sweep.RunConfig("resnet", ",".join(SCHEDULE)))
     assert bad["error"].startswith("InputError: unknown model 'resnet'")
 
