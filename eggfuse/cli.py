@@ -10,6 +10,8 @@ import sys
 from eggfuse.cli_cache import add_cache, add_no_cache, cache_line
 from eggfuse.cli_generate import add_generate
 from eggfuse.cli_onnx import _shape_arg, add_run
+from eggfuse.cli_options import add_engine_options
+from eggfuse.cli_sweep import add_sweep
 from eggfuse.cli_train import add_train_digits
 from eggfuse.ir import EggfuseError, InputError
 
@@ -49,25 +51,24 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> None:
-    from eggfuse.api import model_graph
+    from eggfuse.cli_options import engine_kwargs
+    from eggfuse.graphs import load_graph
     from eggfuse.rewrites import optimize
 
-    onnx_nodes = None
-    if args.model.endswith(".onnx"):
-        from eggfuse.cli_onnx import onnx_graph
-
-        if args.training:
-            raise InputError("--training applies to the shipped models, not to an ONNX file")
-        graph, onnx_nodes = onnx_graph(args.model, dict(args.shape or []))
-    else:
-        graph = model_graph(args.model, seq=args.seq, batch=args.batch, training=args.training)
-    _, report = optimize(graph, extractor=args.extractor, verify=args.verify, dump_egglog=args.dump_egglog)
+    graph, source = load_graph(args.model, seq=args.seq, batch=args.batch, training=args.training,
+                               shapes=dict(args.shape or []))
+    onnx_nodes = source.get("onnx_nodes")
+    kw = engine_kwargs(args)
+    opt, report = optimize(graph, verify=args.verify, dump_egglog=args.dump_egglog, payoff=args.report, **kw)
+    notes = _write_dots(args, graph, opt, kw)
     if args.json:
         out = report.to_dict()
-        out.update(model=args.model, training=args.training, seq=args.seq)
+        out.update(model=args.model, training=args.training, seq=args.seq, cost_model=args.cost_model)
         if onnx_nodes is not None:
             out.update(onnx_nodes=onnx_nodes, seq=None)
         print(json.dumps(out))
+        for note in notes:
+            print(note, file=sys.stderr)
         return
     if onnx_nodes is not None:
         print(f"{args.model}: {onnx_nodes} ONNX nodes -> {len(graph.live_nodes())} graph nodes")
@@ -77,6 +78,29 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     print(report.summary())
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")
+    for note in notes:
+        print(note)
+
+
+def _write_dots(args: argparse.Namespace, graph, opt, kw: dict) -> list[str]:
+    """--dot and --dot-eclass: the pictures asked for; a line per file written."""
+    from eggfuse import dot
+
+    notes = []
+    if args.dot:
+        before, after = args.dot
+        notes.append(dot.write(dot.graph_dot(graph, f"{args.model}: before"), before))
+        notes.append(dot.write(dot.graph_dot(opt, f"{args.model}: after"), after))
+    if args.dot_eclass:
+        from eggfuse.rewrites.engine import Report, saturate
+
+        node, path = args.dot_eclass
+        if not node.lstrip("%").isdigit():
+            raise InputError(f"--dot-eclass takes a graph node id (as `%12` or `12` in the graph), got {node!r}")
+        schedule = {k: v for k, v in kw.items() if k not in ("cost_model", "extractor")}
+        enc = saturate(graph, Report(), **schedule)
+        notes.append(dot.write(dot.eclass_dot(enc.raw, f"$n{node.lstrip('%')}", args.dot_depth), path))
+    return notes
 
 
 def cmd_rules(args: argparse.Namespace) -> None:
@@ -108,16 +132,24 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_embed)
 
     o = sub.add_parser("optimize", help="run the rewrite engine on a model's graph and print its report")
-    o.add_argument("model", help="minilm, smollm2, llama:LAYERS (SmolLM2 shapes, synthetic), or an .onnx file")
+    o.add_argument("model", help="minilm, smollm2, llama:LAYERS (SmolLM2 shapes, synthetic), an .onnx file, or "
+                                 "module:function (or file.py:function) returning an eggfuse Graph")
     o.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="an ONNX input's shape where the model leaves dimensions symbolic (default 1)")
     o.add_argument("--training", action="store_true", help="the forward + backward (training) graph")
     o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
-    o.add_argument("--extractor", choices=["ilp", "greedy", "compare"], default="ilp",
-                   help="ilp: optimal (default); greedy; compare: both, reporting the gap")
+    add_engine_options(o)
+    o.add_argument("--report", action="store_true",
+                   help="per rule and ruleset: matches, extracted e-nodes and what it saves (re-optimises without "
+                        "each rule that fired; JSON keys rules and rulesets)")
     o.add_argument("--verify", action="store_true", help="check the result on the numpy reference")
     o.add_argument("--dump-egglog", metavar="FILE", help="write the egglog program for replay")
+    o.add_argument("--dot", nargs=2, metavar=("BEFORE.svg", "AFTER.svg"),
+                   help="draw the graph before and after (Graphviz; without it the DOT text is written)")
+    o.add_argument("--dot-eclass", nargs=2, metavar=("NODE", "FILE.svg"),
+                   help="draw the e-class of graph node NODE in the saturated e-graph, and the e-classes below it")
+    o.add_argument("--dot-depth", type=int, default=2, help="levels of e-classes below, for --dot-eclass (default 2)")
     o.add_argument("--json", action="store_true", help="print one JSON object")
     o.set_defaults(func=cmd_optimize)
 
@@ -128,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_digits(sub)
     add_generate(sub)
     add_run(sub)
+    add_sweep(sub)
     return p
 
 

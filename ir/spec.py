@@ -36,7 +36,8 @@ def need(cond: bool, msg: str) -> None:
 
 
 def need_f32(t: TensorType, what: str) -> None:
-    need(t.dtype is DType.F32, f"{what} must be f32, got {t}")
+    if t.dtype is not DType.F32:  # the message only when raised: shape rules run for every e-node priced
+        raise ShapeError(f"{what} must be f32, got {t}")
 
 
 #: An attribute without a default must be given.

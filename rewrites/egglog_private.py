@@ -99,4 +99,57 @@ def ruleset_fingerprint(rs: Any) -> str:
     return _internal("Ruleset.__egg_ruleset__", text)
 
 
-__all__ = ["declare", "ruleset_fingerprint", "run_program", "serialize", "variables"]
+def rule_name(rule: Any) -> str:
+    """The ``name=`` of an egglog rule (``egglog.rule(..., name=...)``)."""
+    return _internal("RewriteOrRule.decl.name", lambda: rule.decl.name)
+
+
+def rule_unions(rule: Any, names: bool = False) -> list[tuple[Any, Any]]:
+    """The ``union(lhs).with_(rhs)`` actions of an egglog rule as (lhs, rhs) patterns:
+    ``(constructor, (child patterns...))`` for a call (constructors by their names in egglog's
+    serialisation: ``FusedMatMul``, ``Epi.act``), ``("lit", value)`` for a literal, and for a
+    variable None, or with ``names`` ``("var", name)``; anything else is None (matches anything)."""
+    from egglog.declarations import (
+        CallDecl,
+        ClassMethodRef,
+        FunctionRef,
+        LitDecl,
+        TypedExprDecl,
+        UnboundVarDecl,
+        UnionDecl,
+    )
+
+    def pattern(d: Any) -> Any:
+        if isinstance(d, TypedExprDecl):
+            d = d.expr
+        if isinstance(d, LitDecl):
+            return ("lit", d.value)
+        if isinstance(d, UnboundVarDecl):
+            return ("var", d.name) if names else None
+        if isinstance(d, CallDecl):
+            ref = d.callable
+            if isinstance(ref, FunctionRef):
+                name = ref.ident.name
+            elif isinstance(ref, ClassMethodRef):
+                name = f"{ref.ident.name}.{ref.method_name}"
+            else:
+                return None
+            return (name, tuple(pattern(a) for a in d.args))
+        return None
+
+    head = _internal("RewriteOrRule.decl.head", lambda: rule.decl.head)
+    return [(pattern(a.lhs), pattern(a.rhs)) for a in head if isinstance(a, UnionDecl)]
+
+
+def rule_rhs(rule: Any) -> list[Any]:
+    """The right-hand sides of an egglog rule's unions as patterns (see :func:`rule_unions`)."""
+    return [rhs for _, rhs in rule_unions(rule)]
+
+
+def ruleset_ident(rs: Any) -> str:
+    """egglog's name of a ruleset (``ruleset(name=...)``, or one egglog-python made up)."""
+    return _internal("Ruleset.__egg_ident__", lambda: rs.__egg_ident__.name)
+
+
+__all__ = ["declare", "rule_name", "rule_rhs", "rule_unions", "ruleset_fingerprint", "ruleset_ident", "run_program",
+           "serialize", "variables"]

@@ -23,13 +23,15 @@ from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList, constructor_n
 class Encoding:
     """The e-graph of one graph. ``leaves`` maps (op, name) to the original leaf node;
     ``types`` maps the let name of every encoded node (``$n<id>``) to its IR type; ``written``
-    names the parameters an op updates in place; ``root`` is the let name of the output list."""
+    names the parameters an op updates in place; ``root`` is the let name of the output list;
+    ``enodes`` maps each let name to its constructor and its inputs' let names."""
 
     egraph: EGraph
     leaves: dict[tuple[str, str], Node] = field(default_factory=dict)
     types: dict[str, TensorType] = field(default_factory=dict)
     written: frozenset[str] = frozenset()
     root: str = "$outputs"
+    enodes: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     raw: dict | None = None  # egglog's serialisation once saturated (rewrites.engine.saturate)
 
 
@@ -109,7 +111,9 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
             written.add(graph.node(node.inputs[w]).attrs["name"])
         name = f"$n{node.id}"
         enc.types[name] = node.type
-        lines.append(f"(let {name} {node_text(node, [f'$n{i}' for i in node.inputs])})")
+        refs = [f"$n{i}" for i in node.inputs]
+        enc.enodes[name] = (constructor_name(node.op, len(refs)), tuple(refs))
+        lines.append(f"(let {name} {node_text(node, refs)})")
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")

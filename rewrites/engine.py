@@ -22,6 +22,7 @@ from .rulesets import analysis_ruleset, optimization_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
 EXTRACTORS = ("ilp", "greedy", "compare")
+_BYTES = CostModel(dispatch_bytes=0)  # bytes read + written per kernel: the report's bytes_before / bytes_after
 _ANALYSIS_NAMES = {str(fn) for fn in ANALYSES}
 
 
@@ -45,26 +46,27 @@ def _phase(egraph: EGraph, seconds: float, raw: dict | None = None) -> Phase:
 
 
 def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = None, match_limit: int = 20_000,
-             max_iterations: int = 50, max_enodes: int = 200_000, time_limit_s: float = 60.0,
-             record: bool = False) -> Encoding:
+             ban_length: int = 5, max_iterations: int = 50, max_enodes: int = 200_000, time_limit_s: float = 60.0,
+             no_decomp: bool = False, record: bool = False) -> Encoding:
     """Insert ``graph`` into a new e-graph and run the schedule; fills the insert, analysis
     and saturation phases of ``rep``. See :func:`optimize` for the schedule and budgets.
 
     Raises :class:`RewriteError` when egglog rejects a merge (two encoded e-classes with
-    different shape facts: an unsound rule). A term a rule created has no shape fact; the
+    different shape facts: an unsound rule), naming the rule (found by replaying the schedule
+    one rule at a time, :mod:`.diagnose`). A term a rule created has no shape fact; the
     extraction problem checks those (``problem.build_problem``).
     """
     graph.check_outputs()
     rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
     t0 = time.perf_counter()
-    egraph = EGraph(save_egglog_string=record)
+    egraph = EGraph(save_egglog_string=record, no_decomp=no_decomp)
     enc = encode(graph, egraph)
     rep.insert_s = time.perf_counter() - t0
     rep.phases["insert"] = _phase(egraph, rep.insert_s)
 
     fired: Counter[str] = Counter()
     analysis = analysis_ruleset().saturate()
-    scheduler = back_off(match_limit=match_limit).persistent()
+    scheduler = back_off(match_limit=match_limit, ban_length=ban_length).persistent()
     optimisation = seq(*(run(rs, scheduler=scheduler) for rs in rulesets))
     start = time.perf_counter()
     try:
@@ -95,7 +97,17 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
         egraph.run(analysis)
         rep.analysis_s += time.perf_counter() - t
     except Exception as e:  # egglog reports unsound merges (different shapes) as errors
-        raise RewriteError(f"saturation failed: {e}") from e
+        if "Illegal merge" not in str(e):
+            raise RewriteError(f"saturation failed: {e}") from e
+        from .diagnose import merge_culprit
+
+        found = merge_culprit(graph, rulesets, match_limit=match_limit, ban_length=ban_length,
+                              max_iterations=max_iterations)
+        who, what = found or ("a rule", "")
+        raise RewriteError(f"saturation failed: {who} joined two e-classes of the input graph whose shapes differ"
+                           f"{': ' + what if what else ''} (egglog: {e}); a rule whose two sides have different "
+                           "shapes is unsound" + ("" if found else "; run the rulesets one by one "
+                                                  "(optimize(rulesets=[...])) to find it")) from e
     rep.phases["analysis"].seconds = rep.analysis_s
     enc.raw = egglog_private.serialize(egraph)  # the final e-graph, read once by extraction too
     rep.phases["saturation"] = _phase(egraph, rep.saturation_s, enc.raw)
@@ -112,21 +124,26 @@ def optimize(
     extractor: str = "ilp",
     ilp_time_limit_s: float = 20.0,
     match_limit: int = 20_000,
+    ban_length: int = 5,
     max_iterations: int = 50,
     max_enodes: int = 200_000,
     time_limit_s: float = 60.0,
+    no_decomp: bool = False,
     verify: bool = False,
     seed: int = 0,
     dump_egglog: str | None = None,
+    payoff: bool = False,
 ) -> tuple[Graph, Report]:
     """Optimise ``graph`` with egglog; returns the rebuilt graph and a :class:`Report`.
 
     Schedule: the shape analysis runs to saturation, then one pass of every optimisation
     ruleset under egglog's back-off scheduler (a rule matching more than ``match_limit``
-    times in a pass is banned for a while, so a rule that blows up cannot swamp the
-    e-graph); repeated until a pass changes nothing and no rule is banned. It stops early,
+    times in a pass is banned for ``ban_length`` passes, both limits growing with each ban,
+    so a rule that blows up cannot swamp the e-graph); repeated until a pass changes nothing
+    and no rule is banned. It stops early,
     saying so in ``stop_reason``, at ``max_iterations`` passes, above ``max_enodes``
-    e-nodes or after ``time_limit_s`` seconds.
+    e-nodes or after ``time_limit_s`` seconds. ``no_decomp`` is egglog's
+    ``EGraph(no_decomp=True)``: queries run without its decomposition into sub-queries.
 
     Extraction picks, for all outputs at once, the DAG of least total cost under
     ``cost_model`` (default :class:`CostModel`). ``extractor="ilp"`` (default) solves the
@@ -139,7 +156,11 @@ def optimize(
     output depends on as leaves nothing reads, so it accepts the same feeds and parameters.
 
     ``verify=True`` evaluates both graphs with the numpy reference on random inputs and
-    raises :class:`RewriteError` if any output differs. ``dump_egglog`` is a file path
+    raises :class:`RewriteError` if any output differs. ``payoff=True`` fills the report's
+    ``rules`` and ``rulesets``: for each, its matches, the e-nodes of the extracted graph its
+    right-hand side built, and what it saves, by saturating and extracting again without it
+    (:mod:`.payoff`: one more optimisation per rule that fired and per ruleset).
+    ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
     graph is not modified. Raises ``ValueError`` for an unknown ``extractor``,
     :class:`GraphError` for a graph without outputs and :class:`RewriteError` for a rule
@@ -152,9 +173,10 @@ def optimize(
     model = cost_model or CostModel()
     rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
     rep = Report(nodes_before=len(graph.live_nodes()), dispatches_before=graph.dispatch_count(),
-                 cost_before=model.graph_cost(graph))
-    enc = saturate(graph, rep, rulesets=rulesets, match_limit=match_limit, max_iterations=max_iterations,
-                   max_enodes=max_enodes, time_limit_s=time_limit_s, record=dump_egglog is not None)
+                 cost_before=model.graph_cost(graph), bytes_before=_BYTES.graph_cost(graph))
+    schedule = dict(match_limit=match_limit, ban_length=ban_length, max_iterations=max_iterations,
+                    max_enodes=max_enodes, time_limit_s=time_limit_s, no_decomp=no_decomp)
+    enc = saturate(graph, rep, rulesets=rulesets, record=dump_egglog is not None, **schedule)
     egraph = enc.egraph
 
     t = time.perf_counter()
@@ -186,11 +208,20 @@ def optimize(
     rep.nodes_after = len(out.live_nodes())
     rep.dispatches_after = out.dispatch_count()
     rep.cost_after = model.graph_cost(out)
+    rep.bytes_after = _BYTES.graph_cost(out)
     if dump_egglog is not None:
         with open(dump_egglog, "w") as f:
             f.write(egraph.as_egglog_string)
     if verify:
         verify_equivalent(graph, out, seed=seed)
+    if payoff:
+        from .payoff import attach
+
+        def again(without: Sequence[Ruleset]) -> Report:
+            return optimize(graph, cost_model=model, rulesets=without, extractor=extractor,
+                            ilp_time_limit_s=ilp_time_limit_s, **schedule)[1]
+
+        attach(rep, None if keep_input else dag, enc, rulesets, again)
     return out, rep
 
 

@@ -48,14 +48,25 @@ class Report:
     dispatches_after: int = 0
     cost_before: int = 0
     cost_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
     extractor: str = ""
     greedy_cost: int | None = None
     ilp_cost: int | None = None
     ilp_optimal: bool | None = None
     ilp_s: float | None = None
+    #: with ``optimize(..., payoff=True)``: per rule and per ruleset, what it pays
+    #: (:class:`~.payoff.Payoff` as dicts: name, ruleset, matches, extracted_enodes, saved_*)
+    rules: list[dict] | None = None
+    rulesets: list[dict] | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field; ``rules`` and ``rulesets`` only when computed."""
+        out = asdict(self)
+        for key in ("rules", "rulesets"):
+            if out[key] is None:
+                del out[key]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> Report:
@@ -75,13 +86,18 @@ class Report:
         if self.ilp_cost is not None and self.greedy_cost:
             gap = (f", greedy {self.greedy_cost:,} vs ILP {self.ilp_cost:,}"
                    f"{' (optimal)' if self.ilp_optimal else ''}")
-        return (
+        text = (
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
-            f"{self.dispatches_after}, cost {self.cost_before:,} -> {self.cost_after:,} byte-equivalents\n"
+            f"{self.dispatches_after}, cost {self.cost_before:,} -> {self.cost_after:,}\n"
             f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
             f"phases (total {self.total_s:.3f}s):\n{phases}\n"
             f"rules fired (matches):\n{fired or '  none'}"
         )
+        if self.rules is not None:
+            from .payoff import payoff_table
+
+            text += "\n" + payoff_table(self)
+        return text
 
 
 __all__ = ["Phase", "Report"]

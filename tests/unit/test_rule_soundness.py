@@ -20,6 +20,7 @@ def test_every_shipped_rule_has_a_soundness_example():
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_rule_is_sound(rule):
     ex = RULES[rule].example
+    assert ex is not None, f"rule {rule!r} ({RULES[rule].family} family) has no soundness example (pass example=)"
     assert_rule_sound(rule, ex.build, max_examples=6, max_dim=ex.max_dim)
 
 
@@ -30,7 +31,8 @@ def test_soundness_check_catches_an_unsound_rule():
 
     g = Graph()
     g.set_outputs([g.relu(g.input("x", [3, 4]))])
-    with pytest.raises(RewriteError, match="unsound e-class"):
+    with pytest.raises(RewriteError, match=r"unsound rule 'Relu\(x\) -> Neg\(x\) \(wrong\)' \(ruleset "
+                                           r"unsound_for_test\): e-class"):
         check_sound(g, rulesets=[make_ruleset("unsound_for_test", bad)])
 
 
@@ -39,3 +41,32 @@ def test_embedding_indices_stay_valid_in_soundness_feeds():
     idx = g.input("i", [5], DType.U32)
     g.set_outputs([g.neg(g.neg(g.embedding(idx, g.parameter("t", [3, 4]))))])
     assert check_sound(g).eclasses_checked >= 3
+
+
+def test_a_rule_that_merges_shapes_is_named_with_both_shapes():
+    from eggfuse.rewrites import optimize
+
+    def bad(e):
+        (x,) = e.vars("x")
+        yield e.equal("Relu(x) -> Relu(x)", e.Relu(x), e.Relu(x))
+        yield e.equal("Transpose(x) -> x (wrong)", e.Transpose(x), x)
+
+    g = Graph()
+    g.set_outputs([g.relu(g.transpose(g.input("x", [3, 4])))])
+    with pytest.raises(RewriteError, match=r"saturation failed: rule 'Transpose\(x\) -> x \(wrong\)' \(ruleset "
+                                           r"merges_for_test\) joined two e-classes of the input graph whose shapes "
+                                           r"differ: its left side Transpose, e-class \S+ of shape \[4, 3\], and its "
+                                           r"right side, e-class \S+ of shape \[3, 4\]"):
+        optimize(g, rulesets=[make_ruleset("merges_for_test", bad)])
+
+    def bad_call(e):
+        (x,) = e.vars("x")
+        yield e.equal("Relu(x) -> Transpose(x) (wrong)", e.Relu(x), e.Transpose(x))
+
+    g = Graph()
+    x = g.input("x", [3, 4])
+    g.set_outputs([g.relu(x), g.transpose(x)])  # the right side exists already: a merge of two shape facts
+    with pytest.raises(RewriteError, match=r"rule 'Relu\(x\) -> Transpose\(x\) \(wrong\)' .* its left side Relu, "
+                                           r"e-class \S+ of shape \[3, 4\], and its right side, e-class \S+ of "
+                                           r"shape \[4, 3\]"):
+        optimize(g, rulesets=[make_ruleset("merges_call_for_test", bad_call)])

@@ -1,0 +1,60 @@
+"""The rewrite engine's options shared by ``eggfuse optimize`` and ``eggfuse sweep``: rule
+selection and ablation, cost model, extractor, egglog scheduler settings."""
+
+from __future__ import annotations
+
+import argparse
+
+from eggfuse.ir import InputError
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
+    """Add the selection and scheduler options to ``p``. With ``grid`` (the sweep) the
+    ruleset, cost-model and extractor options are lists, added by the sweep itself."""
+    if not grid:
+        p.add_argument("--rulesets", metavar="NAME,NAME", type=_names,
+                       help="run only these optimisation rulesets (`eggfuse rules` lists them; default all)")
+        p.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
+                       help="leave out one rule, named as `eggfuse rules` lists it (repeatable)")
+        p.add_argument("--cost-model", metavar="MODEL", default="bytes",
+                       help="bytes (default: byte-equivalents), roofline (h200 profile), roofline:PROFILE, or "
+                            "module:Class (a CostModel subclass)")
+        p.add_argument("--extractor", choices=["ilp", "greedy", "compare"], default="ilp",
+                       help="ilp: optimal (default); greedy; compare: both, reporting the gap")
+    s = p.add_argument_group("egglog schedule")
+    s.add_argument("--match-limit", type=int, default=20_000,
+                   help="back-off: a rule matching more often in one pass is banned for a while (default 20000)")
+    s.add_argument("--ban-length", type=int, default=5, help="back-off: passes a banned rule sits out (default 5)")
+    s.add_argument("--max-iterations", type=int, default=50, help="passes at most (default 50)")
+    s.add_argument("--max-enodes", type=int, default=200_000, help="stop above this many e-nodes (default 200000)")
+    s.add_argument("--time-limit", type=float, default=60.0, help="saturation time budget, seconds (default 60)")
+    s.add_argument("--no-decomp", action="store_true", help="egglog's EGraph(no_decomp=True)")
+
+
+def schedule_kwargs(args: argparse.Namespace) -> dict:
+    """The scheduler keywords of ``eggfuse.rewrites.optimize`` from parsed options."""
+    for name in ("match_limit", "ban_length", "max_iterations", "max_enodes"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.time_limit <= 0:
+        raise InputError(f"--time-limit must be positive, got {args.time_limit}")
+    return dict(match_limit=args.match_limit, ban_length=args.ban_length, max_iterations=args.max_iterations,
+                max_enodes=args.max_enodes, time_limit_s=args.time_limit, no_decomp=args.no_decomp)
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    """``eggfuse.rewrites.optimize`` keywords (rulesets, cost model, extractor, schedule) of ``optimize``'s options."""
+    from eggfuse.rewrites.roofline import cost_model_from_spec
+    from eggfuse.rewrites.rulesets import select
+
+    kw = schedule_kwargs(args)
+    if args.rulesets is not None or args.disable_rule:
+        kw["rulesets"] = select(args.rulesets, args.disable_rule)
+    return dict(kw, cost_model=cost_model_from_spec(args.cost_model), extractor=args.extractor)
+
+
+__all__ = ["add_engine_options", "engine_kwargs", "schedule_kwargs"]

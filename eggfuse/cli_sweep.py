@@ -1,0 +1,83 @@
+"""``eggfuse sweep``: a grid of compile-time experiments, locally or on a Dask cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from eggfuse.cli_options import add_engine_options, schedule_kwargs
+from eggfuse.ir import InputError
+
+
+def _list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in _list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from eggfuse import sweep
+
+    schedule = schedule_kwargs(args)
+    schedule.pop("match_limit")
+    schedule.pop("no_decomp")
+    nd = {"off": [False], "on": [True], "both": [False, True]}[args.no_decomp_values]
+    configs = sweep.grid(args.models, args.rulesets, args.cost_models, args.extractors,
+                         args.match_limits or [args.match_limit], nd, repeats=args.repeats, seq=args.seq,
+                         batch=args.batch, training=args.training, payoff=args.payoff,
+                         schedule=tuple(sorted(schedule.items())))
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
+    csv_path, json_path = sweep.write_results(rows, args.out)
+    written = [csv_path, json_path]
+    failed = sum(1 for r in rows if r["error"])
+    if not args.no_plots and len(rows) > failed:
+        try:
+            written += sweep.plot(rows, args.out)
+        except ImportError:
+            print("matplotlib is not installed: no plots (pip install 'eggfuse[sweep]')", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"runs": len(rows), "failed": failed, "files": [str(p) for p in written]}))
+        return
+    print(sweep.table(rows))
+    print(f"{len(rows)} runs, {failed} failed; written: {', '.join(str(p) for p in written)}")
+
+
+def add_sweep(sub) -> None:
+    """Register ``sweep`` on the CLI's subparsers."""
+    s = sub.add_parser("sweep", help="optimise a grid of graphs x rulesets x cost models x extractors, in parallel")
+    s.add_argument("--models", type=_list, required=True, metavar="M1,M2",
+                   help="graphs: minilm, smollm2, llama:LAYERS, .onnx files, module:function")
+    s.add_argument("--rulesets", default="all", metavar="all|ablate|ablate-rules|NAME,NAME",
+                   help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out; "
+                        "or the rulesets to keep")
+    s.add_argument("--cost-models", type=_list, default=["bytes"], metavar="bytes,roofline",
+                   help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
+    s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")
+    s.add_argument("--match-limits", type=_ints, metavar="N,N", help="back-off match limits to sweep")
+    s.add_argument("--no-decomp-values", choices=["off", "on", "both"], default="off",
+                   help="egglog's no_decomp: off (default), on, or both")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, help="local worker processes (default: the CPU count)")
+    where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a Dask distributed scheduler's address")
+    s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.csv, results.json and the PNGs")
+    s.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
+    s.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
+    s.add_argument("--training", action="store_true", help="the forward + backward graphs")
+    s.add_argument("--repeats", type=int, default=1, help="runs of each configuration (default 1)")
+    s.add_argument("--payoff", action="store_true", help="also the per-rule payoff of each run (rules_paid; slower)")
+    s.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--json", action="store_true", help="print one JSON object (runs, failed, files)")
+    add_engine_options(s, grid=True)
+    s.set_defaults(func=cmd_sweep)
+
+
+__all__ = ["add_sweep"]

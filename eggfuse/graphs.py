@@ -1,0 +1,112 @@
+"""Graph sources for the commands that optimise a graph (``eggfuse optimize``, ``eggfuse sweep``):
+a shipped model, an ONNX file, or ``module:function`` returning a :class:`~eggfuse.ir.Graph`.
+
+A shipped model's graph is built once per process and kept (``smollm2``'s config comes from
+its GGUF file, whose reader takes seconds to parse the file); every caller gets the same
+:class:`Graph`, which the rewrite engine does not modify (do not modify it either).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from eggfuse.ir import Graph, InputError
+
+SHIPPED = ("minilm", "smollm2", "llama:LAYERS")
+
+
+def describe(spec: str) -> str:
+    """What kind of source ``spec`` names: ``"onnx"``, ``"function"`` or ``"model"``."""
+    if spec.endswith(".onnx"):
+        return "onnx"
+    if ":" in spec and not spec.startswith("llama:"):
+        return "function"
+    return "model"
+
+
+def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False,
+               shapes: dict[str, list[int]] | None = None) -> tuple[Graph, dict]:
+    """The graph ``spec`` names, and facts about its source (``source``, ``onnx_nodes``).
+
+    ``spec``: a shipped model (``minilm``, ``smollm2``, ``llama:LAYERS``; ``seq``, ``batch``
+    and ``training`` as :func:`eggfuse.api.model_graph`), an ``.onnx`` file (``shapes`` gives
+    the symbolic input dimensions, 1 where not given), or ``module:function`` /
+    ``path/to/file.py:function``: a function called with no arguments that returns a
+    ``Graph`` (``training=True`` then appends its backward pass, as for a model).
+
+    Raises :class:`~eggfuse.ir.InputError` for an unknown model, a module or function that
+    does not import, one that does not return a Graph, or ``training`` with an ONNX file;
+    :class:`~eggfuse.ir.ModelError` when a model package is missing.
+    """
+    kind = describe(spec)
+    if kind == "onnx":
+        if training:
+            raise InputError("--training applies to the shipped models and functions, not to an ONNX file")
+        graph, nodes = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
+        return graph, {"source": "onnx", "onnx_nodes": nodes}
+    if kind == "function":
+        graph = from_function(spec)
+        if training:
+            from eggfuse.api import training_graph
+
+            graph = training_graph(graph)
+        return graph, {"source": "function"}
+    return _model(spec, seq, batch, training), {"source": "model"}
+
+
+@functools.lru_cache(maxsize=32)
+def _model(spec: str, seq: int, batch: int, training: bool) -> Graph:
+    from eggfuse.api import model_graph
+
+    return model_graph(spec, seq=seq, batch=batch, training=training)
+
+
+@functools.lru_cache(maxsize=8)
+def _onnx(path: str, shapes: tuple) -> tuple[Graph, int]:
+    from eggfuse.cli_onnx import onnx_graph
+
+    return onnx_graph(path, {k: list(v) for k, v in shapes})
+
+
+def from_function(spec: str) -> Graph:
+    """Call ``module:function`` (or ``file.py:function``) with no arguments; its Graph."""
+    where, _, name = spec.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            mod_spec = importlib.util.spec_from_file_location(f"_eggfuse_graph_{path.stem}", path)
+            if mod_spec is None or not path.is_file():
+                raise FileNotFoundError(f"no file {path}")
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[mod_spec.name] = module
+            mod_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import
+        raise InputError(f"graph source {spec!r}: cannot import {where!r}: {type(e).__name__}: {e}") from e
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise InputError(f"graph source {spec!r}: {where} has no function {name!r}")
+    graph = fn()
+    if not isinstance(graph, Graph):
+        raise InputError(f"graph source {spec!r}: {name}() returned {type(graph).__name__}, not an eggfuse Graph")
+    return graph
+
+
+def graph_hash(graph: Graph) -> str:
+    """A short hash of the live graph (ops, attributes, types, edges, outputs): equal graphs
+    give equal hashes, so sweep rows of the same graph can be matched."""
+    h = hashlib.sha256()
+    for node in graph.live_nodes():
+        attrs = sorted((k, repr(v)) for k, v in node.attrs.items())
+        h.update(repr((node.id, node.op, tuple(node.inputs), str(node.type), attrs)).encode())
+    h.update(repr(tuple(graph.outputs)).encode())
+    return h.hexdigest()[:16]
+
+
+__all__ = ["SHIPPED", "describe", "from_function", "graph_hash", "load_graph"]

@@ -1,0 +1,368 @@
+"""Compile-time experiments: a grid of graphs x rulesets (or ablations) x cost models x extractors
+x scheduler settings, each configuration optimised once (or ``repeats`` times), in parallel.
+
+Runs go to a local process pool (one compile at a time per worker process) or to a Dask
+distributed cluster (``scheduler="tcp://HOST:PORT"``): both through :func:`run_sweep`, which
+submits :func:`run_one` per configuration and collects rows as they finish. A run that fails
+becomes a row whose ``error`` says why; the sweep goes on. :func:`write_results` writes the
+tidy table (one row per run) as CSV and JSON, and :func:`plot` the PNGs (matplotlib).
+
+Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``training``,
+``seq``, ``rulesets`` the names used, comma-joined, ``disabled`` the ruleset or rule left out,
+empty for the full set, ``cost_model``, ``extractor``, ``match_limit``, ``no_decomp``,
+``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
+``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
+``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the
+graph's construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU
+seconds for the optimisation), results (``dispatches_before``/``after``, ``cost_before``/
+``after`` in the cost model's unit, ``bytes_before``/``after``), ``rules_fired`` (rules that
+matched), ``rules_paid`` (with ``payoff``: rules whose removal raises the cost; else empty),
+``worker`` (host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the
+run succeeded: else the exception's type and message).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+COLUMNS = ("model", "training", "seq", "rulesets", "disabled", "cost_model", "extractor", "match_limit", "no_decomp",
+           "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes", "iterations", "stop_reason", "insert_s",
+           "analysis_s", "saturation_s", "extraction_s", "rebuild_s", "total_s", "load_s", "cpu_s",
+           "dispatches_before", "dispatches_after", "cost_before", "cost_after", "bytes_before", "bytes_after",
+           "rules_fired", "rules_paid", "worker", "eggfuse_version", "egglog_version", "error")
+RULESET_MODES = ("all", "ablate", "ablate-rules")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of the grid. ``rulesets``: the optimisation rulesets kept (comma-joined, in
+    schedule order); ``disabled``: the ruleset or the rule left out ("" for none); the rest
+    as ``eggfuse optimize``'s options."""
+
+    model: str
+    rulesets: str
+    disabled: str = ""
+    cost_model: str = "bytes"
+    extractor: str = "ilp"
+    match_limit: int = 20_000
+    no_decomp: bool = False
+    seq: int = 16
+    batch: int = 2
+    training: bool = False
+    repeat: int = 0
+    payoff: bool = False
+    schedule: tuple = ()  # further optimize() keywords as (name, value) pairs: ban_length, max_iterations, ...
+
+
+def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str] = ("bytes",),
+         extractors: Sequence[str] = ("ilp",), match_limits: Sequence[int] = (20_000,),
+         no_decomp: Sequence[bool] = (False,), *, repeats: int = 1, **common) -> list[RunConfig]:
+    """Every combination, models outermost. ``rulesets``: ``all`` (the shipped rulesets),
+    ``ablate`` (all, then each ruleset left out in turn), ``ablate-rules`` (all, then each rule
+    left out in turn), or comma-joined ruleset names to keep. ``common``: the other
+    :class:`RunConfig` fields. Raises :class:`~eggfuse.ir.InputError` for an empty list, an
+    unknown ruleset name or extractor."""
+    from eggfuse.ir import InputError
+    from eggfuse.rewrites.engine import EXTRACTORS
+    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, select
+
+    for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
+                         ("match limits", match_limits)):
+        if not values:
+            raise InputError(f"the sweep needs at least one of {name}")
+    for x in extractors:
+        if x not in EXTRACTORS:
+            raise InputError(f"unknown extractor {x!r}: use {', '.join(EXTRACTORS)}")
+    full = ",".join(SCHEDULE)
+    if rulesets == "all":
+        sets = [(full, "")]
+    elif rulesets == "ablate":
+        sets = [(full, "")] + [(",".join(n for n in SCHEDULE if n != left), left) for left in SCHEDULE]
+    elif rulesets == "ablate-rules":
+        sets = [(full, "")] + [(full, rule) for name in SCHEDULE for rule in catalog()[name]]
+    else:
+        names = [n.strip() for n in rulesets.split(",") if n.strip()]
+        select(names)  # unknown names raise here, not in every worker
+        sets = [(",".join(n for n in SCHEDULE if n in names), "")]
+    out = []
+    for model in models:
+        for kept, disabled in sets:
+            for cost in cost_models:
+                for extractor in extractors:
+                    for limit in match_limits:
+                        for nd in no_decomp:
+                            for r in range(repeats):
+                                out.append(RunConfig(model, kept, disabled, cost, extractor, int(limit), bool(nd),
+                                                     repeat=r, **common))
+    return out
+
+
+def _versions() -> tuple[str, str]:
+    out = []
+    for dist in ("eggfuse", "egglog"):
+        try:
+            out.append(metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            out.append("")
+    return out[0], out[1]
+
+
+def run_one(config: RunConfig) -> dict:
+    """Optimise one configuration; its row (see the module docstring). Never raises: a
+    failure is a row with ``error`` set."""
+    eggfuse_version, egglog_version = _versions()
+    row = {c: "" for c in COLUMNS} | asdict(config)
+    for key in ("batch", "payoff", "schedule"):
+        row.pop(key)
+    row.update(worker=f"{socket.gethostname()}:{os.getpid()}", eggfuse_version=eggfuse_version,
+               egglog_version=egglog_version)
+    try:
+        from eggfuse.graphs import graph_hash, load_graph
+        from eggfuse.rewrites import optimize
+        from eggfuse.rewrites.roofline import cost_model_from_spec
+        from eggfuse.rewrites.rulesets import SCHEDULE, select
+
+        t = time.perf_counter()
+        graph, _ = load_graph(config.model, seq=config.seq, batch=config.batch, training=config.training)
+        row["load_s"] = time.perf_counter() - t
+        names = config.rulesets.split(",") if config.rulesets else []
+        rule_left_out = config.disabled and config.disabled not in SCHEDULE
+        rulesets = select(names, [config.disabled] if rule_left_out else [])
+        cpu = time.process_time()
+        _, rep = optimize(graph, rulesets=rulesets, cost_model=cost_model_from_spec(config.cost_model),
+                          extractor=config.extractor, match_limit=config.match_limit, no_decomp=config.no_decomp,
+                          payoff=config.payoff, **dict(config.schedule))
+        row["cpu_s"] = time.process_time() - cpu
+        row.update(graph_hash=graph_hash(graph), graph_nodes=rep.nodes_before)
+        for key in ("eclasses", "enodes", "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s",
+                    "extraction_s", "rebuild_s", "total_s", "dispatches_before", "dispatches_after", "cost_before",
+                    "cost_after", "bytes_before", "bytes_after"):
+            row[key] = getattr(rep, key)
+        row["rules_fired"] = sum(1 for n in rep.rules_fired.values() if n)
+        if rep.rules is not None:
+            row["rules_paid"] = sum(1 for r in rep.rules if r["saved_cost"] > 0)
+    except Exception as e:  # noqa: BLE001 - a failed run is a row; the sweep goes on
+        row["error"] = f"{type(e).__name__}: {e}".strip()
+        row["error_trace"] = traceback.format_exc(limit=-3)
+    return row
+
+
+def _failed(config: RunConfig, e: BaseException) -> dict:
+    """The row of a run whose worker failed before :func:`run_one` could answer (a worker died, ...)."""
+    row = {c: "" for c in COLUMNS} | asdict(config)
+    for key in ("batch", "payoff", "schedule"):
+        row.pop(key)
+    row["error"] = f"{type(e).__name__}: {e}".strip() or type(e).__name__
+    return row
+
+
+def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, scheduler: str | None = None,
+              progress: bool = True, on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run every configuration; rows in the order of ``configs``.
+
+    Local (default): a process pool of ``workers`` processes (default: the CPU count), started
+    with ``spawn``, each running one compile at a time and keeping the graphs it built.
+    ``scheduler``: the address of a Dask distributed scheduler (``tcp://HOST:PORT``); its
+    workers need eggfuse installed. ``progress`` draws a tqdm bar on stderr; ``on_row`` is
+    called with each row as it arrives. Raises :class:`~eggfuse.ir.InputError` for both
+    ``workers`` and ``scheduler``, or a scheduler that does not answer.
+    """
+    from eggfuse.ir import InputError
+
+    if workers is not None and scheduler is not None:
+        raise InputError("give either workers (a local pool) or scheduler (a Dask cluster), not both")
+    if workers is not None and workers < 1:
+        raise InputError(f"workers must be at least 1, got {workers}")
+    rows: list[dict | None] = [None] * len(configs)
+    bar = _bar(len(configs), progress)
+    with _executor(workers, scheduler) as (submit, completed):
+        futures = {submit(run_one, c): i for i, c in enumerate(configs)}
+        for fut in completed(list(futures)):
+            i = futures[fut]
+            try:
+                row = fut.result()
+            except Exception as e:  # noqa: BLE001 - the worker itself failed
+                row = _failed(configs[i], e)
+            rows[i] = row
+            if on_row is not None:
+                on_row(row)
+            bar.update(1)
+            if row["error"]:
+                bar.set_postfix_str(f"{sum(1 for r in rows if r and r['error'])} failed", refresh=False)
+    bar.close()
+    return rows  # type: ignore[return-value]
+
+
+class _executor:
+    """(submit, as_completed) of a spawn process pool or of a Dask client, as a context manager."""
+
+    def __init__(self, workers: int | None, scheduler: str | None) -> None:
+        self.workers, self.scheduler = workers, scheduler
+
+    def __enter__(self):
+        if self.scheduler is not None:
+            from eggfuse.ir import InputError
+
+            try:
+                from distributed import Client, as_completed
+            except ImportError as e:
+                raise InputError("--scheduler needs Dask distributed: pip install 'eggfuse[sweep]'") from e
+            try:
+                self.client = Client(self.scheduler, timeout=30)
+            except OSError as e:
+                raise InputError(f"no Dask scheduler answers at {self.scheduler}: {e}") from e
+            return (lambda fn, c: self.client.submit(fn, c, pure=False)), as_completed
+        import concurrent.futures as cf
+        import multiprocessing
+
+        self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return self.pool.submit, cf.as_completed
+
+    def __exit__(self, *exc) -> None:
+        if self.scheduler is not None:
+            self.client.close()
+        else:
+            self.pool.shutdown(cancel_futures=True)
+
+
+def _bar(total: int, enabled: bool):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        enabled = False
+    if not enabled:
+        class _Quiet:
+            def update(self, n: int) -> None: ...
+            def set_postfix_str(self, *a, **k) -> None: ...
+            def close(self) -> None: ...
+        return _Quiet()
+    return tqdm(total=total, unit="run", desc="sweep", dynamic_ncols=True)
+
+
+def write_results(rows: Iterable[dict], out: str | Path) -> tuple[Path, Path]:
+    """``out/results.csv`` (the :data:`COLUMNS`, one row per run) and ``out/results.json`` (a
+    list of the rows, with the error's traceback where a run failed). Returns both paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = list(rows)
+    csv_path, json_path = out / "results.csv", out / "results.json"
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    json_path.write_text(json.dumps(rows, indent=1, default=str))
+    return csv_path, json_path
+
+
+def label(row: dict) -> str:
+    """A configuration's short label for tables and plots: ruleset choice, cost model, extractor."""
+    sets = f"-{row['disabled']}" if row["disabled"] else ("all" if row["rulesets"].count(",") >= 4 else row["rulesets"])
+    extra = "" if row.get("match_limit") in ("", 20_000) else f" ml{row['match_limit']}"
+    extra += " no_decomp" if row.get("no_decomp") is True else ""
+    return f"{sets} {row['cost_model']} {row['extractor']}{extra}"
+
+
+def table(rows: Sequence[dict]) -> str:
+    """A text table of the runs: configuration, dispatches, cost, total seconds (median over repeats)."""
+    import statistics
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], label(r)), []).append(r)
+    lines = [f"{'model':<12} {'configuration':<34} {'dispatches':>12} {'cost after':>16} {'total_s':>8}  error"]
+    for (model, lab), rs in groups.items():
+        ok = [r for r in rs if not r["error"]]
+        if not ok:
+            lines.append(f"{model:<12} {lab:<34} {'':>12} {'':>16} {'':>8}  {rs[0]['error'][:60]}")
+            continue
+        r = ok[0]
+        t = statistics.median(float(x["total_s"]) for x in ok)
+        lines.append(f"{model:<12} {lab:<34} {r['dispatches_before']:>5} ->{r['dispatches_after']:>4} "
+                     f"{r['cost_after']:>16,} {t:>8.3f}")
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict], out: str | Path) -> list[Path]:
+    """PNGs under ``out``: ``compile_time.png`` (total seconds against e-nodes, per model and
+    extractor), ``phases.png`` (median seconds per phase, per model and extractor) and
+    ``dispatches_bytes.png`` (dispatches and bytes after optimisation per configuration,
+    per model). Failed runs are left out. Raises ImportError without matplotlib."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    ok = [r for r in rows if not r["error"]]
+    paths = []
+    models = list(dict.fromkeys(r["model"] for r in ok))
+    extractors = list(dict.fromkeys(r["extractor"] for r in ok))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for x in extractors:
+        rs = [r for r in ok if r["extractor"] == x]
+        ax.scatter([r["enodes"] for r in rs], [r["total_s"] for r in rs], label=x, alpha=0.7)
+    for m in models:
+        rs = [r for r in ok if r["model"] == m]
+        ax.annotate(m, (max(r["enodes"] for r in rs), max(r["total_s"] for r in rs)), fontsize=8)
+    ax.set_xlabel("e-nodes after saturation")
+    ax.set_ylabel("optimisation time, s (total_s)")
+    ax.set_title("compile time against e-graph size")
+    ax.legend(title="extractor")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(out / "compile_time.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    phases = ("insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s")
+    keys = [(m, x) for m in models for x in extractors if any(r["model"] == m and r["extractor"] == x for r in ok)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys)), 4.5))
+    bottom = [0.0] * len(keys)
+    for ph in phases:
+        vals = [statistics.median(float(r[ph]) for r in ok if (r["model"], r["extractor"]) == k) for k in keys]
+        ax.bar(range(len(keys)), vals, bottom=bottom, label=ph[:-2])
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set_xticks(range(len(keys)), [f"{m}\n{x}" for m, x in keys], fontsize=8)
+    ax.set_ylabel("seconds (median over configurations)")
+    ax.set_title("where the optimisation time goes")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "phases.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    labels = list(dict.fromkeys(label(r) for r in ok))
+    fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.45 * len(labels)), 7), sharex=True)
+    width = 0.8 / max(1, len(models))
+    for k, m in enumerate(models):
+        by = {label(r): r for r in ok if r["model"] == m}
+        xs = [i + k * width for i, lab in enumerate(labels) if lab in by]
+        axes[0].bar(xs, [by[lab]["dispatches_after"] for lab in labels if lab in by], width, label=m)
+        axes[1].bar(xs, [by[lab]["bytes_after"] / 1e6 for lab in labels if lab in by], width, label=m)
+    axes[0].set_ylabel("dispatches after")
+    axes[1].set_ylabel("MB read + written after")
+    axes[0].set_title("dispatches and bytes per configuration")
+    axes[0].legend()
+    axes[1].set_xticks([i + width * (len(models) - 1) / 2 for i in range(len(labels))], labels, rotation=60,
+                       ha="right", fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "dispatches_bytes.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+__all__ = ["COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "plot", "run_one", "run_sweep", "table",
+           "write_results"]

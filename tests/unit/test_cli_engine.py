@@ -1,0 +1,105 @@
+"""eggfuse optimize's selection, payoff report, graph sources and pictures."""
+
+import json
+import shutil
+
+import pytest
+
+from eggfuse import cli
+
+GELU = "Gelu(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[Gelu])"
+GRAPH_PY = '''
+from eggfuse.ir import Graph
+
+def mlp():
+    g = Graph()
+    x = g.input("x", [8, 64])
+    g.set_outputs([g.gelu(g.bias_add(g.matmul(x, g.parameter("w", [64, 32])), g.parameter("b", [32])))])
+    return g
+
+def not_a_graph():
+    return 3
+'''
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    path = tmp_path / "mygraphs.py"
+    path.write_text(GRAPH_PY)
+    return path
+
+
+def _json(capsys, args):
+    assert cli.main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_report_json_has_rules_and_rulesets(capsys, graph_file):
+    out = _json(capsys, ["optimize", f"{graph_file}:mlp", "--report", "--json"])
+    assert (out["dispatches_before"], out["dispatches_after"]) == (3, 1)
+    rule = next(r for r in out["rules"] if r["name"] == GELU)
+    assert rule == {"name": GELU, "ruleset": "matmul_epilogue", "matches": 1, "extracted_enodes": 1,
+                    "saved_cost": (1 << 20) + 2 * 8 * 32 * 4, "saved_dispatches": 1, "saved_bytes": 2 * 8 * 32 * 4}
+    assert {r["name"] for r in out["rulesets"]} == {"algebraic", "swiglu", "matmul_epilogue", "norm_fusion",
+                                                    "attention"}
+    assert "rules" not in _json(capsys, ["optimize", f"{graph_file}:mlp", "--json"])
+
+
+def test_rulesets_and_disable_rule(capsys, graph_file):
+    out = _json(capsys, ["optimize", f"{graph_file}:mlp", "--disable-rule", GELU, "--json"])
+    assert out["dispatches_after"] == 2 and GELU not in out["rules_fired"]
+    out = _json(capsys, ["optimize", f"{graph_file}:mlp", "--rulesets", "algebraic,swiglu", "--json"])
+    assert out["dispatches_after"] == 3 and out["rules_fired"] == {}
+    assert cli.main(["optimize", f"{graph_file}:mlp", "--disable-rule", "Gelu -> fused"]) == 2
+    assert "unknown rule 'Gelu -> fused'" in capsys.readouterr().err
+
+
+def test_cost_model_extractor_and_schedule_options(capsys):
+    out = _json(capsys, ["optimize", "llama:1", "--cost-model", "roofline:lavapipe", "--extractor", "greedy",
+                         "--match-limit", "50", "--ban-length", "2", "--no-decomp", "--json"])
+    assert out["cost_model"] == "roofline:lavapipe" and out["dispatches_after"] < out["dispatches_before"]
+    out = _json(capsys, ["optimize", "llama:1", "--max-iterations", "1", "--json"])
+    assert out["stop_reason"] == "iteration limit 1"
+    assert cli.main(["optimize", "llama:1", "--cost-model", "nosuch:Model"]) == 2
+    assert "does not import" in capsys.readouterr().err
+
+
+def test_module_function_graph_sources(capsys, graph_file, monkeypatch):
+    monkeypatch.syspath_prepend(str(graph_file.parent))
+    assert _json(capsys, ["optimize", "mygraphs:mlp", "--json"])["nodes_before"] == 6
+    for spec, msg in ((f"{graph_file}:not_a_graph", "returned int, not an eggfuse Graph"),
+                      (f"{graph_file}:missing", "has no function 'missing'"),
+                      ("no_such_mod_xyz:fn", "cannot import 'no_such_mod_xyz'")):
+        assert cli.main(["optimize", spec]) == 2
+        assert msg in capsys.readouterr().err
+
+
+def test_shipped_model_graphs_are_built_once_per_process():
+    from eggfuse.graphs import load_graph
+
+    a, _ = load_graph("llama:3")
+    b, _ = load_graph("llama:3")
+    assert a is b and load_graph("llama:3", training=True)[0] is not a
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_dot_pictures_as_svg(tmp_path, capsys, graph_file):
+    before, after, ecl = tmp_path / "b.svg", tmp_path / "a.svg", tmp_path / "e.svg"
+    assert cli.main(["optimize", f"{graph_file}:mlp", "--dot", str(before), str(after),
+                     "--dot-eclass", "5", str(ecl)]) == 0
+    assert f"SVG written to {ecl}" in capsys.readouterr().out
+    assert "MatMul" in before.read_text() and "FusedMatMul" in after.read_text() and "MatMul" not in \
+        after.read_text().replace("FusedMatMul", "")
+    text = ecl.read_text()
+    assert "Gelu" in text and "FusedMatMul" in text  # node 5 (the Gelu) shares its e-class with the fused matmul
+
+
+def test_dot_without_graphviz_writes_the_dot_text(tmp_path, capsys, graph_file, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    before, after = tmp_path / "b.svg", tmp_path / "a.svg"
+    assert cli.main(["optimize", f"{graph_file}:mlp", "--dot", str(before), str(after)]) == 0
+    assert "Graphviz's dot is not installed: wrote the DOT text to" in capsys.readouterr().out
+    assert not before.exists() and (tmp_path / "b.dot").read_text().startswith("digraph")
+    assert "FusedMatMul" in (tmp_path / "a.dot").read_text()
+    assert cli.main(["optimize", f"{graph_file}:mlp", "--dot-eclass", "99", str(tmp_path / "e.dot")]) == 2
+    assert "no e-class holds graph node 99" in capsys.readouterr().err

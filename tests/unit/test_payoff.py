@@ -1,0 +1,113 @@
+"""Per-rule and per-ruleset payoff (optimize(payoff=True)), rule selection and ablation.
+
+Expected values are counted by hand on small graphs: a MatMul + BiasAdd + Gelu chain is 3
+dispatches unfused and 1 fused; without the Gelu epilogue rule it is 2 (FusedMatMul with its
+bias, then Gelu)."""
+
+import pytest
+
+from eggfuse.ir import Graph, RewriteError
+from eggfuse.rewrites import make_ruleset, optimize
+from eggfuse.rewrites.rulesets import SCHEDULE, rules_of, ruleset_name, select
+
+GELU = "Gelu(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[Gelu])"
+BIAS = "BiasAdd(FusedMatMul(a,b,e), d) -> FusedMatMul(a,b,e+[bias d])"
+FUSE = "MatMul(a,b) -> FusedMatMul(a,b,[])"
+
+
+def _mlp() -> Graph:
+    g = Graph()
+    x = g.input("x", [8, 64])
+    g.set_outputs([g.gelu(g.bias_add(g.matmul(x, g.parameter("w", [64, 32])), g.parameter("b", [32])))])
+    return g
+
+
+def _rows(rep):
+    return {r["name"]: r for r in rep.rules}, {r["name"]: r for r in rep.rulesets}
+
+
+def test_payoff_of_each_rule_and_ruleset_on_a_fused_chain():
+    g = _mlp()
+    _, rep = optimize(g, payoff=True)
+    assert (rep.dispatches_before, rep.dispatches_after) == (3, 1)
+    rules, sets = _rows(rep)
+    assert set(sets) == set(SCHEDULE)
+    for key in ("name", "ruleset", "matches", "extracted_enodes", "saved_cost", "saved_dispatches", "saved_bytes"):
+        assert key in rules[GELU]
+    # without the Gelu rule: FusedMatMul(+bias) then Gelu, 2 dispatches; one more [8, 32] f32 written and read
+    assert rules[GELU]["saved_dispatches"] == 1
+    assert rules[GELU]["saved_bytes"] == 2 * 8 * 32 * 4
+    assert rules[GELU]["saved_cost"] == (1 << 20) + 2 * 8 * 32 * 4
+    # without the bias rule Gelu's input is the BiasAdd, not a FusedMatMul: nothing fuses, 3 dispatches
+    assert rules[BIAS]["saved_dispatches"] == 2
+    # without MatMul -> FusedMatMul nothing fuses: 3 dispatches
+    assert rules[FUSE]["saved_dispatches"] == 2 and sets["matmul_epilogue"]["saved_dispatches"] == 2
+    # the one extracted FusedMatMul(a, b, [bias, Gelu]) matches the right side of the Gelu rule only
+    assert rules[GELU]["extracted_enodes"] == 1 and rules[BIAS]["extracted_enodes"] == 0
+    assert sets["matmul_epilogue"]["extracted_enodes"] == 1
+    for r in rules.values():
+        if r["matches"] == 0:
+            assert (r["saved_cost"], r["saved_dispatches"], r["saved_bytes"], r["extracted_enodes"]) == (0, 0, 0, 0)
+    assert sets["algebraic"] == {"name": "algebraic", "matches": 0, "extracted_enodes": 0, "saved_cost": 0,
+                                 "saved_dispatches": 0, "saved_bytes": 0}
+    assert "payoff" in rep.summary() and GELU in rep.summary()
+
+
+def test_the_ruleset_payoff_equals_optimising_without_it():
+    from eggfuse.api import model_graph
+
+    g = model_graph("llama:2")
+    _, rep = optimize(g, payoff=True)
+    _, sets = _rows(rep)
+    for name in SCHEDULE:
+        _, without = optimize(g, rulesets=select([n for n in SCHEDULE if n != name]))
+        assert sets[name]["saved_dispatches"] == without.dispatches_after - rep.dispatches_after, name
+        assert sets[name]["saved_cost"] == without.cost_after - rep.cost_after, name
+
+
+def test_report_without_payoff_has_no_rules_keys():
+    _, rep = optimize(_mlp())
+    assert rep.rules is None and "rules" not in rep.to_dict() and "rulesets" not in rep.to_dict()
+    assert rep.bytes_before > rep.bytes_after > 0
+
+
+def test_select_keeps_rulesets_and_drops_a_rule():
+    g = _mlp()
+    _, rep = optimize(g, rulesets=select(["matmul_epilogue"], [GELU]))
+    assert rep.dispatches_after == 2 and GELU not in rep.rules_fired
+    kept = select(["attention", "algebraic"])
+    assert [ruleset_name(r) for r in kept] == ["algebraic", "attention"]  # schedule order
+    (epi,) = select(["matmul_epilogue"], [GELU])
+    assert GELU not in rules_of(epi) and len(rules_of(epi)) == len(rules_of(select(["matmul_epilogue"])[0])) - 1
+
+
+@pytest.mark.parametrize("names, disable, match", [
+    (["matmul_epilog"], [], "unknown ruleset 'matmul_epilog'.*did you mean 'matmul_epilogue'"),
+    (["analysis"], [], "analysis ruleset always runs"),
+    (None, ["Gelu(FusedMatMul(a,b,e))->FusedMatMul(a,b,e+[Gelu])"], "unknown rule .*did you mean"),
+    (["algebraic"], [GELU], "unknown rule .* in the selected rulesets \\(algebraic\\)"),
+])
+def test_select_names_what_it_does_not_know(names, disable, match):
+    with pytest.raises(RewriteError, match=match):
+        select(names, disable)
+
+
+def test_payoff_of_a_ruleset_of_ones_own():
+    def double_neg(e):
+        (x,) = e.vars("x")
+        # Neg(Neg(x)) -> x, under another name
+        yield e.equal("mine: Neg(Neg(x)) -> x", e.Neg(e.Neg(x)), x)
+
+    g = Graph()
+    g.set_outputs([g.relu(g.neg(g.neg(g.input("x", [4, 4]))))])
+    mine = make_ruleset("mine", double_neg)
+    _, rep = optimize(g, rulesets=[mine], payoff=True)
+    rules, sets = _rows(rep)
+    assert rep.dispatches_after == 1
+    assert rules["mine: Neg(Neg(x)) -> x"]["saved_dispatches"] == 2
+    assert rules["mine: Neg(Neg(x)) -> x"]["extracted_enodes"] == 0  # a bare variable builds nothing
+    # the two Negs of [4, 4] f32 each read and write 64 bytes
+    assert sets["mine"]["matches"] == rules["mine: Neg(Neg(x)) -> x"]["matches"] >= 1
+    assert {k: v for k, v in sets["mine"].items() if k != "matches"} == {
+        "name": "mine", "extracted_enodes": 0, "saved_cost": 2 * ((1 << 20) + 128), "saved_dispatches": 2,
+        "saved_bytes": 2 * 128}

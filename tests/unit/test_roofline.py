@@ -1,0 +1,77 @@
+"""The roofline cost model, its calibration fit and the cost-model names; predictions are
+checked against the formula worked by hand."""
+
+import numpy as np
+import pytest
+
+from eggfuse.ir import DType, InputError, TensorType
+from eggfuse.rewrites import CostModel, KernelInfo, RooflineCostModel
+from eggfuse.rewrites.cost import kernel_info
+from eggfuse.rewrites.roofline import DeviceProfile, cost_model_from_spec, fit_profile
+
+P = DeviceProfile("test", dispatch_s=5e-6, bandwidth=1e12, peak_flops=1e13)
+
+
+def test_kernel_cost_is_latency_plus_the_longer_of_memory_and_compute():
+    m = RooflineCostModel(P)
+    # 1 MB moved, 1 MFLOP: memory-bound, 1 us of traffic + 5 us of launch
+    assert m.kernel_cost(KernelInfo("Add", 1, 600_000, 400_000, 1_000_000)) == 6_000
+    # 1 KB, 1 GFLOP: compute-bound, 100 us + 5 us
+    assert m.kernel_cost(KernelInfo("MatMul", 1, 512, 512, 10**9)) == 105_000
+    # an epilogue operand read: no dispatch
+    assert m.kernel_cost(KernelInfo("epilogue:bias", 0, 4_000_000, 0, 0)) == 4_000
+
+
+def test_kernel_info_carries_shapes_dtypes_attributes_and_flops():
+    a, b, out = TensorType((8, 64)), TensorType((64, 32)), TensorType((8, 32))
+    k = kernel_info("MatMul", {}, (a, b), out)
+    assert k.inputs == (a, b) and k.output == out and k.output.dtype is DType.F32
+    assert k.flops == 2 * 8 * 64 * 32  # one multiply and one add per term of each dot product
+    assert (k.bytes_read, k.bytes_written) == ((8 * 64 + 64 * 32) * 4, 8 * 32 * 4)
+
+
+def test_fit_recovers_the_constants_of_a_roofline():
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(60):
+        nbytes, flops = int(rng.integers(1e3, 1e8)), int(rng.integers(1e3, 1e11))
+        t = 5e-6 + max(nbytes / 1e12, flops / 1e13)  # the formula, worked out here
+        samples.append((KernelInfo("X", 1, nbytes, 0, flops), t))
+    got = fit_profile(samples, "fitted")
+    assert got.dispatch_s == pytest.approx(5e-6, rel=1e-6)
+    assert got.bandwidth == pytest.approx(1e12, rel=1e-6)
+    assert got.peak_flops == pytest.approx(1e13, rel=1e-6)
+
+
+def test_fit_refuses_too_few_samples():
+    with pytest.raises(InputError, match="at least 3"):
+        fit_profile([(KernelInfo("X", 1, 1, 1, 1), 1e-6)], "x")
+
+
+def test_cost_models_by_name():
+    assert type(cost_model_from_spec("bytes")) is CostModel
+    assert cost_model_from_spec("roofline").profile.name == "h200"
+    assert cost_model_from_spec("roofline:lavapipe").profile.name == "lavapipe"
+    assert type(cost_model_from_spec("eggfuse.rewrites.roofline:RooflineCostModel")) is RooflineCostModel
+    with pytest.raises(InputError, match="unknown device profile 'tpu'"):
+        cost_model_from_spec("roofline:tpu")
+    with pytest.raises(InputError, match="unknown cost model 'flops'"):
+        cost_model_from_spec("flops")
+    with pytest.raises(InputError, match="does not import"):
+        cost_model_from_spec("no_such_module_here:Model")
+    with pytest.raises(InputError, match="not a subclass"):
+        cost_model_from_spec("eggfuse.rewrites.roofline:DeviceProfile")
+
+
+def test_the_cost_models_load_without_egglog():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['egglog'] = None\n"  # any import of egglog now fails
+            "from eggfuse.rewrites.roofline import DeviceProfile, RooflineCostModel\n"
+            "from eggfuse.rewrites import CostModel, KernelInfo\n"
+            "m = RooflineCostModel(DeviceProfile('d', 6e-6, 1e12, 1e13))\n"
+            "print(m.kernel_cost(KernelInfo('Add', 1, 0, 0, 0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "6000"
