@@ -218,24 +218,43 @@ def converter(*op_types: str) -> Callable[[Converter], Converter]:
     return deco
 
 
+def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or when its default-domain opset is older than :data:`MIN_OPSET` a copy
+    upgraded to it by onnx's version converter (``model`` itself is not modified). Raises
+    OnnxError when the converter cannot upgrade it."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is None or version >= MIN_OPSET:
+        return model
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # noqa: BLE001 - the converter's C++ raises several kinds
+        raise OnnxError(f"the model's opset is {version}; eggfuse imports opset {MIN_OPSET} and later, and onnx's "
+                        f"version converter could not upgrade it: {str(e).splitlines()[0] if str(e) else e}") from None
+
+
 def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
-        return model
+        return upgraded(model)
     if isinstance(model, str | os.PathLike):
         path = os.fspath(model)
         if not os.path.exists(path):
             raise OnnxError(f"no ONNX file at {path!r}")
         try:
-            return onnx.load(path)
+            proto = onnx.load(path)
         except Exception as e:  # noqa: BLE001 - protobuf raises many kinds
             raise OnnxError(f"{path!r} is not a readable ONNX model: {e}") from None
+        return upgraded(proto)
     raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
     out: list[int | str | None] = []
     for d in vi.type.tensor_type.shape.dim:
-        out.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+        # a negative dim_value (paddle2onnx writes -1) is an unknown dimension, as a dim_param is
+        known = d.HasField("dim_value") and d.dim_value >= 0
+        out.append(d.dim_value if known else (d.dim_param or None))
     return out
 
 
@@ -273,6 +292,9 @@ class Importer:
             raise OnnxError(f"{where}tensor {v.name!r} has element type {elem_name(v.elem)}, which eggfuse does not "
                             "run (it computes in float32, int32 and bool); cast the model to float32")
         arr = v.const
+        if arr.size == 0:
+            raise OnnxError(f"{where}tensor {v.name!r} has shape {list(arr.shape)}: eggfuse cannot store an empty "
+                            "tensor on the device (every dimension must be >= 1)")
         if dtype is DType.I32 and arr.size:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < -2**31 or hi >= 2**31:
@@ -318,6 +340,9 @@ class Importer:
             raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}", ops)
         outs = []
         for vi in g.output:
+            if not vi.type.HasField("tensor_type"):
+                raise OnnxError(f"graph output {vi.name!r} is not a tensor (sequences, maps and optionals are not "
+                                "supported)")
             if vi.name not in env:
                 raise OnnxError(f"graph output {vi.name!r} is computed by no node")
             outs.append(env[vi.name])

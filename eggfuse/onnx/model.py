@@ -54,6 +54,9 @@ class Model:
         self.proto = _load_proto(model)
         self.inputs = graph_inputs(self.proto)
         self.input_names = [vi.name for vi in self.inputs]
+        for vi in [*self.inputs, *self.proto.graph.output]:
+            if not vi.type.HasField("tensor_type"):
+                raise OnnxError(f"{vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
         self.output_names = [vi.name for vi in self.proto.graph.output]
         self.shapes = {k: tuple(int(d) for d in v) for k, v in dict(shapes or {}).items()}
         for k in self.shapes:
@@ -123,7 +126,11 @@ class Model:
             raise InputError(f"input(s) {', '.join(map(repr, missing))} not given")
         out = {}
         for vi in self.inputs:
-            arr = np.asarray(given[vi.name])
+            try:
+                arr = np.asarray(given[vi.name])
+            except ValueError as e:
+                raise InputError(f"input {vi.name!r}: expected an array, got a {type(given[vi.name]).__name__} that "
+                                 f"numpy cannot make one of ({e})") from None
             elem = vi.type.tensor_type.elem_type
             want = elem_numpy(elem) if elem else arr.dtype
             if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")):

@@ -96,18 +96,21 @@ def _lp_infer(ts, a):
 def _lp_ref(xs, a):
     x = xs[0]
     norm = np.sum(np.abs(x) if a["p"] == 1 else x * x, axis=a["axis"], keepdims=True)
+    norm = norm if a["p"] == 1 else np.sqrt(norm)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return x / (norm if a["p"] == 1 else np.sqrt(norm))
+        return np.where(norm == 0, 0.0, x / norm)
 
 
 def _lp_kernel(node, ins, target) -> Kernel:
-    term, out = ("abs(v)", "v / s") if node.attrs["p"] == 1 else ("v * v", "v / sqrt(s)")
+    term, out = (("abs(v)", "select(v / s, 0.0, s == 0.0)") if node.attrs["p"] == 1
+                 else ("v * v", "select(v / sqrt(s), 0.0, s == 0.0)"))
     return _axis_norm_kernel(node, ins, target, (node.attrs["axis"],), 0, term, out)
 
 
 op("LpNormalization", ("x",), _lp_infer, _lp_ref, attrs=(*_AXIS, Attr("p", "int", 2)), vjp=INFERENCE,
    kernel=_lp_kernel, flops=lambda ins, out, a: 3 * out.num_elements,
-   doc="x / ||x||_p along axis, p 1 or 2, no epsilon (a zero line gives NaN); ONNX LpNormalization "
+   doc="x / ||x||_p along axis, p 1 or 2, no epsilon; a zero line gives zeros, as onnx's backend cases and "
+       "onnxruntime do; ONNX LpNormalization "
        "(https://onnx.ai/onnx/operators/onnx__LpNormalization.html)")
 
 #: ONNX MeanVarianceNormalization's epsilon, added to the standard deviation.

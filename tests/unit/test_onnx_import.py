@@ -78,8 +78,13 @@ def test_unsupported_element_types_and_opsets_are_refused():
     with pytest.raises(OnnxError, match=r"input 'x' has element type DOUBLE"):
         load(m)
     old = model([node("Identity", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)], opset=6)
-    with pytest.raises(OnnxError, match=r"opset is 6; eggfuse imports opset 7 and later"):
-        load(old)
+    before = old.SerializeToString()
+    g, _ = load(old)  # upgraded to opset 7 by onnx's version converter, on a copy
+    assert g.node(g.outputs[0]).op == "Input" and old.SerializeToString() == before
+    # a model the converter cannot upgrade (an Add given one input)
+    bad = model([node("Add", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)], opset=6)
+    with pytest.raises(OnnxError, match=r"opset is 6; eggfuse imports opset 7 and later, and onnx's version converter"):
+        load(bad)
     with pytest.raises(OnnxError, match=r"no ONNX file at"):
         load("/no/such/model.onnx")
 
