@@ -140,8 +140,7 @@ def run_exports(name: str, module: Outputs, feeds: dict[str, np.ndarray], out_na
         onnx.checker.check_model(str(path), full_check=False)
         opset, count, hist = histogram(path)
         rows.append({"file": str(path), "exporter": kind, "opset": opset, "nodes": count,
-                     "top10": hist[:10], "histogram": dict(hist), "bytes": path.stat().st_size,
-                     "export_s": round(secs, 2)})
+                     "top10": hist[:10], "histogram": dict(hist), "bytes": path.stat().st_size})
         print(f"{path.name}: {kind} opset {opset}, {count} nodes, {path.stat().st_size} bytes, "
               f"{secs:.1f} s; {', '.join(f'{op} {c}' for op, c in hist[:10])}", flush=True)
     return rows
@@ -303,10 +302,10 @@ def main() -> None:
         out = args.out
     manifest = out / "manifest.json"
     old = json.loads(manifest.read_text()) if manifest.exists() else []
-    names = {r["file"] for r in rows}
-    rows = [r for r in old if r["file"] not in names] + rows
     for r in rows:
         r["file"] = Path(r["file"]).name
+    names = {r["file"] for r in rows}
+    rows = [r for r in old if r["file"] not in names] + rows
     manifest.write_text(json.dumps(sorted(rows, key=lambda r: r["file"]), indent=1) + "\n")
 
 
