@@ -7,11 +7,13 @@ the inputs and torch's outputs in NAME.npz. Each runs unfused and optimised, at 
 shapes (batch 2, sequence 7) and at a second shape bound from the feeds (the padded row
 alone, cut to its real tokens: the same values at those positions, as padding is masked).
 
-Tolerance: max |eggfuse - torch| <= 1e-4 * max |torch| per output. Both compute in float32
+Tolerance: max |eggfuse - torch| <= 2e-5 * max |torch| per output. Both compute in float32
 but sum in other orders (lavapipe and GPUs differ again) and WGSL's exp, erf and tanh are
-approximations; over two layers that is 1e-6 to 1e-5 of the scale here. A wrong fusion
-(an eps inside instead of outside the square root, a weight dropped, a mask off by one
-position) moves the outputs by 1e-3 of the scale or more.
+approximations; on lavapipe the error is 3e-7 to 5e-7 of the scale, so the bound leaves a
+factor of 40 for other devices. Every weight and bias of the fixtures is random, so one
+dropped, transposed or applied at the wrong place, or a mask shifted by one position, moves
+the outputs by far more; an eps moved inside or outside a square root (1e-5 or less of the
+variance here) stays below it, and the rules' soundness tests have to catch that.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from eggfuse.onnx import Model
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "exported"
 FIXTURES = [row["file"] for row in json.loads((DATA / "manifest.json").read_text())]
-RTOL = 1e-4
+RTOL = 2e-5
 #: the padded row of each fixture's batch and its number of real tokens (export_torch_fixtures.py)
 PADDED_ROW = {"bert_tiny": (1, 4), "llama_tiny": (1, 5)}
 
