@@ -289,25 +289,23 @@ def main() -> None:
     args = ap.parse_args()
     if args.gguf_venv:
         sys.path.append(str(args.gguf_venv))
-    rows = []
-    if args.real:
-        for name, fn in (("minilm", minilm), ("smollm2", smollm2)):
-            if not args.only or name in args.only:
-                rows += fn(args.real, args.eggfuse_venv)
-        out = args.real
-    else:
-        for name, fn in (("bert_tiny", bert_tiny), ("llama_tiny", llama_tiny)):
-            if not args.only or name in args.only:
-                rows += fn(args.out)
-        out = args.out
-    manifest = out / "manifest.json"
+    out = args.real or args.out
+    models = (("minilm", minilm), ("smollm2", smollm2)) if args.real else (("bert_tiny", bert_tiny),
+                                                                           ("llama_tiny", llama_tiny))
+    for name, fn in models:
+        if not args.only or name in args.only:
+            rows = fn(out, args.eggfuse_venv) if args.real else fn(out)
+            write_manifest(out / "manifest.json", rows)  # after each model: a later failure keeps it
+
+
+def write_manifest(manifest: Path, rows: list[dict]) -> None:
+    """Merge ``rows`` into ``manifest`` (one row per file name, sorted by it)."""
     old = json.loads(manifest.read_text()) if manifest.exists() else []
     for r in rows:
         r["file"] = Path(r["file"]).name
     names = {r["file"] for r in rows}
     rows = [r for r in old if r["file"] not in names] + rows
     manifest.write_text(json.dumps(sorted(rows, key=lambda r: r["file"]), indent=1) + "\n")
-
 
 if __name__ == "__main__":
     main()
