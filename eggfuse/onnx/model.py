@@ -77,6 +77,10 @@ class Model:
         where a feed is not given), compiled and cached."""
         feeds = dict(feeds or {})
         shapes = dict(self.shapes)
+        for vi in self.inputs:  # fixed by the model: one key with or without feeds (prepare, then run)
+            dims = _dims(vi)
+            if vi.name not in shapes and vi.type.tensor_type.HasField("shape") and all(isinstance(d, int) for d in dims):
+                shapes[vi.name] = tuple(dims)
         for name, arr in feeds.items():
             shapes[name] = tuple(np.shape(arr))
         values = {n: np.asarray(feeds[n]) for n in self._control if n in feeds}
