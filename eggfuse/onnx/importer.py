@@ -219,6 +219,10 @@ Converter = Callable[[NodeContext], "Value | Sequence[Value | None]"]
 #: ONNX op type -> converter (``eggfuse.onnx.ops`` registers them).
 CONVERTERS: dict[str, Converter] = {}
 
+#: Domains whose ops the ONNX standard defines: an op without a converter expands into its
+#: schema's function body where it has one (the preview domains' FlexAttention, ...).
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.preview", "ai.onnx.preview.training")
+
 #: Op types never folded at load time: random ops (a new value per run in other runtimes) and
 #: BatchNormalization, whose reference implementation reads ``momentum`` as training mode for
 #: opsets 9-13.
@@ -538,16 +542,21 @@ class Importer:
                 env[k] = v
         return out
 
+    def _domain_version(self, domain: str, version: int) -> int:
+        """The opset of ``domain`` the model imports (``version`` for the default domain)."""
+        return version if domain in ("", "ai.onnx") else self.opsets.get(domain, 1)
+
     def _expandable(self, node: onnx.NodeProto, version: int) -> Callable[[list], onnx.FunctionProto] | None:
         """A function giving the body that defines ``node``'s op (model-local, or a function
         of the ONNX standard for the model's opset), or None."""
         if (node.domain, node.op_type) in self._functions:
             fn = self._functions[(node.domain, node.op_type)]
             return lambda ins: fn
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in STANDARD_DOMAINS:
             return None
+        version = self._domain_version(node.domain, version)
         try:
-            schema = onnx.defs.get_schema(node.op_type, version, "")
+            schema = onnx.defs.get_schema(node.op_type, version, "" if node.domain == "ai.onnx" else node.domain)
         except onnx.defs.SchemaError:
             return None
         static = [v for v in schema.function_opset_versions if v <= version]
@@ -581,8 +590,10 @@ class Importer:
         attrs = {a.name: a for a in node.attribute}
         for a in fn.attribute_proto:  # defaults of attributes the node leaves out
             attrs.setdefault(a.name, a)
-        if node.domain in ("", "ai.onnx"):  # a standard op's defaults are in its schema
-            for name, a in onnx.defs.get_schema(node.op_type, version, "").attributes.items():
+        if node.domain in STANDARD_DOMAINS:  # a standard op's defaults are in its schema
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            schema = onnx.defs.get_schema(node.op_type, self._domain_version(node.domain, version), domain)
+            for name, a in schema.attributes.items():
                 if a.default_value.type != onnx.AttributeProto.UNDEFINED:
                     attrs.setdefault(name, a.default_value)
         rename = {}
