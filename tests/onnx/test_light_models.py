@@ -3,8 +3,9 @@ onnx's own test runner through eggfuse.onnx.backend: the runner makes the inputs
 (``generate_dummy_data``, seed 0, not random), writes them under ``ONNX_MODELS`` (here a
 temporary folder) beside the expected outputs it copies from the wheel, and compares at the
 case's rtol/atol. tests/onnx/light_ci.txt lists the models fast enough for CI on lavapipe
-(``python -m eggfuse.onnx.suite --kind light --ci-list tests/onnx/light_ci.txt``); the others
-(vgg19, resnet50) run in the full command, whose table is tests/onnx/light_suite.md."""
+(``python -m eggfuse.onnx.suite --kind light --jobs 1 --ci-list tests/onnx/light_ci.txt``: the
+fastest, within 60 s); the others (vgg19 always, at 224 x 224) run in the full command, whose
+table is tests/onnx/light_suite.md."""
 
 from pathlib import Path
 
