@@ -32,6 +32,31 @@ fn signed_inf(s: f32) -> f32 {
     return bitcast<f32>(BITS_INF | (bitcast<u32>(s) & 0x80000000u));
 }
 
+// x rounded to the nearest binary16 value, ties to even (IEEE 754's default rounding, as numpy's
+// astype(float16)), kept in f32: a multiple of its binade's quantum 2^(e - 10) (2^-24 below
+// 2^-14, the subnormals), +-inf from 65520 (halfway past 65504, the largest half) up; NaN stays.
+fn round_f16(x: f32) -> f32 {
+    let bits = bitcast<u32>(x) & 0x7fffffffu;
+    if (bits > BITS_INF) {
+        return x;
+    }
+    if (bits >= 0x477ff000u) {
+        return signed_inf(x);
+    }
+    let q = ldexp(1.0, max(i32(bits >> 23u) - 127, -14) - 10);
+    let r = round(bitcast<f32>(bits) / q) * q;
+    return bitcast<f32>(bitcast<u32>(r) | (bitcast<u32>(x) & 0x80000000u));
+}
+
+// x rounded to the nearest bfloat16 value (an f32's upper 16 bits), ties to even; NaN stays.
+fn round_bf16(x: f32) -> f32 {
+    let u = bitcast<u32>(x);
+    if ((u & 0x7fffffffu) > BITS_INF) {
+        return x;
+    }
+    return bitcast<f32>((u + 0x7fffu + ((u >> 16u) & 1u)) & 0xffff0000u);
+}
+
 // exp(x): x = k ln2 + r with ln2 in two parts (Cody-Waite, k ln2_hi exact), |r| <= ln2 / 2,
 // exp(r) by Cephes expf's polynomial, and 2^k applied in two halves (no overflow of 2^k).
 // +inf above 88.72 (where the f32 result overflows), 0 below -103.9; NaN stays NaN.

@@ -7,11 +7,12 @@ A node whose inputs are all known is folded at load time by onnx's reference eva
 (shape arithmetic: ``Shape``, ``Gather``, ``Concat``, ``Range``, ...); any other node goes to
 its converter (``eggfuse.onnx.ops``), which adds IR nodes. An op type without a converter is
 expanded when the ONNX standard defines it as a function of other ops. An ``If`` whose
-condition is known is inlined.
+condition is known is inlined; Scan and Loop are unrolled (``eggfuse.onnx.control``).
 
 ONNX int64 tensors become I32 (WGSL has no 64-bit integers): a known value out of the int32
 range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are checked at run
-time. Float initializers become parameters, named as in the model.
+time. DOUBLE, FLOAT16 and BFLOAT16 tensors are computed in float32 (:data:`COMPUTED_IN_F32`).
+Float initializers become parameters, named as in the model.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,16 @@ _T = onnx.TensorProto
 #: ONNX element types eggfuse imports and their IR dtype (int64 narrowed to 32 bits).
 ELEM_DTYPE = {_T.FLOAT: DType.F32, _T.INT64: DType.I32, _T.INT32: DType.I32, _T.BOOL: DType.BOOL}
 
+#: ONNX float types computed in float32. A tensor of one enters the import as FLOAT: fed values
+#: and known ones are converted (exactly from FLOAT16 and BFLOAT16, rounded to the nearest f32
+#: from DOUBLE), and a graph output the model declares as one is converted back to that type on
+#: the host. A Cast to FLOAT16 or BFLOAT16 rounds on the device, so such a result is exact in its
+#: type; other results carry f32 rounding (and DOUBLE inputs f32's range and precision).
+COMPUTED_IN_F32 = frozenset({_T.DOUBLE, _T.FLOAT16, _T.BFLOAT16})
+
+#: What the element-type refusals list.
+SUPPORTED_ELEMS = "float32, int32, int64 and bool; float64, float16 and bfloat16 computed in float32"
+
 
 def elem_name(elem: int) -> str:
     """The ONNX name of element type ``elem`` (``FLOAT``, ``INT64``, ...)."""
@@ -46,6 +57,15 @@ def elem_name(elem: int) -> str:
 
 def elem_numpy(elem: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+
+
+def in_f32(v: Value) -> Value:
+    """``v``, or for a :data:`COMPUTED_IN_F32` type the FLOAT value eggfuse computes instead
+    (its known contents converted to float32)."""
+    if v.elem not in COMPUTED_IN_F32:
+        return v
+    return replace(v, elem=_T.FLOAT, const=None if v.const is None else np.asarray(v.const).astype(np.float32),
+                   declared=v.elem)
 
 
 class NeedsValuesError(OnnxError):
@@ -65,7 +85,8 @@ class Value:
     its contents when known at load time (in its ONNX dtype), ``node`` the IR node holding it
     once one exists; ``param``: it comes from an initializer (a parameter when it reaches the
     graph); ``blocked``: an unsupported node upstream computes it (the import goes on only to
-    list every unsupported op); ``deps``: the graph inputs it is computed from."""
+    list every unsupported op); ``deps``: the graph inputs it is computed from; ``declared``:
+    for a value of a :data:`COMPUTED_IN_F32` type (then ``elem`` is FLOAT), that type."""
 
     name: str
     elem: int
@@ -75,6 +96,7 @@ class Value:
     param: bool = False
     blocked: bool = False
     deps: frozenset[str] = frozenset()  # the graph inputs it is computed from
+    declared: int = 0  # a value computed in float32 (elem FLOAT): its ONNX type (COMPUTED_IN_F32)
 
 
 class NodeContext:
@@ -196,6 +218,10 @@ Converter = Callable[[NodeContext], "Value | Sequence[Value | None]"]
 
 #: ONNX op type -> converter (``eggfuse.onnx.ops`` registers them).
 CONVERTERS: dict[str, Converter] = {}
+
+#: Domains whose ops the ONNX standard defines: an op without a converter expands into its
+#: schema's function body where it has one (the preview domains' FlexAttention, ...).
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.preview", "ai.onnx.preview.training")
 
 #: Op types never folded at load time: random ops (a new value per run in other runtimes) and
 #: BatchNormalization, whose reference implementation reads ``momentum`` as training mode for
@@ -331,7 +357,7 @@ class Importer:
         env: dict[str, Value] = {}
         for t in g.initializer:
             arr = numpy_helper.to_array(t)
-            env[t.name] = Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True)
+            env[t.name] = in_f32(Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True))
         self._inputs(g, env)
         self._nodes(g.node, env, version)
         if self.unsupported:
@@ -345,7 +371,11 @@ class Importer:
                                 "supported)")
             if vi.name not in env:
                 raise OnnxError(f"graph output {vi.name!r} is computed by no node")
-            outs.append(env[vi.name])
+            v = env[vi.name]
+            declared = vi.type.tensor_type.elem_type or v.declared
+            if declared in COMPUTED_IN_F32 and v.elem == _T.FLOAT:  # converted back on the host
+                v = replace(v, elem=declared)
+            outs.append(v)
         # outputs known at load time stay out of the graph when the caller returns them itself
         ids = [self.materialise(v) for v in outs if not (self.known_outputs and v.const is not None)]
         if ids:
@@ -369,11 +399,12 @@ class Importer:
             elem = tt.elem_type
             if vi.name in self.values:
                 arr = np.asarray(self.values[vi.name], dtype=elem_numpy(elem))
-                env[vi.name] = Value(vi.name, elem, tuple(arr.shape), const=arr)
+                env[vi.name] = in_f32(Value(vi.name, elem, tuple(arr.shape), const=arr))
                 continue
-            if elem not in ELEM_DTYPE:
+            if elem not in ELEM_DTYPE and elem not in COMPUTED_IN_F32:
                 raise OnnxError(f"input {vi.name!r} has element type {elem_name(elem)}, which eggfuse does not run "
-                                "(float32, int32, int64 and bool inputs are supported)")
+                                f"(inputs of {SUPPORTED_ELEMS} are supported)")
+            elem = _T.FLOAT if elem in COMPUTED_IN_F32 else elem
             dims = _dims(vi) if tt.HasField("shape") else None
             if vi.name in self.shapes:
                 shape = tuple(int(d) for d in self.shapes[vi.name])
@@ -386,13 +417,11 @@ class Importer:
                                 "which takes them from the first feeds")
             else:
                 shape = tuple(dims)
-            if any(d < 1 for d in shape):
-                if elem in (_T.INT64, _T.INT32):  # empty axes, pads, ...: usable as a load-time value only
-                    raise NeedsValuesError(
-                        f"input {vi.name!r} has shape {list(shape)}: an empty tensor cannot be fed at run time, "
-                        f"only known at load time; give it with load(..., values={{{vi.name!r}: ...}}) "
-                        "(eggfuse.onnx.Model does so itself)", frozenset([vi.name]))
-                raise OnnxError(f"input {vi.name!r} has shape {list(shape)}; eggfuse needs every dimension >= 1")
+            if any(d < 1 for d in shape):  # empty axes, pads, a CastLike's type: no contents, known at load time
+                raise NeedsValuesError(
+                    f"input {vi.name!r} has shape {list(shape)}: an empty tensor cannot be fed at run time, "
+                    f"only known at load time; give it with load(..., values={{{vi.name!r}: ...}}) "
+                    "(eggfuse.onnx.Model does so itself)", frozenset([vi.name]))
             self._names.add(vi.name)
             nid = self.graph.input(vi.name, shape, ELEM_DTYPE[elem])
             env[vi.name] = Value(vi.name, elem, shape, node=nid, deps=frozenset([vi.name]))
@@ -431,6 +460,10 @@ class Importer:
                 outs = [outs]
         elif node.op_type == "If" and node.domain in ("", "ai.onnx"):
             outs = self._if(node, ins, env, version)
+        elif node.op_type in ("Scan", "Loop") and node.domain in ("", "ai.onnx"):
+            from . import control
+
+            outs = (control.scan if node.op_type == "Scan" else control.loop)(self, node, ins, env, version)
         elif (body := self._expandable(node, version)) is not None:
             outs = self._expand(node, body, ins, env, version)
         else:
@@ -450,8 +483,8 @@ class Importer:
                 continue
             deps = v.deps if v.const is not None or v.deps else frozenset().union(*(i.deps for i in ins if i))
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
-                i is not None and i.param for i in ins)), v.blocked, deps)  # an expansion's blocked output stays so
-            env[name] = v
+                i is not None and i.param for i in ins)), v.blocked, deps, v.declared)  # blocked stays so
+            env[name] = in_f32(v)
 
     def _mark_unsupported(self, key: str, node: onnx.NodeProto) -> None:
         self.unsupported.setdefault(key, []).append(node.name or (node.output[0] if node.output else key))
@@ -509,16 +542,21 @@ class Importer:
                 env[k] = v
         return out
 
+    def _domain_version(self, domain: str, version: int) -> int:
+        """The opset of ``domain`` the model imports (``version`` for the default domain)."""
+        return version if domain in ("", "ai.onnx") else self.opsets.get(domain, 1)
+
     def _expandable(self, node: onnx.NodeProto, version: int) -> Callable[[list], onnx.FunctionProto] | None:
         """A function giving the body that defines ``node``'s op (model-local, or a function
         of the ONNX standard for the model's opset), or None."""
         if (node.domain, node.op_type) in self._functions:
             fn = self._functions[(node.domain, node.op_type)]
             return lambda ins: fn
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in STANDARD_DOMAINS:
             return None
+        version = self._domain_version(node.domain, version)
         try:
-            schema = onnx.defs.get_schema(node.op_type, version, "")
+            schema = onnx.defs.get_schema(node.op_type, version, "" if node.domain == "ai.onnx" else node.domain)
         except onnx.defs.SchemaError:
             return None
         static = [v for v in schema.function_opset_versions if v <= version]
@@ -552,8 +590,10 @@ class Importer:
         attrs = {a.name: a for a in node.attribute}
         for a in fn.attribute_proto:  # defaults of attributes the node leaves out
             attrs.setdefault(a.name, a)
-        if node.domain in ("", "ai.onnx"):  # a standard op's defaults are in its schema
-            for name, a in onnx.defs.get_schema(node.op_type, version, "").attributes.items():
+        if node.domain in STANDARD_DOMAINS:  # a standard op's defaults are in its schema
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            schema = onnx.defs.get_schema(node.op_type, self._domain_version(node.domain, version), domain)
+            for name, a in schema.attributes.items():
                 if a.default_value.type != onnx.AttributeProto.UNDEFINED:
                     attrs.setdefault(name, a.default_value)
         rename = {}
@@ -576,6 +616,11 @@ class Importer:
                         a2.CopyFrom(attrs[a.ref_attr_name])
                         a2.name = a.name
                         n2.attribute.append(a2)
+                elif a.type == onnx.AttributeProto.GRAPH:  # an If's branch reads the body's names
+                    a2 = onnx.AttributeProto()
+                    a2.CopyFrom(a)
+                    a2.g.CopyFrom(_scoped(a.g, lambda i: rename.get(i, prefix + i)))
+                    n2.attribute.append(a2)
                 else:
                     n2.attribute.append(a)
             if not n2.name:
@@ -589,6 +634,28 @@ class Importer:
             if k not in env and v.blocked:
                 env[k] = v
         return out
+
+
+def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphProto:
+    """A copy of the subgraph ``graph`` whose references to names of the enclosing scope (those
+    it does not define itself) are renamed by ``outer``, in nested subgraphs too."""
+    g = onnx.GraphProto()
+    g.CopyFrom(graph)
+    inner = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+
+    def fix(name: str) -> str:
+        return name if not name or name in inner else outer(name)
+
+    for n in g.node:
+        names = [fix(i) for i in n.input]
+        del n.input[:]
+        n.input.extend(names)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                a.g.CopyFrom(_scoped(a.g, fix))
+    for vi in g.output:
+        vi.name = fix(vi.name)
+    return g
 
 
 def load(model: str | os.PathLike | onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, *,

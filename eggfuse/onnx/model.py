@@ -14,7 +14,17 @@ import onnx
 
 from eggfuse.ir import Graph, InputError, OnnxError
 
-from .importer import NeedsValuesError, Value, _dims, _load_proto, elem_name, elem_numpy, graph_inputs, import_model
+from .importer import (
+    COMPUTED_IN_F32,
+    NeedsValuesError,
+    Value,
+    _dims,
+    _load_proto,
+    elem_name,
+    elem_numpy,
+    graph_inputs,
+    import_model,
+)
 
 
 @dataclass
@@ -77,6 +87,11 @@ class Model:
         where a feed is not given), compiled and cached."""
         feeds = dict(feeds or {})
         shapes = dict(self.shapes)
+        for vi in self.inputs:  # fixed by the model: one key with or without feeds (prepare, then run)
+            dims = _dims(vi)
+            if vi.name not in shapes and vi.type.tensor_type.HasField("shape") and all(isinstance(d, int)
+                                                                                       for d in dims):
+                shapes[vi.name] = tuple(dims)
         for name, arr in feeds.items():
             shapes[name] = tuple(np.shape(arr))
         values = {n: np.asarray(feeds[n]) for n in self._control if n in feeds}
@@ -135,7 +150,7 @@ class Model:
             want = elem_numpy(elem) if elem else arr.dtype
             if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")):
                 raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of {arr.dtype}")
-            out[vi.name] = arr
+            out[vi.name] = arr.astype(np.float32) if elem in COMPUTED_IN_F32 else arr  # computed in float32
         return out
 
     def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

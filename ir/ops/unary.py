@@ -37,6 +37,24 @@ def _f32_overflow(y):
     return np.where(np.abs(y) >= _F32_MAX + half_ulp, np.copysign(np.inf, y), y)
 
 
+def _round_f16(x):
+    # numpy rounds f32 to binary16 ties to even, +-inf past 65504
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float64)
+
+
+def _round_bf16(x):
+    # the upper 16 bits of the f32, rounded ties to even (the bits' carry), NaN kept
+    f = np.ascontiguousarray(x, dtype=np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(f), f, r).astype(np.float64)
+
+
+_ROUNDING = no_grad("it rounds to a narrower float type (ONNX Cast), piecewise constant; eggfuse does not "
+                    "differentiate through it")
+
+
 def _zero_grad(b, node, dy, want):
     return [None]
 
@@ -112,6 +130,12 @@ ROWS: tuple[Unary, ...] = (
           "x is -inf (if detect_negative) or +inf (if detect_positive); bool (ONNX IsInf)", epilogue=False,
           attrs=(Attr("detect_negative", "bool", True), Attr("detect_positive", "bool", True)), out=DType.BOOL,
           vjp=no_grad("its result is bool")),
+    Unary("RoundToFloat16", _round_f16, "round_f16({x})", None, None,
+          "x rounded to the nearest IEEE 754 binary16 value, ties to even, +-inf past 65504, in f32: ONNX Cast to "
+          "FLOAT16 (numpy astype(float16))", epilogue=False, vjp=_ROUNDING),
+    Unary("RoundToBFloat16", _round_bf16, "round_bf16({x})", None, None,
+          "x rounded to the nearest bfloat16 value (the upper 16 bits of its f32), ties to even, in f32: ONNX Cast "
+          "to BFLOAT16", epilogue=False, vjp=_ROUNDING),
     # -- activations -------------------------------------------------------------------------
     Unary("Softsign", lambda x: x / (1.0 + np.abs(x)), "({x}) / (1.0 + abs({x}))",
           lambda x: 1.0 / (1.0 + np.abs(x)) ** 2, "1.0 / ((1.0 + abs({x})) * (1.0 + abs({x})))",

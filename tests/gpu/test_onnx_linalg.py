@@ -115,3 +115,52 @@ def test_refusals_name_the_node_and_say_what_to_do():
                  [("y", F, None)], opset=13)
     with pytest.raises(OnnxError, match=r"Gemm node 'g': Gemm takes 2-D A and B"):
         load(gemm)
+
+
+# --- weights over one binding (VGG's fc6 is 4096 x 25088 floats, 411 MB): split into blocks ---
+
+
+@pytest.mark.parametrize("opset,ta,tb,alpha,beta,c", [(13, *g) for g in _GEMMS] + [(13, 0, 1, 1.0, 1.0, None)])
+def test_a_gemm_weight_over_the_binding_limit_runs_in_blocks(opset, ta, tb, alpha, beta, c, device, monkeypatch):
+    from eggfuse.onnx.ops import linalg
+
+    monkeypatch.setattr(linalg, "WEIGHT_BINDING_BYTES", 2 * 4 * 4)  # two lines of K = 4 floats a block
+    a_shape, b_shape = ([4, 3] if ta else [3, 4]), ([5, 4] if tb else [4, 5])
+    inits = [("b", _f(*b_shape))] + ([] if c is None else [("c", _f(*c))])
+    gemm = node("Gemm", ["a", "b"] + ([] if c is None else ["c"]), ["y"], transA=ta, transB=tb, alpha=alpha, beta=beta)
+    m = model([gemm], [("a", F, a_shape)], [("y", F, None)], inits, opset=opset)
+    eg = check_against_ort(m, {"a": _f(*a_shape)}, device=device)
+    (spec,) = eg.plans.values()
+    ops = plan_ops(eg)
+    assert ops.count("Concat") == 1 and sum(o.startswith("MatMul") for o in ops) == 3, ops  # N = 5: blocks 2, 2, 1
+    # every block is a parameter named after the weight (a constant when alpha scaled it at load time);
+    # a [5] or [1, 5] bias is split with it
+    blocks = {"b[0:2]", "b[2:4]", "b[4:5]"} if tb else {"b[:, 0:2]", "b[:, 2:4]", "b[:, 4:5]"}
+    biases = {"c[0:2]", "c[2:4]", "c[4:5]"} if c in ([5], [1, 5]) and beta == 1.0 else set()
+    kept = {"c"} if c is not None and not biases and beta != 0.0 else set()  # C added (or scaled) at run time
+    assert set(spec.params) == (blocks if alpha == 1.0 else set()) | biases | kept, sorted(spec.params)
+
+
+def test_a_matmul_weight_over_the_binding_limit_runs_in_column_blocks_that_fuse_their_epilogues(device, monkeypatch):
+    from eggfuse.onnx.ops import linalg
+
+    monkeypatch.setattr(linalg, "WEIGHT_BINDING_BYTES", 6 * 3 * 4)  # K = 6 rows of 3 columns a block
+    m = model([node("MatMul", ["x", "w"], ["h"])], [("x", F, [2, 5, 6])], [("h", F, None)], [("w", _f(6, 8))],
+              opset=13)
+    eg = check_against_ort(m, {"x": _f(2, 5, 6)}, device=device)
+    assert plan_ops(eg) == ["Identity", "MatMul", "MatMul", "MatMul", "Concat", "Identity"]
+    (spec,) = eg.plans.values()
+    assert [p.shape for p in spec.params.values()] == [(6, 3), (6, 3), (6, 2)]
+
+
+def test_weight_blocks_are_even_and_a_weight_that_fits_is_not_split():
+    from eggfuse.onnx.importer import Value
+    from eggfuse.onnx.ops.linalg import WEIGHT_BINDING_BYTES, weight_blocks
+
+    fc6 = Value("fc6_w_0", 1, (4096, 25088), const=np.zeros((1, 1), np.float32))  # the shape is what counts
+    assert weight_blocks(fc6, 0) == [(0, 1024), (1024, 2048), (2048, 3072), (3072, 4096)]
+    assert WEIGHT_BINDING_BYTES == 128 * 2**20
+    fits = Value("w", 1, (4096, 8192), const=np.zeros((1, 1), np.float32))  # exactly 128 MiB
+    assert weight_blocks(fits, 0) is None and weight_blocks(Value("x", 1, (4096, 25088)), 0) is None
+    w = Value("w", 1, (10, 7), const=np.zeros((1, 1)))
+    assert weight_blocks(w, 1, limit=3 * 10 * 4) == [(0, 3), (3, 6), (6, 7)]

@@ -62,6 +62,7 @@ def test_backend_prepares_and_runs_by_position():
     (y, s) = rep.run([np.ones((4, 3), np.float32)])
     assert y.shape == (4, 3) and list(s) == [4, 3]
     assert EggfuseBackend.supports_device("CPU")
+    assert len(rep.model.plans) == 1  # the plan prepare made for the model's own shapes serves the run
 
 
 def _static():

@@ -168,9 +168,9 @@ _X = [("x", F, [2, 6, 4, 5])]
 
 
 @pytest.mark.parametrize(("nodes", "inits", "opset", "message"), [
-    ([node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=1)],
-     [(k, np.ones(6, np.float32)) for k in "sbmv"], 15,
-     r"BatchNormalization node 'bn': training_mode = 1 .* eval mode"),
+    ([node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], name="bn", training_mode=1)],
+     [(k, np.ones(6 if k != "s" else 5, np.float32)) for k in "sbmv"], 15,
+     r"BatchNormalization node 'bn': scale 's' has shape \[5\]; it must be \[6\], one per channel"),
     ([node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], name="bn")],
      [(k, np.ones(6, np.float32)) for k in "sbmv"], 9, r"node 'bn': the outputs after Y .* training mode only"),
     ([node("LayerNormalization", ["x", "w"], ["y"], name="ln", stash_type=11)], [("w", np.ones(5, np.float32))], 17,

@@ -86,6 +86,21 @@ def _huge() -> np.ndarray:
     return f32(rng.choice([-1.0, 1.0], 4000) * 2.0 ** rng.uniform(9.0, 127.9, 4000))
 
 
+def _ties(grid: np.ndarray) -> np.ndarray:
+    # the values of a narrower float ``grid`` (sorted, finite, as f32), the midpoints between
+    # neighbours (ties: to even) and the f32 values just beside each midpoint
+    g = np.unique(grid.astype(np.float32))
+    mid = ((g[:-1].astype(np.float64) + g[1:]) / 2).astype(np.float32)  # exact: one bit more than the grid
+    return f32(np.concatenate([g, mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf)),
+                               np.float32([65519.996, 65520.0, -65520.0, 1e30, 3.4e38, 6e-8, 2.9e-8, 3e-8])]))
+
+
+#: every finite binary16 value, and as many bfloat16 values spread over the f32 exponents
+_F16_GRID = np.arange(2**16, dtype=np.uint16).view(np.float16)
+_F16_GRID = _F16_GRID[np.isfinite(_F16_GRID)]
+_BF16_GRID = (np.arange(0, 2**16, 3, dtype=np.uint32) << 16).view(np.float32)
+_BF16_GRID = _BF16_GRID[np.isfinite(_BF16_GRID) & (np.abs(_BF16_GRID) < 3e38) & (np.abs(_BF16_GRID) > 1e-37)]
+
 #: op -> (sweep, rtol, atol). Max errors measured on lavapipe (ulp of the result), which the
 #: bounds allow with a margin: Sqrt 0.5, Exp 1.2, Erf 2.2, Sin 1.9 (2.3 over every exponent),
 #: Cos 1.8 (2.4), Tan 2.3 (3.3), Asin 2.2, Acos 1.2, Atan 1.8, Sinh 1.4, Cosh 1.4, Asinh 2.6,
@@ -125,6 +140,8 @@ PRECISION = {
     "Tanh": (np.concatenate([_lin(-10.0, 10.0), _sym(-30, 1)]), 2e-7, 0.0),
     "Log": (np.concatenate([_pos(-37, 38), _lin(0.5, 2.0)]), 2e-7, 0.0),
     "Softplus": (_lin(-30.0, 30.0), 4e-6, 0.0),
+    "RoundToFloat16": (_ties(_F16_GRID), 0.0, 0.0),
+    "RoundToBFloat16": (_ties(_BF16_GRID), 0.0, 0.0),
 }
 
 #: op -> (sweep, rtol, atol) of ``<op>Grad`` with dy = 1. Measured (ulp): SqrtGrad 1.4,
@@ -169,6 +186,20 @@ NAN_BY_MAX_MIN = {"Relu", "HardSigmoid", "Celu"}
 
 _INT32 = np.array([-2**31, -2**31 + 1, -7, -1, 0, 1, 5, 2**31 - 1], dtype=np.int32)
 _NAN_INF = np.where(np.arange(91) % 3 == 0, np.nan, np.where(np.arange(91) % 3 == 1, np.inf, -np.inf))
+
+
+def test_the_cast_roundings_reference_is_numpy_and_ml_dtypes():
+    # the references the rows above check the kernels against: numpy's float16 and ml_dtypes'
+    # bfloat16 conversions (round to nearest, ties to even)
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # onnx's dependency
+    from eggfuse.ir.ops.unary import _round_bf16, _round_f16
+
+    x = np.concatenate([_ties(_F16_GRID), _ties(_BF16_GRID), SPECIALS])
+    want16 = x.astype(np.float32).astype(np.float16).astype(np.float64)
+    want_bf = x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    np.testing.assert_array_equal(_round_f16(x), want16)
+    np.testing.assert_array_equal(_round_bf16(x), want_bf)
+    assert np.isinf(_round_f16(np.float64(65520.0))) and _round_f16(np.float64(65519.99)) == 65504.0
 
 
 def _specials(op: str) -> Row:

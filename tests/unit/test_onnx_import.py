@@ -74,9 +74,12 @@ def test_int64_values_outside_int32_are_refused_naming_the_tensor():
 
 
 def test_unsupported_element_types_and_opsets_are_refused():
-    m = model([node("Identity", ["x"], ["y"])], [("x", 11, [2])], [("y", 11, None)])  # DOUBLE
-    with pytest.raises(OnnxError, match=r"input 'x' has element type DOUBLE"):
+    m = model([node("Identity", ["x"], ["y"])], [("x", 2, [2])], [("y", 2, None)])  # UINT8
+    with pytest.raises(OnnxError, match=r"input 'x' has element type UINT8"):
         load(m)
+    double = model([node("Identity", ["x"], ["y"])], [("x", 11, [2])], [("y", 11, None)])  # computed in float32
+    g, _ = load(double)
+    assert g.node(g.outputs[0]).type.dtype.name == "F32"
     old = model([node("Identity", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)], opset=6)
     before = old.SerializeToString()
     g, _ = load(old)  # upgraded to opset 7 by onnx's version converter, on a copy

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     recurrent,
     reductions,
     resize,
+    training,
     unary,
     vision,
 )

@@ -15,7 +15,7 @@ from onnx import TensorProto
 
 from eggfuse.ir import DType
 
-from ..importer import ELEM_DTYPE, NodeContext, Value, converter, elem_name
+from ..importer import COMPUTED_IN_F32, ELEM_DTYPE, NodeContext, Value, converter, elem_name
 
 _T = TensorProto
 
@@ -89,15 +89,21 @@ def _variadic(ctx: NodeContext) -> Value:
     return ctx.out(acc, elem=ctx.elem(given[0]))
 
 
+#: Cast targets computed in float32 that round on the device (ir/ops/unary.py)
+_ROUND_TO = {_T.FLOAT16: "RoundToFloat16", _T.BFLOAT16: "RoundToBFloat16"}
+
+
 def _cast(ctx: NodeContext, to: int) -> Value:
-    target = CAST_TARGETS.get(to)
+    target = CAST_TARGETS.get(_T.FLOAT if to in COMPUTED_IN_F32 else to)
     if target is None:
         raise ctx.fail(f"a cast to element type {elem_name(to)} is not supported: eggfuse computes in float32, int32 "
-                       "(int64 is narrowed to it) and bool")
+                       "(int64 is narrowed to it) and bool (float64, float16 and bfloat16 in float32)")
     x = ctx.tensor(0)
-    if ELEM_DTYPE[ctx.elem(0)] is target:  # the same device type (int32 <-> int64, or no change)
-        return ctx.out(x, elem=to)
-    return ctx.out(ctx.add("Cast", [x], to=target.value), elem=to)
+    if ELEM_DTYPE[ctx.elem(0)] is not target:  # else the same device type (int32 <-> int64, or no change)
+        x = ctx.add("Cast", [x], to=target.value)
+    if to in _ROUND_TO and (ctx.value(0).declared or ctx.elem(0)) != to:
+        x = ctx.add(_ROUND_TO[to], [x])
+    return ctx.out(x, elem=to)
 
 
 @converter("Cast")
@@ -107,7 +113,7 @@ def _cast_node(ctx: NodeContext) -> Value:
 
 @converter("CastLike")
 def _cast_like(ctx: NodeContext) -> Value:
-    return _cast(ctx, ctx.elem(1))
+    return _cast(ctx, ctx.value(1).declared or ctx.elem(1))
 
 
 def _bound(ctx: NodeContext, i: int, dtype: DType, default: float) -> int:

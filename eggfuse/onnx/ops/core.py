@@ -1,5 +1,6 @@
-"""Ops that need no kernel of their own: Identity, Dropout (inference), Shape and Size (known
-from the static shapes)."""
+"""Ops that need no kernel of their own: Identity, Dropout (inference, or training with ratio
+0), OptionalHasElement and OptionalGetElement of tensors, Shape and Size (known from the static
+shapes)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,26 @@ def _identity(ctx: NodeContext) -> Value:
 
 @converter("Dropout")
 def _dropout(ctx: NodeContext) -> list[Value]:
-    # inference: the input unchanged and an all-true mask (ONNX Dropout, training_mode false)
-    if ctx.has(2) and ctx.value(2).const is not None and bool(np.asarray(ctx.const(2)).reshape(-1)[0]):
-        raise ctx.fail("training_mode = true is not supported (eggfuse runs inference: dropout is the identity)")
-    if ctx.has(2) and ctx.value(2).const is None:
-        raise ctx.fail("training_mode must be known at load time")
+    # inference: the input unchanged and an all-true mask (ONNX Dropout, training_mode false); in
+    # training mode with ratio 0 the same (nothing dropped, scale 1 / (1 - 0))
+    if ctx.has(2) and bool(np.asarray(ctx.const(2, "training_mode")).reshape(-1)[0]):
+        ratio = float(np.asarray(ctx.const(1, "ratio")).reshape(-1)[0]) if ctx.has(1) else 0.5
+        if ratio != 0.0:
+            raise ctx.fail(f"training_mode = true with ratio {ratio:g} drops random elements, which eggfuse does not "
+                           "do (it runs inference: dropout is the identity); export the model in eval mode")
     v = ctx.value(0)
     return [v, ctx.known(np.ones(v.shape, dtype=bool))]
+
+
+@converter("OptionalHasElement")
+def _optional_has_element(ctx: NodeContext) -> Value:
+    # a tensor given is an optional holding it; no input (or an empty name) is one holding none
+    return ctx.known(np.array(ctx.has(0)))
+
+
+@converter("OptionalGetElement")
+def _optional_get_element(ctx: NodeContext) -> Value:
+    return ctx.value(0)  # a tensor (the importer refuses optional- and sequence-typed values)
 
 
 @converter("Shape")

@@ -1,10 +1,14 @@
 """Indexing with run-time indices: Gather, GatherElements, GatherND, ScatterElements (and the
-deprecated Scatter), ScatterND, OneHot. Negative indices count from the end of their axis;
-out-of-range ones are clamped (ONNX leaves them undefined): see ``eggfuse.ir.ops.indexing``."""
+deprecated Scatter), ScatterND, OneHot; Compress, whose condition must be known at load time
+(its output's shape depends on it), as a Gather of the selected indices. Negative indices
+count from the end of their axis; out-of-range ones are clamped (ONNX leaves them undefined):
+see ``eggfuse.ir.ops.indexing``."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from eggfuse.ir import DType
 
 from ..importer import NodeContext, Value, converter
 from .movement import axis_of, same
@@ -55,3 +59,22 @@ def _one_hot(ctx: NodeContext) -> Value:
         raise ctx.fail(f"depth must be one value >= 1, got {depth.tolist()}")
     return ctx.out(ctx.add("OneHot", [ctx.tensor(0), ctx.tensor(2)], depth=int(depth[0]), axis=ctx.attr("axis", -1)),
                    elem=ctx.elem(2))
+
+
+@converter("Compress")
+def _compress(ctx: NodeContext) -> Value:
+    cond = np.asarray(ctx.const(1, "condition")).reshape(-1).astype(bool)
+    x, axis = ctx.tensor(0), ctx.attr("axis")
+    if axis is None:  # the flattened input
+        x, axis = ctx.add("Identity", [x], shape=[int(np.prod(ctx.shape(0)))]), 0
+        length = int(np.prod(ctx.shape(0)))
+    else:
+        axis = axis_of(ctx, axis, len(ctx.shape(0)))
+        length = ctx.shape(0)[axis]
+    if cond.size > length:
+        raise ctx.fail(f"condition has {cond.size} values, more than the {length} along axis {axis}")
+    picked = np.nonzero(cond)[0]
+    if not picked.size:
+        raise ctx.fail("the condition selects nothing: the output would be empty, which eggfuse cannot store")
+    index = ctx.constant(picked.astype(np.int32), DType.I32)
+    return same(ctx, ctx.add("Gather", [x, index], axis=axis))

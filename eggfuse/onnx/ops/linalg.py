@@ -8,6 +8,12 @@ BiasAdd or Add (fused into the matmul by the rewrite engine). Einsum of a batche
 both operands and the output as batch axes, a contracted group, the output's remaining
 letters in order) becomes MatMul or BatchMatMul on views; any other equation of one to three
 operands runs the generic Einsum kernel.
+
+A known weight (B of MatMul or Gemm) larger than one storage binding may hold on every WebGPU
+device (maxStorageBufferBindingSize's default, 128 MiB, which is also lavapipe's limit) is
+split along N into blocks that fit, each its own parameter named ``NAME[lo:hi]`` (rows) or
+``NAME[:, lo:hi]`` (columns): one matmul per block (with its part of a known bias), and a
+Concat of their outputs (VGG's 4096 x 25088 fully connected layer: four blocks).
 """
 
 from __future__ import annotations
@@ -17,8 +23,12 @@ import math
 from onnx import TensorProto
 
 from eggfuse.ir.ops.linalg import MAX_EINSUM_LETTERS, MAX_EINSUM_OPERANDS, parse_einsum
+from eggfuse.lowering.limits import DEFAULT_LIMITS
 
 from ..importer import NodeContext, Value, converter, elem_name
+
+#: Bytes of the largest weight one matmul binds (WebGPU's guaranteed maxStorageBufferBindingSize).
+WEIGHT_BINDING_BYTES = DEFAULT_LIMITS["max-storage-buffer-binding-size"]
 
 
 def float_inputs(ctx: NodeContext, *indices: int) -> None:
@@ -37,6 +47,28 @@ def reshape(ctx: NodeContext, nid: int, shape) -> int:
     return ctx.add("Identity", [nid], shape=shape)
 
 
+def weight_blocks(v: Value, axis: int, limit: int | None = None) -> list[tuple[int, int]] | None:
+    """The [lo, hi) ranges along ``axis`` splitting the known 2-D float32 ``v`` into blocks of at
+    most ``limit`` bytes each (default :data:`WEIGHT_BINDING_BYTES`; as even as possible), or
+    None when ``v`` is not known or fits."""
+    limit = WEIGHT_BINDING_BYTES if limit is None else limit
+    if v.const is None or len(v.shape) != 2 or 4 * math.prod(v.shape) <= limit:
+        return None
+    n, line = v.shape[axis], 4 * v.shape[1 - axis]
+    per = max(1, limit // line)  # a single line over the limit still gets its own block (lowering refuses it)
+    parts = -(-n // per)
+    size = -(-n // parts)
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def weight_block(ctx: NodeContext, v: Value, axis: int, lo: int, hi: int) -> int:
+    """The IR leaf of the known ``v[lo:hi]`` (``axis`` 0, ``v`` 1-D or 2-D) or ``v[:, lo:hi]``
+    (``axis`` 1): a parameter when ``v`` is one, named after it."""
+    part = v.const[lo:hi] if axis == 0 else v.const[:, lo:hi]
+    name = f"{v.name or 'weight'}[{lo}:{hi}]" if axis == 0 else f"{v.name or 'weight'}[:, {lo}:{hi}]"
+    return ctx.importer.materialise(Value(name, v.elem, tuple(part.shape), const=part, param=v.param), ctx)
+
+
 @converter("MatMul")
 def _matmul(ctx: NodeContext) -> Value:
     ctx.refuse_attrs(())
@@ -44,16 +76,22 @@ def _matmul(ctx: NodeContext) -> Value:
     sa, sb = ctx.shape(0), ctx.shape(1)
     if not sa or not sb:
         raise ctx.fail(f"MatMul needs operands of rank >= 1, got {list(sa)} and {list(sb)}")
-    a, b = ctx.tensor(0), ctx.tensor(1)
+    a = ctx.tensor(0)
     if len(sb) == 2:  # a weight, usually: the 2-D MatMul on [batch * M, K]
-        w, out = b, [*sa[:-1], sb[1]]
+        out = [*sa[:-1], sb[1]]
     elif len(sb) == 1 and len(sa) >= 2:  # a column [K, 1]
-        w, out = reshape(ctx, b, [sb[0], 1]), list(sa[:-1])
+        out = list(sa[:-1])
     else:
-        return ctx.out(ctx.add("BatchMatMul", [a, b]))
+        return ctx.out(ctx.add("BatchMatMul", [a, ctx.tensor(1)]))
     if sb[0] != sa[-1]:
         raise ctx.fail(f"inner dimensions differ: A {list(sa)}, B {list(sb)}")
-    y = ctx.add("MatMul", [reshape(ctx, a, [math.prod(sa[:-1]), sa[-1]]), w])
+    a2 = reshape(ctx, a, [math.prod(sa[:-1]), sa[-1]])
+    blocks = weight_blocks(ctx.value(1), 1) if len(sb) == 2 else None
+    if blocks:
+        y = ctx.add("Concat", [ctx.add("MatMul", [a2, weight_block(ctx, ctx.value(1), 1, lo, hi)])
+                               for lo, hi in blocks], axis=1)
+    else:
+        y = ctx.add("MatMul", [a2, ctx.tensor(1) if len(sb) == 2 else reshape(ctx, ctx.tensor(1), [sb[0], 1])])
     return ctx.out(reshape(ctx, y, out))
 
 
@@ -67,14 +105,16 @@ def _gemm(ctx: NodeContext) -> Value:
     ta, tb = bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     a = ctx.tensor(0)
-    if alpha != 1.0 and ctx.value(1).const is not None:  # a known B is scaled at load time
-        b, alpha = ctx.constant(alpha * ctx.value(1).const.astype("float64")), 1.0
-    else:
-        b = ctx.tensor(1)
+    bv = ctx.value(1)
+    if alpha != 1.0 and bv.const is not None:  # a known B is scaled at load time
+        bv, alpha = Value(bv.name, bv.elem, bv.shape, const=alpha * bv.const.astype("float64")), 1.0
+    name = {(False, False): "MatMul", (True, False): "MatMulAT", (False, True): "MatMulBT", (True, True): "MatMulBT"}
     if ta and tb:  # A^T B^T = (A^T) B^T
-        y = ctx.add("MatMulBT", [ctx.add("Transpose", [a]), b])
-    else:
-        y = ctx.add({(False, False): "MatMul", (True, False): "MatMulAT", (False, True): "MatMulBT"}[(ta, tb)], [a, b])
+        a = ctx.add("Transpose", [a])
+    blocks = weight_blocks(bv, 0 if tb else 1)
+    if blocks:
+        return ctx.out(_gemm_blocks(ctx, a, bv, name[(ta, tb)], tb, blocks, alpha, beta))
+    y = ctx.add(name[(ta, tb)], [a, ctx.importer.materialise(bv, ctx)])
     if alpha != 1.0:
         y = ctx.add("Mul", [y, ctx.constant(alpha)])
     if not ctx.has(2) or beta == 0.0:
@@ -91,6 +131,33 @@ def _gemm(ctx: NodeContext) -> Value:
     if sc in ((n,), (1, n)) and n > 1:
         return ctx.out(ctx.add("BiasAdd", [y, reshape(ctx, c, [n])]))
     return ctx.out(ctx.add("Add", [y, c]))
+
+
+def _gemm_blocks(ctx: NodeContext, a: int, bv: Value, op: str, tb: bool, blocks: list[tuple[int, int]],
+                 alpha: float, beta: float) -> int:
+    """Gemm with its known B split into ``blocks`` along N: one matmul per block, a known bias
+    of shape [N] or [1, N] split with it (fused into each matmul), any other C added after."""
+    c = ctx.value(2) if ctx.has(2) and beta != 0.0 else None
+    n = bv.shape[0 if tb else 1]
+    bias = None
+    if c is not None and c.const is not None and tuple(c.shape) in ((n,), (1, n)) and n > 1:
+        values = c.const.reshape(n) if beta == 1.0 else beta * c.const.astype("float64").reshape(n)
+        bias = Value(c.name, c.elem, (n,), const=values, param=c.param and beta == 1.0)
+    ys = []
+    for lo, hi in blocks:
+        y = ctx.add(op, [a, weight_block(ctx, bv, 0 if tb else 1, lo, hi)])
+        if bias is not None:
+            y = ctx.add("BiasAdd", [y, weight_block(ctx, bias, 0, lo, hi)])
+        ys.append(y)
+    y = ctx.add("Concat", ys, axis=1)
+    if alpha != 1.0:
+        y = ctx.add("Mul", [y, ctx.constant(alpha)])
+    if c is None or bias is not None:
+        return y
+    cn = ctx.tensor(2)
+    if beta != 1.0:
+        cn = ctx.add("Mul", [cn, ctx.constant(beta)])
+    return ctx.add("Add", [y, cn])
 
 
 def _batched_matmul_form(letters: list[str], out: str):

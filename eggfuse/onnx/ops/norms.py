@@ -1,6 +1,7 @@
 """Softmaxes and normalisations: Softmax, LogSoftmax, Hardmax (any axis; before opset 13 the
 input is flattened to 2-D at ``axis``), LayerNormalization (its Mean and InvStdDev outputs
-too), RMSNormalization, BatchNormalization (inference), InstanceNormalization,
+too), RMSNormalization, BatchNormalization (inference, and training mode from the batch's statistics),
+InstanceNormalization,
 GroupNormalization (opset 18's per-group and opset 21's per-channel scale), LpNormalization,
 MeanVarianceNormalization and LRN.
 
@@ -136,9 +137,7 @@ def _rms_norm(ctx: NodeContext) -> Value:
 def _batch_norm(ctx: NodeContext) -> Value:
     ctx.refuse_attrs(("epsilon", "momentum", "spatial", "training_mode"))
     if ctx.attr("training_mode", 0):
-        raise ctx.fail("training_mode = 1 (normalising by the batch's statistics and updating the running ones) is "
-                       "not supported: eggfuse runs BatchNormalization in inference mode; export the model in eval "
-                       "mode")
+        return _batch_norm_training(ctx)
     if any(ctx.node.output[1:]):
         raise ctx.fail("the outputs after Y (running and saved mean and variance) exist in training mode only, "
                        "which eggfuse does not run; export the model in eval mode")
@@ -153,6 +152,32 @@ def _batch_norm(ctx: NodeContext) -> Value:
         stats = [_view(ctx, s, (per,)) for s in stats]
     y = ctx.add("BatchNormalization", [x, *stats], epsilon=float(ctx.attr("epsilon", 1e-5)))
     return ctx.out(_view(ctx, y, shape))
+
+
+def _batch_norm_training(ctx: NodeContext) -> list[Value]:
+    # training_mode = 1 (opset 14+): Y normalised by the batch's statistics (mean and population
+    # variance over every axis but C), and the running statistics updated with momentum:
+    # running = input * momentum + batch * (1 - momentum), as onnx's reference computes them
+    need_elem(ctx, (_T.FLOAT,))
+    shape = _rank_at_least(ctx, 2, "[N, C, ...]")
+    c, rank = shape[1], len(shape)
+    per_channel = (1, c) + (1,) * (rank - 2)
+    axes = (0, *range(2, rank))
+    x = ctx.tensor(0)
+    mean = ctx.add("ReduceMean", [x], axes=axes, keepdims=True)
+    d = ctx.add("Sub", [x, mean])
+    var = ctx.add("ReduceMean", [ctx.add("Mul", [d, d])], axes=axes, keepdims=True)
+    eps, momentum = float(ctx.attr("epsilon", 1e-5)), float(ctx.attr("momentum", 0.9))
+    scale, bias = (_view(ctx, _channel_vector(ctx, i, c, what), per_channel) for i, what in ((1, "scale"), (2, "B")))
+    std = ctx.add("Sqrt", [ctx.add("Add", [var, ctx.constant(np.float32(eps))])])
+    y = ctx.add("Add", [ctx.add("Mul", [scale, ctx.add("Div", [d, std])]), bias])
+    outs = [ctx.out(y)]
+    for i, batch in ((3, mean), (4, var)):
+        running = _channel_vector(ctx, i, c, "input_mean" if i == 3 else "input_var")
+        outs.append(ctx.out(ctx.add("Add", [ctx.add("Mul", [running, ctx.constant(np.float32(momentum))]),
+                                            ctx.add("Mul", [_view(ctx, batch, (c,)),
+                                                            ctx.constant(np.float32(1.0 - momentum))])])))
+    return outs
 
 
 def _spatial_view(ctx: NodeContext) -> tuple[tuple[int, ...], int]:

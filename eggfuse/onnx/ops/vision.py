@@ -6,11 +6,17 @@ resolved here into the explicit begin/end pads of the IR ops (``ir/ops/conv.py``
 ``ir/ops/pooling.py``), following the formulas of the ONNX operator pages.
 GlobalAveragePool is GlobalAvgPool (a workgroup reduction per channel) and a reshape;
 GlobalMaxPool and GlobalLpPool are MaxPool and LpPool with the whole input as the window.
+MaxUnpool is a ScatterElements into zeros, Col2Im a grouped ConvTranspose with a one-hot kernel.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
+
+from eggfuse.ir import DType
+from eggfuse.ir.ops.movement import fill_bits
 
 from ..importer import NodeContext, Value, converter
 from .linalg import float_inputs, reshape
@@ -189,3 +195,67 @@ def _global_max_pool(ctx: NodeContext) -> Value:
 def _global_lp_pool(ctx: NodeContext) -> Value:
     x, window, out = _global(ctx)
     return ctx.out(reshape(ctx, ctx.add("LpPool", [x], kernel_shape=window, p=int(ctx.attr("p", 2))), out))
+
+
+@converter("MaxUnpool")
+def _max_unpool(ctx: NodeContext) -> Value:
+    # the values of X at the flat positions I (as MaxPool's Indices give them) of a zero tensor:
+    # ScatterElements on its flattened form (https://onnx.ai/onnx/operators/onnx__MaxUnpool.html)
+    ctx.refuse_attrs(("kernel_shape", "pads", "strides"))
+    float_inputs(ctx, 0)
+    spatial = _spatial(ctx)
+    r = len(spatial)
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None or len(kernel) != r:
+        raise ctx.fail(f"attribute kernel_shape={kernel} must give {r} sizes for X {list(ctx.shape(0))}")
+    strides, pads = _ints(ctx, "strides", r, 1), _ints(ctx, "pads", 2 * r, 0)
+    if tuple(ctx.shape(1)) != tuple(ctx.shape(0)):
+        raise ctx.fail(f"I has shape {list(ctx.shape(1))}; it must have X's, {list(ctx.shape(0))}")
+    # I indexes the inferred shape; a larger output_shape holds it at its start, zeros after (as onnx's reference)
+    inferred = [*ctx.shape(0)[:2], *((n - 1) * s - pads[i] - pads[i + r] + k
+                                      for i, (n, s, k) in enumerate(zip(spatial, strides, kernel, strict=True)))]
+    out = [int(d) for d in np.asarray(ctx.const(2, "output_shape")).reshape(-1)] if ctx.has(2) else inferred
+    if len(out) != len(inferred) or any(o < i for o, i in zip(out, inferred, strict=True)):
+        raise ctx.fail(f"output_shape {out} must have X's rank and hold the unpooled shape {inferred}")
+    n = math.prod(ctx.shape(0))
+    zeros = ctx.constant(np.zeros(math.prod(inferred), np.float32))
+    flat = ctx.add("ScatterElements", [zeros, ctx.add("Identity", [ctx.tensor(1)], shape=[n]),
+                                       ctx.add("Identity", [ctx.tensor(0)], shape=[n])], axis=0, reduction="none")
+    y = ctx.add("Identity", [flat], shape=inferred)
+    if out != inferred:
+        y = ctx.add("Pad", [y], pads=[0] * len(out) + [o - i for o, i in zip(out, inferred, strict=True)],
+                    mode="constant", fill=fill_bits(0.0, DType.F32))
+    return ctx.out(y)
+
+
+@converter("Col2Im")
+def _col2im(ctx: NodeContext) -> Value:
+    # the blocks of [N, C * prod(block), L] summed into [N, C, *image]: a ConvTranspose of the
+    # [N, C * prod(block), *blocks] view, one group per channel, whose kernel puts block entry j at
+    # its position (https://onnx.ai/onnx/operators/onnx__Col2Im.html)
+    ctx.refuse_attrs(("dilations", "pads", "strides"))
+    float_inputs(ctx, 0)
+    image = [int(d) for d in np.asarray(ctx.const(1, "image_shape")).reshape(-1)]
+    block = [int(d) for d in np.asarray(ctx.const(2, "block_shape")).reshape(-1)]
+    r, shape = len(image), ctx.shape(0)
+    k = math.prod(block)
+    if len(block) != r or len(shape) != 3 or shape[1] % k:
+        raise ctx.fail(f"input {list(shape)}, image_shape {image} and block_shape {block} do not fit: the input must "
+                       "be [N, C * prod(block_shape), L]")
+    strides, dilations, pads = _ints(ctx, "strides", r, 1), _ints(ctx, "dilations", r, 1), _ints(ctx, "pads", 2 * r, 0)
+    blocks, extra = [], []
+    for i in range(r):
+        span = image[i] + pads[i] + pads[i + r] - dilations[i] * (block[i] - 1) - 1
+        blocks.append(span // strides[i] + 1)
+        extra.append(span % strides[i])
+    if math.prod(blocks) != shape[2]:
+        raise ctx.fail(f"L = {shape[2]} blocks, but image_shape {image}, block_shape {block}, strides, pads and "
+                       f"dilations make {math.prod(blocks)}")
+    c = shape[1] // k
+    w = np.zeros((c * k, 1, *block), np.float32)
+    for j in range(k):
+        w[j::k, 0][(slice(None), *np.unravel_index(j, block))] = 1.0
+    x = ctx.add("Identity", [ctx.tensor(0)], shape=[shape[0], shape[1], *blocks])
+    y = ctx.add("ConvTranspose", [x, ctx.constant(w)], strides=strides, pads=pads, dilations=dilations, group=c,
+                output_padding=extra)
+    return ctx.out(y)
