@@ -59,13 +59,29 @@ def elem_numpy(elem: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
 
 
+def as_f32(values: Any, what: str, error: type[Exception] = OnnxError) -> np.ndarray:
+    """``values`` (a DOUBLE, FLOAT16 or BFLOAT16 array) as float32; ``error`` naming ``what``
+    when a finite value lies beyond float32's range (it would become an infinity)."""
+    arr = np.asarray(values)
+    with np.errstate(over="ignore"):
+        out = arr.astype(np.float32)
+    bad = np.isinf(out) & np.isfinite(arr)
+    if bad.any():
+        worst = float(np.max(np.abs(arr[bad])))
+        raise error(f"{what}: {int(bad.sum())} value(s) up to {worst:.3g} lie beyond float32's range "
+                    f"(+-{float(np.finfo(np.float32).max):.3g}); eggfuse computes {arr.dtype} in float32, so "
+                    "this model cannot run here: rescale these values or run it with another runtime")
+    return out
+
+
 def in_f32(v: Value) -> Value:
     """``v``, or for a :data:`COMPUTED_IN_F32` type the FLOAT value eggfuse computes instead
-    (its known contents converted to float32)."""
+    (its known contents converted to float32; :class:`OnnxError` when one lies beyond
+    float32's range)."""
     if v.elem not in COMPUTED_IN_F32:
         return v
-    return replace(v, elem=_T.FLOAT, const=None if v.const is None else np.asarray(v.const).astype(np.float32),
-                   declared=v.elem)
+    const = None if v.const is None else as_f32(v.const, f"tensor {v.name!r}")
+    return replace(v, elem=_T.FLOAT, const=const, declared=v.elem)
 
 
 class NeedsValuesError(OnnxError):

@@ -20,6 +20,7 @@ from .importer import (
     Value,
     _dims,
     _load_proto,
+    as_f32,
     elem_name,
     elem_numpy,
     graph_inputs,
@@ -150,7 +151,8 @@ class Model:
             want = elem_numpy(elem) if elem else arr.dtype
             if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")):
                 raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of {arr.dtype}")
-            out[vi.name] = arr.astype(np.float32) if elem in COMPUTED_IN_F32 else arr  # computed in float32
+            out[vi.name] = (as_f32(arr, f"input {vi.name!r}", InputError) if elem in COMPUTED_IN_F32
+                            else arr)  # computed in float32
         return out
 
     def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ from onnx import TensorProto
 from onnx_models import F, model, node  # tests/onnx_models.py
 from onnx_ort_check import check_against_ort, plan_ops  # tests/onnx_ort_check.py
 
-from eggfuse.ir import OnnxError
+from eggfuse.ir import InputError, OnnxError
 from eggfuse.onnx import Model
 
 D, H, BF = TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16
@@ -25,6 +25,19 @@ def test_a_double_model_runs_in_float32_and_returns_float64(device):
     eg = check_against_ort(m, {"x": x}, rtol=1e-5, atol=1e-6, device=device)  # dtype float64 checked there
     (spec,) = eg.plans.values()
     assert spec.params["w"].dtype == np.float32
+
+
+def test_double_values_beyond_float32_are_refused_naming_the_tensor(device):
+    # a finite float64 beyond float32's range would become an infinity: refused, not run
+    m = model([node("Mul", ["x", "w"], ["y"])], [("x", D, [3])], [("y", D, None)], [("w", np.array([1e200, 1, 2]))],
+              opset=13)
+    with pytest.raises(OnnxError, match=r"tensor 'w': 1 value\(s\) up to 1e\+200 lie beyond float32's range"):
+        Model(m, device=device).run({"x": np.ones(3)})
+    ok = model([node("Mul", ["x", "x"], ["y"])], [("x", D, [3])], [("y", D, None)], opset=13)
+    with pytest.raises(InputError, match=r"input 'x': 1 value\(s\) up to 3e\+39"):
+        Model(ok, device=device).run({"x": np.array([1.0, 3e39, -2.0])})
+    (y,) = Model(ok, device=device).run({"x": np.array([1.0, np.inf, -2.0])})  # an infinity stays one
+    np.testing.assert_array_equal(y, [1.0, np.inf, 4.0])
 
 
 def test_float16_inputs_are_exact_in_float32_and_outputs_round_once(device):
