@@ -11,7 +11,9 @@ condition is known is inlined.
 
 ONNX int64 tensors become I32 (WGSL has no 64-bit integers): a known value out of the int32
 range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are checked at run
-time. Float initializers become parameters, named as in the model.
+time. Float initializers become parameters, named as in the model, except those of one element (an
+epsilon, a scale, the 0.5 of a GELU), which become Constants: the rewrite rules match a Constant's
+value (the ``scalar`` facts of ``eggfuse.rewrites.encode``), never a parameter's.
 """
 
 from __future__ import annotations
@@ -300,7 +302,7 @@ class Importer:
             if lo < -2**31 or hi >= 2**31:
                 raise OnnxError(f"{where}tensor {v.name!r} ({elem_name(v.elem)}) holds {lo}..{hi}, outside the int32 "
                                 "range eggfuse narrows int64 tensors to (WGSL has no 64-bit integers)")
-        if v.param and dtype is DType.F32:
+        if v.param and dtype is DType.F32 and arr.size > 1:
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
             self.params[name] = np.array(arr, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
