@@ -257,11 +257,13 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     return inputs, params
 
 
-def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-9, atol: float = 1e-9) -> None:
+def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-6, atol: float = 1e-7) -> None:
     """Raise :class:`RewriteError` unless both graphs give the same outputs on random data.
 
-    Both run on the numpy reference in float64, so any difference beyond rounding
-    (``rtol``/``atol``) is a wrong rewrite, not float noise.
+    Both run on the numpy reference in float64, so any difference beyond ``rtol``/``atol`` is
+    a wrong rewrite, not float noise. The tolerances are those of f32 constants: a recognition
+    rule (``ir/ops/recognize.py``) matches an exporter's f32 rounding of sqrt 2 or sqrt(2/pi)
+    and puts the exact op in its place, which changes the float64 result by about 1e-8.
     """
     inputs, params = random_feeds(before, seed)
     want = evaluate(before, inputs, params)

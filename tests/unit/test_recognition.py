@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eggfuse.ir import DType, Graph, evaluate
+from eggfuse.ir import DType, Graph
+from eggfuse.ir.ops.recognize import Pattern, gelu_patterns, gelu_tanh_patterns
+from eggfuse.ir.ops.recognize_norms import norm_patterns
 from eggfuse.rewrites import make_ruleset, optimize
-from eggfuse.rewrites.engine import random_feeds
 
 
 def _times_one(e):
@@ -42,7 +43,125 @@ def test_scalar_value_of_f32_and_i32_constants_only():
     assert [scalar_value(g.node(n)) for n in nodes] == [float(np.float32(1e-12)), 3.0, None, None, None]
 
 
-def _close(a: Graph, b: Graph) -> None:
-    inputs, params = random_feeds(a, 0)
-    for x, y in zip(evaluate(a, inputs, params), evaluate(b, inputs, params), strict=True):
-        np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-12)
+# --- every pattern variant, extracted -----------------------------------------------------------
+
+VARIANTS = ([(p, "Gelu") for p in gelu_patterns()] + [(p, "GeluTanh") for p in gelu_tanh_patterns()]
+            + [(p, "RmsNorm") for p, _ in norm_patterns(False)] + [(p, "LayerNorm") for p, _ in norm_patterns(True)])
+
+
+def _dims(**sizes):
+    return lambda name, lo=1, hi=7: sizes.get(name, 3)
+
+
+@pytest.mark.parametrize("pattern,op", VARIANTS, ids=[f"{op}:{p.name()}" for p, op in VARIANTS])
+def test_every_variant_becomes_its_op_in_the_extracted_graph(pattern: Pattern, op: str):
+    g = Graph()
+    pattern.example().build(g, _dims(rank=3, d0=2, d1=5, n=7))
+    out, rep = optimize(g, verify=True)
+    ops = [n.op for n in out.live_nodes() if n.op not in ("Input", "Constant")]
+    assert ops == [op], ops
+    assert sum(len(c) for c in rep.recognised[op]) == len(g.live_nodes()) - 1 - sum(
+        n.op == "Constant" for n in g.live_nodes())
+
+
+# --- what must not be recognised -------------------------------------------------------------------
+
+
+def _c(g, v, shape=()):
+    return g.constant(np.float32(v), shape=shape)
+
+
+def _rms(g, x, axis: int | None = None, eps_shape=(), eps_after_sqrt=False):
+    rank = len(g.node(x).type.shape)
+    ms = g.add_node("ReduceMean", [g.add_node("Pow", [x, _c(g, 2.0)])], axes=(rank - 1 if axis is None else axis,),
+                    keepdims=True)
+    if eps_after_sqrt:
+        den = g.add(g.add_node("Sqrt", [ms]), _c(g, 1e-6, eps_shape))
+    else:
+        den = g.add_node("Sqrt", [g.add(ms, _c(g, 1e-6, eps_shape))])
+    return g.mul(x, g.add_node("Recip", [den]))
+
+
+SQRT2 = float(np.sqrt(2.0))
+
+
+def _gelu(g, x, half=0.5, sqrt2=SQRT2):
+    p = g.add(g.add_node("Erf", [g.add_node("Div", [x, _c(g, sqrt2)])]), _c(g, 1.0))
+    return g.mul(g.mul(x, p), _c(g, half))
+
+
+def _ops_of(g) -> list[str]:
+    out, _ = optimize(g, verify=True)
+    return sorted(n.op for n in out.live_nodes() if n.op not in ("Input", "Parameter", "Constant", "Identity"))
+
+
+@pytest.mark.parametrize("case", ["first axis", "eps after sqrt", "eps of higher rank"])
+def test_a_different_function_is_not_an_rms_norm(case):
+    g = Graph()
+    x = g.input("x", [5, 7])
+    g.set_outputs([_rms(g, x, axis=0 if case == "first axis" else None, eps_after_sqrt=case == "eps after sqrt",
+                        eps_shape=(1, 1, 1) if case == "eps of higher rank" else ())])
+    assert "RmsNorm" not in _ops_of(g)
+
+
+@pytest.mark.parametrize("half,sqrt2", [(0.6, SQRT2), (0.5, 1.414), (0.5, 2.0)])
+def test_other_constants_are_not_a_gelu(half, sqrt2):
+    g = Graph()
+    g.set_outputs([_gelu(g, g.input("x", [5, 7]), half, sqrt2)])
+    assert "Gelu" not in _ops_of(g)
+
+
+@pytest.mark.parametrize("w_shape", [[1, 7], [5, 7], [1]])
+def test_a_weight_that_is_not_per_column_stays_a_mul(w_shape):
+    g = Graph()
+    x = g.input("x", [5, 7])
+    g.set_outputs([g.mul(_rms(g, x), g.parameter("w", w_shape))])
+    assert _ops_of(g) == ["Mul", "RmsNorm"]
+
+
+def test_a_shared_mean_and_a_normalised_output_stay_computed():
+    # the mean is also an output, and so is the LayerNorm before its weight: both stay, the
+    # LayerNorm with weight and bias is one op
+    g = Graph()
+    x = g.input("x", [2, 5, 7])
+    mean = g.add_node("ReduceMean", [x], axes=(2,), keepdims=True)
+    d = g.add_node("Sub", [x, mean])
+    var = g.add_node("ReduceMean", [g.mul(d, d)], axes=(2,), keepdims=True)
+    normed = g.add_node("Div", [d, g.add_node("Sqrt", [g.add(var, _c(g, 1e-5))])])
+    y = g.add(g.mul(normed, g.parameter("w", [7])), g.parameter("b", [7]))
+    g.set_outputs([y, mean, normed])
+    out, rep = optimize(g, verify=True)
+    by_output = [out.node(o).op for o in out.outputs]
+    assert by_output[0] == "LayerNorm" and by_output[1] == "ReduceMean"
+    assert out.dispatch_count() <= 3, [n.op for n in out.live_nodes()]
+
+
+# --- the e-graph stays small ---------------------------------------------------------------------
+
+
+def _exported_layers(layers: int) -> Graph:
+    """A stack of decomposed LayerNorm -> MatMul -> erf-GELU -> MatMul blocks over [1, 9, 16]."""
+    g = Graph()
+    x = g.input("x", [1, 9, 16])
+    for i in range(layers):
+        mean = g.add_node("ReduceMean", [x], axes=(2,), keepdims=True)
+        d = g.add_node("Sub", [x, mean])
+        var = g.add_node("ReduceMean", [g.add_node("Pow", [d, _c(g, 2.0)])], axes=(2,), keepdims=True)
+        normed = g.add_node("Div", [d, g.add_node("Sqrt", [g.add(var, _c(g, 1e-12))])])
+        h = g.add(g.mul(normed, g.parameter(f"w{i}", [16])), g.parameter(f"b{i}", [16]))
+        up = g.reshape(g.matmul(g.reshape(h, [9, 16]), g.parameter(f"u{i}", [16, 24])), [1, 9, 24])
+        act = _gelu(g, g.add(g.parameter(f"ub{i}", [24]), up))
+        x = g.add(x, g.reshape(g.matmul(g.reshape(act, [9, 24]), g.parameter(f"d{i}", [24, 16])), [1, 9, 16]))
+    g.set_outputs([x])
+    return g
+
+
+def test_the_e_graph_grows_linearly_with_the_layers():
+    sizes = {}
+    for layers in (2, 8):
+        out, rep = optimize(_exported_layers(layers), verify=True)
+        assert rep.saturated and {"LayerNorm", "FusedMatMul"} <= {n.op for n in out.live_nodes()}
+        sizes[layers] = (rep.phases["insert"].enodes, rep.enodes)
+    (n2, e2), (n8, e8) = sizes[2], sizes[8]
+    assert e2 <= 2 * n2 and e8 <= 2 * n8, sizes  # at most twice the input's e-nodes
+    assert (e8 - e2) / 6 <= 1.1 * e2 / 2, sizes  # each layer adds what one layer holds: no blow-up
