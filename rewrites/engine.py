@@ -17,7 +17,7 @@ from .extract import rebuild
 from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
-from .report import Phase, Report
+from .report import Phase, Report, input_classes, replaced_nodes
 from .rulesets import analysis_ruleset, optimization_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
@@ -200,6 +200,7 @@ def optimize(
         rep.extractor = f"input ({rep.extractor} result cost more)"
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
+    rep.recognised = {} if keep_input else replaced_nodes(graph, dag, input_classes(enc.raw))
     t = time.perf_counter()
     out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc))
     rep.rebuild_s = time.perf_counter() - t

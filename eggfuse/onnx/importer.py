@@ -281,6 +281,9 @@ class Importer:
         self._functions = {(f.domain, f.name): f for f in model.functions}
         self._count = 0
         self.shapes, self.values = shapes, values
+        #: IR node id -> the name of the ONNX node whose import added it (its first output's name
+        #: when it has none; the outermost node for an expanded function or an inlined If)
+        self.origin: dict[int, str] = {}
 
     # --- values ------------------------------------------------------------------------
 
@@ -404,6 +407,14 @@ class Importer:
             self._node(node, env, version)
 
     def _node(self, node: onnx.NodeProto, env: dict[str, Value], version: int) -> None:
+        first = len(self.graph.nodes)
+        try:
+            self._convert(node, env, version)
+        finally:
+            name = node.name or (node.output[0] if node.output else node.op_type)
+            self.origin.update(dict.fromkeys(range(first, len(self.graph.nodes)), name))
+
+    def _convert(self, node: onnx.NodeProto, env: dict[str, Value], version: int) -> None:
         ins: list[Value | None] = []
         for name in node.input:
             if not name:

@@ -165,3 +165,75 @@ def test_the_e_graph_grows_linearly_with_the_layers():
     (n2, e2), (n8, e8) = sizes[2], sizes[8]
     assert e2 <= 2 * n2 and e8 <= 2 * n8, sizes  # at most twice the input's e-nodes
     assert (e8 - e2) / 6 <= 1.1 * e2 / 2, sizes  # each layer adds what one layer holds: no blow-up
+
+
+# --- the report: which recognised ops the plan holds, and what they replaced ----------------------
+
+
+def _onnx_layer_norm_model():
+    """torch.onnx's LayerNorm before opset 17 (9 nodes and 2 Constants), then a MatMul + bias."""
+    from onnx import helper, numpy_helper
+    from onnx_models import F, model, node  # tests/onnx_models.py
+
+    def const(name, v):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(v, np.float32)))
+
+    nodes = [node("ReduceMean", ["x"], ["mu"], name="ln/mean", axes=[-1]),
+             node("Sub", ["x", "mu"], ["d"], name="ln/sub"),
+             const("two", 2.0), node("Pow", ["d", "two"], ["sq"], name="ln/pow"),
+             node("ReduceMean", ["sq"], ["var"], name="ln/var", axes=[-1]), const("eps", 1e-12),
+             node("Add", ["var", "eps"], ["ve"], name="ln/add"), node("Sqrt", ["ve"], ["sd"], name="ln/sqrt"),
+             node("Div", ["d", "sd"], ["n"], name="ln/div"), node("Mul", ["n", "w"], ["nw"], name="ln/mul"),
+             node("Add", ["nw", "b"], ["y"], name="ln/add_1"), node("MatMul", ["y", "W"], ["z"], name="dense/matmul"),
+             node("Add", ["bd", "z"], ["out"], name="dense/add")]
+    rng = np.random.default_rng(3)
+    inits = [(k, rng.standard_normal(s).astype(np.float32)) for k, s in (("w", [13]), ("b", [13]), ("W", [13, 5]),
+                                                                          ("bd", [5]))]
+    return model(nodes, [("x", F, [1, 7, 13])], [("out", F, None)], inits, opset=14)
+
+
+def test_the_importer_names_the_onnx_node_of_every_graph_node():
+    from eggfuse.onnx.importer import Importer
+
+    imp = Importer(_onnx_layer_norm_model(), {}, {})
+    g, _, _ = imp.run()
+    by_name: dict[str, list[str]] = {}
+    for n in g.live_nodes():
+        if n.op not in ("Input", "Parameter", "Constant"):
+            by_name.setdefault(imp.origin[n.id], []).append(n.op)
+    assert by_name["ln/div"] == ["Div"] and by_name["dense/add"] == ["Add"]
+    assert sorted(by_name["dense/matmul"]) == ["Identity", "Identity", "MatMul"]  # the 2-D product and its views
+
+
+def test_report_counts_the_nodes_each_recognised_op_replaced(tmp_path, capsys):
+    import json
+
+    from eggfuse import cli
+    from eggfuse.onnx.importer import Importer
+
+    imp = Importer(_onnx_layer_norm_model(), {}, {})
+    g, _, _ = imp.run()
+    _, rep = optimize(g, verify=True)
+    (cone,) = rep.recognised["LayerNorm"]
+    assert sorted({imp.origin[i] for i in cone}) == sorted(
+        ["ln/mean", "ln/sub", "ln/pow", "ln/var", "ln/add", "ln/sqrt", "ln/div", "ln/mul", "ln/add_1"])
+    assert {imp.origin[i] for i in rep.recognised["FusedMatMul(bias)"][0]} == {"dense/matmul", "dense/add"}
+    assert "LayerNorm x1 from 9 ONNX nodes" in rep.recognised_line(imp.origin)
+    assert "LayerNorm x1 from 9 nodes" in rep.summary()
+    assert type(rep).from_dict(json.loads(json.dumps(rep.to_dict()))).recognised == rep.recognised  # as cached
+
+    path = tmp_path / "ln.onnx"
+    path.write_bytes(_onnx_layer_norm_model().SerializeToString())
+    assert cli.main(["optimize", str(path)]) == 0
+    assert "recognised and fused ops: FusedMatMul(bias) x1 from 2 ONNX nodes, LayerNorm x1 from 9 ONNX nodes" in \
+        capsys.readouterr().out
+    assert cli.main(["optimize", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recognised"] == {
+        "LayerNorm": {"count": 1, "onnx_nodes": 9}, "FusedMatMul(bias)": {"count": 1, "onnx_nodes": 2}}
+
+
+def test_report_has_no_recognised_ops_for_a_graph_left_as_it_was():
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [3, 4]))])
+    _, rep = optimize(g)
+    assert rep.recognised == {} and rep.recognised_line() == "none"
