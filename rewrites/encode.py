@@ -104,7 +104,7 @@ def scalar_value(node: Node) -> float | None:
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
     """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact
-    (and a one-element Constant's value as a ``scalar`` fact).
+    (a one-element Constant's value as a ``scalar`` fact, a bool node's ``is_bool`` fact).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -129,6 +129,8 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
         if (value := scalar_value(node)) is not None:
             lines.append(f"(set (scalar {name}) {literal(value, 'float')})")
+        if node.type.dtype is DType.BOOL:
+            lines.append(f"(is_bool {name})")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):

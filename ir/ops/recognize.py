@@ -3,9 +3,12 @@
 An ONNX exporter spells GELU as Div/Erf/Add/Mul/Mul and LayerNorm as ReduceMean/Sub/Pow/
 ReduceMean/Add/Sqrt/Div/Mul/Add, each in its own order. The rules of the ``recognition``
 ruleset turn such chains back into the one op (``Gelu``, ``GeluTanh``, ``LayerNorm``,
-``RmsNorm``; ``recognize_norms.py`` holds the norms). They are equalities like every rule:
-when an intermediate is also used elsewhere or is a graph output, extraction keeps what it
-needs.
+``RmsNorm``; ``recognize_norms.py`` holds the norms) and drops the Cast chains that lose
+nothing (bool -> f32 -> bool; a cast to the dtype a value has). They are equalities like every
+rule: when an intermediate is also used elsewhere or is a graph output, extraction keeps what
+it needs. A Cast to the same dtype and a Cast of a constant never reach the e-graph: the ONNX
+importer drops the one and folds the other, as it folds every subgraph of known values at
+load time (so no rule here folds constants).
 
 Keeping the e-graph small. No rule here is a blanket commutativity or associativity of Add
 and Mul (which took a LLaMA graph of 8 layers past a million e-nodes, ``shared/EGGLOG_NOTES``).
@@ -291,6 +294,33 @@ def _swiglu_through_reshape(e):
                  name="SwiGLU(Reshape(a,s), Reshape(b,s)) -> Reshape(SwiGLU(a,b), s)",
                  example=example(_viewed_swiglu)).then(
         e.union(lhs).with_(e.Identity(inner, shape=s)), e.set_(e.shape(inner)).to(sa))
+
+
+# --- Cast chains -------------------------------------------------------------------------------------
+
+
+def _cast_chain(mid: str, twice: bool = False):
+    def build(g, dim):
+        a, b = _xy(g, dim)
+        if twice:  # Cast(Cast(a, i32), i32)
+            g.set_outputs([g.add_node("Cast", [g.add_node("Cast", [a], to=mid)], to=mid)])
+        else:  # a < b, bool -> mid -> bool
+            g.set_outputs([g.add_node("Cast", [g.add_node("Cast", [g.add_node("Less", [a, b])], to=mid)], to="bool")])
+
+    return example(build)
+
+
+@rules("recognition")
+def _cast_chains(e):
+    (x,) = e.vars("x")
+    (t,) = e.vars("t", e.String)
+    # Cast(Cast(x, t), t) -> Cast(x, t)   (a cast to the dtype a value has is the identity)
+    yield e.equal("Cast(Cast(x, t), t) -> Cast(x, t)", e.Cast(e.Cast(x, to=t), to=t), e.Cast(x, to=t),
+                  example=_cast_chain("i32", twice=True))
+    for mid in ("f32", "i32"):
+        # Cast(Cast(x, mid), bool) -> x   if x is bool: bool -> f32 / i32 -> bool loses nothing
+        yield e.equal(f"Cast(Cast(x, {mid}), bool) -> x   (x bool)", e.Cast(e.Cast(x, to=e.String(mid)),
+                      to=e.String("bool")), x, e.is_bool(x), example=_cast_chain(mid))
 
 
 __all__ = ["CUBES", "ERF_CORES", "FAMILY", "Pattern", "REL_TOL", "gelu_patterns", "gelu_tanh_patterns", "recognise"]

@@ -237,3 +237,16 @@ def test_report_has_no_recognised_ops_for_a_graph_left_as_it_was():
     g.set_outputs([g.relu(g.input("x", [3, 4]))])
     _, rep = optimize(g)
     assert rep.recognised == {} and rep.recognised_line() == "none"
+
+
+def test_a_lossless_cast_chain_is_removed_and_a_lossy_one_kept():
+    g = Graph()
+    a, b = g.input("a", [4, 5]), g.input("b", [4, 5])
+    mask = g.add_node("Less", [a, b])
+    there_and_back = g.add_node("Cast", [g.add_node("Cast", [mask], to="f32")], to="bool")
+    lossy = g.add_node("Cast", [g.add_node("Cast", [a], to="i32")], to="f32")  # truncates: stays
+    g.set_outputs([g.add_node("Where", [there_and_back, a, b]), lossy])
+    out, _ = optimize(g, verify=True)
+    assert sorted(n.op for n in out.live_nodes() if n.op == "Cast") == ["Cast", "Cast"]
+    where = out.node(out.outputs[0])
+    assert out.node(where.inputs[0]).op == "Less"
