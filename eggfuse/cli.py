@@ -57,7 +57,7 @@ def cmd_optimize(args: argparse.Namespace) -> None:
 
     graph, source = load_graph(args.model, seq=args.seq, batch=args.batch, training=args.training,
                                shapes=dict(args.shape or []))
-    onnx_nodes = source.get("onnx_nodes")
+    onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
     opt, report = optimize(graph, verify=args.verify, dump_egglog=args.dump_egglog, payoff=args.report, **kw)
     notes = _write_dots(args, graph, opt, kw)
@@ -66,6 +66,7 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         out.update(model=args.model, training=args.training, seq=args.seq, cost_model=args.cost_model)
         if onnx_nodes is not None:
             out.update(onnx_nodes=onnx_nodes, seq=None)
+        out["recognised"] = recognised_counts(report.recognised, origin)
         print(json.dumps(out))
         for note in notes:
             print(note, file=sys.stderr)
@@ -75,11 +76,22 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     else:
         kind = "forward + backward" if args.training else "forward"
         print(f"{args.model} ({kind}, seq {args.seq}): {len(graph.live_nodes())} nodes")
-    print(report.summary())
+    print(report.summary(origin))
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")
     for note in notes:
         print(note)
+
+
+def recognised_counts(recognised: dict[str, list[list[int]]], origin: dict[int, str] | None) -> dict[str, dict]:
+    """``Report.recognised`` for the JSON output: per op, its ``count`` and the ``nodes`` it
+    replaced (graph nodes, or with ``origin`` the distinct ONNX nodes, as ``onnx_nodes``)."""
+    out = {}
+    for label, cones in recognised.items():
+        ids = [i for c in cones for i in c]
+        out[label] = {"count": len(cones)} | ({"nodes": len(ids)} if origin is None else
+                                              {"onnx_nodes": len({origin.get(i, f"%{i}") for i in ids})})
+    return out
 
 
 def _write_dots(args: argparse.Namespace, graph, opt, kw: dict) -> list[str]:

@@ -127,17 +127,19 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def onnx_graph(path: str, shapes: dict[str, list[int]]):
     """The graph of the ONNX model at ``path`` for ``eggfuse optimize`` (symbolic dimensions
-    from ``shapes``, else 1), and its ONNX node count."""
-    from eggfuse.onnx import load
-    from eggfuse.onnx.importer import _dims, _load_proto, graph_inputs
+    from ``shapes``, else 1), its ONNX node count, and the ONNX node each graph node came from
+    (node id -> name)."""
+    from eggfuse.onnx import load  # noqa: F401  (registers the converters)
+    from eggfuse.onnx.importer import Importer, _dims, _load_proto, graph_inputs
 
     proto = _load_proto(path)
     full = {}
     for vi in graph_inputs(proto):
         dims = _dims(vi)
         full[vi.name] = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
-    graph, _ = load(proto, shapes=full)
-    return graph, len(proto.graph.node)
+    importer = Importer(proto, full, {})
+    graph, _, _ = importer.run()
+    return graph, len(proto.graph.node), importer.origin
 
 
 def add_run(sub) -> None:

@@ -31,7 +31,8 @@ def describe(spec: str) -> str:
 
 def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False,
                shapes: dict[str, list[int]] | None = None) -> tuple[Graph, dict]:
-    """The graph ``spec`` names, and facts about its source (``source``, ``onnx_nodes``).
+    """The graph ``spec`` names, and facts about its source (``source``; for an ONNX file
+    ``onnx_nodes``, its node count, and ``origin``, graph node id -> the ONNX node it came from).
 
     ``spec``: a shipped model (``minilm``, ``smollm2``, ``llama:LAYERS``; ``seq``, ``batch``
     and ``training`` as :func:`eggfuse.api.model_graph`), an ``.onnx`` file (``shapes`` gives
@@ -47,8 +48,8 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
     if kind == "onnx":
         if training:
             raise InputError("--training applies to the shipped models and functions, not to an ONNX file")
-        graph, nodes = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
-        return graph, {"source": "onnx", "onnx_nodes": nodes}
+        graph, nodes, origin = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
+        return graph, {"source": "onnx", "onnx_nodes": nodes, "origin": origin}
     if kind == "function":
         graph = from_function(spec)
         if training:
@@ -67,7 +68,7 @@ def _model(spec: str, seq: int, batch: int, training: bool) -> Graph:
 
 
 @functools.lru_cache(maxsize=8)
-def _onnx(path: str, shapes: tuple) -> tuple[Graph, int]:
+def _onnx(path: str, shapes: tuple) -> tuple[Graph, int, dict[int, str]]:
     from eggfuse.cli_onnx import onnx_graph
 
     return onnx_graph(path, {k: list(v) for k, v in shapes})

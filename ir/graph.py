@@ -325,11 +325,11 @@ class Graph:
         return self.add_node("Softmax", (x,))
 
     def rms_norm(self, x: NodeId, weight: NodeId, eps: float = 1e-5) -> NodeId:
-        """x[M,N] / sqrt(mean(x^2, row) + eps) * weight[N]."""
+        """x[..., N] / sqrt(mean(x^2, last axis) + eps) * weight[N]."""
         return self.add_node("RmsNorm", (x, weight), eps=eps)
 
     def layer_norm(self, x: NodeId, weight: NodeId, bias: NodeId, eps: float = 1e-5) -> NodeId:
-        """(x - mean) / sqrt(var + eps) * weight + bias, over the last axis of x[M,N]."""
+        """(x - mean) / sqrt(var + eps) * weight + bias, over the last axis of x[..., N]."""
         return self.add_node("LayerNorm", (x, weight, bias), eps=eps)
 
     def embedding(self, indices: NodeId, table: NodeId) -> NodeId:

@@ -12,7 +12,8 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
                       e.RmsNorm(e.Add(x, d), w, eps=eps), e.AddRmsNorm(x, d, w, eps=eps),
                       e.eq(e.shape(x)).to(e.shape(d)), example=...)
 
-``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
+``e.shape(t)``, ``e.scalar(t)`` (the value of a one-element Constant) and ``e.is_bool(t)``
+read the analysis facts. ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
 matmul its chain as ``epilogue=``. An attribute left out is a fresh pattern variable, so it
 matches anything on a left-hand side; on a right-hand side every attribute must be given or
@@ -42,7 +43,9 @@ from .sorts import (
     TList,
     constructor_name,
     epilogue_without_add,
+    is_bool,
     last_step,
+    scalar,
     shape,
 )
 
@@ -63,8 +66,8 @@ class Namespace:
 
     T, Epi, TList = T, Epi, TList
     String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
-    shape, epilogue_without_add, last_step = staticmethod(shape), staticmethod(epilogue_without_add), \
-        staticmethod(last_step)
+    shape, scalar, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(scalar), \
+        staticmethod(is_bool), staticmethod(epilogue_without_add), staticmethod(last_step)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))
 

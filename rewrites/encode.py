@@ -9,12 +9,14 @@ The graph is written as one egglog program (text) and run in one call (see
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from egglog import EGraph
 
-from ..ir import OPS, Graph, Node, TensorType
+from ..ir import OPS, DType, Graph, Node, TensorType
 from . import egglog_private
 from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList, constructor_name
 
@@ -91,8 +93,18 @@ def node_text(node: Node, refs: list[str]) -> str:
     return f"({sig.name} {' '.join(args)})"
 
 
+def scalar_value(node: Node) -> float | None:
+    """The value of a Constant of one element, f32 or i32 (the ``scalar`` fact rules match
+    an exporter's constants by), as a float; None for any other node."""
+    if node.op != "Constant" or node.type.num_elements != 1 or node.type.dtype not in (DType.F32, DType.I32):
+        return None
+    value = float(np.asarray(node.attrs["value"]).reshape(-1)[0])
+    return value if math.isfinite(value) else None
+
+
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
-    """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact.
+    """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact
+    (a one-element Constant's value as a ``scalar`` fact, a bool node's ``is_bool`` fact).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -115,6 +127,10 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         enc.enodes[name] = (constructor_name(node.op, len(refs)), tuple(refs))
         lines.append(f"(let {name} {node_text(node, refs)})")
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
+        if (value := scalar_value(node)) is not None:
+            lines.append(f"(set (scalar {name}) {literal(value, 'float')})")
+        if node.type.dtype is DType.BOOL:
+            lines.append(f"(is_bool {name})")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):
@@ -124,4 +140,4 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     return enc
 
 
-__all__ = ["Encoding", "encode", "epilogue_chain", "literal", "node_text", "tensor_list"]
+__all__ = ["Encoding", "encode", "epilogue_chain", "literal", "node_text", "scalar_value", "tensor_list"]

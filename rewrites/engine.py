@@ -17,7 +17,7 @@ from .extract import rebuild
 from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
-from .report import Phase, Report
+from .report import Phase, Report, input_classes, replaced_nodes
 from .rulesets import analysis_ruleset, optimization_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
@@ -200,6 +200,7 @@ def optimize(
         rep.extractor = f"input ({rep.extractor} result cost more)"
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
+    rep.recognised = {} if keep_input else replaced_nodes(graph, dag, input_classes(enc.raw))
     t = time.perf_counter()
     out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc))
     rep.rebuild_s = time.perf_counter() - t
@@ -257,11 +258,13 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     return inputs, params
 
 
-def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-9, atol: float = 1e-9) -> None:
+def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-6, atol: float = 1e-7) -> None:
     """Raise :class:`RewriteError` unless both graphs give the same outputs on random data.
 
-    Both run on the numpy reference in float64, so any difference beyond rounding
-    (``rtol``/``atol``) is a wrong rewrite, not float noise.
+    Both run on the numpy reference in float64, so any difference beyond ``rtol``/``atol`` is
+    a wrong rewrite, not float noise. The tolerances are those of f32 constants: a recognition
+    rule (``ir/ops/recognize.py``) matches an exporter's f32 rounding of sqrt 2 or sqrt(2/pi)
+    and puts the exact op in its place, which changes the float64 result by about 1e-8.
     """
     inputs, params = random_feeds(before, seed)
     want = evaluate(before, inputs, params)

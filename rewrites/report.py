@@ -6,7 +6,9 @@ loads without the rewrite engine.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 
 @dataclass
@@ -59,6 +61,10 @@ class Report:
     #: (:class:`~.payoff.Payoff` as dicts: name, ruleset, matches, extracted_enodes, saved_*)
     rules: list[dict] | None = None
     rulesets: list[dict] | None = None
+    #: the fused and recognised ops of the extracted graph and what each replaced: label (the op,
+    #: a fused matmul with its epilogue steps) -> one list per occurrence of the input graph's
+    #: node ids it computes in their place (:func:`replaced_nodes`)
+    recognised: dict[str, list[list[int]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Every field; ``rules`` and ``rulesets`` only when computed."""
@@ -78,7 +84,21 @@ class Report:
             raise ValueError("a Report's phases must be a dict")
         return cls(**{**d, "phases": {str(k): Phase(**v) for k, v in phases.items()}})
 
-    def summary(self) -> str:
+    def recognised_line(self, origin: Mapping[int, str] | None = None) -> str:
+        """The recognised ops as text, e.g. ``LayerNorm x13 from 117 nodes``; with ``origin``
+        (input graph node id -> the name of the node it came from, e.g. an ONNX node) the
+        nodes are counted by their distinct names (``from 117 ONNX nodes``)."""
+        parts = []
+        for label, cones in sorted(self.recognised.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            if origin is None:
+                n, unit = sum(len(c) for c in cones), "nodes"
+            else:
+                n, unit = len({origin.get(i, f"%{i}") for c in cones for i in c}), "ONNX nodes"
+            parts.append(f"{label} x{len(cones)} from {n} {unit}")
+        return ", ".join(parts) or "none"
+
+    def summary(self, origin: Mapping[int, str] | None = None) -> str:
+        """The report as text; ``origin`` as for :meth:`recognised_line`."""
         fired = "\n".join(f"  {v:5d}  {k}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
         phases = "\n".join(f"  {name:<10} {p.seconds:7.3f}s  {p.eclasses:6d} e-classes  {p.enodes:6d} e-nodes"
                            for name, p in self.phases.items())
@@ -91,7 +111,8 @@ class Report:
             f"{self.dispatches_after}, cost {self.cost_before:,} -> {self.cost_after:,}\n"
             f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
             f"phases (total {self.total_s:.3f}s):\n{phases}\n"
-            f"rules fired (matches):\n{fired or '  none'}"
+            f"rules fired (matches):\n{fired or '  none'}\n"
+            f"recognised and fused ops: {self.recognised_line(origin)}"
         )
         if self.rules is not None:
             from .payoff import payoff_table
@@ -100,4 +121,70 @@ class Report:
         return text
 
 
-__all__ = ["Phase", "Report"]
+def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[str, list[list[int]]]:
+    """What each fused or recognised op of an extracted DAG computes in place of nodes of the
+    input ``graph``: :attr:`Report.recognised`.
+
+    ``class_of`` maps an input graph node id to its e-class, ``dag`` is the extracted
+    :class:`~.extract.TermDag`. An entry of ``dag`` counts when its e-class holds input nodes
+    of other ops (or, for the input of a reshape view, the view's e-class does: an exporter's
+    matmul reads a view of a 2-D product). Its nodes are those of its e-class and, through
+    their inputs, every input node whose e-class the extracted graph does not compute (a
+    node that several ops replaced is listed for the first, in the DAG's order); leaves and
+    views are not counted, nor an op that replaced one node.
+    """
+    from ..ir import OPS
+    from .extract import dag_enode
+
+    members: dict[str, list[int]] = {}
+    for nid, c in class_of.items():
+        members.setdefault(c, []).append(nid)
+    computed = set(dag.eclasses)
+    entries = [dag_enode(dag, j) if dag.nodes[j][0] not in _STRUCTURAL else None for j in range(len(dag.nodes))]
+    roots: dict[int, list[int]] = {}
+    for j, entry in enumerate(entries):
+        if entry is None:
+            continue
+        own = [n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf]
+        if OPS[entry[0]].view and entry[2] and not members.get(dag.eclasses[entry[2][0]]):
+            roots.setdefault(entry[2][0], []).extend(own)  # a view of a new term: the term replaced them
+        elif own:
+            roots.setdefault(j, []).extend(own)
+    out: dict[str, list[list[int]]] = {}
+    claimed: set[int] = set()
+    for j in sorted(roots):
+        op, attrs, _ = entries[j]
+        spec = OPS[op]
+        if spec.view or spec.leaf or all(graph.node(n).op == op for n in roots[j]):
+            continue
+        cone, seen, stack = [], set(), list(roots[j])
+        while stack:
+            n = stack.pop()
+            node = graph.node(n)
+            if n in seen or OPS[node.op].leaf:
+                continue
+            seen.add(n)
+            if not OPS[node.op].view:
+                cone.append(n)
+            stack.extend(i for i in node.inputs if class_of.get(i) not in computed or class_of.get(i) == class_of[n])
+        if len(cone) >= 2:
+            steps = attrs.get(spec.epilogue_attr.name) if spec.epilogue_attr else None
+            label = f"{op}({', '.join(steps)})" if steps else op
+            out.setdefault(label, []).append(sorted(n for n in cone if n not in claimed))
+            claimed.update(cone)
+    return out
+
+
+def input_classes(raw: Mapping[str, Any]) -> dict[int, str]:
+    """Input graph node id -> its e-class, from egglog's serialisation (the encoding's ``$n<id>`` lets)."""
+    out = {}
+    for c, d in raw["class_data"].items():
+        for let in (d.get("let") or "").split(", "):
+            if let.startswith("$n") and let[2:].isdigit():
+                out[int(let[2:])] = c
+    return out
+
+
+_STRUCTURAL = ("Epi.none", "Epi.bias", "Epi.add", "Epi.act", "TList.nil", "TList.cons")
+
+__all__ = ["Phase", "Report", "input_classes", "replaced_nodes"]

@@ -20,8 +20,12 @@ Leaves are ``Input``/``Parameter``/``Constant(name, shape)``. ``TList`` (``Nil``
 also holds the graph's outputs, one root, so shared nodes are extracted once.
 
 Analyses: ``shape(t)`` (a ``Vec[i64]``) is set at encoding for every graph node and read by
-rule guards; ``epilogue_without_add(e)`` and ``last_step(e)`` are facts about ``Epi`` chains
-derived by the matmul family's analysis rules (``ir/ops/matmul.py``).
+rule guards; ``scalar(t)`` (an ``f64``) is the value of a Constant of one element (f32 or i32),
+set at encoding, so rules can match the constants exporters write (an eps, 0.5, sqrt 2);
+``is_bool(t)`` holds for every graph node of dtype bool (set at encoding; f32, the common
+case, has no fact, which keeps the e-graph small);
+``epilogue_without_add(e)`` and ``last_step(e)`` are facts about ``Epi`` chains derived by the
+matmul family's analysis rules (``ir/ops/matmul.py``).
 """
 
 from __future__ import annotations
@@ -88,6 +92,14 @@ class TList(Expr, egg_sort="TList"):
 def shape(t: T) -> Vec[i64]: ...
 
 
+@function(egg_fn="scalar")
+def scalar(t: T) -> f64: ...
+
+
+@function(egg_fn="is_bool")
+def is_bool(t: T) -> Unit: ...
+
+
 @function(egg_fn="epilogue_without_add")
 def epilogue_without_add(e: Epi) -> Unit: ...
 
@@ -97,7 +109,7 @@ def last_step(e: Epi) -> String: ...
 
 
 #: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, epilogue_without_add, last_step)
+ANALYSES = (shape, scalar, is_bool, epilogue_without_add, last_step)
 
 #: egglog sort of each attribute kind.
 ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec[i64], "floats": Vec[f64],
@@ -185,4 +197,4 @@ ARG_SORTS: dict[str, tuple[str, ...]] = {
 CHILD_SORTS = ("T", "Epi", "TList")
 
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "SIGNATURES", "Epi", "Signature",
-           "T", "TList", "constructor_name", "epilogue_without_add", "last_step", "shape"]
+           "T", "TList", "constructor_name", "epilogue_without_add", "is_bool", "last_step", "scalar", "shape"]

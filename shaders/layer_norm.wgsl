@@ -1,7 +1,8 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// LayerNorm over rows of N: (x - mean) / sqrt(var + eps) * w + b with the biased
-// variance computed in a second pass over (x - mean) (Ba et al. 2016; ir/ops/norms.py).
+// LayerNorm over rows of N (the last axis): (x - mean) / sqrt(var + eps) * w + b with the biased
+// variance computed in a second pass over (x - mean) (Ba et al. 2016; ir/ops/norms.py);
+// W and B are the weight and bias reads, or 1.0 and 0.0 for a norm without them.
 // One workgroup per row.
 
 @compute @workgroup_size(256)
@@ -24,6 +25,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let rstd = 1.0 / sqrt(workgroup_sum(li, q) / f32(p.n) + p.eps);
     for (var j = li; j < p.n; j = j + RED) {
-        out[base + j] = (x[base + j] - mean) * rstd * w[j] + bias[j];
+        out[base + j] = (x[base + j] - mean) * rstd * {{W}} + {{B}};
     }
 }

@@ -1,7 +1,8 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
-// RmsNorm over rows of N: x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019;
-// ir/ops/norms.py). One workgroup per row.
+// RmsNorm over rows of N (the last axis): x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019;
+// ir/ops/norms.py); W is the weight read, or 1.0 for a norm without one. One workgroup
+// per row.
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -18,6 +19,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let rstd = 1.0 / sqrt(workgroup_sum(li, q) / f32(p.n) + p.eps);
     for (var j = li; j < p.n; j = j + RED) {
-        out[base + j] = x[base + j] * rstd * w[j];
+        out[base + j] = x[base + j] * rstd * {{W}};
     }
 }

@@ -12,7 +12,9 @@ condition is known is inlined; Scan and Loop are unrolled (``eggfuse.onnx.contro
 ONNX int64 tensors become I32 (WGSL has no 64-bit integers): a known value out of the int32
 range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are checked at run
 time. DOUBLE, FLOAT16 and BFLOAT16 tensors are computed in float32 (:data:`COMPUTED_IN_F32`).
-Float initializers become parameters, named as in the model.
+Float initializers become parameters, named as in the model, except those of one element (an
+epsilon, a scale, the 0.5 of a GELU), which become Constants: the rewrite rules match a Constant's
+value (the ``scalar`` facts of ``eggfuse.rewrites.encode``), never a parameter's.
 """
 
 from __future__ import annotations
@@ -321,6 +323,9 @@ class Importer:
         self._functions = {(f.domain, f.name): f for f in model.functions}
         self._count = 0
         self.shapes, self.values = shapes, values
+        #: IR node id -> the name of the ONNX node whose import added it (its first output's name
+        #: when it has none; the outermost node for an expanded function or an inlined If)
+        self.origin: dict[int, str] = {}
 
     # --- values ------------------------------------------------------------------------
 
@@ -342,7 +347,7 @@ class Importer:
             if lo < -2**31 or hi >= 2**31:
                 raise OnnxError(f"{where}tensor {v.name!r} ({elem_name(v.elem)}) holds {lo}..{hi}, outside the int32 "
                                 "range eggfuse narrows int64 tensors to (WGSL has no 64-bit integers)")
-        if v.param and dtype is DType.F32:
+        if v.param and dtype is DType.F32 and arr.size > 1:
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
             self.params[name] = np.array(arr, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
@@ -447,6 +452,14 @@ class Importer:
             self._node(node, env, version)
 
     def _node(self, node: onnx.NodeProto, env: dict[str, Value], version: int) -> None:
+        first = len(self.graph.nodes)
+        try:
+            self._convert(node, env, version)
+        finally:
+            name = node.name or (node.output[0] if node.output else node.op_type)
+            self.origin.update(dict.fromkeys(range(first, len(self.graph.nodes)), name))
+
+    def _convert(self, node: onnx.NodeProto, env: dict[str, Value], version: int) -> None:
         ins: list[Value | None] = []
         for name in node.input:
             if not name:

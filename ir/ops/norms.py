@@ -24,52 +24,82 @@ FAMILY = "norms"
 def _row_norm(ts, a):
     x = ts[0]
     need_f32(x, "input")
-    need(x.rank == 2, f"input must be 2-D, got {x}")
+    need(x.rank >= 1, f"input must have rank >= 1 (rows of its last axis), got {x}")
+    n = x.shape[-1]
     for t, what in zip(ts[1:], ("weight", "bias"), strict=False):
-        need(t.shape == (x.shape[1],), f"{what} must be [{x.shape[1]}], got {t}")
+        need(t.shape == (n,), f"{what} must be [{n}] (the input's last axis), got {t}")
     return x
 
 
+def _weight(xs):
+    # the weight, or 1 where the op has none (RmsNorm(x), LayerNorm(x))
+    return xs[1] if len(xs) > 1 else 1.0
+
+
 def rms_norm_ref(xs, a):
-    x, w = xs
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"]) * w
+    x = xs[0]
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"]) * _weight(xs)
 
 
 def _layer_norm_ref(xs, a):
-    x, w, b = xs
+    x = xs[0]
     mu = x.mean(axis=-1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + a["eps"]) * w + b
+    return (x - mu) / np.sqrt(var + a["eps"]) * _weight(xs) + (xs[2] if len(xs) > 2 else 0.0)
+
+
+def _rows(t: TensorType) -> tuple[int, int]:
+    """(rows, n) of a tensor normalised over its last axis: n = its last dimension."""
+    n = t.shape[-1]
+    return t.num_elements // n, n
 
 
 def _row_norm_kernel(node, ins, target) -> Kernel:
-    rows, n = node.type.shape
+    rows, n = _rows(node.type)
     body = "layer_norm.wgsl" if node.op == "LayerNorm" else "rms_norm.wgsl"
-    return Kernel(body[:-5], body, rows, params=(("rows", "u32", rows), ("n", "u32", n),
-                                                 ("eps", "f32", node.attrs["eps"])))
+    affine = ("" if len(ins) > 1 else "_noweight") + ("_nobias" if node.op == "LayerNorm" and len(ins) < 3 else "")
+    return Kernel(body[:-5] + affine, body, rows,
+                  params=(("rows", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"])),
+                  slots={"W": "w[j]" if len(ins) > 1 else "1.0",
+                         **({"B": "bias[j]" if len(ins) > 2 else "0.0"} if node.op == "LayerNorm" else {})})
+
+
+def _ones(b, x):
+    """The weight of a norm that has none: ones over ``x``'s last axis (a Constant)."""
+    return b.const(np.ones(b.type(x).shape[-1]))
 
 
 def _rms_norm_vjp(b, node, dy, want):
-    x, w = node.inputs
+    x = node.inputs[0]
+    w = node.inputs[1] if len(node.inputs) > 1 else _ones(b, x)
     eps = node.attrs["eps"]
-    return [b.emit("RmsNormGradX", (dy, x, w), eps=eps) if want[0] else None,
-            b.emit("RmsNormGradW", (dy, x), eps=eps) if want[1] else None]
+    grads = [b.emit("RmsNormGradX", (dy, x, w), eps=eps) if want[0] else None]
+    if len(node.inputs) > 1:
+        grads.append(b.emit("RmsNormGradW", (dy, x), eps=eps) if want[1] else None)
+    return grads
 
 
 def _layer_norm_vjp(b, node, dy, want):
-    x, w, _ = node.inputs
+    x = node.inputs[0]
+    w = node.inputs[1] if len(node.inputs) > 1 else _ones(b, x)
     eps = node.attrs["eps"]
-    return [b.emit("LayerNormGradX", (dy, x, w), eps=eps) if want[0] else None,
-            b.emit("LayerNormGradW", (dy, x), eps=eps) if want[1] else None,
-            b.emit("SumRows", (dy,)) if want[2] else None]
+    grads = [b.emit("LayerNormGradX", (dy, x, w), eps=eps) if want[0] else None]
+    if len(node.inputs) > 1:
+        grads.append(b.emit("LayerNormGradW", (dy, x), eps=eps) if want[1] else None)
+    if len(node.inputs) > 2:
+        grads.append(b.emit("SumRows", (b.reshape(dy, _rows(b.type(dy))),)) if want[2] else None)
+    return grads
 
 
 _EPS = (Attr("eps", "float", 1e-5),)
-op("RmsNorm", ("x", "w"), _row_norm, rms_norm_ref, attrs=_EPS, vjp=_rms_norm_vjp, kernel=_row_norm_kernel,
-   flops=lambda ins, out, a: 4 * out.num_elements, doc="x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019)")
-op("LayerNorm", ("x", "w", "bias"), _row_norm, _layer_norm_ref, attrs=_EPS, vjp=_layer_norm_vjp,
+op("RmsNorm", ("x", "w?"), _row_norm, rms_norm_ref, attrs=_EPS, vjp=_rms_norm_vjp, kernel=_row_norm_kernel,
+   flops=lambda ins, out, a: 4 * out.num_elements,
+   doc="x / sqrt(mean(x^2) + eps) * w over the last axis of x (rank >= 1; w [N], or none: 1) "
+       "(Zhang & Sennrich 2019)")
+op("LayerNorm", ("x", "w?", "bias?"), _row_norm, _layer_norm_ref, attrs=_EPS, vjp=_layer_norm_vjp,
    kernel=_row_norm_kernel, flops=lambda ins, out, a: 7 * out.num_elements,
-   doc="(x - mean) / sqrt(var + eps) * w + b, biased variance (Ba et al. 2016)")
+   doc="(x - mean) / sqrt(var + eps) * w + b over the last axis of x (rank >= 1), biased variance; w, b [N] "
+       "or none (1 and 0) (Ba et al. 2016)")
 
 
 # --- row norm gradients ------------------------------------------------------------------------
@@ -78,14 +108,19 @@ op("LayerNorm", ("x", "w", "bias"), _row_norm, _layer_norm_ref, attrs=_EPS, vjp=
 def _norm_grad_x(ts, a):
     like(ts, "x", 1)
     x, w = ts[1], ts[2]
-    need(x.rank == 2 and w.shape == (x.shape[1],), f"needs x [M,N] and weight [N], got x {x}, weight {w}")
+    need(x.rank >= 1 and w.shape == (x.shape[-1],), f"needs x [..., N] and weight [N], got x {x}, weight {w}")
     return x
 
 
 def _norm_grad_w(ts, a):
     x = like(ts, "x", 1)
-    need(x.rank == 2, f"x must be 2-D, got {x}")
-    return TensorType((x.shape[1],))
+    need(x.rank >= 1, f"x must have rank >= 1, got {x}")
+    return TensorType((x.shape[-1],))
+
+
+def _over_rows(v):
+    """Sum over every axis but the last: [..., N] -> [N]."""
+    return v.reshape(-1, v.shape[-1]).sum(axis=0)
 
 
 def _layer_norm_parts(x, eps):
@@ -119,7 +154,7 @@ def _norm_grad_x_kernel(node, ins, target) -> Kernel:
         g = node.attrs["num_groups"]
         segs, geometry = n * g, (g, c // g * size, c // g, size)
     else:
-        segs, width = node.type.shape
+        segs, width = _rows(node.type)
         geometry = (1, width, width, 1)
     centered = node.op != "RmsNormGradX"
     params = (("segs", "u32", segs), *zip(("g", "len", "cpg", "s"), ("u32",) * 4, geometry, strict=True),
@@ -129,7 +164,7 @@ def _norm_grad_x_kernel(node, ins, target) -> Kernel:
 
 
 def _norm_grad_w_kernel(node, ins, target) -> Kernel:
-    rows, n = ins[1].shape
+    rows, n = _rows(ins[1])
     blocks = math.ceil(n / 256)
     centered = node.op == "LayerNormGradW"
     return Kernel("norm_grad_w" + ("" if centered else "_rms"), "norm_grad_w.wgsl", blocks,
@@ -141,20 +176,20 @@ def _norm_grad_w_kernel(node, ins, target) -> Kernel:
 op("LayerNormGradX", ("dy", "x", "w"), _norm_grad_x, _layer_norm_grad_x_ref, attrs=_EPS, vjp=NO_GRAD,
    kernel=_norm_grad_x_kernel,
    doc="dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * w, xhat = (x - mean) rstd, rstd = 1/sqrt(var + "
-       "eps), means over the row; inputs [dy, x, w] (seed: LayerNormGradX)")
+       "eps), means over the last axis; inputs [dy, x, w], x [..., N] (seed: LayerNormGradX)")
 op("LayerNormGradW", ("dy", "x"), _norm_grad_w,
-   lambda xs, a: (xs[0] * _layer_norm_parts(xs[1], a["eps"])[0]).sum(axis=0), attrs=_EPS, vjp=NO_GRAD,
+   lambda xs, a: _over_rows(xs[0] * _layer_norm_parts(xs[1], a["eps"])[0]), attrs=_EPS, vjp=NO_GRAD,
    kernel=_norm_grad_w_kernel,
-   doc="dw[j] = sum_i dy[i,j] xhat[i,j]; inputs [dy, x] -> [N]. The seed's LayerNormGradWB split in two: the "
-       "bias gradient is SumRows(dy)")
+   doc="dw[j] = sum_i dy[i,j] xhat[i,j] over every row i of x [..., N]; inputs [dy, x] -> [N]. The seed's "
+       "LayerNormGradWB split in two: the bias gradient is SumRows(dy)")
 op("RmsNormGradX", ("dy", "x", "w"), _norm_grad_x, _rms_norm_grad_x_ref, attrs=_EPS, vjp=NO_GRAD,
    kernel=_norm_grad_x_kernel,
    doc="dx[i,j] = r_i (dy[i,j] w[j] - x[i,j] s_i), s_i = r_i^2 mean_j(dy w x)[i], r_i = 1/sqrt(mean_j "
-       "x[i,j]^2 + eps); inputs [dy, x, w] (seed: RmsNormGradX)")
-op("RmsNormGradW", ("dy", "x"), _norm_grad_w, lambda xs, a: (xs[0] * xs[1] * _rms_rstd(xs[1], a["eps"])).sum(axis=0),
+       "x[i,j]^2 + eps) over the last axis; inputs [dy, x, w], x [..., N] (seed: RmsNormGradX)")
+op("RmsNormGradW", ("dy", "x"), _norm_grad_w, lambda xs, a: _over_rows(xs[0] * xs[1] * _rms_rstd(xs[1], a["eps"])),
    attrs=_EPS, vjp=NO_GRAD, kernel=_norm_grad_w_kernel,
-   doc="dw[j] = sum_i dy[i,j] x[i,j] r_i; inputs [dy, x] -> [N] (seed: RmsNormGradW, which also takes w only "
-       "for its shape)")
+   doc="dw[j] = sum_i dy[i,j] x[i,j] r_i over every row i of x [..., N]; inputs [dy, x] -> [N] (seed: "
+       "RmsNormGradW, which also takes w only for its shape)")
 
 
 # --- GroupNorm, GroupNormSilu ------------------------------------------------------------------

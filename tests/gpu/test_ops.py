@@ -62,14 +62,14 @@ def _softmax(shape, feeds=None, tag="") -> Row:
                feeds or {}, scale=5.0)
 
 
-def _norm(op: str, rows: int, n: int) -> Row:
+def _norm(op: str, rows: int, n: int, lead=(), inputs: int = 3) -> Row:
+    # over x [*lead, rows, n]; ``inputs`` 1: no weight, 2: a weight (no bias), 3: all of the op's
     def build(g: Graph) -> int:
-        x, w = g.input("x", [rows, n]), g.parameter("w", [n])
-        if op == "LayerNorm":
-            return g.layer_norm(x, w, g.parameter("b", [n]), eps=1e-5)
-        return g.rms_norm(x, w, eps=1e-5)
+        params = [g.parameter("w", [n]), g.parameter("b", [n])][:inputs - 1]
+        return g.add_node(op, [g.input("x", [*lead, rows, n]), *params[:1 if op == "RmsNorm" else 2]], eps=1e-5)
 
-    return Row(op, f"{op}[{rows},{n}]", build, scale=3.0)
+    tag = "" if inputs == 3 else {1: "-noweight", 2: "-nobias"}[inputs]
+    return Row(op, f"{op}{[*lead, rows, n]}{tag}".replace(" ", ""), build, scale=3.0)
 
 
 def _rope(pairing: str, batch: int, offset: int) -> Row:
@@ -207,10 +207,11 @@ def _cross_entropy(op: str, rows: int, v: int, soft: bool = False) -> Row:
                    tag="-soft" if soft else "-onehot")
 
 
-def _norm_grad(op: str, rows: int, n: int, shift: float = 0.0) -> Row:
+def _norm_grad(op: str, rows: int, n: int, shift: float = 0.0, lead=()) -> Row:
     # ``shift`` moves every x away from 0: a mean rounded to f32 would shift every xhat.
-    names, shapes = ("dy x w", [[rows, n]] * 2 + [[n]]) if op.endswith("X") else ("dy x", [[rows, n]] * 2)
-    feeds = {"x": shift + 2.0 * np.random.default_rng(rows + n).standard_normal((rows, n))} if shift else {}
+    xs = [*lead, rows, n]
+    names, shapes = ("dy x w", [xs] * 2 + [[n]]) if op.endswith("X") else ("dy x", [xs] * 2)
+    feeds = {"x": shift + 2.0 * np.random.default_rng(rows + n).standard_normal(xs)} if shift else {}
     return _inputs(op, names, shapes, {"eps": 1e-5}, feeds, f"-shift{shift:g}" if shift else "", scale=3.0)
 
 
@@ -393,6 +394,9 @@ ROWS: list[Row] = [
     *[_softmax(shape) for shape in ([1, 1], [7, 13], [3, 300], [2, 3, 5])],
     _softmax([3, 4], {"x": _LOGITS}, tag="-large-and-sentinel-logits"),
     *[_norm(op, rows, n) for op in ("LayerNorm", "RmsNorm") for rows, n in ((1, 1), (7, 13), (3, 300))],
+    *[_norm(op, 7, 13, lead) for op in ("LayerNorm", "RmsNorm") for lead in ((2,), (1, 3))],
+    _norm("LayerNorm", 1, 5, ()), _norm("RmsNorm", 3, 300, (), inputs=1), _norm("LayerNorm", 3, 300, (2,), inputs=1),
+    _norm("LayerNorm", 7, 13, (2,), inputs=2),
     _embedding([0, 10, 3, 3, 7, 1, 10, 0, 5], 11, 6),
     *[_rope(pairing, batch, offset) for pairing in ("half", "adjacent")
       for batch, offset in ((1, 0), (2, 3), (5, 17))],
@@ -460,6 +464,7 @@ ROWS += [
     *[_norm_grad(op, rows, n) for op in ("LayerNormGradX", "LayerNormGradW", "RmsNormGradX", "RmsNormGradW")
       for rows, n in ((1, 1), (7, 13), (3, 300), (70, 5))],
     *[_norm_grad(op, 70, 300, shift=1000.0) for op in ("LayerNormGradX", "LayerNormGradW")],
+    *[_norm_grad(op, 7, 13, lead=(2,)) for op in ("LayerNormGradX", "LayerNormGradW", "RmsNormGradX", "RmsNormGradW")],
     *[_group_norm_grad(op, *shape) for op in ("GroupNormGradInput", "GroupNormGradWeight")
       for shape in ((2, 6, 5, 3), (2, 12, 100, 3), (1, 4, 1, 4))],
     *[_group_norm_grad(op, 2, 8, 70, 2, shift=1000.0) for op in ("GroupNormGradInput", "GroupNormGradWeight")],
