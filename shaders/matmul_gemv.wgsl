@@ -18,7 +18,7 @@
 // steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
 // epilogue.
 //
-// Template slots: ROWS (M), COLS, B_ALONG_K; QUADS and EPILOGUE as in matmul.wgsl, except
+// Template slots: ROWS (M), COLS, B_ALONG_K; DECODE, QUADS and EPILOGUE as in matmul.wgsl, except
 // that quad_a(i, k) reads op(A)'s row i along K.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
 // prepare_rows (called first, in uniform control flow) and row_scale (a factor per row of
@@ -30,6 +30,8 @@ const B_ALONG_K: bool = {{B_ALONG_K}};
 const LANES: u32 = 32u;
 
 var<workgroup> red: array<vec4<f32>, 256>;
+
+{{DECODE}}
 
 {{QUADS}}
 

@@ -28,6 +28,7 @@ from . import (  # a module imports the families it builds on itself
     norms,
     optimisers,
     pooling,
+    quant,
     recurrent,
     reduce_axes,
     reductions,
@@ -42,6 +43,6 @@ from . import (  # a module imports the families it builds on itself
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
-            axis_norms, linalg, conv, pooling, resample)
+            axis_norms, linalg, conv, pooling, resample, quant)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
