@@ -308,8 +308,9 @@ def _quant_gate_up_concat(e):
     pg, pu = e.Parameter(ng, sg), e.Parameter(nu, su)
     # SwiGLU(h@Dequant(Pg)^T, h@Dequant(Pu)^T) -> SwiGLUConcat(h@Dequant(Concat0(Pg,Pu))^T)   (one format and
     # K: the rows of both weights' blocks, stacked; swiglu's _gate_up_concat for weights kept quantised)
+    gate, up = (e.MatMulBT(h, e.Dequant(p, format=f, cols=c)) for p in (pg, pu))
     yield e.equal("SwiGLU(h@Dequant(Pg)^T, h@Dequant(Pu)^T) -> SwiGLUConcat(h@Dequant(Concat(Pg,Pu))^T)",
-                  e.SwiGLU(e.MatMulBT(h, e.Dequant(pg, format=f, cols=c)), e.MatMulBT(h, e.Dequant(pu, format=f, cols=c))),
+                  e.SwiGLU(gate, up),
                   e.SwiGLUConcat(e.MatMulBT(h, e.Dequant(e.Concat(pg, pu, axis=0), format=f, cols=c))),
                   example=example(_gate_up_example))
 
