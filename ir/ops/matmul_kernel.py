@@ -300,7 +300,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if tile.gemv:
         return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings,
                       slots=dict(ROWS=tile.bm, COLS=tile.bn, PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
-                                 **slots))
+                                 LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u",
+                                 K2="16u" if quant else "4u * LANES", **slots))
     decl, body, store, reduce = _micro_tile(tile)
     return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings,
                   slots=dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn,

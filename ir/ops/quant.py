@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import LoweringError
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
@@ -164,10 +163,6 @@ def _quant_matmul(ts, a):
     return TensorType((x.shape[0], q.shape[0]))
 
 
-def _dequantized(q, a, k):
-    return dequantize(q, a["format"], k)
-
-
 def _quant_flops(first: int):
     def flops(ins, out, attrs):
         m, k = ins[0].shape
@@ -187,7 +182,7 @@ def _quant_matmul_kernel(node, ins, target) -> Kernel:
 _EPILOGUE = Attr("epilogue", "epilogue", ())
 
 op("QuantMatMul", ("a", "q", "*operands"), _quant_matmul,
-   lambda xs, a: apply_epilogue(xs[0] @ _dequantized(xs[1], a, xs[0].shape[1]).T, a["epilogue"], xs[2:]),
+   lambda xs, a: apply_epilogue(xs[0] @ dequantize(xs[1], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[2:]),
    attrs=(_FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_matmul_kernel, flops=_quant_flops(1),
    doc="C = epilogue(A @ Dequant(q)^T): FusedMatMul 'BT' with B [N,K] as N rows of K weights in blocks "
        "(q u32 [N, row_words]), decoded by the matmul kernels' loader; inputs [A, q, *epilogue operands]")
@@ -204,7 +199,7 @@ def _quant_rms_norm_matmul_ref(xs, a):
     from .norms import rms_norm_ref
 
     normed = rms_norm_ref(xs[:2], a)
-    return apply_epilogue(normed @ _dequantized(xs[2], a, xs[0].shape[1]).T, a["epilogue"], xs[3:])
+    return apply_epilogue(normed @ dequantize(xs[2], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[3:])
 
 
 op("QuantRmsNormMatMul", ("x", "w_norm", "q", "*operands"), _quant_rms_norm_matmul, _quant_rms_norm_matmul_ref,
@@ -231,9 +226,7 @@ def _quant_embedding_ref(xs, a):
 
 
 def _quant_embedding_kernel(node, ins, target) -> Kernel:
-    rows, words = ins[1].shape
-    if node.type.num_elements % 4:
-        raise LoweringError(f"QuantEmbedding: {node.type} is not whole quads")
+    rows, words = ins[1].shape  # cols % 32 == 0 (the shape rule): whole quads
     return _rows_kernel("quant_embedding", "quant_embedding.wgsl", ins[0].shape[0], node.attrs["cols"],
                         node.attrs["format"], words, (Buffer("indices", "u32"), Buffer("q", "u32"),
                                                       Buffer("out", write=True)), (("vocab", "u32", rows),))
