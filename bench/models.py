@@ -34,7 +34,8 @@ compiled function, a CUDA-graph replay per call), wall clock around them with on
 synchronisation at the end, divided by the calls; ``--repeats`` such samples give the median and
 p90. Ours also by GPU timestamps around the same number of back-to-back plan copies
 (``ours_gpu_ms``), the peer also by CUDA events (``peer_event_ms``). Outputs stay on the device
-on both sides. The peers are fp32 with TF32 off, except the bf16 rows (ours is always fp32).
+on both sides. The peers are fp32 with TF32 off, except the bf16 rows (ours computes in fp32, on
+fp32 weights or, with ``--weights q4_1``, blocks).
 
 Columns (JSON fields): ``model``; ``ours_ms``/``ours_p90_ms`` (fused plan, wall clock, median /
 p90, ms per call); ``ours_gpu_ms`` (timestamps); ``ours_unfused_ms``; ``ours_dispatches``;
@@ -47,6 +48,15 @@ ours| / max |ours| of the outputs of the timed peer and ours on the same inputs 
 warn above 1e-3); ``peer_cudagraph_skips``: torch.compile calls that fell back to no CUDA
 graphs (a warning is printed on CUDA); ``peer_setup_s``, ``error`` (a peer that failed). Without
 CUDA the peer fields say ``skipped: no CUDA`` (``--cpu-peer`` runs the peers on the CPU instead).
+
+``--weights q4_1`` runs the SmolLM2 rows with the weights kept as blocks, laid out as the
+shipped GGUF file lays them out (Q4_1 layers, a Q8_0 embedding table; ``ir/ops/quant.py``,
+decoded inside the matmul kernels): the random weights are quantised with gguf's quantisers and
+the peer gets them dequantised, so both sides still compute the same function (``--check``
+holds to 1e-3). ``weights`` (``f32`` or ``q4_1``) is then a column; ``weight_bytes`` counts our
+bytes, ``floor_ours_ms`` is those bytes over the copy bandwidth, while ``floor_fp32_ms`` and
+``floor_bf16_ms`` stay those of the model in fp32 and bf16. MiniLM stays fp32. ``--weights`` is
+given with ``--save-graphs`` (the graphs differ); the saved graphs remember it.
 
 ``--check`` times nothing: on padded inputs with random token types it compares the eager fp32
 peer with the numpy reference (``eggfuse.ir.evaluate``) and with ours, and every other peer of
@@ -88,21 +98,55 @@ def minilm_graph(batch: int, seq: int, layers: int = MINILM_LAYERS) -> Graph:
     return build_bert_graph(cfg, batch, seq)
 
 
-def graphs(seq: int, batch: int, layers: int | None = None) -> dict[str, Graph]:
-    """Our unfused graphs; ``layers`` (None: the real depths) cuts both models to their first layers."""
-    cfg = LlamaConfig.smollm2_135m()
+#: ``--weights``: SmolLM2's weight storage.
+WEIGHTS = ("f32", "q4_1")
+
+
+def smollm2_quant(weights: str) -> dict[str, str]:
+    """The block format of each SmolLM2 weight for ``weights``: none for f32; for q4_1 the
+    shipped GGUF file's layout (every projection Q4_1, the embedding table Q8_0)."""
+    if weights == "f32":
+        return {}
+    names = build_llama_graph(LlamaConfig.smollm2_135m(), 1).parameters
+    return {n: "q8_0" if n == "token_embd.weight" else "q4_1" for n, t in names.items() if len(t.shape) == 2}
+
+
+def graphs(seq: int, batch: int, layers: int | None = None, weights: str = "f32") -> dict[str, Graph]:
+    """Our unfused graphs; ``layers`` (None: the real depths) cuts both models to their first layers;
+    ``weights`` is SmolLM2's weight storage (:func:`smollm2_quant`)."""
+    cfg, quant = LlamaConfig.smollm2_135m(), smollm2_quant(weights)
     return {
         "minilm": minilm_graph(batch, seq, min(layers or MINILM_LAYERS, MINILM_LAYERS)),
-        "smollm2_prefill": build_llama_graph(cfg, seq, layers=layers),
-        "smollm2_decode": build_llama_cache_graph(cfg, 1, DECODE_MAX_SEQ, layers=layers),
+        "smollm2_prefill": build_llama_graph(cfg, seq, layers=layers, quant=quant),
+        "smollm2_decode": build_llama_cache_graph(cfg, 1, DECODE_MAX_SEQ, layers=layers, quant=quant),
     }
+
+
+def quantise(params: dict[str, np.ndarray], weights: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """SmolLM2 ``params`` stored as ``weights`` (gguf's quantisers, :func:`smollm2_quant`'s formats),
+    and the float32 values those hold (what the peer runs on: the blocks dequantised)."""
+    from eggfuse.models.gguf import requantise
+
+    quant = {n: f for n, f in smollm2_quant(weights).items() if n in params}
+    stored, formats = dict(params), {}
+    for fmt in set(quant.values()):
+        part, got = requantise({n: params[n] for n, f in quant.items() if f == fmt}, {}, fmt)
+        stored.update(part)
+        formats.update(got)
+    return stored, requantise(stored, formats, "f32")[0]
+
+
+def f32_weight_bytes(graph: Graph) -> int:
+    """Bytes of the graph's weights in fp32: each Dequant's f32 matrix, the other parameters as they are."""
+    dequantised = {n.inputs[0]: n.type.size_bytes for n in graph.nodes if n.op == "Dequant"}
+    return sum(dequantised.get(n.id, n.type.size_bytes) for n in graph.leaves("Parameter") if not n.attrs["state"])
 
 
 def save_graphs(out: Path, meta: dict) -> None:
     from eggfuse.rewrites import optimize
 
     out.mkdir(parents=True, exist_ok=True)
-    for name, g in graphs(meta["seq"], meta["batch"], meta["layers"]).items():
+    for name, g in graphs(meta["seq"], meta["batch"], meta["layers"], meta["weights"]).items():
         fused, rep = optimize(g)
         (out / f"{name}.pkl").write_bytes(pickle.dumps({"unfused": g, "fused": fused, "meta": meta}))
         print(f"{name}: dispatches {rep.dispatches_before} -> {rep.dispatches_after}")
@@ -118,7 +162,7 @@ def load_graphs(directory: Path) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
                              f".venv/bin/python bench/models.py --save-graphs {directory}")
         saved = pickle.loads(path.read_bytes())
         out[name] = (saved["unfused"], saved["fused"])
-        meta = saved.get("meta") or {"seq": 128, "batch": 8, "layers": None}
+        meta = {"weights": "f32", **(saved.get("meta") or {"seq": 128, "batch": 8, "layers": None})}
     return out, meta
 
 
@@ -215,13 +259,14 @@ def _check_tokens(inputs: dict) -> np.ndarray:
     return np.concatenate([inputs["prompt"]] + [inputs["token"]] * CHECK_STEPS).astype(np.uint32)
 
 
-def reference_output(unfused: Graph, params: dict, kind: str, inputs: dict, layers: int | None) -> np.ndarray:
+def reference_output(unfused: Graph, params: dict, kind: str, inputs: dict, layers: int | None,
+                     weights: str = "f32") -> np.ndarray:
     """The numpy reference (eggfuse.ir.evaluate, float64) of the same output (decode: the last
     row of the prefill graph over the same tokens, which the cached steps must equal)."""
     if kind != "smollm2_decode":
         return evaluate(unfused, our_feeds(kind, inputs, 0, 1)[0], params)[0]
     tokens = _check_tokens(inputs)
-    g = build_llama_graph(LlamaConfig.smollm2_135m(), len(tokens), layers=layers)
+    g = build_llama_graph(LlamaConfig.smollm2_135m(), len(tokens), layers=layers, quant=smollm2_quant(weights))
     return evaluate(g, {"tokens": tokens}, params)[0][-1]
 
 
@@ -249,7 +294,8 @@ def check(models: dict, hf: dict, params: dict, meta: dict, peers: list, torch, 
 
         eager = output("eager", "fp32")
         report(kind, f"HF eager fp32 ({device}) vs numpy reference",
-               reference_output(unfused, p, kind, inputs, meta["layers"]).ravel(), eager, CHECK_RTOL)
+               reference_output(unfused, p, kind, inputs, meta["layers"], meta["weights"]).ravel(), eager,
+               CHECK_RTOL)
         report(kind, "HF eager fp32 vs ours (fused, wgpu)", ours_output(fused, p, kind, inputs).ravel(), eager,
                CHECK_RTOL)
         for mode, dtype in peers:
@@ -320,6 +366,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, help="MiniLM sentences per batch (default 8; --quick 2)")
     ap.add_argument("--layers", type=int, help="first N layers of each model (default: all; --quick 2)")
     ap.add_argument("--quick", action="store_true", help="small shapes for a smoke test (with --save-graphs)")
+    ap.add_argument("--weights", choices=WEIGHTS, help="SmolLM2's weight storage: f32 (default) or q4_1 (blocks "
+                    "decoded in the kernels, the shipped GGUF file's layout); with --save-graphs")
     ap.add_argument("--repeats", type=int, default=20, help="samples, for median and p90 (default 20)")
     ap.add_argument("--calls", type=int, default=10, help="back-to-back calls per sample (default 10)")
     ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS, help="MODE:DTYPE,... (MODE: eager, default, "
@@ -336,8 +384,10 @@ def parse_args() -> argparse.Namespace:
 
 def shapes_of(args) -> tuple[dict, dict]:
     """The shapes {seq, batch, layers} the options ask for, and those given explicitly."""
-    given = {k: v for k, v in {"seq": args.seq, "batch": args.batch, "layers": args.layers}.items() if v is not None}
+    given = {k: v for k, v in {"seq": args.seq, "batch": args.batch, "layers": args.layers,
+                               "weights": args.weights}.items() if v is not None}
     meta = {"seq": 16, "batch": 2, "layers": 2} if args.quick else {"seq": 128, "batch": 8, "layers": None}
+    meta["weights"] = "f32"
     return {**meta, **given}, given
 
 
@@ -347,6 +397,8 @@ def select_graphs(args) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
     if args.graphs:
         loaded, saved_meta = load_graphs(args.graphs)
         clash = {k: v for k, v in given.items() if v != saved_meta.get(k)}
+        if "weights" not in given:  # the saved graphs say
+            meta["weights"] = saved_meta["weights"]
         if clash or (args.quick and saved_meta != meta):
             raise SystemExit(f"{args.graphs} holds graphs for {saved_meta}, not {clash or meta}: "
                              "save them again with those options")
@@ -354,7 +406,8 @@ def select_graphs(args) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
     else:
         from eggfuse.rewrites import optimize
 
-        loaded = {name: (g, optimize(g)[0]) for name, g in graphs(meta["seq"], meta["batch"], meta["layers"]).items()}
+        loaded = {name: (g, optimize(g)[0])
+                  for name, g in graphs(meta["seq"], meta["batch"], meta["layers"], meta["weights"]).items()}
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
     if unknown := [m for m in wanted if m not in MODELS]:
         raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
@@ -364,13 +417,19 @@ def select_graphs(args) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
     return {name: loaded[name] for name in MODELS if name in wanted}, meta
 
 
-def hf_models(models: dict, layers: int | None, torch, transformers, device: str) -> tuple[dict, dict]:
+def hf_models(models: dict, layers: int | None, torch, transformers, device: str,
+              weights: str = "f32") -> tuple[dict, dict]:
     """The HF model of each of ``models`` on ``device`` (prefill and decode share one) and our
-    parameters holding its weights; without torch, no models and random parameters."""
+    parameters holding its weights; without torch, no models and random parameters. With
+    ``weights`` q4_1, SmolLM2's parameters are blocks (:func:`quantise`) and the HF model gets
+    their dequantised values."""
     hf, params = {}, {}
     for kind, (unfused, _) in models.items():
         if torch is None:  # our side alone, on random weights
             params[kind] = random_values(unfused)[1]
+            if kind != "minilm" and weights != "f32":
+                f32 = build_llama_graph(LlamaConfig.smollm2_135m(), 1, layers=layers)
+                params[kind] = quantise(random_values(f32)[1], weights)[0]
             continue
         torch_peers.set_fp32_precision(torch)
         llama = next((k for k in hf if k != "minilm"), None)
@@ -382,6 +441,9 @@ def hf_models(models: dict, layers: int | None, torch, transformers, device: str
         else:
             hf[kind] = torch_peers.build_llama(torch, transformers, layers or LlamaConfig.smollm2_135m().num_layers)
             params[kind] = torch_peers.llama_params(hf[kind])
+            if weights != "f32":
+                params[kind], values = quantise(params[kind], weights)
+                torch_peers.set_llama_params(torch, hf[kind], values)
         missing = sorted(n for n in set(unfused.parameters) - set(params[kind]) if not n.endswith("_cache"))
         if missing:
             raise SystemExit(f"{kind}: no HF weights for our parameters {missing[:5]}")
@@ -395,13 +457,16 @@ def our_row(kind: str, unfused: Graph, fused: Graph, p: dict, meta: dict, args, 
     the shapes; the bandwidth floor), and the inputs both sides run on."""
     seq = meta["seq"]
     inputs = model_inputs(kind, seq, meta["batch"], padded=False)
-    weight_bytes = sum(v.nbytes for k, v in p.items() if k in unfused.parameters)
+    weight_bytes = sum(v.nbytes for k, v in p.items() if k in unfused.parameters and not k.endswith("_cache"))
+    f32_bytes = f32_weight_bytes(unfused)
     decode = kind == "smollm2_decode"
     row = {"model": kind, "seq": 1 if decode else seq, "context": seq if decode else None,
            "batch": meta["batch"] if kind == "minilm" else 1, "layers": meta["layers"], "calls": args.calls,
-           "samples": args.repeats, "weight_bytes": weight_bytes, "copy_gbs": copy_bps and copy_bps / 1e9,
-           "copy_source": copy_src, "floor_fp32_ms": copy_bps and weight_bytes / copy_bps * 1e3,
-           "floor_bf16_ms": copy_bps and weight_bytes / 2 / copy_bps * 1e3}
+           "samples": args.repeats, "weights": "f32" if kind == "minilm" else meta["weights"],
+           "weight_bytes": weight_bytes, "copy_gbs": copy_bps and copy_bps / 1e9,
+           "copy_source": copy_src, "floor_fp32_ms": copy_bps and f32_bytes / copy_bps * 1e3,
+           "floor_bf16_ms": copy_bps and f32_bytes / 2 / copy_bps * 1e3,
+           "floor_ours_ms": copy_bps and weight_bytes / copy_bps * 1e3}
     ours = time_ours(fused, p, kind, inputs, seq, args.calls, args.repeats)
     unf = time_ours(unfused, p, kind, inputs, seq, args.calls, args.repeats)
     row["ours_ms"], row["ours_p90_ms"] = _ms(ours["wall"])
@@ -426,7 +491,7 @@ def main() -> None:
     device = "cuda" if cuda else "cpu"
     skip = None if cuda or (torch is not None and (args.cpu_peer or args.check)) else (
         transformers if torch is None else "skipped: no CUDA")
-    hf, params = hf_models(models, meta["layers"], torch, transformers, device)
+    hf, params = hf_models(models, meta["layers"], torch, transformers, device, meta["weights"])
     if args.check:
         raise SystemExit(0 if check(models, hf, params, meta, peers, torch, device) else 1)
 

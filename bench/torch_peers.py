@@ -109,22 +109,32 @@ LLAMA_LAYER_NAMES = {
     "mlp.down_proj.weight": "ffn_down.weight"}
 
 
+def _our_llama_name(name: str) -> str:
+    # Our SmolLM2 parameter name of an HF LlamaForCausalLM parameter.
+    if name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if name == "model.norm.weight":
+        return "output_norm.weight"
+    if name.startswith("model.layers."):
+        i, rest = name.removeprefix("model.layers.").split(".", 1)
+        return f"blk.{i}.{LLAMA_LAYER_NAMES[rest]}"
+    raise SystemExit(f"HF parameter {name!r} has no counterpart in our SmolLM2 graph")
+
+
 def llama_params(model) -> dict[str, np.ndarray]:
     """Our SmolLM2 parameters (``blk.{i}.attn_q.weight`` ...) from the HF model's: both keep
     linear weights [out, in], and q/k rows in HF order (``rope_pairing="half"``)."""
-    out = {}
-    for name, p in model.named_parameters():  # the tied lm_head.weight is listed once, as the embeddings
-        arr = p.detach().cpu().numpy().astype(np.float32)
-        if name == "model.embed_tokens.weight":
-            out["token_embd.weight"] = arr
-        elif name == "model.norm.weight":
-            out["output_norm.weight"] = arr
-        elif name.startswith("model.layers."):
-            i, rest = name.removeprefix("model.layers.").split(".", 1)
-            out[f"blk.{i}.{LLAMA_LAYER_NAMES[rest]}"] = arr
-        else:
-            raise SystemExit(f"HF parameter {name!r} has no counterpart in our SmolLM2 graph")
-    return out
+    # the tied lm_head.weight is listed once, as the embeddings
+    return {_our_llama_name(name): p.detach().cpu().numpy().astype(np.float32)
+            for name, p in model.named_parameters()}
+
+
+def set_llama_params(torch, model, values: dict[str, np.ndarray]) -> None:
+    """Write our SmolLM2 parameters ``values`` (named as :func:`llama_params` names them) into
+    the HF model's, in place: how the peer gets the dequantised values of quantised weights."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(np.ascontiguousarray(values[_our_llama_name(name)], dtype=np.float32)))
 
 
 def bert_params(model) -> dict[str, np.ndarray]:

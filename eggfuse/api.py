@@ -27,23 +27,23 @@ def _minilm():
 
 
 @functools.lru_cache(maxsize=2)
-def _load(path: str):
+def _load(path: str, weights: str = "f32"):
     from eggfuse.models.hf import load_model
 
-    return load_model(path)
+    return load_model(path, weights=weights)
 
 
-def resolve_model(model, kind: str):
+def resolve_model(model, kind: str, weights: str = "f32"):
     """A loaded model from ``model``: a path (str or Path: a Hugging Face folder or a GGUF file,
-    loaded once per path, see :func:`eggfuse.load_model`) or an already loaded model.
-    ``kind`` is what the caller runs: ``"encoder"`` (:func:`embed`) or ``"decoder"``
+    loaded once per path and ``weights``, see :func:`eggfuse.load_model`) or an already loaded
+    model. ``kind`` is what the caller runs: ``"encoder"`` (:func:`embed`) or ``"decoder"``
     (``generate``). Raises :class:`~eggfuse.ir.InputError` for a model of the other kind,
     :class:`~eggfuse.ir.ModelError` when the path does not load.
     """
     from eggfuse.models.causal_lm import CausalLM
     from eggfuse.models.minilm import SentenceEncoder
 
-    loaded = _load(str(Path(model).expanduser().resolve())) if isinstance(model, (str, Path)) else model
+    loaded = _load(str(Path(model).expanduser().resolve()), weights) if isinstance(model, (str, Path)) else model
     want, other = (SentenceEncoder, "generate") if kind == "encoder" else (CausalLM, "embed")
     if not isinstance(loaded, want):
         what = getattr(loaded, "kind", type(loaded).__name__)
@@ -59,6 +59,8 @@ class EmbedResult:
     (mode, normalize, and the source: the files that set it, or that the default was taken).
     ``timings`` in seconds (``Compiled.timings``, plus ``load_s`` and ``run_s``); ``cache`` is
     ``hit``, ``miss`` or ``off`` and ``cache_loaded`` the steps loaded from the compile cache.
+    ``memory`` gives the plan's device memory in bytes, ``{"embed": {"weights_bytes": ...,
+    "cache_bytes": ..., "intermediate_bytes": ...}}`` (``ExecutionPlan.memory``).
     """
 
     sentences: list[str]
@@ -73,6 +75,7 @@ class EmbedResult:
     pooling: dict = field(default_factory=dict)
     cache: str = "off"
     cache_loaded: tuple[str, ...] = ()
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def similarity(self) -> np.ndarray:
         """Cosine similarity matrix [B, B] (a dot product of the rows scaled to unit norm)."""
@@ -94,6 +97,7 @@ class EmbedResult:
             "timings": self.timings,
             "cache": self.cache,
             "cache_loaded": list(self.cache_loaded),
+            "memory": self.memory,
             "profile": None if self.profile is None else [
                 {"kernel": k.kernel, "op": k.label, "gpu_ms": k.gpu_ms} for k in self.profile.kernels],
         }
@@ -137,7 +141,8 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
         prof = profile_session(compiled.session, feeds)
     pooling = {"mode": model.pooling.mode, "normalize": model.pooling.normalize, "source": model.pooling.source}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
-                       compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded)
+                       compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded,
+                       {"embed": compiled.plan.memory()})
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -276,7 +276,8 @@ def decode_graph(doc: dict) -> Graph:
         if op == "Input":
             nid = g.input(attrs["name"], want.shape, want.dtype)
         elif op == "Parameter":
-            nid = (g.state if attrs.get("state") else g.parameter)(attrs["name"], want.shape)
+            nid = g.state(attrs["name"], want.shape) if attrs.get("state") else \
+                g.parameter(attrs["name"], want.shape, want.dtype)
         elif op == "Constant":
             nid = g.constant(attrs["value"], shape=want.shape, dtype=want.dtype)
         elif op in OPS and not OPS[op].leaf:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from eggfuse.cli_cache import add_cache, add_no_cache, cache_line
-from eggfuse.cli_generate import add_generate
+from eggfuse.cli_generate import add_generate, memory_line
 from eggfuse.cli_onnx import _shape_arg, add_run
 from eggfuse.cli_options import add_engine_options
 from eggfuse.cli_sweep import add_sweep
@@ -41,6 +41,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")
     print(f"adapter: {result.adapter}")
     print(f"dispatches per run: {result.dispatches_unfused} unfused -> {result.dispatches_fused} fused")
+    print(memory_line(result.memory))
     if result.report is not None:
         print(result.report.summary())
     print("timings: " + ", ".join(f"{k} {v:.3f}s" for k, v in result.timings.items()))

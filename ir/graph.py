@@ -238,10 +238,11 @@ class Graph:
         self._leaf_names[name] = nid
         return nid
 
-    def parameter(self, name: str, shape: Sequence[int]) -> NodeId:
-        """A named f32 weight, uploaded once per session."""
+    def parameter(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
+        """A named weight of ``dtype`` (f32; u32 for packed data such as quantised blocks, see
+        ``ir/ops/quant.py``), uploaded once per session."""
         self._check_name("Parameter", name)
-        nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape)))
+        nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape), dtype))
         self._leaf_names[name] = nid
         return nid
 

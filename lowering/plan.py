@@ -123,6 +123,29 @@ class ExecutionPlan:
     storage: dict[int, int] = field(default_factory=dict)
     storage_sizes: list[int] = field(default_factory=list)
 
+    def memory(self) -> dict[str, int]:
+        """Device memory of the buffers this plan binds, in bytes (each rounded to 4 bytes):
+
+        - ``weights_bytes``: parameters and derived (packed) parameters uploaded once, and
+          constants; a parameter only packed from ('host') has no device buffer and counts 0;
+        - ``cache_bytes``: state tensors (KV caches, optimiser moments), kept across runs;
+        - ``intermediate_bytes``: the intermediates' allocations after sharing
+          (``storage_sizes``, and those of their own) and the graph inputs' buffers.
+
+        A session that shares another's buffers (``Session(..., share=)``) binds those without
+        allocating them: the prefill plan of generation reports the decode plan's weights and
+        cache, which exist once on the device."""
+        weights = cache = inter = 0
+        for b in self.buffers:
+            if b.kind in ("parameter", "derived", "constant"):
+                if b.kind == "parameter" and b.name in self.state:
+                    cache += b.size_bytes
+                else:
+                    weights += b.size_bytes
+            elif b.kind == "input" or (b.kind == "intermediate" and b.index not in self.storage):
+                inter += b.size_bytes
+        return {"weights_bytes": weights, "cache_bytes": cache, "intermediate_bytes": inter + sum(self.storage_sizes)}
+
     def summary(self) -> str:
         """One line per buffer and per dispatch, for debugging."""
         lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)" for b in self.buffers]

@@ -1,6 +1,7 @@
-"""A LLaMA-family causal language model loaded once: config, float32 parameters, tokenizer,
-special token ids and chat template, from a GGUF file (:mod:`.gguf`) or a Hugging Face model
-folder (:mod:`.hf_llama`). Its graphs come from :mod:`.llama`.
+"""A LLaMA-family causal language model loaded once: config, parameters (float32, or matmul and
+embedding weights kept as quantised blocks), tokenizer, special token ids and chat template,
+from a GGUF file (:mod:`.gguf`) or a Hugging Face model folder (:mod:`.hf_llama`). Its graphs
+come from :mod:`.llama`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from .text import ChatTemplate
 class CausalLM:
     """A decoder with its tokenizer: what :class:`eggfuse.Generator` runs.
 
-    ``params`` maps the graph's parameter names to float32 arrays; ``rope_pairing`` is
-    their Q/K layout and that of every graph :meth:`graph_for` builds (see :mod:`.gguf`).
+    ``params`` maps the graph's parameter names to float32 arrays, or for the names in
+    ``quant`` (name -> block format, ``eggfuse.ir.ops.quant``) to u32 rows of blocks that the
+    graphs read through ``Dequant``; ``weights`` says how the weights were asked to be stored
+    (:data:`.gguf.WEIGHTS`). ``rope_pairing`` is their Q/K layout and that of every graph
+    :meth:`graph_for` builds (see :mod:`.gguf`).
     ``bos_id`` is the beginning-of-sequence id (None if the model has none), ``eos_ids`` the
     ids that end a generation (``eos_id`` the first of them), ``chat`` the chat template (or
     None), ``name`` the file or folder it came from, ``kind`` ``"gguf"`` or the Hugging Face
@@ -30,7 +34,8 @@ class CausalLM:
 
     def __init__(self, config: LlamaConfig, params: dict[str, np.ndarray], tokenizer, *, bos_id: int | None,
                  eos_ids: Sequence[int], chat: ChatTemplate | None = None, rope_pairing: str = "half",
-                 name: str = "", kind: str = "gguf", dtype: str = "") -> None:
+                 name: str = "", kind: str = "gguf", dtype: str = "", quant: dict[str, str] | None = None,
+                 weights: str = "f32") -> None:
         self.config = config
         self.params = params
         self.tokenizer = tokenizer
@@ -39,21 +44,28 @@ class CausalLM:
         self.chat = chat
         self.rope_pairing = rope_pairing
         self.name, self.kind, self.dtype = name, kind, dtype
+        self.quant = dict(quant or {})
+        self.weights = weights
+        self._stored: dict[str, CausalLM] = {}  # with_weights' results
 
     @property
     def eos_id(self) -> int | None:
         return self.eos_ids[0] if self.eos_ids else None
 
     @classmethod
-    def load(cls, path: Any = None, *, rope_pairing: str = "half") -> CausalLM:
+    def load(cls, path: Any = None, *, rope_pairing: str = "half", weights: str = "f32") -> CausalLM:
         """Load a GGUF file (a path or ``GGUFReader``; default the shipped SmolLM2, :func:`.gguf.find_gguf`),
-        reading it once. Its chat template is the file's ``tokenizer.chat_template``.
+        reading it once. Its chat template is the file's ``tokenizer.chat_template``. ``weights``:
+        ``"f32"`` dequantises every tensor; a block format keeps the file's Q4_0/Q4_1/Q8_0
+        tensors as they are and quantises other 2-D weights to it (:func:`.gguf.load_gguf_quantised`).
 
-        Raises :class:`ModelError` (with the install hint for the shipped file) when the file
-        is missing or unreadable, or its tensors do not fit the config.
+        Raises :class:`InputError` for an unknown ``weights``, :class:`ModelError` (with the
+        install hint for the shipped file) when the file is missing or unreadable, or its
+        tensors do not fit the config.
         """
+        gguf.check_weights(weights)
         reader = gguf.open_gguf(gguf.find_gguf() if path is None else path)
-        config, weights = gguf.load_gguf_weights(reader, rope_pairing=rope_pairing)
+        config, tensors, quant = gguf.load_gguf_quantised(reader, weights, rope_pairing=rope_pairing)
         tokenizer = gguf.load_tokenizer(reader)
         bos, eos = (int(gguf.meta(reader, f"tokenizer.ggml.{key}_token_id")) for key in ("bos", "eos"))
         where = str(reader.data.filename)
@@ -61,9 +73,33 @@ class CausalLM:
         if (template := gguf.meta(reader, "tokenizer.chat_template", None)) is not None:
             tokens = {"bos_token": tokenizer.id_to_token(bos), "eos_token": tokenizer.id_to_token(eos)}
             chat = ChatTemplate(template, tokens, f"{where} (tokenizer.chat_template)")
-        return cls(config, graph_parameters(config, weights, where=where), tokenizer, bos_id=bos, eos_ids=[eos],
-                   chat=chat, rope_pairing=rope_pairing, name=where, kind="gguf",
-                   dtype=gguf.file_type(reader))
+        params = graph_parameters(config, tensors, where=where, quant=quant)
+        return cls(config, params, tokenizer, bos_id=bos, eos_ids=[eos], chat=chat, rope_pairing=rope_pairing,
+                   name=where, kind="gguf", dtype=gguf.file_type(reader),
+                   quant={n: f for n, f in quant.items() if n in params}, weights=weights)
+
+    def with_weights(self, weights: str) -> CausalLM:
+        """This model with its matmul and embedding weights stored as ``weights`` says
+        (:func:`.gguf.requantise`: ``"f32"`` dequantises the blocks; a format quantises the
+        float weights and keeps blocks as they are), sharing tokenizer and the other parameters;
+        ``self`` when nothing changes. Raises :class:`InputError` for an unknown ``weights``."""
+        if gguf.check_weights(weights) == self.weights:
+            return self
+        if weights not in self._stored:  # kept, so that a second call gives the same model (and its compiled plans)
+            params, quant = gguf.requantise(self.params, self.quant, weights)
+            self._stored[weights] = CausalLM(self.config, params, self.tokenizer, bos_id=self.bos_id,
+                                             eos_ids=self.eos_ids, chat=self.chat, rope_pairing=self.rope_pairing,
+                                             name=self.name, kind=self.kind, dtype=self.dtype, quant=quant,
+                                             weights=weights)
+        return self._stored[weights]
+
+    def weight_formats(self) -> dict[str, int]:
+        """How many parameters are held in each storage: ``{"f32": n, "q4_1": n, ...}``."""
+        counts: dict[str, int] = {}
+        for name in self.params:
+            fmt = self.quant.get(name, "f32")
+            counts[fmt] = counts.get(fmt, 0) + 1
+        return counts
 
     def encode(self, text: str, *, special_tokens: bool = True) -> np.ndarray:
         """Token ids of ``text`` (uint32 [T]); control tokens written out (<|im_start|>) are matched.
@@ -106,8 +142,9 @@ class CausalLM:
         return self.chat.user_turn(user, system)
 
     def graph_for(self, seq: int, *, layers: int | None = None) -> Graph:
-        """The prefill graph for ``seq`` tokens in this model's Q/K layout; run it with :attr:`params`."""
-        return build_llama_graph(self.config, seq, layers=layers, rope_pairing=self.rope_pairing)
+        """The prefill graph for ``seq`` tokens in this model's Q/K layout and weight storage; run it
+        with :attr:`params`."""
+        return build_llama_graph(self.config, seq, layers=layers, rope_pairing=self.rope_pairing, quant=self.quant)
 
     def reference_logits(self, ids: np.ndarray, *, layers: int | None = None) -> np.ndarray:
         """Logits [T, V] (float64) from the numpy reference interpreter, no GPU needed."""

@@ -1,5 +1,8 @@
-"""GGUF files of LLaMA decoders, read with the ``gguf`` library: config, dequantized weights,
-and the byte-level BPE tokenizer built from the file's vocabulary.
+"""GGUF files of LLaMA decoders, read with the ``gguf`` library: config, weights (dequantized,
+or kept as the file's blocks), and the byte-level BPE tokenizer built from the file's vocabulary.
+
+Weights kept quantised (:func:`load_gguf_quantised`, :func:`requantise`) are u32 rows of
+llama.cpp blocks, the layout of ``eggfuse.ir.ops.quant``, decoded inside the kernels.
 
 Q/K layout. llama.cpp's ``convert_hf_to_gguf.py`` (``LlamaModel.permute``) reorders the
 rows of every head of ``attn_q`` / ``attn_k`` from HF's [first half | second half] to
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from eggfuse.ir import InputError, ModelError
+from eggfuse.ir.ops.quant import BLOCK, FORMATS, dequantize, pack_rows
 
 from ._files import package_dir
 from .llama import PAIRINGS, LlamaConfig
@@ -173,6 +177,93 @@ def load_gguf_weights(source: Any, *, rope_pairing: str = "half") -> tuple[Llama
             arr = unpermute_qk(arr, config.num_heads if t.name.endswith("q.weight") else config.num_kv_heads)
         weights[t.name] = np.ascontiguousarray(arr)
     return config, weights
+
+
+# --- weights kept quantised --------------------------------------------------------------
+
+#: The device storage of a decoder's matmul and embedding weights (``weights=`` of
+#: :func:`eggfuse.generate`): f32, or blocks of a format of ``eggfuse.ir.ops.quant``.
+WEIGHTS = ("f32", *FORMATS)
+
+#: GGUF tensor types that the kernels decode as they are, by block format.
+BLOCK_TYPES = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
+
+
+def check_weights(weights: str) -> str:
+    """``weights`` if it is one of :data:`WEIGHTS`; InputError naming them otherwise."""
+    if weights not in WEIGHTS:
+        raise InputError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    return weights
+
+
+def load_gguf_quantised(source: Any, weights: str = "q4_1", *, rope_pairing: str = "half",
+                        ) -> tuple[LlamaConfig, dict[str, np.ndarray], dict[str, str]]:
+    """Config, tensors and block formats of a GGUF file, its 2-D weights kept quantised.
+
+    A tensor the file stores as Q4_0, Q4_1 or Q8_0 comes out as its blocks, unchanged: u32
+    [rows, row_words] (``ir.ops.quant.pack_rows``; rows of the [rows, cols] matrix in numpy
+    order, un-permuted like :func:`load_gguf_weights` for ``rope_pairing="half"``). Another 2-D
+    tensor whose rows are a multiple of 32 long is quantised to ``weights`` (:func:`requantise`);
+    the rest (norms, biases) is float32. Returns (config, tensors by name, {name: format} of
+    the tensors held as blocks). SmolLM2-135M-Instruct's file keeps its Q4_1 layers and its Q8_0
+    embedding. Raises :class:`InputError` for a ``weights`` or pairing not known and
+    :class:`ModelError` as :func:`load_gguf_weights` does.
+    """
+    import gguf
+
+    if check_weights(weights) == "f32":
+        config, tensors = load_gguf_weights(source, rope_pairing=rope_pairing)
+        return config, tensors, {}
+    if rope_pairing not in PAIRINGS:
+        raise InputError(f"rope_pairing must be 'half' or 'adjacent', got {rope_pairing!r}")
+    reader = open_gguf(source)
+    config = config_from_gguf(reader)
+    tensors, quant = {}, {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))
+        fmt = BLOCK_TYPES.get(t.tensor_type.name)
+        if fmt is not None and len(shape) == 2:
+            arr = pack_rows(np.asarray(t.data).reshape(shape[0], -1))
+            quant[t.name] = fmt
+        else:
+            try:
+                arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+            except NotImplementedError:
+                raise ModelError(f"tensor {t.name!r}: cannot dequantize {t.tensor_type.name}") from None
+        if rope_pairing == "half" and t.name.endswith((".attn_q.weight", ".attn_k.weight")):
+            arr = unpermute_qk(arr, config.num_heads if t.name.endswith("q.weight") else config.num_kv_heads)
+        tensors[t.name] = np.ascontiguousarray(arr)
+    more, more_quant = requantise({n: a for n, a in tensors.items() if n not in quant}, {}, weights)
+    return config, {**tensors, **more}, {**quant, **more_quant}
+
+
+def requantise(params: dict[str, np.ndarray], quant: dict[str, str], weights: str,
+               ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``params`` (with ``quant``, the formats of those held as blocks) stored as ``weights`` says.
+
+    ``weights="f32"``: every block tensor dequantised (exact: llama.cpp's formulas, in float64,
+    rounded once to float32). A format: every float 2-D tensor whose rows are a multiple of 32
+    long quantised to it with ``gguf.quants.quantize`` (llama.cpp's reference quantisers);
+    tensors already held as blocks stay as they are, whatever their format, since quantising
+    them again would add a second rounding. Returns new dicts; the inputs are not modified.
+    Raises :class:`InputError` for an unknown ``weights``.
+    """
+    import gguf
+
+    check_weights(weights)
+    out, formats = dict(params), dict(quant)
+    if weights == "f32":
+        for name, fmt in quant.items():
+            cols = out[name].shape[1] * 4 // FORMATS[fmt].block_bytes * BLOCK  # a row pads less than a block
+            out[name] = dequantize(out[name], fmt, cols).astype(np.float32)
+        return out, {}
+    qtype = gguf.GGMLQuantizationType[weights.upper()]
+    for name, arr in params.items():
+        if name in quant or arr.ndim != 2 or arr.shape[1] % BLOCK or arr.dtype.kind != "f":
+            continue
+        out[name] = pack_rows(gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), qtype))
+        formats[name] = weights
+    return out, formats
 
 
 # --- tokenizer ---------------------------------------------------------------------------

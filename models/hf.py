@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from eggfuse.ir import ModelError
+from eggfuse.ir import InputError, ModelError
 
 from .text import read_json
 
@@ -29,21 +29,27 @@ INDEX_FILE = "model.safetensors.index.json"
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def load_model(path: Any):
+def load_model(path: Any, *, weights: str = "f32"):
     """The model at ``path``: a :class:`.causal_lm.CausalLM` for a ``.gguf`` file or a folder of
     a decoder (``model_type`` in :data:`DECODER_TYPES`), a :class:`.minilm.SentenceEncoder` for
     a folder of an encoder (:data:`ENCODER_TYPES`). ``path`` may also name the folder's
-    ``config.json``.
+    ``config.json``. ``weights`` is a decoder's weight storage (:data:`.gguf.WEIGHTS`): ``f32``,
+    or a block format (a GGUF file's Q4_0/Q4_1/Q8_0 tensors kept as stored, other 2-D weights
+    quantised to it; see :meth:`.causal_lm.CausalLM.with_weights`).
 
-    Raises :class:`ModelError` naming the path and the file or setting at fault: no such
+    Raises :class:`InputError` for an unknown ``weights``, or one other than ``f32`` for an
+    encoder; :class:`ModelError` naming the path and the file or setting at fault: no such
     path, no ``config.json``, an unsupported ``model_type`` or setting, missing weights or
     tensors.
     """
+    from .gguf import check_weights
+
+    check_weights(weights)
     p = Path(path).expanduser()
     if p.is_file() and p.suffix == ".gguf":
         from .causal_lm import CausalLM
 
-        return CausalLM.load(p)
+        return CausalLM.load(p, weights=weights)
     if p.is_file() and p.name == "config.json":
         p = p.parent
     if not p.exists():
@@ -56,8 +62,10 @@ def load_model(path: Any):
     if model_type in DECODER_TYPES:
         from .hf_llama import load_causal_lm
 
-        return load_causal_lm(folder, raw)
+        return load_causal_lm(folder, raw).with_weights(weights)
     if model_type in ENCODER_TYPES:
+        if weights != "f32":
+            raise InputError(f"{folder}: weights={weights!r} applies to decoders; encoders run in f32")
         from .minilm import SentenceEncoder
 
         return SentenceEncoder.load(p)

@@ -14,15 +14,20 @@ holds a loaded model. ``rope_pairing`` is the Q/K layout of the weights (see :mo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from eggfuse.ir import DType, Graph, GraphError, ModelError
+from eggfuse.ir.ops.quant import FORMATS
 
 PAIRINGS = ("half", "adjacent")
+
+#: Parameter name -> block format (``ir/ops/quant.py``) of the weights kept quantised: each is a
+#: u32 parameter of rows of blocks read through ``Dequant`` (the graph's f32 weight). Empty: all f32.
+Quantised = Mapping[str, str]
 
 #: Projections that may carry a bias (``LlamaConfig.biases``), by graph parameter name.
 PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -94,7 +99,7 @@ class LlamaConfig:
 
 
 def build_llama_graph(config: LlamaConfig, seq: int, *, layers: int | None = None,
-                      rope_pairing: str = "half") -> Graph:
+                      rope_pairing: str = "half", quant: Quantised | None = None) -> Graph:
     """Prefill forward of one sequence of ``seq`` tokens: logits for every position.
 
     Input ``tokens`` u32 [seq]; output f32 [seq, vocab]. Parameters carry the GGUF
@@ -104,17 +109,21 @@ def build_llama_graph(config: LlamaConfig, seq: int, *, layers: int | None = Non
     ``blk.{i}.ffn_gate/ffn_up.weight`` [I, H], ``blk.{i}.ffn_down.weight`` [H, I];
     ``output_norm.weight`` [H]; ``output.weight`` [V, H] only if not tied; with the config's
     options, ``blk.{i}.<projection>.bias`` [out] and ``blk.{i}.attn_q_norm/attn_k_norm.weight`` [D].
+    A weight named in ``quant`` is instead a u32 parameter [out, row_words] of blocks in that
+    format, seen as its f32 matrix through ``Dequant`` (the rewrite engine folds that into the
+    kernels that read it, ``ir/ops/quant.py``).
 
     Per layer (HF ``LlamaDecoderLayer``): x += Wo·Attn(RoPE(Wq n), RoPE(Wk n), Wv n) with
     n = RmsNorm(x); x += Wdown·SwiGLU(Wgate m, Wup m) with m = RmsNorm(x). The graph has
     6 + 24·layers nodes (7 + 24·layers untied) without options. ``layers`` overrides
     ``config.num_layers`` (synthetic deep graphs); ``rope_pairing`` must match the Q/K
     layout of the weights (see :mod:`.gguf`). Raises :class:`GraphError` for
-    ``seq`` outside [1, max_seq], ``layers`` < 1 or an unknown pairing.
+    ``seq`` outside [1, max_seq], ``layers`` < 1, an unknown pairing or block format.
     """
     n_layers = _check_graph_args(config, seq, layers, rope_pairing)
     g = Graph()
-    embed = g.parameter("token_embd.weight", [config.vocab_size, config.hidden_size])
+    weight = _weights(g, quant)
+    embed = weight("token_embd.weight", config.vocab_size, config.hidden_size)
     x = g.embedding(g.input("tokens", [seq], DType.U32), embed)
 
     def attend(i: int, q: int, k: int, v: int) -> int:
@@ -124,13 +133,14 @@ def build_llama_graph(config: LlamaConfig, seq: int, *, layers: int | None = Non
         return g.causal_attention(q, k, v, config.num_heads, config.num_kv_heads, config.head_dim)
 
     for i in range(n_layers):
-        x = _decoder_layer(g, config, x, i, attend)
-    g.set_outputs([_lm_head(g, config, x, embed)])
+        x = _decoder_layer(g, config, x, i, attend, weight)
+    g.set_outputs([_lm_head(g, config, x, embed, weight)])
     return g
 
 
 def build_llama_cache_graph(config: LlamaConfig, seq: int, max_seq: int, *, layers: int | None = None,
-                            rope_pairing: str = "half", last_logits: bool = False) -> Graph:
+                            rope_pairing: str = "half", last_logits: bool = False,
+                            quant: Quantised | None = None) -> Graph:
     """Forward of ``seq`` new tokens at positions pos..pos+seq-1 over a KV cache of ``max_seq`` rows.
 
     Inputs ``tokens`` u32 [seq] and ``pos`` u32 [1] (the position of the first new token);
@@ -147,9 +157,9 @@ def build_llama_cache_graph(config: LlamaConfig, seq: int, max_seq: int, *, laye
 
     so one builder gives the prefill graph (seq = prompt length, pos = 0) and the decode
     graph (seq = 1, pos = tokens so far); plans of both share the caches by name (see
-    ``runtime.Session``'s ``share``). Raises :class:`GraphError` for ``seq`` outside
-    [1, max_seq], ``max_seq`` outside [1, config.max_seq], ``layers`` < 1 or an unknown
-    pairing.
+    ``runtime.Session``'s ``share``). ``quant`` as :func:`build_llama_graph`. Raises
+    :class:`GraphError` for ``seq`` outside [1, max_seq], ``max_seq`` outside [1,
+    config.max_seq], ``layers`` < 1, an unknown pairing or block format.
     """
     if not 1 <= max_seq <= config.max_seq:
         raise GraphError(f"LLaMA cache graph: max_seq must lie in [1, {config.max_seq}] (the model's context), "
@@ -158,7 +168,8 @@ def build_llama_cache_graph(config: LlamaConfig, seq: int, max_seq: int, *, laye
     nh, nkv, hd = config.num_heads, config.num_kv_heads, config.head_dim
     rope = {"theta": config.rope_theta, "head_dim": hd, "pairing": rope_pairing, "scaling": config.rope_scaling}
     g = Graph()
-    embed = g.parameter("token_embd.weight", [config.vocab_size, config.hidden_size])
+    weight = _weights(g, quant)
+    embed = weight("token_embd.weight", config.vocab_size, config.hidden_size)
     x = g.embedding(g.input("tokens", [seq], DType.U32), embed)
     pos = g.input("pos", [1], DType.U32)
 
@@ -172,11 +183,29 @@ def build_llama_cache_graph(config: LlamaConfig, seq: int, max_seq: int, *, laye
         return g.add_node("CachedAttention", (q, k_cache, v_cache, pos), num_heads=nh, num_kv_heads=nkv, head_dim=hd)
 
     for i in range(n_layers):
-        x = _decoder_layer(g, config, x, i, attend)
+        x = _decoder_layer(g, config, x, i, attend, weight)
     if last_logits and seq > 1:
         x = g.matmul(g.constant(np.eye(1, seq, seq - 1)), x)
-    g.set_outputs([_lm_head(g, config, x, embed)])
+    g.set_outputs([_lm_head(g, config, x, embed, weight)])
     return g
+
+
+def _weights(g: Graph, quant: Quantised | None) -> Callable[[str, int, int], int]:
+    """``weight(name, rows, cols)``: the graph's f32 [rows, cols] weight ``name``, a parameter,
+    or with a format in ``quant`` the Dequant of a u32 parameter of blocks (GraphError for an
+    unknown format)."""
+    quant = dict(quant or {})
+
+    def weight(name: str, rows: int, cols: int) -> int:
+        fmt = quant.get(name)
+        if fmt is None:
+            return g.parameter(name, [rows, cols])
+        if fmt not in FORMATS:
+            raise GraphError(f"LLaMA graph: weight {name!r} has block format {fmt!r}; formats: {', '.join(FORMATS)}")
+        blocks = g.parameter(name, [rows, FORMATS[fmt].row_words(cols)], DType.U32)
+        return g.add_node("Dequant", (blocks,), format=fmt, cols=cols)
+
+    return weight
 
 
 def _check_graph_args(config: LlamaConfig, seq: int, layers: int | None, rope_pairing: str) -> int:
@@ -191,15 +220,16 @@ def _check_graph_args(config: LlamaConfig, seq: int, layers: int | None, rope_pa
     return n_layers
 
 
-def _decoder_layer(g: Graph, config: LlamaConfig, x: int, i: int, attend) -> int:
+def _decoder_layer(g: Graph, config: LlamaConfig, x: int, i: int, attend, weight) -> int:
     """One ``LlamaDecoderLayer`` on the residual stream ``x``; ``attend(i, q, k, v)`` is its
-    attention (RoPE included) on the projections, so prefill and cached decoding share the rest."""
+    attention (RoPE included) on the projections, so prefill and cached decoding share the rest;
+    ``weight`` makes the projections' weights (:func:`_weights`)."""
     h, inter, hd = config.hidden_size, config.intermediate_size, config.head_dim
     nh, nkv, eps = config.num_heads, config.num_kv_heads, config.norm_eps
     p = f"blk.{i}"
 
     def linear(t: int, name: str, n_out: int, n_in: int) -> int:
-        y = g.matmul_bt(t, g.parameter(f"{p}.{name}.weight", [n_out, n_in]))
+        y = g.matmul_bt(t, weight(f"{p}.{name}.weight", n_out, n_in))
         return g.bias_add(y, g.parameter(f"{p}.{name}.bias", [n_out])) if name in config.biases else y
 
     def head_norm(t: int, name: str, heads: int) -> int:
@@ -218,10 +248,10 @@ def _decoder_layer(g: Graph, config: LlamaConfig, x: int, i: int, attend) -> int
     return g.add(x, linear(g.swiglu(gate, up), "ffn_down", h, inter))
 
 
-def _lm_head(g: Graph, config: LlamaConfig, x: int, embed: int) -> int:
+def _lm_head(g: Graph, config: LlamaConfig, x: int, embed: int, weight) -> int:
     """Final RMSNorm and the LM head (the embedding table ``embed`` when tied): logits [rows, V]."""
     x = g.rms_norm(x, g.parameter("output_norm.weight", [config.hidden_size]), config.norm_eps)
-    head = embed if config.tied_embeddings else g.parameter("output.weight", [config.vocab_size, config.hidden_size])
+    head = embed if config.tied_embeddings else weight("output.weight", config.vocab_size, config.hidden_size)
     return g.matmul_bt(x, head)
 
 
@@ -229,17 +259,22 @@ def _lm_head(g: Graph, config: LlamaConfig, x: int, embed: int) -> int:
 
 
 def graph_parameters(config: LlamaConfig, weights: dict[str, np.ndarray], *, where: str = "weights",
-                     file_name: Callable[[str], str] | None = None) -> dict[str, np.ndarray]:
-    """The subset of ``weights`` the full-depth graph reads, after checking names and shapes.
+                     file_name: Callable[[str], str] | None = None,
+                     quant: Quantised | None = None) -> dict[str, np.ndarray]:
+    """The subset of ``weights`` the full-depth graph reads, after checking names and shapes
+    (u32 blocks [rows, row_words] for the weights ``quant`` names, see :func:`build_llama_graph`).
 
     Raises :class:`ModelError` naming a parameter that is missing or mis-shaped, by its name
     in the file (``file_name(parameter)`` when given, e.g. the Hugging Face name) and ``where``.
     """
     params = {}
-    for name, ty in build_llama_graph(config, 1).parameters.items():
+    for name, ty in build_llama_graph(config, 1, quant=quant).parameters.items():
         shown = name if file_name is None else f"{file_name(name)} (parameter {name})"
         if name not in weights:
             raise ModelError(f"{where} lack tensor {shown} {ty}, which the config implies")
+        if ty.dtype is DType.U32 and weights[name].dtype != np.uint32:
+            raise ModelError(f"{where}: tensor {shown} must be u32 words of {quant[name]} blocks, got "
+                             f"{weights[name].dtype}")
         if weights[name].shape != ty.shape:
             raise ModelError(f"{where}: tensor {shown} has shape {list(weights[name].shape)}, "
                              f"the config implies {list(ty.shape)}")

@@ -239,12 +239,13 @@ def _with_leaves_of(graph: Graph, out: Graph) -> Graph:
         elif n.attrs.get("state"):
             out.state(name, n.type.shape)
         else:
-            out.parameter(name, n.type.shape)
+            out.parameter(name, n.type.shape, n.type.dtype)
     return out
 
 
 def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
-    """Random inputs and parameters for ``graph``: normal floats, valid embedding indices."""
+    """Random inputs and parameters for ``graph``: normal floats, valid embedding indices, and u32
+    parameters (packed data) of random words whose 16-bit halves are finite float16 values."""
     rng = np.random.default_rng(seed)
     limits = graph.index_bounds()  # an index input must be valid for every table it indexes
     inputs = {}
@@ -253,8 +254,13 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
             inputs[n.attrs["name"]] = rng.integers(0, limits.get(n.id, 1), n.type.shape).astype(np.uint32)
         else:
             inputs[n.attrs["name"]] = rng.standard_normal(n.type.shape).astype(np.float32)
-    params = {n.attrs["name"]: (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0])).astype(np.float32)
-              for n in graph.leaves("Parameter")}
+    params = {}
+    for n in graph.leaves("Parameter"):
+        if n.type.dtype is DType.U32:  # packed data (quantised blocks): each 16-bit half a finite f16, |x| < 2
+            words = rng.integers(0, 1 << 32, n.type.shape, dtype=np.uint64) & 0xBFFFBFFF
+            params[n.attrs["name"]] = words.astype(np.uint32)
+        else:
+            params[n.attrs["name"]] = (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0])).astype(np.float32)
     return inputs, params
 
 

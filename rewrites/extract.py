@@ -91,7 +91,7 @@ def build_node(g: Graph, op: str, attrs: dict, inputs: list[int], enc: Encoding)
             return g.input(orig.attrs["name"], orig.type.shape, orig.type.dtype)
         if orig.attrs.get("state"):
             return g.state(orig.attrs["name"], orig.type.shape)
-        return g.parameter(orig.attrs["name"], orig.type.shape)
+        return g.parameter(orig.attrs["name"], orig.type.shape, orig.type.dtype)
     return g.add_node(op, inputs, **attrs)
 
 

@@ -116,7 +116,7 @@ def _single_leaf(leaf) -> Graph:
     elif leaf.op == "Input":
         g.set_outputs([g.input(leaf.attrs["name"], leaf.type.shape, leaf.type.dtype)])
     else:
-        g.set_outputs([g.parameter(leaf.attrs["name"], leaf.type.shape)])
+        g.set_outputs([g.parameter(leaf.attrs["name"], leaf.type.shape, leaf.type.dtype)])
     return g
 
 

@@ -20,7 +20,8 @@
 // bindings a and b hold vec4<f32> when the operand's stored rows are a multiple of 4 long,
 // else f32 (the RmsNorm weight sits between them, the epilogue operands e0, e1, ... follow
 // b); QUADS defines quad_a(r, c) and quad_b(r, c), the stored elements (r, c..c+3), zero
-// outside the matrix; A_ALONG_K (false for 'AT',
+// outside the matrix (DECODE: empty, or for quantised B, ir/ops/quant.py, the block decoders of
+// quant_decode.wgsl, which quad_b calls on the u32 binding q); A_ALONG_K (false for 'AT',
 // whose A is stored [K,M]) and B_ALONG_K (true for 'BT', whose B is stored [N,K]) say
 // along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
 // REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
@@ -52,6 +53,8 @@ const B_ALONG_K: bool = {{B_ALONG_K}};
 
 // [2][BK][BM / 4] slices of A, then [2][BK][BN / 4] slices of B.
 var<workgroup> tiles: array<vec4<f32>, 2u * (A_SIZE + B_SIZE)>;
+
+{{DECODE}}
 
 {{QUADS}}
 

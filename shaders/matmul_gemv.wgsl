@@ -7,7 +7,8 @@
 //
 // A workgroup of 256 invocations computes COLS output columns for all ROWS rows. Its
 // invocations are COLS-or-COLS/4 column owners times 32 lanes that split K in quads
-// (4 consecutive k), lane l taking quads l, l + 32, l + 64, ... (two per loop step):
+// (4 consecutive k), lane l taking quads l, l + 32, l + 64, ... (two per loop step; for
+// quantised B see LANE_K below):
 // - B_ALONG_K ('BT': B stored [N,K], weights in the LLM layout): 8 columns, invocation li
 //   owns column li / 32 as lane li % 32; a quad of B is one row of it, so a warp reads
 //   512 contiguous bytes per step. Each accumulator holds 4 partial dot products.
@@ -18,8 +19,12 @@
 // steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
 // epilogue.
 //
-// Template slots: ROWS (M), COLS, B_ALONG_K; QUADS and EPILOGUE as in matmul.wgsl, except
-// that quad_a(i, k) reads op(A)'s row i along K.
+// Template slots: ROWS (M), COLS, B_ALONG_K; DECODE, QUADS and EPILOGUE as in matmul.wgsl, except
+// that quad_a(i, k) reads op(A)'s row i along K. LANE_K is a lane's first k and K2 the offset of
+// its second quad: for f32, quads l and l + 32 (lane * 4, 128), so a warp reads 512 contiguous
+// bytes per load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's
+// 8 and in it the quads j = l % 4 * 4 and j + 16 (K2 16), which a 4-bit block keeps in the low and
+// high nibbles of one word, so both quads share the block's scale and its word of nibbles.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
 // prepare_rows (called first, in uniform control flow) and row_scale (a factor per row of
 // C): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.
@@ -30,6 +35,8 @@ const B_ALONG_K: bool = {{B_ALONG_K}};
 const LANES: u32 = 32u;
 
 var<workgroup> red: array<vec4<f32>, 256>;
+
+{{DECODE}}
 
 {{QUADS}}
 
@@ -53,10 +60,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let stride = select(8u, 1u, B_ALONG_K);  // invocations between neighbouring lanes
     let col = select(group * COLS + li % 8u * 4u, group * COLS + li / LANES, B_ALONG_K);
     var acc: array<vec4<f32>, ROWS>;
-    for (var k = lane * 4u; k < p.k; k = k + 8u * LANES) {
+    for (var k = {{LANE_K}}; k < p.k; k = k + 8u * LANES) {
         // two quads of K per lane and step: their loads are independent, so both are in
         // flight at once (past K, quads load as zeros)
-        let k2 = k + 4u * LANES;
+        let k2 = k + {{K2}};
         if (B_ALONG_K) {
             let w = quad_b(col, k);
             let w2 = quad_b(col, k2);

@@ -28,6 +28,7 @@ from . import (  # a module imports the families it builds on itself
     norms,
     optimisers,
     pooling,
+    quant,
     recognize,
     recognize_norms,
     recurrent,
@@ -44,6 +45,6 @@ from . import (  # a module imports the families it builds on itself
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
-            axis_norms, linalg, conv, pooling, resample, recognize, recognize_norms)
+            axis_norms, linalg, conv, pooling, resample, recognize, recognize_norms, quant)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

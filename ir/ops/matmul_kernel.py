@@ -164,6 +164,16 @@ _QUAD_SCALAR = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
 }}"""
 
 
+_QUAD_BLOCKS = """fn quad_b(r: u32, c: u32) -> vec4<f32> {{
+    // weights (r, c..c+3) of B [N,K] stored as N rows of {fmt} blocks in q (quant_decode.wgsl), zero
+    // outside; K % 32 == 0, so a quad inside K lies in one block
+    if (r < p.n && c < p.k) {{
+        return dequant_quad_{fmt}(r, c);
+    }}
+    return vec4<f32>();
+}}"""
+
+
 def _quad(x: str, rows: str, cols: str, index: str, vec4: bool) -> str:
     # quad_<x>(r, c): 4 consecutive elements of a row of a [rows, cols] matrix; ``index``
     # addresses element (r, cc) in the scalar form (a transposed view for GEMV 'AT').
@@ -172,17 +182,19 @@ def _quad(x: str, rows: str, cols: str, index: str, vec4: bool) -> str:
     return _QUAD_SCALAR.format(x=x, rows=rows, cols=cols, index=index)
 
 
-def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool) -> str:
+def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None) -> str:
     # A: tiled reads quads of its stored rows ([M,K], or [K,M] for 'AT'); GEMV reads rows of
     # op(A) ([M,K]), through a transposed view for 'AT'. B: quads of its stored rows, [K,N]
-    # or [N,K] for 'BT'.
+    # or [N,K] for 'BT'; with ``quant`` ('BT' only) decoded from the blocks of binding q.
     if variant == "AT" and gemv:
         qa = _quad("a", "p.m", "p.k", "cc * p.m + r", False)
     elif variant == "AT":
         qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a)
     else:
         qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a)
-    if variant == "BT":
+    if quant is not None:
+        qb = _QUAD_BLOCKS.format(fmt=quant)
+    elif variant == "BT":
         qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b)
     else:
         qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b)
@@ -234,7 +246,7 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
 
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
                       eps: float = 0.0, tile: MatmulTile | None = None,
-                      vec4: tuple[bool, bool] | None = None) -> Kernel:
+                      vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0) -> Kernel:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -244,15 +256,21 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     w_norm, then B, then the epilogue operands in chain order; 'bias' reads operand[j], 'add'
     reads operand[i * N + j]; unary steps are the WGSL of the unary table
     (:mod:`.elementwise`). With ``rms_norm`` A is staged as x * w_norm and each row is scaled by
-    its inverse rms before the epilogue. Raises LoweringError for an unknown step or a
-    transposed A with ``rms_norm``.
+    its inverse rms before the epilogue. With ``quant`` (a block format of ``ir/ops/quant.py``;
+    variant 'BT' only) B binds as ``q``, u32 rows of ``row_words`` words of blocks along K, decoded
+    by the loader (shaders/quant_decode.wgsl) wherever the f32 kernel reads a quad of B. Raises
+    LoweringError for an unknown step, a transposed A with ``rms_norm`` or ``quant`` with another
+    variant than 'BT'.
     """
     from .elementwise import UNARY_BY_NAME
 
     if rms_norm and variant == "AT":
         raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
+    if quant is not None and variant != "BT":
+        raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
     tile = tile or matmul_tile(m, n, variant)
     vec_a, vec_b = vec4 or matmul_vec4(variant, m, k, n, tile.gemv)
+    vec_b = vec_b and quant is None
     operands, lines = [], []
     for step in epilogue:
         if step in EPILOGUE_BINARY:
@@ -264,22 +282,26 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
             lines.append(f"    v = {UNARY_BY_NAME[step].wgsl.format(x='v')};")
         else:
             raise LoweringError(f"FusedMatMul: epilogue step {step!r} has no WGSL lowering")
+    b = Buffer("q", "u32") if quant is not None else Buffer("b", "vec4<f32>" if vec_b else "f32")
     bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((Buffer("w_norm"),) if rms_norm else ()),
-                Buffer("b", "vec4<f32>" if vec_b else "f32"), *operands, Buffer("out", write=True))
+                b, *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * tiles_n
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles),
-              ("eps", "f32", eps))
+              ("eps", "f32", eps), *((("row_words", "u32", row_words),) if quant is not None else ()))
     name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "") + f"_{tile.name}"
+    name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
     name += "".join(f"+{s}" for s in epilogue)
-    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv), EPILOGUE="\n".join(lines),
-                 B_ALONG_K="true" if variant == "BT" else "false")
+    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant), EPILOGUE="\n".join(lines),
+                 B_ALONG_K="true" if variant == "BT" else "false",
+                 DECODE=Include("quant_decode.wgsl") if quant is not None else "")
     prologue = "rms_norm" if rms_norm else "none"
     if tile.gemv:
         return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings,
                       slots=dict(ROWS=tile.bm, COLS=tile.bn, PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
-                                 **slots))
+                                 LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u",
+                                 K2="16u" if quant else "4u * LANES", **slots))
     decl, body, store, reduce = _micro_tile(tile)
     return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings,
                   slots=dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn,

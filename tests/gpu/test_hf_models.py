@@ -129,3 +129,24 @@ def test_cli_model_errors_are_one_line(hf_folder, tmp_path, capsys):
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
         assert captured.out == "" and len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize("weights", ["q8_0", "q4_0"])
+def test_decoder_folder_quantised_at_load_matches_the_oracle_on_its_blocks(hf_folder, weights):
+    # a Hugging Face folder's f32 weights quantised to blocks when loaded (gguf's quantisers), run on
+    # the kernels that decode them, against the numpy oracle given the blocks' values (gguf's dequantiser)
+    import gguf as gguf_lib
+
+    folder = hf_folder("qwen24", "decoder", "qwen2", generation=4)
+    model = eggfuse.load_model(folder, weights=weights)
+    assert model.weights == weights and model.weight_formats()[weights] == 1 + 2 * 7  # embedding, 7 per layer
+    cfg, stored = hf_numpy.load_folder(folder)
+    qtype = gguf_lib.GGMLQuantizationType[weights.upper()]
+    values = {name: gguf_lib.quants.dequantize(gguf_lib.quants.quantize(w.astype(np.float32), qtype), qtype)
+              if w.ndim == 2 else w for name, w in stored.items()}
+    ids = model.encode(PROMPT)
+    gen = eggfuse.Generator(model, max_seq=48)
+    err = relative_error(gen.prefill(ids, last_logits=False), hf_numpy.causal_lm_logits(cfg, values, ids))
+    assert err < 1e-4
+    assert gen.generate(ids, 5, stop_at_eos=False).generated_ids == hf_numpy.greedy(cfg, values, ids, 5)
+    assert not any("dequant" in d.kernel for d in gen.decode.plan.dispatches)

@@ -53,6 +53,9 @@ def test_cli_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"embeddings", "adapter", "dispatches_unfused", "dispatches_fused"} <= out.keys()
     assert out["dispatches_fused"] < out["dispatches_unfused"]
+    # device memory of the plan: MiniLM's 22.7M f32 weights (90.3 MB, the word embeddings included), no cache
+    memory = out["memory"]["embed"]
+    assert 90e6 < memory["weights_bytes"] < 91e6 and memory["cache_bytes"] == 0 < memory["intermediate_bytes"]
     sim = np.array(out["similarity"])
     # sentence-transformers' README gives 0.6660, 0.1046, 0.1411 for this model and these sentences
     np.testing.assert_allclose([sim[0, 1], sim[0, 2], sim[1, 2]], [0.6660, 0.1046, 0.1411], atol=6e-4)
@@ -62,6 +65,7 @@ def test_cli_text_output(capsys):
     assert cli.main(["embed", "first sentence", "second one"]) == 0
     out = capsys.readouterr().out
     assert "cosine similarity" in out and "adapter:" in out and "unfused ->" in out
+    assert "device memory: embed plan: weights 90.3 MB, cache 0.0 MB, intermediates " in out
 
 
 @pytest.mark.parametrize("argv", [["embed"]])

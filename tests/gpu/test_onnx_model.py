@@ -79,6 +79,7 @@ def test_cli_run_prints_shapes_dispatches_and_timings(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["outputs"] == {"y": {"shape": [7, 3], "dtype": "float32"}, "s": {"shape": [2], "dtype": "int64"}}
     assert info["inputs"] == {"x": [7, 3]} and info["onnx_nodes"] == 2
+    assert info["memory"]["run"]["weights_bytes"] == info["memory"]["run"]["cache_bytes"] == 0
     assert main(["run", str(path), "--shape", "x=2x3"]) == 0
     text = capsys.readouterr().out
     assert "input  x: [2, 3] (random)" in text and "dispatches per run:" in text

@@ -1,0 +1,113 @@
+"""The quant family (ir/ops/quant.py) on the GPU: Dequant, QuantMatMul (GEMV and every tiled
+path: edge tiles, epilogues), QuantRmsNormMatMul and QuantEmbedding in Q4_0, Q4_1 and Q8_0.
+
+The blocks are written by gguf's quantisers (llama.cpp's reference ones, ``gguf.quants``). The
+op table checks each kernel against the numpy reference (``eggfuse.ir.evaluate``, whose
+decoder tests/unit/test_quant.py checks against gguf's); the tests below check the kernels
+against gguf's own dequantiser and a numpy matmul, with no eggfuse code in the expected value.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import gguf
+import numpy as np
+import pytest
+from op_table import Row, check_row  # tests/op_table.py
+
+from eggfuse.ir import DType, Graph
+from eggfuse.ir.ops.quant import FORMATS, pack_rows
+from eggfuse.pipeline import lower_for
+from eggfuse.runtime import Session
+
+QTYPE = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+         "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+
+def blocks(fmt: str, rows: int, cols: int, seed: str) -> tuple[np.ndarray, np.ndarray]:
+    """(u32 rows of blocks, gguf's dequantised float32 [rows, cols]) of random normal weights."""
+    x = np.random.default_rng(zlib.crc32(seed.encode())).standard_normal((rows, cols)).astype(np.float32)
+    raw = gguf.quants.quantize(x, QTYPE[fmt])
+    return pack_rows(raw), gguf.quants.dequantize(raw, QTYPE[fmt])
+
+
+def _q(g: Graph, fmt: str, rows: int, cols: int, name: str = "q") -> int:
+    return g.parameter(name, [rows, FORMATS[fmt].row_words(cols)], DType.U32)
+
+
+def _dequant(fmt: str, rows: int, cols: int) -> Row:
+    rid = f"Dequant-{fmt}[{rows},{cols}]"
+    return Row("Dequant", rid, lambda g: g.add_node("Dequant", (_q(g, fmt, rows, cols),), format=fmt, cols=cols),
+               feeds={"q": blocks(fmt, rows, cols, rid)[0]})
+
+
+def _qmm(fmt: str, m: int, k: int, n: int, epilogue=(), rms: bool = False) -> Row:
+    rid = f"Quant{'RmsNorm' if rms else ''}MatMul-{fmt}[{m},{k}]x[{n},{k}]{''.join('+' + s for s in epilogue)}"
+
+    def build(g: Graph) -> int:
+        operands = [g.parameter("bias", [n]) if s == "bias" else g.input("res", [m, n])
+                    for s in epilogue if s in ("bias", "add")]
+        x = g.input("x", [m, k])
+        if rms:
+            return g.add_node("QuantRmsNormMatMul", (x, g.parameter("w_norm", [k]), _q(g, fmt, n, k), *operands),
+                              eps=1e-5, format=fmt, epilogue=epilogue)
+        return g.add_node("QuantMatMul", (x, _q(g, fmt, n, k), *operands), format=fmt, epilogue=epilogue)
+
+    return Row("QuantRmsNormMatMul" if rms else "QuantMatMul", rid, build, feeds={"q": blocks(fmt, n, k, rid)[0]})
+
+
+def _qemb(fmt: str, tokens: int, rows: int, cols: int) -> Row:
+    rid = f"QuantEmbedding-{fmt}[{rows},{cols}]x{tokens}"
+    return Row("QuantEmbedding", rid,
+               lambda g: g.add_node("QuantEmbedding", (g.input("tokens", [tokens], DType.U32), _q(g, fmt, rows, cols)),
+                                    format=fmt, cols=cols), feeds={"q": blocks(fmt, rows, cols, rid)[0]})
+
+
+ROWS = [
+    *(_dequant(fmt, 5, cols) for fmt in FORMATS for cols in (32, 96)),  # 96: 3 blocks, rows padded for q4_0/q8_0
+    *(_qmm(fmt, m, 96, 13) for fmt in FORMATS for m in (1, 4)),  # GEMV, 13 columns: an edge workgroup
+    *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((5, 64, 9), (70, 160, 33))),  # tiled, edge tiles
+    _qmm("q4_1", 130, 64, 130),  # 128-row tiles
+    _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),
+    _qmm("q8_0", 37, 96, 20, ("add", "Relu")),
+    *(_qmm(fmt, m, 96, 21, ("bias",), rms=True) for fmt in ("q4_1", "q4_0") for m in (2, 19)),
+    _qmm("q8_0", 1, 32, 8, rms=True),
+    *(_qemb(fmt, 7, 11, 64) for fmt in FORMATS),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_op_matches_reference(row: Row, device):
+    check_row(row, device, subgroups=None)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_quant_matmul_matches_gguf_dequantised_weights(fmt, m, device):
+    # A @ W^T with W given as blocks, against gguf's dequantiser and numpy (float64): the
+    # GEMV (m <= 4) and the tiled kernel; K = 96 is three blocks, so Q4_0/Q8_0 rows are padded
+    k, n = 96, 37
+    q, w = blocks(fmt, n, k, f"gguf-{fmt}-{m}")
+    a = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    g = Graph()
+    g.set_outputs([g.add_node("QuantMatMul", (g.input("a", [m, k]), _q(g, fmt, n, k)), format=fmt, epilogue=())])
+    (got,) = Session(lower_for(g, device), {"q": q}, device=device).run({"a": a})
+    want = a.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_quant_embedding_and_dequant_match_gguf(fmt, device):
+    rows, cols = 9, 96
+    q, w = blocks(fmt, rows, cols, f"rows-{fmt}")
+    tokens = np.array([8, 0, 3, 3], dtype=np.uint32)
+    g = Graph()
+    table = _q(g, fmt, rows, cols)
+    g.set_outputs([g.add_node("QuantEmbedding", (g.input("tokens", [4], DType.U32), table), format=fmt, cols=cols),
+                   g.add_node("Dequant", (table,), format=fmt, cols=cols)])
+    rows_got, full = Session(lower_for(g, device), {"q": q}, device=device).run({"tokens": tokens})
+    # d * q (+ m) in float32, as gguf computes it; a GPU may fuse it into one fma (an ulp apart)
+    tol = dict(rtol=1e-6, atol=1e-7 * np.abs(w).max())
+    np.testing.assert_allclose(full, w, **tol)
+    np.testing.assert_allclose(rows_got, w[tokens], **tol)
