@@ -252,8 +252,8 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
             inputs[n.attrs["name"]] = rng.integers(0, limits.get(n.id, 1), n.type.shape).astype(np.uint32)
         else:
             inputs[n.attrs["name"]] = rng.standard_normal(n.type.shape).astype(np.float32)
-    params = {n.attrs["name"]: (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0])).astype(np.float32)
-              for n in graph.leaves("Parameter")}
+    params = {n.attrs["name"]: (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0] if n.type.shape else 1))
+              .astype(np.float32) for n in graph.leaves("Parameter")}  # a rank-0 parameter: N(0, 1)
     return inputs, params
 
 
@@ -261,7 +261,8 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
     """Raise :class:`RewriteError` unless both graphs give the same outputs on random data.
 
     Both run on the numpy reference in float64, so any difference beyond rounding
-    (``rtol``/``atol``) is a wrong rewrite, not float noise.
+    (``rtol``/``atol``) is a wrong rewrite, not float noise. A NaN must be a NaN in both (a
+    random parameter under a Sqrt gives one in either graph).
     """
     inputs, params = random_feeds(before, seed)
     want = evaluate(before, inputs, params)
