@@ -14,7 +14,9 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
 
 ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
-matmul its chain as ``epilogue=``. An attribute left out is a fresh pattern variable, so it
+matmul its chain as ``epilogue=``; ``e.Fused(ex)`` a generated elementwise kernel of the
+``Ex`` term ``ex``, built with ``e.ExLeaf(t)`` and ``e.ex(op, *operands, **attrs)``. An
+attribute left out is a fresh pattern variable, so it
 matches anything on a left-hand side; on a right-hand side every attribute must be given or
 bound by the left (:meth:`Namespace.equal` refuses a right side with an unbound variable,
 naming the rule and the attribute).
@@ -36,14 +38,19 @@ from . import egglog_private
 from .sorts import (
     ATTR_SORTS,
     CONSTRUCTORS,
+    EX_CONSTRUCTORS,
+    EX_SIGNATURES,
     SIGNATURES,
     Epi,
+    Ex,
     T,
     TList,
     constructor_name,
     epilogue_without_add,
+    ex_leaf,
     last_step,
     shape,
+    stored_uses,
 )
 
 
@@ -61,10 +68,11 @@ class RuleRecord:
 class Namespace:
     """See the module docstring. ``records`` collects every rule made through it."""
 
-    T, Epi, TList = T, Epi, TList
+    T, Epi, TList, Ex = T, Epi, TList, Ex
     String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
     shape, epilogue_without_add, last_step = staticmethod(shape), staticmethod(epilogue_without_add), \
         staticmethod(last_step)
+    stored_uses, ExLeaf = staticmethod(stored_uses), staticmethod(ex_leaf)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))
 
@@ -116,7 +124,7 @@ class Namespace:
         def build(*tensors: Any, epilogue: Any = None, **attrs: Any) -> Any:
             name = constructor_name(op, len(tensors))  # by arity, for an op with optional inputs
             sig, ctor = SIGNATURES[name], CONSTRUCTORS[name]
-            if sig.leaf:
+            if sig.leaf or sig.expr:
                 return ctor(*tensors)
             unknown = set(attrs) - {a.name for a in sig.attrs}
             if unknown:
@@ -135,6 +143,18 @@ class Namespace:
 
         build.__name__ = op
         return build
+
+    def ex(self, op: str, *operands: Any, **attrs: Any) -> Ex:
+        """The ``Ex`` e-node of fusable ``op`` (``ir.ops.fused.FUSABLE``) on ``Ex`` operands;
+        attributes by keyword, a fresh pattern variable for each one left out."""
+        name = f"Ex{op}"
+        if name not in EX_SIGNATURES:
+            raise AttributeError(f"no Ex constructor for {op!r}: a generated kernel holds the ops of "
+                                 "eggfuse.ir.ops.fused.FUSABLE")
+        sig = EX_SIGNATURES[name]
+        if len(operands) != sig.arity:
+            raise TypeError(f"Ex{op} takes {sig.arity} operands, got {len(operands)}")
+        return EX_CONSTRUCTORS[op](*self.attrs_of(op, **attrs).values(), *operands)
 
     # --- rules ---------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Graph -> e-graph: one ``let`` (one e-node) per live graph node, shapes set as facts.
+"""Graph -> e-graph: one ``let`` (one e-node) per live graph node, shapes and use counts set as facts.
 
 The graph is written as one egglog program (text) and run in one call (see
 :mod:`.egglog_private` for why). The constructors' egglog names are the op names
@@ -15,8 +15,19 @@ from typing import Any
 from egglog import EGraph
 
 from ..ir import OPS, Graph, Node, TensorType
+from ..ir.ops.fused import FUSABLE
 from . import egglog_private
-from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList, constructor_name
+from .sorts import (
+    ANALYSES,
+    CONSTRUCTORS,
+    EX_CONSTRUCTORS,
+    SIGNATURES,
+    Epi,
+    TList,
+    constructor_name,
+    ex_const,
+    ex_leaf,
+)
 
 
 @dataclass
@@ -75,11 +86,30 @@ def epilogue_chain(steps, operands: list[str]) -> str:
     return epi
 
 
+def expr_text(steps, refs: list[str]) -> str:
+    """The ``Ex`` text of a generated kernel's steps (``ir/ops/fused.py``) over the inputs ``refs``."""
+    texts: list[str] = []
+    for name, attrs, args in steps:
+        if name == "input":
+            texts.append(f"(ExLeaf {refs[args[0]]})")
+        elif name == "const":
+            a = dict(attrs)
+            texts.append(f"(ExConst {literal(a['dtype'], 'str')} {literal(json.dumps(a['value']), 'str')} "
+                         f"{literal(a['shape'], 'ints')})")
+        else:
+            given = {a.name: a.default for a in OPS[name].attrs} | dict(attrs)
+            lits = [literal(given[a.name], a.kind) for a in OPS[name].egg_attrs]
+            texts.append(f"(Ex{name} {' '.join([*lits, *(texts[k] for k in args)])})")
+    return texts[-1]
+
+
 def node_text(node: Node, refs: list[str]) -> str:
     """The e-node of one graph node whose inputs are the e-nodes ``refs`` (egglog text)."""
     sig = SIGNATURES[constructor_name(node.op, len(refs))]
     if sig.leaf:
         return f"({node.op} {literal(node.attrs['name'], 'str')} {literal(node.type.shape, 'ints')})"
+    if sig.expr:
+        return f"({sig.name} {expr_text(node.attrs[OPS[node.op].expr_attr.name], refs)})"
     args = [literal(node.attrs[a.name], a.kind) for a in sig.attrs]
     if sig.epilogue:
         args += refs[:sig.tensors]
@@ -92,7 +122,9 @@ def node_text(node: Node, refs: list[str]) -> str:
 
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
-    """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact.
+    """Insert the live part of ``graph``: a ``let`` per node, its IR shape as a ``shape`` fact and
+    the number of its consumers that read it from memory (ops a generated elementwise kernel
+    cannot hold; plus one for a graph output) as a ``stored_uses`` fact.
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -100,8 +132,18 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     enc = Encoding(egraph)
     live = graph.live_nodes()
     used = {constructor_name(n.op, len(n.inputs)) for n in live}
+    ex_ops = sorted({s[0] for n in live if OPS[n.op].expr_attr is not None for s in n.attrs[OPS[n.op].expr_attr.name]}
+                    - {"input", "const"})
     egglog_private.declare(egraph, [*(CONSTRUCTORS[c] for c in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
-                                    TList.nil, TList.cons, *ANALYSES])
+                                    TList.nil, TList.cons, ex_leaf, ex_const, *(EX_CONSTRUCTORS[o] for o in ex_ops),
+                                    *ANALYSES])
+    stored: dict[int, int] = {}
+    for node in live:
+        if node.op not in FUSABLE:
+            for i in set(node.inputs):
+                stored[i] = stored.get(i, 0) + 1
+    for o in graph.outputs:
+        stored[o] = stored.get(o, 0) + 1
     lines = []
     written = set()
     for node in live:
@@ -115,6 +157,7 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         enc.enodes[name] = (constructor_name(node.op, len(refs)), tuple(refs))
         lines.append(f"(let {name} {node_text(node, refs)})")
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
+        lines.append(f"(set (stored_uses {name}) {stored.get(node.id, 0)})")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):
@@ -124,4 +167,4 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     return enc
 
 
-__all__ = ["Encoding", "encode", "epilogue_chain", "literal", "node_text", "tensor_list"]
+__all__ = ["Encoding", "encode", "epilogue_chain", "expr_text", "literal", "node_text", "tensor_list"]

@@ -31,12 +31,12 @@ def _enodes(egraph: EGraph) -> int:
 
 
 def _eclasses(egraph: EGraph, raw: dict | None = None) -> int:
-    """E-classes of the tensor, epilogue and list sorts. From egglog's serialisation ``raw``
+    """E-classes of the tensor, epilogue, list and ``Ex`` sorts. From egglog's serialisation ``raw``
     when given (an e-class a rule created has no ``shape`` row); without it, before any rule
     ran, every tensor e-class is one encoded node with its ``shape`` row and every epilogue
     and list e-node its own e-class."""
     if raw is not None:
-        return sum(1 for d in raw["class_data"].values() if d.get("type") in ("T", "Epi", "TList"))
+        return sum(1 for d in raw["class_data"].values() if d.get("type") in ("T", "Epi", "TList", "Ex"))
     return egraph.function_size(shape) + sum(
         n for fn, n in egraph.all_function_sizes() if str(fn).startswith(("Epi.", "TList.")))
 
@@ -270,7 +270,7 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
     if len(want) != len(got):
         raise RewriteError(f"optimised graph has {len(got)} outputs, the original {len(want)}")
     for i, (w, g) in enumerate(zip(want, got, strict=True)):
-        if w.shape != g.shape or not np.allclose(g, w, rtol=rtol, atol=atol):
+        if w.shape != g.shape or not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
             err = float(np.max(np.abs(g - w))) if w.shape == g.shape else float("nan")
             raise RewriteError(f"output {i} (node {before.outputs[i]}, {before.node(before.outputs[i]).op}) "
                                f"differs after optimisation: shapes {w.shape} vs {g.shape}, max abs error {err:.3g}")

@@ -22,7 +22,7 @@ from . import egglog_private
 from .dsl import Namespace, RuleRecord
 
 #: The optimisation rulesets, in schedule order.
-SCHEDULE = ("algebraic", "swiglu", "matmul_epilogue", "norm_fusion", "attention")
+SCHEDULE = ("algebraic", "swiglu", "matmul_epilogue", "norm_fusion", "attention", "elementwise_fusion")
 #: The ruleset of analysis rules: facts, saturated before every optimisation pass.
 ANALYSIS = "analysis"
 
