@@ -15,7 +15,7 @@ from typing import Any
 from egglog import EGraph
 
 from ..ir import OPS, Graph, Node, TensorType
-from ..ir.ops.fused import FUSABLE
+from ..ir.ops.fused import stored_uses
 from . import egglog_private
 from .sorts import (
     ANALYSES,
@@ -123,8 +123,8 @@ def node_text(node: Node, refs: list[str]) -> str:
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
     """Insert the live part of ``graph``: a ``let`` per node, its IR shape as a ``shape`` fact and
-    the number of its consumers that read it from memory (ops a generated elementwise kernel
-    cannot hold; plus one for a graph output) as a ``stored_uses`` fact.
+    the number of its consumers that read it from memory as a ``stored_uses`` fact
+    (``ir.ops.fused.stored_uses``).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -137,13 +137,7 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     egglog_private.declare(egraph, [*(CONSTRUCTORS[c] for c in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
                                     TList.nil, TList.cons, ex_leaf, ex_const, *(EX_CONSTRUCTORS[o] for o in ex_ops),
                                     *ANALYSES])
-    stored: dict[int, int] = {}
-    for node in live:
-        if node.op not in FUSABLE:
-            for i in set(node.inputs):
-                stored[i] = stored.get(i, 0) + 1
-    for o in graph.outputs:
-        stored[o] = stored.get(o, 0) + 1
+    stored = stored_uses(graph, live)
     lines = []
     written = set()
     for node in live:

@@ -243,13 +243,16 @@ def _with_leaves_of(graph: Graph, out: Graph) -> Graph:
 
 
 def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
-    """Random inputs and parameters for ``graph``: normal floats, valid embedding indices."""
+    """Random inputs and parameters for ``graph``: normal floats, valid indices (u32 and i32
+    inputs: below the rows of every table they index, 0 where none), random bools."""
     rng = np.random.default_rng(seed)
     limits = graph.index_bounds()  # an index input must be valid for every table it indexes
     inputs = {}
     for n in graph.leaves("Input"):
-        if n.type.dtype is DType.U32:
-            inputs[n.attrs["name"]] = rng.integers(0, limits.get(n.id, 1), n.type.shape).astype(np.uint32)
+        if n.type.dtype in (DType.U32, DType.I32):  # indices below the tables they index (ONNX ids are i32)
+            inputs[n.attrs["name"]] = rng.integers(0, limits.get(n.id, 1), n.type.shape).astype(n.type.dtype.numpy)
+        elif n.type.dtype is DType.BOOL:
+            inputs[n.attrs["name"]] = rng.integers(0, 2, n.type.shape).astype(bool)
         else:
             inputs[n.attrs["name"]] = rng.standard_normal(n.type.shape).astype(np.float32)
     params = {n.attrs["name"]: (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0] if n.type.shape else 1))

@@ -25,15 +25,14 @@ element: the inputs' loads, then one ``let`` per step.
 In the e-graph a region is an ``Ex`` term (``rewrites/sorts.py``) under ``Fused(Ex)``; the
 rules here introduce it (``elementwise_fusion``) and extraction decides which regions pay:
 - ``Op(a, b) -> Fused(ExOp(ExLeaf(a), ExLeaf(b)))`` for every op of :data:`FUSABLE`;
-- ``ExLeaf(t) = e`` when ``t = Fused(e)`` and every consumer of ``t`` in the input graph is an
-  op of :data:`FUSABLE` and ``t`` is no graph output (the analysis fact ``stored_uses(t) = 0``):
-  a consumer's region may then compute ``t`` inline instead of reading it, so regions grow by
-  union, and a value two ops of one region read (a diamond) is computed once in it. A value
-  that a matmul, a norm or a reduction also reads, or a graph output, stays a region
-  boundary: it is stored anyway, and computing it again inline in each elementwise consumer
-  would be work the DAG cost model cannot price (it charges a shared e-class once; a residual
-  stream would otherwise be recomputed from its start in every layer). Two regions that both
-  read an inline value compute it twice; the model charges its reads once.
+- ``ExLeaf(t) = e`` when ``t = Fused(e)`` and no consumer of ``t`` in the input graph reads it
+  from memory (the analysis fact ``stored_uses(t) = 0``, :func:`stored_uses`): a consumer's
+  region may then compute ``t`` inline instead of reading it, so regions grow by union, and a
+  value two ops of one region read (a diamond) is computed once in it. A value that a matmul,
+  a norm or a reduction also reads, or a graph output, stays a region boundary: it is stored
+  anyway. Two regions that both read an inline value compute it twice, and the model charges
+  its reads once (it charges a shared e-class once); :func:`stored_uses` keeps such values
+  from nesting, so what is computed twice stays one level deep.
 
 Where a region reads more tensors than a dispatch may bind (:data:`MAX_INPUTS`, WebGPU's
 default ``maxStorageBuffersPerShaderStage`` less the output), :func:`add_fused` materialises
@@ -339,6 +338,45 @@ def _split(g, steps, inputs):
         else:
             out.append((name, attrs, tuple(index[a] for a in args)))
     return tuple(out), new_inputs
+
+
+# --- which values a region may compute inline ------------------------------------------------
+
+
+def stored_uses(graph, live=None) -> dict[int, int]:
+    """Node id -> how many of its consumers read it from memory (0: a region may compute it
+    inline; absent: 0), for the ``stored_uses`` fact of the e-graph.
+
+    A value is read from memory by each consumer outside :data:`FUSABLE` (a matmul, a norm, a
+    reduction) and by the caller when it is a graph output. A value that only elementwise ops
+    read, two or more of them, may be computed inline in each of their regions, but not when
+    computing it would itself compute another such value inline: then all its consumers read it
+    (nodes in topological order, the first such value on each path inline). This bounds the
+    work computed twice: a decomposed RmsNorm's residual stream, which its Pow, its Mul and the
+    next residual Add read, would otherwise be computed from its start in every layer.
+    """
+    live = graph.live_nodes() if live is None else live
+    stored: dict[int, int] = {}
+    consumers: dict[int, int] = {}
+    for node in live:
+        for i in set(node.inputs):
+            consumers[i] = consumers.get(i, 0) + 1
+            if node.op not in FUSABLE:
+                stored[i] = stored.get(i, 0) + 1
+    for o in graph.outputs:
+        stored[o] = stored.get(o, 0) + 1
+    shares: dict[int, bool] = {}  # an inline value: does computing it compute a shared value inline?
+    for node in live:
+        if node.op not in FUSABLE or stored.get(node.id, 0):
+            continue
+        below = any(shares.get(i, False) for i in node.inputs)
+        if consumers.get(node.id, 0) > 1:
+            if below:
+                stored[node.id] = consumers[node.id]
+                continue
+            below = True
+        shares[node.id] = below
+    return stored
 
 
 # --- the rules ---------------------------------------------------------------------------------
