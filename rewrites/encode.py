@@ -35,7 +35,8 @@ class Encoding:
     """The e-graph of one graph. ``leaves`` maps (op, name) to the original leaf node;
     ``types`` maps the let name of every encoded node (``$n<id>``) to its IR type; ``written``
     names the parameters an op updates in place; ``root`` is the let name of the output list;
-    ``enodes`` maps each let name to its constructor and its inputs' let names."""
+    ``enodes`` maps each let name to its constructor and its inputs' let names; ``constructors``
+    names every constructor the program uses (``sorts.ARG_SORTS`` names)."""
 
     egraph: EGraph
     leaves: dict[tuple[str, str], Node] = field(default_factory=dict)
@@ -43,6 +44,7 @@ class Encoding:
     written: frozenset[str] = frozenset()
     root: str = "$outputs"
     enodes: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    constructors: frozenset[str] = frozenset()  # the names of the constructors the encoded program uses
     raw: dict | None = None  # egglog's serialisation once saturated (rewrites.engine.saturate)
 
 
@@ -157,6 +159,8 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     for i in range(len(graph.outputs) - 1, -1, -1):
         lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} (Cons $n{graph.outputs[i]} $out{i + 1}))")
     enc.written = frozenset(written)
+    enc.constructors = frozenset({*used, *(f"Ex{o}" for o in ex_ops), "ExLeaf", "ExConst", "Epi.none", "Epi.bias",
+                                  "Epi.add", "Epi.act", "TList.nil", "TList.cons"})
     egglog_private.run_program(egraph, "\n".join(lines))
     return enc
 

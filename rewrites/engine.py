@@ -18,7 +18,7 @@ from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
 from .report import Phase, Report
-from .rulesets import analysis_ruleset, optimization_rulesets
+from .rulesets import analysis_ruleset, optimization_rulesets, relevant
 from .sorts import ANALYSES, Epi, T, TList, shape
 
 EXTRACTORS = ("ilp", "greedy", "compare")
@@ -67,7 +67,8 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     fired: Counter[str] = Counter()
     analysis = analysis_ruleset().saturate()
     scheduler = back_off(match_limit=match_limit, ban_length=ban_length).persistent()
-    optimisation = seq(*(run(rs, scheduler=scheduler) for rs in rulesets))
+    # only the rules that can match this graph, or what the others build from it (rulesets.relevant)
+    optimisation = seq(*(run(rs, scheduler=scheduler) for rs in relevant(rulesets, enc.constructors)))
     start = time.perf_counter()
     try:
         rep.stop_reason = f"iteration limit {max_iterations}"

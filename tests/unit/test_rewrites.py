@@ -339,3 +339,40 @@ def test_concat_of_any_arity_passes_through_the_egraph(n, extractor):
     # by all n, charged once)
     assert (rep.ilp_cost if extractor == "ilp" else rep.greedy_cost) == region_cost(out, CostModel())
     assert sorted(len(n_.inputs) for n_ in out.live_nodes() if n_.op == "Concat") == [n, n]
+
+
+def test_only_rules_that_can_match_run():
+    from egglog import ruleset
+
+    from eggfuse.rewrites import make_ruleset
+    from eggfuse.rewrites.rulesets import relevant, rules_of
+
+    def relu_to_negneg(e):
+        (x,) = e.vars("x")
+        yield e.equal("Relu(x) -> Neg(Neg(Relu(x)))", e.Relu(x), e.Neg(e.Neg(e.Relu(x))))
+
+    def negneg(e):
+        (x,) = e.vars("x")
+        yield e.equal("Neg(Neg(x)) -> x (test)", e.Neg(e.Neg(x)), x)
+        yield e.equal("Tanh(x) -> Tanh(x) (test)", e.Tanh(x), e.Tanh(x))
+
+    a, b = make_ruleset("a_for_test", relu_to_negneg), make_ruleset("b_for_test", negneg)
+    kept = relevant([a, b], {"Input", "Relu"})  # Neg comes from a's right-hand side
+    assert kept[0] is a and rules_of(kept[1]) == ["Neg(Neg(x)) -> x (test)"]
+    assert [rules_of(rs) for rs in relevant([a, b], {"Input"})] == [[], []]
+    assert relevant([a, b], {"Input"})[1] is relevant([a, b], {"Input"})[1]  # built once
+    plain = ruleset(name="not_built_by_eggfuse")
+    assert relevant([a, plain], {"Input"}) == (a, plain)  # its rules are unknown: nothing is left out
+
+
+def test_leaving_out_rules_that_cannot_match_changes_nothing(monkeypatch):
+    from eggfuse.api import model_graph
+    from eggfuse.rewrites import engine
+
+    g = model_graph("llama:2")
+    rep = engine.Report()
+    engine.saturate(g, rep)
+    monkeypatch.setattr(engine, "relevant", lambda rulesets, present: tuple(rulesets))
+    full = engine.Report()
+    engine.saturate(g, full)
+    assert (rep.eclasses, rep.enodes, rep.rules_fired) == (full.eclasses, full.enodes, full.rules_fired)
