@@ -268,3 +268,34 @@ def test_the_egraph_grows_linearly_with_the_regions():
     assert rep.saturated and rep.enodes <= 4 * 62 and rep.eclasses <= 3 * 62
     # and it splits into kernels of at most MAX_INPUTS inputs, here one (x and y are the only tensors)
     assert rep.dispatches_after == 1
+
+
+def _decomposed_rms_residuals(layers: int) -> Graph:
+    # h = h + a_i; n = h * (1 / sqrt(mean(h^2) + eps)) * w: h is read by Pow, Mul and the next Add only
+    g = Graph()
+    h = g.input("x", [4, 8])
+    for i in range(layers):
+        h = g.add(h, g.input(f"a{i}", [4, 8]))
+        ms = g.add_node("ReduceMean", (g.add_node("Pow", (h, g.constant(2.0))),), axes=(1,))
+        inv = g.add_node("Recip", (g.add_node("Sqrt", (g.add(ms, g.constant(1e-6)),)),))
+        h = g.add(h, g.mul(g.mul(h, inv), g.parameter(f"w{i}", [8])))
+    g.set_outputs([h])
+    return g
+
+
+def test_values_computed_twice_do_not_nest():
+    from eggfuse.ir.ops.fused import stored_uses
+
+    g = _decomposed_rms_residuals(4)
+    stored = stored_uses(g)
+    stream = [n.id for n in g.live_nodes() if n.op == "Add" and g.node(n.inputs[0]).op in ("Input", "Add")
+              and g.node(n.inputs[1]).op == "Input"]
+    # every residual value is read by three elementwise ops; the first may be computed in each, the
+    # next must then be read (computing it would compute the first), and so on alternately
+    assert [stored.get(i, 0) for i in stream[:3]] == [0, 3, 0]
+    # so the work computed twice stays linear in the layers: with every such value inline, 8 layers'
+    # regions held 268 ops (of 64), split into 32 kernels
+    g = _decomposed_rms_residuals(8)
+    out, rep = fuse(g)
+    ops = sum(len(ops_of(n.attrs["expr"])) if n.op == "Fused" else n.op in FUSABLE for n in out.live_nodes())
+    assert ops <= 1.5 * sum(n.op in FUSABLE for n in g.live_nodes()) and rep.dispatches_after == 21
