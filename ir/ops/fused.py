@@ -4,7 +4,8 @@
 Which ops a region may hold is the table :data:`FUSABLE`, derived from the tables that define
 the ops (no op is listed twice): every row of ``POINTWISE`` (``arithmetic.py``: Add ... Where,
 Cast), every unary row and its ``<Op>Grad`` (``elementwise.py``, ``unary.py``), BiasAdd,
-SwiGLU and SwiGLU's two gradients. Each entry gives the WGSL of the op applied to variables,
+SwiGLU and SwiGLU's two gradients, and the broadcasts Expand and BroadcastTo (the identity
+inside a region, whose inputs are read with their broadcast strides to its output). Each entry gives the WGSL of the op applied to variables,
 made from the same expressions the single-op kernels use, so a fused kernel computes each op
 exactly as its own kernel does.
 
@@ -136,6 +137,10 @@ def _table() -> dict[str, Fusable]:
         rows.append(_unary(u))
         if u.derivative is not None:
             rows.append(_unary_grad(u))
+    # broadcasts: a region reads every input with its broadcast strides to the output, and numpy
+    # broadcasting composes, so Expand and BroadcastTo are the identity inside one
+    rows += [Fusable("Expand", 1, lambda sig, attrs, args: args[0], (F32,), {"shape": (2, 1, 1)}),
+             Fusable("BroadcastTo", 1, lambda sig, attrs, args: args[0], (F32,), {"shape": "2,m,n"})]
     rows += [_fixed("BiasAdd", 2, "{0} + {1}", same_shape=False),  # bias [N]: numpy broadcasting to [M,N]
              _fixed("SwiGLU", 2, "silu({0}) * {1}"),
              _fixed("SwiGLUGradGate", 3, "{0} * {2} * dsilu({1})"),  # inputs dy, gate, up
@@ -401,7 +406,8 @@ def _op_example(f: Fusable):
         else:
             shapes = [[m, n], [1, n], [m, 1]][:f.arity]
         xs = [_operand(g, d, f"x{i}", s) for i, (d, s) in enumerate(zip(f.example_dtypes, shapes, strict=True))]
-        g.set_outputs([g.add_node(f.op, xs, **f.example_attrs)])
+        attrs = {k: (2, m, n) if v == "2,m,n" else v for k, v in f.example_attrs.items()}
+        g.set_outputs([g.add_node(f.op, xs, **attrs)])
 
     return example(build)
 

@@ -55,12 +55,17 @@ def _op_row(op: str) -> Row:
         for i in range(f.arity):
             if f.example_dtypes[i] is F32 and (i == slot or base in ("Div", "Pow")):
                 feeds[f"x{i}"] = rng.uniform(lo, hi, shapes[i]).astype(np.float32)
-    steps = [_inp(i) for i in range(f.arity)] + [(op, tuple(f.example_attrs.items()), tuple(range(f.arity)))]
+    attrs = {k: (2, 5, 7) if v == "2,m,n" else v for k, v in f.example_attrs.items()}
+    steps = [_inp(i) for i in range(f.arity)] + [(op, tuple(attrs.items()), tuple(range(f.arity)))]
     return _region(f"Fused[{op}]", shapes, f.example_dtypes, steps, feeds)
 
 
 ROWS: list[Row] = [_op_row(op) for op in FUSABLE]
 
+# an Expand inside a region: x [5,1] expanded to [3,5,4], then x read again broadcast to it
+ROWS.append(_region("Fused-expand", [[5, 1], [4]], [F32, F32],
+                    [_inp(0), ("Expand", (("shape", (3, 1, 4)),), (0,)), _inp(1), ("Mul", (), (1, 2)),
+                     ("Sub", (), (3, 0))]))
 # a chain over a broadcast bias: Erf(x + b) * x, x read twice (a diamond)
 ROWS.append(_region("Fused-chain-diamond", [[9, 13], [1, 13]], [F32, F32],
                     [_inp(0), _inp(1), ("Add", (), (0, 1)), ("Erf", (), (2,)), ("Mul", (), (3, 0)),

@@ -43,7 +43,7 @@ def fuse(g: Graph):
 
 def test_every_elementwise_table_row_is_fusable():
     want = {r.name for r in POINTWISE} | {u.name for u in UNARY} | {f"{u.name}Grad" for u in UNARY if u.derivative}
-    assert want | {"BiasAdd", "SwiGLU", "SwiGLUGradGate", "SwiGLUGradUp"} == set(FUSABLE)
+    assert want | {"BiasAdd", "SwiGLU", "SwiGLUGradGate", "SwiGLUGradUp", "Expand", "BroadcastTo"} == set(FUSABLE)
     for name, f in FUSABLE.items():
         assert OPS[name].min_inputs == f.arity == len(f.example_dtypes), name
 
@@ -299,3 +299,14 @@ def test_values_computed_twice_do_not_nest():
     out, rep = fuse(g)
     ops = sum(len(ops_of(n.attrs["expr"])) if n.op == "Fused" else n.op in FUSABLE for n in out.live_nodes())
     assert ops <= 1.5 * sum(n.op in FUSABLE for n in g.live_nodes()) and rep.dispatches_after == 21
+
+
+def test_an_expand_between_elementwise_ops_is_inside_the_region():
+    # a mask built from a [1, N] row, expanded to [B, M, N] (as exporters spell it), picks between two inputs
+    g = Graph()
+    x, y, row = g.input("x", [2, 3, 5]), g.input("y", [2, 3, 5]), g.input("row", [1, 5])
+    mask = g.add_node("Expand", (g.add_node("Less", (row, g.constant(0.0))),), shape=(2, 3, 5))
+    g.set_outputs([g.add_node("Where", (mask, x, g.neg(y)))])
+    out, rep = fuse(g)
+    assert (rep.dispatches_before, rep.dispatches_after) == (4, 1)
+    assert kernels(out) == ["fused:Less,Expand,Neg,Where"]
