@@ -5,9 +5,9 @@ Which ops a region may hold is the table :data:`FUSABLE`, derived from the table
 the ops (no op is listed twice): every row of ``POINTWISE`` (``arithmetic.py``: Add ... Where,
 Cast), every unary row and its ``<Op>Grad`` (``elementwise.py``, ``unary.py``), BiasAdd,
 SwiGLU and SwiGLU's two gradients, and the broadcasts Expand and BroadcastTo (the identity
-inside a region, whose inputs are read with their broadcast strides to its output). Each entry gives the WGSL of the op applied to variables,
-made from the same expressions the single-op kernels use, so a fused kernel computes each op
-exactly as its own kernel does.
+inside a region, whose inputs are read with their broadcast strides to its output). Each
+entry gives the WGSL of the op applied to variables, made from the same expressions the
+single-op kernels use, so a fused kernel computes each op exactly as its own kernel does.
 
 A ``Fused`` node's ``expr`` attribute is its region as a tuple of steps in dependency order,
 each ``(op, attrs, args)``; the last step is the value:
