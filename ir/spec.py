@@ -46,8 +46,10 @@ REQUIRED = object()
 #: Attribute kinds and the Python type each value is normalised to. "json" is None, a number, a
 #: string or a tuple of them (nested), encoded in egglog as its JSON text (RoPE's ``scaling``);
 #: "epilogue" is a tuple of step names (a fused matmul's store chain, encoded in egglog as an
-#: ``Epi`` term); "array" and "type" belong to leaves and never enter the e-graph.
-ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "json", "epilogue", "array", "type")
+#: ``Epi`` term); "expr" is a generated elementwise kernel's expression (a tuple of steps, see
+#: ``ir/ops/fused.py``; in egglog an ``Ex`` term); "array" and "type" belong to leaves and never
+#: enter the e-graph.
+ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "json", "epilogue", "expr", "array", "type")
 
 
 def json_value(value: Any) -> Any:
@@ -63,6 +65,15 @@ def json_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(json_value(v) for v in value)
     raise ValueError(f"{value!r} is not None, a number, a string or a tuple of them")
+
+
+def _tuples(value: Any) -> Any:
+    # lists (from JSON, or written by hand) as tuples, all the way down: an "expr" is hashable
+    if isinstance(value, list | tuple):
+        return tuple(_tuples(v) for v in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,8 @@ class Attr:
             return tuple(float(v) for v in value)
         if k == "json":
             return json_value(value)
+        if k == "expr":
+            return _tuples(value)
         if k == "epilogue":
             if isinstance(value, str):
                 raise TypeError(f"{value!r} is one string; the steps are a sequence of step names, e.g. ({value!r},)")
@@ -236,11 +249,15 @@ class OpSpec:
     @property
     def egg_attrs(self) -> tuple[Attr, ...]:
         """The attributes that are arguments of the op's egglog constructor, in order."""
-        return tuple(a for a in self.attrs if a.kind not in ("array", "type", "epilogue"))
+        return tuple(a for a in self.attrs if a.kind not in ("array", "type", "epilogue", "expr"))
 
     @property
     def epilogue_attr(self) -> Attr | None:
         return next((a for a in self.attrs if a.kind == "epilogue"), None)
+
+    @property
+    def expr_attr(self) -> Attr | None:
+        return next((a for a in self.attrs if a.kind == "expr"), None)
 
     @property
     def differentiable(self) -> bool:

@@ -7,6 +7,11 @@ time per dispatch, as measured on an H200, at ~170 GB/s of effective small-kerne
 bandwidth). Views (reshape), leaves and derived parameters cost nothing; a leaf's bytes are
 charged to the kernels that read it. A fused matmul's epilogue operands are charged to their
 epilogue step, so the whole fused kernel costs the same as one kernel reading all its inputs.
+A generated elementwise kernel (``Fused``) is priced in parts: its dispatch and output bytes
+on the ``Fused`` e-node, each tensor it reads on that tensor's ``ExLeaf`` e-node
+(:func:`fused_read_info`), its ops' FLOPs on their ``Ex`` e-nodes (no bytes: nothing inside a
+region is stored). As the extractor counts an e-class once, a tensor that two regions read is
+charged once; a tensor read by a region and by another kernel is charged to both.
 
 The extractor sums marginal costs over the extracted DAG, counting a shared sub-term once.
 Pass your own model by subclassing :class:`CostModel` and overriding :meth:`kernel_cost`; it
@@ -70,9 +75,15 @@ def kernel_info(op: str, attrs: dict[str, Any], ins: tuple[TensorType, ...], out
                       ins, out, attrs)
 
 
+def fused_read_info(tensor: TensorType) -> KernelInfo:
+    """The :class:`KernelInfo` of a generated elementwise kernel's read of ``tensor`` (an ``ExLeaf``
+    e-node: charged once per e-class, so a tensor a region reads twice is charged once)."""
+    return KernelInfo("fused:read", 0, tensor.size_bytes, 0, 0, (tensor,), None)
+
+
 def epilogue_operand_info(step: str, operand: TensorType) -> KernelInfo:
     """The :class:`KernelInfo` of the operand read of a fused matmul's ``bias`` or ``add`` step."""
     return KernelInfo(f"epilogue:{step}", 0, operand.size_bytes, 0, 0, (operand,), None)
 
 
-__all__ = ["CostModel", "KernelInfo", "epilogue_operand_info", "kernel_info"]
+__all__ = ["CostModel", "KernelInfo", "epilogue_operand_info", "fused_read_info", "kernel_info"]

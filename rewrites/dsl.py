@@ -15,7 +15,9 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
 ``e.shape(t)``, ``e.scalar(t)`` (the value of a one-element Constant) and ``e.is_bool(t)``
 read the analysis facts. ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
-matmul its chain as ``epilogue=``. An attribute left out is a fresh pattern variable, so it
+matmul its chain as ``epilogue=``; ``e.Fused(ex)`` a generated elementwise kernel of the
+``Ex`` term ``ex``, built with ``e.ExLeaf(t)`` and ``e.ex(op, *operands, **attrs)``. An
+attribute left out is a fresh pattern variable, so it
 matches anything on a left-hand side; on a right-hand side every attribute must be given or
 bound by the left (:meth:`Namespace.equal` refuses a right side with an unbound variable,
 naming the rule and the attribute).
@@ -37,16 +39,21 @@ from . import egglog_private
 from .sorts import (
     ATTR_SORTS,
     CONSTRUCTORS,
+    EX_CONSTRUCTORS,
+    EX_SIGNATURES,
     SIGNATURES,
     Epi,
+    Ex,
     T,
     TList,
     constructor_name,
     epilogue_without_add,
     is_bool,
+    ex_leaf,
     last_step,
     scalar,
     shape,
+    stored_uses,
 )
 
 
@@ -64,10 +71,11 @@ class RuleRecord:
 class Namespace:
     """See the module docstring. ``records`` collects every rule made through it."""
 
-    T, Epi, TList = T, Epi, TList
+    T, Epi, TList, Ex = T, Epi, TList, Ex
     String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
     shape, scalar, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(scalar), \
         staticmethod(is_bool), staticmethod(epilogue_without_add), staticmethod(last_step)
+    stored_uses, ExLeaf = staticmethod(stored_uses), staticmethod(ex_leaf)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))
 
@@ -119,7 +127,7 @@ class Namespace:
         def build(*tensors: Any, epilogue: Any = None, **attrs: Any) -> Any:
             name = constructor_name(op, len(tensors))  # by arity, for an op with optional inputs
             sig, ctor = SIGNATURES[name], CONSTRUCTORS[name]
-            if sig.leaf:
+            if sig.leaf or sig.expr:
                 return ctor(*tensors)
             unknown = set(attrs) - {a.name for a in sig.attrs}
             if unknown:
@@ -138,6 +146,18 @@ class Namespace:
 
         build.__name__ = op
         return build
+
+    def ex(self, op: str, *operands: Any, **attrs: Any) -> Ex:
+        """The ``Ex`` e-node of fusable ``op`` (``ir.ops.fused.FUSABLE``) on ``Ex`` operands;
+        attributes by keyword, a fresh pattern variable for each one left out."""
+        name = f"Ex{op}"
+        if name not in EX_SIGNATURES:
+            raise AttributeError(f"no Ex constructor for {op!r}: a generated kernel holds the ops of "
+                                 "eggfuse.ir.ops.fused.FUSABLE")
+        sig = EX_SIGNATURES[name]
+        if len(operands) != sig.arity:
+            raise TypeError(f"Ex{op} takes {sig.arity} operands, got {len(operands)}")
+        return EX_CONSTRUCTORS[op](*self.attrs_of(op, **attrs).values(), *operands)
 
     # --- rules ---------------------------------------------------------------------------
 

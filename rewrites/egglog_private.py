@@ -17,6 +17,10 @@ is kept here for a measured reason (and :func:`variables`, for a clear error mes
   rule, not at saturation as egglog's ``Unbound symbol``.
 - :func:`ruleset_fingerprint`: the text of a ruleset's rules, for the compile cache's key
   (``eggfuse.cache``): egglog-python prints a ruleset as its name only.
+- :func:`rule_calls`: the functions a rule's query and actions call, so that the engine runs
+  only the rules that can match an e-graph (``rulesets.relevant``): an egglog rule costs about
+  0.25 ms per pass even where it matches nothing, and the elementwise_fusion ruleset has one
+  per fusable op.
 
 ``tests/unit/test_egglog_private.py`` exercises each of them, and pins the details of the
 serialisation that ``problem.py``, ``engine.py`` and ``soundness.py`` read (``primitive-`` and
@@ -141,6 +145,32 @@ def rule_unions(rule: Any, names: bool = False) -> list[tuple[Any, Any]]:
     return [(pattern(a.lhs), pattern(a.rhs)) for a in head if isinstance(a, UnionDecl)]
 
 
+def rule_calls(rule: Any) -> tuple[set[str], set[str]]:
+    """The names of the functions the query (body) and the actions (head) of an egglog rule
+    call, as :func:`rule_unions` names constructors (``FusedMatMul``, ``Epi.act``)."""
+    from egglog.declarations import CallDecl, ClassMethodRef, FunctionRef
+
+    def calls(root: Any) -> set[str]:
+        names: set[str] = set()
+        stack = [root]
+        while stack:
+            d = stack.pop()
+            if isinstance(d, CallDecl):
+                ref = d.callable
+                if isinstance(ref, FunctionRef):
+                    names.add(ref.ident.name)
+                elif isinstance(ref, ClassMethodRef):
+                    names.add(f"{ref.ident.name}.{ref.method_name}")
+            if isinstance(d, tuple | list):
+                stack.extend(d)
+            elif dataclasses.is_dataclass(d) and not isinstance(d, type):
+                stack.extend(getattr(d, f.name) for f in dataclasses.fields(d))
+        return names
+
+    decl = _internal("RewriteOrRule.decl", lambda: rule.decl)
+    return calls(decl.body), calls(decl.head)
+
+
 def rule_rhs(rule: Any) -> list[Any]:
     """The right-hand sides of an egglog rule's unions as patterns (see :func:`rule_unions`)."""
     return [rhs for _, rhs in rule_unions(rule)]
@@ -151,5 +181,5 @@ def ruleset_ident(rs: Any) -> str:
     return _internal("Ruleset.__egg_ident__", lambda: rs.__egg_ident__.name)
 
 
-__all__ = ["declare", "rule_name", "rule_rhs", "rule_unions", "ruleset_fingerprint", "ruleset_ident", "run_program",
-           "serialize", "variables"]
+__all__ = ["declare", "rule_calls", "rule_name", "rule_rhs", "rule_unions", "ruleset_fingerprint", "ruleset_ident",
+           "run_program", "serialize", "variables"]

@@ -1,4 +1,4 @@
-"""Graph -> e-graph: one ``let`` (one e-node) per live graph node, shapes set as facts.
+"""Graph -> e-graph: one ``let`` (one e-node) per live graph node, shapes and use counts set as facts.
 
 The graph is written as one egglog program (text) and run in one call (see
 :mod:`.egglog_private` for why). The constructors' egglog names are the op names
@@ -17,8 +17,19 @@ import numpy as np
 from egglog import EGraph
 
 from ..ir import OPS, DType, Graph, Node, TensorType
+from ..ir.ops.fused import stored_uses
 from . import egglog_private
-from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList, constructor_name
+from .sorts import (
+    ANALYSES,
+    CONSTRUCTORS,
+    EX_CONSTRUCTORS,
+    SIGNATURES,
+    Epi,
+    TList,
+    constructor_name,
+    ex_const,
+    ex_leaf,
+)
 
 
 @dataclass
@@ -26,7 +37,8 @@ class Encoding:
     """The e-graph of one graph. ``leaves`` maps (op, name) to the original leaf node;
     ``types`` maps the let name of every encoded node (``$n<id>``) to its IR type; ``written``
     names the parameters an op updates in place; ``root`` is the let name of the output list;
-    ``enodes`` maps each let name to its constructor and its inputs' let names."""
+    ``enodes`` maps each let name to its constructor and its inputs' let names; ``constructors``
+    names every constructor the program uses (``sorts.ARG_SORTS`` names)."""
 
     egraph: EGraph
     leaves: dict[tuple[str, str], Node] = field(default_factory=dict)
@@ -34,6 +46,7 @@ class Encoding:
     written: frozenset[str] = frozenset()
     root: str = "$outputs"
     enodes: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    constructors: frozenset[str] = frozenset()  # the names of the constructors the encoded program uses
     raw: dict | None = None  # egglog's serialisation once saturated (rewrites.engine.saturate)
 
 
@@ -77,11 +90,30 @@ def epilogue_chain(steps, operands: list[str]) -> str:
     return epi
 
 
+def expr_text(steps, refs: list[str]) -> str:
+    """The ``Ex`` text of a generated kernel's steps (``ir/ops/fused.py``) over the inputs ``refs``."""
+    texts: list[str] = []
+    for name, attrs, args in steps:
+        if name == "input":
+            texts.append(f"(ExLeaf {refs[args[0]]})")
+        elif name == "const":
+            a = dict(attrs)
+            texts.append(f"(ExConst {literal(a['dtype'], 'str')} {literal(json.dumps(a['value']), 'str')} "
+                         f"{literal(a['shape'], 'ints')})")
+        else:
+            given = {a.name: a.default for a in OPS[name].attrs} | dict(attrs)
+            lits = [literal(given[a.name], a.kind) for a in OPS[name].egg_attrs]
+            texts.append(f"(Ex{name} {' '.join([*lits, *(texts[k] for k in args)])})")
+    return texts[-1]
+
+
 def node_text(node: Node, refs: list[str]) -> str:
     """The e-node of one graph node whose inputs are the e-nodes ``refs`` (egglog text)."""
     sig = SIGNATURES[constructor_name(node.op, len(refs))]
     if sig.leaf:
         return f"({node.op} {literal(node.attrs['name'], 'str')} {literal(node.type.shape, 'ints')})"
+    if sig.expr:
+        return f"({sig.name} {expr_text(node.attrs[OPS[node.op].expr_attr.name], refs)})"
     args = [literal(node.attrs[a.name], a.kind) for a in sig.attrs]
     if sig.epilogue:
         args += refs[:sig.tensors]
@@ -103,8 +135,10 @@ def scalar_value(node: Node) -> float | None:
 
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
-    """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact
-    (a one-element Constant's value as a ``scalar`` fact, a bool node's ``is_bool`` fact).
+    """Insert the live part of ``graph``: a ``let`` per node, its IR shape as a ``shape`` fact,
+    the number of its consumers that read it from memory as a ``stored_uses`` fact
+    (``ir.ops.fused.stored_uses``), a one-element Constant's value as a ``scalar`` fact and a
+    bool node's ``is_bool`` fact.
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -112,8 +146,12 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     enc = Encoding(egraph)
     live = graph.live_nodes()
     used = {constructor_name(n.op, len(n.inputs)) for n in live}
+    ex_ops = sorted({s[0] for n in live if OPS[n.op].expr_attr is not None for s in n.attrs[OPS[n.op].expr_attr.name]}
+                    - {"input", "const"})
     egglog_private.declare(egraph, [*(CONSTRUCTORS[c] for c in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
-                                    TList.nil, TList.cons, *ANALYSES])
+                                    TList.nil, TList.cons, ex_leaf, ex_const, *(EX_CONSTRUCTORS[o] for o in ex_ops),
+                                    *ANALYSES])
+    stored = stored_uses(graph, live)
     lines = []
     written = set()
     for node in live:
@@ -131,13 +169,17 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
             lines.append(f"(set (scalar {name}) {literal(value, 'float')})")
         if node.type.dtype is DType.BOOL:
             lines.append(f"(is_bool {name})")
+        lines.append(f"(set (stored_uses {name}) {stored.get(node.id, 0)})")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):
         lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} (Cons $n{graph.outputs[i]} $out{i + 1}))")
     enc.written = frozenset(written)
+    enc.constructors = frozenset({*used, *(f"Ex{o}" for o in ex_ops), "ExLeaf", "ExConst", "Epi.none", "Epi.bias",
+                                  "Epi.add", "Epi.act", "TList.nil", "TList.cons"})
     egglog_private.run_program(egraph, "\n".join(lines))
     return enc
 
 
-__all__ = ["Encoding", "encode", "epilogue_chain", "literal", "node_text", "scalar_value", "tensor_list"]
+__all__ = ["Encoding", "encode", "epilogue_chain", "expr_text", "literal", "node_text", "scalar_value",
+           "tensor_list"]

@@ -18,7 +18,7 @@ from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
 from .report import Phase, Report, input_classes, replaced_nodes
-from .rulesets import analysis_ruleset, optimization_rulesets
+from .rulesets import analysis_ruleset, optimization_rulesets, relevant
 from .sorts import ANALYSES, Epi, T, TList, shape
 
 EXTRACTORS = ("ilp", "greedy", "compare")
@@ -31,12 +31,12 @@ def _enodes(egraph: EGraph) -> int:
 
 
 def _eclasses(egraph: EGraph, raw: dict | None = None) -> int:
-    """E-classes of the tensor, epilogue and list sorts. From egglog's serialisation ``raw``
+    """E-classes of the tensor, epilogue, list and ``Ex`` sorts. From egglog's serialisation ``raw``
     when given (an e-class a rule created has no ``shape`` row); without it, before any rule
     ran, every tensor e-class is one encoded node with its ``shape`` row and every epilogue
     and list e-node its own e-class."""
     if raw is not None:
-        return sum(1 for d in raw["class_data"].values() if d.get("type") in ("T", "Epi", "TList"))
+        return sum(1 for d in raw["class_data"].values() if d.get("type") in ("T", "Epi", "TList", "Ex"))
     return egraph.function_size(shape) + sum(
         n for fn, n in egraph.all_function_sizes() if str(fn).startswith(("Epi.", "TList.")))
 
@@ -67,7 +67,8 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     fired: Counter[str] = Counter()
     analysis = analysis_ruleset().saturate()
     scheduler = back_off(match_limit=match_limit, ban_length=ban_length).persistent()
-    optimisation = seq(*(run(rs, scheduler=scheduler) for rs in rulesets))
+    # only the rules that can match this graph, or what the others build from it (rulesets.relevant)
+    optimisation = seq(*(run(rs, scheduler=scheduler) for rs in relevant(rulesets, enc.constructors)))
     start = time.perf_counter()
     try:
         rep.stop_reason = f"iteration limit {max_iterations}"
@@ -244,14 +245,17 @@ def _with_leaves_of(graph: Graph, out: Graph) -> Graph:
 
 
 def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
-    """Random inputs and parameters for ``graph``: normal floats, valid embedding indices, and u32
+    """Random inputs and parameters for ``graph``: normal floats, valid indices (u32 and i32
+    inputs: below the rows of every table they index, 0 where none), random bools, and u32
     parameters (packed data) of random words whose 16-bit halves are finite float16 values."""
     rng = np.random.default_rng(seed)
     limits = graph.index_bounds()  # an index input must be valid for every table it indexes
     inputs = {}
     for n in graph.leaves("Input"):
-        if n.type.dtype is DType.U32:
-            inputs[n.attrs["name"]] = rng.integers(0, limits.get(n.id, 1), n.type.shape).astype(np.uint32)
+        if n.type.dtype in (DType.U32, DType.I32):  # indices below the tables they index (ONNX ids are i32)
+            inputs[n.attrs["name"]] = rng.integers(0, limits.get(n.id, 1), n.type.shape).astype(n.type.dtype.numpy)
+        elif n.type.dtype is DType.BOOL:
+            inputs[n.attrs["name"]] = rng.integers(0, 2, n.type.shape).astype(bool)
         else:
             inputs[n.attrs["name"]] = rng.standard_normal(n.type.shape).astype(np.float32)
     params = {}
@@ -260,7 +264,7 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
             words = rng.integers(0, 1 << 32, n.type.shape, dtype=np.uint64) & 0xBFFFBFFF
             params[n.attrs["name"]] = words.astype(np.uint32)
         else:
-            params[n.attrs["name"]] = (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0])).astype(np.float32)
+            params[n.attrs["name"]] = (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0] if n.type.shape else 1)).astype(np.float32)
     return inputs, params
 
 
@@ -270,7 +274,8 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
     Both run on the numpy reference in float64, so any difference beyond ``rtol``/``atol`` is
     a wrong rewrite, not float noise. The tolerances are those of f32 constants: a recognition
     rule (``ir/ops/recognize.py``) matches an exporter's f32 rounding of sqrt 2 or sqrt(2/pi)
-    and puts the exact op in its place, which changes the float64 result by about 1e-8.
+    and puts the exact op in its place, which changes the float64 result by about 1e-8. A NaN
+    must be a NaN in both (a random parameter under a Sqrt gives one in either graph).
     """
     inputs, params = random_feeds(before, seed)
     want = evaluate(before, inputs, params)
@@ -278,7 +283,7 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
     if len(want) != len(got):
         raise RewriteError(f"optimised graph has {len(got)} outputs, the original {len(want)}")
     for i, (w, g) in enumerate(zip(want, got, strict=True)):
-        if w.shape != g.shape or not np.allclose(g, w, rtol=rtol, atol=atol):
+        if w.shape != g.shape or not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
             err = float(np.max(np.abs(g - w))) if w.shape == g.shape else float("nan")
             raise RewriteError(f"output {i} (node {before.outputs[i]}, {before.node(before.outputs[i]).op}) "
                                f"differs after optimisation: shapes {w.shape} vs {g.shape}, max abs error {err:.3g}")

@@ -8,11 +8,13 @@ maps each entry back to ``add_node(op, inputs, **attrs)`` with nothing listed pe
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..ir import OPS, Graph, RewriteError, TensorType
+from ..ir.ops.fused import add_fused
 from .encode import Encoding
-from .sorts import ARG_SORTS, SIGNATURES
+from .sorts import ARG_SORTS, EX_SIGNATURES, SIGNATURES
 
 
 @dataclass
@@ -52,6 +54,38 @@ def _epilogue(dag: TermDag, i: int) -> tuple[list[str], list[int]]:
     return steps[::-1], operands[::-1]
 
 
+def _expr(dag: TermDag, root: int) -> tuple[tuple, list[int]]:
+    """The steps (``ir/ops/fused.py``) of the ``Ex`` sub-DAG at entry ``root``, and the tensor
+    entries its leaves read, in the order of their input steps."""
+    steps: list[tuple] = []
+    leaves: list[int] = []
+    index: dict[int, int] = {}  # Ex entry -> its step
+    stack = [(root, False)]
+    while stack:
+        j, ready = stack.pop()
+        if j in index:
+            continue
+        name, args = dag.nodes[j]
+        sig = EX_SIGNATURES.get(name)
+        kids = list(args[len(sig.attrs):]) if sig is not None else []
+        if not ready and kids:
+            stack.append((j, True))
+            stack.extend((k, False) for k in reversed(kids) if k not in index)
+            continue
+        if name == "ExLeaf":
+            steps.append(("input", (), (len(leaves),)))
+            leaves.append(args[0])
+        elif name == "ExConst":
+            steps.append(("const", (("dtype", args[0]), ("shape", tuple(args[2])), ("value", json.loads(args[1]))), ()))
+        elif sig is not None:
+            attrs = tuple((a.name, v) for a, v in zip(sig.attrs, args, strict=False))
+            steps.append((sig.op, attrs, tuple(index[k] for k in kids)))
+        else:
+            raise RewriteError(f"extracted Ex term has an unknown constructor {name}")
+        index[j] = len(steps) - 1
+    return tuple(steps), leaves
+
+
 def dag_enode(dag: TermDag, j: int) -> tuple[str, dict, list[int]]:
     """(op, attributes, tensor input indices in input order) of DAG entry ``j``."""
     name, args = dag.nodes[j]
@@ -60,6 +94,9 @@ def dag_enode(dag: TermDag, j: int) -> tuple[str, dict, list[int]]:
         raise RewriteError(f"extracted term has an unknown constructor {name}")
     if sig.leaf:
         return sig.op, {"name": args[0]}, []
+    if sig.expr:
+        steps, leaves = _expr(dag, args[0])
+        return sig.op, {OPS[sig.op].expr_attr.name: steps}, leaves
     attrs, inputs = {}, []
     attr_iter = iter(sig.attrs)
     for sort, arg in zip(ARG_SORTS[name], args, strict=True):
@@ -82,7 +119,10 @@ def outputs(dag: TermDag) -> list[int]:
 
 
 def build_node(g: Graph, op: str, attrs: dict, inputs: list[int], enc: Encoding) -> int:
-    """Add one extracted e-node to ``g`` (a leaf is rebuilt from the original leaf node)."""
+    """Add one extracted e-node to ``g`` (a leaf is rebuilt from the original leaf node; a
+    generated kernel through :func:`~eggfuse.ir.ops.fused.add_fused`)."""
+    if (expr := OPS[op].expr_attr) is not None:
+        return add_fused(g, attrs[expr.name], inputs)
     if OPS[op].leaf:
         orig = enc.leaves[(op, attrs["name"])]
         if op == "Constant":

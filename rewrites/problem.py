@@ -18,13 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import OPS, RewriteError, TensorType
+from ..ir import OPS, DType, RewriteError, TensorType
+from ..ir.ops.fused import FUSABLE
 from ..ir.spec import ShapeError, json_value
 from . import egglog_private
-from .cost import CostModel, epilogue_operand_info, kernel_info
+from .cost import CostModel, KernelInfo, epilogue_operand_info, fused_read_info, kernel_info
 from .encode import Encoding
 from .extract import TermDag
-from .sorts import ARG_SORTS, CHILD_SORTS, SIGNATURES
+from .sorts import ARG_SORTS, CHILD_SORTS, EX_SIGNATURES, SIGNATURES
 
 
 def decode(raw: dict) -> tuple[dict, dict, dict]:
@@ -61,11 +62,24 @@ def literal(nodes: dict, node_id: str, kind: str):
 @dataclass
 class ENode:
     """One decoded e-node: ``op``, its attributes, its tensor inputs as e-classes in input order
-    (variadic lists and epilogue operands flattened), and for a fused matmul its epilogue steps."""
+    (variadic lists and epilogue operands flattened; a fused matmul's epilogue steps among the
+    attributes), and for a generated kernel (``Fused``) the e-class of its ``Ex`` term, ``ex``."""
 
     op: str
     attrs: dict
     inputs: list[str]
+    ex: str | None = None
+
+
+@dataclass
+class ExNode:
+    """One decoded ``Ex`` e-node: ``op`` "leaf" (``args``: the tensor e-class read), "const"
+    (``attrs``: dtype, shape, value) or a fusable op (``attrs`` its attributes, ``args`` its
+    operands' ``Ex`` e-classes)."""
+
+    op: str
+    attrs: dict
+    args: list[str]
 
 
 class Decoder:
@@ -107,6 +121,24 @@ class Decoder:
             eclass = self.cls[inner]
         return steps[::-1], operands[::-1]
 
+    def ex_node(self, nid: str) -> ExNode:
+        """e-node ``nid`` of an ``Ex`` e-class."""
+        n = self.nodes[nid]
+        if n["op"] == "ExLeaf":
+            return ExNode("leaf", {}, [self.cls[n["children"][0]]])
+        if n["op"] == "ExConst":
+            dtype, value, shape = (literal(self.nodes, ch, kind)
+                                   for ch, kind in zip(n["children"], ARG_SORTS["ExConst"], strict=True))
+            return ExNode("const", {"dtype": dtype, "value": json.loads(value), "shape": shape}, [])
+        sig = EX_SIGNATURES[n["op"]]
+        attrs, args = {}, []
+        for (sort, child), attr in zip(self.args(nid), (*sig.attrs, *([None] * sig.arity)), strict=True):
+            if sort == "Ex":
+                args.append(self.cls[child])
+            else:
+                attrs[attr.name] = literal(self.nodes, child, sort)
+        return ExNode(sig.op, attrs, args)
+
     def enode(self, nid: str) -> ENode:
         """e-node ``nid`` of a tensor e-class as an IR op application."""
         n = self.nodes[nid]
@@ -114,6 +146,8 @@ class Decoder:
         op = sig.op
         if sig.leaf:
             return ENode(op, {"name": literal(self.nodes, n["children"][0], "str")}, [])
+        if sig.expr:
+            return ENode(op, {}, [], ex=self.cls[n["children"][0]])
         attrs, inputs = {}, []
         for (sort, child), attr in zip(self.args(nid), (*sig.attrs, *([None] * len(n["children"]))), strict=False):
             if sort == "T":
@@ -177,11 +211,29 @@ class Problem:
         return TermDag(out, index[self.root], int(round(cost)), eclasses, [self.types.get(e) for e in eclasses])
 
 
+def _ex_type(dec: Decoder, nid: str, types: dict[str, TensorType]) -> TensorType | None:
+    """The type of ``Ex`` e-node ``nid`` once its operands' types are known (else None): its
+    op's shape rule on them (the value of an ``Ex`` term broadcasts as its ops do)."""
+    x = dec.ex_node(nid)
+    if x.op == "const":
+        return TensorType(tuple(x.attrs["shape"]), DType(x.attrs["dtype"]))
+    if not all(a in types for a in x.args):
+        return None
+    if x.op == "leaf":
+        return types[x.args[0]]
+    spec = OPS[x.op]
+    try:
+        return spec.infer([types[a] for a in x.args], {a.name: a.default for a in spec.attrs} | x.attrs)
+    except ShapeError as err:
+        raise RewriteError(f"a rule built Ex{x.op} of operands {[str(types[a]) for a in x.args]} that the shape "
+                           f"rule of {x.op} rejects: {err}") from None
+
+
 def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType]:
-    """The IR type of every reachable tensor e-class: the encoding's type of a let-bound node,
-    else (an e-class a rule created) the shape rule of one of its e-nodes applied to its
-    inputs' types, which gives the dtype too; an e-class's ``shape`` fact (f32) is used where
-    no shape rule can be applied yet."""
+    """The IR type of every reachable tensor and ``Ex`` e-class: the encoding's type of a
+    let-bound node, else (an e-class a rule created) the shape rule of one of its e-nodes
+    applied to its inputs' types, which gives the dtype too; an e-class's ``shape`` fact (f32)
+    is used where no shape rule can be applied yet."""
     types: dict[str, TensorType] = {}
     for c, d in dec.raw["class_data"].items():
         if d.get("let") in enc.types:
@@ -191,11 +243,20 @@ def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType
     for n in dec.nodes.values():
         if n["op"] == "shape" and (c := dec.cls[n["children"][0]]) not in types:
             facts[c] = TensorType(tuple(int(dec.nodes[g]["op"]) for g in vectors[n["eclass"]]["children"]))
-    pending = [c for c in reach if c not in types and dec.raw["class_data"][c].get("type") == "T"]
+    pending = [c for c in reach if c not in types and dec.raw["class_data"][c].get("type") in ("T", "Ex")]
     while pending:
         progress = False
         for c in list(pending):
             for nid in dec.members.get(c, []):
+                if dec.raw["class_data"][c].get("type") == "Ex" or dec.nodes[nid]["op"] == "Fused":
+                    x = dec.cls[dec.nodes[nid]["children"][0]] if dec.nodes[nid]["op"] == "Fused" else None
+                    got = types.get(x) if x is not None else _ex_type(dec, nid, types)
+                    if got is not None:
+                        types[c] = got
+                        pending.remove(c)
+                        progress = True
+                        break
+                    continue
                 e = dec.enode(nid)
                 spec = OPS[e.op]
                 if spec.leaf or not all(i in types for i in e.inputs):
@@ -263,8 +324,10 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
         cost[j] = _enode_cost(dec, nid, types, model, free_params, inferred)
     class_nodes = [[] for _ in classes]
     node_class = np.array([cindex[dec.cls[nid]] for nid in node_ids], dtype=np.int64)
+    regions = _as_regions(dec, node_ids)
     for j, c in enumerate(node_class):
-        class_nodes[c].append(j)
+        if j not in regions:
+            class_nodes[c].append(j)
     for c, members in enumerate(class_nodes):
         if len(members) > 1:
             class_nodes[c] = _undominated(members, cost, children)
@@ -292,12 +355,43 @@ def _check_type(dec: Decoder, nid: str, e: ENode, full: dict, types: dict[str, T
                            "(check the rules of the rulesets passed to optimize)")
 
 
+def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, check: bool) -> float:
+    """An ``Ex`` e-node's cost: a leaf, the bytes of reading its tensor; an op, its FLOPs (no
+    dispatch, no bytes: inside a region nothing is stored) and one unit. With ``check``, raise
+    :class:`RewriteError` unless its type is its e-class's."""
+    c = dec.cls[nid]
+    x = dec.ex_node(nid)
+    if check and (got := _ex_type(dec, nid, types)) != types[c]:
+        raise RewriteError(f"a rule put Ex {x.op} of type {got} into Ex e-class {c} of type {types[c]}: a rule whose "
+                           "two sides have different shapes or dtypes is unsound (check the rules of the rulesets "
+                           "passed to optimize)")
+    if x.op == "leaf":
+        return float(model.kernel_cost(fused_read_info(types[x.args[0]])))
+    if x.op == "const":
+        return 0.0
+    out = types[c]
+    # plus one unit: of two regions that move the same bytes, the one of fewer ops is extracted (a
+    # recognised op such as SwiGLU rather than the Silu and Mul it was recognised from)
+    return 1.0 + float(model.kernel_cost(KernelInfo(f"fused:{x.op}", 0, 0, 0, out.num_elements,
+                                                    tuple(types[a] for a in x.args), out, x.attrs)))
+
+
 def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str],
                 inferred: dict[tuple, TensorType] | None) -> float:
     name = dec.nodes[nid]["op"]
     if name in ("Epi.bias", "Epi.add"):
         operand = dec.cls[dec.nodes[nid]["children"][1]]
         return model.kernel_cost(epilogue_operand_info(name[4:], types[operand]))
+    if name == "ExLeaf" or name == "ExConst" or name in EX_SIGNATURES:
+        return _ex_cost(dec, nid, types, model, inferred is not None)
+    if name == "Fused":  # one dispatch writing its output; what it reads is charged to its ExLeaf e-nodes
+        c, ex = dec.cls[nid], dec.cls[dec.nodes[nid]["children"][0]]
+        if inferred is not None and types[ex] != types[c]:
+            raise RewriteError(f"a rule put Fused of type {types[ex]} into e-class {c} of type {types[c]}: a rule "
+                               "whose two sides have different shapes or dtypes is unsound (check the rules of the "
+                               "rulesets passed to optimize)")
+        out = types[c]
+        return float(model.kernel_cost(KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out)))
     if name not in SIGNATURES:
         return 0.0  # list cells, Epi.none, Epi.act: structure
     sig = SIGNATURES[name]
@@ -317,6 +411,49 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
     reads = e.inputs[:sig.tensors] if sig.epilogue else e.inputs
     ins = tuple(types[i] for i in reads)
     return float(model.kernel_cost(kernel_info(op, full, ins, types[dec.cls[nid]])))
+
+
+def _as_regions(dec: Decoder, node_ids: list[str]) -> set[int]:
+    """The e-nodes ``Op(a, ...)`` of fusable ops whose e-class also holds ``Fused(ExOp(ExLeaf(a), ...))``
+    (same attributes): that region of one op is the op's own kernel (``ir.ops.fused.add_fused``
+    rebuilds it so), priced as a region, so the plain e-node is left out of extraction: two
+    choices of one cost for every elementwise op would only slow the ILP down (a third of the
+    e-classes of a decoder tie so)."""
+    nodes = dec.nodes
+    leaf_class = {}  # tensor e-class -> the Ex e-class of ExLeaf(it)
+    fused_of: dict[str, set[str]] = {}  # tensor e-class -> the Ex e-classes of its Fused e-nodes
+    for n in nodes.values():
+        if n["op"] == "ExLeaf":
+            leaf_class[dec.cls[n["children"][0]]] = n["eclass"]
+        elif n["op"] == "Fused":
+            fused_of.setdefault(n["eclass"], set()).add(dec.cls[n["children"][0]])
+
+    def key(nid: str, leaf) -> tuple | None:
+        n = nodes[nid]
+        parts = []
+        for sort, ch in zip(ARG_SORTS[n["op"]], n["children"], strict=True):
+            if sort in ("T", "Ex"):
+                parts.append(leaf(dec.cls[ch]))
+                if parts[-1] is None:
+                    return None
+            else:
+                parts.append(nodes[ch]["op"])
+        return tuple(parts)
+
+    ex_at: dict[tuple, str] = {}  # (op, literals and operand Ex e-classes) -> its Ex e-class
+    for nid, n in nodes.items():
+        if n["op"] in EX_SIGNATURES and (k := key(nid, lambda c: c)) is not None:
+            ex_at[(EX_SIGNATURES[n["op"]].op, *k)] = n["eclass"]
+    out = set()
+    for j, nid in enumerate(node_ids):
+        n = nodes[nid]
+        sig = SIGNATURES.get(n["op"])
+        if sig is None or sig.op not in FUSABLE or n["eclass"] not in fused_of:
+            continue
+        k = key(nid, leaf_class.get)
+        if k is not None and ex_at.get((sig.op, *k)) in fused_of[n["eclass"]]:
+            out.add(j)
+    return out
 
 
 def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]) -> list[int]:
@@ -341,4 +478,4 @@ def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]
     return keep
 
 
-__all__ = ["Decoder", "ENode", "Problem", "build_problem", "decode", "literal"]
+__all__ = ["Decoder", "ENode", "ExNode", "Problem", "build_problem", "decode", "literal"]

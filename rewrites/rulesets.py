@@ -20,9 +20,11 @@ from egglog import Ruleset, ruleset
 from ..ir import RULES, RewriteError
 from . import egglog_private
 from .dsl import Namespace, RuleRecord
+from .sorts import ARG_SORTS
 
 #: The optimisation rulesets, in schedule order.
-SCHEDULE = ("algebraic", "recognition", "swiglu", "matmul_epilogue", "norm_fusion", "attention", "quant")
+SCHEDULE = ("algebraic", "recognition", "swiglu", "matmul_epilogue", "norm_fusion", "attention", "quant",
+            "elementwise_fusion")
 #: The ruleset of analysis rules: facts, saturated before every optimisation pass.
 ANALYSIS = "analysis"
 
@@ -142,6 +144,61 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     return tuple(without_rules(rs, drop) if id(rs) in _MEMBERS else rs for rs in pool)
 
 
+#: Ruleset id -> (rule name, constructors its query calls, constructors its actions call) per rule,
+#: and -> {rule names dropped: the ruleset without them}: what :func:`relevant` computed before.
+_CALLS: dict[int, list[tuple[str, frozenset[str], frozenset[str]]]] = {}
+_PRUNED: dict[int, dict[frozenset[str], Ruleset]] = {}
+
+
+def _calls(rs: Ruleset) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+    if id(rs) not in _CALLS:
+        rows = []
+        for name, rule in _MEMBERS[id(rs)][1]:
+            body, head = egglog_private.rule_calls(rule)
+            rows.append((name, frozenset(body & ARG_SORTS.keys()), frozenset(head & ARG_SORTS.keys())))
+        _CALLS[id(rs)] = rows
+        weakref.finalize(rs, _forget, id(rs))
+    return _CALLS[id(rs)]
+
+
+def _forget(key: int) -> None:
+    _CALLS.pop(key, None)
+    _PRUNED.pop(key, None)
+
+
+def relevant(rulesets: Sequence[Ruleset], present: Iterable[str]) -> tuple[Ruleset, ...]:
+    """``rulesets`` less the rules that cannot match an e-graph whose e-nodes are made by the
+    constructors ``present`` (names as in ``sorts.ARG_SORTS``), nor by what the remaining rules
+    build (a fixpoint over their actions). Rulesets come back in order, each itself when it
+    loses no rule; all of them as given when one was not built by eggfuse (its rules are not
+    known). The rules of a fusable op that the graph does not hold cost saturation time
+    (egglog takes about 0.25 ms per rule per pass) and can never fire.
+    """
+    if any(id(rs) not in _MEMBERS for rs in rulesets):
+        return tuple(rulesets)
+    rows = [_calls(rs) for rs in rulesets]
+    have = set(present)
+    changed = True
+    while changed:
+        changed = False
+        for table in rows:
+            for _, body, head in table:
+                if body <= have and not head <= have:
+                    have |= head
+                    changed = True
+    out = []
+    for rs, table in zip(rulesets, rows, strict=True):
+        drop = frozenset(name for name, body, _ in table if not body <= have)
+        if not drop:
+            out.append(rs)
+            continue
+        cache = _PRUNED.setdefault(id(rs), {})
+        if drop not in cache:
+            cache[drop] = without_rules(rs, set(drop))
+        out.append(cache[drop])
+    return tuple(out)
+
+
 def _closest(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -156,4 +213,4 @@ def catalog() -> dict[str, list[str]]:
 
 
 __all__ = ["ANALYSIS", "SCHEDULE", "analysis_ruleset", "catalog", "make_ruleset", "optimization_rulesets",
-           "rule_records", "rules_of", "ruleset_name", "rulesets", "select", "without_rules"]
+           "relevant", "rule_records", "rules_of", "ruleset_name", "rulesets", "select", "without_rules"]

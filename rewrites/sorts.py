@@ -14,7 +14,14 @@ arguments are, in order:
   list would cost every rule that matches the op a join through its cells: the packed-QKV
   rule took 101 ms per 64-layer saturation with a list against 1 ms without);
 - for an op with an epilogue attribute (the fused matmuls) its store chain as an ``Epi``
-  term, whose binary steps carry the trailing inputs.
+  term, whose binary steps carry the trailing inputs;
+- for an op with an expression attribute (``Fused``, a generated elementwise kernel,
+  ``ir/ops/fused.py``) its region as one ``Ex`` term and nothing else.
+
+An ``Ex`` term is a region's value element by element: ``ExLeaf(t)`` reads tensor ``t``,
+``ExConst(dtype, value, shape)`` is a scalar literal (its value as JSON text), and each op of
+``ir.ops.fused.FUSABLE`` has a constructor ``Ex<Op>`` taking the op's egglog attributes, then
+one ``Ex`` per operand (generated from the same table, so no op is listed twice).
 
 Leaves are ``Input``/``Parameter``/``Constant(name, shape)``. ``TList`` (``Nil``/``Cons``)
 also holds the graph's outputs, one root, so shared nodes are extracted once.
@@ -23,7 +30,9 @@ Analyses: ``shape(t)`` (a ``Vec[i64]``) is set at encoding for every graph node 
 rule guards; ``scalar(t)`` (an ``f64``) is the value of a Constant of one element (f32 or i32),
 set at encoding, so rules can match the constants exporters write (an eps, 0.5, sqrt 2);
 ``is_bool(t)`` holds for every graph node of dtype bool (set at encoding; f32, the common
-case, has no fact, which keeps the e-graph small);
+case, has no fact, which keeps the e-graph small); ``stored_uses(t)`` counts the consumers of
+a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
+it is a graph output (set at encoding; summed when two encoded e-classes merge);
 ``epilogue_without_add(e)`` and ``last_step(e)`` are facts about ``Epi`` chains derived by the
 matmul family's analysis rules (``ir/ops/matmul.py``).
 """
@@ -48,6 +57,7 @@ from egglog import (
 )
 
 from ..ir import OPS
+from ..ir.ops.fused import FUSABLE
 from ..ir.spec import Attr, OpSpec
 
 
@@ -76,6 +86,10 @@ class Epi(Expr, egg_sort="Epi"):
     def act(cls, e: Epi, op: StringLike) -> Epi: ...
 
 
+class Ex(Expr, egg_sort="Ex"):
+    """A generated elementwise kernel's value, element by element (a region under ``Fused``)."""
+
+
 class TList(Expr, egg_sort="TList"):
     """A list of tensors: the graph outputs, or the inputs of a variadic op."""
 
@@ -100,6 +114,10 @@ def scalar(t: T) -> f64: ...
 def is_bool(t: T) -> Unit: ...
 
 
+@function(egg_fn="stored_uses", merge=lambda old, new: old + new)
+def stored_uses(t: T) -> i64: ...
+
+
 @function(egg_fn="epilogue_without_add")
 def epilogue_without_add(e: Epi) -> Unit: ...
 
@@ -109,7 +127,7 @@ def last_step(e: Epi) -> String: ...
 
 
 #: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, scalar, is_bool, epilogue_without_add, last_step)
+ANALYSES = (shape, scalar, is_bool, stored_uses, epilogue_without_add, last_step)
 
 #: egglog sort of each attribute kind.
 ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec[i64], "floats": Vec[f64],
@@ -120,8 +138,8 @@ ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec
 class Signature:
     """How an e-node of ``op`` is laid out by constructor ``name``: ``attrs`` (egglog
     attributes, in argument order), ``tensors`` (the number of ``T`` arguments after them;
-    None: one ``TList``), ``epilogue`` (a trailing ``Epi`` argument) and ``leaf`` (``name,
-    shape``)."""
+    None: one ``TList``), ``epilogue`` (a trailing ``Epi`` argument), ``leaf`` (``name,
+    shape``) and ``expr`` (one ``Ex`` argument only: ``Fused``)."""
 
     name: str
     op: str
@@ -129,12 +147,15 @@ class Signature:
     tensors: int | None
     epilogue: bool
     leaf: bool
+    expr: bool = False
 
     @property
     def arg_sorts(self) -> tuple[str, ...]:
-        """The sort of each argument: an attribute kind, "T", "TList" or "Epi"."""
+        """The sort of each argument: an attribute kind, "T", "TList", "Epi" or "Ex"."""
         if self.leaf:
             return ("str", "ints")
+        if self.expr:
+            return ("Ex",)
         tail = ("TList",) if self.tensors is None else ("T",) * self.tensors
         return (*(a.kind for a in self.attrs), *tail, *(("Epi",) if self.epilogue else ()))
 
@@ -143,6 +164,8 @@ def signatures(spec: OpSpec) -> list[Signature]:
     """The constructors of one op: one, or one per arity for an op with optional inputs."""
     if spec.leaf:
         return [Signature(spec.name, spec.name, (), 0, False, True)]
+    if spec.expr_attr is not None:
+        return [Signature(spec.name, spec.name, (), 0, False, False, expr=True)]
     if spec.epilogue_attr is not None:  # fixed inputs as T, the operands in the chain
         return [Signature(spec.name, spec.name, spec.egg_attrs, spec.min_inputs, True, False)]
     if any(n.startswith("*") for n in spec.inputs):
@@ -161,22 +184,26 @@ def constructor_name(op: str, n_inputs: int) -> str:
 def _constructor(sig: Signature) -> Any:
     """The egglog function of one op, declared with the op's name (egglog-python's public
     ``@function(egg_fn=...)`` applied to a generated Python signature)."""
-    sorts = {"T": T, "TList": TList, "Epi": Epi, **ATTR_SORTS}
+    sorts = {"T": T, "TList": TList, "Epi": Epi, "Ex": Ex, **ATTR_SORTS}
     names = [a.name for a in sig.attrs] if not sig.leaf else ["name", "shape"]
-    kinds = sig.arg_sorts
+    return _declare(sig.name, [sorts[kind] for kind in sig.arg_sorts], names, T)
+
+
+def _declare(name: str, arg_sorts: list, names: list[str], result: Any) -> Any:
+    """The egglog function ``name``: arguments of ``arg_sorts`` (the first named ``names``,
+    the rest ``t0``...), of sort ``result``."""
     params = []
-    for i, kind in enumerate(kinds):
+    for i, sort in enumerate(arg_sorts):
         pname = names[i] if i < len(names) else f"t{i - len(names)}"
-        params.append(inspect.Parameter(f"_{pname}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        annotation=sorts[kind]))
+        params.append(inspect.Parameter(f"_{pname}", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=sort))
 
     def fn(*args): ...
 
-    fn.__name__ = fn.__qualname__ = sig.name
+    fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
-    fn.__signature__ = inspect.Signature(params, return_annotation=T)
-    fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": T}
-    return function(egg_fn=sig.name)(fn)
+    fn.__signature__ = inspect.Signature(params, return_annotation=result)
+    fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": result}
+    return function(egg_fn=name)(fn)
 
 
 #: Constructor name -> its Signature, for every op of OPS (``Signature.op`` names the op).
@@ -185,16 +212,48 @@ SIGNATURES: dict[str, Signature] = {sig.name: sig for spec in OPS.values() for s
 #: Constructor name -> its egglog function.
 CONSTRUCTORS: dict[str, Any] = {name: _constructor(sig) for name, sig in SIGNATURES.items()}
 
+#: ``ExLeaf(t)``: a region reads tensor ``t``; ``ExConst(dtype, value, shape)``: a scalar literal.
+#: (Declared like the op constructors, so egglog's serialisation names them as egglog does.)
+ex_leaf = _declare("ExLeaf", [T], ["t"], Ex)
+ex_const = _declare("ExConst", [String, String, Vec[i64]], ["dtype", "value", "shape"], Ex)
+
+
+@dataclass(frozen=True)
+class ExSignature:
+    """The ``Ex`` constructor ``name`` (``Ex<op>``) of a fusable op: its egglog ``attrs``, then
+    ``arity`` ``Ex`` operands."""
+
+    name: str
+    op: str
+    attrs: tuple[Attr, ...]
+    arity: int
+
+    @property
+    def arg_sorts(self) -> tuple[str, ...]:
+        return (*(a.kind for a in self.attrs), *("Ex",) * self.arity)
+
+
+#: ``Ex`` constructor name -> its ExSignature, one per op of FUSABLE.
+EX_SIGNATURES: dict[str, ExSignature] = {f"Ex{f.op}": ExSignature(f"Ex{f.op}", f.op, OPS[f.op].egg_attrs, f.arity)
+                                         for f in FUSABLE.values()}
+
+#: Op name -> the egglog function of its ``Ex`` constructor.
+EX_CONSTRUCTORS: dict[str, Any] = {
+    sig.op: _declare(name, [ATTR_SORTS[a.kind] for a in sig.attrs] + [Ex] * sig.arity,
+                     [a.name for a in sig.attrs], Ex) for name, sig in EX_SIGNATURES.items()}
+
 #: Argument sorts of the structural constructors (by their Python display names in egglog's
 #: serialisation) and of every op's constructors (by constructor name).
 ARG_SORTS: dict[str, tuple[str, ...]] = {
     "Epi.none": (), "Epi.bias": ("Epi", "T"), "Epi.add": ("Epi", "T"), "Epi.act": ("Epi", "str"),
-    "TList.nil": (), "TList.cons": ("T", "TList"),
+    "TList.nil": (), "TList.cons": ("T", "TList"), "ExLeaf": ("T",), "ExConst": ("str", "str", "ints"),
     **{name: sig.arg_sorts for name, sig in SIGNATURES.items()},
+    **{name: sig.arg_sorts for name, sig in EX_SIGNATURES.items()},
 }
 
 #: The sorts whose e-nodes extraction chooses among (the rest are literals and analyses).
-CHILD_SORTS = ("T", "Epi", "TList")
+CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 
-__all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "SIGNATURES", "Epi", "Signature",
-           "T", "TList", "constructor_name", "epilogue_without_add", "is_bool", "last_step", "scalar", "shape"]
+__all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
+           "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
+           "epilogue_without_add", "ex_const", "ex_leaf", "is_bool", "last_step", "scalar", "shape", "stored_uses"]

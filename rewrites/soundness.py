@@ -21,6 +21,7 @@ from .diagnose import unsound_culprits
 from .engine import Report, random_feeds, saturate
 from .problem import Decoder
 from .rulesets import optimization_rulesets
+from .sorts import ARG_SORTS
 
 
 @dataclass
@@ -59,7 +60,7 @@ def _check(graph: Graph, rulesets: Sequence[Ruleset], seed: int, rtol: float,
     enc = saturate(graph, rep, rulesets=rulesets)
     inputs, params = random_feeds(graph, seed)
     dec = Decoder(enc.raw)
-    tensor = {c for c, d in enc.raw["class_data"].items() if d.get("type") == "T"}
+    tensor = {c for c, d in enc.raw["class_data"].items() if d.get("type") in ("T", "Ex")}
     values: dict[str, np.ndarray] = {}
     checked = 0
     pending = {c: list(ms) for c, ms in dec.members.items() if c in tensor}
@@ -95,8 +96,14 @@ _KIND_DTYPE = {"f": DType.F32, "i": DType.I32, "u": DType.U32, "b": DType.BOOL}
 def _evaluate_enode(dec: Decoder, nid: str, values: dict, enc, inputs, params):
     """The e-node's value, or None while one of its tensor inputs has no value yet. The op's
     reference runs on its inputs' values as they are (float64, int64, uint32, bool), so two
-    e-nodes of one e-class differ only by float64 rounding, whatever the op's conditioning."""
+    e-nodes of one e-class differ only by float64 rounding, whatever the op's conditioning. An
+    ``Ex`` e-node's value is its region's value (its op's reference with numpy broadcasting), a
+    ``Fused`` e-node's that of its ``Ex`` e-class."""
+    if dec.nodes[nid]["op"] in ARG_SORTS and dec.raw["class_data"][dec.cls[nid]].get("type") == "Ex":
+        return _evaluate_ex(dec, nid, values)
     e = dec.enode(nid)
+    if e.ex is not None:
+        return values.get(e.ex)
     if e.op in ("Input", "Parameter", "Constant"):
         return evaluate(_single_leaf(enc.leaves[(e.op, e.attrs["name"])]), inputs, params)[0]
     if not all(i in values for i in e.inputs):
@@ -104,6 +111,24 @@ def _evaluate_enode(dec: Decoder, nid: str, values: dict, enc, inputs, params):
     spec = OPS[e.op]
     args = [values[c] for c in e.inputs]
     attrs = Graph._attributes(spec, dict(e.attrs))
+    ty = spec.infer([TensorType(a.shape, _KIND_DTYPE[a.dtype.kind]) for a in args], attrs)
+    with np.errstate(all="ignore"):
+        return as_reference(np.asarray(spec.reference(args, attrs)).reshape(ty.shape), ty)
+
+
+def _evaluate_ex(dec: Decoder, nid: str, values: dict):
+    x = dec.ex_node(nid)
+    if x.op == "const":
+        ty = TensorType(tuple(x.attrs["shape"]), DType(x.attrs["dtype"]))
+        value = x.attrs["value"]
+        return as_reference(np.full(ty.shape, np.float32(value) if ty.dtype is DType.F32 else value), ty)
+    if not all(a in values for a in x.args):
+        return None
+    if x.op == "leaf":
+        return values[x.args[0]]
+    spec = OPS[x.op]
+    args = [values[c] for c in x.args]
+    attrs = Graph._attributes(spec, dict(x.attrs))
     ty = spec.infer([TensorType(a.shape, _KIND_DTYPE[a.dtype.kind]) for a in args], attrs)
     with np.errstate(all="ignore"):
         return as_reference(np.asarray(spec.reference(args, attrs)).reshape(ty.shape), ty)

@@ -1,4 +1,5 @@
 //#include "common.wgsl"
+//#include "coords.wgsl"
 // out[i] = EXPR of the operands' elements `av`, `bv`, `cv` with numpy broadcasting
 // (ir/ops/broadcasting.py, broadcast_kernel). LOADS reads each operand: at i when it is laid
 // out as the output, at 0 when it is one element, else through per-dimension element strides
@@ -6,17 +7,6 @@
 // 1s), or `dims_hi` then `dims` (rank <= 8; `inner` is the product of `dims`).
 // 256 elements per workgroup.
 {{HELPERS}}
-
-// The coordinates of row-major index t over the 4 dimensions d.
-fn coords4(t: u32, d: vec4<u32>) -> vec4<u32> {
-    var r = t;
-    let c3 = r % d.w;
-    r = r / d.w;
-    let c2 = r % d.z;
-    r = r / d.z;
-    let c1 = r % d.y;
-    return vec4<u32>(r / d.y, c1, c2, c3);
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -18,6 +18,7 @@ from . import (  # a module imports the families it builds on itself
     axis_norms,
     conv,
     elementwise,
+    fused,
     indexing,
     kv_cache,
     leaves,
@@ -45,6 +46,6 @@ from . import (  # a module imports the families it builds on itself
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
-            axis_norms, linalg, conv, pooling, resample, recognize, recognize_norms, quant)
+            axis_norms, linalg, conv, pooling, resample, recognize, recognize_norms, quant, fused)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

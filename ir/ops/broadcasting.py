@@ -79,6 +79,53 @@ def _pad(values: list[int], rank: int, fill: int) -> list[int]:
     return [fill] * (rank - len(values)) + values
 
 
+def broadcast_loads(what: str, out_shape: Sequence[int], shapes: Sequence[Sequence[int]],
+                    operands: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str, object]], list[str]]:
+    """The uniform fields and WGSL lines that read each operand's element for output element ``i``.
+
+    ``operands`` names, per operand of shape ``shapes[k]``, its storage binding and the variable
+    that receives its element (``("a", "av")``). An operand laid out as the output is read at
+    ``i``, one element at 0, any other through per-dimension element strides (uniforms ``s<binding>``)
+    over the merged dimensions of ``out_shape`` (:func:`merge_broadcast`; ``dims``, and past four
+    ``dims_hi`` and ``inner``), with ``coords4`` of ``shaders/coords.wgsl``. Raises LoweringError
+    naming ``what`` when more than :data:`MAX_RANK` dimensions remain after merging.
+    """
+    dims, strides = merge_broadcast(out_shape, shapes)
+    rank = len(dims)
+    if rank > MAX_RANK:
+        shown = " and ".join(str(list(s)) for s in shapes)
+        raise LoweringError(f"{what}: broadcast of {shown} to {list(out_shape)} keeps {rank} dimensions after "
+                            f"merging; the broadcasting kernel handles {MAX_RANK}")
+    contiguous = [math.prod(dims[d + 1:]) for d in range(rank)]
+    params: list[tuple[str, str, object]] = []
+    lines: list[str] = []
+    need_coords = False
+    for (buf, var), st in zip(operands, strides, strict=True):
+        if st == contiguous:  # laid out as the output (equal shapes): the output's index
+            lines.append(f"    let {var} = {buf}[i];")
+        elif not any(st):  # one element read by all
+            lines.append(f"    let {var} = {buf}[0];")
+        else:
+            need_coords = True
+            if rank <= 4:
+                params.append((f"s{buf}", "vec4<u32>", _pad(st, 4, 0)))
+                lines.append(f"    let {var} = {buf}[dot(lo, p.s{buf})];")
+            else:
+                full = _pad(st, 8, 0)
+                params += [(f"s{buf}", "vec4<u32>", full[4:]), (f"s{buf}_hi", "vec4<u32>", full[:4])]
+                lines.append(f"    let {var} = {buf}[dot(lo, p.s{buf}) + dot(hi, p.s{buf}_hi)];")
+    head: list[str] = []
+    if need_coords and rank <= 4:
+        params.insert(0, ("dims", "vec4<u32>", _pad(dims, 4, 1)))
+        head.append("    let lo = coords4(i, p.dims);")
+    elif need_coords:
+        full = _pad(dims, 8, 1)
+        params[:0] = [("dims", "vec4<u32>", full[4:]), ("dims_hi", "vec4<u32>", full[:4]),
+                      ("inner", "u32", math.prod(full[4:]))]
+        head += ["    let lo = coords4(i % p.inner, p.dims);", "    let hi = coords4(i / p.inner, p.dims_hi);"]
+    return params, head + lines
+
+
 def broadcast_kernel(name: str, expr: str, out_shape: Sequence[int], shapes: Sequence[Sequence[int]],
                      elems: Sequence[str], out_elem: str, helpers: str | None = None) -> Kernel:
     """The dispatch of ``broadcast.wgsl``: ``out[i] = expr`` over ``out_shape``.
@@ -90,47 +137,16 @@ def broadcast_kernel(name: str, expr: str, out_shape: Sequence[int], shapes: Seq
     """
     if not 1 <= len(shapes) <= len(_NAMES):
         raise LoweringError(f"{name}: the broadcasting kernel takes 1 to 3 operands, got {len(shapes)}")
-    dims, strides = merge_broadcast(out_shape, shapes)
-    rank = len(dims)
-    if rank > MAX_RANK:
-        shown = " and ".join(str(list(s)) for s in shapes)
-        raise LoweringError(f"{name}: broadcast of {shown} to {list(out_shape)} keeps {rank} dimensions after "
-                            f"merging; the broadcasting kernel handles {MAX_RANK}")
-    contiguous = [math.prod(dims[d + 1:]) for d in range(rank)]
-    params: list[tuple[str, str, object]] = []
-    lines: list[str] = []
-    need_coords = False
-    for letter, st in zip(_NAMES, strides, strict=False):
-        if st == contiguous:  # laid out as the output (equal shapes): the output's index
-            lines.append(f"    let {letter}v = {letter}[i];")
-        elif not any(st):  # one element read by all
-            lines.append(f"    let {letter}v = {letter}[0];")
-        else:
-            need_coords = True
-            if rank <= 4:
-                params.append((f"s{letter}", "vec4<u32>", _pad(st, 4, 0)))
-                lines.append(f"    let {letter}v = {letter}[dot(lo, p.s{letter})];")
-            else:
-                full = _pad(st, 8, 0)
-                params += [(f"s{letter}", "vec4<u32>", full[4:]), (f"s{letter}_hi", "vec4<u32>", full[:4])]
-                lines.append(f"    let {letter}v = {letter}[dot(lo, p.s{letter}) + dot(hi, p.s{letter}_hi)];")
-    head: list[str] = []
-    if need_coords and rank <= 4:
-        params.insert(0, ("dims", "vec4<u32>", _pad(dims, 4, 1)))
-        head.append("    let lo = coords4(i, p.dims);")
-    elif need_coords:
-        full = _pad(dims, 8, 1)
-        params[:0] = [("dims", "vec4<u32>", full[4:]), ("dims_hi", "vec4<u32>", full[:4]),
-                      ("inner", "u32", math.prod(full[4:]))]
-        head += ["    let lo = coords4(i % p.inner, p.dims);", "    let hi = coords4(i / p.inner, p.dims_hi);"]
+    letters = _NAMES[:len(shapes)]
+    params, lines = broadcast_loads(name, out_shape, shapes, [(x, f"{x}v") for x in letters])
     n = math.prod(out_shape)
     params.append(("n", "u32", n))
-    bindings = (*(Buffer(letter, e) for letter, e in zip(_NAMES, elems, strict=False)),
+    bindings = (*(Buffer(letter, e) for letter, e in zip(letters, elems, strict=True)),
                 Buffer("out", out_elem, write=True))
     return Kernel(name, "broadcast.wgsl", elementwise_groups(n), params=tuple(params),
-                  slots={"LOADS": "\n".join(head + lines), "EXPR": expr,
+                  slots={"LOADS": "\n".join(lines), "EXPR": expr,
                          "HELPERS": Include(helpers) if helpers else ""},
                   bindings=bindings)
 
 
-__all__ = ["MAX_RANK", "broadcast_kernel", "broadcast_strides", "merge_broadcast"]
+__all__ = ["MAX_RANK", "broadcast_kernel", "broadcast_loads", "broadcast_strides", "merge_broadcast"]

@@ -96,7 +96,8 @@ def test_a_concat_of_up_to_16_computed_inputs_compiles_fused(n, device):
     params = {f"p{i}": RNG.standard_normal((3, 5)) for i in range(n)} | {"w": RNG.standard_normal((5 * n, 6))}
     feeds = {"v": RNG.standard_normal((3, 5))}
     compiled = eggfuse.compile(g, params, device=device)
-    assert compiled.report.dispatches_after == compiled.report.dispatches_before - 1  # relu in the matmul
+    # relu in the matmul, and each Sigmoid(Mul(v, p)) one generated kernel
+    assert compiled.report.dispatches_after == compiled.report.dispatches_before - 1 - n
     (got,) = compiled.run(feeds)
     np.testing.assert_allclose(got, evaluate(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
 
@@ -115,8 +116,10 @@ def test_a_ruleset_of_ones_own_reaches_the_compiled_graph(device):
     shipped = eggfuse.compile(g, {}, device=device)
     mine = eggfuse.compile(g, {}, rulesets=[*optimization_rulesets(), make_ruleset("mine", abs_of_abs)],
                            device=device)
-    assert [n.op for n in shipped.graph.live_nodes()].count("Abs") == 2
+    # shipped: both Abs in one generated kernel; mine: one Abs
+    assert [n.attrs["expr"] for n in shipped.graph.live_nodes() if n.op == "Fused"][0][1:] == \
+        (("Abs", (), (0,)), ("Abs", (), (1,)))
     assert [n.op for n in mine.graph.live_nodes()].count("Abs") == 1
-    assert set(mine.report.rules_fired) == {"Abs(Abs(x)) -> Abs(x)"}
+    assert mine.report.rules_fired["Abs(Abs(x)) -> Abs(x)"] >= 1
     assert mine.dispatches_fused == 1
     np.testing.assert_array_equal(mine.run({"x": x})[0], np.abs(x))

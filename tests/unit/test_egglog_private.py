@@ -177,3 +177,25 @@ def test_a_ruleset_fingerprint_is_its_rules_text():
     assert "Neg(Neg(x)) -> x" in a and "0x" not in a  # the rule, and no addresses
     shipped = [egglog_private.ruleset_fingerprint(r) for r in optimization_rulesets()]
     assert len(set(shipped)) == len(shipped) and all(shipped)
+
+
+def test_the_calls_of_a_rules_query_and_actions():
+    from eggfuse.rewrites import make_ruleset
+    from eggfuse.rewrites.rulesets import _MEMBERS, rulesets
+
+    def fold(e):
+        mm, d, a, b = e.vars("mm d a b")
+        (ep,) = e.vars("e", e.Epi)
+        yield e.equal("Add(mm, d) -> FusedMatMul(a, b, e + [add d])", e.Add(mm, d),
+                      e.FusedMatMul(a, b, variant=e.String(""), epilogue=e.Epi.add(ep, d)),
+                      e.eq(mm).to(e.FusedMatMul(a, b, variant=e.String(""), epilogue=ep)),
+                      e.eq(e.shape(mm)).to(e.shape(d)))
+
+    (rule,) = (r for _, r in _MEMBERS[id(make_ruleset("calls_for_test", fold))][1])
+    body, head = egglog_private.rule_calls(rule)
+    assert {"Add", "FusedMatMul", "shape"} <= body and "Epi.add" not in body
+    assert {"FusedMatMul", "Epi.add"} <= head
+    # the generated kernels' rule of one op
+    (add,) = [r for n, r in _MEMBERS[id(rulesets()["elementwise_fusion"])][1] if n.startswith("Add(")]
+    body, head = egglog_private.rule_calls(add)
+    assert body == {"Add"} and {"Fused", "ExAdd", "ExLeaf"} <= head
