@@ -264,7 +264,8 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
             words = rng.integers(0, 1 << 32, n.type.shape, dtype=np.uint64) & 0xBFFFBFFF
             params[n.attrs["name"]] = words.astype(np.uint32)
         else:
-            params[n.attrs["name"]] = (rng.standard_normal(n.type.shape) / np.sqrt(n.type.shape[0] if n.type.shape else 1)).astype(np.float32)
+            scale = np.sqrt(n.type.shape[0] if n.type.shape else 1)  # a rank-0 parameter: N(0, 1)
+            params[n.attrs["name"]] = (rng.standard_normal(n.type.shape) / scale).astype(np.float32)
     return inputs, params
 
 
