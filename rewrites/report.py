@@ -135,12 +135,14 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
     """
     from ..ir import OPS
     from .extract import dag_enode
+    from .sorts import SIGNATURES
 
     members: dict[str, list[int]] = {}
     for nid, c in class_of.items():
         members.setdefault(c, []).append(nid)
     computed = set(dag.eclasses)
-    entries = [dag_enode(dag, j) if dag.nodes[j][0] not in _STRUCTURAL else None for j in range(len(dag.nodes))]
+    # tensor e-nodes only: lists and epilogue chains are structure, Ex terms the inside of a Fused kernel
+    entries = [dag_enode(dag, j) if dag.nodes[j][0] in SIGNATURES else None for j in range(len(dag.nodes))]
     roots: dict[int, list[int]] = {}
     for j, entry in enumerate(entries):
         if entry is None:
@@ -168,8 +170,12 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
                 cone.append(n)
             stack.extend(i for i in node.inputs if class_of.get(i) not in computed or class_of.get(i) == class_of[n])
         if len(cone) >= 2:
-            steps = attrs.get(spec.epilogue_attr.name) if spec.epilogue_attr else None
-            label = f"{op}({', '.join(steps)})" if steps else op
+            if spec.expr_attr is not None:  # a generated kernel: named by its ops, a one-op region by the op
+                ops = [s[0] for s in attrs[spec.expr_attr.name] if s[0] not in ("input", "const")]
+                label = ops[0] if len(ops) == 1 else f"{op}({', '.join(ops)})"
+            else:
+                steps = attrs.get(spec.epilogue_attr.name) if spec.epilogue_attr else None
+                label = f"{op}({', '.join(steps)})" if steps else op
             out.setdefault(label, []).append(sorted(n for n in cone if n not in claimed))
             claimed.update(cone)
     return out
@@ -184,7 +190,5 @@ def input_classes(raw: Mapping[str, Any]) -> dict[int, str]:
                 out[int(let[2:])] = c
     return out
 
-
-_STRUCTURAL = ("Epi.none", "Epi.bias", "Epi.add", "Epi.act", "TList.nil", "TList.cons")
 
 __all__ = ["Phase", "Report", "input_classes", "replaced_nodes"]

@@ -163,7 +163,9 @@ def test_the_e_graph_grows_linearly_with_the_layers():
         assert rep.saturated and {"LayerNorm", "FusedMatMul"} <= {n.op for n in out.live_nodes()}
         sizes[layers] = (rep.phases["insert"].enodes, rep.enodes)
     (n2, e2), (n8, e8) = sizes[2], sizes[8]
-    assert e2 <= 2 * n2 and e8 <= 2 * n8, sizes  # at most twice the input's e-nodes
+    # at most five times the input's e-nodes: elementwise_fusion adds a Fused and an Ex e-node per
+    # elementwise op and an ExLeaf per tensor they read, recognition a few per chain
+    assert e2 <= 5 * n2 and e8 <= 5 * n8, sizes
     assert (e8 - e2) / 6 <= 1.1 * e2 / 2, sizes  # each layer adds what one layer holds: no blow-up
 
 
@@ -247,6 +249,8 @@ def test_a_lossless_cast_chain_is_removed_and_a_lossy_one_kept():
     lossy = g.add_node("Cast", [g.add_node("Cast", [a], to="i32")], to="f32")  # truncates: stays
     g.set_outputs([g.add_node("Where", [there_and_back, a, b]), lossy])
     out, _ = optimize(g, verify=True)
-    assert sorted(n.op for n in out.live_nodes() if n.op == "Cast") == ["Cast", "Cast"]
-    where = out.node(out.outputs[0])
-    assert out.node(where.inputs[0]).op == "Less"
+    ops = [s[0] for n in out.live_nodes() for s in (n.attrs["expr"] if n.op == "Fused" else [(n.op,)])]
+    assert ops.count("Cast") == 2  # the lossy pair, in a generated kernel or not
+    where = out.node(out.outputs[0])  # Where reads the mask itself, the cast pair gone
+    assert out.node(where.inputs[0]).op == "Less" or (where.op == "Fused" and "Cast" not in {
+        s[0] for s in where.attrs["expr"]})
