@@ -25,7 +25,8 @@ def _chain(g):
 
 def _diamond(g):
     h = g.matmul(g.input("x", [13, 6]), g.parameter("w", [6, 17]))
-    e = g.add_node("Erf", (g.add_node("Div", (h, g.constant(1.4142135))),))
+    # GELU-shaped, but 1.5 where GELU has sqrt 2: the recognition rules leave it a chain
+    e = g.add_node("Erf", (g.add_node("Div", (h, g.constant(1.5))),))
     return [g.mul(g.mul(h, g.add(e, g.constant(1.0))), g.constant(0.5))]
 
 
@@ -105,10 +106,10 @@ def _gelu(m=9, k=12, n=20, layer_norm=False):
     return model(nodes, [("x", F, [m, k])], [("y", F, [m, n])], inits, opset=17)
 
 
-@pytest.mark.parametrize(("layer_norm", "before", "after"), [(False, 7, 2), (True, 16, 6)])
+@pytest.mark.parametrize(("layer_norm", "before", "after"), [(False, 7, 2), (True, 16, 3)])
 def test_onnx_gelu_and_layer_norm_against_onnxruntime(layer_norm, before, after, device):
-    # GELU: the matmul, then one kernel (bias, Div, Erf, Add, Mul, Mul); LayerNorm: the two means
-    # stay reductions, Sub-Pow before the second and Sub-Add-Sqrt-Div-Mul-Add after it are kernels
+    # GELU: the matmul, then one kernel (bias and the recognised Gelu); the decomposed LayerNorm is
+    # recognised as one LayerNorm (the recognition ruleset), so 16 dispatches become 3
     m = _gelu(layer_norm=layer_norm)
     x = np.random.default_rng(1).standard_normal((9, 12)).astype(np.float32)
     check(m, {"x": x}, rtol=1e-4, atol=1e-4)
