@@ -14,6 +14,7 @@ import numpy as np
 import wgpu
 
 from ..ir.errors import DeviceError
+from .bindings import warm_types
 
 log = logging.getLogger("eggfuse.runtime")
 
@@ -46,6 +47,7 @@ def get_device() -> wgpu.GPUDevice:
             return _device
         # Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on every start without one
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+        warm_types()  # the C types of wgpu-py's calls, parsed in one pass (runtime/bindings.py)
         try:
             adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         except Exception as e:  # noqa: BLE001 - wgpu-native reports a missing driver in many ways
