@@ -38,8 +38,11 @@ class GenerateResult:
     loading, compiling and prefill that the call did (a model and plans kept from an earlier
     call in the process are not compiled again). ``cache_plans`` says for each plan this
     generation ran (``decode``, and ``prefill`` when the prompt has more than one token)
-    whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache`` is
-    ``hit`` when all did, ``off`` when the cache was skipped, else ``miss``.
+    whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache_model``
+    whether the model came from the model cache (:mod:`eggfuse.model_cache`: ``hit``,
+    ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder or one
+    passed in loaded); ``cache`` is ``hit`` when all of these hit, ``off`` when the cache was
+    skipped, else ``miss``.
     """
 
     prompt: str
@@ -60,6 +63,7 @@ class GenerateResult:
     time_to_first_token_s: float = 0.0
     cache: str = "off"
     cache_plans: dict[str, str] = field(default_factory=dict)
+    cache_model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,17 +279,23 @@ class _TextStream:
         self.on_token(token, piece)
 
 
-@functools.cache
-def _model():
-    from eggfuse.models.causal_lm import CausalLM
+def _model(cache: bool = True):
+    # The shipped model, loaded once per process (through the model cache unless ``cache`` is False).
+    return _shipped(bool(cache))
 
-    return CausalLM.load()
+
+@functools.cache
+def _shipped(cache: bool):
+    from eggfuse.model_cache import load_gguf
+
+    return load_gguf(cache=cache)
 
 
 @functools.lru_cache(maxsize=1)
 def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None, cache: bool = True) -> Generator:
     # The last generator used (model None: the shipped one): its weights and cache stay on the device.
-    return Generator(_model() if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse, cache=cache)
+    return Generator(_model(cache) if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse,
+                     cache=cache)
 
 
 def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
@@ -316,9 +326,10 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     _check_max_new_tokens(max_new_tokens)
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
     from eggfuse.api import resolve_model
+    from eggfuse.model_cache import cache_status
 
     started = t = time.perf_counter()
-    loaded = _model() if model is None else resolve_model(model, "decoder")
+    loaded = _model(cache) if model is None else resolve_model(model, "decoder", cache=cache)
     load_s = time.perf_counter() - t
     if chat:
         prompt = loaded.chat_prompt(prompt)
@@ -333,4 +344,6 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     result.time_to_first_token_s += before
     result.prompt = prompt
     result.timings = {"load_s": load_s, **result.timings}
+    result.cache_model = cache_status(loaded)
+    result.cache = _overall({**result.cache_plans, **({"model": result.cache_model} if result.cache_model else {})})
     return result
