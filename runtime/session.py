@@ -15,7 +15,14 @@ from ..ir.errors import InputError, LoweringError
 from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits
-from .device import adapter_description, device_error, device_errors, get_device, subgroup_reductions_usable
+from .device import (
+    adapter_description,
+    device_error,
+    device_errors,
+    get_device,
+    mapped_uploads,
+    subgroup_reductions_usable,
+)
 from .pipelines import get_pipeline
 
 try:  # the wgpu-native backend's C library, for the recording fast paths
@@ -49,7 +56,11 @@ class Session:
     parameters (along axis 0 written source after source, else packed with numpy) and
     uploaded, pipelines (cached per process) and bind groups built here, so :meth:`run`
     only writes inputs, records and reads back; the uploads run on a thread of their own
-    while the pipelines and bind groups are built. A state tensor not given starts at zero
+    while the pipelines and bind groups are built. On a device with
+    ``mappable-primary-buffers`` (requested on CPU adapters such as lavapipe,
+    ``runtime.device.mapped_uploads``) the buffers a session uploads are created mapped and
+    written in place: one host copy instead of ``queue.write_buffer``'s copy into a staging
+    buffer and the device's copy out of it at the first submit. A state tensor not given starts at zero
     without an upload: WebGPU creates every buffer zero-filled.
     The graph inputs live in one device buffer, each at an offset aligned to
     minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
@@ -127,6 +138,10 @@ class Session:
             packed_inputs, offsets, size = [], [], 0
         self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
         self._offsets.update(zip(packed_inputs, offsets, strict=True))
+        # the buffers this session uploads: written through a mapping where the device allows
+        uploads = ({plan.parameters[n] for n in values if plan.buffers[plan.parameters[n]].kind != "host"}
+                   | set(plan.derived) | set(plan.constants)) - set(borrowed)
+        self._mapped_uploads = mapped_uploads(self.device)
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
@@ -136,7 +151,7 @@ class Session:
                 borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
                 else shared[plan.storage[b.index]] if b.index in plan.storage
-                else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
+                else self._new_buffer(b, b.index in uploads)
                 for b in plan.buffers]
         # run(): each input's checks and its place in the host copy of the input buffer
         self._input_staging = np.zeros(size, dtype=np.uint8)
@@ -188,20 +203,43 @@ class Session:
         self._native: tuple | None = None  # (commands [n, 5] uint64, function addresses), on first run
         self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
 
+    def _new_buffer(self, b, uploaded: bool) -> wgpu.GPUBuffer:
+        # A device buffer of its own; one this session uploads is created mapped where the
+        # device allows (mapped_uploads), so the upload is one host copy into it.
+        if uploaded and self._mapped_uploads:
+            return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE | wgpu.BufferUsage.MAP_WRITE,
+                                             mapped_at_creation=True, label=b.name)
+        return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
+
     def _upload(self, values: Mapping[str, np.ndarray], borrowed: Mapping[int, wgpu.GPUBuffer]) -> None:
         # Parameters, derived parameters and constants into their device buffers (not those
-        # borrowed from a shared session, nor state tensors left zero).
+        # borrowed from a shared session, nor state tensors left zero): into the mapping of a
+        # buffer created mapped, else through the queue.
         plan, queue = self.plan, self.device.queue
+
+        def put(buffer: wgpu.GPUBuffer, offset: int, arr: np.ndarray) -> None:
+            if arr.nbytes == 0:
+                return
+            if buffer.map_state == "mapped":
+                buffer.write_mapped(arr, offset)
+            else:
+                queue.write_buffer(buffer, offset, arr)
+
         with device_errors("uploading the session's parameters"):
-            for name, arr in values.items():
-                index = plan.parameters[name]
-                if self._buffers[index] is not None and index not in borrowed:
-                    queue.write_buffer(self._buffers[index], 0, arr)
-            for index, d in plan.derived.items():
-                if index not in borrowed:
-                    _write_packed(queue, self._buffers[index], [values[name] for name in d.sources], d.axis)
-            for index, arr in plan.constants.items():
-                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr))
+            try:
+                for name, arr in values.items():
+                    index = plan.parameters[name]
+                    if self._buffers[index] is not None and index not in borrowed:
+                        put(self._buffers[index], 0, arr)
+                for index, d in plan.derived.items():
+                    if index not in borrowed:
+                        _write_packed(put, self._buffers[index], [values[name] for name in d.sources], d.axis)
+                for index, arr in plan.constants.items():
+                    put(self._buffers[index], 0, np.ascontiguousarray(arr))
+            finally:
+                for buffer in {id(b): b for b in self._buffers if b is not None}.values():
+                    if buffer.map_state == "mapped":
+                        buffer.unmap()
 
     def _prepare(self, d, uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup,
                                                          tuple[int, int, int]]:
@@ -246,7 +284,7 @@ class Session:
                 self._packed_sources[name] = arr
                 for packed, d in self.plan.derived.items():
                     if name in d.sources:
-                        _write_packed(self.device.queue, self._buffers[packed],
+                        _write_packed(self.device.queue.write_buffer, self._buffers[packed],
                                       [self._packed_sources[n] for n in d.sources], d.axis)
 
     def read_output(self, index: int) -> np.ndarray:
@@ -594,17 +632,19 @@ def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffe
             if name in packing or (index not in borrowed and plan.buffers[index].kind != "host")}
 
 
-def _write_packed(queue, buffer: wgpu.GPUBuffer, sources: Sequence[np.ndarray], axis: int) -> None:
-    # A derived parameter: ``sources`` concatenated along ``axis`` into ``buffer``. Along axis 0
-    # of contiguous arrays that is their bytes one after another, written without a packed copy.
-    if axis == 0 and all(a.flags.c_contiguous for a in sources):
+def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.ndarray], axis: int) -> None:
+    # A derived parameter: ``sources`` concatenated along ``axis`` into ``buffer`` with
+    # put(buffer, offset, array). Along axis 0 of contiguous arrays that is their bytes one
+    # after another, written without a packed copy where each starts at a multiple of 8 bytes
+    # (what a mapped write needs; the queue's writes need 4).
+    starts = np.cumsum([0, *(a.nbytes for a in sources[:-1])])
+    if axis == 0 and all(a.flags.c_contiguous for a in sources) and not (starts % 8).any():
         offset = 0
         for a in sources:
-            if a.nbytes:
-                queue.write_buffer(buffer, offset, a)
+            put(buffer, offset, a)
             offset += a.nbytes
     else:
-        queue.write_buffer(buffer, 0, np.ascontiguousarray(np.concatenate(sources, axis=axis)))
+        put(buffer, 0, np.ascontiguousarray(np.concatenate(sources, axis=axis)))
 
 
 def _kept(arr: np.ndarray) -> np.ndarray:

@@ -129,6 +129,27 @@ def test_packed_sources_kept_as_given_only_when_no_one_can_write_them(device):
     np.testing.assert_array_equal(y, [[0.0, 0.0, 3.0, 6.0, 6.0]])
 
 
+@pytest.mark.parametrize("mapped", ["1", "0"])
+def test_uploads_through_mappings_or_the_queue_give_the_same_results(device, monkeypatch, mapped):
+    # On a CPU adapter (lavapipe) the device has mappable-primary-buffers and a session writes
+    # its parameters straight into their buffers' mappings; EGGFUSE_MAPPED_UPLOADS=0 (and any
+    # other device) uploads through the queue. Offsets not a multiple of 8 are packed first.
+    monkeypatch.setenv("EGGFUSE_MAPPED_UPLOADS", mapped)
+    g = _packed_mlp()
+    params = {"wg": RNG.standard_normal((6, 4)), "wu": RNG.standard_normal((6, 4)), "b": RNG.standard_normal((1, 8))}
+    s = Session(lower(g), params, device=device)
+    expect_mapped = mapped == "1" and device_module.mapped_uploads(device)
+    assert device_module.mapped_uploads(device) == (mapped == "1" and device_module.MAPPABLE in device.features)
+    b = s._buffers[s.plan.parameters["b"]]
+    assert bool(b.usage & wgpu.BufferUsage.MAP_WRITE) == expect_mapped and b.map_state == "unmapped"
+    x = {"x": RNG.standard_normal((5, 6))}
+    _close(s.run(x), evaluate(g, x, params))
+    s.write_parameter("b", np.zeros((1, 8)))  # through the queue, into a buffer once mapped
+    _close(s.run(x), evaluate(g, x, {**params, "b": np.zeros((1, 8))}))
+    if device.adapter.info.get("adapter_type") == "CPU" and device_module.MAPPABLE in device.adapter.features:
+        assert device_module.MAPPABLE in device.features
+
+
 def test_parameters_only_packed_get_no_device_buffer(device):
     g = Graph()
     x = g.input("x", [3, 8])
