@@ -151,7 +151,8 @@ class Session:
                 borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
                 else shared[plan.storage[b.index]] if b.index in plan.storage
-                else self._new_buffer(b, b.index in uploads)
+                else None if b.index in uploads  # created by _upload, beside the pipelines
+                else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
         # run(): each input's checks and its place in the host copy of the input buffer
         self._input_staging = np.zeros(size, dtype=np.uint8)
@@ -174,9 +175,10 @@ class Session:
         if _libf is not None and getattr(self.device.queue, "_internal", None) is not None:
             self._raw = (self.device.queue._internal, getattr(self._input_buffer, "_internal", None),
                          _ffi.cast("void *", self._input_staging.ctypes.data))
-        # The uploads (host copies into wgpu's staging, in C without the GIL) run on a thread of
-        # their own while this one builds the uniform buffer, pipelines and bind groups.
-        uploading = _Background(self._upload, values, borrowed)
+        # The buffers this session uploads are created and written on a thread of their own
+        # (wgpu-native's calls and the copies run without the GIL) while this one builds the
+        # uniform buffer and the pipelines; the bind groups follow.
+        uploading = _Background(self._upload, values, borrowed, uploads)
         try:
             # the sources of derived parameters, kept to repack those when one is written
             # (write_parameter): copies, unless no one can write them (read-only memory)
@@ -194,9 +196,11 @@ class Session:
                 with device_errors("creating the dispatches' uniform buffer"):
                     self._uniform = self.device.create_buffer_with_data(data=packed,
                                                                         usage=wgpu.BufferUsage.UNIFORM)
-            self._commands = [self._prepare(d, offset) for d, offset in zip(plan.dispatches, offsets, strict=True)]
+            pipelines = [self._pipeline(d) for d in plan.dispatches]
         finally:
             uploading.join()  # raises what the upload raised
+        self._commands = [self._bind(d, *pipeline, offset)
+                          for d, pipeline, offset in zip(plan.dispatches, pipelines, offsets, strict=True)]
         self._prerecord = bool(prerecord)
         self._runs = 0
         self._next: _Pending | None = None  # the next run's command buffer, being recorded
@@ -211,11 +215,15 @@ class Session:
                                              mapped_at_creation=True, label=b.name)
         return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
 
-    def _upload(self, values: Mapping[str, np.ndarray], borrowed: Mapping[int, wgpu.GPUBuffer]) -> None:
-        # Parameters, derived parameters and constants into their device buffers (not those
-        # borrowed from a shared session, nor state tensors left zero): into the mapping of a
-        # buffer created mapped, else through the queue.
+    def _upload(self, values: Mapping[str, np.ndarray], borrowed: Mapping[int, wgpu.GPUBuffer],
+                uploads: set[int]) -> None:
+        # The buffers of ``uploads`` created, and parameters, derived parameters and constants
+        # written into them (not into buffers borrowed from a shared session, nor state tensors
+        # left zero): into the mapping of a buffer created mapped, else through the queue.
         plan, queue = self.plan, self.device.queue
+        with device_errors("creating the session's buffers"):
+            for index in sorted(uploads):
+                self._buffers[index] = self._new_buffer(plan.buffers[index], True)
 
         def put(buffer: wgpu.GPUBuffer, offset: int, arr: np.ndarray) -> None:
             if arr.nbytes == 0:
@@ -241,11 +249,14 @@ class Session:
                     if buffer.map_state == "mapped":
                         buffer.unmap()
 
-    def _prepare(self, d, uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup,
-                                                         tuple[int, int, int]]:
+    def _pipeline(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
+        # The pipeline of one dispatch and its bind group layout (cached per process).
+        return get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
+                            label=f"{d.kernel}: {d.label}")
+
+    def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
+              uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
         # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch.
-        pipeline, bgl = get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
-                                     label=f"{d.kernel}: {d.label}")
         with device_errors(f"binding buffers for {d.label}"):
             entries = [{"binding": slot, "resource": {"buffer": self._buffers[index], "offset": self._offsets[index],
                                                       "size": self.plan.buffers[index].size_bytes}}
