@@ -33,7 +33,8 @@ class GenerateResult:
     ``generated_ids`` (control tokens left out). Rates in tokens per second: prefill over
     the prompt's run, decode over the steps after the first token (each step runs the
     decode plan, reads its logits back and samples). ``stop_reason`` is ``max_new_tokens``,
-    ``eos`` or ``max_seq`` (the cache is full). ``timings`` in seconds.
+    ``eos`` or ``max_seq`` (the cache is full). ``timings`` in seconds (``load_s`` includes
+    ``model_cache_write_s``, present when loading the model stored it in the model cache).
     ``time_to_first_token_s``: seconds from the call to the first new token, counting the
     loading, compiling and prefill that the call did (a model and plans kept from an earlier
     call in the process are not compiled again). ``cache_plans`` says for each plan this
@@ -326,7 +327,7 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     _check_max_new_tokens(max_new_tokens)
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
     from eggfuse.api import resolve_model
-    from eggfuse.model_cache import cache_status
+    from eggfuse.model_cache import cache_status, write_seconds
 
     started = t = time.perf_counter()
     loaded = _model(cache) if model is None else resolve_model(model, "decoder", cache=cache)
@@ -344,6 +345,8 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     result.time_to_first_token_s += before
     result.prompt = prompt
     result.timings = {"load_s": load_s, **result.timings}
+    if (stored := write_seconds(loaded)) is not None:  # part of load_s: the model cache's entry written
+        result.timings["model_cache_write_s"] = stored
     result.cache_model = cache_status(loaded)
     result.cache = _overall({**result.cache_plans, **({"model": result.cache_model} if result.cache_model else {})})
     return result

@@ -60,6 +60,7 @@ _TEMP = re.compile(r"^\.[0-9a-f]{64}\.(model|weights)\.\d+\.tmp$")
 _MODEL_FIELDS = {"config", "params", "tokenizer", "bos_id", "eos_ids", "chat", "rope_pairing", "name", "kind", "dtype"}
 
 _status: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> hit, miss or off
+_write_s: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> seconds spent storing it
 
 
 def load_gguf(path: str | os.PathLike | None = None, *, rope_pairing: str = "half", cache: bool = True):
@@ -82,7 +83,10 @@ def load_gguf(path: str | os.PathLike | None = None, *, rope_pairing: str = "hal
     if model is not None:
         return _mark(model, "hit")
     model = CausalLM.load(source, rope_pairing=rope_pairing)
+    t = time.perf_counter()
     store.store(key, model, source)
+    with contextlib.suppress(TypeError):
+        _write_s[model] = time.perf_counter() - t
     return _mark(model, "miss")
 
 
@@ -91,6 +95,14 @@ def cache_status(model) -> str | None:
     did not load (a Hugging Face folder, a model built by the caller)."""
     try:
         return _status.get(model)
+    except TypeError:
+        return None
+
+
+def write_seconds(model) -> float | None:
+    """Seconds :func:`load_gguf` spent storing ``model``'s entry (a miss), else None."""
+    try:
+        return _write_s.get(model)
     except TypeError:
         return None
 
@@ -321,4 +333,4 @@ def _map(path: Path, size: int) -> memoryview:
     return memoryview(m)
 
 
-__all__ = ["ModelCache", "cache_status", "load_gguf", "source_identity"]
+__all__ = ["ModelCache", "cache_status", "load_gguf", "source_identity", "write_seconds"]

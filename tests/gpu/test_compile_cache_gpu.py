@@ -171,6 +171,8 @@ def test_generate_json_time_to_first_token_and_cache(store, capsys):
     assert [(o["cache"], o["cache_plans"], o["cache_model"]) for o in outs] == [
         ("miss", {"decode": "miss", "prefill": "miss"}, "miss"), ("hit", {"decode": "hit", "prefill": "hit"}, "hit")]
     assert outs[0]["generated_ids"] == outs[1]["generated_ids"]
+    assert 0 < outs[0]["timings"]["model_cache_write_s"] < outs[0]["timings"]["load_s"]
+    assert "model_cache_write_s" not in outs[1]["timings"]
     for o in outs:
         t = o["timings"]
         assert 0 < o["time_to_first_token_s"]

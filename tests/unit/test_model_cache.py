@@ -65,8 +65,9 @@ def test_a_second_load_reads_the_entry_back_as_the_file_gives_it(store, tiny):
     want = CausalLM.load(tiny)
     first = model_cache.load_gguf(tiny)
     assert model_cache.cache_status(first) == "miss" and len(store.entries()) == 1
+    assert model_cache.write_seconds(first) > 0
     second = model_cache.load_gguf(tiny)
-    assert model_cache.cache_status(second) == "hit"
+    assert model_cache.cache_status(second) == "hit" and model_cache.write_seconds(second) is None
     assert_same_model(first, want)
     assert_same_model(second, want)
     # read back as read-only views of the mapped weights file: nothing copied, nothing to change
