@@ -27,23 +27,30 @@ def _minilm():
 
 
 @functools.lru_cache(maxsize=2)
-def _load(path: str, weights: str = "f32"):
+def _load(path: str, weights: str = "f32", cache: bool = True):
+    p = Path(path)
+    if weights == "f32" and p.suffix == ".gguf" and p.is_file():  # through the model cache (eggfuse.model_cache)
+        from eggfuse.model_cache import load_gguf
+
+        return load_gguf(p, cache=cache)
     from eggfuse.models.hf import load_model
 
     return load_model(path, weights=weights)
 
 
-def resolve_model(model, kind: str, weights: str = "f32"):
+def resolve_model(model, kind: str, weights: str = "f32", *, cache: bool = True):
     """A loaded model from ``model``: a path (str or Path: a Hugging Face folder or a GGUF file,
-    loaded once per path and ``weights``, see :func:`eggfuse.load_model`) or an already loaded
-    model. ``kind`` is what the caller runs: ``"encoder"`` (:func:`embed`) or ``"decoder"``
+    loaded once per path and ``weights``, see :func:`eggfuse.load_model`; a GGUF file in f32
+    through the model cache, :mod:`eggfuse.model_cache`, unless ``cache`` is False) or an
+    already loaded model. ``kind`` is what the caller runs: ``"encoder"`` (:func:`embed`) or ``"decoder"``
     (``generate``). Raises :class:`~eggfuse.ir.InputError` for a model of the other kind,
     :class:`~eggfuse.ir.ModelError` when the path does not load.
     """
     from eggfuse.models.causal_lm import CausalLM
     from eggfuse.models.minilm import SentenceEncoder
 
-    loaded = _load(str(Path(model).expanduser().resolve()), weights) if isinstance(model, (str, Path)) else model
+    loaded = (_load(str(Path(model).expanduser().resolve()), weights, bool(cache)) if isinstance(model, (str, Path))
+              else model)
     want, other = (SentenceEncoder, "generate") if kind == "encoder" else (CausalLM, "embed")
     if not isinstance(loaded, want):
         what = getattr(loaded, "kind", type(loaded).__name__)
@@ -126,7 +133,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
         raise InputError("sentences must be a list of strings, got a single str")
     sentences = list(sentences)
     t = time.perf_counter()
-    model = _minilm() if model is None else resolve_model(model, "encoder")
+    model = _minilm() if model is None else resolve_model(model, "encoder", cache=cache)
     load_s = time.perf_counter() - t
     graph, feeds = model.graph_for(sentences)
     compiled = compile(graph, model.params, fuse=fuse, device=device, cache=cache)

@@ -22,9 +22,15 @@ is ignored with a warning, and the compile that follows rewrites it. Writes go t
 file renamed into place, so a reader never sees half an entry; a folder that cannot be
 written only costs the cache.
 
-wgpu's own pipeline cache (``VkPipelineCache``, the adapter feature ``pipeline-cache``) is not
-used: wgpu-native 29 (wgpu-py 0.32) exposes the feature but no function to create one. Mesa's
-drivers (lavapipe included) keep their own on-disk shader cache.
+wgpu's own pipeline cache (``VkPipelineCache``, the adapter feature ``pipeline-cache``, which
+lavapipe reports) is not used: wgpu-native 29 (wgpu-py 0.32) exposes the feature but no function
+to create one (its library exports no ``wgpuDeviceCreatePipelineCache``, its pipeline
+descriptors pass no cache, and wgpu-py has no ``GPUDevice.create_pipeline_cache``;
+wgpu-native's open pull request 618 adds them). Mesa's drivers (lavapipe included) keep their
+own on-disk shader cache.
+
+The models that generation loads from GGUF files have a cache of their own in the same folder
+(:mod:`eggfuse.model_cache`).
 """
 
 from __future__ import annotations
@@ -206,6 +212,8 @@ def _plain(v: Any, digest: bool = False) -> Any:
         return {"list": [_plain(x, digest) for x in v]}
     if isinstance(v, dict):
         return {"dict": [[_plain(k, digest), _plain(x, digest)] for k, x in v.items()]}
+    if isinstance(v, frozenset):  # in a canonical order: a set's iteration order varies between processes
+        return {"frozenset": sorted((_plain(x, digest) for x in v), key=lambda e: json.dumps(e, sort_keys=True))}
     if isinstance(v, TensorType):
         return {"type": [list(v.shape), v.dtype.value]}
     if isinstance(v, DType):
@@ -227,6 +235,8 @@ def _value(v: Any) -> Any:
         return [_value(x) for x in v["list"]]
     if "dict" in v:
         return {_value(k): _value(x) for k, x in v["dict"]}
+    if "frozenset" in v:
+        return frozenset(_value(x) for x in v["frozenset"])
     if "type" in v:
         return _type(v["type"])
     if "dtype" in v:

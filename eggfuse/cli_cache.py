@@ -1,5 +1,6 @@
-"""``eggfuse cache info|clear`` (the compile cache, :mod:`eggfuse.cache`), and the
-``--no-cache`` option of the commands that compile."""
+"""``eggfuse cache info|clear`` (the compile cache, :mod:`eggfuse.cache`, and the model cache in
+its ``models`` folder, :mod:`eggfuse.model_cache`), and the ``--no-cache`` option of the
+commands that compile."""
 
 from __future__ import annotations
 
@@ -21,34 +22,40 @@ def cache_line(status: str, loaded) -> str:
 def add_no_cache(parser: argparse.ArgumentParser) -> None:
     """Register ``--no-cache`` on a command that compiles."""
     parser.add_argument("--no-cache", action="store_true",
-                        help="neither load nor store compiled graphs in the compile cache (see: eggfuse cache info)")
+                        help="neither load nor store compiled graphs (nor GGUF models) in the cache "
+                             "(see: eggfuse cache info)")
 
 
 def cmd_cache(args: argparse.Namespace) -> None:
     from eggfuse.cache import CompileCache
+    from eggfuse.model_cache import ModelCache
 
-    store = CompileCache()
+    store, models = CompileCache(), ModelCache()
     if args.action == "clear":
-        removed = store.clear()
+        removed, removed_models = store.clear(), models.clear()
         if args.json:
-            print(json.dumps({"folder": str(store.folder), "removed": removed}))
+            print(json.dumps({"folder": str(store.folder), "removed": removed, "removed_models": removed_models}))
         else:
-            print(f"removed {removed} entries from {store.folder}")
+            print(f"removed {removed} entries from {store.folder}"
+                  + (f", {removed_models} model entries from {models.folder}" if removed_models else ""))
         return
-    info = store.info()
+    info, model_info = store.info(), models.info()
     if args.json:
-        print(json.dumps(info))
+        print(json.dumps({**info, "model_entries": model_info["entries"], "model_bytes": model_info["bytes"]}))
         return
     print(f"folder: {info['folder']}")
     print(f"entries: {info['entries']}")
     print(f"total size: {info['bytes'] / 1e6:.2f} MB ({info['bytes']} bytes)")
+    print(f"model entries: {model_info['entries']} in {model_info['folder']}, "
+          f"{model_info['bytes'] / 1e6:.2f} MB ({model_info['bytes']} bytes)")
 
 
 def add_cache(sub) -> None:
     """Register ``cache`` on the CLI's subparsers."""
-    c = sub.add_parser("cache", help="the compile cache: its folder, entries and size (info), or remove them (clear)")
+    c = sub.add_parser("cache", help="the compile and model cache: its folder, entries and size (info), or remove "
+                                     "them (clear)")
     c.add_argument("action", choices=["info", "clear"],
-                   help="info: the folder ($EGGFUSE_CACHE or the user cache folder), entries, total size; "
-                        "clear: remove the entries")
+                   help="info: the folder ($EGGFUSE_CACHE or the user cache folder), entries, total size, and "
+                        "the model entries (GGUF models as loaded) in its models folder; clear: remove them all")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_cache)

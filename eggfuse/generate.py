@@ -38,13 +38,17 @@ class GenerateResult:
     ``generated_ids`` (control tokens left out). Rates in tokens per second: prefill over
     the prompt's run, decode over the steps after the first token (each step runs the
     decode plan, reads its logits back and samples). ``stop_reason`` is ``max_new_tokens``,
-    ``eos`` or ``max_seq`` (the cache is full). ``timings`` in seconds.
+    ``eos`` or ``max_seq`` (the cache is full). ``timings`` in seconds (``load_s`` includes
+    ``model_cache_write_s``, present when loading the model stored it in the model cache).
     ``time_to_first_token_s``: seconds from the call to the first new token, counting the
     loading, compiling and prefill that the call did (a model and plans kept from an earlier
     call in the process are not compiled again). ``cache_plans`` says for each plan this
     generation ran (``decode``, and ``prefill`` when the prompt has more than one token)
-    whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache`` is
-    ``hit`` when all did, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
+    whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache_model``
+    whether the model came from the model cache (:mod:`eggfuse.model_cache`: ``hit``,
+    ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder, a
+    model in a block format or one passed in loaded); ``cache`` is ``hit`` when all of these
+    hit, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
     the weight storage (``f32`` or a block format) and ``weight_formats`` counts the model's
     parameters per storage (``{"q4_1": 210, "q8_0": 1, "f32": 61}`` for SmolLM2 in q4_1).
     ``memory`` gives per plan (``decode``, ``prefill``) the device memory it binds, in bytes:
@@ -73,6 +77,7 @@ class GenerateResult:
     weights: str = "f32"
     weight_formats: dict[str, int] = field(default_factory=dict)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
+    cache_model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -292,8 +297,18 @@ class _TextStream:
         self.on_token(token, piece)
 
 
+def _model(weights: str = DEFAULT_WEIGHTS, cache: bool = True):
+    # The shipped model in ``weights``, loaded once per process (in f32 through the model cache
+    # unless ``cache`` is False; a block format reads the GGUF's blocks as they are).
+    return _shipped(weights, bool(cache))
+
+
 @functools.lru_cache(maxsize=2)
-def _model(weights: str = DEFAULT_WEIGHTS):
+def _shipped(weights: str, cache: bool):
+    if weights == "f32":
+        from eggfuse.model_cache import load_gguf
+
+        return load_gguf(cache=cache)
     from eggfuse.models.causal_lm import CausalLM
 
     return CausalLM.load(weights=weights)
@@ -303,7 +318,7 @@ def _model(weights: str = DEFAULT_WEIGHTS):
 def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None, cache: bool = True,
                weights: str = DEFAULT_WEIGHTS) -> Generator:
     # The last generator used (model None: the shipped one in ``weights``): its weights and cache stay on the device.
-    return Generator(_model(weights) if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse,
+    return Generator(_model(weights, cache) if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse,
                      cache=cache)
 
 
@@ -342,6 +357,7 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     _check_max_new_tokens(max_new_tokens)
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
     from eggfuse.api import resolve_model
+    from eggfuse.model_cache import cache_status, write_seconds
     from eggfuse.models.gguf import check_weights
 
     if weights is not None:
@@ -349,10 +365,10 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     started = t = time.perf_counter()
     if model is None:
         weights = weights or DEFAULT_WEIGHTS
-        loaded = _model(weights)
+        loaded = _model(weights, cache)
     elif isinstance(model, (str, Path)):
         weights = weights or DEFAULT_WEIGHTS
-        loaded = resolve_model(model, "decoder", weights)
+        loaded = resolve_model(model, "decoder", weights, cache=cache)
     else:
         loaded = resolve_model(model, "decoder")
         loaded = loaded if weights is None else loaded.with_weights(weights)
@@ -371,4 +387,8 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     result.time_to_first_token_s += before
     result.prompt = prompt
     result.timings = {"load_s": load_s, **result.timings}
+    if (stored := write_seconds(loaded)) is not None:  # part of load_s: the model cache's entry written
+        result.timings["model_cache_write_s"] = stored
+    result.cache_model = cache_status(loaded)
+    result.cache = _overall({**result.cache_plans, **({"model": result.cache_model} if result.cache_model else {})})
     return result

@@ -14,6 +14,7 @@ import numpy as np
 import wgpu
 
 from ..ir.errors import DeviceError
+from .bindings import warm_types
 
 log = logging.getLogger("eggfuse.runtime")
 
@@ -28,6 +29,12 @@ REQUESTED_LIMITS = (
 #: Optional features asked for when the adapter has them: GPU timestamps for profiling
 #: (Session.profile), subgroup operations for reductions.
 REQUESTED_FEATURES = ("timestamp-query", "subgroup")
+
+#: wgpu-native's feature that lets a storage buffer be mapped for writing (MAP_WRITE with any
+#: usage). Asked for on a CPU adapter (lavapipe), where every buffer is host memory anyway: a
+#: session writes its parameters into their buffers' mappings, one host copy, instead of
+#: queue.write_buffer's copy into a staging buffer and the device's copy out of it.
+MAPPABLE = "mappable-primary-buffers"
 
 _device: wgpu.GPUDevice | None = None
 _lock = threading.Lock()
@@ -46,6 +53,7 @@ def get_device() -> wgpu.GPUDevice:
             return _device
         # Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on every start without one
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+        warm_types()  # the C types of wgpu-py's calls, parsed in one pass (runtime/bindings.py)
         try:
             adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         except Exception as e:  # noqa: BLE001 - wgpu-native reports a missing driver in many ways
@@ -54,6 +62,8 @@ def get_device() -> wgpu.GPUDevice:
             raise DeviceError(_NO_ADAPTER)
         required = {key: adapter.limits[key] for key in REQUESTED_LIMITS if key in adapter.limits}
         features = [f for f in REQUESTED_FEATURES if f in adapter.features]
+        if adapter.info.get("adapter_type") == "CPU" and MAPPABLE in adapter.features:
+            features.append(MAPPABLE)  # uploads written straight into buffers (mapped_uploads)
         try:
             _device = adapter.request_device_sync(required_limits=required, required_features=features)
         except Exception as e:  # noqa: BLE001
@@ -70,6 +80,12 @@ _NO_ADAPTER = ("no wgpu adapter found: install a Vulkan driver; without a GPU, M
 def _describe(info) -> str:
     name = info.get("device") or info.get("vendor") or "unknown adapter"
     return f"{name} / {info.get('backend_type', '?')} / {info.get('adapter_type', '?')}"
+
+
+def mapped_uploads(device: wgpu.GPUDevice) -> bool:
+    """Whether sessions on ``device`` write uploads into buffers created mapped (the device has
+    :data:`MAPPABLE`, requested on CPU adapters only; ``EGGFUSE_MAPPED_UPLOADS=0`` turns it off)."""
+    return MAPPABLE in device.features and os.environ.get("EGGFUSE_MAPPED_UPLOADS", "1") != "0"
 
 
 def adapter_description(device: wgpu.GPUDevice) -> str:

@@ -15,7 +15,14 @@ from ..ir.errors import InputError, LoweringError
 from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits
-from .device import adapter_description, device_error, device_errors, get_device, subgroup_reductions_usable
+from .device import (
+    adapter_description,
+    device_error,
+    device_errors,
+    get_device,
+    mapped_uploads,
+    subgroup_reductions_usable,
+)
 from .pipelines import get_pipeline
 
 try:  # the wgpu-native backend's C library, for the recording fast paths
@@ -43,10 +50,18 @@ class Session:
     ``Session(plan, params, device=None)``: the :class:`~eggfuse.lowering.ExecutionPlan`
     (``eggfuse.pipeline.lower_for`` lowers a graph for a device) is checked against the
     device's limits. ``params`` maps every parameter name to an array of its shape
-    (any real dtype, converted to f32; the caller's arrays are not modified). Constants
-    and parameters are uploaded here, derived parameters (``plan.derived``) packed with
-    numpy from the converted parameters and uploaded, pipelines (cached per process) and
-    bind groups built here, so :meth:`run` only writes inputs, records and reads back.
+    (any real dtype, converted to f32; the caller's arrays are not modified, and float32
+    contiguous ones are uploaded as they are, without a copy). Constants and parameters
+    are uploaded here, derived parameters (``plan.derived``) packed from the converted
+    parameters (along axis 0 written source after source, else packed with numpy) and
+    uploaded, pipelines (cached per process) and bind groups built here, so :meth:`run`
+    only writes inputs, records and reads back; the uploads run on a thread of their own
+    while the pipelines and bind groups are built. On a device with
+    ``mappable-primary-buffers`` (requested on CPU adapters such as lavapipe,
+    ``runtime.device.mapped_uploads``) the buffers a session uploads are created mapped and
+    written in place: one host copy instead of ``queue.write_buffer``'s copy into a staging
+    buffer and the device's copy out of it at the first submit. A state tensor not given starts at zero
+    without an upload: WebGPU creates every buffer zero-filled.
     The graph inputs live in one device buffer, each at an offset aligned to
     minStorageBufferOffsetAlignment, so a run uploads them with one write (an input a
     kernel updates in place, or one above :data:`PACK_MAX_BYTES`, keeps a buffer of its
@@ -100,10 +115,16 @@ class Session:
         borrowed = {} if share is None else _shared_buffers(plan, share)
         needed = _needed_parameters(plan, borrowed)
         given = {n: v for n, v in dict(params).items() if n in needed or n not in plan.parameters}
-        for name in plan.state:  # state tensors start at zero unless given (or shared)
-            if name in needed and name not in given:
+        # State tensors start at zero unless given (or shared). WebGPU creates every buffer
+        # zero-filled, so only one that a derived parameter packs needs a host array of zeros.
+        packing = {name for d in plan.derived.values() for name in d.sources}
+        zeroed = {name for name in plan.state if name in needed and name not in given and name not in packing}
+        for name in plan.state:
+            if name in needed and name not in given and name in packing:
                 given[name] = np.zeros(plan.buffers[plan.parameters[name]].shape, dtype=np.float32)
-        values = _check_leaves("parameter", given, needed, plan)
+        # the arrays as given where they are float32 and contiguous already: uploaded, not copied
+        values = _check_leaves("parameter", given, {n: i for n, i in needed.items() if n not in zeroed}, plan,
+                               copy=False)
 
         # The inputs share one device buffer (each at an aligned offset), written with one
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
@@ -117,6 +138,10 @@ class Session:
             packed_inputs, offsets, size = [], [], 0
         self._offsets = dict.fromkeys(range(len(plan.buffers)), 0)
         self._offsets.update(zip(packed_inputs, offsets, strict=True))
+        # the buffers this session uploads: written through a mapping where the device allows
+        uploads = ({plan.parameters[n] for n in values if plan.buffers[plan.parameters[n]].kind != "host"}
+                   | set(plan.derived) | set(plan.constants)) - set(borrowed)
+        self._mapped_uploads = mapped_uploads(self.device)
         with device_errors("creating the session's buffers"):
             arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
             self._input_buffer = arena
@@ -126,6 +151,7 @@ class Session:
                 borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
                 else arena if b.index in packed_inputs
                 else shared[plan.storage[b.index]] if b.index in plan.storage
+                else None if b.index in uploads  # created by _upload, beside the pipelines
                 else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
                 for b in plan.buffers]
         # run(): each input's checks and its place in the host copy of the input buffer
@@ -149,45 +175,88 @@ class Session:
         if _libf is not None and getattr(self.device.queue, "_internal", None) is not None:
             self._raw = (self.device.queue._internal, getattr(self._input_buffer, "_internal", None),
                          _ffi.cast("void *", self._input_staging.ctypes.data))
-        with device_errors("uploading the session's parameters"):
-            queue = self.device.queue
-            for name, arr in values.items():
-                index = plan.parameters[name]
-                if self._buffers[index] is not None and index not in borrowed:
-                    queue.write_buffer(self._buffers[index], 0, arr)
-            for index, d in plan.derived.items():
-                if index in borrowed:
-                    continue
-                packed = np.concatenate([values[name] for name in d.sources], axis=d.axis)
-                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(packed))
-            for index, arr in plan.constants.items():
-                queue.write_buffer(self._buffers[index], 0, np.ascontiguousarray(arr))
-        # the sources of derived parameters, kept to repack those when one is written (write_parameter)
-        self._packed_sources = {name: values[name] if name in values else share._packed_sources[name]
-                                for d in plan.derived.values() for name in d.sources}
-        # every dispatch's parameters in one uniform buffer, each at an aligned offset: one
-        # buffer for wgpu-native to track per run instead of one per dispatch
-        offsets, size = _aligned_offsets([len(d.params) for d in plan.dispatches],
-                                         int(limits.get("min-uniform-buffer-offset-alignment", 256)))
-        self._uniform: wgpu.GPUBuffer | None = None
-        if size:
-            packed = np.zeros(size, dtype=np.uint8)
-            for d, offset in zip(plan.dispatches, offsets, strict=True):
-                packed[offset:offset + len(d.params)] = np.frombuffer(d.params, dtype=np.uint8)
-            with device_errors("creating the dispatches' uniform buffer"):
-                self._uniform = self.device.create_buffer_with_data(data=packed, usage=wgpu.BufferUsage.UNIFORM)
-        self._commands = [self._prepare(d, offset) for d, offset in zip(plan.dispatches, offsets, strict=True)]
+        # The buffers this session uploads are created and written on a thread of their own
+        # (wgpu-native's calls and the copies run without the GIL) while this one builds the
+        # uniform buffer and the pipelines; the bind groups follow.
+        uploading = _Background(self._upload, values, borrowed, uploads)
+        try:
+            # the sources of derived parameters, kept to repack those when one is written
+            # (write_parameter): copies, unless no one can write them (read-only memory)
+            self._packed_sources = {name: _kept(values[name]) if name in values else share._packed_sources[name]
+                                    for d in plan.derived.values() for name in d.sources}
+            # every dispatch's parameters in one uniform buffer, each at an aligned offset: one
+            # buffer for wgpu-native to track per run instead of one per dispatch
+            offsets, size = _aligned_offsets([len(d.params) for d in plan.dispatches],
+                                             int(limits.get("min-uniform-buffer-offset-alignment", 256)))
+            self._uniform: wgpu.GPUBuffer | None = None
+            if size:
+                packed = np.zeros(size, dtype=np.uint8)
+                for d, offset in zip(plan.dispatches, offsets, strict=True):
+                    packed[offset:offset + len(d.params)] = np.frombuffer(d.params, dtype=np.uint8)
+                with device_errors("creating the dispatches' uniform buffer"):
+                    self._uniform = self.device.create_buffer_with_data(data=packed,
+                                                                        usage=wgpu.BufferUsage.UNIFORM)
+            pipelines = [self._pipeline(d) for d in plan.dispatches]
+        finally:
+            uploading.join()  # raises what the upload raised
+        self._commands = [self._bind(d, *pipeline, offset)
+                          for d, pipeline, offset in zip(plan.dispatches, pipelines, offsets, strict=True)]
         self._prerecord = bool(prerecord)
         self._runs = 0
         self._next: _Pending | None = None  # the next run's command buffer, being recorded
         self._native: tuple | None = None  # (commands [n, 5] uint64, function addresses), on first run
         self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
 
-    def _prepare(self, d, uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup,
-                                                         tuple[int, int, int]]:
+    def _new_buffer(self, b, uploaded: bool) -> wgpu.GPUBuffer:
+        # A device buffer of its own; one this session uploads is created mapped where the
+        # device allows (mapped_uploads), so the upload is one host copy into it.
+        if uploaded and self._mapped_uploads:
+            return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE | wgpu.BufferUsage.MAP_WRITE,
+                                             mapped_at_creation=True, label=b.name)
+        return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
+
+    def _upload(self, values: Mapping[str, np.ndarray], borrowed: Mapping[int, wgpu.GPUBuffer],
+                uploads: set[int]) -> None:
+        # The buffers of ``uploads`` created, and parameters, derived parameters and constants
+        # written into them (not into buffers borrowed from a shared session, nor state tensors
+        # left zero): into the mapping of a buffer created mapped, else through the queue.
+        plan, queue = self.plan, self.device.queue
+        with device_errors("creating the session's buffers"):
+            for index in sorted(uploads):
+                self._buffers[index] = self._new_buffer(plan.buffers[index], True)
+
+        def put(buffer: wgpu.GPUBuffer, offset: int, arr: np.ndarray) -> None:
+            if arr.nbytes == 0:
+                return
+            if buffer.map_state == "mapped":
+                buffer.write_mapped(arr, offset)
+            else:
+                queue.write_buffer(buffer, offset, arr)
+
+        with device_errors("uploading the session's parameters"):
+            try:
+                for name, arr in values.items():
+                    index = plan.parameters[name]
+                    if self._buffers[index] is not None and index not in borrowed:
+                        put(self._buffers[index], 0, arr)
+                for index, d in plan.derived.items():
+                    if index not in borrowed:
+                        _write_packed(put, self._buffers[index], [values[name] for name in d.sources], d.axis)
+                for index, arr in plan.constants.items():
+                    put(self._buffers[index], 0, np.ascontiguousarray(arr))
+            finally:
+                for buffer in {id(b): b for b in self._buffers if b is not None}.values():
+                    if buffer.map_state == "mapped":
+                        buffer.unmap()
+
+    def _pipeline(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
+        # The pipeline of one dispatch and its bind group layout (cached per process).
+        return get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
+                            label=f"{d.kernel}: {d.label}")
+
+    def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
+              uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
         # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch.
-        pipeline, bgl = get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
-                                     label=f"{d.kernel}: {d.label}")
         with device_errors(f"binding buffers for {d.label}"):
             entries = [{"binding": slot, "resource": {"buffer": self._buffers[index], "offset": self._offsets[index],
                                                       "size": self.plan.buffers[index].size_bytes}}
@@ -226,8 +295,8 @@ class Session:
                 self._packed_sources[name] = arr
                 for packed, d in self.plan.derived.items():
                     if name in d.sources:
-                        value = np.concatenate([self._packed_sources[n] for n in d.sources], axis=d.axis)
-                        self.device.queue.write_buffer(self._buffers[packed], 0, np.ascontiguousarray(value))
+                        _write_packed(self.device.queue.write_buffer, self._buffers[packed],
+                                      [self._packed_sources[n] for n in d.sources], d.axis)
 
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
@@ -451,6 +520,27 @@ class _InputSlot:
         return arr
 
 
+class _Background:
+    # ``fn(*args)`` on a thread of its own; join() waits for it and raises what it raised.
+
+    def __init__(self, fn: Callable, *args) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, args=(fn, args), name="eggfuse-upload", daemon=True)
+        self._thread.start()
+
+    def _work(self, fn: Callable, args: tuple) -> None:
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that joins
+            self._error = e
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
 class _Pending:
     # A command buffer being recorded on the recording thread: result() blocks until it is.
     __slots__ = ("_done", "value", "error")
@@ -553,10 +643,40 @@ def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffe
             if name in packing or (index not in borrowed and plan.buffers[index].kind != "host")}
 
 
+def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.ndarray], axis: int) -> None:
+    # A derived parameter: ``sources`` concatenated along ``axis`` into ``buffer`` with
+    # put(buffer, offset, array). Along axis 0 of contiguous arrays that is their bytes one
+    # after another, written without a packed copy where each starts at a multiple of 8 bytes
+    # (what a mapped write needs; the queue's writes need 4).
+    starts = np.cumsum([0, *(a.nbytes for a in sources[:-1])])
+    if axis == 0 and all(a.flags.c_contiguous for a in sources) and not (starts % 8).any():
+        offset = 0
+        for a in sources:
+            put(buffer, offset, a)
+            offset += a.nbytes
+    else:
+        put(buffer, 0, np.ascontiguousarray(np.concatenate(sources, axis=axis)))
+
+
+def _kept(arr: np.ndarray) -> np.ndarray:
+    # ``arr`` itself when no one can write its memory (a read-only array, all the way down to a
+    # read-only buffer: a memory map opened for reading, bytes), else a copy of it.
+    base = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return arr.copy()
+        base = base.base
+    try:
+        return arr if base is not None and memoryview(base).readonly else arr.copy()
+    except TypeError:  # a base without the buffer protocol
+        return arr.copy()
+
+
 def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[str, int],
-                  plan: ExecutionPlan) -> dict[str, np.ndarray]:
+                  plan: ExecutionPlan, copy: bool = True) -> dict[str, np.ndarray]:
     # Every name present, none unknown, every array of the right shape: the InputError
-    # names the leaf and both shapes (check_array), before wgpu sees anything.
+    # names the leaf and both shapes (check_array), before wgpu sees anything. ``copy=False``
+    # returns the given arrays themselves where they are contiguous and of the leaf's dtype.
     check_mapping(kind, given, wanted)
     missing = [f"{n!r} ({plan.buffers[i].type})" for n, i in wanted.items() if n not in given]
     unknown = [n for n in given if n not in wanted and n not in plan.unused_leaves]
@@ -567,7 +687,8 @@ def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[st
             parts.append(f"unknown {kind}(s) " + ", ".join(_with_closest(n, known) for n in unknown))
         names = ", ".join(repr(n) for n in wanted) or "none"
         raise InputError(f"{'; '.join(parts)}; the graph's {kind}s are: {names}")
-    return {name: np.ascontiguousarray(check_array(f"{kind} {name!r}", given[name], plan.buffers[i].type))
+    return {name: np.ascontiguousarray(check_array(f"{kind} {name!r}", given[name], plan.buffers[i].type,
+                                                   copy=copy))
             for name, i in wanted.items()}
 
 

@@ -164,12 +164,15 @@ def test_generate_json_time_to_first_token_and_cache(store, capsys):
             "--json"]
     outs = []
     for _ in range(2):
-        gen_mod._generator.cache_clear()  # a new process would compile again: so does this call
+        gen_mod._generator.cache_clear()  # a new process would load and compile again: so does this call
+        gen_mod._shipped.cache_clear()
         assert cli.main(argv) == 0
         outs.append(json.loads(capsys.readouterr().out))
-    assert [(o["cache"], o["cache_plans"]) for o in outs] == [
-        ("miss", {"decode": "miss", "prefill": "miss"}), ("hit", {"decode": "hit", "prefill": "hit"})]
+    assert [(o["cache"], o["cache_plans"], o["cache_model"]) for o in outs] == [
+        ("miss", {"decode": "miss", "prefill": "miss"}, "miss"), ("hit", {"decode": "hit", "prefill": "hit"}, "hit")]
     assert outs[0]["generated_ids"] == outs[1]["generated_ids"]
+    assert 0 < outs[0]["timings"]["model_cache_write_s"] < outs[0]["timings"]["load_s"]
+    assert "model_cache_write_s" not in outs[1]["timings"]
     for o in outs:
         t = o["timings"]
         assert 0 < o["time_to_first_token_s"]
@@ -180,6 +183,7 @@ def test_generate_json_time_to_first_token_and_cache(store, capsys):
     off = json.loads(capsys.readouterr().out)
     # a one-token prompt runs on the decode plan: there is no prefill plan
     assert len(off["prompt_ids"]) == 1 and (off["cache"], off["cache_plans"]) == ("off", {"decode": "off"})
+    assert off["cache_model"] == "off"
     assert cli.main(argv[:-1]) == 0
     assert "time to first token: " in capsys.readouterr().out
     gen_mod._generator.cache_clear()

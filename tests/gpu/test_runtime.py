@@ -91,6 +91,65 @@ def test_derived_parameters_are_packed_once(device):
     assert not params["wg"].flags.c_contiguous  # a transposed view was packed correctly
 
 
+def test_state_starts_at_zero_on_reused_device_memory(device):
+    # State tensors not given are not uploaded: WebGPU creates buffers zero-filled. Memory
+    # that held other values first must not show through.
+    for _ in range(3):
+        dirty = device.create_buffer(size=1 << 20, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+        device.queue.write_buffer(dirty, 0, np.full(1 << 18, 7.0, np.float32))
+        device.queue.submit([])
+        dirty.destroy()
+    g = Graph()
+    cache, rows = g.state("cache", [512, 256]), g.input("rows", [1, 256])
+    written = g.add_node("CacheWrite", (cache, rows, g.input("pos", [1], DType.U32)))
+    g.set_outputs([written])
+    s = Session(lower_for(g, device), {}, device=device)
+    np.testing.assert_array_equal(s.read_parameter("cache"), np.zeros((512, 256), np.float32))
+    (out,) = s.run({"rows": np.ones((1, 256)), "pos": [3]})
+    want = np.zeros((512, 256), np.float32)
+    want[3] = 1.0
+    np.testing.assert_array_equal(out, want)
+
+
+def test_packed_sources_kept_as_given_only_when_no_one_can_write_them(device):
+    # Parameters are uploaded without a copy; the sources of a derived parameter are kept for
+    # write_parameter's repacking: as given when read-only down to read-only memory (a
+    # memory map, bytes), else copied, so that a caller changing its array later changes nothing.
+    g = Graph()
+    a, b, c = g.parameter("a", [2, 3]), g.parameter("b", [1, 3]), g.parameter("c", [2, 3])
+    g.set_outputs([g.matmul_bt(g.input("x", [1, 3]), g.concat([a, b, c], axis=0))])
+    frozen = np.frombuffer(np.arange(6, dtype=np.float32).tobytes(), np.float32).reshape(2, 3)
+    mine = np.ones((1, 3), np.float32)
+    c_t = np.full((3, 2), 2.0, np.float32).T  # not contiguous
+    s = Session(lower_for(g, device), {"a": frozen, "b": mine, "c": c_t}, device=device)
+    assert s._packed_sources["a"] is frozen and s._packed_sources["b"] is not mine
+    mine[...] = 5.0  # after the session took it
+    s.write_parameter("a", np.zeros((2, 3)))  # repacks from the kept b
+    (y,) = s.run({"x": np.ones((1, 3))})
+    np.testing.assert_array_equal(y, [[0.0, 0.0, 3.0, 6.0, 6.0]])
+
+
+@pytest.mark.parametrize("mapped", ["1", "0"])
+def test_uploads_through_mappings_or_the_queue_give_the_same_results(device, monkeypatch, mapped):
+    # On a CPU adapter (lavapipe) the device has mappable-primary-buffers and a session writes
+    # its parameters straight into their buffers' mappings; EGGFUSE_MAPPED_UPLOADS=0 (and any
+    # other device) uploads through the queue. Offsets not a multiple of 8 are packed first.
+    monkeypatch.setenv("EGGFUSE_MAPPED_UPLOADS", mapped)
+    g = _packed_mlp()
+    params = {"wg": RNG.standard_normal((6, 4)), "wu": RNG.standard_normal((6, 4)), "b": RNG.standard_normal((1, 8))}
+    s = Session(lower(g), params, device=device)
+    expect_mapped = mapped == "1" and device_module.mapped_uploads(device)
+    assert device_module.mapped_uploads(device) == (mapped == "1" and device_module.MAPPABLE in device.features)
+    b = s._buffers[s.plan.parameters["b"]]
+    assert bool(b.usage & wgpu.BufferUsage.MAP_WRITE) == expect_mapped and b.map_state == "unmapped"
+    x = {"x": RNG.standard_normal((5, 6))}
+    _close(s.run(x), evaluate(g, x, params))
+    s.write_parameter("b", np.zeros((1, 8)))  # through the queue, into a buffer once mapped
+    _close(s.run(x), evaluate(g, x, {**params, "b": np.zeros((1, 8))}))
+    if device.adapter.info.get("adapter_type") == "CPU" and device_module.MAPPABLE in device.adapter.features:
+        assert device_module.MAPPABLE in device.features
+
+
 def test_parameters_only_packed_get_no_device_buffer(device):
     g = Graph()
     x = g.input("x", [3, 8])

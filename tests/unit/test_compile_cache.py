@@ -290,7 +290,7 @@ def test_info_and_clear(store, capsys):
     info = store.info()
     assert info["entries"] == 2 and info["bytes"] == sum(p.stat().st_size for p in store.entries())
     assert cli.main(["cache", "info", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == info
+    assert json.loads(capsys.readouterr().out) == {**info, "model_entries": 0, "model_bytes": 0}
     assert cli.main(["cache", "info"]) == 0
     text = capsys.readouterr().out
     assert f"folder: {store.folder}" in text and "entries: 2" in text and f"({info['bytes']} bytes)" in text
@@ -299,7 +299,7 @@ def test_info_and_clear(store, capsys):
     assert store.info()["entries"] == 0
     assert sorted(p.name for p in store.folder.iterdir()) == ["notes.txt"]
     assert cli.main(["cache", "clear", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"folder": str(store.folder), "removed": 0}
+    assert json.loads(capsys.readouterr().out) == {"folder": str(store.folder), "removed": 0, "removed_models": 0}
     assert store.load(key(g, fuse=False), runs=g) is None
 
 

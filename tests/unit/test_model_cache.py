@@ -1,0 +1,164 @@
+"""The model cache (eggfuse/model_cache.py): a GGUF file's model read back from an entry equals the
+model ``CausalLM.load`` reads from the file (config, weights, tokenizer, chat template, special
+ids); an entry with flipped bytes, a changed file, another eggfuse version or ``cache=False``
+is never trusted; one entry per file; ``cache info|clear`` see the entries. Most checks use a
+tiny GGUF written by ``tests/gguf_files.py``; one reads the shipped SmolLM2 both ways."""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+
+import numpy as np
+import pytest
+from gguf_files import tiny_gguf  # tests/gguf_files.py (pytest pythonpath)
+
+from eggfuse import cli, model_cache
+from eggfuse.models.causal_lm import CausalLM
+from eggfuse.models.gguf import find_gguf
+
+TEXTS = ("Hello the world", "tell me: 12 + 30 = ?", "<|im_start|>user\nhi<|im_end|>", "ünïcödé 🎉", "")
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("EGGFUSE_CACHE", str(tmp_path / "cache"))
+    return model_cache.ModelCache()
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return tiny_gguf(tmp_path / "tiny.gguf")
+
+
+def read_only_mapping(a: np.ndarray) -> bool:
+    # read-only all the way down to a read-only memory map
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return isinstance(a, memoryview) and a.readonly and isinstance(a.obj, mmap.mmap)
+
+
+def assert_same_model(got: CausalLM, want: CausalLM) -> None:
+    assert got.config == want.config
+    assert got.params.keys() == want.params.keys()
+    for name, a in want.params.items():
+        assert got.params[name].dtype == a.dtype and got.params[name].shape == a.shape, name
+        np.testing.assert_array_equal(got.params[name], a, err_msg=name)
+    for text in TEXTS:
+        for special in (True, False):
+            enc = got.tokenizer.encode(text, add_special_tokens=special)
+            assert enc.ids == want.tokenizer.encode(text, add_special_tokens=special).ids, text
+            assert got.decode(enc.ids) == want.decode(enc.ids)
+    assert (got.bos_id, got.eos_ids, got.rope_pairing, got.name, got.kind, got.dtype) == (
+        want.bos_id, want.eos_ids, want.rope_pairing, want.name, want.kind, want.dtype)
+    assert (got.chat is None) == (want.chat is None)
+    if want.chat is not None:
+        assert got.chat_prompt("What is 2 + 2?", system="Be brief.") == want.chat_prompt("What is 2 + 2?",
+                                                                                          system="Be brief.")
+
+
+def test_a_second_load_reads_the_entry_back_as_the_file_gives_it(store, tiny):
+    want = CausalLM.load(tiny)
+    first = model_cache.load_gguf(tiny)
+    assert model_cache.cache_status(first) == "miss" and len(store.entries()) == 1
+    assert model_cache.write_seconds(first) > 0
+    second = model_cache.load_gguf(tiny)
+    assert model_cache.cache_status(second) == "hit" and model_cache.write_seconds(second) is None
+    assert_same_model(first, want)
+    assert_same_model(second, want)
+    # read back as read-only views of the mapped weights file: nothing copied, nothing to change
+    assert all(read_only_mapping(a) for a in second.params.values())
+    adjacent = model_cache.load_gguf(tiny, rope_pairing="adjacent")  # another Q/K layout: another entry
+    assert model_cache.cache_status(adjacent) == "miss"
+    assert_same_model(adjacent, CausalLM.load(tiny, rope_pairing="adjacent"))
+
+
+@pytest.mark.parametrize("where", ["model header", "model body", "weights start", "weights end", "truncated"])
+def test_flipped_bytes_give_a_miss_and_a_rewritten_entry(store, tiny, where, caplog):
+    want = CausalLM.load(tiny)
+    model_cache.load_gguf(tiny)
+    (meta,) = store.entries()
+    weights = meta.with_suffix(".weights")
+    path = meta if where.startswith("model") else weights
+    raw = bytearray(path.read_bytes())
+    if where == "truncated":
+        raw = raw[:-64]
+    else:
+        i = {"model header": 20, "model body": len(raw) // 2, "weights start": 3, "weights end": len(raw) - 70}[where]
+        raw[i] ^= 0x10
+    path.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger="eggfuse.cache"):
+        again = model_cache.load_gguf(tiny)
+    assert model_cache.cache_status(again) == "miss"
+    assert "ignoring model-cache entry" in caplog.text
+    assert_same_model(again, want)
+    assert model_cache.cache_status(model_cache.load_gguf(tiny)) == "hit"  # rewritten
+
+
+def test_a_changed_file_or_eggfuse_is_a_miss_and_replaces_the_entry(store, tiny, monkeypatch):
+    model_cache.load_gguf(tiny)
+    (before,) = store.entries()
+    os.utime(tiny, ns=(1_000_000_000, 1_000_000_000))  # the same bytes, another modification time
+    assert model_cache.cache_status(model_cache.load_gguf(tiny)) == "miss"
+    (after,) = store.entries()  # one entry per file: the stale one is gone, weights included
+    assert after != before and not before.with_suffix(".weights").exists()
+    tiny_gguf(tiny, seed=1)  # other weights, other header bytes
+    changed = model_cache.load_gguf(tiny)
+    assert model_cache.cache_status(changed) == "miss"
+    assert_same_model(changed, CausalLM.load(tiny))
+    assert len(store.entries()) == 1
+    monkeypatch.setattr(model_cache, "versions", lambda: {"eggfuse": "another"})
+    assert model_cache.cache_status(model_cache.load_gguf(tiny)) == "miss"
+
+
+def test_cache_false_reads_and_writes_nothing(store, tiny):
+    model = model_cache.load_gguf(tiny, cache=False)
+    assert model_cache.cache_status(model) == "off" and not store.folder.exists()
+    assert model_cache.cache_status(CausalLM.load(tiny)) is None
+
+
+def test_a_model_with_attributes_the_cache_does_not_know_is_not_stored(store, tiny, caplog):
+    model = CausalLM.load(tiny)
+    model.extra = "something new"
+    with caplog.at_level(logging.INFO, logger="eggfuse.cache"):
+        assert store.store("0" * 64, model, tiny) is None
+    assert "attributes the model cache does not know: ['extra']" in caplog.text
+    assert store.entries() == []
+
+
+def test_an_unwritable_folder_only_costs_the_cache(tmp_path, tiny, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("EGGFUSE_CACHE", str(blocker))
+    with caplog.at_level(logging.WARNING, logger="eggfuse.cache"):
+        model = model_cache.load_gguf(tiny)
+    assert model_cache.cache_status(model) == "miss" and "cannot write the model cache" in caplog.text
+    assert_same_model(model, CausalLM.load(tiny))
+
+
+def test_cache_info_and_clear_count_model_entries(store, tiny, tmp_path, capsys):
+    model_cache.load_gguf(tiny)
+    model_cache.load_gguf(tiny_gguf(tmp_path / "other.gguf", seed=2))
+    info = store.info()
+    assert info["entries"] == 2
+    assert info["bytes"] == sum(p.stat().st_size for p in store.folder.iterdir())
+    (store.folder / f".{'a' * 64}.weights.77.tmp").write_text("left by a killed write")
+    assert cli.main(["cache", "info", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["model_entries"], out["model_bytes"]) == (2, info["bytes"])
+    assert cli.main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"2 model entries from {store.folder}")
+    assert list(store.folder.iterdir()) == []
+
+
+def test_the_shipped_model_reads_back_as_the_file_gives_it(store):
+    want = CausalLM.load()
+    assert model_cache.cache_status(model_cache.load_gguf()) == "miss"
+    got = model_cache.load_gguf()
+    assert model_cache.cache_status(got) == "hit"
+    assert_same_model(got, want)
+    assert got.name == str(find_gguf())
