@@ -57,7 +57,8 @@ _ALIGN = 64
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.model$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.(model|weights)\.\d+\.tmp$")
 #: The attributes of a CausalLM an entry holds (a model with others is not cached).
-_MODEL_FIELDS = {"config", "params", "tokenizer", "bos_id", "eos_ids", "chat", "rope_pairing", "name", "kind", "dtype"}
+_MODEL_FIELDS = {"config", "params", "tokenizer", "bos_id", "eos_ids", "chat", "rope_pairing", "name", "kind", "dtype",
+                 "quant", "weights", "_stored"}
 
 _status: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> hit, miss or off
 _write_s: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> seconds spent storing it
@@ -271,6 +272,8 @@ def _encode(model) -> tuple[dict, list[np.ndarray]]:
     have = set(vars(model))
     if have != _MODEL_FIELDS:
         raise Unstorable(f"CausalLM attributes the model cache does not know: {sorted(have ^ _MODEL_FIELDS)}")
+    if model.weights != "f32" or model.quant:  # blocks: read from the GGUF as they are, nothing to save
+        raise Unstorable(f"a model in {model.weights} (its weights are kept as blocks)")
     config = {f.name: _plain(getattr(model.config, f.name)) for f in dataclasses.fields(model.config)}
     arrays, table = [], []
     for name, a in model.params.items():
