@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +84,8 @@ def main() -> None:
         print(f"{kind}: median ratio {statistics.median(ratios):.2f} over {len(ratios)} pairs")
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
+    if args.cache is None:  # the temporary folder holds a model entry (538 MB for SmolLM2)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
