@@ -12,6 +12,7 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
                       e.RmsNorm(e.Add(x, d), w, eps=eps), e.AddRmsNorm(x, d, w, eps=eps),
                       e.eq(e.shape(x)).to(e.shape(d)), example=...)
 
+``e.<fact>(t, *args)`` is the relation of a value fact (``eggfuse.ir.facts``), read as a guard.
 ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
 matmul its chain as ``epilogue=``. An attribute left out is a fresh pattern variable, so it
@@ -36,6 +37,7 @@ from . import egglog_private
 from .sorts import (
     ATTR_SORTS,
     CONSTRUCTORS,
+    FACTS,
     SIGNATURES,
     Epi,
     T,
@@ -106,8 +108,11 @@ class Namespace:
     # --- constructors --------------------------------------------------------------------
 
     def __getattr__(self, op: str) -> Callable[..., Any]:
+        if op in FACTS:  # a value fact's relation (ir.facts): e.value(c, v) as a guard binds v
+            return FACTS[op]
         if op not in OPS:
-            raise AttributeError(f"no op named {op!r} (rules name ops as eggfuse.ir.OPS does)")
+            raise AttributeError(f"no op named {op!r} and no value fact of that name (rules name ops as "
+                                 "eggfuse.ir.OPS does, facts as eggfuse.ir.facts.VALUE_FACTS)")
         if op not in self._ops:
             self._ops[op] = self._wrap(op)
         return self._ops[op]

@@ -15,6 +15,7 @@ from typing import Any
 from egglog import EGraph
 
 from ..ir import OPS, Graph, Node, TensorType
+from ..ir.facts import facts_of
 from . import egglog_private
 from .sorts import ANALYSES, CONSTRUCTORS, SIGNATURES, Epi, TList, constructor_name
 
@@ -92,7 +93,8 @@ def node_text(node: Node, refs: list[str]) -> str:
 
 
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
-    """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact.
+    """Insert the live part of ``graph``: a ``let`` per node and its IR shape as a ``shape`` fact,
+    and for each Constant the value facts that hold of it (``ir.facts``).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -115,6 +117,10 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         enc.enodes[name] = (constructor_name(node.op, len(refs)), tuple(refs))
         lines.append(f"(let {name} {node_text(node, refs)})")
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
+        if node.op == "Constant":
+            for fact, args in facts_of(node.attrs["value"], node.type):
+                lines.append(f"({fact.name} {name}" + "".join(f" {literal(a, k)}" for a, k in zip(args, fact.args,
+                                                                                              strict=True)) + ")")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):

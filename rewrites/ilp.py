@@ -77,17 +77,20 @@ def extract_ilp(problem: Problem, time_limit_s: float = 60.0) -> IlpResult:
     block(r, np.array(c, dtype=np.int64), v, np.full(len(edges), -np.inf), np.zeros(len(edges)))
 
     # order variables only where the class graph has cycles: x_j -> t_u >= t_v + 1
-    class_graph = nx.DiGraph((int(problem.node_class[j]), k, {"node": j}) for j, k in edges)
+    class_graph = nx.DiGraph((int(problem.node_class[j]), k) for j, k in edges)
     cyclic = [s for s in nx.strongly_connected_components(class_graph)
               if len(s) > 1 or any(class_graph.has_edge(c, c) for c in s)]
     order = {c: n_nodes + i for i, c in enumerate(c for s in cyclic for c in s)}
     big = len(order) + 1
-    for u, v_, d in class_graph.edges(data=True):
+    # one constraint per e-node and child class: several e-nodes of a class may lead to the same
+    # child class, and each of them must respect the order
+    for j, v_ in edges:
+        u = int(problem.node_class[j])
         if u in order and v_ in order:
             if u == v_:  # a self-loop e-node can never be chosen
-                block([0], [d["node"]], [1.0], [0.0], [0.0])
+                block([0], [j], [1.0], [0.0], [0.0])
             else:
-                block([0, 0, 0], [order[u], order[v_], d["node"]], [1.0, -1.0, -float(big)], [1 - big], [np.inf])
+                block([0, 0, 0], [order[u], order[v_], j], [1.0, -1.0, -float(big)], [1 - big], [np.inf])
 
     nvar = n_nodes + len(order)
     a = coo_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, nvar)).tocsr()

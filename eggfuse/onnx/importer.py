@@ -11,7 +11,9 @@ condition is known is inlined.
 
 ONNX int64 tensors become I32 (WGSL has no 64-bit integers): a known value out of the int32
 range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are checked at run
-time. Float initializers become parameters, named as in the model.
+time. Float initializers become parameters, named as in the model, except those a value fact
+describes (``eggfuse.ir.facts``: one-element scalars, causal masks, RoPE tables, folded or not):
+those stay constants, whose values the rewrite rules read.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from eggfuse.ir import DType, Graph, GraphError, OnnxError, UnsupportedOpsError
+from eggfuse.ir import DType, Graph, GraphError, OnnxError, TensorType, UnsupportedOpsError
+from eggfuse.ir.facts import baked
 
 #: The oldest default-domain opset the converters are written for.
 MIN_OPSET = 7
@@ -300,7 +303,7 @@ class Importer:
             if lo < -2**31 or hi >= 2**31:
                 raise OnnxError(f"{where}tensor {v.name!r} ({elem_name(v.elem)}) holds {lo}..{hi}, outside the int32 "
                                 "range eggfuse narrows int64 tensors to (WGSL has no 64-bit integers)")
-        if v.param and dtype is DType.F32:
+        if v.param and dtype is DType.F32 and not baked(arr, TensorType(tuple(arr.shape), dtype)):
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
             self.params[name] = np.array(arr, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
