@@ -14,6 +14,7 @@ from ..spec import OPS, RULES
 from . import (  # a module imports the families it builds on itself
     arithmetic,
     attention,
+    attention_exported,
     attention_general,
     axis_norms,
     conv,
@@ -41,7 +42,7 @@ from . import (  # a module imports the families it builds on itself
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
-            attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
-            axis_norms, linalg, conv, pooling, resample)
+            attention, attention_general, attention_exported, recurrent, kv_cache, vision, losses, optimisers,
+            reduce_axes, scans, axis_norms, linalg, conv, pooling, resample)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
