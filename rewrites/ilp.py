@@ -111,6 +111,13 @@ def extract_ilp(problem: Problem, time_limit_s: float = 60.0) -> IlpResult:
     order: dict[int, int] = {}
     limits: list[float] = []
     for part in cyclic:
+        # a class of the part that is computed leads, through chosen e-nodes inside the part, to one
+        # computed by an e-node with no child in the part: sum_{m in X} x_m <= sum of those e-nodes
+        exits = [m for y in part for m in problem.class_nodes[y] if not kids_of[m] & part]
+        for y in part:
+            inside = problem.class_nodes[y]
+            block(np.zeros(len(inside) + len(exits), dtype=np.int64), [*inside, *exits],
+                  [*([1.0] * len(inside)), *([-1.0] * len(exits))], [-np.inf], [0.0])
         cycles = _simple_cycles(class_graph.subgraph(part), MAX_CYCLES_PER_PART)
         if cycles is not None:
             for cycle in cycles:
