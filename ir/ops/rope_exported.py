@@ -54,9 +54,9 @@ def _snapped(theta: float):
 
 @value_fact("rope_table", ("str", "float", "int", "str"),
             doc="rope_table(t, kind, theta, head_dim, scaling): t [.., S, head_dim] (every leading index the same "
-                "slice, S >= 2) is the cos (kind 'cos') or sin ('sin') table of RoPE at positions 0..S-1 "
-                "(rope_tables: frequencies rope_inv_freq(theta, head_dim, scaling), scaling the JSON of None or "
-                "('linear', factor)), within table_tolerance(S)")
+                "slice; S = 1 holds position 0 alone, named theta 10000) is the cos (kind 'cos') or sin ('sin') "
+                "table of RoPE at positions 0..S-1 (rope_tables: frequencies rope_inv_freq(theta, head_dim, "
+                "scaling), scaling the JSON of None or ('linear', factor)), within table_tolerance(S)")
 def _rope_table(value: np.ndarray, ty: TensorType):
     if ty.dtype is not DType.F32 or ty.rank < 2:
         return None
@@ -65,7 +65,7 @@ def _rope_table(value: np.ndarray, ty: TensorType):
         return None
     rows, d = t.shape
     half = d // 2
-    if rows < 2 or d < 2 or d % 2 or not np.array_equal(t[:, :half], t[:, half:]):
+    if d < 2 or d % 2 or not np.array_equal(t[:, :half], t[:, half:]):
         return None
     tol = table_tolerance(rows)
     if np.abs(t[0] - 1).max() <= tol:
@@ -74,6 +74,8 @@ def _rope_table(value: np.ndarray, ty: TensorType):
         kind, inverse = "sin", np.arcsin
     else:
         return None
+    if rows == 1:  # position 0 alone: no rotation, whatever theta (one is named)
+        return kind, 10000.0, d, json.dumps(None)
     freqs = inverse(np.clip(t[1, :half], -1.0, 1.0))  # the angles at position 1: the frequencies (all <= 1)
     if freqs[0] <= 0:
         return None
