@@ -16,6 +16,7 @@ from . import (  # a module imports the families it builds on itself
     attention,
     attention_exported,
     attention_general,
+    attention_layout,
     axis_norms,
     conv,
     elementwise,
@@ -43,7 +44,7 @@ from . import (  # a module imports the families it builds on itself
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
-            attention, attention_general, attention_exported, recurrent, kv_cache, vision, losses, optimisers,
-            reduce_axes, scans, axis_norms, linalg, conv, pooling, resample, rope_exported)
+            attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
+            optimisers, reduce_axes, scans, axis_norms, linalg, conv, pooling, resample, rope_exported)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -23,7 +23,7 @@ here rebuild it in steps, each an equality of the IR's reference semantics:
    flag, and a bool mask ``Where(b, 0, -inf)`` the bool mask ``b``;
 5. ``GeneralAttention`` on head-split views of [batch, seq, heads * head_dim] tensors runs on
    those tensors (its 3-D layout), which without mask or options is ``CausalAttention`` or
-   ``FullAttention`` on [batch * seq, heads * head_dim] rows.
+   ``FullAttention`` on [batch * seq, heads * head_dim] rows (``attention_layout.py``).
 
 Masks use the value facts of constants (``eggfuse.ir.facts``): ``value(c, v)`` for scalars and
 ``causal_mask(m, offset)``, defined here. Fully masked rows: mode 3 and GeneralAttention give
@@ -44,10 +44,6 @@ FAMILY = "attention_exported"
 #: An additive mask entry at or below this is masked: its exp underflows to 0 against any score
 #: below 1e29 in magnitude, in float32 and in float64 alike (transformers uses float32's min).
 MASKED_BELOW = -1e30
-#: Relative tolerance of "the scale is 1/sqrt(head_dim)" when the fused attention ops (which
-#: apply exactly that scale) replace GeneralAttention: an exporter's d^-1/4 applied to q and k
-#: separately is rounded to float32 (2^-24 relative), and so is its square.
-DEFAULT_SCALE_RTOL = 1e-6
 
 
 # --- the causal-mask fact ----------------------------------------------------------------------
@@ -113,39 +109,44 @@ def _option_vars(e) -> dict:
                 right_window=rw)
 
 
-# examples: q [b, h, s, d], k and v [b, kv, t, d] as graph inputs
+# --- example builders (soundness examples here and in attention_layout.py) -----------------------
 
-def _dims(dim, square: bool = False):
+
+def example_dims(dim, square: bool = False):
+    """(b, h, kv, s, t, d) drawn by a soundness example's ``dim``: h = kv * group, t = s when ``square``."""
     b, kv, g = dim("b", 1, 2), dim("kv", 1, 2), dim("g", 1, 2)
     s = dim("s", 1, 5)
     return b, kv * g, kv, s, s if square else dim("t", 1, 5), dim("d", 1, 5)
 
 
 def _qkv(g, dim, square: bool = False, gqa: bool = False):
-    b, h, kv, s, t, d = _dims(dim, square)
+    # q [b, h, s, d] and k, v [b, h or kv, t, d] as graph inputs
+    b, h, kv, s, t, d = example_dims(dim, square)
     q = g.input("q", [b, h, s, d])
     heads = kv if gqa else h
     return q, g.input("k", [b, heads, t, d]), g.input("v", [b, heads, t, d]), (b, h, kv, s, t, d)
 
 
-def _scores(g, q, k, scale: float | None = None):
+def scores_of(g, q, k, scale: float | None = None):
+    """BatchMatMul(q, k^T), times the scalar constant ``scale`` when given."""
     s = g.add_node("BatchMatMul", (q, k), trans_b=True)
     return s if scale is None else g.mul(s, g.constant(np.array(scale), shape=()))
 
 
-def _bool_mask(g, shape):
+def bool_mask(g, shape):
     """A runtime bool mask (about half the keys masked, so fully masked rows occur)."""
     return g.add_node("Less", (g.input("m", shape), g.constant(np.array(0.0), shape=())))
 
 
-def _repeat_kv(g, x, group: int):
+def repeat_kv(g, x, group: int):
     """transformers' repeat_kv: [b, kv, t, d] -> [b, kv * group, t, d] through Reshape/Expand/Reshape."""
     b, kv, t, d = g.node(x).type.shape
     x5 = g.reshape(x, [b, kv, 1, t, d])
     return g.reshape(g.add_node("Expand", (x5,), shape=[b, kv, group, t, d]), [b, kv * group, t, d])
 
 
-def _safe_softmax(g, x):
+def safe_softmax(g, x):
+    """SDPA's guarded softmax: Where(IsNaN(p), 0, p), p = Softmax(x)."""
     p = g.softmax(x)
     return g.add_node("Where", (g.add_node("IsNaN", (p,)), g.constant(np.array(0.0), shape=()), p))
 
@@ -161,7 +162,7 @@ def _scores_of_a_product(e):
                   e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk), e.eq(sq.length()).to(e.i64(4)),
                   e.eq(sk.length()).to(e.i64(4)), e.eq(sq[0]).to(sk[0]), e.eq(sq[1]).to(sk[1]),
                   e.eq(sq[3]).to(sk[3]),
-                  example=example(lambda g, dim: g.set_outputs([_scores(g, *_qkv(g, dim)[:2])])))
+                  example=example(lambda g, dim: g.set_outputs([scores_of(g, *_qkv(g, dim)[:2])])))
 
 
 def _scaled_operand_example(side: str, first: bool):
@@ -170,7 +171,7 @@ def _scaled_operand_example(side: str, first: bool):
         c = g.constant(np.array(0.59), shape=())
         x = q if side == "q" else k
         x = g.mul(c, x) if first else g.mul(x, c)
-        g.set_outputs([_scores(g, x, k) if side == "q" else _scores(g, q, x)])
+        g.set_outputs([scores_of(g, x, k) if side == "q" else scores_of(g, q, x)])
 
     return build
 
@@ -206,7 +207,7 @@ def _scale_into_scores(e):
             q, k, _, _ = _qkv(g, dim)
             c = g.constant(np.array(ex), shape=())
             op = "Div" if label.startswith("Div") else "Mul"
-            sc = _scores(g, q, k)
+            sc = scores_of(g, q, k)
             g.set_outputs([g.add_node(op, (c, sc) if label.startswith("Mul(c") else (sc, c))])
 
         guards = (e.value(c, v), e.eq(e.shape(lhs)).to(e.shape(scores)))
@@ -256,16 +257,16 @@ def _gqa(e):
 
 def _gqa_scores_example(g, dim):
     q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim, gqa=True)
-    g.set_outputs([_scores(g, q, _repeat_kv(g, k, h // kv), 0.5)])
+    g.set_outputs([scores_of(g, q, repeat_kv(g, k, h // kv), 0.5)])
 
 
 def _gqa_attention_example(g, dim, masked: bool):
     q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim, gqa=True)
-    sc = _scores(g, q, _repeat_kv(g, k, h // kv), 0.5)
+    sc = scores_of(g, q, repeat_kv(g, k, h // kv), 0.5)
     if masked:
-        sc = g.add(sc, g.add_node("Where", (_bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+        sc = g.add(sc, g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
                                             g.constant(np.array(-np.inf), shape=()))))
-    g.set_outputs([g.add_node("BatchMatMul", (_safe_softmax(g, sc), _repeat_kv(g, v, h // kv)))])
+    g.set_outputs([g.add_node("BatchMatMul", (safe_softmax(g, sc), repeat_kv(g, v, h // kv)))])
 
 
 def _masked_scores_example(first: bool, rank: int):
@@ -273,7 +274,7 @@ def _masked_scores_example(first: bool, rank: int):
         q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
         lead = [b, 1, s][3 - (rank - 1):] if rank > 1 else []
         mask = g.input("m", [*lead, t])
-        sc = _scores(g, q, k, 0.5)
+        sc = scores_of(g, q, k, 0.5)
         g.set_outputs([g.add(mask, sc) if first else g.add(sc, mask)])
 
     return build
@@ -301,13 +302,13 @@ def _mask_into_scores(e):
 def _softmax_example(kind: str):
     def build(g, dim):
         q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim, square=kind == "causal")
-        sc = _scores(g, q, k, 0.5)
+        sc = scores_of(g, q, k, 0.5)
         if kind == "guard":
-            m = g.add_node("Where", (_bool_mask(g, [b, 1, s, t]), g.constant(np.array(0.0), shape=()),
+            m = g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.constant(np.array(0.0), shape=()),
                                      g.constant(np.array(-np.inf), shape=())))
-            g.set_outputs([_safe_softmax(g, g.add(sc, m))])
+            g.set_outputs([safe_softmax(g, g.add(sc, m))])
         elif kind == "finite":
-            m = g.add_node("Where", (_bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+            m = g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
                                      g.constant(np.array(np.finfo(np.float32).min), shape=())))
             g.set_outputs([g.softmax(g.add(sc, m))])
         elif kind == "causal":
@@ -316,7 +317,7 @@ def _softmax_example(kind: str):
         elif kind == "plain":
             g.set_outputs([g.softmax(sc)])
         else:  # the guard after a softmax that needs none
-            g.set_outputs([_safe_softmax(g, sc)])
+            g.set_outputs([safe_softmax(g, sc)])
 
     return build
 
@@ -353,11 +354,11 @@ def _softmax_of_scores(e):
 def _attention_example(masked: bool):
     def build(g, dim):
         q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim)
-        sc = _scores(g, q, k, 0.5)
+        sc = scores_of(g, q, k, 0.5)
         if masked:
-            sc = g.add(sc, g.add_node("Where", (_bool_mask(g, [b, 1, s, t]), g.constant(np.array(0.0), shape=()),
+            sc = g.add(sc, g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.constant(np.array(0.0), shape=()),
                                                 g.constant(np.array(-np.inf), shape=()))))
-        g.set_outputs([g.add_node("BatchMatMul", (_safe_softmax(g, sc), v))])
+        g.set_outputs([g.add_node("BatchMatMul", (safe_softmax(g, sc), v))])
 
     return build
 
@@ -389,10 +390,10 @@ def _causal_example(kind: str, op: str):
             m = g.constant(np.where(tril, 0.0, np.finfo(np.float32).min), shape=[1, 1, s, s])
         else:
             c = g.constant(tril, shape=[1, 1, s, s], dtype=DType.BOOL)
-            pad = _bool_mask(g, [b, 1, 1, s])
+            pad = bool_mask(g, [b, 1, 1, s])
             m = g.add_node("Where", (g.add_node("And", (c, pad) if kind == "and" else (pad, c)),
                                      g.constant(np.array(0.0), shape=()), g.constant(np.array(-np.inf), shape=())))
-        p = _safe_softmax(g, g.add(_scores(g, q, k, 0.5), m))
+        p = safe_softmax(g, g.add(scores_of(g, q, k, 0.5), m))
         g.set_outputs([p if op == "AttentionScores" else g.add_node("BatchMatMul", (p, v))])
 
     return build
@@ -446,99 +447,3 @@ def _masks_as_options(e):
                       f"{', v' if name[0] == 'G' else ''}, b)", lhs, rhs, e.value(z, e.f64(0.0)),
                       e.value(n, e.f64(-np.inf)), e.eq(e.shape(where)).to(e.shape(b)),
                       example=example(_causal_example("and", name)))
-
-
-# --- layouts: head-split views, then the fused attention ops ------------------------------------
-
-_HEADS = (0, 2, 1, 3)  # [B, S, H, D] <-> [B, H, S, D]
-
-
-def _split_heads_example(masked: bool):
-    def build(g, dim):
-        b, h, kv, s, t, d = _dims(dim)
-        views = []
-        for name, rows, heads in (("q", s, h), ("k", t, kv), ("v", t, kv)):
-            x = g.input(name, [b, rows, heads * d])
-            views.append(g.add_node("Permute", (g.reshape(x, [b, rows, heads, d]),), perm=_HEADS))
-        sc = _scores(g, views[0], _repeat_kv(g, views[1], h // kv), 0.5)
-        if masked:
-            sc = g.add(sc, g.add_node("Where", (_bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
-                                                g.constant(np.array(-np.inf), shape=()))))
-        out = g.add_node("BatchMatMul", (_safe_softmax(g, sc), _repeat_kv(g, views[2], h // kv)))
-        g.set_outputs([g.reshape(g.add_node("Permute", (out,), perm=_HEADS), [b, s, h * d])])
-
-    return build
-
-
-@rules("attention")
-def _attention_on_rows(e):
-    qx, kx, vx, m = e.vars("qx kx vx m")
-    sq, sk, sv, so = e.vars("sq sk sv so", e.Vec[e.i64])
-    (s, cap) = e.vars("s cap", e.f64)
-    (off, lw, rw) = e.vars("off lw rw", e.i64)
-    (causal,) = e.vars("causal", e.Bool)
-    heads = e.Vec(*(e.i64(i) for i in _HEADS))
-    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw)
-    flat = {x: e.Identity(x, shape=e.Vec(sx[0], sx[1], sx[2] * sx[3])) for x, sx in ((qx, sq), (kx, sk), (vx, sv))}
-    # GeneralAttention(Permute(q, [0,2,1,3]), Permute(k, .), Permute(v, .)) with q [B,S,H,D], k and v [B,T,KV,D]
-    #   -> Permute(Reshape(GeneralAttention(Reshape(q, [B,S,H D]), ...; num_heads H, kv_num_heads KV),
-    #      [B,S,H,Dv]), [0,2,1,3])   (the 3-D layout reads the rows as they are; the Permute back
-    #      cancels against the exporter's Permute of the output)
-    for masked in (False, True):
-        extra = (m,) if masked else ()
-        lhs = e.GeneralAttention(e.Permute(qx, perm=heads), e.Permute(kx, perm=heads), e.Permute(vx, perm=heads),
-                                 *extra, scale=s, num_heads=e.i64(0), kv_num_heads=e.i64(0), **rest)
-        rows = e.GeneralAttention(flat[qx], flat[kx], flat[vx], *extra, scale=s, num_heads=sq[2], kv_num_heads=sk[2],
-                                  **rest)
-        split = e.Identity(rows, shape=e.Vec(sq[0], sq[1], sq[2], sv[3]))
-        yield e.rule(lhs, e.eq(e.shape(qx)).to(sq), e.eq(e.shape(kx)).to(sk), e.eq(e.shape(vx)).to(sv),
-                     e.eq(sq.length()).to(e.i64(4)), e.eq(sk.length()).to(e.i64(4)), e.eq(sv.length()).to(e.i64(4)),
-                     name=f"GeneralAttention(Permute(q), Permute(k), Permute(v){', m' if masked else ''}) -> "
-                          f"Permute(Reshape(GeneralAttention(q rows, k rows, v rows{', m' if masked else ''})))",
-                     example=example(_split_heads_example(masked))).then(
-            e.union(lhs).with_(e.Permute(split, perm=heads)),
-            *(e.set_(e.shape(t)).to(e.Vec(sx[0], sx[1], sx[2] * sx[3])) for t, sx in
-              ((flat[qx], sq), (flat[kx], sk), (flat[vx], sv))),
-            e.set_(e.shape(rows)).to(e.Vec(sq[0], sq[1], sq[2] * sv[3])),
-            e.set_(e.shape(split)).to(e.Vec(sq[0], sq[1], sq[2], sv[3])))
-
-
-def _fused_example(causal: bool):
-    def build(g, dim):
-        b, h, kv, s, _, d = _dims(dim, square=True)
-        q, k, v = (g.input(n, [b, s, w * d]) for n, w in (("q", h), ("k", kv), ("v", kv)))
-        g.set_outputs([g.add_node("GeneralAttention", (q, k, v), scale=1 / np.sqrt(d), num_heads=h, kv_num_heads=kv,
-                                  causal=causal)])
-
-    return build
-
-
-@rules("attention")
-def _fused_attention(e):
-    from .attention import MAX_ATTENTION_HEAD_DIM
-
-    q, k, v = e.vars("q k v")
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
-    (s,) = e.vars("s", e.f64)
-    nh, nkv = e.vars("nh nkv", e.i64)
-    hd = sq[2] / nh
-    root = s * e.f64.from_i64(hd).sqrt()  # 1 when the scale is 1/sqrt(head_dim)
-    guards = (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv),
-              e.eq(sq.length()).to(e.i64(3)), e.eq(sk[1]).to(sq[1]), e.eq(sv[2]).to(sk[2]),
-              hd <= e.i64(MAX_ATTENTION_HEAD_DIM), root < e.f64(1 + DEFAULT_SCALE_RTOL),
-              root > e.f64(1 - DEFAULT_SCALE_RTOL))
-    rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
-    # GeneralAttention(q, k, v; 3-D, scale 1/sqrt(D), causal or not, nothing else) -> Reshape(
-    #   CausalAttention / FullAttention(Reshape(q, [B S, H D]), ..., batch B), [B, S, H D])
-    #   if Sq = Skv and v's head size is q's (the fused ops' conditions, as the ONNX Attention import's)
-    for causal, op in ((True, "CausalAttention"), (False, "FullAttention")):
-        lhs = e.GeneralAttention(q, k, v, scale=s, num_heads=nh, kv_num_heads=nkv, softcap=e.f64(0.0),
-                                 causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
-        fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0])
-        yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
-                                        f"Reshape({op}(q, k, v rows))",
-                     example=example(_fused_example(causal))).then(
-            e.union(lhs).with_(e.Identity(fused, shape=sq)),
-            *(e.set_(e.shape(t)).to(e.Vec(sx[0] * sx[1], sx[2])) for t, sx in ((rows[q], sq), (rows[k], sk),
-                                                                             (rows[v], sv))),
-            e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
