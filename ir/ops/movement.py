@@ -429,3 +429,20 @@ def _scalar_through_views(e):
                          e.shape(c).length() <= sx.length(),
                          name=label, example=example(_scaled_view_example(view, first))).then(
                 e.union(lhs).with_(make(inner)), e.set_(e.shape(inner)).to(sx))
+
+
+def _negative_axis_slice(g, dim):
+    x = g.input("x", [dim("a"), dim("b"), dim("c", 2, 6)])
+    g.set_outputs([g.add_node("Slice", (x,), starts=[1], ends=[dim("c", 2, 6)], axes=[-1], steps=[1])])
+
+
+@rules("algebraic")
+def _slice_axis_from_the_front(e):
+    (x,) = e.vars("x")
+    st, en, ax, sp, sx = e.vars("st en ax sp sx", e.Vec[e.i64])
+    # Slice(x, axes=[a]) -> Slice(x, axes=[a + rank(x)])   for a < 0 (one form of each slice for the rules that read it)
+    lhs = e.Slice(x, starts=st, ends=en, axes=ax, steps=sp)
+    yield e.equal("Slice(x, axes=[a < 0]) -> Slice(x, axes=[a + rank])", lhs,
+                  e.Slice(x, starts=st, ends=en, axes=e.Vec(ax[e.i64(0)] + sx.length()), steps=sp),
+                  e.eq(ax.length()).to(e.i64(1)), ax[e.i64(0)] < e.i64(0), e.eq(e.shape(x)).to(sx),
+                  example=example(_negative_axis_slice))

@@ -101,7 +101,7 @@ def _rope_example(table_first: bool, sin_first: bool, axis: int, scaling=None):
         cos, sin = rope_tables(s, 500.0, d, scaling)
         c = g.constant(cos.astype(np.float32), shape=[1, 1, s, d])
         sn = g.constant(sin.astype(np.float32), shape=[1, 1, s, d])
-        lo = g.add_node("Slice", (x,), starts=[0], ends=[half], axes=[axis], steps=[1])
+        lo = g.add_node("Slice", (x,), starts=[0], ends=[half], axes=[3], steps=[1])
         hi = g.add_node("Slice", (x,), starts=[half], ends=[d], axes=[axis], steps=[1])
         rot = g.concat([g.neg(hi), lo], axis=3)
         a = g.mul(c, x) if table_first else g.mul(x, c)
@@ -134,19 +134,19 @@ def _rope_of_head_split_rows(e):
     yield e.equal("Mul(cos, x) -> Mul(x, cos) (a RoPE table)", e.Mul(c, x), e.Mul(x, c), tables[0], *tables[2:],
                   example=example(_rope_example(True, False, 3)))
     # Add(Mul(x, cos), Mul(Concat(Neg(x[.., D/2:]), x[.., :D/2]), sin)) -> Permute(Reshape(RoPE(rows), [B,S,H,D]), .)
-    #   x = Permute(Reshape(rows, [B,S,H,D]), [0,2,1,3]); cos and sin tables of one theta, head_dim D, S positions
-    for axis in (3, -1):
-        def part(start, end, axis=axis):
-            return e.Slice(x, starts=e.Vec(start), ends=e.Vec(end), axes=e.Vec(e.i64(axis)), steps=e.Vec(e.i64(1)))
+    #   x = Permute(Reshape(rows, [B,S,H,D]), [0,2,1,3]); cos and sin tables of one theta, head_dim D, S positions;
+    #   the slices on axis 3 (a slice on axis -1 is one on axis 3 too: movement.py)
+    def part(start, end):
+        return e.Slice(x, starts=e.Vec(start), ends=e.Vec(end), axes=e.Vec(e.i64(3)), steps=e.Vec(e.i64(1)))
 
-        rot = e.Concat(e.Neg(part(half, sv[3])), part(e.i64(0), half), axis=e.i64(3))
-        for sin_first in (False, True):
-            terms = (e.Mul(rot, sn), e.Mul(x, c)) if sin_first else (e.Mul(x, c), e.Mul(rot, sn))
-            lhs = e.Add(*terms)
-            yield e.rule(lhs, *tables,
-                         name=f"Add({'rotate_half(x) sin, x cos' if sin_first else 'x cos, rotate_half(x) sin'}) -> "
-                              f"RoPE(rows) (Slice axis {axis})",
-                         example=example(_rope_example(False, sin_first, axis))).then(
-                e.union(lhs).with_(e.Permute(split, perm=heads)),
-                e.set_(e.shape(rows)).to(e.Vec(sv[0] * sv[1], sv[2] * sv[3])),
-                e.set_(e.shape(rope)).to(e.Vec(sv[0] * sv[1], sv[2] * sv[3])), e.set_(e.shape(split)).to(sv))
+    rot = e.Concat(e.Neg(part(half, sv[3])), part(e.i64(0), half), axis=e.i64(3))
+    for sin_first in (False, True):
+        terms = (e.Mul(rot, sn), e.Mul(x, c)) if sin_first else (e.Mul(x, c), e.Mul(rot, sn))
+        lhs = e.Add(*terms)
+        yield e.rule(lhs, *tables,
+                     name=f"Add({'rotate_half(x) sin, x cos' if sin_first else 'x cos, rotate_half(x) sin'}) -> "
+                          "RoPE(rows)",
+                     example=example(_rope_example(False, sin_first, 3))).then(
+            e.union(lhs).with_(e.Permute(split, perm=heads)),
+            e.set_(e.shape(rows)).to(e.Vec(sv[0] * sv[1], sv[2] * sv[3])),
+            e.set_(e.shape(rope)).to(e.Vec(sv[0] * sv[1], sv[2] * sv[3])), e.set_(e.shape(split)).to(sv))
