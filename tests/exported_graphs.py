@@ -1,6 +1,6 @@
 """ONNX graphs of attention as torch.onnx.export writes it (both exporters, transformers' sdpa and
 eager paths), built with onnx.helper at odd sizes, for the recognition tests
-(tests/unit/test_exported_recognition.py, tests/gpu/test_exported_recognition.py).
+(tests/unit/test_exported_recognition.py, tests/gpu/test_exported_recognition_gpu.py).
 
 :func:`attention_model` returns a ModelProto of one attention block: q/k/v projections of an
 input x [B, S, E], the head split (Reshape + Transpose), optionally rotate-half RoPE with

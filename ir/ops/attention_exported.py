@@ -377,7 +377,8 @@ def _attention_of_probabilities(e):
                       f"GeneralAttention(q, k, v{', m' if masked else ''})",
                       e.BatchMatMul(probs, v, trans_a=e.Bool(False), trans_b=e.Bool(False)),
                       e.GeneralAttention(q, k, v, *extra, scale=s, **opts),
-                      e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv), e.eq(sv.length()).to(e.i64(4)),
+                      e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv), e.eq(sk.length()).to(e.i64(4)),
+                      e.eq(sv.length()).to(e.i64(4)),
                       e.eq(sv[0]).to(sk[0]), e.eq(sv[1]).to(sk[1]), e.eq(sv[2]).to(sk[2]),
                       example=example(_attention_example(masked)))
 
@@ -437,7 +438,7 @@ def _masks_as_options(e):
             yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, {'And(b, c)' if first else 'And(c, b)'}) "
                           f"-> {name}(q, k{', v' if name[0] == 'G' else ''}, b, causal)", lhs, rhs,
                           e.causal_mask(c, off), *rows, *spans(c, sm), e.eq(e.shape(b)).to(sb),
-                          sb.length() <= e.i64(4), e.eq(sb[sb.length() - e.i64(1)]).to(sk[e.i64(2)]),
+                          sb.length() <= e.i64(4), e.eq(sb[sb.length() - e.i64(1)]).to(sk[sk.length() - e.i64(2)]),
                           example=example(_causal_example("and_first" if first else "and", name)))
     # op(q, k, [v], Where(b, 0, -inf)) -> op(q, k, [v], b)   (an additive -inf mask is the bool mask; any options)
     causal_opts = dict(causal=e.var("cz", e.Bool), offset=e.var("oz", e.i64))

@@ -2,7 +2,7 @@
 them: the recognised op is in the extracted graph, and the extracted graph computes what
 onnxruntime computes on the ONNX graph (the numpy reference, no GPU). The rules' soundness
 examples run in test_rule_soundness.py; the GPU runs of these graphs in
-tests/gpu/test_exported_recognition.py."""
+tests/gpu/test_exported_recognition_gpu.py."""
 
 from collections import Counter
 from pathlib import Path
