@@ -135,13 +135,14 @@ def _scores_on_rows(e):
     qx, kx, m = e.vars("qx kx m")
     sq, sk = e.vars("sq sk", e.Vec[e.i64])
     (s, cap) = e.vars("s cap", e.f64)
-    (off, lw, rw, mode) = e.vars("off lw rw mode", e.i64)
+    (off, lw, rw) = e.vars("off lw rw", e.i64)
     (causal,) = e.vars("causal", e.Bool)
     heads = e.Vec(*(e.i64(i) for i in _HEADS))
-    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw, mode=mode)
+    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw, mode=e.i64(3))
     flat = {x: e.Identity(x, shape=e.Vec(sx[0], sx[1], sx[2] * sx[3])) for x, sx in ((qx, sq), (kx, sk))}
-    # AttentionScores(Permute(q, [0,2,1,3]), Permute(k, .)) -> AttentionScores(Reshape(q, [B,S,H D]), ...;
-    #   num_heads H, kv_num_heads KV)   (the scores are [B, H, Sq, Skv] in either layout)
+    # AttentionScores(Permute(q, [0,2,1,3]), Permute(k, .); mode 3) -> AttentionScores(Reshape(q, [B,S,H D]), ...;
+    #   num_heads H, kv_num_heads KV)   (the probabilities are [B, H, Sq, Skv] in either layout; only mode 3, which
+    #   a graph output of the probabilities needs: every mode of every attention would be another form to extract)
     for masked in (False, True):
         extra = (m,) if masked else ()
         lhs = e.AttentionScores(e.Permute(qx, perm=heads), e.Permute(kx, perm=heads), *extra, scale=s,
@@ -149,8 +150,8 @@ def _scores_on_rows(e):
         rows = e.AttentionScores(flat[qx], flat[kx], *extra, scale=s, num_heads=sq[2], kv_num_heads=sk[2], **rest)
         yield e.rule(lhs, e.eq(e.shape(qx)).to(sq), e.eq(e.shape(kx)).to(sk), e.eq(sq.length()).to(e.i64(4)),
                      e.eq(sk.length()).to(e.i64(4)),
-                     name=f"AttentionScores(Permute(q), Permute(k){', m' if masked else ''}) -> "
-                          f"AttentionScores(q rows, k rows{', m' if masked else ''})",
+                     name=f"AttentionScores(Permute(q), Permute(k){', m' if masked else ''}, mode 3) -> "
+                          f"AttentionScores(q rows, k rows{', m' if masked else ''}, mode 3)",
                      example=example(_split_heads_scores_example(masked))).then(
             e.union(lhs).with_(rows),
             *(e.set_(e.shape(t)).to(e.Vec(sx[0], sx[1], sx[2] * sx[3])) for t, sx in ((flat[qx], sq), (flat[kx], sk))))

@@ -65,7 +65,7 @@ CASES = {
     # the raw scores are computed anyway (AttentionScores, mode 0), the attention from them by whichever op of
     # equal cost extraction picks
     "scores_also_an_output": (Attn(heads=2, kv_heads=1, mask="causal", rope=True, scores_output=True),
-                              ("CausalAttention", "GeneralAttention")),
+                              ("CausalAttention", "CausalAttentionRoPE", "GeneralAttention")),
 }
 
 
