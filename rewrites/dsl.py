@@ -13,7 +13,8 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
                       e.eq(e.shape(x)).to(e.shape(d)), example=...)
 
 ``e.shape(t)``, ``e.scalar(t)`` (the value of a one-element Constant) and ``e.is_bool(t)``
-read the analysis facts. ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
+read the analysis facts; ``e.<fact>(t, *args)`` is the relation of a value fact (``eggfuse.ir.facts``), read as a guard.
+``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
 matmul its chain as ``epilogue=``; ``e.Fused(ex)`` a generated elementwise kernel of the
 ``Ex`` term ``ex``, built with ``e.ExLeaf(t)`` and ``e.ex(op, *operands, **attrs)``. An
@@ -41,6 +42,7 @@ from .sorts import (
     CONSTRUCTORS,
     EX_CONSTRUCTORS,
     EX_SIGNATURES,
+    FACTS,
     SIGNATURES,
     Epi,
     Ex,
@@ -117,8 +119,11 @@ class Namespace:
     # --- constructors --------------------------------------------------------------------
 
     def __getattr__(self, op: str) -> Callable[..., Any]:
+        if op in FACTS:  # a value fact's relation (ir.facts): e.value(c, v) as a guard binds v
+            return FACTS[op]
         if op not in OPS:
-            raise AttributeError(f"no op named {op!r} (rules name ops as eggfuse.ir.OPS does)")
+            raise AttributeError(f"no op named {op!r} and no value fact of that name (rules name ops as "
+                                 "eggfuse.ir.OPS does, facts as eggfuse.ir.facts.VALUE_FACTS)")
         if op not in self._ops:
             self._ops[op] = self._wrap(op)
         return self._ops[op]

@@ -17,6 +17,7 @@ import numpy as np
 from egglog import EGraph
 
 from ..ir import OPS, DType, Graph, Node, TensorType
+from ..ir.facts import facts_of
 from ..ir.ops.fused import stored_uses
 from . import egglog_private
 from .sorts import (
@@ -137,8 +138,9 @@ def scalar_value(node: Node) -> float | None:
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
     """Insert the live part of ``graph``: a ``let`` per node, its IR shape as a ``shape`` fact,
     the number of its consumers that read it from memory as a ``stored_uses`` fact
-    (``ir.ops.fused.stored_uses``), a one-element Constant's value as a ``scalar`` fact and a
-    bool node's ``is_bool`` fact.
+    (``ir.ops.fused.stored_uses``), a one-element Constant's value as a ``scalar`` fact, a
+    bool node's ``is_bool`` fact, and for each Constant the value facts that hold of it
+    (``ir.facts``).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -170,6 +172,10 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         if node.type.dtype is DType.BOOL:
             lines.append(f"(is_bool {name})")
         lines.append(f"(set (stored_uses {name}) {stored.get(node.id, 0)})")
+        if node.op == "Constant":
+            for fact, args in facts_of(node.attrs["value"], node.type):
+                lines.append(f"({fact.name} {name}" + "".join(f" {literal(a, k)}" for a, k in zip(args, fact.args,
+                                                                                              strict=True)) + ")")
     # the output list, one let per cell (a training graph has hundreds of outputs)
     lines.append(f"(let $out{len(graph.outputs)} (Nil))")
     for i in range(len(graph.outputs) - 1, -1, -1):

@@ -328,9 +328,10 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
     for j, c in enumerate(node_class):
         if j not in regions:
             class_nodes[c].append(j)
+    needs = _necessary(class_nodes, children)
     for c, members in enumerate(class_nodes):
         if len(members) > 1:
-            class_nodes[c] = _undominated(members, cost, children)
+            class_nodes[c] = _undominated(members, cost, children, needs)
     return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw, types)
 
 
@@ -456,21 +457,48 @@ def _as_regions(dec: Decoder, node_ids: list[str]) -> set[int]:
     return out
 
 
-def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]) -> list[int]:
+#: How many levels below an e-node's children :func:`_necessary` follows what they need.
+NEED_DEPTH = 3
+
+
+def _necessary(class_nodes: list[list[int]], children: list[list[int]]) -> list[frozenset[int]]:
+    """For each e-class, the classes that any choice of it computes: those every e-node of it has as
+    a child, and what those need in turn, :data:`NEED_DEPTH` levels down."""
+    direct = [frozenset.intersection(*(frozenset(children[m]) for m in ms)) if ms else frozenset()
+              for ms in class_nodes]
+    needs = direct
+    for _ in range(NEED_DEPTH - 1):
+        needs = [d.union(*(direct[k] for k in d)) for d in needs]
+    return needs
+
+
+def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]],
+                 needs: list[frozenset[int]] | None = None) -> list[int]:
     """The e-nodes of one e-class that no other e-node of it dominates.
 
-    e-node a is dominated by b when a costs at least as much and needs every e-class b
-    needs (then b is at least as good in every extraction): ``MatMul(a, b)`` dominates
-    ``FusedMatMul(a, b, [])``, for one.
+    e-node a is dominated by b when a costs at least as much and every e-class b needs is one a
+    needs, directly or as what a child of a needs whichever e-node computes it (``needs``, from
+    :func:`_necessary`): then b is at least as good in every extraction, and choosing b where a
+    was makes no cycle (what b needs lies below a). ``MatMul(a, b)`` dominates ``FusedMatMul(a, b,
+    [])``, for one, and ``AttentionScores(q, k, s c c)`` dominates ``AttentionScores(Mul(q, c),
+    Mul(k, c), s)``. Of e-nodes that dominate each other, the first is kept.
     """
+    covered = {}
+    for a in members:
+        have = set(children[a])
+        if needs is not None:
+            for k in children[a]:
+                have |= needs[k]
+        covered[a] = have
     keep = []
     for a in members:
-        need_a = set(children[a])
+        need_a = covered[a]
         dominated = False
         for b in members:
             if b == a or cost[b] > cost[a] or not need_a >= set(children[b]):
                 continue
-            if cost[b] < cost[a] or len(children[b]) < len(need_a) or b < a:
+            mutual = cost[b] == cost[a] and covered[b] >= set(children[a])
+            if not mutual or b < a:
                 dominated = True
                 break
         if not dominated:

@@ -34,7 +34,9 @@ case, has no fact, which keeps the e-graph small); ``stored_uses(t)`` counts the
 a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
 it is a graph output (set at encoding; summed when two encoded e-classes merge);
 ``epilogue_without_add(e)`` and ``last_step(e)`` are facts about ``Epi`` chains derived by the
-matmul family's analysis rules (``ir/ops/matmul.py``).
+matmul family's analysis rules (``ir/ops/matmul.py``); each value fact of
+``ir.facts`` (``value(t, v)``, ``causal_mask(t, offset)``, ...) is a relation of a tensor and
+the fact's arguments, written at encoding for the constants it holds of (:data:`FACTS`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from egglog import (
 )
 
 from ..ir import OPS
+from ..ir.facts import VALUE_FACTS, ValueFact
 from ..ir.ops.fused import FUSABLE
 from ..ir.spec import Attr, OpSpec
 
@@ -126,12 +129,30 @@ def epilogue_without_add(e: Epi) -> Unit: ...
 def last_step(e: Epi) -> String: ...
 
 
-#: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, scalar, is_bool, stored_uses, epilogue_without_add, last_step)
+def _fact_relation(fact: ValueFact) -> Any:
+    """The egglog relation of a value fact: ``name(t: T, *args) -> Unit``, declared with its name."""
+    params = [inspect.Parameter("_t", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=T)]
+    params += [inspect.Parameter(f"_a{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ATTR_SORTS[kind])
+               for i, kind in enumerate(fact.args)]
 
-#: egglog sort of each attribute kind.
+    def fn(*args): ...
+
+    fn.__name__ = fn.__qualname__ = fact.name
+    fn.__module__ = __name__
+    fn.__signature__ = inspect.Signature(params, return_annotation=Unit)
+    fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": Unit}
+    return function(egg_fn=fact.name)(fn)
+
+
+#: egglog attribute sort of each value-fact argument kind.
 ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec[i64], "floats": Vec[f64],
               "json": String}
+
+#: Value fact name -> its egglog relation (``ir.facts``; rules read them as ``e.<name>(t, ...)``).
+FACTS: dict[str, Any] = {name: _fact_relation(fact) for name, fact in VALUE_FACTS.items()}
+
+#: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
+ANALYSES = (shape, scalar, is_bool, stored_uses, epilogue_without_add, last_step, *FACTS.values())
 
 
 @dataclass(frozen=True)
@@ -255,5 +276,5 @@ ARG_SORTS: dict[str, tuple[str, ...]] = {
 CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
-           "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
+           "FACTS", "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
            "epilogue_without_add", "ex_const", "ex_leaf", "is_bool", "last_step", "scalar", "shape", "stored_uses"]

@@ -12,9 +12,10 @@ condition is known is inlined; Scan and Loop are unrolled (``eggfuse.onnx.contro
 ONNX int64 tensors become I32 (WGSL has no 64-bit integers): a known value out of the int32
 range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are checked at run
 time. DOUBLE, FLOAT16 and BFLOAT16 tensors are computed in float32 (:data:`COMPUTED_IN_F32`).
-Float initializers become parameters, named as in the model, except those of one element (an
-epsilon, a scale, the 0.5 of a GELU), which become Constants: the rewrite rules match a Constant's
-value (the ``scalar`` facts of ``eggfuse.rewrites.encode``), never a parameter's.
+Float initializers become parameters, named as in the model, except those a value fact
+describes (``eggfuse.ir.facts``: one-element scalars, causal masks, RoPE tables, folded or not):
+those stay constants, whose values the rewrite rules read (the ``scalar`` facts and value facts
+of ``eggfuse.rewrites.encode``), never a parameter's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from eggfuse.ir import DType, Graph, GraphError, OnnxError, UnsupportedOpsError
+from eggfuse.ir import DType, Graph, GraphError, OnnxError, TensorType, UnsupportedOpsError
+from eggfuse.ir.facts import baked
 
 #: The oldest default-domain opset the converters are written for.
 MIN_OPSET = 7
@@ -347,7 +349,7 @@ class Importer:
             if lo < -2**31 or hi >= 2**31:
                 raise OnnxError(f"{where}tensor {v.name!r} ({elem_name(v.elem)}) holds {lo}..{hi}, outside the int32 "
                                 "range eggfuse narrows int64 tensors to (WGSL has no 64-bit integers)")
-        if v.param and dtype is DType.F32 and arr.size > 1:
+        if v.param and dtype is DType.F32 and not baked(arr, TensorType(tuple(arr.shape), dtype)):
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
             self.params[name] = np.array(arr, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)

@@ -14,7 +14,9 @@ from ..spec import OPS, RULES
 from . import (  # a module imports the families it builds on itself
     arithmetic,
     attention,
+    attention_exported,
     attention_general,
+    attention_layout,
     axis_norms,
     conv,
     elementwise,
@@ -36,6 +38,7 @@ from . import (  # a module imports the families it builds on itself
     reduce_axes,
     reductions,
     resample,
+    rope_exported,
     scans,
     shape,
     transformer,
@@ -45,7 +48,8 @@ from . import (  # a module imports the families it builds on itself
 
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
-            attention, attention_general, recurrent, kv_cache, vision, losses, optimisers, reduce_axes, scans,
-            axis_norms, linalg, conv, pooling, resample, recognize, recognize_norms, quant, fused)
+            attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
+            optimisers, reduce_axes, scans, axis_norms, linalg, conv, pooling, resample, rope_exported, recognize,
+            recognize_norms, quant, fused)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -388,6 +388,38 @@ def _packed_qkv(e):
     )
 
 
+def _llama_attention_kn(g, dim):
+    """_llama_attention with [K, N] weights (MatMul), as ONNX exports store them."""
+    hd = 2 * dim("half_head", 1, 3)
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    seq, width = dim("seq", 1, 5), dim("width", 2, 6)
+    h = g.input("h", [seq, width])
+    q, k, v = (g.matmul(h, g.parameter(n, [width, w * hd])) for n, w in (("wq", nh), ("wk", nkv), ("wv", nkv)))
+    g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)])
+
+
+@rules("attention")
+def _packed_qkv_kn(e):
+    (h,) = e.vars("h")
+    nq, nk, nv = e.vars("nq nk nv", e.String)
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as in _packed_qkv
+    wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
+    q, k, v = e.MatMul(h, wq), e.MatMul(h, wk), e.MatMul(h, wv)
+    packed = e.MatMul(h, e.Concat(wq, wk, wv, axis=1))
+    attrs = e.attrs_of("CausalAttentionRoPE")
+    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
+    # CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv, axis 1)
+    # (weights [K, N], as exporters store them) and h@Wq = SliceCols(P, 0, q), ... as for the [N, K] weights
+    yield e.rule(attn, name="CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1))",
+                 example=example(_llama_attention_kn)).then(
+        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
+        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[1])),
+        e.union(k).with_(e.SliceCols(packed, start=sq[1], size=sk[1])),
+        e.union(v).with_(e.SliceCols(packed, start=sq[1] + sk[1], size=sv[1])),
+    )
+
+
 # --- attention gradients -----------------------------------------------------------------------
 
 

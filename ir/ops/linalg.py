@@ -205,6 +205,55 @@ def _epilogue_through_reshape(e):
                     ex=(lambda u: lambda g, dim: _out(g, g.add_node(u, (_viewed_matmul(g, dim)[0],))))(name))
 
 
+# --- a Permute of the last two axes folded into BatchMatMul's transpose flags --------------------
+
+#: Operand ranks the rule is written for (one rule per rank: the new perm is built element-wise).
+_TRANSPOSE_RANKS = (3, 4)
+
+
+def _bmm_of_permute(side: str, rank: int, flag: bool):
+    def build(g, dim):
+        lead = [dim(f"b{i}", 1, 3) for i in range(rank - 2)]
+        m, k, n = dim("m"), dim("k"), dim("n")
+        perm = [1, 0, *range(2, rank - 2), rank - 1, rank - 2] if rank > 3 else [0, 2, 1]
+        # the permuted operand holds, after the Permute, [.., K, N] (b) or [.., M, K] (a) (flag: transposed)
+        want = (lead + ([n, k] if flag else [k, n])) if side == "b" else (lead + ([k, m] if flag else [m, k]))
+        src = [0] * rank
+        for i, p in enumerate(perm):
+            src[p] = want[i]
+        x = g.add_node("Permute", (g.input("x", src),), perm=perm)
+        other = g.input("y", lead + [m, k]) if side == "b" else g.input("y", lead + [k, n])
+        args = (other, x) if side == "b" else (x, other)
+        g.set_outputs([g.add_node("BatchMatMul", args, **{f"trans_{side}": flag})])
+
+    return build
+
+
+@rules("algebraic")
+def _permute_into_batch_matmul(e):
+    a, b, x = e.vars("a b x")
+    p, sp = e.vars("p sp", e.Vec[e.i64])
+    (t,) = e.vars("t", e.Bool)
+    for r in _TRANSPOSE_RANKS:
+        swapped = e.Vec(*(p[e.i64(i)] for i in range(r - 2)), p[e.i64(r - 1)], p[e.i64(r - 2)])
+        shape = e.Vec(*(sp[e.i64(i)] for i in range(r - 2)), sp[e.i64(r - 1)], sp[e.i64(r - 2)])
+        for side in ("a", "b"):
+            for flag in (False, True):
+                permuted, moved = e.Permute(x, perm=p), e.Permute(x, perm=swapped)
+                flags = {f"trans_{side}": e.Bool(flag), f"trans_{'b' if side == 'a' else 'a'}": t}
+                new = {f"trans_{side}": e.Bool(not flag), f"trans_{'b' if side == 'a' else 'a'}": t}
+                lhs = e.BatchMatMul(a, permuted, **flags) if side == "b" else e.BatchMatMul(permuted, b, **flags)
+                rhs = e.BatchMatMul(a, moved, **new) if side == "b" else e.BatchMatMul(moved, b, **new)
+                label = (f"BatchMatMul(a, Permute(x, p), trans_b={flag}) -> BatchMatMul(a, Permute(x, p with the last "
+                         f"two swapped), trans_b={not flag}) (rank {r})") if side == "b" else (
+                    f"BatchMatMul(Permute(x, p), b, trans_a={flag}) -> BatchMatMul(Permute(x, p with the last two "
+                    f"swapped), b, trans_a={not flag}) (rank {r})")
+                # the moved Permute gets its shape fact (the rules that cancel it and read it need one)
+                yield e.rule(lhs, e.eq(p.length()).to(e.i64(r)), e.eq(e.shape(permuted)).to(sp), name=label,
+                             example=example(_bmm_of_permute(side, r, flag))).then(
+                    e.union(lhs).with_(rhs), e.set_(e.shape(moved)).to(shape))
+
+
 # --- Einsum --------------------------------------------------------------------------------------
 
 

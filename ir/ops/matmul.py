@@ -353,3 +353,35 @@ def _rms_norm_matmul(e):
         yield e.equal(f"FusedMatMul{v}(RmsNorm(x,w), W, e) -> FusedRmsNormMatMul{v}(x, w, W, e)",
                       e.FusedMatMul(e.RmsNorm(x, w, eps=eps), wp, variant=v, epilogue=ep),
                       e.FusedRmsNormMatMul(x, w, wp, eps=eps, variant=v, epilogue=ep), example=_rms_mm_example(v))
+
+
+# --- Transpose folded into the matmul's operand order -----------------------------------------
+
+
+def _transposed_operand_example(op_name: str, side: str):
+    def build(g, dim):
+        m, k, n = dim("m"), dim("k"), dim("n")
+        shapes = {"MatMul": ([m, k], [k, n]), "MatMulBT": ([m, k], [n, k]), "MatMulAT": ([k, m], [k, n])}[op_name]
+        if side == "a":
+            a, b = g.transpose(g.input("a", shapes[0][::-1])), g.parameter("b", shapes[1])
+        else:
+            a, b = g.input("a", shapes[0]), g.transpose(g.parameter("b", shapes[1][::-1]))
+        _out(g, g.add_node(op_name, (a, b)))
+
+    return example(build)
+
+
+@rules("algebraic")
+def _transpose_into_matmul(e):
+    a, b = e.vars("a b")
+    # MatMul(a, Transpose(b)) -> MatMulBT(a, b);  MatMul(Transpose(a), b) -> MatMulAT(a, b)
+    # MatMulBT(a, Transpose(b)) -> MatMul(a, b);  MatMulAT(Transpose(a), b) -> MatMul(a, b)
+    for name, lhs, rhs, side in (("MatMul(a, Transpose(b)) -> MatMulBT(a, b)", e.MatMul(a, e.Transpose(b)),
+                                  e.MatMulBT(a, b), ("MatMul", "b")),
+                                 ("MatMul(Transpose(a), b) -> MatMulAT(a, b)", e.MatMul(e.Transpose(a), b),
+                                  e.MatMulAT(a, b), ("MatMul", "a")),
+                                 ("MatMulBT(a, Transpose(b)) -> MatMul(a, b)", e.MatMulBT(a, e.Transpose(b)),
+                                  e.MatMul(a, b), ("MatMulBT", "b")),
+                                 ("MatMulAT(Transpose(a), b) -> MatMul(a, b)", e.MatMulAT(e.Transpose(a), b),
+                                  e.MatMul(a, b), ("MatMulAT", "a"))):
+        yield e.equal(name, lhs, rhs, example=_transposed_operand_example(*side))

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..kernel import Kernel, elementwise_groups
-from ..spec import Attr, need, no_grad, op
+from ..spec import Attr, example, need, no_grad, op, rules
 from ..types import DType, TensorType
 
 FAMILY = "movement"
@@ -339,3 +339,110 @@ op("ReverseSequence", ("x", "sequence_lens"), _reverse_sequence, _reverse_sequen
    doc="ONNX ReverseSequence (https://onnx.ai/onnx/operators/onnx__ReverseSequence.html): the first "
        "sequence_lens[b] steps of batch b reversed, the rest copied; a length outside [0, steps] is clamped to it "
        "(ONNX leaves it undefined)")
+
+
+# --- rules: Permute chains, no-op Permutes, scalars through views ------------------------------
+# Exporters split and merge attention heads with Reshape/Transpose pairs and scale scores
+# through them; these rules cancel and reorder such chains so the recognition rules of
+# ``attention_exported.py`` see one form. The Vec index arithmetic is egglog's (vec-get).
+
+#: Ranks the Permute rules are written for (one rule per rank: egglog has no loops over a Vec).
+_PERMUTE_RANKS = (2, 3, 4, 5, 6)
+
+
+def _two_permutes(rank: int, first, second):
+    """Example: Permute(Permute(x, first), second) of a rank-``rank`` input."""
+    def build(g, dim):
+        x = g.input("x", [dim(f"d{i}", 1, 4) for i in range(rank)])
+        g.set_outputs([g.add_node("Permute", (g.add_node("Permute", (x,), perm=first),), perm=second)])
+
+    return build
+
+
+@rules("algebraic")
+def _permute_chains(e):
+    (x,) = e.vars("x")
+    p, q = e.vars("p q", e.Vec[e.i64])
+    for r in _PERMUTE_RANKS:
+        # Permute(Permute(x, p), q) -> Permute(x, [p[q[0]], ..., p[q[r-1]]])   (rank r)
+        composed = e.Vec(*(p[q[e.i64(i)]] for i in range(r)))
+        rotate, reverse, swap = [(i + 1) % r for i in range(r)], list(range(r))[::-1], [1, 0, *range(2, r)]
+        yield e.equal(f"Permute(Permute(x, p), q) -> Permute(x, p∘q) (rank {r})",
+                      e.Permute(e.Permute(x, perm=p), perm=q), e.Permute(x, perm=composed),
+                      e.eq(q.length()).to(e.i64(r)), example=example(_two_permutes(r, rotate, reverse)))
+        # Permute(x, [0, 1, ..., r-1]) -> x
+        iota = e.Vec(*(e.i64(i) for i in range(r)))
+        yield e.equal(f"Permute(x, identity) -> x (rank {r})", e.Permute(x, perm=iota), x,
+                      example=example(_two_permutes(r, swap, swap)))
+
+
+def _split_merge_example(g, dim):
+    # [a, b, s, d] -> [a*b, s, d] -> Permute [0,2,1] -> [a, b, d, s] (the dynamo exporter's k^T)
+    a, b, s, d = dim("a", 1, 3), dim("b", 1, 3), dim("s"), dim("d")
+    x = g.reshape(g.input("x", [a, b, s, d]), [a * b, s, d])
+    g.set_outputs([g.reshape(g.add_node("Permute", (x,), perm=[0, 2, 1]), [a, b, d, s])])
+
+
+@rules("algebraic")
+def _permute_through_reshapes(e):
+    (y,) = e.vars("y")
+    s1, s2 = e.vars("s1 s2", e.Vec[e.i64])
+    swap = e.Vec(e.i64(0), e.i64(2), e.i64(1))
+    inner = e.Identity(y, shape=e.Vec(s2[0], s2[1], s1[1], s1[2]))
+    lhs = e.Identity(e.Permute(e.Identity(y, shape=s1), perm=swap), shape=s2)
+    rhs = e.Permute(inner, perm=e.Vec(e.i64(0), e.i64(1), e.i64(3), e.i64(2)))
+    # Reshape(Permute(Reshape(y, [N,S,D]), [0,2,1]), [A,B,D,S]) -> Permute(Reshape(y, [A,B,S,D]), [0,1,3,2])
+    # if A B = N (the leading axis split back as it was merged); the new reshape gets its shape fact
+    yield e.rule(lhs, e.eq(s1.length()).to(e.i64(3)), e.eq(s2.length()).to(e.i64(4)),
+                 e.eq(s2[0] * s2[1]).to(s1[0]), e.eq(s2[2]).to(s1[2]), e.eq(s2[3]).to(s1[1]),
+                 name="Reshape(Permute(Reshape(y, [N,S,D]), [0,2,1]), [A,B,D,S]) -> "
+                      "Permute(Reshape(y, [A,B,S,D]), [0,1,3,2])",
+                 example=example(_split_merge_example)).then(
+        e.union(lhs).with_(rhs), e.set_(e.shape(inner)).to(e.Vec(s2[0], s2[1], s1[1], s1[2])))
+
+
+def _scaled_view_example(first: bool):
+    def build(g, dim):
+        x = g.input("x", [dim("a"), dim("b"), dim("c", 1, 3)])
+        v = g.add_node("Permute", (x,), perm=[2, 0, 1])
+        c = g.constant(np.array(0.7), shape=())
+        g.set_outputs([g.mul(c, v) if first else g.mul(v, c)])
+
+    return build
+
+
+@rules("algebraic")
+def _scalar_through_views(e):
+    x, c = e.vars("x c")
+    (v,) = e.vars("v", e.f64)
+    p, sx = e.vars("p sx", e.Vec[e.i64])
+    # Mul(Permute(x, p), c) -> Permute(Mul(x, c), p)   for a one-element constant c (value(c, v)) of rank <=
+    # rank(x) that keeps the shape; either order. The scale of an attention's k^T reaches the product this way.
+    # (Not through reshapes: every scaled view of a model, GELU's halves among them, would get a second form,
+    # and MiniLM's extraction took 13 s instead of 2.5 s; the reshapes around k^T cancel by themselves.)
+    for view, make in (("Permute", lambda t: e.Permute(t, perm=p)),):
+        for first in (False, True):
+            lhs = e.Mul(c, make(x)) if first else e.Mul(make(x), c)
+            inner = e.Mul(c, x) if first else e.Mul(x, c)
+            label = f"Mul(c, {view}(x)) -> {view}(Mul(c, x))" if first else f"Mul({view}(x), c) -> {view}(Mul(x, c))"
+            yield e.rule(lhs, e.value(c, v), e.eq(e.shape(lhs)).to(e.shape(make(x))), e.eq(e.shape(x)).to(sx),
+                         e.shape(c).length() <= sx.length(),
+                         name=label, example=example(_scaled_view_example(first))).then(
+                e.union(lhs).with_(make(inner)), e.set_(e.shape(inner)).to(sx))
+
+
+def _negative_axis_slice(g, dim):
+    x = g.input("x", [dim("a"), dim("b"), dim("c", 2, 6)])
+    g.set_outputs([g.add_node("Slice", (x,), starts=[1], ends=[dim("c", 2, 6)], axes=[-1], steps=[1])])
+
+
+@rules("algebraic")
+def _slice_axis_from_the_front(e):
+    (x,) = e.vars("x")
+    st, en, ax, sp, sx = e.vars("st en ax sp sx", e.Vec[e.i64])
+    # Slice(x, axes=[a]) -> Slice(x, axes=[a + rank(x)])   for a < 0 (one form of each slice for the rules that read it)
+    lhs = e.Slice(x, starts=st, ends=en, axes=ax, steps=sp)
+    yield e.equal("Slice(x, axes=[a < 0]) -> Slice(x, axes=[a + rank])", lhs,
+                  e.Slice(x, starts=st, ends=en, axes=e.Vec(ax[e.i64(0)] + sx.length()), steps=sp),
+                  e.eq(ax.length()).to(e.i64(1)), ax[e.i64(0)] < e.i64(0), e.eq(e.shape(x)).to(sx),
+                  example=example(_negative_axis_slice))

@@ -23,12 +23,14 @@ def test_inputs_and_initializers_keep_their_names_and_shape_arithmetic_folds():
     assert np.array_equal(got[0], w) and list(got[1]) == [4, 5]
 
 
-def test_a_scalar_initializer_is_a_scalar_constant():
-    # one element: a Constant, whose value the rewrite rules see (an epsilon, the 0.5 of a GELU)
-    m = model([node("Identity", ["s"], ["y"])], [("x", F, [2])], [("y", F, None)], [("s", np.array(2.5, np.float32))])
+def test_a_scalar_initializer_is_a_scalar_constant_and_a_weight_a_parameter():
+    # a one-element float initializer is baked (the rewrite rules read its value: ir.facts "value")
+    s, w = np.array(2.5, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    m = model([node("Identity", ["s"], ["y"]), node("Identity", ["w"], ["z"])], [("x", F, [2])],
+              [("y", F, None), ("z", F, None)], [("s", s), ("w", w)])
     g, params = load(m)
-    out = g.node(g.outputs[0])
-    assert "s" not in params and out.op == "Constant" and out.type.shape == ()
+    scalar, weight = (g.node(o) for o in g.outputs)
+    assert scalar.op == "Constant" and scalar.type.shape == () and weight.op == "Parameter" and list(params) == ["w"]
     assert evaluate(g, {"x": np.zeros(2)}, params)[0] == 2.5
 
 

@@ -1,0 +1,450 @@
+"""Scaled dot-product attention as exporters spell it, recognised into the attention ops.
+
+torch.onnx.export (either exporter) and transformers write attention as primitives on
+[batch, heads, seq, head_dim] tensors (after the ONNX import):
+
+    scores = BatchMatMul(Mul(q, c), Mul(k^T, c))       c = d^-1/4, or Mul / Div of the product
+    scores = Add(scores, mask)                          additive, often Where(bool, 0, -inf)
+    p      = Softmax(scores)
+    p      = Where(IsNaN(p), 0, p)                      SDPA's guard of fully masked rows
+    out    = BatchMatMul(p, v)
+
+with k^T a Permute (or a Reshape-Permute-Reshape) of k, and k, v repeated over the query
+heads of a GQA group by Reshape(Expand(Reshape(kv))) (transformers' ``repeat_kv``). The rules
+here rebuild it in steps, each an equality of the IR's reference semantics:
+
+1. the product of q and k^T is ``AttentionScores`` (mode 0, ONNX's qk_matmul_output), and
+   every scalar constant multiplying q, k or the scores folds into its ``scale``;
+2. a GQA repeat of k (and of k and v together) is dropped: the attention ops read kv head
+   h // (H / KV) themselves;
+3. an added mask makes mode 2; the softmax of mode 2 with SDPA's NaN guard, or without it
+   where no row can be fully masked (a finite mask, a causal one), is mode 3;
+4. mode 3 times v is ``GeneralAttention``; a causal mask constant becomes its ``causal``
+   flag, and a bool mask ``Where(b, 0, -inf)`` the bool mask ``b``;
+5. ``GeneralAttention`` on head-split views of [batch, seq, heads * head_dim] tensors runs on
+   those tensors (its 3-D layout), which without mask or options is ``CausalAttention`` or
+   ``FullAttention`` on [batch * seq, heads * head_dim] rows (``attention_layout.py``).
+
+Masks use the value facts of constants (``eggfuse.ir.facts``): ``value(c, v)`` for scalars and
+``causal_mask(m, offset)``, defined here. Fully masked rows: mode 3 and GeneralAttention give
+zero rows, as SDPA's guard does; a softmax without the guard gives NaN there, so it is only
+recognised where no row can be fully masked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..facts import uniform_leading, value_fact
+from ..spec import example, rules
+from ..types import DType, TensorType
+
+FAMILY = "attention_exported"
+
+#: An additive mask entry at or below this is masked: its exp underflows to 0 against any score
+#: below 1e29 in magnitude, in float32 and in float64 alike (transformers uses float32's min).
+MASKED_BELOW = -1e30
+
+
+# --- the causal-mask fact ----------------------------------------------------------------------
+
+
+@value_fact("causal_mask", ("int",),
+            doc="causal_mask(m, offset): over its last two axes [Sq, Skv] (every leading index holding the same "
+                "slice), m allows key j of query row i exactly when j <= i + offset, offset >= 0 (so no row is fully "
+                "masked): a bool mask true there, or an f32 additive mask 0 there and -inf or at most MASKED_BELOW "
+                "elsewhere (transformers' and the exporters' causal masks, folded at load time)")
+def _causal_mask(value: np.ndarray, ty: TensorType):
+    if ty.rank < 2 or ty.dtype not in (DType.BOOL, DType.F32):
+        return None
+    m = uniform_leading(value, 2)
+    if m is None:
+        return None
+    if ty.dtype is DType.BOOL:
+        allowed = m.astype(bool)
+    else:
+        allowed = m == 0
+        if not (allowed | (m <= MASKED_BELOW)).all():
+            return None
+    sq, skv = m.shape
+    offset = int(allowed[0].sum()) - 1
+    if offset < 0:
+        return None
+    i, j = np.arange(sq)[:, None], np.arange(skv)[None, :]
+    return (offset,) if np.array_equal(allowed, j <= i + offset) else None
+
+
+# --- finite: derived through the ops that only move or select elements -------------------------
+
+
+@rules("analysis")
+def _finite_facts(e):
+    b, x, y = e.vars("b x y")
+    s = e.var("s", e.Vec[e.i64])
+    # finite(Where(b, x, y)) if finite(x) and finite(y); finite of a view, Expand or Permute of a finite x
+    yield e.rule(e.Where(b, x, y), e.finite(x), e.finite(y), name="finite(Where(b, x, y))").then(
+        e.finite(e.Where(b, x, y)))
+    for label, term in (("Reshape", e.Identity(x, shape=s)), ("Expand", e.Expand(x, shape=s)),
+                        ("Permute", e.Permute(x, perm=s))):
+        yield e.rule(term, e.finite(x), name=f"finite({label}(x))").then(e.finite(term))
+
+
+# --- the rules ---------------------------------------------------------------------------------
+
+#: AttentionScores' and GeneralAttention's attributes besides scale (and mode).
+_OPTIONS = ("num_heads", "kv_num_heads", "softcap", "causal", "offset", "left_window", "right_window")
+
+
+def _plain(e, scale) -> dict:
+    """The attributes of a plain 4-D attention: ``scale``, heads from the layout, no options."""
+    return dict(scale=scale, num_heads=e.i64(0), kv_num_heads=e.i64(0), softcap=e.f64(0.0), causal=e.Bool(False),
+                offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
+
+
+def _option_vars(e) -> dict:
+    nh, nkv, off, lw, rw = e.vars("nh nkv off lw rw", e.i64)
+    (cap,) = e.vars("cap", e.f64)
+    (causal,) = e.vars("causal", e.Bool)
+    return dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, causal=causal, offset=off, left_window=lw,
+                right_window=rw)
+
+
+# --- example builders (soundness examples here and in attention_layout.py) -----------------------
+
+
+def example_dims(dim, square: bool = False):
+    """(b, h, kv, s, t, d) drawn by a soundness example's ``dim``: h = kv * group, t = s when ``square``."""
+    b, kv, g = dim("b", 1, 2), dim("kv", 1, 2), dim("g", 1, 2)
+    s = dim("s", 1, 5)
+    return b, kv * g, kv, s, s if square else dim("t", 1, 5), dim("d", 1, 5)
+
+
+def _qkv(g, dim, square: bool = False, gqa: bool = False):
+    # q [b, h, s, d] and k, v [b, h or kv, t, d] as graph inputs
+    b, h, kv, s, t, d = example_dims(dim, square)
+    q = g.input("q", [b, h, s, d])
+    heads = kv if gqa else h
+    return q, g.input("k", [b, heads, t, d]), g.input("v", [b, heads, t, d]), (b, h, kv, s, t, d)
+
+
+def scores_of(g, q, k, scale: float | None = None):
+    """BatchMatMul(q, k^T), times the scalar constant ``scale`` when given."""
+    s = g.add_node("BatchMatMul", (q, k), trans_b=True)
+    return s if scale is None else g.mul(s, g.constant(np.array(scale), shape=()))
+
+
+def bool_mask(g, shape):
+    """A runtime bool mask (about half the keys masked, so fully masked rows occur)."""
+    return g.add_node("Less", (g.input("m", shape), g.constant(np.array(0.0), shape=())))
+
+
+def repeat_kv(g, x, group: int):
+    """transformers' repeat_kv: [b, kv, t, d] -> [b, kv * group, t, d] through Reshape/Expand/Reshape."""
+    b, kv, t, d = g.node(x).type.shape
+    x5 = g.reshape(x, [b, kv, 1, t, d])
+    return g.reshape(g.add_node("Expand", (x5,), shape=[b, kv, group, t, d]), [b, kv * group, t, d])
+
+
+def safe_softmax(g, x):
+    """SDPA's guarded softmax: Where(IsNaN(p), 0, p), p = Softmax(x)."""
+    p = g.softmax(x)
+    return g.add_node("Where", (g.add_node("IsNaN", (p,)), g.constant(np.array(0.0), shape=()), p))
+
+
+@rules("attention")
+def _scores_of_a_product(e):
+    q, k = e.vars("q k")
+    sq, sk = e.vars("sq sk", e.Vec[e.i64])
+    # BatchMatMul(q, k, trans_b) -> AttentionScores(q, k, scale 1)   q [B,H,Sq,D], k [B,H,Skv,D]
+    yield e.equal("BatchMatMul(q, k^T) -> AttentionScores(q, k)",
+                  e.BatchMatMul(q, k, trans_a=e.Bool(False), trans_b=e.Bool(True)),
+                  e.AttentionScores(q, k, **_plain(e, e.f64(1.0)), mode=e.i64(0)),
+                  e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk), e.eq(sq.length()).to(e.i64(4)),
+                  e.eq(sk.length()).to(e.i64(4)), e.eq(sq[0]).to(sk[0]), e.eq(sq[1]).to(sk[1]),
+                  e.eq(sq[3]).to(sk[3]),
+                  example=example(lambda g, dim: g.set_outputs([scores_of(g, *_qkv(g, dim)[:2])])))
+
+
+def _scaled_operand_example(side: str, first: bool):
+    def build(g, dim):
+        q, k, _, _ = _qkv(g, dim)
+        c = g.constant(np.array(0.59), shape=())
+        x = q if side == "q" else k
+        x = g.mul(c, x) if first else g.mul(x, c)
+        g.set_outputs([scores_of(g, x, k) if side == "q" else scores_of(g, q, x)])
+
+    return build
+
+
+@rules("attention")
+def _scale_into_scores(e):
+    q, k, c, m, x = e.vars("q k c m x")
+    s, v = e.vars("s v", e.f64)
+    (mode,) = e.vars("mode", e.i64)
+    opts = _option_vars(e)
+    # AttentionScores(Mul(q, c), k, s) -> AttentionScores(q, k, s v)   (and Mul(c, q), and the same on k)
+    # for a one-element constant c (value(c, v)) that keeps q's shape; any mode (a mask is added to the
+    # scores only once they are scaled: the rule that adds it matches every form of the scores)
+    for side in ("q", "k"):
+        for first in (False, True):
+            scaled = e.Mul(c, x) if first else e.Mul(x, c)
+            args = (scaled, k) if side == "q" else (q, scaled)
+            new = (x, k) if side == "q" else (q, x)
+            label = f"Mul({'c, ' if first else ''}{side}{'' if first else ', c'})"
+            yield e.equal(f"AttentionScores({'q' if side == 'k' else label}, {label if side == 'k' else 'k'}, s) -> "
+                          "AttentionScores(q, k, s v)",
+                          e.AttentionScores(*args, scale=s, **opts, mode=mode),
+                          e.AttentionScores(*new, scale=s * v, **opts, mode=mode),
+                          e.value(c, v), e.eq(e.shape(scaled)).to(e.shape(x)),
+                          example=example(_scaled_operand_example(side, first)))
+    # Mul(AttentionScores(q, k, s), c) -> AttentionScores(q, k, s v), Mul(c, .) and Div(., c): s / v   (mode 0)
+    scores = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(0))
+    for label, lhs, new_scale, ex in (
+            ("Mul(AttentionScores(q, k, s), c)", e.Mul(scores, c), s * v, 0.35),
+            ("Mul(c, AttentionScores(q, k, s))", e.Mul(c, scores), s * v, 0.35),
+            ("Div(AttentionScores(q, k, s), c)", e.Div(scores, c), s / v, 2.83)):
+        def build(g, dim, label=label, ex=ex):
+            q, k, _, _ = _qkv(g, dim)
+            c = g.constant(np.array(ex), shape=())
+            op = "Div" if label.startswith("Div") else "Mul"
+            sc = scores_of(g, q, k)
+            g.set_outputs([g.add_node(op, (c, sc) if label.startswith("Mul(c") else (sc, c))])
+
+        guards = (e.value(c, v), e.eq(e.shape(lhs)).to(e.shape(scores)))
+        if label.startswith("Div"):
+            guards += (e.ne(v).to(e.f64(0.0)),)
+        yield e.equal(f"{label} -> AttentionScores(q, k, {'s / v' if label.startswith('Div') else 's v'})", lhs,
+                      e.AttentionScores(q, k, scale=new_scale, **opts, mode=e.i64(0)), *guards,
+                      example=example(build))
+
+
+def _repeat_guards(e, rep, inner, x, s5, sx, sr):
+    """Guards that ``rep`` = Reshape(Expand(Reshape(x, [B,KV,1,S,D]), [B,KV,G,S,D]), [B,KV G,S,D])."""
+    return (e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(4)), e.eq(s5).to(e.Vec(sx[0], sx[1], e.i64(1), sx[2],
+                                                                                          sx[3])),
+            e.eq(e.shape(inner)).to(e.Vec(sx[0], sx[1], sr[1] / sx[1], sx[2], sx[3])),
+            e.eq(e.shape(rep)).to(sr), e.eq(sr[0]).to(sx[0]), e.eq(sr[2]).to(sx[2]), e.eq(sr[3]).to(sx[3]))
+
+
+@rules("attention")
+def _gqa(e):
+    q, k, v, m, kx, vx = e.vars("q k v m kx vx")
+    sk5, se, sr, sx, sv5, sve, svr, svx = e.vars("sk5 se sr sx sv5 sve svr svx", e.Vec[e.i64])
+    (s,) = e.vars("s", e.f64)
+    (mode,) = e.vars("mode", e.i64)
+    opts = _option_vars(e)
+    expand = e.Expand(e.Identity(kx, shape=sk5), shape=se)
+    rep = e.Identity(expand, shape=sr)
+    guards = _repeat_guards(e, rep, expand, kx, sk5, sx, sr)
+    # AttentionScores(q, repeat_kv(k)) -> AttentionScores(q, k)   (query head h reads kv head h // group; the
+    # masked forms follow from it, as the mask rules match every form of the scores)
+    yield e.equal("AttentionScores(q, repeat_kv(k)) -> AttentionScores(q, k)",
+                  e.AttentionScores(q, rep, scale=s, **opts, mode=mode),
+                  e.AttentionScores(q, kx, scale=s, **opts, mode=mode), *guards, example=example(_gqa_scores_example))
+    # GeneralAttention(q, repeat_kv(k), repeat_kv(v)) -> GeneralAttention(q, k, v)   (one group size)
+    vexpand = e.Expand(e.Identity(vx, shape=sv5), shape=sve)
+    vrep = e.Identity(vexpand, shape=svr)
+    vguards = _repeat_guards(e, vrep, vexpand, vx, sv5, svx, svr)
+    for masked in (False, True):
+        extra = (m,) if masked else ()
+        yield e.equal(f"GeneralAttention(q, repeat_kv(k), repeat_kv(v){', m' if masked else ''}) -> "
+                      f"GeneralAttention(q, k, v{', m' if masked else ''})",
+                      e.GeneralAttention(q, rep, vrep, *extra, scale=s, **opts),
+                      e.GeneralAttention(q, kx, vx, *extra, scale=s, **opts), *guards, *vguards,
+                      e.eq(sr[1]).to(svr[1]), e.eq(sx[1]).to(svx[1]),
+                      example=example(lambda g, dim, masked=masked: _gqa_attention_example(g, dim, masked)))
+
+
+def _gqa_scores_example(g, dim):
+    q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim, gqa=True)
+    g.set_outputs([scores_of(g, q, repeat_kv(g, k, h // kv), 0.5)])
+
+
+def _gqa_attention_example(g, dim, masked: bool):
+    q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim, gqa=True)
+    sc = scores_of(g, q, repeat_kv(g, k, h // kv), 0.5)
+    if masked:
+        sc = g.add(sc, g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+                                            g.constant(np.array(-np.inf), shape=()))))
+    g.set_outputs([g.add_node("BatchMatMul", (safe_softmax(g, sc), repeat_kv(g, v, h // kv)))])
+
+
+def _masked_scores_example(first: bool, rank: int):
+    def build(g, dim):
+        q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
+        lead = [b, 1, s][3 - (rank - 1):] if rank > 1 else []
+        mask = g.input("m", [*lead, t])
+        sc = scores_of(g, q, k, 0.5)
+        g.set_outputs([g.add(mask, sc) if first else g.add(sc, mask)])
+
+    return build
+
+
+@rules("attention")
+def _mask_into_scores(e):
+    q, k, m = e.vars("q k m")
+    (s,) = e.vars("s", e.f64)
+    sa, sm = e.vars("sa sm", e.Vec[e.i64])
+    opts = _option_vars(e)
+    scores = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(0))
+    # Add(AttentionScores(q, k), m) -> AttentionScores(q, k, m, mode 2)   (and Add(m, .)) for an f32 mask m
+    # of rank <= 4 over all Skv keys that does not enlarge the scores (it broadcasts to them)
+    for first, rank in ((False, 4), (True, 2)):
+        lhs = e.Add(m, scores) if first else e.Add(scores, m)
+        yield e.equal(f"{'Add(m, AttentionScores(q, k))' if first else 'Add(AttentionScores(q, k), m)'} -> "
+                      "AttentionScores(q, k, m, mode 2)", lhs,
+                      e.AttentionScores(q, k, m, scale=s, **opts, mode=e.i64(2)),
+                      e.eq(e.shape(lhs)).to(sa), e.eq(e.shape(scores)).to(sa), e.eq(e.shape(m)).to(sm),
+                      sm.length() <= e.i64(4), e.eq(sm[sm.length() - e.i64(1)]).to(sa[e.i64(3)]),
+                      example=example(_masked_scores_example(first, rank)))
+
+
+def _softmax_example(kind: str):
+    def build(g, dim):
+        q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim, square=kind == "causal")
+        sc = scores_of(g, q, k, 0.5)
+        if kind == "guard":
+            m = g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.constant(np.array(0.0), shape=()),
+                                     g.constant(np.array(-np.inf), shape=())))
+            g.set_outputs([safe_softmax(g, g.add(sc, m))])
+        elif kind == "finite":
+            m = g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+                                     g.constant(np.array(np.finfo(np.float32).min), shape=())))
+            g.set_outputs([g.softmax(g.add(sc, m))])
+        elif kind == "causal":
+            causal = np.where(np.tril(np.ones((s, s), dtype=bool)), 0.0, -np.inf)
+            g.set_outputs([g.softmax(g.add(sc, g.constant(causal, shape=[1, 1, s, s])))])
+        elif kind == "plain":
+            g.set_outputs([g.softmax(sc)])
+        else:  # the guard after a softmax that needs none
+            g.set_outputs([safe_softmax(g, sc)])
+
+    return build
+
+
+@rules("attention")
+def _softmax_of_scores(e):
+    q, k, m, z, p = e.vars("q k m z p")
+    (s,) = e.vars("s", e.f64)
+    (off,) = e.vars("off", e.i64)
+    opts = _option_vars(e)
+    probs = e.AttentionScores(q, k, m, scale=s, **opts, mode=e.i64(3))
+    masked = e.Softmax(e.AttentionScores(q, k, m, scale=s, **opts, mode=e.i64(2)))
+    # Where(IsNaN(Softmax(S)), 0, Softmax(S)) -> AttentionScores(q, k, m, mode 3)   S = AttentionScores(q, k, m, mode 2)
+    # (SDPA's guard: a fully masked row, NaN after the softmax, is zero, as in mode 3)
+    yield e.equal("Where(IsNaN(Softmax(S)), 0, Softmax(S)) -> AttentionScores(q, k, m, mode 3)",
+                  e.Where(e.IsNaN(masked), z, masked), probs, e.value(z, e.f64(0.0)),
+                  example=example(_softmax_example("guard")))
+    # Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3)   if m is finite or causal
+    # (no row is then fully masked, and the softmax of a row is mode 3's)
+    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m finite)", masked,
+                  probs, e.finite(m), example=example(_softmax_example("finite")))
+    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m causal)", masked,
+                  probs, e.causal_mask(m, off), example=example(_softmax_example("causal")))
+    # Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)   (no mask)
+    plain = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(3))
+    yield e.equal("Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)",
+                  e.Softmax(e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(0))), plain,
+                  example=example(_softmax_example("plain")))
+    # Where(IsNaN(p), 0, p) -> p   for p = AttentionScores(q, k, mode 3), which has no NaN
+    yield e.equal("Where(IsNaN(p), 0, p) -> p (p = AttentionScores(q, k, mode 3))", e.Where(e.IsNaN(p), z, p), p,
+                  e.eq(p).to(plain), e.value(z, e.f64(0.0)), example=example(_softmax_example("unneeded guard")))
+
+
+def _attention_example(masked: bool):
+    def build(g, dim):
+        q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim)
+        sc = scores_of(g, q, k, 0.5)
+        if masked:
+            sc = g.add(sc, g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.constant(np.array(0.0), shape=()),
+                                                g.constant(np.array(-np.inf), shape=()))))
+        g.set_outputs([g.add_node("BatchMatMul", (safe_softmax(g, sc), v))])
+
+    return build
+
+
+@rules("attention")
+def _attention_of_probabilities(e):
+    q, k, v, m = e.vars("q k v m")
+    (s,) = e.vars("s", e.f64)
+    sk, sv = e.vars("sk sv", e.Vec[e.i64])
+    opts = _option_vars(e)
+    # BatchMatMul(AttentionScores(q, k, m, mode 3), v) -> GeneralAttention(q, k, v, m)   v [B, KV, Skv, Dv]
+    for masked in (False, True):
+        extra = (m,) if masked else ()
+        probs = e.AttentionScores(q, k, *extra, scale=s, **opts, mode=e.i64(3))
+        yield e.equal(f"BatchMatMul(AttentionScores(q, k{', m' if masked else ''}, mode 3), v) -> "
+                      f"GeneralAttention(q, k, v{', m' if masked else ''})",
+                      e.BatchMatMul(probs, v, trans_a=e.Bool(False), trans_b=e.Bool(False)),
+                      e.GeneralAttention(q, k, v, *extra, scale=s, **opts),
+                      e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv), e.eq(sk.length()).to(e.i64(4)),
+                      e.eq(sv.length()).to(e.i64(4)),
+                      e.eq(sv[0]).to(sk[0]), e.eq(sv[1]).to(sk[1]), e.eq(sv[2]).to(sk[2]),
+                      example=example(_attention_example(masked)))
+
+
+def _causal_example(kind: str, op: str):
+    def build(g, dim):
+        q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim, square=True)
+        tril = np.tril(np.ones((s, s), dtype=bool))
+        if kind == "additive":
+            m = g.constant(np.where(tril, 0.0, np.finfo(np.float32).min), shape=[1, 1, s, s])
+        else:
+            c = g.constant(tril, shape=[1, 1, s, s], dtype=DType.BOOL)
+            pad = bool_mask(g, [b, 1, 1, s])
+            m = g.add_node("Where", (g.add_node("And", (c, pad) if kind == "and" else (pad, c)),
+                                     g.constant(np.array(0.0), shape=()), g.constant(np.array(-np.inf), shape=())))
+        p = safe_softmax(g, g.add(scores_of(g, q, k, 0.5), m))
+        g.set_outputs([p if op == "AttentionScores" else g.add_node("BatchMatMul", (p, v))])
+
+    return build
+
+
+@rules("attention")
+def _masks_as_options(e):
+    q, k, v, m, b, c, p, z, n = e.vars("q k v m b c p z n")
+    (s,) = e.vars("s", e.f64)
+    (mode, off) = e.vars("mode off", e.i64)
+    sq, sk, sm, sb, sp = e.vars("sq sk sm sb sp", e.Vec[e.i64])
+    nh, nkv, lw, rw = e.vars("nh nkv lw rw", e.i64)
+    (cap,) = e.vars("cap", e.f64)
+    opts = dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, left_window=lw, right_window=rw)
+    no_causal = dict(causal=e.Bool(False), offset=e.i64(0))
+
+    def ops(*tensors, probs: bool = False, **attrs):  # the two ops a mask input means the same for
+        return (("AttentionScores", e.AttentionScores(q, k, *tensors, scale=s, **opts, **attrs,
+                                                      mode=e.i64(3) if probs else mode)),
+                ("GeneralAttention", e.GeneralAttention(q, k, v, *tensors, scale=s, **opts, **attrs)))
+
+    rows = (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk))
+
+    def spans(mask, shape):  # the mask's last two axes are the [Sq, Skv] of q and k (no broadcast there)
+        return (e.eq(e.shape(mask)).to(shape), e.eq(shape[shape.length() - e.i64(2)]).to(sq[sq.length() - e.i64(2)]),
+                e.eq(shape[shape.length() - e.i64(1)]).to(sk[sk.length() - e.i64(2)]))
+
+    # op(q, k, [v], m) -> op(q, k, [v], causal, offset)   if causal_mask(m, offset) over all [Sq, Skv]; of
+    # AttentionScores only the probabilities (mode 3): an additive mask's finite masked entries stay finite in
+    # mode 2, and the softmax alone makes them the zeros a causal flag gives
+    for (name, lhs), (_, rhs) in zip(ops(m, probs=True, **no_causal), ops(probs=True, causal=e.Bool(True),
+                                                                           offset=off), strict=True):
+        yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, causal m) -> {name}(q, k"
+                      f"{', v' if name[0] == 'G' else ''}, causal)", lhs, rhs, e.causal_mask(m, off), *rows,
+                      *spans(m, sm), example=example(_causal_example("additive", name)))
+    # op(q, k, [v], And(c, b)) -> op(q, k, [v], b, causal)   for a bool b over all keys and a causal c (either order)
+    for first in (False, True):
+        both = e.And(b, c) if first else e.And(c, b)
+        for (name, lhs), (_, rhs) in zip(ops(both, **no_causal), ops(b, causal=e.Bool(True), offset=off),
+                                         strict=True):
+            yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, {'And(b, c)' if first else 'And(c, b)'}) "
+                          f"-> {name}(q, k{', v' if name[0] == 'G' else ''}, b, causal)", lhs, rhs,
+                          e.causal_mask(c, off), *rows, *spans(c, sm), e.eq(e.shape(b)).to(sb),
+                          sb.length() <= e.i64(4), e.eq(sb[sb.length() - e.i64(1)]).to(sk[sk.length() - e.i64(2)]),
+                          example=example(_causal_example("and_first" if first else "and", name)))
+    # op(q, k, [v], Where(b, 0, -inf)) -> op(q, k, [v], b)   (an additive -inf mask is the bool mask; any options)
+    causal_opts = dict(causal=e.var("cz", e.Bool), offset=e.var("oz", e.i64))
+    where = e.Where(b, z, n)
+    for (name, lhs), (_, rhs) in zip(ops(where, **causal_opts), ops(b, **causal_opts), strict=True):
+        yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, Where(b, 0, -inf)) -> {name}(q, k"
+                      f"{', v' if name[0] == 'G' else ''}, b)", lhs, rhs, e.value(z, e.f64(0.0)),
+                      e.value(n, e.f64(-np.inf)), e.eq(e.shape(where)).to(e.shape(b)),
+                      example=example(_causal_example("and", name)))

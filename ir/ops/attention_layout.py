@@ -1,0 +1,157 @@
+"""GeneralAttention on head-split views, and the fused attention ops it becomes.
+
+Exporters split heads as ``Permute(Reshape(x, [B, S, H, D]), [0, 2, 1, 3])`` of a projection's
+[B, S, H * D] (or [B * S, H * D]) rows and merge them back after the attention the same way.
+``GeneralAttention``'s 3-D layout reads those rows directly, and without a mask, softcap or
+window, with scale 1/sqrt(D) (within :data:`DEFAULT_SCALE_RTOL`), as many queries as keys and
+one head size, it is ``CausalAttention`` or ``FullAttention`` on [B * S, H * D] rows: the ops
+the RoPE and packed-projection rules of ``attention.py`` continue from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import example, rules
+from .attention_exported import bool_mask, example_dims, repeat_kv, safe_softmax, scores_of
+
+FAMILY = "attention_layout"
+
+#: Relative tolerance of "the scale is 1/sqrt(head_dim)" when the fused attention ops (which
+#: apply exactly that scale) replace GeneralAttention: an exporter's d^-1/4 applied to q and k
+#: separately is rounded to float32 (2^-24 relative), and so is its square.
+DEFAULT_SCALE_RTOL = 1e-6
+
+
+_HEADS = (0, 2, 1, 3)  # [B, S, H, D] <-> [B, H, S, D]
+
+
+def _split_heads_example(masked: bool):
+    def build(g, dim):
+        b, h, kv, s, t, d = example_dims(dim)
+        views = []
+        for name, rows, heads in (("q", s, h), ("k", t, kv), ("v", t, kv)):
+            x = g.input(name, [b, rows, heads * d])
+            views.append(g.add_node("Permute", (g.reshape(x, [b, rows, heads, d]),), perm=_HEADS))
+        sc = scores_of(g, views[0], repeat_kv(g, views[1], h // kv), 0.5)
+        if masked:
+            sc = g.add(sc, g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+                                                g.constant(np.array(-np.inf), shape=()))))
+        out = g.add_node("BatchMatMul", (safe_softmax(g, sc), repeat_kv(g, views[2], h // kv)))
+        g.set_outputs([g.reshape(g.add_node("Permute", (out,), perm=_HEADS), [b, s, h * d])])
+
+    return build
+
+
+@rules("attention")
+def _attention_on_rows(e):
+    qx, kx, vx, m = e.vars("qx kx vx m")
+    sq, sk, sv, so = e.vars("sq sk sv so", e.Vec[e.i64])
+    (s, cap) = e.vars("s cap", e.f64)
+    (off, lw, rw) = e.vars("off lw rw", e.i64)
+    (causal,) = e.vars("causal", e.Bool)
+    heads = e.Vec(*(e.i64(i) for i in _HEADS))
+    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw)
+    flat = {x: e.Identity(x, shape=e.Vec(sx[0], sx[1], sx[2] * sx[3])) for x, sx in ((qx, sq), (kx, sk), (vx, sv))}
+    # GeneralAttention(Permute(q, [0,2,1,3]), Permute(k, .), Permute(v, .)) with q [B,S,H,D], k and v [B,T,KV,D]
+    #   -> Permute(Reshape(GeneralAttention(Reshape(q, [B,S,H D]), ...; num_heads H, kv_num_heads KV),
+    #      [B,S,H,Dv]), [0,2,1,3])   (the 3-D layout reads the rows as they are; the Permute back
+    #      cancels against the exporter's Permute of the output)
+    for masked in (False, True):
+        extra = (m,) if masked else ()
+        lhs = e.GeneralAttention(e.Permute(qx, perm=heads), e.Permute(kx, perm=heads), e.Permute(vx, perm=heads),
+                                 *extra, scale=s, num_heads=e.i64(0), kv_num_heads=e.i64(0), **rest)
+        rows = e.GeneralAttention(flat[qx], flat[kx], flat[vx], *extra, scale=s, num_heads=sq[2], kv_num_heads=sk[2],
+                                  **rest)
+        split = e.Identity(rows, shape=e.Vec(sq[0], sq[1], sq[2], sv[3]))
+        yield e.rule(lhs, e.eq(e.shape(qx)).to(sq), e.eq(e.shape(kx)).to(sk), e.eq(e.shape(vx)).to(sv),
+                     e.eq(sq.length()).to(e.i64(4)), e.eq(sk.length()).to(e.i64(4)), e.eq(sv.length()).to(e.i64(4)),
+                     name=f"GeneralAttention(Permute(q), Permute(k), Permute(v){', m' if masked else ''}) -> "
+                          f"Permute(Reshape(GeneralAttention(q rows, k rows, v rows{', m' if masked else ''})))",
+                     example=example(_split_heads_example(masked))).then(
+            e.union(lhs).with_(e.Permute(split, perm=heads)),
+            *(e.set_(e.shape(t)).to(e.Vec(sx[0], sx[1], sx[2] * sx[3])) for t, sx in
+              ((flat[qx], sq), (flat[kx], sk), (flat[vx], sv))),
+            e.set_(e.shape(rows)).to(e.Vec(sq[0], sq[1], sq[2] * sv[3])),
+            e.set_(e.shape(split)).to(e.Vec(sq[0], sq[1], sq[2], sv[3])))
+
+
+def _fused_example(causal: bool):
+    def build(g, dim):
+        b, h, kv, s, _, d = example_dims(dim, square=True)
+        q, k, v = (g.input(n, [b, s, w * d]) for n, w in (("q", h), ("k", kv), ("v", kv)))
+        g.set_outputs([g.add_node("GeneralAttention", (q, k, v), scale=1 / np.sqrt(d), num_heads=h, kv_num_heads=kv,
+                                  causal=causal)])
+
+    return build
+
+
+@rules("attention")
+def _fused_attention(e):
+    from .attention import MAX_ATTENTION_HEAD_DIM
+
+    q, k, v = e.vars("q k v")
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
+    (s,) = e.vars("s", e.f64)
+    nh, nkv = e.vars("nh nkv", e.i64)
+    hd = sq[2] / nh
+    root = s * e.f64.from_i64(hd).sqrt()  # 1 when the scale is 1/sqrt(head_dim)
+    guards = (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv),
+              e.eq(sq.length()).to(e.i64(3)), e.eq(sk[1]).to(sq[1]), e.eq(sv[2]).to(sk[2]),
+              hd <= e.i64(MAX_ATTENTION_HEAD_DIM), root < e.f64(1 + DEFAULT_SCALE_RTOL),
+              root > e.f64(1 - DEFAULT_SCALE_RTOL))
+    rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
+    # GeneralAttention(q, k, v; 3-D, scale 1/sqrt(D), causal or not, nothing else) -> Reshape(
+    #   CausalAttention / FullAttention(Reshape(q, [B S, H D]), ..., batch B), [B, S, H D])
+    #   if Sq = Skv and v's head size is q's (the fused ops' conditions, as the ONNX Attention import's)
+    for causal, op in ((True, "CausalAttention"), (False, "FullAttention")):
+        lhs = e.GeneralAttention(q, k, v, scale=s, num_heads=nh, kv_num_heads=nkv, softcap=e.f64(0.0),
+                                 causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
+        fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0])
+        yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
+                                        f"Reshape({op}(q, k, v rows))",
+                     example=example(_fused_example(causal))).then(
+            e.union(lhs).with_(e.Identity(fused, shape=sq)),
+            *(e.set_(e.shape(t)).to(e.Vec(sx[0] * sx[1], sx[2])) for t, sx in ((rows[q], sq), (rows[k], sk),
+                                                                             (rows[v], sv))),
+            e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
+
+
+def _split_heads_scores_example(masked: bool):
+    def build(g, dim):
+        b, h, kv, s, t, d = example_dims(dim)
+        views = [g.add_node("Permute", (g.reshape(g.input(n, [b, rows, w * d]), [b, rows, w, d]),), perm=_HEADS)
+                 for n, rows, w in (("q", s, h), ("k", t, h))]
+        sc = scores_of(g, *views, 0.5)
+        if masked:
+            sc = g.add(sc, g.input("m", [b, 1, s, t]))
+        g.set_outputs([safe_softmax(g, sc)])
+
+    return build
+
+
+@rules("attention")
+def _scores_on_rows(e):
+    qx, kx, m = e.vars("qx kx m")
+    sq, sk = e.vars("sq sk", e.Vec[e.i64])
+    (s, cap) = e.vars("s cap", e.f64)
+    (off, lw, rw) = e.vars("off lw rw", e.i64)
+    (causal,) = e.vars("causal", e.Bool)
+    heads = e.Vec(*(e.i64(i) for i in _HEADS))
+    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw, mode=e.i64(3))
+    flat = {x: e.Identity(x, shape=e.Vec(sx[0], sx[1], sx[2] * sx[3])) for x, sx in ((qx, sq), (kx, sk))}
+    # AttentionScores(Permute(q, [0,2,1,3]), Permute(k, .); mode 3) -> AttentionScores(Reshape(q, [B,S,H D]), ...;
+    #   num_heads H, kv_num_heads KV)   (the probabilities are [B, H, Sq, Skv] in either layout; only mode 3, which
+    #   a graph output of the probabilities needs: every mode of every attention would be another form to extract)
+    for masked in (False, True):
+        extra = (m,) if masked else ()
+        lhs = e.AttentionScores(e.Permute(qx, perm=heads), e.Permute(kx, perm=heads), *extra, scale=s,
+                                num_heads=e.i64(0), kv_num_heads=e.i64(0), **rest)
+        rows = e.AttentionScores(flat[qx], flat[kx], *extra, scale=s, num_heads=sq[2], kv_num_heads=sk[2], **rest)
+        yield e.rule(lhs, e.eq(e.shape(qx)).to(sq), e.eq(e.shape(kx)).to(sk), e.eq(sq.length()).to(e.i64(4)),
+                     e.eq(sk.length()).to(e.i64(4)),
+                     name=f"AttentionScores(Permute(q), Permute(k){', m' if masked else ''}, mode 3) -> "
+                          f"AttentionScores(q rows, k rows{', m' if masked else ''}, mode 3)",
+                     example=example(_split_heads_scores_example(masked))).then(
+            e.union(lhs).with_(rows),
+            *(e.set_(e.shape(t)).to(e.Vec(sx[0], sx[1], sx[2] * sx[3])) for t, sx in ((flat[qx], sq), (flat[kx], sk))))

@@ -1,0 +1,200 @@
+"""Recognition of exported attention, masks, RoPE and the movement / matmul plumbing around
+them: the recognised op is in the extracted graph, and the extracted graph computes what
+onnxruntime computes on the ONNX graph (the numpy reference, no GPU). The rules' soundness
+examples run in test_rule_soundness.py; the GPU runs of these graphs in
+tests/gpu/test_exported_recognition_gpu.py."""
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from eggfuse.ir import DType, Graph, TensorType, evaluate
+from eggfuse.ir.facts import baked, facts_of
+from eggfuse.ir.ops.attention_exported import safe_softmax, scores_of
+from eggfuse.ir.ops.rope_exported import rope_tables
+from eggfuse.onnx import load
+from eggfuse.rewrites import optimize
+from tests.exported_graphs import Attn, attention_model, feeds
+from tests.onnx_models import F, model, node
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "exported"
+
+
+def ort(proto, inputs):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+
+
+def dispatched(g: Graph) -> Counter:
+    return Counter(n.op for n in g.live_nodes() if g.dispatches(n))
+
+
+def optimised_against_ort(proto, inputs, atol=2e-6):
+    """The optimised graph of ``proto`` (checked against onnxruntime on the reference) and its report."""
+    g, params = load(proto)
+    opt, rep = optimize(g)
+    want = ort(proto, inputs)
+    got = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
+    assert len(got) == len(want)
+    for k, (x, y) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=atol, err_msg=f"output {k}")
+    return opt, rep
+
+
+# --- attention blocks in the exporters' forms -----------------------------------------------
+
+CASES = {
+    # name: (block, the op the plan must contain)
+    "dynamo_no_mask": (Attn(), "FullAttention"),
+    "classic_causal_constant": (Attn(kt="classic", mask="causal"), "CausalAttention"),
+    "eager_causal_min_rank2_no_guard": (Attn(kt="classic", scale="mul", mask="causal_min", guard=False),
+                                        "CausalAttention"),
+    "gqa_rope_causal": (Attn(heads=4, kv_heads=2, mask="causal", rope=True), "CausalAttentionRoPE"),
+    "gqa_rope_eager": (Attn(heads=6, kv_heads=1, kt="classic", scale="mul", mask="causal_min", guard=False, rope=True,
+                            theta=500000.0, head_dim=4), "CausalAttentionRoPE"),
+    "padding_and_causal_gqa_rope": (Attn(batch=3, heads=4, kv_heads=2, mask="padding_causal", rope=True),
+                                    "GeneralAttention"),
+    "bert_padding_fully_masked_row": (Attn(batch=3, kt="bert", scale="div", mask="padding", proj_bias=True),
+                                      "GeneralAttention"),
+    "per_head_bias": (Attn(mask="bias"), "GeneralAttention"),
+    "probabilities_also_an_output": (Attn(mask="causal", probs_output=True), "CausalAttention"),
+    # the raw scores are computed anyway (AttentionScores, mode 0), the attention from them by whichever op of
+    # equal cost extraction picks
+    "scores_also_an_output": (Attn(heads=2, kv_heads=1, mask="causal", rope=True, scores_output=True),
+                              ("CausalAttention", "CausalAttentionRoPE", "GeneralAttention")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_exported_attention_is_recognised(case):
+    block, want = CASES[case]
+    opt, _ = optimised_against_ort(attention_model(block), feeds(block))
+    ops = dispatched(opt)
+    assert sum(ops[w] for w in ((want,) if isinstance(want, str) else want)) == 1, ops
+    # nothing of the unfused attention is left: no batched product, no softmax, no mask arithmetic
+    assert not ops["BatchMatMul"] and not ops["Softmax"] and not ops["Where"] and not ops["Expand"], ops
+
+
+def test_the_probabilities_output_keeps_its_value_and_the_output_its_fused_attention():
+    block = Attn(mask="padding", batch=3, probs_output=True)
+    opt, _ = optimised_against_ort(attention_model(block), feeds(block))
+    ops = dispatched(opt)
+    assert ops["GeneralAttention"] == 1 and ops["AttentionScores"] == 1, ops
+
+
+def test_a_mask_that_enlarges_the_scores_blocks_the_recognition():
+    # scores [1, H, S, S] plus a mask [2, 1, S, S]: the sum is larger than the scores
+    g = Graph()
+    q, k, v = (g.input(n, [1, 2, 3, 4]) for n in "qkv")
+    probs = safe_softmax(g, g.add(scores_of(g, q, k, 0.5), g.input("m", [2, 1, 3, 3])))
+    g.set_outputs([g.add_node("BatchMatMul", (probs, v))])
+    opt, _ = optimize(g, verify=True)
+    ops = dispatched(opt)
+    modes = [n.attrs["mode"] for n in opt.live_nodes() if n.op == "AttentionScores"]
+    assert not ops["GeneralAttention"] and modes in ([], [0]) and ops["Softmax"] == 1, ops
+
+
+def test_a_softmax_without_guard_over_a_runtime_mask_is_not_recognised():
+    # Where(mask, 0, -inf) may mask a whole row: the softmax gives NaN there and GeneralAttention zeros
+    block = Attn(batch=3, mask="padding", guard=False)
+    g, params = load(attention_model(block))
+    opt, _ = optimize(g)
+    assert not dispatched(opt)["GeneralAttention"] and dispatched(opt)["Softmax"] == 1
+
+
+# --- the facts ----------------------------------------------------------------------------------
+
+
+def facts(value, dtype=DType.F32):
+    arr = np.asarray(value)
+    return {f.name: args for f, args in facts_of(arr, TensorType(arr.shape, dtype))}
+
+
+def test_causal_mask_fact():
+    tril = np.tril(np.ones((4, 6), dtype=bool), 2)
+    assert facts(tril, DType.BOOL)["causal_mask"] == (2,)
+    assert facts(np.where(tril, 0.0, -np.inf)[None, None])["causal_mask"] == (2,)
+    assert facts(np.broadcast_to(np.where(tril, 0.0, np.finfo(np.float32).min), (3, 1, 4, 6)))["causal_mask"] == (2,)
+    assert "causal_mask" not in facts(np.where(tril, 0.0, -1.0))  # -1 is not masked
+    assert "causal_mask" not in facts(np.tril(np.ones((4, 4), dtype=bool), -1), DType.BOOL)  # row 0 fully masked
+    assert "causal_mask" not in facts(np.stack([tril, ~tril]), DType.BOOL)  # the batch slices differ
+    assert "causal_mask" not in facts(np.triu(np.ones((4, 4), dtype=bool)), DType.BOOL)
+
+
+def test_rope_table_fact_reads_theta_scaling_and_kind():
+    cos, sin = rope_tables(9, 500000.0, 8)
+    assert facts(cos.astype(np.float32)[None, None])["rope_table"] == ("cos", 500000.0, 8, "null")
+    assert facts(np.broadcast_to(sin.astype(np.float32), (2, 1, 9, 8)))["rope_table"] == ("sin", 500000.0, 8, "null")
+    cos, _ = rope_tables(9, 10000.0, 16, ("linear", 4.0))
+    assert facts(cos.astype(np.float32))["rope_table"] == ("cos", 10000.0, 16, '["linear", 4.0]')
+    assert "rope_table" not in facts((cos * 1.5).astype(np.float32))  # an attention scaling other than 1
+    assert "rope_table" not in facts(np.random.default_rng(0).standard_normal((9, 16)).astype(np.float32))
+
+
+def test_value_fact_and_what_the_importer_bakes():
+    assert facts(np.float32(-np.inf).reshape(1, 1))["value"] == (-np.inf,)
+    assert "value" not in facts(np.array([np.nan], np.float32)) and "value" not in facts(np.zeros(2, np.float32))
+    w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    assert not baked(w, TensorType((16, 16))) and baked(np.float32(0.5), TensorType(()))
+    # an initializer the rules read (a scalar, a RoPE table) is a Constant, a weight a Parameter
+    cos, _ = rope_tables(5, 10000.0, 4)
+    proto = model([node("Mul", ["x", "c"], ["a"]), node("Add", ["a", "cos"], ["b"]), node("MatMul", ["b", "w"], ["y"])],
+                  [("x", F, [5, 4])], [("y", F, [5, 4])],
+                  [("c", np.float32(2.0)), ("cos", cos.astype(np.float32)), ("w", w[:4, :4])])
+    g, params = load(proto)
+    assert list(params) == ["w"] and sum(n.op == "Constant" for n in g.live_nodes()) == 2
+
+
+# --- movement and matmul plumbing ---------------------------------------------------------------
+
+
+def test_transpose_of_a_weight_folds_into_matmul_bt():
+    w = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+    proto = model([node("Transpose", ["w"], ["wt"], perm=[1, 0]), node("MatMul", ["x", "wt"], ["y"])],
+                  [("x", F, [3, 5]), ("w", F, [6, 5])], [("y", F, [3, 6])])
+    opt, _ = optimised_against_ort(proto, {"x": np.ones((3, 5), np.float32), "w": w})
+    (mm,) = [n for n in opt.live_nodes() if opt.dispatches(n)]
+    assert mm.op in ("MatMulBT", "FusedMatMul") and mm.attrs.get("variant", "BT") == "BT"
+
+
+def test_transpose_pairs_cancel_and_last_axes_fold_into_batch_matmul():
+    rng = np.random.default_rng(0)
+    proto = model([node("Transpose", ["x"], ["a"], perm=[0, 2, 1, 3]),
+                   node("Transpose", ["a"], ["b"], perm=[0, 2, 1, 3]),
+                   node("Transpose", ["y"], ["yt"], perm=[0, 1, 3, 2]), node("MatMul", ["b", "yt"], ["z"])],
+                  [("x", F, [2, 3, 4, 5]), ("y", F, [2, 3, 7, 5])], [("z", F, [2, 3, 4, 7])])
+    opt, _ = optimised_against_ort(proto, {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32),
+                                           "y": rng.standard_normal((2, 3, 7, 5)).astype(np.float32)})
+    (bmm,) = [n for n in opt.live_nodes() if opt.dispatches(n)]
+    assert bmm.op == "BatchMatMul" and bmm.attrs["trans_b"]
+
+
+# --- the exported fixtures (tests/data/exported, scripts/export_torch_fixtures.py) ---------------
+
+FIXTURES = {
+    # file: (ops the plan must contain, dispatches at most; before these rules 62 / 63 / 116 / 115)
+    "bert_tiny.classic.onnx": ({"GeneralAttention": 2}, 40),
+    "bert_tiny.dynamo.onnx": ({"GeneralAttention": 2}, 39),
+    "llama_tiny.classic.onnx": ({"GeneralAttention": 2, "RoPE": 4}, 61),
+    "llama_tiny.dynamo.onnx": ({"GeneralAttention": 2, "RoPE": 4}, 63),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_exported_fixture_is_recognised_and_matches_torch(name):
+    want_ops, most = FIXTURES[name]
+    data = np.load(DATA / (name.split(".")[0] + ".npz"))
+    inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
+    g, params = load(DATA / name, shapes={k: v.shape for k, v in inputs.items()})
+    opt, rep = optimize(g)
+    ops = dispatched(opt)
+    assert all(ops[op] == n for op, n in want_ops.items()), ops
+    assert opt.dispatch_count() <= most
+    assert not ops["BatchMatMul"] and not ops["Softmax"], ops
+    outs = evaluate(opt, {k: v.astype(np.int32) for k, v in inputs.items()}, params)
+    for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
+        np.testing.assert_allclose(out, data["output." + vi.name], rtol=1e-4, atol=2e-5)
