@@ -420,7 +420,7 @@ class CompileCache:
             log.warning("eggfuse: cannot read compile-cache entry %s (%s); compiling instead", path, e)
             return None
         try:
-            body = _verified_body(raw, key)
+            body = verified_body(raw, key)
             graph = report = None
             if runs is None:
                 graph, report = decode_graph(body["graph"]), _report(body["report"])
@@ -442,13 +442,11 @@ class CompileCache:
         except (Unstorable, TypeError, ValueError) as e:
             log.info("eggfuse: not caching this compile: %s", e)
             return None
-        header = json.dumps({"eggfuse_cache": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest(),
-                             "bytes": len(body)}).encode()
         path = self.path(key)
         temp = self.folder / f".{key}.{os.getpid()}.tmp"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            temp.write_bytes(header + b"\n" + body)
+            temp.write_bytes(framed("eggfuse_cache", FORMAT, key, body))
             os.replace(temp, path)
         except OSError as e:
             log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder, e)
@@ -482,12 +480,21 @@ class CompileCache:
         return removed
 
 
-def _verified_body(raw: bytes, key: str) -> dict:
+def framed(tag: str, fmt: int, key: str, body: bytes, **extra: Any) -> bytes:
+    """An entry file's bytes: a JSON header line (``tag``: the format ``fmt``, the key, the body's
+    SHA-256 and length, ``extra``), then ``body`` (the compile cache's and the model cache's)."""
+    header = {tag: fmt, "key": key, "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body), **extra}
+    return json.dumps(header).encode() + b"\n" + body
+
+
+def verified_body(raw: bytes, key: str, tag: str = "eggfuse_cache", fmt: int = FORMAT) -> dict:
+    """The JSON body of entry bytes :func:`framed` wrote for ``key``; :class:`CorruptEntry` when the
+    header names another format or key, the checksum fails, or the body holds another key."""
     head, sep, body = raw.partition(b"\n")
     if not sep:
         raise CorruptEntry("no header line")
     header = json.loads(head)
-    if header.get("eggfuse_cache") != FORMAT or header.get("key") != key:
+    if header.get(tag) != fmt or header.get("key") != key:
         raise CorruptEntry("another format or key")
     if header.get("bytes") != len(body) or header.get("sha256") != hashlib.sha256(body).hexdigest():
         raise CorruptEntry("checksum mismatch")

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from eggfuse.cache import CorruptEntry, Unstorable, _plain, _value, cache_dir, versions
+from eggfuse.cache import CorruptEntry, Unstorable, _plain, _value, cache_dir, framed, verified_body, versions
 
 log = logging.getLogger("eggfuse.cache")
 
@@ -153,7 +153,7 @@ class ModelCache:
             log.warning("eggfuse: cannot read model-cache entry %s (%s); loading the file instead", meta, e)
             return None
         try:
-            return _decode(_verified(raw, key), weights)
+            return _decode(verified_body(raw, key, "eggfuse_model_cache", FORMAT), weights)
         except Exception as e:  # noqa: BLE001 - any failure to read an entry back means: ignore it
             log.warning("eggfuse: ignoring model-cache entry %s (%s: %s); it is rewritten", meta, type(e).__name__, e)
             return None
@@ -177,8 +177,6 @@ class ModelCache:
         body.update(key=key, weights_bytes=end, created=time.time())
         text = json.dumps(body, separators=(",", ":")).encode()
         origin = str(source.expanduser().resolve())
-        header = json.dumps({"eggfuse_model_cache": FORMAT, "key": key, "sha256": hashlib.sha256(text).hexdigest(),
-                             "bytes": len(text), "source": origin}).encode()
         temps = [self.folder / f".{key}.{kind}.{os.getpid()}.tmp" for kind in ("weights", "model")]
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -187,7 +185,7 @@ class ModelCache:
                     f.seek(offset)
                     f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
                 f.truncate(end)
-            temps[1].write_bytes(header + b"\n" + text)
+            temps[1].write_bytes(framed("eggfuse_model_cache", FORMAT, key, text, source=origin))
             os.replace(temps[0], weights)
             os.replace(temps[1], meta)
         except OSError as e:
@@ -245,19 +243,6 @@ def _header(path: Path) -> dict:
         return {}
 
 
-def _verified(raw: bytes, key: str) -> dict:
-    head, sep, body = raw.partition(b"\n")
-    if not sep:
-        raise CorruptEntry("no header line")
-    header = json.loads(head)
-    if header.get("eggfuse_model_cache") != FORMAT or header.get("key") != key:
-        raise CorruptEntry("another format or key")
-    if header.get("bytes") != len(body) or header.get("sha256") != hashlib.sha256(body).hexdigest():
-        raise CorruptEntry("checksum mismatch")
-    doc = json.loads(body)
-    if doc.get("key") != key:
-        raise CorruptEntry("the body holds another key")
-    return doc
 
 
 # --- a model <-> an entry -------------------------------------------------------------------
