@@ -1,5 +1,8 @@
 //#include "common.wgsl"
-// out[r, c] = Dequant(q)[r, c] (ir/ops/quant.py): one invocation per quad of a row.
+// out[r, c] = Dequant(q)[{{ROW}}, c] (Dequant and QuantEmbedding, ir/ops/quant.py): one invocation
+// per quad of an output row. Dequant decodes row r; QuantEmbedding decodes only the rows looked up,
+// min(indices[r], vocab - 1): an index past the last row is clamped to it, as in embedding.wgsl
+// (the runtime rejects such inputs first).
 
 {{DECODE}}
 
@@ -10,10 +13,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= p.quads) {
         return;
     }
-    let row = i / (p.cols / 4u);
+    let r = i / (p.cols / 4u);
     let c = i % (p.cols / 4u) * 4u;
-    let v = dequant_quad_{{FORMAT}}(row, c);
-    let at = row * p.cols + c;
+    let v = dequant_quad_{{FORMAT}}({{ROW}}, c);
+    let at = r * p.cols + c;
     out[at] = v.x;
     out[at + 1u] = v.y;
     out[at + 2u] = v.z;

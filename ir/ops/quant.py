@@ -131,17 +131,18 @@ def _dequant(ts, a):
     return TensorType((ts[0].shape[0], a["cols"]))
 
 
-def _rows_kernel(name: str, body: str, rows: int, cols: int, fmt: str, words: int, bindings, extra=()) -> Kernel:
-    # One invocation per quad (4 weights of a row): dequant.wgsl and quant_embedding.wgsl.
+def _rows_kernel(name: str, row: str, rows: int, cols: int, fmt: str, words: int, bindings, extra=()) -> Kernel:
+    # One invocation per quad (4 weights of an output row) of dequant.wgsl; ``row``: the block row
+    # output row r decodes.
     quads = rows * cols // 4
-    return Kernel(f"{name}_{fmt}", body, elementwise_groups(quads),
+    return Kernel(f"{name}_{fmt}", "dequant.wgsl", elementwise_groups(quads),
                   params=(("quads", "u32", quads), ("cols", "u32", cols), ("row_words", "u32", words), *extra),
-                  slots={"FORMAT": fmt, "DECODE": Include("quant_decode.wgsl")}, bindings=bindings)
+                  slots={"FORMAT": fmt, "ROW": row, "DECODE": Include("quant_decode.wgsl")}, bindings=bindings)
 
 
 def _dequant_kernel(node, ins, target) -> Kernel:
     rows, words = ins[0].shape
-    return _rows_kernel("dequant", "dequant.wgsl", rows, node.attrs["cols"], node.attrs["format"], words,
+    return _rows_kernel("dequant", "r", rows, node.attrs["cols"], node.attrs["format"], words,
                         (Buffer("q", "u32"), Buffer("out", write=True)))
 
 
@@ -227,7 +228,7 @@ def _quant_embedding_ref(xs, a):
 
 def _quant_embedding_kernel(node, ins, target) -> Kernel:
     rows, words = ins[1].shape  # cols % 32 == 0 (the shape rule): whole quads
-    return _rows_kernel("quant_embedding", "quant_embedding.wgsl", ins[0].shape[0], node.attrs["cols"],
+    return _rows_kernel("quant_embedding", "min(indices[r], p.vocab - 1u)", ins[0].shape[0], node.attrs["cols"],
                         node.attrs["format"], words, (Buffer("indices", "u32"), Buffer("q", "u32"),
                                                       Buffer("out", write=True)), (("vocab", "u32", rows),))
 
