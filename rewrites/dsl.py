@@ -12,7 +12,7 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
                       e.RmsNorm(e.Add(x, d), w, eps=eps), e.AddRmsNorm(x, d, w, eps=eps),
                       e.eq(e.shape(x)).to(e.shape(d)), example=...)
 
-``e.shape(t)``, ``e.scalar(t)`` (the value of a one-element Constant) and ``e.is_bool(t)``
+``e.shape(t)`` and ``e.is_bool(t)``
 read the analysis facts; ``e.<fact>(t, *args)`` is the relation of a value fact (``eggfuse.ir.facts``), read as a guard.
 ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
@@ -53,7 +53,6 @@ from .sorts import (
     ex_leaf,
     is_bool,
     last_step,
-    scalar,
     shape,
     stored_uses,
 )
@@ -75,8 +74,8 @@ class Namespace:
 
     T, Epi, TList, Ex = T, Epi, TList, Ex
     String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
-    shape, scalar, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(scalar), \
-        staticmethod(is_bool), staticmethod(epilogue_without_add), staticmethod(last_step)
+    shape, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(is_bool), \
+        staticmethod(epilogue_without_add), staticmethod(last_step)
     stored_uses, ExLeaf = staticmethod(stored_uses), staticmethod(ex_leaf)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))

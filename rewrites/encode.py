@@ -9,11 +9,9 @@ The graph is written as one egglog program (text) and run in one call (see
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from egglog import EGraph
 
 from ..ir import OPS, DType, Graph, Node, TensorType
@@ -126,21 +124,11 @@ def node_text(node: Node, refs: list[str]) -> str:
     return f"({sig.name} {' '.join(args)})"
 
 
-def scalar_value(node: Node) -> float | None:
-    """The value of a Constant of one element, f32 or i32 (the ``scalar`` fact rules match
-    an exporter's constants by), as a float; None for any other node."""
-    if node.op != "Constant" or node.type.num_elements != 1 or node.type.dtype not in (DType.F32, DType.I32):
-        return None
-    value = float(np.asarray(node.attrs["value"]).reshape(-1)[0])
-    return value if math.isfinite(value) else None
-
-
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
     """Insert the live part of ``graph``: a ``let`` per node, its IR shape as a ``shape`` fact,
     the number of its consumers that read it from memory as a ``stored_uses`` fact
-    (``ir.ops.fused.stored_uses``), a one-element Constant's value as a ``scalar`` fact, a
-    bool node's ``is_bool`` fact, and for each Constant the value facts that hold of it
-    (``ir.facts``).
+    (``ir.ops.fused.stored_uses``), a bool node's ``is_bool`` fact, and for each Constant the
+    value facts that hold of it (``ir.facts``: a one-element one's ``value``, a causal mask, ...).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
     of producing a wrong graph.
@@ -167,8 +155,6 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         enc.enodes[name] = (constructor_name(node.op, len(refs)), tuple(refs))
         lines.append(f"(let {name} {node_text(node, refs)})")
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
-        if (value := scalar_value(node)) is not None:
-            lines.append(f"(set (scalar {name}) {literal(value, 'float')})")
         if node.type.dtype is DType.BOOL:
             lines.append(f"(is_bool {name})")
         lines.append(f"(set (stored_uses {name}) {stored.get(node.id, 0)})")
@@ -187,5 +173,4 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     return enc
 
 
-__all__ = ["Encoding", "encode", "epilogue_chain", "expr_text", "literal", "node_text", "scalar_value",
-           "tensor_list"]
+__all__ = ["Encoding", "encode", "epilogue_chain", "expr_text", "literal", "node_text", "tensor_list"]

@@ -27,9 +27,7 @@ Leaves are ``Input``/``Parameter``/``Constant(name, shape)``. ``TList`` (``Nil``
 also holds the graph's outputs, one root, so shared nodes are extracted once.
 
 Analyses: ``shape(t)`` (a ``Vec[i64]``) is set at encoding for every graph node and read by
-rule guards; ``scalar(t)`` (an ``f64``) is the value of a Constant of one element (f32 or i32),
-set at encoding, so rules can match the constants exporters write (an eps, 0.5, sqrt 2);
-``is_bool(t)`` holds for every graph node of dtype bool (set at encoding; f32, the common
+rule guards; ``is_bool(t)`` holds for every graph node of dtype bool (set at encoding; f32, the common
 case, has no fact, which keeps the e-graph small); ``stored_uses(t)`` counts the consumers of
 a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
 it is a graph output (set at encoding; summed when two encoded e-classes merge);
@@ -109,10 +107,6 @@ class TList(Expr, egg_sort="TList"):
 def shape(t: T) -> Vec[i64]: ...
 
 
-@function(egg_fn="scalar")
-def scalar(t: T) -> f64: ...
-
-
 @function(egg_fn="is_bool")
 def is_bool(t: T) -> Unit: ...
 
@@ -152,7 +146,7 @@ ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec
 FACTS: dict[str, Any] = {name: _fact_relation(fact) for name, fact in VALUE_FACTS.items()}
 
 #: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, scalar, is_bool, stored_uses, epilogue_without_add, last_step, *FACTS.values())
+ANALYSES = (shape, is_bool, stored_uses, epilogue_without_add, last_step, *FACTS.values())
 
 
 @dataclass(frozen=True)
@@ -277,4 +271,4 @@ CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
            "FACTS", "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
-           "epilogue_without_add", "ex_const", "ex_leaf", "is_bool", "last_step", "scalar", "shape", "stored_uses"]
+           "epilogue_without_add", "ex_const", "ex_leaf", "is_bool", "last_step", "shape", "stored_uses"]

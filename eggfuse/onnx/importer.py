@@ -14,8 +14,8 @@ range is an :class:`~eggfuse.ir.OnnxError` naming the tensor; fed values are che
 time. DOUBLE, FLOAT16 and BFLOAT16 tensors are computed in float32 (:data:`COMPUTED_IN_F32`).
 Float initializers become parameters, named as in the model, except those a value fact
 describes (``eggfuse.ir.facts``: one-element scalars, causal masks, RoPE tables, folded or not):
-those stay constants, whose values the rewrite rules read (the ``scalar`` facts and value facts
-of ``eggfuse.rewrites.encode``), never a parameter's.
+those stay constants, whose values the rewrite rules read (the value facts ``eggfuse.rewrites.encode``
+writes), never a parameter's.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ and Mul (which took a LLaMA graph of 8 layers past a million e-nodes, ``shared/E
 Instead:
 
 - a few canonicalisations move *scalar constants* (one-element Constants, known by their
-  ``scalar`` fact) to one place: to the right of a Mul or Add, and out of a product
+  ``value`` fact, ``ir/facts.py``) to one place: to the right of a Mul or Add, and out of a product
   (``Mul(Mul(x, c), y) = Mul(Mul(x, y), c)``); ``Div(1, s)`` and ``Pow(a, -0.5)`` become
   ``Recip``, ``Div(x, Sqrt(a))`` a product with ``Recip(Sqrt(a))``. Each adds at most a few
   e-nodes per term holding a scalar constant, and such terms are few (the constants of the
@@ -81,16 +81,16 @@ class _Egg:
     def const(self, value: float):
         e, c = self.e, self._fresh()
         if _exact(value):
-            self.guards.append(e.eq(e.scalar(c)).to(e.f64(float(value))))
+            self.guards.append(e.value(c, e.f64(float(value))))
         else:
             v = self._fresh(e.f64)
             lo, hi = sorted((value * (1 - REL_TOL), value * (1 + REL_TOL)))
-            self.guards += [e.eq(v).to(e.scalar(c)), v > e.f64(lo), v < e.f64(hi)]
+            self.guards += [e.value(c, v), v > e.f64(lo), v < e.f64(hi)]
         return c
 
     def epsilon(self):
         c = self._fresh()
-        self.guards.append(self.e.eq(self.e.scalar(c)).to(self.eps))
+        self.guards.append(self.e.value(c, self.eps))
         return c
 
     def mean_last(self, a):
@@ -195,7 +195,7 @@ def _scalar(g, value=0.5, shape=()):
 def _canonical_constants(e):
     x, y, c, s = e.vars("x y c s")
     (v,) = e.vars("v", e.f64)
-    is_scalar = e.eq(e.scalar(c)).to(v)
+    is_scalar = e.value(c, v)
     # Mul(c, x) -> Mul(x, c)   c a scalar constant
     yield e.equal("Mul(c, x) -> Mul(x, c)", e.Mul(c, x), e.Mul(x, c), is_scalar,
                   example=example(lambda g, dim: g.set_outputs([g.mul(_scalar(g), _xy(g, dim)[0])])))
@@ -211,13 +211,13 @@ def _canonical_constants(e):
                   example=example(lambda g, dim: g.set_outputs([g.mul(
                       (xy := _xy(g, dim))[0], g.mul(xy[1], _scalar(g, 3.0)))])))
     # Div(1, s) -> Recip(s)   if the quotient has s's shape
-    yield e.equal("Div(1, s) -> Recip(s)", e.Div(c, s), e.Recip(s), e.eq(e.scalar(c)).to(e.f64(1.0)),
+    yield e.equal("Div(1, s) -> Recip(s)", e.Div(c, s), e.Recip(s), e.value(c, e.f64(1.0)),
                   e.eq(e.shape(e.Div(c, s))).to(e.shape(s)),
                   example=example(lambda g, dim: g.set_outputs([g.add_node("Div", [
                       _scalar(g, 1.0), g.add_node("Exp", [_xy(g, dim)[0]])])])))
     # Pow(s, -0.5) -> Recip(Sqrt(s))   if the power has s's shape
     yield e.equal("Pow(s, -0.5) -> Recip(Sqrt(s))", e.Pow(s, c), e.Recip(e.Sqrt(s)),
-                  e.eq(e.scalar(c)).to(e.f64(-0.5)), e.eq(e.shape(e.Pow(s, c))).to(e.shape(s)),
+                  e.value(c, e.f64(-0.5)), e.eq(e.shape(e.Pow(s, c))).to(e.shape(s)),
                   example=example(lambda g, dim: g.set_outputs([g.add_node("Pow", [
                       g.add_node("Exp", [_xy(g, dim)[0]]), _scalar(g, -0.5)])])))
     # Div(x, Sqrt(s)) -> Mul(x, Recip(Sqrt(s)))

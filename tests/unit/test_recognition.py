@@ -1,5 +1,5 @@
 """Recognition of fused ops in exported chains (ir/ops/recognize.py, recognize_norms.py), on
-the numpy reference: the ``scalar`` facts rules read constants by, which chains become which
+the numpy reference: the ``value`` facts rules read constants by, which chains become which
 op, the shapes and operand orders that must not be recognised, and the e-graph's size."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from eggfuse.rewrites import make_ruleset, optimize
 
 def _times_one(e):
     x, c = e.vars("x c")
-    # Mul(x, c) -> Neg(Neg(x)) when c is the scalar constant 1 (a rule reading a scalar fact)
-    yield e.equal("Mul(x, 1) -> Neg(Neg(x)) (test)", e.Mul(x, c), e.Neg(e.Neg(x)), e.eq(e.scalar(c)).to(e.f64(1.0)))
+    # Mul(x, c) -> Neg(Neg(x)) when c is the scalar constant 1 (a rule reading the value fact)
+    yield e.equal("Mul(x, 1) -> Neg(Neg(x)) (test)", e.Mul(x, c), e.Neg(e.Neg(x)), e.value(c, e.f64(1.0)))
 
 
 @pytest.mark.parametrize("leaf,fires", [("constant []", True), ("constant [1, 1]", True), ("constant of 2", False),
@@ -34,13 +34,15 @@ def test_a_one_element_constant_has_a_scalar_fact(leaf, fires):
     assert bool(rep.rules_fired.get("Mul(x, 1) -> Neg(Neg(x)) (test)")) is fires
 
 
-def test_scalar_value_of_f32_and_i32_constants_only():
-    from eggfuse.rewrites.encode import scalar_value
+def test_the_value_fact_holds_of_one_element_f32_constants_only():
+    from eggfuse.ir.facts import facts_of
 
     g = Graph()
     nodes = [g.constant(np.float32(1e-12), shape=()), g.constant(np.int32(3), shape=(1,), dtype=DType.I32),
-             g.constant(np.ones(3, np.float32)), g.constant(np.float32(np.inf), shape=()), g.input("x", [1])]
-    assert [scalar_value(g.node(n)) for n in nodes] == [float(np.float32(1e-12)), 3.0, None, None, None]
+             g.constant(np.ones(3, np.float32)), g.constant(np.float32(np.inf), shape=())]
+    values = [dict((f.name, a) for f, a in facts_of(g.node(n).attrs["value"], g.node(n).type)).get("value")
+              for n in nodes]
+    assert values == [(float(np.float32(1e-12)),), None, None, (np.inf,)]
 
 
 # --- every pattern variant, extracted -----------------------------------------------------------
