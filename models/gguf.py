@@ -145,6 +145,20 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
+def _dequantized(t, shape: tuple[int, ...]) -> np.ndarray:
+    """GGUF tensor ``t`` as float32 of ``shape``, in memory of its own (gguf's dequantiser gives F32
+    as a view of the read-only memory map); ModelError for a type gguf cannot dequantize."""
+    import gguf
+
+    try:
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)
+    except NotImplementedError:
+        raise ModelError(f"tensor {t.name!r}: cannot dequantize {t.tensor_type.name}") from None
+    if t.tensor_type == gguf.GGMLQuantizationType.F32:
+        arr = arr.copy()
+    return np.asarray(arr, dtype=np.float32).reshape(shape)
+
+
 def load_gguf_weights(source: Any, *, rope_pairing: str = "half") -> tuple[LlamaConfig, dict[str, np.ndarray]]:
     """Config and every tensor of a GGUF file (path or ``GGUFReader``) as float32 arrays.
 
@@ -156,7 +170,6 @@ def load_gguf_weights(source: Any, *, rope_pairing: str = "half") -> tuple[Llama
     :class:`InputError` for another pairing and :class:`ModelError` for an unreadable
     file or a quantization type the gguf library cannot dequantize.
     """
-    import gguf
 
     if rope_pairing not in PAIRINGS:
         raise InputError(f"rope_pairing must be 'half' or 'adjacent', got {rope_pairing!r}")
@@ -165,14 +178,7 @@ def load_gguf_weights(source: Any, *, rope_pairing: str = "half") -> tuple[Llama
     weights = {}
     for t in reader.tensors:
         shape = tuple(int(d) for d in reversed(t.shape))
-        try:
-            arr = gguf.quants.dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise ModelError(f"tensor {t.name!r}: cannot dequantize {t.tensor_type.name}") from None
-        # F32 comes back as a view of the read-only memory map: copy it into memory we own.
-        if t.tensor_type == gguf.GGMLQuantizationType.F32:
-            arr = arr.copy()
-        arr = np.asarray(arr, dtype=np.float32).reshape(shape)
+        arr = _dequantized(t, shape)
         if rope_pairing == "half" and t.name.endswith((".attn_q.weight", ".attn_k.weight")):
             arr = unpermute_qk(arr, config.num_heads if t.name.endswith("q.weight") else config.num_kv_heads)
         weights[t.name] = np.ascontiguousarray(arr)
@@ -209,7 +215,6 @@ def load_gguf_quantised(source: Any, weights: str = "q4_1", *, rope_pairing: str
     embedding. Raises :class:`InputError` for a ``weights`` or pairing not known and
     :class:`ModelError` as :func:`load_gguf_weights` does.
     """
-    import gguf
 
     if check_weights(weights) == "f32":
         config, tensors = load_gguf_weights(source, rope_pairing=rope_pairing)
@@ -226,10 +231,7 @@ def load_gguf_quantised(source: Any, weights: str = "q4_1", *, rope_pairing: str
             arr = pack_rows(np.asarray(t.data).reshape(shape[0], -1))
             quant[t.name] = fmt
         else:
-            try:
-                arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
-            except NotImplementedError:
-                raise ModelError(f"tensor {t.name!r}: cannot dequantize {t.tensor_type.name}") from None
+            arr = _dequantized(t, shape)
         if rope_pairing == "half" and t.name.endswith((".attn_q.weight", ".attn_k.weight")):
             arr = unpermute_qk(arr, config.num_heads if t.name.endswith("q.weight") else config.num_kv_heads)
         tensors[t.name] = np.ascontiguousarray(arr)
