@@ -181,6 +181,9 @@ class OpSpec:
     - ``leaf``: Input, Parameter and Constant, fed or uploaded rather than computed.
     - ``view``: the op's value is its first input's bytes seen with another shape (a reshape):
       lowering gives it that input's buffer and no dispatch.
+    - ``fallback``: a general kernel for what specialised ops do not cover (GeneralAttention):
+      extraction prices its e-nodes one byte-equivalent above their kernel's cost, so that of
+      two choices of equal cost the specialised op is taken (rewrites.problem).
     - ``index_bounds(ins, attrs) -> {input slot: rows}``: the u32 index inputs the op reads
       and the exclusive bound of their values (an Embedding's table rows); the runtime
       refuses a fed index at or past it, as the reference does.
@@ -202,6 +205,7 @@ class OpSpec:
     packs_parameters: bool = False
     leaf: bool = False
     view: bool = False
+    fallback: bool = False
     index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int]] | None = None
     max_inputs: int | None = None
     family: str = ""

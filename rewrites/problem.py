@@ -377,6 +377,12 @@ def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostMo
                                                     tuple(types[a] for a in x.args), out, x.attrs)))
 
 
+#: What extraction adds to the cost of a ``fallback`` op's e-node (OpSpec.fallback): one
+#: byte-equivalent, so that a specialised op of equal cost is preferred and ties do not fall to
+#: the solver's order.
+FALLBACK_COST = 1.0
+
+
 def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str],
                 inferred: dict[tuple, TensorType] | None) -> float:
     name = dec.nodes[nid]["op"]
@@ -411,7 +417,8 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
     # epilogue operands are charged to their Epi steps: the op reads its fixed inputs
     reads = e.inputs[:sig.tensors] if sig.epilogue else e.inputs
     ins = tuple(types[i] for i in reads)
-    return float(model.kernel_cost(kernel_info(op, full, ins, types[dec.cls[nid]])))
+    cost = float(model.kernel_cost(kernel_info(op, full, ins, types[dec.cls[nid]])))
+    return cost + FALLBACK_COST if spec.fallback else cost
 
 
 def _as_regions(dec: Decoder, node_ids: list[str]) -> set[int]:

@@ -335,7 +335,7 @@ def _general_flops(ins, out, a) -> int:
 
 
 op("GeneralAttention", ("q", "k", "v", "mask?", "kv_lens?"), _general_rule, general_attention_ref, attrs=_ATTRS,
-   vjp=_NO_GRAD, kernel=_general_kernel, flops=_general_flops,
+   vjp=_NO_GRAD, kernel=_general_kernel, flops=_general_flops, fallback=True,
    doc="ONNX Attention's output Y (https://onnx.ai/onnx/operators/onnx__Attention.html; onnx.reference "
        "_compute_attention) for the present key and value: softmax(softcap(scale q k^T) + bias) v over the "
        "allowed keys (see the module docstring), a zero row where none is allowed; q, k, v 3-D or 4-D, "
