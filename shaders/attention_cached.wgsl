@@ -44,7 +44,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let qi = wg / p.nh;
     let kv_col = (h / p.group) * HD;
     if (li < HD4) {
-        q_row[li] = q4(qi * p.q_stride + h * HD, li);
+        q_row[li] = q4(qi * p.q_stride + p.q_start + h * HD, li);
     }
     rotate_q(li, cache_pos[0] + qi);
     let cache_rows = arrayLength(&k_cache) * VW / p.kv_stride;
@@ -100,6 +100,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var k = 0u; k < KSPLIT; k = k + 1u) {
             sum = sum + partial[k * HD4 + li];
         }
-        store_out(qi * p.q_stride + h * HD, li, sum / l);
+        store_out(qi * p.o_stride + h * HD, li, sum / l);
     }
 }

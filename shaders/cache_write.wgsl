@@ -1,6 +1,6 @@
 //#include "common.wgsl"
-// CacheWrite (ir/ops/kv_cache.py): cache[pos + r, c] <- new_rows[r, c] in place, one invocation per
-// element of new_rows [n, width]. A row that would land at or past the cache's last row
+// CacheWrite (ir/ops/kv_cache.py): cache[pos + r, c] <- new_rows[r, col_start + c] in place, one
+// invocation per element of the window [n, width] (new_rows' rows are in_stride apart). A row that would land at or past the cache's last row
 // (pos + r >= rows) is skipped, so a bad position never writes outside the cache (the
 // reference refuses it).
 
@@ -15,5 +15,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (pos[0] >= p.rows || r >= p.rows - pos[0]) {  // pos + r >= rows, without overflow
         return;
     }
-    cache[(pos[0] + r) * p.width + i % p.width] = new_rows[i];
+    let c = i % p.width;
+    cache[(pos[0] + r) * p.width + c] = new_rows[r * p.in_stride + p.col_start + c];
 }

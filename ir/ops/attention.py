@@ -153,7 +153,7 @@ def rope_uniform_fields(node) -> tuple:
             ("adjacent", "u32", int(a["pairing"] == "adjacent")))
 
 
-def attention_io(names: tuple[str, ...], hd: int) -> tuple[tuple[Buffer, ...], Buffer, str]:
+def attention_io(names: tuple[str, ...], hd: int, vec: bool | None = None) -> tuple[tuple[Buffer, ...], Buffer, str]:
     """The storage bindings of the attention inputs ``names`` (one per distinct name) and of the
     output, and the accessors attention kernels read through.
 
@@ -161,9 +161,10 @@ def attention_io(names: tuple[str, ...], hd: int) -> tuple[tuple[Buffer, ...], B
     past HD); ``store_out(base, c, v)`` writes vec4 ``c`` of an output row. When ``hd % 4 ==
     0`` every row start is a multiple of 4 elements and the arrays are bound as
     ``array<vec4<f32>>`` (one 16-byte load per vec4); otherwise as ``array<f32>``, read
-    element by element.
+    element by element. ``vec=False`` asks for the element form whatever ``hd`` (a caller
+    whose row starts are not all multiples of 4).
     """
-    vec = hd % 4 == 0
+    vec = hd % 4 == 0 and vec is not False
     elem = "vec4<f32>" if vec else "f32"
     lines = [f"const VW: u32 = {4 if vec else 1}u;  // elements per array entry"]
     unique = list(dict.fromkeys(names))

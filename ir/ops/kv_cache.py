@@ -54,6 +54,30 @@ def _rows_fit(op_name: str, pos: np.ndarray, rows: int, cache_rows: int) -> int:
 
 _ROPE_DYNAMIC_ATTRS = (Attr("theta", "float"), Attr("head_dim", "int"), Attr("pairing", "str", "half"), SCALING)
 
+#: Where an op's new rows (CacheWrite, CacheWriteRoPE) or query rows (CachedAttention,
+#: CachedAttentionRoPE) lie in its input: -1 (the default) for an input of exactly their width,
+#: else the first column of their window in a wider, packed input (the decode step's Q/K/V
+#: projections computed as one matmul, each reader taking its columns: the rules below).
+COL_START = Attr("col_start", "int", -1, doc="-1: the input has the op's width; else the first column of the "
+                 "op's rows in a wider input")
+
+
+def _window(t: TensorType, width: int, start: int, what: str) -> TensorType:
+    """The [rows, width] window of ``t`` from column ``start`` (``start`` -1: ``t`` itself, which
+    must then be [rows, width]); raises ShapeError (through ``need``) naming ``what`` when it is
+    not 2-D or the window does not fit."""
+    if start < 0:
+        need(start == -1 and t.rank == 2 and t.shape[1] == width, f"{what} must be [rows, {width}], got {t}")
+        return t
+    need(t.rank == 2 and start + width <= t.shape[1],
+         f"{what} must be 2-D with columns {start}..{start + width - 1}, got {t}")
+    return TensorType((t.shape[0], width), t.dtype)
+
+
+def _columns(x: np.ndarray, width: int, start: int) -> np.ndarray:
+    """The reference's view of the rows an op reads (see :data:`COL_START`)."""
+    return x if start < 0 else x[:, start:start + width]
+
 
 # --- RoPEDynamic: RoPE whose position offset is an input --------------------------------------
 
@@ -88,8 +112,9 @@ def _cache_write(ts, a):
     cache, new, pos = ts
     need_f32(cache, "cache")
     need_f32(new, "new rows")
-    need(cache.rank == 2 and new.rank == 2 and new.shape[1] == cache.shape[1],
-         f"cache [max_seq, W] and new rows [n, W] must be 2-D of the same width, got {cache} and {new}")
+    need(cache.rank == 2, f"cache must be 2-D [max_seq, W], got {cache}")
+    new = _window(new, cache.shape[1], a.get("col_start", -1),
+                  "new rows (of the cache's width: cache [max_seq, W] and new rows [n, W] the same width)")
     need(new.shape[0] <= cache.shape[0], f"{new.shape[0]} new rows do not fit a cache of {cache.shape[0]} rows")
     _position(pos, "pos")
     return cache
@@ -97,6 +122,7 @@ def _cache_write(ts, a):
 
 def _cache_write_ref(xs, a):
     cache, new, pos = xs
+    new = _columns(new, cache.shape[1], a.get("col_start", -1))
     p = _rows_fit("CacheWrite", pos, new.shape[0], cache.shape[0])
     out = cache.copy()
     out[p:p + new.shape[0]] = new
@@ -105,26 +131,29 @@ def _cache_write_ref(xs, a):
 
 def _cache_write_kernel(node, ins, target) -> Kernel:
     rows, width = ins[0].shape
-    n = ins[1].num_elements
+    n = ins[1].shape[0] * width
     return Kernel("cache_write", "cache_write.wgsl", elementwise_groups(n),
-                  params=(("n", "u32", n), ("width", "u32", width), ("rows", "u32", rows)),
+                  params=(("n", "u32", n), ("width", "u32", width), ("rows", "u32", rows),
+                          ("in_stride", "u32", ins[1].shape[1]), ("col_start", "u32", max(node.attrs["col_start"], 0))),
                   bindings=(Buffer("new_rows"), Buffer("pos", "u32"), Buffer("cache", write=True)))
 
 
-op("CacheWrite", ("cache", "new_rows", "pos"), _cache_write, _cache_write_ref, writes=0, vjp=INFERENCE,
-   kernel=_cache_write_kernel, flops=lambda ins, out, a: 0,
-   doc="cache[pos + r] <- new[r] for r < n, in place; inputs [cache [max_seq, W] (a state tensor), new [n, W], "
-       "pos u32[1]]; the value is the whole updated cache. Raises InputError (reference) when pos + n > max_seq; "
-       "the kernel then writes only the rows that fit (seed: CacheWrite)")
+op("CacheWrite", ("cache", "new_rows", "pos"), _cache_write, _cache_write_ref, attrs=(COL_START,), writes=0,
+   vjp=INFERENCE, kernel=_cache_write_kernel, flops=lambda ins, out, a: 0,
+   doc="cache[pos + r] <- new[r] for r < n, in place; inputs [cache [max_seq, W] (a state tensor), new [n, W] "
+       "(or columns col_start.. of a wider input where col_start >= 0), pos u32[1]]; the value is the whole "
+       "updated cache. Raises InputError (reference) when pos + n > max_seq; the kernel then writes only the rows "
+       "that fit (seed: CacheWrite)")
 
 
 # --- CachedAttention: causal GQA attention of new rows over the cache --------------------------
 
-_CACHED_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("head_dim", "int"))
+_CACHED_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("head_dim", "int"), COL_START)
 
 
 def _cached_attention(ts, a):
     q, k, v, pos = ts
+    q = _window(q, a["num_heads"] * a["head_dim"], a.get("col_start", -1), "q")
     check_heads(q, k, v, a)
     need(k.shape == v.shape, f"k_cache {k} and v_cache {v} must have the same shape")
     need(q.shape[0] <= k.shape[0], f"{q.shape[0]} query rows do not fit a cache of {k.shape[0]} rows")
@@ -136,6 +165,7 @@ def _cached_attention_ref(xs, a):
     # Row i of q sits at position pos + i and sees cache rows 0..pos+i: exactly row pos + i of
     # causal attention over the first pos + n cache rows, whatever the other query rows hold.
     q, k, v, pos = xs
+    q = _columns(q, a["num_heads"] * a["head_dim"], a.get("col_start", -1))
     n = q.shape[0]
     p = _rows_fit("CachedAttention", pos, n, k.shape[0])
     q_full = np.zeros((p + n, q.shape[1]))
@@ -152,10 +182,12 @@ def _cached_attention_kernel(node, ins, target) -> Kernel:
     rope = node.op == "CachedAttentionRoPE"
     nh, nkv, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
     check_head_dim(node, ins[0])
-    io, out, accessors = attention_io(("q", "k_cache", "v_cache"), hd)
+    q_stride, q_start = ins[0].shape[1], max(a["col_start"], 0)  # q's rows: a window of a wider input
+    io, out, accessors = attention_io(("q", "k_cache", "v_cache"), hd, vec=q_stride % 4 == 0 and q_start % 4 == 0)
     total = ins[0].shape[0] * nh
     params = (*(rope_uniform_fields(node) if rope else ()), ("nh", "u32", nh), ("group", "u32", nh // nkv),
-              ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)), ("q_stride", "u32", nh * hd),
+              ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)), ("q_stride", "u32", q_stride),
+              ("q_start", "u32", q_start), ("o_stride", "u32", nh * hd),
               ("kv_stride", "u32", nkv * hd))
     rotate = Include("attention_cached_rope.wgsl") if rope else \
         "fn rotate_q(li: u32, position: u32) {}  // CachedAttention: q is used as it is"
@@ -171,8 +203,9 @@ def _cached_flops(ins, out, a):
 op("CachedAttention", ("q", "k_cache", "v_cache", "pos"), _cached_attention, _cached_attention_ref,
    attrs=_CACHED_ATTRS, vjp=INFERENCE, kernel=_cached_attention_kernel, flops=_cached_flops,
    doc="causal GQA attention (Vaswani et al. 2017, eq. 1) of the n query rows q [n, H*D] at positions "
-       "pos..pos+n-1 over cache rows 0..pos+i (row i); inputs [q, k_cache, v_cache [max_seq, KV*D], pos u32[1]]; "
-       "output [n, H*D] (seed: CachedAttention, generalised from n = 1)")
+       "pos..pos+n-1 over cache rows 0..pos+i (row i); inputs [q, k_cache, v_cache [max_seq, KV*D], pos u32[1]] "
+       "(q's columns col_start.. of a wider input where col_start >= 0); output [n, H*D] (seed: "
+       "CachedAttention, generalised from n = 1)")
 
 
 # --- fused forms the attention rules create: the rotation moved into its reader -----------------
@@ -180,37 +213,44 @@ op("CachedAttention", ("q", "k_cache", "v_cache", "pos"), _cached_attention, _ca
 
 def _cache_write_rope(ts, a):
     cache, new, pos = ts
-    _rope_dynamic([new, pos], a)
-    return _cache_write(ts, a)
+    out = _cache_write(ts, a)
+    _rope_dynamic([_window(new, cache.shape[1], a.get("col_start", -1), "new rows"), pos], a)
+    return out
 
 
 def _cache_write_rope_ref(xs, a):
     cache, new, pos = xs
-    return _cache_write_ref([cache, _rope_dynamic_ref([new, pos], a), pos], a)
+    rotated = _rope_dynamic_ref([_columns(new, cache.shape[1], a.get("col_start", -1)), pos], a)
+    return _cache_write_ref([cache, rotated, pos], {**a, "col_start": -1})
 
 
 def _cache_write_rope_kernel(node, ins, target) -> Kernel:
-    params, n = rope_params(node, ins[1].shape, batch=1, pos_offset=0.0)
+    rows, width = ins[1].shape[0], ins[0].shape[1]
+    params, n = rope_params(node, (rows, width), batch=1, pos_offset=0.0, x_stride=ins[1].shape[1],
+                            x_start=max(node.attrs["col_start"], 0))
     return Kernel("cache_write_rope", "cache_write_rope.wgsl", elementwise_groups(n), params=params,
                   bindings=(Buffer("x"), Buffer("pos", "u32"), Buffer("out", write=True)))
 
 
-op("CacheWriteRoPE", ("cache", "new_rows", "pos"), _cache_write_rope, _cache_write_rope_ref, attrs=_ROPE_DYNAMIC_ATTRS,
-   writes=0, vjp=INFERENCE, kernel=_cache_write_rope_kernel, flops=lambda ins, out, a: 3 * ins[1].num_elements,
+op("CacheWriteRoPE", ("cache", "new_rows", "pos"), _cache_write_rope, _cache_write_rope_ref,
+   attrs=(*_ROPE_DYNAMIC_ATTRS, COL_START), writes=0, vjp=INFERENCE, kernel=_cache_write_rope_kernel,
+   flops=lambda ins, out, a: 3 * ins[1].shape[0] * ins[0].shape[1],
    doc="CacheWrite(cache, RoPEDynamic(new, pos), pos) in one kernel: cache[pos + r] <- new[r] rotated (Su et al. "
-       "2021) at position pos + r, in place; inputs [cache [max_seq, W] (a state tensor), new [n, W], pos u32[1]]; "
-       "the value is the whole updated cache. Raises InputError (reference) when pos + n > max_seq")
+       "2021) at position pos + r, in place; inputs [cache [max_seq, W] (a state tensor), new [n, W] (columns "
+       "col_start.. of a wider input where col_start >= 0), pos u32[1]]; the value is the whole updated cache. "
+       "Raises InputError (reference) when pos + n > max_seq")
 
 
 def _cached_attention_rope(ts, a):
-    q, _, _, pos = ts
-    _rope_dynamic([q, pos], a)
-    return _cached_attention(ts, a)
+    out = _cached_attention(ts, a)
+    _rope_dynamic([out, ts[3]], a)
+    return out
 
 
 def _cached_attention_rope_ref(xs, a):
     q, k, v, pos = xs
-    return _cached_attention_ref([_rope_dynamic_ref([q, pos], a), k, v, pos], a)
+    q = _columns(q, a["num_heads"] * a["head_dim"], a.get("col_start", -1))
+    return _cached_attention_ref([_rope_dynamic_ref([q, pos], a), k, v, pos], {**a, "col_start": -1})
 
 
 op("CachedAttentionRoPE", ("q", "k_cache", "v_cache", "pos"), _cached_attention_rope, _cached_attention_rope_ref,
@@ -251,14 +291,119 @@ def _rope_into_cache(e):
     pairing, scaling = e.vars("pairing scaling", e.String)
     rope = dict(theta=theta, head_dim=hd, pairing=pairing, scaling=scaling)
     # CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)
+    whole = e.i64(-1)  # not a column window (COL_START)
     yield e.equal("CacheWrite(c, RoPEDynamic(k, p), p) -> CacheWriteRoPE(c, k, p)",
-                  e.CacheWrite(c, e.RoPEDynamic(k, p, **rope), p), e.CacheWriteRoPE(c, k, p, **rope),
+                  e.CacheWrite(c, e.RoPEDynamic(k, p, **rope), p, col_start=whole),
+                  e.CacheWriteRoPE(c, k, p, **rope, col_start=whole),
                   example=example(lambda g, dim: _decode_step(g, dim, attention=False)))
     # CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)   if the head sizes agree
     nh, nkv = e.vars("nh nkv", e.i64)
     yield e.equal("CachedAttention(RoPEDynamic(q, p), kc, vc, p) -> CachedAttentionRoPE(q, kc, vc, p)",
                   e.CachedAttention(e.RoPEDynamic(q, p, **rope), kc, vc, p, num_heads=nh, num_kv_heads=nkv,
-                                    head_dim=hd),
+                                    head_dim=hd, col_start=whole),
                   e.CachedAttentionRoPE(q, kc, vc, p, num_heads=nh, num_kv_heads=nkv, head_dim=hd, theta=theta,
-                                        pairing=pairing, scaling=scaling),
+                                        pairing=pairing, scaling=scaling, col_start=whole),
                   example=example(lambda g, dim: _decode_step(g, dim, attention=True)))
+
+
+# --- the decode step's Q/K/V projections as one matmul ------------------------------------------
+
+
+def _packed_step(g, dim, *, rope: bool) -> None:
+    # q, k and v as column windows of one [n, H*D + 2*KV*D] tensor (a packed projection's output)
+    hd = 4 * dim("quarter_head", 1, 2)  # a multiple of 4: the query window's vec4 loads
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    n = dim("n", 1, 3)
+    rows = n + dim("spare", 0, 3)
+    pos = g.input("pos", [1], DType.U32)
+    packed = g.input("packed", [n, (nh + 2 * nkv) * hd])
+    q, k, v = (g.add_node("SliceCols", (packed,), start=start, size=size)
+               for start, size in ((0, nh * hd), (nh * hd, nkv * hd), ((nh + nkv) * hd, nkv * hd)))
+    rope_attrs = dict(theta=100.0, head_dim=hd)
+    write_k = ("CacheWriteRoPE", rope_attrs) if rope else ("CacheWrite", {})
+    k_cache = g.add_node(write_k[0], (g.state("k_cache", [rows, nkv * hd]), k, pos), **write_k[1])
+    v_cache = g.add_node("CacheWrite", (g.state("v_cache", [rows, nkv * hd]), v, pos))
+    attend = ("CachedAttentionRoPE", rope_attrs) if rope else ("CachedAttention", {"head_dim": hd})
+    g.set_outputs([g.add_node(attend[0], (q, k_cache, v_cache, pos), num_heads=nh, num_kv_heads=nkv,
+                              **({"head_dim": hd} | attend[1]))])
+
+
+@rules("attention")
+def _column_windows(e):
+    c, x, kc, vc, p = e.vars("c x kc vc p")
+    s, w = e.vars("s w", e.i64)
+    whole = e.i64(-1)  # the op reads an input of its own width (COL_START)
+    window = e.SliceCols(x, start=s, size=w)
+    # CacheWrite(c, SliceCols(x, s, w), p) -> CacheWrite(c, x, p, col_start=s)   (and CacheWriteRoPE)
+    yield e.equal("CacheWrite(c, SliceCols(x, s, w), p) -> CacheWrite(c, x, p, col_start=s)",
+                  e.CacheWrite(c, window, p, col_start=whole), e.CacheWrite(c, x, p, col_start=s),
+                  example=example(lambda g, dim: _packed_step(g, dim, rope=False)))
+    rope = e.attrs_of("CacheWriteRoPE", col_start=whole)
+    yield e.equal("CacheWriteRoPE(c, SliceCols(x, s, w), p) -> CacheWriteRoPE(c, x, p, col_start=s)",
+                  e.CacheWriteRoPE(c, window, p, **rope), e.CacheWriteRoPE(c, x, p, **(rope | {"col_start": s})),
+                  example=example(lambda g, dim: _packed_step(g, dim, rope=True)))
+    # CachedAttention(SliceCols(x, s, w), kc, vc, p) -> CachedAttention(x, kc, vc, p, col_start=s)   (and the
+    # RoPE form)
+    for name, rope_form in (("CachedAttention", False), ("CachedAttentionRoPE", True)):
+        attrs = e.attrs_of(name, col_start=whole)
+        yield e.equal(f"{name}(SliceCols(x, s, w), kc, vc, p) -> {name}(x, kc, vc, p, col_start=s)",
+                      getattr(e, name)(window, kc, vc, p, **attrs),
+                      getattr(e, name)(x, kc, vc, p, **(attrs | {"col_start": s})),
+                      example=example(lambda g, dim, r=rope_form: _packed_step(g, dim, rope=r)))
+
+
+def packed_decode_rule(e, weights, packed_weight, *, name: str, example_fn):
+    """The rule packing one decode step's Q, K and V projections ``h @ W^T`` into one matmul of
+    the weights' row concatenation, anchored on the step's CachedAttentionRoPE (so it matches
+    once per layer): each projection joins the SliceCols of the packed product, whose readers
+    then take their columns (:func:`_column_windows`). ``weights``: the (pattern, rows) of Wq, Wk
+    and Wv; ``packed_weight``: their concatenation along rows. Parameters here; ``quant.py``
+    passes weights kept as blocks."""
+    h, ck, cv, p = e.vars("h ck cv p")
+    (wq, rows_q), (wk, rows_k), (wv, rows_v) = weights
+    q, k, v = (e.MatMulBT(h, w) for w in (wq, wk, wv))
+    whole, zero = e.i64(-1), e.i64(0)
+    k_cache = e.CacheWriteRoPE(ck, k, p, **e.attrs_of("CacheWriteRoPE", col_start=whole))
+    v_cache = e.CacheWrite(cv, v, p, col_start=whole)
+    attn = e.CachedAttentionRoPE(q, k_cache, v_cache, p, **e.attrs_of("CachedAttentionRoPE", col_start=whole))
+    packed = e.MatMulBT(h, packed_weight)
+    return e.rule(attn, name=name, example=example(example_fn)).then(
+        e.union(q).with_(e.SliceCols(packed, start=zero, size=rows_q)),
+        e.union(k).with_(e.SliceCols(packed, start=rows_q, size=rows_k)),
+        e.union(v).with_(e.SliceCols(packed, start=rows_q + rows_k, size=rows_v)),
+    )
+
+
+def decode_step(g, dim, project) -> None:
+    """One decode layer's attention as the rules above leave it (CacheWriteRoPE, CacheWrite,
+    CachedAttentionRoPE) on projections ``project(g, h, name, rows, cols)`` of an input h."""
+    hd = 4 * dim("quarter_head", 1, 2)
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    n, width = dim("n", 1, 2), 32
+    rows = n + dim("spare", 0, 3)
+    pos = g.input("pos", [1], DType.U32)
+    h = g.input("h", [n, width])
+    q, k, v = (project(g, h, f"w{t}", heads * hd, width) for t, heads in (("q", nh), ("k", nkv), ("v", nkv)))
+    rope = dict(theta=100.0, head_dim=hd)
+    k_cache = g.add_node("CacheWriteRoPE", (g.state("k_cache", [rows, nkv * hd]), k, pos), **rope)
+    v_cache = g.add_node("CacheWrite", (g.state("v_cache", [rows, nkv * hd]), v, pos))
+    g.set_outputs([g.add_node("CachedAttentionRoPE", (q, k_cache, v_cache, pos), num_heads=nh, num_kv_heads=nkv,
+                              **rope)])
+
+
+@rules("attention")
+def _packed_qkv_decode(e):
+    nq, nk, nv = e.vars("nq nk nv", e.String)
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as attention.py's _packed_qkv says why
+    wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
+    # CachedAttentionRoPE(h@Wq^T, CacheWriteRoPE(h@Wk^T), CacheWrite(h@Wv^T)): h@Wq^T = SliceCols(P, 0, q),
+    # h@Wk^T = SliceCols(P, q, k), h@Wv^T = SliceCols(P, q+k, v),  P = h@Concat(Wq,Wk,Wv)^T
+    yield packed_decode_rule(e, ((wq, sq[0]), (wk, sk[0]), (wv, sv[0])), e.Concat(wq, wk, wv, axis=0),
+                             name="decode: h@Wq^T, h@Wk^T, h@Wv^T -> SliceCols of h@Concat(Wq,Wk,Wv)^T",
+                             example_fn=lambda g, dim: decode_step(g, dim, _projection))
+
+
+def _projection(g, h, name: str, rows: int, cols: int) -> int:
+    return g.matmul_bt(h, g.parameter(name, [rows, cols]))

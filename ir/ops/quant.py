@@ -40,6 +40,7 @@ import numpy as np
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
+from .kv_cache import decode_step, packed_decode_rule
 from .matmul import apply_epilogue, check_epilogue
 from .matmul_kernel import matmul_kernel_for
 
@@ -339,3 +340,20 @@ def _quant_packed_qkv(e):
         e.union(k).with_(e.SliceCols(packed, start=sq[0], size=sk[0])),
         e.union(v).with_(e.SliceCols(packed, start=sq[0] + sk[0], size=sv[0])),
     )
+
+
+@rules("attention")
+def _quant_packed_qkv_decode(e):
+    nq, nk, nv, f = e.vars("nq nk nv f", e.String)
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as attention.py's _packed_qkv says why
+    (c,) = e.vars("c", e.i64)
+    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
+    # kv_cache.py's decode packing for weights kept quantised: h@Dequant(Wq)^T, ... -> SliceCols of
+    # h@Dequant(Concat(Wq,Wk,Wv))^T (the rows of q, k and v's blocks stacked; one format and K)
+    yield packed_decode_rule(
+        e, tuple((e.Dequant(w, format=f, cols=c), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))),
+        e.Dequant(e.Concat(pq, pk, pv, axis=0), format=f, cols=c),
+        name="decode: h@Dequant(Wq)^T, h@Dequant(Wk)^T, h@Dequant(Wv)^T -> SliceCols of "
+             "h@Dequant(Concat(Wq,Wk,Wv))^T",
+        example_fn=lambda g, dim: decode_step(g, dim, lambda g, h, name, rows, cols: g.matmul_bt(
+            h, _quant_param(g, name, rows, cols))))

@@ -197,9 +197,12 @@ def inv_freq(attrs: dict, slots: int) -> list[float]:
     return freqs + [0.0] * (slots - len(freqs))
 
 
-def rope_params(node, shape: tuple[int, int], batch: int, pos_offset: float, sign: float = 1.0) -> tuple[tuple, int]:
+def rope_params(node, shape: tuple[int, int], batch: int, pos_offset: float, sign: float = 1.0, *,
+                x_stride: int | None = None, x_start: int = 0) -> tuple[tuple, int]:
     """The uniform fields of rope_rotate.wgsl for rotating ``shape`` [rows, width] of ``batch``
     sequences (the frequencies multiplied by ``sign``), and the number of pairs to rotate.
+    ``x_stride``/``x_start``: where the rows of the input lie (elements; default ``width`` and
+    0, an input of that shape; a wider packed input's column window otherwise).
 
     Raises LoweringError for a head_dim above MAX_ROPE_HEAD_DIM.
     """
@@ -213,7 +216,8 @@ def rope_params(node, shape: tuple[int, int], batch: int, pos_offset: float, sig
     freqs = [sign * f for f in inv_freq(a, MAX_ROPE_HEAD_DIM // 2)]
     return (("inv_freq", f"array<vec4<f32>, {MAX_ROPE_HEAD_DIM // 8}>", freqs), ("n", "u32", n),
             ("half_width", "u32", width // 2), ("half_hd", "u32", hd // 2), ("seq", "u32", rows // batch),
-            ("pos_offset", "f32", pos_offset), ("adjacent", "u32", int(a["pairing"] == "adjacent"))), n
+            ("pos_offset", "f32", pos_offset), ("adjacent", "u32", int(a["pairing"] == "adjacent")),
+            ("x_stride", "u32", width if x_stride is None else x_stride), ("x_start", "u32", x_start)), n
 
 
 def _rope_kernel(node, ins, target) -> Kernel:

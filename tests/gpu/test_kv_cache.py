@@ -69,3 +69,32 @@ def test_cache_write_past_the_end_writes_only_the_rows_that_fit(device):
     (out,) = s.run({"new": -new, "pos": [2**32 - 1]})  # no wrap-around to row 0
     np.testing.assert_array_equal(out, np.concatenate([np.zeros((2, 3)), new[:2]]))
 
+
+
+@pytest.mark.parametrize("hd, starts", [
+    (8, (0, 32, 48)),   # the packed layout: q, k, v in order, vec4 loads
+    (8, (18, 2, 10)),   # windows in any order, q's start not a multiple of 4: element loads
+    (6, (5, 23, 35)),   # a head size that is not a multiple of 4
+])
+def test_readers_of_column_windows_match_the_reference(device, hd, starts):
+    # CacheWrite, CacheWriteRoPE and CachedAttention(RoPE) reading their rows as columns col_start.. of one
+    # wider input (what the decode step's packed Q/K/V projection leaves them), at a position past 0 over
+    # caches that already hold rows
+    nh, nkv, n, rows = 4, 2, 2, 7
+    width = max(s + w for s, w in zip(starts, (nh * hd, nkv * hd, nkv * hd), strict=True)) + 3
+    g = Graph()
+    pos, packed = g.input("pos", [1], DType.U32), g.input("packed", [n, width])
+    rope = dict(theta=100.0, head_dim=hd)
+    k_cache = g.add_node("CacheWriteRoPE", (g.state("k_cache", [rows, nkv * hd]), packed, pos), **rope,
+                         col_start=starts[1])
+    v_cache = g.add_node("CacheWrite", (g.state("v_cache", [rows, nkv * hd]), packed, pos), col_start=starts[2])
+    heads = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, col_start=starts[0])
+    g.set_outputs([g.add_node("CachedAttentionRoPE", (packed, k_cache, v_cache, pos), theta=100.0, **heads),
+                   g.add_node("CachedAttention", (packed, k_cache, v_cache, pos), **heads), k_cache, v_cache])
+    rng = np.random.default_rng(5)
+    caches = {name: rng.standard_normal((rows, nkv * hd)).astype(np.float32) for name in ("k_cache", "v_cache")}
+    feeds = {"packed": rng.standard_normal((n, width)).astype(np.float32), "pos": np.array([3], np.uint32)}
+    want = evaluate(g, feeds, caches)
+    got = Session(lower_for(g, device), caches, device=device).run(feeds)
+    for k, (x, y) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5, err_msg=f"output {k}")
