@@ -212,7 +212,8 @@ def conv_kernel(node, ins, epilogue: tuple[str, ...]) -> Kernel:
               ("ker", "vec4<u32>", [*_pad3(w.shape[2:], 1), taps]), ("stride", "vec4<u32>", [*_pad3(strides, 1), 0]),
               ("dil", "vec4<u32>", [*_pad3(dilations, 1), 0]), ("pad", "vec4<i32>", [*_pad3(begin, 0), 0]),
               ("chan", "vec4<u32>", [c // g, m // g, g, n])]
-    slots = {"TRANSPOSED": "true" if transposed else "false", "EPILOGUE": "\n".join(line.format(ch="o", at="at") for line in epilogue),
+    slots = {"TRANSPOSED": "true" if transposed else "false",
+             "EPILOGUE": "\n".join(line.format(ch="o", at="at") for line in epilogue),
              **dict(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True))}
     bindings = (Buffer("x"), Buffer("w"), *(Buffer(f"e{i}") for i in range(operands)), Buffer("out", write=True))
     name = ("conv_transpose" if transposed else "conv") + "".join(f"+{s}" for s in epilogue_names(node, len(ins)))

@@ -52,7 +52,9 @@ def _check_chain(out: TensorType, epilogue, operands: list[TensorType]) -> None:
             else:
                 need(t.shape == out.shape, f"an add operand must be of the output's shape {out}, got {t}")
         else:
-            need(step in UNARY_BY_NAME and UNARY_BY_NAME[step].epilogue, f"unknown epilogue step {step!r}")
+            need(step in UNARY_BY_NAME and UNARY_BY_NAME[step].epilogue,
+                 f"epilogue step {step!r} is neither bias, add nor a unary op that may be an epilogue step "
+                 f"(one without attributes: {', '.join(n for n, u in UNARY_BY_NAME.items() if u.epilogue)})")
     need(not extra, f"{len(extra)} epilogue operands left unused")
 
 
@@ -214,7 +216,8 @@ def _fold_bias(e):
                        ("Add(d[1,M,1,1], FusedConv(x,w,[]))", e.Add(d, y))):
         yield e.equal(f"{label} -> FusedConv(x,w,[bias d])", add, fused["FusedConv"](e.Epi.bias(e.Epi.none(), d)),
                       e.eq(y).to(fused["FusedConv"](e.Epi.none())), e.eq(e.shape(y)).to(s),
-                      e.eq(s.length()).to(e.i64(4)), e.eq(e.shape(d)).to(e.Vec(one, s[1], one, one)), example=examples[label])
+                      e.eq(s.length()).to(e.i64(4)), e.eq(e.shape(d)).to(e.Vec(one, s[1], one, one)),
+                      example=examples[label])
 
 
 @rules("conv_epilogue")

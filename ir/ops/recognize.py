@@ -347,5 +347,5 @@ def _cast_chains(e):
                       to=e.String("bool")), x, e.is_bool(x), example=_cast_chain(mid))
 
 
-__all__ = ["CUBES", "ERF_CORES", "FAMILY", "Pattern", "REL_TOL", "gelu_patterns", "gelu_tanh_patterns", "hard_swish_patterns",
-           "recognise"]
+__all__ = ["CUBES", "ERF_CORES", "FAMILY", "Pattern", "REL_TOL", "gelu_patterns", "gelu_tanh_patterns",
+           "hard_swish_patterns", "recognise"]
