@@ -15,6 +15,9 @@ Three kernels, chosen per node at lowering:
   channels per group (:func:`conv_uses_gemm`);
 - a direct loop (``conv_direct.wgsl``), one invocation per output, for fewer (depthwise
   convolutions, where each output reads only its own channel's taps).
+
+Each kernel applies an epilogue at its store (:func:`conv_kernel`): the bias here, the chain of
+a fused convolution (FusedConv, FusedConvBn: ``conv_fused.py``) there.
 """
 
 from __future__ import annotations
