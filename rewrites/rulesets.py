@@ -23,8 +23,8 @@ from .dsl import Namespace, RuleRecord
 from .sorts import ARG_SORTS
 
 #: The optimisation rulesets, in schedule order.
-SCHEDULE = ("algebraic", "recognition", "swiglu", "matmul_epilogue", "norm_fusion", "attention", "quant",
-            "elementwise_fusion")
+SCHEDULE = ("algebraic", "recognition", "swiglu", "matmul_epilogue", "conv_epilogue", "norm_fusion", "attention",
+            "quant", "elementwise_fusion")
 #: The ruleset of analysis rules: facts, saturated before every optimisation pass.
 ANALYSIS = "analysis"
 

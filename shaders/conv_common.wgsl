@@ -4,7 +4,10 @@
 // size-1 ones). Uniform: p.ins = (in d, h, w, C), p.outs = (out d, h, w, M), p.ker =
 // (kernel d, h, w, taps; also the constants KD, KH, KW), p.stride, p.dil, p.pad (begin pads, i32), p.chan = (C per group,
 // M per group, groups, batch). x is [N, C, d, h, w]; the weight is [M, C/group, taps] (Conv)
-// or [C, M/group, taps] (ConvTranspose); out is [N, M, d, h, w].
+// or [C, M/group, taps] (ConvTranspose); out is [N, M, d, h, w]. EPILOGUE is applied to each
+// output value v of channel o stored at out[at], reading the operands e0, e1, ...: the bias
+// of a Conv / ConvTranspose (nothing without one), or the chain of FusedConv / FusedConvBn
+// (ir/ops/conv_fused.py).
 
 const TRANSPOSED: bool = {{TRANSPOSED}};
 // The kernel's extent, template constants: the compiler unrolls loops over them and turns
@@ -56,8 +59,10 @@ fn weight_at(grp: u32, m: u32, c: u32, tap: u32) -> u32 {
     return ((grp * p.chan.y + m) * p.chan.x + c) * TAPS + tap;
 }
 
-fn bias_at(o: u32) -> f32 {
-    {{BIAS}}
+fn conv_epilogue(o: u32, at: u32, acc: f32) -> f32 {
+    var v = acc;
+{{EPILOGUE}}
+    return v;
 }
 
 // The spatial output coordinate (d, h, w) of flat position q < od * oh * ow.

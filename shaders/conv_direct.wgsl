@@ -1,7 +1,7 @@
 //#include "conv_common.wgsl"
 // Conv / ConvTranspose, direct (ir/ops/conv.py, for few output channels per group: depthwise
 // convolutions, 1-channel heads): one invocation per output element out[nb, o, d, h, w],
-// bias[o] plus the sum over the group's C/group input channels and the kernel taps. A tap in
+// the sum over the group's C/group input channels and the kernel taps. A tap in
 // the padding reads a clamped in-bounds element and adds it times zero, so the tap loops have
 // no branches; a ConvTranspose without dilation visits only the taps of its output's stride
 // phase (tap_first). Per tap the group's channels are summed in the innermost loop, then
@@ -35,7 +35,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                          tap_step(p.stride.z, p.dil.z));
     let x0 = (nb * p.ins.w + grp * p.chan.x) * plane;  // channel 0 of the group
     let w_step = weight_at(grp, m, 1u, 0u) - weight_at(grp, m, 0u, 0u);  // between input channels
-    var acc = bias_at(o);
+    var acc = 0.0;
     for (var td = tap_first(oc.x, p.stride.x, p.pad.x, p.dil.x); td < KD; td = td + step.x) {
         let id = tap_weight(oc.x, td, p.ins.x, p.stride.x, p.pad.x, p.dil.x);
         for (var th = tap_first(oc.y, p.stride.y, p.pad.y, p.dil.y); th < KH; th = th + step.y) {
@@ -55,5 +55,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
-    out[e] = acc;
+    out[e] = conv_epilogue(o, e, acc);
 }

@@ -10,7 +10,7 @@
 // stride (no padding, dilation or output padding), is the GEMM C[(m, tap), q] = sum_c W[c, m,
 // tap] X[c, q] over the input positions q instead (A = the group's weight as [C/group,
 // M/group * taps], transposed), each result stored at output q * stride + tap, which no other
-// tap writes. The store adds the bias.
+// tap writes. The store applies the epilogue (conv_common.wgsl: the bias, or a fused chain).
 
 const POINTWISE: bool = {{POINTWISE}};
 const UNPOOL: bool = {{UNPOOL}};
@@ -88,6 +88,6 @@ fn out_col(n: u32) -> u32 {
     return n;
 }
 
-fn row_bias(m: u32) -> f32 {
-    return bias_at(grp * p.chan.y + select(m, m / TAPS, UNPOOL));
+fn finish(m: u32, at: u32, v: f32) -> f32 {
+    return conv_epilogue(grp * p.chan.y + select(m, m / TAPS, UNPOOL), at, v);
 }

@@ -9,7 +9,7 @@
 //   load_b4(k)          elements (k, col .. col + 3) of B, zero past p.n; k < p.k
 //   out_row(m), out_col(n)  where result (m, n) goes: out[out_row(m) + out_col(n)], so each
 //                       invocation computes its 4 rows' and 4 columns' parts once
-//   row_bias(m)         added to every result of row m
+//   finish(m, at, v)    the value stored at out[at] for result v of row m
 //
 // One workgroup of 256 invocations computes a BM x BN tile of C (BM * BN = 4096: 64 x 64,
 // 32 x 128 or 16 x 256, chosen per problem). Invocation (tx, ty), tx = li % TX, owns the
@@ -101,10 +101,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             break;
         }
         let row = out_row(m);
-        let bias = row_bias(m);
         for (var j = 0u; j < 4u; j = j + 1u) {
             if (n0 + tx * 4u + j < p.n) {
-                out[row + cols[j]] = acc[i][j] + bias;
+                out[row + cols[j]] = finish(m, row + cols[j], acc[i][j]);
             }
         }
     }

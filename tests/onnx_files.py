@@ -32,6 +32,27 @@ def ppocr(kind: str) -> Path:
     return package_dir("rapidocr_onnxruntime") / "models" / names[kind]
 
 
+def ort_optimised(path: Path, shape: tuple[int, ...], out: Path, level: str = "ORT_ENABLE_ALL"):
+    """The graph (an onnx ModelProto) that onnxruntime's CPU provider runs for the model at
+    ``path`` with its one input fixed to ``shape``, after its graph optimisations at ``level``
+    (``SessionOptions.optimized_model_filepath``, written to ``out``): one kernel per node."""
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(path))
+    for d, v in zip(m.graph.input[0].type.tensor_type.shape.dim, shape, strict=True):
+        d.ClearField("dim_param")
+        d.dim_value = v
+    static = out.with_suffix(".static.onnx")
+    onnx.save(m, str(static))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    so.log_severity_level = 3  # not the warning that an ORT_ENABLE_ALL graph is specific to this CPU
+    so.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(static), so, providers=["CPUExecutionProvider"])
+    return onnx.load(str(out))
+
+
 def silero() -> Path:
     import livekit.plugins  # a namespace package
 

@@ -19,6 +19,7 @@ from . import (  # a module imports the families it builds on itself
     attention_layout,
     axis_norms,
     conv,
+    conv_fused,
     elementwise,
     fused,
     indexing,
@@ -49,7 +50,7 @@ from . import (  # a module imports the families it builds on itself
 #: The family modules, the basic ones first (not the order of OPS: see the module docstring).
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
-            optimisers, reduce_axes, scans, axis_norms, linalg, conv, pooling, resample, rope_exported, recognize,
-            recognize_norms, quant, fused)
+            optimisers, reduce_axes, scans, axis_norms, linalg, conv, conv_fused, pooling, resample, rope_exported,
+            recognize, recognize_norms, quant, fused)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

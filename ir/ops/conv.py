@@ -15,6 +15,9 @@ Three kernels, chosen per node at lowering:
   channels per group (:func:`conv_uses_gemm`);
 - a direct loop (``conv_direct.wgsl``), one invocation per output, for fewer (depthwise
   convolutions, where each output reads only its own channel's taps).
+
+Each kernel applies an epilogue at its store (:func:`conv_kernel`): the bias here, the chain of
+a fused convolution (FusedConv, FusedConvBn: ``conv_fused.py``) there.
 """
 
 from __future__ import annotations
@@ -153,23 +156,33 @@ def conv_uses_gemm(node) -> bool:
     return node.type.shape[1] // g >= GEMM_MIN_CHANNELS
 
 
-def _pointwise_matmul(node, ins) -> Kernel | None:
+def _pointwise_matmul(node, ins, epilogue: tuple[str, ...], operands: int) -> Kernel | None:
     """The matmul family's tiled kernel for a 1x1 Conv of one image and one group (stride 1, no
-    padding): out [M, H W] = W [M, C] @ X [C, H W], the bias added per row at the store (its
-    epilogue slot refilled); None for any other convolution."""
+    padding): out [M, H W] = W [M, C] @ X [C, H W], ``epilogue`` (WGSL lines of :func:`conv_kernel`
+    over ``v``, the channel ``{ch}`` and the output index ``{at}``) applied at the store (the
+    matmul's epilogue slot refilled, its ``operands`` bound as e0, e1, ...); None for any other
+    convolution."""
     x, w = ins[0], ins[1]
     a = node.attrs
     m, c, spatial = w.shape[0], x.shape[1], math.prod(x.shape[2:])
-    if (node.op != "Conv" or x.shape[0] != 1 or a["group"] != 1 or math.prod(w.shape[2:]) != 1
+    if (node.op == "ConvTranspose" or x.shape[0] != 1 or a["group"] != 1 or math.prod(w.shape[2:]) != 1
             or any(a["pads"]) or set(a["strides"]) - {1} or m <= GEMV_MAX_ROWS):
         return None
-    bias = len(ins) > 2
-    k = matmul_kernel_for("", ("bias",) if bias else (), m, c, spatial)
+    k = matmul_kernel_for("", ("bias",) * operands, m, c, spatial)  # binds e0 .. e{operands - 1}
     slots = dict(k.slots)
-    if bias:
-        slots["EPILOGUE"] = "    v = v + e0[i];  // the Conv bias, per output channel (row)"
-    return dataclasses.replace(k, name="conv_1x1_" + k.name.replace("+bias", "+row_bias"), slots=slots,
-                               inputs=(1, 0, 2) if bias else (1, 0))
+    if operands:
+        slots["EPILOGUE"] = "\n".join(line.format(ch="i", at="i * p.n + j") for line in epilogue)
+    suffix = "".join(f"+{s}" for s in epilogue_names(node, len(ins)))
+    return dataclasses.replace(k, name="conv_1x1_" + k.name.split("+")[0] + suffix, slots=slots,
+                               inputs=(1, 0, *range(2, len(ins))))
+
+
+def epilogue_names(node, n_inputs: int) -> tuple[str, ...]:
+    """The kernel-name suffix of a conv node's store: its epilogue steps (FusedConvBn's batch
+    norm first), or ``bias`` for a Conv with bias."""
+    if node.op in ("Conv", "ConvTranspose"):
+        return ("bias",) if n_inputs > 2 else ()
+    return (*(("bn",) if node.op == "FusedConvBn" else ()), *node.attrs["epilogue"])
 
 
 def _pad3(values, fill: int) -> list[int]:
@@ -177,7 +190,19 @@ def _pad3(values, fill: int) -> list[int]:
 
 
 def _conv_kernel(node, ins, target) -> Kernel:
-    if (mm := _pointwise_matmul(node, ins)) is not None:
+    if len(ins) > 2:  # the bias, per output channel
+        return conv_kernel(node, ins, ("    v = v + e0[{ch}];  // the bias",))
+    return conv_kernel(node, ins, ())
+
+
+def conv_kernel(node, ins, epilogue: tuple[str, ...]) -> Kernel:
+    """The kernel of a Conv / ConvTranspose node or of a fused convolution (``conv_fused.py``):
+    inputs ``[x, w, *operands]``, the operands bound as e0, e1, ...; ``epilogue`` the WGSL lines
+    applied to each output value ``v`` at the store, with ``{ch}`` for its output channel and
+    ``{at}`` for its index into the output (so an operand of the output's shape reads
+    ``e<k>[{at}]``)."""
+    operands = len(ins) - 2
+    if (mm := _pointwise_matmul(node, ins, epilogue, operands)) is not None:
         return mm
     transposed = node.op == "ConvTranspose"
     x, w = ins[0], ins[1]
@@ -190,11 +215,11 @@ def _conv_kernel(node, ins, target) -> Kernel:
               ("ker", "vec4<u32>", [*_pad3(w.shape[2:], 1), taps]), ("stride", "vec4<u32>", [*_pad3(strides, 1), 0]),
               ("dil", "vec4<u32>", [*_pad3(dilations, 1), 0]), ("pad", "vec4<i32>", [*_pad3(begin, 0), 0]),
               ("chan", "vec4<u32>", [c // g, m // g, g, n])]
-    bias = len(ins) > 2
-    slots = {"TRANSPOSED": "true" if transposed else "false", "BIAS": "return bias[o];" if bias else "return 0.0;",
+    slots = {"TRANSPOSED": "true" if transposed else "false",
+             "EPILOGUE": "\n".join(line.format(ch="o", at="at") for line in epilogue),
              **dict(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True))}
-    bindings = (Buffer("x"), Buffer("w"), *((Buffer("bias"),) if bias else ()), Buffer("out", write=True))
-    name = ("conv_transpose" if transposed else "conv") + ("+bias" if bias else "")
+    bindings = (Buffer("x"), Buffer("w"), *(Buffer(f"e{i}") for i in range(operands)), Buffer("out", write=True))
+    name = ("conv_transpose" if transposed else "conv") + "".join(f"+{s}" for s in epilogue_names(node, len(ins)))
     if conv_uses_gemm(node):
         a = node.attrs
         pointwise = not transposed and taps == 1 and set(strides) == {1} and not any(a["pads"])

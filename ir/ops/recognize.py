@@ -273,6 +273,30 @@ def _gelu(e):
         yield recognise(e, "GeluTanh(x)", p, lambda x, eps: e.GeluTanh(x))
 
 
+# --- HardSwish -------------------------------------------------------------------------------
+
+
+def _relu6_of_shifted(b, x):
+    return b.Clip(b.Add(x, b.const(3.0)), b.const(0.0), b.const(6.0))
+
+
+def hard_swish_patterns() -> list[Pattern]:
+    """Every variant of x clip(x + 3, 0, 6) / 6 the HardSwish rules match: divided by 6 after or
+    before the product, or multiplied by 1/6 (paddle2onnx's hard_swish, torch.onnx's before opset 14)."""
+    return [Pattern(lambda b, x: b.Div(b.Mul(x, _relu6_of_shifted(b, x)), b.const(6.0))),
+            Pattern(lambda b, x: b.Div(b.Mul(_relu6_of_shifted(b, x), x), b.const(6.0))),
+            Pattern(lambda b, x: b.Mul(x, b.Div(_relu6_of_shifted(b, x), b.const(6.0)))),
+            Pattern(lambda b, x: b.Mul(b.Mul(x, _relu6_of_shifted(b, x)), b.const(1 / 6)))]
+
+
+@rules("recognition")
+def _hard_swish(e):
+    # x clip(x + 3, 0, 6) / 6 -> HardSwish(x)   (Howard et al. 2019, MobileNetV3), so that it can be
+    # a convolution's or a matmul's epilogue step
+    for p in hard_swish_patterns():
+        yield recognise(e, "HardSwish(x)", p, lambda x, eps: e.HardSwish(x))
+
+
 # --- SwiGLU under a reshape ------------------------------------------------------------------
 
 
@@ -323,4 +347,5 @@ def _cast_chains(e):
                       to=e.String("bool")), x, e.is_bool(x), example=_cast_chain(mid))
 
 
-__all__ = ["CUBES", "ERF_CORES", "FAMILY", "Pattern", "REL_TOL", "gelu_patterns", "gelu_tanh_patterns", "recognise"]
+__all__ = ["CUBES", "ERF_CORES", "FAMILY", "Pattern", "REL_TOL", "gelu_patterns", "gelu_tanh_patterns",
+           "hard_swish_patterns", "recognise"]

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx_files import ppocr, ppocr_input, silero, silero_chunks, speech  # tests/onnx_files.py
+from onnx_files import ort_optimised, ppocr, ppocr_input, silero, silero_chunks, speech  # tests/onnx_files.py
 
 from eggfuse.onnx import Model
 
@@ -26,7 +26,7 @@ def _close(got: np.ndarray, want: np.ndarray, what: str) -> float:
 
 
 @pytest.mark.parametrize(("kind", "height", "width"), PPOCR, ids=[k for k, _, _ in PPOCR])
-def test_ppocr_matches_onnxruntime(kind, height, width):
+def test_ppocr_matches_onnxruntime(kind, height, width, tmp_path):
     path = ppocr(kind)
     x = ppocr_input(kind, height, width)
     (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
@@ -38,6 +38,11 @@ def test_ppocr_matches_onnxruntime(kind, height, width):
     # Constant nodes fold and reshapes are views: fewer dispatches than nodes; fusing never adds one
     nodes = len(onnx.load(str(path)).graph.node)
     assert spec.compiled.dispatches_fused <= spec.compiled.dispatches_unfused < nodes
+    # fewer kernels than onnxruntime runs: the nodes of its optimised graph (FusedConv, Conv + BN
+    # folded, ...), with and without its NCHWc layout transform (bench/ppocr_nodes.py)
+    for level in ("ORT_ENABLE_ALL", "ORT_ENABLE_EXTENDED"):
+        ort_nodes = len(ort_optimised(path, x.shape, tmp_path / f"{level}.onnx", level).graph.node)
+        assert spec.compiled.dispatches_fused < ort_nodes, (level, spec.compiled.dispatches_fused, ort_nodes)
 
 
 def test_silero_vad_matches_onnxruntime_chunk_by_chunk():

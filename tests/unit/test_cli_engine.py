@@ -41,7 +41,8 @@ def test_report_json_has_rules_and_rulesets(capsys, graph_file):
     assert rule == {"name": GELU, "ruleset": "matmul_epilogue", "matches": 1, "extracted_enodes": 1,
                     "saved_cost": (1 << 20) + 2 * 8 * 32 * 4, "saved_dispatches": 1, "saved_bytes": 2 * 8 * 32 * 4}
     assert {r["name"] for r in out["rulesets"]} == {"algebraic", "recognition", "swiglu", "matmul_epilogue",
-                                                    "norm_fusion", "attention", "quant", "elementwise_fusion"}
+                                                    "conv_epilogue", "norm_fusion", "attention", "quant",
+                                                    "elementwise_fusion"}
     assert "rules" not in _json(capsys, ["optimize", f"{graph_file}:mlp", "--json"])
 
 
