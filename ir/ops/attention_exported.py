@@ -390,9 +390,12 @@ def _causal_example(kind: str, op: str):
         if kind == "additive":
             m = g.constant(np.where(tril, 0.0, np.finfo(np.float32).min), shape=[1, 1, s, s])
         else:
-            c = g.constant(tril, shape=[1, 1, s, s], dtype=DType.BOOL)
+            if kind.startswith("true"):  # all true, [1, 1, S, 1] (the classic exporter's query index >= 0)
+                c = g.constant(np.ones((1, 1, s, 1), dtype=bool), shape=[1, 1, s, 1], dtype=DType.BOOL)
+            else:
+                c = g.constant(tril, shape=[1, 1, s, s], dtype=DType.BOOL)
             pad = bool_mask(g, [b, 1, 1, s])
-            m = g.add_node("Where", (g.add_node("And", (c, pad) if kind == "and" else (pad, c)),
+            m = g.add_node("Where", (g.add_node("And", (c, pad) if kind in ("and", "true") else (pad, c)),
                                      g.constant(np.array(0.0), shape=()), g.constant(np.array(-np.inf), shape=())))
         p = safe_softmax(g, g.add(scores_of(g, q, k, 0.5), m))
         g.set_outputs([p if op == "AttentionScores" else g.add_node("BatchMatMul", (p, v))])
@@ -440,8 +443,19 @@ def _masks_as_options(e):
                           e.causal_mask(c, off), *rows, *spans(c, sm), e.eq(e.shape(b)).to(sb),
                           sb.length() <= e.i64(4), e.eq(sb[sb.length() - e.i64(1)]).to(sk[sk.length() - e.i64(2)]),
                           example=example(_causal_example("and_first" if first else "and", name)))
-    # op(q, k, [v], Where(b, 0, -inf)) -> op(q, k, [v], b)   (an additive -inf mask is the bool mask; any options)
     causal_opts = dict(causal=e.var("cz", e.Bool), offset=e.var("oz", e.i64))
+    # op(q, k, [v], And(c, b)) -> op(q, k, [v], b)   for an all-true constant c (all_true(c)), either order, any
+    # options, if b has the And's last axis (the keys: the attention broadcasts the leading axes, but would read a
+    # shorter mask as keys left out). The classic exporter's encoder mask is And(kv_idx >= 0 folded, padding).
+    for first in (False, True):
+        both = e.And(b, c) if first else e.And(c, b)
+        for (name, lhs), (_, rhs) in zip(ops(both, **causal_opts), ops(b, **causal_opts), strict=True):
+            yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, {'And(b, c)' if first else 'And(c, b)'}) "
+                          f"-> {name}(q, k{', v' if name[0] == 'G' else ''}, b)   (c all true)", lhs, rhs,
+                          e.all_true(c), e.eq(e.shape(both)).to(sm), e.eq(e.shape(b)).to(sb),
+                          e.eq(sb[sb.length() - e.i64(1)]).to(sm[sm.length() - e.i64(1)]),
+                          example=example(_causal_example("true_first" if first else "true", name)))
+    # op(q, k, [v], Where(b, 0, -inf)) -> op(q, k, [v], b)   (an additive -inf mask is the bool mask; any options)
     where = e.Where(b, z, n)
     for (name, lhs), (_, rhs) in zip(ops(where, **causal_opts), ops(b, **causal_opts), strict=True):
         yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, Where(b, 0, -inf)) -> {name}(q, k"
