@@ -112,4 +112,12 @@ def _finite(value: np.ndarray, ty: TensorType):
     return ()
 
 
+@value_fact("all_true", doc="all_true(t): t is a bool constant whose every element is true (a mask part that masks "
+                             "nothing: the classic exporter's folded query index >= 0 of an encoder's mask)")
+def _all_true(value: np.ndarray, ty: TensorType):
+    if ty.dtype is not DType.BOOL or not value.astype(bool).all():
+        return None
+    return ()
+
+
 __all__ = ["FACT_ARG_KINDS", "VALUE_FACTS", "ValueFact", "baked", "facts_of", "uniform_leading", "value_fact"]

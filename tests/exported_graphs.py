@@ -27,7 +27,8 @@ class Attn:
     (the product times d^-1/2) or ``div`` (the product over d^1/2). ``mask``: none, ``causal``
     (a folded -inf causal initializer [1,1,S,S]), ``causal_min`` (float32's min, [S,S]),
     ``padding`` (Where(bool input [B,1,1,S], 0, -inf)), ``padding_causal`` (And of a causal bool
-    initializer and the padding input, then Where(., 0, -inf)), ``bias`` (a float input
+    initializer and the padding input, then Where(., 0, -inf)), ``padding_true`` (the same with an
+    all-true initializer [1,1,S,1]: the classic exporter's encoder mask), ``bias`` (a float input
     [1,H,S,S] added). ``guard``: SDPA's Where(IsNaN(p), 0, p). ``probs_output`` and
     ``scores_output``: the probabilities / the raw scaled scores also graph outputs;
     ``proj_bias``: the projections add a bias (BERT)."""
@@ -134,9 +135,13 @@ def attention_model(a: Attn, seed: int = 0):
         scores = op("Add", [scores, init("causal", np.where(tril, 0.0, -np.inf).astype(np.float32)[None, None])])
     elif a.mask == "causal_min":
         scores = op("Add", [scores, init("causal", np.where(tril, 0.0, np.finfo(np.float32).min).astype(np.float32))])
-    elif a.mask in ("padding", "padding_causal"):
+    elif a.mask in ("padding", "padding_causal", "padding_true"):
         inputs.append(("mask", B, [b, 1, 1, s]))
-        m = "mask" if a.mask == "padding" else op("And", [init("tril", tril[None, None]), "mask"])
+        if a.mask == "padding":
+            m = "mask"
+        else:
+            c = tril[None, None] if a.mask == "padding_causal" else np.ones((1, 1, s, 1), dtype=bool)
+            m = op("And", [init("tril", c), "mask"])
         scores = op("Add", [scores, op("Where", [m, zero, ninf])])
     elif a.mask == "bias":
         inputs.append(("bias", F, [1, h, s, s]))
@@ -160,7 +165,7 @@ def feeds(a: Attn, seed: int = 1) -> dict[str, np.ndarray]:
     and for a batch of 3 or more row 2 fully masked) or the additive bias it takes."""
     rng = np.random.default_rng(seed)
     out = {"x": rng.standard_normal((a.batch, a.seq, a.hidden)).astype(np.float32)}
-    if a.mask in ("padding", "padding_causal"):
+    if a.mask in ("padding", "padding_causal", "padding_true"):
         m = np.ones((a.batch, 1, 1, a.seq), dtype=bool)
         if a.batch > 1:
             m[1, ..., 2:] = False

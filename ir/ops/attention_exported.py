@@ -14,21 +14,23 @@ heads of a GQA group by Reshape(Expand(Reshape(kv))) (transformers' ``repeat_kv`
 here rebuild it in steps, each an equality of the IR's reference semantics:
 
 1. the product of q and k^T is ``AttentionScores`` (mode 0, ONNX's qk_matmul_output), and
-   every scalar constant multiplying q, k or the scores folds into its ``scale``;
+   every scalar constant multiplying q, k or the scores folds into its ``scale`` (one on k^T
+   leaves the product first: ``BatchMatMul(a, Mul(b, c))`` is ``Mul(BatchMatMul(a, b), c)``);
 2. a GQA repeat of k (and of k and v together) is dropped: the attention ops read kv head
    h // (H / KV) themselves;
 3. an added mask makes mode 2; the softmax of mode 2 with SDPA's NaN guard, or without it
    where no row can be fully masked (a finite mask, a causal one), is mode 3;
 4. mode 3 times v is ``GeneralAttention``; a causal mask constant becomes its ``causal``
-   flag, and a bool mask ``Where(b, 0, -inf)`` the bool mask ``b``;
+   flag, a bool mask ``Where(b, 0, -inf)`` the bool mask ``b``, and ``And(c, b)`` of an
+   all-true constant c the mask ``b``;
 5. ``GeneralAttention`` on head-split views of [batch, seq, heads * head_dim] tensors runs on
    those tensors (its 3-D layout), which without mask or options is ``CausalAttention`` or
    ``FullAttention`` on [batch * seq, heads * head_dim] rows (``attention_layout.py``).
 
 Masks use the value facts of constants (``eggfuse.ir.facts``): ``value(c, v)`` for scalars and
-``causal_mask(m, offset)``, defined here. Fully masked rows: mode 3 and GeneralAttention give
-zero rows, as SDPA's guard does; a softmax without the guard gives NaN there, so it is only
-recognised where no row can be fully masked.
+``all_true(c)``, and ``causal_mask(m, offset)``, defined here. Fully masked rows: mode 3 and
+GeneralAttention give zero rows, as SDPA's guard does; a softmax without the guard gives NaN
+there, so it is only recognised where no row can be fully masked.
 """
 
 from __future__ import annotations
@@ -218,6 +220,39 @@ def _scale_into_scores(e):
                       example=example(build))
 
 
+def _scaled_factor_example(first: bool):
+    def build(g, dim):
+        # BatchMatMul(q, Mul(Permute(x, [0,2,3,1]), c)) of x [b, t, h, d]: the classic exporter's scaled k^T
+        q, _, _, (b, h, kv, s, t, d) = _qkv(g, dim)
+        kt = g.add_node("Permute", (g.input("x", [b, t, h, d]),), perm=[0, 2, 3, 1])
+        c = g.constant(np.array(0.42), shape=())
+        g.set_outputs([g.add_node("BatchMatMul", (q, g.mul(c, kt) if first else g.mul(kt, c)))])
+
+    return build
+
+
+@rules("attention")
+def _scale_out_of_a_product(e):
+    a, b, c = e.vars("a b c")
+    (v,) = e.vars("v", e.f64)
+    ta, tb = e.vars("ta tb", e.Bool)
+    (sl,) = e.vars("sl", e.Vec[e.i64])
+    # BatchMatMul(a, Mul(b, c)) -> Mul(BatchMatMul(a, b), c)   (and Mul(c, b)) for a one-element constant c
+    # (value(c, v)) that keeps b's shape: the classic exporter's k^T = Mul(Permute(k, [0,2,3,1]), d^-1/4) leaves
+    # the product, whose Permute the transpose flags take (linalg.py) and whose scale the scores take
+    # (_scale_into_scores). The new product gets its shape fact, which those rules read. (Moving the scale into the
+    # Permute instead, Mul(Permute(x), c) -> Permute(Mul(x, c)), gave every scaled head view a second form: MiniLM's
+    # extraction took 3.5 to 11 s instead of 0.4 to 1.9 s, and the scaled k stayed a Mul of its own.)
+    for first in (False, True):
+        lhs = e.BatchMatMul(a, e.Mul(c, b) if first else e.Mul(b, c), trans_a=ta, trans_b=tb)
+        product = e.BatchMatMul(a, b, trans_a=ta, trans_b=tb)
+        yield e.rule(lhs, e.value(c, v), e.eq(e.shape(e.Mul(c, b) if first else e.Mul(b, c))).to(e.shape(b)),
+                     e.eq(e.shape(lhs)).to(sl),
+                     name=f"BatchMatMul(a, {'Mul(c, b)' if first else 'Mul(b, c)'}) -> Mul(BatchMatMul(a, b), c)",
+                     example=example(_scaled_factor_example(first))).then(
+            e.union(lhs).with_(e.Mul(product, c)), e.set_(e.shape(product)).to(sl))
+
+
 def _repeat_guards(e, rep, inner, x, s5, sx, sr):
     """Guards that ``rep`` = Reshape(Expand(Reshape(x, [B,KV,1,S,D]), [B,KV,G,S,D]), [B,KV G,S,D])."""
     return (e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(4)), e.eq(s5).to(e.Vec(sx[0], sx[1], e.i64(1), sx[2],
@@ -390,9 +425,12 @@ def _causal_example(kind: str, op: str):
         if kind == "additive":
             m = g.constant(np.where(tril, 0.0, np.finfo(np.float32).min), shape=[1, 1, s, s])
         else:
-            c = g.constant(tril, shape=[1, 1, s, s], dtype=DType.BOOL)
+            if kind.startswith("true"):  # all true, [1, 1, S, 1] (the classic exporter's query index >= 0)
+                c = g.constant(np.ones((1, 1, s, 1), dtype=bool), shape=[1, 1, s, 1], dtype=DType.BOOL)
+            else:
+                c = g.constant(tril, shape=[1, 1, s, s], dtype=DType.BOOL)
             pad = bool_mask(g, [b, 1, 1, s])
-            m = g.add_node("Where", (g.add_node("And", (c, pad) if kind == "and" else (pad, c)),
+            m = g.add_node("Where", (g.add_node("And", (c, pad) if kind in ("and", "true") else (pad, c)),
                                      g.constant(np.array(0.0), shape=()), g.constant(np.array(-np.inf), shape=())))
         p = safe_softmax(g, g.add(scores_of(g, q, k, 0.5), m))
         g.set_outputs([p if op == "AttentionScores" else g.add_node("BatchMatMul", (p, v))])
@@ -440,8 +478,19 @@ def _masks_as_options(e):
                           e.causal_mask(c, off), *rows, *spans(c, sm), e.eq(e.shape(b)).to(sb),
                           sb.length() <= e.i64(4), e.eq(sb[sb.length() - e.i64(1)]).to(sk[sk.length() - e.i64(2)]),
                           example=example(_causal_example("and_first" if first else "and", name)))
-    # op(q, k, [v], Where(b, 0, -inf)) -> op(q, k, [v], b)   (an additive -inf mask is the bool mask; any options)
     causal_opts = dict(causal=e.var("cz", e.Bool), offset=e.var("oz", e.i64))
+    # op(q, k, [v], And(c, b)) -> op(q, k, [v], b)   for an all-true constant c (all_true(c)), either order, any
+    # options, if b has the And's last axis (the keys: the attention broadcasts the leading axes, but would read a
+    # shorter mask as keys left out). The classic exporter's encoder mask is And(kv_idx >= 0 folded, padding).
+    for first in (False, True):
+        both = e.And(b, c) if first else e.And(c, b)
+        for (name, lhs), (_, rhs) in zip(ops(both, **causal_opts), ops(b, **causal_opts), strict=True):
+            yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, {'And(b, c)' if first else 'And(c, b)'}) "
+                          f"-> {name}(q, k{', v' if name[0] == 'G' else ''}, b)   (c all true)", lhs, rhs,
+                          e.all_true(c), e.eq(e.shape(both)).to(sm), e.eq(e.shape(b)).to(sb),
+                          e.eq(sb[sb.length() - e.i64(1)]).to(sm[sm.length() - e.i64(1)]),
+                          example=example(_causal_example("true_first" if first else "true", name)))
+    # op(q, k, [v], Where(b, 0, -inf)) -> op(q, k, [v], b)   (an additive -inf mask is the bool mask; any options)
     where = e.Where(b, z, n)
     for (name, lhs), (_, rhs) in zip(ops(where, **causal_opts), ops(b, **causal_opts), strict=True):
         yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, Where(b, 0, -inf)) -> {name}(q, k"

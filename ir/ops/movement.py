@@ -341,10 +341,10 @@ op("ReverseSequence", ("x", "sequence_lens"), _reverse_sequence, _reverse_sequen
        "(ONNX leaves it undefined)")
 
 
-# --- rules: Permute chains, no-op Permutes, scalars through views ------------------------------
-# Exporters split and merge attention heads with Reshape/Transpose pairs and scale scores
-# through them; these rules cancel and reorder such chains so the recognition rules of
-# ``attention_exported.py`` see one form. The Vec index arithmetic is egglog's (vec-get).
+# --- rules: Permute chains, no-op Permutes ------------------------------------------------------
+# Exporters split and merge attention heads with Reshape/Transpose pairs; these rules cancel and
+# reorder such chains so the recognition rules of ``attention_exported.py`` see one form. The
+# Vec index arithmetic is egglog's (vec-get).
 
 #: Ranks the Permute rules are written for (one rule per rank: egglog has no loops over a Vec).
 _PERMUTE_RANKS = (2, 3, 4, 5, 6)
@@ -399,36 +399,6 @@ def _permute_through_reshapes(e):
                       "Permute(Reshape(y, [A,B,S,D]), [0,1,3,2])",
                  example=example(_split_merge_example)).then(
         e.union(lhs).with_(rhs), e.set_(e.shape(inner)).to(e.Vec(s2[0], s2[1], s1[1], s1[2])))
-
-
-def _scaled_view_example(first: bool):
-    def build(g, dim):
-        x = g.input("x", [dim("a"), dim("b"), dim("c", 1, 3)])
-        v = g.add_node("Permute", (x,), perm=[2, 0, 1])
-        c = g.constant(np.array(0.7), shape=())
-        g.set_outputs([g.mul(c, v) if first else g.mul(v, c)])
-
-    return build
-
-
-@rules("algebraic")
-def _scalar_through_views(e):
-    x, c = e.vars("x c")
-    (v,) = e.vars("v", e.f64)
-    p, sx = e.vars("p sx", e.Vec[e.i64])
-    # Mul(Permute(x, p), c) -> Permute(Mul(x, c), p)   for a one-element constant c (value(c, v)) of rank <=
-    # rank(x) that keeps the shape; either order. The scale of an attention's k^T reaches the product this way.
-    # (Not through reshapes: every scaled view of a model, GELU's halves among them, would get a second form,
-    # and MiniLM's extraction took 13 s instead of 2.5 s; the reshapes around k^T cancel by themselves.)
-    for view, make in (("Permute", lambda t: e.Permute(t, perm=p)),):
-        for first in (False, True):
-            lhs = e.Mul(c, make(x)) if first else e.Mul(make(x), c)
-            inner = e.Mul(c, x) if first else e.Mul(x, c)
-            label = f"Mul(c, {view}(x)) -> {view}(Mul(c, x))" if first else f"Mul({view}(x), c) -> {view}(Mul(x, c))"
-            yield e.rule(lhs, e.value(c, v), e.eq(e.shape(lhs)).to(e.shape(make(x))), e.eq(e.shape(x)).to(sx),
-                         e.shape(c).length() <= sx.length(),
-                         name=label, example=example(_scaled_view_example(first))).then(
-                e.union(lhs).with_(make(inner)), e.set_(e.shape(inner)).to(sx))
 
 
 def _negative_axis_slice(g, dim):
