@@ -433,5 +433,47 @@ def _elementwise_regions(e):
                       e.Fused(e.ex(f.op, *(e.ExLeaf(x) for x in xs), **attrs)), example=_op_example(f))
 
 
+def _view_example(f: Fusable):
+    def build(g, dim):
+        m, n = dim("m", 1, 3), dim("n", 1, 3)
+        xs = [_operand(g, d, f"x{i}", [m, n]) for i, d in enumerate(f.example_dtypes)]
+        attrs = {k: (2, m, n) if v == "2,m,n" else v for k, v in f.example_attrs.items()}
+        view = g.reshape(g.add_node(f.op, xs, **attrs), [m * n])  # another rank: never the identity
+        g.set_outputs([g.add_node("Cast", (view,), to="f32")])  # an elementwise reader: the view lies in a region
+
+    return example(build)
+
+
+#: Ops of :data:`FUSABLE` a reshape view does not move through: those whose attributes name a shape (a
+#: broadcast's target), and BiasAdd, whose bias is 1-D (never of the op's shape).
+_SHAPED = ("Expand", "BroadcastTo", "BiasAdd")
+
+
+@rules("elementwise_fusion")
+def _views_through_regions(e):
+    (s,) = e.vars("s", e.Vec[e.i64])
+    # Identity(Op(a, ...), s) -> Op(Identity(a, s), ...)   if every operand has Op's shape and only elementwise
+    # ops read the view (stored_uses 0: it lies inside a region): a reshape view of an elementwise op's value is
+    # the op of the operands' views (each element depends on the operands' element of the same row-major index),
+    # so the region reaches through the view to what computed the operands. A view that a matmul or a norm
+    # reads is left alone: it costs nothing as it is, and the alternative would only slow extraction down.
+    for f in FUSABLE.values():
+        if f.op in _SHAPED:
+            continue
+        xs = e.vars(" ".join(f"v{i}" for i in range(f.arity)))
+        attrs = e.attrs_of(f.op)
+        value = getattr(e, f.op)(*xs, **attrs)
+        names = ",".join("abc"[:f.arity])
+        view = e.Identity(value, shape=s)
+        views = [e.Identity(x, shape=s) for x in xs]
+        # the operands' views are read by the new op alone: a region may compute them inline too (their
+        # stored_uses gain 0, so a view some other reader stores keeps its count)
+        yield e.rule(view, e.eq(e.stored_uses(view)).to(e.i64(0)), *(e.eq(e.shape(x)).to(e.shape(value)) for x in xs),
+                     name=f"Identity({f.op}({names}), s) -> {f.op}(Identity({names}, s))   (operands of its shape)",
+                     example=_view_example(f)).then(
+            e.union(view).with_(getattr(e, f.op)(*views, **attrs)),
+            *(e.set_(e.stored_uses(v)).to(e.i64(0)) for v in views))
+
+
 __all__ = ["FUSABLE", "MAX_INPUTS", "Fusable", "add_fused", "full_attrs", "fused_kernel", "ops_of", "step_types",
            "wgsl_literal"]

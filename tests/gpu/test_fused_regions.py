@@ -2,7 +2,8 @@
 kernels, ir/ops/fused.py) and run on the device, against the numpy reference of the unfused
 graph: chains, a value read twice, an intermediate that is also a graph output, one a norm
 also reads, one two regions read, broadcasts of [1,N], [M,1], a scalar and rank 4 with size-1
-axes, a comparison feeding Where; with the dispatches before and after. And ONNX graphs
+axes, a comparison feeding Where, a region through a reshape view (and a view that is a graph
+output, or of a broadcasting op, where it stops); with the dispatches before and after. And ONNX graphs
 (onnx.helper) of an erf GELU after a matmul and a decomposed LayerNorm, against onnxruntime."""
 
 from __future__ import annotations
@@ -66,10 +67,31 @@ def _where(g):
     return [g.add(picked, g.add_node("Cast", (g.add_node("Not", (mask,)),), to="f32"))]
 
 
+def _through_view(g):
+    # Sub and Exp, a reshape view, then Mul with a broadcast operand of the new shape: one region
+    x, y, c = g.input("x", [6, 35]), g.input("y", [6, 35]), g.input("c", [1, 7])
+    t = g.reshape(g.add_node("Exp", (g.add_node("Sub", (x, y)),)), [30, 7])
+    return [g.neg(g.mul(t, c))]
+
+
+def _view_also_output(g):
+    # the view is a graph output, so it is stored and the region ends there
+    x, y = g.input("x", [5, 12]), g.input("y", [5, 12])
+    t = g.reshape(g.add(x, y), [3, 20])
+    return [g.add_node("Tanh", (t,)), t]
+
+
+def _view_of_broadcast(g):
+    # Add broadcasts [1, 12] over [5, 12]: its view [3, 20] is not the op of its operands' views
+    x, b = g.input("x", [5, 12]), g.input("b", [1, 12])
+    return [g.add_node("Tanh", (g.reshape(g.add(x, b), [3, 20]),))]
+
+
 CASES = {  # name: (builder, dispatches unfused, fused)
     "chain": (_chain, 3, 1), "diamond": (_diamond, 6, 2), "output-too": (_output_too, 3, 2),
     "norm-reads": (_norm_reads, 5, 3), "two-regions": (_two_regions, 3, 2), "outer-and-scalar": (_outer, 3, 1),
-    "rank4": (_rank4, 2, 1), "where": (_where, 7, 1),
+    "rank4": (_rank4, 2, 1), "where": (_where, 7, 1), "through-a-view": (_through_view, 4, 1),
+    "view-also-output": (_view_also_output, 2, 2), "view-of-a-broadcast": (_view_of_broadcast, 2, 2),
 }
 
 
