@@ -21,6 +21,7 @@ from . import (  # a module imports the families it builds on itself
     conv,
     elementwise,
     fused,
+    half,
     indexing,
     kv_cache,
     leaves,
@@ -50,6 +51,6 @@ from . import (  # a module imports the families it builds on itself
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
             optimisers, reduce_axes, scans, axis_norms, linalg, conv, pooling, resample, rope_exported, recognize,
-            recognize_norms, quant, fused)
+            recognize_norms, quant, half, fused)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]
