@@ -7,8 +7,8 @@ import json
 import os
 import sys
 
-from eggfuse.cli_cache import add_cache, add_no_cache, cache_line
-from eggfuse.cli_generate import add_generate, memory_line
+from eggfuse.cli_cache import add_cache, add_no_cache, add_precision, cache_line
+from eggfuse.cli_generate import add_generate, memory_line, precision_line
 from eggfuse.cli_onnx import _shape_arg, add_run
 from eggfuse.cli_options import add_engine_options
 from eggfuse.cli_sweep import add_sweep
@@ -29,7 +29,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from eggfuse.api import embed
 
     result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None, model=args.model,
-                   cache=not args.no_cache)
+                   cache=not args.no_cache, precision=args.precision)
     if result.profile is not None:
         result.profile.write_chrome_trace(args.profile)
     if args.json:
@@ -41,6 +41,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")
     print(f"adapter: {result.adapter}")
     print(f"dispatches per run: {result.dispatches_unfused} unfused -> {result.dispatches_fused} fused")
+    print(precision_line(result.precision, result.f16_weights))
     print(memory_line(result.memory))
     if result.report is not None:
         print(result.report.summary())
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--no-fuse", action="store_true", help="run the unoptimised graph")
     add_no_cache(e)
+    add_precision(e)
     e.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
                    help="print GPU time per kernel and write a Chrome/Perfetto trace (default eggfuse-trace.json)")
     e.set_defaults(func=cmd_embed)
