@@ -49,7 +49,9 @@ warn above 1e-3); ``peer_cudagraph_skips``: torch.compile calls that fell back t
 graphs (a warning is printed on CUDA); ``peer_setup_s``, ``error`` (a peer that failed). Without
 CUDA the peer fields say ``skipped: no CUDA`` (``--cpu-peer`` runs the peers on the CPU instead).
 
-``--weights q4_1`` runs the SmolLM2 rows with the weights kept as blocks, laid out as the
+``--weights f16`` runs them with every 2-D weight rounded to float16 (the f16 rows of
+``ir/ops/quant.py``, what ``generate --weights f16`` and ``precision="f16"`` store), the peer
+getting the rounded values in fp32. ``--weights q4_1`` runs the SmolLM2 rows with the weights kept as blocks, laid out as the
 shipped GGUF file lays them out (Q4_1 layers, a Q8_0 embedding table; ``ir/ops/quant.py``,
 decoded inside the matmul kernels): the random weights are quantised with gguf's quantisers and
 the peer gets them dequantised, so both sides still compute the same function (``--check``
@@ -99,15 +101,18 @@ def minilm_graph(batch: int, seq: int, layers: int = MINILM_LAYERS) -> Graph:
 
 
 #: ``--weights``: SmolLM2's weight storage.
-WEIGHTS = ("f32", "q4_1")
+WEIGHTS = ("f32", "q4_1", "f16")
 
 
 def smollm2_quant(weights: str) -> dict[str, str]:
     """The block format of each SmolLM2 weight for ``weights``: none for f32; for q4_1 the
-    shipped GGUF file's layout (every projection Q4_1, the embedding table Q8_0)."""
+    shipped GGUF file's layout (every projection Q4_1, the embedding table Q8_0); for f16 every
+    2-D weight f16 (``generate --weights f16``)."""
     if weights == "f32":
         return {}
     names = build_llama_graph(LlamaConfig.smollm2_135m(), 1).parameters
+    if weights == "f16":
+        return {n: "f16" for n, t in names.items() if len(t.shape) == 2}
     return {n: "q8_0" if n == "token_embd.weight" else "q4_1" for n, t in names.items() if len(t.shape) == 2}
 
 
@@ -366,8 +371,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, help="MiniLM sentences per batch (default 8; --quick 2)")
     ap.add_argument("--layers", type=int, help="first N layers of each model (default: all; --quick 2)")
     ap.add_argument("--quick", action="store_true", help="small shapes for a smoke test (with --save-graphs)")
-    ap.add_argument("--weights", choices=WEIGHTS, help="SmolLM2's weight storage: f32 (default) or q4_1 (blocks "
-                    "decoded in the kernels, the shipped GGUF file's layout); with --save-graphs")
+    ap.add_argument("--weights", choices=WEIGHTS, help="SmolLM2's weight storage: f32 (default), q4_1 (blocks "
+                    "decoded in the kernels, the shipped GGUF file's layout) or f16 (every 2-D weight as float16); "
+                    "with --save-graphs")
     ap.add_argument("--repeats", type=int, default=20, help="samples, for median and p90 (default 20)")
     ap.add_argument("--calls", type=int, default=10, help="back-to-back calls per sample (default 10)")
     ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS, help="MODE:DTYPE,... (MODE: eager, default, "

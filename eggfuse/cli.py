@@ -61,6 +61,13 @@ def cmd_optimize(args: argparse.Namespace) -> None:
                                shapes=dict(args.shape or []))
     onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
+    if args.precision == "f16":  # the f16 ruleset first, as compile(..., precision="f16") runs it
+        from eggfuse.pipeline import precision_rulesets
+
+        if args.verify:
+            raise InputError("--verify compares with the f32 graph, whose weights --precision f16 rounds: "
+                             "leave out one of them")
+        kw["rulesets"] = precision_rulesets("f16", kw.get("rulesets"))
     opt, report = optimize(graph, verify=args.verify, dump_egglog=args.dump_egglog, payoff=args.report, **kw)
     notes = _write_dots(args, graph, opt, kw)
     if args.json:
@@ -155,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
     add_engine_options(o)
+    add_precision(o)
     o.add_argument("--report", action="store_true",
                    help="per rule and ruleset: matches, extracted e-nodes and what it saves (re-optimises without "
                         "each rule that fired; JSON keys rules and rulesets)")

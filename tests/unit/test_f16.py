@@ -5,6 +5,8 @@ kept, the dispatches of the f32 plan, half the weight bytes)."""
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import numpy as np
 import pytest
@@ -128,3 +130,20 @@ def test_f16_plan_reference_is_the_f32_graph_on_rounded_weights():
 def test_precision_is_checked():
     with pytest.raises(InputError, match="precision must be one of f32, f16, got 'bf16'"):
         precision_rulesets("bf16")
+
+
+def test_optimize_cli_precision_f16_halves_the_weight_bytes_the_cost_model_sees(capsys):
+    from eggfuse import cli
+
+    got = {}
+    for precision in ("f32", "f16"):
+        assert cli.main(["optimize", "llama:2", "--precision", precision, "--json"]) == 0
+        got[precision] = json.loads(capsys.readouterr().out)
+    assert got["f16"]["dispatches_after"] == got["f32"]["dispatches_after"]
+    params = build_llama_graph(LlamaConfig.smollm2_135m(), 16, layers=2).parameters
+    weights = sum(t.size_bytes for t in params.values() if len(t.shape) == 2)
+    # every 2-D weight read once, the tied table twice (the embedding lookup, charged its whole table by
+    # the cost model, and the LM head), each read at half the bytes
+    assert got["f32"]["bytes_after"] - got["f16"]["bytes_after"] == (weights + params["token_embd.weight"].size_bytes) // 2
+    assert cli.main(["optimize", "llama:2", "--precision", "f16", "--verify"]) == 2
+    assert "--verify compares with the f32 graph" in capsys.readouterr().err
