@@ -1,7 +1,7 @@
 """The f16 family (ir/ops/half.py) on the GPU: ToF16 of computed tensors, one dispatch per input
 (WGSL pack2x16float), bit for bit against the numpy reference (numpy's float16 rounding, round
 to nearest even). Of parameters ToF16 packs on the host and dispatches nothing: see
-tests/gpu/test_f16.py."""
+tests/gpu/test_f16_models.py."""
 
 from __future__ import annotations
 
