@@ -49,9 +49,7 @@ warn above 1e-3); ``peer_cudagraph_skips``: torch.compile calls that fell back t
 graphs (a warning is printed on CUDA); ``peer_setup_s``, ``error`` (a peer that failed). Without
 CUDA the peer fields say ``skipped: no CUDA`` (``--cpu-peer`` runs the peers on the CPU instead).
 
-``--weights f16`` runs them with every 2-D weight rounded to float16 (the f16 rows of
-``ir/ops/quant.py``, what ``generate --weights f16`` and ``precision="f16"`` store), the peer
-getting the rounded values in fp32. ``--weights q4_1`` runs the SmolLM2 rows with the weights kept as blocks, laid out as the
+``--weights q4_1`` runs the SmolLM2 rows with the weights kept as blocks, laid out as the
 shipped GGUF file lays them out (Q4_1 layers, a Q8_0 embedding table; ``ir/ops/quant.py``,
 decoded inside the matmul kernels): the random weights are quantised with gguf's quantisers and
 the peer gets them dequantised, so both sides still compute the same function (``--check``
@@ -59,6 +57,9 @@ holds to 1e-3). ``weights`` (``f32`` or ``q4_1``) is then a column; ``weight_byt
 bytes, ``floor_ours_ms`` is those bytes over the copy bandwidth, while ``floor_fp32_ms`` and
 ``floor_bf16_ms`` stay those of the model in fp32 and bf16. MiniLM stays fp32. ``--weights`` is
 given with ``--save-graphs`` (the graphs differ); the saved graphs remember it.
+``--weights f16`` runs the SmolLM2 rows with every 2-D weight rounded to float16 instead (the f16
+rows of ``ir/ops/quant.py``, what ``generate --weights f16`` and ``precision="f16"`` store), the
+peer getting the rounded values in fp32; ``weights`` is then ``f16``.
 
 ``--check`` times nothing: on padded inputs with random token types it compares the eager fp32
 peer with the numpy reference (``eggfuse.ir.evaluate``) and with ours, and every other peer of

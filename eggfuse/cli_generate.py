@@ -92,7 +92,8 @@ def add_generate(sub) -> None:
     g.add_argument("--weights", choices=WEIGHTS, default=None,
                    help="storage of the matmul and embedding weights: f32, blocks decoded in the kernels (a GGUF "
                         "file's Q4_0/Q4_1/Q8_0 tensors as stored, other weights quantised to the format named), or "
-                        f"f16 (every weight rounded once to float16, blocks dequantised first); default {DEFAULT_WEIGHTS}")
+                        "f16 (every weight rounded once to float16, blocks dequantised first); "
+                        f"default {DEFAULT_WEIGHTS}")
     g.add_argument("--no-fuse", action="store_true", help="run the graphs without the rewrite engine")
     add_no_cache(g)
     add_precision(g)

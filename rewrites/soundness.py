@@ -153,8 +153,9 @@ def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = 
     ``build(g, dim)`` adds nodes and outputs to the empty graph ``g``; ``dim(name)`` returns
     a size in 1..``max_dim`` drawn by hypothesis, the same for the same name within one
     example (``dim(name, lo, hi)`` to choose the range). Needs the ``hypothesis`` package
-    (the ``dev`` extra). ``tol`` (relative and absolute) replaces :func:`check_sound`'s tolerances
-    for a rule that changes values within a bound (``Example.tol``). Raises ``AssertionError`` if the rule never fires, and
+    (the ``dev`` extra). ``tol`` (relative and absolute) replaces :func:`check_sound`'s
+    tolerances for a rule that changes values within a bound (``Example.tol``). Raises
+    ``AssertionError`` if the rule never fires, and
     :class:`RewriteError` (shrunk to a small example) if an e-class is inconsistent.
     """
     from hypothesis import given, settings

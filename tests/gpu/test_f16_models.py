@@ -85,6 +85,31 @@ def test_precision_errors(device):
         eggfuse.generate("hi", precision="half")
 
 
+def test_run_cli_precision_f16_on_an_onnx_gemm(tmp_path, capsys):
+    # Gemm with transB: its initializer W [N, K] is the B of a MatMulBT, stored f16; y against numpy on W
+    # rounded to float16 (the bias stays f32)
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w, b, x = (rng.standard_normal(s).astype(np.float32) for s in ((8, 64), (8,), (3, 64)))
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "W", "B"], ["y"], transB=1)], "gemm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])],
+                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "gemm.onnx")
+    np.save(tmp_path / "x.npy", x)
+    args = ["run", str(tmp_path / "gemm.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--precision", "f16",
+            "--repeats", "0", "--no-cache", "--save", str(tmp_path / "y.npz")]
+    assert cli.main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["precision"] == "f16" and out["f16_weights"] == ["W"]
+    want = x.astype(np.float64) @ w.astype(np.float16).astype(np.float64).T + b
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], want, rtol=1e-5, atol=1e-5)
+    assert cli.main(args) == 0
+    assert "precision: f16 (1 parameters stored as float16)" in capsys.readouterr().out
+
+
 # --- MiniLM -------------------------------------------------------------------------------------
 
 
