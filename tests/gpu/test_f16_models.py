@@ -70,6 +70,19 @@ def test_the_f16_plan_goes_through_the_compile_cache(device, tmp_path, monkeypat
     assert not plain.f16_weights
 
 
+def test_writing_a_parameter_stored_f16_repacks_it(device):
+    g = Graph()
+    g.set_outputs([g.matmul_bt(g.input("x", [2, 32]), g.parameter("W", [4, 32]))])
+    rng = np.random.default_rng(8)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((2, 32), (4, 32), (4, 32)))
+    compiled = eggfuse.compile(g, {"W": w1}, device=device, precision="f16", cache=False)
+    assert compiled.f16_weights == ["W"]
+    compiled.session.write_parameter("W", w2)
+    (got,) = compiled.run({"x": x})
+    np.testing.assert_allclose(got, x @ w2.astype(np.float16).astype(np.float32).T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(compiled.session.read_parameter("W"), w2)  # the host copy, unrounded
+
+
 def test_precision_errors(device):
     g = Graph()
     g.set_outputs([g.matmul_bt(g.input("x", [2, 32]), g.parameter("W", [4, 32]))])
