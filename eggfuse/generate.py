@@ -49,7 +49,7 @@ class GenerateResult:
     ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder, a
     model in a block format or one passed in loaded); ``cache`` is ``hit`` when all of these
     hit, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
-    the weight storage (``f32`` or a block format) and ``weight_formats`` counts the model's
+    the weight storage (``f32``, a block format or ``f16``) and ``weight_formats`` counts the model's
     parameters per storage (``{"q4_1": 210, "q8_0": 1, "f32": 61}`` for SmolLM2 in q4_1).
     ``memory`` gives per plan (``decode``, ``prefill``) the device memory it binds, in bytes:
     ``weights_bytes``, ``cache_bytes``, ``intermediate_bytes`` (``ExecutionPlan.memory``; the
