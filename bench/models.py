@@ -57,6 +57,9 @@ holds to 1e-3). ``weights`` (``f32`` or ``q4_1``) is then a column; ``weight_byt
 bytes, ``floor_ours_ms`` is those bytes over the copy bandwidth, while ``floor_fp32_ms`` and
 ``floor_bf16_ms`` stay those of the model in fp32 and bf16. MiniLM stays fp32. ``--weights`` is
 given with ``--save-graphs`` (the graphs differ); the saved graphs remember it.
+``--weights f16`` runs the SmolLM2 rows with every 2-D weight rounded to float16 instead (the f16
+rows of ``ir/ops/quant.py``, what ``generate --weights f16`` and ``precision="f16"`` store), the
+peer getting the rounded values in fp32; ``weights`` is then ``f16``.
 
 ``--check`` times nothing: on padded inputs with random token types it compares the eager fp32
 peer with the numpy reference (``eggfuse.ir.evaluate``) and with ours, and every other peer of
@@ -99,15 +102,18 @@ def minilm_graph(batch: int, seq: int, layers: int = MINILM_LAYERS) -> Graph:
 
 
 #: ``--weights``: SmolLM2's weight storage.
-WEIGHTS = ("f32", "q4_1")
+WEIGHTS = ("f32", "q4_1", "f16")
 
 
 def smollm2_quant(weights: str) -> dict[str, str]:
     """The block format of each SmolLM2 weight for ``weights``: none for f32; for q4_1 the
-    shipped GGUF file's layout (every projection Q4_1, the embedding table Q8_0)."""
+    shipped GGUF file's layout (every projection Q4_1, the embedding table Q8_0); for f16 every
+    2-D weight f16 (``generate --weights f16``)."""
     if weights == "f32":
         return {}
     names = build_llama_graph(LlamaConfig.smollm2_135m(), 1).parameters
+    if weights == "f16":
+        return {n: "f16" for n, t in names.items() if len(t.shape) == 2}
     return {n: "q8_0" if n == "token_embd.weight" else "q4_1" for n, t in names.items() if len(t.shape) == 2}
 
 
@@ -366,8 +372,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, help="MiniLM sentences per batch (default 8; --quick 2)")
     ap.add_argument("--layers", type=int, help="first N layers of each model (default: all; --quick 2)")
     ap.add_argument("--quick", action="store_true", help="small shapes for a smoke test (with --save-graphs)")
-    ap.add_argument("--weights", choices=WEIGHTS, help="SmolLM2's weight storage: f32 (default) or q4_1 (blocks "
-                    "decoded in the kernels, the shipped GGUF file's layout); with --save-graphs")
+    ap.add_argument("--weights", choices=WEIGHTS, help="SmolLM2's weight storage: f32 (default), q4_1 (blocks "
+                    "decoded in the kernels, the shipped GGUF file's layout) or f16 (every 2-D weight as float16); "
+                    "with --save-graphs")
     ap.add_argument("--repeats", type=int, default=20, help="samples, for median and p90 (default 20)")
     ap.add_argument("--calls", type=int, default=10, help="back-to-back calls per sample (default 10)")
     ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS, help="MODE:DTYPE,... (MODE: eager, default, "

@@ -67,7 +67,8 @@ class EmbedResult:
     ``timings`` in seconds (``Compiled.timings``, plus ``load_s`` and ``run_s``); ``cache`` is
     ``hit``, ``miss`` or ``off`` and ``cache_loaded`` the steps loaded from the compile cache.
     ``memory`` gives the plan's device memory in bytes, ``{"embed": {"weights_bytes": ...,
-    "cache_bytes": ..., "intermediate_bytes": ...}}`` (``ExecutionPlan.memory``).
+    "cache_bytes": ..., "intermediate_bytes": ...}}`` (``ExecutionPlan.memory``). ``precision`` is
+    :func:`eggfuse.compile`'s, and ``f16_weights`` names the parameters stored as float16.
     """
 
     sentences: list[str]
@@ -83,6 +84,8 @@ class EmbedResult:
     cache: str = "off"
     cache_loaded: tuple[str, ...] = ()
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
+    precision: str = "f32"
+    f16_weights: list[str] = field(default_factory=list)
 
     def similarity(self) -> np.ndarray:
         """Cosine similarity matrix [B, B] (a dot product of the rows scaled to unit norm)."""
@@ -105,13 +108,15 @@ class EmbedResult:
             "cache": self.cache,
             "cache_loaded": list(self.cache_loaded),
             "memory": self.memory,
+            "precision": self.precision,
+            "f16_weights": self.f16_weights,
             "profile": None if self.profile is None else [
                 {"kernel": k.kernel, "op": k.label, "gpu_ms": k.gpu_ms} for k in self.profile.kernels],
         }
 
 
 def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: bool = False,
-          model=None, cache: bool = True) -> EmbedResult:
+          model=None, cache: bool = True, precision: str = "f32") -> EmbedResult:
     """Embed sentences with a BERT-family encoder compiled by eggfuse and run on wgpu.
 
     ``model`` is a path to a Hugging Face or sentence-transformers folder (bert, roberta,
@@ -127,16 +132,22 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     model, :class:`~eggfuse.ir.ModelError` when the model cannot be loaded (the weights
     package not installed, a bad folder), :class:`~eggfuse.ir.DeviceError` when no wgpu
     adapter exists. ``profile=True`` also times every dispatch on the GPU (timestamp
-    queries; ``result.profile``). ``cache`` as :func:`eggfuse.compile`.
+    queries; ``result.profile``). ``cache`` and ``precision`` as :func:`eggfuse.compile`:
+    ``precision="f16"`` stores the linear layers' weights and the three embedding tables as
+    float16 (half their 90 MB for all-MiniLM-L6-v2), every sum, norm and softmax in f32;
+    InputError for another value, or f16 with ``fuse=False``.
     """
     if isinstance(sentences, str):
         raise InputError("sentences must be a list of strings, got a single str")
+    from eggfuse.pipeline import precision_rulesets
+
+    precision_rulesets(precision)  # checks precision before the model loads
     sentences = list(sentences)
     t = time.perf_counter()
     model = _minilm() if model is None else resolve_model(model, "encoder", cache=cache)
     load_s = time.perf_counter() - t
     graph, feeds = model.graph_for(sentences)
-    compiled = compile(graph, model.params, fuse=fuse, device=device, cache=cache)
+    compiled = compile(graph, model.params, fuse=fuse, device=device, cache=cache, precision=precision)
     t = time.perf_counter()
     (emb,) = compiled.run(feeds)
     run_s = time.perf_counter() - t
@@ -149,7 +160,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     pooling = {"mode": model.pooling.mode, "normalize": model.pooling.normalize, "source": model.pooling.source}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
                        compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded,
-                       {"embed": compiled.plan.memory()})
+                       {"embed": compiled.plan.memory()}, precision, compiled.f16_weights)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -7,8 +7,8 @@ import json
 import os
 import sys
 
-from eggfuse.cli_cache import add_cache, add_no_cache, cache_line
-from eggfuse.cli_generate import add_generate, memory_line
+from eggfuse.cli_cache import add_cache, add_no_cache, add_precision, cache_line
+from eggfuse.cli_generate import add_generate, memory_line, precision_line
 from eggfuse.cli_onnx import _shape_arg, add_run
 from eggfuse.cli_options import add_engine_options
 from eggfuse.cli_sweep import add_sweep
@@ -29,7 +29,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from eggfuse.api import embed
 
     result = embed(args.sentences, fuse=not args.no_fuse, profile=args.profile is not None, model=args.model,
-                   cache=not args.no_cache)
+                   cache=not args.no_cache, precision=args.precision)
     if result.profile is not None:
         result.profile.write_chrome_trace(args.profile)
     if args.json:
@@ -41,6 +41,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")
     print(f"adapter: {result.adapter}")
     print(f"dispatches per run: {result.dispatches_unfused} unfused -> {result.dispatches_fused} fused")
+    print(precision_line(result.precision, result.f16_weights))
     print(memory_line(result.memory))
     if result.report is not None:
         print(result.report.summary())
@@ -60,6 +61,13 @@ def cmd_optimize(args: argparse.Namespace) -> None:
                                shapes=dict(args.shape or []))
     onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
+    if args.precision == "f16":  # the f16 ruleset first, as compile(..., precision="f16") runs it
+        from eggfuse.pipeline import precision_rulesets
+
+        if args.verify:
+            raise InputError("--verify compares with the f32 graph, whose weights --precision f16 rounds: "
+                             "leave out one of them")
+        kw["rulesets"] = precision_rulesets("f16", kw.get("rulesets"))
     opt, report = optimize(graph, verify=args.verify, dump_egglog=args.dump_egglog, payoff=args.report, **kw)
     notes = _write_dots(args, graph, opt, kw)
     if args.json:
@@ -140,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--no-fuse", action="store_true", help="run the unoptimised graph")
     add_no_cache(e)
+    add_precision(e)
     e.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
                    help="print GPU time per kernel and write a Chrome/Perfetto trace (default eggfuse-trace.json)")
     e.set_defaults(func=cmd_embed)
@@ -153,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
     add_engine_options(o)
+    add_precision(o)
     o.add_argument("--report", action="store_true",
                    help="per rule and ruleset: matches, extracted e-nodes and what it saves (re-optimises without "
                         "each rule that fired; JSON keys rules and rulesets)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from eggfuse.cli_cache import add_no_cache
+from eggfuse.cli_cache import add_no_cache, add_precision
 from eggfuse.generate import DEFAULT_WEIGHTS
 from eggfuse.models.gguf import WEIGHTS
 
@@ -34,7 +34,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     result = generate(args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       seed=args.seed, chat=args.chat, stop_at_eos=not args.no_stop, max_seq=args.max_seq,
                       on_token=show if streaming else None, fuse=not args.no_fuse, layers=args.layers,
-                      model=args.model, cache=not args.no_cache, weights=args.weights)
+                      model=args.model, cache=not args.no_cache, weights=args.weights, precision=args.precision)
     if args.json:
         print(json.dumps(result.to_dict()))
         return
@@ -48,11 +48,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"model: {result.model}")
     formats = ", ".join(f"{n} {k}" for k, n in sorted(result.weight_formats.items()))
     print(f"weights: {result.weights} ({formats} parameters)")
+    if result.precision != "f32":
+        print(f"precision: {result.precision} (the rewrite engine stores the weights held in f32 as float16)")
     print(memory_line(result.memory))
     print(f"adapter: {result.adapter}")
     peer = f"; meganeura, 30 layers: {MEGANEURA_DISPATCHES_PER_TOKEN}" if args.model is None else ""
     print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "
           f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
+
+
+def precision_line(precision: str, f16_weights: list[str]) -> str:
+    """``precision: ...``: the plan's precision and how many parameters it stores as float16."""
+    return f"precision: {precision} ({len(f16_weights)} parameters stored as float16)"
 
 
 def memory_line(memory: dict[str, dict[str, int]]) -> str:
@@ -83,11 +90,13 @@ def add_generate(sub) -> None:
     g.add_argument("--layers", type=int, default=None,
                    help="run the first N layers only (quick checks: the text is then meaningless)")
     g.add_argument("--weights", choices=WEIGHTS, default=None,
-                   help="storage of the matmul and embedding weights: f32, or blocks decoded in the kernels (a GGUF "
-                        "file's Q4_0/Q4_1/Q8_0 tensors as stored, other weights quantised to the format named); "
+                   help="storage of the matmul and embedding weights: f32, blocks decoded in the kernels (a GGUF "
+                        "file's Q4_0/Q4_1/Q8_0 tensors as stored, other weights quantised to the format named), or "
+                        "f16 (every weight rounded once to float16, blocks dequantised first); "
                         f"default {DEFAULT_WEIGHTS}")
     g.add_argument("--no-fuse", action="store_true", help="run the graphs without the rewrite engine")
     add_no_cache(g)
+    add_precision(g)
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (prompt_ids, generated_ids, text, tokens/s, dispatches)")
     g.set_defaults(func=cmd_generate)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eggfuse.cli_cache import add_no_cache
+from eggfuse.cli_cache import add_no_cache, add_precision
 from eggfuse.ir import InputError
 
 
@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.repeats < 0:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
     t = time.perf_counter()
-    model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache)
+    model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision)
     feeds = feeds_for(model, dict(args.input or []), dict(args.shape or []), args.seed)
     spec = model.specialise(feeds)
     first = time.perf_counter() - t
@@ -95,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         "dispatches_fused": compiled.dispatches_fused if compiled else 0,
         "cache": compiled.cache if compiled else "off",
         "memory": {"run": compiled.plan.memory()} if compiled else {},
+        "precision": args.precision, "f16_weights": compiled.f16_weights if compiled else [],
         "timings_s": {**{k: round(v, 4) for k, v in spec.timings.items()}, "first_run_s": round(first, 4),
                       "run_median_ms": round(1e3 * float(np.median(runs)), 3) if runs else None},
     }
@@ -122,8 +123,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     print("timings: " + ", ".join(f"{k} {v}" for k, v in info["timings_s"].items()))
     print(f"compile cache: {info['cache']}")
     if info["memory"]:
-        from eggfuse.cli_generate import memory_line
+        from eggfuse.cli_generate import memory_line, precision_line
 
+        print(precision_line(args.precision, info["f16_weights"]))
         print(memory_line(info["memory"]))
     if args.profile and compiled is not None:
         print(prof.table())
@@ -160,6 +162,7 @@ def add_run(sub) -> None:
     r.add_argument("--save", metavar="OUT.npz", help="write the outputs, by name")
     r.add_argument("--no-fuse", action="store_true", help="run the graph without the rewrite engine")
     add_no_cache(r)
+    add_precision(r)
     r.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",
                    help="print GPU time per kernel and write a Chrome/Perfetto trace")
     r.add_argument("--json", action="store_true", help="print one JSON object")

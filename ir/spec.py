@@ -177,7 +177,10 @@ class OpSpec:
       contents, in the same buffer).
     - ``epilogue_step``: a unary elementwise op a fused matmul may apply at its store.
     - ``packs_parameters``: a node of this op whose inputs are all parameters is a derived
-      parameter, packed once when a session is created (``Graph.is_derived_parameter``).
+      parameter, packed once when a session is created (``Graph.is_derived_parameter``): its
+      inputs concatenated along its ``axis`` attribute (0 without one), then stored as
+      ``pack_store`` says: ``"f32"`` as they are, ``"f16"`` rounded to float16 two a word
+      (``ir/ops/half.py``).
     - ``leaf``: Input, Parameter and Constant, fed or uploaded rather than computed.
     - ``view``: the op's value is its first input's bytes seen with another shape (a reshape):
       lowering gives it that input's buffer and no dispatch.
@@ -203,6 +206,7 @@ class OpSpec:
     writes: int | None = None
     epilogue_step: bool = False
     packs_parameters: bool = False
+    pack_store: str = "f32"
     leaf: bool = False
     view: bool = False
     fallback: bool = False
@@ -333,14 +337,17 @@ def rules(ruleset: str) -> Callable[[Callable], Callable]:
 @dataclass(frozen=True)
 class Example:
     """A soundness example of a rule: ``build(g, dim)`` adds nodes and outputs to the empty
-    graph ``g``; ``dim(name, lo=1, hi=max)`` draws a size, the same for the same name."""
+    graph ``g``; ``dim(name, lo=1, hi=max)`` draws a size, the same for the same name. ``tol``
+    (relative and absolute) is None for a rule that is an equality (checked to float64
+    rounding), else the error the rule may add: the rules of the ``f16`` ruleset round weights."""
 
     build: Callable[[Any, Callable[..., int]], None]
     max_dim: int = 7
+    tol: float | None = None
 
 
-def example(build: Callable[[Any, Callable[..., int]], None], max_dim: int = 7) -> Example:
-    return Example(build, max_dim)
+def example(build: Callable[[Any, Callable[..., int]], None], max_dim: int = 7, tol: float | None = None) -> Example:
+    return Example(build, max_dim, tol)
 
 
 __all__ = [

@@ -84,10 +84,13 @@ class Dispatch:
 @dataclass(frozen=True)
 class DerivedParameter:
     """A parameter the runtime computes once, when a session is created:
-    ``numpy.concatenate`` of the parameters named ``sources`` (in order) along ``axis``."""
+    ``numpy.concatenate`` of the parameters named ``sources`` (in order) along ``axis``, stored
+    as ``store`` says (``OpSpec.pack_store``): ``"f32"`` as is, ``"f16"`` rounded to float16, two
+    halves a u32 word (``ir.ops.quant.f16_rows``)."""
 
     sources: tuple[str, ...]
     axis: int
+    store: str = "f32"
 
 
 @dataclass
@@ -150,7 +153,8 @@ class ExecutionPlan:
         """One line per buffer and per dispatch, for debugging."""
         lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)" for b in self.buffers]
         for index, d in self.derived.items():
-            lines[index] += f" = Concat(axis={d.axis}: {', '.join(d.sources)})"
+            lines[index] += f" = Concat(axis={d.axis}: {', '.join(d.sources)})" + (f" as {d.store}" if d.store != "f32"
+                                                                                     else "")
         for d in self.dispatches:
             binds = ", ".join(f"buf{i}" for i in d.bindings)
             lines.append(f"{d.kernel} [{binds}] wg={d.workgroups}  # {d.label}")
@@ -213,7 +217,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             constants[index] = np.ascontiguousarray(node.attrs["value"], dtype=node.type.dtype.device_numpy)
         elif kind == "derived":
             sources = tuple(graph.node(i).attrs["name"] for i in node.inputs)
-            derived[index] = DerivedParameter(sources, int(node.attrs["axis"]))
+            derived[index] = DerivedParameter(sources, int(node.attrs.get("axis", 0)), OPS[node.op].pack_store)
 
     target = Target(lim, subgroups)
     dispatches: list[Dispatch] = []

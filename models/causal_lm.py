@@ -57,7 +57,8 @@ class CausalLM:
         """Load a GGUF file (a path or ``GGUFReader``; default the shipped SmolLM2, :func:`.gguf.find_gguf`),
         reading it once. Its chat template is the file's ``tokenizer.chat_template``. ``weights``:
         ``"f32"`` dequantises every tensor; a block format keeps the file's Q4_0/Q4_1/Q8_0
-        tensors as they are and quantises other 2-D weights to it (:func:`.gguf.load_gguf_quantised`).
+        tensors as they are and quantises other 2-D weights to it; ``"f16"`` dequantises every
+        tensor and rounds the 2-D ones to float16 (:func:`.gguf.load_gguf_quantised`).
 
         Raises :class:`InputError` for an unknown ``weights``, :class:`ModelError` (with the
         install hint for the shipped file) when the file is missing or unreadable, or its
@@ -80,8 +81,9 @@ class CausalLM:
 
     def with_weights(self, weights: str) -> CausalLM:
         """This model with its matmul and embedding weights stored as ``weights`` says
-        (:func:`.gguf.requantise`: ``"f32"`` dequantises the blocks; a format quantises the
-        float weights and keeps blocks as they are), sharing tokenizer and the other parameters;
+        (:func:`.gguf.requantise`: ``"f32"`` dequantises the blocks; a block format quantises the
+        float weights and keeps blocks as they are; ``"f16"`` rounds every 2-D weight to float16,
+        blocks dequantised first), sharing tokenizer and the other parameters;
         ``self`` when nothing changes. Raises :class:`InputError` for an unknown ``weights``."""
         if gguf.check_weights(weights) == self.weights:
             return self

@@ -2,7 +2,8 @@
 or kept as the file's blocks), and the byte-level BPE tokenizer built from the file's vocabulary.
 
 Weights kept quantised (:func:`load_gguf_quantised`, :func:`requantise`) are u32 rows of
-llama.cpp blocks, the layout of ``eggfuse.ir.ops.quant``, decoded inside the kernels.
+llama.cpp blocks or of float16 weights, the layout of ``eggfuse.ir.ops.quant``, decoded inside
+the kernels.
 
 Q/K layout. llama.cpp's ``convert_hf_to_gguf.py`` (``LlamaModel.permute``) reorders the
 rows of every head of ``attn_q`` / ``attn_k`` from HF's [first half | second half] to
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from eggfuse.ir import InputError, ModelError
-from eggfuse.ir.ops.quant import BLOCK, FORMATS, dequantize, pack_rows
+from eggfuse.ir.ops.quant import BLOCK, F16_MAX, FORMATS, dequantize, f16_rows, pack_rows
 
 from ._files import package_dir
 from .llama import PAIRINGS, LlamaConfig
@@ -188,7 +189,7 @@ def load_gguf_weights(source: Any, *, rope_pairing: str = "half") -> tuple[Llama
 # --- weights kept quantised --------------------------------------------------------------
 
 #: The device storage of a decoder's matmul and embedding weights (``weights=`` of
-#: :func:`eggfuse.generate`): f32, or blocks of a format of ``eggfuse.ir.ops.quant``.
+#: :func:`eggfuse.generate`): f32, or rows of a format of ``eggfuse.ir.ops.quant`` (blocks, or f16).
 WEIGHTS = ("f32", *FORMATS)
 
 #: GGUF tensor types that the kernels decode as they are, by block format.
@@ -212,13 +213,16 @@ def load_gguf_quantised(source: Any, weights: str = "q4_1", *, rope_pairing: str
     tensor whose rows are a multiple of 32 long is quantised to ``weights`` (:func:`requantise`);
     the rest (norms, biases) is float32. Returns (config, tensors by name, {name: format} of
     the tensors held as blocks). SmolLM2-135M-Instruct's file keeps its Q4_1 layers and its Q8_0
-    embedding. Raises :class:`InputError` for a ``weights`` or pairing not known and
-    :class:`ModelError` as :func:`load_gguf_weights` does.
+    embedding. ``weights="f16"`` is the exception: every tensor is dequantised first (exact, as
+    :func:`load_gguf_weights`), then every 2-D one rounded to float16, so SmolLM2's f16 weights are
+    its Q4_1/Q8_0 blocks' values rounded once to f16 (:func:`requantise`). Raises
+    :class:`InputError` for a ``weights`` or pairing not known and :class:`ModelError` as
+    :func:`load_gguf_weights` does.
     """
 
-    if check_weights(weights) == "f32":
+    if check_weights(weights) in ("f32", "f16"):
         config, tensors = load_gguf_weights(source, rope_pairing=rope_pairing)
-        return config, tensors, {}
+        return (config, tensors, {}) if weights == "f32" else (config, *requantise(tensors, {}, "f16"))
     if rope_pairing not in PAIRINGS:
         raise InputError(f"rope_pairing must be 'half' or 'adjacent', got {rope_pairing!r}")
     reader = open_gguf(source)
@@ -247,18 +251,34 @@ def requantise(params: dict[str, np.ndarray], quant: dict[str, str], weights: st
     rounded once to float32). A format: every float 2-D tensor whose rows are a multiple of 32
     long quantised to it with ``gguf.quants.quantize`` (llama.cpp's reference quantisers);
     tensors already held as blocks stay as they are, whatever their format, since quantising
-    them again would add a second rounding. Returns new dicts; the inputs are not modified.
-    Raises :class:`InputError` for an unknown ``weights``.
+    them again would add a second rounding. ``weights="f16"``: every block tensor is dequantised
+    (as for f32), then every float 2-D tensor whose rows are a multiple of 32 long is rounded to
+    float16 (numpy's round to nearest even; ``ir.ops.quant.f16_rows``): the f16 weights of a
+    quantised model are its blocks' values rounded to f16. Returns new dicts; the inputs are not
+    modified. Raises :class:`InputError` for an unknown ``weights``, or for ``"f16"`` a weight
+    whose values exceed float16's range (:data:`~eggfuse.ir.ops.quant.F16_MAX`), naming it.
     """
     import gguf
 
     check_weights(weights)
     out, formats = dict(params), dict(quant)
-    if weights == "f32":
+    if weights in ("f32", "f16"):
         for name, fmt in quant.items():
             cols = out[name].shape[1] * 4 // FORMATS[fmt].block_bytes * BLOCK  # a row pads less than a block
             out[name] = dequantize(out[name], fmt, cols).astype(np.float32)
-        return out, {}
+        if weights == "f32":
+            return out, {}
+        formats = {}
+        for name, arr in list(out.items()):
+            if arr.ndim != 2 or arr.shape[1] % BLOCK or arr.dtype.kind != "f":
+                continue
+            peak = float(np.max(np.abs(arr), initial=0.0, where=np.isfinite(arr)))
+            if peak > F16_MAX:
+                raise InputError(f"weight {name!r} {list(arr.shape)} holds {peak:g}, beyond float16's largest value "
+                                 f"{F16_MAX:g}: keep it in f32 (weights='f32') or a block format")
+            out[name] = f16_rows(arr)
+            formats[name] = "f16"
+        return out, formats
     qtype = gguf.GGMLQuantizationType[weights.upper()]
     for name, arr in params.items():
         if name in quant or arr.ndim != 2 or arr.shape[1] % BLOCK or arr.dtype.kind != "f":

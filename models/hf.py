@@ -34,8 +34,9 @@ def load_model(path: Any, *, weights: str = "f32"):
     a decoder (``model_type`` in :data:`DECODER_TYPES`), a :class:`.minilm.SentenceEncoder` for
     a folder of an encoder (:data:`ENCODER_TYPES`). ``path`` may also name the folder's
     ``config.json``. ``weights`` is a decoder's weight storage (:data:`.gguf.WEIGHTS`): ``f32``,
-    or a block format (a GGUF file's Q4_0/Q4_1/Q8_0 tensors kept as stored, other 2-D weights
-    quantised to it; see :meth:`.causal_lm.CausalLM.with_weights`).
+    a block format (a GGUF file's Q4_0/Q4_1/Q8_0 tensors kept as stored, other 2-D weights
+    quantised to it) or ``f16`` (every 2-D weight rounded to float16; see
+    :meth:`.causal_lm.CausalLM.with_weights`).
 
     Raises :class:`InputError` for an unknown ``weights``, or one other than ``f32`` for an
     encoder; :class:`ModelError` naming the path and the file or setting at fault: no such

@@ -27,6 +27,9 @@ SCHEDULE = ("algebraic", "recognition", "swiglu", "matmul_epilogue", "conv_epilo
             "quant", "elementwise_fusion")
 #: The ruleset of analysis rules: facts, saturated before every optimisation pass.
 ANALYSIS = "analysis"
+#: Rulesets that change values and so never run by default: ``f16`` rounds weights to float16
+#: (``ir/ops/half.py``), run by ``compile(..., precision="f16")`` (:func:`optional_ruleset`).
+OPTIONAL = ("f16",)
 
 #: Ruleset -> its rules as (rule name, egglog rule), for every ruleset eggfuse built (the shipped
 #: ones and those of :func:`make_ruleset`): what :func:`select` and the payoff report take apart.
@@ -47,14 +50,14 @@ def _register(rs: Ruleset, name: str, rules: Iterable[Any]) -> Ruleset:
 @functools.cache
 def _built() -> tuple[dict[str, Ruleset], tuple[RuleRecord, ...]]:
     ns = Namespace()
-    by_name = {name: ruleset(name=name) for name in (ANALYSIS, *SCHEDULE)}
+    by_name = {name: ruleset(name=name) for name in (ANALYSIS, *SCHEDULE, *OPTIONAL)}
     members: dict[str, list[Any]] = {name: [] for name in by_name}
     for group in RULES:
         if group.ruleset not in by_name:
             fn = f"{group.fn.__module__}.{group.fn.__qualname__}"
             raise RewriteError(f"the rule group {fn} (family {group.family or '?'}) registers rules for ruleset "
                                f"{group.ruleset!r}, which is not scheduled; rulesets: {', '.join(by_name)} "
-                               "(rewrites/rulesets.py SCHEDULE)")
+                               "(rewrites/rulesets.py SCHEDULE, OPTIONAL)")
         ns.ruleset, ns.family = group.ruleset, group.family
         members[group.ruleset].extend(group.fn(ns))
     for name, rs in by_name.items():
@@ -71,6 +74,13 @@ def optimization_rulesets() -> tuple[Ruleset, ...]:
     """The optimisation rulesets in schedule order (what :func:`~.engine.optimize` runs by default)."""
     by_name = rulesets()
     return tuple(by_name[name] for name in SCHEDULE)
+
+
+def optional_ruleset(name: str) -> Ruleset:
+    """The ruleset of :data:`OPTIONAL` called ``name``; RewriteError naming them otherwise."""
+    if name not in OPTIONAL:
+        raise RewriteError(f"unknown optional ruleset {name!r}; optional rulesets: {', '.join(OPTIONAL)}")
+    return rulesets()[name]
 
 
 def analysis_ruleset() -> Ruleset:
@@ -205,12 +215,14 @@ def _closest(name: str, known: Iterable[str]) -> str:
 
 
 def catalog() -> dict[str, list[str]]:
-    """Ruleset name -> rule names, analysis first, then the optimisation rulesets in schedule order."""
-    out: dict[str, list[str]] = {name: [] for name in (ANALYSIS, *SCHEDULE)}
+    """Ruleset name -> rule names, analysis first, then the optimisation rulesets in schedule order,
+    then the optional ones."""
+    out: dict[str, list[str]] = {name: [] for name in (ANALYSIS, *SCHEDULE, *OPTIONAL)}
     for r in rule_records():
         out[r.ruleset].append(r.name)
     return out
 
 
-__all__ = ["ANALYSIS", "SCHEDULE", "analysis_ruleset", "catalog", "make_ruleset", "optimization_rulesets",
+__all__ = ["ANALYSIS", "OPTIONAL", "SCHEDULE", "analysis_ruleset", "catalog", "make_ruleset", "optimization_rulesets",
+           "optional_ruleset",
            "relevant", "rule_records", "rules_of", "ruleset_name", "rulesets", "select", "without_rules"]

@@ -146,14 +146,16 @@ def _single_leaf(leaf) -> Graph:
 
 
 def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = None, max_examples: int = 10,
-                      max_dim: int = 7) -> None:
+                      max_dim: int = 7, tol: float | None = None) -> None:
     """Property test of one rule: on graphs from ``build`` with random sizes, the rule fires
     and every e-class stays consistent (:func:`check_sound`).
 
     ``build(g, dim)`` adds nodes and outputs to the empty graph ``g``; ``dim(name)`` returns
     a size in 1..``max_dim`` drawn by hypothesis, the same for the same name within one
     example (``dim(name, lo, hi)`` to choose the range). Needs the ``hypothesis`` package
-    (the ``dev`` extra). Raises ``AssertionError`` if the rule never fires, and
+    (the ``dev`` extra). ``tol`` (relative and absolute) replaces :func:`check_sound`'s
+    tolerances for a rule that changes values within a bound (``Example.tol``). Raises
+    ``AssertionError`` if the rule never fires, and
     :class:`RewriteError` (shrunk to a small example) if an e-class is inconsistent.
     """
     from hypothesis import given, settings
@@ -173,7 +175,8 @@ def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = 
 
         g = Graph()
         build(g, dim)
-        report = check_sound(g, rulesets=rulesets)
+        report = check_sound(g, rulesets=rulesets) if tol is None else check_sound(g, rulesets=rulesets, rtol=tol,
+                                                                                   atol=tol)
         fired.append(report.rules_fired.get(rule, 0))
 
     run()

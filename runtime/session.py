@@ -12,9 +12,11 @@ import numpy as np
 import wgpu
 
 from ..ir.errors import InputError, LoweringError
+from ..ir.ops.quant import F16_MAX, f16_rows
 from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits
+from ..lowering.plan import DerivedParameter
 from .device import (
     adapter_description,
     device_error,
@@ -241,7 +243,7 @@ class Session:
                         put(self._buffers[index], 0, arr)
                 for index, d in plan.derived.items():
                     if index not in borrowed:
-                        _write_packed(put, self._buffers[index], [values[name] for name in d.sources], d.axis)
+                        _write_packed(put, self._buffers[index], [values[name] for name in d.sources], d)
                 for index, arr in plan.constants.items():
                     put(self._buffers[index], 0, np.ascontiguousarray(arr))
             finally:
@@ -296,7 +298,7 @@ class Session:
                 for packed, d in self.plan.derived.items():
                     if name in d.sources:
                         _write_packed(self.device.queue.write_buffer, self._buffers[packed],
-                                      [self._packed_sources[n] for n in d.sources], d.axis)
+                                      [self._packed_sources[n] for n in d.sources], d)
 
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
@@ -628,9 +630,9 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBu
             raise InputError(f"parameter {name!r} is {mine} in this plan but {theirs} in the shared session")
         if plan.buffers[index].kind != "host" and share._buffers[other] is not None:
             out[index] = share._buffers[other]
-    packed = {(d.sources, d.axis): index for index, d in share.plan.derived.items()}
+    packed = {d: index for index, d in share.plan.derived.items()}
     for index, d in plan.derived.items():
-        if (other := packed.get((d.sources, d.axis))) is not None:
+        if (other := packed.get(d)) is not None:
             out[index] = share._buffers[other]
     return out
 
@@ -643,11 +645,21 @@ def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffe
             if name in packing or (index not in borrowed and plan.buffers[index].kind != "host")}
 
 
-def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.ndarray], axis: int) -> None:
-    # A derived parameter: ``sources`` concatenated along ``axis`` into ``buffer`` with
+def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.ndarray], d: DerivedParameter) -> None:
+    # A derived parameter: ``sources`` concatenated along ``d.axis`` into ``buffer`` with
     # put(buffer, offset, array). Along axis 0 of contiguous arrays that is their bytes one
     # after another, written without a packed copy where each starts at a multiple of 8 bytes
-    # (what a mapped write needs; the queue's writes need 4).
+    # (what a mapped write needs; the queue's writes need 4). ``d.store`` "f16": rounded to
+    # float16 first (InputError naming a source beyond its range).
+    axis = d.axis
+    if d.store == "f16":
+        for name, a in zip(d.sources, sources, strict=True):
+            peak = float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a)))
+            if peak > F16_MAX:
+                raise InputError(f"parameter {name!r} {list(a.shape)} holds {peak:g}, beyond float16's largest "
+                                 f"value {F16_MAX:g}: compile it with precision='f32'")
+        put(buffer, 0, f16_rows(np.concatenate(sources, axis=axis)))
+        return
     starts = np.cumsum([0, *(a.nbytes for a in sources[:-1])])
     if axis == 0 and all(a.flags.c_contiguous for a in sources) and not (starts % 8).any():
         offset = 0

@@ -1,5 +1,5 @@
 // Decoding of quantised rows (ir/ops/quant.py): the binding q (array<u32>) holds rows of
-// llama.cpp blocks of 32 weights (ggml-common.h), p.row_words words a row, and
+// llama.cpp blocks of 32 weights (ggml-common.h) or of float16 weights, p.row_words words a row, and
 // dequant_quad_<format>(row, c) returns weights c..c+3 of that row (c % 4 == 0, c < the row's
 // length; a quad never spans two blocks). d and m are float16, unpacked with core WGSL's
 // unpack2x16float, so no shader-f16 feature is needed.
@@ -47,4 +47,11 @@ fn dequant_quad_q8_0(row: u32, c: u32) -> vec4<f32> {
     let w = q_word(at + 2u + c % 32u);
     let v = vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w));
     return vec4<f32>(v >> vec4<u32>(24u)) * q_half(at);
+}
+
+// f16: 32 float16 weights a block (16 words), two a word, the lower half first: weights
+// c..c+3 are words c/2 and c/2 + 1 of the row.
+fn dequant_quad_f16(row: u32, c: u32) -> vec4<f32> {
+    let at = row * p.row_words + c / 2u;
+    return vec4<f32>(unpack2x16float(q[at]), unpack2x16float(q[at + 1u]));
 }

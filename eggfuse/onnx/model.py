@@ -49,8 +49,10 @@ class Model:
     ``model``: a path or an ``onnx.ModelProto`` (not modified). ``shapes``: input name ->
     shape for dimensions the model leaves symbolic; dimensions not given are taken from each
     run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
-    input shapes. ``fuse``, ``cost_model``, ``verify``, ``device`` and ``cache`` go to
-    :func:`eggfuse.compile`.
+    input shapes. ``fuse``, ``cost_model``, ``verify``, ``device``, ``cache`` and ``precision`` go
+    to :func:`eggfuse.compile` (``precision="f16"``: the initializers the rewrite engine finds as
+    the B of a ``MatMulBT`` [N, K] or an ``Embedding`` table are stored as float16; a MatMul's
+    [K, N] initializer stays f32).
 
     :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
     in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). An input
@@ -61,7 +63,8 @@ class Model:
     """
 
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,
-                 fuse: bool = True, cost_model=None, verify: bool = False, device=None, cache: bool = True) -> None:
+                 fuse: bool = True, cost_model=None, verify: bool = False, device=None, cache: bool = True,
+                 precision: str = "f32") -> None:
         self.proto = _load_proto(model)
         self.inputs = graph_inputs(self.proto)
         self.input_names = [vi.name for vi in self.inputs]
@@ -75,6 +78,10 @@ class Model:
                 raise OnnxError(f"shapes: {k!r} is not an input of the model; its inputs are: "
                                 f"{', '.join(map(repr, self.input_names)) or 'none'}")
         self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache
+        from eggfuse.pipeline import precision_rulesets
+
+        precision_rulesets(precision)  # checked now, not at the first run
+        self.precision = precision
         self.plans: dict[tuple, Specialised] = {}
         self._control: set[str] = set()  # inputs bound as load-time values (the import needs them)
 
@@ -115,7 +122,7 @@ class Model:
             # ONNX feeds may hold NaN and infinities (IsNaN, IsInf): the session takes them
             spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
                                           verify=self.verify, device=self.device, finite_inputs=False,
-                                          cache=self.cache)
+                                          cache=self.cache, precision=self.precision)
             spec.timings.update(spec.compiled.timings)
         self.plans[key] = spec
         return spec

@@ -22,6 +22,7 @@ from . import (  # a module imports the families it builds on itself
     conv_fused,
     elementwise,
     fused,
+    half,
     indexing,
     kv_cache,
     leaves,
@@ -51,6 +52,6 @@ from . import (  # a module imports the families it builds on itself
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
             optimisers, reduce_axes, scans, axis_norms, linalg, conv, conv_fused, pooling, resample, rope_exported,
-            recognize, recognize_norms, quant, fused)
+            recognize, recognize_norms, quant, half, fused)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

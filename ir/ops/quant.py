@@ -1,5 +1,5 @@
-"""The quant family: weights kept in llama.cpp's block formats (Q4_0, Q4_1, Q8_0) and decoded
-inside the kernels that read them.
+"""The quant family: weights kept in llama.cpp's block formats (Q4_0, Q4_1, Q8_0) or as float16,
+and decoded inside the kernels that read them.
 
 A quantised weight is a u32 :class:`Parameter` ``q`` [rows, row_words]: each row holds the
 blocks of one row of the f32 matrix [rows, cols] (32 consecutive weights per block, so blocks
@@ -28,6 +28,9 @@ and m float16:
   d * (qs[j - 16] >> 4) - 8 d above.
 - ``q4_1``: 20 bytes (5 words): d, m, 16 bytes qs; weight j = d * nibble(j) + m.
 - ``q8_0``: 34 bytes: d, then 32 int8 qs; weight j = d * qs[j].
+- ``f16``: 64 bytes: 32 IEEE 754 binary16 weights (ggml's F16 rows, cut into blocks of 32 so
+  that every format here is rows of blocks); weight j is half j, unpacked with core WGSL's
+  ``unpack2x16float`` (two halves a word, the lower one first), so no ``shader-f16`` needed.
 """
 
 from __future__ import annotations
@@ -62,7 +65,11 @@ class QuantFormat:
         return math.ceil(cols // BLOCK * self.block_bytes / 4)
 
 
-FORMATS = {f.name: f for f in (QuantFormat("q4_0", 18), QuantFormat("q4_1", 20), QuantFormat("q8_0", 34))}
+FORMATS = {f.name: f for f in (QuantFormat("q4_0", 18), QuantFormat("q4_1", 20), QuantFormat("q8_0", 34),
+                                QuantFormat("f16", 64))}
+
+#: The largest finite float16 (IEEE 754 binary16): a weight beyond it has no f16 storage.
+F16_MAX = 65504.0
 
 _NO_GRAD = no_grad("quantised blocks are integer data: gradients stop at them (train f32 weights, then quantise); "
                    "the rewrite engine introduces this op after autodiff, from MatMulBT/Embedding of a Dequant")
@@ -97,6 +104,14 @@ def pack_rows(blocks: np.ndarray) -> np.ndarray:
     return padded.view("<u4").astype(np.uint32).reshape(rows, -1)
 
 
+def f16_rows(arr: np.ndarray) -> np.ndarray:
+    """A float matrix [rows, cols] (cols even) rounded to float16 (numpy's round to nearest even)
+    and stored as rows of the ``f16`` format: u32 [rows, cols / 2]. The caller checks the range
+    (:data:`F16_MAX`); a larger value becomes an infinity."""
+    halves = np.ascontiguousarray(np.asarray(arr).astype("<f2"))
+    return halves.view("<u4").astype(np.uint32).reshape(halves.shape[0], -1)
+
+
 def block_bytes(words: np.ndarray, fmt: str, cols: int) -> np.ndarray:
     """The inverse of :func:`pack_rows`: uint8 [rows, cols / 32, block_bytes]."""
     f = FORMATS[fmt]
@@ -107,8 +122,10 @@ def block_bytes(words: np.ndarray, fmt: str, cols: int) -> np.ndarray:
 
 def dequantize(words: np.ndarray, fmt: str, cols: int) -> np.ndarray:
     """The float64 weights [rows, cols] of quantised rows (llama.cpp ``dequantize_row_q4_0``,
-    ``_q4_1``, ``_q8_0``; the formats in the module docstring)."""
+    ``_q4_1``, ``_q8_0``; the formats in the module docstring; ``f16``: the halves as they are)."""
     b = block_bytes(words, fmt, cols)
+    if fmt == "f16":
+        return np.ascontiguousarray(b).reshape(words.shape[0], -1).view("<f2").astype(np.float64)
     d = b[..., 0:2].copy().view(np.float16).astype(np.float64)  # [rows, nb, 1]
     if fmt == "q8_0":
         vals = b[..., 2:34].view(np.int8).astype(np.float64) * d
@@ -124,7 +141,7 @@ def dequantize(words: np.ndarray, fmt: str, cols: int) -> np.ndarray:
 
 # --- Dequant: the f32 matrix of quantised rows ------------------------------------------------
 
-_FORMAT = Attr("format", "str", doc="block format: q4_0, q4_1 or q8_0")
+_FORMAT = Attr("format", "str", doc="block format: q4_0, q4_1, q8_0 or f16")
 
 
 def _dequant(ts, a):
@@ -150,7 +167,7 @@ def _dequant_kernel(node, ins, target) -> Kernel:
 op("Dequant", ("q",), _dequant, lambda xs, a: dequantize(xs[0], a["format"], a["cols"]),
    attrs=(_FORMAT, Attr("cols", "int")), vjp=_NO_GRAD, kernel=_dequant_kernel, flops=lambda ins, out, a: 0,
    doc="the f32 matrix [rows, cols] of quantised rows q u32 [rows, row_words] in llama.cpp's block format "
-       "(ggml-common.h block_q4_0 / block_q4_1 / block_q8_0; ggml-quants.c dequantize_row_*)")
+       "(ggml-common.h block_q4_0 / block_q4_1 / block_q8_0; ggml-quants.c dequantize_row_*) or as float16")
 
 
 # --- QuantMatMul, QuantRmsNormMatMul: the fused matmuls with B as blocks -----------------------

@@ -116,7 +116,7 @@ def test_cli_weights_json_and_text(capsys):
 
 
 def test_unknown_weights_is_a_clear_error(capsys):
-    with pytest.raises(InputError, match="weights must be one of f32, q4_0, q4_1, q8_0, got 'q4_k'"):
+    with pytest.raises(InputError, match="weights must be one of f32, q4_0, q4_1, q8_0, f16, got 'q4_k'"):
         eggfuse.generate("hi", weights="q4_k")
     with pytest.raises(SystemExit):
         cli.main(["generate", "hi", "--weights", "q4_k"])

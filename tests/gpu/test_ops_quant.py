@@ -1,7 +1,7 @@
 """The quant family (ir/ops/quant.py) on the GPU: Dequant, QuantMatMul (GEMV and every tiled
-path: edge tiles, epilogues), QuantRmsNormMatMul and QuantEmbedding in Q4_0, Q4_1 and Q8_0.
+path: edge tiles, epilogues), QuantRmsNormMatMul and QuantEmbedding in Q4_0, Q4_1, Q8_0 and F16.
 
-The blocks are written by gguf's quantisers (llama.cpp's reference ones, ``gguf.quants``). The
+The blocks (F16: the rows of halves) are written by gguf's quantisers (llama.cpp's reference ones, ``gguf.quants``). The
 op table checks each kernel against the numpy reference (``eggfuse.ir.evaluate``, whose
 decoder tests/unit/test_quant.py checks against gguf's); the tests below check the kernels
 against gguf's own dequantiser and a numpy matmul, with no eggfuse code in the expected value.
@@ -22,14 +22,14 @@ from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
 
 QTYPE = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
-         "q8_0": gguf.GGMLQuantizationType.Q8_0}
+         "q8_0": gguf.GGMLQuantizationType.Q8_0, "f16": gguf.GGMLQuantizationType.F16}
 
 
 def blocks(fmt: str, rows: int, cols: int, seed: str) -> tuple[np.ndarray, np.ndarray]:
     """(u32 rows of blocks, gguf's dequantised float32 [rows, cols]) of random normal weights."""
     x = np.random.default_rng(zlib.crc32(seed.encode())).standard_normal((rows, cols)).astype(np.float32)
-    raw = gguf.quants.quantize(x, QTYPE[fmt])
-    return pack_rows(raw), gguf.quants.dequantize(raw, QTYPE[fmt])
+    raw = gguf.quants.quantize(x, QTYPE[fmt])  # F16: float16 [rows, cols], whose bytes are the rows
+    return pack_rows(raw.view(np.uint8).reshape(rows, -1)), gguf.quants.dequantize(raw, QTYPE[fmt])
 
 
 def _q(g: Graph, fmt: str, rows: int, cols: int, name: str = "q") -> int:

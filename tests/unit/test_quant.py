@@ -19,7 +19,7 @@ from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_lla
 from eggfuse.rewrites import optimize, random_feeds
 
 QTYPE = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
-         "q8_0": gguf.GGMLQuantizationType.Q8_0}
+         "q8_0": gguf.GGMLQuantizationType.Q8_0, "f16": gguf.GGMLQuantizationType.F16}
 
 #: A LLaMA whose rows are whole blocks: hidden 64, GQA 2/1 heads of 32, 2 layers.
 TINY = LlamaConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=96,
@@ -39,12 +39,12 @@ def test_dequantize_matches_gguf(fmt, cols):
     x = _rng(f"{fmt}{cols}").standard_normal((7, cols)).astype(np.float32) * 3
     x[0] = 0.0  # a zero row: zero scales
     x[1, :32] = np.linspace(-1e-6, 1e-6, 32)  # subnormal float16 scales
-    raw = gguf.quants.quantize(x, QTYPE[fmt])
+    raw = gguf.quants.quantize(x, QTYPE[fmt]).view(np.uint8).reshape(7, -1)  # F16 gives halves: their bytes
     words = pack_rows(raw)
     assert words.dtype == np.uint32 and words.shape == (7, FORMATS[fmt].row_words(cols))
     np.testing.assert_array_equal(block_bytes(words, fmt, cols).reshape(7, -1), raw)  # padding dropped again
     np.testing.assert_array_equal(dequantize(words, fmt, cols).astype(np.float32),
-                                  gguf.quants.dequantize(raw, QTYPE[fmt]))
+                                  gguf.quants.dequantize(gguf.quants.quantize(x, QTYPE[fmt]), QTYPE[fmt]))
 
 
 def test_rows_are_padded_to_whole_words():
@@ -156,7 +156,7 @@ def test_requantise_keeps_blocks_and_quantises_float_weights():
     np.testing.assert_array_equal(dequantize(out["b"], "q8_0", 64).astype(np.float32),
                                   gguf.quants.dequantize(gguf.quants.quantize(w, QTYPE["q8_0"]), QTYPE["q8_0"]))
     assert params["b"] is w and set(params) == {"a", "b", "norm", "odd"}  # nothing passed in is modified
-    with pytest.raises(InputError, match="weights must be one of f32, q4_0, q4_1, q8_0, got 'q4_k'"):
+    with pytest.raises(InputError, match="weights must be one of f32, q4_0, q4_1, q8_0, f16, got 'q4_k'"):
         model_gguf.requantise(params, {}, "q4_k")
 
 

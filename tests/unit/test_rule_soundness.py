@@ -6,7 +6,7 @@ import pytest
 
 from eggfuse.ir import DType, Graph, RewriteError
 from eggfuse.rewrites import make_ruleset
-from eggfuse.rewrites.rulesets import ANALYSIS, rule_records
+from eggfuse.rewrites.rulesets import ANALYSIS, OPTIONAL, optimization_rulesets, optional_ruleset, rule_records
 from eggfuse.rewrites.soundness import assert_rule_sound, check_sound
 
 RULES = {r.name: r for r in rule_records() if r.ruleset != ANALYSIS}
@@ -24,7 +24,10 @@ def test_rule_is_sound(rule):
     # the elementwise_fusion rules are one per row of a table (ir/ops/fused.py), all of one form: two
     # random graphs each
     examples = 2 if RULES[rule].ruleset == "elementwise_fusion" else 6
-    assert_rule_sound(rule, ex.build, max_examples=examples, max_dim=ex.max_dim)
+    # an optional ruleset's rules (f16: weights rounded) run beside the shipped ones, as compile runs them
+    rulesets = [optional_ruleset(RULES[rule].ruleset), *optimization_rulesets()] \
+        if RULES[rule].ruleset in OPTIONAL else None
+    assert_rule_sound(rule, ex.build, max_examples=examples, max_dim=ex.max_dim, rulesets=rulesets, tol=ex.tol)
 
 
 def test_soundness_check_catches_an_unsound_rule():

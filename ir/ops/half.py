@@ -1,0 +1,178 @@
+"""The f16 family: f32 weights stored as float16 where the rewrite engine chooses it.
+
+``ToF16(x0, x1, ...)`` is the matrix [sum of rows, cols] that stacks its f32 inputs [rows_i, cols]
+along axis 0 (as ``Concat(..., axis=0)``), rounded to float16 and stored as rows of the ``f16``
+format of :mod:`.quant` (u32 [rows, cols / 2], two halves a word, the lower one first).
+``Dequant(ToF16(...), format='f16')`` reads it back as f32, so the folding rules of
+:mod:`.quant` turn a matmul or an embedding of it into ``QuantMatMul`` /
+``QuantRmsNormMatMul`` / ``QuantEmbedding`` with format ``f16``, whose kernels decode the
+halves while loading (``shaders/quant_decode.wgsl``) and compute in f32.
+
+Of parameters only (the weights of inference), ``ToF16`` is a derived parameter: a session
+rounds and packs it once, on the host (numpy's round to nearest even), and the cost model
+charges nothing for it, so a matmul's bytes of B are halved. Of computed tensors (or of
+parameters a training step updates in place) it is one dispatch per input (WGSL
+``pack2x16float``).
+
+Rounding changes values, so the rules that introduce ``ToF16`` are not equalities of the
+f32 graph: they live in the ``f16`` ruleset, which only ``compile(..., precision="f16")`` runs
+(:data:`eggfuse.rewrites.rulesets.OPTIONAL`). Their soundness examples hold within the error
+of rounding a weight to float16 (a relative 2^-11 per weight, IEEE 754 binary16's unit
+roundoff) instead of float64 rounding. The packing twins (QKV, gate/up) are exact.
+
+What is stored f16: every matmul weight stored [N, K] (``MatMulBT``: the LLaMA family's and
+the BERT family's linear layers; K a multiple of 32) and every embedding table whose rows
+are a multiple of 32 long. Activations, norms' weights and biases stay f32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernel import Buffer, Kernel, elementwise_groups
+from ..spec import example, need, need_f32, no_grad, op, rules
+from ..types import DType, TensorType
+from .kv_cache import decode_step, packed_decode_rule
+from .quant import BLOCK, f16_rows
+
+FAMILY = "f16"
+
+#: Tolerance of the soundness examples of the rules that round weights to f16 (relative and
+#: absolute, on outputs of sums of up to 96 products of standard normal values).
+F16_RULE_TOL = 2e-2
+
+
+def _to_f16(ts, a):
+    first = ts[0]
+    for i, t in enumerate(ts):
+        need_f32(t, f"input {i}")
+        need(t.rank == 2 and t.shape[1] == first.shape[1] and t.shape[1] % 2 == 0,
+             f"inputs must be f32 [rows, cols] of one even cols, got {t} beside {first}")
+    return TensorType((sum(t.shape[0] for t in ts), first.shape[1] // 2), DType.U32)
+
+
+def _to_f16_kernel(node, ins, target) -> list[Kernel]:
+    # one dispatch per input: its words, at its rows' offset in the output
+    words = node.type.shape[1]
+    kernels, first = [], 0
+    for t, ty in enumerate(ins):
+        n = ty.shape[0] * words
+        kernels.append(Kernel("to_f16", "to_f16.wgsl", elementwise_groups(n),
+                              params=(("words", "u32", n), ("first", "u32", first)),
+                              bindings=(Buffer("x"), Buffer("out", "u32", write=True)), inputs=(t,)))
+        first += n
+    return kernels
+
+
+op("ToF16", ("x", "*xs"), _to_f16, lambda xs, a: f16_rows(np.concatenate([np.asarray(x) for x in xs], axis=0)),
+   packs_parameters=True, pack_store="f16", kernel=_to_f16_kernel,
+   vjp=no_grad("rounding to float16 storage: the f16 ruleset introduces this op after autodiff, for weights"),
+   flops=lambda ins, out, a: 0,
+   doc="the f32 inputs [rows_i, cols] stacked along axis 0, rounded to float16 (IEEE 754 binary16, round "
+       "to nearest even) and stored two halves a u32 word: u32 [sum rows_i, cols / 2], the f16 rows of "
+       "ir/ops/quant.py; of parameters only, a derived parameter packed once by a session (no dispatch)")
+
+
+# --- rules: where weights become f16 ----------------------------------------------------------
+
+
+def _f16_matmul_example(g, dim) -> None:
+    k = BLOCK * dim("kb", 1, 3)
+    x = g.input("x", [dim("m"), k])
+    g.set_outputs([g.relu(g.matmul_bt(x, g.parameter("W", [dim("n"), k])))])
+
+
+def _f16_embedding_example(g, dim) -> None:
+    table = g.parameter("E", [dim("rows"), BLOCK * dim("kb", 1, 2)])
+    g.set_outputs([g.embedding(g.input("tokens", [dim("t")], DType.U32), table)])
+
+
+@rules("f16")
+def _store_f16(e):
+    (a,) = e.vars("a")
+    (n,) = e.vars("n", e.String)
+    (s,) = e.vars("s", e.Vec[e.i64])
+    p = e.Parameter(n, s)
+    half = e.Dequant(e.ToF16(p), format=e.String("f16"), cols=s[1])
+    whole_blocks = e.eq(s[1] % BLOCK).to(e.i64(0))
+    # MatMulBT(a, P) -> MatMulBT(a, Dequant(ToF16(P)))   (P [N,K] rounded to f16; K % 32 == 0)
+    yield e.equal("MatMulBT(a, P) -> MatMulBT(a, Dequant(ToF16(P)))", e.MatMulBT(a, p), e.MatMulBT(a, half),
+                  whole_blocks, example=example(_f16_matmul_example, tol=F16_RULE_TOL))
+    # Embedding(i, P) -> Embedding(i, Dequant(ToF16(P)))   (the table rounded to f16; rows % 32 == 0)
+    yield e.equal("Embedding(i, P) -> Embedding(i, Dequant(ToF16(P)))", e.Embedding(a, p), e.Embedding(a, half),
+                  whole_blocks, example=example(_f16_embedding_example, tol=F16_RULE_TOL))
+
+
+def _f16_param(g, name: str, rows: int, cols: int) -> int:
+    return g.add_node("Dequant", (g.add_node("ToF16", (g.parameter(name, [rows, cols]),)),), format="f16", cols=cols)
+
+
+def _gate_up_example(g, dim) -> None:
+    k, n = BLOCK * dim("kb", 1, 3), dim("n")
+    h = g.input("h", [dim("m"), k])
+    g.set_outputs([g.swiglu(g.matmul_bt(h, _f16_param(g, "wg", n, k)), g.matmul_bt(h, _f16_param(g, "wu", n, k)))])
+
+
+@rules("swiglu")
+def _f16_gate_up_concat(e):
+    (h,) = e.vars("h")
+    ng, nu = e.vars("ng nu", e.String)
+    sg, su = e.vars("sg su", e.Vec[e.i64])
+    (c,) = e.vars("c", e.i64)
+    pg, pu = e.Parameter(ng, sg), e.Parameter(nu, su)
+    gate, up = (e.MatMulBT(h, e.Dequant(e.ToF16(p), format=e.String("f16"), cols=c)) for p in (pg, pu))
+    # SwiGLU(h@Dequant(ToF16(Pg))^T, h@Dequant(ToF16(Pu))^T) -> SwiGLUConcat(h@Dequant(ToF16(Pg,Pu))^T)
+    # (rounding is per element, so the rows of both weights' halves stacked: quant.py's twin, for f16)
+    yield e.equal("SwiGLU(h@Dequant(ToF16(Pg))^T, h@Dequant(ToF16(Pu))^T) -> "
+                  "SwiGLUConcat(h@Dequant(ToF16(Pg,Pu))^T)", e.SwiGLU(gate, up),
+                  e.SwiGLUConcat(e.MatMulBT(h, e.Dequant(e.ToF16(pg, pu), format=e.String("f16"), cols=c))),
+                  example=example(_gate_up_example))
+
+
+def _qkv_example(g, dim) -> None:
+    nh, nkv, hd = 2, 1, 32
+    h = g.input("h", [dim("s"), 64])
+    q, k, v = (g.matmul_bt(h, _f16_param(g, f"w{t}", heads * hd, 64)) for t, heads in (("q", nh), ("k", nkv),
+                                                                                       ("v", nkv)))
+    g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)])
+
+
+@rules("attention")
+def _f16_packed_qkv(e):
+    (h,) = e.vars("h")
+    nq, nk, nv = e.vars("nq nk nv", e.String)
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
+    (c,) = e.vars("c", e.i64)
+    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
+    q, k, v = (e.MatMulBT(h, e.Dequant(e.ToF16(p), format=e.String("f16"), cols=c)) for p in (pq, pk, pv))
+    packed = e.MatMulBT(h, e.Dequant(e.ToF16(pq, pk, pv), format=e.String("f16"), cols=c))
+    attrs = e.attrs_of("CausalAttentionRoPE")
+    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
+    # CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> CausalAttentionRoPE(P),
+    # P = h@Dequant(ToF16(Wq,Wk,Wv))^T, each projection the SliceCols of P (quant.py's twin, for f16)
+    yield e.rule(attn, name="CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> "
+                            "CausalAttentionRoPE(h@Dequant(ToF16(Wq,Wk,Wv))^T)",
+                 example=example(_qkv_example)).then(
+        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
+        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[0])),
+        e.union(k).with_(e.SliceCols(packed, start=sq[0], size=sk[0])),
+        e.union(v).with_(e.SliceCols(packed, start=sq[0] + sk[0], size=sv[0])),
+    )
+
+
+@rules("attention")
+def _f16_packed_qkv_decode(e):
+    nq, nk, nv = e.vars("nq nk nv", e.String)
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
+    (c,) = e.vars("c", e.i64)
+    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
+    f16 = e.String("f16")
+    # kv_cache.py's decode packing for weights stored f16: h@Dequant(ToF16(Wq))^T, ... -> SliceCols of
+    # h@Dequant(ToF16(Wq,Wk,Wv))^T (rounding is per element, so the stacked rows' halves)
+    yield packed_decode_rule(
+        e, tuple((e.Dequant(e.ToF16(w), format=f16, cols=c), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))),
+        e.Dequant(e.ToF16(pq, pk, pv), format=f16, cols=c),
+        name="decode: h@Dequant(ToF16(Wq))^T, h@Dequant(ToF16(Wk))^T, h@Dequant(ToF16(Wv))^T -> SliceCols of "
+             "h@Dequant(ToF16(Wq,Wk,Wv))^T",
+        example_fn=lambda g, dim: decode_step(g, dim, lambda g, h, name, rows, cols: g.matmul_bt(
+            h, _f16_param(g, name, rows, cols))))
