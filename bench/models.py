@@ -55,11 +55,14 @@ decoded inside the matmul kernels): the random weights are quantised with gguf's
 the peer gets them dequantised, so both sides still compute the same function (``--check``
 holds to 1e-3). ``weights`` (``f32`` or ``q4_1``) is then a column; ``weight_bytes`` counts our
 bytes, ``floor_ours_ms`` is those bytes over the copy bandwidth, while ``floor_fp32_ms`` and
-``floor_bf16_ms`` stay those of the model in fp32 and bf16. MiniLM stays fp32. ``--weights`` is
+``floor_bf16_ms`` stay those of the model in fp32 and bf16; MiniLM stays fp32. ``--weights`` is
 given with ``--save-graphs`` (the graphs differ); the saved graphs remember it.
 ``--weights f16`` runs the SmolLM2 rows with every 2-D weight rounded to float16 instead (the f16
 rows of ``ir/ops/quant.py``, what ``generate --weights f16`` and ``precision="f16"`` store), the
-peer getting the rounded values in fp32; ``weights`` is then ``f16``.
+peer getting the rounded values in fp32; ``weights`` is then ``f16``. MiniLM's plan is then the
+one ``compile(..., precision="f16")`` makes (its matmul weights and embedding tables stored f16 by
+the f16 ruleset, rounded when the session is created); its peer keeps the unrounded fp32 weights,
+so ``rel_diff_vs_ours`` shows the rounding.
 
 ``--check`` times nothing: on padded inputs with random token types it compares the eager fp32
 peer with the numpy reference (``eggfuse.ir.evaluate``) and with ours, and every other peer of
@@ -150,10 +153,13 @@ def f32_weight_bytes(graph: Graph) -> int:
 
 def save_graphs(out: Path, meta: dict) -> None:
     from eggfuse.rewrites import optimize
+    from eggfuse.rewrites.rulesets import optimization_rulesets, optional_ruleset
 
     out.mkdir(parents=True, exist_ok=True)
     for name, g in graphs(meta["seq"], meta["batch"], meta["layers"], meta["weights"]).items():
-        fused, rep = optimize(g)
+        # MiniLM's f16 plan is compile(..., precision="f16")'s: the f16 ruleset rounds its [N, K] weights
+        f16 = name == "minilm" and meta["weights"] == "f16"
+        fused, rep = optimize(g, rulesets=(*optimization_rulesets(), optional_ruleset("f16")) if f16 else None)
         (out / f"{name}.pkl").write_bytes(pickle.dumps({"unfused": g, "fused": fused, "meta": meta}))
         print(f"{name}: dispatches {rep.dispatches_before} -> {rep.dispatches_after}")
     print(f"wrote {out}/*.pkl ({meta})")
@@ -466,10 +472,15 @@ def our_row(kind: str, unfused: Graph, fused: Graph, p: dict, meta: dict, args, 
     inputs = model_inputs(kind, seq, meta["batch"], padded=False)
     weight_bytes = sum(v.nbytes for k, v in p.items() if k in unfused.parameters and not k.endswith("_cache"))
     f32_bytes = f32_weight_bytes(unfused)
+    weights = meta["weights"] if kind != "minilm" or meta["weights"] == "f16" else "f32"
+    if kind == "minilm" and weights == "f16":  # the f16 ruleset's weights, as the session stores them
+        from eggfuse.lowering import lower
+
+        weight_bytes = lower(fused).memory()["weights_bytes"]
     decode = kind == "smollm2_decode"
     row = {"model": kind, "seq": 1 if decode else seq, "context": seq if decode else None,
            "batch": meta["batch"] if kind == "minilm" else 1, "layers": meta["layers"], "calls": args.calls,
-           "samples": args.repeats, "weights": "f32" if kind == "minilm" else meta["weights"],
+           "samples": args.repeats, "weights": weights,
            "weight_bytes": weight_bytes, "copy_gbs": copy_bps and copy_bps / 1e9,
            "copy_source": copy_src, "floor_fp32_ms": copy_bps and f32_bytes / copy_bps * 1e3,
            "floor_bf16_ms": copy_bps and f32_bytes / 2 / copy_bps * 1e3,
