@@ -21,6 +21,7 @@ from . import (  # a module imports the families it builds on itself
     conv,
     conv_fused,
     elementwise,
+    epilogue_rules,
     fused,
     indexing,
     kv_cache,

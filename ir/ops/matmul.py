@@ -17,6 +17,7 @@ from ..errors import GraphError
 from ..spec import Attr, example, need, need_f32, op, rules
 from ..types import TensorType
 from .elementwise import UNARY_BY_NAME, bias_grad
+from .fused_epilogue import apply_expr, check_expr, expr_operands, is_expr, no_expr_grad, step_label
 from .matmul_kernel import EPILOGUE_BINARY, matmul_kernel
 
 FAMILY = "matmul"
@@ -90,11 +91,17 @@ for _name, _variant in _VARIANT_OF.items():
 
 
 def check_epilogue(m: int, n: int, epilogue, operands: list[TensorType]) -> None:
-    """ShapeError unless every binary step of ``epilogue`` has an operand of its shape and
-    every other step is a unary op that may be an epilogue step."""
+    """ShapeError unless every binary step of ``epilogue`` has an operand of its shape, every
+    generated region (``fused_epilogue.py``) its operands and the output's type, and every other
+    step is a unary op that may be an epilogue step."""
     extra = list(operands)
     for step in epilogue:
-        if step in EPILOGUE_BINARY:
+        if is_expr(step):
+            k = expr_operands(step)
+            need(len(extra) >= k, f"epilogue step {step_label(step)} reads {k} operands, {len(extra)} are left")
+            check_expr(step, TensorType((m, n)), extra[:k])
+            del extra[:k]
+        elif step in EPILOGUE_BINARY:
             need(bool(extra), f"epilogue step {step} has no operand")
             t = extra.pop(0)
             want = ((n,), (1, n)) if step == "bias" else ((m, n),)
@@ -114,7 +121,11 @@ def apply_epilogue(c, epilogue, operands):
     """Apply an epilogue chain to a matmul result ``c`` [M,N] (reference semantics)."""
     operands = list(operands)
     for step in epilogue:
-        if step == "bias":
+        if is_expr(step):
+            k = expr_operands(step)
+            c = apply_expr(step, c, operands[:k])
+            del operands[:k]
+        elif step == "bias":
             c = c + operands.pop(0).reshape(1, -1)
         elif step == "add":
             c = c + operands.pop(0)
@@ -130,6 +141,7 @@ def _epilogue_vjp(b, node, n_fixed: int, get_a: Callable[[], int], w: int, dy: i
     ``<Op>Grad``); the pre-activation a unary step's gradient reads is recomputed as the same
     fused op with the epilogue cut before that step."""
     epilogue, variant = tuple(node.attrs["epilogue"]), node.attrs["variant"]
+    no_expr_grad(epilogue, node.op)
     operands = list(node.inputs[n_fixed:])
     slot = []  # operand index of each binary step, None for unary ones
     for step in epilogue:

@@ -178,7 +178,8 @@ def _quant_matmul_kernel(node, ins, target) -> Kernel:
     rms = node.op == "QuantRmsNormMatMul"
     (m, k), (n, words) = ins[0].shape, ins[2 if rms else 1].shape
     return matmul_kernel_for("BT", tuple(node.attrs["epilogue"]), m, k, n, rms_norm=rms,
-                             eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words)
+                             eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words,
+                             operand_types=tuple(ins[3 if rms else 2:]))
 
 
 _EPILOGUE = Attr("epilogue", "epilogue", ())
