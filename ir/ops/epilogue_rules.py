@@ -24,6 +24,7 @@ Each is an equality: extraction prices the kernel with the region against the pr
 
 from __future__ import annotations
 
+from ..errors import GraphError
 from ..spec import OPS, example, rules
 from ..types import DType, TensorType
 from .conv_fused import _conv_example, _conv_terms
@@ -57,10 +58,12 @@ def _joins(name: str) -> list[int]:
 JOINS = {name: p for name in FUSABLE if (p := _joins(name))}
 
 
-def _operands(g, name: str, at: int, y: int, shape) -> list[int]:
+def _operands(g, name: str, at: int, y: int, shape, broadcast_ok: bool = True) -> list[int]:
     """The operands of an example of ``name`` with the product ``y`` [m, n, ...] at ``at``: the
     others of the product's shape, or broadcast ([1, n] / [m, 1] like, per op)."""
     f = FUSABLE[name]
+    if not broadcast_ok:  # an op whose operands broadcast one way only (PRelu's slope)
+        return [y if i == at else _operand(g, d, f"x{i}_full", shape) for i, d in enumerate(f.example_dtypes)]
     m, n = shape[-2], shape[-1]
     lead = list(shape[:-2])
     broadcast = [[*([1] * len(lead)), 1, n], [*lead, m, 1], [1]]
@@ -86,7 +89,10 @@ def _mm_example(name: str, at: int, pair: str = ""):
 def _apply(g, name: str, at: int, y: int, shape, pair: str) -> int:
     attrs = FUSABLE[name].example_attrs
     if pair == "":
-        return g.add_node(name, _operands(g, name, at, y, shape), **attrs)
+        try:
+            return g.add_node(name, _operands(g, name, at, y, shape), **attrs)
+        except GraphError:
+            return g.add_node(name, _operands(g, name, at, y, shape, False), **attrs)
     x1 = g.add_node("Sigmoid", (y,))
     x2 = g.add_node("Tanh", (y,)) if pair == "both" else y
     args = (x1, x2) if at == 0 else (x2, x1)
