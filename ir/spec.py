@@ -46,8 +46,9 @@ REQUIRED = object()
 #: Attribute kinds and the Python type each value is normalised to. "json" is None, a number, a
 #: string or a tuple of them (nested), encoded in egglog as its JSON text (RoPE's ``scaling``);
 #: "epilogue" is a tuple of step names and ``("expr", steps)`` regions (a fused matmul's store
-#: chain, ``ir/ops/fused_epilogue.py``; encoded in egglog as an ``Epi`` term); "expr" is a generated elementwise kernel's expression (a tuple of steps, see
-#: ``ir/ops/fused.py``; in egglog an ``Ex`` term); "array" and "type" belong to leaves and never
+#: chain, ``ir/ops/fused_epilogue.py``; encoded in egglog as an ``Epi`` term); "expr" is a
+#: generated elementwise kernel's expression (a tuple of steps, see ``ir/ops/fused.py``; in
+#: egglog an ``Ex`` term); "array" and "type" belong to leaves and never
 #: enter the e-graph.
 ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "json", "epilogue", "expr", "array", "type")
 

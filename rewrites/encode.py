@@ -150,8 +150,8 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
                 for s in n.attrs[OPS[n.op].epilogue_attr.name] if is_expr(s)]
     ex_ops = sorted({s[0] for steps in regions for s in steps} - {"input", "const"})
     egglog_private.declare(egraph, [*(CONSTRUCTORS[c] for c in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
-                                    Epi.ex, TList.nil, TList.cons, ex_leaf, ex_const, ex_acc, *(EX_CONSTRUCTORS[o] for o in ex_ops),
-                                    *ANALYSES])
+                                    Epi.ex, TList.nil, TList.cons, ex_leaf, ex_const, ex_acc,
+                                    *(EX_CONSTRUCTORS[o] for o in ex_ops), *ANALYSES])
     stored = stored_uses(graph, live)
     lines = []
     written = set()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..ir import OPS, Graph, RewriteError, TensorType
 from ..ir.ops.fused import MAX_INPUTS, add_fused, ops_of
-from ..ir.ops.fused_epilogue import EXPR, compose, expr_operands, fold_constants, is_expr
+from ..ir.ops.fused_epilogue import EXPR, compose, expr_operands, fold_constants, is_expr, split
 from ..ir.ops.matmul_kernel import EPILOGUE_BINARY
 from .encode import Encoding
 from .sorts import ARG_SORTS, EX_SIGNATURES, SIGNATURES
@@ -167,6 +167,17 @@ def _with_regions(g: Graph, op: str, attrs: dict, inputs: list[int], name: str) 
             step = (EXPR, region)
         if fixed + len(used) + len(mine) > MAX_INPUTS:
             tail = [(step, mine), *_rest(attrs[name][k + 1:], operands)]
+            cut = split(step, MAX_INPUTS - fixed - len(used)) if is_expr(step) else None
+            if cut is None:
+                break
+            step, reads, rest, rest_reads = cut  # the part that fits stays at the store
+            tail[0] = (rest, [mine[i - 1] for i in rest_reads])
+            mine = [mine[i - 1] for i in reads]
+            if steps and is_expr(steps[-1]):
+                step = compose(steps[-1], expr_operands(steps[-1]), step)
+                steps.pop()
+            steps.append(step)
+            used += mine
             break
         if is_expr(step) and steps and is_expr(steps[-1]):  # consecutive regions: one
             step = compose(steps[-1], expr_operands(steps[-1]), step)

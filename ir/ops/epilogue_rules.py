@@ -7,8 +7,11 @@ For ``F`` one of FusedMatMul, FusedConv and FusedConvBn over chain ``e``, every 
 ``FUSABLE`` whose value is f32 when the operand ``F`` is f32 (every one but the comparisons,
 Cast, and the broadcasts, which would enlarge the output), and ``s`` the shape of both:
 
-- ``Op(.., F(e), ..) -> F(e + [Op(.., ExAcc(s), ExLeaf(x), ..)])``: the op joins the store,
-  its other operands read there with broadcasting;
+- ``Op(.., F(e), ..) -> F(e + [Op(.., ExAcc(s), ExLeaf(x), ..)])`` where ``e`` does not end
+  with a region: the op joins the store, its other operands read there with broadcasting;
+- ``Op(.., F(e + [x]), ..) -> F(e + [Op(.., x, ExLeaf(x'), ..)])``: the op joins the region
+  the chain ends with (so every region over one product has the same chain ``e`` below it,
+  which the next rule needs, and a chain of ops is one step, not one per op);
 - ``Op(F(e + [x1]), F(e + [x2])) -> F(e + [Op(x1, x2)])`` for a binary op: two regions over
   the same product (a diamond, ``v * Sigmoid(v)``) become one;
 - ``Op(F(e), F(e + [x])) -> F(e + [Op(ExAcc(s), x)])`` and its mirror: a region and the
@@ -88,6 +91,8 @@ def _mm_example(name: str, at: int, pair: str = ""):
 
 def _apply(g, name: str, at: int, y: int, shape, pair: str) -> int:
     attrs = FUSABLE[name].example_attrs
+    if pair == "chain":  # the product through a region already: Tanh(y) at ``at``
+        return _apply(g, name, at, g.add_node("Tanh", (y,)), shape, "")
     if pair == "":
         try:
             return g.add_node(name, _operands(g, name, at, y, shape), **attrs)
@@ -110,6 +115,7 @@ def _region_rules(e, label: str, term, examples):
     (ep,) = e.vars("e", e.Epi)
     x1, x2 = e.vars("x1 x2", e.Ex)
     (s,) = e.vars("s", e.Vec[e.i64])
+    (last,) = e.vars("last", e.String)
     zero = e.i64(0)
     for name, positions in JOINS.items():
         f = FUSABLE[name]
@@ -117,13 +123,20 @@ def _region_rules(e, label: str, term, examples):
         others = e.vars(" ".join(f"o{i}" for i in range(f.arity)))
         for p in positions:
             args = [y if i == p else o for i, o in enumerate(others)]
-            leaves = [e.ExAcc(s) if i == p else e.ExLeaf(o) for i, o in enumerate(others)]
             lhs = getattr(e, name)(*args, **attrs)
+            leaves = [e.ExAcc(s) if i == p else e.ExLeaf(o) for i, o in enumerate(others)]
             shown = ", ".join(f"{label}(e)" if i == p else f"x{i}" for i in range(f.arity))
             yield e.equal(f"{name}({shown}) -> {label}(e+[ex {name}])", lhs,
                           term(e.Epi.ex(ep, e.ex(name, *leaves, **attrs))),
                           e.eq(y).to(term(ep)), e.eq(e.stored_uses(y)).to(zero), e.eq(e.shape(y)).to(s),
-                          e.eq(e.shape(lhs)).to(s), example=examples(name, p, ""))
+                          e.eq(e.shape(lhs)).to(s), e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String("ex")),
+                          example=examples(name, p, ""))
+            leaves = [x1 if i == p else e.ExLeaf(o) for i, o in enumerate(others)]
+            shown = ", ".join(f"{label}(e+[x])" if i == p else f"x{i}" for i in range(f.arity))
+            yield e.equal(f"{name}({shown}) -> {label}(e+[ex {name}(x)])", lhs,
+                          term(e.Epi.ex(ep, e.ex(name, *leaves, **attrs))),
+                          e.eq(y).to(term(e.Epi.ex(ep, x1))), e.eq(e.stored_uses(y)).to(zero),
+                          e.eq(e.shape(y)).to(s), e.eq(e.shape(lhs)).to(s), example=examples(name, p, "chain"))
         if f.arity != 2 or positions != [0, 1]:
             continue
         both = getattr(e, name)(y, y2, **attrs)

@@ -134,6 +134,64 @@ def compose(first, n_first: int, second) -> tuple:
     return EXPR, tuple(steps)
 
 
+def _renumber(steps, alive: list[int], first: dict[int, int]) -> tuple[tuple, list[int]]:
+    """Steps ``alive`` of a region as a region of their own: step j of ``first`` becomes input
+    ``first[j]`` (0 or its accumulator), other input steps new inputs 1, 2, ...; and the original
+    input index of each new input 1, 2, ..."""
+    index, out, reads = {}, [], []
+    for j in alive:
+        name, attrs, args = steps[j]
+        if j in first:
+            out.append(("input", (), (first[j],)))
+        elif name == "input":
+            reads.append(args[0])
+            out.append(("input", (), (len(reads),)))
+        else:
+            out.append((name, attrs, tuple(index[a] for a in args)))
+        index[j] = len(out) - 1
+    return tuple(out), reads
+
+
+def _reached(steps, root: int, stop: int | None = None) -> set[int]:
+    seen, stack = set(), [root]
+    while stack:
+        k = stack.pop()
+        if k not in seen:
+            seen.add(k)
+            if k != stop and steps[k][0] not in ("input", "const"):
+                stack.extend(steps[k][2])
+    return seen
+
+
+def split(step, room: int) -> tuple[tuple, list[int], tuple, list[int]] | None:
+    """Region ``step`` cut in two where a part of it that reads the accumulator and at most
+    ``room`` operands gives the only value the rest needs of it: (head, its operand indices,
+    tail, its operand indices), the indices 1-based as the region's inputs, the tail reading the
+    head's value as its accumulator; the cut whose head holds the most steps, or None."""
+    steps = step[1]
+    last, best = len(steps) - 1, None
+    for k in range(last):
+        if steps[k][0] in ("input", "const"):
+            continue
+        part = _reached(steps, k)
+        rest = _reached(steps, last, stop=k)
+        # the rest may read again an operand or a literal of the part, nothing else of it
+        shared = {j for j in part - {k}
+                  if not (steps[j][0] == "const" or (steps[j][0] == "input" and steps[j][2] != (0,)))}
+        reads = {steps[j][2][0] for j in part if steps[j][0] == "input"}
+        if k not in rest or 0 not in reads or len(reads) - 1 > room or rest & shared:
+            continue
+        if best is None or len(part) > len(best[1]):
+            best = (k, part, rest)
+    if best is None:
+        return None
+    k, part, rest = best
+    acc = [j for j in part if steps[j][0] == "input" and steps[j][2] == (0,)]
+    head, head_reads = _renumber(steps, sorted(part), dict.fromkeys(acc, 0))
+    tail, tail_reads = _renumber(steps, sorted(rest), {k: 0})
+    return (EXPR, head), head_reads, (EXPR, tail), tail_reads
+
+
 def fold_constants(g, steps, operands: list[int]) -> tuple[tuple, list[int]]:
     """Region ``steps`` (input 0 the accumulator) with every one-element Constant operand of
     graph ``g`` baked in as a literal, and the operands still read."""
@@ -153,4 +211,4 @@ def fold_constants(g, steps, operands: list[int]) -> tuple[tuple, list[int]]:
 
 
 __all__ = ["EXPR", "apply_expr", "check_expr", "compose", "expr_lines", "expr_operands", "fold_constants", "is_expr",
-           "no_expr_grad", "step_label"]
+           "no_expr_grad", "split", "step_label"]

@@ -228,6 +228,9 @@ def _epilogue_facts(e):
     yield e.rule(e.eq(ep).to(Epi.add(inner, d)), name="last_step(e+[add d])").then(
         e.set_(e.last_step(ep)).to(e.String("add")))
     yield e.rule(e.eq(ep).to(Epi.act(inner, step)), name="last_step(e+[U])").then(e.set_(e.last_step(ep)).to(step))
+    (x,) = e.vars("x", e.Ex)
+    yield e.rule(e.eq(ep).to(Epi.ex(inner, x)), name="last_step(e+[ex x])").then(
+        e.set_(e.last_step(ep)).to(e.String("ex")))
 
 
 @rules("matmul_epilogue")

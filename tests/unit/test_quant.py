@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import DType, Graph, GraphError, InputError, evaluate
+from eggfuse.ir.ops.fused_epilogue import is_expr
 from eggfuse.ir.ops.quant import FORMATS, block_bytes, dequantize, pack_rows
 from eggfuse.lowering import lower
 from eggfuse.models import gguf as model_gguf
 from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
-from eggfuse.ir.ops.fused_epilogue import is_expr
 from eggfuse.rewrites import optimize, random_feeds
 from eggfuse.rewrites.rulesets import optimization_rulesets, rules_of, select
 

@@ -29,9 +29,8 @@ def region_cost(graph: Graph, model: CostModel) -> int:
     one op) priced as the extraction problem prices regions (a dispatch and the output each, one
     unit per op, each tensor read by any of them charged once), every other kernel by ``model``."""
     from eggfuse.ir.ops.fused import FUSABLE, ops_of
-    from eggfuse.rewrites.cost import kernel_info
-
     from eggfuse.ir.ops.fused_epilogue import expr_operands, is_expr
+    from eggfuse.rewrites.cost import kernel_info
 
     total, read, region_ops = 0, set(), set()
     for node in graph.live_nodes():
