@@ -29,7 +29,7 @@ from ..types import DType, TensorType
 from .conv import _ATTRS, _INFERENCE, _conv, _conv_flops, _conv_ref, conv_kernel
 from .elementwise import UNARY_BY_NAME
 from .fused import wgsl_literal
-from .fused_epilogue import apply_expr, check_expr, expr_lines, expr_operands, is_expr, step_label
+from .fused_epilogue import apply_expr, check_expr, epilogue_ops, expr_lines, expr_operands, is_expr, step_label
 from .matmul_kernel import EPILOGUE_BINARY
 
 FAMILY = "conv"
@@ -131,7 +131,7 @@ def _fused_conv_bn_kernel(node, ins, target):
 
 
 def _chain_flops(ins, out, a):
-    return _conv_flops(ins, out, a) + out.num_elements * len(a["epilogue"])
+    return _conv_flops(ins, out, a) + out.num_elements * epilogue_ops(a["epilogue"])
 
 
 op("FusedConv", ("x", "w", "*operands"), _fused_conv,

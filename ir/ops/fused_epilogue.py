@@ -42,6 +42,11 @@ def expr_operands(step) -> int:
     return sum(1 for s in step[1] if s[0] == "input") - 1
 
 
+def epilogue_ops(epilogue) -> int:
+    """The elementwise ops of a chain, for its FLOPs: one per step, a region's ops for a region."""
+    return sum(len(ops_of(s[1])) if is_expr(s) else 1 for s in epilogue)
+
+
 def step_label(step) -> str:
     """A step's name in kernel names and reports: ``bias``, ``Relu``, ``expr(Mul,HardSwish)``."""
     return f"{EXPR}({','.join(ops_of(step[1]))})" if is_expr(step) else step
@@ -210,5 +215,5 @@ def fold_constants(g, steps, operands: list[int]) -> tuple[tuple, list[int]]:
     return tuple(out), keep
 
 
-__all__ = ["EXPR", "apply_expr", "check_expr", "compose", "expr_lines", "expr_operands", "fold_constants", "is_expr",
-           "no_expr_grad", "split", "step_label"]
+__all__ = ["EXPR", "apply_expr", "check_expr", "compose", "epilogue_ops", "expr_lines", "expr_operands",
+           "fold_constants", "is_expr", "no_expr_grad", "split", "step_label"]

@@ -17,7 +17,7 @@ from ..errors import GraphError
 from ..spec import Attr, example, need, need_f32, op, rules
 from ..types import TensorType
 from .elementwise import UNARY_BY_NAME, bias_grad
-from .fused_epilogue import apply_expr, check_expr, expr_operands, is_expr, no_expr_grad, step_label
+from .fused_epilogue import apply_expr, check_expr, epilogue_ops, expr_operands, is_expr, no_expr_grad, step_label
 from .matmul_kernel import EPILOGUE_BINARY, matmul_kernel
 
 FAMILY = "matmul"
@@ -56,7 +56,7 @@ def matmul_ref(a, b, variant: str):
 def _flops(variant_of: Callable[[dict], str], first: int = 0):
     def flops(ins, out, attrs):
         m, k, n = matmul_dims(ins[first:first + 2], variant_of(attrs))
-        return 2 * m * k * n + out.num_elements * len(attrs.get("epilogue", ()))
+        return 2 * m * k * n + out.num_elements * epilogue_ops(attrs.get("epilogue", ()))
 
     return flops
 
@@ -337,7 +337,7 @@ def _fused_rms_norm_matmul_vjp(b, node, dy, want):
 
 def _rms_flops(ins, out, attrs):
     m, k, n = matmul_dims([ins[0], ins[2]], attrs["variant"])
-    return 2 * m * k * n + 3 * m * k + out.num_elements * len(attrs["epilogue"])
+    return 2 * m * k * n + 3 * m * k + out.num_elements * epilogue_ops(attrs["epilogue"])
 
 
 op("FusedRmsNormMatMul", ("x", "w_norm", "w", "*operands"), _fused_rms_norm_matmul, _fused_rms_norm_matmul_ref,

@@ -40,6 +40,7 @@ import numpy as np
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
+from .fused_epilogue import epilogue_ops
 from .kv_cache import decode_step, packed_decode_rule
 from .matmul import apply_epilogue, check_epilogue
 from .matmul_kernel import matmul_kernel_for
@@ -169,7 +170,7 @@ def _quant_flops(first: int):
     def flops(ins, out, attrs):
         m, k = ins[0].shape
         n = ins[first].shape[0]
-        return 2 * m * k * n + out.num_elements * len(attrs["epilogue"]) + (3 * m * k if first == 2 else 0)
+        return 2 * m * k * n + out.num_elements * epilogue_ops(attrs["epilogue"]) + (3 * m * k if first == 2 else 0)
 
     return flops
 
