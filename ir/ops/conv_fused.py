@@ -262,11 +262,13 @@ def _fold_unary(e):
     (ep,) = e.vars("e", e.Epi)
     (last,) = e.vars("last", e.String)
     # U(F(x,w,e)) -> F(x,w,e+[U])   for F = FusedConv, FusedConvBn and every unary op that may be an
-    # epilogue step, unless e ends with U already (Relu(Relu(x)) = Relu(x) would grow the chain forever)
+    # epilogue step, unless e ends with U already (Relu(Relu(x)) = Relu(x) would grow the chain forever) or
+    # with a generated region, which U joins instead (epilogue_rules.py)
     for name in (n for n, spec in OPS.items() if spec.epilogue_step):
         for op_name, term in fused.items():
             bn = op_name == "FusedConvBn"
             yield e.equal(f"{name}({op_name}(x,w,e)) -> {op_name}(x,w,e+[{name}])", getattr(e, name)(term(ep)),
                           term(e.Epi.act(ep, name)), e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)),
+                          e.ne(last).to(e.String("ex")),
                           example=_conv_example(bias=not bn, bn=bn,
                                                 then=(lambda u: lambda g, y, shape: g.add_node(u, (y,)))(name)))

@@ -298,12 +298,14 @@ def _fold_unary(e):
     (ep,) = e.vars("e", e.Epi)
     # U(FusedMatMul(v,a,b,e)) -> FusedMatMul(v,a,b,e+[U])   for every unary op that may be an epilogue
     # step, unless e already ends with U: with Relu(Relu(x)) = Relu(x) or Neg(Neg(x)) = x in the
-    # e-graph a class contains U of itself, and folding U again would grow the chain forever
+    # e-graph a class contains U of itself, and folding U again would grow the chain forever; nor
+    # when e ends with a generated region, which U joins instead (epilogue_rules.py): one form, not two
     for name in (n for n, spec in OPS.items() if spec.epilogue_step):
         yield e.equal(f"{name}(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[{name}])",
                       getattr(e, name)(e.FusedMatMul(a, b, variant=v, epilogue=ep)),
                       e.FusedMatMul(a, b, variant=v, epilogue=e.Epi.act(ep, name)),
-                      e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)), example=_unary_example(name))
+                      e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)), e.ne(last).to(e.String("ex")),
+                      example=_unary_example(name))
 
 
 # --- FusedRmsNormMatMul: C = epilogue(RmsNorm(x, w_norm) op W) ------------------------------
