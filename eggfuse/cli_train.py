@@ -62,7 +62,9 @@ class DigitsRun:
 
 def _fused_matmuls(graph: Graph) -> dict[str, int]:
     # FusedMatMul nodes of the compiled step by epilogue ('bias', 'add', 'bias+Relu', 'none')
-    return dict(Counter("+".join(n.attrs["epilogue"]) or "none"
+    from eggfuse.ir.ops.fused_epilogue import step_label
+
+    return dict(Counter("+".join(map(step_label, n.attrs["epilogue"])) or "none"
                         for n in graph.live_nodes() if n.op == "FusedMatMul"))
 
 

@@ -45,9 +45,10 @@ REQUIRED = object()
 
 #: Attribute kinds and the Python type each value is normalised to. "json" is None, a number, a
 #: string or a tuple of them (nested), encoded in egglog as its JSON text (RoPE's ``scaling``);
-#: "epilogue" is a tuple of step names (a fused matmul's store chain, encoded in egglog as an
-#: ``Epi`` term); "expr" is a generated elementwise kernel's expression (a tuple of steps, see
-#: ``ir/ops/fused.py``; in egglog an ``Ex`` term); "array" and "type" belong to leaves and never
+#: "epilogue" is a tuple of step names and ``("expr", steps)`` regions (a fused matmul's store
+#: chain, ``ir/ops/fused_epilogue.py``; encoded in egglog as an ``Epi`` term); "expr" is a
+#: generated elementwise kernel's expression (a tuple of steps, see ``ir/ops/fused.py``; in
+#: egglog an ``Ex`` term); "array" and "type" belong to leaves and never
 #: enter the e-graph.
 ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "json", "epilogue", "expr", "array", "type")
 
@@ -127,9 +128,9 @@ class Attr:
         if k == "epilogue":
             if isinstance(value, str):
                 raise TypeError(f"{value!r} is one string; the steps are a sequence of step names, e.g. ({value!r},)")
-            out = tuple(value)
-            if not all(isinstance(s, str) for s in out):
-                raise TypeError(f"{value!r} is not a sequence of step names")
+            out = tuple(s if isinstance(s, str) else _tuples(s) for s in value)
+            if not all(isinstance(s, str) or (len(s) == 2 and s[0] == "expr") for s in out):
+                raise TypeError(f"{value!r} is not a sequence of step names and ('expr', steps) regions")
             return out
         return value
 

@@ -50,6 +50,7 @@ from .sorts import (
     TList,
     constructor_name,
     epilogue_without_add,
+    ex_acc,
     ex_leaf,
     is_bool,
     last_step,
@@ -76,7 +77,7 @@ class Namespace:
     String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
     shape, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(is_bool), \
         staticmethod(epilogue_without_add), staticmethod(last_step)
-    stored_uses, ExLeaf = staticmethod(stored_uses), staticmethod(ex_leaf)
+    stored_uses, ExLeaf, ExAcc = staticmethod(stored_uses), staticmethod(ex_leaf), staticmethod(ex_acc)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))
 

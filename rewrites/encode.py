@@ -17,6 +17,7 @@ from egglog import EGraph
 from ..ir import OPS, DType, Graph, Node, TensorType
 from ..ir.facts import facts_of
 from ..ir.ops.fused import stored_uses
+from ..ir.ops.fused_epilogue import expr_operands, is_expr
 from . import egglog_private
 from .sorts import (
     ANALYSES,
@@ -26,6 +27,7 @@ from .sorts import (
     Epi,
     TList,
     constructor_name,
+    ex_acc,
     ex_const,
     ex_leaf,
 )
@@ -75,12 +77,18 @@ def tensor_list(items: list[str]) -> str:
     return out
 
 
-def epilogue_chain(steps, operands: list[str]) -> str:
-    """The ``Epi`` text of an epilogue tuple; binary steps take operands in order."""
+def epilogue_chain(steps, operands: list[str], shape=()) -> str:
+    """The ``Epi`` text of an epilogue tuple of an output of ``shape``; binary steps and
+    generated regions (``ir/ops/fused_epilogue.py``) take operands in order."""
     epi = "(EpiNone)"
     operands = list(operands)
     for step in steps:
-        if step == "bias":
+        if is_expr(step):
+            k = expr_operands(step)
+            leaves = [f"(ExAcc {literal(tuple(shape), 'ints')})", *(f"(ExLeaf {r})" for r in operands[:k])]
+            epi = f"(EpiEx {epi} {expr_text(step[1], leaves, wrap=False)})"
+            del operands[:k]
+        elif step == "bias":
             epi = f"(EpiBias {epi} {operands.pop(0)})"
         elif step == "add":
             epi = f"(EpiAdd {epi} {operands.pop(0)})"
@@ -89,12 +97,13 @@ def epilogue_chain(steps, operands: list[str]) -> str:
     return epi
 
 
-def expr_text(steps, refs: list[str]) -> str:
-    """The ``Ex`` text of a generated kernel's steps (``ir/ops/fused.py``) over the inputs ``refs``."""
+def expr_text(steps, refs: list[str], wrap: bool = True) -> str:
+    """The ``Ex`` text of a generated kernel's steps (``ir/ops/fused.py``) over the inputs ``refs``
+    (tensors read through ``ExLeaf``; with ``wrap`` False, ``Ex`` texts)."""
     texts: list[str] = []
     for name, attrs, args in steps:
         if name == "input":
-            texts.append(f"(ExLeaf {refs[args[0]]})")
+            texts.append(f"(ExLeaf {refs[args[0]]})" if wrap else refs[args[0]])
         elif name == "const":
             a = dict(attrs)
             texts.append(f"(ExConst {literal(a['dtype'], 'str')} {literal(json.dumps(a['value']), 'str')} "
@@ -116,7 +125,7 @@ def node_text(node: Node, refs: list[str]) -> str:
     args = [literal(node.attrs[a.name], a.kind) for a in sig.attrs]
     if sig.epilogue:
         args += refs[:sig.tensors]
-        args.append(epilogue_chain(node.attrs[OPS[node.op].epilogue_attr.name], refs[sig.tensors:]))
+        args.append(epilogue_chain(node.attrs[OPS[node.op].epilogue_attr.name], refs[sig.tensors:], node.type.shape))
     elif sig.tensors is None:
         args.append(tensor_list(refs))
     else:
@@ -136,11 +145,13 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     enc = Encoding(egraph)
     live = graph.live_nodes()
     used = {constructor_name(n.op, len(n.inputs)) for n in live}
-    ex_ops = sorted({s[0] for n in live if OPS[n.op].expr_attr is not None for s in n.attrs[OPS[n.op].expr_attr.name]}
-                    - {"input", "const"})
+    regions = [n.attrs[OPS[n.op].expr_attr.name] for n in live if OPS[n.op].expr_attr is not None]
+    regions += [s[1] for n in live if OPS[n.op].epilogue_attr is not None
+                for s in n.attrs[OPS[n.op].epilogue_attr.name] if is_expr(s)]
+    ex_ops = sorted({s[0] for steps in regions for s in steps} - {"input", "const"})
     egglog_private.declare(egraph, [*(CONSTRUCTORS[c] for c in sorted(used)), Epi.none, Epi.bias, Epi.add, Epi.act,
-                                    TList.nil, TList.cons, ex_leaf, ex_const, *(EX_CONSTRUCTORS[o] for o in ex_ops),
-                                    *ANALYSES])
+                                    Epi.ex, TList.nil, TList.cons, ex_leaf, ex_const, ex_acc,
+                                    *(EX_CONSTRUCTORS[o] for o in ex_ops), *ANALYSES])
     stored = stored_uses(graph, live)
     lines = []
     written = set()
@@ -167,8 +178,8 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     for i in range(len(graph.outputs) - 1, -1, -1):
         lines.append(f"(let {'$outputs' if i == 0 else f'$out{i}'} (Cons $n{graph.outputs[i]} $out{i + 1}))")
     enc.written = frozenset(written)
-    enc.constructors = frozenset({*used, *(f"Ex{o}" for o in ex_ops), "ExLeaf", "ExConst", "Epi.none", "Epi.bias",
-                                  "Epi.add", "Epi.act", "TList.nil", "TList.cons"})
+    enc.constructors = frozenset({*used, *(f"Ex{o}" for o in ex_ops), "ExLeaf", "ExConst", "ExAcc", "Epi.none",
+                                  "Epi.bias", "Epi.add", "Epi.act", "Epi.ex", "TList.nil", "TList.cons"})
     egglog_private.run_program(egraph, "\n".join(lines))
     return enc
 

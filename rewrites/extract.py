@@ -12,7 +12,9 @@ import json
 from dataclasses import dataclass, field
 
 from ..ir import OPS, Graph, RewriteError, TensorType
-from ..ir.ops.fused import add_fused
+from ..ir.ops.fused import MAX_INPUTS, add_fused, ops_of
+from ..ir.ops.fused_epilogue import EXPR, compose, expr_operands, fold_constants, is_expr, split
+from ..ir.ops.matmul_kernel import EPILOGUE_BINARY
 from .encode import Encoding
 from .sorts import ARG_SORTS, EX_SIGNATURES, SIGNATURES
 
@@ -40,13 +42,19 @@ def _list(dag: TermDag, i: int) -> list[int]:
     return out
 
 
-def _epilogue(dag: TermDag, i: int) -> tuple[list[str], list[int]]:
-    """Steps (innermost first) and operand indices of an ``Epi`` chain."""
+def _epilogue(dag: TermDag, i: int) -> tuple[list, list[int]]:
+    """Steps (innermost first) and operand indices of an ``Epi`` chain; a generated region
+    (``Epi.ex``) is the step ``("expr", steps)`` (``ir/ops/fused_epilogue.py``), its leaves
+    its operands."""
     steps, operands = [], []
     while (node := dag.nodes[i])[0] != "Epi.none":
         name, args = node
         if name == "Epi.act":
             steps.append(args[1])
+        elif name == "Epi.ex":
+            region, leaves = _expr(dag, args[1], acc=True)
+            steps.append((EXPR, region))
+            operands.extend(reversed(leaves))
         else:
             steps.append("bias" if name == "Epi.bias" else "add")
             operands.append(args[1])
@@ -54,9 +62,10 @@ def _epilogue(dag: TermDag, i: int) -> tuple[list[str], list[int]]:
     return steps[::-1], operands[::-1]
 
 
-def _expr(dag: TermDag, root: int) -> tuple[tuple, list[int]]:
+def _expr(dag: TermDag, root: int, acc: bool = False) -> tuple[tuple, list[int]]:
     """The steps (``ir/ops/fused.py``) of the ``Ex`` sub-DAG at entry ``root``, and the tensor
-    entries its leaves read, in the order of their input steps."""
+    entries its leaves read, in the order of their input steps (with ``acc``, an epilogue
+    region: ``ExAcc`` is input 0 and the leaves are inputs 1, 2, ...)."""
     steps: list[tuple] = []
     leaves: list[int] = []
     index: dict[int, int] = {}  # Ex entry -> its step
@@ -73,8 +82,10 @@ def _expr(dag: TermDag, root: int) -> tuple[tuple, list[int]]:
             stack.extend((k, False) for k in reversed(kids) if k not in index)
             continue
         if name == "ExLeaf":
-            steps.append(("input", (), (len(leaves),)))
+            steps.append(("input", (), (len(leaves) + acc,)))
             leaves.append(args[0])
+        elif name == "ExAcc" and acc:
+            steps.append(("input", (), (0,)))
         elif name == "ExConst":
             steps.append(("const", (("dtype", args[0]), ("shape", tuple(args[2])), ("value", json.loads(args[1]))), ()))
         elif sig is not None:
@@ -123,6 +134,8 @@ def build_node(g: Graph, op: str, attrs: dict, inputs: list[int], enc: Encoding)
     generated kernel through :func:`~eggfuse.ir.ops.fused.add_fused`)."""
     if (expr := OPS[op].expr_attr) is not None:
         return add_fused(g, attrs[expr.name], inputs)
+    if (epi := OPS[op].epilogue_attr) is not None and any(is_expr(s) for s in attrs[epi.name]):
+        return _with_regions(g, op, attrs, inputs, epi.name)
     if OPS[op].leaf:
         orig = enc.leaves[(op, attrs["name"])]
         if op == "Constant":
@@ -133,6 +146,62 @@ def build_node(g: Graph, op: str, attrs: dict, inputs: list[int], enc: Encoding)
             return g.state(orig.attrs["name"], orig.type.shape)
         return g.parameter(orig.attrs["name"], orig.type.shape, orig.type.dtype)
     return g.add_node(op, inputs, **attrs)
+
+
+def _with_regions(g: Graph, op: str, attrs: dict, inputs: list[int], name: str) -> int:
+    """Add a fused matmul or convolution whose chain holds generated regions: one-element
+    Constant operands become literals, a region of no op (the accumulator itself) is dropped,
+    and where the operands would exceed the kernel's bindings (:data:`MAX_INPUTS` with the
+    output's) the chain is cut before the step that overflows and the rest applied by the ops
+    of the graph (a ``Fused`` node for each region) to the node's output."""
+    fixed = len(inputs) - sum(expr_operands(s) if is_expr(s) else s in EPILOGUE_BINARY for s in attrs[name])
+    head, operands = list(inputs[:fixed]), list(inputs[fixed:])
+    steps, used, tail = [], [], None
+    for k, step in enumerate(attrs[name]):
+        n = expr_operands(step) if is_expr(step) else int(step in EPILOGUE_BINARY)
+        mine, operands = operands[:n], operands[n:]
+        if is_expr(step):
+            region, mine = fold_constants(g, step[1], mine)
+            if not ops_of(region):
+                continue
+            step = (EXPR, region)
+        if fixed + len(used) + len(mine) > MAX_INPUTS:
+            tail = [(step, mine), *_rest(attrs[name][k + 1:], operands)]
+            cut = split(step, MAX_INPUTS - fixed - len(used)) if is_expr(step) else None
+            if cut is None:
+                break
+            step, reads, rest, rest_reads = cut  # the part that fits stays at the store
+            tail[0] = (rest, [mine[i - 1] for i in rest_reads])
+            mine = [mine[i - 1] for i in reads]
+            if steps and is_expr(steps[-1]):
+                step = compose(steps[-1], expr_operands(steps[-1]), step)
+                steps.pop()
+            steps.append(step)
+            used += mine
+            break
+        if is_expr(step) and steps and is_expr(steps[-1]):  # consecutive regions: one
+            step = compose(steps[-1], expr_operands(steps[-1]), step)
+            steps.pop()
+        steps.append(step)
+        used += mine
+    out = g.add_node(op, [*head, *used], **(attrs | {name: tuple(steps)}))
+    for step, mine in tail or ():
+        if is_expr(step):
+            out = add_fused(g, step[1], [out, *mine])
+        elif step in EPILOGUE_BINARY:  # bias [N] or [1,N] and add [M,N]: numpy broadcasting of the output
+            out = g.add_node("Add", (out, *mine))
+        else:
+            out = g.add_node(step, (out,))
+    return out
+
+
+def _rest(steps, operands: list[int]) -> list[tuple]:
+    out = []
+    for step in steps:
+        n = expr_operands(step) if is_expr(step) else int(step in EPILOGUE_BINARY)
+        out.append((step, operands[:n]))
+        operands = operands[n:]
+    return out
 
 
 def rebuild(dag: TermDag, enc: Encoding) -> Graph:

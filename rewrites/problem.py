@@ -109,12 +109,15 @@ class Decoder:
             eclass = self.cls[n["children"][1]]
 
     def epilogue(self, eclass: str) -> tuple[list[str], list[str]]:
-        """Steps (innermost first) and operand e-classes of an ``Epi`` e-class."""
+        """Steps (innermost first) and operand e-classes of an ``Epi`` e-class; a generated region
+        (``Epi.ex``) is the step ``("ex", its Ex e-class)``, with no operands here."""
         steps, operands = [], []
         while (n := self.nodes[self.first(eclass)])["op"] != "Epi.none":
             inner, arg = n["children"]
             if n["op"] == "Epi.act":
                 steps.append(json.loads(self.nodes[arg]["op"]))
+            elif n["op"] == "Epi.ex":  # a generated region: its Ex e-class (its reads are its ExLeaf e-nodes')
+                steps.append(("ex", self.cls[arg]))
             else:
                 steps.append("bias" if n["op"] == "Epi.bias" else "add")
                 operands.append(self.cls[arg])
@@ -126,6 +129,8 @@ class Decoder:
         n = self.nodes[nid]
         if n["op"] == "ExLeaf":
             return ExNode("leaf", {}, [self.cls[n["children"][0]]])
+        if n["op"] == "ExAcc":
+            return ExNode("acc", {"shape": literal(self.nodes, n["children"][0], "ints")}, [])
         if n["op"] == "ExConst":
             dtype, value, shape = (literal(self.nodes, ch, kind)
                                    for ch, kind in zip(n["children"], ARG_SORTS["ExConst"], strict=True))
@@ -217,6 +222,8 @@ def _ex_type(dec: Decoder, nid: str, types: dict[str, TensorType]) -> TensorType
     x = dec.ex_node(nid)
     if x.op == "const":
         return TensorType(tuple(x.attrs["shape"]), DType(x.attrs["dtype"]))
+    if x.op == "acc":
+        return TensorType(tuple(x.attrs["shape"]))
     if not all(a in types for a in x.args):
         return None
     if x.op == "leaf":
@@ -261,7 +268,7 @@ def _types(dec: Decoder, enc: Encoding, reach: set[str]) -> dict[str, TensorType
                 spec = OPS[e.op]
                 if spec.leaf or not all(i in types for i in e.inputs):
                     continue
-                full = {a.name: a.default for a in spec.attrs} | e.attrs
+                full = {a.name: a.default for a in spec.attrs} | _without_regions(e.op, e.attrs)
                 try:
                     types[c] = spec.infer([types[i] for i in e.inputs], full)
                 except ShapeError as err:
@@ -335,6 +342,16 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
     return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw, types)
 
 
+def _without_regions(op: str, attrs: dict) -> dict:
+    """``attrs`` with the generated regions (``("ex", e-class)`` steps, :meth:`Decoder.epilogue`)
+    left out of an epilogue: the shape rule of the rest gives the node's type, each region being
+    checked to give the output's type itself (:func:`_check_type`)."""
+    epi = OPS[op].epilogue_attr
+    if epi is None or all(isinstance(s, str) for s in attrs[epi.name]):
+        return attrs
+    return attrs | {epi.name: tuple(s for s in attrs[epi.name] if isinstance(s, str))}
+
+
 def _check_type(dec: Decoder, nid: str, e: ENode, full: dict, types: dict[str, TensorType],
                 inferred: dict[tuple, TensorType]) -> None:
     """Raise :class:`RewriteError` unless e-node ``nid``'s shape rule, applied to its inputs'
@@ -342,6 +359,12 @@ def _check_type(dec: Decoder, nid: str, e: ENode, full: dict, types: dict[str, T
     layers of a model repeat the same ops on the same types)."""
     c = dec.cls[nid]
     ins = [types[i] for i in e.inputs]
+    if (epi := OPS[e.op].epilogue_attr) is not None:  # a region's value is the output's type (f32, its shape)
+        for step in e.attrs[epi.name]:
+            if isinstance(step, tuple) and types.get(step[1]) != TensorType(types[c].shape):
+                raise RewriteError(f"a rule put {e.op} with an epilogue region of type {types.get(step[1])} into "
+                                   f"e-class {c} of type {types[c]}: a region must give the output's type")
+        full = full | _without_regions(e.op, e.attrs)
     key = (e.op, *ins, *e.attrs.items())
     got = inferred.get(key)
     if got is None:
@@ -368,7 +391,7 @@ def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostMo
                            "passed to optimize)")
     if x.op == "leaf":
         return float(model.kernel_cost(fused_read_info(types[x.args[0]])))
-    if x.op == "const":
+    if x.op in ("const", "acc"):
         return 0.0
     out = types[c]
     # plus one unit: of two regions that move the same bytes, the one of fewer ops is extracted (a

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ..ir.ops.fused_epilogue import step_label
+
 
 @dataclass
 class Phase:
@@ -175,7 +177,7 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
                 label = ops[0] if len(ops) == 1 else f"{op}({', '.join(ops)})"
             else:
                 steps = attrs.get(spec.epilogue_attr.name) if spec.epilogue_attr else None
-                label = f"{op}({', '.join(steps)})" if steps else op
+                label = f"{op}({', '.join(map(step_label, steps))})" if steps else op
             out.setdefault(label, []).append(sorted(n for n in cone if n not in claimed))
             claimed.update(cone)
     return out

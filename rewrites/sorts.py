@@ -13,8 +13,10 @@ arguments are, in order:
   constructor per arity, named ``<Op>`` with every input and ``<Op>_<n>`` with n of them (a
   list would cost every rule that matches the op a join through its cells: the packed-QKV
   rule took 101 ms per 64-layer saturation with a list against 1 ms without);
-- for an op with an epilogue attribute (the fused matmuls) its store chain as an ``Epi``
-  term, whose binary steps carry the trailing inputs;
+- for an op with an epilogue attribute (the fused matmuls and convolutions) its store chain
+  as an ``Epi`` term, whose binary steps carry the trailing inputs; ``Epi.ex(e, x)`` is a
+  generated region (``ir/ops/fused_epilogue.py``), ``x`` an ``Ex`` term whose ``ExAcc(shape)``
+  leaf is the chain's value so far and whose ``ExLeaf`` leaves carry the step's operands;
 - for an op with an expression attribute (``Fused``, a generated elementwise kernel,
   ``ir/ops/fused.py``) its region as one ``Ex`` term and nothing else.
 
@@ -66,6 +68,10 @@ class T(Expr, egg_sort="T"):
     """A tensor term: the value of one e-class."""
 
 
+class Ex(Expr, egg_sort="Ex"):
+    """A generated elementwise kernel's value, element by element (a region under ``Fused``)."""
+
+
 class Epi(Expr, egg_sort="Epi"):
     """A matmul epilogue: steps applied in order to each output element at the store
     (innermost step first)."""
@@ -86,9 +92,9 @@ class Epi(Expr, egg_sort="Epi"):
     @classmethod
     def act(cls, e: Epi, op: StringLike) -> Epi: ...
 
-
-class Ex(Expr, egg_sort="Ex"):
-    """A generated elementwise kernel's value, element by element (a region under ``Fused``)."""
+    @method(egg_fn="EpiEx")
+    @classmethod
+    def ex(cls, e: Epi, x: Ex) -> Epi: ...
 
 
 class TList(Expr, egg_sort="TList"):
@@ -231,6 +237,8 @@ CONSTRUCTORS: dict[str, Any] = {name: _constructor(sig) for name, sig in SIGNATU
 #: (Declared like the op constructors, so egglog's serialisation names them as egglog does.)
 ex_leaf = _declare("ExLeaf", [T], ["t"], Ex)
 ex_const = _declare("ExConst", [String, String, Vec[i64]], ["dtype", "value", "shape"], Ex)
+#: ``ExAcc(shape)``: the accumulator of a generated epilogue region (``Epi.ex``), f32 of ``shape``.
+ex_acc = _declare("ExAcc", [Vec[i64]], ["shape"], Ex)
 
 
 @dataclass(frozen=True)
@@ -261,6 +269,7 @@ EX_CONSTRUCTORS: dict[str, Any] = {
 #: serialisation) and of every op's constructors (by constructor name).
 ARG_SORTS: dict[str, tuple[str, ...]] = {
     "Epi.none": (), "Epi.bias": ("Epi", "T"), "Epi.add": ("Epi", "T"), "Epi.act": ("Epi", "str"),
+    "Epi.ex": ("Epi", "Ex"), "ExAcc": ("ints",),
     "TList.nil": (), "TList.cons": ("T", "TList"), "ExLeaf": ("T",), "ExConst": ("str", "str", "ints"),
     **{name: sig.arg_sorts for name, sig in SIGNATURES.items()},
     **{name: sig.arg_sorts for name, sig in EX_SIGNATURES.items()},
@@ -271,4 +280,4 @@ CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
            "FACTS", "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
-           "epilogue_without_add", "ex_const", "ex_leaf", "is_bool", "last_step", "shape", "stored_uses"]
+           "epilogue_without_add", "ex_acc", "ex_const", "ex_leaf", "is_bool", "last_step", "shape", "stored_uses"]

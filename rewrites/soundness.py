@@ -21,7 +21,7 @@ from .diagnose import unsound_culprits
 from .engine import Report, random_feeds, saturate
 from .problem import Decoder
 from .rulesets import optimization_rulesets
-from .sorts import ARG_SORTS
+from .sorts import ARG_SORTS, SIGNATURES
 
 
 @dataclass
@@ -104,6 +104,10 @@ def _evaluate_enode(dec: Decoder, nid: str, values: dict, enc, inputs, params):
     e = dec.enode(nid)
     if e.ex is not None:
         return values.get(e.ex)
+    if (epi := OPS[e.op].epilogue_attr) is not None and not all(isinstance(s, str) for s in e.attrs[epi.name]):
+        e = _with_concrete_regions(dec, nid, e, epi.name, values)
+        if e is None:
+            return None
     if e.op in ("Input", "Parameter", "Constant"):
         return evaluate(_single_leaf(enc.leaves[(e.op, e.attrs["name"])]), inputs, params)[0]
     if not all(i in values for i in e.inputs):
@@ -116,8 +120,67 @@ def _evaluate_enode(dec: Decoder, nid: str, values: dict, enc, inputs, params):
         return as_reference(np.asarray(spec.reference(args, attrs)).reshape(ty.shape), ty)
 
 
+def _with_concrete_regions(dec: Decoder, nid: str, e, name: str, values: dict):
+    """E-node ``e`` (a fused matmul or convolution whose chain holds generated regions, each a
+    ``("ex", e-class)`` step) with each region written out as an ``("expr", steps)`` step of one
+    term of its ``Ex`` e-class (``ir/ops/fused_epilogue.py``) and its leaves among the inputs in
+    chain order; None while a leaf has no value. A region's ``Ex`` e-classes have no value of
+    their own (they read the accumulator, ``ExAcc``): they are checked through the e-nodes that
+    hold them."""
+    fixed = SIGNATURES[dec.nodes[nid]["op"]].tensors
+    chain, epi = [], dec.cls[dec.nodes[nid]["children"][-1]]
+    while (n := dec.nodes[dec.first(epi)])["op"] != "Epi.none":
+        chain.append(n)
+        epi = dec.cls[n["children"][0]]
+    plain = iter(e.inputs[fixed:])
+    steps, inputs = [], list(e.inputs[:fixed])
+    for n, step in zip(reversed(chain), e.attrs[name], strict=True):
+        if n["op"] == "Epi.ex":
+            region, leaves = [], []
+            if _concrete(dec, dec.cls[n["children"][1]], region, leaves, values, {}, set()) is None:
+                return None
+            steps.append(("expr", tuple(region)))
+            inputs += leaves
+        else:
+            steps.append(step)
+            if n["op"] in ("Epi.bias", "Epi.add"):
+                inputs.append(next(plain))
+    return type(e)(e.op, e.attrs | {name: tuple(steps)}, inputs)
+
+
+def _concrete(dec: Decoder, c: str, steps: list, leaves: list, values: dict, done: dict, busy: set) -> int | None:
+    """Append one term of ``Ex`` e-class ``c`` to ``steps`` (``ExAcc`` as input 0, the tensors
+    its ``ExLeaf`` e-nodes read to ``leaves``, inputs 1, 2, ...); its step index, or None."""
+    if c in done:
+        return done[c]
+    busy.add(c)
+    for nid in dec.members.get(c, []):
+        x = dec.ex_node(nid)
+        if x.op == "acc":
+            steps.append(("input", (), (0,)))
+        elif x.op == "leaf":
+            if x.args[0] not in values:
+                continue
+            leaves.append(x.args[0])
+            steps.append(("input", (), (len(leaves),)))
+        elif x.op == "const":
+            steps.append(("const", tuple(sorted(x.attrs.items())), ()))
+        else:
+            args = [None if a in busy else _concrete(dec, a, steps, leaves, values, done, busy) for a in x.args]
+            if any(a is None for a in args):
+                continue
+            steps.append((x.op, tuple(x.attrs.items()), tuple(args)))
+        busy.discard(c)
+        done[c] = len(steps) - 1
+        return done[c]
+    busy.discard(c)
+    return None
+
+
 def _evaluate_ex(dec: Decoder, nid: str, values: dict):
     x = dec.ex_node(nid)
+    if x.op == "acc":
+        return None
     if x.op == "const":
         ty = TensorType(tuple(x.attrs["shape"]), DType(x.attrs["dtype"]))
         value = x.attrs["value"]

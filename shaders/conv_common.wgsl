@@ -1,4 +1,7 @@
 //#include "common.wgsl"
+//#include "arith.wgsl"
+//#include "derivatives.wgsl"
+// (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 // Shared by conv_direct.wgsl and conv_gemm.wgsl (Conv, ConvTranspose; ir/ops/conv.py): the
 // geometry of one convolution over up to 3 spatial axes (d, h, w; fewer axes are padded with
 // size-1 ones). Uniform: p.ins = (in d, h, w, C), p.outs = (out d, h, w, M), p.ker =

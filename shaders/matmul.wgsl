@@ -1,4 +1,7 @@
 //#include "common.wgsl"
+//#include "arith.wgsl"
+//#include "derivatives.wgsl"
+// (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 // C[M,N] = epilogue(op(A) @ op(B)) for MatMul, MatMulAT, MatMulBT, FusedMatMul and
 // FusedRmsNormMatMul: the tiled kernel (ir/ops/matmul_kernel.py; M <= 4 takes
 // matmul_gemv.wgsl).

@@ -1,4 +1,7 @@
 //#include "common.wgsl"
+//#include "arith.wgsl"
+//#include "derivatives.wgsl"
+// (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 //#include "matmul_gemv_reduce.wgsl"
 // C[M,N] = epilogue(op(A) @ op(B)) for M <= 4 (decode): the GEMV form of matmul.wgsl,
 // chosen by ir/ops/matmul_kernel.py (matmul_tile). A GEMV reads each element of B once

@@ -21,6 +21,7 @@ from . import (  # a module imports the families it builds on itself
     conv,
     conv_fused,
     elementwise,
+    epilogue_rules,
     fused,
     half,
     indexing,
@@ -52,6 +53,6 @@ from . import (  # a module imports the families it builds on itself
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
             optimisers, reduce_axes, scans, axis_norms, linalg, conv, conv_fused, pooling, resample, rope_exported,
-            recognize, recognize_norms, quant, half, fused)
+            recognize, recognize_norms, quant, half, fused, epilogue_rules)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -173,7 +173,8 @@ def _pointwise_matmul(node, ins, epilogue: tuple[str, ...], operands: int) -> Ke
     if operands:
         slots["EPILOGUE"] = "\n".join(line.format(ch="i", at="i * p.n + j") for line in epilogue)
     suffix = "".join(f"+{s}" for s in epilogue_names(node, len(ins)))
-    return dataclasses.replace(k, name="conv_1x1_" + k.name.split("+")[0] + suffix, slots=slots,
+    bindings = (*k.bindings[:2], *(Buffer(f"e{i}", t.dtype.wgsl) for i, t in enumerate(ins[2:])), k.bindings[-1])
+    return dataclasses.replace(k, name="conv_1x1_" + k.name.split("+")[0] + suffix, slots=slots, bindings=bindings,
                                inputs=(1, 0, *range(2, len(ins))))
 
 
@@ -182,7 +183,9 @@ def epilogue_names(node, n_inputs: int) -> tuple[str, ...]:
     norm first), or ``bias`` for a Conv with bias."""
     if node.op in ("Conv", "ConvTranspose"):
         return ("bias",) if n_inputs > 2 else ()
-    return (*(("bn",) if node.op == "FusedConvBn" else ()), *node.attrs["epilogue"])
+    from .fused_epilogue import step_label
+
+    return (*(("bn",) if node.op == "FusedConvBn" else ()), *map(step_label, node.attrs["epilogue"]))
 
 
 def _pad3(values, fill: int) -> list[int]:
@@ -218,7 +221,8 @@ def conv_kernel(node, ins, epilogue: tuple[str, ...]) -> Kernel:
     slots = {"TRANSPOSED": "true" if transposed else "false",
              "EPILOGUE": "\n".join(line.format(ch="o", at="at") for line in epilogue),
              **dict(zip(("KD", "KH", "KW"), _pad3(w.shape[2:], 1), strict=True))}
-    bindings = (Buffer("x"), Buffer("w"), *(Buffer(f"e{i}") for i in range(operands)), Buffer("out", write=True))
+    bindings = (Buffer("x"), Buffer("w"), *(Buffer(f"e{i}", t.dtype.wgsl) for i, t in enumerate(ins[2:])),
+                Buffer("out", write=True))
     name = ("conv_transpose" if transposed else "conv") + "".join(f"+{s}" for s in epilogue_names(node, len(ins)))
     if conv_uses_gemm(node):
         a = node.attrs

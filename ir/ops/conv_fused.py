@@ -29,6 +29,7 @@ from ..types import DType, TensorType
 from .conv import _ATTRS, _INFERENCE, _conv, _conv_flops, _conv_ref, conv_kernel
 from .elementwise import UNARY_BY_NAME
 from .fused import wgsl_literal
+from .fused_epilogue import apply_expr, check_expr, epilogue_ops, expr_lines, expr_operands, is_expr, step_label
 from .matmul_kernel import EPILOGUE_BINARY
 
 FAMILY = "conv"
@@ -42,7 +43,12 @@ def _check_chain(out: TensorType, epilogue, operands: list[TensorType]) -> None:
     m = out.shape[1]
     extra = list(operands)
     for step in epilogue:
-        if step in EPILOGUE_BINARY:
+        if is_expr(step):
+            k = expr_operands(step)
+            need(len(extra) >= k, f"epilogue step {step_label(step)} reads {k} operands, {len(extra)} are left")
+            check_expr(step, out, extra[:k])
+            del extra[:k]
+        elif step in EPILOGUE_BINARY:
             need(bool(extra), f"epilogue step {step} has no operand")
             t = extra.pop(0)
             need_f32(t, f"the {step} operand")
@@ -78,7 +84,11 @@ def _chain_ref(v, epilogue, operands):
     operands = list(operands)
     per_channel = (1, -1) + (1,) * (v.ndim - 2)
     for step in epilogue:
-        if step == "bias":
+        if is_expr(step):
+            k = expr_operands(step)
+            v = apply_expr(step, v, operands[:k])
+            del operands[:k]
+        elif step == "bias":
             v = v + operands.pop(0).reshape(per_channel)
         elif step == "add":
             v = v + operands.pop(0)
@@ -92,12 +102,17 @@ def _bn_ref(v, scale, bias, mean, var, eps):
     return (v - mean.reshape(r)) / np.sqrt(var.reshape(r) + eps) * scale.reshape(r) + bias.reshape(r)
 
 
-def _chain_wgsl(epilogue, first: int) -> list[str]:
-    """The WGSL lines of a chain over ``v`` whose operands bind from ``e<first>`` on (``{ch}``
-    the output channel, ``{at}`` the output index: :func:`conv.conv_kernel`)."""
+def _chain_wgsl(epilogue, first: int, out: TensorType, operands: list[TensorType]) -> list[str]:
+    """The WGSL lines of a chain over ``v`` whose operands (of types ``operands``) bind from
+    ``e<first>`` on (``{ch}`` the output channel, ``{at}`` the output index of ``out``:
+    :func:`conv.conv_kernel`)."""
     lines, k = [], first
     for step in epilogue:
-        if step in EPILOGUE_BINARY:
+        if is_expr(step):
+            n = expr_operands(step)
+            lines += expr_lines(step, len(lines), out.shape, operands[k - first:k - first + n], k)
+            k += n
+        elif step in EPILOGUE_BINARY:
             lines.append(f"    v = v + e{k}[{{{'ch' if step == 'bias' else 'at'}}}];  // {step}")
             k += 1
         else:
@@ -106,17 +121,17 @@ def _chain_wgsl(epilogue, first: int) -> list[str]:
 
 
 def _fused_conv_kernel(node, ins, target):
-    return conv_kernel(node, ins, tuple(_chain_wgsl(node.attrs["epilogue"], 0)))
+    return conv_kernel(node, ins, tuple(_chain_wgsl(node.attrs["epilogue"], 0, node.type, ins[2:])))
 
 
 def _fused_conv_bn_kernel(node, ins, target):
     eps = wgsl_literal(node.attrs["epsilon"], DType.F32)
     bn = f"    v = (v - e2[{{ch}}]) / sqrt(e3[{{ch}}] + {eps}) * e0[{{ch}}] + e1[{{ch}}];  // the batch norm"
-    return conv_kernel(node, ins, (bn, *_chain_wgsl(node.attrs["epilogue"], 4)))
+    return conv_kernel(node, ins, (bn, *_chain_wgsl(node.attrs["epilogue"], 4, node.type, ins[6:])))
 
 
 def _chain_flops(ins, out, a):
-    return _conv_flops(ins, out, a) + out.num_elements * len(a["epilogue"])
+    return _conv_flops(ins, out, a) + out.num_elements * epilogue_ops(a["epilogue"])
 
 
 op("FusedConv", ("x", "w", "*operands"), _fused_conv,
@@ -247,11 +262,13 @@ def _fold_unary(e):
     (ep,) = e.vars("e", e.Epi)
     (last,) = e.vars("last", e.String)
     # U(F(x,w,e)) -> F(x,w,e+[U])   for F = FusedConv, FusedConvBn and every unary op that may be an
-    # epilogue step, unless e ends with U already (Relu(Relu(x)) = Relu(x) would grow the chain forever)
+    # epilogue step, unless e ends with U already (Relu(Relu(x)) = Relu(x) would grow the chain forever) or
+    # with a generated region, which U joins instead (epilogue_rules.py)
     for name in (n for n, spec in OPS.items() if spec.epilogue_step):
         for op_name, term in fused.items():
             bn = op_name == "FusedConvBn"
             yield e.equal(f"{name}({op_name}(x,w,e)) -> {op_name}(x,w,e+[{name}])", getattr(e, name)(term(ep)),
                           term(e.Epi.act(ep, name)), e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)),
+                          e.ne(last).to(e.String("ex")),
                           example=_conv_example(bias=not bn, bn=bn,
                                                 then=(lambda u: lambda g, y, shape: g.add_node(u, (y,)))(name)))

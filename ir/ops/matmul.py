@@ -17,6 +17,7 @@ from ..errors import GraphError
 from ..spec import Attr, example, need, need_f32, op, rules
 from ..types import TensorType
 from .elementwise import UNARY_BY_NAME, bias_grad
+from .fused_epilogue import apply_expr, check_expr, epilogue_ops, expr_operands, is_expr, no_expr_grad, step_label
 from .matmul_kernel import EPILOGUE_BINARY, matmul_kernel
 
 FAMILY = "matmul"
@@ -55,7 +56,7 @@ def matmul_ref(a, b, variant: str):
 def _flops(variant_of: Callable[[dict], str], first: int = 0):
     def flops(ins, out, attrs):
         m, k, n = matmul_dims(ins[first:first + 2], variant_of(attrs))
-        return 2 * m * k * n + out.num_elements * len(attrs.get("epilogue", ()))
+        return 2 * m * k * n + out.num_elements * epilogue_ops(attrs.get("epilogue", ()))
 
     return flops
 
@@ -90,11 +91,17 @@ for _name, _variant in _VARIANT_OF.items():
 
 
 def check_epilogue(m: int, n: int, epilogue, operands: list[TensorType]) -> None:
-    """ShapeError unless every binary step of ``epilogue`` has an operand of its shape and
-    every other step is a unary op that may be an epilogue step."""
+    """ShapeError unless every binary step of ``epilogue`` has an operand of its shape, every
+    generated region (``fused_epilogue.py``) its operands and the output's type, and every other
+    step is a unary op that may be an epilogue step."""
     extra = list(operands)
     for step in epilogue:
-        if step in EPILOGUE_BINARY:
+        if is_expr(step):
+            k = expr_operands(step)
+            need(len(extra) >= k, f"epilogue step {step_label(step)} reads {k} operands, {len(extra)} are left")
+            check_expr(step, TensorType((m, n)), extra[:k])
+            del extra[:k]
+        elif step in EPILOGUE_BINARY:
             need(bool(extra), f"epilogue step {step} has no operand")
             t = extra.pop(0)
             want = ((n,), (1, n)) if step == "bias" else ((m, n),)
@@ -114,7 +121,11 @@ def apply_epilogue(c, epilogue, operands):
     """Apply an epilogue chain to a matmul result ``c`` [M,N] (reference semantics)."""
     operands = list(operands)
     for step in epilogue:
-        if step == "bias":
+        if is_expr(step):
+            k = expr_operands(step)
+            c = apply_expr(step, c, operands[:k])
+            del operands[:k]
+        elif step == "bias":
             c = c + operands.pop(0).reshape(1, -1)
         elif step == "add":
             c = c + operands.pop(0)
@@ -130,6 +141,7 @@ def _epilogue_vjp(b, node, n_fixed: int, get_a: Callable[[], int], w: int, dy: i
     ``<Op>Grad``); the pre-activation a unary step's gradient reads is recomputed as the same
     fused op with the epilogue cut before that step."""
     epilogue, variant = tuple(node.attrs["epilogue"]), node.attrs["variant"]
+    no_expr_grad(epilogue, node.op)
     operands = list(node.inputs[n_fixed:])
     slot = []  # operand index of each binary step, None for unary ones
     for step in epilogue:
@@ -216,6 +228,9 @@ def _epilogue_facts(e):
     yield e.rule(e.eq(ep).to(Epi.add(inner, d)), name="last_step(e+[add d])").then(
         e.set_(e.last_step(ep)).to(e.String("add")))
     yield e.rule(e.eq(ep).to(Epi.act(inner, step)), name="last_step(e+[U])").then(e.set_(e.last_step(ep)).to(step))
+    (x,) = e.vars("x", e.Ex)
+    yield e.rule(e.eq(ep).to(Epi.ex(inner, x)), name="last_step(e+[ex x])").then(
+        e.set_(e.last_step(ep)).to(e.String("ex")))
 
 
 @rules("matmul_epilogue")
@@ -283,12 +298,14 @@ def _fold_unary(e):
     (ep,) = e.vars("e", e.Epi)
     # U(FusedMatMul(v,a,b,e)) -> FusedMatMul(v,a,b,e+[U])   for every unary op that may be an epilogue
     # step, unless e already ends with U: with Relu(Relu(x)) = Relu(x) or Neg(Neg(x)) = x in the
-    # e-graph a class contains U of itself, and folding U again would grow the chain forever
+    # e-graph a class contains U of itself, and folding U again would grow the chain forever; nor
+    # when e ends with a generated region, which U joins instead (epilogue_rules.py): one form, not two
     for name in (n for n, spec in OPS.items() if spec.epilogue_step):
         yield e.equal(f"{name}(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[{name}])",
                       getattr(e, name)(e.FusedMatMul(a, b, variant=v, epilogue=ep)),
                       e.FusedMatMul(a, b, variant=v, epilogue=e.Epi.act(ep, name)),
-                      e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)), example=_unary_example(name))
+                      e.eq(e.last_step(ep)).to(last), e.ne(last).to(e.String(name)), e.ne(last).to(e.String("ex")),
+                      example=_unary_example(name))
 
 
 # --- FusedRmsNormMatMul: C = epilogue(RmsNorm(x, w_norm) op W) ------------------------------
@@ -322,7 +339,7 @@ def _fused_rms_norm_matmul_vjp(b, node, dy, want):
 
 def _rms_flops(ins, out, attrs):
     m, k, n = matmul_dims([ins[0], ins[2]], attrs["variant"])
-    return 2 * m * k * n + 3 * m * k + out.num_elements * len(attrs["epilogue"])
+    return 2 * m * k * n + 3 * m * k + out.num_elements * epilogue_ops(attrs["epilogue"])
 
 
 op("FusedRmsNormMatMul", ("x", "w_norm", "w", "*operands"), _fused_rms_norm_matmul, _fused_rms_norm_matmul_ref,

@@ -246,7 +246,8 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
 
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
                       eps: float = 0.0, tile: MatmulTile | None = None,
-                      vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0) -> Kernel:
+                      vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
+                      operand_types: tuple = ()) -> Kernel:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -258,11 +259,15 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     (:mod:`.elementwise`). With ``rms_norm`` A is staged as x * w_norm and each row is scaled by
     its inverse rms before the epilogue. With ``quant`` (a block format of ``ir/ops/quant.py``;
     variant 'BT' only) B binds as ``q``, u32 rows of ``row_words`` words of blocks along K, decoded
-    by the loader (shaders/quant_decode.wgsl) wherever the f32 kernel reads a quad of B. Raises
+    by the loader (shaders/quant_decode.wgsl) wherever the f32 kernel reads a quad of B. A
+    generated region step (``fused_epilogue.py``) reads its operands, whose TensorTypes
+    ``operand_types`` lists (every epilogue operand's, in chain order), with numpy broadcasting
+    to [M,N]. Raises
     LoweringError for an unknown step, a transposed A with ``rms_norm`` or ``quant`` with another
     variant than 'BT'.
     """
     from .elementwise import UNARY_BY_NAME
+    from .fused_epilogue import expr_lines, expr_operands, is_expr, step_label
 
     if rms_norm and variant == "AT":
         raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
@@ -273,7 +278,14 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     vec_b = vec_b and quant is None
     operands, lines = [], []
     for step in epilogue:
-        if step in EPILOGUE_BINARY:
+        if is_expr(step):  # a generated region (fused_epilogue.py) over the output index i * N + j
+            types = list(operand_types[len(operands):len(operands) + expr_operands(step)])
+            if len(types) != expr_operands(step):
+                raise LoweringError(f"FusedMatMul: epilogue step {step_label(step)} needs the types of its operands")
+            lines += [line.format(at="i * p.n + j") for line in expr_lines(step, len(lines), (m, n), types,
+                                                                              len(operands))]
+            operands += [Buffer(f"e{len(operands) + i}", t.dtype.wgsl) for i, t in enumerate(types)]
+        elif step in EPILOGUE_BINARY:
             e = len(operands)
             operands.append(Buffer(f"e{e}"))
             index = "j" if step == "bias" else "i * p.n + j"
@@ -292,7 +304,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "") + f"_{tile.name}"
     name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
-    name += "".join(f"+{s}" for s in epilogue)
+    name += "".join(f"+{step_label(s)}" for s in epilogue)
     slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant), EPILOGUE="\n".join(lines),
                  B_ALONG_K="true" if variant == "BT" else "false",
                  DECODE=Include("quant_decode.wgsl") if quant is not None else "")
@@ -319,5 +331,6 @@ def matmul_kernel(node, ins, target) -> Kernel:
     variant = node.attrs["variant"] if node.op.startswith("Fused") else _PLAIN_VARIANT[node.op]
     m, n = node.type.shape
     k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
+    fixed = 3 if rms_norm else 2
     return matmul_kernel_for(variant, tuple(node.attrs.get("epilogue", ())), m, k, n, rms_norm=rms_norm,
-                             eps=float(node.attrs["eps"]) if rms_norm else 0.0)
+                             eps=float(node.attrs["eps"]) if rms_norm else 0.0, operand_types=tuple(ins[fixed:]))

@@ -43,6 +43,7 @@ import numpy as np
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
+from .fused_epilogue import epilogue_ops
 from .kv_cache import decode_step, packed_decode_rule
 from .matmul import apply_epilogue, check_epilogue
 from .matmul_kernel import matmul_kernel_for
@@ -186,7 +187,7 @@ def _quant_flops(first: int):
     def flops(ins, out, attrs):
         m, k = ins[0].shape
         n = ins[first].shape[0]
-        return 2 * m * k * n + out.num_elements * len(attrs["epilogue"]) + (3 * m * k if first == 2 else 0)
+        return 2 * m * k * n + out.num_elements * epilogue_ops(attrs["epilogue"]) + (3 * m * k if first == 2 else 0)
 
     return flops
 
@@ -195,7 +196,8 @@ def _quant_matmul_kernel(node, ins, target) -> Kernel:
     rms = node.op == "QuantRmsNormMatMul"
     (m, k), (n, words) = ins[0].shape, ins[2 if rms else 1].shape
     return matmul_kernel_for("BT", tuple(node.attrs["epilogue"]), m, k, n, rms_norm=rms,
-                             eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words)
+                             eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words,
+                             operand_types=tuple(ins[3 if rms else 2:]))
 
 
 _EPILOGUE = Attr("epilogue", "epilogue", ())

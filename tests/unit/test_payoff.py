@@ -13,6 +13,9 @@ from eggfuse.rewrites.rulesets import SCHEDULE, rules_of, ruleset_name, select
 GELU = "Gelu(FusedMatMul(a,b,e)) -> FusedMatMul(a,b,e+[Gelu])"
 BIAS = "BiasAdd(FusedMatMul(a,b,e), d) -> FusedMatMul(a,b,e+[bias d])"
 FUSE = "MatMul(a,b) -> FusedMatMul(a,b,[])"
+#: The generated-epilogue rule that gives the same kernel as GELU (ir/ops/epilogue_rules.py): left out
+#: where a test measures GELU's own payoff, which it would make 0.
+GELU_REGION = "Gelu(FusedMatMul(e)) -> FusedMatMul(e+[ex Gelu])"
 
 
 def _mlp() -> Graph:
@@ -28,7 +31,7 @@ def _rows(rep):
 
 def test_payoff_of_each_rule_and_ruleset_on_a_fused_chain():
     g = _mlp()
-    _, rep = optimize(g, payoff=True)
+    _, rep = optimize(g, payoff=True, rulesets=select(disable=[GELU_REGION]))
     assert (rep.dispatches_before, rep.dispatches_after) == (3, 1)
     rules, sets = _rows(rep)
     assert set(sets) == set(SCHEDULE)
@@ -75,7 +78,7 @@ def test_report_without_payoff_has_no_rules_keys():
 
 def test_select_keeps_rulesets_and_drops_a_rule():
     g = _mlp()
-    _, rep = optimize(g, rulesets=select(["matmul_epilogue"], [GELU]))
+    _, rep = optimize(g, rulesets=select(["matmul_epilogue"], [GELU, GELU_REGION]))
     assert rep.dispatches_after == 2 and GELU not in rep.rules_fired
     kept = select(["attention", "algebraic"])
     assert [ruleset_name(r) for r in kept] == ["algebraic", "attention"]  # schedule order

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import DType, Graph, GraphError, InputError, evaluate
+from eggfuse.ir.ops.fused_epilogue import is_expr
 from eggfuse.ir.ops.quant import FORMATS, block_bytes, dequantize, pack_rows
 from eggfuse.lowering import lower
 from eggfuse.models import gguf as model_gguf
 from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
 from eggfuse.rewrites import optimize, random_feeds
+from eggfuse.rewrites.rulesets import optimization_rulesets, rules_of, select
 
 QTYPE = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
          "q8_0": gguf.GGMLQuantizationType.Q8_0, "f16": gguf.GGMLQuantizationType.F16}
@@ -24,6 +26,9 @@ QTYPE = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationTy
 #: A LLaMA whose rows are whole blocks: hidden 64, GQA 2/1 heads of 32, 2 layers.
 TINY = LlamaConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=96,
                    vocab_size=40, rope_theta=10000.0, norm_eps=1e-5, tied_embeddings=True, max_seq=32)
+
+#: The rules that move elementwise ops into a product's store (ir/ops/epilogue_rules.py).
+REGION_RULES = [r for rs in optimization_rulesets() for r in rules_of(rs) or () if "+[ex " in r]
 
 
 def _rng(tag: str) -> np.random.Generator:
@@ -120,14 +125,23 @@ def test_every_dequant_folds_and_the_weights_stay_packed(fmt):
         assert not any("dequant" in d.kernel for d in plan.dispatches)
     prefill = optimize(build_llama_graph(TINY, 6, quant=quant))[0]
     widths = sorted(len(n.inputs) for n in prefill.live_nodes() if n.op == "Concat")
-    assert widths == [2, 2, 3, 3]  # gate/up and q/k/v of both layers
+    # q/k/v of both layers; gate/up are not packed: SwiGLU joins the gate matmul's store as a region
+    # reading the up product (ir/ops/epilogue_rules.py), which moves fewer bytes than the packed
+    # product and its SwiGLUConcat kernel, in as many dispatches
+    assert widths == [3, 3]
+    assert any(n.op == "QuantRmsNormMatMul" and any(is_expr(s) for s in n.attrs["epilogue"])
+               for n in prefill.live_nodes())
+    # without those rules gate/up are packed too
+    unpacked = optimize(build_llama_graph(TINY, 6, quant=quant), rulesets=select(disable=REGION_RULES))[0]
+    assert sorted(len(n.inputs) for n in unpacked.live_nodes() if n.op == "Concat") == [2, 2, 3, 3]
 
 
 def test_weights_of_different_formats_are_not_packed():
     quant = {n: "q4_1" for n, t in build_llama_graph(TINY, 1).parameters.items() if len(t.shape) == 2}
     quant["blk.0.attn_k.weight"] = "q8_0"
     quant["blk.0.ffn_up.weight"] = "q8_0"
-    opt, _ = optimize(build_llama_graph(TINY, 6, quant=quant))
+    # without the epilogue region rules, which would leave gate/up unpacked (see above)
+    opt, _ = optimize(build_llama_graph(TINY, 6, quant=quant), rulesets=select(disable=REGION_RULES))
     assert "Dequant" not in _ops(opt)
     packed = sorted(len(n.inputs) for n in opt.live_nodes() if n.op == "Concat")
     assert packed == [2, 3]  # layer 1 only: one kernel decodes one format

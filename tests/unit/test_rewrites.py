@@ -29,10 +29,26 @@ def region_cost(graph: Graph, model: CostModel) -> int:
     one op) priced as the extraction problem prices regions (a dispatch and the output each, one
     unit per op, each tensor read by any of them charged once), every other kernel by ``model``."""
     from eggfuse.ir.ops.fused import FUSABLE, ops_of
+    from eggfuse.ir.ops.fused_epilogue import expr_operands, is_expr
     from eggfuse.rewrites.cost import kernel_info
 
-    total, read = 0, set()
+    total, read, region_ops = 0, set(), set()
     for node in graph.live_nodes():
+        epilogue = node.attrs.get("epilogue", ())
+        if any(is_expr(s) for s in epilogue):  # a region at a store: one unit per op, each e-class once
+            operands = list(node.inputs[len(node.inputs) - sum(expr_operands(s) if is_expr(s) else s in ("bias", "add")
+                                                                for s in epilogue):])
+            for step in epilogue:
+                k = expr_operands(step) if is_expr(step) else int(step in ("bias", "add"))
+                mine, operands = operands[:k], operands[k:]
+                if is_expr(step):  # the region's sub-terms as the e-graph hash-conses them (ExAcc by shape)
+                    keys = []
+                    for name, attrs, args in step[1]:
+                        keys.append(("acc", node.type.shape) if (name, args) == ("input", (0,)) else
+                                    ("leaf", mine[args[0] - 1]) if name == "input" else
+                                    (name, attrs, tuple(keys[a] for a in args)))
+                        if name not in ("input", "const"):
+                            region_ops.add(keys[-1])
         if node.op in FUSABLE or node.op == "Fused":
             total += model.dispatch_bytes + node.type.size_bytes
             total += len(ops_of(node.attrs["expr"])) if node.op == "Fused" else 1
@@ -40,7 +56,7 @@ def region_cost(graph: Graph, model: CostModel) -> int:
         elif graph.dispatches(node):
             ins = tuple(graph.node(i).type for i in node.inputs)
             total += model.kernel_cost(kernel_info(node.op, node.attrs, ins, node.type, graph.dispatches(node)))
-    return total + sum(graph.node(i).type.size_bytes for i in read)
+    return total + len(region_ops) + sum(graph.node(i).type.size_bytes for i in read)
 
 
 def check(graph: Graph, **kw):
