@@ -365,6 +365,28 @@ def _rope_into_attention(e):
                   example=example(_llama_attention))
 
 
+def projection_slices(e, packed, projections):
+    """The actions joining each of the projections ``(term, columns)`` (q, k, v in order) with
+    its SliceCols of the packed product ``packed``: q its first columns, k the next, v the last."""
+    start, out = e.i64(0), []
+    for term, cols in projections:
+        out.append(e.union(term).with_(e.SliceCols(packed, start=start, size=cols)))
+        start = start + cols
+    return out
+
+
+def packed_qkv_rule(e, projections, packed, *, name: str, example_fn):
+    """The rule packing a prefill attention's Q, K and V projections: anchored on
+    ``CausalAttentionRoPE(q, k, v)`` over the projections ``(term, columns)``, it joins the
+    attention with ``CausalAttentionRoPE(packed)`` and each projection with its SliceCols of
+    ``packed`` (:func:`projection_slices`). The weights' forms (Parameters [N, K] or [K, N],
+    blocks kept quantised, f16) are the callers'."""
+    attrs = e.attrs_of("CausalAttentionRoPE")
+    attn = e.CausalAttentionRoPE(*(t for t, _ in projections), **attrs)
+    return e.rule(attn, name=name, example=example(example_fn)).then(
+        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)), *projection_slices(e, packed, projections))
+
+
 @rules("attention")
 def _packed_qkv(e):
     (h,) = e.vars("h")
@@ -374,19 +396,13 @@ def _packed_qkv(e):
     # rule already makes k and v alike
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
     wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    q, k, v = e.MatMulBT(h, wq), e.MatMulBT(h, wk), e.MatMulBT(h, wv)
-    packed = e.MatMulBT(h, e.Concat(wq, wk, wv, axis=0))
-    attrs = e.attrs_of("CausalAttentionRoPE")
-    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
     # CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv)^T
     # and h@Wq^T = SliceCols(P, 0, q), h@Wk^T = SliceCols(P, q, k), h@Wv^T = SliceCols(P, q+k, v)
-    yield e.rule(attn, name="CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T)",
-                 example=example(lambda g, dim: _llama_attention(g, dim, rope=False))).then(
-        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
-        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[0])),
-        e.union(k).with_(e.SliceCols(packed, start=sq[0], size=sk[0])),
-        e.union(v).with_(e.SliceCols(packed, start=sq[0] + sk[0], size=sv[0])),
-    )
+    yield packed_qkv_rule(e, [(e.MatMulBT(h, w), s[0]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
+                          e.MatMulBT(h, e.Concat(wq, wk, wv, axis=0)),
+                          name="CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> "
+                               "CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T)",
+                          example_fn=lambda g, dim: _llama_attention(g, dim, rope=False))
 
 
 def _llama_attention_kn(g, dim):
@@ -406,19 +422,13 @@ def _packed_qkv_kn(e):
     nq, nk, nv = e.vars("nq nk nv", e.String)
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as in _packed_qkv
     wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    q, k, v = e.MatMul(h, wq), e.MatMul(h, wk), e.MatMul(h, wv)
-    packed = e.MatMul(h, e.Concat(wq, wk, wv, axis=1))
-    attrs = e.attrs_of("CausalAttentionRoPE")
-    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
     # CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv, axis 1)
     # (weights [K, N], as exporters store them) and h@Wq = SliceCols(P, 0, q), ... as for the [N, K] weights
-    yield e.rule(attn, name="CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1))",
-                 example=example(_llama_attention_kn)).then(
-        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
-        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[1])),
-        e.union(k).with_(e.SliceCols(packed, start=sq[1], size=sk[1])),
-        e.union(v).with_(e.SliceCols(packed, start=sq[1] + sk[1], size=sv[1])),
-    )
+    yield packed_qkv_rule(e, [(e.MatMul(h, w), s[1]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
+                          e.MatMul(h, e.Concat(wq, wk, wv, axis=1)),
+                          name="CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> "
+                               "CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1))",
+                          example_fn=_llama_attention_kn)
 
 
 # --- attention gradients -----------------------------------------------------------------------

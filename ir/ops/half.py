@@ -32,6 +32,7 @@ import numpy as np
 from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
+from .attention import packed_qkv_rule
 from .kv_cache import decode_step, packed_decode_rule
 from .quant import BLOCK, f16_rows
 
@@ -144,20 +145,16 @@ def _f16_packed_qkv(e):
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
     (c,) = e.vars("c", e.i64)
     pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    q, k, v = (e.MatMulBT(h, e.Dequant(e.ToF16(p), format=e.String("f16"), cols=c)) for p in (pq, pk, pv))
-    packed = e.MatMulBT(h, e.Dequant(e.ToF16(pq, pk, pv), format=e.String("f16"), cols=c))
-    attrs = e.attrs_of("CausalAttentionRoPE")
-    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
+    f16 = e.String("f16")
     # CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> CausalAttentionRoPE(P),
     # P = h@Dequant(ToF16(Wq,Wk,Wv))^T, each projection the SliceCols of P (quant.py's twin, for f16)
-    yield e.rule(attn, name="CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> "
-                            "CausalAttentionRoPE(h@Dequant(ToF16(Wq,Wk,Wv))^T)",
-                 example=example(_qkv_example)).then(
-        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
-        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[0])),
-        e.union(k).with_(e.SliceCols(packed, start=sq[0], size=sk[0])),
-        e.union(v).with_(e.SliceCols(packed, start=sq[0] + sk[0], size=sv[0])),
-    )
+    yield packed_qkv_rule(
+        e, [(e.MatMulBT(h, e.Dequant(e.ToF16(w), format=f16, cols=c)), s[0])
+            for w, s in ((pq, sq), (pk, sk), (pv, sv))],
+        e.MatMulBT(h, e.Dequant(e.ToF16(pq, pk, pv), format=f16, cols=c)),
+        name="CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> "
+             "CausalAttentionRoPE(h@Dequant(ToF16(Wq,Wk,Wv))^T)",
+        example_fn=_qkv_example)
 
 
 @rules("attention")

@@ -25,6 +25,7 @@ from .attention import (
     attention_reference,
     check_head_dim,
     check_heads,
+    projection_slices,
     rope_uniform_fields,
 )
 from .transformer import SCALING, rope_params, rope_ref, rope_rule
@@ -363,16 +364,13 @@ def packed_decode_rule(e, weights, packed_weight, *, name: str, example_fn):
     h, ck, cv, p = e.vars("h ck cv p")
     (wq, rows_q), (wk, rows_k), (wv, rows_v) = weights
     q, k, v = (e.MatMulBT(h, w) for w in (wq, wk, wv))
-    whole, zero = e.i64(-1), e.i64(0)
+    whole = e.i64(-1)
     k_cache = e.CacheWriteRoPE(ck, k, p, **e.attrs_of("CacheWriteRoPE", col_start=whole))
     v_cache = e.CacheWrite(cv, v, p, col_start=whole)
     attn = e.CachedAttentionRoPE(q, k_cache, v_cache, p, **e.attrs_of("CachedAttentionRoPE", col_start=whole))
     packed = e.MatMulBT(h, packed_weight)
     return e.rule(attn, name=name, example=example(example_fn)).then(
-        e.union(q).with_(e.SliceCols(packed, start=zero, size=rows_q)),
-        e.union(k).with_(e.SliceCols(packed, start=rows_q, size=rows_k)),
-        e.union(v).with_(e.SliceCols(packed, start=rows_q + rows_k, size=rows_v)),
-    )
+        *projection_slices(e, packed, ((q, rows_q), (k, rows_k), (v, rows_v))))
 
 
 def decode_step(g, dim, project) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
+from .attention import packed_qkv_rule
 from .fused_epilogue import epilogue_ops
 from .kv_cache import decode_step, packed_decode_rule
 from .matmul import apply_epilogue, check_epilogue
@@ -344,21 +345,15 @@ def _quant_packed_qkv(e):
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as attention.py's _packed_qkv says why
     (c,) = e.vars("c", e.i64)
     pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    q, k, v = (e.MatMulBT(h, e.Dequant(p, format=f, cols=c)) for p in (pq, pk, pv))
-    packed = e.MatMulBT(h, e.Dequant(e.Concat(pq, pk, pv, axis=0), format=f, cols=c))
-    attrs = e.attrs_of("CausalAttentionRoPE")
-    attn = e.CausalAttentionRoPE(q, k, v, **attrs)
     # CausalAttentionRoPE(h@Dequant(Wq)^T, h@Dequant(Wk)^T, h@Dequant(Wv)^T) -> CausalAttentionRoPE(P),
     # P = h@Dequant(Concat0(Wq,Wk,Wv))^T, and each projection the SliceCols of P (attention.py's _packed_qkv
     # for weights kept quantised: the rows of q, k and v's blocks stacked, one format and K)
-    yield e.rule(attn, name="CausalAttentionRoPE(h@Dequant(W)^T, W=Wq,Wk,Wv) -> "
-                            "CausalAttentionRoPE(h@Dequant(Concat(Wq,Wk,Wv))^T)",
-                 example=example(_qkv_example)).then(
-        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)),
-        e.union(q).with_(e.SliceCols(packed, start=e.i64(0), size=sq[0])),
-        e.union(k).with_(e.SliceCols(packed, start=sq[0], size=sk[0])),
-        e.union(v).with_(e.SliceCols(packed, start=sq[0] + sk[0], size=sv[0])),
-    )
+    yield packed_qkv_rule(
+        e, [(e.MatMulBT(h, e.Dequant(w, format=f, cols=c)), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))],
+        e.MatMulBT(h, e.Dequant(e.Concat(pq, pk, pv, axis=0), format=f, cols=c)),
+        name="CausalAttentionRoPE(h@Dequant(W)^T, W=Wq,Wk,Wv) -> "
+             "CausalAttentionRoPE(h@Dequant(Concat(Wq,Wk,Wv))^T)",
+        example_fn=_qkv_example)
 
 
 @rules("attention")
