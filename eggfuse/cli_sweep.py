@@ -62,8 +62,8 @@ def add_sweep(sub) -> None:
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")
     s.add_argument("--match-limits", type=_ints, metavar="N,N", help="back-off match limits to sweep")
-    s.add_argument("--no-decomp-values", choices=["off", "on", "both"], default="off",
-                   help="egglog's no_decomp: off (default), on, or both")
+    s.add_argument("--no-decomp-values", choices=["off", "on", "both"], default="on",
+                   help="egglog's no_decomp: on (default), off, or both")
     where = s.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="local worker processes (default: the CPU count)")
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a Dask distributed scheduler's address")

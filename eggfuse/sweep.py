@@ -54,7 +54,7 @@ class RunConfig:
     cost_model: str = "bytes"
     extractor: str = "ilp"
     match_limit: int = 20_000
-    no_decomp: bool = False
+    no_decomp: bool = True
     seq: int = 16
     batch: int = 2
     training: bool = False
@@ -65,7 +65,7 @@ class RunConfig:
 
 def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str] = ("bytes",),
          extractors: Sequence[str] = ("ilp",), match_limits: Sequence[int] = (20_000,),
-         no_decomp: Sequence[bool] = (False,), *, repeats: int = 1, **common) -> list[RunConfig]:
+         no_decomp: Sequence[bool] = (True,), *, repeats: int = 1, **common) -> list[RunConfig]:
     """Every combination, models outermost. ``rulesets``: ``all`` (the shipped rulesets),
     ``ablate`` (all, then each ruleset left out in turn), ``ablate-rules`` (all, then each rule
     left out in turn), or comma-joined ruleset names to keep. ``common``: the other
@@ -267,7 +267,7 @@ def label(row: dict) -> str:
     """A configuration's short label for tables and plots: ruleset choice, cost model, extractor."""
     sets = f"-{row['disabled']}" if row["disabled"] else ("all" if row["rulesets"].count(",") >= 4 else row["rulesets"])
     extra = "" if row.get("match_limit") in ("", 20_000) else f" ml{row['match_limit']}"
-    extra += " no_decomp" if row.get("no_decomp") is True else ""
+    extra += " decomp" if row.get("no_decomp") is False else ""
     return f"{sets} {row['cost_model']} {row['extractor']}{extra}"
 
 

@@ -63,6 +63,8 @@ def test_cost_model_extractor_and_schedule_options(capsys):
     out = _json(capsys, ["optimize", "llama:1", "--cost-model", "roofline:lavapipe", "--extractor", "greedy",
                          "--match-limit", "50", "--ban-length", "2", "--no-decomp", "--json"])
     assert out["cost_model"] == "roofline:lavapipe" and out["dispatches_after"] < out["dispatches_before"]
+    with_decomp = _json(capsys, ["optimize", "llama:1", "--decomp", "--json"])  # egglog's query decomposition on
+    assert with_decomp["dispatches_after"] == _json(capsys, ["optimize", "llama:1", "--json"])["dispatches_after"]
     out = _json(capsys, ["optimize", "llama:1", "--max-iterations", "1", "--json"])
     assert out["stop_reason"] == "iteration limit 1"
     assert cli.main(["optimize", "llama:1", "--cost-model", "nosuch:Model"]) == 2
