@@ -181,7 +181,9 @@ def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fa
         from eggfuse.models import gguf, llama
 
         if spec == "smollm2":
-            config, layers = llama.LlamaConfig.from_gguf(gguf.find_gguf()), None
+            from eggfuse.model_cache import gguf_config
+
+            config, layers = gguf_config(gguf.find_gguf()), None
         else:
             try:
                 layers = int(spec.split(":", 1)[1])

@@ -48,12 +48,13 @@ def cmd_cache(args: argparse.Namespace) -> None:
         return
     info, model_info = store.info(), models.info()
     if args.json:
-        print(json.dumps({**info, "model_entries": model_info["entries"], "model_bytes": model_info["bytes"]}))
+        print(json.dumps({**info, "model_entries": model_info["entries"], "model_configs": model_info["configs"],
+                          "model_bytes": model_info["bytes"]}))
         return
     print(f"folder: {info['folder']}")
     print(f"entries: {info['entries']}")
     print(f"total size: {info['bytes'] / 1e6:.2f} MB ({info['bytes']} bytes)")
-    print(f"model entries: {model_info['entries']} in {model_info['folder']}, "
+    print(f"model entries: {model_info['entries']} (and {model_info['configs']} config entries) in {model_info['folder']}, "
           f"{model_info['bytes'] / 1e6:.2f} MB ({model_info['bytes']} bytes)")
 
 

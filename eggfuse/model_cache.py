@@ -55,7 +55,8 @@ FORMAT = 1
 HEAD_BYTES = 16 << 20
 _ALIGN = 64
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.model$")
-_TEMP = re.compile(r"^\.[0-9a-f]{64}\.(model|weights)\.\d+\.tmp$")
+_TEMP = re.compile(r"^\.[0-9a-f]{64}\.(model|weights|config)\.\d+\.tmp$")
+_CONFIG = re.compile(r"^[0-9a-f]{64}\.config$")
 #: The attributes of a CausalLM an entry holds (a model with others is not cached).
 _MODEL_FIELDS = {"config", "params", "tokenizer", "bos_id", "eos_ids", "chat", "rope_pairing", "name", "kind", "dtype",
                  "quant", "weights", "_stored"}
@@ -89,6 +90,56 @@ def load_gguf(path: str | os.PathLike | None = None, *, rope_pairing: str = "hal
     with contextlib.suppress(TypeError):
         _write_s[model] = time.perf_counter() - t
     return _mark(model, "miss")
+
+
+def gguf_config(path: str | os.PathLike | None = None, *, cache: bool = True):
+    """The :class:`~eggfuse.models.llama.LlamaConfig` of the GGUF file at ``path`` (None: the
+    shipped SmolLM2-135M), as ``LlamaConfig.from_gguf`` reads it, kept in a config entry of the
+    model cache (``<key>.config``, keyed as a model entry, with the same checks): the reader parses
+    the whole file's metadata, tokenizer included, 2 s for SmolLM2 here, where the entry takes a
+    millisecond, so building the model's graph (``eggfuse optimize smollm2``, each worker of a sweep)
+    skips it. ``cache=False`` reads the file and stores nothing. Raises ModelError as
+    ``from_gguf``."""
+    from eggfuse.models import gguf
+    from eggfuse.models.llama import LlamaConfig
+
+    source = Path(gguf.find_gguf() if path is None else path)
+    if not cache:
+        return LlamaConfig.from_gguf(source)
+    store = ModelCache()
+    try:
+        key = store.key(source, "config")
+    except (OSError, Unstorable):
+        return LlamaConfig.from_gguf(source)
+    entry = store.folder / f"{key}.config"
+    try:
+        raw = entry.read_bytes()
+    except OSError:
+        raw = None
+    if raw is not None:
+        try:
+            body = verified_body(raw, key, "eggfuse_config_cache", FORMAT)
+            return LlamaConfig(**{str(k): _value(v) for k, v in body["config"].items()})
+        except Exception as e:  # noqa: BLE001 - an entry that does not read back is ignored and rewritten
+            log.warning("eggfuse: ignoring config entry %s (%s: %s); it is rewritten", entry, type(e).__name__, e)
+    config = LlamaConfig.from_gguf(source)
+    body = {"key": key, "config": {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)}}
+    origin = str(source.expanduser().resolve())
+    temp = store.folder / f".{key}.config.{os.getpid()}.tmp"
+    try:
+        store.folder.mkdir(parents=True, exist_ok=True)
+        temp.write_bytes(framed("eggfuse_config_cache", FORMAT, key,
+                                json.dumps(body, separators=(",", ":")).encode(), source=origin))
+        os.replace(temp, entry)
+    except OSError as e:
+        log.warning("eggfuse: cannot write the model cache in %s (%s); continuing without it", store.folder, e)
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
+        return config
+    for other in store.folder.glob("*.config"):  # one config entry per file
+        if other != entry and _header(other).get("source") == origin:
+            other.unlink(missing_ok=True)
+    return config
 
 
 def cache_status(model) -> str | None:
@@ -205,23 +256,36 @@ class ModelCache:
             return []
         return sorted(p for p in self.folder.iterdir() if _ENTRY.match(p.name) and p.is_file())
 
+    def configs(self) -> list[Path]:
+        """The config entries (``<key>.config``, :func:`gguf_config`), by name."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(p for p in self.folder.iterdir() if _CONFIG.match(p.name) and p.is_file())
+
     def info(self) -> dict[str, Any]:
-        """``folder`` (str), ``entries`` (count) and ``bytes`` (both files of each)."""
-        entries = self.entries()
+        """``folder`` (str), ``entries`` (count of model entries), ``configs`` (count of config
+        entries) and ``bytes`` (every file of them)."""
+        entries, configs = self.entries(), self.configs()
         size = 0
         for p in entries:
             for q in self.paths(p.name[:-len(".model")]):
                 with contextlib.suppress(OSError):
                     size += q.stat().st_size
-        return {"folder": str(self.folder), "entries": len(entries), "bytes": size}
+        for p in configs:
+            with contextlib.suppress(OSError):
+                size += p.stat().st_size
+        return {"folder": str(self.folder), "entries": len(entries), "configs": len(configs), "bytes": size}
 
     def clear(self) -> int:
-        """Remove every entry (and temporary files a killed write left); returns the number of
-        entries removed."""
+        """Remove every entry, config entries too (and temporary files a killed write left);
+        returns the number of model entries removed."""
         removed = 0
         for p in self.entries():
             _remove(self, p.name[:-len(".model")])
             removed += 1
+        for p in self.configs():
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)
         if self.folder.is_dir():
             for p in self.folder.iterdir():
                 if _TEMP.match(p.name) or (p.name.endswith(".weights") and not self.paths(p.stem)[0].exists()):

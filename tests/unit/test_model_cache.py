@@ -162,3 +162,47 @@ def test_the_shipped_model_reads_back_as_the_file_gives_it(store):
     assert model_cache.cache_status(got) == "hit"
     assert_same_model(got, want)
     assert got.name == str(find_gguf())
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Counts the GGUF metadata reads (LlamaConfig.from_gguf) the config entries save."""
+    from eggfuse.models.llama import LlamaConfig
+
+    calls = []
+    real = LlamaConfig.from_gguf.__func__
+    monkeypatch.setattr(LlamaConfig, "from_gguf", classmethod(lambda cls, src: calls.append(src) or real(cls, src)))
+    return calls
+
+
+def test_a_config_entry_gives_the_files_config_and_skips_the_reader(store, tiny, reads):
+    from eggfuse.models.llama import LlamaConfig
+
+    want = LlamaConfig.from_gguf(tiny)
+    assert model_cache.gguf_config(tiny) == want and len(reads) == 2 and len(store.configs()) == 1
+    assert model_cache.gguf_config(tiny) == want and len(reads) == 2  # read back, not from the file
+    assert model_cache.gguf_config(tiny, cache=False) == want and len(reads) == 3
+    assert store.info()["configs"] == 1 and store.clear() == 0 and store.configs() == []
+
+
+@pytest.mark.parametrize("where", ["header", "body", "truncated"])
+def test_a_flipped_config_entry_is_read_from_the_file_and_rewritten(store, tiny, reads, where, caplog):
+    want = model_cache.gguf_config(tiny)
+    (entry,) = store.configs()
+    raw = bytearray(entry.read_bytes())
+    if where == "truncated":
+        raw = raw[:-5]
+    else:
+        raw[{"header": 15, "body": len(raw) - 40}[where]] ^= 0x10
+    entry.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger="eggfuse.cache"):
+        assert model_cache.gguf_config(tiny) == want
+    assert len(reads) == 2 and "ignoring config entry" in caplog.text
+    assert model_cache.gguf_config(tiny) == want and len(reads) == 2  # rewritten
+
+
+def test_a_changed_file_gets_a_new_config_entry(store, tmp_path, reads):
+    first = model_cache.gguf_config(tiny_gguf(tmp_path / "m.gguf"))
+    os.utime(tmp_path / "m.gguf", ns=(1, 1))
+    assert model_cache.gguf_config(tmp_path / "m.gguf") == first and len(reads) == 2
+    assert len(store.configs()) == 1  # the old entry of that file removed
