@@ -171,9 +171,9 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
         elif name == "cost_model":
             out[name] = {"classes": _code_identity(type(value)), "attributes": _plain(vars(value), digest=True)}
         elif name == "rulesets":
-            from eggfuse.rewrites import egglog_private
+            from eggfuse.rewrites.rulesets import fingerprint
 
-            out[name] = [hashlib.sha256(egglog_private.ruleset_fingerprint(r).encode()).hexdigest() for r in value]
+            out[name] = [hashlib.sha256(fingerprint(r).encode()).hexdigest() for r in value]
         else:
             out[name] = _plain(value, digest=True)
     return out

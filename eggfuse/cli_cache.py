@@ -54,7 +54,8 @@ def cmd_cache(args: argparse.Namespace) -> None:
     print(f"folder: {info['folder']}")
     print(f"entries: {info['entries']}")
     print(f"total size: {info['bytes'] / 1e6:.2f} MB ({info['bytes']} bytes)")
-    print(f"model entries: {model_info['entries']} (and {model_info['configs']} config entries) in {model_info['folder']}, "
+    print(f"model entries: {model_info['entries']} (and {model_info['configs']} config entries) "
+          f"in {model_info['folder']}, "
           f"{model_info['bytes'] / 1e6:.2f} MB ({model_info['bytes']} bytes)")
 
 

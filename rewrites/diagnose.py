@@ -24,7 +24,7 @@ from egglog import EGraph, Ruleset, back_off, ruleset, run
 from ..ir import Graph
 from . import egglog_private
 from .problem import Decoder, literal
-from .rulesets import _MEMBERS, analysis_ruleset, ruleset_name, without_rules
+from .rulesets import _MEMBERS, analysis_ruleset, members, ruleset_name, without_rules
 from .sorts import ARG_SORTS, CHILD_SORTS
 
 _fresh = itertools.count()
@@ -38,8 +38,8 @@ def _units(rulesets: Sequence[Ruleset]) -> list[tuple[str, Ruleset, object]]:
         if id(rs) not in _MEMBERS:
             out.append((f"a rule of ruleset {ruleset_name(rs)!r}", rs, None))
             continue
-        name, members = _MEMBERS[id(rs)]
-        for rule_name, rule in members:
+        name, rules = members(rs)
+        for rule_name, rule in rules:
             one = ruleset(name=f"diagnose_{next(_fresh)}")
             one.register(rule)
             out.append((f"rule {rule_name!r} (ruleset {name})", one, rule))
@@ -154,8 +154,8 @@ def unsound_culprits(rulesets: Sequence[Ruleset], fired: dict[str, int],
             if not still_fails(rest):
                 out.append(f"a rule of ruleset {ruleset_name(rs)!r}")
             continue
-        name, members = _MEMBERS[id(rs)]
-        for rule_name, _ in members:
+        name, rules = members(rs)
+        for rule_name, _ in rules:
             if fired.get(rule_name) and not still_fails([*rulesets[:i], without_rules(rs, {rule_name}),
                                                           *rulesets[i + 1:]]):
                 out.append(f"rule {rule_name!r} (ruleset {name})")

@@ -83,6 +83,7 @@ class Namespace:
 
     def __init__(self) -> None:
         self.records: list[RuleRecord] = []
+        self._names: set[str] = set()
         self.ruleset = ""
         self.family = ""
         self._fresh = itertools.count()
@@ -167,9 +168,10 @@ class Namespace:
     # --- rules ---------------------------------------------------------------------------
 
     def _record(self, name: str, example: Example | None) -> None:
-        if any(r.name == name for r in self.records):
+        if name in self._names:
             raise ValueError(f"two rules are named {name!r}; rule names must be unique")
         self.records.append(RuleRecord(name, self.ruleset, self.family, example))
+        self._names.add(name)
 
     def equal(self, name: str, lhs: Any, rhs: Any, *guards: Any, example: Example | None = None) -> Any:
         """The rule ``lhs = rhs`` (``rhs`` joins ``lhs``'s e-class) when every guard holds.

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from egglog import EGraph
@@ -80,17 +80,34 @@ def variables(*terms: Any) -> set[str]:
             return t.__egg_typed_expr__
         return getattr(t, "fact", t)  # a fact (eq(a).to(b)), or a declaration already
 
-    names: set[str] = set()
-    stack = [_internal("RuntimeExpr.__egg_typed_expr__ / Fact.fact", lambda: [decl(t) for t in terms])]
+    roots = _internal("RuntimeExpr.__egg_typed_expr__ / Fact.fact", lambda: [decl(t) for t in terms])
+    return {d.name for d in _walk(roots) if type(d) is UnboundVarDecl}
+
+
+def _walk(root: Any) -> Iterator[Any]:
+    """Every declaration below ``root`` (egglog-python's dataclasses, in tuples and lists), each
+    object once; type references and identifiers are not entered (they hold no variables and no
+    calls: a call's callable is yielded itself)."""
+    seen: set[int] = set()
+    stack = [root]
     while stack:
         d = stack.pop()
-        if isinstance(d, UnboundVarDecl):
-            names.add(d.name)
-        elif isinstance(d, tuple | list):
+        if isinstance(d, tuple | list):
             stack.extend(d)
-        elif dataclasses.is_dataclass(d) and not isinstance(d, type):
-            stack.extend(getattr(d, f.name) for f in dataclasses.fields(d))
-    return names
+            continue
+        yield d
+        cls = type(d)
+        fields = _FIELDS.get(cls)
+        if fields is None:
+            opaque = cls.__name__.endswith("Ref") or cls.__name__ == "Ident"
+            fields = _FIELDS[cls] = (tuple(f.name for f in dataclasses.fields(cls))
+                                     if dataclasses.is_dataclass(cls) and not opaque else ())
+        if fields and id(d) not in seen:
+            seen.add(id(d))
+            stack.extend(getattr(d, f) for f in fields)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a declaration class -> its dataclass fields' names (() for others)
 
 
 def ruleset_fingerprint(rs: Any) -> str:
@@ -152,19 +169,13 @@ def rule_calls(rule: Any) -> tuple[set[str], set[str]]:
 
     def calls(root: Any) -> set[str]:
         names: set[str] = set()
-        stack = [root]
-        while stack:
-            d = stack.pop()
+        for d in _walk(root):
             if isinstance(d, CallDecl):
                 ref = d.callable
                 if isinstance(ref, FunctionRef):
                     names.add(ref.ident.name)
                 elif isinstance(ref, ClassMethodRef):
                     names.add(f"{ref.ident.name}.{ref.method_name}")
-            if isinstance(d, tuple | list):
-                stack.extend(d)
-            elif dataclasses.is_dataclass(d) and not isinstance(d, type):
-                stack.extend(getattr(d, f.name) for f in dataclasses.fields(d))
         return names
 
     decl = _internal("RewriteOrRule.decl", lambda: rule.decl)

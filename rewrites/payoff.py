@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import egglog_private
 from .extract import TermDag, dag_enode
 from .problem import Decoder, literal
-from .rulesets import _MEMBERS, rules_of, ruleset_name, without_rules
+from .rulesets import _MEMBERS, members, rules_of, ruleset_name, without_rules
 from .sorts import ARG_SORTS, CHILD_SORTS, SIGNATURES
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _credited(dag: TermDag, enc: Encoding, rulesets: Sequence[Ruleset], fired: d
     memo: dict[tuple, bool] = {}
     out: dict[str, set[int]] = {}
     for rs in rulesets:
-        for rule_name, rule in _MEMBERS.get(id(rs), ("", []))[1]:
+        for rule_name, rule in (members(rs)[1] if id(rs) in _MEMBERS else []):
             if not fired.get(rule_name):
                 continue
             got: set[int] = set()

@@ -290,7 +290,7 @@ def test_info_and_clear(store, capsys):
     info = store.info()
     assert info["entries"] == 2 and info["bytes"] == sum(p.stat().st_size for p in store.entries())
     assert cli.main(["cache", "info", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {**info, "model_entries": 0, "model_bytes": 0}
+    assert json.loads(capsys.readouterr().out) == {**info, "model_entries": 0, "model_configs": 0, "model_bytes": 0}
     assert cli.main(["cache", "info"]) == 0
     text = capsys.readouterr().out
     assert f"folder: {store.folder}" in text and "entries: 2" in text and f"({info['bytes']} bytes)" in text
