@@ -24,6 +24,7 @@ REQUESTED_LIMITS = (
     "max-storage-buffer-binding-size",
     "max-buffer-size",
     "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroup-storage-size",
 )
 
 #: Optional features asked for when the adapter has them: GPU timestamps for profiling

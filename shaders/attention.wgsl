@@ -8,10 +8,13 @@
 // row in registers:
 // 1. the Q block (once) and each K and V tile are loaded cooperatively (coalesced, vec4
 //    when HD % 4 == 0); the QK hooks may then rotate Q and K in place (RoPE);
-// 2. the BQ x BK scores are computed, one or more per invocation, into s_tile;
-// 3. invocation r < BQ updates row r's running max m and sum l, turns its scores into
-//    weights exp(s - m) and records the factor corr = exp(m_old - m) for the accumulator;
-// 4. invocation li = r * HD4 + c < BQ * HD4 owns vec4 c of row r's output: it rescales
+// 2. TPR = WG / BQ invocations share each query row: lane t of row r scores keys t, t + TPR,
+//    ... of the tile (kept in registers) and the row's new running max comes from their
+//    partial maxima; each turns its scores into weights exp(s - m) in s_tile, and lane 0 adds
+//    the partial sums into the row's sum l and records corr = exp(m_old - m) for the
+//    accumulator (K rows lie KS = HD4 + 1 vec4s apart, so lanes reading consecutive keys do
+//    not meet in one memory bank);
+// 3. invocation li = r * HD4 + c < BQ * HD4 owns vec4 c of row r's output: it rescales
 //    its accumulator by corr and adds the tile's weights times V.
 // Rows hold `batch` sequences of `seq` rows each; q and out are [rows, nh * HD], k and v
 // [rows, nkv * HD]; query head h reads kv head h / group. Vectors are zero-padded to HD4
@@ -35,13 +38,17 @@ const HD4: u32 = (HD + 3u) / 4u;
 const BQ: u32 = {{BQ}}u;
 const BK: u32 = {{BK}}u;
 const WG: u32 = {{WG}}u;
+const TPR: u32 = WG / BQ;  // invocations per query row in the score phase
+const KPT: u32 = (BK + TPR - 1u) / TPR;  // keys each of them scores per tile
+const KS: u32 = HD4 + 1u;  // vec4s from one K row of k_tile to the next (padded)
 
 {{IO}}
 
 var<workgroup> q_tile: array<vec4<f32>, BQ * HD4>;
-var<workgroup> k_tile: array<vec4<f32>, BK * HD4>;
+var<workgroup> k_tile: array<vec4<f32>, BK * KS>;
 var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
-var<workgroup> s_tile: array<f32, BQ * BK>;  // scores, then weights, of the tile
+var<workgroup> s_tile: array<f32, BQ * BK>;  // weights of the tile
+var<workgroup> part: array<f32, BQ * TPR>;  // the lanes' partial maxima, then partial sums
 var<workgroup> row_m: array<f32, BQ>;
 var<workgroup> row_l: array<f32, BQ>;
 var<workgroup> row_corr: array<f32, BQ>;
@@ -80,7 +87,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
     prepare_q_tile(li, q0);
-    // phase 4's invocation: vec4 `col` of row `orow` (none when li >= BQ * HD4)
+    // phase 2's invocation: lane `st` of query row `sr` (none when li >= BQ * TPR)
+    let sr = li / TPR;
+    let st = li % TPR;
+    // phase 3's invocation: vec4 `col` of row `orow` (none when li >= BQ * HD4)
     let orow = li / HD4;
     let col = li % HD4;
     var acc = vec4<f32>();
@@ -96,44 +106,62 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 kv = {{K}}4(base + p.k_off, i % HD4);
                 vv = {{V}}4(base + p.v_off, i % HD4);
             }
-            k_tile[i] = kv;
+            k_tile[(i / HD4) * KS + i % HD4] = kv;
             v_tile[i] = vv;
         }
         workgroupBarrier();
         prepare_k_tile(li, k0, nk);
-        for (var e = li; e < BQ * BK; e = e + WG) {
-            let r = e / BK;
-            let j = e % BK;
-            let key_end = key_end_of(q0 + r);
-            var s = MAX_INIT;
-            if (k0 + j < key_end && j < nk) {
-                s = 0.0;
-                for (var c = 0u; c < HD4; c = c + 1u) {
-                    s = s + dot(q_tile[r * HD4 + c], k_tile[j * HD4 + c]);
-                }
-                s = s * p.scale;
+        var scores: array<f32, KPT>;
+        var mt = MAX_INIT;  // this lane's maximum, then the row's new running maximum
+        if (sr < BQ) {
+            let key_end = key_end_of(q0 + sr);
+            for (var i = 0u; i < KPT; i = i + 1u) {
+                let j = st + i * TPR;
+                var s = MAX_INIT;
+                if (j < nk && k0 + j < key_end) {
+                    s = 0.0;
+                    for (var c = 0u; c < HD4; c = c + 1u) {
+                        s = s + dot(q_tile[sr * HD4 + c], k_tile[j * KS + c]);
+                    }
+                    s = s * p.scale;
 {{MASK}}
+                }
+                scores[i] = s;
+                mt = max(mt, s);
             }
-            s_tile[e] = s;
+            part[li] = mt;
         }
         workgroupBarrier();
-        if (li < BQ) {
-            let m = row_m[li];
-            var mt = m;
-            for (var j = 0u; j < BK; j = j + 1u) {
-                mt = max(mt, s_tile[li * BK + j]);
+        if (sr < BQ) {
+            mt = row_m[sr];
+            for (var t = 0u; t < TPR; t = t + 1u) {
+                mt = max(mt, part[sr * TPR + t]);
             }
+        }
+        workgroupBarrier();  // every lane has read the maxima before they become sums
+        if (sr < BQ) {
             var lt = 0.0;
-            for (var j = 0u; j < BK; j = j + 1u) {
-                let s = s_tile[li * BK + j];
-                let w = select(0.0, exp(s - mt), s != MAX_INIT);  // a NaN score stays NaN
-                s_tile[li * BK + j] = w;
-                lt = lt + w;
+            for (var i = 0u; i < KPT; i = i + 1u) {
+                let j = st + i * TPR;
+                if (j < BK) {
+                    let s = scores[i];
+                    let w = select(0.0, exp(s - mt), s != MAX_INIT);  // a NaN score stays NaN
+                    s_tile[sr * BK + j] = w;
+                    lt = lt + w;
+                }
             }
-            let corr = exp(m - mt);
-            row_corr[li] = corr;
-            row_l[li] = row_l[li] * corr + lt;
-            row_m[li] = mt;
+            part[li] = lt;
+        }
+        workgroupBarrier();
+        if (sr < BQ && st == 0u) {
+            var lt = 0.0;
+            for (var t = 0u; t < TPR; t = t + 1u) {
+                lt = lt + part[sr * TPR + t];
+            }
+            let corr = exp(row_m[sr] - mt);
+            row_corr[sr] = corr;
+            row_l[sr] = row_l[sr] * corr + lt;
+            row_m[sr] = mt;
         }
         workgroupBarrier();
         if (orow < BQ) {

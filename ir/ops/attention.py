@@ -190,19 +190,41 @@ def attention_io(names: tuple[str, ...], hd: int, vec: bool | None = None) -> tu
     return tuple(Buffer(n, elem) for n in unique), Buffer("out", elem, write=True), "\n".join(lines)
 
 
-def attention_tiles(hd: int) -> tuple[int, int]:
+def attention_tile_bytes(hd: int, bq: int, bk: int) -> int:
+    """Workgroup memory of attention.wgsl for head size ``hd``, ``bq`` query rows and ``bk`` keys
+    per tile: the Q block, the K tile (rows padded by one vec4) and the V tile at 16 bytes per
+    vec4, then the weights, the lanes' partials (ATTENTION_WG / bq per row) and three f32
+    statistics per row."""
+    hd4 = math.ceil(hd / 4)
+    return 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (ATTENTION_WG // bq) + 3 * bq)
+
+
+#: Workgroups of attention.wgsl from which its tiles keep to ATTENTION_TILE_BYTES even where the
+#: device offers more workgroup memory: enough of them fill the GPU, and smaller tiles let more of
+#: them reside on each multiprocessor. On an H200 (bench/attention.py, bench/results/attention_h200.json)
+#: MiniLM's 384 workgroups took 44 us with 16-key tiles and 67 us with 64-key tiles (48 KiB), and
+#: SmolLM2's 128-row prefill, 72 workgroups, 36.5 us with 16-key tiles and 27.3 us with 64.
+ATTENTION_FULL_GPU = 256
+
+
+def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, workgroups: int | None = None) -> tuple[int, int]:
     """(BQ query rows per workgroup, BK keys per tile) of attention.wgsl for head size ``hd``.
 
     BQ = ATTENTION_WG / ceil(hd / 4) (at most ATTENTION_MAX_ROWS), so that each invocation
-    owns one vec4 of the output block; BK the most keys, a power of two of at most 64,
-    whose tiles fit ATTENTION_TILE_BYTES: the Q block and the K and V tiles (16 bytes per
-    vec4), the BQ x BK scores and three f32 statistics per row. hd 64: (16, 16); hd 32:
-    (32, 16); hd 256: (4, 4).
+    owns one vec4 of the output block; BK the most keys, a power of two of at most 64, whose
+    tiles fit the workgroup memory (:func:`attention_tile_bytes`): ``storage`` bytes (the
+    device's maxComputeWorkgroupStorageSize) when the kernel has fewer than
+    :data:`ATTENTION_FULL_GPU` ``workgroups`` (or they are not given), else
+    ATTENTION_TILE_BYTES. At 16 KiB: hd 64: (16, 16); hd 32: (32, 16); hd 256: (4, 4); with an
+    H200's 48 KiB, hd 64 and 32 take 64-key tiles: a quarter of the tiles, barriers and K and V
+    loads per query block.
     """
     hd4 = math.ceil(hd / 4)
     bq = max(1, min(ATTENTION_MAX_ROWS, ATTENTION_WG // hd4))
+    if workgroups is not None and workgroups >= ATTENTION_FULL_GPU:
+        storage = min(storage, ATTENTION_TILE_BYTES)
     bk = 64
-    while bk > 1 and 16 * hd4 * (bq + 2 * bk) + 4 * bq * (bk + 3) > ATTENTION_TILE_BYTES:
+    while bk > 1 and attention_tile_bytes(hd, bq, bk) > storage:
         bk //= 2
     return bq, bk
 
@@ -218,7 +240,9 @@ def _attention_kernel(node, ins, target) -> Kernel:
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     seq = ins[0].shape[0] // batch
-    bq, bk = attention_tiles(hd)
+    bq, _ = attention_tiles(hd)
+    bq, bk = attention_tiles(hd, target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES),
+                             batch * nh * math.ceil(seq / bq))
     slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=ATTENTION_WG, Q=names[0], K=names[1], V=names[2], IO=accessors,
                  QK=Include("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl"),
                  MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"

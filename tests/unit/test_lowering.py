@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
-from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tiles
+from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes, attention_tiles
 from eggfuse.ir.ops.elementwise import broadcast_strides
 from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
@@ -362,11 +362,19 @@ def test_attention_tiles():
     assert attention_tiles(32) == (32, 16)  # MiniLM
     assert attention_tiles(8) == (64, 32)
     assert attention_tiles(256) == (4, 4)
-    for hd in range(1, 257):
-        bq, bk = attention_tiles(hd)
-        hd4 = math.ceil(hd / 4)
-        assert 1 <= bq <= 64 and bq * hd4 <= 256 and 1 <= bk <= 64
-        assert 16 * hd4 * (bq + 2 * bk) + 4 * bq * (bk + 3) <= ATTENTION_TILE_BYTES
+    assert attention_tiles(64, 49_152) == (16, 64)  # an H200's 48 KiB: 4x the keys per tile
+    assert attention_tiles(32, 49_152) == (32, 64)
+    assert attention_tiles(64, 49_152, workgroups=72) == (16, 64)  # SmolLM2's 128-row prefill
+    assert attention_tiles(32, 49_152, workgroups=384) == (32, 16)  # MiniLM 8x128: enough to fill the GPU
+    for storage in (ATTENTION_TILE_BYTES, 32_768, 49_152):
+        for hd in range(1, 257):
+            bq, bk = attention_tiles(hd, storage)
+            hd4 = math.ceil(hd / 4)
+            assert 1 <= bq <= 64 and bq * hd4 <= 256 and 1 <= bk <= 64
+            # Q block, K tile (rows padded by a vec4), V tile; weights, lanes' partials, row statistics
+            need = 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (256 // bq) + 3 * bq)
+            assert need == attention_tile_bytes(hd, bq, bk) <= storage
+            assert bk == 64 or attention_tile_bytes(hd, bq, 2 * bk) > storage  # the largest that fits
 
 
 def _storage_invariants(plan) -> None:

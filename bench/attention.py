@@ -1,0 +1,172 @@
+"""Attention kernel time per tile shape: attention.wgsl's (BQ query rows, BK keys per tile) at the
+SmolLM2 prefill and MiniLM shapes, against torch's scaled_dot_product_attention, in one run.
+
+Each shape is one graph holding one attention op, lowered by eggfuse with the tile shape forced
+(``ir.ops.attention.attention_tiles`` replaced for the lowering) for every (BQ, BK) that fits the
+device's workgroup memory, BQ the default (one output vec4 per invocation) or a half or a quarter
+of it, BK 16, 32 or 64; the row marked ``default`` is the shape the lowering picks.
+
+- ``smollm2_prefill``: CausalAttentionRoPE, 128 rows, 9 query and 3 key/value heads of 64 (RoPE
+  applied inside our kernel; the peer gets q and k already rotated, so it does less);
+- ``minilm``: FullAttention with a key mask, batch 8 x 128 rows, 12 heads of 32.
+
+Timing: ours, N back-to-back dispatches in one compute pass between GPU timestamps; the peer
+(``torch.nn.functional.scaled_dot_product_attention``, fp32, [B, H, S, D], ``is_causal`` /
+boolean mask, ``enable_gqa``), N calls captured in one CUDA graph, the replay timed by CUDA
+events. ``--repeats`` samples, median and p90, microseconds per call. ``max_err`` is each tile
+shape's largest error against the numpy reference (``eggfuse.ir.evaluate``), relative to the
+output's largest magnitude.
+
+    python3 bench/attention.py --json bench/results/attention_h200.json    # GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from eggfuse.ir import Graph, evaluate
+from eggfuse.ir.ops import attention
+from eggfuse.pipeline import lower_for
+from eggfuse.runtime import Session, get_device
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_timing  # noqa: E402
+
+#: name -> (op, batch, seq, heads, kv heads, head size)
+SHAPES = {"smollm2_prefill": ("CausalAttentionRoPE", 1, 128, 9, 3, 64),
+          "minilm": ("FullAttention", 8, 128, 12, 12, 32)}
+
+
+def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int) -> tuple[Graph, dict]:
+    g = Graph()
+    rows = batch * seq
+    q, k, v = g.input("q", [rows, nh * hd]), g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal((rows, w), dtype=np.float32) for n, w in (("q", nh * hd), ("k", nkv * hd),
+                                                                               ("v", nkv * hd))}
+    if op == "CausalAttentionRoPE":
+        out = g.causal_attention_rope(q, k, v, nh, nkv, hd, theta=100000.0, batch=batch)
+    else:
+        mask = g.input("mask", [batch, seq])
+        feeds["mask"] = (rng.random((batch, seq)) < 0.9).astype(np.float32)
+        out = g.full_attention(q, k, v, nh, nkv, hd, batch=batch, key_mask=mask)
+    g.set_outputs([out])
+    return g, feeds
+
+
+def _session(g: Graph, feeds: dict, device, tiles: tuple[int, int] | None) -> Session:
+    real = attention.attention_tiles
+    if tiles is not None:
+        attention.attention_tiles = lambda hd, storage=0, workgroups=None: tiles
+    try:
+        plan = lower_for(g, device)
+    finally:
+        attention.attention_tiles = real
+    return Session(plan, {}, device=device)
+
+
+def time_ours(session: Session, calls: int, samples: int) -> list[float]:
+    return gpu_timing.gpu_per_call(session, calls, samples, one_pass=True)
+
+
+def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, feeds: dict, calls: int,
+              samples: int) -> list[float]:
+    f = torch.nn.functional.scaled_dot_product_attention
+    dev = torch.device("cuda")
+
+    def heads(x, n):
+        return torch.from_numpy(x).to(dev).view(batch, seq, n, hd).transpose(1, 2).contiguous()
+
+    q, k, v = heads(feeds["q"], nh), heads(feeds["k"], nkv), heads(feeds["v"], nkv)
+    mask = None
+    if "mask" in feeds:
+        mask = torch.from_numpy(feeds["mask"] > 0).to(dev).view(batch, 1, 1, seq)
+    out = torch.empty_like(q)
+
+    def step():
+        out.copy_(f(q, k, v, attn_mask=mask, is_causal=op != "FullAttention", enable_gqa=nh != nkv))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            step()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / calls)
+    return times
+
+
+def candidates(hd: int, storage: int) -> list[tuple[int, int]]:
+    """(BQ, BK) shapes to try: BQ the default or a half or a quarter of it, BK 16, 32, 64 where they fit."""
+    bq0, _ = attention.attention_tiles(hd)
+    out = []
+    for bq in sorted({bq0, max(1, bq0 // 2), max(1, bq0 // 4)}, reverse=True):
+        for bk in (16, 32, 64):
+            if attention.attention_tile_bytes(hd, bq, bk) <= storage:
+                out.append((bq, bk))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    device = get_device()
+    storage = int(device.limits["max-compute-workgroup-storage-size"])
+    try:
+        import torch
+
+        torch = torch if torch.cuda.is_available() else None
+    except ImportError:
+        torch = None
+    rows = []
+    print(f"{device.adapter.info['device']}; workgroup storage {storage} B; {args.calls} calls x {args.repeats}; us")
+    for name, (op, batch, seq, nh, nkv, hd) in SHAPES.items():
+        g, feeds = _graph(op, batch, seq, nh, nkv, hd)
+        bq0, _ = attention.attention_tiles(hd)
+        default = attention.attention_tiles(hd, storage, batch * nh * math.ceil(seq / bq0))
+        (want,) = evaluate(g, feeds, {})
+        peer = None
+        if torch is not None:
+            peer = gpu_timing.median_p90(time_peer(torch, op, batch, seq, nh, nkv, hd, feeds, args.calls,
+                                                   args.repeats))
+        for bq, bk in candidates(hd, storage):
+            session = _session(g, feeds, device, (bq, bk))
+            (got,) = session.run(feeds)  # uploads, compiles, warms up
+            err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+            med, p90 = gpu_timing.median_p90(time_ours(session, args.calls, args.repeats))
+            row = {"shape": name, "op": op, "bq": bq, "bk": bk, "default": (bq, bk) == default,
+                   "workgroups": batch * nh * math.ceil(seq / bq), "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6,
+                   "max_err": err,
+                   "peer": "torch sdpa (fp32, cuda-graph)" if peer else "skipped: no CUDA",
+                   "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
+            rows.append(row)
+            print(f"{name:16s} BQ {bq:3d} BK {bk:3d} {'default' if row['default'] else '       '} "
+                  f"wg {row['workgroups']:4d}  err {err:.1e}  "
+                  f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
+                  + (f"peer {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}" if peer else row["peer"]), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
