@@ -96,10 +96,10 @@ def gguf_config(path: str | os.PathLike | None = None, *, cache: bool = True):
     """The :class:`~eggfuse.models.llama.LlamaConfig` of the GGUF file at ``path`` (None: the
     shipped SmolLM2-135M), as ``LlamaConfig.from_gguf`` reads it, kept in a config entry of the
     model cache (``<key>.config``, keyed as a model entry, with the same checks): the reader parses
-    the whole file's metadata, tokenizer included, 2 s for SmolLM2 here, where the entry takes a
-    millisecond, so building the model's graph (``eggfuse optimize smollm2``, each worker of a sweep)
-    skips it. ``cache=False`` reads the file and stores nothing. Raises ModelError as
-    ``from_gguf``."""
+    the whole file's metadata, tokenizer included, 2 s for SmolLM2 here, where the entry takes about
+    15 ms (most of it hashing the file's head for the key), so building the model's graph
+    (``eggfuse optimize smollm2``, each worker of a sweep) skips it. ``cache=False`` reads the
+    file and stores nothing. Raises ModelError as ``from_gguf``."""
     from eggfuse.models import gguf
     from eggfuse.models.llama import LlamaConfig
 

@@ -115,9 +115,9 @@ def precision_rulesets(precision: str, rulesets: Sequence[Ruleset] | None = None
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "f32":
         return rulesets
-    from eggfuse.rewrites.rulesets import optimization_rulesets, optional_ruleset
+    from eggfuse.rewrites.rulesets import optional_ruleset, scheduled_rulesets
 
-    return (optional_ruleset("f16"), *(optimization_rulesets() if rulesets is None else rulesets))
+    return (optional_ruleset("f16"), *(scheduled_rulesets() if rulesets is None else rulesets))
 
 
 def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,

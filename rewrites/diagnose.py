@@ -67,7 +67,7 @@ def _replay(graph: Graph, units: list, match_limit: int, ban_length: int, max_it
     with ``stop``, the e-graph just before that run."""
     from .encode import encode
 
-    egraph = EGraph()
+    egraph = EGraph(no_decomp=True)  # as saturate runs by default
     encode(graph, egraph)
     analysis = analysis_ruleset().saturate()
     steps = [run(rs, scheduler=back_off(match_limit=match_limit, ban_length=ban_length)) for _, rs, _ in units]

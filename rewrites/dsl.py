@@ -49,6 +49,7 @@ from .sorts import (
     T,
     TList,
     constructor_name,
+    epilogue_blocks_add,
     epilogue_without_add,
     ex_acc,
     ex_leaf,
@@ -78,6 +79,7 @@ class Namespace:
     shape, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(is_bool), \
         staticmethod(epilogue_without_add), staticmethod(last_step)
     stored_uses, ExLeaf, ExAcc = staticmethod(stored_uses), staticmethod(ex_leaf), staticmethod(ex_acc)
+    epilogue_blocks_add = staticmethod(epilogue_blocks_add)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))
 

@@ -99,7 +99,8 @@ def _walk(root: Any) -> Iterator[Any]:
         cls = type(d)
         fields = _FIELDS.get(cls)
         if fields is None:
-            opaque = cls.__name__.endswith("Ref") or cls.__name__ == "Ident"
+            # type and callable references hold no variables and no calls; a lambda's does (its body)
+            opaque = (cls.__name__.endswith("Ref") and cls.__name__ != "UnnamedFunctionRef") or cls.__name__ == "Ident"
             fields = _FIELDS[cls] = (tuple(f.name for f in dataclasses.fields(cls))
                                      if dataclasses.is_dataclass(cls) and not opaque else ())
         if fields and id(d) not in seen:

@@ -20,7 +20,7 @@ from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
 from .report import Phase, Report, input_classes, replaced_nodes
-from .rulesets import analysis_ruleset, optimization_rulesets, relevant
+from .rulesets import analysis_ruleset, relevant, scheduled_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
 EXTRACTORS = ("ilp", "greedy", "compare")
@@ -59,7 +59,7 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     extraction problem checks those (``problem.build_problem``).
     """
     graph.check_outputs()
-    rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    rulesets = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     t0 = time.perf_counter()
     egraph = EGraph(save_egglog_string=record, no_decomp=no_decomp)
     enc = encode(graph, egraph)
@@ -199,7 +199,7 @@ def _gc_paused():
 def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit_s: float, verify: bool, seed: int,
               dump_egglog: str | None, payoff: bool, schedule: dict) -> tuple[Graph, Report]:
     model = cost_model or CostModel()
-    rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    rulesets = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     rep = Report(nodes_before=len(graph.live_nodes()), dispatches_before=graph.dispatch_count(),
                  cost_before=model.graph_cost(graph), bytes_before=_BYTES.graph_cost(graph))
     enc = saturate(graph, rep, rulesets=rulesets, record=dump_egglog is not None, **schedule)

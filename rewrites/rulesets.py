@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import itertools
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -42,15 +43,20 @@ LAZY = {"conv_epilogue": frozenset({"Conv", "Conv_2", "FusedConv", "FusedConvBn"
 #: Read it through :func:`members`, which builds a :data:`LAZY` ruleset's rules first.
 _MEMBERS: dict[int, tuple[str, list[tuple[str, Any]]]] = {}
 _PENDING: dict[int, Callable[[], None]] = {}  # a LAZY ruleset not built yet -> what builds its rules
+_BUILD_LOCK = threading.RLock()
 _ablated = itertools.count()
 
 
 def members(rs: Ruleset) -> tuple[str, list[tuple[str, Any]]]:
     """(name, [(rule name, egglog rule), ...]) of a ruleset eggfuse built (KeyError for another),
-    its rules built first if it is a :data:`LAZY` one not built yet."""
-    build = _PENDING.pop(id(rs), None)
-    if build is not None:
-        build()
+    its rules built first if it is a :data:`LAZY` one not built yet (once, under a lock: another
+    thread waits for the rules; a build that raises leaves it pending)."""
+    if id(rs) in _PENDING:
+        with _BUILD_LOCK:
+            build = _PENDING.get(id(rs))
+            if build is not None:
+                build()
+                del _PENDING[id(rs)]
     return _MEMBERS[id(rs)]
 
 
@@ -101,26 +107,41 @@ def _built() -> tuple[dict[str, Ruleset], Namespace]:
 
 
 def rulesets() -> dict[str, Ruleset]:
-    """Ruleset name -> egglog ruleset: the analysis ruleset, then :data:`SCHEDULE`, then
-    :data:`OPTIONAL` (a :data:`LAZY` one's rules are built when :func:`members` first reads them)."""
-    return _built()[0]
+    """Ruleset name -> egglog ruleset, every rule built: the analysis ruleset, then
+    :data:`SCHEDULE`, then :data:`OPTIONAL`."""
+    by_name = _built()[0]
+    for rs in by_name.values():
+        members(rs)
+    return by_name
+
+
+def scheduled_rulesets() -> tuple[Ruleset, ...]:
+    """The optimisation rulesets in schedule order, a :data:`LAZY` one perhaps not built yet: what
+    the rewrite engine runs by default, whose :func:`relevant` builds such a ruleset where it can
+    match. Anywhere else (an egglog schedule of one's own), take :func:`optimization_rulesets`."""
+    by_name = _built()[0]
+    return tuple(by_name[name] for name in SCHEDULE)
 
 
 def optimization_rulesets() -> tuple[Ruleset, ...]:
     """The optimisation rulesets in schedule order (what :func:`~.engine.optimize` runs by default)."""
-    by_name = rulesets()
-    return tuple(by_name[name] for name in SCHEDULE)
+    out = scheduled_rulesets()
+    for rs in out:
+        members(rs)
+    return out
 
 
 def optional_ruleset(name: str) -> Ruleset:
     """The ruleset of :data:`OPTIONAL` called ``name``; RewriteError naming them otherwise."""
     if name not in OPTIONAL:
         raise RewriteError(f"unknown optional ruleset {name!r}; optional rulesets: {', '.join(OPTIONAL)}")
-    return rulesets()[name]
+    rs = _built()[0][name]
+    members(rs)
+    return rs
 
 
 def analysis_ruleset() -> Ruleset:
-    return rulesets()[ANALYSIS]
+    return _built()[0][ANALYSIS]
 
 
 def rule_records() -> tuple[RuleRecord, ...]:
@@ -175,7 +196,7 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
     name), the analysis ruleset, or a rule of a ruleset eggfuse did not build.
     """
-    pool = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     by_name = {ruleset_name(rs): rs for rs in pool}
     if names is not None:
         for n in names:
@@ -184,7 +205,7 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
                     f"rulesets: {', '.join(by_name)}{_closest(n, by_name)}"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
         pool = tuple(rs for name, rs in by_name.items() if name in set(names))
-    known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()}
+    known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()} if disable else {}
     for rule in disable:
         if rule not in known:
             analysis = rule in (rules_of(analysis_ruleset()) or ())
@@ -192,7 +213,7 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
                                f" in the selected rulesets ({', '.join(by_name if names is None else names)})"
                                f"{_closest(rule, known)}; `eggfuse rules` lists them"))
     drop = set(disable)
-    return tuple(without_rules(rs, drop) if id(rs) in _MEMBERS else rs for rs in pool)
+    return tuple(without_rules(rs, drop) if drop and id(rs) in _MEMBERS else rs for rs in pool)
 
 
 #: Ruleset id -> (rule name, constructors its query calls, constructors its actions call) per rule,
@@ -226,7 +247,10 @@ def relevant(rulesets: Sequence[Ruleset], present: Iterable[str]) -> tuple[Rules
     known). The rules of a fusable op that the graph does not hold cost saturation time
     (egglog takes about 0.25 ms per rule per pass) and can never fire.
     """
-    if any(id(rs) not in _MEMBERS for rs in rulesets):
+    if any(id(rs) not in _MEMBERS for rs in rulesets):  # a foreign ruleset: every rule runs, lazy ones built
+        for rs in rulesets:
+            if id(rs) in _MEMBERS:
+                members(rs)
         return tuple(rulesets)
     asleep = {id(rs): LAZY[_MEMBERS[id(rs)][0]] for rs in rulesets if id(rs) in _PENDING}  # LAZY, not built
     rows = [[] if id(rs) in asleep else _calls(rs) for rs in rulesets]
@@ -278,5 +302,5 @@ def catalog() -> dict[str, list[str]]:
 
 
 __all__ = ["ANALYSIS", "LAZY", "OPTIONAL", "SCHEDULE", "analysis_ruleset", "catalog", "fingerprint", "make_ruleset",
-           "members", "optimization_rulesets", "optional_ruleset",
+           "members", "optimization_rulesets", "optional_ruleset", "scheduled_rulesets",
            "relevant", "rule_records", "rules_of", "ruleset_name", "rulesets", "select", "without_rules"]

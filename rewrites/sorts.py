@@ -33,7 +33,9 @@ rule guards; ``is_bool(t)`` holds for every graph node of dtype bool (set at enc
 case, has no fact, which keeps the e-graph small); ``stored_uses(t)`` counts the consumers of
 a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
 it is a graph output (set at encoding; summed when two encoded e-classes merge);
-``epilogue_without_add(e)`` and ``last_step(e)`` are facts about ``Epi`` chains derived by the
+``epilogue_without_add(e)``, its complement ``epilogue_blocks_add(e)`` (the chain has an add or a
+generated region: its own add step cannot take another addend) and ``last_step(e)`` are facts
+about ``Epi`` chains derived by the
 matmul family's analysis rules (``ir/ops/matmul.py``); each value fact of
 ``ir.facts`` (``value(t, v)``, ``causal_mask(t, offset)``, ...) is a relation of a tensor and
 the fact's arguments, written at encoding for the constants it holds of (:data:`FACTS`).
@@ -125,6 +127,10 @@ def stored_uses(t: T) -> i64: ...
 def epilogue_without_add(e: Epi) -> Unit: ...
 
 
+@function(egg_fn="epilogue_blocks_add")
+def epilogue_blocks_add(e: Epi) -> Unit: ...
+
+
 @function(egg_fn="last_step")
 def last_step(e: Epi) -> String: ...
 
@@ -152,7 +158,7 @@ ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec
 FACTS: dict[str, Any] = {name: _fact_relation(fact) for name, fact in VALUE_FACTS.items()}
 
 #: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, is_bool, stored_uses, epilogue_without_add, last_step, *FACTS.values())
+ANALYSES = (shape, is_bool, stored_uses, epilogue_without_add, epilogue_blocks_add, last_step, *FACTS.values())
 
 
 @dataclass(frozen=True)
@@ -280,4 +286,5 @@ CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
            "FACTS", "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
-           "epilogue_without_add", "ex_acc", "ex_const", "ex_leaf", "is_bool", "last_step", "shape", "stored_uses"]
+           "epilogue_blocks_add", "epilogue_without_add", "ex_acc", "ex_const", "ex_leaf", "is_bool", "last_step",
+           "shape", "stored_uses"]

@@ -3,9 +3,9 @@
 // CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference), tiled as
 // FlashAttention (Dao et al. 2022, alg. 1) with online softmax (Milakov & Gimelshein
 // 2018): a workgroup of WG invocations takes BQ query rows of one (sequence, head) and
-// walks the keys in tiles of BK. Everything a row needs lives in workgroup memory, and
-// each phase of a tile spreads its work over all invocations, so no invocation holds a
-// row in registers:
+// walks the keys in tiles of BK. Everything a row needs lives in workgroup memory (but for
+// the few scores each lane of phase 2 keeps in registers), and each phase of a tile spreads
+// its work over all invocations:
 // 1. the Q block (once) and each K and V tile are loaded cooperatively (coalesced, vec4
 //    when HD % 4 == 0); the QK hooks may then rotate Q and K in place (RoPE);
 // 2. TPR = WG / BQ invocations share each query row: lane t of row r scores keys t, t + TPR,
@@ -22,8 +22,8 @@
 // Scores of keys a row may not see (past the causal diagonal or past the sequence) are
 // MAX_INIT and their weights 0; a key masked by key_mask scores MASK_SENTINEL, so a fully
 // masked row averages all values, as in the reference.
-// Template slots: HEAD_DIM, BQ, BK, WG (ir/ops/attention.py attention_tiles: the tiles fit
-// ATTENTION_TILE_BYTES of workgroup memory); MASK (key_mask [batch, seq], bound after v);
+// Template slots: HEAD_DIM, BQ, BK, WG (ir/ops/attention.py attention_tiles: the tiles fit the
+// workgroup memory it allows, attention_tile_bytes); MASK (key_mask [batch, seq], bound after v);
 // KEY_END (keys row qi sees: p.seq, or qi + 1u for causal) and TILES_END (keys any row of
 // the block sees: causal stops at the diagonal); QK defines prepare_q_tile and
 // prepare_k_tile (attention_qk.wgsl: nothing; attention_qk_rope.wgsl: RoPE in workgroup

@@ -29,9 +29,9 @@ MASK_SENTINEL = -1.0e30
 ATTENTION_WG = 256
 #: Query rows per workgroup of attention.wgsl at most.
 ATTENTION_MAX_ROWS = 64
-#: Bytes of workgroup memory attention.wgsl's tiles may take (Q block, K and V tiles,
-#: scores and row statistics): the WebGPU default of maxComputeWorkgroupStorageSize,
-#: which every device offers.
+#: Bytes of workgroup memory attention.wgsl's tiles take at most (attention_tile_bytes) where the
+#: device's limit is not known or the kernel has enough workgroups to fill the GPU
+#: (ATTENTION_FULL_GPU): the WebGPU default of maxComputeWorkgroupStorageSize, which every device offers.
 ATTENTION_TILE_BYTES = 16384
 #: Largest head_dim of the attention kernels: the RoPE uniform holds 32 vec4 of frequencies
 #: (128 pairs), and CachedAttention needs head_dim / 4 <= its 256 invocations.

@@ -42,14 +42,18 @@ FAMILY = "epilogue_regions"
 #: where the swiglu ruleset packs them into one (SwiGLUConcat), which the byte model prices a little
 #: higher (it writes the packed product) but which runs faster: on the H200 (bench/models.py, one
 #: session) SmolLM2 prefill took 6.05 ms with SwiGLU at the gate's store against 5.62 packed, and
-#: decode 1.58 against 1.48 ms.
-NEVER_JOIN = ("Cast", "Expand", "BroadcastTo", "SwiGLU")
+#: decode 1.58 against 1.48 ms. SwiGLU's two gradients both read the gradient of its output, the
+#: down projection's backward product: a region of either at that product's store computes it
+#: twice. Extraction never took one (``llama:30`` and ``llama:64 --training`` give the same plans,
+#: costs and bytes without them), and their e-nodes cost the ILP 0.3 of ``llama:64``'s 0.7 s.
+NEVER_JOIN = ("Cast", "Expand", "BroadcastTo", "SwiGLU", "SwiGLUGradGate", "SwiGLUGradUp")
 
 #: Ops that the chain's own ``add`` step folds where the addend has the product's shape and the chain
 #: has no add yet (``matmul.py``, ``conv_fused.py``). A region starts with one only where that step
-#: cannot: a broadcast addend, or an addend after the chain's add. Both forms would be one value
-#: computed one way; on a training step (``llama:64 --training``) the copies took the ILP from 0.5 to
-#: 3.2 s for the same plan.
+#: cannot: a broadcast addend, or a chain that has an add or a region already (the analysis fact
+#: ``epilogue_blocks_add``, the complement of ``epilogue_without_add``). Both forms would be one
+#: value computed one way; on a training step (``llama:64 --training``) the copies took HiGHS from
+#: 0.7 to 3.2 s for the same plan.
 ADD_STEP = ("Add",)
 
 
@@ -154,9 +158,10 @@ def _region_rules(e, label: str, term, examples):
                 other = e.shape(others[1 - p])
                 yield e.equal(f"{name}({shown}) -> {label}(e+[ex {name}]) (broadcast x{1 - p})", lhs, *start,
                               e.ne(last).to(e.String("ex")), e.ne(other).to(s), example=examples(name, p, ""))
-                shown = shown.replace(f"{label}(e)", f"{label}(e+[add d])")
-                yield e.equal(f"{name}({shown}) -> {label}(e+[add d, ex {name}])", lhs, *start,
-                              e.eq(last).to(e.String("add")), example=examples(name, p, "add"))
+                shown = shown.replace(f"{label}(e)", f"{label}(e+[add d..])")
+                yield e.equal(f"{name}({shown}) -> {label}(e+[add d.., ex {name}])", lhs, *start,
+                              e.ne(last).to(e.String("ex")), e.epilogue_blocks_add(ep),
+                              example=examples(name, p, "add"))
             else:
                 yield e.equal(f"{name}({shown}) -> {label}(e+[ex {name}])", lhs, *start,
                               e.ne(last).to(e.String("ex")), example=examples(name, p, ""))

@@ -221,6 +221,16 @@ def _epilogue_facts(e):
                  name="epilogue_without_add(e+[bias d])").then(e.epilogue_without_add(ep))
     yield e.rule(e.eq(ep).to(Epi.act(inner, step)), e.epilogue_without_add(inner),
                  name="epilogue_without_add(e+[U])").then(e.epilogue_without_add(ep))
+    # epilogue_blocks_add(e): e has an add step, or a generated region, somewhere (where
+    # epilogue_without_add does not hold: the chain's add step cannot take another addend)
+    (x,) = e.vars("x", e.Ex)
+    yield e.rule(e.eq(ep).to(Epi.add(inner, d)), name="epilogue_blocks_add(e+[add d])").then(
+        e.epilogue_blocks_add(ep))
+    yield e.rule(e.eq(ep).to(Epi.ex(inner, x)), name="epilogue_blocks_add(e+[ex x])").then(e.epilogue_blocks_add(ep))
+    yield e.rule(e.eq(ep).to(Epi.bias(inner, d)), e.epilogue_blocks_add(inner),
+                 name="epilogue_blocks_add(e+[bias d])").then(e.epilogue_blocks_add(ep))
+    yield e.rule(e.eq(ep).to(Epi.act(inner, step)), e.epilogue_blocks_add(inner),
+                 name="epilogue_blocks_add(e+[U])").then(e.epilogue_blocks_add(ep))
     # last_step(e): the name of e's last step ("" for an empty epilogue)
     yield e.rule(e.eq(ep).to(Epi.none()), name="last_step([])").then(e.set_(e.last_step(ep)).to(e.String("")))
     yield e.rule(e.eq(ep).to(Epi.bias(inner, d)), name="last_step(e+[bias d])").then(
@@ -228,7 +238,6 @@ def _epilogue_facts(e):
     yield e.rule(e.eq(ep).to(Epi.add(inner, d)), name="last_step(e+[add d])").then(
         e.set_(e.last_step(ep)).to(e.String("add")))
     yield e.rule(e.eq(ep).to(Epi.act(inner, step)), name="last_step(e+[U])").then(e.set_(e.last_step(ep)).to(step))
-    (x,) = e.vars("x", e.Ex)
     yield e.rule(e.eq(ep).to(Epi.ex(inner, x)), name="last_step(e+[ex x])").then(
         e.set_(e.last_step(ep)).to(e.String("ex")))
 

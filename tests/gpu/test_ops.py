@@ -529,7 +529,8 @@ ROWS += [
 
 
 # --- attention tiling (ir/ops/attention.py attention_tiles, attention_cached.wgsl): BQ = 256 / ceil(hd / 4)
-# query rows per workgroup (at most 64), BK 32 / 16 / 8 / 4 keys per tile for hd 8 / 64 / 128 / 256; seq
+# query rows per workgroup (at most 64), BK keys per tile as the device's workgroup memory allows (16 KiB:
+# 32 / 16 / 8 / 4 for hd 8 / 64 / 128 / 256; lavapipe's 32 KiB: more for a kernel of few workgroups); seq
 # below, at and past a tile and a row block; hd not a multiple of 4 (element-wise reads). CachedAttention:
 # 256 keys per chunk, pos + n below, at and past it, several query rows, the vec4 column
 # split of hd 4..256.

@@ -92,6 +92,22 @@ def test_a_region_after_a_matmul_joins_its_store(variant):
     _same(opt, g)
 
 
+@pytest.mark.parametrize("chain", ["add bias add", "region bias add", "add relu add"])
+def test_a_same_shape_addend_after_the_chains_add_or_region_joins_the_store(chain):
+    # the chain's own add step takes one addend, and none after a region: a later same-shape Add
+    # starts a region instead (epilogue_rules.ADD_STEP), wherever the earlier add or region sits
+    m, k, n = 6, 5, 7
+    g = Graph()
+    y = g.matmul_bt(g.input("x", [m, k]), g.parameter("w", [n, k]))
+    first, middle, _ = chain.split()
+    y = g.add(y, g.input("r", [m, n])) if first == "add" else g.mul(g.tanh(y), g.parameter("col", [m, 1]))
+    y = g.bias_add(y, g.parameter("d", [n])) if middle == "bias" else g.relu(y)
+    g.set_outputs([g.add(y, g.input("r2", [m, n]))])
+    opt, _ = optimize(g)
+    assert opt.dispatch_count() == 1, opt.summary()
+    _same(opt, g)
+
+
 def test_a_region_value_that_is_a_graph_output_is_stored():
     g = Graph()
     y = g.matmul(g.input("x", [6, 4]), g.parameter("w", [4, 3]))
