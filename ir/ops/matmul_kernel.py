@@ -182,11 +182,39 @@ def _quad(x: str, rows: str, cols: str, index: str, vec4: bool) -> str:
     return _QUAD_SCALAR.format(x=x, rows=rows, cols=cols, index=index)
 
 
-def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None) -> str:
+_QUAD_SWIGLU = """fn quad_a(r: u32, c: u32) -> vec4<f32> {{
+    // silu(x[r, c..c+3]) * x[r, K + c..K + c+3] of x [M, 2K], the gate and up projections side by side
+    // (SwiGLUConcat, swiglu_concat.wgsl), zero outside [M, K]
+    var v = vec4<f32>();
+    if (r < p.m) {{
+{body}
+    }}
+    return v;
+}}"""
+
+_SWIGLU_VEC4 = """        if (c < p.k) {{
+            let g = a[(r * 2u * p.k + c) / 4u];
+            let u = a[(r * 2u * p.k + p.k + c) / 4u];
+            v = vec4<f32>(silu(g.x), silu(g.y), silu(g.z), silu(g.w)) * u;
+        }}"""
+
+_SWIGLU_SCALAR = """        for (var e = 0u; e < 4u; e = e + 1u) {{
+            let cc = c + e;
+            if (cc < p.k) {{
+                v[e] = silu(a[r * 2u * p.k + cc]) * a[r * 2u * p.k + p.k + cc];
+            }}
+        }}"""
+
+
+def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None,
+                   swiglu: bool = False) -> str:
     # A: tiled reads quads of its stored rows ([M,K], or [K,M] for 'AT'); GEMV reads rows of
-    # op(A) ([M,K]), through a transposed view for 'AT'. B: quads of its stored rows, [K,N]
-    # or [N,K] for 'BT'; with ``quant`` ('BT' only) decoded from the blocks of binding q.
-    if variant == "AT" and gemv:
+    # op(A) ([M,K]), through a transposed view for 'AT'; with ``swiglu`` (not 'AT') the quads of
+    # SwiGLUConcat(A), A [M, 2K]. B: quads of its stored rows, [K,N] or [N,K] for 'BT'; with
+    # ``quant`` ('BT' only) decoded from the blocks of binding q.
+    if swiglu:
+        qa = _QUAD_SWIGLU.format(body=(_SWIGLU_VEC4 if vec_a else _SWIGLU_SCALAR).format())
+    elif variant == "AT" and gemv:
         qa = _quad("a", "p.m", "p.k", "cc * p.m + r", False)
     elif variant == "AT":
         qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a)
@@ -247,7 +275,7 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
                       eps: float = 0.0, tile: MatmulTile | None = None,
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
-                      operand_types: tuple = ()) -> Kernel:
+                      operand_types: tuple = (), swiglu: bool = False) -> Kernel:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -257,7 +285,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     w_norm, then B, then the epilogue operands in chain order; 'bias' reads operand[j], 'add'
     reads operand[i * N + j]; unary steps are the WGSL of the unary table
     (:mod:`.elementwise`). With ``rms_norm`` A is staged as x * w_norm and each row is scaled by
-    its inverse rms before the epilogue. With ``quant`` (a block format of ``ir/ops/quant.py``;
+    its inverse rms before the epilogue. With ``swiglu`` (FusedSwiGLUMatMul, A not transposed) A
+    binds [M, 2K], and each quad of op(A) is SwiGLUConcat's silu(gate) * up, computed as it is
+    loaded (``k`` is K, half of A's row). With ``quant`` (a block format of ``ir/ops/quant.py``;
     variant 'BT' only) B binds as ``q``, u32 rows of ``row_words`` words of blocks along K, decoded
     by the loader (shaders/quant_decode.wgsl) wherever the f32 kernel reads a quad of B. A
     generated region step (``fused_epilogue.py``) reads its operands, whose TensorTypes
@@ -271,6 +301,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
 
     if rms_norm and variant == "AT":
         raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
+    if swiglu and (variant == "AT" or rms_norm):
+        raise LoweringError("the SwiGLU prologue reads rows of A [M, 2K] as they are stored: not with variant 'AT' "
+                            "or an RmsNorm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
     tile = tile or matmul_tile(m, n, variant)
@@ -301,11 +334,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     tiles = math.ceil(m / tile.bm) * tiles_n
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles),
               ("eps", "f32", eps), *((("row_words", "u32", row_words),) if quant is not None else ()))
-    name = ("rms_norm_" if rms_norm else "") + "matmul" + (f"_{variant}" if variant else "") + f"_{tile.name}"
+    name = ("rms_norm_" if rms_norm else "") + ("swiglu_" if swiglu else "") + "matmul"
+    name += (f"_{variant}" if variant else "") + f"_{tile.name}"
     name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
     name += "".join(f"+{step_label(s)}" for s in epilogue)
-    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant), EPILOGUE="\n".join(lines),
+    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant, swiglu), EPILOGUE="\n".join(lines),
                  B_ALONG_K="true" if variant == "BT" else "false",
                  DECODE=Include("quant_decode.wgsl") if quant is not None else "")
     prologue = "rms_norm" if rms_norm else "none"
@@ -328,9 +362,13 @@ _PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
 def matmul_kernel(node, ins, target) -> Kernel:
     """The kernel builder of every op of the matmul family."""
     rms_norm = node.op == "FusedRmsNormMatMul"
+    swiglu = node.op == "FusedSwiGLUMatMul"
     variant = node.attrs["variant"] if node.op.startswith("Fused") else _PLAIN_VARIANT[node.op]
     m, n = node.type.shape
     k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
+    if swiglu:
+        k //= 2  # A holds gate and up side by side
     fixed = 3 if rms_norm else 2
     return matmul_kernel_for(variant, tuple(node.attrs.get("epilogue", ())), m, k, n, rms_norm=rms_norm,
-                             eps=float(node.attrs["eps"]) if rms_norm else 0.0, operand_types=tuple(ins[fixed:]))
+                             eps=float(node.attrs["eps"]) if rms_norm else 0.0, operand_types=tuple(ins[fixed:]),
+                             swiglu=swiglu)

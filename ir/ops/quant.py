@@ -195,10 +195,11 @@ def _quant_flops(first: int):
 
 def _quant_matmul_kernel(node, ins, target) -> Kernel:
     rms = node.op == "QuantRmsNormMatMul"
+    swiglu = node.op == "QuantSwiGLUMatMul"
     (m, k), (n, words) = ins[0].shape, ins[2 if rms else 1].shape
-    return matmul_kernel_for("BT", tuple(node.attrs["epilogue"]), m, k, n, rms_norm=rms,
+    return matmul_kernel_for("BT", tuple(node.attrs["epilogue"]), m, k // 2 if swiglu else k, n, rms_norm=rms,
                              eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words,
-                             operand_types=tuple(ins[3 if rms else 2:]))
+                             operand_types=tuple(ins[3 if rms else 2:]), swiglu=swiglu)
 
 
 _EPILOGUE = Attr("epilogue", "epilogue", ())
@@ -229,6 +230,31 @@ op("QuantRmsNormMatMul", ("x", "w_norm", "q", "*operands"), _quant_rms_norm_matm
    flops=_quant_flops(2),
    doc="C = epilogue(RmsNorm(x, w_norm, eps) @ Dequant(q)^T): FusedRmsNormMatMul 'BT' with quantised B "
        "(Zhang & Sennrich 2019 for the norm); inputs [x, w_norm, q, *epilogue operands]")
+
+
+def _quant_swiglu_matmul(ts, a):
+    x = ts[0]
+    need_f32(x, "x")
+    need(x.rank == 2 and x.shape[1] % 2 == 0, f"x must be [M, 2K] (gate and up side by side), got {x}")
+    return _quant_matmul([TensorType((x.shape[0], x.shape[1] // 2)), *ts[1:]], a)
+
+
+def _quant_swiglu_matmul_ref(xs, a):
+    from .elementwise import _swiglu_concat_ref
+
+    gated = _swiglu_concat_ref(xs[:1], {})
+    return apply_epilogue(gated @ dequantize(xs[1], a["format"], gated.shape[1]).T, a["epilogue"], xs[2:])
+
+
+def _quant_swiglu_flops(ins, out, attrs):
+    m, k = ins[0].shape[0], ins[0].shape[1] // 2
+    return 2 * m * k * ins[1].shape[0] + 5 * m * k + out.num_elements * epilogue_ops(attrs["epilogue"])
+
+
+op("QuantSwiGLUMatMul", ("x", "q", "*operands"), _quant_swiglu_matmul, _quant_swiglu_matmul_ref,
+   attrs=(_FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_matmul_kernel, flops=_quant_swiglu_flops,
+   doc="C = epilogue(SwiGLUConcat(x) @ Dequant(q)^T): FusedSwiGLUMatMul 'BT' with quantised B, x [M, 2K] the "
+       "gate and up projections side by side (Shazeer 2020); inputs [x, q, *epilogue operands]")
 
 
 # --- QuantEmbedding ---------------------------------------------------------------------------
@@ -281,6 +307,12 @@ def _qmm_example(g, dim, fmt: str = "q4_1", rms: bool = False) -> None:
     g.set_outputs([g.relu(g.matmul_bt(x, _quant_param(g, "W", n, k, fmt)))])
 
 
+def _qswiglu_example(g, dim) -> None:
+    k, n = _k(dim), dim("n")
+    h = g.swiglu_concat(g.input("x", [dim("m", 1, 4), 2 * k]))  # decode rows (matmul.SWIGLU_PROLOGUE_MAX_ROWS)
+    g.set_outputs([g.add(g.matmul_bt(h, _quant_param(g, "W", n, k, "q4_1")), g.input("r", [dim("m"), n]))])
+
+
 def _qemb_example(g, dim) -> None:
     rows, k = dim("rows"), _k(dim)
     g.set_outputs([g.embedding(g.input("tokens", [dim("t")], DType.U32), _quant_param(g, "E", rows, k, "q8_0"))])
@@ -303,6 +335,10 @@ def _fold_dequant(e):
                   e.FusedRmsNormMatMul(x, w, dq, eps=eps, variant=e.String("BT"), epilogue=ep),
                   e.QuantRmsNormMatMul(x, w, q, eps=eps, format=f, epilogue=ep),
                   example=example(lambda g, dim: _qmm_example(g, dim, "q8_0", rms=True)))
+    # FusedSwiGLUMatMul(x, Dequant(q), 'BT', e) -> QuantSwiGLUMatMul(x, q, e)
+    yield e.equal("FusedSwiGLUMatMulBT(x, Dequant(q), e) -> QuantSwiGLUMatMul(x, q, e)",
+                  e.FusedSwiGLUMatMul(x, dq, variant=e.String("BT"), epilogue=ep),
+                  e.QuantSwiGLUMatMul(x, q, format=f, epilogue=ep), example=example(_qswiglu_example))
     # Embedding(i, Dequant(q)) -> QuantEmbedding(i, q)   (only the rows looked up are decoded)
     yield e.equal("Embedding(i, Dequant(q)) -> QuantEmbedding(i, q)", e.Embedding(a, dq),
                   e.QuantEmbedding(a, q, format=f, cols=c), example=example(_qemb_example))

@@ -115,6 +115,18 @@ def _rms_norm_matmul(variant: str, m: int, k: int, n: int, epilogue: tuple[str, 
     return Row("FusedRmsNormMatMul", f"FusedRmsNormMatMul{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
 
 
+def _swiglu_matmul(variant: str, m: int, k: int, n: int, epilogue: tuple[str, ...]) -> Row:
+    # x [m, 2k]: the gate and up projections side by side (SwiGLUConcat's input)
+    def build(g: Graph) -> int:
+        x = g.input("x", [m, 2 * k])
+        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+        operands = [g.parameter(f"bias{i}", [n]) if step == "bias" else g.input(f"res{i}", [m, n])
+                    for i, step in enumerate(epilogue) if step in ("bias", "add")]
+        return g.add_node("FusedSwiGLUMatMul", (x, w, *operands), variant=variant, epilogue=epilogue)
+
+    return Row("FusedSwiGLUMatMul", f"FusedSwiGLUMatMul{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
+
+
 def _concat(shapes, axis: int, leaf: str = "input") -> Row:
     # leaf 'input': the concat kernel; 'parameter': a derived parameter packed by the Session.
     def build(g: Graph) -> int:
@@ -409,6 +421,8 @@ ROWS: list[Row] = [
     *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (
         ((1, 1, 1), ()), ((7, 13, 5), ("bias", "Gelu")), ((70, 33, 130), ("bias", "add", "GeluTanh", "Neg")),
         ((65, 100, 3), ("add", "Silu", "bias", "Relu")))],
+    *[_swiglu_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (
+        ((1, 1, 1), ()), ((3, 13, 5), ("add",)), ((4, 576, 70), ("bias", "Relu")), ((70, 33, 130), ("add", "Tanh")))],
     _concat([[7, 13], [7, 5], [7, 1]], axis=1),
     _concat([[3], [1], [9]], axis=0),
     _concat([[2, 3, 4], [2, 1, 4], [2, 5, 4]], axis=1),

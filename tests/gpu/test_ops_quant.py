@@ -42,6 +42,18 @@ def _dequant(fmt: str, rows: int, cols: int) -> Row:
                feeds={"q": blocks(fmt, rows, cols, rid)[0]})
 
 
+def _qswiglu(fmt: str, m: int, k: int, n: int, epilogue=()) -> Row:
+    rid = f"QuantSwiGLUMatMul-{fmt}[{m},{2 * k}]x[{n},{k}]{''.join('+' + s for s in epilogue)}"
+
+    def build(g: Graph) -> int:
+        operands = [g.parameter("bias", [n]) if s == "bias" else g.input("res", [m, n])
+                    for s in epilogue if s in ("bias", "add")]
+        return g.add_node("QuantSwiGLUMatMul", (g.input("x", [m, 2 * k]), _q(g, fmt, n, k), *operands), format=fmt,
+                          epilogue=epilogue)
+
+    return Row("QuantSwiGLUMatMul", rid, build, feeds={"q": blocks(fmt, n, k, rid)[0]})
+
+
 def _qmm(fmt: str, m: int, k: int, n: int, epilogue=(), rms: bool = False) -> Row:
     rid = f"Quant{'RmsNorm' if rms else ''}MatMul-{fmt}[{m},{k}]x[{n},{k}]{''.join('+' + s for s in epilogue)}"
 
@@ -73,6 +85,8 @@ ROWS = [
     _qmm("q8_0", 37, 96, 20, ("add", "Relu")),
     *(_qmm(fmt, m, 96, 21, ("bias",), rms=True) for fmt in ("q4_1", "q4_0") for m in (2, 19)),
     _qmm("q8_0", 1, 32, 8, rms=True),
+    *(_qswiglu(fmt, 1, 96, 13, ("add",)) for fmt in FORMATS),  # GEMV (decode), with the residual add
+    _qswiglu("q4_1", 37, 64, 20, ("bias", "Relu")),  # tiled
     *(_qemb(fmt, 7, 11, 64) for fmt in FORMATS),
 ]
 

@@ -149,6 +149,15 @@ def _fused_rms(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row:
     return Row(f"FusedRmsNormMatMul{variant}-{'+'.join(epilogue) or 'none'}", build, init={"wn": near_one})
 
 
+def _fused_swiglu(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row:
+    def build(g):
+        x, w = P(g, "x", [m, 2 * k]), P(g, "w", [n, k] if variant == "BT" else [k, n])
+        ops = [P(g, f"op{i}", [n] if s == "bias" else [m, n]) for i, s in enumerate(epilogue) if s in ("bias", "add")]
+        return g.add_node("FusedSwiGLUMatMul", (x, w, *ops), variant=variant, epilogue=epilogue)
+
+    return Row(f"FusedSwiGLUMatMul{variant}-{'+'.join(epilogue) or 'none'}", build)
+
+
 def _binary(op: str, xs, ys) -> Row:
     return Row(f"{op}{xs}{ys}", lambda g: g.add_node(op, (P(g, "x", xs), P(g, "y", ys))))
 
@@ -231,6 +240,8 @@ ROWS = [
     _fused_rms("", ("bias", "Silu")),
     _fused_rms("BT", ("add",)),
     _fused_rms("BT", ()),
+    _fused_swiglu("BT", ("add",)),
+    _fused_swiglu("", ("bias", "Tanh")),
     _binary("Add", [3, 5], [3, 5]),
     _binary("Add", [3, 5], [5]),
     _binary("Add", [3, 1], [1, 5]),

@@ -110,6 +110,7 @@ def test_every_dequant_folds_and_the_weights_stay_packed(fmt):
     names = build_llama_graph(TINY, 1).parameters
     quant = {n: fmt for n, t in names.items() if len(t.shape) == 2}
     builds = (lambda q: build_llama_graph(TINY, 6, quant=q), lambda q: build_llama_cache_graph(TINY, 1, 16, quant=q))
+    gated = 0
     for build in builds:
         f32, _ = optimize(build(None))
         opt, _ = optimize(build(quant))
@@ -118,11 +119,14 @@ def test_every_dequant_folds_and_the_weights_stay_packed(fmt):
         # the f32 plan's fused matmuls, one for one, now on blocks
         assert ops.count("QuantRmsNormMatMul") == _ops(f32).count("FusedRmsNormMatMul")
         assert ops.count("QuantMatMul") == _ops(f32).count("FusedMatMul")
+        assert ops.count("QuantSwiGLUMatMul") == _ops(f32).count("FusedSwiGLUMatMul")
+        gated += ops.count("QuantSwiGLUMatMul")
         assert opt.dispatch_count() == f32.dispatch_count()
         packed = [n for n in opt.live_nodes() if n.op == "Concat"]
         assert packed and all(opt.is_derived_parameter(n) and n.type.dtype is DType.U32 for n in packed)
         plan = lower(opt)
         assert not any("dequant" in d.kernel for d in plan.dispatches)
+    assert gated == TINY.num_layers  # the decode step's down projections take SwiGLU as they load
     prefill = optimize(build_llama_graph(TINY, 6, quant=quant))[0]
     widths = sorted(len(n.inputs) for n in prefill.live_nodes() if n.op == "Concat")
     assert widths == [2, 2, 3, 3]  # gate/up and q/k/v of both layers (SwiGLU never joins a store: NEVER_JOIN)
