@@ -1,11 +1,12 @@
 """The matmul family: MatMul, MatMulAT, MatMulBT, and the fused forms the rewrite engine
-introduces, FusedMatMul (an epilogue chain folded into the store) and FusedRmsNormMatMul
-(RmsNorm as the matmul's prologue), with the rules that introduce them.
+introduces, FusedMatMul (an epilogue chain folded into the store), FusedRmsNormMatMul
+(RmsNorm as the matmul's prologue) and FusedSwiGLUMatMul (SwiGLUConcat computed as A is loaded),
+with the rules that introduce them.
 
 The fused forms are the seed's FusedMatMulAdd / FusedMatMulATAdd / FusedMatMulBTAdd and
 FusedRmsNormMatMul, generalised to a chain of bias, add and unary steps (the ``epilogue``
 attribute; in the e-graph an ``Epi`` term). Every rule is an equality: the unfused term stays
-in its e-class, and extraction decides which one pays. All five ops share one kernel builder
+in its e-class, and extraction decides which one pays. All six ops share one kernel builder
 (:mod:`.matmul_kernel`).
 """
 
@@ -432,10 +433,12 @@ def _swiglu_mm_example(variant: str):
 
 
 #: Rows of the gated activation up to which the down projection takes SwiGLU as it loads: the GEMV
-#: kernel's (decode). The tiled kernel loads each element of A once per tile of output columns, so it
-#: would compute silu(gate) * up that many times and read both halves each time: on an H200
-#: (bench/models.py) SmolLM2's 128-token prefill took 5.16 ms that way against 4.88 with
-#: SwiGLUConcat stored, while its decode step went from 1.46 to 1.41 ms (242 -> 212 dispatches).
+#: kernel's (decode). Both kernels compute silu(gate) * up again wherever they load an element of A
+#: (the tiled kernel once per tile of output columns, GEMV once per output column or quad of them),
+#: which costs nothing where the time is reading W and dispatch latency (decode) and shows where it is
+#: arithmetic: on an H200 (bench/models.py, a run of this change without the cap, not kept) SmolLM2's
+#: 128-token prefill took 5.16 ms that way against 4.88 with SwiGLUConcat stored, while its decode
+#: step went from 1.46 to 1.40-1.41 ms (242 -> 212 dispatches; bench/results/models_h200.json).
 SWIGLU_PROLOGUE_MAX_ROWS = GEMV_MAX_ROWS
 
 
@@ -444,13 +447,17 @@ def _swiglu_matmul(e):
     x, wp = e.vars("x wp")
     (ep,) = e.vars("e", e.Epi)
     (s,) = e.vars("s", e.Vec[e.i64])
+    (gated,) = e.vars("gated")
     # FusedMatMul(SwiGLUConcat(x), W, e) -> FusedSwiGLUMatMul(x, W, e)   (W [K,N], or [N,K] for BT)
     #   if the product has at most SWIGLU_PROLOGUE_MAX_ROWS rows (its shape: x, a packed projection a rule
-    #   built, may have no shape fact)
+    #   built, may have no shape fact) and the product is the gated value's only reader from memory
+    #   (stored_uses 1; a training step's weight gradient or a graph output reads it too, so it is stored
+    #   anyway and the fused op would only read both halves instead of it)
     for v in ("", "BT"):
-        lhs = e.FusedMatMul(e.SwiGLUConcat(x), wp, variant=v, epilogue=ep)
+        lhs = e.FusedMatMul(gated, wp, variant=v, epilogue=ep)
         yield e.equal(f"FusedMatMul{v}(SwiGLUConcat(x), W, e) -> FusedSwiGLUMatMul{v}(x, W, e)", lhs,
-                      e.FusedSwiGLUMatMul(x, wp, variant=v, epilogue=ep), e.eq(e.shape(lhs)).to(s),
+                      e.FusedSwiGLUMatMul(x, wp, variant=v, epilogue=ep), e.eq(gated).to(e.SwiGLUConcat(x)),
+                      e.eq(e.stored_uses(gated)).to(e.i64(1)), e.eq(e.shape(lhs)).to(s),
                       s[0] <= e.i64(SWIGLU_PROLOGUE_MAX_ROWS), example=_swiglu_mm_example(v))
 
 

@@ -1,4 +1,4 @@
-"""The matmul family's kernel: MatMul, MatMulAT, MatMulBT, FusedMatMul and FusedRmsNormMatMul
+"""The matmul family's kernel: MatMul, MatMulAT, MatMulBT, FusedMatMul, FusedRmsNormMatMul and FusedSwiGLUMatMul
 on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmul`).
 
 - ``matmul.wgsl``, tiled: a workgroup of 256 invocations computes a BM x BN tile of C

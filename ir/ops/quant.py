@@ -46,7 +46,7 @@ from ..types import DType, TensorType
 from .attention import packed_qkv_rule
 from .fused_epilogue import epilogue_ops
 from .kv_cache import decode_step, packed_decode_rule
-from .matmul import apply_epilogue, check_epilogue
+from .matmul import SWIGLU_PROLOGUE_MAX_ROWS, apply_epilogue, check_epilogue
 from .matmul_kernel import matmul_kernel_for
 
 FAMILY = "quant"
@@ -309,7 +309,7 @@ def _qmm_example(g, dim, fmt: str = "q4_1", rms: bool = False) -> None:
 
 def _qswiglu_example(g, dim) -> None:
     k, n = _k(dim), dim("n")
-    h = g.swiglu_concat(g.input("x", [dim("m", 1, 4), 2 * k]))  # decode rows (matmul.SWIGLU_PROLOGUE_MAX_ROWS)
+    h = g.swiglu_concat(g.input("x", [dim("m", 1, SWIGLU_PROLOGUE_MAX_ROWS), 2 * k]))  # decode rows
     g.set_outputs([g.add(g.matmul_bt(h, _quant_param(g, "W", n, k, "q4_1")), g.input("r", [dim("m"), n]))])
 
 
