@@ -77,6 +77,7 @@ def time_ours(session: Session, calls: int, samples: int) -> list[float]:
 
 def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, feeds: dict, calls: int,
               samples: int) -> list[float]:
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as in every fp32 peer of the benchmarks
     f = torch.nn.functional.scaled_dot_product_attention
     dev = torch.device("cuda")
 
@@ -92,30 +93,12 @@ def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, 
     def step():
         out.copy_(f(q, k, v, attn_mask=mask, is_causal=op != "FullAttention", enable_gqa=nh != nkv))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            step()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3 / calls)
-    return times
+    return gpu_timing.cuda_graph_per_call(torch, step, calls, samples)
 
 
 def candidates(hd: int, storage: int) -> list[tuple[int, int]]:
     """(BQ, BK) shapes to try: BQ the default or a half or a quarter of it, BK 16, 32, 64 where they fit."""
-    bq0, _ = attention.attention_tiles(hd)
+    bq0 = attention.attention_rows(hd)
     out = []
     for bq in sorted({bq0, max(1, bq0 // 2), max(1, bq0 // 4)}, reverse=True):
         for bk in (16, 32, 64):
@@ -142,8 +125,7 @@ def main() -> None:
     print(f"{device.adapter.info['device']}; workgroup storage {storage} B; {args.calls} calls x {args.repeats}; us")
     for name, (op, batch, seq, nh, nkv, hd) in SHAPES.items():
         g, feeds = _graph(op, batch, seq, nh, nkv, hd)
-        bq0, _ = attention.attention_tiles(hd)
-        default = attention.attention_tiles(hd, storage, batch * nh * math.ceil(seq / bq0))
+        default = attention.attention_tiles(hd, storage, batch * nh * math.ceil(seq / attention.attention_rows(hd)))
         (want,) = evaluate(g, feeds, {})
         peer = None
         if torch is not None:
@@ -157,13 +139,15 @@ def main() -> None:
             row = {"shape": name, "op": op, "bq": bq, "bk": bk, "default": (bq, bk) == default,
                    "workgroups": batch * nh * math.ceil(seq / bq), "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6,
                    "max_err": err,
-                   "peer": "torch sdpa (fp32, cuda-graph)" if peer else "skipped: no CUDA",
+                   "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
+                   "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
                    "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
             rows.append(row)
             print(f"{name:16s} BQ {bq:3d} BK {bk:3d} {'default' if row['default'] else '       '} "
                   f"wg {row['workgroups']:4d}  err {err:.1e}  "
                   f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
-                  + (f"peer {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}" if peer else row["peer"]), flush=True)
+                  + (f"peer (sdpa, cuda-graph replay, fp32) {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}"
+                     if peer else row["peer"]), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
 

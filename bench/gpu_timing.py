@@ -39,6 +39,34 @@ def wall_per_call(session, feeds: Sequence[dict], samples: int, warmup: int = 3)
     return out
 
 
+def cuda_graph_per_call(torch, step, calls: int, samples: int) -> list[float]:
+    """Seconds per ``step()`` on the GPU, one value per sample: ``step`` warmed up three times on a
+    side stream (as the torch docs ask before a capture), then ``calls`` of it captured in one
+    ``torch.cuda.CUDAGraph``, replayed once, and each sample's replay timed by CUDA events (the
+    peer's side of ``bench/matmul.py`` and ``bench/attention.py``: no Python launch overhead)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            step()
+    graph.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) * 1e-3 / calls)
+    return out
+
+
 def has_timestamps(device) -> bool:
     return "timestamp-query" in device.features
 

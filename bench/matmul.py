@@ -119,27 +119,8 @@ def time_peer(torch, op: str, m: int, k: int, n: int, calls: int, samples: int) 
     b = torch.randn((n, k) if op == "MatMulBT" else (k, n), device="cuda")
     w = b.t() if op == "MatMulBT" else b  # x @ W^T, as F.linear computes it
     c = torch.empty(m, n, device="cuda")
-    side = torch.cuda.Stream()  # warm-up (cuBLAS handle, workspace) on a side stream before capture
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            torch.matmul(a, w, out=c)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            torch.matmul(a, w, out=c)
-    graph.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) * 1e-3 / calls)
-    return out
+    # warm-up (cuBLAS handle, workspace) on a side stream, then the capture and its replays
+    return gpu_timing.cuda_graph_per_call(torch, lambda: torch.matmul(a, w, out=c), calls, samples)
 
 
 def _torch_cuda():

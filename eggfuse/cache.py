@@ -443,15 +443,10 @@ class CompileCache:
             log.info("eggfuse: not caching this compile: %s", e)
             return None
         path = self.path(key)
-        temp = self.folder / f".{key}.{os.getpid()}.tmp"
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            temp.write_bytes(framed("eggfuse_cache", FORMAT, key, body))
-            os.replace(temp, path)
+            write_replacing(path, self.folder / f".{key}.{os.getpid()}.tmp", framed("eggfuse_cache", FORMAT, key, body))
         except OSError as e:
             log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder, e)
-            with contextlib.suppress(OSError):
-                temp.unlink(missing_ok=True)
             return None
         return path
 
@@ -478,6 +473,20 @@ class CompileCache:
                 if _TEMP.match(p.name):
                     p.unlink(missing_ok=True)
         return removed
+
+
+def write_replacing(path: Path, temp: Path, data: bytes) -> None:
+    """Write ``data`` to ``temp`` (its folder made first) and rename it onto ``path``, so that a reader
+    sees the old file or the whole new one; on OSError the temporary file is removed and the error
+    raised (the caches' writes)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp.write_bytes(data)
+        os.replace(temp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
+        raise
 
 
 def framed(tag: str, fmt: int, key: str, body: bytes, **extra: Any) -> bytes:

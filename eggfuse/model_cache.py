@@ -46,7 +46,17 @@ from typing import Any
 
 import numpy as np
 
-from eggfuse.cache import CorruptEntry, Unstorable, _plain, _value, cache_dir, framed, verified_body, versions
+from eggfuse.cache import (
+    CorruptEntry,
+    Unstorable,
+    _plain,
+    _value,
+    cache_dir,
+    framed,
+    verified_body,
+    versions,
+    write_replacing,
+)
 
 log = logging.getLogger("eggfuse.cache")
 
@@ -125,16 +135,12 @@ def gguf_config(path: str | os.PathLike | None = None, *, cache: bool = True):
     config = LlamaConfig.from_gguf(source)
     body = {"key": key, "config": {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)}}
     origin = str(source.expanduser().resolve())
-    temp = store.folder / f".{key}.config.{os.getpid()}.tmp"
     try:
-        store.folder.mkdir(parents=True, exist_ok=True)
-        temp.write_bytes(framed("eggfuse_config_cache", FORMAT, key,
-                                json.dumps(body, separators=(",", ":")).encode(), source=origin))
-        os.replace(temp, entry)
+        write_replacing(entry, store.folder / f".{key}.config.{os.getpid()}.tmp",
+                        framed("eggfuse_config_cache", FORMAT, key, json.dumps(body, separators=(",", ":")).encode(),
+                               source=origin))
     except OSError as e:
         log.warning("eggfuse: cannot write the model cache in %s (%s); continuing without it", store.folder, e)
-        with contextlib.suppress(OSError):
-            temp.unlink(missing_ok=True)
         return config
     for other in store.folder.glob("*.config"):  # one config entry per file
         if other != entry and _header(other).get("source") == origin:

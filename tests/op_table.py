@@ -76,6 +76,21 @@ def check_row(row: Row, device, subgroups: bool | None) -> Session:
     return session
 
 
+def run_optimised(g: Graph, device, feeds: dict, params: dict) -> tuple[Graph, list[np.ndarray]]:
+    """``g`` optimised by the rewrite engine and run on the device, its outputs checked against the
+    unfused graph's numpy reference (relative 1e-4, absolute 1e-5 of each output's scale); returns
+    the optimised graph and the outputs."""
+    from eggfuse.rewrites import optimize
+
+    opt, _ = optimize(g)
+    got = Session(lower(opt, dict(device.limits)), params, device=device).run(feeds)
+    want = evaluate(g, feeds, params)
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max())))
+    return opt, got
+
+
 def row_modules() -> list:
     """Every ``tests/gpu/test_ops*.py`` module, loaded by path (no GPU needed to list rows)."""
     out = []

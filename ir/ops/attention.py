@@ -199,6 +199,12 @@ def attention_tile_bytes(hd: int, bq: int, bk: int) -> int:
     return 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (ATTENTION_WG // bq) + 3 * bq)
 
 
+def attention_rows(hd: int) -> int:
+    """BQ, the query rows per workgroup of attention.wgsl for head size ``hd``: ATTENTION_WG /
+    ceil(hd / 4), at most ATTENTION_MAX_ROWS (each invocation owns one vec4 of the output block)."""
+    return max(1, min(ATTENTION_MAX_ROWS, ATTENTION_WG // math.ceil(hd / 4)))
+
+
 #: Workgroups of attention.wgsl from which its tiles keep to ATTENTION_TILE_BYTES even where the
 #: device offers more workgroup memory: enough of them fill the GPU, and smaller tiles let more of
 #: them reside on each multiprocessor. On an H200 (bench/attention.py, bench/results/attention_h200.json)
@@ -219,8 +225,7 @@ def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, workgroups: in
     H200's 48 KiB, hd 64 and 32 take 64-key tiles: a quarter of the tiles, barriers and K and V
     loads per query block.
     """
-    hd4 = math.ceil(hd / 4)
-    bq = max(1, min(ATTENTION_MAX_ROWS, ATTENTION_WG // hd4))
+    bq = attention_rows(hd)
     if workgroups is not None and workgroups >= ATTENTION_FULL_GPU:
         storage = min(storage, ATTENTION_TILE_BYTES)
     bk = 64
@@ -240,9 +245,8 @@ def _attention_kernel(node, ins, target) -> Kernel:
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     seq = ins[0].shape[0] // batch
-    bq, _ = attention_tiles(hd)
     bq, bk = attention_tiles(hd, target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES),
-                             batch * nh * math.ceil(seq / bq))
+                             batch * nh * math.ceil(seq / attention_rows(hd)))
     slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=ATTENTION_WG, Q=names[0], K=names[1], V=names[2], IO=accessors,
                  QK=Include("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl"),
                  MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"

@@ -9,25 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from op_table import run_optimised  # tests/op_table.py
 
-from eggfuse.ir import Graph, evaluate
+from eggfuse.ir import Graph
 from eggfuse.ir.ops.fused_epilogue import is_expr
 from eggfuse.ir.ops.quant import _quant_param
-from eggfuse.lowering import lower
-from eggfuse.rewrites import optimize
 from eggfuse.rewrites.engine import random_feeds
-from eggfuse.runtime import Session
-
-
-def _run(g: Graph, device, feeds: dict, params: dict) -> Graph:
-    """``g`` optimised and run on the device, its outputs checked against the unfused graph's reference."""
-    opt, _ = optimize(g)
-    got = Session(lower(opt, dict(device.limits)), params, device=device).run(feeds)
-    want = evaluate(g, feeds, params)
-    assert len(got) == len(want)
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max())))
-    return opt
 
 
 def _regions(opt: Graph, op: str) -> list:
@@ -55,7 +42,7 @@ def test_matmul_region(m, k, n, variant, device):
     b = g.parameter("b", [n, k] if variant == "BT" else [k, n])
     y = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (a, b))
     g.set_outputs([_scale_act_shift(g, y, [m, n])])
-    opt = _run(g, device, *_feeds(g))
+    opt, _ = run_optimised(g, device, *_feeds(g))
     assert opt.dispatch_count() == 1, opt.summary()
     assert _regions(opt, "FusedMatMul"), opt.summary()
 
@@ -71,7 +58,7 @@ def test_matmul_diamond_and_output(device):
     t = g.mul(y1, g.tanh(y1))
     u = g.add(g.mul(y2, s), g.tanh(y2))
     g.set_outputs([g.add(g.mul(t, s), g.neg(u)), t])
-    opt = _run(g, device, *_feeds(g, 1))
+    opt, _ = run_optimised(g, device, *_feeds(g, 1))
     mms = [n for n in opt.live_nodes() if n.op == "FusedMatMul"]
     assert opt.dispatch_count() == 2 and all(any(map(is_expr, n.attrs["epilogue"])) for n in mms), opt.summary()
 
@@ -82,7 +69,7 @@ def test_rms_norm_matmul_region(device):
     h = g.rms_norm(x, g.parameter("wn", [20]))
     y = g.matmul_bt(h, g.parameter("w", [13, 20]))
     g.set_outputs([g.mul(g.silu(y), g.input("u", [9, 13]))])
-    opt = _run(g, device, *_feeds(g, 2))
+    opt, _ = run_optimised(g, device, *_feeds(g, 2))
     assert _regions(opt, "FusedRmsNormMatMul"), opt.summary()
 
 
@@ -92,7 +79,7 @@ def test_quantised_matmul_region(device):
     y = g.matmul_bt(x, _quant_param(g, "q", 24, 64))
     g.set_outputs([g.add(g.mul(y, g.constant(np.float32(0.5), [1])), g.sigmoid(y))])
     feeds, params = random_feeds(g, 3)
-    opt = _run(g, device, feeds, params)
+    opt, _ = run_optimised(g, device, feeds, params)
     assert _regions(opt, "QuantMatMul"), opt.summary()
 
 
@@ -110,7 +97,7 @@ def test_conv_region(x, w, attrs, bn, device):
                                               g.constant(np.linspace(0.5, 2.0, m).astype(np.float32), [m])))
     shape = list(g.node(y).type.shape)
     g.set_outputs([_scale_act_shift(g, y, shape)])
-    opt = _run(g, device, *_feeds(g, 4))
+    opt, _ = run_optimised(g, device, *_feeds(g, 4))
     # FusedConvBn binds x, w and 4 statistics: of the region's 2 operands one fits beside the output,
     # and the rest of the chain runs as a Fused kernel on the convolution's output
     assert opt.dispatch_count() == (2 if bn else 1), opt.summary()

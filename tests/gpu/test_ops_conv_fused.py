@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from op_table import Row, check_row  # tests/op_table.py
+from op_table import Row, check_row, run_optimised  # tests/op_table.py
 
-from eggfuse.ir import Graph, evaluate
-from eggfuse.lowering import lower
-from eggfuse.rewrites import optimize
-from eggfuse.runtime import Session
+from eggfuse.ir import Graph
 
 
 def _fused(x, w, epilogue=(), bn: bool = False, bias_shape=None, tag: str = "", **attrs) -> Row:
@@ -68,17 +65,6 @@ def test_op_matches_reference(row: Row, device):
     check_row(row, device, subgroups=None)
 
 
-def _run_fused(g: Graph, device, feeds: dict, params: dict) -> tuple[Graph, list[np.ndarray]]:
-    """``g`` optimised, run on the device; the outputs checked against the unfused graph's reference."""
-    opt, _ = optimize(g)
-    got = Session(lower(opt, dict(device.limits)), params, device=device).run(feeds)
-    want = evaluate(g, feeds, params)
-    assert len(got) == len(want)
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max())))
-    return opt, got
-
-
 def _stats(rng, g: Graph, params: dict, m: int, tag: str) -> list[int]:
     ids = []
     for name, value in (("scale", rng.standard_normal(m)), ("shift", rng.standard_normal(m)),
@@ -99,7 +85,7 @@ def test_conv_batch_norm_relu_residual_becomes_one_kernel(device):
     y = g.add_node("Conv", (x, g.parameter("w", [5, 5, 3, 3])), pads=[1, 1, 1, 1])
     y = g.add_node("BatchNormalization", (y, *_stats(rng, g, params, 5, "")), epsilon=1e-5)
     g.set_outputs([g.relu(g.add(g.relu(y), x))])
-    opt, _ = _run_fused(g, device, {"x": rng.standard_normal((1, 5, 7, 9)).astype(np.float32)}, params)
+    opt, _ = run_optimised(g, device, {"x": rng.standard_normal((1, 5, 7, 9)).astype(np.float32)}, params)
     (node,) = [n for n in opt.live_nodes() if opt.dispatches(n)]
     assert node.op == "FusedConvBn" and node.attrs["epilogue"] == ("Relu", "add", "Relu")
 
@@ -115,7 +101,7 @@ def test_an_intermediate_that_is_a_graph_output_is_stored(device):
     g.set_outputs([g.sigmoid(g.add(mid, r)), mid])
     feeds = {"x": rng.standard_normal((1, 3, 11, 13)).astype(np.float32),
              "r": rng.standard_normal((1, 7, 6, 7)).astype(np.float32)}
-    opt, (out, mid_got) = _run_fused(g, device, feeds, params)
+    opt, (out, mid_got) = run_optimised(g, device, feeds, params)
     assert opt.node(opt.outputs[1]).op == "FusedConvBn"  # BN and Relu folded, the value stored
     assert len(_ops(opt)) == 2  # the conv once, then the add and sigmoid
 
@@ -131,7 +117,7 @@ def test_a_shared_convolution_and_a_shared_input(device):
     c1 = g.add_node("Conv", (x, g.parameter("w1", [9, 9, 1, 1]), g.parameter("b1", [9])))
     c2 = g.add_node("Conv", (x, g.parameter("w2", [9, 1, 3, 3])), pads=[1, 1, 1, 1], group=9)
     g.set_outputs([g.relu(c1), g.add(c2, c1)])
-    opt, _ = _run_fused(g, device, {"x": rng.standard_normal((1, 9, 5, 7)).astype(np.float32)}, params)
+    opt, _ = run_optimised(g, device, {"x": rng.standard_normal((1, 9, 5, 7)).astype(np.float32)}, params)
     # 4 kernels unfused; 3 fused: the residual folds into the depthwise convolution, and the
     # shared one is stored once for it (folding the Relu too would compute it twice)
     assert len(_ops(opt)) == 3 and "FusedConv" in _ops(opt)
