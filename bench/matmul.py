@@ -22,12 +22,19 @@ Timing, per shape, N calls (N sized so that N of our calls take about ``--budget
 Columns (JSON fields, one row per shape): ``op``, ``m``, ``k``, ``n``, ``calls`` (N);
 ``ours_us``/``ours_p90_us`` and ``peer_us``/``peer_p90_us``: microseconds per matmul;
 ``ratio`` = ours_us / peer_us (below 1: ours faster); ``ours_gflops``/``peer_gflops``
-(2*M*N*K flops per matmul); ``kernel``/``tile``: our kernel. Without CUDA (or with
+(2*M*N*K flops per matmul); ``kernel``/``tile``/``splits``: our kernels (a split-K product
+has two: the tiled kernel over ``splits`` K ranges and the reduction). Without CUDA (or with
 ``--no-torch``) the peer fields say "skipped: no CUDA". The rows go to ``--json`` (a list), a
 PNG beside it when matplotlib is importable.
 
+``--sweep`` times ours alone at every tile shape and split-K count (``matmul_choice``) for the
+LLM shapes at M in SWEEP_M (plus SmolLM2's packed QKV and gate/up widths and MiniLM's QKV),
+one row per (shape, tile, splits) with ``chosen`` true for the heuristic's pick
+(``matmul_tile``, ``matmul_splits``), and prints each shape's best against the pick.
+
     .venv/bin/python bench/matmul.py --quick                             # here (lavapipe), ~1 minute
     python3 bench/matmul.py --json bench/results/matmul_h200.json        # GPU machine, ~2 minutes
+    python3 bench/matmul.py --sweep --json bench/results/matmul_sweep_h200.json
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.ir import Graph
-from eggfuse.ir.ops.matmul_kernel import matmul_tile
+from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, matmul_choice, matmul_splits, matmul_tile
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session, get_device
 
@@ -51,6 +58,9 @@ import gpu_timing  # noqa: E402
 LLM_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 LLM_KN = ((576, 192), (576, 576), (576, 1536), (1536, 576), (576, 49152),  # SmolLM2-135M
           (384, 384), (384, 1536), (1536, 384))                            # all-MiniLM-L6-v2
+SWEEP_M = (16, 128, 512, 1024)
+SWEEP_KN = LLM_KN[:4] + LLM_KN[5:] + ((576, 960), (576, 3072), (384, 1152))
+SWEEP_SPLITS = (1, 2, 3, 4, 6, 8)
 SQUARE = (4096,)
 BIG = (8192,)
 QUICK = [("MatMul", 256, 256, 256), ("MatMulBT", 1, 576, 1536), ("MatMulBT", 16, 576, 192),
@@ -66,6 +76,38 @@ def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
         return QUICK
     out = [("MatMulBT", m, k, n) for k, n in LLM_KN for m in LLM_M]
     return out + [("MatMul", s, s, s) for s in SQUARE + (BIG if big else ())]
+
+
+def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]], out: Path) -> list[dict]:
+    """Ours at every (tile, splits) for the (M, K, N) of ``todo`` (MatMulBT), rows written to
+    ``out`` as they come."""
+    rows = []
+    for m, k, n in todo:
+        if True:
+            pick = matmul_tile(m, k, n, "BT")
+            pick_splits = matmul_splits(pick, m, k, n)
+            best = None
+            for tile in MATMUL_TILES:
+                if not all(side == 32 or dim >= side for side, dim in ((tile.bm, m), (tile.bn, n))):
+                    continue
+                for splits in sorted({*SWEEP_SPLITS, matmul_splits(tile, m, k, n)}):
+                    if splits > 1 and k // splits < 64:
+                        continue
+                    with matmul_choice(tile=tile, splits=splits):
+                        session = _session("MatMulBT", m, k, n, device)
+                    calls = calls_for(session, budget, repeats)
+                    us = gpu_timing.median_p90(time_ours(session, calls, repeats))[0] * 1e6
+                    del session
+                    row = {"op": "MatMulBT", "m": m, "k": k, "n": n, "tile": tile.name, "splits": splits,
+                           "ours_us": us, "chosen": tile == pick and splits == pick_splits}
+                    rows.append(row)
+                    best = row if best is None or us < best["ours_us"] else best
+            chosen = next(r for r in rows[::-1] if r["chosen"] and (r["m"], r["k"], r["n"]) == (m, k, n))
+            print(f"[{m},{k},{n}] best {best['tile']} split {best['splits']}: {best['ours_us']:.2f} us; "
+                  f"chosen {chosen['tile']} split {chosen['splits']}: {chosen['ours_us']:.2f} us "
+                  f"({chosen['ours_us'] / best['ours_us']:.2f}x)", flush=True)
+            out.write_text(json.dumps(rows, indent=1))
+    return rows
 
 
 def _session(op: str, m: int, k: int, n: int, device) -> Session:
@@ -86,11 +128,11 @@ def _wall_per_call(session: Session, calls: int, samples: int) -> list[float]:
         t = time.perf_counter()
         encoder = session.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        pipeline, bind_group, grid = session._commands[0]
-        compute.set_pipeline(pipeline)
-        compute.set_bind_group(0, bind_group)
         for _ in range(calls):
-            compute.dispatch_workgroups(*grid)
+            for pipeline, bind_group, grid in session._commands:  # a split-K product has two dispatches
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(*grid)
         compute.end()
         session.device.queue.submit([encoder.finish()])
         session.wait()
@@ -182,6 +224,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=3.0,
                     help="seconds of matmuls run first, so that an idle GPU's clocks are up when timing starts")
     ap.add_argument("--no-torch", action="store_true", help="skip the peer even when torch with CUDA is importable")
+    ap.add_argument("--sweep", action="store_true", help="ours at every tile and split-K count (no peer)")
+    ap.add_argument("--sweep-shapes", help="M,K,N;M,K,N;... for --sweep (default SWEEP_M x SWEEP_KN)")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     args = ap.parse_args()
 
@@ -197,6 +241,13 @@ def main() -> None:
     while time.perf_counter() - start < args.warmup:
         time_ours(warm, calls_for(warm, 0.5, 1), 1)
     del warm
+    if args.sweep:
+        todo = [tuple(int(v) for v in t.split(",")) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
+            else [(m, k, n) for k, n in SWEEP_KN for m in SWEEP_M]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        sweep(device, args.budget / 10, max(3, args.repeats // 2), todo, args.json)
+        print(f"wrote {args.json}")
+        return
     print(f"{'shape':<26}{'kernel':<28}{'N':>6}{'ours us':>11}{'p90':>9}{'cuBLAS us':>11}{'p90':>9}{'ratio':>8}"
           f"{'ours GF/s':>10}{'peer GF/s':>10}")
     rows = []
@@ -206,8 +257,9 @@ def main() -> None:
         flops = 2.0 * m * n * k
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
         row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
-               "kernel": session.plan.dispatches[0].kernel,
-               "tile": matmul_tile(m, n, "BT" if op == "MatMulBT" else "").name,
+               "kernel": "; ".join(d.kernel for d in session.plan.dispatches),
+               "tile": (tile := matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")).name,
+               "splits": matmul_splits(tile, m, k, n),
                "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
                "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,
                "peer": SKIPPED, "peer_dtype": "fp32", "peer_tf32": False, "peer_timing": SKIPPED,

@@ -356,10 +356,17 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
     return plan
 
 
+def _is_scratch(b, graph: Graph) -> bool:
+    # a node's scratch buffer (lowering.plan: Kernel.scratch), a flat f32 intermediate
+    return (b.kind == "intermediate" and b.dtype == DType.F32 and len(b.shape) == 1
+            and b.name == f"{graph.node(b.node).op}%{b.node}.scratch")
+
+
 def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
     n = len(plan.buffers)
     for i, b in enumerate(plan.buffers):
-        if b.index != i or not 0 <= b.node < len(graph.nodes) or b.type != graph.node(b.node).type:
+        if b.index != i or not 0 <= b.node < len(graph.nodes) or (b.type != graph.node(b.node).type
+                                                                   and not _is_scratch(b, graph)):
             raise CorruptEntry(f"buffer {i} does not hold a value of the graph")
         if b.size_bytes < max(4, b.type.size_bytes) or b.size_bytes % 4:
             raise CorruptEntry(f"buffer {i} has {b.size_bytes} bytes for {b.type}")

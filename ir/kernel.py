@@ -18,6 +18,10 @@ from typing import Any
 #: Invocations per workgroup of the elementwise kernels (one element each).
 ELEMENTWISE_WG = 256
 
+#: In :attr:`Kernel.inputs`: the node's scratch buffer, which an earlier dispatch of the node
+#: wrote (:attr:`Kernel.scratch`), instead of one of its inputs.
+SCRATCH = -1
+
 #: WGSL types a uniform field may have: scalars, vec4s and arrays of vec4 (uniform arrays
 #: need a 16-byte element stride).
 PARAM_TYPES = ("u32", "i32", "f32", "vec4<u32>", "vec4<i32>", "vec4<f32>")
@@ -55,7 +59,12 @@ class Kernel:
       or for an in-place op the written input, ``read_write``).
     - ``inputs``: which of the node's inputs this dispatch binds, in order (None: all but
       the one an in-place op writes); an op split into several dispatches binds a part of
-      its inputs in each, every one writing its part of the same output buffer.
+      its inputs in each, every one writing its part of the same output buffer;
+      :data:`SCRATCH` names the node's scratch buffer.
+    - ``scratch``: when positive, this dispatch writes the node's scratch buffer of that many
+      f32 elements instead of its output (an intermediate of the op alone, such as the partial
+      sums of a split-K matmul); a later dispatch of the node reads it (:data:`SCRATCH` in its
+      ``inputs``). Every dispatch of a node that gives it gives the same size.
     """
 
     name: str
@@ -66,6 +75,7 @@ class Kernel:
     bindings: tuple[Buffer, ...] | None = None
     inputs: tuple[int, ...] | None = None
     entry_point: str = "main"
+    scratch: int = 0
 
 
 @dataclass(frozen=True)

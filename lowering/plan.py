@@ -20,7 +20,7 @@ import numpy as np
 
 from ..ir.errors import LoweringError
 from ..ir.graph import Graph, Node, NodeId
-from ..ir.kernel import Buffer, Kernel, Target
+from ..ir.kernel import SCRATCH, Buffer, Kernel, Target
 from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
 from .limits import limit_name, resolve_limits, split_grid
@@ -225,7 +225,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters
             continue
         ins = [graph.node(i).type for i in node.inputs]
-        dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer))
+        dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers))
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
@@ -261,12 +261,14 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
 
 def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Target,
-                     node_buffer: dict[NodeId, int]) -> list[Dispatch]:
+                     node_buffer: dict[NodeId, int], buffers: list[BufferSpec]) -> list[Dispatch]:
     """The dispatches of one node: its op's kernel builder (``OpSpec.kernel``) rendered to WGSL.
 
     A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
     in-place op writes) read-only, then the output read_write: the node's buffer, which for an
-    in-place op is the written input's."""
+    in-place op is the written input's, or for a kernel with ``scratch`` the node's scratch
+    buffer, an intermediate appended to ``buffers`` (named ``<Op>%<node id>.scratch``) that the
+    node's later dispatches read where their ``inputs`` say SCRATCH."""
     spec = OPS[node.op]
     if spec.kernel is None:
         raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})")
@@ -283,6 +285,16 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
                                     f"{len(reads)} inputs and the output ({_label(node, ins)})")
             rendered.append((k, reads, *render_kernel(k.body, bindings, k.params, k.slots)))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
+    sizes = {k.scratch for k, *_ in rendered if k.scratch > 0}
+    if len(sizes) > 1 or (not sizes and any(SCRATCH in reads for _, reads, *_ in rendered)):
+        raise LoweringError(f"the kernels of {node.op} disagree on its scratch buffer (sizes {sorted(sizes)}; "
+                            f"{_label(node, ins)})")
+    scratch = None
+    if sizes:
+        scratch = len(buffers)
+        elements = sizes.pop()
+        buffers.append(BufferSpec(scratch, 4 * elements, DType.F32, "intermediate", f"{node.op}%{node.id}.scratch",
+                                  node.id, (elements,)))
     out = []
     for part, (k, reads, source, params) in enumerate(rendered):
         label = _label(node, ins)
@@ -293,8 +305,9 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
                                 f"{k.groups} workgroups do not fit a 3-D grid for {label}")
-        buffers = tuple(node_buffer[node.inputs[i]] for i in reads) + (node_buffer[node.id],)
-        out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, buffers,
+        bound = tuple(scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
+        bound += (scratch if k.scratch > 0 else node_buffer[node.id],)
+        out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
                             params, grid, label))
     return out
 

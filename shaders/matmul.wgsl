@@ -30,13 +30,21 @@
 // REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
 // each result. PROLOGUE defines the hooks stage_a (the quad staged for 4 elements of
 // a row of A at column k), finish_rows (called once after the K loop, in uniform control
-// flow) and row_scale (a factor per tile row applied before the epilogue):
+// flow), row_scale (a factor per tile row applied before the epilogue) and write_row_sums
+// (SPLITS > 1: what the reduction needs to compute row_scale):
 // matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
+//
+// SPLITS > 1 (split-K across workgroups, for products of few tiles): workgroup w computes
+// tile w % tiles over K elements [s, s + 1) * k_chunk (s = w / tiles, k_chunk a multiple of BK)
+// and stores its raw partial sums at out[(s * M + i) * N + j], then (FusedRmsNormMatMul) the
+// partial sums of x^2 of its rows at out[SPLITS * M * N + s * M + i]: no row scale, no
+// epilogue. matmul_split_reduce.wgsl adds the SPLITS partials and applies both.
 //
 // Edge tiles need no separate path: quads past M, N or K load as zeros (a vec4 quad is
 // wholly inside or outside, its row length being a multiple of 4) and the store checks
 // each element.
 
+const SPLITS: u32 = {{SPLITS}}u;
 const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
 const BK: u32 = {{BK}}u;
@@ -126,11 +134,21 @@ fn store_b(li: u32, buf: u32, v: vec4<f32>) {
     }
 }
 
-// Columns j..j+3 of row i (tile row r) of C, through the epilogue.
+var<private> part_base: u32;  // SPLITS > 1: where this workgroup's partial sums start in out
+
+// Columns j..j+3 of row i (tile row r) of C, through the epilogue (SPLITS > 1: the partial sums).
 fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
     let i = row0 + r;
     let j = col0 + c;
     if (i >= p.m) {
+        return;
+    }
+    if (SPLITS > 1u) {
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            if (j + e < p.n) {
+                out[part_base + i * p.n + j + e] = v[e];
+            }
+        }
         return;
     }
     let s = v * row_scale(r);
@@ -144,10 +162,15 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
 @compute @workgroup_size(256, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let tile = linear_workgroup(wid, nwg);
-    if (tile >= p.tiles) {
+    let w = linear_workgroup(wid, nwg);
+    if (w >= p.tiles * SPLITS) {
         return;
     }
+    let tile = w % p.tiles;
+    let split = w / p.tiles;
+    let k0 = split * p.k_chunk;  // this workgroup's K elements: [k0, min(k0 + k_chunk, K))
+    let k_end = min(p.k, k0 + p.k_chunk);
+    part_base = split * p.m * p.n;
     let row0 = tile / p.tiles_n * BM;
     let col0 = tile % p.tiles_n * BN;
     let t = li % (TX * TY);  // invocation (tx, ty) of K group kg
@@ -155,18 +178,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tx = t % TX;
     let ty = t / TX;
 {{ACCUMULATORS}}
-    var next_a = load_a(li, row0, 0u);
-    var next_b = load_b(li, col0, 0u);
+    var next_a = load_a(li, row0, k0);
+    var next_b = load_b(li, col0, k0);
     store_a(li, 0u, next_a);
     store_b(li, 0u, next_b);
     workgroupBarrier();
-    let steps = (p.k + BK - 1u) / BK;
+    let steps = select(0u, (k_end - k0 + BK - 1u) / BK, k_end > k0);
     for (var s = 0u; s < steps; s = s + 1u) {
         let buf = s % 2u;
         let more = s + 1u < steps;
         if (more) {  // the next slice's quads, in flight during the inner product
-            next_a = load_a(li, row0, (s + 1u) * BK);
-            next_b = load_b(li, col0, (s + 1u) * BK);
+            next_a = load_a(li, row0, k0 + (s + 1u) * BK);
+            next_b = load_b(li, col0, k0 + (s + 1u) * BK);
         }
         let a_at = buf * A_SIZE + kg * (BK / KSPLIT) * BM4 + ty;
         let b_at = B_START + buf * B_SIZE + kg * (BK / KSPLIT) * BN4 + tx;
@@ -179,6 +202,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {{REDUCE_SPLIT}}
     finish_rows(li);
+    if (SPLITS > 1u && tile % p.tiles_n == 0u) {  // one workgroup per row block and split
+        write_row_sums(li, row0, SPLITS * p.m * p.n + split * p.m);
+    }
     if (kg == 0u) {
 {{STORE}}
     }

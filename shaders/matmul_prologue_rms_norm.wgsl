@@ -17,8 +17,8 @@ fn stage_a(v: vec4<f32>, k: u32) -> vec4<f32> {
     return v * vec4<f32>(w_norm_at(k), w_norm_at(k + 1u), w_norm_at(k + 2u), w_norm_at(k + 3u));
 }
 
-// Float f of the slices' memory, free after the K loop: partial sums at 0.., the
-// inverse rms of tile row r at A_QUADS + r.
+// Float f of the slices' memory, free after the K loop: partial sums at 0.., the sum of
+// x^2 of tile row r at A_QUADS + r and its inverse rms at A_QUADS + BM + r.
 fn scratch(f: u32) -> f32 {
     return tiles[f / 4u][f % 4u];
 }
@@ -35,11 +35,20 @@ fn finish_rows(li: u32) {
             s = s + scratch(li * KQ + q);
         }
         let f = A_QUADS + li;
-        tiles[f / 4u][f % 4u] = 1.0 / sqrt(s / f32(p.k) + p.eps);
+        tiles[f / 4u][f % 4u] = s;
+        let g = A_QUADS + BM + li;
+        tiles[g / 4u][g % 4u] = 1.0 / sqrt(s / f32(p.k) + p.eps);
     }
     workgroupBarrier();
 }
 
 fn row_scale(tile_row: u32) -> f32 {
-    return scratch(A_QUADS + tile_row);
+    return scratch(A_QUADS + BM + tile_row);
+}
+
+// SPLITS > 1: this workgroup's sums of x^2 (over its K elements) of its rows, at out[at + row].
+fn write_row_sums(li: u32, row0: u32, at: u32) {
+    if (li < BM && row0 + li < p.m) {
+        out[at + row0 + li] = scratch(A_QUADS + li);
+    }
 }

@@ -168,7 +168,7 @@ def _pointwise_matmul(node, ins, epilogue: tuple[str, ...], operands: int) -> Ke
     if (node.op == "ConvTranspose" or x.shape[0] != 1 or a["group"] != 1 or math.prod(w.shape[2:]) != 1
             or any(a["pads"]) or set(a["strides"]) - {1} or m <= GEMV_MAX_ROWS):
         return None
-    k = matmul_kernel_for("", ("bias",) * operands, m, c, spatial)  # binds e0 .. e{operands - 1}
+    k = matmul_kernel_for("", ("bias",) * operands, m, c, spatial, splits=1)  # binds e0 .. e{operands - 1}
     slots = dict(k.slots)
     if operands:
         slots["EPILOGUE"] = "\n".join(line.format(ch="i", at="i * p.n + j") for line in epilogue)

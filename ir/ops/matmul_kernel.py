@@ -6,6 +6,9 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
   32x32 with 4x4 micro-tiles and K split over 4 groups of invocations), walking K in
   slices staged, double-buffered, in workgroup memory (A transposed, so the inner product
   reads vec4 of A and of B); the inner product is unrolled here, in Python.
+  A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
+  tiled kernel then writes each K range's partial sums into the node's scratch buffer and
+  ``matmul_split_reduce.wgsl``, a second dispatch, adds them and applies the epilogue.
 - ``matmul_gemv.wgsl``, for M <= 4 (decode): a workgroup computes a block of output
   columns for every row; its invocations split K and reduce in workgroup memory.
 
@@ -13,20 +16,24 @@ Both read their operands a quad (4 consecutive elements of a stored row) at a ti
 one ``vec4`` load when the stored row length is a multiple of 4, as four bounds-checked
 scalar loads otherwise. The specialisation (template) is on variant, epilogue, prologue,
 tile and vec4-ness; sizes travel in the uniform, so one pipeline serves every shape that
-picks the same tile and alignment. The tile heuristic is :func:`matmul_tile`.
+picks the same tile and alignment. The tile heuristic is :func:`matmul_tile`, the split-K
+count :func:`matmul_splits`; :func:`matmul_choice` overrides both for tuning sweeps.
 
 On an NVIDIA H200 through Vulkan (bench/matmul.py, bench/results/matmul_h200.json) the
-4096^3 fp32 product runs at 32 TFLOP/s, 0.62x torch with TF32 off (the former 64x64
+4096^3 fp32 product runs at 35 TFLOP/s, 0.67x cuBLAS with TF32 off (the former 64x64
 kernel: 3.2 TFLOP/s), and M = 1 GEMVs of LLM weights at 3.1 TB/s.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..errors import LoweringError
-from ..kernel import Buffer, Include, Kernel
+from ..kernel import SCRATCH, Buffer, Include, Kernel, elementwise_groups
 
 #: Epilogue steps that read an operand: ``bias`` reads operand[j] ([N] or [1,N]), ``add``
 #: operand[i,j] ([M,N]).
@@ -37,10 +44,10 @@ EPILOGUE_BINARY = ("bias", "add")
 MATMUL_WG = 256
 #: Largest M that takes the GEMV kernel (its accumulators are per row, in registers).
 GEMV_MAX_ROWS = 4
-#: Workgroups a tile shape should give before a larger tile is preferred: enough to fill
-#: a large GPU (an H100/H200 has 132 multiprocessors, each holding 2 workgroups of the
-#: 128x128 kernel). Below it, tiles shrink so that more workgroups share the work.
-TARGET_WORKGROUPS = 256
+#: Workgroups a tiled product should give, counting split-K (:func:`matmul_tile`,
+#: :func:`matmul_splits`): about three per multiprocessor of an H100/H200 (132 of them), so
+#: that each has another workgroup to run while one waits for its loads.
+TARGET_WORKGROUPS = 384
 #: Bytes of workgroup memory every WebGPU device offers (maxComputeWorkgroupStorageSize).
 WORKGROUP_STORAGE = 16384
 
@@ -95,18 +102,24 @@ def gemv_tile(m: int, variant: str) -> MatmulTile:
     return MatmulTile(m, 8 if variant == "BT" else 32, 0, gemv=True)
 
 
-def matmul_tile(m: int, n: int, variant: str = "") -> MatmulTile:
-    """The work split of an [M,N] product, chosen at lowering time.
+def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
+    """The work split of an [M,K] x [K,N] product, chosen at lowering time.
 
     M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
-    walking MATMUL_TILES from the largest area down (at equal area, the longer side along
-    the larger of M and N), the first tile that gives TARGET_WORKGROUPS workgroups, or the
-    last one walked. A side of 128 is only used where that dimension reaches 128, and of
-    64 where it reaches 64 (a 128-row tile over 16 rows would compute 87% zeros). Larger
-    tiles reuse each loaded element more (8x8 per invocation against 4x4); smaller ones
-    spread a small problem over more multiprocessors. On an H200 the tile chosen was the
-    fastest of the seven, or within 2% of it, for square sizes 512 to 4096 and for the
-    LLM shapes of bench/matmul.py with M >= 16.
+    walking 128x128, 64x64 and 64x32 (the longer side along the larger of M and N), the first
+    tile whose workgroups, times the split-K count it would take (:func:`matmul_splits`), reach
+    TARGET_WORKGROUPS, or the last one walked; 32x32 where M and N are both below 64. A side
+    of 128 is only used where that dimension reaches 128, and of 64 where it reaches 64 (a
+    128-row tile over 16 rows would compute 87% zeros). Larger tiles reuse each loaded element
+    more (8x8 per invocation against 4x4); smaller ones and split-K spread a small problem over
+    more multiprocessors.
+
+    Measured on an H200 (``bench/matmul.py --sweep``, bench/results/matmul_sweep_h200.json:
+    every tile of MATMUL_TILES and 1 to 8 splits at the SmolLM2 and MiniLM shapes, M = 16 to
+    1024): over the products of one SmolLM2 prefill of 128 tokens and one MiniLM batch of
+    8 x 128, the choice summed to 4.16 ms against 4.01 for the fastest configuration of each
+    shape; the worst shape of the sweep took 1.38x its fastest. (The former rule, which
+    shrank tiles to 32x32 before splitting K, summed to 4.78 ms.)
     """
     if m <= GEMV_MAX_ROWS:
         return gemv_tile(m, variant)
@@ -114,18 +127,72 @@ def matmul_tile(m: int, n: int, variant: str = "") -> MatmulTile:
     def fits(side: int, dim: int) -> bool:
         return side == 32 or dim >= side
 
-    ladder = [(128, 128), (128, 64), (64, 64), (64, 32), (32, 32)]
     chosen = None
-    for long, short in ladder:
+    for long, short in ((128, 128), (64, 64), (64, 32)):
         sides = (long, short) if m >= n else (short, long)
         if not (fits(sides[0], m) and fits(sides[1], n)):
             sides = (sides[1], sides[0])
             if not (fits(sides[0], m) and fits(sides[1], n)):
                 continue
         chosen = _TILE_BY_SIDES[sides]
-        if math.ceil(m / sides[0]) * math.ceil(n / sides[1]) >= TARGET_WORKGROUPS:
+        if _tiles(chosen, m, n) * _split_count(chosen, m, k, n) >= TARGET_WORKGROUPS:
             break
-    return chosen
+    return chosen or _TILE_BY_SIDES[(32, 32)]
+
+
+#: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
+#: elements of K ...
+SPLIT_MIN_K = 128
+#: ... and a product has at most this many splits.
+SPLIT_MAX = 8
+
+
+def _tiles(tile: MatmulTile, m: int, n: int) -> int:
+    return math.ceil(m / tile.bm) * math.ceil(n / tile.bn)
+
+
+def _split_count(tile: MatmulTile, m: int, k: int, n: int) -> int:
+    # the splits that bring the tile's workgroups nearest TARGET_WORKGROUPS, within SPLIT_MAX
+    # and SPLIT_MIN_K elements of K per split
+    return max(1, min(SPLIT_MAX, k // SPLIT_MIN_K, round(TARGET_WORKGROUPS / _tiles(tile, m, n))))
+
+
+def matmul_splits(tile: MatmulTile, m: int, k: int, n: int) -> int:
+    """Into how many K ranges the tiled product's workgroups split K (1: no split).
+
+    A workgroup walks its K slices one after another, each waiting for its loads, so a product
+    of few tiles (SmolLM2's prefill at M = 128 with 32x32 tiles: 72 workgroups on an H200's
+    132 multiprocessors, the 1536-long down projection 48 slices each) is bound by that
+    latency: split into S ranges, S times as many workgroups walk 1/S of the slices each, and
+    a second dispatch (matmul_split_reduce.wgsl) adds the S partial sums and applies the row
+    scale and the epilogue. S brings the workgroups nearest TARGET_WORKGROUPS, up to
+    SPLIT_MAX and at least SPLIT_MIN_K elements of K per range, then the fewest ranges of
+    whole slices that gives. 1 for the GEMV kernel."""
+    if tile.gemv:
+        return 1
+    slices = math.ceil(k / tile.bk)
+    want = min(_split_count(tile, m, k, n), slices)
+    return math.ceil(slices / math.ceil(slices / want))
+
+
+_CHOICE: ContextVar[tuple[MatmulTile | None, int | None] | None] = ContextVar("eggfuse_matmul_choice", default=None)
+
+
+@contextmanager
+def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None) -> Iterator[None]:
+    """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
+    MATMUL_TILES) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice
+    (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``). Raises
+    LoweringError for a tile not in MATMUL_TILES or a split count below 1."""
+    if tile is not None and tile not in MATMUL_TILES:
+        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES")
+    if splits is not None and (not isinstance(splits, int) or splits < 1):
+        raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
+    token = _CHOICE.set((tile, splits))
+    try:
+        yield
+    finally:
+        _CHOICE.reset(token)
 
 
 def matmul_vec4(variant: str, m: int, k: int, n: int, gemv: bool = False) -> tuple[bool, bool]:
@@ -275,7 +342,8 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
                       eps: float = 0.0, tile: MatmulTile | None = None,
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
-                      operand_types: tuple = (), swiglu: bool = False) -> Kernel:
+                      operand_types: tuple = (), swiglu: bool = False,
+                      splits: int | None = None) -> Kernel | list[Kernel]:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -292,7 +360,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     by the loader (shaders/quant_decode.wgsl) wherever the f32 kernel reads a quad of B. A
     generated region step (``fused_epilogue.py``) reads its operands, whose TensorTypes
     ``operand_types`` lists (every epilogue operand's, in chain order), with numpy broadcasting
-    to [M,N]. Raises
+    to [M,N]. ``splits`` (None: :func:`matmul_splits`) above 1 gives two kernels, the tiled
+    kernel over K ranges writing the node's scratch buffer and matmul_split_reduce.wgsl (which
+    binds the scratch, then the epilogue operands, taken to follow A, w_norm and B among the
+    node's inputs). Raises
     LoweringError for an unknown step, a transposed A with ``rms_norm`` or ``quant`` with another
     variant than 'BT'.
     """
@@ -306,7 +377,13 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             "or an RmsNorm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
-    tile = tile or matmul_tile(m, n, variant)
+    forced_tile, forced_splits = _CHOICE.get() or (None, None)
+    if m <= GEMV_MAX_ROWS:
+        forced_tile, forced_splits = None, None
+    tile = tile or forced_tile or matmul_tile(m, k, n, variant)
+    splits = splits or forced_splits or matmul_splits(tile, m, k, n)
+    if tile.gemv:
+        splits = 1
     vec_a, vec_b = vec4 or matmul_vec4(variant, m, k, n, tile.gemv)
     vec_b = vec_b and quant is None
     operands, lines = [], []
@@ -332,8 +409,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                 b, *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * tiles_n
+    k_chunk = math.ceil(math.ceil(k / tile.bk) / splits) * tile.bk if splits > 1 else k
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles),
-              ("eps", "f32", eps), *((("row_words", "u32", row_words),) if quant is not None else ()))
+              ("eps", "f32", eps), ("k_chunk", "u32", k_chunk),
+              *((("row_words", "u32", row_words),) if quant is not None else ()))
     name = ("rms_norm_" if rms_norm else "") + ("swiglu_" if swiglu else "") + "matmul"
     name += (f"_{variant}" if variant else "") + f"_{tile.name}"
     name += f"_{quant}" if quant is not None else ""
@@ -349,11 +428,27 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                                  LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u",
                                  K2="16u" if quant else "4u * LANES", **slots))
     decl, body, store, reduce = _micro_tile(tile)
-    return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings,
-                  slots=dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn,
-                             A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
-                             STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
-                             **slots))
+    tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, SPLITS=splits,
+                 A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
+                 STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"))
+    if splits == 1:
+        return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled})
+    # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction
+    fixed = 3 if rms_norm else 2
+    scratch = splits * m * n + (splits * m if rms_norm else 0)
+    partial_name = name.split("+")[0] + f"_split{splits}"
+    partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
+                     bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
+                     slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch)
+    reduce_name = f"matmul_split{splits}_reduce" + ("_rms_norm" if rms_norm else "")
+    reduce_name += "".join(f"+{step_label(s)}" for s in epilogue)
+    reduction = Kernel(reduce_name, "matmul_split_reduce.wgsl", elementwise_groups(m * n),
+                       params=(("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps)),
+                       bindings=(Buffer("part"), *operands, Buffer("out", write=True)),
+                       inputs=(SCRATCH, *range(fixed, fixed + len(operands))),
+                       slots=dict(SPLITS=splits, ROW_SUMS="true" if rms_norm else "false",
+                                  EPILOGUE="\n".join(lines)))
+    return [partial, reduction]
 
 
 _PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}

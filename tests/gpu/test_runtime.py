@@ -9,6 +9,7 @@ import pytest
 import wgpu
 
 from eggfuse.ir import DeviceError, DType, Graph, InputError, LoweringError, evaluate
+from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, matmul_choice
 from eggfuse.lowering import lower
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -16,6 +17,7 @@ from eggfuse.runtime import device as device_module
 from eggfuse.runtime import pipelines as pipeline_cache
 
 RNG = np.random.default_rng(7)
+TILE_32 = MATMUL_TILES[-1]  # 32x32x32
 
 
 def _linear() -> Graph:
@@ -307,17 +309,19 @@ def test_small_workgroup_limit_splits_the_grid(device):
     x = g.input("x", [50, 70])  # 3500 elements: 14 workgroups of 256
     w = g.parameter("w", [70, 130])
     y = g.silu(x)
-    mm = g.matmul(y, w)  # 2 x 5 tiles of 32x32 (ir/ops/matmul_kernel.py matmul_tile)
+    mm = g.matmul(y, w)  # 2 x 5 tiles of 32x32 (pinned below: ir/ops/matmul_kernel.py matmul_choice)
     q = g.reshape(mm, [100, 65])
     # 7 workgroups of 15 query rows (ir/ops/attention.py attention_tiles)
     att = g.causal_attention(q, q, q, num_heads=1, num_kv_heads=1, head_dim=65, batch=1)
     g.set_outputs([y, mm, att])
-    plan = lower(g, {"max-compute-workgroups-per-dimension": 4})
+    with matmul_choice(tile=TILE_32):
+        plan = lower(g, {"max-compute-workgroups-per-dimension": 4})
     assert [d.workgroups for d in plan.dispatches] == [(4, 4, 1), (4, 3, 1), (4, 2, 1)]
     params = {"w": RNG.standard_normal((70, 130)) * 0.1}
     feeds = {"x": RNG.standard_normal((50, 70))}
     _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))
-    plan = lower(g, {"max-compute-workgroups-per-dimension": 3})  # 14 groups need a 3-D grid
+    with matmul_choice(tile=TILE_32):
+        plan = lower(g, {"max-compute-workgroups-per-dimension": 3})  # 14 groups need a 3-D grid
     assert plan.dispatches[0].workgroups == (3, 3, 2)
     _close(Session(plan, params, device=device).run(feeds)[:1], evaluate(g, feeds, params)[:1])
     with pytest.raises(LoweringError, match="maxComputeWorkgroupsPerDimension = 1"):
@@ -327,8 +331,9 @@ def test_small_workgroup_limit_splits_the_grid(device):
 def test_split_matmul_grid_covers_every_tile(device):
     g = Graph()
     a, b = g.input("a", [130, 20]), g.parameter("b", [20, 200])
-    g.set_outputs([g.matmul(a, b)])  # 5 x 7 = 35 tiles of 32x32 (ir/ops/matmul_kernel.py matmul_tile)
-    plan = lower(g, {"max-compute-workgroups-per-dimension": 5})
+    g.set_outputs([g.matmul(a, b)])  # 5 x 7 = 35 tiles of 32x32 (ir/ops/matmul_kernel.py matmul_choice)
+    with matmul_choice(tile=TILE_32):
+        plan = lower(g, {"max-compute-workgroups-per-dimension": 5})
     assert plan.dispatches[0].workgroups == (5, 4, 2)  # 40 >= 35 workgroups on a 3-D grid
     params, feeds = {"b": RNG.standard_normal((20, 200))}, {"a": RNG.standard_normal((130, 20))}
     _close(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params))

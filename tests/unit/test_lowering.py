@@ -19,6 +19,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     MATMUL_WG,
     WORKGROUP_STORAGE,
     matmul_kernel_for,
+    matmul_splits,
     matmul_tile,
     matmul_vec4,
 )
@@ -30,7 +31,7 @@ from eggfuse.lowering.wgsl import pack_params, render, render_kernel
 
 def matmul_source(variant, epilogue, rms_norm=False, tile=MATMUL_TILES[3], vec4=(False, False)) -> str:
     """The WGSL of a matmul kernel (sizes travel in the uniform; tile and reads as given)."""
-    k = matmul_kernel_for(variant, epilogue, 64, 64, 64, rms_norm=rms_norm, tile=tile, vec4=vec4)
+    k = matmul_kernel_for(variant, epilogue, 64, 64, 64, rms_norm=rms_norm, tile=tile, vec4=vec4, splits=1)
     return render_kernel(k.body, k.bindings, k.params, k.slots)[0]
 
 
@@ -233,25 +234,39 @@ def test_matmul_template_vec4_reads_and_tiles():
     assert "tiles[(kg - 1u)" not in src  # one K group: no split-K reduction
     small = matmul_source("", (), tile=MATMUL_TILES[-1])
     assert "tiles[(kg - 1u)" in small and small.count("= fma(") == 8 * 4  # 4 K groups of 8 steps
-    gemv = matmul_source("AT", ("bias",), tile=matmul_tile(1, 9, "AT"))
+    gemv = matmul_source("AT", ("bias",), tile=matmul_tile(1, 4, 9, "AT"))
     assert "a[cc * p.m + r]" in gemv and "const ROWS: u32 = 1u;" in gemv  # op(A) rows through [K,M]
     assert "{{" not in gemv and "fn stage_x" in gemv
 
 
 def test_matmul_tile_heuristic():
+    # (M, K, N): tile, splits. The walk 128x128 -> 64x64 -> 64x32 stops at the first tile whose
+    # workgroups times its splits (nearest 384 / tiles, at most 8, at least 128 elements of K each)
+    # reach 384; 32x32 only where M and N are both below 64.
     cases = {
-        (8192, 8192): "128x128x8", (4096, 4096): "128x128x8", (2048, 2048): "128x128x8",
-        (1024, 1024): "64x64x16", (512, 512): "32x32x32",
-        (2048, 1024): "128x64x8", (1024, 2048): "64x128x8", (1024, 510): "64x32x16", (510, 1024): "32x64x16",
-        (130, 257): "32x32x32", (257, 65): "32x32x32", (5, 7): "32x32x32",
-        (512, 1536): "32x64x16", (256, 49152): "128x128x8", (64, 49152): "64x128x8", (16, 49152): "32x64x16",
+        (4096, 4096, 4096): ("128x128x8", 1),   # 1024 tiles
+        (2048, 8, 2048): ("64x64x16", 1),       # 128x128: 256 tiles, K too short to split; 64x64: 1024
+        (1024, 384, 1536): ("64x64x16", 1),     # 128x128: 96 x 3 splits = 288; 64x64: 384
+        (1024, 384, 384): ("64x32x16", 2),      # 64x64: 36 x 3 = 108; 64x32: 192 x 2 = 384
+        (128, 576, 576): ("32x64x16", 4),       # 32x64 (N >= M): 36 x 4 = 144, the last walked
+        (128, 1536, 576): ("32x64x16", 8),      # 36 x 8
+        (128, 576, 49152): ("128x128x8", 1),    # 384 tiles
+        (16, 576, 49152): ("32x64x16", 1),      # no side of 64 along 16 rows: 768 tiles of 32x64
+        (130, 70, 257): ("32x64x16", 1),        # K below 128: no split
+        (40, 600, 40): ("32x32x32", 4),         # M and N below 64
+        (5, 7, 9): ("32x32x32", 1),
     }
-    for (m, n), name in cases.items():
-        assert matmul_tile(m, n).name == name, (m, n)
-    assert {matmul_tile(m, n).name for m, n in cases} == {t.name for t in MATMUL_TILES}  # every tile reachable
+    for (m, k, n), (name, splits) in cases.items():
+        tile = matmul_tile(m, k, n)
+        assert (tile.name, matmul_splits(tile, m, k, n)) == (name, splits), (m, k, n)
+    # K = 600 in 32-element slices: 19 slices in 4 ranges of 5, 5, 5 and 4
+    assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 4
+    # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
+    assert matmul_splits(MATMUL_TILES[-1], 40, 1056, 40) == 7
     for m in range(1, GEMV_MAX_ROWS + 1):
-        assert matmul_tile(m, 1536, "BT").name == f"gemv{m}x8"
-        assert matmul_tile(m, 1536, "").name == f"gemv{m}x32"
+        assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x8"
+        assert matmul_tile(m, 576, 1536, "").name == f"gemv{m}x32"
+        assert matmul_splits(matmul_tile(m, 576, 1536), m, 576, 1536) == 1
 
 
 def test_matmul_tiles_fit_the_default_limits():
@@ -261,7 +276,7 @@ def test_matmul_tiles_fit_the_default_limits():
         assert 4 * slices <= WORKGROUP_STORAGE
         assert t.bm * t.bk // 4 <= MATMUL_WG and t.bn * t.bk // 4 <= MATMUL_WG  # one quad per invocation
         assert (t.ksplit - 1) * MATMUL_WG * t.tm * t.tn // t.ksplit <= slices  # split-K sums parked
-        assert t.bm * t.bk // 4 + t.bm <= slices  # RmsNorm partial sums and row scales
+        assert t.bm * t.bk // 4 + 2 * t.bm <= slices  # RmsNorm partial sums, row sums and row scales
 
 
 def test_matmul_vec4_follows_the_stored_row_length():
@@ -290,7 +305,7 @@ def test_matmul_template_rms_norm_prologue():
     assert "@binding(3) var<storage, read> e0" in src and "@binding(4) var<storage, read> e1" in src
     assert "@binding(5) var<storage, read_write> out" in src and "@binding(6) var<uniform> p" in src
     assert src.count("fn stage_a") == 1 and "ss = ss + dot(v, v)" in src
-    gemv = matmul_source("BT", (), rms_norm=True, tile=matmul_tile(2, 576, "BT"))
+    gemv = matmul_source("BT", (), rms_norm=True, tile=matmul_tile(2, 576, 576, "BT"))
     assert gemv.count("fn stage_x") == 1 and "row_rstd" in gemv and "@binding(2) var<storage, read> b" in gemv
     with pytest.raises(LoweringError, match="'AT'"):
         matmul_source("AT", (), rms_norm=True)

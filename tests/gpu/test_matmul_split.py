@@ -1,0 +1,113 @@
+"""Every tile of the tiled matmul kernel, whole and split-K across workgroups (ir/ops/matmul_kernel.py:
+``matmul_choice``, ``matmul_splits``; shaders/matmul.wgsl and matmul_split_reduce.wgsl), against the numpy
+reference (``eggfuse.ir.evaluate``): the three variants, an epilogue read in the reduction, the RmsNorm
+prologue (whose sums of squares the splits add), Q4_1 blocks and the SwiGLU prologue. Shapes leave an edge
+tile in M and N, K ranges of whole slices with a short last one, and K not a multiple of 4 (scalar reads)
+beside K a multiple of 4 (vec4 reads). Then the heuristic's split on a product of few tiles, a split plan
+through the compile cache, and the errors of ``matmul_choice``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_table import check_row  # tests/op_table.py
+from test_ops import _fused, _matmul, _rms_norm_matmul  # tests/gpu/test_ops.py's row builders
+from test_ops_quant import _qmm, _qswiglu
+
+from eggfuse.ir import Graph, evaluate
+from eggfuse.ir.errors import LoweringError
+from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, matmul_choice, matmul_splits, matmul_tile
+from eggfuse.lowering import lower
+from eggfuse.pipeline import compile as compile_graph
+from eggfuse.rewrites import random_feeds
+
+
+def _rows(tile):
+    m, n = tile.bm + 3, tile.bn + 5
+    k = 3 * tile.bk * 3 + 5  # 3 splits of 3 slices, the last one short; odd: scalar reads
+    k4 = 2 * tile.bk * 3 + 4  # a multiple of 4: vec4 reads
+    return [
+        _matmul("MatMul", m, k, n),
+        _matmul("MatMulAT", m, k4, n),
+        _matmul("MatMulBT", m, k4, n),
+        _fused("BT", m, k, n, ("bias", "add", "Gelu")),
+        _rms_norm_matmul("", m, k4, n, ("add",)),
+    ]
+
+
+CASES = [(tile, splits, row) for tile in MATMUL_TILES for row in _rows(tile) for splits in (1, 3)]
+
+
+@pytest.mark.parametrize("tile, splits, row", CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in CASES])
+def test_every_tile_whole_and_split_matches_the_reference(tile, splits, row, device):
+    with matmul_choice(tile=tile, splits=splits):
+        session = check_row(row, device, subgroups=None)
+    kernels = [d.kernel for d in session.plan.dispatches]
+    assert all(f"_{tile.name}_" in k for k in kernels[:1]), kernels
+    if splits > 1:
+        assert len(kernels) == 2 and kernels[0].endswith(f"_split{splits}") and "reduce" in kernels[1], kernels
+        scratch = [b for b in session.plan.buffers if b.name.endswith(".scratch")]
+        m, n = session.plan.output_types[0].shape
+        rows = m if row.op == "FusedRmsNormMatMul" else 0
+        assert len(scratch) == 1 and scratch[0].shape == (splits * (m * n + rows),)
+    else:
+        assert len(kernels) == 1, kernels
+
+
+@pytest.mark.parametrize("row", [_qmm("q4_1", 37, 160, 45, ("bias", "add")), _qmm("q4_0", 19, 96, 21, (), rms=True),
+                                 _qswiglu("q4_1", 37, 64, 20, ("bias", "Relu"))], ids=lambda r: r.id)
+def test_quantised_and_gated_products_split(row, device):
+    with matmul_choice(splits=3):
+        session = check_row(row, device, subgroups=None)
+    assert [d.kernel.rsplit("_", 1)[-1] for d in session.plan.dispatches][:1] == ["split3"]
+
+
+def test_the_heuristic_splits_a_product_of_few_tiles(device):
+    # [40, 600] x [600, 40]: one 32x32 tile and 600 // 128 = 4 ranges of K; the splits' partial sums
+    # and the bias and residual of the epilogue meet in the reduction
+    tile = matmul_tile(40, 600, 40, "BT")
+    assert tile.name == "32x32x32" and matmul_splits(tile, 40, 600, 40) == 4
+    g = Graph()
+    x, w = g.input("x", [40, 600]), g.parameter("w", [40, 600])
+    y = g.add(g.add(g.matmul_bt(x, w), g.parameter("bias", [40])), g.input("r", [40, 40]))
+    g.set_outputs([y, g.matmul_bt(x, w)])  # the product is also an output: stored whole
+    inputs, params = random_feeds(g, seed=3)
+    compiled = compile_graph(g, params, device=device, cache=False)
+    kernels = [d.kernel for d in compiled.plan.dispatches]
+    assert sum(k.endswith("_split4") for k in kernels) == sum("_reduce" in k for k in kernels) >= 1, kernels
+    for got, want in zip(compiled.run(inputs), evaluate(g, inputs, params), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+def test_a_split_plan_round_trips_through_the_compile_cache(device, tmp_path, monkeypatch):
+    monkeypatch.setenv("EGGFUSE_CACHE", str(tmp_path))
+    g = Graph()
+    x, w = g.input("x", [40, 600]), g.parameter("w", [48, 600])
+    g.set_outputs([g.relu(g.matmul_bt(x, w))])
+    inputs, params = random_feeds(g, seed=4)
+    first = compile_graph(g, params, device=device)
+    second = compile_graph(g, params, device=device)
+    assert (first.cache, second.cache, second.cache_loaded) == ("miss", "hit", ("optimize", "lower"))
+    assert second.plan == first.plan
+    assert any(b.name.endswith(".scratch") for b in second.plan.buffers)
+    np.testing.assert_allclose(second.run(inputs)[0], evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_scratch_buffers_share_storage_with_other_intermediates():
+    g = Graph()
+    h = g.input("x", [40, 600])
+    for i in range(3):  # three split products in a row: each scratch is free once its reduction ran
+        h = g.tanh(g.matmul_bt(h, g.parameter(f"w{i}", [600, 600])))
+    g.set_outputs([h])
+    plan = lower(g)
+    scratch = [b.index for b in plan.buffers if b.name.endswith(".scratch")]
+    assert len(scratch) == 3 and len({plan.storage[i] for i in scratch}) < 3, plan.summary()
+
+
+def test_matmul_choice_rejects_what_is_not_a_tile_or_a_count():
+    with pytest.raises(LoweringError, match="MATMUL_TILES"):
+        with matmul_choice(tile="32x32"):
+            pass
+    with pytest.raises(LoweringError, match="positive"):
+        with matmul_choice(splits=0):
+            pass
