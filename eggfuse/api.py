@@ -64,6 +64,8 @@ class EmbedResult:
     """Sentence embeddings: ``embeddings`` float32 [B, H], of unit L2 norm per row when the
     model's pooling normalises. ``model`` is the folder, ``pooling`` the pooling used
     (mode, normalize, and the source: the files that set it, or that the default was taken).
+    ``dispatches_unfused`` / ``dispatches_fused`` / ``plan_dispatches`` as in
+    :class:`~eggfuse.pipeline.Compiled`.
     ``timings`` in seconds (``Compiled.timings``, plus ``load_s`` and ``run_s``); ``cache`` is
     ``hit``, ``miss`` or ``off`` and ``cache_loaded`` the steps loaded from the compile cache.
     ``memory`` gives the plan's device memory in bytes, ``{"embed": {"weights_bytes": ...,
@@ -86,6 +88,7 @@ class EmbedResult:
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     precision: str = "f32"
     f16_weights: list[str] = field(default_factory=list)
+    plan_dispatches: int = 0
 
     def similarity(self) -> np.ndarray:
         """Cosine similarity matrix [B, B] (a dot product of the rows scaled to unit norm)."""
@@ -103,6 +106,7 @@ class EmbedResult:
             "adapter": self.adapter,
             "dispatches_unfused": self.dispatches_unfused,
             "dispatches_fused": self.dispatches_fused,
+            "plan_dispatches": self.plan_dispatches,
             "report": None if self.report is None else self.report.to_dict(),
             "timings": self.timings,
             "cache": self.cache,
@@ -160,7 +164,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     pooling = {"mode": model.pooling.mode, "normalize": model.pooling.normalize, "source": model.pooling.source}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
                        compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded,
-                       {"embed": compiled.plan.memory()}, precision, compiled.f16_weights)
+                       {"embed": compiled.plan.memory()}, precision, compiled.f16_weights, compiled.plan_dispatches)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from eggfuse.cli_cache import add_cache, add_no_cache, add_precision, cache_line
-from eggfuse.cli_generate import add_generate, memory_line, precision_line
+from eggfuse.cli_generate import add_generate, dispatches_line, memory_line, precision_line
 from eggfuse.cli_onnx import _shape_arg, add_run
 from eggfuse.cli_options import add_engine_options
 from eggfuse.cli_sweep import add_sweep
@@ -40,7 +40,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"model: {result.model}")
     print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")
     print(f"adapter: {result.adapter}")
-    print(f"dispatches per run: {result.dispatches_unfused} unfused -> {result.dispatches_fused} fused")
+    print(dispatches_line(result.dispatches_unfused, result.dispatches_fused, result.plan_dispatches))
     print(precision_line(result.precision, result.f16_weights))
     print(memory_line(result.memory))
     if result.report is not None:

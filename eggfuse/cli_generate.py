@@ -57,6 +57,13 @@ def cmd_generate(args: argparse.Namespace) -> None:
           f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
 
 
+def dispatches_line(unfused: int, fused: int, plan: int) -> str:
+    """``dispatches per run: ...``: the ops that dispatch before and after fusion, and the plan's
+    dispatches where lowering added some (split-K reductions)."""
+    extra = f" ({plan} in the plan, with split-K reductions)" if plan != fused else ""
+    return f"dispatches per run: {unfused} unfused -> {fused} fused{extra}"
+
+
 def precision_line(precision: str, f16_weights: list[str]) -> str:
     """``precision: ...``: the plan's precision and how many parameters it stores as float16."""
     return f"precision: {precision} ({len(f16_weights)} parameters stored as float16)"

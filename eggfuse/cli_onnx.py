@@ -93,6 +93,7 @@ def cmd_run(args: argparse.Namespace) -> None:
                                                                                         strict=True)},
         "dispatches_unfused": compiled.dispatches_unfused if compiled else 0,
         "dispatches_fused": compiled.dispatches_fused if compiled else 0,
+        "plan_dispatches": compiled.plan_dispatches if compiled else 0,
         "cache": compiled.cache if compiled else "off",
         "memory": {"run": compiled.plan.memory()} if compiled else {},
         "precision": args.precision, "f16_weights": compiled.f16_weights if compiled else [],
@@ -119,12 +120,12 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"input  {name}: {shape} ({src})")
     for name, o in info["outputs"].items():
         print(f"output {name}: {o['shape']} {o['dtype']}")
-    print(f"dispatches per run: {info['dispatches_unfused']} unfused -> {info['dispatches_fused']} fused")
+    from eggfuse.cli_generate import dispatches_line, memory_line, precision_line
+
+    print(dispatches_line(info["dispatches_unfused"], info["dispatches_fused"], info["plan_dispatches"]))
     print("timings: " + ", ".join(f"{k} {v}" for k, v in info["timings_s"].items()))
     print(f"compile cache: {info['cache']}")
     if info["memory"]:
-        from eggfuse.cli_generate import memory_line, precision_line
-
         print(precision_line(args.precision, info["f16_weights"]))
         print(memory_line(info["memory"]))
     if args.profile and compiled is not None:

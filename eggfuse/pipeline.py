@@ -32,7 +32,10 @@ class Compiled:
     :class:`~eggfuse.lowering.ExecutionPlan`, ``session`` the bound
     :class:`~eggfuse.runtime.Session`, ``report`` the rewrite engine's
     :class:`~eggfuse.rewrites.Report` (None when not fused). ``dispatches_unfused`` /
-    ``dispatches_fused`` count GPU dispatches per run of the original and the compiled graph.
+    ``dispatches_fused`` count the ops that dispatch (``Graph.dispatch_count``, what the cost
+    model counts) of the original and the compiled graph; ``plan_dispatches`` the plan's GPU
+    dispatches per run, which lowering may add to (the reduction of a split-K product,
+    ``ir/ops/matmul_kernel.py`` ``matmul_splits``).
     ``timings`` holds seconds per step: ``device_s`` (getting the device and probing its
     subgroup operations, where this compile did it), ``optimize_s`` (when fused), ``lower_s``,
     ``bind_s`` (buffers, uploads, pipelines), ``compile_s`` (lower + bind) and, when an entry
@@ -54,6 +57,10 @@ class Compiled:
     @property
     def adapter(self) -> str:
         return self.session.adapter
+
+    @property
+    def plan_dispatches(self) -> int:
+        return len(self.plan.dispatches)
 
     @property
     def f16_weights(self) -> list[str]:
@@ -220,7 +227,9 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool):
     # (the cache, the key, the entry loaded or None); the cache and key are None when it is off
     # or the compile cannot be keyed (an optimiser argument that is not plain data).
-    if not cache:
+    from eggfuse.ir.ops.matmul_kernel import matmul_choice_active
+
+    if not cache or matmul_choice_active():  # a forced matmul tile or split count: not in the key
         return None, None, None
     from eggfuse.cache import CompileCache, Unstorable, device_identity, entry_key
 

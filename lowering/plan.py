@@ -1,4 +1,4 @@
-"""Graph -> ExecutionPlan: one buffer per value, one dispatch per op, checked against limits.
+"""Graph -> ExecutionPlan: one buffer per value, the dispatches of each op, checked against limits.
 
 The plan is plain data (buffers, dispatches with specialised WGSL, leaf bindings, and which
 intermediates share a device allocation: ``storage``); the runtime allocates what it lists
@@ -6,7 +6,9 @@ and records its dispatches in order. Lowering follows
 meganeura's ``compile.rs`` (``../shared/seeds``): leaves get buffers the runtime fills,
 ``Identity`` aliases its input's buffer, a derived parameter (a Concat of parameters,
 ``Graph.is_derived_parameter``) gets a buffer the runtime packs once from the parameters,
-and every other op becomes one dispatch.
+and every other op becomes its kernel builder's dispatches: one, except a Concat of more
+inputs than one dispatch may bind and a split-K matmul (partial sums into the node's scratch
+buffer, then their reduction).
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ class BufferSpec:
     'intermediate', 'derived' (packed by the runtime from parameters, see
     :class:`DerivedParameter`) or 'host' (a parameter that only derived parameters read:
     the runtime checks it and packs from it, but allocates no device buffer). ``name`` is
-    the leaf's name or ``<Op>%<node id>``."""
+    the leaf's name or ``<Op>%<node id>``. A node's scratch buffer (``Kernel.scratch``: an
+    intermediate of one op's dispatches, such as a split-K matmul's partial sums) is a flat
+    'intermediate' f32 buffer named ``<Op>%<node id>.scratch``, whose ``node`` is that op's.
+    """
 
     index: int
     size_bytes: int
@@ -185,7 +190,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
     other node gets its kernel builder's dispatches, one for every op but a Concat of more
-    inputs than one dispatch may bind, so ``len(plan.dispatches) >= graph.dispatch_count()``.
+    inputs than one dispatch may bind and a split-K matmul (two), so
+    ``len(plan.dispatches) >= graph.dispatch_count()``.
     """
     graph.check_outputs()
     lim = resolve_limits(limits)
@@ -299,8 +305,10 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     for part, (k, reads, source, params) in enumerate(rendered):
         label = _label(node, ins)
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
-            label += f" part {part + 1}/{len(rendered)}: inputs {reads[0]}..{reads[-1]}" if reads else \
-                f" part {part + 1}/{len(rendered)}"
+            named = ["scratch" if i == SCRATCH else str(i) for i in reads]
+            span = ", ".join(named) if SCRATCH in reads else f"{named[0]}..{named[-1]}"
+            label += f" part {part + 1}/{len(rendered)}: inputs {span}" if reads else f" part {part + 1}/{len(rendered)}"
+            label += " -> scratch" if k.scratch > 0 else ""
         grid = split_grid(k.groups, max_dim)
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "

@@ -107,7 +107,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
 
     M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
     walking 128x128, 64x64 and 64x32 (the longer side along the larger of M and N), the first
-    tile whose workgroups, times the split-K count it would take (:func:`matmul_splits`), reach
+    tile whose workgroups, times the split-K count it would take (:func:`matmul_splits` before
+    rounding to ranges of whole slices), reach
     TARGET_WORKGROUPS, or the last one walked; 32x32 where M and N are both below 64. A side
     of 128 is only used where that dimension reaches 128, and of 64 where it reaches 64 (a
     128-row tile over 16 rows would compute 87% zeros). Larger tiles reuse each loaded element
@@ -166,13 +167,16 @@ def matmul_splits(tile: MatmulTile, m: int, k: int, n: int) -> int:
     latency: split into S ranges, S times as many workgroups walk 1/S of the slices each, and
     a second dispatch (matmul_split_reduce.wgsl) adds the S partial sums and applies the row
     scale and the epilogue. S brings the workgroups nearest TARGET_WORKGROUPS, up to
-    SPLIT_MAX and at least SPLIT_MIN_K elements of K per range, then the fewest ranges of
-    whole slices that gives. 1 for the GEMV kernel."""
+    SPLIT_MAX and at least SPLIT_MIN_K elements of K per range (the last range may be shorter),
+    then the fewest ranges of whole slices that gives. 1 for the GEMV kernel."""
     if tile.gemv:
         return 1
-    slices = math.ceil(k / tile.bk)
-    want = min(_split_count(tile, m, k, n), slices)
-    return math.ceil(slices / math.ceil(slices / want))
+    return _whole_ranges(math.ceil(k / tile.bk), _split_count(tile, m, k, n))
+
+
+def _whole_ranges(slices: int, want: int) -> int:
+    # the fewest ranges of whole slices that split `slices` as finely as `want` ranges would
+    return math.ceil(slices / math.ceil(slices / max(1, min(want, slices))))
 
 
 _CHOICE: ContextVar[tuple[MatmulTile | None, int | None] | None] = ContextVar("eggfuse_matmul_choice", default=None)
@@ -182,8 +186,10 @@ _CHOICE: ContextVar[tuple[MatmulTile | None, int | None] | None] = ContextVar("e
 def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None) -> Iterator[None]:
     """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
     MATMUL_TILES) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice
-    (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``). Raises
-    LoweringError for a tile not in MATMUL_TILES or a split count below 1."""
+    (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``). Lowering
+    checks the plan against the device's limits as always, and ``eggfuse.compile`` skips the
+    compile cache inside the block (its key does not hold the choice). Raises LoweringError for
+    a tile not in MATMUL_TILES or a split count below 1."""
     if tile is not None and tile not in MATMUL_TILES:
         raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
@@ -193,6 +199,11 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None) -> 
         yield
     finally:
         _CHOICE.reset(token)
+
+
+def matmul_choice_active() -> bool:
+    """Whether a :func:`matmul_choice` block is open (in this context)."""
+    return _CHOICE.get() is not None
 
 
 def matmul_vec4(variant: str, m: int, k: int, n: int, gemv: bool = False) -> tuple[bool, bool]:
@@ -343,7 +354,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                       eps: float = 0.0, tile: MatmulTile | None = None,
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
                       operand_types: tuple = (), swiglu: bool = False,
-                      splits: int | None = None) -> Kernel | list[Kernel]:
+                      splits: int | None = None, max_scratch_bytes: int = 0) -> Kernel | list[Kernel]:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -363,7 +374,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     to [M,N]. ``splits`` (None: :func:`matmul_splits`) above 1 gives two kernels, the tiled
     kernel over K ranges writing the node's scratch buffer and matmul_split_reduce.wgsl (which
     binds the scratch, then the epilogue operands, taken to follow A, w_norm and B among the
-    node's inputs). Raises
+    node's inputs); the heuristic's count is lowered until the scratch buffer fits
+    ``max_scratch_bytes`` (when positive: the device's buffer limits). Raises
     LoweringError for an unknown step, a transposed A with ``rms_norm`` or ``quant`` with another
     variant than 'BT'.
     """
@@ -381,9 +393,14 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if m <= GEMV_MAX_ROWS:
         forced_tile, forced_splits = None, None
     tile = tile or forced_tile or matmul_tile(m, k, n, variant)
-    splits = splits or forced_splits or matmul_splits(tile, m, k, n)
     if tile.gemv:
         splits = 1
+    elif not (splits or forced_splits):
+        splits = matmul_splits(tile, m, k, n)
+        while splits > 1 and max_scratch_bytes and 4 * splits * (m * n + (m if rms_norm else 0)) > max_scratch_bytes:
+            splits = _whole_ranges(math.ceil(k / tile.bk), splits - 1)
+    else:
+        splits = splits or forced_splits
     vec_a, vec_b = vec4 or matmul_vec4(variant, m, k, n, tile.gemv)
     vec_b = vec_b and quant is None
     operands, lines = [], []
@@ -454,7 +471,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
 _PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
 
 
-def matmul_kernel(node, ins, target) -> Kernel:
+def max_scratch_bytes(target) -> int:
+    """The largest scratch buffer ``target``'s limits allow one dispatch to bind."""
+    return min(int(target.limits["max-storage-buffer-binding-size"]), int(target.limits["max-buffer-size"]))
+
+
+def matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
     """The kernel builder of every op of the matmul family."""
     rms_norm = node.op == "FusedRmsNormMatMul"
     swiglu = node.op == "FusedSwiGLUMatMul"
@@ -466,4 +488,4 @@ def matmul_kernel(node, ins, target) -> Kernel:
     fixed = 3 if rms_norm else 2
     return matmul_kernel_for(variant, tuple(node.attrs.get("epilogue", ())), m, k, n, rms_norm=rms_norm,
                              eps=float(node.attrs["eps"]) if rms_norm else 0.0, operand_types=tuple(ins[fixed:]),
-                             swiglu=swiglu)
+                             swiglu=swiglu, max_scratch_bytes=max_scratch_bytes(target))

@@ -515,9 +515,12 @@ ROWS += [
 ]
 
 
-# --- matmul kernels (ir/ops/matmul_kernel.py): every tile of matmul_tile, vec4 and scalar reads ----------
-# The tile each shape takes is pinned in tests/unit/test_lowering.py (test_matmul_tile_*). Small K keeps
-# the large tiles cheap on lavapipe; an odd K, M (for AT) or N selects the scalar reads of that operand.
+# --- matmul kernels (ir/ops/matmul_kernel.py): tiles, vec4 and scalar reads -------------------------------
+# The tile each shape takes is pinned in tests/unit/test_lowering.py (test_matmul_tile_heuristic); the
+# comments name the tiles these rows were written for, before the split-K heuristic, which now picks
+# 64x64, 64x32 or 32x64 for most of them. Every tile, whole and split, is run through matmul_choice in
+# tests/gpu/test_matmul_split.py. Small K keeps the large tiles cheap on lavapipe; an odd K, M (for AT)
+# or N selects the scalar reads of that operand.
 
 ROWS += [
     _fused("", 2048, 8, 2048, ("bias",)),                          # 128x128, vec4 A and B
