@@ -307,7 +307,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
             named = ["scratch" if i == SCRATCH else str(i) for i in reads]
             span = ", ".join(named) if SCRATCH in reads else f"{named[0]}..{named[-1]}"
-            label += f" part {part + 1}/{len(rendered)}: inputs {span}" if reads else f" part {part + 1}/{len(rendered)}"
+            label += f" part {part + 1}/{len(rendered)}" + (f": inputs {span}" if reads else "")
             label += " -> scratch" if k.scratch > 0 else ""
         grid = split_grid(k.groups, max_dim)
         if grid is None:
