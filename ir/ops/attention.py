@@ -238,9 +238,10 @@ def _attention_kernel(node, ins, target) -> Kernel:
     a = node.attrs
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
     check_head_dim(node, ins[0])
-    masked = len(ins) == 4
-    packed = len(ins) == 1  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
-    causal = node.op != "FullAttention"
+    full_packed = node.op == "FullAttentionPacked"
+    masked = len(ins) == 4 or (full_packed and len(ins) == 2)
+    packed = len(ins) == 1 or full_packed  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
+    causal = node.op not in ("FullAttention", "FullAttentionPacked")
     rope = node.op == "CausalAttentionRoPE"
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
@@ -300,6 +301,36 @@ op("CausalAttention", ("q", "k", "v"), attention_rule, lambda xs, a: attention_r
    doc="causal GQA attention (Vaswani et al. 2017, eq. 1)")
 
 
+def _packed_slices(b, node):
+    # q, k, v as SliceCols of a packed projection (the first input)
+    nq, nkv = node.attrs["num_heads"] * node.attrs["head_dim"], node.attrs["num_kv_heads"] * node.attrs["head_dim"]
+    return [b.emit("SliceCols", node.inputs[:1], start=start, size=size)
+            for start, size in ((0, nq), (nq, nkv), (nq + nkv, nkv))]
+
+
+def _full_packed_rule(ts, a):
+    need(len(ts) in (1, 2), f"takes one packed qkv input and an optional key_mask, got {len(ts)} inputs")
+    need_f32(ts[0], "packed qkv")
+    return attention_rule([*split_packed_qkv(ts[0], a), *ts[1:]], a)
+
+
+def _full_packed_vjp(b, node, dy, want):
+    if not want[0]:
+        return [None] * len(node.inputs)
+    q, k, v = _packed_slices(b, node)
+    mask = node.inputs[1] if len(node.inputs) > 1 else None
+    grads = _attention_grad_nodes(b, dy, q, k, v, mask, False, {a: node.attrs[a] for a in _ATTN_NAMES},
+                                  (True, True, True))
+    return [b.emit("Concat", grads, axis=1)] + [None] * (len(node.inputs) - 1)
+
+
+op("FullAttentionPacked", ("qkv", "key_mask?"), _full_packed_rule,
+   lambda xs, a: attention_reference(*split_packed_qkv(xs[0], a), a, False, xs[1] if len(xs) > 1 else None),
+   attrs=_ATTN_ATTRS, vjp=_full_packed_vjp, kernel=_attention_kernel, flops=_attention_flops,
+   doc="FullAttention(q, k, v, key_mask?) of one packed [rows, (H + 2 KV) * D] projection whose columns are q, "
+       "k, v in that order (an encoder's Q, K and V projections as one product); optional key_mask [batch, seq]")
+
+
 # --- CausalAttentionRoPE -----------------------------------------------------------------------
 
 
@@ -338,9 +369,7 @@ def _attention_rope_vjp(b, node, dy, want):
     if packed:
         if not want[0]:
             return [None]
-        nq, nkv = node.attrs["num_heads"] * node.attrs["head_dim"], node.attrs["num_kv_heads"] * node.attrs["head_dim"]
-        q, k, v = (b.emit("SliceCols", node.inputs, start=start, size=size)
-                   for start, size in ((0, nq), (nq, nkv), (nq + nkv, nkv)))
+        q, k, v = _packed_slices(b, node)
         want = (True, True, True)
     else:
         q, k, v = node.inputs
@@ -457,6 +486,60 @@ def _packed_qkv_kn(e):
                           name="CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> "
                                "CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1))",
                           example_fn=_llama_attention_kn)
+
+
+def bert_attention(g, dim, *, masked: bool, weight=None, width_multiple: int = 1):
+    """An encoder's attention, the example of the packing rules below: Q, K and V projections with
+    biases (``bias_add(matmul_bt(h, W), b)``; ``weight(g, name, rows, cols)`` builds W, by default a
+    Parameter; the input width a multiple of ``width_multiple``), FullAttention over ``batch``
+    sequences, with a key mask or none."""
+    weight = weight or (lambda g, name, rows, cols: g.parameter(name, [rows, cols]))
+    hd, heads, batch = dim("head", 1, 3), dim("heads", 1, 2), dim("batch", 1, 2)
+    seq, width = dim("seq", 1, 4), dim("width", 2, 6) * width_multiple
+    h = g.input("h", [batch * seq, width])
+    q, k, v = (g.bias_add(g.matmul_bt(h, weight(g, f"w{n}", heads * hd, width)), g.parameter(f"b{n}", [heads * hd]))
+               for n in "qkv")
+    mask = g.input("mask", [batch, seq]) if masked else None
+    g.set_outputs([g.full_attention(q, k, v, heads, heads, hd, batch=batch, key_mask=mask)])
+
+
+def packed_encoder_qkv_rules(e, weights, packed_weight, *, name: str, example_fn):
+    """The rules packing an encoder's biased Q, K and V projections, with a key mask and without:
+    ``FullAttention(h@Wq^T+bq, h@Wk^T+bk, h@Wv^T+bv, mask?)`` joins
+    ``FullAttentionPacked(h@P^T + Concat(bq,bk,bv), mask?)``, each projection its SliceCols of
+    the packed product. ``weights`` are the (term, rows) of Wq, Wk, Wv [N, K], ``packed_weight``
+    the term P of their rows stacked (Concat, or a stored form of it); ``example_fn(g, dim,
+    masked)`` builds the rules' example."""
+    (h, mask) = e.vars("h mask")
+    nh, nkv, hd, batch = e.vars("nh nkv hd batch", e.i64)
+    bnames = e.vars("bq bk bv", e.String)
+    bshapes = e.vars("tq tk tv", e.Vec[e.i64])  # one shape variable per parameter, as in _packed_qkv
+    bias = [e.Parameter(n, s) for n, s in zip(bnames, bshapes, strict=True)]
+    attrs = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
+    projections = [(e.BiasAdd(e.MatMulBT(h, w), b), rows) for (w, rows), b in zip(weights, bias, strict=True)]
+    packed = e.BiasAdd(e.MatMulBT(h, packed_weight), e.Concat(*bias, axis=0))
+    terms = [t for t, _ in projections]
+    for masked in (True, False):
+        extra = (mask,) if masked else ()
+        attn = e.FullAttention(*terms, *extra, **attrs)
+        yield e.rule(attn, name=name + (" (with a key mask)" if masked else ""),
+                     example=example(lambda g, dim, m=masked: example_fn(g, dim, m))).then(
+            e.union(attn).with_(e.FullAttentionPacked(packed, *extra, **attrs)),
+            *projection_slices(e, packed, projections))
+
+
+@rules("attention")
+def _packed_qkv_bias(e):
+    names = e.vars("nq nk nv", e.String)
+    shapes = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as in _packed_qkv
+    w = [e.Parameter(n, s) for n, s in zip(names, shapes, strict=True)]
+    # FullAttention(h@Wq^T + bq, h@Wk^T + bk, h@Wv^T + bv, mask?) -> FullAttentionPacked(P, mask?),
+    # P = h@Concat(Wq,Wk,Wv)^T + Concat(bq,bk,bv); each projection is a SliceCols of P
+    yield from packed_encoder_qkv_rules(
+        e, [(wi, s[0]) for wi, s in zip(w, shapes, strict=True)], e.Concat(*w, axis=0),
+        name="FullAttention(h@Wq^T+bq, h@Wk^T+bk, h@Wv^T+bv) -> "
+             "FullAttentionPacked(h@Concat(Wq,Wk,Wv)^T + Concat(bq,bk,bv))",
+        example_fn=lambda g, dim, masked: bert_attention(g, dim, masked=masked))
 
 
 # --- attention gradients -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ import numpy as np
 from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
-from .attention import packed_qkv_rule
+from .attention import bert_attention, packed_encoder_qkv_rules, packed_qkv_rule
 from .kv_cache import decode_step, packed_decode_rule
 from .quant import BLOCK, f16_rows
 
@@ -155,6 +155,24 @@ def _f16_packed_qkv(e):
         name="CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> "
              "CausalAttentionRoPE(h@Dequant(ToF16(Wq,Wk,Wv))^T)",
         example_fn=_qkv_example)
+
+
+@rules("attention")
+def _f16_packed_qkv_bias(e):
+    nq, nk, nv = e.vars("nq nk nv", e.String)
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
+    (c,) = e.vars("c", e.i64)
+    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
+    f16 = e.String("f16")
+    # attention.py's encoder packing for weights stored f16: FullAttention(h@Dequant(ToF16(W))^T + b, W=Wq,Wk,Wv,
+    # mask?) -> FullAttentionPacked(h@Dequant(ToF16(Wq,Wk,Wv))^T + Concat(bq,bk,bv), mask?)
+    yield from packed_encoder_qkv_rules(
+        e, [(e.Dequant(e.ToF16(w), format=f16, cols=c), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))],
+        e.Dequant(e.ToF16(pq, pk, pv), format=f16, cols=c),
+        name="FullAttention(h@Dequant(ToF16(W))^T+b, W=Wq,Wk,Wv) -> "
+             "FullAttentionPacked(h@Dequant(ToF16(Wq,Wk,Wv))^T + Concat(bq,bk,bv))",
+        example_fn=lambda g, dim, masked: bert_attention(g, dim, masked=masked, weight=_f16_param,
+                                                         width_multiple=BLOCK))
 
 
 @rules("attention")

@@ -87,6 +87,10 @@ def _embedding(ids: list[int], vocab: int, width: int) -> Row:
 def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None) -> Row:
     def build(g: Graph) -> int:
         rows = batch * seq
+        if op == "FullAttentionPacked":  # one [rows, (nh + 2 nkv) * hd] input: q, k, v side by side
+            km = (g.input("key_mask", [batch, seq]),) if mask is not None else ()
+            return g.add_node(op, (g.input("qkv", [rows, (nh + 2 * nkv) * hd]), *km), num_heads=nh,
+                              num_kv_heads=nkv, head_dim=hd, batch=batch)
         q = g.input("q", [rows, nh * hd])
         k, v = g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
         if op == "CausalAttention":
@@ -416,6 +420,9 @@ ROWS: list[Row] = [
     _attention("FullAttention", 2, 2, 16, 1, 70),
     _attention("FullAttention", 4, 2, 8, 3, 7, mask=_MASK),
     _attention("FullAttention", 4, 1, 4, 3, 7, mask=_MASK),
+    _attention("FullAttentionPacked", 4, 2, 8, 2, 5),
+    _attention("FullAttentionPacked", 4, 1, 4, 3, 7, mask=_MASK),
+    _attention("FullAttentionPacked", 12, 12, 32, 2, 33, mask=[[1.0] * 33, [float(j < 20) for j in range(33)]]),
     _attention("CausalAttention", 4, 2, 8, 2, 5),
     _attention("CausalAttention", 2, 1, 32, 1, 70),
     *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (

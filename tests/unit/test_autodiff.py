@@ -273,6 +273,8 @@ ROWS = [
     Row("RoPE-adjacent", lambda g: g.rope(P(g, "x", [5, 6]), 10000.0, head_dim=6, pairing="adjacent")),
     _attention("FullAttention"),
     _attention("FullAttention", nh=2, nkv=1, mask=[[1, 1, 0], [1, 0, 1]]),
+    _attention("FullAttentionPacked", packed=True),
+    _attention("FullAttentionPacked", nh=2, nkv=1, mask=[[1, 1, 0], [1, 0, 1]], packed=True),
     _attention("CausalAttention"),
     _attention("CausalAttention", nh=3, nkv=3, batch=1, seq=5),
     _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1),

@@ -109,8 +109,9 @@ def test_bert_in_f16_stores_every_linear_weight_and_table_as_halves():
     ops = _ops(f16)
     assert not [n for n in f16.live_nodes() if n.op == "FusedMatMul" and f16.node(n.inputs[1]).op == "Parameter"]
     assert ops.count("QuantEmbedding") == 3 and "Embedding" not in ops  # word, position, token type
-    assert ops.count("QuantMatMul") == sum(1 for n in f32.live_nodes() if n.op == "FusedMatMul"
-                                           and f32.node(n.inputs[1]).op == "Parameter")
+    assert ops.count("QuantMatMul") == sum(1 for n in f32.live_nodes() if n.op == "FusedMatMul"  # Q/K/V packed
+                                           and f32.node(n.inputs[1]).op in ("Parameter", "Concat"))
+    assert ops.count("FullAttentionPacked") == 2
     assert f16.dispatch_count() == f32.dispatch_count()
     plan, plan32 = lower(f16), lower(f32)
     mats = sum(t.size_bytes for t in graph.parameters.values() if len(t.shape) == 2)
