@@ -19,7 +19,8 @@ projection) are joined by one Concat; other slices are padded back with PadCols 
 Fused ops are differentiated through their definition (their rules say how: a
 ``FusedMatMul`` walks its epilogue backwards and recomputes the pre-activation a unary
 step's gradient reads; ``CausalAttentionRoPE`` rebuilds RoPE(q), RoPE(k) and applies RoPEGrad,
-and of one packed q/k/v input slices it and joins the three gradients with Concat).
+and of one packed q/k/v input slices it and joins the three gradients with Concat, as
+``FullAttentionPacked`` does).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// Scaled dot-product attention with GQA for FullAttention, CausalAttention and
+// Scaled dot-product attention with GQA for FullAttention, FullAttentionPacked, CausalAttention and
 // CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference), tiled as
 // FlashAttention (Dao et al. 2022, alg. 1) with online softmax (Milakov & Gimelshein
 // 2018): a workgroup of WG invocations takes BQ query rows of one (sequence, head) and
@@ -23,7 +23,7 @@
 // MAX_INIT and their weights 0; a key masked by key_mask scores MASK_SENTINEL, so a fully
 // masked row averages all values, as in the reference.
 // Template slots: HEAD_DIM, BQ, BK, WG (ir/ops/attention.py attention_tiles: the tiles fit the
-// workgroup memory it allows, attention_tile_bytes); MASK (key_mask [batch, seq], bound after v);
+// workgroup memory it allows, attention_tile_bytes); MASK (key_mask [batch, seq], bound after v, or after qkv when packed);
 // KEY_END (keys row qi sees: p.seq, or qi + 1u for causal) and TILES_END (keys any row of
 // the block sees: causal stops at the diagonal); QK defines prepare_q_tile and
 // prepare_k_tile (attention_qk.wgsl: nothing; attention_qk_rope.wgsl: RoPE in workgroup

@@ -1,6 +1,6 @@
-"""Attention: FullAttention, CausalAttention, CausalAttentionRoPE (RoPE inside the kernel),
-SlidingWindowAttention, CrossAttention and their gradients, with the rules that move RoPE
-into the attention kernel and pack the Q/K/V projections.
+"""Attention: FullAttention, FullAttentionPacked (one packed q/k/v input), CausalAttention,
+CausalAttentionRoPE (RoPE inside the kernel), SlidingWindowAttention, CrossAttention and their
+gradients, with the rules that move RoPE into the attention kernel and pack the Q/K/V projections.
 
 Rows hold ``batch`` sequences: q [B*S, H*D], k/v [B*S, KV*D]; query head h reads kv head
 h // (H / KV) (GQA). Masked scores are set to the finite :data:`MASK_SENTINEL` before the
@@ -494,13 +494,14 @@ def bert_attention(g, dim, *, masked: bool, weight=None, width_multiple: int = 1
     Parameter; the input width a multiple of ``width_multiple``), FullAttention over ``batch``
     sequences, with a key mask or none."""
     weight = weight or (lambda g, name, rows, cols: g.parameter(name, [rows, cols]))
-    hd, heads, batch = dim("head", 1, 3), dim("heads", 1, 2), dim("batch", 1, 2)
+    hd, kv, batch = dim("head", 1, 3), dim("kv", 1, 2), dim("batch", 1, 2)
+    heads = kv * dim("group", 1, 2)  # GQA: K and V narrower than Q
     seq, width = dim("seq", 1, 4), dim("width", 2, 6) * width_multiple
     h = g.input("h", [batch * seq, width])
-    q, k, v = (g.bias_add(g.matmul_bt(h, weight(g, f"w{n}", heads * hd, width)), g.parameter(f"b{n}", [heads * hd]))
-               for n in "qkv")
+    q, k, v = (g.bias_add(g.matmul_bt(h, weight(g, f"w{n}", rows * hd, width)), g.parameter(f"b{n}", [rows * hd]))
+               for n, rows in (("q", heads), ("k", kv), ("v", kv)))
     mask = g.input("mask", [batch, seq]) if masked else None
-    g.set_outputs([g.full_attention(q, k, v, heads, heads, hd, batch=batch, key_mask=mask)])
+    g.set_outputs([g.full_attention(q, k, v, heads, kv, hd, batch=batch, key_mask=mask)])
 
 
 def packed_encoder_qkv_rules(e, weights, packed_weight, *, name: str, example_fn):
@@ -509,7 +510,8 @@ def packed_encoder_qkv_rules(e, weights, packed_weight, *, name: str, example_fn
     ``FullAttentionPacked(h@P^T + Concat(bq,bk,bv), mask?)``, each projection its SliceCols of
     the packed product. ``weights`` are the (term, rows) of Wq, Wk, Wv [N, K], ``packed_weight``
     the term P of their rows stacked (Concat, or a stored form of it); ``example_fn(g, dim,
-    masked)`` builds the rules' example."""
+    masked)`` builds the rules' example. Only biases [N] match (BiasAdd also takes [1, N], whose
+    Concat along axis 0 would stack rows)."""
     (h, mask) = e.vars("h mask")
     nh, nkv, hd, batch = e.vars("nh nkv hd batch", e.i64)
     bnames = e.vars("bq bk bv", e.String)
@@ -522,7 +524,8 @@ def packed_encoder_qkv_rules(e, weights, packed_weight, *, name: str, example_fn
     for masked in (True, False):
         extra = (mask,) if masked else ()
         attn = e.FullAttention(*terms, *extra, **attrs)
-        yield e.rule(attn, name=name + (" (with a key mask)" if masked else ""),
+        one_d = [e.eq(s.length()).to(e.i64(1)) for s in bshapes]
+        yield e.rule(attn, *one_d, name=name + (" (with a key mask)" if masked else ""),
                      example=example(lambda g, dim, m=masked: example_fn(g, dim, m))).then(
             e.union(attn).with_(e.FullAttentionPacked(packed, *extra, **attrs)),
             *projection_slices(e, packed, projections))

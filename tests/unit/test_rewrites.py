@@ -6,6 +6,7 @@ evaluated by the numpy reference on random inputs and must agree.
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -427,3 +428,20 @@ def test_leaving_out_rules_that_cannot_match_changes_nothing(monkeypatch):
     full = engine.Report()
     engine.saturate(g, full)
     assert (rep.eclasses, rep.enodes, rep.rules_fired) == (full.eclasses, full.enodes, full.rules_fired)
+
+
+@pytest.mark.parametrize("bias_rows", [None, 1])
+def test_an_encoders_biased_qkv_packs_only_with_one_dimensional_biases(bias_rows):
+    # BiasAdd takes biases [N] and [1, N]; only [N] stack into Concat(bq, bk, bv) (GQA: k and v narrower)
+    g = Graph()
+    h = g.input("h", [6, 8])
+    proj = [g.bias_add(g.matmul_bt(h, g.parameter(f"w{n}", [w, 8])),
+                       g.parameter(f"b{n}", [w] if bias_rows is None else [bias_rows, w]))
+            for n, w in (("q", 16), ("k", 8), ("v", 8))]
+    g.set_outputs([g.full_attention(*proj, 4, 2, 4, batch=2, key_mask=g.input("m", [2, 3]))])
+    opt, _ = optimize(g)
+    ops = [n.op for n in opt.live_nodes()]
+    assert ops.count("FullAttentionPacked") == (1 if bias_rows is None else 0), ops
+    feeds, params = random_feeds(g, seed=1)
+    feeds["m"] = np.array([[1, 1, 0], [1, 0, 1]], np.float32)
+    np.testing.assert_allclose(evaluate(opt, feeds, params)[0], evaluate(g, feeds, params)[0], rtol=1e-5, atol=1e-6)
