@@ -138,20 +138,26 @@ def _qkv_example(g, dim) -> None:
     g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)])
 
 
+def _f16_qkv_weights(e):
+    # ([(Dequant(ToF16(W)), rows of W)] for W = Wq, Wk, Wv, and Dequant(ToF16(Wq, Wk, Wv))): the
+    # projection weights stored f16 and their rows stacked, for the packing rules' f16 twins
+    names = e.vars("nq nk nv", e.String)
+    shapes = e.vars("sq sk sv", e.Vec[e.i64])  # one shape variable per weight, as attention.py's rules
+    (c,) = e.vars("c", e.i64)
+    w = [e.Parameter(n, s) for n, s in zip(names, shapes, strict=True)]
+    f16 = e.String("f16")
+    return ([(e.Dequant(e.ToF16(wi), format=f16, cols=c), s[0]) for wi, s in zip(w, shapes, strict=True)],
+            e.Dequant(e.ToF16(*w), format=f16, cols=c))
+
+
 @rules("attention")
 def _f16_packed_qkv(e):
     (h,) = e.vars("h")
-    nq, nk, nv = e.vars("nq nk nv", e.String)
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
-    (c,) = e.vars("c", e.i64)
-    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    f16 = e.String("f16")
+    weights, packed = _f16_qkv_weights(e)
     # CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> CausalAttentionRoPE(P),
     # P = h@Dequant(ToF16(Wq,Wk,Wv))^T, each projection the SliceCols of P (quant.py's twin, for f16)
     yield packed_qkv_rule(
-        e, [(e.MatMulBT(h, e.Dequant(e.ToF16(w), format=f16, cols=c)), s[0])
-            for w, s in ((pq, sq), (pk, sk), (pv, sv))],
-        e.MatMulBT(h, e.Dequant(e.ToF16(pq, pk, pv), format=f16, cols=c)),
+        e, [(e.MatMulBT(h, w), rows) for w, rows in weights], e.MatMulBT(h, packed),
         name="CausalAttentionRoPE(h@Dequant(ToF16(W))^T, W=Wq,Wk,Wv) -> "
              "CausalAttentionRoPE(h@Dequant(ToF16(Wq,Wk,Wv))^T)",
         example_fn=_qkv_example)
@@ -159,16 +165,10 @@ def _f16_packed_qkv(e):
 
 @rules("attention")
 def _f16_packed_qkv_bias(e):
-    nq, nk, nv = e.vars("nq nk nv", e.String)
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
-    (c,) = e.vars("c", e.i64)
-    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    f16 = e.String("f16")
     # attention.py's encoder packing for weights stored f16: FullAttention(h@Dequant(ToF16(W))^T + b, W=Wq,Wk,Wv,
     # mask?) -> FullAttentionPacked(h@Dequant(ToF16(Wq,Wk,Wv))^T + Concat(bq,bk,bv), mask?)
     yield from packed_encoder_qkv_rules(
-        e, [(e.Dequant(e.ToF16(w), format=f16, cols=c), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))],
-        e.Dequant(e.ToF16(pq, pk, pv), format=f16, cols=c),
+        e, *_f16_qkv_weights(e),
         name="FullAttention(h@Dequant(ToF16(W))^T+b, W=Wq,Wk,Wv) -> "
              "FullAttentionPacked(h@Dequant(ToF16(Wq,Wk,Wv))^T + Concat(bq,bk,bv))",
         example_fn=lambda g, dim, masked: bert_attention(g, dim, masked=masked, weight=_f16_param,
@@ -177,16 +177,11 @@ def _f16_packed_qkv_bias(e):
 
 @rules("attention")
 def _f16_packed_qkv_decode(e):
-    nq, nk, nv = e.vars("nq nk nv", e.String)
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
-    (c,) = e.vars("c", e.i64)
-    pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    f16 = e.String("f16")
+    weights, packed = _f16_qkv_weights(e)
     # kv_cache.py's decode packing for weights stored f16: h@Dequant(ToF16(Wq))^T, ... -> SliceCols of
     # h@Dequant(ToF16(Wq,Wk,Wv))^T (rounding is per element, so the stacked rows' halves)
     yield packed_decode_rule(
-        e, tuple((e.Dequant(e.ToF16(w), format=f16, cols=c), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))),
-        e.Dequant(e.ToF16(pq, pk, pv), format=f16, cols=c),
+        e, tuple(weights), packed,
         name="decode: h@Dequant(ToF16(Wq))^T, h@Dequant(ToF16(Wk))^T, h@Dequant(ToF16(Wv))^T -> SliceCols of "
              "h@Dequant(ToF16(Wq,Wk,Wv))^T",
         example_fn=lambda g, dim: decode_step(g, dim, lambda g, h, name, rows, cols: g.matmul_bt(

@@ -174,6 +174,11 @@ def matmul_splits(tile: MatmulTile, m: int, k: int, n: int) -> int:
     return _whole_ranges(math.ceil(k / tile.bk), _split_count(tile, m, k, n))
 
 
+def _scratch_elements(splits: int, m: int, n: int, rms_norm: bool) -> int:
+    # a split product's scratch: its splits' partial sums [S, M, N], then (RmsNorm) their sums of x^2 [S, M]
+    return splits * m * (n + (1 if rms_norm else 0))
+
+
 def _whole_ranges(slices: int, want: int) -> int:
     # the fewest ranges of whole slices that split `slices` as finely as `want` ranges would
     return math.ceil(slices / math.ceil(slices / max(1, min(want, slices))))
@@ -397,7 +402,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         splits = 1
     elif not (splits or forced_splits):
         splits = matmul_splits(tile, m, k, n)
-        while splits > 1 and max_scratch_bytes and 4 * splits * (m * n + (m if rms_norm else 0)) > max_scratch_bytes:
+        while splits > 1 and max_scratch_bytes and 4 * _scratch_elements(splits, m, n, rms_norm) > max_scratch_bytes:
             splits = _whole_ranges(math.ceil(k / tile.bk), splits - 1)
     else:
         splits = splits or forced_splits
@@ -452,7 +457,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled})
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction
     fixed = 3 if rms_norm else 2
-    scratch = splits * m * n + (splits * m if rms_norm else 0)
+    scratch = _scratch_elements(splits, m, n, rms_norm)
     partial_name = name.split("+")[0] + f"_split{splits}"
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
