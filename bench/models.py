@@ -509,6 +509,8 @@ def main() -> None:
     device = "cuda" if cuda else "cpu"
     skip = None if cuda or (torch is not None and (args.cpu_peer or args.check)) else (
         transformers if torch is None else "skipped: no CUDA")
+    if not peers and not args.check:  # our side alone: one row per model, with no peer
+        skip = "none: --peers was empty"
     hf, params = hf_models(models, meta["layers"], torch, transformers, device, meta["weights"])
     if args.check:
         raise SystemExit(0 if check(models, hf, params, meta, peers, torch, device) else 1)
