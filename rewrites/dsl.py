@@ -51,6 +51,7 @@ from .sorts import (
     constructor_name,
     epilogue_blocks_add,
     epilogue_without_add,
+    epilogue_without_region,
     ex_acc,
     ex_leaf,
     is_bool,
@@ -79,7 +80,8 @@ class Namespace:
     shape, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(is_bool), \
         staticmethod(epilogue_without_add), staticmethod(last_step)
     stored_uses, ExLeaf, ExAcc = staticmethod(stored_uses), staticmethod(ex_leaf), staticmethod(ex_acc)
-    epilogue_blocks_add = staticmethod(epilogue_blocks_add)
+    epilogue_blocks_add, epilogue_without_region = staticmethod(epilogue_blocks_add), \
+        staticmethod(epilogue_without_region)
     eq, ne, union, set_, rewrite = (staticmethod(egglog.eq), staticmethod(egglog.ne), staticmethod(egglog.union),
                                     staticmethod(egglog.set_), staticmethod(egglog.rewrite))
 

@@ -34,7 +34,8 @@ case, has no fact, which keeps the e-graph small); ``stored_uses(t)`` counts the
 a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
 it is a graph output (set at encoding; summed when two encoded e-classes merge);
 ``epilogue_without_add(e)``, its complement ``epilogue_blocks_add(e)`` (the chain has an add or a
-generated region: its own add step cannot take another addend) and ``last_step(e)`` are facts
+generated region: its own add step cannot take another addend), ``epilogue_without_region(e)`` (the
+chain has only bias, add and unary steps) and ``last_step(e)`` are facts
 about ``Epi`` chains derived by the
 matmul family's analysis rules (``ir/ops/matmul.py``); each value fact of
 ``ir.facts`` (``value(t, v)``, ``causal_mask(t, offset)``, ...) is a relation of a tensor and
@@ -131,6 +132,10 @@ def epilogue_without_add(e: Epi) -> Unit: ...
 def epilogue_blocks_add(e: Epi) -> Unit: ...
 
 
+@function(egg_fn="epilogue_without_region")
+def epilogue_without_region(e: Epi) -> Unit: ...
+
+
 @function(egg_fn="last_step")
 def last_step(e: Epi) -> String: ...
 
@@ -158,7 +163,8 @@ ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec
 FACTS: dict[str, Any] = {name: _fact_relation(fact) for name, fact in VALUE_FACTS.items()}
 
 #: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, is_bool, stored_uses, epilogue_without_add, epilogue_blocks_add, last_step, *FACTS.values())
+ANALYSES = (shape, is_bool, stored_uses, epilogue_without_add, epilogue_blocks_add, epilogue_without_region, last_step,
+            *FACTS.values())
 
 
 @dataclass(frozen=True)
@@ -286,5 +292,5 @@ CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
            "FACTS", "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
-           "epilogue_blocks_add", "epilogue_without_add", "ex_acc", "ex_const", "ex_leaf", "is_bool", "last_step",
-           "shape", "stored_uses"]
+           "epilogue_blocks_add", "epilogue_without_add", "epilogue_without_region", "ex_acc", "ex_const", "ex_leaf",
+           "is_bool", "last_step", "shape", "stored_uses"]

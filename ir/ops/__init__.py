@@ -30,6 +30,7 @@ from . import (  # a module imports the families it builds on itself
     linalg,
     losses,
     matmul,
+    matmul_rows,
     movement,
     norms,
     optimisers,
@@ -53,6 +54,6 @@ from . import (  # a module imports the families it builds on itself
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
             optimisers, reduce_axes, scans, axis_norms, linalg, conv, conv_fused, pooling, resample, rope_exported,
-            recognize, recognize_norms, quant, half, fused, epilogue_rules)
+            recognize, recognize_norms, quant, half, fused, epilogue_rules, matmul_rows)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -232,6 +232,12 @@ def _epilogue_facts(e):
                  name="epilogue_blocks_add(e+[bias d])").then(e.epilogue_blocks_add(ep))
     yield e.rule(e.eq(ep).to(Epi.act(inner, step)), e.epilogue_blocks_add(inner),
                  name="epilogue_blocks_add(e+[U])").then(e.epilogue_blocks_add(ep))
+    # epilogue_without_region(e): e has only bias, add and unary steps (no generated region)
+    yield e.rule(e.eq(ep).to(Epi.none()), name="epilogue_without_region([])").then(e.epilogue_without_region(ep))
+    for kind, make in (("bias d", lambda: Epi.bias(inner, d)), ("add d", lambda: Epi.add(inner, d)),
+                       ("U", lambda: Epi.act(inner, step))):
+        yield e.rule(e.eq(ep).to(make()), e.epilogue_without_region(inner),
+                     name=f"epilogue_without_region(e+[{kind}])").then(e.epilogue_without_region(ep))
     # last_step(e): the name of e's last step ("" for an empty epilogue)
     yield e.rule(e.eq(ep).to(Epi.none()), name="last_step([])").then(e.set_(e.last_step(ep)).to(e.String("")))
     yield e.rule(e.eq(ep).to(Epi.bias(inner, d)), name="last_step(e+[bias d])").then(

@@ -359,7 +359,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                       eps: float = 0.0, tile: MatmulTile | None = None,
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
                       operand_types: tuple = (), swiglu: bool = False,
-                      splits: int | None = None, max_scratch_bytes: int = 0) -> Kernel | list[Kernel]:
+                      splits: int | None = None, max_scratch_bytes: int = 0, final: str | None = None,
+                      norm_eps: float = 0.0) -> Kernel | list[Kernel]:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -380,9 +381,15 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     kernel over K ranges writing the node's scratch buffer and matmul_split_reduce.wgsl (which
     binds the scratch, then the epilogue operands, taken to follow A, w_norm and B among the
     node's inputs); the heuristic's count is lowered until the scratch buffer fits
-    ``max_scratch_bytes`` (when positive: the device's buffer limits). Raises
-    LoweringError for an unknown step, a transposed A with ``rms_norm`` or ``quant`` with another
-    variant than 'BT'.
+    ``max_scratch_bytes`` (when positive: the device's buffer limits). ``final`` (the products of
+    :mod:`.matmul_rows`) always gives two kernels, the first writing the scratch buffer (the
+    splits' partial sums, or with one split or the GEMV kernel the product with its rows scaled
+    and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
+    SwiGLUConcat of C) or 'layer_norm' (each row of C normalised with ``norm_eps``, then scaled
+    and shifted by gamma and beta, which the node holds right after A and B, before the epilogue
+    operands: matmul_split_layer_norm.wgsl). Raises LoweringError for an unknown step or final
+    step, a transposed A with ``rms_norm``, ``quant`` with another variant than 'BT', or a
+    two-stage product whose scratch buffer does not fit ``max_scratch_bytes``.
     """
     from .elementwise import UNARY_BY_NAME
     from .fused_epilogue import expr_lines, expr_operands, is_expr, step_label
@@ -444,33 +451,64 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                  B_ALONG_K="true" if variant == "BT" else "false",
                  DECODE=Include("quant_decode.wgsl") if quant is not None else "")
     prologue = "rms_norm" if rms_norm else "none"
+    fixed = 3 if rms_norm else 2  # A, (w_norm,) B: what the first stage of a two-stage product binds
     if tile.gemv:
-        return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings,
-                      slots=dict(ROWS=tile.bm, COLS=tile.bn, PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
-                                 LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u",
-                                 K2="16u" if quant else "4u * LANES", **slots))
+        gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
+                          LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u",
+                          K2="16u" if quant else "4u * LANES", **slots)
+        if final is None:
+            return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings, slots=gemv_slots)
+        # the product, rows scaled, into the scratch buffer; the final stage applies the epilogue
+        first = Kernel(name.split("+")[0], "matmul_gemv.wgsl", tiles, params=params,
+                       bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
+                       slots={**gemv_slots, "EPILOGUE": ""}, scratch=m * n)
+        return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
     decl, body, store, reduce = _micro_tile(tile)
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"))
-    if splits == 1:
+    if splits == 1 and final is None:
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled})
-    # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction
-    fixed = 3 if rms_norm else 2
-    scratch = _scratch_elements(splits, m, n, rms_norm)
-    partial_name = name.split("+")[0] + f"_split{splits}"
+    # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
+    # a final step and one split, the product (rows scaled, no epilogue) there
+    scratch = _scratch_elements(splits, m, n, rms_norm) if splits > 1 else m * n
+    if max_scratch_bytes and 4 * scratch > max_scratch_bytes:
+        raise LoweringError(f"the product [{m},{k}] x [{k},{n}] with a final {final} step needs a scratch buffer of "
+                            f"{4 * scratch} bytes; this device binds at most {max_scratch_bytes}: lower the graph "
+                            f"without fusion or split the product")
+    partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
                      slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch)
-    reduce_name = f"matmul_split{splits}_reduce" + ("_rms_norm" if rms_norm else "")
-    reduce_name += "".join(f"+{step_label(s)}" for s in epilogue)
-    reduction = Kernel(reduce_name, "matmul_split_reduce.wgsl", elementwise_groups(m * n),
-                       params=(("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps)),
-                       bindings=(Buffer("part"), *operands, Buffer("out", write=True)),
-                       inputs=(SCRATCH, *range(fixed, fixed + len(operands))),
-                       slots=dict(SPLITS=splits, ROW_SUMS="true" if rms_norm else "false",
-                                  EPILOGUE="\n".join(lines)))
-    return [partial, reduction]
+    return [partial, _final_stage(final, splits, rms_norm and splits > 1, m, k, n, eps, norm_eps, epilogue, operands,
+                                  lines, fixed)]
+
+
+def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int, n: int, eps: float, norm_eps: float,
+                 epilogue: tuple, operands: list, lines: list[str], fixed: int) -> Kernel:
+    # The second dispatch of a two-stage product, reading the first's scratch buffer: the splits'
+    # sums, the row scale (row_sums) and the epilogue, then the final step: None (C itself),
+    # 'swiglu' (SwiGLUConcat of C) or 'layer_norm' (each row of C normalised; gamma and beta are
+    # the node's inputs fixed and fixed + 1, the epilogue operands follow them).
+    from .fused_epilogue import step_label
+
+    chain = "".join(f"+{step_label(s)}" for s in epilogue)
+    params = (("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps))
+    if final == "layer_norm":
+        return Kernel(f"matmul_split{splits}_layer_norm{chain}", "matmul_split_layer_norm.wgsl", m,
+                      params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
+                      bindings=(Buffer("part"), Buffer("gamma"), Buffer("beta"), *operands, Buffer("out", write=True)),
+                      inputs=(SCRATCH, fixed, fixed + 1, *range(fixed + 2, fixed + 2 + len(operands))),
+                      slots=dict(SPLITS=splits, EPILOGUE="\n".join(lines)))
+    if final not in (None, "swiglu"):
+        raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm' or None")
+    gated = final == "swiglu"
+    name = f"matmul_split{splits}_reduce" + ("_rms_norm" if row_sums else "") + ("_swiglu" if gated else "") + chain
+    return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * (n // 2 if gated else n)), params=params,
+                  bindings=(Buffer("part"), *operands, Buffer("out", write=True)),
+                  inputs=(SCRATCH, *range(fixed, fixed + len(operands))),
+                  slots=dict(SPLITS=splits, ROW_SUMS="true" if row_sums else "false",
+                             GATED="true" if gated else "false", EPILOGUE="\n".join(lines)))
 
 
 _PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}

@@ -1,5 +1,6 @@
 """The quant family (ir/ops/quant.py) on the GPU: Dequant, QuantMatMul (GEMV and every tiled
-path: edge tiles, epilogues), QuantRmsNormMatMul and QuantEmbedding in Q4_0, Q4_1, Q8_0 and F16.
+path: edge tiles, epilogues), QuantRmsNormMatMul and QuantEmbedding in Q4_0, Q4_1, Q8_0 and F16, and
+QuantMatMulLayerNorm and QuantRmsNormMatMulSwiGLU (ir/ops/matmul_rows.py).
 
 The blocks (F16: the rows of halves) are written by gguf's quantisers (llama.cpp's reference ones, ``gguf.quants``). The
 op table checks each kernel against the numpy reference (``eggfuse.ir.evaluate``, whose
@@ -76,6 +77,25 @@ def _qemb(fmt: str, tokens: int, rows: int, cols: int) -> Row:
                                     format=fmt, cols=cols), feeds={"q": blocks(fmt, rows, cols, rid)[0]})
 
 
+def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
+    # QuantMatMulLayerNorm [M, n], or QuantRmsNormMatMulSwiGLU [M, n] of a product [M, 2n]
+    op = "QuantMatMulLayerNorm" if layer_norm else "QuantRmsNormMatMulSwiGLU"
+    full = n if layer_norm else 2 * n
+    rid = f"{op}-{fmt}[{m},{k}]x[{full},{k}]{''.join('+' + s for s in epilogue)}"
+
+    def build(g: Graph) -> int:
+        x = g.input("x", [m, k])
+        ops = [g.parameter("bias", [full]) if s == "bias" else g.input("res", [m, full])
+               for s in epilogue if s in ("bias", "add")]
+        if layer_norm:
+            return g.add_node(op, (x, _q(g, fmt, full, k), g.parameter("gamma", [n]), g.parameter("beta", [n]), *ops),
+                              eps=1e-6, format=fmt, epilogue=epilogue)
+        return g.add_node(op, (x, g.parameter("w_norm", [k]), _q(g, fmt, full, k), *ops), eps=1e-5, format=fmt,
+                          epilogue=epilogue)
+
+    return Row(op, rid, build, feeds={"q": blocks(fmt, full, k, rid)[0]})
+
+
 ROWS = [
     *(_dequant(fmt, 5, cols) for fmt in FORMATS for cols in (32, 96)),  # 96: 3 blocks, rows padded for q4_0/q8_0
     *(_qmm(fmt, m, 96, 13) for fmt in FORMATS for m in (1, 4)),  # GEMV, 13 columns: an edge workgroup
@@ -88,6 +108,13 @@ ROWS = [
     *(_qswiglu(fmt, 1, 96, 13, ("add",)) for fmt in FORMATS),  # GEMV (decode), with the residual add
     _qswiglu("q4_1", 37, 64, 20, ("bias", "Relu")),  # tiled
     *(_qemb(fmt, 7, 11, 64) for fmt in FORMATS),
+    # the products with a final row step (ir/ops/matmul_rows.py): GEMV and tiled first stages
+    _quant("q4_1", True, 2, 64, 37),
+    _quant("q8_0", True, 40, 96, 45, ("bias", "add")),
+    _quant("f16", True, 19, 64, 20, ()),
+    _quant("q4_1", False, 3, 96, 20),
+    _quant("q4_0", False, 37, 64, 24, ("bias", "add")),
+    _quant("f16", False, 70, 128, 33),
 ]
 
 

@@ -158,6 +158,25 @@ def _fused_swiglu(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row
     return Row(f"FusedSwiGLUMatMul{variant}-{'+'.join(epilogue) or 'none'}", build)
 
 
+def _mm_rows(op: str, variant: str, epilogue: tuple[str, ...], m=3, k=6, n=4) -> Row:
+    # the products with a final row step (ir/ops/matmul_rows.py): n columns of output, 2n of product for SwiGLU
+    def build(g):
+        full = n if op == "FusedMatMulLayerNorm" else 2 * n
+        rms = op == "FusedRmsNormMatMulSwiGLU"
+        x = P(g, "x", [k, m] if variant == "AT" else [m, k])
+        w = P(g, "w", [full, k] if variant == "BT" else [k, full])
+        head = (x, P(g, "wn", [k]), w) if rms else (x, w)
+        if op == "FusedMatMulLayerNorm":
+            head += (P(g, "gamma", [n]), P(g, "beta", [n]))
+        ops = [P(g, f"op{i}", [full] if s == "bias" else [m, full]) for i, s in enumerate(epilogue)
+               if s in ("bias", "add")]
+        attrs = {"eps": 1e-5} if op != "FusedMatMulSwiGLU" else {}
+        return g.add_node(op, (*head, *ops), variant=variant, epilogue=epilogue, **attrs)
+
+    return Row(f"{op}{variant}-{'+'.join(epilogue) or 'none'}", build,
+               init={"wn": near_one} if op == "FusedRmsNormMatMulSwiGLU" else {})
+
+
 def _binary(op: str, xs, ys) -> Row:
     return Row(f"{op}{xs}{ys}", lambda g: g.add_node(op, (P(g, "x", xs), P(g, "y", ys))))
 
@@ -242,6 +261,11 @@ ROWS = [
     _fused_rms("BT", ()),
     _fused_swiglu("BT", ("add",)),
     _fused_swiglu("", ("bias", "Tanh")),
+    _mm_rows("FusedMatMulLayerNorm", "BT", ("bias", "add")),
+    _mm_rows("FusedMatMulLayerNorm", "AT", ("Tanh",)),
+    _mm_rows("FusedMatMulSwiGLU", "", ("bias",)),
+    _mm_rows("FusedMatMulSwiGLU", "BT", ()),
+    _mm_rows("FusedRmsNormMatMulSwiGLU", "BT", ("add",)),
     _binary("Add", [3, 5], [3, 5]),
     _binary("Add", [3, 5], [5]),
     _binary("Add", [3, 1], [1, 5]),

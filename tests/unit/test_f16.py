@@ -85,9 +85,10 @@ def _ops(g: Graph) -> list[str]:
 def test_llama_in_f16_stores_every_weight_as_halves(build):
     f32, f16 = optimize(build())[0], _f16(build())
     ops = _ops(f16)
-    assert "FusedMatMul" not in ops and "FusedRmsNormMatMul" not in ops and "Dequant" not in ops
+    assert not {"FusedMatMul", "FusedRmsNormMatMul", "FusedRmsNormMatMulSwiGLU", "Dequant"} & set(ops)
     assert ops.count("QuantMatMul") == _ops(f32).count("FusedMatMul")
     assert ops.count("QuantRmsNormMatMul") == _ops(f32).count("FusedRmsNormMatMul")
+    assert ops.count("QuantRmsNormMatMulSwiGLU") == _ops(f32).count("FusedRmsNormMatMulSwiGLU")
     assert ops.count("QuantEmbedding") == 1 and f16.dispatch_count() == f32.dispatch_count()
     assert {n.attrs["format"] for n in f16.live_nodes() if n.op.startswith("Quant")} == {"f16"}
     packed = [n for n in f16.live_nodes() if n.op == "ToF16"]

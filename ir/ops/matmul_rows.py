@@ -1,0 +1,337 @@
+"""Products with a final step over whole rows: a LayerNorm or SwiGLUConcat of the product, applied in
+the second dispatch of a two-stage matmul instead of in a dispatch of its own.
+
+- ``FusedMatMulLayerNorm(a, b, gamma, beta, *operands)`` = LayerNorm(epilogue(op(A) op(B)), gamma,
+  beta, eps): the post-LN block of BERT (Devlin et al. 2019; LayerNorm: Ba et al. 2016), whose
+  attention output and FFN down projections end in bias, residual add and LayerNorm;
+- ``FusedMatMulSwiGLU(a, b, *operands)`` = SwiGLUConcat(epilogue(op(A) op(B))) and
+  ``FusedRmsNormMatMulSwiGLU(x, w_norm, w, *operands)`` = SwiGLUConcat(epilogue(RmsNorm(x, w_norm)
+  op W)), [M, N/2]: the packed gate/up projection of a LLaMA MLP (Shazeer 2020) with its gated
+  activation.
+
+Lowering (``matmul_kernel.matmul_kernel_for``, ``final``): always two dispatches. The first is the
+tiled matmul (or the GEMV kernel) writing the node's scratch buffer: the split-K partial sums, or
+with one split the product with its rows scaled. The second is the split-K reduction
+(``matmul_split_reduce.wgsl``, the gated form) or a row kernel (``matmul_split_layer_norm.wgsl``),
+which applies the epilogue and then the final step. A product split in K takes that second
+dispatch anyway, so the final step costs no dispatch: SmolLM2's 128-token prefill drops its 30
+SwiGLUConcat dispatches and a MiniLM batch of 8 x 128 its 12 LayerNorms.
+
+Rules (``norm_fusion``, ``swiglu``): ``LayerNorm(FusedMatMul(a, W, e), g, b) -> FusedMatMulLayerNorm``
+where the product has no other stored reader (``stored_uses`` 1) and an epilogue of bias, add and unary steps only
+(``epilogue_without_region``: no generated region), and ``SwiGLUConcat(F(...)) ->
+F...SwiGLU`` for F FusedMatMul or FusedRmsNormMatMul with such an epilogue, where the gated value has
+more than GEMV_MAX_ROWS rows (a decode step's GEMV takes SwiGLU in the down projection's prologue instead, one dispatch
+fewer). Each op's cost counts its two dispatches.
+
+Quantised weights (``quant`` ruleset, as :mod:`.quant` folds the others): QuantMatMulLayerNorm and
+QuantRmsNormMatMulSwiGLU take B as blocks (GGUF Q4_0, Q4_1, Q8_0, or the f16 rows of ``precision="f16"``),
+decoded by the first stage's loader.
+"""
+
+from __future__ import annotations
+
+from ..spec import OPS, Attr, example, need, need_f32, op, rules
+from ..types import TensorType
+from .elementwise import _swiglu_concat_ref
+from .fused_epilogue import epilogue_ops, is_expr
+from .matmul import (
+    _fused_matmul,
+    _fused_rms_norm_matmul,
+    _fused_rms_norm_matmul_ref,
+    _out,
+    apply_epilogue,
+    matmul_dims,
+    matmul_ref,
+)
+from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for, max_scratch_bytes
+from .norms import _layer_norm_ref
+from .quant import _FORMAT, _NO_GRAD, _quant_matmul, _quant_param, dequantize
+
+FAMILY = "matmul_rows"
+
+_VARIANT, _EPILOGUE = Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())
+
+
+def _through(b, inner: int, outer: int, dy: int, want_inner: tuple, want_extra: tuple) -> tuple[list, list]:
+    # Gradients of an op that is outer(inner, *extra): the gradients of inner's inputs and of
+    # outer's other inputs, through the registered rules of both (their forward nodes emitted for it)
+    outer_node, inner_node = b.g.node(outer), b.g.node(inner)
+    d = OPS[outer_node.op].vjp(b, outer_node, dy, (any(want_inner), *want_extra))
+    if not any(want_inner):
+        return [None] * len(want_inner), list(d[1:])
+    return list(OPS[inner_node.op].vjp(b, inner_node, d[0], want_inner)), list(d[1:])
+
+
+def _kernel(node, ins, target):
+    a = node.attrs
+    rms = node.op == "FusedRmsNormMatMulSwiGLU"
+    layer_norm = node.op == "FusedMatMulLayerNorm"
+    m, out_n = node.type.shape
+    k = ins[0].shape[0] if a["variant"] == "AT" else ins[0].shape[1]
+    first = (3 if rms else 2) + (2 if layer_norm else 0)  # the first epilogue operand
+    return matmul_kernel_for(a["variant"], tuple(a["epilogue"]), m, k, out_n if layer_norm else 2 * out_n,
+                             rms_norm=rms, eps=float(a["eps"]) if rms else 0.0, operand_types=tuple(ins[first:]),
+                             max_scratch_bytes=max_scratch_bytes(target),
+                             final="layer_norm" if layer_norm else "swiglu",
+                             norm_eps=float(a["eps"]) if layer_norm else 0.0)
+
+
+# --- FusedMatMulLayerNorm: LayerNorm(epilogue(A op B), gamma, beta) -----------------------------
+
+
+def _plain(epilogue) -> None:
+    # The final step follows the whole chain, so no region may be split off it to be applied by the
+    # graph's ops after the node (rewrites/extract.py does that where its operands overflow the
+    # bindings), and a region's value has the product's shape, which the gated ops' output is not.
+    need(not any(is_expr(s) for s in epilogue), "a product with a final step takes no generated region in its "
+                                                 "epilogue (only bias, add and unary steps)")
+
+
+def _mm_layer_norm(ts, a):
+    _plain(a["epilogue"])
+    out = _fused_matmul([ts[0], ts[1], *ts[4:]], a)
+    n = out.shape[1]
+    for t, what in ((ts[2], "gamma"), (ts[3], "beta")):
+        need_f32(t, what)
+        need(t.shape == (n,), f"{what} must be [{n}] (the product's columns), got {t}")
+    return out
+
+
+def _mm_layer_norm_ref(xs, a):
+    prod = apply_epilogue(matmul_ref(xs[0], xs[1], a["variant"]), a["epilogue"], xs[4:])
+    return _layer_norm_ref([prod, xs[2], xs[3]], a)
+
+
+def _mm_layer_norm_vjp(b, node, dy, want):
+    x, w, gamma, beta, *ops = node.inputs
+    a = node.attrs
+    prod = b.emit("FusedMatMul", (x, w, *ops), variant=a["variant"], epilogue=a["epilogue"])
+    norm = b.emit("LayerNorm", (prod, gamma, beta), eps=a["eps"])
+    inner, (d_gamma, d_beta) = _through(b, prod, norm, dy, (want[0], want[1], *want[4:]), (want[2], want[3]))
+    return [inner[0], inner[1], d_gamma, d_beta, *inner[2:]]
+
+
+def _mm_layer_norm_flops(ins, out, a):
+    m, k, n = matmul_dims(ins[:2], a["variant"])
+    return 2 * m * k * n + out.num_elements * (epilogue_ops(a["epilogue"]) + 7)
+
+
+op("FusedMatMulLayerNorm", ("a", "b", "gamma", "beta", "*operands"), _mm_layer_norm, _mm_layer_norm_ref,
+   attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_layer_norm_vjp, kernel=_kernel, dispatches=2,
+   flops=_mm_layer_norm_flops,
+   doc="LayerNorm(epilogue(A op B), gamma, beta, eps) over each row of the [M,N] product (Ba et al. 2016); "
+       "inputs [A, B, gamma [N], beta [N], *epilogue operands]; two dispatches: the product, then its epilogue "
+       "and the norm")
+
+
+# --- FusedMatMulSwiGLU, FusedRmsNormMatMulSwiGLU: SwiGLUConcat of the product ---------------------
+
+
+def _gated(out: TensorType, epilogue) -> TensorType:
+    _plain(epilogue)
+    need(out.shape[1] % 2 == 0, f"the product must have an even number of columns (gate and up side by side), "
+                                f"got {out}")
+    return TensorType((out.shape[0], out.shape[1] // 2), out.dtype)
+
+
+def _gated_flops(fixed: int):
+    def flops(ins, out, a):
+        m, k, n = matmul_dims([ins[0], ins[fixed - 1]], a["variant"])
+        return 2 * m * k * n + m * n * epilogue_ops(a["epilogue"]) + 5 * out.num_elements + (3 * m * k if fixed == 3
+                                                                                             else 0)
+
+    return flops
+
+
+def _mm_swiglu_vjp(b, node, dy, want):
+    a = node.attrs
+    prod = b.emit("FusedMatMul", node.inputs, variant=a["variant"], epilogue=a["epilogue"])
+    inner, _ = _through(b, prod, b.emit("SwiGLUConcat", (prod,)), dy, tuple(want), ())
+    return inner
+
+
+def _rms_swiglu_vjp(b, node, dy, want):
+    a = node.attrs
+    prod = b.emit("FusedRmsNormMatMul", node.inputs, eps=a["eps"], variant=a["variant"], epilogue=a["epilogue"])
+    inner, _ = _through(b, prod, b.emit("SwiGLUConcat", (prod,)), dy, tuple(want), ())
+    return inner
+
+
+op("FusedMatMulSwiGLU", ("a", "b", "*operands"), lambda ts, a: _gated(_fused_matmul(ts, a), a["epilogue"]),
+   lambda xs, a: _swiglu_concat_ref([apply_epilogue(matmul_ref(xs[0], xs[1], a["variant"]), a["epilogue"], xs[2:])],
+                                    {}),
+   attrs=(_VARIANT, _EPILOGUE), vjp=_mm_swiglu_vjp, kernel=_kernel, dispatches=2, flops=_gated_flops(2),
+   doc="SwiGLUConcat(epilogue(A op B)): silu(C[:, :N/2]) * C[:, N/2:] of the [M,N] product C, gate and up "
+       "projections side by side (Shazeer 2020); inputs [A, B, *epilogue operands]; output [M, N/2]; two "
+       "dispatches: the product, then its epilogue and the gate")
+op("FusedRmsNormMatMulSwiGLU", ("x", "w_norm", "w", "*operands"),
+   lambda ts, a: _gated(_fused_rms_norm_matmul(ts, a), a["epilogue"]),
+   lambda xs, a: _swiglu_concat_ref([_fused_rms_norm_matmul_ref(xs, a)], {}),
+   attrs=(Attr("eps", "float"), _VARIANT, _EPILOGUE), vjp=_rms_swiglu_vjp, kernel=_kernel, dispatches=2,
+   flops=_gated_flops(3),
+   doc="SwiGLUConcat(epilogue(RmsNorm(x, w_norm, eps) op W)) (Zhang & Sennrich 2019; Shazeer 2020): the "
+       "packed gate/up projection of a LLaMA MLP with its gate; inputs [x, w_norm, W, *epilogue operands]; "
+       "output [M, N/2]; two dispatches")
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+
+def _ln_example(variant: str):
+    def build(g, dim):
+        m, k, n = dim("m"), dim("k"), dim("n")
+        a = g.input("a", [k, m] if variant == "AT" else [m, k])
+        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+        prod = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (a, w))
+        h = g.add(g.bias_add(prod, g.parameter("bias", [n])), g.input("residual", [m, n]))
+        _out(g, g.layer_norm(h, g.parameter("gamma", [n]), g.parameter("beta", [n]), eps=1e-6))
+
+    return example(build)
+
+
+@rules("norm_fusion")
+def _layer_norm_rules(e):
+    x, w, prod, gamma, beta = e.vars("x w prod gamma beta")
+    (ep,) = e.vars("e", e.Epi)
+    (eps,) = e.vars("eps", e.f64)
+    # LayerNorm(FusedMatMul(x, W, e), gamma, beta) -> FusedMatMulLayerNorm(x, W, gamma, beta, e)
+    #   if the product has no other stored reader (a value stored anyway would be computed twice)
+    for v in ("", "AT", "BT"):
+        yield e.equal(f"LayerNorm(FusedMatMul{v}(x, W, e), g, b) -> FusedMatMulLayerNorm{v}(x, W, g, b, e)",
+                      e.LayerNorm(prod, gamma, beta, eps=eps),
+                      e.FusedMatMulLayerNorm(x, w, gamma, beta, eps=eps, variant=v, epilogue=ep),
+                      e.eq(prod).to(e.FusedMatMul(x, w, variant=v, epilogue=ep)),
+                      e.eq(e.stored_uses(prod)).to(e.i64(1)), e.epilogue_without_region(ep), example=_ln_example(v))
+
+
+def _swiglu_example(rms: bool, variant: str):
+    def build(g, dim):
+        m, k, n = dim("m", GEMV_MAX_ROWS + 1), dim("k"), dim("n")
+        x = g.input("x", [k, m] if variant == "AT" else [m, k])
+        if rms:
+            x = g.rms_norm(x, g.parameter("w_norm", [k]))
+        w = g.parameter("w", [2 * n, k] if variant == "BT" else [k, 2 * n])
+        prod = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (x, w))
+        _out(g, g.swiglu_concat(g.bias_add(prod, g.parameter("bias", [2 * n]))))
+
+    return example(build)
+
+
+@rules("swiglu")
+def _gated_rules(e):
+    x, wn, w, prod = e.vars("x wn w prod")
+    (ep,) = e.vars("e", e.Epi)
+    (eps,) = e.vars("eps", e.f64)
+    (s,) = e.vars("s", e.Vec[e.i64])
+    # SwiGLUConcat(F(..., e)) -> F...SwiGLU(..., e) for F FusedMatMul (any variant) or
+    # FusedRmsNormMatMul ('' or 'BT'), where the gated value has more than GEMV_MAX_ROWS rows (its
+    # shape: the product, which the gate/up packing rule builds, has no shape or stored_uses fact).
+    # A product stored anyway (another reader) would be computed twice: extraction prices both.
+    for v in ("", "AT", "BT"):
+        forms = [("FusedMatMul", e.FusedMatMul(x, w, variant=v, epilogue=ep),
+                  e.FusedMatMulSwiGLU(x, w, variant=v, epilogue=ep))]
+        if v != "AT":
+            forms.append(("FusedRmsNormMatMul", e.FusedRmsNormMatMul(x, wn, w, eps=eps, variant=v, epilogue=ep),
+                          e.FusedRmsNormMatMulSwiGLU(x, wn, w, eps=eps, variant=v, epilogue=ep)))
+        for name, product, gated in forms:
+            lhs = e.SwiGLUConcat(prod)
+            yield e.equal(f"SwiGLUConcat({name}{v}(.., e)) -> {name}SwiGLU{v}(.., e)", lhs, gated,
+                          e.eq(prod).to(product), e.eq(e.shape(lhs)).to(s), s[0] > e.i64(GEMV_MAX_ROWS),
+                          e.epilogue_without_region(ep),
+                          example=_swiglu_example(name == "FusedRmsNormMatMul", v))
+
+
+# --- the quantised-weight forms (ir/ops/quant.py): B as blocks, decoded by the first stage's loader ----
+
+
+def _quant_layer_norm(ts, a):
+    _plain(a["epilogue"])
+    out = _quant_matmul([ts[0], ts[1], *ts[4:]], a)
+    n = out.shape[1]
+    for t, what in ((ts[2], "gamma"), (ts[3], "beta")):
+        need_f32(t, what)
+        need(t.shape == (n,), f"{what} must be [{n}] (the product's columns), got {t}")
+    return out
+
+
+def _quant_layer_norm_ref(xs, a):
+    prod = apply_epilogue(xs[0] @ dequantize(xs[1], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[4:])
+    return _layer_norm_ref([prod, xs[2], xs[3]], a)
+
+
+def _quant_kernel(node, ins, target):
+    a = node.attrs
+    rms = node.op == "QuantRmsNormMatMulSwiGLU"
+    layer_norm = node.op == "QuantMatMulLayerNorm"
+    (m, k), (n, words) = ins[0].shape, ins[2 if rms else 1].shape
+    first = (3 if rms else 2) + (2 if layer_norm else 0)
+    return matmul_kernel_for("BT", tuple(a["epilogue"]), m, k, n, rms_norm=rms, eps=float(a["eps"]) if rms else 0.0,
+                             quant=a["format"], row_words=words, operand_types=tuple(ins[first:]),
+                             max_scratch_bytes=max_scratch_bytes(target),
+                             final="layer_norm" if layer_norm else "swiglu",
+                             norm_eps=float(a["eps"]) if layer_norm else 0.0)
+
+
+op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _quant_layer_norm, _quant_layer_norm_ref,
+   attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_kernel, dispatches=2,
+   flops=lambda ins, out, a: 2 * out.num_elements * ins[0].shape[1] + out.num_elements * (
+       epilogue_ops(a["epilogue"]) + 7),
+   doc="LayerNorm(epilogue(A @ Dequant(q)^T), gamma, beta, eps): FusedMatMulLayerNorm 'BT' with B as "
+       "blocks (q u32 [N, row_words]); inputs [A, q, gamma [N], beta [N], *epilogue operands]; two dispatches")
+
+
+def _quant_rms_swiglu_ref(xs, a):
+    from .norms import rms_norm_ref
+
+    normed = rms_norm_ref(xs[:2], a)
+    prod = apply_epilogue(normed @ dequantize(xs[2], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[3:])
+    return _swiglu_concat_ref([prod], {})
+
+
+def _quant_rms_swiglu(ts, a):
+    x, w_norm = ts[0], ts[1]
+    need_f32(w_norm, "w_norm")
+    need(x.rank == 2 and w_norm.shape == (x.shape[1],), f"w_norm must be [{x.shape[-1]}] for x {x}, got {w_norm}")
+    return _gated(_quant_matmul([x, *ts[2:]], a), a["epilogue"])
+
+
+op("QuantRmsNormMatMulSwiGLU", ("x", "w_norm", "q", "*operands"), _quant_rms_swiglu, _quant_rms_swiglu_ref,
+   attrs=(Attr("eps", "float"), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_kernel, dispatches=2,
+   flops=lambda ins, out, a: 2 * ins[0].shape[0] * ins[0].shape[1] * ins[2].shape[0] + 3 * ins[0].num_elements
+   + 2 * out.num_elements * epilogue_ops(a["epilogue"]) + 5 * out.num_elements,
+   doc="SwiGLUConcat(epilogue(RmsNorm(x, w_norm, eps) @ Dequant(q)^T)): FusedRmsNormMatMulSwiGLU 'BT' with B "
+       "as blocks; inputs [x, w_norm, q, *epilogue operands]; output [M, N/2]; two dispatches")
+
+
+def _qln_example(g, dim) -> None:
+    m, k, n = dim("m"), 32 * dim("kb", 1, 2), dim("n")
+    prod = g.matmul_bt(g.input("x", [m, k]), _quant_param(g, "W", n, k, "q8_0"))
+    h = g.add(g.bias_add(prod, g.parameter("bias", [n])), g.input("r", [m, n]))
+    g.set_outputs([g.layer_norm(h, g.parameter("gamma", [n]), g.parameter("beta", [n]))])
+
+
+def _qswiglu_rows_example(g, dim) -> None:
+    m, k, n = dim("m", GEMV_MAX_ROWS + 1), 32 * dim("kb", 1, 2), dim("n")
+    h = g.rms_norm(g.input("x", [m, k]), g.parameter("w", [k]))
+    g.set_outputs([g.swiglu(g.matmul_bt(h, _quant_param(g, "Wg", n, k)), g.matmul_bt(h, _quant_param(g, "Wu", n, k)))])
+
+
+@rules("quant")
+def _quant_rows_rules(e):
+    x, w, q, gamma, beta = e.vars("x w q gamma beta")
+    (f,) = e.vars("f", e.String)
+    (c,) = e.vars("c", e.i64)
+    (eps,) = e.vars("eps", e.f64)
+    (ep,) = e.vars("e", e.Epi)
+    dq = e.Dequant(q, format=f, cols=c)
+    # FusedMatMulLayerNorm(x, Dequant(q), g, b, 'BT', e) -> QuantMatMulLayerNorm(x, q, g, b, e)
+    yield e.equal("FusedMatMulLayerNormBT(x, Dequant(q), g, b, e) -> QuantMatMulLayerNorm(x, q, g, b, e)",
+                  e.FusedMatMulLayerNorm(x, dq, gamma, beta, eps=eps, variant=e.String("BT"), epilogue=ep),
+                  e.QuantMatMulLayerNorm(x, q, gamma, beta, eps=eps, format=f, epilogue=ep),
+                  example=example(_qln_example))
+    # FusedRmsNormMatMulSwiGLU(x, w, Dequant(q), 'BT', e) -> QuantRmsNormMatMulSwiGLU(x, w, q, e)
+    yield e.equal("FusedRmsNormMatMulSwiGLUBT(x, w, Dequant(q), e) -> QuantRmsNormMatMulSwiGLU(x, w, q, e)",
+                  e.FusedRmsNormMatMulSwiGLU(x, w, dq, eps=eps, variant=e.String("BT"), epilogue=ep),
+                  e.QuantRmsNormMatMulSwiGLU(x, w, q, eps=eps, format=f, epilogue=ep),
+                  example=example(_qswiglu_rows_example))

@@ -1,0 +1,52 @@
+//#include "common.wgsl"
+//#include "arith.wgsl"
+//#include "derivatives.wgsl"
+//#include "reduce.wgsl"
+// (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
+// The second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py): LayerNorm of each row of
+// C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS partial sums
+// from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself):
+// out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
+// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). One workgroup
+// per row; each pass recomputes C[i, j] from the partial sums. EPILOGUE is the product's chain,
+// reading the operands e0, e1, ... as the tiled kernel does.
+
+const SPLITS: u32 = {{SPLITS}}u;
+
+fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
+    var v = acc;
+{{EPILOGUE}}
+    return v;
+}
+
+fn value(i: u32, j: u32) -> f32 {
+    let at = i * p.n + j;
+    var v = 0.0;
+    for (var s = 0u; s < SPLITS; s = s + 1u) {
+        v = v + part[s * p.m * p.n + at];
+    }
+    return epilogue(i, j, v);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let i = linear_workgroup(wid, nwg);
+    if (i >= p.m) {
+        return;
+    }
+    var s = 0.0;
+    for (var j = li; j < p.n; j = j + RED) {
+        s = s + value(i, j);
+    }
+    let mean = workgroup_sum(li, s) / f32(p.n);
+    var q = 0.0;
+    for (var j = li; j < p.n; j = j + RED) {
+        let d = value(i, j) - mean;
+        q = q + d * d;
+    }
+    let rstd = 1.0 / sqrt(workgroup_sum(li, q) / f32(p.n) + p.eps);
+    for (var j = li; j < p.n; j = j + RED) {
+        out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + beta[j];
+    }
+}
