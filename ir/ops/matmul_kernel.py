@@ -472,10 +472,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
     # a final step and one split, the product (rows scaled, no epilogue) there
     scratch = _scratch_elements(splits, m, n, rms_norm) if splits > 1 else m * n
-    if max_scratch_bytes and 4 * scratch > max_scratch_bytes:
+    if final is not None and max_scratch_bytes and 4 * scratch > max_scratch_bytes:
         raise LoweringError(f"the product [{m},{k}] x [{k},{n}] with a final {final} step needs a scratch buffer of "
-                            f"{4 * scratch} bytes; this device binds at most {max_scratch_bytes}: lower the graph "
-                            f"without fusion or split the product")
+                            f"{4 * scratch} bytes; this device binds at most {max_scratch_bytes}: optimise the graph "
+                            f"without the ruleset that fused the {final} step")
     partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
@@ -494,6 +494,8 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
 
     chain = "".join(f"+{step_label(s)}" for s in epilogue)
     params = (("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps))
+    if final == "layer_norm" and row_sums:
+        raise LoweringError("a LayerNorm final step takes no RmsNorm prologue: its reduction does not scale rows")
     if final == "layer_norm":
         return Kernel(f"matmul_split{splits}_layer_norm{chain}", "matmul_split_layer_norm.wgsl", m,
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),

@@ -24,9 +24,11 @@ F...SwiGLU`` for F FusedMatMul or FusedRmsNormMatMul with such an epilogue, wher
 more than GEMV_MAX_ROWS rows (a decode step's GEMV takes SwiGLU in the down projection's prologue instead, one dispatch
 fewer). Each op's cost counts its two dispatches.
 
-Quantised weights (``quant`` ruleset, as :mod:`.quant` folds the others): QuantMatMulLayerNorm and
-QuantRmsNormMatMulSwiGLU take B as blocks (GGUF Q4_0, Q4_1, Q8_0, or the f16 rows of ``precision="f16"``),
-decoded by the first stage's loader.
+Quantised weights (``quant`` ruleset, folded as :mod:`.quant` folds the other products):
+QuantMatMulLayerNorm and QuantRmsNormMatMulSwiGLU take B as blocks (GGUF Q4_0, Q4_1, Q8_0, or the f16
+rows of ``precision="f16"``), decoded by the first stage's loader. FusedMatMulSwiGLU has no
+quantised form (a gate/up product without its RmsNorm is an exporter's graph, whose weights are f32
+or f16 as stored), nor does a LayerNorm without a bias or weight have a fused form.
 """
 
 from __future__ import annotations

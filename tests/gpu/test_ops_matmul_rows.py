@@ -56,6 +56,8 @@ ROWS = [
     _layer_norm("BT", 37, 384, 45),  # tiled, split in K by the heuristic
     _layer_norm("", 70, 33, 300, ("bias", "Gelu")),
     _layer_norm("AT", 9, 20, 6, ()),
+    _layer_norm("", 2, 40, 30, ("Relu",)),  # GEMV first stage, B stored [K, N]
+    _swiglu(False, "AT", 2, 9, 5, ("bias",)),  # GEMV first stage, A stored [K, M]
     _swiglu(False, "BT", 3, 64, 20),
     _swiglu(False, "", 40, 300, 33, ("bias", "add")),
     _swiglu(False, "AT", 17, 9, 5, ()),
@@ -79,6 +81,17 @@ def test_whole_and_split_first_stages(row, splits, device):
     kernels = [d.kernel for d in session.plan.dispatches]
     assert len(kernels) == 2 and ("layer_norm" in kernels[1] or "swiglu" in kernels[1]), kernels
     assert (f"_split{splits}" in kernels[0]) == (splits > 1) and ("_split" in kernels[0]) == (splits > 1), kernels
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("fmt, layer_norm", [("q4_1", True), ("f16", True), ("q8_0", False), ("q4_0", False)])
+def test_quantised_forms_whole_and_split(fmt, layer_norm, splits, device):
+    from test_ops_quant import _quant  # tests/gpu/test_ops_quant.py (blocks by gguf's quantisers)
+
+    with matmul_choice(splits=splits):
+        session = check_row(_quant(fmt, layer_norm, 37, 32 * 11, 40, ("bias", "add")), device, subgroups=None)
+    kernels = [d.kernel for d in session.plan.dispatches]
+    assert len(kernels) == 2 and ("_split" in kernels[0]) == (splits > 1), kernels
 
 
 def test_gemv_first_stage(device):
@@ -135,7 +148,7 @@ def _llama_mlp(m: int, d: int, f: int, gate_out: bool) -> tuple[Graph, dict, dic
     return g, feeds, params
 
 
-@pytest.mark.parametrize("m, gate_out", [(37, False), (6, True), (3, False)])
+@pytest.mark.parametrize("m, gate_out", [(37, False), (6, True), (5, False), (4, False)])  # GEMV_MAX_ROWS 4
 def test_swiglu_rule_on_a_llama_mlp(m, gate_out, device):
     g, feeds, params = _llama_mlp(m, 48, 70, gate_out)
     opt, _ = run_optimised(g, device, feeds, params)

@@ -108,10 +108,13 @@ def test_bert_in_f16_stores_every_linear_weight_and_table_as_halves():
     graph = build_bert_graph(TINY_BERT, 2, 8)
     f32, f16 = optimize(graph)[0], _f16(graph)
     ops = _ops(f16)
-    assert not [n for n in f16.live_nodes() if n.op == "FusedMatMul" and f16.node(n.inputs[1]).op == "Parameter"]
+    assert not [n for n in f16.live_nodes() if n.op in ("FusedMatMul", "FusedMatMulLayerNorm")
+                and f16.node(n.inputs[1]).op == "Parameter"]
     assert ops.count("QuantEmbedding") == 3 and "Embedding" not in ops  # word, position, token type
     assert ops.count("QuantMatMul") == sum(1 for n in f32.live_nodes() if n.op == "FusedMatMul"  # Q/K/V packed
                                            and f32.node(n.inputs[1]).op in ("Parameter", "Concat"))
+    # the attention output and FFN down projections, with their LayerNorms (ir/ops/matmul_rows.py)
+    assert ops.count("QuantMatMulLayerNorm") == _ops(f32).count("FusedMatMulLayerNorm") == 2 * TINY_BERT.num_hidden_layers
     assert ops.count("FullAttentionPacked") == 2
     assert f16.dispatch_count() == f32.dispatch_count()
     plan, plan32 = lower(f16), lower(f32)
