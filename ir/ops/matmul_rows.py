@@ -90,14 +90,22 @@ def _plain(epilogue) -> None:
                                                  "epilogue (only bias, add and unary steps)")
 
 
-def _mm_layer_norm(ts, a):
-    _plain(a["epilogue"])
-    out = _fused_matmul([ts[0], ts[1], *ts[4:]], a)
-    n = out.shape[1]
-    for t, what in ((ts[2], "gamma"), (ts[3], "beta")):
-        need_f32(t, what)
-        need(t.shape == (n,), f"{what} must be [{n}] (the product's columns), got {t}")
-    return out
+def _normed(product):
+    # The shape rule of a product (inputs A, B, gamma, beta, *operands) with a final LayerNorm:
+    # ``product``'s rule on A, B and the operands, gamma and beta f32 [N]
+    def infer(ts, a):
+        _plain(a["epilogue"])
+        out = product([ts[0], ts[1], *ts[4:]], a)
+        n = out.shape[1]
+        for t, what in ((ts[2], "gamma"), (ts[3], "beta")):
+            need_f32(t, what)
+            need(t.shape == (n,), f"{what} must be [{n}] (the product's columns), got {t}")
+        return out
+
+    return infer
+
+
+_mm_layer_norm = _normed(_fused_matmul)
 
 
 def _mm_layer_norm_ref(xs, a):
@@ -247,16 +255,6 @@ def _gated_rules(e):
 # --- the quantised-weight forms (ir/ops/quant.py): B as blocks, decoded by the first stage's loader ----
 
 
-def _quant_layer_norm(ts, a):
-    _plain(a["epilogue"])
-    out = _quant_matmul([ts[0], ts[1], *ts[4:]], a)
-    n = out.shape[1]
-    for t, what in ((ts[2], "gamma"), (ts[3], "beta")):
-        need_f32(t, what)
-        need(t.shape == (n,), f"{what} must be [{n}] (the product's columns), got {t}")
-    return out
-
-
 def _quant_layer_norm_ref(xs, a):
     prod = apply_epilogue(xs[0] @ dequantize(xs[1], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[4:])
     return _layer_norm_ref([prod, xs[2], xs[3]], a)
@@ -275,7 +273,7 @@ def _quant_kernel(node, ins, target):
                              norm_eps=float(a["eps"]) if layer_norm else 0.0)
 
 
-op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _quant_layer_norm, _quant_layer_norm_ref,
+op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _normed(_quant_matmul), _quant_layer_norm_ref,
    attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_kernel, dispatches=2,
    flops=lambda ins, out, a: 2 * out.num_elements * ins[0].shape[1] + out.num_elements * (
        epilogue_ops(a["epilogue"]) + 7),
