@@ -114,7 +114,8 @@ def test_bert_in_f16_stores_every_linear_weight_and_table_as_halves():
     assert ops.count("QuantMatMul") == sum(1 for n in f32.live_nodes() if n.op == "FusedMatMul"  # Q/K/V packed
                                            and f32.node(n.inputs[1]).op in ("Parameter", "Concat"))
     # the attention output and FFN down projections, with their LayerNorms (ir/ops/matmul_rows.py)
-    assert ops.count("QuantMatMulLayerNorm") == _ops(f32).count("FusedMatMulLayerNorm") == 2 * TINY_BERT.num_hidden_layers
+    layers = TINY_BERT.num_hidden_layers
+    assert ops.count("QuantMatMulLayerNorm") == _ops(f32).count("FusedMatMulLayerNorm") == 2 * layers
     assert ops.count("FullAttentionPacked") == 2
     assert f16.dispatch_count() == f32.dispatch_count()
     plan, plan32 = lower(f16), lower(f32)
