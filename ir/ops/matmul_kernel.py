@@ -493,7 +493,6 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
     from .fused_epilogue import step_label
 
     chain = "".join(f"+{step_label(s)}" for s in epilogue)
-    params = (("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps))
     if final == "layer_norm" and row_sums:
         raise LoweringError("a LayerNorm final step takes no RmsNorm prologue: its reduction does not scale rows")
     if final == "layer_norm":
@@ -506,7 +505,8 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
         raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm' or None")
     gated = final == "swiglu"
     name = f"matmul_split{splits}_reduce" + ("_rms_norm" if row_sums else "") + ("_swiglu" if gated else "") + chain
-    return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * (n // 2 if gated else n)), params=params,
+    return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * (n // 2 if gated else n)),
+                  params=(("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps)),
                   bindings=(Buffer("part"), *operands, Buffer("out", write=True)),
                   inputs=(SCRATCH, *range(fixed, fixed + len(operands))),
                   slots=dict(SPLITS=splits, ROW_SUMS="true" if row_sums else "false",

@@ -37,18 +37,10 @@ from ..spec import OPS, Attr, example, need, need_f32, op, rules
 from ..types import TensorType
 from .elementwise import _swiglu_concat_ref
 from .fused_epilogue import epilogue_ops, is_expr
-from .matmul import (
-    _fused_matmul,
-    _fused_rms_norm_matmul,
-    _fused_rms_norm_matmul_ref,
-    _out,
-    apply_epilogue,
-    matmul_dims,
-    matmul_ref,
-)
+from .matmul import _fused_matmul, _fused_rms_norm_matmul, _out, matmul_dims
 from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for, max_scratch_bytes
 from .norms import _layer_norm_ref
-from .quant import _FORMAT, _NO_GRAD, _quant_matmul, _quant_param, dequantize
+from .quant import _FORMAT, _NO_GRAD, _quant_matmul, _quant_param, _quant_rms_norm_matmul
 
 FAMILY = "matmul_rows"
 
@@ -66,14 +58,19 @@ def _through(b, inner: int, outer: int, dy: int, want_inner: tuple, want_extra: 
 
 
 def _kernel(node, ins, target):
+    # every op of this module: f32 B, or (a ``format`` attribute) B as blocks of its quantised form
     a = node.attrs
-    rms = node.op == "FusedRmsNormMatMulSwiGLU"
-    layer_norm = node.op == "FusedMatMulLayerNorm"
+    rms = node.op.endswith("RmsNormMatMulSwiGLU")
+    layer_norm = node.op.endswith("LayerNorm")
+    quant = a.get("format")
+    variant = "BT" if quant else a["variant"]
     m, out_n = node.type.shape
-    k = ins[0].shape[0] if a["variant"] == "AT" else ins[0].shape[1]
-    first = (3 if rms else 2) + (2 if layer_norm else 0)  # the first epilogue operand
-    return matmul_kernel_for(a["variant"], tuple(a["epilogue"]), m, k, out_n if layer_norm else 2 * out_n,
-                             rms_norm=rms, eps=float(a["eps"]) if rms else 0.0, operand_types=tuple(ins[first:]),
+    k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
+    b = 2 if rms else 1  # B's input
+    first = b + 1 + (2 if layer_norm else 0)  # the first epilogue operand
+    return matmul_kernel_for(variant, tuple(a["epilogue"]), m, k, out_n if layer_norm else 2 * out_n,
+                             rms_norm=rms, eps=float(a["eps"]) if rms else 0.0, quant=quant,
+                             row_words=ins[b].shape[1] if quant else 0, operand_types=tuple(ins[first:]),
                              max_scratch_bytes=max_scratch_bytes(target),
                              final="layer_norm" if layer_norm else "swiglu",
                              norm_eps=float(a["eps"]) if layer_norm else 0.0)
@@ -105,12 +102,17 @@ def _normed(product):
     return infer
 
 
-_mm_layer_norm = _normed(_fused_matmul)
+def _normed_ref(product: str):
+    # The reference of ``product`` (inputs A, B, *operands) followed by LayerNorm(., gamma, beta)
+    def reference(xs, a):
+        return _layer_norm_ref([OPS[product].reference([xs[0], xs[1], *xs[4:]], a), xs[2], xs[3]], a)
+
+    return reference
 
 
-def _mm_layer_norm_ref(xs, a):
-    prod = apply_epilogue(matmul_ref(xs[0], xs[1], a["variant"]), a["epilogue"], xs[4:])
-    return _layer_norm_ref([prod, xs[2], xs[3]], a)
+def _gated_ref(product: str):
+    # The reference of ``product`` followed by SwiGLUConcat
+    return lambda xs, a: _swiglu_concat_ref([OPS[product].reference(xs, a)], {})
 
 
 def _mm_layer_norm_vjp(b, node, dy, want):
@@ -127,7 +129,7 @@ def _mm_layer_norm_flops(ins, out, a):
     return 2 * m * k * n + out.num_elements * (epilogue_ops(a["epilogue"]) + 7)
 
 
-op("FusedMatMulLayerNorm", ("a", "b", "gamma", "beta", "*operands"), _mm_layer_norm, _mm_layer_norm_ref,
+op("FusedMatMulLayerNorm", ("a", "b", "gamma", "beta", "*operands"), _normed(_fused_matmul), _normed_ref("FusedMatMul"),
    attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_layer_norm_vjp, kernel=_kernel, dispatches=2,
    flops=_mm_layer_norm_flops,
    doc="LayerNorm(epilogue(A op B), gamma, beta, eps) over each row of the [M,N] product (Ba et al. 2016); "
@@ -154,32 +156,24 @@ def _gated_flops(fixed: int):
     return flops
 
 
-def _mm_swiglu_vjp(b, node, dy, want):
-    a = node.attrs
-    prod = b.emit("FusedMatMul", node.inputs, variant=a["variant"], epilogue=a["epilogue"])
-    inner, _ = _through(b, prod, b.emit("SwiGLUConcat", (prod,)), dy, tuple(want), ())
-    return inner
-
-
-def _rms_swiglu_vjp(b, node, dy, want):
-    a = node.attrs
-    prod = b.emit("FusedRmsNormMatMul", node.inputs, eps=a["eps"], variant=a["variant"], epilogue=a["epilogue"])
+def _gated_vjp(b, node, dy, want):
+    # through the product (FusedMatMul or FusedRmsNormMatMul: the op's name less "SwiGLU", its
+    # inputs and attributes) and SwiGLUConcat
+    prod = b.emit(node.op.removesuffix("SwiGLU"), node.inputs, **node.attrs)
     inner, _ = _through(b, prod, b.emit("SwiGLUConcat", (prod,)), dy, tuple(want), ())
     return inner
 
 
 op("FusedMatMulSwiGLU", ("a", "b", "*operands"), lambda ts, a: _gated(_fused_matmul(ts, a), a["epilogue"]),
-   lambda xs, a: _swiglu_concat_ref([apply_epilogue(matmul_ref(xs[0], xs[1], a["variant"]), a["epilogue"], xs[2:])],
-                                    {}),
-   attrs=(_VARIANT, _EPILOGUE), vjp=_mm_swiglu_vjp, kernel=_kernel, dispatches=2, flops=_gated_flops(2),
+   _gated_ref("FusedMatMul"), attrs=(_VARIANT, _EPILOGUE), vjp=_gated_vjp, kernel=_kernel, dispatches=2,
+   flops=_gated_flops(2),
    doc="SwiGLUConcat(epilogue(A op B)): silu(C[:, :N/2]) * C[:, N/2:] of the [M,N] product C, gate and up "
        "projections side by side (Shazeer 2020); inputs [A, B, *epilogue operands]; output [M, N/2]; two "
        "dispatches: the product, then its epilogue and the gate")
 op("FusedRmsNormMatMulSwiGLU", ("x", "w_norm", "w", "*operands"),
    lambda ts, a: _gated(_fused_rms_norm_matmul(ts, a), a["epilogue"]),
-   lambda xs, a: _swiglu_concat_ref([_fused_rms_norm_matmul_ref(xs, a)], {}),
-   attrs=(Attr("eps", "float"), _VARIANT, _EPILOGUE), vjp=_rms_swiglu_vjp, kernel=_kernel, dispatches=2,
-   flops=_gated_flops(3),
+   _gated_ref("FusedRmsNormMatMul"), attrs=(Attr("eps", "float"), _VARIANT, _EPILOGUE), vjp=_gated_vjp,
+   kernel=_kernel, dispatches=2, flops=_gated_flops(3),
    doc="SwiGLUConcat(epilogue(RmsNorm(x, w_norm, eps) op W)) (Zhang & Sennrich 2019; Shazeer 2020): the "
        "packed gate/up projection of a LLaMA MLP with its gate; inputs [x, w_norm, W, *epilogue operands]; "
        "output [M, N/2]; two dispatches")
@@ -255,49 +249,17 @@ def _gated_rules(e):
 # --- the quantised-weight forms (ir/ops/quant.py): B as blocks, decoded by the first stage's loader ----
 
 
-def _quant_layer_norm_ref(xs, a):
-    prod = apply_epilogue(xs[0] @ dequantize(xs[1], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[4:])
-    return _layer_norm_ref([prod, xs[2], xs[3]], a)
-
-
-def _quant_kernel(node, ins, target):
-    a = node.attrs
-    rms = node.op == "QuantRmsNormMatMulSwiGLU"
-    layer_norm = node.op == "QuantMatMulLayerNorm"
-    (m, k), (n, words) = ins[0].shape, ins[2 if rms else 1].shape
-    first = (3 if rms else 2) + (2 if layer_norm else 0)
-    return matmul_kernel_for("BT", tuple(a["epilogue"]), m, k, n, rms_norm=rms, eps=float(a["eps"]) if rms else 0.0,
-                             quant=a["format"], row_words=words, operand_types=tuple(ins[first:]),
-                             max_scratch_bytes=max_scratch_bytes(target),
-                             final="layer_norm" if layer_norm else "swiglu",
-                             norm_eps=float(a["eps"]) if layer_norm else 0.0)
-
-
-op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _normed(_quant_matmul), _quant_layer_norm_ref,
-   attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_kernel, dispatches=2,
+op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _normed(_quant_matmul), _normed_ref("QuantMatMul"),
+   attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
    flops=lambda ins, out, a: 2 * out.num_elements * ins[0].shape[1] + out.num_elements * (
        epilogue_ops(a["epilogue"]) + 7),
    doc="LayerNorm(epilogue(A @ Dequant(q)^T), gamma, beta, eps): FusedMatMulLayerNorm 'BT' with B as "
        "blocks (q u32 [N, row_words]); inputs [A, q, gamma [N], beta [N], *epilogue operands]; two dispatches")
 
 
-def _quant_rms_swiglu_ref(xs, a):
-    from .norms import rms_norm_ref
-
-    normed = rms_norm_ref(xs[:2], a)
-    prod = apply_epilogue(normed @ dequantize(xs[2], a["format"], xs[0].shape[1]).T, a["epilogue"], xs[3:])
-    return _swiglu_concat_ref([prod], {})
-
-
-def _quant_rms_swiglu(ts, a):
-    x, w_norm = ts[0], ts[1]
-    need_f32(w_norm, "w_norm")
-    need(x.rank == 2 and w_norm.shape == (x.shape[1],), f"w_norm must be [{x.shape[-1]}] for x {x}, got {w_norm}")
-    return _gated(_quant_matmul([x, *ts[2:]], a), a["epilogue"])
-
-
-op("QuantRmsNormMatMulSwiGLU", ("x", "w_norm", "q", "*operands"), _quant_rms_swiglu, _quant_rms_swiglu_ref,
-   attrs=(Attr("eps", "float"), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_quant_kernel, dispatches=2,
+op("QuantRmsNormMatMulSwiGLU", ("x", "w_norm", "q", "*operands"),
+   lambda ts, a: _gated(_quant_rms_norm_matmul(ts, a), a["epilogue"]), _gated_ref("QuantRmsNormMatMul"),
+   attrs=(Attr("eps", "float"), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
    flops=lambda ins, out, a: 2 * ins[0].shape[0] * ins[0].shape[1] * ins[2].shape[0] + 3 * ins[0].num_elements
    + 2 * out.num_elements * epilogue_ops(a["epilogue"]) + 5 * out.num_elements,
    doc="SwiGLUConcat(epilogue(RmsNorm(x, w_norm, eps) @ Dequant(q)^T)): FusedRmsNormMatMulSwiGLU 'BT' with B "
