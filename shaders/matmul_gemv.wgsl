@@ -22,20 +22,24 @@
 // steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
 // epilogue.
 //
-// Template slots: ROWS (M), COLS, B_ALONG_K; DECODE, QUADS and EPILOGUE as in matmul.wgsl, except
+// Template slots: ROWS (M), COLS, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the chunk's
+// unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk) and FMA_B;
+// DECODE, QUADS and EPILOGUE as in matmul.wgsl, except
 // that quad_a(i, k) reads op(A)'s row i along K. LANE_K is a lane's first k and K2 the offset of
 // its second quad: for f32, quads l and l + 32 (lane * 4, 128), so a warp reads 512 contiguous
 // bytes per load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's
 // 8 and in it the quads j = l % 4 * 4 and j + 16 (K2 16), which a 4-bit block keeps in the low and
 // high nibbles of one word, so both quads share the block's scale and its word of nibbles.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
-// prepare_rows (called first, in uniform control flow) and row_scale (a factor per row of
-// C): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.
+// row_stat (a lane's share of a statistic of a row of op(A), summed over its quads as loaded,
+// when ROW_STAT) and row_scale (the factor of a row of C, from the row's statistic summed over
+// all K): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.
 
 const ROWS: u32 = {{ROWS}}u;
 const COLS: u32 = {{COLS}}u;
 const B_ALONG_K: bool = {{B_ALONG_K}};
-const LANES: u32 = 32u;
+const LANES: u32 = {{LANES}}u;  // invocations per column ('BT': 256 / COLS), else 32
+const CHUNK_K: u32 = {{CHUNK}}u * 8u * LANES;  // K per chunk of steps ('BT')
 
 var<workgroup> red: array<vec4<f32>, 256>;
 
@@ -58,23 +62,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (group >= p.tiles) {
         return;
     }
-    prepare_rows(li);
     let lane = select(li / 8u, li % LANES, B_ALONG_K);
     let stride = select(8u, 1u, B_ALONG_K);  // invocations between neighbouring lanes
     let col = select(group * COLS + li % 8u * 4u, group * COLS + li / LANES, B_ALONG_K);
     var acc: array<vec4<f32>, ROWS>;
-    for (var k = {{LANE_K}}; k < p.k; k = k + 8u * LANES) {
-        // two quads of K per lane and step: their loads are independent, so both are in
-        // flight at once (past K, quads load as zeros)
-        let k2 = k + {{K2}};
-        if (B_ALONG_K) {
-            let w = quad_b(col, k);
-            let w2 = quad_b(col, k2);
-            for (var i = 0u; i < ROWS; i = i + 1u) {
-                acc[i] = fma(stage_x(quad_a(i, k), k), w, acc[i]);
-                acc[i] = fma(stage_x(quad_a(i, k2), k2), w2, acc[i]);
+    var stat: array<f32, ROWS>;  // row_stat of the quads of op(A) this lane loads
+    if (B_ALONG_K) {
+        // K in chunks of CHUNK steps of two quads per lane: a chunk's loads of B are issued
+        // together, then its FMAs run (both unrolled in ir/ops/matmul_kernel.py, since the NVIDIA
+        // driver does not unroll a loop over a run-time K itself). Past K, quads load as zeros.
+        var k0 = {{LANE_K}};
+{{LOAD_B}}
+        for (var c = 0u; c < p.k; c = c + CHUNK_K) {
+            k0 = {{LANE_K}} + c;
+            if (c > 0u) {
+{{RELOAD_B}}
             }
-        } else {
+{{FMA_B}}
+        }
+    } else {
+        for (var k = {{LANE_K}}; k < p.k; k = k + 8u * LANES) {
+            // two quads of K per lane and step: their loads are independent, so both are in
+            // flight at once (past K, quads load as zeros)
+            let k2 = k + {{K2}};
             let w0 = quad_b(k, col);
             let w1 = quad_b(k + 1u, col);
             let w2 = quad_b(k + 2u, col);
@@ -84,8 +94,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let w6 = quad_b(k2 + 2u, col);
             let w7 = quad_b(k2 + 3u, col);
             for (var i = 0u; i < ROWS; i = i + 1u) {
-                let x = stage_x(quad_a(i, k), k);
-                let y = stage_x(quad_a(i, k2), k2);
+                let xa = quad_a(i, k);
+                let ya = quad_a(i, k2);
+                stat[i] = stat[i] + row_stat(xa) + row_stat(ya);
+                let x = stage_x(xa, k);
+                let y = stage_x(ya, k2);
                 acc[i] = fma(vec4<f32>(x.x), w0, fma(vec4<f32>(x.y), w1,
                          fma(vec4<f32>(x.z), w2, fma(vec4<f32>(x.w), w3, acc[i]))));
                 acc[i] = fma(vec4<f32>(y.x), w4, fma(vec4<f32>(y.y), w5,
@@ -94,12 +107,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     for (var i = 0u; i < ROWS; i = i + 1u) {
-        let total = lanes_sum(li, lane, stride, acc[i]);  // valid in lane 0
+        // 'BT': one column per lane, so its dot product and the row statistic share one lane sum
+        var part = acc[i];
+        if (B_ALONG_K) {
+            part = vec4<f32>(part.x + part.y + part.z + part.w, stat[i], 0.0, 0.0);
+        }
+        let total = lanes_sum(li, lane, stride, part);  // valid in lane 0
+        var row_total = total.y;
+        if (ROW_STAT && !B_ALONG_K) {
+            row_total = lanes_sum(li, lane, stride, vec4<f32>(stat[i])).x;
+        }
         if (lane == 0u) {
-            let v = total * row_scale(i);
+            let v = total * row_scale(row_total);
             if (B_ALONG_K) {
                 if (col < p.n) {
-                    out[i * p.n + col] = epilogue(i, col, v.x + v.y + v.z + v.w);
+                    out[i * p.n + col] = epilogue(i, col, v.x);
                 }
             } else {
                 for (var e = 0u; e < 4u; e = e + 1u) {

@@ -14,18 +14,3 @@ fn lanes_sum(li: u32, lane: u32, stride: u32, v: vec4<f32>) -> vec4<f32> {
     }
     return red[li];  // the next write of red[li] is this invocation's own
 }
-
-// The sum of v over all 256 invocations, valid in every invocation.
-fn workgroup_sum4(li: u32, v: vec4<f32>) -> vec4<f32> {
-    red[li] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s / 2u) {
-        if (li < s) {
-            red[li] = red[li] + red[li + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}

@@ -95,11 +95,16 @@ MATMUL_TILES = (MatmulTile(128, 128, 8), MatmulTile(128, 64, 8), MatmulTile(64, 
 _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
 
 
+#: Output columns per workgroup of the GEMV kernel with 'BT' (B stored [N,K]): each takes 256 / GEMV_BT_COLS
+#: invocations (matmul_gemv.wgsl's lanes).
+GEMV_BT_COLS = 4
+
+
 def gemv_tile(m: int, variant: str) -> MatmulTile:
-    """The GEMV work split for ``m`` <= GEMV_MAX_ROWS rows: with 'BT' (B stored [N,K]) 8
-    columns per workgroup, 32 invocations each; otherwise 32 columns (8 quads), 32
-    invocations each."""
-    return MatmulTile(m, 8 if variant == "BT" else 32, 0, gemv=True)
+    """The GEMV work split for ``m`` <= GEMV_MAX_ROWS rows: with 'BT' (B stored [N,K])
+    GEMV_BT_COLS columns per workgroup, 256 / GEMV_BT_COLS invocations each; otherwise 32
+    columns (8 quads), 32 invocations each."""
+    return MatmulTile(m, GEMV_BT_COLS if variant == "BT" else 32, 0, gemv=True)
 
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
@@ -355,6 +360,33 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(reduce)
 
 
+#: Most steps of K (two quads per lane) whose loads of B a GEMV lane issues together (matmul_gemv.wgsl's
+#: chunks): 16 quads, 64 registers of f32 weights per invocation.
+GEMV_MAX_CHUNK = 8
+
+
+def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[str, str | int]:
+    """matmul_gemv.wgsl's chunk slots for ``rows`` rows and K = ``k`` (B stored [N,K] when
+    ``along_k``, else none used; ``k2`` the slot K2; a step is 8 * ``lanes`` of K): CHUNK, the steps of a
+    chunk, is K's steps up to
+    GEMV_MAX_CHUNK; LOAD_B declares and loads the chunk's quads of B (w0, w1, ...: quads k0 and
+    k0 + K2 of each step), RELOAD_B loads the next chunk's, FMA_B adds their products with the
+    staged quads of op(A) into each row's accumulator, and the quads' row_stat into its statistic."""
+    if not along_k:
+        return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="")
+    chunk = max(1, min(GEMV_MAX_CHUNK, math.ceil(k / (8 * lanes))))
+    at = [f"k0 + {8 * lanes * s}u" + extra for s in range(chunk) for extra in ("", f" + {k2}")]
+    load = [f"        var w{j} = quad_b(col, {a});" for j, a in enumerate(at)]
+    reload = [f"                w{j} = quad_b(col, {a});" for j, a in enumerate(at)]
+    fma = []
+    for j, a in enumerate(at):
+        for i in range(rows):
+            fma += [f"            let x{j}_{i} = quad_a({i}u, {a});",
+                    f"            stat[{i}] = stat[{i}] + row_stat(x{j}_{i});",
+                    f"            acc[{i}] = fma(stage_x(x{j}_{i}, {a}), w{j}, acc[{i}]);"]
+    return dict(CHUNK=chunk, LOAD_B="\n".join(load), RELOAD_B="\n".join(reload), FMA_B="\n".join(fma))
+
+
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
                       eps: float = 0.0, tile: MatmulTile | None = None,
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
@@ -453,9 +485,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     prologue = "rms_norm" if rms_norm else "none"
     fixed = 3 if rms_norm else 2  # A, (w_norm,) B: what the first stage of a two-stage product binds
     if tile.gemv:
-        gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
-                          LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u",
-                          K2="16u" if quant else "4u * LANES", **slots)
+        k2 = "16u" if quant else "4u * LANES"
+        lanes = 256 // tile.bn if variant == "BT" else 32
+        gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes,
+                          PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
+                          LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,
+                          **_gemv_chunk(tile.bm, k, variant == "BT", k2, lanes), **slots)
         if final is None:
             return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings, slots=gemv_slots)
         # the product, rows scaled, into the scratch buffer; the final stage applies the epilogue

@@ -549,6 +549,10 @@ ROWS += [
     _fused("", 4, 576, 1537, ("bias",)),
     *[_rms_norm_matmul(v, m, k, n, epi) for v in ("", "BT") for m, k, n, epi in (
         (1, 1536, 576, ("bias", "add")), (3, 577, 70, ()))],
+    # 'BT' GEMV chunks of 8 steps (2048 of K, GEMV_MAX_CHUNK): K = 2052 takes a second chunk of one
+    # partial quad, 4100 a third; their first lanes' loads only are inside K
+    _fused("BT", 1, 2052, 9, ("bias",)),
+    _rms_norm_matmul("BT", 2, 4100, 11, ("add",)),
 ]
 
 

@@ -99,6 +99,8 @@ def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",
 ROWS = [
     *(_dequant(fmt, 5, cols) for fmt in FORMATS for cols in (32, 96)),  # 96: 3 blocks, rows padded for q4_0/q8_0
     *(_qmm(fmt, m, 96, 13) for fmt in FORMATS for m in (1, 4)),  # GEMV, 13 columns: an edge workgroup
+    _qmm("q4_1", 1, 2080, 9),  # GEMV over two chunks of K (2048 and 32: matmul_gemv.wgsl)
+    _qmm("q8_0", 3, 4128, 5, rms=True),  # three chunks, the RmsNorm prologue
     *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((5, 64, 9), (70, 160, 33))),  # tiled, edge tiles
     _qmm("q4_1", 130, 64, 130),  # 128-row tiles
     _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),

@@ -14,6 +14,7 @@ from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
 from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes, attention_tiles
 from eggfuse.ir.ops.elementwise import broadcast_strides
 from eggfuse.ir.ops.matmul_kernel import (
+    GEMV_BT_COLS,
     GEMV_MAX_ROWS,
     MATMUL_TILES,
     MATMUL_WG,
@@ -264,7 +265,7 @@ def test_matmul_tile_heuristic():
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 1056, 40) == 7
     for m in range(1, GEMV_MAX_ROWS + 1):
-        assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x8"
+        assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x{GEMV_BT_COLS}"
         assert matmul_tile(m, 576, 1536, "").name == f"gemv{m}x32"
         assert matmul_splits(matmul_tile(m, 576, 1536), m, 576, 1536) == 1
 
@@ -295,7 +296,7 @@ def test_matmul_dispatch_follows_the_tile():
     g.set_outputs([g.matmul_bt(x, g.parameter("w", [1536, 576])),
                    g.matmul(g.input("y", [1024, 9]), g.parameter("v", [9, 510]))])
     gemv, tiled = lower(g).dispatches
-    assert gemv.kernel == "matmul_BT_gemv1x8_v44" and gemv.workgroups == (1536 // 8, 1, 1)
+    assert gemv.kernel == f"matmul_BT_gemv1x{GEMV_BT_COLS}_v44" and gemv.workgroups == (1536 // GEMV_BT_COLS, 1, 1)
     assert tiled.kernel == "matmul_64x32x16_v11" and tiled.workgroups == (16 * 16, 1, 1)
 
 
@@ -306,7 +307,8 @@ def test_matmul_template_rms_norm_prologue():
     assert "@binding(5) var<storage, read_write> out" in src and "@binding(6) var<uniform> p" in src
     assert src.count("fn stage_a") == 1 and "ss = ss + dot(v, v)" in src
     gemv = matmul_source("BT", (), rms_norm=True, tile=matmul_tile(2, 576, 576, "BT"))
-    assert gemv.count("fn stage_x") == 1 and "row_rstd" in gemv and "@binding(2) var<storage, read> b" in gemv
+    assert gemv.count("fn stage_x") == 1 and "const ROW_STAT: bool = true" in gemv
+    assert "@binding(2) var<storage, read> b" in gemv
     with pytest.raises(LoweringError, match="'AT'"):
         matmul_source("AT", (), rms_norm=True)
 
