@@ -13,10 +13,11 @@ only its time is of use, and no output is read.
     .venv/bin/python bench/models.py --save-graphs bench/graphs [--weights q4_1]   # here
     python3 bench/ablation.py --graphs bench/graphs --json bench/results/ablation_h200.json
 
-JSON: one row per (model, variant): ``model``, ``weights``, ``left_out`` (``op->output type``s, or
-``[]`` for the whole plan), ``dispatches``, ``left_out_dispatches``, ``ms`` and ``p90_ms`` (per
-plan run, median and p90 over ``--repeats`` samples), ``saved_ms`` (the whole plan's median
-less this one's) and ``saved_us_per_dispatch``, with the adapter.
+JSON: one row per (model, variant): ``model``, ``weights``, ``left_out`` (``op->output type``s,
+or ``[]`` for the whole plan, timed first and again last: the two show the drift between),
+``dispatches``, ``left_out_dispatches``, ``ms`` and ``p90_ms`` (per plan run, median and p90 over
+``--repeats`` samples), ``saved_ms`` (the whole plan's first median less this one's) and
+``saved_us_per_dispatch``, with the adapter.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ GROUPS = (("CacheWrite", "CacheWriteRoPE"),)
 def _group(dispatch) -> str:
     """A dispatch's op and output type (its label's ``-> f32[1,960]``): the products of one op
     at different shapes are left out separately."""
-    out = dispatch.label.rpartition("-> ")[2].split(" ")[0]
+    # a node of several dispatches labels them "<node> part i/n: inputs ... [-> scratch]": the node's own
+    # output type groups them all
+    out = dispatch.label.split(" part ")[0].rpartition("-> ")[2].split(" ")[0]
     return f"{dispatch.op}->{out}" if out else dispatch.op
 
 
@@ -65,14 +68,17 @@ def ablate(kind: str, graph, params: dict, meta: dict, calls: int, samples: int)
     if not gpu_timing.has_timestamps(s.device):
         raise SystemExit(f"{s.adapter} has no timestamp-query: nothing to time")
     rows = []
-    for left_out in variants(ops):
+    # the whole plan first and again last (left_out []), to show how far the device drifted between
+    for left_out in [*variants(ops), ()]:
         s._commands = [c for c, op in zip(commands, ops, strict=True) if op not in left_out]
+        if not s._commands:  # nothing left to time
+            continue
         med, p90 = gpu_timing.median_p90(gpu_timing.gpu_per_call(s, calls, samples))
         rows.append({"model": kind, "weights": meta["weights"], "left_out": list(left_out),
                      "dispatches": len(commands), "left_out_dispatches": len(commands) - len(s._commands),
                      "ms": med * 1e3, "p90_ms": p90 * 1e3, "adapter": s.adapter})
     s._commands = commands
-    whole = rows[0]["ms"]
+    whole = rows[0]["ms"]  # the first run of the whole plan; the last row is the second
     for r in rows:
         r["saved_ms"] = whole - r["ms"]
         r["saved_us_per_dispatch"] = 1e3 * r["saved_ms"] / r["left_out_dispatches"] if r["left_out_dispatches"] \
@@ -97,9 +103,10 @@ def main() -> None:
         rows = ablate(kind, fused, params[kind], meta, args.calls, args.repeats)
         print(f"{kind} ({meta['weights']}, {rows[0]['dispatches']} dispatches, {rows[0]['adapter']}): "
               f"{rows[0]['ms']:.3f} ms (p90 {rows[0]['p90_ms']:.3f})")
-        for r in rows[1:]:
+        for r in rows[1:-1]:
             print(f"  without {'+'.join(r['left_out']):<40} {r['left_out_dispatches']:>4} dispatches  "
                   f"{r['ms']:.3f} ms  saves {r['saved_ms']:.3f} ms = {r['saved_us_per_dispatch']:.2f} us each")
+        print(f"  whole plan again: {rows[-1]['ms']:.3f} ms (p90 {rows[-1]['p90_ms']:.3f})")
         out.extend(rows)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1))
