@@ -9,26 +9,27 @@
 // vec4 loads of B in flight and spends nothing on staging.
 //
 // A workgroup of 256 invocations computes COLS output columns for all ROWS rows. Its
-// invocations are COLS-or-COLS/4 column owners times 32 lanes that split K in quads
-// (4 consecutive k), lane l taking quads l, l + 32, l + 64, ... (two per loop step; for
+// invocations are COLS-or-COLS/4 column owners times LANES lanes that split K in quads
+// (4 consecutive k), lane l taking quads l, l + LANES, l + 2 * LANES, ... (two per step; for
 // quantised B see LANE_K below):
-// - B_ALONG_K ('BT': B stored [N,K], weights in the LLM layout): 8 columns, invocation li
-//   owns column li / 32 as lane li % 32; a quad of B is one row of it, so a warp reads
-//   512 contiguous bytes per step. Each accumulator holds 4 partial dot products.
-// - otherwise (B stored [K,N]): 32 columns as 8 quads, invocation li owns columns
+// - B_ALONG_K ('BT': B stored [N,K], weights in the LLM layout): COLS columns
+//   (ir/ops/matmul_kernel.py GEMV_BT_COLS), LANES = 256 / COLS; invocation li owns column
+//   li / LANES as lane li % LANES; a quad of B is one row of it, so a warp reads 512
+//   contiguous bytes per load. Each accumulator holds 4 partial dot products.
+// - otherwise (B stored [K,N]): 32 columns as 8 quads, LANES = 32; invocation li owns columns
 //   (li % 8) * 4 .. +3 as lane li / 8, and reads 4 rows of B (k .. k+3) per step, 8
 //   invocations covering 128 contiguous bytes of each. Each accumulator holds 4 columns.
-// The lanes of a column are then added, one row of C at a time (lanes_sum: a tree of 5
-// steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through the
-// epilogue.
+// The lanes of a column are then added, one row of C at a time (lanes_sum: a tree of
+// log2(LANES) steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through
+// the epilogue.
 //
-// Template slots: ROWS (M), COLS, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the chunk's
-// unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk) and FMA_B;
-// DECODE, QUADS and EPILOGUE as in matmul.wgsl, except
-// that quad_a(i, k) reads op(A)'s row i along K. LANE_K is a lane's first k and K2 the offset of
-// its second quad: for f32, quads l and l + 32 (lane * 4, 128), so a warp reads 512 contiguous
-// bytes per load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's
-// 8 and in it the quads j = l % 4 * 4 and j + 16 (K2 16), which a 4-bit block keeps in the low and
+// Template slots: ROWS (M), COLS, LANES, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the
+// chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)
+// and FMA_B; DECODE, QUADS and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads
+// op(A)'s row i along K. LANE_K is a lane's first k and K2 the offset of its second quad: for
+// f32, quads l and l + LANES (lane * 4, 4 * LANES), so a warp reads 512 contiguous bytes per
+// load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's LANES / 4
+// and in it the quads j = l % 4 * 4 and j + 16 (K2 16), which a 4-bit block keeps in the low and
 // high nibbles of one word, so both quads share the block's scale and its word of nibbles.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
 // row_stat (a lane's share of a statistic of a row of op(A), summed over its quads as loaded,
@@ -113,7 +114,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             part = vec4<f32>(part.x + part.y + part.z + part.w, stat[i], 0.0, 0.0);
         }
         let total = lanes_sum(li, lane, stride, part);  // valid in lane 0
-        var row_total = total.y;
+        var row_total = select(0.0, total.y, B_ALONG_K);
         if (ROW_STAT && !B_ALONG_K) {
             row_total = lanes_sum(li, lane, stride, vec4<f32>(stat[i])).x;
         }

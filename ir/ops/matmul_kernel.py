@@ -15,13 +15,15 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
 Both read their operands a quad (4 consecutive elements of a stored row) at a time: as
 one ``vec4`` load when the stored row length is a multiple of 4, as four bounds-checked
 scalar loads otherwise. The specialisation (template) is on variant, epilogue, prologue,
-tile and vec4-ness; sizes travel in the uniform, so one pipeline serves every shape that
-picks the same tile and alignment. The tile heuristic is :func:`matmul_tile`, the split-K
-count :func:`matmul_splits`; :func:`matmul_choice` overrides both for tuning sweeps.
+tile and vec4-ness, and for the 'BT' GEMV on the chunk (how many steps of K a lane loads at
+once, up to GEMV_MAX_CHUNK: one to eight pipelines per form); sizes travel in the uniform, so
+one pipeline serves every shape that picks the same specialisation. The tile heuristic is
+:func:`matmul_tile`, the split-K count :func:`matmul_splits`; :func:`matmul_choice` overrides both
+for tuning sweeps.
 
 On an NVIDIA H200 through Vulkan (bench/matmul.py, bench/results/matmul_h200.json) the
 4096^3 fp32 product runs at 35 TFLOP/s, 0.67x cuBLAS with TF32 off (the former 64x64
-kernel: 3.2 TFLOP/s), and M = 1 GEMVs of LLM weights at 3.1 TB/s.
+kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 2.9 TB/s.
 """
 
 from __future__ import annotations
@@ -96,8 +98,11 @@ _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
 
 
 #: Output columns per workgroup of the GEMV kernel with 'BT' (B stored [N,K]): each takes 256 / GEMV_BT_COLS
-#: invocations (matmul_gemv.wgsl's lanes).
+#: invocations (matmul_gemv.wgsl's lanes). On the H200 (SmolLM2's decode step, f32 / Q4_1 plans, one call)
+#: 8 columns took 1.320 / 1.458 ms, 4 took 1.297 / 1.446 and 2 took 1.380 / 1.417 (bench/ablation.py).
 GEMV_BT_COLS = 4
+# the lanes' tree (matmul_gemv_reduce.wgsl) halves LANES; quantised B takes blocks of 4 lanes
+assert 1 <= GEMV_BT_COLS <= 64 and 256 % GEMV_BT_COLS == 0 and GEMV_BT_COLS & (GEMV_BT_COLS - 1) == 0
 
 
 def gemv_tile(m: int, variant: str) -> MatmulTile:

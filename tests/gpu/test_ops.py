@@ -13,6 +13,7 @@ import pytest
 from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
+from eggfuse.ir.ops.matmul_kernel import GEMV_BT_COLS, GEMV_MAX_CHUNK
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
@@ -529,6 +530,9 @@ ROWS += [
 # tests/gpu/test_matmul_split.py. Small K keeps the large tiles cheap on lavapipe; an odd K, M (for AT)
 # or N selects the scalar reads of that operand.
 
+#: K of one chunk of the 'BT' GEMV (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane
+_CHUNK_K = GEMV_MAX_CHUNK * 8 * (256 // GEMV_BT_COLS)
+
 ROWS += [
     _fused("", 2048, 8, 2048, ("bias",)),                          # 128x128, vec4 A and B
     _fused("BT", 2048, 7, 2048, ("add",)),                         # 128x128, scalar A and B
@@ -542,17 +546,17 @@ ROWS += [
       for mkn in ((130, 70, 257), (257, 129, 65), (3, 5, 7))],       # (3, 5, 7): GEMV
     *[_fused(v, 130, 70, 257, ("bias", "add", "GeluTanh")) for v in ("", "AT", "BT")],
     *[_rms_norm_matmul(v, 257, 129, 65, ("bias", "Silu")) for v in ("", "BT")],
-    # GEMV (M <= 4): K split over 32 lanes, 2 quads per step; K = 577 leaves a partial quad and step
+    # GEMV (M <= 4): K split over the lanes of a column, 2 quads per step; K = 577 leaves a partial quad and step
     *[_fused(v, 1, k, n, epi) for v in ("", "AT", "BT") for k, n, epi in (
         (576, 1536, ("bias",)), (1536, 576, ()), (577, 130, ("add", "Gelu")))],
     _fused("BT", 4, 577, 130, ("add", "Gelu")),
     _fused("", 4, 576, 1537, ("bias",)),
     *[_rms_norm_matmul(v, m, k, n, epi) for v in ("", "BT") for m, k, n, epi in (
         (1, 1536, 576, ("bias", "add")), (3, 577, 70, ()))],
-    # 'BT' GEMV chunks of 8 steps (2048 of K, GEMV_MAX_CHUNK): K = 2052 takes a second chunk of one
-    # partial quad, 4100 a third; their first lanes' loads only are inside K
-    _fused("BT", 1, 2052, 9, ("bias",)),
-    _rms_norm_matmul("BT", 2, 4100, 11, ("add",)),
+    # 'BT' GEMV chunks of GEMV_MAX_CHUNK steps of 8 quads a lane (_CHUNK_K of K): K = _CHUNK_K + 4 takes a
+    # second chunk of one partial quad, 2 * _CHUNK_K + 4 a third; only their first lane's loads are inside K
+    _fused("BT", 1, _CHUNK_K + 4, 9, ("bias",)),
+    _rms_norm_matmul("BT", 2, 2 * _CHUNK_K + 4, 11, ("add",)),
 ]
 
 
