@@ -72,10 +72,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         // K in chunks of CHUNK steps of two quads per lane: a chunk's loads of B are issued
         // together, then its FMAs run (both unrolled in ir/ops/matmul_kernel.py, since the NVIDIA
         // driver does not unroll a loop over a run-time K itself). Past K, quads load as zeros.
-        var k0 = {{LANE_K}};
+        let lane_k = {{LANE_K}};
+        var k0 = lane_k;
 {{LOAD_B}}
         for (var c = 0u; c < p.k; c = c + CHUNK_K) {
-            k0 = {{LANE_K}} + c;
+            k0 = lane_k + c;
             if (c > 0u) {
 {{RELOAD_B}}
             }

@@ -101,8 +101,10 @@ _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
 #: invocations (matmul_gemv.wgsl's lanes). On the H200 (SmolLM2's decode step, f32 / Q4_1 plans, one call)
 #: 8 columns took 1.320 / 1.458 ms, 4 took 1.297 / 1.446 and 2 took 1.380 / 1.417 (bench/ablation.py).
 GEMV_BT_COLS = 4
+#: Lanes (invocations) per column of the 'BT' GEMV; the other GEMV layout has 32.
+GEMV_BT_LANES = MATMUL_WG // GEMV_BT_COLS
 # the lanes' tree (matmul_gemv_reduce.wgsl) halves LANES; quantised B takes blocks of 4 lanes
-assert 1 <= GEMV_BT_COLS <= 64 and 256 % GEMV_BT_COLS == 0 and GEMV_BT_COLS & (GEMV_BT_COLS - 1) == 0
+assert 1 <= GEMV_BT_COLS <= 64 and MATMUL_WG % GEMV_BT_COLS == 0 and GEMV_BT_COLS & (GEMV_BT_COLS - 1) == 0
 
 
 def gemv_tile(m: int, variant: str) -> MatmulTile:
@@ -372,11 +374,11 @@ GEMV_MAX_CHUNK = 8
 
 def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[str, str | int]:
     """matmul_gemv.wgsl's chunk slots for ``rows`` rows and K = ``k`` (B stored [N,K] when
-    ``along_k``, else none used; ``k2`` the slot K2; a step is 8 * ``lanes`` of K): CHUNK, the steps of a
-    chunk, is K's steps up to
-    GEMV_MAX_CHUNK; LOAD_B declares and loads the chunk's quads of B (w0, w1, ...: quads k0 and
-    k0 + K2 of each step), RELOAD_B loads the next chunk's, FMA_B adds their products with the
-    staged quads of op(A) into each row's accumulator, and the quads' row_stat into its statistic."""
+    ``along_k``, else none used; ``k2`` the slot K2; a step is 8 * ``lanes`` of K): CHUNK, the
+    steps of a chunk, is K's steps up to GEMV_MAX_CHUNK; LOAD_B declares and loads the chunk's
+    quads of B (w0, w1, ...: quads k0 and k0 + K2 of each step), RELOAD_B loads the next chunk's,
+    FMA_B adds their products with the staged quads of op(A) into each row's accumulator, and the
+    quads' row_stat into its statistic."""
     if not along_k:
         return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="")
     chunk = max(1, min(GEMV_MAX_CHUNK, math.ceil(k / (8 * lanes))))
@@ -491,7 +493,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     fixed = 3 if rms_norm else 2  # A, (w_norm,) B: what the first stage of a two-stage product binds
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
-        lanes = 256 // tile.bn if variant == "BT" else 32
+        lanes = GEMV_BT_LANES if variant == "BT" else 32
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes,
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,

@@ -13,7 +13,7 @@ import pytest
 from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
-from eggfuse.ir.ops.matmul_kernel import GEMV_BT_COLS, GEMV_MAX_CHUNK
+from eggfuse.ir.ops.matmul_kernel import GEMV_BT_LANES, GEMV_MAX_CHUNK
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
@@ -531,7 +531,7 @@ ROWS += [
 # or N selects the scalar reads of that operand.
 
 #: K of one chunk of the 'BT' GEMV (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane
-_CHUNK_K = GEMV_MAX_CHUNK * 8 * (256 // GEMV_BT_COLS)
+_CHUNK_K = GEMV_MAX_CHUNK * 8 * GEMV_BT_LANES
 
 ROWS += [
     _fused("", 2048, 8, 2048, ("bias",)),                          # 128x128, vec4 A and B

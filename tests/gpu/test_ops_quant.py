@@ -18,7 +18,7 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
-from eggfuse.ir.ops.matmul_kernel import GEMV_BT_COLS, GEMV_MAX_CHUNK
+from eggfuse.ir.ops.matmul_kernel import GEMV_BT_LANES, GEMV_MAX_CHUNK
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -98,7 +98,7 @@ def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",
 
 
 #: K of one chunk of the 'BT' GEMV: GEMV_MAX_CHUNK steps of two quads per lane
-_CHUNK_K = GEMV_MAX_CHUNK * 8 * (256 // GEMV_BT_COLS)
+_CHUNK_K = GEMV_MAX_CHUNK * 8 * GEMV_BT_LANES
 
 ROWS = [
     *(_dequant(fmt, 5, cols) for fmt in FORMATS for cols in (32, 96)),  # 96: 3 blocks, rows padded for q4_0/q8_0
