@@ -45,15 +45,31 @@ def _group(dispatch) -> str:
     return f"{dispatch.op}->{out}" if out else dispatch.op
 
 
-def variants(keys: list[str]) -> list[tuple[str, ...]]:
+def _part(dispatch) -> str | None:
+    """For one of a node's several dispatches (a split-K product's partial sums and its reduction),
+    its group and part (``FusedMatMul->f32[128,576] part 2/2``); None for a node of one dispatch."""
+    head, sep, rest = dispatch.label.partition(" part ")
+    return f"{_group(dispatch)} part {rest.split(':')[0]}" if sep else None
+
+
+def variants(keys: list[str], parts: list[str | None] = ()) -> list[tuple[str, ...]]:
     """The dispatch groups (:func:`_group`) to leave out, one variant each: nothing, each group of
-    the plan, then for each of GROUPS all the plan's groups of its ops, where it has several."""
+    the plan, then for each of GROUPS all the plan's groups of its ops, where it has several, then
+    each part (:func:`_part`) of the nodes of several dispatches, and each part number across all of
+    them (``part 2/2`` of every split-K product)."""
     present = sorted(set(keys), key=keys.index)
     out = [(), *((k,) for k in present)]
     for ops in GROUPS:
         joined = tuple(k for k in present if k.split("->")[0] in ops)
         if len(joined) > 1:
             out.append(joined)
+    named = [p for p in parts if p is not None]
+    split = sorted(set(named), key=named.index)
+    out.extend((p,) for p in split)
+    for number in sorted({p.rpartition(" part ")[2] for p in split}):
+        same = tuple(p for p in split if p.endswith(f" part {number}"))
+        if len(same) > 1:
+            out.append(same)
     return out
 
 
@@ -65,12 +81,14 @@ def ablate(kind: str, graph, params: dict, meta: dict, calls: int, samples: int)
     inputs = mb.model_inputs(kind, meta["seq"], meta["batch"], padded=False)
     s.run(mb.our_feeds(kind, inputs, meta["seq"], 1)[0], read=())
     commands, ops = list(s._commands), [_group(d) for d in s.plan.dispatches]
+    parts = [_part(d) for d in s.plan.dispatches]
     if not gpu_timing.has_timestamps(s.device):
         raise SystemExit(f"{s.adapter} has no timestamp-query: nothing to time")
     rows = []
     # the whole plan first and again last (left_out []), to show how far the device drifted between
-    for left_out in [*variants(ops), ()]:
-        s._commands = [c for c, op in zip(commands, ops, strict=True) if op not in left_out]
+    for left_out in [*variants(ops, parts), ()]:
+        s._commands = [c for c, op, part in zip(commands, ops, parts, strict=True)
+                       if op not in left_out and part not in left_out]
         if not s._commands:  # nothing left to time
             continue
         med, p90 = gpu_timing.median_p90(gpu_timing.gpu_per_call(s, calls, samples))

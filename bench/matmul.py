@@ -226,12 +226,15 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the peer even when torch with CUDA is importable")
     ap.add_argument("--sweep", action="store_true", help="ours at every tile and split-K count (no peer)")
     ap.add_argument("--sweep-shapes", help="M,K,N;M,K,N;... for --sweep (default SWEEP_M x SWEEP_KN)")
+    ap.add_argument("--max-m", type=int, help="only the shapes of at most this M (e.g. 4: the GEMV kernel's)")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     args = ap.parse_args()
 
     device = get_device()
     torch = None if args.no_torch else _torch_cuda()
-    todo = shapes(args.quick, args.big)
+    todo = [t for t in shapes(args.quick, args.big) if args.max_m is None or t[1] <= args.max_m]
+    if not todo:
+        raise SystemExit(f"no shape has M <= {args.max_m}")
     warm = _session(*(todo[0] if args.quick else WARMUP), device)
     ours_timing = "timestamps" if gpu_timing.has_timestamps(device) else "wall"
     peer = f"torch.matmul on {torch.cuda.get_device_name()} (cuBLAS fp32, TF32 off), CUDA-graph replay" if torch \
