@@ -19,9 +19,9 @@
 // - otherwise (B stored [K,N]): 32 columns as 8 quads, LANES = 32; invocation li owns columns
 //   (li % 8) * 4 .. +3 as lane li / 8, and reads 4 rows of B (k .. k+3) per step, 8
 //   invocations covering 128 contiguous bytes of each. Each accumulator holds 4 columns.
-// The lanes of a column are then added, one row of C at a time (lanes_sum: a tree of
-// log2(LANES) steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores through
-// the epilogue.
+// The lanes of a column are then added ('BT': two rows of C at a time, else one; lanes_sum: a
+// tree of log2(LANES) steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores
+// through the epilogue.
 //
 // Template slots: ROWS (M), COLS, LANES, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the
 // chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)
@@ -108,24 +108,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
-    for (var i = 0u; i < ROWS; i = i + 1u) {
-        // 'BT': one column per lane, so its dot product and the row statistic share one lane sum
+    // 'BT': one column per lane, so its dot products and the row statistics of two rows share
+    // one lane sum (dot, stat of row i, then of row i + 1); otherwise one row at a time
+    for (var i = 0u; i < ROWS; i = i + select(1u, 2u, B_ALONG_K)) {
         var part = acc[i];
         if (B_ALONG_K) {
-            part = vec4<f32>(part.x + part.y + part.z + part.w, stat[i], 0.0, 0.0);
+            let i2 = min(i + 1u, ROWS - 1u);  // an odd last row sums its own twice; only one is stored
+            part = vec4<f32>(part.x + part.y + part.z + part.w, stat[i],
+                             acc[i2].x + acc[i2].y + acc[i2].z + acc[i2].w, stat[i2]);
         }
         let total = lanes_sum(li, lane, stride, part);  // valid in lane 0
-        var row_total = select(0.0, total.y, B_ALONG_K);
-        if (ROW_STAT && !B_ALONG_K) {
-            row_total = lanes_sum(li, lane, stride, vec4<f32>(stat[i])).x;
-        }
-        if (lane == 0u) {
-            let v = total * row_scale(row_total);
-            if (B_ALONG_K) {
-                if (col < p.n) {
-                    out[i * p.n + col] = epilogue(i, col, v.x);
+        if (B_ALONG_K) {
+            if (lane == 0u && col < p.n) {
+                out[i * p.n + col] = epilogue(i, col, total.x * row_scale(total.y));
+                if (i + 1u < ROWS) {
+                    out[(i + 1u) * p.n + col] = epilogue(i + 1u, col, total.z * row_scale(total.w));
                 }
-            } else {
+            }
+        } else {
+            var row_total = 0.0;
+            if (ROW_STAT) {
+                row_total = lanes_sum(li, lane, stride, vec4<f32>(stat[i])).x;
+            }
+            if (lane == 0u) {
+                let v = total * row_scale(row_total);
                 for (var e = 0u; e < 4u; e = e + 1u) {
                     if (col + e < p.n) {
                         out[i * p.n + col + e] = epilogue(i, col + e, v[e]);

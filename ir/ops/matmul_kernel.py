@@ -97,21 +97,49 @@ MATMUL_TILES = (MatmulTile(128, 128, 8), MatmulTile(128, 64, 8), MatmulTile(64, 
 _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
 
 
-#: Output columns per workgroup of the GEMV kernel with 'BT' (B stored [N,K]): each takes 256 / GEMV_BT_COLS
-#: invocations (matmul_gemv.wgsl's lanes). On the H200 (SmolLM2's decode step, f32 / Q4_1 plans, one call)
-#: 8 columns took 1.320 / 1.458 ms, 4 took 1.297 / 1.446 and 2 took 1.380 / 1.417 (bench/ablation.py).
-GEMV_BT_COLS = 4
-#: Lanes (invocations) per column of the 'BT' GEMV; the other GEMV layout has 32.
-GEMV_BT_LANES = MATMUL_WG // GEMV_BT_COLS
-# the lanes' tree (matmul_gemv_reduce.wgsl) halves LANES; quantised B takes blocks of 4 lanes
-assert 1 <= GEMV_BT_COLS <= 64 and MATMUL_WG % GEMV_BT_COLS == 0 and GEMV_BT_COLS & (GEMV_BT_COLS - 1) == 0
+#: Widest N of a 'BT' GEMV of M >= 2 rows that keeps 4 columns per workgroup (:func:`gemv_bt_cols`).
+GEMV_WIDE_N = 8192
+#: Longest K of a 'BT' GEMV of M >= 2 rows that takes 8 columns per workgroup (32 lanes a column) below
+#: GEMV_WIDE_N: one step of 64 lanes covers 512 elements of K.
+GEMV_SHORT_K = 512
 
 
-def gemv_tile(m: int, variant: str) -> MatmulTile:
-    """The GEMV work split for ``m`` <= GEMV_MAX_ROWS rows: with 'BT' (B stored [N,K])
-    GEMV_BT_COLS columns per workgroup, 256 / GEMV_BT_COLS invocations each; otherwise 32
-    columns (8 quads), 32 invocations each."""
-    return MatmulTile(m, GEMV_BT_COLS if variant == "BT" else 32, 0, gemv=True)
+def gemv_bt_cols(m: int, k: int, n: int) -> int:
+    """Output columns per workgroup of the 'BT' GEMV (B stored [N,K]) of an [m,k] x [k,n] product
+    (m <= GEMV_MAX_ROWS); each column takes 256 / columns invocations, matmul_gemv.wgsl's lanes.
+
+    - m = 1: 4.
+    - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
+      and a lane's accumulators and loads of op(A) grow with m);
+    - else 8 where K <= GEMV_SHORT_K (64 lanes would leave a quarter or more of each lane's step
+      outside K), otherwise 4.
+
+    Measured on the H200: at m = 1, SmolLM2's decode step took 1.320 / 1.297 / 1.380 ms (f32) with
+    8 / 4 / 2 columns (bench/ablation.py). At m = 2 and 4 (bench/matmul.py --max-m 4,
+    bench/results/gemv_h200/cols*.json, one call; cols4_one_row_per_sum.json is the lane sum of
+    one row at a time), microseconds with 4 / 8 / 16 columns:
+    2 x 576 x 49152 55.1 / 38.9 / 39.4; 4 x 576 x 49152 232 / 175 / 144; 2 x 384 x 1536
+    4.72 / 3.84 / 4.97; 4 x 384 x 1536 10.1 / 8.4 / 7.6; 2 x 576 x 1536 4.17 / 5.35 / 6.46;
+    4 x 1536 x 576 9.80 / 13.6 / 13.5.
+    """
+    if m == 1:
+        return 4
+    if n > GEMV_WIDE_N:
+        return 8 if m == 2 else 16
+    return 8 if k <= GEMV_SHORT_K else 4
+
+
+def gemv_bt_lanes(m: int, k: int, n: int) -> int:
+    """Lanes (invocations) per column of the 'BT' GEMV of an [m,k] x [k,n] product: 256 /
+    :func:`gemv_bt_cols`; the other GEMV layout has 32."""
+    return MATMUL_WG // gemv_bt_cols(m, k, n)
+
+
+def gemv_tile(m: int, k: int, n: int, variant: str) -> MatmulTile:
+    """The GEMV work split of an [m,k] x [k,n] product, ``m`` <= GEMV_MAX_ROWS: with 'BT' (B stored
+    [N,K]) :func:`gemv_bt_cols` columns per workgroup; otherwise 32 columns (8 quads), 32
+    invocations each."""
+    return MatmulTile(m, gemv_bt_cols(m, k, n) if variant == "BT" else 32, 0, gemv=True)
 
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
@@ -135,7 +163,7 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     shrank tiles to 32x32 before splitting K, summed to 4.78 ms.)
     """
     if m <= GEMV_MAX_ROWS:
-        return gemv_tile(m, variant)
+        return gemv_tile(m, k, n, variant)
 
     def fits(side: int, dim: int) -> bool:
         return side == 32 or dim >= side
@@ -493,7 +521,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     fixed = 3 if rms_norm else 2  # A, (w_norm,) B: what the first stage of a two-stage product binds
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
-        lanes = GEMV_BT_LANES if variant == "BT" else 32
+        lanes = MATMUL_WG // tile.bn if variant == "BT" else 32
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes,
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,

@@ -13,7 +13,7 @@ import pytest
 from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
-from eggfuse.ir.ops.matmul_kernel import GEMV_BT_LANES, GEMV_MAX_CHUNK
+from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, GEMV_SHORT_K, gemv_bt_lanes
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
@@ -530,8 +530,13 @@ ROWS += [
 # tests/gpu/test_matmul_split.py. Small K keeps the large tiles cheap on lavapipe; an odd K, M (for AT)
 # or N selects the scalar reads of that operand.
 
-#: K of one chunk of the 'BT' GEMV (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane
-_CHUNK_K = GEMV_MAX_CHUNK * 8 * GEMV_BT_LANES
+
+
+def _chunk_k(m: int, n: int) -> int:
+    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at K > GEMV_SHORT_K
+    (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane."""
+    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, GEMV_SHORT_K + 1, n)
+
 
 ROWS += [
     _fused("", 2048, 8, 2048, ("bias",)),                          # 128x128, vec4 A and B
@@ -553,10 +558,15 @@ ROWS += [
     _fused("", 4, 576, 1537, ("bias",)),
     *[_rms_norm_matmul(v, m, k, n, epi) for v in ("", "BT") for m, k, n, epi in (
         (1, 1536, 576, ("bias", "add")), (3, 577, 70, ()))],
-    # 'BT' GEMV chunks of GEMV_MAX_CHUNK steps of 8 quads a lane (_CHUNK_K of K): K = _CHUNK_K + 4 takes a
-    # second chunk of one partial quad, 2 * _CHUNK_K + 4 a third; only their first lane's loads are inside K
-    _fused("BT", 1, _CHUNK_K + 4, 9, ("bias",)),
-    _rms_norm_matmul("BT", 2, 2 * _CHUNK_K + 4, 11, ("add",)),
+    # 'BT' GEMV chunks of GEMV_MAX_CHUNK steps of 8 quads a lane (_chunk_k of K): K = _chunk_k + 4 takes a
+    # second chunk of one partial quad, 2 * _chunk_k + 4 a third; only their first lane's loads are inside K;
+    # 3 rows: the last of an odd count shares no lane sum
+    _fused("BT", 1, _chunk_k(1, 9) + 4, 9, ("bias",)),
+    _rms_norm_matmul("BT", 2, 2 * _chunk_k(2, 11) + 4, 11, ("add",)),
+    _rms_norm_matmul("BT", 3, _chunk_k(3, 6) + 4, 6, ("bias",)),
+    # the column splits of gemv_bt_cols at M >= 2: 8 columns (K <= GEMV_SHORT_K), 16 (N > GEMV_WIDE_N, M = 4)
+    _fused("BT", 2, 100, 37, ("bias", "add")),
+    _rms_norm_matmul("BT", 4, 64, 8195, ()),
 ]
 
 

@@ -18,7 +18,7 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
-from eggfuse.ir.ops.matmul_kernel import GEMV_BT_LANES, GEMV_MAX_CHUNK
+from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, GEMV_SHORT_K, gemv_bt_lanes
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -97,14 +97,20 @@ def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",
     return Row(op, rid, build, feeds={"q": blocks(fmt, full, k, rid)[0]})
 
 
-#: K of one chunk of the 'BT' GEMV: GEMV_MAX_CHUNK steps of two quads per lane
-_CHUNK_K = GEMV_MAX_CHUNK * 8 * GEMV_BT_LANES
+
+
+def _chunk_k(m: int, n: int) -> int:
+    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at K > GEMV_SHORT_K: GEMV_MAX_CHUNK
+    steps of two quads per lane."""
+    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, GEMV_SHORT_K + 1, n)
+
 
 ROWS = [
     *(_dequant(fmt, 5, cols) for fmt in FORMATS for cols in (32, 96)),  # 96: 3 blocks, rows padded for q4_0/q8_0
     *(_qmm(fmt, m, 96, 13) for fmt in FORMATS for m in (1, 4)),  # GEMV, 13 columns: an edge workgroup
-    _qmm("q4_1", 1, _CHUNK_K + 32, 9),  # GEMV over two chunks of K (the second one block: matmul_gemv.wgsl)
-    _qmm("q8_0", 3, 2 * _CHUNK_K + 32, 5, rms=True),  # three chunks, the RmsNorm prologue
+    _qmm("q4_1", 1, _chunk_k(1, 9) + 32, 9),  # GEMV over two chunks of K (the second one block: matmul_gemv.wgsl)
+    _qmm("q8_0", 3, 2 * _chunk_k(3, 5) + 32, 5, rms=True),  # three chunks, the RmsNorm prologue
+    _qmm("q4_1", 3, 96, 8195, rms=True),  # 16 columns a workgroup (matmul_kernel.gemv_bt_cols), an edge one
     *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((5, 64, 9), (70, 160, 33))),  # tiled, edge tiles
     _qmm("q4_1", 130, 64, 130),  # 128-row tiles
     _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),

@@ -14,11 +14,11 @@ from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
 from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes, attention_tiles
 from eggfuse.ir.ops.elementwise import broadcast_strides
 from eggfuse.ir.ops.matmul_kernel import (
-    GEMV_BT_COLS,
     GEMV_MAX_ROWS,
     MATMUL_TILES,
     MATMUL_WG,
     WORKGROUP_STORAGE,
+    gemv_bt_cols,
     matmul_kernel_for,
     matmul_splits,
     matmul_tile,
@@ -265,9 +265,21 @@ def test_matmul_tile_heuristic():
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 1056, 40) == 7
     for m in range(1, GEMV_MAX_ROWS + 1):
-        assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x{GEMV_BT_COLS}"
+        assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x{gemv_bt_cols(m, 576, 1536)}"
         assert matmul_tile(m, 576, 1536, "").name == f"gemv{m}x32"
         assert matmul_splits(matmul_tile(m, 576, 1536), m, 576, 1536) == 1
+
+
+def test_gemv_columns_follow_m_k_and_n():
+    # the H200 measurements of gemv_bt_cols's docstring, one shape each
+    assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [4, 4, 4]
+    assert [gemv_bt_cols(m, 576, 49152) for m in (2, 3, 4)] == [8, 16, 16]  # the LM head
+    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
+    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 4)] == [4, 4]
+    assert [gemv_bt_cols(m, 1536, 576) for m in (2, 4)] == [4, 4]
+    kernel = matmul_kernel_for("BT", (), 4, 576, 49152)
+    assert kernel.name == "matmul_BT_gemv4x16_v44" and kernel.groups == 49152 // 16
+    assert kernel.slots["LANES"] == MATMUL_WG // 16
 
 
 def test_matmul_tiles_fit_the_default_limits():
@@ -296,7 +308,8 @@ def test_matmul_dispatch_follows_the_tile():
     g.set_outputs([g.matmul_bt(x, g.parameter("w", [1536, 576])),
                    g.matmul(g.input("y", [1024, 9]), g.parameter("v", [9, 510]))])
     gemv, tiled = lower(g).dispatches
-    assert gemv.kernel == f"matmul_BT_gemv1x{GEMV_BT_COLS}_v44" and gemv.workgroups == (1536 // GEMV_BT_COLS, 1, 1)
+    cols = gemv_bt_cols(1, 576, 1536)
+    assert gemv.kernel == f"matmul_BT_gemv1x{cols}_v44" and gemv.workgroups == (1536 // cols, 1, 1)
     assert tiled.kernel == "matmul_64x32x16_v11" and tiled.workgroups == (16 * 16, 1, 1)
 
 
