@@ -393,6 +393,13 @@ UNARY_ROWS: dict[str, tuple[bool, bool]] = {
 }
 _SHAPES = ([1], [7, 13], [65, 33])
 
+
+def _chunk_k(m: int, n: int) -> int:
+    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at K > GEMV_SHORT_K
+    (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane."""
+    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, GEMV_SHORT_K + 1, n)
+
+
 ROWS: list[Row] = [
     *[_unary(op, shape) for op in UNARY_ROWS for shape in _SHAPES],
     *[_unary_precision(op) for op, (sweep, _) in UNARY_ROWS.items() if sweep],
@@ -529,14 +536,6 @@ ROWS += [
 # 64x64, 64x32 or 32x64 for most of them. Every tile, whole and split, is run through matmul_choice in
 # tests/gpu/test_matmul_split.py. Small K keeps the large tiles cheap on lavapipe; an odd K, M (for AT)
 # or N selects the scalar reads of that operand.
-
-
-
-def _chunk_k(m: int, n: int) -> int:
-    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at K > GEMV_SHORT_K
-    (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane."""
-    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, GEMV_SHORT_K + 1, n)
-
 
 ROWS += [
     _fused("", 2048, 8, 2048, ("bias",)),                          # 128x128, vec4 A and B
