@@ -106,7 +106,8 @@ GEMV_SHORT_K = 512
 
 def gemv_bt_cols(m: int, k: int, n: int) -> int:
     """Output columns per workgroup of the 'BT' GEMV (B stored [N,K]) of an [m,k] x [k,n] product
-    (m <= GEMV_MAX_ROWS); each column takes 256 / columns invocations, matmul_gemv.wgsl's lanes.
+    (m <= GEMV_MAX_ROWS); each column takes 256 / columns invocations, matmul_gemv.wgsl's lanes (a
+    power of two, as its lanes' tree halves them, and at least 4, as quantised B takes blocks of 4 lanes).
 
     - m = 1: 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
