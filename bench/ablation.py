@@ -13,8 +13,9 @@ only its time is of use, and no output is read.
     .venv/bin/python bench/models.py --save-graphs bench/graphs [--weights q4_1]   # here
     python3 bench/ablation.py --graphs bench/graphs --json bench/results/ablation_h200.json
 
-JSON: one row per (model, variant): ``model``, ``weights``, ``left_out`` (``op->output type``s,
-or ``[]`` for the whole plan, timed first and again last: the two show the drift between),
+JSON: one row per (model, variant): ``model``, ``weights``, ``left_out`` (``op->output type``s, or
+for one part of nodes of several dispatches ``op->output type part i/n``, or ``[]`` for the whole
+plan, timed first and again last: the two show the drift between),
 ``dispatches``, ``left_out_dispatches``, ``ms`` and ``p90_ms`` (per plan run, median and p90 over
 ``--repeats`` samples), ``saved_ms`` (the whole plan's first median less this one's) and
 ``saved_us_per_dispatch``, with the adapter.
@@ -48,7 +49,7 @@ def _group(dispatch) -> str:
 def _part(dispatch) -> str | None:
     """For one of a node's several dispatches (a split-K product's partial sums and its reduction),
     its group and part (``FusedMatMul->f32[128,576] part 2/2``); None for a node of one dispatch."""
-    head, sep, rest = dispatch.label.partition(" part ")
+    _, sep, rest = dispatch.label.partition(" part ")
     return f"{_group(dispatch)} part {rest.split(':')[0]}" if sep else None
 
 

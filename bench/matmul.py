@@ -23,7 +23,8 @@ Columns (JSON fields, one row per shape): ``op``, ``m``, ``k``, ``n``, ``calls``
 ``ours_us``/``ours_p90_us`` and ``peer_us``/``peer_p90_us``: microseconds per matmul;
 ``ratio`` = ours_us / peer_us (below 1: ours faster); ``ours_gflops``/``peer_gflops``
 (2*M*N*K flops per matmul); ``kernel``/``tile``/``splits``: our kernels (a split-K product
-has two: the tiled kernel over ``splits`` K ranges and the reduction). Without CUDA (or with
+has two: the tiled kernel over ``splits`` K ranges and the reduction); ``gemv_cols``: the GEMV
+column count ``--gemv-cols`` forced (``matmul_choice``), or None. Without CUDA (or with
 ``--no-torch``) the peer fields say "skipped: no CUDA". The rows go to ``--json`` (a list), a
 PNG beside it when matplotlib is importable.
 
@@ -48,7 +49,14 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.ir import Graph
-from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, matmul_choice, matmul_splits, matmul_tile
+from eggfuse.ir.ops.matmul_kernel import (
+    GEMV_MAX_ROWS,
+    MATMUL_TILES,
+    MatmulTile,
+    matmul_choice,
+    matmul_splits,
+    matmul_tile,
+)
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session, get_device
 
@@ -108,6 +116,13 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                   f"({chosen['ours_us'] / best['ours_us']:.2f}x)", flush=True)
             out.write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:
+    """The tile our kernel takes: the heuristic's, or the GEMV with ``gemv_cols`` columns forced."""
+    if gemv_cols is not None and op == "MatMulBT" and m <= GEMV_MAX_ROWS:
+        return MatmulTile(m, gemv_cols, 0, gemv=True)
+    return matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")
 
 
 def _session(op: str, m: int, k: int, n: int, device) -> Session:
@@ -227,11 +242,16 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="ours at every tile and split-K count (no peer)")
     ap.add_argument("--sweep-shapes", help="M,K,N;M,K,N;... for --sweep (default SWEEP_M x SWEEP_KN)")
     ap.add_argument("--max-m", type=int, help="only the shapes of at most this M (e.g. 4: the GEMV kernel's)")
+    ap.add_argument("--gemv-cols", type=int, help="output columns per workgroup of every 'BT' GEMV (M <= 4) instead "
+                                                   "of gemv_bt_cols's (matmul_choice)")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     args = ap.parse_args()
 
     device = get_device()
     torch = None if args.no_torch else _torch_cuda()
+    if args.sweep and (args.max_m is not None or args.gemv_cols is not None):
+        raise SystemExit("--max-m and --gemv-cols apply to the timed run, not to --sweep (--sweep-shapes picks "
+                         "its shapes)")
     todo = [t for t in shapes(args.quick, args.big) if args.max_m is None or t[1] <= args.max_m]
     if not todo:
         raise SystemExit(f"no shape has M <= {args.max_m}")
@@ -255,13 +275,14 @@ def main() -> None:
           f"{'ours GF/s':>10}{'peer GF/s':>10}")
     rows = []
     for op, m, k, n in todo:
-        session = _session(op, m, k, n, device)
+        with matmul_choice(gemv_cols=args.gemv_cols):
+            session = _session(op, m, k, n, device)
         calls = calls_for(session, args.budget, args.repeats)
         flops = 2.0 * m * n * k
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
         row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
                "kernel": "; ".join(d.kernel for d in session.plan.dispatches),
-               "tile": (tile := matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")).name,
+               "tile": (tile := _tile(op, m, k, n, args.gemv_cols)).name, "gemv_cols": args.gemv_cols,
                "splits": matmul_splits(tile, m, k, n),
                "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
                "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,

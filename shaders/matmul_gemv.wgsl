@@ -13,7 +13,7 @@
 // (4 consecutive k), lane l taking quads l, l + LANES, l + 2 * LANES, ... (two per step; for
 // quantised B see LANE_K below):
 // - B_ALONG_K ('BT': B stored [N,K], weights in the LLM layout): COLS columns
-//   (ir/ops/matmul_kernel.py GEMV_BT_COLS), LANES = 256 / COLS; invocation li owns column
+//   (ir/ops/matmul_kernel.py gemv_bt_cols), LANES = 256 / COLS; invocation li owns column
 //   li / LANES as lane li % LANES; a quad of B is one row of it, so a warp reads 512
 //   contiguous bytes per load. Each accumulator holds 4 partial dot products.
 // - otherwise (B stored [K,N]): 32 columns as 8 quads, LANES = 32; invocation li owns columns

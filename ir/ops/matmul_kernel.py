@@ -97,11 +97,14 @@ MATMUL_TILES = (MatmulTile(128, 128, 8), MatmulTile(128, 64, 8), MatmulTile(64, 
 _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
 
 
-#: Widest N of a 'BT' GEMV of M >= 2 rows that keeps 4 columns per workgroup (:func:`gemv_bt_cols`).
+#: Widest N of a 'BT' GEMV of M >= 2 rows below which its columns per workgroup follow K (:func:`gemv_bt_cols`).
 GEMV_WIDE_N = 8192
 #: Longest K of a 'BT' GEMV of M >= 2 rows that takes 8 columns per workgroup (32 lanes a column) below
 #: GEMV_WIDE_N: one step of 64 lanes covers 512 elements of K.
 GEMV_SHORT_K = 512
+#: Column counts the 'BT' GEMV can take: the lanes of a column (256 / columns) halve in its tree, and
+#: quantised B takes blocks of 4 lanes.
+GEMV_COLS_ALLOWED = (1, 2, 4, 8, 16, 32, 64)
 
 
 def gemv_bt_cols(m: int, k: int, n: int) -> int:
@@ -112,6 +115,7 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     - m = 1: 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
+    - m >= 3, N >= 1536 and K <= 576: 16;
     - else 8 where K <= GEMV_SHORT_K (64 lanes would leave a quarter or more of each lane's step
       outside K), otherwise 4.
 
@@ -121,12 +125,14 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     one row at a time), microseconds with 4 / 8 / 16 columns:
     2 x 576 x 49152 55.1 / 38.9 / 39.4; 4 x 576 x 49152 232 / 175 / 144; 2 x 384 x 1536
     4.72 / 3.84 / 4.97; 4 x 384 x 1536 10.1 / 8.4 / 7.6; 2 x 576 x 1536 4.17 / 5.35 / 6.46;
-    4 x 1536 x 576 9.80 / 13.6 / 13.5.
+    4 x 576 x 1536 11.6 / 10.3 / 9.98; 4 x 1536 x 576 9.80 / 13.6 / 13.5; M = 3 is not measured.
     """
     if m == 1:
         return 4
     if n > GEMV_WIDE_N:
         return 8 if m == 2 else 16
+    if m >= 3 and n >= 1536 and k <= 576:
+        return 16
     return 8 if k <= GEMV_SHORT_K else 4
 
 
@@ -225,22 +231,28 @@ def _whole_ranges(slices: int, want: int) -> int:
     return math.ceil(slices / math.ceil(slices / max(1, min(want, slices))))
 
 
-_CHOICE: ContextVar[tuple[MatmulTile | None, int | None] | None] = ContextVar("eggfuse_matmul_choice", default=None)
+_CHOICE: ContextVar[tuple[MatmulTile | None, int | None, int | None] | None] = ContextVar("eggfuse_matmul_choice",
+                                                                                          default=None)
 
 
 @contextmanager
-def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None) -> Iterator[None]:
+def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
+                  gemv_cols: int | None = None) -> Iterator[None]:
     """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
-    MATMUL_TILES) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice
-    (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``). Lowering
-    checks the plan against the device's limits as always, and ``eggfuse.compile`` skips the
+    MATMUL_TILES) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice,
+    and every 'BT' GEMV ``gemv_cols`` output columns per workgroup instead of :func:`gemv_bt_cols`'s
+    (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``, ``--gemv-cols``).
+    Lowering checks the plan against the device's limits as always, and ``eggfuse.compile`` skips the
     compile cache inside the block (its key does not hold the choice). Raises LoweringError for
-    a tile not in MATMUL_TILES or a split count below 1."""
+    a tile not in MATMUL_TILES, a split count below 1, or a column count that is not a power of two
+    from 1 to 64 (the lanes of a column, 256 / columns, must be a power of two and at least 4)."""
     if tile is not None and tile not in MATMUL_TILES:
         raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
-    token = _CHOICE.set((tile, splits))
+    if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
+        raise LoweringError(f"matmul_choice: gemv_cols must be one of {GEMV_COLS_ALLOWED}, got {gemv_cols!r}")
+    token = _CHOICE.set((tile, splits, gemv_cols))
     try:
         yield
     finally:
@@ -469,9 +481,11 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             "or an RmsNorm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
-    forced_tile, forced_splits = _CHOICE.get() or (None, None)
+    forced_tile, forced_splits, forced_cols = _CHOICE.get() or (None, None, None)
     if m <= GEMV_MAX_ROWS:
         forced_tile, forced_splits = None, None
+        if forced_cols is not None and variant == "BT":
+            forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
     tile = tile or forced_tile or matmul_tile(m, k, n, variant)
     if tile.gemv:
         splits = 1
@@ -523,6 +537,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
         lanes = MATMUL_WG // tile.bn if variant == "BT" else 32
+        if variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
+            raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes} lanes a column; the kernel "
+                                f"needs a power of two of at least 4 (columns one of {GEMV_COLS_ALLOWED})")
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes,
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,

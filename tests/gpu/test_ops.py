@@ -13,7 +13,7 @@ import pytest
 from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
-from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, GEMV_SHORT_K, gemv_bt_lanes
+from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, gemv_bt_lanes
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
@@ -395,9 +395,9 @@ _SHAPES = ([1], [7, 13], [65, 33])
 
 
 def _chunk_k(m: int, n: int) -> int:
-    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at K > GEMV_SHORT_K
-    (matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane."""
-    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, GEMV_SHORT_K + 1, n)
+    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at a K past the short-K column
+    splits (matmul_kernel.gemv_bt_cols; matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane."""
+    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, 1 << 16, n)
 
 
 ROWS: list[Row] = [
@@ -559,13 +559,16 @@ ROWS += [
         (1, 1536, 576, ("bias", "add")), (3, 577, 70, ()))],
     # 'BT' GEMV chunks of GEMV_MAX_CHUNK steps of 8 quads a lane (_chunk_k of K): K = _chunk_k + 4 takes a
     # second chunk of one partial quad, 2 * _chunk_k + 4 a third; only their first lane's loads are inside K;
-    # 3 rows: the last of an odd count shares no lane sum
+    # 3 rows: the lane sum of the last of an odd count holds it twice, and stores it once
     _fused("BT", 1, _chunk_k(1, 9) + 4, 9, ("bias",)),
     _rms_norm_matmul("BT", 2, 2 * _chunk_k(2, 11) + 4, 11, ("add",)),
     _rms_norm_matmul("BT", 3, _chunk_k(3, 6) + 4, 6, ("bias",)),
-    # the column splits of gemv_bt_cols at M >= 2: 8 columns (K <= GEMV_SHORT_K), 16 (N > GEMV_WIDE_N, M = 4)
+    # the column splits of gemv_bt_cols at M >= 2: 8 columns (K <= GEMV_SHORT_K; N > GEMV_WIDE_N at M = 2),
+    # 16 (N > GEMV_WIDE_N at M = 4; M = 3, N >= 1536, K <= 576), the wide ones over two chunks of K
     _fused("BT", 2, 100, 37, ("bias", "add")),
-    _rms_norm_matmul("BT", 4, 64, 8195, ()),
+    _fused("BT", 2, _chunk_k(2, 8195) + 4, 8195, ("bias",)),
+    _rms_norm_matmul("BT", 4, _chunk_k(4, 8195) + 4, 8195, ()),
+    _rms_norm_matmul("BT", 3, 576, 1537, ("add",)),
 ]
 
 

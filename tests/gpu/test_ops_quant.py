@@ -18,7 +18,7 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
-from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, GEMV_SHORT_K, gemv_bt_lanes
+from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, gemv_bt_lanes
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -97,12 +97,10 @@ def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",
     return Row(op, rid, build, feeds={"q": blocks(fmt, full, k, rid)[0]})
 
 
-
-
 def _chunk_k(m: int, n: int) -> int:
-    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at K > GEMV_SHORT_K: GEMV_MAX_CHUNK
-    steps of two quads per lane."""
-    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, GEMV_SHORT_K + 1, n)
+    """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at a K past the short-K column
+    splits (matmul_kernel.gemv_bt_cols): GEMV_MAX_CHUNK steps of two quads per lane."""
+    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, 1 << 16, n)
 
 
 ROWS = [

@@ -18,7 +18,9 @@ from eggfuse.ir.ops.matmul_kernel import (
     MATMUL_TILES,
     MATMUL_WG,
     WORKGROUP_STORAGE,
+    MatmulTile,
     gemv_bt_cols,
+    matmul_choice,
     matmul_kernel_for,
     matmul_splits,
     matmul_tile,
@@ -274,12 +276,23 @@ def test_gemv_columns_follow_m_k_and_n():
     # the H200 measurements of gemv_bt_cols's docstring, one shape each
     assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [4, 4, 4]
     assert [gemv_bt_cols(m, 576, 49152) for m in (2, 3, 4)] == [8, 16, 16]  # the LM head
-    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
-    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 4)] == [4, 4]
+    assert [gemv_bt_cols(m, 384, 384) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
+    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 4)] == [8, 16]
+    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 3, 4)] == [4, 16, 16]
     assert [gemv_bt_cols(m, 1536, 576) for m in (2, 4)] == [4, 4]
     kernel = matmul_kernel_for("BT", (), 4, 576, 49152)
     assert kernel.name == "matmul_BT_gemv4x16_v44" and kernel.groups == 49152 // 16
     assert kernel.slots["LANES"] == MATMUL_WG // 16
+    with matmul_choice(gemv_cols=16):  # bench/matmul.py --gemv-cols: 'BT' GEMVs only
+        forced = matmul_kernel_for("BT", (), 2, 576, 1536)
+        assert forced.name == "matmul_BT_gemv2x16_v44" and forced.slots["LANES"] == 16
+        assert matmul_kernel_for("", (), 2, 576, 1536).name == "matmul_gemv2x32_v44"
+    for bad in (3, 128, 0):
+        with pytest.raises(LoweringError, match="gemv_cols must be one of"):
+            with matmul_choice(gemv_cols=bad):
+                pass
+    with pytest.raises(LoweringError, match="leaves 2 lanes a column"):
+        matmul_kernel_for("BT", (), 1, 576, 1536, tile=MatmulTile(1, 128, 0, gemv=True))
 
 
 def test_matmul_tiles_fit_the_default_limits():
