@@ -1,10 +1,10 @@
-"""Attention kernel time per tile shape: attention.wgsl's (BQ query rows, BK keys per tile) at the
-SmolLM2 prefill and MiniLM shapes, against torch's scaled_dot_product_attention, in one run.
+"""Attention kernel time per tile shape: attention.wgsl's (WG invocations, BQ query rows, BK keys per
+tile) at the SmolLM2 prefill and MiniLM shapes, against torch's scaled_dot_product_attention, in one run.
 
 Each shape is one graph holding one attention op, lowered by eggfuse with the tile shape forced
-(``ir.ops.attention.attention_tiles`` replaced for the lowering) for every (BQ, BK) that fits the
-device's workgroup memory, BQ the default (one output vec4 per invocation) or a half or a quarter
-of it, BK 16, 32 or 64; the row marked ``default`` is the shape the lowering picks.
+(``ir.ops.attention.attention_tiles`` replaced for the lowering) for every (WG, BQ, BK) that fits
+the device's workgroup memory: WG 256, 128 or 64, BQ = WG / ceil(hd / 4) (one output vec4 per
+invocation), BK 16, 32 or 64; the row marked ``default`` is the shape the lowering picks.
 
 - ``smollm2_prefill``: CausalAttentionRoPE, 128 rows, 9 query and 3 key/value heads of 64 (RoPE
   applied inside our kernel; the peer gets q and k already rotated, so it does less);
@@ -60,10 +60,10 @@ def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int) -> tuple[G
     return g, feeds
 
 
-def _session(g: Graph, feeds: dict, device, tiles: tuple[int, int] | None) -> Session:
+def _session(g: Graph, feeds: dict, device, tiles: attention.AttentionTiles | None) -> Session:
     real = attention.attention_tiles
     if tiles is not None:
-        attention.attention_tiles = lambda hd, storage=0, workgroups=None: tiles
+        attention.attention_tiles = lambda hd, storage=0, workgroups_at=None: tiles
     try:
         plan = lower_for(g, device)
     finally:
@@ -96,14 +96,15 @@ def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, 
     return gpu_timing.cuda_graph_per_call(torch, step, calls, samples)
 
 
-def candidates(hd: int, storage: int) -> list[tuple[int, int]]:
-    """(BQ, BK) shapes to try: BQ the default or a half or a quarter of it, BK 16, 32, 64 where they fit."""
-    bq0 = attention.attention_rows(hd)
+def candidates(hd: int, storage: int) -> list[attention.AttentionTiles]:
+    """(WG, BQ, BK) to try: workgroups of 256, 128 or 64 invocations, BQ = WG / ceil(hd / 4) rows (one
+    output vec4 per invocation), BK 16, 32, 64 where they fit."""
     out = []
-    for bq in sorted({bq0, max(1, bq0 // 2), max(1, bq0 // 4)}, reverse=True):
+    for wg in (256, 128, 64):
+        bq = attention.attention_rows(hd, wg)
         for bk in (16, 32, 64):
-            if attention.attention_tile_bytes(hd, bq, bk) <= storage:
-                out.append((bq, bk))
+            if attention.attention_tile_bytes(hd, bq, bk, wg) <= storage:
+                out.append(attention.AttentionTiles(wg, bq, bk))
     return out
 
 
@@ -125,25 +126,26 @@ def main() -> None:
     print(f"{device.adapter.info['device']}; workgroup storage {storage} B; {args.calls} calls x {args.repeats}; us")
     for name, (op, batch, seq, nh, nkv, hd) in SHAPES.items():
         g, feeds = _graph(op, batch, seq, nh, nkv, hd)
-        default = attention.attention_tiles(hd, storage, batch * nh * math.ceil(seq / attention.attention_rows(hd)))
+        default = attention.attention_tiles(hd, storage, lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))
         (want,) = evaluate(g, feeds, {})
         peer = None
         if torch is not None:
             peer = gpu_timing.median_p90(time_peer(torch, op, batch, seq, nh, nkv, hd, feeds, args.calls,
                                                    args.repeats))
-        for bq, bk in candidates(hd, storage):
-            session = _session(g, feeds, device, (bq, bk))
+        for tiles in candidates(hd, storage):
+            wg, bq, bk = tiles
+            session = _session(g, feeds, device, tiles)
             (got,) = session.run(feeds)  # uploads, compiles, warms up
             err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
             med, p90 = gpu_timing.median_p90(time_ours(session, args.calls, args.repeats))
-            row = {"shape": name, "op": op, "bq": bq, "bk": bk, "default": (bq, bk) == default,
+            row = {"shape": name, "op": op, "wg": wg, "bq": bq, "bk": bk, "default": tiles == default,
                    "workgroups": batch * nh * math.ceil(seq / bq), "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6,
                    "max_err": err,
                    "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
                    "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
                    "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
             rows.append(row)
-            print(f"{name:16s} BQ {bq:3d} BK {bk:3d} {'default' if row['default'] else '       '} "
+            print(f"{name:16s} WG {wg:3d} BQ {bq:3d} BK {bk:3d} {'default' if row['default'] else '       '} "
                   f"wg {row['workgroups']:4d}  err {err:.1e}  "
                   f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
                   + (f"peer (sdpa, cuda-graph replay, fp32) {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}"

@@ -12,6 +12,7 @@ say in their WGSL header where that makes them slow.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -190,19 +191,20 @@ def attention_io(names: tuple[str, ...], hd: int, vec: bool | None = None) -> tu
     return tuple(Buffer(n, elem) for n in unique), Buffer("out", elem, write=True), "\n".join(lines)
 
 
-def attention_tile_bytes(hd: int, bq: int, bk: int) -> int:
-    """Workgroup memory of attention.wgsl for head size ``hd``, ``bq`` query rows and ``bk`` keys
-    per tile: the Q block, the K tile (rows padded by one vec4) and the V tile at 16 bytes per
-    vec4, then the weights, the lanes' partials (ATTENTION_WG / bq per row) and three f32
-    statistics per row."""
+def attention_tile_bytes(hd: int, bq: int, bk: int, wg: int = ATTENTION_WG) -> int:
+    """Workgroup memory of attention.wgsl for head size ``hd``, ``bq`` query rows, ``bk`` keys
+    per tile and ``wg`` invocations: the Q block, the K tile (rows padded by one vec4) and the V
+    tile at 16 bytes per vec4, then the weights, the lanes' partials (wg / bq per row) and three
+    f32 statistics per row."""
     hd4 = math.ceil(hd / 4)
-    return 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (ATTENTION_WG // bq) + 3 * bq)
+    return 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (wg // bq) + 3 * bq)
 
 
-def attention_rows(hd: int) -> int:
-    """BQ, the query rows per workgroup of attention.wgsl for head size ``hd``: ATTENTION_WG /
-    ceil(hd / 4), at most ATTENTION_MAX_ROWS (each invocation owns one vec4 of the output block)."""
-    return max(1, min(ATTENTION_MAX_ROWS, ATTENTION_WG // math.ceil(hd / 4)))
+def attention_rows(hd: int, wg: int = ATTENTION_WG) -> int:
+    """BQ, the query rows per workgroup of ``wg`` invocations of attention.wgsl for head size
+    ``hd``: wg / ceil(hd / 4), at most ATTENTION_MAX_ROWS (each invocation owns one vec4 of the
+    output block)."""
+    return max(1, min(ATTENTION_MAX_ROWS, wg // math.ceil(hd / 4)))
 
 
 #: Workgroups of attention.wgsl from which its tiles keep to ATTENTION_TILE_BYTES even where the
@@ -213,25 +215,61 @@ def attention_rows(hd: int) -> int:
 ATTENTION_FULL_GPU = 256
 
 
-def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, workgroups: int | None = None) -> tuple[int, int]:
-    """(BQ query rows per workgroup, BK keys per tile) of attention.wgsl for head size ``hd``.
+class AttentionTiles(NamedTuple):
+    """The work split of attention.wgsl: ``wg`` invocations per workgroup, ``bq`` query rows
+    per workgroup, ``bk`` keys per tile."""
 
-    BQ = ATTENTION_WG / ceil(hd / 4) (at most ATTENTION_MAX_ROWS), so that each invocation
-    owns one vec4 of the output block; BK the most keys, a power of two of at most 64, whose
-    tiles fit the workgroup memory (:func:`attention_tile_bytes`): ``storage`` bytes (the
-    device's maxComputeWorkgroupStorageSize) when the kernel has fewer than
-    :data:`ATTENTION_FULL_GPU` ``workgroups`` (or they are not given), else
-    ATTENTION_TILE_BYTES. At 16 KiB: hd 64: (16, 16); hd 32: (32, 16); hd 256: (4, 4); with an
-    H200's 48 KiB, hd 64 and 32 take 64-key tiles: a quarter of the tiles, barriers and K and V
-    loads per query block.
+    wg: int
+    bq: int
+    bk: int
+
+
+def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, workgroups_at=None) -> AttentionTiles:
+    """The :class:`AttentionTiles` of attention.wgsl for head size ``hd``.
+
+    WG = ATTENTION_WG invocations; BQ = WG / ceil(hd / 4) (at most ATTENTION_MAX_ROWS), so that
+    each invocation owns one vec4 of the output block; BK the most keys, a power of two from 4 to
+    64, whose tiles fit the workgroup memory (:func:`attention_tile_bytes`): ``storage``
+    bytes (the device's maxComputeWorkgroupStorageSize) when the kernel has fewer than
+    :data:`ATTENTION_FULL_GPU` workgroups (``workgroups_at(bq)``: its workgroups at BQ rows each;
+    None: not known), else ATTENTION_TILE_BYTES. At 16 KiB: hd 64: (16, 16); hd 32: (32, 16);
+    hd 256: (4, 4); with an H200's 48 KiB, hd 64 and 32 take 64-key tiles: a quarter of the
+    tiles, barriers and K and V loads per query block. Smaller workgroups (more of them, as many
+    invocations a row) were not faster on the H200 (bench/attention.py,
+    bench/results/attention_h200.json): SmolLM2's prefill took 20.9 us with 256 invocations, 28.5
+    with 128 and 45.0 with 64 (their best BK each); MiniLM's 38.5, 37.5 and 53.1. Raises
+    LoweringError when even 4-key tiles do not fit ``storage`` (a head_dim above 256 or a device
+    below WebGPU's 16 KiB).
     """
-    bq = attention_rows(hd)
-    if workgroups is not None and workgroups >= ATTENTION_FULL_GPU:
+    wg = ATTENTION_WG
+    bq = attention_rows(hd, wg)
+    if workgroups_at is not None and workgroups_at(bq) >= ATTENTION_FULL_GPU:
         storage = min(storage, ATTENTION_TILE_BYTES)
     bk = 64
-    while bk > 1 and attention_tile_bytes(hd, bq, bk) > storage:
+    while bk > 4 and attention_tile_bytes(hd, bq, bk, wg) > storage:
         bk //= 2
-    return bq, bk
+    if attention_tile_bytes(hd, bq, bk, wg) > storage:
+        raise LoweringError(f"attention with head_dim {hd} needs {attention_tile_bytes(hd, bq, bk, wg)} bytes of "
+                            f"workgroup memory for its smallest tiles ({bq} query rows, {bk} keys); this device "
+                            f"offers {storage} (maxComputeWorkgroupStorageSize): use a smaller head_dim")
+    return AttentionTiles(wg, bq, bk)
+
+
+def _score_dots(wg: int, bq: int, bk: int) -> str:
+    """attention.wgsl's SCORE_DOTS: a lane's KPT = ceil(bk / (wg / bq)) dot products of its row of
+    q_tile with keys st, st + TPR, ... of k_tile, side by side in named accumulators over one loop
+    of the row's quads, then stored into ``scores``. Unrolled here: written as a loop over
+    ``scores`` inside the loop over the quads, it ran slower on the H200 than one key after
+    another (SmolLM2's prefill attention 31.5 us against 27.3); unrolled, 20.9."""
+    kpt = math.ceil(bk / (wg // bq))
+    lines = [f"            var d{i} = 0.0;" for i in range(kpt)]
+    lines += ["            for (var c = 0u; c < HD4; c = c + 1u) {",
+              "                let qc = q_tile[sr * HD4 + c];"]
+    lines += [f"                d{i} = d{i} + dot(qc, k_tile[min(st + {i}u * TPR, BK - 1u) * KS + c]);"
+              for i in range(kpt)]
+    lines.append("            }")
+    lines += [f"            scores[{i}] = d{i};" for i in range(kpt)]
+    return "\n".join(lines)
 
 
 def _attention_kernel(node, ins, target) -> Kernel:
@@ -246,9 +284,10 @@ def _attention_kernel(node, ins, target) -> Kernel:
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     seq = ins[0].shape[0] // batch
-    bq, bk = attention_tiles(hd, target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES),
-                             batch * nh * math.ceil(seq / attention_rows(hd)))
-    slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=ATTENTION_WG, Q=names[0], K=names[1], V=names[2], IO=accessors,
+    wg, bq, bk = attention_tiles(hd, target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES),
+                                 lambda rows: batch * nh * math.ceil(seq / rows))
+    slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=wg, SCORE_DOTS=_score_dots(wg, bq, bk), Q=names[0], K=names[1],
+                 V=names[2], IO=accessors,
                  QK=Include("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl"),
                  MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
                  if masked else "",

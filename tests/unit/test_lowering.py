@@ -399,25 +399,28 @@ def test_rope_batch_must_split_the_rows():
 
 
 def test_attention_tiles():
-    # hd -> (query rows per workgroup, keys per tile): one vec4 of the output block per
+    # hd -> (invocations, query rows per workgroup, keys per tile): one vec4 of the output block per
     # invocation, and every tile in the workgroup memory budget (attention.wgsl)
-    assert attention_tiles(64) == (16, 16)  # SmolLM2
-    assert attention_tiles(32) == (32, 16)  # MiniLM
-    assert attention_tiles(8) == (64, 32)
-    assert attention_tiles(256) == (4, 4)
-    assert attention_tiles(64, 49_152) == (16, 64)  # an H200's 48 KiB: 4x the keys per tile
-    assert attention_tiles(32, 49_152) == (32, 64)
-    assert attention_tiles(64, 49_152, workgroups=72) == (16, 64)  # SmolLM2's 128-row prefill
-    assert attention_tiles(32, 49_152, workgroups=384) == (32, 16)  # MiniLM 8x128: enough to fill the GPU
+    assert attention_tiles(64) == (256, 16, 16)  # SmolLM2
+    assert attention_tiles(32) == (256, 32, 16)  # MiniLM
+    assert attention_tiles(8) == (256, 64, 32)
+    assert attention_tiles(256) == (256, 4, 4)
+    assert attention_tiles(64, 49_152) == (256, 16, 64)  # an H200's 48 KiB: 4x the keys per tile
+    assert attention_tiles(32, 49_152) == (256, 32, 64)
+    assert attention_tiles(64, 49_152, lambda rows: 9 * 128 // rows) == (256, 16, 64)  # SmolLM2's 128-row prefill
+    # MiniLM 8x128: 384 workgroups, enough to fill the GPU
+    assert attention_tiles(32, 49_152, lambda rows: 8 * 12 * 128 // rows) == (256, 32, 16)
     for storage in (ATTENTION_TILE_BYTES, 32_768, 49_152):
         for hd in range(1, 257):
-            bq, bk = attention_tiles(hd, storage)
+            wg, bq, bk = attention_tiles(hd, storage)
             hd4 = math.ceil(hd / 4)
-            assert 1 <= bq <= 64 and bq * hd4 <= 256 and 1 <= bk <= 64
+            assert 1 <= bq <= 64 and bq * hd4 <= wg and 4 <= bk <= 64  # attention.wgsl sums 4 keys at a time
             # Q block, K tile (rows padded by a vec4), V tile; weights, lanes' partials, row statistics
-            need = 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (256 // bq) + 3 * bq)
-            assert need == attention_tile_bytes(hd, bq, bk) <= storage
-            assert bk == 64 or attention_tile_bytes(hd, bq, 2 * bk) > storage  # the largest that fits
+            need = 16 * (bq * hd4 + bk * (hd4 + 1) + bk * hd4) + 4 * (bq * bk + bq * (wg // bq) + 3 * bq)
+            assert need == attention_tile_bytes(hd, bq, bk, wg) <= storage
+            assert bk == 64 or attention_tile_bytes(hd, bq, 2 * bk, wg) > storage  # the largest that fits
+    with pytest.raises(LoweringError, match=r"head_dim 256 needs 13488 bytes .* offers 8192"):
+        attention_tiles(256, 8192)
 
 
 def _storage_invariants(plan) -> None:
