@@ -235,7 +235,7 @@ def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, workgroups_at=
     None: not known), else ATTENTION_TILE_BYTES. At 16 KiB: hd 64: (16, 16); hd 32: (32, 16);
     hd 256: (4, 4); with an H200's 48 KiB, hd 64 and 32 take 64-key tiles: a quarter of the
     tiles, barriers and K and V loads per query block. Smaller workgroups (more of them, as many
-    invocations a row) were not faster on the H200 (bench/attention.py,
+    invocations a row) were slower or within 3% on the H200 (bench/attention.py,
     bench/results/attention_h200.json): SmolLM2's prefill took 20.9 us with 256 invocations, 28.5
     with 128 and 45.0 with 64 (their best BK each); MiniLM's 38.5, 37.5 and 53.1. Raises
     LoweringError when even 4-key tiles do not fit ``storage`` (a head_dim above 256 or a device
@@ -260,7 +260,8 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
     q_tile with keys st, st + TPR, ... of k_tile, side by side in named accumulators over one loop
     of the row's quads, then stored into ``scores``. Unrolled here: written as a loop over
     ``scores`` inside the loop over the quads, it ran slower on the H200 than one key after
-    another (SmolLM2's prefill attention 31.5 us against 27.3); unrolled, 20.9."""
+    another (SmolLM2's prefill attention 31.5 us against 27.3, in another call); unrolled, 20.9 (against
+    27.2 in the same call)."""
     kpt = math.ceil(bk / (wg // bq))
     lines = [f"            var d{i} = 0.0;" for i in range(kpt)]
     lines += ["            for (var c = 0u; c < HD4; c = c + 1u) {",
@@ -286,6 +287,9 @@ def _attention_kernel(node, ins, target) -> Kernel:
     seq = ins[0].shape[0] // batch
     wg, bq, bk = attention_tiles(hd, target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES),
                                  lambda rows: batch * nh * math.ceil(seq / rows))
+    if bk < 4 or bk % 4 or wg % bq:
+        raise LoweringError(f"{node.op}: attention.wgsl takes tiles of a multiple of 4 keys and a workgroup of whole "
+                            f"rows, got {bk} keys, {bq} rows and {wg} invocations (attention_tiles)")
     slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=wg, SCORE_DOTS=_score_dots(wg, bq, bk), Q=names[0], K=names[1],
                  V=names[2], IO=accessors,
                  QK=Include("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl"),

@@ -586,6 +586,7 @@ ROWS += [
     _attention("CausalAttention", 3, 3, 32, 2, 130),
     _attention("FullAttention", 2, 1, 128, 1, 33),
     _attention("CausalAttention", 2, 2, 256, 1, 19),
+    _attention("CausalAttention", 16, 4, 256, 1, 67),  # 272 workgroups: 16 KiB, 4-key tiles, the last of 3 keys
     _attention("FullAttention", 2, 1, 5, 2, 9, mask=[[1, 0, 1, 1, 0, 1, 1, 1, 0], [0] * 9]),
     _attention("FullAttention", 4, 4, 32, 2, 130, mask=_MASK_130),
     _attention("CausalAttention", 16, 4, 8, 8, 130),   # 384 workgroups of 64 rows
