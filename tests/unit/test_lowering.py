@@ -423,6 +423,18 @@ def test_attention_tiles():
         attention_tiles(256, 8192)
 
 
+def test_attention_refuses_tiles_its_kernel_cannot_take(monkeypatch):
+    from eggfuse.ir.ops import attention
+
+    g = Graph()
+    q = g.input("q", [20, 64])
+    g.set_outputs([g.causal_attention(q, q, q, num_heads=1, num_kv_heads=1, head_dim=64, batch=1)])
+    monkeypatch.setattr(attention, "attention_tiles", lambda hd, storage=0, workgroups_at=None:
+                        attention.AttentionTiles(256, 16, 2))  # a forced tile, as bench/attention.py forces them
+    with pytest.raises(LoweringError, match="tiles of a multiple of 4 keys, got 2"):
+        lower(g)
+
+
 def _storage_invariants(plan) -> None:
     # Checked from the dispatch list, independently of share_storage_of's walk: every
     # shared intermediate fits its allocation, no dispatch binds one allocation twice, and
