@@ -12,6 +12,7 @@ say in their WGSL header where that makes them slow.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -224,7 +225,8 @@ class AttentionTiles(NamedTuple):
     bk: int
 
 
-def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, workgroups_at=None) -> AttentionTiles:
+def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES,
+                    workgroups_at: Callable[[int], int] | None = None) -> AttentionTiles:
     """The :class:`AttentionTiles` of attention.wgsl for head size ``hd``.
 
     WG = ATTENTION_WG invocations; BQ = WG / ceil(hd / 4) (at most ATTENTION_MAX_ROWS), so that
