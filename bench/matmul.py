@@ -52,6 +52,7 @@ from eggfuse.ir import Graph
 from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
     MATMUL_TILES,
+    MATMUL_TILES_DEEP,
     MatmulTile,
     matmul_choice,
     matmul_splits,
@@ -90,13 +91,16 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
     """Ours at every (tile, splits) for the (M, K, N) of ``todo`` (MatMulBT), rows written to
     ``out`` as they come."""
     rows = []
+    storage = _storage(device)
     for m, k, n in todo:
         if True:
             pick = matmul_tile(m, k, n, "BT")
             pick_splits = matmul_splits(pick, m, k, n)
             best = None
-            for tile in MATMUL_TILES:
+            for tile in MATMUL_TILES + MATMUL_TILES_DEEP:
                 if not all(side == 32 or dim >= side for side, dim in ((tile.bm, m), (tile.bn, n))):
+                    continue
+                if tile.storage > storage:
                     continue
                 for splits in sorted({*SWEEP_SPLITS, matmul_splits(tile, m, k, n)}):
                     if splits > 1 and k // splits < 64:
@@ -116,6 +120,11 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                   f"({chosen['ours_us'] / best['ours_us']:.2f}x)", flush=True)
             out.write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def _storage(device) -> int:
+    # the workgroup memory a forced tile may take (maxComputeWorkgroupStorageSize)
+    return int(device.limits["max-compute-workgroup-storage-size"])
 
 
 def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:

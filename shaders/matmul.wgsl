@@ -13,9 +13,9 @@
 // FMA per row and column group. K is walked in slices of BK: A's slice is staged
 // transposed ([BK][BM], so the inner loop reads 4 rows of A as one vec4) and B's as is
 // ([BK][BN]), in two buffers: while the workgroup computes on one, each invocation holds
-// its quad (4 consecutive stored elements) of the next slice of A and of B in registers,
-// stores them into the other buffer after the inner product, and a single barrier per
-// slice separates the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each
+// its quads (4 consecutive stored elements; quads li, li + 256, ... of a slice: A_LOADS of
+// A and B_LOADS of B) of the next slice in registers, stores them into the other buffer
+// after the inner product, and a single barrier per slice separates the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each
 // slice; small tiles (KSPLIT 2 or 4) thus keep 256 invocations busy, and their groups'
 // sums are added in workgroup memory at the end (REDUCE_SPLIT).
 //
@@ -29,7 +29,8 @@
 // along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
 // REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
 // each result. PROLOGUE defines the hooks stage_a (the quad staged for 4 elements of
-// a row of A at column k), finish_rows (called once after the K loop, in uniform control
+// a row of A at column k, the invocation's load r of the slice), LOAD_FIRST, LOAD_NEXT and
+// STORE_NEXT the unrolled loads and stores of each invocation's quads (next_a0, next_b0, ...), finish_rows (called once after the K loop, in uniform control
 // flow), row_scale (a factor per tile row applied before the epilogue) and write_row_sums
 // (SPLITS > 1: what the reduction needs to compute row_scale):
 // matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
@@ -54,8 +55,10 @@ const KSPLIT: u32 = 256u / (TX * TY);  // K groups
 const BM4: u32 = BM / 4u;
 const BN4: u32 = BN / 4u;
 const KQ: u32 = BK / 4u;              // quads in BK elements of a row
-const A_QUADS: u32 = BM * BK / 4u;    // quads in a slice of A (at most 256: one per invocation)
+const A_QUADS: u32 = BM * BK / 4u;    // quads in a slice of A
 const B_QUADS: u32 = BN * BK / 4u;
+const A_LOADS: u32 = (A_QUADS + 255u) / 256u;  // quads of a slice of A each invocation loads
+const B_LOADS: u32 = (B_QUADS + 255u) / 256u;
 const A_SIZE: u32 = BK * BM4;         // vec4 per A buffer
 const B_SIZE: u32 = BK * BN4;
 const B_START: u32 = 2u * A_SIZE;     // the B buffers follow the two A buffers
@@ -84,7 +87,7 @@ fn load_a(li: u32, row0: u32, k0: u32) -> vec4<f32> {
     }
     if (A_ALONG_K) {  // quad li: tile row li / KQ, columns k0 + (li % KQ) * 4 ..
         let k = k0 + li % KQ * 4u;
-        return stage_a(quad_a(row0 + li / KQ, k), k);
+        return stage_a(quad_a(row0 + li / KQ, k), k, li / 256u);
     }
     return quad_a(k0 + li / BM4, row0 + li % BM4 * 4u);  // quad li: slice row li / BM4
 }
@@ -178,25 +181,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tx = t % TX;
     let ty = t / TX;
 {{ACCUMULATORS}}
-    var next_a = load_a(li, row0, k0);
-    var next_b = load_b(li, col0, k0);
-    store_a(li, 0u, next_a);
-    store_b(li, 0u, next_b);
+{{LOAD_FIRST}}
     workgroupBarrier();
     let steps = select(0u, (k_end - k0 + BK - 1u) / BK, k_end > k0);
     for (var s = 0u; s < steps; s = s + 1u) {
         let buf = s % 2u;
         let more = s + 1u < steps;
         if (more) {  // the next slice's quads, in flight during the inner product
-            next_a = load_a(li, row0, k0 + (s + 1u) * BK);
-            next_b = load_b(li, col0, k0 + (s + 1u) * BK);
+            let k_next = k0 + (s + 1u) * BK;
+{{LOAD_NEXT}}
         }
         let a_at = buf * A_SIZE + kg * (BK / KSPLIT) * BM4 + ty;
         let b_at = B_START + buf * B_SIZE + kg * (BK / KSPLIT) * BN4 + tx;
 {{MICRO_TILE}}
         if (more) {
-            store_a(li, 1u - buf, next_a);
-            store_b(li, 1u - buf, next_b);
+{{STORE_NEXT}}
         }
         workgroupBarrier();
     }

@@ -1,6 +1,6 @@
 // matmul.wgsl hooks without a prologue: op(A) is staged as loaded, rows are not scaled.
 
-fn stage_a(v: vec4<f32>, k: u32) -> vec4<f32> {
+fn stage_a(v: vec4<f32>, k: u32, r: u32) -> vec4<f32> {
     return v;
 }
 

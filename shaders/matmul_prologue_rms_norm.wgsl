@@ -2,22 +2,22 @@
 // (Zhang & Sennrich 2019; ir/ops/matmul.py). The A slice stages
 // x[i, k..k+3] * w_norm[k..k+3]; the store multiplies row i by 1 / sqrt(mean_k x[i, k]^2 + eps),
 // which commutes with the product. The sums of squares come for free from the A loads:
-// invocation li < A_QUADS loads quads of tile row li / KQ only (at columns li % KQ * 4
-// of every K slice), so it sums x^2 of that row in `ss`; finish_rows adds the KQ partial
-// sums of each row in workgroup memory.
+// load r of invocation li reads quads of tile row (li + 256 r) / KQ only (at columns
+// (li + 256 r) % KQ * 4 of every K slice; KQ divides 256), so it sums x^2 of that row in
+// ss[r]; finish_rows adds the KQ partial sums of each row in workgroup memory.
 
-var<private> ss: f32;  // partial sum of x^2 of tile row li / KQ
+var<private> ss: array<f32, A_LOADS>;  // ss[r]: partial sum of x^2 of tile row (li + 256 r) / KQ
 
 fn w_norm_at(k: u32) -> f32 {
     return w_norm[min(k, p.k - 1u)];  // past K, x is 0 and the weight does not matter
 }
 
-fn stage_a(v: vec4<f32>, k: u32) -> vec4<f32> {
-    ss = ss + dot(v, v);  // 0 outside x
+fn stage_a(v: vec4<f32>, k: u32, r: u32) -> vec4<f32> {
+    ss[r] = ss[r] + dot(v, v);  // 0 outside x
     return v * vec4<f32>(w_norm_at(k), w_norm_at(k + 1u), w_norm_at(k + 2u), w_norm_at(k + 3u));
 }
 
-// Float f of the slices' memory, free after the K loop: partial sums at 0.., the sum of
+// Float f of the slices' memory, free after the K loop: the partial sum of quad q at q, the sum of
 // x^2 of tile row r at A_QUADS + r and its inverse rms at A_QUADS + BM + r.
 fn scratch(f: u32) -> f32 {
     return tiles[f / 4u][f % 4u];
@@ -25,8 +25,11 @@ fn scratch(f: u32) -> f32 {
 
 // Called after the K loop's last barrier, in uniform control flow.
 fn finish_rows(li: u32) {
-    if (li < A_QUADS) {
-        tiles[li / 4u][li % 4u] = ss;
+    for (var r = 0u; r < A_LOADS; r = r + 1u) {
+        let q = li + 256u * r;
+        if (q < A_QUADS) {
+            tiles[q / 4u][q % 4u] = ss[r];
+        }
     }
     workgroupBarrier();
     if (li < BM) {

@@ -85,6 +85,16 @@ class MatmulTile:
         return MATMUL_WG * self.tm * self.tn // (self.bm * self.bn)
 
     @property
+    def loads(self) -> tuple[int, int]:
+        """Quads of A and of B each of the 256 invocations loads per K slice (tiled kernel)."""
+        return math.ceil(self.bm * self.bk / 4 / MATMUL_WG), math.ceil(self.bn * self.bk / 4 / MATMUL_WG)
+
+    @property
+    def storage(self) -> int:
+        """Bytes of workgroup memory the tiled kernel takes: two slices of A and of B."""
+        return 0 if self.gemv else 2 * 4 * self.bk * (self.bm + self.bn)
+
+    @property
     def name(self) -> str:
         return f"gemv{self.bm}x{self.bn}" if self.gemv else f"{self.bm}x{self.bn}x{self.bk}"
 
@@ -95,6 +105,19 @@ class MatmulTile:
 MATMUL_TILES = (MatmulTile(128, 128, 8), MatmulTile(128, 64, 8), MatmulTile(64, 128, 8), MatmulTile(64, 64, 16),
                 MatmulTile(64, 32, 16), MatmulTile(32, 64, 16), MatmulTile(32, 32, 32))
 _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
+
+#: Workgroup memory the deep tiles take at most (MATMUL_TILES_DEEP); lavapipe offers 32 KiB, the
+#: H200's Vulkan driver 48 KiB.
+DEEP_STORAGE = 32768
+#: The tiles of MATMUL_TILES with K slices twice as deep (the deepest power of two whose slices
+#: fit DEEP_STORAGE): half the slices, so half the barriers and rounds of global loads over a K
+#: range, each invocation loading two quads of each operand per slice. Only through
+#: :func:`matmul_choice`, on devices with the workgroup memory (``bench/matmul.py --sweep`` times
+#: them): on the H200 they were slower than MATMUL_TILES of the same sides as the heuristic's
+#: pick, MiniLM 8 x 128 2.06 ms against 1.64 and SmolLM2's prefill 4.76 against 3.95
+#: (bench/results/matmul_deep_h200/), so :func:`matmul_tile` never takes them.
+MATMUL_TILES_DEEP = tuple(MatmulTile(t.bm, t.bn, t.bk * 2 ** int(math.log2(DEEP_STORAGE // t.storage)))
+                          for t in MATMUL_TILES)
 
 
 #: Widest N of a 'BT' GEMV of M >= 2 rows below which its columns per workgroup follow K (:func:`gemv_bt_cols`).
@@ -150,7 +173,7 @@ def gemv_tile(m: int, k: int, n: int, variant: str) -> MatmulTile:
 
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
-    """The work split of an [M,K] x [K,N] product, chosen at lowering time.
+    """The work split of an [M,K] x [K,N] product, chosen at lowering time (one of MATMUL_TILES).
 
     M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
     walking 128x128, 64x64 and 64x32 (the longer side along the larger of M and N), the first
@@ -160,7 +183,7 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     of 128 is only used where that dimension reaches 128, and of 64 where it reaches 64 (a
     128-row tile over 16 rows would compute 87% zeros). Larger tiles reuse each loaded element
     more (8x8 per invocation against 4x4); smaller ones and split-K spread a small problem over
-    more multiprocessors.
+    more multiprocessors. MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     Measured on an H200 (``bench/matmul.py --sweep``, bench/results/matmul_sweep_h200.json:
     every tile of MATMUL_TILES and 1 to 8 splits at the SmolLM2 and MiniLM shapes, M = 16 to
@@ -239,15 +262,16 @@ _CHOICE: ContextVar[tuple[MatmulTile | None, int | None, int | None] | None] = C
 def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
                   gemv_cols: int | None = None) -> Iterator[None]:
     """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
-    MATMUL_TILES) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice,
+    MATMUL_TILES or MATMUL_TILES_DEEP) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice,
     and every 'BT' GEMV ``gemv_cols`` output columns per workgroup instead of :func:`gemv_bt_cols`'s
     (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``, ``--gemv-cols``).
     Lowering checks the plan against the device's limits as always, and ``eggfuse.compile`` skips the
     compile cache inside the block (its key does not hold the choice). Raises LoweringError for
-    a tile not in MATMUL_TILES, a split count below 1, or a column count that is not a power of two
+    a tile not in those tables (and, when lowering, one that needs more workgroup memory than the
+    device offers), a split count below 1, or a column count that is not a power of two
     from 1 to 64 (the lanes of a column, 256 / columns, must be a power of two and at least 4)."""
-    if tile is not None and tile not in MATMUL_TILES:
-        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES")
+    if tile is not None and tile not in MATMUL_TILES + MATMUL_TILES_DEEP:
+        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES or MATMUL_TILES_DEEP")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
@@ -408,6 +432,19 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(reduce)
 
 
+def _slice_loads(tile: MatmulTile) -> dict[str, str]:
+    # matmul.wgsl's LOAD_FIRST, LOAD_NEXT and STORE_NEXT: invocation li loads quads li, li + 256, ...
+    # of each slice (tile.loads of A and of B), held in next_a0, next_b0, ... while the workgroup
+    # computes on the other buffer.
+    a_loads, b_loads = tile.loads
+    quads = [("a", r, "row0") for r in range(a_loads)] + [("b", r, "col0") for r in range(b_loads)]
+    first = [f"    var next_{x}{r} = load_{x}(li + {MATMUL_WG * r}u, {at}, k0);" for x, r, at in quads]
+    first += [f"    store_{x}(li + {MATMUL_WG * r}u, 0u, next_{x}{r});" for x, r, _ in quads]
+    load = [f"            next_{x}{r} = load_{x}(li + {MATMUL_WG * r}u, {at}, k_next);" for x, r, at in quads]
+    store = [f"            store_{x}(li + {MATMUL_WG * r}u, 1u - buf, next_{x}{r});" for x, r, _ in quads]
+    return dict(LOAD_FIRST="\n".join(first), LOAD_NEXT="\n".join(load), STORE_NEXT="\n".join(store))
+
+
 #: Most steps of K (two quads per lane) whose loads of B a GEMV lane issues together (matmul_gemv.wgsl's
 #: chunks): 16 quads, 64 registers of f32 weights per invocation.
 GEMV_MAX_CHUNK = 8
@@ -440,11 +477,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
                       operand_types: tuple = (), swiglu: bool = False,
                       splits: int | None = None, max_scratch_bytes: int = 0, final: str | None = None,
-                      norm_eps: float = 0.0) -> Kernel | list[Kernel]:
+                      norm_eps: float = 0.0, workgroup_storage: int = WORKGROUP_STORAGE) -> Kernel | list[Kernel]:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
-    where that stored row length is a multiple of 4).
+    where that stored row length is a multiple of 4); ``workgroup_storage`` is the device's
+    maxComputeWorkgroupStorageSize (a given or forced tile that needs more raises LoweringError).
 
     A binds first, then (``rms_norm``: FusedRmsNormMatMul, A not transposed) the RmsNorm weight
     w_norm, then B, then the epilogue operands in chain order; 'bias' reads operand[j], 'add'
@@ -487,6 +525,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         if forced_cols is not None and variant == "BT":
             forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
     tile = tile or forced_tile or matmul_tile(m, k, n, variant)
+    if tile.storage > workgroup_storage:
+        raise LoweringError(f"the matmul tile {tile.name} of [{m},{k}] x [{k},{n}] needs {tile.storage} bytes of "
+                            f"workgroup memory; this device offers {workgroup_storage} "
+                            f"(maxComputeWorkgroupStorageSize): choose a tile of MATMUL_TILES")
     if tile.gemv:
         splits = 1
     elif not (splits or forced_splits):
@@ -554,7 +596,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     decl, body, store, reduce = _micro_tile(tile)
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
-                 STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"))
+                 STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
+                 **_slice_loads(tile))
     if splits == 1 and final is None:
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled})
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
@@ -604,6 +647,11 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
 _PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}
 
 
+def workgroup_storage(target) -> int:
+    """Bytes of workgroup memory a kernel may take on ``target`` (maxComputeWorkgroupStorageSize)."""
+    return int(target.limits.get("max-compute-workgroup-storage-size", WORKGROUP_STORAGE))
+
+
 def max_scratch_bytes(target) -> int:
     """The largest scratch buffer ``target``'s limits allow one dispatch to bind."""
     return min(int(target.limits["max-storage-buffer-binding-size"]), int(target.limits["max-buffer-size"]))
@@ -621,4 +669,5 @@ def matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
     fixed = 3 if rms_norm else 2
     return matmul_kernel_for(variant, tuple(node.attrs.get("epilogue", ())), m, k, n, rms_norm=rms_norm,
                              eps=float(node.attrs["eps"]) if rms_norm else 0.0, operand_types=tuple(ins[fixed:]),
-                             swiglu=swiglu, max_scratch_bytes=max_scratch_bytes(target))
+                             swiglu=swiglu, max_scratch_bytes=max_scratch_bytes(target),
+                             workgroup_storage=workgroup_storage(target))

@@ -38,7 +38,7 @@ from ..types import TensorType
 from .elementwise import _swiglu_concat_ref
 from .fused_epilogue import epilogue_ops, is_expr
 from .matmul import _fused_matmul, _fused_rms_norm_matmul, _out, matmul_dims
-from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for, max_scratch_bytes
+from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for, max_scratch_bytes, workgroup_storage
 from .norms import _layer_norm_ref
 from .quant import _FORMAT, _NO_GRAD, _quant_matmul, _quant_param, _quant_rms_norm_matmul
 
@@ -72,6 +72,7 @@ def _kernel(node, ins, target):
                              rms_norm=rms, eps=float(a["eps"]) if rms else 0.0, quant=quant,
                              row_words=ins[b].shape[1] if quant else 0, operand_types=tuple(ins[first:]),
                              max_scratch_bytes=max_scratch_bytes(target),
+                             workgroup_storage=workgroup_storage(target),
                              final="layer_norm" if layer_norm else "swiglu",
                              norm_eps=float(a["eps"]) if layer_norm else 0.0)
 

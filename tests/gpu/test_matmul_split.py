@@ -1,4 +1,5 @@
-"""Every tile of the tiled matmul kernel, whole and split-K across workgroups (ir/ops/matmul_kernel.py:
+"""Every tile of the tiled matmul kernel (the 16 KiB ones and the deep ones, which load several quads per
+invocation and slice), whole and split-K across workgroups (ir/ops/matmul_kernel.py:
 ``matmul_choice``, ``matmul_splits``; shaders/matmul.wgsl and matmul_split_reduce.wgsl), against the numpy
 reference (``eggfuse.ir.evaluate``): the three variants, an epilogue read in the reduction, the RmsNorm
 prologue (whose sums of squares the splits add), Q4_1 blocks and the SwiGLU prologue. Shapes leave an edge
@@ -16,7 +17,14 @@ from test_ops_quant import _qmm, _qswiglu
 
 from eggfuse.ir import Graph, evaluate
 from eggfuse.ir.errors import LoweringError
-from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, matmul_choice, matmul_splits, matmul_tile
+from eggfuse.ir.ops.matmul_kernel import (
+    DEEP_STORAGE,
+    MATMUL_TILES,
+    MATMUL_TILES_DEEP,
+    matmul_choice,
+    matmul_splits,
+    matmul_tile,
+)
 from eggfuse.lowering import lower
 from eggfuse.pipeline import compile as compile_graph
 from eggfuse.rewrites import random_feeds
@@ -35,7 +43,7 @@ def _rows(tile):
     ]
 
 
-CASES = [(tile, splits, row) for tile in MATMUL_TILES for row in _rows(tile) for splits in (1, 3)]
+CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP for row in _rows(tile) for splits in (1, 3)]
 
 
 @pytest.mark.parametrize("tile, splits, row", CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in CASES])
@@ -135,3 +143,15 @@ def test_compile_skips_the_cache_inside_matmul_choice(device, tmp_path, monkeypa
     assert forced.cache == "off" and forced.plan.dispatches[0].kernel.endswith("_split2")
     assert compile_graph(g, params, device=device).cache == "hit"
     assert forced.plan_dispatches == 2 and forced.dispatches_fused == 1
+
+
+def test_deep_tiles_need_the_workgroup_memory_they_take():
+    g = Graph()
+    g.set_outputs([g.matmul_bt(g.input("x", [40, 600]), g.parameter("w", [48, 600]))])
+    assert "_32x32x32_" in lower(g, {"max-compute-workgroup-storage-size": DEEP_STORAGE}).dispatches[0].kernel
+    with matmul_choice(tile=MATMUL_TILES_DEEP[-1]):
+        assert "_32x32x64_" in lower(g, {"max-compute-workgroup-storage-size": DEEP_STORAGE}).dispatches[0].kernel
+        with pytest.raises(LoweringError, match=r"32x32x64 .* needs 32768 bytes of workgroup memory; this device "
+                                                r"offers 16384 \(maxComputeWorkgroupStorageSize\)"):
+            lower(g)
+

@@ -14,8 +14,10 @@ from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
 from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes, attention_tiles
 from eggfuse.ir.ops.elementwise import broadcast_strides
 from eggfuse.ir.ops.matmul_kernel import (
+    DEEP_STORAGE,
     GEMV_MAX_ROWS,
     MATMUL_TILES,
+    MATMUL_TILES_DEEP,
     MATMUL_WG,
     WORKGROUP_STORAGE,
     MatmulTile,
@@ -296,11 +298,13 @@ def test_gemv_columns_follow_m_k_and_n():
 
 
 def test_matmul_tiles_fit_the_default_limits():
-    for t in MATMUL_TILES:
+    for t in MATMUL_TILES + MATMUL_TILES_DEEP:
+        deep = t in MATMUL_TILES_DEEP
         assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == MATMUL_WG and t.bk % (4 * t.ksplit) == 0
         slices = 2 * t.bk * (t.bm + t.bn)  # floats in workgroup memory
-        assert 4 * slices <= WORKGROUP_STORAGE
-        assert t.bm * t.bk // 4 <= MATMUL_WG and t.bn * t.bk // 4 <= MATMUL_WG  # one quad per invocation
+        assert 4 * slices == t.storage <= (DEEP_STORAGE if deep else WORKGROUP_STORAGE)
+        assert t.loads == ((2, 2) if t.bm == t.bn else (2, 1) if t.bm > t.bn else (1, 2)) if deep else (1, 1)
+        assert MATMUL_WG % (t.bk // 4) == 0  # every load of an invocation is of the same tile row (RmsNorm sums)
         assert (t.ksplit - 1) * MATMUL_WG * t.tm * t.tn // t.ksplit <= slices  # split-K sums parked
         assert t.bm * t.bk // 4 + 2 * t.bm <= slices  # RmsNorm partial sums, row sums and row scales
 
@@ -331,7 +335,7 @@ def test_matmul_template_rms_norm_prologue():
     assert "@binding(1) var<storage, read> w_norm" in src and "@binding(2) var<storage, read> b" in src
     assert "@binding(3) var<storage, read> e0" in src and "@binding(4) var<storage, read> e1" in src
     assert "@binding(5) var<storage, read_write> out" in src and "@binding(6) var<uniform> p" in src
-    assert src.count("fn stage_a") == 1 and "ss = ss + dot(v, v)" in src
+    assert src.count("fn stage_a") == 1 and "ss[r] = ss[r] + dot(v, v)" in src
     gemv = matmul_source("BT", (), rms_norm=True, tile=matmul_tile(2, 576, 576, "BT"))
     assert gemv.count("fn stage_x") == 1 and "const ROW_STAT: bool = true" in gemv
     assert "@binding(2) var<storage, read> b" in gemv
