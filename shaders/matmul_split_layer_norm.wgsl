@@ -7,11 +7,17 @@
 // C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS partial sums
 // from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself):
 // out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
-// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). One workgroup
-// per row; each pass recomputes C[i, j] from the partial sums. EPILOGUE is the product's chain,
-// reading the operands e0, e1, ... as the tiled kernel does.
+// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). EPILOGUE is the
+// product's chain, reading the operands e0, e1, ... as the tiled kernel does.
+//
+// One workgroup per row, invocation li owning its columns li, li + 256, ...: with VALUES > 0 (at
+// most VALUES columns an invocation) each computes its C[i, j] once and keeps them in registers
+// for both passes and the output; with VALUES 0 (rows too long for that) each pass computes them
+// again from the partial sums. The row sums are reduce.wgsl's (its subgroup form where usable).
 
 const SPLITS: u32 = {{SPLITS}}u;
+const VALUES: u32 = {{VALUES}}u;
+const HELD: u32 = max(VALUES, 1u);  // the register array's length
 
 fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     var v = acc;
@@ -35,18 +41,49 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= p.m) {
         return;
     }
+    var held: array<f32, HELD>;
     var s = 0.0;
-    for (var j = li; j < p.n; j = j + RED) {
-        s = s + value(i, j);
+    if (VALUES > 0u) {
+        for (var t = 0u; t < VALUES; t = t + 1u) {
+            let j = li + t * RED;
+            var v = 0.0;
+            if (j < p.n) {
+                v = value(i, j);
+            }
+            held[t] = v;
+            s = s + v;
+        }
+    } else {
+        for (var j = li; j < p.n; j = j + RED) {
+            s = s + value(i, j);
+        }
     }
     let mean = workgroup_sum(li, s) / f32(p.n);
     var q = 0.0;
-    for (var j = li; j < p.n; j = j + RED) {
-        let d = value(i, j) - mean;
-        q = q + d * d;
+    if (VALUES > 0u) {
+        for (var t = 0u; t < VALUES; t = t + 1u) {
+            if (li + t * RED < p.n) {
+                let d = held[t] - mean;
+                q = q + d * d;
+            }
+        }
+    } else {
+        for (var j = li; j < p.n; j = j + RED) {
+            let d = value(i, j) - mean;
+            q = q + d * d;
+        }
     }
     let rstd = 1.0 / sqrt(workgroup_sum(li, q) / f32(p.n) + p.eps);
-    for (var j = li; j < p.n; j = j + RED) {
-        out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + beta[j];
+    if (VALUES > 0u) {
+        for (var t = 0u; t < VALUES; t = t + 1u) {
+            let j = li + t * RED;
+            if (j < p.n) {
+                out[i * p.n + j] = (held[t] - mean) * rstd * gamma[j] + beta[j];
+            }
+        }
+    } else {
+        for (var j = li; j < p.n; j = j + RED) {
+            out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + beta[j];
+        }
     }
 }

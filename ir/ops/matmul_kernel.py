@@ -615,6 +615,23 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                                   lines, fixed)]
 
 
+#: Most columns of a row one invocation of matmul_split_layer_norm.wgsl keeps in registers.
+LAYER_NORM_HELD = 16
+
+
+def layer_norm_values(n: int) -> int:
+    """Columns of a row of ``n`` each of the 256 invocations of the LayerNorm final stage
+    (matmul_split_layer_norm.wgsl, one workgroup a row) keeps in registers: ceil(n / 256), or 0
+    (each pass computes them again) where that is above LAYER_NORM_HELD.
+
+    On the H200 (``bench/ablation.py``, MiniLM's 12 LayerNorm stages, N = 384,
+    bench/results/layer_norm_h200/) a stage took 10.1 us with its values held against 11.3 us
+    computing them in each of the three passes (the previous session's run), and 12.6 us with 64
+    invocations a row, 4 rows a workgroup and the row sums as trees in workgroup memory (not kept)."""
+    values = math.ceil(n / MATMUL_WG)
+    return values if values <= LAYER_NORM_HELD else 0
+
+
 def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int, n: int, eps: float, norm_eps: float,
                  epilogue: tuple, operands: list, lines: list[str], fixed: int) -> Kernel:
     # The second dispatch of a two-stage product, reading the first's scratch buffer: the splits'
@@ -631,7 +648,7 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
                       bindings=(Buffer("part"), Buffer("gamma"), Buffer("beta"), *operands, Buffer("out", write=True)),
                       inputs=(SCRATCH, fixed, fixed + 1, *range(fixed + 2, fixed + 2 + len(operands))),
-                      slots=dict(SPLITS=splits, EPILOGUE="\n".join(lines)))
+                      slots=dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=layer_norm_values(n)))
     if final not in (None, "swiglu"):
         raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm' or None")
     gated = final == "swiglu"

@@ -57,6 +57,8 @@ ROWS = [
     _layer_norm("", 70, 33, 300, ("bias", "Gelu")),
     _layer_norm("AT", 9, 20, 6, ()),
     _layer_norm("", 2, 40, 30, ("Relu",)),  # GEMV first stage, B stored [K, N]
+    _layer_norm("BT", 9, 24, 257, ("add",)),  # 2 columns an invocation in registers, the second only for one
+    _layer_norm("BT", 5, 20, 4500, ("bias",)),  # rows too long for registers: each pass computes them again
     _swiglu(False, "AT", 2, 9, 5, ("bias",)),  # GEMV first stage, A stored [K, M]
     _swiglu(False, "BT", 3, 64, 20),
     _swiglu(False, "", 40, 300, 33, ("bias", "add")),
