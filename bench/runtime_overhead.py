@@ -8,7 +8,11 @@ Measures in one run on the current adapter, for each plan:
 - run host time: ``Session.run(inputs, read=())`` until it returns, per dispatch (issue 7's
   target is <= 2 us), with the run's command buffer pre-recorded while the previous run
   executed (the default) and recorded inside ``run`` (``prerecord=False``);
-- run: wall time of ``Session.run`` (write inputs, submit, wait, read back);
+- run: wall time of ``Session.run`` (write inputs, submit, wait, read back), against the
+  peer ``run(read=())`` followed by wgpu-py's ``queue.read_buffer`` of each output
+  (``run_read_buffer_peer_ms``);
+- wait: ``Session.wait`` on an idle device (``wait_idle_us``) against a 4-byte
+  ``queue.read_buffer`` (``read_buffer_4_bytes_idle_us``), wgpu-py's public way to wait;
 - GPU: the plan's summed GPU time from timestamp queries (when the device has them).
 
 Plans: ``chain``, ``--dispatches`` tiny dependent elementwise kernels (GPU work negligible),
@@ -105,6 +109,14 @@ def measure(name: str, graph: Graph, inputs: dict, params: dict, repeats: int, d
         s.run(inputs)
         runs.append(time.perf_counter() - t)
     row["run_ms"] = statistics.median(runs) * 1e3
+    # the peer of run()'s read-back: run(read=()), then wgpu-py's queue.read_buffer of each output
+    out = [(s._buffers[i], s._offsets[i], s.plan.buffers[i].size_bytes) for i in s.plan.outputs]
+    row["run_read_buffer_peer_ms"] = _median_ms(lambda: [s.run(inputs, read=()),
+                                                         *(device.queue.read_buffer(*o) for o in out)], repeats)
+    s.wait()
+    row["wait_idle_us"] = _median_ms(s.wait, repeats) * 1e3  # nothing in flight
+    b, offset, _ = out[0]
+    row["read_buffer_4_bytes_idle_us"] = _median_ms(lambda: device.queue.read_buffer(b, offset, 4), repeats) * 1e3
     if "timestamp-query" in device.features:
         row["gpu_ms_one_pass_per_dispatch"] = profile(s, inputs, repeats=3).gpu_ms
     peer, rec = row["wgpu_py_record_us_per_dispatch"], row["record_us_per_dispatch"]
@@ -116,8 +128,21 @@ def measure(name: str, graph: Graph, inputs: dict, params: dict, repeats: int, d
           f"target <= 2 us")
     gpu = row.get("gpu_ms_one_pass_per_dispatch")
     print(f"  Session.run: {row['run_ms']:.2f} ms (waiting and read-back included)"
-          + (f"; GPU time {gpu:.2f} ms summed over dispatches" if gpu is not None else ""))
+          + (f"; GPU time {gpu:.2f} ms summed over dispatches" if gpu is not None else "")
+          + f"; run(read=()) then wgpu-py's queue.read_buffer of the outputs (peer): "
+            f"{row['run_read_buffer_peer_ms']:.2f} ms")
+    print(f"  Session.wait on an idle device: {row['wait_idle_us']:.1f} us; a 4-byte queue.read_buffer "
+          f"(peer): {row['read_buffer_4_bytes_idle_us']:.1f} us")
     return row
+
+
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
 
 
 #: The bars of the plot: JSON key and legend label.

@@ -329,11 +329,16 @@ class Session:
             self.device.queue.submit(self._record_plan())
 
     def wait(self) -> None:
-        """Block until the device has finished the submitted work (a 4-byte read-back: wgpu-py
-        0.32's ``on_submitted_work_done`` does not work with its wgpu-native)."""
+        """Block until the device has finished the submitted work: wgpu-native's
+        ``wgpuDevicePoll`` with wait (wgpu-py 0.32's ``on_submitted_work_done`` does not work with
+        its wgpu-native), or without wgpu-native's C API a 4-byte read-back. On an idle H200 the poll
+        took 5.1-5.4 us, the read-back 312-628 us (``bench/runtime_overhead.py``,
+        bench/results/runtime_overhead_h200_run4.json; 2.4-5.0 and 117-227 us in three other runs
+        of this session)."""
         with device_errors("waiting for the device"):
-            index = self.plan.outputs[0]
-            self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
+            if not _poll_until_idle(self.device):
+                index = self.plan.outputs[0]
+                self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
 
     def _take_recorded(self) -> tuple[list[wgpu.GPUCommandBuffer], object]:
         # This run's command buffer (and its handles, see _record_for_run): the one recorded in
@@ -490,6 +495,16 @@ class Session:
 
 #: The compiled staging's element kinds (runtime/_record.c): booleans are staged in Python.
 _STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
+
+
+def _poll_until_idle(device: wgpu.GPUDevice) -> bool:
+    # Block until the device has run every submitted command buffer and fired the callbacks of
+    # finished maps (wgpuDevicePoll with wait, on this thread); False without wgpu-native's C API.
+    internal = getattr(device, "_internal", None)
+    if _libf is None or internal is None:
+        return False
+    _libf.wgpuDevicePoll(internal, True, _ffi.NULL)
+    return True
 
 
 def _host_array(raw, ty) -> np.ndarray:
