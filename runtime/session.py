@@ -333,8 +333,7 @@ class Session:
         ``wgpuDevicePoll`` with wait (wgpu-py 0.32's ``on_submitted_work_done`` does not work with
         its wgpu-native), or without wgpu-native's C API a 4-byte read-back. On an idle H200 the poll
         took 5.1-5.4 us, the read-back 312-628 us (``bench/runtime_overhead.py``,
-        bench/results/runtime_overhead_h200_run4.json; 2.4-5.0 and 117-227 us in three other runs
-        of this session)."""
+        bench/results/runtime_overhead_h200_run4.json)."""
         with device_errors("waiting for the device"):
             if not _poll_until_idle(self.device):
                 index = self.plan.outputs[0]

@@ -13,11 +13,12 @@
 // FMA per row and column group. K is walked in slices of BK: A's slice is staged
 // transposed ([BK][BM], so the inner loop reads 4 rows of A as one vec4) and B's as is
 // ([BK][BN]), in two buffers: while the workgroup computes on one, each invocation holds
-// its quads (4 consecutive stored elements; quads li, li + 256, ... of a slice: A_LOADS of
-// A and B_LOADS of B) of the next slice in registers, stores them into the other buffer
-// after the inner product, and a single barrier per slice separates the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each
-// slice; small tiles (KSPLIT 2 or 4) thus keep 256 invocations busy, and their groups'
-// sums are added in workgroup memory at the end (REDUCE_SPLIT).
+// its quads (4 consecutive stored elements; quads li, li + 256, ... of a slice, as many as
+// MatmulTile.loads in ir/ops/matmul_kernel.py) of the next slice in registers, stores them
+// into the other buffer after the inner product, and a single barrier per slice separates
+// the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
+// (KSPLIT 2 or 4) thus keep 256 invocations busy, and their groups' sums are added in
+// workgroup memory at the end (REDUCE_SPLIT).
 //
 // Template slots (filled by ir/ops/matmul_kernel.py): BM, BN, BK, TM, TN the tile; the
 // bindings a and b hold vec4<f32> when the operand's stored rows are a multiple of 4 long,
@@ -28,11 +29,12 @@
 // whose A is stored [K,M]) and B_ALONG_K (true for 'BT', whose B is stored [N,K]) say
 // along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
 // REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
-// each result. PROLOGUE defines the hooks stage_a (the quad staged for 4 elements of
-// a row of A at column k, the invocation's load r of the slice), LOAD_FIRST, LOAD_NEXT and
-// STORE_NEXT the unrolled loads and stores of each invocation's quads (next_a0, next_b0, ...), finish_rows (called once after the K loop, in uniform control
-// flow), row_scale (a factor per tile row applied before the epilogue) and write_row_sums
-// (SPLITS > 1: what the reduction needs to compute row_scale):
+// each result; LOAD_FIRST, LOAD_NEXT and STORE_NEXT are the unrolled loads and stores of each
+// invocation's quads (next_a0, next_b0, ...). PROLOGUE defines the hooks stage_a (the quad
+// staged for 4 elements of a row of A at column k, from the invocation's load r of the
+// slice), finish_rows (called once after the K loop, in uniform control flow), row_scale
+// (a factor per tile row applied before the epilogue) and write_row_sums (SPLITS > 1: what
+// the reduction needs to compute row_scale):
 // matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
 //
 // SPLITS > 1 (split-K across workgroups, for products of few tiles): workgroup w computes
@@ -58,7 +60,6 @@ const KQ: u32 = BK / 4u;              // quads in BK elements of a row
 const A_QUADS: u32 = BM * BK / 4u;    // quads in a slice of A
 const B_QUADS: u32 = BN * BK / 4u;
 const A_LOADS: u32 = (A_QUADS + 255u) / 256u;  // quads of a slice of A each invocation loads
-const B_LOADS: u32 = (B_QUADS + 255u) / 256u;
 const A_SIZE: u32 = BK * BM4;         // vec4 per A buffer
 const B_SIZE: u32 = BK * BN4;
 const B_START: u32 = 2u * A_SIZE;     // the B buffers follow the two A buffers

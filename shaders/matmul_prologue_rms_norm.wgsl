@@ -3,8 +3,8 @@
 // x[i, k..k+3] * w_norm[k..k+3]; the store multiplies row i by 1 / sqrt(mean_k x[i, k]^2 + eps),
 // which commutes with the product. The sums of squares come for free from the A loads:
 // load r of invocation li reads quads of tile row (li + 256 r) / KQ only (at columns
-// (li + 256 r) % KQ * 4 of every K slice; KQ divides 256), so it sums x^2 of that row in
-// ss[r]; finish_rows adds the KQ partial sums of each row in workgroup memory.
+// (li + 256 r) % KQ * 4 of every K slice), so it sums x^2 of that row in ss[r]; finish_rows
+// adds the KQ partial sums of each row in workgroup memory.
 
 var<private> ss: array<f32, A_LOADS>;  // ss[r]: partial sum of x^2 of tile row (li + 256 r) / KQ
 

@@ -31,7 +31,7 @@ from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import Attr, need, need_f32, no_grad, op
 from ..types import TensorType
 from .linalg import gemm_params
-from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for
+from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for, workgroup_storage
 
 FAMILY = "conv"
 
@@ -156,7 +156,7 @@ def conv_uses_gemm(node) -> bool:
     return node.type.shape[1] // g >= GEMM_MIN_CHANNELS
 
 
-def _pointwise_matmul(node, ins, epilogue: tuple[str, ...], operands: int) -> Kernel | None:
+def _pointwise_matmul(node, ins, epilogue: tuple[str, ...], operands: int, target) -> Kernel | None:
     """The matmul family's tiled kernel for a 1x1 Conv of one image and one group (stride 1, no
     padding): out [M, H W] = W [M, C] @ X [C, H W], ``epilogue`` (WGSL lines of :func:`conv_kernel`
     over ``v``, the channel ``{ch}`` and the output index ``{at}``) applied at the store (the
@@ -168,7 +168,8 @@ def _pointwise_matmul(node, ins, epilogue: tuple[str, ...], operands: int) -> Ke
     if (node.op == "ConvTranspose" or x.shape[0] != 1 or a["group"] != 1 or math.prod(w.shape[2:]) != 1
             or any(a["pads"]) or set(a["strides"]) - {1} or m <= GEMV_MAX_ROWS):
         return None
-    k = matmul_kernel_for("", ("bias",) * operands, m, c, spatial, splits=1)  # binds e0 .. e{operands - 1}
+    k = matmul_kernel_for("", ("bias",) * operands, m, c, spatial, splits=1,  # binds e0 .. e{operands - 1}
+                          workgroup_storage=workgroup_storage(target))
     slots = dict(k.slots)
     if operands:
         slots["EPILOGUE"] = "\n".join(line.format(ch="i", at="i * p.n + j") for line in epilogue)
@@ -194,18 +195,18 @@ def _pad3(values, fill: int) -> list[int]:
 
 def _conv_kernel(node, ins, target) -> Kernel:
     if len(ins) > 2:  # the bias, per output channel
-        return conv_kernel(node, ins, ("    v = v + e0[{ch}];  // the bias",))
-    return conv_kernel(node, ins, ())
+        return conv_kernel(node, ins, ("    v = v + e0[{ch}];  // the bias",), target)
+    return conv_kernel(node, ins, (), target)
 
 
-def conv_kernel(node, ins, epilogue: tuple[str, ...]) -> Kernel:
+def conv_kernel(node, ins, epilogue: tuple[str, ...], target) -> Kernel:
     """The kernel of a Conv / ConvTranspose node or of a fused convolution (``conv_fused.py``):
     inputs ``[x, w, *operands]``, the operands bound as e0, e1, ...; ``epilogue`` the WGSL lines
     applied to each output value ``v`` at the store, with ``{ch}`` for its output channel and
     ``{at}`` for its index into the output (so an operand of the output's shape reads
-    ``e<k>[{at}]``)."""
+    ``e<k>[{at}]``); ``target`` the lowering target (its workgroup memory bounds a 1x1 Conv's tile)."""
     operands = len(ins) - 2
-    if (mm := _pointwise_matmul(node, ins, epilogue, operands)) is not None:
+    if (mm := _pointwise_matmul(node, ins, epilogue, operands, target)) is not None:
         return mm
     transposed = node.op == "ConvTranspose"
     x, w = ins[0], ins[1]

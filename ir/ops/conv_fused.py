@@ -121,13 +121,13 @@ def _chain_wgsl(epilogue, first: int, out: TensorType, operands: list[TensorType
 
 
 def _fused_conv_kernel(node, ins, target):
-    return conv_kernel(node, ins, tuple(_chain_wgsl(node.attrs["epilogue"], 0, node.type, ins[2:])))
+    return conv_kernel(node, ins, tuple(_chain_wgsl(node.attrs["epilogue"], 0, node.type, ins[2:])), target)
 
 
 def _fused_conv_bn_kernel(node, ins, target):
     eps = wgsl_literal(node.attrs["epsilon"], DType.F32)
     bn = f"    v = (v - e2[{{ch}}]) / sqrt(e3[{{ch}}] + {eps}) * e0[{{ch}}] + e1[{{ch}}];  // the batch norm"
-    return conv_kernel(node, ins, (bn, *_chain_wgsl(node.attrs["epilogue"], 4, node.type, ins[6:])))
+    return conv_kernel(node, ins, (bn, *_chain_wgsl(node.attrs["epilogue"], 4, node.type, ins[6:])), target)
 
 
 def _chain_flops(ins, out, a):

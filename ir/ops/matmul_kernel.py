@@ -62,9 +62,9 @@ class MatmulTile:
     (bm/tm) x (bn/tn), each invocation owning a tm x tn micro-tile (tm, tn = 8 for a side
     of 128, else 4); group g computes K slice elements [g, g+1) * bk/ksplit, and the
     groups' sums are added at the end (split-K inside the workgroup, for small tiles).
-    bk * (bm + bn) * 2 buffers * 4 bytes fits WORKGROUP_STORAGE and each invocation loads
-    at most one quad of each operand per slice. GEMV (``gemv`` True): bm is M (1..4), bn
-    the output columns per workgroup, bk unused (0).
+    bk * (bm + bn) * 2 buffers * 4 bytes (``storage``) fits WORKGROUP_STORAGE (MATMUL_TILES) or
+    DEEP_STORAGE (MATMUL_TILES_DEEP); each invocation loads ``loads`` quads of A and of B per
+    slice. GEMV (``gemv`` True): bm is M (1..4), bn the output columns per workgroup, bk unused (0).
     """
 
     bm: int
@@ -111,11 +111,12 @@ _TILE_BY_SIDES = {(t.bm, t.bn): t for t in MATMUL_TILES}
 DEEP_STORAGE = 32768
 #: The tiles of MATMUL_TILES with K slices twice as deep (the deepest power of two whose slices
 #: fit DEEP_STORAGE): half the slices, so half the barriers and rounds of global loads over a K
-#: range, each invocation loading two quads of each operand per slice. Only through
+#: range, each invocation loading up to two quads of each operand per slice (``loads``). Only through
 #: :func:`matmul_choice`, on devices with the workgroup memory (``bench/matmul.py --sweep`` times
-#: them): on the H200 they were slower than MATMUL_TILES of the same sides as the heuristic's
-#: pick, MiniLM 8 x 128 2.06 ms against 1.64 and SmolLM2's prefill 4.76 against 3.95
-#: (bench/results/matmul_deep_h200/), so :func:`matmul_tile` never takes them.
+#: them): on the H200, with a heuristic that took the deep tile of the sides it picks, whole plans
+#: were slower than with MATMUL_TILES, MiniLM 8 x 128 2.06 ms against 1.64 and SmolLM2's prefill
+#: 4.76 against 3.95 (bench/results/matmul_deep_h200/, ``bench/models.py`` in back-to-back runs),
+#: so :func:`matmul_tile` never takes them.
 MATMUL_TILES_DEEP = tuple(MatmulTile(t.bm, t.bn, t.bk * 2 ** int(math.log2(DEEP_STORAGE // t.storage)))
                           for t in MATMUL_TILES)
 
@@ -624,10 +625,12 @@ def layer_norm_values(n: int) -> int:
     (matmul_split_layer_norm.wgsl, one workgroup a row) keeps in registers: ceil(n / 256), or 0
     (each pass computes them again) where that is above LAYER_NORM_HELD.
 
-    On the H200 (``bench/ablation.py``, MiniLM's 12 LayerNorm stages, N = 384,
-    bench/results/layer_norm_h200/) a stage took 10.1 us with its values held against 11.3 us
-    computing them in each of the three passes (the previous session's run), and 12.6 us with 64
-    invocations a row, 4 rows a workgroup and the row sums as trees in workgroup memory (not kept)."""
+    On the H200 (``bench/ablation.py``, MiniLM's 12 LayerNorm stages, N = 384) a stage took
+    10.1 us with its values held (bench/results/layer_norm_h200/ablation_minilm_registers.json)
+    against 11.3 us computing them in each of the three passes
+    (bench/results/ablation_h200_prefill_minilm.json, an earlier run), and 12.6 us with 64
+    invocations a row, 4 rows a workgroup and the row sums as trees in workgroup memory
+    (ablation_minilm_64_lanes_a_row.json, not kept)."""
     values = math.ceil(n / MATMUL_WG)
     return values if values <= LAYER_NORM_HELD else 0
 

@@ -22,6 +22,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     WORKGROUP_STORAGE,
     MatmulTile,
     gemv_bt_cols,
+    layer_norm_values,
     matmul_choice,
     matmul_kernel_for,
     matmul_splits,
@@ -297,16 +298,22 @@ def test_gemv_columns_follow_m_k_and_n():
         matmul_kernel_for("BT", (), 1, 576, 1536, tile=MatmulTile(1, 128, 0, gemv=True))
 
 
-def test_matmul_tiles_fit_the_default_limits():
+def test_matmul_tiles_fit_their_workgroup_memory():
     for t in MATMUL_TILES + MATMUL_TILES_DEEP:
         deep = t in MATMUL_TILES_DEEP
         assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == MATMUL_WG and t.bk % (4 * t.ksplit) == 0
         slices = 2 * t.bk * (t.bm + t.bn)  # floats in workgroup memory
         assert 4 * slices == t.storage <= (DEEP_STORAGE if deep else WORKGROUP_STORAGE)
-        assert t.loads == ((2, 2) if t.bm == t.bn else (2, 1) if t.bm > t.bn else (1, 2)) if deep else (1, 1)
-        assert MATMUL_WG % (t.bk // 4) == 0  # every load of an invocation is of the same tile row (RmsNorm sums)
+        square_first = (2, 2) if t.bm == t.bn else (2, 1) if t.bm > t.bn else (1, 2)
+        assert t.loads == (square_first if deep else (1, 1)), t
+        for side in (t.bm, t.bn):  # every load is of whole quads: no invocation's load is partial
+            assert side * t.bk // 4 % MATMUL_WG == 0 or side * t.bk // 4 < MATMUL_WG, t
         assert (t.ksplit - 1) * MATMUL_WG * t.tm * t.tn // t.ksplit <= slices  # split-K sums parked
         assert t.bm * t.bk // 4 + 2 * t.bm <= slices  # RmsNorm partial sums, row sums and row scales
+
+
+def test_layer_norm_final_stage_holds_up_to_16_values_an_invocation():
+    assert [layer_norm_values(n) for n in (1, 256, 257, 384, 4096, 4097)] == [1, 1, 2, 2, 16, 0]
 
 
 def test_matmul_vec4_follows_the_stored_row_length():
