@@ -91,7 +91,7 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
     """Ours at every (tile, splits) for the (M, K, N) of ``todo`` (MatMulBT), rows written to
     ``out`` as they come."""
     rows = []
-    storage = _storage(device)
+    storage = int(device.limits["max-compute-workgroup-storage-size"])  # what a forced tile may take
     for m, k, n in todo:
         if True:
             pick = matmul_tile(m, k, n, "BT")
@@ -120,11 +120,6 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                   f"({chosen['ours_us'] / best['ours_us']:.2f}x)", flush=True)
             out.write_text(json.dumps(rows, indent=1))
     return rows
-
-
-def _storage(device) -> int:
-    # the workgroup memory a forced tile may take (maxComputeWorkgroupStorageSize)
-    return int(device.limits["max-compute-workgroup-storage-size"])
 
 
 def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:

@@ -103,12 +103,7 @@ def measure(name: str, graph: Graph, inputs: dict, params: dict, repeats: int, d
     row["run_host_us_per_dispatch_prerecorded"] = median_us_per_dispatch(lambda: s.run(inputs, read=()), s, repeats)
     row["run_host_us_per_dispatch_recorded_in_run"] = median_us_per_dispatch(
         lambda: s_sync.run(inputs, read=()), s_sync, repeats)
-    runs = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        s.run(inputs)
-        runs.append(time.perf_counter() - t)
-    row["run_ms"] = statistics.median(runs) * 1e3
+    row["run_ms"] = _median_ms(lambda: s.run(inputs), repeats)
     # the peer of run()'s read-back: run(read=()), then wgpu-py's queue.read_buffer of each output
     out = [(s._buffers[i], s._offsets[i], s.plan.buffers[i].size_bytes) for i in s.plan.outputs]
     row["run_read_buffer_peer_ms"] = _median_ms(lambda: [s.run(inputs, read=()),
