@@ -8,7 +8,11 @@ invocation), BK 16, 32 or 64; the row marked ``default`` is the shape the loweri
 
 - ``smollm2_prefill``: CausalAttentionRoPE, 128 rows, 9 query and 3 key/value heads of 64 (RoPE
   applied inside our kernel; the peer gets q and k already rotated, so it does less);
-- ``minilm``: FullAttention with a key mask, batch 8 x 128 rows, 12 heads of 32.
+- ``minilm``: FullAttention with a key mask, batch 8 x 128 rows, 12 heads of 32;
+- ``smollm2_decode``: CachedAttentionRoPE of one query row at position 128 over a cache of 512 rows
+  (129 keys seen), 9 query and 3 key/value heads of 64, for each workgroup size of
+  attention_cached.wgsl (``ir.ops.kv_cache.CACHED_ATTENTION_WG`` replaced for the lowering); the
+  peer attends the same 129 keys with q already rotated.
 
 Timing: ours, N back-to-back dispatches in one compute pass between GPU timestamps; the peer
 (``torch.nn.functional.scaled_dot_product_attention``, fp32, [B, H, S, D], ``is_causal`` /
@@ -30,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eggfuse.ir import Graph, evaluate
-from eggfuse.ir.ops import attention
+from eggfuse.ir import DType, Graph, evaluate
+from eggfuse.ir.ops import attention, kv_cache
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session, get_device
 
@@ -41,6 +45,8 @@ import gpu_timing  # noqa: E402
 #: name -> (op, batch, seq, heads, kv heads, head size)
 SHAPES = {"smollm2_prefill": ("CausalAttentionRoPE", 1, 128, 9, 3, 64),
           "minilm": ("FullAttention", 8, 128, 12, 12, 32)}
+#: the decode step: (heads, kv heads, head size, position, cache rows)
+DECODE = (9, 3, 64, 128, 512)
 
 
 def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int) -> tuple[Graph, dict]:
@@ -58,6 +64,75 @@ def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int) -> tuple[G
         out = g.full_attention(q, k, v, nh, nkv, hd, batch=batch, key_mask=mask)
     g.set_outputs([out])
     return g, feeds
+
+
+def _decode_graph(nh: int, nkv: int, hd: int, pos: int, rows: int) -> tuple[Graph, dict, dict]:
+    g = Graph()
+    q, p = g.input("q", [1, nh * hd]), g.input("pos", [1], DType.U32)
+    k, v = g.state("k_cache", [rows, nkv * hd]), g.state("v_cache", [rows, nkv * hd])
+    g.set_outputs([g.add_node("CachedAttentionRoPE", (q, k, v, p), num_heads=nh, num_kv_heads=nkv, head_dim=hd,
+                              theta=100000.0)])
+    rng = np.random.default_rng(0)
+    feeds = {"q": rng.standard_normal((1, nh * hd), dtype=np.float32), "pos": np.array([pos], np.uint32)}
+    caches = {n: rng.standard_normal((rows, nkv * hd), dtype=np.float32) for n in ("k_cache", "v_cache")}
+    return g, feeds, caches
+
+
+def _decode_session(g: Graph, caches: dict, device, wg: int) -> Session:
+    real = kv_cache.CACHED_ATTENTION_WG
+    kv_cache.CACHED_ATTENTION_WG = wg
+    try:
+        plan = lower_for(g, device)
+    finally:
+        kv_cache.CACHED_ATTENTION_WG = real
+    return Session(plan, caches, device=device)
+
+
+def time_decode_peer(torch, nh: int, nkv: int, hd: int, pos: int, feeds: dict, caches: dict, calls: int,
+                     samples: int) -> list[float]:
+    f = torch.nn.functional.scaled_dot_product_attention
+    dev = torch.device("cuda")
+    q = torch.from_numpy(feeds["q"]).to(dev).view(1, 1, nh, hd).transpose(1, 2).contiguous()
+    k, v = (torch.from_numpy(caches[n][:pos + 1]).to(dev).view(1, pos + 1, nkv, hd).transpose(1, 2).contiguous()
+            for n in ("k_cache", "v_cache"))
+    out = torch.empty_like(q)
+
+    def step():
+        out.copy_(f(q, k, v, enable_gqa=True))
+
+    return gpu_timing.cuda_graph_per_call(torch, step, calls, samples)
+
+
+def _decode_rows(device, torch, calls: int, samples: int) -> list[dict]:
+    nh, nkv, hd, pos, cache_rows = DECODE
+    g, feeds, caches = _decode_graph(nh, nkv, hd, pos, cache_rows)
+    (want,) = evaluate(g, feeds, caches)
+    peer = None
+    if torch is not None:
+        peer = gpu_timing.median_p90(time_decode_peer(torch, nh, nkv, hd, pos, feeds, caches, calls, samples))
+    rows = []
+    for wg in (256, 128, 64):
+        session = _decode_session(g, caches, device, wg)
+        (got,) = session.run(feeds)
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        med, p90 = gpu_timing.median_p90(time_ours(session, calls, samples))
+        row = {"shape": "smollm2_decode", "op": "CachedAttentionRoPE", "wg": wg, "bq": 1, "bk": wg,
+               "default": wg == kv_cache.CACHED_ATTENTION_WG, "workgroups": nh, "ours_us": med * 1e6,
+               "ours_p90_us": p90 * 1e6, "max_err": err,
+               "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
+               "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
+               "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
+        rows.append(row)
+        _print_row(row)
+    return rows
+
+
+def _print_row(row: dict) -> None:
+    print(f"{row['shape']:16s} WG {row['wg']:3d} BQ {row['bq']:3d} BK {row['bk']:3d} "
+          f"{'default' if row['default'] else '       '} wg {row['workgroups']:4d}  err {row['max_err']:.1e}  "
+          f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
+          + (f"peer (sdpa, cuda-graph replay, fp32) {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}"
+             if row["peer_us"] else row["peer"]), flush=True)
 
 
 def _session(g: Graph, feeds: dict, device, tiles: attention.AttentionTiles | None) -> Session:
@@ -145,11 +220,8 @@ def main() -> None:
                    "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
                    "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
             rows.append(row)
-            print(f"{name:16s} WG {wg:3d} BQ {bq:3d} BK {bk:3d} {'default' if row['default'] else '       '} "
-                  f"wg {row['workgroups']:4d}  err {err:.1e}  "
-                  f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
-                  + (f"peer (sdpa, cuda-graph replay, fp32) {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}"
-                     if peer else row["peer"]), flush=True)
+            _print_row(row)
+    rows += _decode_rows(device, torch, args.calls, args.repeats)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
 
