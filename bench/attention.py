@@ -31,6 +31,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -79,28 +80,18 @@ def _decode_graph(nh: int, nkv: int, hd: int, pos: int, rows: int) -> tuple[Grap
 
 
 def _decode_session(g: Graph, caches: dict, device, wg: int) -> Session:
-    real = kv_cache.CACHED_ATTENTION_WG
-    kv_cache.CACHED_ATTENTION_WG = wg
-    try:
+    with mock.patch.object(kv_cache, "CACHED_ATTENTION_WG", wg):
         plan = lower_for(g, device)
-    finally:
-        kv_cache.CACHED_ATTENTION_WG = real
     return Session(plan, caches, device=device)
 
 
 def time_decode_peer(torch, nh: int, nkv: int, hd: int, pos: int, feeds: dict, caches: dict, calls: int,
                      samples: int) -> list[float]:
-    f = torch.nn.functional.scaled_dot_product_attention
     dev = torch.device("cuda")
     q = torch.from_numpy(feeds["q"]).to(dev).view(1, 1, nh, hd).transpose(1, 2).contiguous()
     k, v = (torch.from_numpy(caches[n][:pos + 1]).to(dev).view(1, pos + 1, nkv, hd).transpose(1, 2).contiguous()
             for n in ("k_cache", "v_cache"))
-    out = torch.empty_like(q)
-
-    def step():
-        out.copy_(f(q, k, v, enable_gqa=True))
-
-    return gpu_timing.cuda_graph_per_call(torch, step, calls, samples)
+    return _sdpa_per_call(torch, q, k, v, None, False, calls, samples)
 
 
 def _decode_rows(device, torch, calls: int, samples: int) -> list[dict]:
@@ -116,15 +107,21 @@ def _decode_rows(device, torch, calls: int, samples: int) -> list[dict]:
         (got,) = session.run(feeds)
         err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
         med, p90 = gpu_timing.median_p90(time_ours(session, calls, samples))
-        row = {"shape": "smollm2_decode", "op": "CachedAttentionRoPE", "wg": wg, "bq": 1, "bk": wg,
-               "default": wg == kv_cache.CACHED_ATTENTION_WG, "workgroups": nh, "ours_us": med * 1e6,
-               "ours_p90_us": p90 * 1e6, "max_err": err,
-               "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
-               "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
-               "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
+        row = _row("smollm2_decode", "CachedAttentionRoPE", (wg, 1, wg), wg == kv_cache.CACHED_ATTENTION_WG, nh,
+                   (med, p90), err, peer)
         rows.append(row)
         _print_row(row)
     return rows
+
+
+def _row(shape: str, op: str, tiles, default: bool, workgroups: int, ours: tuple, err: float, peer) -> dict:
+    # one result row: ours and peer as (median, p90) seconds per call, peer None without CUDA
+    (wg, bq, bk), (med, p90) = tiles, ours
+    return {"shape": shape, "op": op, "wg": wg, "bq": bq, "bk": bk, "default": default, "workgroups": workgroups,
+            "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6, "max_err": err,
+            "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
+            "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
+            "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
 
 
 def _print_row(row: dict) -> None:
@@ -153,7 +150,6 @@ def time_ours(session: Session, calls: int, samples: int) -> list[float]:
 def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, feeds: dict, calls: int,
               samples: int) -> list[float]:
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as in every fp32 peer of the benchmarks
-    f = torch.nn.functional.scaled_dot_product_attention
     dev = torch.device("cuda")
 
     def heads(x, n):
@@ -163,10 +159,16 @@ def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, 
     mask = None
     if "mask" in feeds:
         mask = torch.from_numpy(feeds["mask"] > 0).to(dev).view(batch, 1, 1, seq)
+    return _sdpa_per_call(torch, q, k, v, mask, op != "FullAttention", calls, samples)
+
+
+def _sdpa_per_call(torch, q, k, v, mask, causal: bool, calls: int, samples: int) -> list[float]:
+    # q [B, H, S, D], k and v [B, KV, T, D] on the GPU: seconds per call, CUDA-graph replay
+    f = torch.nn.functional.scaled_dot_product_attention
     out = torch.empty_like(q)
 
     def step():
-        out.copy_(f(q, k, v, attn_mask=mask, is_causal=op != "FullAttention", enable_gqa=nh != nkv))
+        out.copy_(f(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]))
 
     return gpu_timing.cuda_graph_per_call(torch, step, calls, samples)
 
@@ -213,12 +215,7 @@ def main() -> None:
             (got,) = session.run(feeds)  # uploads, compiles, warms up
             err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
             med, p90 = gpu_timing.median_p90(time_ours(session, args.calls, args.repeats))
-            row = {"shape": name, "op": op, "wg": wg, "bq": bq, "bk": bk, "default": tiles == default,
-                   "workgroups": batch * nh * math.ceil(seq / bq), "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6,
-                   "max_err": err,
-                   "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
-                   "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
-                   "peer_us": peer[0] * 1e6 if peer else None, "ratio": med / peer[0] if peer else None}
+            row = _row(name, op, tiles, tiles == default, batch * nh * math.ceil(seq / bq), (med, p90), err, peer)
             rows.append(row)
             _print_row(row)
     rows += _decode_rows(device, torch, args.calls, args.repeats)
