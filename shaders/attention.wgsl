@@ -48,10 +48,13 @@ const KS: u32 = HD4 + 1u;  // vec4s from one K row of k_tile to the next (padded
 
 {{IO}}
 
-var<workgroup> q_tile: array<vec4<f32>, BQ * HD4>;
-var<workgroup> k_tile: array<vec4<f32>, BK * KS>;
-var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
-var<workgroup> s_tile: array<f32, BQ * BK>;  // weights of the tile
+// Tiles indexed [row][vec4 or key]: WGSL clamps every index into a workgroup array that is not a
+// constant, and this way the loops' indices are a row fixed for the loop and its counter, whose
+// clamps the driver's compiler shares among the accesses of an iteration.
+var<workgroup> q_tile: array<array<vec4<f32>, HD4>, BQ>;
+var<workgroup> k_tile: array<array<vec4<f32>, KS>, BK>;
+var<workgroup> v_tile: array<array<vec4<f32>, HD4>, BK>;
+var<workgroup> s_tile: array<array<f32, BK>, BQ>;  // weights of the tile
 var<workgroup> part: array<f32, BQ * TPR>;  // the lanes' partial maxima, then partial sums
 var<workgroup> row_m: array<f32, BQ>;
 var<workgroup> row_l: array<f32, BQ>;
@@ -83,7 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (qi < p.seq) {
             v = {{Q}}4((row0 + qi) * p.q_stride + h * HD, i % HD4);
         }
-        q_tile[i] = v;
+        q_tile[i / HD4][i % HD4] = v;
     }
     if (li < BQ) {
         row_m[li] = MAX_INIT;
@@ -110,8 +113,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 kv = {{K}}4(base + p.k_off, i % HD4);
                 vv = {{V}}4(base + p.v_off, i % HD4);
             }
-            k_tile[(i / HD4) * KS + i % HD4] = kv;
-            v_tile[i] = vv;
+            k_tile[i / HD4][i % HD4] = kv;
+            v_tile[i / HD4][i % HD4] = vv;
         }
         workgroupBarrier();
         prepare_k_tile(li, k0, nk);
@@ -150,7 +153,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (j < BK) {
                     let s = scores[i];
                     let w = select(0.0, exp(s - mt), s != MAX_INIT);  // a NaN score stays NaN
-                    s_tile[sr * BK + j] = w;
+                    s_tile[sr][j] = w;
                     lt = lt + w;
                 }
             }
@@ -177,11 +180,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var a2 = vec4<f32>();
             var a3 = vec4<f32>();
             for (var j = 0u; j < nk; j = j + 4u) {
-                let w = orow * BK + j;
-                a0 = a0 + s_tile[w] * v_tile[j * HD4 + col];
-                a1 = a1 + s_tile[w + 1u] * v_tile[(j + 1u) * HD4 + col];
-                a2 = a2 + s_tile[w + 2u] * v_tile[(j + 2u) * HD4 + col];
-                a3 = a3 + s_tile[w + 3u] * v_tile[(j + 3u) * HD4 + col];
+                a0 = a0 + s_tile[orow][j] * v_tile[j][col];
+                a1 = a1 + s_tile[orow][j + 1u] * v_tile[j + 1u][col];
+                a2 = a2 + s_tile[orow][j + 2u] * v_tile[j + 2u][col];
+                a3 = a3 + s_tile[orow][j + 3u] * v_tile[j + 3u][col];
             }
             acc = acc + ((a0 + a1) + (a2 + a3));
         }

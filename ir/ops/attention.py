@@ -267,8 +267,8 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
     kpt = math.ceil(bk / (wg // bq))
     lines = [f"            var d{i} = 0.0;" for i in range(kpt)]
     lines += ["            for (var c = 0u; c < HD4; c = c + 1u) {",
-              "                let qc = q_tile[sr * HD4 + c];"]
-    lines += [f"                d{i} = d{i} + dot(qc, k_tile[min(st + {i}u * TPR, BK - 1u) * KS + c]);"
+              "                let qc = q_tile[sr][c];"]
+    lines += [f"                d{i} = d{i} + dot(qc, k_tile[min(st + {i}u * TPR, BK - 1u)][c]);"
               for i in range(kpt)]
     lines.append("            }")
     lines += [f"            scores[{i}] = d{i};" for i in range(kpt)]
