@@ -20,20 +20,31 @@ fn rope_cos_sin(row: u32, t: u32) -> vec2<f32> {
     return vec2<f32>(cos(ang), sin(ang));
 }
 
+// Row j = i / (HD/2) of a tile whose row j is at position pos0 + j, the element indices of its
+// pair i % (HD/2), and their cos/sin: rotation i of the tile.
+struct RopeSlot {
+    row: u32,
+    at: vec2<u32>,
+    cs: vec2<f32>,
+}
+
+fn rope_slot(i: u32, pos0: u32) -> RopeSlot {
+    let j = i / (HD / 2u);
+    let t = i % (HD / 2u);
+    return RopeSlot(j, rope_pair(t), rope_cos_sin(pos0 + j, t));
+}
+
 fn rotate(x0: f32, x1: f32, cs: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(x0 * cs.x - x1 * cs.y, x0 * cs.y + x1 * cs.x);
 }
 
 // Rotates the BQ rows of q_tile (row r at position q0 + r); every invocation calls it.
-// Rotation i: row i / (HD/2), pair i % (HD/2).
 fn prepare_q_tile(li: u32, q0: u32) {
     for (var i = li; i < BQ * (HD / 2u); i = i + WG) {
-        let j = i / (HD / 2u);
-        let at = rope_pair(i % (HD / 2u));
-        let y = rotate(q_tile[j][at.x / 4u][at.x % 4u], q_tile[j][at.y / 4u][at.y % 4u],
-                       rope_cos_sin(q0 + j, i % (HD / 2u)));
-        q_tile[j][at.x / 4u][at.x % 4u] = y.x;
-        q_tile[j][at.y / 4u][at.y % 4u] = y.y;
+        let r = rope_slot(i, q0);
+        let y = rotate(q_tile[r.row][r.at.x / 4u][r.at.x % 4u], q_tile[r.row][r.at.y / 4u][r.at.y % 4u], r.cs);
+        q_tile[r.row][r.at.x / 4u][r.at.x % 4u] = y.x;
+        q_tile[r.row][r.at.y / 4u][r.at.y % 4u] = y.y;
     }
     workgroupBarrier();
 }
@@ -42,12 +53,10 @@ fn prepare_q_tile(li: u32, q0: u32) {
 // calls it.
 fn prepare_k_tile(li: u32, k0: u32, nk: u32) {
     for (var i = li; i < nk * (HD / 2u); i = i + WG) {
-        let j = i / (HD / 2u);
-        let at = rope_pair(i % (HD / 2u));
-        let y = rotate(k_tile[j][at.x / 4u][at.x % 4u], k_tile[j][at.y / 4u][at.y % 4u],
-                       rope_cos_sin(k0 + j, i % (HD / 2u)));
-        k_tile[j][at.x / 4u][at.x % 4u] = y.x;
-        k_tile[j][at.y / 4u][at.y % 4u] = y.y;
+        let r = rope_slot(i, k0);
+        let y = rotate(k_tile[r.row][r.at.x / 4u][r.at.x % 4u], k_tile[r.row][r.at.y / 4u][r.at.y % 4u], r.cs);
+        k_tile[r.row][r.at.x / 4u][r.at.x % 4u] = y.x;
+        k_tile[r.row][r.at.y / 4u][r.at.y % 4u] = y.y;
     }
     workgroupBarrier();
 }

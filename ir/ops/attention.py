@@ -211,8 +211,8 @@ def attention_rows(hd: int, wg: int = ATTENTION_WG) -> int:
 #: Workgroups of attention.wgsl from which its tiles keep to ATTENTION_TILE_BYTES even where the
 #: device offers more workgroup memory: enough of them fill the GPU, and smaller tiles let more of
 #: them reside on each multiprocessor. On an H200 (bench/attention.py, bench/results/attention_h200.json)
-#: MiniLM's 384 workgroups took 44 us with 16-key tiles and 67 us with 64-key tiles (48 KiB), and
-#: SmolLM2's 128-row prefill, 72 workgroups, 36.5 us with 16-key tiles and 27.3 us with 64.
+#: MiniLM's 384 workgroups took 37.6 us with 16-key tiles and 45.8 us with 64-key tiles (48 KiB), and
+#: SmolLM2's 128-row prefill, 72 workgroups, 34.9 us with 16-key tiles and 20.3 us with 64.
 ATTENTION_FULL_GPU = 256
 
 
@@ -237,9 +237,10 @@ def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES,
     None: not known), else ATTENTION_TILE_BYTES. At 16 KiB: hd 64: (16, 16); hd 32: (32, 16);
     hd 256: (4, 4); with an H200's 48 KiB, hd 64 and 32 take 64-key tiles: a quarter of the
     tiles, barriers and K and V loads per query block. Smaller workgroups (more of them, as many
-    invocations a row) were slower or within 3% on the H200 (bench/attention.py,
-    bench/results/attention_h200.json): SmolLM2's prefill took 20.9 us with 256 invocations, 28.5
-    with 128 and 45.0 with 64 (their best BK each); MiniLM's 38.5, 37.5 and 53.1. Raises
+    invocations a row) on the H200 (bench/attention.py, bench/results/attention_h200.json, their
+    best BK each): SmolLM2's prefill took 20.3 us with 256 invocations, 28.5 with 128 and 44.8
+    with 64; MiniLM's 37.6, 36.3 and 52.4 (128 was 2.2% faster with the previous kernel too,
+    attention_variants_h200/indexed_2d_before.json: 8 us of a 1.6 ms batch, one shape, not taken). Raises
     LoweringError when even 4-key tiles do not fit ``storage`` (a head_dim above 256 or a device
     below WebGPU's 16 KiB).
     """
