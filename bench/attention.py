@@ -12,7 +12,9 @@ invocation), BK 16, 32 or 64; the row marked ``default`` is the shape the loweri
 - ``smollm2_decode``: CachedAttentionRoPE of one query row at position 128 over a cache of 512 rows
   (129 keys seen), 9 query and 3 key/value heads of 64, for each workgroup size of
   attention_cached.wgsl (``ir.ops.kv_cache.CACHED_ATTENTION_WG`` replaced for the lowering); the
-  peer attends the same 129 keys with q already rotated.
+  peer attends the same 129 keys with q already rotated; then CachedAttentionRoPEAppend, the same
+  step with the new key and value appended to the caches inside the kernel (what the decode plans
+  run; its q, k and v are windows of one packed projection), at the default workgroup size.
 
 Timing: ours, N back-to-back dispatches in one compute pass between GPU timestamps; the peer
 (``torch.nn.functional.scaled_dot_product_attention``, fp32, [B, H, S, D], ``is_causal`` /
@@ -22,6 +24,7 @@ shape's largest error against the numpy reference (``eggfuse.ir.evaluate``), rel
 output's largest magnitude.
 
     python3 bench/attention.py --json bench/results/attention_h200.json    # GPU machine
+    python3 bench/attention.py --shapes smollm2_decode                      # only the decode rows
 """
 
 from __future__ import annotations
@@ -79,6 +82,17 @@ def _decode_graph(nh: int, nkv: int, hd: int, pos: int, rows: int) -> tuple[Grap
     return g, feeds, caches
 
 
+def _append_graph(nh: int, nkv: int, hd: int, rows: int) -> Graph:
+    # the decode step as the rewrite engine leaves it: CachedAttentionRoPEAppend reading q, k and v as windows
+    # of the packed projection [1, (nh + 2 nkv) hd] and appending row pos to both caches
+    g = Graph()
+    qkv, p = g.input("qkv", [1, (nh + 2 * nkv) * hd]), g.input("pos", [1], DType.U32)
+    k, v = g.state("k_cache", [rows, nkv * hd]), g.state("v_cache", [rows, nkv * hd])
+    g.set_outputs([g.add_node("CachedAttentionRoPEAppend", (qkv, qkv, qkv, k, v, p), num_heads=nh, num_kv_heads=nkv,
+                              head_dim=hd, theta=100000.0, q_start=0, k_start=nh * hd, v_start=(nh + nkv) * hd)])
+    return g
+
+
 def _decode_session(g: Graph, caches: dict, device, wg: int) -> Session:
     with mock.patch.object(kv_cache, "CACHED_ATTENTION_WG", wg):
         plan = lower_for(g, device)
@@ -111,6 +125,20 @@ def _decode_rows(device, torch, calls: int, samples: int) -> list[dict]:
                    (med, p90), err, peer)
         rows.append(row)
         _print_row(row)
+    # the same step with the cache writes inside (the op the decode plans run): the new key and value are
+    # row pos of the packed projection, q its first columns; against the reference of the same op
+    g = _append_graph(nh, nkv, hd, cache_rows)
+    rng = np.random.default_rng(1)
+    feeds = {"qkv": rng.standard_normal((1, (nh + 2 * nkv) * hd), dtype=np.float32), "pos": feeds["pos"]}
+    (want,) = evaluate(g, feeds, caches)
+    session = _decode_session(g, caches, device, kv_cache.CACHED_ATTENTION_WG)
+    (got,) = session.run(feeds)
+    err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    wg = kv_cache.CACHED_ATTENTION_WG
+    row = _row("smollm2_decode", "CachedAttentionRoPEAppend", (wg, 1, wg), True, nh,
+               gpu_timing.median_p90(time_ours(session, calls, samples)), err, peer)
+    rows.append(row)
+    _print_row(row)
     return rows
 
 
@@ -125,7 +153,7 @@ def _row(shape: str, op: str, tiles, default: bool, workgroups: int, ours: tuple
 
 
 def _print_row(row: dict) -> None:
-    print(f"{row['shape']:16s} WG {row['wg']:3d} BQ {row['bq']:3d} BK {row['bk']:3d} "
+    print(f"{row['shape']:16s} {row['op'][-6:]:6s} WG {row['wg']:3d} BQ {row['bq']:3d} BK {row['bk']:3d} "
           f"{'default' if row['default'] else '       '} wg {row['workgroups']:4d}  err {row['max_err']:.1e}  "
           f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
           + (f"peer (sdpa, cuda-graph replay, fp32) {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}"
@@ -190,7 +218,10 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--shapes", default=",".join([*SHAPES, "smollm2_decode"]),
+                    help="which of " + ", ".join([*SHAPES, "smollm2_decode"]) + " (default: all)")
     args = ap.parse_args()
+    shapes = args.shapes.split(",")
     device = get_device()
     storage = int(device.limits["max-compute-workgroup-storage-size"])
     try:
@@ -202,6 +233,8 @@ def main() -> None:
     rows = []
     print(f"{device.adapter.info['device']}; workgroup storage {storage} B; {args.calls} calls x {args.repeats}; us")
     for name, (op, batch, seq, nh, nkv, hd) in SHAPES.items():
+        if name not in shapes:
+            continue
         g, feeds = _graph(op, batch, seq, nh, nkv, hd)
         default = attention.attention_tiles(hd, storage, lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))
         (want,) = evaluate(g, feeds, {})
@@ -218,7 +251,8 @@ def main() -> None:
             row = _row(name, op, tiles, tiles == default, batch * nh * math.ceil(seq / bq), (med, p90), err, peer)
             rows.append(row)
             _print_row(row)
-    rows += _decode_rows(device, torch, args.calls, args.repeats)
+    if "smollm2_decode" in shapes:
+        rows += _decode_rows(device, torch, args.calls, args.repeats)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
 

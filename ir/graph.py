@@ -170,7 +170,7 @@ class Graph:
         step): the packed copy would keep the first values, so the Concat is dispatched."""
         if not OPS[node.op].packs_parameters or not all(self.nodes[i].op == "Parameter" for i in node.inputs):
             return False
-        return not any((w := OPS[n.op].writes) is not None and n.inputs[w] in node.inputs for n in self.nodes)
+        return not any(n.inputs[w] in node.inputs for n in self.nodes for w in OPS[n.op].written_inputs)
 
     def index_bounds(self) -> dict[NodeId, int]:
         """Leaf id -> the exclusive bound of its u32 index values: the smallest bound of the ops

@@ -56,11 +56,13 @@ class Kernel:
       of a file, :class:`Include`).
     - ``bindings``: the storage bindings in binding order (None: one per bound input, named
       as the op's inputs, typed ``f32``/``u32`` by the input's dtype, then the output ``out``,
-      or for an in-place op the written input, ``read_write``).
+      or for an in-place op the written input, ``read_write``). An input's binding is
+      ``read_write`` (``write=True``) only for an input the op updates (``OpSpec.updates``).
     - ``inputs``: which of the node's inputs this dispatch binds, in order (None: all but
       the one an in-place op writes); an op split into several dispatches binds a part of
-      its inputs in each, every one writing its part of the same output buffer;
-      :data:`SCRATCH` names the node's scratch buffer.
+      its inputs in each, each writing its part of the same output buffer or (an op with
+      ``OpSpec.updates``) of the inputs it updates; :data:`SCRATCH` names the node's
+      scratch buffer.
     - ``scratch``: when positive, this dispatch writes the node's scratch buffer of that many
       f32 elements instead of its output (an intermediate of the op alone, such as the partial
       sums of a split-K matmul); a later dispatch of the node reads it (:data:`SCRATCH` in its

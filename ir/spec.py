@@ -176,6 +176,13 @@ class OpSpec:
       one per output element).
     - ``writes``: index of an input the op updates in place (its value is that input's new
       contents, in the same buffer).
+    - ``updates``: indices of inputs (state tensors) the op also updates in place as a side
+      effect, its value being something else (an attention that appends its new keys and
+      values to the KV cache it reads). Such an op never reads the contents it writes (it has
+      them as inputs), so two of them updating the same contents need no order between them.
+      Lowering runs every other reader of their old contents first, and their kernels bind
+      them ``read_write``; the reference's value is the op's own, computed from the updated
+      contents where the op says so.
     - ``epilogue_step``: a unary elementwise op a fused matmul may apply at its store.
     - ``packs_parameters``: a node of this op whose inputs are all parameters is a derived
       parameter, packed once when a session is created (``Graph.is_derived_parameter``): its
@@ -205,6 +212,7 @@ class OpSpec:
     dispatches: int = 1
     flops: Callable[[list[TensorType], TensorType, dict[str, Any]], int] | None = None
     writes: int | None = None
+    updates: tuple[int, ...] = ()
     epilogue_step: bool = False
     packs_parameters: bool = False
     pack_store: str = "f32"
@@ -220,6 +228,11 @@ class OpSpec:
     @property
     def fixed_inputs(self) -> tuple[str, ...]:
         return tuple(n for n in self.inputs if not n.endswith("?") and not n.startswith("*"))
+
+    @property
+    def written_inputs(self) -> tuple[int, ...]:
+        """The inputs the op updates in place: ``writes`` (if any), then ``updates``."""
+        return ((self.writes,) if self.writes is not None else ()) + self.updates
 
     @property
     def min_inputs(self) -> int:

@@ -61,10 +61,11 @@ class BufferSpec:
 class Dispatch:
     """One compute dispatch of ``entry_point`` in ``source`` (specialised WGSL).
 
-    ``bindings`` are buffer indices at @binding(0..): the read-only storage inputs, then
-    the read_write output (last). When ``params`` (uniform bytes, a multiple of 16) is
-    non-empty it binds at @binding(len(bindings)). ``workgroups`` is the (x, y, z) grid;
-    ``label`` names the op and its shapes for errors and profiling.
+    ``bindings`` are buffer indices at @binding(0..): the storage inputs, read-only but for
+    the positions in ``writable`` (inputs an op updates in place besides its output,
+    ``OpSpec.updates``), then the read_write output (last). When ``params`` (uniform bytes, a
+    multiple of 16) is non-empty it binds at @binding(len(bindings)). ``workgroups`` is the
+    (x, y, z) grid; ``label`` names the op and its shapes for errors and profiling.
     """
 
     node: NodeId
@@ -76,6 +77,7 @@ class Dispatch:
     params: bytes
     workgroups: tuple[int, int, int]
     label: str
+    writable: tuple[int, ...] = ()
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -190,7 +192,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
     other node gets its kernel builder's dispatches, one for every op but a Concat of more
-    inputs than one dispatch may bind and a split-K matmul (two), so
+    inputs than one dispatch may bind, a split-K matmul (two) and a CachedAttentionRoPEAppend
+    of several new rows (three), so
     ``len(plan.dispatches) >= graph.dispatch_count()``.
     """
     graph.check_outputs()
@@ -271,7 +274,8 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     """The dispatches of one node: its op's kernel builder (``OpSpec.kernel``) rendered to WGSL.
 
     A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
-    in-place op writes) read-only, then the output read_write: the node's buffer, which for an
+    in-place op writes) read-only, but for those it declares ``Buffer(write=True)``, which must
+    be inputs the op updates (``OpSpec.updates``; else LoweringError), then the output read_write: the node's buffer, which for an
     in-place op is the written input's, or for a kernel with ``scratch`` the node's scratch
     buffer, an intermediate appended to ``buffers`` (named ``<Op>%<node id>.scratch``) that the
     node's later dispatches read where their ``inputs`` say SCRATCH."""
@@ -289,7 +293,12 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             if len(bindings) != len(reads) + 1:
                 raise LoweringError(f"kernel {k.name} of {node.op} declares {len(bindings)} bindings for "
                                     f"{len(reads)} inputs and the output ({_label(node, ins)})")
-            rendered.append((k, reads, *render_kernel(k.body, bindings, k.params, k.slots)))
+            stray = [b.name for b, i in zip(bindings[:-1], reads, strict=True) if b.write and i not in spec.updates]
+            if stray:
+                raise LoweringError(f"kernel {k.name} of {node.op} binds {stray} read_write, inputs the op does "
+                                    f"not declare in OpSpec.updates ({_label(node, ins)})")
+            writable = tuple(i for i, b in enumerate(bindings[:-1]) if b.write)
+            rendered.append((k, reads, writable, *render_kernel(k.body, bindings, k.params, k.slots)))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
     sizes = {k.scratch for k, *_ in rendered if k.scratch > 0}
     if len(sizes) > 1 or (not sizes and any(SCRATCH in reads for _, reads, *_ in rendered)):
@@ -302,7 +311,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         buffers.append(BufferSpec(scratch, 4 * elements, DType.F32, "intermediate", f"{node.op}%{node.id}.scratch",
                                   node.id, (elements,)))
     out = []
-    for part, (k, reads, source, params) in enumerate(rendered):
+    for part, (k, reads, writable, source, params) in enumerate(rendered):
         label = _label(node, ins)
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
             named = ["scratch" if i == SCRATCH else str(i) for i in reads]
@@ -316,13 +325,13 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         bound = tuple(scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
         bound += (scratch if k.scratch > 0 else node_buffer[node.id],)
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
-                            params, grid, label))
+                            params, grid, label, writable))
     return out
 
 
 def _default_bindings(spec, node: Node, ins: list[TensorType], reads: tuple[int, ...]) -> tuple[Buffer, ...]:
     out_name = spec.input_name(spec.writes) if spec.writes is not None else "out"
-    return (*(Buffer(spec.input_name(i), ins[i].dtype.wgsl) for i in reads),
+    return (*(Buffer(spec.input_name(i), ins[i].dtype.wgsl, write=i in spec.updates) for i in reads),
             Buffer(out_name, node.type.dtype.wgsl, write=True))
 
 
@@ -382,14 +391,15 @@ def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
 def schedule(graph: Graph) -> list[Node]:
     """The live nodes in an order that respects data dependencies and in-place updates.
 
-    An op that updates an input in place (``OpDef.writes``) overwrites that input's buffer,
-    so every other reader of the old contents (the input itself, a reshape view of it, an
-    earlier version) must run before it. Reading old contents only after the update, or
-    returning them as an output, raises LoweringError naming the nodes. Without in-place
-    ops the graph's own topological order is kept.
+    An op that updates an input in place (``OpSpec.writes``, or as a side effect
+    ``OpSpec.updates``) overwrites that input's buffer, so every other reader of the old
+    contents (the input itself, a reshape view of it, an earlier version) must run before it.
+    Reading old contents only after the update, or returning them as an output, raises
+    LoweringError naming the nodes. Without in-place ops the graph's own topological order
+    is kept.
     """
     live = graph.live_nodes()
-    if not any(OPS[n.op].writes is not None for n in live):
+    if not any(OPS[n.op].written_inputs for n in live):
         return live
     by_id = {n.id: n for n in live}
     storage: dict[NodeId, NodeId] = {}  # value -> the node that owns its buffer
@@ -413,14 +423,25 @@ def schedule(graph: Graph) -> list[Node]:
     for v, s in storage.items():
         latest[s] = max(latest.get(s, 0), version[v])
         values_in.setdefault(s, []).append(v)
+    for n in live:  # a side-effect update (OpSpec.updates) makes contents no value of the graph holds
+        for u in OPS[n.op].updates:
+            s = storage[n.inputs[u]]
+            latest[s] = max(latest[s], version[n.inputs[u]] + 1)
+    def updates_same(r: NodeId, s: NodeId, old: int) -> bool:
+        # r also updates contents `old` of buffer s as a side effect: it reads none of what it writes
+        # (OpSpec.updates), so the two need no order
+        node = by_id[r]
+        return any(storage[node.inputs[u]] == s and version[node.inputs[u]] == old for u in OPS[node.op].updates)
+
     for n in live:
-        if (w := OPS[n.op].writes) is None:
-            continue
-        s, old = storage[n.id], version[n.inputs[w]]
-        for v in values_in[s]:
-            if version[v] <= old:  # the old contents: their other readers run first
-                dag.add_edges_from((r, n.id) for r in readers[v]
-                                   if r != n.id and not (storage[r] == s and version[r] > old))
+        for w in OPS[n.op].written_inputs:
+            s, old = storage[n.inputs[w]], version[n.inputs[w]]
+            side = w in OPS[n.op].updates
+            for v in values_in[s]:
+                if version[v] <= old:  # the old contents: their other readers run first
+                    dag.add_edges_from((r, n.id) for r in readers[v]
+                                       if r != n.id and not (storage[r] == s and version[r] > old)
+                                       and not (side and updates_same(r, s, old)))
     for o in graph.outputs:
         if version[o] < latest[storage[o]]:
             raise LoweringError(f"output node {o} ({by_id[o].op}) is a value whose buffer a later in-place "

@@ -158,8 +158,9 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
     for node in live:
         if node.op in ("Input", "Parameter", "Constant"):
             enc.leaves[(node.op, node.attrs["name"])] = node
-        if (w := OPS[node.op].writes) is not None and graph.node(node.inputs[w]).op == "Parameter":
-            written.add(graph.node(node.inputs[w]).attrs["name"])
+        for w in OPS[node.op].written_inputs:
+            if graph.node(node.inputs[w]).op == "Parameter":
+                written.add(graph.node(node.inputs[w]).attrs["name"])
         name = f"$n{node.id}"
         enc.types[name] = node.type
         refs = [f"$n{i}" for i in node.inputs]

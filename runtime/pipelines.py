@@ -1,9 +1,10 @@
 """Compute pipelines with explicit bind group layouts, cached per process.
 
 The layout follows the dispatch convention of :class:`~eggfuse.lowering.Dispatch`:
-read-only storage at bindings 0..n-2, the read_write output at n-1, the uniform (if any)
-at n. An explicit layout keeps every binding, where ``layout="auto"`` would drop bindings
-the shader does not use and bind group creation would then fail.
+read-only storage at bindings 0..n-2 (read_write at the dispatch's ``writable`` positions),
+the read_write output at n-1, the uniform (if any) at n. An explicit layout keeps every
+binding, where ``layout="auto"`` would drop bindings the shader does not use and bind group
+creation would then fail.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ _modules: dict[tuple[int, str], wgpu.GPUShaderModule] = {}
 _pipelines: dict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout, wgpu.GPUDevice]] = {}
 
 
-def layout_entries(num_storage: int, has_uniform: bool) -> list[dict]:
-    """Bind group layout entries for ``num_storage`` storage buffers (the last read_write)."""
+def layout_entries(num_storage: int, has_uniform: bool, writable: tuple[int, ...] = ()) -> list[dict]:
+    """Bind group layout entries for ``num_storage`` storage buffers (the last and those at
+    ``writable`` read_write)."""
     entries = []
     for i in range(num_storage):
-        last = i == num_storage - 1
-        kind = wgpu.BufferBindingType.storage if last else wgpu.BufferBindingType.read_only_storage
+        write = i == num_storage - 1 or i in writable
+        kind = wgpu.BufferBindingType.storage if write else wgpu.BufferBindingType.read_only_storage
         entries.append({"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kind}})
     if has_uniform:
         entries.append({"binding": num_storage, "visibility": wgpu.ShaderStage.COMPUTE,
@@ -33,15 +35,16 @@ def layout_entries(num_storage: int, has_uniform: bool) -> list[dict]:
 
 def get_pipeline(
     device: wgpu.GPUDevice, source: str, entry_point: str, num_storage: int, has_uniform: bool,
-    label: str = "",
+    label: str = "", writable: tuple[int, ...] = (),
 ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
-    """The pipeline of ``entry_point`` in WGSL ``source`` and its bind group layout.
+    """The pipeline of ``entry_point`` in WGSL ``source`` and its bind group layout
+    (``writable``: the storage bindings besides the last that are read_write).
 
     Cached by (device, source hash, entry point, binding signature). Raises DeviceError
     if the shader does not compile (a kernel bug), naming ``label``.
     """
     digest = hashlib.sha256(source.encode()).hexdigest()
-    key = (id(device), digest, entry_point, num_storage, has_uniform)
+    key = (id(device), digest, entry_point, num_storage, has_uniform, tuple(writable))
     hit = _pipelines.get(key)
     if hit is not None:
         return hit[0], hit[1]
@@ -50,7 +53,7 @@ def get_pipeline(
         if module is None:
             module = device.create_shader_module(code=source, label=label)
             _modules[(id(device), digest)] = module
-        bgl = device.create_bind_group_layout(entries=layout_entries(num_storage, has_uniform))
+        bgl = device.create_bind_group_layout(entries=layout_entries(num_storage, has_uniform, writable))
         layout = device.create_pipeline_layout(bind_group_layouts=[bgl])
         stage = {"module": module, "entry_point": entry_point}
         pipeline = device.create_compute_pipeline(layout=layout, compute=stage, label=label)

@@ -131,7 +131,7 @@ class Session:
         # The inputs share one device buffer (each at an aligned offset), written with one
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
         # dispatch may not bind one buffer both read-only and writable), as does a large one.
-        written = {d.output for d in plan.dispatches}
+        written = {d.output for d in plan.dispatches} | {d.bindings[i] for d in plan.dispatches for i in d.writable}
         packed_inputs = [i for i in plan.inputs.values()
                          if i not in written and plan.buffers[i].size_bytes <= PACK_MAX_BYTES]
         offsets, size = _aligned_offsets([plan.buffers[i].size_bytes for i in packed_inputs],
@@ -254,7 +254,7 @@ class Session:
     def _pipeline(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
         # The pipeline of one dispatch and its bind group layout (cached per process).
         return get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
-                            label=f"{d.kernel}: {d.label}")
+                            label=f"{d.kernel}: {d.label}", writable=d.writable)
 
     def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
               uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:

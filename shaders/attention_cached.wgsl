@@ -19,6 +19,12 @@
 // ROTATE_Q: for CachedAttentionRoPE (whose uniform starts with the RoPE fields) a
 // rotate_q that rotates the query row in workgroup memory once it is loaded
 // (attention_cached_rope.wgsl), for CachedAttention nothing and a rotate_q that does nothing.
+// NEW_KEY: for CachedAttentionRoPEAppend of one new row (attention_cached_append.wgsl) the
+// hooks that take key pos (the last one) from the op's k and v inputs instead of the cache
+// and write it into the caches: stage_new loads it beside q, rotate_new rotates its key
+// after q's barrier, new_score scores it in its chunk, new_value is its weighted V row
+// (zero outside its chunk) and write_new appends both rows; for the other ops hooks that
+// do nothing, with CACHED_END (the keys read from the cache) key_end.
 
 const HD: u32 = {{HEAD_DIM}}u;
 const HD4: u32 = (HD + 3u) / 4u;
@@ -33,6 +39,8 @@ var<workgroup> partial: array<vec4<f32>, KSPLIT * HD4>;
 
 {{ROTATE_Q}}
 
+{{NEW_KEY}}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
@@ -46,9 +54,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (li < HD4) {
         q_row[li] = q4(qi * p.q_stride + p.q_start + h * HD, li);
     }
+    stage_new(li, kv_col);
     rotate_q(li, cache_pos[0] + qi);
+    rotate_new(li);
     let cache_rows = arrayLength(&k_cache) * VW / p.kv_stride;
     let key_end = min(cache_pos[0] + qi + 1u, cache_rows);
+    let cached_end = {{CACHED_END}};
     let col = li % HD4;
     let part = li / HD4;  // KSPLIT and above: idle in the second phase
     var m = MAX_INIT;
@@ -58,12 +69,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var k0 = 0u; k0 < key_end; k0 = k0 + WG) {
         let j = k0 + li;
         var s = MAX_INIT;
-        if (j < key_end) {
+        if (j < cached_end) {
             s = 0.0;
             for (var c = 0u; c < HD4; c = c + 1u) {
                 s = s + dot(q_row[c], k_cache4(j * p.kv_stride + kv_col, c));
             }
             s = s * p.scale;
+        } else if (j < key_end) {
+            s = new_score();
         }
         let mt = max(m, chunk_max(li, s));
         let w = select(0.0, exp(s - mt), j < key_end);
@@ -73,7 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         l = l * corr + lt;
         acc = acc * corr;
         if (part < KSPLIT) {
-            let n = min(WG, key_end - k0);
+            let n = min(WG, select(0u, cached_end - k0, cached_end > k0));  // the chunk's keys in the cache
             // four keys per step: their V loads are independent, so all four are in flight
             var i = part;
             for (; i + 3u * KSPLIT < n; i = i + 4u * KSPLIT) {
@@ -87,10 +100,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (; i < n; i = i + KSPLIT) {
                 acc = acc + weight[i] * v_cache4((k0 + i) * p.kv_stride + kv_col, col);
             }
+            if (part == 0u) {
+                acc = acc + new_value(k0, col, key_end);
+            }
         }
         m = mt;
         workgroupBarrier();  // the chunk's weights are read before the next chunk's scores
     }
+    write_new(li, h, kv_col, key_end);
     if (part < KSPLIT) {
         partial[li] = acc;
     }

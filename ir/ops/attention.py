@@ -181,15 +181,21 @@ def attention_io(names: tuple[str, ...], hd: int, vec: bool | None = None) -> tu
                       "    }",
                       "    return r;",
                       "}"]
-    if vec:
-        lines.append("fn store_out(base: u32, c: u32, v: vec4<f32>) { out[base / 4u + c] = v; }")
-    else:
-        lines += ["fn store_out(base: u32, c: u32, v: vec4<f32>) {",
-                  "    for (var e = 0u; e < 4u; e = e + 1u) {",
-                  "        if (4u * c + e < HD) { out[base + 4u * c + e] = v[e]; }",
-                  "    }",
-                  "}"]
+    lines.append(store_accessor("out", vec))
     return tuple(Buffer(n, elem) for n in unique), Buffer("out", elem, write=True), "\n".join(lines)
+
+
+def store_accessor(name: str, vec: bool) -> str:
+    """WGSL ``store_NAME(base, c, v)``: writes vec4 ``c`` of the HD-element row of binding
+    ``name`` starting at element ``base`` (elements past HD are not written; see
+    :func:`attention_io` for the two forms)."""
+    if vec:
+        return f"fn store_{name}(base: u32, c: u32, v: vec4<f32>) {{ {name}[base / 4u + c] = v; }}"
+    return "\n".join([f"fn store_{name}(base: u32, c: u32, v: vec4<f32>) {{",
+                      "    for (var e = 0u; e < 4u; e = e + 1u) {",
+                      f"        if (4u * c + e < HD) {{ {name}[base + 4u * c + e] = v[e]; }}",
+                      "    }",
+                      "}"])
 
 
 def attention_tile_bytes(hd: int, bq: int, bk: int, wg: int = ATTENTION_WG) -> int:

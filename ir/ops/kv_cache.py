@@ -12,12 +12,13 @@ from one new row to n). Inference only: these ops have no gradient rules
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ..errors import InputError
 from ..kernel import Buffer, Include, Kernel, elementwise_groups
-from ..spec import Attr, example, need, need_f32, no_grad, op, rules
+from ..spec import OPS, Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
 from .attention import (
     ATTENTION_WG,
@@ -27,6 +28,7 @@ from .attention import (
     check_heads,
     projection_slices,
     rope_uniform_fields,
+    store_accessor,
 )
 from .transformer import SCALING, rope_params, rope_ref, rope_rule
 
@@ -175,26 +177,84 @@ def _cached_attention_ref(xs, a):
     return out[p:]
 
 
-def _cached_attention_kernel(node, ins, target) -> Kernel:
+#: attention_cached.wgsl's NEW_KEY hooks for the ops whose keys are all in the cache.
+_NO_NEW_KEY = """// every key is in the cache: the hooks do nothing
+fn stage_new(li: u32, kv_col: u32) {}
+fn rotate_new(li: u32) {}
+fn new_score() -> f32 { return 0.0; }
+fn new_value(k0: u32, col: u32, key_end: u32) -> vec4<f32> { return vec4<f32>(); }
+fn write_new(li: u32, h: u32, kv_col: u32, key_end: u32) {}"""
+
+
+def _cached_attention_kernel(node, ins, target) -> Kernel | list[Kernel]:
     # One sequence of n query rows; query row qi (position pos + qi) reads keys 0..pos+qi,
     # never past the cache's last row (arrayLength(k_cache) / kv_stride rows).
-    # CachedAttentionRoPE rotates each query row in workgroup memory as it is loaded.
+    # CachedAttentionRoPE rotates each query row in workgroup memory as it is loaded;
+    # CachedAttentionRoPEAppend of one new row (q, k and v of one row each) reads that row from
+    # its inputs k and v and writes it into the caches (attention_cached_append.wgsl), of
+    # several it is the three dispatches it replaces (_append_rows).
     a = node.attrs
-    rope = node.op == "CachedAttentionRoPE"
+    append = node.op == "CachedAttentionRoPEAppend"
+    if append and any(t.shape[0] > 1 for t in ins[:3]):
+        return _append_rows(node, ins, target)
+    rope = append or node.op == "CachedAttentionRoPE"
     nh, nkv, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
     check_head_dim(node, ins[0])
-    q_stride, q_start = ins[0].shape[1], max(a["col_start"], 0)  # q's rows: a window of a wider input
-    io, out, accessors = attention_io(("q", "k_cache", "v_cache"), hd, vec=q_stride % 4 == 0 and q_start % 4 == 0)
+    # where each role's rows lie: (node input, row stride, first column); q, k and v may be windows of one
+    # wider input (the packed projection), bound once
+    roles = {"q": (0, ins[0].shape[1], max(a["q_start" if append else "col_start"], 0))}
+    if append:
+        roles |= {"k": (1, ins[1].shape[1], max(a["k_start"], 0)), "v": (2, ins[2].shape[1], max(a["v_start"], 0))}
+    bound: dict[int, str] = {}  # node input -> its binding's name
+    for role, (slot, _, _) in roles.items():
+        bound.setdefault(node.inputs[slot] if append else slot, role)
+    vec = hd % 4 == 0 and all(stride % 4 == 0 and start % 4 == 0 for _, stride, start in roles.values())
+    caches = ("k_cache", "v_cache")
+    io, out, accessors = attention_io((*bound.values(), *caches), hd, vec=vec)
+    if append:  # the caches are written too; a role sharing another's input reads through that one's accessor
+        io = tuple(replace(b, write=True) if b.name in caches else b for b in io)
+        accessors += "".join(
+            f"\nfn {role}4(base: u32, c: u32) -> vec4<f32> {{ return {bound[node.inputs[slot]]}4(base, c); }}"
+            for role, (slot, _, _) in roles.items() if bound[node.inputs[slot]] != role)
+        accessors += "\n" + "\n".join(store_accessor(name, vec) for name in caches)
     total = ins[0].shape[0] * nh
+    (_, q_stride, q_start) = roles["q"]
     params = (*(rope_uniform_fields(node) if rope else ()), ("nh", "u32", nh), ("group", "u32", nh // nkv),
               ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)), ("q_stride", "u32", q_stride),
               ("q_start", "u32", q_start), ("o_stride", "u32", nh * hd),
               ("kv_stride", "u32", nkv * hd))
+    if append:
+        params += (("k_start", "u32", roles["k"][2]), ("v_start", "u32", roles["v"][2]))
     rotate = Include("attention_cached_rope.wgsl") if rope else \
         "fn rotate_q(li: u32, position: u32) {}  // CachedAttention: q is used as it is"
-    return Kernel(f"cached_attention_hd{hd}" + ("_rope" if rope else ""), "attention_cached.wgsl", total,
-                  params=params, bindings=(*io, Buffer("cache_pos", "u32"), out),
-                  slots=dict(HEAD_DIM=hd, WG=CACHED_ATTENTION_WG, IO=accessors, ROTATE_Q=rotate))
+    inputs = (*(sorted({node.inputs.index(i) for i in bound}) if append else [0]), *((3, 4) if append else (1, 2)),
+              5 if append else 3)
+    name = f"cached_attention_hd{hd}" + ("_rope" if rope else "") + ("_append" if append else "")
+    return Kernel(name, "attention_cached.wgsl", total, params=params, inputs=inputs,
+                  bindings=(*io, Buffer("cache_pos", "u32"), out),
+                  slots=dict(HEAD_DIM=hd, WG=CACHED_ATTENTION_WG, IO=accessors, ROTATE_Q=rotate,
+                             CACHED_END="min(cache_pos[0], key_end)" if append else "key_end",
+                             NEW_KEY=Include("attention_cached_append.wgsl") if append else _NO_NEW_KEY))
+
+
+def _append_rows(node, ins, target) -> list[Kernel]:
+    # CachedAttentionRoPEAppend of several new rows: CacheWriteRoPE's and CacheWrite's kernels writing the
+    # caches (bound read_write as the inputs they update; the node's output, last, is not touched), then
+    # CachedAttentionRoPE's over the updated caches
+    a = node.attrs
+    rope = {n: a[n] for n in ("theta", "head_dim", "pairing", "scaling")}
+    writes = []
+    for slot, cache, op_name, attrs in ((1, 3, "CacheWriteRoPE", {**rope, "col_start": a["k_start"]}),
+                                        (2, 4, "CacheWrite", {"col_start": a["v_start"]})):
+        part = replace(node, op=op_name, inputs=(node.inputs[cache], node.inputs[slot], node.inputs[5]), attrs=attrs)
+        k = OPS[op_name].kernel(part, [ins[cache], ins[slot], ins[5]], target)
+        *reads, written = k.bindings  # the kernel's written binding: the cache, here an input updated in place
+        writes.append(replace(k, inputs=(slot, 5, cache), bindings=(*reads, written, Buffer("attention", write=True))))
+    attend = replace(node, op="CachedAttentionRoPE", inputs=(node.inputs[0], *node.inputs[3:]),
+                     attrs={**{n: a[n] for n in ("num_heads", "num_kv_heads", "head_dim")}, **rope,
+                            "col_start": a["q_start"]})
+    k = _cached_attention_kernel(attend, [ins[0], *ins[3:]], target)
+    return [*writes, replace(k, inputs=(0, 3, 4, 5))]
 
 
 def _cached_flops(ins, out, a):
@@ -260,6 +320,52 @@ op("CachedAttentionRoPE", ("q", "k_cache", "v_cache", "pos"), _cached_attention_
    doc="CachedAttention(RoPEDynamic(q, pos), k_cache, v_cache, pos) in one kernel: the query rows are rotated "
        "(Su et al. 2021) at positions pos..pos+n-1 as they are loaded; inputs [q [n, H*D], k_cache, v_cache "
        "[max_seq, KV*D], pos u32[1]]; output [n, H*D]")
+
+
+# --- the decode step's cache writes moved into its attention -------------------------------------
+
+_STARTS = tuple(Attr(f"{role}_start", "int", -1, doc=f"-1: {role} has the op's width; else the first column of "
+                     f"its rows in a wider input") for role in ("q", "k", "v"))
+
+
+def _append_parts(xs_or_ts, a):
+    # the CacheWriteRoPE and the CacheWrite this op does, as (inputs, attrs) of each, then the attributes of its
+    # CachedAttentionRoPE
+    q, k, v, kc, vc, pos = xs_or_ts
+    rope = {n: a[n] for n in ("theta", "head_dim", "pairing", "scaling")}
+    return (([kc, k, pos], {**rope, "col_start": a["k_start"]}), ([vc, v, pos], {"col_start": a["v_start"]}),
+            {**{n: a[n] for n in ("num_heads", "num_kv_heads", "head_dim", "theta", "pairing", "scaling")},
+             "col_start": a["q_start"]})
+
+
+def _cached_attention_append(ts, a):
+    q, k, v, kc, vc, pos = ts
+    (kw, ka), (vw, va), attn = _append_parts(ts, a)
+    kc = _cache_write_rope(kw, ka)
+    vc = _cache_write(vw, va)
+    return _cached_attention_rope([q, kc, vc, pos], attn)
+
+
+def _cached_attention_append_ref(xs, a):
+    q, k, v, kc, vc, pos = xs
+    (kw, ka), (vw, va), attn = _append_parts(xs, a)
+    return _cached_attention_rope_ref([q, _cache_write_rope_ref(kw, ka), _cache_write_ref(vw, va), pos], attn)
+
+
+op("CachedAttentionRoPEAppend", ("q", "k", "v", "k_cache", "v_cache", "pos"), _cached_attention_append,
+   _cached_attention_append_ref, attrs=(*_CACHED_ATTRS[:3], Attr("theta", "float"), Attr("pairing", "str", "half"),
+                                        SCALING, *_STARTS),
+   updates=(3, 4), vjp=INFERENCE, kernel=_cached_attention_kernel,
+   flops=lambda ins, out, a: _cached_flops([ins[0], ins[3]], out, a),
+   doc="CachedAttentionRoPE(q, CacheWriteRoPE(k_cache, k, pos), CacheWrite(v_cache, v, pos), pos) in one kernel: "
+       "the n new rows of k (rotated, Su et al. 2021, at positions pos..pos+n-1) and of v appended to the caches "
+       "in place, and the attention of the query rows (rotated as they are loaded) over cache rows 0..pos+i, the "
+       "new ones read from k and v; inputs [q [n, H*D], k [n, KV*D], v [n, KV*D] (each the columns "
+       "q_start/k_start/v_start.. of a wider input where that is >= 0), k_cache, v_cache [max_seq, KV*D] (state "
+       "tensors, updated), pos u32[1]]; output [n, H*D] (the value of the three ops it replaces). One kernel "
+       "when q, k and v have one row each (a decode step), else the three ops' kernels (three dispatches). "
+       "Raises ShapeError as those ops do, and InputError (reference) when pos + n > max_seq; the kernels then "
+       "read and write only the rows that fit")
 
 
 def _decode_step(g, dim, *, attention: bool) -> None:
@@ -405,3 +511,48 @@ def _packed_qkv_decode(e):
 
 def _projection(g, h, name: str, rows: int, cols: int) -> int:
     return g.matmul_bt(h, g.parameter(name, [rows, cols]))
+
+
+def _append_step(g, dim) -> None:
+    # the decode step's cache writes and attention as the rules above leave them: q, k and v as column
+    # windows of one packed projection, or (packed 0) three inputs of their own
+    hd = 2 * dim("half_head", 1, 3)
+    nkv = dim("kv", 1, 2)
+    nh = nkv * dim("group", 1, 2)
+    n = 1  # one new row: the rule's guard
+    rows = n + dim("spare", 0, 3)
+    pairing = ("half", "adjacent")[dim("adjacent", 0, 1)]
+    pos = g.input("pos", [1], DType.U32)
+    widths = (nh * hd, nkv * hd, nkv * hd)
+    if dim("packed", 0, 1):
+        packed = g.input("packed", [n, sum(widths)])
+        (q, k, v), starts = (packed,) * 3, (0, widths[0], widths[0] + widths[1])
+    else:
+        (q, k, v), starts = (g.input(t, [n, w]) for t, w in zip("qkv", widths, strict=True)), (-1, -1, -1)
+    rope = dict(theta=100.0, head_dim=hd, pairing=pairing)
+    k_cache = g.add_node("CacheWriteRoPE", (g.state("k_cache", [rows, nkv * hd]), k, pos), **rope,
+                         col_start=starts[1])
+    v_cache = g.add_node("CacheWrite", (g.state("v_cache", [rows, nkv * hd]), v, pos), col_start=starts[2])
+    g.set_outputs([g.add_node("CachedAttentionRoPE", (q, k_cache, v_cache, pos), num_heads=nh, num_kv_heads=nkv,
+                              **rope, col_start=starts[0])])
+
+
+@rules("attention")
+def _append_into_attention(e):
+    q, k, v, kc, vc, p = e.vars("q k v kc vc p")
+    qs, ks, vs = e.vars("qs ks vs", e.i64)
+    rope = e.attrs_of("CacheWriteRoPE", col_start=ks)
+    heads = {n: rope[n] for n in ("theta", "head_dim", "pairing", "scaling")}
+    nh, nkv = e.vars("nh nkv", e.i64)
+    (sq,) = e.vars("sq", e.Vec[e.i64])
+    # CachedAttentionRoPE(q, CacheWriteRoPE(kc, k, p), CacheWrite(vc, v, p), p) -> CachedAttentionRoPEAppend(q, k, v,
+    # kc, vc, p)   (the rotation's attributes the same in the write and the attention; one new row, a decode
+    # step: the kernel takes new keys one at a time, where the cache's keys go WG at a time)
+    lhs = e.CachedAttentionRoPE(q, e.CacheWriteRoPE(kc, k, p, **rope), e.CacheWrite(vc, v, p, col_start=vs), p,
+                                num_heads=nh, num_kv_heads=nkv, **heads, col_start=qs)
+    yield e.equal("CachedAttentionRoPE(q, CacheWriteRoPE(kc, k, p), CacheWrite(vc, v, p), p) -> "
+                  "CachedAttentionRoPEAppend(q, k, v, kc, vc, p)   (one new row)", lhs,
+                  e.CachedAttentionRoPEAppend(q, k, v, kc, vc, p, num_heads=nh, num_kv_heads=nkv, **heads,
+                                              q_start=qs, k_start=ks, v_start=vs),
+                  e.eq(e.shape(lhs)).to(sq), e.eq(sq[0]).to(e.i64(1)),  # its output's rows: the new rows
+                  example=example(_append_step))

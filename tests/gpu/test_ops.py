@@ -628,6 +628,38 @@ ROWS += [
 ]
 
 
+
+
+def _append_row(nh, nkv, hd, rows, n, pos, pairing, packed, scaling=None, tag=""):
+    # CachedAttentionRoPEAppend: q, k and v inputs of their own or windows of one packed input (in the order
+    # k, q, v with a spare column first, so no start is 0); the caches are inputs here, updated in place
+    widths = (nh * hd, nkv * hd, nkv * hd)
+
+    def build(g):
+        pos_in = g.input("pos", [1], DType.U32)
+        if packed:
+            x = g.input("qkv", [n, sum(widths) + 1])
+            qkv, starts = (x, x, x), (1 + widths[1], 1, 1 + widths[1] + widths[0])
+        else:
+            qkv, starts = tuple(g.input(t, [n, w]) for t, w in zip("qkv", widths, strict=True)), (-1, -1, -1)
+        caches = (g.input("k_cache", [rows, nkv * hd]), g.input("v_cache", [rows, nkv * hd]))
+        return g.add_node("CachedAttentionRoPEAppend", (*qkv, *caches, pos_in), num_heads=nh, num_kv_heads=nkv,
+                          head_dim=hd, theta=10000.0, pairing=pairing, scaling=scaling,
+                          **dict(zip(("q_start", "k_start", "v_start"), starts, strict=True)))
+    return Row("CachedAttentionRoPEAppend",
+               f"CachedAttentionRoPEAppend-{pairing}{'-packed' if packed else ''}[h{nh}/kv{nkv},hd{hd}]q{n}@{pos}/"
+               f"{rows}{tag}", build, {"pos": np.array([pos])}, scale=2.0)
+
+
+# The cache writes moved into the cached attention: one new row (decoding) and several, at the first
+# position and past it, over a cache of more than one chunk of keys, packed and not, head_dim not a
+# multiple of 4 (element-wise reads and writes).
+ROWS += [_append_row(*case, pairing, packed)
+         for pairing in ("half", "adjacent") for packed in (False, True)
+         for case in ((4, 2, 8, 10, 1, 0), (4, 2, 8, 10, 1, 9), (9, 3, 64, 300, 1, 270), (4, 2, 6, 10, 3, 4),
+                      (2, 1, 16, 40, 5, 30))]
+
+
 # RoPE frequency scaling (ir/ops/transformer.py rope_inv_freq, checked against transformers' formulas in
 # tests/unit/test_rope_scaling.py): every RoPE-family kernel with linear and llama3 scaling. With
 # head_dim 32, theta 10000 and an original context of 64, llama3's pairs fall in all three bands.
@@ -651,6 +683,8 @@ ROWS += [
         "CachedAttentionRoPE", (g.input("q", [2, 128]), g.input("k_cache", [80, 64]), g.input("v_cache", [80, 64]),
                                 g.input("pos", [1], DType.U32)), num_heads=4, num_kv_heads=2, head_dim=32,
         theta=10000.0, scaling=sc), {"pos": np.array([70])}, scale=2.0) for kind, sc in _SCALINGS.items()],
+    *[_append_row(4, 2, 32, 80, 2, 70, "half", True, scaling=sc, tag=f"-scaled-{kind}")
+      for kind, sc in _SCALINGS.items()],
 ]
 
 
