@@ -275,10 +275,11 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
 
     A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
     in-place op writes) read-only, but for those it declares ``Buffer(write=True)``, which must
-    be inputs the op updates (``OpSpec.updates``; else LoweringError), then the output read_write: the node's buffer, which for an
-    in-place op is the written input's, or for a kernel with ``scratch`` the node's scratch
-    buffer, an intermediate appended to ``buffers`` (named ``<Op>%<node id>.scratch``) that the
-    node's later dispatches read where their ``inputs`` say SCRATCH."""
+    be inputs the op updates (``OpSpec.updates``; else LoweringError), then the output
+    read_write: the node's buffer, which for an in-place op is the written input's, or for a
+    kernel with ``scratch`` the node's scratch buffer, an intermediate appended to ``buffers``
+    (named ``<Op>%<node id>.scratch``) that the node's later dispatches read where their
+    ``inputs`` say SCRATCH."""
     spec = OPS[node.op]
     if spec.kernel is None:
         raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})")

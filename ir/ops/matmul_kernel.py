@@ -136,7 +136,7 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     (m <= GEMV_MAX_ROWS); each column takes 256 / columns invocations, matmul_gemv.wgsl's lanes (a
     power of two, as its lanes' tree halves them, and at least 4, as quantised B takes blocks of 4 lanes).
 
-    - m = 1: 4.
+    - m = 1: 16 where N > GEMV_WIDE_N (the LM head), else 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
     - m >= 3, N >= 1536 and K <= 576: 16;
@@ -144,7 +144,11 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
       outside K), otherwise 4.
 
     Measured on the H200: at m = 1, SmolLM2's decode step took 1.320 / 1.297 / 1.380 ms (f32) with
-    8 / 4 / 2 columns (bench/ablation.py). At m = 2 and 4 (bench/matmul.py --max-m 4,
+    8 / 4 / 2 columns (bench/ablation.py). Its LM head alone, 1 x 576 x 49152, took 39.8 / 30.8 /
+    33.4 us with 4 / 8 / 16 columns (bench/results/gemv_h200/m1_cols*.json); the whole decode step
+    with the LM head's 4 / 8 / 16 columns and 4 elsewhere, 1.180 / 1.172 / 1.165 ms in f32 and
+    1.247 / 1.246 / 1.224 ms on Q4_1 blocks (its LM head on Q8_0 blocks), means of two runs each in one
+    call (bench/results/gemv_h200/lm_head_cols_plans/). At m = 2 and 4 (bench/matmul.py --max-m 4,
     bench/results/gemv_h200/cols*.json, one call; cols4_one_row_per_sum.json is the lane sum of
     one row at a time), microseconds with 4 / 8 / 16 columns:
     2 x 576 x 49152 55.1 / 38.9 / 39.4; 4 x 576 x 49152 232 / 175 / 144; 2 x 384 x 1536
@@ -152,7 +156,7 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     4 x 576 x 1536 11.6 / 10.3 / 9.98; 4 x 1536 x 576 9.80 / 13.6 / 13.5; M = 3 is not measured.
     """
     if m == 1:
-        return 4
+        return 16 if n > GEMV_WIDE_N else 4
     if n > GEMV_WIDE_N:
         return 8 if m == 2 else 16
     if m >= 3 and n >= 1536 and k <= 576:

@@ -400,6 +400,28 @@ def _chunk_k(m: int, n: int) -> int:
     return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, 1 << 16, n)
 
 
+
+def _append_row(nh, nkv, hd, rows, n, pos, pairing, packed, scaling=None, tag=""):
+    # CachedAttentionRoPEAppend: q, k and v inputs of their own or windows of one packed input (in the order
+    # k, q, v with a spare column first, so no start is 0); the caches are inputs here, updated in place
+    widths = (nh * hd, nkv * hd, nkv * hd)
+
+    def build(g):
+        pos_in = g.input("pos", [1], DType.U32)
+        if packed:
+            x = g.input("qkv", [n, sum(widths) + 1])
+            qkv, starts = (x, x, x), (1 + widths[1], 1, 1 + widths[1] + widths[0])
+        else:
+            qkv, starts = tuple(g.input(t, [n, w]) for t, w in zip("qkv", widths, strict=True)), (-1, -1, -1)
+        caches = (g.input("k_cache", [rows, nkv * hd]), g.input("v_cache", [rows, nkv * hd]))
+        return g.add_node("CachedAttentionRoPEAppend", (*qkv, *caches, pos_in), num_heads=nh, num_kv_heads=nkv,
+                          head_dim=hd, theta=10000.0, pairing=pairing, scaling=scaling,
+                          **dict(zip(("q_start", "k_start", "v_start"), starts, strict=True)))
+    return Row("CachedAttentionRoPEAppend",
+               f"CachedAttentionRoPEAppend-{pairing}{'-packed' if packed else ''}[h{nh}/kv{nkv},hd{hd}]q{n}@{pos}/"
+               f"{rows}{tag}", build, {"pos": np.array([pos])}, scale=2.0)
+
+
 ROWS: list[Row] = [
     *[_unary(op, shape) for op in UNARY_ROWS for shape in _SHAPES],
     *[_unary_precision(op) for op, (sweep, _) in UNARY_ROWS.items() if sweep],
@@ -569,6 +591,8 @@ ROWS += [
     _fused("BT", 2, _chunk_k(2, 8195) + 4, 8195, ("bias",)),
     _rms_norm_matmul("BT", 4, _chunk_k(4, 8195) + 4, 8195, ()),
     _rms_norm_matmul("BT", 3, 576, 1537, ("add",)),
+    # one row of a wide product (the LM head): 16 columns a workgroup, an edge one, over two chunks of K
+    _rms_norm_matmul("BT", 1, _chunk_k(1, 8195) + 4, 8195, ()),
 ]
 
 
@@ -628,27 +652,6 @@ ROWS += [
 ]
 
 
-
-
-def _append_row(nh, nkv, hd, rows, n, pos, pairing, packed, scaling=None, tag=""):
-    # CachedAttentionRoPEAppend: q, k and v inputs of their own or windows of one packed input (in the order
-    # k, q, v with a spare column first, so no start is 0); the caches are inputs here, updated in place
-    widths = (nh * hd, nkv * hd, nkv * hd)
-
-    def build(g):
-        pos_in = g.input("pos", [1], DType.U32)
-        if packed:
-            x = g.input("qkv", [n, sum(widths) + 1])
-            qkv, starts = (x, x, x), (1 + widths[1], 1, 1 + widths[1] + widths[0])
-        else:
-            qkv, starts = tuple(g.input(t, [n, w]) for t, w in zip("qkv", widths, strict=True)), (-1, -1, -1)
-        caches = (g.input("k_cache", [rows, nkv * hd]), g.input("v_cache", [rows, nkv * hd]))
-        return g.add_node("CachedAttentionRoPEAppend", (*qkv, *caches, pos_in), num_heads=nh, num_kv_heads=nkv,
-                          head_dim=hd, theta=10000.0, pairing=pairing, scaling=scaling,
-                          **dict(zip(("q_start", "k_start", "v_start"), starts, strict=True)))
-    return Row("CachedAttentionRoPEAppend",
-               f"CachedAttentionRoPEAppend-{pairing}{'-packed' if packed else ''}[h{nh}/kv{nkv},hd{hd}]q{n}@{pos}/"
-               f"{rows}{tag}", build, {"pos": np.array([pos])}, scale=2.0)
 
 
 # The cache writes moved into the cached attention: one new row (decoding) and several, at the first

@@ -109,6 +109,7 @@ ROWS = [
     _qmm("q4_1", 1, _chunk_k(1, 9) + 32, 9),  # GEMV over two chunks of K (the second one block: matmul_gemv.wgsl)
     _qmm("q8_0", 3, 2 * _chunk_k(3, 5) + 32, 5, rms=True),  # three chunks, the RmsNorm prologue
     _qmm("q4_1", 3, 96, 8195, rms=True),  # 16 columns a workgroup (matmul_kernel.gemv_bt_cols), an edge one
+    _qmm("q8_0", 1, 96, 8195, rms=True),  # the LM head's form: one row, 16 columns a workgroup
     *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((5, 64, 9), (70, 160, 33))),  # tiled, edge tiles
     _qmm("q4_1", 130, 64, 130),  # 128-row tiles
     _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),
