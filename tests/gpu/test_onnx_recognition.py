@@ -63,13 +63,15 @@ class Chain:
 
 
 def _run(m, feeds, *, expect: dict[str, int], rtol=2e-4, atol=2e-5) -> Counter:
-    """Run ``m`` through eggfuse.onnx.Model on the GPU and through onnxruntime; the outputs agree and
-    the plan that ran holds at least ``expect[op]`` nodes of each op; returns the plan's op counts."""
+    """Run ``m`` through eggfuse.onnx.Model on the GPU and through onnxruntime; the outputs agree
+    (relative ``rtol``, absolute ``atol`` of each output's scale: an element that sums cancel to
+    near zero keeps the rounding error of the sum's terms) and the plan that ran holds at least
+    ``expect[op]`` nodes of each op; returns the plan's op counts."""
     mdl = Model(m, cache=False)
     got = mdl.run(feeds)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max())))
     plan = mdl.specialise(feeds).compiled.graph
     ops = Counter(n.op for n in plan.live_nodes())
     for op, k in expect.items():
