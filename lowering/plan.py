@@ -428,6 +428,7 @@ def schedule(graph: Graph) -> list[Node]:
         for u in OPS[n.op].updates:
             s = storage[n.inputs[u]]
             latest[s] = max(latest[s], version[n.inputs[u]] + 1)
+
     def updates_same(r: NodeId, s: NodeId, old: int) -> bool:
         # r also updates contents `old` of buffer s as a side effect: it reads none of what it writes
         # (OpSpec.updates), so the two need no order

@@ -207,7 +207,7 @@ def _cached_attention_kernel(node, ins, target) -> Kernel | list[Kernel]:
         roles |= {"k": (1, ins[1].shape[1], max(a["k_start"], 0)), "v": (2, ins[2].shape[1], max(a["v_start"], 0))}
     bound: dict[int, str] = {}  # node input -> its binding's name
     for role, (slot, _, _) in roles.items():
-        bound.setdefault(node.inputs[slot] if append else slot, role)
+        bound.setdefault(node.inputs[slot], role)
     vec = hd % 4 == 0 and all(stride % 4 == 0 and start % 4 == 0 for _, stride, start in roles.values())
     caches = ("k_cache", "v_cache")
     io, out, accessors = attention_io((*bound.values(), *caches), hd, vec=vec)
@@ -227,8 +227,7 @@ def _cached_attention_kernel(node, ins, target) -> Kernel | list[Kernel]:
         params += (("k_start", "u32", roles["k"][2]), ("v_start", "u32", roles["v"][2]))
     rotate = Include("attention_cached_rope.wgsl") if rope else \
         "fn rotate_q(li: u32, position: u32) {}  // CachedAttention: q is used as it is"
-    inputs = (*(sorted({node.inputs.index(i) for i in bound}) if append else [0]), *((3, 4) if append else (1, 2)),
-              5 if append else 3)
+    inputs = (*sorted(node.inputs.index(i) for i in bound), *((3, 4, 5) if append else (1, 2, 3)))  # caches, pos
     name = f"cached_attention_hd{hd}" + ("_rope" if rope else "") + ("_append" if append else "")
     return Kernel(name, "attention_cached.wgsl", total, params=params, inputs=inputs,
                   bindings=(*io, Buffer("cache_pos", "u32"), out),
@@ -240,21 +239,18 @@ def _cached_attention_kernel(node, ins, target) -> Kernel | list[Kernel]:
 def _append_rows(node, ins, target) -> list[Kernel]:
     # CachedAttentionRoPEAppend of several new rows: CacheWriteRoPE's and CacheWrite's kernels writing the
     # caches (bound read_write as the inputs they update; the node's output, last, is not touched), then
-    # CachedAttentionRoPE's over the updated caches
-    a = node.attrs
-    rope = {n: a[n] for n in ("theta", "head_dim", "pairing", "scaling")}
+    # CachedAttentionRoPE's over the updated caches; _append_parts of the input slots says which
+    (k_slots, k_attrs), (v_slots, v_attrs), attn = _append_parts(list(range(6)), node.attrs)
     writes = []
-    for slot, cache, op_name, attrs in ((1, 3, "CacheWriteRoPE", {**rope, "col_start": a["k_start"]}),
-                                        (2, 4, "CacheWrite", {"col_start": a["v_start"]})):
-        part = replace(node, op=op_name, inputs=(node.inputs[cache], node.inputs[slot], node.inputs[5]), attrs=attrs)
-        k = OPS[op_name].kernel(part, [ins[cache], ins[slot], ins[5]], target)
+    for op_name, slots, attrs in (("CacheWriteRoPE", k_slots, k_attrs), ("CacheWrite", v_slots, v_attrs)):
+        cache, new, pos = slots
+        part = replace(node, op=op_name, inputs=tuple(node.inputs[i] for i in slots), attrs=attrs)
+        k = OPS[op_name].kernel(part, [ins[i] for i in slots], target)
         *reads, written = k.bindings  # the kernel's written binding: the cache, here an input updated in place
-        writes.append(replace(k, inputs=(slot, 5, cache), bindings=(*reads, written, Buffer("attention", write=True))))
-    attend = replace(node, op="CachedAttentionRoPE", inputs=(node.inputs[0], *node.inputs[3:]),
-                     attrs={**{n: a[n] for n in ("num_heads", "num_kv_heads", "head_dim")}, **rope,
-                            "col_start": a["q_start"]})
-    k = _cached_attention_kernel(attend, [ins[0], *ins[3:]], target)
-    return [*writes, replace(k, inputs=(0, 3, 4, 5))]
+        writes.append(replace(k, inputs=(new, pos, cache), bindings=(*reads, written, Buffer("attention", write=True))))
+    slots = (0, 3, 4, 5)  # q, the caches, pos
+    attend = replace(node, op="CachedAttentionRoPE", inputs=tuple(node.inputs[i] for i in slots), attrs=attn)
+    return [*writes, replace(_cached_attention_kernel(attend, [ins[i] for i in slots], target), inputs=slots)]
 
 
 def _cached_flops(ins, out, a):
@@ -329,8 +325,8 @@ _STARTS = tuple(Attr(f"{role}_start", "int", -1, doc=f"-1: {role} has the op's w
 
 
 def _append_parts(xs_or_ts, a):
-    # the CacheWriteRoPE and the CacheWrite this op does, as (inputs, attrs) of each, then the attributes of its
-    # CachedAttentionRoPE
+    # the CacheWriteRoPE and the CacheWrite this op does, as (inputs, attrs) of each (inputs as given: values,
+    # types or input slots), then the attributes of its CachedAttentionRoPE
     q, k, v, kc, vc, pos = xs_or_ts
     rope = {n: a[n] for n in ("theta", "head_dim", "pairing", "scaling")}
     return (([kc, k, pos], {**rope, "col_start": a["k_start"]}), ([vc, v, pos], {"col_start": a["v_start"]}),
