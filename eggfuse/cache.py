@@ -68,7 +68,7 @@ log = logging.getLogger("eggfuse.cache")
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 2
+FORMAT = 3
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -315,7 +315,7 @@ def encode_plan(plan: ExecutionPlan) -> dict:
     sources: dict[str, int] = {}
     dispatches = [[d.node, d.op, d.kernel, sources.setdefault(d.source, len(sources)), d.entry_point,
                    list(d.bindings), base64.b64encode(d.params).decode(), list(d.workgroups), d.label,
-                   list(d.writable)]
+                   list(d.writable), list(d.prefetch)]
                   for d in plan.dispatches]
     return {
         "buffers": [[b.index, b.size_bytes, b.dtype.value, b.kind, b.name, b.node, list(b.shape)]
@@ -340,8 +340,9 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
                for i, size, dt, kind, name, node, shape in doc["buffers"]]
     dispatches = [Dispatch(_int(node), _str(op), _str(kernel), sources[_int(src)], _str(entry),
                            tuple(_int(b) for b in binds), base64.b64decode(params, validate=True),
-                           tuple(_int(w) for w in wg), _str(label), tuple(_int(i) for i in writable))
-                  for node, op, kernel, src, entry, binds, params, wg, label, writable in doc["dispatches"]]
+                           tuple(_int(w) for w in wg), _str(label), tuple(_int(i) for i in writable),
+                           tuple(_int(i) for i in prefetch))
+                  for node, op, kernel, src, entry, binds, params, wg, label, writable, prefetch in doc["dispatches"]]
     names = lambda m: {_str(k): _int(v) for k, v in m.items()}  # noqa: E731
     plan = ExecutionPlan(
         buffers=buffers, dispatches=dispatches, inputs=names(doc["inputs"]), parameters=names(doc["parameters"]),
@@ -372,7 +373,7 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
         if b.size_bytes < max(4, b.type.size_bytes) or b.size_bytes % 4:
             raise CorruptEntry(f"buffer {i} has {b.size_bytes} bytes for {b.type}")
     for d in plan.dispatches:
-        if not d.bindings or any(not 0 <= i < n for i in d.bindings) or len(d.workgroups) != 3 \
+        if not d.bindings or any(not 0 <= i < n for i in d.bindings + d.prefetch) or len(d.workgroups) != 3 \
                 or min(d.workgroups) < 1 or len(d.params) % 16 \
                 or any(not 0 <= i < len(d.bindings) - 1 for i in d.writable):
             raise CorruptEntry(f"dispatch {d.label!r:.60} does not fit the plan's buffers")

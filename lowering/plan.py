@@ -26,6 +26,7 @@ from ..ir.kernel import SCRATCH, Buffer, Kernel, Target
 from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
 from .limits import limit_name, resolve_limits, split_grid
+from .prefetch import add_prefetch
 from .wgsl import render_kernel
 from .wgsl import subgroups as subgroups_form
 
@@ -64,8 +65,10 @@ class Dispatch:
     ``bindings`` are buffer indices at @binding(0..): the storage inputs, read-only but for
     the positions in ``writable`` (inputs an op updates in place besides its output,
     ``OpSpec.updates``), then the read_write output (last). When ``params`` (uniform bytes, a
-    multiple of 16) is non-empty it binds at @binding(len(bindings)). ``workgroups`` is the
-    (x, y, z) grid; ``label`` names the op and its shapes for errors and profiling.
+    multiple of 16) is non-empty it binds at @binding(len(bindings)). ``prefetch`` are buffers
+    bound read-only after those, which the dispatch only reads into the L2 cache for the
+    dispatches after it (:mod:`.prefetch`). ``workgroups`` is the (x, y, z) grid; ``label``
+    names the op and its shapes for errors and profiling.
     """
 
     node: NodeId
@@ -78,6 +81,7 @@ class Dispatch:
     workgroups: tuple[int, int, int]
     label: str
     writable: tuple[int, ...] = ()
+    prefetch: tuple[int, ...] = ()
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -164,7 +168,8 @@ class ExecutionPlan:
                                                                                      else "")
         for d in self.dispatches:
             binds = ", ".join(f"buf{i}" for i in d.bindings)
-            lines.append(f"{d.kernel} [{binds}] wg={d.workgroups}  # {d.label}")
+            ahead = f" prefetch [{', '.join(f'buf{i}' for i in d.prefetch)}]" if d.prefetch else ""
+            lines.append(f"{d.kernel} [{binds}]{ahead} wg={d.workgroups}  # {d.label}")
         lines.append("outputs: " + ", ".join(f"buf{o}" for o in self.outputs))
         if self.storage:
             lines.append(f"storage: {len(self.storage)} intermediates in {len(self.storage_sizes)} allocations "
@@ -177,7 +182,7 @@ def _label(node: Node, ins: list[TensorType]) -> str:
 
 
 def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
-          share_storage: bool = True) -> ExecutionPlan:
+          share_storage: bool = True, prefetch: bool = True) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -186,7 +191,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     gives reductions in subgroup form (:data:`~.wgsl.SUBGROUP_FORMS`; kernel names end in
     ``+sg``): only for a device where runtime.device.subgroup_reductions_usable is true.
     ``share_storage=True`` lets intermediates whose lifetimes do not overlap share a device
-    allocation (:func:`share_storage_of`); False gives each its own.
+    allocation (:func:`share_storage_of`); False gives each its own. ``prefetch=True`` lets an
+    attention dispatch of few workgroups read the weights of the dispatches after it into the
+    L2 cache with workgroups of its own (:mod:`.prefetch`); the results are the same either way.
 
     Raises GraphError when the graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
@@ -243,6 +250,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         if index not in on_device and name in packed_from:
             buffers[index] = dataclasses.replace(buffers[index], kind="host")
 
+    state = frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state"))
+    if prefetch:
+        dispatches = add_prefetch(buffers, dispatches, state, lim)
     storage, storage_sizes = share_storage_of(buffers, dispatches, {node_buffer[o] for o in graph.outputs}) \
         if share_storage else ({}, [])
     live_ids = {n.id for n in live}
@@ -260,7 +270,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         index_bounds=_index_bounds(graph, live),
         derived=derived,
         limits=lim,
-        state=frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state")),
+        state=state,
         subgroups=any(d.kernel.endswith("+sg") for d in dispatches),
         storage=storage,
         storage_sizes=storage_sizes,
@@ -491,10 +501,10 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
             fail("max-buffer-size", f"buffer {b.index} ({b.kind} {b.name!r}, node {b.node}, {b.type}) "
                                     f"is {b.size_bytes} bytes")
     for d in plan.dispatches:
-        if len(d.bindings) > lim["max-storage-buffers-per-shader-stage"]:
+        if len(d.bindings) + len(d.prefetch) > lim["max-storage-buffers-per-shader-stage"]:
             fail("max-storage-buffers-per-shader-stage",
-                 f"kernel {d.kernel} binds {len(d.bindings)} storage buffers for {d.label}")
-        for slot, index in enumerate(d.bindings):
+                 f"kernel {d.kernel} binds {len(d.bindings) + len(d.prefetch)} storage buffers for {d.label}")
+        for slot, index in enumerate(d.bindings + d.prefetch):
             b = plan.buffers[index]
             if b.size_bytes > lim["max-storage-buffer-binding-size"]:
                 fail("max-storage-buffer-binding-size",

@@ -254,7 +254,7 @@ class Session:
     def _pipeline(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
         # The pipeline of one dispatch and its bind group layout (cached per process).
         return get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
-                            label=f"{d.kernel}: {d.label}", writable=d.writable)
+                            label=f"{d.kernel}: {d.label}", writable=d.writable, prefetch=len(d.prefetch))
 
     def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
               uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
@@ -267,6 +267,11 @@ class Session:
                 entries.append({"binding": len(d.bindings),
                                 "resource": {"buffer": self._uniform, "offset": uniform_offset,
                                              "size": len(d.params)}})
+            # the buffers it prefetches, read as vec4s: whole ones
+            entries += [{"binding": len(entries) + j,
+                         "resource": {"buffer": self._buffers[index], "offset": self._offsets[index],
+                                      "size": self.plan.buffers[index].size_bytes // 16 * 16}}
+                        for j, index in enumerate(d.prefetch)]
             bind_group = self.device.create_bind_group(layout=bgl, entries=entries, label=d.label)
         return pipeline, bind_group, d.workgroups
 

@@ -71,6 +71,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) li: u32) {
     let wg = linear_workgroup(wid, nwg);
     if (wg >= p.total) {
+        // PREFETCH_HOOK (lowering/prefetch.py)
         return;
     }
     let qb = wg % p.q_blocks;
