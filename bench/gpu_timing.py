@@ -21,13 +21,27 @@ def median_p90(values: Sequence[float]) -> tuple[float, float]:
     return float(np.median(arr)), float(np.percentile(arr, 90))
 
 
-def wall_per_call(session, feeds: Sequence[dict], samples: int, warmup: int = 3) -> list[float]:
+#: Seconds of back-to-back runs before any sample (both sides). On the H200 the SM clock falls from
+#: 1980 to 345 MHz within about a second of idling (creating a session or compiling a peer leaves
+#: the GPU idle for seconds), and comes back some tens of milliseconds after work resumes: decode
+#: steps right after two idle seconds took 3.9-4.5 ms against 1.18 ms at full clock
+#: (bench/results/clock_ramp_h200/). A fixed count of warm-up runs left some samples in the ramp.
+WARMUP_S = 0.5
+
+
+def wall_per_call(session, feeds: Sequence[dict], samples: int, warmup: int = 3,
+                  warmup_s: float = WARMUP_S) -> list[float]:
     """Seconds per run, one value per sample: wall clock around ``len(feeds)`` back-to-back
     ``session.run(feeds[i], read=())`` calls (inputs written, the pre-recorded plan submitted,
     nothing read back) and one wait for the device at the end, divided by the number of calls.
-    ``warmup`` runs come first (the second run on is pre-recorded in the background)."""
-    for i in range(warmup):
+    At least ``warmup`` runs and ``warmup_s`` seconds of runs come first (the second run on is
+    pre-recorded in the background; the GPU's clock ramps up: WARMUP_S)."""
+    start, i = time.perf_counter(), 0
+    while i < warmup or time.perf_counter() - start < warmup_s:
         session.run(feeds[i % len(feeds)], read=())
+        if i % len(feeds) == len(feeds) - 1:
+            session.wait()
+        i += 1
     session.wait()
     out = []
     for _ in range(samples):

@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_timing  # noqa: E402
 
 #: Peers run by default: MODE:DTYPE (MODE: eager or a torch.compile mode).
 DEFAULT_PEERS = "eager:fp32,reduce-overhead:fp32,reduce-overhead:bf16"
@@ -215,7 +220,8 @@ def torch_inputs(torch, kind: str, inputs: dict, device: str) -> dict:
 def time_peer(torch, p: Peer, calls: int, samples: int, cuda: bool) -> dict:
     """Seconds per call, one value per sample, of ``calls`` back-to-back ``p.call()``: wall clock
     with one synchronisation at the end (``wall``) and, on CUDA, events around them (``events``).
-    Warm-up calls first (a CUDA-graph mode compiles, records, then replays)."""
+    Warm-up calls first (a CUDA-graph mode compiles, records, then replays), then calls for
+    ``gpu_timing.WARMUP_S`` seconds, as on our side (the GPU's clock ramps up after idling)."""
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     step_begin = torch.compiler.cudagraph_mark_step_begin if p.mode in CUDAGRAPH_MODES else None
 
@@ -231,6 +237,13 @@ def time_peer(torch, p: Peer, calls: int, samples: int, cuda: bool) -> dict:
         for _ in range(2 if p.mode == "eager" else 5):
             one()
         sync()
+        start = time.perf_counter()
+        while time.perf_counter() - start < gpu_timing.WARMUP_S:
+            if p.prepare is not None:  # as a sample does (decode: from position seq again)
+                p.prepare()
+            for _ in range(calls):
+                one()
+            sync()
         for _ in range(samples):
             if p.prepare is not None:
                 p.prepare()
