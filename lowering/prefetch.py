@@ -3,10 +3,10 @@
 An attention dispatch of a small batch has few workgroups (SmolLM2's decode step: 9, one per query
 head; its 128-token prefill: 72) on a GPU of a hundred or more multiprocessors, while the products
 after it read their weights from device memory. The H200 measurements behind this pass
-(``bench/prefetch.py``, ``bench/results/prefetch_h200/``): with every layer's weights made the first
-layer's, so that they come from the L2 cache, the plans ran 6% (decode, f32), 9% (decode, Q4_1 blocks)
-and 3% (prefill) faster; the weights of the next layer prefetched by extra workgroups of the
-attention dispatch recovered most of that for prefill and a third of it for decode.
+(``bench/prefetch.py``, ``bench/results/prefetch_h200/``, GPU time): with every layer's weights made
+the first layer's, so that they come from the L2 cache, the plans ran 6.5% (decode, f32), 8.5%
+(decode, Q4_1 blocks) and 2.2% (prefill) faster; with this pass they run 2.4%, 2.7% and 1.6% faster
+than without it.
 
 The pass, run by :func:`~.plan.lower` after the dispatches are built: a dispatch is *narrow* when
 its kernel has the hook (the line ``PREFETCH_HOOK`` in its WGSL, in the workgroup branch that
@@ -42,7 +42,7 @@ PREFETCH_HOOK = "        // PREFETCH_HOOK (lowering/prefetch.py)"
 #: A dispatch of fewer workgroups than this is narrow (an H100/H200 has 132 multiprocessors).
 NARROW_WORKGROUPS = 128
 #: Workgroups (of the kernel's size, 256 or fewer invocations) a narrow dispatch gets to prefetch with;
-#: 132, 264 and 528 extra workgroups measured within 1% of each other for prefill on the H200.
+#: 132, 264 and 528 extra workgroups measured within 1% of each other on the H200.
 PREFETCH_WORKGROUPS = 128
 #: Most bytes one narrow dispatch prefetches: under a third of an H100/H200's 50 MB L2, and more
 #: than a SmolLM2-135M layer's f32 weights (14.1 MB).
