@@ -43,11 +43,12 @@ def main() -> None:
     ap.add_argument("--clocks", type=Path, help="CSV of nvidia-smi's SM clock and power every 50 ms")
     args = ap.parse_args()
     loaded, meta = models.load_graphs(args.graphs)
-    logger = None
+    logger = log = None
     if args.clocks and shutil.which("nvidia-smi"):
         args.clocks.parent.mkdir(parents=True, exist_ok=True)
+        log = args.clocks.open("w")
         logger = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw",
-                                   "--format=csv", "-lms", "50"], stdout=args.clocks.open("w"))
+                                   "--format=csv", "-lms", "50"], stdout=log)
     rows = []
     try:
         for kind in [m.strip() for m in args.models.split(",") if m.strip()]:
@@ -77,6 +78,8 @@ def main() -> None:
     finally:
         if logger is not None:
             logger.terminate()
+            logger.wait()
+            log.close()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))
     print(f"wrote {args.json}" + (f" and {args.clocks}" if logger else ""))

@@ -375,7 +375,8 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
     for d in plan.dispatches:
         if not d.bindings or any(not 0 <= i < n for i in d.bindings + d.prefetch) or len(d.workgroups) != 3 \
                 or min(d.workgroups) < 1 or len(d.params) % 16 \
-                or any(not 0 <= i < len(d.bindings) - 1 for i in d.writable):
+                or any(not 0 <= i < len(d.bindings) - 1 for i in d.writable) \
+                or any(plan.buffers[i].kind not in ("parameter", "derived", "constant") for i in d.prefetch):
             raise CorruptEntry(f"dispatch {d.label!r:.60} does not fit the plan's buffers")
     leaves = {x.attrs["name"]: x.type for x in graph.nodes if x.op in ("Input", "Parameter")}
     for name, i in {**plan.inputs, **plan.parameters}.items():

@@ -82,19 +82,22 @@ def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Seq
     return rewrite(graph, cost_model=cost_model, rulesets=rulesets, verify=verify)
 
 
-def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None, prefetch: bool = True) -> ExecutionPlan:
+def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
+              prefetch: bool | None = None) -> ExecutionPlan:
     """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
 
     ``subgroups``: lower reductions with subgroup operations; None (default) when the device
     has usable ones (``runtime.device.subgroup_reductions_usable``). ``prefetch``: as
     :func:`eggfuse.lowering.lower`'s (narrow attention dispatches read the next dispatches'
-    weights into the L2 cache). Raises InputError for
+    weights into the L2 cache); None (default) on every adapter but a CPU one. Raises InputError for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits, DeviceError when there is no device.
     """
     from eggfuse.runtime.device import get_device
 
     device = device if device is not None else get_device()
+    if prefetch is None:
+        prefetch = device.adapter.info.get("adapter_type") != "CPU"
     return lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch))
 
 

@@ -504,7 +504,9 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
         if len(d.bindings) + len(d.prefetch) > lim["max-storage-buffers-per-shader-stage"]:
             fail("max-storage-buffers-per-shader-stage",
                  f"kernel {d.kernel} binds {len(d.bindings) + len(d.prefetch)} storage buffers for {d.label}")
-        for slot, index in enumerate(d.bindings + d.prefetch):
+        ahead = len(d.bindings) + (1 if d.params else 0)  # the prefetched buffers bind after the uniform
+        slots = [*range(len(d.bindings)), *range(ahead, ahead + len(d.prefetch))]
+        for slot, index in zip(slots, d.bindings + d.prefetch, strict=True):
             b = plan.buffers[index]
             if b.size_bytes > lim["max-storage-buffer-binding-size"]:
                 fail("max-storage-buffer-binding-size",

@@ -23,7 +23,9 @@ are those of the dispatch without the pass, bit for bit.
 
 WebGPU does not say how large the device's L2 cache is or how many multiprocessors it has; the
 constants are the H200's (50 MB of L2, 132 multiprocessors). ``lower(..., prefetch=False)`` leaves
-the pass out.
+the pass out, and ``eggfuse.pipeline.lower_for`` leaves it out on a CPU adapter (lavapipe), where
+there is no L2 cache to warm and the reads only cost time (decode of a 4-layer SmolLM2 slice took
+18% longer with them there).
 """
 
 from __future__ import annotations
@@ -82,16 +84,17 @@ def is_narrow(d) -> bool:
 def weights_ahead(buffers: Sequence, dispatches: Sequence, written: set[int], state: frozenset[str],
                   room: int) -> tuple[int, ...]:
     """The buffers of read-only weights (see the module docstring) that ``dispatches`` bind as
-    inputs, in order of first use, at most ``room`` of them and MAX_BYTES together."""
+    inputs, in order of first use, at most ``room`` of them and MAX_BYTES together (one that
+    would pass MAX_BYTES is left out and later ones still taken)."""
     out: list[int] = []
     total = 0
     for d in dispatches:
         for i in d.inputs:
             b = buffers[i]
             if (i in out or i in written or b.kind not in ("parameter", "derived", "constant")
-                    or b.name in state or b.size_bytes < MIN_BYTES):
+                    or b.name in state or b.size_bytes < MIN_BYTES or total + b.size_bytes > MAX_BYTES):
                 continue
-            if len(out) == room or total + b.size_bytes > MAX_BYTES:
+            if len(out) == room:
                 return tuple(out)
             out.append(i)
             total += b.size_bytes
@@ -109,7 +112,8 @@ def with_prefetch(d, prefetch: tuple[int, ...], max_dim: int):
     call = "        prefetch_l2(wg - p.total, nwg.x * nwg.y * nwg.z - p.total, li);"
     source = d.source.replace(PREFETCH_HOOK, call) + function
     grid = split_grid(math.prod(d.workgroups) + PREFETCH_WORKGROUPS, max_dim)
-    return dataclasses.replace(d, source=source, workgroups=grid, prefetch=prefetch, kernel=d.kernel + "+prefetch")
+    base, sg = (d.kernel[:-3], "+sg") if d.kernel.endswith("+sg") else (d.kernel, "")  # "+sg" stays last
+    return dataclasses.replace(d, source=source, workgroups=grid, prefetch=prefetch, kernel=base + "+prefetch" + sg)
 
 
 def add_prefetch(buffers: Sequence, dispatches: list, state: frozenset[str], limits: Mapping[str, int]) -> list:

@@ -39,8 +39,8 @@ def _expected_prefetch(plan, k: int) -> tuple[int, ...]:
     for d in plan.dispatches[k + 1:end]:
         for i in d.inputs:
             b = plan.buffers[i]
-            if (i not in out and i not in written and b.kind in ("parameter", "derived") and b.name not in plan.state
-                    and b.size_bytes >= 64 << 10):
+            if (i not in out and i not in written and b.kind in ("parameter", "derived", "constant")
+                    and b.name not in plan.state and b.size_bytes >= 64 << 10):
                 out.append(i)
     return tuple(out)
 
@@ -81,6 +81,29 @@ def test_the_limits_and_the_byte_budget_bound_what_is_prefetched(graphs, monkeyp
     assert [len(x.prefetch) for x in lower(graph).dispatches if x.prefetch] == [1] * SMALL.num_layers
     monkeypatch.setattr(pf, "NARROW_WORKGROUPS", 1)  # no dispatch is narrow
     assert not any(x.prefetch for x in lower(graph).dispatches)
+
+
+def test_a_subgroup_plan_still_says_it_uses_subgroups(graphs):
+    plan = lower(graphs[0], subgroups=True)
+    assert plan.subgroups and any(d.prefetch for d in plan.dispatches)
+    assert all(d.kernel.endswith("+prefetch+sg") for d in plan.dispatches if d.prefetch)
+
+
+def test_lower_for_prefetches_on_gpus_only(graphs, device):
+    cpu = device.adapter.info.get("adapter_type") == "CPU"
+    assert any(d.prefetch for d in lower_for(graphs[0], device).dispatches) != cpu
+    assert any(d.prefetch for d in lower_for(graphs[0], device, prefetch=True).dispatches)
+
+
+def test_a_prefetched_buffer_past_the_budget_is_left_out_and_later_ones_taken(graphs, monkeypatch):
+    roomy = {"max-storage-buffers-per-shader-stage": 64}  # the byte budget, not the bindings, binds
+    plan = lower(graphs[0], roomy)
+    d = next(d for d in plan.dispatches if d.prefetch)
+    sizes = [plan.buffers[i].size_bytes for i in d.prefetch]
+    assert len(sizes) >= 3 and sizes[1] > sizes[2], sizes  # the output projection, gate/up, down, ...
+    monkeypatch.setattr(pf, "MAX_BYTES", sizes[0] + sizes[2])  # gate/up does not fit after the first
+    got = next(x for x in lower(graphs[0], roomy).dispatches if x.prefetch).prefetch
+    assert got == (d.prefetch[0], d.prefetch[2])
 
 
 def test_a_prefetching_plan_round_trips_through_the_compile_cache(graphs):
