@@ -53,10 +53,9 @@ def main() -> None:
     try:
         for kind in [m.strip() for m in args.models.split(",") if m.strip()]:
             unfused, fused = loaded[kind]
-            params = models.random_values(unfused)[1]
+            params = models.random_params(kind, unfused, meta["layers"], meta["weights"])
             inputs = models.model_inputs(kind, meta["seq"], meta["batch"], padded=False)
             feeds = models.our_feeds(kind, inputs, meta["seq"], args.calls)
-            feeds = feeds * (args.calls // len(feeds)) if len(feeds) < args.calls else feeds
             session = Session(lower_for(fused), {k: v for k, v in params.items() if k in fused.parameters})
             session.run(feeds[0], read=())
             session.wait()

@@ -206,6 +206,15 @@ def random_values(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     return inputs, params
 
 
+def random_params(kind: str, unfused: Graph, layers: int | None, weights: str) -> dict[str, np.ndarray]:
+    """Random parameters of ``kind``'s graph (:func:`random_values`); SmolLM2's stored as ``weights``
+    (:func:`quantise`, from random f32 weights) where that is not f32."""
+    if kind == "minilm" or weights == "f32":
+        return random_values(unfused)[1]
+    f32 = build_llama_graph(LlamaConfig.smollm2_135m(), 1, layers=layers)
+    return quantise(random_values(f32)[1], weights)[0]
+
+
 def model_inputs(kind: str, seq: int, batch: int, padded: bool, seed: int = 0) -> dict:
     """The inputs both sides get: minilm ``ids``/``types``/``mask`` [B, S] (``padded``: random
     token types and sentences of decreasing length; else type 0 and no padding); prefill
@@ -225,12 +234,13 @@ def model_inputs(kind: str, seq: int, batch: int, padded: bool, seed: int = 0) -
 
 
 def our_feeds(kind: str, inputs: dict, seq: int, calls: int) -> list[dict]:
-    """Our graph's feeds for ``calls`` back-to-back runs (decode: positions seq, seq+1, ...)."""
+    """Our graph's feeds for ``calls`` back-to-back runs (decode: positions seq, seq+1, ...; the
+    other models: the same feed ``calls`` times)."""
     if kind == "minilm":
         mask = inputs["mask"]
-        return [feeds(Batch((), inputs["ids"].astype(np.uint32), mask, inputs["types"].astype(np.uint32)))]
+        return [feeds(Batch((), inputs["ids"].astype(np.uint32), mask, inputs["types"].astype(np.uint32)))] * calls
     if kind == "smollm2_prefill":
-        return [{"tokens": inputs["tokens"].astype(np.uint32)}]
+        return [{"tokens": inputs["tokens"].astype(np.uint32)}] * calls
     token = inputs["token"].astype(np.uint32)
     return [{"tokens": token, "pos": np.array([seq + i], np.uint32)} for i in range(calls)]
 
@@ -241,7 +251,6 @@ def time_ours(graph: Graph, params: dict, kind: str, inputs: dict, seq: int, cal
 
     s = Session(lower_for(graph), {k: v for k, v in params.items() if k in graph.parameters})
     fs = our_feeds(kind, inputs, seq, calls)
-    fs = fs * (calls // len(fs)) if len(fs) < calls else fs
     wall = gpu_timing.wall_per_call(s, fs, samples)
     s.run(fs[0], read=())
     gpu = gpu_timing.gpu_per_call(s, calls, samples)
@@ -439,10 +448,7 @@ def hf_models(models: dict, layers: int | None, torch, transformers, device: str
     hf, params = {}, {}
     for kind, (unfused, _) in models.items():
         if torch is None:  # our side alone, on random weights
-            params[kind] = random_values(unfused)[1]
-            if kind != "minilm" and weights != "f32":
-                f32 = build_llama_graph(LlamaConfig.smollm2_135m(), 1, layers=layers)
-                params[kind] = quantise(random_values(f32)[1], weights)[0]
+            params[kind] = random_params(kind, unfused, layers, weights)
             continue
         torch_peers.set_fp32_precision(torch)
         llama = next((k for k in hf if k != "minilm"), None)

@@ -114,7 +114,6 @@ def run(kind: str, fused, params: dict, meta: dict, variant: str, args) -> dict:
     seq = meta["seq"]
     inputs = models.model_inputs(kind, seq, meta["batch"], padded=False)
     feeds = models.our_feeds(kind, inputs, seq, args.calls)
-    feeds = feeds * (args.calls // len(feeds)) if len(feeds) < args.calls else feeds
     wall = gpu_timing.wall_per_call(session, feeds, args.repeats)
     session.run(feeds[0], read=())
     gpu = gpu_timing.gpu_per_call(session, args.calls, args.repeats)
@@ -147,10 +146,7 @@ def main() -> None:
           f"{'dispatches':>11}{'prefetched MB':>15}")
     for kind in wanted:
         unfused, fused = loaded[kind]
-        params = models.random_values(unfused)[1]
-        if kind != "minilm" and meta["weights"] != "f32":
-            f32 = models.build_llama_graph(models.LlamaConfig.smollm2_135m(), 1, layers=meta["layers"])
-            params = models.quantise(models.random_values(f32)[1], meta["weights"])[0]
+        params = models.random_params(kind, unfused, meta["layers"], meta["weights"])
         for r in range(args.rounds):
             for variant in variants:
                 row = {**run(kind, fused, params, meta, variant, args), "round": r}

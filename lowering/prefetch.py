@@ -101,9 +101,9 @@ def weights_ahead(buffers: Sequence, dispatches: Sequence, written: set[int], st
     return tuple(out)
 
 
-def with_prefetch(d, prefetch: tuple[int, ...], max_dim: int):
-    """Dispatch ``d`` (narrow) with PREFETCH_WORKGROUPS more workgroups reading ``prefetch``
-    (buffer indices, bound read-only after its uniform)."""
+def with_prefetch(d, prefetch: tuple[int, ...], grid: tuple[int, int, int]):
+    """Dispatch ``d`` (narrow) on ``grid`` (its workgroups and PREFETCH_WORKGROUPS more), the extra
+    ones reading ``prefetch`` (buffer indices, bound read-only after its uniform)."""
     first = len(d.bindings) + (1 if d.params else 0)
     names = [f"prefetch{j}" for j in range(len(prefetch))]
     decls = "\n".join(f"@group(0) @binding({first + j}) var<storage, read> {name}: array<vec4<u32>>;"
@@ -111,7 +111,6 @@ def with_prefetch(d, prefetch: tuple[int, ...], max_dim: int):
     function = _FUNCTION.format(decls=decls, loops="".join(_LOOP.format(name=name) for name in names))
     call = "        prefetch_l2(wg - p.total, nwg.x * nwg.y * nwg.z - p.total, li);"
     source = d.source.replace(PREFETCH_HOOK, call) + function
-    grid = split_grid(math.prod(d.workgroups) + PREFETCH_WORKGROUPS, max_dim)
     base, sg = (d.kernel[:-3], "+sg") if d.kernel.endswith("+sg") else (d.kernel, "")  # "+sg" stays last
     return dataclasses.replace(d, source=source, workgroups=grid, prefetch=prefetch, kernel=base + "+prefetch" + sg)
 
@@ -126,7 +125,7 @@ def add_prefetch(buffers: Sequence, dispatches: list, state: frozenset[str], lim
         window = dispatches[k + 1:narrow[n + 1] if n + 1 < len(narrow) else len(dispatches)]
         room = limits["max-storage-buffers-per-shader-stage"] - len(d.bindings)
         prefetch = weights_ahead(buffers, window, written, state, room)
-        if prefetch and split_grid(math.prod(d.workgroups) + PREFETCH_WORKGROUPS,
-                                   limits["max-compute-workgroups-per-dimension"]) is not None:
-            out[k] = with_prefetch(d, prefetch, limits["max-compute-workgroups-per-dimension"])
+        grid = split_grid(math.prod(d.workgroups) + PREFETCH_WORKGROUPS, limits["max-compute-workgroups-per-dimension"])
+        if prefetch and grid is not None:
+            out[k] = with_prefetch(d, prefetch, grid)
     return out
