@@ -68,7 +68,7 @@ log = logging.getLogger("eggfuse.cache")
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 3
+FORMAT = 4
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -257,6 +257,12 @@ def _int(v: Any) -> int:
     return v
 
 
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise CorruptEntry(f"expected true or false, got {v!r:.40}")
+    return v
+
+
 def _str(v: Any) -> str:
     if not isinstance(v, str):
         raise CorruptEntry(f"expected a string, got {v!r:.40}")
@@ -315,7 +321,7 @@ def encode_plan(plan: ExecutionPlan) -> dict:
     sources: dict[str, int] = {}
     dispatches = [[d.node, d.op, d.kernel, sources.setdefault(d.source, len(sources)), d.entry_point,
                    list(d.bindings), base64.b64encode(d.params).decode(), list(d.workgroups), d.label,
-                   list(d.writable), list(d.prefetch)]
+                   list(d.writable), list(d.prefetch), bool(d.runtime_checks)]
                   for d in plan.dispatches]
     return {
         "buffers": [[b.index, b.size_bytes, b.dtype.value, b.kind, b.name, b.node, list(b.shape)]
@@ -341,8 +347,9 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
     dispatches = [Dispatch(_int(node), _str(op), _str(kernel), sources[_int(src)], _str(entry),
                            tuple(_int(b) for b in binds), base64.b64decode(params, validate=True),
                            tuple(_int(w) for w in wg), _str(label), tuple(_int(i) for i in writable),
-                           tuple(_int(i) for i in prefetch))
-                  for node, op, kernel, src, entry, binds, params, wg, label, writable, prefetch in doc["dispatches"]]
+                           tuple(_int(i) for i in prefetch), _bool(checks))
+                  for node, op, kernel, src, entry, binds, params, wg, label, writable, prefetch, checks
+                  in doc["dispatches"]]
     names = lambda m: {_str(k): _int(v) for k, v in m.items()}  # noqa: E731
     plan = ExecutionPlan(
         buffers=buffers, dispatches=dispatches, inputs=names(doc["inputs"]), parameters=names(doc["parameters"]),

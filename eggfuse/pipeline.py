@@ -83,13 +83,15 @@ def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Seq
 
 
 def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
-              prefetch: bool | None = None) -> ExecutionPlan:
+              prefetch: bool | None = None, runtime_checks: bool = False) -> ExecutionPlan:
     """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
 
     ``subgroups``: lower reductions with subgroup operations; None (default) when the device
     has usable ones (``runtime.device.subgroup_reductions_usable``). ``prefetch``: as
     :func:`eggfuse.lowering.lower`'s (narrow attention dispatches read the next dispatches'
-    weights into the L2 cache); None (default) on every adapter but a CPU one. Raises InputError for
+    weights into the L2 cache); None (default) on every adapter but a CPU one. ``runtime_checks``: as
+    :func:`eggfuse.lowering.lower`'s (False, the default: kernels compiled without naga's runtime
+    checks). Raises InputError for a ``runtime_checks`` that is not a bool, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits, DeviceError when there is no device.
     """
@@ -98,7 +100,8 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     device = device if device is not None else get_device()
     if prefetch is None:
         prefetch = device.adapter.info.get("adapter_type") != "CPU"
-    return lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch))
+    return lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
+                 runtime_checks=runtime_checks)
 
 
 def subgroups_for(device, subgroups: bool | None) -> bool:

@@ -67,6 +67,9 @@ class Kernel:
       f32 elements instead of its output (an intermediate of the op alone, such as the partial
       sums of a split-K matmul); a later dispatch of the node reads it (:data:`SCRATCH` in its
       ``inputs``). Every dispatch of a node that gives it gives the same size.
+    - ``runtime_checks``: compile this kernel with naga's runtime checks even in a plan lowered
+      without them (``lower(..., runtime_checks=False)``), for a kernel measured faster with them
+      (the tiled matmul's 128-row tiles: :mod:`.ops.matmul_kernel`).
     """
 
     name: str
@@ -78,6 +81,7 @@ class Kernel:
     inputs: tuple[int, ...] | None = None
     entry_point: str = "main"
     scratch: int = 0
+    runtime_checks: bool = False
 
 
 @dataclass(frozen=True)

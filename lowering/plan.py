@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ..ir.errors import LoweringError
+from ..ir.errors import InputError, LoweringError
 from ..ir.graph import Graph, Node, NodeId
 from ..ir.kernel import SCRATCH, Buffer, Kernel, Target
 from ..ir.spec import OPS
@@ -68,7 +68,8 @@ class Dispatch:
     multiple of 16) is non-empty it binds at @binding(len(bindings)). ``prefetch`` are buffers
     bound read-only after those, which the dispatch only reads into the L2 cache for the
     dispatches after it (:mod:`.prefetch`). ``workgroups`` is the (x, y, z) grid; ``label``
-    names the op and its shapes for errors and profiling.
+    names the op and its shapes for errors and profiling. ``runtime_checks``: whether the runtime
+    compiles ``source`` with naga's runtime checks (``runtime.pipelines.create_module``).
     """
 
     node: NodeId
@@ -82,6 +83,7 @@ class Dispatch:
     label: str
     writable: tuple[int, ...] = ()
     prefetch: tuple[int, ...] = ()
+    runtime_checks: bool = True
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -169,7 +171,8 @@ class ExecutionPlan:
         for d in self.dispatches:
             binds = ", ".join(f"buf{i}" for i in d.bindings)
             ahead = f" prefetch [{', '.join(f'buf{i}' for i in d.prefetch)}]" if d.prefetch else ""
-            lines.append(f"{d.kernel} [{binds}]{ahead} wg={d.workgroups}  # {d.label}")
+            unchecked = "" if d.runtime_checks else " unchecked"
+            lines.append(f"{d.kernel} [{binds}]{ahead} wg={d.workgroups}{unchecked}  # {d.label}")
         lines.append("outputs: " + ", ".join(f"buf{o}" for o in self.outputs))
         if self.storage:
             lines.append(f"storage: {len(self.storage)} intermediates in {len(self.storage_sizes)} allocations "
@@ -182,7 +185,7 @@ def _label(node: Node, ins: list[TensorType]) -> str:
 
 
 def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
-          share_storage: bool = True, prefetch: bool = True) -> ExecutionPlan:
+          share_storage: bool = True, prefetch: bool = True, runtime_checks: bool = False) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -194,8 +197,18 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     allocation (:func:`share_storage_of`); False gives each its own. ``prefetch=True`` lets an
     attention dispatch of few workgroups read the weights of the dispatches after it into the
     L2 cache with workgroups of its own (:mod:`.prefetch`); the results are the same either way.
+    ``runtime_checks=False`` (the default) has the runtime compile every kernel without naga's runtime
+    checks (``Dispatch.runtime_checks``; a kernel may keep them, ``Kernel.runtime_checks``): no clamping
+    of workgroup and function array indices, no loop-bounding counters, buffer accesses checked
+    only where the backend checks them itself (Vulkan's robustBufferAccess). eggfuse's kernels
+    bound their loops by the uniform's sizes and check every global index themselves, so results
+    are those of the checked kernels up to the driver's instruction choice (on an H200: bit for bit
+    for SmolLM2, within 4e-8 for MiniLM), and plans run 7-13% faster (``bench/runtime_checks.py``);
+    ``runtime_checks=True`` keeps WebGPU's checks everywhere (an index out of bounds is then clamped:
+    for debugging a kernel).
 
-    Raises GraphError when the graph has no outputs, LoweringError when an op has no kernel or the plan
+    Raises InputError for a ``runtime_checks`` that is not a bool, GraphError when the graph has no
+    outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
     other node gets its kernel builder's dispatches, one for every op but a Concat of more
@@ -203,6 +216,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     of several new rows (three), so
     ``len(plan.dispatches) >= graph.dispatch_count()``.
     """
+    if not isinstance(runtime_checks, bool):
+        raise InputError(f"runtime_checks must be True or False, got {runtime_checks!r}")
     graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)
@@ -241,7 +256,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters
             continue
         ins = [graph.node(i).type for i in node.inputs]
-        dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers))
+        dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks))
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
@@ -280,7 +295,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
 
 def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Target,
-                     node_buffer: dict[NodeId, int], buffers: list[BufferSpec]) -> list[Dispatch]:
+                     node_buffer: dict[NodeId, int], buffers: list[BufferSpec],
+                     runtime_checks: bool = True) -> list[Dispatch]:
     """The dispatches of one node: its op's kernel builder (``OpSpec.kernel``) rendered to WGSL.
 
     A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
@@ -336,7 +352,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         bound = tuple(scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
         bound += (scratch if k.scratch > 0 else node_buffer[node.id],)
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
-                            params, grid, label, writable))
+                            params, grid, label, writable, runtime_checks=runtime_checks or k.runtime_checks))
     return out
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 
 import wgpu
+from wgpu.backends.wgpu_native._api import GPUShaderModule, ffi, lib, libf, new_struct_p, to_c_string_view
 
 from .device import device_errors
 
-_modules: dict[tuple[int, str], wgpu.GPUShaderModule] = {}
+_modules: dict[tuple[int, str, bool], wgpu.GPUShaderModule] = {}
 _pipelines: dict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout, wgpu.GPUDevice]] = {}
 
 
@@ -38,27 +39,50 @@ def layout_entries(num_storage: int, has_uniform: bool, writable: tuple[int, ...
     return entries
 
 
+def create_module(device: wgpu.GPUDevice, source: str, label: str = "", checks: bool = True) -> wgpu.GPUShaderModule:
+    """The shader module of WGSL ``source``. With ``checks`` (the WebGPU default) naga clamps every
+    dynamic index into workgroup and function arrays, bounds every loop with a counter of its own and
+    checks buffer accesses the backend does not check itself; without them the module is made by
+    wgpu-native's ``wgpuDeviceCreateShaderModuleTrusted`` with no runtime checks
+    (``WGPUShaderRuntimeChecks_None``): buffer accesses stay checked only where the backend checks them
+    (Vulkan's robustBufferAccess), so the kernel's own indices must be in bounds and its loops finite,
+    as eggfuse's kernels are by construction (each bounds its loops by the uniform's sizes and checks
+    every global index). Raises DeviceError (through the caller's ``device_errors``) for WGSL that does
+    not compile, as ``create_shader_module`` does."""
+    if checks or not hasattr(lib, "wgpuDeviceCreateShaderModuleTrusted"):
+        return device.create_shader_module(code=source, label=label)
+    wgsl = new_struct_p("WGPUShaderSourceWGSL *", code=to_c_string_view(source))
+    wgsl[0].chain.next = ffi.NULL
+    wgsl[0].chain.sType = lib.WGPUSType_ShaderSourceWGSL
+    descriptor = new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=ffi.cast("WGPUChainedStruct *", wgsl),
+                              label=to_c_string_view(label))
+    handle = libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, descriptor, lib.WGPUShaderRuntimeChecks_None)
+    if handle == ffi.NULL:  # as create_shader_module reports it; device_errors turns it into a DeviceError
+        raise RuntimeError("Shader module creation failed")
+    return GPUShaderModule(label, handle, device)
+
+
 def get_pipeline(
     device: wgpu.GPUDevice, source: str, entry_point: str, num_storage: int, has_uniform: bool,
-    label: str = "", writable: tuple[int, ...] = (), prefetch: int = 0,
+    label: str = "", writable: tuple[int, ...] = (), prefetch: int = 0, checks: bool = True,
 ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
     """The pipeline of ``entry_point`` in WGSL ``source`` and its bind group layout
     (``writable``: the storage bindings besides the last that are read_write; ``prefetch``: the
-    read-only storage bindings after the uniform).
+    read-only storage bindings after the uniform; ``checks``: naga's runtime checks, :func:`create_module`).
 
     Cached by (device, source hash, entry point, binding signature). Raises DeviceError
     if the shader does not compile (a kernel bug), naming ``label``.
     """
     digest = hashlib.sha256(source.encode()).hexdigest()
-    key = (id(device), digest, entry_point, num_storage, has_uniform, tuple(writable), prefetch)
+    key = (id(device), digest, entry_point, num_storage, has_uniform, tuple(writable), prefetch, checks)
     hit = _pipelines.get(key)
     if hit is not None:
         return hit[0], hit[1]
     with device_errors(f"compiling kernel for {label or entry_point}"):
-        module = _modules.get((id(device), digest))
+        module = _modules.get((id(device), digest, checks))
         if module is None:
-            module = device.create_shader_module(code=source, label=label)
-            _modules[(id(device), digest)] = module
+            module = create_module(device, source, label, checks)
+            _modules[(id(device), digest, checks)] = module
         bgl = device.create_bind_group_layout(entries=layout_entries(num_storage, has_uniform, writable, prefetch))
         layout = device.create_pipeline_layout(bind_group_layouts=[bgl])
         stage = {"module": module, "entry_point": entry_point}

@@ -254,7 +254,8 @@ class Session:
     def _pipeline(self, d) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
         # The pipeline of one dispatch and its bind group layout (cached per process).
         return get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
-                            label=f"{d.kernel}: {d.label}", writable=d.writable, prefetch=len(d.prefetch))
+                            label=f"{d.kernel}: {d.label}", writable=d.writable, prefetch=len(d.prefetch),
+                            checks=d.runtime_checks)
 
     def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
               uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:

@@ -216,6 +216,18 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     return chosen or _TILE_BY_SIDES[(32, 32)]
 
 
+def keeps_runtime_checks(tile: MatmulTile) -> bool:
+    """Whether the tiled kernel of ``tile`` keeps naga's runtime checks in a plan lowered without them
+    (``Kernel.runtime_checks``, ``lower(..., runtime_checks=False)``): the tiles of 128 rows, whose
+    invocations hold 8 rows of accumulators. On an H200 (``bench/runtime_checks.py --all-unchecked``,
+    bench/results/runtime_checks_h200/f32.json) those ran slower without the checks: 4096^3 on 128x128
+    tiles 4279 us against 3625 with them, SmolLM2's LM head 128 x 576 x 49152 320 against 277 us; the
+    products on other tiles ran 2-15% faster without (128 x 1536 x 576 on split 32x64 tiles with the
+    reduction 19.9 against 23.4 us, 1024 x 384 x 1536 on 64x64 tiles 52.5 against 53.5). The GEMV is
+    not tiled."""
+    return not tile.gemv and tile.bm == 128
+
+
 #: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
 #: elements of K ...
 SPLIT_MIN_K = 128
@@ -603,8 +615,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
                  **_slice_loads(tile))
+    checks = keeps_runtime_checks(tile)
     if splits == 1 and final is None:
-        return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled})
+        return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled},
+                      runtime_checks=checks)
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
     # a final step and one split, the product (rows scaled, no epilogue) there
     scratch = _scratch_elements(splits, m, n, rms_norm) if splits > 1 else m * n
@@ -615,7 +629,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
-                     slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch)
+                     slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks)
     return [partial, _final_stage(final, splits, rms_norm and splits > 1, m, k, n, eps, norm_eps, epilogue, operands,
                                   lines, fixed)]
 
