@@ -31,7 +31,9 @@ PNG beside it when matplotlib is importable.
 ``--sweep`` times ours alone at every tile shape and split-K count (``matmul_choice``) for the
 LLM shapes at M in SWEEP_M (plus SmolLM2's packed QKV and gate/up widths and MiniLM's QKV),
 one row per (shape, tile, splits) with ``chosen`` true for the heuristic's pick
-(``matmul_tile``, ``matmul_splits``), and prints each shape's best against the pick.
+(``matmul_tile``, ``matmul_splits``), and prints each shape's best against the pick; each
+configuration runs SWEEP_WARMUP_S of calls before its samples. ``--sweep-shapes`` and
+``--sweep-tiles`` (names such as ``64x64x16``; the pick is always timed) narrow it.
 
     .venv/bin/python bench/matmul.py --quick                             # here (lavapipe), ~1 minute
     python3 bench/matmul.py --json bench/results/matmul_h200.json        # GPU machine, ~2 minutes
@@ -70,6 +72,10 @@ LLM_KN = ((576, 192), (576, 576), (576, 1536), (1536, 576), (576, 49152),  # Smo
 SWEEP_M = (16, 128, 512, 1024)
 SWEEP_KN = LLM_KN[:4] + LLM_KN[5:] + ((576, 960), (576, 3072), (384, 1152))
 SWEEP_SPLITS = (1, 2, 3, 4, 6, 8)
+#: Seconds of back-to-back calls of each swept configuration before its samples: making its session
+#: leaves the GPU idle long enough for its SM clock to fall (gpu_timing.WARMUP_S); without this, samples
+#: of a few milliseconds each were timed at the low clock, up to 5x the configuration's time.
+SWEEP_WARMUP_S = 0.1
 SQUARE = (4096,)
 BIG = (8192,)
 QUICK = [("MatMul", 256, 256, 256), ("MatMulBT", 1, 576, 1536), ("MatMulBT", 16, 576, 192),
@@ -87,9 +93,10 @@ def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
     return out + [("MatMul", s, s, s) for s in SQUARE + (BIG if big else ())]
 
 
-def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]], out: Path) -> list[dict]:
-    """Ours at every (tile, splits) for the (M, K, N) of ``todo`` (MatMulBT), rows written to
-    ``out`` as they come."""
+def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]], out: Path,
+          tiles: tuple[MatmulTile, ...] = MATMUL_TILES + MATMUL_TILES_DEEP) -> list[dict]:
+    """Ours at every (tile of ``tiles``, splits) and at the heuristic's pick for the (M, K, N) of
+    ``todo`` (MatMulBT), rows written to ``out`` as they come."""
     rows = []
     storage = int(device.limits["max-compute-workgroup-storage-size"])  # what a forced tile may take
     for m, k, n in todo:
@@ -97,7 +104,7 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
             pick = matmul_tile(m, k, n, "BT")
             pick_splits = matmul_splits(pick, m, k, n)
             best = None
-            for tile in MATMUL_TILES + MATMUL_TILES_DEEP:
+            for tile in dict.fromkeys((*tiles, pick)):  # the heuristic's pick even when not among ``tiles``
                 if not all(side == 32 or dim >= side for side, dim in ((tile.bm, m), (tile.bn, n))):
                     continue
                 if tile.storage > storage:
@@ -108,6 +115,9 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                     with matmul_choice(tile=tile, splits=splits):
                         session = _session("MatMulBT", m, k, n, device)
                     calls = calls_for(session, budget, repeats)
+                    start = time.perf_counter()
+                    while time.perf_counter() - start < SWEEP_WARMUP_S:
+                        time_ours(session, calls, 1)
                     us = gpu_timing.median_p90(time_ours(session, calls, repeats))[0] * 1e6
                     del session
                     row = {"op": "MatMulBT", "m": m, "k": k, "n": n, "tile": tile.name, "splits": splits,
@@ -245,6 +255,8 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the peer even when torch with CUDA is importable")
     ap.add_argument("--sweep", action="store_true", help="ours at every tile and split-K count (no peer)")
     ap.add_argument("--sweep-shapes", help="M,K,N;M,K,N;... for --sweep (default SWEEP_M x SWEEP_KN)")
+    ap.add_argument("--sweep-tiles", help="BMxBNxBK,... for --sweep (default every tile of MATMUL_TILES and "
+                                          "MATMUL_TILES_DEEP)")
     ap.add_argument("--max-m", type=int, help="only the shapes of at most this M (e.g. 4: the GEMV kernel's)")
     ap.add_argument("--gemv-cols", type=int, help="output columns per workgroup of every 'BT' GEMV (M <= 4) instead "
                                                    "of gemv_bt_cols's (matmul_choice)")
@@ -272,7 +284,11 @@ def main() -> None:
         todo = [tuple(int(v) for v in t.split(",")) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
             else [(m, k, n) for k, n in SWEEP_KN for m in SWEEP_M]
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        sweep(device, args.budget / 10, max(3, args.repeats // 2), todo, args.json)
+        every = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP}
+        names = args.sweep_tiles.split(",") if args.sweep_tiles else list(every)
+        if bad := [t for t in names if t not in every]:
+            raise SystemExit(f"unknown tiles {bad}: each one of {', '.join(every)}")
+        sweep(device, args.budget / 10, max(3, args.repeats // 2), todo, args.json, tuple(every[t] for t in names))
         print(f"wrote {args.json}")
         return
     print(f"{'shape':<26}{'kernel':<28}{'N':>6}{'ours us':>11}{'p90':>9}{'cuBLAS us':>11}{'p90':>9}{'ratio':>8}"
