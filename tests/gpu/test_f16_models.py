@@ -1,12 +1,13 @@
 """f16 weights on the GPU (lavapipe too): ``compile(..., precision="f16")`` on
 small graphs against the numpy reference of the f32 graph on weights rounded to float16, and the
-accuracy guards on the real models against their fp32 plans:
+accuracy guards on the real models against fp32 (MiniLM's fp32 plan, SmolLM2's fp32 reference):
 
 - all-MiniLM-L6-v2 in f16: embeddings of varied sentences within cosine 0.9999 of the fp32 plan's;
 - SmolLM2-135M in f16 (``precision="f16"`` and ``weights="f16"``): the same greedy tokens as the
-  fp32 plan. CI runs 8 tokens on 3 prompts (the full model on lavapipe takes about a second a
-  token per plan on this 2-core machine); ``bench/quant_accuracy.py --weights f16`` runs 24 tokens
-  on 5 prompts (bench/results/f16_accuracy_lavapipe.json);
+  fp32 reference (transformers in float32, ``tests/smollm2_reference.py``; eggfuse's fp32 plan gives
+  the same tokens). CI runs 8 tokens on 3 prompts (the full model on lavapipe takes about a second
+  a token on this 2-core machine); ``bench/quant_accuracy.py --weights f16`` runs 24 tokens on 5
+  prompts against the fp32 plan (bench/results/f16_accuracy_lavapipe.json);
 - SmolLM2's weights_bytes in f16 about half of f32's.
 """
 
@@ -17,6 +18,7 @@ import json
 
 import numpy as np
 import pytest
+from smollm2_reference import reference_for
 
 import eggfuse
 from eggfuse import cli
@@ -174,11 +176,13 @@ def test_smollm2_f16_plan_stores_half_the_weights(gens):
     assert m16["cache_bytes"] == m32["cache_bytes"]
 
 
-def test_smollm2_f16_greedy_tokens_equal_the_fp32_plan(smollm2, gens):
+def test_smollm2_f16_greedy_tokens_equal_the_fp32_reference(smollm2, gens):
     for prompt in PROMPTS:
-        got = {w: g.generate(prompt, CI_TOKENS, stop_at_eos=False).generated_ids for w, g in gens.items()}
-        print(f"{prompt!r}: {smollm2.decode(got['f16'])!r}")
-        assert got["f16"] == got["f32"], prompt
+        ref = reference_for(prompt)
+        assert smollm2.encode(prompt).tolist() == ref["input_ids"]
+        got = gens["f16"].generate(prompt, CI_TOKENS, stop_at_eos=False).generated_ids
+        print(f"{prompt!r}: {smollm2.decode(got)!r}")
+        assert got == ref["generated_ids"][:CI_TOKENS], prompt
 
 
 def test_weights_f16_is_the_precision_f16_plan_on_weights_rounded_at_loading(smollm2, gens):
