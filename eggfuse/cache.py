@@ -8,7 +8,8 @@ An entry is keyed by a SHA-256 of everything its contents depend on:
 - what reaches the rewrite engine (:func:`optimizer_identity`): the cost model (its class and
   attributes) and the rulesets (the shipped ones by default, else the text of their rules);
 - the device (:func:`device_identity`): the adapter's description and the limits lowering
-  reads, and whether reductions use subgroup operations;
+  reads, and whether reductions use subgroup operations and kernels keep naga's runtime checks
+  (EGGFUSE_RUNTIME_CHECKS);
 - whether the graph is fused, and the versions of eggfuse (its version and a digest of its
   source files, so an edited rule or kernel is a miss), egglog, wgpu-py and wgpu-native.
 
@@ -180,13 +181,13 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def entry_key(graph: Graph, *, fuse: bool, optimizer: Mapping[str, Any], device: Mapping[str, Any],
-              subgroups: bool) -> str:
+              subgroups: bool, runtime_checks: bool = False) -> str:
     """The key (64 hex digits) of compiling ``graph``: see the module docstring. ``device`` is
     :func:`device_identity`'s dict. Raises :class:`Unstorable` for a graph or optimiser
     argument that is not plain data."""
     doc = {"format": FORMAT, "versions": versions(), "graph": encode_graph(graph, digest=True), "fuse": bool(fuse),
            "optimizer": optimizer_identity(optimizer) if fuse else None, "device": dict(device),
-           "subgroups": bool(subgroups)}
+           "subgroups": bool(subgroups), "runtime_checks": bool(runtime_checks)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -4,6 +4,7 @@ through :func:`compile`; each step is timed and can be called on its own."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,15 +84,16 @@ def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Seq
 
 
 def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
-              prefetch: bool | None = None, runtime_checks: bool = False) -> ExecutionPlan:
+              prefetch: bool | None = None, runtime_checks: bool | None = None) -> ExecutionPlan:
     """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
 
     ``subgroups``: lower reductions with subgroup operations; None (default) when the device
     has usable ones (``runtime.device.subgroup_reductions_usable``). ``prefetch``: as
     :func:`eggfuse.lowering.lower`'s (narrow attention dispatches read the next dispatches'
     weights into the L2 cache); None (default) on every adapter but a CPU one. ``runtime_checks``: as
-    :func:`eggfuse.lowering.lower`'s (False, the default: kernels compiled without naga's runtime
-    checks). Raises InputError for a ``runtime_checks`` that is not a bool, for
+    :func:`eggfuse.lowering.lower`'s; None (default): :func:`runtime_checks_for` (False, kernels
+    without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). Raises InputError for a
+    ``runtime_checks`` not None/True/False or a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits, DeviceError when there is no device.
     """
@@ -101,7 +103,26 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     if prefetch is None:
         prefetch = device.adapter.info.get("adapter_type") != "CPU"
     return lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
-                 runtime_checks=runtime_checks)
+                 runtime_checks=runtime_checks_for(runtime_checks))
+
+
+#: The environment variable that makes :func:`lower_for` and :func:`compile` keep naga's runtime checks.
+RUNTIME_CHECKS_ENV = "EGGFUSE_RUNTIME_CHECKS"
+
+
+def runtime_checks_for(runtime_checks: bool | None) -> bool:
+    """``runtime_checks`` of :func:`lower_for`: True or False as given; None reads the environment
+    variable EGGFUSE_RUNTIME_CHECKS: ``1`` keeps naga's runtime checks in every kernel (for debugging a
+    kernel: an index out of bounds is then clamped), ``0`` or unset leaves them out where kernels allow
+    (:func:`eggfuse.lowering.lower`). Raises InputError for another value of either."""
+    if runtime_checks is None:
+        value = os.environ.get(RUNTIME_CHECKS_ENV, "0")
+        if value not in ("0", "1"):
+            raise InputError(f"{RUNTIME_CHECKS_ENV} must be 0 or 1, got {value!r}")
+        return value == "1"
+    if not isinstance(runtime_checks, bool):
+        raise InputError(f"runtime_checks must be True or False, got {runtime_checks!r}")
+    return runtime_checks
 
 
 def subgroups_for(device, subgroups: bool | None) -> bool:
@@ -148,8 +169,9 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     (``eggfuse.rewrites.make_ruleset``).
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
-    ``Session``); ``subgroups`` as :func:`lower_for`; ``prerecord`` and ``finite_inputs`` (False:
-    float inputs may hold NaN and infinities) as ``Session``.
+    ``Session``); ``subgroups`` as :func:`lower_for`; kernels keep naga's runtime checks when the
+    environment variable EGGFUSE_RUNTIME_CHECKS is 1 (:func:`runtime_checks_for`); ``prerecord``
+    and ``finite_inputs`` (False: float inputs may hold NaN and infinities) as ``Session``.
     ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
     compile stored them, and stores them otherwise (:mod:`eggfuse.cache`: keyed by the graph,
     the optimiser's arguments, the device and the versions; never by parameter values);
@@ -194,9 +216,10 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     if device is None:
         device = share.device if share is not None else get_device()
     usable = subgroups_for(device, subgroups)
+    checks = runtime_checks_for(None)
     timings["device_s"] = time.perf_counter() - t
     optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
-    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable)
+    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks)
     if loaded is not None:
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
         if fuse:
@@ -216,7 +239,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             run_graph, report = optimize(graph, **optimizer, verify=verify)
             timings["optimize_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        plan = lower_for(run_graph, device, subgroups=usable)
+        plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks)
         timings["lower_s"] = time.perf_counter() - t
         if store is not None:
             t = time.perf_counter()
@@ -232,7 +255,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
                     status, steps)
 
 
-def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool):
+def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool,
+                  runtime_checks: bool):
     # (the cache, the key, the entry loaded or None); the cache and key are None when it is off
     # or the compile cannot be keyed (an optimiser argument that is not plain data).
     from eggfuse.ir.ops.matmul_kernel import matmul_choice_active
@@ -243,11 +267,13 @@ def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device
 
     t = time.perf_counter()
     try:
-        key = entry_key(graph, fuse=fuse, optimizer=optimizer, device=device_identity(device), subgroups=subgroups)
+        key = entry_key(graph, fuse=fuse, optimizer=optimizer, device=device_identity(device), subgroups=subgroups,
+                        runtime_checks=runtime_checks)
     except (Unstorable, OSError):  # OSError: eggfuse's source files could not be read for the digest
         return None, None, None
     store = CompileCache()
     return store, key, store.load(key, runs=None if fuse else graph, started=t)
 
 
-__all__ = ["PRECISIONS", "Compiled", "compile", "lower_for", "optimize", "precision_rulesets", "subgroups_for"]
+__all__ = ["PRECISIONS", "RUNTIME_CHECKS_ENV", "Compiled", "compile", "lower_for", "optimize", "precision_rulesets",
+           "runtime_checks_for", "subgroups_for"]

@@ -11,11 +11,21 @@ creation would then fail.
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import wgpu
-from wgpu.backends.wgpu_native._api import GPUShaderModule, ffi, lib, libf, new_struct_p, to_c_string_view
 
 from .device import device_errors
+
+try:  # wgpu-native's own entry point for modules without runtime checks (wgpu-py 0.32 exposes it through cffi)
+    from wgpu.backends.wgpu_native._api import GPUShaderModule, ffi, lib, libf, new_struct_p, to_c_string_view
+
+    _TRUSTED = hasattr(lib, "wgpuDeviceCreateShaderModuleTrusted")
+except ImportError:
+    _TRUSTED = False
+
+log = logging.getLogger("eggfuse.runtime")
+_warned = False
 
 _modules: dict[tuple[int, str, bool], wgpu.GPUShaderModule] = {}
 _pipelines: dict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout, wgpu.GPUDevice]] = {}
@@ -47,9 +57,15 @@ def create_module(device: wgpu.GPUDevice, source: str, label: str = "", checks: 
     (``WGPUShaderRuntimeChecks_None``): buffer accesses stay checked only where the backend checks them
     (Vulkan's robustBufferAccess), so the kernel's own indices must be in bounds and its loops finite,
     as eggfuse's kernels are by construction (each bounds its loops by the uniform's sizes and checks
-    every global index). Raises DeviceError (through the caller's ``device_errors``) for WGSL that does
-    not compile, as ``create_shader_module`` does."""
-    if checks or not hasattr(lib, "wgpuDeviceCreateShaderModuleTrusted"):
+    every global index). Where wgpu-py does not expose that entry point the module keeps the checks, and
+    a warning says so once. Raises a wgpu GPUError (DeviceError through the caller's ``device_errors``)
+    for WGSL that does not compile, as ``create_shader_module`` does."""
+    global _warned
+    if not checks and not _TRUSTED and not _warned:
+        _warned = True
+        log.warning("this wgpu-py does not expose wgpuDeviceCreateShaderModuleTrusted: kernels keep naga's runtime "
+                    "checks (results are the same; plans run slower)")
+    if checks or not _TRUSTED:
         return device.create_shader_module(code=source, label=label)
     wgsl = new_struct_p("WGPUShaderSourceWGSL *", code=to_c_string_view(source))
     wgsl[0].chain.next = ffi.NULL
@@ -57,9 +73,16 @@ def create_module(device: wgpu.GPUDevice, source: str, label: str = "", checks: 
     descriptor = new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=ffi.cast("WGPUChainedStruct *", wgsl),
                               label=to_c_string_view(label))
     handle = libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, descriptor, lib.WGPUShaderRuntimeChecks_None)
-    if handle == ffi.NULL:  # as create_shader_module reports it; device_errors turns it into a DeviceError
-        raise RuntimeError("Shader module creation failed")
+    if handle == ffi.NULL:  # libf raised already for invalid WGSL; a null handle otherwise
+        raise wgpu.GPUValidationError(f"shader module creation failed for {label}")
     return GPUShaderModule(label, handle, device)
+
+
+def unchecked_modules_allowed(device: wgpu.GPUDevice) -> bool:
+    """Whether the runtime gives a dispatch lowered without runtime checks a module without them
+    (:func:`create_module`): on the Vulkan backend only, whose robustBufferAccess keeps buffer
+    accesses checked."""
+    return device.adapter.info.get("backend_type") == "Vulkan"
 
 
 def get_pipeline(

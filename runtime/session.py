@@ -25,7 +25,7 @@ from .device import (
     mapped_uploads,
     subgroup_reductions_usable,
 )
-from .pipelines import get_pipeline
+from .pipelines import get_pipeline, unchecked_modules_allowed
 
 try:  # the wgpu-native backend's C library, for the recording fast paths
     from wgpu.backends.wgpu_native._api import libf as _libf
@@ -86,6 +86,10 @@ class Session:
     LoweringError when the plan exceeds the device's limits (or needs subgroups the device
     lacks), DeviceError when there is no device. Not thread-safe: one :meth:`run` at a time.
 
+    Kernels: a dispatch lowered without naga's runtime checks (``Dispatch.runtime_checks`` False,
+    eggfuse's default) gets a module without them on the Vulkan backend only, whose robustBufferAccess
+    keeps buffer accesses checked; on any other backend every module keeps WebGPU's checks.
+
     Recording: the plan is one compute pass in one command buffer. With wgpu-native and the
     compiled loop (``eggfuse.runtime._record``, built at install when a C compiler is
     present) the dispatches are recorded in C with the GIL released; without it through
@@ -113,6 +117,9 @@ class Session:
             raise LoweringError("the plan was lowered with subgroup operations, which this device "
                                 "does not offer usably: lower it again with subgroups=False")
         self.plan = plan
+        # kernels without naga's runtime checks (Dispatch.runtime_checks) only where the backend checks
+        # buffer accesses itself: Vulkan's robustBufferAccess
+        self._unchecked_ok = unchecked_modules_allowed(self.device)
         self.adapter = adapter_description(self.device)
         borrowed = {} if share is None else _shared_buffers(plan, share)
         needed = _needed_parameters(plan, borrowed)
@@ -255,7 +262,7 @@ class Session:
         # The pipeline of one dispatch and its bind group layout (cached per process).
         return get_pipeline(self.device, d.source, d.entry_point, len(d.bindings), bool(d.params),
                             label=f"{d.kernel}: {d.label}", writable=d.writable, prefetch=len(d.prefetch),
-                            checks=d.runtime_checks)
+                            checks=d.runtime_checks or not self._unchecked_ok)
 
     def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
               uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:

@@ -48,8 +48,8 @@ const KS: u32 = HD4 + 1u;  // vec4s from one K row of k_tile to the next (padded
 
 {{IO}}
 
-// Tiles indexed [row][vec4 or key]: WGSL clamps every index into a workgroup array that is not a
-// constant, and this way the loops' indices are a row fixed for the loop and its counter, whose
+// Tiles indexed [row][vec4 or key]: WGSL with runtime checks clamps every index into a workgroup
+// array that is not a constant, and this way the loops' indices are a row fixed for the loop and its counter, whose
 // clamps the driver's compiler shares among the accesses of an iteration.
 var<workgroup> q_tile: array<array<vec4<f32>, HD4>, BQ>;
 var<workgroup> k_tile: array<array<vec4<f32>, KS>, BK>;

@@ -15,7 +15,7 @@ var<workgroup> sg_red: array<f32, 64>;
 fn sg_workgroup_sum(li: u32, v: f32, size: u32) -> f32 {
     let n = subgroupAdd(1u);  // the subgroup size: every invocation is active here
     let s = subgroupAdd(v);
-    if (li % n == 0u) {
+    if (li % n == 0u && li / n < 64u) {  // < 64: always, with n >= 4 (kept for kernels without runtime checks)
         sg_red[li / n] = s;
     }
     workgroupBarrier();
@@ -30,7 +30,7 @@ fn sg_workgroup_sum(li: u32, v: f32, size: u32) -> f32 {
 fn sg_workgroup_max(li: u32, v: f32, size: u32) -> f32 {
     let n = subgroupAdd(1u);
     let s = subgroupMax(v);
-    if (li % n == 0u) {
+    if (li % n == 0u && li / n < 64u) {  // < 64: always, with n >= 4 (kept for kernels without runtime checks)
         sg_red[li / n] = s;
     }
     workgroupBarrier();

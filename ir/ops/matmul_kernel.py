@@ -221,7 +221,8 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
     (``Kernel.runtime_checks``, ``lower(..., runtime_checks=False)``): the tiles of 128 rows, whose
     invocations hold 8 rows of accumulators. On an H200 (``bench/runtime_checks.py --all-unchecked``,
     bench/results/runtime_checks_h200/f32.json) those ran slower without the checks: 4096^3 on 128x128
-    tiles 4279 us against 3625 with them, SmolLM2's LM head 128 x 576 x 49152 320 against 277 us; the
+    tiles 4279 us against 3625 with them, SmolLM2's LM head 128 x 576 x 49152 320 against 277 us (4096^3
+    on 128x64 tiles, in a one-off script of the same call's kind: 4926 against 4584 us); the
     products on other tiles ran 2-15% faster without (128 x 1536 x 576 on split 32x64 tiles with the
     reduction 19.9 against 23.4 us, 1024 x 384 x 1536 on 64x64 tiles 52.5 against 53.5). The GEMV is
     not tiled."""

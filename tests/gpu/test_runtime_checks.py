@@ -8,14 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eggfuse.cache import decode_plan, encode_plan
+from eggfuse.cache import decode_plan, encode_plan, entry_key
 from eggfuse.ir import DeviceError, Graph, InputError, evaluate
 from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, keeps_runtime_checks, matmul_choice
 from eggfuse.lowering import lower
 from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
-from eggfuse.pipeline import lower_for
+from eggfuse.pipeline import RUNTIME_CHECKS_ENV, compile, lower_for
 from eggfuse.rewrites import optimize, random_feeds
 from eggfuse.runtime import Session
+from eggfuse.runtime import session as session_mod
 from eggfuse.runtime.pipelines import get_pipeline
 
 SMALL = LlamaConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=96,
@@ -55,8 +56,44 @@ def test_the_choice_round_trips_through_the_compile_cache():
 def test_runtime_checks_must_be_a_bool(bad, device):
     with pytest.raises(InputError, match="runtime_checks must be True or False"):
         lower(_two_products(), runtime_checks=bad)
-    with pytest.raises(InputError, match="runtime_checks must be True or False"):
-        lower_for(_two_products(), device, runtime_checks=bad)
+    if bad is not None:  # lower_for's None: the environment variable
+        with pytest.raises(InputError, match="runtime_checks must be True or False"):
+            lower_for(_two_products(), device, runtime_checks=bad)
+
+
+def test_the_environment_variable_keeps_the_checks_and_changes_the_compile_key(device, monkeypatch):
+    g = _two_products()
+    monkeypatch.setenv(RUNTIME_CHECKS_ENV, "1")
+    assert all(d.runtime_checks for d in lower_for(g, device).dispatches)
+    params = {"w": np.ones((36, 20), np.float32), "v": np.ones((7, 36), np.float32)}
+    assert all(d.runtime_checks for d in compile(g, params, device=device, fuse=False, cache=False).plan.dispatches)
+    monkeypatch.setenv(RUNTIME_CHECKS_ENV, "0")
+    assert not any(d.runtime_checks for d in lower_for(g, device).dispatches)
+    monkeypatch.setenv(RUNTIME_CHECKS_ENV, "yes")
+    with pytest.raises(InputError, match="EGGFUSE_RUNTIME_CHECKS must be 0 or 1, got 'yes'"):
+        lower_for(g, device)
+    keys = {entry_key(g, fuse=False, optimizer={}, device={"adapter": "x"}, subgroups=False, runtime_checks=c)
+            for c in (True, False)}
+    assert len(keys) == 2
+
+
+def test_only_the_vulkan_backend_gets_modules_without_checks(device, monkeypatch):
+    seen = []
+
+    def spy(*args, checks=True, **kwargs):
+        seen.append(checks)
+        return get_pipeline(*args, checks=checks, **kwargs)
+
+    monkeypatch.setattr(session_mod, "get_pipeline", spy)
+    plan = lower(_two_products())
+    params = {"w": np.ones((36, 20), np.float32), "v": np.ones((7, 36), np.float32)}
+    assert device.adapter.info["backend_type"] == "Vulkan"  # lavapipe, and the GPUs the benchmarks ran on
+    Session(plan, params, device=device)
+    assert seen == [False] * 3
+    seen.clear()
+    monkeypatch.setattr(session_mod, "unchecked_modules_allowed", lambda device: False)  # as on Metal, DX12, GL
+    Session(plan, params, device=device)
+    assert seen == [True] * 3
 
 
 @pytest.mark.parametrize("checks", [True, False])
