@@ -8,15 +8,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from kv_runs import lowerings_agree
 
 from eggfuse.cache import decode_plan, encode_plan
-from eggfuse.ir import evaluate
 from eggfuse.lowering import lower
 from eggfuse.lowering import prefetch as pf
-from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
+from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph
 from eggfuse.pipeline import lower_for
-from eggfuse.rewrites import optimize, random_feeds
-from eggfuse.runtime import Session
+from eggfuse.rewrites import optimize
 
 # weights of 64 KiB and more (the smallest a dispatch prefetches), a vocabulary whose head is smaller
 SMALL = LlamaConfig(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32, intermediate_size=256,
@@ -116,23 +115,11 @@ def test_a_prefetching_plan_round_trips_through_the_compile_cache(graphs):
 
 def test_prefetching_plans_compute_what_plans_without_prefetch_compute(graphs, device):
     decode_graph, prefill_graph = graphs
-    _, params = random_feeds(build_llama_graph(SMALL, 1), seed=5)
-    tokens = np.random.default_rng(6).integers(0, SMALL.vocab_size, 8)
-    want = evaluate(build_llama_graph(SMALL, 8), {"tokens": tokens}, params)[0]
-    results = []
-    for prefetch in (True, False):
-        decode = Session(lower_for(decode_graph, device, prefetch=prefetch), params, device=device)
-        prefill = Session(lower_for(prefill_graph, device, prefetch=prefetch), {}, share=decode)
-        assert any(d.prefetch for d in decode.plan.dispatches) == prefetch
-        assert any(d.prefetch for d in prefill.plan.dispatches) == prefetch
-        outs = [prefill.run({"tokens": tokens[:5], "pos": [0]})[0]]
-        outs += [decode.run({"tokens": tokens[p:p + 1], "pos": [p]})[0] for p in range(5, 8)]
-        outs.append(decode.read_parameter("blk.1.k_cache"))
-        results.append(outs)
-    for with_, without in zip(*results, strict=True):
-        np.testing.assert_array_equal(with_, without)
-    got = np.concatenate(results[0][:4])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    plans = lowerings_agree(SMALL, decode_graph, prefill_graph, device, [{"prefetch": True}, {"prefetch": False}],
+                            seed=5, prompt=5, total=8, cache="blk.1.k_cache")
+    for (decode, prefill), prefetch in zip(plans, (True, False), strict=True):
+        assert any(d.prefetch for d in decode.dispatches) == prefetch
+        assert any(d.prefetch for d in prefill.dispatches) == prefetch
 
 
 def test_only_a_dispatch_with_the_hook_and_few_workgroups_is_narrow():

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kv_runs import lowerings_agree
 
 from eggfuse.cache import decode_plan, encode_plan, entry_key
-from eggfuse.ir import DeviceError, Graph, InputError, evaluate
+from eggfuse.ir import DeviceError, Graph, InputError
 from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES, keeps_runtime_checks, matmul_choice
 from eggfuse.lowering import lower
-from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph, build_llama_graph
+from eggfuse.models.llama import LlamaConfig, build_llama_cache_graph
 from eggfuse.pipeline import RUNTIME_CHECKS_ENV, compile, lower_for
-from eggfuse.rewrites import optimize, random_feeds
+from eggfuse.rewrites import optimize
 from eggfuse.runtime import Session
 from eggfuse.runtime import session as session_mod
 from eggfuse.runtime.pipelines import get_pipeline
@@ -106,22 +107,11 @@ def test_wgsl_that_does_not_compile_is_a_device_error_either_way(checks, device)
 def test_unchecked_plans_compute_what_checked_plans_compute(device):
     decode_graph, _ = optimize(build_llama_cache_graph(SMALL, 1, 16), max_iterations=4)
     prefill_graph, _ = optimize(build_llama_cache_graph(SMALL, 5, 16))
-    _, params = random_feeds(build_llama_graph(SMALL, 1), seed=3)
-    tokens = np.random.default_rng(4).integers(0, SMALL.vocab_size, 7)
-    want = evaluate(build_llama_graph(SMALL, 7), {"tokens": tokens}, params)[0]
-    results = []
-    for checks in (True, False):
-        decode = Session(lower_for(decode_graph, device, runtime_checks=checks), params, device=device)
-        prefill = Session(lower_for(prefill_graph, device, runtime_checks=checks), {}, share=decode)
-        assert all(d.runtime_checks == checks for d in decode.plan.dispatches + prefill.plan.dispatches)
-        outs = [prefill.run({"tokens": tokens[:5], "pos": [0]})[0]]
-        outs += [decode.run({"tokens": tokens[p:p + 1], "pos": [p]})[0] for p in range(5, 7)]
-        outs.append(decode.read_parameter("blk.1.v_cache"))
-        results.append(outs)
-    for checked, unchecked in zip(*results, strict=True):
-        np.testing.assert_array_equal(unchecked, checked)
-    got = np.concatenate(results[1][:3])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    plans = lowerings_agree(SMALL, decode_graph, prefill_graph, device,
+                            [{"runtime_checks": True}, {"runtime_checks": False}], seed=3, prompt=5, total=7,
+                            cache="blk.1.v_cache")
+    for (decode, prefill), checks in zip(plans, (True, False), strict=True):
+        assert all(d.runtime_checks == checks for d in decode.dispatches + prefill.dispatches)
 
 
 def test_a_forced_128_row_tile_next_to_unchecked_kernels_computes_the_product(device):
