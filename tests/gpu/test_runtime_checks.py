@@ -124,3 +124,16 @@ def test_a_forced_128_row_tile_next_to_unchecked_kernels_computes_the_product(de
     got = Session(plan, {"w": w, "v": v}, device=device).run({"x": x})[0]
     want = np.maximum((x.astype(np.float64) @ w.T.astype(np.float64)) @ v.T.astype(np.float64), 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_without_the_trusted_entry_point_modules_keep_the_checks_and_a_warning_says_so(device, monkeypatch, caplog):
+    from eggfuse.runtime import pipelines
+
+    monkeypatch.setattr(pipelines, "_TRUSTED", False)
+    monkeypatch.setattr(pipelines, "_warned", False)
+    source = "@compute @workgroup_size(1) fn main() { }"
+    with caplog.at_level("WARNING", logger="eggfuse.runtime"):
+        for _ in range(2):
+            assert pipelines.create_module(device, source, "empty", checks=False) is not None
+    warnings = [r.getMessage() for r in caplog.records if "wgpuDeviceCreateShaderModuleTrusted" in r.getMessage()]
+    assert len(warnings) == 1 and "kernels keep naga's runtime checks" in warnings[0]
