@@ -113,11 +113,9 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                     if splits > 1 and k // splits < 64:
                         continue
                     with matmul_choice(tile=tile, splits=splits):
-                        session = _session("MatMulBT", m, k, n, device)
+                        session = matmul_session("MatMulBT", m, k, n, device)
                     calls = calls_for(session, budget, repeats)
-                    start = time.perf_counter()
-                    while time.perf_counter() - start < SWEEP_WARMUP_S:
-                        time_ours(session, calls, 1)
+                    warm_up(session, SWEEP_WARMUP_S, calls)
                     us = gpu_timing.median_p90(time_ours(session, calls, repeats))[0] * 1e6
                     del session
                     row = {"op": "MatMulBT", "m": m, "k": k, "n": n, "tile": tile.name, "splits": splits,
@@ -139,13 +137,15 @@ def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:
     return matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")
 
 
-def _session(op: str, m: int, k: int, n: int, device) -> Session:
+def matmul_session(op: str, m: int, k: int, n: int, device, lower=lower_for) -> Session:
+    """A session of one ``op`` (MatMul or MatMulBT) of [M,K] x [K,N], lowered by ``lower(graph, device)``,
+    on random weights (seed 0), run once."""
     g = Graph()
     b_shape = [n, k] if op == "MatMulBT" else [k, n]
     a, b = g.input("a", [m, k]), g.parameter("b", b_shape)
     g.set_outputs([g.matmul_bt(a, b) if op == "MatMulBT" else g.matmul(a, b)])
     rng = np.random.default_rng(0)
-    session = Session(lower_for(g, device), {"b": rng.standard_normal(b_shape, dtype=np.float32)}, device=device)
+    session = Session(lower(g, device), {"b": rng.standard_normal(b_shape, dtype=np.float32)}, device=device)
     session.run({"a": rng.standard_normal((m, k), dtype=np.float32)})  # uploads a, compiles, warms up
     return session
 
@@ -173,6 +173,14 @@ def time_ours(session: Session, calls: int, samples: int) -> list[float]:
     """Seconds per dispatch, one value per sample of ``calls`` back-to-back dispatches in one pass."""
     stamps = gpu_timing.gpu_per_call(session, calls, samples, one_pass=True)
     return stamps if stamps is not None else _wall_per_call(session, calls, samples)
+
+
+def warm_up(session: Session, seconds: float, calls: int) -> None:
+    """Samples of ``calls`` back-to-back dispatches of ours for ``seconds``, so that the GPU's clock is
+    up when timing starts (gpu_timing.WARMUP_S)."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        time_ours(session, calls, 1)
 
 
 def calls_for(session: Session, budget_s: float, samples: int) -> int:
@@ -271,14 +279,12 @@ def main() -> None:
     todo = [t for t in shapes(args.quick, args.big) if args.max_m is None or t[1] <= args.max_m]
     if not todo:
         raise SystemExit(f"no shape has M <= {args.max_m}")
-    warm = _session(*(todo[0] if args.quick else WARMUP), device)
+    warm = matmul_session(*(todo[0] if args.quick else WARMUP), device)
     ours_timing = "timestamps" if gpu_timing.has_timestamps(device) else "wall"
     peer = f"torch.matmul on {torch.cuda.get_device_name()} (cuBLAS fp32, TF32 off), CUDA-graph replay" if torch \
         else SKIPPED
     print(f"adapter: {warm.adapter}; ours timed by {ours_timing}; peer: {peer}")
-    start = time.perf_counter()
-    while time.perf_counter() - start < args.warmup:
-        time_ours(warm, calls_for(warm, 0.5, 1), 1)
+    warm_up(warm, args.warmup, calls_for(warm, 0.5, 1))
     del warm
     if args.sweep:
         todo = [tuple(int(v) for v in t.split(",")) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
@@ -296,7 +302,7 @@ def main() -> None:
     rows = []
     for op, m, k, n in todo:
         with matmul_choice(gemv_cols=args.gemv_cols):
-            session = _session(op, m, k, n, device)
+            session = matmul_session(op, m, k, n, device)
         calls = calls_for(session, args.budget, args.repeats)
         flops = 2.0 * m * n * k
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))

@@ -8,8 +8,8 @@ in an unchecked plan (``Kernel.runtime_checks``: the tiled matmul's 128-row tile
 ``ir.ops.matmul_kernel.keeps_runtime_checks``) keep them in both; ``--all-unchecked`` drops them there
 too, to measure that choice. Times as ``bench/prefetch.py`` takes them (GPU timestamps around ``--calls``
 back-to-back plan copies, median of ``--repeats`` samples); matmuls as ``bench/matmul.py`` (one pass of
-back-to-back dispatches sized to about 30 ms). The graphs are those ``bench/models.py --save-graphs``
-pickles (random weights)::
+back-to-back dispatches sized to about 30 ms, after 0.1 s of them: ``SWEEP_WARMUP_S``). The graphs are
+those ``bench/models.py --save-graphs`` pickles (random weights)::
 
     .venv/bin/python bench/models.py --save-graphs bench/graphs                 # here (egglog)
     python3 bench/runtime_checks.py --graphs bench/graphs --json bench/results/runtime_checks_h200/f32.json
@@ -38,7 +38,7 @@ import models  # noqa: E402
 from eggfuse.ir import Graph  # noqa: E402
 from eggfuse.ir.ops import matmul_kernel  # noqa: E402
 from eggfuse.pipeline import lower_for  # noqa: E402
-from eggfuse.runtime import Session  # noqa: E402
+from eggfuse.runtime import Session, get_device  # noqa: E402
 
 #: M, K, N of the matmuls: the 4096^3 target, SmolLM2's prefill products and LM head, MiniLM's.
 MATMULS = ((4096, 4096, 4096), (128, 576, 960), (128, 576, 576), (128, 576, 3072), (128, 1536, 576),
@@ -63,7 +63,7 @@ def plan_rows(kind: str, unfused, fused, meta: dict, variants: list[str], args) 
         for v, plan in plans.items():
             session = Session(plan, params)
             outputs.setdefault(v, [np.array(o) for o in session.run(feeds[0])])
-            gpu_timing.wall_per_call(session, feeds, 3)  # the warm-up of bench/models.py (gpu_timing.WARMUP_S)
+            gpu_timing.wall_per_call(session, feeds, 0)  # only the warm-up of bench/models.py (gpu_timing.WARMUP_S)
             session.run(feeds[0], read=())
             gpu = gpu_timing.gpu_per_call(session, args.calls, args.repeats)
             rows.append({"model": kind, "weights": meta["weights"], "checks": v, "round": r,
@@ -84,19 +84,14 @@ def plan_rows(kind: str, unfused, fused, meta: dict, variants: list[str], args) 
 
 def matmul_rows(variants: list[str], args) -> list[dict]:
     rows = []
-    rng = np.random.default_rng(0)
+    device = get_device()
     for m, k, n in MATMULS:
-        g = Graph()
-        a, b = g.input("a", [m, k]), g.parameter("b", [n, k])
-        g.set_outputs([g.matmul_bt(a, b)])
-        weights = {"b": rng.standard_normal((n, k), dtype=np.float32)}
-        feed = {"a": rng.standard_normal((m, k), dtype=np.float32)}
         for r in range(args.rounds):
             for v in variants:
-                plan = _lower(g, v)
-                session = Session(plan, weights)
-                session.run(feed)
+                session = mm.matmul_session("MatMulBT", m, k, n, device, lower=lambda g, _, v=v: _lower(g, v))
+                plan = session.plan
                 calls = mm.calls_for(session, 0.3, 10)
+                mm.warm_up(session, mm.SWEEP_WARMUP_S, calls)
                 t = float(np.median(mm.time_ours(session, calls, 10)))
                 rows.append({"m": m, "k": k, "n": n, "tile": plan.dispatches[0].kernel, "checks": v, "round": r,
                              "us": t * 1e6, "tflops": 2 * m * k * n / t / 1e12})

@@ -114,15 +114,14 @@ def runtime_checks_for(runtime_checks: bool | None) -> bool:
     """``runtime_checks`` of :func:`lower_for`: True or False as given; None reads the environment
     variable EGGFUSE_RUNTIME_CHECKS: ``1`` keeps naga's runtime checks in every kernel (for debugging a
     kernel: an index out of bounds is then clamped), ``0`` or unset leaves them out where kernels allow
-    (:func:`eggfuse.lowering.lower`). Raises InputError for another value of either."""
-    if runtime_checks is None:
-        value = os.environ.get(RUNTIME_CHECKS_ENV, "0")
-        if value not in ("0", "1"):
-            raise InputError(f"{RUNTIME_CHECKS_ENV} must be 0 or 1, got {value!r}")
-        return value == "1"
-    if not isinstance(runtime_checks, bool):
-        raise InputError(f"runtime_checks must be True or False, got {runtime_checks!r}")
-    return runtime_checks
+    (:func:`eggfuse.lowering.lower`, which checks a value given). Raises InputError for another value
+    of the variable."""
+    if runtime_checks is not None:
+        return runtime_checks
+    value = os.environ.get(RUNTIME_CHECKS_ENV, "0")
+    if value not in ("0", "1"):
+        raise InputError(f"{RUNTIME_CHECKS_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def subgroups_for(device, subgroups: bool | None) -> bool:
