@@ -32,8 +32,9 @@ PNG beside it when matplotlib is importable.
 LLM shapes at M in SWEEP_M (plus SmolLM2's packed QKV and gate/up widths and MiniLM's QKV),
 one row per (shape, tile, splits) with ``chosen`` true for the heuristic's pick
 (``matmul_tile``, ``matmul_splits``), and prints each shape's best against the pick; each
-configuration runs SWEEP_WARMUP_S of calls before its samples. ``--sweep-shapes`` and
-``--sweep-tiles`` (names such as ``64x64x16``; the pick is always timed) narrow it.
+configuration runs SWEEP_WARMUP_S of calls before its samples. ``--sweep-shapes``,
+``--sweep-tiles`` (names such as ``64x64x16`` or ``64x64x16m8x8``; the pick is always timed) and
+``--sweep-splits`` narrow it.
 
     .venv/bin/python bench/matmul.py --quick                             # here (lavapipe), ~1 minute
     python3 bench/matmul.py --json bench/results/matmul_h200.json        # GPU machine, ~2 minutes
@@ -55,6 +56,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
     MATMUL_TILES,
     MATMUL_TILES_DEEP,
+    MATMUL_TILES_WIDE,
     MatmulTile,
     matmul_choice,
     matmul_splits,
@@ -94,9 +96,11 @@ def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
 
 
 def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]], out: Path,
-          tiles: tuple[MatmulTile, ...] = MATMUL_TILES + MATMUL_TILES_DEEP) -> list[dict]:
-    """Ours at every (tile of ``tiles``, splits) and at the heuristic's pick for the (M, K, N) of
-    ``todo`` (MatMulBT), rows written to ``out`` as they come."""
+          tiles: tuple[MatmulTile, ...] = MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE,
+          split_counts: tuple[int, ...] = SWEEP_SPLITS) -> list[dict]:
+    """Ours at every (tile of ``tiles``, split count of ``split_counts`` or the heuristic's for the tile)
+    and at the heuristic's pick for the (M, K, N) of ``todo`` (MatMulBT), rows written to ``out`` as
+    they come."""
     rows = []
     storage = int(device.limits["max-compute-workgroup-storage-size"])  # what a forced tile may take
     for m, k, n in todo:
@@ -109,7 +113,7 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                     continue
                 if tile.storage > storage:
                     continue
-                for splits in sorted({*SWEEP_SPLITS, matmul_splits(tile, m, k, n)}):
+                for splits in sorted({*split_counts, matmul_splits(tile, m, k, n)}):
                     if splits > 1 and k // splits < 64:
                         continue
                     with matmul_choice(tile=tile, splits=splits):
@@ -263,8 +267,11 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the peer even when torch with CUDA is importable")
     ap.add_argument("--sweep", action="store_true", help="ours at every tile and split-K count (no peer)")
     ap.add_argument("--sweep-shapes", help="M,K,N;M,K,N;... for --sweep (default SWEEP_M x SWEEP_KN)")
-    ap.add_argument("--sweep-tiles", help="BMxBNxBK,... for --sweep (default every tile of MATMUL_TILES and "
-                                          "MATMUL_TILES_DEEP)")
+    ap.add_argument("--sweep-tiles", help="BMxBNxBK,... for --sweep (default every tile of MATMUL_TILES, "
+                                          "MATMUL_TILES_DEEP and MATMUL_TILES_WIDE)")
+    ap.add_argument("--sweep-splits", help=f"split-K counts for --sweep, e.g. 1,2,4 (default "
+                                           f"{','.join(map(str, SWEEP_SPLITS))}; each tile's own count is "
+                                           f"always timed)")
     ap.add_argument("--max-m", type=int, help="only the shapes of at most this M (e.g. 4: the GEMV kernel's)")
     ap.add_argument("--gemv-cols", type=int, help="output columns per workgroup of every 'BT' GEMV (M <= 4) instead "
                                                    "of gemv_bt_cols's (matmul_choice)")
@@ -290,11 +297,13 @@ def main() -> None:
         todo = [tuple(int(v) for v in t.split(",")) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
             else [(m, k, n) for k, n in SWEEP_KN for m in SWEEP_M]
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        every = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP}
+        every = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE}
         names = args.sweep_tiles.split(",") if args.sweep_tiles else list(every)
         if bad := [t for t in names if t not in every]:
             raise SystemExit(f"unknown tiles {bad}: each one of {', '.join(every)}")
-        sweep(device, args.budget / 10, max(3, args.repeats // 2), todo, args.json, tuple(every[t] for t in names))
+        counts = tuple(int(s) for s in args.sweep_splits.split(",")) if args.sweep_splits else SWEEP_SPLITS
+        sweep(device, args.budget / 10, max(3, args.repeats // 2), todo, args.json, tuple(every[t] for t in names),
+              counts)
         print(f"wrote {args.json}")
         return
     print(f"{'shape':<26}{'kernel':<28}{'N':>6}{'ours us':>11}{'p90':>9}{'cuBLAS us':>11}{'p90':>9}{'ratio':>8}"

@@ -17,8 +17,10 @@
 // MatmulTile.loads in ir/ops/matmul_kernel.py) of the next slice in registers, stores them
 // into the other buffer after the inner product, and a single barrier per slice separates
 // the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
-// (KSPLIT 2 or 4) thus keep 256 invocations busy, and their groups' sums are added in
-// workgroup memory at the end (REDUCE_SPLIT).
+// (KSPLIT 2 or 4) thus keep 256 invocations busy, and wide micro-tiles (8x4, 8x8 on sides
+// below 128: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
+// are added in workgroup memory at the end (REDUCE_SPLIT, in rounds of as many accumulators
+// as the slices' memory holds).
 //
 // Template slots (filled by ir/ops/matmul_kernel.py): BM, BN, BK, TM, TN the tile; the
 // bindings a and b hold vec4<f32> when the operand's stored rows are a multiple of 4 long,

@@ -3,7 +3,8 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
 
 - ``matmul.wgsl``, tiled: a workgroup of 256 invocations computes a BM x BN tile of C
   (:data:`MATMUL_TILES`: 128x128 with an 8x8 register micro-tile per invocation, down to
-  32x32 with 4x4 micro-tiles and K split over 4 groups of invocations), walking K in
+  32x32 with 4x4 micro-tiles and K split over 4 groups of invocations; :data:`MATMUL_TILES_WIDE`:
+  the same sides with 8x4, 4x8 or 8x8 micro-tiles and more K groups), walking K in
   slices staged, double-buffered, in workgroup memory (A transposed, so the inner product
   reads vec4 of A and of B); the inner product is unrolled here, in Python.
   A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
@@ -65,20 +66,23 @@ class MatmulTile:
     bk * (bm + bn) * 2 buffers * 4 bytes (``storage``) fits WORKGROUP_STORAGE (MATMUL_TILES) or
     DEEP_STORAGE (MATMUL_TILES_DEEP); each invocation loads ``loads`` quads of A and of B per
     slice. GEMV (``gemv`` True): bm is M (1..4), bn the output columns per workgroup, bk unused (0).
+    ``micro`` (tm, tn) sets the micro-tile (4 or 8 each) instead of 8 for a side of 128 and 4
+    otherwise (MATMUL_TILES_WIDE).
     """
 
     bm: int
     bn: int
     bk: int
     gemv: bool = False
+    micro: tuple[int, int] | None = None
 
     @property
     def tm(self) -> int:
-        return 8 if self.bm == 128 else 4
+        return self.micro[0] if self.micro else 8 if self.bm == 128 else 4
 
     @property
     def tn(self) -> int:
-        return 8 if self.bn == 128 else 4
+        return self.micro[1] if self.micro else 8 if self.bn == 128 else 4
 
     @property
     def ksplit(self) -> int:
@@ -96,7 +100,9 @@ class MatmulTile:
 
     @property
     def name(self) -> str:
-        return f"gemv{self.bm}x{self.bn}" if self.gemv else f"{self.bm}x{self.bn}x{self.bk}"
+        if self.gemv:
+            return f"gemv{self.bm}x{self.bn}"
+        return f"{self.bm}x{self.bn}x{self.bk}" + (f"m{self.tm}x{self.tn}" if self.micro else "")
 
 
 #: Every tile shape of the tiled kernel, from the most reuse per loaded element to the
@@ -119,6 +125,16 @@ DEEP_STORAGE = 32768
 #: so :func:`matmul_tile` never takes them.
 MATMUL_TILES_DEEP = tuple(MatmulTile(t.bm, t.bn, t.bk * 2 ** int(math.log2(DEEP_STORAGE // t.storage)))
                           for t in MATMUL_TILES)
+#: Tiles of MATMUL_TILES' sides with wider micro-tiles, so K groups inside the workgroup: an
+#: invocation's 4x4 micro-tile reads two vec4 of workgroup memory per 16 FMAs, its 8x8 one four
+#: per 64, halving the workgroup-memory traffic per FMA at the cost of the groups' final sum
+#: (in rounds through the slices' memory: :func:`_micro_tile`). 64x64x16m8x8: 4 groups of 64
+#: invocations, each 4 elements of every K slice. Only through :func:`matmul_choice` unless
+#: :func:`matmul_tile` takes them.
+MATMUL_TILES_WIDE = (MatmulTile(64, 64, 16, micro=(8, 8)), MatmulTile(64, 64, 16, micro=(8, 4)),
+                     MatmulTile(64, 64, 16, micro=(4, 8)), MatmulTile(64, 32, 16, micro=(8, 4)),
+                     MatmulTile(32, 64, 16, micro=(4, 8)), MatmulTile(128, 64, 8, micro=(8, 8)),
+                     MatmulTile(64, 128, 8, micro=(8, 8)), MatmulTile(32, 32, 32, micro=(4, 8)))
 
 
 #: Widest N of a 'BT' GEMV of M >= 2 rows below which its columns per workgroup follow K (:func:`gemv_bt_cols`).
@@ -280,16 +296,18 @@ _CHOICE: ContextVar[tuple[MatmulTile | None, int | None, int | None] | None] = C
 def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
                   gemv_cols: int | None = None) -> Iterator[None]:
     """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
-    MATMUL_TILES or MATMUL_TILES_DEEP) and ``splits`` instead of :func:`matmul_tile` and :func:`matmul_splits`'s choice,
-    and every 'BT' GEMV ``gemv_cols`` output columns per workgroup instead of :func:`gemv_bt_cols`'s
-    (None: the heuristic's); for tuning sweeps (``bench/matmul.py --sweep``, ``--gemv-cols``).
+    MATMUL_TILES, MATMUL_TILES_DEEP or MATMUL_TILES_WIDE) and ``splits`` instead of :func:`matmul_tile`
+    and :func:`matmul_splits`'s choice, and every 'BT' GEMV ``gemv_cols`` output columns per workgroup
+    instead of :func:`gemv_bt_cols`'s (None: the heuristic's); for tuning sweeps (``bench/matmul.py
+    --sweep``, ``--gemv-cols``).
     Lowering checks the plan against the device's limits as always, and ``eggfuse.compile`` skips the
     compile cache inside the block (its key does not hold the choice). Raises LoweringError for
     a tile not in those tables (and, when lowering, one that needs more workgroup memory than the
     device offers), a split count below 1, or a column count that is not a power of two
     from 1 to 64 (the lanes of a column, 256 / columns, must be a power of two and at least 4)."""
-    if tile is not None and tile not in MATMUL_TILES + MATMUL_TILES_DEEP:
-        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES or MATMUL_TILES_DEEP")
+    if tile is not None and tile not in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE:
+        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP or "
+                            f"MATMUL_TILES_WIDE")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
@@ -431,23 +449,34 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
             body.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}, c{r}_{h});")
     store = [f"        store4(row0, col0, {(r // 4) * 4 * ty_count + r % 4}u + ty * 4u, {h * 4 * tx_count}u + tx * 4u, "
              f"c{r}_{h});" for r, h in accs]
-    reduce = []
-    if tile.ksplit > 1:  # groups 1.. park their sums in the (now free) slice memory, group 0 adds them
-        per_group = ty_count * tx_count
-        reduce.append("    if (kg > 0u) {")
-        for j, (r, h) in enumerate(accs):
-            reduce.append(f"        tiles[(kg - 1u) * {per_group * len(accs)}u + {j * per_group}u + t] = c{r}_{h};")
-        reduce.append("    }")
-        reduce.append("    workgroupBarrier();")
-        reduce.append("    if (kg == 0u) {")
-        reduce.append(f"        for (var g = 0u; g < {tile.ksplit - 1}u; g = g + 1u) {{")
-        for j, (r, h) in enumerate(accs):
-            at = f"g * {per_group * len(accs)}u + {j * per_group}u + t"
-            reduce.append(f"            c{r}_{h} = c{r}_{h} + tiles[{at}];")
-        reduce.append("        }")
-        reduce.append("    }")
-        reduce.append("    workgroupBarrier();")
-    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(reduce)
+    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(_group_sums(tile, accs))
+
+
+def _group_sums(tile: MatmulTile, accs: list[tuple[int, int]]) -> list[str]:
+    # matmul.wgsl's REDUCE_SPLIT: the K groups 1.. park their accumulators in the (now free) slice
+    # memory and group 0 adds them, in rounds of as many accumulators as that memory holds for every
+    # group (one round for MATMUL_TILES, several for the wider micro-tiles of MATMUL_TILES_WIDE).
+    if tile.ksplit == 1:
+        return []
+    per_group = (tile.bm // tile.tm) * (tile.bn // tile.tn)
+    slots = tile.storage // 16  # vec4 in the slices' memory
+    per_round = slots // ((tile.ksplit - 1) * per_group)
+    if per_round < 1:
+        raise LoweringError(f"the matmul tile {tile.name}: its {tile.ksplit - 1} K groups' accumulators do not fit "
+                            f"its slices' memory for the final sum")
+    lines = []
+    for first in range(0, len(accs), per_round):
+        chunk = accs[first:first + per_round]
+        stride = per_group * len(chunk)
+        lines.append("    if (kg > 0u) {")
+        for j, (r, h) in enumerate(chunk):
+            lines.append(f"        tiles[(kg - 1u) * {stride}u + {j * per_group}u + t] = c{r}_{h};")
+        lines += ["    }", "    workgroupBarrier();", "    if (kg == 0u) {",
+                  f"        for (var g = 0u; g < {tile.ksplit - 1}u; g = g + 1u) {{"]
+        for j, (r, h) in enumerate(chunk):
+            lines.append(f"            c{r}_{h} = c{r}_{h} + tiles[g * {stride}u + {j * per_group}u + t];")
+        lines += ["        }", "    }", "    workgroupBarrier();"]
+    return lines
 
 
 def _slice_loads(tile: MatmulTile) -> dict[str, str]:

@@ -1,6 +1,7 @@
-"""Every tile of the tiled matmul kernel (the 16 KiB ones and the deep ones, which load several quads per
-invocation and slice), whole and split-K across workgroups (ir/ops/matmul_kernel.py:
-``matmul_choice``, ``matmul_splits``; shaders/matmul.wgsl and matmul_split_reduce.wgsl), against the numpy
+"""Every tile of the tiled matmul kernel (the 16 KiB ones, the deep ones, which load several quads per
+invocation and slice, and the wide micro-tiles, whose K groups add their sums in rounds), whole and
+split-K across workgroups (ir/ops/matmul_kernel.py: ``matmul_choice``, ``matmul_splits``;
+shaders/matmul.wgsl and matmul_split_reduce.wgsl), against the numpy
 reference (``eggfuse.ir.evaluate``): the three variants, an epilogue read in the reduction, the RmsNorm
 prologue (whose sums of squares the splits add), Q4_1 blocks and the SwiGLU prologue. Shapes leave an edge
 tile in M and N, K ranges of whole slices with a short last one, and K not a multiple of 4 (scalar reads)
@@ -21,6 +22,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     DEEP_STORAGE,
     MATMUL_TILES,
     MATMUL_TILES_DEEP,
+    MATMUL_TILES_WIDE,
     matmul_choice,
     matmul_splits,
     matmul_tile,
@@ -43,7 +45,8 @@ def _rows(tile):
     ]
 
 
-CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP for row in _rows(tile) for splits in (1, 3)]
+CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE for row in _rows(tile)
+         for splits in (1, 3)]
 
 
 @pytest.mark.parametrize("tile, splits, row", CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in CASES])

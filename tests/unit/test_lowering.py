@@ -18,6 +18,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
     MATMUL_TILES,
     MATMUL_TILES_DEEP,
+    MATMUL_TILES_WIDE,
     MATMUL_WG,
     WORKGROUP_STORAGE,
     MatmulTile,
@@ -299,7 +300,7 @@ def test_gemv_columns_follow_m_k_and_n():
 
 
 def test_matmul_tiles_fit_their_workgroup_memory():
-    for t in MATMUL_TILES + MATMUL_TILES_DEEP:
+    for t in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE:
         deep = t in MATMUL_TILES_DEEP
         assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == MATMUL_WG and t.bk % (4 * t.ksplit) == 0
         slices = 2 * t.bk * (t.bm + t.bn)  # floats in workgroup memory
@@ -308,7 +309,11 @@ def test_matmul_tiles_fit_their_workgroup_memory():
         assert t.loads == (square_first if deep else (1, 1)), t
         for side in (t.bm, t.bn):  # every load is of whole quads: no invocation's load is partial
             assert side * t.bk // 4 % MATMUL_WG == 0 or side * t.bk // 4 < MATMUL_WG, t
-        assert (t.ksplit - 1) * MATMUL_WG * t.tm * t.tn // t.ksplit <= slices  # split-K sums parked
+        group = MATMUL_WG // t.ksplit  # invocations of a K group
+        parked = (t.ksplit - 1) * group  # vec4 of one accumulator of every group but the first
+        assert parked <= slices // 4, t  # each round parks one accumulator or more
+        if t not in MATMUL_TILES_WIDE:
+            assert parked * t.tm * t.tn // 4 <= slices // 4, t  # all in one round
         assert t.bm * t.bk // 4 + 2 * t.bm <= slices  # RmsNorm partial sums, row sums and row scales
 
 
