@@ -194,24 +194,35 @@ def gemv_tile(m: int, k: int, n: int, variant: str) -> MatmulTile:
 
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
-    """The work split of an [M,K] x [K,N] product, chosen at lowering time (one of MATMUL_TILES).
+    """The work split of an [M,K] x [K,N] product, chosen at lowering time (a tile of MATMUL_TILES or
+    MATMUL_TILES_WIDE).
 
     M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
     walking 128x128, 64x64 and 64x32 (the longer side along the larger of M and N), the first
-    tile whose workgroups, times the split-K count it would take (:func:`matmul_splits` before
-    rounding to ranges of whole slices), reach
-    TARGET_WORKGROUPS, or the last one walked; 32x32 where M and N are both below 64. A side
-    of 128 is only used where that dimension reaches 128, and of 64 where it reaches 64 (a
+    tile whose workgroups reach MIN_WORKGROUPS: a 128-sided tile by its tiles alone (split-K
+    ranges of it measured up to 1.8x slower), the others times the split-K count they would take
+    (:func:`matmul_splits` before rounding to ranges of whole slices). Where none does, the
+    tile of the most workgroups walked, 32x32 included where M or N is below 64. A side of
+    128 is only used where that dimension reaches 128, and of 64 where it reaches 64 (a
     128-row tile over 16 rows would compute 87% zeros). Larger tiles reuse each loaded element
     more (8x8 per invocation against 4x4); smaller ones and split-K spread a small problem over
-    more multiprocessors. MATMUL_TILES_DEEP is never chosen (measured slower: see there).
+    more multiprocessors. Last, a 64x64, 64x32 or 32x64 tile whose workgroups each walk at
+    least WIDE_MIN_K elements of K takes its wide micro-tile (MATMUL_TILES_WIDE: 8x4, 8x4, 4x8),
+    whose K groups' final sum is then paid back. MATMUL_TILES_DEEP is never chosen (measured
+    slower: see there).
 
-    Measured on an H200 (``bench/matmul.py --sweep``, bench/results/matmul_sweep_h200.json:
-    every tile of MATMUL_TILES and 1 to 8 splits at the SmolLM2 and MiniLM shapes, M = 16 to
-    1024): over the products of one SmolLM2 prefill of 128 tokens and one MiniLM batch of
-    8 x 128, the choice summed to 4.16 ms against 4.01 for the fastest configuration of each
-    shape; the worst shape of the sweep took 1.38x its fastest. (The former rule, which
-    shrank tiles to 32x32 before splitting K, summed to 4.78 ms.)
+    Measured on an H200 (``bench/matmul.py --sweep`` with warm-up, bench/results/wide_h200/ and
+    bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and
+    MATMUL_TILES_WIDE and 1 to 8 splits at the 13 SmolLM2 and MiniLM shapes of M = 16 to 1024):
+    the picks sum to 652.6 us against 619.0 for the fastest configuration of each shape, the
+    worst taking 1.14x its fastest (128 x 576 x 960); the former rule (a target of 384
+    workgroups for every tile, 128 elements of K per split, no wide micro-tiles) summed to
+    691.1 us, its worst 1.39x (16 x 576 x 576). Over the 56 products of M = 8 to 512 of
+    ``bench/matmul.py``'s table (bench/results/wide_h200/matmul_vs_cublas.json against
+    runtime_checks_h200/), the rule changed the pick of 45, and their time by a geometric mean of
+    0.88x (0.83x over the 21 that now take 32x32 tiles at M = 8 to 32; 512 x 1536 x 576 0.80x);
+    10 got slower, by 1.04x or less but two: 128 x 576 x 1536 (64x64 tiles in 6 ranges of 96,
+    21.2 against 18.7 us) and 256 x 1536 x 576 (1.09x).
     """
     if m <= GEMV_MAX_ROWS:
         return gemv_tile(m, k, n, variant)
@@ -219,17 +230,37 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     def fits(side: int, dim: int) -> bool:
         return side == 32 or dim >= side
 
-    chosen = None
-    for long, short in ((128, 128), (64, 64), (64, 32)):
+    walked: list[tuple[int, MatmulTile]] = []
+    sides_walk = [(128, 128), (64, 64), (64, 32)] + ([(32, 32)] if min(m, n) < 64 else [])
+    for long, short in sides_walk:
         sides = (long, short) if m >= n else (short, long)
         if not (fits(sides[0], m) and fits(sides[1], n)):
             sides = (sides[1], sides[0])
             if not (fits(sides[0], m) and fits(sides[1], n)):
                 continue
-        chosen = _TILE_BY_SIDES[sides]
-        if _tiles(chosen, m, n) * _split_count(chosen, m, k, n) >= TARGET_WORKGROUPS:
-            break
-    return chosen or _TILE_BY_SIDES[(32, 32)]
+        tile = _TILE_BY_SIDES[sides]
+        workgroups = _tiles(tile, m, n) * (1 if long == 128 else _split_count(tile, m, k, n))
+        if workgroups >= MIN_WORKGROUPS and long != 32:
+            return _widened(tile, m, k, n)
+        walked.append((workgroups, tile))
+    return _widened(max(walked, key=lambda w: w[0])[1], m, k, n)
+
+
+#: A tiled product is spread enough when its workgroups (counting split-K) reach this many:
+#: three quarters of TARGET_WORKGROUPS (:func:`matmul_tile`).
+MIN_WORKGROUPS = 288
+#: Elements of K a workgroup walks from which a 64x64, 64x32 or 32x64 tile takes its wide micro-tile.
+WIDE_MIN_K = 256
+#: The wide micro-tile :func:`matmul_tile` takes for each of those sides (8 along the longer side).
+_WIDE_BY_SIDES = {(64, 64): MATMUL_TILES_WIDE[1], (64, 32): MATMUL_TILES_WIDE[3], (32, 64): MATMUL_TILES_WIDE[4]}
+
+
+def _widened(tile: MatmulTile, m: int, k: int, n: int) -> MatmulTile:
+    # the tile's wide micro-tile (MATMUL_TILES_WIDE) where each workgroup walks WIDE_MIN_K or more of K
+    wide = _WIDE_BY_SIDES.get((tile.bm, tile.bn))
+    splits = matmul_splits(tile, m, k, n)
+    k_chunk = math.ceil(math.ceil(k / tile.bk) / splits) * tile.bk
+    return wide if wide is not None and k_chunk >= WIDE_MIN_K else tile
 
 
 def keeps_runtime_checks(tile: MatmulTile) -> bool:
@@ -247,7 +278,7 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
 
 #: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
 #: elements of K ...
-SPLIT_MIN_K = 128
+SPLIT_MIN_K = 96
 #: ... and a product has at most this many splits.
 SPLIT_MAX = 8
 

@@ -76,10 +76,10 @@ def test_quantised_and_gated_products_split(row, device):
 
 
 def test_the_heuristic_splits_a_product_of_few_tiles(device):
-    # [40, 600] x [600, 40]: one 32x32 tile and 600 // 128 = 4 ranges of K; the splits' partial sums
-    # and the bias and residual of the epilogue meet in the reduction
+    # [40, 600] x [600, 40]: one 32x32 tile and 600 // 96 = 6 ranges of K asked, 5 of whole slices; the
+    # splits' partial sums and the bias and residual of the epilogue meet in the reduction
     tile = matmul_tile(40, 600, 40, "BT")
-    assert tile.name == "32x32x32" and matmul_splits(tile, 40, 600, 40) == 4
+    assert tile.name == "32x32x32" and matmul_splits(tile, 40, 600, 40) == 5
     g = Graph()
     x, w = g.input("x", [40, 600]), g.parameter("w", [40, 600])
     y = g.add(g.add(g.matmul_bt(x, w), g.parameter("bias", [40])), g.input("r", [40, 40]))
@@ -87,7 +87,7 @@ def test_the_heuristic_splits_a_product_of_few_tiles(device):
     inputs, params = random_feeds(g, seed=3)
     compiled = compile_graph(g, params, device=device, cache=False)
     kernels = [d.kernel for d in compiled.plan.dispatches]
-    assert sum(k.endswith("_split4") for k in kernels) == sum("_reduce" in k for k in kernels) >= 1, kernels
+    assert sum(k.endswith("_split5") for k in kernels) == sum("_reduce" in k for k in kernels) >= 1, kernels
     for got, want in zip(compiled.run(inputs), evaluate(g, inputs, params), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
 
@@ -128,12 +128,14 @@ def test_matmul_choice_rejects_what_is_not_a_tile_or_a_count():
 
 def test_the_heuristic_splits_less_where_the_scratch_would_exceed_the_buffer_limits():
     g = Graph()
-    g.set_outputs([g.matmul_bt(g.input("x", [1024, 576]), g.parameter("w", [1536, 576]))])
-    # 128x128 tiles in 4 ranges of K: 4 x 1024 x 1536 floats of partial sums, 24 MiB
-    assert [d.kernel for d in lower(g).dispatches] == ["matmul_BT_128x128x8_v44_split4", "matmul_split4_reduce"]
-    small = {"max-buffer-size": 8 << 20, "max-storage-buffer-binding-size": 8 << 20}  # the output alone is 6 MiB
-    assert [d.kernel for d in lower(g, small).dispatches] == ["matmul_BT_128x128x8_v44"]
-    with matmul_choice(splits=4), pytest.raises(LoweringError, match="maxBufferSize"):  # a forced count is kept
+    g.set_outputs([g.matmul_bt(g.input("x", [512, 1536]), g.parameter("w", [576, 1536]))])
+    # 64x64 tiles in 5 ranges of K: 5 x 512 x 576 floats of partial sums, 5.6 MiB
+    wide = "matmul_BT_64x64x16m8x4_v44"
+    assert [d.kernel for d in lower(g).dispatches] == [f"{wide}_split5", "matmul_split5_reduce"]
+    small = {"max-buffer-size": 4 << 20, "max-storage-buffer-binding-size": 4 << 20}  # w alone is 3.4 MiB
+    # 4 ranges take 4.5 MiB, 3 take 3.4
+    assert [d.kernel for d in lower(g, small).dispatches] == [f"{wide}_split3", "matmul_split3_reduce"]
+    with matmul_choice(splits=5), pytest.raises(LoweringError, match="maxBufferSize"):  # a forced count is kept
         lower(g, small)
 
 

@@ -248,26 +248,31 @@ def test_matmul_template_vec4_reads_and_tiles():
 
 def test_matmul_tile_heuristic():
     # (M, K, N): tile, splits. The walk 128x128 -> 64x64 -> 64x32 stops at the first tile whose
-    # workgroups times its splits (nearest 384 / tiles, at most 8, at least 128 elements of K each)
-    # reach 384; 32x32 only where M and N are both below 64.
+    # workgroups reach 288: a 128-sided tile's tiles alone, the others' times their splits
+    # (nearest 384 / tiles, at most 8, at least 96 elements of K each); else the walked tile of the
+    # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
+    # their wide micro-tiles where a workgroup walks 256 or more elements of K.
     cases = {
-        (4096, 4096, 4096): ("128x128x8", 1),   # 1024 tiles
-        (2048, 8, 2048): ("64x64x16", 1),       # 128x128: 256 tiles, K too short to split; 64x64: 1024
-        (1024, 384, 1536): ("64x64x16", 1),     # 128x128: 96 x 3 splits = 288; 64x64: 384
-        (1024, 384, 384): ("64x32x16", 2),      # 64x64: 36 x 3 = 108; 64x32: 192 x 2 = 384
-        (128, 576, 576): ("32x64x16", 4),       # 32x64 (N >= M): 36 x 4 = 144, the last walked
-        (128, 1536, 576): ("32x64x16", 8),      # 36 x 8
-        (128, 576, 49152): ("128x128x8", 1),    # 384 tiles
-        (16, 576, 49152): ("32x64x16", 1),      # no side of 64 along 16 rows: 768 tiles of 32x64
-        (130, 70, 257): ("32x64x16", 1),        # K below 128: no split
-        (40, 600, 40): ("32x32x32", 4),         # M and N below 64
+        (4096, 4096, 4096): ("128x128x8", 1),     # 1024 tiles
+        (2048, 8, 2048): ("64x64x16", 1),         # 128x128: 256 tiles; 64x64: 1024, K too short to widen
+        (1024, 384, 1536): ("64x64x16m8x4", 1),   # 128x128: 96 tiles (not split); 64x64: 384, K 384
+        (1024, 384, 1152): ("64x64x16m8x4", 1),   # 64x64: 288
+        (1024, 384, 384): ("64x64x16", 4),        # 64x64: 96 x 4 = 384, each split 96 of K
+        (512, 1536, 576): ("64x64x16m8x4", 5),    # 64x64: 72 x 5 = 360, each split 320 of K
+        (128, 576, 576): ("32x64x16", 6),         # 32x64 (N >= M): 36 x 6 = 216, the most walked
+        (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
+        (128, 576, 49152): ("128x128x8", 1),      # 384 tiles
+        (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
+        (16, 576, 576): ("32x32x32", 6),          # 32x64: 9 x 6 = 54; 32x32: 18 x 6 = 108
+        (130, 70, 257): ("32x64x16", 1),          # K below 96: no split
+        (40, 600, 40): ("32x32x32", 5),           # M and N below 64
         (5, 7, 9): ("32x32x32", 1),
     }
     for (m, k, n), (name, splits) in cases.items():
         tile = matmul_tile(m, k, n)
         assert (tile.name, matmul_splits(tile, m, k, n)) == (name, splits), (m, k, n)
-    # K = 600 in 32-element slices: 19 slices in 4 ranges of 5, 5, 5 and 4
-    assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 4
+    # K = 600 in 32-element slices: 19 slices and 6 splits asked, so ranges of 4 slices: 5 of them
+    assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 5
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 1056, 40) == 7
     for m in range(1, GEMV_MAX_ROWS + 1):
