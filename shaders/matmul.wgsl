@@ -17,8 +17,8 @@
 // MatmulTile.loads in ir/ops/matmul_kernel.py) of the next slice in registers, stores them
 // into the other buffer after the inner product, and a single barrier per slice separates
 // the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
-// (KSPLIT 2 or 4) thus keep 256 invocations busy, and wide micro-tiles (8x4, 8x8 on sides
-// below 128: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
+// (KSPLIT 2 or 4) thus keep 256 invocations busy, and wide micro-tiles (8x4, 4x8 or 8x8,
+// MATMUL_TILES_WIDE: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
 // are added in workgroup memory at the end (REDUCE_SPLIT, in rounds of as many accumulators
 // as the slices' memory holds).
 //

@@ -128,7 +128,7 @@ MATMUL_TILES_DEEP = tuple(MatmulTile(t.bm, t.bn, t.bk * 2 ** int(math.log2(DEEP_
 #: Tiles of MATMUL_TILES' sides with wider micro-tiles, so K groups inside the workgroup: an
 #: invocation's 4x4 micro-tile reads two vec4 of workgroup memory per 16 FMAs, its 8x8 one four
 #: per 64, halving the workgroup-memory traffic per FMA at the cost of the groups' final sum
-#: (in rounds through the slices' memory: :func:`_micro_tile`). 64x64x16m8x8: 4 groups of 64
+#: (in rounds through the slices' memory: :func:`_group_sums`). 64x64x16m8x8: 4 groups of 64
 #: invocations, each 4 elements of every K slice. Only through :func:`matmul_choice` unless
 #: :func:`matmul_tile` takes them.
 MATMUL_TILES_WIDE = (MatmulTile(64, 64, 16, micro=(8, 8)), MatmulTile(64, 64, 16, micro=(8, 4)),
@@ -212,8 +212,9 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     slower: see there).
 
     Measured on an H200 (``bench/matmul.py --sweep`` with warm-up, bench/results/wide_h200/ and
-    bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and
-    MATMUL_TILES_WIDE and 1 to 8 splits at the 13 SmolLM2 and MiniLM shapes of M = 16 to 1024):
+    bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and 1 to
+    8 splits at the 13 SmolLM2 and MiniLM shapes of M = 16 to 1024, and at 12 of them, all but
+    128 x 576 x 49152, every tile of MATMUL_TILES_WIDE too, at 1, 2 and 4 splits (M = 1024) or 1 to 8):
     the picks sum to 652.6 us against 619.0 for the fastest configuration of each shape, the
     worst taking 1.14x its fastest (128 x 576 x 960); the former rule (a target of 384
     workgroups for every tile, 128 elements of K per split, no wide micro-tiles) summed to
@@ -272,7 +273,9 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
     on 128x64 tiles, in a one-off script of the same call's kind: 4926 against 4584 us); the
     products on other tiles ran 2-15% faster without (128 x 1536 x 576 on split 32x64 tiles with the
     reduction 19.9 against 23.4 us, 1024 x 384 x 1536 on 64x64 tiles 52.5 against 53.5). The GEMV is
-    not tiled."""
+    not tiled. The rule is by rows, not by micro-tile: of MATMUL_TILES_WIDE, 128x64 with 8x8 keeps
+    the checks and the 64-row tiles with 8-row micro-tiles do not, which was not measured both ways
+    (the sweep of bench/results/wide_h200/ ran them as lowered)."""
     return not tile.gemv and tile.bm == 128
 
 
