@@ -1,0 +1,94 @@
+"""One model plan with a WGSL file of ``shaders/`` as a git revision had it (A) and as the tree has
+it (B), lowered both ways and timed alternately in one process: our GPU time (timestamps) and wall
+time per run, and the largest difference between the two plans' outputs.
+
+The A text comes from ``git show REV:shaders/NAME`` (or ``--a-file``, for a machine without the
+repository's history) and replaces the file for lowering only (``eggfuse.lowering.wgsl.shader_text``);
+everything else is the tree's. Graphs are those of ``bench/models.py --save-graphs``; parameters
+and inputs are its random ones. Timing as bench/models.py: ``gpu_timing.wall_per_call`` (N
+back-to-back runs, one wait) and ``gpu_timing.gpu_per_call``, after its warm-up.
+
+    python3 bench/shader_ab.py --shader attention_cached.wgsl --rev 0bad600 \\
+        --graphs bench/graphs bench/graphs/q4_1 --model smollm2_decode --json out.json   # GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_timing  # noqa: E402
+
+import models  # noqa: E402
+from eggfuse.lowering import wgsl  # noqa: E402
+from eggfuse.pipeline import lower_for  # noqa: E402
+from eggfuse.runtime import Session  # noqa: E402
+
+
+def lowered_with(graph, name: str, text: str | None):
+    """``graph`` lowered for the device with shaders/``name`` replaced by ``text`` (None: the tree's)."""
+    real = wgsl.shader_text
+    if text is not None:
+        wgsl.shader_text = lambda n: text if n == name else real(n)
+    try:
+        return lower_for(graph)
+    finally:
+        wgsl.shader_text = real
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shader", required=True, help="a file of shaders/, e.g. attention_cached.wgsl")
+    ap.add_argument("--rev", help="the git revision whose version of the file is A")
+    ap.add_argument("--a-file", type=Path, help="the A version as a file, instead of --rev")
+    ap.add_argument("--graphs", type=Path, nargs="+", required=True, help="folders of bench/models.py --save-graphs")
+    ap.add_argument("--model", default="smollm2_decode", choices=models.MODELS)
+    ap.add_argument("--rounds", type=int, default=3, help="A and B alternated this many times")
+    ap.add_argument("--calls", type=int, default=10, help="back-to-back runs per sample")
+    ap.add_argument("--repeats", type=int, default=20, help="samples per round and side")
+    ap.add_argument("--json", type=Path, required=True)
+    args = ap.parse_args()
+    if (args.rev is None) == (args.a_file is None):
+        raise SystemExit("give exactly one of --rev and --a-file")
+    a_text = args.a_file.read_text() if args.a_file else subprocess.run(
+        ["git", "show", f"{args.rev}:shaders/{args.shader}"], check=True, capture_output=True, text=True).stdout
+    rows = []
+    for folder in args.graphs:
+        loaded, meta = models.load_graphs(folder)
+        unfused, fused = loaded[args.model]
+        params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
+        params = {k: v for k, v in params.items() if k in fused.parameters}
+        inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
+        feeds = models.our_feeds(args.model, inputs, meta["seq"], args.calls)
+        plans = {"A": lowered_with(fused, args.shader, a_text), "B": lowered_with(fused, args.shader, None)}
+        outputs = {}
+        for r in range(args.rounds):
+            for side, plan in plans.items():
+                session = Session(plan, params)
+                outputs.setdefault(side, session.run(feeds[0])[0])
+                wall = gpu_timing.wall_per_call(session, feeds, args.repeats)
+                session.run(feeds[0], read=())
+                gpu = gpu_timing.gpu_per_call(session, args.calls, args.repeats)
+                rows.append({"model": args.model, "weights": meta["weights"], "shader": args.shader,
+                             "side": side, "version": (args.rev or str(args.a_file)) if side == "A" else "tree",
+                             "round": r, "wall_ms": gpu_timing.median_p90(wall)[0] * 1e3,
+                             "gpu_ms": gpu_timing.median_p90(gpu)[0] * 1e3 if gpu else None,
+                             "adapter": session.adapter})
+                print({k: rows[-1][k] for k in ("weights", "side", "round", "wall_ms", "gpu_ms")}, flush=True)
+                del session
+        diff = float(np.max(np.abs(outputs["A"] - outputs["B"])))
+        rows.append({"model": args.model, "weights": meta["weights"], "max_abs_diff": diff})
+        print(f"{meta['weights']}: max |B - A| {diff:.3g}", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
