@@ -259,9 +259,12 @@ _WIDE_BY_SIDES = {(64, 64): MATMUL_TILES_WIDE[1], (64, 32): MATMUL_TILES_WIDE[3]
 def _widened(tile: MatmulTile, m: int, k: int, n: int) -> MatmulTile:
     # the tile's wide micro-tile (MATMUL_TILES_WIDE) where each workgroup walks WIDE_MIN_K or more of K
     wide = _WIDE_BY_SIDES.get((tile.bm, tile.bn))
-    splits = matmul_splits(tile, m, k, n)
-    k_chunk = math.ceil(math.ceil(k / tile.bk) / splits) * tile.bk
-    return wide if wide is not None and k_chunk >= WIDE_MIN_K else tile
+    return wide if wide is not None and _k_chunk(tile, k, matmul_splits(tile, m, k, n)) >= WIDE_MIN_K else tile
+
+
+def _k_chunk(tile: MatmulTile, k: int, splits: int) -> int:
+    # the elements of K each of ``splits`` workgroups of a tile's column walks: whole slices, the last range shorter
+    return math.ceil(math.ceil(k / tile.bk) / splits) * tile.bk if splits > 1 else k
 
 
 def keeps_runtime_checks(tile: MatmulTile) -> bool:
@@ -643,7 +646,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                 b, *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * tiles_n
-    k_chunk = math.ceil(math.ceil(k / tile.bk) / splits) * tile.bk if splits > 1 else k
+    k_chunk = _k_chunk(tile, k, splits)
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles),
               ("eps", "f32", eps), ("k_chunk", "u32", k_chunk),
               *((("row_words", "u32", row_words),) if quant is not None else ()))
