@@ -247,14 +247,22 @@ def our_feeds(kind: str, inputs: dict, seq: int, calls: int) -> list[dict]:
 
 def time_ours(graph: Graph, params: dict, kind: str, inputs: dict, seq: int, calls: int, samples: int) -> dict:
     from eggfuse.pipeline import lower_for
+
+    return time_plan(lower_for(graph), params, our_feeds(kind, inputs, seq, calls), calls, samples)
+
+
+def time_plan(plan, params: dict, feeds: list[dict], calls: int, samples: int) -> dict:
+    """A session of ``plan`` timed as :func:`time_ours` does: ``wall`` (gpu_timing.wall_per_call over
+    ``feeds``, after its warm-up) and ``gpu`` (gpu_timing.gpu_per_call, None without timestamps), seconds
+    per run; ``dispatches``, ``adapter``, and ``output``: the first output of a run on ``feeds[0]``."""
     from eggfuse.runtime import Session
 
-    s = Session(lower_for(graph), {k: v for k, v in params.items() if k in graph.parameters})
-    fs = our_feeds(kind, inputs, seq, calls)
-    wall = gpu_timing.wall_per_call(s, fs, samples)
-    s.run(fs[0], read=())
+    s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
+    output = s.run(feeds[0])[0]
+    wall = gpu_timing.wall_per_call(s, feeds, samples)
+    s.run(feeds[0], read=())
     gpu = gpu_timing.gpu_per_call(s, calls, samples)
-    return {"wall": wall, "gpu": gpu, "dispatches": len(s.plan.dispatches), "adapter": s.adapter}
+    return {"wall": wall, "gpu": gpu, "dispatches": len(plan.dispatches), "adapter": s.adapter, "output": output}
 
 
 #: Decode steps of --check: the prompt, then the token fed this many times (positions P, P+1, ...).

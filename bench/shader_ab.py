@@ -5,8 +5,8 @@ time per run, and the largest difference between the two plans' outputs.
 The A text comes from ``git show REV:shaders/NAME`` (or ``--a-file``, for a machine without the
 repository's history) and replaces the file for lowering only (``eggfuse.lowering.wgsl.shader_text``);
 everything else is the tree's. Graphs are those of ``bench/models.py --save-graphs``; parameters
-and inputs are its random ones. Timing as bench/models.py: ``gpu_timing.wall_per_call`` (N
-back-to-back runs, one wait) and ``gpu_timing.gpu_per_call``, after its warm-up.
+and inputs are its random ones. Timing is bench/models.py's (``time_plan``: ``gpu_timing.wall_per_call``,
+N back-to-back runs and one wait, then ``gpu_timing.gpu_per_call``, after its warm-up).
 
     python3 bench/shader_ab.py --shader attention_cached.wgsl --rev 0bad600 \\
         --graphs bench/graphs bench/graphs/q4_1 --model smollm2_decode --json out.json   # GPU machine
@@ -28,7 +28,6 @@ import gpu_timing  # noqa: E402
 import models  # noqa: E402
 from eggfuse.lowering import wgsl  # noqa: E402
 from eggfuse.pipeline import lower_for  # noqa: E402
-from eggfuse.runtime import Session  # noqa: E402
 
 
 def lowered_with(graph, name: str, text: str | None):
@@ -63,25 +62,20 @@ def main() -> None:
         loaded, meta = models.load_graphs(folder)
         unfused, fused = loaded[args.model]
         params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
-        params = {k: v for k, v in params.items() if k in fused.parameters}
         inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
         feeds = models.our_feeds(args.model, inputs, meta["seq"], args.calls)
         plans = {"A": lowered_with(fused, args.shader, a_text), "B": lowered_with(fused, args.shader, None)}
         outputs = {}
         for r in range(args.rounds):
             for side, plan in plans.items():
-                session = Session(plan, params)
-                outputs.setdefault(side, session.run(feeds[0])[0])
-                wall = gpu_timing.wall_per_call(session, feeds, args.repeats)
-                session.run(feeds[0], read=())
-                gpu = gpu_timing.gpu_per_call(session, args.calls, args.repeats)
+                t = models.time_plan(plan, params, feeds, args.calls, args.repeats)
+                outputs.setdefault(side, t["output"])
                 rows.append({"model": args.model, "weights": meta["weights"], "shader": args.shader,
                              "side": side, "version": (args.rev or str(args.a_file)) if side == "A" else "tree",
-                             "round": r, "wall_ms": gpu_timing.median_p90(wall)[0] * 1e3,
-                             "gpu_ms": gpu_timing.median_p90(gpu)[0] * 1e3 if gpu else None,
-                             "adapter": session.adapter})
+                             "round": r, "wall_ms": gpu_timing.median_p90(t["wall"])[0] * 1e3,
+                             "gpu_ms": gpu_timing.median_p90(t["gpu"])[0] * 1e3 if t["gpu"] else None,
+                             "adapter": t["adapter"]})
                 print({k: rows[-1][k] for k in ("weights", "side", "round", "wall_ms", "gpu_ms")}, flush=True)
-                del session
         diff = float(np.max(np.abs(outputs["A"] - outputs["B"])))
         rows.append({"model": args.model, "weights": meta["weights"], "max_abs_diff": diff})
         print(f"{meta['weights']}: max |B - A| {diff:.3g}", flush=True)
