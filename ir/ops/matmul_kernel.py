@@ -30,7 +30,7 @@ kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 2.9 TB/s.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -325,23 +325,28 @@ def _whole_ranges(slices: int, want: int) -> int:
     return math.ceil(slices / math.ceil(slices / max(1, min(want, slices))))
 
 
-_CHOICE: ContextVar[tuple[MatmulTile | None, int | None, int | None] | None] = ContextVar("eggfuse_matmul_choice",
-                                                                                          default=None)
+#: The open matmul_choice blocks, innermost last: (tile, splits, gemv_cols, shapes or None for all).
+_CHOICE: ContextVar[tuple[tuple[MatmulTile | None, int | None, int | None, frozenset | None], ...]] = ContextVar(
+    "eggfuse_matmul_choice", default=())
 
 
 @contextmanager
 def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
-                  gemv_cols: int | None = None) -> Iterator[None]:
+                  gemv_cols: int | None = None,
+                  shapes: Collection[tuple[int, int, int]] | None = None) -> Iterator[None]:
     """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
     MATMUL_TILES, MATMUL_TILES_DEEP or MATMUL_TILES_WIDE) and ``splits`` instead of :func:`matmul_tile`
     and :func:`matmul_splits`'s choice, and every 'BT' GEMV ``gemv_cols`` output columns per workgroup
     instead of :func:`gemv_bt_cols`'s (None: the heuristic's); for tuning sweeps (``bench/matmul.py
-    --sweep``, ``--gemv-cols``).
+    --sweep``, ``--gemv-cols``, ``bench/plan_variants.py``). With ``shapes`` (M, K, N triples of
+    [M,K] x [K,N] products) only the products of those shapes take it. Blocks nest: a product
+    takes the innermost block that covers its shape, so blocks for different shapes combine.
     Lowering checks the plan against the device's limits as always, and ``eggfuse.compile`` skips the
     compile cache inside the block (its key does not hold the choice). Raises LoweringError for
     a tile not in those tables (and, when lowering, one that needs more workgroup memory than the
-    device offers), a split count below 1, or a column count that is not a power of two
-    from 1 to 64 (the lanes of a column, 256 / columns, must be a power of two and at least 4)."""
+    device offers), a split count below 1, a column count that is not a power of two
+    from 1 to 64 (the lanes of a column, 256 / columns, must be a power of two and at least 4), or
+    a shape that is not three positive ints."""
     if tile is not None and tile not in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE:
         raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP or "
                             f"MATMUL_TILES_WIDE")
@@ -349,7 +354,11 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
         raise LoweringError(f"matmul_choice: gemv_cols must be one of {GEMV_COLS_ALLOWED}, got {gemv_cols!r}")
-    token = _CHOICE.set((tile, splits, gemv_cols))
+    if shapes is not None:
+        shapes = frozenset(tuple(s) for s in shapes)
+        if bad := [s for s in shapes if len(s) != 3 or not all(isinstance(v, int) and v > 0 for v in s)]:
+            raise LoweringError(f"matmul_choice: shapes must be (M, K, N) triples of positive ints, got {bad}")
+    token = _CHOICE.set((*_CHOICE.get(), (tile, splits, gemv_cols, shapes)))
     try:
         yield
     finally:
@@ -358,7 +367,15 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
 
 def matmul_choice_active() -> bool:
     """Whether a :func:`matmul_choice` block is open (in this context)."""
-    return _CHOICE.get() is not None
+    return bool(_CHOICE.get())
+
+
+def _choice_for(m: int, k: int, n: int) -> tuple[MatmulTile | None, int | None, int | None]:
+    # the innermost open matmul_choice block that covers the shape: its tile, splits and GEMV columns
+    for tile, splits, cols, shapes in reversed(_CHOICE.get()):
+        if shapes is None or (m, k, n) in shapes:
+            return tile, splits, cols
+    return None, None, None
 
 
 def matmul_vec4(variant: str, m: int, k: int, n: int, gemv: bool = False) -> tuple[bool, bool]:
@@ -603,7 +620,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             "or an RmsNorm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
-    forced_tile, forced_splits, forced_cols = _CHOICE.get() or (None, None, None)
+    forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
     if m <= GEMV_MAX_ROWS:
         forced_tile, forced_splits = None, None
         if forced_cols is not None and variant == "BT":

@@ -25,6 +25,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     gemv_bt_cols,
     layer_norm_values,
     matmul_choice,
+    matmul_choice_active,
     matmul_kernel_for,
     matmul_splits,
     matmul_tile,
@@ -302,6 +303,27 @@ def test_gemv_columns_follow_m_k_and_n():
                 pass
     with pytest.raises(LoweringError, match="leaves 2 lanes a column"):
         matmul_kernel_for("BT", (), 1, 576, 1536, tile=MatmulTile(1, 128, 0, gemv=True))
+
+
+def test_matmul_choice_for_some_shapes_nests():
+    # bench/plan_variants.py: a choice for some shapes only; the innermost block covering a shape wins
+    heuristic = matmul_kernel_for("BT", (), 1, 576, 960).name
+    with matmul_choice(gemv_cols=8, shapes=[(1, 1536, 576)]):
+        assert matmul_kernel_for("BT", (), 1, 1536, 576).name == "matmul_BT_gemv1x8_v44"
+        assert matmul_kernel_for("BT", (), 1, 576, 960).name == heuristic
+        with matmul_choice(gemv_cols=2, shapes=[(1, 576, 960)]):
+            assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
+            assert matmul_kernel_for("BT", (), 1, 1536, 576).name == "matmul_BT_gemv1x8_v44"  # the outer block's
+            with matmul_choice(tile=MATMUL_TILES[0], splits=2, shapes=[(256, 384, 256)]):
+                assert matmul_kernel_for("", (), 256, 384, 256)[0].name == f"matmul_{MATMUL_TILES[0].name}_v44_split2"
+                assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
+        with matmul_choice(shapes=[(1, 1536, 576)]):  # a block of no choice: the heuristic's for its shapes
+            assert matmul_kernel_for("BT", (), 1, 1536, 576).name == f"matmul_BT_gemv1x{gemv_bt_cols(1, 1536, 576)}_v44"
+    assert not matmul_choice_active()
+    for bad in ([(1, 2)], [(0, 4, 4)], [(1.0, 4, 4)]):
+        with pytest.raises(LoweringError, match="shapes must be"):
+            with matmul_choice(gemv_cols=4, shapes=bad):
+                pass
 
 
 def test_matmul_tiles_fit_their_workgroup_memory():

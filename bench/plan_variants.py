@@ -1,0 +1,125 @@
+"""One model plan lowered with the heuristic's matmul choices ("base") and with other choices for
+chosen product shapes (tile, split-K count, GEMV columns per workgroup), timed alternately in one
+process: our wall and GPU time per run, and each variant's largest output difference from base.
+
+A variant is ``NAME=CHOICE[;CHOICE...]``, each CHOICE ``M,K,N:key=value[,key=value]`` for the
+[M,K] x [K,N] products of that shape, with keys ``tile`` (a name of MATMUL_TILES, MATMUL_TILES_DEEP
+or MATMUL_TILES_WIDE, e.g. ``64x64x16m8x4``; tiled products, M > 4), ``splits`` (split-K count)
+and ``cols`` (output columns per workgroup of a 'BT' GEMV, M <= 4), applied through
+``eggfuse.ir.ops.matmul_kernel.matmul_choice(..., shapes=...)``. Graphs are those of
+``bench/models.py --save-graphs``; parameters and inputs are its random ones. Timing is
+bench/models.py's (``time_plan``: ``gpu_timing.wall_per_call``, N back-to-back runs and one wait,
+then ``gpu_timing.gpu_per_call``), after its warm-up.
+
+    python3 bench/plan_variants.py --graphs bench/graphs/q4_1 bench/graphs --model smollm2_decode \\
+        --variant "down_cols4=1,1536,576:cols=4" --variant "down_cols2=1,1536,576:cols=2" \\
+        --json out.json   # GPU machine
+
+JSON: one row per (graphs folder, variant, round): ``model``, ``weights``, ``variant``, ``spec``,
+``round``, ``wall_us``, ``gpu_us`` (medians over ``--repeats`` samples; gpu None without timestamps),
+``dispatches``, ``max_abs_diff`` (against base's output), ``adapter``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_timing  # noqa: E402
+
+import models  # noqa: E402
+from eggfuse.ir.ops.matmul_kernel import (  # noqa: E402
+    MATMUL_TILES,
+    MATMUL_TILES_DEEP,
+    MATMUL_TILES_WIDE,
+    matmul_choice,
+)
+from eggfuse.pipeline import lower_for  # noqa: E402
+
+TILES = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE}
+KEYS = ("tile", "splits", "cols")
+
+
+def parse_variant(text: str) -> tuple[str, list[tuple[tuple[int, int, int], dict]]]:
+    """``NAME=M,K,N:key=value,...;...`` -> (name, [((m, k, n), {"tile": MatmulTile, "splits": int,
+    "cols": int}), ...]); raises SystemExit with the reason for a malformed one."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or name == "base":
+        raise SystemExit(f"--variant {text!r}: write NAME=M,K,N:key=value[,key=value][;...] (NAME not 'base')")
+    choices = []
+    for part in rest.split(";"):
+        shape, sep, settings = part.partition(":")
+        try:
+            m, k, n = (int(v) for v in shape.split(","))
+            values = dict(kv.split("=") for kv in settings.split(","))
+        except ValueError:
+            raise SystemExit(f"--variant {text!r}: {part!r} is not M,K,N:key=value[,key=value]") from None
+        if not sep or set(values) - set(KEYS):
+            raise SystemExit(f"--variant {text!r}: {part!r} needs keys among {KEYS}")
+        if "tile" in values and values["tile"] not in TILES:
+            raise SystemExit(f"--variant {text!r}: tile {values['tile']!r} is not one of {', '.join(TILES)}")
+        choice = {key: TILES[v] if key == "tile" else int(v) for key, v in values.items()}
+        choices.append(((m, k, n), choice))
+    return name, choices
+
+
+def lowered(graph, choices):
+    """``graph`` lowered for the device, each shape of ``choices`` taking its choice."""
+    with contextlib.ExitStack() as stack:
+        for shape, choice in choices:
+            stack.enter_context(matmul_choice(tile=choice.get("tile"), splits=choice.get("splits"),
+                                              gemv_cols=choice.get("cols"), shapes=[shape]))
+        return lower_for(graph)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", type=Path, nargs="+", required=True, help="folders of bench/models.py --save-graphs")
+    ap.add_argument("--model", default="smollm2_decode", choices=models.MODELS)
+    ap.add_argument("--variant", action="append", default=[], help="NAME=M,K,N:key=value[,...][;...] (repeatable)")
+    ap.add_argument("--rounds", type=int, default=2, help="the variants alternated this many times")
+    ap.add_argument("--calls", type=int, default=10, help="back-to-back runs per sample")
+    ap.add_argument("--repeats", type=int, default=20, help="samples per round and variant")
+    ap.add_argument("--json", type=Path, required=True)
+    args = ap.parse_args()
+    variants = {"base": []} | dict(parse_variant(v) for v in args.variant)
+    specs = {"base": "heuristic"} | {v.partition("=")[0]: v.partition("=")[2] for v in args.variant}
+    rows = []
+    for folder in args.graphs:
+        loaded, meta = models.load_graphs(folder)
+        unfused, fused = loaded[args.model]
+        params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
+        inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
+        feeds = models.our_feeds(args.model, inputs, meta["seq"], args.calls)
+        plans = {name: lowered(fused, choices) for name, choices in variants.items()}
+        base = None
+        for r in range(args.rounds):
+            for name, plan in plans.items():
+                t = models.time_plan(plan, params, feeds, args.calls, args.repeats)
+                if base is None:
+                    base = t["output"]
+                rows.append({"model": args.model, "weights": meta["weights"], "variant": name, "spec": specs[name],
+                             "round": r, "wall_us": gpu_timing.median_p90(t["wall"])[0] * 1e6,
+                             "gpu_us": gpu_timing.median_p90(t["gpu"])[0] * 1e6 if t["gpu"] else None,
+                             "dispatches": t["dispatches"],
+                             "max_abs_diff": float(np.max(np.abs(t["output"] - base))), "adapter": t["adapter"]})
+                print({k: rows[-1][k] for k in ("weights", "variant", "round", "wall_us", "gpu_us", "max_abs_diff")},
+                      flush=True)
+        for name in plans:
+            mine = [row for row in rows if row["variant"] == name and row["weights"] == meta["weights"]]
+            gpu = [row["gpu_us"] for row in mine if row["gpu_us"] is not None]
+            print(f"{meta['weights']:>5} {name:<24} wall {np.mean([row['wall_us'] for row in mine]):8.1f} us"
+                  + (f"  GPU {np.mean(gpu):8.1f} us" if gpu else "") + f"  (mean of {len(mine)} rounds)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
