@@ -142,6 +142,9 @@ GEMV_WIDE_N = 8192
 #: Longest K of a 'BT' GEMV of M >= 2 rows that takes 8 columns per workgroup (32 lanes a column) below
 #: GEMV_WIDE_N: one step of 64 lanes covers 512 elements of K.
 GEMV_SHORT_K = 512
+#: Longest K of a one-row 'BT' GEMV (N <= GEMV_WIDE_N) that takes 4 columns per workgroup; a longer one
+#: takes 1 column of 256 lanes, whose one step covers 2048 elements of K (:func:`gemv_bt_cols`).
+GEMV_LONG_K = 1024
 #: Column counts the 'BT' GEMV can take: the lanes of a column (256 / columns) halve in its tree, and
 #: quantised B takes blocks of 4 lanes.
 GEMV_COLS_ALLOWED = (1, 2, 4, 8, 16, 32, 64)
@@ -152,7 +155,8 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     (m <= GEMV_MAX_ROWS); each column takes 256 / columns invocations, matmul_gemv.wgsl's lanes (a
     power of two, as its lanes' tree halves them, and at least 4, as quantised B takes blocks of 4 lanes).
 
-    - m = 1: 16 where N > GEMV_WIDE_N (the LM head), else 4.
+    - m = 1: 16 where N > GEMV_WIDE_N (the LM head), else 1 where K > GEMV_LONG_K (each of N
+      workgroups walks K with all its lanes, in one step up to K = 2048), else 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
     - m >= 3, N >= 1536 and K <= 576: 16;
@@ -170,9 +174,21 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     2 x 576 x 49152 55.1 / 38.9 / 39.4; 4 x 576 x 49152 232 / 175 / 144; 2 x 384 x 1536
     4.72 / 3.84 / 4.97; 4 x 384 x 1536 10.1 / 8.4 / 7.6; 2 x 576 x 1536 4.17 / 5.35 / 6.46;
     4 x 576 x 1536 11.6 / 10.3 / 9.98; 4 x 1536 x 576 9.80 / 13.6 / 13.5; M = 3 is not measured.
+    One shape of SmolLM2's decode step at a time, the others as the rule has them
+    (bench/plan_variants.py, two rounds alternated in one call, means; wall / GPU us per step,
+    bench/results/gemv_h200/decode_cols_by_shape.json): the down projection 1 x 1536 x 576 (with
+    its SwiGLU prologue; at 4 columns 144 workgroups, each lane walking 3 steps of K) with
+    8 / 4 / 2 / 1 columns took 1149 / 1078 / 1053 / 1027 and 1090 / 1011 / 989 / 970 on Q4_1
+    blocks, 1123 / 1064 / 1048 / 1041 and 1072 / 1013 / 997 / 994 in f32. At K = 576 no other
+    count beat 4 columns by more than the rounds' spread (up to 22 us): the Q/K/V product
+    (N = 960) with 2 / 8 columns 1022 / 1057 (Q4_1) and 1037 / 1062 (f32), the output projection
+    (N = 576) 1030 / 1046 and 1044 / 1040, the gate/up product (N = 3072) with 2 / 8 / 16 columns
+    1080 / 1028 / 1064 and 1097 / 1038 / 1071; the LM head with 8 / 32 columns instead of 16,
+    1053 / 1057 and 1047 / 1054. K between 577 and 1535 was not measured at m = 1;
+    GEMV_LONG_K splits it.
     """
     if m == 1:
-        return 16 if n > GEMV_WIDE_N else 4
+        return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 4
     if n > GEMV_WIDE_N:
         return 8 if m == 2 else 16
     if m >= 3 and n >= 1536 and k <= 576:

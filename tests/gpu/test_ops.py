@@ -13,7 +13,7 @@ import pytest
 from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
-from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, gemv_bt_lanes
+from eggfuse.ir.ops.matmul_kernel import GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
@@ -593,6 +593,10 @@ ROWS += [
     _rms_norm_matmul("BT", 3, 576, 1537, ("add",)),
     # one row of a wide product (the LM head): 16 columns a workgroup, an edge one, over two chunks of K
     _rms_norm_matmul("BT", 1, _chunk_k(1, 8195) + 4, 8195, ()),
+    # one row past GEMV_LONG_K: 1 column of 256 lanes a workgroup, K not a multiple of 4 (scalar A) or of a
+    # step (the decode step's down projection, with its SwiGLU prologue and residual add, at an odd size)
+    _fused("BT", 1, GEMV_LONG_K + 3, 7, ("bias", "add")),
+    _swiglu_matmul("BT", 1, GEMV_LONG_K + 100, 5, ("add",)),
 ]
 
 

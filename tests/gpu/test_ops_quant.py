@@ -18,7 +18,7 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
-from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_CHUNK, gemv_bt_lanes
+from eggfuse.ir.ops.matmul_kernel import GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -110,6 +110,8 @@ ROWS = [
     _qmm("q8_0", 3, 2 * _chunk_k(3, 5) + 32, 5, rms=True),  # three chunks, the RmsNorm prologue
     _qmm("q4_1", 3, 96, 8195, rms=True),  # 16 columns a workgroup (matmul_kernel.gemv_bt_cols), an edge one
     _qmm("q8_0", 1, 96, 8195, rms=True),  # the LM head's form: one row, 16 columns a workgroup
+    # one row past GEMV_LONG_K: 1 column of 256 lanes (64 blocks a step; 35 blocks, rows padded for q4_0/q8_0)
+    *(_qmm(fmt, 1, GEMV_LONG_K + 96, 7, rms=fmt == "q4_1") for fmt in FORMATS),
     *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((5, 64, 9), (70, 160, 33))),  # tiled, edge tiles
     _qmm("q4_1", 130, 64, 130),  # 128-row tiles
     _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),
@@ -117,6 +119,7 @@ ROWS = [
     *(_qmm(fmt, m, 96, 21, ("bias",), rms=True) for fmt in ("q4_1", "q4_0") for m in (2, 19)),
     _qmm("q8_0", 1, 32, 8, rms=True),
     *(_qswiglu(fmt, 1, 96, 13, ("add",)) for fmt in FORMATS),  # GEMV (decode), with the residual add
+    _qswiglu("q4_1", 1, GEMV_LONG_K + 512, 6, ("add",)),  # the down projection's form: 1 column a workgroup
     _qswiglu("q4_1", 37, 64, 20, ("bias", "Relu")),  # tiled
     *(_qemb(fmt, 7, 11, 64) for fmt in FORMATS),
     # the products with a final row step (ir/ops/matmul_rows.py): GEMV and tiled first stages

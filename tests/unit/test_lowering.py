@@ -15,6 +15,7 @@ from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes,
 from eggfuse.ir.ops.elementwise import broadcast_strides
 from eggfuse.ir.ops.matmul_kernel import (
     DEEP_STORAGE,
+    GEMV_LONG_K,
     GEMV_MAX_ROWS,
     MATMUL_TILES,
     MATMUL_TILES_DEEP,
@@ -284,7 +285,10 @@ def test_matmul_tile_heuristic():
 
 def test_gemv_columns_follow_m_k_and_n():
     # the H200 measurements of gemv_bt_cols's docstring, one shape each
-    assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [16, 4, 4]
+    assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [16, 4, 1]
+    # one row: 1 column of 256 lanes past GEMV_LONG_K (not for the LM head's width)
+    assert [gemv_bt_cols(1, k, 576) for k in (GEMV_LONG_K, GEMV_LONG_K + 1, 8192)] == [4, 1, 1]
+    assert gemv_bt_cols(1, 1536, 49152) == 16
     assert [gemv_bt_cols(m, 576, 49152) for m in (2, 3, 4)] == [8, 16, 16]  # the LM head
     assert [gemv_bt_cols(m, 384, 384) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
     assert [gemv_bt_cols(m, 384, 1536) for m in (2, 4)] == [8, 16]
