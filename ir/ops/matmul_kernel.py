@@ -30,6 +30,7 @@ kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 2.9 TB/s.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -184,8 +185,8 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     (N = 960) with 2 / 8 columns 1022 / 1057 (Q4_1) and 1037 / 1062 (f32), the output projection
     (N = 576) 1030 / 1046 and 1044 / 1040, the gate/up product (N = 3072) with 2 / 8 / 16 columns
     1080 / 1028 / 1064 and 1097 / 1038 / 1071; the LM head with 8 / 32 columns instead of 16,
-    1053 / 1057 and 1047 / 1054. K between 577 and 1535 was not measured at m = 1;
-    GEMV_LONG_K splits it.
+    1053 / 1057 and 1047 / 1054. At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
+    nor any N but 576 at K above 1024 was measured.
     """
     if m == 1:
         return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 4
@@ -371,14 +372,25 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
         raise LoweringError(f"matmul_choice: gemv_cols must be one of {GEMV_COLS_ALLOWED}, got {gemv_cols!r}")
     if shapes is not None:
-        shapes = frozenset(tuple(s) for s in shapes)
-        if bad := [s for s in shapes if len(s) != 3 or not all(isinstance(v, int) and v > 0 for v in s)]:
-            raise LoweringError(f"matmul_choice: shapes must be (M, K, N) triples of positive ints, got {bad}")
+        shapes = frozenset(_shape_triple(s) for s in shapes)
     token = _CHOICE.set((*_CHOICE.get(), (tile, splits, gemv_cols, shapes)))
     try:
         yield
     finally:
         _CHOICE.reset(token)
+
+
+def _shape_triple(shape: object) -> tuple[int, int, int]:
+    # an (M, K, N) of matmul_choice's shapes as a tuple of ints; LoweringError for anything else
+    try:
+        if len(shape) == 3 and not any(isinstance(v, bool) for v in shape):
+            triple = tuple(operator.index(v) for v in shape)
+            if min(triple) > 0:
+                return triple
+    except TypeError:
+        pass
+    raise LoweringError(f"matmul_choice: shapes must be a collection of (M, K, N) triples of positive ints, "
+                        f"got the element {shape!r} (for one shape write shapes=[(M, K, N)])")
 
 
 def matmul_choice_active() -> bool:

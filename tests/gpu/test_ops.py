@@ -580,7 +580,8 @@ ROWS += [
     *[_rms_norm_matmul(v, m, k, n, epi) for v in ("", "BT") for m, k, n, epi in (
         (1, 1536, 576, ("bias", "add")), (3, 577, 70, ()))],
     # 'BT' GEMV chunks of GEMV_MAX_CHUNK steps of 8 quads a lane (_chunk_k of K): K = _chunk_k + 4 takes a
-    # second chunk of one partial quad, 2 * _chunk_k + 4 a third; only their first lane's loads are inside K;
+    # second chunk of one partial quad, 2 * _chunk_k + 4 a third; only their first lane's loads are inside K
+    # (one row: K past GEMV_LONG_K, so 1 column of 256 lanes a workgroup, the RmsNorm row (1, 1536, 576) too);
     # 3 rows: the lane sum of the last of an odd count holds it twice, and stores it once
     _fused("BT", 1, _chunk_k(1, 9) + 4, 9, ("bias",)),
     _rms_norm_matmul("BT", 2, 2 * _chunk_k(2, 11) + 4, 11, ("add",)),

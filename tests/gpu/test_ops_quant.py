@@ -106,7 +106,7 @@ def _chunk_k(m: int, n: int) -> int:
 ROWS = [
     *(_dequant(fmt, 5, cols) for fmt in FORMATS for cols in (32, 96)),  # 96: 3 blocks, rows padded for q4_0/q8_0
     *(_qmm(fmt, m, 96, 13) for fmt in FORMATS for m in (1, 4)),  # GEMV, 13 columns: an edge workgroup
-    _qmm("q4_1", 1, _chunk_k(1, 9) + 32, 9),  # GEMV over two chunks of K (the second one block: matmul_gemv.wgsl)
+    _qmm("q4_1", 1, _chunk_k(1, 9) + 32, 9),  # GEMV over two chunks of K (the second one block), 1 column a workgroup
     _qmm("q8_0", 3, 2 * _chunk_k(3, 5) + 32, 5, rms=True),  # three chunks, the RmsNorm prologue
     _qmm("q4_1", 3, 96, 8195, rms=True),  # 16 columns a workgroup (matmul_kernel.gemv_bt_cols), an edge one
     _qmm("q8_0", 1, 96, 8195, rms=True),  # the LM head's form: one row, 16 columns a workgroup

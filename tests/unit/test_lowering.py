@@ -324,7 +324,9 @@ def test_matmul_choice_for_some_shapes_nests():
         with matmul_choice(shapes=[(1, 1536, 576)]):  # a block of no choice: the heuristic's for its shapes
             assert matmul_kernel_for("BT", (), 1, 1536, 576).name == f"matmul_BT_gemv1x{gemv_bt_cols(1, 1536, 576)}_v44"
     assert not matmul_choice_active()
-    for bad in ([(1, 2)], [(0, 4, 4)], [(1.0, 4, 4)]):
+    with matmul_choice(gemv_cols=2, shapes=[np.array([1, 576, 960])]):  # numpy ints are ints
+        assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
+    for bad in ([(1, 2)], [(0, 4, 4)], [(1.0, 4, 4)], [(True, 4, 4)], (1, 1536, 576)):
         with pytest.raises(LoweringError, match="shapes must be"):
             with matmul_choice(gemv_cols=4, shapes=bad):
                 pass
