@@ -15,9 +15,13 @@ then ``gpu_timing.gpu_per_call``), after its warm-up.
         --variant "down_cols4=1,1536,576:cols=4" --variant "down_cols2=1,1536,576:cols=2" \\
         --json out.json   # GPU machine
 
-JSON: one row per (graphs folder, variant, round): ``model``, ``weights``, ``variant``, ``spec``,
-``round``, ``wall_us``, ``gpu_us`` (medians over ``--repeats`` samples; gpu None without timestamps),
-``dispatches``, ``max_abs_diff`` (against base's output), ``adapter``.
+A variant whose plan has the same kernels and grids as base's (no product of its shapes in the
+plan, or keys that do not apply to those products: ``tile`` and ``splits`` to tiled ones, ``cols``
+to 'BT' GEMVs) stops the run with that message, as does a malformed or repeated name or shape.
+
+JSON: one row per (graphs folder, variant, round): ``model``, ``graphs``, ``weights``, ``variant``,
+``spec``, ``round``, ``wall_us``, ``gpu_us`` (medians over ``--repeats`` samples; gpu None without
+timestamps), ``dispatches``, ``max_abs_diff`` (against base's output), ``adapter``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import gpu_timing  # noqa: E402
 
 import models  # noqa: E402
+from eggfuse.ir import LoweringError  # noqa: E402
 from eggfuse.ir.ops.matmul_kernel import (  # noqa: E402
+    GEMV_COLS_ALLOWED,
     MATMUL_TILES,
     MATMUL_TILES_DEEP,
     MATMUL_TILES_WIDE,
@@ -58,15 +64,27 @@ def parse_variant(text: str) -> tuple[str, list[tuple[tuple[int, int, int], dict
         try:
             m, k, n = (int(v) for v in shape.split(","))
             values = dict(kv.split("=") for kv in settings.split(","))
+            choice = {key: TILES.get(v) if key == "tile" else int(v) for key, v in values.items()}
         except ValueError:
-            raise SystemExit(f"--variant {text!r}: {part!r} is not M,K,N:key=value[,key=value]") from None
+            raise SystemExit(f"--variant {text!r}: {part!r} is not M,K,N:key=value[,key=value] "
+                             f"(M, K, N, splits and cols integers)") from None
         if not sep or set(values) - set(KEYS):
             raise SystemExit(f"--variant {text!r}: {part!r} needs keys among {KEYS}")
-        if "tile" in values and values["tile"] not in TILES:
+        if min(m, k, n) < 1:
+            raise SystemExit(f"--variant {text!r}: shape {m},{k},{n} is not three positive integers")
+        if "tile" in values and choice["tile"] is None:
             raise SystemExit(f"--variant {text!r}: tile {values['tile']!r} is not one of {', '.join(TILES)}")
-        choice = {key: TILES[v] if key == "tile" else int(v) for key, v in values.items()}
+        if choice.get("splits", 1) < 1 or choice.get("cols", 1) not in GEMV_COLS_ALLOWED:
+            raise SystemExit(f"--variant {text!r}: splits must be at least 1 and cols one of {GEMV_COLS_ALLOWED}")
+        if (m, k, n) in dict(choices):
+            raise SystemExit(f"--variant {text!r}: shape {m},{k},{n} twice; give all its keys in one choice")
         choices.append(((m, k, n), choice))
     return name, choices
+
+
+def _work(plan) -> list[tuple[str, tuple[int, int, int]]]:
+    # what a plan dispatches: each dispatch's kernel and grid
+    return [(d.kernel, d.workgroups) for d in plan.dispatches]
 
 
 def lowered(graph, choices):
@@ -88,7 +106,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20, help="samples per round and variant")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
-    variants = {"base": []} | dict(parse_variant(v) for v in args.variant)
+    if min(args.rounds, args.calls, args.repeats) < 1:
+        raise SystemExit("--rounds, --calls and --repeats must be at least 1")
+    parsed = [parse_variant(v) for v in args.variant]
+    if len({name for name, _ in parsed}) < len(parsed):
+        raise SystemExit("--variant: each variant needs a name of its own")
+    variants = {"base": []} | dict(parsed)
     specs = {"base": "heuristic"} | {v.partition("=")[0]: v.partition("=")[2] for v in args.variant}
     rows = []
     for folder in args.graphs:
@@ -97,14 +120,23 @@ def main() -> None:
         params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
         inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
         feeds = models.our_feeds(args.model, inputs, meta["seq"], args.calls)
-        plans = {name: lowered(fused, choices) for name, choices in variants.items()}
+        try:
+            plans = {name: lowered(fused, choices) for name, choices in variants.items()}
+        except LoweringError as e:
+            raise SystemExit(f"lowering a variant of {args.model} ({folder}): {e}") from None
+        same = [name for name, plan in plans.items() if name != "base" and _work(plan) == _work(plans["base"])]
+        if same:
+            raise SystemExit(f"{folder}: the variants {same} lower {args.model} to base's kernels and grids: no "
+                             f"product of their shapes, or keys that do not apply to it (tile, splits: M > 4; "
+                             f"cols: 'BT' GEMVs, M <= 4)")
         base = None
         for r in range(args.rounds):
             for name, plan in plans.items():
                 t = models.time_plan(plan, params, feeds, args.calls, args.repeats)
                 if base is None:
                     base = t["output"]
-                rows.append({"model": args.model, "weights": meta["weights"], "variant": name, "spec": specs[name],
+                rows.append({"model": args.model, "graphs": str(folder), "weights": meta["weights"], "variant": name,
+                             "spec": specs[name],
                              "round": r, "wall_us": gpu_timing.median_p90(t["wall"])[0] * 1e6,
                              "gpu_us": gpu_timing.median_p90(t["gpu"])[0] * 1e6 if t["gpu"] else None,
                              "dispatches": t["dispatches"],
@@ -112,7 +144,7 @@ def main() -> None:
                 print({k: rows[-1][k] for k in ("weights", "variant", "round", "wall_us", "gpu_us", "max_abs_diff")},
                       flush=True)
         for name in plans:
-            mine = [row for row in rows if row["variant"] == name and row["weights"] == meta["weights"]]
+            mine = [row for row in rows if row["variant"] == name and row["graphs"] == str(folder)]
             gpu = [row["gpu_us"] for row in mine if row["gpu_us"] is not None]
             print(f"{meta['weights']:>5} {name:<24} wall {np.mean([row['wall_us'] for row in mine]):8.1f} us"
                   + (f"  GPU {np.mean(gpu):8.1f} us" if gpu else "") + f"  (mean of {len(mine)} rounds)")

@@ -3,11 +3,13 @@ runs (as ``bench/models.py`` times ours), the host time of the ``Session.run`` c
 span of N separately submitted runs, and the GPU time of N copies of the plan in one command buffer.
 
 For each graphs folder, each of ``prerecord`` on and off (``Session(prerecord=...)``) and each N of
-``--calls``:
+``--calls``, every run on the same inputs (decode: the token at position ``seq`` each time, so that
+the attention's keys, and its time, are the same in all four measurements):
 
 - ``wall_us``: ``gpu_timing.wall_per_call`` (N runs with ``read=()`` and one wait, per run);
-- ``host_us``: the same N ``Session.run`` calls timed until the last returns, per run (the host's
-  share: writing inputs, taking or recording the command buffer, submitting);
+- ``host_us``: the same N ``Session.run`` calls timed until the last returns, per run: writing
+  inputs, recording the command buffer (without ``prerecord``) or waiting for the background
+  thread to finish recording it (with), submitting;
 - ``span_us``: GPU timestamps written by an empty compute pass submitted before N runs and one
   submitted after them, three runs submitted first so that the GPU is busy and the host ahead, per
   run: the GPU time of separate submissions with the gaps between them;
@@ -88,6 +90,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15, help="samples per measurement")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
+    try:
+        counts = [int(c) for c in args.calls.split(",")]
+    except ValueError:
+        raise SystemExit(f"--calls {args.calls!r}: write run counts separated by commas, e.g. 10,50") from None
+    if min(counts) < 1 or args.repeats < 1:
+        raise SystemExit("--calls counts and --repeats must be at least 1")
     rows = []
     for folder in args.graphs:
         loaded, meta = models.load_graphs(folder)
@@ -99,8 +107,8 @@ def main() -> None:
             session = Session(plan, {k: v for k, v in params.items() if k in plan.parameters}, prerecord=prerecord)
             if not gpu_timing.has_timestamps(session.device):
                 raise SystemExit(f"{session.adapter} has no timestamp-query: the GPU span cannot be measured")
-            for calls in (int(c) for c in args.calls.split(",")):
-                feeds = models.our_feeds(args.model, inputs, meta["seq"], calls)
+            for calls in counts:
+                feeds = models.our_feeds(args.model, inputs, meta["seq"], 1) * calls  # the same inputs each run
                 session.run(feeds[0])
                 times = {"wall_us": gpu_timing.wall_per_call(session, feeds, args.repeats),
                          "host_us": host_per_run(session, feeds, args.repeats),
