@@ -186,7 +186,10 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     (N = 576) 1030 / 1046 and 1044 / 1040, the gate/up product (N = 3072) with 2 / 8 / 16 columns
     1080 / 1028 / 1064 and 1097 / 1038 / 1071; the LM head with 8 / 32 columns instead of 16,
     1053 / 1057 and 1047 / 1054. At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
-    nor any N but 576 at K above 1024 was measured.
+    nor any N but 576 at K above 1024 was measured. On lavapipe (2 cores; the f32 step, two rounds
+    of 3 samples of 2 runs, bench/results/gemv_lavapipe/decode_down_cols.json) the one column took
+    4.13 / 4.57 s per step against 4.08 / 4.46 with 4 (GPU timestamps 4.58 / 4.67 against 4.34 / 4.33):
+    1-7% slower there; the rule follows the GPU.
     """
     if m == 1:
         return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 4
