@@ -178,6 +178,17 @@ def load_graphs(directory: Path) -> tuple[dict[str, tuple[Graph, Graph]], dict]:
     return out, meta
 
 
+def saved_model(directory: Path, kind: str, calls: int) -> tuple[Graph, dict, list[dict], dict]:
+    """``kind``'s fused graph from a folder of --save-graphs, its random parameters as the folder's
+    weights (:func:`random_params`), our feeds for ``calls`` back-to-back runs on the unpadded inputs
+    (:func:`our_feeds`) and the folder's meta: what the benchmarks of one plan's variants time."""
+    loaded, meta = load_graphs(directory)
+    unfused, fused = loaded[kind]
+    params = random_params(kind, unfused, meta["layers"], meta["weights"])
+    inputs = model_inputs(kind, meta["seq"], meta["batch"], padded=False)
+    return fused, params, our_feeds(kind, inputs, meta["seq"], calls), meta
+
+
 def random_values(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     """Parameters N(0, 0.02) (norm weights 1), inputs valid for their tables (also used by
     bench/runtime_overhead.py, and here when torch is absent)."""

@@ -115,11 +115,7 @@ def main() -> None:
     specs = {"base": "heuristic"} | {v.partition("=")[0]: v.partition("=")[2] for v in args.variant}
     rows = []
     for folder in args.graphs:
-        loaded, meta = models.load_graphs(folder)
-        unfused, fused = loaded[args.model]
-        params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
-        inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
-        feeds = models.our_feeds(args.model, inputs, meta["seq"], args.calls)
+        fused, params, feeds, meta = models.saved_model(folder, args.model, args.calls)
         try:
             plans = {name: lowered(fused, choices) for name, choices in variants.items()}
         except LoweringError as e:

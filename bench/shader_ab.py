@@ -59,11 +59,7 @@ def main() -> None:
         ["git", "show", f"{args.rev}:shaders/{args.shader}"], check=True, capture_output=True, text=True).stdout
     rows = []
     for folder in args.graphs:
-        loaded, meta = models.load_graphs(folder)
-        unfused, fused = loaded[args.model]
-        params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
-        inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
-        feeds = models.our_feeds(args.model, inputs, meta["seq"], args.calls)
+        fused, params, feeds, meta = models.saved_model(folder, args.model, args.calls)
         plans = {"A": lowered_with(fused, args.shader, a_text), "B": lowered_with(fused, args.shader, None)}
         outputs = {}
         for r in range(args.rounds):

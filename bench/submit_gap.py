@@ -98,17 +98,14 @@ def main() -> None:
         raise SystemExit("--calls counts and --repeats must be at least 1")
     rows = []
     for folder in args.graphs:
-        loaded, meta = models.load_graphs(folder)
-        unfused, fused = loaded[args.model]
-        params = models.random_params(args.model, unfused, meta["layers"], meta["weights"])
-        inputs = models.model_inputs(args.model, meta["seq"], meta["batch"], padded=False)
+        fused, params, (feed,), meta = models.saved_model(folder, args.model, 1)
         plan = lower_for(fused)
         for prerecord in (True, False):
             session = Session(plan, {k: v for k, v in params.items() if k in plan.parameters}, prerecord=prerecord)
             if not gpu_timing.has_timestamps(session.device):
                 raise SystemExit(f"{session.adapter} has no timestamp-query: the GPU span cannot be measured")
             for calls in counts:
-                feeds = models.our_feeds(args.model, inputs, meta["seq"], 1) * calls  # the same inputs each run
+                feeds = [feed] * calls  # the same inputs each run
                 session.run(feeds[0])
                 times = {"wall_us": gpu_timing.wall_per_call(session, feeds, args.repeats),
                          "host_us": host_per_run(session, feeds, args.repeats),
