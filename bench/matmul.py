@@ -1,12 +1,15 @@
-"""Matmul time: eggfuse's WGSL kernel against cuBLAS (torch.matmul, fp32, TF32 off), both over the
-same N back-to-back calls, in one run.
+"""Matmul time: eggfuse's WGSL kernel against cuBLAS (torch.matmul, fp32, TF32 off, or bf16), both over
+the same N back-to-back calls, in one run.
 
 Each shape is one graph holding one matmul, lowered by eggfuse (tile chosen by
 ``matmul_tile``) and run through its runtime's pipelines and bind groups: square shapes as
 MatMul, A [M,K] @ B [K,N]; LLM shapes as MatMulBT, x [M,K] @ W[N,K]^T (the layout of linear
 weights). LLM shapes: M in 1, 2, 4, ..., 512 with the (K, N) of SmolLM2-135M (576->192 k/v,
 576->576 q/o, 576->1536 gate/up, 1536->576 down, 576->49152 LM head) and all-MiniLM-L6-v2
-(384->384, 384->1536, 1536->384); square 4096^3 (``--big``: also 8192^3).
+(384->384, 384->1536, 1536->384); square 4096^3 (``--big``: also 8192^3). ``--shapes`` gives
+other MatMulBT shapes. ``--weights FORMAT`` (q4_0, q4_1, q8_0, f16) stores B as gguf's blocks of
+it (QuantMatMul: the kernel decodes them while loading; MatMulBT shapes only) and gives the peer
+the blocks' values; ``--peer-dtype bf16`` runs cuBLAS in bf16, the quantised decode's peer.
 
 Timing, per shape, N calls (N sized so that N of our calls take about ``--budget`` /
 ``--repeats`` seconds, 2..1000), ``--repeats`` samples, median and p90:
@@ -51,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eggfuse.ir import Graph
+from eggfuse.ir import DType, Graph
 from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
     MATMUL_TILES,
@@ -62,6 +65,8 @@ from eggfuse.ir.ops.matmul_kernel import (
     matmul_splits,
     matmul_tile,
 )
+from eggfuse.ir.ops.quant import BLOCK, FORMATS
+from eggfuse.models.gguf import requantise
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session, get_device
 
@@ -74,9 +79,10 @@ LLM_KN = ((576, 192), (576, 576), (576, 1536), (1536, 576), (576, 49152),  # Smo
 SWEEP_M = (16, 128, 512, 1024)
 SWEEP_KN = LLM_KN[:4] + LLM_KN[5:] + ((576, 960), (576, 3072), (384, 1152))
 SWEEP_SPLITS = (1, 2, 3, 4, 6, 8)
-#: Seconds of back-to-back calls of each swept configuration before its samples: making its session
-#: leaves the GPU idle long enough for its SM clock to fall (gpu_timing.WARMUP_S); without this, samples
-#: of a few milliseconds each were timed at the low clock, up to 5x the configuration's time.
+#: Seconds of back-to-back calls of each shape and swept configuration before its samples: making its
+#: session leaves the GPU idle long enough for its SM clock to fall (gpu_timing.WARMUP_S); without this,
+#: samples of a few milliseconds each were timed at the low clock, up to 5x the configuration's time
+#: (a Q8_0 GEMV of 1 x 576 x 49152 after seconds of quantising: 109 us a call, against 27 with the clock up).
 SWEEP_WARMUP_S = 0.1
 SQUARE = (4096,)
 BIG = (8192,)
@@ -85,6 +91,17 @@ QUICK = [("MatMul", 256, 256, 256), ("MatMulBT", 1, 576, 1536), ("MatMulBT", 16,
 WARMUP = ("MatMul", 4096, 4096, 4096)
 RESULTS = Path(__file__).parent / "results"
 SKIPPED = "skipped: no CUDA"
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    """(M, K, N) of "M,K,N" (--shapes, --sweep-shapes)."""
+    try:
+        m, k, n = (int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"a shape is M,K,N (three integers), got {text!r}") from None
+    if min(m, k, n) < 1:
+        raise SystemExit(f"a shape's sizes are positive, got {text!r}")
+    return m, k, n
 
 
 def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
@@ -97,7 +114,7 @@ def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
 
 def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]], out: Path,
           tiles: tuple[MatmulTile, ...] = MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE,
-          split_counts: tuple[int, ...] = SWEEP_SPLITS) -> list[dict]:
+          split_counts: tuple[int, ...] = SWEEP_SPLITS, weights: str = "f32") -> list[dict]:
     """Ours at every (tile of ``tiles``, split count of ``split_counts`` or the heuristic's for the tile)
     and at the heuristic's pick for the (M, K, N) of ``todo`` (MatMulBT), rows written to ``out`` as
     they come."""
@@ -117,13 +134,13 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
                     if splits > 1 and k // splits < 64:
                         continue
                     with matmul_choice(tile=tile, splits=splits):
-                        session = matmul_session("MatMulBT", m, k, n, device)
+                        session = matmul_session("MatMulBT", m, k, n, device, weights=weights)
                     calls = calls_for(session, budget, repeats)
                     warm_up(session, SWEEP_WARMUP_S, calls)
                     us = gpu_timing.median_p90(time_ours(session, calls, repeats))[0] * 1e6
                     del session
-                    row = {"op": "MatMulBT", "m": m, "k": k, "n": n, "tile": tile.name, "splits": splits,
-                           "ours_us": us, "chosen": tile == pick and splits == pick_splits}
+                    row = {"op": "MatMulBT", "m": m, "k": k, "n": n, "weights": weights, "tile": tile.name,
+                           "splits": splits, "ours_us": us, "chosen": tile == pick and splits == pick_splits}
                     rows.append(row)
                     best = row if best is None or us < best["ours_us"] else best
             chosen = next(r for r in rows[::-1] if r["chosen"] and (r["m"], r["k"], r["n"]) == (m, k, n))
@@ -141,15 +158,38 @@ def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:
     return matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")
 
 
-def matmul_session(op: str, m: int, k: int, n: int, device, lower=lower_for) -> Session:
-    """A session of one ``op`` (MatMul or MatMulBT) of [M,K] x [K,N], lowered by ``lower(graph, device)``,
-    on random weights (seed 0), run once."""
-    g = Graph()
+def weight_values(op: str, k: int, n: int, weights: str = "f32") -> tuple[np.ndarray, np.ndarray]:
+    """(the stored B, its float32 values) for ``op`` of [K,N] on random normal weights (seed 0):
+    fp32 [N,K] ('BT') or [K,N]; a block format of ``eggfuse.ir.ops.quant`` (MatMulBT only): the
+    u32 rows of gguf's blocks of the fp32 [N,K], and those blocks dequantised (what the peer gets)."""
     b_shape = [n, k] if op == "MatMulBT" else [k, n]
-    a, b = g.input("a", [m, k]), g.parameter("b", b_shape)
-    g.set_outputs([g.matmul_bt(a, b) if op == "MatMulBT" else g.matmul(a, b)])
+    b = np.random.default_rng(0).standard_normal(b_shape, dtype=np.float32)
+    if weights == "f32":
+        return b, b
+    if op != "MatMulBT":
+        raise SystemExit(f"--weights {weights} applies to MatMulBT (B [N,K]: blocks along K) only, not {op}")
+    if k % BLOCK:
+        raise SystemExit(f"--weights {weights} needs K a multiple of {BLOCK} (whole blocks along K), got K = {k}")
+    stored, formats = requantise({"b": b}, {}, weights)
+    return stored["b"], requantise(stored, formats, "f32")[0]["b"]
+
+
+def matmul_session(op: str, m: int, k: int, n: int, device, lower=lower_for, weights: str = "f32") -> Session:
+    """A session of one ``op`` (MatMul or MatMulBT) of [M,K] x [K,N], lowered by ``lower(graph, device)``,
+    on random weights (seed 0; ``weights`` as :func:`weight_values`: a block format makes the op
+    QuantMatMul, decoding the blocks while loading), run once."""
+    g = Graph()
+    stored = weight_values(op, k, n, weights)[0]
+    a = g.input("a", [m, k])
+    if weights != "f32":
+        b = g.parameter("b", list(stored.shape), DType.U32)
+        g.set_outputs([g.add_node("QuantMatMul", (a, b), format=weights, epilogue=())])
+    else:
+        b = g.parameter("b", list(stored.shape))
+        g.set_outputs([g.matmul_bt(a, b) if op == "MatMulBT" else g.matmul(a, b)])
     rng = np.random.default_rng(0)
-    session = Session(lower(g, device), {"b": rng.standard_normal(b_shape, dtype=np.float32)}, device=device)
+    rng.standard_normal([n, k] if op == "MatMulBT" else [k, n], dtype=np.float32)  # B's draw: A follows it
+    session = Session(lower(g, device), {"b": stored}, device=device)
     session.run({"a": rng.standard_normal((m, k), dtype=np.float32)})  # uploads a, compiles, warms up
     return session
 
@@ -193,15 +233,19 @@ def calls_for(session: Session, budget_s: float, samples: int) -> int:
     return int(min(1000, max(2, budget_s / samples / max(one, 1e-7))))
 
 
-def time_peer(torch, op: str, m: int, k: int, n: int, calls: int, samples: int) -> list[float]:
-    """Seconds per torch.matmul (fp32, TF32 off), one value per sample: ``calls`` matmuls
-    captured in one CUDA graph, each replay timed by CUDA events."""
+def time_peer(torch, op: str, m: int, k: int, n: int, calls: int, samples: int, dtype: str = "fp32",
+              values: np.ndarray | None = None) -> list[float]:
+    """Seconds per torch.matmul (``dtype`` fp32 with TF32 off, or bf16), one value per sample:
+    ``calls`` matmuls captured in one CUDA graph, each replay timed by CUDA events. ``values``: B's
+    values (default random)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn((n, k) if op == "MatMulBT" else (k, n), device="cuda")
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a = torch.randn(m, k, device="cuda", dtype=dt)
+    b = (torch.from_numpy(values).to("cuda", dt) if values is not None
+         else torch.randn((n, k) if op == "MatMulBT" else (k, n), device="cuda", dtype=dt))
     w = b.t() if op == "MatMulBT" else b  # x @ W^T, as F.linear computes it
-    c = torch.empty(m, n, device="cuda")
+    c = torch.empty(m, n, device="cuda", dtype=dt)
     # warm-up (cuBLAS handle, workspace) on a side stream, then the capture and its replays
     return gpu_timing.cuda_graph_per_call(torch, lambda: torch.matmul(a, w, out=c), calls, samples)
 
@@ -239,7 +283,8 @@ def _plot(rows: list[dict], path: Path) -> bool:
     ax.set_xlabel("M (rows)")
     ax.set_ylabel(label)
     vs = f"vs {rows[0]['peer']} ({rows[0]['peer_timing']})" if peer else f"(peer {SKIPPED})"
-    ax.set_title(f"fp32 matmul, {rows[0]['adapter']} {vs}", fontsize=8)
+    dtype = "" if peer and rows[0]["peer_dtype"] == "fp32" else f" against {rows[0]['peer_dtype']}"
+    ax.set_title(f"matmul, B {rows[0]['weights']}{dtype}, {rows[0]['adapter']} {vs}", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -275,6 +320,12 @@ def main() -> None:
     ap.add_argument("--max-m", type=int, help="only the shapes of at most this M (e.g. 4: the GEMV kernel's)")
     ap.add_argument("--gemv-cols", type=int, help="output columns per workgroup of every 'BT' GEMV (M <= 4) instead "
                                                    "of gemv_bt_cols's (matmul_choice)")
+    ap.add_argument("--weights", default="f32", choices=("f32", *FORMATS),
+                    help="B's storage: fp32, or a block format of eggfuse.ir.ops.quant (QuantMatMul, MatMulBT shapes "
+                         "only; the peer gets the blocks' values)")
+    ap.add_argument("--peer-dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="cuBLAS's dtype (fp32 with TF32 off, or bf16: the quantised decode's peer)")
+    ap.add_argument("--shapes", help="M,K,N;M,K,N;... MatMulBT shapes instead of the default list")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     args = ap.parse_args()
 
@@ -283,18 +334,24 @@ def main() -> None:
     if args.sweep and (args.max_m is not None or args.gemv_cols is not None):
         raise SystemExit("--max-m and --gemv-cols apply to the timed run, not to --sweep (--sweep-shapes picks "
                          "its shapes)")
-    todo = [t for t in shapes(args.quick, args.big) if args.max_m is None or t[1] <= args.max_m]
+    listed = ([("MatMulBT", *_triple(t)) for t in args.shapes.split(";")] if args.shapes
+              else shapes(args.quick, args.big))
+    if args.weights != "f32":
+        listed = [t for t in listed if t[0] == "MatMulBT"]
+    todo = [t for t in listed if args.max_m is None or t[1] <= args.max_m]
     if not todo:
         raise SystemExit(f"no shape has M <= {args.max_m}")
-    warm = matmul_session(*(todo[0] if args.quick else WARMUP), device)
+    warm = matmul_session(*(todo[0] if args.quick or args.shapes else WARMUP), device)
     ours_timing = "timestamps" if gpu_timing.has_timestamps(device) else "wall"
-    peer = f"torch.matmul on {torch.cuda.get_device_name()} (cuBLAS fp32, TF32 off), CUDA-graph replay" if torch \
+    dtype = "fp32, TF32 off" if args.peer_dtype == "fp32" else args.peer_dtype
+    peer = f"torch.matmul on {torch.cuda.get_device_name()} (cuBLAS {dtype}), CUDA-graph replay" if torch \
         else SKIPPED
+    print(f"B stored as {args.weights}")
     print(f"adapter: {warm.adapter}; ours timed by {ours_timing}; peer: {peer}")
     warm_up(warm, args.warmup, calls_for(warm, 0.5, 1))
     del warm
     if args.sweep:
-        todo = [tuple(int(v) for v in t.split(",")) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
+        todo = [_triple(t) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
             else [(m, k, n) for k, n in SWEEP_KN for m in SWEEP_M]
         args.json.parent.mkdir(parents=True, exist_ok=True)
         every = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE}
@@ -303,7 +360,7 @@ def main() -> None:
             raise SystemExit(f"unknown tiles {bad}: each one of {', '.join(every)}")
         counts = tuple(int(s) for s in args.sweep_splits.split(",")) if args.sweep_splits else SWEEP_SPLITS
         sweep(device, args.budget / 10, max(3, args.repeats // 2), todo, args.json, tuple(every[t] for t in names),
-              counts)
+              counts, args.weights)
         print(f"wrote {args.json}")
         return
     print(f"{'shape':<26}{'kernel':<28}{'N':>6}{'ours us':>11}{'p90':>9}{'cuBLAS us':>11}{'p90':>9}{'ratio':>8}"
@@ -311,8 +368,9 @@ def main() -> None:
     rows = []
     for op, m, k, n in todo:
         with matmul_choice(gemv_cols=args.gemv_cols):
-            session = matmul_session(op, m, k, n, device)
+            session = matmul_session(op, m, k, n, device, weights=args.weights)
         calls = calls_for(session, args.budget, args.repeats)
+        warm_up(session, SWEEP_WARMUP_S, calls)  # making the session (quantising B: seconds) idles the GPU
         flops = 2.0 * m * n * k
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
         row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
@@ -321,11 +379,14 @@ def main() -> None:
                "splits": matmul_splits(tile, m, k, n),
                "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
                "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,
-               "peer": SKIPPED, "peer_dtype": "fp32", "peer_tf32": False, "peer_timing": SKIPPED,
+               "weights": args.weights, "peer": SKIPPED, "peer_dtype": args.peer_dtype, "peer_tf32": False,
+               "peer_timing": SKIPPED,
                "peer_us": None, "peer_p90_us": None, "peer_gflops": None, "ratio": None}
         del session
         if torch is not None:
-            peer, peer_p90 = gpu_timing.median_p90(time_peer(torch, op, m, k, n, calls, args.repeats))
+            values = weight_values(op, k, n, args.weights)[1] if args.weights != "f32" else None
+            peer, peer_p90 = gpu_timing.median_p90(time_peer(torch, op, m, k, n, calls, args.repeats,
+                                                             args.peer_dtype, values))
             row.update({"peer": f"torch.matmul (cuBLAS) on {torch.cuda.get_device_name()}", "peer_timing": "cuda-graph",
                         "peer_us": peer * 1e6, "peer_p90_us": peer_p90 * 1e6, "peer_gflops": flops / peer * 1e-9,
                         "ratio": ours / peer, "torch": torch.__version__})
