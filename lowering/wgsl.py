@@ -20,11 +20,15 @@ _SLOT = re.compile(r"\{\{(\w+)\}\}")
 #: Includes that have a form with subgroup operations, used while :func:`subgroups` is on.
 #: On the H200 the cached-attention form took CachedAttentionRoPE from 32.7 to 14.3 us per
 #: call at 128 keys and from 63.4 to 26.5 us at 1000 (SmolLM2 decode), and the row
-#: reductions were unchanged; a subgroup form of the GEMV's lane sums
-#: (matmul_gemv_reduce.wgsl) was 15% slower there, so it has none.
+#: reductions were unchanged. The GEMV's lane sums (matmul_gemv_reduce.wgsl) as subgroup shuffles
+#: where a column's lanes fit in one subgroup: SmolLM2's decode step 5 us faster in GPU time,
+#: 907.8 / 974.6 against 912.6 / 979.6 us on Q4_1 blocks / in f32, means of three rounds
+#: (bench/results/gemv_prologue_h200/butterfly_ab_rule.json); an earlier form with subgroupAdd
+#: was 15% slower there.
 SUBGROUP_FORMS = {
     "reduce.wgsl": "reduce_subgroup.wgsl",
     "attention_cached_chunk.wgsl": "attention_cached_chunk_subgroup.wgsl",
+    "matmul_gemv_reduce.wgsl": "matmul_gemv_reduce_subgroup.wgsl",
 }
 
 

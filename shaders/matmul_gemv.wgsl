@@ -31,6 +31,8 @@
 // load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's LANES / 4
 // and in it the quads j = l % 4 * 4 and j + 16 (K2 16), which a 4-bit block keeps in the low and
 // high nibbles of one word, so both quads share the block's scale and its word of nibbles.
+// W_NORM: with the RmsNorm prologue, w_norm_quad(k), weights k..k+3 of its w_norm (binding w_norm
+// vec4<f32> where K % 4 == 0, else f32), else empty.
 // PROLOGUE defines stage_x (the quad used for 4 elements of a row of op(A) at column k),
 // row_stat (a lane's share of a statistic of a row of op(A), summed over its quads as loaded,
 // when ROW_STAT) and row_scale (the factor of a row of C, from the row's statistic summed over
@@ -47,6 +49,8 @@ var<workgroup> red: array<vec4<f32>, 256>;
 {{DECODE}}
 
 {{QUADS}}
+
+{{W_NORM}}
 
 {{PROLOGUE}}
 

@@ -5,15 +5,13 @@
 // (row_stat) and the column's lane sum adds those with the dot products: the scale costs no
 // pass over x and no barrier of its own. (A pass of the whole workgroup over x, then a tree
 // in workgroup memory, took SmolLM2's Q4_1 decode step from 1.31 to 1.43 ms on the H200.)
+// w_norm_quad (matmul_gemv.wgsl's W_NORM) reads weights k..k+3 of w_norm: one vec4 load where
+// K % 4 == 0 (four scalar loads took 12 of the 39 us of SmolLM2's Q8_0 LM head on the H200).
 
 const ROW_STAT: bool = true;
 
-fn w_norm_at(k: u32) -> f32 {
-    return w_norm[min(k, p.k - 1u)];  // past K, x is 0 and the weight does not matter
-}
-
 fn stage_x(v: vec4<f32>, k: u32) -> vec4<f32> {
-    return v * vec4<f32>(w_norm_at(k), w_norm_at(k + 1u), w_norm_at(k + 2u), w_norm_at(k + 3u));
+    return v * w_norm_quad(k);
 }
 
 fn row_stat(v: vec4<f32>) -> f32 {

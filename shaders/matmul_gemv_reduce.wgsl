@@ -1,5 +1,6 @@
 // matmul_gemv.wgsl's reductions in workgroup memory (red: 256 vec4). Uniform control flow
-// only. (No subgroup form: one was slower on the H200, see lowering.wgsl.SUBGROUP_FORMS.)
+// only. Devices with usable subgroups get matmul_gemv_reduce_subgroup.wgsl instead
+// (lowering.wgsl.SUBGROUP_FORMS).
 
 // The sum of v over the LANES lanes of an invocation's column, valid in lane 0: a tree of
 // log2(LANES) steps; neighbouring lanes are `stride` invocations apart.

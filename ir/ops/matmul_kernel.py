@@ -146,6 +146,9 @@ GEMV_SHORT_K = 512
 #: Longest K of a one-row 'BT' GEMV (N <= GEMV_WIDE_N) that takes 4 columns per workgroup; a longer one
 #: takes 1 column of 256 lanes, whose one step covers 2048 elements of K (:func:`gemv_bt_cols`).
 GEMV_LONG_K = 1024
+#: Narrowest N of a one-row 'BT' GEMV with K <= GEMV_LONG_K (and N <= GEMV_WIDE_N) that takes 8 columns per
+#: workgroup (32 lanes a column, one subgroup on the H200) instead of 4 (:func:`gemv_bt_cols`).
+GEMV_ROW_N = 1536
 #: Column counts the 'BT' GEMV can take: the lanes of a column (256 / columns) halve in its tree, and
 #: quantised B takes blocks of 4 lanes.
 GEMV_COLS_ALLOWED = (1, 2, 4, 8, 16, 32, 64)
@@ -157,7 +160,8 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     power of two, as its lanes' tree halves them, and at least 4, as quantised B takes blocks of 4 lanes).
 
     - m = 1: 16 where N > GEMV_WIDE_N (the LM head), else 1 where K > GEMV_LONG_K (each of N
-      workgroups walks K with all its lanes, in one step up to K = 2048), else 4.
+      workgroups walks K with all its lanes, in one step up to K = 2048), else 8 where
+      N >= GEMV_ROW_N, else 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
     - m >= 3, N >= 1536 and K <= 576: 16;
@@ -185,14 +189,25 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     (N = 960) with 2 / 8 columns 1022 / 1057 (Q4_1) and 1037 / 1062 (f32), the output projection
     (N = 576) 1030 / 1046 and 1044 / 1040, the gate/up product (N = 3072) with 2 / 8 / 16 columns
     1080 / 1028 / 1064 and 1097 / 1038 / 1071; the LM head with 8 / 32 columns instead of 16,
-    1053 / 1057 and 1047 / 1054. At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
+    1053 / 1057 and 1047 / 1054. Those were measured with a branch around each quad's loads of B
+    and the RmsNorm weights read one float at a time; with neither (and the lane sums of 32 lanes or
+    fewer a subgroup's shuffles, matmul_gemv_reduce_subgroup.wgsl), in three rounds alternated in
+    one call (bench/results/gemv_prologue_h200/decode_cols_butterfly.json, wall / GPU us per step,
+    means): 8 columns for the gate/up product took the Q4_1 step from 1024.5 / 959.0 to
+    985.7 / 923.0 and the f32 one from 1070.8 / 1020.1 to 1040.4 / 985.3; 8 for the output
+    projection as well, 978.7 / 916.6 and 1026.4 / 975.7; 8 for the Q/K/V product (N = 960) instead,
+    1053.6 / 987.1 and 1094.1 / 1035.8; 16 for the gate/up product, 1030.5 / 964.3 and
+    1074.2 / 1019.0. So 8 columns from N = GEMV_ROW_N; the output projection's 7-14 us are left, as
+    a rule taking them would also take N = 960's loss of 23-29 us (the two differ in the RmsNorm prologue,
+    the Q/K/V product's, and 72 against 120 workgroups; which one decides was not measured).
+    At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
     nor any N but 576 at K above 1024 was measured. On lavapipe (2 cores; the f32 step, two rounds
     of 3 samples of 2 runs, bench/results/gemv_lavapipe/decode_down_cols.json) the one column took
     4.13 / 4.57 s per step against 4.08 / 4.46 with 4 (GPU timestamps 4.58 / 4.67 against 4.34 / 4.33):
     1-7% slower there; the rule follows the GPU.
     """
     if m == 1:
-        return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 4
+        return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 8 if n >= GEMV_ROW_N else 4
     if n > GEMV_WIDE_N:
         return 8 if m == 2 else 16
     if m >= 3 and n >= 1536 and k <= 576:
@@ -447,11 +462,11 @@ _QUAD_SCALAR = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
 
 _QUAD_BLOCKS = """fn quad_b(r: u32, c: u32) -> vec4<f32> {{
     // weights (r, c..c+3) of B [N,K] stored as N rows of {fmt} blocks in q (quant_decode.wgsl), zero
-    // outside; K % 32 == 0, so a quad inside K lies in one block
-    if (r < p.n && c < p.k) {{
-        return dequant_quad_{fmt}(r, c);
-    }}
-    return vec4<f32>();
+    // outside; K % 32 == 0, so a quad inside K lies in one block. Outside, a quad inside is decoded
+    // and dropped: without a branch around the loads, a lane's loads are all in flight at once
+    // (a branch took 4 of the 39 us of SmolLM2's Q8_0 LM head on the H200)
+    let inside = dequant_quad_{fmt}(min(r, p.n - 1u), min(c, p.k - 4u));
+    return select(vec4<f32>(), inside, r < p.n && c < p.k);
 }}"""
 
 
@@ -485,6 +500,16 @@ _SWIGLU_SCALAR = """        for (var e = 0u; e < 4u; e = e + 1u) {{
                 v[e] = silu(a[r * 2u * p.k + cc]) * a[r * 2u * p.k + p.k + cc];
             }}
         }}"""
+
+
+def _w_norm_quad(vec4: bool) -> str:
+    # matmul_gemv.wgsl's W_NORM: weights k..k+3 of the RmsNorm prologue's w_norm (k % 4 == 0); past
+    # K, x is 0 and the weights do not matter, so the index is clamped rather than checked
+    if vec4:
+        return "fn w_norm_quad(k: u32) -> vec4<f32> {\n    return w_norm[min(k, p.k - 4u) / 4u];\n}"
+    return ("fn w_norm_quad(k: u32) -> vec4<f32> {\n    let last = p.k - 1u;\n"
+            "    return vec4<f32>(w_norm[min(k, last)], w_norm[min(k + 1u, last)], w_norm[min(k + 2u, last)], "
+            "w_norm[min(k + 3u, last)]);\n}")
 
 
 def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None,
@@ -714,7 +739,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         if variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
             raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes} lanes a column; the kernel "
                                 f"needs a power of two of at least 4 (columns one of {GEMV_COLS_ALLOWED})")
-        gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes,
+        if rms_norm:  # w_norm's quad as one vec4 where K % 4 == 0 (matmul_gemv_prologue_rms_norm.wgsl)
+            bindings = (bindings[0], Buffer("w_norm", "vec4<f32>" if vec_a else "f32"), *bindings[2:])
+        gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes, W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,
                           **_gemv_chunk(tile.bm, k, variant == "BT", k2, lanes), **slots)

@@ -18,7 +18,7 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
-from eggfuse.ir.ops.matmul_kernel import GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes
+from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes, matmul_choice
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -149,6 +149,32 @@ def test_quant_matmul_matches_gguf_dequantised_weights(fmt, m, device):
     g.set_outputs([g.add_node("QuantMatMul", (g.input("a", [m, k]), _q(g, fmt, n, k)), format=fmt, epilogue=())])
     (got,) = Session(lower_for(g, device), {"q": q}, device=device).run({"a": a})
     want = a.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("subgroups", [False, None], ids=["tree", "device"])
+@pytest.mark.parametrize("cols", GEMV_COLS_ALLOWED)
+@pytest.mark.parametrize("fmt,m", [("q4_1", 1), ("q8_0", 3)])
+def test_gemv_every_column_count_matches_gguf(fmt, m, cols, subgroups, device):
+    # RmsNorm(x) @ W^T as the 'BT' GEMV with each column count forced: the lane sums of 256 / cols
+    # lanes (a butterfly of subgroup shuffles where the device has subgroups at least that wide,
+    # matmul_gemv_reduce_subgroup.wgsl, else the tree), the RmsNorm weights read as vec4; K = 96
+    # leaves lanes past K, N = 37 an edge workgroup. Expected: gguf's dequantiser and numpy (float64).
+    k, n, eps = 96, 37, 1e-5
+    q, w = blocks(fmt, n, k, f"cols-{fmt}-{m}")
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w_norm = (1.0 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+    g = Graph()
+    g.set_outputs([g.add_node("QuantRmsNormMatMul", (g.input("x", [m, k]), g.parameter("w_norm", [k]),
+                                                     _q(g, fmt, n, k)), eps=eps, format=fmt, epilogue=())])
+    with matmul_choice(gemv_cols=cols):
+        plan = lower_for(g, device, subgroups=subgroups)
+    assert f"gemv{m}x{cols}_" in plan.dispatches[0].kernel
+    (got,) = Session(plan, {"q": q, "w_norm": w_norm}, device=device).run({"x": x})
+    x64 = x.astype(np.float64)
+    normed = x64 / np.sqrt(np.mean(x64 ** 2, axis=1, keepdims=True) + eps) * w_norm
+    want = normed @ w.astype(np.float64).T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 

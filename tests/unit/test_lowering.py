@@ -17,6 +17,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     DEEP_STORAGE,
     GEMV_LONG_K,
     GEMV_MAX_ROWS,
+    GEMV_ROW_N,
     MATMUL_TILES,
     MATMUL_TILES_DEEP,
     MATMUL_TILES_WIDE,
@@ -288,6 +289,8 @@ def test_gemv_columns_follow_m_k_and_n():
     assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [16, 4, 1]
     # one row: 1 column of 256 lanes past GEMV_LONG_K (not for the LM head's width)
     assert [gemv_bt_cols(1, k, 576) for k in (GEMV_LONG_K, GEMV_LONG_K + 1, 8192)] == [4, 1, 1]
+    # one row, K <= GEMV_LONG_K: 8 columns (32 lanes) from N = GEMV_ROW_N, the gate/up product's 3072
+    assert [gemv_bt_cols(1, 576, n) for n in (960, GEMV_ROW_N - 1, GEMV_ROW_N, 3072, 8192)] == [4, 4, 8, 8, 8]
     assert gemv_bt_cols(1, 1536, 49152) == 16
     assert [gemv_bt_cols(m, 576, 49152) for m in (2, 3, 4)] == [8, 16, 16]  # the LM head
     assert [gemv_bt_cols(m, 384, 384) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
