@@ -445,6 +445,20 @@ _QUAD_VEC4 = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
     return vec4<f32>();
 }}"""
 
+#: The GEMV's form of _QUAD_VEC4: outside, a quad inside is loaded and dropped by ``select``, so no
+#: branch stands around the load and a lane's loads are in flight together. On the H200 it took
+#: SmolLM2's f32 decode step from 976.6 to 939.7 us of GPU time, while the tiled kernels' loads in
+#: this form made MiniLM 8 x 128 and the 128-token prefill 5% slower (1269 -> 1331 and 3194 -> 3344
+#: us; means of three rounds alternated in one call, bench/results/gemv_prologue_h200/select_ab.json).
+#: With quantised B, A keeps the branch: in this form A took the Q8_0 LM head from 29.9 to 31.4 us
+#: alone (gemv_parts.py's select_a, lmhead_after.json), and the GEMVs of the Q4_1 step within 0.04 us.
+_QUAD_VEC4_SELECT = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
+    // elements (r, c..c+3) of {x} stored row-major [{rows}, {cols}]; {cols} % 4 == 0 == c % 4; zero
+    // outside, where a quad inside is loaded and dropped
+    let inside = {x}[(min(r, {rows} - 1u) * {cols} + min(c, {cols} - 4u)) / 4u];
+    return select(vec4<f32>(), inside, r < {rows} && c < {cols});
+}}"""
+
 _QUAD_SCALAR = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
     // elements (r, c..c+3) of a [{rows}, {cols}] view of {x}, zero outside
     var v = vec4<f32>();
@@ -462,19 +476,29 @@ _QUAD_SCALAR = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
 
 _QUAD_BLOCKS = """fn quad_b(r: u32, c: u32) -> vec4<f32> {{
     // weights (r, c..c+3) of B [N,K] stored as N rows of {fmt} blocks in q (quant_decode.wgsl), zero
-    // outside; K % 32 == 0, so a quad inside K lies in one block. Outside, a quad inside is decoded
-    // and dropped: without a branch around the loads, a lane's loads are all in flight at once
-    // (a branch took 4 of the 39 us of SmolLM2's Q8_0 LM head on the H200)
+    // outside; K % 32 == 0, so a quad inside K lies in one block
+    if (r < p.n && c < p.k) {{
+        return dequant_quad_{fmt}(r, c);
+    }}
+    return vec4<f32>();
+}}"""
+
+#: The GEMV's form of _QUAD_BLOCKS (see _QUAD_VEC4_SELECT): the branch took 4 of the 39 us of
+#: SmolLM2's Q8_0 LM head on the H200 (bench/results/gemv_prologue_h200/lmhead_before.json).
+_QUAD_BLOCKS_SELECT = """fn quad_b(r: u32, c: u32) -> vec4<f32> {{
+    // weights (r, c..c+3) of B [N,K] stored as N rows of {fmt} blocks in q (quant_decode.wgsl), zero
+    // outside, where a quad inside is decoded and dropped; K % 32 == 0, so a quad inside K lies in
+    // one block
     let inside = dequant_quad_{fmt}(min(r, p.n - 1u), min(c, p.k - 4u));
     return select(vec4<f32>(), inside, r < p.n && c < p.k);
 }}"""
 
 
-def _quad(x: str, rows: str, cols: str, index: str, vec4: bool) -> str:
+def _quad(x: str, rows: str, cols: str, index: str, vec4: bool, gemv: bool = False) -> str:
     # quad_<x>(r, c): 4 consecutive elements of a row of a [rows, cols] matrix; ``index``
     # addresses element (r, cc) in the scalar form (a transposed view for GEMV 'AT').
     if vec4:
-        return _QUAD_VEC4.format(x=x, rows=rows, cols=cols)
+        return (_QUAD_VEC4_SELECT if gemv else _QUAD_VEC4).format(x=x, rows=rows, cols=cols)
     return _QUAD_SCALAR.format(x=x, rows=rows, cols=cols, index=index)
 
 
@@ -525,13 +549,13 @@ def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: st
     elif variant == "AT":
         qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a)
     else:
-        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a)
+        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a, gemv and quant is None)
     if quant is not None:
-        qb = _QUAD_BLOCKS.format(fmt=quant)
+        qb = (_QUAD_BLOCKS_SELECT if gemv else _QUAD_BLOCKS).format(fmt=quant)
     elif variant == "BT":
-        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b)
+        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b, gemv)
     else:
-        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b)
+        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b, gemv)
     return qa + "\n\n" + qb
 
 
