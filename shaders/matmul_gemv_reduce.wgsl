@@ -1,17 +1,8 @@
-// matmul_gemv.wgsl's reductions in workgroup memory (red: 256 vec4). Uniform control flow
-// only. Devices with usable subgroups get matmul_gemv_reduce_subgroup.wgsl instead
-// (lowering.wgsl.SUBGROUP_FORMS).
+//#include "matmul_gemv_tree.wgsl"
+// matmul_gemv.wgsl's reductions in workgroup memory. Uniform control flow only. Devices with
+// usable subgroups get matmul_gemv_reduce_subgroup.wgsl instead (lowering.wgsl.SUBGROUP_FORMS).
 
-// The sum of v over the LANES lanes of an invocation's column, valid in lane 0: a tree of
-// log2(LANES) steps; neighbouring lanes are `stride` invocations apart.
+// The sum of v over the LANES lanes of an invocation's column, valid in lane 0.
 fn lanes_sum(li: u32, lane: u32, stride: u32, v: vec4<f32>) -> vec4<f32> {
-    red[li] = v;
-    workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s = s / 2u) {
-        if (lane < s) {
-            red[li] = red[li] + red[li + s * stride];
-        }
-        workgroupBarrier();
-    }
-    return red[li];  // the next write of red[li] is this invocation's own
+    return lanes_tree(li, lane, stride, v);
 }

@@ -1,9 +1,10 @@
+//#include "matmul_gemv_tree.wgsl"
 // matmul_gemv_reduce.wgsl's form with subgroup operations (lowering.wgsl.SUBGROUP_FORMS; the
 // device's subgroups are full, contiguous and of one power-of-two size n, as
 // runtime.device.subgroup_reductions_usable checks). Where a column's LANES lanes are
 // neighbouring invocations ('BT': stride 1) and LANES <= n, so that they lie in one subgroup, a
 // butterfly of log2(LANES) subgroupShuffleXor steps adds them in registers, with no workgroup
-// memory and no barrier; otherwise the tree of matmul_gemv_reduce.wgsl. n is the same in every
+// memory and no barrier; otherwise the tree (matmul_gemv_tree.wgsl). n is the same in every
 // subgroup, so the branch is uniform. Uniform control flow only.
 
 fn lanes_sum(li: u32, lane: u32, stride: u32, v: vec4<f32>) -> vec4<f32> {
@@ -14,13 +15,5 @@ fn lanes_sum(li: u32, lane: u32, stride: u32, v: vec4<f32>) -> vec4<f32> {
         }
         return t;  // the column's sum, in each of its lanes
     }
-    red[li] = v;
-    workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s = s / 2u) {
-        if (lane < s) {
-            red[li] = red[li] + red[li + s * stride];
-        }
-        workgroupBarrier();
-    }
-    return red[li];  // the next write of red[li] is this invocation's own
+    return lanes_tree(li, lane, stride, v);
 }
