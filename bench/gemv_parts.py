@@ -2,12 +2,13 @@
 1 x 576 x 49152 on Q8_0 blocks, the Q/K/V, gate/up and output projections on Q4_1 or in f32),
 timed with parts of its generated WGSL changed, and at each GEMV column count.
 
-A part is changed by replacing a stretch of the kernel's source (``EDITS``): bounds that compute
+A part is changed by replacing a stretch of the kernel's source (``_edits``): bounds that compute
 wrong numbers (``no_b``: no loads of B; ``no_x``: no loads of op(A); ``no_b_no_x``: neither), and
 alternative forms that compute the same ones (``branch_b``: a branch around each quad's loads of B,
-the form before the select; ``scalar_w_norm``: the RmsNorm weights read one float at a time;
-``select_a``: the loads of op(A) without a branch). An edit whose stretch is not in the source
-stops the run, so that a later change of the kernel cannot make a variant silently the base.
+the form before the select; ``branch_a`` (f32) or ``select_a`` (quantised B): op(A)'s loads in the
+form the kernel does not take; ``scalar_w_norm``: the RmsNorm weights' components read one by one).
+An edit whose stretch is not in the source stops the run, so that a later change of the kernel
+cannot make a variant silently the base.
 ``--columns`` times the base at every GEMV column count (``matmul_choice(gemv_cols=...)``) and,
 at 32 lanes a column or fewer, with the lane sums forced to the tree in workgroup memory.
 
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import gpu_timing  # noqa: E402
 import matmul as mm  # noqa: E402
 
+import eggfuse.ir.ops.matmul_kernel as mk  # noqa: E402
 from eggfuse.ir import DType, Graph  # noqa: E402
 from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, matmul_choice  # noqa: E402
 from eggfuse.lowering import wgsl  # noqa: E402
@@ -53,37 +55,27 @@ from eggfuse.runtime import Session, get_device  # noqa: E402
 CASES = [("q8_0", (1, 576, 49152), True), ("q4_1", (1, 576, 960), True), ("q4_1", (1, 576, 3072), True),
          ("q4_1", (1, 576, 576), False), ("f32", (1, 576, 49152), True), ("f32", (1, 576, 960), True),
          ("f32", (1, 576, 3072), True), ("f32", (1, 576, 576), False)]
-_CONST_B = "return vec4<f32>(f32(c), f32(r), 1.0, 2.0);"
-_LOAD_A = """    if (r < p.m && c < p.k) {
-        return a[(r * p.k + c) / 4u];
-    }
-    return vec4<f32>();"""
-_SELECT_B = """    let inside = dequant_quad_{fmt}(min(r, p.n - 1u), min(c, p.k - 4u));
-    return select(vec4<f32>(), inside, r < p.n && c < p.k);"""
-_BRANCH_B = """    if (r < p.n && c < p.k) {{
-        return dequant_quad_{fmt}(r, c);
-    }}
-    return vec4<f32>();"""
-_LOAD_B_F32 = """    if (r < p.n && c < p.k) {
-        return b[(r * p.k + c) / 4u];
-    }
-    return vec4<f32>();"""
+_CONST_A = "fn quad_a(r: u32, c: u32) -> vec4<f32> {\n    return vec4<f32>(f32(c));\n}"
+_CONST_B = "fn quad_b(r: u32, c: u32) -> vec4<f32> {\n    return vec4<f32>(f32(c), f32(r), 1.0, 2.0);\n}"
 
 
 def _edits(fmt: str) -> dict[str, list[tuple[str, str]]]:
-    """Variant name -> (old, new) replacements of the kernel source, for B stored as ``fmt``."""
-    no_b = ([(f"dequant_quad_{fmt}(min(r, p.n - 1u), min(c, p.k - 4u));", "vec4<f32>(f32(c), f32(r), 1.0, 2.0);")]
-            if fmt != "f32" else [(_LOAD_B_F32, "    " + _CONST_B)])
-    no_x = [("return a[(r * p.k + c) / 4u];", "return vec4<f32>(f32(c));")]
-    out = {"no_b": no_b, "no_x": no_x, "no_b_no_x": no_b + no_x,
-           "select_a": [(_LOAD_A, "    return select(vec4<f32>(), a[(min(r, p.m - 1u) * p.k + min(c, p.k - 4u)) / 4u], "
-                                  "r < p.m && c < p.k);")],
-           "scalar_w_norm": [("return w_norm[min(k, p.k - 4u) / 4u];",
-                              "let q = min(k, p.k - 4u) / 4u;\n    return vec4<f32>(w_norm[q].x, w_norm[q].y, "
-                              "w_norm[q].z, w_norm[q].w);")]}
-    if fmt != "f32":
-        out["branch_b"] = [(_SELECT_B.format(fmt=fmt), _BRANCH_B.format(fmt=fmt))]
-    return out
+    """Variant name -> (old, new) replacements of the kernel source, for B stored as ``fmt``: whole
+    quad functions, in the forms ir/ops/matmul_kernel.py generates (its templates)."""
+    a_branch, a_select = (t.format(x="a", rows="p.m", cols="p.k") for t in (mk._QUAD_VEC4, mk._QUAD_VEC4_SELECT))
+    if fmt == "f32":
+        b_branch, b_select = (t.format(x="b", rows="p.n", cols="p.k") for t in (mk._QUAD_VEC4, mk._QUAD_VEC4_SELECT))
+    else:
+        b_branch, b_select = (t.format(fmt=fmt) for t in (mk._QUAD_BLOCKS, mk._QUAD_BLOCKS_SELECT))
+    a_now, a_other = (a_select, a_branch) if fmt == "f32" else (a_branch, a_select)  # as the GEMV has A
+    no_b, no_x = [(b_select, _CONST_B)], [(a_now, _CONST_A)]
+    return {"no_b": no_b, "no_x": no_x, "no_b_no_x": no_b + no_x,
+            "branch_a" if fmt == "f32" else "select_a": [(a_now, a_other)],
+            "branch_b": [(b_select, b_branch)],
+            # the weights' four components read one by one (the compiler may merge them)
+            "scalar_w_norm": [("return w_norm[min(k, p.k - 4u) / 4u];",
+                               "let q = min(k, p.k - 4u) / 4u;\n    return vec4<f32>(w_norm[q].x, w_norm[q].y, "
+                               "w_norm[q].z, w_norm[q].w);")]}
 
 
 def build(fmt: str, m: int, k: int, n: int, rms: bool) -> tuple[Graph, dict, dict]:

@@ -47,6 +47,7 @@ configuration runs SWEEP_WARMUP_S of calls before its samples. ``--sweep-shapes`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -158,10 +159,13 @@ def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:
     return matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")
 
 
+@functools.lru_cache(maxsize=2)
 def weight_values(op: str, k: int, n: int, weights: str = "f32") -> tuple[np.ndarray, np.ndarray]:
     """(the stored B, its float32 values) for ``op`` of [K,N] on random normal weights (seed 0):
     fp32 [N,K] ('BT') or [K,N]; a block format of ``eggfuse.ir.ops.quant`` (MatMulBT only): the
-    u32 rows of gguf's blocks of the fp32 [N,K], and those blocks dequantised (what the peer gets)."""
+    u32 rows of gguf's blocks of the fp32 [N,K], and those blocks dequantised (what the peer gets).
+    Cached (quantising takes seconds, which would leave the GPU idle before the peer's timing); the
+    arrays are shared, so callers do not modify them."""
     b_shape = [n, k] if op == "MatMulBT" else [k, n]
     b = np.random.default_rng(0).standard_normal(b_shape, dtype=np.float32)
     if weights == "f32":

@@ -66,7 +66,8 @@ def main() -> None:
             continue
         outputs = {}
         for r in range(args.rounds):
-            for side, plan in (("branch", base), ("select", select)):
+            sides = (("branch", base), ("select", select))
+            for side, plan in sides if r % 2 == 0 else sides[::-1]:  # each side first in alternate rounds
                 t = models.time_plan(plan, params, feeds, args.calls, args.repeats)
                 outputs.setdefault(side, t["output"])
                 rows.append(dict(model=kind, graphs=str(args.graphs), side=side, round=r, edited=changed,
