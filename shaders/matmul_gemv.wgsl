@@ -20,8 +20,9 @@
 //   (li % 8) * 4 .. +3 as lane li / 8, and reads 4 rows of B (k .. k+3) per step, 8
 //   invocations covering 128 contiguous bytes of each. Each accumulator holds 4 columns.
 // The lanes of a column are then added ('BT': two rows of C at a time, else one; lanes_sum: a
-// tree of log2(LANES) steps in workgroup memory, matmul_gemv_reduce.wgsl), and lane 0 stores
-// through the epilogue.
+// tree of log2(LANES) steps in workgroup memory, matmul_gemv_reduce.wgsl, or on devices with
+// usable subgroups, where a column's lanes fit in one, log2(LANES) subgroup shuffles,
+// matmul_gemv_reduce_subgroup.wgsl), and lane 0 stores through the epilogue.
 //
 // Template slots: ROWS (M), COLS, LANES, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the
 // chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)

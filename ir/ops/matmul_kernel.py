@@ -143,7 +143,7 @@ GEMV_WIDE_N = 8192
 #: Longest K of a 'BT' GEMV of M >= 2 rows that takes 8 columns per workgroup (32 lanes a column) below
 #: GEMV_WIDE_N: one step of 64 lanes covers 512 elements of K.
 GEMV_SHORT_K = 512
-#: Longest K of a one-row 'BT' GEMV (N <= GEMV_WIDE_N) that takes 4 columns per workgroup; a longer one
+#: Longest K of a one-row 'BT' GEMV (N <= GEMV_WIDE_N) that takes 4 or 8 columns per workgroup; a longer one
 #: takes 1 column of 256 lanes, whose one step covers 2048 elements of K (:func:`gemv_bt_cols`).
 GEMV_LONG_K = 1024
 #: Narrowest N of a one-row 'BT' GEMV with K <= GEMV_LONG_K (and N <= GEMV_WIDE_N) that takes 8 columns per

@@ -22,6 +22,7 @@ from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, GEMV_LONG_K, GEMV_MA
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
+from eggfuse.runtime.device import subgroup_reductions_usable
 
 QTYPE = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
          "q8_0": gguf.GGMLQuantizationType.Q8_0, "f16": gguf.GGMLQuantizationType.F16}
@@ -171,6 +172,8 @@ def test_gemv_every_column_count_matches_gguf(fmt, m, cols, subgroups, device):
     with matmul_choice(gemv_cols=cols):
         plan = lower_for(g, device, subgroups=subgroups)
     assert f"gemv{m}x{cols}_" in plan.dispatches[0].kernel
+    uses_subgroups = subgroups is None and subgroup_reductions_usable(device)
+    assert ("subgroupShuffleXor" in plan.dispatches[0].source) == uses_subgroups
     (got,) = Session(plan, {"q": q, "w_norm": w_norm}, device=device).run({"x": x})
     x64 = x.astype(np.float64)
     normed = x64 / np.sqrt(np.mean(x64 ** 2, axis=1, keepdims=True) + eps) * w_norm

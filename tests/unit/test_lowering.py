@@ -312,6 +312,29 @@ def test_gemv_columns_follow_m_k_and_n():
         matmul_kernel_for("BT", (), 1, 576, 1536, tile=MatmulTile(1, 128, 0, gemv=True))
 
 
+def test_gemv_loads_without_branches_and_tiled_loads_behind_them():
+    # the load forms the H200 measurements chose (matmul_kernel._QUAD_VEC4_SELECT): the GEMV's f32
+    # quads of A and B and its quantised quads of B are loaded at a clamped position and dropped by
+    # select, with the RmsNorm weights as one vec4 where K % 4 == 0; the tiled kernel keeps its branches
+    gemv = render_kernel(*_body(matmul_kernel_for("BT", (), 1, 576, 960, rms_norm=True, eps=1e-5)))[0]
+    assert gemv.count("return select(vec4<f32>(), inside") == 2 and "array<vec4<f32>>;" in _binding(gemv, "w_norm")
+    quant = render_kernel(*_body(matmul_kernel_for("BT", (), 1, 576, 960, rms_norm=True, eps=1e-5, quant="q4_1",
+                                                   row_words=90)))[0]
+    assert quant.count("return select(vec4<f32>(), inside") == 1  # B's; A keeps its branch with blocks
+    odd = render_kernel(*_body(matmul_kernel_for("BT", (), 1, 577, 9, rms_norm=True, eps=1e-5)))[0]
+    assert "array<f32>;" in _binding(odd, "w_norm")  # K % 4 != 0: scalar weights
+    tiled = render_kernel(*_body(matmul_kernel_for("BT", (), 128, 576, 960, rms_norm=True, eps=1e-5, splits=1)))[0]
+    assert "select(vec4<f32>(), inside" not in tiled and "array<f32>;" in _binding(tiled, "w_norm")
+
+
+def _body(kernel):
+    return kernel.body, kernel.bindings, kernel.params, kernel.slots
+
+
+def _binding(source: str, name: str) -> str:
+    return next(line for line in source.splitlines() if f" {name}: " in line and "@binding" in line)
+
+
 def test_matmul_choice_for_some_shapes_nests():
     # bench/plan_variants.py: a choice for some shapes only; the innermost block covering a shape wins
     heuristic = matmul_kernel_for("BT", (), 1, 576, 960).name
