@@ -23,8 +23,8 @@ _SLOT = re.compile(r"\{\{(\w+)\}\}")
 #: reductions were unchanged. The GEMV's lane sums (matmul_gemv_reduce.wgsl) as subgroup shuffles
 #: where a column's lanes fit in one subgroup: SmolLM2's decode step 5 us faster in GPU time,
 #: 907.8 / 974.6 against 912.6 / 979.6 us on Q4_1 blocks / in f32, means of three rounds
-#: (bench/results/gemv_prologue_h200/butterfly_ab_rule.json); an earlier form with subgroupAdd
-#: was 15% slower there.
+#: (bench/results/gemv_prologue_h200/butterfly_ab_rule.json); an earlier subgroup form, of an
+#: earlier session, was 15% slower there.
 SUBGROUP_FORMS = {
     "reduce.wgsl": "reduce_subgroup.wgsl",
     "attention_cached_chunk.wgsl": "attention_cached_chunk_subgroup.wgsl",

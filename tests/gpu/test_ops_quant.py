@@ -155,20 +155,27 @@ def test_quant_matmul_matches_gguf_dequantised_weights(fmt, m, device):
 
 @pytest.mark.parametrize("subgroups", [False, None], ids=["tree", "device"])
 @pytest.mark.parametrize("cols", GEMV_COLS_ALLOWED)
-@pytest.mark.parametrize("fmt,m", [("q4_1", 1), ("q8_0", 3)])
+@pytest.mark.parametrize("fmt,m", [("q4_1", 1), ("q8_0", 3), ("f32", 2)])
 def test_gemv_every_column_count_matches_gguf(fmt, m, cols, subgroups, device):
     # RmsNorm(x) @ W^T as the 'BT' GEMV with each column count forced: the lane sums of 256 / cols
     # lanes (a butterfly of subgroup shuffles where the device has subgroups at least that wide,
-    # matmul_gemv_reduce_subgroup.wgsl, else the tree), the RmsNorm weights read as vec4; K = 96
-    # leaves lanes past K, N = 37 an edge workgroup. Expected: gguf's dequantiser and numpy (float64).
+    # matmul_gemv_reduce_subgroup.wgsl, else the tree), the RmsNorm weights read as vec4, the quads
+    # of B (and for f32 B of x) loaded without branches; K = 96 leaves lanes past K, N = 37 an edge
+    # workgroup. Expected: gguf's dequantiser (f32: the weights as drawn) and numpy (float64).
     k, n, eps = 96, 37, 1e-5
-    q, w = blocks(fmt, n, k, f"cols-{fmt}-{m}")
     rng = np.random.default_rng(cols)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w_norm = (1.0 + 0.1 * rng.standard_normal(k)).astype(np.float32)
     g = Graph()
-    g.set_outputs([g.add_node("QuantRmsNormMatMul", (g.input("x", [m, k]), g.parameter("w_norm", [k]),
-                                                     _q(g, fmt, n, k)), eps=eps, format=fmt, epilogue=())])
+    inputs = (g.input("x", [m, k]), g.parameter("w_norm", [k]))
+    if fmt == "f32":
+        q = w = rng.standard_normal((n, k)).astype(np.float32)
+        g.set_outputs([g.add_node("FusedRmsNormMatMul", (*inputs, g.parameter("q", [n, k])), eps=eps, variant="BT",
+                                  epilogue=())])
+    else:
+        q, w = blocks(fmt, n, k, f"cols-{fmt}-{m}")
+        g.set_outputs([g.add_node("QuantRmsNormMatMul", (*inputs, _q(g, fmt, n, k)), eps=eps, format=fmt,
+                                  epilogue=())])
     with matmul_choice(gemv_cols=cols):
         plan = lower_for(g, device, subgroups=subgroups)
     assert f"gemv{m}x{cols}_" in plan.dispatches[0].kernel
