@@ -739,7 +739,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         else:
             raise LoweringError(f"FusedMatMul: epilogue step {step!r} has no WGSL lowering")
     b = Buffer("q", "u32") if quant is not None else Buffer("b", "vec4<f32>" if vec_b else "f32")
-    bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((Buffer("w_norm"),) if rms_norm else ()),
+    # the GEMV reads w_norm's quads as one vec4 where K % 4 == 0 (matmul_gemv_prologue_rms_norm.wgsl)
+    w_norm = Buffer("w_norm", "vec4<f32>" if tile.gemv and vec_a else "f32")
+    bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((w_norm,) if rms_norm else ()),
                 b, *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * tiles_n
@@ -763,8 +765,6 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         if variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
             raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes} lanes a column; the kernel "
                                 f"needs a power of two of at least 4 (columns one of {GEMV_COLS_ALLOWED})")
-        if rms_norm:  # w_norm's quad as one vec4 where K % 4 == 0 (matmul_gemv_prologue_rms_norm.wgsl)
-            bindings = (bindings[0], Buffer("w_norm", "vec4<f32>" if vec_a else "f32"), *bindings[2:])
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes, W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,

@@ -41,7 +41,12 @@ from eggfuse.lowering.wgsl import pack_params, render, render_kernel
 
 def matmul_source(variant, epilogue, rms_norm=False, tile=MATMUL_TILES[3], vec4=(False, False)) -> str:
     """The WGSL of a matmul kernel (sizes travel in the uniform; tile and reads as given)."""
-    k = matmul_kernel_for(variant, epilogue, 64, 64, 64, rms_norm=rms_norm, tile=tile, vec4=vec4, splits=1)
+    return kernel_source(matmul_kernel_for(variant, epilogue, 64, 64, 64, rms_norm=rms_norm, tile=tile, vec4=vec4,
+                                           splits=1))
+
+
+def kernel_source(k) -> str:
+    """The WGSL of a Kernel."""
     return render_kernel(k.body, k.bindings, k.params, k.slots)[0]
 
 
@@ -316,19 +321,15 @@ def test_gemv_loads_without_branches_and_tiled_loads_behind_them():
     # the load forms the H200 measurements chose (matmul_kernel._QUAD_VEC4_SELECT): the GEMV's f32
     # quads of A and B and its quantised quads of B are loaded at a clamped position and dropped by
     # select, with the RmsNorm weights as one vec4 where K % 4 == 0; the tiled kernel keeps its branches
-    gemv = render_kernel(*_body(matmul_kernel_for("BT", (), 1, 576, 960, rms_norm=True, eps=1e-5)))[0]
+    gemv = kernel_source(matmul_kernel_for("BT", (), 1, 576, 960, rms_norm=True, eps=1e-5))
     assert gemv.count("return select(vec4<f32>(), inside") == 2 and "array<vec4<f32>>;" in _binding(gemv, "w_norm")
-    quant = render_kernel(*_body(matmul_kernel_for("BT", (), 1, 576, 960, rms_norm=True, eps=1e-5, quant="q4_1",
-                                                   row_words=90)))[0]
+    quant = kernel_source(matmul_kernel_for("BT", (), 1, 576, 960, rms_norm=True, eps=1e-5, quant="q4_1",
+                                            row_words=90))
     assert quant.count("return select(vec4<f32>(), inside") == 1  # B's; A keeps its branch with blocks
-    odd = render_kernel(*_body(matmul_kernel_for("BT", (), 1, 577, 9, rms_norm=True, eps=1e-5)))[0]
+    odd = kernel_source(matmul_kernel_for("BT", (), 1, 577, 9, rms_norm=True, eps=1e-5))
     assert "array<f32>;" in _binding(odd, "w_norm")  # K % 4 != 0: scalar weights
-    tiled = render_kernel(*_body(matmul_kernel_for("BT", (), 128, 576, 960, rms_norm=True, eps=1e-5, splits=1)))[0]
+    tiled = kernel_source(matmul_kernel_for("BT", (), 128, 576, 960, rms_norm=True, eps=1e-5, splits=1))
     assert "select(vec4<f32>(), inside" not in tiled and "array<f32>;" in _binding(tiled, "w_norm")
-
-
-def _body(kernel):
-    return kernel.body, kernel.bindings, kernel.params, kernel.slots
 
 
 def _binding(source: str, name: str) -> str:
