@@ -31,7 +31,6 @@ select_a, scalar_w_norm as here; cols8, cols32); ``cols.json`` before the subgro
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
@@ -42,12 +41,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import gpu_timing  # noqa: E402
 import matmul as mm  # noqa: E402
+import shader_ab  # noqa: E402
 
 import eggfuse.ir.ops.matmul_kernel as mk  # noqa: E402
 from eggfuse.ir import DType, Graph  # noqa: E402
 from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, matmul_choice  # noqa: E402
 from eggfuse.lowering import wgsl  # noqa: E402
-from eggfuse.models.gguf import requantise  # noqa: E402
 from eggfuse.pipeline import lower_for  # noqa: E402
 from eggfuse.runtime import Session, get_device  # noqa: E402
 
@@ -80,18 +79,16 @@ def _edits(fmt: str) -> dict[str, list[tuple[str, str]]]:
 
 def build(fmt: str, m: int, k: int, n: int, rms: bool) -> tuple[Graph, dict, dict]:
     """The graph of one GEMV (FusedMatMul / FusedRmsNormMatMul 'BT', or their Quant twins on ``fmt``
-    blocks), its parameters and feeds (random, seed 0)."""
-    g, rng = Graph(), np.random.default_rng(0)
-    w = rng.standard_normal((n, k), dtype=np.float32)
-    ins, params = [g.input("a", [m, k])], {}
+    blocks), its parameters (B: bench/matmul.py's ``weight_values``) and feeds (random)."""
+    g, rng = Graph(), np.random.default_rng(1)
+    ins, params = [g.input("a", [m, k])], {"b": mm.weight_values("MatMulBT", k, n, fmt)[0]}
     if rms:
         ins.append(g.parameter("w_norm", [k]))
         params["w_norm"] = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
     if fmt == "f32":
         ins.append(g.parameter("b", [n, k]))
-        params["b"], op, attrs = w, "FusedRmsNormMatMul" if rms else "FusedMatMul", {"variant": "BT", "epilogue": ()}
+        op, attrs = "FusedRmsNormMatMul" if rms else "FusedMatMul", {"variant": "BT", "epilogue": ()}
     else:
-        params["b"] = requantise({"b": w}, {}, fmt)[0]["b"]
         ins.append(g.parameter("b", list(params["b"].shape), DType.U32))
         op, attrs = "QuantRmsNormMatMul" if rms else "QuantMatMul", {"format": fmt, "epilogue": ()}
     if rms:
@@ -117,17 +114,10 @@ def session(device, graph, params, feeds, edits=()) -> tuple[Session, np.ndarray
     return s, np.asarray(s.run(feeds)[0])
 
 
-@contextlib.contextmanager
 def tree_sums():
     """Lowering inside gives the GEMV's lane sums as the tree in workgroup memory even where the
     device has subgroups (matmul_gemv_reduce.wgsl's text for its subgroup form)."""
-    real = wgsl.shader_text
-    tree = real("matmul_gemv_reduce.wgsl")
-    wgsl.shader_text = lambda name: tree if name == "matmul_gemv_reduce_subgroup.wgsl" else real(name)
-    try:
-        yield
-    finally:
-        wgsl.shader_text = real
+    return shader_ab.shader_replaced("matmul_gemv_reduce_subgroup.wgsl", wgsl.shader_text("matmul_gemv_reduce.wgsl"))
 
 
 def main() -> None:

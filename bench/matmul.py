@@ -180,8 +180,8 @@ def weight_values(op: str, k: int, n: int, weights: str = "f32") -> tuple[np.nda
 
 def matmul_session(op: str, m: int, k: int, n: int, device, lower=lower_for, weights: str = "f32") -> Session:
     """A session of one ``op`` (MatMul or MatMulBT) of [M,K] x [K,N], lowered by ``lower(graph, device)``,
-    on random weights (seed 0; ``weights`` as :func:`weight_values`: a block format makes the op
-    QuantMatMul, decoding the blocks while loading), run once."""
+    on random weights (:func:`weight_values`: a block format makes the op QuantMatMul, decoding the
+    blocks while loading) and a random A (seed 1), run once."""
     g = Graph()
     stored = weight_values(op, k, n, weights)[0]
     a = g.input("a", [m, k])
@@ -191,10 +191,9 @@ def matmul_session(op: str, m: int, k: int, n: int, device, lower=lower_for, wei
     else:
         b = g.parameter("b", list(stored.shape))
         g.set_outputs([g.matmul_bt(a, b) if op == "MatMulBT" else g.matmul(a, b)])
-    rng = np.random.default_rng(0)
-    rng.standard_normal([n, k] if op == "MatMulBT" else [k, n], dtype=np.float32)  # B's draw: A follows it
     session = Session(lower(g, device), {"b": stored}, device=device)
-    session.run({"a": rng.standard_normal((m, k), dtype=np.float32)})  # uploads a, compiles, warms up
+    a_values = np.random.default_rng(1).standard_normal((m, k), dtype=np.float32)
+    session.run({"a": a_values})  # uploads a, compiles, warms up
     return session
 
 

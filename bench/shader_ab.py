@@ -15,6 +15,7 @@ N back-to-back runs and one wait, then ``gpu_timing.gpu_per_call``, after its wa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -30,15 +31,22 @@ from eggfuse.lowering import wgsl  # noqa: E402
 from eggfuse.pipeline import lower_for  # noqa: E402
 
 
-def lowered_with(graph, name: str, text: str | None):
-    """``graph`` lowered for the device with shaders/``name`` replaced by ``text`` (None: the tree's)."""
+@contextlib.contextmanager
+def shader_replaced(name: str, text: str | None):
+    """Lowering inside takes ``text`` for shaders/``name`` (None: the tree's file)."""
     real = wgsl.shader_text
     if text is not None:
         wgsl.shader_text = lambda n: text if n == name else real(n)
     try:
-        return lower_for(graph)
+        yield
     finally:
         wgsl.shader_text = real
+
+
+def lowered_with(graph, name: str, text: str | None):
+    """``graph`` lowered for the device with shaders/``name`` replaced by ``text`` (None: the tree's)."""
+    with shader_replaced(name, text):
+        return lower_for(graph)
 
 
 def main() -> None:
