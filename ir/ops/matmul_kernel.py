@@ -494,11 +494,12 @@ _QUAD_BLOCKS_SELECT = """fn quad_b(r: u32, c: u32) -> vec4<f32> {{
 }}"""
 
 
-def _quad(x: str, rows: str, cols: str, index: str, vec4: bool, gemv: bool = False) -> str:
+def _quad(x: str, rows: str, cols: str, index: str, vec4: bool, select: bool = False) -> str:
     # quad_<x>(r, c): 4 consecutive elements of a row of a [rows, cols] matrix; ``index``
-    # addresses element (r, cc) in the scalar form (a transposed view for GEMV 'AT').
+    # addresses element (r, cc) in the scalar form (a transposed view for GEMV 'AT'); ``select``:
+    # the vec4 form without a branch (_QUAD_VEC4_SELECT).
     if vec4:
-        return (_QUAD_VEC4_SELECT if gemv else _QUAD_VEC4).format(x=x, rows=rows, cols=cols)
+        return (_QUAD_VEC4_SELECT if select else _QUAD_VEC4).format(x=x, rows=rows, cols=cols)
     return _QUAD_SCALAR.format(x=x, rows=rows, cols=cols, index=index)
 
 
@@ -537,11 +538,13 @@ def _w_norm_quad(vec4: bool) -> str:
 
 
 def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None,
-                   swiglu: bool = False) -> str:
+                   swiglu: bool = False, select: bool | None = None) -> str:
     # A: tiled reads quads of its stored rows ([M,K], or [K,M] for 'AT'); GEMV reads rows of
     # op(A) ([M,K]), through a transposed view for 'AT'; with ``swiglu`` (not 'AT') the quads of
     # SwiGLUConcat(A), A [M, 2K]. B: quads of its stored rows, [K,N] or [N,K] for 'BT'; with
-    # ``quant`` ('BT' only) decoded from the blocks of binding q.
+    # ``quant`` ('BT' only) decoded from the blocks of binding q. ``select`` (default: ``gemv``):
+    # f32 vec4 quads in the form without a branch (see gemv_select_loads).
+    select = gemv if select is None else select
     if swiglu:
         qa = _QUAD_SWIGLU.format(body=(_SWIGLU_VEC4 if vec_a else _SWIGLU_SCALAR).format())
     elif variant == "AT" and gemv:
@@ -549,13 +552,13 @@ def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: st
     elif variant == "AT":
         qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a)
     else:
-        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a, gemv and quant is None)
+        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a, select and quant is None)
     if quant is not None:
         qb = (_QUAD_BLOCKS_SELECT if gemv else _QUAD_BLOCKS).format(fmt=quant)
     elif variant == "BT":
-        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b, gemv)
+        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b, select)
     else:
-        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b, gemv)
+        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b, select)
     return qa + "\n\n" + qb
 
 
@@ -631,6 +634,32 @@ def _slice_loads(tile: MatmulTile) -> dict[str, str]:
 GEMV_MAX_CHUNK = 8
 
 
+#: Most quads of op(A) a 'BT' GEMV's lane loads per chunk (rows x 2 x steps) with its f32 quads in the
+#: form without a branch (:func:`gemv_select_loads`).
+GEMV_SELECT_MAX_A_QUADS = 16
+
+
+def _gemv_steps(k: int, lanes: int) -> int:
+    # steps of a 'BT' GEMV's chunk of K: a step is 8 * lanes elements of K, a chunk at most GEMV_MAX_CHUNK steps
+    return max(1, min(GEMV_MAX_CHUNK, math.ceil(k / (8 * lanes))))
+
+
+def gemv_select_loads(rows: int, k: int, lanes: int) -> bool:
+    """Whether a 'BT' GEMV of ``rows`` rows, K = ``k`` and ``lanes`` lanes a column loads its f32 vec4
+    quads of A and B in the form without a branch (``_QUAD_VEC4_SELECT``), every load of a chunk then
+    in flight at once: where a lane's chunk holds at most GEMV_SELECT_MAX_A_QUADS quads of op(A)
+    (rows x 2 x steps), else behind the branch (``_QUAD_VEC4``). Measured on an H200 (``bench/matmul.py
+    --shapes``, the M = 2 and 4 products of its table, both forms in one call,
+    bench/results/rerun_h200/gemv_select/, select_subgroup_current.json against _branch.json):
+    without the branch, 4 x 576 x 49152 on 16 columns (40 quads of A a chunk) took 142.8 us against
+    38.3 with it, 4 x 576 x 1536 (40) 8.2 against 5.2 and 4 x 384 x 1536 (24) 6.3 against 4.4; the
+    other two products of 24 quads (4 rows, K = 1536, 4 columns) were within 1%, the branch ahead.
+    Of the 13 products of 16 quads or fewer, the form without a branch was ahead at 8, by up to 25%
+    (4 x 384 x 384: 4.2 against 5.6 us), behind at 2 x 576 x 49152 by 21% (37.0 against 30.7 us; its
+    p90 40-54 us in every run) and at four others by 3% or less. One-row GEMVs hold at most 10."""
+    return rows * 2 * _gemv_steps(k, lanes) <= GEMV_SELECT_MAX_A_QUADS
+
+
 def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[str, str | int]:
     """matmul_gemv.wgsl's chunk slots for ``rows`` rows and K = ``k`` (B stored [N,K] when
     ``along_k``, else none used; ``k2`` the slot K2; a step is 8 * ``lanes`` of K): CHUNK, the
@@ -640,7 +669,7 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
     quads' row_stat into its statistic."""
     if not along_k:
         return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="")
-    chunk = max(1, min(GEMV_MAX_CHUNK, math.ceil(k / (8 * lanes))))
+    chunk = _gemv_steps(k, lanes)
     at = [f"k0 + {8 * lanes * s}u" + extra for s in range(chunk) for extra in ("", f" + {k2}")]
     load = [f"        var w{j} = quad_b(col, {a});" for j, a in enumerate(at)]
     reload = [f"                w{j} = quad_b(col, {a});" for j, a in enumerate(at)]
@@ -754,7 +783,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
     name += "".join(f"+{step_label(s)}" for s in epilogue)
-    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant, swiglu), EPILOGUE="\n".join(lines),
+    select = tile.gemv and (variant != "BT" or gemv_select_loads(tile.bm, k, MATMUL_WG // tile.bn))
+    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant, swiglu, select),
+                 EPILOGUE="\n".join(lines),
                  B_ALONG_K="true" if variant == "BT" else "false",
                  DECODE=Include("quant_decode.wgsl") if quant is not None else "")
     prologue = "rms_norm" if rms_norm else "none"

@@ -25,6 +25,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     WORKGROUP_STORAGE,
     MatmulTile,
     gemv_bt_cols,
+    gemv_select_loads,
     layer_norm_values,
     matmul_choice,
     matmul_choice_active,
@@ -330,6 +331,22 @@ def test_gemv_loads_without_branches_and_tiled_loads_behind_them():
     assert "array<f32>;" in _binding(odd, "w_norm")  # K % 4 != 0: scalar weights
     tiled = kernel_source(matmul_kernel_for("BT", (), 128, 576, 960, rms_norm=True, eps=1e-5, splits=1))
     assert "select(vec4<f32>(), inside" not in tiled and "array<f32>;" in _binding(tiled, "w_norm")
+
+
+@pytest.mark.parametrize("m, k, n, select", [(4, 576, 49152, False), (4, 576, 1536, False), (4, 384, 1536, False),
+                                             (4, 1536, 576, False), (4, 384, 384, True), (4, 576, 576, True),
+                                             (2, 576, 49152, True), (1, 576, 49152, True), (3, 576, 1536, False)])
+def test_gemv_select_loads_follow_the_quads_a_chunk_holds(m, k, n, select):
+    # gemv_select_loads: the f32 quads of A and B without a branch only where a lane's chunk holds at most
+    # GEMV_SELECT_MAX_A_QUADS quads of A (rows x 2 x steps; 4 x 576 x 49152 on 16 columns holds 40, and
+    # ran 3.7x slower so on the H200); the quantised GEMV's blocks keep the form without a branch
+    lanes = MATMUL_WG // gemv_bt_cols(m, k, n)
+    assert gemv_select_loads(m, k, lanes) == select
+    source = kernel_source(matmul_kernel_for("BT", ("bias",), m, k, n))
+    assert source.count("return select(vec4<f32>(), inside") == (2 if select else 0)
+    assert source.count("if (r < p.") == (0 if select else 2)
+    quant = kernel_source(matmul_kernel_for("BT", (), m, k, n, quant="q4_1", row_words=k // 32 * 5))
+    assert quant.count("return select(vec4<f32>(), inside") == 1
 
 
 def _binding(source: str, name: str) -> str:
