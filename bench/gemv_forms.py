@@ -9,7 +9,8 @@ Every other argument is passed to ``bench/matmul.py`` (``--shapes``, ``--json``,
 
 Forms: ``lowered`` (as the lowering chooses: ``matmul_kernel.gemv_select_loads``), ``select`` (the
 f32 quads without a branch in every GEMV), ``branch`` (behind one in every GEMV), ``blocks-branch``
-(quantised B's blocks behind a branch), ``tree`` (the lane sums in workgroup memory), ``branch-tree``.
+(quantised B's blocks behind a branch), ``tree`` (the lane sums in workgroup memory), ``branch-tree``;
+``--chunk-a-quads N`` caps the quads of A a chunk of K holds (fewer steps a chunk, more chunks).
 The results of bench/results/rerun_h200/gemv_select/ and gemv_rows8/ were measured with these forms.
 """
 
@@ -27,6 +28,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--form", default="lowered", choices=FORMS)
     ap.add_argument("--gemv-max-rows", type=int, help="the most rows of a product the GEMV takes (default 4)")
+    ap.add_argument("--chunk-a-quads", type=int, help="the most quads of A a GEMV's chunk of K holds "
+                                                       "(matmul_kernel.GEMV_CHUNK_MAX_A_QUADS; default none)")
     args, rest = ap.parse_known_args()
     import eggfuse.ir.ops.conv as conv
     import eggfuse.ir.ops.matmul as matmul
@@ -46,6 +49,10 @@ def main() -> None:
             raise SystemExit(f"--gemv-max-rows must be 1..16, got {args.gemv_max_rows}")
         for module in (mk, matmul, conv):  # each holds the constant by value
             module.GEMV_MAX_ROWS = args.gemv_max_rows
+    if args.chunk_a_quads is not None:
+        if args.chunk_a_quads < 2:
+            raise SystemExit(f"--chunk-a-quads must be at least 2, got {args.chunk_a_quads}")
+        mk.GEMV_CHUNK_MAX_A_QUADS = args.chunk_a_quads
     script = Path(__file__).parent / "matmul.py"
     sys.argv = [str(script), *rest]
     runpy.run_path(str(script), run_name="__main__")

@@ -243,8 +243,9 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     more (8x8 per invocation against 4x4); smaller ones and split-K spread a small problem over
     more multiprocessors. Last, a 64x64, 64x32 or 32x64 tile whose workgroups each walk at
     least WIDE_MIN_K elements of K takes its wide micro-tile (MATMUL_TILES_WIDE: 8x4, 8x4, 4x8),
-    whose K groups' final sum is then paid back. MATMUL_TILES_DEEP is never chosen (measured
-    slower: see there).
+    whose K groups' final sum is then paid back. Where M is 128 and 128x128 reaches MIN_WORKGROUPS
+    by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead.
+    MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     Measured on an H200 (``bench/matmul.py --sweep`` with warm-up, bench/results/wide_h200/ and
     bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and 1 to
@@ -277,10 +278,18 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
         tile = _TILE_BY_SIDES[sides]
         workgroups = _tiles(tile, m, n) * (1 if long == 128 else _split_count(tile, m, k, n))
         if workgroups >= MIN_WORKGROUPS and long != 32:
+            if sides == (128, 128) and m <= 128:  # one row of tiles: halve its rows (ONE_ROW_BLOCK_TILE)
+                return ONE_ROW_BLOCK_TILE
             return _widened(tile, m, k, n)
         walked.append((workgroups, tile))
     return _widened(max(walked, key=lambda w: w[0])[1], m, k, n)
 
+
+#: The tile :func:`matmul_tile` takes instead of 128x128 where M is 128 (one row of 128-row tiles: a product
+#: as wide as an LM head). SmolLM2's LM head, 128 x 576 x 49152, took 252.3 us on it against 277.2 on
+#: 128x128x8 on an H200 (``bench/matmul.py --sweep``, every tile, bench/results/rerun_h200/sweep_lm_head.json);
+#: at M = 256 and 512 128x128x8 was fastest (417.2 us against 490.8, 815.7 against 960.4 on 64x128x8).
+ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 
 #: A tiled product is spread enough when its workgroups (counting split-K) reach this many:
 #: three quarters of TARGET_WORKGROUPS (:func:`matmul_tile`).
@@ -639,9 +648,16 @@ GEMV_MAX_CHUNK = 8
 GEMV_SELECT_MAX_A_QUADS = 16
 
 
-def _gemv_steps(k: int, lanes: int) -> int:
+#: Most quads of op(A) a 'BT' GEMV's chunk may hold (rows x 2 x steps; at least one step a chunk), or None:
+#: a chunk of GEMV_MAX_CHUNK steps whatever the rows (:func:`_gemv_steps`).
+GEMV_CHUNK_MAX_A_QUADS: int | None = None
+
+
+def _gemv_steps(rows: int, k: int, lanes: int) -> int:
     # steps of a 'BT' GEMV's chunk of K: a step is 8 * lanes elements of K, a chunk at most GEMV_MAX_CHUNK steps
-    return max(1, min(GEMV_MAX_CHUNK, math.ceil(k / (8 * lanes))))
+    # and, with GEMV_CHUNK_MAX_A_QUADS, at most that many quads of op(A)
+    most = GEMV_MAX_CHUNK if GEMV_CHUNK_MAX_A_QUADS is None else GEMV_CHUNK_MAX_A_QUADS // (2 * rows)
+    return max(1, min(GEMV_MAX_CHUNK, most, math.ceil(k / (8 * lanes))))
 
 
 def gemv_select_loads(rows: int, k: int, lanes: int) -> bool:
@@ -657,7 +673,7 @@ def gemv_select_loads(rows: int, k: int, lanes: int) -> bool:
     Of the 13 products of 16 quads or fewer, the form without a branch was ahead at 8, by up to 25%
     (4 x 384 x 384: 4.2 against 5.6 us), behind at 2 x 576 x 49152 by 21% (37.0 against 30.7 us; its
     p90 40-54 us in every run) and at four others by 3% or less. One-row GEMVs hold at most 10."""
-    return rows * 2 * _gemv_steps(k, lanes) <= GEMV_SELECT_MAX_A_QUADS
+    return rows * 2 * _gemv_steps(rows, k, lanes) <= GEMV_SELECT_MAX_A_QUADS
 
 
 def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[str, str | int]:
@@ -669,7 +685,7 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
     quads' row_stat into its statistic."""
     if not along_k:
         return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="")
-    chunk = _gemv_steps(k, lanes)
+    chunk = _gemv_steps(rows, k, lanes)
     at = [f"k0 + {8 * lanes * s}u" + extra for s in range(chunk) for extra in ("", f" + {k2}")]
     load = [f"        var w{j} = quad_b(col, {a});" for j, a in enumerate(at)]
     reload = [f"                w{j} = quad_b(col, {a});" for j, a in enumerate(at)]

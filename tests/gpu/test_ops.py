@@ -564,6 +564,7 @@ ROWS += [
     _fused("BT", 2048, 7, 2048, ("add",)),                         # 128x128, scalar A and B
     _fused("AT", 2048, 8, 1024, ("bias", "Relu")),                 # 128x64, AT
     _rms_norm_matmul("BT", 1024, 9, 2048, ("bias",)),              # 64x128, RmsNorm prologue, scalar
+    _rms_norm_matmul("BT", 128, 40, 36868, ()),                    # 64x128 for one row of 128x128 tiles (LM head)
     _fused("BT", 1024, 12, 1024, ("bias", "Silu")),                # 64x64
     _matmul("MatMul", 1024, 8, 510),                               # 64x32 (K split in 2), scalar B
     _rms_norm_matmul("", 510, 16, 1024, ("add",)),                 # 32x64 (K split in 2), RmsNorm prologue

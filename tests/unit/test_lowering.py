@@ -260,7 +260,8 @@ def test_matmul_tile_heuristic():
     # workgroups reach 288: a 128-sided tile's tiles alone, the others' times their splits
     # (nearest 384 / tiles, at most 8, at least 96 elements of K each); else the walked tile of the
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
-    # their wide micro-tiles where a workgroup walks 256 or more elements of K.
+    # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
+    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200).
     cases = {
         (4096, 4096, 4096): ("128x128x8", 1),     # 1024 tiles
         (2048, 8, 2048): ("64x64x16", 1),         # 128x128: 256 tiles; 64x64: 1024, K too short to widen
@@ -270,7 +271,9 @@ def test_matmul_tile_heuristic():
         (512, 1536, 576): ("64x64x16m8x4", 5),    # 64x64: 72 x 5 = 360, each split 320 of K
         (128, 576, 576): ("32x64x16", 6),         # 32x64 (N >= M): 36 x 6 = 216, the most walked
         (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
-        (128, 576, 49152): ("128x128x8", 1),      # 384 tiles
+        (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
+        (256, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows
+        (129, 576, 49152): ("128x128x8", 1),
         (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
         (16, 576, 576): ("32x32x32", 6),          # 32x64: 9 x 6 = 54; 32x32: 18 x 6 = 108
         (130, 70, 257): ("32x64x16", 1),          # K below 96: no split
