@@ -649,7 +649,9 @@ GEMV_SELECT_MAX_A_QUADS = 16
 
 
 #: Most quads of op(A) a 'BT' GEMV's chunk may hold (rows x 2 x steps; at least one step a chunk), or None:
-#: a chunk of GEMV_MAX_CHUNK steps whatever the rows (:func:`_gemv_steps`).
+#: a chunk of GEMV_MAX_CHUNK steps whatever the rows (:func:`_gemv_steps`). None, as measured on an H200
+#: (``bench/gemv_forms.py --chunk-a-quads``, bench/results/rerun_h200/gemv_chunk/): 16 and 24 made
+#: 4 x 576 x 49152 161.3 and 42.3 us against 38.3 (f32), 144.5 and 146.2 against 126.4 (Q4_1 blocks).
 GEMV_CHUNK_MAX_A_QUADS: int | None = None
 
 
