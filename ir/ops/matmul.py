@@ -444,7 +444,7 @@ def _swiglu_mm_example(variant: str):
 #: which costs nothing where the time is reading W and dispatch latency (decode) and shows where it is
 #: arithmetic: on an H200 (bench/models.py, a run of this change without the cap, not kept) SmolLM2's
 #: 128-token prefill took 5.16 ms that way against 4.88 with SwiGLUConcat stored, while its decode
-#: step went from 1.46 to 1.40-1.41 ms (242 -> 212 dispatches; bench/results/models_h200.json).
+#: step went from 1.46 to 1.40-1.41 ms (242 -> 212 dispatches; bench/results/models_h200.json as of commit 5f91607).
 SWIGLU_PROLOGUE_MAX_ROWS = GEMV_MAX_ROWS
 
 

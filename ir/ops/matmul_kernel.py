@@ -24,7 +24,7 @@ for tuning sweeps.
 
 On an NVIDIA H200 through Vulkan (bench/matmul.py, bench/results/matmul_h200.json) the
 4096^3 fp32 product runs at 35 TFLOP/s, 0.67x cuBLAS with TF32 off (the former 64x64
-kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 2.9 TB/s.
+kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 3.8 TB/s (0.91x cuBLAS's time).
 """
 
 from __future__ import annotations
@@ -251,7 +251,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and 1 to
     8 splits at the 13 SmolLM2 and MiniLM shapes of M = 16 to 1024, and at 12 of them, all but
     128 x 576 x 49152, every tile of MATMUL_TILES_WIDE too, at 1, 2 and 4 splits (M = 1024) or 1 to 8):
-    the picks sum to 652.6 us against 619.0 for the fastest configuration of each shape, the
+    the picks (128x128x8 then for 128 x 576 x 49152, since ONE_ROW_BLOCK_TILE) sum to 652.6 us against
+    619.0 for the fastest configuration of each shape, the
     worst taking 1.14x its fastest (128 x 576 x 960); the former rule (a target of 384
     workgroups for every tile, 128 elements of K per split, no wide micro-tiles) summed to
     691.1 us, its worst 1.39x (16 x 576 x 576). Over the 56 products of M = 8 to 512 of
@@ -288,7 +289,9 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
 #: The tile :func:`matmul_tile` takes instead of 128x128 where M is 128 (one row of 128-row tiles: a product
 #: as wide as an LM head). SmolLM2's LM head, 128 x 576 x 49152, took 252.3 us on it against 277.2 on
 #: 128x128x8 on an H200 (``bench/matmul.py --sweep``, every tile, bench/results/rerun_h200/sweep_lm_head.json);
-#: at M = 256 and 512 128x128x8 was fastest (417.2 us against 490.8, 815.7 against 960.4 on 64x128x8).
+#: at M = 256 and 512 128x128x8 was fastest (417.2 us against 490.8, 815.7 against 960.4 on 64x128x8). The
+#: rule takes every product of M = 128 whose 128x128 tiles reach MIN_WORKGROUPS (N > 36736); only K = 576,
+#: N = 49152 was measured.
 ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 
 #: A tiled product is spread enough when its workgroups (counting split-K) reach this many:
@@ -651,7 +654,8 @@ GEMV_SELECT_MAX_A_QUADS = 16
 #: Most quads of op(A) a 'BT' GEMV's chunk may hold (rows x 2 x steps; at least one step a chunk), or None:
 #: a chunk of GEMV_MAX_CHUNK steps whatever the rows (:func:`_gemv_steps`). None, as measured on an H200
 #: (``bench/gemv_forms.py --chunk-a-quads``, bench/results/rerun_h200/gemv_chunk/): 16 and 24 made
-#: 4 x 576 x 49152 161.3 and 42.3 us against 38.3 (f32), 144.5 and 146.2 against 126.4 (Q4_1 blocks).
+#: 4 x 576 x 49152 161.3 and 42.3 us against 38.3 (f32), 144.5 and 146.2 against 126.4 (Q4_1 blocks); the f32
+#: chunks of 16 quads also took the form without a branch there (gemv_select_loads), those of 24 kept it.
 GEMV_CHUNK_MAX_A_QUADS: int | None = None
 
 
@@ -668,23 +672,27 @@ def gemv_select_loads(rows: int, k: int, lanes: int) -> bool:
     in flight at once: where a lane's chunk holds at most GEMV_SELECT_MAX_A_QUADS quads of op(A)
     (rows x 2 x steps), else behind the branch (``_QUAD_VEC4``). Measured on an H200 (``bench/matmul.py
     --shapes``, the M = 2 and 4 products of its table, both forms in one call,
-    bench/results/rerun_h200/gemv_select/, select_subgroup_current.json against _branch.json):
+    bench/results/rerun_h200/gemv_select/, select_subgroup_current.json against _branch.json, every
+    GEMV in one form or the other):
     without the branch, 4 x 576 x 49152 on 16 columns (40 quads of A a chunk) took 142.8 us against
     38.3 with it, 4 x 576 x 1536 (40) 8.2 against 5.2 and 4 x 384 x 1536 (24) 6.3 against 4.4; the
     other two products of 24 quads (4 rows, K = 1536, 4 columns) were within 1%, the branch ahead.
     Of the 13 products of 16 quads or fewer, the form without a branch was ahead at 8, by up to 25%
-    (4 x 384 x 384: 4.2 against 5.6 us), behind at 2 x 576 x 49152 by 21% (37.0 against 30.7 us; its
-    p90 40-54 us in every run) and at four others by 3% or less. One-row GEMVs hold at most 10."""
+    (4 x 384 x 384: 4.2 against 5.6 us), behind at 2 x 576 x 49152 by 21% (37.0 against 30.7 us; p90
+    40.4 and 46.6 us) and at four others by 3.1% or less, two of them one-row products (1 x 576 x 49152
+    29.8 against 29.5 us, 1 x 576 x 1536 3.29 against 3.20). One-row GEMVs keep the form without a
+    branch (at most 16 quads), which took SmolLM2's whole f32 decode step from 976.6 to 939.7 us
+    (_QUAD_VEC4_SELECT); the decode step's hold at most 10."""
     return rows * 2 * _gemv_steps(rows, k, lanes) <= GEMV_SELECT_MAX_A_QUADS
 
 
 def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[str, str | int]:
     """matmul_gemv.wgsl's chunk slots for ``rows`` rows and K = ``k`` (B stored [N,K] when
     ``along_k``, else none used; ``k2`` the slot K2; a step is 8 * ``lanes`` of K): CHUNK, the
-    steps of a chunk, is K's steps up to GEMV_MAX_CHUNK; LOAD_B declares and loads the chunk's
-    quads of B (w0, w1, ...: quads k0 and k0 + K2 of each step), RELOAD_B loads the next chunk's,
-    FMA_B adds their products with the staged quads of op(A) into each row's accumulator, and the
-    quads' row_stat into its statistic."""
+    steps of a chunk, is K's steps up to GEMV_MAX_CHUNK (and GEMV_CHUNK_MAX_A_QUADS: :func:`_gemv_steps`);
+    LOAD_B declares and loads the chunk's quads of B (w0, w1, ...: quads k0 and k0 + K2 of each step),
+    RELOAD_B loads the next chunk's, FMA_B adds their products with the staged quads of op(A) into each
+    row's accumulator, and the quads' row_stat into its statistic."""
     if not along_k:
         return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="")
     chunk = _gemv_steps(rows, k, lanes)
@@ -757,6 +765,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         raise LoweringError(f"the matmul tile {tile.name} of [{m},{k}] x [{k},{n}] needs {tile.storage} bytes of "
                             f"workgroup memory; this device offers {workgroup_storage} "
                             f"(maxComputeWorkgroupStorageSize): choose a tile of MATMUL_TILES")
+    if tile.gemv and variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
+        lanes = f"{MATMUL_WG // tile.bn} lanes a column" if tile.bn > 0 else "no lanes"
+        raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes}; the kernel needs a power of two of "
+                            f"at least 4 (columns one of {GEMV_COLS_ALLOWED})")
     if tile.gemv:
         splits = 1
     elif not (splits or forced_splits):
@@ -811,9 +823,6 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
         lanes = MATMUL_WG // tile.bn if variant == "BT" else 32
-        if variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
-            raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes} lanes a column; the kernel "
-                                f"needs a power of two of at least 4 (columns one of {GEMV_COLS_ALLOWED})")
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes, W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,

@@ -274,6 +274,7 @@ def test_matmul_tile_heuristic():
         (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
         (256, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows
         (129, 576, 49152): ("128x128x8", 1),
+        (128, 40, 36868): ("64x128x8", 1),        # tests/gpu/test_ops.py's row: 289 tiles of 128x128
         (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
         (16, 576, 576): ("32x32x32", 6),          # 32x64: 9 x 6 = 54; 32x32: 18 x 6 = 108
         (130, 70, 257): ("32x64x16", 1),          # K below 96: no split
@@ -319,6 +320,8 @@ def test_gemv_columns_follow_m_k_and_n():
                 pass
     with pytest.raises(LoweringError, match="leaves 2 lanes a column"):
         matmul_kernel_for("BT", (), 1, 576, 1536, tile=MatmulTile(1, 128, 0, gemv=True))
+    with pytest.raises(LoweringError, match="0 columns leaves no lanes"):
+        matmul_kernel_for("BT", (), 1, 576, 1536, tile=MatmulTile(1, 0, 0, gemv=True))
 
 
 def test_gemv_loads_without_branches_and_tiled_loads_behind_them():
@@ -338,11 +341,13 @@ def test_gemv_loads_without_branches_and_tiled_loads_behind_them():
 
 @pytest.mark.parametrize("m, k, n, select", [(4, 576, 49152, False), (4, 576, 1536, False), (4, 384, 1536, False),
                                              (4, 1536, 576, False), (4, 384, 384, True), (4, 576, 576, True),
-                                             (2, 576, 49152, True), (1, 576, 49152, True), (3, 576, 1536, False)])
+                                             (2, 576, 49152, True), (1, 576, 49152, True), (3, 576, 1536, False),
+                                             (3, 1536, 576, False), (2, 1536, 576, True)])
 def test_gemv_select_loads_follow_the_quads_a_chunk_holds(m, k, n, select):
     # gemv_select_loads: the f32 quads of A and B without a branch only where a lane's chunk holds at most
-    # GEMV_SELECT_MAX_A_QUADS quads of A (rows x 2 x steps; 4 x 576 x 49152 on 16 columns holds 40, and
-    # ran 3.7x slower so on the H200); the quantised GEMV's blocks keep the form without a branch
+    # 16 quads of A (rows x 2 x steps: 40 for 4 x 576 x 49152 on 16 columns, which took 3.7x the time
+    # without the branch on the H200; 18 for 3 x 1536 x 576, 12 for 2 x 1536 x 576); the quantised
+    # GEMV's blocks keep the form without a branch
     lanes = MATMUL_WG // gemv_bt_cols(m, k, n)
     assert gemv_select_loads(m, k, lanes) == select
     source = kernel_source(matmul_kernel_for("BT", ("bias",), m, k, n))
@@ -350,6 +355,22 @@ def test_gemv_select_loads_follow_the_quads_a_chunk_holds(m, k, n, select):
     assert source.count("if (r < p.") == (0 if select else 2)
     quant = kernel_source(matmul_kernel_for("BT", (), m, k, n, quant="q4_1", row_words=k // 32 * 5))
     assert quant.count("return select(vec4<f32>(), inside") == 1
+
+
+def test_gemv_chunk_cap_shortens_chunks(monkeypatch):
+    # GEMV_CHUNK_MAX_A_QUADS (an experiment's knob, None by default): 4 rows on 16 columns at K = 576 take
+    # one chunk of 5 steps (40 quads of A, behind the branch); capped at 8 quads, chunks of 1 step (8 quads,
+    # so without the branch), the kernel looping over 5 of them
+    import eggfuse.ir.ops.matmul_kernel as mk
+
+    def kernel():
+        return matmul_kernel_for("BT", (), 4, 576, 49152)
+
+    assert kernel().slots["CHUNK"] == 5 and "return select(vec4<f32>(), inside" not in kernel_source(kernel())
+    monkeypatch.setattr(mk, "GEMV_CHUNK_MAX_A_QUADS", 8)
+    assert kernel().slots["CHUNK"] == 1 and kernel_source(kernel()).count("return select(vec4<f32>(), inside") == 2
+    monkeypatch.setattr(mk, "GEMV_CHUNK_MAX_A_QUADS", 2)  # fewer than one step's quads: still one step
+    assert kernel().slots["CHUNK"] == 1
 
 
 def _binding(source: str, name: str) -> str:
