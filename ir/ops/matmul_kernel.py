@@ -164,7 +164,7 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
       N >= GEMV_ROW_N, else 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
-    - m >= 3, N >= 1536 and K <= 576: 16;
+    - m >= 3, N >= 1536 and K <= 576: 8 at m = 3, 16 at m = 4;
     - else 8 where K <= GEMV_SHORT_K (64 lanes would leave a quarter or more of each lane's step
       outside K), otherwise 4.
 
@@ -178,7 +178,12 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     one row at a time), microseconds with 4 / 8 / 16 columns:
     2 x 576 x 49152 55.1 / 38.9 / 39.4; 4 x 576 x 49152 232 / 175 / 144; 2 x 384 x 1536
     4.72 / 3.84 / 4.97; 4 x 384 x 1536 10.1 / 8.4 / 7.6; 2 x 576 x 1536 4.17 / 5.35 / 6.46;
-    4 x 576 x 1536 11.6 / 10.3 / 9.98; 4 x 1536 x 576 9.80 / 13.6 / 13.5; M = 3 is not measured.
+    4 x 576 x 1536 11.6 / 10.3 / 9.98; 4 x 1536 x 576 9.80 / 13.6 / 13.5. At m = 3 (bench/gemv_forms.py
+    --gemv-cols, bench/results/rerun_h200/gemv_cols/ against gemv_chunk/*_lowered.json, one call, with
+    the loads of gemv_select_loads), us with 4 / 8 / 16 / 32 columns: 3 x 384 x 1536 6.97 / 3.80 / 4.57 /
+    5.62 (Q4_1 blocks 7.07 / 4.45 / 4.64 / 5.87), 3 x 576 x 1536 5.51 / 4.79 / 5.61 / 9.26 (5.77 / 5.07 /
+    6.88 / 12.25), 3 x 576 x 3072 8.89 / 5.27 / 6.06 / 9.56 (9.18 / 5.54 / 7.17 / 12.33), 3 x 576 x 49152
+    85.3 / 38.3 / 35.7 / 60.8 (76.1 / 41.9 / 35.8 / 54.1).
     One shape of SmolLM2's decode step at a time, the others as the rule has them
     (bench/plan_variants.py, two rounds alternated in one call, means; wall / GPU us per step,
     bench/results/gemv_h200/decode_cols_by_shape.json): the down projection 1 x 1536 x 576 (with
@@ -211,7 +216,7 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     if n > GEMV_WIDE_N:
         return 8 if m == 2 else 16
     if m >= 3 and n >= 1536 and k <= 576:
-        return 16
+        return 8 if m == 3 else 16
     return 8 if k <= GEMV_SHORT_K else 4
 
 

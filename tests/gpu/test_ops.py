@@ -588,11 +588,13 @@ ROWS += [
     _rms_norm_matmul("BT", 2, 2 * _chunk_k(2, 11) + 4, 11, ("add",)),
     _rms_norm_matmul("BT", 3, _chunk_k(3, 6) + 4, 6, ("bias",)),
     # the column splits of gemv_bt_cols at M >= 2: 8 columns (K <= GEMV_SHORT_K; N > GEMV_WIDE_N at M = 2),
-    # 16 (N > GEMV_WIDE_N at M = 4; M = 3, N >= 1536, K <= 576), the wide ones over two chunks of K
+    # 16 (N > GEMV_WIDE_N at M = 3 and 4; M = 4, N >= 1536, K <= 576; 8 there at M = 3), the wide ones over two
+    # chunks of K
     _fused("BT", 2, 100, 37, ("bias", "add")),
     _fused("BT", 2, _chunk_k(2, 8195) + 4, 8195, ("bias",)),
     _rms_norm_matmul("BT", 4, _chunk_k(4, 8195) + 4, 8195, ()),
     _rms_norm_matmul("BT", 3, 576, 1537, ("add",)),
+    _rms_norm_matmul("BT", 4, 576, 1537, ("add",)),
     # one row of a wide product (the LM head): 16 columns a workgroup, an edge one, over two chunks of K
     _rms_norm_matmul("BT", 1, _chunk_k(1, 8195) + 4, 8195, ()),
     # one row past GEMV_LONG_K: 1 column of 256 lanes a workgroup, K not a multiple of 4 (scalar A) or of a

@@ -304,8 +304,9 @@ def test_gemv_columns_follow_m_k_and_n():
     assert gemv_bt_cols(1, 1536, 49152) == 16
     assert [gemv_bt_cols(m, 576, 49152) for m in (2, 3, 4)] == [8, 16, 16]  # the LM head
     assert [gemv_bt_cols(m, 384, 384) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
-    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 4)] == [8, 16]
-    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 3, 4)] == [4, 16, 16]
+    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 3, 4)] == [8, 8, 16]
+    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 3, 4)] == [4, 8, 16]
+    assert [gemv_bt_cols(3, 576, n) for n in (1535, 3072, 8192, 8193)] == [4, 8, 8, 16]  # 3 rows: 16 past GEMV_WIDE_N
     assert [gemv_bt_cols(m, 1536, 576) for m in (2, 4)] == [4, 4]
     kernel = matmul_kernel_for("BT", (), 4, 576, 49152)
     assert kernel.name == "matmul_BT_gemv4x16_v44" and kernel.groups == 49152 // 16
