@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -184,16 +185,36 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate(sub)
     add_run(sub)
     add_sweep(sub)
+    p.set_defaults(subcommands=sub.choices)  # main: an unknown option is reported by its subcommand
     return p
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    # argparse reports a subcommand's unknown option with the top-level usage; report it with the
+    # subcommand's usage instead, and the closest option the subcommand has
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        command = args.subcommands[args.command]
+        options = [o for action in command._actions for o in action.option_strings]
+        hints = []
+        for word in extra:
+            close = difflib.get_close_matches(word.split("=")[0], options, n=1) if word.startswith("-") else []
+            if close:
+                hints.append(f"{word}: did you mean {close[0]}?")
+        command.error(f"unrecognized arguments: {' '.join(extra)}" + "".join(f"; {h}" for h in hints))
+    del args.subcommands
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except EggfuseError as e:
         print(f"eggfuse: error: {e}", file=sys.stderr)
+        for note in getattr(e, "__notes__", ()):  # what the command adds (e.g. run: the inputs were random)
+            print(f"eggfuse: {note}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`eggfuse rules | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

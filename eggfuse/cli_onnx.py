@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.cli_cache import add_no_cache, add_precision
-from eggfuse.ir import InputError
+from eggfuse.ir import EggfuseError, InputError
 
 
 def _shape_arg(text: str) -> tuple[str, list[int]]:
@@ -75,10 +75,19 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
     t = time.perf_counter()
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision)
-    feeds = feeds_for(model, dict(args.input or []), dict(args.shape or []), args.seed)
-    spec = model.specialise(feeds)
-    first = time.perf_counter() - t
-    outs = model.run(feeds)
+    given = dict(args.input or [])
+    feeds = feeds_for(model, given, dict(args.shape or []), args.seed)
+    try:
+        spec = model.specialise(feeds)
+        first = time.perf_counter() - t
+        outs = model.run(feeds)
+    except EggfuseError as e:
+        drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
+        if drawn:  # the model may only fail on values it was never meant to get
+            e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "
+                       f"gives them; integers in [0, 10)); give the model's real shapes with --shape NAME=DxD... "
+                       f"and real values with --input NAME=FILE.npy")
+        raise
     runs = []
     for _ in range(args.repeats):
         t = time.perf_counter()

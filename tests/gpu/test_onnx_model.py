@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -85,3 +87,31 @@ def test_cli_run_prints_shapes_dispatches_and_timings(tmp_path, capsys):
     assert "input  x: [2, 3] (random)" in text and "dispatches per run:" in text
     assert main(["run", str(path), "--shape", "y=2x3"]) == 2
     assert "'y' is not an input of the model" in capsys.readouterr().err
+
+
+def test_scripts_run_takes_paths_relative_to_the_callers_folder(tmp_path):
+    # scripts/run sets up in the repository but runs the command where it was called
+    onnx.save(_shape_model(), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones((5, 3), np.float32))
+    script = Path(__file__).resolve().parents[2] / "scripts" / "run"
+    done = subprocess.run([str(script), "run", "m.onnx", "--input", "x=x.npy", "--json", "--repeats", "0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["model"] == "m.onnx" and info["inputs"] == {"x": [5, 3]}
+
+
+def test_cli_run_says_when_the_inputs_it_failed_on_were_drawn_at_random(tmp_path, capsys):
+    # a 2x2 MaxPool over [1, 1, h, w]: h = w = 1 (symbolic dimensions' default) is too small for it
+    path = tmp_path / "pool.onnx"
+    onnx.save(model([node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])], [("x", F, [1, 1, "h", "w"])],
+                    [("y", F, None)]), path)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "MaxPool" in err and "hint: inputs drawn at random: x [1, 1, 1, 1]" in err and "--shape NAME=" in err
+    assert main(["run", str(path), "--shape", "x=1x1x4x4"]) == 0
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((1, 1, 1, 1), np.float32))
+    assert main(["run", str(path), "--input", f"x={x}"]) == 2  # the user's own values: no hint about random ones
+    err = capsys.readouterr().err
+    assert "MaxPool" in err and "hint" not in err

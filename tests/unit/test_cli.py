@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from eggfuse import cli
 from eggfuse.rewrites import catalog
 
@@ -28,6 +30,20 @@ def test_optimize_bad_model_is_one_error_line(capsys):
     assert cli.main(["optimize", "resnet"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "eggfuse: error: unknown model 'resnet': use minilm, smollm2 or llama:LAYERS"]
+
+
+def test_an_unknown_option_is_reported_by_its_subcommand_with_the_closest_one(capsys):
+    # argparse alone names the top-level usage; the subcommand's usage and its nearest option help more
+    cases = ((["generate", "Hi", "--max-tokens", "4"], "usage: eggfuse generate",
+              "unrecognized arguments: --max-tokens 4; --max-tokens: did you mean --max-new-tokens?"),
+             (["embed", "--jsn", "a"], "usage: eggfuse embed",
+              "unrecognized arguments: --jsn; --jsn: did you mean --json?"),
+             (["rules", "--zzz"], "usage: eggfuse rules", "unrecognized arguments: --zzz\n"))
+    for argv, usage, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and usage in err and message in err, err
 
 
 def test_rules_lists_every_rule(capsys):
