@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from eggfuse.runtime import Session
 
 
-@dataclass
+@dataclass(repr=False)
 class Compiled:
     """A graph compiled for a device: run it with :meth:`run`.
 
@@ -58,6 +58,12 @@ class Compiled:
     @property
     def adapter(self) -> str:
         return self.session.adapter
+
+    def __repr__(self) -> str:
+        # a line: the plan's WGSL and the graph's nodes are in plan.summary() and graph
+        timings = ", ".join(f"{k} {v:.3f}" for k, v in self.timings.items())
+        return (f"Compiled({self.adapter}: {self.dispatches_unfused} -> {self.dispatches_fused} dispatching ops, "
+                f"{self.plan_dispatches} dispatches per run, cache {self.cache}; {timings})")
 
     @property
     def plan_dispatches(self) -> int:

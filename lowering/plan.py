@@ -139,6 +139,12 @@ class ExecutionPlan:
     storage: dict[int, int] = field(default_factory=dict)
     storage_sizes: list[int] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        # a line, not every dispatch's WGSL (summary() lists buffers and dispatches)
+        types = ", ".join(str(t) for t in self.output_types)
+        return (f"ExecutionPlan({len(self.dispatches)} dispatches, {len(self.buffers)} buffers, inputs "
+                f"{sorted(self.inputs)}, {len(self.parameters)} parameters, outputs [{types}], memory {self.memory()})")
+
     def memory(self) -> dict[str, int]:
         """Device memory of the buffers this plan binds, in bytes (each rounded to 4 bytes):
 

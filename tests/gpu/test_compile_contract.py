@@ -40,6 +40,16 @@ def test_dead_leaves_are_accepted_fused_and_unfused(fuse, device):
     np.testing.assert_array_equal(again, got)
 
 
+def test_a_compiled_graph_and_its_plan_print_as_one_line(device):
+    # what a REPL shows for `compiled` and `compiled.plan`: counts, not every dispatch's WGSL
+    g, params, _ = _with_dead_leaves()
+    compiled = eggfuse.compile(g, params, device=device)
+    text, plan = repr(compiled), repr(compiled.plan)
+    assert "\n" not in text + plan and len(text) < 400 and len(plan) < 400
+    assert f"{compiled.plan_dispatches} dispatches per run" in text and compiled.adapter in text
+    assert plan.startswith(f"ExecutionPlan({len(compiled.plan.dispatches)} dispatches") and "f32[3,4]" in plan
+
+
 def test_optimize_keeps_the_leaves_of_the_graph_it_was_given():
     g, _, _ = _with_dead_leaves()
     opt, _ = eggfuse.optimize(g)
