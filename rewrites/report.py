@@ -112,7 +112,8 @@ class Report:
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
             f"{self.dispatches_after}, cost {self.cost_before:,} -> {self.cost_after:,}\n"
             f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
-            f"phases (total {self.total_s:.3f}s):\n{phases}\n"
+            f"phases (total {self.total_s:.3f}s; a caller's optimize_s also counts loading egglog and declaring "
+            f"the rulesets, once a process):\n{phases}\n"
             f"rules fired (matches):\n{fired or '  none'}\n"
             f"recognised and fused ops: {self.recognised_line(origin)}"
         )
