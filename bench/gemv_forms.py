@@ -15,10 +15,10 @@ f32 quads without a branch in every GEMV), ``branch`` (behind one in every GEMV)
 ``--chunk-a-quads N`` caps the quads of A a chunk of K holds (fewer steps a chunk, more chunks).
 
 ``--plan MODEL`` times a model's plan (``bench/models.py --save-graphs`` folder ``--graphs``) as
-lowered and with the options above, alternated for ``--rounds`` (``models.time_plan``: wall and
+lowered and with the options above, alternated for ``--rounds`` (``models.time_alternately``: wall and
 GPU time per run, 10 back-to-back runs a sample, 20 samples), instead of running bench/matmul.py;
 JSON rows ``model``, ``variant`` (``lowered`` or ``changed``), ``round``, ``wall_us``, ``gpu_us``,
-``dispatches``, ``max_abs_diff`` (against the lowered plan's output).
+``dispatches``, ``max_abs_diff`` (against the lowered plan's output), ``adapter``.
 The results of bench/results/rerun_h200/gemv_select/, gemv_chunk/, gemv_cols/ and gemv_rows8/ were
 measured with these options (gemv_rows8/rows_ab.json by an earlier form of ``--plan``, its rows keyed
 ``gemv_max_rows`` 4 and 8 instead of ``variant``).
@@ -59,11 +59,7 @@ def apply(args: argparse.Namespace) -> None:
 
 def plan_ab(args: argparse.Namespace, json_path: Path) -> None:
     """The model's plan as lowered and as ``args`` changes it, alternated; rows written to ``json_path``."""
-    import numpy as np
-
     sys.path.insert(0, str(Path(__file__).parent))
-    import gpu_timing
-
     import models
     from eggfuse.pipeline import lower_for
 
@@ -71,16 +67,7 @@ def plan_ab(args: argparse.Namespace, json_path: Path) -> None:
     plans = {"lowered": lower_for(fused)}
     apply(args)
     plans["changed"] = lower_for(fused)
-    rows, base = [], None
-    for r in range(args.rounds):
-        for name, plan in plans.items():
-            t = models.time_plan(plan, params, feeds, 10, 20)
-            base = t["output"] if base is None else base
-            rows.append({"model": args.plan, "variant": name, "round": r,
-                         "wall_us": gpu_timing.median_p90(t["wall"])[0] * 1e6,
-                         "gpu_us": gpu_timing.median_p90(t["gpu"])[0] * 1e6 if t["gpu"] else None,
-                         "dispatches": t["dispatches"], "max_abs_diff": float(np.max(np.abs(t["output"] - base)))})
-            print(rows[-1], flush=True)
+    rows = [{"model": args.plan, **row} for row in models.time_alternately(plans, params, feeds, 10, 20, args.rounds)]
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(rows, indent=1))
     print(f"wrote {json_path}")

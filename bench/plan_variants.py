@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import gpu_timing  # noqa: E402
 
 import models  # noqa: E402
 from eggfuse.ir import LoweringError  # noqa: E402
@@ -125,20 +124,9 @@ def main() -> None:
             raise SystemExit(f"{folder}: the variants {same} lower {args.model} to base's kernels and grids: no "
                              f"product of their shapes, or keys that do not apply to it (tile, splits: M > 4; "
                              f"cols: 'BT' GEMVs, M <= 4)")
-        base = None
-        for r in range(args.rounds):
-            for name, plan in plans.items():
-                t = models.time_plan(plan, params, feeds, args.calls, args.repeats)
-                if base is None:
-                    base = t["output"]
-                rows.append({"model": args.model, "graphs": str(folder), "weights": meta["weights"], "variant": name,
-                             "spec": specs[name],
-                             "round": r, "wall_us": gpu_timing.median_p90(t["wall"])[0] * 1e6,
-                             "gpu_us": gpu_timing.median_p90(t["gpu"])[0] * 1e6 if t["gpu"] else None,
-                             "dispatches": t["dispatches"],
-                             "max_abs_diff": float(np.max(np.abs(t["output"] - base))), "adapter": t["adapter"]})
-                print({k: rows[-1][k] for k in ("weights", "variant", "round", "wall_us", "gpu_us", "max_abs_diff")},
-                      flush=True)
+        timed = models.time_alternately(plans, params, feeds, args.calls, args.repeats, args.rounds)
+        rows += [{"model": args.model, "graphs": str(folder), "weights": meta["weights"], "spec": specs[row["variant"]],
+                  **row} for row in timed]
         for name in plans:
             mine = [row for row in rows if row["variant"] == name and row["graphs"] == str(folder)]
             gpu = [row["gpu_us"] for row in mine if row["gpu_us"] is not None]
