@@ -818,7 +818,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
     name += "".join(f"+{step_label(s)}" for s in epilogue)
-    select = tile.gemv and (variant != "BT" or gemv_select_loads(tile.bm, k, MATMUL_WG // tile.bn))
+    lanes = (MATMUL_WG // tile.bn if variant == "BT" else 32) if tile.gemv else 0  # the GEMV's lanes a column
+    select = tile.gemv and (variant != "BT" or gemv_select_loads(tile.bm, k, lanes))
     slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant, swiglu, select),
                  EPILOGUE="\n".join(lines),
                  B_ALONG_K="true" if variant == "BT" else "false",
@@ -827,7 +828,6 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     fixed = 3 if rms_norm else 2  # A, (w_norm,) B: what the first stage of a two-stage product binds
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
-        lanes = MATMUL_WG // tile.bn if variant == "BT" else 32
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes, W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,
