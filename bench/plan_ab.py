@@ -1,0 +1,147 @@
+"""A model's plan as this tree lowers it, timed alternately in one process against plans lowered by
+other revisions of eggfuse or with some of the lowering's constants changed: our wall and GPU time per
+run, and each plan's largest output difference from this tree's.
+
+``save`` lowers the model's fused graph (``bench/models.py --save-graphs`` folder) for the device and
+pickles the ExecutionPlan with the adapter's name; run it with another revision on the path (e.g. a
+``git archive`` of it installed in a folder of its own). ``time`` lowers the graph with this tree, loads
+the saved plans (same adapter, same ExecutionPlan class layout: revisions near this one) and times all
+of them by ``models.time_alternately`` (wall and GPU time per run, ``--calls`` back-to-back runs a
+sample, ``--repeats`` samples, ``--rounds`` rounds). ``--set MODULE.NAME=VALUE`` (either command, as
+often as needed) sets a constant of an eggfuse module before lowering, VALUE a Python literal; with
+``time`` it makes a variant of its own (``--set`` before ``--`` applies to the tree's plan, each
+``--variant NAME:MODULE.NAME=VALUE[,...]`` adds one).
+
+    PYTHONPATH=/tmp/old python3 bench/plan_ab.py save --graphs bench/graphs --model minilm --out old.pkl
+    python3 bench/plan_ab.py time --graphs bench/graphs --model minilm --against old=old.pkl \\
+        --variant "lanes256:eggfuse.ir.ops.matmul_kernel.LAYER_NORM_MIN_LANES=256" --json ab.json
+
+JSON: one row per (variant, round) with ``model``, ``variant`` (``tree``, a saved plan's name or a
+``--variant``'s), ``round``, ``wall_us``, ``gpu_us`` (medians), ``dispatches``, ``max_abs_diff`` (against
+the tree's output) and ``adapter``; with ``--profile`` then one row per variant with ``profile``, its
+GPU time per kernel name (``kernel``, ``calls``, ``us``; every dispatch in a compute pass of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import pickle
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import models  # noqa: E402
+
+
+def parse_setting(text: str) -> tuple[str, str, object]:
+    """``MODULE.NAME=VALUE`` -> (module, name, value); SystemExit naming the problem for a bad one."""
+    target, sep, value = text.partition("=")
+    module, _, name = target.rpartition(".")
+    if not sep or not module.startswith("eggfuse.") or not name:
+        raise SystemExit(f"setting {text!r}: write eggfuse.MODULE.NAME=VALUE")
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise SystemExit(f"setting {text!r}: {value!r} is not a Python literal") from None
+    if not hasattr(importlib.import_module(module), name):
+        raise SystemExit(f"setting {text!r}: {module} has no {name}")
+    return module, name, literal
+
+
+def lowered(fused, settings: list[tuple[str, str, object]]):
+    """``fused`` lowered for the device with ``settings`` in force (restored afterwards)."""
+    from eggfuse.pipeline import lower_for
+
+    before = []
+    for module, name, value in settings:
+        mod = importlib.import_module(module)
+        before.append((mod, name, getattr(mod, name)))
+        setattr(mod, name, value)
+    try:
+        return lower_for(fused)
+    finally:
+        for mod, name, value in reversed(before):
+            setattr(mod, name, value)
+
+
+def kernel_times(plan, params: dict, feed: dict) -> list[dict]:
+    """``plan``'s GPU time per kernel name (``eggfuse.runtime.profile.profile``: each dispatch in a
+    timestamped compute pass of its own, median of 5 runs): rows ``kernel``, ``calls``, ``us`` (summed),
+    the largest first."""
+    from eggfuse.runtime import Session
+    from eggfuse.runtime.profile import profile
+
+    prof = profile(Session(plan, {k: v for k, v in params.items() if k in plan.parameters}), feed, repeats=5)
+    by: dict[str, list[float]] = {}
+    for k in prof.kernels:
+        by.setdefault(k.kernel, []).append(k.gpu_ms * 1e3)
+    return sorted(({"kernel": name, "calls": len(us), "us": sum(us)} for name, us in by.items()),
+                  key=lambda r: -r["us"])
+
+
+def adapter_name() -> str:
+    from eggfuse.runtime.device import get_device
+
+    info = get_device().adapter.info
+    return f"{info.get('device', '')} / {info.get('backend_type', '')}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    ap.add_argument("command", choices=("save", "time"))
+    ap.add_argument("--graphs", type=Path, required=True, help="a folder of bench/models.py --save-graphs")
+    ap.add_argument("--model", required=True, choices=models.MODELS)
+    ap.add_argument("--set", action="append", default=[], help="MODULE.NAME=VALUE before lowering the tree's plan")
+    ap.add_argument("--out", type=Path, help="save: the pickle to write")
+    ap.add_argument("--against", action="append", default=[], help="time: NAME=PLAN.pkl of save")
+    ap.add_argument("--variant", action="append", default=[], help="time: NAME:MODULE.NAME=VALUE[,...]")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--json", type=Path, help="time: where the rows go")
+    ap.add_argument("--profile", action="store_true", help="time: then each plan's GPU time per kernel, as rows "
+                    "with ``variant`` and ``profile`` (bench/profile_models.py's form of ours)")
+    args = ap.parse_args()
+    settings = [parse_setting(s) for s in args.set]
+    fused, params, feeds, _ = models.saved_model(args.graphs, args.model, args.calls)
+    if args.command == "save":
+        if args.out is None:
+            raise SystemExit("save needs --out FILE")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_bytes(pickle.dumps({"adapter": adapter_name(), "model": args.model,
+                                           "plan": lowered(fused, settings)}))
+        print(f"wrote {args.out}")
+        return
+    if args.json is None or args.rounds < 1:
+        raise SystemExit("time needs --json FILE and --rounds >= 1")
+    plans = {"tree": lowered(fused, settings)}
+    for spec in args.against:
+        name, sep, path = spec.partition("=")
+        saved = pickle.loads(Path(path).read_bytes()) if sep else None
+        if not name or name in plans or saved is None:
+            raise SystemExit(f"--against {spec!r}: write a new NAME=PLAN.pkl")
+        if (saved["adapter"], saved["model"]) != (adapter_name(), args.model):
+            raise SystemExit(f"--against {spec!r}: lowered for {saved['model']} on {saved['adapter']}, "
+                             f"not {args.model} on {adapter_name()}")
+        plans[name] = saved["plan"]
+    for spec in args.variant:
+        name, sep, rest = spec.partition(":")
+        if not sep or not name or name in plans:
+            raise SystemExit(f"--variant {spec!r}: write a new NAME:MODULE.NAME=VALUE[,...]")
+        plans[name] = lowered(fused, settings + [parse_setting(s) for s in rest.split(",")])
+    rows = [{"model": args.model, **row}
+            for row in models.time_alternately(plans, params, feeds, args.calls, args.repeats, args.rounds)]
+    if args.profile:
+        rows += [{"model": args.model, "variant": name, "profile": kernel_times(plan, params, feeds[0])}
+                 for name, plan in plans.items()]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
