@@ -20,7 +20,8 @@
 // (KSPLIT 2 or 4) thus keep 256 invocations busy, and wide micro-tiles (8x4, 4x8 or 8x8,
 // MATMUL_TILES_WIDE: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
 // are added in workgroup memory at the end (REDUCE_SPLIT, in rounds of as many accumulators
-// as the slices' memory holds).
+// as the slices' memory holds), each group adding and storing its share of the accumulators
+// (accumulator j: group j % KSPLIT; the STORE lines name the group).
 //
 // Template slots (filled by ir/ops/matmul_kernel.py): BM, BN, BK, TM, TN the tile; the
 // bindings a and b hold vec4<f32> when the operand's stored rows are a multiple of 4 long,
@@ -142,28 +143,11 @@ fn store_b(li: u32, buf: u32, v: vec4<f32>) {
 
 var<private> part_base: u32;  // SPLITS > 1: where this workgroup's partial sums start in out
 
-// Columns j..j+3 of row i (tile row r) of C, through the epilogue (SPLITS > 1: the partial sums).
-fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
-    let i = row0 + r;
-    let j = col0 + c;
-    if (i >= p.m) {
-        return;
-    }
-    if (SPLITS > 1u) {
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            if (j + e < p.n) {
-                out[part_base + i * p.n + j + e] = v[e];
-            }
-        }
-        return;
-    }
-    let s = v * row_scale(r);
-    for (var e = 0u; e < 4u; e = e + 1u) {
-        if (j + e < p.n) {
-            out[i * p.n + j + e] = epilogue(i, j + e, s[e]);
-        }
-    }
-}
+// store4(row0, col0, r, c, v): columns j..j+3 of row i = row0 + r (tile row r) of C, through the
+// epilogue (SPLITS > 1: the partial sums); put_row_sum(at, v): the float out[at]. Both in the form
+// of out's binding: ir/ops/matmul_kernel.py _STORE4_SCALAR, or _STORE4_VEC4 (out bound as
+// vec4<f32>, one write a quad; N % 4 == 0).
+{{STORE4}}
 
 @compute @workgroup_size(256, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -207,7 +191,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (SPLITS > 1u && tile % p.tiles_n == 0u) {  // one workgroup per row block and split
         write_row_sums(li, row0, SPLITS * p.m * p.n + split * p.m);
     }
-    if (kg == 0u) {
 {{STORE}}
-    }
 }

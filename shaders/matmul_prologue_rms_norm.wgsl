@@ -52,6 +52,6 @@ fn row_scale(tile_row: u32) -> f32 {
 // SPLITS > 1: this workgroup's sums of x^2 (over its K elements) of its rows, at out[at + row].
 fn write_row_sums(li: u32, row0: u32, at: u32) {
     if (li < BM && row0 + li < p.m) {
-        out[at + row0 + li] = scratch(A_QUADS + li);
+        put_row_sum(at + row0 + li, scratch(A_QUADS + li));
     }
 }

@@ -601,36 +601,118 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
         for r, h in accs:
             a = f"a{r // 4}_{step}.{'xyzw'[r % 4]}"
             body.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}, c{r}_{h});")
-    store = [f"        store4(row0, col0, {(r // 4) * 4 * ty_count + r % 4}u + ty * 4u, {h * 4 * tx_count}u + tx * 4u, "
-             f"c{r}_{h});" for r, h in accs]
+    store = []
+    for j, (r, h) in enumerate(accs):
+        line = (f"store4(row0, col0, {(r // 4) * 4 * ty_count + r % 4}u + ty * 4u, {h * 4 * tx_count}u + tx * 4u, "
+                f"c{r}_{h});")
+        store.append(f"    {line}" if tile.ksplit == 1 else f"    if (kg == {j % tile.ksplit}u) {{ {line} }}")
     return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(_group_sums(tile, accs))
 
 
 def _group_sums(tile: MatmulTile, accs: list[tuple[int, int]]) -> list[str]:
-    # matmul.wgsl's REDUCE_SPLIT: the K groups 1.. park their accumulators in the (now free) slice
-    # memory and group 0 adds them, in rounds of as many accumulators as that memory holds for every
-    # group (one round for MATMUL_TILES, several for the wider micro-tiles of MATMUL_TILES_WIDE).
+    # matmul.wgsl's REDUCE_SPLIT, a reduce-scatter: accumulator j of the micro-tile belongs to K group
+    # j % ksplit, which adds the other groups' copies of it and stores it (_micro_tile's STORE), so
+    # every group takes its share of the sums, the epilogue and the stores (group 0 alone did them
+    # before: on the H200 MiniLM's 6 products of 64x64x16m8x4 with bias and GELU took 303.9 us
+    # against 315.9, bench/results/layer_norm_h200/lanes32_profile_minilm.json against rerun_h200/profile.json,
+    # and the whole plan 1251 against 1262-1279 us, lanes32_reduce_scatter_minilm.json, variant lanes256).
+    # The other groups park their copies in the (now free) slice memory, group g at rank
+    # (g + ksplit - 1 - owner) % ksplit (0 .. ksplit - 2), in rounds of as many accumulators as that
+    # memory holds for every group (one round for MATMUL_TILES, several for the wide micro-tiles).
     if tile.ksplit == 1:
         return []
+    ks = tile.ksplit
     per_group = (tile.bm // tile.tm) * (tile.bn // tile.tn)
     slots = tile.storage // 16  # vec4 in the slices' memory
-    per_round = slots // ((tile.ksplit - 1) * per_group)
+    per_round = slots // ((ks - 1) * per_group)
     if per_round < 1:
-        raise LoweringError(f"the matmul tile {tile.name}: its {tile.ksplit - 1} K groups' accumulators do not fit "
+        raise LoweringError(f"the matmul tile {tile.name}: its {ks - 1} K groups' accumulators do not fit "
                             f"its slices' memory for the final sum")
     lines = []
     for first in range(0, len(accs), per_round):
-        chunk = accs[first:first + per_round]
+        chunk = list(enumerate(accs))[first:first + per_round]
         stride = per_group * len(chunk)
-        lines.append("    if (kg > 0u) {")
-        for j, (r, h) in enumerate(chunk):
-            lines.append(f"        tiles[(kg - 1u) * {stride}u + {j * per_group}u + t] = c{r}_{h};")
-        lines += ["    }", "    workgroupBarrier();", "    if (kg == 0u) {",
-                  f"        for (var g = 0u; g < {tile.ksplit - 1}u; g = g + 1u) {{"]
-        for j, (r, h) in enumerate(chunk):
-            lines.append(f"            c{r}_{h} = c{r}_{h} + tiles[g * {stride}u + {j * per_group}u + t];")
-        lines += ["        }", "    }", "    workgroupBarrier();"]
+        for slot, (j, (r, h)) in enumerate(chunk):
+            owner = j % ks
+            lines.append(f"    if (kg != {owner}u) {{ tiles[(kg + {ks - 1 - owner}u) % {ks}u * {stride}u + "
+                         f"{slot * per_group}u + t] = c{r}_{h}; }}")
+        lines.append("    workgroupBarrier();")
+        for slot, (j, (r, h)) in enumerate(chunk):
+            lines += [f"    if (kg == {j % ks}u) {{",
+                      f"        for (var g = 0u; g < {ks - 1}u; g = g + 1u) {{",
+                      f"            c{r}_{h} = c{r}_{h} + tiles[g * {stride}u + {slot * per_group}u + t];",
+                      "        }", "    }"]
+        lines.append("    workgroupBarrier();")
     return lines
+
+
+#: Whether the tiled kernel may bind its output as vec4<f32> (:func:`out_vec4`); False: every product
+#: stores one float at a time (``bench/plan_ab.py --variant NAME:eggfuse.ir.ops.matmul_kernel.MATMUL_OUT_VEC4=False``).
+MATMUL_OUT_VEC4 = True
+
+
+def out_vec4(tile: MatmulTile, n: int, splits: int, rms_norm: bool) -> bool:
+    """Whether the tiled kernel of a product of N = ``n`` in ``splits`` K ranges binds its output as
+    vec4<f32>, storing each quad of its micro-tile in one write (matmul.wgsl's STORE4: _STORE4_VEC4, else
+    _STORE4_SCALAR): where N % 4 == 0, except for the split-K partial sums of a wide micro-tile
+    (MATMUL_TILES_WIDE) and of a product with the RmsNorm prologue (its row sums are single floats).
+
+    Measured on the H200 (``bench/plan_ab.py --profile``, bench/results/out_vec4_h200/; GPU time per run,
+    medians of three alternated rounds): MiniLM 8 x 128 1215 / 1215 / 1226 us against 1248 with every
+    store scalar and 1248 with the wide tile's partial sums in vec4 too; its down projection's partials
+    (1024 x 1536 x 384, 64x64x16m8x4 in 4 splits) took 319.6 us (6 calls) stored by floats against 346.2 as
+    vec4, while its output projection's (64x64x16, 4 splits) took 110.8 against 127.9 and the whole
+    products of 64x64x16m8x4 290.3 / 284.0 against 299.5 / 287.3. SmolLM2's prefill (no wide tile in
+    split-K) 3081-3084 us against 3157-3159 with every store scalar: the partials of 32x64x16 in 6 and 8
+    splits 347.7 and 595.4 us against 406.1 and 638.4."""
+    if not MATMUL_OUT_VEC4 or n % 4 or (splits > 1 and (rms_norm or tile.micro is not None)):
+        return False
+    return True
+
+
+_STORE4_SCALAR = """fn put_row_sum(at: u32, v: f32) {
+    out[at] = v;
+}
+
+fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m) {
+        return;
+    }
+    if (SPLITS > 1u) {
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            if (j + e < p.n) {
+                out[part_base + i * p.n + j + e] = v[e];
+            }
+        }
+        return;
+    }
+    let s = v * row_scale(r);
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        if (j + e < p.n) {
+            out[i * p.n + j + e] = epilogue(i, j + e, s[e]);
+        }
+    }
+}"""
+_STORE4_VEC4 = """fn put_row_sum(at: u32, v: f32) {  // unused: no split RmsNorm row sums with a vec4 out
+    out[at / 4u][at % 4u] = v;
+}
+
+fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+3 are all inside or all outside
+        return;
+    }
+    if (SPLITS > 1u) {
+        out[(part_base + i * p.n + j) / 4u] = v;
+        return;
+    }
+    let s = v * row_scale(r);
+    out[(i * p.n + j) / 4u] = vec4<f32>(epilogue(i, j, s.x), epilogue(i, j + 1u, s.y), epilogue(i, j + 2u, s.z),
+                                        epilogue(i, j + 3u, s.w));
+}"""
 
 
 def _slice_loads(tile: MatmulTile) -> dict[str, str]:
@@ -845,9 +927,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
                  **_slice_loads(tile))
     checks = keeps_runtime_checks(tile)
+    vec_out = out_vec4(tile, n, splits, rms_norm)
+    tiled["STORE4"] = _STORE4_VEC4 if vec_out else _STORE4_SCALAR
+    out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)
     if splits == 1 and final is None:
-        return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=bindings, slots={**slots, **tiled},
-                      runtime_checks=checks)
+        return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
+                      slots={**slots, **tiled}, runtime_checks=checks)
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
     # a final step and one split, the product (rows scaled, no epilogue) there
     scratch = _scratch_elements(splits, m, n, rms_norm) if splits > 1 else m * n
@@ -857,7 +942,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             f"without the ruleset that fused the {final} step")
     partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
-                     bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
+                     bindings=(*bindings[:fixed], out), inputs=tuple(range(fixed)),
                      slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks)
     return [partial, _final_stage(final, splits, rms_norm and splits > 1, m, k, n, eps, norm_eps, epilogue, operands,
                                   lines, fixed)]

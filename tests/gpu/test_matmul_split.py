@@ -67,6 +67,28 @@ def test_every_tile_whole_and_split_matches_the_reference(tile, splits, row, dev
         assert len(kernels) == 1, kernels
 
 
+def _vec4_rows(tile):
+    # N a multiple of 4 (the output bound as vec4 where matmul_kernel.out_vec4 says so), with an edge tile
+    # in M and in N; the epilogue reads a bias and a residual at each quad's four columns
+    m, n, k = tile.bm + 3, tile.bn + 4, 2 * tile.bk * 3 + 4
+    return [_fused("BT", m, k, n, ("bias", "add", "Gelu")), _matmul("MatMulAT", m, k, n),
+            _rms_norm_matmul("BT", m, k, n, ("bias",))]
+
+
+VEC4_CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_WIDE for row in _vec4_rows(tile)
+              for splits in (1, 3)]
+
+
+@pytest.mark.parametrize("tile, splits, row", VEC4_CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in VEC4_CASES])
+def test_every_tile_stores_quads_where_n_is_a_multiple_of_4(tile, splits, row, device):
+    with matmul_choice(tile=tile, splits=splits):
+        session = check_row(row, device, subgroups=None)
+    first = session.plan.dispatches[0]
+    vec4 = splits == 1 or (tile.micro is None and row.op != "FusedRmsNormMatMul")  # matmul_kernel.out_vec4
+    assert ("var<storage, read_write> out: array<vec4<f32>>;" in first.source) == vec4, first.kernel
+    assert ("out[(i * p.n + j) / 4u] = vec4<f32>(epilogue(" in first.source) == vec4, first.kernel
+
+
 @pytest.mark.parametrize("row", [_qmm("q4_1", 37, 160, 45, ("bias", "add")), _qmm("q4_0", 19, 96, 21, (), rms=True),
                                  _qswiglu("q4_1", 37, 64, 20, ("bias", "Relu"))], ids=lambda r: r.id)
 def test_quantised_and_gated_products_split(row, device):

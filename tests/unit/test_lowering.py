@@ -247,9 +247,13 @@ def test_matmul_template_vec4_reads_and_tiles():
     assert "const BM: u32 = 128u;" in src and "const BK: u32 = 8u;" in src
     assert len(re.findall(r"^ +var c\d+_\d+ = vec4<f32>\(\);", src, re.M)) == 16  # 8x8 outputs as vec4
     assert src.count("= fma(") == 8 * 16  # the K slice unrolled: 8 steps of 16 vec4 FMAs
-    assert "tiles[(kg - 1u)" not in src  # one K group: no split-K reduction
+    assert "if (kg" not in src  # one K group: no split-K reduction, every invocation stores its micro-tile
     small = matmul_source("", (), tile=MATMUL_TILES[-1])
-    assert "tiles[(kg - 1u)" in small and small.count("= fma(") == 8 * 4  # 4 K groups of 8 steps
+    assert small.count("= fma(") == 8 * 4  # 4 K groups of 8 steps
+    # a reduce-scatter: group g adds and stores accumulator g of its 4 (rows 0..3), the others park theirs
+    for g in range(4):
+        assert f"if (kg != {g}u) {{ tiles[(kg + {3 - g}u) % 4u * 256u + {64 * g}u + t] = c{g}_0; }}" in small
+        assert f"if (kg == {g}u) {{ store4(row0, col0, {g}u + ty * 4u, 0u + tx * 4u, c{g}_0); }}" in small
     gemv = matmul_source("AT", ("bias",), tile=matmul_tile(1, 4, 9, "AT"))
     assert "a[cc * p.m + r]" in gemv and "const ROWS: u32 = 1u;" in gemv  # op(A) rows through [K,M]
     assert "{{" not in gemv and "fn stage_x" in gemv
