@@ -29,6 +29,7 @@ SUBGROUP_FORMS = {
     "reduce.wgsl": "reduce_subgroup.wgsl",
     "attention_cached_chunk.wgsl": "attention_cached_chunk_subgroup.wgsl",
     "matmul_gemv_reduce.wgsl": "matmul_gemv_reduce_subgroup.wgsl",
+    "row_lanes.wgsl": "row_lanes_subgroup.wgsl",
 }
 
 

@@ -1,7 +1,7 @@
 //#include "common.wgsl"
 //#include "arith.wgsl"
 //#include "derivatives.wgsl"
-//#include "reduce.wgsl"
+//#include "row_lanes.wgsl"
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 // The second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py): LayerNorm of each row of
 // C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS partial sums
@@ -10,14 +10,17 @@
 // computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). EPILOGUE is the
 // product's chain, reading the operands e0, e1, ... as the tiled kernel does.
 //
-// One workgroup per row, invocation li owning its columns li, li + 256, ...: with VALUES > 0 (at
-// most VALUES columns an invocation) each computes its C[i, j] once and keeps them in registers
-// for both passes and the output; with VALUES 0 (rows too long for that) each pass computes them
-// again from the partial sums. The row sums are reduce.wgsl's (its subgroup form where usable).
+// LANES neighbouring invocations take a row (256 / LANES rows a workgroup), lane l owning its
+// columns l, l + LANES, ...: with VALUES > 0 (at most VALUES columns a lane) each computes its
+// C[i, j] once and keeps them in registers for both passes and the output; with VALUES 0 (rows
+// too long for that) each pass computes them again from the partial sums. The row sums are
+// row_lanes.wgsl's (in registers where a row's lanes lie in one subgroup).
 
 const SPLITS: u32 = {{SPLITS}}u;
 const VALUES: u32 = {{VALUES}}u;
 const HELD: u32 = max(VALUES, 1u);  // the register array's length
+const LANES: u32 = {{LANES}}u;
+const ROWS: u32 = 256u / LANES;
 
 fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     var v = acc;
@@ -37,52 +40,51 @@ fn value(i: u32, j: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let i = linear_workgroup(wid, nwg);
-    if (i >= p.m) {
-        return;
-    }
+    let lane = li % LANES;
+    let i = linear_workgroup(wid, nwg) * ROWS + li / LANES;
+    let n = select(0u, p.n, i < p.m);  // a row past M reads and writes nothing, but takes part in the sums
     var held: array<f32, HELD>;
     var s = 0.0;
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
-            let j = li + t * RED;
+            let j = lane + t * LANES;
             var v = 0.0;
-            if (j < p.n) {
+            if (j < n) {
                 v = value(i, j);
             }
             held[t] = v;
             s = s + v;
         }
     } else {
-        for (var j = li; j < p.n; j = j + RED) {
+        for (var j = lane; j < n; j = j + LANES) {
             s = s + value(i, j);
         }
     }
-    let mean = workgroup_sum(li, s) / f32(p.n);
+    let mean = row_sum(li, lane, s) / f32(p.n);
     var q = 0.0;
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
-            if (li + t * RED < p.n) {
+            if (lane + t * LANES < n) {
                 let d = held[t] - mean;
                 q = q + d * d;
             }
         }
     } else {
-        for (var j = li; j < p.n; j = j + RED) {
+        for (var j = lane; j < n; j = j + LANES) {
             let d = value(i, j) - mean;
             q = q + d * d;
         }
     }
-    let rstd = 1.0 / sqrt(workgroup_sum(li, q) / f32(p.n) + p.eps);
+    let rstd = 1.0 / sqrt(row_sum(li, lane, q) / f32(p.n) + p.eps);
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
-            let j = li + t * RED;
-            if (j < p.n) {
+            let j = lane + t * LANES;
+            if (j < n) {
                 out[i * p.n + j] = (held[t] - mean) * rstd * gamma[j] + beta[j];
             }
         }
     } else {
-        for (var j = li; j < p.n; j = j + RED) {
+        for (var j = lane; j < n; j = j + LANES) {
             out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + beta[j];
         }
     }

@@ -950,21 +950,33 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
 
 #: Most columns of a row one invocation of matmul_split_layer_norm.wgsl keeps in registers.
 LAYER_NORM_HELD = 16
+#: Fewest invocations (lanes) that take a row in matmul_split_layer_norm.wgsl (:func:`layer_norm_lanes`).
+LAYER_NORM_MIN_LANES = 128
 
 
-def layer_norm_values(n: int) -> int:
-    """Columns of a row of ``n`` each of the 256 invocations of the LayerNorm final stage
-    (matmul_split_layer_norm.wgsl, one workgroup a row) keeps in registers: ceil(n / 256), or 0
-    (each pass computes them again) where that is above LAYER_NORM_HELD.
+def layer_norm_lanes(n: int) -> tuple[int, int]:
+    """(lanes, values) of the LayerNorm final stage (matmul_split_layer_norm.wgsl) for rows of ``n``:
+    the lanes (neighbouring invocations, 256 / lanes rows a workgroup) that take a row, the fewest
+    power of two from LAYER_NORM_MIN_LANES up to 256 whose lanes each hold at most LAYER_NORM_HELD
+    columns, and the columns a lane keeps in registers, ceil(n / lanes), or 0 (each pass computes
+    them again) where that is above LAYER_NORM_HELD even at 256 lanes.
 
     On the H200 (``bench/ablation.py``, MiniLM's 12 LayerNorm stages, N = 384) a stage took
-    10.1 us with its values held (bench/results/layer_norm_h200/ablation_minilm_registers.json)
-    against 11.3 us computing them in each of the three passes
-    (bench/results/ablation_h200_prefill_minilm.json, an earlier run), and 12.6 us with 64
-    invocations a row, 4 rows a workgroup and the row sums as trees in workgroup memory
-    (ablation_minilm_64_lanes_a_row.json, not kept)."""
-    values = math.ceil(n / MATMUL_WG)
-    return values if values <= LAYER_NORM_HELD else 0
+    10.1 us with one workgroup of 256 lanes a row and its values held
+    (bench/results/layer_norm_h200/ablation_minilm_registers.json) against 11.3 us computing them
+    in each of the three passes (bench/results/ablation_h200_prefill_minilm.json, an earlier run),
+    and 12.6 us with 64 lanes a row and the row sums as trees in workgroup memory
+    (ablation_minilm_64_lanes_a_row.json, not kept). With the row sums of row_lanes.wgsl (``bench/plan_ab.py``,
+    whole MiniLM plans alternated, GPU us per run in three rounds, layer_norm_h200/lanes_minilm.json):
+    32 / 64 / 128 / 256 lanes 1338-1341 / 1297-1299 / 1276-1280 / 1284-1290; 32 lanes, where a row's sums
+    stay in one subgroup's registers, leave 128 workgroups of 12 columns a lane, and the 12 stages took
+    171.2 us (lanes32_profile_minilm.json) against 113.7 in one workgroup a row. In the per-kernel profile
+    of the final plans (out_vec4_h200/minilm.json) the 12 stages took 111.5 us at 128 lanes, 121.6 at 256."""
+    lanes = LAYER_NORM_MIN_LANES
+    while lanes < MATMUL_WG and math.ceil(n / lanes) > LAYER_NORM_HELD:
+        lanes *= 2
+    values = math.ceil(n / lanes)
+    return lanes, values if values <= LAYER_NORM_HELD else 0
 
 
 def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int, n: int, eps: float, norm_eps: float,
@@ -979,11 +991,13 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
     if final == "layer_norm" and row_sums:
         raise LoweringError("a LayerNorm final step takes no RmsNorm prologue: its reduction does not scale rows")
     if final == "layer_norm":
-        return Kernel(f"matmul_split{splits}_layer_norm{chain}", "matmul_split_layer_norm.wgsl", m,
+        lanes, values = layer_norm_lanes(n)
+        return Kernel(f"matmul_split{splits}_layer_norm{chain}", "matmul_split_layer_norm.wgsl",
+                      math.ceil(m * lanes / MATMUL_WG),
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
                       bindings=(Buffer("part"), Buffer("gamma"), Buffer("beta"), *operands, Buffer("out", write=True)),
                       inputs=(SCRATCH, fixed, fixed + 1, *range(fixed + 2, fixed + 2 + len(operands))),
-                      slots=dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=layer_norm_values(n)))
+                      slots=dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=values, LANES=lanes))
     if final not in (None, "swiglu"):
         raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm' or None")
     gated = final == "swiglu"

@@ -26,7 +26,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     MatmulTile,
     gemv_bt_cols,
     gemv_select_loads,
-    layer_norm_values,
+    layer_norm_lanes,
     matmul_choice,
     matmul_choice_active,
     matmul_kernel_for,
@@ -424,7 +424,8 @@ def test_matmul_tiles_fit_their_workgroup_memory():
 
 
 def test_layer_norm_final_stage_holds_up_to_16_values_an_invocation():
-    assert [layer_norm_values(n) for n in (1, 256, 257, 384, 4096, 4097)] == [1, 1, 2, 2, 16, 0]
+    cases = {1: (128, 1), 384: (128, 3), 2048: (128, 16), 2049: (256, 9), 4096: (256, 16), 4097: (256, 0)}
+    assert {n: layer_norm_lanes(n) for n in cases} == cases
 
 
 def test_matmul_vec4_follows_the_stored_row_length():
