@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import sys
 import time
@@ -330,7 +331,14 @@ def main() -> None:
                     help="cuBLAS's dtype (fp32 with TF32 off, or bf16: the quantised decode's peer)")
     ap.add_argument("--shapes", help="M,K,N;M,K,N;... MatMulBT shapes instead of the default list")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
+    ap.add_argument("--set", action="append", default=[], help="MODULE.NAME=VALUE: a constant of an eggfuse module "
+                    "set before lowering (bench/plan_ab.py's form), e.g. "
+                    "eggfuse.ir.ops.matmul_kernel.MATMUL_OUT_VEC4=False; as often as needed")
     args = ap.parse_args()
+    from plan_ab import parse_setting  # bench/plan_ab.py
+
+    for module, name, value in map(parse_setting, args.set):
+        setattr(importlib.import_module(module), name, value)
 
     device = get_device()
     torch = None if args.no_torch else _torch_cuda()

@@ -654,8 +654,9 @@ MATMUL_OUT_VEC4 = True
 def out_vec4(tile: MatmulTile, n: int, splits: int, rms_norm: bool) -> bool:
     """Whether the tiled kernel of a product of N = ``n`` in ``splits`` K ranges binds its output as
     vec4<f32>, storing each quad of its micro-tile in one write (matmul.wgsl's STORE4: _STORE4_VEC4, else
-    _STORE4_SCALAR): where N % 4 == 0, except for the split-K partial sums of a wide micro-tile
-    (MATMUL_TILES_WIDE) and of a product with the RmsNorm prologue (its row sums are single floats).
+    _STORE4_SCALAR): where N % 4 == 0, except on the tiles of 128 rows, for the split-K partial sums of a
+    wide micro-tile (MATMUL_TILES_WIDE) and for those of a product with the RmsNorm prologue (its row sums
+    are single floats).
 
     Measured on the H200 (``bench/plan_ab.py --profile``, bench/results/out_vec4_h200/; GPU time per run,
     medians of three alternated rounds): MiniLM 8 x 128 1215 / 1215 / 1226 us against 1248 with every
@@ -664,8 +665,13 @@ def out_vec4(tile: MatmulTile, n: int, splits: int, rms_norm: bool) -> bool:
     vec4, while its output projection's (64x64x16, 4 splits) took 110.8 against 127.9 and the whole
     products of 64x64x16m8x4 290.3 / 284.0 against 299.5 / 287.3. SmolLM2's prefill (no wide tile in
     split-K) 3081-3084 us against 3157-3159 with every store scalar: the partials of 32x64x16 in 6 and 8
-    splits 347.7 and 595.4 us against 406.1 and 638.4."""
-    if not MATMUL_OUT_VEC4 or n % 4 or (splits > 1 and (rms_norm or tile.micro is not None)):
+    splits 347.7 and 595.4 us against 406.1 and 638.4. Single products (``bench/matmul.py --set``, two runs
+    of each form alternated in one call, out_vec4_h200/matmul_{vec4,scalar}_run{1,2}.json), us as vec4 /
+    by floats: on 128x128 tiles 256 x 576 x 49152 468.2 / 416.3, 512 x 576 x 49152 922.3 / 814.3 and 4096^3
+    4368 / 3629 (the tiles of 128 rows, whose invocations hold 8 rows of accumulators, as for
+    keeps_runtime_checks); on others 128 x 576 x 49152 (64x128x8) 241.8 / 252.5, 1024 x 384 x 1536
+    (64x64x16m8x4) 42.6 / 45.9, 256 x 576 x 1536 (64x64x16, 4 splits) 24.4 / 27.6."""
+    if not MATMUL_OUT_VEC4 or n % 4 or tile.bm == 128 or (splits > 1 and (rms_norm or tile.micro is not None)):
         return False
     return True
 
