@@ -49,8 +49,10 @@ class GenerateResult:
     ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder, a
     model in a block format or one passed in loaded); ``cache`` is ``hit`` when all of these
     hit, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
-    the weight storage (``f32``, a block format or ``f16``) and ``weight_formats`` counts the model's
-    parameters per storage (``{"q4_1": 210, "q8_0": 1, "f32": 61}`` for SmolLM2 in q4_1).
+    the weight storage as loaded (``f32``, a block format or ``f16``) and ``weight_formats`` counts the
+    model's parameters per storage on the device, as the decode plan holds them (:func:`plan_weight_formats`:
+    ``{"q4_1": 210, "q8_0": 1, "f32": 61}`` for SmolLM2 in q4_1, ``{"f16": 211, "f32": 61}`` for its f32
+    weights with ``precision="f16"``).
     ``memory`` gives per plan (``decode``, ``prefill``) the device memory it binds, in bytes:
     ``weights_bytes``, ``cache_bytes``, ``intermediate_bytes`` (``ExecutionPlan.memory``; the
     prefill plan binds the decode plan's weights and KV cache, held once on the device).
@@ -244,7 +246,28 @@ class Generator:
             dispatches_prefill=len(session.plan.dispatches), adapter=self.adapter, layers=self.layers,
             max_seq=self.max_seq, timings=timings, model=self.model.name, time_to_first_token_s=first_token_s,
             cache=_overall(plans), cache_plans=plans, weights=self.model.weights,
-            weight_formats=self.model.weight_formats(), memory=memory, precision=self.precision)
+            weight_formats=plan_weight_formats(self.decode.plan, self.model.params, self.model.quant),
+            memory=memory, precision=self.precision)
+
+
+def plan_weight_formats(plan, params: Sequence[str], quant: dict[str, str]) -> dict[str, int]:
+    """How many of the parameters ``params`` (names) ``plan`` holds on the device in each storage: a
+    parameter bound as loaded counts in its format (``quant[name]``, else ``f32``); one the plan only
+    reads through derived parameters (packed by Concat, rounded by ToF16: ``DerivedParameter.store``)
+    counts in their storage (``f16``, or its own format where they keep it); one the plan does not read
+    is left out. A parameter held in several storages counts once in each."""
+    counts: dict[str, int] = {}
+    for name in params:
+        index = plan.parameters.get(name)
+        if index is None or name in plan.state:
+            continue
+        own = quant.get(name, "f32")
+        stores = {own if d.store == "f32" else d.store for d in plan.derived.values() if name in d.sources}
+        if plan.buffers[index].kind == "parameter":  # bound as loaded too ('host': only through derived ones)
+            stores.add(own)
+        for s in stores:
+            counts[s] = counts.get(s, 0) + 1
+    return counts
 
 
 def _overall(plans: dict[str, str]) -> str:
