@@ -335,10 +335,11 @@ def main() -> None:
                     "set before lowering (bench/plan_ab.py's form), e.g. "
                     "eggfuse.ir.ops.matmul_kernel.MATMUL_OUT_VEC4=False; as often as needed")
     args = ap.parse_args()
-    from plan_ab import parse_setting  # bench/plan_ab.py
+    if args.set:
+        from plan_ab import parse_setting  # bench/plan_ab.py
 
-    for module, name, value in map(parse_setting, args.set):
-        setattr(importlib.import_module(module), name, value)
+        for module, name, value in map(parse_setting, args.set):
+            setattr(importlib.import_module(module), name, value)
 
     device = get_device()
     torch = None if args.no_torch else _torch_cuda()

@@ -8,9 +8,9 @@ pickles the ExecutionPlan with the adapter's name; run it with another revision 
 the saved plans (same adapter, same ExecutionPlan class layout: revisions near this one) and times all
 of them by ``models.time_alternately`` (wall and GPU time per run, ``--calls`` back-to-back runs a
 sample, ``--repeats`` samples, ``--rounds`` rounds). ``--set MODULE.NAME=VALUE`` (either command, as
-often as needed) sets a constant of an eggfuse module before lowering, VALUE a Python literal; with
-``time`` it makes a variant of its own (``--set`` before ``--`` applies to the tree's plan, each
-``--variant NAME:MODULE.NAME=VALUE[,...]`` adds one).
+often as needed) sets a constant of an eggfuse module before lowering, VALUE a Python literal: with
+``save`` for the saved plan, with ``time`` for the tree's plan and every ``--variant``; each
+``--variant NAME:MODULE.NAME=VALUE[,...]`` adds a plan lowered with its settings besides.
 
     PYTHONPATH=/tmp/old python3 bench/plan_ab.py save --graphs bench/graphs --model minilm --out old.pkl
     python3 bench/plan_ab.py time --graphs bench/graphs --model minilm --against old=old.pkl \\

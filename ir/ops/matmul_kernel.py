@@ -965,7 +965,11 @@ def layer_norm_lanes(n: int) -> tuple[int, int]:
     the lanes (neighbouring invocations, 256 / lanes rows a workgroup) that take a row, the fewest
     power of two from LAYER_NORM_MIN_LANES up to 256 whose lanes each hold at most LAYER_NORM_HELD
     columns, and the columns a lane keeps in registers, ceil(n / lanes), or 0 (each pass computes
-    them again) where that is above LAYER_NORM_HELD even at 256 lanes.
+    them again) where that is above LAYER_NORM_HELD even at 256 lanes. Raises LoweringError where
+    LAYER_NORM_MIN_LANES is not a power of two from 1 to 256. At 128 lanes or more a row spans several
+    subgroups of every device measured here (32 lanes on the H200, 8 on lavapipe), so
+    row_lanes_subgroup.wgsl adds subgroup parts; its butterfly (a row within one subgroup) runs at
+    smaller settings only (tests, ``bench/plan_ab.py`` variants).
 
     On the H200 (``bench/ablation.py``, MiniLM's 12 LayerNorm stages, N = 384) a stage took
     10.1 us with one workgroup of 256 lanes a row and its values held
@@ -979,6 +983,9 @@ def layer_norm_lanes(n: int) -> tuple[int, int]:
     171.2 us (lanes32_profile_minilm.json) against 113.7 in one workgroup a row. In the per-kernel profile
     of the final plans (out_vec4_h200/minilm.json) the 12 stages took 111.5 us at 128 lanes, 121.6 at 256."""
     lanes = LAYER_NORM_MIN_LANES
+    if not (1 <= lanes <= MATMUL_WG and lanes & (lanes - 1) == 0):
+        raise LoweringError(f"LAYER_NORM_MIN_LANES must be a power of two from 1 to {MATMUL_WG} (the lanes of a row "
+                            f"in a workgroup of {MATMUL_WG}), got {lanes!r}")
     while lanes < MATMUL_WG and math.ceil(n / lanes) > LAYER_NORM_HELD:
         lanes *= 2
     values = math.ceil(n / lanes)

@@ -31,6 +31,7 @@ ROWS = [
     # the 1x1 matmul path (one image, one group): K and M not multiples of 4, and of 4
     _conv("Conv", [1, 13, 7, 9], [21, 13, 1, 1]),
     _conv("Conv", [1, 16, 8, 8], [20, 16, 1, 1], bias=False),
+    _conv("Conv", [1, 16, 8, 8], [20, 16, 1, 1]),  # 64 output columns: the output stored as vec4, through the bias
     # implicit GEMM: 1x1 of two images (pointwise gather), tiles 16x256, 32x128, 64x64 with edges
     _conv("Conv", [2, 16, 5, 5], [20, 16, 1, 1]),
     _conv("Conv", [1, 3, 20, 30], [16, 3, 3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
+from eggfuse.ir.ops import matmul_kernel as matmul_kernel_module
 from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes, attention_tiles
 from eggfuse.ir.ops.elementwise import broadcast_strides
 from eggfuse.ir.ops.matmul_kernel import (
@@ -33,6 +34,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     matmul_splits,
     matmul_tile,
     matmul_vec4,
+    out_vec4,
 )
 from eggfuse.ir.ops.reductions import reduce_dims
 from eggfuse.lowering import DerivedParameter, lower
@@ -421,6 +423,23 @@ def test_matmul_tiles_fit_their_workgroup_memory():
         if t not in MATMUL_TILES_WIDE:
             assert parked * t.tm * t.tn // 4 <= slices // 4, t  # all in one round
         assert t.bm * t.bk // 4 + 2 * t.bm <= slices  # RmsNorm partial sums, row sums and row scales
+
+
+def test_the_tiled_kernel_stores_quads_where_n_is_a_multiple_of_4():
+    wide, plain, big = MATMUL_TILES_WIDE[1], MATMUL_TILES[3], MATMUL_TILES[0]  # 64x64x16m8x4, 64x64x16, 128x128x8
+    assert out_vec4(plain, 384, 1, False) and out_vec4(plain, 384, 4, False) and out_vec4(wide, 384, 1, False)
+    assert not out_vec4(plain, 383, 1, False)  # N % 4 != 0
+    assert not out_vec4(big, 4096, 1, False)  # 128-row tiles
+    assert not out_vec4(wide, 384, 4, False) and out_vec4(plain, 384, 1, True) and not out_vec4(plain, 384, 2, True)
+    src = matmul_source("BT", ("bias",), tile=plain, vec4=(True, True))
+    assert "var<storage, read_write> out: array<vec4<f32>>;" in src and "out[(i * p.n + j) / 4u] = vec4<f32>(" in src
+
+
+def test_layer_norm_min_lanes_must_be_a_power_of_two_up_to_256(monkeypatch):
+    for bad in (0, 3, 512):
+        monkeypatch.setattr(matmul_kernel_module, "LAYER_NORM_MIN_LANES", bad)
+        with pytest.raises(LoweringError, match="LAYER_NORM_MIN_LANES must be a power of two"):
+            layer_norm_lanes(384)
 
 
 def test_layer_norm_final_stage_holds_up_to_16_values_an_invocation():
