@@ -47,8 +47,15 @@ def parse_setting(text: str) -> tuple[str, str, object]:
         literal = ast.literal_eval(value)
     except (ValueError, SyntaxError):
         raise SystemExit(f"setting {text!r}: {value!r} is not a Python literal") from None
-    if not hasattr(importlib.import_module(module), name):
-        raise SystemExit(f"setting {text!r}: {module} has no {name}")
+    try:
+        current = getattr(importlib.import_module(module), name)
+    except ImportError:
+        raise SystemExit(f"setting {text!r}: there is no module {module}") from None
+    except AttributeError:
+        raise SystemExit(f"setting {text!r}: {module} has no {name}") from None
+    if current is not None and not isinstance(literal, type(current)):
+        raise SystemExit(f"setting {text!r}: {module}.{name} holds {type(current).__name__} "
+                         f"{current!r}, not {type(literal).__name__}")
     return module, name, literal
 
 
@@ -102,37 +109,46 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--calls", type=int, default=10)
-    ap.add_argument("--json", type=Path, help="time: where the rows go")
+    ap.add_argument("--json", type=Path, help="time (required): where the rows go")
     ap.add_argument("--profile", action="store_true", help="time: then each plan's GPU time per kernel, as rows "
                     "with ``variant`` and ``profile`` (bench/profile_models.py's form of ours)")
     args = ap.parse_args()
     settings = [parse_setting(s) for s in args.set]
+    if args.command == "save" and args.out is None:
+        raise SystemExit("save needs --out FILE")
+    if args.command == "time" and args.json is None:
+        raise SystemExit("time needs --json FILE (where its rows go)")
+    if args.command == "time" and args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
+    saved = {}
+    for spec in args.against:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or name == "tree" or name in saved:
+            raise SystemExit(f"--against {spec!r}: write a new NAME=PLAN.pkl (NAME not 'tree')")
+        if not Path(path).is_file():
+            raise SystemExit(f"--against {spec!r}: there is no file {path!r} (make it with plan_ab.py save)")
+        saved[name] = pickle.loads(Path(path).read_bytes())
+    variants = {}
+    for spec in args.variant:
+        name, sep, rest = spec.partition(":")
+        if not sep or not name or name in ("tree", *saved, *variants):
+            raise SystemExit(f"--variant {spec!r}: write a new NAME:MODULE.NAME=VALUE[,...]")
+        variants[name] = [parse_setting(s) for s in rest.split(",")]
     fused, params, feeds, _ = models.saved_model(args.graphs, args.model, args.calls)
     if args.command == "save":
-        if args.out is None:
-            raise SystemExit("save needs --out FILE")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_bytes(pickle.dumps({"adapter": adapter_name(), "model": args.model,
                                            "plan": lowered(fused, settings)}))
         print(f"wrote {args.out}")
         return
-    if args.json is None or args.rounds < 1:
-        raise SystemExit("time needs --json FILE and --rounds >= 1")
     plans = {"tree": lowered(fused, settings)}
-    for spec in args.against:
-        name, sep, path = spec.partition("=")
-        saved = pickle.loads(Path(path).read_bytes()) if sep else None
-        if not name or name in plans or saved is None:
-            raise SystemExit(f"--against {spec!r}: write a new NAME=PLAN.pkl")
-        if (saved["adapter"], saved["model"]) != (adapter_name(), args.model):
-            raise SystemExit(f"--against {spec!r}: lowered for {saved['model']} on {saved['adapter']}, "
+    for name, plan in saved.items():
+        if (plan["adapter"], plan["model"]) != (adapter_name(), args.model):
+            raise SystemExit(f"--against {name}: lowered for {plan['model']} on {plan['adapter']}, "
                              f"not {args.model} on {adapter_name()}")
-        plans[name] = saved["plan"]
-    for spec in args.variant:
-        name, sep, rest = spec.partition(":")
-        if not sep or not name or name in plans:
-            raise SystemExit(f"--variant {spec!r}: write a new NAME:MODULE.NAME=VALUE[,...]")
-        plans[name] = lowered(fused, settings + [parse_setting(s) for s in rest.split(",")])
+        plans[name] = plan["plan"]
+    for name, extra in variants.items():
+        plans[name] = lowered(fused, settings + extra)
     rows = [{"model": args.model, **row}
             for row in models.time_alternately(plans, params, feeds, args.calls, args.repeats, args.rounds)]
     if args.profile:

@@ -1,9 +1,11 @@
 """``eggfuse run MODEL.onnx``: run an ONNX model on the GPU and print what it did; and the
 ONNX half of ``eggfuse optimize MODEL.onnx``.
 
-Inputs come from ``--input NAME=FILE.npy``; inputs not given get random valid values (floats
-N(0, 1), integers in [0, 10), booleans), of the model's shapes, with ``--shape NAME=2x3x224x224``
-for dimensions the model leaves symbolic (default 1).
+Inputs come from ``--input NAME=FILE.npy``, or ``--input NAME=NUMBER`` (every element that value,
+e.g. a sample rate); inputs not given get random values (floats N(0, 1), integers in [0, 10),
+booleans), of the model's shapes, with ``--shape NAME=2x3x224x224`` for dimensions the model leaves
+symbolic (default 1). Random values need not be valid for a model: a window larger than a
+1-sized dimension, a rate or an index it checks; give such inputs with ``--shape`` and ``--input``.
 """
 
 from __future__ import annotations
@@ -21,25 +23,33 @@ from eggfuse.ir import EggfuseError, InputError
 
 def _shape_arg(text: str) -> tuple[str, list[int]]:
     name, sep, dims = text.rpartition("=")
+    parts = dims.lower().replace(",", "x").split("x")
+    if not sep or not name or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected NAME=DxDx... with every dimension a positive integer "
+                                         f"(e.g. x=1x3x64x256), got {text!r}")
+    return name, [int(p) for p in parts]
+
+
+def _number(text: str) -> float | None:
+    # the value of --input NAME=NUMBER, or None where the text is not a number (a file name)
     try:
-        if not sep or not name:
-            raise ValueError
-        return name, [int(d) for d in dims.lower().replace(",", "x").split("x") if d]
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected NAME=DxDx..., got {text!r}") from None
+        return None
 
 
 def _input_arg(text: str) -> tuple[str, str]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy or NAME=NUMBER, got {text!r}")
     return name, path
 
 
 def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
     """The feeds of ``model`` (an :class:`eggfuse.onnx.Model`): arrays loaded from ``given``
-    (name -> .npy path), random values of the model's shapes for the others (symbolic
-    dimensions from ``shapes``, else 1). Raises InputError for an unknown name or a bad file."""
+    (name -> .npy path, or a number: the input's shape filled with it in its dtype), random values
+    of the model's shapes for the others (symbolic dimensions from ``shapes``, else 1). Raises
+    InputError for an unknown name, a bad file, or a number the input's dtype cannot hold."""
     from eggfuse.onnx.importer import _dims, elem_numpy
 
     names = set(model.input_names)
@@ -50,15 +60,29 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
     rng = np.random.default_rng(seed)
     feeds = {}
     for vi in model.inputs:
+        dims = _dims(vi)
+        shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+        dtype = elem_numpy(vi.type.tensor_type.elem_type)
+        value = _number(given[vi.name]) if vi.name in given and not Path(given[vi.name]).exists() else None
+        if value is not None:
+            if dtype.kind in "iu":
+                fits = value.is_integer() and np.iinfo(dtype).min <= value <= np.iinfo(dtype).max
+            elif dtype.kind == "b":
+                fits = value in (0.0, 1.0)
+            else:
+                with np.errstate(over="ignore"):
+                    fits = bool(np.isfinite(dtype.type(value)))
+            if not fits:
+                raise InputError(f"input {vi.name!r}: {given[vi.name]!r} is not a value of its dtype {dtype.name}; "
+                                 f"give one it holds, or the array in a .npy file")
+            feeds[vi.name] = np.full(shape, value).astype(dtype)
+            continue
         if vi.name in given:
             try:
                 feeds[vi.name] = np.load(given[vi.name], allow_pickle=False)
             except (OSError, ValueError) as e:
                 raise InputError(f"input {vi.name!r}: cannot read {given[vi.name]!r} as a .npy file ({e})") from None
             continue
-        dims = _dims(vi)
-        shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
-        dtype = elem_numpy(vi.type.tensor_type.elem_type)
         if dtype.kind == "f":
             feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -124,8 +148,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         return
     print(f"model: {info['model']} ({info['onnx_nodes']} ONNX nodes)")
     print(f"adapter: {info['adapter']}")
+    given = dict(args.input or [])
     for name, shape in info["inputs"].items():
-        src = "file" if name in dict(args.input or []) else "random"
+        src = "random" if name not in given else "file" if Path(given[name]).exists() else f"= {given[name]}"
         print(f"input  {name}: {shape} ({src})")
     for name, o in info["outputs"].items():
         print(f"output {name}: {o['shape']} {o['dtype']}")
@@ -164,7 +189,8 @@ def add_run(sub) -> None:
     r = sub.add_parser("run", help="run an ONNX model; print its outputs' shapes, dispatches and timings")
     r.add_argument("model", type=Path, help="an .onnx file")
     r.add_argument("--input", metavar="NAME=FILE.npy", type=_input_arg, action="append",
-                   help="an input's value (repeatable); inputs not given get random values")
+                   help="an input's value (repeatable): a .npy file, or a number filling the input's shape "
+                        "(e.g. sr=16000); inputs not given get random values")
     r.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="a random input's shape where the model leaves dimensions symbolic (default 1)")
     r.add_argument("--repeats", type=int, default=10, help="timed runs after the first (default 10)")

@@ -43,8 +43,13 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
         return arr.astype(np.bool_, copy=copy)
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise InputError(f"{what}: expected numbers for {ty}, got dtype {arr.dtype}")
-    out = arr.astype(np.float32, copy=copy)
+    with np.errstate(over="ignore"):  # a finite value beyond float32's range becomes inf: said below
+        out = arr.astype(np.float32, copy=copy)
     if finite and not np.isfinite(out).all():
+        if np.isfinite(arr).all():
+            big = arr.flat[int(np.argmax(np.abs(arr)))]
+            raise InputError(f"{what}: {float(big):g} is beyond float32's range (|x| < 3.4e38) for {ty}; "
+                             f"scale the input")
         raise InputError(f"{what}: contains NaN or infinity")
     return out
 

@@ -89,6 +89,21 @@ def test_cli_run_prints_shapes_dispatches_and_timings(tmp_path, capsys):
     assert "'y' is not an input of the model" in capsys.readouterr().err
 
 
+def test_cli_run_takes_numbers_as_inputs_and_checks_shapes(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_shape_model(), path)
+    assert main(["run", str(path), "--input", "x=2.5", "--shape", "x=2x3", "--json", "--repeats", "0",
+                 "--save", str(tmp_path / "out.npz")]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"] == {"x": [2, 3]}
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], np.full((2, 3), 2.5, np.float32))
+    assert main(["run", str(path), "--input", "x=1e60"]) == 2  # beyond float32
+    assert "input 'x': '1e60' is not a value of its dtype float32" in capsys.readouterr().err
+    for bad in ("x=1x-5", "x=1xx3", "x=2x3x", "x=", "x=1x0", "x=axb"):
+        with pytest.raises(SystemExit):
+            main(["run", str(path), "--shape", bad])
+        assert "every dimension a positive integer" in capsys.readouterr().err, bad
+
+
 def test_scripts_run_takes_paths_relative_to_the_callers_folder(tmp_path):
     # scripts/run sets up in the repository but runs the command where it was called
     onnx.save(_shape_model(), tmp_path / "m.onnx")
