@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,38 @@ from .spec import OPS, REQUIRED, ShapeError
 from .types import DType, TensorType
 
 NodeId = int
+
+
+class NodeRef(int):
+    """A node id as a :class:`Graph`'s builder returns it: an int that also remembers (weakly) the
+    graph that made it, so that passing it to another graph raises GraphError instead of wiring
+    that graph's node of the same number (unless that node is the same, as in a copy of the graph).
+    Graphs store plain ints; a NodeRef pickles and deep-copies as one."""
+
+    def __new__(cls, value: int, graph: Graph) -> NodeRef:
+        ref = super().__new__(cls, value)
+        ref._graph = weakref.ref(graph)
+        return ref
+
+    def __reduce__(self):
+        return int, (int(self),)
+
+    def __deepcopy__(self, memo) -> int:
+        return int(self)
+
+
+def _foreign(graph: Graph, ids: Sequence[Any]) -> Any:
+    # the first of ``ids`` made by another live graph whose node of that number is not ``graph``'s (a
+    # graph copied node for node, as step_graph copies one, shares its nodes: their ids are the same
+    # nodes), or None
+    for i in ids:
+        owner = getattr(i, "_graph", None)
+        other = owner() if owner is not None else None
+        if other is not None and other is not graph:
+            k = int(i)
+            if not (k < len(graph.nodes) and k < len(other.nodes) and other.nodes[k] is graph.nodes[k]):
+                return i
+    return None
 
 
 @dataclass(frozen=True)
@@ -37,7 +70,8 @@ class Node:
 class Graph:
     """A DAG of ops in topological order (every input id is smaller than its node's id).
 
-    Build it with the methods below; each returns the new node's id. Leaves are
+    Build it with the methods below; each returns the new node's id (a :class:`NodeRef`, an int
+    that another graph refuses with GraphError). Leaves are
     ``input`` (fed per run), ``parameter`` (weights, uploaded once) and ``constant``.
     Every builder checks shapes and dtypes and raises :class:`GraphError` naming the op
     and the offending shapes. Outputs are declared with :meth:`set_outputs`.
@@ -62,9 +96,13 @@ class Graph:
         if spec is None:
             raise GraphError(f"unknown op {op!r}; known ops: {', '.join(sorted(OPS))}")
         try:
-            inputs = tuple(int(i) for i in inputs)
+            given = list(inputs)
+            inputs = tuple(int(i) for i in given)
         except (TypeError, ValueError):
             raise GraphError(f"{op}: inputs must be node ids (ints), got {inputs!r}") from None
+        if (other := _foreign(self, given)) is not None:
+            raise GraphError(f"{op}: input {int(other)} is a node of another Graph; build each graph from its "
+                             f"own nodes (the ids its methods return)")
         limit = spec.input_limit
         if len(inputs) < spec.min_inputs or (limit is not None and len(inputs) > limit):
             takes = f"{spec.min_inputs}.." + ("" if limit is None else str(limit))
@@ -81,7 +119,7 @@ class Graph:
             raise GraphError(f"{op} (new node {len(self.nodes)}): {e} [inputs: {shapes}]") from None
         node = Node(len(self.nodes), op, inputs, full, ty)
         self.nodes.append(node)
-        return node.id
+        return NodeRef(node.id, self)
 
     @staticmethod
     def _attributes(spec, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -108,9 +146,12 @@ class Graph:
 
     def set_outputs(self, outputs: Iterable[NodeId]) -> None:
         try:
+            outputs = list(outputs)
             outs = [int(o) for o in outputs]
         except (TypeError, ValueError):
             raise GraphError(f"outputs must be node ids (ints), got {outputs!r}") from None
+        if (other := _foreign(self, outputs)) is not None:
+            raise GraphError(f"output {int(other)} is a node of another Graph; declare this graph's own nodes")
         for o in outs:
             if not 0 <= o < len(self.nodes):
                 raise GraphError(f"output id {o} is not a node of this graph ({len(self.nodes)} nodes)")
@@ -225,7 +266,7 @@ class Graph:
         """A tensor fed at every run, of ``shape`` (``()`` for a scalar) and ``dtype``."""
         self._check_name("Input", name)
         nid = self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape), dtype))
-        self._leaf_names[name] = nid
+        self._leaf_names[name] = int(nid)
         return nid
 
     def state(self, name: str, shape: Sequence[int]) -> NodeId:
@@ -235,7 +276,7 @@ class Graph:
         self._check_name("Parameter", name)
         nid = self.add_node("Parameter", (), name=name, state=True,
                             type=TensorType(self._shape("Parameter", shape)))
-        self._leaf_names[name] = nid
+        self._leaf_names[name] = int(nid)
         return nid
 
     def parameter(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
@@ -243,7 +284,7 @@ class Graph:
         ``ir/ops/quant.py``), uploaded once per session."""
         self._check_name("Parameter", name)
         nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape), dtype))
-        self._leaf_names[name] = nid
+        self._leaf_names[name] = int(nid)
         return nid
 
     def constant(self, value: Any, shape: Sequence[int] | None = None, dtype: DType = DType.F32) -> NodeId:

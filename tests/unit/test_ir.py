@@ -1,6 +1,7 @@
 """IR: builder shape checks, error messages, and reference semantics on known values."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -93,6 +94,23 @@ def test_bad_leaves_and_ids():
         g.set_outputs(["x"])
     with pytest.raises(GraphError, match="inputs must be node ids"):
         g.concat(5)
+    with pytest.raises(GraphError, match="outputs must be node ids"):
+        g.set_outputs(5)
+
+
+def test_a_node_of_another_graph_is_refused():
+    # ids are ints, so another graph's node 0 would be this graph's node 0: the builders refuse it
+    g1, g2 = Graph(), Graph()
+    a, b = g1.input("a", [3, 3]), g2.input("b", [3, 3])
+    assert a == b == 0
+    with pytest.raises(GraphError, match="Gelu: input 0 is a node of another Graph"):
+        g2.gelu(a)
+    with pytest.raises(GraphError, match="output 0 is a node of another Graph"):
+        g2.set_outputs([a])
+    y = g2.gelu(b)
+    g2.set_outputs(iter([y]))
+    assert g2.outputs == [1] and type(g2.outputs[0]) is int and g2.node(y).inputs == (0,)
+    assert type(pickle.loads(pickle.dumps(y))) is int and g2.add(y, 0) == 2  # plain ints are still taken
 
 
 def test_constant_copies_caller_array():
