@@ -49,12 +49,17 @@ CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP + MATM
          for splits in (1, 3)]
 
 
-@pytest.mark.parametrize("tile, splits, row", CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in CASES])
-def test_every_tile_whole_and_split_matches_the_reference(tile, splits, row, device):
+def _run_with(tile, splits, row, device):
+    # the row's session with the product on ``tile`` in ``splits`` K ranges, checked against the reference
     if tile.storage > device.limits["max-compute-workgroup-storage-size"]:
         pytest.skip(f"{tile.name} needs {tile.storage} bytes of workgroup memory; the device offers less")
     with matmul_choice(tile=tile, splits=splits):
-        session = check_row(row, device, subgroups=None)
+        return check_row(row, device, subgroups=None)
+
+
+@pytest.mark.parametrize("tile, splits, row", CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in CASES])
+def test_every_tile_whole_and_split_matches_the_reference(tile, splits, row, device):
+    session = _run_with(tile, splits, row, device)
     kernels = [d.kernel for d in session.plan.dispatches]
     assert f"_{tile.name}_" in kernels[0], kernels  # the tiled kernel (the reduction has no tile)
     if splits > 1:
@@ -81,11 +86,7 @@ VEC4_CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP +
 
 @pytest.mark.parametrize("tile, splits, row", VEC4_CASES, ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in VEC4_CASES])
 def test_every_tile_stores_quads_where_n_is_a_multiple_of_4(tile, splits, row, device):
-    if tile.storage > device.limits["max-compute-workgroup-storage-size"]:
-        pytest.skip(f"{tile.name} needs {tile.storage} bytes of workgroup memory; the device offers less")
-    with matmul_choice(tile=tile, splits=splits):
-        session = check_row(row, device, subgroups=None)
-    first = session.plan.dispatches[0]
+    first = _run_with(tile, splits, row, device).plan.dispatches[0]
     # matmul_kernel.out_vec4: not on 128-row tiles, nor for the partial sums of wide tiles or with RmsNorm's row sums
     vec4 = tile.bm != 128 and (splits == 1 or (tile.micro is None and row.op != "FusedRmsNormMatMul"))
     assert ("var<storage, read_write> out: array<vec4<f32>>;" in first.source) == vec4, first.kernel
