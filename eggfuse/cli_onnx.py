@@ -31,7 +31,9 @@ def _shape_arg(text: str) -> tuple[str, list[int]]:
 
 
 def _number(text: str) -> float | None:
-    # the value of --input NAME=NUMBER, or None where the text is not a number (a file name)
+    # the value of --input NAME=NUMBER, or None where the text names a file or is not a number
+    if Path(text).exists():
+        return None
     try:
         return float(text)
     except ValueError:
@@ -63,7 +65,7 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
         dims = _dims(vi)
         shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
         dtype = elem_numpy(vi.type.tensor_type.elem_type)
-        value = _number(given[vi.name]) if vi.name in given and not Path(given[vi.name]).exists() else None
+        value = _number(given[vi.name]) if vi.name in given else None
         if value is not None:
             if dtype.kind in "iu":
                 fits = value.is_integer() and np.iinfo(dtype).min <= value <= np.iinfo(dtype).max
@@ -150,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(f"adapter: {info['adapter']}")
     given = dict(args.input or [])
     for name, shape in info["inputs"].items():
-        src = "random" if name not in given else "file" if Path(given[name]).exists() else f"= {given[name]}"
+        src = "random" if name not in given else "file" if _number(given[name]) is None else f"= {given[name]}"
         print(f"input  {name}: {shape} ({src})")
     for name, o in info["outputs"].items():
         print(f"output {name}: {o['shape']} {o['dtype']}")

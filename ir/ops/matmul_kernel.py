@@ -630,7 +630,7 @@ def _group_sums(tile: MatmulTile, accs: list[tuple[int, int]]) -> list[str]:
                             f"its slices' memory for the final sum")
     lines = []
     for first in range(0, len(accs), per_round):
-        chunk = list(enumerate(accs))[first:first + per_round]
+        chunk = list(enumerate(accs[first:first + per_round], start=first))
         stride = per_group * len(chunk)
         for slot, (j, (r, h)) in enumerate(chunk):
             owner = j % ks
@@ -671,9 +671,7 @@ def out_vec4(tile: MatmulTile, n: int, splits: int, rms_norm: bool) -> bool:
     4368 / 3629 (the tiles of 128 rows, whose invocations hold 8 rows of accumulators, as for
     keeps_runtime_checks); on others 128 x 576 x 49152 (64x128x8) 241.8 / 252.5, 1024 x 384 x 1536
     (64x64x16m8x4) 42.6 / 45.9, 256 x 576 x 1536 (64x64x16, 4 splits) 24.4 / 27.6."""
-    if not MATMUL_OUT_VEC4 or n % 4 or tile.bm == 128 or (splits > 1 and (rms_norm or tile.micro is not None)):
-        return False
-    return True
+    return MATMUL_OUT_VEC4 and n % 4 == 0 and tile.bm != 128 and not (splits > 1 and (rms_norm or tile.micro))
 
 
 _STORE4_SCALAR = """fn put_row_sum(at: u32, v: f32) {
