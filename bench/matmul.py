@@ -7,9 +7,10 @@ MatMul, A [M,K] @ B [K,N]; LLM shapes as MatMulBT, x [M,K] @ W[N,K]^T (the layou
 weights). LLM shapes: M in 1, 2, 4, ..., 512 with the (K, N) of SmolLM2-135M (576->192 k/v,
 576->576 q/o, 576->1536 gate/up, 1536->576 down, 576->49152 LM head) and all-MiniLM-L6-v2
 (384->384, 384->1536, 1536->384); square 4096^3 (``--big``: also 8192^3). ``--shapes`` gives
-other MatMulBT shapes. ``--weights FORMAT`` (q4_0, q4_1, q8_0, f16) stores B as gguf's blocks of
-it (QuantMatMul: the kernel decodes them while loading; MatMulBT shapes only) and gives the peer
-the blocks' values; ``--peer-dtype bf16`` runs cuBLAS in bf16, the quantised decode's peer.
+other MatMulBT shapes (``MatMul:M,K,N``: B stored [K,N]). ``--weights FORMAT`` (q4_0, q4_1, q8_0,
+f16) stores B as gguf's blocks of it (QuantMatMul: the kernel decodes them while loading; MatMulBT
+shapes only) and gives the peer the blocks' values; ``--peer-dtype bf16`` runs cuBLAS in bf16, the
+quantised decode's peer.
 
 Timing, per shape, N calls (N sized so that N of our calls take about ``--budget`` /
 ``--repeats`` seconds, 2..1000), ``--repeats`` samples, median and p90:
@@ -104,6 +105,14 @@ def _triple(text: str) -> tuple[int, int, int]:
     if min(m, k, n) < 1:
         raise SystemExit(f"a shape's sizes are positive, got {text!r}")
     return m, k, n
+
+
+def _op_shape(text: str) -> tuple[str, int, int, int]:
+    """(op, M, K, N) of "M,K,N" (MatMulBT) or "MatMul:M,K,N" (--shapes)."""
+    op, _, sizes = text.rpartition(":")
+    if op not in ("", "MatMul", "MatMulBT"):
+        raise SystemExit(f"a shape's op is MatMul or MatMulBT (B stored [K,N] or [N,K]), got {op!r} in {text!r}")
+    return (op or "MatMulBT", *_triple(sizes))
 
 
 def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
@@ -329,7 +338,8 @@ def main() -> None:
                          "only; the peer gets the blocks' values)")
     ap.add_argument("--peer-dtype", default="fp32", choices=("fp32", "bf16"),
                     help="cuBLAS's dtype (fp32 with TF32 off, or bf16: the quantised decode's peer)")
-    ap.add_argument("--shapes", help="M,K,N;M,K,N;... MatMulBT shapes instead of the default list")
+    ap.add_argument("--shapes", help="M,K,N;M,K,N;... MatMulBT shapes instead of the default list; "
+                                     "MatMul:M,K,N for B stored [K,N]")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     ap.add_argument("--set", action="append", default=[], help="MODULE.NAME=VALUE: a constant of an eggfuse module "
                     "set before lowering (bench/plan_ab.py's form), e.g. "
@@ -346,7 +356,7 @@ def main() -> None:
     if args.sweep and (args.max_m is not None or args.gemv_cols is not None):
         raise SystemExit("--max-m and --gemv-cols apply to the timed run, not to --sweep (--sweep-shapes picks "
                          "its shapes)")
-    listed = ([("MatMulBT", *_triple(t)) for t in args.shapes.split(";")] if args.shapes
+    listed = ([_op_shape(t) for t in args.shapes.split(";")] if args.shapes
               else shapes(args.quick, args.big))
     if args.weights != "f32":
         listed = [t for t in listed if t[0] == "MatMulBT"]
