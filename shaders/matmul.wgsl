@@ -40,10 +40,6 @@
 // the reduction needs to compute row_scale):
 // matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
 //
-// TILE_ORDER places tile t (row0, col0): row by row (t / tiles_n, t % tiles_n), or in bands of
-// MATMUL_GROUP_ROWS row blocks walked column by column (ir/ops/matmul_kernel.py _TILE_ORDER_BANDS), so
-// that the workgroups running together share columns of B in the L2 cache.
-//
 // SPLITS > 1 (split-K across workgroups, for products of few tiles): workgroup w computes
 // tile w % tiles over K elements [s, s + 1) * k_chunk (s = w / tiles, k_chunk a multiple of BK)
 // and stores its raw partial sums at out[(s * M + i) * N + j], then (FusedRmsNormMatMul) the
@@ -165,7 +161,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let k0 = split * p.k_chunk;  // this workgroup's K elements: [k0, min(k0 + k_chunk, K))
     let k_end = min(p.k, k0 + p.k_chunk);
     part_base = split * p.m * p.n;
-{{TILE_ORDER}}
+    let row0 = tile / p.tiles_n * BM;
+    let col0 = tile % p.tiles_n * BN;
     let t = li % (TX * TY);  // invocation (tx, ty) of K group kg
     let kg = li / (TX * TY);
     let tx = t % TX;
@@ -191,7 +188,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {{REDUCE_SPLIT}}
     finish_rows(li);
-    if (SPLITS > 1u && col0 == 0u) {  // one workgroup per row block and split
+    if (SPLITS > 1u && tile % p.tiles_n == 0u) {  // one workgroup per row block and split
         write_row_sums(li, row0, SPLITS * p.m * p.n + split * p.m);
     }
 {{STORE}}

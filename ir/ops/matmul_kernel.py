@@ -46,7 +46,11 @@ EPILOGUE_BINARY = ("bias", "add")
 #: Invocations per workgroup of both matmul kernels (the WebGPU default limit
 #: maxComputeInvocationsPerWorkgroup).
 MATMUL_WG = 256
-#: Largest M that takes the GEMV kernel (its accumulators are per row, in registers).
+#: Largest M that takes the GEMV kernel (its accumulators are per row, in registers). At 8 and 16 rows it
+#: was slower than the tiled kernel at every LLM shape of ``bench/matmul.py`` on the H200, with any column
+#: count (bench/results/gemv_rows_h200/, ``--set ...GEMV_MAX_ROWS=8|16``): 8 x 576 x 1536 13.7 us against
+#: 9.8, 8 x 576 x 49152 262.6 against 83.5, 16 x 576 x 576 14.4-26.1 against 6.8; MiniLM's 8-row pooling
+#: product as a GEMV made its plan 1228-1230 us GPU against 1218-1222.
 GEMV_MAX_ROWS = 4
 #: Workgroups a tiled product should give, counting split-K (:func:`matmul_tile`,
 #: :func:`matmul_splits`): about three per multiprocessor of an H100/H200 (132 of them), so
@@ -130,15 +134,17 @@ MATMUL_TILES_DEEP = tuple(MatmulTile(t.bm, t.bn, t.bk * 2 ** int(math.log2(DEEP_
 #: invocation's 4x4 micro-tile reads two vec4 of workgroup memory per 16 FMAs, its 8x8 one four
 #: per 64, halving the workgroup-memory traffic per FMA at the cost of the groups' final sum
 #: (in rounds through the slices' memory: :func:`_group_sums`). 64x64x16m8x8: 4 groups of 64
-#: invocations, each 4 elements of every K slice. The last three take slices twice as deep (32 elements of
-#: K: half the barriers, each invocation loading two quads of A and of B a slice), in DEEP_STORAGE or less.
-#: Only through :func:`matmul_choice` unless :func:`matmul_tile` takes them.
+#: invocations, each 4 elements of every K slice. Only through :func:`matmul_choice` unless
+#: :func:`matmul_tile` takes them.
 MATMUL_TILES_WIDE = (MatmulTile(64, 64, 16, micro=(8, 8)), MatmulTile(64, 64, 16, micro=(8, 4)),
                      MatmulTile(64, 64, 16, micro=(4, 8)), MatmulTile(64, 32, 16, micro=(8, 4)),
                      MatmulTile(32, 64, 16, micro=(4, 8)), MatmulTile(128, 64, 8, micro=(8, 8)),
-                     MatmulTile(64, 128, 8, micro=(8, 8)), MatmulTile(32, 32, 32, micro=(4, 8)),
-                     MatmulTile(64, 64, 32, micro=(8, 4)), MatmulTile(64, 32, 32, micro=(8, 4)),
-                     MatmulTile(32, 64, 32, micro=(4, 8)))
+                     MatmulTile(64, 128, 8, micro=(8, 8)), MatmulTile(32, 32, 32, micro=(4, 8)))
+# Not among them, measured slower on the H200 (commit af174f5 had them; bench/results/tile_order_h200/):
+# the wide micro-tiles on slices of 32 elements of K (64x64x32m8x4, 64x32x32m8x4, 32x64x32m4x8; half the
+# barriers, two quads of each operand loaded a slice). 1024 x 384 x 1536 took 67.5 us on 64x64x32m8x4
+# against 42.7 on 64x64x16m8x4 (sweep_deep_wide.json), and MiniLM's plan with them 1648-1650 us GPU
+# against 1211-1223 (ab_minilm.json); SmolLM2's prefill was unchanged (3064-3072 against 3066-3128).
 
 
 #: Widest N of a 'BT' GEMV of M >= 2 rows below which its columns per workgroup follow K (:func:`gemv_bt_cols`).
@@ -255,6 +261,15 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead.
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
+    The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
+    column by column (so that the workgroups running together share B's columns in the L2 cache;
+    commit af174f5, bench/results/tile_order_h200/) were slower on the H200 but at 4096^3 with B
+    stored [K,N]: that one took 3934-3966 us against 3980, `MatMulBT` 3994-4015 against 3626, the LM
+    heads at M = 256 / 512 457 / 893 against 416 / 814, MiniLM's plan 1366-1377 against 1211-1223 us GPU.
+    A probe of 1024 x 384 x N on 64x64x16m8x4 (one column of tiles more at a time, residency.json) shows
+    the time of a product as steps of the workgroups per multiprocessor: 22.1 us at 128 workgroups,
+    31.1 at 160-256, 42.4-42.7 at 272-384, 59.9-60.4 at 416-512 (the H200 has 132).
+
     Measured on an H200 (``bench/matmul.py --sweep`` with warm-up, bench/results/wide_h200/ and
     bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and 1 to
     8 splits at the 13 SmolLM2 and MiniLM shapes of M = 16 to 1024, and at 12 of them, all but
@@ -309,15 +324,11 @@ MIN_WORKGROUPS = 288
 WIDE_MIN_K = 256
 #: The wide micro-tile :func:`matmul_tile` takes for each of those sides (8 along the longer side).
 _WIDE_BY_SIDES = {(64, 64): MATMUL_TILES_WIDE[1], (64, 32): MATMUL_TILES_WIDE[3], (32, 64): MATMUL_TILES_WIDE[4]}
-#: Whether :func:`matmul_tile` takes the deep forms of those wide micro-tiles (slices of 32 elements of K,
-#: the last three of MATMUL_TILES_WIDE; 32 KiB of workgroup memory at most).
-WIDE_DEEP = False
-_WIDE_DEEP_BY_SIDES = {(64, 64): MATMUL_TILES_WIDE[8], (64, 32): MATMUL_TILES_WIDE[9], (32, 64): MATMUL_TILES_WIDE[10]}
 
 
 def _widened(tile: MatmulTile, m: int, k: int, n: int) -> MatmulTile:
     # the tile's wide micro-tile (MATMUL_TILES_WIDE) where each workgroup walks WIDE_MIN_K or more of K
-    wide = (_WIDE_DEEP_BY_SIDES if WIDE_DEEP else _WIDE_BY_SIDES).get((tile.bm, tile.bn))
+    wide = _WIDE_BY_SIDES.get((tile.bm, tile.bn))
     return wide if wide is not None and _k_chunk(tile, k, matmul_splits(tile, m, k, n)) >= WIDE_MIN_K else tile
 
 
@@ -681,34 +692,6 @@ def out_vec4(tile: MatmulTile, n: int, splits: int, rms_norm: bool) -> bool:
     return MATMUL_OUT_VEC4 and n % 4 == 0 and tile.bm != 128 and not (splits > 1 and (rms_norm or tile.micro))
 
 
-#: Row blocks of tiles in a band of the tiled kernel's tile order (matmul.wgsl's TILE_ORDER): 1, tile t is
-#: at row block t / tiles_n, column block t % tiles_n (row by row); G > 1, the tiles are walked in bands of
-#: G row blocks, column by column inside a band, so that the workgroups running together read the same
-#: columns of B (from the L2 cache) where B is larger than it: 4096^3, the LM heads
-#: (``bench/plan_ab.py --variant NAME:eggfuse.ir.ops.matmul_kernel.MATMUL_GROUP_ROWS=8``). Only products
-#: of more than one row block and one column block change order.
-MATMUL_GROUP_ROWS = 1
-
-_TILE_ORDER_ROWS = """    let row0 = tile / p.tiles_n * BM;
-    let col0 = tile % p.tiles_n * BN;"""
-_TILE_ORDER_BANDS = """    let band_tiles = {g}u * p.tiles_n;  // bands of {g} row blocks, column by column
-    let first_row = tile / band_tiles * {g}u;
-    let band_rows = min(p.tiles / p.tiles_n - first_row, {g}u);
-    let in_band = tile % band_tiles;
-    let row0 = (first_row + in_band % band_rows) * BM;
-    let col0 = in_band / band_rows * BN;"""
-
-
-def tile_bands(tile: MatmulTile, m: int, n: int) -> int:
-    """Row blocks per band of the tiled kernel's tile order for an [m, k] x [k, n] product on ``tile``
-    (MATMUL_GROUP_ROWS; 1, row by row, where the product has one row block or one column block)."""
-    if not isinstance(MATMUL_GROUP_ROWS, int) or isinstance(MATMUL_GROUP_ROWS, bool) or MATMUL_GROUP_ROWS < 1:
-        raise LoweringError(f"MATMUL_GROUP_ROWS is {MATMUL_GROUP_ROWS!r}; it must be a positive integer")
-    if math.ceil(m / tile.bm) == 1 or math.ceil(n / tile.bn) == 1:
-        return 1
-    return MATMUL_GROUP_ROWS
-
-
 _STORE4_SCALAR = """fn put_row_sum(at: u32, v: f32) {
     out[at] = v;
 }
@@ -968,10 +951,6 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     checks = keeps_runtime_checks(tile)
     vec_out = out_vec4(tile, n, splits, rms_norm)
     tiled["STORE4"] = _STORE4_VEC4 if vec_out else _STORE4_SCALAR
-    bands = tile_bands(tile, m, n)
-    tiled["TILE_ORDER"] = _TILE_ORDER_BANDS.format(g=bands) if bands > 1 else _TILE_ORDER_ROWS
-    if bands > 1:
-        name = name.replace(f"_{tile.name}", f"_{tile.name}g{bands}", 1)
     out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)
     if splits == 1 and final is None:
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),

@@ -187,19 +187,3 @@ def test_deep_tiles_need_the_workgroup_memory_they_take():
         with pytest.raises(LoweringError, match=r"32x32x64 .* needs 32768 bytes of workgroup memory; this device "
                                                 r"offers 16384 \(maxComputeWorkgroupStorageSize\)"):
             lower(g)
-
-
-BAND_CASES = [(bands, splits, row) for bands in (2, 3) for splits in (1, 3)
-              for row in (_matmul("MatMul", 131, 100, 101), _fused("BT", 131, 100, 101, ("bias", "add", "Gelu")),
-                          _rms_norm_matmul("BT", 131, 100, 100, ("bias",)))]
-
-
-@pytest.mark.parametrize("bands, splits, row", BAND_CASES, ids=[f"bands{b}-split{s}-{r.id}" for b, s, r in BAND_CASES])
-def test_tiles_walked_in_bands_of_row_blocks(bands, splits, row, device, monkeypatch):
-    # 32x32 tiles over 131 rows: 5 row blocks, in bands of 2 (the last band one block) or of 3 (the last
-    # two), each band walked column by column over 4 column blocks (the last one an edge); with splits the
-    # RmsNorm row sums are written by the workgroup of each row block's first column
-    monkeypatch.setattr("eggfuse.ir.ops.matmul_kernel.MATMUL_GROUP_ROWS", bands)
-    tile = next(t for t in MATMUL_TILES if t.name == "32x32x32")
-    first = _run_with(tile, splits, row, device).plan.dispatches[0]
-    assert f"_32x32x32g{bands}_" in first.kernel and f"bands of {bands} row blocks" in first.source, first.kernel

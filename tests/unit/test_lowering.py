@@ -35,7 +35,6 @@ from eggfuse.ir.ops.matmul_kernel import (
     matmul_tile,
     matmul_vec4,
     out_vec4,
-    tile_bands,
 )
 from eggfuse.ir.ops.reductions import reduce_dims
 from eggfuse.lowering import DerivedParameter, lower
@@ -434,19 +433,6 @@ def test_the_tiled_kernel_stores_quads_where_n_is_a_multiple_of_4():
     assert not out_vec4(wide, 384, 4, False) and out_vec4(plain, 384, 1, True) and not out_vec4(plain, 384, 2, True)
     src = matmul_source("BT", ("bias",), tile=plain, vec4=(True, True))
     assert "var<storage, read_write> out: array<vec4<f32>>;" in src and "out[(i * p.n + j) / 4u] = vec4<f32>(" in src
-
-
-def test_tile_bands_apply_to_products_of_several_row_and_column_blocks(monkeypatch):
-    big = MATMUL_TILES[0]  # 128x128x8
-    assert tile_bands(big, 4096, 4096) == 1  # MATMUL_GROUP_ROWS's default: row by row
-    monkeypatch.setattr(matmul_kernel_module, "MATMUL_GROUP_ROWS", 8)
-    assert tile_bands(big, 4096, 4096) == 8 and tile_bands(big, 128, 4096) == 1 and tile_bands(big, 4096, 100) == 1
-    src = kernel_source(matmul_kernel_for("", (), 4096, 64, 4096, tile=big, vec4=(True, True), splits=1))
-    assert "bands of 8 row blocks" in src and "let row0 = tile / p.tiles_n * BM;" not in src
-    for bad in (0, 2.0, True):
-        monkeypatch.setattr(matmul_kernel_module, "MATMUL_GROUP_ROWS", bad)
-        with pytest.raises(LoweringError, match="MATMUL_GROUP_ROWS is .* positive integer"):
-            tile_bands(big, 4096, 4096)
 
 
 def test_layer_norm_min_lanes_must_be_a_power_of_two_up_to_256(monkeypatch):
