@@ -29,10 +29,10 @@ def _minilm():
 @functools.lru_cache(maxsize=2)
 def _load(path: str, weights: str = "f32", cache: bool = True):
     p = Path(path)
-    if weights == "f32" and p.suffix == ".gguf" and p.is_file():  # through the model cache (eggfuse.model_cache)
+    if p.suffix == ".gguf" and p.is_file():  # through the model cache (eggfuse.model_cache)
         from eggfuse.model_cache import load_gguf
 
-        return load_gguf(p, cache=cache)
+        return load_gguf(p, cache=cache, weights=weights)
     from eggfuse.models.hf import load_model
 
     return load_model(path, weights=weights)
@@ -40,7 +40,7 @@ def _load(path: str, weights: str = "f32", cache: bool = True):
 
 def resolve_model(model, kind: str, weights: str = "f32", *, cache: bool = True):
     """A loaded model from ``model``: a path (str or Path: a Hugging Face folder or a GGUF file,
-    loaded once per path and ``weights``, see :func:`eggfuse.load_model`; a GGUF file in f32
+    loaded once per path and ``weights``, see :func:`eggfuse.load_model`; a GGUF file
     through the model cache, :mod:`eggfuse.model_cache`, unless ``cache`` is False) or an
     already loaded model. ``kind`` is what the caller runs: ``"encoder"`` (:func:`embed`) or ``"decoder"``
     (``generate``). Raises :class:`~eggfuse.ir.InputError` for a model of the other kind,

@@ -325,20 +325,16 @@ class _TextStream:
 
 
 def _model(weights: str = DEFAULT_WEIGHTS, cache: bool = True):
-    # The shipped model in ``weights``, loaded once per process (in f32 through the model cache
-    # unless ``cache`` is False; a block format reads the GGUF's blocks as they are).
+    # The shipped model in ``weights``, loaded once per process, through the model cache unless
+    # ``cache`` is False.
     return _shipped(weights, bool(cache))
 
 
 @functools.lru_cache(maxsize=2)
 def _shipped(weights: str, cache: bool):
-    if weights == "f32":
-        from eggfuse.model_cache import load_gguf
+    from eggfuse.model_cache import load_gguf
 
-        return load_gguf(cache=cache)
-    from eggfuse.models.causal_lm import CausalLM
-
-    return CausalLM.load(weights=weights)
+    return load_gguf(cache=cache, weights=weights)
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,8 +6,10 @@ Reading SmolLM2-135M's GGUF takes seconds on this machine: ``gguf.GGUFReader`` b
 numpy view for each of the 49,152 vocabulary strings and 48,900 merges, and
 ``gguf.quants.dequantize`` unpacks 135M Q4_1 weights. An entry holds what
 :meth:`~eggfuse.models.causal_lm.CausalLM.load` returned: whatever the arrays of
-``model.params`` are (float32 today, blocks of quantised weights once a loader keeps them
-so), memory-mapped read-only when read back, so that a session uploads them without copying.
+``model.params`` are (float32; with ``weights="q4_1"`` and the other block formats the u32 rows of
+blocks, as the file stores them or quantised on loading; with ``"f16"`` pairs of float16 in u32
+words), memory-mapped
+read-only when read back, so that a session uploads them without copying.
 
 An entry is two files in ``<cache folder>/models`` (:func:`eggfuse.cache.cache_dir`):
 
@@ -19,12 +21,13 @@ An entry is two files in ``<cache folder>/models`` (:func:`eggfuse.cache.cache_d
 
 The key is a SHA-256 of the GGUF file's resolved path, size, modification time and the
 SHA-256 of its first 16 MiB (the header: metadata and tensor infos), the Q/K layout
-(``rope_pairing``), and the versions of eggfuse (with the digest of its source files, as the
-compile cache), gguf, tokenizers and numpy. An entry that does not check out (a header,
-checksum, length or CRC that differs; a body this module cannot read back) is ignored with
+(``rope_pairing``), the weights' storage (``weights``), and the versions of eggfuse (with the
+digest of its source files, as the compile cache), gguf, tokenizers and numpy. An entry that does
+not check out (a header, checksum, length or CRC that differs; a body this module cannot read back) is ignored with
 a warning and rewritten; each array's CRC-32 is checked when the entry is read (about 0.1 s
-for 540 MB). Storing an entry removes the other entries of the same file, so an edited file
-or a new eggfuse leaves one entry per GGUF file. Writes go to temporary files renamed into
+for 540 MB). Storing an entry removes the other entries of the same file and storage, so an edited
+file or a new eggfuse leaves one entry per GGUF file and storage (SmolLM2-135M: 538 MB in f32,
+270 MB in f16, 97 MB in Q4_1). Writes go to temporary files renamed into
 place, the weights before the ``.model`` file that vouches for them.
 """
 
@@ -60,7 +63,7 @@ from eggfuse.cache import (
 
 log = logging.getLogger("eggfuse.cache")
 
-FORMAT = 1
+FORMAT = 2  # 2: entries of every weights storage (the body's weights and quant)
 #: Bytes of the GGUF file hashed into the key: its header, metadata and tensor infos.
 HEAD_BYTES = 16 << 20
 _ALIGN = 64
@@ -75,26 +78,30 @@ _status: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> hit
 _write_s: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> seconds spent storing it
 
 
-def load_gguf(path: str | os.PathLike | None = None, *, rope_pairing: str = "half", cache: bool = True):
+def load_gguf(path: str | os.PathLike | None = None, *, rope_pairing: str = "half", cache: bool = True,
+              weights: str = "f32"):
     """The :class:`~eggfuse.models.causal_lm.CausalLM` of the GGUF file at ``path`` (None: the
-    shipped SmolLM2-135M), from the model cache when an entry for this file exists, else loaded
-    with ``CausalLM.load`` and stored (``cache=False``: loaded, neither read nor stored).
-    :func:`cache_status` tells which. Raises ModelError as ``CausalLM.load``."""
+    shipped SmolLM2-135M) with its weights stored as ``weights`` says (``CausalLM.load``: ``"f32"``,
+    a block format such as ``"q4_1"``, or ``"f16"``), from the model cache when an entry for this
+    file and ``weights`` exists, else loaded with ``CausalLM.load`` and stored (``cache=False``:
+    loaded, neither read nor stored). :func:`cache_status` tells which. Raises InputError for an
+    unknown ``weights``, ModelError as ``CausalLM.load``."""
     from eggfuse.models import gguf
     from eggfuse.models.causal_lm import CausalLM
 
+    gguf.check_weights(weights)
     source = Path(gguf.find_gguf() if path is None else path)
     if not cache:
-        return _mark(CausalLM.load(source, rope_pairing=rope_pairing), "off")
+        return _mark(CausalLM.load(source, rope_pairing=rope_pairing, weights=weights), "off")
     store = ModelCache()
     try:
-        key = store.key(source, rope_pairing)
+        key = store.key(source, rope_pairing, weights)
     except (OSError, Unstorable):  # no such file (CausalLM.load says so), or eggfuse's sources unreadable
-        return _mark(CausalLM.load(source, rope_pairing=rope_pairing), "off")
+        return _mark(CausalLM.load(source, rope_pairing=rope_pairing, weights=weights), "off")
     model = store.load(key)
     if model is not None:
         return _mark(model, "hit")
-    model = CausalLM.load(source, rope_pairing=rope_pairing)
+    model = CausalLM.load(source, rope_pairing=rope_pairing, weights=weights)
     t = time.perf_counter()
     store.store(key, model, source)
     with contextlib.suppress(TypeError):
@@ -187,11 +194,12 @@ class ModelCache:
     def __init__(self, folder: str | os.PathLike | None = None) -> None:
         self.folder = Path(folder) if folder is not None else cache_dir() / "models"
 
-    def key(self, source: Path, rope_pairing: str) -> str:
-        """The key (64 hex digits) of ``source`` loaded with ``rope_pairing``. Raises OSError."""
+    def key(self, source: Path, rope_pairing: str, weights: str = "f32") -> str:
+        """The key (64 hex digits) of ``source`` loaded with ``rope_pairing`` and its weights stored as
+        ``weights``. Raises OSError."""
         import importlib.metadata as md
 
-        doc = {"format": FORMAT, "source": source_identity(source), "rope_pairing": rope_pairing,
+        doc = {"format": FORMAT, "source": source_identity(source), "rope_pairing": rope_pairing, "weights": weights,
                "versions": {**versions(), **{d: md.version(d) for d in ("gguf", "tokenizers", "numpy")}}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -217,8 +225,8 @@ class ModelCache:
 
     def store(self, key: str, model, source: Path) -> Path | None:
         """Write the entry of ``key`` for ``model`` loaded from ``source``, then remove the other
-        entries of that file; returns the ``.model`` path, or None when the model cannot be
-        stored (logged at INFO) or the folder cannot be written (a warning)."""
+        entries of that file with weights stored as ``model``'s are; returns the ``.model`` path, or
+        None when the model cannot be stored (logged at INFO) or the folder cannot be written (a warning)."""
         try:
             body, arrays = _encode(model)
         except Unstorable as e:
@@ -242,7 +250,8 @@ class ModelCache:
                     f.seek(offset)
                     f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
                 f.truncate(end)
-            temps[1].write_bytes(framed("eggfuse_model_cache", FORMAT, key, text, source=origin))
+            temps[1].write_bytes(framed("eggfuse_model_cache", FORMAT, key, text, source=origin,
+                                        weights=model.weights))
             os.replace(temps[0], weights)
             os.replace(temps[1], meta)
         except OSError as e:
@@ -252,7 +261,8 @@ class ModelCache:
                     t.unlink(missing_ok=True)
             return None
         for other in self.entries():
-            if other != meta and _header(other).get("source") == origin:
+            header = _header(other)
+            if other != meta and header.get("source") == origin and header.get("weights", "f32") == model.weights:
                 _remove(self, other.name[:-len(".model")])
         return meta
 
@@ -327,8 +337,6 @@ def _encode(model) -> tuple[dict, list[np.ndarray]]:
     have = set(vars(model))
     if have != _MODEL_FIELDS:
         raise Unstorable(f"CausalLM attributes the model cache does not know: {sorted(have ^ _MODEL_FIELDS)}")
-    if model.weights != "f32" or model.quant:  # blocks: read from the GGUF as they are, nothing to save
-        raise Unstorable(f"a model in {model.weights} (its weights are kept as blocks)")
     config = {f.name: _plain(getattr(model.config, f.name)) for f in dataclasses.fields(model.config)}
     arrays, table = [], []
     for name, a in model.params.items():
@@ -342,7 +350,7 @@ def _encode(model) -> tuple[dict, list[np.ndarray]]:
     return {
         "config": config, "tokenizer": model.tokenizer.to_str(), "bos_id": model.bos_id,
         "eos_ids": list(model.eos_ids), "rope_pairing": model.rope_pairing, "name": model.name,
-        "kind": model.kind, "dtype": model.dtype, "arrays": table,
+        "kind": model.kind, "dtype": model.dtype, "arrays": table, "weights": model.weights, "quant": model.quant,
         "chat": None if chat is None else {"source": chat.source, "tokens": chat.tokens, "where": chat.where},
     }, arrays
 
@@ -373,7 +381,7 @@ def _decode(body: dict, weights: Path):
         chat = ChatTemplate(chat["source"], chat["tokens"], chat["where"])
     return CausalLM(config, params, Tokenizer.from_str(body["tokenizer"]), bos_id=body["bos_id"],
                     eos_ids=body["eos_ids"], chat=chat, rope_pairing=body["rope_pairing"], name=body["name"],
-                    kind=body["kind"], dtype=body["dtype"])
+                    kind=body["kind"], dtype=body["dtype"], quant=body["quant"], weights=body["weights"])
 
 
 def _map(path: Path, size: int) -> memoryview:

@@ -16,6 +16,7 @@ import pytest
 from gguf_files import tiny_gguf  # tests/gguf_files.py (pytest pythonpath)
 
 from eggfuse import cli, model_cache
+from eggfuse.ir import InputError
 from eggfuse.models.causal_lm import CausalLM
 from eggfuse.models.gguf import find_gguf
 
@@ -206,3 +207,22 @@ def test_a_changed_file_gets_a_new_config_entry(store, tmp_path, reads):
     os.utime(tmp_path / "m.gguf", ns=(1, 1))
     assert model_cache.gguf_config(tmp_path / "m.gguf") == first and len(reads) == 2
     assert len(store.configs()) == 1  # the old entry of that file removed
+
+
+@pytest.mark.parametrize("weights", ["q4_1", "q8_0", "f16"])
+def test_each_weight_storage_has_its_own_entry(store, tmp_path, weights):
+    # blocks (u32 rows, f16 pairs of halves) read back as CausalLM.load(weights=...) gives them, beside the f32
+    # entry of the same file: storing one storage's entry leaves the other's in place
+    path = tiny_gguf(tmp_path / "tiny32.gguf", hidden=32, ffn=64)  # K a multiple of the 32-element blocks
+    want = CausalLM.load(path, weights=weights)
+    assert model_cache.cache_status(model_cache.load_gguf(path)) == "miss"  # f32
+    first = model_cache.load_gguf(path, weights=weights)
+    second = model_cache.load_gguf(path, weights=weights)
+    assert (model_cache.cache_status(first), model_cache.cache_status(second)) == ("miss", "hit")
+    assert len(store.entries()) == 2 and model_cache.cache_status(model_cache.load_gguf(path)) == "hit"
+    for got in (first, second):
+        assert_same_model(got, want)
+        assert (got.weights, got.quant) == (weights, want.quant)
+    assert set(want.quant.values()) == {weights}  # f16 too: pairs of halves in u32 words
+    with pytest.raises(InputError, match="q3_k"):
+        model_cache.load_gguf(path, weights="q3_k")
