@@ -13,9 +13,10 @@ import math
 
 import numpy as np
 
+from ..errors import GraphError, InputError
 from ..kernel import Kernel
 from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
-from ..types import TensorType
+from ..types import DType, TensorType
 from .elementwise import like, sigmoid
 
 FAMILY = "norms"
@@ -373,3 +374,203 @@ op("LogSoftmaxGrad", ("dy", "y"), lambda ts, a: like(ts, "y", 1),
    kernel=_softmax_grad_kernel,
    doc="dx = dy - exp(y) * sum_j dy[., j] over the last axis, y the LogSoftmax output (Jacobian delta_ij - "
        "softmax_j); inputs [dy, y]")
+
+
+# --- EmbeddingSumLayerNorm: LayerNorm of a sum of embedding rows -----------------------------
+
+
+def _embedding_sum_layer_norm(ts, a):
+    need(len(ts) in (6, 8), f"takes w, bias and two or three (indices, table) pairs, got {len(ts)} inputs")
+    from .quant import check_blocks
+
+    w, bias, pairs = ts[0], ts[1], [ts[i:i + 2] for i in range(2, len(ts), 2)]
+    need_f32(w, "weight")
+    need(w.rank == 1, f"weight must be [H], got {w}")
+    h = w.shape[0]
+    need_f32(bias, "bias")
+    need(bias.shape == (h,), f"bias must be [{h}] as the weight, got {bias}")
+    need(a["format"] in ("f32", "f16"), f"format must be 'f32' or 'f16', got {a['format']!r}")
+    idx0 = pairs[0][0]
+    need(idx0.dtype is DType.U32 and idx0.rank == 1, f"indices must be u32 1-D, got {idx0}")
+    for i, (idx, table) in enumerate(pairs):
+        need(idx.dtype is DType.U32 and idx.shape == idx0.shape,
+             f"indices {i} must be u32 {list(idx0.shape)} as indices 0, got {idx}")
+        if a["format"] == "f32":
+            need(table.dtype is DType.F32 and table.rank == 2 and table.shape[1] == h,
+                 f"table {i} must be f32 [rows, {h}], got {table}")
+        else:
+            check_blocks(table, "f16", h, f"table {i}")
+    return TensorType((idx0.shape[0], h))
+
+
+def _embedding_rows(xs, a):
+    # the summed embedding rows, float64 [T, H]: sum over pairs of table[indices], in input order
+    from .quant import dequantize
+
+    total = None
+    for i in range(2, len(xs), 2):
+        idx, table = xs[i], xs[i + 1]
+        if a["format"] != "f32":
+            table = dequantize(table, a["format"], xs[0].shape[0])
+        bad = idx >= table.shape[0]
+        if bad.any():
+            raise InputError(f"EmbeddingSumLayerNorm: index {int(idx[bad][0])} of indices {(i - 2) // 2} out of "
+                             f"range for a table of {table.shape[0]} rows")
+        rows = table[idx.astype(np.int64)].astype(np.float64)
+        total = rows if total is None else total + rows
+    return total
+
+
+def _embedding_sum_layer_norm_ref(xs, a):
+    return _layer_norm_ref([_embedding_rows(xs, a), xs[0], xs[1]], a)
+
+
+def _gathers(vocabs: list[int], fmt: str) -> tuple[str, str, tuple]:
+    # ROW_BASES and SUM of the embedding kernels for tables ``vocabs`` bound as ids0/table0, ...: each
+    # row's offset in its table (an index past the last row clamped to it; for f16 in words of two
+    # halves), the rows' sum at column j; and the params of the tables' rows
+    per_row = "p.n" if fmt == "f32" else "(p.n / 2u)"
+    bases = "\n".join(f"    let b{i} = min(ids{i}[row], p.vocab{i} - 1u) * {per_row};" if i < len(vocabs) else
+                      f"    let b{i} = 0u;  // no table {i}" for i in range(3))
+    element = "table{i}[b{i} + j]" if fmt == "f32" else "unpack2x16float(table{i}[b{i} + j / 2u])[j % 2u]"
+    total = " + ".join(element.format(i=i) for i in range(len(vocabs)))
+    return bases, total, tuple((f"vocab{i}", "u32", v) for i, v in enumerate(vocabs))
+
+
+def _pair_buffers(pairs: int, fmt: str) -> tuple:
+    from ..kernel import Buffer
+
+    table = "f32" if fmt == "f32" else "u32"
+    return tuple(b for i in range(pairs) for b in (Buffer(f"ids{i}", "u32"), Buffer(f"table{i}", table)))
+
+
+def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]:
+    # One dispatch (embedding_layer_norm.wgsl) where its bindings fit the device's storage buffers per
+    # stage; with three tables and WebGPU's default of 8 (the one dispatch binds 9), two: the first two
+    # tables' rows summed into the node's scratch buffer (embedding_sum.wgsl), then the LayerNorm of that
+    # sum plus the third table's rows.
+    from ..kernel import SCRATCH, Buffer, elementwise_groups
+
+    rows, n = _rows(node.type)
+    pairs, fmt = (len(ins) - 2) // 2, node.attrs["format"]
+    vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
+    tag = "" if fmt == "f32" else f"_{fmt}"
+    common = (("rows", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
+    norm_out = (Buffer("w"), Buffer("bias"))
+    if 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
+        bases, total, vocab_params = _gathers(vocabs, fmt)
+        return Kernel(f"embedding{pairs}{tag}_layer_norm", "embedding_layer_norm.wgsl", rows,
+                      params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": total},
+                      bindings=(*norm_out, *_pair_buffers(pairs, fmt), Buffer("out", write=True)))
+    bases, total, vocab_params = _gathers(vocabs[:2], fmt)
+    first = Kernel(f"embedding2{tag}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
+                   params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": total},
+                   bindings=(*_pair_buffers(2, fmt), Buffer("out", write=True)), inputs=(2, 3, 4, 5), scratch=rows * n)
+    bases, total, vocab_params = _gathers(vocabs[2:], fmt)
+    second = Kernel(f"embedding1{tag}_add_layer_norm", "embedding_layer_norm.wgsl", rows,
+                    params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": f"x[r + j] + {total}"},
+                    bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt), Buffer("out", write=True)),
+                    inputs=(0, 1, SCRATCH, 6, 7))
+    return [first, second]
+
+
+def _embedding_sum_layer_norm_vjp(b, node, dy, want):
+    # x = sum of the embeddings (rebuilt), then LayerNorm's gradients; each f32 table's is ScatterAdd of
+    # dx (f16 tables, u32 words of halves, have none, as QuantEmbedding's)
+    w, bias, *flat = node.inputs
+    fmt = node.attrs["format"]
+    if fmt != "f32" and any(want[3::2]):
+        raise GraphError(f"EmbeddingSumLayerNorm: its {fmt} tables (u32 words) have no gradient; differentiate the "
+                         "f32 graph, before the f16 ruleset")
+    x = None
+    for idx, table in zip(flat[::2], flat[1::2], strict=True):
+        e = (b.emit("Embedding", (idx, table)) if fmt == "f32" else
+             b.emit("QuantEmbedding", (idx, table), format=fmt, cols=b.type(w).shape[0]))
+        x = e if x is None else b.emit("Add", (x, e))
+    eps = node.attrs["eps"]
+    need_dx = any(want[3::2])
+    dx = b.emit("LayerNormGradX", (dy, x, w), eps=eps) if need_dx else None
+    grads = [b.emit("LayerNormGradW", (dy, x), eps=eps) if want[0] else None,
+             b.emit("SumRows", (dy,)) if want[1] else None]
+    for k, table in enumerate(flat[1::2]):
+        grads += [None, b.emit("ScatterAdd", (flat[2 * k], dx), vocab_size=b.type(table).shape[0])
+                  if want[3 + 2 * k] else None]
+    return grads
+
+
+op("EmbeddingSumLayerNorm", ("w", "bias", "indices0", "table0", "indices1", "table1", "indices2?", "table2?"),
+   _embedding_sum_layer_norm, _embedding_sum_layer_norm_ref,
+   attrs=(*_EPS, Attr("format", "str", "f32", doc="the tables' storage: f32, or f16 (u32 words of two halves, "
+                                                  "ir/ops/quant.py)")), vjp=_embedding_sum_layer_norm_vjp,
+   kernel=_embedding_sum_layer_norm_kernel, flops=lambda ins, out, a: 9 * out.num_elements,
+   index_bounds=lambda ins, a: {i: ins[i + 1].shape[0] for i in range(2, len(ins), 2)},
+   doc="LayerNorm(sum_i table_i[indices_i], w, bias, eps) over rows of H: a BERT-style embedding layer (word, "
+       "position and token type rows added, then normalised) in one dispatch; indices u32 [T], tables f32 "
+       "[rows_i, H] (format f16: u32 [rows_i, H / 2]), w and bias [H] -> [T, H]; the sum is taken in input order "
+       "(LayerNorm: Ba et al. 2016)")
+
+
+def _embedding_ln_example(terms: str):
+    def build(g, dim):
+        t, h = dim("t"), dim("h")
+        e = [g.embedding(g.input(f"ids{i}", [t], DType.U32), g.parameter(f"table{i}", [dim(f"v{i}"), h]))
+             for i in range(3 if terms != "2" else 2)]
+        x = {"2": lambda: g.add(e[0], e[1]), "(2)+1": lambda: g.add(g.add(e[0], e[1]), e[2]),
+             "1+(2)": lambda: g.add(e[0], g.add(e[1], e[2]))}[terms]()
+        g.set_outputs([g.layer_norm(x, g.parameter("w", [h]), g.parameter("b", [h]), 1e-12)])
+
+    return example(build)
+
+
+@rules("norm_fusion")
+def _embedding_sum_layer_norm_rules(e):
+    i0, t0, i1, t1, i2, t2, w, bias = e.vars("i0 t0 i1 t1 i2 t2 w bias")
+    (eps,) = e.vars("eps", e.f64)
+    f32 = e.String("f32")
+    emb = [e.Embedding(i, t) for i, t in ((i0, t0), (i1, t1), (i2, t2))]
+    # LayerNorm(E0 + E1) -> EmbeddingSumLayerNorm(E0, E1); three embeddings in either grouping (the sum
+    # E0 + (E1 + E2) is (E1 + E2) + E0 exactly: a float add commutes)
+    yield e.equal("LayerNorm(E0+E1) -> EmbeddingSumLayerNorm(E0,E1)",
+                  e.LayerNorm(e.Add(emb[0], emb[1]), w, bias, eps=eps),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, eps=eps, format=f32),
+                  example=_embedding_ln_example("2"))
+    yield e.equal("LayerNorm((E0+E1)+E2) -> EmbeddingSumLayerNorm(E0,E1,E2)",
+                  e.LayerNorm(e.Add(e.Add(emb[0], emb[1]), emb[2]), w, bias, eps=eps),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, i2, t2, eps=eps, format=f32),
+                  example=_embedding_ln_example("(2)+1"))
+    yield e.equal("LayerNorm(E0+(E1+E2)) -> EmbeddingSumLayerNorm(E1,E2,E0)",
+                  e.LayerNorm(e.Add(emb[0], e.Add(emb[1], emb[2])), w, bias, eps=eps),
+                  e.EmbeddingSumLayerNorm(w, bias, i1, t1, i2, t2, i0, t0, eps=eps, format=f32),
+                  example=_embedding_ln_example("1+(2)"))
+
+
+def _embedding_ln_f16_example(pairs: int):
+    def build(g, dim):
+        t, h = dim("t"), 32 * dim("hb", 1, 2)  # whole blocks of 32 halves a row (the f16 rule's guard)
+        flat = []
+        for i in range(pairs):
+            half = g.add_node("ToF16", (g.parameter(f"table{i}", [dim(f"v{i}"), h]),))
+            flat += [g.input(f"ids{i}", [t], DType.U32), g.add_node("Dequant", (half,), format="f16", cols=h)]
+        g.set_outputs([g.add_node("EmbeddingSumLayerNorm", (g.parameter("w", [h]), g.parameter("b", [h]), *flat),
+                                  eps=1e-12)])
+
+    return example(build)
+
+
+@rules("quant")
+def _embedding_sum_layer_norm_f16(e):
+    i0, q0, i1, q1, i2, q2, w, bias = e.vars("i0 q0 i1 q1 i2 q2 w bias")
+    (eps,) = e.vars("eps", e.f64)
+    (c,) = e.vars("c", e.i64)
+    f32, f16 = e.String("f32"), e.String("f16")
+    dq = [e.Dequant(q, format=f16, cols=c) for q in (q0, q1, q2)]
+    # EmbeddingSumLayerNorm over Dequant(q, f16) tables (the f16 ruleset's rounded tables) -> the same op
+    # reading the halves (its format f16): the tables stay halves in memory, as QuantEmbedding keeps them
+    yield e.equal("EmbeddingSumLayerNorm(i, Dequant(q, f16), ...) -> EmbeddingSumLayerNorm f16(i, q, ...)",
+                  e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], eps=eps, format=f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, eps=eps, format=f16),
+                  example=_embedding_ln_f16_example(2))
+    yield e.equal("EmbeddingSumLayerNorm(i, Dequant(q, f16), ... x3) -> EmbeddingSumLayerNorm f16(i, q, ... x3)",
+                  e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], i2, dq[2], eps=eps, format=f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, i2, q2, eps=eps, format=f16),
+                  example=_embedding_ln_f16_example(3))

@@ -85,6 +85,18 @@ def _embedding(ids: list[int], vocab: int, width: int) -> Row:
     return Row("Embedding", f"Embedding[{len(ids)}]x[{vocab},{width}]", build, {"ids": np.array(ids)})
 
 
+def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int) -> Row:
+    # indices spread over every row of each table, repeats and the last row included
+    ids = {f"i{k}": (np.arange(t) * (k + 3)) % v for k, v in enumerate(vocabs)}
+
+    def build(g: Graph) -> int:
+        pairs = [x for k, v in enumerate(vocabs) for x in (g.input(f"i{k}", [t], DType.U32),
+                                                            g.parameter(f"t{k}", [v, h]))]
+        return g.add_node("EmbeddingSumLayerNorm", (g.parameter("w", [h]), g.parameter("b", [h]), *pairs), eps=1e-12)
+
+    return Row("EmbeddingSumLayerNorm", f"EmbeddingSumLayerNorm{list(vocabs)}x[{t},{h}]", build, ids, scale=3.0)
+
+
 def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None) -> Row:
     def build(g: Graph) -> int:
         rows = batch * seq
@@ -444,6 +456,8 @@ ROWS: list[Row] = [
     _norm("LayerNorm", 1, 5, ()), _norm("RmsNorm", 3, 300, (), inputs=1), _norm("LayerNorm", 3, 300, (2,), inputs=1),
     _norm("LayerNorm", 7, 13, (2,), inputs=2),
     _embedding([0, 10, 3, 3, 7, 1, 10, 0, 5], 11, 6),
+    _embedding_layer_norm((11, 5), 9, 6),  # a row narrower than a subgroup
+    _embedding_layer_norm((30, 7, 2), 13, 300),  # rows longer than the workgroup's 256 lanes
     *[_rope(pairing, batch, offset) for pairing in ("half", "adjacent")
       for batch, offset in ((1, 0), (2, 3), (5, 17))],
     _attention("FullAttention", 4, 2, 8, 2, 5),

@@ -293,6 +293,17 @@ ROWS = [
     Row("RmsNorm-noweight", lambda g: g.add_node("RmsNorm", [P(g, "x", [2, 3, 5])])),
     Row("Embedding", lambda g: g.embedding(g.input("ids", [7], DType.U32), P(g, "table", [5, 3])),
         feeds={"ids": np.array([0, 3, 3, 1, 0, 3, 1], dtype=np.uint32)}),
+    # two tables, and three whose indices repeat rows (their gradients add)
+    Row("EmbeddingSumLayerNorm-2", lambda g: g.add_node("EmbeddingSumLayerNorm", (
+        P(g, "w", [4]), P(g, "b", [4]), g.input("i0", [5], DType.U32), P(g, "t0", [6, 4]),
+        g.input("i1", [5], DType.U32), P(g, "t1", [3, 4])), eps=1e-5),
+        feeds={"i0": np.array([0, 5, 2, 2, 1], dtype=np.uint32), "i1": np.array([2, 0, 1, 0, 0], dtype=np.uint32)},
+        init={"w": near_one}),
+    Row("EmbeddingSumLayerNorm-3", lambda g: g.add_node("EmbeddingSumLayerNorm", (
+        P(g, "w", [4]), P(g, "b", [4]), *(x for i, v in enumerate((6, 3, 2)) for x in (
+            g.input(f"i{i}", [5], DType.U32), P(g, f"t{i}", [v, 4])))), eps=1e-5),
+        feeds={"i0": np.array([0, 5, 2, 2, 1], dtype=np.uint32), "i1": np.array([2, 0, 1, 0, 0], dtype=np.uint32),
+               "i2": np.array([1, 1, 0, 1, 0], dtype=np.uint32)}, init={"w": near_one}),
     Row("RoPE-half", lambda g: g.rope(P(g, "x", [6, 8]), 100.0, head_dim=4, pos_offset=3, batch=2)),
     Row("RoPE-adjacent", lambda g: g.rope(P(g, "x", [5, 6]), 10000.0, head_dim=6, pairing="adjacent")),
     _attention("FullAttention"),

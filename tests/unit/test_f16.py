@@ -110,7 +110,10 @@ def test_bert_in_f16_stores_every_linear_weight_and_table_as_halves():
     ops = _ops(f16)
     assert not [n for n in f16.live_nodes() if n.op in ("FusedMatMul", "FusedMatMulLayerNorm")
                 and f16.node(n.inputs[1]).op == "Parameter"]
-    assert ops.count("QuantEmbedding") == 3 and "Embedding" not in ops  # word, position, token type
+    # word, position and token type tables read as halves by the embedding layer's one kernel
+    (emb,) = [n for n in f16.live_nodes() if n.op == "EmbeddingSumLayerNorm"]
+    assert emb.attrs["format"] == "f16" and [f16.node(t).op for t in emb.inputs[3::2]] == ["ToF16"] * 3
+    assert "Embedding" not in ops and "QuantEmbedding" not in ops
     assert ops.count("QuantMatMul") == sum(1 for n in f32.live_nodes() if n.op == "FusedMatMul"  # Q/K/V packed
                                            and f32.node(n.inputs[1]).op in ("Parameter", "Concat"))
     # the attention output and FFN down projections, with their LayerNorms (ir/ops/matmul_rows.py)

@@ -1,0 +1,101 @@
+"""EmbeddingSumLayerNorm (ir/ops/norms.py): the ``norm_fusion`` rules find a BERT embedding layer
+(LayerNorm of a sum of two or three Embedding lookups) in a graph, and the fused plan gives the numpy
+reference's numbers (``eggfuse.ir.evaluate`` of the unfused graph): in one dispatch, and in two where
+the device binds too few storage buffers for one; with the sum also a graph output, indices shared
+by two tables, odd sizes, and a bad index refused before the run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_table import run_optimised  # tests/op_table.py
+
+from eggfuse.ir import DType, Graph, InputError, evaluate
+from eggfuse.lowering import lower
+from eggfuse.pipeline import compile as compile_graph
+from eggfuse.pipeline import precision_rulesets
+from eggfuse.rewrites import optimize, random_feeds
+from eggfuse.runtime import Session
+
+
+def _bert_embeddings(t=23, h=37, vocabs=(50, 19, 2), shared=False, sum_out=False, grouping="(2)+1") -> Graph:
+    # word + position + token type rows, added as BERT does ((E0 + E1) + E2) or grouped the other way,
+    # then LayerNorm; ``shared``: the position table indexed by the word ids too
+    g = Graph()
+    ids = [g.input(f"ids{i}", [t], DType.U32) for i in range(len(vocabs))]
+    if shared:
+        ids[1] = ids[0]
+    e = [g.embedding(ids[i], g.parameter(f"table{i}", [v, h])) for i, v in enumerate(vocabs)]
+    x = g.add(g.add(e[0], e[1]), e[2]) if grouping == "(2)+1" else g.add(e[0], g.add(e[1], e[2]))
+    y = g.layer_norm(x, g.parameter("w", [h]), g.parameter("b", [h]), 1e-12)
+    g.set_outputs([y, x] if sum_out else [y])
+    return g
+
+
+def _feeds(g: Graph, seed: int = 3):
+    inputs, params = random_feeds(g, seed=seed)
+    for name, v in params.items():  # tables and affine parameters of unit scale
+        params[name] = np.random.default_rng(seed).standard_normal(v.shape).astype(np.float32)
+    return inputs, params
+
+
+@pytest.mark.parametrize("grouping", ["(2)+1", "1+(2)"])
+@pytest.mark.parametrize("shared", [False, True], ids=["own-ids", "shared-ids"])
+def test_the_embedding_layer_is_one_dispatch_with_the_references_numbers(device, grouping, shared):
+    g = _bert_embeddings(shared=shared, grouping=grouping)
+    inputs, params = _feeds(g)
+    opt, _ = run_optimised(g, device, inputs, params)
+    assert [n.op for n in opt.nodes if n.op not in ("Input", "Parameter")] == ["EmbeddingSumLayerNorm"]
+    plan = lower(opt, device.limits)
+    assert [d.kernel.split("+")[0] for d in plan.dispatches] == ["embedding3_layer_norm"]
+
+
+def test_a_sum_that_is_also_an_output_is_kept(device):
+    g = _bert_embeddings(sum_out=True)
+    inputs, params = _feeds(g)
+    opt, (y, x) = run_optimised(g, device, inputs, params)
+    assert x.shape == y.shape == (23, 37)
+
+
+def _rounded(params: dict) -> dict:
+    # what precision f16 stores: the tables (2-D) rounded to float16
+    return {k: v.astype(np.float16).astype(np.float32) if v.ndim == 2 else v for k, v in params.items()}
+
+
+@pytest.mark.parametrize("precision", ["f32", "f16"])
+def test_three_tables_take_two_dispatches_where_eight_storage_buffers_are_bound_at_most(device, precision):
+    g = _bert_embeddings(t=9, h=320, vocabs=(7, 5, 3))  # rows longer than the workgroup, of whole f16 blocks
+    inputs, params = _feeds(g, seed=5)
+    opt = optimize(g, rulesets=precision_rulesets(precision))[0]
+    limited = {**device.limits, "max-storage-buffers-per-shader-stage": 8}
+    plan = lower(opt, limited)
+    tag = "" if precision == "f32" else "_f16"
+    assert [d.kernel.split("+")[0] for d in plan.dispatches] == [f"embedding2{tag}_sum",
+                                                                 f"embedding1{tag}_add_layer_norm"]
+    assert all(len(d.bindings) <= 8 for d in plan.dispatches)
+    (got,) = Session(plan, params, device=device).run(inputs)
+    (want,) = evaluate(g, inputs, params if precision == "f32" else _rounded(params))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_precision_f16_reads_the_tables_as_halves_in_one_dispatch(device):
+    g = _bert_embeddings(t=21, h=64, vocabs=(40, 9, 2))
+    inputs, params = _feeds(g, seed=7)
+    compiled = compile_graph(g, params, device=device, cache=False, precision="f16")
+    assert [d.kernel.split("+")[0] for d in compiled.plan.dispatches] == ["embedding3_f16_layer_norm"]
+    halved = sum(v.nbytes // (2 if v.ndim == 2 else 1) for v in params.values())  # the tables as halves
+    assert compiled.plan.memory()["weights_bytes"] == halved
+    (got,) = compiled.run(inputs)
+    (want,) = evaluate(g, inputs, _rounded(params))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_an_index_past_a_table_is_refused_with_its_input_named(device):
+    g = _bert_embeddings()
+    inputs, params = _feeds(g)
+    plan = lower(optimize(g)[0], device.limits)
+    session = Session(plan, params, device=device)
+    bad = {**inputs, "ids2": np.full(23, 2, np.uint32)}  # the token type table has 2 rows
+    with pytest.raises(InputError, match="ids2"):
+        session.run(bad)
+    assert (inputs["ids2"] < 2).all()  # nothing passed in was changed
