@@ -450,8 +450,11 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     # tables' rows summed into the node's scratch buffer (embedding_sum.wgsl), then the LayerNorm of that
     # sum plus the third table's rows.
     from ..kernel import SCRATCH, Buffer, elementwise_groups
+    from .matmul_kernel import layer_norm_lanes
 
     rows, n = _rows(node.type)
+    lanes, values = layer_norm_lanes(n)
+    norm_groups = math.ceil(rows * lanes / 256)
     pairs, fmt = (len(ins) - 2) // 2, node.attrs["format"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
     tag = "" if fmt == "f32" else f"_{fmt}"
@@ -459,16 +462,18 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     norm_out = (Buffer("w"), Buffer("bias"))
     if 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         bases, total, vocab_params = _gathers(vocabs, fmt)
-        return Kernel(f"embedding{pairs}{tag}_layer_norm", "embedding_layer_norm.wgsl", rows,
-                      params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": total},
+        return Kernel(f"embedding{pairs}{tag}_layer_norm", "embedding_layer_norm.wgsl", norm_groups,
+                      params=(*common, *vocab_params),
+                      slots={"ROW_BASES": bases, "SUM": total, "LANES": lanes, "VALUES": values},
                       bindings=(*norm_out, *_pair_buffers(pairs, fmt), Buffer("out", write=True)))
     bases, total, vocab_params = _gathers(vocabs[:2], fmt)
     first = Kernel(f"embedding2{tag}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
                    params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": total},
                    bindings=(*_pair_buffers(2, fmt), Buffer("out", write=True)), inputs=(2, 3, 4, 5), scratch=rows * n)
     bases, total, vocab_params = _gathers(vocabs[2:], fmt)
-    second = Kernel(f"embedding1{tag}_add_layer_norm", "embedding_layer_norm.wgsl", rows,
-                    params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": f"x[r + j] + {total}"},
+    second = Kernel(f"embedding1{tag}_add_layer_norm", "embedding_layer_norm.wgsl", norm_groups,
+                    params=(*common, *vocab_params),
+                    slots={"ROW_BASES": bases, "SUM": f"x[r + j] + {total}", "LANES": lanes, "VALUES": values},
                     bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt), Buffer("out", write=True)),
                     inputs=(0, 1, SCRATCH, 6, 7))
     return [first, second]

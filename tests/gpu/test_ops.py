@@ -458,6 +458,7 @@ ROWS: list[Row] = [
     _embedding([0, 10, 3, 3, 7, 1, 10, 0, 5], 11, 6),
     _embedding_layer_norm((11, 5), 9, 6),  # a row narrower than a subgroup
     _embedding_layer_norm((30, 7, 2), 13, 300),  # rows longer than the workgroup's 256 lanes
+    _embedding_layer_norm((5, 3), 3, 4100),  # too long to hold in registers (gathered again in each pass)
     *[_rope(pairing, batch, offset) for pairing in ("half", "adjacent")
       for batch, offset in ((1, 0), (2, 3), (5, 17))],
     _attention("FullAttention", 4, 2, 8, 2, 5),
