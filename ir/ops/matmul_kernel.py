@@ -737,27 +737,20 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
 }"""
 
 
-#: Whether the tiled kernel loads the next K slice's quads into registers before the inner product
-#: (True: their latency hidden behind it, the registers held through it) or after it, right before
-#: storing them into workgroup memory (``bench/plan_ab.py --variant
-#: NAME:eggfuse.ir.ops.matmul_kernel.MATMUL_LOADS_EARLY=False``).
-MATMUL_LOADS_EARLY = True
-
-
 def _slice_loads(tile: MatmulTile) -> dict[str, str]:
     # matmul.wgsl's LOAD_FIRST, LOAD_NEXT and STORE_NEXT: invocation li loads quads li, li + 256, ...
     # of each slice (tile.loads of A and of B), held in next_a0, next_b0, ... while the workgroup
-    # computes on the other buffer (MATMUL_LOADS_EARLY; else loaded after the inner product).
+    # computes on the other buffer. Loading them after the inner product instead, right before their
+    # stores (fewer registers held through it; commit e97c55f's MATMUL_LOADS_EARLY=False) was slower on
+    # the H200 (bench/results/loads_late_h200/): MiniLM's plan 1272-1277 us GPU against 1202-1213, the
+    # prefill 3264-3266 against 3074-3134, 1024 x 384 x 1536 47.8 against 42.6 us, 4096^3 'BT' 4262
+    # against 3625 (4096^3 with B [K, N] 3954 against 3985-3986, the one shape it helped).
     a_loads, b_loads = tile.loads
     quads = [("a", r, "row0") for r in range(a_loads)] + [("b", r, "col0") for r in range(b_loads)]
     first = [f"    var next_{x}{r} = load_{x}(li + {MATMUL_WG * r}u, {at}, k0);" for x, r, at in quads]
     first += [f"    store_{x}(li + {MATMUL_WG * r}u, 0u, next_{x}{r});" for x, r, _ in quads]
     load = [f"            next_{x}{r} = load_{x}(li + {MATMUL_WG * r}u, {at}, k_next);" for x, r, at in quads]
     store = [f"            store_{x}(li + {MATMUL_WG * r}u, 1u - buf, next_{x}{r});" for x, r, _ in quads]
-    if not MATMUL_LOADS_EARLY:
-        store = ["            let k_late = k0 + (s + 1u) * BK;",
-                 *(line.replace("k_next", "k_late") for line in load), *store]
-        load = []
     return dict(LOAD_FIRST="\n".join(first), LOAD_NEXT="\n".join(load), STORE_NEXT="\n".join(store))
 
 
