@@ -19,13 +19,15 @@ often as needed) sets a constant of an eggfuse module before lowering, VALUE a P
 JSON: one row per (variant, round) with ``model``, ``variant`` (``tree``, a saved plan's name or a
 ``--variant``'s), ``round``, ``wall_us``, ``gpu_us`` (medians), ``dispatches``, ``max_abs_diff`` (against
 the tree's output) and ``adapter``; with ``--profile`` then one row per variant with ``profile``, its
-GPU time per kernel name (``kernel``, ``calls``, ``us``; every dispatch in a compute pass of its own).
+GPU time per kernel (``kernel``, ``source``: a digest of its WGSL, ``calls``, ``us``; every dispatch in a
+compute pass of its own).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib
 import json
 import pickle
@@ -76,18 +78,20 @@ def lowered(fused, settings: list[tuple[str, str, object]]):
 
 
 def kernel_times(plan, params: dict, feed: dict) -> list[dict]:
-    """``plan``'s GPU time per kernel name (``eggfuse.runtime.profile.profile``: each dispatch in a
-    timestamped compute pass of its own, median of 5 runs): rows ``kernel``, ``calls``, ``us`` (summed),
-    the largest first."""
+    """``plan``'s GPU time per kernel (``eggfuse.runtime.profile.profile``: each dispatch in a
+    timestamped compute pass of its own, median of 5 runs): rows ``kernel`` (the name), ``source``
+    (the first 12 hex digits of the SHA-256 of its WGSL, so that a setting which changes a kernel's
+    source but not its name shows as another row), ``calls``, ``us`` (summed), the largest first."""
     from eggfuse.runtime import Session
     from eggfuse.runtime.profile import profile
 
     prof = profile(Session(plan, {k: v for k, v in params.items() if k in plan.parameters}), feed, repeats=5)
-    by: dict[str, list[float]] = {}
+    by: dict[tuple[str, str], list[float]] = {}
     for k in prof.kernels:
-        by.setdefault(k.kernel, []).append(k.gpu_ms * 1e3)
-    return sorted(({"kernel": name, "calls": len(us), "us": sum(us)} for name, us in by.items()),
-                  key=lambda r: -r["us"])
+        digest = hashlib.sha256(plan.dispatches[k.index].source.encode()).hexdigest()[:12]
+        by.setdefault((k.kernel, digest), []).append(k.gpu_ms * 1e3)
+    return sorted(({"kernel": name, "source": digest, "calls": len(us), "us": sum(us)}
+                   for (name, digest), us in by.items()), key=lambda r: -r["us"])
 
 
 def adapter_name() -> str:
