@@ -360,6 +360,9 @@ def main() -> None:
               else shapes(args.quick, args.big))
     if args.weights != "f32":
         listed = [t for t in listed if t[0] == "MatMulBT"]
+        if not listed:
+            raise SystemExit(f"--weights {args.weights} stores B as blocks along K, which only MatMulBT shapes have "
+                             "(B [N,K]): give M,K,N shapes without MatMul:")
     todo = [t for t in listed if args.max_m is None or t[1] <= args.max_m]
     if not todo:
         raise SystemExit(f"no shape has M <= {args.max_m}")

@@ -46,8 +46,8 @@ class GenerateResult:
     generation ran (``decode``, and ``prefill`` when the prompt has more than one token)
     whether its compile hit the compile cache (``hit``, ``miss``, ``off``); ``cache_model``
     whether the model came from the model cache (:mod:`eggfuse.model_cache`: ``hit``,
-    ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder, a
-    model in a block format or one passed in loaded); ``cache`` is ``hit`` when all of these
+    ``miss``, ``off``; None for a model it does not hold, such as a Hugging Face folder or
+    one passed in loaded); ``cache`` is ``hit`` when all of these
     hit, ``off`` when the cache was skipped, else ``miss``. ``weights`` is
     the weight storage as loaded (``f32``, a block format or ``f16``) and ``weight_formats`` counts the
     model's parameters per storage on the device, as the decode plan holds them (:func:`plan_weight_formats`:

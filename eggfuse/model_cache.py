@@ -8,8 +8,7 @@ numpy view for each of the 49,152 vocabulary strings and 48,900 merges, and
 :meth:`~eggfuse.models.causal_lm.CausalLM.load` returned: whatever the arrays of
 ``model.params`` are (float32; with ``weights="q4_1"`` and the other block formats the u32 rows of
 blocks, as the file stores them or quantised on loading; with ``"f16"`` pairs of float16 in u32
-words), memory-mapped
-read-only when read back, so that a session uploads them without copying.
+words), memory-mapped read-only when read back, so that a session uploads them without copying.
 
 An entry is two files in ``<cache folder>/models`` (:func:`eggfuse.cache.cache_dir`):
 
@@ -27,8 +26,8 @@ not check out (a header, checksum, length or CRC that differs; a body this modul
 a warning and rewritten; each array's CRC-32 is checked when the entry is read (about 0.1 s
 for 540 MB). Storing an entry removes the other entries of the same file and storage, so an edited
 file or a new eggfuse leaves one entry per GGUF file and storage (SmolLM2-135M: 538 MB in f32,
-270 MB in f16, 97 MB in Q4_1). Writes go to temporary files renamed into
-place, the weights before the ``.model`` file that vouches for them.
+269 MB in f16, 97 MB in Q4_1); entries an older eggfuse wrote in another format go too. Writes go
+to temporary files renamed into place, the weights before the ``.model`` file that vouches for them.
 """
 
 from __future__ import annotations
@@ -225,8 +224,9 @@ class ModelCache:
 
     def store(self, key: str, model, source: Path) -> Path | None:
         """Write the entry of ``key`` for ``model`` loaded from ``source``, then remove the other
-        entries of that file with weights stored as ``model``'s are; returns the ``.model`` path, or
-        None when the model cannot be stored (logged at INFO) or the folder cannot be written (a warning)."""
+        entries of that file with weights stored as ``model``'s are (and those of another format); returns
+        the ``.model`` path, or None when the model cannot be stored (logged at INFO) or the folder cannot be
+        written (a warning)."""
         try:
             body, arrays = _encode(model)
         except Unstorable as e:
@@ -262,7 +262,8 @@ class ModelCache:
             return None
         for other in self.entries():
             header = _header(other)
-            if other != meta and header.get("source") == origin and header.get("weights", "f32") == model.weights:
+            stale = header.get("eggfuse_model_cache") != FORMAT or header.get("weights") == model.weights
+            if other != meta and header.get("source") == origin and stale:
                 _remove(self, other.name[:-len(".model")])
         return meta
 

@@ -546,8 +546,8 @@ class _InputSlot:
         arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite)
         if self.rows is not None and arr.size and (top := int(arr.max())) >= self.rows:
             raise InputError(f"input {self.name!r}: index {top} out of range for a "
-                             f"table of {self.rows} rows (it indexes rows: Embedding, ScatterAdd, "
-                             f"EmbeddingSumLayerNorm); give indices below {self.rows}")
+                             f"table of {self.rows} rows (it indexes rows: Embedding, QuantEmbedding, "
+                             f"ScatterAdd, EmbeddingSumLayerNorm); give indices below {self.rows}")
         return arr
 
 

@@ -415,7 +415,7 @@ def _embedding_rows(xs, a):
         bad = idx >= table.shape[0]
         if bad.any():
             raise InputError(f"EmbeddingSumLayerNorm: index {int(idx[bad][0])} of indices {(i - 2) // 2} out of "
-                             f"range for a table of {table.shape[0]} rows")
+                             f"range for a table of {table.shape[0]} rows; give indices below {table.shape[0]}")
         rows = table[idx.astype(np.int64)].astype(np.float64)
         total = rows if total is None else total + rows
     return total
@@ -460,7 +460,8 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     tag = "" if fmt == "f32" else f"_{fmt}"
     common = (("rows", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
     norm_out = (Buffer("w"), Buffer("bias"))
-    if 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
+    # (two tables bind 7: a limit below that, under WebGPU's 8, fails check_limits with the limit named)
+    if pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         bases, total, vocab_params = _gathers(vocabs, fmt)
         return Kernel(f"embedding{pairs}{tag}_layer_norm", "embedding_layer_norm.wgsl", norm_groups,
                       params=(*common, *vocab_params),
@@ -485,8 +486,8 @@ def _embedding_sum_layer_norm_vjp(b, node, dy, want):
     w, bias, *flat = node.inputs
     fmt = node.attrs["format"]
     if fmt != "f32" and any(want[3::2]):
-        raise GraphError(f"EmbeddingSumLayerNorm: its {fmt} tables (u32 words) have no gradient; differentiate the "
-                         "f32 graph, before the f16 ruleset")
+        raise GraphError(f"node {node.id} EmbeddingSumLayerNorm: its {fmt} tables (u32 words) have no gradient; "
+                         "differentiate the f32 graph, before the f16 ruleset rounds its tables")
     x = None
     for idx, table in zip(flat[::2], flat[1::2], strict=True):
         e = (b.emit("Embedding", (idx, table)) if fmt == "f32" else
@@ -510,7 +511,8 @@ op("EmbeddingSumLayerNorm", ("w", "bias", "indices0", "table0", "indices1", "tab
    kernel=_embedding_sum_layer_norm_kernel, flops=lambda ins, out, a: 9 * out.num_elements,
    index_bounds=lambda ins, a: {i: ins[i + 1].shape[0] for i in range(2, len(ins), 2)},
    doc="LayerNorm(sum_i table_i[indices_i], w, bias, eps) over rows of H: a BERT-style embedding layer (word, "
-       "position and token type rows added, then normalised) in one dispatch; indices u32 [T], tables f32 "
+       "position and token type rows added, then normalised) in one dispatch (two with three tables where the "
+       "device binds 8 storage buffers at most); indices u32 [T], tables f32 "
        "[rows_i, H] (format f16: u32 [rows_i, H / 2]), w and bias [H] -> [T, H]; the sum is taken in input order "
        "(LayerNorm: Ba et al. 2016)")
 
@@ -533,19 +535,22 @@ def _embedding_sum_layer_norm_rules(e):
     (eps,) = e.vars("eps", e.f64)
     f32 = e.String("f32")
     emb = [e.Embedding(i, t) for i, t in ((i0, t0), (i1, t1), (i2, t2))]
+    # the lookups of one shape [T, H]: an Add that broadcasts (a lookup of one row, a table of one column)
+    # is no sum of rows the op takes
+    same = [e.eq(e.shape(emb[k])).to(e.shape(emb[0])) for k in (1, 2)]
     # LayerNorm(E0 + E1) -> EmbeddingSumLayerNorm(E0, E1); three embeddings in either grouping (the sum
     # E0 + (E1 + E2) is (E1 + E2) + E0 exactly: a float add commutes)
     yield e.equal("LayerNorm(E0+E1) -> EmbeddingSumLayerNorm(E0,E1)",
                   e.LayerNorm(e.Add(emb[0], emb[1]), w, bias, eps=eps),
-                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, eps=eps, format=f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, eps=eps, format=f32), same[0],
                   example=_embedding_ln_example("2"))
     yield e.equal("LayerNorm((E0+E1)+E2) -> EmbeddingSumLayerNorm(E0,E1,E2)",
                   e.LayerNorm(e.Add(e.Add(emb[0], emb[1]), emb[2]), w, bias, eps=eps),
-                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, i2, t2, eps=eps, format=f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, i2, t2, eps=eps, format=f32), *same,
                   example=_embedding_ln_example("(2)+1"))
     yield e.equal("LayerNorm(E0+(E1+E2)) -> EmbeddingSumLayerNorm(E1,E2,E0)",
                   e.LayerNorm(e.Add(emb[0], e.Add(emb[1], emb[2])), w, bias, eps=eps),
-                  e.EmbeddingSumLayerNorm(w, bias, i1, t1, i2, t2, i0, t0, eps=eps, format=f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i1, t1, i2, t2, i0, t0, eps=eps, format=f32), *same,
                   example=_embedding_ln_example("1+(2)"))
 
 

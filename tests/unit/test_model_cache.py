@@ -226,3 +226,19 @@ def test_each_weight_storage_has_its_own_entry(store, tmp_path, weights):
     assert set(want.quant.values()) == {weights}  # f16 too: pairs of halves in u32 words
     with pytest.raises(InputError, match="q3_k"):
         model_cache.load_gguf(path, weights="q3_k")
+
+
+def test_a_storage_replaces_its_own_stale_entry_and_an_older_format_only(store, tmp_path):
+    path = tiny_gguf(tmp_path / "tiny32.gguf", hidden=32, ffn=64)
+    model_cache.load_gguf(path, weights="q4_1")
+    model_cache.load_gguf(path)  # f32 after q4_1: both kept
+    assert len(store.entries()) == 2
+    (q4,) = [p for p in store.entries() if json.loads(p.read_bytes().split(b"\n")[0])["weights"] == "q4_1"]
+    # an entry an older eggfuse wrote (another format) for the same file goes when any entry is stored
+    old = store.folder / f"{'b' * 64}.model"
+    old.write_bytes(q4.read_bytes().replace(b'"eggfuse_model_cache": 2', b'"eggfuse_model_cache": 1', 1))
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))  # the file edited: new keys
+    assert model_cache.cache_status(model_cache.load_gguf(path, weights="q4_1")) == "miss"
+    kinds = sorted(json.loads(p.read_bytes().split(b"\n")[0])["weights"] for p in store.entries())
+    # the old q4_1 entry and the other format's went; the stale f32 entry stays until f32 is stored
+    assert kinds == ["f32", "q4_1"] and not q4.exists() and not old.exists()
