@@ -3,17 +3,19 @@
 //#include "derivatives.wgsl"
 //#include "row_lanes.wgsl"
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
-// The second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py): LayerNorm of each row of
-// C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS partial sums
-// from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself):
+// LayerNorm of each of p.m rows of C, C[i, j] = value(i, j):
 // out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
-// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). EPILOGUE is the
-// product's chain, reading the operands e0, e1, ... as the tiled kernel does.
+// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). VALUE defines value:
+// - the second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py; ir/ops/matmul_kernel.py
+//   _PARTIAL_SUMS): C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS
+//   partial sums from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself); EPILOGUE is the
+//   product's chain, reading the operands e0, e1, ... as the tiled kernel does;
+// - EmbeddingSumLayerNorm (ir/ops/norms.py): C = the sum of the rows its tables' indices name.
 //
 // LANES neighbouring invocations take a row (256 / LANES rows a workgroup), lane l owning its
 // columns l, l + LANES, ...: with VALUES > 0 (at most VALUES columns a lane) each computes its
 // C[i, j] once and keeps them in registers for both passes and the output; with VALUES 0 (rows
-// too long for that) each pass computes them again from the partial sums. The row sums are
+// too long for that) each pass computes them again. The row sums are
 // row_lanes.wgsl's (in registers where a row's lanes lie in one subgroup).
 
 const SPLITS: u32 = {{SPLITS}}u;
@@ -28,14 +30,7 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     return v;
 }
 
-fn value(i: u32, j: u32) -> f32 {
-    let at = i * p.n + j;
-    var v = 0.0;
-    for (var s = 0u; s < SPLITS; s = s + 1u) {
-        v = v + part[s * p.m * p.n + at];
-    }
-    return epilogue(i, j, v);
-}
+{{VALUE}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1012,6 +1012,18 @@ def layer_norm_lanes(n: int) -> tuple[int, int]:
     return lanes, values if values <= LAYER_NORM_HELD else 0
 
 
+#: matmul_split_layer_norm.wgsl's VALUE for a product's LayerNorm stage: the splits' partial sums of
+#: element (i, j) added, then the product's epilogue.
+_PARTIAL_SUMS = """fn value(i: u32, j: u32) -> f32 {
+    let at = i * p.n + j;
+    var v = 0.0;
+    for (var s = 0u; s < SPLITS; s = s + 1u) {
+        v = v + part[s * p.m * p.n + at];
+    }
+    return epilogue(i, j, v);
+}"""
+
+
 def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int, n: int, eps: float, norm_eps: float,
                  epilogue: tuple, operands: list, lines: list[str], fixed: int) -> Kernel:
     # The second dispatch of a two-stage product, reading the first's scratch buffer: the splits'
@@ -1025,12 +1037,12 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
         raise LoweringError("a LayerNorm final step takes no RmsNorm prologue: its reduction does not scale rows")
     if final == "layer_norm":
         lanes, values = layer_norm_lanes(n)
+        slots = dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=values, LANES=lanes, VALUE=_PARTIAL_SUMS)
         return Kernel(f"matmul_split{splits}_layer_norm{chain}", "matmul_split_layer_norm.wgsl",
                       math.ceil(m * lanes / MATMUL_WG),
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
                       bindings=(Buffer("part"), Buffer("gamma"), Buffer("beta"), *operands, Buffer("out", write=True)),
-                      inputs=(SCRATCH, fixed, fixed + 1, *range(fixed + 2, fixed + 2 + len(operands))),
-                      slots=dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=values, LANES=lanes))
+                      inputs=(SCRATCH, fixed, fixed + 1, *range(fixed + 2, fixed + 2 + len(operands))), slots=slots)
     if final not in (None, "swiglu"):
         raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm' or None")
     gated = final == "swiglu"

@@ -425,16 +425,19 @@ def _embedding_sum_layer_norm_ref(xs, a):
     return _layer_norm_ref([_embedding_rows(xs, a), xs[0], xs[1]], a)
 
 
-def _gathers(vocabs: list[int], fmt: str) -> tuple[str, str, tuple]:
-    # ROW_BASES and SUM of the embedding kernels for tables ``vocabs`` bound as ids0/table0, ...: each
-    # row's offset in its table (an index past the last row clamped to it; for f16 in words of two
-    # halves), the rows' sum at column j; and the params of the tables' rows
-    per_row = "p.n" if fmt == "f32" else "(p.n / 2u)"
-    bases = "\n".join(f"    let b{i} = min(ids{i}[row], p.vocab{i} - 1u) * {per_row};" if i < len(vocabs) else
-                      f"    let b{i} = 0u;  // no table {i}" for i in range(3))
-    element = "table{i}[b{i} + j]" if fmt == "f32" else "unpack2x16float(table{i}[b{i} + j / 2u])[j % 2u]"
-    total = " + ".join(element.format(i=i) for i in range(len(vocabs)))
-    return bases, total, tuple((f"vocab{i}", "u32", v) for i, v in enumerate(vocabs))
+def _gathers(vocabs: list[int], fmt: str, first: str = "") -> tuple[str, tuple]:
+    # The VALUE of matmul_split_layer_norm.wgsl and embedding_sum.wgsl for tables ``vocabs`` bound as
+    # ids0/table0, ...: element (i, j) of the rows summed (``first``, a term before them), an index past a
+    # table's last row clamped to it (f16: a row of n / 2 words of two halves); and the params of the
+    # tables' rows
+    row = "p.n" if fmt == "f32" else "(p.n / 2u)"
+    at = "j" if fmt == "f32" else "j / 2u"
+    terms = [first] if first else []
+    for i in range(len(vocabs)):
+        word = f"table{i}[min(ids{i}[i], p.vocab{i} - 1u) * {row} + {at}]"
+        terms.append(word if fmt == "f32" else f"unpack2x16float({word})[j % 2u]")
+    value = "fn value(i: u32, j: u32) -> f32 {\n    return " + " + ".join(terms) + ";\n}"
+    return value, tuple((f"vocab{i}", "u32", v) for i, v in enumerate(vocabs))
 
 
 def _pair_buffers(pairs: int, fmt: str) -> tuple:
@@ -445,10 +448,10 @@ def _pair_buffers(pairs: int, fmt: str) -> tuple:
 
 
 def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]:
-    # One dispatch (embedding_layer_norm.wgsl) where its bindings fit the device's storage buffers per
-    # stage; with three tables and WebGPU's default of 8 (the one dispatch binds 9), two: the first two
-    # tables' rows summed into the node's scratch buffer (embedding_sum.wgsl), then the LayerNorm of that
-    # sum plus the third table's rows.
+    # One dispatch (matmul_split_layer_norm.wgsl, its VALUE the rows' sum) where its bindings fit the
+    # device's storage buffers per stage; with three tables and WebGPU's default of 8 (the one dispatch
+    # binds 9), two: the first two tables' rows summed into the node's scratch buffer
+    # (embedding_sum.wgsl), then the LayerNorm of that sum plus the third table's rows.
     from ..kernel import SCRATCH, Buffer, elementwise_groups
     from .matmul_kernel import layer_norm_lanes
 
@@ -458,23 +461,22 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     pairs, fmt = (len(ins) - 2) // 2, node.attrs["format"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
     tag = "" if fmt == "f32" else f"_{fmt}"
-    common = (("rows", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
-    norm_out = (Buffer("w"), Buffer("bias"))
+    common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
+    norm = dict(SPLITS=1, EPILOGUE="", VALUES=values, LANES=lanes)
+    norm_out = (Buffer("gamma"), Buffer("beta"))
     # (two tables bind 7: a limit below that, under WebGPU's 8, fails check_limits with the limit named)
     if pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
-        bases, total, vocab_params = _gathers(vocabs, fmt)
-        return Kernel(f"embedding{pairs}{tag}_layer_norm", "embedding_layer_norm.wgsl", norm_groups,
-                      params=(*common, *vocab_params),
-                      slots={"ROW_BASES": bases, "SUM": total, "LANES": lanes, "VALUES": values},
+        value, vocab_params = _gathers(vocabs, fmt)
+        return Kernel(f"embedding{pairs}{tag}_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
+                      params=(*common, *vocab_params), slots={**norm, "VALUE": value},
                       bindings=(*norm_out, *_pair_buffers(pairs, fmt), Buffer("out", write=True)))
-    bases, total, vocab_params = _gathers(vocabs[:2], fmt)
+    value, vocab_params = _gathers(vocabs[:2], fmt)
     first = Kernel(f"embedding2{tag}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
-                   params=(*common, *vocab_params), slots={"ROW_BASES": bases, "SUM": total},
+                   params=(*common, *vocab_params), slots={"VALUE": value},
                    bindings=(*_pair_buffers(2, fmt), Buffer("out", write=True)), inputs=(2, 3, 4, 5), scratch=rows * n)
-    bases, total, vocab_params = _gathers(vocabs[2:], fmt)
-    second = Kernel(f"embedding1{tag}_add_layer_norm", "embedding_layer_norm.wgsl", norm_groups,
-                    params=(*common, *vocab_params),
-                    slots={"ROW_BASES": bases, "SUM": f"x[r + j] + {total}", "LANES": lanes, "VALUES": values},
+    value, vocab_params = _gathers(vocabs[2:], fmt, first="x[i * p.n + j]")
+    second = Kernel(f"embedding1{tag}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
+                    params=(*common, *vocab_params), slots={**norm, "VALUE": value},
                     bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt), Buffer("out", write=True)),
                     inputs=(0, 1, SCRATCH, 6, 7))
     return [first, second]
