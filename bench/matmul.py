@@ -60,9 +60,7 @@ import numpy as np
 from eggfuse.ir import DType, Graph
 from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
-    MATMUL_TILES,
-    MATMUL_TILES_DEEP,
-    MATMUL_TILES_WIDE,
+    MATMUL_TILES_ALL,
     MatmulTile,
     matmul_choice,
     matmul_splits,
@@ -124,7 +122,7 @@ def shapes(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
 
 
 def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]], out: Path,
-          tiles: tuple[MatmulTile, ...] = MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE,
+          tiles: tuple[MatmulTile, ...] = MATMUL_TILES_ALL,
           split_counts: tuple[int, ...] = SWEEP_SPLITS, weights: str = "f32") -> list[dict]:
     """Ours at every (tile of ``tiles``, split count of ``split_counts`` or the heuristic's for the tile)
     and at the heuristic's pick for the (M, K, N) of ``todo`` (MatMulBT), rows written to ``out`` as
@@ -325,8 +323,7 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the peer even when torch with CUDA is importable")
     ap.add_argument("--sweep", action="store_true", help="ours at every tile and split-K count (no peer)")
     ap.add_argument("--sweep-shapes", help="M,K,N;M,K,N;... for --sweep (default SWEEP_M x SWEEP_KN)")
-    ap.add_argument("--sweep-tiles", help="BMxBNxBK,... for --sweep (default every tile of MATMUL_TILES, "
-                                          "MATMUL_TILES_DEEP and MATMUL_TILES_WIDE)")
+    ap.add_argument("--sweep-tiles", help="BMxBNxBK,... for --sweep (default every tile of MATMUL_TILES_ALL)")
     ap.add_argument("--sweep-splits", help=f"split-K counts for --sweep, e.g. 1,2,4 (default "
                                            f"{','.join(map(str, SWEEP_SPLITS))}; each tile's own count is "
                                            f"always timed)")
@@ -379,7 +376,7 @@ def main() -> None:
         todo = [_triple(t) for t in args.sweep_shapes.split(";")] if args.sweep_shapes \
             else [(m, k, n) for k, n in SWEEP_KN for m in SWEEP_M]
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        every = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE}
+        every = {t.name: t for t in MATMUL_TILES_ALL}
         names = args.sweep_tiles.split(",") if args.sweep_tiles else list(every)
         if bad := [t for t in names if t not in every]:
             raise SystemExit(f"unknown tiles {bad}: each one of {', '.join(every)}")

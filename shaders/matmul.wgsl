@@ -6,18 +6,19 @@
 // FusedRmsNormMatMul: the tiled kernel (ir/ops/matmul_kernel.py; M <= 4 takes
 // matmul_gemv.wgsl).
 //
-// One workgroup of 256 invocations computes a BM x BN tile of C. They form KSPLIT groups
+// One workgroup of WG invocations (256, or 128 and 64 for ir/ops/matmul_kernel.py's MATMUL_TILES_SMALL)
+// computes a BM x BN tile of C. They form KSPLIT groups
 // of TX x TY invocations; invocation (tx, ty) of a group owns rows g*4*TY + ty*4 + (0..3)
 // and columns h*4*TX + tx*4 + (0..3) of the tile (g < TM/4, h < TN/4): a TM x TN
 // micro-tile (8x8 for 128x128) of vec4 accumulators c{row}_{h}, updated with one vec4
 // FMA per row and column group. K is walked in slices of BK: A's slice is staged
 // transposed ([BK][BM], so the inner loop reads 4 rows of A as one vec4) and B's as is
 // ([BK][BN]), in two buffers: while the workgroup computes on one, each invocation holds
-// its quads (4 consecutive stored elements; quads li, li + 256, ... of a slice, as many as
+// its quads (4 consecutive stored elements; quads li, li + WG, ... of a slice, as many as
 // MatmulTile.loads in ir/ops/matmul_kernel.py) of the next slice in registers, stores them
 // into the other buffer after the inner product, and a single barrier per slice separates
 // the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
-// (KSPLIT 2 or 4) thus keep 256 invocations busy, and wide micro-tiles (8x4, 4x8 or 8x8,
+// (KSPLIT 2 or 4) thus keep WG invocations busy, and wide micro-tiles (8x4, 4x8 or 8x8,
 // MATMUL_TILES_WIDE: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
 // are added in workgroup memory at the end (REDUCE_SPLIT, in rounds of as many accumulators
 // as the slices' memory holds), each group adding and storing its share of the accumulators
@@ -56,13 +57,14 @@ const BN: u32 = {{BN}}u;
 const BK: u32 = {{BK}}u;
 const TX: u32 = BN / {{TN}}u;          // invocations across a K group's tile: TX x TY,
 const TY: u32 = BM / {{TM}}u;          // each a {{TM}}x{{TN}} micro-tile
-const KSPLIT: u32 = 256u / (TX * TY);  // K groups
+const WG: u32 = {{WG}}u;               // invocations of a workgroup
+const KSPLIT: u32 = WG / (TX * TY);    // K groups
 const BM4: u32 = BM / 4u;
 const BN4: u32 = BN / 4u;
 const KQ: u32 = BK / 4u;              // quads in BK elements of a row
 const A_QUADS: u32 = BM * BK / 4u;    // quads in a slice of A
 const B_QUADS: u32 = BN * BK / 4u;
-const A_LOADS: u32 = (A_QUADS + 255u) / 256u;  // quads of a slice of A each invocation loads
+const A_LOADS: u32 = (A_QUADS + WG - 1u) / WG;  // quads of a slice of A each invocation loads
 const A_SIZE: u32 = BK * BM4;         // vec4 per A buffer
 const B_SIZE: u32 = BK * BN4;
 const B_START: u32 = 2u * A_SIZE;     // the B buffers follow the two A buffers
@@ -91,7 +93,7 @@ fn load_a(li: u32, row0: u32, k0: u32) -> vec4<f32> {
     }
     if (A_ALONG_K) {  // quad li: tile row li / KQ, columns k0 + (li % KQ) * 4 ..
         let k = k0 + li % KQ * 4u;
-        return stage_a(quad_a(row0 + li / KQ, k), k, li / 256u);
+        return stage_a(quad_a(row0 + li / KQ, k), k, li / WG);
     }
     return quad_a(k0 + li / BM4, row0 + li % BM4 * 4u);  // quad li: slice row li / BM4
 }
@@ -149,7 +151,7 @@ var<private> part_base: u32;  // SPLITS > 1: where this workgroup's partial sums
 // vec4<f32>, one write a quad; N % 4 == 0).
 {{STORE4}}
 
-@compute @workgroup_size(256, 1, 1)
+@compute @workgroup_size({{WG}}, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let w = linear_workgroup(wid, nwg);

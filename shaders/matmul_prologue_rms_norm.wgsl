@@ -2,11 +2,11 @@
 // (Zhang & Sennrich 2019; ir/ops/matmul.py). The A slice stages
 // x[i, k..k+3] * w_norm[k..k+3]; the store multiplies row i by 1 / sqrt(mean_k x[i, k]^2 + eps),
 // which commutes with the product. The sums of squares come for free from the A loads:
-// load r of invocation li reads quads of tile row (li + 256 r) / KQ only (at columns
-// (li + 256 r) % KQ * 4 of every K slice), so it sums x^2 of that row in ss[r]; finish_rows
+// load r of invocation li reads quads of tile row (li + WG r) / KQ only (at columns
+// (li + WG r) % KQ * 4 of every K slice), so it sums x^2 of that row in ss[r]; finish_rows
 // adds the KQ partial sums of each row in workgroup memory.
 
-var<private> ss: array<f32, A_LOADS>;  // ss[r]: partial sum of x^2 of tile row (li + 256 r) / KQ
+var<private> ss: array<f32, A_LOADS>;  // ss[r]: partial sum of x^2 of tile row (li + WG r) / KQ
 
 fn w_norm_at(k: u32) -> f32 {
     return w_norm[min(k, p.k - 1u)];  // past K, x is 0 and the weight does not matter
@@ -26,7 +26,7 @@ fn scratch(f: u32) -> f32 {
 // Called after the K loop's last barrier, in uniform control flow.
 fn finish_rows(li: u32) {
     for (var r = 0u; r < A_LOADS; r = r + 1u) {
-        let q = li + 256u * r;
+        let q = li + WG * r;
         if (q < A_QUADS) {
             tiles[q / 4u][q % 4u] = ss[r];
         }

@@ -64,7 +64,7 @@ WORKGROUP_STORAGE = 16384
 class MatmulTile:
     """The work of one workgroup: ``bm`` x ``bn`` outputs, K staged ``bk`` at a time.
 
-    Tiled kernel (``gemv`` False): the 256 invocations form ``ksplit`` groups of
+    Tiled kernel (``gemv`` False): the ``wg`` invocations (256 but for MATMUL_TILES_SMALL) form ``ksplit`` groups of
     (bm/tm) x (bn/tn), each invocation owning a tm x tn micro-tile (tm, tn = 8 for a side
     of 128, else 4); group g computes K slice elements [g, g+1) * bk/ksplit, and the
     groups' sums are added at the end (split-K inside the workgroup, for small tiles).
@@ -80,6 +80,7 @@ class MatmulTile:
     bk: int
     gemv: bool = False
     micro: tuple[int, int] | None = None
+    wg: int = MATMUL_WG
 
     @property
     def tm(self) -> int:
@@ -91,12 +92,12 @@ class MatmulTile:
 
     @property
     def ksplit(self) -> int:
-        return MATMUL_WG * self.tm * self.tn // (self.bm * self.bn)
+        return self.wg * self.tm * self.tn // (self.bm * self.bn)
 
     @property
     def loads(self) -> tuple[int, int]:
-        """Quads of A and of B each of the 256 invocations loads per K slice (tiled kernel)."""
-        return math.ceil(self.bm * self.bk / 4 / MATMUL_WG), math.ceil(self.bn * self.bk / 4 / MATMUL_WG)
+        """Quads of A and of B each of the ``wg`` invocations loads per K slice (tiled kernel)."""
+        return math.ceil(self.bm * self.bk / 4 / self.wg), math.ceil(self.bn * self.bk / 4 / self.wg)
 
     @property
     def storage(self) -> int:
@@ -107,7 +108,8 @@ class MatmulTile:
     def name(self) -> str:
         if self.gemv:
             return f"gemv{self.bm}x{self.bn}"
-        return f"{self.bm}x{self.bn}x{self.bk}" + (f"m{self.tm}x{self.tn}" if self.micro else "")
+        return (f"{self.bm}x{self.bn}x{self.bk}" + (f"m{self.tm}x{self.tn}" if self.micro else "")
+                + (f"w{self.wg}" if self.wg != MATMUL_WG else ""))
 
 
 #: Every tile shape of the tiled kernel, from the most reuse per loaded element to the
@@ -140,6 +142,18 @@ MATMUL_TILES_WIDE = (MatmulTile(64, 64, 16, micro=(8, 8)), MatmulTile(64, 64, 16
                      MatmulTile(64, 64, 16, micro=(4, 8)), MatmulTile(64, 32, 16, micro=(8, 4)),
                      MatmulTile(32, 64, 16, micro=(4, 8)), MatmulTile(128, 64, 8, micro=(8, 8)),
                      MatmulTile(64, 128, 8, micro=(8, 8)), MatmulTile(32, 32, 32, micro=(4, 8)))
+#: Tiles of fewer invocations (``wg`` 128 or 64), each computing its micro-tile over the whole K slice
+#: (one K group, no final sum): the layouts of cuBLAS's fp32 SIMT kernels on an H200 (64x64 tiles of 128
+#: threads, 8x4 outputs each; 128x64 of 128 threads, 8x8 each), which hold half the accumulator registers of
+#: a 256-invocation workgroup of the same sides, so more tiles fit an SM. Only through :func:`matmul_choice`
+#: unless :func:`matmul_tile` takes them. A tile's rows must not outnumber its invocations (the RmsNorm
+#: prologue's row sums take one invocation a row).
+MATMUL_TILES_SMALL = (MatmulTile(64, 64, 16, micro=(8, 4), wg=128), MatmulTile(64, 64, 16, micro=(4, 8), wg=128),
+                      MatmulTile(128, 64, 8, micro=(8, 8), wg=128), MatmulTile(64, 128, 8, micro=(8, 8), wg=128),
+                      MatmulTile(128, 64, 16, micro=(8, 8), wg=128), MatmulTile(64, 64, 16, micro=(8, 8), wg=64),
+                      MatmulTile(64, 32, 16, micro=(8, 4), wg=64), MatmulTile(32, 64, 16, micro=(4, 8), wg=64))
+#: Every tile :func:`matmul_choice` takes.
+MATMUL_TILES_ALL = MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE + MATMUL_TILES_SMALL
 # Not among them, measured slower on the H200 (commit af174f5 had them; bench/results/tile_order_h200/):
 # the wide micro-tiles on slices of 32 elements of K (64x64x32m8x4, 64x32x32m8x4, 32x64x32m4x8; half the
 # barriers, two quads of each operand loaded a slice). 1024 x 384 x 1536 took 67.5 us on 64x64x32m8x4
@@ -405,7 +419,7 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
                   gemv_cols: int | None = None,
                   shapes: Collection[tuple[int, int, int]] | None = None) -> Iterator[None]:
     """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
-    MATMUL_TILES, MATMUL_TILES_DEEP or MATMUL_TILES_WIDE) and ``splits`` instead of :func:`matmul_tile`
+    MATMUL_TILES_ALL) and ``splits`` instead of :func:`matmul_tile`
     and :func:`matmul_splits`'s choice, and every 'BT' GEMV ``gemv_cols`` output columns per workgroup
     instead of :func:`gemv_bt_cols`'s (None: the heuristic's); for tuning sweeps (``bench/matmul.py
     --sweep``, ``--gemv-cols``, ``bench/plan_variants.py``). With ``shapes`` (M, K, N triples of
@@ -417,9 +431,9 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
     device offers), a split count below 1, a column count that is not a power of two
     from 1 to 64 (the lanes of a column, 256 / columns, must be a power of two and at least 4), or
     a shape that is not three positive ints."""
-    if tile is not None and tile not in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE:
-        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP or "
-                            f"MATMUL_TILES_WIDE")
+    if tile is not None and tile not in MATMUL_TILES_ALL:
+        raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP, "
+                            f"MATMUL_TILES_WIDE or MATMUL_TILES_SMALL")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
@@ -747,10 +761,11 @@ def _slice_loads(tile: MatmulTile) -> dict[str, str]:
     # against 3625 (4096^3 with B [K, N] 3954 against 3985-3986, the one shape it helped).
     a_loads, b_loads = tile.loads
     quads = [("a", r, "row0") for r in range(a_loads)] + [("b", r, "col0") for r in range(b_loads)]
-    first = [f"    var next_{x}{r} = load_{x}(li + {MATMUL_WG * r}u, {at}, k0);" for x, r, at in quads]
-    first += [f"    store_{x}(li + {MATMUL_WG * r}u, 0u, next_{x}{r});" for x, r, _ in quads]
-    load = [f"            next_{x}{r} = load_{x}(li + {MATMUL_WG * r}u, {at}, k_next);" for x, r, at in quads]
-    store = [f"            store_{x}(li + {MATMUL_WG * r}u, 1u - buf, next_{x}{r});" for x, r, _ in quads]
+    wg = tile.wg
+    first = [f"    var next_{x}{r} = load_{x}(li + {wg * r}u, {at}, k0);" for x, r, at in quads]
+    first += [f"    store_{x}(li + {wg * r}u, 0u, next_{x}{r});" for x, r, _ in quads]
+    load = [f"            next_{x}{r} = load_{x}(li + {wg * r}u, {at}, k_next);" for x, r, at in quads]
+    store = [f"            store_{x}(li + {wg * r}u, 1u - buf, next_{x}{r});" for x, r, _ in quads]
     return dict(LOAD_FIRST="\n".join(first), LOAD_NEXT="\n".join(load), STORE_NEXT="\n".join(store))
 
 
@@ -948,7 +963,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                        slots={**gemv_slots, "EPILOGUE": ""}, scratch=m * n)
         return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
     decl, body, store, reduce = _micro_tile(tile)
-    tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, SPLITS=splits,
+    tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
                  **_slice_loads(tile))

@@ -1,5 +1,6 @@
 """Every tile of the tiled matmul kernel (the 16 KiB ones, the deep ones, which load several quads per
-invocation and slice, and the wide micro-tiles, whose K groups add their sums in rounds), whole and
+invocation and slice, the wide micro-tiles, whose K groups add their sums in rounds, and the workgroups of
+128 and 64 invocations), whole and
 split-K across workgroups (ir/ops/matmul_kernel.py: ``matmul_choice``, ``matmul_splits``;
 shaders/matmul.wgsl and matmul_split_reduce.wgsl), against the numpy
 reference (``eggfuse.ir.evaluate``): the three variants, an epilogue read in the reduction, the RmsNorm
@@ -20,9 +21,8 @@ from eggfuse.ir import Graph, evaluate
 from eggfuse.ir.errors import LoweringError
 from eggfuse.ir.ops.matmul_kernel import (
     DEEP_STORAGE,
-    MATMUL_TILES,
+    MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
-    MATMUL_TILES_WIDE,
     matmul_choice,
     matmul_splits,
     matmul_tile,
@@ -45,7 +45,7 @@ def _rows(tile):
     ]
 
 
-CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE for row in _rows(tile)
+CASES = [(tile, splits, row) for tile in MATMUL_TILES_ALL for row in _rows(tile)
          for splits in (1, 3)]
 
 
@@ -80,7 +80,7 @@ def _vec4_rows(tile):
             _rms_norm_matmul("BT", m, k, n, ("bias",))]
 
 
-VEC4_CASES = [(tile, splits, row) for tile in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE
+VEC4_CASES = [(tile, splits, row) for tile in MATMUL_TILES_ALL
               for row in _vec4_rows(tile) for splits in (1, 3)]
 
 
