@@ -3,9 +3,9 @@ chosen product shapes (tile, split-K count, GEMV columns per workgroup), timed a
 process: our wall and GPU time per run, and each variant's largest output difference from base.
 
 A variant is ``NAME=CHOICE[;CHOICE...]``, each CHOICE ``M,K,N:key=value[,key=value]`` for the
-[M,K] x [K,N] products of that shape, with keys ``tile`` (a name of MATMUL_TILES, MATMUL_TILES_DEEP
-or MATMUL_TILES_WIDE, e.g. ``64x64x16m8x4``; tiled products, M > 4), ``splits`` (split-K count)
-and ``cols`` (output columns per workgroup of a 'BT' GEMV, M <= 4), applied through
+[M,K] x [K,N] products of that shape, with keys ``tile`` (a name of MATMUL_TILES_ALL, e.g.
+``64x64x16m8x4``; tiled products, M > 4), ``splits`` (split-K count) and ``cols`` (output columns per
+workgroup of a 'BT' GEMV, M <= 4), applied through
 ``eggfuse.ir.ops.matmul_kernel.matmul_choice(..., shapes=...)``. Graphs are those of
 ``bench/models.py --save-graphs``; parameters and inputs are its random ones. Timing is
 bench/models.py's (``time_plan``: ``gpu_timing.wall_per_call``, N back-to-back runs and one wait,
@@ -40,14 +40,12 @@ import models  # noqa: E402
 from eggfuse.ir import LoweringError  # noqa: E402
 from eggfuse.ir.ops.matmul_kernel import (  # noqa: E402
     GEMV_COLS_ALLOWED,
-    MATMUL_TILES,
-    MATMUL_TILES_DEEP,
-    MATMUL_TILES_WIDE,
+    MATMUL_TILES_ALL,
     matmul_choice,
 )
 from eggfuse.pipeline import lower_for  # noqa: E402
 
-TILES = {t.name: t for t in MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE}
+TILES = {t.name: t for t in MATMUL_TILES_ALL}
 KEYS = ("tile", "splits", "cols")
 
 

@@ -1,0 +1,159 @@
+"""Where a model's wall time per run goes beyond its GPU time: the device's idle time between
+back-to-back runs, each run's command buffer stamped by the GPU.
+
+``bench/models.py`` reports two times per run of a plan: wall clock around N back-to-back
+``Session.run(read=())`` calls divided by N, and GPU time from timestamps around N copies of the plan
+in one command buffer. This script times the same plan in five ways, in one process, and prints
+each as microseconds per run:
+
+- ``wall_runs``: as bench/models.py (``gpu_timing.wall_per_call``);
+- ``gpu_one_buffer``: as bench/models.py (``gpu_timing.gpu_per_call``);
+- ``wall_one_buffer``: wall clock around one submission of N copies of the plan (one compute pass
+  each) and one wait: what the runs would cost with no submission boundaries;
+- ``stamped_submits``: N submissions, each one run as Session.run records it (the session's input
+  bytes written first, then one compute pass), with a timestamp at the beginning and the end of each
+  pass: per run its ``busy`` time (end - beginning) and the ``gap`` from the previous run's end to
+  its beginning, on the GPU's clock; and ``wall`` around the N;
+- ``stamped_one_submit``: the same N command buffers given to one ``queue.submit`` call.
+
+The gaps show what a submission costs on the device (wgpu's fences and barriers between
+command buffers, the input copy) apart from the host. Graphs are those of ``bench/models.py
+--save-graphs``; parameters and inputs its random ones.
+
+    python3 bench/submit_gaps.py --graphs bench/graphs --model minilm --json gaps.json   # GPU machine
+
+JSON: one object per model with each way's ``*_us`` medians (and p90 where sampled), the per-run
+``busy_us`` and ``gap_us`` medians of both stamped ways, ``calls``, ``samples``, ``dispatches``,
+``adapter``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import wgpu
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import gpu_timing  # noqa: E402
+
+import models  # noqa: E402
+from eggfuse.pipeline import lower_for  # noqa: E402
+from eggfuse.runtime import Session  # noqa: E402
+
+
+def _record(session: Session, encoder, query=None, first: int = 0) -> None:
+    # One run of the plan as one compute pass (Session._record_plan's pass), stamped at its
+    # beginning and end into ``query`` entries ``first`` and ``first + 1`` when given.
+    stamps = None if query is None else {"query_set": query, "beginning_of_pass_write_index": first,
+                                         "end_of_pass_write_index": first + 1}
+    compute = encoder.begin_compute_pass(timestamp_writes=stamps)
+    for pipeline, bind_group, grid in session._commands:
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, bind_group)
+        compute.dispatch_workgroups(*grid)
+    compute.end()
+
+
+def _write_inputs(session: Session) -> None:
+    # The input bytes of a run, as Session.run writes them (its packed input buffer)
+    if session._input_staging.size:
+        session.device.queue.write_buffer(session._input_buffer, 0, session._input_staging)
+
+
+def stamped(session: Session, calls: int, one_submit: bool) -> dict:
+    """``calls`` runs as separate command buffers, each a stamped compute pass after the input
+    write; submitted one by one, or (``one_submit``) all in one ``queue.submit``. Returns the GPU's
+    ``busy`` and ``gap`` per run (seconds; gaps from the second run on) and the ``wall`` per run."""
+    device = session.device
+    query = device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * calls)
+    resolve = device.create_buffer(size=16 * calls, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    buffers = []
+    for i in range(calls):
+        encoder = device.create_command_encoder()
+        _record(session, encoder, query, 2 * i)
+        if i == calls - 1:
+            encoder.resolve_query_set(query, 0, 2 * calls, resolve, 0)
+        buffers.append(encoder.finish())
+    session.wait()
+    t = time.perf_counter()
+    if one_submit:
+        _write_inputs(session)
+        device.queue.submit(buffers)
+    else:
+        for b in buffers:
+            _write_inputs(session)
+            device.queue.submit([b])
+    session.wait()
+    wall = (time.perf_counter() - t) / calls
+    ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64) * 1e-9
+    begin, end = ticks[0::2], ticks[1::2]
+    return {"busy": list(end - begin), "gap": list(begin[1:] - end[:-1]), "wall": wall}
+
+
+def wall_one_buffer(session: Session, calls: int) -> float:
+    """Seconds per run: wall clock around one command buffer of ``calls`` compute passes, each the
+    plan, submitted once after the input write, and one wait."""
+    encoder = session.device.create_command_encoder()
+    for _ in range(calls):
+        _record(session, encoder)
+    buffer = encoder.finish()
+    session.wait()
+    t = time.perf_counter()
+    _write_inputs(session)
+    session.device.queue.submit([buffer])
+    session.wait()
+    return (time.perf_counter() - t) / calls
+
+
+def measure(plan, params: dict, feeds: list[dict], calls: int, samples: int) -> dict:
+    s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
+    s.run(feeds[0])
+    out = {"calls": calls, "samples": samples, "dispatches": len(plan.dispatches), "adapter": s.adapter}
+    wall = gpu_timing.wall_per_call(s, feeds, samples)
+    s.run(feeds[0], read=())
+    gpu = gpu_timing.gpu_per_call(s, calls, samples)
+    one = [wall_one_buffer(s, calls) for _ in range(samples)]
+    for key, values in (("wall_runs", wall), ("gpu_one_buffer", gpu), ("wall_one_buffer", one)):
+        if values:
+            median, p90 = gpu_timing.median_p90(values)
+            out[f"{key}_us"], out[f"{key}_p90_us"] = median * 1e6, p90 * 1e6
+    if gpu_timing.has_timestamps(s.device):
+        for key, together in (("stamped_submits", False), ("stamped_one_submit", True)):
+            runs = [stamped(s, calls, together) for _ in range(samples)]
+            out[f"{key}_wall_us"] = float(np.median([r["wall"] for r in runs])) * 1e6
+            out[f"{key}_busy_us"] = float(np.median([b for r in runs for b in r["busy"]])) * 1e6
+            out[f"{key}_gap_us"] = float(np.median([g for r in runs for g in r["gap"]])) * 1e6
+            out[f"{key}_gap_p90_us"] = float(np.percentile([g for r in runs for g in r["gap"]], 90)) * 1e6
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", type=Path, required=True, help="a folder of bench/models.py --save-graphs")
+    ap.add_argument("--model", action="append", choices=models.MODELS, help="(repeatable; default minilm)")
+    ap.add_argument("--calls", type=int, default=10, help="back-to-back runs per sample")
+    ap.add_argument("--repeats", type=int, default=20, help="samples of each way")
+    ap.add_argument("--json", type=Path, required=True)
+    args = ap.parse_args()
+    if min(args.calls, args.repeats) < 2:
+        raise SystemExit("--calls and --repeats must be at least 2")
+    rows = []
+    for kind in args.model or ["minilm"]:
+        fused, params, feeds, meta = models.saved_model(args.graphs, kind, args.calls)
+        row = {"model": kind, "weights": meta["weights"], **measure(lower_for(fused), params, feeds, args.calls,
+                                                                     args.repeats)}
+        rows.append(row)
+        print(json.dumps(row, indent=1), flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
