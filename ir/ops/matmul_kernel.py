@@ -272,7 +272,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     more multiprocessors. Last, a 64x64, 64x32 or 32x64 tile whose workgroups each walk at
     least WIDE_MIN_K elements of K takes its wide micro-tile (MATMUL_TILES_WIDE: 8x4, 8x4, 4x8),
     whose K groups' final sum is then paid back. Where M is 128 and 128x128 reaches MIN_WORKGROUPS
-    by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead.
+    by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead; where 64x64 would
+    split a long K into 4 or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more ranges).
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
@@ -318,6 +319,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
         if workgroups >= MIN_WORKGROUPS and long != 32:
             if sides == (128, 128) and m <= 128:  # one row of tiles: halve its rows (ONE_ROW_BLOCK_TILE)
                 return ONE_ROW_BLOCK_TILE
+            if _long_k_split(tile, m, k, n):
+                return LONG_K_SPLIT_TILE
             return _widened(tile, m, k, n)
         walked.append((workgroups, tile))
     return _widened(max(walked, key=lambda w: w[0])[1], m, k, n)
@@ -330,6 +333,24 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
 #: rule takes every product of M = 128 whose 128x128 tiles reach MIN_WORKGROUPS (N > 36736); only K = 576,
 #: N = 49152 was measured.
 ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
+
+#: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
+#: (4x8 per invocation, slices of 8), in about twice the K ranges. On an H200 (``bench/matmul.py --sweep``,
+#: bench/results/small_wg_h200/sweep_small_wg.json) MiniLM's down projection, 1024 x 1536 x 384, took 47.5 us on it
+#: in 8 ranges against 54.1 on 64x64x16m8x4 in 4 (the best of 15 tiles at 1, 2 and 4 ranges), and 512 x 1536 x 576
+#: 47.0 against 48.8 (64x64x16m8x4 in 5; the fastest there, 42.8, was 64x64x16m8x4w128 in 5); MiniLM's whole plan
+#: 1165.8 against 1202.5 us GPU (small_wg_h200/down_minilm.json, three alternated rounds).
+LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
+
+
+def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
+    # a 64x64 tile whose product splits K into 4 or more ranges of WIDE_MIN_K or more (few tiles, a long K), where
+    # N holds a 128-wide tile: LONG_K_SPLIT_TILE instead
+    if (tile.bm, tile.bn) != (64, 64) or n < 128:
+        return False
+    splits = matmul_splits(tile, m, k, n)
+    return splits >= 4 and _k_chunk(tile, k, splits) >= WIDE_MIN_K
+
 
 #: A tiled product is spread enough when its workgroups (counting split-K) reach this many:
 #: three quarters of TARGET_WORKGROUPS (:func:`matmul_tile`).

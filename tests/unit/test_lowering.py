@@ -267,14 +267,19 @@ def test_matmul_tile_heuristic():
     # (nearest 384 / tiles, at most 8, at least 96 elements of K each); else the walked tile of the
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
-    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200).
+    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200),
+    # and a 64x64 pick in 4 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE).
     cases = {
         (4096, 4096, 4096): ("128x128x8", 1),     # 1024 tiles
         (2048, 8, 2048): ("64x64x16", 1),         # 128x128: 256 tiles; 64x64: 1024, K too short to widen
         (1024, 384, 1536): ("64x64x16m8x4", 1),   # 128x128: 96 tiles (not split); 64x64: 384, K 384
         (1024, 384, 1152): ("64x64x16m8x4", 1),   # 64x64: 288
         (1024, 384, 384): ("64x64x16", 4),        # 64x64: 96 x 4 = 384, each split 96 of K
-        (512, 1536, 576): ("64x64x16m8x4", 5),    # 64x64: 72 x 5 = 360, each split 320 of K
+        (512, 1536, 576): ("64x128x8", 8),        # 64x64: 72 x 5, each split 320 of K: a long K (LONG_K_SPLIT_TILE)
+        (1024, 1536, 384): ("64x128x8", 8),       # 64x64: 96 x 4, 384 of K each; 64x128: 48 x 8
+        (2048, 1536, 384): ("64x64x16m8x4", 2),   # 64x64: 192 x 2: fewer than 4 ranges
+        (256, 1536, 576): ("64x64x16", 8),        # 64x64: 36 x 8, each split 192 of K: too short for it
+        (2048, 1536, 100): ("64x64x16m8x4", 6),   # 64x64: 64 x 6, 256 of K each, but N below 128
         (128, 576, 576): ("32x64x16", 6),         # 32x64 (N >= M): 36 x 6 = 216, the most walked
         (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
         (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
