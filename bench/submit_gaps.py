@@ -8,7 +8,8 @@ each as microseconds per run:
 
 - ``wall_runs``: as bench/models.py (``gpu_timing.wall_per_call``); ``wall_runs_1`` the same with one
   run per sample; ``wall_runs_spin`` and ``wall_runs_1_spin`` both with the wait for the device as a loop
-  of non-blocking polls; ``wall_runs_again`` the first way once more, after them;
+  of non-blocking polls; ``wall_runs_again`` the first way once more, after them; ``run_read_1`` one
+  ``Session.run`` reading every output back, the call as a program makes it;
 - ``gpu_one_buffer``: as bench/models.py (``gpu_timing.gpu_per_call``);
 - ``wall_one_buffer``: wall clock around one submission of N copies of the plan (one compute pass
   each) and one wait: what the runs would cost with no submission boundaries;
@@ -115,8 +116,8 @@ def wall_one_buffer(session: Session, calls: int) -> float:
 
 def spinning(session: Session):
     """``session.wait`` as a loop of non-blocking polls (wgpu-native's ``wgpuDevicePoll`` without wait, until
-    it reports the queue empty), where the session's wait blocks in one poll with wait; None without
-    wgpu-native's C API."""
+    it reports the queue empty: a Rust bool, the low byte of the C return value), where the session's wait
+    blocks in one poll with wait; None without wgpu-native's C API."""
     from eggfuse.runtime import session as module
 
     if module._libf is None:
@@ -124,7 +125,7 @@ def spinning(session: Session):
     internal, null, poll = session.device._internal, module._ffi.NULL, module._libf.wgpuDevicePoll
 
     def wait() -> None:
-        while not poll(internal, False, null):
+        while not poll(internal, False, null) & 0xFF:
             pass
     return wait
 
@@ -141,6 +142,11 @@ def measure(plan, params: dict, feeds: list[dict], calls: int, samples: int) -> 
         ways["wall_runs_1_spin"] = gpu_timing.wall_per_call(s, feeds[:1], samples)
         del s.wait
     ways["wall_runs_again"] = gpu_timing.wall_per_call(s, feeds, samples)
+    ways["run_read_1"] = []
+    for _ in range(samples):  # one run read back, as a program that wants its output calls it
+        t = time.perf_counter()
+        s.run(feeds[0])
+        ways["run_read_1"].append(time.perf_counter() - t)
     for key, values in ways.items():
         median, p90 = gpu_timing.median_p90(values)
         out[f"{key}_us"], out[f"{key}_p90_us"] = median * 1e6, p90 * 1e6
