@@ -6,10 +6,11 @@ back-to-back runs, each run's command buffer stamped by the GPU.
 in one command buffer. This script times the same plan in five ways, in one process, and prints
 each as microseconds per run:
 
-- ``wall_runs``: as bench/models.py (``gpu_timing.wall_per_call``); ``wall_runs_1`` the same with one
-  run per sample; ``wall_runs_spin`` and ``wall_runs_1_spin`` both with the wait for the device as a loop
-  of non-blocking polls; ``wall_runs_again`` the first way once more, after them; ``run_read_1`` one
-  ``Session.run`` reading every output back, the call as a program makes it;
+- ``wall_runs``: as bench/models.py (``gpu_timing.wall_per_call``), the session's waits as it makes them;
+  ``wall_runs_blocking`` and ``wall_runs_spinning`` the same with every wait of the session one blocking
+  poll, or (GPU adapters) polls that return at once (``eggfuse.runtime.session.SPIN_WAIT_S``);
+  ``wall_runs_1_*`` with one run per sample; ``run_read_1_*`` one ``Session.run`` reading every output
+  back, the call as a program makes it;
 - ``gpu_one_buffer``: as bench/models.py (``gpu_timing.gpu_per_call``);
 - ``wall_one_buffer``: wall clock around one submission of N copies of the plan (one compute pass
   each) and one wait: what the runs would cost with no submission boundaries;
@@ -114,39 +115,22 @@ def wall_one_buffer(session: Session, calls: int) -> float:
     return (time.perf_counter() - t) / calls
 
 
-def spinning(session: Session):
-    """``session.wait`` as a loop of non-blocking polls (wgpu-native's ``wgpuDevicePoll`` without wait, until
-    it reports the queue empty: a Rust bool, the low byte of the C return value), where the session's wait
-    blocks in one poll with wait; None without wgpu-native's C API."""
-    from eggfuse.runtime import session as module
-
-    if module._libf is None:
-        return None
-    internal, null, poll = session.device._internal, module._ffi.NULL, module._libf.wgpuDevicePoll
-
-    def wait() -> None:
-        while not poll(internal, False, null) & 0xFF:
-            pass
-    return wait
-
-
 def measure(plan, params: dict, feeds: list[dict], calls: int, samples: int) -> dict:
     s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
     s.run(feeds[0])
     out = {"calls": calls, "samples": samples, "dispatches": len(plan.dispatches), "adapter": s.adapter}
+    spin_allowed, ways = s._spin, {}
+    for mode in ("blocking", "spinning") if spin_allowed else ("blocking",):
+        s._spin = mode == "spinning"  # Session.wait and the read-back: polls that return at once, or one that blocks
+        ways[f"wall_runs_{mode}"] = gpu_timing.wall_per_call(s, feeds, samples)
+        ways[f"wall_runs_1_{mode}"] = gpu_timing.wall_per_call(s, feeds[:1], samples)
+        ways[f"run_read_1_{mode}"] = []
+        for _ in range(samples):  # one run read back, as a program that wants its output calls it
+            t = time.perf_counter()
+            s.run(feeds[0])
+            ways[f"run_read_1_{mode}"].append(time.perf_counter() - t)
+    s._spin = spin_allowed
     wall = gpu_timing.wall_per_call(s, feeds, samples)
-    ways = {"wall_runs_1": gpu_timing.wall_per_call(s, feeds[:1], samples)}
-    if (spin := spinning(s)) is not None:
-        s.wait = spin  # this session's waits from here to the spinning ways' end
-        ways["wall_runs_spin"] = gpu_timing.wall_per_call(s, feeds, samples)
-        ways["wall_runs_1_spin"] = gpu_timing.wall_per_call(s, feeds[:1], samples)
-        del s.wait
-    ways["wall_runs_again"] = gpu_timing.wall_per_call(s, feeds, samples)
-    ways["run_read_1"] = []
-    for _ in range(samples):  # one run read back, as a program that wants its output calls it
-        t = time.perf_counter()
-        s.run(feeds[0])
-        ways["run_read_1"].append(time.perf_counter() - t)
     for key, values in ways.items():
         median, p90 = gpu_timing.median_p90(values)
         out[f"{key}_us"], out[f"{key}_p90_us"] = median * 1e6, p90 * 1e6

@@ -6,6 +6,7 @@ import atexit
 import difflib
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -121,6 +122,10 @@ class Session:
         # buffer accesses itself: Vulkan's robustBufferAccess
         self._unchecked_ok = unchecked_modules_allowed(self.device)
         self.adapter = adapter_description(self.device)
+        # waits that poll without blocking (SPIN_WAIT_S): GPU adapters only; a CPU adapter's work runs
+        # on the host's cores, which a spinning thread would take from it
+        self._spin = (SPIN_WAIT_S > 0 and _libf is not None
+                      and self.device.adapter.info.get("adapter_type") not in ("CPU", None))
         borrowed = {} if share is None else _shared_buffers(plan, share)
         needed = _needed_parameters(plan, borrowed)
         given = {n: v for n, v in dict(params).items() if n in needed or n not in plan.parameters}
@@ -342,12 +347,15 @@ class Session:
             self.device.queue.submit(self._record_plan())
 
     def wait(self) -> None:
-        """Block until the device has finished the submitted work: wgpu-native's
+        """Block until the device has finished the submitted work: on a GPU adapter, polls that return
+        at once for up to SPIN_WAIT_S seconds (:func:`_spin_until_idle`), then wgpu-native's
         ``wgpuDevicePoll`` with wait (wgpu-py 0.32's ``on_submitted_work_done`` does not work with
         its wgpu-native), or without wgpu-native's C API a 4-byte read-back. On an idle H200 the poll
         took 5.1-5.4 us, the read-back 312-628 us (``bench/runtime_overhead.py``,
         bench/results/runtime_overhead_h200_run4.json)."""
         with device_errors("waiting for the device"):
+            if self._spin and _spin_until_idle(self.device):
+                return
             if not _poll_until_idle(self.device):
                 index = self.plan.outputs[0]
                 self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
@@ -484,11 +492,7 @@ class Session:
             self._record_next()
             if not wanted:
                 return []
-            raw = {}
-            for index, staging in wanted.items():
-                staging.map_sync(wgpu.MapMode.READ)
-                raw[index] = staging.read_mapped()
-                staging.unmap()
+            raw = self._read_back(wanted)
         except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
             raise device_error("running the plan", e) from e
         outs = []
@@ -496,6 +500,32 @@ class Session:
             ty = plan.output_types[i]
             outs.append(_host_array(raw[plan.outputs[i]], ty))
         return outs
+
+    def _read_back(self, wanted: dict[int, wgpu.GPUBuffer]) -> dict[int, memoryview]:
+        # The bytes of the read-back buffers ``wanted`` (buffer index -> staging buffer) once the run's
+        # copies into them are done. On a GPU adapter the wait polls without blocking (SPIN_WAIT_S), then
+        # each buffer is mapped without wgpu-py's extra empty submission (its fix for buffers written
+        # through a mapping, which these are not) and one poll on this thread runs the map callbacks,
+        # rather than wgpu-py's poll thread waking this one: on the H200 a MiniLM run read back took
+        # 1600 us against 1167 us of GPU time that way (bench/submit_gaps.py, run_read_1).
+        raw = {}
+        if self._spin and _spin_until_idle(self.device):
+            try:
+                promises = [(i, staging, staging.map_async(_MAP_READ_DONE)) for i, staging in wanted.items()]
+            except (KeyError, ValueError, TypeError, AttributeError):  # a wgpu-py without the mode
+                promises = None
+            if promises is not None:
+                _libf.wgpuDevicePoll(self.device._internal, False, _ffi.NULL)
+                for i, staging, promise in promises:
+                    promise.sync_wait()
+                    raw[i] = staging.read_mapped()
+                    staging.unmap()
+                return raw
+        for i, staging in wanted.items():
+            staging.map_sync(wgpu.MapMode.READ)
+            raw[i] = staging.read_mapped()
+            staging.unmap()
+        return raw
 
     def _staging_buffer(self, index: int) -> wgpu.GPUBuffer:
         # The read-back (MAP_READ) buffer of an output's buffer, made on its first read.
@@ -507,6 +537,29 @@ class Session:
 
 #: The compiled staging's element kinds (runtime/_record.c): booleans are staged in Python.
 _STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
+
+
+#: Longest a session's wait on a GPU adapter polls without blocking (a loop of ``wgpuDevicePoll`` calls
+#: that return at once, one host core busy) before it blocks in one poll with wait; 0: always block. On
+#: the H200 (``bench/submit_gaps.py``, bench/results/small_wg_h200/gaps_spin.json; 10 back-to-back runs
+#: and one wait) MiniLM took 1203.9 us a run against 1214.7-1222.5 blocking, SmolLM2's decode step 964.3
+#: against 974.9-977.0, its prefill 3103.9 against 3132.7-3139.1.
+SPIN_WAIT_S = 0.01
+#: wgpu-py's map mode for a read without its extra empty submission (wgpu-native issue 305 concerns
+#: buffers written through a mapping; the read-back buffers are written by copies).
+_MAP_READ_DONE = "READ_NOSYNC"
+
+
+def _spin_until_idle(device: wgpu.GPUDevice) -> bool:
+    # Poll without blocking until the device has run every submitted command buffer; False when
+    # SPIN_WAIT_S passed first. wgpuDevicePoll returns a Rust bool, all submissions done: the low
+    # byte of the C return value (the rest is not set).
+    internal, deadline = device._internal, time.perf_counter() + SPIN_WAIT_S
+    poll, null = _libf.wgpuDevicePoll, _ffi.NULL
+    while not poll(internal, False, null) & 0xFF:
+        if time.perf_counter() > deadline:
+            return False
+    return True
 
 
 def _poll_until_idle(device: wgpu.GPUDevice) -> bool:

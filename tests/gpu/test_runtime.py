@@ -532,3 +532,27 @@ def test_a_concat_split_over_several_dispatches_gives_the_reference(shapes, axis
     feeds = {f"x{i}": RNG.standard_normal(s) for i, s in enumerate(shapes)}
     (got,) = Session(plan, {}, device=device).run(feeds)
     np.testing.assert_array_equal(got, evaluate(g, feeds, {})[0].astype(np.float32))
+
+
+@pytest.mark.parametrize("spin_s", [0.01, 0.0], ids=["spins", "deadline-passed"])
+def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, monkeypatch, spin_s):
+    # The GPU adapters' wait (session.SPIN_WAIT_S, _spin_until_idle) and their read-back (maps without
+    # wgpu-py's extra submission, callbacks run on this thread), forced on here, where a CPU adapter
+    # blocks; with a deadline already passed every wait falls back to blocking.
+    from eggfuse.runtime import session as session_module
+
+    monkeypatch.setattr(session_module, "SPIN_WAIT_S", spin_s)
+    spun, spin = [], session_module._spin_until_idle
+    monkeypatch.setattr(session_module, "_spin_until_idle", lambda dev: spun.append(spin(dev)) or spun[-1])
+    g, params = _linear(), _params()
+    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
+    s = Session(lower_for(g, device), params, device=device)
+    assert s._spin == (device.adapter.info.get("adapter_type") not in ("CPU", None) and spin_s > 0)
+    s._spin = True
+    for _ in range(3):
+        feeds = {"x": RNG.standard_normal((5, 6))}
+        s.run(feeds, read=())
+        s.wait()
+        _close(s.run(feeds), evaluate(g, feeds, params))
+        _close(s.run(feeds, read=[1]), evaluate(g, feeds, params)[1:])
+    assert len(spun) == 9 and (any(spun) if spin_s else True)  # three waits and six reads a round
