@@ -506,8 +506,10 @@ class Session:
         # copies into them are done. On a GPU adapter the wait polls without blocking (SPIN_WAIT_S), then
         # each buffer is mapped without wgpu-py's extra empty submission (its fix for buffers written
         # through a mapping, which these are not) and one poll on this thread runs the map callbacks,
-        # rather than wgpu-py's poll thread waking this one: on the H200 a MiniLM run read back took
-        # 1600 us against 1167 us of GPU time that way (bench/submit_gaps.py, run_read_1).
+        # rather than wgpu-py's poll thread waking this one. On the H200 (bench/submit_gaps.py, run_read_1_*,
+        # bench/results/submit_gaps_h200/gaps_spin.json) one run read back took 1542 us against 1530 that way
+        # (MiniLM; GPU time 1172), the decode step 1336 against 1374, the prefill (logits 25 MB) 9659 against
+        # 11824: the read-back still costs 250-400 us beyond a run and its wait, cause not found.
         raw = {}
         if self._spin and _spin_until_idle(self.device):
             try:
@@ -541,9 +543,10 @@ _STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
 
 #: Longest a session's wait on a GPU adapter polls without blocking (a loop of ``wgpuDevicePoll`` calls
 #: that return at once, one host core busy) before it blocks in one poll with wait; 0: always block. On
-#: the H200 (``bench/submit_gaps.py``, bench/results/small_wg_h200/gaps_spin.json; 10 back-to-back runs
-#: and one wait) MiniLM took 1203.9 us a run against 1214.7-1222.5 blocking, SmolLM2's decode step 964.3
-#: against 974.9-977.0, its prefill 3103.9 against 3132.7-3139.1.
+#: the H200 (``bench/submit_gaps.py``, bench/results/submit_gaps_h200/gaps_spin.json; 10 back-to-back runs
+#: and one wait, ``wall_runs_*``) MiniLM took 1195.0 us a run against 1218.2 blocking (its GPU time
+#: 1171.6), SmolLM2's decode step 963.3 against 974.8, its prefill 3130.8 against 3138.2; one run and its
+#: wait 1275.6 against 1328.1, 1057.6 against 1139.5 and 3153.2 against 3350.2.
 SPIN_WAIT_S = 0.01
 #: wgpu-py's map mode for a read without its extra empty submission (wgpu-native issue 305 concerns
 #: buffers written through a mapping; the read-back buffers are written by copies).

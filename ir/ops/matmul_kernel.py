@@ -145,9 +145,14 @@ MATMUL_TILES_WIDE = (MatmulTile(64, 64, 16, micro=(8, 8)), MatmulTile(64, 64, 16
 #: Tiles of fewer invocations (``wg`` 128 or 64), each computing its micro-tile over the whole K slice
 #: (one K group, no final sum): the layouts of cuBLAS's fp32 SIMT kernels on an H200 (64x64 tiles of 128
 #: threads, 8x4 outputs each; 128x64 of 128 threads, 8x8 each), which hold half the accumulator registers of
-#: a 256-invocation workgroup of the same sides, so more tiles fit an SM. Only through :func:`matmul_choice`
-#: unless :func:`matmul_tile` takes them. A tile's rows must not outnumber its invocations (the RmsNorm
-#: prologue's row sums take one invocation a row).
+#: a 256-invocation workgroup of the same sides, so more tiles fit an SM. Only through :func:`matmul_choice`:
+#: on an H200 (``bench/matmul.py --sweep`` at 13 MiniLM, SmolLM2 and 4096^3 shapes beside the tiles the
+#: heuristic takes, 1, 2 and 4 splits, bench/results/long_k_h200/sweep_small_wg.json) one was fastest at one
+#: shape, 512 x 1536 x 576 (64x64x16m8x4w128 in 5 splits, 42.8 us against 45.6 for the best 256-invocation
+#: tile), and slower elsewhere: 1024 x 384 x 1536 46.7 against 42.7 on 64x64x16m8x4; 128x64x8m8x8w128, cuBLAS's
+#: layout for it, did not reach the ten fastest; MiniLM's plan with its three 64x64 products on
+#: 64x64x16m8x4w128 took 1241.4 us GPU against 1202.5 (long_k_h200/down_minilm.json). A tile's rows must not
+#: outnumber its invocations (the RmsNorm prologue's row sums take one invocation a row).
 MATMUL_TILES_SMALL = (MatmulTile(64, 64, 16, micro=(8, 4), wg=128), MatmulTile(64, 64, 16, micro=(4, 8), wg=128),
                       MatmulTile(128, 64, 8, micro=(8, 8), wg=128), MatmulTile(64, 128, 8, micro=(8, 8), wg=128),
                       MatmulTile(128, 64, 16, micro=(8, 8), wg=128), MatmulTile(64, 64, 16, micro=(8, 8), wg=64),
@@ -336,10 +341,10 @@ ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
 #: (4x8 per invocation, slices of 8), in about twice the K ranges. On an H200 (``bench/matmul.py --sweep``,
-#: bench/results/small_wg_h200/sweep_small_wg.json) MiniLM's down projection, 1024 x 1536 x 384, took 47.5 us on it
+#: bench/results/long_k_h200/sweep_small_wg.json) MiniLM's down projection, 1024 x 1536 x 384, took 47.5 us on it
 #: in 8 ranges against 54.1 on 64x64x16m8x4 in 4 (the best of 15 tiles at 1, 2 and 4 ranges), and 512 x 1536 x 576
 #: 47.0 against 48.8 (64x64x16m8x4 in 5; the fastest there, 42.8, was 64x64x16m8x4w128 in 5); MiniLM's whole plan
-#: 1165.8 against 1202.5 us GPU (small_wg_h200/down_minilm.json, three alternated rounds).
+#: 1165.8 against 1202.5 us GPU (long_k_h200/down_minilm.json, three alternated rounds).
 LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
 
 
