@@ -3,7 +3,7 @@ back-to-back runs, each run's command buffer stamped by the GPU.
 
 ``bench/models.py`` reports two times per run of a plan: wall clock around N back-to-back
 ``Session.run(read=())`` calls divided by N, and GPU time from timestamps around N copies of the plan
-in one command buffer. This script times the same plan in five ways, in one process, and prints
+in one command buffer. This script times the same plan in the ways below, in one process, and prints
 each as microseconds per run:
 
 - ``wall_runs``: as bench/models.py (``gpu_timing.wall_per_call``), the session's waits as it makes them;
@@ -95,7 +95,8 @@ def stamped(session: Session, calls: int, one_submit: bool) -> dict:
             device.queue.submit([b])
     session.wait()
     wall = (time.perf_counter() - t) / calls
-    ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64).astype(np.float64) * 1e-9
+    ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64)
+    ticks = (ticks - ticks[0]).astype(np.float64) * 1e-9  # from the first stamp, in integers: ns kept
     begin, end = ticks[0::2], ticks[1::2]
     return {"busy": list(end - begin), "gap": list(begin[1:] - end[:-1]), "wall": wall}
 

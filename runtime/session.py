@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
+import os
 import queue
 import threading
 import time
@@ -122,10 +124,11 @@ class Session:
         # buffer accesses itself: Vulkan's robustBufferAccess
         self._unchecked_ok = unchecked_modules_allowed(self.device)
         self.adapter = adapter_description(self.device)
-        # waits that poll without blocking (SPIN_WAIT_S): GPU adapters only; a CPU adapter's work runs
-        # on the host's cores, which a spinning thread would take from it
-        self._spin = (SPIN_WAIT_S > 0 and _libf is not None
-                      and self.device.adapter.info.get("adapter_type") not in ("CPU", None))
+        # waits that poll without blocking (SPIN_WAIT_S): discrete GPUs only (a CPU adapter's work runs on
+        # the host's cores, an integrated GPU shares their power), through wgpu-native's C API
+        self._spin = (SPIN_WAIT_S > 0 and os.environ.get("EGGFUSE_SPIN_WAIT", "1") != "0"
+                      and _libf is not None and getattr(self.device, "_internal", None) is not None
+                      and self.device.adapter.info.get("adapter_type") == "DiscreteGPU")
         borrowed = {} if share is None else _shared_buffers(plan, share)
         needed = _needed_parameters(plan, borrowed)
         given = {n: v for n, v in dict(params).items() if n in needed or n not in plan.parameters}
@@ -347,8 +350,9 @@ class Session:
             self.device.queue.submit(self._record_plan())
 
     def wait(self) -> None:
-        """Block until the device has finished the submitted work: on a GPU adapter, polls that return
-        at once for up to SPIN_WAIT_S seconds (:func:`_spin_until_idle`), then wgpu-native's
+        """Block until the device has finished the submitted work: on a discrete GPU, polls that return
+        at once for up to SPIN_WAIT_S seconds (one host core busy; ``EGGFUSE_SPIN_WAIT=0`` in the
+        environment of the process turns it off), then wgpu-native's
         ``wgpuDevicePoll`` with wait (wgpu-py 0.32's ``on_submitted_work_done`` does not work with
         its wgpu-native), or without wgpu-native's C API a 4-byte read-back. On an idle H200 the poll
         took 5.1-5.4 us, the read-back 312-628 us (``bench/runtime_overhead.py``,
@@ -503,31 +507,46 @@ class Session:
 
     def _read_back(self, wanted: dict[int, wgpu.GPUBuffer]) -> dict[int, memoryview]:
         # The bytes of the read-back buffers ``wanted`` (buffer index -> staging buffer) once the run's
-        # copies into them are done. On a GPU adapter the wait polls without blocking (SPIN_WAIT_S), then
-        # each buffer is mapped without wgpu-py's extra empty submission (its fix for buffers written
-        # through a mapping, which these are not) and one poll on this thread runs the map callbacks,
-        # rather than wgpu-py's poll thread waking this one. On the H200 (bench/submit_gaps.py, run_read_1_*,
-        # bench/results/submit_gaps_h200/gaps_spin.json) one run read back took 1542 us against 1530 that way
-        # (MiniLM; GPU time 1172), the decode step 1336 against 1374, the prefill (logits 25 MB) 9659 against
-        # 11824: the read-back still costs 250-400 us beyond a run and its wait, cause not found.
-        raw = {}
-        if self._spin and _spin_until_idle(self.device):
-            try:
-                promises = [(i, staging, staging.map_async(_MAP_READ_DONE)) for i, staging in wanted.items()]
-            except (KeyError, ValueError, TypeError, AttributeError):  # a wgpu-py without the mode
-                promises = None
-            if promises is not None:
-                _libf.wgpuDevicePoll(self.device._internal, False, _ffi.NULL)
-                for i, staging, promise in promises:
+        # copies into them are done. On a discrete GPU (self._spin) the wait polls without blocking
+        # (SPIN_WAIT_S); then each buffer is mapped without wgpu-py's extra empty submission (its fix for
+        # buffers written through a mapping, which these are not), and one poll on this thread may run the
+        # map callbacks here (wgpu-py's poll thread, woken by each map, may run them first). On the H200
+        # (bench/submit_gaps.py, run_read_1_*, bench/results/submit_gaps_h200/gaps_spin.json) a MiniLM run
+        # read back took 1542 us this way against 1530 blocking (GPU time 1172), the decode step 1336
+        # against 1374, the prefill (logits 25 MB) 9659 against 11824; the read-back costs 200-280 us
+        # beyond one run and its wait either way, cause not found. Every buffer mapped is unmapped, also
+        # when a read fails.
+        global _map_read_done_ok
+        raw, mapped, pending = {}, [], []
+        try:
+            if self._spin and _map_read_done_ok and _spin_until_idle(self.device):
+                try:
+                    for i, staging in wanted.items():
+                        pending.append((i, staging, staging.map_async(_MAP_READ_DONE)))
+                except ValueError:  # a wgpu-py without the mode: raised by the first map, before any state changes
+                    if pending:
+                        raise
+                    _map_read_done_ok = False
+                else:
+                    _libf.wgpuDevicePoll(self.device._internal, False, _ffi.NULL)
+                    while pending:
+                        i, staging, promise = pending[0]
+                        promise.sync_wait()
+                        mapped.append(pending.pop(0)[1])
+                        raw[i] = staging.read_mapped()
+                    return raw
+            for i, staging in wanted.items():
+                staging.map_sync(wgpu.MapMode.READ)
+                mapped.append(staging)
+                raw[i] = staging.read_mapped()
+            return raw
+        finally:
+            for staging in mapped:
+                staging.unmap()
+            for _, staging, promise in pending:  # maps a failure left behind: settled, then undone
+                with contextlib.suppress(Exception):
                     promise.sync_wait()
-                    raw[i] = staging.read_mapped()
                     staging.unmap()
-                return raw
-        for i, staging in wanted.items():
-            staging.map_sync(wgpu.MapMode.READ)
-            raw[i] = staging.read_mapped()
-            staging.unmap()
-        return raw
 
     def _staging_buffer(self, index: int) -> wgpu.GPUBuffer:
         # The read-back (MAP_READ) buffer of an output's buffer, made on its first read.
@@ -541,16 +560,21 @@ class Session:
 _STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
 
 
-#: Longest a session's wait on a GPU adapter polls without blocking (a loop of ``wgpuDevicePoll`` calls
-#: that return at once, one host core busy) before it blocks in one poll with wait; 0: always block. On
-#: the H200 (``bench/submit_gaps.py``, bench/results/submit_gaps_h200/gaps_spin.json; 10 back-to-back runs
-#: and one wait, ``wall_runs_*``) MiniLM took 1195.0 us a run against 1218.2 blocking (its GPU time
-#: 1171.6), SmolLM2's decode step 963.3 against 974.8, its prefill 3130.8 against 3138.2; one run and its
-#: wait 1275.6 against 1328.1, 1057.6 against 1139.5 and 3153.2 against 3350.2.
+#: Longest a session's wait on a discrete GPU polls without blocking (a loop of ``wgpuDevicePoll`` calls
+#: that return at once, one host core busy) before it blocks in one poll with wait; 0 (or
+#: ``EGGFUSE_SPIN_WAIT=0`` in the environment): always block. Set before a Session is made. On the H200
+#: (``bench/submit_gaps.py``, 10 back-to-back runs and one wait) blocking, polling, blocking again in one
+#: call (bench/results/submit_gaps_h200/gaps_spin_probe.json): MiniLM 1214.7 / 1203.9 / 1222.5 us a run,
+#: SmolLM2's decode step 974.9 / 964.3 / 977.0, its prefill 3132.7 / 3103.9 / 3139.1; with this code
+#: (gaps_spin.json) 1218.2 blocking against 1195.0 polling, 974.8 against 963.3, 3138.2 against 3130.8.
+#: One run and its wait: mixed, 1328.1 against 1275.6 us for MiniLM in one call, 1322.2 against 1337.1
+#: in the other.
 SPIN_WAIT_S = 0.01
 #: wgpu-py's map mode for a read without its extra empty submission (wgpu-native issue 305 concerns
-#: buffers written through a mapping; the read-back buffers are written by copies).
+#: buffers written through a mapping; the read-back buffers are written by copies). Private to wgpu-py
+#: 0.32: where map_async refuses it, reads map as before (_map_read_done_ok).
 _MAP_READ_DONE = "READ_NOSYNC"
+_map_read_done_ok = True
 
 
 def _spin_until_idle(device: wgpu.GPUDevice) -> bool:

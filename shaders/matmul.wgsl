@@ -24,7 +24,7 @@
 // as the slices' memory holds), each group adding and storing its share of the accumulators
 // (accumulator j: group j % KSPLIT; the STORE lines name the group).
 //
-// Template slots (filled by ir/ops/matmul_kernel.py): BM, BN, BK, TM, TN the tile; the
+// Template slots (filled by ir/ops/matmul_kernel.py): BM, BN, BK, TM, TN the tile, WG its invocations; the
 // bindings a and b hold vec4<f32> when the operand's stored rows are a multiple of 4 long,
 // else f32 (the RmsNorm weight sits between them, the epilogue operands e0, e1, ... follow
 // b); QUADS defines quad_a(r, c) and quad_b(r, c), the stored elements (r, c..c+3), zero

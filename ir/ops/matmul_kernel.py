@@ -4,7 +4,8 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
 - ``matmul.wgsl``, tiled: a workgroup of 256 invocations computes a BM x BN tile of C
   (:data:`MATMUL_TILES`: 128x128 with an 8x8 register micro-tile per invocation, down to
   32x32 with 4x4 micro-tiles and K split over 4 groups of invocations; :data:`MATMUL_TILES_WIDE`:
-  the same sides with 8x4, 4x8 or 8x8 micro-tiles and more K groups), walking K in
+  the same sides with 8x4, 4x8 or 8x8 micro-tiles and more K groups; :data:`MATMUL_TILES_SMALL`:
+  workgroups of 128 or 64 invocations, one K group each), walking K in
   slices staged, double-buffered, in workgroup memory (A transposed, so the inner product
   reads vec4 of A and of B); the inner product is unrolled here, in Python.
   A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
@@ -44,7 +45,7 @@ from ..kernel import SCRATCH, Buffer, Include, Kernel, elementwise_groups
 EPILOGUE_BINARY = ("bias", "add")
 
 #: Invocations per workgroup of both matmul kernels (the WebGPU default limit
-#: maxComputeInvocationsPerWorkgroup).
+#: maxComputeInvocationsPerWorkgroup), but for the tiles of MATMUL_TILES_SMALL (``MatmulTile.wg``).
 MATMUL_WG = 256
 #: Largest M that takes the GEMV kernel (its accumulators are per row, in registers). At 8 and 16 rows it
 #: was slower than the tiled kernel at every LLM shape of ``bench/matmul.py`` on the H200, with any column
@@ -145,14 +146,17 @@ MATMUL_TILES_WIDE = (MatmulTile(64, 64, 16, micro=(8, 8)), MatmulTile(64, 64, 16
 #: Tiles of fewer invocations (``wg`` 128 or 64), each computing its micro-tile over the whole K slice
 #: (one K group, no final sum): the layouts of cuBLAS's fp32 SIMT kernels on an H200 (64x64 tiles of 128
 #: threads, 8x4 outputs each; 128x64 of 128 threads, 8x8 each), which hold half the accumulator registers of
-#: a 256-invocation workgroup of the same sides, so more tiles fit an SM. Only through :func:`matmul_choice`:
-#: on an H200 (``bench/matmul.py --sweep`` at 13 MiniLM, SmolLM2 and 4096^3 shapes beside the tiles the
-#: heuristic takes, 1, 2 and 4 splits, bench/results/long_k_h200/sweep_small_wg.json) one was fastest at one
-#: shape, 512 x 1536 x 576 (64x64x16m8x4w128 in 5 splits, 42.8 us against 45.6 for the best 256-invocation
-#: tile), and slower elsewhere: 1024 x 384 x 1536 46.7 against 42.7 on 64x64x16m8x4; 128x64x8m8x8w128, cuBLAS's
-#: layout for it, did not reach the ten fastest; MiniLM's plan with its three 64x64 products on
-#: 64x64x16m8x4w128 took 1241.4 us GPU against 1202.5 (long_k_h200/down_minilm.json). A tile's rows must not
-#: outnumber its invocations (the RmsNorm prologue's row sums take one invocation a row).
+#: the wide tiles of the same sides (whose K groups each hold a copy), so more tiles fit an SM. 128x64x16m8x8w128
+#: takes 24 KiB of workgroup memory (more than WORKGROUP_STORAGE). Only through :func:`matmul_choice`: on an
+#: H200 (``bench/matmul.py --sweep`` at 13 MiniLM, SmolLM2 and 4096^3 shapes beside the tiles the heuristic
+#: takes, 1, 2 and 4 splits, bench/results/long_k_h200/sweep_small_wg.json) 64x64x16m8x4w128 was the fastest
+#: configuration at one shape, 512 x 1536 x 576 (5 splits, 42.8 us against 45.6 for the best 256-invocation
+#: tile), and beat the heuristic's pick (but not the fastest) at 1024 x 1536 x 384 (50.4 against 54.1) and
+#: 512 x 576 x 1536 (42.1 against 44.3); at 1024 x 384 x 1536 it took 46.7 against 42.7 on 64x64x16m8x4, and
+#: 128x64x8m8x8w128, cuBLAS's layout there, did not reach the ten fastest. MiniLM's plan with its down
+#: projection on it (4 splits) took 1190.7 us GPU and with its three 64x64 products on it 1241.4, against
+#: 1202.5 on the picks before and 1165.8 with LONG_K_SPLIT_TILE (long_k_h200/down_minilm.json). A tile's
+#: rows must not outnumber its invocations (the RmsNorm prologue's row sums take one invocation a row).
 MATMUL_TILES_SMALL = (MatmulTile(64, 64, 16, micro=(8, 4), wg=128), MatmulTile(64, 64, 16, micro=(4, 8), wg=128),
                       MatmulTile(128, 64, 8, micro=(8, 8), wg=128), MatmulTile(64, 128, 8, micro=(8, 8), wg=128),
                       MatmulTile(128, 64, 16, micro=(8, 8), wg=128), MatmulTile(64, 64, 16, micro=(8, 8), wg=64),
@@ -342,7 +346,7 @@ ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
 #: (4x8 per invocation, slices of 8), in about twice the K ranges. On an H200 (``bench/matmul.py --sweep``,
 #: bench/results/long_k_h200/sweep_small_wg.json) MiniLM's down projection, 1024 x 1536 x 384, took 47.5 us on it
-#: in 8 ranges against 54.1 on 64x64x16m8x4 in 4 (the best of 15 tiles at 1, 2 and 4 ranges), and 512 x 1536 x 576
+#: in 8 ranges against 54.1 on 64x64x16m8x4 in 4 (the heuristic's pick before), and 512 x 1536 x 576
 #: 47.0 against 48.8 (64x64x16m8x4 in 5; the fastest there, 42.8, was 64x64x16m8x4w128 in 5); MiniLM's whole plan
 #: 1165.8 against 1202.5 us GPU (long_k_h200/down_minilm.json, three alternated rounds).
 LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
@@ -350,11 +354,15 @@ LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
 
 def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
     # a 64x64 tile whose product splits K into 4 or more ranges of WIDE_MIN_K or more (few tiles, a long K), where
-    # N holds a 128-wide tile: LONG_K_SPLIT_TILE instead
+    # N holds a 128-wide tile and LONG_K_SPLIT_TILE's workgroups in its split count still reach MIN_WORKGROUPS:
+    # LONG_K_SPLIT_TILE instead
     if (tile.bm, tile.bn) != (64, 64) or n < 128:
         return False
     splits = matmul_splits(tile, m, k, n)
-    return splits >= 4 and _k_chunk(tile, k, splits) >= WIDE_MIN_K
+    if splits < 4 or _k_chunk(tile, k, splits) < WIDE_MIN_K:
+        return False
+    long = LONG_K_SPLIT_TILE
+    return _tiles(long, m, n) * matmul_splits(long, m, k, n) >= MIN_WORKGROUPS
 
 
 #: A tiled product is spread enough when its workgroups (counting split-K) reach this many:
@@ -778,7 +786,7 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
 
 
 def _slice_loads(tile: MatmulTile) -> dict[str, str]:
-    # matmul.wgsl's LOAD_FIRST, LOAD_NEXT and STORE_NEXT: invocation li loads quads li, li + 256, ...
+    # matmul.wgsl's LOAD_FIRST, LOAD_NEXT and STORE_NEXT: invocation li loads quads li, li + wg, ...
     # of each slice (tile.loads of A and of B), held in next_a0, next_b0, ... while the workgroup
     # computes on the other buffer. Loading them after the inner product instead, right before their
     # stores (fewer registers held through it; commit e97c55f's MATMUL_LOADS_EARLY=False) was slower on

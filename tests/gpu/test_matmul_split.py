@@ -155,12 +155,12 @@ def test_matmul_choice_rejects_what_is_not_a_tile_or_a_count():
 def test_the_heuristic_splits_less_where_the_scratch_would_exceed_the_buffer_limits():
     g = Graph()
     g.set_outputs([g.matmul_bt(g.input("x", [512, 1536]), g.parameter("w", [576, 1536]))])
-    # 64x64 tiles in 5 ranges of K: 5 x 512 x 576 floats of partial sums, 5.6 MiB
-    wide = "matmul_BT_64x64x16m8x4_v44"
-    assert [d.kernel for d in lower(g).dispatches] == [f"{wide}_split5", "matmul_split5_reduce"]
+    # a long K: 64x128 tiles (LONG_K_SPLIT_TILE) in 8 ranges of K, 8 x 512 x 576 floats of partial sums, 9 MiB
+    tiled = "matmul_BT_64x128x8_v44"
+    assert [d.kernel for d in lower(g).dispatches] == [f"{tiled}_split8", "matmul_split8_reduce"]
     small = {"max-buffer-size": 4 << 20, "max-storage-buffer-binding-size": 4 << 20}  # w alone is 3.4 MiB
     # 4 ranges take 4.5 MiB, 3 take 3.4
-    assert [d.kernel for d in lower(g, small).dispatches] == [f"{wide}_split3", "matmul_split3_reduce"]
+    assert [d.kernel for d in lower(g, small).dispatches] == [f"{tiled}_split3", "matmul_split3_reduce"]
     with matmul_choice(splits=5), pytest.raises(LoweringError, match="maxBufferSize"):  # a forced count is kept
         lower(g, small)
 

@@ -534,25 +534,62 @@ def test_a_concat_split_over_several_dispatches_gives_the_reference(shapes, axis
     np.testing.assert_array_equal(got, evaluate(g, feeds, {})[0].astype(np.float32))
 
 
-@pytest.mark.parametrize("spin_s", [0.01, 0.0], ids=["spins", "deadline-passed"])
-def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, monkeypatch, spin_s):
-    # The GPU adapters' wait (session.SPIN_WAIT_S, _spin_until_idle) and their read-back (maps without
-    # wgpu-py's extra submission, callbacks run on this thread), forced on here, where a CPU adapter
-    # blocks; with a deadline already passed every wait falls back to blocking.
+@pytest.mark.parametrize("way", ["polls", "deadline-passed", "no-mode"])
+def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, monkeypatch, way):
+    # The discrete GPUs' wait (session.SPIN_WAIT_S, _spin_until_idle) and read-back (maps in wgpu-py's
+    # READ_NOSYNC mode, the callbacks run by a poll on this thread), forced on here, where a CPU adapter
+    # blocks; with the polling's deadline passed the waits block and the reads map as before, and a
+    # wgpu-py that refuses the mode is left for the old maps once and for all.
     from eggfuse.runtime import session as session_module
 
-    monkeypatch.setattr(session_module, "SPIN_WAIT_S", spin_s)
     spun, spin = [], session_module._spin_until_idle
-    monkeypatch.setattr(session_module, "_spin_until_idle", lambda dev: spun.append(spin(dev)) or spun[-1])
+    polls = way != "deadline-passed"
+    monkeypatch.setattr(session_module, "_spin_until_idle", lambda dev: spun.append(polls and spin(dev)) or spun[-1])
+    monkeypatch.setattr(session_module, "_map_read_done_ok", True)
+    monkeypatch.setattr(session_module, "SPIN_WAIT_S", 5.0)  # a slow, busy machine still polls to the end
+    if way == "no-mode":
+        monkeypatch.setattr(session_module, "_MAP_READ_DONE", "NO_SUCH_MODE")
+    modes, map_async = [], type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)).map_async
+    monkeypatch.setattr(type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)), "map_async",
+                        lambda buf, mode, *a, **k: modes.append(mode) or map_async(buf, mode, *a, **k))
     g, params = _linear(), _params()
     g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
     s = Session(lower_for(g, device), params, device=device)
-    assert s._spin == (device.adapter.info.get("adapter_type") not in ("CPU", None) and spin_s > 0)
+    assert not s._spin or device.adapter.info.get("adapter_type") == "DiscreteGPU"
     s._spin = True
-    for _ in range(3):
+    for _ in range(3):  # a round: one wait, a read of both outputs, a read of one
         feeds = {"x": RNG.standard_normal((5, 6))}
         s.run(feeds, read=())
         s.wait()
         _close(s.run(feeds), evaluate(g, feeds, params))
         _close(s.run(feeds, read=[1]), evaluate(g, feeds, params)[1:])
-    assert len(spun) == 9 and (any(spun) if spin_s else True)  # three waits and six reads a round
+    # no mode: after the first read's refused map, reads wait as map_sync does
+    assert len(spun) == (4 if way == "no-mode" else 9) and all(spun) == polls
+    fast = {"polls": 9, "deadline-passed": 0, "no-mode": 0}[way]  # maps in READ_NOSYNC
+    assert modes.count("READ_NOSYNC") == fast and len(modes) == 9 + (1 if way == "no-mode" else 0)
+    assert session_module._map_read_done_ok == (way != "no-mode")
+
+
+def test_a_failed_read_back_leaves_no_buffer_mapped(device, monkeypatch):
+    # a read that fails unmaps what it mapped (polling or blocking): the next run copies into them again
+    from eggfuse.runtime import session as session_module
+
+    g, params = _linear(), _params()
+    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
+    kind = type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ))
+    read_mapped = kind.read_mapped
+
+    def failing(buf, *args, **kwargs):
+        raise RuntimeError("read failed")
+
+    for spin in (True, False):
+        s = Session(lower_for(g, device), params, device=device)
+        s._spin = spin
+        feeds = {"x": RNG.standard_normal((5, 6))}
+        with monkeypatch.context() as m:
+            m.setattr(session_module, "_map_read_done_ok", True)
+            m.setattr(kind, "read_mapped", failing)
+            with pytest.raises(RuntimeError, match="read failed"):
+                s.run(feeds)
+        assert kind.read_mapped is read_mapped
+        _close(s.run(feeds), evaluate(g, feeds, params))

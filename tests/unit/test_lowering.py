@@ -20,7 +20,9 @@ from eggfuse.ir.ops.matmul_kernel import (
     GEMV_MAX_ROWS,
     GEMV_ROW_N,
     MATMUL_TILES,
+    MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
+    MATMUL_TILES_SMALL,
     MATMUL_TILES_WIDE,
     MATMUL_WG,
     WORKGROUP_STORAGE,
@@ -280,6 +282,8 @@ def test_matmul_tile_heuristic():
         (2048, 1536, 384): ("64x64x16m8x4", 2),   # 64x64: 192 x 2: fewer than 4 ranges
         (256, 1536, 576): ("64x64x16", 8),        # 64x64: 36 x 8, each split 192 of K: too short for it
         (2048, 1536, 100): ("64x64x16m8x4", 6),   # 64x64: 64 x 6, 256 of K each, but N below 128
+        (448, 1536, 576): ("64x64x16m8x4", 6),    # 64x128: 35 x 8 = 280 workgroups, below 288
+        (768, 1536, 576): ("64x128x8", 6),        # 64x64: 108 x 4, 384 of K each; 64x128: 60 x 6
         (128, 576, 576): ("32x64x16", 6),         # 32x64 (N >= M): 36 x 6 = 216, the most walked
         (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
         (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
@@ -428,6 +432,11 @@ def test_matmul_tiles_fit_their_workgroup_memory():
         if t not in MATMUL_TILES_WIDE:
             assert parked * t.tm * t.tn // 4 <= slices // 4, t  # all in one round
         assert t.bm * t.bk // 4 + 2 * t.bm <= slices  # RmsNorm partial sums, row sums and row scales
+    for t in MATMUL_TILES_SMALL:  # one K group of wg invocations, whole warps, a row each for the RmsNorm sums
+        assert t.ksplit == 1 and (t.bm // t.tm) * (t.bn // t.tn) == t.wg and t.wg % 32 == 0 and t.bm <= t.wg, t
+        assert t.loads == (math.ceil(t.bm * t.bk / 4 / t.wg), math.ceil(t.bn * t.bk / 4 / t.wg)), t
+        assert t.storage == 8 * t.bk * (t.bm + t.bn) <= DEEP_STORAGE and t.name.endswith(f"w{t.wg}"), t
+    assert len({t.name for t in MATMUL_TILES_ALL}) == len(MATMUL_TILES_ALL)  # names pick tiles in sweeps
 
 
 def test_the_tiled_kernel_stores_quads_where_n_is_a_multiple_of_4():
