@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import difflib
+import itertools
 import os
 import queue
 import threading
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import wgpu
 
-from ..ir.errors import InputError, LoweringError
+from ..ir.errors import DeviceError, InputError, LoweringError
 from ..ir.ops.quant import F16_MAX, f16_rows
 from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
@@ -499,54 +499,32 @@ class Session:
             raw = self._read_back(wanted)
         except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
             raise device_error("running the plan", e) from e
-        outs = []
-        for i in read:
-            ty = plan.output_types[i]
-            outs.append(_host_array(raw[plan.outputs[i]], ty))
+        outs, handed = [], set()
+        for i in read:  # outputs that share a buffer get arrays of their own: the first takes the bytes read
+            index = plan.outputs[i]
+            outs.append(_host_array(raw[index], plan.output_types[i], fresh=index not in handed))
+            handed.add(index)
         return outs
 
-    def _read_back(self, wanted: dict[int, wgpu.GPUBuffer]) -> dict[int, memoryview]:
+    def _read_back(self, wanted: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray | memoryview]:
         # The bytes of the read-back buffers ``wanted`` (buffer index -> staging buffer) once the run's
-        # copies into them are done. On a discrete GPU (self._spin) the wait polls without blocking
-        # (SPIN_WAIT_S); then each buffer is mapped without wgpu-py's extra empty submission (its fix for
-        # buffers written through a mapping, which these are not), and one poll on this thread may run the
-        # map callbacks here (wgpu-py's poll thread, woken by each map, may run them first). On the H200
-        # (bench/submit_gaps.py, run_read_1_*, bench/results/submit_gaps_h200/gaps_spin.json) a MiniLM run
-        # read back took 1542 us this way against 1530 blocking (GPU time 1172), the decode step 1336
-        # against 1374, the prefill (logits 25 MB) 9659 against 11824; the read-back costs 200-280 us
-        # beyond one run and its wait either way, cause not found. Every buffer mapped is unmapped, also
-        # when a read fails.
-        global _map_read_done_ok
-        raw, mapped, pending = {}, [], []
-        try:
-            if self._spin and _map_read_done_ok and _spin_until_idle(self.device):
-                try:
-                    for i, staging in wanted.items():
-                        pending.append((i, staging, staging.map_async(_MAP_READ_DONE)))
-                except ValueError:  # a wgpu-py without the mode: raised by the first map, before any state changes
-                    if pending:
-                        raise
-                    _map_read_done_ok = False
-                else:
-                    _libf.wgpuDevicePoll(self.device._internal, False, _ffi.NULL)
-                    while pending:
-                        i, staging, promise = pending[0]
-                        promise.sync_wait()
-                        mapped.append(pending.pop(0)[1])
-                        raw[i] = staging.read_mapped()
-                    return raw
+        # copies into them are done. With wgpu-native's C API: on a discrete GPU (self._spin) a wait that
+        # polls without blocking (SPIN_WAIT_S), then each buffer mapped, read and unmapped through the C
+        # functions (_map_read), where wgpu-py's map_sync costs a promise, a new cffi callback and an
+        # empty submission a buffer and wakes this thread from its poll thread. Every buffer mapped is
+        # unmapped, also when a read fails. Without the C API: map_sync.
+        if _libf is None or getattr(self.device, "_internal", None) is None:
+            raw = {}
             for i, staging in wanted.items():
                 staging.map_sync(wgpu.MapMode.READ)
-                mapped.append(staging)
-                raw[i] = staging.read_mapped()
-            return raw
-        finally:
-            for staging in mapped:
-                staging.unmap()
-            for _, staging, promise in pending:  # maps a failure left behind: settled, then undone
-                with contextlib.suppress(Exception):
-                    promise.sync_wait()
+                try:
+                    raw[i] = staging.read_mapped()
+                finally:
                     staging.unmap()
+            return raw
+        if self._spin:
+            _spin_until_idle(self.device)
+        return _map_read(self.device, wanted)
 
     def _staging_buffer(self, index: int) -> wgpu.GPUBuffer:
         # The read-back (MAP_READ) buffer of an output's buffer, made on its first read.
@@ -570,11 +548,50 @@ _STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
 #: One run and its wait: mixed, 1328.1 against 1275.6 us for MiniLM in one call, 1322.2 against 1337.1
 #: in the other.
 SPIN_WAIT_S = 0.01
-#: wgpu-py's map mode for a read without its extra empty submission (wgpu-native issue 305 concerns
-#: buffers written through a mapping; the read-back buffers are written by copies). Private to wgpu-py
-#: 0.32: where map_async refuses it, reads map as before (_map_read_done_ok).
-_MAP_READ_DONE = "READ_NOSYNC"
-_map_read_done_ok = True
+#: Map callbacks' results by request (_map_read): written by the callback, on whichever thread polls.
+_map_status: dict[int, int] = {}
+_map_requests = itertools.count(1)
+_on_mapped = None  # the one cffi callback of every map request, made on the first (cffi parses its type)
+
+
+def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray]:
+    # The bytes of each MAP_READ buffer of ``buffers`` (key -> buffer), through wgpu-native's C functions:
+    # every map requested at once, then polls (blocking: the device finishes the work that writes them)
+    # until their callbacks ran, then each range copied out and the buffer unmapped. The buffers are
+    # written by copies, not through a mapping, so wgpu-py's extra submission before a read map (its fix of
+    # wgpu-native issue 305) is not needed. Raises DeviceError for a map that failed; every buffer mapped
+    # is unmapped before it returns or raises. wgpu-py's buffer objects stay unmapped to wgpu-py throughout.
+    global _on_mapped
+    if _on_mapped is None:
+        @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+        def _on_mapped(status, message, userdata1, userdata2):
+            _map_status[int(_ffi.cast("uintptr_t", userdata1))] = int(status)
+    requests = []
+    try:
+        for key, buffer in buffers.items():
+            request = next(_map_requests)
+            info = _ffi.new("WGPUBufferMapCallbackInfo *")
+            info.mode = _lib.WGPUCallbackMode_AllowProcessEvents
+            info.callback = _on_mapped
+            info.userdata1 = _ffi.cast("void *", request)
+            _libf.wgpuBufferMapAsync(buffer._internal, _lib.WGPUMapMode_Read, 0, buffer.size, info[0])
+            requests.append((key, buffer, request))
+        while any(request not in _map_status for _, _, request in requests):
+            _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)
+        out = {}
+        for key, buffer, request in requests:
+            if _map_status[request] != _lib.WGPUMapAsyncStatus_Success:
+                raise DeviceError(f"reading the outputs back: mapping a read-back buffer failed (wgpu-native "
+                                  f"status {_map_status[request]}); the device may be lost: make a new Session")
+            pointer = _libf.wgpuBufferGetConstMappedRange(buffer._internal, 0, buffer.size)
+            out[key] = bytearray(_ffi.buffer(pointer, buffer.size))  # the one copy: _host_array keeps it
+        return out
+    finally:
+        if any(request not in _map_status for _, _, request in requests):  # left early: settle them first
+            _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)
+        for _, buffer, request in requests:
+            if _map_status.pop(request, None) == _lib.WGPUMapAsyncStatus_Success:
+                _libf.wgpuBufferUnmap(buffer._internal)
 
 
 def _spin_until_idle(device: wgpu.GPUDevice) -> bool:
@@ -600,10 +617,13 @@ def _poll_until_idle(device: wgpu.GPUDevice) -> bool:
     return True
 
 
-def _host_array(raw, ty) -> np.ndarray:
-    # A new host array of type ``ty`` from the device bytes ``raw`` (bool from its u32 0/1).
+def _host_array(raw, ty, fresh: bool = False) -> np.ndarray:
+    # A new host array of type ``ty`` from the device bytes ``raw`` (bool from its u32 0/1): over ``raw``
+    # itself where the caller hands it over (``fresh``: a bytearray no other array uses), else a copy.
     arr = np.frombuffer(raw, dtype=ty.dtype.device_numpy, count=ty.num_elements).reshape(ty.shape)
-    return arr.astype(ty.dtype.numpy) if arr.dtype != ty.dtype.numpy else arr.copy()
+    if arr.dtype != ty.dtype.numpy:
+        return arr.astype(ty.dtype.numpy)
+    return arr if fresh and isinstance(raw, bytearray) else arr.copy()
 
 
 class _InputSlot:

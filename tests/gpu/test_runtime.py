@@ -534,24 +534,19 @@ def test_a_concat_split_over_several_dispatches_gives_the_reference(shapes, axis
     np.testing.assert_array_equal(got, evaluate(g, feeds, {})[0].astype(np.float32))
 
 
-@pytest.mark.parametrize("way", ["polls", "deadline-passed", "no-mode"])
-def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, monkeypatch, way):
-    # The discrete GPUs' wait (session.SPIN_WAIT_S, _spin_until_idle) and read-back (maps in wgpu-py's
-    # READ_NOSYNC mode, the callbacks run by a poll on this thread), forced on here, where a CPU adapter
-    # blocks; with the polling's deadline passed the waits block and the reads map as before, and a
-    # wgpu-py that refuses the mode is left for the old maps once and for all.
+@pytest.mark.parametrize("polls", [True, False], ids=["polls", "deadline-passed"])
+def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, monkeypatch, polls):
+    # The discrete GPUs' wait (session.SPIN_WAIT_S, _spin_until_idle), forced on here, where a CPU adapter
+    # blocks; with the polling's deadline passed the waits block. Reads go through wgpu-native's C
+    # functions either way (session._map_read), never through wgpu-py's map_async.
     from eggfuse.runtime import session as session_module
 
     spun, spin = [], session_module._spin_until_idle
-    polls = way != "deadline-passed"
     monkeypatch.setattr(session_module, "_spin_until_idle", lambda dev: spun.append(polls and spin(dev)) or spun[-1])
-    monkeypatch.setattr(session_module, "_map_read_done_ok", True)
     monkeypatch.setattr(session_module, "SPIN_WAIT_S", 5.0)  # a slow, busy machine still polls to the end
-    if way == "no-mode":
-        monkeypatch.setattr(session_module, "_MAP_READ_DONE", "NO_SUCH_MODE")
-    modes, map_async = [], type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)).map_async
-    monkeypatch.setattr(type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)), "map_async",
-                        lambda buf, mode, *a, **k: modes.append(mode) or map_async(buf, mode, *a, **k))
+    kind = type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ))
+    maps, map_async = [], kind.map_async
+    monkeypatch.setattr(kind, "map_async", lambda buf, *a, **k: maps.append(a) or map_async(buf, *a, **k))
     g, params = _linear(), _params()
     g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
     s = Session(lower_for(g, device), params, device=device)
@@ -563,33 +558,43 @@ def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, mon
         s.wait()
         _close(s.run(feeds), evaluate(g, feeds, params))
         _close(s.run(feeds, read=[1]), evaluate(g, feeds, params)[1:])
-    # no mode: after the first read's refused map, reads wait as map_sync does
-    assert len(spun) == (4 if way == "no-mode" else 9) and all(spun) == polls
-    fast = {"polls": 9, "deadline-passed": 0, "no-mode": 0}[way]  # maps in READ_NOSYNC
-    assert modes.count("READ_NOSYNC") == fast and len(modes) == 9 + (1 if way == "no-mode" else 0)
-    assert session_module._map_read_done_ok == (way != "no-mode")
+    assert len(spun) == 9 and all(spun) == polls and maps == []
+    assert session_module._map_status == {}  # every map request settled and forgotten
 
 
 def test_a_failed_read_back_leaves_no_buffer_mapped(device, monkeypatch):
-    # a read that fails unmaps what it mapped (polling or blocking): the next run copies into them again
+    # a read that fails after its buffers were mapped unmaps them: the next run copies into them again
     from eggfuse.runtime import session as session_module
 
     g, params = _linear(), _params()
     g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
-    kind = type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ))
-    read_mapped = kind.read_mapped
+    s = Session(lower_for(g, device), params, device=device)
+    feeds = {"x": RNG.standard_normal((5, 6))}
 
-    def failing(buf, *args, **kwargs):
+    def failing(*args):
         raise RuntimeError("read failed")
 
-    for spin in (True, False):
-        s = Session(lower_for(g, device), params, device=device)
-        s._spin = spin
-        feeds = {"x": RNG.standard_normal((5, 6))}
-        with monkeypatch.context() as m:
-            m.setattr(session_module, "_map_read_done_ok", True)
-            m.setattr(kind, "read_mapped", failing)
-            with pytest.raises(RuntimeError, match="read failed"):
-                s.run(feeds)
-        assert kind.read_mapped is read_mapped
-        _close(s.run(feeds), evaluate(g, feeds, params))
+    with monkeypatch.context() as m:
+        m.setattr(session_module, "bytearray", failing, raising=False)  # the copy out of a mapped range
+        with pytest.raises(RuntimeError, match="read failed"):
+            s.run(feeds)
+    assert session_module._map_status == {}
+    _close(s.run(feeds), evaluate(g, feeds, params))
+
+
+def test_reads_without_wgpu_natives_c_functions_map_through_wgpu_py(device, monkeypatch):
+    # the read-back for another wgpu-py backend (no C functions): map_sync, read_mapped, unmap; the staging
+    # buffers of a run read back hold its outputs, read here again that way
+    from eggfuse.runtime import session as session_module
+
+    g, params = _linear(), _params()
+    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
+    s = Session(lower_for(g, device), params, device=device)
+    feeds = {"x": RNG.standard_normal((5, 6))}
+    want = s.run(feeds)
+    monkeypatch.setattr(session_module, "_libf", None)
+    raw = s._read_back({i: s._staging[i] for i in s.plan.outputs})
+    for i, expected in zip(s.plan.outputs, want, strict=True):
+        ty = s.plan.output_types[s.plan.outputs.index(i)]
+        np.testing.assert_array_equal(session_module._host_array(raw[i], ty), expected)
+        assert isinstance(raw[i], memoryview)  # wgpu-py's read_mapped: a copy, copied again into the array
