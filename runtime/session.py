@@ -223,6 +223,8 @@ class Session:
         self._next: _Pending | None = None  # the next run's command buffer, being recorded
         self._native: tuple | None = None  # (commands [n, 5] uint64, function addresses), on first run
         self._staging: dict[int, wgpu.GPUBuffer] = {}  # read-back buffers, made on an output's first read
+        # the buffers whose read-back copies the next run's pre-recorded command buffer holds: the last run's
+        self._read_set: tuple[int, ...] = ()
 
     def _new_buffer(self, b, uploaded: bool) -> wgpu.GPUBuffer:
         # A device buffer of its own; one this session uploads is created mapped where the
@@ -364,19 +366,20 @@ class Session:
                 index = self.plan.outputs[0]
                 self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
 
-    def _take_recorded(self) -> tuple[list[wgpu.GPUCommandBuffer], object]:
-        # This run's command buffer (and its handles, see _record_for_run): the one recorded in
-        # the background, or recorded now.
+    def _take_recorded(self) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
+        # This run's command buffer (and its handles and read-back copies, see _record_for_run): the one
+        # recorded in the background, or recorded now (with no copies).
         if self._next is not None:
             pending, self._next = self._next, None
             return pending.result()
-        return self._record_for_run()
+        return self._record_for_run(())
 
-    def _record_for_run(self) -> tuple[list[wgpu.GPUCommandBuffer], object]:
-        # The plan's command buffer, with the C array of its wgpu-native handle that run()
-        # submits (None without wgpu-native).
-        buffers = self._record_plan()
-        return buffers, None if self._raw is None else _handles(buffers)
+    def _record_for_run(self, copies: tuple[int, ...]) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
+        # The plan's command buffer with the copies of the buffers ``copies`` into their read-back buffers
+        # after its pass, the C array of its wgpu-native handle that run() submits (None without
+        # wgpu-native), and ``copies``.
+        buffers = self._record_plan(copies)
+        return buffers, None if self._raw is None else _handles(buffers), copies
 
     def _record_next(self) -> None:
         # Start recording the next run's command buffer on the background thread.
@@ -386,12 +389,14 @@ class Session:
             return
         if _recorder is None:
             _recorder = _Recorder()
-        self._next = _recorder.submit(self._record_for_run)
+        read_set = self._read_set
+        self._next = _recorder.submit(lambda: self._record_for_run(read_set))
         if self._next is None:  # the interpreter is shutting down: record in run() from now on
             self._prerecord = False
 
-    def _record_plan(self) -> list[wgpu.GPUCommandBuffer]:
-        # The plan in one compute pass of one command buffer ([] for a plan with no dispatches).
+    def _record_plan(self, copies: tuple[int, ...] = ()) -> list[wgpu.GPUCommandBuffer]:
+        # The plan in one compute pass of one command buffer ([] for a plan with no dispatches), then the
+        # copies of the buffers ``copies`` (indices into the plan's buffers) into their read-back buffers.
         if not self._commands:
             return []
         encoder = self.device.create_command_encoder()
@@ -431,6 +436,9 @@ class Session:
                 compute.set_bind_group(0, bind_group)
                 compute.dispatch_workgroups(*grid)
         compute.end()
+        for index in copies:
+            staging = self._staging[index]
+            encoder.copy_buffer_to_buffer(self._buffers[index], self._offsets[index], staging, 0, staging.size)
         return [encoder.finish()]
 
     def run(self, inputs: Mapping[str, np.ndarray], read: Sequence[int] | None = None) -> list[np.ndarray]:
@@ -476,9 +484,11 @@ class Session:
                     _libf.wgpuQueueWriteBuffer(raw[0], raw[1], 0, raw[2], self._input_staging.nbytes)
                 else:
                     queue.write_buffer(self._input_buffer, 0, self._input_staging)
-            buffers, handles = self._take_recorded()
+            buffers, handles, copied = self._take_recorded()
             wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read} if read else {}
-            if wanted:
+            if wanted and not set(wanted) <= set(copied):
+                # the copies the pre-recorded buffer lacks (it holds the last run's; a staging buffer a
+                # copy writes and nobody reads costs a copy, nothing else)
                 encoder = self.device.create_command_encoder()
                 for index, staging in wanted.items():
                     encoder.copy_buffer_to_buffer(self._buffers[index], self._offsets[index], staging, 0,
@@ -486,6 +496,7 @@ class Session:
                 buffers.append(encoder.finish())
                 handles = None if raw is None else _handles(buffers)
                 del encoder
+            self._read_set = tuple(wanted)
             if raw is not None:
                 _libf.wgpuQueueSubmit(raw[0], len(buffers), handles)
             else:

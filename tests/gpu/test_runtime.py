@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -598,3 +599,29 @@ def test_reads_without_wgpu_natives_c_functions_map_through_wgpu_py(device, monk
         ty = s.plan.output_types[s.plan.outputs.index(i)]
         np.testing.assert_array_equal(session_module._host_array(raw[i], ty), expected)
         assert isinstance(raw[i], memoryview)  # wgpu-py's read_mapped: a copy, copied again into the array
+
+
+def test_read_back_copies_ride_in_the_prerecorded_command_buffer(device, monkeypatch):
+    # The next run's command buffer, recorded in the background, holds the copies of the outputs the last
+    # run read; run() records a copy buffer of its own only where those lack one it reads. Every read
+    # gives the reference numbers, whichever outputs the run before read.
+    g, params = _linear(), _params()
+    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
+    s = Session(lower_for(g, device), params, device=device)
+    main, made, create = threading.get_ident(), [], device.create_command_encoder
+    monkeypatch.setattr(device, "create_command_encoder",
+                        lambda *a, **k: made.append(threading.get_ident() == main) or create(*a, **k))
+    last = set()  # the outputs the last run read
+    for n, read in enumerate(([0], [0], [0], [1], [0, 1], [1], None, None, (), [1], [1]), start=1):
+        feeds = {"x": RNG.standard_normal((5, 6))}
+        made.clear()
+        got = s.run(feeds, read=read)
+        want = evaluate(g, feeds, params)
+        _close(got, [want[i] for i in (range(2) if read is None else read)])
+        s.wait()
+        # the first two runs are recorded in run() (pre-recording starts after the second), with no copies;
+        # then run() makes a copy buffer only for outputs the last run did not read
+        wanted = set(range(2) if read is None else read)
+        holds = set() if n <= 2 else last
+        assert made.count(True) == (n <= 2) + bool(wanted - holds), (n, read, made)
+        last = wanted
