@@ -101,7 +101,13 @@ class Session:
     the device executes the current one (``prerecord=False`` turns this off): the plan and
     its bindings do not change between runs, and inputs written with ``queue.write_buffer``
     reach the device before any later submission, so a run's host critical path is the
-    input writes and one submit.
+    input writes and one submit. That buffer also holds the copies into the read-back buffers
+    of the outputs the last run read (a run that reads others adds a copy buffer of its own).
+
+    Waiting: on a discrete GPU a wait for the device (:meth:`wait`, a read-back) polls without
+    blocking for up to ``SPIN_WAIT_S`` seconds, one host core busy, then blocks;
+    ``EGGFUSE_SPIN_WAIT=0`` in the environment makes every wait block. A read-back maps, copies
+    and unmaps through wgpu-native's C functions where they exist.
     """
 
     def __init__(self, plan: ExecutionPlan, params: Mapping[str, np.ndarray],
@@ -523,7 +529,10 @@ class Session:
         # polls without blocking (SPIN_WAIT_S), then each buffer mapped, read and unmapped through the C
         # functions (_map_read), where wgpu-py's map_sync costs a promise, a new cffi callback and an
         # empty submission a buffer and wakes this thread from its poll thread. Every buffer mapped is
-        # unmapped, also when a read fails. Without the C API: map_sync.
+        # unmapped, also when a read fails. Without the C API: map_sync. On the H200 (bench/submit_gaps.py,
+        # run_read_1_spinning, bench/results/submit_gaps_h200/) a MiniLM run read back took 1455.7 us this
+        # way against 1542 through map_sync (GPU time 1172), the decode step 1103.6 against 1336, the prefill
+        # (25 MB of logits) 7403 against 9659 (gaps_read.json against gaps_spin.json).
         if _libf is None or getattr(self.device, "_internal", None) is None:
             raw = {}
             for i, staging in wanted.items():
