@@ -572,6 +572,7 @@ SPIN_WAIT_S = 0.01
 _map_status: dict[int, int] = {}
 _map_requests = itertools.count(1)
 _on_mapped = None  # the one cffi callback of every map request, made on the first (cffi parses its type)
+_MAP_POLLS = 100  # blocking polls _map_read makes at most (one settles them: each waits for the device)
 
 
 def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray]:
@@ -596,8 +597,13 @@ def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dic
             info.userdata1 = _ffi.cast("void *", request)
             _libf.wgpuBufferMapAsync(buffer._internal, _lib.WGPUMapMode_Read, 0, buffer.size, info[0])
             requests.append((key, buffer, request))
-        while any(request not in _map_status for _, _, request in requests):
+        for _ in range(_MAP_POLLS):  # a blocking poll settles every map whose copy it waited for
+            if all(request in _map_status for _, _, request in requests):
+                break
             _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)
+        else:
+            raise DeviceError(f"reading the outputs back: the device left {len(requests)} read-back map(s) pending "
+                              f"after {_MAP_POLLS} waits; the device may be lost: make a new Session")
         out = {}
         for key, buffer, request in requests:
             if _map_status[request] != _lib.WGPUMapAsyncStatus_Success:
