@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
+import functools
 import itertools
 import os
 import queue
@@ -372,20 +374,20 @@ class Session:
                 index = self.plan.outputs[0]
                 self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
 
-    def _take_recorded(self) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
+    def _take_recorded(self, copies: tuple[int, ...]) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
         # This run's command buffer (and its handles and read-back copies, see _record_for_run): the one
-        # recorded in the background, or recorded now (with no copies).
+        # recorded in the background (with the last run's copies), or recorded now with ``copies``.
         if self._next is not None:
             pending, self._next = self._next, None
             return pending.result()
-        return self._record_for_run(())
+        return self._record_for_run(copies)
 
     def _record_for_run(self, copies: tuple[int, ...]) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
         # The plan's command buffer with the copies of the buffers ``copies`` into their read-back buffers
         # after its pass, the C array of its wgpu-native handle that run() submits (None without
         # wgpu-native), and ``copies``.
         buffers = self._record_plan(copies)
-        return buffers, None if self._raw is None else _handles(buffers), copies
+        return buffers, None if self._raw is None else _handles(buffers), copies if buffers else ()
 
     def _record_next(self) -> None:
         # Start recording the next run's command buffer on the background thread.
@@ -395,8 +397,7 @@ class Session:
             return
         if _recorder is None:
             _recorder = _Recorder()
-        read_set = self._read_set
-        self._next = _recorder.submit(lambda: self._record_for_run(read_set))
+        self._next = _recorder.submit(functools.partial(self._record_for_run, self._read_set))
         if self._next is None:  # the interpreter is shutting down: record in run() from now on
             self._prerecord = False
 
@@ -490,13 +491,14 @@ class Session:
                     _libf.wgpuQueueWriteBuffer(raw[0], raw[1], 0, raw[2], self._input_staging.nbytes)
                 else:
                     queue.write_buffer(self._input_buffer, 0, self._input_staging)
-            buffers, handles, copied = self._take_recorded()
             wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read} if read else {}
-            if wanted and not set(wanted) <= set(copied):
+            buffers, handles, copied = self._take_recorded(tuple(wanted))
+            if missing := [index for index in wanted if index not in copied]:
                 # the copies the pre-recorded buffer lacks (it holds the last run's; a staging buffer a
                 # copy writes and nobody reads costs a copy, nothing else)
                 encoder = self.device.create_command_encoder()
-                for index, staging in wanted.items():
+                for index in missing:
+                    staging = wanted[index]
                     encoder.copy_buffer_to_buffer(self._buffers[index], self._offsets[index], staging, 0,
                                                   staging.size)
                 buffers.append(encoder.finish())
@@ -528,11 +530,13 @@ class Session:
         # copies into them are done. With wgpu-native's C API: on a discrete GPU (self._spin) a wait that
         # polls without blocking (SPIN_WAIT_S), then each buffer mapped, read and unmapped through the C
         # functions (_map_read), where wgpu-py's map_sync costs a promise, a new cffi callback and an
-        # empty submission a buffer and wakes this thread from its poll thread. Every buffer mapped is
+        # empty submission a buffer and wakes this thread from its poll thread (its READ_NOSYNC mode, used
+        # before, all but the submission). Every buffer mapped is
         # unmapped, also when a read fails. Without the C API: map_sync. On the H200 (bench/submit_gaps.py,
         # run_read_1_spinning, bench/results/submit_gaps_h200/) a MiniLM run read back took 1455.7 us this
-        # way against 1542 through map_sync (GPU time 1172), the decode step 1103.6 against 1336, the prefill
-        # (25 MB of logits) 7403 against 9659 (gaps_read.json against gaps_spin.json).
+        # way against 1542 through wgpu-py's map_async in its READ_NOSYNC mode (GPU time 1172), the decode
+        # step 1103.6 against 1336, the prefill (25 MB of logits) 7403 against 9659 (gaps_read.json against
+        # gaps_spin.json).
         if _libf is None or getattr(self.device, "_internal", None) is None:
             raw = {}
             for i, staging in wanted.items():
@@ -572,52 +576,62 @@ SPIN_WAIT_S = 0.01
 _map_status: dict[int, int] = {}
 _map_requests = itertools.count(1)
 _on_mapped = None  # the one cffi callback of every map request, made on the first (cffi parses its type)
-_MAP_POLLS = 100  # blocking polls _map_read makes at most (one settles them: each waits for the device)
+_on_mapped_lock = threading.Lock()
+#: Longest a read-back waits for its maps (_map_read) before it gives up with a DeviceError, seconds.
+MAP_WAIT_S = 60.0
 
 
 def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray]:
     # The bytes of each MAP_READ buffer of ``buffers`` (key -> buffer), through wgpu-native's C functions:
-    # every map requested at once, then polls (blocking: the device finishes the work that writes them)
-    # until their callbacks ran, then each range copied out and the buffer unmapped. The buffers are
-    # written by copies, not through a mapping, so wgpu-py's extra submission before a read map (its fix of
-    # wgpu-native issue 305) is not needed. Raises DeviceError for a map that failed; every buffer mapped
-    # is unmapped before it returns or raises. wgpu-py's buffer objects stay unmapped to wgpu-py throughout.
+    # every map requested at once, then blocking polls (each waits for the device to finish the work that
+    # writes them) until their callbacks ran, then each range copied out and the buffer unmapped. The
+    # buffers are written by copies, not through a mapping, so wgpu-py's extra submission before a read map
+    # (its fix of wgpu-native issue 305) is not needed. Raises DeviceError for a map that failed or stayed
+    # pending; every map requested is undone (a pending one aborted) before it returns or raises, so
+    # wgpu-py's buffer objects, unmapped to wgpu-py throughout, are unmapped in wgpu-native too.
     global _on_mapped
-    if _on_mapped is None:
-        @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
-        def _on_mapped(status, message, userdata1, userdata2):
-            _map_status[int(_ffi.cast("uintptr_t", userdata1))] = int(status)
+    with _on_mapped_lock:
+        if _on_mapped is None:
+            @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+            def _on_mapped(status, message, userdata1, userdata2):
+                _map_status[int(_ffi.cast("uintptr_t", userdata1))] = int(status)
     requests = []
     try:
         for key, buffer in buffers.items():
             request = next(_map_requests)
+            requests.append((key, buffer, request))  # before the call: a map it leaves behind is undone
             info = _ffi.new("WGPUBufferMapCallbackInfo *")
             info.mode = _lib.WGPUCallbackMode_AllowProcessEvents
             info.callback = _on_mapped
             info.userdata1 = _ffi.cast("void *", request)
             _libf.wgpuBufferMapAsync(buffer._internal, _lib.WGPUMapMode_Read, 0, buffer.size, info[0])
-            requests.append((key, buffer, request))
-        for _ in range(_MAP_POLLS):  # a blocking poll settles every map whose copy it waited for
-            if all(request in _map_status for _, _, request in requests):
-                break
-            _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)
-        else:
-            raise DeviceError(f"reading the outputs back: the device left {len(requests)} read-back map(s) pending "
-                              f"after {_MAP_POLLS} waits; the device may be lost: make a new Session")
+        deadline = time.perf_counter() + MAP_WAIT_S
+        while (pending := sum(request not in _map_status for _, _, request in requests)) > 0:
+            if time.perf_counter() > deadline:
+                raise DeviceError(f"reading the outputs back: {pending} read-back map(s) still pending after "
+                                  f"{MAP_WAIT_S:g} s; the device may be lost or hung: make a new Session")
+            _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)  # waits for the submitted work
         out = {}
         for key, buffer, request in requests:
             if _map_status[request] != _lib.WGPUMapAsyncStatus_Success:
                 raise DeviceError(f"reading the outputs back: mapping a read-back buffer failed (wgpu-native "
                                   f"status {_map_status[request]}); the device may be lost: make a new Session")
             pointer = _libf.wgpuBufferGetConstMappedRange(buffer._internal, 0, buffer.size)
+            if pointer == _ffi.NULL:
+                raise DeviceError("reading the outputs back: wgpu-native gave no mapped range for a mapped "
+                                  "read-back buffer: make a new Session")
             out[key] = bytearray(_ffi.buffer(pointer, buffer.size))  # the one copy: _host_array keeps it
         return out
     finally:
-        if any(request not in _map_status for _, _, request in requests):  # left early: settle them first
-            _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)
         for _, buffer, request in requests:
-            if _map_status.pop(request, None) == _lib.WGPUMapAsyncStatus_Success:
-                _libf.wgpuBufferUnmap(buffer._internal)
+            # mapped: unmapped; still pending: aborted (its callback then runs with an aborted status)
+            if _map_status.get(request, _lib.WGPUMapAsyncStatus_Success) == _lib.WGPUMapAsyncStatus_Success:
+                with contextlib.suppress(Exception):
+                    _libf.wgpuBufferUnmap(buffer._internal)
+        with contextlib.suppress(Exception):
+            _libf.wgpuDevicePoll(device._internal, False, _ffi.NULL)  # the aborted maps' callbacks
+        for _, _, request in requests:
+            _map_status.pop(request, None)
 
 
 def _spin_until_idle(device: wgpu.GPUDevice) -> bool:
