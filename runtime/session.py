@@ -528,15 +528,13 @@ class Session:
     def _read_back(self, wanted: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray | memoryview]:
         # The bytes of the read-back buffers ``wanted`` (buffer index -> staging buffer) once the run's
         # copies into them are done. With wgpu-native's C API: on a discrete GPU (self._spin) a wait that
-        # polls without blocking (SPIN_WAIT_S), then each buffer mapped, read and unmapped through the C
-        # functions (_map_read), where wgpu-py's map_sync costs a promise, a new cffi callback and an
-        # empty submission a buffer and wakes this thread from its poll thread (its READ_NOSYNC mode, used
-        # before, all but the submission). Every buffer mapped is
-        # unmapped, also when a read fails. Without the C API: map_sync. On the H200 (bench/submit_gaps.py,
-        # run_read_1_spinning, bench/results/submit_gaps_h200/) a MiniLM run read back took 1455.7 us this
-        # way against 1542 through wgpu-py's map_async in its READ_NOSYNC mode (GPU time 1172), the decode
-        # step 1103.6 against 1336, the prefill (25 MB of logits) 7403 against 9659 (gaps_read.json against
-        # gaps_spin.json).
+        # polls without blocking (SPIN_WAIT_S), then _map_read; without it wgpu-py's map_sync, each buffer
+        # unmapped also when its read fails. wgpu-py's map path costs a promise and a new cffi callback a
+        # buffer and wakes this thread from its poll thread: on the H200 (bench/submit_gaps.py,
+        # run_read_1_spinning, bench/results/submit_gaps_h200/gaps_read.json against gaps_spin.json) a MiniLM
+        # run read back took 1455.7 us through _map_read against 1542 through wgpu-py's map_async (its
+        # READ_NOSYNC mode; GPU time 1172), the decode step 1103.6 against 1336, the prefill (25 MB of
+        # logits) 7403 against 9659.
         if _libf is None or getattr(self.device, "_internal", None) is None:
             raw = {}
             for i, staging in wanted.items():
@@ -610,7 +608,7 @@ def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dic
             if time.perf_counter() > deadline:
                 raise DeviceError(f"reading the outputs back: {pending} read-back map(s) still pending after "
                                   f"{MAP_WAIT_S:g} s; the device may be lost or hung: make a new Session")
-            _libf.wgpuDevicePoll(device._internal, True, _ffi.NULL)  # waits for the submitted work
+            _poll_until_idle(device)  # waits for the submitted work; the map callbacks run in it
         out = {}
         for key, buffer, request in requests:
             if _map_status[request] != _lib.WGPUMapAsyncStatus_Success:
