@@ -6,7 +6,8 @@
 // FusedRmsNormMatMul: the tiled kernel (ir/ops/matmul_kernel.py; M <= 4 takes
 // matmul_gemv.wgsl).
 //
-// One workgroup of WG invocations (256, or 128 and 64 for ir/ops/matmul_kernel.py's MATMUL_TILES_SMALL)
+// One workgroup of WG invocations (256; 128 and 64 for ir/ops/matmul_kernel.py's MATMUL_TILES_SMALL, 192 and
+// 96 for MATMUL_TILES_THREE_QUARTER)
 // computes a BM x BN tile of C. They form KSPLIT groups
 // of TX x TY invocations; invocation (tx, ty) of a group owns rows g*4*TY + ty*4 + (0..3)
 // and columns h*4*TX + tx*4 + (0..3) of the tile (g < TM/4, h < TN/4): a TM x TN

@@ -5,7 +5,8 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
   (:data:`MATMUL_TILES`: 128x128 with an 8x8 register micro-tile per invocation, down to
   32x32 with 4x4 micro-tiles and K split over 4 groups of invocations; :data:`MATMUL_TILES_WIDE`:
   the same sides with 8x4, 4x8 or 8x8 micro-tiles and more K groups; :data:`MATMUL_TILES_SMALL`:
-  workgroups of 128 or 64 invocations, one K group each), walking K in
+  workgroups of 128 or 64 invocations, one K group each; :data:`MATMUL_TILES_THREE_QUARTER`: a side of 48,
+  192 or 96 invocations), walking K in
   slices staged, double-buffered, in workgroup memory (A transposed, so the inner product
   reads vec4 of A and of B); the inner product is unrolled here, in Python.
   A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
@@ -45,7 +46,8 @@ from ..kernel import SCRATCH, Buffer, Include, Kernel, elementwise_groups
 EPILOGUE_BINARY = ("bias", "add")
 
 #: Invocations per workgroup of both matmul kernels (the WebGPU default limit
-#: maxComputeInvocationsPerWorkgroup), but for the tiles of MATMUL_TILES_SMALL (``MatmulTile.wg``).
+#: maxComputeInvocationsPerWorkgroup), but for the tiles of MATMUL_TILES_SMALL and MATMUL_TILES_THREE_QUARTER
+#: (``MatmulTile.wg``).
 MATMUL_WG = 256
 #: Largest M that takes the GEMV kernel (its accumulators are per row, in registers). At 8 and 16 rows it
 #: was slower than the tiled kernel at every LLM shape of ``bench/matmul.py`` on the H200, with any column
@@ -65,7 +67,8 @@ WORKGROUP_STORAGE = 16384
 class MatmulTile:
     """The work of one workgroup: ``bm`` x ``bn`` outputs, K staged ``bk`` at a time.
 
-    Tiled kernel (``gemv`` False): the ``wg`` invocations (256 but for MATMUL_TILES_SMALL) form ``ksplit`` groups of
+    Tiled kernel (``gemv`` False): the ``wg`` invocations (256 but for MATMUL_TILES_SMALL and
+    MATMUL_TILES_THREE_QUARTER) form ``ksplit`` groups of
     (bm/tm) x (bn/tn), each invocation owning a tm x tn micro-tile (tm, tn = 8 for a side
     of 128, else 4); group g computes K slice elements [g, g+1) * bk/ksplit, and the
     groups' sums are added at the end (split-K inside the workgroup, for small tiles).
@@ -161,8 +164,20 @@ MATMUL_TILES_SMALL = (MatmulTile(64, 64, 16, micro=(8, 4), wg=128), MatmulTile(6
                       MatmulTile(128, 64, 8, micro=(8, 8), wg=128), MatmulTile(64, 128, 8, micro=(8, 8), wg=128),
                       MatmulTile(128, 64, 16, micro=(8, 8), wg=128), MatmulTile(64, 64, 16, micro=(8, 8), wg=64),
                       MatmulTile(64, 32, 16, micro=(8, 4), wg=64), MatmulTile(32, 64, 16, micro=(4, 8), wg=64))
+#: Tiles with a side of 48 (192 or 96 invocations): three quarters of a 64x64 tile's work, so that a product
+#: whose 64x64 tiles leave a partial round of the workgroups resident on the multiprocessors (1024 x 384 x 1152
+#: gives 288: 24 of an H200's 132 multiprocessors run three, the rest two) spreads evenly instead. The first is
+#: THREE_QUARTER_TILE, which :func:`matmul_tile` takes; on an H200 (``bench/matmul.py --sweep``,
+#: bench/results/three_quarter_h200/sweep_tq.json, 14 MiniLM, SmolLM2 and table shapes of M = 128 to 1024) the
+#: others were the fastest configuration at two shapes, 64x48x16w192 in 8 ranges at 256 x 1536 x 576 (27.0 us
+#: against 29.8 for the heuristic's pick) and 48x64x16w192 in 4 at 512 x 576 x 576 (21.3 against 22.3).
+MATMUL_TILES_THREE_QUARTER = (MatmulTile(64, 48, 16, micro=(8, 4), wg=192),
+                              MatmulTile(48, 64, 16, micro=(8, 4), wg=192),
+                              MatmulTile(64, 48, 16, wg=192), MatmulTile(48, 64, 16, wg=192),
+                              MatmulTile(64, 48, 16, micro=(8, 4), wg=96), MatmulTile(48, 64, 16, micro=(8, 4), wg=96))
 #: Every tile :func:`matmul_choice` takes.
-MATMUL_TILES_ALL = MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE + MATMUL_TILES_SMALL
+MATMUL_TILES_ALL = (MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE + MATMUL_TILES_SMALL
+                    + MATMUL_TILES_THREE_QUARTER)
 # Not among them, measured slower on the H200 (commit af174f5 had them; bench/results/tile_order_h200/):
 # the wide micro-tiles on slices of 32 elements of K (64x64x32m8x4, 64x32x32m8x4, 32x64x32m4x8; half the
 # barriers, two quads of each operand loaded a slice). 1024 x 384 x 1536 took 67.5 us on 64x64x32m8x4
@@ -282,7 +297,9 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     least WIDE_MIN_K elements of K takes its wide micro-tile (MATMUL_TILES_WIDE: 8x4, 8x4, 4x8),
     whose K groups' final sum is then paid back. Where M is 128 and 128x128 reaches MIN_WORKGROUPS
     by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead; where 64x64 would
-    split a long K into 4 or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more ranges).
+    split a long K into 4 or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more ranges); where a
+    widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if its workgroups
+    come nearer without passing it.
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
@@ -330,6 +347,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
                 return ONE_ROW_BLOCK_TILE
             if _long_k_split(tile, m, k, n):
                 return LONG_K_SPLIT_TILE
+            if _three_quarter(tile, m, k, n):
+                return THREE_QUARTER_TILE
             return _widened(tile, m, k, n)
         walked.append((workgroups, tile))
     return _widened(max(walked, key=lambda w: w[0])[1], m, k, n)
@@ -363,6 +382,26 @@ def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
         return False
     long = LONG_K_SPLIT_TILE
     return _tiles(long, m, n) * matmul_splits(long, m, k, n) >= MIN_WORKGROUPS
+
+
+#: The tile :func:`matmul_tile` takes instead of 64x64x16m8x4 for a product in one K range whose 64x64 tiles fall
+#: short of TARGET_WORKGROUPS (:func:`_three_quarter`): 64x48 (8x4 per invocation, 192 invocations in two K groups),
+#: three quarters of the work a workgroup. A product's time goes in steps of workgroups per multiprocessor (three
+#: resident on an H200: see :func:`matmul_tile`), so 288 workgroups on 132 multiprocessors run as long as 384. On an
+#: H200 (``bench/matmul.py --sweep``, bench/results/three_quarter_h200/sweep_tq.json) MiniLM's Q/K/V product,
+#: 1024 x 384 x 1152, took 39.5 us on it (384 workgroups) against 42.5 on 64x64x16m8x4 (288), and MiniLM's plan
+#: 1139.5 against 1166.3 us GPU (qkv_minilm.json, three alternated rounds); 48x64 with 8x4, 64x48 with 4x4 and
+#: 64x48 on 96 invocations took 42.7, 44.0 and MiniLM's plan 1231.4 us. No other shape of the models or of
+#: ``bench/matmul.py``'s table meets the rule.
+THREE_QUARTER_TILE = MATMUL_TILES_THREE_QUARTER[0]
+
+
+def _three_quarter(tile: MatmulTile, m: int, k: int, n: int) -> bool:
+    # a 64x64 tile in one K range, widened (each workgroup walks WIDE_MIN_K or more), whose workgroups fall short of
+    # TARGET_WORKGROUPS, where THREE_QUARTER_TILE's come nearer it without passing it: THREE_QUARTER_TILE instead
+    if (tile.bm, tile.bn) != (64, 64) or matmul_splits(tile, m, k, n) != 1 or _widened(tile, m, k, n) == tile:
+        return False
+    return _tiles(tile, m, n) < _tiles(THREE_QUARTER_TILE, m, n) <= TARGET_WORKGROUPS
 
 
 #: A tiled product is spread enough when its workgroups (counting split-K) reach this many:
@@ -467,7 +506,7 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
     a shape that is not three positive ints."""
     if tile is not None and tile not in MATMUL_TILES_ALL:
         raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP, "
-                            f"MATMUL_TILES_WIDE or MATMUL_TILES_SMALL")
+                            f"MATMUL_TILES_WIDE, MATMUL_TILES_SMALL or MATMUL_TILES_THREE_QUARTER")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:

@@ -23,8 +23,10 @@ from eggfuse.ir.ops.matmul_kernel import (
     MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
     MATMUL_TILES_SMALL,
+    MATMUL_TILES_THREE_QUARTER,
     MATMUL_TILES_WIDE,
     MATMUL_WG,
+    THREE_QUARTER_TILE,
     WORKGROUP_STORAGE,
     MatmulTile,
     gemv_bt_cols,
@@ -270,12 +272,19 @@ def test_matmul_tile_heuristic():
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
     # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200),
-    # and a 64x64 pick in 4 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE).
+    # and a 64x64 pick in 4 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A widened
+    # 64x64 pick in one range below 384 workgroups takes 64x48 (THREE_QUARTER_TILE) where those stay within 384.
     cases = {
         (4096, 4096, 4096): ("128x128x8", 1),     # 1024 tiles
         (2048, 8, 2048): ("64x64x16", 1),         # 128x128: 256 tiles; 64x64: 1024, K too short to widen
         (1024, 384, 1536): ("64x64x16m8x4", 1),   # 128x128: 96 tiles (not split); 64x64: 384, K 384
-        (1024, 384, 1152): ("64x64x16m8x4", 1),   # 64x64: 288
+        (1024, 384, 1152): ("64x48x16m8x4w192", 1),  # 64x64: 288; 64x48: 384 (THREE_QUARTER_TILE)
+        (1024, 384, 1104): ("64x48x16m8x4w192", 1),  # 64x48: 16 x 23 = 368, an edge tile
+        (384, 576, 3072): ("64x48x16m8x4w192", 1),   # 64x64: 6 x 48 = 288
+        (1024, 384, 1200): ("64x64x16m8x4", 1),   # 64x64: 304; 64x48: 400, past 384
+        (1088, 384, 1152): ("64x64x16m8x4", 1),   # 64x64: 306; 64x48: 408
+        (1024, 200, 1152): ("64x64x16", 1),       # K too short to widen: stays 64x64
+        (320, 576, 3072): ("64x64x16m8x4", 2),    # 64x64: 240 x 2, split
         (1024, 384, 384): ("64x64x16", 4),        # 64x64: 96 x 4 = 384, each split 96 of K
         (512, 1536, 576): ("64x128x8", 8),        # 64x64: 72 x 5, each split 320 of K: a long K (LONG_K_SPLIT_TILE)
         (1024, 1536, 384): ("64x128x8", 8),       # 64x64: 96 x 4, 384 of K each; 64x128: 48 x 8
@@ -436,6 +445,12 @@ def test_matmul_tiles_fit_their_workgroup_memory():
         assert t.ksplit == 1 and (t.bm // t.tm) * (t.bn // t.tn) == t.wg and t.wg % 32 == 0 and t.bm <= t.wg, t
         assert t.loads == (math.ceil(t.bm * t.bk / 4 / t.wg), math.ceil(t.bn * t.bk / 4 / t.wg)), t
         assert t.storage == 8 * t.bk * (t.bm + t.bn) <= DEEP_STORAGE and t.name.endswith(f"w{t.wg}"), t
+    for t in MATMUL_TILES_THREE_QUARTER:  # a side of 48: whole warps, K groups dividing the slice, 16 KiB
+        assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == t.wg and t.wg % 32 == 0 and t.bm <= t.wg, t
+        assert 48 in (t.bm, t.bn) and t.bk % (4 * t.ksplit) == 0 and t.storage <= WORKGROUP_STORAGE, t
+        slices = 2 * t.bk * (t.bm + t.bn)
+        assert (t.ksplit - 1) * (t.wg // t.ksplit) <= slices // 4 and t.bm * t.bk // 4 + 2 * t.bm <= slices, t
+    assert THREE_QUARTER_TILE == MATMUL_TILES_THREE_QUARTER[0] and THREE_QUARTER_TILE.name == "64x48x16m8x4w192"
     assert len({t.name for t in MATMUL_TILES_ALL}) == len(MATMUL_TILES_ALL)  # names pick tiles in sweeps
 
 
