@@ -391,8 +391,11 @@ def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
 #: H200 (``bench/matmul.py --sweep``, bench/results/three_quarter_h200/sweep_tq.json) MiniLM's Q/K/V product,
 #: 1024 x 384 x 1152, took 39.5 us on it (384 workgroups) against 42.5 on 64x64x16m8x4 (288), and MiniLM's plan
 #: 1139.5 against 1166.3 us GPU (qkv_minilm.json, three alternated rounds); 48x64 with 8x4, 64x48 with 4x4 and
-#: 64x48 on 96 invocations took 42.7, 44.0 and MiniLM's plan 1231.4 us. No other shape of the models or of
-#: ``bench/matmul.py``'s table meets the rule.
+#: 64x48 on 96 invocations took 42.7, 44.0 and MiniLM's plan 1231.4 us. The rule takes the 64 values of M at
+#: which 64x64 gives 288 workgroups for each (K, N) of the models (of ``bench/matmul.py``'s table none); at one M of
+#: each of the seven others (sweep_rule.json) it took 0.92-0.93x the time of 64x64x16m8x4: 384 x 576 x 3072 57.2 us
+#: against 62.2, 2048 x 576 x 576 57.3 / 62.1, 2048 x 1536 x 576 145.4 / 157.1, 768 x 384 x 1536 39.3 / 42.7,
+#: 3072 x 384 x 384 39.4 / 42.6, 3072 x 1536 x 384 145.4 / 157.6, 1024 x 576 x 1152 57.2 / 62.0.
 THREE_QUARTER_TILE = MATMUL_TILES_THREE_QUARTER[0]
 
 
