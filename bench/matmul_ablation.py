@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import gpu_timing  # noqa: E402
-
 import matmul as mb  # noqa: E402
+
 from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES_ALL, matmul_choice  # noqa: E402
 from eggfuse.lowering import plan as lowering_plan  # noqa: E402
 from eggfuse.runtime import get_device  # noqa: E402
