@@ -1,0 +1,141 @@
+"""The FP32 FMA rate a WGSL kernel reaches on this device: the ceiling of the tiled matmul's inner
+product (``shaders/matmul.wgsl``) as the WGSL -> SPIR-V -> driver path compiles it.
+
+Each invocation of a workgroup of ``--wg`` (256) holds ``ACC`` (8) vec4 accumulators and does, per
+step, 8 rounds of the matmul micro-tile's form, ``c_r = fma(vec4(a_r), b, c_r)`` (32 FMAs a round, the
+8x4 micro-tile of ``64x64x16m8x4``), on values held in registers (no memory in the loop); forms:
+
+- ``plain``: no barrier;
+- ``barrier``: a ``workgroupBarrier()`` after each step of 8 rounds (the matmul's one barrier a K slice);
+- ``barrier_lds``: the barrier, and each round reads its vec4 of a and b from workgroup memory (3 quads
+  a round, as the micro-tile reads them).
+
+The grid is ``--per-sm`` workgroups per multiprocessor (``--sms``, 132 on an H200); time by GPU
+timestamps around ``--calls`` dispatches, median of ``--samples``. FMA/s is 4 * 8 * 8 * steps per
+invocation over the time; the peak printed beside is ``--sms`` x 128 lanes x ``--clock-ghz`` (the H200's
+1.98 GHz boost clock: no clock is read here).
+
+    python3 bench/fma_peak.py --json bench/results/three_quarter_h200/fma_peak.json   # GPU machine
+
+JSON: rows with ``form``, ``wg``, ``workgroups``, ``steps``, ``us``, ``tfma_per_s``, ``of_peak``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import wgpu
+
+from eggfuse.runtime import get_device
+
+_SHADER = """
+struct P { steps: u32, seed: f32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;
+var<workgroup> tiles: array<vec4<f32>, 512>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let s = p.seed + f32(li) * 1e-7;
+    var a0 = vec4<f32>(s, s + 1e-7, s + 2e-7, s + 3e-7);
+    var a1 = a0 * 0.5;
+    var b = a0 * 0.25;
+    tiles[li % 512u] = a0;
+    workgroupBarrier();
+    var c0 = vec4<f32>(); var c1 = vec4<f32>(); var c2 = vec4<f32>(); var c3 = vec4<f32>();
+    var c4 = vec4<f32>(); var c5 = vec4<f32>(); var c6 = vec4<f32>(); var c7 = vec4<f32>();
+    for (var t = 0u; t < p.steps; t = t + 1u) {
+ROUNDS
+BARRIER
+    }
+    let sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7;
+    if (sum.x == 12345.678) {  // never: keeps the FMAs
+        out[gid.x] = sum;
+    }
+}
+"""
+
+_ROUND = """        c0 = fma(vec4<f32>(a0.x), b, c0); c1 = fma(vec4<f32>(a0.y), b, c1);
+        c2 = fma(vec4<f32>(a0.z), b, c2); c3 = fma(vec4<f32>(a0.w), b, c3);
+        c4 = fma(vec4<f32>(a1.x), b, c4); c5 = fma(vec4<f32>(a1.y), b, c5);
+        c6 = fma(vec4<f32>(a1.z), b, c6); c7 = fma(vec4<f32>(a1.w), b, c7);"""
+
+_ROUND_LDS = """        a0 = tiles[(li / 16u + {r}u * 16u) % 512u]; a1 = tiles[(li / 16u + {r}u * 16u + 8u) % 512u];
+        b = tiles[(li % 16u + {r}u * 16u + 256u) % 512u];
+""" + _ROUND
+
+FORMS = ("plain", "barrier", "barrier_lds")
+
+
+def shader(form: str, wg: int) -> str:
+    rounds = "\n".join((_ROUND_LDS.format(r=r) if form == "barrier_lds" else _ROUND) for r in range(8))
+    return (_SHADER.replace("WG", str(wg)).replace("ROUNDS", rounds)
+            .replace("BARRIER", "        workgroupBarrier();" if form != "plain" else ""))
+
+
+def time_form(device, form: str, wg: int, workgroups: int, steps: int, calls: int, samples: int) -> float:
+    """Median seconds per dispatch of ``form`` on ``workgroups`` workgroups of ``wg``, ``steps`` steps each."""
+    module = device.create_shader_module(code=shader(form, wg))
+    pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    uniform = device.create_buffer_with_data(data=np.array([steps, 0], np.uint32).view(np.uint8).tobytes()[:4]
+                                             + np.float32(1.0001).tobytes(), usage=wgpu.BufferUsage.UNIFORM)
+    out = device.create_buffer(size=16 * wg * workgroups, usage=wgpu.BufferUsage.STORAGE)
+    group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": {"buffer": uniform}}, {"binding": 1, "resource": {"buffer": out}}])
+    query = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+    resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    times = []
+    for sample in range(samples + 1):  # the first warms up
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass(timestamp_writes={"query_set": query, "beginning_of_pass_write_index": 0,
+                                                               "end_of_pass_write_index": 1})
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        for _ in range(calls):
+            compute.dispatch_workgroups(workgroups)
+        compute.end()
+        encoder.resolve_query_set(query, 0, 2, resolve, 0)
+        device.queue.submit([encoder.finish()])
+        ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64)
+        if sample:
+            times.append(int(ticks[1] - ticks[0]) * 1e-9 / calls)
+    return float(np.median(times))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sms", type=int, default=132, help="multiprocessors (an H200's 132)")
+    ap.add_argument("--clock-ghz", type=float, default=1.98, help="the clock of the printed peak")
+    ap.add_argument("--per-sm", default="1,2,3,4", help="workgroups per multiprocessor, comma-separated")
+    ap.add_argument("--wg", default="256,192", help="invocations per workgroup, comma-separated")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--json", type=Path, required=True)
+    args = ap.parse_args()
+    device = get_device()
+    if "timestamp-query" not in device.features:
+        raise SystemExit("this device has no timestamp-query: nothing to time with")
+    peak = args.sms * 128 * args.clock_ghz * 1e9
+    rows = []
+    for wg in (int(w) for w in args.wg.split(",")):
+        for per_sm in (int(n) for n in args.per_sm.split(",")):
+            for form in FORMS:
+                groups = args.sms * per_sm
+                s = time_form(device, form, wg, groups, args.steps, args.calls, args.samples)
+                fma = 4 * 8 * 8 * args.steps * wg * groups / s
+                rows.append({"form": form, "wg": wg, "workgroups": groups, "steps": args.steps, "us": s * 1e6,
+                             "tfma_per_s": fma * 1e-12, "of_peak": fma / peak,
+                             "adapter": device.adapter_info.get("description", "")})
+                print(f"{form:<12} wg {wg:>3} x {groups:>4}: {s * 1e6:9.1f} us  {fma * 1e-12:6.2f} TFMA/s "
+                      f"({fma / peak:.0%} of {peak * 1e-12:.1f})", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
