@@ -1,7 +1,7 @@
 """The FP32 FMA rate a WGSL kernel reaches on this device: the ceiling of the tiled matmul's inner
 product (``shaders/matmul.wgsl``) as the WGSL -> SPIR-V -> driver path compiles it.
 
-Each invocation of a workgroup of ``--wg`` (256) holds ``ACC`` (8) vec4 accumulators and does, per
+Each invocation of a workgroup of each of ``--wg``'s sizes (256 and 192) holds 8 vec4 accumulators and does, per
 step, 8 rounds of the matmul micro-tile's form, ``c_r = fma(vec4(a_r), b, c_r)`` (32 FMAs a round, the
 8x4 micro-tile of ``64x64x16m8x4``), on values held in registers (no memory in the loop); forms:
 
@@ -15,7 +15,7 @@ timestamps around ``--calls`` dispatches, median of ``--samples``. FMA/s is 4 * 
 invocation over the time; the peak printed beside is ``--sms`` x 128 lanes x ``--clock-ghz`` (the H200's
 1.98 GHz boost clock: no clock is read here).
 
-    python3 bench/fma_peak.py --json bench/results/three_quarter_h200/fma_peak.json   # GPU machine
+    python3 bench/fma_peak.py --json bench/results/fma_peak_h200/fma_peak.json   # GPU machine
 
 JSON: rows with ``form``, ``wg``, ``workgroups``, ``steps``, ``us``, ``tfma_per_s``, ``of_peak``.
 """
@@ -30,6 +30,7 @@ import numpy as np
 import wgpu
 
 from eggfuse.runtime import get_device
+from eggfuse.runtime.device import adapter_description
 
 _SHADER = """
 struct P { steps: u32, seed: f32 }
@@ -43,7 +44,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     var a0 = vec4<f32>(s, s + 1e-7, s + 2e-7, s + 3e-7);
     var a1 = a0 * 0.5;
     var b = a0 * 0.25;
-    tiles[li % 512u] = a0;
+    for (var i = li; i < 512u; i = i + WGu) {  // every quad the reads below may take
+        tiles[i] = a0 * f32(i + 1u) * 1e-3;
+    }
     workgroupBarrier();
     var c0 = vec4<f32>(); var c1 = vec4<f32>(); var c2 = vec4<f32>(); var c3 = vec4<f32>();
     var c4 = vec4<f32>(); var c5 = vec4<f32>(); var c6 = vec4<f32>(); var c7 = vec4<f32>();
@@ -52,7 +55,7 @@ ROUNDS
 BARRIER
     }
     let sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7;
-    if (sum.x == 12345.678) {  // never: keeps the FMAs
+    if (dot(sum, vec4<f32>(1.0)) == 12345.678) {  // never: keeps every FMA
         out[gid.x] = sum;
     }
 }
@@ -72,7 +75,7 @@ FORMS = ("plain", "barrier", "barrier_lds")
 
 def shader(form: str, wg: int) -> str:
     rounds = "\n".join((_ROUND_LDS.format(r=r) if form == "barrier_lds" else _ROUND) for r in range(8))
-    return (_SHADER.replace("WG", str(wg)).replace("ROUNDS", rounds)
+    return (_SHADER.replace("WGu", f"{wg}u").replace("WG", str(wg)).replace("ROUNDS", rounds)
             .replace("BARRIER", "        workgroupBarrier();" if form != "plain" else ""))
 
 
@@ -80,8 +83,8 @@ def time_form(device, form: str, wg: int, workgroups: int, steps: int, calls: in
     """Median seconds per dispatch of ``form`` on ``workgroups`` workgroups of ``wg``, ``steps`` steps each."""
     module = device.create_shader_module(code=shader(form, wg))
     pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-    uniform = device.create_buffer_with_data(data=np.array([steps, 0], np.uint32).view(np.uint8).tobytes()[:4]
-                                             + np.float32(1.0001).tobytes(), usage=wgpu.BufferUsage.UNIFORM)
+    uniform = device.create_buffer_with_data(data=np.uint32(steps).tobytes() + np.float32(1.0001).tobytes(),
+                                             usage=wgpu.BufferUsage.UNIFORM)  # P { steps: u32, seed: f32 }
     out = device.create_buffer(size=16 * wg * workgroups, usage=wgpu.BufferUsage.STORAGE)
     group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
         {"binding": 0, "resource": {"buffer": uniform}}, {"binding": 1, "resource": {"buffer": out}}])
@@ -129,7 +132,7 @@ def main() -> None:
                 fma = 4 * 8 * 8 * args.steps * wg * groups / s
                 rows.append({"form": form, "wg": wg, "workgroups": groups, "steps": args.steps, "us": s * 1e6,
                              "tfma_per_s": fma * 1e-12, "of_peak": fma / peak,
-                             "adapter": device.adapter_info.get("description", "")})
+                             "adapter": adapter_description(device)})
                 print(f"{form:<12} wg {wg:>3} x {groups:>4}: {s * 1e6:9.1f} us  {fma * 1e-12:6.2f} TFMA/s "
                       f"({fma / peak:.0%} of {peak * 1e-12:.1f})", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ import matmul as mb  # noqa: E402
 from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES_ALL, matmul_choice  # noqa: E402
 from eggfuse.lowering import plan as lowering_plan  # noqa: E402
 from eggfuse.runtime import get_device  # noqa: E402
+from eggfuse.runtime.device import adapter_description  # noqa: E402
 
 VARIANTS = ("base", "lds", "noload", "lds+noload")
 CASES = (((1024, 384, 1536), "64x64x16m8x4"), ((1024, 384, 1152), "64x48x16m8x4w192"),
@@ -44,13 +45,18 @@ def ablate(src: str, variant: str) -> str:
     """``src`` (a rendered WGSL module) with ``variant``'s parts removed if it is the tiled matmul kernel."""
     if "var<workgroup> tiles" not in src or "fn load_a" not in src or variant == "base":
         return src
+    edits = []
     if "lds" in variant:  # offsets of one K element's quads: the element's own modulo the slice's row (BM/4, BN/4)
         bm4 = int(re.search(r"const BM: u32 = (\d+)u;", src).group(1)) // 4
         bn4 = int(re.search(r"const BN: u32 = (\d+)u;", src).group(1)) // 4
-        src = re.sub(r"tiles\[a_at \+ (\d+)u\]", lambda m: f"tiles[a_at + {int(m.group(1)) % bm4}u]", src)
-        src = re.sub(r"tiles\[b_at \+ (\d+)u\]", lambda m: f"tiles[b_at + {int(m.group(1)) % bn4}u]", src)
+        edits += [(r"tiles\[a_at \+ (\d+)u\]", lambda m: f"tiles[a_at + {int(m.group(1)) % bm4}u]"),
+                  (r"tiles\[b_at \+ (\d+)u\]", lambda m: f"tiles[b_at + {int(m.group(1)) % bn4}u]")]
     if "noload" in variant:
-        src = re.sub(r"\n\s*next_\w+ = load_\w\(li \+ \d+u, \w+, k_next\);", "", src)
+        edits.append((r"\n\s*next_\w+ = load_\w\(li \+ \d+u, \w+, k_next\);", ""))
+    for pattern, replacement in edits:
+        src, count = re.subn(pattern, replacement, src)
+        if not count:  # the kernel's generated code changed: the variant would time the base kernel
+            raise SystemExit(f"variant {variant!r}: {pattern!r} matches nothing in the tiled kernel")
     return src
 
 
@@ -83,7 +89,7 @@ def main() -> None:
                 us = gpu_timing.median_p90(mb.time_ours(session, calls, 5))[0] * 1e6
                 del session
                 rows.append({"shape": list(shape), "tile": tile, "variant": v, "round": rnd, "us": us,
-                             "adapter": device.adapter_info.get("description", "")})
+                             "adapter": adapter_description(device)})
                 print(f"{shape} {tile:<20} {v:<11} round {rnd}: {us:8.2f} us", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))

@@ -1,7 +1,8 @@
 """The matmul family's kernel: MatMul, MatMulAT, MatMulBT, FusedMatMul, FusedRmsNormMatMul and FusedSwiGLUMatMul
 on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmul`).
 
-- ``matmul.wgsl``, tiled: a workgroup of 256 invocations computes a BM x BN tile of C
+- ``matmul.wgsl``, tiled: a workgroup of 256 invocations (fewer for the last two tables below) computes a BM x BN
+  tile of C
   (:data:`MATMUL_TILES`: 128x128 with an 8x8 register micro-tile per invocation, down to
   32x32 with 4x4 micro-tiles and K split over 4 groups of invocations; :data:`MATMUL_TILES_WIDE`:
   the same sides with 8x4, 4x8 or 8x8 micro-tiles and more K groups; :data:`MATMUL_TILES_SMALL`:
@@ -282,7 +283,8 @@ def gemv_tile(m: int, k: int, n: int, variant: str) -> MatmulTile:
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     """The work split of an [M,K] x [K,N] product, chosen at lowering time (a tile of MATMUL_TILES or
-    MATMUL_TILES_WIDE).
+    MATMUL_TILES_WIDE, or THREE_QUARTER_TILE). ``variant`` does not change the choice: products with an
+    RmsNorm or SwiGLU prologue or quantised B take the tile of their shape (measured as f32 'BT' products).
 
     M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
     walking 128x128, 64x64 and 64x32 (the longer side along the larger of M and N), the first
@@ -315,7 +317,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     bench/results/runtime_checks_h200/sweep_model_shapes.json: every tile of MATMUL_TILES and 1 to
     8 splits at the 13 SmolLM2 and MiniLM shapes of M = 16 to 1024, and at 12 of them, all but
     128 x 576 x 49152, every tile of MATMUL_TILES_WIDE too, at 1, 2 and 4 splits (M = 1024) or 1 to 8):
-    the picks (128x128x8 then for 128 x 576 x 49152, since ONE_ROW_BLOCK_TILE) sum to 652.6 us against
+    the picks (128x128x8 then for 128 x 576 x 49152, since ONE_ROW_BLOCK_TILE; before LONG_K_SPLIT_TILE and
+    THREE_QUARTER_TILE, which changed two of them) sum to 652.6 us against
     619.0 for the fastest configuration of each shape, the
     worst taking 1.14x its fastest (128 x 576 x 960); the former rule (a target of 384
     workgroups for every tile, 128 elements of K per split, no wide micro-tiles) summed to
@@ -390,12 +393,16 @@ def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
 #: resident on an H200: see :func:`matmul_tile`), so 288 workgroups on 132 multiprocessors run as long as 384. On an
 #: H200 (``bench/matmul.py --sweep``, bench/results/three_quarter_h200/sweep_tq.json) MiniLM's Q/K/V product,
 #: 1024 x 384 x 1152, took 39.5 us on it (384 workgroups) against 42.5 on 64x64x16m8x4 (288), and MiniLM's plan
-#: 1139.5 against 1166.3 us GPU (qkv_minilm.json, three alternated rounds); 48x64 with 8x4, 64x48 with 4x4 and
-#: 64x48 on 96 invocations took 42.7, 44.0 and MiniLM's plan 1231.4 us. The rule takes the 64 values of M at
-#: which 64x64 gives 288 workgroups for each (K, N) of the models (of ``bench/matmul.py``'s table none); at one M of
-#: each of the seven others (sweep_rule.json) it took 0.92-0.93x the time of 64x64x16m8x4: 384 x 576 x 3072 57.2 us
-#: against 62.2, 2048 x 576 x 576 57.3 / 62.1, 2048 x 1536 x 576 145.4 / 157.1, 768 x 384 x 1536 39.3 / 42.7,
-#: 3072 x 384 x 384 39.4 / 42.6, 3072 x 1536 x 384 145.4 / 157.6, 1024 x 576 x 1152 57.2 / 62.0.
+#: 1139.5 against 1166.3 us GPU (qkv_minilm.json, three alternated rounds). The product took 42.7 us on 48x64 with
+#: 8x4, 44.0 on 64x48 with 4x4 and 54.3 on 64x48 on 96 invocations, and MiniLM's plan with them 1157.1, 1172.7 and
+#: 1231.4 us. For each (K, N) the rule takes the 64 values of M at which 64x64 gives 288 workgroups: of the models'
+#: and ``bench/matmul.py``'s (K, N), M = 321-384 for 576 x 3072, 705-768 for 576 x 1536 and 384 x 1536, 961-1024 for
+#: 384 x 1152, 1985-2048 for 576 x 576 and 1536 x 576, 3009-3072 for 384 x 384 and 1536 x 384, 6081-6144 for
+#: 576 x 192 (no M of the table). At one M of six of those families and at 1024 x 576 x 1152 (sweep_rule.json) it
+#: took 0.92-0.93x the time of 64x64x16m8x4: 384 x 576 x 3072 57.2 us against 62.2, 2048 x 576 x 576 57.3 / 62.1,
+#: 2048 x 1536 x 576 145.4 / 157.1, 768 x 384 x 1536 39.3 / 42.7, 3072 x 384 x 384 39.4 / 42.6, 3072 x 1536 x 384
+#: 145.4 / 157.6, 1024 x 576 x 1152 57.2 / 62.0; 576 x 1536 and 576 x 192 were not measured, nor any product with a
+#: prologue or quantised B on the tile.
 THREE_QUARTER_TILE = MATMUL_TILES_THREE_QUARTER[0]
 
 

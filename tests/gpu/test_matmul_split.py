@@ -1,6 +1,6 @@
 """Every tile of the tiled matmul kernel (the 16 KiB ones, the deep ones, which load several quads per
-invocation and slice, the wide micro-tiles, whose K groups add their sums in rounds, and the workgroups of
-128 and 64 invocations), whole and
+invocation and slice, the wide micro-tiles, whose K groups add their sums in rounds, the workgroups of
+128 and 64 invocations, and the tiles with a side of 48 on 192 and 96), whole and
 split-K across workgroups (ir/ops/matmul_kernel.py: ``matmul_choice``, ``matmul_splits``;
 shaders/matmul.wgsl and matmul_split_reduce.wgsl), against the numpy
 reference (``eggfuse.ir.evaluate``): the three variants, an epilogue read in the reduction, the RmsNorm
@@ -23,6 +23,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     DEEP_STORAGE,
     MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
+    THREE_QUARTER_TILE,
     matmul_choice,
     matmul_splits,
     matmul_tile,
@@ -99,6 +100,17 @@ def test_quantised_and_gated_products_split(row, device):
     with matmul_choice(splits=3):
         session = check_row(row, device, subgroups=None)
     assert [d.kernel.rsplit("_", 1)[-1] for d in session.plan.dispatches][:1] == ["split3"]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("row", [_qmm("q4_1", 67, 160, 101, ("bias", "add")), _qmm("q4_0", 49, 96, 50, (), rms=True),
+                                 _qswiglu("q4_1", 65, 64, 49, ("bias", "Relu"))], ids=lambda r: r.id)
+def test_quantised_and_gated_products_on_the_three_quarter_tile(row, splits, device):
+    # matmul_tile gives THREE_QUARTER_TILE whatever the prologue or B's format: quantised B, the RmsNorm and
+    # SwiGLU prologues on it, edge tiles in M and N
+    with matmul_choice(tile=THREE_QUARTER_TILE, splits=splits):
+        session = check_row(row, device, subgroups=None)
+    assert f"_{THREE_QUARTER_TILE.name}_" in session.plan.dispatches[0].kernel
 
 
 def test_the_heuristic_splits_a_product_of_few_tiles(device):

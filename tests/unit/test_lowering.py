@@ -284,6 +284,8 @@ def test_matmul_tile_heuristic():
         (1024, 384, 1200): ("64x64x16m8x4", 1),   # 64x64: 304; 64x48: 400, past 384
         (1088, 384, 1152): ("64x64x16m8x4", 1),   # 64x64: 306; 64x48: 408
         (1024, 200, 1152): ("64x64x16", 1),       # K too short to widen: stays 64x64
+        (1000, 384, 1152): ("64x48x16m8x4w192", 1),  # an edge tile in M: 16 rows of tiles either way
+        (960, 384, 1152): ("32x64x16m4x8", 1),    # 64x64: 270 workgroups, below 288: not picked
         (320, 576, 3072): ("64x64x16m8x4", 2),    # 64x64: 240 x 2, split
         (1024, 384, 384): ("64x64x16", 4),        # 64x64: 96 x 4 = 384, each split 96 of K
         (512, 1536, 576): ("64x128x8", 8),        # 64x64: 72 x 5, each split 320 of K: a long K (LONG_K_SPLIT_TILE)
@@ -308,6 +310,7 @@ def test_matmul_tile_heuristic():
     for (m, k, n), (name, splits) in cases.items():
         tile = matmul_tile(m, k, n)
         assert (tile.name, matmul_splits(tile, m, k, n)) == (name, splits), (m, k, n)
+        assert matmul_tile(m, k, n, "BT") == matmul_tile(m, k, n, "AT") == tile  # the variant does not choose
     # K = 600 in 32-element slices: 19 slices and 6 splits asked, so ranges of 4 slices: 5 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 5
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
