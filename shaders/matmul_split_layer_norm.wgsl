@@ -5,7 +5,9 @@
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 // LayerNorm of each of p.m rows of C, C[i, j] = value(i, j):
 // out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
-// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl). VALUE defines value:
+// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl); with CENTRED false
+// RmsNorm, out[i, j] = C[i, j] / sqrt(mean_i(C^2) + eps) * gamma[j] (Zhang & Sennrich 2019; as
+// rms_norm.wgsl): no mean, SHIFT 0 (SHIFT: beta[j] or 0.0, with no beta bound). VALUE defines value:
 // - the second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py; ir/ops/matmul_kernel.py
 //   _PARTIAL_SUMS): C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS
 //   partial sums from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself); EPILOGUE is the
@@ -19,6 +21,7 @@
 // row_lanes.wgsl's (in registers where a row's lanes lie in one subgroup).
 
 const SPLITS: u32 = {{SPLITS}}u;
+const CENTRED: bool = {{CENTRED}};
 const VALUES: u32 = {{VALUES}}u;
 const HELD: u32 = max(VALUES, 1u);  // the register array's length
 const LANES: u32 = {{LANES}}u;
@@ -55,7 +58,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             s = s + value(i, j);
         }
     }
-    let mean = row_sum(li, lane, s) / f32(p.n);
+    var mean = 0.0;
+    if (CENTRED) {  // a constant: uniform control flow for row_sum's barriers
+        mean = row_sum(li, lane, s) / f32(p.n);
+    }
     var q = 0.0;
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
@@ -75,12 +81,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var t = 0u; t < VALUES; t = t + 1u) {
             let j = lane + t * LANES;
             if (j < n) {
-                out[i * p.n + j] = (held[t] - mean) * rstd * gamma[j] + beta[j];
+                out[i * p.n + j] = (held[t] - mean) * rstd * gamma[j] + {{SHIFT}};
             }
         }
     } else {
         for (var j = lane; j < n; j = j + LANES) {
-            out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + beta[j];
+            out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + {{SHIFT}};
         }
     }
 }

@@ -950,9 +950,11 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     :mod:`.matmul_rows`) always gives two kernels, the first writing the scratch buffer (the
     splits' partial sums, or with one split or the GEMV kernel the product with its rows scaled
     and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
-    SwiGLUConcat of C) or 'layer_norm' (each row of C normalised with ``norm_eps``, then scaled
+    SwiGLUConcat of C), 'layer_norm' (each row of C normalised with ``norm_eps``, then scaled
     and shifted by gamma and beta, which the node holds right after A and B, before the epilogue
-    operands: matmul_split_layer_norm.wgsl). Raises LoweringError for an unknown step or final
+    operands: matmul_split_layer_norm.wgsl) or 'rms_norm' (each row of C divided by sqrt(mean(C^2) +
+    ``norm_eps``), then scaled by the weight the node holds right after A and B: the same shader).
+    Raises LoweringError for an unknown step or final
     step, a transposed A with ``rms_norm``, ``quant`` with another variant than 'BT', or a
     two-stage product whose scratch buffer does not fit ``max_scratch_bytes``.
     """
@@ -1126,23 +1128,29 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
                  epilogue: tuple, operands: list, lines: list[str], fixed: int) -> Kernel:
     # The second dispatch of a two-stage product, reading the first's scratch buffer: the splits'
     # sums, the row scale (row_sums) and the epilogue, then the final step: None (C itself),
-    # 'swiglu' (SwiGLUConcat of C) or 'layer_norm' (each row of C normalised; gamma and beta are
-    # the node's inputs fixed and fixed + 1, the epilogue operands follow them).
+    # 'swiglu' (SwiGLUConcat of C), 'layer_norm' (each row of C normalised; gamma and beta are
+    # the node's inputs fixed and fixed + 1, the epilogue operands follow them) or 'rms_norm' (each
+    # row of C divided by its root mean square; its weight is the node's input fixed, the epilogue
+    # operands follow it).
     from .fused_epilogue import step_label
 
     chain = "".join(f"+{step_label(s)}" for s in epilogue)
-    if final == "layer_norm" and row_sums:
-        raise LoweringError("a LayerNorm final step takes no RmsNorm prologue: its reduction does not scale rows")
-    if final == "layer_norm":
+    if final in ("layer_norm", "rms_norm") and row_sums:
+        raise LoweringError(f"a {final} final step takes no RmsNorm prologue: its reduction does not scale rows")
+    if final in ("layer_norm", "rms_norm"):
+        centred = final == "layer_norm"
         lanes, values = layer_norm_lanes(n)
-        slots = dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=values, LANES=lanes, VALUE=_PARTIAL_SUMS)
-        return Kernel(f"matmul_split{splits}_layer_norm{chain}", "matmul_split_layer_norm.wgsl",
+        slots = dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=values, LANES=lanes, VALUE=_PARTIAL_SUMS,
+                     CENTRED="true" if centred else "false", SHIFT="beta[j]" if centred else "0.0")
+        weights = (Buffer("gamma"), Buffer("beta")) if centred else (Buffer("gamma"),)
+        first = fixed + len(weights)  # the first epilogue operand among the node's inputs
+        return Kernel(f"matmul_split{splits}_{final}{chain}", "matmul_split_layer_norm.wgsl",
                       math.ceil(m * lanes / MATMUL_WG),
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
-                      bindings=(Buffer("part"), Buffer("gamma"), Buffer("beta"), *operands, Buffer("out", write=True)),
-                      inputs=(SCRATCH, fixed, fixed + 1, *range(fixed + 2, fixed + 2 + len(operands))), slots=slots)
+                      bindings=(Buffer("part"), *weights, *operands, Buffer("out", write=True)),
+                      inputs=(SCRATCH, *range(fixed, first), *range(first, first + len(operands))), slots=slots)
     if final not in (None, "swiglu"):
-        raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm' or None")
+        raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm', 'rms_norm' or None")
     gated = final == "swiglu"
     name = f"matmul_split{splits}_reduce" + ("_rms_norm" if row_sums else "") + ("_swiglu" if gated else "") + chain
     return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * (n // 2 if gated else n)),

@@ -1,9 +1,12 @@
-"""Products with a final step over whole rows: a LayerNorm or SwiGLUConcat of the product, applied in
+"""Products with a final step over whole rows: a LayerNorm, RmsNorm or SwiGLUConcat of the product, applied in
 the second dispatch of a two-stage matmul instead of in a dispatch of its own.
 
 - ``FusedMatMulLayerNorm(a, b, gamma, beta, *operands)`` = LayerNorm(epilogue(op(A) op(B)), gamma,
   beta, eps): the post-LN block of BERT (Devlin et al. 2019; LayerNorm: Ba et al. 2016), whose
   attention output and FFN down projections end in bias, residual add and LayerNorm;
+- ``FusedMatMulRmsNorm(a, b, w, *operands)`` = RmsNorm(epilogue(op(A) op(B)), w, eps) (Zhang &
+  Sennrich 2019): a projection ending in a normalisation, such as a sentence embedding's mean pooling
+  (a product by the pooling matrix) and L2 norm (RmsNorm with weight 1/sqrt(N));
 - ``FusedMatMulSwiGLU(a, b, *operands)`` = SwiGLUConcat(epilogue(op(A) op(B))) and
   ``FusedRmsNormMatMulSwiGLU(x, w_norm, w, *operands)`` = SwiGLUConcat(epilogue(RmsNorm(x, w_norm)
   op W)), [M, N/2]: the packed gate/up projection of a LLaMA MLP (Shazeer 2020) with its gated
@@ -15,9 +18,10 @@ with one split the product with its rows scaled. The second is the split-K reduc
 (``matmul_split_reduce.wgsl``, the gated form) or a row kernel (``matmul_split_layer_norm.wgsl``),
 which applies the epilogue and then the final step. A product split in K takes that second
 dispatch anyway, so the final step costs no dispatch: SmolLM2's 128-token prefill drops its 30
-SwiGLUConcat dispatches and a MiniLM batch of 8 x 128 its 12 LayerNorms.
+SwiGLUConcat dispatches and a MiniLM batch of 8 x 128 its 12 LayerNorms and its final RmsNorm.
 
-Rules (``norm_fusion``, ``swiglu``): ``LayerNorm(FusedMatMul(a, W, e), g, b) -> FusedMatMulLayerNorm``
+Rules (``norm_fusion``, ``swiglu``): ``LayerNorm(FusedMatMul(a, W, e), g, b) -> FusedMatMulLayerNorm`` and
+``RmsNorm(FusedMatMul(a, W, e), w) -> FusedMatMulRmsNorm``
 where the product has no other stored reader (``stored_uses`` 1) and an epilogue of bias, add and unary steps only
 (``epilogue_without_region``: no generated region), and ``SwiGLUConcat(F(...)) ->
 F...SwiGLU`` for F FusedMatMul or FusedRmsNormMatMul with such an epilogue, where the gated value has
@@ -28,7 +32,8 @@ Quantised weights (``quant`` ruleset, folded as :mod:`.quant` folds the other pr
 QuantMatMulLayerNorm and QuantRmsNormMatMulSwiGLU take B as blocks (GGUF Q4_0, Q4_1, Q8_0, or the f16
 rows of ``precision="f16"``), decoded by the first stage's loader. FusedMatMulSwiGLU has no
 quantised form (a gate/up product without its RmsNorm is an exporter's graph, whose weights are f32
-or f16 as stored), nor does a LayerNorm without a bias or weight have a fused form.
+or f16 as stored), nor does a LayerNorm without a bias or weight, or an RmsNorm without a weight, have a fused
+form, and FusedMatMulRmsNorm has no quantised form.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from .elementwise import _swiglu_concat_ref
 from .fused_epilogue import epilogue_ops, is_expr
 from .matmul import _fused_matmul, _fused_rms_norm_matmul, _out, matmul_dims
 from .matmul_kernel import GEMV_MAX_ROWS, matmul_kernel_for, max_scratch_bytes, workgroup_storage
-from .norms import _layer_norm_ref
+from .norms import _layer_norm_ref, rms_norm_ref
 from .quant import _FORMAT, _NO_GRAD, _quant_matmul, _quant_param, _quant_rms_norm_matmul
 
 FAMILY = "matmul_rows"
@@ -61,20 +66,19 @@ def _kernel(node, ins, target):
     # every op of this module: f32 B, or (a ``format`` attribute) B as blocks of its quantised form
     a = node.attrs
     rms = node.op.endswith("RmsNormMatMulSwiGLU")
-    layer_norm = node.op.endswith("LayerNorm")
+    final = "layer_norm" if node.op.endswith("LayerNorm") else "rms_norm" if node.op.endswith("RmsNorm") else "swiglu"
     quant = a.get("format")
     variant = "BT" if quant else a["variant"]
     m, out_n = node.type.shape
     k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
     b = 2 if rms else 1  # B's input
-    first = b + 1 + (2 if layer_norm else 0)  # the first epilogue operand
-    return matmul_kernel_for(variant, tuple(a["epilogue"]), m, k, out_n if layer_norm else 2 * out_n,
+    first = b + 1 + {"layer_norm": 2, "rms_norm": 1, "swiglu": 0}[final]  # the first epilogue operand
+    return matmul_kernel_for(variant, tuple(a["epilogue"]), m, k, 2 * out_n if final == "swiglu" else out_n,
                              rms_norm=rms, eps=float(a["eps"]) if rms else 0.0, quant=quant,
                              row_words=ins[b].shape[1] if quant else 0, operand_types=tuple(ins[first:]),
                              max_scratch_bytes=max_scratch_bytes(target),
-                             workgroup_storage=workgroup_storage(target),
-                             final="layer_norm" if layer_norm else "swiglu",
-                             norm_eps=float(a["eps"]) if layer_norm else 0.0)
+                             workgroup_storage=workgroup_storage(target), final=final,
+                             norm_eps=float(a["eps"]) if final != "swiglu" else 0.0)
 
 
 # --- FusedMatMulLayerNorm: LayerNorm(epilogue(A op B), gamma, beta) -----------------------------
@@ -136,6 +140,46 @@ op("FusedMatMulLayerNorm", ("a", "b", "gamma", "beta", "*operands"), _normed(_fu
    doc="LayerNorm(epilogue(A op B), gamma, beta, eps) over each row of the [M,N] product (Ba et al. 2016); "
        "inputs [A, B, gamma [N], beta [N], *epilogue operands]; two dispatches: the product, then its epilogue "
        "and the norm")
+
+
+# --- FusedMatMulRmsNorm: RmsNorm(epilogue(A op B), w) ---------------------------------------------
+
+
+def _rms_normed(ts, a):
+    # FusedMatMul's rule on A, B and the operands (inputs A, B, w, *operands), w f32 [N]
+    _plain(a["epilogue"])
+    out = _fused_matmul([ts[0], ts[1], *ts[3:]], a)
+    n = out.shape[1]
+    need_f32(ts[2], "w")
+    need(ts[2].shape == (n,), f"w must be [{n}] (the product's columns), got {ts[2]}")
+    return out
+
+
+def _rms_normed_ref(xs, a):
+    return rms_norm_ref([OPS["FusedMatMul"].reference([xs[0], xs[1], *xs[3:]], a), xs[2]], a)
+
+
+def _mm_rms_norm_vjp(b, node, dy, want):
+    x, w, w_norm, *ops = node.inputs
+    a = node.attrs
+    prod = b.emit("FusedMatMul", (x, w, *ops), variant=a["variant"], epilogue=a["epilogue"])
+    norm = b.emit("RmsNorm", (prod, w_norm), eps=a["eps"])
+    inner, (d_w_norm,) = _through(b, prod, norm, dy, (want[0], want[1], *want[3:]), (want[2],))
+    return [inner[0], inner[1], d_w_norm, *inner[2:]]
+
+
+def _mm_rms_norm_flops(ins, out, a):
+    m, k, n = matmul_dims(ins[:2], a["variant"])
+    return 2 * m * k * n + out.num_elements * (epilogue_ops(a["epilogue"]) + 4)
+
+
+op("FusedMatMulRmsNorm", ("a", "b", "w", "*operands"), _rms_normed, _rms_normed_ref,
+   attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_rms_norm_vjp, kernel=_kernel, dispatches=2,
+   flops=_mm_rms_norm_flops,
+   doc="RmsNorm(epilogue(A op B), w, eps) = C / sqrt(mean(C^2) + eps) * w over each row of the [M,N] product C "
+       "(Zhang & Sennrich 2019): a projection ending in a normalisation, e.g. the mean pooling and L2 norm of a "
+       "sentence embedding; inputs [A, B, w [N], *epilogue operands]; two dispatches: the product, then its "
+       "epilogue and the norm")
 
 
 # --- FusedMatMulSwiGLU, FusedRmsNormMatMulSwiGLU: SwiGLUConcat of the product ---------------------
@@ -208,6 +252,32 @@ def _layer_norm_rules(e):
                       e.FusedMatMulLayerNorm(x, w, gamma, beta, eps=eps, variant=v, epilogue=ep),
                       e.eq(prod).to(e.FusedMatMul(x, w, variant=v, epilogue=ep)),
                       e.eq(e.stored_uses(prod)).to(e.i64(1)), e.epilogue_without_region(ep), example=_ln_example(v))
+
+
+def _rms_example(variant: str):
+    def build(g, dim):
+        m, k, n = dim("m"), dim("k"), dim("n")
+        a = g.input("a", [k, m] if variant == "AT" else [m, k])
+        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+        prod = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (a, w))
+        _out(g, g.rms_norm(g.bias_add(prod, g.parameter("bias", [n])), g.parameter("w_norm", [n]), eps=1e-6))
+
+    return example(build)
+
+
+@rules("norm_fusion")
+def _rms_norm_rules(e):
+    x, w, prod, w_norm = e.vars("x w prod w_norm")
+    (ep,) = e.vars("e", e.Epi)
+    (eps,) = e.vars("eps", e.f64)
+    # RmsNorm(FusedMatMul(x, W, e), w) -> FusedMatMulRmsNorm(x, W, w, e) if the product has no other stored
+    #   reader; its extraction against RmsNorm feeding the next product's prologue (FusedRmsNormMatMul) is priced
+    for v in ("", "AT", "BT"):
+        yield e.equal(f"RmsNorm(FusedMatMul{v}(x, W, e), w) -> FusedMatMulRmsNorm{v}(x, W, w, e)",
+                      e.RmsNorm(prod, w_norm, eps=eps),
+                      e.FusedMatMulRmsNorm(x, w, w_norm, eps=eps, variant=v, epilogue=ep),
+                      e.eq(prod).to(e.FusedMatMul(x, w, variant=v, epilogue=ep)),
+                      e.eq(e.stored_uses(prod)).to(e.i64(1)), e.epilogue_without_region(ep), example=_rms_example(v))
 
 
 def _swiglu_example(rms: bool, variant: str):

@@ -462,7 +462,7 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
     tag = "" if fmt == "f32" else f"_{fmt}"
     common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
-    norm = dict(SPLITS=1, EPILOGUE="", VALUES=values, LANES=lanes)
+    norm = dict(SPLITS=1, EPILOGUE="", VALUES=values, LANES=lanes, CENTRED="true", SHIFT="beta[j]")
     norm_out = (Buffer("gamma"), Buffer("beta"))
     # (two tables bind 7: a limit below that, under WebGPU's 8, fails check_limits with the limit named)
     if pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):

@@ -1,5 +1,6 @@
 """The products with a final row step (ir/ops/matmul_rows.py) on the GPU: FusedMatMulLayerNorm,
-FusedMatMulSwiGLU and FusedRmsNormMatMulSwiGLU (their quantised-weight forms: tests/gpu/test_ops_quant.py)
+FusedMatMulRmsNorm, FusedMatMulSwiGLU and FusedRmsNormMatMulSwiGLU (their quantised-weight forms:
+tests/gpu/test_ops_quant.py)
 against the numpy reference (``eggfuse.ir.evaluate``),
 through every first stage (the GEMV kernel for M <= 4, the tiled kernel whole or split in K) and an
 epilogue before the final step. Then the rules on graphs of primitive ops (BERT's bias + residual +
@@ -37,6 +38,16 @@ def _layer_norm(variant: str, m: int, k: int, n: int, epilogue=("bias", "add")) 
     return Row("FusedMatMulLayerNorm", f"FusedMatMulLayerNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
 
 
+def _rms_norm(variant: str, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
+    def build(g: Graph) -> int:
+        a = g.input("a", [k, m] if variant == "AT" else [m, k])
+        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+        return g.add_node("FusedMatMulRmsNorm", (a, w, g.parameter("w_norm", [n]), *_operands(g, epilogue, m, n)),
+                          eps=1e-6, variant=variant, epilogue=epilogue)
+
+    return Row("FusedMatMulRmsNorm", f"FusedMatMulRmsNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
+
+
 def _swiglu(rms: bool, variant: str, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
     op = "FusedRmsNormMatMulSwiGLU" if rms else "FusedMatMulSwiGLU"
 
@@ -59,6 +70,10 @@ ROWS = [
     _layer_norm("", 2, 40, 30, ("Relu",)),  # GEMV first stage, B stored [K, N]
     _layer_norm("BT", 9, 24, 257, ("add",)),  # 2 columns an invocation in registers, the second only for one
     _layer_norm("BT", 5, 20, 4500, ("bias",)),  # rows too long for registers: each pass computes them again
+    _rms_norm("BT", 1, 40, 37, ("add",)),  # GEMV first stage
+    _rms_norm("", 8, 1024, 384, ()),  # MiniLM's pooling product (8 rows): tiled, split in K by the heuristic
+    _rms_norm("AT", 37, 33, 45, ("bias", "Gelu")),
+    _rms_norm("BT", 9, 24, 4500),  # rows too long for registers
     _swiglu(False, "AT", 2, 9, 5, ("bias",)),  # GEMV first stage, A stored [K, M]
     _swiglu(False, "BT", 3, 64, 20),
     _swiglu(False, "", 40, 300, 33, ("bias", "add")),
@@ -81,7 +96,7 @@ def test_whole_and_split_first_stages(row, splits, device):
     with matmul_choice(splits=splits):
         session = check_row(row, device, subgroups=None)
     kernels = [d.kernel for d in session.plan.dispatches]
-    assert len(kernels) == 2 and ("layer_norm" in kernels[1] or "swiglu" in kernels[1]), kernels
+    assert len(kernels) == 2 and any(f in kernels[1] for f in ("layer_norm", "rms_norm", "swiglu")), kernels
     assert (f"_split{splits}" in kernels[0]) == (splits > 1) and ("_split" in kernels[0]) == (splits > 1), kernels
 
 
@@ -153,6 +168,38 @@ def test_layer_norm_rule_leaves_a_stored_product(device):
     g, feeds, params = _bert_block(37, 64, 45, product_out=True)
     opt, _ = run_optimised(g, device, feeds, params)
     assert not any(n.op == "FusedMatMulLayerNorm" for n in opt.live_nodes())
+
+
+def _pooled_embedding(b: int, s: int, n: int, pooled_out: bool) -> tuple[Graph, dict, dict]:
+    # a sentence embedding's tail: each sequence's token rows averaged (a [B, B*S] pooling matrix of the
+    # mask over the token counts) and L2-normalised (RmsNorm with weight 1/sqrt(N): x / |x|)
+    g = Graph()
+    h = g.input("h", [b * s, n])
+    pooled = g.matmul(g.input("pool", [b, b * s]), h)
+    g.set_outputs([g.rms_norm(pooled, g.parameter("w_norm", [n]), eps=1e-24 / n)] + ([pooled] if pooled_out else []))
+    rng = np.random.default_rng(b * 100 + n)
+    mask = (rng.random((b, s)) < 0.8).astype(np.float32)
+    mask[:, 0] = 1.0
+    pool = np.zeros((b, b * s), np.float32)
+    for i in range(b):
+        pool[i, i * s:(i + 1) * s] = mask[i] / mask[i].sum()
+    feeds = {"h": rng.standard_normal((b * s, n)).astype(np.float32), "pool": pool}
+    return g, feeds, {"w_norm": np.full(n, 1 / np.sqrt(n), np.float32)}
+
+
+@pytest.mark.parametrize("b, s, n", [(8, 128, 384), (3, 7, 45)])
+def test_rms_norm_rule_on_pooled_embeddings(b, s, n, device):
+    g, feeds, params = _pooled_embedding(b, s, n, pooled_out=False)
+    opt, _ = run_optimised(g, device, feeds, params)
+    ops = [n.op for n in opt.live_nodes()]
+    assert ops.count("FusedMatMulRmsNorm") == 1 and "RmsNorm" not in ops, ops
+
+
+def test_rms_norm_rule_leaves_a_stored_product(device):
+    # the pooled rows are a graph output too: stored anyway, so the norm reads them
+    g, feeds, params = _pooled_embedding(3, 7, 45, pooled_out=True)
+    opt, _ = run_optimised(g, device, feeds, params)
+    assert not any(n.op == "FusedMatMulRmsNorm" for n in opt.live_nodes())
 
 
 def _llama_mlp(m: int, d: int, f: int, gate_out: bool) -> tuple[Graph, dict, dict]:

@@ -161,13 +161,15 @@ def _fused_swiglu(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row
 def _mm_rows(op: str, variant: str, epilogue: tuple[str, ...], m=3, k=6, n=4) -> Row:
     # the products with a final row step (ir/ops/matmul_rows.py): n columns of output, 2n of product for SwiGLU
     def build(g):
-        full = n if op == "FusedMatMulLayerNorm" else 2 * n
+        full = n if op in ("FusedMatMulLayerNorm", "FusedMatMulRmsNorm") else 2 * n
         rms = op == "FusedRmsNormMatMulSwiGLU"
         x = P(g, "x", [k, m] if variant == "AT" else [m, k])
         w = P(g, "w", [full, k] if variant == "BT" else [k, full])
         head = (x, P(g, "wn", [k]), w) if rms else (x, w)
         if op == "FusedMatMulLayerNorm":
             head += (P(g, "gamma", [n]), P(g, "beta", [n]))
+        if op == "FusedMatMulRmsNorm":
+            head += (P(g, "gamma", [n]),)
         ops = [P(g, f"op{i}", [full] if s == "bias" else [m, full]) for i, s in enumerate(epilogue)
                if s in ("bias", "add")]
         attrs = {"eps": 1e-5} if op != "FusedMatMulSwiGLU" else {}
@@ -263,6 +265,8 @@ ROWS = [
     _fused_swiglu("", ("bias", "Tanh")),
     _mm_rows("FusedMatMulLayerNorm", "BT", ("bias", "add")),
     _mm_rows("FusedMatMulLayerNorm", "AT", ("Tanh",)),
+    _mm_rows("FusedMatMulRmsNorm", "", ("bias", "add")),
+    _mm_rows("FusedMatMulRmsNorm", "AT", ("Tanh",)),
     _mm_rows("FusedMatMulSwiGLU", "", ("bias",)),
     _mm_rows("FusedMatMulSwiGLU", "BT", ()),
     _mm_rows("FusedRmsNormMatMulSwiGLU", "BT", ("add",)),
