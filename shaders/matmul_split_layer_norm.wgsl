@@ -53,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             held[t] = v;
             s = s + v;
         }
-    } else {
+    } else if (CENTRED) {  // only the mean needs this pass
         for (var j = lane; j < n; j = j + LANES) {
             s = s + value(i, j);
         }

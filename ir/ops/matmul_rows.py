@@ -29,11 +29,11 @@ more than GEMV_MAX_ROWS rows (a decode step's GEMV takes SwiGLU in the down proj
 fewer). Each op's cost counts its two dispatches.
 
 Quantised weights (``quant`` ruleset, folded as :mod:`.quant` folds the other products):
-QuantMatMulLayerNorm and QuantRmsNormMatMulSwiGLU take B as blocks (GGUF Q4_0, Q4_1, Q8_0, or the f16
-rows of ``precision="f16"``), decoded by the first stage's loader. FusedMatMulSwiGLU has no
+QuantMatMulLayerNorm, QuantMatMulRmsNorm and QuantRmsNormMatMulSwiGLU take B as blocks (GGUF Q4_0, Q4_1, Q8_0,
+or the f16 rows of ``precision="f16"``), decoded by the first stage's loader. FusedMatMulSwiGLU has no
 quantised form (a gate/up product without its RmsNorm is an exporter's graph, whose weights are f32
 or f16 as stored), nor does a LayerNorm without a bias or weight, or an RmsNorm without a weight, have a fused
-form, and FusedMatMulRmsNorm has no quantised form.
+form.
 """
 
 from __future__ import annotations
@@ -145,18 +145,26 @@ op("FusedMatMulLayerNorm", ("a", "b", "gamma", "beta", "*operands"), _normed(_fu
 # --- FusedMatMulRmsNorm: RmsNorm(epilogue(A op B), w) ---------------------------------------------
 
 
-def _rms_normed(ts, a):
-    # FusedMatMul's rule on A, B and the operands (inputs A, B, w, *operands), w f32 [N]
-    _plain(a["epilogue"])
-    out = _fused_matmul([ts[0], ts[1], *ts[3:]], a)
-    n = out.shape[1]
-    need_f32(ts[2], "w")
-    need(ts[2].shape == (n,), f"w must be [{n}] (the product's columns), got {ts[2]}")
-    return out
+def _rms_normed(product):
+    # The shape rule of a product (inputs A, B, w, *operands) with a final RmsNorm: ``product``'s rule on
+    # A, B and the operands, w f32 [N]
+    def infer(ts, a):
+        _plain(a["epilogue"])
+        out = product([ts[0], ts[1], *ts[3:]], a)
+        n = out.shape[1]
+        need_f32(ts[2], "w")
+        need(ts[2].shape == (n,), f"w must be [{n}] (the product's columns), got {ts[2]}")
+        return out
+
+    return infer
 
 
-def _rms_normed_ref(xs, a):
-    return rms_norm_ref([OPS["FusedMatMul"].reference([xs[0], xs[1], *xs[3:]], a), xs[2]], a)
+def _rms_normed_ref(product: str):
+    # The reference of ``product`` (inputs A, B, *operands) followed by RmsNorm(., w)
+    def reference(xs, a):
+        return rms_norm_ref([OPS[product].reference([xs[0], xs[1], *xs[3:]], a), xs[2]], a)
+
+    return reference
 
 
 def _mm_rms_norm_vjp(b, node, dy, want):
@@ -173,7 +181,7 @@ def _mm_rms_norm_flops(ins, out, a):
     return 2 * m * k * n + out.num_elements * (epilogue_ops(a["epilogue"]) + 4)
 
 
-op("FusedMatMulRmsNorm", ("a", "b", "w", "*operands"), _rms_normed, _rms_normed_ref,
+op("FusedMatMulRmsNorm", ("a", "b", "w", "*operands"), _rms_normed(_fused_matmul), _rms_normed_ref("FusedMatMul"),
    attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_rms_norm_vjp, kernel=_kernel, dispatches=2,
    flops=_mm_rms_norm_flops,
    doc="RmsNorm(epilogue(A op B), w, eps) = C / sqrt(mean(C^2) + eps) * w over each row of the [M,N] product C "
@@ -227,12 +235,16 @@ op("FusedRmsNormMatMulSwiGLU", ("x", "w_norm", "w", "*operands"),
 # --- rules ------------------------------------------------------------------------------------
 
 
+def _plain_product(g, variant: str, x: int, m: int, k: int, n: int) -> int:
+    # the MatMul, MatMulAT or MatMulBT of x ([M,K], or [K,M] for 'AT') and a parameter w of the variant's layout
+    w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+    return g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (x, w))
+
+
 def _ln_example(variant: str):
     def build(g, dim):
         m, k, n = dim("m"), dim("k"), dim("n")
-        a = g.input("a", [k, m] if variant == "AT" else [m, k])
-        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
-        prod = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (a, w))
+        prod = _plain_product(g, variant, g.input("a", [k, m] if variant == "AT" else [m, k]), m, k, n)
         h = g.add(g.bias_add(prod, g.parameter("bias", [n])), g.input("residual", [m, n]))
         _out(g, g.layer_norm(h, g.parameter("gamma", [n]), g.parameter("beta", [n]), eps=1e-6))
 
@@ -257,9 +269,7 @@ def _layer_norm_rules(e):
 def _rms_example(variant: str):
     def build(g, dim):
         m, k, n = dim("m"), dim("k"), dim("n")
-        a = g.input("a", [k, m] if variant == "AT" else [m, k])
-        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
-        prod = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (a, w))
+        prod = _plain_product(g, variant, g.input("a", [k, m] if variant == "AT" else [m, k]), m, k, n)
         _out(g, g.rms_norm(g.bias_add(prod, g.parameter("bias", [n])), g.parameter("w_norm", [n]), eps=1e-6))
 
     return example(build)
@@ -271,7 +281,9 @@ def _rms_norm_rules(e):
     (ep,) = e.vars("e", e.Epi)
     (eps,) = e.vars("eps", e.f64)
     # RmsNorm(FusedMatMul(x, W, e), w) -> FusedMatMulRmsNorm(x, W, w, e) if the product has no other stored
-    #   reader; its extraction against RmsNorm feeding the next product's prologue (FusedRmsNormMatMul) is priced
+    #   reader; its extraction against RmsNorm feeding the next product's prologue (FusedRmsNormMatMul) is priced.
+    #   As for LayerNorm, an elementwise reader of the product is no stored reader: extraction may then compute the
+    #   product twice (here and in that reader's own product), for the dispatches it saves
     for v in ("", "AT", "BT"):
         yield e.equal(f"RmsNorm(FusedMatMul{v}(x, W, e), w) -> FusedMatMulRmsNorm{v}(x, W, w, e)",
                       e.RmsNorm(prod, w_norm, eps=eps),
@@ -286,8 +298,7 @@ def _swiglu_example(rms: bool, variant: str):
         x = g.input("x", [k, m] if variant == "AT" else [m, k])
         if rms:
             x = g.rms_norm(x, g.parameter("w_norm", [k]))
-        w = g.parameter("w", [2 * n, k] if variant == "BT" else [k, 2 * n])
-        prod = g.add_node({"": "MatMul", "AT": "MatMulAT", "BT": "MatMulBT"}[variant], (x, w))
+        prod = _plain_product(g, variant, x, m, k, 2 * n)
         _out(g, g.swiglu_concat(g.bias_add(prod, g.parameter("bias", [2 * n]))))
 
     return example(build)
@@ -328,6 +339,14 @@ op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _normed(_qu
        "blocks (q u32 [N, row_words]); inputs [A, q, gamma [N], beta [N], *epilogue operands]; two dispatches")
 
 
+op("QuantMatMulRmsNorm", ("a", "q", "w", "*operands"), _rms_normed(_quant_matmul), _rms_normed_ref("QuantMatMul"),
+   attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
+   flops=lambda ins, out, a: 2 * out.num_elements * ins[0].shape[1] + out.num_elements * (
+       epilogue_ops(a["epilogue"]) + 4),
+   doc="RmsNorm(epilogue(A @ Dequant(q)^T), w, eps): FusedMatMulRmsNorm 'BT' with B as blocks (q u32 [N, "
+       "row_words]); inputs [A, q, w [N], *epilogue operands]; two dispatches")
+
+
 op("QuantRmsNormMatMulSwiGLU", ("x", "w_norm", "q", "*operands"),
    lambda ts, a: _gated(_quant_rms_norm_matmul(ts, a), a["epilogue"]), _gated_ref("QuantRmsNormMatMul"),
    attrs=(Attr("eps", "float"), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
@@ -342,6 +361,12 @@ def _qln_example(g, dim) -> None:
     prod = g.matmul_bt(g.input("x", [m, k]), _quant_param(g, "W", n, k, "q8_0"))
     h = g.add(g.bias_add(prod, g.parameter("bias", [n])), g.input("r", [m, n]))
     g.set_outputs([g.layer_norm(h, g.parameter("gamma", [n]), g.parameter("beta", [n]))])
+
+
+def _qrms_example(g, dim) -> None:
+    m, k, n = dim("m"), 32 * dim("kb", 1, 2), dim("n")
+    prod = g.matmul_bt(g.input("x", [m, k]), _quant_param(g, "W", n, k, "q4_1"))
+    g.set_outputs([g.rms_norm(g.bias_add(prod, g.parameter("bias", [n])), g.parameter("w", [n]))])
 
 
 def _qswiglu_rows_example(g, dim) -> None:
@@ -363,6 +388,11 @@ def _quant_rows_rules(e):
                   e.FusedMatMulLayerNorm(x, dq, gamma, beta, eps=eps, variant=e.String("BT"), epilogue=ep),
                   e.QuantMatMulLayerNorm(x, q, gamma, beta, eps=eps, format=f, epilogue=ep),
                   example=example(_qln_example))
+    # FusedMatMulRmsNorm(x, Dequant(q), w, 'BT', e) -> QuantMatMulRmsNorm(x, q, w, e)
+    yield e.equal("FusedMatMulRmsNormBT(x, Dequant(q), w, e) -> QuantMatMulRmsNorm(x, q, w, e)",
+                  e.FusedMatMulRmsNorm(x, dq, w, eps=eps, variant=e.String("BT"), epilogue=ep),
+                  e.QuantMatMulRmsNorm(x, q, w, eps=eps, format=f, epilogue=ep),
+                  example=example(_qrms_example))
     # FusedRmsNormMatMulSwiGLU(x, w, Dequant(q), 'BT', e) -> QuantRmsNormMatMulSwiGLU(x, w, q, e)
     yield e.equal("FusedRmsNormMatMulSwiGLUBT(x, w, Dequant(q), e) -> QuantRmsNormMatMulSwiGLU(x, w, q, e)",
                   e.FusedRmsNormMatMulSwiGLU(x, w, dq, eps=eps, variant=e.String("BT"), epilogue=ep),

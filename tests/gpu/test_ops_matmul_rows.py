@@ -38,14 +38,14 @@ def _layer_norm(variant: str, m: int, k: int, n: int, epilogue=("bias", "add")) 
     return Row("FusedMatMulLayerNorm", f"FusedMatMulLayerNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
 
 
-def _rms_norm(variant: str, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
+def _rms_norm(variant: str, m: int, k: int, n: int, epilogue=("bias",), eps: float = 1e-6) -> Row:
     def build(g: Graph) -> int:
         a = g.input("a", [k, m] if variant == "AT" else [m, k])
         w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
         return g.add_node("FusedMatMulRmsNorm", (a, w, g.parameter("w_norm", [n]), *_operands(g, epilogue, m, n)),
-                          eps=1e-6, variant=variant, epilogue=epilogue)
+                          eps=eps, variant=variant, epilogue=epilogue)
 
-    return Row("FusedMatMulRmsNorm", f"FusedMatMulRmsNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
+    return Row("FusedMatMulRmsNorm", f"FusedMatMulRmsNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}eps{eps:g}", build)
 
 
 def _swiglu(rms: bool, variant: str, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
@@ -74,6 +74,7 @@ ROWS = [
     _rms_norm("", 8, 1024, 384, ()),  # MiniLM's pooling product (8 rows): tiled, split in K by the heuristic
     _rms_norm("AT", 37, 33, 45, ("bias", "Gelu")),
     _rms_norm("BT", 9, 24, 4500),  # rows too long for registers
+    _rms_norm("BT", 9, 12, 45, (), eps=10.0),  # eps near mean(C^2) (about K): a wrong eps shows
     _swiglu(False, "AT", 2, 9, 5, ("bias",)),  # GEMV first stage, A stored [K, M]
     _swiglu(False, "BT", 3, 64, 20),
     _swiglu(False, "", 40, 300, 33, ("bias", "add")),
@@ -96,7 +97,9 @@ def test_whole_and_split_first_stages(row, splits, device):
     with matmul_choice(splits=splits):
         session = check_row(row, device, subgroups=None)
     kernels = [d.kernel for d in session.plan.dispatches]
-    assert len(kernels) == 2 and any(f in kernels[1] for f in ("layer_norm", "rms_norm", "swiglu")), kernels
+    final = {"FusedMatMulLayerNorm": "layer_norm", "FusedMatMulRmsNorm": "rms_norm"}.get(row.op)
+    assert len(kernels) == 2 and kernels[1].startswith(f"matmul_split{splits}_{final}" if final else
+                                                       f"matmul_split{splits}_reduce"), kernels
     assert (f"_split{splits}" in kernels[0]) == (splits > 1) and ("_split" in kernels[0]) == (splits > 1), kernels
 
 
@@ -193,6 +196,24 @@ def test_rms_norm_rule_on_pooled_embeddings(b, s, n, device):
     opt, _ = run_optimised(g, device, feeds, params)
     ops = [n.op for n in opt.live_nodes()]
     assert ops.count("FusedMatMulRmsNorm") == 1 and "RmsNorm" not in ops, ops
+
+
+@pytest.mark.parametrize("weight", [True, False])
+def test_rms_norm_rule_on_a_linear_layer(weight, device):
+    # x @ W^T + b, then RmsNorm: fused with the bias in the product's epilogue; an RmsNorm without a weight
+    # has no fused form and stays a dispatch of its own
+    g = Graph()
+    h = g.bias_add(g.matmul_bt(g.input("x", [37, 40]), g.parameter("w", [45, 40])), g.parameter("b", [45]))
+    g.set_outputs([g.rms_norm(h, g.parameter("w_norm", [45]), eps=1e-5) if weight
+                   else g.add_node("RmsNorm", (h,), eps=1e-5)])
+    rng = np.random.default_rng(5)
+    params = {"w": rng.standard_normal((45, 40)).astype(np.float32), "b": rng.standard_normal(45).astype(np.float32),
+              "w_norm": rng.standard_normal(45).astype(np.float32)}
+    opt, _ = run_optimised(g, device, {"x": rng.standard_normal((37, 40)).astype(np.float32)},
+                           {k: v for k, v in params.items() if weight or k != "w_norm"})
+    fused = [n for n in opt.live_nodes() if n.op == "FusedMatMulRmsNorm"]
+    assert len(fused) == int(weight) and ("RmsNorm" in [n.op for n in opt.live_nodes()]) == (not weight)
+    assert all(n.attrs["variant"] == "BT" and n.attrs["epilogue"] == ("bias",) for n in fused)
 
 
 def test_rms_norm_rule_leaves_a_stored_product(device):

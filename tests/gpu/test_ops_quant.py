@@ -1,6 +1,6 @@
 """The quant family (ir/ops/quant.py) on the GPU: Dequant, QuantMatMul (GEMV and every tiled
 path: edge tiles, epilogues), QuantRmsNormMatMul and QuantEmbedding in Q4_0, Q4_1, Q8_0 and F16, and
-QuantMatMulLayerNorm and QuantRmsNormMatMulSwiGLU (ir/ops/matmul_rows.py).
+QuantMatMulLayerNorm, QuantMatMulRmsNorm and QuantRmsNormMatMulSwiGLU (ir/ops/matmul_rows.py).
 
 The blocks (F16: the rows of halves) are written by gguf's quantisers (llama.cpp's reference ones, ``gguf.quants``). The
 op table checks each kernel against the numpy reference (``eggfuse.ir.evaluate``, whose
@@ -98,6 +98,19 @@ def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",
     return Row(op, rid, build, feeds={"q": blocks(fmt, full, k, rid)[0]})
 
 
+def _quant_rms(fmt: str, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
+    # QuantMatMulRmsNorm [M, n]
+    rid = f"QuantMatMulRmsNorm-{fmt}[{m},{k}]x[{n},{k}]{''.join('+' + s for s in epilogue)}"
+
+    def build(g: Graph) -> int:
+        ops = [g.parameter("bias", [n]) if s == "bias" else g.input("res", [m, n]) for s in epilogue
+               if s in ("bias", "add")]
+        return g.add_node("QuantMatMulRmsNorm", (g.input("x", [m, k]), _q(g, fmt, n, k), g.parameter("w", [n]), *ops),
+                          eps=1e-6, format=fmt, epilogue=epilogue)
+
+    return Row("QuantMatMulRmsNorm", rid, build, feeds={"q": blocks(fmt, n, k, rid)[0]})
+
+
 def _chunk_k(m: int, n: int) -> int:
     """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at a K past the short-K column
     splits (matmul_kernel.gemv_bt_cols): GEMV_MAX_CHUNK steps of two quads per lane."""
@@ -127,6 +140,9 @@ ROWS = [
     _quant("q4_1", True, 2, 64, 37),
     _quant("q8_0", True, 40, 96, 45, ("bias", "add")),
     _quant("f16", True, 19, 64, 20, ()),
+    _quant_rms("q4_1", 2, 64, 37),  # GEMV first stage
+    _quant_rms("q8_0", 40, 96, 45, ("bias", "add")),
+    _quant_rms("f16", 19, 64, 20, ()),
     _quant("q4_1", False, 3, 96, 20),
     _quant("q4_0", False, 37, 64, 24, ("bias", "add")),
     _quant("f16", False, 70, 128, 33),

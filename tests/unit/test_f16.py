@@ -126,6 +126,18 @@ def test_bert_in_f16_stores_every_linear_weight_and_table_as_halves():
     assert plan32.memory()["weights_bytes"] - plan.memory()["weights_bytes"] == mats // 2
 
 
+def test_a_linear_layer_before_an_rms_norm_stores_its_weight_as_halves():
+    # RmsNorm(x @ W^T + b, w) fuses into FusedMatMulRmsNorm, whose quantised form keeps W in f16 (K % 32 == 0)
+    g = Graph()
+    h = g.bias_add(g.matmul_bt(g.input("x", [64, 64]), g.parameter("w", [48, 64])), g.parameter("b", [48]))
+    g.set_outputs([g.rms_norm(h, g.parameter("w_norm", [48]))])
+    f16 = _f16(g)
+    (norm,) = [n for n in f16.live_nodes() if n.op == "QuantMatMulRmsNorm"]
+    assert norm.attrs["format"] == "f16" and f16.node(norm.inputs[1]).op == "ToF16"
+    assert not {"FusedMatMulRmsNorm", "RmsNorm", "FusedMatMul"} & set(_ops(f16))
+    assert lower(f16).memory()["weights_bytes"] == 48 * 64 * 2 + 2 * 48 * 4  # W halves; bias, w_norm f32
+
+
 def test_f16_plan_reference_is_the_f32_graph_on_rounded_weights():
     graph = build_llama_graph(TINY, 5)
     params = random_feeds(graph, 3)[1]
