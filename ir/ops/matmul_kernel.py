@@ -401,8 +401,10 @@ def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
 #: 576 x 192 (no M of the table). At one M of six of those families and at 1024 x 576 x 1152 (sweep_rule.json) it
 #: took 0.92-0.93x the time of 64x64x16m8x4: 384 x 576 x 3072 57.2 us against 62.2, 2048 x 576 x 576 57.3 / 62.1,
 #: 2048 x 1536 x 576 145.4 / 157.1, 768 x 384 x 1536 39.3 / 42.7, 3072 x 384 x 384 39.4 / 42.6, 3072 x 1536 x 384
-#: 145.4 / 157.6, 1024 x 576 x 1152 57.2 / 62.0; 576 x 1536 and 576 x 192 were not measured, nor any product with a
-#: prologue or quantised B on the tile.
+#: 145.4 / 157.6, 1024 x 576 x 1152 57.2 / 62.0; and (sweep_rule_more.json) 768 x 576 x 1536 57.2 / 62.1, 6144 x 576 x
+#: 192 57.3 / 62.2. With B as Q4_1 blocks (sweep_rule_q4_1.json) 0.90-0.91x: 768 x 576 x 1536 61.1 / 67.3, 6144 x 576
+#: x 192 60.7 / 67.6, 384 x 576 x 3072 61.1 / 67.7, 1024 x 384 x 1152 41.8 / 46.1. Products with a prologue on the
+#: tile were not timed.
 THREE_QUARTER_TILE = MATMUL_TILES_THREE_QUARTER[0]
 
 
