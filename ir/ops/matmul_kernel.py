@@ -409,11 +409,12 @@ THREE_QUARTER_TILE = MATMUL_TILES_THREE_QUARTER[0]
 
 
 def _three_quarter(tile: MatmulTile, m: int, k: int, n: int) -> bool:
-    # a 64x64 tile in one K range, widened (each workgroup walks WIDE_MIN_K or more), whose workgroups fall short of
-    # TARGET_WORKGROUPS, where THREE_QUARTER_TILE's come nearer it without passing it: THREE_QUARTER_TILE instead
+    # a 64x64 tile in one K range, widened (each workgroup walks WIDE_MIN_K or more), where THREE_QUARTER_TILE's
+    # workgroups stay within TARGET_WORKGROUPS: THREE_QUARTER_TILE instead (its tiles outnumber 64x64's wherever a
+    # 64x64 tile fits, N >= 64)
     if (tile.bm, tile.bn) != (64, 64) or matmul_splits(tile, m, k, n) != 1 or _widened(tile, m, k, n) == tile:
         return False
-    return _tiles(tile, m, n) < _tiles(THREE_QUARTER_TILE, m, n) <= TARGET_WORKGROUPS
+    return _tiles(THREE_QUARTER_TILE, m, n) <= TARGET_WORKGROUPS
 
 
 #: A tiled product is spread enough when its workgroups (counting split-K) reach this many:

@@ -251,21 +251,6 @@ def _ln_example(variant: str):
     return example(build)
 
 
-@rules("norm_fusion")
-def _layer_norm_rules(e):
-    x, w, prod, gamma, beta = e.vars("x w prod gamma beta")
-    (ep,) = e.vars("e", e.Epi)
-    (eps,) = e.vars("eps", e.f64)
-    # LayerNorm(FusedMatMul(x, W, e), gamma, beta) -> FusedMatMulLayerNorm(x, W, gamma, beta, e)
-    #   if the product has no other stored reader (a value stored anyway would be computed twice)
-    for v in ("", "AT", "BT"):
-        yield e.equal(f"LayerNorm(FusedMatMul{v}(x, W, e), g, b) -> FusedMatMulLayerNorm{v}(x, W, g, b, e)",
-                      e.LayerNorm(prod, gamma, beta, eps=eps),
-                      e.FusedMatMulLayerNorm(x, w, gamma, beta, eps=eps, variant=v, epilogue=ep),
-                      e.eq(prod).to(e.FusedMatMul(x, w, variant=v, epilogue=ep)),
-                      e.eq(e.stored_uses(prod)).to(e.i64(1)), e.epilogue_without_region(ep), example=_ln_example(v))
-
-
 def _rms_example(variant: str):
     def build(g, dim):
         m, k, n = dim("m"), dim("k"), dim("n")
@@ -276,20 +261,27 @@ def _rms_example(variant: str):
 
 
 @rules("norm_fusion")
-def _rms_norm_rules(e):
-    x, w, prod, w_norm = e.vars("x w prod w_norm")
+def _final_norm_rules(e):
+    x, w, prod, gamma, beta = e.vars("x w prod gamma beta")
     (ep,) = e.vars("e", e.Epi)
     (eps,) = e.vars("eps", e.f64)
-    # RmsNorm(FusedMatMul(x, W, e), w) -> FusedMatMulRmsNorm(x, W, w, e) if the product has no other stored
-    #   reader; its extraction against RmsNorm feeding the next product's prologue (FusedRmsNormMatMul) is priced.
-    #   As for LayerNorm, an elementwise reader of the product is no stored reader: extraction may then compute the
-    #   product twice (here and in that reader's own product), for the dispatches it saves
+    # LayerNorm(FusedMatMul(x, W, e), gamma, beta) -> FusedMatMulLayerNorm(x, W, gamma, beta, e) and
+    # RmsNorm(FusedMatMul(x, W, e), w) -> FusedMatMulRmsNorm(x, W, w, e), if the product has no other stored
+    #   reader (a value stored anyway would be computed twice). An elementwise reader of the product is no
+    #   stored reader: extraction may then compute the product twice (here and in that reader's own product), for
+    #   the dispatches it saves. RmsNorm's extraction against feeding the next product's prologue
+    #   (FusedRmsNormMatMul) is priced.
     for v in ("", "AT", "BT"):
+        guards = (e.eq(prod).to(e.FusedMatMul(x, w, variant=v, epilogue=ep)), e.eq(e.stored_uses(prod)).to(e.i64(1)),
+                  e.epilogue_without_region(ep))
+        yield e.equal(f"LayerNorm(FusedMatMul{v}(x, W, e), g, b) -> FusedMatMulLayerNorm{v}(x, W, g, b, e)",
+                      e.LayerNorm(prod, gamma, beta, eps=eps),
+                      e.FusedMatMulLayerNorm(x, w, gamma, beta, eps=eps, variant=v, epilogue=ep), *guards,
+                      example=_ln_example(v))
         yield e.equal(f"RmsNorm(FusedMatMul{v}(x, W, e), w) -> FusedMatMulRmsNorm{v}(x, W, w, e)",
-                      e.RmsNorm(prod, w_norm, eps=eps),
-                      e.FusedMatMulRmsNorm(x, w, w_norm, eps=eps, variant=v, epilogue=ep),
-                      e.eq(prod).to(e.FusedMatMul(x, w, variant=v, epilogue=ep)),
-                      e.eq(e.stored_uses(prod)).to(e.i64(1)), e.epilogue_without_region(ep), example=_rms_example(v))
+                      e.RmsNorm(prod, gamma, eps=eps),
+                      e.FusedMatMulRmsNorm(x, w, gamma, eps=eps, variant=v, epilogue=ep), *guards,
+                      example=_rms_example(v))
 
 
 def _swiglu_example(rms: bool, variant: str):
