@@ -1,14 +1,19 @@
 """Attention kernel time per tile shape: attention.wgsl's (WG invocations, BQ query rows, BK keys per
-tile) at the SmolLM2 prefill and MiniLM shapes, against torch's scaled_dot_product_attention, in one run.
+tile) and attention_lanes.wgsl's (R query rows of L lanes, BK keys per tile) at the SmolLM2 prefill and
+MiniLM shapes, against torch's scaled_dot_product_attention, in one run.
 
 Each shape is one graph holding one attention op, lowered by eggfuse with the tile shape forced
 (``ir.ops.attention.attention_tiles`` replaced for the lowering) for every (WG, BQ, BK) that fits
 the device's workgroup memory: WG 256, 128 or 64, BQ = WG / ceil(hd / 4) (one output vec4 per
-invocation), BK 16, 32 or 64; the row marked ``default`` is the shape the lowering picks.
+invocation), BK 16, 32 or 64; then, for the ops attention_lanes.wgsl takes (no RoPE, head_dim <= 64),
+that kernel (``ir.ops.attention.lane_tiles`` replaced) at R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes,
+BK 16, 32, 64 or 128 and P 1 or 2 rows a lane (R / P * L <= 256) where they fit. The row marked
+``default`` is what the lowering picks; ``kernel`` names the shader.
 
 - ``smollm2_prefill``: CausalAttentionRoPE, 128 rows, 9 query and 3 key/value heads of 64 (RoPE
   applied inside our kernel; the peer gets q and k already rotated, so it does less);
 - ``minilm``: FullAttention with a key mask, batch 8 x 128 rows, 12 heads of 32;
+- ``causal_gqa``: CausalAttention (no RoPE), 128 rows, 9 query and 3 key/value heads of 64;
 - ``smollm2_decode``: CachedAttentionRoPE of one query row at position 128 over a cache of 512 rows
   (129 keys seen), 9 query and 3 key/value heads of 64, for each workgroup size of
   attention_cached.wgsl (``ir.ops.kv_cache.CACHED_ATTENTION_WG`` replaced for the lowering); the
@@ -48,7 +53,8 @@ import gpu_timing  # noqa: E402
 
 #: name -> (op, batch, seq, heads, kv heads, head size)
 SHAPES = {"smollm2_prefill": ("CausalAttentionRoPE", 1, 128, 9, 3, 64),
-          "minilm": ("FullAttention", 8, 128, 12, 12, 32)}
+          "minilm": ("FullAttention", 8, 128, 12, 12, 32),
+          "causal_gqa": ("CausalAttention", 1, 128, 9, 3, 64)}
 #: the decode step: (heads, kv heads, head size, position, cache rows)
 DECODE = (9, 3, 64, 128, 512)
 
@@ -62,6 +68,8 @@ def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int) -> tuple[G
                                                                                ("v", nkv * hd))}
     if op == "CausalAttentionRoPE":
         out = g.causal_attention_rope(q, k, v, nh, nkv, hd, theta=100000.0, batch=batch)
+    elif op == "CausalAttention":
+        out = g.causal_attention(q, k, v, nh, nkv, hd, batch)
     else:
         mask = g.input("mask", [batch, seq])
         feeds["mask"] = (rng.random((batch, seq)) < 0.9).astype(np.float32)
@@ -143,9 +151,18 @@ def _decode_rows(device, torch, calls: int, samples: int) -> list[dict]:
 
 
 def _row(shape: str, op: str, tiles, default: bool, workgroups: int, ours: tuple, err: float, peer) -> dict:
-    # one result row: ours and peer as (median, p90) seconds per call, peer None without CUDA
-    (wg, bq, bk), (med, p90) = tiles, ours
-    return {"shape": shape, "op": op, "wg": wg, "bq": bq, "bk": bk, "default": default, "workgroups": workgroups,
+    # one result row: ours and peer as (median, p90) seconds per call, peer None without CUDA; tiles an
+    # attention.AttentionTiles (attention.wgsl), an attention.LaneTiles (attention_lanes.wgsl: wg = R * L, bq = R)
+    # or the decode rows' (wg, 1, wg)
+    med, p90 = ours
+    if isinstance(tiles, attention.LaneTiles):
+        kernel, lanes, (wg, bq, bk) = "attention_lanes.wgsl", tiles.lanes, (tiles.rows // tiles.per_lane * tiles.lanes,
+                                                                            tiles.rows, tiles.bk)
+    else:
+        kernel, lanes, (wg, bq, bk) = "attention.wgsl", None, tiles
+    per_lane = tiles.per_lane if isinstance(tiles, attention.LaneTiles) else None
+    return {"shape": shape, "op": op, "kernel": kernel, "wg": wg, "bq": bq, "bk": bk, "lanes": lanes,
+            "per_lane": per_lane, "default": default, "workgroups": workgroups,
             "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6, "max_err": err,
             "peer": "torch scaled_dot_product_attention" if peer else "skipped: no CUDA",
             "peer_mode": "cuda-graph replay" if peer else None, "peer_dtype": "fp32" if peer else None,
@@ -153,21 +170,23 @@ def _row(shape: str, op: str, tiles, default: bool, workgroups: int, ours: tuple
 
 
 def _print_row(row: dict) -> None:
-    print(f"{row['shape']:16s} {row['op'][-6:]:6s} WG {row['wg']:3d} BQ {row['bq']:3d} BK {row['bk']:3d} "
+    lanes = f"L {row['lanes']:2d} P {row['per_lane']}" if row["lanes"] else "        "
+    print(f"{row['shape']:16s} {row['op'][-6:]:6s} WG {row['wg']:3d} BQ {row['bq']:3d} BK {row['bk']:3d} {lanes} "
           f"{'default' if row['default'] else '       '} wg {row['workgroups']:4d}  err {row['max_err']:.1e}  "
           f"ours {row['ours_us']:8.2f} (p90 {row['ours_p90_us']:8.2f})  "
           + (f"peer (sdpa, cuda-graph replay, fp32) {row['peer_us']:7.2f}  ratio {row['ratio']:.2f}"
              if row["peer_us"] else row["peer"]), flush=True)
 
 
-def _session(g: Graph, feeds: dict, device, tiles: attention.AttentionTiles | None) -> Session:
-    real = attention.attention_tiles
-    if tiles is not None:
-        attention.attention_tiles = lambda hd, storage=0, workgroups_at=None: tiles
-    try:
+def _session(g: Graph, feeds: dict, device, tiles) -> Session:
+    # lowered with attention.wgsl at AttentionTiles or attention_lanes.wgsl at LaneTiles
+    if isinstance(tiles, attention.LaneTiles):
+        forced = mock.patch.object(attention, "lane_tiles", lambda hd, storage=0: tiles)
+    else:
+        forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0: None,
+                                     attention_tiles=lambda hd, storage=0, workgroups_at=None: tiles)
+    with forced:
         plan = lower_for(g, device)
-    finally:
-        attention.attention_tiles = real
     return Session(plan, {}, device=device)
 
 
@@ -213,6 +232,16 @@ def candidates(hd: int, storage: int) -> list[attention.AttentionTiles]:
     return out
 
 
+def lane_candidates(hd: int, storage: int) -> list[attention.LaneTiles]:
+    """attention_lanes.wgsl's (R, L, BK, P) to try: R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes, BK 16, 32, 64 or
+    128, P 1 or 2 rows a lane (R / P * L <= 256 invocations) where they fit; none past LANES_MAX_HEAD_DIM."""
+    if hd > attention.LANES_MAX_HEAD_DIM:
+        return []
+    return [t for r in (16, 32, 64) for lanes in (1, 2, 4, 8, 16) for bk in (16, 32, 64, 128) for per in (1, 2)
+            if r // per * lanes <= 256 and bk % lanes == 0
+            and attention.lane_tile_bytes(hd, t := attention.LaneTiles(r, lanes, bk, per)) <= storage]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=200)
@@ -236,19 +265,24 @@ def main() -> None:
         if name not in shapes:
             continue
         g, feeds = _graph(op, batch, seq, nh, nkv, hd)
-        default = attention.attention_tiles(hd, storage, lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))
+        default = attention.lane_tiles(hd, storage) if op != "CausalAttentionRoPE" else None
+        if default is None:
+            default = attention.attention_tiles(hd, storage,
+                                                lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))
         (want,) = evaluate(g, feeds, {})
         peer = None
         if torch is not None:
             peer = gpu_timing.median_p90(time_peer(torch, op, batch, seq, nh, nkv, hd, feeds, args.calls,
                                                    args.repeats))
-        for tiles in candidates(hd, storage):
-            wg, bq, bk = tiles
+        lanes = lane_candidates(hd, storage) if op != "CausalAttentionRoPE" else []
+        for tiles in [*candidates(hd, storage), *lanes]:
+            bq = tiles.rows if isinstance(tiles, attention.LaneTiles) else tiles.bq
             session = _session(g, feeds, device, tiles)
             (got,) = session.run(feeds)  # uploads, compiles, warms up
             err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
             med, p90 = gpu_timing.median_p90(time_ours(session, args.calls, args.repeats))
-            row = _row(name, op, tiles, tiles == default, batch * nh * math.ceil(seq / bq), (med, p90), err, peer)
+            picked = type(tiles) is type(default) and tiles == default
+            row = _row(name, op, tiles, picked, batch * nh * math.ceil(seq / bq), (med, p90), err, peer)
             rows.append(row)
             _print_row(row)
     if "smollm2_decode" in shapes:

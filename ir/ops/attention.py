@@ -282,6 +282,158 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
     return "\n".join(lines)
 
 
+#: Largest head_dim attention_lanes.wgsl takes: a lane holds q and its output row in registers
+#: (2 * head_dim / 4 vec4s), which past 64 would spill.
+LANES_MAX_HEAD_DIM = 64
+
+
+class LaneTiles(NamedTuple):
+    """The work split of attention_lanes.wgsl: ``rows`` query rows per workgroup, ``lanes``
+    invocations per row (a power of two), ``bk`` keys per tile (a multiple of ``lanes``), and
+    ``per_lane`` rows each invocation holds (dividing ``rows``): rows / per_lane * lanes
+    invocations."""
+
+    rows: int
+    lanes: int
+    bk: int
+    per_lane: int = 1
+
+
+def lane_tile_bytes(hd: int, tiles: LaneTiles) -> int:
+    """Workgroup memory of attention_lanes.wgsl: the K tile (rows padded by one vec4) and the V
+    tile at 16 bytes per vec4, the merge buffer (rows * max(lanes / 2, 1) output rows), then the
+    tile's mask flags and two f32 statistics per invocation."""
+    hd4, (rows, lanes, bk, _) = math.ceil(hd / 4), tiles
+    return 16 * (bk * (hd4 + 1) + bk * hd4 + rows * max(lanes // 2, 1) * hd4) + 4 * (bk + 2 * rows * lanes)
+
+
+def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES) -> LaneTiles | None:
+    """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where that
+    kernel does not apply (``hd`` above :data:`LANES_MAX_HEAD_DIM`, or no tiles fit): 4 lanes a
+    row, the most rows (32, 16 or 8), then the most keys per tile (32 down to 4) whose memory
+    (:func:`lane_tile_bytes`) fits ``storage`` bytes (the device's
+    maxComputeWorkgroupStorageSize)."""
+    if hd > LANES_MAX_HEAD_DIM:
+        return None
+    for rows in (32, 16, 8):
+        for bk in (32, 16, 8, 4):
+            if lane_tile_bytes(hd, tiles := LaneTiles(rows, 4, bk)) <= storage:
+                return tiles
+    return None
+
+
+def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str) -> dict[str, str]:
+    # attention_lanes.wgsl's unrolled statements over named registers: of row u < P, q's quads qv{u}_{c} and the
+    # output's ov{u}_{c} (c < hd4), the running m{u} and l{u}, the scores d{u}_{i} of the lane's keys
+    # j{i} = lane + i * L (i < BK / L)
+    hd4, kpl = math.ceil(hd / 4), tiles.bk // tiles.lanes
+    quads, keys, us = range(hd4), range(kpl), range(tiles.per_lane)
+    i8, i12 = " " * 8, " " * 12
+    setup = []
+    for u in us:
+        setup += [f"    let r{u} = g * P + {u}u;",
+                  f"    let qi{u} = q0 + r{u};",
+                  f"    let key_end{u} = key_end_of(qi{u});",
+                  f"    let qbase{u} = (row0 + min(qi{u}, p.seq - 1u)) * p.q_stride + h * HD;"]
+        setup += [f"    let qv{u}_{c} = {q}4(qbase{u}, {c}u) * qs;" for c in quads]
+        setup += [f"    var ov{u}_{c} = vec4<f32>();" for c in quads]
+        setup += [f"    var m{u} = MAX_INIT;", f"    var l{u} = 0.0;"]
+    dots = [f"{i8}let j{i} = lane + {i}u * L;" for i in keys]
+    dots += [f"{i8}var d{u}_{i} = 0.0;" for u in us for i in keys]
+    for c in quads:
+        for i in keys:
+            dots.append(f"{i8}{{ let kq = k_tile[j{i}][{c}u]; "
+                        + " ".join(f"d{u}_{i} = d{u}_{i} + dot(qv{u}_{c}, kq);" for u in us) + " }")
+    pv = [f"{i8}let km{i} = k_masked[j{i}] > 0.0;" for i in keys] if masked else []
+    for u in us:
+        for i in keys:
+            pv += [f"{i8}var s{u}_{i} = MAX_INIT;",
+                   f"{i8}if (j{i} < nk && k0 + j{i} < key_end{u}) {{",
+                   f"{i8}    s{u}_{i} = " + (f"select(d{u}_{i}, MASK_SENTINEL, km{i});" if masked else f"d{u}_{i};"),
+                   f"{i8}}}"]
+        smax = f"s{u}_{kpl - 1}"
+        for i in reversed(range(kpl - 1)):
+            smax = f"max(s{u}_{i}, {smax})"
+        pv += [f"{i8}let mt{u} = max(m{u}, {smax});",
+               f"{i8}let corr{u} = exp2(m{u} - mt{u});",
+               f"{i8}m{u} = mt{u};"]
+        pv += [f"{i8}let w{u}_{i} = weight(s{u}_{i}, mt{u});" for i in keys]
+        pv.append(f"{i8}l{u} = l{u} * corr{u} + ({' + '.join(f'w{u}_{i}' for i in keys)});")
+        pv += [f"{i8}ov{u}_{c} = ov{u}_{c} * corr{u};" for c in quads]
+    for c in quads:
+        for i in keys:
+            pv.append(f"{i8}{{ let vq = v_tile[j{i}][{c}u]; "
+                      + " ".join(f"ov{u}_{c} = ov{u}_{c} + w{u}_{i} * vq;" for u in us) + " }")
+    mask_load = ""
+    if masked:
+        mask_load = "\n".join([
+            "        for (var i = li; i < BK; i = i + WG) {",
+            "            k_masked[i] = select(0.0, 1.0, k0 + i < p.seq && key_mask[b * p.seq + k0 + i] <= 0.0);",
+            "        }"])
+    stats = [f"    lane_m[r{u} * L + lane] = m{u};" for u in us] + ["    workgroupBarrier();"]
+    for u in us:
+        stats += [f"    var mr{u} = MAX_INIT;",
+                  "    for (var t = 0u; t < L; t = t + 1u) {",
+                  f"        mr{u} = max(mr{u}, lane_m[r{u} * L + t]);",
+                  "    }",
+                  f"    let f{u} = exp2(m{u} - mr{u});  // 0 for a lane that saw no key; 1 where no lane did",
+                  f"    lane_l[r{u} * L + lane] = l{u} * f{u};"]
+        stats += [f"    ov{u}_{c} = ov{u}_{c} * f{u};" for c in quads]
+    store = []
+    for u in us:
+        store += [f"{i8}if (qi{u} < p.seq) {{",
+                  f"{i12}var lr = 0.0;",
+                  f"{i12}for (var t = 0u; t < L; t = t + 1u) {{",
+                  f"{i12}    lr = lr + lane_l[r{u} * L + t];",
+                  f"{i12}}}",
+                  f"{i12}let inv = 1.0 / lr;",
+                  f"{i12}let obase = (row0 + qi{u}) * p.nh * HD + h * HD;"]
+        store += [f"{i12}store_out(obase, {c}u, ov{u}_{c} * inv);" for c in quads]
+        store.append(f"{i8}}}")
+    return dict(ROW_SETUP="\n".join(setup), SCORE_DOTS="\n".join(dots), SOFTMAX_PV="\n".join(pv),
+                MASK_LOAD=mask_load, MERGE_STATS="\n".join(stats),
+                REDUCE_WRITE="\n".join(f"{i12}merge[r{u} * HALF + lane - step][{c}u] = ov{u}_{c};"
+                                       for u in us for c in quads),
+                REDUCE_ADD="\n".join(f"{i12}ov{u}_{c} = ov{u}_{c} + merge[r{u} * HALF + lane][{c}u];"
+                                     for u in us for c in quads),
+                STORE="\n".join(store))
+
+
+def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
+    # attention_lanes.wgsl for FullAttention, FullAttentionPacked and CausalAttention
+    a = node.attrs
+    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
+    full_packed = node.op == "FullAttentionPacked"
+    masked = len(ins) == 4 or (full_packed and len(ins) == 2)
+    causal = node.op == "CausalAttention"
+    names = ("qkv",) * 3 if full_packed else ("q", "k", "v")
+    io, out, accessors = attention_io(names, hd)
+    seq = ins[0].shape[0] // batch
+    rows, lanes, bk, per_lane = tiles
+    if lanes & (lanes - 1) or bk % lanes or rows % per_lane or rows // per_lane * lanes > 256:
+        raise LoweringError(f"{node.op}: attention_lanes.wgsl takes a power of two of lanes dividing the keys per "
+                            f"tile, rows a multiple of the rows per lane and at most 256 invocations, got {tiles}")
+    if lane_tile_bytes(hd, tiles) > storage:
+        raise LoweringError(f"{node.op}: attention_lanes.wgsl at {tiles} and head_dim {hd} needs "
+                            f"{lane_tile_bytes(hd, tiles)} bytes of workgroup memory; this device offers {storage} "
+                            f"(maxComputeWorkgroupStorageSize): take fewer rows or keys per tile")
+    slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=names[1], V=names[2],
+                 IO=accessors, KEY_END="qi + 1u" if causal else "p.seq",
+                 TILES_END="min(p.seq, q0 + R)" if causal else "p.seq", **_lanes_slots(hd, tiles, masked, names[0]))
+    q_blocks = math.ceil(seq / rows)
+    total = batch * nh * q_blocks
+    width = (nh + 2 * nkv) * hd
+    strides = (width, width, nh * hd, (nh + nkv) * hd) if full_packed else (nh * hd, nkv * hd, 0, 0)
+    params = (("seq", "u32", seq), ("nh", "u32", nh), ("nkv", "u32", nkv), ("group", "u32", nh // nkv),
+              ("q_blocks", "u32", q_blocks), ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)),
+              *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
+    name = (f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
+            + ("_causal" if causal else "")
+            + ("_mask" if masked else "") + ("_packed" if full_packed else ""))
+    bindings = (*io, *((Buffer("key_mask"),) if masked else ()), out)
+    return Kernel(name, "attention_lanes.wgsl", total, params=params, slots=slots, bindings=bindings)
+
+
 def _attention_kernel(node, ins, target) -> Kernel:
     a = node.attrs
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
@@ -291,10 +443,14 @@ def _attention_kernel(node, ins, target) -> Kernel:
     packed = len(ins) == 1 or full_packed  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
     causal = node.op not in ("FullAttention", "FullAttentionPacked")
     rope = node.op == "CausalAttentionRoPE"
+    storage = target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES)
+    lanes = None if rope else lane_tiles(hd, storage)
+    if lanes is not None:
+        return _lanes_kernel(node, ins, lanes, storage)
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     seq = ins[0].shape[0] // batch
-    wg, bq, bk = attention_tiles(hd, target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES),
+    wg, bq, bk = attention_tiles(hd, storage,
                                  lambda rows: batch * nh * math.ceil(seq / rows))
     if bk < 4 or bk % 4:
         raise LoweringError(f"{node.op}: attention.wgsl takes tiles of a multiple of 4 keys, got {bk} "

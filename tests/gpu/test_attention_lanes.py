@@ -1,0 +1,72 @@
+"""attention_lanes.wgsl (ir/ops/attention.py ``lane_tiles``, ``_lanes_kernel``) at every work split the
+benchmark tries and a few edge ones, against the numpy reference (``eggfuse.ir.evaluate``):
+FullAttention with and without a key mask (one sequence fully masked), FullAttentionPacked, and
+CausalAttention with GQA; sequences shorter than a tile, past a tile and past a row block; head_dim
+not a multiple of 4 (element-wise reads) and at the kernel's limit of 64. Then attention.wgsl on the
+same rows (the kernel the lowering takes past LANES_MAX_HEAD_DIM and for RoPE), and the choice."""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+from op_table import check_row  # tests/op_table.py
+from test_ops import _attention  # tests/gpu/test_ops.py's row builder
+
+from eggfuse.ir.errors import LoweringError
+from eggfuse.ir.ops import attention
+from eggfuse.ir.ops.attention import LaneTiles, lane_tile_bytes
+
+_MASK_37 = [[float(j % 4 != 1) for j in range(37)], [0.0] * 37]
+
+ROWS = [
+    _attention("FullAttention", 4, 2, 8, 2, 37),
+    _attention("FullAttention", 2, 2, 32, 2, 37, mask=_MASK_37),
+    _attention("FullAttentionPacked", 3, 3, 32, 2, 37, mask=_MASK_37),
+    _attention("FullAttentionPacked", 2, 1, 6, 1, 11),
+    _attention("CausalAttention", 6, 2, 64, 1, 41),
+    _attention("CausalAttention", 2, 1, 6, 2, 9),
+]
+
+#: R rows of L lanes, BK keys a tile, P rows a lane: one lane a row, the default split, 8 lanes with 64-key tiles
+#: (more keys than any row here), two lanes of 64 rows, 4-key tiles of 8 rows (tiles of one key a lane), two rows
+#: a lane, and four rows a lane on one lane
+TILES = [LaneTiles(16, 1, 16), LaneTiles(32, 4, 32), LaneTiles(16, 8, 64), LaneTiles(64, 2, 16), LaneTiles(8, 4, 4),
+         LaneTiles(32, 4, 32, 2), LaneTiles(16, 1, 16, 4)]
+
+CASES = [(tiles, row) for tiles in TILES for row in ROWS]
+
+
+@pytest.mark.parametrize("tiles, row", CASES, ids=[f"{t.rows}x{t.lanes}k{t.bk}p{t.per_lane}-{r.id}" for t, r in CASES])
+def test_every_split_matches_the_reference(tiles, row, device):
+    hd = int(row.id.split(",hd")[1].split(",")[0])
+    with mock.patch.object(attention, "lane_tiles", lambda hd, storage=0: tiles):
+        if lane_tile_bytes(hd, tiles) > device.limits["max-compute-workgroup-storage-size"]:
+            # more than the device offers (lavapipe's 32 KiB at head_dim 64): the lowering says so
+            with pytest.raises(LoweringError, match="bytes of workgroup memory; this device offers"):
+                check_row(row, device, subgroups=None)
+            return
+        session = check_row(row, device, subgroups=None)
+    (kernel,) = [d.kernel for d in session.plan.dispatches]
+    split = f"{tiles.rows}x{tiles.lanes}k{tiles.bk}" + (f"p{tiles.per_lane}" if tiles.per_lane > 1 else "")
+    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}(_causal)?(_mask)?(_packed)?", kernel), kernel
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_attention_wgsl_on_the_same_rows(row, device):
+    with mock.patch.object(attention, "LANES_MAX_HEAD_DIM", 0):
+        session = check_row(row, device, subgroups=None)
+    (kernel,) = [d.kernel for d in session.plan.dispatches]
+    assert kernel.startswith("attention_hd"), kernel
+
+
+def test_default_split_is_lanes_up_to_head_dim_64_and_fits_the_memory():
+    for storage in (16384, 32768, 49152):
+        for hd in range(1, attention.LANES_MAX_HEAD_DIM + 1):
+            tiles = attention.lane_tiles(hd, storage)
+            assert tiles is not None and lane_tile_bytes(hd, tiles) <= storage, (hd, storage, tiles)
+        assert attention.lane_tiles(attention.LANES_MAX_HEAD_DIM + 1, storage) is None
+    assert attention.lane_tiles(32, 16384) == LaneTiles(32, 4, 16)  # MiniLM on a WebGPU-default device
+    assert attention.lane_tiles(64, 16384) == LaneTiles(16, 4, 8)
+    assert attention.lane_tiles(64, 49152) == LaneTiles(32, 4, 32)  # an H200's 48 KiB
