@@ -5,10 +5,10 @@ MiniLM shapes, against torch's scaled_dot_product_attention, in one run.
 Each shape is one graph holding one attention op, lowered by eggfuse with the tile shape forced
 (``ir.ops.attention.attention_tiles`` replaced for the lowering) for every (WG, BQ, BK) that fits
 the device's workgroup memory: WG 256, 128 or 64, BQ = WG / ceil(hd / 4) (one output vec4 per
-invocation), BK 16, 32 or 64; then, for the ops attention_lanes.wgsl takes (no RoPE, head_dim <= 64),
-that kernel (``ir.ops.attention.lane_tiles`` replaced) at R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes,
-BK 16, 32, 64 or 128 and P 1 or 2 rows a lane (R / P * L <= 256) where they fit. The row marked
-``default`` is what the lowering picks; ``kernel`` names the shader.
+invocation), BK 16, 32 or 64; then attention_lanes.wgsl (``ir.ops.attention.lane_tiles`` replaced) at
+R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes, BK 16, 32, 64 or 128 and P 1 or 2 rows a lane (R / P * L
+<= 256) where they fit (head_dim <= 64). The row marked ``default`` is what the lowering picks;
+``kernel`` names the shader.
 
 - ``smollm2_prefill``: CausalAttentionRoPE, 128 rows, 9 query and 3 key/value heads of 64 (RoPE
   applied inside our kernel; the peer gets q and k already rotated, so it does less);
@@ -181,9 +181,9 @@ def _print_row(row: dict) -> None:
 def _session(g: Graph, feeds: dict, device, tiles) -> Session:
     # lowered with attention.wgsl at AttentionTiles or attention_lanes.wgsl at LaneTiles
     if isinstance(tiles, attention.LaneTiles):
-        forced = mock.patch.object(attention, "lane_tiles", lambda hd, storage=0: tiles)
+        forced = mock.patch.object(attention, "lane_tiles", lambda hd, storage=0, rope=False: tiles)
     else:
-        forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0: None,
+        forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: None,
                                      attention_tiles=lambda hd, storage=0, workgroups_at=None: tiles)
     with forced:
         plan = lower_for(g, device)
@@ -232,14 +232,14 @@ def candidates(hd: int, storage: int) -> list[attention.AttentionTiles]:
     return out
 
 
-def lane_candidates(hd: int, storage: int) -> list[attention.LaneTiles]:
+def lane_candidates(hd: int, storage: int, rope: bool) -> list[attention.LaneTiles]:
     """attention_lanes.wgsl's (R, L, BK, P) to try: R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes, BK 16, 32, 64 or
     128, P 1 or 2 rows a lane (R / P * L <= 256 invocations) where they fit; none past LANES_MAX_HEAD_DIM."""
     if hd > attention.LANES_MAX_HEAD_DIM:
         return []
     return [t for r in (16, 32, 64) for lanes in (1, 2, 4, 8, 16) for bk in (16, 32, 64, 128) for per in (1, 2)
             if r // per * lanes <= 256 and bk % lanes == 0
-            and attention.lane_tile_bytes(hd, t := attention.LaneTiles(r, lanes, bk, per)) <= storage]
+            and attention.lane_tile_bytes(hd, t := attention.LaneTiles(r, lanes, bk, per), rope) <= storage]
 
 
 def main() -> None:
@@ -265,7 +265,8 @@ def main() -> None:
         if name not in shapes:
             continue
         g, feeds = _graph(op, batch, seq, nh, nkv, hd)
-        default = attention.lane_tiles(hd, storage) if op != "CausalAttentionRoPE" else None
+        rope = op == "CausalAttentionRoPE"
+        default = attention.lane_tiles(hd, storage, rope)
         if default is None:
             default = attention.attention_tiles(hd, storage,
                                                 lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))
@@ -274,7 +275,7 @@ def main() -> None:
         if torch is not None:
             peer = gpu_timing.median_p90(time_peer(torch, op, batch, seq, nh, nkv, hd, feeds, args.calls,
                                                    args.repeats))
-        lanes = lane_candidates(hd, storage) if op != "CausalAttentionRoPE" else []
+        lanes = lane_candidates(hd, storage, rope)
         for tiles in [*candidates(hd, storage), *lanes]:
             bq = tiles.rows if isinstance(tiles, attention.LaneTiles) else tiles.bq
             session = _session(g, feeds, device, tiles)

@@ -18,6 +18,10 @@
 // logits, which equals the reference's softmax up to rounding. Keys a row may not see (past the
 // causal diagonal or the sequence) score MAX_INIT and weigh 0; a key masked by key_mask scores
 // MASK_SENTINEL, so a fully masked row averages all values, as in the reference.
+// CausalAttentionRoPE: Q_TILE declares the Q block in workgroup memory (q_tile, BQ = R rows), which
+// Q_PREPARE loads and rotates (attention_qk_rope.wgsl's prepare_q_tile, included by QK) before the
+// lanes read their rows from it, and K_PREPARE rotates each K tile in place (prepare_k_tile);
+// without RoPE the three are empty and q is read from the q binding.
 // Template slots: HEAD_DIM, ROWS (R), LANES (L, a power of two), BK (a multiple of L), PER_LANE (P,
 // dividing R: each K and V read from workgroup memory serves P rows); ROW_SETUP, SCORE_DOTS,
 // SOFTMAX_PV, MERGE_STATS, REDUCE_WRITE, REDUCE_ADD, STORE: the per-row, per-quad and per-key
@@ -44,6 +48,8 @@ var<workgroup> k_masked: array<f32, BK>;  // 1.0 where key_mask drops the tile's
 var<workgroup> lane_m: array<f32, R * L>;
 var<workgroup> lane_l: array<f32, R * L>;
 var<workgroup> merge: array<array<vec4<f32>, HD4>, R * HALF>;
+{{Q_TILE}}
+{{QK}}
 
 fn key_end_of(qi: u32) -> u32 {
     return {{KEY_END}};
@@ -72,6 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let g = li / L;  // the lane's row group: rows g * P + u of the block, u < P
     let lane = li % L;
     let qs = p.scale * 1.4426950408889634;  // log2(e): weights by exp2
+{{Q_PREPARE}}
 {{ROW_SETUP}}
     let tiles_end = {{TILES_END}};
     for (var k0 = 0u; k0 < tiles_end; k0 = k0 + BK) {
@@ -90,6 +97,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
 {{MASK_LOAD}}
         workgroupBarrier();
+{{K_PREPARE}}
         // the lane's BK / L scores side by side (a key past the tile reads a zero row; its score is
         // dropped), each of q's quads read once for all of them
 {{SCORE_DOTS}}

@@ -299,30 +299,32 @@ class LaneTiles(NamedTuple):
     per_lane: int = 1
 
 
-def lane_tile_bytes(hd: int, tiles: LaneTiles) -> int:
+def lane_tile_bytes(hd: int, tiles: LaneTiles, rope: bool = False) -> int:
     """Workgroup memory of attention_lanes.wgsl: the K tile (rows padded by one vec4) and the V
-    tile at 16 bytes per vec4, the merge buffer (rows * max(lanes / 2, 1) output rows), then the
-    tile's mask flags and two f32 statistics per invocation."""
+    tile at 16 bytes per vec4, the merge buffer (rows * max(lanes / 2, 1) output rows) and with
+    ``rope`` the Q block (rows), then the tile's mask flags and two f32 statistics per row and
+    lane."""
     hd4, (rows, lanes, bk, _) = math.ceil(hd / 4), tiles
-    return 16 * (bk * (hd4 + 1) + bk * hd4 + rows * max(lanes // 2, 1) * hd4) + 4 * (bk + 2 * rows * lanes)
+    q_block = rows * hd4 if rope else 0
+    return 16 * (bk * (hd4 + 1) + bk * hd4 + rows * max(lanes // 2, 1) * hd4 + q_block) + 4 * (bk + 2 * rows * lanes)
 
 
-def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES) -> LaneTiles | None:
+def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False) -> LaneTiles | None:
     """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where that
     kernel does not apply (``hd`` above :data:`LANES_MAX_HEAD_DIM`, or no tiles fit): 4 lanes a
     row, the most rows (32, 16 or 8), then the most keys per tile (32 down to 4) whose memory
-    (:func:`lane_tile_bytes`) fits ``storage`` bytes (the device's
+    (:func:`lane_tile_bytes`, with the Q block for ``rope``) fits ``storage`` bytes (the device's
     maxComputeWorkgroupStorageSize)."""
     if hd > LANES_MAX_HEAD_DIM:
         return None
     for rows in (32, 16, 8):
         for bk in (32, 16, 8, 4):
-            if lane_tile_bytes(hd, tiles := LaneTiles(rows, 4, bk)) <= storage:
+            if lane_tile_bytes(hd, tiles := LaneTiles(rows, 4, bk), rope) <= storage:
                 return tiles
     return None
 
 
-def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str) -> dict[str, str]:
+def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool) -> dict[str, str]:
     # attention_lanes.wgsl's unrolled statements over named registers: of row u < P, q's quads qv{u}_{c} and the
     # output's ov{u}_{c} (c < hd4), the running m{u} and l{u}, the scores d{u}_{i} of the lane's keys
     # j{i} = lane + i * L (i < BK / L)
@@ -335,7 +337,8 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str) -> dict[str, s
                   f"    let qi{u} = q0 + r{u};",
                   f"    let key_end{u} = key_end_of(qi{u});",
                   f"    let qbase{u} = (row0 + min(qi{u}, p.seq - 1u)) * p.q_stride + h * HD;"]
-        setup += [f"    let qv{u}_{c} = {q}4(qbase{u}, {c}u) * qs;" for c in quads]
+        setup += [f"    let qv{u}_{c} = " + (f"q_tile[r{u}][{c}u]" if rope else f"{q}4(qbase{u}, {c}u)") + " * qs;"
+                  for c in quads]
         setup += [f"    var ov{u}_{c} = vec4<f32>();" for c in quads]
         setup += [f"    var m{u} = MAX_INIT;", f"    var l{u} = 0.0;"]
     dots = [f"{i8}let j{i} = lane + {i}u * L;" for i in keys]
@@ -390,7 +393,21 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str) -> dict[str, s
                   f"{i12}let obase = (row0 + qi{u}) * p.nh * HD + h * HD;"]
         store += [f"{i12}store_out(obase, {c}u, ov{u}_{c} * inv);" for c in quads]
         store.append(f"{i8}}}")
-    return dict(ROW_SETUP="\n".join(setup), SCORE_DOTS="\n".join(dots), SOFTMAX_PV="\n".join(pv),
+    q_prepare = "\n".join([
+        "    for (var i = li; i < R * HD4; i = i + WG) {",
+        "        let qi = q0 + i / HD4;",
+        "        var v = vec4<f32>();",
+        "        if (qi < p.seq) {",
+        f"            v = {q}4((row0 + qi) * p.q_stride + h * HD, i % HD4);",
+        "        }",
+        "        q_tile[i / HD4][i % HD4] = v;",
+        "    }",
+        "    workgroupBarrier();",
+        "    prepare_q_tile(li, q0);"]) if rope else ""
+    return dict(Q_TILE="const BQ: u32 = R;\nvar<workgroup> q_tile: array<array<vec4<f32>, HD4>, BQ>;" if rope else "",
+                QK=Include("attention_qk_rope.wgsl") if rope else "", Q_PREPARE=q_prepare,
+                K_PREPARE="        prepare_k_tile(li, k0, nk);" if rope else "",
+                ROW_SETUP="\n".join(setup), SCORE_DOTS="\n".join(dots), SOFTMAX_PV="\n".join(pv),
                 MASK_LOAD=mask_load, MERGE_STATS="\n".join(stats),
                 REDUCE_WRITE="\n".join(f"{i12}merge[r{u} * HALF + lane - step][{c}u] = ov{u}_{c};"
                                        for u in us for c in quads),
@@ -400,36 +417,40 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str) -> dict[str, s
 
 
 def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
-    # attention_lanes.wgsl for FullAttention, FullAttentionPacked and CausalAttention
+    # attention_lanes.wgsl for FullAttention, FullAttentionPacked, CausalAttention and CausalAttentionRoPE
     a = node.attrs
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
     full_packed = node.op == "FullAttentionPacked"
     masked = len(ins) == 4 or (full_packed and len(ins) == 2)
-    causal = node.op == "CausalAttention"
-    names = ("qkv",) * 3 if full_packed else ("q", "k", "v")
+    packed = len(ins) == 1 or full_packed  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
+    causal = node.op not in ("FullAttention", "FullAttentionPacked")
+    rope = node.op == "CausalAttentionRoPE"
+    names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     seq = ins[0].shape[0] // batch
     rows, lanes, bk, per_lane = tiles
     if lanes & (lanes - 1) or bk % lanes or rows % per_lane or rows // per_lane * lanes > 256:
         raise LoweringError(f"{node.op}: attention_lanes.wgsl takes a power of two of lanes dividing the keys per "
                             f"tile, rows a multiple of the rows per lane and at most 256 invocations, got {tiles}")
-    if lane_tile_bytes(hd, tiles) > storage:
+    if (size := lane_tile_bytes(hd, tiles, rope)) > storage:
         raise LoweringError(f"{node.op}: attention_lanes.wgsl at {tiles} and head_dim {hd} needs "
-                            f"{lane_tile_bytes(hd, tiles)} bytes of workgroup memory; this device offers {storage} "
+                            f"{size} bytes of workgroup memory; this device offers {storage} "
                             f"(maxComputeWorkgroupStorageSize): take fewer rows or keys per tile")
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=names[1], V=names[2],
                  IO=accessors, KEY_END="qi + 1u" if causal else "p.seq",
-                 TILES_END="min(p.seq, q0 + R)" if causal else "p.seq", **_lanes_slots(hd, tiles, masked, names[0]))
+                 TILES_END="min(p.seq, q0 + R)" if causal else "p.seq",
+                 **_lanes_slots(hd, tiles, masked, names[0], rope))
     q_blocks = math.ceil(seq / rows)
     total = batch * nh * q_blocks
     width = (nh + 2 * nkv) * hd
-    strides = (width, width, nh * hd, (nh + nkv) * hd) if full_packed else (nh * hd, nkv * hd, 0, 0)
-    params = (("seq", "u32", seq), ("nh", "u32", nh), ("nkv", "u32", nkv), ("group", "u32", nh // nkv),
+    strides = (width, width, nh * hd, (nh + nkv) * hd) if packed else (nh * hd, nkv * hd, 0, 0)
+    params = (*(rope_uniform_fields(node) if rope else ()), ("seq", "u32", seq), ("nh", "u32", nh),
+              ("nkv", "u32", nkv), ("group", "u32", nh // nkv),
               ("q_blocks", "u32", q_blocks), ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)),
               *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
     name = (f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
-            + ("_causal" if causal else "")
-            + ("_mask" if masked else "") + ("_packed" if full_packed else ""))
+            + ("_causal" if causal else "") + ("_mask" if masked else "") + ("_rope" if rope else "")
+            + ("_packed" if packed else ""))
     bindings = (*io, *((Buffer("key_mask"),) if masked else ()), out)
     return Kernel(name, "attention_lanes.wgsl", total, params=params, slots=slots, bindings=bindings)
 
@@ -444,7 +465,7 @@ def _attention_kernel(node, ins, target) -> Kernel:
     causal = node.op not in ("FullAttention", "FullAttentionPacked")
     rope = node.op == "CausalAttentionRoPE"
     storage = target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES)
-    lanes = None if rope else lane_tiles(hd, storage)
+    lanes = lane_tiles(hd, storage, rope)
     if lanes is not None:
         return _lanes_kernel(node, ins, lanes, storage)
     names = ("qkv",) * 3 if packed else ("q", "k", "v")

@@ -1,9 +1,10 @@
 """attention_lanes.wgsl (ir/ops/attention.py ``lane_tiles``, ``_lanes_kernel``) at every work split the
 benchmark tries and a few edge ones, against the numpy reference (``eggfuse.ir.evaluate``):
-FullAttention with and without a key mask (one sequence fully masked), FullAttentionPacked, and
-CausalAttention with GQA; sequences shorter than a tile, past a tile and past a row block; head_dim
-not a multiple of 4 (element-wise reads) and at the kernel's limit of 64. Then attention.wgsl on the
-same rows (the kernel the lowering takes past LANES_MAX_HEAD_DIM and for RoPE), and the choice."""
+FullAttention with and without a key mask (one sequence fully masked), FullAttentionPacked,
+CausalAttention with GQA, and CausalAttentionRoPE (both pairings, packed or not, positions past 0);
+sequences shorter than a tile, past a tile and past a row block; head_dim not a multiple of 4
+(element-wise reads) and at the kernel's limit of 64. Then attention.wgsl on the same rows (the kernel
+the lowering takes past LANES_MAX_HEAD_DIM), and the choice."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from unittest import mock
 
 import pytest
 from op_table import check_row  # tests/op_table.py
-from test_ops import _attention  # tests/gpu/test_ops.py's row builder
+from test_ops import _attention, _attention_rope  # tests/gpu/test_ops.py's row builders
 
 from eggfuse.ir.errors import LoweringError
 from eggfuse.ir.ops import attention
@@ -27,6 +28,9 @@ ROWS = [
     _attention("FullAttentionPacked", 2, 1, 6, 1, 11),
     _attention("CausalAttention", 6, 2, 64, 1, 41),
     _attention("CausalAttention", 2, 1, 6, 2, 9),
+    _attention_rope(9, 3, 64, 1, 41, "half", 0, packed=True),
+    _attention_rope(4, 2, 8, 2, 37, "adjacent", 3),
+    _attention_rope(2, 1, 6, 2, 21, "half", 1000),  # hd 6: element-wise reads, an odd number of pairs
 ]
 
 #: R rows of L lanes, BK keys a tile, P rows a lane: one lane a row, the default split, 8 lanes with 64-key tiles
@@ -41,8 +45,8 @@ CASES = [(tiles, row) for tiles in TILES for row in ROWS]
 @pytest.mark.parametrize("tiles, row", CASES, ids=[f"{t.rows}x{t.lanes}k{t.bk}p{t.per_lane}-{r.id}" for t, r in CASES])
 def test_every_split_matches_the_reference(tiles, row, device):
     hd = int(row.id.split(",hd")[1].split(",")[0])
-    with mock.patch.object(attention, "lane_tiles", lambda hd, storage=0: tiles):
-        if lane_tile_bytes(hd, tiles) > device.limits["max-compute-workgroup-storage-size"]:
+    with mock.patch.object(attention, "lane_tiles", lambda hd, storage=0, rope=False: tiles):
+        if lane_tile_bytes(hd, tiles, "RoPE" in row.op) > device.limits["max-compute-workgroup-storage-size"]:
             # more than the device offers (lavapipe's 32 KiB at head_dim 64): the lowering says so
             with pytest.raises(LoweringError, match="bytes of workgroup memory; this device offers"):
                 check_row(row, device, subgroups=None)
@@ -50,7 +54,7 @@ def test_every_split_matches_the_reference(tiles, row, device):
         session = check_row(row, device, subgroups=None)
     (kernel,) = [d.kernel for d in session.plan.dispatches]
     split = f"{tiles.rows}x{tiles.lanes}k{tiles.bk}" + (f"p{tiles.per_lane}" if tiles.per_lane > 1 else "")
-    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}(_causal)?(_mask)?(_packed)?", kernel), kernel
+    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}(_causal)?(_mask)?(_rope)?(_packed)?", kernel), kernel
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])

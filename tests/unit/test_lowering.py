@@ -616,7 +616,7 @@ def test_attention_refuses_tiles_its_kernel_cannot_take(monkeypatch):
                            (attention.LaneTiles(64, 8, 32), "at most 256 invocations"),
                            (attention.LaneTiles(32, 4, 128), "needs 85504 bytes of workgroup memory; this device "
                                                              "offers 16384")):
-        monkeypatch.setattr(attention, "lane_tiles", lambda hd, storage=0, t=tiles: t)
+        monkeypatch.setattr(attention, "lane_tiles", lambda hd, storage=0, rope=False, t=tiles: t)
         with pytest.raises(LoweringError, match=message):
             lower(g)
 
