@@ -7,7 +7,8 @@ Each shape is one graph holding one attention op, lowered by eggfuse with the ti
 the device's workgroup memory: WG 256, 128 or 64, BQ = WG / ceil(hd / 4) (one output vec4 per
 invocation), BK 16, 32 or 64; then attention_lanes.wgsl (``ir.ops.attention.lane_tiles`` replaced) at
 R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes, BK 16, 32, 64 or 128 and P 1 or 2 rows a lane (R / P * L
-<= 256) where they fit (head_dim <= 64). The row marked ``default`` is what the lowering picks;
+<= 256, 2 to 16 keys a lane and tile) where they fit (head_dim <= 64, beyond the lowering's
+LANES_MAX_HEAD_DIM). The row marked ``default`` is what the lowering picks;
 ``kernel`` names the shader.
 
 - ``smollm2_prefill``: CausalAttentionRoPE, 128 rows, 9 query and 3 key/value heads of 64 (RoPE
@@ -234,11 +235,12 @@ def candidates(hd: int, storage: int) -> list[attention.AttentionTiles]:
 
 def lane_candidates(hd: int, storage: int, rope: bool) -> list[attention.LaneTiles]:
     """attention_lanes.wgsl's (R, L, BK, P) to try: R 16, 32 or 64 rows, L 1, 2, 4, 8 or 16 lanes, BK 16, 32, 64 or
-    128, P 1 or 2 rows a lane (R / P * L <= 256 invocations) where they fit; none past LANES_MAX_HEAD_DIM."""
-    if hd > attention.LANES_MAX_HEAD_DIM:
+    128, P 1 or 2 rows a lane (R / P * L <= 256 invocations; 2 to 16 keys a lane and tile, more spill registers:
+    bench/results/attention_lanes_h200/sweep_first.json) where they fit; none past head_dim 64."""
+    if hd > 64:  # past it q and the output row no longer fit a lane's registers
         return []
     return [t for r in (16, 32, 64) for lanes in (1, 2, 4, 8, 16) for bk in (16, 32, 64, 128) for per in (1, 2)
-            if r // per * lanes <= 256 and bk % lanes == 0
+            if r // per * lanes <= 256 and 2 <= bk // lanes <= 16
             and attention.lane_tile_bytes(hd, t := attention.LaneTiles(r, lanes, bk, per), rope) <= storage]
 
 

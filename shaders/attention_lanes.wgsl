@@ -38,12 +38,12 @@ const BK: u32 = {{BK}}u;
 const P: u32 = {{PER_LANE}}u;  // query rows of each lane
 const WG: u32 = R / P * L;
 const HALF: u32 = max(L / 2u, 1u);  // lanes that write their state in the first merge step
-const KS: u32 = HD4 + 1u;  // vec4s from one K row of k_tile to the next (padded: lanes read consecutive keys)
+const KS: u32 = HD4 + 1u;  // vec4s from one K or V row to the next (padded: the lanes of a row read consecutive keys)
 
 {{IO}}
 
 var<workgroup> k_tile: array<array<vec4<f32>, KS>, BK>;
-var<workgroup> v_tile: array<array<vec4<f32>, HD4>, BK>;
+var<workgroup> v_tile: array<array<vec4<f32>, KS>, BK>;
 var<workgroup> k_masked: array<f32, BK>;  // 1.0 where key_mask drops the tile's key
 var<workgroup> lane_m: array<f32, R * L>;
 var<workgroup> lane_l: array<f32, R * L>;

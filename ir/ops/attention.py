@@ -282,9 +282,19 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
     return "\n".join(lines)
 
 
-#: Largest head_dim attention_lanes.wgsl takes: a lane holds q and its output row in registers
-#: (2 * head_dim / 4 vec4s), which past 64 would spill.
-LANES_MAX_HEAD_DIM = 64
+#: Largest head_dim for which the lowering takes attention_lanes.wgsl (lane_tiles): a lane holds q and its
+#: output row in registers (2 * head_dim / 4 vec4s). On the H200 (bench/attention.py,
+#: bench/results/attention_lanes_h200/sweep.json, every split) its best at head_dim 32 (MiniLM: 8 x 128 rows,
+#: 12 heads, a key mask) took 18.0 us against attention.wgsl's best 25.6 (SDPA fp32: 27.7); at head_dim 64
+#: (128 causal rows, 9 heads on 3) 12.1 against 10.7, with RoPE 21.0 against 15.9: there attention.wgsl.
+LANES_MAX_HEAD_DIM = 32
+#: attention_lanes.wgsl's split where the memory allows (lane_tiles): query rows per workgroup, lanes per
+#: row and keys per tile. MiniLM's plan, alternated (bench/plan_ab.py, attention_lanes_h200/ab_minilm.json):
+#: 1112.0-1112.3 us GPU at (64, 2, 16), 1113.7-1121.0 at (32, 2, 32), 1184.0-1186.5 at (32, 4, 32) and
+#: 1144.6-1148.0 with attention.wgsl.
+LANES_ROWS = 64
+LANES_PER_ROW = 2
+LANES_MAX_KEYS = 16
 
 
 class LaneTiles(NamedTuple):
@@ -300,26 +310,28 @@ class LaneTiles(NamedTuple):
 
 
 def lane_tile_bytes(hd: int, tiles: LaneTiles, rope: bool = False) -> int:
-    """Workgroup memory of attention_lanes.wgsl: the K tile (rows padded by one vec4) and the V
-    tile at 16 bytes per vec4, the merge buffer (rows * max(lanes / 2, 1) output rows) and with
+    """Workgroup memory of attention_lanes.wgsl: the K and V tiles (rows padded by one vec4) at 16
+    bytes per vec4, the merge buffer (rows * max(lanes / 2, 1) output rows) and with
     ``rope`` the Q block (rows), then the tile's mask flags and two f32 statistics per row and
     lane."""
     hd4, (rows, lanes, bk, _) = math.ceil(hd / 4), tiles
     q_block = rows * hd4 if rope else 0
-    return 16 * (bk * (hd4 + 1) + bk * hd4 + rows * max(lanes // 2, 1) * hd4 + q_block) + 4 * (bk + 2 * rows * lanes)
+    return 16 * (2 * bk * (hd4 + 1) + rows * max(lanes // 2, 1) * hd4 + q_block) + 4 * (bk + 2 * rows * lanes)
 
 
 def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False) -> LaneTiles | None:
-    """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where that
-    kernel does not apply (``hd`` above :data:`LANES_MAX_HEAD_DIM`, or no tiles fit): 4 lanes a
-    row, the most rows (32, 16 or 8), then the most keys per tile (32 down to 4) whose memory
-    (:func:`lane_tile_bytes`, with the Q block for ``rope``) fits ``storage`` bytes (the device's
-    maxComputeWorkgroupStorageSize)."""
+    """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where the
+    lowering takes attention.wgsl (``hd`` above :data:`LANES_MAX_HEAD_DIM`, or no tiles fit):
+    :data:`LANES_PER_ROW` lanes a row, the most rows (:data:`LANES_ROWS`, half or a quarter of
+    it), then the most keys per tile (:data:`LANES_MAX_KEYS` down to an eighth, at least one a
+    lane) whose memory (:func:`lane_tile_bytes`, with the Q block for ``rope``) fits ``storage``
+    bytes (the device's maxComputeWorkgroupStorageSize)."""
     if hd > LANES_MAX_HEAD_DIM:
         return None
-    for rows in (32, 16, 8):
-        for bk in (32, 16, 8, 4):
-            if lane_tile_bytes(hd, tiles := LaneTiles(rows, 4, bk), rope) <= storage:
+    lanes = LANES_PER_ROW
+    for rows in (LANES_ROWS, max(LANES_ROWS // 2, 1), max(LANES_ROWS // 4, 1)):
+        for bk in (LANES_MAX_KEYS, LANES_MAX_KEYS // 2, LANES_MAX_KEYS // 4, LANES_MAX_KEYS // 8):
+            if bk >= lanes and lane_tile_bytes(hd, tiles := LaneTiles(rows, lanes, bk), rope) <= storage:
                 return tiles
     return None
 
