@@ -12,7 +12,8 @@ from collections.abc import Mapping
 #: WebGPU spec default limits (https://www.w3.org/TR/webgpu/#limits), the values every
 #: adapter guarantees. Only the limits a plan can exceed or use are listed; every kernel stays
 #: within the default of invocations per workgroup (256), and within the workgroup storage
-#: given here (attention.wgsl's key tiles grow with it; every other kernel stays within 16 KiB).
+#: given here (attention.wgsl's key tiles grow with it, attention_lanes.wgsl's rows and keys per tile up to its
+#: defaults; every other kernel stays within 16 KiB).
 DEFAULT_LIMITS: dict[str, int] = {
     "max-compute-workgroup-storage-size": 16_384,
     "max-storage-buffers-per-shader-stage": 8,

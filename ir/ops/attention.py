@@ -290,7 +290,7 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
 LANES_MAX_HEAD_DIM = 32
 #: attention_lanes.wgsl's split where the memory allows (lane_tiles): query rows per workgroup, lanes per
 #: row and keys per tile. MiniLM's plan, alternated (bench/plan_ab.py, attention_lanes_h200/ab_minilm.json):
-#: 1112.0-1112.3 us GPU at (64, 2, 16), 1113.7-1121.0 at (32, 2, 32), 1184.0-1186.5 at (32, 4, 32) and
+#: 1112.0-1112.3 us GPU at (64, 2, 16), 1113.7-1121.0 at (32, 2, 32), 1184.0-1187.8 at (32, 4, 32) and
 #: 1144.6-1148.0 with attention.wgsl.
 LANES_ROWS = 64
 LANES_PER_ROW = 2
