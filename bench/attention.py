@@ -182,7 +182,8 @@ def _print_row(row: dict) -> None:
 def _session(g: Graph, feeds: dict, device, tiles) -> Session:
     # lowered with attention.wgsl at AttentionTiles or attention_lanes.wgsl at LaneTiles
     if isinstance(tiles, attention.LaneTiles):
-        forced = mock.patch.object(attention, "lane_tiles", lambda hd, storage=0, rope=False: tiles)
+        forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: tiles,
+                                     LANES_OPS=("FullAttention", "CausalAttention", "CausalAttentionRoPE"))
     else:
         forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: None,
                                      attention_tiles=lambda hd, storage=0, workgroups_at=None: tiles)
@@ -268,7 +269,7 @@ def main() -> None:
             continue
         g, feeds = _graph(op, batch, seq, nh, nkv, hd)
         rope = op == "CausalAttentionRoPE"
-        default = attention.lane_tiles(hd, storage, rope)
+        default = attention.lane_tiles(hd, storage, rope) if op in attention.LANES_OPS else None
         if default is None:
             default = attention.attention_tiles(hd, storage,
                                                 lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))

@@ -39,7 +39,7 @@ from .limits import split_grid
 #: The line a kernel puts in its branch for workgroups at or past ``p.total`` (``wg``: the linear
 #: workgroup index, ``li``: the local invocation index, ``nwg``: the grid, ``WG``: the workgroup
 #: size; ``store_out(base, c, v)`` writes a vec4 of the output) to take prefetching workgroups
-#: there; shaders/attention.wgsl and attention_cached.wgsl have it.
+#: there; shaders/attention.wgsl, attention_lanes.wgsl and attention_cached.wgsl have it.
 PREFETCH_HOOK = "        // PREFETCH_HOOK (lowering/prefetch.py)"
 #: A dispatch of fewer workgroups than this is narrow (an H100/H200 has 132 multiprocessors).
 NARROW_WORKGROUPS = 128

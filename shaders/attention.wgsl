@@ -1,6 +1,8 @@
 //#include "common.wgsl"
 // Scaled dot-product attention with GQA for FullAttention, FullAttentionPacked, CausalAttention and
-// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference), tiled as
+// CausalAttentionRoPE where the lowering does not take attention_lanes.wgsl (ir/ops/attention.py
+// lane_tiles: head_dim above LANES_MAX_HEAD_DIM, an op not in LANES_OPS, or no lane split that fits)
+// (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference), tiled as
 // FlashAttention (Dao et al. 2022, alg. 1) with online softmax (Milakov & Gimelshein
 // 2018): a workgroup of WG invocations takes BQ query rows of one (sequence, head) and
 // walks the keys in tiles of BK. Everything a row needs lives in workgroup memory (but for

@@ -1,17 +1,18 @@
 //#include "common.wgsl"
-// Scaled dot-product attention with GQA for FullAttention, FullAttentionPacked and CausalAttention
-// (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference) with a query row's state in
+// Scaled dot-product attention with GQA for FullAttention, FullAttentionPacked, CausalAttention and
+// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference) with a query row's state in
 // registers: a workgroup of WG = R / P * L invocations takes R query rows of one (sequence, head), L
 // lanes to a row, P rows to a lane. Lane t of row r keeps the row's q (pre-scaled by scale * log2(e))
 // and its own online-softmax state (Milakov & Gimelshein 2018: running maximum m, sum l, output o) in
 // registers, and scores keys t, t + L, ... of each K/V tile of BK keys in workgroup memory, all
 // R rows reading the same tile (FlashAttention's tiling, Dao et al. 2022, alg. 1, with the keys
 // of a tile split over the lanes instead of the rows over the head's columns). So a tile costs two
-// barriers (load, use) and no exchange between invocations; the L lanes' states are merged once at
-// the end (m by a maximum, l and o rescaled by exp2(m_lane - M) and summed in log2(L) halving steps
-// through workgroup memory) and lane 0 stores the row. Against attention.wgsl, whose tile phases
-// exchange maxima, sums and weights through workgroup memory (five barriers a tile), this trades
-// barriers for registers: ir/ops/attention.py lane_tiles takes it for head_dim <= LANES_MAX_HEAD_DIM.
+// barriers (load, use; three with RoPE) and no exchange between invocations; the L lanes' states are
+// merged once at the end (m by a maximum; l and o rescaled by exp2(m_lane - M); o summed in log2(L)
+// halving steps through workgroup memory, l by lane 0 from lane_l) and lane 0 stores the row. Against
+// attention.wgsl, whose tile phases exchange maxima, sums and weights through workgroup memory (six
+// barriers a tile, seven with RoPE), this trades barriers for registers: the lowering takes it for
+// ir/ops/attention.py LANES_OPS up to LANES_MAX_HEAD_DIM (lane_tiles).
 // Rows hold `batch` sequences of `seq` rows each; q and out are [rows, nh * HD], k and v
 // [rows, nkv * HD] (or one packed projection, read through strides and offsets); query head h
 // reads kv head h / group. Vectors are zero-padded to HD4 vec4s. Scores use exp2 of log2(e)-scaled

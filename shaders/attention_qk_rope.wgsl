@@ -1,5 +1,5 @@
-// attention.wgsl hooks for CausalAttentionRoPE (ir/ops/attention.py): q and k are rotated as
-// the RoPE op does (rope.wgsl; Su et al. 2021, eq. 15), pair t of a row by the angle
+// attention.wgsl and attention_lanes.wgsl hooks for CausalAttentionRoPE (ir/ops/attention.py): q
+// and k are rotated as the RoPE op does (rope.wgsl; Su et al. 2021, eq. 15), pair t of a row by the angle
 // pos * inv_freq[t]; pairs are (t, t + HD/2) for the 'half' layout and (2t, 2t + 1) for
 // 'adjacent'. The Q block and each K tile are rotated once in workgroup memory, right
 // after they are loaded, so neither rotated tensor is ever stored.

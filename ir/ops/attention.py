@@ -27,13 +27,14 @@ FAMILY = "attention"
 
 #: Sentinel score for masked attention positions (finite, so no inf arithmetic anywhere).
 MASK_SENTINEL = -1.0e30
-#: Invocations per workgroup of the attention kernel (attention.wgsl).
+#: Invocations per workgroup of attention.wgsl.
 ATTENTION_WG = 256
 #: Query rows per workgroup of attention.wgsl at most.
 ATTENTION_MAX_ROWS = 64
 #: Bytes of workgroup memory attention.wgsl's tiles take at most (attention_tile_bytes) where the
 #: device's limit is not known or the kernel has enough workgroups to fill the GPU
-#: (ATTENTION_FULL_GPU): the WebGPU default of maxComputeWorkgroupStorageSize, which every device offers.
+#: (ATTENTION_FULL_GPU), and attention_lanes.wgsl's where the device's limit is not known (lane_tiles):
+#: the WebGPU default of maxComputeWorkgroupStorageSize, which every device offers.
 ATTENTION_TILE_BYTES = 16384
 #: Largest head_dim of the attention kernels: the RoPE uniform holds 32 vec4 of frequencies
 #: (128 pairs), and CachedAttention needs head_dim / 4 <= its 256 invocations.
@@ -290,11 +291,16 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
 LANES_MAX_HEAD_DIM = 32
 #: attention_lanes.wgsl's split where the memory allows (lane_tiles): query rows per workgroup, lanes per
 #: row and keys per tile. MiniLM's plan, alternated (bench/plan_ab.py, attention_lanes_h200/ab_minilm.json):
-#: 1112.0-1112.3 us GPU at (64, 2, 16), 1113.7-1121.0 at (32, 2, 32), 1184.0-1187.8 at (32, 4, 32) and
+#: 1112.1-1112.3 us GPU at (64, 2, 16), 1113.7-1121.0 at (32, 2, 32), 1184.0-1187.8 at (32, 4, 32) and
 #: 1144.6-1148.0 with attention.wgsl.
 LANES_ROWS = 64
 LANES_PER_ROW = 2
 LANES_MAX_KEYS = 16
+#: The ops the lowering puts on attention_lanes.wgsl (up to LANES_MAX_HEAD_DIM): those measured there,
+#: MiniLM's. The kernel also takes CausalAttention and CausalAttentionRoPE (tests/gpu/test_attention_lanes.py;
+#: bench/attention.py times them at head_dim 64, where attention.wgsl was faster); at head_dim 32 they are not
+#: measured yet, so attention.wgsl keeps them.
+LANES_OPS = ("FullAttention", "FullAttentionPacked")
 
 
 class LaneTiles(NamedTuple):
@@ -313,10 +319,24 @@ def lane_tile_bytes(hd: int, tiles: LaneTiles, rope: bool = False) -> int:
     """Workgroup memory of attention_lanes.wgsl: the K and V tiles (rows padded by one vec4) at 16
     bytes per vec4, the merge buffer (rows * max(lanes / 2, 1) output rows) and with
     ``rope`` the Q block (rows), then the tile's mask flags and two f32 statistics per row and
-    lane."""
+    lane, each of these three arrays rounded up to 16 bytes (WebGPU sizes a workgroup variable in
+    multiples of 16)."""
     hd4, (rows, lanes, bk, _) = math.ceil(hd / 4), tiles
     q_block = rows * hd4 if rope else 0
-    return 16 * (2 * bk * (hd4 + 1) + rows * max(lanes // 2, 1) * hd4 + q_block) + 4 * (bk + 2 * rows * lanes)
+
+    def f32s(n: int) -> int:
+        return 16 * math.ceil(4 * n / 16)
+
+    return 16 * (2 * bk * (hd4 + 1) + rows * max(lanes // 2, 1) * hd4 + q_block) + f32s(bk) + 2 * f32s(rows * lanes)
+
+
+def lane_split_ok(tiles: LaneTiles) -> bool:
+    """Whether attention_lanes.wgsl can take ``tiles``: lanes a power of two dividing the keys per
+    tile, rows a multiple of the rows per lane, at most 256 invocations (WebGPU's default
+    maxComputeInvocationsPerWorkgroup)."""
+    rows, lanes, bk, per_lane = tiles
+    return (lanes >= 1 and not lanes & (lanes - 1) and bk >= lanes and bk % lanes == 0 and per_lane >= 1
+            and rows % per_lane == 0 and rows // per_lane * lanes <= 256)
 
 
 def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False) -> LaneTiles | None:
@@ -324,14 +344,16 @@ def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False)
     lowering takes attention.wgsl (``hd`` above :data:`LANES_MAX_HEAD_DIM`, or no tiles fit):
     :data:`LANES_PER_ROW` lanes a row, the most rows (:data:`LANES_ROWS`, half or a quarter of
     it), then the most keys per tile (:data:`LANES_MAX_KEYS` down to an eighth, at least one a
-    lane) whose memory (:func:`lane_tile_bytes`, with the Q block for ``rope``) fits ``storage``
-    bytes (the device's maxComputeWorkgroupStorageSize)."""
+    lane) that the kernel takes (:func:`lane_split_ok`) and whose memory (:func:`lane_tile_bytes`,
+    with the Q block for ``rope``) fits ``storage`` bytes (the device's
+    maxComputeWorkgroupStorageSize). The lowering asks it only for :data:`LANES_OPS`."""
     if hd > LANES_MAX_HEAD_DIM:
         return None
     lanes = LANES_PER_ROW
     for rows in (LANES_ROWS, max(LANES_ROWS // 2, 1), max(LANES_ROWS // 4, 1)):
         for bk in (LANES_MAX_KEYS, LANES_MAX_KEYS // 2, LANES_MAX_KEYS // 4, LANES_MAX_KEYS // 8):
-            if bk >= lanes and lane_tile_bytes(hd, tiles := LaneTiles(rows, lanes, bk), rope) <= storage:
+            tiles = LaneTiles(rows, lanes, bk)
+            if lane_split_ok(tiles) and lane_tile_bytes(hd, tiles, rope) <= storage:
                 return tiles
     return None
 
@@ -441,13 +463,17 @@ def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
     io, out, accessors = attention_io(names, hd)
     seq = ins[0].shape[0] // batch
     rows, lanes, bk, per_lane = tiles
-    if lanes & (lanes - 1) or bk % lanes or rows % per_lane or rows // per_lane * lanes > 256:
-        raise LoweringError(f"{node.op}: attention_lanes.wgsl takes a power of two of lanes dividing the keys per "
-                            f"tile, rows a multiple of the rows per lane and at most 256 invocations, got {tiles}")
+    what = f"{node.op} (node {node.id}, q {ins[0]}, {nh} heads of {hd})"
+    if not lane_split_ok(tiles):
+        raise LoweringError(f"{what}: attention_lanes.wgsl cannot take the split {tiles} given by lane_tiles: lanes "
+                            f"must be a power of two dividing the keys per tile, rows a multiple of the rows per "
+                            f"lane, and rows / per_lane * lanes at most 256 invocations; force a split that is, or "
+                            f"leave the choice to lane_tiles")
     if (size := lane_tile_bytes(hd, tiles, rope)) > storage:
-        raise LoweringError(f"{node.op}: attention_lanes.wgsl at {tiles} and head_dim {hd} needs "
-                            f"{size} bytes of workgroup memory; this device offers {storage} "
-                            f"(maxComputeWorkgroupStorageSize): take fewer rows or keys per tile")
+        raise LoweringError(f"{what}: attention_lanes.wgsl at the split {tiles} given by lane_tiles needs {size} "
+                            f"bytes of workgroup memory; this device offers {storage} "
+                            f"(maxComputeWorkgroupStorageSize): force fewer rows or keys per tile, or leave the "
+                            f"choice to lane_tiles")
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=names[1], V=names[2],
                  IO=accessors, KEY_END="qi + 1u" if causal else "p.seq",
                  TILES_END="min(p.seq, q0 + R)" if causal else "p.seq",
@@ -477,7 +503,7 @@ def _attention_kernel(node, ins, target) -> Kernel:
     causal = node.op not in ("FullAttention", "FullAttentionPacked")
     rope = node.op == "CausalAttentionRoPE"
     storage = target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES)
-    lanes = lane_tiles(hd, storage, rope)
+    lanes = lane_tiles(hd, storage, rope) if node.op in LANES_OPS else None
     if lanes is not None:
         return _lanes_kernel(node, ins, lanes, storage)
     names = ("qkv",) * 3 if packed else ("q", "k", "v")

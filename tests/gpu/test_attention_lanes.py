@@ -1,10 +1,13 @@
-"""attention_lanes.wgsl (ir/ops/attention.py ``lane_tiles``, ``_lanes_kernel``) at every work split the
-benchmark tries and a few edge ones, against the numpy reference (``eggfuse.ir.evaluate``):
-FullAttention with and without a key mask (one sequence fully masked), FullAttentionPacked,
-CausalAttention with GQA, and CausalAttentionRoPE (both pairings, packed or not, positions past 0);
-sequences shorter than a tile, past a tile and past a row block; head_dim not a multiple of 4
-(element-wise reads) and 64 (which the benchmark times; the lowering takes attention.wgsl past
-LANES_MAX_HEAD_DIM). Then attention.wgsl on the same rows, and the choice."""
+"""attention_lanes.wgsl (ir/ops/attention.py ``lane_tiles``, ``_lanes_kernel``) at ten work splits (the
+defaults, one lane, 16 lanes in four merge steps, two and four rows a lane, tiles of one key a lane, more
+keys a tile than any row has), every one forced on every row, against the numpy reference
+(``eggfuse.ir.evaluate``): FullAttention with and without a key mask (one sequence fully masked), with
+GQA and a mask together, FullAttentionPacked, CausalAttention with GQA, and CausalAttentionRoPE (both
+pairings, packed or not, positions past 0), which the kernel takes though the lowering keeps them on
+attention.wgsl (LANES_OPS); sequences shorter than a tile, past a tile and past a row block of the
+default split; head_dim not a multiple of 4 (element-wise reads) and 64 (which the benchmark times; the
+lowering takes attention.wgsl past LANES_MAX_HEAD_DIM). Then attention.wgsl on the same rows, and the
+lowering's choice."""
 
 from __future__ import annotations
 
@@ -31,13 +34,19 @@ ROWS = [
     _attention_rope(9, 3, 64, 1, 41, "half", 0, packed=True),
     _attention_rope(4, 2, 8, 2, 37, "adjacent", 3),
     _attention_rope(2, 1, 6, 2, 21, "half", 1000),  # hd 6: element-wise reads, an odd number of pairs
+    _attention("FullAttention", 4, 1, 32, 2, 37, mask=_MASK_37),  # GQA and a key mask
+    _attention("CausalAttention", 8, 2, 32, 2, 150),  # more rows than a block of the default split
+    _attention_rope(8, 2, 32, 1, 150, "half", 0, packed=True),
 ]
+_ALL_OPS = ("FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE")
 
-#: R rows of L lanes, BK keys a tile, P rows a lane: one lane a row, the default split, 8 lanes with 64-key tiles
-#: (more keys than any row here), two lanes of 64 rows, 4-key tiles of 8 rows (tiles of one key a lane), two rows
-#: a lane, and four rows a lane on one lane
-TILES = [LaneTiles(16, 1, 16), LaneTiles(32, 4, 32), LaneTiles(16, 8, 64), LaneTiles(64, 2, 16), LaneTiles(8, 4, 4),
-         LaneTiles(32, 4, 32, 2), LaneTiles(16, 1, 16, 4)]
+#: R rows of L lanes, BK keys a tile, P rows a lane: one lane a row, 4 lanes of 32 rows, 8 lanes with 64-key tiles
+#: (more keys than any row here), the default split (64 rows of 2 lanes, 16 keys), the default with RoPE on a
+#: 16 KiB device, 4-key tiles of 8 rows (tiles of one key a lane), 16 lanes (four merge steps), two rows a lane
+#: at 4 lanes and at the default's 2, and four rows a lane on one lane
+TILES = [LaneTiles(16, 1, 16), LaneTiles(32, 4, 32), LaneTiles(16, 8, 64), LaneTiles(64, 2, 16), LaneTiles(32, 2, 16),
+         LaneTiles(8, 4, 4), LaneTiles(16, 16, 32), LaneTiles(32, 4, 32, 2), LaneTiles(64, 2, 16, 2),
+         LaneTiles(16, 1, 16, 4)]
 
 CASES = [(tiles, row) for tiles in TILES for row in ROWS]
 
@@ -45,7 +54,8 @@ CASES = [(tiles, row) for tiles in TILES for row in ROWS]
 @pytest.mark.parametrize("tiles, row", CASES, ids=[f"{t.rows}x{t.lanes}k{t.bk}p{t.per_lane}-{r.id}" for t, r in CASES])
 def test_every_split_matches_the_reference(tiles, row, device):
     hd = int(row.id.split(",hd")[1].split(",")[0])
-    with mock.patch.object(attention, "lane_tiles", lambda hd, storage=0, rope=False: tiles):
+    forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: tiles, LANES_OPS=_ALL_OPS)
+    with forced:
         if lane_tile_bytes(hd, tiles, "RoPE" in row.op) > device.limits["max-compute-workgroup-storage-size"]:
             # more than the device offers (lavapipe's 32 KiB at head_dim 64): the lowering says so
             with pytest.raises(LoweringError, match="bytes of workgroup memory; this device offers"):
@@ -65,12 +75,34 @@ def test_attention_wgsl_on_the_same_rows(row, device):
     assert kernel.startswith("attention_hd"), kernel
 
 
-def test_default_split_is_lanes_up_to_head_dim_64_and_fits_the_memory():
+def test_default_split_up_to_the_head_dim_limit_is_one_the_kernel_takes_and_fits_the_memory():
     for storage in (16384, 32768, 49152):
-        for hd in range(1, attention.LANES_MAX_HEAD_DIM + 1):
-            tiles = attention.lane_tiles(hd, storage)
-            assert tiles is not None and lane_tile_bytes(hd, tiles) <= storage, (hd, storage, tiles)
-        assert attention.lane_tiles(attention.LANES_MAX_HEAD_DIM + 1, storage) is None
+        for rope in (False, True):
+            for hd in range(1, attention.LANES_MAX_HEAD_DIM + 1):
+                tiles = attention.lane_tiles(hd, storage, rope)
+                assert tiles is not None and attention.lane_split_ok(tiles), (hd, storage, rope, tiles)
+                assert lane_tile_bytes(hd, tiles, rope) <= storage, (hd, storage, rope, tiles)
+            assert attention.lane_tiles(attention.LANES_MAX_HEAD_DIM + 1, storage, rope) is None
+    assert attention.lane_tiles(32, 2048) is None  # no split fits: attention.wgsl
     assert attention.lane_tiles(32, 16384) == LaneTiles(64, 2, 16)  # MiniLM, on any device
     assert attention.lane_tiles(32, 16384, rope=True) == LaneTiles(32, 2, 16)  # + 8 KiB of Q block at 64 rows
     assert attention.lane_tiles(32, 49152, rope=True) == LaneTiles(64, 2, 16)
+    with mock.patch.object(attention, "LANES_PER_ROW", 3):  # a split the kernel cannot take: attention.wgsl
+        assert attention.lane_tiles(32, 49152) is None
+    with mock.patch.object(attention, "LANES_PER_ROW", 8):  # 64 rows of 8 lanes are 512 invocations: fewer rows
+        assert attention.lane_tiles(32, 49152) == LaneTiles(32, 8, 16)
+
+
+@pytest.mark.parametrize("op", ["FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE"])
+@pytest.mark.parametrize("hd", [32, 64])
+def test_the_lowering_takes_lanes_for_the_measured_ops_up_to_the_head_dim_limit(op, hd):
+    from eggfuse.ir import Graph
+    from eggfuse.lowering import lower
+
+    g = Graph()
+    row = (_attention if op != "CausalAttentionRoPE" else lambda op, *a: _attention_rope(*a, "half", 0))(op, 2, 1, hd,
+                                                                                                       1, 9)
+    g.set_outputs([row.build(g)])
+    (d,) = lower(g).dispatches
+    lanes = op in attention.LANES_OPS and hd <= attention.LANES_MAX_HEAD_DIM
+    assert d.kernel.startswith("attention_lanes_" if lanes else "attention_hd"), d.kernel

@@ -609,16 +609,19 @@ def test_attention_refuses_tiles_its_kernel_cannot_take(monkeypatch):
     with pytest.raises(LoweringError, match="tiles of a multiple of 4 keys, got 2"):
         lower(g)
     monkeypatch.undo()
-    # the last: 16 * (2 * 128 * 17 + 32 * 2 * 16) + 4 * (128 + 2 * 128) bytes (K, V, merge; flags, statistics)
-    for tiles, message in ((attention.LaneTiles(32, 3, 12), "a power of two of lanes"),
-                           (attention.LaneTiles(32, 4, 6), "a power of two of lanes dividing the keys"),
-                           (attention.LaneTiles(32, 4, 32, 3), "rows a multiple of the rows per lane"),
-                           (attention.LaneTiles(64, 8, 32), "at most 256 invocations"),
+    # the last: 16 * (2 * 128 * 17 + 32 * 2 * 16) + 4 * (128 + 2 * 128) bytes (K, V, merge; flags, statistics);
+    # the others: 3 lanes, 4 lanes not dividing 6 keys, 32 rows not a multiple of 3 a lane, 512 invocations
+    monkeypatch.setattr(attention, "LANES_OPS", ("CausalAttention",))  # as bench/attention.py forces a split
+    bad_split = (r"CausalAttention \(node \d+, q f32\[20, ?64\], 1 heads of 64\): "
+                 r"attention_lanes.wgsl cannot take the split")
+    for tiles, message in ((attention.LaneTiles(32, 3, 12), bad_split), (attention.LaneTiles(32, 4, 6), bad_split),
+                           (attention.LaneTiles(32, 4, 32, 3), bad_split), (attention.LaneTiles(64, 8, 32), bad_split),
                            (attention.LaneTiles(32, 4, 128), "needs 87552 bytes of workgroup memory; this device "
                                                              "offers 16384")):
         monkeypatch.setattr(attention, "lane_tiles", lambda hd, storage=0, rope=False, t=tiles: t)
         with pytest.raises(LoweringError, match=message):
             lower(g)
+        assert not attention.lane_split_ok(tiles) or tiles.bk == 128
 
 
 def _storage_invariants(plan) -> None:
