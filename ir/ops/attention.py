@@ -450,89 +450,92 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool) ->
                 STORE="\n".join(store))
 
 
+class _Form(NamedTuple):
+    """What both attention kernels need to know of a node: its heads, rows and inputs."""
+
+    nh: int
+    nkv: int
+    hd: int
+    batch: int
+    seq: int
+    masked: bool  # a key_mask input
+    packed: bool  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
+    causal: bool
+    rope: bool
+    names: tuple[str, str, str]  # the bindings q, k and v are read from
+
+
+def _form(node, ins) -> _Form:
+    a = node.attrs
+    full_packed = node.op == "FullAttentionPacked"
+    packed = len(ins) == 1 or full_packed
+    return _Form(a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], ins[0].shape[0] // a["batch"],
+                 len(ins) == 4 or (full_packed and len(ins) == 2), packed,
+                 node.op not in ("FullAttention", "FullAttentionPacked"), node.op == "CausalAttentionRoPE",
+                 ("qkv",) * 3 if packed else ("q", "k", "v"))
+
+
+def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: dict) -> Kernel:
+    # attention.wgsl's or attention_lanes.wgsl's dispatch at `rows` query rows per workgroup: the bindings (with
+    # the IO slot of their accessors) and the Params both read, RoPE's fields first
+    io, out, accessors = attention_io(f.names, f.hd)
+    q_blocks = math.ceil(f.seq / rows)
+    total = f.batch * f.nh * q_blocks
+    width = (f.nh + 2 * f.nkv) * f.hd
+    strides = (width, width, f.nh * f.hd, (f.nh + f.nkv) * f.hd) if f.packed else (f.nh * f.hd, f.nkv * f.hd, 0, 0)
+    params = (*(rope_uniform_fields(node) if f.rope else ()), ("seq", "u32", f.seq), ("nh", "u32", f.nh),
+              ("nkv", "u32", f.nkv), ("group", "u32", f.nh // f.nkv), ("q_blocks", "u32", q_blocks),
+              ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(f.hd)),
+              *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
+    name += (("_causal" if f.causal else "") + ("_mask" if f.masked else "") + ("_rope" if f.rope else "")
+             + ("_packed" if f.packed else ""))
+    bindings = (*io, *((Buffer("key_mask"),) if f.masked else ()), out)
+    return Kernel(name, body, total, params=params, slots={**slots, "IO": accessors}, bindings=bindings)
+
+
 def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
     # attention_lanes.wgsl for FullAttention, FullAttentionPacked, CausalAttention and CausalAttentionRoPE
-    a = node.attrs
-    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
-    full_packed = node.op == "FullAttentionPacked"
-    masked = len(ins) == 4 or (full_packed and len(ins) == 2)
-    packed = len(ins) == 1 or full_packed  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
-    causal = node.op not in ("FullAttention", "FullAttentionPacked")
-    rope = node.op == "CausalAttentionRoPE"
-    names = ("qkv",) * 3 if packed else ("q", "k", "v")
-    io, out, accessors = attention_io(names, hd)
-    seq = ins[0].shape[0] // batch
+    f = _form(node, ins)
+    hd = f.hd
     rows, lanes, bk, per_lane = tiles
-    what = f"{node.op} (node {node.id}, q {ins[0]}, {nh} heads of {hd})"
+    what = f"{node.op} (node {node.id}, q {ins[0]}, {f.nh} heads of {hd})"
     if not lane_split_ok(tiles):
         raise LoweringError(f"{what}: attention_lanes.wgsl cannot take the split {tiles} given by lane_tiles: lanes "
                             f"must be a power of two dividing the keys per tile, rows a multiple of the rows per "
                             f"lane, and rows / per_lane * lanes at most 256 invocations; force a split that is, or "
                             f"leave the choice to lane_tiles")
-    if (size := lane_tile_bytes(hd, tiles, rope)) > storage:
+    if (size := lane_tile_bytes(hd, tiles, f.rope)) > storage:
         raise LoweringError(f"{what}: attention_lanes.wgsl at the split {tiles} given by lane_tiles needs {size} "
                             f"bytes of workgroup memory; this device offers {storage} "
                             f"(maxComputeWorkgroupStorageSize): force fewer rows or keys per tile, or leave the "
                             f"choice to lane_tiles")
-    slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=names[1], V=names[2],
-                 IO=accessors, KEY_END="qi + 1u" if causal else "p.seq",
-                 TILES_END="min(p.seq, q0 + R)" if causal else "p.seq",
-                 **_lanes_slots(hd, tiles, masked, names[0], rope))
-    q_blocks = math.ceil(seq / rows)
-    total = batch * nh * q_blocks
-    width = (nh + 2 * nkv) * hd
-    strides = (width, width, nh * hd, (nh + nkv) * hd) if packed else (nh * hd, nkv * hd, 0, 0)
-    params = (*(rope_uniform_fields(node) if rope else ()), ("seq", "u32", seq), ("nh", "u32", nh),
-              ("nkv", "u32", nkv), ("group", "u32", nh // nkv),
-              ("q_blocks", "u32", q_blocks), ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(hd)),
-              *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
-    name = (f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
-            + ("_causal" if causal else "") + ("_mask" if masked else "") + ("_rope" if rope else "")
-            + ("_packed" if packed else ""))
-    bindings = (*io, *((Buffer("key_mask"),) if masked else ()), out)
-    return Kernel(name, "attention_lanes.wgsl", total, params=params, slots=slots, bindings=bindings)
+    slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=f.names[1], V=f.names[2],
+                 KEY_END="qi + 1u" if f.causal else "p.seq",
+                 TILES_END="min(p.seq, q0 + R)" if f.causal else "p.seq",
+                 **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope))
+    name = f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
+    return _attention_dispatch(node, f, "attention_lanes.wgsl", rows, name, slots)
 
 
 def _attention_kernel(node, ins, target) -> Kernel:
-    a = node.attrs
-    nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"]
     check_head_dim(node, ins[0])
-    full_packed = node.op == "FullAttentionPacked"
-    masked = len(ins) == 4 or (full_packed and len(ins) == 2)
-    packed = len(ins) == 1 or full_packed  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
-    causal = node.op not in ("FullAttention", "FullAttentionPacked")
-    rope = node.op == "CausalAttentionRoPE"
+    f = _form(node, ins)
     storage = target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES)
-    lanes = lane_tiles(hd, storage, rope) if node.op in LANES_OPS else None
+    lanes = lane_tiles(f.hd, storage, f.rope) if node.op in LANES_OPS else None
     if lanes is not None:
         return _lanes_kernel(node, ins, lanes, storage)
-    names = ("qkv",) * 3 if packed else ("q", "k", "v")
-    io, out, accessors = attention_io(names, hd)
-    seq = ins[0].shape[0] // batch
-    wg, bq, bk = attention_tiles(hd, storage,
-                                 lambda rows: batch * nh * math.ceil(seq / rows))
+    wg, bq, bk = attention_tiles(f.hd, storage, lambda rows: f.batch * f.nh * math.ceil(f.seq / rows))
     if bk < 4 or bk % 4:
         raise LoweringError(f"{node.op}: attention.wgsl takes tiles of a multiple of 4 keys, got {bk} "
                             f"(attention_tiles)")
-    slots = dict(HEAD_DIM=hd, BQ=bq, BK=bk, WG=wg, SCORE_DOTS=_score_dots(wg, bq, bk), Q=names[0], K=names[1],
-                 V=names[2], IO=accessors,
-                 QK=Include("attention_qk_rope.wgsl" if rope else "attention_qk.wgsl"),
+    slots = dict(HEAD_DIM=f.hd, BQ=bq, BK=bk, WG=wg, SCORE_DOTS=_score_dots(wg, bq, bk), Q=f.names[0],
+                 K=f.names[1], V=f.names[2],
+                 QK=Include("attention_qk_rope.wgsl" if f.rope else "attention_qk.wgsl"),
                  MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
-                 if masked else "",
-                 KEY_END="qi + 1u" if causal else "p.seq",  # of key_end_of(qi)
-                 TILES_END="min(p.seq, q0 + BQ)" if causal else "p.seq")
-    q_blocks = math.ceil(seq / bq)
-    total = batch * nh * q_blocks
-    width = (nh + 2 * nkv) * hd
-    strides = (width, width, nh * hd, (nh + nkv) * hd) if packed else (nh * hd, nkv * hd, 0, 0)
-    params = (*(rope_uniform_fields(node) if rope else ()), ("seq", "u32", seq), ("nh", "u32", nh),
-              ("nkv", "u32", nkv), ("group", "u32", nh // nkv), ("q_blocks", "u32", q_blocks), ("total", "u32", total),
-              ("scale", "f32", 1.0 / math.sqrt(hd)),
-              *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
-    name = (f"attention_hd{hd}" + ("_causal" if causal else "") + ("_mask" if masked else "")
-            + ("_rope" if rope else "") + ("_packed" if packed else ""))
-    bindings = (*io, *((Buffer("key_mask"),) if masked else ()), out)
-    return Kernel(name, "attention.wgsl", total, params=params, slots=slots, bindings=bindings)
+                 if f.masked else "",
+                 KEY_END="qi + 1u" if f.causal else "p.seq",  # of key_end_of(qi)
+                 TILES_END="min(p.seq, q0 + BQ)" if f.causal else "p.seq")
+    return _attention_dispatch(node, f, "attention.wgsl", bq, f"attention_hd{f.hd}", slots)
 
 
 def _attention_flops(ins, out, a) -> int:
