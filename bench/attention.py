@@ -15,6 +15,8 @@ LANES_MAX_HEAD_DIM). The row marked ``default`` is what the lowering picks;
   applied inside our kernel; the peer gets q and k already rotated, so it does less);
 - ``minilm``: FullAttention with a key mask, batch 8 x 128 rows, 12 heads of 32;
 - ``causal_gqa``: CausalAttention (no RoPE), 128 rows, 9 query and 3 key/value heads of 64;
+- ``causal_hd32`` and ``rope_hd32``: CausalAttention and CausalAttentionRoPE, batch 4 x 128 rows, 8 query and
+  2 key/value heads of 32: the causal ops at a head size attention_lanes.wgsl could take (LANES_OPS);
 - ``smollm2_decode``: CachedAttentionRoPE of one query row at position 128 over a cache of 512 rows
   (129 keys seen), 9 query and 3 key/value heads of 64, for each workgroup size of
   attention_cached.wgsl (``ir.ops.kv_cache.CACHED_ATTENTION_WG`` replaced for the lowering); the
@@ -55,7 +57,9 @@ import gpu_timing  # noqa: E402
 #: name -> (op, batch, seq, heads, kv heads, head size)
 SHAPES = {"smollm2_prefill": ("CausalAttentionRoPE", 1, 128, 9, 3, 64),
           "minilm": ("FullAttention", 8, 128, 12, 12, 32),
-          "causal_gqa": ("CausalAttention", 1, 128, 9, 3, 64)}
+          "causal_gqa": ("CausalAttention", 1, 128, 9, 3, 64),
+          "causal_hd32": ("CausalAttention", 4, 128, 8, 2, 32),
+          "rope_hd32": ("CausalAttentionRoPE", 4, 128, 8, 2, 32)}
 #: the decode step: (heads, kv heads, head size, position, cache rows)
 DECODE = (9, 3, 64, 128, 512)
 
