@@ -18,9 +18,11 @@ import pytest
 from op_table import check_row  # tests/op_table.py
 from test_ops import _attention, _attention_rope  # tests/gpu/test_ops.py's row builders
 
+from eggfuse.ir import Graph
 from eggfuse.ir.errors import LoweringError
 from eggfuse.ir.ops import attention
 from eggfuse.ir.ops.attention import LaneTiles, lane_tile_bytes
+from eggfuse.lowering import lower
 
 _MASK_37 = [[float(j % 4 != 1) for j in range(37)], [0.0] * 37]
 
@@ -96,12 +98,11 @@ def test_default_split_up_to_the_head_dim_limit_is_one_the_kernel_takes_and_fits
 @pytest.mark.parametrize("op", ["FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE"])
 @pytest.mark.parametrize("hd", [32, 64])
 def test_the_lowering_takes_lanes_for_the_measured_ops_up_to_the_head_dim_limit(op, hd):
-    from eggfuse.ir import Graph
-    from eggfuse.lowering import lower
-
+    if op == "CausalAttentionRoPE":
+        row = _attention_rope(2, 1, hd, 1, 9, "half", 0)
+    else:
+        row = _attention(op, 2, 1, hd, 1, 9)
     g = Graph()
-    row = (_attention if op != "CausalAttentionRoPE" else lambda op, *a: _attention_rope(*a, "half", 0))(op, 2, 1, hd,
-                                                                                                       1, 9)
     g.set_outputs([row.build(g)])
     (d,) = lower(g).dispatches
     lanes = op in attention.LANES_OPS and hd <= attention.LANES_MAX_HEAD_DIM
