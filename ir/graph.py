@@ -386,14 +386,17 @@ class Graph:
                              pairing=pairing, batch=batch, scaling=scaling)
 
     def full_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
-                       head_dim: int, batch: int = 1, key_mask: NodeId | None = None) -> NodeId:
+                       head_dim: int, batch: int = 1, key_mask: NodeId | None = None,
+                       masked_rows: str = "mean") -> NodeId:
         """Non-causal GQA attention over ``batch`` sequences stacked by rows.
 
-        q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S] f32, 1 keeps a key.
+        q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S] f32, > 0 keeps a key; a query
+        row whose mask keeps no key gives the mean of v (``masked_rows`` ``"mean"``) or zeros (``"zero"``,
+        ONNX Attention's rule).
         """
         ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)
         return self.add_node("FullAttention", ins, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                             head_dim=head_dim, batch=batch)
+                             head_dim=head_dim, batch=batch, masked_rows=masked_rows)
 
     def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                          head_dim: int, batch: int = 1) -> NodeId:

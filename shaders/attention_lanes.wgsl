@@ -18,7 +18,8 @@
 // reads kv head h / group. Vectors are zero-padded to HD4 vec4s. Scores use exp2 of log2(e)-scaled
 // logits, which equals the reference's softmax up to rounding. Keys a row may not see (past the
 // causal diagonal or the sequence) score MAX_INIT and weigh 0; a key masked by key_mask scores
-// MASK_SENTINEL, so a fully masked row averages all values, as in the reference.
+// MASK_SENTINEL, so a fully masked row averages all values, as in the reference, or with masked_rows
+// "zero" is stored as zeros (STORE: the row's maximum is then MASK_SENTINEL).
 // CausalAttentionRoPE: Q_TILE declares the Q block in workgroup memory (q_tile, BQ = R rows), which
 // Q_PREPARE loads and rotates (attention_qk_rope.wgsl's prepare_q_tile, included by QK) before the
 // lanes read their rows from it, and K_PREPARE rotates each K tile in place (prepare_k_tile);

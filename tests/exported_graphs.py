@@ -19,6 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
+#: The masks of :class:`Attn` that read a bool input [B, 1, 1, S].
+PADDING = ("padding", "padding_causal", "padding_true", "padding_min", "padding_true_min", "padding_ten_thousand")
+
+
 @dataclass(frozen=True)
 class Attn:
     """One attention block's form. ``kt``: how k^T is written: ``dynamo`` (Reshape [B H, S, D],
@@ -28,7 +32,10 @@ class Attn:
     (a folded -inf causal initializer [1,1,S,S]), ``causal_min`` (float32's min, [S,S]),
     ``padding`` (Where(bool input [B,1,1,S], 0, -inf)), ``padding_causal`` (And of a causal bool
     initializer and the padding input, then Where(., 0, -inf)), ``padding_true`` (the same with an
-    all-true initializer [1,1,S,1]: the classic exporter's encoder mask), ``bias`` (a float input
+    all-true initializer [1,1,S,1]: the classic exporter's encoder mask), ``padding_min`` and
+    ``padding_true_min`` (``padding`` and ``padding_true`` with float32's min for -inf: the dynamo
+    exporter's encoder mask is the second), ``padding_ten_thousand`` (``padding`` with -10000: older
+    transformers), ``bias`` (a float input
     [1,H,S,S] added). ``guard``: SDPA's Where(IsNaN(p), 0, p). ``probs_output`` and
     ``scores_output``: the probabilities / the raw scaled scores also graph outputs;
     ``proj_bias``: the projections add a bias (BERT)."""
@@ -135,14 +142,16 @@ def attention_model(a: Attn, seed: int = 0):
         scores = op("Add", [scores, init("causal", np.where(tril, 0.0, -np.inf).astype(np.float32)[None, None])])
     elif a.mask == "causal_min":
         scores = op("Add", [scores, init("causal", np.where(tril, 0.0, np.finfo(np.float32).min).astype(np.float32))])
-    elif a.mask in ("padding", "padding_causal", "padding_true"):
+    elif a.mask in PADDING:
         inputs.append(("mask", B, [b, 1, 1, s]))
-        if a.mask == "padding":
+        if a.mask in ("padding", "padding_min", "padding_ten_thousand"):
             m = "mask"
         else:
             c = tril[None, None] if a.mask == "padding_causal" else np.ones((1, 1, s, 1), dtype=bool)
             m = op("And", [init("tril", c), "mask"])
-        scores = op("Add", [scores, op("Where", [m, zero, ninf])])
+        masked = (init("fmin", np.float32(np.finfo(np.float32).min)) if a.mask.endswith("_min") else
+                  init("ten_thousand", np.float32(-10000.0)) if a.mask == "padding_ten_thousand" else ninf)
+        scores = op("Add", [scores, op("Where", [m, zero, masked])])
     elif a.mask == "bias":
         inputs.append(("bias", F, [1, h, s, s]))
         scores = op("Add", [scores, "bias"])
@@ -165,7 +174,7 @@ def feeds(a: Attn, seed: int = 1) -> dict[str, np.ndarray]:
     and for a batch of 3 or more row 2 fully masked) or the additive bias it takes."""
     rng = np.random.default_rng(seed)
     out = {"x": rng.standard_normal((a.batch, a.seq, a.hidden)).astype(np.float32)}
-    if a.mask in ("padding", "padding_causal", "padding_true"):
+    if a.mask in PADDING:
         m = np.ones((a.batch, 1, 1, a.seq), dtype=bool)
         if a.batch > 1:
             m[1, ..., 2:] = False

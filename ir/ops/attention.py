@@ -27,6 +27,12 @@ FAMILY = "attention"
 
 #: Sentinel score for masked attention positions (finite, so no inf arithmetic anywhere).
 MASK_SENTINEL = -1.0e30
+#: What FullAttention and FullAttentionPacked give for a query row whose key_mask keeps no key
+#: (their ``masked_rows`` attribute): ``mean``, the mean of v over the sequence's keys (every score
+#: is then :data:`MASK_SENTINEL`: the default, as eggfuse's own graphs and an exporter's additive
+#: ``finfo.min`` mask give), or ``zero``, zeros (ONNX Attention's rule for a row without an allowed
+#: key, and what SDPA's ``Where(IsNaN(p), 0, p)`` guard makes of a boolean mask).
+MASKED_ROWS = ("mean", "zero")
 #: Invocations per workgroup of attention.wgsl.
 ATTENTION_WG = 256
 #: Query rows per workgroup of attention.wgsl at most.
@@ -77,6 +83,8 @@ def attention_rule(ts, a):
         seq = q.shape[0] // batch
         need_f32(ts[3], "key_mask")
         need(ts[3].shape == (batch, seq), f"key_mask must be [{batch},{seq}], got {ts[3]}")
+    need(a.get("masked_rows", "mean") in MASKED_ROWS,
+         f"masked_rows must be one of {MASKED_ROWS}, got {a.get('masked_rows')!r}")
     return TensorType((q.shape[0], nh * hd))
 
 
@@ -85,8 +93,10 @@ def attention_reference(q, k, v, a, causal: bool, key_mask=None) -> np.ndarray:
 
     Query head h reads kv head h // (num_heads / num_kv_heads). Masked scores are set to
     the finite :data:`MASK_SENTINEL` before the max-subtracted softmax, so a fully masked
-    row averages all values instead of producing NaN (Vaswani et al. 2017, eq. 1).
+    row averages all values instead of producing NaN (Vaswani et al. 2017, eq. 1), or with
+    ``masked_rows`` ``zero`` is zero (:data:`MASKED_ROWS`).
     """
+    zero = a.get("masked_rows", "mean") == "zero"
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a.get("batch", 1)
     seq = q.shape[0] // batch
     group = nh // nkv
@@ -108,6 +118,8 @@ def attention_reference(q, k, v, a, causal: bool, key_mask=None) -> np.ndarray:
             s = np.where(keep, s, MASK_SENTINEL)
             p = np.exp(s - s.max(axis=-1, keepdims=True))
             p /= p.sum(axis=-1, keepdims=True)
+            if zero:
+                p[~keep.any(axis=-1)] = 0.0
             out[rows, h * hd:(h + 1) * hd] = p @ vv
     return out
 
@@ -358,7 +370,8 @@ def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False)
     return None
 
 
-def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool) -> dict[str, str]:
+def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False
+                 ) -> dict[str, str]:
     # attention_lanes.wgsl's unrolled statements over named registers: of row u < P, q's quads qv{u}_{c} and the
     # output's ov{u}_{c} (c < hd4), the running m{u} and l{u}, the scores d{u}_{i} of the lane's keys
     # j{i} = lane + i * L (i < BK / L)
@@ -423,7 +436,8 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool) ->
                   f"{i12}for (var t = 0u; t < L; t = t + 1u) {{",
                   f"{i12}    lr = lr + lane_l[r{u} * L + t];",
                   f"{i12}}}",
-                  f"{i12}let inv = 1.0 / lr;",
+                  f"{i12}let inv = " + (f"select(1.0 / lr, 0.0, mr{u} <= MASK_SENTINEL);  // no key kept: zeros"
+                                        if zero_rows else "1.0 / lr;"),
                   f"{i12}let obase = (row0 + qi{u}) * p.nh * HD + h * HD;"]
         store += [f"{i12}store_out(obase, {c}u, ov{u}_{c} * inv);" for c in quads]
         store.append(f"{i8}}}")
@@ -463,6 +477,7 @@ class _Form(NamedTuple):
     causal: bool
     rope: bool
     names: tuple[str, str, str]  # the bindings q, k and v are read from
+    zero_rows: bool  # masked_rows "zero": a row whose mask keeps no key is stored as zeros
 
 
 def _form(node, ins) -> _Form:
@@ -472,7 +487,7 @@ def _form(node, ins) -> _Form:
     return _Form(a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], ins[0].shape[0] // a["batch"],
                  len(ins) == 4 or (full_packed and len(ins) == 2), packed,
                  node.op not in ("FullAttention", "FullAttentionPacked"), node.op == "CausalAttentionRoPE",
-                 ("qkv",) * 3 if packed else ("q", "k", "v"))
+                 ("qkv",) * 3 if packed else ("q", "k", "v"), a.get("masked_rows", "mean") == "zero")
 
 
 def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: dict) -> Kernel:
@@ -487,8 +502,8 @@ def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: 
               ("nkv", "u32", f.nkv), ("group", "u32", f.nh // f.nkv), ("q_blocks", "u32", q_blocks),
               ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(f.hd)),
               *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
-    name += (("_causal" if f.causal else "") + ("_mask" if f.masked else "") + ("_rope" if f.rope else "")
-             + ("_packed" if f.packed else ""))
+    name += (("_causal" if f.causal else "") + ("_mask" if f.masked else "") + ("_zero" if f.zero_rows else "")
+             + ("_rope" if f.rope else "") + ("_packed" if f.packed else ""))
     bindings = (*io, *((Buffer("key_mask"),) if f.masked else ()), out)
     return Kernel(name, body, total, params=params, slots={**slots, "IO": accessors}, bindings=bindings)
 
@@ -512,7 +527,7 @@ def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=f.names[1], V=f.names[2],
                  KEY_END="qi + 1u" if f.causal else "p.seq",
                  TILES_END="min(p.seq, q0 + R)" if f.causal else "p.seq",
-                 **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope))
+                 **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows))
     name = f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
     return _attention_dispatch(node, f, "attention_lanes.wgsl", rows, name, slots)
 
@@ -533,6 +548,8 @@ def _attention_kernel(node, ins, target) -> Kernel:
                  QK=Include("attention_qk_rope.wgsl" if f.rope else "attention_qk.wgsl"),
                  MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
                  if f.masked else "",
+                 ZERO_ROWS="        if (row_m[orow] <= MASK_SENTINEL) { acc = vec4<f32>(); }  // no key kept: zeros"
+                 if f.zero_rows else "",
                  KEY_END="qi + 1u" if f.causal else "p.seq",  # of key_end_of(qi)
                  TILES_END="min(p.seq, q0 + BQ)" if f.causal else "p.seq")
     return _attention_dispatch(node, f, "attention.wgsl", bq, f"attention_hd{f.hd}", slots)
@@ -552,20 +569,35 @@ def _attention_grad_nodes(b, dy, q, k, v, mask, causal: bool, attrs: dict, want)
 
 _ATTN_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("head_dim", "int"), Attr("batch", "int", 1))
 _ATTN_NAMES = tuple(x.name for x in _ATTN_ATTRS)
+_FULL_ATTRS = (*_ATTN_ATTRS, Attr("masked_rows", "str", "mean",
+                                  doc="a query row whose key_mask keeps no key: 'mean' of v or 'zero' (MASKED_ROWS)"))
+
+
+def _kept_rows_dy(b, node, dy, mask):
+    # dO as the gradients see it: with masked_rows "zero" a row whose key_mask keeps no key is a constant zero, so
+    # its dO reaches nothing (the gradient ops, written for the mean, would pass dO / seq to each v row):
+    # dO [B*S, C] times kept[b] = (max_t key_mask[b, t] > 0) per sequence, as [B, S*C] * [B, 1]
+    if mask is None or node.attrs.get("masked_rows", "mean") != "zero":
+        return dy
+    rows, width = b.type(dy).shape
+    batch = node.attrs["batch"]
+    kept = b.emit("Greater", (b.emit("ReduceMax", (mask,), axes=[1], keepdims=True), b.const(np.zeros(()))))
+    return b.reshape(b.emit("Mul", (b.reshape(dy, [batch, rows // batch * width]), kept)), [rows, width])
 
 
 def _attention_vjp(b, node, dy, want):
     q, k, v, *mask = node.inputs
     attrs = {a: node.attrs[a] for a in _ATTN_NAMES}
+    dy = _kept_rows_dy(b, node, dy, mask[0] if mask else None)
     grads = _attention_grad_nodes(b, dy, q, k, v, mask[0] if mask else None, node.op == "CausalAttention", attrs, want)
     return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
 
 
 op("FullAttention", ("q", "k", "v", "key_mask?"), attention_rule,
-   lambda xs, a: attention_reference(*xs[:3], a, False, xs[3] if len(xs) > 3 else None), attrs=_ATTN_ATTRS,
+   lambda xs, a: attention_reference(*xs[:3], a, False, xs[3] if len(xs) > 3 else None), attrs=_FULL_ATTRS,
    vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="non-causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], "
-       "1 keeps a key")
+       "> 0 keeps a key; a query row whose mask keeps no key gives the mean of v or, masked_rows 'zero', zeros")
 op("CausalAttention", ("q", "k", "v"), attention_rule, lambda xs, a: attention_reference(*xs, a, True),
    attrs=_ATTN_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="causal GQA attention (Vaswani et al. 2017, eq. 1)")
@@ -589,6 +621,7 @@ def _full_packed_vjp(b, node, dy, want):
         return [None] * len(node.inputs)
     q, k, v = _packed_slices(b, node)
     mask = node.inputs[1] if len(node.inputs) > 1 else None
+    dy = _kept_rows_dy(b, node, dy, mask)
     grads = _attention_grad_nodes(b, dy, q, k, v, mask, False, {a: node.attrs[a] for a in _ATTN_NAMES},
                                   (True, True, True))
     return [b.emit("Concat", grads, axis=1)] + [None] * (len(node.inputs) - 1)
@@ -596,7 +629,7 @@ def _full_packed_vjp(b, node, dy, want):
 
 op("FullAttentionPacked", ("qkv", "key_mask?"), _full_packed_rule,
    lambda xs, a: attention_reference(*split_packed_qkv(xs[0], a), a, False, xs[1] if len(xs) > 1 else None),
-   attrs=_ATTN_ATTRS, vjp=_full_packed_vjp, kernel=_attention_kernel, flops=_attention_flops,
+   attrs=_FULL_ATTRS, vjp=_full_packed_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="FullAttention(q, k, v, key_mask?) of one packed [rows, (H + 2 KV) * D] projection whose columns are q, "
        "k, v in that order (an encoder's Q, K and V projections as one product); optional key_mask [batch, seq]")
 
@@ -758,38 +791,42 @@ def _packed_qkv_kn(e):
                           example_fn=_llama_attention_kn)
 
 
-def bert_attention(g, dim, *, masked: bool, weight=None, width_multiple: int = 1):
+def bert_attention(g, dim, *, masked: bool, weight=None, width_multiple: int = 1, kn: bool = False):
     """An encoder's attention, the example of the packing rules below: Q, K and V projections with
     biases (``bias_add(matmul_bt(h, W), b)``; ``weight(g, name, rows, cols)`` builds W, by default a
-    Parameter; the input width a multiple of ``width_multiple``), FullAttention over ``batch``
-    sequences, with a key mask or none."""
+    Parameter; the input width a multiple of ``width_multiple``; ``kn``: ``bias_add(matmul(h, W), b)``
+    of Parameters W [K, N], as exporters store them), FullAttention over ``batch`` sequences, with a key
+    mask or none."""
     weight = weight or (lambda g, name, rows, cols: g.parameter(name, [rows, cols]))
     hd, kv, batch = dim("head", 1, 3), dim("kv", 1, 2), dim("batch", 1, 2)
     heads = kv * dim("group", 1, 2)  # GQA: K and V narrower than Q
     seq, width = dim("seq", 1, 4), dim("width", 2, 6) * width_multiple
     h = g.input("h", [batch * seq, width])
-    q, k, v = (g.bias_add(g.matmul_bt(h, weight(g, f"w{n}", rows * hd, width)), g.parameter(f"b{n}", [rows * hd]))
+    q, k, v = (g.bias_add(g.matmul(h, g.parameter(f"w{n}", [width, rows * hd])) if kn else
+                          g.matmul_bt(h, weight(g, f"w{n}", rows * hd, width)), g.parameter(f"b{n}", [rows * hd]))
                for n, rows in (("q", heads), ("k", kv), ("v", kv)))
     mask = g.input("mask", [batch, seq]) if masked else None
     g.set_outputs([g.full_attention(q, k, v, heads, kv, hd, batch=batch, key_mask=mask)])
 
 
-def packed_encoder_qkv_rules(e, weights, packed_weight, *, name: str, example_fn):
+def packed_encoder_qkv_rules(e, weights, packed_weight, *, name: str, example_fn, product=None):
     """The rules packing an encoder's biased Q, K and V projections, with a key mask and without:
     ``FullAttention(h@Wq^T+bq, h@Wk^T+bk, h@Wv^T+bv, mask?)`` joins
     ``FullAttentionPacked(h@P^T + Concat(bq,bk,bv), mask?)``, each projection its SliceCols of
     the packed product. ``weights`` are the (term, rows) of Wq, Wk, Wv [N, K], ``packed_weight``
     the term P of their rows stacked (Concat, or a stored form of it); ``example_fn(g, dim,
-    masked)`` builds the rules' example. Only biases [N] match (BiasAdd also takes [1, N], whose
-    Concat along axis 0 would stack rows)."""
+    masked)`` builds the rules' example; ``product(h, w)`` the projection's product term
+    (default ``MatMulBT(h, w)``; ``MatMul`` for weights [K, N] and P their columns side by side).
+    Only biases [N] match (BiasAdd also takes [1, N], whose Concat along axis 0 would stack rows)."""
+    product = product or e.MatMulBT
     (h, mask) = e.vars("h mask")
     nh, nkv, hd, batch = e.vars("nh nkv hd batch", e.i64)
     bnames = e.vars("bq bk bv", e.String)
     bshapes = e.vars("tq tk tv", e.Vec[e.i64])  # one shape variable per parameter, as in _packed_qkv
     bias = [e.Parameter(n, s) for n, s in zip(bnames, bshapes, strict=True)]
-    attrs = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
-    projections = [(e.BiasAdd(e.MatMulBT(h, w), b), rows) for (w, rows), b in zip(weights, bias, strict=True)]
-    packed = e.BiasAdd(e.MatMulBT(h, packed_weight), e.Concat(*bias, axis=0))
+    attrs = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch, masked_rows=e.var("masked_rows", e.String))
+    projections = [(e.BiasAdd(product(h, w), b), rows) for (w, rows), b in zip(weights, bias, strict=True)]
+    packed = e.BiasAdd(product(h, packed_weight), e.Concat(*bias, axis=0))
     terms = [t for t, _ in projections]
     for masked in (True, False):
         extra = (mask,) if masked else ()
@@ -813,6 +850,12 @@ def _packed_qkv_bias(e):
         name="FullAttention(h@Wq^T+bq, h@Wk^T+bk, h@Wv^T+bv) -> "
              "FullAttentionPacked(h@Concat(Wq,Wk,Wv)^T + Concat(bq,bk,bv))",
         example_fn=lambda g, dim, masked: bert_attention(g, dim, masked=masked))
+    # the same of weights [K, N] (an exporter's): P = h@Concat(Wq,Wk,Wv, axis 1) + Concat(bq,bk,bv)
+    yield from packed_encoder_qkv_rules(
+        e, [(wi, s[1]) for wi, s in zip(w, shapes, strict=True)], e.Concat(*w, axis=1),
+        name="FullAttention(h@Wq+bq, h@Wk+bk, h@Wv+bv) -> FullAttentionPacked(h@Concat(Wq,Wk,Wv, axis 1) + "
+             "Concat(bq,bk,bv))",
+        example_fn=lambda g, dim, masked: bert_attention(g, dim, masked=masked, kn=True), product=e.MatMul)
 
 
 # --- attention gradients -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import example, rules
+from ..types import DType
 from .attention_exported import bool_mask, example_dims, repeat_kv, safe_softmax, scores_of
 
 FAMILY = "attention_layout"
@@ -86,20 +87,28 @@ def _fused_example(causal: bool):
     return build
 
 
-@rules("attention")
-def _fused_attention(e):
+def _fused_guards(e, q, k, v, sq, sk, sv, s, nh):
+    """Guards that GeneralAttention(q, k, v; scale s, num_heads nh) on 3-D rows is what the fused
+    attention ops compute: as many queries as keys, v's head size q's, head_dim at most the kernels'
+    maximum, and s 1/sqrt(head_dim) within :data:`DEFAULT_SCALE_RTOL`."""
     from .attention import MAX_ATTENTION_HEAD_DIM
 
+    hd = sq[2] / nh
+    root = s * e.f64.from_i64(hd).sqrt()  # 1 when the scale is 1/sqrt(head_dim)
+    return (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv),
+            e.eq(sq.length()).to(e.i64(3)), e.eq(sk[1]).to(sq[1]), e.eq(sv[2]).to(sk[2]),
+            hd <= e.i64(MAX_ATTENTION_HEAD_DIM), root < e.f64(1 + DEFAULT_SCALE_RTOL),
+            root > e.f64(1 - DEFAULT_SCALE_RTOL))
+
+
+@rules("attention")
+def _fused_attention(e):
     q, k, v = e.vars("q k v")
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
     (s,) = e.vars("s", e.f64)
     nh, nkv = e.vars("nh nkv", e.i64)
     hd = sq[2] / nh
-    root = s * e.f64.from_i64(hd).sqrt()  # 1 when the scale is 1/sqrt(head_dim)
-    guards = (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv),
-              e.eq(sq.length()).to(e.i64(3)), e.eq(sk[1]).to(sq[1]), e.eq(sv[2]).to(sk[2]),
-              hd <= e.i64(MAX_ATTENTION_HEAD_DIM), root < e.f64(1 + DEFAULT_SCALE_RTOL),
-              root > e.f64(1 - DEFAULT_SCALE_RTOL))
+    guards = _fused_guards(e, q, k, v, sq, sk, sv, s, nh)
     rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
     # GeneralAttention(q, k, v; 3-D, scale 1/sqrt(D), causal or not, nothing else) -> Reshape(
     #   CausalAttention / FullAttention(Reshape(q, [B S, H D]), ..., batch B), [B, S, H D])
@@ -107,13 +116,74 @@ def _fused_attention(e):
     for causal, op in ((True, "CausalAttention"), (False, "FullAttention")):
         lhs = e.GeneralAttention(q, k, v, scale=s, num_heads=nh, kv_num_heads=nkv, softcap=e.f64(0.0),
                                  causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
-        fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0])
+        fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0],
+                               **({} if causal else dict(masked_rows=e.String("mean"))))
         yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
                                         f"Reshape({op}(q, k, v rows))",
                      example=example(_fused_example(causal))).then(
             e.union(lhs).with_(e.Identity(fused, shape=sq)),
             *(e.set_(e.shape(t)).to(e.Vec(sx[0] * sx[1], sx[2])) for t, sx in ((rows[q], sq), (rows[k], sk),
                                                                              (rows[v], sv))),
+            e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
+
+
+def _key_mask_example(kind: str):
+    def build(g, dim):
+        b, h, kv, s, _, d = example_dims(dim, square=True)
+        q, k, v = (g.input(n, [b, s, w * d]) for n, w in (("q", h), ("k", kv), ("v", kv)))
+        mask = bool_mask(g, [b, 1, 1, s])  # with s <= 5 keys, some sequences keep none
+        if kind != "bool":
+            if kind != "additive":  # the dynamo exporter's And with its folded all-true [1, 1, S, 1]
+                true = g.constant(np.ones((1, 1, s, 1), dtype=bool), shape=[1, 1, s, 1], dtype=DType.BOOL)
+                mask = g.add_node("And", (true, mask) if kind == "and" else (mask, true))
+            mask = g.add_node("Where", (mask, g.constant(np.array(0.0), shape=()),
+                                        g.constant(np.array(np.finfo(np.float32).min), shape=())))
+        g.set_outputs([g.add_node("GeneralAttention", (q, k, v, mask), scale=1 / np.sqrt(d), num_heads=h,
+                                  kv_num_heads=kv)])
+
+    return build
+
+
+@rules("attention")
+def _key_masked_fused_attention(e):
+    from .attention import MASK_SENTINEL
+
+    q, k, v, b, c, z, n = e.vars("q k v b c z n")
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
+    (s, nv) = e.vars("s nv", e.f64)
+    nh, nkv = e.vars("nh nkv", e.i64)
+    rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
+    key_shape = e.Vec(sq[0], e.i64(1), e.i64(1), sk[1])  # [B, 1, 1, Skv]: one flag per sequence and key
+    cast = e.Cast(b, to=e.String("f32"))  # cast, then viewed: the cast may join the casts that made b
+    key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
+    opts = dict(softcap=e.f64(0.0), causal=e.Bool(False), offset=e.i64(0), left_window=e.i64(-1),
+                right_window=e.i64(-1))
+    additive = e.Where(b, z, n)
+    collapses = (e.value(z, e.f64(0.0)), e.value(n, nv), nv <= e.f64(MASK_SENTINEL), nv > e.f64(-np.inf))
+    # GeneralAttention(q, k, v, m; 3-D, scale 1/sqrt(D), no options) -> Reshape(FullAttention(q, k, v rows,
+    #   Reshape(Cast(b, f32), [B, Skv]); masked_rows), [B, S, H D])   for a per-key mask m of [B, 1, 1, Skv]:
+    # 1. m = b, bool: a query row whose sequence keeps no key has no allowed key, and ONNX's rule (SDPA's NaN
+    #    guard, from which the attention rules made the bool mask) makes it zero: masked_rows "zero";
+    # 2. m = Where(b, 0, c), c finite and <= MASK_SENTINEL (an exporter's finfo.min): the masked keys' weights
+    #    are exp(score + c - max) = 0 as with the sentinel, and where b keeps no key every score + c rounds
+    #    to c (for scores below 2^75 in magnitude), so the softmax is uniform: the mean of v, masked_rows "mean";
+    # 3. m = Where(And(t, b), 0, c), t an all-true constant (the dynamo exporter's [1, 1, S, 1]): as 2.
+    forms = (("b", b, (e.is_bool(b),), "zero", "bool"),
+             ("Where(b, 0, c)", additive, collapses, "mean", "additive"),
+             ("Where(And(t, b), 0, c)", e.Where(e.And(c, b), z, n), (*collapses, e.all_true(c)), "mean", "and"),
+             ("Where(And(b, t), 0, c)", e.Where(e.And(b, c), z, n), (*collapses, e.all_true(c)), "mean", "and_last"))
+    for label, mask, extra, masked_rows, kind in forms:
+        lhs = e.GeneralAttention(q, k, v, mask, scale=s, num_heads=nh, kv_num_heads=nkv, **opts)
+        fused = e.FullAttention(rows[q], rows[k], rows[v], key_mask, num_heads=nh, num_kv_heads=nkv,
+                                head_dim=sq[2] / nh, batch=sq[0], masked_rows=e.String(masked_rows))
+        yield e.rule(lhs, *_fused_guards(e, q, k, v, sq, sk, sv, s, nh), e.eq(e.shape(b)).to(key_shape), *extra,
+                     name=f"GeneralAttention(q, k, v, {label}) -> Reshape(FullAttention(q, k, v rows, key mask b; "
+                          f"masked_rows {masked_rows}))",
+                     example=example(_key_mask_example(kind))).then(
+            e.union(lhs).with_(e.Identity(fused, shape=sq)),
+            *(e.set_(e.shape(t)).to(e.Vec(sx[0] * sx[1], sx[2])) for t, sx in ((rows[q], sq), (rows[k], sk),
+                                                                             (rows[v], sv))),
+            e.set_(e.shape(cast)).to(key_shape), e.set_(e.shape(key_mask)).to(e.Vec(sq[0], sk[1])),
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
 
 

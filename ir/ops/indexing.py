@@ -16,8 +16,9 @@ import math
 
 import numpy as np
 
+from ..facts import value_fact
 from ..kernel import Kernel, elementwise_groups
-from ..spec import Attr, need, no_grad, op
+from ..spec import Attr, example, need, no_grad, op, rules
 from ..types import DType, TensorType
 from .movement import MAX_RANK, row_strides
 
@@ -243,6 +244,64 @@ op("GatherND", ("data", "indices"), _gather_nd, _gather_nd_ref, attrs=(Attr("bat
        "indices[B.., M.., :]] with the first batch_dims dims shared, of shape indices.shape[:-1] + "
        "data.shape[batch_dims + k:]")
 
+
+
+# --- gathers of every element in order: views ----------------------------------------------------
+# Exporters index a runtime tensor with folded constants that select every element in order:
+# the classic exporter's attention_mask[:, None, None, :] as Gather(x [B*S, 1], arange(B*S) as
+# [B, 1, 1, S]), the dynamo exporter's as GatherND(x [B, S], the [B, 1, 1, S, 2] grid of (b, s)
+# pairs). Such a gather is a Reshape of x: no kernel, and the rules downstream see x itself.
+
+
+@value_fact("iota", ("int",), doc="iota(c, n): c is an i32 constant holding 0, 1, ..., n - 1 in row-major order "
+                                   "(any shape)")
+def _iota(value: np.ndarray, ty: TensorType):
+    if ty.dtype is not DType.I32 or value.size == 0:
+        return None
+    return (int(value.size),) if np.array_equal(value.reshape(-1), np.arange(value.size)) else None
+
+
+@value_fact("index_grid", ("int", "int"),
+            doc="index_grid(c, n0, n1): c is an i32 constant [..., 2] whose pairs, in row-major order, are every "
+                "(i, j) with i < n0 and j < n1, in row-major order (GatherND's indices of a whole [n0, n1] tensor)")
+def _index_grid(value: np.ndarray, ty: TensorType):
+    if ty.dtype is not DType.I32 or ty.rank < 2 or ty.shape[-1] != 2 or value.size == 0:
+        return None
+    pairs = value.reshape(-1, 2)
+    n0, n1 = int(pairs[:, 0].max()) + 1, int(pairs[:, 1].max()) + 1
+    grid = np.stack(np.meshgrid(np.arange(n0), np.arange(n1), indexing="ij"), axis=-1).reshape(-1, 2)
+    return (n0, n1) if pairs.shape == grid.shape and np.array_equal(pairs, grid) else None
+
+
+def _whole_gather_example(nd: bool):
+    def build(g, dim):
+        a, n, m = dim("a", 1, 3), dim("n", 1, 4), dim("m", 1, 3)
+        if nd:  # GatherND(x [a, n, m], grid of (i, j)) as [1, a, 1, n, 2]
+            grid = np.stack(np.meshgrid(np.arange(a), np.arange(n), indexing="ij"), axis=-1).reshape(1, a, 1, n, 2)
+            c = g.constant(grid.astype(np.int32), shape=list(grid.shape), dtype=DType.I32)
+            g.set_outputs([g.add_node("GatherND", (g.input("x", [a, n, m]), c))])
+        else:  # Gather(x [a, n, m], arange(n) as [n, 1], axis 1)
+            c = g.constant(np.arange(n, dtype=np.int32).reshape(n, 1), shape=[n, 1], dtype=DType.I32)
+            g.set_outputs([g.add_node("Gather", (g.input("x", [a, n, m]), c), axis=1)])
+
+    return example(build)
+
+
+@rules("algebraic")
+def _whole_gathers(e):
+    x, c = e.vars("x c")
+    sx, so = e.vars("sx so", e.Vec[e.i64])
+    ax, n, n0, n1 = e.vars("ax n n0 n1", e.i64)
+    # Gather(x, c, axis) -> Reshape(x, shape)   if iota(c, n) and x has n elements along the (non-negative) axis
+    lhs = e.Gather(x, c, axis=ax)
+    yield e.equal("Gather(x, iota, axis) -> Reshape(x)", lhs, e.Identity(x, shape=so), e.iota(c, n),
+                  e.eq(e.shape(x)).to(sx), ax >= e.i64(0), e.eq(sx[ax]).to(n), e.eq(e.shape(lhs)).to(so),
+                  example=_whole_gather_example(False))
+    # GatherND(x, c, batch_dims 0) -> Reshape(x, shape)   if index_grid(c, n0, n1) and x is [n0, n1, ...]
+    lhs = e.GatherND(x, c, batch_dims=e.i64(0))
+    yield e.equal("GatherND(x, grid) -> Reshape(x)", lhs, e.Identity(x, shape=so), e.index_grid(c, n0, n1),
+                  e.eq(e.shape(x)).to(sx), e.eq(sx[0]).to(n0), e.eq(sx[1]).to(n1), e.eq(e.shape(lhs)).to(so),
+                  example=_whole_gather_example(True))
 
 def _scatter_nd(ts, a):
     data, idx, upd = ts

@@ -2,9 +2,10 @@
 defaults, one lane, 16 lanes in four merge steps, two and four rows a lane, tiles of one key a lane, more
 keys a tile than any row has), every one forced on every row, against the numpy reference
 (``eggfuse.ir.evaluate``): FullAttention with and without a key mask (one sequence fully masked), with
-GQA and a mask together, FullAttentionPacked, CausalAttention with GQA, and CausalAttentionRoPE (both
-pairings, packed or not, positions past 0), which the kernel takes though the lowering keeps them on
-attention.wgsl (LANES_OPS); sequences shorter than a tile, past a tile and past a row block of the
+GQA and a mask together, FullAttentionPacked, both with masked_rows "zero" (the fully masked
+sequence's rows zeros), CausalAttention with GQA, and CausalAttentionRoPE (both pairings, packed or
+not, positions past 0), which two the kernel takes though the lowering keeps them on attention.wgsl
+(LANES_OPS); sequences shorter than a tile, past a tile and past a row block of the
 default split; head_dim not a multiple of 4 (element-wise reads) and 64 (which the benchmark times; the
 lowering takes attention.wgsl past LANES_MAX_HEAD_DIM). Then attention.wgsl on the same rows, and the
 lowering's choice."""
@@ -39,6 +40,10 @@ ROWS = [
     _attention("FullAttention", 4, 1, 32, 2, 37, mask=_MASK_37),  # GQA and a key mask
     _attention("CausalAttention", 8, 2, 32, 2, 150),  # more rows than a block of the default split
     _attention_rope(8, 2, 32, 1, 150, "half", 0, packed=True),
+    # masked_rows "zero": the fully masked sequence's rows are zeros (an exported encoder's bool mask)
+    _attention("FullAttention", 4, 2, 32, 2, 37, mask=_MASK_37, masked_rows="zero"),
+    _attention("FullAttentionPacked", 3, 3, 6, 2, 37, mask=_MASK_37, masked_rows="zero"),
+    _attention("FullAttention", 2, 1, 64, 2, 37, mask=_MASK_37, masked_rows="zero"),
 ]
 _ALL_OPS = ("FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE")
 
@@ -66,7 +71,7 @@ def test_every_split_matches_the_reference(tiles, row, device):
         session = check_row(row, device, subgroups=None)
     (kernel,) = [d.kernel for d in session.plan.dispatches]
     split = f"{tiles.rows}x{tiles.lanes}k{tiles.bk}" + (f"p{tiles.per_lane}" if tiles.per_lane > 1 else "")
-    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}(_causal)?(_mask)?(_rope)?(_packed)?", kernel), kernel
+    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}(_causal)?(_mask)?(_zero)?(_rope)?(_packed)?", kernel), kernel
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])

@@ -19,8 +19,11 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "exported"
 CASES = {
     "causal_gqa_rope": (Attn(heads=4, kv_heads=2, mask="causal", rope=True), "CausalAttentionRoPE"),
     "eager_causal_min": (Attn(kt="classic", scale="mul", mask="causal_min", guard=False), "CausalAttention"),
+    # one sequence keeps no key: zero rows (masked_rows "zero"), and with float32's min the mean of v ("mean")
     "padding_fully_masked_row": (Attn(batch=3, kt="bert", scale="div", mask="padding", proj_bias=True),
-                                 "GeneralAttention"),
+                                 "FullAttentionPacked"),
+    "min_padding_fully_masked_row": (Attn(batch=3, kt="bert", mask="padding_true_min", proj_bias=True),
+                                     "FullAttentionPacked"),
     "padding_and_causal_gqa": (Attn(batch=3, heads=4, kv_heads=2, mask="padding_causal", rope=True),
                                "GeneralAttention"),
     "probabilities_also_an_output": (Attn(mask="padding", batch=3, probs_output=True), "GeneralAttention"),
@@ -41,12 +44,13 @@ def test_recognised_attention_runs_as_onnxruntime(case, device):
     assert op in ops and "Softmax" not in ops and "BatchMatMul" not in ops, ops
 
 
-@pytest.mark.parametrize("name", ["bert_tiny.dynamo.onnx", "llama_tiny.classic.onnx"])
-def test_exported_fixture_runs_fused_as_torch(name, device):
+@pytest.mark.parametrize("name, op", [("bert_tiny.dynamo.onnx", "FullAttentionPacked"),
+                                      ("llama_tiny.classic.onnx", "GeneralAttention")])
+def test_exported_fixture_runs_fused_as_torch(name, op, device):
     data = np.load(DATA / (name.split(".")[0] + ".npz"))
     inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
     model = Model(DATA / name, device=device)
     outs = model.run(inputs)
     for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
         np.testing.assert_allclose(out, data["output." + vi.name], rtol=1e-4, atol=3e-5)
-    assert "GeneralAttention" in _ops(model)
+    assert op in _ops(model)

@@ -97,22 +97,24 @@ def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int) -> Row:
     return Row("EmbeddingSumLayerNorm", f"EmbeddingSumLayerNorm{list(vocabs)}x[{t},{h}]", build, ids, scale=3.0)
 
 
-def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None) -> Row:
+def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None, masked_rows: str = "") -> Row:
+    # masked_rows: FullAttention's and FullAttentionPacked's attribute, left at its default when empty
     def build(g: Graph) -> int:
         rows = batch * seq
+        extra = {"masked_rows": masked_rows} if masked_rows else {}
         if op == "FullAttentionPacked":  # one [rows, (nh + 2 nkv) * hd] input: q, k, v side by side
             km = (g.input("key_mask", [batch, seq]),) if mask is not None else ()
             return g.add_node(op, (g.input("qkv", [rows, (nh + 2 * nkv) * hd]), *km), num_heads=nh,
-                              num_kv_heads=nkv, head_dim=hd, batch=batch)
+                              num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
         q = g.input("q", [rows, nh * hd])
         k, v = g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
         if op == "CausalAttention":
             return g.causal_attention(q, k, v, nh, nkv, hd, batch)
         km = g.input("key_mask", [batch, seq]) if mask is not None else None
-        return g.full_attention(q, k, v, nh, nkv, hd, batch, key_mask=km)
+        return g.full_attention(q, k, v, nh, nkv, hd, batch, key_mask=km, **extra)
 
     feeds = {} if mask is None else {"key_mask": np.asarray(mask, dtype=np.float32)}
-    tag = "mask" if mask is not None else ""
+    tag = ("mask" if mask is not None else "") + (f",{masked_rows}" if masked_rows else "")
     return Row(op, f"{op}[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]{tag}", build, feeds, scale=2.0)
 
 

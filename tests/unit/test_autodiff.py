@@ -225,7 +225,8 @@ def _attention(op: str, nh=4, nkv=2, hd=4, batch=2, seq=3, mask=None, packed=Fal
         return g.add_node(op, ins, num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
 
     feeds = {} if mask is None else {"mask": f32(mask)}
-    tag = ("-mask" if mask is not None else "") + ("-packed" if packed else "")
+    tag = ("-mask" if mask is not None else "") + ("-packed" if packed else "") + (
+        f"-{extra['masked_rows']}" if "masked_rows" in extra else "")
     return Row(f"{op}-h{nh}kv{nkv}b{batch}{tag}", build, feeds)
 
 
@@ -314,6 +315,10 @@ ROWS = [
     _attention("FullAttention", nh=2, nkv=1, mask=[[1, 1, 0], [1, 0, 1]]),
     _attention("FullAttentionPacked", packed=True),
     _attention("FullAttentionPacked", nh=2, nkv=1, mask=[[1, 1, 0], [1, 0, 1]], packed=True),
+    # the second sequence keeps no key: its rows are the mean of v (a gradient to v) or zeros (none)
+    _attention("FullAttention", nh=2, nkv=1, mask=[[1, 0, 1], [0, 0, 0]], masked_rows="mean"),
+    _attention("FullAttention", nh=2, nkv=1, mask=[[1, 0, 1], [0, 0, 0]], masked_rows="zero"),
+    _attention("FullAttentionPacked", nh=2, nkv=1, mask=[[0, 0, 0], [1, 1, 0]], packed=True, masked_rows="zero"),
     _attention("CausalAttention"),
     _attention("CausalAttention", nh=3, nkv=3, batch=1, seq=5),
     _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1),
