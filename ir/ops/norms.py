@@ -379,11 +379,21 @@ op("LogSoftmaxGrad", ("dy", "y"), lambda ts, a: like(ts, "y", 1),
 # --- EmbeddingSumLayerNorm: LayerNorm of a sum of embedding rows -----------------------------
 
 
+def _pairs_of(n_inputs: int, a) -> int:
+    """The (indices, table) pairs of an EmbeddingSumLayerNorm of ``n_inputs`` inputs."""
+    return (n_inputs - 2 - (1 if a["positions"] else 0)) // 2
+
+
 def _embedding_sum_layer_norm(ts, a):
-    need(len(ts) in (6, 8), f"takes w, bias and two or three (indices, table) pairs, got {len(ts)} inputs")
+    positions = a["positions"]
+    need(positions >= 0, f"positions must be >= 0, got {positions}")
+    need(len(ts) in ((5, 7) if positions else (6, 8)),
+         f"takes w, bias and two or three (indices, table) pairs, or with positions > 0 one or two pairs and the "
+         f"positions table, got {len(ts)} inputs")
     from .quant import check_blocks
 
-    w, bias, pairs = ts[0], ts[1], [ts[i:i + 2] for i in range(2, len(ts), 2)]
+    w, bias = ts[0], ts[1]
+    pairs = [ts[i:i + 2] for i in range(2, 2 + 2 * _pairs_of(len(ts), a), 2)]
     need_f32(w, "weight")
     need(w.rank == 1, f"weight must be [H], got {w}")
     h = w.shape[0]
@@ -391,33 +401,46 @@ def _embedding_sum_layer_norm(ts, a):
     need(bias.shape == (h,), f"bias must be [{h}] as the weight, got {bias}")
     need(a["format"] in ("f32", "f16"), f"format must be 'f32' or 'f16', got {a['format']!r}")
     idx0 = pairs[0][0]
-    need(idx0.dtype is DType.U32 and idx0.rank == 1, f"indices must be u32 1-D, got {idx0}")
+    need(idx0.dtype in (DType.U32, DType.I32) and idx0.rank == 1, f"indices must be u32 or i32 1-D, got {idx0}")
     for i, (idx, table) in enumerate(pairs):
-        need(idx.dtype is DType.U32 and idx.shape == idx0.shape,
-             f"indices {i} must be u32 {list(idx0.shape)} as indices 0, got {idx}")
+        need(idx.dtype in (DType.U32, DType.I32) and idx.shape == idx0.shape,
+             f"indices {i} must be u32 or i32 {list(idx0.shape)} as indices 0, got {idx}")
         if a["format"] == "f32":
             need(table.dtype is DType.F32 and table.rank == 2 and table.shape[1] == h,
                  f"table {i} must be f32 [rows, {h}], got {table}")
         else:
             check_blocks(table, "f16", h, f"table {i}")
+    if positions:
+        need(ts[-1].dtype is DType.F32 and ts[-1].shape == (positions, h),
+             f"the positions table must be f32 [{positions}, {h}], got {ts[-1]}")
+        need(idx0.shape[0] % positions == 0,
+             f"{idx0.shape[0]} rows are not sequences of {positions} positions")
     return TensorType((idx0.shape[0], h))
 
 
 def _embedding_rows(xs, a):
-    # the summed embedding rows, float64 [T, H]: sum over pairs of table[indices], in input order
+    # the summed embedding rows, float64 [T, H]: sum over pairs of table[indices], in input order, then the
+    # positions table's row t % positions
+    from .indexing import normalise
     from .quant import dequantize
 
     total = None
-    for i in range(2, len(xs), 2):
+    for i in range(2, 2 + 2 * _pairs_of(len(xs), a), 2):
         idx, table = xs[i], xs[i + 1]
         if a["format"] != "f32":
             table = dequantize(table, a["format"], xs[0].shape[0])
-        bad = idx >= table.shape[0]
-        if bad.any():
-            raise InputError(f"EmbeddingSumLayerNorm: index {int(idx[bad][0])} of indices {(i - 2) // 2} out of "
-                             f"range for a table of {table.shape[0]} rows; give indices below {table.shape[0]}")
+        if idx.dtype.kind == "u":
+            bad = idx >= table.shape[0]
+            if bad.any():
+                raise InputError(f"EmbeddingSumLayerNorm: index {int(idx[bad][0])} of indices {(i - 2) // 2} out "
+                                 f"of range for a table of {table.shape[0]} rows; give indices below "
+                                 f"{table.shape[0]}")
+        else:  # i32: ONNX Gather's indices (negative ones from the end, the rest clamped)
+            idx = normalise(idx, table.shape[0])
         rows = table[idx.astype(np.int64)].astype(np.float64)
         total = rows if total is None else total + rows
+    if a["positions"]:
+        total = total + np.tile(xs[-1].astype(np.float64), (total.shape[0] // a["positions"], 1))
     return total
 
 
@@ -425,26 +448,37 @@ def _embedding_sum_layer_norm_ref(xs, a):
     return _layer_norm_ref([_embedding_rows(xs, a), xs[0], xs[1]], a)
 
 
-def _gathers(vocabs: list[int], fmt: str, first: str = "") -> tuple[str, tuple]:
+def _gathers(vocabs: list[int], fmt: str, signed: list[bool], first: str = "", positions: int = 0
+             ) -> tuple[str, tuple]:
     # The VALUE of matmul_split_layer_norm.wgsl and embedding_sum.wgsl for tables ``vocabs`` bound as
-    # ids0/table0, ...: element (i, j) of the rows summed (``first``, a term before them), an index past a
-    # table's last row clamped to it (f16: a row of n / 2 words of two halves); and the params of the
-    # tables' rows
+    # ids0/table0, ...: element (i, j) of the rows summed (``first``, a term before them), a u32 index past a
+    # table's last row clamped to it, an i32 one (``signed``) counted from the end when negative, then clamped
+    # (f16: a row of n / 2 words of two halves), then with ``positions`` the positions table's row i % positions;
+    # and the params of the tables' rows (and of the positions)
     row = "p.n" if fmt == "f32" else "(p.n / 2u)"
     at = "j" if fmt == "f32" else "j / 2u"
     terms = [first] if first else []
     for i in range(len(vocabs)):
-        word = f"table{i}[min(ids{i}[i], p.vocab{i} - 1u) * {row} + {at}]"
+        if signed[i]:
+            k = f"ids{i}[i]"
+            index = f"u32(clamp({k} + select(0, i32(p.vocab{i}), {k} < 0), 0, i32(p.vocab{i}) - 1))"
+        else:
+            index = f"min(ids{i}[i], p.vocab{i} - 1u)"
+        word = f"table{i}[{index} * {row} + {at}]"
         terms.append(word if fmt == "f32" else f"unpack2x16float({word})[j % 2u]")
+    if positions:
+        terms.append("positions[(i % p.positions) * p.n + j]")
     value = "fn value(i: u32, j: u32) -> f32 {\n    return " + " + ".join(terms) + ";\n}"
-    return value, tuple((f"vocab{i}", "u32", v) for i, v in enumerate(vocabs))
+    params = tuple((f"vocab{i}", "u32", v) for i, v in enumerate(vocabs))
+    return value, params + ((("positions", "u32", positions),) if positions else ())
 
 
-def _pair_buffers(pairs: int, fmt: str) -> tuple:
+def _pair_buffers(pairs: int, fmt: str, signed: list[bool]) -> tuple:
     from ..kernel import Buffer
 
     table = "f32" if fmt == "f32" else "u32"
-    return tuple(b for i in range(pairs) for b in (Buffer(f"ids{i}", "u32"), Buffer(f"table{i}", table)))
+    return tuple(b for i in range(pairs) for b in (Buffer(f"ids{i}", "i32" if signed[i] else "u32"),
+                                                   Buffer(f"table{i}", table)))
 
 
 def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]:
@@ -458,65 +492,91 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     rows, n = _rows(node.type)
     lanes, values = layer_norm_lanes(n)
     norm_groups = math.ceil(rows * lanes / 256)
-    pairs, fmt = (len(ins) - 2) // 2, node.attrs["format"]
+    pairs, fmt, positions = _pairs_of(len(ins), node.attrs), node.attrs["format"], node.attrs["positions"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
-    tag = "" if fmt == "f32" else f"_{fmt}"
+    signed = [ins[2 + 2 * i].dtype is DType.I32 for i in range(pairs)]
+    tag = ("" if fmt == "f32" else f"_{fmt}") + ("_i32" if any(signed) else "") + ("_positions" if positions else "")
     common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
     norm = dict(SPLITS=1, EPILOGUE="", VALUES=values, LANES=lanes, CENTRED="true", SHIFT="beta[j]")
     norm_out = (Buffer("gamma"), Buffer("beta"))
-    # (two tables bind 7: a limit below that, under WebGPU's 8, fails check_limits with the limit named)
-    if pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
-        value, vocab_params = _gathers(vocabs, fmt)
+    # (two tables, or one and the positions, bind at most 8: a limit below that, under WebGPU's 8, fails
+    # check_limits with the limit named)
+    if positions or pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
+        value, vocab_params = _gathers(vocabs, fmt, signed, positions=positions)
         return Kernel(f"embedding{pairs}{tag}_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
                       params=(*common, *vocab_params), slots={**norm, "VALUE": value},
-                      bindings=(*norm_out, *_pair_buffers(pairs, fmt), Buffer("out", write=True)))
-    value, vocab_params = _gathers(vocabs[:2], fmt)
+                      bindings=(*norm_out, *_pair_buffers(pairs, fmt, signed),
+                                *((Buffer("positions"),) if positions else ()), Buffer("out", write=True)))
+    value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2])
     first = Kernel(f"embedding2{tag}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
                    params=(*common, *vocab_params), slots={"VALUE": value},
-                   bindings=(*_pair_buffers(2, fmt), Buffer("out", write=True)), inputs=(2, 3, 4, 5), scratch=rows * n)
-    value, vocab_params = _gathers(vocabs[2:], fmt, first="x[i * p.n + j]")
+                   bindings=(*_pair_buffers(2, fmt, signed[:2]), Buffer("out", write=True)), inputs=(2, 3, 4, 5),
+                   scratch=rows * n)
+    value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], first="x[i * p.n + j]")
     second = Kernel(f"embedding1{tag}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
                     params=(*common, *vocab_params), slots={**norm, "VALUE": value},
-                    bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt), Buffer("out", write=True)),
+                    bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt, signed[2:]), Buffer("out", write=True)),
                     inputs=(0, 1, SCRATCH, 6, 7))
     return [first, second]
 
 
 def _embedding_sum_layer_norm_vjp(b, node, dy, want):
     # x = sum of the embeddings (rebuilt), then LayerNorm's gradients; each f32 table's is ScatterAdd of
-    # dx (f16 tables, u32 words of halves, have none, as QuantEmbedding's)
-    w, bias, *flat = node.inputs
-    fmt = node.attrs["format"]
-    if fmt != "f32" and any(want[3::2]):
+    # dx (f16 tables, u32 words of halves, have none, as QuantEmbedding's; nor tables read through i32
+    # indices, as ONNX Gather's), the positions table's the sum of dx over the sequences
+    w, bias, *rest = node.inputs
+    fmt, positions = node.attrs["format"], node.attrs["positions"]
+    pairs = _pairs_of(len(node.inputs), node.attrs)
+    flat = rest[:2 * pairs]
+    table_wants = want[3:3 + 2 * pairs:2]
+    if fmt != "f32" and any(table_wants):
         raise GraphError(f"node {node.id} EmbeddingSumLayerNorm: its {fmt} tables (u32 words) have no gradient; "
                          "differentiate the f32 graph, before the f16 ruleset rounds its tables")
+    signed = [b.type(idx).dtype is DType.I32 for idx in flat[::2]]
+    if any(w_ and s for w_, s in zip(table_wants, signed, strict=True)):
+        raise GraphError(f"node {node.id} EmbeddingSumLayerNorm: a table read through i32 indices (ONNX Gather's) "
+                         "has no gradient, as Gather has none; give the table u32 indices (Embedding) to train it")
     x = None
-    for idx, table in zip(flat[::2], flat[1::2], strict=True):
-        e = (b.emit("Embedding", (idx, table)) if fmt == "f32" else
+    for idx, table, s in zip(flat[::2], flat[1::2], signed, strict=True):
+        e = (b.emit("Gather", (table, idx), axis=0) if s else b.emit("Embedding", (idx, table)) if fmt == "f32" else
              b.emit("QuantEmbedding", (idx, table), format=fmt, cols=b.type(w).shape[0]))
         x = e if x is None else b.emit("Add", (x, e))
+    rows, h = b.type(x).shape
+    if positions:
+        x = b.reshape(b.emit("Add", (b.reshape(x, [rows // positions, positions, h]), rest[-1])), [rows, h])
     eps = node.attrs["eps"]
-    need_dx = any(want[3::2])
+    need_dx = any(table_wants) or (positions and want[-1])
     dx = b.emit("LayerNormGradX", (dy, x, w), eps=eps) if need_dx else None
     grads = [b.emit("LayerNormGradW", (dy, x), eps=eps) if want[0] else None,
              b.emit("SumRows", (dy,)) if want[1] else None]
     for k, table in enumerate(flat[1::2]):
         grads += [None, b.emit("ScatterAdd", (flat[2 * k], dx), vocab_size=b.type(table).shape[0])
                   if want[3 + 2 * k] else None]
+    if positions:
+        grads.append(b.reduce_to(b.reshape(dx, [rows // positions, positions, h]), [positions, h])
+                     if want[-1] else None)
     return grads
 
 
-op("EmbeddingSumLayerNorm", ("w", "bias", "indices0", "table0", "indices1", "table1", "indices2?", "table2?"),
+op("EmbeddingSumLayerNorm", ("w", "bias", "indices0", "table0", "indices1?", "table1?", "indices2?", "table2?",
+                             "positions?"),
    _embedding_sum_layer_norm, _embedding_sum_layer_norm_ref,
    attrs=(*_EPS, Attr("format", "str", "f32", doc="the tables' storage: f32, or f16 (u32 words of two halves, "
-                                                  "ir/ops/quant.py)")), vjp=_embedding_sum_layer_norm_vjp,
+                                                  "ir/ops/quant.py)"),
+          Attr("positions", "int", 0, doc="> 0: the last input is a positions table f32 [positions, H] whose row "
+                                          "t % positions is added to row t (sequences of that many rows)")),
+   vjp=_embedding_sum_layer_norm_vjp,
    kernel=_embedding_sum_layer_norm_kernel, flops=lambda ins, out, a: 9 * out.num_elements,
-   index_bounds=lambda ins, a: {i: ins[i + 1].shape[0] for i in range(2, len(ins), 2)},
-   doc="LayerNorm(sum_i table_i[indices_i], w, bias, eps) over rows of H: a BERT-style embedding layer (word, "
-       "position and token type rows added, then normalised) in one dispatch (two with three tables where the "
-       "device binds 8 storage buffers at most); indices u32 [T], tables f32 "
-       "[rows_i, H] (format f16: u32 [rows_i, H / 2]), w and bias [H] -> [T, H]; the sum is taken in input order "
-       "(LayerNorm: Ba et al. 2016)")
+   index_bounds=lambda ins, a: {i: ins[i + 1].shape[0] for i in range(2, 2 + 2 * _pairs_of(len(ins), a), 2)
+                                if ins[i].dtype is DType.U32},
+   doc="LayerNorm(sum_i table_i[indices_i] (+ positions[t % P]), w, bias, eps) over rows of H: a BERT-style "
+       "embedding layer (word, position and token type rows added, then normalised) in one dispatch (two with "
+       "three tables where the device binds 8 storage buffers at most); two or three (indices, table) pairs, or "
+       "with positions P > 0 one or two pairs and the positions table f32 [P, H] last (an exporter's folded "
+       "position rows, added to row t at t % P); indices u32 [T] (an index past the table an InputError) or "
+       "i32 [T] (ONNX Gather's: negative ones from the end, the rest clamped), tables f32 [rows_i, H] (format "
+       "f16: u32 [rows_i, H / 2]), w and bias [H] -> [T, H]; the sum is taken in input order (LayerNorm: Ba "
+       "et al. 2016)")
 
 
 def _embedding_ln_example(terms: str):
@@ -535,7 +595,7 @@ def _embedding_ln_example(terms: str):
 def _embedding_sum_layer_norm_rules(e):
     i0, t0, i1, t1, i2, t2, w, bias = e.vars("i0 t0 i1 t1 i2 t2 w bias")
     (eps,) = e.vars("eps", e.f64)
-    f32 = e.String("f32")
+    plain = dict(format=e.String("f32"), positions=e.i64(0))
     emb = [e.Embedding(i, t) for i, t in ((i0, t0), (i1, t1), (i2, t2))]
     # the lookups of one shape [T, H]: an Add that broadcasts (a lookup of one row, a table of one column)
     # is no sum of rows the op takes
@@ -544,16 +604,63 @@ def _embedding_sum_layer_norm_rules(e):
     # E0 + (E1 + E2) is (E1 + E2) + E0 exactly: a float add commutes)
     yield e.equal("LayerNorm(E0+E1) -> EmbeddingSumLayerNorm(E0,E1)",
                   e.LayerNorm(e.Add(emb[0], emb[1]), w, bias, eps=eps),
-                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, eps=eps, format=f32), same[0],
+                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, eps=eps, **plain), same[0],
                   example=_embedding_ln_example("2"))
     yield e.equal("LayerNorm((E0+E1)+E2) -> EmbeddingSumLayerNorm(E0,E1,E2)",
                   e.LayerNorm(e.Add(e.Add(emb[0], emb[1]), emb[2]), w, bias, eps=eps),
-                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, i2, t2, eps=eps, format=f32), *same,
+                  e.EmbeddingSumLayerNorm(w, bias, i0, t0, i1, t1, i2, t2, eps=eps, **plain), *same,
                   example=_embedding_ln_example("(2)+1"))
     yield e.equal("LayerNorm(E0+(E1+E2)) -> EmbeddingSumLayerNorm(E1,E2,E0)",
                   e.LayerNorm(e.Add(emb[0], e.Add(emb[1], emb[2])), w, bias, eps=eps),
-                  e.EmbeddingSumLayerNorm(w, bias, i1, t1, i2, t2, i0, t0, eps=eps, format=f32), *same,
+                  e.EmbeddingSumLayerNorm(w, bias, i1, t1, i2, t2, i0, t0, eps=eps, **plain), *same,
                   example=_embedding_ln_example("1+(2)"))
+
+
+def _gathered_ln_example(form: str, flat: bool):
+    def build(g, dim):
+        b, s, h = dim("b", 1, 3), dim("s", 1, 4), dim("h")
+        rows = [g.add_node("Gather", (g.parameter(f"table{i}", [dim(f"v{i}"), h]),
+                                      g.input(f"ids{i}", [b, s], DType.I32)), axis=0) for i in range(2)]
+        pos = g.parameter("pos", [1, s, h])
+        x = g.add(g.add(rows[0], rows[1]), pos) if form == "2" else g.add(rows[0], pos)
+        g.set_outputs([g.layer_norm(g.reshape(x, [b * s, h]) if flat else x, g.parameter("w", [h]),
+                                    g.parameter("b", [h]), 1e-12)])
+
+    return example(build)
+
+
+@rules("norm_fusion")
+def _gathered_embedding_layer_norm_rules(e):
+    i0, t0, i1, t1, p, w, bias = e.vars("i0 t0 i1 t1 p w bias")
+    (eps,) = e.vars("eps", e.f64)
+    sg, sl = e.vars("sg sl", e.Vec[e.i64])
+    rows = [e.Gather(t, i, axis=e.i64(0)) for t, i in ((t0, i0), (t1, i1))]
+    tokens = sg[0] * sg[1]
+    ids = [e.Identity(i, shape=e.Vec(tokens)) for i in (i0, i1)]
+    pos = e.Identity(p, shape=e.Vec(sg[1], sg[2]))
+    # an exporter's embeddings: Gathers of tables [V, H] by i32 ids [B, S], and the position rows folded into
+    # a tensor p [1, S, H] (position_ids a constant arange, so its Gather was folded at load time)
+    guards = (e.eq(e.shape(rows[0])).to(sg), e.eq(sg.length()).to(e.i64(3)),
+              e.eq(e.shape(i0)).to(e.Vec(sg[0], sg[1])), e.eq(e.shape(p)).to(e.Vec(e.i64(1), sg[1], sg[2])))
+    second = (e.eq(e.shape(rows[1])).to(sg), e.eq(e.shape(i1)).to(e.Vec(sg[0], sg[1])))
+    # LayerNorm(Reshape((G0 + G1) + p, [B S, H])) -> EmbeddingSumLayerNorm(Reshape(i0, [B S]), T0, Reshape(i1), T1,
+    #   Reshape(p, [S, H]); positions S)   (BERT: word + token type, then the positions, in that order) and
+    # LayerNorm(Reshape(G0 + p)) (DistilBERT: word + positions); the same on the [B, S, H] sum, as a Reshape of
+    # the op. The op reads i32 indices as Gather does (negative from the end, then clamped)
+    for label, total, pairs, extra in (("(G0+G1)+P", e.Add(e.Add(rows[0], rows[1]), p), (ids[0], t0, ids[1], t1),
+                                        second),
+                                       ("G0+P", e.Add(rows[0], p), (ids[0], t0), ())):
+        fused = e.EmbeddingSumLayerNorm(w, bias, *pairs, pos, eps=eps, format=e.String("f32"), positions=sg[1])
+        for flat in (True, False):
+            lhs = e.LayerNorm(e.Identity(total, shape=sl) if flat else total, w, bias, eps=eps)
+            shape_of_x = (e.eq(sl).to(e.Vec(tokens, sg[2])),) if flat else ()
+            yield e.rule(lhs, *guards, *extra, *shape_of_x,
+                         name=f"LayerNorm({'Reshape(' if flat else ''}{label}{')' if flat else ''}) of Gathers -> "
+                              f"EmbeddingSumLayerNorm(..., positions)",
+                         example=_gathered_ln_example("2" if len(pairs) == 4 else "1", flat)).then(
+                e.union(lhs).with_(fused if flat else e.Identity(fused, shape=sg)),
+                *(e.set_(e.shape(t)).to(e.Vec(tokens)) for t in pairs[::2]),
+                e.set_(e.shape(pos)).to(e.Vec(sg[1], sg[2])), e.set_(e.shape(fused)).to(e.Vec(tokens, sg[2])))
 
 
 def _embedding_ln_f16_example(pairs: int):
@@ -574,15 +681,16 @@ def _embedding_sum_layer_norm_f16(e):
     i0, q0, i1, q1, i2, q2, w, bias = e.vars("i0 q0 i1 q1 i2 q2 w bias")
     (eps,) = e.vars("eps", e.f64)
     (c,) = e.vars("c", e.i64)
-    f32, f16 = e.String("f32"), e.String("f16")
-    dq = [e.Dequant(q, format=f16, cols=c) for q in (q0, q1, q2)]
+    f32 = dict(format=e.String("f32"), positions=e.i64(0))
+    f16 = dict(format=e.String("f16"), positions=e.i64(0))
+    dq = [e.Dequant(q, format=f16["format"], cols=c) for q in (q0, q1, q2)]
     # EmbeddingSumLayerNorm over Dequant(q, f16) tables (the f16 ruleset's rounded tables) -> the same op
     # reading the halves (its format f16): the tables stay halves in memory, as QuantEmbedding keeps them
     yield e.equal("EmbeddingSumLayerNorm(i, Dequant(q, f16), ...) -> EmbeddingSumLayerNorm f16(i, q, ...)",
-                  e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], eps=eps, format=f32),
-                  e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, eps=eps, format=f16),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], eps=eps, **f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, eps=eps, **f16),
                   example=_embedding_ln_f16_example(2))
     yield e.equal("EmbeddingSumLayerNorm(i, Dequant(q, f16), ... x3) -> EmbeddingSumLayerNorm f16(i, q, ... x3)",
-                  e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], i2, dq[2], eps=eps, format=f32),
-                  e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, i2, q2, eps=eps, format=f16),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], i2, dq[2], eps=eps, **f32),
+                  e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, i2, q2, eps=eps, **f16),
                   example=_embedding_ln_f16_example(3))

@@ -2,7 +2,9 @@
 (LayerNorm of a sum of two or three Embedding lookups) in a graph, and the fused plan gives the numpy
 reference's numbers (``eggfuse.ir.evaluate`` of the unfused graph): in one dispatch, and in two where
 the device binds too few storage buffers for one; with the sum also a graph output, indices shared
-by two tables, odd sizes, and a bad index refused before the run."""
+by two tables, odd sizes, and a bad index refused before the run. An exporter's form (Gathers by i32
+ids, negative and out-of-range ones among them, and the position rows folded into one [1, S, H]
+tensor) is the op with a positions table, in one dispatch."""
 
 from __future__ import annotations
 
@@ -131,3 +133,45 @@ def test_an_index_past_a_table_is_refused_with_its_input_named(device):
     assert (bad["ids2"] == 2).all()  # nothing passed in was changed
     (got,) = session.run(inputs)  # and the session still runs
     np.testing.assert_allclose(got, evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-4)
+
+
+def _exported_embeddings(pairs: int, flat: bool, b: int = 3, s: int = 7, h: int = 37) -> Graph:
+    # an exporter's BERT embeddings: Gathers of the word (and token type) tables by i32 ids [B, S], the
+    # folded position rows [1, S, H] added last, then LayerNorm over the [B S, H] view (flat) or [B, S, H]
+    g = Graph()
+    rows = [g.add_node("Gather", (g.parameter(f"table{i}", [v, h]), g.input(f"ids{i}", [b, s], DType.I32)), axis=0)
+            for i, v in enumerate((50, 2)[:pairs])]
+    x = g.add(rows[0], rows[1]) if pairs == 2 else rows[0]
+    x = g.add(x, g.parameter("pos", [1, s, h]))
+    g.set_outputs([g.layer_norm(g.reshape(x, [b * s, h]) if flat else x, g.parameter("w", [h]),
+                                g.parameter("b", [h]), 1e-12)])
+    return g
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["rows", "3d"])
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_an_exporters_gathers_and_position_rows_are_one_dispatch(device, pairs, flat):
+    g = _exported_embeddings(pairs, flat)
+    inputs, params = _feeds(g)
+    rng = np.random.default_rng(11)
+    # Gather's indices: negative ones count from the end, those still outside the table are clamped
+    inputs["ids0"] = rng.integers(-60, 60, (3, 7)).astype(np.int32)
+    if pairs == 2:
+        inputs["ids1"] = rng.choice([-3, -1, 0, 1, 2], (3, 7)).astype(np.int32)
+    opt, (y,) = run_optimised(g, device, inputs, params)  # checked against the unfused graph's reference
+    assert [n.op for n in opt.live_nodes() if opt.dispatches(n)] == ["EmbeddingSumLayerNorm"]
+    plan = lower(opt, device.limits)
+    assert [d.kernel.split("+")[0] for d in plan.dispatches] == [f"embedding{pairs}_i32_positions_layer_norm"]
+    assert y.shape == ((21, 37) if flat else (3, 7, 37))
+
+
+def test_position_rows_of_another_sequence_length_are_left_alone(device):
+    # position rows [2, 7, H], one set per sequence, are no table of positions: no EmbeddingSumLayerNorm
+    g = Graph()
+    x = g.add_node("Gather", (g.parameter("table0", [20, 8]), g.input("ids0", [2, 7], DType.I32)), axis=0)
+    x = g.add(x, g.parameter("pos", [2, 7, 8]))
+    g.set_outputs([g.layer_norm(g.reshape(x, [14, 8]), g.parameter("w", [8]), g.parameter("b", [8]), 1e-5)])
+    inputs, params = _feeds(g)
+    inputs["ids0"] = np.random.default_rng(2).integers(0, 20, (2, 7)).astype(np.int32)
+    opt, _ = run_optimised(g, device, inputs, params)
+    assert "EmbeddingSumLayerNorm" not in [n.op for n in opt.live_nodes()]
