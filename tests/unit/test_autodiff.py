@@ -314,8 +314,8 @@ ROWS = [
     Row("EmbeddingSumLayerNorm-positions", lambda g: g.add_node("EmbeddingSumLayerNorm", (
         P(g, "w", [4]), P(g, "b", [4]), g.input("i0", [6], DType.U32), P(g, "t0", [5, 4]),
         g.input("i1", [6], DType.U32), P(g, "t1", [2, 4]), P(g, "pos", [3, 4])), eps=1e-5, positions=3),
-        feeds={"i0": np.array([0, 4, 2, 2, 1, 0], dtype=np.uint32), "i1": np.array([1, 0, 1, 0, 0, 1], dtype=np.uint32)},
-        init={"w": near_one}),
+        feeds={"i0": np.array([0, 4, 2, 2, 1, 0], dtype=np.uint32),
+               "i1": np.array([1, 0, 1, 0, 0, 1], dtype=np.uint32)}, init={"w": near_one}),
     Row("EmbeddingSumLayerNorm-i32-positions", lambda g: g.add_node("EmbeddingSumLayerNorm", (
         P(g, "w", [4]), P(g, "b", [4]), g.input("i0", [6], DType.I32),
         g.constant(np.arange(20, dtype=np.float32).reshape(5, 4) / 7.0), P(g, "pos", [2, 4])), eps=1e-5, positions=2),
