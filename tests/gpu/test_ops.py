@@ -396,6 +396,8 @@ def _greater_constant() -> Row:
 
 _MASK = [[1, 1, 0, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]  # sequence 1 fully masked
 _LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30] * 4, [-1e30, 2.0, -1e30, 1.0]])
+#: Rows of float32's lowest value (an exporter's additive mask): one wholly (uniform, as the reference), one in part
+_LOWEST = np.array([[np.finfo(np.float32).min] * 4, [np.finfo(np.float32).min, 2.0, np.finfo(np.float32).min, 1.0]])
 
 #: One row per unary op of the table in ir/ops/elementwise.py (Log has rows of its own below, for
 #: its domain): whether dense precision sweeps of the op and of its gradient run, and whether it
@@ -453,6 +455,7 @@ ROWS: list[Row] = [
     _binary("SwiGLU", [7, 13], [7, 13]),
     *[_softmax(shape) for shape in ([1, 1], [7, 13], [3, 300], [2, 3, 5])],
     _softmax([3, 4], {"x": _LOGITS}, tag="-large-and-sentinel-logits"),
+    _softmax([2, 4], {"x": _LOWEST}, tag="-float32-lowest"),
     *[_norm(op, rows, n) for op in ("LayerNorm", "RmsNorm") for rows, n in ((1, 1), (7, 13), (3, 300))],
     *[_norm(op, 7, 13, lead) for op in ("LayerNorm", "RmsNorm") for lead in ((2,), (1, 3))],
     _norm("LayerNorm", 1, 5, ()), _norm("RmsNorm", 3, 300, (), inputs=1), _norm("LayerNorm", 3, 300, (2,), inputs=1),
@@ -785,6 +788,7 @@ ROWS += [
     _greater_constant(),
     *[_inputs("LogSoftmax", "x", [shape], scale=5.0) for shape in ([1, 1], [7, 13], [3, 300], [2, 3, 5])],
     _inputs("LogSoftmax", "x", [[3, 4]], feeds={"x": _LOGITS}, tag="-large-and-sentinel-logits", atol=1e-5),
+    _inputs("LogSoftmax", "x", [[2, 4]], feeds={"x": _LOWEST}, tag="-float32-lowest", atol=1e-5),
     *[_inputs("LogSoftmaxGrad", "dy y", [shape] * 2) for shape in ([1, 1], [7, 13], [3, 300])],
     *[_bce(op, shape, soft, edges) for op in ("BceLoss", "BceLossGrad") for shape, soft, edges in (
         ([1], False, False), ([7, 13], False, True), ([3000], True, True), ([5, 7], True, False))],

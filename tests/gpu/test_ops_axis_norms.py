@@ -49,12 +49,16 @@ def _lrn(shape, size: int, **attrs) -> Row:
 _AXIS_CASES = [([1], 0), ([7], 0), ([7, 13], 0), ([7, 13], 1), ([2, 3, 4], 1), ([2, 3, 4, 5, 6], 2),
                ([2, 3, 4, 5, 6], 0), ([3, 300, 2], 1), ([2000, 3], 0), ([5, 2048], 0)]
 _LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30, -1e30, -1e30, -1e30], [-1e30, 2.0, -1e30, 1.0]])
+#: Rows of float32's lowest value (an exporter's additive mask): a running maximum must start at or below it
+_LOWEST = np.array([[np.finfo(np.float32).min] * 4, [np.finfo(np.float32).min, 2.0, np.finfo(np.float32).min, 1.0]])
 _TIES = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [-1.0, -5.0, 0.0, 4.0]])
 
 ROWS: list[Row] = [
     *[_axis(op, s, ax) for op in ("SoftmaxAxis", "LogSoftmaxAxis", "Hardmax") for s, ax in _AXIS_CASES],
     *[_axis(op, s, ax, p=p) for p in (1, 2) for s, ax in _AXIS_CASES for op in ("LpNormalization",)],
     *[_axis(op, [3, 4], ax, {"x": _LOGITS}, "-large-logits") for op in ("SoftmaxAxis", "LogSoftmaxAxis")
+      for ax in (0, 1)],
+    *[_axis(op, [2, 4], ax, {"x": _LOWEST}, "-float32-lowest") for op in ("SoftmaxAxis", "LogSoftmaxAxis")
       for ax in (0, 1)],
     *[_axis("Hardmax", [3, 4], ax, {"x": _TIES}, "-ties") for ax in (0, 1)],
     _axis("Hardmax", [3, 4], 1, {"x": -_TIES}, "-nan", pre="Log"),

@@ -53,6 +53,10 @@ ROWS: list[Row] = [
     # large logits: log-sum-exp subtracts the maximum
     _reduce("ReduceLogSumExp", [2, 4], (1,), feeds={"x": np.array([[1e3, 999.0, 0.0, -1e3], [88.0, 89.0, 90.0, 0.0]])},
             tag="-large"),
+    # float32's lowest value (an exporter's additive mask): the running maximum starts at or below it
+    _reduce("ReduceLogSumExp", [2, 4], (1,), feeds={"x": np.array([[np.finfo(np.float32).min] * 4,
+                                                                   [np.finfo(np.float32).min, 2.0, 0.0, 1.0]])},
+            tag="-float32-lowest"),
     # NaN and infinities made on the device: Log(0) = -inf, Log(-1) = NaN, Recip(0) = inf
     _reduce("ReduceMax", [3, 4], (1,), feeds={"x": np.array([[1.0, -1.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0],
                                                              [0.0, 1.0, 0.5, 0.0]])}, pre="Log", tag="-nan-inf",
