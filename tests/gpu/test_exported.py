@@ -4,8 +4,10 @@ The fixtures under tests/data/exported/ come from scripts/export_torch_fixtures.
 (transformers BertModel and LlamaForCausalLM with GQA, 2 layers, random weights; torch's
 classic exporter at opset 17, and 14 for BERT, and the dynamo exporter at opset 18), with
 the inputs and torch's outputs in NAME.npz. Each runs unfused and optimised, at the exported
-shapes (batch 2, sequence 7) and at a second shape bound from the feeds (the padded row
-alone, cut to its real tokens: the same values at those positions, as padding is masked).
+shapes (batch 2, distilbert_tiny's 3, sequence 7) and at a second shape bound from the feeds (the
+padded row alone, cut to its real tokens: the same values at those positions, as padding is masked).
+distilbert_tiny's third sequence is wholly masked: there the dynamo exporter's graph is not torch
+(tests/exported_graphs.py GRAPH_NOT_TORCH), and onnxruntime's outputs of that file are expected.
 
 Tolerance: max |eggfuse - torch| <= 2e-5 * max |torch| per output. Both compute in float32
 but sum in other orders (lavapipe and GPUs differ again) and WGSL's exp, erf and tanh are
@@ -25,19 +27,20 @@ import numpy as np
 import pytest
 
 from eggfuse.onnx import Model
+from tests.exported_graphs import expected_outputs
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "exported"
 FIXTURES = [row["file"] for row in json.loads((DATA / "manifest.json").read_text())]
 RTOL = 2e-5
 #: the padded row of each fixture's batch and its number of real tokens (export_torch_fixtures.py)
-PADDED_ROW = {"bert_tiny": (1, 4), "llama_tiny": (1, 5)}
+PADDED_ROW = {"bert_tiny": (1, 4), "distilbert_tiny": (1, 4), "llama_tiny": (1, 5)}
 
 
 def _expected(file: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    # torch's outputs, but onnxruntime's at the rows where the exported graph is not torch (GRAPH_NOT_TORCH)
     data = np.load(DATA / f"{file.split('.')[0]}.npz")
     feeds = {k.removeprefix("input."): data[k] for k in data.files if k.startswith("input.")}
-    want = {k.removeprefix("output."): data[k] for k in data.files if k.startswith("output.")}
-    return feeds, want
+    return feeds, expected_outputs(DATA / file, data)
 
 
 def _check(model: Model, feeds: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
@@ -53,7 +56,7 @@ def _check(model: Model, feeds: dict[str, np.ndarray], want: dict[str, np.ndarra
 
 def test_every_fixture_is_listed():
     onnx_files = sorted(p.name for p in DATA.glob("*.onnx"))
-    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 5
+    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 7
     for file in FIXTURES:
         assert (DATA / f"{file.split('.')[0]}.npz").is_file()
 
