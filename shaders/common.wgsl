@@ -7,7 +7,7 @@ const MASK_SENTINEL: f32 = -1.0e30;
 // The lowest finite f32 (-FLT_MAX): the start value of running maxima, at or below every finite value, so
 // a row of float32's min (an exporter's masked scores) has that maximum (at -3.0e38 its exp(x - max)
 // were all 0: a softmax of NaN).
-const MAX_INIT: f32 = -3.40282347e38;
+const MAX_INIT: f32 = -3.4028234663852886e38;
 
 // Logical (linear) workgroup index of a dispatch the lowering may have split over a
 // 2-D or 3-D grid to stay under maxComputeWorkgroupsPerDimension.

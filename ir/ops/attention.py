@@ -484,10 +484,11 @@ def _form(node, ins) -> _Form:
     a = node.attrs
     full_packed = node.op == "FullAttentionPacked"
     packed = len(ins) == 1 or full_packed
+    masked = len(ins) == 4 or (full_packed and len(ins) == 2)
     return _Form(a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], ins[0].shape[0] // a["batch"],
-                 len(ins) == 4 or (full_packed and len(ins) == 2), packed,
+                 masked, packed,
                  node.op not in ("FullAttention", "FullAttentionPacked"), node.op == "CausalAttentionRoPE",
-                 ("qkv",) * 3 if packed else ("q", "k", "v"), a.get("masked_rows", "mean") == "zero")
+                 ("qkv",) * 3 if packed else ("q", "k", "v"), masked and a.get("masked_rows", "mean") == "zero")
 
 
 def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: dict) -> Kernel:
@@ -631,7 +632,8 @@ op("FullAttentionPacked", ("qkv", "key_mask?"), _full_packed_rule,
    lambda xs, a: attention_reference(*split_packed_qkv(xs[0], a), a, False, xs[1] if len(xs) > 1 else None),
    attrs=_FULL_ATTRS, vjp=_full_packed_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="FullAttention(q, k, v, key_mask?) of one packed [rows, (H + 2 KV) * D] projection whose columns are q, "
-       "k, v in that order (an encoder's Q, K and V projections as one product); optional key_mask [batch, seq]")
+       "k, v in that order (an encoder's Q, K and V projections as one product); optional key_mask [batch, seq], "
+       "masked_rows as FullAttention's")
 
 
 # --- CausalAttentionRoPE -----------------------------------------------------------------------

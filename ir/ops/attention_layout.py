@@ -5,7 +5,11 @@ Exporters split heads as ``Permute(Reshape(x, [B, S, H, D]), [0, 2, 1, 3])`` of 
 ``GeneralAttention``'s 3-D layout reads those rows directly, and without a mask, softcap or
 window, with scale 1/sqrt(D) (within :data:`DEFAULT_SCALE_RTOL`), as many queries as keys and
 one head size, it is ``CausalAttention`` or ``FullAttention`` on [B * S, H * D] rows: the ops
-the RoPE and packed-projection rules of ``attention.py`` continue from.
+the RoPE and packed-projection rules of ``attention.py`` continue from. With a per-key mask
+[B, 1, 1, Skv] (an encoder's padding) and no causal flag it is ``FullAttention`` with that mask
+as its key mask: a bool mask with ``masked_rows`` ``zero`` (a sequence without a kept key gives
+zeros, ONNX's rule), an additive ``Where(b, 0, c)`` of a finite c <= MASK_SENTINEL (float32's
+min) with ``masked_rows`` ``mean`` (every score of such a row rounds to c: a uniform softmax).
 """
 
 from __future__ import annotations

@@ -267,10 +267,12 @@ def _iota(value: np.ndarray, ty: TensorType):
 def _index_grid(value: np.ndarray, ty: TensorType):
     if ty.dtype is not DType.I32 or ty.rank < 2 or ty.shape[-1] != 2 or value.size == 0:
         return None
-    pairs = value.reshape(-1, 2)
+    pairs = value.reshape(-1, 2).astype(np.int64)
     n0, n1 = int(pairs[:, 0].max()) + 1, int(pairs[:, 1].max()) + 1
-    grid = np.stack(np.meshgrid(np.arange(n0), np.arange(n1), indexing="ij"), axis=-1).reshape(-1, 2)
-    return (n0, n1) if pairs.shape == grid.shape and np.array_equal(pairs, grid) else None
+    if n0 < 1 or n1 < 1 or pairs.shape[0] != n0 * n1:  # (no grid built for a constant of a few large indices)
+        return None
+    k = np.arange(n0 * n1)
+    return (n0, n1) if np.array_equal(pairs[:, 0], k // n1) and np.array_equal(pairs[:, 1], k % n1) else None
 
 
 def _whole_gather_example(nd: bool):

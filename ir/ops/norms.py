@@ -410,6 +410,7 @@ def _embedding_sum_layer_norm(ts, a):
                  f"table {i} must be f32 [rows, {h}], got {table}")
         else:
             check_blocks(table, "f16", h, f"table {i}")
+            need(idx.dtype is DType.U32, f"indices {i} of a format {a['format']} table must be u32, got {idx}")
     if positions:
         need(ts[-1].dtype is DType.F32 and ts[-1].shape == (positions, h),
              f"the positions table must be f32 [{positions}, {h}], got {ts[-1]}")
@@ -495,7 +496,11 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     pairs, fmt, positions = _pairs_of(len(ins), node.attrs), node.attrs["format"], node.attrs["positions"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
     signed = [ins[2 + 2 * i].dtype is DType.I32 for i in range(pairs)]
-    tag = ("" if fmt == "f32" else f"_{fmt}") + ("_i32" if any(signed) else "") + ("_positions" if positions else "")
+    def tag(pairs_signed: list[bool], pos: bool = False) -> str:  # the name tells the WGSL variants apart
+        signed_tag = ("_i32" if all(pairs_signed) else
+                      "_i32p" + "".join(str(i) for i, s in enumerate(pairs_signed) if s) if any(pairs_signed) else "")
+        return ("" if fmt == "f32" else f"_{fmt}") + signed_tag + ("_positions" if pos else "")
+
     common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
     norm = dict(SPLITS=1, EPILOGUE="", VALUES=values, LANES=lanes, CENTRED="true", SHIFT="beta[j]")
     norm_out = (Buffer("gamma"), Buffer("beta"))
@@ -503,17 +508,18 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     # check_limits with the limit named)
     if positions or pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         value, vocab_params = _gathers(vocabs, fmt, signed, positions=positions)
-        return Kernel(f"embedding{pairs}{tag}_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
+        return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}_layer_norm", "matmul_split_layer_norm.wgsl",
+                      norm_groups,
                       params=(*common, *vocab_params), slots={**norm, "VALUE": value},
                       bindings=(*norm_out, *_pair_buffers(pairs, fmt, signed),
                                 *((Buffer("positions"),) if positions else ()), Buffer("out", write=True)))
     value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2])
-    first = Kernel(f"embedding2{tag}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
+    first = Kernel(f"embedding2{tag(signed[:2])}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
                    params=(*common, *vocab_params), slots={"VALUE": value},
                    bindings=(*_pair_buffers(2, fmt, signed[:2]), Buffer("out", write=True)), inputs=(2, 3, 4, 5),
                    scratch=rows * n)
     value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], first="x[i * p.n + j]")
-    second = Kernel(f"embedding1{tag}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
+    second = Kernel(f"embedding1{tag(signed[2:])}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
                     params=(*common, *vocab_params), slots={**norm, "VALUE": value},
                     bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt, signed[2:]), Buffer("out", write=True)),
                     inputs=(0, 1, SCRATCH, 6, 7))

@@ -177,7 +177,7 @@ REDUCTIONS: tuple[Reduction, ...] = (
               "log of the sum over the axes, -inf at 0 and NaN below (float only); "
               + _SPEC.format("ReduceLogSum", "ReduceLogSum"), int_ok=False),
     Reduction("ReduceLogSumExp", _lse, "exp(v - c)", "a + b",
-              "select(select(c + log(a), neg_inf(), a <= 0.0), c, abs(c) > 3.4e38)",
+              "select(select(c + log(a), neg_inf(), a <= 0.0), c, abs(c) > 3.4028234663852886e38)",  # c infinite
               "log(sum(exp(x))) over the axes, the maximum m subtracted first: m + log(sum(exp(x - m))), so large x "
               "do not overflow; -inf where every element is -inf, +inf where one is +inf (float only); "
               + _SPEC.format("ReduceLogSumExp", "ReduceLogSumExp"), int_ok=False, centre=1),

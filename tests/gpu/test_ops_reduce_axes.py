@@ -43,6 +43,8 @@ _CASES = [
 ]
 _INT_CASES = [([7, 13], (1,), True), ([2, 3, 4, 5], (0, 2), False), ([3, 300], (1,), True), ([9], (0,), False)]
 
+_LOWEST = float(np.finfo(np.float32).min)  # an exporter's additive mask value
+
 ROWS: list[Row] = [
     *[_reduce(r.name, s, a, k, scale=0.5 if r.name == "ReduceProd" else 1.0) for r in REDUCTIONS
       for s, a, k in _CASES if r.name not in ("ReduceLogSum",)],
@@ -53,10 +55,10 @@ ROWS: list[Row] = [
     # large logits: log-sum-exp subtracts the maximum
     _reduce("ReduceLogSumExp", [2, 4], (1,), feeds={"x": np.array([[1e3, 999.0, 0.0, -1e3], [88.0, 89.0, 90.0, 0.0]])},
             tag="-large"),
-    # float32's lowest value (an exporter's additive mask): the running maximum starts at or below it
-    _reduce("ReduceLogSumExp", [2, 4], (1,), feeds={"x": np.array([[np.finfo(np.float32).min] * 4,
-                                                                   [np.finfo(np.float32).min, 2.0, 0.0, 1.0]])},
-            tag="-float32-lowest"),
+    # float32's lowest value (an exporter's additive mask): the running maximum starts at or below it (4 elements
+    # a thread, and 300: a workgroup per output)
+    *[_reduce("ReduceLogSumExp", [2, n], (1,), feeds={"x": np.array([[_LOWEST] * n, [_LOWEST, 2.0] + [0.0] * (n - 2)])},
+              tag="-float32-lowest") for n in (4, 300)],
     # NaN and infinities made on the device: Log(0) = -inf, Log(-1) = NaN, Recip(0) = inf
     _reduce("ReduceMax", [3, 4], (1,), feeds={"x": np.array([[1.0, -1.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0],
                                                              [0.0, 1.0, 0.5, 0.0]])}, pre="Log", tag="-nan-inf",

@@ -202,3 +202,29 @@ def test_evaluate_input_errors_and_no_mutation():
         evaluate(g, {"x": xv, "i": [0.5, 1.0]}, {"t": np.zeros((3, 2))})
     evaluate(g, {"x": xv, "i": [0, 2]}, {"t": np.zeros((3, 2))})
     np.testing.assert_array_equal(xv, before)
+
+
+def _embedding_ln(g: Graph, pairs, positions: int = 0, pos_rows: int = 3, fmt: str = "f32"):
+    # EmbeddingSumLayerNorm of (indices dtype, table rows) pairs over 6 rows of h, with a positions table
+    h = 4 if fmt == "f32" else 32  # f16: rows of whole blocks of 32 halves
+    ins = [g.parameter("w", [h]), g.parameter("b", [h])]
+    for i, (dtype, rows) in enumerate(pairs):
+        table = g.parameter(f"t{i}", [rows, h] if fmt == "f32" else [rows, h // 2],
+                            DType.F32 if fmt == "f32" else DType.U32)
+        ins += [g.input(f"i{i}", [6], dtype), table]
+    if positions:
+        ins.append(g.parameter("pos", [pos_rows, h]))
+    return g.add_node("EmbeddingSumLayerNorm", ins, eps=1e-5, positions=positions, format=fmt)
+
+
+def test_embedding_sum_layer_norm_refuses_what_its_kernel_cannot_take():
+    u32, i32 = DType.U32, DType.I32
+    g = Graph()
+    assert g.node(_embedding_ln(g, [(i32, 5), (u32, 2)], positions=3)).type.shape == (6, 4)
+    for pairs, kw, message in (
+            ([(u32, 5), (u32, 2), (u32, 2)], dict(positions=3), "with positions > 0 one or two pairs"),
+            ([(u32, 5), (u32, 2)], dict(positions=4, pos_rows=4), "6 rows are not sequences of 4 positions"),
+            ([(u32, 5), (u32, 2)], dict(positions=3, pos_rows=2), r"positions table must be f32 \[3, 4\]"),
+            ([(i32, 5), (u32, 2)], dict(fmt="f16"), "indices 0 of a format f16 table must be u32")):
+        with pytest.raises(GraphError, match=f"EmbeddingSumLayerNorm.*{message}"):
+            _embedding_ln(Graph(), pairs, **kw)
