@@ -214,8 +214,9 @@ class Graph:
         return not any(n.inputs[w] in node.inputs for n in self.nodes for w in OPS[n.op].written_inputs)
 
     def index_bounds(self) -> dict[NodeId, int]:
-        """Leaf id -> the exclusive bound of its u32 index values: the smallest bound of the ops
-        that read it as indices (``OpSpec.index_bounds``), through reshape views."""
+        """Leaf id -> the bound of its index values (u32: [0, bound), i32: [-bound, bound)): the
+        smallest bound of the ops that read it as indices (``OpSpec.index_bounds``), through
+        reshape views."""
         bounds: dict[NodeId, int] = {}
         for node in self.nodes:
             hook = OPS[node.op].index_bounds

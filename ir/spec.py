@@ -195,9 +195,10 @@ class OpSpec:
     - ``fallback``: a general kernel for what specialised ops do not cover (GeneralAttention):
       extraction prices its e-nodes one byte-equivalent above their kernel's cost, so that of
       two choices of equal cost the specialised op is taken (rewrites.problem).
-    - ``index_bounds(ins, attrs) -> {input slot: rows}``: the u32 index inputs the op reads
-      and the exclusive bound of their values (an Embedding's table rows); the runtime
-      refuses a fed index at or past it, as the reference does.
+    - ``index_bounds(ins, attrs) -> {input slot: rows}``: the index inputs the op reads and
+      the bound of their values: u32 ones in [0, rows) (an Embedding's table rows), i32 ones
+      (ONNX Gather's, negative from the end) in [-rows, rows); the runtime refuses a fed index
+      outside, as the reference (u32) and onnxruntime (i32) do.
     """
 
     name: str

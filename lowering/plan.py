@@ -114,8 +114,9 @@ class ExecutionPlan:
     indices to the f32 arrays uploaded once; ``outputs`` are the buffers read back, in the
     graph's output order, with ``output_types`` (several outputs may share a buffer).
     ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
-    ignored at run time); ``index_bounds`` maps a u32 input to the rows of the smallest
-    table it indexes (Embedding) or writes (ScatterAdd). ``derived`` maps the buffer index
+    ignored at run time); ``index_bounds`` maps an index input to the rows of the smallest
+    table it indexes (Embedding, Gather) or writes (ScatterAdd): u32 values must lie in
+    [0, rows), i32 ones (ONNX Gather's) in [-rows, rows). ``derived`` maps the buffer index
     of each derived parameter to how it is packed. ``limits`` are the device limits the plan
     was checked against; ``subgroups`` is true when a kernel uses subgroup operations (the
     device must then have usable subgroups). ``storage`` maps the buffer index of each
@@ -502,6 +503,9 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
         elif src.op == "Constant" and np.any(src.attrs["value"] >= rows):
             raise LoweringError(f"{src.describe()}: constant indices reach {int(np.max(src.attrs['value']))}, "
                                 f"which an op reading them bounds at {rows} rows")
+        elif src.op == "Constant" and np.any(src.attrs["value"] < -rows):  # i32 (ONNX Gather's): from the end
+            raise LoweringError(f"{src.describe()}: constant indices reach {int(np.min(src.attrs['value']))}, "
+                                f"below -{rows}, the most an op reading them counts from the end")
     return bounds
 
 

@@ -682,10 +682,17 @@ class _InputSlot:
         # InputError: wrong shape or dtype, NaN / infinity (check_array, unless allowed), an index
         # out of range. (The compiled staging hands non-finite values to this check.)
         arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite)
-        if self.rows is not None and arr.size and (top := int(arr.max())) >= self.rows:
-            raise InputError(f"input {self.name!r}: index {top} out of range for a "
-                             f"table of {self.rows} rows (it indexes rows: Embedding, QuantEmbedding, "
-                             f"ScatterAdd, EmbeddingSumLayerNorm); give indices below {self.rows}")
+        if self.rows is not None and arr.size:
+            top, low = int(arr.max()), int(arr.min())
+            if arr.dtype.kind == "i" and (top >= self.rows or low < -self.rows):  # ONNX Gather's: from the end
+                raise InputError(f"input {self.name!r}: index {top if top >= self.rows else low} out of range for "
+                                 f"an axis of {self.rows} (it indexes along it: Gather, EmbeddingSumLayerNorm; "
+                                 f"ONNX makes an index outside [-{self.rows}, {self.rows}) an error); give indices "
+                                 f"from -{self.rows} to {self.rows - 1}")
+            if arr.dtype.kind == "u" and top >= self.rows:
+                raise InputError(f"input {self.name!r}: index {top} out of range for a "
+                                 f"table of {self.rows} rows (it indexes rows: Embedding, QuantEmbedding, "
+                                 f"ScatterAdd, EmbeddingSumLayerNorm); give indices below {self.rows}")
         return arr
 
 

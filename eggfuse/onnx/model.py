@@ -59,7 +59,10 @@ class Model:
     the import must know (a Reshape's shape fed as an input, an ``If``'s condition) is bound
     at load time to its fed value: the model is imported once per such value.
     Raises :class:`~eggfuse.ir.OnnxError` / :class:`~eggfuse.ir.UnsupportedOpsError` when the
-    model cannot be imported, :class:`~eggfuse.ir.InputError` for feeds that do not fit.
+    model cannot be imported, also at the shapes of a run's feeds (a feed whose shape does not
+    match the model's declared dimensions is an OnnxError naming the input);
+    :class:`~eggfuse.ir.InputError` for other feeds that do not fit: a missing or unknown
+    input, a wrong dtype, and indices outside the axis a Gather reads them along.
     """
 
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,

@@ -2,9 +2,11 @@
 GatherElements, GatherND, ScatterElements, ScatterND and OneHot.
 
 Indices are i32 tensors (ONNX int64 narrowed). A negative index counts from the end of its
-axis (``k + dim``), as ONNX specifies; an index still outside ``[0, dim)`` is one ONNX leaves
-undefined (onnxruntime raises), and here it is clamped to the axis, in the reference and the
-kernels alike, so a kernel never reads or writes outside a buffer. Data tensors may be of any
+axis (``k + dim``), as ONNX specifies; an index still outside ``[0, dim)`` is an error in ONNX
+(onnxruntime raises). A graph input that Gather reads as indices is checked before a run
+(``index_bounds``: InputError outside ``[-dim, dim)``); an index computed on the device is
+clamped to the axis, in the reference and the kernels alike, so a kernel never reads or writes
+outside a buffer. Data tensors may be of any
 dtype (elements are copied, never converted). The scatters are written as gathers (WGSL has
 no float atomics): each output element scans the updates that may land on it, in the order
 ONNX's reference applies them, so duplicate indices and the reductions are deterministic.
@@ -90,6 +92,7 @@ def _gather_kernel(node, ins, target) -> Kernel:
 
 op("Gather", ("data", "indices"), _gather, _gather_ref, attrs=(Attr("axis", "int", 0),), vjp=_NO_GRAD,
    kernel=_gather_kernel, flops=lambda ins, out, a: 0,
+   index_bounds=lambda ins, a: {1: ins[0].shape[a["axis"] % ins[0].rank]},
    doc="ONNX Gather (https://onnx.ai/onnx/operators/onnx__Gather.html): numpy.take(data, indices, axis), "
        "negative indices from the end, out-of-range ones clamped")
 

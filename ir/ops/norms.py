@@ -573,8 +573,7 @@ op("EmbeddingSumLayerNorm", ("w", "bias", "indices0", "table0", "indices1?", "ta
                                           "t % positions is added to row t (sequences of that many rows)")),
    vjp=_embedding_sum_layer_norm_vjp,
    kernel=_embedding_sum_layer_norm_kernel, flops=lambda ins, out, a: 9 * out.num_elements,
-   index_bounds=lambda ins, a: {i: ins[i + 1].shape[0] for i in range(2, 2 + 2 * _pairs_of(len(ins), a), 2)
-                                if ins[i].dtype is DType.U32},
+   index_bounds=lambda ins, a: {i: ins[i + 1].shape[0] for i in range(2, 2 + 2 * _pairs_of(len(ins), a), 2)},
    doc="LayerNorm(sum_i table_i[indices_i] (+ positions[t % P]), w, bias, eps) over rows of H: a BERT-style "
        "embedding layer (word, position and token type rows added, then normalised) in one dispatch (two with "
        "three tables where the device binds 8 storage buffers at most); two or three (indices, table) pairs, or "

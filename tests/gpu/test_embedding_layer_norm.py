@@ -137,9 +137,14 @@ def test_an_index_past_a_table_is_refused_with_its_input_named(device):
 
 def _exported_embeddings(pairs: int, flat: bool, b: int = 3, s: int = 7, h: int = 37) -> Graph:
     # an exporter's BERT embeddings: Gathers of the word (and token type) tables by i32 ids [B, S], the
-    # folded position rows [1, S, H] added last, then LayerNorm over the [B S, H] view (flat) or [B, S, H]
+    # folded position rows [1, S, H] added last, then LayerNorm over the [B S, H] view (flat) or [B, S, H];
+    # the second table's ids are computed (ids1 + 1), so the runtime cannot check them and the kernel clamps
     g = Graph()
-    rows = [g.add_node("Gather", (g.parameter(f"table{i}", [v, h]), g.input(f"ids{i}", [b, s], DType.I32)), axis=0)
+    ids = [g.input("ids0", [b, s], DType.I32)]
+    if pairs == 2:
+        one = g.constant(np.array(1, dtype=np.int32), shape=(), dtype=DType.I32)
+        ids.append(g.add(g.input("ids1", [b, s], DType.I32), one))
+    rows = [g.add_node("Gather", (g.parameter(f"table{i}", [v, h]), ids[i]), axis=0)
             for i, v in enumerate((50, 2)[:pairs])]
     x = g.add(rows[0], rows[1]) if pairs == 2 else rows[0]
     x = g.add(x, g.parameter("pos", [1, s, h]))
@@ -154,14 +159,15 @@ def test_an_exporters_gathers_and_position_rows_are_one_dispatch(device, pairs, 
     g = _exported_embeddings(pairs, flat)
     inputs, params = _feeds(g)
     rng = np.random.default_rng(11)
-    # Gather's indices: negative ones count from the end, those still outside the table are clamped
-    inputs["ids0"] = rng.integers(-60, 60, (3, 7)).astype(np.int32)
+    # Gather's indices: negative ones count from the end; computed ones outside the table are clamped
+    inputs["ids0"] = rng.integers(-50, 50, (3, 7)).astype(np.int32)
     if pairs == 2:
-        inputs["ids1"] = rng.choice([-3, -1, 0, 1, 2], (3, 7)).astype(np.int32)
+        inputs["ids1"] = rng.choice([-4, -2, -1, 0, 1, 2], (3, 7)).astype(np.int32)  # + 1: -3 and 3 clamped
     opt, (y,) = run_optimised(g, device, inputs, params)  # checked against the unfused graph's reference
-    assert [n.op for n in opt.live_nodes() if opt.dispatches(n)] == ["EmbeddingSumLayerNorm"]
+    ops = sorted(n.op for n in opt.live_nodes() if opt.dispatches(n))
+    assert ops == ["EmbeddingSumLayerNorm"] if pairs == 1 else ops == ["Add", "EmbeddingSumLayerNorm"]  # ids1 + 1
     plan = lower(opt, device.limits)
-    assert [d.kernel.split("+")[0] for d in plan.dispatches] == [f"embedding{pairs}_i32_positions_layer_norm"]
+    assert plan.dispatches[-1].kernel.split("+")[0] == f"embedding{pairs}_i32_positions_layer_norm"
     assert y.shape == ((21, 37) if flat else (3, 7, 37))
 
 
@@ -175,3 +181,16 @@ def test_position_rows_of_another_sequence_length_are_left_alone(device):
     inputs["ids0"] = np.random.default_rng(2).integers(0, 20, (2, 7)).astype(np.int32)
     opt, _ = run_optimised(g, device, inputs, params)
     assert "EmbeddingSumLayerNorm" not in [n.op for n in opt.live_nodes()]
+
+
+@pytest.mark.parametrize("bad", [50, -51])
+def test_an_i32_id_outside_the_table_is_refused_with_its_input_named(device, bad):
+    # ONNX makes a Gather index outside [-50, 50) an error (onnxruntime raises): so does the session, before the run
+    g = _exported_embeddings(1, True)
+    inputs, params = _feeds(g)
+    inputs["ids0"] = np.zeros((3, 7), np.int32)
+    session = Session(lower(optimize(g)[0], device.limits), params, device=device)
+    session.run(inputs)
+    inputs["ids0"][1, 3] = bad
+    with pytest.raises(InputError, match=rf"input 'ids0': index {bad} out of range for an axis of 50 .*from -50 to 49"):
+        session.run(inputs)
