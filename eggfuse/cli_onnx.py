@@ -50,8 +50,9 @@ def _input_arg(text: str) -> tuple[str, str]:
 def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
     """The feeds of ``model`` (an :class:`eggfuse.onnx.Model`): arrays loaded from ``given``
     (name -> .npy path, or a number: the input's shape filled with it in its dtype), random values
-    of the model's shapes for the others (symbolic dimensions from ``shapes``, else 1). Raises
-    InputError for an unknown name, a bad file, or a number the input's dtype cannot hold."""
+    of the model's shapes for the others (symbolic dimensions from ``shapes``, a named one from the
+    shape given for another input that has it, else 1). Raises InputError for an unknown name, a
+    bad file, or a number the input's dtype cannot hold."""
     from eggfuse.onnx.importer import _dims, elem_numpy
 
     names = set(model.input_names)
@@ -60,10 +61,14 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
             raise InputError(f"{name!r} is not an input of the model; its inputs are: "
                              f"{', '.join(map(repr, model.input_names))}")
     rng = np.random.default_rng(seed)
+    named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
+    for vi in model.inputs:
+        if vi.name in shapes:
+            named.update((d, s) for d, s in zip(_dims(vi), shapes[vi.name], strict=False) if isinstance(d, str))
     feeds = {}
     for vi in model.inputs:
         dims = _dims(vi)
-        shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+        shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in dims]
         dtype = elem_numpy(vi.type.tensor_type.elem_type)
         value = _number(given[vi.name]) if vi.name in given else None
         if value is not None:
@@ -111,7 +116,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
         if drawn:  # the model may only fail on values it was never meant to get
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "
-                       f"gives them; integers in [0, 10)); give the model's real shapes with --shape NAME=DxD... "
+                       f"gives them, for the input or another with the same named dimension; integers in [0, 10)); "
+                       f"give the model's real shapes with --shape NAME=DxD... "
                        f"and real values with --input NAME=FILE.npy")
         raise
     runs = []

@@ -415,6 +415,7 @@ class Importer:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise OnnxError(f"{key!r} is not an input of the model{hint}; its inputs are: "
                                 f"{', '.join(repr(n) for n in names) or 'none'}")
+        named: dict[str, tuple[int, str]] = {}  # a named (dim_param) dimension: its size, the input that set it
         for vi in fed:
             tt = vi.type.tensor_type
             if not vi.type.HasField("tensor_type"):
@@ -440,6 +441,12 @@ class Importer:
                                 "which takes them from the first feeds")
             else:
                 shape = tuple(dims)
+            for d, s in zip(dims or (), shape, strict=False):
+                # ONNX: a dim_param names one size across the graph's inputs (a batch, a sequence length)
+                if isinstance(d, str) and named.setdefault(d, (s, vi.name))[0] != s:
+                    size, other = named[d]
+                    raise OnnxError(f"input {vi.name!r} (shape {list(shape)}): its dimension {d!r} is {s}, but {size} "
+                                    f"in input {other!r}; give the inputs that share a named dimension one size")
             if any(d < 1 for d in shape):  # empty axes, pads, a CastLike's type: no contents, known at load time
                 raise NeedsValuesError(
                     f"input {vi.name!r} has shape {list(shape)}: an empty tensor cannot be fed at run time, "

@@ -130,3 +130,16 @@ def test_cli_run_says_when_the_inputs_it_failed_on_were_drawn_at_random(tmp_path
     assert main(["run", str(path), "--input", f"x={x}"]) == 2  # the user's own values: no hint about random ones
     err = capsys.readouterr().err
     assert "MaxPool" in err and "hint" not in err
+
+
+def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):
+    # x and m share "batch" and "seq": --shape of x sizes the random m too; a .npy of another size is refused
+    path = tmp_path / "add.onnx"
+    onnx.save(model([node("Add", ["x", "m"], ["y"])], [("x", F, ["batch", "seq"]), ("m", F, ["batch", "seq"])],
+                    [("y", F, None)]), path)
+    assert main(["run", str(path), "--shape", "x=2x7", "--json", "--repeats", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"] == {"x": [2, 7], "m": [2, 7]}
+    m = tmp_path / "m.npy"
+    np.save(m, np.ones((2, 5), np.float32))
+    assert main(["run", str(path), "--shape", "x=2x7", "--input", f"m={m}"]) == 2
+    assert "input 'm' (shape [2, 5]): its dimension 'seq' is 5, but 7 in input 'x'" in capsys.readouterr().err

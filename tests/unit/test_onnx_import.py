@@ -46,6 +46,16 @@ def test_symbolic_dimension_needs_a_shape_and_a_misspelt_name_gets_the_closest()
         load(m, shapes={"x": [2, 4]})
 
 
+def test_a_named_dimension_has_one_size_across_the_inputs():
+    # ONNX: a dim_param names one size in a graph; an input fed another (a mask shorter than the ids) is refused
+    m = model([node("Add", ["x", "m"], ["y"])], [("x", F, ["batch", "seq"]), ("m", F, ["batch", "seq"])],
+              [("y", F, None)])
+    g, _ = load(m, shapes={"x": [2, 7], "m": [2, 7]})
+    assert g.node(g.outputs[0]).type.shape == (2, 7)
+    with pytest.raises(OnnxError, match=r"input 'm' \(shape \[2, 5\]\): its dimension 'seq' is 5, but 7 in input 'x'"):
+        load(m, shapes={"x": [2, 7], "m": [2, 5]})
+
+
 def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
     m = model([node("FancyOp", ["x"], ["a"], name="f1", domain="com.example"), node("Identity", ["a"], ["b"]),
                node("NoSuchOp", ["b"], ["c"], name="n1"), node("NoSuchOp", ["c"], ["d"], name="n2")],
