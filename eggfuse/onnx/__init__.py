@@ -10,11 +10,11 @@ Requires the ``onnx`` package (the ``onnx`` extra). Converters per ONNX op type 
 :mod:`eggfuse.onnx.ops`, one module per family; ``CONVERTERS`` lists them.
 """
 
-from eggfuse.ir import OnnxError, UnsupportedOpsError
+from eggfuse.ir import InputError, OnnxError, UnsupportedOpsError
 
 from . import ops  # noqa: F401  (registers the converters)
 from .importer import CONVERTERS, NodeContext, Value, converter, load
 from .model import Model, Specialised
 
-__all__ = ["CONVERTERS", "Model", "NodeContext", "OnnxError", "Specialised", "UnsupportedOpsError", "Value",
-           "converter", "load"]
+__all__ = ["CONVERTERS", "InputError", "Model", "NodeContext", "OnnxError", "Specialised", "UnsupportedOpsError",
+           "Value", "converter", "load"]

@@ -166,7 +166,11 @@ class Model:
         return out
 
     def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-        """The model's outputs for ``feeds``, in output order and ONNX dtypes."""
+        """The model's outputs for ``feeds`` (name -> array, or arrays in input order), in output order
+        and ONNX dtypes. A set of input shapes not seen before is imported and compiled first (one
+        plan per set, kept). Raises :class:`~eggfuse.ir.InputError` for a missing or unknown input,
+        a wrong dtype, a value out of int32's range, or Gather indices outside their axis, and
+        :class:`~eggfuse.ir.OnnxError` for shapes the model does not take (the class's errors)."""
         feeds = self._feeds(feeds)
         spec = self.specialise(feeds)
         runtime = {n: a for n, a in feeds.items() if n not in spec.values}
