@@ -441,9 +441,14 @@ class Importer:
                                 "which takes them from the first feeds")
             else:
                 shape = tuple(dims)
+            # ONNX: a dim_param names one size across the graph's inputs (a batch, a sequence length); not a
+            # placeholder ('?', paddle2onnx's) nor a name one input gives two sizes (then it names no size)
+            own: dict[str, set[int]] = {}
             for d, s in zip(dims or (), shape, strict=False):
-                # ONNX: a dim_param names one size across the graph's inputs (a batch, a sequence length)
-                if isinstance(d, str) and named.setdefault(d, (s, vi.name))[0] != s:
+                if isinstance(d, str) and (d[:1].isalpha() or d[:1] == "_"):
+                    own.setdefault(d, set()).add(s)
+            for d, sizes in own.items():
+                if len(sizes) == 1 and named.setdefault(d, (s := next(iter(sizes)), vi.name))[0] != s:
                     size, other = named[d]
                     raise OnnxError(f"input {vi.name!r} (shape {list(shape)}): its dimension {d!r} is {s}, but {size} "
                                     f"in input {other!r}; give the inputs that share a named dimension one size")

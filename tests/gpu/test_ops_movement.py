@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
-from eggfuse.ir import DType, Graph
+from eggfuse.ir import DType, Graph, InputError, evaluate
 from eggfuse.ir.ops.movement import fill_bits
+from eggfuse.lowering import lower
+from eggfuse.runtime import Session
 
 F, I32, B = DType.F32, DType.I32, DType.BOOL
 _NAMES = {F: "f32", I32: "i32", B: "bool"}
@@ -72,11 +74,12 @@ ROWS = [
          {"sequence_lens": _ints([6, 2, -1])}, batch_axis=0, time_axis=1),
     _row("ReverseSequence", "-bool", [("x", [2, 7], B), ("sequence_lens", [2], I32)],
          {"sequence_lens": _ints([7, 5])}, batch_axis=0, time_axis=1),
-    # Gather: any axis, scalar and 2-D indices, negative and out-of-range (clamped) indices
+    # Gather: any axis, scalar and 2-D indices, negative indices (out-of-range ones fed are refused, computed ones
+    # clamped: the tests below)
     *[_row("Gather", f"@{ax}", [("data", s, d), ("indices", si, I32)], {"indices": _ints(iv)}, axis=ax)
       for s, si, iv, ax, d in (
           ([5, 4], [3], [0, -1, 4], 0, F), ([5, 4], [2, 3], [[3, -4, 0], [1, 1, -1]], 1, I32),
-          ([3, 4, 5], [], 2, 2, F), ([3, 4, 5], [4], [-3, 7, -9, 2], -2, B), ([300, 70], [257], np.arange(257) % 300,
+          ([3, 4, 5], [], 2, 2, F), ([3, 4, 5], [4], [-3, 3, -4, 2], -2, B), ([300, 70], [257], np.arange(257) % 300,
                                                                               0, F))],
     # GatherElements: indices smaller than data off the axis, negative indices
     *[_row("GatherElements", f"@{ax}", [("data", s, d), ("indices", si, I32)], {"indices": _ints(iv)}, axis=ax)
@@ -125,3 +128,34 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_op_matches_reference(row: Row, device):
     check_row(row, device, subgroups=None)
+
+
+def _computed_gather(device):
+    # Gather of bool data [3, 4, 5] along axis -2 by indices computed on the device (fed + 5)
+    g = Graph()
+    five = g.constant(np.array(5, dtype=np.int32), shape=(), dtype=I32)
+    g.set_outputs([g.add_node("Gather", (g.input("data", [3, 4, 5], B), g.add(g.input("idx", [4], I32), five)),
+                             axis=-2)])
+    return g, Session(lower(g, dict(device.limits)), {}, device=device)
+
+
+def test_gather_clamps_indices_computed_out_of_range(device):
+    g, session = _computed_gather(device)
+    feeds = {"data": np.random.default_rng(3).integers(0, 2, (3, 4, 5)).astype(bool),
+             "idx": _ints([-8, 2, -14, -3])}  # + 5: -3 (from the end), 7 and -9 (clamped to 3 and 0), 2
+    (got,) = session.run(feeds)
+    (want,) = evaluate(g, feeds, {})
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, feeds["data"][:, [1, 3, 0, 2], :])
+
+
+@pytest.mark.parametrize("bad", [4, -5])
+def test_gather_refuses_fed_indices_outside_the_axis(device, bad):
+    # ONNX makes a Gather index outside [-4, 4) an error (onnxruntime raises): the session refuses it by name
+    g = Graph()
+    g.set_outputs([g.add_node("Gather", (g.input("data", [3, 4, 5], F), g.input("idx", [2], I32)), axis=1)])
+    session = Session(lower(g, dict(device.limits)), {}, device=device)
+    data = np.zeros((3, 4, 5), np.float32)
+    session.run({"data": data, "idx": _ints([-4, 3])})
+    with pytest.raises(InputError, match=rf"input 'idx': index {bad} out of range for an axis of 4"):
+        session.run({"data": data, "idx": _ints([0, bad])})

@@ -310,7 +310,7 @@ ROWS = [
         feeds={"i0": np.array([0, 5, 2, 2, 1], dtype=np.uint32), "i1": np.array([2, 0, 1, 0, 0], dtype=np.uint32),
                "i2": np.array([1, 1, 0, 1, 0], dtype=np.uint32)}, init={"w": near_one}),
     # positions: two sequences of 3 rows, the positions table's gradient summed over them; i32 indices (ONNX
-    # Gather's, -1 the last row, 9 clamped) of a constant table, which has no gradient
+    # Gather's, -1 and -5 counted from the end) of a constant table, which has no gradient
     Row("EmbeddingSumLayerNorm-positions", lambda g: g.add_node("EmbeddingSumLayerNorm", (
         P(g, "w", [4]), P(g, "b", [4]), g.input("i0", [6], DType.U32), P(g, "t0", [5, 4]),
         g.input("i1", [6], DType.U32), P(g, "t1", [2, 4]), P(g, "pos", [3, 4])), eps=1e-5, positions=3),
@@ -319,7 +319,7 @@ ROWS = [
     Row("EmbeddingSumLayerNorm-i32-positions", lambda g: g.add_node("EmbeddingSumLayerNorm", (
         P(g, "w", [4]), P(g, "b", [4]), g.input("i0", [6], DType.I32),
         g.constant(np.arange(20, dtype=np.float32).reshape(5, 4) / 7.0), P(g, "pos", [2, 4])), eps=1e-5, positions=2),
-        feeds={"i0": np.array([0, -1, 9, 2, -5, 3], dtype=np.int32)}, init={"w": near_one}),
+        feeds={"i0": np.array([0, -1, 4, 2, -5, 3], dtype=np.int32)}, init={"w": near_one}),
     Row("RoPE-half", lambda g: g.rope(P(g, "x", [6, 8]), 100.0, head_dim=4, pos_offset=3, batch=2)),
     Row("RoPE-adjacent", lambda g: g.rope(P(g, "x", [5, 6]), 10000.0, head_dim=6, pairing="adjacent")),
     _attention("FullAttention"),

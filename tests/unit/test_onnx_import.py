@@ -54,6 +54,11 @@ def test_a_named_dimension_has_one_size_across_the_inputs():
     assert g.node(g.outputs[0]).type.shape == (2, 7)
     with pytest.raises(OnnxError, match=r"input 'm' \(shape \[2, 5\]\): its dimension 'seq' is 5, but 7 in input 'x'"):
         load(m, shapes={"x": [2, 7], "m": [2, 5]})
+    # not names of one size: paddle2onnx's '?' placeholder, and a name one input gives two sizes
+    m = model([node("Identity", ["x"], ["y"]), node("Identity", ["z"], ["w"])],
+              [("x", F, ["?", 3, "?"]), ("z", F, ["n", "n"])], [("y", F, None), ("w", F, None)])
+    g, _ = load(m, shapes={"x": [1, 3, 48], "z": [2, 5]})
+    assert [g.node(o).type.shape for o in g.outputs] == [(1, 3, 48), (2, 5)]
 
 
 def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
