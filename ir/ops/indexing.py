@@ -6,10 +6,10 @@ axis (``k + dim``), as ONNX specifies; an index still outside ``[0, dim)`` is an
 (onnxruntime raises). A graph input that Gather reads as indices is checked before a run
 (``index_bounds``: InputError outside ``[-dim, dim)``); an index computed on the device is
 clamped to the axis, in the reference and the kernels alike, so a kernel never reads or writes
-outside a buffer. Data tensors may be of any
-dtype (elements are copied, never converted). The scatters are written as gathers (WGSL has
-no float atomics): each output element scans the updates that may land on it, in the order
-ONNX's reference applies them, so duplicate indices and the reductions are deterministic.
+outside a buffer. Data tensors may be of any dtype (elements are copied, never converted). The
+scatters are written as gathers (WGSL has no float atomics): each output element scans the
+updates that may land on it, in the order ONNX's reference applies them, so duplicate indices
+and the reductions are deterministic.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ op("Gather", ("data", "indices"), _gather, _gather_ref, attrs=(Attr("axis", "int
    kernel=_gather_kernel, flops=lambda ins, out, a: 0,
    index_bounds=lambda ins, a: {1: ins[0].shape[a["axis"] % ins[0].rank]},
    doc="ONNX Gather (https://onnx.ai/onnx/operators/onnx__Gather.html): numpy.take(data, indices, axis), "
-       "negative indices from the end, out-of-range ones clamped")
+       "negative indices from the end; fed indices outside [-dim, dim) refused (InputError), computed ones "
+       "clamped")
 
 
 # --- GatherElements, ScatterElements ---------------------------------------------------------
@@ -248,7 +249,6 @@ op("GatherND", ("data", "indices"), _gather_nd, _gather_nd_ref, attrs=(Attr("bat
        "data.shape[batch_dims + k:]")
 
 
-
 # --- gathers of every element in order: views ----------------------------------------------------
 # Exporters index a runtime tensor with folded constants that select every element in order:
 # the classic exporter's attention_mask[:, None, None, :] as Gather(x [B*S, 1], arange(B*S) as
@@ -307,6 +307,7 @@ def _whole_gathers(e):
     yield e.equal("GatherND(x, grid) -> Reshape(x)", lhs, e.Identity(x, shape=so), e.index_grid(c, n0, n1),
                   e.eq(e.shape(x)).to(sx), e.eq(sx[0]).to(n0), e.eq(sx[1]).to(n1), e.eq(e.shape(lhs)).to(so),
                   example=_whole_gather_example(True))
+
 
 def _scatter_nd(ts, a):
     data, idx, upd = ts
