@@ -53,13 +53,11 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
     of the model's shapes for the others (symbolic dimensions from ``shapes``, a named one from the
     shape given for another input that has it, else 1). Raises InputError for an unknown name, a
     bad file, or a number the input's dtype cannot hold."""
-    from eggfuse.onnx.importer import _dims, elem_numpy
+    from eggfuse.onnx.importer import _dims, elem_numpy, unknown_input
 
-    names = set(model.input_names)
     for name in [*given, *shapes]:
-        if name not in names:
-            raise InputError(f"{name!r} is not an input of the model; its inputs are: "
-                             f"{', '.join(map(repr, model.input_names))}")
+        if name not in model.input_names:
+            raise unknown_input(name, model.input_names, InputError)
     rng = np.random.default_rng(seed)
     named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
     for vi in model.inputs:

@@ -304,6 +304,15 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
     return out
 
 
+def unknown_input(name: str, names: Sequence[str], error: type = OnnxError, what: str = "") -> Exception:
+    """``error`` saying that ``name`` is not one of the model's inputs ``names``, with the closest name
+    as a hint and every input listed; ``what`` prefixes the message (where the name came from)."""
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return error(f"{what}{name!r} is not an input of the model{hint}; its inputs are: "
+                 f"{', '.join(repr(n) for n in names) or 'none'}")
+
+
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The inputs a caller feeds: graph inputs that are not initializers."""
     inits = {t.name for t in model.graph.initializer}
@@ -411,10 +420,7 @@ class Importer:
         names = [vi.name for vi in fed]
         for key in list(self.shapes) + list(self.values):
             if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise OnnxError(f"{key!r} is not an input of the model{hint}; its inputs are: "
-                                f"{', '.join(repr(n) for n in names) or 'none'}")
+                raise unknown_input(key, names)
         named: dict[str, tuple[int, str]] = {}  # a named (dim_param) dimension: its size, the input that set it
         for vi in fed:
             tt = vi.type.tensor_type

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from .importer import (
     elem_numpy,
     graph_inputs,
     import_model,
+    unknown_input,
 )
 
 
@@ -78,8 +78,7 @@ class Model:
         self.shapes = {k: tuple(int(d) for d in v) for k, v in dict(shapes or {}).items()}
         for k in self.shapes:
             if k not in self.input_names:
-                raise OnnxError(f"shapes: {k!r} is not an input of the model; its inputs are: "
-                                f"{', '.join(map(repr, self.input_names)) or 'none'}")
+                raise unknown_input(k, self.input_names, what="shapes: ")
         self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache
         from eggfuse.pipeline import precision_rulesets
 
@@ -143,10 +142,7 @@ class Model:
                              f"{type(feeds).__name__}")
         for name in given:
             if name not in self.input_names:
-                close = difflib.get_close_matches(name, self.input_names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise InputError(f"{name!r} is not an input of the model{hint}; its inputs are: "
-                                 f"{', '.join(map(repr, self.input_names))}")
+                raise unknown_input(name, self.input_names, InputError)
         missing = [n for n in self.input_names if n not in given]
         if missing:
             raise InputError(f"input(s) {', '.join(map(repr, missing))} not given")

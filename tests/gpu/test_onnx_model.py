@@ -13,7 +13,7 @@ from onnx import helper
 from onnx_models import I64, B, F, model, node  # tests/onnx_models.py
 
 from eggfuse.cli import main
-from eggfuse.ir import InputError
+from eggfuse.ir import InputError, OnnxError
 from eggfuse.onnx import Model
 from eggfuse.onnx.backend import EggfuseBackend
 
@@ -51,6 +51,8 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
     m = Model(_shape_model())
     with pytest.raises(InputError, match=r"'xx' is not an input of the model \(did you mean 'x'\?\)"):
         m.run({"xx": np.zeros((2, 3), np.float32)})
+    with pytest.raises(OnnxError, match=r"shapes: 'xx' is not an input of the model \(did you mean 'x'\?\)"):
+        Model(_shape_model(), shapes={"xx": [2, 3]})
     with pytest.raises(InputError, match=r"got 2 inputs, the model takes 1"):
         m.run([np.zeros((2, 3)), np.zeros(2)])
     with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool"):
@@ -87,6 +89,8 @@ def test_cli_run_prints_shapes_dispatches_and_timings(tmp_path, capsys):
     assert "input  x: [2, 3] (random)" in text and "dispatches per run:" in text
     assert main(["run", str(path), "--shape", "y=2x3"]) == 2
     assert "'y' is not an input of the model" in capsys.readouterr().err
+    assert main(["run", str(path), "--shape", "xx=2x3"]) == 2
+    assert "'xx' is not an input of the model (did you mean 'x'?)" in capsys.readouterr().err
 
 
 def test_cli_run_takes_numbers_as_inputs_and_checks_shapes(tmp_path, capsys):
