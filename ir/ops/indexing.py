@@ -278,16 +278,16 @@ def _index_grid(value: np.ndarray, ty: TensorType):
     return (n0, n1) if np.array_equal(pairs[:, 0], k // n1) and np.array_equal(pairs[:, 1], k % n1) else None
 
 
-def _whole_gather_example(nd: bool):
+def _whole_gather_example(nd: bool, axis: int = 1):
     def build(g, dim):
         a, n, m = dim("a", 1, 3), dim("n", 1, 4), dim("m", 1, 3)
         if nd:  # GatherND(x [a, n, m], grid of (i, j)) as [1, a, 1, n, 2]
             grid = np.stack(np.meshgrid(np.arange(a), np.arange(n), indexing="ij"), axis=-1).reshape(1, a, 1, n, 2)
             c = g.constant(grid.astype(np.int32), shape=list(grid.shape), dtype=DType.I32)
             g.set_outputs([g.add_node("GatherND", (g.input("x", [a, n, m]), c))])
-        else:  # Gather(x [a, n, m], arange(n) as [n, 1], axis 1)
+        else:  # Gather(x [a, n, m], arange(n) as [n, 1], axis 1 or -2)
             c = g.constant(np.arange(n, dtype=np.int32).reshape(n, 1), shape=[n, 1], dtype=DType.I32)
-            g.set_outputs([g.add_node("Gather", (g.input("x", [a, n, m]), c), axis=1)])
+            g.set_outputs([g.add_node("Gather", (g.input("x", [a, n, m]), c), axis=axis)])
 
     return example(build)
 
@@ -297,11 +297,14 @@ def _whole_gathers(e):
     x, c = e.vars("x c")
     sx, so = e.vars("sx so", e.Vec[e.i64])
     ax, n, n0, n1 = e.vars("ax n n0 n1", e.i64)
-    # Gather(x, c, axis) -> Reshape(x, shape)   if iota(c, n) and x has n elements along the (non-negative) axis
+    # Gather(x, c, axis) -> Reshape(x, shape)   if iota(c, n) and x has n elements along the axis (a negative
+    # one counted from the end)
     lhs = e.Gather(x, c, axis=ax)
-    yield e.equal("Gather(x, iota, axis) -> Reshape(x)", lhs, e.Identity(x, shape=so), e.iota(c, n),
-                  e.eq(e.shape(x)).to(sx), ax >= e.i64(0), e.eq(sx[ax]).to(n), e.eq(e.shape(lhs)).to(so),
-                  example=_whole_gather_example(False))
+    for label, sign, at, axis in (("axis", ax >= e.i64(0), ax, 1), ("negative axis", ax < e.i64(0),
+                                                                    sx.length() + ax, -2)):
+        yield e.equal(f"Gather(x, iota, {label}) -> Reshape(x)", lhs, e.Identity(x, shape=so), e.iota(c, n),
+                      e.eq(e.shape(x)).to(sx), sign, e.eq(sx[at]).to(n), e.eq(e.shape(lhs)).to(so),
+                      example=_whole_gather_example(False, axis))
     # GatherND(x, c, batch_dims 0) -> Reshape(x, shape)   if index_grid(c, n0, n1) and x is [n0, n1, ...]
     lhs = e.GatherND(x, c, batch_dims=e.i64(0))
     yield e.equal("GatherND(x, grid) -> Reshape(x)", lhs, e.Identity(x, shape=so), e.index_grid(c, n0, n1),
