@@ -161,11 +161,10 @@ def _row(shape: str, op: str, tiles, default: bool, workgroups: int, ours: tuple
     # or the decode rows' (wg, 1, wg)
     med, p90 = ours
     if isinstance(tiles, attention.LaneTiles):
-        kernel, lanes, (wg, bq, bk) = "attention_lanes.wgsl", tiles.lanes, (tiles.rows // tiles.per_lane * tiles.lanes,
-                                                                            tiles.rows, tiles.bk)
+        kernel, lanes, per_lane = "attention_lanes.wgsl", tiles.lanes, tiles.per_lane
+        wg, bq, bk = tiles.rows // tiles.per_lane * tiles.lanes, tiles.rows, tiles.bk
     else:
-        kernel, lanes, (wg, bq, bk) = "attention.wgsl", None, tiles
-    per_lane = tiles.per_lane if isinstance(tiles, attention.LaneTiles) else None
+        (wg, bq, bk), kernel, lanes, per_lane = tiles, "attention.wgsl", None, None
     return {"shape": shape, "op": op, "kernel": kernel, "wg": wg, "bq": bq, "bk": bk, "lanes": lanes,
             "per_lane": per_lane, "default": default, "workgroups": workgroups,
             "ours_us": med * 1e6, "ours_p90_us": p90 * 1e6, "max_err": err,

@@ -683,7 +683,8 @@ class _InputSlot:
         # out of range. (The compiled staging hands non-finite values to this check.)
         arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite)
         if self.rows is not None and arr.size:
-            top, low = int(arr.max()), int(arr.min())
+            top = int(arr.max())
+            low = int(arr.min()) if arr.dtype.kind == "i" else 0  # (a second pass only for signed indices)
             if arr.dtype.kind == "i" and (top >= self.rows or low < -self.rows):  # ONNX Gather's: from the end
                 raise InputError(f"input {self.name!r}: index {top if top >= self.rows else low} out of range for "
                                  f"an axis of {self.rows} (it indexes along it: Gather, EmbeddingSumLayerNorm; "

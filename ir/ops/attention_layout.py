@@ -105,6 +105,13 @@ def _fused_guards(e, q, k, v, sq, sk, sv, s, nh):
             root > e.f64(1 - DEFAULT_SCALE_RTOL))
 
 
+def _rows_of(e, q, k, v, sq, sk, sv):
+    """q, k, v [B, S, width] as [B S, width] rows: their Reshape terms, and the actions that give the
+    new terms their shapes (the fused ops' inputs)."""
+    rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
+    return rows, [e.set_(e.shape(rows[x])).to(e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))]
+
+
 @rules("attention")
 def _fused_attention(e):
     q, k, v = e.vars("q k v")
@@ -113,7 +120,7 @@ def _fused_attention(e):
     nh, nkv = e.vars("nh nkv", e.i64)
     hd = sq[2] / nh
     guards = _fused_guards(e, q, k, v, sq, sk, sv, s, nh)
-    rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
+    rows, row_shapes = _rows_of(e, q, k, v, sq, sk, sv)
     # GeneralAttention(q, k, v; 3-D, scale 1/sqrt(D), causal or not, nothing else) -> Reshape(
     #   CausalAttention / FullAttention(Reshape(q, [B S, H D]), ..., batch B), [B, S, H D])
     #   if Sq = Skv and v's head size is q's (the fused ops' conditions, as the ONNX Attention import's)
@@ -125,9 +132,7 @@ def _fused_attention(e):
         yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
                                         f"Reshape({op}(q, k, v rows))",
                      example=example(_fused_example(causal))).then(
-            e.union(lhs).with_(e.Identity(fused, shape=sq)),
-            *(e.set_(e.shape(t)).to(e.Vec(sx[0] * sx[1], sx[2])) for t, sx in ((rows[q], sq), (rows[k], sk),
-                                                                             (rows[v], sv))),
+            e.union(lhs).with_(e.Identity(fused, shape=sq)), *row_shapes,
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
 
 
@@ -156,7 +161,7 @@ def _key_masked_fused_attention(e):
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
     (s, nv) = e.vars("s nv", e.f64)
     nh, nkv = e.vars("nh nkv", e.i64)
-    rows = {x: e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2])) for x, sx in ((q, sq), (k, sk), (v, sv))}
+    rows, row_shapes = _rows_of(e, q, k, v, sq, sk, sv)
     key_shape = e.Vec(sq[0], e.i64(1), e.i64(1), sk[1])  # [B, 1, 1, Skv]: one flag per sequence and key
     cast = e.Cast(b, to=e.String("f32"))  # cast, then viewed: the cast may join the casts that made b
     key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
@@ -184,9 +189,7 @@ def _key_masked_fused_attention(e):
                      name=f"GeneralAttention(q, k, v, {label}) -> Reshape(FullAttention(q, k, v rows, key mask b; "
                           f"masked_rows {masked_rows}))",
                      example=example(_key_mask_example(kind))).then(
-            e.union(lhs).with_(e.Identity(fused, shape=sq)),
-            *(e.set_(e.shape(t)).to(e.Vec(sx[0] * sx[1], sx[2])) for t, sx in ((rows[q], sq), (rows[k], sk),
-                                                                             (rows[v], sv))),
+            e.union(lhs).with_(e.Identity(fused, shape=sq)), *row_shapes,
             e.set_(e.shape(cast)).to(key_shape), e.set_(e.shape(key_mask)).to(e.Vec(sq[0], sk[1])),
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
 
