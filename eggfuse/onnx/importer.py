@@ -141,8 +141,11 @@ class NodeContext:
         return f"{self.node.op_type} node {name!r}"
 
     def fail(self, msg: str) -> OnnxError:
-        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name."""
-        return OnnxError(f"{self.where()}: {msg}")
+        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name,
+        followed by the Slices imported before it whose end ONNX clamped (a likely cause)."""
+        clamped = self.importer.clamped
+        note = f" (earlier, {'; '.join(clamped[:3])})" if clamped else ""
+        return OnnxError(f"{self.where()}: {msg}{note}")
 
     # --- attributes --------------------------------------------------------------------
 
@@ -337,6 +340,10 @@ class Importer:
         #: IR node id -> the name of the ONNX node whose import added it (its first output's name
         #: when it has none; the outermost node for an expanded function or an inlined If)
         self.origin: dict[int, str] = {}
+        #: Slices whose end ONNX clamped to a shorter axis (a finite end, not the "to the end"
+        #: idiom): a later shape error names them, as a sequence longer than a position table
+        #: fails only at the Add that meets the shorter rows
+        self.clamped: list[str] = []
 
     # --- values ------------------------------------------------------------------------
 
@@ -535,6 +542,17 @@ class Importer:
                 i is not None and i.param for i in ins)), v.blocked, deps, v.declared)  # blocked stays so
             env[name] = in_f32(v)
 
+    def note_clamped(self, where: str, shape: Sequence[int], ends: Sequence[int], axes: Sequence[int],
+                     steps: Sequence[int]) -> None:
+        """Record a Slice (at ``where``) whose finite end ONNX clamps to a shorter axis, for
+        :meth:`NodeContext.fail` to name; the INT_MAX "to the end" idiom is not recorded."""
+        for a, v, step in zip(axes, ends, steps, strict=True):
+            d = shape[a]
+            if step > 0 and d < v < 2**31 - 1:
+                self.clamped.append(f"{where} asked for rows up to {v} along axis {a} of {list(shape)}, and ONNX "
+                                    f"clamps that to {d}: the model takes at most {d} there (a position table, "
+                                    "say); give a shorter input")
+
     def _mark_unsupported(self, key: str, node: onnx.NodeProto) -> None:
         self.unsupported.setdefault(key, []).append(node.name or (node.output[0] if node.output else key))
 
@@ -553,6 +571,14 @@ class Importer:
                     arr = np.asarray(v, dtype=elem_numpy(elem))
                     return [Value("", elem, tuple(arr.shape), const=arr)]
             raise OnnxError(f"Constant node {node.name!r}: only tensor, float and int values are supported")
+        if node.op_type == "Slice" and version >= 10 and ins[0] is not None:  # folded, yet it may clamp
+            ends = [int(e) for e in np.asarray(ins[2].const).reshape(-1)]
+            axes = ([int(a) % max(len(ins[0].shape), 1) for a in np.asarray(ins[3].const).reshape(-1)]
+                    if len(ins) > 3 and ins[3] is not None else list(range(len(ends))))
+            steps = ([int(s) for s in np.asarray(ins[4].const).reshape(-1)] if len(ins) > 4 and ins[4] is not None
+                     else [1] * len(ends))
+            if len(axes) == len(ends) == len(steps) and all(a < len(ins[0].shape) for a in axes):
+                self.note_clamped(f"Slice node {node.name!r}", ins[0].shape, ends, axes, steps)
         from onnx.reference import ReferenceEvaluator
 
         names = [f"i{k}" if v is not None else "" for k, v in enumerate(ins)]

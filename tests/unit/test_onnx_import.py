@@ -61,6 +61,26 @@ def test_a_named_dimension_has_one_size_across_the_inputs():
     assert [g.node(o).type.shape for o in g.outputs] == [(1, 3, 48), (2, 5)]
 
 
+def test_a_shape_error_names_an_earlier_slice_that_onnx_clamped():
+    # exporters slice a [1, P] buffer of position ids to the input's length; a longer input is
+    # clamped to P by ONNX and fails only at the Add that meets the rows: the error says why
+    table, pos = np.ones((4, 2), np.float32), np.arange(4, dtype=np.int64)[None]
+    zero, one = np.array([0], np.int64), np.array([1], np.int64)
+    for folded in (True, False):  # the Slice of a constant is folded at load time; of an input, imported
+        nodes = [node("Shape", ["ids"], ["s"]), node("Gather", ["s", "one_"], ["n"]),
+                 node("Slice", ["pos", "zero", "n", "one_"], ["p"]), node("Gather", ["table", "p"], ["pe"]),
+                 node("Gather", ["table", "ids"], ["te"]), node("Add", ["te", "pe"], ["y"], name="add")]
+        inputs = [("ids", I64, [1, "seq"])] + ([] if folded else [("pos", I64, [1, 4])])
+        inits = [("table", table), ("zero", zero), ("one_", one)] + ([("pos", pos)] if folded else [])
+        m = model(nodes, inputs, [("y", F, None)], inits)
+        shapes = {"ids": [1, 3]} | ({} if folded else {"pos": [1, 4]})
+        load(m, shapes=shapes)  # within the table: no note
+        with pytest.raises(OnnxError, match=r"Add node 'add': .*do not broadcast.*\(earlier, Slice node .* asked for "
+                                            r"rows up to 6 along axis 1 of \[1, 4\], and ONNX clamps that to 4: the "
+                                            r"model takes at most 4 there"):
+            load(m, shapes=shapes | {"ids": [1, 6]})
+
+
 def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
     m = model([node("FancyOp", ["x"], ["a"], name="f1", domain="com.example"), node("Identity", ["a"], ["b"]),
                node("NoSuchOp", ["b"], ["c"], name="n1"), node("NoSuchOp", ["c"], ["d"], name="n2")],

@@ -197,6 +197,7 @@ def slice_node(ctx: NodeContext, starts, ends, axes, steps) -> Value:
         raise ctx.fail(f"axes {axes} out of range for an input of rank {len(shape)}")
     # starts and ends past either end of an axis act as its end +- 1 (ONNX clamps them): kept small
     dims = [shape[a] for a in axes]
+    ctx.importer.note_clamped(ctx.where(), shape, ends, axes, steps)
     attrs = {"starts": [min(max(v, -d - 1), d) for v, d in zip(starts, dims, strict=True)],
              "ends": [min(max(v, -d - 1), d) for v, d in zip(ends, dims, strict=True)], "axes": axes, "steps": steps}
     try:
