@@ -400,10 +400,14 @@ class Graph:
                              head_dim=head_dim, batch=batch, masked_rows=masked_rows)
 
     def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
-                         head_dim: int, batch: int = 1) -> NodeId:
-        """Causal GQA attention; shapes as :meth:`full_attention`."""
-        return self.add_node("CausalAttention", (q, k, v), num_heads=num_heads, num_kv_heads=num_kv_heads,
-                             head_dim=head_dim, batch=batch)
+                         head_dim: int, batch: int = 1, key_mask: NodeId | None = None,
+                         masked_rows: str = "mean") -> NodeId:
+        """Causal GQA attention; shapes as :meth:`full_attention`. A query row whose ``key_mask``
+        keeps none of the keys up to its own gives the mean of v over all the sequence's keys
+        (``"mean"``) or zeros (``"zero"``). With a key_mask it has no gradient."""
+        ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)
+        return self.add_node("CausalAttention", ins, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                             head_dim=head_dim, batch=batch, masked_rows=masked_rows)
 
     def concat(self, xs: Sequence[NodeId], axis: int = 0) -> NodeId:
         """Concatenation along ``axis``; of parameters only, a derived parameter (no dispatch)."""
@@ -423,11 +427,13 @@ class Graph:
 
     def causal_attention_rope(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int,
                               head_dim: int, theta: float, pos_offset: int = 0, pairing: str = "half",
-                              batch: int = 1, scaling: tuple | None = None) -> NodeId:
-        """CausalAttention(RoPE(q), RoPE(k), v) in one kernel."""
-        return self.add_node("CausalAttentionRoPE", (q, k, v), num_heads=num_heads, num_kv_heads=num_kv_heads,
+                              batch: int = 1, scaling: tuple | None = None, key_mask: NodeId | None = None,
+                              masked_rows: str = "mean") -> NodeId:
+        """CausalAttention(RoPE(q), RoPE(k), v, key_mask, masked_rows) in one kernel."""
+        ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)
+        return self.add_node("CausalAttentionRoPE", ins, num_heads=num_heads, num_kv_heads=num_kv_heads,
                              head_dim=head_dim, theta=theta, pos_offset=pos_offset, pairing=pairing, batch=batch,
-                             scaling=scaling)
+                             scaling=scaling, masked_rows=masked_rows)
 
     def transpose(self, x: NodeId) -> NodeId:
         return self.add_node("Transpose", (x,))

@@ -25,8 +25,9 @@
 // vec4s, so any HD works; padding adds 0 to every dot product and is never written.
 // Scores of keys a row may not see (past the causal diagonal or past the sequence) are
 // MAX_INIT and their weights 0; a key masked by key_mask scores MASK_SENTINEL, so a fully
-// masked row averages all values, as in the reference, unless ZERO_ROWS stores it as zeros
-// (masked_rows "zero": the row's maximum is then MASK_SENTINEL).
+// masked row averages all values, as in the reference, unless MASKED_ROWS stores it as zeros
+// (masked_rows "zero": the row's maximum is then MASK_SENTINEL) or, for a causal row, as MEAN_V's
+// mean_v: the mean of v over all the sequence's keys, not only the keys up to the row's own.
 // Template slots: HEAD_DIM, BQ, BK, WG (ir/ops/attention.py attention_tiles: the tiles fit the
 // workgroup memory it allows, attention_tile_bytes; BK a power of two from 4 to 64); SCORE_DOTS
 // (phase 2's dot products, unrolled: ir/ops/attention.py _score_dots); MASK (key_mask [batch,
@@ -68,6 +69,7 @@ var<workgroup> row_corr: array<f32, BQ>;
 fn key_end_of(qi: u32) -> u32 {
     return {{KEY_END}};
 }
+{{MEAN_V}}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -195,7 +197,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();
     let qi = q0 + orow;
     if (orow < BQ && qi < p.seq) {
-{{ZERO_ROWS}}
-        store_out((row0 + qi) * p.nh * HD + h * HD, col, acc / row_l[orow]);
+        var o = acc / row_l[orow];
+{{MASKED_ROWS}}
+        store_out((row0 + qi) * p.nh * HD + h * HD, col, o);
     }
 }

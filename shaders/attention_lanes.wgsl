@@ -19,7 +19,8 @@
 // logits, which equals the reference's softmax up to rounding. Keys a row may not see (past the
 // causal diagonal or the sequence) score MAX_INIT and weigh 0; a key masked by key_mask scores
 // MASK_SENTINEL, so a fully masked row averages all values, as in the reference, or with masked_rows
-// "zero" is stored as zeros (STORE: the row's maximum is then MASK_SENTINEL).
+// "zero" is stored as zeros (STORE: the row's maximum is then MASK_SENTINEL); a causal row that keeps no
+// key is stored as MEAN_V's mean_v, the mean of v over all the sequence's keys (masked_rows "mean").
 // CausalAttentionRoPE: Q_TILE declares the Q block in workgroup memory (q_tile, BQ = R rows), which
 // Q_PREPARE loads and rotates (attention_qk_rope.wgsl's prepare_q_tile, included by QK) before the
 // lanes read their rows from it, and K_PREPARE rotates each K tile in place (prepare_k_tile);
@@ -56,6 +57,7 @@ var<workgroup> merge: array<array<vec4<f32>, HD4>, R * HALF>;
 fn key_end_of(qi: u32) -> u32 {
     return {{KEY_END}};
 }
+{{MEAN_V}}
 
 // A lane's weight of one score against the running maximum mt (0 for a key it may not see).
 fn weight(s: f32, mt: f32) -> f32 {

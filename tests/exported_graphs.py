@@ -20,7 +20,8 @@ F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
 #: The masks of :class:`Attn` that read a bool input [B, 1, 1, S].
-PADDING = ("padding", "padding_causal", "padding_true", "padding_min", "padding_true_min", "padding_ten_thousand")
+PADDING = ("padding", "padding_causal", "padding_causal_min", "padding_true", "padding_min", "padding_true_min",
+           "padding_ten_thousand")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class Attn:
     (the product times d^-1/2) or ``div`` (the product over d^1/2). ``mask``: none, ``causal``
     (a folded -inf causal initializer [1,1,S,S]), ``causal_min`` (float32's min, [S,S]),
     ``padding`` (Where(bool input [B,1,1,S], 0, -inf)), ``padding_causal`` (And of a causal bool
-    initializer and the padding input, then Where(., 0, -inf)), ``padding_true`` (the same with an
+    initializer and the padding input, then Where(., 0, -inf); ``padding_causal_min`` with float32's
+    min for -inf: the dynamo exporter's decoder mask), ``padding_true`` (the same with an
     all-true initializer [1,1,S,1]: the classic exporter's encoder mask), ``padding_min`` and
     ``padding_true_min`` (``padding`` and ``padding_true`` with float32's min for -inf: the dynamo
     exporter's encoder mask is the second), ``padding_ten_thousand`` (``padding`` with -10000: older
@@ -147,7 +149,7 @@ def attention_model(a: Attn, seed: int = 0):
         if a.mask in ("padding", "padding_min", "padding_ten_thousand"):
             m = "mask"
         else:
-            c = tril[None, None] if a.mask == "padding_causal" else np.ones((1, 1, s, 1), dtype=bool)
+            c = tril[None, None] if a.mask.startswith("padding_causal") else np.ones((1, 1, s, 1), dtype=bool)
             m = op("And", [init("tril", c), "mask"])
         masked = (init("fmin", np.float32(np.finfo(np.float32).min)) if a.mask.endswith("_min") else
                   init("ten_thousand", np.float32(-10000.0)) if a.mask == "padding_ten_thousand" else ninf)
@@ -171,7 +173,8 @@ def attention_model(a: Attn, seed: int = 0):
 
 def feeds(a: Attn, seed: int = 1) -> dict[str, np.ndarray]:
     """Inputs of :func:`attention_model`: x, and the mask (row 1 of the batch padded after 2 keys,
-    and for a batch of 3 or more row 2 fully masked) or the additive bias it takes."""
+    for a batch of 3 or more row 2 fully masked, for 4 or more row 3 padded before 2 keys: its
+    first two query rows keep no key of a causal row's) or the additive bias it takes."""
     rng = np.random.default_rng(seed)
     out = {"x": rng.standard_normal((a.batch, a.seq, a.hidden)).astype(np.float32)}
     if a.mask in PADDING:
@@ -180,6 +183,8 @@ def feeds(a: Attn, seed: int = 1) -> dict[str, np.ndarray]:
             m[1, ..., 2:] = False
         if a.batch > 2:
             m[2] = False
+        if a.batch > 3:
+            m[3, ..., :2] = False
         out["mask"] = m
     elif a.mask == "bias":
         out["bias"] = rng.standard_normal((1, a.heads, a.seq, a.seq)).astype(np.float32)

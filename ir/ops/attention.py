@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import LoweringError
+from ..errors import GraphError, LoweringError
 from ..kernel import Buffer, Include, Kernel
 from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
 from ..types import TensorType
@@ -27,11 +27,12 @@ FAMILY = "attention"
 
 #: Sentinel score for masked attention positions (finite, so no inf arithmetic anywhere).
 MASK_SENTINEL = -1.0e30
-#: What FullAttention and FullAttentionPacked give for a query row whose key_mask keeps no key
-#: (their ``masked_rows`` attribute): ``mean``, the mean of v over the sequence's keys (every score
-#: is then :data:`MASK_SENTINEL`: the default, as eggfuse's own graphs and an exporter's additive
-#: ``finfo.min`` mask give), or ``zero``, zeros (ONNX Attention's rule for a row without an allowed
-#: key, and what SDPA's ``Where(IsNaN(p), 0, p)`` guard makes of a boolean mask).
+#: What the attention ops with a key_mask give for a query row that keeps no key (their
+#: ``masked_rows`` attribute): ``mean``, the mean of v over all the sequence's keys (every score is
+#: then :data:`MASK_SENTINEL`, the keys past a causal row's diagonal included: the default, as
+#: eggfuse's own graphs and an exporter's additive ``finfo.min`` mask give), or ``zero``, zeros (ONNX
+#: Attention's rule for a row without an allowed key, and what SDPA's ``Where(IsNaN(p), 0, p)`` guard
+#: makes of a boolean mask). A causal row keeps no key when the mask drops every key up to its own.
 MASKED_ROWS = ("mean", "zero")
 #: Invocations per workgroup of attention.wgsl.
 ATTENTION_WG = 256
@@ -94,7 +95,9 @@ def attention_reference(q, k, v, a, causal: bool, key_mask=None) -> np.ndarray:
     Query head h reads kv head h // (num_heads / num_kv_heads). Masked scores are set to
     the finite :data:`MASK_SENTINEL` before the max-subtracted softmax, so a fully masked
     row averages all values instead of producing NaN (Vaswani et al. 2017, eq. 1), or with
-    ``masked_rows`` ``zero`` is zero (:data:`MASKED_ROWS`).
+    ``masked_rows`` ``zero`` is zero (:data:`MASKED_ROWS`). ``causal`` masks the keys past a
+    row's diagonal the same way: a causal row that the key mask leaves no key of its own
+    averages the values of every key of its sequence.
     """
     zero = a.get("masked_rows", "mean") == "zero"
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a.get("batch", 1)
@@ -370,8 +373,8 @@ def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False)
     return None
 
 
-def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False
-                 ) -> dict[str, str]:
+def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False,
+                 mean_rows: bool = False) -> dict[str, str]:
     # attention_lanes.wgsl's unrolled statements over named registers: of row u < P, q's quads qv{u}_{c} and the
     # output's ov{u}_{c} (c < hd4), the running m{u} and l{u}, the scores d{u}_{i} of the lane's keys
     # j{i} = lane + i * L (i < BK / L)
@@ -439,7 +442,14 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, ze
                   f"{i12}let inv = " + (f"select(1.0 / lr, 0.0, mr{u} <= MASK_SENTINEL);  // no key kept: zeros"
                                         if zero_rows else "1.0 / lr;"),
                   f"{i12}let obase = (row0 + qi{u}) * p.nh * HD + h * HD;"]
-        store += [f"{i12}store_out(obase, {c}u, ov{u}_{c} * inv);" for c in quads]
+        if mean_rows:  # a causal row that keeps no key: the mean of all the sequence's v rows
+            store += [f"{i12}if (mr{u} <= MASK_SENTINEL) {{"]
+            store += [f"{i12}    store_out(obase, {c}u, mean_v(row0, kh, {c}u));" for c in quads]
+            store += [f"{i12}}} else {{"]
+            store += [f"{i12}    store_out(obase, {c}u, ov{u}_{c} * inv);" for c in quads]
+            store += [f"{i12}}}"]
+        else:
+            store += [f"{i12}store_out(obase, {c}u, ov{u}_{c} * inv);" for c in quads]
         store.append(f"{i8}}}")
     q_prepare = "\n".join([
         "    for (var i = li; i < R * HD4; i = i + WG) {",
@@ -478,17 +488,33 @@ class _Form(NamedTuple):
     rope: bool
     names: tuple[str, str, str]  # the bindings q, k and v are read from
     zero_rows: bool  # masked_rows "zero": a row whose mask keeps no key is stored as zeros
+    mean_rows: bool  # causal, masked_rows "mean": such a row is stored as the mean of all its sequence's v rows
 
 
 def _form(node, ins) -> _Form:
     a = node.attrs
-    full_packed = node.op == "FullAttentionPacked"
-    packed = len(ins) == 1 or full_packed
-    masked = len(ins) == 4 or (full_packed and len(ins) == 2)
+    causal = node.op not in ("FullAttention", "FullAttentionPacked")
+    packed = node.op == "FullAttentionPacked" or (node.op == "CausalAttentionRoPE" and len(ins) in (1, 2))
+    masked = len(ins) == (2 if packed else 4)
+    mean = a.get("masked_rows", "mean") == "mean"
     return _Form(a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], ins[0].shape[0] // a["batch"],
-                 masked, packed,
-                 node.op not in ("FullAttention", "FullAttentionPacked"), node.op == "CausalAttentionRoPE",
-                 ("qkv",) * 3 if packed else ("q", "k", "v"), masked and a.get("masked_rows", "mean") == "zero")
+                 masked, packed, causal, node.op == "CausalAttentionRoPE", ("qkv",) * 3 if packed else ("q", "k", "v"),
+                 masked and not mean, masked and mean and causal)
+
+
+def _mean_v(f: _Form) -> str:
+    # both kernels' MEAN_V slot: for a causal row whose key_mask keeps none of its keys (masked_rows "mean"), the
+    # mean of v over all the sequence's keys (every other score is MASK_SENTINEL too: the reference's uniform row)
+    if not f.mean_rows:
+        return ""
+    return "\n".join([
+        "fn mean_v(row0: u32, kh: u32, c: u32) -> vec4<f32> {",
+        "    var sum = vec4<f32>();",
+        "    for (var j = 0u; j < p.seq; j = j + 1u) {",
+        f"        sum = sum + {f.names[2]}4((row0 + j) * p.kv_stride + kh * HD + p.v_off, c);",
+        "    }",
+        "    return sum / f32(p.seq);",
+        "}"])
 
 
 def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: dict) -> Kernel:
@@ -504,6 +530,7 @@ def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: 
               ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(f.hd)),
               *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
     name += (("_causal" if f.causal else "") + ("_mask" if f.masked else "") + ("_zero" if f.zero_rows else "")
+             + ("_mean" if f.mean_rows else "")
              + ("_rope" if f.rope else "") + ("_packed" if f.packed else ""))
     bindings = (*io, *((Buffer("key_mask"),) if f.masked else ()), out)
     return Kernel(name, body, total, params=params, slots={**slots, "IO": accessors}, bindings=bindings)
@@ -528,7 +555,7 @@ def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=f.names[1], V=f.names[2],
                  KEY_END="qi + 1u" if f.causal else "p.seq",
                  TILES_END="min(p.seq, q0 + R)" if f.causal else "p.seq",
-                 **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows))
+                 MEAN_V=_mean_v(f), **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows, f.mean_rows))
     name = f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
     return _attention_dispatch(node, f, "attention_lanes.wgsl", rows, name, slots)
 
@@ -549,8 +576,9 @@ def _attention_kernel(node, ins, target) -> Kernel:
                  QK=Include("attention_qk_rope.wgsl" if f.rope else "attention_qk.wgsl"),
                  MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
                  if f.masked else "",
-                 ZERO_ROWS="        if (row_m[orow] <= MASK_SENTINEL) { acc = vec4<f32>(); }  // no key kept: zeros"
-                 if f.zero_rows else "",
+                 MASKED_ROWS="        if (row_m[orow] <= MASK_SENTINEL) { o = vec4<f32>(); }  // no key kept: zeros"
+                 if f.zero_rows else "        if (row_m[orow] <= MASK_SENTINEL) { o = mean_v(row0, kh, col); }"
+                 if f.mean_rows else "", MEAN_V=_mean_v(f),
                  KEY_END="qi + 1u" if f.causal else "p.seq",  # of key_end_of(qi)
                  TILES_END="min(p.seq, q0 + BQ)" if f.causal else "p.seq")
     return _attention_dispatch(node, f, "attention.wgsl", bq, f"attention_hd{f.hd}", slots)
@@ -586,8 +614,16 @@ def _kept_rows_dy(b, node, dy, mask):
     return b.reshape(b.emit("Mul", (b.reshape(dy, [batch, rows // batch * width]), kept)), [rows, width])
 
 
+def _no_causal_mask_grad(node, mask) -> None:
+    if mask is not None and node.op != "FullAttention" and node.op != "FullAttentionPacked":
+        raise GraphError(f"node {node.id} {node.op}: a causal attention with a key_mask has no gradient (the "
+                         "AttentionGrad kernels take a key_mask only without causal rows); train the graph without "
+                         "the key_mask, or with FullAttention and the causal rows in the mask")
+
+
 def _attention_vjp(b, node, dy, want):
     q, k, v, *mask = node.inputs
+    _no_causal_mask_grad(node, mask[0] if mask else None)
     attrs = {a: node.attrs[a] for a in _ATTN_NAMES}
     dy = _kept_rows_dy(b, node, dy, mask[0] if mask else None)
     grads = _attention_grad_nodes(b, dy, q, k, v, mask[0] if mask else None, node.op == "CausalAttention", attrs, want)
@@ -599,9 +635,12 @@ op("FullAttention", ("q", "k", "v", "key_mask?"), attention_rule,
    vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="non-causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], "
        "> 0 keeps a key; a query row whose mask keeps no key gives the mean of v or, masked_rows 'zero', zeros")
-op("CausalAttention", ("q", "k", "v"), attention_rule, lambda xs, a: attention_reference(*xs, a, True),
-   attrs=_ATTN_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
-   doc="causal GQA attention (Vaswani et al. 2017, eq. 1)")
+op("CausalAttention", ("q", "k", "v", "key_mask?"), attention_rule,
+   lambda xs, a: attention_reference(*xs[:3], a, True, xs[3] if len(xs) > 3 else None),
+   attrs=_FULL_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
+   doc="causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], > 0 keeps a "
+       "key; a query row whose mask keeps none of the keys up to its own gives the mean of v over all the "
+       "sequence's keys or, masked_rows 'zero', zeros (no gradient with a key_mask)")
 
 
 def _packed_slices(b, node):
@@ -649,11 +688,21 @@ def split_packed_qkv(x, a):
     return [x[:, :nq], x[:, nq:nq + nkv], x[:, nq + nkv:]]
 
 
+def _rope_parts(xs, a) -> tuple[list, object | None]:
+    # ([q, k, v], key_mask or None) of CausalAttentionRoPE's inputs (types or values): q, k, v(, key_mask),
+    # or one packed qkv(, key_mask)
+    packed = len(xs) in (1, 2)
+    qkv = split_packed_qkv(xs[0], a) if packed else list(xs[:3])
+    return qkv, (xs[1] if len(xs) == 2 else xs[3] if len(xs) == 4 else None)
+
+
 def _attention_rope(ts, a):
-    need(len(ts) in (1, 3), f"takes q, k, v or one packed qkv input, got {len(ts)} inputs")
-    if len(ts) == 1:
+    need(len(ts) in (1, 2, 3, 4), f"takes q, k, v or one packed qkv input, and an optional key_mask; got {len(ts)} "
+                                  "inputs")
+    if len(ts) in (1, 2):
         need_f32(ts[0], "packed qkv")
-        ts = split_packed_qkv(ts[0], a)
+    qkv, mask = _rope_parts(ts, a)
+    ts = qkv if mask is None else [*qkv, mask]
     out = attention_rule(ts, a)
     for t, what in ((ts[0], "q"), (ts[1], "k")):
         try:
@@ -664,13 +713,14 @@ def _attention_rope(ts, a):
 
 
 def _attention_rope_ref(xs, a):
-    q, k, v = split_packed_qkv(xs[0], a) if len(xs) == 1 else xs
-    return attention_reference(rope_ref([q], a), rope_ref([k], a), v, a, causal=True)
+    (q, k, v), mask = _rope_parts(xs, a)
+    return attention_reference(rope_ref([q], a), rope_ref([k], a), v, a, causal=True, key_mask=mask)
 
 
 def _attention_rope_vjp(b, node, dy, want):
     # packed: q, k, v are column slices of the one input, and its gradient is theirs side by side
-    packed = len(node.inputs) == 1
+    packed = len(node.inputs) in (1, 2)
+    _no_causal_mask_grad(node, node.inputs[-1] if len(node.inputs) in (2, 4) else None)
     if packed:
         if not want[0]:
             return [None]
@@ -686,28 +736,32 @@ def _attention_rope_vjp(b, node, dy, want):
     return [b.emit("Concat", grads, axis=1)] if packed else grads
 
 
-op("CausalAttentionRoPE", ("q", "k?", "v?"), _attention_rope, _attention_rope_ref,
-   attrs=(*_ATTN_ATTRS, Attr("theta", "float"), Attr("pos_offset", "int", 0), Attr("pairing", "str", "half"), SCALING),
+op("CausalAttentionRoPE", ("q", "k?", "v?", "key_mask?"), _attention_rope, _attention_rope_ref,
+   attrs=(*_FULL_ATTRS, Attr("theta", "float"), Attr("pos_offset", "int", 0), Attr("pairing", "str", "half"), SCALING),
    vjp=_attention_rope_vjp, kernel=_attention_kernel, flops=_attention_flops,
-   doc="CausalAttention(RoPE(q), RoPE(k), v): the rotation is applied inside the attention kernel (seed: "
-       "CausalAttentionRoPE). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] projection whose columns are "
-       "q, k, v in that order")
+   doc="CausalAttention(RoPE(q), RoPE(k), v, key_mask?): the rotation is applied inside the attention kernel "
+       "(seed: CausalAttentionRoPE). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] projection whose columns "
+       "are q, k, v in that order; then an optional key_mask [batch, seq] (the second input when packed), "
+       "masked_rows as CausalAttention's (no gradient with a key_mask)")
 
 
-def _llama_attention(g, dim, *, rope: bool = True):
+def _llama_attention(g, dim, *, rope: bool = True, masked: bool = False):
+    # masked: two sequences and a key mask [2, seq] of an input (standard normal: > 0 keeps about half the keys,
+    # and at seq <= 5 some rows keep none of theirs)
     hd = 2 * dim("half_head", 1, 3)
     nkv = dim("kv", 1, 2)
     nh = nkv * dim("group", 1, 2)
-    seq, width = dim("seq", 1, 5), dim("width", 2, 6)
-    h = g.input("h", [seq, width])
+    seq, width, batch = dim("seq", 1, 5), dim("width", 2, 6), 2 if masked else 1
+    h = g.input("h", [batch * seq, width])
+    mask = dict(key_mask=g.input("key_mask", [batch, seq]), masked_rows="mean") if masked else {}
     q = g.matmul_bt(h, g.parameter("wq", [nh * hd, width]))
     k = g.matmul_bt(h, g.parameter("wk", [nkv * hd, width]))
     v = g.matmul_bt(h, g.parameter("wv", [nkv * hd, width]))
     if rope:
-        q, k = g.rope(q, 100.0, hd), g.rope(k, 100.0, hd)
-        out = g.causal_attention(q, k, v, nh, nkv, hd)
+        q, k = g.rope(q, 100.0, hd, batch=batch), g.rope(k, 100.0, hd, batch=batch)
+        out = g.causal_attention(q, k, v, nh, nkv, hd, batch, **mask)
     else:
-        out = g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)
+        out = g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0, batch=batch, **mask)
     g.set_outputs([out])
 
 
@@ -717,14 +771,19 @@ def _rope_into_attention(e):
     nh, nkv, hd, batch, pos = e.vars("nh nkv hd batch pos", e.i64)
     (theta,) = e.vars("theta", e.f64)
     pairing, scaling = e.vars("pairing scaling", e.String)
+    (m,) = e.vars("m")
+    (rows,) = e.vars("rows", e.String)
     rope = dict(theta=theta, head_dim=hd, pos_offset=pos, pairing=pairing, batch=batch, scaling=scaling)
-    attn = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch)
-    # CausalAttention(RoPE(q), RoPE(k), v) -> CausalAttentionRoPE(q, k, v)   if head size and sequences agree
-    yield e.equal("CausalAttention(RoPE(q), RoPE(k), v) -> CausalAttentionRoPE(q, k, v)",
-                  e.CausalAttention(e.RoPE(q, **rope), e.RoPE(k, **rope), v, **attn),
-                  e.CausalAttentionRoPE(q, k, v, **attn, theta=theta, pos_offset=pos, pairing=pairing,
-                                        scaling=scaling),
-                  example=example(_llama_attention))
+    attn = dict(num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=batch, masked_rows=rows)
+    # CausalAttention(RoPE(q), RoPE(k), v[, m]) -> CausalAttentionRoPE(q, k, v[, m])   if head size and sequences
+    # agree
+    for masked in (False, True):
+        extra, label = ((m,), ", m") if masked else ((), "")
+        yield e.equal(f"CausalAttention(RoPE(q), RoPE(k), v{label}) -> CausalAttentionRoPE(q, k, v{label})",
+                      e.CausalAttention(e.RoPE(q, **rope), e.RoPE(k, **rope), v, *extra, **attn),
+                      e.CausalAttentionRoPE(q, k, v, *extra, **attn, theta=theta, pos_offset=pos, pairing=pairing,
+                                            scaling=scaling),
+                      example=example(lambda g, dim, masked=masked: _llama_attention(g, dim, masked=masked)))
 
 
 def projection_slices(e, packed, projections):
@@ -737,16 +796,17 @@ def projection_slices(e, packed, projections):
     return out
 
 
-def packed_qkv_rule(e, projections, packed, *, name: str, example_fn):
+def packed_qkv_rule(e, projections, packed, *, name: str, example_fn, mask=None):
     """The rule packing a prefill attention's Q, K and V projections: anchored on
-    ``CausalAttentionRoPE(q, k, v)`` over the projections ``(term, columns)``, it joins the
-    attention with ``CausalAttentionRoPE(packed)`` and each projection with its SliceCols of
-    ``packed`` (:func:`projection_slices`). The weights' forms (Parameters [N, K] or [K, N],
-    blocks kept quantised, f16) are the callers'."""
+    ``CausalAttentionRoPE(q, k, v[, mask])`` over the projections ``(term, columns)``, it joins
+    the attention with ``CausalAttentionRoPE(packed[, mask])`` and each projection with its
+    SliceCols of ``packed`` (:func:`projection_slices`). The weights' forms (Parameters [N, K]
+    or [K, N], blocks kept quantised, f16) are the callers'."""
     attrs = e.attrs_of("CausalAttentionRoPE")
-    attn = e.CausalAttentionRoPE(*(t for t, _ in projections), **attrs)
+    extra = () if mask is None else (mask,)
+    attn = e.CausalAttentionRoPE(*(t for t, _ in projections), *extra, **attrs)
     return e.rule(attn, name=name, example=example(example_fn)).then(
-        e.union(attn).with_(e.CausalAttentionRoPE(packed, **attrs)), *projection_slices(e, packed, projections))
+        e.union(attn).with_(e.CausalAttentionRoPE(packed, *extra, **attrs)), *projection_slices(e, packed, projections))
 
 
 @rules("attention")
@@ -760,22 +820,28 @@ def _packed_qkv(e):
     wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
     # CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv)^T
     # and h@Wq^T = SliceCols(P, 0, q), h@Wk^T = SliceCols(P, q, k), h@Wv^T = SliceCols(P, q+k, v)
-    yield packed_qkv_rule(e, [(e.MatMulBT(h, w), s[0]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
-                          e.MatMulBT(h, e.Concat(wq, wk, wv, axis=0)),
-                          name="CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> "
-                               "CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T)",
-                          example_fn=lambda g, dim: _llama_attention(g, dim, rope=False))
+    (m,) = e.vars("m")
+    for masked in (False, True):
+        label = ", m" if masked else ""
+        yield packed_qkv_rule(e, [(e.MatMulBT(h, w), s[0]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
+                              e.MatMulBT(h, e.Concat(wq, wk, wv, axis=0)),
+                              name=f"CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T{label}) -> "
+                                   f"CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T{label})",
+                              example_fn=lambda g, dim, masked=masked: _llama_attention(g, dim, rope=False,
+                                                                                        masked=masked),
+                              mask=m if masked else None)
 
 
-def _llama_attention_kn(g, dim):
+def _llama_attention_kn(g, dim, masked: bool = False):
     """_llama_attention with [K, N] weights (MatMul), as ONNX exports store them."""
     hd = 2 * dim("half_head", 1, 3)
     nkv = dim("kv", 1, 2)
     nh = nkv * dim("group", 1, 2)
-    seq, width = dim("seq", 1, 5), dim("width", 2, 6)
-    h = g.input("h", [seq, width])
+    seq, width, batch = dim("seq", 1, 5), dim("width", 2, 6), 2 if masked else 1
+    h = g.input("h", [batch * seq, width])
+    mask = dict(key_mask=g.input("key_mask", [batch, seq]), masked_rows="zero") if masked else {}
     q, k, v = (g.matmul(h, g.parameter(n, [width, w * hd])) for n, w in (("wq", nh), ("wk", nkv), ("wv", nkv)))
-    g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)])
+    g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0, batch=batch, **mask)])
 
 
 @rules("attention")
@@ -786,11 +852,15 @@ def _packed_qkv_kn(e):
     wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
     # CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv, axis 1)
     # (weights [K, N], as exporters store them) and h@Wq = SliceCols(P, 0, q), ... as for the [N, K] weights
-    yield packed_qkv_rule(e, [(e.MatMul(h, w), s[1]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
-                          e.MatMul(h, e.Concat(wq, wk, wv, axis=1)),
-                          name="CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> "
-                               "CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1))",
-                          example_fn=_llama_attention_kn)
+    (m,) = e.vars("m")
+    for masked in (False, True):
+        label = ", m" if masked else ""
+        yield packed_qkv_rule(e, [(e.MatMul(h, w), s[1]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
+                              e.MatMul(h, e.Concat(wq, wk, wv, axis=1)),
+                              name=f"CausalAttentionRoPE(h@Wq, h@Wk, h@Wv{label}) -> "
+                                   f"CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1){label})",
+                              example_fn=lambda g, dim, masked=masked: _llama_attention_kn(g, dim, masked),
+                              mask=m if masked else None)
 
 
 def bert_attention(g, dim, *, masked: bool, weight=None, width_multiple: int = 1, kn: bool = False):

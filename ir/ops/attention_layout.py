@@ -10,6 +10,10 @@ the RoPE and packed-projection rules of ``attention.py`` continue from. With a p
 as its key mask: a bool mask with ``masked_rows`` ``zero`` (a sequence without a kept key gives
 zeros, ONNX's rule), an additive ``Where(b, 0, c)`` of a finite c <= MASK_SENTINEL (float32's
 min) with ``masked_rows`` ``mean`` (every score of such a row rounds to c: a uniform softmax).
+A decoder's padding with causal rows is ``CausalAttention`` with the key mask: the bool mask with
+the causal flag (``zero``), and ``Where(And(causal constant, b), 0, c)`` (``mean``: a row keeping
+no key averages v over all the sequence's keys, those past its diagonal too, as CausalAttention's
+``mean`` does).
 """
 
 from __future__ import annotations
@@ -128,7 +132,7 @@ def _fused_attention(e):
         lhs = e.GeneralAttention(q, k, v, scale=s, num_heads=nh, kv_num_heads=nkv, softcap=e.f64(0.0),
                                  causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
         fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0],
-                               **({} if causal else dict(masked_rows=e.String("mean"))))
+                               masked_rows=e.String("mean"))
         yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
                                         f"Reshape({op}(q, k, v rows))",
                      example=example(_fused_example(causal))).then(
@@ -189,6 +193,68 @@ def _key_masked_fused_attention(e):
                      name=f"GeneralAttention(q, k, v, {label}) -> Reshape(FullAttention(q, k, v rows, key mask b; "
                           f"masked_rows {masked_rows}))",
                      example=example(_key_mask_example(kind))).then(
+            e.union(lhs).with_(e.Identity(fused, shape=sq)), *row_shapes,
+            e.set_(e.shape(cast)).to(key_shape), e.set_(e.shape(key_mask)).to(e.Vec(sq[0], sk[1])),
+            e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
+
+
+def _causal_key_mask_example(kind: str):
+    def build(g, dim):
+        b, h, kv, s, _, d = example_dims(dim, square=True)
+        q, k, v = (g.input(n, [b, s, w * d]) for n, w in (("q", h), ("k", kv), ("v", kv)))
+        pad = bool_mask(g, [b, 1, 1, s])  # with s <= 5 keys, some rows keep none of theirs
+        if kind == "bool":  # the classic exporter's: the causal flag and the padding
+            g.set_outputs([g.add_node("GeneralAttention", (q, k, v, pad), scale=1 / np.sqrt(d), num_heads=h,
+                                      kv_num_heads=kv, causal=True)])
+            return
+        tril = g.constant(np.tril(np.ones((s, s), dtype=bool))[None, None], shape=[1, 1, s, s], dtype=DType.BOOL)
+        both = g.add_node("And", (tril, pad) if kind == "and" else (pad, tril))
+        mask = g.add_node("Where", (both, g.constant(np.array(0.0), shape=()),
+                                    g.constant(np.array(np.finfo(np.float32).min), shape=())))
+        g.set_outputs([g.add_node("GeneralAttention", (q, k, v, mask), scale=1 / np.sqrt(d), num_heads=h,
+                                  kv_num_heads=kv)])
+
+    return build
+
+
+@rules("attention")
+def _key_masked_causal_attention(e):
+    from .attention import MASK_SENTINEL
+
+    q, k, v, b, c, z, n = e.vars("q k v b c z n")
+    sq, sk, sv, sc = e.vars("sq sk sv sc", e.Vec[e.i64])
+    (s, nv) = e.vars("s nv", e.f64)
+    nh, nkv = e.vars("nh nkv", e.i64)
+    rows, row_shapes = _rows_of(e, q, k, v, sq, sk, sv)
+    key_shape = e.Vec(sq[0], e.i64(1), e.i64(1), sk[1])
+    cast = e.Cast(b, to=e.String("f32"))
+    key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
+    opts = dict(softcap=e.f64(0.0), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
+    # the causal constant c spans [Sq, Skv] (its leading axes broadcast: causal_mask says they hold one slice)
+    tril = (e.causal_mask(c, e.i64(0)), e.eq(e.shape(c)).to(sc), e.eq(sc[sc.length() - e.i64(2)]).to(sq[1]),
+            e.eq(sc[sc.length() - e.i64(1)]).to(sk[1]))
+    collapses = (e.value(z, e.f64(0.0)), e.value(n, nv), nv <= e.f64(MASK_SENTINEL), nv > e.f64(-np.inf))
+    # GeneralAttention(q, k, v, m; 3-D, scale 1/sqrt(D)) -> Reshape(CausalAttention(q, k, v rows,
+    #   Reshape(Cast(b, f32), [B, Skv]); masked_rows), [B, S, H D])   for a padding b of [B, 1, 1, Skv] and:
+    # 1. m = b with the causal flag (the classic exporter's, after the rules of attention_exported.py): a row
+    #    without an allowed key (the padding drops every key up to its own) is zero, ONNX's rule: "zero";
+    # 2. m = Where(And(c, b), 0, nv) (either order), c a causal constant (offset 0), nv finite and <=
+    #    MASK_SENTINEL (the dynamo exporter's float32 min): a row keeping some key weighs the others 0; a row
+    #    keeping none has every score + nv rounded to nv (scores below 2^75 in magnitude), the keys past its
+    #    diagonal too, so its softmax is uniform over all Skv keys: CausalAttention's "mean"
+    forms = (("b, causal", b, e.Bool(True), (e.is_bool(b),), "zero", "bool"),
+             ("Where(And(c, b), 0, nv)", e.Where(e.And(c, b), z, n), e.Bool(False), (*collapses, *tril), "mean",
+              "and"),
+             ("Where(And(b, c), 0, nv)", e.Where(e.And(b, c), z, n), e.Bool(False), (*collapses, *tril), "mean",
+              "and_last"))
+    for label, mask, causal, extra, masked_rows, kind in forms:
+        lhs = e.GeneralAttention(q, k, v, mask, scale=s, num_heads=nh, kv_num_heads=nkv, causal=causal, **opts)
+        fused = e.CausalAttention(rows[q], rows[k], rows[v], key_mask, num_heads=nh, num_kv_heads=nkv,
+                                  head_dim=sq[2] / nh, batch=sq[0], masked_rows=e.String(masked_rows))
+        yield e.rule(lhs, *_fused_guards(e, q, k, v, sq, sk, sv, s, nh), e.eq(e.shape(b)).to(key_shape), *extra,
+                     name=f"GeneralAttention(q, k, v, {label}) -> Reshape(CausalAttention(q, k, v rows, key mask b; "
+                          f"masked_rows {masked_rows}))",
+                     example=example(_causal_key_mask_example(kind))).then(
             e.union(lhs).with_(e.Identity(fused, shape=sq)), *row_shapes,
             e.set_(e.shape(cast)).to(key_shape), e.set_(e.shape(key_mask)).to(e.Vec(sq[0], sk[1])),
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))

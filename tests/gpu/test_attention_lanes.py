@@ -1,14 +1,14 @@
-"""attention_lanes.wgsl (ir/ops/attention.py ``lane_tiles``, ``_lanes_kernel``) at ten work splits (the
-defaults, one lane, 16 lanes in four merge steps, two and four rows a lane, tiles of one key a lane, more
-keys a tile than any row has), every one forced on every row, against the numpy reference
-(``eggfuse.ir.evaluate``): FullAttention with and without a key mask (one sequence fully masked), with
-GQA and a mask together, FullAttentionPacked, both with masked_rows "zero" (the fully masked
-sequence's rows zeros), CausalAttention with GQA, and CausalAttentionRoPE (both pairings, packed or
-not, positions past 0), which two the kernel takes though the lowering keeps them on attention.wgsl
-(LANES_OPS); sequences shorter than a tile, past a tile and past a row block of the
-default split; head_dim not a multiple of 4 (element-wise reads) and 64 (which the benchmark times; the
-lowering takes attention.wgsl past LANES_MAX_HEAD_DIM). Then attention.wgsl on the same rows, and the
-lowering's choice."""
+"""attention_lanes.wgsl (ir/ops/attention.py ``lane_tiles``, ``_lanes_kernel``) at ten work splits (the defaults,
+one lane, 16 lanes in four merge steps, two and four rows a lane, tiles of one key a lane, more keys a tile
+than any row has), every one forced on every row, against the numpy reference (``eggfuse.ir.evaluate``):
+FullAttention with and without a key mask (one sequence fully masked), with GQA and a mask together,
+FullAttentionPacked, both with masked_rows "zero" (the fully masked sequence's rows zeros), CausalAttention
+with GQA, and CausalAttentionRoPE (both pairings, packed or not, positions past 0), which two the kernel takes
+though the lowering keeps them on attention.wgsl (LANES_OPS), both also with a left-padded key mask
+(masked_rows "zero" and "mean": the rows keeping no key of their own zeros, or the mean of all the sequence's
+v rows); sequences shorter than a tile, past a tile and past a row block of the default split; head_dim not a
+multiple of 4 (element-wise reads) and 64 (which the benchmark times; the lowering takes attention.wgsl past
+LANES_MAX_HEAD_DIM). Then attention.wgsl on the same rows, and the lowering's choice."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from eggfuse.ir.ops.attention import LaneTiles, lane_tile_bytes
 from eggfuse.lowering import lower
 
 _MASK_37 = [[float(j % 4 != 1) for j in range(37)], [0.0] * 37]
+_LEFT_37 = [[float(j >= 5 and j % 4 != 1) for j in range(37)], [0.0] * 37]  # 5 rows left padded, then holes
 
 ROWS = [
     _attention("FullAttention", 4, 2, 8, 2, 37),
@@ -44,6 +45,10 @@ ROWS = [
     _attention("FullAttention", 4, 2, 32, 2, 37, mask=_MASK_37, masked_rows="zero"),
     _attention("FullAttentionPacked", 3, 3, 6, 2, 37, mask=_MASK_37, masked_rows="zero"),
     _attention("FullAttention", 2, 1, 64, 2, 37, mask=_MASK_37, masked_rows="zero"),
+    # causal rows and a key mask: a row keeping no key of its own gives zeros or the mean of all the sequence's v
+    _attention("CausalAttention", 4, 2, 32, 2, 37, mask=_LEFT_37, masked_rows="zero"),
+    _attention("CausalAttention", 2, 1, 6, 2, 37, mask=_LEFT_37),
+    _attention_rope(4, 2, 8, 2, 37, "half", 0, packed=True, mask=_LEFT_37),
 ]
 _ALL_OPS = ("FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE")
 
@@ -71,7 +76,8 @@ def test_every_split_matches_the_reference(tiles, row, device):
         session = check_row(row, device, subgroups=None)
     (kernel,) = [d.kernel for d in session.plan.dispatches]
     split = f"{tiles.rows}x{tiles.lanes}k{tiles.bk}" + (f"p{tiles.per_lane}" if tiles.per_lane > 1 else "")
-    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}(_causal)?(_mask)?(_zero)?(_rope)?(_packed)?", kernel), kernel
+    tags = "(_causal)?(_mask)?(_zero|_mean)?(_rope)?(_packed)?"
+    assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}{tags}", kernel), kernel
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])

@@ -24,8 +24,11 @@ CASES = {
                                  "FullAttentionPacked"),
     "min_padding_fully_masked_row": (Attn(batch=3, kt="bert", mask="padding_true_min", proj_bias=True),
                                      "FullAttentionPacked"),
-    "padding_and_causal_gqa": (Attn(batch=3, heads=4, kv_heads=2, mask="padding_causal", rope=True),
-                               "GeneralAttention"),
+    # causal rows and padding (the fourth sequence left padded: its first two rows keep no key of their own)
+    "padding_and_causal_gqa": (Attn(batch=4, heads=4, kv_heads=2, mask="padding_causal", rope=True),
+                               "CausalAttentionRoPE"),
+    "min_padding_and_causal_gqa": (Attn(batch=4, heads=4, kv_heads=2, mask="padding_causal_min", rope=True),
+                                   "CausalAttentionRoPE"),
     "probabilities_also_an_output": (Attn(mask="padding", batch=3, probs_output=True), "GeneralAttention"),
     "no_mask": (Attn(head_dim=8), "FullAttention"),
 }
@@ -45,7 +48,8 @@ def test_recognised_attention_runs_as_onnxruntime(case, device):
 
 
 @pytest.mark.parametrize("name, op", [("bert_tiny.dynamo.onnx", "FullAttentionPacked"),
-                                      ("llama_tiny.classic.onnx", "GeneralAttention")])
+                                      ("llama_tiny.classic.onnx", "CausalAttentionRoPE"),
+                                      ("llama_tiny.dynamo.onnx", "CausalAttentionRoPE")])
 def test_exported_fixture_runs_fused_as_torch(name, op, device):
     data = np.load(DATA / (name.split(".")[0] + ".npz"))
     inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}

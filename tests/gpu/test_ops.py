@@ -98,7 +98,7 @@ def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int) -> Row:
 
 
 def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None, masked_rows: str = "") -> Row:
-    # masked_rows: FullAttention's and FullAttentionPacked's attribute, left at its default when empty
+    # masked_rows: the attention's attribute, left at its default when empty
     def build(g: Graph) -> int:
         rows = batch * seq
         extra = {"masked_rows": masked_rows} if masked_rows else {}
@@ -108,9 +108,9 @@ def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=N
                               num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
         q = g.input("q", [rows, nh * hd])
         k, v = g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
-        if op == "CausalAttention":
-            return g.causal_attention(q, k, v, nh, nkv, hd, batch)
         km = g.input("key_mask", [batch, seq]) if mask is not None else None
+        if op == "CausalAttention":
+            return g.causal_attention(q, k, v, nh, nkv, hd, batch, key_mask=km, **extra)
         return g.full_attention(q, k, v, nh, nkv, hd, batch, key_mask=km, **extra)
 
     feeds = {} if mask is None else {"key_mask": np.asarray(mask, dtype=np.float32)}
@@ -162,20 +162,24 @@ def _slice_cols(shape, start: int, size: int) -> Row:
 
 
 def _attention_rope(nh: int, nkv: int, hd: int, batch: int, seq: int, pairing: str, offset: int,
-                    theta: float = 10000.0, packed: bool = False) -> Row:
-    # packed: one [rows, (nh + 2 nkv) * hd] input holding q, k and v side by side
+                    theta: float = 10000.0, packed: bool = False, mask=None, masked_rows: str = "mean") -> Row:
+    # packed: one [rows, (nh + 2 nkv) * hd] input holding q, k and v side by side; mask: a key_mask [batch, seq]
     def build(g: Graph) -> int:
         rows = batch * seq
+        km = (g.input("key_mask", [batch, seq]),) if mask is not None else ()
         if packed:
             qkv = g.input("qkv", [rows, (nh + 2 * nkv) * hd])
-            return g.add_node("CausalAttentionRoPE", (qkv,), num_heads=nh, num_kv_heads=nkv, head_dim=hd,
-                              theta=theta, pos_offset=offset, pairing=pairing, batch=batch)
+            return g.add_node("CausalAttentionRoPE", (qkv, *km), num_heads=nh, num_kv_heads=nkv, head_dim=hd,
+                              theta=theta, pos_offset=offset, pairing=pairing, batch=batch, masked_rows=masked_rows)
         q = g.input("q", [rows, nh * hd])
         k, v = g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
-        return g.causal_attention_rope(q, k, v, nh, nkv, hd, theta, pos_offset=offset, pairing=pairing, batch=batch)
+        return g.causal_attention_rope(q, k, v, nh, nkv, hd, theta, pos_offset=offset, pairing=pairing, batch=batch,
+                                       key_mask=km[0] if km else None, masked_rows=masked_rows)
 
-    tag = f"[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]-{pairing}-off{offset}" + ("-packed" if packed else "")
-    return Row("CausalAttentionRoPE", f"CausalAttentionRoPE{tag}", build, scale=2.0)
+    feeds = {} if mask is None else {"key_mask": np.asarray(mask, dtype=np.float32)}
+    tag = (f"[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]-{pairing}-off{offset}" + ("-packed" if packed else "")
+           + (f"-mask,{masked_rows}" if mask is not None else ""))
+    return Row("CausalAttentionRoPE", f"CausalAttentionRoPE{tag}", build, feeds, scale=2.0)
 
 
 def _group_norm(op: str, n: int, c: int, size: int, groups: int, shift: float = 0.0) -> Row:
@@ -395,6 +399,7 @@ def _greater_constant() -> Row:
 # (test_row_builders_are_defined_before_the_first_row keeps it so).
 
 _MASK = [[1, 1, 0, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]  # sequence 1 fully masked
+_LEFT_MASK = [[0, 0, 1, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 1, 0, 0, 1]]  # and sequence 0 left padded
 _LOGITS = np.array([[1e3, 999.0, 0.0, -1e3], [-1e30] * 4, [-1e30, 2.0, -1e30, 1.0]])
 #: Rows of float32's lowest value (an exporter's additive mask): one wholly (uniform, as the reference), one in part
 _LOWEST = np.array([[np.finfo(np.float32).min] * 4, [np.finfo(np.float32).min, 2.0, np.finfo(np.float32).min, 1.0]])
@@ -475,6 +480,11 @@ ROWS: list[Row] = [
     _attention("FullAttentionPacked", 12, 12, 32, 2, 33, mask=[[1.0] * 33, [float(j < 20) for j in range(33)]]),
     _attention("CausalAttention", 4, 2, 8, 2, 5),
     _attention("CausalAttention", 2, 1, 32, 1, 70),
+    # a key mask with causal rows (an exported decoder's padding): rows keeping no key of their own (sequence 0's
+    # first two, left padded; sequence 1's all) give the mean of v over all the sequence's keys, or zeros
+    *[_attention("CausalAttention", 4, 2, 8, 3, 7, mask=_LEFT_MASK, masked_rows=rows) for rows in ("mean", "zero")],
+    _attention_rope(4, 2, 8, 3, 7, "half", 0, packed=True, mask=_LEFT_MASK),
+    _attention_rope(4, 1, 6, 3, 7, "adjacent", 2, mask=_LEFT_MASK, masked_rows="zero"),
     *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (
         ((1, 1, 1), ()), ((7, 13, 5), ("bias", "Gelu")), ((70, 33, 130), ("bias", "add", "GeluTanh", "Neg")),
         ((65, 100, 3), ("add", "Silu", "bias", "Relu")))],
@@ -631,6 +641,7 @@ ROWS += [
 # 256 keys per chunk, pos + n below, at and past it, several query rows, the vec4 column
 # split of hd 4..256.
 _MASK_130 = [[float(j % 3 != 0) for j in range(130)], [0.0] * 130]
+_LEFT_130 = [[float(j >= 70 and j % 3 != 0) for j in range(130)], [0.0] * 130]  # 70 rows left padded
 
 ROWS += [
     _attention("FullAttention", 2, 1, 64, 1, 1),
@@ -643,6 +654,8 @@ ROWS += [
     _attention("FullAttention", 4, 4, 32, 2, 130, mask=_MASK_130),
     _attention("CausalAttention", 16, 4, 8, 8, 130),   # 384 workgroups of 64 rows
     _attention("CausalAttention", 8, 2, 8, 4, 130),    # 96 workgroups of 64 rows
+    _attention("CausalAttention", 3, 3, 32, 2, 130, mask=_LEFT_130),  # rows keeping no key past a row block
+    _attention_rope(9, 3, 64, 2, 130, "half", 0, packed=True, mask=_LEFT_130, masked_rows="zero"),
     _attention_rope(9, 3, 64, 1, 130, "half", 0, packed=True),
     _attention_rope(2, 1, 128, 1, 17, "adjacent", 5),
     _attention_rope(2, 1, 6, 2, 21, "half", 3),       # hd 6: element-wise reads, odd pair count

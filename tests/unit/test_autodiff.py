@@ -476,6 +476,21 @@ def test_a_table_read_through_i32_indices_has_no_gradient():
     with pytest.raises(GraphError, match="a table read through i32 indices .* has no gradient"):
         grad(g, g.sum_all(y))
 
+
+@pytest.mark.parametrize("op", ["CausalAttention", "CausalAttentionRoPE"])
+def test_a_causal_attention_with_a_key_mask_has_no_gradient(op):
+    # the AttentionGrad kernels take a key mask only without causal rows (an exported decoder's padding is inference)
+    g = Graph()
+    q, k, v = (P(g, n, [6, 8]) for n in "qkv")
+    mask = g.input("key_mask", [2, 3])
+    if op == "CausalAttention":
+        y = g.causal_attention(q, k, v, 2, 2, 4, batch=2, key_mask=mask)
+    else:
+        y = g.causal_attention_rope(q, k, v, 2, 2, 4, 100.0, batch=2, key_mask=mask)
+    with pytest.raises(GraphError, match=f"{op}: a causal attention with a key_mask has no gradient"):
+        grad(g, g.sum_all(y))
+
+
 def test_loss_seed_other_than_one():
     # CrossEntropyLoss and MeanAll fold the unit seed; scaled, they must multiply by it.
     rng = np.random.default_rng(1)

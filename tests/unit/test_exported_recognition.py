@@ -56,8 +56,14 @@ CASES = {
     "gqa_rope_causal": (Attn(heads=4, kv_heads=2, mask="causal", rope=True), "CausalAttentionRoPE"),
     "gqa_rope_eager": (Attn(heads=6, kv_heads=1, kt="classic", scale="mul", mask="causal_min", guard=False, rope=True,
                             theta=500000.0, head_dim=4), "CausalAttentionRoPE"),
-    "padding_and_causal_gqa_rope": (Attn(batch=3, heads=4, kv_heads=2, mask="padding_causal", rope=True),
-                                    "GeneralAttention"),
+    # a causal row keeping no key (the third sequence's, and the fourth's first two: left padding) is zero with
+    # -inf (the classic exporter's bool mask and causal flag: masked_rows "zero") and, with float32's min (the
+    # dynamo exporter's), the mean of all the sequence's v rows, the keys past its diagonal too ("mean")
+    "padding_and_causal_gqa_rope": (Attn(batch=4, heads=4, kv_heads=2, mask="padding_causal", rope=True),
+                                    "CausalAttentionRoPE"),
+    "padding_min_and_causal_gqa_rope": (Attn(batch=4, heads=4, kv_heads=2, mask="padding_causal_min", rope=True),
+                                        "CausalAttentionRoPE"),
+    "padding_min_and_causal": (Attn(batch=4, mask="padding_causal_min", guard=False), "CausalAttention"),
     # (a sequence without a kept key: FullAttention's masked_rows "zero" gives ONNX's zero rows)
     "bert_padding_fully_masked_row": (Attn(batch=3, kt="bert", scale="div", mask="padding", proj_bias=True),
                                       "FullAttentionPacked"),
@@ -229,8 +235,10 @@ FIXTURES = {
     # word rows and folded position rows; its third sequence keeps no key (torch's rows there: zeros)
     "distilbert_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 16),
     "distilbert_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 16),
-    "llama_tiny.classic.onnx": ({"GeneralAttention": 2, "RoPE": 4}, 61),
-    "llama_tiny.dynamo.onnx": ({"GeneralAttention": 2, "RoPE": 4}, 63),
+    # padding and causal rows: the packed projection, CausalAttentionRoPE with the key mask (23 dispatches while
+    # they stayed GeneralAttention of three projections and two RoPEs a layer)
+    "llama_tiny.classic.onnx": ({"CausalAttentionRoPE": 2}, 15),
+    "llama_tiny.dynamo.onnx": ({"CausalAttentionRoPE": 2}, 15),
 }
 
 
