@@ -14,7 +14,9 @@ seconds of one run in this process (the first optimisation also registers egglog
 
 ``--run`` also compiles and runs the model on the inputs of ``NAME.npz`` and compares each
 output with torch's: max |diff| against max |torch|, and for ``logits`` the argmax at every
-position. ``--minilm-embeddings`` compares the sentence embeddings of an exported
+position; with an ``attention_mask`` input that drops some rows, also at the rows it keeps (a
+padding row's value is each exporter's graph's own rule, not always torch's).
+``--minilm-embeddings`` compares the sentence embeddings of an exported
 all-MiniLM-L6-v2 (mean pooling over the attention mask and L2 normalisation, in numpy,
 after eggfuse ran the encoder) with the hand-built path (``eggfuse.embed``) and with
 sentence-transformers' as torch computed them.
@@ -110,14 +112,21 @@ def run_against_torch(path: Path, data: dict | None) -> dict:
     out = {"first_run_s": first_s, "second_run_s": time.perf_counter() - t, "timings": spec.timings,
            "dispatches_unfused": spec.compiled.dispatches_unfused, "dispatches_fused": spec.compiled.dispatches_fused,
            "outputs": {}, "got": dict(zip(model.output_names, outs, strict=True))}
+    mask = feeds.get("attention_mask")
     for name, got in out["got"].items():
         want = data.get(f"output.{name}")
         if want is None:
             continue
-        o = {"max_abs_diff": float(np.abs(got.astype(np.float64) - want).max()), "scale": float(np.abs(want).max())}
+        diff = np.abs(got.astype(np.float64) - want)
+        o = {"max_abs_diff": float(diff.max()), "scale": float(np.abs(want).max())}
+        kept = mask.astype(bool) if mask is not None and got.shape[:2] == mask.shape else None
+        if kept is not None and not kept.all():  # rows of padding: each exporter's graph has its own rule there
+            o["max_abs_diff_kept"] = float(diff[kept].max())
         if name == "logits":
             same = got.argmax(-1) == want.argmax(-1)
             o.update(argmax_equal=int(same.sum()), positions=int(same.size))
+            if kept is not None and not kept.all():
+                o.update(argmax_equal_kept=int(same[kept].sum()), kept_positions=int(kept.sum()))
         out["outputs"][name] = o
     return out
 
@@ -163,6 +172,10 @@ def show(row: dict) -> None:
               f"dispatches {run['dispatches_unfused']} -> {run['dispatches_fused']}")
         for name, o in run["outputs"].items():
             extra = f", argmax equal at {o['argmax_equal']}/{o['positions']}" if "argmax_equal" in o else ""
+            if "max_abs_diff_kept" in o:
+                extra += f"; at the attention_mask's kept rows {o['max_abs_diff_kept']:.3g}"
+                if "argmax_equal_kept" in o:
+                    extra += f", argmax equal at {o['argmax_equal_kept']}/{o['kept_positions']}"
             print(f"  {name}: max |eggfuse - torch| {o['max_abs_diff']:.3g} (scale {o['scale']:.3g}){extra}")
     emb = row.get("minilm_embeddings")
     if emb:

