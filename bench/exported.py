@@ -19,7 +19,8 @@ padding row's value is each exporter's graph's own rule, not always torch's).
 ``--minilm-embeddings`` compares the sentence embeddings of an exported
 all-MiniLM-L6-v2 (mean pooling over the attention mask and L2 normalisation, in numpy,
 after eggfuse ran the encoder) with the hand-built path (``eggfuse.embed``) and with
-sentence-transformers' as torch computed them.
+sentence-transformers' as torch computed them. ``--precision f16`` compiles as
+``compile(..., precision="f16")`` does (weights stored as float16, the hand-built path's too).
 
     .venv/bin/python bench/exported.py tests/data/exported/*.onnx [--run] [--json FILE]
     .venv/bin/python bench/exported.py build/exported/minilm.classic.onnx --run --minilm-embeddings
@@ -38,7 +39,7 @@ import onnx
 
 from eggfuse.onnx import Model, load
 from eggfuse.onnx.importer import _dims, graph_inputs
-from eggfuse.pipeline import lower_for
+from eggfuse.pipeline import PRECISIONS, lower_for, precision_rulesets
 from eggfuse.rewrites import optimize
 
 PHASES = ("insert", "analysis", "saturation", "extraction", "rebuild")
@@ -66,7 +67,7 @@ def histogram(nodes) -> dict[str, int]:
     return dict(collections.Counter(n.op for n in nodes).most_common())
 
 
-def measure(path: Path, given: dict[str, list[int]], run: bool) -> dict:
+def measure(path: Path, given: dict[str, list[int]], run: bool, precision: str = "f32") -> dict:
     t = time.perf_counter()
     proto = onnx.load(str(path))
     read_s = time.perf_counter() - t
@@ -76,7 +77,7 @@ def measure(path: Path, given: dict[str, list[int]], run: bool) -> dict:
     t = time.perf_counter()
     graph, params = load(proto, shapes=shapes)
     import_s = time.perf_counter() - t
-    opt, rep = optimize(graph)
+    opt, rep = optimize(graph, rulesets=precision_rulesets(precision))
     t = time.perf_counter()
     plan = lower_for(opt)
     lower_s = time.perf_counter() - t
@@ -90,19 +91,20 @@ def measure(path: Path, given: dict[str, list[int]], run: bool) -> dict:
         "read_s": read_s, "import_s": import_s, "optimize_s": rep.total_s,
         **{f"{p}_s": rep.phases[p].seconds if p in rep.phases else None for p in PHASES},
         "lower_s": lower_s, "dispatches_before": rep.dispatches_before, "dispatches_after": rep.dispatches_after,
-        "plan_dispatches": len(plan.dispatches), "rules_fired": rep.rules_fired,
+        "plan_dispatches": len(plan.dispatches), "precision": precision,
+        "weights_bytes": plan.memory()["weights_bytes"], "rules_fired": rep.rules_fired,
         "graph_ops_before": before, "graph_ops_after": after, "ops_built": built,
     }
     if run:
-        row["run"] = run_against_torch(path, data)
+        row["run"] = run_against_torch(path, data, precision)
     return row
 
 
-def run_against_torch(path: Path, data: dict | None) -> dict:
+def run_against_torch(path: Path, data: dict | None, precision: str = "f32") -> dict:
     if data is None:
         return {"error": f"no {path.name.split('.')[0]}.npz beside the model: nothing to compare with"}
     feeds = {k.removeprefix("input."): v for k, v in data.items() if k.startswith("input.")}
-    model = Model(path, cache=False)
+    model = Model(path, cache=False, precision=precision)
     t = time.perf_counter()
     outs = model.run(feeds)
     first_s = time.perf_counter() - t
@@ -141,8 +143,11 @@ def minilm_embeddings(row: dict, data: dict) -> dict:
     pooled = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
     emb = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
     sentences = [str(s) for s in data["sentences"]]
-    hand = eggfuse.embed(sentences, cache=False)
+    hand = eggfuse.embed(sentences, cache=False, precision=row["precision"])
+    torch_emb = data["sentence_embedding"].astype(np.float64)
+    cos = (emb * torch_emb).sum(1) / np.linalg.norm(emb, axis=1) / np.linalg.norm(torch_emb, axis=1)
     return {"sentences": sentences, "vs_hand_built": float(np.abs(emb - hand.embeddings).max()),
+            "cosine_vs_torch_min": float(cos.min()),
             "vs_torch": float(np.abs(emb - data["sentence_embedding"]).max()),
             "hand_built_vs_torch": float(np.abs(hand.embeddings - data["sentence_embedding"]).max()),
             "hand_built_dispatches": hand.dispatches_fused}
@@ -157,7 +162,8 @@ def show(row: dict) -> None:
     phases = ", ".join(f"{p} {row[f'{p}_s']:.3f}" for p in PHASES if row[f"{p}_s"] is not None)
     print(f"  seconds: read {row['read_s']:.3f}, import {row['import_s']:.3f}, optimize {row['optimize_s']:.3f} "
           f"({phases}), lower {row['lower_s']:.3f}")
-    print(f"  dispatches {row['dispatches_before']} -> {row['dispatches_after']} (plan: {row['plan_dispatches']})")
+    print(f"  dispatches {row['dispatches_before']} -> {row['dispatches_after']} (plan: {row['plan_dispatches']}); "
+          f"weights {row['weights_bytes'] / 2**20:.1f} MiB ({row['precision']})")
     print("  ops built by the rewrites: " + (", ".join(f"{op} x{c['after']}" + (f" (was {c['before']})"
                                                    if c["before"] else "") for op, c in row["ops_built"].items())
                                             or "none"))
@@ -180,7 +186,8 @@ def show(row: dict) -> None:
     emb = row.get("minilm_embeddings")
     if emb:
         print(f"  sentence embeddings: max |export - hand-built| {emb['vs_hand_built']:.3g}, |export - torch| "
-              f"{emb['vs_torch']:.3g}, |hand-built - torch| {emb['hand_built_vs_torch']:.3g} "
+              f"{emb['vs_torch']:.3g} (cosine >= {emb['cosine_vs_torch_min']:.7f}), |hand-built - torch| "
+              f"{emb['hand_built_vs_torch']:.3g} "
               f"(hand-built plan: {emb['hand_built_dispatches']} dispatches)")
 
 
@@ -191,6 +198,8 @@ def main() -> None:
     ap.add_argument("--run", action="store_true", help="also run each model and compare with torch's outputs")
     ap.add_argument("--minilm-embeddings", action="store_true", help="(an exported MiniLM) compare embeddings")
     ap.add_argument("--warm", action="store_true", help="optimise a small fixture first (egglog's one-time set-up)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="f32",
+                    help="f16: weights stored as float16 where the rewrite engine chooses it (compile's precision)")
     ap.add_argument("--json", type=Path, help="write the rows to this file")
     args = ap.parse_args()
     given = {}
@@ -205,8 +214,8 @@ def main() -> None:
     get_device()  # created once per process: not part of the first model's lowering
     rows = []
     for path in args.models:
-        row = measure(path, given, args.run or args.minilm_embeddings)
-        if args.minilm_embeddings and "got" in row.get("run", {}):
+        row = measure(path, given, args.run or args.minilm_embeddings, args.precision)
+        if args.minilm_embeddings and "last_hidden_state" in row.get("run", {}).get("got", {}):
             row["minilm_embeddings"] = minilm_embeddings(row, npz_for(path))
         row.get("run", {}).pop("got", None)
         show(row)

@@ -69,7 +69,7 @@ log = logging.getLogger("eggfuse.cache")
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 4
+FORMAT = 5
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -332,7 +332,7 @@ def encode_plan(plan: ExecutionPlan) -> dict:
         "constants": [[i, _array(a, False)] for i, a in plan.constants.items()],
         "outputs": plan.outputs, "output_types": [_plain(t) for t in plan.output_types],
         "unused_leaves": sorted(plan.unused_leaves), "index_bounds": plan.index_bounds,
-        "derived": [[i, list(d.sources), d.axis, d.store] for i, d in plan.derived.items()],
+        "derived": [[i, list(d.sources), d.axis, d.store, d.transpose] for i, d in plan.derived.items()],
         "limits": plan.limits, "state": sorted(plan.state), "subgroups": plan.subgroups,
         "storage": [[i, j] for i, j in plan.storage.items()], "storage_sizes": plan.storage_sizes,
     }
@@ -357,8 +357,8 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
         constants={_int(i): _value(a) for i, a in doc["constants"]}, outputs=[_int(o) for o in doc["outputs"]],
         output_types=[_value(t) for t in doc["output_types"]],
         unused_leaves=frozenset(_str(n) for n in doc["unused_leaves"]), index_bounds=names(doc["index_bounds"]),
-        derived={_int(i): DerivedParameter(tuple(_str(s) for s in srcs), _int(axis), _str(store))
-                 for i, srcs, axis, store in doc["derived"]},
+        derived={_int(i): DerivedParameter(tuple(_str(s) for s in srcs), _int(axis), _str(store), bool(transpose))
+                 for i, srcs, axis, store, transpose in doc["derived"]},
         limits=names(doc["limits"]), state=frozenset(_str(n) for n in doc["state"]),
         subgroups=bool(doc["subgroups"]), storage={_int(i): _int(j) for i, j in doc["storage"]},
         storage_sizes=[_int(s) for s in doc["storage_sizes"]])

@@ -97,13 +97,15 @@ class Dispatch:
 @dataclass(frozen=True)
 class DerivedParameter:
     """A parameter the runtime computes once, when a session is created:
-    ``numpy.concatenate`` of the parameters named ``sources`` (in order) along ``axis``, stored
-    as ``store`` says (``OpSpec.pack_store``): ``"f32"`` as is, ``"f16"`` rounded to float16, two
-    halves a u32 word (``ir.ops.quant.f16_rows``)."""
+    ``numpy.concatenate`` of the parameters named ``sources`` (in order) along ``axis``,
+    transposed when ``transpose`` (ToF16's ``transposed``: weights [K, N]), stored as ``store``
+    says (``OpSpec.pack_store``): ``"f32"`` as is, ``"f16"`` rounded to float16, two halves a u32
+    word (``ir.ops.quant.f16_rows``)."""
 
     sources: tuple[str, ...]
     axis: int
     store: str = "f32"
+    transpose: bool = False
 
 
 @dataclass
@@ -173,8 +175,8 @@ class ExecutionPlan:
         """One line per buffer and per dispatch, for debugging."""
         lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)" for b in self.buffers]
         for index, d in self.derived.items():
-            lines[index] += f" = Concat(axis={d.axis}: {', '.join(d.sources)})" + (f" as {d.store}" if d.store != "f32"
-                                                                                     else "")
+            lines[index] += (f" = Concat(axis={d.axis}: {', '.join(d.sources)})" + ("^T" if d.transpose else "")
+                             + (f" as {d.store}" if d.store != "f32" else ""))
         for d in self.dispatches:
             binds = ", ".join(f"buf{i}" for i in d.bindings)
             ahead = f" prefetch [{', '.join(f'buf{i}' for i in d.prefetch)}]" if d.prefetch else ""
@@ -255,7 +257,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             constants[index] = np.ascontiguousarray(node.attrs["value"], dtype=node.type.dtype.device_numpy)
         elif kind == "derived":
             sources = tuple(graph.node(i).attrs["name"] for i in node.inputs)
-            derived[index] = DerivedParameter(sources, int(node.attrs.get("axis", 0)), OPS[node.op].pack_store)
+            transpose = bool(node.attrs.get("transposed", False))
+            derived[index] = DerivedParameter(sources, 1 if transpose else int(node.attrs.get("axis", 0)),
+                                              OPS[node.op].pack_store, transpose)
 
     target = Target(lim, subgroups)
     dispatches: list[Dispatch] = []

@@ -825,7 +825,7 @@ def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.nd
     # put(buffer, offset, array). Along axis 0 of contiguous arrays that is their bytes one
     # after another, written without a packed copy where each starts at a multiple of 8 bytes
     # (what a mapped write needs; the queue's writes need 4). ``d.store`` "f16": rounded to
-    # float16 first (InputError naming a source beyond its range).
+    # float16 first (InputError naming a source beyond its range); ``d.transpose``: transposed then.
     axis = d.axis
     if d.store == "f16":
         for name, a in zip(d.sources, sources, strict=True):
@@ -833,7 +833,11 @@ def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.nd
             if peak > F16_MAX:
                 raise InputError(f"parameter {name!r} {list(a.shape)} holds {peak:g}, beyond float16's largest "
                                  f"value {F16_MAX:g}: compile it with precision='f32'")
-        put(buffer, 0, f16_rows(np.concatenate(sources, axis=axis)))
+        whole = np.concatenate(sources, axis=axis)
+        put(buffer, 0, f16_rows(whole.T if d.transpose else whole))
+        return
+    if d.transpose:
+        put(buffer, 0, np.ascontiguousarray(np.concatenate(sources, axis=axis).T))
         return
     starts = np.cumsum([0, *(a.nbytes for a in sources[:-1])])
     if axis == 0 and all(a.flags.c_contiguous for a in sources) and not (starts % 8).any():

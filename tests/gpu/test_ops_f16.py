@@ -9,10 +9,13 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 
-def _to_f16(shapes: tuple[tuple[int, int], ...], scale: float = 1.0) -> Row:
-    rid = "ToF16-" + "+".join(f"[{r},{c}]" for r, c in shapes) + (f"x{scale:g}" if scale != 1 else "")
+def _to_f16(shapes: tuple[tuple[int, int], ...], scale: float = 1.0, transposed: bool = False) -> Row:
+    # transposed: inputs [K, n_i] (weights as exporters store them), the output's rows their columns
+    rid = ("ToF16-" + "+".join(f"[{r},{c}]" for r, c in shapes) + (f"x{scale:g}" if scale != 1 else "")
+           + ("-transposed" if transposed else ""))
     return Row("ToF16", rid, lambda g: g.add_node("ToF16", tuple(g.input(f"x{i}", list(s))
-                                                                 for i, s in enumerate(shapes))), scale=scale)
+                                                                 for i, s in enumerate(shapes)),
+                                                  transposed=transposed), scale=scale)
 
 
 ROWS = [
@@ -21,6 +24,9 @@ ROWS = [
     _to_f16(((3, 64), (5, 64), (1, 64))),  # three dispatches into one output
     _to_f16(((4, 10),), scale=1e4),  # large halves (ulp 8 to 32), all below 65504
     _to_f16(((4, 10),), scale=1e-6),  # subnormal halves
+    _to_f16(((64, 3),), transposed=True),
+    _to_f16(((2, 1),), transposed=True),
+    _to_f16(((10, 3), (10, 5), (10, 1)), transposed=True),  # three inputs [K, n_i]: their transposes stacked
 ]
 
 
