@@ -51,11 +51,14 @@ class Model:
     run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
     input shapes. ``fuse``, ``cost_model``, ``verify``, ``device``, ``cache`` and ``precision`` go
     to :func:`eggfuse.compile` (``precision="f16"``: the initializers the rewrite engine finds as
-    the B of a ``MatMulBT`` [N, K] or an ``Embedding`` table are stored as float16; a MatMul's
-    [K, N] initializer stays f32).
+    the B of a ``MatMul`` [K, N] or ``MatMulBT`` [N, K] with K a multiple of 32 are stored as
+    float16; tables a ``Gather`` reads stay f32).
 
     :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
-    in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). An input
+    in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). A feed is
+    converted to the type eggfuse computes in: an integer input (int64 or int32, computed in
+    int32) takes any integer array whose values fit int32, a float input any real array
+    (to float32); onnxruntime, stricter, refuses a dtype other than the declared one. An input
     the import must know (a Reshape's shape fed as an input, an ``If``'s condition) is bound
     at load time to its fed value: the model is imported once per such value.
     Raises :class:`~eggfuse.ir.OnnxError` / :class:`~eggfuse.ir.UnsupportedOpsError` when the
