@@ -14,7 +14,8 @@ padding), ``distilbert_tiny`` (``DistilBertModel``, 2 layers, hidden 32, 4 heads
 ``input_ids`` and ``attention_mask``, batch 3: one sequence padded, one wholly masked) and
 ``llama_tiny`` (``LlamaForCausalLM``, 2 layers, hidden 32, 4 query heads over 2
 key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`` and
-``attention_mask`` with right padding), each as
+``attention_mask`` with right padding) and ``gpt2_tiny`` (``GPT2LMHeadModel``, 2 layers, hidden
+32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding), each as
 ``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
@@ -231,6 +232,21 @@ def llama_tiny(out_dir: Path) -> list[dict]:
     return run_exports("llama_tiny", module, feeds, outs, out_dir, {n: {0: "batch", 1: "seq"} for n in names})
 
 
+def gpt2_tiny(out_dir: Path) -> list[dict]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4, use_cache=False)
+    model = randomise(GPT2LMHeadModel(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, :2] = 0  # left padding: the second sequence's first two rows keep no key of their own
+    feeds = {"input_ids": rng.integers(0, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64), "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("logits",)
+    return run_exports("gpt2_tiny", wrap(_NoCache(model), names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 class _NoCache(torch.nn.Module):
     """A causal LM called without a KV cache (prefill): ``use_cache=False``. Without an
     ``attention_mask`` input it passes one of ones (transformers would otherwise look for
@@ -374,7 +390,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
-    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "minilm", "smollm2",
+    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "gpt2_tiny", "minilm", "smollm2",
                                        "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
@@ -390,7 +406,8 @@ def main() -> None:
         return
     out = args.real or args.out
     models = (("minilm", minilm), ("smollm2", smollm2), ("smollm2_padded", smollm2_padded)) if args.real else (
-        ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny))
+        ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny),
+        ("gpt2_tiny", gpt2_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

@@ -494,7 +494,7 @@ class _Form(NamedTuple):
 def _form(node, ins) -> _Form:
     a = node.attrs
     causal = node.op not in ("FullAttention", "FullAttentionPacked")
-    packed = node.op == "FullAttentionPacked" or (node.op == "CausalAttentionRoPE" and len(ins) in (1, 2))
+    packed = node.op == "FullAttentionPacked" or (causal and len(ins) in (1, 2))
     masked = len(ins) == (2 if packed else 4)
     mean = a.get("masked_rows", "mean") == "mean"
     return _Form(a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], ins[0].shape[0] // a["batch"],
@@ -614,6 +614,24 @@ def _kept_rows_dy(b, node, dy, mask):
     return b.reshape(b.emit("Mul", (b.reshape(dy, [batch, rows // batch * width]), kept)), [rows, width])
 
 
+def _qkv_parts(xs, a) -> tuple[list, object | None]:
+    # ([q, k, v], key_mask or None) of CausalAttention's and CausalAttentionRoPE's inputs (types or values):
+    # q, k, v(, key_mask), or one packed qkv(, key_mask)
+    packed = len(xs) in (1, 2)
+    qkv = split_packed_qkv(xs[0], a) if packed else list(xs[:3])
+    return qkv, (xs[1] if len(xs) == 2 else xs[3] if len(xs) == 4 else None)
+
+
+def _causal_rule(ts, a):
+    # CausalAttention's and CausalAttentionRoPE's shape rule: q, k, v or one packed qkv, then a key_mask
+    need(len(ts) in (1, 2, 3, 4), f"takes q, k, v or one packed qkv input, and an optional key_mask; got {len(ts)} "
+                                  "inputs")
+    if len(ts) in (1, 2):
+        need_f32(ts[0], "packed qkv")
+    qkv, mask = _qkv_parts(ts, a)
+    return attention_rule(qkv if mask is None else [*qkv, mask], a)
+
+
 def _no_causal_mask_grad(node, mask) -> None:
     if mask is not None and node.op != "FullAttention" and node.op != "FullAttentionPacked":
         raise GraphError(f"node {node.id} {node.op}: a causal attention with a key_mask has no gradient (the "
@@ -622,6 +640,13 @@ def _no_causal_mask_grad(node, mask) -> None:
 
 
 def _attention_vjp(b, node, dy, want):
+    if node.op == "CausalAttention" and len(node.inputs) in (1, 2):  # packed: q, k, v are column slices of one
+        _no_causal_mask_grad(node, node.inputs[1] if len(node.inputs) == 2 else None)
+        if not want[0]:
+            return [None] * len(node.inputs)
+        grads = _attention_grad_nodes(b, dy, *_packed_slices(b, node), None, True,
+                                      {a: node.attrs[a] for a in _ATTN_NAMES}, (True, True, True))
+        return [b.emit("Concat", grads, axis=1)]
     q, k, v, *mask = node.inputs
     _no_causal_mask_grad(node, mask[0] if mask else None)
     attrs = {a: node.attrs[a] for a in _ATTN_NAMES}
@@ -635,12 +660,13 @@ op("FullAttention", ("q", "k", "v", "key_mask?"), attention_rule,
    vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="non-causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], "
        "> 0 keeps a key; a query row whose mask keeps no key gives the mean of v or, masked_rows 'zero', zeros")
-op("CausalAttention", ("q", "k", "v", "key_mask?"), attention_rule,
-   lambda xs, a: attention_reference(*xs[:3], a, True, xs[3] if len(xs) > 3 else None),
+op("CausalAttention", ("q", "k?", "v?", "key_mask?"), _causal_rule,
+   lambda xs, a: attention_reference(*_qkv_parts(xs, a)[0], a, True, _qkv_parts(xs, a)[1]),
    attrs=_FULL_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
-   doc="causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], > 0 keeps a "
-       "key; a query row whose mask keeps none of the keys up to its own gives the mean of v over all the "
-       "sequence's keys or, masked_rows 'zero', zeros (no gradient with a key_mask)")
+   doc="causal GQA attention (Vaswani et al. 2017, eq. 1). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] "
+       "projection whose columns are q, k, v in that order (GPT-2's fused c_attn); then an optional key_mask "
+       "[batch, seq], > 0 keeps a key; a query row whose mask keeps none of the keys up to its own gives the mean "
+       "of v over all the sequence's keys or, masked_rows 'zero', zeros (no gradient with a key_mask)")
 
 
 def _packed_slices(b, node):
@@ -688,22 +714,9 @@ def split_packed_qkv(x, a):
     return [x[:, :nq], x[:, nq:nq + nkv], x[:, nq + nkv:]]
 
 
-def _rope_parts(xs, a) -> tuple[list, object | None]:
-    # ([q, k, v], key_mask or None) of CausalAttentionRoPE's inputs (types or values): q, k, v(, key_mask),
-    # or one packed qkv(, key_mask)
-    packed = len(xs) in (1, 2)
-    qkv = split_packed_qkv(xs[0], a) if packed else list(xs[:3])
-    return qkv, (xs[1] if len(xs) == 2 else xs[3] if len(xs) == 4 else None)
-
-
 def _attention_rope(ts, a):
-    need(len(ts) in (1, 2, 3, 4), f"takes q, k, v or one packed qkv input, and an optional key_mask; got {len(ts)} "
-                                  "inputs")
-    if len(ts) in (1, 2):
-        need_f32(ts[0], "packed qkv")
-    qkv, mask = _rope_parts(ts, a)
-    ts = qkv if mask is None else [*qkv, mask]
-    out = attention_rule(ts, a)
+    out = _causal_rule(ts, a)
+    ts, _ = _qkv_parts(ts, a)
     for t, what in ((ts[0], "q"), (ts[1], "k")):
         try:
             rope_rule([t], a)
@@ -713,7 +726,7 @@ def _attention_rope(ts, a):
 
 
 def _attention_rope_ref(xs, a):
-    (q, k, v), mask = _rope_parts(xs, a)
+    (q, k, v), mask = _qkv_parts(xs, a)
     return attention_reference(rope_ref([q], a), rope_ref([k], a), v, a, causal=True, key_mask=mask)
 
 

@@ -260,6 +260,65 @@ def _key_masked_causal_attention(e):
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
 
 
+def _fused_qkv_example(op: str, masked: bool):
+    # one [B S, (H + 2 KV) D] product (GPT-2's c_attn) viewed [B, S, width] and split on its last axis into q, k and
+    # v, whose [B S, .] rows the attention reads
+    def build(g, dim):
+        b, h, kv, s, _, d = example_dims(dim, square=True)
+        width = (h + 2 * kv) * d
+        x = g.reshape(g.input("p", [b * s, width]), [b, s, width])
+        parts, start = [], 0
+        for w in (h * d, kv * d, kv * d):
+            part = g.add_node("Slice", (x,), starts=[start], ends=[start + w], axes=[2], steps=[1])
+            parts.append(g.reshape(part, [b * s, w]))
+            start += w
+        mask = dict(key_mask=g.input("key_mask", [b, s])) if masked else {}
+        if op == "CausalAttentionRoPE":
+            out = g.causal_attention_rope(*parts, h, kv, d, 100.0, batch=b, **mask)
+        elif op == "CausalAttention":
+            out = g.causal_attention(*parts, h, kv, d, b, **mask)
+        else:
+            out = g.full_attention(*parts, h, kv, d, b, **mask)
+        g.set_outputs([out])
+
+    return build
+
+
+@rules("attention")
+def _fused_qkv_product(e):
+    x, p, m = e.vars("x p m")
+    sx, so, sp, st, en, ax, sl = e.vars("sx so sp st en ax sl", e.Vec[e.i64])
+    nq, nk = e.vars("nq nk", e.i64)
+    lhs = e.Identity(e.Slice(x, starts=st, ends=en, axes=ax, steps=sl), shape=so)
+    a, z = st[e.i64(0)], en[e.i64(0)]
+    rows = e.Identity(x, shape=e.Vec(sx[0] * sx[1], sx[2]))
+    cols = e.SliceCols(rows, start=a, size=z - a)
+    # Reshape(Slice(x, [a:z] on its last axis), [B S, z - a]) -> SliceCols(Reshape(x, [B S, W]), a, z - a)   for x
+    # [B, S, W] (a fused projection's columns, as exporters split GPT-2's c_attn into q, k and v)
+    yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(3)), e.eq(so.length()).to(e.i64(2)),
+                 e.eq(st.length()).to(e.i64(1)), e.eq(ax).to(e.Vec(e.i64(2))), e.eq(sl).to(e.Vec(e.i64(1))),
+                 e.eq(so[0]).to(sx[0] * sx[1]), e.eq(so[1]).to(z - a), a >= e.i64(0), z <= sx[2],
+                 name="Reshape(Slice(x, [a:z] on its last axis), [B S, z - a]) -> SliceCols(Reshape(x, [B S, W]), a, "
+                      "z - a)", example=example(_fused_qkv_example("CausalAttention", False))).then(
+        e.union(lhs).with_(cols), e.set_(e.shape(rows)).to(e.Vec(sx[0] * sx[1], sx[2])),
+        e.set_(e.shape(cols)).to(e.Vec(sx[0] * sx[1], z - a)))
+    # op(SliceCols(P, 0, nq), SliceCols(P, nq, nk), SliceCols(P, nq + nk, nk)[, m]) -> op'(P[, m])   for P of
+    # nq + 2 nk columns: the attention reads q, k and v from the packed product (op' FullAttentionPacked for
+    # FullAttention, the causal ops themselves with one packed input)
+    parts = (e.SliceCols(p, start=e.i64(0), size=nq), e.SliceCols(p, start=nq, size=nk),
+             e.SliceCols(p, start=nq + nk, size=nk))
+    for op, packed_op in (("CausalAttention", "CausalAttention"), ("CausalAttentionRoPE", "CausalAttentionRoPE"),
+                          ("FullAttention", "FullAttentionPacked")):
+        attrs = e.attrs_of(op)
+        for masked in (False, True):
+            extra, label = ((m,), ", m") if masked else ((), "")
+            yield e.equal(f"{op}(SliceCols(P, 0, q), SliceCols(P, q, k), SliceCols(P, q + k, k){label}) -> "
+                          f"{packed_op}(P{label})",
+                          getattr(e, op)(*parts, *extra, **attrs), getattr(e, packed_op)(p, *extra, **attrs),
+                          e.eq(e.shape(p)).to(sp), e.eq(sp[1]).to(nq + nk + nk),
+                          example=example(_fused_qkv_example(op, masked)))
+
+
 def _split_heads_scores_example(masked: bool):
     def build(g, dim):
         b, h, kv, s, t, d = example_dims(dim)

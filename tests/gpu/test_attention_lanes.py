@@ -49,6 +49,7 @@ ROWS = [
     _attention("CausalAttention", 4, 2, 32, 2, 37, mask=_LEFT_37, masked_rows="zero"),
     _attention("CausalAttention", 2, 1, 6, 2, 37, mask=_LEFT_37),
     _attention_rope(4, 2, 8, 2, 37, "half", 0, packed=True, mask=_LEFT_37),
+    _attention("CausalAttention", 4, 4, 8, 2, 37, mask=_LEFT_37, masked_rows="zero", packed=True),
 ]
 _ALL_OPS = ("FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE")
 

@@ -1,6 +1,7 @@
 """Exported attention blocks and the 2-layer fixtures compiled with the recognition rules and run
 on the GPU (lavapipe without one) through eggfuse.onnx.Model: the recognised op is in the plan
-that runs, and the outputs are onnxruntime's (torch's for the fixtures)."""
+that runs, and the outputs are onnxruntime's (torch's for the fixtures, but onnxruntime's at the
+rows where the exported graph is not torch: tests/exported_graphs.py GRAPH_NOT_TORCH)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import onnx
 import pytest
 
 from eggfuse.onnx import Model
-from tests.exported_graphs import Attn, attention_model, feeds
+from tests.exported_graphs import Attn, attention_model, expected_outputs, feeds
 from tests.onnx_ort_check import check_against_ort
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "exported"
@@ -49,12 +50,15 @@ def test_recognised_attention_runs_as_onnxruntime(case, device):
 
 @pytest.mark.parametrize("name, op", [("bert_tiny.dynamo.onnx", "FullAttentionPacked"),
                                       ("llama_tiny.classic.onnx", "CausalAttentionRoPE"),
-                                      ("llama_tiny.dynamo.onnx", "CausalAttentionRoPE")])
+                                      ("llama_tiny.dynamo.onnx", "CausalAttentionRoPE"),
+                                      ("gpt2_tiny.classic.onnx", "CausalAttention"),
+                                      ("gpt2_tiny.dynamo.onnx", "CausalAttention")])
 def test_exported_fixture_runs_fused_as_torch(name, op, device):
     data = np.load(DATA / (name.split(".")[0] + ".npz"))
     inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
     model = Model(DATA / name, device=device)
     outs = model.run(inputs)
+    want = expected_outputs(DATA / name, data)  # torch's, onnxruntime's where the graph is not torch
     for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
-        np.testing.assert_allclose(out, data["output." + vi.name], rtol=1e-4, atol=3e-5)
+        np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=3e-5)
     assert op in _ops(model)

@@ -97,12 +97,13 @@ def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int) -> Row:
     return Row("EmbeddingSumLayerNorm", f"EmbeddingSumLayerNorm{list(vocabs)}x[{t},{h}]", build, ids, scale=3.0)
 
 
-def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None, masked_rows: str = "") -> Row:
-    # masked_rows: the attention's attribute, left at its default when empty
+def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None, masked_rows: str = "",
+               packed: bool = False) -> Row:
+    # masked_rows: the attention's attribute, left at its default when empty; packed: CausalAttention of one input
     def build(g: Graph) -> int:
         rows = batch * seq
         extra = {"masked_rows": masked_rows} if masked_rows else {}
-        if op == "FullAttentionPacked":  # one [rows, (nh + 2 nkv) * hd] input: q, k, v side by side
+        if op == "FullAttentionPacked" or packed:  # one [rows, (nh + 2 nkv) * hd] input: q, k, v side by side
             km = (g.input("key_mask", [batch, seq]),) if mask is not None else ()
             return g.add_node(op, (g.input("qkv", [rows, (nh + 2 * nkv) * hd]), *km), num_heads=nh,
                               num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
@@ -114,7 +115,8 @@ def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=N
         return g.full_attention(q, k, v, nh, nkv, hd, batch, key_mask=km, **extra)
 
     feeds = {} if mask is None else {"key_mask": np.asarray(mask, dtype=np.float32)}
-    tag = ("mask" if mask is not None else "") + (f",{masked_rows}" if masked_rows else "")
+    tag = ("mask" if mask is not None else "") + (f",{masked_rows}" if masked_rows else "") + (
+        "-packed" if packed else "")
     return Row(op, f"{op}[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]{tag}", build, feeds, scale=2.0)
 
 
@@ -483,6 +485,8 @@ ROWS: list[Row] = [
     # a key mask with causal rows (an exported decoder's padding): rows keeping no key of their own (sequence 0's
     # first two, left padded; sequence 1's all) give the mean of v over all the sequence's keys, or zeros
     *[_attention("CausalAttention", 4, 2, 8, 3, 7, mask=_LEFT_MASK, masked_rows=rows) for rows in ("mean", "zero")],
+    _attention("CausalAttention", 4, 2, 8, 2, 5, packed=True),  # GPT-2's fused c_attn product read as it is
+    _attention("CausalAttention", 4, 4, 8, 3, 7, mask=_LEFT_MASK, packed=True),
     _attention_rope(4, 2, 8, 3, 7, "half", 0, packed=True, mask=_LEFT_MASK),
     _attention_rope(4, 1, 6, 3, 7, "adjacent", 2, mask=_LEFT_MASK, masked_rows="zero"),
     *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (

@@ -213,7 +213,8 @@ def _unary(op: str) -> Row:
 
 
 def _attention(op: str, nh=4, nkv=2, hd=4, batch=2, seq=3, mask=None, packed=False, **extra) -> Row:
-    # packed: one [rows, (nh + 2 nkv) hd] input holding q, k, v side by side (CausalAttentionRoPE)
+    # packed: one [rows, (nh + 2 nkv) hd] input holding q, k, v side by side (FullAttentionPacked, and
+    # CausalAttention and CausalAttentionRoPE of one input)
     rows = batch * seq
 
     def build(g):
@@ -332,6 +333,7 @@ ROWS = [
     _attention("FullAttentionPacked", nh=2, nkv=1, mask=[[0, 0, 0], [1, 1, 0]], packed=True, masked_rows="zero"),
     _attention("CausalAttention"),
     _attention("CausalAttention", nh=3, nkv=3, batch=1, seq=5),
+    _attention("CausalAttention", packed=True),
     _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1),
     _attention("CausalAttentionRoPE", nh=2, nkv=1, batch=1, seq=4, theta=10000.0, pairing="adjacent"),
     _attention("CausalAttentionRoPE", theta=100.0, pos_offset=1, packed=True),

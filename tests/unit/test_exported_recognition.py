@@ -239,6 +239,9 @@ FIXTURES = {
     # they stayed GeneralAttention of three projections and two RoPEs a layer)
     "llama_tiny.classic.onnx": ({"CausalAttentionRoPE": 2}, 15),
     "llama_tiny.dynamo.onnx": ({"CausalAttentionRoPE": 2}, 15),
+    # the fused c_attn product read by CausalAttention with the key mask (25 while q, k and v were three Slices)
+    "gpt2_tiny.classic.onnx": ({"CausalAttention": 2}, 19),
+    "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2}, 19),
 }
 
 
