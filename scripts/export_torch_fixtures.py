@@ -15,7 +15,8 @@ padding), ``distilbert_tiny`` (``DistilBertModel``, 2 layers, hidden 32, 4 heads
 ``llama_tiny`` (``LlamaForCausalLM``, 2 layers, hidden 32, 4 query heads over 2
 key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`` and
 ``attention_mask`` with right padding) and ``gpt2_tiny`` (``GPT2LMHeadModel``, 2 layers, hidden
-32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding), each as
+32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding) and ``roberta_tiny``
+(``RobertaModel``, 2 layers, hidden 32, 4 heads, position ids counted from the padding), each as
 ``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
@@ -232,6 +233,24 @@ def llama_tiny(out_dir: Path) -> list[dict]:
     return run_exports("llama_tiny", module, feeds, outs, out_dir, {n: {0: "batch", 1: "seq"} for n in names})
 
 
+def roberta_tiny(out_dir: Path) -> list[dict]:
+    from transformers import RobertaConfig, RobertaModel
+
+    torch.manual_seed(0)
+    cfg = RobertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=40)
+    model = randomise(RobertaModel(cfg, add_pooling_layer=False)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 4:] = 0  # right padding, padded with the pad id: RoBERTa's position ids count the other tokens
+    ids = rng.integers(cfg.pad_token_id + 2, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64)
+    ids[mask == 0] = cfg.pad_token_id
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports("roberta_tiny", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 def gpt2_tiny(out_dir: Path) -> list[dict]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -390,8 +409,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
-    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "gpt2_tiny", "minilm", "smollm2",
-                                       "smollm2_padded"],
+    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "gpt2_tiny", "roberta_tiny",
+                                       "minilm", "smollm2", "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -407,7 +426,7 @@ def main() -> None:
     out = args.real or args.out
     models = (("minilm", minilm), ("smollm2", smollm2), ("smollm2_padded", smollm2_padded)) if args.real else (
         ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny),
-        ("gpt2_tiny", gpt2_tiny))
+        ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

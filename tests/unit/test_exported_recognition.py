@@ -242,6 +242,10 @@ FIXTURES = {
     # the fused c_attn product read by CausalAttention with the key mask (25 while q, k and v were three Slices)
     "gpt2_tiny.classic.onnx": ({"CausalAttention": 2}, 19),
     "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2}, 19),
+    # RoBERTa's embeddings: three Gathers (position ids computed from the padding: CumSum) into one kernel (24 while
+    # they were three Gathers, their sum and a LayerNorm)
+    "roberta_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 20),
+    "roberta_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 20),
 }
 
 
