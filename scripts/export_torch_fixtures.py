@@ -16,7 +16,8 @@ padding), ``distilbert_tiny`` (``DistilBertModel``, 2 layers, hidden 32, 4 heads
 key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`` and
 ``attention_mask`` with right padding) and ``gpt2_tiny`` (``GPT2LMHeadModel``, 2 layers, hidden
 32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding) and ``roberta_tiny``
-(``RobertaModel``, 2 layers, hidden 32, 4 heads, position ids counted from the padding), each as
+(``RobertaModel``, 2 layers, hidden 32, 4 heads, position ids counted from the padding) and
+``vit_tiny`` (``ViTModel``, 2 layers, hidden 32, 4 heads, 16x16 images of 4x4 patches), each as
 ``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
@@ -251,6 +252,18 @@ def roberta_tiny(out_dir: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names})
 
 
+def vit_tiny(out_dir: Path) -> list[dict]:
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    cfg = ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, intermediate_size=64)
+    model = randomise(ViTModel(cfg, add_pooling_layer=False)).eval()
+    feeds = {"pixel_values": np.random.default_rng(0).standard_normal((BATCH, 3, 16, 16)).astype(np.float32)}
+    names, outs = ("pixel_values",), ("last_hidden_state",)
+    return run_exports("vit_tiny", wrap(model, names, outs), feeds, outs, out_dir, {"pixel_values": {0: "batch"}})
+
+
 def gpt2_tiny(out_dir: Path) -> list[dict]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -410,7 +423,7 @@ def main() -> None:
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
     ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "gpt2_tiny", "roberta_tiny",
-                                       "minilm", "smollm2", "smollm2_padded"],
+                                       "vit_tiny", "minilm", "smollm2", "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -426,7 +439,7 @@ def main() -> None:
     out = args.real or args.out
     models = (("minilm", minilm), ("smollm2", smollm2), ("smollm2_padded", smollm2_padded)) if args.real else (
         ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny),
-        ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny))
+        ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

@@ -497,3 +497,36 @@ def _masks_as_options(e):
                       f"{', v' if name[0] == 'G' else ''}, b)", lhs, rhs, e.value(z, e.f64(0.0)),
                       e.value(n, e.f64(-np.inf)), e.eq(e.shape(where)).to(e.shape(b)),
                       example=example(_causal_example("and", name)))
+
+
+def _all_keys_example(op: str):
+    # a mask allowing every key (an exporter's additive mask of zeros, [1, 1, S, T]): causal_mask reads it as causal
+    # with offset T - 1, which the rule below drops
+    def build(g, dim):
+        q, k, v, (b, h, kv, s, t, d) = _qkv(g, dim)
+        m = g.constant(np.zeros((1, 1, s, t)), shape=[1, 1, s, t])
+        p = g.softmax(g.add(scores_of(g, q, k, 0.5), m))
+        g.set_outputs([p if op == "AttentionScores" else g.add_node("BatchMatMul", (p, v))])
+
+    return build
+
+
+@rules("attention")
+def _causal_over_every_key(e):
+    q, k, v = e.vars("q k v")
+    (s, cap) = e.vars("s cap", e.f64)
+    nh, nkv, off, mode = e.vars("nh nkv off mode", e.i64)
+    sk = e.var("sk", e.Vec[e.i64])
+    opts = dict(scale=s, num_heads=nh, kv_num_heads=nkv, softcap=cap, left_window=e.i64(-1), right_window=e.i64(-1))
+    keys = sk[sk.length() - e.i64(2)]  # Skv: k is [B, heads, Skv, D] or [B, Skv, heads D]
+    # op(q, k, [v]; causal, offset) -> op(q, k, [v])   if offset >= Skv - 1, no window and no kv lengths: row i
+    # allows key j <= i + offset, every key of every row (an all-allowed mask, which causal_mask reads as causal
+    # with offset Skv - 1: ViT's export)
+    for op in ("AttentionScores", "GeneralAttention"):
+        tensors = (q, k) if op == "AttentionScores" else (q, k, v)
+        extra = dict(mode=mode) if op == "AttentionScores" else {}
+        lhs = getattr(e, op)(*tensors, **opts, causal=e.Bool(True), offset=off, **extra)
+        rhs = getattr(e, op)(*tensors, **opts, causal=e.Bool(False), offset=e.i64(0), **extra)
+        yield e.equal(f"{op}(q, k{', v' if op[0] == 'G' else ''}; causal, offset >= Skv - 1) -> "
+                      f"{op}(q, k{', v' if op[0] == 'G' else ''})", lhs, rhs, e.eq(e.shape(k)).to(sk),
+                      off >= keys - e.i64(1), example=example(_all_keys_example(op)))
