@@ -265,6 +265,7 @@ def _fused_qkv_example(op: str, masked: bool):
     # v, whose [B S, .] rows the attention reads
     def build(g, dim):
         b, h, kv, s, _, d = example_dims(dim, square=True)
+        d *= 2 if op == "CausalAttentionRoPE" else 1  # RoPE rotates pairs: an even head_dim
         width = (h + 2 * kv) * d
         x = g.reshape(g.input("p", [b * s, width]), [b, s, width])
         parts, start = [], 0
