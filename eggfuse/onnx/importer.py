@@ -141,11 +141,8 @@ class NodeContext:
         return f"{self.node.op_type} node {name!r}"
 
     def fail(self, msg: str) -> OnnxError:
-        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name,
-        followed by the Slices imported before it whose end ONNX clamped (a likely cause)."""
-        clamped = self.importer.clamped
-        note = f" (earlier, {'; '.join(clamped[:3])})" if clamped else ""
-        return OnnxError(f"{self.where()}: {msg}{note}")
+        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name."""
+        return OnnxError(f"{self.where()}: {msg}")
 
     # --- attributes --------------------------------------------------------------------
 
@@ -213,8 +210,10 @@ class NodeContext:
         """Add IR node ``op``; a GraphError becomes an OnnxError naming this ONNX node."""
         try:
             return self.graph.add_node(op, inputs, **attrs)
-        except GraphError as e:
-            raise self.fail(f"{e}; input shapes {[list(v.shape) if v else None for v in self.inputs]}") from None
+        except GraphError as e:  # shapes the op refuses: the last Slices whose end ONNX clamped are a likely cause
+            clamped = self.importer.clamped[-3:]
+            note = f" (earlier, {'; '.join(clamped)})" if clamped else ""
+            raise self.fail(f"{e}; input shapes {[list(v.shape) if v else None for v in self.inputs]}{note}") from None
 
     def constant(self, value: Any, dtype: DType = DType.F32) -> int:
         """An IR Constant of ``value`` (its own shape, a 0-d value a scalar)."""
@@ -341,8 +340,8 @@ class Importer:
         #: when it has none; the outermost node for an expanded function or an inlined If)
         self.origin: dict[int, str] = {}
         #: Slices whose end ONNX clamped to a shorter axis (a finite end, not the "to the end"
-        #: idiom): a later shape error names them, as a sequence longer than a position table
-        #: fails only at the Add that meets the shorter rows
+        #: idiom): a later shape error names the last three, as a sequence longer than a position
+        #: table fails only at the Add that meets the shorter rows
         self.clamped: list[str] = []
 
     # --- values ------------------------------------------------------------------------
@@ -545,8 +544,10 @@ class Importer:
     def note_clamped(self, where: str, shape: Sequence[int], ends: Sequence[int], axes: Sequence[int],
                      steps: Sequence[int]) -> None:
         """Record a Slice (at ``where``) whose finite end ONNX clamps to a shorter axis, for
-        :meth:`NodeContext.fail` to name; the INT_MAX "to the end" idiom is not recorded."""
+        :meth:`NodeContext.add` to name with a shape error; the INT_MAX "to the end" idiom is not
+        recorded."""
         for a, v, step in zip(axes, ends, steps, strict=True):
+            a = a % max(len(shape), 1)
             d = shape[a]
             if step > 0 and d < v < 2**31 - 1:
                 self.clamped.append(f"{where} asked for rows up to {v} along axis {a} of {list(shape)}, and ONNX "

@@ -632,23 +632,24 @@ def _causal_rule(ts, a):
     return attention_rule(qkv if mask is None else [*qkv, mask], a)
 
 
-def _no_causal_mask_grad(node, mask) -> None:
+def _no_causal_mask_grad(b, node, mask) -> None:
     if mask is not None and node.op != "FullAttention" and node.op != "FullAttentionPacked":
-        raise GraphError(f"node {node.id} {node.op}: a causal attention with a key_mask has no gradient (the "
-                         "AttentionGrad kernels take a key_mask only without causal rows); train the graph without "
-                         "the key_mask, or with FullAttention and the causal rows in the mask")
+        raise GraphError(f"node {node.id} {node.op} (q {b.type(node.inputs[0])}, key_mask node {mask} "
+                         f"{b.type(mask)}): a causal attention with a key_mask has no gradient (the AttentionGrad "
+                         "kernels take a key_mask only without causal rows); differentiate the graph without the "
+                         "key_mask")
 
 
 def _attention_vjp(b, node, dy, want):
     if node.op == "CausalAttention" and len(node.inputs) in (1, 2):  # packed: q, k, v are column slices of one
-        _no_causal_mask_grad(node, node.inputs[1] if len(node.inputs) == 2 else None)
+        _no_causal_mask_grad(b, node, node.inputs[1] if len(node.inputs) == 2 else None)
         if not want[0]:
             return [None] * len(node.inputs)
         grads = _attention_grad_nodes(b, dy, *_packed_slices(b, node), None, True,
                                       {a: node.attrs[a] for a in _ATTN_NAMES}, (True, True, True))
         return [b.emit("Concat", grads, axis=1)]
     q, k, v, *mask = node.inputs
-    _no_causal_mask_grad(node, mask[0] if mask else None)
+    _no_causal_mask_grad(b, node, mask[0] if mask else None)
     attrs = {a: node.attrs[a] for a in _ATTN_NAMES}
     dy = _kept_rows_dy(b, node, dy, mask[0] if mask else None)
     grads = _attention_grad_nodes(b, dy, q, k, v, mask[0] if mask else None, node.op == "CausalAttention", attrs, want)
@@ -733,7 +734,7 @@ def _attention_rope_ref(xs, a):
 def _attention_rope_vjp(b, node, dy, want):
     # packed: q, k, v are column slices of the one input, and its gradient is theirs side by side
     packed = len(node.inputs) in (1, 2)
-    _no_causal_mask_grad(node, node.inputs[-1] if len(node.inputs) in (2, 4) else None)
+    _no_causal_mask_grad(b, node, node.inputs[-1] if len(node.inputs) in (2, 4) else None)
     if packed:
         if not want[0]:
             return [None]

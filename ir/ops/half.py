@@ -51,8 +51,9 @@ def _to_f16(ts, a):
     for i, t in enumerate(ts):
         need_f32(t, f"input {i}")
         need(t.rank == 2 and t.shape[k] == first.shape[k] and t.shape[k] % 2 == 0,
-             f"inputs must be f32 [{'cols, rows' if k == 0 else 'rows, cols'}] of one even cols, got {t} beside "
-             f"{first}")
+             f"input {i} is {t}, beside input 0 {first}: every input must be 2-D f32 with the same even number of "
+             f"{'rows (transposed: [K, N_i], K even)' if k == 0 else 'columns ([N_i, K], K even)'}; pad K to an "
+             "even size or store the weight f32")
     return TensorType((sum(t.shape[1 - k] for t in ts), first.shape[k] // 2), DType.U32)
 
 
@@ -198,7 +199,7 @@ def _f16_packed_qkv(e):
     # P = h@Dequant(ToF16(Wq,Wk,Wv))^T, each projection the SliceCols of P (quant.py's twin, for f16), of weights
     # [N, K] or, transposed, [K, N] (an export's, with or without its key mask)
     for transposed in (False, True):
-        for masked in (False, True) if transposed else (False,):
+        for masked in (False, True):
             weights, packed = _f16_qkv_weights(e, transposed)
             label = ", m" if masked else ""
             yield packed_qkv_rule(

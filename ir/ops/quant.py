@@ -368,30 +368,34 @@ def _quant_gate_up_concat(e):
                   example=example(_gate_up_example))
 
 
-def _qkv_example(g, dim) -> None:
-    nh, nkv, hd = 2, 1, 32
-    h = g.input("h", [dim("s"), 64])
+def _qkv_example(g, dim, masked: bool = False) -> None:
+    nh, nkv, hd, batch = 2, 1, 32, 2 if masked else 1
+    s = dim("s")
+    h = g.input("h", [batch * s, 64])
+    mask = dict(key_mask=g.input("key_mask", [batch, s])) if masked else {}
     q, k, v = (g.matmul_bt(h, _quant_param(g, f"w{t}", heads * hd, 64)) for t, heads in (("q", nh), ("k", nkv),
                                                                                          ("v", nkv)))
-    g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0)])
+    g.set_outputs([g.causal_attention_rope(q, k, v, nh, nkv, hd, 100.0, batch=batch, **mask)])
 
 
 @rules("attention")
 def _quant_packed_qkv(e):
-    (h,) = e.vars("h")
+    (h, m) = e.vars("h m")
     nq, nk, nv, f = e.vars("nq nk nv f", e.String)
     sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as attention.py's _packed_qkv says why
     (c,) = e.vars("c", e.i64)
     pq, pk, pv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    # CausalAttentionRoPE(h@Dequant(Wq)^T, h@Dequant(Wk)^T, h@Dequant(Wv)^T) -> CausalAttentionRoPE(P),
+    # CausalAttentionRoPE(h@Dequant(Wq)^T, h@Dequant(Wk)^T, h@Dequant(Wv)^T[, m]) -> CausalAttentionRoPE(P[, m]),
     # P = h@Dequant(Concat0(Wq,Wk,Wv))^T, and each projection the SliceCols of P (attention.py's _packed_qkv
     # for weights kept quantised: the rows of q, k and v's blocks stacked, one format and K)
-    yield packed_qkv_rule(
-        e, [(e.MatMulBT(h, e.Dequant(w, format=f, cols=c)), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))],
-        e.MatMulBT(h, e.Dequant(e.Concat(pq, pk, pv, axis=0), format=f, cols=c)),
-        name="CausalAttentionRoPE(h@Dequant(W)^T, W=Wq,Wk,Wv) -> "
-             "CausalAttentionRoPE(h@Dequant(Concat(Wq,Wk,Wv))^T)",
-        example_fn=_qkv_example)
+    for masked in (False, True):
+        label = ", m" if masked else ""
+        yield packed_qkv_rule(
+            e, [(e.MatMulBT(h, e.Dequant(w, format=f, cols=c)), s[0]) for w, s in ((pq, sq), (pk, sk), (pv, sv))],
+            e.MatMulBT(h, e.Dequant(e.Concat(pq, pk, pv, axis=0), format=f, cols=c)),
+            name=f"CausalAttentionRoPE(h@Dequant(W)^T, W=Wq,Wk,Wv{label}) -> "
+                 f"CausalAttentionRoPE(h@Dequant(Concat(Wq,Wk,Wv))^T{label})",
+            example_fn=lambda g, dim, masked=masked: _qkv_example(g, dim, masked), mask=m if masked else None)
 
 
 @rules("attention")

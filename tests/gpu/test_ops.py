@@ -487,6 +487,7 @@ ROWS: list[Row] = [
     *[_attention("CausalAttention", 4, 2, 8, 3, 7, mask=_LEFT_MASK, masked_rows=rows) for rows in ("mean", "zero")],
     _attention("CausalAttention", 4, 2, 8, 2, 5, packed=True),  # GPT-2's fused c_attn product read as it is
     _attention("CausalAttention", 4, 4, 8, 3, 7, mask=_LEFT_MASK, packed=True),
+    _attention("CausalAttention", 4, 2, 6, 3, 7, mask=_LEFT_MASK, packed=True),  # hd 6: element-wise reads, v_off
     _attention_rope(4, 2, 8, 3, 7, "half", 0, packed=True, mask=_LEFT_MASK),
     _attention_rope(4, 1, 6, 3, 7, "adjacent", 2, mask=_LEFT_MASK, masked_rows="zero"),
     *[_rms_norm_matmul(v, *mkn, epi) for v in ("", "BT") for mkn, epi in (

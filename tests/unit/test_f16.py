@@ -11,7 +11,7 @@ import gguf
 import numpy as np
 import pytest
 
-from eggfuse.ir import DType, Graph, InputError, evaluate
+from eggfuse.ir import DType, Graph, GraphError, InputError, evaluate
 from eggfuse.ir.ops.quant import F16_MAX, dequantize, f16_rows
 from eggfuse.lowering import lower
 from eggfuse.models import gguf as model_gguf
@@ -50,8 +50,12 @@ def test_to_f16_stacks_its_inputs_then_rounds():
 
 def test_to_f16_refuses_odd_columns_and_non_f32():
     g = Graph()
-    with pytest.raises(Exception, match="even cols"):
+    with pytest.raises(GraphError, match=r"input 0 is f32\[3,5\].* the same even number of columns \(\[N_i, K\], K "
+                                         r"even\); pad K to an even size"):
         g.add_node("ToF16", (g.parameter("a", [3, 5]),))
+    with pytest.raises(GraphError, match=r"input 1 is f32\[4,3\], beside input 0 f32\[6,3\]: .* same even number "
+                                         r"of rows \(transposed: \[K, N_i\], K even\)"):
+        g.add_node("ToF16", (g.parameter("w", [6, 3]), g.parameter("x", [4, 3])), transposed=True)
     with pytest.raises(Exception, match="f32"):
         g.add_node("ToF16", (g.parameter("q", [3, 4], DType.U32),))
 

@@ -79,6 +79,12 @@ def test_a_shape_error_names_an_earlier_slice_that_onnx_clamped():
                                             r"rows up to 6 along axis 1 of \[1, 4\], and ONNX clamps that to 4: the "
                                             r"model takes at most 4 there"):
             load(m, shapes=shapes | {"ids": [1, 6]})
+    # an error of another kind (an attribute) after a clamping Slice does not blame the Slice
+    m = model([node("Slice", ["x", "zero", "eight"], ["y"], name="truncate"), node("Concat", ["y", "y"], ["z"])],
+              [("x", F, [1, 6])], [("z", F, None)], [("zero", zero), ("eight", np.array([8], np.int64))])
+    with pytest.raises(OnnxError, match="attribute axis is required") as e:
+        load(m)
+    assert "truncate" not in str(e.value)
 
 
 def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
