@@ -51,8 +51,8 @@ class Model:
     run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
     input shapes. ``fuse``, ``cost_model``, ``verify``, ``device``, ``cache`` and ``precision`` go
     to :func:`eggfuse.compile` (``precision="f16"``: the initializers the rewrite engine finds as
-    the B of a ``MatMul`` [K, N] or ``MatMulBT`` [N, K] with K a multiple of 32 are stored as
-    float16; tables a ``Gather`` reads stay f32).
+    the B of a ``MatMul`` [K, N] or ``MatMulBT`` [N, K] with K a multiple of 32, and the tables a
+    ``Gather`` reads with rows a multiple of 32 long, are stored as float16).
 
     :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
     in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). A feed is

@@ -23,8 +23,8 @@ roundoff) instead of float64 rounding. The packing twins (QKV, gate/up) are exac
 What is stored f16: every matmul weight stored [N, K] (``MatMulBT``: the LLaMA family's and
 the BERT family's linear layers; K a multiple of 32), every one stored [K, N] (``MatMul``: an
 ONNX exporter's linear layers, as ``ToF16(P, transposed)``: the rows of P^T; K a multiple of 32)
-and every ``Embedding`` table whose rows are a multiple of 32 long (an export's ``Gather`` by i32
-ids keeps its table f32). Activations, norms' weights and biases stay f32.
+and every table whose rows are a multiple of 32 long that an ``Embedding`` or an export's
+``Gather`` (axis 0, i32 ids) reads. Activations, norms' weights and biases stay f32.
 """
 
 from __future__ import annotations
@@ -106,6 +106,11 @@ def _f16_matmul_kn_example(g, dim) -> None:
     g.set_outputs([g.relu(g.matmul(x, g.parameter("W", [k, dim("n")])))])
 
 
+def _f16_gather_example(g, dim) -> None:
+    table = g.parameter("E", [dim("rows"), BLOCK * dim("kb", 1, 2)])
+    g.set_outputs([g.add_node("Gather", (table, g.input("ids", [dim("b", 1, 3), dim("t")], DType.I32)), axis=0)])
+
+
 def _f16_embedding_example(g, dim) -> None:
     table = g.parameter("E", [dim("rows"), BLOCK * dim("kb", 1, 2)])
     g.set_outputs([g.embedding(g.input("tokens", [dim("t")], DType.U32), table)])
@@ -125,6 +130,11 @@ def _store_f16(e):
     # Embedding(i, P) -> Embedding(i, Dequant(ToF16(P)))   (the table rounded to f16; rows % 32 == 0)
     yield e.equal("Embedding(i, P) -> Embedding(i, Dequant(ToF16(P)))", e.Embedding(a, p), e.Embedding(a, half),
                   whole_blocks, example=example(_f16_embedding_example, tol=F16_RULE_TOL))
+    # Gather(P, i, axis 0) -> Gather(Dequant(ToF16(P)), i, axis 0)   (an export's embedding table [V, H] rounded to
+    # f16; H % 32 == 0)
+    yield e.equal("Gather(P, i, axis 0) -> Gather(Dequant(ToF16(P)), i, axis 0)", e.Gather(p, a, axis=e.i64(0)),
+                  e.Gather(half, a, axis=e.i64(0)), e.eq(s.length()).to(e.i64(2)), whole_blocks,
+                  example=example(_f16_gather_example, tol=F16_RULE_TOL))
     # MatMul(a, P) -> MatMulBT(a, Dequant(ToF16(P, transposed)))   (P [K,N], as exporters store a linear layer's
     # weight, rounded to f16 as the rows of P^T; K % 32 == 0)
     transposed = e.Dequant(e.ToF16(p, transposed=e.Bool(True)), format=e.String("f16"), cols=s[0])

@@ -410,7 +410,6 @@ def _embedding_sum_layer_norm(ts, a):
                  f"table {i} must be f32 [rows, {h}], got {table}")
         else:
             check_blocks(table, "f16", h, f"table {i}")
-            need(idx.dtype is DType.U32, f"indices {i} of a format {a['format']} table must be u32, got {idx}")
     if positions:
         need(ts[-1].dtype is DType.F32 and ts[-1].shape == (positions, h),
              f"the positions table must be f32 [{positions}, {h}], got {ts[-1]}")
@@ -688,15 +687,19 @@ def _gathered_embedding_layer_norm_rules(e):
             *(e.set_(e.shape(t)).to(e.Vec(tokens)) for t in ids3), e.set_(e.shape(fused3)).to(e.Vec(tokens, sg[2])))
 
 
-def _embedding_ln_f16_example(pairs: int):
+def _embedding_ln_f16_example(pairs: int, positions: bool = False):
+    # positions: i32 ids (an export's) and a positions table of S rows over sequences of S
     def build(g, dim):
-        t, h = dim("t"), 32 * dim("hb", 1, 2)  # whole blocks of 32 halves a row (the f16 rule's guard)
+        s, h = dim("t"), 32 * dim("hb", 1, 2)  # whole blocks of 32 halves a row (the f16 rule's guard)
+        t = s * (dim("b", 1, 3) if positions else 1)
         flat = []
         for i in range(pairs):
             half = g.add_node("ToF16", (g.parameter(f"table{i}", [dim(f"v{i}"), h]),))
-            flat += [g.input(f"ids{i}", [t], DType.U32), g.add_node("Dequant", (half,), format="f16", cols=h)]
-        g.set_outputs([g.add_node("EmbeddingSumLayerNorm", (g.parameter("w", [h]), g.parameter("b", [h]), *flat),
-                                  eps=1e-12)])
+            flat += [g.input(f"ids{i}", [t], DType.I32 if positions else DType.U32),
+                     g.add_node("Dequant", (half,), format="f16", cols=h)]
+        pos = (g.parameter("positions", [s, h]),) if positions else ()
+        g.set_outputs([g.add_node("EmbeddingSumLayerNorm", (g.parameter("w", [h]), g.parameter("b", [h]), *flat, *pos),
+                                  eps=1e-12, positions=s if positions else 0)])
 
     return example(build)
 
@@ -719,3 +722,14 @@ def _embedding_sum_layer_norm_f16(e):
                   e.EmbeddingSumLayerNorm(w, bias, i0, dq[0], i1, dq[1], i2, dq[2], eps=eps, **f32),
                   e.EmbeddingSumLayerNorm(w, bias, i0, q0, i1, q1, i2, q2, eps=eps, **f16),
                   example=_embedding_ln_f16_example(3))
+    # the same with a positions table (an export's word and token-type tables, or word alone; the positions stay f32)
+    (pos,) = e.vars("pos")
+    (ps,) = e.vars("ps", e.i64)
+    for pairs in (1, 2):
+        flat32 = [i0, dq[0], i1, dq[1]][:2 * pairs]
+        flat16 = [i0, q0, i1, q1][:2 * pairs]
+        yield e.equal(f"EmbeddingSumLayerNorm(i, Dequant(q, f16) x{pairs}, positions) -> EmbeddingSumLayerNorm "
+                      f"f16(i, q x{pairs}, positions)",
+                      e.EmbeddingSumLayerNorm(w, bias, *flat32, pos, eps=eps, format=f32["format"], positions=ps),
+                      e.EmbeddingSumLayerNorm(w, bias, *flat16, pos, eps=eps, format=f16["format"], positions=ps),
+                      example=_embedding_ln_f16_example(pairs, positions=True))

@@ -264,21 +264,28 @@ op("QuantSwiGLUMatMul", ("x", "q", "*operands"), _quant_swiglu_matmul, _quant_sw
 
 def _quant_embedding(ts, a):
     idx, q = ts
-    need(idx.dtype is DType.U32 and idx.rank == 1, f"indices must be u32 1-D, got {idx}")
+    need(idx.dtype in (DType.U32, DType.I32) and idx.rank == 1, f"indices must be u32 or i32 1-D, got {idx}")
     check_blocks(q, a["format"], a["cols"], "table")
     return TensorType((idx.shape[0], a["cols"]))
 
 
 def _quant_embedding_ref(xs, a):
+    from .indexing import normalise
     from .transformer import _embedding_ref
 
-    return _embedding_ref([xs[0], dequantize(xs[1], a["format"], a["cols"])], a)
+    idx, table = xs[0], dequantize(xs[1], a["format"], a["cols"])
+    if idx.dtype.kind == "i":  # ONNX Gather's indices: negative ones from the end, the rest clamped
+        return table[normalise(idx, table.shape[0])]
+    return _embedding_ref([idx, table], a)
 
 
 def _quant_embedding_kernel(node, ins, target) -> Kernel:
     rows, words = ins[1].shape  # cols % 32 == 0 (the shape rule): whole quads
-    return _rows_kernel("quant_embedding", "min(indices[r], p.vocab - 1u)", ins[0].shape[0], node.attrs["cols"],
-                        node.attrs["format"], words, (Buffer("indices", "u32"), Buffer("q", "u32"),
+    signed = ins[0].dtype is DType.I32
+    row = ("u32(clamp(indices[r] + select(0, i32(p.vocab), indices[r] < 0), 0, i32(p.vocab) - 1))" if signed
+           else "min(indices[r], p.vocab - 1u)")
+    return _rows_kernel("quant_embedding" + ("_i32" if signed else ""), row, ins[0].shape[0], node.attrs["cols"],
+                        node.attrs["format"], words, (Buffer("indices", "i32" if signed else "u32"), Buffer("q", "u32"),
                                                       Buffer("out", write=True)), (("vocab", "u32", rows),))
 
 
@@ -286,7 +293,8 @@ op("QuantEmbedding", ("indices", "q"), _quant_embedding, _quant_embedding_ref,
    attrs=(_FORMAT, Attr("cols", "int")), vjp=_NO_GRAD, kernel=_quant_embedding_kernel,
    flops=lambda ins, out, a: 0, index_bounds=lambda ins, a: {0: ins[1].shape[0]},
    doc="out[t] = Dequant(q)[indices[t]]: Embedding of a table of quantised rows, only the rows looked up "
-       "decoded (llama.cpp's get_rows of a quantised tensor)")
+       "decoded (llama.cpp's get_rows of a quantised tensor); indices u32 [T], or i32 [T] read as ONNX Gather "
+       "reads them (negative ones from the end, the rest clamped: an export's Gather of a table stored f16)")
 
 
 # --- rules -------------------------------------------------------------------------------------
@@ -313,6 +321,13 @@ def _qswiglu_example(g, dim) -> None:
     k, n = _k(dim), dim("n")
     h = g.swiglu_concat(g.input("x", [dim("m", 1, SWIGLU_PROLOGUE_MAX_ROWS), 2 * k]))  # decode rows
     g.set_outputs([g.add(g.matmul_bt(h, _quant_param(g, "W", n, k, "q4_1")), g.input("r", [dim("m"), n]))])
+
+
+def _qgather_example(g, dim, rank: int) -> None:
+    # ONNX Gather of a quantised table by i32 ids, negative ones among them (from the end)
+    rows, k = dim("rows"), _k(dim)
+    ids = g.input("ids", [dim("b", 1, 3), dim("t")][2 - rank:], DType.I32)
+    g.set_outputs([g.add_node("Gather", (_quant_param(g, "E", rows, k, "q8_0"), ids), axis=0)])
 
 
 def _qemb_example(g, dim) -> None:
@@ -344,6 +359,21 @@ def _fold_dequant(e):
     # Embedding(i, Dequant(q)) -> QuantEmbedding(i, q)   (only the rows looked up are decoded)
     yield e.equal("Embedding(i, Dequant(q)) -> QuantEmbedding(i, q)", e.Embedding(a, dq),
                   e.QuantEmbedding(a, q, format=f, cols=c), example=example(_qemb_example))
+    # Gather(Dequant(q), i, axis 0) -> Reshape(QuantEmbedding(Reshape(i, [B S]), q), [B, S, cols])   for i32 ids
+    # [B, S] (an export's embedding lookup of a table the f16 ruleset stored as halves), or [T] without the Reshapes
+    si = e.var("si", e.Vec[e.i64])
+    gather = e.Gather(dq, a, axis=e.i64(0))
+    yield e.equal("Gather(Dequant(q), i [T], axis 0) -> QuantEmbedding(i, q)", gather,
+                  e.QuantEmbedding(a, q, format=f, cols=c), e.eq(e.shape(a)).to(si), e.eq(si.length()).to(e.i64(1)),
+                  example=example(lambda g, dim: _qgather_example(g, dim, 1)))
+    flat = e.Identity(a, shape=e.Vec(si[0] * si[1]))
+    rows = e.QuantEmbedding(flat, q, format=f, cols=c)
+    yield e.rule(gather, e.eq(e.shape(a)).to(si), e.eq(si.length()).to(e.i64(2)),
+                 name="Gather(Dequant(q), i [B,S], axis 0) -> Reshape(QuantEmbedding(Reshape(i, [B S]), q), "
+                      "[B,S,cols])",
+                 example=example(lambda g, dim: _qgather_example(g, dim, 2))).then(
+        e.union(gather).with_(e.Identity(rows, shape=e.Vec(si[0], si[1], c))),
+        e.set_(e.shape(flat)).to(e.Vec(si[0] * si[1])), e.set_(e.shape(rows)).to(e.Vec(si[0] * si[1], c)))
 
 
 def _gate_up_example(g, dim) -> None:

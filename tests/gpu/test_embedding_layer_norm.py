@@ -171,6 +171,25 @@ def test_an_exporters_gathers_and_position_rows_are_one_dispatch(device, pairs, 
     assert y.shape == ((21, 37) if flat else (3, 7, 37))
 
 
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_an_exporters_embeddings_in_f16_read_halves_through_i32_ids(device, pairs):
+    # precision f16: the Gathers' tables become halves (ToF16), read by the one kernel through the i32 ids
+    # (negative ones from the end), the positions table f32; against the unfused graph on rounded tables
+    g = _exported_embeddings(pairs, True, h=64)
+    inputs, params = _feeds(g)
+    rng = np.random.default_rng(12)
+    inputs["ids0"] = rng.integers(-50, 50, (3, 7)).astype(np.int32)
+    if pairs == 2:
+        inputs["ids1"] = rng.choice([-2, -1, 0], (3, 7)).astype(np.int32)
+    compiled = compile_graph(g, params, device=device, cache=False, precision="f16")
+    assert compiled.plan.dispatches[-1].kernel.split("+")[0] == f"embedding{pairs}_f16_i32_positions_layer_norm"
+    assert compiled.f16_weights == [f"table{i}" for i in range(pairs)]
+    (got,) = compiled.run(inputs)
+    rounded = {n: a.astype(np.float16).astype(np.float32) if n.startswith("table") else a for n, a in params.items()}
+    (want,) = evaluate(g, inputs, rounded)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
 def test_position_rows_of_another_sequence_length_are_left_alone(device):
     # position rows [2, 7, H], one set per sequence, are no table of positions: no EmbeddingSumLayerNorm
     g = Graph()

@@ -128,8 +128,9 @@ def test_run_cli_precision_f16_on_an_onnx_gemm(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["llama_tiny.dynamo.onnx", "bert_tiny.classic.onnx"])
 def test_an_exported_model_in_f16_is_its_graph_on_rounded_weights(name, device):
     # exporters store a linear layer's weight [K, N] (MatMul): in f16 each is stored as the rows of its transpose
-    # (ToF16 transposed), packed Q/K/V and gate/up included; the expected output is the numpy reference of the
-    # imported (unoptimised) graph on those weights rounded to float16; the embedding tables (Gather) stay f32
+    # (ToF16 transposed), packed Q/K/V and gate/up included, and its Gathers' tables as halves read through the i32
+    # ids; the expected output is the numpy reference of the imported (unoptimised) graph on those weights rounded
+    # to float16
     from pathlib import Path
 
     from eggfuse.onnx import Model, load
@@ -138,10 +139,14 @@ def test_an_exported_model_in_f16_is_its_graph_on_rounded_weights(name, device):
     data = np.load(path.with_name(name.split(".")[0] + ".npz"))
     inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
     graph, params = load(path, shapes={k: v.shape for k, v in inputs.items()})
-    # the weights of MatMul [K, N] and of MatMulBT [N, K] (a Gemm's transB: BERT's pooler), K a multiple of 32
+    # the weights of MatMul [K, N] and of MatMulBT [N, K] (a Gemm's transB: BERT's pooler), K a multiple of 32, and
+    # the tables [V, H] a Gather reads, H a multiple of 32
     kn = {graph.node(n.inputs[1]).attrs["name"] for n in graph.live_nodes()
           if n.op in ("MatMul", "MatMulBT") and graph.node(n.inputs[1]).op == "Parameter"
           and graph.node(n.inputs[1]).type.shape[0 if n.op == "MatMul" else 1] % 32 == 0}
+    kn |= {graph.node(n.inputs[0]).attrs["name"] for n in graph.live_nodes()
+           if n.op == "Gather" and n.attrs["axis"] == 0 and graph.node(n.inputs[0]).op == "Parameter"
+           and graph.node(n.inputs[0]).type.shape[1] % 32 == 0}
     rounded = {n: a.astype(np.float16).astype(np.float32) if n in kn else a for n, a in params.items()}
     want = evaluate(graph, {k: v.astype(np.int32) for k, v in inputs.items()}, rounded)
     model = Model(path, device=device, cache=False, precision="f16")

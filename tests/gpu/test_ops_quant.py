@@ -72,11 +72,16 @@ def _qmm(fmt: str, m: int, k: int, n: int, epilogue=(), rms: bool = False) -> Ro
     return Row("QuantRmsNormMatMul" if rms else "QuantMatMul", rid, build, feeds={"q": blocks(fmt, n, k, rid)[0]})
 
 
-def _qemb(fmt: str, tokens: int, rows: int, cols: int) -> Row:
-    rid = f"QuantEmbedding-{fmt}[{rows},{cols}]x{tokens}"
+def _qemb(fmt: str, tokens: int, rows: int, cols: int, signed: bool = False) -> Row:
+    # signed: i32 ids as ONNX Gather reads them, negative ones (from the end) among them
+    rid = f"QuantEmbedding-{fmt}[{rows},{cols}]x{tokens}" + ("-i32" if signed else "")
+    feeds = {"q": blocks(fmt, rows, cols, rid)[0]}
+    if signed:
+        feeds["tokens"] = ((np.arange(tokens) * 5) % (2 * rows) - rows).astype(np.int32)  # -rows .. rows - 1
+    dtype = DType.I32 if signed else DType.U32
     return Row("QuantEmbedding", rid,
-               lambda g: g.add_node("QuantEmbedding", (g.input("tokens", [tokens], DType.U32), _q(g, fmt, rows, cols)),
-                                    format=fmt, cols=cols), feeds={"q": blocks(fmt, rows, cols, rid)[0]})
+               lambda g: g.add_node("QuantEmbedding", (g.input("tokens", [tokens], dtype), _q(g, fmt, rows, cols)),
+                                    format=fmt, cols=cols), feeds=feeds)
 
 
 def _quant(fmt: str, layer_norm: bool, m: int, k: int, n: int, epilogue=("bias",)) -> Row:
@@ -136,6 +141,7 @@ ROWS = [
     _qswiglu("q4_1", 1, GEMV_LONG_K + 512, 6, ("add",)),  # the down projection's form: 1 column a workgroup
     _qswiglu("q4_1", 37, 64, 20, ("bias", "Relu")),  # tiled
     *(_qemb(fmt, 7, 11, 64) for fmt in FORMATS),
+    *(_qemb(fmt, 9, 11, 64, signed=True) for fmt in ("f16", "q8_0")),
     # the products with a final row step (ir/ops/matmul_rows.py): GEMV and tiled first stages
     _quant("q4_1", True, 2, 64, 37),
     _quant("q8_0", True, 40, 96, 45, ("bias", "add")),

@@ -221,10 +221,12 @@ def test_embedding_sum_layer_norm_refuses_what_its_kernel_cannot_take():
     u32, i32 = DType.U32, DType.I32
     g = Graph()
     assert g.node(_embedding_ln(g, [(i32, 5), (u32, 2)], positions=3)).type.shape == (6, 4)
+    # f16 tables read through i32 ids (an export's, stored f16), positions f32
+    g16 = Graph()
+    assert g16.node(_embedding_ln(g16, [(i32, 5), (u32, 2)], positions=3, fmt="f16")).type.shape == (6, 32)
     for pairs, kw, message in (
             ([(u32, 5), (u32, 2), (u32, 2)], dict(positions=3), "with positions > 0 one or two pairs"),
             ([(u32, 5), (u32, 2)], dict(positions=4, pos_rows=4), "6 rows are not sequences of 4 positions"),
-            ([(u32, 5), (u32, 2)], dict(positions=3, pos_rows=2), r"positions table must be f32 \[3, 4\]"),
-            ([(i32, 5), (u32, 2)], dict(fmt="f16"), "indices 0 of a format f16 table must be u32")):
+            ([(u32, 5), (u32, 2)], dict(positions=3, pos_rows=2), r"positions table must be f32 \[3, 4\]")):
         with pytest.raises(GraphError, match=f"EmbeddingSumLayerNorm.*{message}"):
             _embedding_ln(Graph(), pairs, **kw)
