@@ -29,8 +29,9 @@ def add_no_cache(parser: argparse.ArgumentParser) -> None:
 def add_precision(parser: argparse.ArgumentParser) -> None:
     """Register ``--precision f32|f16`` on a command that compiles (``eggfuse.compile``'s ``precision``)."""
     parser.add_argument("--precision", choices=("f32", "f16"), default="f32",
-                        help="f16: the rewrite engine stores the matmul weights (stored [N,K]) and embedding tables "
-                             "as float16, decoded in the kernels, which compute in f32 (default f32)")
+                        help="f16: the rewrite engine stores the matmul weights ([N,K], and an ONNX export's [K,N]) "
+                             "and embedding tables as float16, decoded in the kernels, which compute in f32 "
+                             "(default f32)")
 
 
 def cmd_cache(args: argparse.Namespace) -> None:

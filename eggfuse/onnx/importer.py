@@ -572,6 +572,19 @@ class Importer:
                     arr = np.asarray(v, dtype=elem_numpy(elem))
                     return [Value("", elem, tuple(arr.shape), const=arr)]
             raise OnnxError(f"Constant node {node.name!r}: only tensor, float and int values are supported")
+        if node.op_type == "Gather" and len(ins) > 1 and ins[0] is not None and ins[1] is not None:
+            # a folded Gather by indices known at load time (an exporter's arange of positions): ONNX refuses an
+            # index outside [-dim, dim); say so in the model's terms, not numpy's
+            data, idx = np.asarray(ins[0].const), np.asarray(ins[1].const)
+            axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+            if data.ndim and idx.size and -data.ndim <= axis < data.ndim:
+                dim = data.shape[axis]
+                bad = idx[(idx >= dim) | (idx < -dim)]
+                if bad.size:
+                    raise OnnxError(f"Gather node {node.name!r}: index {int(bad.flat[0])} is out of range for axis "
+                                    f"{axis % data.ndim} of {list(data.shape)} (ONNX refuses an index outside "
+                                    f"[-{dim}, {dim})): the model takes at most {dim} there (a position table, say), "
+                                    "and an input's length makes it index past that; give a shorter input")
         if node.op_type == "Slice" and version >= 10 and ins[0] is not None:  # folded, yet it may clamp
             ends = [int(e) for e in np.asarray(ins[2].const).reshape(-1)]
             axes = ([int(a) % max(len(ins[0].shape), 1) for a in np.asarray(ins[3].const).reshape(-1)]

@@ -86,6 +86,9 @@ class Model:
         from eggfuse.pipeline import precision_rulesets
 
         precision_rulesets(precision)  # checked now, not at the first run
+        if precision == "f16" and (not fuse or verify):
+            raise InputError("precision='f16' is chosen by the rewrite engine (the f16 ruleset rounds weights), so it "
+                             f"needs fuse=True and verify=False; got fuse={fuse!r}, verify={verify!r}")
         self.precision = precision
         self.plans: dict[tuple, Specialised] = {}
         self._control: set[str] = set()  # inputs bound as load-time values (the import needs them)
@@ -158,7 +161,8 @@ class Model:
                                  f"numpy cannot make one of ({e})") from None
             elem = vi.type.tensor_type.elem_type
             want = elem_numpy(elem) if elem else arr.dtype
-            if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")):
+            if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")
+                                          or (want.kind in "iu" and arr.dtype.kind in "iu")):
                 raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of {arr.dtype}")
             out[vi.name] = (as_f32(arr, f"input {vi.name!r}", InputError) if elem in COMPUTED_IN_F32
                             else arr)  # computed in float32

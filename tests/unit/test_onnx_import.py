@@ -87,6 +87,19 @@ def test_a_shape_error_names_an_earlier_slice_that_onnx_clamped():
     assert "truncate" not in str(e.value)
 
 
+def test_a_folded_gather_past_its_table_says_the_input_is_too_long():
+    # GPT-2's exports gather the position table by arange(seq) folded at load time: a longer input indexes past it
+    table = np.ones((4, 2), np.float32)
+    nodes = [node("Shape", ["ids"], ["s"]), node("Gather", ["s", "one_"], ["n"]),
+             node("Range", ["zero", "n", "one_"], ["r"]), node("Gather", ["table", "r"], ["pe"], name="positions")]
+    m = model(nodes, [("ids", I64, [1, "seq"])], [("pe", F, None)],
+              [("table", table), ("zero", np.array(0, np.int64)), ("one_", np.array(1, np.int64))])
+    load(m, shapes={"ids": [1, 4]})
+    with pytest.raises(OnnxError, match=r"Gather node 'positions': index 4 is out of range for axis 0 of \[4, 2\] "
+                                        r".* the model takes at most 4 there .* give a shorter input"):
+        load(m, shapes={"ids": [1, 5]})
+
+
 def test_every_unsupported_op_is_listed_at_once_with_counts_and_first_nodes():
     m = model([node("FancyOp", ["x"], ["a"], name="f1", domain="com.example"), node("Identity", ["a"], ["b"]),
                node("NoSuchOp", ["b"], ["c"], name="n1"), node("NoSuchOp", ["c"], ["d"], name="n2")],
