@@ -51,18 +51,26 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
     """The feeds of ``model`` (an :class:`eggfuse.onnx.Model`): arrays loaded from ``given``
     (name -> .npy path, or a number: the input's shape filled with it in its dtype), random values
     of the model's shapes for the others (symbolic dimensions from ``shapes``, a named one from the
-    shape given for another input that has it, else 1). Raises InputError for an unknown name, a
-    bad file, or a number the input's dtype cannot hold."""
+    shape given for another input that has it, or of another input's .npy array, else 1). Raises
+    InputError for an unknown name, a bad file, or a number the input's dtype cannot hold."""
     from eggfuse.onnx.importer import _dims, elem_numpy, unknown_input
 
     for name in [*given, *shapes]:
         if name not in model.input_names:
             raise unknown_input(name, model.input_names, InputError)
     rng = np.random.default_rng(seed)
+    loaded = {}  # the .npy arrays, read first: their shapes size the named dimensions of the other inputs
+    for name, source in given.items():
+        if _number(source) is None:
+            try:
+                loaded[name] = np.load(source, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise InputError(f"input {name!r}: cannot read {source!r} as a .npy file ({e})") from None
     named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
     for vi in model.inputs:
-        if vi.name in shapes:
-            named.update((d, s) for d, s in zip(_dims(vi), shapes[vi.name], strict=False) if isinstance(d, str))
+        shape = shapes.get(vi.name) or (list(loaded[vi.name].shape) if vi.name in loaded else None)
+        if shape is not None:
+            named.update((d, s) for d, s in zip(_dims(vi), shape, strict=False) if isinstance(d, str))
     feeds = {}
     for vi in model.inputs:
         dims = _dims(vi)
@@ -82,11 +90,8 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
                                  f"give one it holds, or the array in a .npy file")
             feeds[vi.name] = np.full(shape, value).astype(dtype)
             continue
-        if vi.name in given:
-            try:
-                feeds[vi.name] = np.load(given[vi.name], allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise InputError(f"input {vi.name!r}: cannot read {given[vi.name]!r} as a .npy file ({e})") from None
+        if vi.name in loaded:
+            feeds[vi.name] = loaded[vi.name]
             continue
         if dtype.kind == "f":
             feeds[vi.name] = rng.standard_normal(shape).astype(dtype)

@@ -428,6 +428,12 @@ class Importer:
             if key not in names:
                 raise unknown_input(key, names)
         named: dict[str, tuple[int, str]] = {}  # a named (dim_param) dimension: its size, the input that set it
+        given: dict[str, set[int]] = {}  # a named dimension's sizes in the shapes given (one: an input without
+        for vi in fed:                   # its own shape takes it)
+            if vi.name in self.shapes and vi.type.tensor_type.HasField("shape"):
+                for d, s in zip(_dims(vi), self.shapes[vi.name], strict=False):
+                    if isinstance(d, str) and (d[:1].isalpha() or d[:1] == "_"):
+                        given.setdefault(d, set()).add(int(s))
         for vi in fed:
             tt = vi.type.tensor_type
             if not vi.type.HasField("tensor_type"):
@@ -447,6 +453,9 @@ class Importer:
                 if dims is not None and (len(dims) != len(shape) or any(
                         isinstance(d, int) and d != s for d, s in zip(dims, shape, strict=False))):
                     raise OnnxError(f"input {vi.name!r}: shape {list(shape)} does not match the model's {dims}")
+            elif dims is not None and all(isinstance(d, int) or len(given.get(d, ())) == 1 for d in dims):
+                # its named dimensions sized by another input's shape (ONNX: a dim_param is one size)
+                shape = tuple(d if isinstance(d, int) else next(iter(given[d])) for d in dims)
             elif dims is None or not all(isinstance(d, int) for d in dims):
                 raise OnnxError(f"input {vi.name!r} has dimensions {dims} that are not fixed; give its shape "
                                 f"(load(..., shapes={{{vi.name!r}: [...]}})), or run it through eggfuse.onnx.Model, "

@@ -108,6 +108,16 @@ def test_cli_run_takes_numbers_as_inputs_and_checks_shapes(tmp_path, capsys):
         assert "every dimension a positive integer" in capsys.readouterr().err, bad
 
 
+def test_cli_run_sizes_a_random_input_from_another_inputs_file(tmp_path, capsys):
+    # x and m share the named dimensions: m, drawn at random, takes x's [3, 4] from its .npy file
+    path = tmp_path / "add.onnx"
+    onnx.save(model([node("Add", ["x", "m"], ["y"])], [("x", F, ["batch", "seq"]), ("m", F, ["batch", "seq"])],
+                    [("y", F, None)]), path)
+    np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
+    assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--json", "--repeats", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"] == {"x": [3, 4], "m": [3, 4]}
+
+
 def test_scripts_run_takes_paths_relative_to_the_callers_folder(tmp_path):
     # scripts/run sets up in the repository but runs the command where it was called
     onnx.save(_shape_model(), tmp_path / "m.onnx")

@@ -54,6 +54,9 @@ def test_a_named_dimension_has_one_size_across_the_inputs():
     assert g.node(g.outputs[0]).type.shape == (2, 7)
     with pytest.raises(OnnxError, match=r"input 'm' \(shape \[2, 5\]\): its dimension 'seq' is 5, but 7 in input 'x'"):
         load(m, shapes={"x": [2, 7], "m": [2, 5]})
+    # one input's shape sizes the other's named dimensions
+    g, _ = load(m, shapes={"x": [3, 4]})
+    assert g.node(g.outputs[0]).type.shape == (3, 4) and g.inputs["m"].shape == (3, 4)
     # not names of one size: paddle2onnx's '?' placeholder, and a name one input gives two sizes
     m = model([node("Identity", ["x"], ["y"]), node("Identity", ["z"], ["w"])],
               [("x", F, ["?", 3, "?"]), ("z", F, ["n", "n"])], [("y", F, None), ("w", F, None)])
