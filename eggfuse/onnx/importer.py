@@ -418,7 +418,21 @@ class Importer:
         ids = [self.materialise(v) for v in outs if not (self.known_outputs and v.const is not None)]
         if ids:
             self.graph.set_outputs(ids)
+            self._check_computed_indices()
         return self.graph, self.params, outs
+
+    def _check_computed_indices(self) -> None:
+        # Indices the graph computes (RoBERTa's position ids, counted with a CumSum) cannot be checked at run
+        # time; where their range, bounded from the shapes, reaches past the table, ONNX would refuse such
+        # values and the kernels would clamp them: refuse the shapes (ir/ranges.py)
+        from eggfuse.ir.ranges import index_overruns
+
+        for reader, _slot, rows, (lo, hi) in index_overruns(self.graph):
+            origin = self.origin.get(reader.id)
+            where = f"node {origin!r} ({reader.op})" if origin else reader.describe()
+            raise OnnxError(f"{where}: the indices it reads, computed from the inputs, reach {lo}..{hi} at these "
+                            f"input shapes, past the {rows} rows it indexes (ONNX allows [-{rows}, {rows})); the "
+                            f"model takes shorter inputs (a position table of {rows} rows, say): give shorter ones")
 
     def _inputs(self, g: onnx.GraphProto, env: dict[str, Value]) -> None:
         inits = {t.name for t in g.initializer}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx_models import I64, F, model, node  # tests/onnx_models.py
 
-from eggfuse.ir import DType, OnnxError, UnsupportedOpsError, evaluate
+from eggfuse.ir import DType, Graph, OnnxError, UnsupportedOpsError, evaluate
 from eggfuse.onnx import load
 
 
@@ -172,3 +172,29 @@ def test_the_passed_model_is_not_modified():
     before = m.SerializeToString()
     load(m)
     assert m.SerializeToString() == before
+
+
+def test_indices_computed_past_a_table_are_refused_at_those_shapes():
+    # RoBERTa's position ids count the tokens that are not padding (CumSum) from padding_idx + 1: at 39 tokens they
+    # can reach 40, past its 40 positions; ONNX refuses such an index and the kernels would clamp it
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "data" / "exported" / "roberta_tiny.dynamo.onnx"
+    load(path, shapes={"input_ids": [1, 38], "attention_mask": [1, 38]})
+    with pytest.raises(OnnxError, match=r"\(Gather\): the indices it reads, computed from the inputs, reach 1\.\.40 "
+                                        r"at these input shapes, past the 40 rows it indexes .* give shorter ones"):
+        load(path, shapes={"input_ids": [2, 39], "attention_mask": [2, 39]})
+
+
+def test_value_ranges_bound_what_the_shapes_bound_and_no_more():
+    from eggfuse.ir.ranges import value_ranges
+
+    g = Graph()
+    ids = g.input("ids", [2, 5], DType.I32)
+    kept = g.add_node("Cast", (g.add_node("Cast", (ids,), to="bool"),), to="i32")  # ids != 0
+    counts = g.add_node("CumSum", (kept,), axis=1)
+    shifted = g.add_node("Sub", (g.mul(counts, kept), g.constant(np.array(2, np.int32), shape=(), dtype=DType.I32)))
+    chosen = g.add_node("Where", (g.input("c", [2, 5], DType.BOOL), shifted, ids))
+    ranges = value_ranges(g)
+    assert ranges[kept] == (0, 1) and ranges[counts] == (0, 5) and ranges[shifted] == (-2, 3)
+    assert ids not in ranges and chosen not in ranges  # an input's values are not known, nor a choice of them
