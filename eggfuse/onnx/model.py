@@ -79,9 +79,15 @@ class Model:
                 raise OnnxError(f"{vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
         self.output_names = [vi.name for vi in self.proto.graph.output]
         self.shapes = {k: tuple(int(d) for d in v) for k, v in dict(shapes or {}).items()}
-        for k in self.shapes:
+        for k, shape in self.shapes.items():
             if k not in self.input_names:
                 raise unknown_input(k, self.input_names, what="shapes: ")
+            vi = self.inputs[self.input_names.index(k)]
+            dims = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
+            if any(s < 1 for s in shape) or (dims is not None and (len(dims) != len(shape) or any(
+                    isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape, strict=True)))):
+                raise OnnxError(f"shapes: input {k!r} given {list(shape)}, but the model declares {dims}; give a "
+                                "shape of its rank, every dimension >= 1 and the fixed ones as declared")
         self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache
         from eggfuse.pipeline import precision_rulesets
 
@@ -109,6 +115,10 @@ class Model:
                                                                                        for d in dims):
                 shapes[vi.name] = tuple(dims)
         for name, arr in feeds.items():
+            if name in self.shapes and tuple(np.shape(arr)) != self.shapes[name]:
+                raise InputError(f"input {name!r}: fed an array of shape {list(np.shape(arr))}, but this Model was "
+                                 f"made with shapes={{{name!r}: {list(self.shapes[name])}}}; feed that shape, or "
+                                 "make the Model without it (each run's feeds then give the shapes)")
             shapes[name] = tuple(np.shape(arr))
         values = {n: np.asarray(feeds[n]) for n in self._control if n in feeds}
         key = (tuple(sorted(shapes.items())), tuple(sorted((n, v.tobytes(), v.shape) for n, v in values.items())))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -53,6 +54,14 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
         m.run({"xx": np.zeros((2, 3), np.float32)})
     with pytest.raises(OnnxError, match=r"shapes: 'xx' is not an input of the model \(did you mean 'x'\?\)"):
         Model(_shape_model(), shapes={"xx": [2, 3]})
+    for bad in ([2, 3, 1], [0, 3], [2, 4]):  # another rank, an empty axis, a fixed dimension changed
+        with pytest.raises(OnnxError, match=rf"shapes: input 'x' given {re.escape(str(bad))}, but the model declares "
+                                            r"\['n', 3\]"):
+            Model(_shape_model(), shapes={"x": bad})
+    fixed = Model(_shape_model(), shapes={"x": [2, 3]})
+    with pytest.raises(InputError, match=r"input 'x': fed an array of shape \[4, 3\], but this Model was made with "
+                                         r"shapes=\{'x': \[2, 3\]\}"):
+        fixed.run({"x": np.zeros((4, 3), np.float32)})
     with pytest.raises(InputError, match=r"got 2 inputs, the model takes 1"):
         m.run([np.zeros((2, 3)), np.zeros(2)])
     with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool"):
