@@ -823,29 +823,6 @@ def packed_qkv_rule(e, projections, packed, *, name: str, example_fn, mask=None)
         e.union(attn).with_(e.CausalAttentionRoPE(packed, *extra, **attrs)), *projection_slices(e, packed, projections))
 
 
-@rules("attention")
-def _packed_qkv(e):
-    (h,) = e.vars("h")
-    nq, nk, nv = e.vars("nq nk nv", e.String)
-    # one shape variable per weight: a shared one would make egglog join every pair of same-shaped
-    # parameters of the model (29 ms per 64-layer saturation against 1 ms); the attention's shape
-    # rule already makes k and v alike
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
-    wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    # CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv)^T
-    # and h@Wq^T = SliceCols(P, 0, q), h@Wk^T = SliceCols(P, q, k), h@Wv^T = SliceCols(P, q+k, v)
-    (m,) = e.vars("m")
-    for masked in (False, True):
-        label = ", m" if masked else ""
-        yield packed_qkv_rule(e, [(e.MatMulBT(h, w), s[0]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
-                              e.MatMulBT(h, e.Concat(wq, wk, wv, axis=0)),
-                              name=f"CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T{label}) -> "
-                                   f"CausalAttentionRoPE(h@Concat(Wq,Wk,Wv)^T{label})",
-                              example_fn=lambda g, dim, masked=masked: _llama_attention(g, dim, rope=False,
-                                                                                        masked=masked),
-                              mask=m if masked else None)
-
-
 def _llama_attention_kn(g, dim, masked: bool = False):
     """_llama_attention with [K, N] weights (MatMul), as ONNX exports store them."""
     hd = 2 * dim("half_head", 1, 3)
@@ -859,22 +836,28 @@ def _llama_attention_kn(g, dim, masked: bool = False):
 
 
 @rules("attention")
-def _packed_qkv_kn(e):
-    (h,) = e.vars("h")
+def _packed_qkv(e):
+    (h, m) = e.vars("h m")
     nq, nk, nv = e.vars("nq nk nv", e.String)
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as in _packed_qkv
+    # one shape variable per weight: a shared one would make egglog join every pair of same-shaped
+    # parameters of the model (29 ms per 64-layer saturation against 1 ms); the attention's shape
+    # rule already makes k and v alike
+    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
     wq, wk, wv = e.Parameter(nq, sq), e.Parameter(nk, sk), e.Parameter(nv, sv)
-    # CausalAttentionRoPE(h@Wq, h@Wk, h@Wv) -> CausalAttentionRoPE(P),  P = h@Concat(Wq,Wk,Wv, axis 1)
-    # (weights [K, N], as exporters store them) and h@Wq = SliceCols(P, 0, q), ... as for the [N, K] weights
-    (m,) = e.vars("m")
-    for masked in (False, True):
-        label = ", m" if masked else ""
-        yield packed_qkv_rule(e, [(e.MatMul(h, w), s[1]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
-                              e.MatMul(h, e.Concat(wq, wk, wv, axis=1)),
-                              name=f"CausalAttentionRoPE(h@Wq, h@Wk, h@Wv{label}) -> "
-                                   f"CausalAttentionRoPE(h@Concat(Wq,Wk,Wv, axis 1){label})",
-                              example_fn=lambda g, dim, masked=masked: _llama_attention_kn(g, dim, masked),
-                              mask=m if masked else None)
+    # CausalAttentionRoPE(h@Wq^T, h@Wk^T, h@Wv^T[, m]) -> CausalAttentionRoPE(P[, m]),  P = h@Concat(Wq,Wk,Wv)^T
+    # and h@Wq^T = SliceCols(P, 0, q), h@Wk^T = SliceCols(P, q, k), h@Wv^T = SliceCols(P, q+k, v); the same for
+    # weights [K, N] (MatMul, as exporters store them): P = h@Concat(Wq,Wk,Wv, axis 1), columns s[1]
+    layouts = (("h@Wq^T, h@Wk^T, h@Wv^T", "h@Concat(Wq,Wk,Wv)^T", e.MatMulBT, 0,
+                lambda g, dim, masked: _llama_attention(g, dim, rope=False, masked=masked)),
+               ("h@Wq, h@Wk, h@Wv", "h@Concat(Wq,Wk,Wv, axis 1)", e.MatMul, 1, _llama_attention_kn))
+    for each, packed, product, cols, build in layouts:
+        for masked in (False, True):
+            label = ", m" if masked else ""
+            yield packed_qkv_rule(e, [(product(h, w), s[cols]) for w, s in ((wq, sq), (wk, sk), (wv, sv))],
+                                  product(h, e.Concat(wq, wk, wv, axis=cols)),
+                                  name=f"CausalAttentionRoPE({each}{label}) -> CausalAttentionRoPE({packed}{label})",
+                                  example_fn=lambda g, dim, masked=masked, build=build: build(g, dim, masked=masked),
+                                  mask=m if masked else None)
 
 
 def bert_attention(g, dim, *, masked: bool, weight=None, width_multiple: int = 1, kn: bool = False):

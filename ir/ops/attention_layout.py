@@ -140,19 +140,25 @@ def _fused_attention(e):
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
 
 
-def _key_mask_example(kind: str):
+def _key_mask_example(kind: str, causal: bool = False):
+    # a padding mask [B, 1, 1, S] of an input (with s <= 5 keys, some rows keep none): "bool" as it is (with the
+    # causal flag when causal), else Where(., 0, float32 min) of it ("additive"), or of its And with a constant
+    # ("and": constant first, "and_last"): the dynamo exporter's all-true [1, 1, S, 1], or when causal its
+    # lower-triangular [1, 1, S, S]
     def build(g, dim):
         b, h, kv, s, _, d = example_dims(dim, square=True)
         q, k, v = (g.input(n, [b, s, w * d]) for n, w in (("q", h), ("k", kv), ("v", kv)))
-        mask = bool_mask(g, [b, 1, 1, s])  # with s <= 5 keys, some sequences keep none
+        mask = bool_mask(g, [b, 1, 1, s])
         if kind != "bool":
-            if kind != "additive":  # the dynamo exporter's And with its folded all-true [1, 1, S, 1]
-                true = g.constant(np.ones((1, 1, s, 1), dtype=bool), shape=[1, 1, s, 1], dtype=DType.BOOL)
-                mask = g.add_node("And", (true, mask) if kind == "and" else (mask, true))
+            if kind != "additive":
+                part = (np.tril(np.ones((s, s), dtype=bool))[None, None] if causal else
+                        np.ones((1, 1, s, 1), dtype=bool))
+                c = g.constant(part, shape=list(part.shape), dtype=DType.BOOL)
+                mask = g.add_node("And", (c, mask) if kind == "and" else (mask, c))
             mask = g.add_node("Where", (mask, g.constant(np.array(0.0), shape=()),
                                         g.constant(np.array(np.finfo(np.float32).min), shape=())))
         g.set_outputs([g.add_node("GeneralAttention", (q, k, v, mask), scale=1 / np.sqrt(d), num_heads=h,
-                                  kv_num_heads=kv)])
+                                  kv_num_heads=kv, causal=causal and kind == "bool")])
 
     return build
 
@@ -162,99 +168,54 @@ def _key_masked_fused_attention(e):
     from .attention import MASK_SENTINEL
 
     q, k, v, b, c, z, n = e.vars("q k v b c z n")
-    sq, sk, sv = e.vars("sq sk sv", e.Vec[e.i64])
+    sq, sk, sv, sc = e.vars("sq sk sv sc", e.Vec[e.i64])
     (s, nv) = e.vars("s nv", e.f64)
     nh, nkv = e.vars("nh nkv", e.i64)
     rows, row_shapes = _rows_of(e, q, k, v, sq, sk, sv)
     key_shape = e.Vec(sq[0], e.i64(1), e.i64(1), sk[1])  # [B, 1, 1, Skv]: one flag per sequence and key
     cast = e.Cast(b, to=e.String("f32"))  # cast, then viewed: the cast may join the casts that made b
     key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
-    opts = dict(softcap=e.f64(0.0), causal=e.Bool(False), offset=e.i64(0), left_window=e.i64(-1),
-                right_window=e.i64(-1))
-    additive = e.Where(b, z, n)
+    opts = dict(softcap=e.f64(0.0), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
     collapses = (e.value(z, e.f64(0.0)), e.value(n, nv), nv <= e.f64(MASK_SENTINEL), nv > e.f64(-np.inf))
-    # GeneralAttention(q, k, v, m; 3-D, scale 1/sqrt(D), no options) -> Reshape(FullAttention(q, k, v rows,
-    #   Reshape(Cast(b, f32), [B, Skv]); masked_rows), [B, S, H D])   for a per-key mask m of [B, 1, 1, Skv]:
+    # the causal constant c spans [Sq, Skv] (its leading axes broadcast: causal_mask says they hold one slice)
+    tril = (e.causal_mask(c, e.i64(0)), e.eq(e.shape(c)).to(sc), e.eq(sc[sc.length() - e.i64(2)]).to(sq[1]),
+            e.eq(sc[sc.length() - e.i64(1)]).to(sk[1]))
+    full, causal = e.Bool(False), e.Bool(True)
+    # GeneralAttention(q, k, v, m; 3-D, scale 1/sqrt(D), no other options) -> Reshape(op(q, k, v rows,
+    #   Reshape(Cast(b, f32), [B, Skv]); masked_rows), [B, S, H D])   for a per-key mask b of [B, 1, 1, Skv]:
+    # FullAttention, without the causal flag:
     # 1. m = b, bool: a query row whose sequence keeps no key has no allowed key, and ONNX's rule (SDPA's NaN
     #    guard, from which the attention rules made the bool mask) makes it zero: masked_rows "zero";
     # 2. m = Where(b, 0, c), c finite and <= MASK_SENTINEL (an exporter's finfo.min): the masked keys' weights
     #    are exp(score + c - max) = 0 as with the sentinel, and where b keeps no key every score + c rounds
     #    to c (for scores below 2^75 in magnitude), so the softmax is uniform: the mean of v, masked_rows "mean";
     # 3. m = Where(And(t, b), 0, c), t an all-true constant (the dynamo exporter's [1, 1, S, 1]): as 2.
-    forms = (("b", b, (e.is_bool(b),), "zero", "bool"),
-             ("Where(b, 0, c)", additive, collapses, "mean", "additive"),
-             ("Where(And(t, b), 0, c)", e.Where(e.And(c, b), z, n), (*collapses, e.all_true(c)), "mean", "and"),
-             ("Where(And(b, t), 0, c)", e.Where(e.And(b, c), z, n), (*collapses, e.all_true(c)), "mean", "and_last"))
-    for label, mask, extra, masked_rows, kind in forms:
-        lhs = e.GeneralAttention(q, k, v, mask, scale=s, num_heads=nh, kv_num_heads=nkv, **opts)
-        fused = e.FullAttention(rows[q], rows[k], rows[v], key_mask, num_heads=nh, num_kv_heads=nkv,
-                                head_dim=sq[2] / nh, batch=sq[0], masked_rows=e.String(masked_rows))
-        yield e.rule(lhs, *_fused_guards(e, q, k, v, sq, sk, sv, s, nh), e.eq(e.shape(b)).to(key_shape), *extra,
-                     name=f"GeneralAttention(q, k, v, {label}) -> Reshape(FullAttention(q, k, v rows, key mask b; "
-                          f"masked_rows {masked_rows}))",
-                     example=example(_key_mask_example(kind))).then(
-            e.union(lhs).with_(e.Identity(fused, shape=sq)), *row_shapes,
-            e.set_(e.shape(cast)).to(key_shape), e.set_(e.shape(key_mask)).to(e.Vec(sq[0], sk[1])),
-            e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
-
-
-def _causal_key_mask_example(kind: str):
-    def build(g, dim):
-        b, h, kv, s, _, d = example_dims(dim, square=True)
-        q, k, v = (g.input(n, [b, s, w * d]) for n, w in (("q", h), ("k", kv), ("v", kv)))
-        pad = bool_mask(g, [b, 1, 1, s])  # with s <= 5 keys, some rows keep none of theirs
-        if kind == "bool":  # the classic exporter's: the causal flag and the padding
-            g.set_outputs([g.add_node("GeneralAttention", (q, k, v, pad), scale=1 / np.sqrt(d), num_heads=h,
-                                      kv_num_heads=kv, causal=True)])
-            return
-        tril = g.constant(np.tril(np.ones((s, s), dtype=bool))[None, None], shape=[1, 1, s, s], dtype=DType.BOOL)
-        both = g.add_node("And", (tril, pad) if kind == "and" else (pad, tril))
-        mask = g.add_node("Where", (both, g.constant(np.array(0.0), shape=()),
-                                    g.constant(np.array(np.finfo(np.float32).min), shape=())))
-        g.set_outputs([g.add_node("GeneralAttention", (q, k, v, mask), scale=1 / np.sqrt(d), num_heads=h,
-                                  kv_num_heads=kv)])
-
-    return build
-
-
-@rules("attention")
-def _key_masked_causal_attention(e):
-    from .attention import MASK_SENTINEL
-
-    q, k, v, b, c, z, n = e.vars("q k v b c z n")
-    sq, sk, sv, sc = e.vars("sq sk sv sc", e.Vec[e.i64])
-    (s, nv) = e.vars("s nv", e.f64)
-    nh, nkv = e.vars("nh nkv", e.i64)
-    rows, row_shapes = _rows_of(e, q, k, v, sq, sk, sv)
-    key_shape = e.Vec(sq[0], e.i64(1), e.i64(1), sk[1])
-    cast = e.Cast(b, to=e.String("f32"))
-    key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
-    opts = dict(softcap=e.f64(0.0), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
-    # the causal constant c spans [Sq, Skv] (its leading axes broadcast: causal_mask says they hold one slice)
-    tril = (e.causal_mask(c, e.i64(0)), e.eq(e.shape(c)).to(sc), e.eq(sc[sc.length() - e.i64(2)]).to(sq[1]),
-            e.eq(sc[sc.length() - e.i64(1)]).to(sk[1]))
-    collapses = (e.value(z, e.f64(0.0)), e.value(n, nv), nv <= e.f64(MASK_SENTINEL), nv > e.f64(-np.inf))
-    # GeneralAttention(q, k, v, m; 3-D, scale 1/sqrt(D)) -> Reshape(CausalAttention(q, k, v rows,
-    #   Reshape(Cast(b, f32), [B, Skv]); masked_rows), [B, S, H D])   for a padding b of [B, 1, 1, Skv] and:
-    # 1. m = b with the causal flag (the classic exporter's, after the rules of attention_exported.py): a row
+    # CausalAttention, a decoder's padding with causal rows:
+    # 4. m = b with the causal flag (the classic exporter's, after the rules of attention_exported.py): a row
     #    without an allowed key (the padding drops every key up to its own) is zero, ONNX's rule: "zero";
-    # 2. m = Where(And(c, b), 0, nv) (either order), c a causal constant (offset 0), nv finite and <=
-    #    MASK_SENTINEL (the dynamo exporter's float32 min): a row keeping some key weighs the others 0; a row
-    #    keeping none has every score + nv rounded to nv (scores below 2^75 in magnitude), the keys past its
-    #    diagonal too, so its softmax is uniform over all Skv keys: CausalAttention's "mean"
-    forms = (("b, causal", b, e.Bool(True), (e.is_bool(b),), "zero", "bool"),
-             ("Where(And(c, b), 0, nv)", e.Where(e.And(c, b), z, n), e.Bool(False), (*collapses, *tril), "mean",
-              "and"),
-             ("Where(And(b, c), 0, nv)", e.Where(e.And(b, c), z, n), e.Bool(False), (*collapses, *tril), "mean",
-              "and_last"))
-    for label, mask, causal, extra, masked_rows, kind in forms:
-        lhs = e.GeneralAttention(q, k, v, mask, scale=s, num_heads=nh, kv_num_heads=nkv, causal=causal, **opts)
-        fused = e.CausalAttention(rows[q], rows[k], rows[v], key_mask, num_heads=nh, num_kv_heads=nkv,
-                                  head_dim=sq[2] / nh, batch=sq[0], masked_rows=e.String(masked_rows))
+    # 5. m = Where(And(c, b), 0, nv) (either order), c a causal constant (offset 0): as 2, a row keeping no key
+    #    has every score + nv rounded to nv, the keys past its diagonal too, so its softmax is uniform over all
+    #    Skv keys: CausalAttention's "mean"
+    forms = (("b", b, full, (e.is_bool(b),), "zero", "FullAttention", _key_mask_example("bool")),
+             ("Where(b, 0, c)", e.Where(b, z, n), full, collapses, "mean", "FullAttention",
+              _key_mask_example("additive")),
+             ("Where(And(t, b), 0, c)", e.Where(e.And(c, b), z, n), full, (*collapses, e.all_true(c)), "mean",
+              "FullAttention", _key_mask_example("and")),
+             ("Where(And(b, t), 0, c)", e.Where(e.And(b, c), z, n), full, (*collapses, e.all_true(c)), "mean",
+              "FullAttention", _key_mask_example("and_last")),
+             ("b, causal", b, causal, (e.is_bool(b),), "zero", "CausalAttention",
+              _key_mask_example("bool", causal=True)),
+             ("Where(And(c, b), 0, nv)", e.Where(e.And(c, b), z, n), full, (*collapses, *tril), "mean",
+              "CausalAttention", _key_mask_example("and", causal=True)),
+             ("Where(And(b, c), 0, nv)", e.Where(e.And(b, c), z, n), full, (*collapses, *tril), "mean",
+              "CausalAttention", _key_mask_example("and_last", causal=True)))
+    for label, mask, flag, extra, masked_rows, op, build in forms:
+        lhs = e.GeneralAttention(q, k, v, mask, scale=s, num_heads=nh, kv_num_heads=nkv, causal=flag, **opts)
+        fused = getattr(e, op)(rows[q], rows[k], rows[v], key_mask, num_heads=nh, num_kv_heads=nkv,
+                               head_dim=sq[2] / nh, batch=sq[0], masked_rows=e.String(masked_rows))
         yield e.rule(lhs, *_fused_guards(e, q, k, v, sq, sk, sv, s, nh), e.eq(e.shape(b)).to(key_shape), *extra,
-                     name=f"GeneralAttention(q, k, v, {label}) -> Reshape(CausalAttention(q, k, v rows, key mask b; "
-                          f"masked_rows {masked_rows}))",
-                     example=example(_causal_key_mask_example(kind))).then(
+                     name=f"GeneralAttention(q, k, v, {label}) -> Reshape({op}(q, k, v rows, key mask b; "
+                          f"masked_rows {masked_rows}))", example=example(build)).then(
             e.union(lhs).with_(e.Identity(fused, shape=sq)), *row_shapes,
             e.set_(e.shape(cast)).to(key_shape), e.set_(e.shape(key_mask)).to(e.Vec(sq[0], sk[1])),
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
