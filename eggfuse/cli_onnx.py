@@ -113,13 +113,19 @@ def cmd_run(args: argparse.Namespace) -> None:
     feeds = feeds_for(model, given, dict(args.shape or []), args.seed)
     try:
         spec = model.specialise(feeds)
+        if spec.compiled is not None:  # random indices within the tables they index (the plan's index_bounds)
+            rng = np.random.default_rng(args.seed)
+            for name, rows in spec.compiled.plan.index_bounds.items():
+                if name not in given and name in feeds and rows < 10:
+                    feeds[name] = rng.integers(0, rows, np.shape(feeds[name])).astype(feeds[name].dtype)
         first = time.perf_counter() - t
         outs = model.run(feeds)
     except EggfuseError as e:
         drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
         if drawn:  # the model may only fail on values it was never meant to get
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "
-                       f"gives them, for the input or another with the same named dimension; integers in [0, 10)); "
+                       f"gives them, for the input or another with the same named dimension; integers in [0, 10), "
+                       f"or below the rows of a table they index); "
                        f"give the model's real shapes with --shape NAME=DxD... "
                        f"and real values with --input NAME=FILE.npy")
         raise

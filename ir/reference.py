@@ -53,7 +53,11 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
             big = arr.flat[int(np.argmax(np.abs(arr)))]
             raise InputError(f"{what}: {float(big):g} is beyond float32's range (|x| < 3.4e38) for {ty}; "
                              f"scale the input")
-        raise InputError(f"{what}: contains NaN or infinity")
+        bad = ~np.isfinite(out)
+        at = [int(i) for i in np.argwhere(bad)[0]]
+        raise InputError(f"{what}: contains NaN or infinity ({int(bad.sum())} of {out.size} elements, the first "
+                         f"{float(out[tuple(at)])} at {at}); eggfuse computes only with finite arrays: give finite "
+                         "values")
     return out
 
 

@@ -127,6 +127,13 @@ def test_cli_run_sizes_a_random_input_from_another_inputs_file(tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["inputs"] == {"x": [3, 4], "m": [3, 4]}
 
 
+def test_cli_run_draws_random_indices_within_the_tables_they_index(capsys):
+    # bert_tiny's token_type_ids index a table of 2 rows: random ids stay below 2 (the others below 10)
+    path = Path(__file__).resolve().parents[1] / "data" / "exported" / "bert_tiny.classic.onnx"
+    assert main(["run", str(path), "--json", "--repeats", "0", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"]["token_type_ids"] == [1, 1]
+
+
 def test_scripts_run_takes_paths_relative_to_the_callers_folder(tmp_path):
     # scripts/run sets up in the repository but runs the command where it was called
     onnx.save(_shape_model(), tmp_path / "m.onnx")
