@@ -90,27 +90,21 @@ def value_ranges(graph: Graph) -> dict[NodeId, Range]:
     return ranges
 
 
-def index_overruns(graph: Graph) -> list[tuple[Node, int, int, Range]]:
-    """(reader, input slot, rows, range) for every index input of a live op (``OpSpec.index_bounds``)
-    that the graph computes (not an input or a constant, which the runtime and the lowering check)
-    and whose range reaches outside the reader's bound: [0, rows) for u32 indices, [-rows, rows)
-    for i32 ones (ONNX Gather's, negative from the end)."""
+def index_overruns(graph: Graph) -> list[tuple[Node, int, Range]]:
+    """(node, rows, range) for every live node the graph computes (not an input or a constant, which
+    the runtime and the lowering check) that an op reads as indices (:meth:`Graph.index_bounds`)
+    and whose range reaches outside the bound: [0, rows) for u32 indices, [-rows, rows) for i32
+    ones (ONNX Gather's, negative from the end)."""
     ranges = value_ranges(graph)
+    live = {n.id for n in graph.live_nodes()}
     out = []
-    for node in graph.live_nodes():
-        hook = OPS[node.op].index_bounds
-        if hook is None:
+    for nid, rows in graph.index_bounds().items():
+        node = graph.node(nid)
+        if nid not in live or OPS[node.op].leaf or nid not in ranges:
             continue
-        for slot, rows in hook([graph.node(i).type for i in node.inputs], node.attrs).items():
-            src = graph.node(node.inputs[slot])
-            while OPS[src.op].view:
-                src = graph.node(src.inputs[0])
-            if OPS[src.op].leaf or src.id not in ranges:
-                continue
-            lo, hi = ranges[src.id]
-            low = -rows if graph.node(node.inputs[slot]).type.dtype is DType.I32 else 0
-            if hi >= rows or lo < low:
-                out.append((node, slot, rows, (lo, hi)))
+        lo, hi = ranges[nid]
+        if hi >= rows or lo < (-rows if node.type.dtype is DType.I32 else 0):
+            out.append((node, rows, (lo, hi)))
     return out
 
 

@@ -427,12 +427,13 @@ class Importer:
         # values and the kernels would clamp them: refuse the shapes (ir/ranges.py)
         from eggfuse.ir.ranges import index_overruns
 
-        for reader, _slot, rows, (lo, hi) in index_overruns(self.graph):
-            origin = self.origin.get(reader.id)
-            where = f"node {origin!r} ({reader.op})" if origin else reader.describe()
-            raise OnnxError(f"{where}: the indices it reads, computed from the inputs, reach {lo}..{hi} at these "
-                            f"input shapes, past the {rows} rows it indexes (ONNX allows [-{rows}, {rows})); the "
-                            f"model takes shorter inputs (a position table of {rows} rows, say): give shorter ones")
+        for source, rows, (lo, hi) in index_overruns(self.graph):
+            origin = self.origin.get(source.id)
+            where = f"node {origin!r} ({source.op})" if origin else source.describe()
+            raise OnnxError(f"{where}: the indices it computes from the inputs reach {lo}..{hi} at these input "
+                            f"shapes, past the {rows} rows an op reads with them (ONNX allows [-{rows}, {rows})); "
+                            f"the model takes shorter inputs (a position table of {rows} rows, say): give shorter "
+                            "ones")
 
     def _inputs(self, g: onnx.GraphProto, env: dict[str, Value]) -> None:
         inits = {t.name for t in g.initializer}

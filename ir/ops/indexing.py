@@ -41,6 +41,11 @@ def normalise(k: np.ndarray, dim: int) -> np.ndarray:
     return np.clip(np.where(k < 0, k + dim, k), 0, dim - 1)
 
 
+def normalise_wgsl(k: str, dim: str) -> str:
+    """:func:`normalise` in WGSL: the u32 row of i32 index ``k`` into ``dim`` (u32) rows."""
+    return f"u32(clamp({k} + select(0, i32({dim}), {k} < 0), 0, i32({dim}) - 1))"
+
+
 def _indices(t: TensorType, what: str = "indices") -> None:
     need(t.dtype is DType.I32, f"{what} must be i32, got {t}")
 

@@ -455,13 +455,15 @@ def _gathers(vocabs: list[int], fmt: str, signed: list[bool], first: str = "", p
     # table's last row clamped to it, an i32 one (``signed``) counted from the end when negative, then clamped
     # (f16: a row of n / 2 words of two halves), then with ``positions`` the positions table's row i % positions;
     # and the params of the tables' rows (and of the positions)
+    from .indexing import normalise_wgsl
+
     row = "p.n" if fmt == "f32" else "(p.n / 2u)"
     at = "j" if fmt == "f32" else "j / 2u"
     terms = [first] if first else []
     for i in range(len(vocabs)):
         if signed[i]:
             k = f"ids{i}[i]"
-            index = f"u32(clamp({k} + select(0, i32(p.vocab{i}), {k} < 0), 0, i32(p.vocab{i}) - 1))"
+            index = normalise_wgsl(k, f"p.vocab{i}")
         else:
             index = f"min(ids{i}[i], p.vocab{i} - 1u)"
         word = f"table{i}[{index} * {row} + {at}]"

@@ -282,8 +282,9 @@ def _quant_embedding_ref(xs, a):
 def _quant_embedding_kernel(node, ins, target) -> Kernel:
     rows, words = ins[1].shape  # cols % 32 == 0 (the shape rule): whole quads
     signed = ins[0].dtype is DType.I32
-    row = ("u32(clamp(indices[r] + select(0, i32(p.vocab), indices[r] < 0), 0, i32(p.vocab) - 1))" if signed
-           else "min(indices[r], p.vocab - 1u)")
+    from .indexing import normalise_wgsl
+
+    row = normalise_wgsl("indices[r]", "p.vocab") if signed else "min(indices[r], p.vocab - 1u)"
     return _rows_kernel("quant_embedding" + ("_i32" if signed else ""), row, ins[0].shape[0], node.attrs["cols"],
                         node.attrs["format"], words, (Buffer("indices", "i32" if signed else "u32"), Buffer("q", "u32"),
                                                       Buffer("out", write=True)), (("vocab", "u32", rows),))
