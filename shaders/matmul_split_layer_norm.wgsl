@@ -7,18 +7,22 @@
 // out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
 // computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl); with CENTRED false
 // RmsNorm, out[i, j] = C[i, j] / sqrt(mean_i(C^2) + eps) * gamma[j] (Zhang & Sennrich 2019; as
-// rms_norm.wgsl): no mean, SHIFT 0 (SHIFT: beta[j] or 0.0, with no beta bound). VALUE defines value:
+// rms_norm.wgsl): no mean, no beta. VALUE defines value4(i, j), C[i, j .. j + WIDTH - 1] in the
+// first WIDTH components of a vec4 (the others 0):
 // - the second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py; ir/ops/matmul_kernel.py
 //   _PARTIAL_SUMS): C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS
 //   partial sums from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself); EPILOGUE is the
 //   product's chain, reading the operands e0, e1, ... as the tiled kernel does;
 // - EmbeddingSumLayerNorm (ir/ops/norms.py): C = the sum of the rows its tables' indices name.
+// STORE defines put(i, u, y) (y: the unit's normalised values, before gamma and beta), writing unit u
+// of row i through gamma (and beta): quads bound as vec4 where WIDTH is 4, else one f32.
 //
-// LANES neighbouring invocations take a row (256 / LANES rows a workgroup), lane l owning its
-// columns l, l + LANES, ...: with VALUES > 0 (at most VALUES columns a lane) each computes its
-// C[i, j] once and keeps them in registers for both passes and the output; with VALUES 0 (rows
-// too long for that) each pass computes them again. The row sums are
-// row_lanes.wgsl's (in registers where a row's lanes lie in one subgroup).
+// A row is cut into units of WIDTH columns (4 where p.n is a multiple of 4, else 1). LANES
+// neighbouring invocations take a row (256 / LANES rows a workgroup), lane l owning its units
+// l, l + LANES, ...: with VALUES > 0 (at most VALUES units a lane) each computes its units once and
+// keeps them in registers for both passes and the output; with VALUES 0 (rows too long for that)
+// each pass computes them again. The row sums are row_lanes.wgsl's (in registers where a row's
+// lanes lie in one subgroup).
 
 const SPLITS: u32 = {{SPLITS}}u;
 const CENTRED: bool = {{CENTRED}};
@@ -26,6 +30,9 @@ const VALUES: u32 = {{VALUES}}u;
 const HELD: u32 = max(VALUES, 1u);  // the register array's length
 const LANES: u32 = {{LANES}}u;
 const ROWS: u32 = 256u / LANES;
+const WIDTH: u32 = {{WIDTH}}u;
+// the components of a unit that hold columns
+const KEEP: vec4<f32> = {{KEEP}};
 
 fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     var v = acc;
@@ -35,58 +42,61 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
 
 {{VALUE}}
 
+{{STORE}}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let lane = li % LANES;
     let i = linear_workgroup(wid, nwg) * ROWS + li / LANES;
-    let n = select(0u, p.n, i < p.m);  // a row past M reads and writes nothing, but takes part in the sums
-    var held: array<f32, HELD>;
-    var s = 0.0;
+    // a row past M reads and writes nothing, but takes part in the sums
+    let units = select(0u, p.n / WIDTH, i < p.m);
+    var held: array<vec4<f32>, HELD>;
+    var s = vec4<f32>();
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
-            let j = lane + t * LANES;
-            var v = 0.0;
-            if (j < n) {
-                v = value(i, j);
+            let u = lane + t * LANES;
+            var v = vec4<f32>();
+            if (u < units) {
+                v = value4(i, u * WIDTH);
             }
             held[t] = v;
             s = s + v;
         }
     } else if (CENTRED) {  // only the mean needs this pass
-        for (var j = lane; j < n; j = j + LANES) {
-            s = s + value(i, j);
+        for (var u = lane; u < units; u = u + LANES) {
+            s = s + value4(i, u * WIDTH);
         }
     }
     var mean = 0.0;
     if (CENTRED) {  // a constant: uniform control flow for row_sum's barriers
-        mean = row_sum(li, lane, s) / f32(p.n);
+        mean = row_sum(li, lane, s.x + s.y + s.z + s.w) / f32(p.n);
     }
     var q = 0.0;
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
-            if (lane + t * LANES < n) {
+            if (lane + t * LANES < units) {
                 let d = held[t] - mean;
-                q = q + d * d;
+                q = q + dot(d * d, KEEP);
             }
         }
     } else {
-        for (var j = lane; j < n; j = j + LANES) {
-            let d = value(i, j) - mean;
-            q = q + d * d;
+        for (var u = lane; u < units; u = u + LANES) {
+            let d = value4(i, u * WIDTH) - mean;
+            q = q + dot(d * d, KEEP);
         }
     }
     let rstd = 1.0 / sqrt(row_sum(li, lane, q) / f32(p.n) + p.eps);
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
-            let j = lane + t * LANES;
-            if (j < n) {
-                out[i * p.n + j] = (held[t] - mean) * rstd * gamma[j] + {{SHIFT}};
+            let u = lane + t * LANES;
+            if (u < units) {
+                put(i, u, (held[t] - mean) * rstd);
             }
         }
     } else {
-        for (var j = lane; j < n; j = j + LANES) {
-            out[i * p.n + j] = (value(i, j) - mean) * rstd * gamma[j] + {{SHIFT}};
+        for (var u = lane; u < units; u = u + LANES) {
+            put(i, u, (value4(i, u * WIDTH) - mean) * rstd);
         }
     }
 }

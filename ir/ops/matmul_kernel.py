@@ -1079,20 +1079,34 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
 
 #: Most columns of a row one invocation of matmul_split_layer_norm.wgsl keeps in registers.
 LAYER_NORM_HELD = 16
-#: Fewest invocations (lanes) that take a row in matmul_split_layer_norm.wgsl (:func:`layer_norm_lanes`).
+#: Fewest invocations (lanes) that take a row of single columns in matmul_split_layer_norm.wgsl
+#: (:func:`layer_norm_lanes`).
 LAYER_NORM_MIN_LANES = 128
+#: Fewest lanes that take a row of quads (rows of a multiple of 4 columns, read and written as vec4).
+LAYER_NORM_QUAD_MIN_LANES = 128
+#: Whether rows of a multiple of 4 columns are cut into quads (False: single columns, as other rows).
+LAYER_NORM_QUADS = True
 
 
-def layer_norm_lanes(n: int) -> tuple[int, int]:
-    """(lanes, values) of the LayerNorm final stage (matmul_split_layer_norm.wgsl) for rows of ``n``:
-    the lanes (neighbouring invocations, 256 / lanes rows a workgroup) that take a row, the fewest
-    power of two from LAYER_NORM_MIN_LANES up to 256 whose lanes each hold at most LAYER_NORM_HELD
-    columns, and the columns a lane keeps in registers, ceil(n / lanes), or 0 (each pass computes
-    them again) where that is above LAYER_NORM_HELD even at 256 lanes. Raises LoweringError where
-    LAYER_NORM_MIN_LANES is not a power of two from 1 to 256. At 128 lanes or more a row spans several
-    subgroups of every device measured here (32 lanes on the H200, 8 on lavapipe), so
-    row_lanes_subgroup.wgsl adds subgroup parts; its butterfly (a row within one subgroup) runs at
-    smaller settings only (tests, ``bench/plan_ab.py`` variants).
+def layer_norm_lanes(n: int) -> tuple[int, int, int]:
+    """(lanes, values, width) of the LayerNorm final stage (matmul_split_layer_norm.wgsl) for rows of
+    ``n``: a row is cut into units of ``width`` columns, 4 (quads, bound as vec4) where ``n`` is a
+    multiple of 4 and LAYER_NORM_QUADS, else 1; ``lanes`` (neighbouring invocations, 256 / lanes rows a
+    workgroup) take a row, the fewest power of two from LAYER_NORM_QUAD_MIN_LANES (quads) or
+    LAYER_NORM_MIN_LANES up to 256 whose lanes each hold at most LAYER_NORM_HELD columns; ``values`` is
+    the units a lane keeps in registers, ceil(n / width / lanes), or 0 (each pass computes them again)
+    where its columns are above LAYER_NORM_HELD even at 256 lanes. Raises LoweringError where the
+    minimum is not a power of two from 1 to 256. Rows of 32 lanes or fewer lie in one subgroup on the
+    H200 (32 lanes), whose butterfly (row_lanes_subgroup.wgsl) then adds them in registers; longer rows
+    add subgroup parts through workgroup memory.
+
+    Quads on the H200 (``bench/plan_ab.py``, MiniLM's plan, whose 13 stages have rows of 384; three
+    alternated rounds, GPU us per run; bench/results/layer_norm_quads_h200/ab_ln.json): 1092.6-1095.8 with
+    quads at 128 lanes (one quad a lane, 96 of the 128 busy), 1100.4-1103.3 at 64, 1105.6-1110.5 at 32 (three
+    quads a lane, the row's sums in one subgroup), 1107.1-1107.5 with single columns at 128 lanes, and
+    1105.5-1111.3 for the plan of the commit before quads (that shader, single columns at 128 lanes). In the
+    profile of the same call the 12 LayerNorm stages took 104.6 us at 128 lanes with quads against 115.8.
+    Earlier measurements, single columns:
 
     On the H200 (``bench/ablation.py``, MiniLM's 12 LayerNorm stages, N = 384) a stage took
     10.1 us with one workgroup of 256 lanes a row and its values held
@@ -1105,18 +1119,48 @@ def layer_norm_lanes(n: int) -> tuple[int, int]:
     stay in one subgroup's registers, leave 128 workgroups of 12 columns a lane, and the 12 stages took
     171.2 us (lanes32_profile_minilm.json) against 113.7 in one workgroup a row. In the per-kernel profile
     of the final plans (out_vec4_h200/minilm.json) the 12 stages took 111.5 us at 128 lanes, 121.6 at 256."""
-    lanes = LAYER_NORM_MIN_LANES
-    if not (1 <= lanes <= MATMUL_WG and lanes & (lanes - 1) == 0):
-        raise LoweringError(f"LAYER_NORM_MIN_LANES must be a power of two from 1 to {MATMUL_WG} (the lanes of a row "
+    quads = LAYER_NORM_QUADS and n % 4 == 0
+    width = 4 if quads else 1
+    lanes = LAYER_NORM_QUAD_MIN_LANES if quads else LAYER_NORM_MIN_LANES
+    name = "LAYER_NORM_QUAD_MIN_LANES" if quads else "LAYER_NORM_MIN_LANES"
+    if not (isinstance(lanes, int) and 1 <= lanes <= MATMUL_WG and lanes & (lanes - 1) == 0):
+        raise LoweringError(f"{name} must be a power of two from 1 to {MATMUL_WG} (the lanes of a row "
                             f"in a workgroup of {MATMUL_WG}), got {lanes!r}")
-    while lanes < MATMUL_WG and math.ceil(n / lanes) > LAYER_NORM_HELD:
+    units = n // width
+    while lanes < MATMUL_WG and math.ceil(units / lanes) * width > LAYER_NORM_HELD:
         lanes *= 2
-    values = math.ceil(n / lanes)
-    return lanes, values if values <= LAYER_NORM_HELD else 0
+    values = math.ceil(units / lanes)
+    return lanes, values if values * width <= LAYER_NORM_HELD else 0, width
 
 
-#: matmul_split_layer_norm.wgsl's VALUE for a product's LayerNorm stage: the splits' partial sums of
-#: element (i, j) added, then the product's epilogue.
+def layer_norm_stage(n: int, centred: bool) -> tuple[int, dict, tuple, Buffer]:
+    """The layout of matmul_split_layer_norm.wgsl for rows of ``n`` (:func:`layer_norm_lanes`):
+    (lanes, slots, the weights' bindings, the output's binding); the caller adds the VALUE slot
+    (:func:`layer_norm_value`), SPLITS and EPILOGUE. ``centred``: LayerNorm (gamma and beta) or
+    RmsNorm (gamma)."""
+    lanes, values, width = layer_norm_lanes(n)
+    elem = "vec4<f32>" if width == 4 else "f32"
+    shift = " + beta[u]" if centred else ""
+    store = (f"fn put(i: u32, u: u32, y: vec4<f32>) {{\n    out[i * (p.n / {width}u) + u] = "
+             f"y{'' if width == 4 else '.x'} * gamma[u]{shift};\n}}")
+    slots = dict(VALUES=values, LANES=lanes, WIDTH=width, CENTRED="true" if centred else "false", STORE=store,
+                 KEEP="vec4<f32>(1.0)" if width == 4 else "vec4<f32>(1.0, 0.0, 0.0, 0.0)")
+    weights = (Buffer("gamma", elem), Buffer("beta", elem)) if centred else (Buffer("gamma", elem),)
+    return lanes, slots, weights, Buffer("out", elem, write=True)
+
+
+def layer_norm_value(width: int, value: str) -> str:
+    """matmul_split_layer_norm.wgsl's VALUE from ``value``, a WGSL function value(i, j) -> f32 giving
+    C[i, j]: it and value4(i, j), the unit of ``width`` columns from j."""
+    if width == 4:
+        unit = "vec4<f32>(value(i, j), value(i, j + 1u), value(i, j + 2u), value(i, j + 3u))"
+    else:
+        unit = "vec4<f32>(value(i, j), 0.0, 0.0, 0.0)"
+    return f"{value}\n\nfn value4(i: u32, j: u32) -> vec4<f32> {{\n    return {unit};\n}}"
+
+
+#: matmul_split_layer_norm.wgsl's VALUE for a product's LayerNorm stage with single columns: the splits'
+#: partial sums of element (i, j) added, then the product's epilogue.
 _PARTIAL_SUMS = """fn value(i: u32, j: u32) -> f32 {
     let at = i * p.n + j;
     var v = 0.0;
@@ -1124,6 +1168,18 @@ _PARTIAL_SUMS = """fn value(i: u32, j: u32) -> f32 {
         v = v + part[s * p.m * p.n + at];
     }
     return epilogue(i, j, v);
+}"""
+
+#: The same for quads (part bound as vec4): the splits' quads added, then the epilogue of each element.
+_PARTIAL_SUMS_QUADS = """fn value4(i: u32, j: u32) -> vec4<f32> {
+    let at = (i * p.n + j) / 4u;
+    let stride = p.m * p.n / 4u;
+    var v = vec4<f32>();
+    for (var s = 0u; s < SPLITS; s = s + 1u) {
+        v = v + part[s * stride + at];
+    }
+    return vec4<f32>(epilogue(i, j, v.x), epilogue(i, j + 1u, v.y), epilogue(i, j + 2u, v.z),
+                     epilogue(i, j + 3u, v.w));
 }"""
 
 
@@ -1141,16 +1197,14 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
     if final in ("layer_norm", "rms_norm") and row_sums:
         raise LoweringError(f"a {final} final step takes no RmsNorm prologue: its reduction does not scale rows")
     if final in ("layer_norm", "rms_norm"):
-        centred = final == "layer_norm"
-        lanes, values = layer_norm_lanes(n)
-        slots = dict(SPLITS=splits, EPILOGUE="\n".join(lines), VALUES=values, LANES=lanes, VALUE=_PARTIAL_SUMS,
-                     CENTRED="true" if centred else "false", SHIFT="beta[j]" if centred else "0.0")
-        weights = (Buffer("gamma"), Buffer("beta")) if centred else (Buffer("gamma"),)
+        lanes, slots, weights, out = layer_norm_stage(n, final == "layer_norm")
+        value = _PARTIAL_SUMS_QUADS if slots["WIDTH"] == 4 else layer_norm_value(1, _PARTIAL_SUMS)
+        slots.update(SPLITS=splits, EPILOGUE="\n".join(lines), VALUE=value)
         first = fixed + len(weights)  # the first epilogue operand among the node's inputs
         return Kernel(f"matmul_split{splits}_{final}{chain}", "matmul_split_layer_norm.wgsl",
                       math.ceil(m * lanes / MATMUL_WG),
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
-                      bindings=(Buffer("part"), *weights, *operands, Buffer("out", write=True)),
+                      bindings=(Buffer("part", out.elem), *weights, *operands, out),
                       inputs=(SCRATCH, *range(fixed, first), *range(first, first + len(operands))), slots=slots)
     if final not in (None, "swiglu"):
         raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm', 'rms_norm' or None")

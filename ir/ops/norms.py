@@ -489,10 +489,10 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     # binds 9), two: the first two tables' rows summed into the node's scratch buffer
     # (embedding_sum.wgsl), then the LayerNorm of that sum plus the third table's rows.
     from ..kernel import SCRATCH, Buffer, elementwise_groups
-    from .matmul_kernel import layer_norm_lanes
+    from .matmul_kernel import layer_norm_stage, layer_norm_value
 
     rows, n = _rows(node.type)
-    lanes, values = layer_norm_lanes(n)
+    lanes, norm, norm_weights, norm_out = layer_norm_stage(n, centred=True)
     norm_groups = math.ceil(rows * lanes / 256)
     pairs, fmt, positions = _pairs_of(len(ins), node.attrs), node.attrs["format"], node.attrs["positions"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
@@ -503,17 +503,16 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
         return ("" if fmt == "f32" else f"_{fmt}") + signed_tag + ("_positions" if pos else "")
 
     common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
-    norm = dict(SPLITS=1, EPILOGUE="", VALUES=values, LANES=lanes, CENTRED="true", SHIFT="beta[j]")
-    norm_out = (Buffer("gamma"), Buffer("beta"))
+    norm.update(SPLITS=1, EPILOGUE="")
     # (two tables, or one and the positions, bind at most 8: a limit below that, under WebGPU's 8, fails
     # check_limits with the limit named)
     if positions or pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         value, vocab_params = _gathers(vocabs, fmt, signed, positions=positions)
         return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}_layer_norm", "matmul_split_layer_norm.wgsl",
                       norm_groups,
-                      params=(*common, *vocab_params), slots={**norm, "VALUE": value},
-                      bindings=(*norm_out, *_pair_buffers(pairs, fmt, signed),
-                                *((Buffer("positions"),) if positions else ()), Buffer("out", write=True)))
+                      params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
+                      bindings=(*norm_weights, *_pair_buffers(pairs, fmt, signed),
+                                *((Buffer("positions"),) if positions else ()), norm_out))
     value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2])
     first = Kernel(f"embedding2{tag(signed[:2])}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
                    params=(*common, *vocab_params), slots={"VALUE": value},
@@ -521,8 +520,8 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
                    scratch=rows * n)
     value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], first="x[i * p.n + j]")
     second = Kernel(f"embedding1{tag(signed[2:])}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
-                    params=(*common, *vocab_params), slots={**norm, "VALUE": value},
-                    bindings=(*norm_out, Buffer("x"), *_pair_buffers(1, fmt, signed[2:]), Buffer("out", write=True)),
+                    params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
+                    bindings=(*norm_weights, Buffer("x"), *_pair_buffers(1, fmt, signed[2:]), norm_out),
                     inputs=(0, 1, SCRATCH, 6, 7))
     return [first, second]
 

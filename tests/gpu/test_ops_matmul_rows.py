@@ -114,23 +114,27 @@ def test_quantised_forms_whole_and_split(fmt, layer_norm, splits, device):
     assert len(kernels) == 2 and ("_split" in kernels[0]) == (splits > 1), kernels
 
 
+@pytest.mark.parametrize("quads", [False, True])
 @pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("min_lanes", [4, 32])
-def test_layer_norm_rows_of_few_lanes(min_lanes, subgroups, monkeypatch, device):
+def test_layer_norm_rows_of_few_lanes(min_lanes, subgroups, quads, monkeypatch, device):
     # The final stage's lanes a row (matmul_kernel.layer_norm_lanes): 4, 8 or 32 lanes; rows of 4 or 8 lie in
     # one of lavapipe's subgroups (the butterfly of row_lanes_subgroup.wgsl), rows of 32 span several (their
     # parts in workgroup memory); without subgroups the tree of row_lanes.wgsl. 70 rows: the last workgroup
-    # holds rows past M.
+    # holds rows past M. Rows of single columns or of quads (N % 4 == 0 here), which reach the same lanes.
     import eggfuse.ir.ops.matmul_kernel as mk
     from eggfuse.runtime.device import subgroup_reductions_usable
 
     if subgroups and not subgroup_reductions_usable(device):
         pytest.skip("the device has no usable subgroups")
     monkeypatch.setattr(mk, "LAYER_NORM_MIN_LANES", min_lanes)
+    monkeypatch.setattr(mk, "LAYER_NORM_QUAD_MIN_LANES", min_lanes)
+    monkeypatch.setattr(mk, "LAYER_NORM_QUADS", quads)
     for m, k, n, epilogue in ((70, 33, 40, ("bias", "Gelu")), (9, 24, 100, ("add",)), (70, 20, 300, ())):
         session = check_row(_layer_norm("BT", m, k, n, epilogue), device, subgroups=subgroups)
-        lanes, values = mk.layer_norm_lanes(n)
-        assert lanes == max(min_lanes, {40: 4, 100: 8, 300: 32}[n]) and 0 < values <= mk.LAYER_NORM_HELD
+        lanes, values, width = mk.layer_norm_lanes(n)
+        assert width == (4 if quads else 1) and 0 < values * width <= mk.LAYER_NORM_HELD
+        assert lanes == max(min_lanes, {40: 4, 100: 8, 300: 32}[n])
         final = session.plan.dispatches[1]
         assert final.kernel.endswith("+sg") == subgroups and final.workgroups[0] == -(-m * lanes // 256), final
 

@@ -468,15 +468,23 @@ def test_the_tiled_kernel_stores_quads_where_n_is_a_multiple_of_4():
 
 
 def test_layer_norm_min_lanes_must_be_a_power_of_two_up_to_256(monkeypatch):
-    for bad in (0, 3, 512):
-        monkeypatch.setattr(matmul_kernel_module, "LAYER_NORM_MIN_LANES", bad)
-        with pytest.raises(LoweringError, match="LAYER_NORM_MIN_LANES must be a power of two"):
-            layer_norm_lanes(384)
+    for name, n in (("LAYER_NORM_MIN_LANES", 383), ("LAYER_NORM_QUAD_MIN_LANES", 384)):
+        for bad in (0, 3, 512):
+            monkeypatch.setattr(matmul_kernel_module, name, bad)
+            with pytest.raises(LoweringError, match=f"{name} must be a power of two"):
+                layer_norm_lanes(n)
 
 
-def test_layer_norm_final_stage_holds_up_to_16_values_an_invocation():
-    cases = {1: (128, 1), 384: (128, 3), 2048: (128, 16), 2049: (256, 9), 4096: (256, 16), 4097: (256, 0)}
+def test_layer_norm_final_stage_holds_up_to_16_columns_an_invocation():
+    # (lanes, units held a lane, columns a unit): quads where N % 4 == 0, single columns otherwise; from 128 lanes
+    cases = {1: (128, 1, 1), 384: (128, 1, 4), 2048: (128, 4, 4), 2049: (256, 9, 1), 4096: (256, 4, 4),
+             4097: (256, 0, 1), 4100: (256, 0, 4), 383: (128, 3, 1)}
     assert {n: layer_norm_lanes(n) for n in cases} == cases
+
+
+def test_layer_norm_quads_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(matmul_kernel_module, "LAYER_NORM_QUADS", False)
+    assert layer_norm_lanes(384) == (128, 3, 1) and layer_norm_lanes(2048) == (128, 16, 1)
 
 
 def test_matmul_vec4_follows_the_stored_row_length():
