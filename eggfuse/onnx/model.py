@@ -132,6 +132,15 @@ class Model:
                 raise
             self._control |= set(e.inputs)
             return self.specialise(feeds)
+        except OnnxError as e:
+            empty = [f"{n!r} {list(s)}" for n, s in shapes.items() if 0 in s]
+            if not empty:
+                raise
+            # an empty batch or sequence folds to empty tensors, whose ops then fail at load time (an
+            # exporter's Flatten or Reshape of 0 rows): say which input caused it
+            raise OnnxError(f"{e}. The input(s) {', '.join(empty)} have a dimension of size 0 (an empty batch or "
+                            "sequence), which this model's graph cannot be imported with; give every input at least "
+                            "one row and one token (leave empty batches out before calling run)") from None
         spec = Specialised(shapes, values, graph, params, outs)
         spec.timings["import_s"] = time.perf_counter() - t
         from eggfuse.pipeline import compile as compile_graph

@@ -198,3 +198,16 @@ def test_value_ranges_bound_what_the_shapes_bound_and_no_more():
     ranges = value_ranges(g)
     assert ranges[kept] == (0, 1) and ranges[counts] == (0, 5) and ranges[shifted] == (-2, 3)
     assert ids not in ranges and chosen not in ranges  # an input's values are not known, nor a choice of them
+
+
+def test_an_empty_batch_names_the_empty_inputs():
+    # an empty input is folded at load time; an exporter's Flatten of it then fails in numpy: the error says which
+    # input was empty and what to do
+    from eggfuse.onnx import Model
+
+    m = model([node("Flatten", ["x"], ["y"], name="flat", axis=1), node("Relu", ["y"], ["z"])],
+              [("x", F, ["batch", 3, 2])], [("z", F, None)])
+    assert Model(m).run({"x": np.ones((2, 3, 2), np.float32)})[0].shape == (2, 6)
+    with pytest.raises(OnnxError, match=r"Flatten node 'flat'.*The input\(s\) 'x' \[0, 3, 2\] have a dimension of "
+                                        r"size 0 \(an empty batch or sequence\).*leave empty batches out"):
+        Model(m).run({"x": np.ones((0, 3, 2), np.float32)})
