@@ -14,7 +14,7 @@ often as needed) sets a constant of an eggfuse module before lowering, VALUE a P
 
     PYTHONPATH=/tmp/old python3 bench/plan_ab.py save --graphs bench/graphs --model minilm --out old.pkl
     python3 bench/plan_ab.py time --graphs bench/graphs --model minilm --against old=old.pkl \\
-        --variant "lanes256:eggfuse.ir.ops.matmul_kernel.LAYER_NORM_MIN_LANES=256" --json ab.json
+        --variant "lanes256:eggfuse.ir.ops.matmul_kernel.LAYER_NORM_QUAD_MIN_LANES=256" --json ab.json
 
 JSON: one row per (variant, round) with ``model``, ``variant`` (``tree``, a saved plan's name or a
 ``--variant``'s), ``round``, ``wall_us``, ``gpu_us`` (medians), ``dispatches``, ``max_abs_diff`` (against

@@ -3,14 +3,14 @@
 //#include "derivatives.wgsl"
 //#include "row_lanes.wgsl"
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
-// LayerNorm of each of p.m rows of C, C[i, j] = value(i, j):
+// LayerNorm of each of p.m rows of C:
 // out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
 // computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl); with CENTRED false
 // RmsNorm, out[i, j] = C[i, j] / sqrt(mean_i(C^2) + eps) * gamma[j] (Zhang & Sennrich 2019; as
 // rms_norm.wgsl): no mean, no beta. VALUE defines value4(i, j), C[i, j .. j + WIDTH - 1] in the
 // first WIDTH components of a vec4 (the others 0):
 // - the second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py; ir/ops/matmul_kernel.py
-//   _PARTIAL_SUMS): C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS
+//   _PARTIAL_SUMS, _PARTIAL_SUMS_QUADS): C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS
 //   partial sums from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself); EPILOGUE is the
 //   product's chain, reading the operands e0, e1, ... as the tiled kernel does;
 // - EmbeddingSumLayerNorm (ir/ops/norms.py): C = the sum of the rows its tables' indices name.
@@ -76,14 +76,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
             if (lane + t * LANES < units) {
-                let d = held[t] - mean;
-                q = q + dot(d * d, KEEP);
+                let d = (held[t] - mean) * KEEP;  // masked before squaring: no inf * 0
+                q = q + dot(d, d);
             }
         }
     } else {
         for (var u = lane; u < units; u = u + LANES) {
-            let d = value4(i, u * WIDTH) - mean;
-            q = q + dot(d * d, KEEP);
+            let d = (value4(i, u * WIDTH) - mean) * KEEP;
+            q = q + dot(d, d);
         }
     }
     let rstd = 1.0 / sqrt(row_sum(li, lane, q) / f32(p.n) + p.eps);

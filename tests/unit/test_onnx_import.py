@@ -209,5 +209,5 @@ def test_an_empty_batch_names_the_empty_inputs():
               [("x", F, ["batch", 3, 2])], [("z", F, None)])
     assert Model(m).run({"x": np.ones((2, 3, 2), np.float32)})[0].shape == (2, 6)
     with pytest.raises(OnnxError, match=r"Flatten node 'flat'.*The input\(s\) 'x' \[0, 3, 2\] have a dimension of "
-                                        r"size 0 \(an empty batch or sequence\).*leave empty batches out"):
+                                        r"size 0 \(an empty batch or sequence\), the likely cause.*leave empty "):
         Model(m).run({"x": np.ones((0, 3, 2), np.float32)})
