@@ -10,9 +10,9 @@
 // rms_norm.wgsl): no mean, no beta. VALUE defines value4(i, j), C[i, j .. j + WIDTH - 1] in the
 // first WIDTH components of a vec4 (the others 0):
 // - the second dispatch of FusedMatMulLayerNorm (ir/ops/matmul_rows.py; ir/ops/matmul_kernel.py
-//   _PARTIAL_SUMS, _PARTIAL_SUMS_QUADS): C = epilogue(sum_s part[s]), the product the first dispatch left in part (SPLITS
-//   partial sums from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product itself); EPILOGUE is the
-//   product's chain, reading the operands e0, e1, ... as the tiled kernel does;
+//   _PARTIAL_SUMS, _PARTIAL_SUMS_QUADS): C = epilogue(sum_s part[s]), the product the first dispatch
+//   left in part (SPLITS partial sums from matmul.wgsl with SPLITS > 1, or with SPLITS 1 the product
+//   itself); EPILOGUE is the product's chain, reading the operands e0, e1, ... as the tiled kernel does;
 // - EmbeddingSumLayerNorm (ir/ops/norms.py): C = the sum of the rows its tables' indices name.
 // STORE defines put(i, u, y) (y: the unit's normalised values, before gamma and beta), writing unit u
 // of row i through gamma (and beta): quads bound as vec4 where WIDTH is 4, else one f32.

@@ -629,7 +629,13 @@ class Importer:
         try:
             res = ReferenceEvaluator(m2).run(None, {nm: v.const for nm, v in zip(names, ins, strict=True) if v})
         except Exception as e:  # noqa: BLE001 - the evaluator raises what numpy raises
-            raise OnnxError(f"{node.op_type} node {node.name!r}: folding it at load time failed: {e}") from None
+            # an empty batch or sequence is folded at load time, and an exporter's Flatten or Reshape of 0 rows
+            # then fails in numpy: name the empty inputs as the likely cause
+            empty = [f"{n!r} {list(s)}" for n, s in self.shapes.items() if 0 in tuple(s)]
+            hint = (f". The input(s) {', '.join(empty)} have a dimension of size 0 (an empty batch or sequence), the "
+                    "likely cause; give every input at least one row and one token (leave empty batches out before "
+                    "calling run)") if empty else ""
+            raise OnnxError(f"{node.op_type} node {node.name!r}: folding it at load time failed: {e}{hint}") from None
         return [Value("", helper.np_dtype_to_tensor_dtype(np.asarray(r).dtype), tuple(np.shape(r)),
                       const=np.asarray(r)) for r in res]
 

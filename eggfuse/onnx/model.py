@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from eggfuse.ir import Graph, InputError, OnnxError, UnsupportedOpsError
+from eggfuse.ir import Graph, InputError, OnnxError
 
 from .importer import (
     COMPUTED_IN_F32,
@@ -132,15 +132,6 @@ class Model:
                 raise
             self._control |= set(e.inputs)
             return self.specialise(feeds)
-        except OnnxError as e:
-            empty = [f"{n!r} {list(s)}" for n, s in shapes.items() if 0 in s]
-            if not empty or isinstance(e, UnsupportedOpsError):
-                raise
-            # an empty batch or sequence folds to empty tensors, whose ops then fail at load time (an
-            # exporter's Flatten or Reshape of 0 rows): name the empty inputs as the likely cause
-            raise OnnxError(f"{e}. The input(s) {', '.join(empty)} have a dimension of size 0 (an empty batch or "
-                            "sequence), the likely cause; give every input at least one row and one token (leave "
-                            "empty batches out before calling run)") from e
         spec = Specialised(shapes, values, graph, params, outs)
         spec.timings["import_s"] = time.perf_counter() - t
         from eggfuse.pipeline import compile as compile_graph
