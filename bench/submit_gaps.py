@@ -18,7 +18,18 @@ each as microseconds per run:
   bytes written first, then one compute pass), with a timestamp at the beginning and the end of each
   pass: per run its ``busy`` time (end - beginning) and the ``gap`` from the previous run's end to
   its beginning, on the GPU's clock; and ``wall`` around the N;
-- ``stamped_one_submit``: the same N command buffers given to one ``queue.submit`` call.
+- ``stamped_one_submit``: the same N command buffers given to one ``queue.submit`` call;
+- ``stamped_unwritten``: as ``stamped_submits`` without the input writes (the runs compute on
+  the inputs last written): what the write (wgpu's pending-writes command buffer, its copy)
+  adds to a submission;
+- ``stamped_copied``: as ``stamped_unwritten``, each command buffer copying the input bytes
+  from a buffer of their own into the input buffer before its pass (what a run costs when its
+  inputs come from a copy it records itself instead of ``queue.write_buffer``);
+- ``wall_runs_ring_<R>``: ``wall_runs`` of sessions made with ``INPUT_RING`` = R (0: the inputs
+  written with ``queue.write_buffer``; ``--rings``), one session per value and round, the values
+  alternating over ``--rounds`` rounds: medians of each round (``*_us_rounds``) and their mean;
+- ``stamped_one_buffer``: the N passes in one command buffer, one submission: the gap between
+  two compute passes alone.
 
 The gaps show what a submission costs on the device (wgpu's fences and barriers between
 command buffers, the input copy) apart from the host. Graphs are those of ``bench/models.py
@@ -70,28 +81,40 @@ def _write_inputs(session: Session) -> None:
         session.device.queue.write_buffer(session._input_buffer, 0, session._input_staging)
 
 
-def stamped(session: Session, calls: int, one_submit: bool) -> dict:
+def stamped(session: Session, calls: int, one_submit: bool, write: bool = True, one_buffer: bool = False,
+            copied: bool = False) -> dict:
     """``calls`` runs as separate command buffers, each a stamped compute pass after the input
-    write; submitted one by one, or (``one_submit``) all in one ``queue.submit``. Returns the GPU's
-    ``busy`` and ``gap`` per run (seconds; gaps from the second run on) and the ``wall`` per run."""
+    write; submitted one by one, or (``one_submit``) all in one ``queue.submit``; without ``write``
+    the inputs are not written (with ``copied``, copied in each command buffer from a buffer holding
+    them); with ``one_buffer`` the passes go in one command buffer (one
+    submission, one write). Returns the GPU's ``busy`` and ``gap`` per run (seconds; gaps from the
+    second run on) and the ``wall`` per run."""
     device = session.device
     query = device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * calls)
     resolve = device.create_buffer(size=16 * calls, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-    buffers = []
+    buffers, encoder = [], None
+    source = None
+    if copied and session._input_staging.size:
+        source = device.create_buffer_with_data(data=session._input_staging, usage=wgpu.BufferUsage.COPY_SRC)
     for i in range(calls):
-        encoder = device.create_command_encoder()
+        if encoder is None or not one_buffer:
+            encoder = device.create_command_encoder()
+        if source is not None:
+            encoder.copy_buffer_to_buffer(source, 0, session._input_buffer, 0, source.size)
         _record(session, encoder, query, 2 * i)
         if i == calls - 1:
             encoder.resolve_query_set(query, 0, 2 * calls, resolve, 0)
-        buffers.append(encoder.finish())
+        if not one_buffer or i == calls - 1:
+            buffers.append(encoder.finish())
     session.wait()
     t = time.perf_counter()
-    if one_submit:
+    if one_submit or one_buffer:
         _write_inputs(session)
         device.queue.submit(buffers)
     else:
         for b in buffers:
-            _write_inputs(session)
+            if write:
+                _write_inputs(session)
             device.queue.submit([b])
     session.wait()
     wall = (time.perf_counter() - t) / calls
@@ -114,6 +137,26 @@ def wall_one_buffer(session: Session, calls: int) -> float:
     session.device.queue.submit([buffer])
     session.wait()
     return (time.perf_counter() - t) / calls
+
+
+def ring_rounds(plan, params: dict, feeds: list[dict], samples: int, rings: list[int], rounds: int) -> dict:
+    """``wall_runs`` (gpu_timing.wall_per_call) of a session made with each ``session.INPUT_RING`` of
+    ``rings``, alternating, ``rounds`` times: per ring the median of each round (seconds per run)."""
+    from eggfuse.runtime import session as session_module
+
+    out: dict[int, list[float]] = {r: [] for r in rings}
+    before = session_module.INPUT_RING
+    try:
+        for _ in range(rounds):
+            for ring in rings:
+                session_module.INPUT_RING = ring
+                s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
+                s.run(feeds[0])
+                out[ring].append(gpu_timing.median_p90(gpu_timing.wall_per_call(s, feeds, samples))[0])
+                del s
+    finally:
+        session_module.INPUT_RING = before
+    return out
 
 
 def measure(plan, params: dict, feeds: list[dict], calls: int, samples: int) -> dict:
@@ -143,8 +186,10 @@ def measure(plan, params: dict, feeds: list[dict], calls: int, samples: int) -> 
             median, p90 = gpu_timing.median_p90(values)
             out[f"{key}_us"], out[f"{key}_p90_us"] = median * 1e6, p90 * 1e6
     if gpu_timing.has_timestamps(s.device):
-        for key, together in (("stamped_submits", False), ("stamped_one_submit", True)):
-            runs = [stamped(s, calls, together) for _ in range(samples)]
+        for key, how in (("stamped_submits", {}), ("stamped_one_submit", {"one_submit": True}),
+                         ("stamped_unwritten", {"write": False}), ("stamped_copied", {"write": False, "copied": True}),
+                         ("stamped_one_buffer", {"one_buffer": True})):
+            runs = [stamped(s, calls, **{"one_submit": False, **how}) for _ in range(samples)]
             out[f"{key}_wall_us"] = float(np.median([r["wall"] for r in runs])) * 1e6
             out[f"{key}_busy_us"] = float(np.median([b for r in runs for b in r["busy"]])) * 1e6
             out[f"{key}_gap_us"] = float(np.median([g for r in runs for g in r["gap"]])) * 1e6
@@ -158,6 +203,8 @@ def main() -> None:
     ap.add_argument("--model", action="append", choices=models.MODELS, help="(repeatable; default minilm)")
     ap.add_argument("--calls", type=int, default=10, help="back-to-back runs per sample")
     ap.add_argument("--repeats", type=int, default=20, help="samples of each way")
+    ap.add_argument("--rings", type=int, nargs="*", default=[3, 0], help="INPUT_RING values to alternate")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the --rings alternation")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
     if min(args.calls, args.repeats) < 2:
@@ -165,8 +212,11 @@ def main() -> None:
     rows = []
     for kind in args.model or ["minilm"]:
         fused, params, feeds, meta = models.saved_model(args.graphs, kind, args.calls)
-        row = {"model": kind, "weights": meta["weights"], **measure(lower_for(fused), params, feeds, args.calls,
-                                                                     args.repeats)}
+        plan = lower_for(fused)
+        row = {"model": kind, "weights": meta["weights"], **measure(plan, params, feeds, args.calls, args.repeats)}
+        for ring, values in ring_rounds(plan, params, feeds, args.repeats, args.rings, args.rounds).items():
+            row[f"wall_runs_ring_{ring}_us_rounds"] = [v * 1e6 for v in values]
+            row[f"wall_runs_ring_{ring}_us"] = float(np.mean(values)) * 1e6
         rows.append(row)
         print(json.dumps(row, indent=1), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
