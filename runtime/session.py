@@ -11,6 +11,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -49,6 +50,18 @@ _recorder: _Recorder | None = None  # one thread that records sessions' next run
 #: copy into its staging array); larger ones are written straight into a buffer of their own.
 PACK_MAX_BYTES = 1 << 20
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+#: With wgpu-native's C API and INPUT_RING > 0, a run's packed inputs travel through a ring of this
+#: many mappable buffers (MAP_WRITE | COPY_SRC): the run writes its bytes into the next one, mapped,
+#: unmaps it, and its command buffer begins with the copy from it into the input buffer; the buffer is
+#: mapped again as soon as the run is submitted, which completes when the device has run it. A run
+#: waits for its ring buffer's map, i.e. for the run INPUT_RING runs back to finish. With 0 (the
+#: default) every run writes with ``queue.write_buffer``, which puts its copy in a command buffer of
+#: wgpu's own submitted before the run's: on the H200 back-to-back MiniLM runs without that write
+#: took 13 us less wall time a run, the device idling 16.6 us between runs against 23.8
+#: (bench/submit_gaps.py, stamped_unwritten; bench/results/input_ring_h200/gaps_before.json). Whether
+#: the ring's own copy keeps that gain is not measured yet (``bench/submit_gaps.py --rings 3 0``), so
+#: the ring stays off. Set before a Session is made.
+INPUT_RING = 0
 
 
 class Session:
@@ -101,10 +114,15 @@ class Session:
     cffi calls of wgpu-native (:attr:`recording` names the path). From the second
     :meth:`run` on, the next run's command buffer is recorded by a background thread while
     the device executes the current one (``prerecord=False`` turns this off): the plan and
-    its bindings do not change between runs, and inputs written with ``queue.write_buffer``
-    reach the device before any later submission, so a run's host critical path is the
-    input writes and one submit. That buffer also holds the copies into the read-back buffers
-    of the outputs the last run read (a run that reads others adds a copy buffer of its own).
+    its bindings do not change between runs, so a run's host critical path is the input
+    writes and one submit. With wgpu-native and :data:`INPUT_RING` > 0 (off by default) the
+    packed inputs go through a ring of that many mappable buffers: a run writes its bytes
+    into the next one (waiting for its map, i.e. for the run that last used it to finish)
+    and its command buffer begins with the copy out of it, so a submission carries no
+    command buffer of wgpu's own for the write; otherwise, and for inputs with buffers of
+    their own, ``queue.write_buffer``. The
+    recorded buffer also holds the copies into the read-back buffers of the outputs the last
+    run read (a run that reads others adds a copy buffer of its own).
 
     Waiting: on a discrete GPU a wait for the device (:meth:`wait`, a read-back) polls without
     blocking for up to ``SPIN_WAIT_S`` seconds, one host core busy, then blocks;
@@ -200,6 +218,18 @@ class Session:
         if _libf is not None and getattr(self.device.queue, "_internal", None) is not None:
             self._raw = (self.device.queue._internal, getattr(self._input_buffer, "_internal", None),
                          _ffi.cast("void *", self._input_staging.ctypes.data))
+        # the input ring (INPUT_RING): buffers mapped for writing or with a map pending (until the run
+        # that last read one has run), and per buffer the request of its map (None: none requested)
+        self._ring: list[wgpu.GPUBuffer] = []
+        self._ring_requests: list[int | None] = []
+        if (INPUT_RING > 0 and self._raw is not None and self._raw[1] is not None and self._input_staging.size
+                and plan.dispatches):
+            with device_errors("creating the session's input ring"):
+                self._ring = [self.device.create_buffer(size=self._input_staging.nbytes, label=f"input ring {k}",
+                                                        usage=wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC)
+                              for k in range(INPUT_RING)]
+            self._ring_requests = [_map_async(b, _lib.WGPUMapMode_Write, ring=True) for b in self._ring]
+            weakref.finalize(self, _forget_ring_requests, self._ring_requests)
         # The buffers this session uploads are created and written on a thread of their own
         # (wgpu-native's calls and the copies run without the GIL) while this one builds the
         # uniform buffer and the pipelines; the bind groups follow.
@@ -374,20 +404,56 @@ class Session:
                 index = self.plan.outputs[0]
                 self.device.queue.read_buffer(self._buffers[index], self._offsets[index], 4)
 
-    def _take_recorded(self, copies: tuple[int, ...]) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
+    def _take_recorded(self, copies: tuple[int, ...], slot: int | None
+                       ) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
         # This run's command buffer (and its handles and read-back copies, see _record_for_run): the one
-        # recorded in the background (with the last run's copies), or recorded now with ``copies``.
+        # recorded in the background (with the last run's copies), or recorded now with ``copies``;
+        # either begins with the copy out of the input ring's buffer ``slot`` (None: no ring).
         if self._next is not None:
             pending, self._next = self._next, None
-            return pending.result()
-        return self._record_for_run(copies)
+            buffers, handles, copied, recorded_slot = pending.result()
+            if recorded_slot == slot:
+                return buffers, handles, copied
+            del buffers, handles  # recorded for another ring buffer (a run that failed in between)
+        return self._record_for_run(copies, slot)[:3]
 
-    def _record_for_run(self, copies: tuple[int, ...]) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...]]:
-        # The plan's command buffer with the copies of the buffers ``copies`` into their read-back buffers
-        # after its pass, the C array of its wgpu-native handle that run() submits (None without
-        # wgpu-native), and ``copies``.
-        buffers = self._record_plan(copies)
-        return buffers, None if self._raw is None else _handles(buffers), copies if buffers else ()
+    def _record_for_run(self, copies: tuple[int, ...], slot: int | None
+                        ) -> tuple[list[wgpu.GPUCommandBuffer], object, tuple[int, ...], int | None]:
+        # The plan's command buffer with the copy out of the input ring's buffer ``slot`` before its
+        # pass and the copies of the buffers ``copies`` into their read-back buffers after it, the C
+        # array of its wgpu-native handle that run() submits (None without wgpu-native), ``copies``
+        # and ``slot``.
+        buffers = self._record_plan(copies, slot)
+        return buffers, None if self._raw is None else _handles(buffers), copies if buffers else (), slot
+
+    def _fill_ring(self, slot: int) -> None:
+        # The packed inputs (the host staging copy) into the input ring's buffer ``slot``: wait for its map
+        # (the run that last read it done), copy, unmap.
+        buffer, request = self._ring[slot], self._ring_requests[slot]
+        handle, poll, null = buffer._internal, _libf.wgpuDevicePoll, _ffi.NULL
+        if request is None:  # a run failed between this buffer's write and its submission
+            request = self._ring_requests[slot] = _map_async(buffer, _lib.WGPUMapMode_Write, ring=True)
+        start = time.perf_counter()
+        while (status := _ring_status.get(request)) is None:
+            waited = time.perf_counter() - start
+            if waited > MAP_WAIT_S:
+                raise DeviceError(f"writing the inputs: an input buffer's map still pending after {MAP_WAIT_S:g} s; "
+                                  "the device may be lost or hung: make a new Session")
+            if self._spin and waited < SPIN_WAIT_S:
+                poll(self.device._internal, False, null)  # returns at once: the later runs stay queued
+            else:
+                _poll_until_idle(self.device)
+        self._ring_requests[slot] = None
+        _forget_ring_requests([request])
+        if status != _lib.WGPUMapAsyncStatus_Success:
+            raise DeviceError(f"writing the inputs: mapping an input buffer failed (wgpu-native status {status}); "
+                              "the device may be lost: make a new Session")
+        pointer = _libf.wgpuBufferGetMappedRange(buffer._internal, 0, buffer.size)
+        if pointer == _ffi.NULL:
+            raise DeviceError("writing the inputs: wgpu-native gave no mapped range for a mapped input "
+                              "buffer: make a new Session")
+        _ffi.memmove(pointer, self._raw[2], self._input_staging.nbytes)
+        _libf.wgpuBufferUnmap(handle)
 
     def _record_next(self) -> None:
         # Start recording the next run's command buffer on the background thread.
@@ -397,16 +463,20 @@ class Session:
             return
         if _recorder is None:
             _recorder = _Recorder()
-        self._next = _recorder.submit(functools.partial(self._record_for_run, self._read_set))
+        slot = self._runs % len(self._ring) if self._ring else None
+        self._next = _recorder.submit(functools.partial(self._record_for_run, self._read_set, slot))
         if self._next is None:  # the interpreter is shutting down: record in run() from now on
             self._prerecord = False
 
-    def _record_plan(self, copies: tuple[int, ...] = ()) -> list[wgpu.GPUCommandBuffer]:
-        # The plan in one compute pass of one command buffer ([] for a plan with no dispatches), then the
-        # copies of the buffers ``copies`` (indices into the plan's buffers) into their read-back buffers.
+    def _record_plan(self, copies: tuple[int, ...] = (), slot: int | None = None) -> list[wgpu.GPUCommandBuffer]:
+        # The plan in one compute pass of one command buffer ([] for a plan with no dispatches), after the
+        # copy of the input ring's buffer ``slot`` (None: none) into the input buffer, then the copies of
+        # the buffers ``copies`` (indices into the plan's buffers) into their read-back buffers.
         if not self._commands:
             return []
         encoder = self.device.create_command_encoder()
+        if slot is not None:
+            encoder.copy_buffer_to_buffer(self._ring[slot], 0, self._input_buffer, 0, self._ring[slot].size)
         compute = encoder.begin_compute_pass()
         handle = getattr(compute, "_internal", None)
         if _lib is not None and handle is not None:
@@ -486,13 +556,16 @@ class Session:
             queue, raw = self.device.queue, self._raw
             for slot, arr in own:
                 queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(arr))
-            if self._input_staging.size:
+            slot = self._runs % len(self._ring) if self._ring else None
+            if slot is not None:
+                self._fill_ring(slot)
+            elif self._input_staging.size:
                 if raw is not None:
                     _libf.wgpuQueueWriteBuffer(raw[0], raw[1], 0, raw[2], self._input_staging.nbytes)
                 else:
                     queue.write_buffer(self._input_buffer, 0, self._input_staging)
             wanted = {plan.outputs[i]: self._staging_buffer(plan.outputs[i]) for i in read} if read else {}
-            buffers, handles, copied = self._take_recorded(tuple(wanted))
+            buffers, handles, copied = self._take_recorded(tuple(wanted), slot)
             if missing := [index for index in wanted if index not in copied]:
                 # the copies the pre-recorded buffer lacks (it holds the last run's; a staging buffer a
                 # copy writes and nobody reads costs a copy, nothing else)
@@ -509,6 +582,8 @@ class Session:
                 _libf.wgpuQueueSubmit(raw[0], len(buffers), handles)
             else:
                 queue.submit(buffers)
+            if slot is not None:  # mapped again once the device has run this run's copy out of it
+                self._ring_requests[slot] = _map_async(self._ring[slot], _lib.WGPUMapMode_Write, ring=True)
             # released here, not when run() returns: wgpu-native's release would wait on the
             # next run's recording, which holds the device's command locks
             del buffers
@@ -573,10 +648,66 @@ SPIN_WAIT_S = 0.01
 #: Map callbacks' results by request (_map_read): written by the callback, on whichever thread polls.
 _map_status: dict[int, int] = {}
 _map_requests = itertools.count(1)
+#: The same for the input rings' maps (Session._fill_ring): the statuses of the requests in _ring_live.
+_ring_status: dict[int, int] = {}
+_ring_live: set[int] = set()
 _on_mapped = None  # the one cffi callback of every map request, made on the first (cffi parses its type)
 _on_mapped_lock = threading.Lock()
 #: Longest a read-back waits for its maps (_map_read) before it gives up with a DeviceError, seconds.
 MAP_WAIT_S = 60.0
+
+
+def _map_async(buffer: wgpu.GPUBuffer, mode: int, ring: bool = False, request: int | None = None) -> int:
+    # Request a map of all of ``buffer`` (mode: wgpu-native's WGPUMapMode_Read or _Write) through wgpu-native's
+    # C function, with the one callback every request shares; returns the request's number (``request``, or
+    # the next of _map_requests), under which the callback (on whichever thread polls the device) writes the
+    # map's status into _map_status, or with ``ring`` (a buffer of a session's input ring) into _ring_status
+    # while the request is in _ring_live.
+    global _on_mapped
+    with _on_mapped_lock:
+        if _on_mapped is None:
+            @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+            def _on_mapped(status, message, userdata1, userdata2):
+                request = int(_ffi.cast("uintptr_t", userdata1))
+                if userdata2 == _ffi.NULL:
+                    _map_status[request] = int(status)
+                elif request in _ring_live:
+                    _ring_status[request] = int(status)
+    request = next(_map_requests) if request is None else request
+    info = _ffi.new("WGPUBufferMapCallbackInfo *")
+    info.mode = _lib.WGPUCallbackMode_AllowProcessEvents
+    info.callback = _on_mapped
+    info.userdata1 = _ffi.cast("void *", request)
+    if ring:
+        _ring_live.add(request)
+        info.userdata2 = _ffi.cast("void *", 1)
+    _libf.wgpuBufferMapAsync(buffer._internal, mode, 0, buffer.size, info[0])
+    return request
+
+
+def _forget_ring_requests(requests: Sequence[int | None]) -> None:
+    # The input ring's map requests ``requests`` settled or abandoned (a session dropped): their statuses
+    # forgotten, and a callback still to come for them writes none.
+    for request in requests:
+        _ring_live.discard(request)
+        _ring_status.pop(request, None)
+
+
+def _wait_for_maps(device: wgpu.GPUDevice, requests: Sequence[int], what: str) -> None:
+    # Blocking polls (each waits for all the submitted work; the map callbacks run in them) until the map
+    # requests ``requests`` (_map_async) have completed; their statuses are left in _map_status for the
+    # caller to take. Raises DeviceError naming ``what`` for a map that failed or is still pending after
+    # MAP_WAIT_S seconds.
+    deadline = time.perf_counter() + MAP_WAIT_S
+    while (pending := sum(request not in _map_status for request in requests)) > 0:
+        if time.perf_counter() > deadline:
+            raise DeviceError(f"{what}: {pending} read-back map(s) still pending after {MAP_WAIT_S:g} s; the "
+                              "device may be lost or hung: make a new Session")
+        _poll_until_idle(device)
+    failed = [_map_status[request] for request in requests if _map_status[request] != _lib.WGPUMapAsyncStatus_Success]
+    if failed:
+        raise DeviceError(f"{what}: mapping a buffer failed (wgpu-native status {failed[0]}); the device may be "
+                          "lost: make a new Session")
 
 
 def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray]:
@@ -587,33 +718,14 @@ def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dic
     # (its fix of wgpu-native issue 305) is not needed. Raises DeviceError for a map that failed or stayed
     # pending; every map requested is undone (a pending one aborted) before it returns or raises, so
     # wgpu-py's buffer objects, unmapped to wgpu-py throughout, are unmapped in wgpu-native too.
-    global _on_mapped
-    with _on_mapped_lock:
-        if _on_mapped is None:
-            @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
-            def _on_mapped(status, message, userdata1, userdata2):
-                _map_status[int(_ffi.cast("uintptr_t", userdata1))] = int(status)
     requests = []
     try:
         for key, buffer in buffers.items():
-            request = next(_map_requests)
-            requests.append((key, buffer, request))  # before the call: a map it leaves behind is undone
-            info = _ffi.new("WGPUBufferMapCallbackInfo *")
-            info.mode = _lib.WGPUCallbackMode_AllowProcessEvents
-            info.callback = _on_mapped
-            info.userdata1 = _ffi.cast("void *", request)
-            _libf.wgpuBufferMapAsync(buffer._internal, _lib.WGPUMapMode_Read, 0, buffer.size, info[0])
-        deadline = time.perf_counter() + MAP_WAIT_S
-        while (pending := sum(request not in _map_status for _, _, request in requests)) > 0:
-            if time.perf_counter() > deadline:
-                raise DeviceError(f"reading the outputs back: {pending} read-back map(s) still pending after "
-                                  f"{MAP_WAIT_S:g} s; the device may be lost or hung: make a new Session")
-            _poll_until_idle(device)  # waits for the submitted work; the map callbacks run in it
+            requests.append((key, buffer, request := next(_map_requests)))  # first: a map left behind is undone
+            _map_async(buffer, _lib.WGPUMapMode_Read, request=request)
+        _wait_for_maps(device, [request for _, _, request in requests], "reading the outputs back")
         out = {}
-        for key, buffer, request in requests:
-            if _map_status[request] != _lib.WGPUMapAsyncStatus_Success:
-                raise DeviceError(f"reading the outputs back: mapping a read-back buffer failed (wgpu-native "
-                                  f"status {_map_status[request]}); the device may be lost: make a new Session")
+        for key, buffer, _ in requests:
             pointer = _libf.wgpuBufferGetConstMappedRange(buffer._internal, 0, buffer.size)
             if pointer == _ffi.NULL:
                 raise DeviceError("reading the outputs back: wgpu-native gave no mapped range for a mapped "

@@ -309,7 +309,7 @@ def test_a_dropped_session_is_not_kept_alive_by_the_recording_thread(device):
     s = Session(lower_for(g, device), {"w": np.full((7, 3), 0.1)}, device=device)
     for _ in range(3):
         s.run({"x": np.ones((5, 7), np.float32)}, read=())
-    s._take_recorded(())  # the thread's job is done
+    s._next.result()  # the thread's job is done
     ref = weakref.ref(s)
     del s
     for _ in range(200):  # the thread lets go of its last job right after finishing it

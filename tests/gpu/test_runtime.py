@@ -363,6 +363,65 @@ def test_inputs_share_one_buffer_and_are_rewritten_each_run(device):
     _close([s.read_output(i) for i in range(4)], want)
 
 
+def _cache_rows() -> Graph:
+    # Each run writes its input row into row ``pos`` of a state tensor, after a product slow enough on a CPU
+    # adapter (about a millisecond) that back-to-back runs queue up behind the host.
+    g = Graph()
+    cache, rows, pos = g.state("cache", [16, 64]), g.input("rows", [1, 64]), g.input("pos", [1], DType.U32)
+    a = g.input("a", [96, 96])
+    g.set_outputs([g.add_node("CacheWrite", (cache, rows, pos)), g.matmul(g.tanh(g.matmul(a, a)), a)])
+    return g
+
+
+@pytest.mark.parametrize("ring", [0, 1, 3])
+def test_back_to_back_runs_each_read_their_own_inputs(ring, device, monkeypatch):
+    # Runs submitted without reading anything, more of them than the input ring has buffers: each run's
+    # inputs reach its own dispatches (through the ring: the buffer of a run INPUT_RING runs back, written
+    # only once that run is done; with 0, through queue.write_buffer), whichever runs are still queued.
+    from eggfuse.runtime import session as session_module
+
+    monkeypatch.setattr(session_module, "INPUT_RING", ring)
+    g = _cache_rows()
+    s = Session(lower_for(g, device), {}, device=device)
+    assert len(s._ring) == ring
+    rows = RNG.standard_normal((16, 64)).astype(np.float32)
+    a = RNG.standard_normal((96, 96)) * 0.1
+    for sweep in range(2):  # every row written twice, the second time with other values
+        for i in range(16):
+            s.run({"rows": rows[i:i + 1] + sweep, "a": a, "pos": [i]}, read=())
+    np.testing.assert_array_equal(s.read_parameter("cache"), rows + 1)
+    feeds = {"rows": rows[:1], "a": a, "pos": [0]}
+    _close(s.run(feeds), evaluate(g, feeds, {"cache": rows + 1}))
+
+
+def test_a_run_that_fails_before_its_submission_leaves_the_input_ring_usable(device, monkeypatch):
+    # The run wrote its inputs into a ring buffer and failed before submitting: the next run that takes that
+    # buffer maps it again. A dropped session's map requests are forgotten.
+    import gc
+
+    from eggfuse.runtime import session as session_module
+
+    monkeypatch.setattr(session_module, "INPUT_RING", 3)
+    g = _cache_rows()
+    s = Session(lower_for(g, device), {}, device=device)
+    assert len(s._ring) == 3
+    a, rows = np.eye(96), RNG.standard_normal((16, 64)).astype(np.float32)
+    for i in range(2):
+        s.run({"rows": rows[i:i + 1], "a": a, "pos": [i]}, read=())
+    with monkeypatch.context() as m:
+        m.setattr(s, "_take_recorded", lambda *args: (_ for _ in ()).throw(RuntimeError("recording failed")))
+        with pytest.raises(RuntimeError, match="recording failed"):
+            s.run({"rows": rows[2:3], "a": a, "pos": [2]}, read=())
+    for i in range(2, 16):
+        s.run({"rows": rows[i:i + 1], "a": a, "pos": [i]}, read=())
+    np.testing.assert_array_equal(s.read_parameter("cache"), rows)
+    requests = [r for r in s._ring_requests if r is not None]
+    assert requests and all(r in session_module._ring_live for r in requests)
+    del s
+    gc.collect()
+    assert not any(r in session_module._ring_live or r in session_module._ring_status for r in requests)
+
+
 def test_a_large_input_is_written_to_a_buffer_of_its_own(device, monkeypatch):
     from eggfuse.runtime import session as session_module
 
