@@ -391,8 +391,8 @@ class Graph:
                        masked_rows: str = "mean") -> NodeId:
         """Non-causal GQA attention over ``batch`` sequences stacked by rows.
 
-        q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S] f32, > 0 keeps a key; a query
-        row whose mask keeps no key gives the mean of v (``masked_rows`` ``"mean"``) or zeros (``"zero"``,
+        q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S]: f32 (> 0 keeps a key), i32
+        (non-zero keeps it) or bool (true keeps it); a query row whose mask keeps no key gives the mean of v (``masked_rows`` ``"mean"``) or zeros (``"zero"``,
         ONNX Attention's rule).
         """
         ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)

@@ -12,7 +12,7 @@ called as ``fn(e)`` with a :class:`Namespace` ``e``::
                       e.RmsNorm(e.Add(x, d), w, eps=eps), e.AddRmsNorm(x, d, w, eps=eps),
                       e.eq(e.shape(x)).to(e.shape(d)), example=...)
 
-``e.shape(t)`` and ``e.is_bool(t)``
+``e.shape(t)``, ``e.is_bool(t)`` and ``e.is_i32(t)``
 read the analysis facts; ``e.<fact>(t, *args)`` is the relation of a value fact (``eggfuse.ir.facts``), read as a guard.
 ``e.<Op>(*tensors, **attrs)`` builds the op's e-node: tensor inputs positionally (packed
 into a ``TList`` for an op whose input count varies), attributes by keyword, and for a fused
@@ -55,6 +55,7 @@ from .sorts import (
     ex_acc,
     ex_leaf,
     is_bool,
+    is_i32,
     last_step,
     shape,
     stored_uses,
@@ -77,8 +78,8 @@ class Namespace:
 
     T, Epi, TList, Ex = T, Epi, TList, Ex
     String, i64, f64, Bool, Vec = String, i64, f64, Bool, Vec
-    shape, is_bool, epilogue_without_add, last_step = staticmethod(shape), staticmethod(is_bool), \
-        staticmethod(epilogue_without_add), staticmethod(last_step)
+    shape, is_bool, is_i32, epilogue_without_add, last_step = staticmethod(shape), staticmethod(is_bool), \
+        staticmethod(is_i32), staticmethod(epilogue_without_add), staticmethod(last_step)
     stored_uses, ExLeaf, ExAcc = staticmethod(stored_uses), staticmethod(ex_leaf), staticmethod(ex_acc)
     epilogue_blocks_add, epilogue_without_region = staticmethod(epilogue_blocks_add), \
         staticmethod(epilogue_without_region)

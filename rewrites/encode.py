@@ -136,7 +136,7 @@ def node_text(node: Node, refs: list[str]) -> str:
 def encode(graph: Graph, egraph: EGraph) -> Encoding:
     """Insert the live part of ``graph``: a ``let`` per node, its IR shape as a ``shape`` fact,
     the number of its consumers that read it from memory as a ``stored_uses`` fact
-    (``ir.ops.fused.stored_uses``), a bool node's ``is_bool`` fact, and for each Constant the
+    (``ir.ops.fused.stored_uses``), a bool node's ``is_bool`` fact, an i32 node's ``is_i32``, and for each Constant the
     value facts that hold of it (``ir.facts``: a one-element one's ``value``, a causal mask, ...).
 
     A rewrite that would merge e-classes of different shapes then fails loudly instead
@@ -169,6 +169,8 @@ def encode(graph: Graph, egraph: EGraph) -> Encoding:
         lines.append(f"(set (shape {name}) {literal(node.type.shape, 'ints')})")
         if node.type.dtype is DType.BOOL:
             lines.append(f"(is_bool {name})")
+        elif node.type.dtype is DType.I32:
+            lines.append(f"(is_i32 {name})")
         lines.append(f"(set (stored_uses {name}) {stored.get(node.id, 0)})")
         if node.op == "Constant":
             for fact, args in facts_of(node.attrs["value"], node.type):

@@ -29,9 +29,9 @@ Leaves are ``Input``/``Parameter``/``Constant(name, shape)``. ``TList`` (``Nil``
 also holds the graph's outputs, one root, so shared nodes are extracted once.
 
 Analyses: ``shape(t)`` (a ``Vec[i64]``) is set at encoding for every graph node and read by
-rule guards; ``is_bool(t)`` holds for every graph node of dtype bool (set at encoding; f32, the common
-case, has no fact, which keeps the e-graph small); ``stored_uses(t)`` counts the consumers of
-a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
+rule guards; ``is_bool(t)`` and ``is_i32(t)`` hold for every graph node of dtype bool and i32 (set
+at encoding; f32, the common case, has no fact, which keeps the e-graph small); ``stored_uses(t)``
+counts the consumers of a graph node that read it from memory (every op outside ``ir.ops.fused.FUSABLE``), plus one if
 it is a graph output (set at encoding; summed when two encoded e-classes merge);
 ``epilogue_without_add(e)``, its complement ``epilogue_blocks_add(e)`` (the chain has an add or a
 generated region: its own add step cannot take another addend), ``epilogue_without_region(e)`` (the
@@ -120,6 +120,10 @@ def shape(t: T) -> Vec[i64]: ...
 def is_bool(t: T) -> Unit: ...
 
 
+@function(egg_fn="is_i32")
+def is_i32(t: T) -> Unit: ...
+
+
 @function(egg_fn="stored_uses", merge=lambda old, new: old + new)
 def stored_uses(t: T) -> i64: ...
 
@@ -163,8 +167,8 @@ ATTR_SORTS = {"int": i64, "float": f64, "str": String, "bool": Bool, "ints": Vec
 FACTS: dict[str, Any] = {name: _fact_relation(fact) for name, fact in VALUE_FACTS.items()}
 
 #: The analysis functions: facts, not e-nodes (excluded from e-node counts and extraction).
-ANALYSES = (shape, is_bool, stored_uses, epilogue_without_add, epilogue_blocks_add, epilogue_without_region, last_step,
-            *FACTS.values())
+ANALYSES = (shape, is_bool, is_i32, stored_uses, epilogue_without_add, epilogue_blocks_add, epilogue_without_region,
+            last_step, *FACTS.values())
 
 
 @dataclass(frozen=True)
@@ -293,4 +297,4 @@ CHILD_SORTS = ("T", "Epi", "TList", "Ex")
 __all__ = ["ANALYSES", "ARG_SORTS", "ATTR_SORTS", "CHILD_SORTS", "CONSTRUCTORS", "EX_CONSTRUCTORS", "EX_SIGNATURES",
            "FACTS", "SIGNATURES", "Epi", "Ex", "ExSignature", "Signature", "T", "TList", "constructor_name",
            "epilogue_blocks_add", "epilogue_without_add", "epilogue_without_region", "ex_acc", "ex_const", "ex_leaf",
-           "is_bool", "last_step", "shape", "stored_uses"]
+           "is_bool", "is_i32", "last_step", "shape", "stored_uses"]

@@ -31,7 +31,8 @@
 // Template slots: HEAD_DIM, BQ, BK, WG (ir/ops/attention.py attention_tiles: the tiles fit the
 // workgroup memory it allows, attention_tile_bytes; BK a power of two from 4 to 64); SCORE_DOTS
 // (phase 2's dot products, unrolled: ir/ops/attention.py _score_dots); MASK (key_mask [batch,
-// seq], bound after v, or after qkv when packed);
+// seq], f32, i32 or a bool's u32, bound after v, or after qkv when packed; which values drop a key:
+// ir/ops/attention.py key_dropped_wgsl);
 // KEY_END (keys row qi sees: p.seq, or qi + 1u for causal) and TILES_END (keys any row of
 // the block sees: causal stops at the diagonal); QK defines prepare_q_tile and
 // prepare_k_tile (attention_qk.wgsl: nothing; attention_qk_rope.wgsl: RoPE in workgroup

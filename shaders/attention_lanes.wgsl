@@ -29,7 +29,8 @@
 // dividing R: each K and V read from workgroup memory serves P rows); ROW_SETUP, SCORE_DOTS,
 // SOFTMAX_PV, MERGE_STATS, REDUCE_WRITE, REDUCE_ADD, STORE: the per-row, per-quad and per-key
 // statements over named registers (ir/ops/attention.py _lanes_slots);
-// MASK_LOAD (masked: the tile's key_mask flags into k_masked); KEY_END (keys row qi sees: p.seq,
+// MASK_LOAD (masked: the tile's key_mask flags into k_masked; key_mask is f32, i32 or a bool's u32,
+// ir/ops/attention.py key_dropped_wgsl); KEY_END (keys row qi sees: p.seq,
 // or qi + 1u for causal) and TILES_END (keys any row of the block sees); IO the accessors of
 // the bindings (ir/ops/attention.py attention_io), K and V the arrays read.
 

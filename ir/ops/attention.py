@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import GraphError, LoweringError
 from ..kernel import Buffer, Include, Kernel
 from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
-from ..types import TensorType
+from ..types import DType, TensorType
 from .transformer import ROPE_ATTR_NAMES, SCALING, inv_freq, rope_ref, rope_rule
 
 FAMILY = "attention"
@@ -71,9 +71,25 @@ def check_heads(q: TensorType, k: TensorType, v: TensorType, a) -> None:
     need(nkv >= 1 and nh % nkv == 0, f"num_heads {nh} is not a multiple of num_kv_heads {nkv}")
 
 
+#: The dtypes a forward attention's key_mask may have, and which of its values keep a key: f32 where > 0
+#: (eggfuse's own 1 / 0 masks), i32 where != 0 and bool where true (an exporter's padding mask as
+#: Cast(mask, bool) reads it, without the cast to f32; rule in attention_layout.py).
+KEY_MASK_DTYPES = (DType.F32, DType.I32, DType.BOOL)
+
+
+def key_kept(mask: np.ndarray) -> np.ndarray:
+    """The keys a key_mask keeps (bool, its shape): :data:`KEY_MASK_DTYPES`' rule for its dtype."""
+    return mask > 0 if mask.dtype.kind == "f" else mask != 0
+
+
+def key_dropped_wgsl(value: str, dtype: DType) -> str:
+    """WGSL bool of a key_mask element ``value`` (its storage type, DType.wgsl) that drops the key."""
+    return {DType.F32: f"{value} <= 0.0", DType.I32: f"{value} == 0i", DType.BOOL: f"{value} == 0u"}[dtype]
+
+
 def attention_rule(ts, a):
     """Shape rule of FullAttention / CausalAttention: q [rows, H*D], k and v [rows, KV*D], an
-    optional key_mask [batch, seq]."""
+    optional key_mask [batch, seq] (f32, i32 or bool: :data:`KEY_MASK_DTYPES`)."""
     q, k, v = ts[:3]
     nh, hd, batch = a["num_heads"], a["head_dim"], a["batch"]
     check_heads(q, k, v, a)
@@ -82,7 +98,7 @@ def attention_rule(ts, a):
     need(batch >= 1 and q.shape[0] % batch == 0, f"{q.shape[0]} rows do not split into {batch} sequences")
     if len(ts) == 4:
         seq = q.shape[0] // batch
-        need_f32(ts[3], "key_mask")
+        need(ts[3].dtype in KEY_MASK_DTYPES, f"key_mask must be f32, i32 or bool, got {ts[3]}")
         need(ts[3].shape == (batch, seq), f"key_mask must be [{batch},{seq}], got {ts[3]}")
     need(a.get("masked_rows", "mean") in MASKED_ROWS,
          f"masked_rows must be one of {MASKED_ROWS}, got {a.get('masked_rows')!r}")
@@ -97,7 +113,8 @@ def attention_reference(q, k, v, a, causal: bool, key_mask=None) -> np.ndarray:
     row averages all values instead of producing NaN (Vaswani et al. 2017, eq. 1), or with
     ``masked_rows`` ``zero`` is zero (:data:`MASKED_ROWS`). ``causal`` masks the keys past a
     row's diagonal the same way: a causal row that the key mask leaves no key of its own
-    averages the values of every key of its sequence.
+    averages the values of every key of its sequence. ``key_mask`` keeps keys as
+    :func:`key_kept` says for its dtype.
     """
     zero = a.get("masked_rows", "mean") == "zero"
     nh, nkv, hd, batch = a["num_heads"], a["num_kv_heads"], a["head_dim"], a.get("batch", 1)
@@ -117,7 +134,7 @@ def attention_reference(q, k, v, a, causal: bool, key_mask=None) -> np.ndarray:
             if causal:
                 keep &= np.tril(np.ones((seq, seq), dtype=bool))
             if key_mask is not None:
-                keep &= (key_mask[b] > 0)[None, :]
+                keep &= key_kept(key_mask[b])[None, :]
             s = np.where(keep, s, MASK_SENTINEL)
             p = np.exp(s - s.max(axis=-1, keepdims=True))
             p /= p.sum(axis=-1, keepdims=True)
@@ -374,7 +391,7 @@ def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False)
 
 
 def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False,
-                 mean_rows: bool = False) -> dict[str, str]:
+                 mean_rows: bool = False, mask_dtype: DType = DType.F32) -> dict[str, str]:
     # attention_lanes.wgsl's unrolled statements over named registers: of row u < P, q's quads qv{u}_{c} and the
     # output's ov{u}_{c} (c < hd4), the running m{u} and l{u}, the scores d{u}_{i} of the lane's keys
     # j{i} = lane + i * L (i < BK / L)
@@ -421,7 +438,8 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, ze
     if masked:
         mask_load = "\n".join([
             "        for (var i = li; i < BK; i = i + WG) {",
-            "            k_masked[i] = select(0.0, 1.0, k0 + i < p.seq && key_mask[b * p.seq + k0 + i] <= 0.0);",
+            "            k_masked[i] = select(0.0, 1.0, k0 + i < p.seq && "
+            f"{key_dropped_wgsl('key_mask[b * p.seq + k0 + i]', mask_dtype)});",
             "        }"])
     stats = [f"    lane_m[r{u} * L + lane] = m{u};" for u in us] + ["    workgroupBarrier();"]
     for u in us:
@@ -483,6 +501,7 @@ class _Form(NamedTuple):
     batch: int
     seq: int
     masked: bool  # a key_mask input
+    mask_dtype: DType  # its dtype (KEY_MASK_DTYPES; F32 when there is none)
     packed: bool  # one [rows, (nh + 2 nkv) * hd] projection: q, k, v side by side
     causal: bool
     rope: bool
@@ -498,8 +517,8 @@ def _form(node, ins) -> _Form:
     masked = len(ins) == (2 if packed else 4)
     mean = a.get("masked_rows", "mean") == "mean"
     return _Form(a["num_heads"], a["num_kv_heads"], a["head_dim"], a["batch"], ins[0].shape[0] // a["batch"],
-                 masked, packed, causal, node.op == "CausalAttentionRoPE", ("qkv",) * 3 if packed else ("q", "k", "v"),
-                 masked and not mean, masked and mean and causal)
+                 masked, ins[-1].dtype if masked else DType.F32, packed, causal, node.op == "CausalAttentionRoPE",
+                 ("qkv",) * 3 if packed else ("q", "k", "v"), masked and not mean, masked and mean and causal)
 
 
 def _mean_v(f: _Form) -> str:
@@ -529,10 +548,12 @@ def _attention_dispatch(node, f: _Form, body: str, rows: int, name: str, slots: 
               ("nkv", "u32", f.nkv), ("group", "u32", f.nh // f.nkv), ("q_blocks", "u32", q_blocks),
               ("total", "u32", total), ("scale", "f32", 1.0 / math.sqrt(f.hd)),
               *zip(("q_stride", "kv_stride", "k_off", "v_off"), ("u32",) * 4, strides, strict=True))
-    name += (("_causal" if f.causal else "") + ("_mask" if f.masked else "") + ("_zero" if f.zero_rows else "")
+    name += (("_causal" if f.causal else "") + ("_mask" if f.masked else "")
+             + (f"_{f.mask_dtype.value}" if f.masked and f.mask_dtype is not DType.F32 else "")
+             + ("_zero" if f.zero_rows else "")
              + ("_mean" if f.mean_rows else "")
              + ("_rope" if f.rope else "") + ("_packed" if f.packed else ""))
-    bindings = (*io, *((Buffer("key_mask"),) if f.masked else ()), out)
+    bindings = (*io, *((Buffer("key_mask", f.mask_dtype.wgsl),) if f.masked else ()), out)
     return Kernel(name, body, total, params=params, slots={**slots, "IO": accessors}, bindings=bindings)
 
 
@@ -555,7 +576,8 @@ def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=f.names[1], V=f.names[2],
                  KEY_END="qi + 1u" if f.causal else "p.seq",
                  TILES_END="min(p.seq, q0 + R)" if f.causal else "p.seq",
-                 MEAN_V=_mean_v(f), **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows, f.mean_rows))
+                 MEAN_V=_mean_v(f), **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows, f.mean_rows,
+                                                    f.mask_dtype))
     name = f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
     return _attention_dispatch(node, f, "attention_lanes.wgsl", rows, name, slots)
 
@@ -574,8 +596,8 @@ def _attention_kernel(node, ins, target) -> Kernel:
     slots = dict(HEAD_DIM=f.hd, BQ=bq, BK=bk, WG=wg, SCORE_DOTS=_score_dots(wg, bq, bk), Q=f.names[0],
                  K=f.names[1], V=f.names[2],
                  QK=Include("attention_qk_rope.wgsl" if f.rope else "attention_qk.wgsl"),
-                 MASK="                if (key_mask[b * p.seq + k0 + j] <= 0.0) { s = MASK_SENTINEL; }"
-                 if f.masked else "",
+                 MASK=f"                if ({key_dropped_wgsl('key_mask[b * p.seq + k0 + j]', f.mask_dtype)}) "
+                 "{ s = MASK_SENTINEL; }" if f.masked else "",
                  MASKED_ROWS="        if (row_m[orow] <= MASK_SENTINEL) { o = vec4<f32>(); }  // no key kept: zeros"
                  if f.zero_rows else "        if (row_m[orow] <= MASK_SENTINEL) { o = mean_v(row0, kh, col); }"
                  if f.mean_rows else "", MEAN_V=_mean_v(f),
@@ -600,6 +622,15 @@ _ATTN_ATTRS = (Attr("num_heads", "int"), Attr("num_kv_heads", "int"), Attr("head
 _ATTN_NAMES = tuple(x.name for x in _ATTN_ATTRS)
 _FULL_ATTRS = (*_ATTN_ATTRS, Attr("masked_rows", "str", "mean",
                                   doc="a query row whose key_mask keeps no key: 'mean' of v or 'zero' (MASKED_ROWS)"))
+
+
+def _f32_key_mask(b, mask):
+    # The gradient ops' key_mask: f32, 1 where ``mask`` keeps a key and 0 where it drops it (an i32 or bool
+    # mask through Cast to bool, as key_kept reads it), or None
+    if mask is None or b.type(mask).dtype is DType.F32:
+        return mask
+    flags = mask if b.type(mask).dtype is DType.BOOL else b.emit("Cast", (mask,), to="bool")
+    return b.emit("Cast", (flags,), to="f32")
 
 
 def _kept_rows_dy(b, node, dy, mask):
@@ -651,8 +682,9 @@ def _attention_vjp(b, node, dy, want):
     q, k, v, *mask = node.inputs
     _no_causal_mask_grad(b, node, mask[0] if mask else None)
     attrs = {a: node.attrs[a] for a in _ATTN_NAMES}
-    dy = _kept_rows_dy(b, node, dy, mask[0] if mask else None)
-    grads = _attention_grad_nodes(b, dy, q, k, v, mask[0] if mask else None, node.op == "CausalAttention", attrs, want)
+    key_mask = _f32_key_mask(b, mask[0] if mask else None)
+    dy = _kept_rows_dy(b, node, dy, key_mask)
+    grads = _attention_grad_nodes(b, dy, q, k, v, key_mask, node.op == "CausalAttention", attrs, want)
     return grads + [None] * len(mask)  # key_mask is piecewise constant: no gradient
 
 
@@ -660,13 +692,13 @@ op("FullAttention", ("q", "k", "v", "key_mask?"), attention_rule,
    lambda xs, a: attention_reference(*xs[:3], a, False, xs[3] if len(xs) > 3 else None), attrs=_FULL_ATTRS,
    vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="non-causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], "
-       "> 0 keeps a key; a query row whose mask keeps no key gives the mean of v or, masked_rows 'zero', zeros")
+       "f32 > 0, i32 != 0 or bool true keeps a key; a query row whose mask keeps no key gives the mean of v or, masked_rows 'zero', zeros")
 op("CausalAttention", ("q", "k?", "v?", "key_mask?"), _causal_rule,
    lambda xs, a: attention_reference(*_qkv_parts(xs, a)[0], a, True, _qkv_parts(xs, a)[1]),
    attrs=_FULL_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="causal GQA attention (Vaswani et al. 2017, eq. 1). Inputs q, k, v, or one packed [rows, (H + 2 KV) * D] "
        "projection whose columns are q, k, v in that order (GPT-2's fused c_attn); then an optional key_mask "
-       "[batch, seq], > 0 keeps a key; a query row whose mask keeps none of the keys up to its own gives the mean "
+       "[batch, seq] (as FullAttention's); a query row whose mask keeps none of the keys up to its own gives the mean "
        "of v over all the sequence's keys or, masked_rows 'zero', zeros (no gradient with a key_mask)")
 
 
@@ -687,7 +719,7 @@ def _full_packed_vjp(b, node, dy, want):
     if not want[0]:
         return [None] * len(node.inputs)
     q, k, v = _packed_slices(b, node)
-    mask = node.inputs[1] if len(node.inputs) > 1 else None
+    mask = _f32_key_mask(b, node.inputs[1] if len(node.inputs) > 1 else None)
     dy = _kept_rows_dy(b, node, dy, mask)
     grads = _attention_grad_nodes(b, dy, q, k, v, mask, False, {a: node.attrs[a] for a in _ATTN_NAMES},
                                   (True, True, True))
@@ -933,6 +965,8 @@ def _packed_qkv_bias(e):
 def _attention_grad_op(index: int, part: str) -> None:
     def infer(ts, a):
         need(not (a["causal"] and len(ts) == 5), "a key_mask is only taken with causal=False")
+        if len(ts) == 5:
+            need_f32(ts[4], "key_mask")
         out = attention_rule(ts[1:], a)
         need_f32(ts[0], "dO")
         need(ts[0] == out, f"dO must be {out}, got {ts[0]}")

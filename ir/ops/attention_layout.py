@@ -221,6 +221,55 @@ def _key_masked_fused_attention(e):
             e.set_(e.shape(fused)).to(e.Vec(sq[0] * sq[1], sq[2])))
 
 
+#: The forward attention ops with a key_mask, and how many tensors precede it (q, k, v, or one packed qkv).
+_KEY_MASKED = (("FullAttention", 3), ("FullAttentionPacked", 1), ("CausalAttention", 3), ("CausalAttention", 1),
+               ("CausalAttentionRoPE", 3), ("CausalAttentionRoPE", 1))
+
+
+def _cast_key_mask_example(op: str, lead: int, form: str):
+    # op's key mask [B, S] as an exporter casts its padding mask: viewed [B, 1, 1, S], Cast to bool (form "i32": an
+    # i32 mask of both signs and zeros, Cast(2 x, i32) of an input; "bool": a bool mask), Cast to f32, viewed [B, S]
+    def build(g, dim):
+        b, h, kv, s, _, d = example_dims(dim, square=True)
+        d *= 2 if op == "CausalAttentionRoPE" else 1  # RoPE rotates pairs: an even head_dim
+        if form == "i32":
+            doubled = g.add_node("Mul", (g.input("x", [b, s]), g.constant(np.array(2.0), shape=())))
+            flags = g.add_node("Cast", (g.reshape(g.add_node("Cast", (doubled,), to="i32"), [b, 1, 1, s]),), to="bool")
+        else:
+            flags = g.reshape(bool_mask(g, [b, s]), [b, 1, 1, s])
+        mask = g.reshape(g.add_node("Cast", (flags,), to="f32"), [b, s])
+        widths = [(h + 2 * kv) * d] if lead == 1 else [h * d, kv * d, kv * d]
+        ins = [g.input(f"t{i}", [b * s, w]) for i, w in enumerate(widths)]
+        rope = dict(theta=100.0) if op == "CausalAttentionRoPE" else {}
+        g.set_outputs([g.add_node(op, (*ins, mask), num_heads=h, num_kv_heads=kv, head_dim=d, batch=b,
+                                  masked_rows="mean", **rope)])
+
+    return build
+
+
+@rules("attention")
+def _key_mask_without_casts(e):
+    x = e.var("x")
+    s = e.var("s", e.Vec[e.i64])
+    lead = e.vars("t0 t1 t2")
+    # The attention ops read an i32 or bool key mask as Cast(mask, bool) reads it (ir/ops/attention.py
+    # KEY_MASK_DTYPES), so the casts an exporter puts before the f32 mask leave the attention's input:
+    # op(.., Reshape(Cast(b, f32), s)) -> op(.., Reshape(b, s))   for b bool: true keeps, 1.0 keeps;
+    # op(.., Reshape(Cast(y, bool), s)) -> op(.., Reshape(y, s))   for y i32: y != 0 keeps, as the cast's true.
+    # Together: an int64 padding mask (narrowed to i32) reaches the attention without a dispatch of its own.
+    forms = (("Cast(b, f32)", e.Cast(x, to=e.String("f32")), e.is_bool(x), "b", "bool"),
+             ("Cast(y, bool)", e.Cast(x, to=e.String("bool")), e.is_i32(x), "y", "i32"))
+    for op, n in _KEY_MASKED:
+        attrs = e.attrs_of(op)
+        tensors = ", ".join(["q", "k", "v"] if n == 3 else ["qkv"])
+        for label, cast, guard, var, form in forms:
+            plain = e.Identity(x, shape=s)
+            lhs = getattr(e, op)(*lead[:n], e.Identity(cast, shape=s), **attrs)
+            yield e.rule(lhs, guard, name=f"{op}({tensors}, Reshape({label}, s)) -> {op}({tensors}, Reshape({var}, s))",
+                         example=example(_cast_key_mask_example(op, n, form))).then(
+                e.union(lhs).with_(getattr(e, op)(*lead[:n], plain, **attrs)), e.set_(e.shape(plain)).to(s))
+
+
 def _fused_qkv_example(op: str, masked: bool):
     # one [B S, (H + 2 KV) D] product (GPT-2's c_attn) viewed [B, S, width] and split on its last axis into q, k and
     # v, whose [B S, .] rows the attention reads

@@ -30,7 +30,7 @@ CASES = {
                                "CausalAttentionRoPE"),
     "min_padding_and_causal_gqa": (Attn(batch=4, heads=4, kv_heads=2, mask="padding_causal_min", rope=True),
                                    "CausalAttentionRoPE"),
-    "probabilities_also_an_output": (Attn(mask="padding", batch=3, probs_output=True), "GeneralAttention"),
+    "probabilities_also_an_output": (Attn(mask="padding", batch=3, probs_output=True), "FullAttention"),
     "no_mask": (Attn(head_dim=8), "FullAttention"),
 }
 
