@@ -392,8 +392,8 @@ class Graph:
         """Non-causal GQA attention over ``batch`` sequences stacked by rows.
 
         q [B*S, H*D], k/v [B*S, KV*D] -> [B*S, H*D]; ``key_mask`` [B, S]: f32 (> 0 keeps a key), i32
-        (non-zero keeps it) or bool (true keeps it); a query row whose mask keeps no key gives the mean of v (``masked_rows`` ``"mean"``) or zeros (``"zero"``,
-        ONNX Attention's rule).
+        (non-zero keeps it) or bool (true keeps it); a query row whose mask keeps no key gives the mean
+        of v (``masked_rows`` ``"mean"``) or zeros (``"zero"``, ONNX Attention's rule).
         """
         ins = (q, k, v) if key_mask is None else (q, k, v, key_mask)
         return self.add_node("FullAttention", ins, num_heads=num_heads, num_kv_heads=num_kv_heads,

@@ -54,13 +54,16 @@ _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsa
 #: many mappable buffers (MAP_WRITE | COPY_SRC): the run writes its bytes into the next one, mapped,
 #: unmaps it, and its command buffer begins with the copy from it into the input buffer; the buffer is
 #: mapped again as soon as the run is submitted, which completes when the device has run it. A run
-#: waits for its ring buffer's map, i.e. for the run INPUT_RING runs back to finish. With 0 (the
+#: waits for its ring buffer's map, i.e. for the run INPUT_RING runs back to finish (polls that return
+#: at once on a discrete GPU, then a blocking poll for that run's submission only). With 0 (the
 #: default) every run writes with ``queue.write_buffer``, which puts its copy in a command buffer of
-#: wgpu's own submitted before the run's: on the H200 back-to-back MiniLM runs without that write
-#: took 13 us less wall time a run, the device idling 16.6 us between runs against 23.8
-#: (bench/submit_gaps.py, stamped_unwritten; bench/results/input_ring_h200/gaps_before.json). Whether
-#: the ring's own copy keeps that gain is not measured yet (``bench/submit_gaps.py --rings 3 0``), so
-#: the ring stays off. Set before a Session is made.
+#: wgpu's own submitted before the run's. On the H200 (bench/submit_gaps.py,
+#: bench/results/input_ring_h200/gaps_before.json), with every run's pass stamped, back-to-back MiniLM
+#: runs without that write took 13 us less wall time a run (the device idling 16.6 us between runs
+#: against 23.8); unstamped, Session.run back to back took 1132.6 us a run against 1132.4 for one
+#: submission of all the runs' passes (the decode step 981.8 against 973.6), so little may be left to
+#: win. Not timed yet (``bench/submit_gaps.py --rings 3 0``): the ring stays off. Set before a Session
+#: is made.
 INPUT_RING = 0
 
 
@@ -222,6 +225,7 @@ class Session:
         # that last read one has run), and per buffer the request of its map (None: none requested)
         self._ring: list[wgpu.GPUBuffer] = []
         self._ring_requests: list[int | None] = []
+        self._ring_submissions: list = []  # per buffer, the submission index of the run that last read it
         if (INPUT_RING > 0 and self._raw is not None and self._raw[1] is not None and self._input_staging.size
                 and plan.dispatches):
             with device_errors("creating the session's input ring"):
@@ -229,6 +233,7 @@ class Session:
                                                         usage=wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC)
                               for k in range(INPUT_RING)]
             self._ring_requests = [_map_async(b, _lib.WGPUMapMode_Write, ring=True) for b in self._ring]
+            self._ring_submissions = [None] * INPUT_RING
             weakref.finalize(self, _forget_ring_requests, self._ring_requests)
         # The buffers this session uploads are created and written on a thread of their own
         # (wgpu-native's calls and the copies run without the GIL) while this one builds the
@@ -414,7 +419,8 @@ class Session:
             buffers, handles, copied, recorded_slot = pending.result()
             if recorded_slot == slot:
                 return buffers, handles, copied
-            del buffers, handles  # recorded for another ring buffer (a run that failed in between)
+            # (not expected: both slots come from self._runs, which only a submitted run advances)
+            del buffers, handles
         return self._record_for_run(copies, slot)[:3]
 
     def _record_for_run(self, copies: tuple[int, ...], slot: int | None
@@ -441,6 +447,8 @@ class Session:
                                   "the device may be lost or hung: make a new Session")
             if self._spin and waited < SPIN_WAIT_S:
                 poll(self.device._internal, False, null)  # returns at once: the later runs stay queued
+            elif (index := self._ring_submissions[slot]) is not None:
+                poll(self.device._internal, True, index)  # blocks until that run is done, not the later ones
             else:
                 _poll_until_idle(self.device)
         self._ring_requests[slot] = None
@@ -578,12 +586,15 @@ class Session:
                 handles = None if raw is None else _handles(buffers)
                 del encoder
             self._read_set = tuple(wanted)
-            if raw is not None:
+            if slot is not None:  # (a ring implies wgpu-native's C API: raw)
+                index = _libf.wgpuQueueSubmitForIndex(raw[0], len(buffers), handles)
+                self._ring_submissions[slot] = _ffi.new("WGPUSubmissionIndex *", index)
+                # mapped again once the device has run this run's copy out of it
+                self._ring_requests[slot] = _map_async(self._ring[slot], _lib.WGPUMapMode_Write, ring=True)
+            elif raw is not None:
                 _libf.wgpuQueueSubmit(raw[0], len(buffers), handles)
             else:
                 queue.submit(buffers)
-            if slot is not None:  # mapped again once the device has run this run's copy out of it
-                self._ring_requests[slot] = _map_async(self._ring[slot], _lib.WGPUMapMode_Write, ring=True)
             # released here, not when run() returns: wgpu-native's release would wait on the
             # next run's recording, which holds the device's command locks
             del buffers

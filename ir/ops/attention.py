@@ -692,7 +692,8 @@ op("FullAttention", ("q", "k", "v", "key_mask?"), attention_rule,
    lambda xs, a: attention_reference(*xs[:3], a, False, xs[3] if len(xs) > 3 else None), attrs=_FULL_ATTRS,
    vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,
    doc="non-causal GQA attention (Vaswani et al. 2017, eq. 1); optional 4th input key_mask [batch, seq], "
-       "f32 > 0, i32 != 0 or bool true keeps a key; a query row whose mask keeps no key gives the mean of v or, masked_rows 'zero', zeros")
+       "f32 > 0, i32 != 0 or bool true keeps a key; a query row whose mask keeps no key gives the mean of v or, "
+       "masked_rows 'zero', zeros")
 op("CausalAttention", ("q", "k?", "v?", "key_mask?"), _causal_rule,
    lambda xs, a: attention_reference(*_qkv_parts(xs, a)[0], a, True, _qkv_parts(xs, a)[1]),
    attrs=_FULL_ATTRS, vjp=_attention_vjp, kernel=_attention_kernel, flops=_attention_flops,

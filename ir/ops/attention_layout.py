@@ -13,7 +13,9 @@ min) with ``masked_rows`` ``mean`` (every score of such a row rounds to c: a uni
 A decoder's padding with causal rows is ``CausalAttention`` with the key mask: the bool mask with
 the causal flag (``zero``), and ``Where(And(causal constant, b), 0, c)`` (``mean``: a row keeping
 no key averages v over all the sequence's keys, those past its diagonal too, as CausalAttention's
-``mean`` does).
+``mean`` does). The casts an exporter puts between its int64 (i32) or bool padding mask and the f32
+key mask leave the attention's input (``_key_mask_without_casts``): the attention ops read an i32
+or bool key mask as ``Cast(mask, bool)`` reads it.
 """
 
 from __future__ import annotations

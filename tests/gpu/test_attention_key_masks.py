@@ -69,7 +69,7 @@ def test_an_i32_or_bool_key_mask_keeps_the_keys_its_cast_to_bool_keeps(op, packe
         assert not got[SEQ:2 * SEQ].any() and got[:SEQ].any()
 
 
-def test_a_float_key_mask_of_another_width_is_refused_by_name():
+def test_a_key_mask_of_another_dtype_is_refused_by_name():
     g = Graph()
     q = g.input("q", [BATCH * SEQ, NH * HD])
     k, v = g.input("k", [BATCH * SEQ, NKV * HD]), g.input("v", [BATCH * SEQ, NKV * HD])

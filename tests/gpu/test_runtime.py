@@ -398,6 +398,8 @@ def test_a_run_that_fails_before_its_submission_leaves_the_input_ring_usable(dev
     # The run wrote its inputs into a ring buffer and failed before submitting: the next run that takes that
     # buffer maps it again. A dropped session's map requests are forgotten.
     import gc
+    import time
+    import weakref
 
     from eggfuse.runtime import session as session_module
 
@@ -417,8 +419,15 @@ def test_a_run_that_fails_before_its_submission_leaves_the_input_ring_usable(dev
     np.testing.assert_array_equal(s.read_parameter("cache"), rows)
     requests = [r for r in s._ring_requests if r is not None]
     assert requests and all(r in session_module._ring_live for r in requests)
+    s._next.result()  # the recording thread's job done
+    ref = weakref.ref(s)
     del s
-    gc.collect()
+    for _ in range(200):  # the thread lets go of its last job right after finishing it
+        gc.collect()
+        if ref() is None:
+            break
+        time.sleep(0.01)
+    assert ref() is None
     assert not any(r in session_module._ring_live or r in session_module._ring_status for r in requests)
 
 
