@@ -104,6 +104,14 @@ def _one_value(value: np.ndarray, ty: TensorType):
     return None if math.isnan(v) else (v,)
 
 
+@value_fact("int_value", ("int",), doc="int_value(t, v): t is an i32 constant of one element (any shape), v (the "
+                                         "padding id an exporter compares token ids with)")
+def _one_int(value: np.ndarray, ty: TensorType):
+    if ty.dtype is not DType.I32 or value.size != 1:
+        return None
+    return (int(value.reshape(-1)[0]),)
+
+
 @value_fact("finite", doc="finite(t): every element of the f32 constant t is finite (analysis rules derive it "
                           "through Where and views too)", bake=False)
 def _finite(value: np.ndarray, ty: TensorType):

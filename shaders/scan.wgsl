@@ -6,7 +6,9 @@
 // starting from the identity). Slots: T (f32 or i32; i32 wraps), COMBINE of a and b,
 // IDENTITY. Entry points: `per_element`, an invocation per line scanning it in order
 // (short lines); `per_group`, a workgroup per line scanning chunks of 256 in workgroup memory
-// (Hillis & Steele 1986) and carrying each chunk's total into the next.
+// (Hillis & Steele 1986) and carrying each chunk's total into the next. PROLOGUE is the body of
+// prologue(v), what an element of x adds to the scan, and EPILOGUE the body of epilogue(acc, v), what
+// is stored for an element of x whose running value is acc (CumSum, CumProd: v and acc).
 
 const EXCLUSIVE: bool = {{EXCLUSIVE}};
 const REVERSE: bool = {{REVERSE}};
@@ -15,6 +17,14 @@ var<workgroup> sh: array<{{T}}, 256>;
 
 fn combine(a: {{T}}, b: {{T}}) -> {{T}} {
     return {{COMBINE}};
+}
+
+fn prologue(v: {{T}}) -> {{T}} {
+    {{PROLOGUE}}
+}
+
+fn epilogue(acc: {{T}}, v: {{T}}) -> {{T}} {
+    {{EPILOGUE}}
 }
 
 // the input / output index of element k (in scan order) of the line starting at base
@@ -37,13 +47,14 @@ fn per_element(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     var acc: {{T}} = {{IDENTITY}};
     for (var k = 0u; k < p.n; k = k + 1u) {
         let i = pos(base, k);
-        let v = x[i];
+        let xi = x[i];
+        let v = prologue(xi);
         if (EXCLUSIVE) {
-            out[i] = acc;
+            out[i] = epilogue(acc, xi);
             acc = combine(acc, v);
         } else {
             acc = combine(acc, v);
-            out[i] = acc;
+            out[i] = epilogue(acc, xi);
         }
     }
 }
@@ -61,7 +72,7 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         let k = start + li;
         var v: {{T}} = {{IDENTITY}};
         if (k < p.n) {
-            v = x[pos(base, k)];
+            v = prologue(x[pos(base, k)]);
         }
         sh[li] = v;
         workgroupBarrier();
@@ -80,7 +91,7 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             r = select(combine(carry, sh[max(li, 1u) - 1u]), carry, li == 0u);
         }
         if (k < p.n) {
-            out[pos(base, k)] = r;
+            out[pos(base, k)] = epilogue(r, x[pos(base, k)]);
         }
         let total = sh[255];
         workgroupBarrier();

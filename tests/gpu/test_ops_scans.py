@@ -1,7 +1,8 @@
-"""CumSum, CumProd, TopKValues and TopKIndices (ir/ops/scans.py) on the GPU against the numpy
-reference: every axis position, exclusive and reverse, lines short (an invocation per line)
-and long (a workgroup per line, several chunks of 256), i32 (wrapping), ties in TopK (the
-lower index first) and a NaN made on the device (Log of a negative)."""
+"""CumSum, CumProd, PaddedPositionIds, TopKValues and TopKIndices (ir/ops/scans.py) on the GPU
+against the numpy reference: every axis position, exclusive and reverse, lines short (an
+invocation per line) and long (a workgroup per line, several chunks of 256), i32 (wrapping), pad
+ids of either sign, ties in TopK (the lower index first) and a NaN made on the device (Log of a
+negative)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def _top_k(op: str, shape, k: int, axis: int, largest: bool = True, dtype: DType
     return Row(op, rid, build, feeds or {}, finite=pre is None)
 
 
+def _positions(shape, axis: int, pad: int) -> Row:
+    # token ids from pad - 2 to pad + 2: about two in five are padding, runs of them at either end too
+    ids = np.random.default_rng(sum(shape) + axis).integers(pad - 2, pad + 3, shape).astype(np.int32)
+    ids[(slice(None),) * axis + (0,)] = pad
+
+    def build(g: Graph) -> int:
+        return g.add_node("PaddedPositionIds", (g.input("ids", shape, _I),), axis=axis, pad=pad)
+
+    return Row("PaddedPositionIds", f"PaddedPositionIds{list(shape)}axis{axis}pad{pad}", build, {"ids": ids})
+
+
 _SCAN_CASES = [([1], 0), ([7], 0), ([7, 13], 0), ([7, 13], 1), ([2, 3, 4, 5], 2), ([3, 700], 1), ([600, 3], 0),
                ([2, 300, 2], 1)]
 _TIES = np.array([[1.0, 3.0, 3.0, 0.0, 3.0, 1.0], [2.0, 2.0, 2.0, 2.0, 2.0, 2.0], [-1.0, -5.0, 0.0, -5.0, 4.0, 4.0]])
@@ -46,6 +58,7 @@ ROWS: list[Row] = [
       for rev in (False, True)],
     *[_scan(op, s, ax, ex, rev, _I) for op in ("CumSum", "CumProd") for s, ax in (([7, 13], 1), ([300, 2], 0))
       for ex, rev in ((False, False), (True, True))],
+    *[_positions(s, ax, pad) for s, ax in (([2, 7], 1), ([7, 5], 0), ([3, 300], 1), ([2, 3, 4], 1)) for pad in (1, -1)],
     *[_top_k(op, s, k, ax, largest) for op in ("TopKValues", "TopKIndices") for largest in (True, False)
       for s, k, ax in (([7, 13], 3, 1), ([7, 13], 7, 0), ([1], 1, 0), ([2, 3, 40, 2], 40, 2), ([3, 300], 5, 1))],
     *[_top_k(op, s, k, ax, largest, _I) for op in ("TopKValues", "TopKIndices") for largest in (True, False)
@@ -60,3 +73,16 @@ ROWS: list[Row] = [
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_op_matches_reference(row: Row, device):
     check_row(row, device, subgroups=None)
+
+
+def test_padded_position_ids_count_from_pad_as_transformers_does(device):
+    # transformers' create_position_ids_from_input_ids (RoBERTa, padding_idx 1), worked by hand: kept ids count
+    # from 2, a padding id keeps 1
+    from eggfuse.pipeline import lower_for
+    from eggfuse.runtime import Session
+
+    g = Graph()
+    g.set_outputs([g.add_node("PaddedPositionIds", (g.input("ids", [2, 7], _I),), axis=1, pad=1)])
+    ids = np.array([[0, 5, 1, 7, 1, 1, 9], [1, 1, 4, 4, 4, 1, 2]], dtype=np.int32)
+    (got,) = Session(lower_for(g, device), {}, device=device).run({"ids": ids})
+    np.testing.assert_array_equal(got, [[2, 3, 1, 4, 1, 1, 5], [1, 1, 2, 3, 4, 1, 5]])
