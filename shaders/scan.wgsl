@@ -1,5 +1,5 @@
 //#include "common.wgsl"
-// CumSum and CumProd (ir/ops/scans.py) along one axis: x is viewed as [outer, n, inner];
+// CumSum, CumProd and PaddedPositionIds (ir/ops/scans.py) along one axis: x is viewed as [outer, n, inner];
 // line o of p.lines = outer * inner starts at (o / inner) * n * inner + o % inner, its
 // element j is j * inner further. Element k of a line in scan order is element k, or
 // n - 1 - k when REVERSE; out = combine of the elements up to it (EXCLUSIVE: before it,
@@ -70,9 +70,11 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var carry: {{T}} = {{IDENTITY}};
     for (var start = 0u; start < p.n; start = start + 256u) {
         let k = start + li;
-        var v: {{T}} = {{IDENTITY}};
+        var v: {{T}} = {{IDENTITY}};  // past the line: the identity, not prologue's value of anything
+        var xk: {{T}} = {{IDENTITY}};
         if (k < p.n) {
-            v = prologue(x[pos(base, k)]);
+            xk = x[pos(base, k)];
+            v = prologue(xk);
         }
         sh[li] = v;
         workgroupBarrier();
@@ -91,7 +93,7 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             r = select(combine(carry, sh[max(li, 1u) - 1u]), carry, li == 0u);
         }
         if (k < p.n) {
-            out[pos(base, k)] = epilogue(r, x[pos(base, k)]);
+            out[pos(base, k)] = epilogue(r, xk);
         }
         let total = sh[255];
         workgroupBarrier();

@@ -37,9 +37,10 @@ def _top_k(op: str, shape, k: int, axis: int, largest: bool = True, dtype: DType
 
 
 def _positions(shape, axis: int, pad: int) -> Row:
-    # token ids from pad - 2 to pad + 2: about two in five are padding, runs of them at either end too
+    # token ids from pad - 2 to pad + 2 (one in five padding), the first and the last two along the axis padding
     ids = np.random.default_rng(sum(shape) + axis).integers(pad - 2, pad + 3, shape).astype(np.int32)
-    ids[(slice(None),) * axis + (0,)] = pad
+    for at in (0, -1, -2):
+        ids[(slice(None),) * axis + (at,)] = pad
 
     def build(g: Graph) -> int:
         return g.add_node("PaddedPositionIds", (g.input("ids", shape, _I),), axis=axis, pad=pad)
@@ -58,7 +59,8 @@ ROWS: list[Row] = [
       for rev in (False, True)],
     *[_scan(op, s, ax, ex, rev, _I) for op in ("CumSum", "CumProd") for s, ax in (([7, 13], 1), ([300, 2], 0))
       for ex, rev in ((False, False), (True, True))],
-    *[_positions(s, ax, pad) for s, ax in (([2, 7], 1), ([7, 5], 0), ([3, 300], 1), ([2, 3, 4], 1)) for pad in (1, -1)],
+    *[_positions(s, ax, pad) for s, ax in (([2, 7], 1), ([7, 5], 0), ([3, 300], 1), ([2, 3, 4], 1), ([2, 300, 2], 1))
+      for pad in (1, -1)],
     *[_top_k(op, s, k, ax, largest) for op in ("TopKValues", "TopKIndices") for largest in (True, False)
       for s, k, ax in (([7, 13], 3, 1), ([7, 13], 7, 0), ([1], 1, 0), ([2, 3, 40, 2], 40, 2), ([3, 300], 5, 1))],
     *[_top_k(op, s, k, ax, largest, _I) for op in ("TopKValues", "TopKIndices") for largest in (True, False)
