@@ -397,9 +397,9 @@ def test_back_to_back_runs_each_read_their_own_inputs(ring, device, monkeypatch)
 def test_a_run_that_fails_before_its_submission_leaves_the_input_ring_usable(device, monkeypatch):
     # The run wrote its inputs into a ring buffer and failed before submitting: the next run that takes that
     # buffer maps it again. A dropped session's map requests are forgotten.
-    import gc
-    import time
     import weakref
+
+    from dropped import collected  # tests/dropped.py
 
     from eggfuse.runtime import session as session_module
 
@@ -422,12 +422,7 @@ def test_a_run_that_fails_before_its_submission_leaves_the_input_ring_usable(dev
     s._next.result()  # the recording thread's job done
     ref = weakref.ref(s)
     del s
-    for _ in range(200):  # the thread lets go of its last job right after finishing it
-        gc.collect()
-        if ref() is None:
-            break
-        time.sleep(0.01)
-    assert ref() is None
+    assert collected(ref)
     assert not any(r in session_module._ring_live or r in session_module._ring_status for r in requests)
 
 
