@@ -587,8 +587,8 @@ class Session:
                 del encoder
             self._read_set = tuple(wanted)
             if slot is not None:  # (a ring implies wgpu-native's C API: raw)
-                index = _libf.wgpuQueueSubmitForIndex(raw[0], len(buffers), handles)
-                self._ring_submissions[slot] = _ffi.new("WGPUSubmissionIndex *", index)
+                submitted = _libf.wgpuQueueSubmitForIndex(raw[0], len(buffers), handles)
+                self._ring_submissions[slot] = _ffi.new("WGPUSubmissionIndex *", submitted)
                 # mapped again once the device has run this run's copy out of it
                 self._ring_requests[slot] = _map_async(self._ring[slot], _lib.WGPUMapMode_Write, ring=True)
             elif raw is not None:
