@@ -456,7 +456,7 @@ class Session:
         if status != _lib.WGPUMapAsyncStatus_Success:
             raise DeviceError(f"writing the inputs: mapping an input buffer failed (wgpu-native status {status}); "
                               "the device may be lost: make a new Session")
-        pointer = _libf.wgpuBufferGetMappedRange(buffer._internal, 0, buffer.size)
+        pointer = _libf.wgpuBufferGetMappedRange(handle, 0, buffer.size)
         if pointer == _ffi.NULL:
             raise DeviceError("writing the inputs: wgpu-native gave no mapped range for a mapped input "
                               "buffer: make a new Session")
@@ -704,23 +704,6 @@ def _forget_ring_requests(requests: Sequence[int | None]) -> None:
         _ring_status.pop(request, None)
 
 
-def _wait_for_maps(device: wgpu.GPUDevice, requests: Sequence[int], what: str) -> None:
-    # Blocking polls (each waits for all the submitted work; the map callbacks run in them) until the map
-    # requests ``requests`` (_map_async) have completed; their statuses are left in _map_status for the
-    # caller to take. Raises DeviceError naming ``what`` for a map that failed or is still pending after
-    # MAP_WAIT_S seconds.
-    deadline = time.perf_counter() + MAP_WAIT_S
-    while (pending := sum(request not in _map_status for request in requests)) > 0:
-        if time.perf_counter() > deadline:
-            raise DeviceError(f"{what}: {pending} read-back map(s) still pending after {MAP_WAIT_S:g} s; the "
-                              "device may be lost or hung: make a new Session")
-        _poll_until_idle(device)
-    failed = [_map_status[request] for request in requests if _map_status[request] != _lib.WGPUMapAsyncStatus_Success]
-    if failed:
-        raise DeviceError(f"{what}: mapping a buffer failed (wgpu-native status {failed[0]}); the device may be "
-                          "lost: make a new Session")
-
-
 def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dict[int, bytearray]:
     # The bytes of each MAP_READ buffer of ``buffers`` (key -> buffer), through wgpu-native's C functions:
     # every map requested at once, then blocking polls (each waits for the device to finish the work that
@@ -734,9 +717,17 @@ def _map_read(device: wgpu.GPUDevice, buffers: dict[int, wgpu.GPUBuffer]) -> dic
         for key, buffer in buffers.items():
             requests.append((key, buffer, request := next(_map_requests)))  # first: a map left behind is undone
             _map_async(buffer, _lib.WGPUMapMode_Read, request=request)
-        _wait_for_maps(device, [request for _, _, request in requests], "reading the outputs back")
+        deadline = time.perf_counter() + MAP_WAIT_S
+        while (pending := sum(request not in _map_status for _, _, request in requests)) > 0:
+            if time.perf_counter() > deadline:
+                raise DeviceError(f"reading the outputs back: {pending} read-back map(s) still pending after "
+                                  f"{MAP_WAIT_S:g} s; the device may be lost or hung: make a new Session")
+            _poll_until_idle(device)  # waits for the submitted work; the map callbacks run in it
         out = {}
-        for key, buffer, _ in requests:
+        for key, buffer, request in requests:
+            if _map_status[request] != _lib.WGPUMapAsyncStatus_Success:
+                raise DeviceError(f"reading the outputs back: mapping a read-back buffer failed (wgpu-native "
+                                  f"status {_map_status[request]}); the device may be lost: make a new Session")
             pointer = _libf.wgpuBufferGetConstMappedRange(buffer._internal, 0, buffer.size)
             if pointer == _ffi.NULL:
                 raise DeviceError("reading the outputs back: wgpu-native gave no mapped range for a mapped "

@@ -48,19 +48,22 @@ def _scan_ref(fn, identity):
     return ref
 
 
-def _scan_kernel(node, ins, target) -> Kernel:
-    x, axis = ins[0], node.attrs["axis"]
+def _scan_dispatch(name: str, x: TensorType, axis: int, slots: dict, **kw) -> Kernel:
+    # scan.wgsl along ``axis`` of ``x``: an invocation per line, or a workgroup per long line (SCAN_GROUP_MIN_LEN)
     params, lines = line_params(x.shape, axis)
     per_group = x.shape[axis] >= SCAN_GROUP_MIN_LEN
-    t = x.dtype.wgsl
-    prod = node.op == "CumProd"
     entry = "per_group" if per_group else "per_element"
-    return Kernel(f"{node.op.lower()}_{t}_{entry}", "scan.wgsl", lines if per_group else elementwise_groups(lines),
-                  params=params, entry_point=entry,
-                  slots={"T": t, "COMBINE": "a * b" if prod else "a + b", "IDENTITY": f"{t}({int(prod)})",
-                         "EXCLUSIVE": "true" if node.attrs["exclusive"] else "false",
-                         "REVERSE": "true" if node.attrs["reverse"] else "false",
-                         "PROLOGUE": "return v;", "EPILOGUE": "return acc;"})
+    return Kernel(f"{name}_{entry}", "scan.wgsl", lines if per_group else elementwise_groups(lines), params=params,
+                  entry_point=entry, slots=slots, **kw)
+
+
+def _scan_kernel(node, ins, target) -> Kernel:
+    x, t, prod = ins[0], ins[0].dtype.wgsl, node.op == "CumProd"
+    return _scan_dispatch(f"{node.op.lower()}_{t}", x, node.attrs["axis"],
+                          {"T": t, "COMBINE": "a * b" if prod else "a + b", "IDENTITY": f"{t}({int(prod)})",
+                           "EXCLUSIVE": "true" if node.attrs["exclusive"] else "false",
+                           "REVERSE": "true" if node.attrs["reverse"] else "false",
+                           "PROLOGUE": "return v;", "EPILOGUE": "return acc;"})
 
 
 _SCAN_ATTRS = (Attr("axis", "int"), Attr("exclusive", "bool", False), Attr("reverse", "bool", False))
@@ -89,15 +92,12 @@ def _padded_positions_ref(xs, a):
 
 def _padded_positions_kernel(node, ins, target) -> Kernel:
     # scan.wgsl's running sum of the kept flags, stored as pad + that count, or pad at a padding id
-    x, axis, pad = ins[0], node.attrs["axis"], node.attrs["pad"]
-    params, lines = line_params(x.shape, axis)
-    per_group = x.shape[axis] >= SCAN_GROUP_MIN_LEN
-    entry = "per_group" if per_group else "per_element"
-    return Kernel(f"padded_position_ids_{entry}", "scan.wgsl", lines if per_group else elementwise_groups(lines),
-                  params=params, entry_point=entry, bindings=(Buffer("x", "i32"), Buffer("out", "i32", write=True)),
-                  slots={"T": "i32", "COMBINE": "a + b", "IDENTITY": "i32(0)", "EXCLUSIVE": "false",
-                         "REVERSE": "false", "PROLOGUE": f"return select(0i, 1i, v != i32({pad}));",
-                         "EPILOGUE": f"return select(i32({pad}), acc + i32({pad}), v != i32({pad}));"})
+    pad = node.attrs["pad"]
+    return _scan_dispatch("padded_position_ids", ins[0], node.attrs["axis"],
+                          {"T": "i32", "COMBINE": "a + b", "IDENTITY": "i32(0)", "EXCLUSIVE": "false",
+                           "REVERSE": "false", "PROLOGUE": f"return select(0i, 1i, v != i32({pad}));",
+                           "EPILOGUE": f"return select(i32({pad}), acc + i32({pad}), v != i32({pad}));"},
+                          bindings=(Buffer("x", "i32"), Buffer("out", "i32", write=True)))
 
 
 op("PaddedPositionIds", ("ids",), _padded_positions_infer, _padded_positions_ref,
