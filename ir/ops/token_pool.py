@@ -1,0 +1,186 @@
+"""TokenPool: a sentence embedding from a sequence's token rows, in one dispatch.
+
+sentence-transformers' ``Pooling`` (mean tokens, or any weighted sum of the tokens: CLS, last
+token, weighted mean, mean / sqrt(len) as weights) followed by its ``Normalize`` (L2). The
+hand-built BERT graph (``models/minilm.py``) builds the op itself; in an exported encoder the
+recognition rules here find it in the exporters' Unsqueeze, Expand, Cast, Mul, ReduceSum, Clip
+and Div of the mean, and the ReduceL2, Clip, Expand and Div of ``torch.nn.functional.normalize``:
+six dispatches (four of them dependent) in one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernel import Buffer, Kernel
+from ..spec import Attr, example, need, op, rules
+from ..types import DType, TensorType
+
+FAMILY = "token_pool"
+
+#: sentence-transformers' clamp of a mean's token count (``torch.clamp(sum_mask, min=1e-9)``).
+MIN_COUNT = 1e-9
+#: ``torch.nn.functional.normalize``'s default eps: a norm below it divides by it instead.
+MIN_NORM = 1e-12
+
+
+def _token_pool_infer(ts, a):
+    x, w = ts
+    need(x.dtype is DType.F32 and x.rank == 3, f"x must be f32 [B, S, H], got {x}")
+    need(w.dtype in (DType.F32, DType.I32), f"weights must be f32 or i32, got {w}")
+    need(w.shape == x.shape[:2], f"weights must be [B, S] = {list(x.shape[:2])} for x {x}, got {w}")
+    return TensorType((x.shape[0], x.shape[2]), DType.F32)
+
+
+def token_pool_ref(xs, a):
+    """The float64 reference of TokenPool: ``xs`` = (x [B, S, H], w [B, S])."""
+    x, w = xs[0].astype(np.float64), xs[1].astype(np.float64)
+    pooled = np.einsum("bs,bsh->bh", w, x)  # 0 * inf is NaN here, as in the exporters' Mul
+    if a["mean"]:
+        pooled = pooled / np.maximum(w.sum(axis=1, keepdims=True), a["min_count"])
+    if a["normalize"]:
+        pooled = pooled / np.maximum(np.sqrt((pooled * pooled).sum(axis=1, keepdims=True)), a["min_norm"])
+    return pooled
+
+
+def _token_pool_kernel(node, ins, target) -> Kernel:
+    x, w = ins
+    batch, s, h = x.shape
+    quads = h % 4 == 0
+    cols = h // 4 if quads else h
+    unit_lanes = min(cols, 256)
+    vec = "vec4<f32>" if quads else "f32"
+    a = node.attrs
+    return Kernel(f"token_pool_{'vec4' if quads else 'f32'}", "token_pool.wgsl", batch,
+                  params=(("batch", "u32", batch), ("s", "u32", s), ("cols", "u32", cols),
+                          ("unit_lanes", "u32", unit_lanes), ("groups", "u32", 256 // unit_lanes),
+                          ("min_count", "f32", a["min_count"]), ("min_norm", "f32", a["min_norm"])),
+                  slots={"VEC": vec, "SQUARES": "dot(v, v)" if quads else "v * v",
+                         "MEAN": "true" if a["mean"] else "false", "NORMALIZE": "true" if a["normalize"] else "false"},
+                  bindings=(Buffer("x", vec), Buffer("w", w.dtype.wgsl), Buffer("out", vec, write=True)))
+
+
+def _token_pool_vjp(b, node, dy, want):
+    # p = sum_t w_t x_t / c (c = max(sum_t w_t, min_count) with mean, else 1); y = p / d, d = max(|p|, min_norm).
+    # dp = (dy - [|p| > min_norm] y (y . dy)) / d; dx_t = w_t dp / c; dw_t = (x_t . dp - [mean, sum w > min_count]
+    # p . dp) / c
+    x, w = node.inputs
+    a = node.attrs
+    batch, s, h = b.type(x).shape
+    dp = b.real(dy)
+    if a["normalize"]:
+        p = b.emit("TokenPool", (x, w), mean=a["mean"], min_count=a["min_count"])
+        m = b.const(np.array(a["min_norm"]))
+        norm = b.emit("ReduceL2", (p,), axes=(1,), keepdims=True)
+        along = b.emit("ReduceSum", (b.emit("Mul", (node.id, dp)),), axes=(1,), keepdims=True)
+        drop = b.emit("Mul", (b.emit("Mul", (node.id, along)), b.emit("Greater", (norm, m))))
+        dp = b.emit("Div", (b.emit("Sub", (dp, drop)), b.emit("Max", (norm, m))))
+    wf = w if b.type(w).dtype is DType.F32 else b.emit("Cast", (w,), to="f32")
+    count = b.emit("ReduceSum", (wf,), axes=(1,), keepdims=True)  # [B, 1]
+    c = b.emit("Max", (count, b.const(np.array(a["min_count"])))) if a["mean"] else None
+    scale = b.emit("Div", (wf, c)) if c is not None else wf
+    dx = b.emit("Mul", (b.reshape(scale, [batch, s, 1]), b.reshape(dp, [batch, 1, h]))) if want[0] else None
+    dw = None
+    if len(want) > 1 and want[1]:
+        along_x = b.emit("ReduceSum", (b.emit("Mul", (x, b.reshape(dp, [batch, 1, h]))),), axes=(2,), keepdims=False)
+        if c is not None:
+            p = b.emit("TokenPool", (x, w), mean=True, min_count=a["min_count"])
+            along_p = b.emit("ReduceSum", (b.emit("Mul", (p, dp)),), axes=(1,), keepdims=True)
+            clamped = b.emit("Greater", (count, b.const(np.array(a["min_count"]))))
+            along_x = b.emit("Div", (b.emit("Sub", (along_x, b.emit("Mul", (along_p, clamped)))), c))
+        dw = along_x
+    return [dx, dw]
+
+
+op("TokenPool", ("x", "w"), _token_pool_infer, token_pool_ref,
+   attrs=(Attr("mean", "bool", False, doc="divide by max(sum of the weights, min_count)"),
+          Attr("min_count", "float", MIN_COUNT),
+          Attr("normalize", "bool", False, doc="divide by max(L2 norm, min_norm)"),
+          Attr("min_norm", "float", MIN_NORM)),
+   vjp=_token_pool_vjp, kernel=_token_pool_kernel, flops=lambda ins, out, a: 2 * ins[0].num_elements,
+   doc="x f32 [B, S, H], w f32 or i32 [B, S] -> f32 [B, H]: p_b = sum_t w[b, t] x[b, t] / c_b with c_b = "
+       "max(sum_t w[b, t], min_count) when mean, else 1; then p_b / max(|p_b|_2, min_norm) when normalize. "
+       "sentence-transformers' Pooling (mean: sum(x * mask, 1) / clamp(sum(mask, 1), min=1e-9), "
+       "sentence_transformers/models/Pooling.py) and Normalize (torch.nn.functional.normalize(p=2, dim=1), "
+       "eps 1e-12)")
+
+
+# --- recognition ---------------------------------------------------------------------------------
+
+
+def _masked(g, dim, mask: str):
+    # x [B, S, H] and the [B, S, H] mask an exporter multiplies it by: Cast(Expand(Unsqueeze(m, -1)), f32) of an
+    # i32 mask of zeros and ones ("i32"), or Expand(Unsqueeze(m, -1)) of an f32 one ("f32")
+    b, s, h = dim("b", 1, 3), dim("s", 1, 6), dim("h", 1, 9)
+    x = g.input("x", [b, s, h])
+    ones = g.add_node("Greater", (g.input("m", [b, s]), g.constant(np.float32(0.0), shape=())))
+    m = g.add_node("Cast", (ones,), to="i32") if mask == "i32" else ones
+    full = g.add_node("Expand", (g.reshape(m, [b, s, 1]),), shape=[b, s, h])
+    return x, g.add_node("Cast", (full,), to="f32") if mask == "i32" else full
+
+
+def _clip_min(g, x, low: float):
+    return g.add_node("Clip", (x, g.constant(np.float32(low), shape=()), g.constant(np.float32(np.inf), shape=())))
+
+
+def _mean_example(mask: str, x_first: bool):
+    def build(g, dim):
+        x, m = _masked(g, dim, mask)
+        total = g.add_node("ReduceSum", (g.add_node("Mul", (x, m) if x_first else (m, x)),), axes=[1], keepdims=False)
+        count = g.add_node("ReduceSum", (m,), axes=[1], keepdims=False)
+        g.set_outputs([g.add_node("Div", (total, _clip_min(g, count, 0.5)))])
+
+    return example(build)
+
+
+def _normalize_example(expand: bool):
+    def build(g, dim):
+        b, s, h = dim("b", 1, 3), dim("s", 1, 6), dim("h", 1, 9)
+        p = g.add_node("TokenPool", (g.input("x", [b, s, h]), g.input("w", [b, s])))
+        norm = _clip_min(g, g.add_node("ReduceL2", (p,), axes=[1], keepdims=True), 0.25)
+        g.set_outputs([g.add_node("Div", (p, g.add_node("Expand", (norm,), shape=g.node(p).type.shape)
+                                          if expand else norm))])
+
+    return example(build)
+
+
+@rules("recognition")
+def _token_pool(e):
+    x, m, lo, hi, n = e.vars("x m lo hi n")
+    sx, s3, se = e.vars("sx s3 se", e.Vec[e.i64])
+    v = e.var("v", e.f64)
+    one, no = e.Vec(e.i64(1)), e.Bool(False)
+    inf = e.value(hi, e.f64(np.inf))
+    # Div(ReduceSum(x * M, [1]), Clip(ReduceSum(M, [1]), lo)) -> TokenPool(x, Reshape(m, [B, S]); mean, min_count lo)
+    # for M = Cast(Expand(Reshape(m, [B, S, 1]), [B, S, H]), f32) of an i32 mask m (its cast left to the kernel's
+    # read) or Expand(Reshape(m, [B, S, 1]), [B, S, H]) of an f32 one; x [B, S, H], either operand order
+    for mask in ("i32", "f32"):
+        full = e.Expand(e.Identity(m, shape=s3), shape=se)
+        masked = e.Cast(full, to=e.String("f32")) if mask == "i32" else full
+        for x_first in (True, False):
+            total = e.ReduceSum(e.Mul(x, masked) if x_first else e.Mul(masked, x), axes=one, keepdims=no)
+            lhs = e.Div(total, e.Clip(e.ReduceSum(masked, axes=one, keepdims=no), lo, hi))
+            w = e.Identity(m, shape=e.Vec(sx[0], sx[1]))
+            guards = (e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(3)), e.eq(se).to(sx),
+                      e.eq(s3).to(e.Vec(sx[0], sx[1], e.i64(1))), e.value(lo, v), inf,
+                      *((e.is_i32(m),) if mask == "i32" else ()))
+            pooled = "x * M" if x_first else "M * x"
+            yield e.rule(lhs, *guards, name=f"Div(ReduceSum({pooled}, [1]), Clip(ReduceSum(M, [1]), lo)) -> "
+                                            f"TokenPool(x, m; mean)   ({mask} mask m)",
+                         example=_mean_example(mask, x_first)).then(
+                e.union(lhs).with_(e.TokenPool(x, w, mean=e.Bool(True), min_count=v, normalize=no,
+                                               min_norm=e.f64(MIN_NORM))),
+                e.set_(e.shape(w)).to(e.Vec(sx[0], sx[1])))
+    # Div(p, Expand(Clip(ReduceL2(p, [1], keepdims), lo), shape(p))) -> TokenPool(..; normalize, min_norm lo) for p a
+    # TokenPool that does not normalise (torch.nn.functional.normalize(p, dim=1)); also without the Expand
+    w, mc, mn = e.var("w"), e.var("mc", e.f64), e.var("mn", e.f64)
+    mb = e.var("mb", e.Bool)
+    p = e.TokenPool(x, w, mean=mb, min_count=mc, normalize=no, min_norm=mn)
+    norm = e.Clip(e.ReduceL2(p, axes=one, keepdims=e.Bool(True)), lo, hi)
+    for expand in (True, False):
+        lhs = e.Div(p, e.Expand(norm, shape=se) if expand else norm)
+        guards = (e.value(lo, v), inf, *((e.eq(se).to(e.shape(p)),) if expand else ()))
+        yield e.equal(f"Div(p, {'Expand(' if expand else ''}Clip(ReduceL2(p, [1]), lo){')' if expand else ''}) -> "
+                      "TokenPool(..; normalize, min_norm lo)", lhs,
+                      e.TokenPool(x, w, mean=mb, min_count=mc, normalize=e.Bool(True), min_norm=v), *guards,
+                      example=_normalize_example(expand))

@@ -1,0 +1,81 @@
+//#include "common.wgsl"
+//#include "reduce.wgsl"
+// TokenPool (ir/ops/token_pool.py): out[b] = sum_t w[b, t] x[b, t] / c_b, c_b = max(sum_t w[b, t],
+// p.min_count) when MEAN else 1, then out[b] / max(|out[b]|, p.min_norm) when NORMALIZE. x is
+// [batch, s, cols] units (VEC: vec4<f32> where the row holds quads, else f32), w [batch, s] (read by
+// WEIGHT: f32 or i32), out [batch, cols] units. One workgroup per sentence b: its 256 invocations are
+// p.groups row groups of p.unit_lanes lanes; lane u of group g sums rows g, g + groups, ... of unit
+// u0 + u for each chunk of units u0 (four rows a step, their loads before their sums), the groups'
+// sums meet in workgroup memory, and group 0 stores them and adds their squares for the norm, which
+// it applies to what it stored itself. Every w[b, t] is multiplied in, so a NaN or infinity of x
+// under a zero weight gives NaN as the reference's sum does.
+
+var<workgroup> part: array<{{VEC}}, 256>;
+
+fn weight(i: u32) -> f32 {
+    return f32(w[i]);
+}
+
+fn squares(v: {{VEC}}) -> f32 {
+    return {{SQUARES}};
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let b = linear_workgroup(wid, nwg);
+    if (b >= p.batch) {
+        return;
+    }
+    var scale = 1.0;
+    if ({{MEAN}}) {
+        var c = 0.0;
+        for (var t = li; t < p.s; t = t + 256u) {
+            c = c + weight(b * p.s + t);
+        }
+        scale = 1.0 / max(workgroup_sum(li, c), p.min_count);
+    }
+    let g = li / p.unit_lanes;
+    let u = li % p.unit_lanes;
+    let rows = b * p.s;
+    var sq = 0.0;
+    for (var u0 = 0u; u0 < p.cols; u0 = u0 + p.unit_lanes) {
+        let col = u0 + u;
+        var acc = {{VEC}}(0.0);
+        if (g < p.groups && col < p.cols) {
+            var t = g;
+            let step = p.groups;
+            for (; t + 3u * step < p.s; t = t + 4u * step) {
+                let x0 = x[(rows + t) * p.cols + col];
+                let x1 = x[(rows + t + step) * p.cols + col];
+                let x2 = x[(rows + t + 2u * step) * p.cols + col];
+                let x3 = x[(rows + t + 3u * step) * p.cols + col];
+                acc = acc + weight(rows + t) * x0 + weight(rows + t + step) * x1
+                    + weight(rows + t + 2u * step) * x2 + weight(rows + t + 3u * step) * x3;
+            }
+            for (; t < p.s; t = t + step) {
+                acc = acc + weight(rows + t) * x[(rows + t) * p.cols + col];
+            }
+        }
+        part[li] = acc;
+        workgroupBarrier();
+        if (g == 0u && col < p.cols) {
+            var total = part[u];
+            for (var k = 1u; k < p.groups; k = k + 1u) {
+                total = total + part[k * p.unit_lanes + u];
+            }
+            total = total * scale;
+            out[b * p.cols + col] = total;
+            sq = sq + squares(total);
+        }
+        workgroupBarrier();
+    }
+    if ({{NORMALIZE}}) {
+        let inv = 1.0 / max(sqrt(workgroup_sum(li, sq)), p.min_norm);
+        if (g == 0u) {
+            for (var col = u; col < p.cols; col = col + p.unit_lanes) {
+                out[b * p.cols + col] = out[b * p.cols + col] * inv;
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+"""TokenPool (ir/ops/token_pool.py) on the GPU against the numpy reference: rows of quads and of
+single columns, fewer and more units than a workgroup's 256 lanes (one row group, several, and
+chunks of units), sequences shorter and longer than a step of four rows per group and than 256
+(the count's loop), f32 weights and i32 masks, a wholly masked sequence (the count's clamp and the
+norm's), and an infinity under a zero weight (NaN, as the reference's sum gives)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_table import Row, check_row  # tests/op_table.py
+
+from eggfuse.ir import DType, Graph
+from eggfuse.pipeline import lower_for
+from eggfuse.runtime import Session
+
+
+def _mask(b: int, s: int) -> np.ndarray:
+    # sequence i keeps its first s - i tokens (none once i >= s)
+    keep = np.arange(s)[None, :] < (s - np.arange(b))[:, None]
+    return keep.astype(np.int32)
+
+
+def _row(shape, mean: bool, normalize: bool, weights: str = "f32", feeds=None, tag: str = "", **kw) -> Row:
+    b, s, _ = shape
+
+    def build(g: Graph) -> int:
+        w = g.input("w", [b, s], DType.I32 if weights == "i32" else DType.F32)
+        return g.add_node("TokenPool", (g.input("x", list(shape)), w), mean=mean, normalize=normalize)
+
+    given = dict(feeds or {})
+    if weights == "i32":
+        given.setdefault("w", _mask(b, s))
+    rid = f"TokenPool{list(shape)}{weights}{'-mean' if mean else ''}{'-normalize' if normalize else ''}{tag}"
+    return Row("TokenPool", rid, build, given, **kw)
+
+
+_SHAPES = [(1, 1, 1), (2, 7, 32), (3, 5, 9), (2, 13, 384), (1, 6, 1028), (2, 3, 300), (3, 130, 8), (2, 300, 4)]
+
+
+def _zero_sequence() -> dict:
+    w = _mask(3, 5)
+    w[2] = 0  # keeps no token: a mean of 0 / 1e-9 and a norm of 0 / 1e-12, both 0
+    return {"w": w}
+
+
+def _inf_under_zero() -> dict:
+    x = np.random.default_rng(5).standard_normal((2, 4, 8)).astype(np.float32)
+    x[1, 3, 2] = np.inf
+    return {"x": x, "w": np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.int32)}
+
+
+ROWS: list[Row] = [
+    *[_row(shape, mean, normalize, weights) for shape in _SHAPES for mean in (False, True)
+      for normalize in (False, True) for weights in ("f32", "i32") if weights == "i32" or not mean],
+    _row((3, 5, 12), True, True, "i32", _zero_sequence(), "-zero-sequence"),
+    _row((3, 5, 7), True, True, "i32", {"w": _zero_sequence()["w"]}, "-zero-sequence"),
+    _row((2, 4, 8), True, False, "i32", _inf_under_zero(), "-inf-under-zero", finite=False),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_op_matches_reference(row: Row, device):
+    check_row(row, device, subgroups=None)
+
+
+def test_wholly_masked_sequence_pools_to_zeros(device):
+    # sentence-transformers' clamps, worked by hand: a sequence without a kept token has the mean 0 / 1e-9 and the
+    # norm max(0, 1e-12), so its embedding is zeros, not NaN; the other, tokens [1, 2] and [3, 4] kept, has the mean
+    # [2, 3] and the embedding [2, 3] / sqrt(13)
+    g = Graph()
+    g.set_outputs([g.add_node("TokenPool", (g.input("x", [2, 3, 2]), g.input("m", [2, 3], DType.I32)), mean=True,
+                              normalize=True)])
+    x = np.array([[[1, 2], [3, 4], [100, 100]], [[5, 6], [7, 8], [9, 10]]], np.float32)
+    (got,) = Session(lower_for(g, device), {}, device=device).run({"x": x, "m": np.array([[1, 1, 0], [0, 0, 0]],
+                                                                                           np.int32)})
+    np.testing.assert_allclose(got, [[2 / 13 ** 0.5, 3 / 13 ** 0.5], [0, 0]], rtol=1e-6)
