@@ -206,12 +206,8 @@ def random_values(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
             inputs[name] = rng.integers(0, hi, shape).astype(np.uint32)
         elif name == "key_mask":
             inputs[name] = np.ones(shape, np.float32)
-        elif name == "pool":
-            b, rows = shape
-            pool = np.zeros(shape, np.float32)
-            for i in range(b):
-                pool[i, i * (rows // b):(i + 1) * (rows // b)] = b / rows
-            inputs[name] = pool
+        elif name == "pool":  # mean pooling of every token: weights 1 / S
+            inputs[name] = np.full(shape, 1.0 / shape[1], np.float32)
         else:
             inputs[name] = rng.standard_normal(shape).astype(np.float32)
     return inputs, params

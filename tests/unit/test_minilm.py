@@ -51,8 +51,8 @@ def test_graph_structure(model, batch_result):
     _, graph, _ = batch_result
     assert list(graph.inputs) == ["input_ids", "position_ids", "token_type_ids", "key_mask", "pool"]
     types = [str(t) for t in graph.inputs.values()]
-    assert types == ["u32[42]", "u32[42]", "u32[42]", "f32[3,14]", "f32[3,42]"]
-    assert len(graph) == 223 and len(graph.parameters) == 101
+    assert types == ["u32[42]", "u32[42]", "u32[42]", "f32[3,14]", "f32[3,14]"]
+    assert len(graph) == 222 and len(graph.parameters) == 101
     assert {n: t.shape for n, t in graph.parameters.items()} == {n: a.shape for n, a in model.params.items()}
     assert not any(n.startswith("pooler.") for n in model.params)
     assert [str(graph.node(o).type) for o in graph.outputs] == ["f32[3,384]"]
@@ -94,6 +94,7 @@ def test_feeds(model):
     assert {k: v.dtype.name for k, v in f.items()} == {"input_ids": "uint32", "position_ids": "uint32",
                                                       "token_type_ids": "uint32", "key_mask": "float32",
                                                       "pool": "float32"}
+    assert f["pool"].shape == (2, 8)  # a sentence's weights over its own tokens
     np.testing.assert_allclose(f["pool"].sum(axis=1), 1.0, rtol=1e-6)
     assert f["pool"][0, :3].tolist() == pytest.approx([1 / 3] * 3) and not f["pool"][0, 3:].any()
 
