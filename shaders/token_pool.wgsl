@@ -5,7 +5,7 @@
 // [batch, s, cols] units (VEC: vec4<f32> where the row holds quads, else f32), w [batch, s] (read by
 // WEIGHT: f32 or i32), out [batch, cols] units. One workgroup per sentence b: its 256 invocations are
 // p.groups row groups of p.unit_lanes lanes; lane u of group g sums rows g, g + groups, ... of unit
-// u0 + u for each chunk of units u0 (four rows a step, their loads before their sums), the groups'
+// u0 + u for each chunk of units u0 (eight rows a step, their loads before their sums), the groups'
 // sums meet in workgroup memory, and group 0 stores them and adds their squares for the norm, which
 // it applies to what it stored itself. Every w[b, t] is multiplied in, so a NaN or infinity of x
 // under a zero weight gives NaN as the reference's sum does.
@@ -45,13 +45,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (g < p.groups && col < p.cols) {
             var t = g;
             let step = p.groups;
-            for (; t + 3u * step < p.s; t = t + 4u * step) {
-                let x0 = x[(rows + t) * p.cols + col];
-                let x1 = x[(rows + t + step) * p.cols + col];
-                let x2 = x[(rows + t + 2u * step) * p.cols + col];
-                let x3 = x[(rows + t + 3u * step) * p.cols + col];
-                acc = acc + weight(rows + t) * x0 + weight(rows + t + step) * x1
-                    + weight(rows + t + 2u * step) * x2 + weight(rows + t + 3u * step) * x3;
+            for (; t + 7u * step < p.s; t = t + 8u * step) {
+                var xs: array<{{VEC}}, 8>;
+                for (var k = 0u; k < 8u; k = k + 1u) {
+                    xs[k] = x[(rows + t + k * step) * p.cols + col];
+                }
+                for (var k = 0u; k < 8u; k = k + 1u) {
+                    acc = acc + weight(rows + t + k * step) * xs[k];
+                }
             }
             for (; t < p.s; t = t + step) {
                 acc = acc + weight(rows + t) * x[(rows + t) * p.cols + col];

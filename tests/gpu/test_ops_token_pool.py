@@ -1,6 +1,6 @@
 """TokenPool (ir/ops/token_pool.py) on the GPU against the numpy reference: rows of quads and of
 single columns, fewer and more units than a workgroup's 256 lanes (one row group, several, and
-chunks of units), sequences shorter and longer than a step of four rows per group and than 256
+chunks of units), sequences shorter and longer than a step of eight rows per group and than 256
 (the count's loop), f32 weights and i32 masks, a wholly masked sequence (the count's clamp and the
 norm's), and an infinity under a zero weight (NaN, as the reference's sum gives)."""
 
@@ -35,7 +35,9 @@ def _row(shape, mean: bool, normalize: bool, weights: str = "f32", feeds=None, t
     return Row("TokenPool", rid, build, given, **kw)
 
 
-_SHAPES = [(1, 1, 1), (2, 7, 32), (3, 5, 9), (2, 13, 384), (1, 6, 1028), (2, 3, 300), (3, 130, 8), (2, 300, 4)]
+# the steps of eight rows a group: none (every shape of the first line), several and a tail (the second line)
+_SHAPES = [(1, 1, 1), (2, 7, 32), (3, 5, 9), (2, 13, 384), (1, 6, 1028), (2, 3, 300), (3, 130, 8), (2, 300, 4),
+           (2, 40, 384), (1, 19, 1028), (2, 130, 384), (2, 21, 5)]
 
 
 def _zero_sequence() -> dict:
