@@ -19,7 +19,8 @@ followed by sentence-transformers' mean ``Pooling`` and ``Normalize``, :class:`S
 third sequence wholly masked; output ``sentence_embedding``) and ``gpt2_tiny`` (``GPT2LMHeadModel``, 2 layers, hidden
 32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding) and ``roberta_tiny``
 (``RobertaModel``, 2 layers, hidden 32, 4 heads, position ids counted from the padding) and
-``vit_tiny`` (``ViTModel``, 2 layers, hidden 32, 4 heads, 16x16 images of 4x4 patches), each as
+``vit_tiny`` (``ViTModel``, 2 layers, hidden 32, 4 heads, 16x16 images of 4x4 patches) and ``t5_tiny``
+(``T5EncoderModel``, 2 layers, d_model 32, 4 heads, relative position bias; :func:`t5_tiny`), each as
 ``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
@@ -282,6 +283,29 @@ def gpt2_tiny(out_dir: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names})
 
 
+def t5_tiny(out_dir: Path) -> list[dict]:
+    """``T5EncoderModel`` (2 layers, d_model 32, 4 heads of 8, ReLU feed-forward, 8 relative position buckets up to
+    distance 16): T5's RmsNorm without a mean, no biases, unscaled scores plus the relative position bias. The
+    classic exporter only: the dynamo exporter stops in torch.export's decomposition of T5's attention (a view of a
+    non-contiguous tensor), with or without dynamic shapes. The classic exporter folds the position bias for the
+    exported sequence length: the file runs at that length only."""
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                   relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="relu",
+                   dropout_rate=0.0)
+    model = randomise(T5EncoderModel(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 4:] = 0  # right padding
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64) * mask,
+             "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports("t5_tiny", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names}, kinds=("classic",))
+
+
 class SentenceEmbedding(torch.nn.Module):
     """A transformers encoder followed by sentence-transformers' mean ``Pooling`` and ``Normalize``
     modules, their code as written there (sentence_transformers/models/Pooling.py, Normalize.py):
@@ -479,7 +503,7 @@ def main() -> None:
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
     ap.add_argument("--only", choices=["bert_tiny", "bert_tiny_pooled", "distilbert_tiny", "llama_tiny", "gpt2_tiny",
-                                       "roberta_tiny", "vit_tiny", "minilm", "minilm_pooled", "smollm2",
+                                       "roberta_tiny", "vit_tiny", "t5_tiny", "minilm", "minilm_pooled", "smollm2",
                                        "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
@@ -497,7 +521,8 @@ def main() -> None:
     models = (("minilm", minilm), ("minilm_pooled", minilm_pooled), ("smollm2", smollm2),
               ("smollm2_padded", smollm2_padded)) if args.real else (
         ("bert_tiny", bert_tiny), ("bert_tiny_pooled", bert_tiny_pooled), ("distilbert_tiny", distilbert_tiny),
-        ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny))
+        ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny),
+        ("t5_tiny", t5_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

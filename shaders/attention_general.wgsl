@@ -11,7 +11,7 @@
 //    i + offset - left <= j <= i + offset + right, the boolean mask, a float mask not -inf);
 // 3. invocation r < BQ updates row r's running max and sum over its allowed keys only;
 // 4. each invocation rescales and accumulates the output vec4s it owns (NACC of them).
-// A row without any allowed key gets a zero output (the ONNX fully-masked-row rule).
+// A row without any allowed key gets EMPTY_ROW: 0 (the ONNX fully-masked-row rule) or NaN (masked_rows nan).
 // Tensors are addressed through (batch, head, row) element strides, so the [B, S, H*D]
 // (ONNX 3-D) and [B, H, S, D] (4-D) layouts take the same code; query head h reads kv head
 // h / group (GQA).
@@ -19,7 +19,7 @@
 // general_tiles: the tiles fit 16 KiB of workgroup memory); IO, the accessors q4, k4, v4 and
 // store_out; KV_LEN and OFFSET, this batch's key count and causal offset (the uniforms, or
 // from kv_lens [B]); MASK, the mask's test of key j of row qi (none, a bool mask or an
-// additive float mask [.., mask_len], strides in Params).
+// additive float mask [.., mask_len], strides in Params); EMPTY_ROW, a row's value without an allowed key.
 
 const HD: u32 = {{HEAD_DIM}}u;
 const DV: u32 = {{V_DIM}}u;
@@ -180,7 +180,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let qi = q0 + r;
         if (o < BQ * DV4 && qi < p.q_seq) {
             let l = row_l[r];
-            let y = select(vec4<f32>(), acc[n] / l, l > 0.0);
+            let y = select(vec4<f32>({{EMPTY_ROW}}), acc[n] / l, l > 0.0);
             store_out(b * p.o_sb + h * p.o_sh + qi * p.o_ss, o % DV4, y);
         }
     }

@@ -4,9 +4,9 @@
 // [B, H, Sq, Skv] (https://onnx.ai/onnx/operators/onnx__Attention.html), one workgroup per
 // query row, its invocations striding over the keys. MODE 0: scale q.k; 1: after the
 // softcap; 2: plus the attention bias (-inf at disallowed keys: see attention_general.wgsl);
-// 3: the softmax over the allowed keys (0 elsewhere, a zero row when none is allowed), the
+// 3: the softmax over the allowed keys (0 elsewhere, a row of EMPTY_ROW when none is allowed), the
 // row's max and sum reduced in workgroup memory (reduce.wgsl) with the scores kept in out.
-// Template slots: HEAD_DIM, MODE, KV_LEN and OFFSET, MASK (as attention_general.wgsl).
+// Template slots: HEAD_DIM, MODE, KV_LEN and OFFSET, MASK, EMPTY_ROW (as attention_general.wgsl).
 
 const HD: u32 = {{HEAD_DIM}}u;
 const MODE: u32 = {{MODE}}u;
@@ -77,7 +77,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             total = total + w;
         }
         total = workgroup_sum(li, total);
-        let inv = select(0.0, 1.0 / total, total > 0.0);
+        let inv = select({{EMPTY_ROW}}, 1.0 / total, total > 0.0);
         for (var j = li; j < p.kv_seq; j = j + 256u) {
             out[base + j] = out[base + j] * inv;
         }

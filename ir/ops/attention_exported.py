@@ -94,21 +94,22 @@ def _finite_facts(e):
 # --- the rules ---------------------------------------------------------------------------------
 
 #: AttentionScores' and GeneralAttention's attributes besides scale (and mode).
-_OPTIONS = ("num_heads", "kv_num_heads", "softcap", "causal", "offset", "left_window", "right_window")
+_OPTIONS = ("num_heads", "kv_num_heads", "softcap", "causal", "offset", "left_window", "right_window", "masked_rows")
 
 
 def _plain(e, scale) -> dict:
     """The attributes of a plain 4-D attention: ``scale``, heads from the layout, no options."""
     return dict(scale=scale, num_heads=e.i64(0), kv_num_heads=e.i64(0), softcap=e.f64(0.0), causal=e.Bool(False),
-                offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
+                offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1), masked_rows=e.String("zero"))
 
 
 def _option_vars(e) -> dict:
     nh, nkv, off, lw, rw = e.vars("nh nkv off lw rw", e.i64)
     (cap,) = e.vars("cap", e.f64)
     (causal,) = e.vars("causal", e.Bool)
+    (rows,) = e.vars("masked_rows", e.String)
     return dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, causal=causal, offset=off, left_window=lw,
-                right_window=rw)
+                right_window=rw, masked_rows=rows)
 
 
 # --- example builders (soundness examples here and in attention_layout.py) -----------------------
@@ -351,6 +352,10 @@ def _softmax_example(kind: str):
             g.set_outputs([g.softmax(g.add(sc, g.constant(causal, shape=[1, 1, s, s])))])
         elif kind == "plain":
             g.set_outputs([g.softmax(sc)])
+        elif kind == "unguarded":  # a bias of unknown values (an input), -inf where a random bool mask drops a key
+            m = g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.input("bias", [1, h, s, t]),
+                                     g.constant(np.array(-np.inf), shape=())))
+            g.set_outputs([g.softmax(g.add(sc, m))])
         else:  # the guard after a softmax that needs none
             g.set_outputs([safe_softmax(g, sc)])
 
@@ -376,6 +381,14 @@ def _softmax_of_scores(e):
                   probs, e.finite(m), example=example(_softmax_example("finite")))
     yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m causal)", masked,
                   probs, e.causal_mask(m, off), example=example(_softmax_example("causal")))
+    # Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3; masked_rows nan)   for any m
+    # (a mask of unknown values: a parameter, a computed bias): where every key of a row is masked, the softmax's
+    # exp(-inf - -inf) makes the row NaN, as masked_rows nan does
+    zero_rows = {**opts, "masked_rows": e.String("zero")}
+    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3; masked_rows nan)",
+                  e.Softmax(e.AttentionScores(q, k, m, scale=s, **zero_rows, mode=e.i64(2))),
+                  e.AttentionScores(q, k, m, scale=s, **{**opts, "masked_rows": e.String("nan")}, mode=e.i64(3)),
+                  example=example(_softmax_example("unguarded")))
     # Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)   (no mask)
     plain = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(3))
     yield e.equal("Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)",
@@ -446,7 +459,8 @@ def _masks_as_options(e):
     sq, sk, sm, sb, sp = e.vars("sq sk sm sb sp", e.Vec[e.i64])
     nh, nkv, lw, rw = e.vars("nh nkv lw rw", e.i64)
     (cap,) = e.vars("cap", e.f64)
-    opts = dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, left_window=lw, right_window=rw)
+    opts = dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, left_window=lw, right_window=rw,
+                masked_rows=e.var("masked_rows", e.String))
     no_causal = dict(causal=e.Bool(False), offset=e.i64(0))
 
     def ops(*tensors, probs: bool = False, **attrs):  # the two ops a mask input means the same for
@@ -517,7 +531,8 @@ def _causal_over_every_key(e):
     (s, cap) = e.vars("s cap", e.f64)
     nh, nkv, off, mode = e.vars("nh nkv off mode", e.i64)
     sk = e.var("sk", e.Vec[e.i64])
-    opts = dict(scale=s, num_heads=nh, kv_num_heads=nkv, softcap=cap, left_window=e.i64(-1), right_window=e.i64(-1))
+    opts = dict(scale=s, num_heads=nh, kv_num_heads=nkv, softcap=cap, left_window=e.i64(-1), right_window=e.i64(-1),
+                masked_rows=e.var("masked_rows", e.String))
     keys = sk[sk.length() - e.i64(2)]  # Skv: k is [B, heads, Skv, D] or [B, Skv, heads D]
     # op(q, k, [v]; causal, offset) -> op(q, k, [v])   if offset >= Skv - 1, no window and no kv lengths: row i
     # allows key j <= i + offset, every key of every row (an all-allowed mask, which causal_mask reads as causal

@@ -14,7 +14,9 @@ softcapped score). The mask broadcasts to [B, H, Sq, L] over its leading dimensi
 keys, keys j >= L not allowed (ONNX pads a short mask with -inf / false). ``offset`` is the
 attribute, or with kv_lens [B] (ONNX's nonpad_kv_seqlen) kv_lens[b] - Sq. A query row without
 any allowed key has a zero output (ONNX's fully-masked-row rule, not the average the fused
-attention ops give).
+attention ops give), or with ``masked_rows`` ``nan`` a NaN row: what a softmax of the masked scores
+without SDPA's guard gives there (exp(-inf - -inf)), which the recognition of an exporter's
+unguarded softmax over a mask of unknown values (a parameter: T5's relative position bias) needs.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ FAMILY = "attention_general"
 GENERAL_TILE_BYTES = 16384
 #: Invocations per workgroup of attention_general.wgsl.
 GENERAL_WG = 256
+
+#: What a query row without an allowed key gives (the ``masked_rows`` attribute).
+MASKED_ROWS = ("zero", "nan")
 
 _NO_GRAD = no_grad("an inference op of the ONNX import (training graphs use FullAttention / CausalAttention)")
 
@@ -79,6 +84,7 @@ def attention_dims(ts, a, with_v: bool = True) -> dict[str, int]:
         need(rest[1].dtype is DType.I32 and rest[1].shape == (b,), f"kv_lens must be i32 [{b}], got {rest[1]}")
     for name in ("left_window", "right_window"):
         need(a[name] >= -1, f"{name} must be -1 (unbounded) or >= 0, got {a[name]}")
+    need(a["masked_rows"] in MASKED_ROWS, f"masked_rows must be one of {MASKED_ROWS}, got {a['masked_rows']!r}")
     need(a["softcap"] >= 0, f"softcap must be >= 0 (0: none), got {a['softcap']}")
     return dict(B=b, H=nh, KV=nkv, Sq=sq, Skv=skv, D=d, Dv=dv)
 
@@ -158,7 +164,8 @@ def _scores(xs, a, with_v: bool):
     m = np.where(allowed, s, -np.inf).max(axis=-1, keepdims=True)
     e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
     total = e.sum(axis=-1, keepdims=True)
-    probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+    empty = 0.0 if a.get("masked_rows", "zero") == "zero" else np.nan  # a row without an allowed key
+    probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), empty)
     return raw, capped, s, probs
 
 
@@ -272,7 +279,7 @@ def _common(node, ins, with_v: bool):
     first_extra = 3 if with_v else 2
     mask_code, mask_fields, mask_buf = _mask_code(ins, first_extra)
     lens = len(ins) == first_extra + 2
-    slots = dict(HEAD_DIM=d["D"], MASK=mask_code,
+    slots = dict(HEAD_DIM=d["D"], MASK=mask_code, EMPTY_ROW="0.0" if a["masked_rows"] == "zero" else "nan_f32()",
                  KV_LEN="u32(clamp(kv_lens[b], 0, i32(p.kv_seq)))" if lens else "p.kv_seq",
                  OFFSET="kv_lens[b] - i32(p.q_seq)" if lens else "p.offset")
     qs = layout_strides(ins[0], d["H"], d["D"])
@@ -326,7 +333,9 @@ _ATTRS = (Attr("scale", "float", doc="multiplies q.k"),
           Attr("kv_num_heads", "int", 0, "kv heads of a 3-D k / v (0: a 4-D k's dim 1)"),
           Attr("softcap", "float", 0.0, "c tanh(s / c) of the scaled scores when > 0"),
           Attr("causal", "bool", False), Attr("offset", "int", 0, "the causal / window offset without kv_lens"),
-          Attr("left_window", "int", -1), Attr("right_window", "int", -1))
+          Attr("left_window", "int", -1), Attr("right_window", "int", -1),
+          Attr("masked_rows", "str", "zero", "a query row without an allowed key: zero (ONNX) or nan (an unguarded "
+                                             "softmax)"))
 
 
 def _general_flops(ins, out, a) -> int:
@@ -338,14 +347,15 @@ op("GeneralAttention", ("q", "k", "v", "mask?", "kv_lens?"), _general_rule, gene
    vjp=_NO_GRAD, kernel=_general_kernel, flops=_general_flops, fallback=True,
    doc="ONNX Attention's output Y (https://onnx.ai/onnx/operators/onnx__Attention.html; onnx.reference "
        "_compute_attention) for the present key and value: softmax(softcap(scale q k^T) + bias) v over the "
-       "allowed keys (see the module docstring), a zero row where none is allowed; q, k, v 3-D or 4-D, "
+       "allowed keys (see the module docstring), a zero row where none is allowed (NaN with masked_rows nan); q, k, "
+       "v 3-D or 4-D, "
        "v's head size free, output in q's layout")
 op("AttentionScores", ("q", "k", "mask?", "kv_lens?"), _scores_rule, attention_scores_ref,
    attrs=(*_ATTRS, Attr("mode", "int", 0)), vjp=_NO_GRAD, kernel=_scores_kernel,
    flops=lambda ins, out, a: 2 * out.num_elements * attention_dims(ins, a, with_v=False)["D"],
    doc="ONNX Attention's qk_matmul_output [B, H, Sq, Skv] of qk_matmul_output_mode ``mode``: 0 scale q k^T, 1 "
        "after the softcap, 2 plus the attention bias (-inf where a key is not allowed), 3 the softmax (zero rows "
-       "where no key is allowed) (https://onnx.ai/onnx/operators/onnx__Attention.html)")
+       "where no key is allowed, NaN rows with masked_rows nan) (https://onnx.ai/onnx/operators/onnx__Attention.html)")
 
 
 # --- SplitHeads --------------------------------------------------------------------------------

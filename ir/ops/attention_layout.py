@@ -62,7 +62,8 @@ def _attention_on_rows(e):
     (off, lw, rw) = e.vars("off lw rw", e.i64)
     (causal,) = e.vars("causal", e.Bool)
     heads = e.Vec(*(e.i64(i) for i in _HEADS))
-    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw)
+    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw,
+                masked_rows=e.var("masked_rows", e.String))
     flat = {x: e.Identity(x, shape=e.Vec(sx[0], sx[1], sx[2] * sx[3])) for x, sx in ((qx, sq), (kx, sk), (vx, sv))}
     # GeneralAttention(Permute(q, [0,2,1,3]), Permute(k, .), Permute(v, .)) with q [B,S,H,D], k and v [B,T,KV,D]
     #   -> Permute(Reshape(GeneralAttention(Reshape(q, [B,S,H D]), ...; num_heads H, kv_num_heads KV),
@@ -131,8 +132,10 @@ def _fused_attention(e):
     #   CausalAttention / FullAttention(Reshape(q, [B S, H D]), ..., batch B), [B, S, H D])
     #   if Sq = Skv and v's head size is q's (the fused ops' conditions, as the ONNX Attention import's)
     for causal, op in ((True, "CausalAttention"), (False, "FullAttention")):
+        # (masked_rows either: without a mask, as many queries as keys and offset 0, every row allows a key)
         lhs = e.GeneralAttention(q, k, v, scale=s, num_heads=nh, kv_num_heads=nkv, softcap=e.f64(0.0),
-                                 causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
+                                 causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1),
+                                 masked_rows=e.var("masked_rows", e.String))
         fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0],
                                masked_rows=e.String("mean"))
         yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
@@ -177,7 +180,9 @@ def _key_masked_fused_attention(e):
     key_shape = e.Vec(sq[0], e.i64(1), e.i64(1), sk[1])  # [B, 1, 1, Skv]: one flag per sequence and key
     cast = e.Cast(b, to=e.String("f32"))  # cast, then viewed: the cast may join the casts that made b
     key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
-    opts = dict(softcap=e.f64(0.0), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1))
+    # masked_rows zero: a row keeping no key is zero (bool masks) or uniform (the finite ones), never NaN
+    opts = dict(softcap=e.f64(0.0), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1),
+                masked_rows=e.String("zero"))
     collapses = (e.value(z, e.f64(0.0)), e.value(n, nv), nv <= e.f64(MASK_SENTINEL), nv > e.f64(-np.inf))
     # the causal constant c spans [Sq, Skv] (its leading axes broadcast: causal_mask says they hold one slice)
     tril = (e.causal_mask(c, e.i64(0)), e.eq(e.shape(c)).to(sc), e.eq(sc[sc.length() - e.i64(2)]).to(sq[1]),
@@ -353,7 +358,8 @@ def _scores_on_rows(e):
     (off, lw, rw) = e.vars("off lw rw", e.i64)
     (causal,) = e.vars("causal", e.Bool)
     heads = e.Vec(*(e.i64(i) for i in _HEADS))
-    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw, mode=e.i64(3))
+    rest = dict(softcap=cap, causal=causal, offset=off, left_window=lw, right_window=rw, mode=e.i64(3),
+                masked_rows=e.var("masked_rows", e.String))
     flat = {x: e.Identity(x, shape=e.Vec(sx[0], sx[1], sx[2] * sx[3])) for x, sx in ((qx, sq), (kx, sk))}
     # AttentionScores(Permute(q, [0,2,1,3]), Permute(k, .); mode 3) -> AttentionScores(Reshape(q, [B,S,H D]), ...;
     #   num_heads H, kv_num_heads KV)   (the probabilities are [B, H, Sq, Skv] in either layout; only mode 3, which

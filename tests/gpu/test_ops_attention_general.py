@@ -80,6 +80,13 @@ ROWS: list[Row] = [
     _general("mode3", 4, 2, 2, 2, 4, 300, 8, 8, mode=3, mask=_neg_inf_mask([2, 1, 4, 290], 6, 1), softcap=3.0),
     _general("mode3-lens", 4, 2, 2, 1, 3, 5, 8, 8, mode=3, lens=True, causal=True,
              feeds={"kv_lens": np.array([5, 1], dtype=np.int32)}),
+    # masked_rows nan: a row without an allowed key is NaN (an unguarded softmax's), the others as with zero
+    _general("4d-float-mask-nan-rows", 4, 2, 3, 3, 6, 9, 8, 12, mask=_neg_inf_mask([2, 1, 6, 7], 1, 2),
+             masked_rows="nan", finite=False),
+    _general("3d-lens-nan-rows", 3, 2, 2, 1, 3, 5, 8, 8, lens=True, causal=True, masked_rows="nan", finite=False,
+             feeds={"kv_lens": np.array([5, 1], dtype=np.int32)}),
+    _general("mode3-nan-rows", 4, 2, 2, 2, 4, 300, 8, 8, mode=3, mask=_neg_inf_mask([2, 1, 4, 290], 6, 1),
+             masked_rows="nan", finite=False),
     Row("SplitHeads", "SplitHeads[2,5,12]h3", lambda g: g.add_node("SplitHeads", (g.input("x", [2, 5, 12]),),
                                                                    num_heads=3)),
 ]
