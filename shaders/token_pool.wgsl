@@ -1,5 +1,6 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
+//#include "arith.wgsl"
 // TokenPool (ir/ops/token_pool.py): out[b] = sum_t w[b, t] x[b, t] / c_b, c_b = max(sum_t w[b, t],
 // p.min_count) when MEAN else 1, then out[b] / max(|out[b]|, p.min_norm) when NORMALIZE. x is
 // [batch, s, cols] units (VEC: vec4<f32> where the row holds quads, else f32), w [batch, s] (read by
@@ -8,7 +9,8 @@
 // u0 + u for each chunk of units u0 (eight rows a step, their loads before their sums), the groups'
 // sums meet in workgroup memory, and group 0 stores them and adds their squares for the norm, which
 // it applies to what it stored itself. Every w[b, t] is multiplied in, so a NaN or infinity of x
-// under a zero weight gives NaN as the reference's sum does.
+// under a zero weight gives NaN as the reference's sum does; the clamps are max_f32 (a NaN count or
+// norm stays NaN, as numpy's maximum and the unfused Clip give) and divide (a subnormal clamp too).
 
 var<workgroup> part: array<{{VEC}}, 256>;
 
@@ -27,13 +29,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (b >= p.batch) {
         return;
     }
-    var scale = 1.0;
+    var count = 1.0;
     if ({{MEAN}}) {
         var c = 0.0;
         for (var t = li; t < p.s; t = t + 256u) {
             c = c + weight(b * p.s + t);
         }
-        scale = 1.0 / max(workgroup_sum(li, c), p.min_count);
+        count = max_f32(workgroup_sum(li, c), p.min_count);
     }
     let g = li / p.unit_lanes;
     let u = li % p.unit_lanes;
@@ -65,17 +67,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var k = 1u; k < p.groups; k = k + 1u) {
                 total = total + part[k * p.unit_lanes + u];
             }
-            total = total * scale;
+            total = total / count;
             out[b * p.cols + col] = total;
             sq = sq + squares(total);
         }
         workgroupBarrier();
     }
     if ({{NORMALIZE}}) {
-        let inv = 1.0 / max(sqrt(workgroup_sum(li, sq)), p.min_norm);
+        let norm = max_f32(sqrt(workgroup_sum(li, sq)), p.min_norm);
         if (g == 0u) {
             for (var col = u; col < p.cols; col = col + p.unit_lanes) {
-                out[b * p.cols + col] = out[b * p.cols + col] * inv;
+                out[b * p.cols + col] = out[b * p.cols + col] / norm;
             }
         }
     }

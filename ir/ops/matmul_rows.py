@@ -5,8 +5,8 @@ the second dispatch of a two-stage matmul instead of in a dispatch of its own.
   beta, eps): the post-LN block of BERT (Devlin et al. 2019; LayerNorm: Ba et al. 2016), whose
   attention output and FFN down projections end in bias, residual add and LayerNorm;
 - ``FusedMatMulRmsNorm(a, b, w, *operands)`` = RmsNorm(epilogue(op(A) op(B)), w, eps) (Zhang &
-  Sennrich 2019): a projection ending in a normalisation, such as a sentence embedding's mean pooling
-  (a product by the pooling matrix) and L2 norm (RmsNorm with weight 1/sqrt(N));
+  Sennrich 2019): a projection ending in a normalisation, such as a linear layer before a model's
+  RmsNorm (a sentence embedding's pooling and L2 norm are one ``TokenPool``, ``token_pool.py``);
 - ``FusedMatMulSwiGLU(a, b, *operands)`` = SwiGLUConcat(epilogue(op(A) op(B))) and
   ``FusedRmsNormMatMulSwiGLU(x, w_norm, w, *operands)`` = SwiGLUConcat(epilogue(RmsNorm(x, w_norm)
   op W)), [M, N/2]: the packed gate/up projection of a LLaMA MLP (Shazeer 2020) with its gated
@@ -185,9 +185,8 @@ op("FusedMatMulRmsNorm", ("a", "b", "w", "*operands"), _rms_normed(_fused_matmul
    attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_rms_norm_vjp, kernel=_kernel, dispatches=2,
    flops=_mm_rms_norm_flops,
    doc="RmsNorm(epilogue(A op B), w, eps) = C / sqrt(mean(C^2) + eps) * w over each row of the [M,N] product C "
-       "(Zhang & Sennrich 2019): a projection ending in a normalisation, e.g. the mean pooling and L2 norm of a "
-       "sentence embedding; inputs [A, B, w [N], *epilogue operands]; two dispatches: the product, then its "
-       "epilogue and the norm")
+       "(Zhang & Sennrich 2019): a projection ending in a normalisation; inputs [A, B, w [N], *epilogue "
+       "operands]; two dispatches: the product, then its epilogue and the norm")
 
 
 # --- FusedMatMulSwiGLU, FusedRmsNormMatMulSwiGLU: SwiGLUConcat of the product ---------------------

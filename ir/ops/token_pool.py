@@ -161,7 +161,9 @@ def _token_pool(e):
             total = e.ReduceSum(e.Mul(x, masked) if x_first else e.Mul(masked, x), axes=one, keepdims=no)
             lhs = e.Div(total, e.Clip(e.ReduceSum(masked, axes=one, keepdims=no), lo, hi))
             w = e.Identity(m, shape=e.Vec(sx[0], sx[1]))
+            # (the Div's shape [B, H] too: a Clip bound of a higher rank, one element, would broadcast the result)
             guards = (e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(3)), e.eq(se).to(sx),
+                      e.eq(e.shape(lhs)).to(e.Vec(sx[0], sx[2])),
                       e.eq(s3).to(e.Vec(sx[0], sx[1], e.i64(1))), e.value(lo, v), inf,
                       *((e.is_i32(m),) if mask == "i32" else ()))
             pooled = "x * M" if x_first else "M * x"
@@ -179,7 +181,8 @@ def _token_pool(e):
     norm = e.Clip(e.ReduceL2(p, axes=one, keepdims=e.Bool(True)), lo, hi)
     for expand in (True, False):
         lhs = e.Div(p, e.Expand(norm, shape=se) if expand else norm)
-        guards = (e.value(lo, v), inf, *((e.eq(se).to(e.shape(p)),) if expand else ()))
+        guards = (e.value(lo, v), inf, e.eq(e.shape(lhs)).to(e.shape(p)),
+                  *((e.eq(se).to(e.shape(p)),) if expand else ()))
         yield e.equal(f"Div(p, {'Expand(' if expand else ''}Clip(ReduceL2(p, [1]), lo){')' if expand else ''}) -> "
                       "TokenPool(..; normalize, min_norm lo)", lhs,
                       e.TokenPool(x, w, mean=mb, min_count=mc, normalize=e.Bool(True), min_norm=v), *guards,

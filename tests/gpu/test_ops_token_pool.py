@@ -2,7 +2,8 @@
 single columns, fewer and more units than a workgroup's 256 lanes (one row group, several, and
 chunks of units), sequences shorter and longer than a step of eight rows per group and than 256
 (the count's loop), f32 weights and i32 masks, a wholly masked sequence (the count's clamp and the
-norm's), and an infinity under a zero weight (NaN, as the reference's sum gives)."""
+norm's), an infinity under a zero weight (NaN, as the reference's sum gives) and a NaN token under
+normalize (a NaN embedding, not one scaled by 1 / min_norm)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ def _zero_sequence() -> dict:
     return {"w": w}
 
 
+def _nan_in_x() -> dict:
+    # a NaN token of the first sequence: its mean and its norm are NaN, so its whole embedding is (numpy's maximum
+    # and the unfused Clip keep a NaN); the second sequence stays finite
+    x = np.random.default_rng(6).standard_normal((2, 4, 8)).astype(np.float32)
+    x[0, 1, 2] = np.nan
+    return {"x": x, "w": np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.int32)}
+
+
 def _inf_under_zero() -> dict:
     x = np.random.default_rng(5).standard_normal((2, 4, 8)).astype(np.float32)
     x[1, 3, 2] = np.inf
@@ -58,6 +67,7 @@ ROWS: list[Row] = [
     _row((3, 5, 12), True, True, "i32", _zero_sequence(), "-zero-sequence"),
     _row((3, 5, 7), True, True, "i32", {"w": _zero_sequence()["w"]}, "-zero-sequence"),
     _row((2, 4, 8), True, False, "i32", _inf_under_zero(), "-inf-under-zero", finite=False),
+    *[_row((2, 4, 8), mean, True, "i32", _nan_in_x(), "-nan-in-x", finite=False) for mean in (False, True)],
 ]
 
 
