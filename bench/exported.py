@@ -103,8 +103,10 @@ def measure(path: Path, given: dict[str, list[int]], run: bool, precision: str =
 def run_against_torch(path: Path, data: dict | None, precision: str = "f32") -> dict:
     if data is None:
         return {"error": f"no {path.name.split('.')[0]}.npz beside the model: nothing to compare with"}
-    feeds = {k.removeprefix("input."): v for k, v in data.items() if k.startswith("input.")}
     model = Model(path, cache=False, precision=precision)
+    # the inputs the file declares: an exporter drops one the model does not read (DeBERTa's token types)
+    feeds = {k.removeprefix("input."): v for k, v in data.items()
+             if k.startswith("input.") and k.removeprefix("input.") in model.input_names}
     t = time.perf_counter()
     outs = model.run(feeds)
     first_s = time.perf_counter() - t

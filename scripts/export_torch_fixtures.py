@@ -20,7 +20,8 @@ third sequence wholly masked; output ``sentence_embedding``) and ``gpt2_tiny`` (
 32, 4 heads, the fused c_attn projection, ``attention_mask`` with left padding) and ``roberta_tiny``
 (``RobertaModel``, 2 layers, hidden 32, 4 heads, position ids counted from the padding) and
 ``vit_tiny`` (``ViTModel``, 2 layers, hidden 32, 4 heads, 16x16 images of 4x4 patches) and ``t5_tiny``
-(``T5EncoderModel``, 2 layers, d_model 32, 4 heads, relative position bias; :func:`t5_tiny`), each as
+(``T5EncoderModel``, 2 layers, d_model 32, 4 heads, relative position bias; :func:`t5_tiny`) and ``mpnet_tiny``
+(``MPNetModel``, 2 layers, hidden 32, 4 heads, relative position bias; :func:`mpnet_tiny`), each as
 ``NAME.classic.onnx`` (``torch.onnx.export(dynamo=False, opset_version=17)``, batch and
 sequence as dynamic axes) and ``NAME.dynamo.onnx`` (``dynamo=True``, opset 18, batch and
 sequence as ``torch.export.Dim``), weights inside the file; ``bert_tiny.classic14.onnx`` too
@@ -283,6 +284,27 @@ def gpt2_tiny(out_dir: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names})
 
 
+def mpnet_tiny(out_dir: Path) -> list[dict]:
+    """``MPNetModel`` (2 layers, hidden 32, 4 heads, 32 relative position buckets; all-mpnet-base-v2's
+    architecture): positions counted from the padding id as RoBERTa's, no token types, and a relative position
+    bias added to the scores before the padding mask."""
+    from transformers import MPNetConfig, MPNetModel
+
+    torch.manual_seed(0)
+    cfg = MPNetConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                      max_position_embeddings=40)
+    model = randomise(MPNetModel(cfg, add_pooling_layer=False)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 4:] = 0  # right padding, padded with the pad id
+    ids = rng.integers(cfg.pad_token_id + 2, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64)
+    ids[mask == 0] = cfg.pad_token_id
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports("mpnet_tiny", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 def t5_tiny(out_dir: Path) -> list[dict]:
     """``T5EncoderModel`` (2 layers, d_model 32, 4 heads of 8, ReLU feed-forward, 8 relative position buckets up to
     distance 16): T5's RmsNorm without a mean, no biases, unscaled scores plus the relative position bias. The
@@ -503,8 +525,8 @@ def main() -> None:
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
     ap.add_argument("--only", choices=["bert_tiny", "bert_tiny_pooled", "distilbert_tiny", "llama_tiny", "gpt2_tiny",
-                                       "roberta_tiny", "vit_tiny", "t5_tiny", "minilm", "minilm_pooled", "smollm2",
-                                       "smollm2_padded"],
+                                       "roberta_tiny", "vit_tiny", "t5_tiny", "mpnet_tiny", "minilm", "minilm_pooled",
+                                       "smollm2", "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -522,7 +544,7 @@ def main() -> None:
               ("smollm2_padded", smollm2_padded)) if args.real else (
         ("bert_tiny", bert_tiny), ("bert_tiny_pooled", bert_tiny_pooled), ("distilbert_tiny", distilbert_tiny),
         ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny),
-        ("t5_tiny", t5_tiny))
+        ("t5_tiny", t5_tiny), ("mpnet_tiny", mpnet_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

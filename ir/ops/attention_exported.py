@@ -333,6 +333,37 @@ def _mask_into_scores(e):
                       e.eq(e.shape(lhs)).to(sa), e.eq(e.shape(scores)).to(sa), e.eq(e.shape(m)).to(sm),
                       sm.length() <= e.i64(4), e.eq(sm[sm.length() - e.i64(1)]).to(sa[e.i64(3)]),
                       example=example(_masked_scores_example(first, rank)))
+    # Add(AttentionScores(q, k, m, mode 2), m2) -> AttentionScores(q, k, Add(m, m2), mode 2)   (and Add(m2, .)) with
+    # no option but the mask (no causal flag, window or kv lengths: a key is allowed where m is not -inf), m over all
+    # Skv keys (a shorter mask leaves its keys past it out, which the sum would not) and the sum not enlarging the
+    # scores: a relative position bias and then a padding mask (MPNet). A masked key stays -inf either way
+    m2, sm2, nh, nkv = e.var("m2"), e.var("sm2", e.Vec[e.i64]), e.var("nh", e.i64), e.var("nkv", e.i64)
+    cap, rows = e.var("cap", e.f64), e.var("masked_rows", e.String)
+    plain = dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, causal=e.Bool(False), offset=e.i64(0),
+                 left_window=e.i64(-1), right_window=e.i64(-1), masked_rows=rows)
+    biased = e.AttentionScores(q, k, m, scale=s, **plain, mode=e.i64(2))
+    for first in (False, True):
+        lhs = e.Add(m2, biased) if first else e.Add(biased, m2)
+        label = "Add(m2, AttentionScores(q, k, m, mode 2))" if first else "Add(AttentionScores(q, k, m, mode 2), m2)"
+        yield e.equal(f"{label} -> AttentionScores(q, k, Add(m, m2), mode 2)", lhs,
+                      e.AttentionScores(q, k, e.Add(m, m2), scale=s, **plain, mode=e.i64(2)),
+                      e.eq(e.shape(lhs)).to(sa), e.eq(e.shape(biased)).to(sa), e.eq(e.shape(m)).to(sm),
+                      sm.length() <= e.i64(4), e.eq(sm[sm.length() - e.i64(1)]).to(sa[e.i64(3)]),
+                      e.eq(e.shape(m2)).to(sm2), sm2.length() <= e.i64(4),
+                      example=example(_second_mask_example(first)))
+
+
+def _second_mask_example(first: bool):
+    # scores plus a relative position bias [1, H, S, T] (an input: values unknown), then plus a padding mask
+    # [B, 1, 1, T] of -inf and zeros, as MPNet adds them
+    def build(g, dim):
+        q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
+        biased = g.add(scores_of(g, q, k, 0.5), g.input("bias", [1, h, s, t]))
+        pad = g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+                                   g.constant(np.array(-np.inf), shape=())))
+        g.set_outputs([g.add(pad, biased) if first else g.add(biased, pad)])
+
+    return build
 
 
 def _softmax_example(kind: str):

@@ -628,7 +628,7 @@ def _gathered_ln_example(form: str, flat: bool):
                                       g.input(f"ids{i}", [b, s], DType.I32)), axis=0) for i in range(3)]
         pos = g.parameter("pos", [1, s, h])
         x = (g.add(g.add(rows[0], rows[1]), pos) if form == "2" else g.add(rows[0], pos) if form == "1" else
-             g.add(g.add(rows[0], rows[1]), rows[2]))
+             g.add(rows[0], rows[1]) if form == "2g" else g.add(g.add(rows[0], rows[1]), rows[2]))
         g.set_outputs([g.layer_norm(g.reshape(x, [b * s, h]) if flat else x, g.parameter("w", [h]),
                                     g.parameter("b", [h]), 1e-12)])
 
@@ -669,7 +669,8 @@ def _gathered_embedding_layer_norm_rules(e):
                 e.set_(e.shape(pos)).to(e.Vec(sg[1], sg[2])), e.set_(e.shape(fused)).to(e.Vec(tokens, sg[2])))
     # LayerNorm(Reshape((G0 + G1) + G2, [B S, H])) -> EmbeddingSumLayerNorm(Reshape(i0, [B S]), T0, ..., T2)   for
     # three Gathers by i32 indices [B, S] (RoBERTa: word rows, token types, and positions whose ids are computed
-    # from the padding, so no Gather of them is folded); the same on the [B, S, H] sum
+    # from the padding, so no Gather of them is folded), and LayerNorm(Reshape(G0 + G1)) for two (MPNet: word rows
+    # and such positions, no token types); the same on the [B, S, H] sum
     (i2, t2) = e.vars("i2 t2")
     third = e.Gather(t2, i2, axis=e.i64(0))
     ids3 = (*ids, e.Identity(i2, shape=e.Vec(tokens)))
@@ -678,14 +679,20 @@ def _gathered_embedding_layer_norm_rules(e):
     gathers = (e.eq(e.shape(rows[0])).to(sg), e.eq(sg.length()).to(e.i64(3)), *second,
                e.eq(e.shape(third)).to(sg), *(e.eq(e.shape(i)).to(e.Vec(sg[0], sg[1])) for i in (i0, i2)))
     total3 = e.Add(e.Add(rows[0], rows[1]), third)
-    for flat in (True, False):
-        lhs = e.LayerNorm(e.Identity(total3, shape=sl) if flat else total3, w, bias, eps=eps)
-        shape_of_x = (e.eq(sl).to(e.Vec(tokens, sg[2])),) if flat else ()
-        yield e.rule(lhs, *gathers, *shape_of_x,
-                     name=f"LayerNorm({'Reshape(' if flat else ''}(G0+G1)+G2{')' if flat else ''}) of Gathers -> "
-                          "EmbeddingSumLayerNorm(...)", example=_gathered_ln_example("3", flat)).then(
-            e.union(lhs).with_(fused3 if flat else e.Identity(fused3, shape=sg)),
-            *(e.set_(e.shape(t)).to(e.Vec(tokens)) for t in ids3), e.set_(e.shape(fused3)).to(e.Vec(tokens, sg[2])))
+    fused2 = e.EmbeddingSumLayerNorm(w, bias, *pairs3[:4], eps=eps, format=e.String("f32"), positions=e.i64(0))
+    forms = (("(G0+G1)+G2", total3, fused3, gathers, ids3, "3"),
+             ("G0+G1", e.Add(rows[0], rows[1]), fused2, (e.eq(e.shape(rows[0])).to(sg), e.eq(sg.length()).to(e.i64(3)),
+                                                         *second, e.eq(e.shape(i0)).to(e.Vec(sg[0], sg[1]))),
+              ids3[:2], "2g"))
+    for label, total, fused, guards_n, ids_n, form in forms:
+        for flat in (True, False):
+            lhs = e.LayerNorm(e.Identity(total, shape=sl) if flat else total, w, bias, eps=eps)
+            shape_of_x = (e.eq(sl).to(e.Vec(tokens, sg[2])),) if flat else ()
+            yield e.rule(lhs, *guards_n, *shape_of_x,
+                         name=f"LayerNorm({'Reshape(' if flat else ''}{label}{')' if flat else ''}) of Gathers -> "
+                              "EmbeddingSumLayerNorm(...)", example=_gathered_ln_example(form, flat)).then(
+                e.union(lhs).with_(fused if flat else e.Identity(fused, shape=sg)),
+                *(e.set_(e.shape(t)).to(e.Vec(tokens)) for t in ids_n), e.set_(e.shape(fused)).to(e.Vec(tokens, sg[2])))
 
 
 def _embedding_ln_f16_example(pairs: int, positions: bool = False):

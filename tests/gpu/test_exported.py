@@ -38,7 +38,7 @@ RTOL = 2e-5
 #: its relative position bias for the exported 7 tokens)
 PADDED_ROW = {"bert_tiny": (1, 4), "bert_tiny_pooled": (1, 4), "distilbert_tiny": (1, 4), "llama_tiny": (1, 5),
               "gpt2_tiny": (0, 7), "roberta_tiny": (1, 4), "vit_tiny": (1, None),
-              "t5_tiny": (0, None)}
+              "t5_tiny": (0, None), "mpnet_tiny": (1, 4)}
 
 
 def _expected(file: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -61,7 +61,7 @@ def _check(model: Model, feeds: dict[str, np.ndarray], want: dict[str, np.ndarra
 
 def test_every_fixture_is_listed():
     onnx_files = sorted(p.name for p in DATA.glob("*.onnx"))
-    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 16
+    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 18
     for file in FIXTURES:
         assert (DATA / f"{file.split('.')[0]}.npz").is_file()
 

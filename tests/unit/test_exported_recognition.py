@@ -266,6 +266,11 @@ FIXTURES = {
     # padding mask, softmaxed without SDPA's guard: GeneralAttention with masked_rows nan on the projections' rows
     # (29 while the unguarded softmax stayed AttentionScores, Softmax, a batched product and four Permutes a layer)
     "t5_tiny.classic.onnx": ({"GeneralAttention": 2}, 17),
+    # MPNet: the relative position bias, then the padding mask, added to the scores (one mask, their sum, for
+    # GeneralAttention with masked_rows nan: 37 while the second Add kept the attention apart), and word rows plus
+    # positions counted from the padding into EmbeddingSumLayerNorm (24 while two Gathers, an Add and a LayerNorm)
+    "mpnet_tiny.classic.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 21),
+    "mpnet_tiny.dynamo.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 21),
 }
 
 
