@@ -12,7 +12,8 @@
 // 3. invocation r < BQ updates row r's running max and sum over its allowed keys only;
 // 4. each invocation rescales and accumulates the output vec4s it owns (NACC of them).
 // A row without any allowed key gets EMPTY_ROW: 0 (the ONNX fully-masked-row rule) or NaN (masked_rows nan).
-// Tensors are addressed through (batch, head, row) element strides, so the [B, S, H*D]
+// Tensors are addressed through (batch, head, row) element strides from a first element (q_off, k_off,
+// v_off: their columns in one packed [B, S, (H + 2 KV) D] tensor, else 0), so the [B, S, H*D]
 // (ONNX 3-D) and [B, H, S, D] (4-D) layouts take the same code; query head h reads kv head
 // h / group (GQA).
 // Template slots: HEAD_DIM (q, k), V_DIM (v, out), BQ, BK, WG, NACC (ir/ops/attention_general.py
@@ -81,7 +82,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let qi = q0 + i / HD4;
         var v = vec4<f32>();
         if (qi < p.q_seq) {
-            v = q4(b * p.q_sb + h * p.q_sh + qi * p.q_ss, i % HD4);
+            v = q4(p.q_off + b * p.q_sb + h * p.q_sh + qi * p.q_ss, i % HD4);
         }
         q_tile[i] = v;
     }
@@ -96,14 +97,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var i = li; i < BK * HD4; i = i + WG) {
             var kv = vec4<f32>();
             if (i / HD4 < nk) {
-                kv = k4(b * p.k_sb + kh * p.k_sh + (k0 + i / HD4) * p.k_ss, i % HD4);
+                kv = k4(p.k_off + b * p.k_sb + kh * p.k_sh + (k0 + i / HD4) * p.k_ss, i % HD4);
             }
             k_tile[i] = kv;
         }
         for (var i = li; i < BK * DV4; i = i + WG) {
             var vv = vec4<f32>();
             if (i / DV4 < nk) {
-                vv = v4(b * p.v_sb + kh * p.v_sh + (k0 + i / DV4) * p.v_ss, i % DV4);
+                vv = v4(p.v_off + b * p.v_sb + kh * p.v_sh + (k0 + i / DV4) * p.v_ss, i % DV4);
             }
             v_tile[i] = vv;
         }

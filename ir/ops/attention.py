@@ -960,6 +960,47 @@ def _packed_qkv_bias(e):
         example_fn=lambda g, dim, masked: bert_attention(g, dim, masked=masked, kn=True), product=e.MatMul)
 
 
+def _unbiased_attention(op: str, kn: bool, masked: bool):
+    # op (FullAttention or CausalAttention) of projections without biases, weights [N, K] (matmul_bt) or [K, N]
+    def build(g, dim):
+        hd, kv, batch = dim("head", 1, 3), dim("kv", 1, 2), dim("batch", 1, 2)
+        heads, seq, width = kv * dim("group", 1, 2), dim("seq", 1, 4), dim("width", 2, 6)
+        h = g.input("h", [batch * seq, width])
+        q, k, v = (g.matmul(h, g.parameter(f"w{n}", [width, rows * hd])) if kn else
+                   g.matmul_bt(h, g.parameter(f"w{n}", [rows * hd, width]))
+                   for n, rows in (("q", heads), ("k", kv), ("v", kv)))
+        mask = dict(key_mask=g.input("mask", [batch, seq])) if masked else {}
+        attend = g.full_attention if op == "FullAttention" else g.causal_attention
+        g.set_outputs([attend(q, k, v, heads, kv, hd, batch=batch, **mask)])
+
+    return build
+
+
+@rules("attention")
+def _packed_qkv_unbiased(e):
+    (h, m) = e.vars("h m")
+    names = e.vars("nq nk nv", e.String)
+    shapes = e.vars("sq sk sv", e.Vec[e.i64])  # one per weight, as in _packed_qkv
+    w = [e.Parameter(n, s) for n, s in zip(names, shapes, strict=True)]
+    # FullAttention(h@Wq, h@Wk, h@Wv, mask?) -> FullAttentionPacked(h@Concat(Wq,Wk,Wv), mask?) and
+    # CausalAttention(...) -> CausalAttention(h@Concat(Wq,Wk,Wv), mask?): projections without biases (T5's, a
+    # GPT-style decoder's without RoPE), weights [N, K] (P = h@Concat(W)^T) or [K, N] (an exporter's: P =
+    # h@Concat(W, axis 1)); each projection is a SliceCols of P, as in the biased encoders' and RoPE rules
+    for product, axis, kn, layout in ((e.MatMulBT, 0, False, "^T"), (e.MatMul, 1, True, "")):
+        projections = [(product(h, wi), s[axis]) for wi, s in zip(w, shapes, strict=True)]
+        packed = product(h, e.Concat(*w, axis=e.i64(axis)))
+        for name, packed_op in (("FullAttention", "FullAttentionPacked"), ("CausalAttention", "CausalAttention")):
+            for masked in (False, True):
+                attrs, extra = e.attrs_of(name), (m,) if masked else ()
+                attn = getattr(e, name)(*(t for t, _ in projections), *extra, **attrs)
+                label = ", m" if masked else ""
+                yield e.rule(attn, name=f"{name}(h@Wq{layout}, h@Wk{layout}, h@Wv{layout}{label}) -> {packed_op}("
+                                        f"h@Concat(Wq,Wk,Wv{', axis 1' if kn else ''}){layout}{label})",
+                             example=example(_unbiased_attention(name, kn, masked))).then(
+                    e.union(attn).with_(getattr(e, packed_op)(packed, *extra, **attrs)),
+                    *projection_slices(e, packed, projections))
+
+
 # --- attention gradients -----------------------------------------------------------------------
 
 

@@ -285,8 +285,8 @@ def _gqa(e):
         extra = (m,) if masked else ()
         yield e.equal(f"GeneralAttention(q, repeat_kv(k), repeat_kv(v){', m' if masked else ''}) -> "
                       f"GeneralAttention(q, k, v{', m' if masked else ''})",
-                      e.GeneralAttention(q, rep, vrep, *extra, scale=s, **opts),
-                      e.GeneralAttention(q, kx, vx, *extra, scale=s, **opts), *guards, *vguards,
+                      e.GeneralAttention(q, rep, vrep, *extra, scale=s, **opts, packed=e.Bool(False)),
+                      e.GeneralAttention(q, kx, vx, *extra, scale=s, **opts, packed=e.Bool(False)), *guards, *vguards,
                       e.eq(sr[1]).to(svr[1]), e.eq(sx[1]).to(svx[1]),
                       example=example(lambda g, dim, masked=masked: _gqa_attention_example(g, dim, masked)))
 
@@ -455,7 +455,7 @@ def _attention_of_probabilities(e):
         yield e.equal(f"BatchMatMul(AttentionScores(q, k{', m' if masked else ''}, mode 3), v) -> "
                       f"GeneralAttention(q, k, v{', m' if masked else ''})",
                       e.BatchMatMul(probs, v, trans_a=e.Bool(False), trans_b=e.Bool(False)),
-                      e.GeneralAttention(q, k, v, *extra, scale=s, **opts),
+                      e.GeneralAttention(q, k, v, *extra, scale=s, **opts, packed=e.Bool(False)),
                       e.eq(e.shape(k)).to(sk), e.eq(e.shape(v)).to(sv), e.eq(sk.length()).to(e.i64(4)),
                       e.eq(sv.length()).to(e.i64(4)),
                       e.eq(sv[0]).to(sk[0]), e.eq(sv[1]).to(sk[1]), e.eq(sv[2]).to(sk[2]),
@@ -497,7 +497,8 @@ def _masks_as_options(e):
     def ops(*tensors, probs: bool = False, **attrs):  # the two ops a mask input means the same for
         return (("AttentionScores", e.AttentionScores(q, k, *tensors, scale=s, **opts, **attrs,
                                                       mode=e.i64(3) if probs else mode)),
-                ("GeneralAttention", e.GeneralAttention(q, k, v, *tensors, scale=s, **opts, **attrs)))
+                ("GeneralAttention", e.GeneralAttention(q, k, v, *tensors, scale=s, **opts, **attrs,
+                                                        packed=e.Bool(False))))
 
     rows = (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk))
 
@@ -570,7 +571,7 @@ def _causal_over_every_key(e):
     # with offset Skv - 1: ViT's export)
     for op in ("AttentionScores", "GeneralAttention"):
         tensors = (q, k) if op == "AttentionScores" else (q, k, v)
-        extra = dict(mode=mode) if op == "AttentionScores" else {}
+        extra = dict(mode=mode) if op == "AttentionScores" else dict(packed=e.Bool(False))
         lhs = getattr(e, op)(*tensors, **opts, causal=e.Bool(True), offset=off, **extra)
         rhs = getattr(e, op)(*tensors, **opts, causal=e.Bool(False), offset=e.i64(0), **extra)
         yield e.equal(f"{op}(q, k{', v' if op[0] == 'G' else ''}; causal, offset >= Skv - 1) -> "

@@ -59,9 +59,41 @@ def _heads(t: TensorType, heads: int, what: str) -> tuple[int, int, int, int]:
     return t.shape[0], heads, t.shape[1], t.shape[2] // heads
 
 
+def packed_widths(x: TensorType, a) -> tuple[int, int, int]:
+    """The column widths (q, k, v) of a packed GeneralAttention's [B, S, W] input: heads H and KV of
+    one head size D = W / (H + 2 KV), q's H D columns first, then k's and v's KV D each."""
+    need(x.rank == 3, f"a packed q/k/v input must be 3-D [B, S, (H + 2 KV) D], got {x}")
+    h, kv = a["num_heads"], a["kv_num_heads"]
+    need(h >= 1 and kv >= 1, f"packed: num_heads and kv_num_heads must be >= 1, got {h} and {kv}")
+    need(x.shape[2] % (h + 2 * kv) == 0,
+         f"packed: width {x.shape[2]} of {x} is not (num_heads + 2 kv_num_heads) = {h + 2 * kv} head sizes")
+    d = x.shape[2] // (h + 2 * kv)
+    return h * d, kv * d, kv * d
+
+
+def unpacked(ts, a) -> list:
+    """GeneralAttention's inputs with a packed q, k, v (the ``packed`` attribute: three times the same
+    [B, S, (H + 2 KV) D] tensor) as the q [B, S, H D], k and v [B, S, KV D] they hold: types, or arrays
+    (their column slices); the inputs as they are when not packed."""
+    if not a.get("packed"):
+        return list(ts)
+    x = ts[0]
+    typed = isinstance(x, TensorType)
+    need(not typed or all(t == x for t in ts[1:3]), f"packed: q, k and v must be one tensor's type, got {ts[:3]}")
+    wq, wk, wv = packed_widths(x if typed else TensorType(x.shape), a)
+    cuts = ((0, wq), (wq, wq + wk), (wq + wk, wq + wk + wv))
+    if typed:
+        parts = [TensorType((*x.shape[:2], hi - lo), x.dtype) for lo, hi in cuts]
+    else:
+        parts = [t[..., lo:hi] for t, (lo, hi) in zip(ts[:3], cuts, strict=True)]
+    return [*parts, *ts[3:]]
+
+
 def attention_dims(ts, a, with_v: bool = True) -> dict[str, int]:
     """B, H, KV, Sq, Skv, D, Dv of GeneralAttention (q, k, v, mask?, kv_lens?) or, ``with_v``
     False, of AttentionScores (q, k, mask?, kv_lens?); ShapeError for inputs that do not fit."""
+    if with_v:
+        ts = unpacked(ts, a)
     b, nh, sq, d = _heads(ts[0], a["num_heads"], "q")
     kb, nkv, skv, dk = _heads(ts[1], a["kv_num_heads"], "k")
     need(kb == b, f"q {ts[0]} and k {ts[1]} have different batch sizes")
@@ -171,6 +203,7 @@ def _scores(xs, a, with_v: bool):
 
 def general_attention_ref(xs, a):
     """ONNX Attention's Y for the present K and V (onnx.reference ``_compute_attention``), float64."""
+    xs = unpacked(xs, a)
     probs = _scores(xs, a, with_v=True)[3]
     nh, nkv = a["num_heads"] or xs[0].shape[1], a["kv_num_heads"] or xs[1].shape[1]
     v4 = np.repeat(to_bhsd(xs[2], nkv), nh // nkv, axis=1)
@@ -190,8 +223,12 @@ def attention_scores_ref(xs, a):
 # --- kernels -----------------------------------------------------------------------------------
 
 
-def layout_strides(t: TensorType, heads: int, dim: int) -> tuple[int, int, int]:
-    """Element strides (batch, head, row) of a rank-3 [B, S, heads*dim] or rank-4 [B, heads, S, dim] tensor."""
+def layout_strides(t: TensorType, heads: int, dim: int, packed: TensorType | None = None) -> tuple[int, int, int]:
+    """Element strides (batch, head, row) of a rank-3 [B, S, heads*dim] or rank-4 [B, heads, S, dim] tensor, or of
+    ``t``'s columns in the rows of the ``packed`` [B, S, W] tensor that holds them (a packed GeneralAttention)."""
+    if packed is not None:
+        _, s, w = packed.shape
+        return s * w, dim, w
     if t.rank == 4:
         _, h, s, _ = t.shape
         return h * s * dim, s * dim, dim
@@ -282,8 +319,8 @@ def _common(node, ins, with_v: bool):
     slots = dict(HEAD_DIM=d["D"], MASK=mask_code, EMPTY_ROW="0.0" if a["masked_rows"] == "zero" else "nan_f32()",
                  KV_LEN="u32(clamp(kv_lens[b], 0, i32(p.kv_seq)))" if lens else "p.kv_seq",
                  OFFSET="kv_lens[b] - i32(p.q_seq)" if lens else "p.offset")
-    qs = layout_strides(ins[0], d["H"], d["D"])
-    ks = layout_strides(ins[1], d["KV"], d["D"])
+    qs, ks = (layout_strides(t, heads, d["D"], packed=ins[0] if a.get("packed") else None)
+              for t, heads in zip(unpacked(ins, a)[:2], (d["H"], d["KV"]), strict=True))
     fields = (("q_seq", "u32", d["Sq"]), ("kv_seq", "u32", d["Skv"]), ("nh", "u32", d["H"]),
               ("group", "u32", d["H"] // d["KV"]), ("scale", "f32", a["scale"]), ("softcap", "f32", a["softcap"]),
               ("causal", "u32", int(a["causal"])), ("offset", "i32", a["offset"]), ("left", "i32", a["left_window"]),
@@ -304,17 +341,20 @@ def _general_kernel(node, ins, target) -> Kernel:
     q_blocks = math.ceil(d["Sq"] / bq)
     total = d["B"] * d["H"] * q_blocks
     dv4 = math.ceil(d["Dv"] / 4)
-    vs = layout_strides(ins[2], d["KV"], d["Dv"])
+    packed = node.attrs["packed"]
+    vs = layout_strides(unpacked(ins, node.attrs)[2], d["KV"], d["Dv"], packed=ins[0] if packed else None)
     os = layout_strides(node.type, d["H"], d["Dv"])
+    wq, wk, _ = packed_widths(ins[0], node.attrs) if packed else (0, 0, 0)
     params = (*fields, *zip(("v_sb", "v_sh", "v_ss", "o_sb", "o_sh", "o_ss"), ("u32",) * 6, vs + os, strict=True),
-              ("q_blocks", "u32", q_blocks), ("total", "u32", total))
+              ("q_blocks", "u32", q_blocks), ("total", "u32", total),
+              ("q_off", "u32", 0), ("k_off", "u32", wq), ("v_off", "u32", wq + wk))
     slots.update(V_DIM=d["Dv"], BQ=bq, BK=bk, WG=GENERAL_WG, NACC=math.ceil(bq * dv4 / GENERAL_WG),
                  IO=_io(d["D"], d["Dv"]))
     vec = ("vec4<f32>" if d["D"] % 4 == 0 else "f32", "vec4<f32>" if d["Dv"] % 4 == 0 else "f32")
     bindings = (Buffer("q", vec[0]), Buffer("k", vec[0]), Buffer("v", vec[1]), *extra,
                 Buffer("out", vec[1], write=True))
     name = (f"attention_general_hd{d['D']}_dv{d['Dv']}" + ("_mask" if len(ins) > 3 else "")
-            + ("_lens" if len(ins) > 4 else ""))
+            + ("_lens" if len(ins) > 4 else "") + ("_packed" if packed else ""))
     return Kernel(name, "attention_general.wgsl", total, params=params, slots=slots, bindings=bindings)
 
 
@@ -343,7 +383,9 @@ def _general_flops(ins, out, a) -> int:
     return 2 * d["B"] * d["H"] * d["Sq"] * d["Skv"] * (d["D"] + d["Dv"])
 
 
-op("GeneralAttention", ("q", "k", "v", "mask?", "kv_lens?"), _general_rule, general_attention_ref, attrs=_ATTRS,
+op("GeneralAttention", ("q", "k", "v", "mask?", "kv_lens?"), _general_rule, general_attention_ref,
+   attrs=(*_ATTRS, Attr("packed", "bool", False, "q, k and v are one [B, S, (H + 2 KV) D] tensor, given three "
+                                                 "times: q's columns, then k's, then v's (unpacked)")),
    vjp=_NO_GRAD, kernel=_general_kernel, flops=_general_flops, fallback=True,
    doc="ONNX Attention's output Y (https://onnx.ai/onnx/operators/onnx__Attention.html; onnx.reference "
        "_compute_attention) for the present key and value: softmax(softcap(scale q k^T) + bias) v over the "

@@ -72,9 +72,10 @@ def _attention_on_rows(e):
     for masked in (False, True):
         extra = (m,) if masked else ()
         lhs = e.GeneralAttention(e.Permute(qx, perm=heads), e.Permute(kx, perm=heads), e.Permute(vx, perm=heads),
-                                 *extra, scale=s, num_heads=e.i64(0), kv_num_heads=e.i64(0), **rest)
+                                 *extra, scale=s, num_heads=e.i64(0), kv_num_heads=e.i64(0), **rest,
+                                 packed=e.Bool(False))
         rows = e.GeneralAttention(flat[qx], flat[kx], flat[vx], *extra, scale=s, num_heads=sq[2], kv_num_heads=sk[2],
-                                  **rest)
+                                  **rest, packed=e.Bool(False))
         split = e.Identity(rows, shape=e.Vec(sq[0], sq[1], sq[2], sv[3]))
         yield e.rule(lhs, e.eq(e.shape(qx)).to(sq), e.eq(e.shape(kx)).to(sk), e.eq(e.shape(vx)).to(sv),
                      e.eq(sq.length()).to(e.i64(4)), e.eq(sk.length()).to(e.i64(4)), e.eq(sv.length()).to(e.i64(4)),
@@ -135,7 +136,7 @@ def _fused_attention(e):
         # (masked_rows either: without a mask, as many queries as keys and offset 0, every row allows a key)
         lhs = e.GeneralAttention(q, k, v, scale=s, num_heads=nh, kv_num_heads=nkv, softcap=e.f64(0.0),
                                  causal=e.Bool(causal), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1),
-                                 masked_rows=e.var("masked_rows", e.String))
+                                 masked_rows=e.var("masked_rows", e.String), packed=e.Bool(False))
         fused = getattr(e, op)(rows[q], rows[k], rows[v], num_heads=nh, num_kv_heads=nkv, head_dim=hd, batch=sq[0],
                                masked_rows=e.String("mean"))
         yield e.rule(lhs, *guards, name=f"GeneralAttention(q, k, v{', causal' if causal else ''}) -> "
@@ -182,7 +183,7 @@ def _key_masked_fused_attention(e):
     key_mask = e.Identity(cast, shape=e.Vec(sq[0], sk[1]))
     # masked_rows zero: a row keeping no key is zero (bool masks) or uniform (the finite ones), never NaN
     opts = dict(softcap=e.f64(0.0), offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1),
-                masked_rows=e.String("zero"))
+                masked_rows=e.String("zero"), packed=e.Bool(False))
     collapses = (e.value(z, e.f64(0.0)), e.value(n, nv), nv <= e.f64(MASK_SENTINEL), nv > e.f64(-np.inf))
     # the causal constant c spans [Sq, Skv] (its leading axes broadcast: causal_mask says they hold one slice)
     tril = (e.causal_mask(c, e.i64(0)), e.eq(e.shape(c)).to(sc), e.eq(sc[sc.length() - e.i64(2)]).to(sq[1]),
@@ -376,3 +377,69 @@ def _scores_on_rows(e):
                      example=example(_split_heads_scores_example(masked))).then(
             e.union(lhs).with_(rows),
             *(e.set_(e.shape(t)).to(e.Vec(sx[0], sx[1], sx[2] * sx[3])) for t, sx in ((flat[qx], sq), (flat[kx], sk))))
+
+
+# --- packed projections for GeneralAttention ----------------------------------------------------
+
+
+def _packed_general_example(biased: bool, masked: bool):
+    # an exporter's projections of one h [B S, E] by weights [E, N] (MatMul), with biases or not, viewed [B, S, N]
+    # and read by GeneralAttention on rows, with an additive mask [1, H, S, S] of unknown values or none
+    def build(g, dim):
+        b, h, kv, s, _, d = example_dims(dim, square=True)
+        width = dim("e", 1, 6)
+        x = g.input("h", [b * s, width])
+        views = []
+        for name, heads in (("q", h), ("k", kv), ("v", kv)):
+            p = g.matmul(x, g.parameter(f"w{name}", [width, heads * d]))
+            if biased:
+                p = g.bias_add(p, g.parameter(f"b{name}", [heads * d]))
+            views.append(g.reshape(p, [b, s, heads * d]))
+        mask = [g.input("m", [1, h, s, s])] if masked else []
+        g.set_outputs([g.add_node("GeneralAttention", (*views, *mask), scale=1 / np.sqrt(d), num_heads=h,
+                                  kv_num_heads=kv, masked_rows="nan")])
+
+    return build
+
+
+@rules("attention")
+def _packed_general_attention(e):
+    h, m = e.vars("h m")
+    names, bnames = e.vars("nq nk nv", e.String), e.vars("bq bk bv", e.String)
+    # one shape variable per parameter, as in attention.py's _packed_qkv (a shared one joins every pair of
+    # same-shaped parameters)
+    shapes, bshapes = e.vars("wq wk wv", e.Vec[e.i64]), e.vars("tq tk tv", e.Vec[e.i64])
+    w = [e.Parameter(n, s) for n, s in zip(names, shapes, strict=True)]
+    bias = [e.Parameter(n, s) for n, s in zip(bnames, bshapes, strict=True)]
+    sq, sk, sv, sh = e.vars("sq sk sv sh", e.Vec[e.i64])
+    (s, cap) = e.vars("s cap", e.f64)
+    nh, nkv, off, lw, rw = e.vars("nh nkv off lw rw", e.i64)
+    attrs = dict(scale=s, num_heads=nh, kv_num_heads=nkv, softcap=cap, causal=e.var("causal", e.Bool), offset=off,
+                 left_window=lw, right_window=rw, masked_rows=e.var("masked_rows", e.String))
+    hd = sq[2] / nh
+    width = sq[2] + sk[2] + sv[2]
+    # GeneralAttention(Reshape(h@Wq + bq, [B, S, H D]), Reshape(h@Wk + bk), Reshape(h@Wv + bv), m?; rows)
+    #   -> GeneralAttention(P, P, P, m?; packed)   P = Reshape(h@Concat(Wq, Wk, Wv, axis 1) + Concat(bq, bk, bv),
+    #   [B, S, (H + 2 KV) D]), and the same without biases (T5): one product for the three projections, which the
+    #   attention reads at its column offsets. q, k and v of one head size D over the same rows of h [B S, E]
+    for biased in (True, False):
+        proj = [e.BiasAdd(e.MatMul(h, wi), bi) if biased else e.MatMul(h, wi) for wi, bi in zip(w, bias, strict=True)]
+        product = e.MatMul(h, e.Concat(*w, axis=e.i64(1)))
+        packed = e.Identity(e.BiasAdd(product, e.Concat(*bias, axis=e.i64(0))) if biased else product,
+                            shape=e.Vec(sq[0], sq[1], width))
+        guards = (e.eq(e.shape(h)).to(sh), e.eq(sh.length()).to(e.i64(2)), e.eq(sh[0]).to(sq[0] * sq[1]),
+                  e.eq(sq.length()).to(e.i64(3)), e.eq(sk[0]).to(sq[0]), e.eq(sk[1]).to(sq[1]), e.eq(sv).to(sk),
+                  nh >= e.i64(1), nkv >= e.i64(1), e.eq(hd * nh).to(sq[2]), e.eq(hd * nkv).to(sk[2]),
+                  *(e.eq(t.length()).to(e.i64(2)) for t in shapes),
+                  *((e.eq(t.length()).to(e.i64(1)) for t in bshapes) if biased else ()))
+        for masked in (False, True):
+            extra = (m,) if masked else ()
+            lhs = e.GeneralAttention(*(e.Identity(p, shape=x) for p, x in zip(proj, (sq, sk, sv), strict=True)),
+                                     *extra, **attrs, packed=e.Bool(False))
+            label = "h@W + b" if biased else "h@W"
+            yield e.rule(lhs, *guards,
+                         name=f"GeneralAttention(Reshape({label}) x3{', m' if masked else ''}) -> "
+                              f"GeneralAttention(P, P, P{', m' if masked else ''}; packed)",
+                         example=example(_packed_general_example(biased, masked))).then(
+                e.union(lhs).with_(e.GeneralAttention(packed, packed, packed, *extra, **attrs, packed=e.Bool(True))),
+                e.set_(e.shape(packed)).to(e.Vec(sq[0], sq[1], width)))

@@ -55,7 +55,22 @@ def _general(tag: str, rank: int, b: int, nh: int, nkv: int, sq: int, skv: int, 
     return Row(op, f"{op}-{tag}", build, feeds or {}, finite=finite)
 
 
+def _packed(tag: str, b: int, nh: int, nkv: int, s: int, d: int, *, mask=None, **attrs) -> Row:
+    # one [B, S, (H + 2 KV) D] tensor as q, k and v (the packed attribute); mask: (shape, dtype) of a fed mask
+    def build(g: Graph) -> int:
+        x = g.input("x", [b, s, (nh + 2 * nkv) * d])
+        extra = [g.input("mask", mask[0], mask[1])] if mask else []
+        return g.add_node("GeneralAttention", (x, x, x, *extra), scale=1.0 / math.sqrt(d), num_heads=nh,
+                          kv_num_heads=nkv, packed=True, **attrs)
+
+    return Row("GeneralAttention", f"GeneralAttention-packed-{tag}", build, finite=attrs.get("masked_rows") != "nan")
+
+
 ROWS: list[Row] = [
+    _packed("gqa-hd8", 2, 4, 2, 5, 8),
+    _packed("hd6-mask-4d", 2, 3, 1, 7, 6, mask=([2, 3, 7, 7], DType.F32)),
+    _packed("hd32-bool-nan-rows", 3, 2, 2, 9, 32, mask=([3, 1, 1, 9], DType.BOOL), masked_rows="nan"),
+    _packed("hd8-causal", 1, 2, 2, 70, 8, causal=True),
     _general("4d-gqa", 4, 2, 4, 2, 5, 7, 8, 8),
     _general("3d-causal-offset-softcap-odd", 3, 2, 3, 1, 9, 13, 6, 10, causal=True, offset=4, softcap=2.0),
     _general("4d-causal-square-64", 4, 1, 2, 2, 70, 70, 64, 64, causal=True),

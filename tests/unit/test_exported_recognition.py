@@ -49,7 +49,8 @@ def optimised_against_ort(proto, inputs, atol=2e-6):
 
 CASES = {
     # name: (block, the op the plan must contain)
-    "dynamo_no_mask": (Attn(), "FullAttention"),
+    # (its projections without biases are one packed product, as a causal attention's: _packed_qkv_unbiased)
+    "dynamo_no_mask": (Attn(), "FullAttentionPacked"),
     "classic_causal_constant": (Attn(kt="classic", mask="causal"), "CausalAttention"),
     "eager_causal_min_rank2_no_guard": (Attn(kt="classic", scale="mul", mask="causal_min", guard=False),
                                         "CausalAttention"),
@@ -264,13 +265,15 @@ FIXTURES = {
     "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2}, 19),
     # T5: unscaled scores plus the relative position bias (a parameter: its values unknown to the rules) under the
     # padding mask, softmaxed without SDPA's guard: GeneralAttention with masked_rows nan on the projections' rows
-    # (29 while the unguarded softmax stayed AttentionScores, Softmax, a batched product and four Permutes a layer)
-    "t5_tiny.classic.onnx": ({"GeneralAttention": 2}, 17),
+    # (29 while the unguarded softmax stayed AttentionScores, Softmax, a batched product and four Permutes a layer),
+    # reading one packed Q/K/V product (17 while three)
+    "t5_tiny.classic.onnx": ({"GeneralAttention": 2, "FusedRmsNormMatMul": 4}, 13),
     # MPNet: the relative position bias, then the padding mask, added to the scores (one mask, their sum, for
     # GeneralAttention with masked_rows nan: 37 while the second Add kept the attention apart), and word rows plus
-    # positions counted from the padding into EmbeddingSumLayerNorm (24 while two Gathers, an Add and a LayerNorm)
-    "mpnet_tiny.classic.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 21),
-    "mpnet_tiny.dynamo.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 21),
+    # positions counted from the padding into EmbeddingSumLayerNorm (24 while two Gathers, an Add and a LayerNorm);
+    # the attention reads one packed Q/K/V product (21 while three)
+    "mpnet_tiny.classic.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 17),
+    "mpnet_tiny.dynamo.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 17),
 }
 
 
@@ -285,6 +288,8 @@ def test_exported_fixture_is_recognised_and_matches_torch(name):
     assert all(ops[op] == n for op, n in want_ops.items()), ops
     assert opt.dispatch_count() <= most
     assert not ops["BatchMatMul"] and not ops["Softmax"], ops
+    if ops["GeneralAttention"]:  # it reads one packed Q/K/V product
+        assert all(n.attrs["packed"] for n in opt.live_nodes() if n.op == "GeneralAttention"), name
     outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
     want = expected_outputs(DATA / name, data)  # torch's, onnxruntime's where the graph is not torch
     for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
