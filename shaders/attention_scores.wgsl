@@ -77,9 +77,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             total = total + w;
         }
         total = workgroup_sum(li, total);
-        let inv = select({{EMPTY_ROW}}, 1.0 / total, total > 0.0);
+        // a row of no allowed key (total 0), or one that made NaN (a NaN or +inf score): EMPTY_ROW everywhere
+        let ok = total > 0.0;
+        let inv = 1.0 / select(1.0, total, ok);
         for (var j = li; j < p.kv_seq; j = j + 256u) {
-            out[base + j] = out[base + j] * inv;
+            out[base + j] = select({{EMPTY_ROW}}, out[base + j] * inv, ok);
         }
     }
 }

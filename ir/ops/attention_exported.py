@@ -333,35 +333,40 @@ def _mask_into_scores(e):
                       e.eq(e.shape(lhs)).to(sa), e.eq(e.shape(scores)).to(sa), e.eq(e.shape(m)).to(sm),
                       sm.length() <= e.i64(4), e.eq(sm[sm.length() - e.i64(1)]).to(sa[e.i64(3)]),
                       example=example(_masked_scores_example(first, rank)))
-    # Add(AttentionScores(q, k, m, mode 2), m2) -> AttentionScores(q, k, Add(m, m2), mode 2)   (and Add(m2, .)) with
-    # no option but the mask (no causal flag, window or kv lengths: a key is allowed where m is not -inf), m over all
-    # Skv keys (a shorter mask leaves its keys past it out, which the sum would not) and the sum not enlarging the
-    # scores: a relative position bias and then a padding mask (MPNet). A masked key stays -inf either way
-    m2, sm2, nh, nkv = e.var("m2"), e.var("sm2", e.Vec[e.i64]), e.var("nh", e.i64), e.var("nkv", e.i64)
-    cap, rows = e.var("cap", e.f64), e.var("masked_rows", e.String)
-    plain = dict(num_heads=nh, kv_num_heads=nkv, softcap=cap, causal=e.Bool(False), offset=e.i64(0),
-                 left_window=e.i64(-1), right_window=e.i64(-1), masked_rows=rows)
-    biased = e.AttentionScores(q, k, m, scale=s, **plain, mode=e.i64(2))
-    for first in (False, True):
-        lhs = e.Add(m2, biased) if first else e.Add(biased, m2)
-        label = "Add(m2, AttentionScores(q, k, m, mode 2))" if first else "Add(AttentionScores(q, k, m, mode 2), m2)"
-        yield e.equal(f"{label} -> AttentionScores(q, k, Add(m, m2), mode 2)", lhs,
-                      e.AttentionScores(q, k, e.Add(m, m2), scale=s, **plain, mode=e.i64(2)),
-                      e.eq(e.shape(lhs)).to(sa), e.eq(e.shape(biased)).to(sa), e.eq(e.shape(m)).to(sm),
-                      sm.length() <= e.i64(4), e.eq(sm[sm.length() - e.i64(1)]).to(sa[e.i64(3)]),
-                      e.eq(e.shape(m2)).to(sm2), sm2.length() <= e.i64(4),
-                      example=example(_second_mask_example(first)))
+    # Add(Add(AttentionScores(q, k), m), m2) -> Add(AttentionScores(q, k), Add(m, m2))   (each Add in either operand
+    # order) for masks m, m2 [4-D] that broadcast to the scores without enlarging them: the scores plus a relative
+    # position bias, then plus a padding mask (MPNet), are the scores plus one mask, which the rule above makes
+    # mode 2 (and a third mask joins the sum in turn). In the reference's float64 the two sums of f32 values are
+    # equal, infinities and NaN included. The sum's shape is the larger of each axis (each is 1 or the scores').
+    m2, sm2 = e.var("m2"), e.var("sm2", e.Vec[e.i64])
+    summed = e.Add(m, m2)
+    four = e.i64(4)
+    for inner_first in (False, True):
+        inner = e.Add(m, scores) if inner_first else e.Add(scores, m)
+        for outer_first in (False, True):
+            lhs = e.Add(m2, inner) if outer_first else e.Add(inner, m2)
+            label = (f"Add({'m2, ' if outer_first else ''}Add({'m, S' if inner_first else 'S, m'})"
+                     f"{'' if outer_first else ', m2'})")
+            yield e.rule(lhs, e.eq(e.shape(lhs)).to(sa), e.eq(e.shape(inner)).to(sa), e.eq(e.shape(scores)).to(sa),
+                         e.eq(e.shape(m)).to(sm), e.eq(e.shape(m2)).to(sm2), e.eq(sm.length()).to(four),
+                         e.eq(sm2.length()).to(four),
+                         name=f"{label} -> Add(S, Add(m, m2))   (S = AttentionScores(q, k))",
+                         example=example(_second_mask_example(inner_first, outer_first))).then(
+                e.union(lhs).with_(e.Add(scores, summed)),
+                e.set_(e.shape(summed)).to(e.Vec(*(sm[e.i64(i)].max(sm2[e.i64(i)]) for i in range(4)))),
+                e.set_(e.shape(e.Add(scores, summed))).to(sa))
 
 
-def _second_mask_example(first: bool):
+def _second_mask_example(inner_first: bool, outer_first: bool):
     # scores plus a relative position bias [1, H, S, T] (an input: values unknown), then plus a padding mask
-    # [B, 1, 1, T] of -inf and zeros, as MPNet adds them
+    # [B, 1, 1, T] of -inf and zeros, as MPNet adds them, and their softmax (the sum's mode 2, then mode 3)
     def build(g, dim):
         q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
-        biased = g.add(scores_of(g, q, k, 0.5), g.input("bias", [1, h, s, t]))
+        sc, bias = scores_of(g, q, k, 0.5), g.input("bias", [1, h, s, t])
+        biased = g.add(bias, sc) if inner_first else g.add(sc, bias)
         pad = g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
                                    g.constant(np.array(-np.inf), shape=())))
-        g.set_outputs([g.add(pad, biased) if first else g.add(biased, pad)])
+        g.set_outputs([g.softmax(g.add(pad, biased) if outer_first else g.add(biased, pad))])
 
     return build
 
@@ -408,10 +413,14 @@ def _softmax_of_scores(e):
                   example=example(_softmax_example("guard")))
     # Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3)   if m is finite or causal
     # (no row is then fully masked, and the softmax of a row is mode 3's)
-    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m finite)", masked,
-                  probs, e.finite(m), example=example(_softmax_example("finite")))
-    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m causal)", masked,
-                  probs, e.causal_mask(m, off), example=example(_softmax_example("causal")))
+    # (no option may leave a row without a key either: no causal flag, no window)
+    alone = {**opts, "causal": e.Bool(False), "offset": e.i64(0), "left_window": e.i64(-1), "right_window": e.i64(-1)}
+    masked_alone = e.Softmax(e.AttentionScores(q, k, m, scale=s, **alone, mode=e.i64(2)))
+    probs_alone = e.AttentionScores(q, k, m, scale=s, **alone, mode=e.i64(3))
+    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m finite)",
+                  masked_alone, probs_alone, e.finite(m), example=example(_softmax_example("finite")))
+    yield e.equal("Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3) (m causal)",
+                  masked_alone, probs_alone, e.causal_mask(m, off), example=example(_softmax_example("causal")))
     # Softmax(AttentionScores(q, k, m, mode 2)) -> AttentionScores(q, k, m, mode 3; masked_rows nan)   for any m
     # (a mask of unknown values: a parameter, a computed bias): where every key of a row is masked, the softmax's
     # exp(-inf - -inf) makes the row NaN, as masked_rows nan does
@@ -494,10 +503,12 @@ def _masks_as_options(e):
                 masked_rows=e.var("masked_rows", e.String))
     no_causal = dict(causal=e.Bool(False), offset=e.i64(0))
 
-    def ops(*tensors, probs: bool = False, **attrs):  # the two ops a mask input means the same for
-        return (("AttentionScores", e.AttentionScores(q, k, *tensors, scale=s, **opts, **attrs,
+    def ops(*tensors, probs: bool = False, windowed: bool = True, **attrs):  # two ops a mask means the same for
+        # (windowed False: no window, for the rules that move the offset the windows are measured from)
+        o = opts if windowed else {**opts, "left_window": e.i64(-1), "right_window": e.i64(-1)}
+        return (("AttentionScores", e.AttentionScores(q, k, *tensors, scale=s, **o, **attrs,
                                                       mode=e.i64(3) if probs else mode)),
-                ("GeneralAttention", e.GeneralAttention(q, k, v, *tensors, scale=s, **opts, **attrs,
+                ("GeneralAttention", e.GeneralAttention(q, k, v, *tensors, scale=s, **o, **attrs,
                                                         packed=e.Bool(False))))
 
     rows = (e.eq(e.shape(q)).to(sq), e.eq(e.shape(k)).to(sk))
@@ -509,16 +520,17 @@ def _masks_as_options(e):
     # op(q, k, [v], m) -> op(q, k, [v], causal, offset)   if causal_mask(m, offset) over all [Sq, Skv]; of
     # AttentionScores only the probabilities (mode 3): an additive mask's finite masked entries stay finite in
     # mode 2, and the softmax alone makes them the zeros a causal flag gives
-    for (name, lhs), (_, rhs) in zip(ops(m, probs=True, **no_causal), ops(probs=True, causal=e.Bool(True),
-                                                                           offset=off), strict=True):
+    # (without windows: they are measured from the offset, which the causal flag moves)
+    for (name, lhs), (_, rhs) in zip(ops(m, probs=True, windowed=False, **no_causal),
+                                     ops(probs=True, windowed=False, causal=e.Bool(True), offset=off), strict=True):
         yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, causal m) -> {name}(q, k"
                       f"{', v' if name[0] == 'G' else ''}, causal)", lhs, rhs, e.causal_mask(m, off), *rows,
                       *spans(m, sm), example=example(_causal_example("additive", name)))
     # op(q, k, [v], And(c, b)) -> op(q, k, [v], b, causal)   for a bool b over all keys and a causal c (either order)
     for first in (False, True):
         both = e.And(b, c) if first else e.And(c, b)
-        for (name, lhs), (_, rhs) in zip(ops(both, **no_causal), ops(b, causal=e.Bool(True), offset=off),
-                                         strict=True):
+        for (name, lhs), (_, rhs) in zip(ops(both, windowed=False, **no_causal),
+                                         ops(b, windowed=False, causal=e.Bool(True), offset=off), strict=True):
             yield e.equal(f"{name}(q, k{', v' if name[0] == 'G' else ''}, {'And(b, c)' if first else 'And(c, b)'}) "
                           f"-> {name}(q, k{', v' if name[0] == 'G' else ''}, b, causal)", lhs, rhs,
                           e.causal_mask(c, off), *rows, *spans(c, sm), e.eq(e.shape(b)).to(sb),

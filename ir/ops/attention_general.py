@@ -14,7 +14,8 @@ softcapped score). The mask broadcasts to [B, H, Sq, L] over its leading dimensi
 keys, keys j >= L not allowed (ONNX pads a short mask with -inf / false). ``offset`` is the
 attribute, or with kv_lens [B] (ONNX's nonpad_kv_seqlen) kv_lens[b] - Sq. A query row without
 any allowed key has a zero output (ONNX's fully-masked-row rule, not the average the fused
-attention ops give), or with ``masked_rows`` ``nan`` a NaN row: what a softmax of the masked scores
+attention ops give), and so has a row whose softmax is NaN (a NaN or +inf score), or with ``masked_rows``
+``nan`` such rows are NaN: what a softmax of the masked scores
 without SDPA's guard gives there (exp(-inf - -inf)), which the recognition of an exporter's
 unguarded softmax over a mask of unknown values (a parameter: T5's relative position bias) needs.
 """
@@ -196,8 +197,10 @@ def _scores(xs, a, with_v: bool):
     m = np.where(allowed, s, -np.inf).max(axis=-1, keepdims=True)
     e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
     total = e.sum(axis=-1, keepdims=True)
-    empty = 0.0 if a.get("masked_rows", "zero") == "zero" else np.nan  # a row without an allowed key
-    probs = np.where(total > 0, e / np.where(total > 0, total, 1.0), empty)
+    # a row without an allowed key, or whose softmax is NaN (a NaN or +inf score: a softmax's whole row is NaN there)
+    empty = 0.0 if a.get("masked_rows", "zero") == "zero" else np.nan
+    ok = (total > 0) & np.isfinite(total)
+    probs = np.where(ok, e / np.where(ok, total, 1.0), empty)
     return raw, capped, s, probs
 
 

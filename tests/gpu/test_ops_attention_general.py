@@ -31,6 +31,12 @@ def _neg_inf_mask(shape, seed: int, fully_masked_row: int | None = None) -> np.n
     return m
 
 
+def _plus_inf_mask() -> np.ndarray:
+    m = _neg_inf_mask([3, 5], 7)
+    m[1, 2] = np.inf
+    return m
+
+
 def _general(tag: str, rank: int, b: int, nh: int, nkv: int, sq: int, skv: int, d: int, dv: int, *,
              mask=None, lens: bool = False, feeds=None, mode: int | None = None, finite: bool = True, **attrs) -> Row:
     attrs.setdefault("scale", 1.0 / math.sqrt(d))
@@ -102,6 +108,9 @@ ROWS: list[Row] = [
              feeds={"kv_lens": np.array([5, 1], dtype=np.int32)}),
     _general("mode3-nan-rows", 4, 2, 2, 2, 4, 300, 8, 8, mode=3, mask=_neg_inf_mask([2, 1, 4, 290], 6, 1),
              masked_rows="nan", finite=False),
+    # a +inf mask entry: its row's softmax is NaN, which both forms read as a row without a key (zeros, or NaN)
+    *[_general(f"mode3-plus-inf-{rows}", 4, 1, 1, 1, 3, 5, 4, 4, mode=3, mask=_plus_inf_mask(), masked_rows=rows,
+               finite=False) for rows in ("zero", "nan")],
     Row("SplitHeads", "SplitHeads[2,5,12]h3", lambda g: g.add_node("SplitHeads", (g.input("x", [2, 5, 12]),),
                                                                    num_heads=3)),
 ]

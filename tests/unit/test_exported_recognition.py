@@ -13,10 +13,11 @@ import pytest
 
 from eggfuse.ir import DType, Graph, TensorType, evaluate
 from eggfuse.ir.facts import baked, facts_of
-from eggfuse.ir.ops.attention_exported import safe_softmax, scores_of
+from eggfuse.ir.ops.attention_exported import bool_mask, safe_softmax, scores_of
 from eggfuse.ir.ops.rope_exported import rope_tables
 from eggfuse.onnx import load
 from eggfuse.rewrites import optimize
+from eggfuse.rewrites.soundness import check_sound
 from tests.exported_graphs import Attn, attention_model, expected_outputs, feeds
 from tests.onnx_models import F, model, node
 
@@ -294,3 +295,48 @@ def test_exported_fixture_is_recognised_and_matches_torch(name):
     want = expected_outputs(DATA / name, data)  # torch's, onnxruntime's where the graph is not torch
     for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
         np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=2e-5)
+
+
+# --- additive masks of unknown values: the unguarded softmax, several masks, +inf and windows ----------------
+
+
+def _masked_attention(masks, b=2, h=2, s=3, t=4, d=4, pad_first=False) -> Graph:
+    # softmax(scores + masks...) v on [B, H, S, D] inputs; masks: shapes of f32 inputs (values unknown), and with
+    # pad_first a Where(bool, 0, -inf) padding mask added before them (the rules make that one a bool mask)
+    g = Graph()
+    q, k, v = g.input("q", [b, h, s, d]), g.input("k", [b, h, t, d]), g.input("v", [b, h, t, d])
+    x = scores_of(g, q, k, 0.5)
+    if pad_first:
+        x = g.add(x, g.add_node("Where", (bool_mask(g, [b, 1, 1, t]), g.constant(np.array(0.0), shape=()),
+                                          g.constant(np.array(-np.inf), shape=()))))
+    for i, shape in enumerate(masks):
+        x = g.add(x, g.input(f"m{i}", shape))
+    g.set_outputs([g.add_node("BatchMatMul", (g.softmax(x), v))])
+    return g
+
+
+@pytest.mark.parametrize("masks, pad_first", [([[1, 2, 3, 4], [2, 1, 1, 4]], False), ([[1, 2, 3, 4]] * 3, False),
+                                              ([[1, 2, 3, 4]], True)], ids=["two", "three", "padding-first"])
+def test_additive_masks_of_unknown_values_make_one_general_attention(masks, pad_first):
+    # a relative position bias then a padding mask (MPNet), three masks, and a -inf padding mask first (which the
+    # rules also read as a bool mask: the masks' sum must be built of the f32 forms only)
+    opt, _ = optimize(_masked_attention(masks, pad_first=pad_first), verify=True)
+    (att,) = [n for n in opt.live_nodes() if n.op == "GeneralAttention"]
+    assert att.attrs["masked_rows"] == "nan" and not dispatched(opt)["Softmax"], dispatched(opt)
+
+
+def test_a_plus_infinite_mask_and_a_window_that_empties_rows_stay_sound():
+    # a +inf score makes a softmax row NaN, which both masked_rows forms read as a row without a key; and a window
+    # that leaves rows without a key keeps the finite and causal masks' softmax from being mode 3 with zero rows
+    g = Graph()
+    q, k = g.input("q", [1, 1, 2, 4]), g.input("k", [1, 1, 3, 4])
+    m = np.zeros((1, 1, 2, 3))
+    m[0, 0, 0, 0], m[0, 0, 1, :] = np.inf, -np.inf
+    g.set_outputs([g.softmax(g.add(scores_of(g, q, k, 0.5), g.constant(m, shape=[1, 1, 2, 3])))])
+    check_sound(g)
+    for mask in (np.zeros((4, 2)), np.where(np.tril(np.ones((4, 2), bool)), 0.0, -np.inf)):
+        g = Graph()
+        q, k = g.input("q", [1, 1, 4, 4]), g.input("k", [1, 1, 2, 4])
+        sc = g.add_node("AttentionScores", (q, k, g.constant(mask, shape=[4, 2])), scale=0.5, mode=2, left_window=0)
+        g.set_outputs([g.softmax(sc)])
+        check_sound(g)
