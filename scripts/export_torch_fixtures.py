@@ -245,16 +245,21 @@ def roberta_tiny(out_dir: Path) -> list[dict]:
     torch.manual_seed(0)
     cfg = RobertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=40)
-    model = randomise(RobertaModel(cfg, add_pooling_layer=False)).eval()
+    return _padded_with_pad_id("roberta_tiny", randomise(RobertaModel(cfg, add_pooling_layer=False)).eval(), cfg,
+                               out_dir)
+
+
+def _padded_with_pad_id(name: str, model: torch.nn.Module, cfg, out_dir: Path) -> list[dict]:
+    # an encoder whose position ids count the tokens that are not the pad id (RoBERTa's, MPNet's): ids above the pad
+    # id, the second sequence right-padded with it after 4 tokens
     rng = np.random.default_rng(0)
     mask = np.ones((BATCH, SEQ), np.int64)
-    mask[1, 4:] = 0  # right padding, padded with the pad id: RoBERTa's position ids count the other tokens
+    mask[1, 4:] = 0
     ids = rng.integers(cfg.pad_token_id + 2, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64)
     ids[mask == 0] = cfg.pad_token_id
     feeds = {"input_ids": ids, "attention_mask": mask}
     names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
-    return run_exports("roberta_tiny", wrap(model, names, outs), feeds, outs, out_dir,
-                       {n: {0: "batch", 1: "seq"} for n in names})
+    return run_exports(name, wrap(model, names, outs), feeds, outs, out_dir, {n: {0: "batch", 1: "seq"} for n in names})
 
 
 def vit_tiny(out_dir: Path) -> list[dict]:
@@ -293,16 +298,7 @@ def mpnet_tiny(out_dir: Path) -> list[dict]:
     torch.manual_seed(0)
     cfg = MPNetConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                       max_position_embeddings=40)
-    model = randomise(MPNetModel(cfg, add_pooling_layer=False)).eval()
-    rng = np.random.default_rng(0)
-    mask = np.ones((BATCH, SEQ), np.int64)
-    mask[1, 4:] = 0  # right padding, padded with the pad id
-    ids = rng.integers(cfg.pad_token_id + 2, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64)
-    ids[mask == 0] = cfg.pad_token_id
-    feeds = {"input_ids": ids, "attention_mask": mask}
-    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
-    return run_exports("mpnet_tiny", wrap(model, names, outs), feeds, outs, out_dir,
-                       {n: {0: "batch", 1: "seq"} for n in names})
+    return _padded_with_pad_id("mpnet_tiny", randomise(MPNetModel(cfg, add_pooling_layer=False)).eval(), cfg, out_dir)
 
 
 def t5_tiny(out_dir: Path) -> list[dict]:
