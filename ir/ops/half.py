@@ -106,6 +106,14 @@ def _f16_matmul_kn_example(g, dim) -> None:
     g.set_outputs([g.relu(g.matmul(x, g.parameter("W", [k, dim("n")])))])
 
 
+def _f16_packed_example(g, dim, kn: bool) -> None:
+    k = BLOCK * dim("kb", 1, 3)
+    x = g.input("x", [dim("m"), k])
+    ws = [g.parameter(f"W{i}", [k, dim(f"n{i}")] if kn else [dim(f"n{i}"), k]) for i in range(3)]
+    packed = g.add_node("Concat", ws, axis=1 if kn else 0)
+    g.set_outputs([g.relu(g.matmul(x, packed) if kn else g.matmul_bt(x, packed))])
+
+
 def _f16_gather_example(g, dim) -> None:
     table = g.parameter("E", [dim("rows"), BLOCK * dim("kb", 1, 2)])
     g.set_outputs([g.add_node("Gather", (table, g.input("ids", [dim("b", 1, 3), dim("t")], DType.I32)), axis=0)])
@@ -141,6 +149,21 @@ def _store_f16(e):
     yield e.equal("MatMul(a, P) -> MatMulBT(a, Dequant(ToF16(P, transposed)))", e.MatMul(a, p),
                   e.MatMulBT(a, transposed), e.eq(s.length()).to(e.i64(2)), e.eq(s[0] % BLOCK).to(e.i64(0)),
                   example=example(_f16_matmul_kn_example, tol=F16_RULE_TOL))
+    # the same of three weights packed side by side (a packed Q/K/V product the attention rules built of f32
+    # weights: attention.py's _packed_qkv_unbiased, attention_layout.py's packed GeneralAttention):
+    # MatMulBT(a, Concat(P0, P1, P2)) -> MatMulBT(a, Dequant(ToF16(P0, P1, P2))) and MatMul(a, Concat(P0, P1, P2,
+    # axis 1)) -> MatMulBT(a, Dequant(ToF16(P0, P1, P2, transposed))); one shape variable per parameter
+    names, shapes = e.vars("n0 n1 n2", e.String), e.vars("s0 s1 s2", e.Vec[e.i64])
+    ps = [e.Parameter(ni, si) for ni, si in zip(names, shapes, strict=True)]
+    for kn in (False, True):
+        k = shapes[0][0] if kn else shapes[0][1]
+        stored = e.Dequant(e.ToF16(*ps, transposed=e.Bool(kn)), format=e.String("f16"), cols=k)
+        lhs = e.MatMul(a, e.Concat(*ps, axis=e.i64(1))) if kn else e.MatMulBT(a, e.Concat(*ps, axis=e.i64(0)))
+        yield e.equal(f"{'MatMul' if kn else 'MatMulBT'}(a, Concat(P0, P1, P2{', axis 1' if kn else ''})) -> "
+                      f"MatMulBT(a, Dequant(ToF16(P0, P1, P2{', transposed' if kn else ''})))", lhs,
+                      e.MatMulBT(a, stored), *(e.eq(si.length()).to(e.i64(2)) for si in shapes),
+                      e.eq(k % BLOCK).to(e.i64(0)),
+                      example=example(lambda g, dim, kn=kn: _f16_packed_example(g, dim, kn), tol=F16_RULE_TOL))
 
 
 def _f16_param(g, name: str, rows: int, cols: int, transposed: bool = False) -> int:
