@@ -31,7 +31,7 @@ CASES = {
     "min_padding_and_causal_gqa": (Attn(batch=4, heads=4, kv_heads=2, mask="padding_causal_min", rope=True),
                                    "CausalAttentionRoPE"),
     "probabilities_also_an_output": (Attn(mask="padding", batch=3, probs_output=True), "FullAttention"),
-    "no_mask": (Attn(head_dim=8), "FullAttention"),
+    "no_mask": (Attn(head_dim=8), "FullAttentionPacked"),  # projections without biases, packed into one product
 }
 
 
