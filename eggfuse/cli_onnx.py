@@ -1,7 +1,8 @@
 """``eggfuse run MODEL.onnx``: run an ONNX model on the GPU and print what it did; and the
 ONNX half of ``eggfuse optimize MODEL.onnx``.
 
-Inputs come from ``--input NAME=FILE.npy``, or ``--input NAME=NUMBER`` (every element that value,
+Inputs come from ``--input NAME=FILE.npy`` (or an .npz holding an array NAME or ``input.NAME``, as
+``scripts/export_torch_fixtures.py`` writes them), or ``--input NAME=NUMBER`` (every element that value,
 e.g. a sample rate); inputs not given get random values (floats N(0, 1), integers in [0, 10),
 booleans), of the model's shapes, with ``--shape NAME=2x3x224x224`` for dimensions the model leaves
 symbolic (default 1). Random values need not be valid for a model: a window larger than a
@@ -63,9 +64,18 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
     for name, source in given.items():
         if _number(source) is None:
             try:
-                loaded[name] = np.load(source, allow_pickle=False)
+                arr = np.load(source, allow_pickle=False)
             except (OSError, ValueError) as e:
                 raise InputError(f"input {name!r}: cannot read {source!r} as a .npy file ({e})") from None
+            if isinstance(arr, np.lib.npyio.NpzFile):  # an .npz: the array named as the input, or input.NAME
+                with arr:
+                    key = next((k for k in (name, f"input.{name}") if k in arr.files), None)
+                    if key is None:
+                        raise InputError(f"input {name!r}: {source!r} is an .npz without an array {name!r} or "
+                                         f"'input.{name}' (it holds {', '.join(arr.files) or 'none'}); give a .npy "
+                                         "file or an .npz with such an array")
+                    arr = arr[key]
+            loaded[name] = arr
     named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
     for vi in model.inputs:
         shape = shapes.get(vi.name) or (list(loaded[vi.name].shape) if vi.name in loaded else None)
@@ -206,8 +216,9 @@ def add_run(sub) -> None:
     r = sub.add_parser("run", help="run an ONNX model; print its outputs' shapes, dispatches and timings")
     r.add_argument("model", type=Path, help="an .onnx file")
     r.add_argument("--input", metavar="NAME=FILE.npy", type=_input_arg, action="append",
-                   help="an input's value (repeatable): a .npy file, or a number filling the input's shape "
-                        "(e.g. sr=16000); inputs not given get random values")
+                   help="an input's value (repeatable): a .npy file (or an .npz holding an array NAME or "
+                        "input.NAME), or a number filling the input's shape (e.g. sr=16000); inputs not given get "
+                        "random values")
     r.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="a random input's shape where the model leaves dimensions symbolic (default 1)")
     r.add_argument("--repeats", type=int, default=10, help="timed runs after the first (default 10)")

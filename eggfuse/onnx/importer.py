@@ -293,6 +293,9 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
             proto = onnx.load(path)
         except Exception as e:  # noqa: BLE001 - protobuf raises many kinds
             raise OnnxError(f"{path!r} is not a readable ONNX model: {e}") from None
+        if not proto.graph.output:  # protobuf parses an empty file (or another message's bytes) as an empty model
+            raise OnnxError(f"{path!r} is not an ONNX model with a graph: it declares no outputs "
+                            f"({os.path.getsize(path)} bytes); give the exported .onnx file")
         return upgraded(proto)
     raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 

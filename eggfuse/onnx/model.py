@@ -104,7 +104,7 @@ class Model:
         """Every input's shape is fixed (by the model or ``shapes``)."""
         return all(vi.name in self.shapes or all(isinstance(d, int) for d in _dims(vi)) for vi in self.inputs)
 
-    def specialise(self, feeds: Mapping[str, np.ndarray] | None = None) -> Specialised:
+    def specialise(self, feeds: Mapping[str, np.ndarray] | None = None, _empty: frozenset = frozenset()) -> Specialised:
         """The import for the shapes of ``feeds`` (shapes fixed by the model or ``shapes``
         where a feed is not given), compiled and cached."""
         feeds = dict(feeds or {})
@@ -120,7 +120,8 @@ class Model:
                                  f"made with shapes={{{name!r}: {list(self.shapes[name])}}}; feed that shape, or "
                                  "make the Model without it (each run's feeds then give the shapes)")
             shapes[name] = tuple(np.shape(arr))
-        values = {n: np.asarray(feeds[n]) for n in self._control if n in feeds}
+        control = self._control | _empty
+        values = {n: np.asarray(feeds[n]) for n in control if n in feeds}
         key = (tuple(sorted(shapes.items())), tuple(sorted((n, v.tobytes(), v.shape) for n, v in values.items())))
         if key in self.plans:
             return self.plans[key]
@@ -128,10 +129,13 @@ class Model:
         try:
             graph, params, outs = import_model(self.proto, shapes, values)
         except NeedsValuesError as e:
-            if not e.inputs or not set(e.inputs) <= set(feeds) or set(e.inputs) <= self._control:
+            if not e.inputs or not set(e.inputs) <= set(feeds) or set(e.inputs) <= control:
                 raise
+            if all(0 in np.shape(feeds[n]) for n in e.inputs):
+                # empty feeds: load-time values of these shapes only, so later runs with contents stay on the GPU
+                return self.specialise(feeds, _empty | set(e.inputs))
             self._control |= set(e.inputs)
-            return self.specialise(feeds)
+            return self.specialise(feeds, _empty)
         spec = Specialised(shapes, values, graph, params, outs)
         spec.timings["import_s"] = time.perf_counter() - t
         from eggfuse.pipeline import compile as compile_graph
