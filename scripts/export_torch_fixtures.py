@@ -303,10 +303,10 @@ def mpnet_tiny(out_dir: Path) -> list[dict]:
 
 def t5_tiny(out_dir: Path) -> list[dict]:
     """``T5EncoderModel`` (2 layers, d_model 32, 4 heads of 8, ReLU feed-forward, 8 relative position buckets up to
-    distance 16): T5's RmsNorm without a mean, no biases, unscaled scores plus the relative position bias. The
-    classic exporter only: the dynamo exporter stops in torch.export's decomposition of T5's attention (a view of a
-    non-contiguous tensor), with or without dynamic shapes. The classic exporter folds the position bias for the
-    exported sequence length: the file runs at that length only."""
+    distance 16): T5's RmsNorm without a mean, no biases, unscaled scores plus the relative position bias (its
+    buckets computed from the positions in the graph). The classic exporter only: the dynamo exporter stops in
+    torch.export's decomposition of T5's attention (a view of a non-contiguous tensor), with or without dynamic
+    shapes."""
     from transformers import T5Config, T5EncoderModel
 
     torch.manual_seed(0)

@@ -34,11 +34,10 @@ FIXTURES = [row["file"] for row in json.loads((DATA / "manifest.json").read_text
 RTOL = 2e-5
 #: the padded row of each fixture's batch and its number of real tokens (export_torch_fixtures.py); gpt2_tiny pads
 #: on the left, which cutting would move its tokens' positions: its first row, unpadded, instead; vit_tiny's
-#: second image alone (None: the whole row); t5_tiny's first row, unpadded and uncut (the classic exporter folded
-#: its relative position bias for the exported 7 tokens)
+#: second image alone (None: the whole row)
 PADDED_ROW = {"bert_tiny": (1, 4), "bert_tiny_pooled": (1, 4), "distilbert_tiny": (1, 4), "llama_tiny": (1, 5),
               "gpt2_tiny": (0, 7), "roberta_tiny": (1, 4), "vit_tiny": (1, None),
-              "t5_tiny": (0, None), "mpnet_tiny": (1, 4)}
+              "t5_tiny": (1, 4), "mpnet_tiny": (1, 4)}
 
 
 def _expected(file: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
