@@ -162,9 +162,9 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
     """The key's part for the arguments that reach the rewrite engine (``cost_model=``,
     ``rulesets=``; None: the shipped ones, covered by the source digest). A cost model is its
     classes (their source text, outside eggfuse) and attributes, rulesets the text of their
-    rules; any other argument must be plain data. Code a cost model calls outside its own
-    classes is not covered: compile with ``cache=False`` while changing such code. Raises
-    :class:`Unstorable` for what cannot be keyed."""
+    rules (a shipped one its name: the source digest covers it); any other argument must be plain
+    data. Code a cost model calls outside its own classes is not covered: compile with
+    ``cache=False`` while changing such code. Raises :class:`Unstorable` for what cannot be keyed."""
     out: dict[str, Any] = {}
     for name, value in sorted(args.items()):
         if value is None:
@@ -172,9 +172,12 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
         elif name == "cost_model":
             out[name] = {"classes": _code_identity(type(value)), "attributes": _plain(vars(value), digest=True)}
         elif name == "rulesets":
-            from eggfuse.rewrites.rulesets import fingerprint
+            from eggfuse.rewrites.rulesets import fingerprint, shipped_name
 
-            out[name] = [hashlib.sha256(fingerprint(r).encode()).hexdigest() for r in value]
+            # a shipped ruleset by its name (the source digest covers its rules; its text would build a lazy
+            # one's rules, seconds for conv_epilogue), any other by the text of its rules
+            out[name] = [f"shipped:{shipped_name(r)}" if shipped_name(r) else
+                         hashlib.sha256(fingerprint(r).encode()).hexdigest() for r in value]
         else:
             out[name] = _plain(value, digest=True)
     return out

@@ -163,6 +163,14 @@ def make_ruleset(name: str, fn: Callable[[Namespace], Iterable[Any]]) -> Ruleset
     return _register(ruleset(name=name), name, list(fn(ns)))
 
 
+def shipped_name(rs: Ruleset) -> str | None:
+    """The name of ``rs`` when it is one of the rulesets eggfuse ships (their rules are eggfuse's source,
+    which a compile cache key already covers), else None; builds no lazy ruleset's rules."""
+    by_name = _built()[0]
+    name = _MEMBERS.get(id(rs), (None,))[0]
+    return name if name in by_name and by_name[name] is rs else None
+
+
 def ruleset_name(rs: Ruleset) -> str:
     """The name of ``rs``: as given to :func:`make_ruleset` or :data:`SCHEDULE`, else egglog's."""
     if id(rs) in _MEMBERS:

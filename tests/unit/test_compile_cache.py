@@ -123,6 +123,30 @@ def test_device_identity_holds_the_adapter_and_the_limits_lowering_reads():
     assert "max-storage-buffers-per-shader-stage" in ident["limits"]  # the WebGPU default, which lowering uses
 
 
+def test_shipped_rulesets_are_keyed_by_name_and_a_users_by_their_rules():
+    # precision f16 passes the shipped rulesets explicitly: keying them must not build a lazy one's rules (seconds
+    # for conv_epilogue on a cache hit), in a new process where none is built yet
+    import subprocess
+    import sys
+
+    code = """
+from eggfuse import cache
+from eggfuse.rewrites import make_ruleset
+from eggfuse.rewrites.rulesets import _PENDING, optional_ruleset, scheduled_rulesets
+shipped = [*scheduled_rulesets(), optional_ruleset("f16")]
+pending = set(_PENDING)
+key = cache.optimizer_identity({"rulesets": shipped})["rulesets"]
+assert pending and set(_PENDING) == pending, "a lazy ruleset was built"
+assert len(key) == len(shipped) and all(k.startswith("shipped:") for k in key), key
+mine = make_ruleset("mine", lambda e: [e.equal("Neg(Neg(x)) -> x", e.Neg(e.Neg(e.var("x"))), e.var("x"))])
+(digest,) = cache.optimizer_identity({"rulesets": [mine]})["rulesets"]
+assert len(digest) == 64 and not digest.startswith("shipped"), digest
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 def test_what_cannot_be_keyed_is_refused():
     with pytest.raises(cache.Unstorable):
         cache.optimizer_identity({"cost_model": None, "something": object()})
