@@ -196,16 +196,21 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def onnx_graph(path: str, shapes: dict[str, list[int]]):
     """The graph of the ONNX model at ``path`` for ``eggfuse optimize`` (symbolic dimensions
-    from ``shapes``, else 1), its ONNX node count, and the ONNX node each graph node came from
-    (node id -> name)."""
+    from ``shapes``; a named one an input's given shape sizes, as ``eggfuse run`` does; else 1),
+    its ONNX node count, and the ONNX node each graph node came from (node id -> name)."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
     from eggfuse.onnx.importer import Importer, _dims, _load_proto, graph_inputs
 
     proto = _load_proto(path)
+    inputs = graph_inputs(proto)
+    named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
+    for vi in inputs:
+        if vi.name in shapes:
+            named.update((d, s) for d, s in zip(_dims(vi), shapes[vi.name], strict=False) if isinstance(d, str))
     full = {}
-    for vi in graph_inputs(proto):
+    for vi in inputs:
         dims = _dims(vi)
-        full[vi.name] = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+        full[vi.name] = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in dims]
     importer = Importer(proto, full, {})
     graph, _, _ = importer.run()
     return graph, len(proto.graph.node), importer.origin

@@ -206,3 +206,12 @@ def test_cli_run_reads_an_npz_by_input_name_and_refuses_an_empty_file(tmp_path, 
     (tmp_path / "empty.onnx").write_bytes(b"")
     assert main(["run", str(tmp_path / "empty.onnx")]) == 2
     assert "is not an ONNX model with a graph: it declares no outputs (0 bytes)" in capsys.readouterr().err
+
+
+def test_cli_optimize_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):
+    # as eggfuse run does: m, whose shape is not given, takes x's [3, 4] from the names the two share
+    path = tmp_path / "add.onnx"
+    onnx.save(model([node("Add", ["x", "m"], ["y"])], [("x", F, ["batch", "seq"]), ("m", F, ["batch", "seq"])],
+                    [("y", F, None)]), path)
+    assert main(["optimize", str(path), "--shape", "x=3x4"]) == 0, capsys.readouterr().err
+    assert "dispatches 1 -> 1" in capsys.readouterr().out
