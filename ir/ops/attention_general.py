@@ -14,10 +14,12 @@ softcapped score). The mask broadcasts to [B, H, Sq, L] over its leading dimensi
 keys, keys j >= L not allowed (ONNX pads a short mask with -inf / false). ``offset`` is the
 attribute, or with kv_lens [B] (ONNX's nonpad_kv_seqlen) kv_lens[b] - Sq. A query row without
 any allowed key has a zero output (ONNX's fully-masked-row rule, not the average the fused
-attention ops give), and so has a row whose softmax is NaN (a NaN or +inf score), or with ``masked_rows``
-``nan`` such rows are NaN: what a softmax of the masked scores
-without SDPA's guard gives there (exp(-inf - -inf)), which the recognition of an exporter's
-unguarded softmax over a mask of unknown values (a parameter: T5's relative position bias) needs.
+attention ops give), and so has a row whose softmax is NaN (a NaN or +inf score); with ``masked_rows``
+``nan`` such rows are NaN instead, what a softmax of the masked scores without SDPA's guard gives there
+(exp(-inf - -inf)), which the recognition of an exporter's unguarded softmax over a mask of unknown values
+(T5's relative position bias) needs. GeneralAttention with ``packed`` reads q, k and v as the column ranges of
+one [B, S, (H + 2 KV) D] tensor (given three times: the product of the packed Q/K/V projections), each at its
+column offset.
 """
 
 from __future__ import annotations
