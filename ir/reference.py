@@ -35,7 +35,9 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
                 arr.min() < info.min or arr.max() > info.max):
             what_ = "indices" if ty.dtype is DType.U32 else "values"
             span = "[0, 2^32)" if ty.dtype is DType.U32 else f"[-2^31, 2^31) for {ty}"
-            raise InputError(f"{what}: {what_} must lie in {span}, got {arr.min()}..{arr.max()}")
+            narrowed = (" (eggfuse computes ONNX's int64 as int32: give values that fit 32 bits)"
+                        if arr.dtype == np.int64 and ty.dtype is DType.I32 else "")
+            raise InputError(f"{what}: {what_} must lie in {span}, got {arr.min()}..{arr.max()}{narrowed}")
         return arr.astype(ty.dtype.numpy, copy=copy)
     if ty.dtype is DType.BOOL:
         if arr.dtype != np.bool_:
