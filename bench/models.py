@@ -272,16 +272,17 @@ def time_plan(plan, params: dict, feeds: list[dict], calls: int, samples: int) -
     return {"wall": wall, "gpu": gpu, "dispatches": len(plan.dispatches), "adapter": s.adapter, "output": output}
 
 
-def time_alternately(plans: dict, params: dict, feeds: list[dict], calls: int, samples: int, rounds: int,
-                     show: bool = True) -> list[dict]:
+def time_alternately(plans: dict, params: dict, feeds: list[dict] | dict[str, list[dict]], calls: int, samples: int,
+                     rounds: int, show: bool = True) -> list[dict]:
     """``plans`` (name -> ExecutionPlan) timed by :func:`time_plan` in turn, ``rounds`` times: one row per
     (round, plan) with ``variant`` (the name), ``round``, ``wall_us`` and ``gpu_us`` (medians, us per run;
     gpu None without timestamps), ``dispatches``, ``max_abs_diff`` (against the first plan's output) and
-    ``adapter``; each row printed as it comes with ``show``."""
+    ``adapter``; each row printed as it comes with ``show``. ``feeds``: one list for every plan, or a list per
+    plan name (plans of graphs with other inputs; their ``max_abs_diff`` then compares other computations)."""
     rows, base = [], None
     for r in range(rounds):
         for name, plan in plans.items():
-            t = time_plan(plan, params, feeds, calls, samples)
+            t = time_plan(plan, params, feeds[name] if isinstance(feeds, dict) else feeds, calls, samples)
             base = t["output"] if base is None else base
             rows.append({"variant": name, "round": r, "wall_us": gpu_timing.median_p90(t["wall"])[0] * 1e6,
                          "gpu_us": gpu_timing.median_p90(t["gpu"])[0] * 1e6 if t["gpu"] else None,

@@ -10,7 +10,10 @@ of them by ``models.time_alternately`` (wall and GPU time per run, ``--calls`` b
 sample, ``--repeats`` samples, ``--rounds`` rounds). ``--set MODULE.NAME=VALUE`` (either command, as
 often as needed) sets a constant of an eggfuse module before lowering, VALUE a Python literal: with
 ``save`` for the saved plan, with ``time`` for the tree's plan and every ``--variant``; each
-``--variant NAME:MODULE.NAME=VALUE[,...]`` adds a plan lowered with its settings besides.
+``--variant NAME:MODULE.NAME=VALUE[,...]`` adds a plan lowered with its settings besides, and each
+``--against-graphs NAME=FOLDER`` the model's graph from another ``--save-graphs`` folder (another
+revision's optimisation, e.g. of a graph whose inputs changed), lowered by this tree and fed its own
+random inputs (its ``max_abs_diff`` then compares other computations).
 
     PYTHONPATH=/tmp/old python3 bench/plan_ab.py save --graphs bench/graphs --model minilm --out old.pkl
     python3 bench/plan_ab.py time --graphs bench/graphs --model minilm --against old=old.pkl \\
@@ -33,6 +36,8 @@ import json
 import pickle
 import sys
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -94,6 +99,15 @@ def kernel_times(plan, params: dict, feed: dict) -> list[dict]:
                    for (name, digest), us in by.items()), key=lambda r: -r["us"])
 
 
+def fitted(graph, feeds: list[dict]) -> list[dict]:
+    """``feeds`` for ``graph``'s inputs: each feed's array where its shape is the input's, else
+    ``models.random_values``'s (a graph of another revision whose input changed: MiniLM's pooling
+    weights, [B, B S] before they were [B, S])."""
+    drawn, _ = models.random_values(graph)
+    return [{name: f[name] if name in f and np.shape(f[name]) == ty.shape else drawn[name]
+             for name, ty in graph.inputs.items()} for f in feeds]
+
+
 def adapter_name() -> str:
     from eggfuse.runtime.device import get_device
 
@@ -110,6 +124,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="save: the pickle to write")
     ap.add_argument("--against", action="append", default=[], help="time: NAME=PLAN.pkl of save")
     ap.add_argument("--variant", action="append", default=[], help="time: NAME:MODULE.NAME=VALUE[,...]")
+    ap.add_argument("--against-graphs", action="append", default=[],
+                    help="time: NAME=FOLDER, the model's graph of another --save-graphs folder (another revision's "
+                         "optimisation), lowered by this tree and fed its own inputs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--calls", type=int, default=10)
@@ -139,6 +156,15 @@ def main() -> None:
             raise SystemExit(f"--variant {spec!r}: write a new NAME:MODULE.NAME=VALUE[,...]")
         variants[name] = [parse_setting(s) for s in rest.split(",")]
     fused, params, feeds, _ = models.saved_model(args.graphs, args.model, args.calls)
+    other_graphs = {}
+    for spec in args.against_graphs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or name in ("tree", *saved, *variants, *other_graphs):
+            raise SystemExit(f"--against-graphs {spec!r}: write a new NAME=FOLDER")
+        if not (Path(folder) / f"{args.model}.pkl").is_file():
+            raise SystemExit(f"--against-graphs {spec!r}: no {args.model}.pkl in {folder!r} (bench/models.py "
+                             "--save-graphs writes it)")
+        other_graphs[name] = models.saved_model(Path(folder), args.model, args.calls)
     if args.command == "save":
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_bytes(pickle.dumps({"adapter": adapter_name(), "model": args.model,
@@ -153,10 +179,14 @@ def main() -> None:
         plans[name] = plan["plan"]
     for name, extra in variants.items():
         plans[name] = lowered(fused, settings + extra)
+    feeds_of = {name: feeds for name in plans}
+    for name, (g, _, g_feeds, _) in other_graphs.items():
+        plans[name], feeds_of[name] = lowered(g, settings), fitted(g, g_feeds)
+        params = {**other_graphs[name][1], **params}  # its parameters of names the tree's graph lacks
     rows = [{"model": args.model, **row}
-            for row in models.time_alternately(plans, params, feeds, args.calls, args.repeats, args.rounds)]
+            for row in models.time_alternately(plans, params, feeds_of, args.calls, args.repeats, args.rounds)]
     if args.profile:
-        rows += [{"model": args.model, "variant": name, "profile": kernel_times(plan, params, feeds[0])}
+        rows += [{"model": args.model, "variant": name, "profile": kernel_times(plan, params, feeds_of[name][0])}
                  for name, plan in plans.items()]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))
