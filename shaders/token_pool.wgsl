@@ -6,11 +6,13 @@
 // [batch, s, cols] units (VEC: vec4<f32> where the row holds quads, else f32), w [batch, s] (read by
 // WEIGHT: f32 or i32), out [batch, cols] units. One workgroup per sentence b: its 256 invocations are
 // p.groups row groups of p.unit_lanes lanes; lane u of group g sums rows g, g + groups, ... of unit
-// u0 + u for each chunk of units u0 (eight rows a step, their loads before their sums), the groups'
+// u0 + u for each chunk of units u0 (STEP rows a step, their loads before their sums), the groups'
 // sums meet in workgroup memory, and group 0 stores them and adds their squares for the norm, which
 // it applies to what it stored itself. Every w[b, t] is multiplied in, so a NaN or infinity of x
 // under a zero weight gives NaN as the reference's sum does; the clamps are max_f32 (a NaN count or
 // norm stays NaN, as numpy's maximum and the unfused Clip give) and divide (a subnormal clamp too).
+
+const STEP: u32 = {{STEP}}u;
 
 var<workgroup> part: array<{{VEC}}, 256>;
 
@@ -47,12 +49,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (g < p.groups && col < p.cols) {
             var t = g;
             let step = p.groups;
-            for (; t + 7u * step < p.s; t = t + 8u * step) {
-                var xs: array<{{VEC}}, 8>;
-                for (var k = 0u; k < 8u; k = k + 1u) {
+            for (; t + (STEP - 1u) * step < p.s; t = t + STEP * step) {
+                var xs: array<{{VEC}}, STEP>;
+                for (var k = 0u; k < STEP; k = k + 1u) {
                     xs[k] = x[(rows + t + k * step) * p.cols + col];
                 }
-                for (var k = 0u; k < 8u; k = k + 1u) {
+                for (var k = 0u; k < STEP; k = k + 1u) {
                     acc = acc + weight(rows + t + k * step) * xs[k];
                 }
             }

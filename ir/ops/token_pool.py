@@ -22,6 +22,9 @@ FAMILY = "token_pool"
 MIN_COUNT = 1e-9
 #: ``torch.nn.functional.normalize``'s default eps: a norm below it divides by it instead.
 MIN_NORM = 1e-12
+#: Rows a lane loads before it sums them (shaders/token_pool.wgsl STEP): the loads in flight of a kernel whose
+#: workgroup reads a whole sentence.
+TOKEN_POOL_STEP = 8
 
 
 def _token_pool_infer(ts, a):
@@ -55,7 +58,7 @@ def _token_pool_kernel(node, ins, target) -> Kernel:
                   params=(("batch", "u32", batch), ("s", "u32", s), ("cols", "u32", cols),
                           ("unit_lanes", "u32", unit_lanes), ("groups", "u32", 256 // unit_lanes),
                           ("min_count", "f32", a["min_count"]), ("min_norm", "f32", a["min_norm"])),
-                  slots={"VEC": vec, "SQUARES": "dot(v, v)" if quads else "v * v",
+                  slots={"VEC": vec, "SQUARES": "dot(v, v)" if quads else "v * v", "STEP": TOKEN_POOL_STEP,
                          "MEAN": "true" if a["mean"] else "false", "NORMALIZE": "true" if a["normalize"] else "false"},
                   bindings=(Buffer("x", vec), Buffer("w", w.dtype.wgsl), Buffer("out", vec, write=True)))
 
