@@ -176,7 +176,7 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
 
             # a shipped ruleset by its name (the source digest covers its rules; its text would build a lazy
             # one's rules, seconds for conv_epilogue), any other by the text of its rules
-            out[name] = [f"shipped:{shipped_name(r)}" if shipped_name(r) else
+            out[name] = [f"shipped:{n}" if (n := shipped_name(r)) else
                          hashlib.sha256(fingerprint(r).encode()).hexdigest() for r in value]
         else:
             out[name] = _plain(value, digest=True)

@@ -54,7 +54,7 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
     of the model's shapes for the others (symbolic dimensions from ``shapes``, a named one from the
     shape given for another input that has it, or of another input's .npy array, else 1). Raises
     InputError for an unknown name, a bad file, or a number the input's dtype cannot hold."""
-    from eggfuse.onnx.importer import _dims, elem_numpy, unknown_input
+    from eggfuse.onnx.importer import elem_numpy, unknown_input
 
     for name in [*given, *shapes]:
         if name not in model.input_names:
@@ -76,15 +76,10 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
                                          "file or an .npz with such an array")
                     arr = arr[key]
             loaded[name] = arr
-    named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
-    for vi in model.inputs:
-        shape = shapes.get(vi.name) or (list(loaded[vi.name].shape) if vi.name in loaded else None)
-        if shape is not None:
-            named.update((d, s) for d, s in zip(_dims(vi), shape, strict=False) if isinstance(d, str))
+    sized = input_shapes(model.inputs, {**{n: list(a.shape) for n, a in loaded.items()}, **shapes})
     feeds = {}
     for vi in model.inputs:
-        dims = _dims(vi)
-        shape = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in dims]
+        shape = sized[vi.name]
         dtype = elem_numpy(vi.type.tensor_type.elem_type)
         value = _number(given[vi.name]) if vi.name in given else None
         if value is not None:
@@ -194,24 +189,28 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"Chrome/Perfetto trace written to {args.profile}")
 
 
+def input_shapes(inputs, given: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Each input's shape: as ``given``, else the model's, a symbolic dimension taking the size a given
+    shape gives its name (a dim_param shared across inputs: batch, seq), else 1."""
+    from eggfuse.onnx.importer import _dims
+
+    named: dict[str, int] = {}
+    for vi in inputs:
+        if vi.name in given:
+            named.update((d, s) for d, s in zip(_dims(vi), given[vi.name], strict=False) if isinstance(d, str))
+    return {vi.name: list(given[vi.name]) if vi.name in given else
+            [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in _dims(vi)] for vi in inputs}
+
+
 def onnx_graph(path: str, shapes: dict[str, list[int]]):
     """The graph of the ONNX model at ``path`` for ``eggfuse optimize`` (symbolic dimensions
     from ``shapes``; a named one an input's given shape sizes, as ``eggfuse run`` does; else 1),
     its ONNX node count, and the ONNX node each graph node came from (node id -> name)."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
-    from eggfuse.onnx.importer import Importer, _dims, _load_proto, graph_inputs
+    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs
 
     proto = _load_proto(path)
-    inputs = graph_inputs(proto)
-    named: dict[str, int] = {}  # a named (dim_param) dimension's size, from an input whose shape is given
-    for vi in inputs:
-        if vi.name in shapes:
-            named.update((d, s) for d, s in zip(_dims(vi), shapes[vi.name], strict=False) if isinstance(d, str))
-    full = {}
-    for vi in inputs:
-        dims = _dims(vi)
-        full[vi.name] = shapes.get(vi.name) or [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in dims]
-    importer = Importer(proto, full, {})
+    importer = Importer(proto, input_shapes(graph_inputs(proto), shapes), {})
     graph, _, _ = importer.run()
     return graph, len(proto.graph.node), importer.origin
 

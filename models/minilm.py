@@ -33,9 +33,6 @@ ROBERTA_TYPES = ("roberta", "xlm-roberta")
 #: sentence-transformers pooling modes that are a weighted sum over tokens (``TokenPool(hidden, pool)``).
 POOLING_MODES = ("mean", "cls", "lasttoken", "mean_sqrt_len", "weightedmean")
 
-#: sentence-transformers' Normalize is ``x / max(||x||, 1e-12)`` (torch.nn.functional.normalize).
-NORMALIZE_MIN_NORM = 1e-12
-
 
 # --- files -------------------------------------------------------------------------------
 
@@ -372,8 +369,8 @@ def build_bert_graph(config: BertConfig, batch: int, seq: int, *, normalize: boo
         out = linear(mid, f"{p}.output.dense", h, config.intermediate_size)
         x = layer_norm(g.add(out, x), f"{p}.output.LayerNorm")
 
-    pooled = g.add_node("TokenPool", (g.reshape(x, [batch, seq, h]), pool), normalize=normalize,
-                        min_norm=NORMALIZE_MIN_NORM)
+    # (TokenPool's min_norm default, 1e-12: torch.nn.functional.normalize's, as sentence-transformers' Normalize)
+    pooled = g.add_node("TokenPool", (g.reshape(x, [batch, seq, h]), pool), normalize=normalize)
     g.set_outputs([pooled])
     return g
 
