@@ -211,3 +211,31 @@ def test_an_empty_batch_names_the_empty_inputs():
     with pytest.raises(OnnxError, match=r"Flatten node 'flat'.*The input\(s\) 'x' \[0, 3, 2\] have a dimension of "
                                         r"size 0 \(an empty batch or sequence\), the likely cause.*leave empty "):
         Model(m).run({"x": np.ones((0, 3, 2), np.float32)})
+
+
+@pytest.mark.parametrize("op, data, attrs", [
+    ("GatherElements", np.zeros((2, 9), np.int64), {"axis": 1}),  # RoBERTa's token types: a zero buffer by positions
+    ("Gather", np.full((9, 3), 2.5, np.float32), {"axis": 0}),
+    ("GatherND", np.full((2, 9, 3), -1, np.int64), {"batch_dims": 1}),
+    ("GatherElements", np.arange(18, dtype=np.int64).reshape(2, 9), {"axis": 1}),  # not uniform: a gather stays
+])
+def test_a_gather_of_one_repeated_value_is_a_constant_of_the_output_shape(op, data, attrs):
+    import onnxruntime
+
+    ids = np.array([[3, 0, 8, 1], [5, 5, 2, 7]], np.int64)
+    index = "ids3" if op == "GatherND" else "ids"
+    nodes = [node("Unsqueeze", ["ids", "minus1"], ["ids3"]), node(op, ["data", index], ["y"], **attrs)]
+    m = model(nodes, [("ids", I64, [2, 4])], [("y", onnx_elem(data), None)],
+              [("data", data), ("minus1", np.array([-1], np.int64))])
+    g, params = load(m)
+    got = evaluate(g, {"ids": ids}, params)[0]
+    session = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"ids": ids})
+    assert got.shape == want[0].shape and np.array_equal(got, want[0])
+    gathers = [n for n in g.live_nodes() if n.op.startswith("Gather")]
+    uniform = (data == data.reshape(-1)[0]).all()
+    assert (not gathers and g.node(g.outputs[0]).op == "Constant") if uniform else len(gathers) == 1
+
+
+def onnx_elem(a: np.ndarray) -> int:
+    return {np.dtype(np.int64): I64, np.dtype(np.float32): F}[a.dtype]

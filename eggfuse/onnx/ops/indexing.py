@@ -23,21 +23,45 @@ def _reduction(ctx: NodeContext) -> str:
     return reduction
 
 
+def _uniform(ctx: NodeContext, shape) -> Value | None:
+    """A gather's output of ``shape`` as a Constant (uploaded once, no dispatch) where its data
+    (input 0) is known at load time and holds one value in every element, whatever the run-time
+    indices pick (out-of-range ones are clamped): RoBERTa's token types, a ``GatherElements`` of a
+    registered zero buffer by position ids. The value stays a run-time one for the import (not
+    known), so that the Gather of the token-type table by it is not folded into a [B, S, H] array
+    and the embedding rules still see it. None otherwise (NaN data, an empty output)."""
+    data = ctx.value(0).const
+    shape = tuple(int(d) for d in shape)
+    if data is None or data.size == 0 or 0 in shape:
+        return None
+    flat = np.asarray(data).reshape(-1)
+    if not (flat == flat[0]).all():
+        return None
+    full = Value("", ctx.elem(0), shape, const=np.full(shape, flat[0], dtype=flat.dtype))
+    return same(ctx, ctx.importer.materialise(full, ctx))
+
+
 @converter("Gather")
 def _gather(ctx: NodeContext) -> Value:
     axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
-    return same(ctx, ctx.add("Gather", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
+    data = ctx.shape(0)
+    known = _uniform(ctx, (*data[:axis], *ctx.shape(1), *data[axis + 1:]))
+    return known or same(ctx, ctx.add("Gather", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
 
 
 @converter("GatherElements")
 def _gather_elements(ctx: NodeContext) -> Value:
     axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
-    return same(ctx, ctx.add("GatherElements", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
+    known = _uniform(ctx, ctx.shape(1))
+    return known or same(ctx, ctx.add("GatherElements", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
 
 
 @converter("GatherND")
 def _gather_nd(ctx: NodeContext) -> Value:
-    return same(ctx, ctx.add("GatherND", [ctx.tensor(0), ctx.tensor(1)], batch_dims=ctx.attr("batch_dims", 0)))
+    batch_dims = ctx.attr("batch_dims", 0)
+    index = ctx.shape(1)
+    known = _uniform(ctx, (*index[:-1], *ctx.shape(0)[batch_dims + index[-1]:])) if index else None
+    return known or same(ctx, ctx.add("GatherND", [ctx.tensor(0), ctx.tensor(1)], batch_dims=batch_dims))
 
 
 @converter("ScatterElements", "Scatter")
