@@ -37,10 +37,12 @@
 // each result; LOAD_FIRST, LOAD_NEXT and STORE_NEXT are the unrolled loads and stores of each
 // invocation's quads (next_a0, next_b0, ...). PROLOGUE defines the hooks stage_a (the quad
 // staged for 4 elements of a row of A at column k, from the invocation's load r of the
-// slice), finish_rows (called once after the K loop, in uniform control flow), row_scale
+// slice), start_rows (called once before the first slice is loaded, in uniform control flow),
+// finish_rows (called once after the K loop, in uniform control flow), row_scale
 // (a factor per tile row applied before the epilogue) and write_row_sums (SPLITS > 1: what
 // the reduction needs to compute row_scale):
-// matmul_prologue_none.wgsl, or matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul.
+// matmul_prologue_none.wgsl, matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul or
+// matmul_prologue_layer_norm.wgsl for FusedLayerNormMatMul.
 //
 // SPLITS > 1 (split-K across workgroups, for products of few tiles): workgroup w computes
 // tile w % tiles over K elements [s, s + 1) * k_chunk (s = w / tiles, k_chunk a multiple of BK)
@@ -171,6 +173,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tx = t % TX;
     let ty = t / TX;
 {{ACCUMULATORS}}
+    start_rows(li, row0);
 {{LOAD_FIRST}}
     workgroupBarrier();
     let steps = select(0u, (k_end - k0 + BK - 1u) / BK, k_end > k0);

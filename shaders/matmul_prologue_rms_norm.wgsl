@@ -8,6 +8,8 @@
 
 var<private> ss: array<f32, A_LOADS>;  // ss[r]: partial sum of x^2 of tile row (li + WG r) / KQ
 
+fn start_rows(li: u32, row0: u32) {}
+
 fn w_norm_at(k: u32) -> f32 {
     return w_norm[min(k, p.k - 1u)];  // past K, x is 0 and the weight does not matter
 }

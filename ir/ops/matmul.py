@@ -388,6 +388,76 @@ def _rms_norm_matmul(e):
                       e.FusedRmsNormMatMul(x, w, wp, eps=eps, variant=v, epilogue=ep), example=_rms_mm_example(v))
 
 
+# --- FusedLayerNormMatMul: C = epilogue(LayerNorm(x, gamma, beta) op W) ------------------------
+
+
+def _fused_layer_norm_matmul(ts, a):
+    x, gamma, beta = ts[:3]
+    for t, what in ((x, "x"), (gamma, "gamma"), (beta, "beta")):
+        need_f32(t, what)
+    need(a["variant"] in ("", "BT"), f"variant must be '' or 'BT' (x is not transposed), got {a['variant']!r}")
+    need(x.rank == 2 and gamma.shape == beta.shape == (x.shape[1],),
+         f"gamma and beta must be [{x.shape[-1]}] for x {x}, got {gamma} and {beta}")
+    return _fused_matmul([x, *ts[3:]], a)
+
+
+def _fused_layer_norm_matmul_ref(xs, a):
+    from .norms import _layer_norm_ref
+
+    return apply_epilogue(matmul_ref(_layer_norm_ref(xs[:3], a), xs[3], a["variant"]), a["epilogue"], xs[4:])
+
+
+def _fused_layer_norm_matmul_vjp(b, node, dy, want):
+    x, gamma, beta, w = node.inputs[:4]
+    eps = node.attrs["eps"]
+    normed = lambda: b.emit("LayerNorm", (x, gamma, beta), eps=eps)  # noqa: E731
+    dn, dw, *d_ops = _epilogue_vjp(b, node, 4, normed, w, dy, (any(want[:3]), *want[3:]))
+    dx = b.emit("LayerNormGradX", (dn, x, gamma), eps=eps) if want[0] else None
+    dg = b.emit("LayerNormGradW", (dn, x), eps=eps) if want[1] else None
+    return [dx, dg, bias_grad(b, dn, beta) if want[2] else None, dw, *d_ops]
+
+
+def _layer_norm_flops(ins, out, attrs):
+    m, k, n = matmul_dims([ins[0], ins[3]], attrs["variant"])
+    return 2 * m * k * n + 7 * m * k + out.num_elements * epilogue_ops(attrs["epilogue"])
+
+
+op("FusedLayerNormMatMul", ("x", "gamma", "beta", "w", "*operands"), _fused_layer_norm_matmul,
+   _fused_layer_norm_matmul_ref,
+   attrs=(Attr("eps", "float"), Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())),
+   doc="C = epilogue(LayerNorm(x, gamma, beta, eps) op W) (Ba et al. 2016: biased variance); inputs [x [M, K], "
+       "gamma [K], beta [K], W [K, N] or [N, K] for 'BT', *epilogue operands]: a pre-LN transformer's norm as the "
+       "next product's prologue (the tiled kernel normalises each row of A as it is loaded, from the row's mean "
+       "and variance taken in a first pass over the row; products of at most GEMV_MAX_ROWS rows take the LayerNorm "
+       "kernel into a scratch buffer, then the GEMV)",
+   vjp=_fused_layer_norm_matmul_vjp, kernel=matmul_kernel, flops=_layer_norm_flops)
+
+
+def _ln_mm_example(variant: str):
+    def build(g, dim):
+        k = dim("k")
+        x = g.layer_norm(g.input("x", [dim("m"), k]), g.parameter("g", [k]), g.parameter("b", [k]))
+        if variant == "BT":
+            _out(g, g.relu(g.matmul_bt(x, g.parameter("W", [dim("n"), k]))))
+        else:
+            _out(g, g.matmul(x, g.parameter("W", [k, dim("n")])))
+
+    return example(build)
+
+
+@rules("norm_fusion")
+def _layer_norm_matmul(e):
+    x, gamma, beta, wp = e.vars("x gamma beta wp")
+    (ep,) = e.vars("e", e.Epi)
+    (eps,) = e.vars("eps", e.f64)
+    # FusedMatMul(LayerNorm(x, g, b), W, e) -> FusedLayerNormMatMul(x, g, b, W, e)   (W [K,N], or [N,K] for BT)
+    for v in ("", "BT"):
+        yield e.equal(f"FusedMatMul{v}(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul{v}(x, g, b, W, e)",
+                      e.FusedMatMul(e.LayerNorm(x, gamma, beta, eps=eps), wp, variant=v, epilogue=ep),
+                      e.FusedLayerNormMatMul(x, gamma, beta, wp, eps=eps, variant=v, epilogue=ep),
+                      example=_ln_mm_example(v))
+
+
 # --- FusedSwiGLUMatMul: C = epilogue(SwiGLUConcat(x) op W) -----------------------------------
 
 

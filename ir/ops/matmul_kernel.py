@@ -32,6 +32,7 @@ kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 3.8 TB/s (0.91x
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Collection, Iterator
@@ -923,7 +924,7 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
 
 
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
-                      eps: float = 0.0, tile: MatmulTile | None = None,
+                      layer_norm: bool = False, eps: float = 0.0, tile: MatmulTile | None = None,
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
                       operand_types: tuple = (), swiglu: bool = False,
                       splits: int | None = None, max_scratch_bytes: int = 0, final: str | None = None,
@@ -938,7 +939,11 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     w_norm, then B, then the epilogue operands in chain order; 'bias' reads operand[j], 'add'
     reads operand[i * N + j]; unary steps are the WGSL of the unary table
     (:mod:`.elementwise`). With ``rms_norm`` A is staged as x * w_norm and each row is scaled by
-    its inverse rms before the epilogue. With ``swiglu`` (FusedSwiGLUMatMul, A not transposed) A
+    its inverse rms before the epilogue. With ``layer_norm`` (FusedLayerNormMatMul, A not transposed)
+    gamma and beta bind where w_norm would, and the tiled kernel stages (x - mean) * rstd * gamma + beta,
+    each row's mean and rstd taken over K before the K loop (matmul_prologue_layer_norm.wgsl); a GEMV
+    tile (M <= GEMV_MAX_ROWS) instead gives two kernels, layer_norm.wgsl into the node's scratch
+    buffer [M, K] and the GEMV reading it. With ``swiglu`` (FusedSwiGLUMatMul, A not transposed) A
     binds [M, 2K], and each quad of op(A) is SwiGLUConcat's silu(gate) * up, computed as it is
     loaded (``k`` is K, half of A's row). With ``quant`` (a block format of ``ir/ops/quant.py``;
     variant 'BT' only) B binds as ``q``, u32 rows of ``row_words`` words of blocks along K, decoded
@@ -958,17 +963,20 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     operands: matmul_split_layer_norm.wgsl) or 'rms_norm' (each row of C divided by sqrt(mean(C^2) +
     ``norm_eps``), then scaled by the weight the node holds right after A and B: the same shader).
     Raises LoweringError for an unknown step or final
-    step, a transposed A with ``rms_norm``, ``quant`` with another variant than 'BT', or a
+    step, a transposed A with ``rms_norm`` or ``layer_norm`` (or both), a GEMV ``layer_norm`` with a final
+    step, ``quant`` with another variant than 'BT', or a
     two-stage product whose scratch buffer does not fit ``max_scratch_bytes``.
     """
     from .elementwise import UNARY_BY_NAME
     from .fused_epilogue import expr_lines, expr_operands, is_expr, step_label
 
-    if rms_norm and variant == "AT":
-        raise LoweringError("the RmsNorm prologue normalises rows of A, which variant 'AT' transposes")
-    if swiglu and (variant == "AT" or rms_norm):
+    if (rms_norm or layer_norm) and variant == "AT":
+        raise LoweringError("the RmsNorm and LayerNorm prologues normalise rows of A, which variant 'AT' transposes")
+    if rms_norm and layer_norm:
+        raise LoweringError("a product takes one prologue: RmsNorm or LayerNorm, not both")
+    if swiglu and (variant == "AT" or rms_norm or layer_norm):
         raise LoweringError("the SwiGLU prologue reads rows of A [M, 2K] as they are stored: not with variant 'AT' "
-                            "or an RmsNorm prologue")
+                            "or a norm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
     forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
@@ -985,6 +993,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         lanes = f"{MATMUL_WG // tile.bn} lanes a column" if tile.bn > 0 else "no lanes"
         raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes}; the kernel needs a power of two of "
                             f"at least 4 (columns one of {GEMV_COLS_ALLOWED})")
+    if tile.gemv and layer_norm:
+        return _layer_norm_then_gemv(variant, epilogue, m, k, n, eps, tile, vec4, quant, row_words, operand_types,
+                                     final)
     if tile.gemv:
         splits = 1
     elif not (splits or forced_splits):
@@ -1016,7 +1027,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     b = Buffer("q", "u32") if quant is not None else Buffer("b", "vec4<f32>" if vec_b else "f32")
     # the GEMV reads w_norm's quads as one vec4 where K % 4 == 0 (matmul_gemv_prologue_rms_norm.wgsl)
     w_norm = Buffer("w_norm", "vec4<f32>" if tile.gemv and vec_a else "f32")
-    bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((w_norm,) if rms_norm else ()),
+    ln = (Buffer("gamma"), Buffer("beta")) if layer_norm else ()
+    bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((w_norm,) if rms_norm else ()), *ln,
                 b, *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
     tiles = math.ceil(m / tile.bm) * tiles_n
@@ -1024,7 +1036,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles),
               ("eps", "f32", eps), ("k_chunk", "u32", k_chunk),
               *((("row_words", "u32", row_words),) if quant is not None else ()))
-    name = ("rms_norm_" if rms_norm else "") + ("swiglu_" if swiglu else "") + "matmul"
+    name = ("rms_norm_" if rms_norm else "") + ("layer_norm_" if layer_norm else "") + ("swiglu_" if swiglu else "")
+    name += "matmul"
     name += (f"_{variant}" if variant else "") + f"_{tile.name}"
     name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
@@ -1035,8 +1048,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                  EPILOGUE="\n".join(lines),
                  B_ALONG_K="true" if variant == "BT" else "false",
                  DECODE=Include("quant_decode.wgsl") if quant is not None else "")
-    prologue = "rms_norm" if rms_norm else "none"
-    fixed = 3 if rms_norm else 2  # A, (w_norm,) B: what the first stage of a two-stage product binds
+    prologue = "rms_norm" if rms_norm else "layer_norm" if layer_norm else "none"
+    fixed = 2 + (1 if rms_norm else 0) + len(ln)  # A, (w_norm | gamma, beta,) B: a two-stage product's first stage
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
         gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes, W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
@@ -1050,6 +1063,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                        bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
                        slots={**gemv_slots, "EPILOGUE": ""}, scratch=m * n)
         return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
+    if layer_norm and tile.bm * (max(1, tile.wg // tile.bm) + 1) > tile.storage // 16:
+        raise LoweringError(f"the LayerNorm prologue keeps its rows' sums in the slices' memory, which the tile "
+                            f"{tile.name} is too small for: choose another tile of MATMUL_TILES")
     decl, body, store, reduce = _micro_tile(tile)
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
@@ -1075,6 +1091,22 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                      slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks)
     return [partial, _final_stage(final, splits, rms_norm and splits > 1, m, k, n, eps, norm_eps, epilogue, operands,
                                   lines, fixed)]
+
+
+def _layer_norm_then_gemv(variant: str, epilogue: tuple, m: int, k: int, n: int, eps: float, tile: MatmulTile,
+                          vec4, quant, row_words: int, operand_types: tuple, final: str | None) -> list[Kernel]:
+    # FusedLayerNormMatMul on a GEMV tile: layer_norm.wgsl (a workgroup a row) writes the normalised
+    # rows into the node's scratch buffer [M, K], then the GEMV reads them as A (inputs: x, gamma, beta,
+    # B, then the epilogue operands)
+    if final is not None:
+        raise LoweringError(f"a LayerNorm prologue on a GEMV tile ({m} rows) takes no final {final} step")
+    norm = Kernel("layer_norm", "layer_norm.wgsl", m, params=(("rows", "u32", m), ("n", "u32", k), ("eps", "f32", eps)),
+                  slots={"W": "w[j]", "B": "bias[j]"},
+                  bindings=(Buffer("x"), Buffer("w"), Buffer("bias"), Buffer("out", write=True)), inputs=(0, 1, 2),
+                  scratch=m * k)
+    gemv = matmul_kernel_for(variant, epilogue, m, k, n, tile=tile, vec4=vec4, quant=quant, row_words=row_words,
+                             operand_types=operand_types)
+    return [norm, dataclasses.replace(gemv, inputs=(SCRATCH, *range(3, 4 + len(gemv.bindings) - 3)))]
 
 
 #: Most columns of a row one invocation of matmul_split_layer_norm.wgsl keeps in registers.
@@ -1234,14 +1266,16 @@ def max_scratch_bytes(target) -> int:
 def matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
     """The kernel builder of every op of the matmul family."""
     rms_norm = node.op == "FusedRmsNormMatMul"
+    layer_norm = node.op == "FusedLayerNormMatMul"
     swiglu = node.op == "FusedSwiGLUMatMul"
     variant = node.attrs["variant"] if node.op.startswith("Fused") else _PLAIN_VARIANT[node.op]
     m, n = node.type.shape
     k = ins[0].shape[0] if variant == "AT" else ins[0].shape[1]
     if swiglu:
         k //= 2  # A holds gate and up side by side
-    fixed = 3 if rms_norm else 2
+    fixed = 3 if rms_norm else 4 if layer_norm else 2
     return matmul_kernel_for(variant, tuple(node.attrs.get("epilogue", ())), m, k, n, rms_norm=rms_norm,
-                             eps=float(node.attrs["eps"]) if rms_norm else 0.0, operand_types=tuple(ins[fixed:]),
+                             layer_norm=layer_norm, eps=float(node.attrs["eps"]) if rms_norm or layer_norm else 0.0,
+                             operand_types=tuple(ins[fixed:]),
                              swiglu=swiglu, max_scratch_bytes=max_scratch_bytes(target),
                              workgroup_storage=workgroup_storage(target))

@@ -143,4 +143,34 @@ def _rms_norm_matmul_through_reshape(e):
             e.set_(e.shape(view)).to(s))
 
 
+def _viewed_layer_norm(variant: str):
+    def build(g, dim):
+        m, n, k = dim("m"), dim("n"), dim("k")
+        x = g.input("x", [dim("b"), m, n])
+        y = g.reshape(g.layer_norm(x, g.parameter("g", [n]), g.parameter("beta", [n]), eps=1e-5),
+                      [dim("b") * m, n])
+        mm = g.matmul_bt if variant == "BT" else g.matmul
+        g.set_outputs([mm(y, g.parameter("W", [k, n] if variant == "BT" else [n, k]))])
+
+    return example(build)
+
+
+@rules("recognition")
+def _layer_norm_matmul_through_reshape(e):
+    x, gamma, beta, wp = e.vars("x gamma beta wp")
+    (ep,) = e.vars("e", e.Epi)
+    (eps,) = e.vars("eps", e.f64)
+    s, sx = e.vars("s sx", e.Vec[e.i64])
+    view = e.Identity(x, shape=s)
+    for v in ("", "BT"):
+        lhs = e.FusedMatMul(e.Identity(e.LayerNorm(x, gamma, beta, eps=eps), shape=s), wp, variant=v, epilogue=ep)
+        # FusedMatMul(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul(Reshape(x, s), g, b, W, e)   if
+        # s keeps x's last axis: a pre-LN export's projection reads a 2-D view of the normalised [B, S, N] tensor
+        yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(s[s.length() - 1]).to(sx[sx.length() - 1]),
+                     name=f"FusedMatMul{v}(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul{v}(Reshape(x, "
+                          "s), g, b, W, e)", example=_viewed_layer_norm(v)).then(
+            e.union(lhs).with_(e.FusedLayerNormMatMul(view, gamma, beta, wp, eps=eps, variant=v, epilogue=ep)),
+            e.set_(e.shape(view)).to(s))
+
+
 __all__ = ["FAMILY", "norm_patterns"]

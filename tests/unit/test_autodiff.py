@@ -149,6 +149,17 @@ def _fused_rms(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row:
     return Row(f"FusedRmsNormMatMul{variant}-{'+'.join(epilogue) or 'none'}", build, init={"wn": near_one})
 
 
+def _fused_ln(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row:
+    def build(g):
+        x, gamma, beta = P(g, "x", [m, k]), P(g, "gamma", [k]), P(g, "beta", [k])
+        w = P(g, "w", [n, k] if variant == "BT" else [k, n])
+        ops = [P(g, f"op{i}", [n] if s == "bias" else [m, n]) for i, s in enumerate(epilogue) if s in ("bias", "add")]
+        return g.add_node("FusedLayerNormMatMul", (x, gamma, beta, w, *ops), eps=1e-5, variant=variant,
+                          epilogue=epilogue)
+
+    return Row(f"FusedLayerNormMatMul{variant}-{'+'.join(epilogue) or 'none'}", build, init={"gamma": near_one})
+
+
 def _fused_swiglu(variant: str, epilogue: tuple[str, ...], m=3, k=6, n=5) -> Row:
     def build(g):
         x, w = P(g, "x", [m, 2 * k]), P(g, "w", [n, k] if variant == "BT" else [k, n])
@@ -263,6 +274,8 @@ ROWS = [
     _fused_rms("", ("bias", "Silu")),
     _fused_rms("BT", ("add",)),
     _fused_rms("BT", ()),
+    _fused_ln("", ("bias", "Gelu")),
+    _fused_ln("BT", ("add",)),
     _fused_swiglu("BT", ("add",)),
     _fused_swiglu("", ("bias", "Tanh")),
     _mm_rows("FusedMatMulLayerNorm", "BT", ("bias", "add")),

@@ -253,8 +253,9 @@ FIXTURES = {
     "llama_tiny.classic.onnx": ({"CausalAttentionRoPE": 2}, 14),
     "llama_tiny.dynamo.onnx": ({"CausalAttentionRoPE": 2}, 14),
     # the fused c_attn product read by CausalAttention with the key mask (25 while q, k and v were three Slices)
-    "gpt2_tiny.classic.onnx": ({"CausalAttention": 2}, 18),
-    "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2}, 18),
+    # and its pre-attention, pre-MLP and final LayerNorms as the next products' prologue (18 while dispatches)
+    "gpt2_tiny.classic.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
+    "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
     # RoBERTa's embeddings: three Gathers (position ids computed from the padding: CumSum) into one kernel (24 while
     # they were three Gathers, their sum and a LayerNorm); the position ids one PaddedPositionIds (19 while they
     # were Equal/Not/Cast, CumSum and Mul/Add); the token types, a GatherElements of a zero buffer, a Constant of
@@ -262,9 +263,10 @@ FIXTURES = {
     "roberta_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 16),
     "roberta_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 16),
     # ViT: the dynamo export's all-zero mask, read as causal with offset S - 1, dropped (23 while it kept the
-    # attention GeneralAttention of three projections)
-    "vit_tiny.classic.onnx": ({"FullAttentionPacked": 2}, 19),
-    "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2}, 19),
+    # attention GeneralAttention of three projections); its pre-LN norms the packed and MLP products' prologue
+    # (19 while dispatches)
+    "vit_tiny.classic.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15),
+    "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15),
     # T5: unscaled scores plus the relative position bias (a parameter: its values unknown to the rules) under the
     # padding mask, softmaxed without SDPA's guard: GeneralAttention with masked_rows nan on the projections' rows
     # (29 while the unguarded softmax stayed AttentionScores, Softmax, a batched product and four Permutes a layer),

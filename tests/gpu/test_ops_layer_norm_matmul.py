@@ -1,0 +1,110 @@
+"""FusedLayerNormMatMul (ir/ops/matmul.py): a pre-LN transformer's LayerNorm as the next product's
+prologue, on the GPU against the numpy reference (``eggfuse.ir.evaluate``): the tiled kernel (each
+row's mean and variance taken before the K loop, matmul_prologue_layer_norm.wgsl) on every tile
+family, whole and split in K, odd sizes (K not a multiple of 4, rows and columns past a tile),
+rows of a large mean (the shifted sums must not cancel the variance); the GEMV's LayerNorm kernel
+into scratch then the product. Then the rule on graphs of primitive ops: a pre-LN block whose
+normalised rows two products read, a norm that is also a graph output, and a [B, S, H] norm read
+through a reshape (an exporter's projection)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_table import Row, check_row, run_optimised  # tests/op_table.py
+
+from eggfuse.ir import Graph
+from eggfuse.ir.ops.matmul_kernel import (
+    MATMUL_TILES,
+    MATMUL_TILES_SMALL,
+    MATMUL_TILES_THREE_QUARTER,
+    MATMUL_TILES_WIDE,
+    matmul_choice,
+)
+
+
+def _row(variant: str, m: int, k: int, n: int, epilogue=("bias",), offset: float = 0.0) -> Row:
+    rng = np.random.default_rng(m * 7919 + k * 31 + n)
+    x = (rng.standard_normal((m, k)) * 2.0 + offset).astype(np.float32)
+
+    def build(g: Graph) -> int:
+        a = g.input("x", [m, k])
+        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+        ops = [g.parameter("bias", [n]) if s == "bias" else g.input("res", [m, n]) for s in epilogue
+               if s in ("bias", "add")]
+        return g.add_node("FusedLayerNormMatMul", (a, g.parameter("gamma", [k]), g.parameter("beta", [k]), w, *ops),
+                          eps=1e-5, variant=variant, epilogue=epilogue)
+
+    return Row("FusedLayerNormMatMul", f"FusedLayerNormMatMul{variant}[{m},{k},{n}]{'+'.join(epilogue)}"
+               f"{f'@{offset:g}' if offset else ''}", build, feeds={"x": x})
+
+
+ROWS = [
+    _row("BT", 1, 40, 37),  # GEMV: the LayerNorm kernel into scratch, then the product
+    _row("", 3, 33, 20, ("Relu",)),  # GEMV, K odd, B stored [K, N]
+    _row("BT", 37, 384, 45),  # tiled, split in K by the heuristic
+    _row("", 70, 33, 300, ("bias", "Gelu")),  # K odd: scalar loads of A
+    _row("BT", 130, 64, 129, ("bias", "add")),  # rows and columns past a tile
+    _row("", 9, 19, 7, ()),
+    _row("BT", 40, 96, 50, ("bias",), offset=300.0),  # a large mean: sums shifted by each row's first element
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
+def test_op_matches_reference(row, device):
+    session = check_row(row, device, subgroups=None)
+    kernels = [d.kernel for d in session.plan.dispatches]
+    gemv = "[1," in row.id or "[3," in row.id
+    assert (kernels[0].split("+")[0] == "layer_norm" and "gemv" in kernels[1]) if gemv else kernels[0].startswith(
+        "layer_norm_matmul"), kernels
+
+
+TILES = (*MATMUL_TILES, *MATMUL_TILES_WIDE, *MATMUL_TILES_SMALL, *MATMUL_TILES_THREE_QUARTER)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: t.name)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_every_tile_whole_and_split(tile, splits, device):
+    row = _row("BT", 67, 150, 70, ("bias",))
+    with matmul_choice(tile=tile, splits=splits):
+        session = check_row(row, device, subgroups=None)
+    kernels = [d.kernel for d in session.plan.dispatches]
+    assert kernels[0].startswith(f"layer_norm_matmul_BT_{tile.name}") and len(kernels) == (2 if splits > 1 else 1)
+
+
+def _pre_ln_block(m: int, k: int, n: int, *, norm_out: bool = False, batch: int = 0) -> tuple[Graph, dict, dict]:
+    # h = LayerNorm(x); q = h W1 + b1; u = Gelu(h W2 + b2): the normalised rows read by two products (and with
+    # norm_out a graph output too); with batch, x is [batch, m / batch, k] and the products read a 2-D view
+    g = Graph()
+    x = g.input("x", [batch, m // batch, k] if batch else [m, k])
+    h = g.layer_norm(x, g.parameter("gamma", [k]), g.parameter("beta", [k]), eps=1e-5)
+    rows = g.reshape(h, [m, k]) if batch else h
+    q = g.bias_add(g.matmul(rows, g.parameter("w1", [k, n])), g.parameter("b1", [n]))
+    u = g.gelu(g.bias_add(g.matmul_bt(rows, g.parameter("w2", [n + 3, k])), g.parameter("b2", [n + 3])))
+    g.set_outputs([q, u, h] if norm_out else [q, u])
+    rng = np.random.default_rng(m * 100 + k + n)
+    feeds = {"x": (rng.standard_normal(g.node(x).type.shape) * 3 + 1).astype(np.float32)}
+    params = {name: rng.standard_normal(ty.shape).astype(np.float32) / (np.sqrt(k) if name[0] == "w" else 1)
+              for name, ty in g.parameters.items()}
+    return g, feeds, params
+
+
+@pytest.mark.parametrize("m, k, n", [(37, 64, 45), (3, 19, 7), (130, 33, 66)])
+def test_rule_on_a_pre_ln_block_whose_norm_two_products_read(m, k, n, device):
+    g, feeds, params = _pre_ln_block(m, k, n)
+    opt, _ = run_optimised(g, device, feeds, params)
+    ops = [n.op for n in opt.live_nodes()]
+    assert ops.count("FusedLayerNormMatMul") == 2 and "LayerNorm" not in ops, ops
+
+
+def test_rule_keeps_a_norm_that_is_a_graph_output(device):
+    g, feeds, params = _pre_ln_block(37, 64, 45, norm_out=True)
+    opt, _ = run_optimised(g, device, feeds, params)
+    assert "LayerNorm" in [n.op for n in opt.live_nodes()]  # stored anyway; the products may read it or fuse
+
+
+def test_rule_through_an_exporters_reshape(device):
+    g, feeds, params = _pre_ln_block(14, 32, 20, batch=2)
+    opt, _ = run_optimised(g, device, feeds, params)
+    ops = [n.op for n in opt.live_nodes()]
+    assert ops.count("FusedLayerNormMatMul") == 2 and "LayerNorm" not in ops, ops
