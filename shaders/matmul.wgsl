@@ -40,7 +40,8 @@
 // slice), start_rows (called once before the first slice is loaded, in uniform control flow),
 // finish_rows (called once after the K loop, in uniform control flow), row_scale
 // (a factor per tile row applied before the epilogue) and write_row_sums (SPLITS > 1: what
-// the reduction needs to compute row_scale):
+// the reduction needs to compute row_scale; NORM_QUADS defines what the LayerNorm prologue reads of its
+// weights, and is empty for the others):
 // matmul_prologue_none.wgsl, matmul_prologue_rms_norm.wgsl for FusedRmsNormMatMul or
 // matmul_prologue_layer_norm.wgsl for FusedLayerNormMatMul.
 //
@@ -80,6 +81,8 @@ var<workgroup> tiles: array<vec4<f32>, 2u * (A_SIZE + B_SIZE)>;
 {{DECODE}}
 
 {{QUADS}}
+
+{{NORM_QUADS}}
 
 {{PROLOGUE}}
 

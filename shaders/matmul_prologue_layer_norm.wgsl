@@ -15,10 +15,6 @@ fn inside(k: u32) -> vec4<f32> {
     return vec4<f32>(vec4<u32>(k, k + 1u, k + 2u, k + 3u) < vec4<u32>(p.k));
 }
 
-fn ln_at(k: u32) -> vec2<f32> {
-    let c = min(k, p.k - 1u);  // past K the element is zeroed by inside()
-    return vec2<f32>(gamma[c], beta[c]);
-}
 
 // Called before the first slice is loaded, in uniform control flow.
 fn start_rows(li: u32, row0: u32) {
@@ -55,10 +51,10 @@ fn start_rows(li: u32, row0: u32) {
     workgroupBarrier();
 }
 
+// gamma_quad(k), beta_quad(k) (matmul.wgsl's NORM_QUADS, ir/ops/matmul_kernel.py): weights k..k+3, read as
+// one vec4 where K % 4 == 0; past K the element is zeroed by inside().
 fn stage_a(v: vec4<f32>, k: u32, r: u32) -> vec4<f32> {
-    let g = vec4<f32>(ln_at(k).x, ln_at(k + 1u).x, ln_at(k + 2u).x, ln_at(k + 3u).x);
-    let b = vec4<f32>(ln_at(k).y, ln_at(k + 1u).y, ln_at(k + 2u).y, ln_at(k + 3u).y);
-    return ((v - vec4<f32>(stat[r].x)) * stat[r].y * g + b) * inside(k);
+    return fma(v - vec4<f32>(stat[r].x), vec4<f32>(stat[r].y) * gamma_quad(k), beta_quad(k)) * inside(k);
 }
 
 fn finish_rows(li: u32) {}

@@ -673,6 +673,17 @@ def _w_norm_quad(vec4: bool) -> str:
             "w_norm[min(k + 3u, last)]);\n}")
 
 
+def _norm_quads(vec4: bool) -> str:
+    # matmul.wgsl's NORM_QUADS for the LayerNorm prologue: gamma_quad(k) and beta_quad(k), weights k..k+3
+    # (k % 4 == 0); past K the staged element is zeroed, so the index is clamped rather than checked
+    if vec4:
+        return "\n".join(f"fn {w}_quad(k: u32) -> vec4<f32> {{\n    return {w}[min(k, p.k - 4u) / 4u];\n}}"
+                         for w in ("gamma", "beta"))
+    return "\n".join(f"fn {w}_quad(k: u32) -> vec4<f32> {{\n    let last = p.k - 1u;\n    return vec4<f32>({w}[min(k, "
+                     f"last)], {w}[min(k + 1u, last)], {w}[min(k + 2u, last)], {w}[min(k + 3u, last)]);\n}}"
+                     for w in ("gamma", "beta"))
+
+
 def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None,
                    swiglu: bool = False, select: bool | None = None) -> str:
     # A: tiled reads quads of its stored rows ([M,K], or [K,M] for 'AT'); GEMV reads rows of
@@ -1027,7 +1038,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     b = Buffer("q", "u32") if quant is not None else Buffer("b", "vec4<f32>" if vec_b else "f32")
     # the GEMV reads w_norm's quads as one vec4 where K % 4 == 0 (matmul_gemv_prologue_rms_norm.wgsl)
     w_norm = Buffer("w_norm", "vec4<f32>" if tile.gemv and vec_a else "f32")
-    ln = (Buffer("gamma"), Buffer("beta")) if layer_norm else ()
+    ln = tuple(Buffer(w, "vec4<f32>" if vec_a else "f32") for w in ("gamma", "beta")) if layer_norm else ()
     bindings = (Buffer("a", "vec4<f32>" if vec_a else "f32"), *((w_norm,) if rms_norm else ()), *ln,
                 b, *operands, Buffer("out", write=True))
     tiles_n = math.ceil(n / tile.bn)
@@ -1070,6 +1081,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
+                 NORM_QUADS=_norm_quads(vec_a) if layer_norm else "",
                  **_slice_loads(tile))
     checks = keeps_runtime_checks(tile)
     vec_out = out_vec4(tile, n, splits, rms_norm)
