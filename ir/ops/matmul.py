@@ -332,7 +332,8 @@ def _fused_rms_norm_matmul(ts, a):
     need_f32(x, "x")
     need_f32(w_norm, "w_norm")
     need(a["variant"] in ("", "BT"), f"variant must be '' or 'BT' (x is not transposed), got {a['variant']!r}")
-    need(x.rank == 2 and w_norm.shape == (x.shape[1],), f"w_norm must be [{x.shape[-1]}] for x {x}, got {w_norm}")
+    need(x.rank == 2, f"x must be [M, K], got {x}")
+    need(w_norm.shape == (x.shape[1],), f"w_norm must be [{x.shape[1]}] for x {x}, got {w_norm}")
     return _fused_matmul([x, *ts[2:]], a)
 
 
@@ -396,8 +397,9 @@ def _fused_layer_norm_matmul(ts, a):
     for t, what in ((x, "x"), (gamma, "gamma"), (beta, "beta")):
         need_f32(t, what)
     need(a["variant"] in ("", "BT"), f"variant must be '' or 'BT' (x is not transposed), got {a['variant']!r}")
-    need(x.rank == 2 and gamma.shape == beta.shape == (x.shape[1],),
-         f"gamma and beta must be [{x.shape[-1]}] for x {x}, got {gamma} and {beta}")
+    need(x.rank == 2, f"x must be [M, K], got {x}")
+    need(gamma.shape == beta.shape == (x.shape[1],), f"gamma and beta must be [{x.shape[1]}] for x {x}, got {gamma} "
+         f"and {beta}")
     return _fused_matmul([x, *ts[3:]], a)
 
 
@@ -450,12 +452,15 @@ def _layer_norm_matmul(e):
     x, gamma, beta, wp = e.vars("x gamma beta wp")
     (ep,) = e.vars("e", e.Epi)
     (eps,) = e.vars("eps", e.f64)
+    (s,) = e.vars("s", e.Vec[e.i64])
     # FusedMatMul(LayerNorm(x, g, b), W, e) -> FusedLayerNormMatMul(x, g, b, W, e)   (W [K,N], or [N,K] for BT)
+    # if x has more than GEMV_MAX_ROWS rows: on fewer, the GEMV's form runs the LayerNorm kernel into scratch
+    # before the product, no fewer dispatches than the norm's own, and once for each product that reads it
     for v in ("", "BT"):
         yield e.equal(f"FusedMatMul{v}(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul{v}(x, g, b, W, e)",
                       e.FusedMatMul(e.LayerNorm(x, gamma, beta, eps=eps), wp, variant=v, epilogue=ep),
                       e.FusedLayerNormMatMul(x, gamma, beta, wp, eps=eps, variant=v, epilogue=ep),
-                      example=_ln_mm_example(v))
+                      e.eq(e.shape(x)).to(s), s[0] > e.i64(GEMV_MAX_ROWS), example=_ln_mm_example(v))
 
 
 # --- FusedSwiGLUMatMul: C = epilogue(SwiGLUConcat(x) op W) -----------------------------------

@@ -1074,9 +1074,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                        bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
                        slots={**gemv_slots, "EPILOGUE": ""}, scratch=m * n)
         return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
-    if layer_norm and tile.bm * (max(1, tile.wg // tile.bm) + 1) > tile.storage // 16:
-        raise LoweringError(f"the LayerNorm prologue keeps its rows' sums in the slices' memory, which the tile "
-                            f"{tile.name} is too small for: choose another tile of MATMUL_TILES")
+    if layer_norm and (tile.wg < tile.bm or tile.bm * (tile.wg // tile.bm + 1) > tile.storage // 16):
+        raise LoweringError(f"the LayerNorm prologue takes a row's mean and variance with one or more invocations "
+                            f"a row, kept in the slices' memory, which the tile {tile.name} has too few of: choose "
+                            "another tile of MATMUL_TILES")
     decl, body, store, reduce = _micro_tile(tile)
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,

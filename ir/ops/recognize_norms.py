@@ -28,6 +28,7 @@ function), statistics over other axes than the last, a weight or bias of another
 from __future__ import annotations
 
 from ..spec import example, rules
+from .matmul_kernel import GEMV_MAX_ROWS
 from .recognize import Pattern, recognise
 
 FAMILY = "recognize_norms"
@@ -166,7 +167,9 @@ def _layer_norm_matmul_through_reshape(e):
         lhs = e.FusedMatMul(e.Identity(e.LayerNorm(x, gamma, beta, eps=eps), shape=s), wp, variant=v, epilogue=ep)
         # FusedMatMul(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul(Reshape(x, s), g, b, W, e)   if
         # s keeps x's last axis: a pre-LN export's projection reads a 2-D view of the normalised [B, S, N] tensor
+        # (of more than GEMV_MAX_ROWS rows, as the plain rule: ir/ops/matmul.py)
         yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(s[s.length() - 1]).to(sx[sx.length() - 1]),
+                     s[0] > e.i64(GEMV_MAX_ROWS),
                      name=f"FusedMatMul{v}(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul{v}(Reshape(x, "
                           "s), g, b, W, e)", example=_viewed_layer_norm(v)).then(
             e.union(lhs).with_(e.FusedLayerNormMatMul(view, gamma, beta, wp, eps=eps, variant=v, epilogue=ep)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import helper, numpy_helper
 from onnx_models import I64, F, model, node  # tests/onnx_models.py
 
 from eggfuse.ir import DType, Graph, OnnxError, UnsupportedOpsError, evaluate
@@ -213,28 +214,46 @@ def test_an_empty_batch_names_the_empty_inputs():
         Model(m).run({"x": np.ones((0, 3, 2), np.float32)})
 
 
-@pytest.mark.parametrize("op, data, attrs", [
-    ("GatherElements", np.zeros((2, 9), np.int64), {"axis": 1}),  # RoBERTa's token types: a zero buffer by positions
-    ("Gather", np.full((9, 3), 2.5, np.float32), {"axis": 0}),
-    ("GatherND", np.full((2, 9, 3), -1, np.int64), {"batch_dims": 1}),
-    ("GatherElements", np.arange(18, dtype=np.int64).reshape(2, 9), {"axis": 1}),  # not uniform: a gather stays
+@pytest.mark.parametrize("op, data, attrs, folds", [
+    ("GatherElements", np.zeros((2, 9), np.int64), {"axis": 1}, True),  # RoBERTa's token types: a zero buffer
+    ("Gather", np.full((9, 3), 2.5, np.float32), {"axis": -2}, True),  # from a Constant node: no parameter
+    ("GatherND", np.full((2, 9, 3), -1, np.int64), {"batch_dims": 1}, True),
+    ("GatherElements", np.arange(18, dtype=np.int64).reshape(2, 9), {"axis": 1}, False),  # not uniform
+    ("Gather", np.array([[0.0], [-0.0], [0.0]], np.float32), {"axis": 0}, False),  # -0.0 is not 0.0: 1 / y differs
+    ("Gather", np.full((9, 3), 0.25, np.float32), {"axis": 0}, False),  # a float initializer: a parameter, kept
 ])
-def test_a_gather_of_one_repeated_value_is_a_constant_of_the_output_shape(op, data, attrs):
+def test_a_gather_of_one_repeated_value_is_a_constant_of_the_output_shape(op, data, attrs, folds):
     import onnxruntime
 
-    ids = np.array([[3, 0, 8, 1], [5, 5, 2, 7]], np.int64)
+    ids = np.array([[2, 0, 1, 1], [2, 2, 0, 1]], np.int64)
     index = "ids3" if op == "GatherND" else "ids"
     nodes = [node("Unsqueeze", ["ids", "minus1"], ["ids3"]), node(op, ["data", index], ["y"], **attrs)]
-    m = model(nodes, [("ids", I64, [2, 4])], [("y", onnx_elem(data), None)],
-              [("data", data), ("minus1", np.array([-1], np.int64))])
+    initializers = [("minus1", np.array([-1], np.int64))]
+    if data.dtype == np.float32 and folds:  # a known float that is no initializer
+        nodes.insert(0, helper.make_node("Constant", [], ["data"], value=numpy_helper.from_array(data)))
+    else:
+        initializers.append(("data", data))
+    m = model(nodes, [("ids", I64, [2, 4])], [("y", onnx_elem(data), None)], initializers)
     g, params = load(m)
     got = evaluate(g, {"ids": ids}, params)[0]
     session = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     want = session.run(None, {"ids": ids})
     assert got.shape == want[0].shape and np.array_equal(got, want[0])
     gathers = [n for n in g.live_nodes() if n.op.startswith("Gather")]
-    uniform = (data == data.reshape(-1)[0]).all()
-    assert (not gathers and g.node(g.outputs[0]).op == "Constant") if uniform else len(gathers) == 1
+    assert (not gathers and g.node(g.outputs[0]).op == "Constant") if folds else len(gathers) == 1
+    assert ("data" in params) == (data.dtype == np.float32 and not folds and data.size == 27)
+
+
+def test_a_uniform_gather_keeps_the_gathers_checks_and_a_small_tables_size():
+    zeros = np.zeros((2, 9), np.int64)
+    bad = model([node("GatherElements", ["data", "ids"], ["y"], axis=1)], [("ids", I64, [4])], [("y", I64, None)],
+                [("data", zeros)])  # indices of another rank than the data's
+    with pytest.raises(OnnxError, match="GatherElements"):
+        load(bad)
+    big = model([node("Gather", ["data", "ids"], ["y"])], [("ids", I64, [300, 300])], [("y", I64, None)],
+                [("data", zeros)])  # a [2, 9] table gathered into [300, 300, 9]: a gather, not a 3 MB constant
+    g, _ = load(big)
+    assert [n.op for n in g.live_nodes() if n.op == "Gather"] == ["Gather"]
 
 
 def onnx_elem(a: np.ndarray) -> int:

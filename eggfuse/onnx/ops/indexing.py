@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from eggfuse.ir import DType
+from eggfuse.ir import DType, Graph, GraphError, TensorType
+from eggfuse.ir.facts import baked
+from eggfuse.ir.spec import OPS, ShapeError
 
-from ..importer import NodeContext, Value, converter
+from ..importer import ELEM_DTYPE, NodeContext, Value, converter
 from .movement import axis_of, same
 
 _REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -23,44 +25,64 @@ def _reduction(ctx: NodeContext) -> str:
     return reduction
 
 
-def _uniform(ctx: NodeContext, shape) -> Value | None:
-    """A gather's output of ``shape`` as a Constant (uploaded once, no dispatch) where its data
-    (input 0) is known at load time and holds one value in every element, whatever the run-time
-    indices pick (out-of-range ones are clamped): RoBERTa's token types, a ``GatherElements`` of a
-    registered zero buffer by position ids. The value stays a run-time one for the import (not
-    known), so that the Gather of the token-type table by it is not folded into a [B, S, H] array
-    and the embedding rules still see it. None otherwise (NaN data, an empty output)."""
-    data = ctx.value(0).const
-    shape = tuple(int(d) for d in shape)
-    if data is None or data.size == 0 or 0 in shape:
+#: Most elements of the Constant that :func:`_uniform` makes where the data holds fewer (a small
+#: table gathered into a large output stays a gather).
+UNIFORM_MAX_ELEMENTS = 1 << 16
+
+
+def _uniform(ctx: NodeContext, op: str, **attrs) -> Value | None:
+    """Gather-like ``op``'s output as a Constant (uploaded once, no dispatch) where its data (input 0)
+    is known at load time and holds one value in every element (the same bits: -0.0 is not 0.0),
+    whatever the run-time indices pick (out-of-range ones are clamped): RoBERTa's token types, a
+    ``GatherElements`` of a registered zero buffer by position ids. The output's shape is the IR
+    op's (its checks apply; an invalid node is left to the gather, which raises). The value stays a
+    run-time one for the import (not known), so that the Gather of the token-type table by it is not
+    folded into a [B, S, H] array and the embedding rules still see it. None otherwise: data
+    computed at run time, a float initializer the import keeps as a parameter (whose values may be
+    replaced; one a value fact bakes is a Constant anyway), NaN or
+    mixed data, an empty output, or an output of more than max(UNIFORM_MAX_ELEMENTS, data's
+    elements) elements."""
+    data = ctx.value(0)
+    dtype = ELEM_DTYPE.get(data.elem)
+    if data.const is None or dtype is None or data.const.size == 0:
         return None
-    flat = np.asarray(data).reshape(-1)
-    if not (flat == flat[0]).all():
+    if data.param and dtype is DType.F32 and not baked(data.const, TensorType(tuple(data.shape), dtype)):
+        return None  # the importer's parameter (Importer.materialise)
+    spec = OPS[op]
+    try:
+        shape = spec.infer([TensorType(tuple(data.shape), dtype), TensorType(tuple(ctx.shape(1)), DType.I32)],
+                           Graph._attributes(spec, attrs)).shape
+    except (ShapeError, GraphError):
         return None
-    full = Value("", ctx.elem(0), shape, const=np.full(shape, flat[0], dtype=flat.dtype))
+    size = int(np.prod(shape))
+    if size == 0 or size > max(UNIFORM_MAX_ELEMENTS, data.const.size):
+        return None
+    flat = np.ascontiguousarray(data.const).reshape(-1)
+    bits = flat.view(f"u{flat.itemsize}")
+    if not (bits == bits[0]).all() or (flat.dtype.kind == "f" and np.isnan(flat[0])):
+        return None
+    full = Value(data.name, ctx.elem(0), shape, const=np.full(shape, flat[0], dtype=flat.dtype))
     return same(ctx, ctx.importer.materialise(full, ctx))
 
 
 @converter("Gather")
 def _gather(ctx: NodeContext) -> Value:
     axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
-    data = ctx.shape(0)
-    known = _uniform(ctx, (*data[:axis], *ctx.shape(1), *data[axis + 1:]))
+    known = _uniform(ctx, "Gather", axis=axis)
     return known or same(ctx, ctx.add("Gather", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
 
 
 @converter("GatherElements")
 def _gather_elements(ctx: NodeContext) -> Value:
     axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
-    known = _uniform(ctx, ctx.shape(1))
+    known = _uniform(ctx, "GatherElements", axis=axis)
     return known or same(ctx, ctx.add("GatherElements", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
 
 
 @converter("GatherND")
 def _gather_nd(ctx: NodeContext) -> Value:
     batch_dims = ctx.attr("batch_dims", 0)
-    index = ctx.shape(1)
-    known = _uniform(ctx, (*index[:-1], *ctx.shape(0)[batch_dims + index[-1]:])) if index else None
+    known = _uniform(ctx, "GatherND", batch_dims=batch_dims)
     return known or same(ctx, ctx.add("GatherND", [ctx.tensor(0), ctx.tensor(1)], batch_dims=batch_dims))
 
 
