@@ -162,7 +162,8 @@ def test_the_e_graph_grows_linearly_with_the_layers():
     sizes = {}
     for layers in (2, 8):
         out, rep = optimize(_exported_layers(layers), verify=True)
-        assert rep.saturated and {"LayerNorm", "FusedMatMul"} <= {n.op for n in out.live_nodes()}
+        # each LayerNorm the up projection's prologue, the down projection a FusedMatMul with the residual add
+        assert rep.saturated and {"FusedLayerNormMatMul", "FusedMatMul"} <= {n.op for n in out.live_nodes()}
         sizes[layers] = (rep.phases["insert"].enodes, rep.enodes)
     (n2, e2), (n8, e8) = sizes[2], sizes[8]
     # at most five times the input's e-nodes: elementwise_fusion adds a Fused and an Ex e-node per
@@ -213,11 +214,18 @@ def test_report_counts_the_nodes_each_recognised_op_replaced(tmp_path, capsys):
     import json
 
     from eggfuse import cli
+    from eggfuse.ir.ops.matmul_kernel import GEMV_MAX_ROWS
     from eggfuse.onnx.importer import Importer
+    from eggfuse.rewrites.rulesets import select
 
     imp = Importer(_onnx_layer_norm_model(), {}, {})
     g, _, _ = imp.run()
-    _, rep = optimize(g, verify=True)
+    _, rep = optimize(g, verify=True)  # the norm (7 rows, more than GEMV_MAX_ROWS) the product's prologue
+    assert 7 > GEMV_MAX_ROWS and "FusedLayerNormMatMul(bias) x1 from 11 ONNX nodes" in rep.recognised_line(imp.origin)
+    prologue = [r for r in ("FusedMatMul(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul(x, g, b, W, e)",
+                            "FusedMatMul(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul(Reshape(x, s), "
+                            "g, b, W, e)")]
+    _, rep = optimize(g, verify=True, rulesets=select(None, prologue))
     (cone,) = rep.recognised["LayerNorm"]
     assert sorted({imp.origin[i] for i in cone}) == sorted(
         ["ln/mean", "ln/sub", "ln/pow", "ln/var", "ln/add", "ln/sqrt", "ln/div", "ln/mul", "ln/add_1"])
@@ -228,12 +236,16 @@ def test_report_counts_the_nodes_each_recognised_op_replaced(tmp_path, capsys):
 
     path = tmp_path / "ln.onnx"
     path.write_bytes(_onnx_layer_norm_model().SerializeToString())
-    assert cli.main(["optimize", str(path)]) == 0
+    off = [a for r in prologue for a in ("--disable-rule", r)]
+    assert cli.main(["optimize", str(path), *off]) == 0
     assert "recognised and fused ops: FusedMatMul(bias) x1 from 2 ONNX nodes, LayerNorm x1 from 9 ONNX nodes" in \
         capsys.readouterr().out
-    assert cli.main(["optimize", str(path), "--json"]) == 0
+    assert cli.main(["optimize", str(path), "--json", *off]) == 0
     assert json.loads(capsys.readouterr().out)["recognised"] == {
         "LayerNorm": {"count": 1, "onnx_nodes": 9}, "FusedMatMul(bias)": {"count": 1, "onnx_nodes": 2}}
+    assert cli.main(["optimize", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recognised"] == {"FusedLayerNormMatMul(bias)": {"count": 1,
+                                                                                               "onnx_nodes": 11}}
 
 
 def test_report_has_no_recognised_ops_for_a_graph_left_as_it_was():
