@@ -324,6 +324,77 @@ def t5_tiny(out_dir: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names}, kinds=("classic",))
 
 
+def _typed_encoder(name: str, model: torch.nn.Module, cfg, out_dir: Path) -> list[dict]:
+    # an encoder of BERT's inputs: the second sequence has 4 tokens and 3 of padding, token types 1 from the fourth
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 4:] = 0
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64) * mask,
+             "token_type_ids": (np.arange(SEQ)[None, :] >= 3).astype(np.int64).repeat(BATCH, 0),
+             "attention_mask": mask}
+    names, outs = ("input_ids", "token_type_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports(name, wrap(model, names, outs), feeds, outs, out_dir, {n: {0: "batch", 1: "seq"} for n in names})
+
+
+def albert_tiny(out_dir: Path) -> list[dict]:
+    """``AlbertModel`` (embeddings of 16 projected to hidden 32, one layer's weights shared by 2 layers)."""
+    from transformers import AlbertConfig, AlbertModel
+
+    torch.manual_seed(0)
+    cfg = AlbertConfig(vocab_size=64, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=32)
+    return _typed_encoder("albert_tiny", randomise(AlbertModel(cfg, add_pooling_layer=False)).eval(), cfg, out_dir)
+
+
+def electra_tiny(out_dir: Path) -> list[dict]:
+    """``ElectraModel`` (the discriminator: embeddings of 16 projected to hidden 32, BERT's layers)."""
+    from transformers import ElectraConfig, ElectraModel
+
+    torch.manual_seed(0)
+    cfg = ElectraConfig(vocab_size=64, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32)
+    return _typed_encoder("electra_tiny", randomise(ElectraModel(cfg)).eval(), cfg, out_dir)
+
+
+def deberta_tiny(out_dir: Path) -> list[dict]:
+    """``DebertaV2Model`` (DeBERTa-v3's architecture: disentangled attention, content-to-position and
+    position-to-content scores from 8 relative position buckets up to distance 16, no absolute positions, no
+    token types), 2 layers, hidden 32."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    torch.manual_seed(0)
+    cfg = DebertaV2Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=64, max_position_embeddings=32, type_vocab_size=0, relative_attention=True,
+                          position_buckets=8, max_relative_positions=16, pos_att_type=["p2c", "c2p"],
+                          position_biased_input=False, norm_rel_ebd="layer_norm", share_att_key=True)
+    model = randomise(DebertaV2Model(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 4:] = 0
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64) * mask,
+             "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports("deberta_tiny", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
+def qwen2_tiny(out_dir: Path) -> list[dict]:
+    """``Qwen2ForCausalLM`` (biased Q/K/V projections, GQA of 4 query heads on 2 key/value heads), right padding."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, use_cache=False, tie_word_embeddings=False)
+    model = randomise(Qwen2ForCausalLM(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    mask[1, 5:] = 0
+    feeds = {"input_ids": rng.integers(0, cfg.vocab_size, (BATCH, SEQ)).astype(np.int64), "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("logits",)
+    return run_exports("qwen2_tiny", wrap(_NoCache(model), names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 class SentenceEmbedding(torch.nn.Module):
     """A transformers encoder followed by sentence-transformers' mean ``Pooling`` and ``Normalize``
     modules, their code as written there (sentence_transformers/models/Pooling.py, Normalize.py):
@@ -521,7 +592,8 @@ def main() -> None:
     ap.add_argument("--real", type=Path, nargs="?", const=REAL_DIR,
                     help=f"export the real MiniLM and SmolLM2 into this folder instead (default {REAL_DIR})")
     ap.add_argument("--only", choices=["bert_tiny", "bert_tiny_pooled", "distilbert_tiny", "llama_tiny", "gpt2_tiny",
-                                       "roberta_tiny", "vit_tiny", "t5_tiny", "mpnet_tiny", "minilm", "minilm_pooled",
+                                       "roberta_tiny", "vit_tiny", "t5_tiny", "mpnet_tiny", "albert_tiny",
+                                       "electra_tiny", "deberta_tiny", "qwen2_tiny", "minilm", "minilm_pooled",
                                        "smollm2", "smollm2_padded"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
@@ -540,7 +612,8 @@ def main() -> None:
               ("smollm2_padded", smollm2_padded)) if args.real else (
         ("bert_tiny", bert_tiny), ("bert_tiny_pooled", bert_tiny_pooled), ("distilbert_tiny", distilbert_tiny),
         ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny),
-        ("t5_tiny", t5_tiny), ("mpnet_tiny", mpnet_tiny))
+        ("t5_tiny", t5_tiny), ("mpnet_tiny", mpnet_tiny), ("albert_tiny", albert_tiny), ("electra_tiny", electra_tiny),
+        ("deberta_tiny", deberta_tiny), ("qwen2_tiny", qwen2_tiny))
     for name, fn in models:
         if not args.only or name in args.only:
             rows = fn(out, args.eggfuse_venv) if args.real else fn(out)

@@ -1,7 +1,8 @@
 """Models exported by torch.onnx, run by eggfuse.onnx.Model, against torch's own outputs.
 
 The fixtures under tests/data/exported/ come from scripts/export_torch_fixtures.py
-(transformers BertModel and LlamaForCausalLM with GQA, 2 layers, random weights; torch's
+(transformers BertModel, LlamaForCausalLM with GQA and the other families the script lists, 2 layers,
+random weights; torch's
 classic exporter at opset 17, and 14 for BERT, and the dynamo exporter at opset 18), with
 the inputs and torch's outputs in NAME.npz. Each runs unfused and optimised, at the exported
 shapes (batch 2, distilbert_tiny's 3, sequence 7) and at a second shape bound from the feeds (the
@@ -37,7 +38,8 @@ RTOL = 2e-5
 #: second image alone (None: the whole row)
 PADDED_ROW = {"bert_tiny": (1, 4), "bert_tiny_pooled": (1, 4), "distilbert_tiny": (1, 4), "llama_tiny": (1, 5),
               "gpt2_tiny": (0, 7), "roberta_tiny": (1, 4), "vit_tiny": (1, None),
-              "t5_tiny": (1, 4), "mpnet_tiny": (1, 4)}
+              "t5_tiny": (1, 4), "mpnet_tiny": (1, 4), "albert_tiny": (1, 4), "electra_tiny": (1, 4),
+              "deberta_tiny": (1, 4), "qwen2_tiny": (1, 5)}
 
 
 def _expected(file: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -60,7 +62,7 @@ def _check(model: Model, feeds: dict[str, np.ndarray], want: dict[str, np.ndarra
 
 def test_every_fixture_is_listed():
     onnx_files = sorted(p.name for p in DATA.glob("*.onnx"))
-    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 18
+    assert onnx_files == sorted(FIXTURES) and len(FIXTURES) == 26
     for file in FIXTURES:
         assert (DATA / f"{file.split('.')[0]}.npz").is_file()
 

@@ -278,7 +278,22 @@ FIXTURES = {
     # the attention reads one packed Q/K/V product (21 while three)
     "mpnet_tiny.classic.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 17),
     "mpnet_tiny.dynamo.onnx": ({"GeneralAttention": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 17),
+    # ALBERT and ELECTRA: embeddings of 16 projected to the hidden 32 (a FusedMatMul after EmbeddingSumLayerNorm),
+    # then BERT's layers (ALBERT's share their weights)
+    "albert_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 16),
+    "albert_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 16),
+    "electra_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 16),
+    "electra_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1}, 16),
+    # Qwen2: LLaMA's layers with biased Q/K/V projections (GQA 4 on 2)
+    "qwen2_tiny.classic.onnx": ({"CausalAttentionRoPE": 2, "FusedRmsNormMatMulSwiGLU": 2}, 18),
+    "qwen2_tiny.dynamo.onnx": ({"CausalAttentionRoPE": 2, "FusedRmsNormMatMulSwiGLU": 2}, 18),
+    # DeBERTa-v2's disentangled attention (content-to-position and position-to-content scores gathered by relative
+    # position buckets, on [B H, S, D] products) is not recognised: its products, gathers and softmax stay
+    "deberta_tiny.classic.onnx": ({"FusedMatMulLayerNorm": 4}, 51),
+    "deberta_tiny.dynamo.onnx": ({"FusedMatMulLayerNorm": 4}, 51),
 }
+#: fixtures whose attention stays primitive ops (BatchMatMul, Softmax)
+ATTENTION_NOT_RECOGNISED = {"deberta_tiny.classic.onnx", "deberta_tiny.dynamo.onnx"}
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))
@@ -291,7 +306,7 @@ def test_exported_fixture_is_recognised_and_matches_torch(name):
     ops = dispatched(opt)
     assert all(ops[op] == n for op, n in want_ops.items()), ops
     assert opt.dispatch_count() <= most
-    assert not ops["BatchMatMul"] and not ops["Softmax"], ops
+    assert (not ops["BatchMatMul"] and not ops["Softmax"]) or name in ATTENTION_NOT_RECOGNISED, ops
     if ops["GeneralAttention"]:  # it reads one packed Q/K/V product
         assert all(n.attrs["packed"] for n in opt.live_nodes() if n.op == "GeneralAttention"), name
     outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
