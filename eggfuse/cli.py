@@ -55,10 +55,17 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 def cmd_optimize(args: argparse.Namespace) -> None:
     from eggfuse.cli_options import engine_kwargs
-    from eggfuse.graphs import load_graph
+    from eggfuse.graphs import describe, load_graph
     from eggfuse.rewrites import optimize
 
-    graph, source = load_graph(args.model, seq=args.seq, batch=args.batch, training=args.training,
+    onnx_file = describe(args.model) == "onnx"
+    if onnx_file and (args.seq is not None or args.batch is not None):
+        raise InputError("--seq and --batch size the shipped models; an ONNX file's inputs take --shape NAME=DxD "
+                         "(its symbolic dimensions are 1 otherwise)")
+    if args.shape and not onnx_file:
+        raise InputError(f"--shape sizes an ONNX file's inputs; {args.model!r} takes --seq and --batch")
+    seq, batch = args.seq or 16, args.batch or 2
+    graph, source = load_graph(args.model, seq=seq, batch=batch, training=args.training,
                                shapes=dict(args.shape or []))
     onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
@@ -73,19 +80,21 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     notes = _write_dots(args, graph, opt, kw)
     if args.json:
         out = report.to_dict()
-        out.update(model=args.model, training=args.training, seq=args.seq, cost_model=args.cost_model)
+        out.update(model=args.model, training=args.training, seq=seq, cost_model=args.cost_model)
         if onnx_nodes is not None:
-            out.update(onnx_nodes=onnx_nodes, seq=None)
+            out.update(onnx_nodes=onnx_nodes, seq=None, input_shapes=source["input_shapes"])
         out["recognised"] = recognised_counts(report.recognised, origin)
         print(json.dumps(out))
         for note in notes:
             print(note, file=sys.stderr)
         return
     if onnx_nodes is not None:
-        print(f"{args.model}: {onnx_nodes} ONNX nodes -> {len(graph.live_nodes())} graph nodes")
+        shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in source["input_shapes"].items())
+        print(f"{args.model}: {onnx_nodes} ONNX nodes -> {len(graph.live_nodes())} graph nodes (inputs {shapes}"
+              f"{'' if args.shape else '; symbolic dimensions 1: give --shape NAME=DxD'})")
     else:
         kind = "forward + backward" if args.training else "forward"
-        print(f"{args.model} ({kind}, seq {args.seq}): {len(graph.live_nodes())} nodes")
+        print(f"{args.model} ({kind}, seq {seq}): {len(graph.live_nodes())} nodes")
     print(report.summary(origin))
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")
@@ -160,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="an ONNX input's shape where the model leaves dimensions symbolic (default 1)")
     o.add_argument("--training", action="store_true", help="the forward + backward (training) graph")
-    o.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
-    o.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
+    o.add_argument("--seq", type=int, help="tokens per sequence of a shipped model (default 16; an ONNX file's "
+                                           "inputs take --shape)")
+    o.add_argument("--batch", type=int, help="sentences per batch, minilm only (default 2)")
     add_engine_options(o)
     add_precision(o)
     o.add_argument("--report", action="store_true",

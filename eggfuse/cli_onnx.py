@@ -207,10 +207,14 @@ def onnx_graph(path: str, shapes: dict[str, list[int]]):
     from ``shapes``; a named one an input's given shape sizes, as ``eggfuse run`` does; else 1),
     its ONNX node count, and the ONNX node each graph node came from (node id -> name)."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
-    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs
+    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs, unknown_input
 
     proto = _load_proto(path)
-    importer = Importer(proto, input_shapes(graph_inputs(proto), shapes), {})
+    inputs = graph_inputs(proto)
+    for name in shapes:
+        if name not in [vi.name for vi in inputs]:
+            raise unknown_input(name, [vi.name for vi in inputs], InputError)
+    importer = Importer(proto, input_shapes(inputs, shapes), {})
     graph, _, _ = importer.run()
     return graph, len(proto.graph.node), importer.origin
 

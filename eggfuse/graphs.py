@@ -36,11 +36,13 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
 
     ``spec``: a shipped model (``minilm``, ``smollm2``, ``llama:LAYERS``; ``seq``, ``batch``
     and ``training`` as :func:`eggfuse.api.model_graph`), an ``.onnx`` file (``shapes`` gives
-    the symbolic input dimensions, 1 where not given), or ``module:function`` /
+    the symbolic input dimensions, 1 where not given; ``input_shapes`` in ``source``: each graph
+    input's shape as sized), or ``module:function`` /
     ``path/to/file.py:function``: a function called with no arguments that returns a
     ``Graph`` (``training=True`` then appends its backward pass, as for a model).
 
-    Raises :class:`~eggfuse.ir.InputError` for an unknown model, a module or function that
+    Raises :class:`~eggfuse.ir.InputError` for an unknown model, a shape for a name that is not
+    an input of the ONNX file, a module or function that
     does not import, one that does not return a Graph, or ``training`` with an ONNX file;
     :class:`~eggfuse.ir.ModelError` when a model package is missing.
     """
@@ -49,7 +51,8 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
         if training:
             raise InputError("--training applies to the shipped models and functions, not to an ONNX file")
         graph, nodes, origin = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
-        return graph, {"source": "onnx", "onnx_nodes": nodes, "origin": origin}
+        sized = {name: list(ty.shape) for name, ty in graph.inputs.items()}
+        return graph, {"source": "onnx", "onnx_nodes": nodes, "origin": origin, "input_shapes": sized}
     if kind == "function":
         graph = from_function(spec)
         if training:

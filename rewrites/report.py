@@ -63,15 +63,18 @@ class Report:
     #: (:class:`~.payoff.Payoff` as dicts: name, ruleset, matches, extracted_enodes, saved_*)
     rules: list[dict] | None = None
     rulesets: list[dict] | None = None
+    #: with ``payoff=True``: per op that two or more fired rules build (their right-hand sides' head), those
+    #: rules removed together (``name``: ``rules building <op>``, ``ruleset``: the rules, comma-separated)
+    rule_groups: list[dict] | None = None
     #: the fused and recognised ops of the extracted graph and what each replaced: label (the op,
     #: a fused matmul with its epilogue steps) -> one list per occurrence of the input graph's
     #: node ids it computes in their place (:func:`replaced_nodes`)
     recognised: dict[str, list[list[int]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """Every field; ``rules`` and ``rulesets`` only when computed."""
+        """Every field; ``rules``, ``rulesets`` and ``rule_groups`` only when computed."""
         out = asdict(self)
-        for key in ("rules", "rulesets"):
+        for key in ("rules", "rulesets", "rule_groups"):
             if out[key] is None:
                 del out[key]
         return out

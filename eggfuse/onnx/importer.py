@@ -155,7 +155,7 @@ class NodeContext:
                 if isinstance(v, bytes):
                     return v.decode()
                 if isinstance(v, onnx.TensorProto):
-                    return numpy_helper.to_array(v)
+                    return tensor_array(v, f"{self.where()}: attribute {name!r}")
                 if isinstance(v, list):
                     return tuple(x.decode() if isinstance(x, bytes) else x for x in v)
                 return v
@@ -234,6 +234,16 @@ class NodeContext:
         if elem is None:
             elem = helper.np_dtype_to_tensor_dtype(arr.dtype)
         return Value("", elem, tuple(arr.shape), const=arr)
+
+
+def tensor_array(t: onnx.TensorProto, where: str) -> np.ndarray:
+    """The array of a TensorProto (an initializer or a Constant's value); OnnxError naming ``where``
+    and its declared shape where the stored data does not fill it (a truncated or hand-edited file)."""
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError) as e:
+        raise OnnxError(f"{where}: its stored data does not match its declared type {elem_name(t.data_type)} and "
+                        f"shape {list(t.dims)} ({e}); the file is damaged: export it again") from None
 
 
 Converter = Callable[[NodeContext], "Value | Sequence[Value | None]"]
@@ -397,7 +407,7 @@ class Importer:
                             f"({onnx.defs.onnx_opset_version()}); upgrade onnx")
         env: dict[str, Value] = {}
         for t in g.initializer:
-            arr = numpy_helper.to_array(t)
+            arr = tensor_array(t, f"initializer {t.name!r}")
             env[t.name] = in_f32(Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True))
         self._inputs(g, env)
         self._nodes(g.node, env, version)
@@ -591,7 +601,7 @@ class Importer:
             ctx = NodeContext(self, node, ins, version)
             for a in node.attribute:
                 if a.name == "value":
-                    arr = numpy_helper.to_array(a.t)
+                    arr = tensor_array(a.t, f"Constant node {node.name!r} (output {node.output[0]!r})")
                     return [Value("", a.t.data_type, tuple(arr.shape), const=arr)]
                 if a.name in ("value_float", "value_int", "value_floats", "value_ints"):
                     v = ctx.attr(a.name)

@@ -62,3 +62,24 @@ def test_a_closed_pipe_ends_output_quietly(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m eggfuse.cli rules | true", shell=True, capture_output=True,
                           text=True, timeout=120)
     assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ignore(capsys):
+    from pathlib import Path
+
+    gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.classic.onnx")
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7"]) == 0
+    out = capsys.readouterr().out
+    assert "(inputs input_ids 2x7, attention_mask 2x7)" in out and "dispatches 79 -> 13" in out, out
+    assert cli.main(["optimize", gpt2]) == 0  # symbolic dimensions 1, and the header says so
+    out = capsys.readouterr().out
+    assert "input_ids 1x1, attention_mask 1x1; symbolic dimensions 1: give --shape NAME=DxD" in out, out
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shapes"] == {"input_ids": [2, 7], "attention_mask": [2, 7]}
+    for argv, message in ((["--shape", "input_idz=2x7"], "'input_idz' is not an input of the model (did you mean "
+                                                         "'input_ids'?)"),
+                          (["--seq", "7"], "--seq and --batch size the shipped models")):
+        assert cli.main(["optimize", gpt2, *argv]) == 2
+        assert message in capsys.readouterr().err
+    assert cli.main(["optimize", "minilm", "--shape", "x=2"]) == 2
+    assert "--shape sizes an ONNX file's inputs" in capsys.readouterr().err

@@ -258,3 +258,20 @@ def test_a_uniform_gather_keeps_the_gathers_checks_and_a_small_tables_size():
 
 def onnx_elem(a: np.ndarray) -> int:
     return {np.dtype(np.int64): I64, np.dtype(np.float32): F}[a.dtype]
+
+
+def test_a_damaged_tensor_is_an_onnx_error_naming_it():
+    # an initializer's raw bytes 8 short of its [4, 2] floats, and a Constant node's value likewise
+    w = numpy_helper.from_array(np.ones((4, 2), np.float32), "w")
+    w.raw_data = w.raw_data[:-8]
+    m = model([node("MatMul", ["x", "w"], ["y"])], [("x", F, [1, 4])], [("y", F, None)])
+    m.graph.initializer.append(w)
+    with pytest.raises(OnnxError, match=r"initializer 'w': its stored data does not match its declared type FLOAT "
+                                        r"and shape \[4, 2\] .* the file is damaged"):
+        load(m)
+    c = numpy_helper.from_array(np.ones(3, np.float32))
+    c.raw_data = c.raw_data[:-2]
+    m = model([helper.make_node("Constant", [], ["c"], name="k", value=c), node("Add", ["x", "c"], ["y"])],
+              [("x", F, [3])], [("y", F, None)])
+    with pytest.raises(OnnxError, match=r"Constant node 'k' \(output 'c'\): its stored data does not match"):
+        load(m)

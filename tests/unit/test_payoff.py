@@ -116,3 +116,25 @@ def test_payoff_of_a_ruleset_of_ones_own():
     assert {k: v for k, v in sets["mine"].items() if k != "matches"} == {
         "name": "mine", "extracted_enodes": 0, "saved_cost": 2 * ((1 << 20) + 128), "saved_dispatches": 2,
         "saved_bytes": 2 * 128}
+
+
+def test_rules_that_build_one_op_pay_as_a_group():
+    # a residual add on either side of a biased product and a LayerNorm prologue: every op that two or more fired
+    # rules build gets a row, and its savings are those of optimising again without all of those rules
+    g = Graph()
+    x = g.input("x", [8, 16])
+    h = g.layer_norm(x, g.parameter("g", [16]), g.parameter("b", [16]))
+    y = g.add(g.bias_add(g.matmul(h, g.parameter("w", [16, 16])), g.parameter("c", [16])), x)
+    g.set_outputs([g.add(x, g.matmul(y, g.parameter("w2", [16, 16])))])
+    _, rep = optimize(g, payoff=True)
+    groups = {r["name"]: r for r in rep.rule_groups}
+    assert "rules building FusedMatMul" in groups, sorted(groups)
+    for row in groups.values():
+        names = row["ruleset"].split("; ")
+        assert len(names) >= 2 and row["matches"] == sum(rep.rules_fired[n] for n in names)
+        _, without = optimize(g, rulesets=select(disable=names))
+        assert row["saved_dispatches"] == without.dispatches_after - rep.dispatches_after, row
+        assert row["saved_bytes"] == without.bytes_after - rep.bytes_after, row
+    from eggfuse.rewrites.payoff import payoff_table
+
+    assert "rules building FusedMatMul" in payoff_table(rep) and rep.to_dict()["rule_groups"] == rep.rule_groups
