@@ -240,7 +240,7 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
         with open(dump_egglog, "w") as f:
             f.write(egraph.as_egglog_string)
     if verify:
-        verify_equivalent(graph, out, seed=seed)
+        rep.verified_max_diff = verify_equivalent(graph, out, seed=seed)
     if payoff:
         from .payoff import attach
 
@@ -294,8 +294,9 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
     return inputs, params
 
 
-def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-6, atol: float = 1e-7) -> None:
-    """Raise :class:`RewriteError` unless both graphs give the same outputs on random data.
+def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-6, atol: float = 1e-7) -> float:
+    """Raise :class:`RewriteError` unless both graphs give the same outputs on random data; returns
+    the largest |difference| of their finite outputs (0.0 where none is finite).
 
     Both run on the numpy reference in float64, so any difference beyond ``rtol``/``atol`` is
     a wrong rewrite, not float noise. The tolerances are those of f32 constants: a recognition
@@ -304,8 +305,9 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
     must be a NaN in both (a random parameter under a Sqrt gives one in either graph).
     """
     inputs, params = random_feeds(before, seed)
-    want = evaluate(before, inputs, params)
-    got = evaluate(after, inputs, params)
+    with np.errstate(all="ignore"):  # random values may overflow or give NaN in both graphs alike
+        want = evaluate(before, inputs, params)
+        got = evaluate(after, inputs, params)
     if len(want) != len(got):
         raise RewriteError(f"optimised graph has {len(got)} outputs, the original {len(want)}")
     for i, (w, g) in enumerate(zip(want, got, strict=True)):
@@ -313,6 +315,9 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
             err = float(np.max(np.abs(g - w))) if w.shape == g.shape else float("nan")
             raise RewriteError(f"output {i} (node {before.outputs[i]}, {before.node(before.outputs[i]).op}) "
                                f"differs after optimisation: shapes {w.shape} vs {g.shape}, max abs error {err:.3g}")
+    diffs = [np.abs(np.asarray(g, np.float64) - w)[np.isfinite(w) & np.isfinite(g)] for w, g in zip(want, got,
+                                                                                                   strict=True)]
+    return max((float(d.max()) for d in diffs if d.size), default=0.0)
 
 
 __all__ = ["EXTRACTORS", "Report", "T", "Epi", "TList", "optimize", "random_feeds", "verify_equivalent"]

@@ -66,6 +66,8 @@ class Report:
     #: with ``payoff=True``: per op that two or more fired rules build (their right-hand sides' head), those
     #: rules removed together (``name``: ``rules building <op>``, ``ruleset``: the rules, comma-separated)
     rule_groups: list[dict] | None = None
+    #: with ``verify=True``: the largest |difference| of the outputs on the float64 reference (random inputs)
+    verified_max_diff: float | None = None
     #: the fused and recognised ops of the extracted graph and what each replaced: label (the op,
     #: a fused matmul with its epilogue steps) -> one list per occurrence of the input graph's
     #: node ids it computes in their place (:func:`replaced_nodes`)
@@ -104,7 +106,7 @@ class Report:
 
     def summary(self, origin: Mapping[int, str] | None = None) -> str:
         """The report as text; ``origin`` as for :meth:`recognised_line`."""
-        fired = "\n".join(f"  {v:5d}  {k}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
+        fired = "\n".join(f"  {v:5d}  {k}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: (-kv[1], kv[0])))
         phases = "\n".join(f"  {name:<10} {p.seconds:7.3f}s  {p.eclasses:6d} e-classes  {p.enodes:6d} e-nodes"
                            for name, p in self.phases.items())
         gap = ""
@@ -120,6 +122,9 @@ class Report:
             f"rules fired (matches):\n{fired or '  none'}\n"
             f"recognised and fused ops: {self.recognised_line(origin)}"
         )
+        if self.verified_max_diff is not None:
+            text += (f"\nverified: the optimised graph's outputs on the numpy reference (float64, random inputs) are "
+                     f"within {self.verified_max_diff:.3g} of the input graph's")
         if self.rules is not None:
             from .payoff import payoff_table
 

@@ -68,9 +68,10 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
     from pathlib import Path
 
     gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.classic.onnx")
-    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7"]) == 0
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--verify"]) == 0
     out = capsys.readouterr().out
     assert "(inputs input_ids 2x7, attention_mask 2x7)" in out and "dispatches 79 -> 13" in out, out
+    assert "verified: the optimised graph's outputs on the numpy reference (float64, random inputs) are within" in out
     assert cli.main(["optimize", gpt2]) == 0  # symbolic dimensions 1, and the header says so
     out = capsys.readouterr().out
     assert "input_ids 1x1, attention_mask 1x1; symbolic dimensions 1: give --shape NAME=DxD" in out, out
