@@ -58,14 +58,17 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     from eggfuse.graphs import describe, load_graph
     from eggfuse.rewrites import optimize
 
-    onnx_file = describe(args.model) == "onnx"
-    if onnx_file and (args.seq is not None or args.batch is not None):
-        raise InputError("--seq and --batch size the shipped models; an ONNX file's inputs take --shape NAME=DxD "
-                         "(its symbolic dimensions are 1 otherwise)")
-    if args.shape and not onnx_file:
-        raise InputError(f"--shape sizes an ONNX file's inputs; {args.model!r} takes --seq and --batch")
-    seq, batch = args.seq or 16, args.batch or 2
-    graph, source = load_graph(args.model, seq=seq, batch=batch, training=args.training,
+    kind = describe(args.model)
+    if kind != "model" and (args.seq is not None or args.batch is not None):
+        raise InputError("--seq and --batch size the shipped models; " + (
+            "an ONNX file's inputs take --shape NAME=DxD (its symbolic dimensions are 1 otherwise)" if kind == "onnx"
+            else f"the function {args.model!r} builds its graph at its own shapes"))
+    if args.shape and kind != "onnx":
+        raise InputError(f"--shape sizes an ONNX file's inputs; {args.model!r} is " + (
+            "a shipped model, sized by --seq and --batch" if kind == "model" else "a function, its graph's own shapes"))
+    seq = (16 if args.seq is None else args.seq) if kind == "model" else None
+    batch = 2 if args.batch is None else args.batch
+    graph, source = load_graph(args.model, seq=16 if seq is None else seq, batch=batch, training=args.training,
                                shapes=dict(args.shape or []))
     onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
@@ -82,7 +85,8 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         out = report.to_dict()
         out.update(model=args.model, training=args.training, seq=seq, cost_model=args.cost_model)
         if onnx_nodes is not None:
-            out.update(onnx_nodes=onnx_nodes, seq=None, input_shapes=source["input_shapes"])
+            out.update(onnx_nodes=onnx_nodes, input_shapes=source["input_shapes"],
+                       inputs_with_dimensions_1=source["defaulted"])
         out["recognised"] = recognised_counts(report.recognised, origin)
         print(json.dumps(out))
         for note in notes:
@@ -90,11 +94,14 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         return
     if onnx_nodes is not None:
         shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in source["input_shapes"].items())
+        defaulted = source["defaulted"]
+        note = (f"; {', '.join(defaulted)}: symbolic dimensions 1, give --shape NAME=DxD" if defaulted else "")
         print(f"{args.model}: {onnx_nodes} ONNX nodes -> {len(graph.live_nodes())} graph nodes (inputs {shapes}"
-              f"{'' if args.shape else '; symbolic dimensions 1: give --shape NAME=DxD'})")
+              f"{note})")
     else:
-        kind = "forward + backward" if args.training else "forward"
-        print(f"{args.model} ({kind}, seq {seq}): {len(graph.live_nodes())} nodes")
+        what = "forward + backward" if args.training else "forward"
+        sized = f", seq {seq}" if seq is not None else ""
+        print(f"{args.model} ({what}{sized}): {len(graph.live_nodes())} nodes")
     print(report.summary(origin))
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")

@@ -205,18 +205,24 @@ def input_shapes(inputs, given: dict[str, list[int]]) -> dict[str, list[int]]:
 def onnx_graph(path: str, shapes: dict[str, list[int]]):
     """The graph of the ONNX model at ``path`` for ``eggfuse optimize`` (symbolic dimensions
     from ``shapes``; a named one an input's given shape sizes, as ``eggfuse run`` does; else 1),
-    its ONNX node count, and the ONNX node each graph node came from (node id -> name)."""
+    its ONNX node count, the ONNX node each graph node came from (node id -> name), and the
+    inputs with a symbolic dimension nothing sized (taken as 1). Raises InputError for a name of
+    ``shapes`` that is not an input."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
-    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs, unknown_input
+    from eggfuse.onnx.importer import Importer, _dims, _load_proto, graph_inputs, unknown_input
 
     proto = _load_proto(path)
     inputs = graph_inputs(proto)
     for name in shapes:
         if name not in [vi.name for vi in inputs]:
             raise unknown_input(name, [vi.name for vi in inputs], InputError)
-    importer = Importer(proto, input_shapes(inputs, shapes), {})
+    sized = input_shapes(inputs, shapes)
+    named = {d for vi in inputs if vi.name in shapes for d in _dims(vi) if isinstance(d, str)}
+    defaulted = [vi.name for vi in inputs if vi.name not in shapes and any(
+        not (isinstance(d, int) and d > 0) and d not in named for d in _dims(vi))]
+    importer = Importer(proto, sized, {})
     graph, _, _ = importer.run()
-    return graph, len(proto.graph.node), importer.origin
+    return graph, len(proto.graph.node), importer.origin, defaulted
 
 
 def add_run(sub) -> None:

@@ -37,7 +37,7 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
     ``spec``: a shipped model (``minilm``, ``smollm2``, ``llama:LAYERS``; ``seq``, ``batch``
     and ``training`` as :func:`eggfuse.api.model_graph`), an ``.onnx`` file (``shapes`` gives
     the symbolic input dimensions, 1 where not given; ``input_shapes`` in ``source``: each graph
-    input's shape as sized), or ``module:function`` /
+    input's shape as sized, ``defaulted``: the inputs with a dimension taken as 1), or ``module:function`` /
     ``path/to/file.py:function``: a function called with no arguments that returns a
     ``Graph`` (``training=True`` then appends its backward pass, as for a model).
 
@@ -50,9 +50,10 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
     if kind == "onnx":
         if training:
             raise InputError("--training applies to the shipped models and functions, not to an ONNX file")
-        graph, nodes, origin = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
+        graph, nodes, origin, defaulted = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
         sized = {name: list(ty.shape) for name, ty in graph.inputs.items()}
-        return graph, {"source": "onnx", "onnx_nodes": nodes, "origin": origin, "input_shapes": sized}
+        return graph, {"source": "onnx", "onnx_nodes": nodes, "origin": origin, "input_shapes": sized,
+                       "defaulted": defaulted}
     if kind == "function":
         graph = from_function(spec)
         if training:
@@ -71,7 +72,7 @@ def _model(spec: str, seq: int, batch: int, training: bool) -> Graph:
 
 
 @functools.lru_cache(maxsize=8)
-def _onnx(path: str, shapes: tuple) -> tuple[Graph, int, dict[int, str]]:
+def _onnx(path: str, shapes: tuple) -> tuple[Graph, int, dict[int, str], list[str]]:
     from eggfuse.cli_onnx import onnx_graph
 
     return onnx_graph(path, {k: list(v) for k, v in shapes})

@@ -4,6 +4,7 @@ through :func:`compile`; each step is timed and can be called on its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -229,12 +230,15 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
         if fuse:
             timings["optimize_s"] = loaded.optimize_s
+            verified = None
             if verify:
                 t = time.perf_counter()
                 from eggfuse.rewrites import verify_equivalent
 
-                verify_equivalent(graph, run_graph)
+                verified = verify_equivalent(graph, run_graph)
                 timings["optimize_s"] += time.perf_counter() - t
+            if report is not None:  # this call's verification, not the one of the call that stored it
+                report = dataclasses.replace(report, verified_max_diff=verified)
         timings["lower_s"] = loaded.lower_s + (0.0 if fuse else loaded.optimize_s)
     else:
         report = None
@@ -248,7 +252,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
         timings["lower_s"] = time.perf_counter() - t
         if store is not None:
             t = time.perf_counter()
-            store.store(key, run_graph if fuse else None, report, plan)
+            stored = dataclasses.replace(report, verified_max_diff=None) if report is not None else None
+            store.store(key, run_graph if fuse else None, stored, plan)
             timings["cache_write_s"] = time.perf_counter() - t
     t = time.perf_counter()
     session = Session(plan, params, device=device, share=share, prerecord=prerecord, finite_inputs=finite_inputs)

@@ -296,7 +296,8 @@ def random_feeds(graph: Graph, seed: int = 0) -> tuple[dict, dict]:
 
 def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 1e-6, atol: float = 1e-7) -> float:
     """Raise :class:`RewriteError` unless both graphs give the same outputs on random data; returns
-    the largest |difference| of their finite outputs (0.0 where none is finite).
+    the largest |difference| of the output elements finite in both (NaN where there is none: only
+    the positions of NaN and infinities were compared).
 
     Both run on the numpy reference in float64, so any difference beyond ``rtol``/``atol`` is
     a wrong rewrite, not float noise. The tolerances are those of f32 constants: a recognition
@@ -317,7 +318,7 @@ def verify_equivalent(before: Graph, after: Graph, seed: int = 0, rtol: float = 
                                f"differs after optimisation: shapes {w.shape} vs {g.shape}, max abs error {err:.3g}")
     diffs = [np.abs(np.asarray(g, np.float64) - w)[np.isfinite(w) & np.isfinite(g)] for w, g in zip(want, got,
                                                                                                    strict=True)]
-    return max((float(d.max()) for d in diffs if d.size), default=0.0)
+    return max((float(d.max()) for d in diffs if d.size), default=float("nan"))
 
 
 __all__ = ["EXTRACTORS", "Report", "T", "Epi", "TList", "optimize", "random_feeds", "verify_equivalent"]

@@ -23,8 +23,8 @@
   and ``Report.rule_groups`` for rules of any rulesets that build the same op: one row per op that
   the right-hand sides of two or more fired rules have at their head (GPT-2's LayerNorm prologue, one
   rule on rows and one through an exporter's reshape, in two rulesets: 0 saved dispatches each, 5
-  together), those rules removed together (``name`` ``rules building <op>``, ``ruleset`` the rules'
-  names joined by ``; ``).
+  together), those rules removed together (``name`` ``rules building <op>``, ``rules`` their names; a
+  rule whose right side is a view of an op, ``Reshape(CausalAttention(..))``, builds that op).
 
 The shape facts are not a ruleset and the analysis ruleset is never ablated: both always run.
 Only rulesets eggfuse built (the shipped ones, :func:`~.rulesets.make_ruleset`'s) are taken
@@ -45,6 +45,8 @@ from .sorts import ARG_SORTS, CHILD_SORTS, SIGNATURES
 
 #: constructor name -> the IR op it builds (one per arity of an op with optional inputs)
 OP_OF = {name: sig.op for name, sig in SIGNATURES.items() if not sig.leaf}
+#: ops that only view another: a rule building one around another op builds that op
+VIEWS = frozenset({"Identity", "Permute"})
 
 if TYPE_CHECKING:
     from egglog import Ruleset
@@ -98,24 +100,38 @@ def attach(rep: Report, dag: TermDag | None, enc: Encoding, rulesets: Sequence[R
     for op, names in sorted(_builders(rulesets, rep.rules_fired).items()):
         if len(names) < 2:
             continue
-        row = Payoff(f"rules building {op}", "; ".join(names), sum(rep.rules_fired[n] for n in names),
+        row = Payoff(f"rules building {op}", "", sum(rep.rules_fired[n] for n in names),
                      len(set().union(*(credited.get(n, set()) for n in names))))
         _saved(row, rep, again([without_rules(rs, set(names)) if rules_of(rs) is not None else rs for rs in rulesets]))
-        groups.append(row)
-    rep.rule_groups = [asdict(r) for r in groups]
+        groups.append({**{k: v for k, v in asdict(row).items() if k != "ruleset"}, "rules": names})
+    rep.rule_groups = groups
 
 
 def _builders(rulesets: Sequence[Ruleset], fired: dict[str, int]) -> dict[str, list[str]]:
-    # op -> the fired rules (of rulesets eggfuse built) whose right-hand sides have a call of it at their head
+    # op -> the fired rules (of rulesets eggfuse built) whose right-hand sides build it: the head call, or
+    # under views (Identity, Permute) the first call that is not one
     out: dict[str, list[str]] = {}
     for rs in rulesets:
         for rule_name, rule in (members(rs)[1] if id(rs) in _MEMBERS else []):
             if not fired.get(rule_name):
                 continue
-            heads = {OP_OF[p[0]] for p in egglog_private.rule_rhs(rule) if p is not None and p[0] in OP_OF}
+            heads = {_built_op(p) for p in egglog_private.rule_rhs(rule)} - {None}
             for op in sorted(heads):
                 out.setdefault(op, []).append(rule_name)
     return out
+
+
+def _built_op(pattern: Any) -> str | None:
+    # the op a right-hand side pattern builds, looking through views to what they view
+    if not (isinstance(pattern, tuple) and pattern and pattern[0] in OP_OF):
+        return None
+    op = OP_OF[pattern[0]]
+    if op in VIEWS:
+        for child in pattern[1]:
+            inner = _built_op(child)
+            if inner is not None:
+                return inner
+    return op
 
 
 def _saved(row: Payoff, rep: Report, without: Report) -> None:
@@ -227,7 +243,7 @@ def payoff_table(rep: Report) -> str:
     lines += [line(r, f"{r['name']} [{r['ruleset']}]") for r in rep.rules or () if r["matches"]]
     if rep.rule_groups:
         lines.append(head + "rules building one op, removed together")
-        lines += [line(r, f"{r['name']} ({len(r['ruleset'].split('; '))} rules)") for r in rep.rule_groups]
+        lines += [line(r, f"{r['name']} ({len(r['rules'])} rules)") for r in rep.rule_groups]
     return "\n".join(lines)
 
 

@@ -63,10 +63,12 @@ class Report:
     #: (:class:`~.payoff.Payoff` as dicts: name, ruleset, matches, extracted_enodes, saved_*)
     rules: list[dict] | None = None
     rulesets: list[dict] | None = None
-    #: with ``payoff=True``: per op that two or more fired rules build (their right-hand sides' head), those
-    #: rules removed together (``name``: ``rules building <op>``, ``ruleset``: the rules, comma-separated)
+    #: with ``payoff=True``: per op that two or more fired rules build (their right-hand sides' head, through
+    #: views), those rules removed together (``name``: ``rules building <op>``, ``rules``: their names, and the
+    #: Payoff numbers)
     rule_groups: list[dict] | None = None
-    #: with ``verify=True``: the largest |difference| of the outputs on the float64 reference (random inputs)
+    #: with ``verify=True``: the largest |difference| of the outputs on the float64 reference (random inputs;
+    #: NaN where no element is finite in both); None otherwise (a cached report keeps None)
     verified_max_diff: float | None = None
     #: the fused and recognised ops of the extracted graph and what each replaced: label (the op,
     #: a fused matmul with its epilogue steps) -> one list per occurrence of the input graph's
@@ -122,9 +124,12 @@ class Report:
             f"rules fired (matches):\n{fired or '  none'}\n"
             f"recognised and fused ops: {self.recognised_line(origin)}"
         )
-        if self.verified_max_diff is not None:
+        if self.verified_max_diff is not None and self.verified_max_diff == self.verified_max_diff:
             text += (f"\nverified: the optimised graph's outputs on the numpy reference (float64, random inputs) are "
                      f"within {self.verified_max_diff:.3g} of the input graph's")
+        elif self.verified_max_diff is not None:
+            text += ("\nverified: no output element is finite in both graphs on the numpy reference (random inputs); "
+                     "their NaN and infinite elements agree")
         if self.rules is not None:
             from .payoff import payoff_table
 

@@ -4,12 +4,14 @@
 // sums of x - x[row, 0], shifted by the row's first element so that a large mean does not cancel
 // the variance; split-K workgroups take whole rows too), in the slices' memory, free until the first
 // slice is stored. Load r of invocation li reads quads of tile row (li + WG r) / KQ only, so it keeps
-// that row's pair in stat[r], and the A slice stages (x - mean) * rstd * gamma + beta for 4 elements
+// that row's statistics in stat[r], and the A slice stages (x - mean) * rstd * gamma + beta for 4 elements
 // of the row (0 past K). Rows are not scaled after the product.
 
 const LN_LANES: u32 = max(1u, WG / BM);  // invocations that sum one row
 
-var<private> stat: array<vec2<f32>, A_LOADS>;  // stat[r]: (mean, rstd) of tile row (li + WG r) / KQ
+// stat[r]: (x[row, 0], mean - x[row, 0], rstd) of tile row (li + WG r) / KQ: the mean is never rounded to one
+// float, so that a row of a large mean and a small spread keeps its low bits
+var<private> stat: array<vec3<f32>, A_LOADS>;
 
 fn inside(k: u32) -> vec4<f32> {
     return vec4<f32>(vec4<u32>(k, k + 1u, k + 2u, k + 3u) < vec4<u32>(p.k));
@@ -41,12 +43,12 @@ fn start_rows(li: u32, row0: u32) {
         }
         let d = s1 / f32(p.k);  // mean - shift
         let variance = max(s2 / f32(p.k) - d * d, 0.0);
-        tiles[BM * LN_LANES + li] = vec4<f32>(tiles[li].z + d, 1.0 / sqrt(variance + p.eps), 0.0, 0.0);
+        tiles[BM * LN_LANES + li] = vec4<f32>(tiles[li].z, d, 1.0 / sqrt(variance + p.eps), 0.0);
     }
     workgroupBarrier();
     for (var r = 0u; r < A_LOADS; r = r + 1u) {
         let row = min((li + WG * r) / KQ, BM - 1u);  // a load past the slice's quads stages nothing
-        stat[r] = tiles[BM * LN_LANES + row].xy;
+        stat[r] = tiles[BM * LN_LANES + row].xyz;
     }
     workgroupBarrier();
 }
@@ -54,7 +56,8 @@ fn start_rows(li: u32, row0: u32) {
 // gamma_quad(k), beta_quad(k) (matmul.wgsl's NORM_QUADS, ir/ops/matmul_kernel.py): weights k..k+3, read as
 // one vec4 where K % 4 == 0; past K the element is zeroed by inside().
 fn stage_a(v: vec4<f32>, k: u32, r: u32) -> vec4<f32> {
-    return fma(v - vec4<f32>(stat[r].x), vec4<f32>(stat[r].y) * gamma_quad(k), beta_quad(k)) * inside(k);
+    let centred = (v - vec4<f32>(stat[r].x)) - vec4<f32>(stat[r].y);
+    return fma(centred, vec4<f32>(stat[r].z) * gamma_quad(k), beta_quad(k)) * inside(k);
 }
 
 fn finish_rows(li: u32) {}

@@ -241,7 +241,7 @@ def tensor_array(t: onnx.TensorProto, where: str) -> np.ndarray:
     and its declared shape where the stored data does not fill it (a truncated or hand-edited file)."""
     try:
         return numpy_helper.to_array(t)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, KeyError) as e:
         raise OnnxError(f"{where}: its stored data does not match its declared type {elem_name(t.data_type)} and "
                         f"shape {list(t.dims)} ({e}); the file is damaged: export it again") from None
 

@@ -138,6 +138,10 @@ def test_verify_checks_a_loaded_graph_too(store):
     compiled = compile(g, params, verify=True)
     assert compiled.cache == "hit"
     check_against_reference(compiled, g, params, feeds)
+    # the report says this call's verification, not that of the call that stored the entry
+    assert compiled.report.verified_max_diff is not None and "verified" in compiled.report.summary()
+    again = compile(g, params)
+    assert again.cache == "hit" and again.report.verified_max_diff is None and "verified" not in again.report.summary()
 
 
 def test_embed_json_says_hit_or_miss_and_keeps_its_timings(store, capsys):

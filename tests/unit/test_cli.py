@@ -74,7 +74,9 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
     assert "verified: the optimised graph's outputs on the numpy reference (float64, random inputs) are within" in out
     assert cli.main(["optimize", gpt2]) == 0  # symbolic dimensions 1, and the header says so
     out = capsys.readouterr().out
-    assert "input_ids 1x1, attention_mask 1x1; symbolic dimensions 1: give --shape NAME=DxD" in out, out
+    assert "input_ids 1x1, attention_mask 1x1; input_ids, attention_mask: symbolic dimensions 1, give --shape" in out
+    assert cli.main(["optimize", gpt2, "--seq", "0"]) == 2 and "--seq and --batch" in capsys.readouterr().err
+    assert cli.main(["optimize", "minilm", "--seq", "0"]) == 2  # 0 is no default
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["input_shapes"] == {"input_ids": [2, 7], "attention_mask": [2, 7]}
     for argv, message in ((["--shape", "input_idz=2x7"], "'input_idz' is not an input of the model (did you mean "

@@ -275,3 +275,9 @@ def test_a_damaged_tensor_is_an_onnx_error_naming_it():
               [("x", F, [3])], [("y", F, None)])
     with pytest.raises(OnnxError, match=r"Constant node 'k' \(output 'c'\): its stored data does not match"):
         load(m)
+    w = numpy_helper.from_array(np.ones((4, 2), np.float32), "w")
+    w.data_type = 99  # no element type of ONNX's
+    m = model([node("MatMul", ["x", "w"], ["y"])], [("x", F, [1, 4])], [("y", F, None)])
+    m.graph.initializer.append(w)
+    with pytest.raises(OnnxError, match="initializer 'w': its stored data does not match"):
+        load(m)

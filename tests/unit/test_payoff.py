@@ -118,6 +118,15 @@ def test_payoff_of_a_ruleset_of_ones_own():
         "saved_bytes": 2 * 128}
 
 
+def test_a_rule_that_builds_a_view_of_an_op_builds_that_op():
+    from eggfuse.rewrites.payoff import _built_op
+
+    lit = ("lit", 1)
+    assert _built_op(("Identity", (("CausalAttention", (None, None, None, lit)), lit))) == "CausalAttention"
+    assert _built_op(("Permute", (("Identity", (("GeneralAttention", (None, lit)), lit)), lit))) == "GeneralAttention"
+    assert _built_op(("Identity", (None, lit))) == "Identity" and _built_op(None) is None and _built_op(lit) is None
+
+
 def test_rules_that_build_one_op_pay_as_a_group():
     # a residual add on either side of a biased product and a LayerNorm prologue: every op that two or more fired
     # rules build gets a row, and its savings are those of optimising again without all of those rules
@@ -130,7 +139,7 @@ def test_rules_that_build_one_op_pay_as_a_group():
     groups = {r["name"]: r for r in rep.rule_groups}
     assert "rules building FusedMatMul" in groups, sorted(groups)
     for row in groups.values():
-        names = row["ruleset"].split("; ")
+        names = row["rules"]
         assert len(names) >= 2 and row["matches"] == sum(rep.rules_fired[n] for n in names)
         _, without = optimize(g, rulesets=select(disable=names))
         assert row["saved_dispatches"] == without.dispatches_after - rep.dispatches_after, row
@@ -138,3 +147,21 @@ def test_rules_that_build_one_op_pay_as_a_group():
     from eggfuse.rewrites.payoff import payoff_table
 
     assert "rules building FusedMatMul" in payoff_table(rep) and rep.to_dict()["rule_groups"] == rep.rule_groups
+
+
+def test_verify_says_what_it_compared():
+    import math
+
+    g = Graph()
+    x = g.input("x", [3, 4])
+    g.set_outputs([g.relu(g.add(x, x))])
+    _, rep = optimize(g, verify=True)
+    assert rep.verified_max_diff < 1e-12 and "verified: the optimised graph's outputs" in rep.summary()
+    g = Graph()
+    x = g.input("x", [3, 4])
+    d = g.add_node("Sub", (x, x))
+    g.set_outputs([g.add_node("Div", (d, d))])  # NaN everywhere: nothing finite to compare
+    _, rep = optimize(g, verify=True)
+    assert math.isnan(rep.verified_max_diff) and "no output element is finite in both graphs" in rep.summary()
+    _, rep = optimize(g)
+    assert rep.verified_max_diff is None and "verified" not in rep.summary()
