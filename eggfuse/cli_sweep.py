@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from eggfuse.cli_onnx import _shape_arg
 from eggfuse.cli_options import add_engine_options, schedule_kwargs
 from eggfuse.ir import InputError
 
@@ -31,6 +32,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     configs = sweep.grid(args.models, args.rulesets, args.cost_models, args.extractors,
                          args.match_limits or [args.match_limit], nd, repeats=args.repeats, seq=args.seq,
                          batch=args.batch, training=args.training, payoff=args.payoff,
+                         shapes=tuple(sorted((name, tuple(dims)) for name, dims in (args.shape or []))),
                          schedule=tuple(sorted(schedule.items())))
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
@@ -70,6 +72,9 @@ def add_sweep(sub) -> None:
     s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.csv, results.json and the PNGs")
     s.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     s.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
+    s.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
+                   help="an ONNX input's shape where a file leaves dimensions symbolic (default 1), for every .onnx "
+                        "file of --models (a name a file lacks is an error in that file's rows)")
     s.add_argument("--training", action="store_true", help="the forward + backward graphs")
     s.add_argument("--repeats", type=int, default=1, help="runs of each configuration (default 1)")
     s.add_argument("--payoff", action="store_true", help="also the per-rule payoff of each run (rules_paid; slower)")

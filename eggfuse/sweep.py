@@ -8,7 +8,8 @@ becomes a row whose ``error`` says why; the sweep goes on. :func:`write_results`
 tidy table (one row per run) as CSV and JSON, and :func:`plot` the PNGs (matplotlib).
 
 Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``training``,
-``seq``, ``rulesets`` the names used, comma-joined, ``disabled`` the ruleset or rule left out,
+``seq``, ``shapes`` the ONNX inputs' shapes given (``NAME=DxD`` joined by ``;``, empty for none),
+``rulesets`` the names used, comma-joined, ``disabled`` the ruleset or rule left out,
 empty for the full set, ``cost_model``, ``extractor``, ``match_limit``, ``no_decomp``,
 ``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
 ``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
@@ -34,9 +35,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-COLUMNS = ("model", "training", "seq", "rulesets", "disabled", "cost_model", "extractor", "match_limit", "no_decomp",
-           "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes", "iterations", "stop_reason", "insert_s",
-           "analysis_s", "saturation_s", "extraction_s", "rebuild_s", "total_s", "load_s", "cpu_s",
+COLUMNS = ("model", "training", "seq", "shapes", "rulesets", "disabled", "cost_model", "extractor", "match_limit",
+           "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes", "iterations", "stop_reason",
+           "insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s", "total_s", "load_s", "cpu_s",
            "dispatches_before", "dispatches_after", "cost_before", "cost_after", "bytes_before", "bytes_after",
            "rules_fired", "rules_paid", "worker", "eggfuse_version", "egglog_version", "error")
 RULESET_MODES = ("all", "ablate", "ablate-rules")
@@ -58,6 +59,7 @@ class RunConfig:
     seq: int = 16
     batch: int = 2
     training: bool = False
+    shapes: tuple = ()  # an ONNX file's input shapes as (name, (dims...)) pairs, sorted
     repeat: int = 0
     payoff: bool = False
     schedule: tuple = ()  # further optimize() keywords as (name, value) pairs: ban_length, max_iterations, ...
@@ -123,6 +125,7 @@ def run_one(config: RunConfig) -> dict:
     row = {c: "" for c in COLUMNS} | asdict(config)
     for key in ("batch", "payoff", "schedule"):
         row.pop(key)
+    row["shapes"] = _shapes_text(config.shapes)
     row.update(worker=f"{socket.gethostname()}:{os.getpid()}", eggfuse_version=eggfuse_version,
                egglog_version=egglog_version)
     try:
@@ -132,7 +135,8 @@ def run_one(config: RunConfig) -> dict:
         from eggfuse.rewrites.rulesets import SCHEDULE, select
 
         t = time.perf_counter()
-        graph, _ = load_graph(config.model, seq=config.seq, batch=config.batch, training=config.training)
+        graph, _ = load_graph(config.model, seq=config.seq, batch=config.batch, training=config.training,
+                              shapes={name: list(dims) for name, dims in config.shapes})
         row["load_s"] = time.perf_counter() - t
         names = config.rulesets.split(",") if config.rulesets else []
         rule_left_out = config.disabled and config.disabled not in SCHEDULE
@@ -156,11 +160,16 @@ def run_one(config: RunConfig) -> dict:
     return row
 
 
+def _shapes_text(shapes: tuple) -> str:
+    return ";".join(f"{name}={'x'.join(map(str, dims))}" for name, dims in shapes)
+
+
 def _failed(config: RunConfig, e: BaseException) -> dict:
     """The row of a run whose worker failed before :func:`run_one` could answer (a worker died, ...)."""
     row = {c: "" for c in COLUMNS} | asdict(config)
     for key in ("batch", "payoff", "schedule"):
         row.pop(key)
+    row["shapes"] = _shapes_text(config.shapes)
     row["error"] = f"{type(e).__name__}: {e}".strip() or type(e).__name__
     return row
 

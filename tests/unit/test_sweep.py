@@ -86,3 +86,22 @@ def test_sweep_refuses_an_unknown_scheduler(tmp_path, capsys):
     assert cli.main(["sweep", "--models", "llama:1", "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path),
                      "--no-progress"]) == 2
     assert "no Dask scheduler answers at tcp://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_sweep_sizes_onnx_files_with_shape(tmp_path):
+    # GPT-2's export at 2 x 7 tokens (its LayerNorm prologues need more than 4 rows) against its 1 x 1 default,
+    # and a name the file lacks: an error in that row, the sweep goes on
+    from pathlib import Path
+
+    gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.dynamo.onnx")
+    for shape, dispatches in ((["--shape", "input_ids=2x7"], "13"), ([], "18")):
+        out = tmp_path / (shape[1].split("=")[1] if shape else "default")
+        assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress",
+                         "--no-plots", *shape]) == 0
+        (row,) = json.loads((out / "results.json").read_text())
+        assert row["dispatches_after"] == int(dispatches) and row["shapes"] == (shape[1] if shape else ""), row
+    out = tmp_path / "bad"
+    assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
+                     "--shape", "ids=2x7"]) == 0
+    (row,) = json.loads((out / "results.json").read_text())
+    assert "'ids' is not an input of the model" in row["error"]
