@@ -111,69 +111,47 @@ def _affine(e):
                   *biased, example=_affine_example("LayerNorm", "b", True))
 
 
-# --- RmsNorm under a reshape, before a matmul -----------------------------------------------------
+# --- RmsNorm and LayerNorm under a reshape, before a matmul ----------------------------------------
 
 
-def _viewed_rms_norm(variant: str):
+def _viewed_norm(norm: str, variant: str):
     def build(g, dim):
         m, n, k = dim("m"), dim("n"), dim("k")
         x = g.input("x", [dim("b"), m, n])
-        y = g.reshape(g.rms_norm(x, g.parameter("w", [n]), eps=1e-6), [dim("b") * m, n])
+        if norm == "RmsNorm":
+            normed = g.rms_norm(x, g.parameter("w", [n]), eps=1e-6)
+        else:
+            normed = g.layer_norm(x, g.parameter("g", [n]), g.parameter("beta", [n]), eps=1e-5)
         mm = g.matmul_bt if variant == "BT" else g.matmul
-        g.set_outputs([mm(y, g.parameter("W", [k, n] if variant == "BT" else [n, k]))])
+        weight = g.parameter("W", [k, n] if variant == "BT" else [n, k])
+        g.set_outputs([mm(g.reshape(normed, [dim("b") * m, n]), weight)])
 
     return example(build)
 
 
 @rules("recognition")
-def _rms_norm_matmul_through_reshape(e):
-    x, w, wp = e.vars("x w wp")
+def _norm_matmul_through_reshape(e):
+    x, w, beta, wp = e.vars("x w beta wp")
     (ep,) = e.vars("e", e.Epi)
     (eps,) = e.vars("eps", e.f64)
     s, sx = e.vars("s sx", e.Vec[e.i64])
     view = e.Identity(x, shape=s)
-    for v in ("", "BT"):
-        lhs = e.FusedMatMul(e.Identity(e.RmsNorm(x, w, eps=eps), shape=s), wp, variant=v, epilogue=ep)
-        # FusedMatMul(Reshape(RmsNorm(x, w), s), W, e) -> FusedRmsNormMatMul(Reshape(x, s), w, W, e)   if s keeps
-        # x's last axis: an exporter's projection reads a 2-D view of the normalised [B, S, N] tensor. (The
-        # RmsNorm itself is not moved under the view: that alternative tripled the ILP extraction's time.)
-        yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(s[s.length() - 1]).to(sx[sx.length() - 1]),
-                     name=f"FusedMatMul{v}(Reshape(RmsNorm(x, w), s), W, e) -> FusedRmsNormMatMul{v}(Reshape(x, s), w, "
-                          "W, e)", example=_viewed_rms_norm(v)).then(
-            e.union(lhs).with_(e.FusedRmsNormMatMul(view, w, wp, eps=eps, variant=v, epilogue=ep)),
-            e.set_(e.shape(view)).to(s))
-
-
-def _viewed_layer_norm(variant: str):
-    def build(g, dim):
-        m, n, k = dim("m"), dim("n"), dim("k")
-        x = g.input("x", [dim("b"), m, n])
-        y = g.reshape(g.layer_norm(x, g.parameter("g", [n]), g.parameter("beta", [n]), eps=1e-5),
-                      [dim("b") * m, n])
-        mm = g.matmul_bt if variant == "BT" else g.matmul
-        g.set_outputs([mm(y, g.parameter("W", [k, n] if variant == "BT" else [n, k]))])
-
-    return example(build)
-
-
-@rules("recognition")
-def _layer_norm_matmul_through_reshape(e):
-    x, gamma, beta, wp = e.vars("x gamma beta wp")
-    (ep,) = e.vars("e", e.Epi)
-    (eps,) = e.vars("eps", e.f64)
-    s, sx = e.vars("s sx", e.Vec[e.i64])
-    view = e.Identity(x, shape=s)
-    for v in ("", "BT"):
-        lhs = e.FusedMatMul(e.Identity(e.LayerNorm(x, gamma, beta, eps=eps), shape=s), wp, variant=v, epilogue=ep)
-        # FusedMatMul(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul(Reshape(x, s), g, b, W, e)   if
-        # s keeps x's last axis: a pre-LN export's projection reads a 2-D view of the normalised [B, S, N] tensor
-        # (of more than GEMV_MAX_ROWS rows, as the plain rule: ir/ops/matmul.py)
-        yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(s[s.length() - 1]).to(sx[sx.length() - 1]),
-                     s[0] > e.i64(GEMV_MAX_ROWS),
-                     name=f"FusedMatMul{v}(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul{v}(Reshape(x, "
-                          "s), g, b, W, e)", example=_viewed_layer_norm(v)).then(
-            e.union(lhs).with_(e.FusedLayerNormMatMul(view, gamma, beta, wp, eps=eps, variant=v, epilogue=ep)),
-            e.set_(e.shape(view)).to(s))
+    # FusedMatMul(Reshape(RmsNorm(x, w), s), W, e) -> FusedRmsNormMatMul(Reshape(x, s), w, W, e) and
+    # FusedMatMul(Reshape(LayerNorm(x, g, b), s), W, e) -> FusedLayerNormMatMul(Reshape(x, s), g, b, W, e)   if s keeps
+    # x's last axis: an exporter's projection reads a 2-D view of the normalised [B, S, N] tensor (the LayerNorm
+    # prologue on more than GEMV_MAX_ROWS rows, as its plain rule: ir/ops/matmul.py). (The norm itself is not moved
+    # under the view: that alternative tripled the ILP extraction's time.)
+    forms = (("RmsNorm", e.RmsNorm(x, w, eps=eps), "(x, w)", "w", lambda v: e.FusedRmsNormMatMul(
+                 view, w, wp, eps=eps, variant=v, epilogue=ep), ()),
+             ("LayerNorm", e.LayerNorm(x, w, beta, eps=eps), "(x, g, b)", "g, b", lambda v: e.FusedLayerNormMatMul(
+                 view, w, beta, wp, eps=eps, variant=v, epilogue=ep), (s[0] > e.i64(GEMV_MAX_ROWS),)))
+    for norm, normed, args, weights, fused, guards in forms:
+        for v in ("", "BT"):
+            lhs = e.FusedMatMul(e.Identity(normed, shape=s), wp, variant=v, epilogue=ep)
+            yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(s[s.length() - 1]).to(sx[sx.length() - 1]), *guards,
+                         name=f"FusedMatMul{v}(Reshape({norm}{args}, s), W, e) -> Fused{norm}MatMul{v}(Reshape(x, s), "
+                              f"{weights}, W, e)", example=_viewed_norm(norm, v)).then(
+                e.union(lhs).with_(fused(v)), e.set_(e.shape(view)).to(s))
 
 
 __all__ = ["FAMILY", "norm_patterns"]
