@@ -194,12 +194,30 @@ def input_shapes(inputs, given: dict[str, list[int]]) -> dict[str, list[int]]:
     shape gives its name (a dim_param shared across inputs: batch, seq), else 1."""
     from eggfuse.onnx.importer import _dims
 
+    named = _named_sizes(inputs, given)
+    return {vi.name: list(given[vi.name]) if vi.name in given else
+            [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in _dims(vi)] for vi in inputs}
+
+
+def defaulted_inputs(inputs, given: dict[str, list[int]]) -> list[str]:
+    """The inputs :func:`input_shapes` gives a dimension of 1 that nothing sized: not given, with a
+    symbolic dimension no given shape names."""
+    from eggfuse.onnx.importer import _dims
+
+    named = _named_sizes(inputs, given)
+    return [vi.name for vi in inputs if vi.name not in given and any(
+        not (isinstance(d, int) and d > 0) and d not in named for d in _dims(vi))]
+
+
+def _named_sizes(inputs, given: dict[str, list[int]]) -> dict[str, int]:
+    # a symbolic dimension's name -> the size a given shape gives it
+    from eggfuse.onnx.importer import _dims
+
     named: dict[str, int] = {}
     for vi in inputs:
         if vi.name in given:
             named.update((d, s) for d, s in zip(_dims(vi), given[vi.name], strict=False) if isinstance(d, str))
-    return {vi.name: list(given[vi.name]) if vi.name in given else
-            [d if isinstance(d, int) and d > 0 else named.get(d, 1) for d in _dims(vi)] for vi in inputs}
+    return named
 
 
 def onnx_graph(path: str, shapes: dict[str, list[int]]):
@@ -209,20 +227,17 @@ def onnx_graph(path: str, shapes: dict[str, list[int]]):
     inputs with a symbolic dimension nothing sized (taken as 1). Raises InputError for a name of
     ``shapes`` that is not an input."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
-    from eggfuse.onnx.importer import Importer, _dims, _load_proto, graph_inputs, unknown_input
+    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs, unknown_input
 
     proto = _load_proto(path)
     inputs = graph_inputs(proto)
+    names = [vi.name for vi in inputs]
     for name in shapes:
-        if name not in [vi.name for vi in inputs]:
-            raise unknown_input(name, [vi.name for vi in inputs], InputError)
-    sized = input_shapes(inputs, shapes)
-    named = {d for vi in inputs if vi.name in shapes for d in _dims(vi) if isinstance(d, str)}
-    defaulted = [vi.name for vi in inputs if vi.name not in shapes and any(
-        not (isinstance(d, int) and d > 0) and d not in named for d in _dims(vi))]
-    importer = Importer(proto, sized, {})
+        if name not in names:
+            raise unknown_input(name, names, InputError)
+    importer = Importer(proto, input_shapes(inputs, shapes), {})
     graph, _, _ = importer.run()
-    return graph, len(proto.graph.node), importer.origin, defaulted
+    return graph, len(proto.graph.node), importer.origin, defaulted_inputs(inputs, shapes)
 
 
 def add_run(sub) -> None:

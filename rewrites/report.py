@@ -6,6 +6,7 @@ loads without the rewrite engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -124,7 +125,7 @@ class Report:
             f"rules fired (matches):\n{fired or '  none'}\n"
             f"recognised and fused ops: {self.recognised_line(origin)}"
         )
-        if self.verified_max_diff is not None and self.verified_max_diff == self.verified_max_diff:
+        if self.verified_max_diff is not None and not math.isnan(self.verified_max_diff):
             text += (f"\nverified: the optimised graph's outputs on the numpy reference (float64, random inputs) are "
                      f"within {self.verified_max_diff:.3g} of the input graph's")
         elif self.verified_max_diff is not None:

@@ -7,7 +7,7 @@
 // that row's statistics in stat[r], and the A slice stages (x - mean) * rstd * gamma + beta for 4 elements
 // of the row (0 past K). Rows are not scaled after the product.
 
-const LN_LANES: u32 = max(1u, WG / BM);  // invocations that sum one row
+const LN_LANES: u32 = WG / BM;  // invocations that sum one row (>= 1: the kernel builder refuses fewer invocations)
 
 // stat[r]: (x[row, 0], mean - x[row, 0], rstd) of tile row (li + WG r) / KQ: the mean is never rounded to one
 // float, so that a row of a large mean and a small spread keeps its low bits

@@ -1113,10 +1113,10 @@ def _layer_norm_then_gemv(variant: str, epilogue: tuple, m: int, k: int, n: int,
     # B, then the epilogue operands)
     if final is not None:
         raise LoweringError(f"a LayerNorm prologue on a GEMV tile ({m} rows) takes no final {final} step")
-    norm = Kernel("layer_norm", "layer_norm.wgsl", m, params=(("rows", "u32", m), ("n", "u32", k), ("eps", "f32", eps)),
-                  slots={"W": "w[j]", "B": "bias[j]"},
-                  bindings=(Buffer("x"), Buffer("w"), Buffer("bias"), Buffer("out", write=True)), inputs=(0, 1, 2),
-                  scratch=m * k)
+    from .norms import row_norm_kernel
+
+    norm = dataclasses.replace(row_norm_kernel("LayerNorm", m, k, eps, True, True), inputs=(0, 1, 2), scratch=m * k,
+                               bindings=(Buffer("x"), Buffer("w"), Buffer("bias"), Buffer("out", write=True)))
     gemv = matmul_kernel_for(variant, epilogue, m, k, n, tile=tile, vec4=vec4, quant=quant, row_words=row_words,
                              operand_types=operand_types)
     return [norm, dataclasses.replace(gemv, inputs=(SCRATCH, *range(3, 4 + len(gemv.bindings) - 3)))]

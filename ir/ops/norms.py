@@ -57,12 +57,18 @@ def _rows(t: TensorType) -> tuple[int, int]:
 
 def _row_norm_kernel(node, ins, target) -> Kernel:
     rows, n = _rows(node.type)
-    body = "layer_norm.wgsl" if node.op == "LayerNorm" else "rms_norm.wgsl"
-    affine = ("" if len(ins) > 1 else "_noweight") + ("_nobias" if node.op == "LayerNorm" and len(ins) < 3 else "")
-    return Kernel(body[:-5] + affine, body, rows,
-                  params=(("rows", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"])),
-                  slots={"W": "w[j]" if len(ins) > 1 else "1.0",
-                         **({"B": "bias[j]" if len(ins) > 2 else "0.0"} if node.op == "LayerNorm" else {})})
+    return row_norm_kernel(node.op, rows, n, node.attrs["eps"], len(ins) > 1, len(ins) > 2)
+
+
+def row_norm_kernel(op: str, rows: int, n: int, eps: float, weight: bool, bias: bool) -> Kernel:
+    """The kernel of ``op`` (LayerNorm or RmsNorm) over ``rows`` rows of ``n``, with its weight
+    ``w`` and (LayerNorm) ``bias`` read or taken as 1 and 0 (also the first dispatch of a
+    FusedLayerNormMatMul of few rows: ir/ops/matmul_kernel.py)."""
+    body = "layer_norm.wgsl" if op == "LayerNorm" else "rms_norm.wgsl"
+    affine = ("" if weight else "_noweight") + ("_nobias" if op == "LayerNorm" and not bias else "")
+    return Kernel(body[:-5] + affine, body, rows, params=(("rows", "u32", rows), ("n", "u32", n), ("eps", "f32", eps)),
+                  slots={"W": "w[j]" if weight else "1.0",
+                         **({"B": "bias[j]" if bias else "0.0"} if op == "LayerNorm" else {})})
 
 
 def _ones(b, x):
