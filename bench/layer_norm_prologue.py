@@ -3,8 +3,8 @@ then the product, at GPT-2 small's pre-LN products (hidden 768: c_attn 768 -> 23
 c_fc 768 -> 3072 with its bias and tanh-GELU), M = 8 x 128 and 1 x 128 rows of random weights.
 
 ``save`` (needs egglog) builds one graph per M, each with both products behind their own LayerNorm,
-optimises it twice (every rule; and without the four LayerNorm-prologue rules, ``select(disable=...)``)
-and pickles both. ``time`` (the GPU machine) lowers them, times them alternately
+optimises it twice (with the optional ``layer_norm_prologue`` ruleset; and with the default rulesets,
+which keep the norm) and pickles both. ``time`` (the GPU machine) lowers them, times them alternately
 (``models.time_alternately``: wall and GPU time per run, ``--calls`` back-to-back runs a sample,
 ``--repeats`` samples, ``--rounds`` rounds) and profiles each kernel (``plan_ab.kernel_times``).
 
@@ -35,9 +35,6 @@ import models  # noqa: E402
 
 HIDDEN, PRODUCTS = 768, ((2304, ()), (3072, ("GeluTanh",)))
 ROWS = (1024, 128)
-PROLOGUE_RULES = tuple(f"FusedMatMul{v}({inner}, W, e) -> FusedLayerNormMatMul{v}({out}, W, e)" for v in ("", "BT")
-                       for inner, out in (("LayerNorm(x,g,b)", "x, g, b"),
-                                          ("Reshape(LayerNorm(x, g, b), s)", "Reshape(x, s), g, b")))
 
 
 def block(m: int) -> Graph:
@@ -62,8 +59,8 @@ def save(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for m in ROWS:
         g = block(m)
-        fused, rep = optimize(g)
-        separate, rep2 = optimize(g, rulesets=select(None, PROLOGUE_RULES))
+        fused, rep = optimize(g, rulesets=select(optional=["layer_norm_prologue"]))
+        separate, rep2 = optimize(g)
         (folder / f"ln_{m}.pkl").write_bytes(pickle.dumps({"prologue": fused, "separate": separate}))
         print(f"M={m}: dispatches {rep.dispatches_after} with the prologue, {rep2.dispatches_after} without")
 

@@ -143,13 +143,16 @@ def _write_dots(args: argparse.Namespace, graph, opt, kw: dict) -> list[str]:
 
 def cmd_rules(args: argparse.Namespace) -> None:
     from eggfuse.rewrites import catalog
+    from eggfuse.rewrites.rulesets import OPTIONAL
 
     rules = catalog()
     if args.json:
         print(json.dumps(rules))
         return
     for ruleset, names in rules.items():
-        print(f"{ruleset} ({len(names)} rules)")
+        how = "--precision f16" if ruleset == "f16" else f"--with-ruleset {ruleset}"
+        optional = f"; optional, not run by default: {how}" if ruleset in OPTIONAL else ""
+        print(f"{ruleset} ({len(names)} rules{optional})")
         for name in names:
             print(f"  {name}")
 

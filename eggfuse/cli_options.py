@@ -20,6 +20,10 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
                        help="run only these optimisation rulesets (`eggfuse rules` lists them; default all)")
         p.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
                        help="leave out one rule, named as `eggfuse rules` lists it (repeatable)")
+        p.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
+                       help="also run an optional ruleset, not run by default (repeatable): layer_norm_prologue "
+                            "(a LayerNorm as the next product's prologue: one dispatch fewer a product, measured "
+                            "slower on an H200)")
         p.add_argument("--cost-model", metavar="MODEL", default="bytes",
                        help="bytes (default: byte-equivalents), roofline (h200 profile), roofline:PROFILE, or "
                             "module:Class (a CostModel subclass)")
@@ -56,8 +60,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     from eggfuse.rewrites.rulesets import select
 
     kw = schedule_kwargs(args)
-    if args.rulesets is not None or args.disable_rule:
-        kw["rulesets"] = select(args.rulesets, args.disable_rule)
+    if "f16" in [*args.with_ruleset, *(args.rulesets or ())]:
+        raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
+    if args.rulesets is not None or args.disable_rule or args.with_ruleset:
+        kw["rulesets"] = select(args.rulesets, args.disable_rule, optional=args.with_ruleset)
     return dict(kw, cost_model=cost_model_from_spec(args.cost_model), extractor=args.extractor)
 
 

@@ -28,9 +28,12 @@ SCHEDULE = ("algebraic", "recognition", "swiglu", "matmul_epilogue", "conv_epilo
             "quant", "elementwise_fusion")
 #: The ruleset of analysis rules: facts, saturated before every optimisation pass.
 ANALYSIS = "analysis"
-#: Rulesets that change values and so never run by default: ``f16`` rounds weights to float16
-#: (``ir/ops/half.py``), run by ``compile(..., precision="f16")`` (:func:`optional_ruleset`).
-OPTIONAL = ("f16",)
+#: Rulesets that never run by default (:func:`optional_ruleset`; ``select(optional=...)``, ``eggfuse optimize
+#: --with-ruleset NAME``): ``f16`` changes values, rounding weights to float16 (``ir/ops/half.py``), and runs under
+#: ``compile(..., precision="f16")``; ``layer_norm_prologue`` (a LayerNorm as the next product's prologue,
+#: ``FusedLayerNormMatMul``) saves a dispatch a product but measured slower on an H200, the product 28-75% slower
+#: than the norm and the product apart (``bench/results/layer_norm_prologue_h200.json``).
+OPTIONAL = ("f16", "layer_norm_prologue")
 
 #: Rulesets whose rules are built on first use, each with the constructors one of which every rule
 #: of it reads in its query (a test checks it): :func:`relevant` builds one only for an e-graph that
@@ -196,21 +199,30 @@ def without_rules(rs: Ruleset, drop: set[str]) -> Ruleset:
 
 
 def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
-           rulesets: Sequence[Ruleset] | None = None) -> tuple[Ruleset, ...]:
+           rulesets: Sequence[Ruleset] | None = None, optional: Sequence[str] = ()) -> tuple[Ruleset, ...]:
     """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
-    those named in ``names`` (None: all), in their schedule order, less the rules named in
-    ``disable``. The analysis ruleset is not among them: it always runs.
+    and the :data:`OPTIONAL` ones named in ``optional`` or ``names`` (after them), those named in
+    ``names`` (None: all), in that order, less the rules named in ``disable``. The analysis
+    ruleset is not among them: it always runs.
 
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
     name), the analysis ruleset, or a rule of a ruleset eggfuse did not build.
     """
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
+    for n in optional:
+        if n not in OPTIONAL:
+            raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: {', '.join(OPTIONAL)}"
+                               f"{_closest(n, OPTIONAL)}")
+    wanted = [*optional, *(n for n in names or () if n in OPTIONAL)]
+    have = {ruleset_name(rs) for rs in pool}
+    pool += tuple(optional_ruleset(n) for n in dict.fromkeys(wanted) if n not in have)
     by_name = {ruleset_name(rs): rs for rs in pool}
     if names is not None:
         for n in names:
             if n not in by_name:
                 what = "the analysis ruleset always runs and cannot be selected" if n == ANALYSIS else \
-                    f"rulesets: {', '.join(by_name)}{_closest(n, by_name)}"
+                    f"rulesets: {', '.join(by_name)}; optional: {', '.join(OPTIONAL)}" \
+                    f"{_closest(n, [*by_name, *OPTIONAL])}"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
         pool = tuple(rs for name, rs in by_name.items() if name in set(names))
     known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()} if disable else {}

@@ -76,13 +76,13 @@ def check_row(row: Row, device, subgroups: bool | None) -> Session:
     return session
 
 
-def run_optimised(g: Graph, device, feeds: dict, params: dict) -> tuple[Graph, list[np.ndarray]]:
-    """``g`` optimised by the rewrite engine and run on the device, its outputs checked against the
-    unfused graph's numpy reference (relative 1e-4, absolute 1e-5 of each output's scale); returns
-    the optimised graph and the outputs."""
+def run_optimised(g: Graph, device, feeds: dict, params: dict, rulesets=None) -> tuple[Graph, list[np.ndarray]]:
+    """``g`` optimised by the rewrite engine (``rulesets``: None, the default ones) and run on the device, its
+    outputs checked against the unfused graph's numpy reference (relative 1e-4, absolute 1e-5 of each output's
+    scale); returns the optimised graph and the outputs."""
     from eggfuse.rewrites import optimize
 
-    opt, _ = optimize(g)
+    opt, _ = optimize(g, rulesets=rulesets)
     got = Session(lower(opt, dict(device.limits)), params, device=device).run(feeds)
     want = evaluate(g, feeds, params)
     assert len(got) == len(want)

@@ -70,8 +70,21 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
     gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.classic.onnx")
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "(inputs input_ids 2x7, attention_mask 2x7)" in out and "dispatches 79 -> 13" in out, out
+    assert "(inputs input_ids 2x7, attention_mask 2x7)" in out and "dispatches 79 -> 18" in out, out
     assert "verified: the optimised graph's outputs on the numpy reference (float64, random inputs) are within" in out
+    # the optional LayerNorm prologue: its pre-attention, pre-MLP and final LayerNorms in the next products
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--with-ruleset", "layer_norm_prologue"]) == 0
+    out = capsys.readouterr().out
+    assert "dispatches 79 -> 13" in out and "FusedLayerNormMatMul" in out, out
+    for argv, message in ((["--with-ruleset", "layer_norm_prolog"], "unknown optional ruleset 'layer_norm_prolog': "
+                                                                    "optional rulesets: f16, layer_norm_prologue (did "
+                                                                    "you mean 'layer_norm_prologue'?)"),
+                          (["--with-ruleset", "f16"], "ask for it with --precision f16"),
+                          (["--rulesets", "recognition,f16"], "ask for it with --precision f16"),
+                          (["--rulesets", "recogniton"], "optional: f16, layer_norm_prologue (did you mean "
+                                                         "'recognition'?)")):
+        assert cli.main(["optimize", gpt2, *argv]) == 2
+        assert message in capsys.readouterr().err
     assert cli.main(["optimize", gpt2]) == 0  # symbolic dimensions 1, and the header says so
     out = capsys.readouterr().out
     assert "input_ids 1x1, attention_mask 1x1; input_ids, attention_mask: symbolic dimensions 1, give --shape" in out

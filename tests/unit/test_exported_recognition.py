@@ -253,9 +253,8 @@ FIXTURES = {
     "llama_tiny.classic.onnx": ({"CausalAttentionRoPE": 2}, 14),
     "llama_tiny.dynamo.onnx": ({"CausalAttentionRoPE": 2}, 14),
     # the fused c_attn product read by CausalAttention with the key mask (25 while q, k and v were three Slices)
-    # and its pre-attention, pre-MLP and final LayerNorms as the next products' prologue (18 while dispatches)
-    "gpt2_tiny.classic.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
-    "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
+    "gpt2_tiny.classic.onnx": ({"CausalAttention": 2}, 18),
+    "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2}, 18),
     # RoBERTa's embeddings: three Gathers (position ids computed from the padding: CumSum) into one kernel (24 while
     # they were three Gathers, their sum and a LayerNorm); the position ids one PaddedPositionIds (19 while they
     # were Equal/Not/Cast, CumSum and Mul/Add); the token types, a GatherElements of a zero buffer, a Constant of
@@ -263,10 +262,9 @@ FIXTURES = {
     "roberta_tiny.classic.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 16),
     "roberta_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "EmbeddingSumLayerNorm": 1, "PaddedPositionIds": 1}, 16),
     # ViT: the dynamo export's all-zero mask, read as causal with offset S - 1, dropped (23 while it kept the
-    # attention GeneralAttention of three projections); its pre-LN norms the packed and MLP products' prologue
-    # (19 while dispatches)
-    "vit_tiny.classic.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15),
-    "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15),
+    # attention GeneralAttention of three projections)
+    "vit_tiny.classic.onnx": ({"FullAttentionPacked": 2}, 19),
+    "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2}, 19),
     # T5: unscaled scores plus the relative position bias (a parameter: its values unknown to the rules) under the
     # padding mask, softmaxed without SDPA's guard: GeneralAttention with masked_rows nan on the projections' rows
     # (29 while the unguarded softmax stayed AttentionScores, Softmax, a batched product and four Permutes a layer),
@@ -311,6 +309,31 @@ def test_exported_fixture_is_recognised_and_matches_torch(name):
         assert all(n.attrs["packed"] for n in opt.live_nodes() if n.op == "GeneralAttention"), name
     outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
     want = expected_outputs(DATA / name, data)  # torch's, onnxruntime's where the graph is not torch
+    for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
+        np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=2e-5)
+
+
+#: pre-LN fixtures with the optional layer_norm_prologue ruleset: {op: count}, dispatches (GPT-2's pre-attention,
+#: pre-MLP and final LayerNorms, ViT's pre-attention and pre-MLP ones, as the next products' prologue)
+PROLOGUE_FIXTURES = {"gpt2_tiny.classic.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
+                     "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
+                     "vit_tiny.classic.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15),
+                     "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15)}
+
+
+@pytest.mark.parametrize("name", sorted(PROLOGUE_FIXTURES))
+def test_exported_pre_ln_fixture_with_the_layer_norm_prologue_matches_torch(name):
+    from eggfuse.rewrites.rulesets import select
+
+    want_ops, dispatches = PROLOGUE_FIXTURES[name]
+    data = np.load(DATA / (name.split(".")[0] + ".npz"))
+    inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
+    g, params = load(DATA / name, shapes={k: v.shape for k, v in inputs.items()})
+    opt, _ = optimize(g, rulesets=select(optional=["layer_norm_prologue"]))
+    ops = dispatched(opt)
+    assert all(ops[op] == n for op, n in want_ops.items()) and opt.dispatch_count() == dispatches, ops
+    outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
+    want = expected_outputs(DATA / name, data)
     for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
         np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=2e-5)
 
