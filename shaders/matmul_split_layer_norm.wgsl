@@ -5,7 +5,10 @@
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 // LayerNorm of each of p.m rows of C:
 // out[i, j] = (C[i, j] - mean_i) / sqrt(var_i + eps) * gamma[j] + beta[j], the biased variance
-// computed in a second pass over C - mean (Ba et al. 2016; as layer_norm.wgsl); with CENTRED false
+// (Ba et al. 2016; as layer_norm.wgsl). The first pass takes the mean rounded to one float, m0; the
+// second sums d = C - m0 and d^2, so that mean = m0 + delta (delta = mean(d), what m0's rounding
+// left: a row of a large mean and a small spread keeps its low bits), var = mean(d^2) - delta^2, and
+// the output is (d - delta) * rstd; with CENTRED false
 // RmsNorm, out[i, j] = C[i, j] / sqrt(mean_i(C^2) + eps) * gamma[j] (Zhang & Sennrich 2019; as
 // rms_norm.wgsl): no mean, no beta. VALUE defines value4(i, j), C[i, j .. j + WIDTH - 1] in the
 // first WIDTH components of a vec4 (the others 0):
@@ -68,35 +71,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             s = s + value4(i, u * WIDTH);
         }
     }
-    var mean = 0.0;
+    var mean = 0.0;  // m0
     if (CENTRED) {  // a constant: uniform control flow for row_sum's barriers
         mean = row_sum(li, lane, s.x + s.y + s.z + s.w) / f32(p.n);
     }
-    var q = 0.0;
+    var q = vec2<f32>();  // sums of d and d^2
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
             if (lane + t * LANES < units) {
                 let d = (held[t] - mean) * KEEP;  // masked before squaring: no inf * 0
-                q = q + dot(d, d);
+                q = q + vec2<f32>(d.x + d.y + d.z + d.w, dot(d, d));
             }
         }
     } else {
         for (var u = lane; u < units; u = u + LANES) {
             let d = (value4(i, u * WIDTH) - mean) * KEEP;
-            q = q + dot(d, d);
+            q = q + vec2<f32>(d.x + d.y + d.z + d.w, dot(d, d));
         }
     }
-    let rstd = 1.0 / sqrt(row_sum(li, lane, q) / f32(p.n) + p.eps);
+    var delta = 0.0;
+    var variance = 0.0;
+    if (CENTRED) {
+        let r = row_sum2(li, lane, q) / f32(p.n);
+        delta = r.x;
+        variance = max(r.y - delta * delta, 0.0);
+    } else {
+        variance = row_sum(li, lane, q.y) / f32(p.n);
+    }
+    let rstd = 1.0 / sqrt(variance + p.eps);
     if (VALUES > 0u) {
         for (var t = 0u; t < VALUES; t = t + 1u) {
             let u = lane + t * LANES;
             if (u < units) {
-                put(i, u, (held[t] - mean) * rstd);
+                put(i, u, ((held[t] - mean) - delta) * rstd);
             }
         }
     } else {
         for (var u = lane; u < units; u = u + LANES) {
-            put(i, u, (value4(i, u * WIDTH) - mean) * rstd);
+            put(i, u, ((value4(i, u * WIDTH) - mean) - delta) * rstd);
         }
     }
 }

@@ -17,3 +17,20 @@ fn row_sum(li: u32, lane: u32, v: f32) -> f32 {
     workgroupBarrier();  // every lane has read the sum before row_red is written again
     return t;
 }
+
+var<workgroup> row_red2: array<vec2<f32>, 256>;
+
+// row_sum of two values at once (one set of barriers).
+fn row_sum2(li: u32, lane: u32, v: vec2<f32>) -> vec2<f32> {
+    row_red2[li] = v;
+    workgroupBarrier();
+    for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+        if (lane < s) {
+            row_red2[li] = row_red2[li] + row_red2[li + s];
+        }
+        workgroupBarrier();
+    }
+    let t = row_red2[li - lane];
+    workgroupBarrier();
+    return t;
+}

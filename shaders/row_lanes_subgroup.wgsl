@@ -32,3 +32,29 @@ fn row_sum(li: u32, lane: u32, v: f32) -> f32 {
     workgroupBarrier();  // every lane has read the parts before row_red is written again
     return t;
 }
+
+var<workgroup> row_red2: array<vec2<f32>, 64>;
+
+// row_sum of two values at once (one set of barriers).
+fn row_sum2(li: u32, lane: u32, v: vec2<f32>) -> vec2<f32> {
+    let n = subgroupAdd(1u);
+    if (LANES <= n) {
+        var t = v;
+        for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+            t = t + subgroupShuffleXor(t, s);
+        }
+        return t;
+    }
+    let s = subgroupAdd(v);
+    if (li % n == 0u && li / n < 64u) {
+        row_red2[li / n] = s;
+    }
+    workgroupBarrier();
+    let first = (li - lane) / n;
+    var t = vec2<f32>();
+    for (var k = 0u; k < LANES / n; k = k + 1u) {
+        t = t + row_red2[min(first + k, 63u)];
+    }
+    workgroupBarrier();
+    return t;
+}

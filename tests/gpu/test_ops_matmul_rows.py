@@ -139,6 +139,43 @@ def test_layer_norm_rows_of_few_lanes(min_lanes, subgroups, quads, monkeypatch, 
         assert final.kernel.endswith("+sg") == subgroups and final.workgroups[0] == -(-m * lanes // 256), final
 
 
+@pytest.mark.parametrize("subgroups", [False, True])
+@pytest.mark.parametrize("m, k, n, splits", [(37, 24, 384, 3), (37, 24, 389, 1), (9, 12, 4500, 2)])
+def test_layer_norm_stage_keeps_a_large_means_low_bits(m, k, n, splits, subgroups, device):
+    # C = A W + residual, rows of mean 1000 and spread 0.01, every value exact in float32 (multiples of 2^-13 below
+    # 2^11): the stage's output against float64's normalisation of the same C. With the mean rounded to one float
+    # and d = C - mean squared, these were 9.5e-3 to 2.3e-2 off on lavapipe (onnxruntime's LayerNormalization of
+    # C: 3.1e-3 and 2.5e-3 at 384 and 4500 columns); taking the rounding's remainder in the second pass, 2.8e-7 to
+    # 6.5e-7. Quads (384), single columns (389), rows too long for registers (4500: each pass computes them
+    # again); the row sums in subgroups and as a tree.
+    from eggfuse.pipeline import lower_for
+    from eggfuse.runtime import Session
+    from eggfuse.runtime.device import subgroup_reductions_usable
+
+    if subgroups and not subgroup_reductions_usable(device):
+        pytest.skip("the device has no usable subgroups")
+    rng = np.random.default_rng(n)
+    step = 2.0 ** -13
+    a = rng.integers(-1, 2, (m, k)).astype(np.float32)
+    w = (rng.integers(-2, 3, (n, k)) * step).astype(np.float32)
+    r = (1000.0 + np.round(0.01 * rng.standard_normal((m, n)) / step) * step).astype(np.float32)
+    g = Graph()
+    out = g.add_node("FusedMatMulLayerNorm", (g.input("a", [m, k]), g.parameter("w", [n, k]),
+                                              g.parameter("gamma", [n]), g.parameter("beta", [n]), g.input("r", [m, n])),
+                     eps=1e-12, variant="BT", epilogue=("add",))
+    g.set_outputs([out])
+    params = {"w": w, "gamma": np.ones(n, np.float32), "beta": np.zeros(n, np.float32)}
+    with matmul_choice(splits=splits):
+        session = Session(lower_for(g, device, subgroups=subgroups), params, device=device)
+    (got,) = session.run({"a": a, "r": r})
+    c = a.astype(np.float64) @ w.astype(np.float64).T + r
+    assert np.array_equal(c.astype(np.float32), c)  # exact in float32: what the stage sums is C itself
+    want = (c - c.mean(-1, keepdims=True)) / np.sqrt(c.var(-1, keepdims=True) + 1e-12)
+    err = float(np.abs(got - want).max())
+    assert err < 1e-5, err
+    assert session.plan.dispatches[1].kernel.startswith(f"matmul_split{splits}_layer_norm"), session.plan.dispatches
+
+
 def test_gemv_first_stage(device):
     session = check_row(ROWS[0], device, subgroups=None)
     first, second = (d.kernel for d in session.plan.dispatches)
