@@ -160,9 +160,9 @@ def test_layer_norm_stage_keeps_a_large_means_low_bits(m, k, n, splits, subgroup
     w = (rng.integers(-2, 3, (n, k)) * step).astype(np.float32)
     r = (1000.0 + np.round(0.01 * rng.standard_normal((m, n)) / step) * step).astype(np.float32)
     g = Graph()
-    out = g.add_node("FusedMatMulLayerNorm", (g.input("a", [m, k]), g.parameter("w", [n, k]),
-                                              g.parameter("gamma", [n]), g.parameter("beta", [n]), g.input("r", [m, n])),
-                     eps=1e-12, variant="BT", epilogue=("add",))
+    ins = (g.input("a", [m, k]), g.parameter("w", [n, k]), g.parameter("gamma", [n]), g.parameter("beta", [n]),
+           g.input("r", [m, n]))
+    out = g.add_node("FusedMatMulLayerNorm", ins, eps=1e-12, variant="BT", epilogue=("add",))
     g.set_outputs([out])
     params = {"w": w, "gamma": np.ones(n, np.float32), "beta": np.zeros(n, np.float32)}
     with matmul_choice(splits=splits):
