@@ -549,6 +549,43 @@ def smollm2_padded(out_dir: Path, venv: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names}, extra={"gguf": np.array(str(gguf))})
 
 
+def gpt2_small(out_dir: Path, venv: Path) -> list[dict]:
+    """GPT-2 small's architecture (``GPT2Config()``: 12 layers, hidden 768, 12 heads, 50,257 tokens) as
+    ``GPT2Model`` (``last_hidden_state``; random weights, :func:`randomise`, as no GPT-2 weights are at hand
+    offline), inputs ``input_ids`` and ``attention_mask`` (the second of two sequences left-padded by 3), the
+    classic exporter only. ``gpt2_small.names.json`` maps each float initializer of the file to the
+    ``state_dict`` key holding its values (``{"key": ..., "transpose": bool}``), so that a benchmark can give
+    both sides another model's weights (bench/exported_peers.py); initializers of no parameter (the
+    exporter's constants) are not listed."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    model = randomise(GPT2Model(GPT2Config(use_cache=False))).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, 16), np.int64)
+    mask[1, :3] = 0
+    feeds = {"input_ids": rng.integers(0, 50257, (BATCH, 16)).astype(np.int64), "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    rows = run_exports("gpt2_small", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names}, kinds=("classic",))
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items() if v.is_floating_point()}
+    mapping = {}
+    for init in onnx.load(str(out_dir / "gpt2_small.classic.onnx")).graph.initializer:
+        arr = onnx.numpy_helper.to_array(init)
+        if arr.dtype != np.float32 or arr.size < 2:
+            continue
+        for key, v in state.items():
+            if v.shape == arr.shape and np.array_equal(v, arr):
+                mapping[init.name] = {"key": key, "transpose": False}
+                break
+            if v.ndim == 2 and v.T.shape == arr.shape and np.array_equal(v.T, arr):
+                mapping[init.name] = {"key": key, "transpose": True}
+                break
+    (out_dir / "gpt2_small.names.json").write_text(json.dumps(mapping, indent=1) + "\n")
+    print(f"gpt2_small.names.json: {len(mapping)} initializers of {len(state)} float state_dict entries")
+    return rows
+
+
 #: The prompts of the greedy reference (bench/quant_accuracy.py's five).
 GREEDY_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
                   "The three primary colours are", "Water boils at a temperature of")
@@ -594,7 +631,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["bert_tiny", "bert_tiny_pooled", "distilbert_tiny", "llama_tiny", "gpt2_tiny",
                                        "roberta_tiny", "vit_tiny", "t5_tiny", "mpnet_tiny", "albert_tiny",
                                        "electra_tiny", "deberta_tiny", "qwen2_tiny", "minilm", "minilm_pooled",
-                                       "smollm2", "smollm2_padded"],
+                                       "smollm2", "smollm2_padded", "gpt2_small"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -609,7 +646,7 @@ def main() -> None:
         return
     out = args.real or args.out
     models = (("minilm", minilm), ("minilm_pooled", minilm_pooled), ("smollm2", smollm2),
-              ("smollm2_padded", smollm2_padded)) if args.real else (
+              ("smollm2_padded", smollm2_padded), ("gpt2_small", gpt2_small)) if args.real else (
         ("bert_tiny", bert_tiny), ("bert_tiny_pooled", bert_tiny_pooled), ("distilbert_tiny", distilbert_tiny),
         ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny),
         ("t5_tiny", t5_tiny), ("mpnet_tiny", mpnet_tiny), ("albert_tiny", albert_tiny), ("electra_tiny", electra_tiny),

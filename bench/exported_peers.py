@@ -1,0 +1,204 @@
+"""An exported model against compiled torch: GPT-2 small as torch.onnx writes it, imported by
+``eggfuse.onnx`` (the rewrite engine rediscovering its attention, GELU and epilogues), against
+transformers' ``GPT2Model`` with the same weights, eager and ``torch.compile(mode="reduce-overhead")``
+(CUDA graphs), fp32 (TF32 off) and bf16, on the same device.
+
+Three steps, since the export needs torch (a Python 3.11 venv here), the optimisation egglog (the
+eggfuse venv), and the timing a GPU machine without either of those problems::
+
+    /tmp/V/bin/python scripts/export_torch_fixtures.py --real --only gpt2_small   # the ONNX file, names map
+    .venv/bin/python bench/exported_peers.py save --graphs bench/graphs_exported   # import, optimise, pickle
+    python3 bench/exported_peers.py time --graphs bench/graphs_exported --json FILE  # GPU machine
+
+``save`` imports ``build/exported/gpt2_small.classic.onnx`` at ``--batch`` x ``--seq`` tokens (default
+8 x 128), optimises it and pickles the unfused and fused graphs with ``gpt2_small.names.json`` (which
+``state_dict`` entry each initializer holds), which weight's first rows the import folded into a
+parameter (the position rows of ``arange(S)``), and the values of the other initializers (the
+exporter's constants). ``time`` builds ``GPT2Model(GPT2Config())`` with random weights
+(``torch_peers._redraw``), gives our parameters the same values through that map, and times both
+sides as ``bench/models.py`` does (``--calls`` back-to-back calls per sample, ``--repeats`` samples,
+median and p90 of the wall clock per call, ours also by GPU timestamps, the peer also by CUDA events;
+outputs left on the device). Inputs: random token ids, the second sequence left-padded by 3 tokens
+(``attention_mask`` 0 there); both sides' ``last_hidden_state`` are compared at the kept rows
+(``rel_diff_vs_ours``: max |peer - ours| / max |ours|).
+
+JSON: rows as ``bench/models.py``'s (``model`` ``gpt2_small_onnx``, ``ours_ms``, ``ours_p90_ms``,
+``ours_gpu_ms``, ``ours_dispatches``, ``ours_unfused_ms``, ``peer``, ``peer_mode``, ``peer_dtype``,
+``peer_ms``, ``peer_p90_ms``, ``ratio``, ``rel_diff_vs_ours``, ...) with ``optimise_s`` and
+``onnx_nodes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import torch_peers  # noqa: E402
+
+from models import _ms, time_plan  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ONNX = ROOT / "build" / "exported" / "gpt2_small.classic.onnx"
+NAME = "gpt2_small_onnx"
+PADDING = 3  # tokens of left padding of the second sequence
+
+
+def save(folder: Path, onnx_path: Path, batch: int, seq: int) -> None:
+    import onnx
+
+    from eggfuse.onnx import load
+    from eggfuse.rewrites import optimize
+
+    names = json.loads(onnx_path.with_name(onnx_path.name.split(".")[0] + ".names.json").read_text())
+    unfused, params = load(onnx_path, shapes={"input_ids": [batch, seq], "attention_mask": [batch, seq]})
+    t = time.perf_counter()
+    fused, rep = optimize(unfused)
+    seconds = time.perf_counter() - t
+    constants = {k: v for k, v in params.items() if k not in names}
+    # a parameter the import folded from a weight's first rows (the position rows of the sequence's positions,
+    # wpe[:S] gathered by arange): those rows of the time step's weight, not the exported values
+    derived = {}
+    weights = {i.name: i for i in onnx.load(str(onnx_path)).graph.initializer if i.name in names}
+    for k, c in constants.items():
+        for n, init in weights.items():
+            w = onnx.numpy_helper.to_array(init)
+            if w.ndim == 2 and c.size % w.shape[1] == 0 and c.size <= w.size:
+                rows = c.size // w.shape[1]
+                if np.array_equal(c.reshape(rows, w.shape[1]), w[:rows]):
+                    derived[k] = {**names[n], "rows": rows, "shape": list(c.shape)}
+                    break
+    constants = {k: v for k, v in constants.items() if k not in derived}
+    if any(v.size > 1 << 16 for v in constants.values()):
+        raise SystemExit(f"initializers of no parameter are too large to carry: {sorted(constants)}")
+    nodes = len(onnx.load(str(onnx_path), load_external_data=False).graph.node)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{NAME}.pkl").write_bytes(pickle.dumps(
+        {"unfused": unfused, "fused": fused, "names": {k: v for k, v in names.items() if k in params},
+         "constants": constants, "derived": derived, "batch": batch, "seq": seq, "optimise_s": seconds,
+         "onnx_nodes": nodes, "file": onnx_path.name}))
+    print(f"{onnx_path.name}: {nodes} ONNX nodes, dispatches {rep.dispatches_before} -> {rep.dispatches_after}, "
+          f"optimised in {seconds:.2f} s; wrote {folder / (NAME + '.pkl')}")
+
+
+def inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    mask = np.ones((batch, seq), np.int64)
+    mask[1 % batch, :PADDING] = 0
+    return {"input_ids": rng.integers(0, 50257, (batch, seq)).astype(np.int64), "attention_mask": mask}
+
+
+def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int) -> None:
+    from eggfuse.pipeline import lower_for
+
+    saved = pickle.loads((folder / f"{NAME}.pkl").read_bytes())
+    torch, transformers = torch_peers.load_torch()
+    if torch is None:
+        raise SystemExit(f"time needs torch and transformers ({transformers})")
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    torch_peers.set_fp32_precision(torch)
+    model = transformers.GPT2Model(transformers.GPT2Config(use_cache=False)).eval()
+    torch_peers._redraw(torch, model, 0)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    params = {name: np.ascontiguousarray(state[m["key"]].T if m["transpose"] else state[m["key"]], np.float32)
+              for name, m in saved["names"].items()}
+    params.update(saved["constants"])
+    for k, d in saved["derived"].items():
+        source = state[d["key"]].T if d["transpose"] else state[d["key"]]
+        params[k] = np.ascontiguousarray(source[:d["rows"]].reshape(d["shape"]), np.float32)
+    missing = sorted(set(saved["fused"].parameters) - set(params))
+    if missing:
+        raise SystemExit(f"no values for the parameters {missing[:5]}")
+    model.to(device)
+    x = inputs(saved["batch"], saved["seq"])
+    feeds = [{k: v.astype(np.int32) for k, v in x.items()}] * calls
+    kept = x["attention_mask"].astype(bool)
+    copy_bps, copy_src = torch_peers.copy_bandwidth(torch, cuda)
+    weight_bytes = sum(v.nbytes for k, v in params.items() if k in saved["names"])
+    ours = time_plan(lower_for(saved["fused"]), params, feeds, calls, repeats)
+    unfused = time_plan(lower_for(saved["unfused"]), params, feeds, calls, repeats)
+    ours_out = ours["output"][kept]
+    base = {"model": NAME, "file": saved["file"], "batch": saved["batch"], "seq": saved["seq"], "calls": calls,
+            "samples": repeats, "weights": "f32", "weight_bytes": weight_bytes, "copy_gbs": copy_bps / 1e9,
+            "copy_source": copy_src, "floor_fp32_ms": weight_bytes / copy_bps * 1e3,
+            "floor_bf16_ms": weight_bytes / 2 / copy_bps * 1e3, "onnx_nodes": saved["onnx_nodes"],
+            "optimise_s": saved["optimise_s"], "ours_dispatches": ours["dispatches"], "adapter": ours["adapter"],
+            "ours_unfused_dispatches": unfused["dispatches"], "ours_unfused_ms": _ms(unfused["wall"])[0],
+            "ours_timing": "wall clock around N back-to-back Session.run(read=()), one wait"}
+    base["ours_ms"], base["ours_p90_ms"] = _ms(ours["wall"])
+    base["ours_gpu_ms"], base["ours_gpu_p90_ms"] = _ms(ours["gpu"]) if ours["gpu"] else (None, None)
+    t = {k: torch.from_numpy(v).to(device) for k, v in x.items()}
+    print(f"{saved['file']} at {saved['batch']} x {saved['seq']} tokens; {repeats} samples x {calls} calls; "
+          f"torch {torch.__version__}, transformers {transformers.__version__}; ms per call")
+    gpu = base["ours_gpu_ms"] or float("nan")
+    print(f"ours: {base['ours_ms']:.3f} (p90 {base['ours_p90_ms']:.3f}, GPU {gpu:.3f}), {ours['dispatches']} "
+          f"dispatches; unfused {base['ours_unfused_ms']:.3f} ({unfused['dispatches']})")
+    rows = []
+    for mode, dtype in peers:
+        from torch._dynamo.utils import counters
+
+        m = model if dtype == "fp32" else __import__("copy").deepcopy(model).to(torch.bfloat16)
+
+        def forward(ids, mask, m=m):
+            return m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+        fn = forward if mode == "eager" else torch.compile(forward, mode=mode, fullgraph=True, dynamic=False)
+        pr = torch_peers.Peer("transformers GPT2Model", mode, dtype, lambda fn=fn: fn(t["input_ids"],
+                                                                                    t["attention_mask"]), None,
+                              model.config._attn_implementation)
+        row = {**base, "peer": pr.name, "peer_mode": mode, "peer_dtype": dtype, "peer_tf32": False,
+               "peer_attn": pr.attn, "torch": torch.__version__, "transformers": transformers.__version__,
+               "peer_device": torch.cuda.get_device_name() if cuda else "cpu", "peer_ms": None, "ratio": None}
+        start, skips = time.perf_counter(), counters["inductor"]["cudagraph_skips"]
+        try:
+            tp = torch_peers.time_peer(torch, pr, calls, repeats, cuda)
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            row["error"] = f"{type(e).__name__}: {e}"[:500]
+        else:
+            row["peer_ms"], row["peer_p90_ms"] = _ms(tp["wall"])
+            row["peer_event_ms"] = _ms(tp["events"])[0] if tp["events"] else None
+            row["ratio"] = row["ours_ms"] / row["peer_ms"]
+            with torch.no_grad():
+                if mode in torch_peers.CUDAGRAPH_MODES:
+                    torch.compiler.cudagraph_mark_step_begin()
+                out = pr.call().float().cpu().numpy()[kept]
+            row["rel_diff_vs_ours"] = float(np.abs(out - ours_out).max() / np.abs(ours_out).max())
+        row["peer_setup_s"] = time.perf_counter() - start
+        row["peer_cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
+        torch._dynamo.reset()
+        rows.append(row)
+        print(f"peer {mode} {dtype}: " + (row.get("error") or
+              f"{row['peer_ms']:.3f} (p90 {row['peer_p90_ms']:.3f}), ratio {row['ratio']:.3f}, "
+              f"rel diff {row['rel_diff_vs_ours']:.2e}"), flush=True)
+        out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=("save", "time"))
+    ap.add_argument("--graphs", type=Path, required=True, help="the folder of save's pickle")
+    ap.add_argument("--onnx", type=Path, default=ONNX, help=f"save: the exported file (default {ONNX})")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS)
+    ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "exported_peers.json")
+    args = ap.parse_args()
+    if args.command == "save":
+        save(args.graphs, args.onnx, args.batch, args.seq)
+    else:
+        time_all(args.graphs, args.json, torch_peers.parse_peers(args.peers), args.calls, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
