@@ -539,9 +539,15 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
         for slot, index in zip(slots, d.bindings + d.prefetch, strict=True):
             b = plan.buffers[index]
             if b.size_bytes > lim["max-storage-buffer-binding-size"]:
+                half = b.kind == "parameter" and b.dtype is DType.F32 and \
+                    b.size_bytes // 2 <= lim["max-storage-buffer-binding-size"]
+                hint = ("; a weight of half the bytes would fit: compile with precision='f16' (eggfuse run / "
+                        "optimize --precision f16), which stores the weights of products and embedding tables as "
+                        "float16, or run on a device that binds more") if half else \
+                    "; run on a device that binds more (the adapter's limit is requested), or at smaller shapes"
                 fail("max-storage-buffer-binding-size",
                      f"binding {slot} of {d.label} is buffer {b.index} ({b.name!r}, {b.type}) "
-                     f"of {b.size_bytes} bytes")
+                     f"of {b.size_bytes} bytes{hint}")
         if len(d.params) > lim["max-uniform-buffer-binding-size"]:
             fail("max-uniform-buffer-binding-size", f"{len(d.params)}-byte uniform for {d.label}")
         if max(d.workgroups) > lim["max-compute-workgroups-per-dimension"]:

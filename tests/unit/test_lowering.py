@@ -158,8 +158,17 @@ def test_limit_names_and_errors():
     assert limit_name("max-compute-workgroups-per-dimension") == "maxComputeWorkgroupsPerDimension"
     g = Graph()
     g.set_outputs([g.sigmoid(g.input("x", [4096]))])
-    with pytest.raises(LoweringError, match=r"maxStorageBufferBindingSize = 1024 .*Sigmoid.*f32\[4096\]"):
+    with pytest.raises(LoweringError, match=r"maxStorageBufferBindingSize = 1024 .*Sigmoid.*f32\[4096\].*run on a "
+                                             r"device that binds more"):
         lower(g, {"max-storage-buffer-binding-size": 1024})
+    # an f32 weight twice the limit or less: precision='f16' would bind it (GPT-2's 154 MB token table on 128 MiB)
+    mm = Graph()
+    mm.set_outputs([mm.matmul(mm.input("x", [2, 64]), mm.parameter("w", [64, 32]))])
+    with pytest.raises(LoweringError, match=r"buffer 1 \('w', f32\[64,32\]\) of 8192 bytes; a weight of half the "
+                                             r"bytes would fit: compile with precision='f16'"):
+        lower(mm, {"max-storage-buffer-binding-size": 4096})
+    with pytest.raises(LoweringError, match=r"'w', f32\[64,32\]\) of 8192 bytes; run on a device"):
+        lower(mm, {"max-storage-buffer-binding-size": 2048})
     plan = lower(g, {"max-compute-workgroups-per-dimension": 4, "unrelated-limit": 1})
     assert plan.dispatches[0].workgroups == (4, 4, 1)
 
