@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.cli_cache import add_no_cache, add_precision
-from eggfuse.ir import EggfuseError, InputError
+from eggfuse.ir import DamagedFileError, EggfuseError, InputError, UnsupportedOpsError
 
 
 def _shape_arg(text: str) -> tuple[str, list[int]]:
@@ -127,7 +127,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         outs = model.run(feeds)
     except EggfuseError as e:
         drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
-        if drawn:  # the model may only fail on values it was never meant to get
+        if drawn and not isinstance(e, DamagedFileError | UnsupportedOpsError):
+            # the model may only fail on values it was never meant to get (a damaged file or an op eggfuse lacks
+            # fails on any)
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "
                        f"gives them, for the input or another with the same named dimension; integers in [0, 10), "
                        f"or below the rows of a table they index); "

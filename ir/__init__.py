@@ -3,6 +3,7 @@ reference semantics."""
 
 from . import ops  # noqa: F401  (registers every op family into OPS, see ir/ops/__init__.py)
 from .errors import (
+    DamagedFileError,
     DeviceError,
     EggfuseError,
     GraphError,
@@ -19,7 +20,7 @@ from .spec import NO_GRAD, OPS, RULES, Attr, OpSpec, ShapeError
 from .types import DType, TensorType
 
 __all__ = [
-    "NO_GRAD", "OPS", "RULES", "Attr", "DType", "DeviceError", "EggfuseError", "Graph", "GraphError", "InputError",
-    "LoweringError", "ModelError", "Node", "NodeId", "OnnxError", "OpSpec", "RewriteError", "ShapeError", "TensorType",
-    "UnsupportedOpsError", "evaluate",
+    "NO_GRAD", "OPS", "RULES", "Attr", "DamagedFileError", "DType", "DeviceError", "EggfuseError", "Graph",
+    "GraphError", "InputError", "LoweringError", "ModelError", "Node", "NodeId", "OnnxError", "OpSpec", "RewriteError",
+    "ShapeError", "TensorType", "UnsupportedOpsError", "evaluate",
 ]

@@ -38,6 +38,11 @@ class OnnxError(ModelError):
     eggfuse does not support, named with the node and tensor concerned."""
 
 
+class DamagedFileError(OnnxError):
+    """An ONNX file's stored data does not match what it declares (a truncated or hand-edited
+    file): no input or option can help; export it again."""
+
+
 class UnsupportedOpsError(OnnxError):
     """A model uses op types eggfuse cannot run. ``ops`` maps each such op type to
     ``(count, first node name)``; the message lists them all."""

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from eggfuse.ir import DType, Graph, GraphError, OnnxError, TensorType, UnsupportedOpsError
+from eggfuse.ir import DamagedFileError, DType, Graph, GraphError, OnnxError, TensorType, UnsupportedOpsError
 from eggfuse.ir.facts import baked
 
 #: The oldest default-domain opset the converters are written for.
@@ -237,13 +237,14 @@ class NodeContext:
 
 
 def tensor_array(t: onnx.TensorProto, where: str) -> np.ndarray:
-    """The array of a TensorProto (an initializer or a Constant's value); OnnxError naming ``where``
-    and its declared shape where the stored data does not fill it (a truncated or hand-edited file)."""
+    """The array of a TensorProto (an initializer or a Constant's value); DamagedFileError (an OnnxError)
+    naming ``where`` and its declared shape where the stored data does not fill it (a truncated or
+    hand-edited file)."""
     try:
         return numpy_helper.to_array(t)
     except (ValueError, TypeError, KeyError) as e:
-        raise OnnxError(f"{where}: its stored data does not match its declared type {elem_name(t.data_type)} and "
-                        f"shape {list(t.dims)} ({e}); the file is damaged: export it again") from None
+        raise DamagedFileError(f"{where}: its stored data does not match its declared type {elem_name(t.data_type)} "
+                               f"and shape {list(t.dims)} ({e}); the file is damaged: export it again") from None
 
 
 Converter = Callable[[NodeContext], "Value | Sequence[Value | None]"]

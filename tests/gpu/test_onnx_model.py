@@ -160,6 +160,15 @@ def test_cli_run_says_when_the_inputs_it_failed_on_were_drawn_at_random(tmp_path
     assert main(["run", str(path), "--input", f"x={x}"]) == 2  # the user's own values: no hint about random ones
     err = capsys.readouterr().err
     assert "MaxPool" in err and "hint" not in err
+    # a damaged file fails on any input: no hint either, with inputs drawn at random
+    w = onnx.numpy_helper.from_array(np.ones((4, 2), np.float32), "w")
+    w.raw_data = w.raw_data[:-8]
+    damaged = model([node("MatMul", ["x", "w"], ["y"])], [("x", F, ["b", 4])], [("y", F, None)])
+    damaged.graph.initializer.append(w)
+    onnx.save(damaged, path)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "the file is damaged" in err and "hint" not in err, err
 
 
 def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx_models import I64, F, model, node  # tests/onnx_models.py
 
-from eggfuse.ir import DType, Graph, OnnxError, UnsupportedOpsError, evaluate
+from eggfuse.ir import DamagedFileError, DType, Graph, OnnxError, UnsupportedOpsError, evaluate
 from eggfuse.onnx import load
 
 
@@ -266,8 +266,8 @@ def test_a_damaged_tensor_is_an_onnx_error_naming_it():
     w.raw_data = w.raw_data[:-8]
     m = model([node("MatMul", ["x", "w"], ["y"])], [("x", F, [1, 4])], [("y", F, None)])
     m.graph.initializer.append(w)
-    with pytest.raises(OnnxError, match=r"initializer 'w': its stored data does not match its declared type FLOAT "
-                                        r"and shape \[4, 2\] .* the file is damaged"):
+    with pytest.raises(DamagedFileError, match=r"initializer 'w': its stored data does not match its declared type "
+                                               r"FLOAT and shape \[4, 2\] .* the file is damaged"):
         load(m)
     c = numpy_helper.from_array(np.ones(3, np.float32))
     c.raw_data = c.raw_data[:-2]
