@@ -15,7 +15,8 @@ eggfuse venv), and the timing a GPU machine without either of those problems::
 ``state_dict`` entry each initializer holds), which weight's first rows the import folded into a
 parameter (the position rows of ``arange(S)``), and the values of the other initializers (the
 exporter's constants). ``time`` builds ``GPT2Model(GPT2Config())`` with random weights
-(``torch_peers._redraw``), gives our parameters the same values through that map, and times both
+(``torch_peers._redraw``: 0.02 N(0, 1) for all, GPT-2's LayerNorm weights ``ln_*`` too, whose names
+hold no ``norm``), gives our parameters the same values through that map, and times both
 sides as ``bench/models.py`` does (``--calls`` back-to-back calls per sample, ``--repeats`` samples,
 median and p90 of the wall clock per call, ours also by GPU timestamps, the peer also by CUDA events;
 outputs left on the device). Inputs: random token ids, the second sequence left-padded by 3 tokens

@@ -75,7 +75,7 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     unknown ruleset name or extractor."""
     from eggfuse.ir import InputError
     from eggfuse.rewrites.engine import EXTRACTORS
-    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, select
+    from eggfuse.rewrites.rulesets import OPTIONAL, SCHEDULE, catalog, select
 
     for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
                          ("match limits", match_limits)):
@@ -93,8 +93,8 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
         sets = [(full, "")] + [(full, rule) for name in SCHEDULE for rule in catalog()[name]]
     else:
         names = [n.strip() for n in rulesets.split(",") if n.strip()]
-        select(names)  # unknown names raise here, not in every worker
-        sets = [(",".join(n for n in SCHEDULE if n in names), "")]
+        select(names)  # unknown names (and f16) raise here, not in every worker
+        sets = [(",".join(n for n in (*SCHEDULE, *OPTIONAL) if n in names), "")]
     out = []
     for model in models:
         for kept, disabled in sets:

@@ -539,12 +539,14 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
         for slot, index in zip(slots, d.bindings + d.prefetch, strict=True):
             b = plan.buffers[index]
             if b.size_bytes > lim["max-storage-buffer-binding-size"]:
-                half = b.kind == "parameter" and b.dtype is DType.F32 and \
-                    b.size_bytes // 2 <= lim["max-storage-buffer-binding-size"]
-                hint = ("; a weight of half the bytes would fit: compile with precision='f16' (eggfuse run / "
-                        "optimize --precision f16), which stores the weights of products and embedding tables as "
-                        "float16, or run on a device that binds more") if half else \
-                    "; run on a device that binds more (the adapter's limit is requested), or at smaller shapes"
+                weight = b.kind in ("parameter", "derived")
+                half = weight and b.dtype is DType.F32 and b.size_bytes // 2 <= lim["max-storage-buffer-binding-size"]
+                hint = ("; if it is a product's weight whose K is a multiple of 32 or a table of rows a multiple "
+                        "of 32 long (an embedding), precision='f16' (eggfuse run, embed or generate --precision f16) "
+                        "stores it as float16, in half the bytes; else run on a device that binds more (eggfuse "
+                        "asks for the adapter's limit)") if half else \
+                    ("; run on a device that binds more (eggfuse asks for the adapter's limit)" if weight else
+                     "; run on a device that binds more (eggfuse asks for the adapter's limit), or at smaller shapes")
                 fail("max-storage-buffer-binding-size",
                      f"binding {slot} of {d.label} is buffer {b.index} ({b.name!r}, {b.type}) "
                      f"of {b.size_bytes} bytes{hint}")

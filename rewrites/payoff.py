@@ -21,10 +21,11 @@
   deterministic). A rule can save nothing alone and much with others, when another rule
   reaches the same form (``Add(x, d)`` in either operand order): the ruleset's row shows that,
   and ``Report.rule_groups`` for rules of any rulesets that build the same op: one row per op that
-  the right-hand sides of two or more fired rules have at their head (GPT-2's LayerNorm prologue, one
-  rule on rows and one through an exporter's reshape, in two rulesets: 0 saved dispatches each, 5
-  together), those rules removed together (``name`` ``rules building <op>``, ``rules`` their names; a
-  rule whose right side is a view of an op, ``Reshape(CausalAttention(..))``, builds that op).
+  the right-hand sides of two or more fired rules have at their head (GPT-2's LayerNorm prologue under
+  the optional ``layer_norm_prologue`` ruleset, one rule on rows and one through an exporter's reshape:
+  0 saved dispatches each, 5 together), those rules removed together (``name`` ``rules building <op>``,
+  ``rules`` their names; a rule whose right side is a view of an op, ``Reshape(CausalAttention(..))``,
+  builds that op).
 
 The shape facts are not a ruleset and the analysis ruleset is never ablated: both always run.
 Only rulesets eggfuse built (the shipped ones, :func:`~.rulesets.make_ruleset`'s) are taken

@@ -201,18 +201,22 @@ def without_rules(rs: Ruleset, drop: set[str]) -> Ruleset:
 def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
            rulesets: Sequence[Ruleset] | None = None, optional: Sequence[str] = ()) -> tuple[Ruleset, ...]:
     """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
-    and the :data:`OPTIONAL` ones named in ``optional`` or ``names`` (after them), those named in
-    ``names`` (None: all), in that order, less the rules named in ``disable``. The analysis
-    ruleset is not among them: it always runs.
+    those named in ``names`` (None: all), then the :data:`OPTIONAL` ones named in ``optional`` or
+    ``names``, less the rules named in ``disable``. The analysis ruleset is not among them: it
+    always runs.
 
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
-    name), the analysis ruleset, or a rule of a ruleset eggfuse did not build.
+    name; a rule of an optional ruleset not asked for says so), the analysis ruleset, a rule of a
+    ruleset eggfuse did not build, or ``f16`` (``precision="f16"`` runs that one).
     """
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     for n in optional:
         if n not in OPTIONAL:
             raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: {', '.join(OPTIONAL)}"
                                f"{_closest(n, OPTIONAL)}")
+    if "f16" in [*optional, *(names or ())]:
+        raise RewriteError("the f16 ruleset rounds weights to float16: compile with precision='f16' "
+                           "(eggfuse.pipeline.precision_rulesets), which also reports it")
     wanted = [*optional, *(n for n in names or () if n in OPTIONAL)]
     have = {ruleset_name(rs) for rs in pool}
     pool += tuple(optional_ruleset(n) for n in dict.fromkeys(wanted) if n not in have)
@@ -224,11 +228,15 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
                     f"rulesets: {', '.join(by_name)}; optional: {', '.join(OPTIONAL)}" \
                     f"{_closest(n, [*by_name, *OPTIONAL])}"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
-        pool = tuple(rs for name, rs in by_name.items() if name in set(names))
+        pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional})
     known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()} if disable else {}
     for rule in disable:
         if rule not in known:
             analysis = rule in (rules_of(analysis_ruleset()) or ())
+            home = next((n for n in OPTIONAL if n != "f16" and rule in (rules_of(optional_ruleset(n)) or ())), None)
+            if home is not None:
+                raise RewriteError(f"rule {rule!r} is of the optional ruleset {home!r}, which does not run unless "
+                                   f"asked for (eggfuse optimize --with-ruleset {home}; select(optional=[{home!r}]))")
             raise RewriteError(f"unknown rule {rule!r}" + (": analysis rules always run" if analysis else
                                f" in the selected rulesets ({', '.join(by_name if names is None else names)})"
                                f"{_closest(rule, known)}; `eggfuse rules` lists them"))

@@ -76,6 +76,11 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--with-ruleset", "layer_norm_prologue"]) == 0
     out = capsys.readouterr().out
     assert "dispatches 79 -> 13" in out and "FusedLayerNormMatMul" in out, out
+    from eggfuse.rewrites.rulesets import SCHEDULE
+
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--rulesets", ",".join(SCHEDULE),
+                     "--with-ruleset", "layer_norm_prologue"]) == 0  # beside --rulesets, too
+    assert "FusedLayerNormMatMul" in capsys.readouterr().out
     for argv, message in ((["--with-ruleset", "layer_norm_prolog"], "unknown optional ruleset 'layer_norm_prolog': "
                                                                     "optional rulesets: f16, layer_norm_prologue (did "
                                                                     "you mean 'layer_norm_prologue'?)"),

@@ -86,15 +86,37 @@ def test_select_keeps_rulesets_and_drops_a_rule():
     assert GELU not in rules_of(epi) and len(rules_of(epi)) == len(rules_of(select(["matmul_epilogue"])[0])) - 1
 
 
+LN_PROLOGUE = "FusedMatMul(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul(x, g, b, W, e)"
+
+
 @pytest.mark.parametrize("names, disable, match", [
     (["matmul_epilog"], [], "unknown ruleset 'matmul_epilog'.*did you mean 'matmul_epilogue'"),
     (["analysis"], [], "analysis ruleset always runs"),
     (None, ["Gelu(FusedMatMul(a,b,e))->FusedMatMul(a,b,e+[Gelu])"], "unknown rule .*did you mean"),
     (["algebraic"], [GELU], "unknown rule .* in the selected rulesets \\(algebraic\\)"),
+    (None, [LN_PROLOGUE], "is of the optional ruleset 'layer_norm_prologue', which does not run unless asked for "
+                          "\\(eggfuse optimize --with-ruleset layer_norm_prologue"),
+    (["recognition", "f16"], [], "f16 ruleset rounds weights to float16: compile with precision='f16'"),
 ])
 def test_select_names_what_it_does_not_know(names, disable, match):
     with pytest.raises(RewriteError, match=match):
         select(names, disable)
+
+
+def test_select_adds_optional_rulesets_to_those_named():
+    default = [ruleset_name(r) for r in select()]
+    assert "layer_norm_prologue" not in default and "f16" not in default
+    assert [ruleset_name(r) for r in select(optional=["layer_norm_prologue"])] == [*default, "layer_norm_prologue"]
+    # named with --rulesets, or asked for beside it: either way it runs, after the scheduled ones, once
+    for names, optional in ((["norm_fusion", "layer_norm_prologue"], []), (["norm_fusion"], ["layer_norm_prologue"]),
+                            (["layer_norm_prologue", "norm_fusion"], ["layer_norm_prologue"])):
+        assert [ruleset_name(r) for r in select(names, optional=optional)] == ["norm_fusion", "layer_norm_prologue"]
+    (ln,) = select(["layer_norm_prologue"], [LN_PROLOGUE])
+    assert ruleset_name(ln) == "layer_norm_prologue" and LN_PROLOGUE not in rules_of(ln) and len(rules_of(ln)) == 3
+    with pytest.raises(RewriteError, match="unknown optional ruleset 'f32'"):
+        select(optional=["f32"])
+    with pytest.raises(RewriteError, match="f16 ruleset"):
+        select(optional=["f16"])
 
 
 def test_payoff_of_a_ruleset_of_ones_own():
@@ -128,8 +150,8 @@ def test_a_rule_that_builds_a_view_of_an_op_builds_that_op():
 
 
 def test_rules_that_build_one_op_pay_as_a_group():
-    # a residual add on either side of a biased product and a LayerNorm prologue: every op that two or more fired
-    # rules build gets a row, and its savings are those of optimising again without all of those rules
+    # a residual add on either side of a biased product (after a LayerNorm): every op that two or more fired rules
+    # build gets a row, and its savings are those of optimising again without all of those rules
     g = Graph()
     x = g.input("x", [8, 16])
     h = g.layer_norm(x, g.parameter("g", [16]), g.parameter("b", [16]))

@@ -27,6 +27,15 @@ def test_grid_ablates_each_ruleset_in_turn():
         sweep.grid(["llama:1"], extractors=["best"])
 
 
+def test_grid_keeps_an_optional_ruleset_it_is_given():
+    from eggfuse.ir import RewriteError
+
+    (c,) = sweep.grid(["llama:1"], "recognition,norm_fusion,layer_norm_prologue")
+    assert c.rulesets == "recognition,norm_fusion,layer_norm_prologue"
+    with pytest.raises(RewriteError, match="f16 ruleset"):
+        sweep.grid(["llama:1"], "recognition,f16")
+
+
 def test_run_one_gives_a_row_and_a_failure_is_a_row():
     from eggfuse.api import model_graph
     from eggfuse.rewrites import optimize
@@ -103,6 +112,12 @@ def test_sweep_sizes_onnx_files_with_shape(tmp_path):
         assert row["dispatches_after"] == 18 and row["shapes"] == (shape[1] if shape else ""), row
         moved[bool(shape)] = row["bytes_after"]
     assert moved[True] > moved[False], moved
+    # with the optional LayerNorm prologue among the rulesets: its five products take their norms
+    out = tmp_path / "prologue"
+    assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
+                     "--shape", "input_ids=2x7", "--rulesets", ",".join([*SCHEDULE, "layer_norm_prologue"])]) == 0
+    (row,) = json.loads((out / "results.json").read_text())
+    assert row["dispatches_after"] == 13 and row["rulesets"].endswith(",layer_norm_prologue"), row
     out = tmp_path / "bad"
     assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
                      "--shape", "ids=2x7"]) == 0
