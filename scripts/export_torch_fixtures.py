@@ -554,8 +554,9 @@ def gpt2_small(out_dir: Path, venv: Path) -> list[dict]:
     ``GPT2Model`` (``last_hidden_state``; random weights, :func:`randomise`, as no GPT-2 weights are at hand
     offline; GPT-2's names hold neither ``norm`` nor ``embed``, so its LayerNorm weights ``ln_*`` are drawn as
     biases, N(0, 0.1^2), and its tables ``wte``, ``wpe`` as matrices), inputs ``input_ids`` and
-    ``attention_mask`` (the second of two sequences left-padded by 3), the classic exporter only. ``gpt2_small.names.json`` maps each float initializer of the file to the
-    ``state_dict`` key holding its values (``{"key": ..., "transpose": bool}``), so that a benchmark can give
+    ``attention_mask`` (the second of two sequences left-padded by 3), the classic exporter only.
+    ``gpt2_small.names.json`` maps each float initializer of the file to the ``state_dict`` key holding its
+    values (``{"key": ..., "transpose": bool}``), so that a benchmark can give
     both sides another model's weights (bench/exported_peers.py); initializers of no parameter (the
     exporter's constants) are not listed."""
     from transformers import GPT2Config, GPT2Model
