@@ -96,7 +96,52 @@ def inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
     return {"input_ids": rng.integers(0, 50257, (batch, seq)).astype(np.int64), "attention_mask": mask}
 
 
-def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int) -> None:
+def peer_kernels(torch, pr, calls: int) -> list[dict]:
+    """The peer's GPU kernels over ``calls`` calls under ``torch.profiler`` (after ``time_peer`` compiled
+    and recorded it), per call: rows ``kernel``, ``calls``, ``us``, the largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step_begin = torch.compiler.cudagraph_mark_step_begin if pr.mode in torch_peers.CUDAGRAPH_MODES else None
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                if step_begin is not None:
+                    step_begin()
+                pr.call()
+            torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        us = us if us is not None else e.self_cuda_time_total
+        if us > 0:
+            rows.append({"kernel": e.key, "calls": e.count / calls, "us": us / calls})
+    return sorted(rows, key=lambda r: -r["us"])
+
+
+def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repeats: int, rounds: int) -> None:
+    """Our plan lowered as it is (``tree``) and with each ``--variant NAME:MODULE.NAME=VALUE[,...]``'s settings
+    (``plan_ab.parse_setting``), timed alternately (``models.time_alternately``) on random weights; no peer."""
+    from plan_ab import lowered, parse_setting
+
+    from models import random_values, time_alternately
+
+    saved = pickle.loads((folder / f"{NAME}.pkl").read_bytes())
+    plans = {"tree": lowered(saved["fused"], [])}
+    for spec in variants:
+        name, sep, settings = spec.partition(":")
+        if not sep or not name or name in plans:
+            raise SystemExit(f"--variant {spec!r}: write NAME:eggfuse.MODULE.NAME=VALUE[,...] with a new NAME")
+        plans[name] = lowered(saved["fused"], [parse_setting(s) for s in settings.split(",")])
+    _, params = random_values(saved["fused"])
+    x = inputs(saved["batch"], saved["seq"])
+    feeds = [{k: v.astype(np.int32) for k, v in x.items()}] * calls
+    rows = time_alternately(plans, params, feeds, calls, repeats, rounds)
+    out.write_text(json.dumps([{"model": NAME, **r} for r in rows], indent=1))
+    print(f"wrote {out}")
+
+
+def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int, profile: bool = False) -> None:
     from eggfuse.pipeline import lower_for
 
     saved = pickle.loads((folder / f"{NAME}.pkl").read_bytes())
@@ -124,7 +169,8 @@ def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int) -> 
     kept = x["attention_mask"].astype(bool)
     copy_bps, copy_src = torch_peers.copy_bandwidth(torch, cuda)
     weight_bytes = sum(v.nbytes for k, v in params.items() if k in saved["names"])
-    ours = time_plan(lower_for(saved["fused"]), params, feeds, calls, repeats)
+    plan = lower_for(saved["fused"])
+    ours = time_plan(plan, params, feeds, calls, repeats)
     unfused = time_plan(lower_for(saved["unfused"]), params, feeds, calls, repeats)
     ours_out = ours["output"][kept]
     base = {"model": NAME, "file": saved["file"], "batch": saved["batch"], "seq": saved["seq"], "calls": calls,
@@ -142,6 +188,13 @@ def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int) -> 
     gpu = base["ours_gpu_ms"] or float("nan")
     print(f"ours: {base['ours_ms']:.3f} (p90 {base['ours_p90_ms']:.3f}, GPU {gpu:.3f}), {ours['dispatches']} "
           f"dispatches; unfused {base['ours_unfused_ms']:.3f} ({unfused['dispatches']})")
+    if profile:
+        from plan_ab import kernel_times
+
+        base["ours_profile"] = kernel_times(plan, params, feeds[0])
+        print(f"ours per kernel ({sum(r['us'] for r in base['ours_profile']):.1f} us summed):")
+        for r in base["ours_profile"][:14]:
+            print(f"  {r['kernel'][:60]:<62}{r['calls']:>4}{r['us']:>10.1f} us")
     rows = []
     for mode, dtype in peers:
         from torch._dynamo.utils import counters
@@ -170,8 +223,13 @@ def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int) -> 
             with torch.no_grad():
                 if mode in torch_peers.CUDAGRAPH_MODES:
                     torch.compiler.cudagraph_mark_step_begin()
-                out = pr.call().float().cpu().numpy()[kept]
-            row["rel_diff_vs_ours"] = float(np.abs(out - ours_out).max() / np.abs(ours_out).max())
+                peer_out = pr.call().float().cpu().numpy()[kept]
+            row["rel_diff_vs_ours"] = float(np.abs(peer_out - ours_out).max() / np.abs(ours_out).max())
+            if profile and cuda:
+                row["peer_profile"] = peer_kernels(torch, pr, calls)
+                print(f"peer {mode} {dtype} per kernel ({sum(r['us'] for r in row['peer_profile']):.1f} us):")
+                for r in row["peer_profile"][:12]:
+                    print(f"  {r['kernel'][:60]:<62}{r['calls']:>5.1f}{r['us']:>10.1f} us")
         row["peer_setup_s"] = time.perf_counter() - start
         row["peer_cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
         torch._dynamo.reset()
@@ -193,12 +251,19 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS)
+    ap.add_argument("--variant", action="append", default=[], help="time: NAME:eggfuse.MODULE.NAME=VALUE[,...], "
+                    "our plan lowered with those settings against it as it is, alternately (no peer)")
+    ap.add_argument("--rounds", type=int, default=3, help="time --variant: rounds of the alternation")
+    ap.add_argument("--profile", action="store_true", help="time: GPU time per kernel of both sides (ours: "
+                    "timestamps, each dispatch in a pass of its own; the peer: torch.profiler), in the rows")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "exported_peers.json")
     args = ap.parse_args()
     if args.command == "save":
         save(args.graphs, args.onnx, args.batch, args.seq)
+    elif args.variant:
+        time_variants(args.graphs, args.json, args.variant, args.calls, args.repeats, args.rounds)
     else:
-        time_all(args.graphs, args.json, torch_peers.parse_peers(args.peers), args.calls, args.repeats)
+        time_all(args.graphs, args.json, torch_peers.parse_peers(args.peers), args.calls, args.repeats, args.profile)
 
 
 if __name__ == "__main__":

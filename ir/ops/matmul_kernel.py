@@ -373,16 +373,18 @@ ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 #: 47.0 against 48.8 (64x64x16m8x4 in 5; the fastest there, 42.8, was 64x64x16m8x4w128 in 5); MiniLM's whole plan
 #: 1165.8 against 1202.5 us GPU (long_k_h200/down_minilm.json, three alternated rounds).
 LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
+#: The fewest K ranges of 64x64 tiles for which :func:`_long_k_split` takes LONG_K_SPLIT_TILE.
+LONG_K_MIN_SPLITS = 4
 
 
 def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:
-    # a 64x64 tile whose product splits K into 4 or more ranges of WIDE_MIN_K or more (few tiles, a long K), where
-    # N holds a 128-wide tile and LONG_K_SPLIT_TILE's workgroups in its split count still reach MIN_WORKGROUPS:
-    # LONG_K_SPLIT_TILE instead
+    # a 64x64 tile whose product splits K into LONG_K_MIN_SPLITS or more ranges of WIDE_MIN_K or more (few tiles, a
+    # long K), where N holds a 128-wide tile and LONG_K_SPLIT_TILE's workgroups in its split count still reach
+    # MIN_WORKGROUPS: LONG_K_SPLIT_TILE instead
     if (tile.bm, tile.bn) != (64, 64) or n < 128:
         return False
     splits = matmul_splits(tile, m, k, n)
-    if splits < 4 or _k_chunk(tile, k, splits) < WIDE_MIN_K:
+    if splits < LONG_K_MIN_SPLITS or _k_chunk(tile, k, splits) < WIDE_MIN_K:
         return False
     long = LONG_K_SPLIT_TILE
     return _tiles(long, m, n) * matmul_splits(long, m, k, n) >= MIN_WORKGROUPS
