@@ -373,8 +373,13 @@ ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 #: 47.0 against 48.8 (64x64x16m8x4 in 5; the fastest there, 42.8, was 64x64x16m8x4w128 in 5); MiniLM's whole plan
 #: 1165.8 against 1202.5 us GPU (long_k_h200/down_minilm.json, three alternated rounds).
 LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
-#: The fewest K ranges of 64x64 tiles for which :func:`_long_k_split` takes LONG_K_SPLIT_TILE.
-LONG_K_MIN_SPLITS = 4
+#: The fewest K ranges of 64x64 tiles for which :func:`_long_k_split` takes LONG_K_SPLIT_TILE: 2 (4 before). On an
+#: H200 (bench/results/exported_gpt2_h200/) the products of 2 ranges it then takes, 64x128 in 4, were the fastest of
+#: every tile at 1, 2 and 4 ranges: GPT-2 small's 1024 x 3072 x 768 168.5 us against 185.3, 1024 x 768 x 768 48.2
+#: against 54.9, 512 x 576 x 1536 38.2 against 44.1 (sweep_long2.json); GPT-2 small's exported plan 6571-6577 us GPU
+#: against 6896-6935 (ab_long_k_gpt2.json, three alternated rounds). MiniLM's and SmolLM2's plans are the same at 2
+#: and 4.
+LONG_K_MIN_SPLITS = 2
 
 
 def _long_k_split(tile: MatmulTile, m: int, k: int, n: int) -> bool:

@@ -296,11 +296,13 @@ def test_matmul_tile_heuristic():
         (1024, 200, 1152): ("64x64x16", 1),       # K too short to widen: stays 64x64
         (1000, 384, 1152): ("64x48x16m8x4w192", 1),  # an edge tile in M: 16 rows of tiles either way
         (960, 384, 1152): ("32x64x16m4x8", 1),    # 64x64: 270 workgroups, below 288: not picked
-        (320, 576, 3072): ("64x64x16m8x4", 2),    # 64x64: 240 x 2, split
+        (320, 576, 3072): ("64x128x8", 3),        # 64x64: 240 x 2, 288 of K each: a long K (not timed at this M)
         (1024, 384, 384): ("64x64x16", 4),        # 64x64: 96 x 4 = 384, each split 96 of K
         (512, 1536, 576): ("64x128x8", 8),        # 64x64: 72 x 5, each split 320 of K: a long K (LONG_K_SPLIT_TILE)
         (1024, 1536, 384): ("64x128x8", 8),       # 64x64: 96 x 4, 384 of K each; 64x128: 48 x 8
-        (2048, 1536, 384): ("64x64x16m8x4", 2),   # 64x64: 192 x 2: fewer than 4 ranges
+        (2048, 1536, 384): ("64x128x8", 4),       # 64x64: 192 x 2, 768 of K each (LONG_K_MIN_SPLITS 2); 64x128: 96 x 4
+        (1024, 3072, 768): ("64x128x8", 4),       # GPT-2 small's MLP down projection: 64x64: 192 x 2
+        (1024, 768, 768): ("64x128x8", 4),        # its attention output projection: 64x64: 192 x 2, 384 of K each
         (256, 1536, 576): ("64x64x16", 8),        # 64x64: 36 x 8, each split 192 of K: too short for it
         (2048, 1536, 100): ("64x64x16m8x4", 6),   # 64x64: 64 x 6, 256 of K each, but N below 128
         (448, 1536, 576): ("64x64x16m8x4", 6),    # 64x128: 35 x 8 = 280 workgroups, below 288
