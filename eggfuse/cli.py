@@ -239,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`eggfuse rules | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # a file the command writes (--save, --profile, --dot, --dump-egglog) or reads
+        where = f" {e.filename!r}" if e.filename else ""
+        print(f"eggfuse: error: cannot use{where}: {e.strerror or e}; give a path in a folder that exists and that "
+              "you can write", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.cli_cache import add_no_cache, add_precision
-from eggfuse.ir import DamagedFileError, EggfuseError, InputError, UnsupportedOpsError
+from eggfuse.ir import DamagedFileError, EggfuseError, InputError, LoweringError, UnsupportedOpsError
 
 
 def _shape_arg(text: str) -> tuple[str, list[int]]:
@@ -113,7 +113,15 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.repeats < 0:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
     t = time.perf_counter()
-    model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision)
+    rulesets = None
+    if args.with_ruleset:
+        from eggfuse.rewrites.rulesets import select
+
+        if "f16" in args.with_ruleset:
+            raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
+        rulesets = select(optional=args.with_ruleset)
+    model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
+                  rulesets=rulesets)
     given = dict(args.input or [])
     feeds = feeds_for(model, given, dict(args.shape or []), args.seed)
     try:
@@ -127,9 +135,9 @@ def cmd_run(args: argparse.Namespace) -> None:
         outs = model.run(feeds)
     except EggfuseError as e:
         drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
-        if drawn and not isinstance(e, DamagedFileError | UnsupportedOpsError):
-            # the model may only fail on values it was never meant to get (a damaged file or an op eggfuse lacks
-            # fails on any)
+        if drawn and not isinstance(e, DamagedFileError | UnsupportedOpsError | LoweringError):
+            # the model may only fail on values it was never meant to get (a damaged file, an op eggfuse lacks or a
+            # device limit fails on any)
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "
                        f"gives them, for the input or another with the same named dimension; integers in [0, 10), "
                        f"or below the rows of a table they index); "
@@ -256,6 +264,9 @@ def add_run(sub) -> None:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.add_argument("--save", metavar="OUT.npz", help="write the outputs, by name")
     r.add_argument("--no-fuse", action="store_true", help="run the graph without the rewrite engine")
+    r.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
+                   help="also run an optional ruleset (repeatable): layer_norm_prologue (a LayerNorm as the next "
+                        "product's prologue: one dispatch fewer a product, measured slower on an H200)")
     add_no_cache(r)
     add_precision(r)
     r.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",

@@ -17,7 +17,8 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
     ruleset, cost-model and extractor options are lists, added by the sweep itself."""
     if not grid:
         p.add_argument("--rulesets", metavar="NAME,NAME", type=_names,
-                       help="run only these optimisation rulesets (`eggfuse rules` lists them; default all)")
+                       help="run only these optimisation rulesets (`eggfuse rules` lists them; 'all' stands for the "
+                            "scheduled ones, the default)")
         p.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
                        help="leave out one rule, named as `eggfuse rules` lists it (repeatable)")
         p.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
@@ -43,6 +44,15 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
                    help="egglog's EGraph(no_decomp=True) (the default)")
 
 
+def all_rulesets(names: list[str] | None) -> list[str] | None:
+    """``names`` with ``all`` standing for the scheduled rulesets (rewrites.rulesets.SCHEDULE)."""
+    from eggfuse.rewrites.rulesets import SCHEDULE
+
+    if names is None or "all" not in names:
+        return names
+    return list(dict.fromkeys(n for name in names for n in (SCHEDULE if name == "all" else (name,))))
+
+
 def schedule_kwargs(args: argparse.Namespace) -> dict:
     """The scheduler keywords of ``eggfuse.rewrites.optimize`` from parsed options."""
     for name in ("match_limit", "ban_length", "max_iterations", "max_enodes"):
@@ -63,7 +73,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     if "f16" in [*args.with_ruleset, *(args.rulesets or ())]:
         raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
     if args.rulesets is not None or args.disable_rule or args.with_ruleset:
-        kw["rulesets"] = select(args.rulesets, args.disable_rule, optional=args.with_ruleset)
+        kw["rulesets"] = select(all_rulesets(args.rulesets), args.disable_rule, optional=args.with_ruleset)
     return dict(kw, cost_model=cost_model_from_spec(args.cost_model), extractor=args.extractor)
 
 

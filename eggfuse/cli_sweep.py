@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from eggfuse.cli_onnx import _shape_arg
 from eggfuse.cli_options import add_engine_options, schedule_kwargs
@@ -36,6 +37,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                          schedule=tuple(sorted(schedule.items())))
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # before the runs, not after them
+        raise InputError(f"--out {args.out!r} is a file: the sweep writes results.csv and results.json into a folder")
     rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
     csv_path, json_path = sweep.write_results(rows, args.out)
     written = [csv_path, json_path]
@@ -59,7 +62,7 @@ def add_sweep(sub) -> None:
                    help="graphs: minilm, smollm2, llama:LAYERS, .onnx files, module:function")
     s.add_argument("--rulesets", default="all", metavar="all|ablate|ablate-rules|NAME,NAME",
                    help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out; "
-                        "or the rulesets to run, optional ones included (layer_norm_prologue)")
+                        "or the rulesets to run, optional ones included: all,layer_norm_prologue")
     s.add_argument("--cost-models", type=_list, default=["bytes"], metavar="bytes,roofline",
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")

@@ -93,6 +93,7 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
         sets = [(full, "")] + [(full, rule) for name in SCHEDULE for rule in catalog()[name]]
     else:
         names = [n.strip() for n in rulesets.split(",") if n.strip()]
+        names = [x for n in names for x in (SCHEDULE if n == "all" else (n,))]  # all,layer_norm_prologue
         select(names)  # unknown names (and f16) raise here, not in every worker
         sets = [(",".join(n for n in (*SCHEDULE, *OPTIONAL) if n in names), "")]
     out = []
@@ -274,7 +275,12 @@ def write_results(rows: Iterable[dict], out: str | Path) -> tuple[Path, Path]:
 
 def label(row: dict) -> str:
     """A configuration's short label for tables and plots: ruleset choice, cost model, extractor."""
-    sets = f"-{row['disabled']}" if row["disabled"] else ("all" if row["rulesets"].count(",") >= 4 else row["rulesets"])
+    from eggfuse.rewrites.rulesets import SCHEDULE
+
+    names = row["rulesets"].split(",") if row["rulesets"] else []
+    full = names[:len(SCHEDULE)] == list(SCHEDULE)
+    sets = f"-{row['disabled']}" if row["disabled"] else (
+        "+".join(["all", *names[len(SCHEDULE):]]) if full else row["rulesets"] or "none")
     extra = "" if row.get("match_limit") in ("", 20_000) else f" ml{row['match_limit']}"
     extra += " decomp" if row.get("no_decomp") is False else ""
     return f"{sets} {row['cost_model']} {row['extractor']}{extra}"

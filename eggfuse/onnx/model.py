@@ -49,10 +49,11 @@ class Model:
     ``model``: a path or an ``onnx.ModelProto`` (not modified). ``shapes``: input name ->
     shape for dimensions the model leaves symbolic; dimensions not given are taken from each
     run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
-    input shapes. ``fuse``, ``cost_model``, ``verify``, ``device``, ``cache`` and ``precision`` go
-    to :func:`eggfuse.compile` (``precision="f16"``: the initializers the rewrite engine finds as
-    the B of a ``MatMul`` [K, N] or ``MatMulBT`` [N, K] with K a multiple of 32, and the tables a
-    ``Gather`` reads with rows a multiple of 32 long, are stored as float16).
+    input shapes. ``fuse``, ``cost_model``, ``verify``, ``device``, ``cache``, ``precision`` and
+    ``rulesets`` (None: the default ones; ``rewrites.rulesets.select(optional=["layer_norm_prologue"])``
+    adds an optional one) go to :func:`eggfuse.compile` (``precision="f16"``: the initializers the
+    rewrite engine finds as the B of a ``MatMul`` [K, N] or ``MatMulBT`` [N, K] with K a multiple of
+    32, and the tables a ``Gather`` reads with rows a multiple of 32 long, are stored as float16).
 
     :meth:`run` takes feeds by name (or a sequence in input order) and returns the outputs
     in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). A feed is
@@ -70,7 +71,7 @@ class Model:
 
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,
                  fuse: bool = True, cost_model=None, verify: bool = False, device=None, cache: bool = True,
-                 precision: str = "f32") -> None:
+                 precision: str = "f32", rulesets=None) -> None:
         self.proto = _load_proto(model)
         self.inputs = graph_inputs(self.proto)
         self.input_names = [vi.name for vi in self.inputs]
@@ -89,6 +90,7 @@ class Model:
                 raise OnnxError(f"shapes: input {k!r} given {list(shape)}, but the model declares {dims}; give a "
                                 "shape of its rank, every dimension >= 1 and the fixed ones as declared")
         self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache
+        self.rulesets = rulesets
         from eggfuse.pipeline import precision_rulesets
 
         precision_rulesets(precision)  # checked now, not at the first run
@@ -144,7 +146,7 @@ class Model:
             # ONNX feeds may hold NaN and infinities (IsNaN, IsInf): the session takes them
             spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
                                           verify=self.verify, device=self.device, finite_inputs=False,
-                                          cache=self.cache, precision=self.precision)
+                                          cache=self.cache, precision=self.precision, rulesets=self.rulesets)
             spec.timings.update(spec.compiled.timings)
         self.plans[key] = spec
         return spec

@@ -230,3 +230,22 @@ def test_an_int64_value_beyond_int32_is_refused_naming_the_narrowing():
     with pytest.raises(InputError, match=r"values must lie in \[-2\^31, 2\^31\) .*\(eggfuse computes ONNX's int64 "
                                          r"as int32"):
         m.run({"x": np.array([1, 2, 2**40], np.int64)})
+
+
+def test_run_with_the_optional_layer_norm_prologue(tmp_path, capsys):
+    # eggfuse.onnx.Model(rulesets=...) and `eggfuse run --with-ruleset`: GPT-2's pre-LN norms in the next products,
+    # the outputs torch's
+    from eggfuse.rewrites.rulesets import select
+
+    path = Path(__file__).resolve().parents[1] / "data" / "exported" / "gpt2_tiny.classic.onnx"
+    data = np.load(path.with_name("gpt2_tiny.npz"))
+    feeds = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
+    m = Model(path, cache=False, rulesets=select(optional=["layer_norm_prologue"]))
+    (logits,) = m.run(feeds)
+    np.testing.assert_allclose(logits, data["output.logits"], rtol=1e-4, atol=2e-5)
+    assert "FusedLayerNormMatMul" in {n.op for n in m.specialise(feeds).compiled.graph.live_nodes()}
+    assert main(["run", str(path), "--shape", "input_ids=2x7", "--with-ruleset", "layer_norm_prologue",
+                 "--repeats", "0", "--no-cache"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--with-ruleset", "f16"]) == 2
+    assert "ask for it with --precision f16" in capsys.readouterr().err

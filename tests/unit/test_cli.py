@@ -104,3 +104,38 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
         assert message in capsys.readouterr().err
     assert cli.main(["optimize", "minilm", "--shape", "x=2"]) == 2
     assert "--shape sizes an ONNX file's inputs" in capsys.readouterr().err
+
+
+def test_a_path_that_cannot_be_written_is_one_error_line(tmp_path, capsys):
+    missing = tmp_path / "no such folder"
+    assert cli.main(["optimize", "llama:1", "--dump-egglog", str(missing / "x.egg")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"eggfuse: error: cannot use {str(missing / 'x.egg')!r}: No such file or directory") and \
+        "Traceback" not in err, err
+    # the sweep's --out a file: refused before any run (the results would be lost after them)
+    (tmp_path / "o.txt").write_text("")
+    assert cli.main(["sweep", "--models", "llama:1", "--out", str(tmp_path / "o.txt"), "--no-progress"]) == 2
+    assert "is a file: the sweep writes results.csv and results.json into a folder" in capsys.readouterr().err
+
+
+def test_rulesets_all_and_optional_ones(capsys):
+    from pathlib import Path
+
+    from eggfuse.rewrites.rulesets import SCHEDULE
+    from eggfuse.sweep import grid, label
+
+    gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.classic.onnx")
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--rulesets", "all,layer_norm_prologue"]) == 0
+    assert "dispatches 79 -> 13" in capsys.readouterr().out
+    assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--rulesets", "all"]) == 0
+    assert "dispatches 79 -> 18" in capsys.readouterr().out
+    assert cli.main(["optimize", gpt2, "--rulesets", "recogniton"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("layer_norm_prologue") == 1, err  # listed once, as optional
+    (c,) = grid([gpt2], "all,layer_norm_prologue")
+    row = {"rulesets": c.rulesets, "disabled": "", "cost_model": "bytes", "extractor": "ilp", "match_limit": 20_000}
+    assert c.rulesets == ",".join([*SCHEDULE, "layer_norm_prologue"])
+    assert label(row) == "all+layer_norm_prologue bytes ilp"
+    assert label({**row, "rulesets": ",".join(SCHEDULE)}) == "all bytes ilp"
+    five = ",".join(SCHEDULE[:5])
+    assert label({**row, "rulesets": five}) == f"{five} bytes ilp"  # not "all"
