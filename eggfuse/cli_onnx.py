@@ -65,8 +65,11 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
         if _number(source) is None:
             try:
                 arr = np.load(source, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise InputError(f"input {name!r}: cannot read {source!r} as a .npy file ({e})") from None
+            except OSError as e:
+                raise InputError(f"input {name!r}: cannot read {source!r} ({e.strerror or e})") from None
+            except ValueError:  # numpy's message for bytes that are no .npy guesses a pickle: not what to tell
+                raise InputError(f"input {name!r}: {source!r} is not a .npy or .npz array file (numpy.save / "
+                                 "numpy.savez write them)") from None
             if isinstance(arr, np.lib.npyio.NpzFile):  # an .npz: the array named as the input, or input.NAME
                 with arr:
                     key = next((k for k in (name, f"input.{name}") if k in arr.files), None)
@@ -112,6 +115,8 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     if args.repeats < 0:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
+    if args.no_fuse and args.precision == "f16":
+        raise InputError("--precision f16 stores weights through the rewrite engine: drop --no-fuse, or run f32")
     t = time.perf_counter()
     rulesets = None
     if args.with_ruleset:
@@ -166,8 +171,9 @@ def cmd_run(args: argparse.Namespace) -> None:
                       "run_median_ms": round(1e3 * float(np.median(runs)), 3) if runs else None},
     }
     if args.save:
-        np.savez(args.save, **dict(zip(model.output_names, outs, strict=True)))
-        info["saved"] = str(args.save)
+        target = str(args.save) if str(args.save).endswith(".npz") else f"{args.save}.npz"  # what numpy.savez writes
+        np.savez(target, **dict(zip(model.output_names, outs, strict=True)))
+        info["saved"] = target
     if args.profile and compiled is not None:
         from eggfuse.runtime.profile import profile
 
@@ -197,6 +203,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.profile and compiled is not None:
         print(prof.table())
         print(f"Chrome/Perfetto trace written to {args.profile}")
+    if args.save:
+        print(f"outputs written to {info['saved']}")
 
 
 def input_shapes(inputs, given: dict[str, list[int]]) -> dict[str, list[int]]:

@@ -50,9 +50,13 @@ def cmd_sweep(args: argparse.Namespace) -> None:
             print("matplotlib is not installed: no plots (pip install 'eggfuse[sweep]')", file=sys.stderr)
     if args.json:
         print(json.dumps({"runs": len(rows), "failed": failed, "files": [str(p) for p in written]}))
-        return
-    print(sweep.table(rows))
-    print(f"{len(rows)} runs, {failed} failed; written: {', '.join(str(p) for p in written)}")
+    else:
+        print(sweep.table(rows))
+        print(f"{len(rows)} runs, {failed} failed; written: {', '.join(str(p) for p in written)}")
+    if rows and failed == len(rows):  # a script must not take an empty sweep for results
+        first = rows[0]["error"].strip().splitlines()[-1] if rows[0]["error"].strip() else "?"
+        raise InputError(f"every run of the sweep failed (the first: {first}); the rows and their tracebacks are "
+                         f"in {json_path}")
 
 
 def add_sweep(sub) -> None:

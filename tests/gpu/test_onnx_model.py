@@ -249,3 +249,17 @@ def test_run_with_the_optional_layer_norm_prologue(tmp_path, capsys):
     capsys.readouterr()
     assert main(["run", str(path), "--with-ruleset", "f16"]) == 2
     assert "ask for it with --precision f16" in capsys.readouterr().err
+
+
+def test_run_messages_for_files_and_options(tmp_path, capsys):
+    path = Path(__file__).resolve().parents[1] / "data" / "exported" / "gpt2_tiny.classic.onnx"
+    garbage = tmp_path / "ids.npy"
+    garbage.write_bytes(b"abcd")
+    assert main(["run", str(path), "--input", f"input_ids={garbage}"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a .npy or .npz array file" in err and "pickle" not in err, err
+    assert main(["run", str(path), "--no-fuse", "--precision", "f16"]) == 2
+    assert "drop --no-fuse" in capsys.readouterr().err
+    assert main(["run", str(path), "--repeats", "0", "--no-cache", "--save", str(tmp_path / "out")]) == 0
+    assert f"outputs written to {tmp_path / 'out.npz'}" in capsys.readouterr().out
+    assert list(np.load(tmp_path / "out.npz").files) == ["logits"]

@@ -120,6 +120,6 @@ def test_sweep_sizes_onnx_files_with_shape(tmp_path):
     assert row["dispatches_after"] == 13 and row["rulesets"].endswith(",layer_norm_prologue"), row
     out = tmp_path / "bad"
     assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
-                     "--shape", "ids=2x7"]) == 0
+                     "--shape", "ids=2x7"]) == 2  # every run failed: not an exit status of success
     (row,) = json.loads((out / "results.json").read_text())
     assert "'ids' is not an input of the model" in row["error"]
