@@ -94,7 +94,10 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     else:
         names = [n.strip() for n in rulesets.split(",") if n.strip()]
         names = [x for n in names for x in (SCHEDULE if n == "all" else (n,))]  # all,layer_norm_prologue
-        select(names)  # unknown names (and f16) raise here, not in every worker
+        if "f16" in names:
+            raise InputError("the sweep optimises f32 graphs: the f16 ruleset (weights rounded to float16, "
+                             "--precision f16 of eggfuse run and optimize) is not among its rulesets")
+        select(names)  # unknown names raise here, not in every worker
         sets = [(",".join(n for n in (*SCHEDULE, *OPTIONAL) if n in names), "")]
     out = []
     for model in models:
