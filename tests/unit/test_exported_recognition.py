@@ -294,23 +294,30 @@ FIXTURES = {
 ATTENTION_NOT_RECOGNISED = {"deberta_tiny.classic.onnx", "deberta_tiny.dynamo.onnx"}
 
 
-@pytest.mark.parametrize("name", sorted(FIXTURES))
-def test_exported_fixture_is_recognised_and_matches_torch(name):
-    want_ops, most = FIXTURES[name]
+def _optimised_fixture(name: str, rulesets=None):
+    """The fixture ``name`` imported at its .npz's input shapes and optimised (``rulesets``: None, the default),
+    its outputs checked against torch's (onnxruntime's where the graph is not torch's); returns the dispatched
+    op counts and the optimised graph."""
     data = np.load(DATA / (name.split(".")[0] + ".npz"))
     inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
     g, params = load(DATA / name, shapes={k: v.shape for k, v in inputs.items()})
-    opt, rep = optimize(g)
-    ops = dispatched(opt)
+    opt, _ = optimize(g, rulesets=rulesets)
+    outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
+    want = expected_outputs(DATA / name, data)
+    for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
+        np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=2e-5)
+    return dispatched(opt), opt
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_exported_fixture_is_recognised_and_matches_torch(name):
+    want_ops, most = FIXTURES[name]
+    ops, opt = _optimised_fixture(name)
     assert all(ops[op] == n for op, n in want_ops.items()), ops
     assert opt.dispatch_count() <= most
     assert (not ops["BatchMatMul"] and not ops["Softmax"]) or name in ATTENTION_NOT_RECOGNISED, ops
     if ops["GeneralAttention"]:  # it reads one packed Q/K/V product
         assert all(n.attrs["packed"] for n in opt.live_nodes() if n.op == "GeneralAttention"), name
-    outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
-    want = expected_outputs(DATA / name, data)  # torch's, onnxruntime's where the graph is not torch
-    for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
-        np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=2e-5)
 
 
 #: pre-LN fixtures with the optional layer_norm_prologue ruleset: {op: count}, dispatches (GPT-2's pre-attention,
@@ -326,16 +333,8 @@ def test_exported_pre_ln_fixture_with_the_layer_norm_prologue_matches_torch(name
     from eggfuse.rewrites.rulesets import select
 
     want_ops, dispatches = PROLOGUE_FIXTURES[name]
-    data = np.load(DATA / (name.split(".")[0] + ".npz"))
-    inputs = {k[6:]: data[k] for k in data.files if k.startswith("input.")}
-    g, params = load(DATA / name, shapes={k: v.shape for k, v in inputs.items()})
-    opt, _ = optimize(g, rulesets=select(optional=["layer_norm_prologue"]))
-    ops = dispatched(opt)
+    ops, opt = _optimised_fixture(name, select(optional=["layer_norm_prologue"]))
     assert all(ops[op] == n for op, n in want_ops.items()) and opt.dispatch_count() == dispatches, ops
-    outs = evaluate(opt, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in inputs.items()}, params)
-    want = expected_outputs(DATA / name, data)
-    for out, vi in zip(outs, onnx.load(DATA / name).graph.output, strict=True):
-        np.testing.assert_allclose(out, want[vi.name], rtol=1e-4, atol=2e-5)
 
 
 # --- additive masks of unknown values: the unguarded softmax, several masks, +inf and windows ----------------
