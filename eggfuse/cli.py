@@ -10,7 +10,7 @@ import sys
 
 from eggfuse.cli_cache import add_cache, add_no_cache, add_precision, cache_line
 from eggfuse.cli_generate import add_generate, dispatches_line, memory_line, precision_line
-from eggfuse.cli_onnx import _shape_arg, add_run
+from eggfuse.cli_onnx import _shape_arg, add_run, shape_map
 from eggfuse.cli_options import add_engine_options
 from eggfuse.cli_sweep import add_sweep
 from eggfuse.cli_train import add_train_digits
@@ -69,7 +69,7 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     seq = (16 if args.seq is None else args.seq) if kind == "model" else None
     batch = 2 if args.batch is None else args.batch
     graph, source = load_graph(args.model, seq=16 if seq is None else seq, batch=batch, training=args.training,
-                               shapes=dict(args.shape or []))
+                               shapes=shape_map(args.shape))
     onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
     if args.precision == "f16":  # the f16 ruleset first, as compile(..., precision="f16") runs it

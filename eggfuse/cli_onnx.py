@@ -31,6 +31,17 @@ def _shape_arg(text: str) -> tuple[str, list[int]]:
     return name, [int(p) for p in parts]
 
 
+def shape_map(pairs: list[tuple[str, list[int]]] | None) -> dict[str, list[int]]:
+    """``--shape`` values as a dict; InputError for a name given twice with different shapes."""
+    out: dict[str, list[int]] = {}
+    for name, dims in pairs or []:
+        if name in out and out[name] != dims:
+            raise InputError(f"--shape gives {name!r} twice: {'x'.join(map(str, out[name]))} and "
+                             f"{'x'.join(map(str, dims))}; give it once")
+        out[name] = dims
+    return out
+
+
 def _number(text: str) -> float | None:
     # the value of --input NAME=NUMBER, or None where the text names a file or is not a number
     if Path(text).exists():
@@ -79,6 +90,9 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
                                          "file or an .npz with such an array")
                     arr = arr[key]
             loaded[name] = arr
+            if name in shapes and list(shapes[name]) != list(arr.shape):
+                raise InputError(f"--shape {name}={'x'.join(map(str, shapes[name]))} and --input {name} "
+                                 f"({source!r}, shape {list(arr.shape)}) disagree: give one of them")
     sized = input_shapes(model.inputs, {**{n: list(a.shape) for n, a in loaded.items()}, **shapes})
     feeds = {}
     for vi in model.inputs:
@@ -128,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
                   rulesets=rulesets)
     given = dict(args.input or [])
-    feeds = feeds_for(model, given, dict(args.shape or []), args.seed)
+    feeds = feeds_for(model, given, shape_map(args.shape), args.seed)
     try:
         spec = model.specialise(feeds)
         if spec.compiled is not None:  # random indices within the tables they index (the plan's index_bounds)

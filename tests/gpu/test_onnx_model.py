@@ -263,3 +263,16 @@ def test_run_messages_for_files_and_options(tmp_path, capsys):
     assert main(["run", str(path), "--repeats", "0", "--no-cache", "--save", str(tmp_path / "out")]) == 0
     assert f"outputs written to {tmp_path / 'out.npz'}" in capsys.readouterr().out
     assert list(np.load(tmp_path / "out.npz").files) == ["logits"]
+
+
+def test_run_refuses_shapes_that_disagree(tmp_path, capsys):
+    path = Path(__file__).resolve().parents[1] / "data" / "exported" / "gpt2_tiny.classic.onnx"
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.zeros((2, 7), np.int64))
+    assert main(["run", str(path), "--input", f"input_ids={ids}", "--shape", "input_ids=3x7"]) == 2
+    err = capsys.readouterr().err
+    assert "--shape input_ids=3x7 and --input input_ids" in err and "shape [2, 7]) disagree" in err, err
+    assert main(["run", str(path), "--shape", "input_ids=2x7", "--shape", "input_ids=3x7"]) == 2
+    assert "--shape gives 'input_ids' twice: 2x7 and 3x7" in capsys.readouterr().err
+    assert main(["optimize", str(path), "--shape", "input_ids=2x7", "--shape", "input_ids=3x7"]) == 2
+    assert "twice" in capsys.readouterr().err
