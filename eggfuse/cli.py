@@ -240,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:  # a file the command writes (--save, --profile, --dot, --dump-egglog) or reads
-        where = f" {e.filename!r}" if e.filename else ""
-        print(f"eggfuse: error: cannot use{where}: {e.strerror or e}; give a path in a folder that exists and that "
-              "you can write", file=sys.stderr)
+        if not e.filename:  # not about a path the user gave: a real failure, with its traceback
+            raise
+        print(f"eggfuse: error: cannot use {e.filename!r}: {e.strerror or e}; give a path in a folder that exists "
+              "and that you can write", file=sys.stderr)
         return 2
     return 0
 
