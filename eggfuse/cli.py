@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a file the command writes (--save, --profile, --dot, --dump-egglog) or reads
         if not e.filename:  # not about a path the user gave: a real failure, with its traceback
             raise
-        print(f"eggfuse: error: cannot use {e.filename!r}: {e.strerror or e}; give a path in a folder that exists "
-              "and that you can write", file=sys.stderr)
+        print(f"eggfuse: error: {e.strerror or e}: {e.filename!r} (a file to write needs a folder that exists and "
+              "that you can write)", file=sys.stderr)
         return 2
     return 0
 

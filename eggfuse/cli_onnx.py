@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.cli_cache import add_no_cache, add_precision
-from eggfuse.ir import DamagedFileError, EggfuseError, InputError, LoweringError, UnsupportedOpsError
+from eggfuse.ir import DamagedFileError, DeviceLimitError, EggfuseError, InputError, UnsupportedOpsError
 
 
 def _shape_arg(text: str) -> tuple[str, list[int]]:
@@ -131,6 +131,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
     if args.no_fuse and args.precision == "f16":
         raise InputError("--precision f16 stores weights through the rewrite engine: drop --no-fuse, or run f32")
+    if args.no_fuse and args.with_ruleset:
+        raise InputError("--with-ruleset adds rules to the rewrite engine, which --no-fuse leaves out: give one")
     t = time.perf_counter()
     rulesets = None
     if args.with_ruleset:
@@ -154,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         outs = model.run(feeds)
     except EggfuseError as e:
         drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
-        if drawn and not isinstance(e, DamagedFileError | UnsupportedOpsError | LoweringError):
+        if drawn and not isinstance(e, DamagedFileError | UnsupportedOpsError | DeviceLimitError):
             # the model may only fail on values it was never meant to get (a damaged file, an op eggfuse lacks or a
             # device limit fails on any)
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from eggfuse.cli_onnx import _shape_arg
+from eggfuse.cli_onnx import _shape_arg, shape_map
 from eggfuse.cli_options import add_engine_options, schedule_kwargs
 from eggfuse.ir import InputError
 
@@ -33,12 +33,21 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     configs = sweep.grid(args.models, args.rulesets, args.cost_models, args.extractors,
                          args.match_limits or [args.match_limit], nd, repeats=args.repeats, seq=args.seq,
                          batch=args.batch, training=args.training, payoff=args.payoff,
-                         shapes=tuple(sorted((name, tuple(dims)) for name, dims in (args.shape or []))),
+                         shapes=tuple(sorted((name, tuple(dims)) for name, dims in shape_map(args.shape).items())),
                          schedule=tuple(sorted(schedule.items())))
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
-    if Path(args.out).exists() and not Path(args.out).is_dir():  # before the runs, not after them
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():  # before the runs, not after them
         raise InputError(f"--out {args.out!r} is a file: the sweep writes results.csv and results.json into a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".eggfuse-sweep-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"--out {args.out!r}: cannot write there ({e.strerror or e}); give a folder you can "
+                         "write") from None
     rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
     csv_path, json_path = sweep.write_results(rows, args.out)
     written = [csv_path, json_path]

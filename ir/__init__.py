@@ -5,6 +5,7 @@ from . import ops  # noqa: F401  (registers every op family into OPS, see ir/ops
 from .errors import (
     DamagedFileError,
     DeviceError,
+    DeviceLimitError,
     EggfuseError,
     GraphError,
     InputError,
@@ -20,7 +21,7 @@ from .spec import NO_GRAD, OPS, RULES, Attr, OpSpec, ShapeError
 from .types import DType, TensorType
 
 __all__ = [
-    "NO_GRAD", "OPS", "RULES", "Attr", "DamagedFileError", "DType", "DeviceError", "EggfuseError", "Graph",
-    "GraphError", "InputError", "LoweringError", "ModelError", "Node", "NodeId", "OnnxError", "OpSpec", "RewriteError",
-    "ShapeError", "TensorType", "UnsupportedOpsError", "evaluate",
+    "NO_GRAD", "OPS", "RULES", "Attr", "DamagedFileError", "DType", "DeviceError", "DeviceLimitError", "EggfuseError",
+    "Graph", "GraphError", "InputError", "LoweringError", "ModelError", "Node", "NodeId", "OnnxError", "OpSpec",
+    "RewriteError", "ShapeError", "TensorType", "UnsupportedOpsError", "evaluate",
 ]

@@ -25,6 +25,11 @@ class LoweringError(EggfuseError):
     """A graph cannot be lowered to the device (a limit is exceeded, an op has no kernel)."""
 
 
+class DeviceLimitError(LoweringError):
+    """A plan exceeds one of the device's limits (a buffer, a binding, the bindings of a dispatch, a
+    uniform or the workgroup grid)."""
+
+
 class DeviceError(EggfuseError):
     """No usable wgpu adapter or device, or the device rejected a command."""
 

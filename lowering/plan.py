@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ..ir.errors import InputError, LoweringError
+from ..ir.errors import DeviceLimitError, InputError, LoweringError
 from ..ir.graph import Graph, Node, NodeId
 from ..ir.kernel import SCRATCH, Buffer, Kernel, Target
 from ..ir.spec import OPS
@@ -516,7 +516,7 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
 def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -> None:
     """Raise LoweringError if ``plan`` exceeds ``limits`` (wgpu ``device.limits`` keys).
 
-    Checks buffer sizes (maxBufferSize), storage bindings per dispatch
+    Raises DeviceLimitError (a LoweringError). Checks buffer sizes (maxBufferSize), storage bindings per dispatch
     (maxStorageBuffersPerShaderStage), each binding's size (maxStorageBufferBindingSize),
     uniform size (maxUniformBufferBindingSize) and the workgroup grid
     (maxComputeWorkgroupsPerDimension). Messages name the limit, node, op and shapes.
@@ -524,7 +524,7 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
     lim = resolve_limits(limits)
 
     def fail(key: str, what: str) -> None:
-        raise LoweringError(f"{limit_name(key)} = {lim[key]} exceeded: {what}")
+        raise DeviceLimitError(f"{limit_name(key)} = {lim[key]} exceeded: {what}")
 
     for b in plan.buffers:
         if b.kind != "host" and b.size_bytes > lim["max-buffer-size"]:

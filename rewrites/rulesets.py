@@ -212,7 +212,8 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     for n in optional:
         if n not in OPTIONAL:
-            raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: {', '.join(OPTIONAL)}"
+            raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: "
+                               f"{', '.join(x for x in OPTIONAL if x != 'f16')} (f16: precision='f16')"
                                f"{_closest(n, OPTIONAL)}")
     if "f16" in [*optional, *(names or ())]:
         raise RewriteError("the f16 ruleset rounds weights to float16: compile with precision='f16' "

@@ -300,7 +300,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     least WIDE_MIN_K elements of K takes its wide micro-tile (MATMUL_TILES_WIDE: 8x4, 8x4, 4x8),
     whose K groups' final sum is then paid back. Where M is 128 and 128x128 reaches MIN_WORKGROUPS
     by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead; where 64x64 would
-    split a long K into 4 or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more ranges); where a
+    split a long K into LONG_K_MIN_SPLITS (2) or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more
+    ranges); where a
     widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if its workgroups
     come nearer without passing it.
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
@@ -374,11 +375,11 @@ ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 #: 1165.8 against 1202.5 us GPU (long_k_h200/down_minilm.json, three alternated rounds).
 LONG_K_SPLIT_TILE = _TILE_BY_SIDES[(64, 128)]
 #: The fewest K ranges of 64x64 tiles for which :func:`_long_k_split` takes LONG_K_SPLIT_TILE: 2 (4 before). On an
-#: H200 (bench/results/exported_gpt2_h200/) the products of 2 ranges it then takes, 64x128 in 4, were the fastest of
-#: every tile at 1, 2 and 4 ranges: GPT-2 small's 1024 x 3072 x 768 168.5 us against 185.3, 1024 x 768 x 768 48.2
-#: against 54.9, 512 x 576 x 1536 38.2 against 44.1 (sweep_long2.json); GPT-2 small's exported plan 6571-6577 us GPU
-#: against 6896-6935 (ab_long_k_gpt2.json, three alternated rounds). MiniLM's and SmolLM2's plans are the same at 2
-#: and 4.
+#: H200 (bench/results/exported_gpt2_h200/) the products of 2 ranges it then takes, 64x128 in 4, were 9-15% faster
+#: than 64x64 in 2: GPT-2 small's 1024 x 3072 x 768 168.5 us against 185.3 (the fastest tile there, 162.3, was
+#: 64x128x8m8x8w128), 1024 x 768 x 768 48.1 against 54.9, 512 x 576 x 1536 38.2 against 44.1 (sweep_long2.json);
+#: GPT-2 small's exported plan 6571-6577 us GPU against 6896-6935 (ab_long_k_gpt2.json, three alternated rounds).
+#: MiniLM's and SmolLM2's plans at the benchmark shapes are the same at 2 and 4; other sizes were not timed.
 LONG_K_MIN_SPLITS = 2
 
 

@@ -276,3 +276,21 @@ def test_run_refuses_shapes_that_disagree(tmp_path, capsys):
     assert "--shape gives 'input_ids' twice: 2x7 and 3x7" in capsys.readouterr().err
     assert main(["optimize", str(path), "--shape", "input_ids=2x7", "--shape", "input_ids=3x7"]) == 2
     assert "twice" in capsys.readouterr().err
+
+
+def test_run_keeps_the_random_inputs_hint_for_a_lowering_error_of_their_shapes(tmp_path, capsys):
+    # Gather(x [B, S], indices [3], axis 1): at S = 1 (a symbolic dimension's default) index 3 is past the rows; a
+    # LoweringError that --shape cures, so the hint stays (device limits, which no shape cures, drop it)
+    from onnx import numpy_helper
+
+    m = model([node("Gather", ["x", "i"], ["y"], axis=1)], [("x", F, ["b", "s"])], [("y", F, None)])
+    m.graph.initializer.append(numpy_helper.from_array(np.array([3], np.int64), "i"))
+    path = tmp_path / "gather.onnx"
+    onnx.save(m, path)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "constant indices reach 3" in err and "hint: inputs drawn at random" in err, err
+    assert main(["run", str(path), "--shape", "x=2x5", "--repeats", "0"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--no-fuse", "--with-ruleset", "layer_norm_prologue"]) == 2
+    assert "which --no-fuse leaves out" in capsys.readouterr().err

@@ -82,8 +82,9 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
                      "--with-ruleset", "layer_norm_prologue"]) == 0  # beside --rulesets, too
     assert "FusedLayerNormMatMul" in capsys.readouterr().out
     for argv, message in ((["--with-ruleset", "layer_norm_prolog"], "unknown optional ruleset 'layer_norm_prolog': "
-                                                                    "optional rulesets: f16, layer_norm_prologue (did "
-                                                                    "you mean 'layer_norm_prologue'?)"),
+                                                                    "optional rulesets: layer_norm_prologue (f16: "
+                                                                    "precision='f16') (did you mean "
+                                                                    "'layer_norm_prologue'?)"),
                           (["--with-ruleset", "f16"], "ask for it with --precision f16"),
                           (["--rulesets", "recognition,f16"], "ask for it with --precision f16"),
                           (["--rulesets", "recogniton"], "optional: f16, layer_norm_prologue (did you mean "
@@ -110,12 +111,14 @@ def test_a_path_that_cannot_be_written_is_one_error_line(tmp_path, capsys):
     missing = tmp_path / "no such folder"
     assert cli.main(["optimize", "llama:1", "--dump-egglog", str(missing / "x.egg")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"eggfuse: error: cannot use {str(missing / 'x.egg')!r}: No such file or directory") and \
-        "Traceback" not in err, err
+    assert err.startswith(f"eggfuse: error: No such file or directory: {str(missing / 'x.egg')!r} (a file to write "
+                          "needs a folder that exists") and "Traceback" not in err, err
     # the sweep's --out a file: refused before any run (the results would be lost after them)
     (tmp_path / "o.txt").write_text("")
     assert cli.main(["sweep", "--models", "llama:1", "--out", str(tmp_path / "o.txt"), "--no-progress"]) == 2
     assert "is a file: the sweep writes results.csv and results.json into a folder" in capsys.readouterr().err
+    assert cli.main(["sweep", "--models", "llama:1", "--out", str(tmp_path / "o.txt" / "sub"), "--no-progress"]) == 2
+    assert "cannot write there" in capsys.readouterr().err
 
 
 def test_rulesets_all_and_optional_ones(capsys):
