@@ -301,9 +301,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     whose K groups' final sum is then paid back. Where M is 128 and 128x128 reaches MIN_WORKGROUPS
     by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead; where 64x64 would
     split a long K into LONG_K_MIN_SPLITS (2) or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more
-    ranges); where a
-    widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if its workgroups
-    come nearer without passing it.
+    ranges); where a widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if
+    its workgroups come nearer without passing it.
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
