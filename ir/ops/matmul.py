@@ -457,7 +457,7 @@ def _layer_norm_matmul(e):
     # if x has more than GEMV_MAX_ROWS rows: on fewer, the GEMV's form runs the LayerNorm kernel into scratch
     # before the product, no fewer dispatches than the norm's own, and once for each product that reads it.
     # An optional ruleset (rewrites/rulesets.py OPTIONAL): on an H200 the tiled kernel's first pass over its rows made
-    # GPT-2 small's c_attn and c_fc 28% slower at 1024 rows and 75% at 128 than LayerNorm and product apart
+    # GPT-2 small's c_attn and c_fc 21% slower at 1024 rows and 48% at 128 than LayerNorm and product apart
     # (bench/results/layer_norm_prologue_h200.json).
     for v in ("", "BT"):
         yield e.equal(f"FusedMatMul{v}(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul{v}(x, g, b, W, e)",
