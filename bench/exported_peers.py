@@ -96,29 +96,6 @@ def inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
     return {"input_ids": rng.integers(0, 50257, (batch, seq)).astype(np.int64), "attention_mask": mask}
 
 
-def peer_kernels(torch, pr, calls: int) -> list[dict]:
-    """The peer's GPU kernels over ``calls`` calls under ``torch.profiler`` (after ``time_peer`` compiled
-    and recorded it), per call: rows ``kernel``, ``calls``, ``us``, the largest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    step_begin = torch.compiler.cudagraph_mark_step_begin if pr.mode in torch_peers.CUDAGRAPH_MODES else None
-    with torch.no_grad():
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                if step_begin is not None:
-                    step_begin()
-                pr.call()
-            torch.cuda.synchronize()
-    rows = []
-    for e in prof.key_averages():
-        us = getattr(e, "self_device_time_total", None)
-        us = us if us is not None else e.self_cuda_time_total
-        if us > 0:
-            rows.append({"kernel": e.key, "calls": e.count / calls, "us": us / calls})
-    return sorted(rows, key=lambda r: -r["us"])
-
-
 def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repeats: int, rounds: int) -> None:
     """Our plan lowered as it is (``tree``) and with each ``--variant NAME:MODULE.NAME=VALUE[,...]``'s settings
     (``plan_ab.parse_setting``), timed alternately (``models.time_alternately``) on random weights; no peer."""
@@ -228,7 +205,7 @@ def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int, pro
             row["rel_diff_vs_ours"] = float(np.abs(peer_out - ours_out).max() / np.abs(ours_out).max())
             row["peer_setup_s"] = time.perf_counter() - start  # compilation and warm-up, not the profile below
             if profile and cuda:
-                row["peer_profile"] = peer_kernels(torch, pr, calls)
+                row["peer_profile"] = torch_peers.peer_kernel_times(torch, pr, calls)
                 print(f"peer {mode} {dtype} per kernel ({sum(r['us'] for r in row['peer_profile']):.1f} us):")
                 for r in row["peer_profile"][:12]:
                     print(f"  {r['kernel'][:60]:<62}{r['calls']:>5.1f}{r['us']:>10.1f} us")

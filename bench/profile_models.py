@@ -49,28 +49,9 @@ def ours(kind: str, graph, params: dict, inputs: dict, meta: dict, repeats: int,
 
 
 def peer(torch, kind: str, model, mode: str, dtype: str, inputs: dict, calls: int) -> dict:
-    from torch.profiler import ProfilerActivity, profile
-
     p = torch_peers.peer(torch, kind, model, mode, dtype, inputs, "cuda", mb.DECODE_MAX_SEQ)
     torch_peers.time_peer(torch, p, calls, 2, True)  # compile, record, warm up
-    step_begin = torch.compiler.cudagraph_mark_step_begin if mode in torch_peers.CUDAGRAPH_MODES else None
-    with torch.no_grad():
-        if p.prepare is not None:
-            p.prepare()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                if step_begin is not None:
-                    step_begin()
-                p.call()
-            torch.cuda.synchronize()
-    rows = []
-    for e in prof.key_averages():
-        us = getattr(e, "self_device_time_total", None)
-        us = us if us is not None else e.self_cuda_time_total
-        if us > 0 and e.key not in ("ProfilerStep*",):
-            rows.append({"kernel": e.key, "calls": e.count / calls, "us": us / calls})
-    rows.sort(key=lambda r: -r["us"])
+    rows = torch_peers.peer_kernel_times(torch, p, calls)
     torch._dynamo.reset()
     return {"rows": rows, "sum_us": sum(r["us"] for r in rows), "peer": p.name, "mode": mode, "dtype": dtype}
 

@@ -263,6 +263,31 @@ def time_peer(torch, p: Peer, calls: int, samples: int, cuda: bool) -> dict:
     return {"wall": wall, "events": events or None}
 
 
+def peer_kernel_times(torch, p: Peer, calls: int) -> list[dict]:
+    """The GPU kernels of ``calls`` calls of ``p`` (compiled and recorded before: :func:`time_peer`) under
+    ``torch.profiler`` with CUDA activity, per call: rows ``kernel``, ``calls``, ``us``, the largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step_begin = torch.compiler.cudagraph_mark_step_begin if p.mode in CUDAGRAPH_MODES else None
+    with torch.no_grad():
+        if p.prepare is not None:
+            p.prepare()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                if step_begin is not None:
+                    step_begin()
+                p.call()
+            torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        us = us if us is not None else e.self_cuda_time_total
+        if us > 0 and e.key not in ("ProfilerStep*",):
+            rows.append({"kernel": e.key, "calls": e.count / calls, "us": us / calls})
+    return sorted(rows, key=lambda r: -r["us"])
+
+
 def peer_output(torch, p: Peer, steps: int) -> np.ndarray:
     """The output of ``p`` as float64 numpy: minilm embeddings [B, H]; prefill logits [S, V];
     decode logits [V] of the last of ``steps`` calls after ``prepare`` (positions P .. P+steps-1).

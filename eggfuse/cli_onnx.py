@@ -136,10 +136,10 @@ def cmd_run(args: argparse.Namespace) -> None:
     t = time.perf_counter()
     rulesets = None
     if args.with_ruleset:
+        from eggfuse.cli_options import refuse_f16
         from eggfuse.rewrites.rulesets import select
 
-        if "f16" in args.with_ruleset:
-            raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
+        refuse_f16(args.with_ruleset)
         rulesets = select(optional=args.with_ruleset)
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
                   rulesets=rulesets)

@@ -44,13 +44,10 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
                    help="egglog's EGraph(no_decomp=True) (the default)")
 
 
-def all_rulesets(names: list[str] | None) -> list[str] | None:
-    """``names`` with ``all`` standing for the scheduled rulesets (rewrites.rulesets.SCHEDULE)."""
-    from eggfuse.rewrites.rulesets import SCHEDULE
-
-    if names is None or "all" not in names:
-        return names
-    return list(dict.fromkeys(n for name in names for n in (SCHEDULE if name == "all" else (name,))))
+def refuse_f16(names) -> None:
+    """InputError where ``names`` (of --rulesets or --with-ruleset) holds f16, which --precision f16 runs."""
+    if "f16" in names:
+        raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
 
 
 def schedule_kwargs(args: argparse.Namespace) -> dict:
@@ -70,10 +67,9 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     from eggfuse.rewrites.rulesets import select
 
     kw = schedule_kwargs(args)
-    if "f16" in [*args.with_ruleset, *(args.rulesets or ())]:
-        raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
+    refuse_f16([*args.with_ruleset, *(args.rulesets or ())])
     if args.rulesets is not None or args.disable_rule or args.with_ruleset:
-        kw["rulesets"] = select(all_rulesets(args.rulesets), args.disable_rule, optional=args.with_ruleset)
+        kw["rulesets"] = select(args.rulesets, args.disable_rule, optional=args.with_ruleset)
     return dict(kw, cost_model=cost_model_from_spec(args.cost_model), extractor=args.extractor)
 
 

@@ -75,7 +75,7 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     unknown ruleset name or extractor."""
     from eggfuse.ir import InputError
     from eggfuse.rewrites.engine import EXTRACTORS
-    from eggfuse.rewrites.rulesets import OPTIONAL, SCHEDULE, catalog, select
+    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, ruleset_name, select
 
     for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
                          ("match limits", match_limits)):
@@ -93,12 +93,11 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
         sets = [(full, "")] + [(full, rule) for name in SCHEDULE for rule in catalog()[name]]
     else:
         names = [n.strip() for n in rulesets.split(",") if n.strip()]
-        names = [x for n in names for x in (SCHEDULE if n == "all" else (n,))]  # all,layer_norm_prologue
         if "f16" in names:
             raise InputError("the sweep optimises f32 graphs: the f16 ruleset (weights rounded to float16, "
                              "--precision f16 of eggfuse run and optimize) is not among its rulesets")
-        select(names)  # unknown names raise here, not in every worker
-        sets = [(",".join(n for n in (*SCHEDULE, *OPTIONAL) if n in names), "")]
+        # unknown names raise here, not in every worker; "all" stands for the scheduled rulesets
+        sets = [(",".join(ruleset_name(rs) for rs in select(names)), "")]
     out = []
     for model in models:
         for kept, disabled in sets:

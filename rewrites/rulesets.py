@@ -202,15 +202,17 @@ def without_rules(rs: Ruleset, drop: set[str]) -> Ruleset:
 def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
            rulesets: Sequence[Ruleset] | None = None, optional: Sequence[str] = ()) -> tuple[Ruleset, ...]:
     """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
-    those named in ``names`` (None: all), then the :data:`OPTIONAL` ones named in ``optional`` or
-    ``names``, less the rules named in ``disable``. The analysis ruleset is not among them: it
-    always runs.
+    those named in ``names`` (None: all; the name ``all`` stands for all of them), then the
+    :data:`OPTIONAL` ones named in ``optional`` or ``names``, less the rules named in ``disable``.
+    The analysis ruleset is not among them: it always runs.
 
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
     name; a rule of an optional ruleset not asked for says so), the analysis ruleset, a rule of a
     ruleset eggfuse did not build, or ``f16`` (``precision="f16"`` runs that one).
     """
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
+    if names is not None and "all" in names:  # all,layer_norm_prologue
+        names = list(dict.fromkeys(x for n in names for x in (map(ruleset_name, pool) if n == "all" else (n,))))
     for n in optional:
         if n not in OPTIONAL:
             raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: "

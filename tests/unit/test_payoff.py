@@ -107,6 +107,8 @@ def test_select_adds_optional_rulesets_to_those_named():
     default = [ruleset_name(r) for r in select()]
     assert "layer_norm_prologue" not in default and "f16" not in default
     assert [ruleset_name(r) for r in select(optional=["layer_norm_prologue"])] == [*default, "layer_norm_prologue"]
+    assert [ruleset_name(r) for r in select(["all", "layer_norm_prologue"])] == [*default, "layer_norm_prologue"]
+    assert [ruleset_name(r) for r in select(["all"])] == default
     # named with --rulesets, or asked for beside it: either way it runs, after the scheduled ones, once
     for names, optional in ((["norm_fusion", "layer_norm_prologue"], []), (["norm_fusion"], ["layer_norm_prologue"]),
                             (["layer_norm_prologue", "norm_fusion"], ["layer_norm_prologue"])):
