@@ -67,7 +67,8 @@ def save(folder: Path, onnx_path: Path, batch: int, seq: int) -> None:
     # a parameter the import folded from a weight's first rows (the position rows of the sequence's positions,
     # wpe[:S] gathered by arange): those rows of the time step's weight, not the exported values
     derived = {}
-    weights = {i.name: i for i in onnx.load(str(onnx_path)).graph.initializer if i.name in names}
+    proto = onnx.load(str(onnx_path))  # once: 498 MB of weights inside the file
+    weights = {i.name: i for i in proto.graph.initializer if i.name in names}
     for k, c in constants.items():
         for n, init in weights.items():
             w = onnx.numpy_helper.to_array(init)
@@ -79,7 +80,7 @@ def save(folder: Path, onnx_path: Path, batch: int, seq: int) -> None:
     constants = {k: v for k, v in constants.items() if k not in derived}
     if any(v.size > 1 << 16 for v in constants.values()):
         raise SystemExit(f"initializers of no parameter are too large to carry: {sorted(constants)}")
-    nodes = len(onnx.load(str(onnx_path), load_external_data=False).graph.node)
+    nodes = len(proto.graph.node)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{NAME}.pkl").write_bytes(pickle.dumps(
         {"unfused": unfused, "fused": fused, "names": {k: v for k, v in names.items() if k in params},
