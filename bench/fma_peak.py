@@ -8,7 +8,10 @@ step, 8 rounds of the matmul micro-tile's form, ``c_r = fma(vec4(a_r), b, c_r)``
 - ``plain``: no barrier;
 - ``barrier``: a ``workgroupBarrier()`` after each step of 8 rounds (the matmul's one barrier a K slice);
 - ``barrier_lds``: the barrier, and each round reads its vec4 of a and b from workgroup memory (3 quads
-  a round, as the micro-tile reads them).
+  a round, as the micro-tile reads them);
+- ``muladd`` and ``muladd_barrier_lds``: ``plain`` and ``barrier_lds`` with ``c_r = c_r + vec4(a_r) * b`` in place
+  of ``fma`` (SPIR-V OpFMul and OpFAdd, which the driver may contract, against GLSL.std.450 Fma);
+- ``scalar``: ``plain`` with each vec4 FMA written as four scalar ``fma`` calls.
 
 The grid is ``--per-sm`` workgroups per multiprocessor (``--sms``, 132 on an H200); time by GPU
 timestamps around ``--calls`` dispatches, median of ``--samples``. FMA/s is 4 * 8 * 8 * steps per
@@ -16,6 +19,10 @@ invocation over the time; the peak printed beside is ``--sms`` x 128 lanes x ``-
 1.98 GHz boost clock: no clock is read here).
 
     python3 bench/fma_peak.py --json bench/results/fma_peak_h200/fma_peak.json   # GPU machine
+
+The clock is not read here; ``nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv -lms 250``
+beside a run logs it (bench/results/fma_peak_h100/clocks.csv: 1980 MHz, the boost clock, throughout the run of
+fma_peak.json there, whose forms all reached 52-64% of the peak it prints).
 
 JSON: rows with ``form``, ``wg``, ``workgroups``, ``steps``, ``us``, ``tfma_per_s``, ``of_peak``.
 """
@@ -66,17 +73,24 @@ _ROUND = """        c0 = fma(vec4<f32>(a0.x), b, c0); c1 = fma(vec4<f32>(a0.y), 
         c4 = fma(vec4<f32>(a1.x), b, c4); c5 = fma(vec4<f32>(a1.y), b, c5);
         c6 = fma(vec4<f32>(a1.z), b, c6); c7 = fma(vec4<f32>(a1.w), b, c7);"""
 
-_ROUND_LDS = """        a0 = tiles[(li / 16u + {r}u * 16u) % 512u]; a1 = tiles[(li / 16u + {r}u * 16u + 8u) % 512u];
+_LDS = """        a0 = tiles[(li / 16u + {r}u * 16u) % 512u]; a1 = tiles[(li / 16u + {r}u * 16u + 8u) % 512u];
         b = tiles[(li % 16u + {r}u * 16u + 256u) % 512u];
-""" + _ROUND
+"""
 
-FORMS = ("plain", "barrier", "barrier_lds")
+_ROUND_MULADD = "\n".join(f"        c{i} = c{i} + vec4<f32>(a{i // 4}.{'xyzw'[i % 4]}) * b;" for i in range(8))
+
+_ROUND_SCALAR = "\n".join(f"        c{i}.{e} = fma(a{i // 4}.{'xyzw'[i % 4]}, b.{e}, c{i}.{e});" for i in range(8)
+                           for e in "xyzw")
+
+FORMS = ("plain", "barrier", "barrier_lds", "muladd", "muladd_barrier_lds", "scalar")
 
 
 def shader(form: str, wg: int) -> str:
-    rounds = "\n".join((_ROUND_LDS.format(r=r) if form == "barrier_lds" else _ROUND) for r in range(8))
+    body = _ROUND_MULADD if form.startswith("muladd") else _ROUND_SCALAR if form == "scalar" else _ROUND
+    lds = form.endswith("barrier_lds")
+    rounds = "\n".join((_LDS.format(r=r) if lds else "") + body for r in range(8))
     return (_SHADER.replace("WGu", f"{wg}u").replace("WG", str(wg)).replace("ROUNDS", rounds)
-            .replace("BARRIER", "        workgroupBarrier();" if form != "plain" else ""))
+            .replace("BARRIER", "        workgroupBarrier();" if "barrier" in form else ""))
 
 
 def time_form(device, form: str, wg: int, workgroups: int, steps: int, calls: int, samples: int) -> float:
@@ -117,8 +131,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--forms", default=",".join(FORMS), help="which of " + ", ".join(FORMS))
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
+    forms = args.forms.split(",")
+    if unknown := sorted(set(forms) - set(FORMS)):
+        ap.error(f"unknown forms {', '.join(unknown)}: take from {', '.join(FORMS)}")
     device = get_device()
     if "timestamp-query" not in device.features:
         raise SystemExit("this device has no timestamp-query: nothing to time with")
@@ -126,7 +144,7 @@ def main() -> None:
     rows = []
     for wg in (int(w) for w in args.wg.split(",")):
         for per_sm in (int(n) for n in args.per_sm.split(",")):
-            for form in FORMS:
+            for form in forms:
                 groups = args.sms * per_sm
                 s = time_form(device, form, wg, groups, args.steps, args.calls, args.samples)
                 fma = 4 * 8 * 8 * args.steps * wg * groups / s
