@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import re
 import sys
 import time
 from pathlib import Path
@@ -110,7 +111,8 @@ def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repe
         name, sep, settings = spec.partition(":")
         if not sep or not name or name in plans:
             raise SystemExit(f"--variant {spec!r}: write NAME:eggfuse.MODULE.NAME=VALUE[,...] with a new NAME")
-        plans[name] = lowered(saved["fused"], [parse_setting(s) for s in settings.split(",")])
+        # settings split at the commas before "eggfuse.": a value may be a tuple
+        plans[name] = lowered(saved["fused"], [parse_setting(s) for s in re.split(r",(?=eggfuse\.)", settings)])
     _, params = random_values(saved["fused"])
     params.update(saved["constants"])  # the exporter's constants as they are; weights (and rows of them) random
     x = inputs(saved["batch"], saved["seq"])

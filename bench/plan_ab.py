@@ -34,6 +34,7 @@ import hashlib
 import importlib
 import json
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -154,7 +155,8 @@ def main() -> None:
         name, sep, rest = spec.partition(":")
         if not sep or not name or name in ("tree", *saved, *variants):
             raise SystemExit(f"--variant {spec!r}: write a new NAME:MODULE.NAME=VALUE[,...]")
-        variants[name] = [parse_setting(s) for s in rest.split(",")]
+        # settings split at the commas before "eggfuse.": a value may be a tuple
+        variants[name] = [parse_setting(s) for s in re.split(r",(?=eggfuse\.)", rest)]
     fused, params, feeds, _ = models.saved_model(args.graphs, args.model, args.calls)
     other_graphs = {}
     for spec in args.against_graphs:
