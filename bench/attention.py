@@ -17,6 +17,10 @@ LANES_MAX_HEAD_DIM). The row marked ``default`` is what the lowering picks;
 - ``causal_gqa``: CausalAttention (no RoPE), 128 rows, 9 query and 3 key/value heads of 64;
 - ``causal_hd32`` and ``rope_hd32``: CausalAttention and CausalAttentionRoPE, batch 4 x 128 rows, 8 query and
   2 key/value heads of 32: the causal ops at a head size attention_lanes.wgsl could take (LANES_OPS);
+- ``gpt2``: CausalAttention with a key mask (i32, a row keeping no key stored as zeros: what the exported GPT-2
+  gives), batch 8 x 128 rows, 12 heads of 64; the peer gets the causal and key masks as one boolean mask;
+- ``gpt2_b1``, ``gpt2_b2``, ``gpt2_b4``: the same at batch 1, 2 and 4 (fewer workgroups);
+- ``bert_base``: FullAttention with a key mask, batch 8 x 128 rows, 12 heads of 64 (BERT-base, ViT-B);
 - ``smollm2_decode``: CachedAttentionRoPE of one query row at position 128 over a cache of 512 rows
   (129 keys seen), 9 query and 3 key/value heads of 64, for each workgroup size of
   attention_cached.wgsl (``ir.ops.kv_cache.CACHED_ATTENTION_WG`` replaced for the lowering); the
@@ -54,31 +58,41 @@ from eggfuse.runtime import Session, get_device
 sys.path.insert(0, str(Path(__file__).parent))
 import gpu_timing  # noqa: E402
 
-#: name -> (op, batch, seq, heads, kv heads, head size)
-SHAPES = {"smollm2_prefill": ("CausalAttentionRoPE", 1, 128, 9, 3, 64),
-          "minilm": ("FullAttention", 8, 128, 12, 12, 32),
-          "causal_gqa": ("CausalAttention", 1, 128, 9, 3, 64),
-          "causal_hd32": ("CausalAttention", 4, 128, 8, 2, 32),
-          "rope_hd32": ("CausalAttentionRoPE", 4, 128, 8, 2, 32)}
+#: name -> (op, batch, seq, heads, kv heads, head size, key mask: None, "f32" (masked rows: the mean of v) or
+#: "i32" (masked rows: zeros))
+SHAPES = {"smollm2_prefill": ("CausalAttentionRoPE", 1, 128, 9, 3, 64, None),
+          "minilm": ("FullAttention", 8, 128, 12, 12, 32, "f32"),
+          "causal_gqa": ("CausalAttention", 1, 128, 9, 3, 64, None),
+          "causal_hd32": ("CausalAttention", 4, 128, 8, 2, 32, None),
+          "rope_hd32": ("CausalAttentionRoPE", 4, 128, 8, 2, 32, None),
+          "gpt2": ("CausalAttention", 8, 128, 12, 12, 64, "i32"),
+          "gpt2_b1": ("CausalAttention", 1, 128, 12, 12, 64, "i32"),
+          "gpt2_b2": ("CausalAttention", 2, 128, 12, 12, 64, "i32"),
+          "gpt2_b4": ("CausalAttention", 4, 128, 12, 12, 64, "i32"),
+          "bert_base": ("FullAttention", 8, 128, 12, 12, 64, "f32")}
 #: the decode step: (heads, kv heads, head size, position, cache rows)
 DECODE = (9, 3, 64, 128, 512)
 
 
-def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int) -> tuple[Graph, dict]:
+def _graph(op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, masked: str | None) -> tuple[Graph, dict]:
     g = Graph()
     rows = batch * seq
     q, k, v = g.input("q", [rows, nh * hd]), g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
     rng = np.random.default_rng(0)
     feeds = {n: rng.standard_normal((rows, w), dtype=np.float32) for n, w in (("q", nh * hd), ("k", nkv * hd),
                                                                                ("v", nkv * hd))}
+    mask, rows_of = None, {}
+    if masked is not None:
+        dtype = DType.I32 if masked == "i32" else DType.F32
+        mask = g.input("mask", [batch, seq], dtype)
+        feeds["mask"] = (rng.random((batch, seq)) < 0.9).astype(dtype.numpy)
+        rows_of = {"masked_rows": "zero" if masked == "i32" else "mean"}
     if op == "CausalAttentionRoPE":
-        out = g.causal_attention_rope(q, k, v, nh, nkv, hd, theta=100000.0, batch=batch)
+        out = g.causal_attention_rope(q, k, v, nh, nkv, hd, theta=100000.0, batch=batch, key_mask=mask, **rows_of)
     elif op == "CausalAttention":
-        out = g.causal_attention(q, k, v, nh, nkv, hd, batch)
+        out = g.causal_attention(q, k, v, nh, nkv, hd, batch, key_mask=mask, **rows_of)
     else:
-        mask = g.input("mask", [batch, seq])
-        feeds["mask"] = (rng.random((batch, seq)) < 0.9).astype(np.float32)
-        out = g.full_attention(q, k, v, nh, nkv, hd, batch=batch, key_mask=mask)
+        out = g.full_attention(q, k, v, nh, nkv, hd, batch=batch, key_mask=mask, **rows_of)
     g.set_outputs([out])
     return g, feeds
 
@@ -186,7 +200,7 @@ def _session(g: Graph, feeds: dict, device, tiles) -> Session:
     # lowered with attention.wgsl at AttentionTiles or attention_lanes.wgsl at LaneTiles
     if isinstance(tiles, attention.LaneTiles):
         forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: tiles,
-                                     LANES_OPS=("FullAttention", "CausalAttention", "CausalAttentionRoPE"))
+                                     takes_lanes=lambda op, hd, tiles, workgroups: True)
     else:
         forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: None,
                                      attention_tiles=lambda hd, storage=0, workgroups_at=None: tiles)
@@ -208,10 +222,13 @@ def time_peer(torch, op: str, batch: int, seq: int, nh: int, nkv: int, hd: int, 
         return torch.from_numpy(x).to(dev).view(batch, seq, n, hd).transpose(1, 2).contiguous()
 
     q, k, v = heads(feeds["q"], nh), heads(feeds["k"], nkv), heads(feeds["v"], nkv)
-    mask = None
+    mask, causal = None, op != "FullAttention"
     if "mask" in feeds:
         mask = torch.from_numpy(feeds["mask"] > 0).to(dev).view(batch, 1, 1, seq)
-    return _sdpa_per_call(torch, q, k, v, mask, op != "FullAttention", calls, samples)
+        if causal:  # sdpa takes a mask or is_causal: both as one boolean [B, 1, S, S]
+            mask = mask & torch.ones(seq, seq, dtype=torch.bool, device=dev).tril()
+            causal = False
+    return _sdpa_per_call(torch, q, k, v, mask, causal, calls, samples)
 
 
 def _sdpa_per_call(torch, q, k, v, mask, causal: bool, calls: int, samples: int) -> list[float]:
@@ -253,10 +270,14 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--lanes", default=None,
+                    help="attention_lanes.wgsl's splits to try, R,L,BK[,P] separated by ';' (default: every one)")
     ap.add_argument("--shapes", default=",".join([*SHAPES, "smollm2_decode"]),
                     help="which of " + ", ".join([*SHAPES, "smollm2_decode"]) + " (default: all)")
     args = ap.parse_args()
     shapes = args.shapes.split(",")
+    if unknown := sorted(set(shapes) - {*SHAPES, "smollm2_decode"}):
+        ap.error(f"unknown shapes {', '.join(unknown)}: take from {', '.join([*SHAPES, 'smollm2_decode'])}")
     device = get_device()
     storage = int(device.limits["max-compute-workgroup-storage-size"])
     try:
@@ -265,15 +286,21 @@ def main() -> None:
         torch = torch if torch.cuda.is_available() else None
     except ImportError:
         torch = None
+    only = None
+    if args.lanes is not None:
+        try:
+            only = [attention.LaneTiles(*(int(x) for x in s.split(","))) for s in args.lanes.split(";")]
+        except (TypeError, ValueError):
+            ap.error(f"--lanes {args.lanes!r}: write R,L,BK[,P] separated by ';'")
     rows = []
     print(f"{device.adapter.info['device']}; workgroup storage {storage} B; {args.calls} calls x {args.repeats}; us")
-    for name, (op, batch, seq, nh, nkv, hd) in SHAPES.items():
+    for name, (op, batch, seq, nh, nkv, hd, masked) in SHAPES.items():
         if name not in shapes:
             continue
-        g, feeds = _graph(op, batch, seq, nh, nkv, hd)
+        g, feeds = _graph(op, batch, seq, nh, nkv, hd, masked)
         rope = op == "CausalAttentionRoPE"
-        default = attention.lane_tiles(hd, storage, rope) if op in attention.LANES_OPS else None
-        if default is None:
+        default = attention.lane_tiles(hd, storage, rope)
+        if not attention.takes_lanes(op, hd, default, batch * nh * math.ceil(seq / default.rows) if default else 0):
             default = attention.attention_tiles(hd, storage,
                                                 lambda rows, b=batch, h=nh, s=seq: b * h * math.ceil(s / rows))
         (want,) = evaluate(g, feeds, {})
@@ -281,7 +308,7 @@ def main() -> None:
         if torch is not None:
             peer = gpu_timing.median_p90(time_peer(torch, op, batch, seq, nh, nkv, hd, feeds, args.calls,
                                                    args.repeats))
-        lanes = lane_candidates(hd, storage, rope)
+        lanes = [t for t in lane_candidates(hd, storage, rope) if only is None or t in only]
         for tiles in [*candidates(hd, storage), *lanes]:
             bq = tiles.rows if isinstance(tiles, attention.LaneTiles) else tiles.bq
             session = _session(g, feeds, device, tiles)

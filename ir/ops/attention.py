@@ -321,6 +321,20 @@ def _score_dots(wg: int, bq: int, bk: int) -> str:
 #: 12 heads, a key mask) took 18.0 us against attention.wgsl's best 25.6 (SDPA fp32: 27.7); at head_dim 64
 #: (128 causal rows, 9 heads on 3) 12.1 against 10.7, with RoPE 21.0 against 15.9: there attention.wgsl.
 LANES_MAX_HEAD_DIM = 32
+#: Above LANES_MAX_HEAD_DIM and up to this head_dim the lowering takes attention_lanes.wgsl for
+#: LANES_WIDE_OPS where it has many workgroups (LANES_WIDE_MIN_WORKGROUPS) at its full split (LANES_ROWS rows).
+#: On an H100 (bench/attention.py, bench/results/attention_hd64_h100/attention_hd64.json, every split), at
+#: 8 x 128 rows and 12 heads of 64 (192 workgroups of 64 rows): GPT-2's CausalAttention with an i32 key mask took
+#: 33.1 us at (64, 2, 16) against attention.wgsl's default 41.0 and its best 39.4 (SDPA fp32, one boolean mask:
+#: 33.7); BERT-base's FullAttention with a key mask 41.2 against 54.9 (SDPA: 31.6). On an H200 (attention_hd64_h200/
+#: attention_threshold.json) GPT-2's attention at batch 4 (96 workgroups) took 22.4 against 24.9, at batch 2 (48)
+#: 15.6 with attention.wgsl against lanes' best 18.1, at batch 1 10.9 against SDPA's 23.0; SmolLM2's 128 causal rows
+#: of 9 heads on 3 (18 workgroups) ran slower there (12.1 against 10.7 us, above). In GPT-2 small's exported plan at
+#: 8 x 128 tokens on an H100, 6,545-6,566 us GPU against 6,593-6,601 with attention.wgsl (three alternated rounds,
+#: attention_hd64_h100/ab_lanes_gpt2_rule.json).
+LANES_WIDE_MAX_HEAD_DIM = 64
+LANES_WIDE_MIN_WORKGROUPS = 96
+LANES_WIDE_OPS = ("FullAttention", "FullAttentionPacked", "CausalAttention")
 #: attention_lanes.wgsl's split where the memory allows (lane_tiles): query rows per workgroup, lanes per
 #: row and keys per tile. MiniLM's plan, alternated (bench/plan_ab.py, attention_lanes_h200/ab_minilm.json):
 #: 1112.1-1112.3 us GPU at (64, 2, 16), 1113.7-1121.0 at (32, 2, 32), 1184.0-1187.8 at (32, 4, 32) and
@@ -329,9 +343,10 @@ LANES_ROWS = 64
 LANES_PER_ROW = 2
 LANES_MAX_KEYS = 16
 #: The ops the lowering puts on attention_lanes.wgsl (up to LANES_MAX_HEAD_DIM): those measured there,
-#: MiniLM's. The kernel also takes CausalAttention and CausalAttentionRoPE (tests/gpu/test_attention_lanes.py;
-#: bench/attention.py times them at head_dim 64, where attention.wgsl was faster); at head_dim 32 they are not
-#: measured yet, so attention.wgsl keeps them.
+#: MiniLM's. The kernel also takes CausalAttention and CausalAttentionRoPE (tests/gpu/test_attention_lanes.py);
+#: at head_dim 32 (4 x 128 rows, 8 heads on 2) attention.wgsl was faster on an H200, 10.1 against 10.7 us causal
+#: and 12.1 against 14.4 with RoPE, the lanes' best of five splits (bench/results/attention_hd64_h200/
+#: attention_threshold.json), so attention.wgsl keeps them.
 LANES_OPS = ("FullAttention", "FullAttentionPacked")
 
 
@@ -373,13 +388,14 @@ def lane_split_ok(tiles: LaneTiles) -> bool:
 
 def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False) -> LaneTiles | None:
     """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where the
-    lowering takes attention.wgsl (``hd`` above :data:`LANES_MAX_HEAD_DIM`, or no tiles fit):
+    lowering takes attention.wgsl (``hd`` above :data:`LANES_MAX_HEAD_DIM` and
+    :data:`LANES_WIDE_MAX_HEAD_DIM`, or no tiles fit):
     :data:`LANES_PER_ROW` lanes a row, the most rows (:data:`LANES_ROWS`, half or a quarter of
     it), then the most keys per tile (:data:`LANES_MAX_KEYS` down to an eighth, at least one a
     lane) that the kernel takes (:func:`lane_split_ok`) and whose memory (:func:`lane_tile_bytes`,
     with the Q block for ``rope``) fits ``storage`` bytes (the device's
-    maxComputeWorkgroupStorageSize). The lowering asks it only for :data:`LANES_OPS`."""
-    if hd > LANES_MAX_HEAD_DIM:
+    maxComputeWorkgroupStorageSize). The lowering takes it as :func:`takes_lanes` says."""
+    if hd > max(LANES_MAX_HEAD_DIM, LANES_WIDE_MAX_HEAD_DIM):
         return None
     lanes = LANES_PER_ROW
     for rows in (LANES_ROWS, max(LANES_ROWS // 2, 1), max(LANES_ROWS // 4, 1)):
@@ -388,6 +404,19 @@ def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False)
             if lane_split_ok(tiles) and lane_tile_bytes(hd, tiles, rope) <= storage:
                 return tiles
     return None
+
+
+def takes_lanes(op: str, hd: int, tiles: LaneTiles | None, workgroups: int) -> bool:
+    """Whether the lowering puts ``op`` at head size ``hd`` on attention_lanes.wgsl at ``tiles`` (:func:`lane_tiles`;
+    None: no split fits), which gives ``workgroups`` workgroups: :data:`LANES_OPS` up to :data:`LANES_MAX_HEAD_DIM`;
+    :data:`LANES_WIDE_OPS` up to :data:`LANES_WIDE_MAX_HEAD_DIM` at :data:`LANES_ROWS` rows a workgroup and at least
+    :data:`LANES_WIDE_MIN_WORKGROUPS` workgroups."""
+    if tiles is None:
+        return False
+    if hd <= LANES_MAX_HEAD_DIM and op in LANES_OPS:
+        return True
+    return (hd <= LANES_WIDE_MAX_HEAD_DIM and op in LANES_WIDE_OPS and tiles.rows == LANES_ROWS
+            and workgroups >= LANES_WIDE_MIN_WORKGROUPS)
 
 
 def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False,
@@ -586,8 +615,8 @@ def _attention_kernel(node, ins, target) -> Kernel:
     check_head_dim(node, ins[0])
     f = _form(node, ins)
     storage = target.limits.get("max-compute-workgroup-storage-size", ATTENTION_TILE_BYTES)
-    lanes = lane_tiles(f.hd, storage, f.rope) if node.op in LANES_OPS else None
-    if lanes is not None:
+    lanes = lane_tiles(f.hd, storage, f.rope)
+    if takes_lanes(node.op, f.hd, lanes, f.batch * f.nh * math.ceil(f.seq / lanes.rows) if lanes else 0):
         return _lanes_kernel(node, ins, lanes, storage)
     wg, bq, bk = attention_tiles(f.hd, storage, lambda rows: f.batch * f.nh * math.ceil(f.seq / rows))
     if bk < 4 or bk % 4:

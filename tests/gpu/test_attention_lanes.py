@@ -7,8 +7,8 @@ with GQA, and CausalAttentionRoPE (both pairings, packed or not, positions past 
 though the lowering keeps them on attention.wgsl (LANES_OPS), both also with a left-padded key mask
 (masked_rows "zero" and "mean": the rows keeping no key of their own zeros, or the mean of all the sequence's
 v rows); sequences shorter than a tile, past a tile and past a row block of the default split; head_dim not a
-multiple of 4 (element-wise reads) and 64 (which the benchmark times; the lowering takes attention.wgsl past
-LANES_MAX_HEAD_DIM). Then attention.wgsl on the same rows, and the lowering's choice."""
+multiple of 4 (element-wise reads) and 64 (which the lowering takes past LANES_MAX_HEAD_DIM only for many
+workgroups, ``takes_lanes``). Then attention.wgsl on the same rows, and the lowering's choice."""
 
 from __future__ import annotations
 
@@ -51,7 +51,6 @@ ROWS = [
     _attention_rope(4, 2, 8, 2, 37, "half", 0, packed=True, mask=_LEFT_37),
     _attention("CausalAttention", 4, 4, 8, 2, 37, mask=_LEFT_37, masked_rows="zero", packed=True),
 ]
-_ALL_OPS = ("FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE")
 
 #: R rows of L lanes, BK keys a tile, P rows a lane: one lane a row, 4 lanes of 32 rows, 8 lanes with 64-key tiles
 #: (more keys than any row here), the default split (64 rows of 2 lanes, 16 keys), the default with RoPE on a
@@ -67,7 +66,8 @@ CASES = [(tiles, row) for tiles in TILES for row in ROWS]
 @pytest.mark.parametrize("tiles, row", CASES, ids=[f"{t.rows}x{t.lanes}k{t.bk}p{t.per_lane}-{r.id}" for t, r in CASES])
 def test_every_split_matches_the_reference(tiles, row, device):
     hd = int(row.id.split(",hd")[1].split(",")[0])
-    forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: tiles, LANES_OPS=_ALL_OPS)
+    forced = mock.patch.multiple(attention, lane_tiles=lambda hd, storage=0, rope=False: tiles,
+                                 takes_lanes=lambda op, hd, tiles, workgroups: tiles is not None)
     with forced:
         if lane_tile_bytes(hd, tiles, "RoPE" in row.op) > device.limits["max-compute-workgroup-storage-size"]:
             # more than the device offers (lavapipe's 32 KiB at head_dim 64): the lowering says so
@@ -92,11 +92,13 @@ def test_attention_wgsl_on_the_same_rows(row, device):
 def test_default_split_up_to_the_head_dim_limit_is_one_the_kernel_takes_and_fits_the_memory():
     for storage in (16384, 32768, 49152):
         for rope in (False, True):
-            for hd in range(1, attention.LANES_MAX_HEAD_DIM + 1):
+            for hd in range(1, attention.LANES_WIDE_MAX_HEAD_DIM + 1):
                 tiles = attention.lane_tiles(hd, storage, rope)
                 assert tiles is not None and attention.lane_split_ok(tiles), (hd, storage, rope, tiles)
                 assert lane_tile_bytes(hd, tiles, rope) <= storage, (hd, storage, rope, tiles)
-            assert attention.lane_tiles(attention.LANES_MAX_HEAD_DIM + 1, storage, rope) is None
+            assert attention.lane_tiles(attention.LANES_WIDE_MAX_HEAD_DIM + 1, storage, rope) is None
+    assert attention.lane_tiles(64, 16384) == LaneTiles(32, 2, 8)  # too few rows for takes_lanes past head_dim 32
+    assert attention.lane_tiles(64, 32768) == LaneTiles(64, 2, 16)
     assert attention.lane_tiles(32, 2048) is None  # no split fits: attention.wgsl
     assert attention.lane_tiles(32, 16384) == LaneTiles(64, 2, 16)  # MiniLM, on any device
     assert attention.lane_tiles(32, 16384, rope=True) == LaneTiles(32, 2, 16)  # + 8 KiB of Q block at 64 rows
@@ -116,6 +118,24 @@ def test_the_lowering_takes_lanes_for_the_measured_ops_up_to_the_head_dim_limit(
         row = _attention(op, 2, 1, hd, 1, 9)
     g = Graph()
     g.set_outputs([row.build(g)])
-    (d,) = lower(g).dispatches
+    (d,) = lower(g).dispatches  # 2 workgroups: past LANES_MAX_HEAD_DIM too few for attention_lanes.wgsl
     lanes = op in attention.LANES_OPS and hd <= attention.LANES_MAX_HEAD_DIM
     assert d.kernel.startswith("attention_lanes_" if lanes else "attention_hd"), d.kernel
+
+
+@pytest.mark.parametrize("op", ["FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE"])
+@pytest.mark.parametrize("heads, storage", [(12, 49152), (11, 49152), (12, 16384)])
+def test_past_head_dim_32_the_lowering_takes_lanes_for_many_workgroups_at_the_full_split(op, heads, storage):
+    # head_dim 64, 8 sequences of 64 rows: 8 x heads workgroups of 64 rows; 12 heads give LANES_WIDE_MIN_WORKGROUPS
+    # (96), 11 fewer; on a device of 16 KiB of workgroup memory lane_tiles gives 32-row blocks (not measured)
+    assert attention.LANES_WIDE_MIN_WORKGROUPS == 96 and attention.LANES_ROWS == 64
+    if op == "CausalAttentionRoPE":
+        row = _attention_rope(heads, heads, 64, 8, 64, "half", 0)
+    else:
+        row = _attention(op, heads, heads, 64, 8, 64)
+    g = Graph()
+    g.set_outputs([row.build(g)])
+    (d,) = lower(g, {"max-compute-workgroup-storage-size": storage}).dispatches
+    lanes = op in attention.LANES_WIDE_OPS and heads == 12 and storage == 49152
+    assert d.kernel.startswith("attention_lanes_hd64_64x2k16" if lanes else "attention_hd64"), d.kernel
+    assert d.workgroups[0] * d.workgroups[1] * d.workgroups[2] >= 8 * heads
