@@ -722,7 +722,10 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     # slice, the store, and the split-K reduction. Rows g*4*TY + ty*4 + e, columns
     # h*4*TX + tx*4 + (0..3), as vec4 c{row}_{h}. Unrolled here because the NVIDIA driver
     # does not unroll the loop itself: on an H200 the unrolled 128x128 tile ran 34 TFLOP/s
-    # at 4096^3 against 29 for the loop, 31 for 2 steps per iteration.
+    # at 4096^3 against 29 for the loop, 31 for 2 steps per iteration. WGSL's fma, not c + a * b
+    # (OpFMul and OpFAdd): on an H100 GPT-2 small's exported plan took 6,846-6,856 us GPU written
+    # so against 6,541-6,564, MiniLM's 1,108-1,110 against 1,094-1,103
+    # (bench/results/attention_hd64_h100/ab_gpt2_lanes_muladd.json, ab_muladd_minilm.json).
     ty_count, tx_count = tile.bm // tile.tm, tile.bn // tile.tn
     row_groups, col_groups = tile.tm // 4, tile.tn // 4
     accs = [(4 * g + e, h) for g in range(row_groups) for e in range(4) for h in range(col_groups)]
