@@ -69,7 +69,7 @@ log = logging.getLogger("eggfuse.cache")
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 5
+FORMAT = 6
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -328,8 +328,8 @@ def encode_plan(plan: ExecutionPlan) -> dict:
                    list(d.writable), list(d.prefetch), bool(d.runtime_checks)]
                   for d in plan.dispatches]
     return {
-        "buffers": [[b.index, b.size_bytes, b.dtype.value, b.kind, b.name, b.node, list(b.shape)]
-                    for b in plan.buffers],
+        "buffers": [[b.index, b.size_bytes, b.dtype.value, b.kind, b.name, b.node, list(b.shape),
+                     list(b.window) if b.window else None] for b in plan.buffers],
         "sources": list(sources), "dispatches": dispatches,
         "inputs": plan.inputs, "parameters": plan.parameters,
         "constants": [[i, _array(a, False)] for i, a in plan.constants.items()],
@@ -346,8 +346,8 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
     buffers of its nodes' types, bindings and outputs in range. Raises CorruptEntry."""
     sources = [_str(s) for s in doc["sources"]]
     buffers = [BufferSpec(_int(i), _int(size), DType(dt), _str(kind), _str(name), _int(node),
-                          tuple(_int(d) for d in shape))
-               for i, size, dt, kind, name, node, shape in doc["buffers"]]
+                          tuple(_int(d) for d in shape), None if window is None else (_int(window[0]), _int(window[1])))
+               for i, size, dt, kind, name, node, shape, window in doc["buffers"]]
     dispatches = [Dispatch(_int(node), _str(op), _str(kernel), sources[_int(src)], _str(entry),
                            tuple(_int(b) for b in binds), base64.b64decode(params, validate=True),
                            tuple(_int(w) for w in wg), _str(label), tuple(_int(i) for i in writable),
@@ -378,8 +378,15 @@ def _is_scratch(b, graph: Graph) -> bool:
 def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
     n = len(plan.buffers)
     for i, b in enumerate(plan.buffers):
+        if b.window is not None:  # bytes of a weight's buffer
+            base = plan.buffers[b.window[0]] if 0 <= b.window[0] < n else None
+            if (b.kind != "window" or base is None or base.kind not in ("parameter", "derived", "constant")
+                    or b.window[1] < 0 or b.window[1] + b.size_bytes > base.size_bytes or b.dtype != base.dtype):
+                raise CorruptEntry(f"buffer {i} is not a window of a weight of the plan")
+        elif b.kind == "window":
+            raise CorruptEntry(f"buffer {i} is a window of nothing")
         if b.index != i or not 0 <= b.node < len(graph.nodes) or (b.type != graph.node(b.node).type
-                                                                   and not _is_scratch(b, graph)):
+                                                                   and not _is_scratch(b, graph) and not b.window):
             raise CorruptEntry(f"buffer {i} does not hold a value of the graph")
         if b.size_bytes < max(4, b.type.size_bytes) or b.size_bytes % 4:
             raise CorruptEntry(f"buffer {i} has {b.size_bytes} bytes for {b.type}")

@@ -22,6 +22,56 @@ ELEMENTWISE_WG = 256
 #: wrote (:attr:`Kernel.scratch`), instead of one of its inputs.
 SCRATCH = -1
 
+@dataclass(frozen=True)
+class Window:
+    """In :attr:`Kernel.inputs`: bytes ``[offset, offset + size)`` of the node's input ``input``, bound as a
+    binding of their own (a table larger than the device binds at once, read through several windows:
+    ``maxStorageBufferBindingSize``). ``offset`` must be a multiple of the device's
+    ``minStorageBufferOffsetAlignment``; the input must be a parameter or a constant (weights, uploaded once:
+    lowering raises LoweringError for another). Windows of one input may overlap nothing else: they are read
+    only."""
+
+    input: int
+    offset: int
+    size: int
+
+
+def windows(total: int, elem: int, limits: Mapping[str, int]) -> list[tuple[int, int]]:
+    """``(offset, size)`` in bytes of the fewest windows that cover ``total`` bytes of ``elem``-byte elements
+    within the device's binding limit (``max-storage-buffer-binding-size``): every window but the last as large
+    as a multiple of both ``elem`` and ``min-storage-buffer-offset-alignment`` allows; one window when
+    ``total`` fits. Raises LoweringError where the limit holds not even one aligned step."""
+    limit = int(limits["max-storage-buffer-binding-size"])
+    if total <= limit:
+        return [(0, total)]
+    step = math.lcm(elem, int(limits["min-storage-buffer-offset-alignment"]))
+    part = limit // step * step
+    if part == 0:
+        from .errors import LoweringError
+
+        raise LoweringError(f"maxStorageBufferBindingSize = {limit} bytes is smaller than one element of {elem} "
+                            f"bytes at an offset alignment of {limits['min-storage-buffer-offset-alignment']}: no "
+                            f"window fits")
+    return [(off, min(part, total - off)) for off in range(0, total, part)]
+
+
+def windowed_reader(name: str, elem: str, index: int, size_bytes: int,
+                    limits: Mapping[str, int]) -> tuple[str, tuple[Buffer, ...], tuple[int | Window, ...]]:
+    """How a kernel reads input ``index`` (``size_bytes`` of 4-byte ``elem`` elements) as one binding or, past the
+    binding limit, through :func:`windows` of it: the WGSL function ``read_<name>(e: u32) -> elem`` (element ``e``
+    of the input), the storage bindings (``name``, or ``name0``, ``name1``, ...) and their :attr:`Kernel.inputs`
+    entries (``index``, or one :class:`Window` each)."""
+    parts = windows(max(4, size_bytes), 4, limits)
+    if len(parts) == 1:
+        return (f"fn read_{name}(e: u32) -> {elem} {{\n    return {name}[e];\n}}", (Buffer(name, elem),), (index,))
+    per = parts[0][1] // 4  # elements of every window but the last
+    lines = [f"fn read_{name}(e: u32) -> {elem} {{", f"    let at = e % {per}u;", f"    switch (e / {per}u) {{"]
+    lines += [f"        case {w}u: {{ return {name}{w}[at]; }}" for w in range(len(parts) - 1)]
+    lines += [f"        default: {{ return {name}{len(parts) - 1}[at]; }}", "    }", "}"]
+    return ("\n".join(lines), tuple(Buffer(f"{name}{w}", elem) for w in range(len(parts))),
+            tuple(Window(index, off, size) for off, size in parts))
+
+
 #: WGSL types a uniform field may have: scalars, vec4s and arrays of vec4 (uniform arrays
 #: need a 16-byte element stride).
 PARAM_TYPES = ("u32", "i32", "f32", "vec4<u32>", "vec4<i32>", "vec4<f32>")
@@ -62,7 +112,7 @@ class Kernel:
       the one an in-place op writes); an op split into several dispatches binds a part of
       its inputs in each, each writing its part of the same output buffer or (an op with
       ``OpSpec.updates``) of the inputs it updates; :data:`SCRATCH` names the node's
-      scratch buffer.
+      scratch buffer, a :class:`Window` a byte range of an input (a binding each).
     - ``scratch``: when positive, this dispatch writes the node's scratch buffer of that many
       f32 elements instead of its output (an intermediate of the op alone, such as the partial
       sums of a split-K matmul); a later dispatch of the node reads it (:data:`SCRATCH` in its
@@ -78,7 +128,7 @@ class Kernel:
     params: tuple[tuple[str, str, Any], ...] = ()
     slots: Mapping[str, object] = field(default_factory=dict)
     bindings: tuple[Buffer, ...] | None = None
-    inputs: tuple[int, ...] | None = None
+    inputs: tuple[int | Window, ...] | None = None
     entry_point: str = "main"
     scratch: int = 0
     runtime_checks: bool = False
@@ -103,4 +153,5 @@ def u32s(prefix: str, values) -> tuple[tuple[str, str, Any], ...]:
     return tuple((f"{prefix}{i}", "u32", int(v)) for i, v in enumerate(values))
 
 
-__all__ = ["ELEMENTWISE_WG", "PARAM_TYPES", "Buffer", "Include", "Kernel", "Target", "elementwise_groups", "u32s"]
+__all__ = ["ELEMENTWISE_WG", "PARAM_TYPES", "Buffer", "Include", "Kernel", "Target", "Window", "elementwise_groups",
+           "u32s", "windowed_reader", "windows"]

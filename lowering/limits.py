@@ -21,6 +21,7 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-compute-workgroups-per-dimension": 65_535,
     "max-buffer-size": 268_435_456,
     "max-uniform-buffer-binding-size": 65_536,
+    "min-storage-buffer-offset-alignment": 256,
 }
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..ir.errors import DeviceLimitError, InputError, LoweringError
 from ..ir.graph import Graph, Node, NodeId
-from ..ir.kernel import SCRATCH, Buffer, Kernel, Target
+from ..ir.kernel import SCRATCH, Buffer, Kernel, Target, Window
 from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
 from .limits import limit_name, resolve_limits, split_grid
@@ -39,7 +39,10 @@ class BufferSpec:
     ``node`` with ``shape`` and ``dtype``. ``kind`` is 'parameter', 'input', 'constant',
     'intermediate', 'derived' (packed by the runtime from parameters, see
     :class:`DerivedParameter`) or 'host' (a parameter that only derived parameters read:
-    the runtime checks it and packs from it, but allocates no device buffer). ``name`` is
+    the runtime checks it and packs from it, but allocates no device buffer) or 'window' (bytes
+    ``[offset, offset + size_bytes)`` of buffer ``window = (index, offset)``, a parameter or constant
+    too large for one binding, bound in parts: :class:`~eggfuse.ir.kernel.Window`; no buffer of its
+    own, ``name`` is the buffer's with the byte range). ``name`` is
     the leaf's name or ``<Op>%<node id>``. A node's scratch buffer (``Kernel.scratch``: an
     intermediate of one op's dispatches, such as a split-K matmul's partial sums) is a flat
     'intermediate' f32 buffer named ``<Op>%<node id>.scratch``, whose ``node`` is that op's.
@@ -52,6 +55,7 @@ class BufferSpec:
     name: str
     node: NodeId
     shape: tuple[int, ...]
+    window: tuple[int, int] | None = None
 
     @property
     def type(self) -> TensorType:
@@ -173,7 +177,8 @@ class ExecutionPlan:
 
     def summary(self) -> str:
         """One line per buffer and per dispatch, for debugging."""
-        lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)" for b in self.buffers]
+        lines = [f"buf{b.index}: {b.kind} {b.name} {b.type} ({b.size_bytes} B)"
+                 + (f" = bytes of buf{b.window[0]} from {b.window[1]}" if b.window else "") for b in self.buffers]
         for index, d in self.derived.items():
             lines[index] += (f" = Concat(axis={d.axis}: {', '.join(d.sources)})" + ("^T" if d.transpose else "")
                              + (f" as {d.store}" if d.store != "f32" else ""))
@@ -271,6 +276,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
+    on_device |= {buffers[i].window[0] for i in on_device if buffers[i].window}
     packed_from = {name for d in derived.values() for name in d.sources}
     for name, index in parameters.items():
         if index not in on_device and name in packed_from:
@@ -360,11 +366,41 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         if grid is None:
             raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
                                 f"{k.groups} workgroups do not fit a 3-D grid for {label}")
-        bound = tuple(scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
+        bound = tuple(_window_buffer(node, i, k, buffers, node_buffer, target.limits, label) if isinstance(i, Window)
+                      else scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
         bound += (scratch if k.scratch > 0 else node_buffer[node.id],)
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
                             params, grid, label, writable, runtime_checks=runtime_checks or k.runtime_checks))
     return out
+
+
+def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], node_buffer: dict[NodeId, int],
+                   limits: Mapping[str, int], label: str) -> int:
+    """The buffer of window ``w`` of ``node``'s input (one of ``buffers``, appended the first time it is asked
+    for): a parameter's or a constant's bytes [w.offset, w.offset + w.size). Raises DeviceLimitError for
+    another input (an intermediate's or an input's), LoweringError for a window that is not aligned or not inside
+    the input."""
+    base = buffers[node_buffer[node.inputs[w.input]]]
+    if base.kind not in ("parameter", "constant", "derived"):
+        raise DeviceLimitError(
+            f"{limit_name('max-storage-buffer-binding-size')} = {limits['max-storage-buffer-binding-size']} "
+            f"exceeded: kernel {k.name} reads input {w.input} of {label}, {base.kind} {base.name!r} ({base.type}, "
+            f"{base.size_bytes} bytes), in windows of at most that size, and only a parameter or a constant can be "
+            f"read so; run on a device that binds more (eggfuse asks for the adapter's limit), or at smaller shapes")
+    align = int(limits["min-storage-buffer-offset-alignment"])
+    elem = base.dtype.size_bytes
+    if (w.offset % align or w.size <= 0 or w.size % elem or w.offset % elem
+            or w.offset + w.size > base.size_bytes):
+        raise LoweringError(f"kernel {k.name} of {label} asks for bytes {w.offset}..{w.offset + w.size} of input "
+                            f"{w.input} ({base.size_bytes} bytes): a window must lie inside it, start at a multiple of "
+                            f"{limit_name('min-storage-buffer-offset-alignment')} = {align} and hold whole elements")
+    for b in buffers:
+        if b.window == (base.index, w.offset) and b.size_bytes == w.size:
+            return b.index
+    index = len(buffers)
+    buffers.append(BufferSpec(index, w.size, base.dtype, "window", f"{base.name}[{w.offset}:{w.offset + w.size}]",
+                              base.node, (w.size // elem,), (base.index, w.offset)))
+    return index
 
 
 def _default_bindings(spec, node: Node, ins: list[TensorType], reads: tuple[int, ...]) -> tuple[Buffer, ...]:
@@ -518,8 +554,9 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
 
     Raises DeviceLimitError (a LoweringError). Checks buffer sizes (maxBufferSize), storage bindings per dispatch
     (maxStorageBuffersPerShaderStage), each binding's size (maxStorageBufferBindingSize),
-    uniform size (maxUniformBufferBindingSize) and the workgroup grid
-    (maxComputeWorkgroupsPerDimension). Messages name the limit, node, op and shapes.
+    uniform size (maxUniformBufferBindingSize), the workgroup grid
+    (maxComputeWorkgroupsPerDimension) and the offsets of windows (minStorageBufferOffsetAlignment).
+    Messages name the limit, node, op and shapes.
     """
     lim = resolve_limits(limits)
 
@@ -527,6 +564,11 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
         raise DeviceLimitError(f"{limit_name(key)} = {lim[key]} exceeded: {what}")
 
     for b in plan.buffers:
+        if b.window and b.window[1] % lim["min-storage-buffer-offset-alignment"]:
+            key = "min-storage-buffer-offset-alignment"
+            raise DeviceLimitError(f"{limit_name(key)} = {lim[key]}: buffer {b.index} ({b.name!r}) is a window of "
+                                   f"buffer {b.window[0]} from byte {b.window[1]}, not a multiple of it (the plan was "
+                                   f"lowered for another device: lower it for this one)")
         if b.kind != "host" and b.size_bytes > lim["max-buffer-size"]:
             fail("max-buffer-size", f"buffer {b.index} ({b.kind} {b.name!r}, node {b.node}, {b.type}) "
                                     f"is {b.size_bytes} bytes")

@@ -194,7 +194,7 @@ class Session:
             shared = [self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}")
                       for k, n in enumerate(plan.storage_sizes)]
             self._buffers: list[wgpu.GPUBuffer | None] = [
-                borrowed[b.index] if b.index in borrowed else None if b.kind == "host"
+                borrowed[b.index] if b.index in borrowed else None if b.kind in ("host", "window")
                 else arena if b.index in packed_inputs
                 else shared[plan.storage[b.index]] if b.index in plan.storage
                 else None if b.index in uploads  # created by _upload, beside the pipelines
@@ -259,6 +259,10 @@ class Session:
             pipelines = [self._pipeline(d) for d in plan.dispatches]
         finally:
             uploading.join()  # raises what the upload raised
+        for b in plan.buffers:  # a window binds a range of its table's buffer (BufferSpec.window)
+            if b.window is not None:
+                self._buffers[b.index] = self._buffers[b.window[0]]
+                self._offsets[b.index] = self._offsets[b.window[0]] + b.window[1]
         self._commands = [self._bind(d, *pipeline, offset)
                           for d, pipeline, offset in zip(plan.dispatches, pipelines, offsets, strict=True)]
         self._prerecord = bool(prerecord)

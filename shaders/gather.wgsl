@@ -1,7 +1,11 @@
 //#include "common.wgsl"
 // Gather (ir/ops/indexing.py): data viewed as [outer, dim, inner] and out as
 // [outer, count, inner], out[o, q, r] = data[o, k, r] with k = indices[q], k + dim when
-// negative, clamped to [0, dim). One element per invocation, 256 per workgroup.
+// negative, clamped to [0, dim). One element per invocation, 256 per workgroup. READ defines
+// read_data(e), element e of data: data[e], or for data larger than one binding, element e of the
+// windows data0, data1, ... (ir/kernel.py Window).
+
+{{READ}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -16,5 +20,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let o = t / p.count;
     var k = indices[q];
     k = clamp(select(k, k + p.dim, k < 0), 0, p.dim - 1);
-    out[i] = data[(o * u32(p.dim) + u32(k)) * p.inner + r];
+    out[i] = read_data((o * u32(p.dim) + u32(k)) * p.inner + r);
 }

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..facts import value_fact
-from ..kernel import Kernel, elementwise_groups
+from ..kernel import Buffer, Kernel, elementwise_groups, windowed_reader
 from ..spec import Attr, example, need, no_grad, op, rules
 from ..types import DType, TensorType
 from .movement import MAX_RANK, row_strides
@@ -87,12 +87,21 @@ def _gather_ref(xs, a):
 
 
 def _gather_kernel(node, ins, target) -> Kernel:
+    # data larger than the device binds at once (a token table past maxStorageBufferBindingSize) is read through
+    # windows of it, each a binding: read_data(e) picks element e's (gather.wgsl's READ, ir/kernel.py
+    # windowed_reader)
     data, idx = ins
     axis = node.attrs["axis"] % data.rank
     n = node.type.num_elements
-    return Kernel(f"gather_{data.dtype.wgsl}", "gather.wgsl", elementwise_groups(n),
-                  params=(("n", "u32", n), ("inner", "u32", math.prod(data.shape[axis + 1:])),
-                          ("count", "u32", idx.num_elements), ("dim", "i32", data.shape[axis])))
+    params = (("n", "u32", n), ("inner", "u32", math.prod(data.shape[axis + 1:])),
+              ("count", "u32", idx.num_elements), ("dim", "i32", data.shape[axis]))
+    t = data.dtype.wgsl
+    read, tables, inputs = windowed_reader("data", t, 0, data.size_bytes, target.limits)
+    if len(tables) == 1:
+        return Kernel(f"gather_{t}", "gather.wgsl", elementwise_groups(n), params=params, slots={"READ": read})
+    return Kernel(f"gather_{t}_windows{len(tables)}", "gather.wgsl", elementwise_groups(n), params=params,
+                  slots={"READ": read}, inputs=(*inputs, 1),
+                  bindings=(*tables, Buffer("indices", idx.dtype.wgsl), Buffer("out", t, write=True)))
 
 
 op("Gather", ("data", "indices"), _gather, _gather_ref, attrs=(Attr("axis", "int", 0),), vjp=_NO_GRAD,

@@ -454,10 +454,11 @@ def _embedding_sum_layer_norm_ref(xs, a):
     return _layer_norm_ref([_embedding_rows(xs, a), xs[0], xs[1]], a)
 
 
-def _gathers(vocabs: list[int], fmt: str, signed: list[bool], first: str = "", positions: int = 0
+def _gathers(vocabs: list[int], fmt: str, signed: list[bool], readers: str, first: str = "", positions: int = 0
              ) -> tuple[str, tuple]:
     # The VALUE of matmul_split_layer_norm.wgsl and embedding_sum.wgsl for tables ``vocabs`` bound as
-    # ids0/table0, ...: element (i, j) of the rows summed (``first``, a term before them), a u32 index past a
+    # ids0/table0, ... (read through ``readers``' read_table0, ...: _pair_reads): element (i, j) of the rows summed
+    # (``first``, a term before them), a u32 index past a
     # table's last row clamped to it, an i32 one (``signed``) counted from the end when negative, then clamped
     # (f16: a row of n / 2 words of two halves), then with ``positions`` the positions table's row i % positions;
     # and the params of the tables' rows (and of the positions)
@@ -472,21 +473,29 @@ def _gathers(vocabs: list[int], fmt: str, signed: list[bool], first: str = "", p
             index = normalise_wgsl(k, f"p.vocab{i}")
         else:
             index = f"min(ids{i}[i], p.vocab{i} - 1u)"
-        word = f"table{i}[{index} * {row} + {at}]"
+        word = f"read_table{i}({index} * {row} + {at})"
         terms.append(word if fmt == "f32" else f"unpack2x16float({word})[j % 2u]")
     if positions:
         terms.append("positions[(i % p.positions) * p.n + j]")
-    value = "fn value(i: u32, j: u32) -> f32 {\n    return " + " + ".join(terms) + ";\n}"
+    value = readers + "\n\nfn value(i: u32, j: u32) -> f32 {\n    return " + " + ".join(terms) + ";\n}"
     params = tuple((f"vocab{i}", "u32", v) for i, v in enumerate(vocabs))
     return value, params + ((("positions", "u32", positions),) if positions else ())
 
 
-def _pair_buffers(pairs: int, fmt: str, signed: list[bool]) -> tuple:
-    from ..kernel import Buffer
+def _pair_reads(pairs: list[int], ins, fmt: str, signed: list[bool], limits) -> tuple[str, tuple, tuple]:
+    # The (indices, table) pairs ``pairs`` (by position) of a dispatch, numbered 0, 1, ... in it: the functions
+    # read_table0, ... (_gathers), the bindings ids0, table0 (or its windows table00, table01, ... where the table
+    # is past the binding limit: ir/kernel.py windowed_reader), ..., and their Kernel.inputs entries
+    from ..kernel import Buffer, windowed_reader
 
-    table = "f32" if fmt == "f32" else "u32"
-    return tuple(b for i in range(pairs) for b in (Buffer(f"ids{i}", "i32" if signed[i] else "u32"),
-                                                   Buffer(f"table{i}", table)))
+    fns, bindings, inputs = [], [], []
+    for k, p in enumerate(pairs):
+        fn, tables, entries = windowed_reader(f"table{k}", "f32" if fmt == "f32" else "u32", 3 + 2 * p,
+                                              ins[3 + 2 * p].size_bytes, limits)
+        fns.append(fn)
+        bindings += [Buffer(f"ids{k}", "i32" if signed[p] else "u32"), *tables]
+        inputs += [2 + 2 * p, *entries]
+    return "\n\n".join(fns), tuple(bindings), tuple(inputs)
 
 
 def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]:
@@ -510,25 +519,32 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
 
     common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
     norm.update(SPLITS=1, EPILOGUE="")
-    # (two tables, or one and the positions, bind at most 8: a limit below that, under WebGPU's 8, fails
-    # check_limits with the limit named)
-    if positions or pairs == 2 or 3 + 2 * pairs <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
-        value, vocab_params = _gathers(vocabs, fmt, signed, positions=positions)
-        return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}_layer_norm", "matmul_split_layer_norm.wgsl",
-                      norm_groups,
+    # a table past the binding limit is read through windows of it, a binding each (_pair_reads); (two tables, or
+    # one and the positions, bind at most 8 without windows: a limit below that, under WebGPU's 8, fails
+    # check_limits with the limit named, as do more windows than the device binds)
+    readers, pair_bindings, pair_inputs = _pair_reads(list(range(pairs)), ins, fmt, signed, target.limits)
+    windowed = len(pair_bindings) > 2 * pairs
+    name = "_windows" if windowed else ""
+    if (positions or pairs == 2
+            or 3 + len(pair_bindings) <= target.limits.get("max-storage-buffers-per-shader-stage", 8)):
+        value, vocab_params = _gathers(vocabs, fmt, signed, readers, positions=positions)
+        return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}{name}_layer_norm",
+                      "matmul_split_layer_norm.wgsl", norm_groups,
                       params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
-                      bindings=(*norm_weights, *_pair_buffers(pairs, fmt, signed),
-                                *((Buffer("positions"),) if positions else ()), norm_out))
-    value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2])
-    first = Kernel(f"embedding2{tag(signed[:2])}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
+                      bindings=(*norm_weights, *pair_bindings, *((Buffer("positions"),) if positions else ()),
+                                norm_out),
+                      inputs=(0, 1, *pair_inputs, *((len(ins) - 1,) if positions else ())) if windowed else None)
+    readers, pair_bindings, pair_inputs = _pair_reads([0, 1], ins, fmt, signed, target.limits)
+    value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2], readers)
+    first = Kernel(f"embedding2{tag(signed[:2])}{name}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
                    params=(*common, *vocab_params), slots={"VALUE": value},
-                   bindings=(*_pair_buffers(2, fmt, signed[:2]), Buffer("out", write=True)), inputs=(2, 3, 4, 5),
-                   scratch=rows * n)
-    value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], first="x[i * p.n + j]")
-    second = Kernel(f"embedding1{tag(signed[2:])}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
+                   bindings=(*pair_bindings, Buffer("out", write=True)), inputs=pair_inputs, scratch=rows * n)
+    readers, pair_bindings, pair_inputs = _pair_reads([2], ins, fmt, signed, target.limits)
+    value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], readers, first="x[i * p.n + j]")
+    second = Kernel(f"embedding1{tag(signed[2:])}{name}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
                     params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
-                    bindings=(*norm_weights, Buffer("x"), *_pair_buffers(1, fmt, signed[2:]), norm_out),
-                    inputs=(0, 1, SCRATCH, 6, 7))
+                    bindings=(*norm_weights, Buffer("x"), *pair_bindings, norm_out),
+                    inputs=(0, 1, SCRATCH, *pair_inputs))
     return [first, second]
 
 
