@@ -387,9 +387,9 @@ def lane_split_ok(tiles: LaneTiles) -> bool:
 
 
 def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False) -> LaneTiles | None:
-    """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where the
-    lowering takes attention.wgsl (``hd`` above :data:`LANES_MAX_HEAD_DIM` and
-    :data:`LANES_WIDE_MAX_HEAD_DIM`, or no tiles fit):
+    """The :class:`LaneTiles` of attention_lanes.wgsl for head size ``hd``, or None where it cannot run
+    (``hd`` above :data:`LANES_MAX_HEAD_DIM` and :data:`LANES_WIDE_MAX_HEAD_DIM`, or no tiles fit; whether
+    the lowering takes it is :func:`takes_lanes`'s):
     :data:`LANES_PER_ROW` lanes a row, the most rows (:data:`LANES_ROWS`, half or a quarter of
     it), then the most keys per tile (:data:`LANES_MAX_KEYS` down to an eighth, at least one a
     lane) that the kernel takes (:func:`lane_split_ok`) and whose memory (:func:`lane_tile_bytes`,
@@ -409,13 +409,13 @@ def lane_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES, rope: bool = False)
 def takes_lanes(op: str, hd: int, tiles: LaneTiles | None, workgroups: int) -> bool:
     """Whether the lowering puts ``op`` at head size ``hd`` on attention_lanes.wgsl at ``tiles`` (:func:`lane_tiles`;
     None: no split fits), which gives ``workgroups`` workgroups: :data:`LANES_OPS` up to :data:`LANES_MAX_HEAD_DIM`;
-    :data:`LANES_WIDE_OPS` up to :data:`LANES_WIDE_MAX_HEAD_DIM` at :data:`LANES_ROWS` rows a workgroup and at least
-    :data:`LANES_WIDE_MIN_WORKGROUPS` workgroups."""
+    :data:`LANES_WIDE_OPS` above that and up to :data:`LANES_WIDE_MAX_HEAD_DIM` at :data:`LANES_ROWS` rows a workgroup
+    and at least :data:`LANES_WIDE_MIN_WORKGROUPS` workgroups."""
     if tiles is None:
         return False
     if hd <= LANES_MAX_HEAD_DIM and op in LANES_OPS:
         return True
-    return (hd <= LANES_WIDE_MAX_HEAD_DIM and op in LANES_WIDE_OPS and tiles.rows == LANES_ROWS
+    return (LANES_MAX_HEAD_DIM < hd <= LANES_WIDE_MAX_HEAD_DIM and op in LANES_WIDE_OPS and tiles.rows == LANES_ROWS
             and workgroups >= LANES_WIDE_MIN_WORKGROUPS)
 
 

@@ -50,6 +50,10 @@ ROWS = [
     _attention("CausalAttention", 2, 1, 6, 2, 37, mask=_LEFT_37),
     _attention_rope(4, 2, 8, 2, 37, "half", 0, packed=True, mask=_LEFT_37),
     _attention("CausalAttention", 4, 4, 8, 2, 37, mask=_LEFT_37, masked_rows="zero", packed=True),
+    # the forms the lowering takes the kernel for past head_dim 32 (takes_lanes): GPT-2's (packed, causal, an i32
+    # key mask, rows keeping no key zeros) and BERT's (a key mask, such rows the mean of v)
+    _attention("CausalAttention", 2, 2, 64, 2, 37, mask=_LEFT_37, masked_rows="zero", packed=True, mask_dtype="i32"),
+    _attention("FullAttention", 2, 2, 64, 2, 37, mask=_MASK_37),
 ]
 
 #: R rows of L lanes, BK keys a tile, P rows a lane: one lane a row, 4 lanes of 32 rows, 8 lanes with 64-key tiles
@@ -77,7 +81,7 @@ def test_every_split_matches_the_reference(tiles, row, device):
         session = check_row(row, device, subgroups=None)
     (kernel,) = [d.kernel for d in session.plan.dispatches]
     split = f"{tiles.rows}x{tiles.lanes}k{tiles.bk}" + (f"p{tiles.per_lane}" if tiles.per_lane > 1 else "")
-    tags = "(_causal)?(_mask)?(_zero|_mean)?(_rope)?(_packed)?"
+    tags = "(_causal)?(_mask)?(_i32)?(_zero|_mean)?(_rope)?(_packed)?"
     assert re.fullmatch(rf"attention_lanes_hd{hd}_{split}{tags}", kernel), kernel
 
 
@@ -121,6 +125,17 @@ def test_the_lowering_takes_lanes_for_the_measured_ops_up_to_the_head_dim_limit(
     (d,) = lower(g).dispatches  # 2 workgroups: past LANES_MAX_HEAD_DIM too few for attention_lanes.wgsl
     lanes = op in attention.LANES_OPS and hd <= attention.LANES_MAX_HEAD_DIM
     assert d.kernel.startswith("attention_lanes_" if lanes else "attention_hd"), d.kernel
+
+
+def test_at_head_dim_32_causal_attention_stays_on_attention_wgsl_with_many_workgroups():
+    # measured faster there at head_dim 32 (LANES_OPS); the rule past head_dim 32 does not reach below it
+    g = Graph()
+    g.set_outputs([_attention("CausalAttention", 8, 2, 32, 8, 128).build(g)])
+    (d,) = lower(g, {"max-compute-workgroup-storage-size": 49152}).dispatches  # 8 x 8 x 2 = 128 blocks of 64 rows
+    assert d.kernel.startswith("attention_hd32"), d.kernel
+    assert not attention.takes_lanes("CausalAttention", 32, LaneTiles(64, 2, 16), 10**6)
+    assert attention.takes_lanes("CausalAttention", 33, LaneTiles(64, 2, 16), 96)
+    assert not attention.takes_lanes("CausalAttention", 65, LaneTiles(64, 2, 16), 96)
 
 
 @pytest.mark.parametrize("op", ["FullAttention", "FullAttentionPacked", "CausalAttention", "CausalAttentionRoPE"])

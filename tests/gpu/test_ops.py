@@ -98,25 +98,28 @@ def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int) -> Row:
 
 
 def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None, masked_rows: str = "",
-               packed: bool = False) -> Row:
-    # masked_rows: the attention's attribute, left at its default when empty; packed: CausalAttention of one input
+               packed: bool = False, mask_dtype: str = "f32") -> Row:
+    # masked_rows: the attention's attribute, left at its default when empty; packed: CausalAttention of one input;
+    # mask_dtype: the key mask's, f32 or i32 (an exported GPT-2's)
+    dtype = DType.I32 if mask_dtype == "i32" else DType.F32
+
     def build(g: Graph) -> int:
         rows = batch * seq
         extra = {"masked_rows": masked_rows} if masked_rows else {}
         if op == "FullAttentionPacked" or packed:  # one [rows, (nh + 2 nkv) * hd] input: q, k, v side by side
-            km = (g.input("key_mask", [batch, seq]),) if mask is not None else ()
+            km = (g.input("key_mask", [batch, seq], dtype),) if mask is not None else ()
             return g.add_node(op, (g.input("qkv", [rows, (nh + 2 * nkv) * hd]), *km), num_heads=nh,
                               num_kv_heads=nkv, head_dim=hd, batch=batch, **extra)
         q = g.input("q", [rows, nh * hd])
         k, v = g.input("k", [rows, nkv * hd]), g.input("v", [rows, nkv * hd])
-        km = g.input("key_mask", [batch, seq]) if mask is not None else None
+        km = g.input("key_mask", [batch, seq], dtype) if mask is not None else None
         if op == "CausalAttention":
             return g.causal_attention(q, k, v, nh, nkv, hd, batch, key_mask=km, **extra)
         return g.full_attention(q, k, v, nh, nkv, hd, batch, key_mask=km, **extra)
 
-    feeds = {} if mask is None else {"key_mask": np.asarray(mask, dtype=np.float32)}
-    tag = ("mask" if mask is not None else "") + (f",{masked_rows}" if masked_rows else "") + (
-        "-packed" if packed else "")
+    feeds = {} if mask is None else {"key_mask": np.asarray(mask, dtype=dtype.numpy)}
+    tag = ("mask" if mask is not None else "") + (f",{mask_dtype}" if mask_dtype != "f32" else "") + (
+        f",{masked_rows}" if masked_rows else "") + ("-packed" if packed else "")
     return Row(op, f"{op}[h{nh}/kv{nkv},hd{hd},b{batch},s{seq}]{tag}", build, feeds, scale=2.0)
 
 
@@ -467,6 +470,9 @@ ROWS: list[Row] = [
     *[_norm(op, 7, 13, lead) for op in ("LayerNorm", "RmsNorm") for lead in ((2,), (1, 3))],
     _norm("LayerNorm", 1, 5, ()), _norm("RmsNorm", 3, 300, (), inputs=1), _norm("LayerNorm", 3, 300, (2,), inputs=1),
     _norm("LayerNorm", 7, 13, (2,), inputs=2),
+    # the lanes form (ir/ops/norms.py ROW_NORM_LANES): quads held in registers, single columns (771), and rows too
+    # long to hold (8200: each pass reads them again)
+    *[_norm(op, rows, n) for op in ("LayerNorm", "RmsNorm") for rows, n in ((5, 768), (3, 771), (2, 8200))],
     _embedding([0, 10, 3, 3, 7, 1, 10, 0, 5], 11, 6),
     _embedding_layer_norm((11, 5), 9, 6),  # a row narrower than a subgroup
     _embedding_layer_norm((30, 7, 2), 13, 300),  # rows longer than the workgroup's 256 lanes
