@@ -27,9 +27,9 @@ class Window:
     """In :attr:`Kernel.inputs`: bytes ``[offset, offset + size)`` of the node's input ``input``, bound as a
     binding of their own (a table larger than the device binds at once, read through several windows:
     ``maxStorageBufferBindingSize``). ``offset`` must be a multiple of the device's
-    ``minStorageBufferOffsetAlignment``; the input must be a parameter or a constant (weights, uploaded once:
-    lowering raises LoweringError for another). Windows of one input may overlap nothing else: they are read
-    only."""
+    ``minStorageBufferOffsetAlignment``; the input must be a weight, uploaded once: a parameter, a constant or one
+    packed from parameters (lowering raises DeviceLimitError for another). Windows are bound read-only; dispatches
+    that ask for the same bytes of one input share one window buffer."""
 
     input: int
     offset: int
@@ -49,9 +49,10 @@ def windows(total: int, elem: int, limits: Mapping[str, int]) -> list[tuple[int,
     if part == 0:
         from .errors import LoweringError
 
-        raise LoweringError(f"maxStorageBufferBindingSize = {limit} bytes is smaller than one element of {elem} "
-                            f"bytes at an offset alignment of {limits['min-storage-buffer-offset-alignment']}: no "
-                            f"window fits")
+        raise LoweringError(f"no window of a table of {total} bytes fits: maxStorageBufferBindingSize = {limit} "
+                            f"bytes is less than the windows' step of {step} bytes ({elem}-byte elements at "
+                            f"minStorageBufferOffsetAlignment = {limits['min-storage-buffer-offset-alignment']}); "
+                            f"lower for the device's own limits")
     return [(off, min(part, total - off)) for off in range(0, total, part)]
 
 

@@ -40,9 +40,9 @@ class BufferSpec:
     'intermediate', 'derived' (packed by the runtime from parameters, see
     :class:`DerivedParameter`) or 'host' (a parameter that only derived parameters read:
     the runtime checks it and packs from it, but allocates no device buffer) or 'window' (bytes
-    ``[offset, offset + size_bytes)`` of buffer ``window = (index, offset)``, a parameter or constant
-    too large for one binding, bound in parts: :class:`~eggfuse.ir.kernel.Window`; no buffer of its
-    own, ``name`` is the buffer's with the byte range). ``name`` is
+    ``[offset, offset + size_bytes)`` of buffer ``window = (index, offset)``, a weight (a parameter, a
+    constant or a derived parameter) too large for one binding, bound in parts:
+    :class:`~eggfuse.ir.kernel.Window`; no buffer of its own, ``name`` is the buffer's with the byte range). ``name`` is
     the leaf's name or ``<Op>%<node id>``. A node's scratch buffer (``Kernel.scratch``: an
     intermediate of one op's dispatches, such as a split-K matmul's partial sums) is a flat
     'intermediate' f32 buffer named ``<Op>%<node id>.scratch``, whose ``node`` is that op's.
@@ -358,8 +358,10 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     for part, (k, reads, writable, source, params) in enumerate(rendered):
         label = _label(node, ins)
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
-            named = ["scratch" if i == SCRATCH else str(i) for i in reads]
-            span = ", ".join(named) if SCRATCH in reads else f"{named[0]}..{named[-1]}"
+            windows = [i.input for i in reads if isinstance(i, Window)]
+            named = list(dict.fromkeys(f"{i.input} ({windows.count(i.input)} windows)" if isinstance(i, Window)
+                                       else "scratch" if i == SCRATCH else str(i) for i in reads))
+            span = ", ".join(named) if SCRATCH in reads or windows else f"{named[0]}..{named[-1]}"
             label += f" part {part + 1}/{len(rendered)}" + (f": inputs {span}" if reads else "")
             label += " -> scratch" if k.scratch > 0 else ""
         grid = split_grid(k.groups, max_dim)
@@ -382,11 +384,14 @@ def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], 
     the input."""
     base = buffers[node_buffer[node.inputs[w.input]]]
     if base.kind not in ("parameter", "constant", "derived"):
+        what = ("give it as a parameter (a weight uploaded once, such as an ONNX initializer), "
+                if base.kind == "input" else "")
         raise DeviceLimitError(
             f"{limit_name('max-storage-buffer-binding-size')} = {limits['max-storage-buffer-binding-size']} "
             f"exceeded: kernel {k.name} reads input {w.input} of {label}, {base.kind} {base.name!r} ({base.type}, "
-            f"{base.size_bytes} bytes), in windows of at most that size, and only a parameter or a constant can be "
-            f"read so; run on a device that binds more (eggfuse asks for the adapter's limit), or at smaller shapes")
+            f"{base.size_bytes} bytes), in windows of at most that size, and only a weight (a parameter, a constant "
+            f"or one packed from parameters) can be read so; {what}run on a device that binds more (eggfuse asks "
+            f"for the adapter's limit), or at smaller shapes")
     align = int(limits["min-storage-buffer-offset-alignment"])
     elem = base.dtype.size_bytes
     if (w.offset % align or w.size <= 0 or w.size % elem or w.offset % elem
@@ -574,8 +579,18 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
                                     f"is {b.size_bytes} bytes")
     for d in plan.dispatches:
         if len(d.bindings) + len(d.prefetch) > lim["max-storage-buffers-per-shader-stage"]:
-            fail("max-storage-buffers-per-shader-stage",
-                 f"kernel {d.kernel} binds {len(d.bindings) + len(d.prefetch)} storage buffers for {d.label}")
+            # a table read through windows (BufferSpec.window): which, in how many, of what size
+            parts: dict[int, list[int]] = {}
+            for i in d.bindings:
+                if plan.buffers[i].window:
+                    parts.setdefault(plan.buffers[i].window[0], []).append(plan.buffers[i].size_bytes)
+            why = "".join(f"; {plan.buffers[t].name!r} ({plan.buffers[t].type}, {plan.buffers[t].size_bytes} bytes) "
+                          f"is read through {len(sizes)} windows of up to {max(sizes)} bytes (the binding limit)"
+                          for t, sizes in sorted(parts.items()))
+            hint = ("; run on a device that binds larger buffers or more storage buffers per stage (eggfuse asks "
+                    "for the adapter's limits)") if parts else ""
+            fail("max-storage-buffers-per-shader-stage", f"kernel {d.kernel} binds {len(d.bindings) + len(d.prefetch)} "
+                                                         f"storage buffers for {d.label}{why}{hint}")
         ahead = len(d.bindings) + (1 if d.params else 0)  # the prefetched buffers bind after the uniform
         slots = [*range(len(d.bindings)), *range(ahead, ahead + len(d.prefetch))]
         for slot, index in zip(slots, d.bindings + d.prefetch, strict=True):

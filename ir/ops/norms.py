@@ -524,7 +524,7 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     # check_limits with the limit named, as do more windows than the device binds)
     readers, pair_bindings, pair_inputs = _pair_reads(list(range(pairs)), ins, fmt, signed, target.limits)
     windowed = len(pair_bindings) > 2 * pairs
-    name = "_windows" if windowed else ""
+    name = "_windows" if windowed else ""  # (per dispatch: the one binding windows)
     if (positions or pairs == 2
             or 3 + len(pair_bindings) <= target.limits.get("max-storage-buffers-per-shader-stage", 8)):
         value, vocab_params = _gathers(vocabs, fmt, signed, readers, positions=positions)
@@ -535,11 +535,13 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
                                 norm_out),
                       inputs=(0, 1, *pair_inputs, *((len(ins) - 1,) if positions else ())) if windowed else None)
     readers, pair_bindings, pair_inputs = _pair_reads([0, 1], ins, fmt, signed, target.limits)
+    name = "_windows" if len(pair_bindings) > 4 else ""
     value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2], readers)
     first = Kernel(f"embedding2{tag(signed[:2])}{name}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
                    params=(*common, *vocab_params), slots={"VALUE": value},
                    bindings=(*pair_bindings, Buffer("out", write=True)), inputs=pair_inputs, scratch=rows * n)
     readers, pair_bindings, pair_inputs = _pair_reads([2], ins, fmt, signed, target.limits)
+    name = "_windows" if len(pair_bindings) > 2 else ""
     value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], readers, first="x[i * p.n + j]")
     second = Kernel(f"embedding1{tag(signed[2:])}{name}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
                     params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},

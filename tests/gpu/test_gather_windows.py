@@ -99,7 +99,10 @@ def test_more_windows_than_the_device_binds_are_refused_by_name():
     g = Graph()
     g.set_outputs([g.add_node("Gather", (g.parameter("w", [64, 64]), g.input("i", [4], DType.I32)), axis=0)])
     with pytest.raises(DeviceLimitError, match=r"maxStorageBuffersPerShaderStage = 8 exceeded: kernel "
-                                               r"gather_f32_windows16 binds 18 storage buffers for node \d+ Gather"):
+                                               r"gather_f32_windows16 binds 18 storage buffers for node \d+ Gather.*; "
+                                               r"'w' \(f32\[64,64\], 16384 bytes\) is read through 16 windows of up "
+                                               r"to 1024 bytes \(the binding limit\); run on a device that binds "
+                                               r"larger"):
         lower(g, _limits(1024))
 
 
@@ -111,8 +114,12 @@ def test_a_computed_table_too_large_for_a_binding_is_refused_by_name():
                                                r"gather_f32_windows4 reads input 0 of node \d+ "
                                                r"Gather\(f32\[500,16\], i32\[4\]\).*"
                                                r"intermediate 'Relu%\d+' \(f32\[500,16\], 32000 bytes\).*only a "
-                                               r"parameter or a constant"):
+                                               r"weight \(a parameter, a constant or one packed from parameters\)"):
         lower(g, _limits(8192))
+    fed = Graph()  # a table fed at run time: give it as a parameter
+    fed.set_outputs([fed.add_node("Gather", (fed.input("t", [500, 16]), fed.input("i", [4], DType.I32)), axis=0)])
+    with pytest.raises(DeviceLimitError, match=r"input 't' \(f32\[500,16\], 32000 bytes\).*give it as a parameter"):
+        lower(fed, _limits(8192))
 
 
 def test_a_plan_whose_windows_the_device_cannot_bind_is_refused_and_the_cache_keeps_them():
@@ -127,9 +134,14 @@ def test_a_plan_whose_windows_the_device_cannot_bind_is_refused_and_the_cache_ke
     back = cache.decode_plan(json.loads(json.dumps(cache.encode_plan(plan))), g)
     assert back.buffers == plan.buffers and back.dispatches == plan.dispatches
     doc = json.loads(json.dumps(cache.encode_plan(plan)))
-    doc["buffers"][-1][7] = [len(doc["buffers"]), 0]  # a window of no buffer
-    with pytest.raises(cache.CorruptEntry, match="not a window of a weight"):
-        cache.decode_plan(doc, g)
+    for corrupt, message in (([len(doc["buffers"]), 0], "not a window of a weight"),  # of no buffer
+                             ([1, 0], "not a window of a weight"),  # of the ids, an input
+                             ([0, 31800], "not a window of a weight"),  # past the table's end
+                             (None, "a window of nothing")):
+        bad = json.loads(json.dumps(doc))
+        bad["buffers"][-1][7] = corrupt
+        with pytest.raises(cache.CorruptEntry, match=message):
+            cache.decode_plan(bad, g)
 
 
 def test_window_helper_covers_the_table_within_the_limit_at_aligned_offsets():
@@ -139,7 +151,8 @@ def test_window_helper_covers_the_table_within_the_limit_at_aligned_offsets():
         assert parts[0][0] == 0 and sum(size for _, size in parts) == total
         assert all(a + s == b for (a, s), (b, _) in zip(parts, parts[1:], strict=False))
         assert all(0 < s <= binding and a % align == 0 and a % 4 == 0 for a, s in parts)
-    with pytest.raises(LoweringError, match="smaller than one element"):
+    with pytest.raises(LoweringError, match=r"no window of a table of 1000 bytes fits: maxStorageBufferBindingSize = "
+                                            r"100 bytes is less than the windows' step of 256 bytes"):
         windows(1000, 4, {"max-storage-buffer-binding-size": 100, "min-storage-buffer-offset-alignment": 256})
 
 
@@ -175,8 +188,9 @@ def test_an_onnx_token_table_past_the_binding_limit_runs_as_onnxruntime_does(mon
     m = Model(model, cache=False, device=device)
     (got,) = m.run({"input_ids": ids})
     assert float(np.abs(got - want).max()) <= 2e-5 * float(np.abs(want).max())
-    kernels = [d.kernel for d in m.specialise({"input_ids": ids}).compiled.plan.dispatches]
-    assert any(k.startswith("gather_f32_windows") or "windows" in k for k in kernels), kernels
+    plan = m.specialise({"input_ids": ids}).compiled.plan
+    windowed = {plan.buffers[b.window[0]].name for b in plan.buffers if b.window}
+    assert windowed == {"wte"} and any("_windows" in d.kernel for d in plan.dispatches), plan.summary()
 
 
 @pytest.mark.parametrize("storage_buffers", [32, 8], ids=["one dispatch", "two dispatches"])
@@ -199,8 +213,36 @@ def test_embedding_sum_layer_norm_reads_a_large_table_through_windows(storage_bu
     plan = lower(g, {**_limits(32768), "max-storage-buffers-per-shader-stage": storage_buffers})
     assert [d.kernel.removesuffix("+sg") for d in plan.dispatches] == (
         ["embedding3_i32p0_windows_layer_norm"] if storage_buffers == 32
-        else ["embedding2_i32p0_windows_sum", "embedding1_windows_add_layer_norm"])
+        else ["embedding2_i32p0_windows_sum", "embedding1_add_layer_norm"])
     assert sum(b.kind == "window" for b in plan.buffers) == 3  # 86,400 bytes of the word table in 3
+    if storage_buffers == 8:  # the labels name the windowed input once
+        assert plan.dispatches[0].label.endswith("part 1/2: inputs 2, 3 (3 windows), 4, 5 -> scratch")
     (want,) = evaluate(g, feeds, params)
     (got,) = Session(plan, params, device=device).run(feeds)
     assert float(np.abs(got - want).max()) <= 1e-5
+
+
+def test_windows_of_a_constant_and_of_a_packed_table_follow_writes_and_shared_sessions(device):
+    # a constant table; a table packed from two parameters (Concat: a derived parameter, repacked when one of its
+    # sources is written); a second session sharing the first's buffers (share=), lowered without windows
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((300, 8)).astype(np.float32), rng.standard_normal((200, 8)).astype(np.float32)
+    c = rng.integers(-2**31, 2**31 - 1, (700, 5), dtype=np.int32)
+    g = Graph()
+    table = g.concat([g.parameter("a", [300, 8]), g.parameter("b", [200, 8])], axis=0)
+    i = g.input("i", [6], DType.I32)
+    g.set_outputs([g.add_node("Gather", (table, i), axis=0),
+                   g.add_node("Gather", (g.constant(c, dtype=DType.I32), i), axis=0)])
+    plan = lower(g, _limits(4096))
+    assert {plan.buffers[b_.window[0]].kind for b_ in plan.buffers if b_.window} == {"derived", "constant"}
+    assert [plan.buffers[plan.parameters[n]].kind for n in ("a", "b")] == ["host", "host"]
+    feeds = {"i": np.array([0, 499, -1, 299, 300, 17], np.int32)}
+    session = Session(plan, {"a": a, "b": b}, device=device)
+    for got, want in zip(session.run(feeds), evaluate(g, feeds, {"a": a, "b": b}), strict=True):
+        np.testing.assert_array_equal(got, want)
+    session.write_parameter("b", b + 1)  # repacks the derived table: the windows read the new rows
+    (got, _) = session.run(feeds)
+    np.testing.assert_array_equal(got, evaluate(g, feeds, {"a": a, "b": b + 1})[0])
+    shared = Session(lower(g), {}, device=device, share=session)  # whole bindings of the same device buffers
+    for x, y in zip(shared.run(feeds), session.run(feeds), strict=True):
+        np.testing.assert_array_equal(x, y)
