@@ -171,6 +171,7 @@ class Session:
         # the arrays as given where they are float32 and contiguous already: uploaded, not copied
         values = _check_leaves("parameter", given, {n: i for n, i in needed.items() if n not in zeroed}, plan,
                                copy=False)
+        values = {n: _device_form(a) for n, a in values.items()}
 
         # The inputs share one device buffer (each at an aligned offset), written with one
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
@@ -359,7 +360,8 @@ class Session:
         index = self.plan.parameters.get(name)
         if index is None:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
-        arr = np.ascontiguousarray(check_array(f"parameter {name!r}", value, self.plan.buffers[index].type))
+        arr = _device_form(np.ascontiguousarray(check_array(f"parameter {name!r}", value,
+                                                             self.plan.buffers[index].type)))
         with device_errors(f"writing parameter {name!r}"):
             if self._buffers[index] is not None:
                 self.device.queue.write_buffer(self._buffers[index], 0, arr)
@@ -979,6 +981,11 @@ def _kept(arr: np.ndarray) -> np.ndarray:
         return arr if base is not None and memoryview(base).readonly else arr.copy()
     except TypeError:  # a base without the buffer protocol
         return arr.copy()
+
+
+def _device_form(arr: np.ndarray) -> np.ndarray:
+    # a parameter's array in the bytes its buffer holds: booleans as u32 0 or 1 (DType.BOOL), others as they are
+    return arr.astype(np.uint32) if arr.dtype == np.bool_ else arr
 
 
 def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[str, int],

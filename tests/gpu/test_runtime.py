@@ -708,3 +708,17 @@ def test_read_back_copies_ride_in_the_prerecorded_command_buffer(device, monkeyp
         holds = wanted if n <= 2 else last
         assert made.count(True) == (n <= 2) + bool(wanted - holds), (n, read, made)
         last = wanted
+
+
+def test_bool_parameters_are_uploaded_and_written_as_words(device):
+    # a BOOL parameter lives as u32 0 or 1 on the device (DType.BOOL): numpy's one-byte booleans are widened when
+    # uploaded and when written (they were copied byte for byte, so a Gather of the table read the wrong rows)
+    g = Graph()
+    g.set_outputs([g.add_node("Gather", (g.parameter("w", [4, 3], DType.BOOL), g.input("i", [3], DType.I32)), axis=0)])
+    w = np.array([[1, 0, 1], [0, 0, 1], [1, 1, 1], [0, 1, 0]], bool)
+    feeds = {"i": np.array([3, 0, 2], np.int32)}
+    session = Session(lower(g), {"w": w}, device=device)
+    np.testing.assert_array_equal(session.run(feeds)[0], w[[3, 0, 2]])
+    session.write_parameter("w", ~w)
+    np.testing.assert_array_equal(session.run(feeds)[0], ~w[[3, 0, 2]])
+    np.testing.assert_array_equal(session.read_parameter("w"), ~w)
