@@ -55,9 +55,39 @@ def _rows(t: TensorType) -> tuple[int, int]:
     return t.num_elements // n, n
 
 
+#: LayerNorm with its weight and bias, and RmsNorm with its weight, on matmul_split_layer_norm.wgsl's rows of lanes
+#: (ir/ops/matmul_kernel.py layer_norm_lanes: quads, a row's values held in registers through both passes, the row
+#: sums in subgroups) instead of layer_norm.wgsl and rms_norm.wgsl (one workgroup a row, every pass reading x).
+#: GPT-2 small's exported plan at 8 x 128 tokens (24 LayerNorms of 768) on an H100, three alternated rounds: 6,490-6,523
+#: us GPU against 6,540-6,555 with layer_norm.wgsl (bench/results/norm_lanes_h100/ab_norm_lanes_gpt2.json).
+ROW_NORM_LANES = True
+
+
 def _row_norm_kernel(node, ins, target) -> Kernel:
     rows, n = _rows(node.type)
+    centred = node.op == "LayerNorm"
+    if ROW_NORM_LANES and len(ins) == (3 if centred else 2):
+        return _row_norm_lanes(node.op, rows, n, node.attrs["eps"])
     return row_norm_kernel(node.op, rows, n, node.attrs["eps"], len(ins) > 1, len(ins) > 2)
+
+
+def _row_norm_lanes(op: str, rows: int, n: int, eps: float) -> Kernel:
+    # matmul_split_layer_norm.wgsl with VALUE reading x (bound as vec4 where a row is quads): the weights' bindings
+    # come first there, so inputs (w, bias, x) or (w, x)
+    from ..kernel import Buffer
+    from .matmul_kernel import layer_norm_stage, layer_norm_value
+
+    centred = op == "LayerNorm"
+    lanes, slots, weights, out = layer_norm_stage(n, centred)
+    if slots["WIDTH"] == 4:
+        value = "fn value4(i: u32, j: u32) -> vec4<f32> {\n    return x[(i * p.n + j) / 4u];\n}"
+        x = Buffer("x", "vec4<f32>")
+    else:
+        value, x = layer_norm_value(1, "fn value(i: u32, j: u32) -> f32 {\n    return x[i * p.n + j];\n}"), Buffer("x")
+    slots.update(SPLITS=1, EPILOGUE="", VALUE=value)
+    return Kernel(f"{'layer' if centred else 'rms'}_norm_lanes", "matmul_split_layer_norm.wgsl",
+                  math.ceil(rows * lanes / 256), params=(("m", "u32", rows), ("n", "u32", n), ("eps", "f32", eps)),
+                  slots=slots, bindings=(*weights, x, out), inputs=(1, 2, 0) if centred else (1, 0))
 
 
 def row_norm_kernel(op: str, rows: int, n: int, eps: float, weight: bool, bias: bool) -> Kernel:

@@ -131,21 +131,27 @@ def test_by_default_the_norm_stays_its_own_dispatch(batch, device):
     assert "FusedLayerNormMatMul" not in ops and ops.count("LayerNorm") == 1, ops
 
 
+@pytest.mark.parametrize("lanes", [True, False], ids=["lanes", "layer_norm.wgsl"])
 @pytest.mark.parametrize("k, mean", [(256, 100.0), (768, 1000.0)])
-def test_layer_norm_kernels_keep_a_large_means_low_bits(k, mean, device):
-    # rows of mean 100 or 1000 and spread 0.01: the standalone LayerNorm kernel (the GEMV form's first dispatch)
-    # and the prologue work on x - x[row, 0] and its mean, never rounding the row's mean to one float; summed
-    # directly, the standalone kernel was 2.5e-3 and 2.2e-2 off the float64 normalisation, with the mean rounded
-    # 3.8e-4 and 3.0e-3 (onnxruntime 3.8e-4 and 2.8e-3); now 3.7e-7 and 5.8e-7
+def test_layer_norm_kernels_keep_a_large_means_low_bits(k, mean, lanes, device, monkeypatch):
+    # rows of mean 100 or 1000 and spread 0.01: the standalone LayerNorm kernels (the lanes form, ROW_NORM_LANES,
+    # and layer_norm.wgsl, the GEMV form's first dispatch) and the prologue work on x - x[row, 0] (or the first
+    # pass's mean) and its mean, never rounding the row's mean to one float; summed directly, layer_norm.wgsl was
+    # 2.5e-3 and 2.2e-2 off the float64 normalisation, with the mean rounded 3.8e-4 and 3.0e-3 (onnxruntime 3.8e-4
+    # and 2.8e-3); now 3.7e-7 and 5.8e-7
+    from eggfuse.ir.ops import norms
     from eggfuse.pipeline import lower_for
     from eggfuse.runtime import Session
+
+    monkeypatch.setattr(norms, "ROW_NORM_LANES", lanes)
 
     rng = np.random.default_rng(k)
     x = (mean + 0.01 * rng.standard_normal((40, k))).astype(np.float32)
     g = Graph()
     g.set_outputs([g.layer_norm(g.input("x", [40, k]), g.parameter("w", [k]), g.parameter("b", [k]), eps=1e-5)])
-    got = Session(lower_for(g, device), {"w": np.ones(k, np.float32), "b": np.zeros(k, np.float32)},
-                  device=device).run({"x": x})[0]
+    plan = lower_for(g, device)
+    assert plan.dispatches[0].kernel.removesuffix("+sg") == ("layer_norm_lanes" if lanes else "layer_norm")
+    got = Session(plan, {"w": np.ones(k, np.float32), "b": np.zeros(k, np.float32)}, device=device).run({"x": x})[0]
     x64 = x.astype(np.float64)
     want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
     err = float(np.abs(got - want).max())
