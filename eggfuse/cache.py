@@ -312,7 +312,7 @@ def decode_graph(doc: dict) -> Graph:
 
 
 _PLAN_FIELDS = {"buffers", "dispatches", "inputs", "parameters", "constants", "outputs", "output_types",
-                "unused_leaves", "index_bounds", "derived", "limits", "state", "subgroups", "storage",
+                "unused_leaves", "index_bounds", "index_readers", "derived", "limits", "state", "subgroups", "storage",
                 "storage_sizes"}
 
 
@@ -335,6 +335,7 @@ def encode_plan(plan: ExecutionPlan) -> dict:
         "constants": [[i, _array(a, False)] for i, a in plan.constants.items()],
         "outputs": plan.outputs, "output_types": [_plain(t) for t in plan.output_types],
         "unused_leaves": sorted(plan.unused_leaves), "index_bounds": plan.index_bounds,
+        "index_readers": plan.index_readers,
         "derived": [[i, list(d.sources), d.axis, d.store, d.transpose] for i, d in plan.derived.items()],
         "limits": plan.limits, "state": sorted(plan.state), "subgroups": plan.subgroups,
         "storage": [[i, j] for i, j in plan.storage.items()], "storage_sizes": plan.storage_sizes,
@@ -360,6 +361,7 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
         constants={_int(i): _value(a) for i, a in doc["constants"]}, outputs=[_int(o) for o in doc["outputs"]],
         output_types=[_value(t) for t in doc["output_types"]],
         unused_leaves=frozenset(_str(n) for n in doc["unused_leaves"]), index_bounds=names(doc["index_bounds"]),
+        index_readers={_str(k): _str(v) for k, v in doc["index_readers"].items()},
         derived={_int(i): DerivedParameter(tuple(_str(s) for s in srcs), _int(axis), _str(store), bool(transpose))
                  for i, srcs, axis, store, transpose in doc["derived"]},
         limits=names(doc["limits"]), state=frozenset(_str(n) for n in doc["state"]),

@@ -217,7 +217,15 @@ class Graph:
         """Leaf id -> the bound of its index values (u32: [0, bound), i32: [-bound, bound)): the
         smallest bound of the ops that read it as indices (``OpSpec.index_bounds``), through
         reshape views."""
-        bounds: dict[NodeId, int] = {}
+        return {leaf: rows for leaf, (rows, _) in self._index_readers().items()}
+
+    def index_readers(self) -> dict[NodeId, str]:
+        """Leaf id -> the op that sets its :meth:`index_bounds`, for messages: ``"Gather (node 7) of parameter
+        'wte' f32[50257,768]"`` (the parameters it reads with a dimension of that many rows)."""
+        return {leaf: reader for leaf, (_, reader) in self._index_readers().items()}
+
+    def _index_readers(self) -> dict[NodeId, tuple[int, str]]:
+        out: dict[NodeId, tuple[int, str]] = {}
         for node in self.nodes:
             hook = OPS[node.op].index_bounds
             if hook is None:
@@ -226,8 +234,13 @@ class Graph:
                 src = self.nodes[node.inputs[slot]]
                 while OPS[src.op].view:
                     src = self.nodes[src.inputs[0]]
-                bounds[src.id] = min(rows, bounds.get(src.id, rows))
-        return bounds
+                if src.id in out and out[src.id][0] <= rows:
+                    continue
+                tables = [self.nodes[i] for k, i in enumerate(node.inputs) if k != slot]
+                named = [f"parameter {t.name!r} {t.type}" for t in tables
+                         if t.op == "Parameter" and rows in t.type.shape]
+                out[src.id] = (rows, f"{node.op} (node {node.id})" + (f" of {', '.join(named)}" if named else ""))
+        return out
 
     def dispatches(self, node: Node) -> int:
         """GPU dispatches ``node`` needs when lowered."""

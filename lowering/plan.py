@@ -122,7 +122,8 @@ class ExecutionPlan:
     ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
     ignored at run time); ``index_bounds`` maps an index input to the rows of the smallest
     table it indexes (Embedding, Gather) or writes (ScatterAdd): u32 values must lie in
-    [0, rows), i32 ones (ONNX Gather's) in [-rows, rows). ``derived`` maps the buffer index
+    [0, rows), i32 ones (ONNX Gather's) in [-rows, rows); ``index_readers`` names, for the messages,
+    the op setting that bound (``Graph.index_readers``). ``derived`` maps the buffer index
     of each derived parameter to how it is packed. ``limits`` are the device limits the plan
     was checked against; ``subgroups`` is true when a kernel uses subgroup operations (the
     device must then have usable subgroups). ``storage`` maps the buffer index of each
@@ -139,6 +140,7 @@ class ExecutionPlan:
     output_types: list[TensorType]
     unused_leaves: frozenset[str] = frozenset()
     index_bounds: dict[str, int] = field(default_factory=dict)
+    index_readers: dict[str, str] = field(default_factory=dict)
     derived: dict[int, DerivedParameter] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
     state: frozenset[str] = frozenset()
@@ -300,6 +302,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         output_types=[graph.node(o).type for o in graph.outputs],
         unused_leaves=unused,
         index_bounds=_index_bounds(graph, live),
+        index_readers={graph.node(i).attrs["name"]: reader for i, reader in graph.index_readers().items()
+                       if graph.node(i).op == "Input" and i in live_ids},
         derived=derived,
         limits=lim,
         state=state,

@@ -204,6 +204,7 @@ class Session:
         # run(): each input's checks and its place in the host copy of the input buffer
         self._input_staging = np.zeros(size, dtype=np.uint8)
         self._input_slots = {name: _InputSlot(name, index, plan.buffers[index].type, plan.index_bounds.get(name),
+                                              plan.index_readers.get(name),
                                               self._input_staging, self._offsets[index], index in packed_inputs,
                                               bool(finite_inputs))
                              for name, index in plan.inputs.items()}
@@ -787,11 +788,12 @@ def _host_array(raw, ty, fresh: bool = False) -> np.ndarray:
 class _InputSlot:
     """One graph input of a session: its checks, and where :meth:`Session.run` puts it."""
 
-    __slots__ = ("name", "index", "type", "rows", "packed", "view", "finite")
+    __slots__ = ("name", "index", "type", "rows", "reader", "packed", "view", "finite")
 
-    def __init__(self, name: str, index: int, ty, rows: int | None, staging: np.ndarray, offset: int,
-                 packed: bool, finite: bool = True) -> None:
+    def __init__(self, name: str, index: int, ty, rows: int | None, reader: str | None, staging: np.ndarray,
+                 offset: int, packed: bool, finite: bool = True) -> None:
         self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
+        self.reader = reader or "the op reading it"  # (plans from before ExecutionPlan.index_readers: none)
         self.finite = finite
         # its bytes in the host copy of the session's input buffer, as an array of its type
         self.view = (staging[offset:offset + ty.size_bytes].view(ty.dtype.device_numpy).reshape(ty.shape)
@@ -807,13 +809,12 @@ class _InputSlot:
             low = int(arr.min()) if arr.dtype.kind == "i" else 0  # (a second pass only for signed indices)
             if arr.dtype.kind == "i" and (top >= self.rows or low < -self.rows):  # ONNX Gather's: from the end
                 raise InputError(f"input {self.name!r}: index {top if top >= self.rows else low} out of range for "
-                                 f"an axis of {self.rows} (it indexes along it: Gather, EmbeddingSumLayerNorm; "
-                                 f"ONNX makes an index outside [-{self.rows}, {self.rows}) an error); give indices "
-                                 f"from -{self.rows} to {self.rows - 1}")
+                                 f"the axis of {self.rows} that {self.reader} indexes with it (ONNX makes an index "
+                                 f"outside [-{self.rows}, {self.rows}) an error); give indices from -{self.rows} to "
+                                 f"{self.rows - 1}")
             if arr.dtype.kind == "u" and top >= self.rows:
-                raise InputError(f"input {self.name!r}: index {top} out of range for a "
-                                 f"table of {self.rows} rows (it indexes rows: Embedding, QuantEmbedding, "
-                                 f"ScatterAdd, EmbeddingSumLayerNorm); give indices below {self.rows}")
+                raise InputError(f"input {self.name!r}: index {top} out of range for the {self.rows} rows that "
+                                 f"{self.reader} indexes with it; give indices below {self.rows}")
         return arr
 
 

@@ -157,5 +157,6 @@ def test_gather_refuses_fed_indices_outside_the_axis(device, bad):
     session = Session(lower(g, dict(device.limits)), {}, device=device)
     data = np.zeros((3, 4, 5), np.float32)
     session.run({"data": data, "idx": _ints([-4, 3])})
-    with pytest.raises(InputError, match=rf"input 'idx': index {bad} out of range for an axis of 4"):
+    with pytest.raises(InputError, match=rf"input 'idx': index {bad} out of range for the axis of 4 that Gather "
+                                         rf"\(node \d+\) indexes with it"):
         session.run({"data": data, "idx": _ints([0, bad])})
