@@ -156,7 +156,10 @@ def cmd_run(args: argparse.Namespace) -> None:
         outs = model.run(feeds)
     except EggfuseError as e:
         drawn = [f"{n} {list(np.shape(a))}" for n, a in feeds.items() if n not in given]
-        if drawn and not isinstance(e, DamagedFileError | UnsupportedOpsError | DeviceLimitError):
+        # an error about an input the user gave, naming none drawn at random, is about that input alone
+        about_given = (any(f"input {n!r}" in str(e) for n in given)
+                       and not any(f"input {n!r}" in str(e) for n in feeds if n not in given))
+        if drawn and not about_given and not isinstance(e, DamagedFileError | UnsupportedOpsError | DeviceLimitError):
             # the model may only fail on values it was never meant to get (a damaged file, an op eggfuse lacks or a
             # device limit fails on any)
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "

@@ -169,6 +169,15 @@ def test_cli_run_says_when_the_inputs_it_failed_on_were_drawn_at_random(tmp_path
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
     assert "the file is damaged" in err and "hint" not in err, err
+    # an error about an input the user gave, while another was drawn at random: about that input, so no hint
+    gather = model([node("Gather", ["t", "ids"], ["g"]), node("Add", ["g", "m"], ["y"])],
+                   [("ids", onnx.TensorProto.INT64, [2]), ("m", F, [2, 3])], [("y", F, None)])
+    gather.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((4, 3), np.float32), "t"))
+    onnx.save(gather, path)
+    np.save(x, np.array([1, 4], np.int64))
+    assert main(["run", str(path), "--input", f"ids={x}"]) == 2
+    err = capsys.readouterr().err
+    assert "input 'ids': index 4 out of range for the axis of 4 that Gather" in err and "hint" not in err, err
 
 
 def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):
