@@ -64,7 +64,8 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
         fixed.run({"x": np.zeros((4, 3), np.float32)})
     with pytest.raises(InputError, match=r"got 2 inputs, the model takes 1"):
         m.run([np.zeros((2, 3)), np.zeros(2)])
-    with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool"):
+    with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool; give it as "
+                                         r"float32 \(numpy: arr.astype\(np.float32\)\)"):
         m.run({"x": np.zeros((2, 3), bool)})
     with pytest.raises(InputError, match=r"input\(s\) 'x' not given"):
         m.run({})
