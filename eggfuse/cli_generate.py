@@ -57,10 +57,12 @@ def cmd_generate(args: argparse.Namespace) -> None:
           f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
 
 
-def dispatches_line(unfused: int, fused: int, plan: int) -> str:
-    """``dispatches per run: ...``: the ops that dispatch before and after fusion, and the plan's
-    dispatches where lowering added some (split-K reductions)."""
+def dispatches_line(unfused: int, fused: int, plan: int, fuse: bool = True) -> str:
+    """``dispatches per run: ...``: the ops that dispatch before and after fusion (``fuse`` False: the
+    unfused graph's only), and the plan's dispatches where lowering added some (split-K reductions)."""
     extra = f" ({plan} in the plan, with split-K reductions)" if plan != fused else ""
+    if not fuse:
+        return f"dispatches per run: {unfused} unfused (--no-fuse){extra}"
     return f"dispatches per run: {unfused} unfused -> {fused} fused{extra}"
 
 

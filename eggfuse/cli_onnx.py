@@ -213,7 +213,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"output {name}: {o['shape']} {o['dtype']}")
     from eggfuse.cli_generate import dispatches_line, memory_line, precision_line
 
-    print(dispatches_line(info["dispatches_unfused"], info["dispatches_fused"], info["plan_dispatches"]))
+    print(dispatches_line(info["dispatches_unfused"], info["dispatches_fused"], info["plan_dispatches"],
+                          fuse=not args.no_fuse))
     print("timings: " + ", ".join(f"{k} {v}" for k, v in info["timings_s"].items()))
     print(f"compile cache: {info['cache']}")
     if info["memory"]:

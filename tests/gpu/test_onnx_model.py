@@ -304,3 +304,6 @@ def test_run_keeps_the_random_inputs_hint_for_a_lowering_error_of_their_shapes(t
     capsys.readouterr()
     assert main(["run", str(path), "--no-fuse", "--with-ruleset", "layer_norm_prologue"]) == 2
     assert "which --no-fuse leaves out" in capsys.readouterr().err
+    assert main(["run", str(path), "--shape", "x=2x5", "--repeats", "0", "--no-fuse"]) == 0
+    out = capsys.readouterr().out
+    assert "dispatches per run: 1 unfused (--no-fuse)" in out and "fused" not in out.replace("unfused", ""), out
