@@ -11,10 +11,14 @@ step, 8 rounds of the matmul micro-tile's form, ``c_r = fma(vec4(a_r), b, c_r)``
   a round, as the micro-tile reads them);
 - ``muladd`` and ``muladd_barrier_lds``: ``plain`` and ``barrier_lds`` with ``c_r = c_r + vec4(a_r) * b`` in place
   of ``fma`` (SPIR-V OpFMul and OpFAdd, which the driver may contract, against GLSL.std.450 Fma);
-- ``scalar``: ``plain`` with each vec4 FMA written as four scalar ``fma`` calls.
+- ``scalar``: ``plain`` with each vec4 FMA written as four scalar ``fma`` calls;
+- ``wide16`` and ``wide16_barrier_lds``: ``plain`` and ``barrier_lds`` with 16 vec4 accumulators fed by four
+  quads of a and one of b (a 16x4 micro-tile: 64 FMAs a round, as many as the 8x8 one's; five quads read a round
+  where the 8x8 reads four);
+- ``f32vars``: ``plain`` with 32 f32 accumulators in variables of their own instead of 8 vec4s.
 
 The grid is ``--per-sm`` workgroups per multiprocessor (``--sms``, 132 on an H200); time by GPU
-timestamps around ``--calls`` dispatches, median of ``--samples``. FMA/s is 4 * 8 * 8 * steps per
+timestamps around ``--calls`` dispatches, median of ``--samples``. FMA/s is 32 (64 for wide16) * 8 * steps per
 invocation over the time; the peak printed beside is ``--sms`` x 128 lanes x ``--clock-ghz`` (the H200's
 1.98 GHz boost clock: no clock is read here).
 
@@ -50,18 +54,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     let s = p.seed + f32(li) * 1e-7;
     var a0 = vec4<f32>(s, s + 1e-7, s + 2e-7, s + 3e-7);
     var a1 = a0 * 0.5;
+    var a2 = a0 * 0.75;
+    var a3 = a0 * 0.125;
     var b = a0 * 0.25;
     for (var i = li; i < 512u; i = i + WGu) {  // every quad the reads below may take
         tiles[i] = a0 * f32(i + 1u) * 1e-3;
     }
     workgroupBarrier();
-    var c0 = vec4<f32>(); var c1 = vec4<f32>(); var c2 = vec4<f32>(); var c3 = vec4<f32>();
-    var c4 = vec4<f32>(); var c5 = vec4<f32>(); var c6 = vec4<f32>(); var c7 = vec4<f32>();
+DECL
     for (var t = 0u; t < p.steps; t = t + 1u) {
 ROUNDS
 BARRIER
     }
-    let sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7;
+    let sum = SUM;
     if (dot(sum, vec4<f32>(1.0)) == 12345.678) {  // never: keeps every FMA
         out[gid.x] = sum;
     }
@@ -82,15 +87,35 @@ _ROUND_MULADD = "\n".join(f"        c{i} = c{i} + vec4<f32>(a{i // 4}.{'xyzw'[i 
 _ROUND_SCALAR = "\n".join(f"        c{i}.{e} = fma(a{i // 4}.{'xyzw'[i % 4]}, b.{e}, c{i}.{e});" for i in range(8)
                            for e in "xyzw")
 
-FORMS = ("plain", "barrier", "barrier_lds", "muladd", "muladd_barrier_lds", "scalar")
+_ROUND_WIDE = "\n".join(f"        c{i} = fma(vec4<f32>(a{i // 4}.{'xyzw'[i % 4]}), b, c{i});" for i in range(16))
+
+_ROUND_F32 = "\n".join(f"        s{4 * i + k} = fma(a{i // 4}.{'xyzw'[i % 4]}, b.{'xyzw'[k]}, s{4 * i + k});"
+                        for i in range(8) for k in range(4))
+
+_LDS_WIDE = _LDS + """        a2 = tiles[(li / 16u + {r}u * 16u + 4u) % 512u];
+        a3 = tiles[(li / 16u + {r}u * 16u + 12u) % 512u];
+"""
+
+FORMS = ("plain", "barrier", "barrier_lds", "muladd", "muladd_barrier_lds", "scalar", "wide16", "wide16_barrier_lds",
+         "f32vars")
+#: FMAs a round of each form (the others: 32)
+ROUND_FMAS = {"wide16": 64, "wide16_barrier_lds": 64}
 
 
 def shader(form: str, wg: int) -> str:
-    body = _ROUND_MULADD if form.startswith("muladd") else _ROUND_SCALAR if form == "scalar" else _ROUND
-    lds = form.endswith("barrier_lds")
-    rounds = "\n".join((_LDS.format(r=r) if lds else "") + body for r in range(8))
-    return (_SHADER.replace("WGu", f"{wg}u").replace("WG", str(wg)).replace("ROUNDS", rounds)
-            .replace("BARRIER", "        workgroupBarrier();" if "barrier" in form else ""))
+    body = {"scalar": _ROUND_SCALAR, "f32vars": _ROUND_F32}.get(
+        form, _ROUND_WIDE if form.startswith("wide16") else _ROUND_MULADD if form.startswith("muladd") else _ROUND)
+    lds = (_LDS_WIDE if form.startswith("wide16") else _LDS) if form.endswith("barrier_lds") else ""
+    rounds = "\n".join(lds.format(r=r) + body for r in range(8))
+    if form == "f32vars":  # 32 f32 accumulators
+        decl = "\n".join(f"    var s{i} = 0.0;" for i in range(32))
+        total = "vec4<f32>(" + " + ".join(f"s{i}" for i in range(32)) + ")"
+    else:
+        n = 16 if form.startswith("wide16") else 8
+        decl = "\n".join(f"    var c{i} = vec4<f32>();" for i in range(n))
+        total = " + ".join(f"c{i}" for i in range(n))
+    return (_SHADER.replace("WGu", f"{wg}u").replace("WG", str(wg)).replace("ROUNDS", rounds).replace("DECL", decl)
+            .replace("SUM", total).replace("BARRIER", "        workgroupBarrier();" if "barrier" in form else ""))
 
 
 def time_form(device, form: str, wg: int, workgroups: int, steps: int, calls: int, samples: int) -> float:
@@ -147,7 +172,7 @@ def main() -> None:
             for form in forms:
                 groups = args.sms * per_sm
                 s = time_form(device, form, wg, groups, args.steps, args.calls, args.samples)
-                fma = 4 * 8 * 8 * args.steps * wg * groups / s
+                fma = ROUND_FMAS.get(form, 32) * 8 * args.steps * wg * groups / s
                 rows.append({"form": form, "wg": wg, "workgroups": groups, "steps": args.steps, "us": s * 1e6,
                              "tfma_per_s": fma * 1e-12, "of_peak": fma / peak,
                              "adapter": adapter_description(device)})
