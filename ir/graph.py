@@ -236,10 +236,16 @@ class Graph:
                     src = self.nodes[src.inputs[0]]
                 if src.id in out and out[src.id][0] <= rows:
                     continue
-                tables = [self.nodes[i] for k, i in enumerate(node.inputs) if k != slot]
-                named = [f"parameter {t.name!r} {t.type}" for t in tables
-                         if t.op == "Parameter" and rows in t.type.shape]
-                out[src.id] = (rows, f"{node.op} (node {node.id})" + (f" of {', '.join(named)}" if named else ""))
+                # the table: a parameter of rank 2 or more with that many rows (along Gather's axis), the nearest
+                # to the indices among the op's inputs (they sit next to their table: ids0, table0, ...; Gather's
+                # data before its indices)
+                axis = node.attrs.get("axis", 0) if node.op == "Gather" else 0
+                tables = sorted((abs(k - slot - 0.5), k) for k, i in enumerate(node.inputs)
+                                if k != slot and self.nodes[i].op == "Parameter" and self.nodes[i].type.rank >= 2
+                                and self.nodes[i].type.shape[axis % self.nodes[i].type.rank] == rows)
+                near = self.nodes[node.inputs[tables[0][1]]] if tables else None
+                table = f" of parameter {near.name!r} {near.type}" if near is not None else ""
+                out[src.id] = (rows, f"{node.op} (node {node.id}){table}")
         return out
 
     def dispatches(self, node: Node) -> int:

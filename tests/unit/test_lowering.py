@@ -780,3 +780,21 @@ def test_no_kernel_body_defines_a_helper_twice_through_its_includes():
             if dup:
                 bad.append(f"{path.name} (subgroups={sub}): {dup}")
     assert not bad, bad
+
+
+def test_index_readers_name_the_table_each_index_input_reads():
+    # BERT's embeddings with as many positions as hidden columns (BERT-small: 512 and 512): each index input is
+    # told the table it indexes, not every parameter with a dimension of that size
+    g = Graph()
+    ids = [g.input(n, [16], DType.U32) for n in ("ids", "pos", "tt")]
+    tables = [g.parameter(n, [v, 512]) for n, v in (("word", 1000), ("posemb", 512), ("type", 2))]
+    g.set_outputs([g.add_node("EmbeddingSumLayerNorm", (g.parameter("gamma", [512]), g.parameter("beta", [512]),
+                                                        ids[0], tables[0], ids[1], tables[1], ids[2], tables[2]))])
+    readers = lower(g).index_readers
+    assert {k: v.split(" of ")[1] for k, v in readers.items()} == {
+        "ids": "parameter 'word' f32[1000,512]", "pos": "parameter 'posemb' f32[512,512]",
+        "tt": "parameter 'type' f32[2,512]"}
+    gather = Graph()  # Gather along axis 1 of a [3, 40] parameter: its 40 columns
+    gather.set_outputs([gather.add_node("Gather", (gather.parameter("t", [3, 40]), gather.input("i", [2], DType.I32)),
+                                        axis=1)])
+    assert lower(gather).index_readers == {"i": "Gather (node 2) of parameter 't' f32[3,40]"}
