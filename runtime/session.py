@@ -204,7 +204,7 @@ class Session:
         # run(): each input's checks and its place in the host copy of the input buffer
         self._input_staging = np.zeros(size, dtype=np.uint8)
         self._input_slots = {name: _InputSlot(name, index, plan.buffers[index].type, plan.index_bounds.get(name),
-                                              plan.index_readers.get(name),
+                                              getattr(plan, "index_readers", {}).get(name),
                                               self._input_staging, self._offsets[index], index in packed_inputs,
                                               bool(finite_inputs))
                              for name, index in plan.inputs.items()}
@@ -570,7 +570,7 @@ class Session:
         try:
             queue, raw = self.device.queue, self._raw
             for slot, arr in own:
-                queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(arr))
+                queue.write_buffer(self._buffers[slot.index], 0, np.ascontiguousarray(_device_form(arr)))
             slot = self._runs % len(self._ring) if self._ring else None
             if slot is not None:
                 self._fill_ring(slot)

@@ -722,3 +722,18 @@ def test_bool_parameters_are_uploaded_and_written_as_words(device):
     session.write_parameter("w", ~w)
     np.testing.assert_array_equal(session.run(feeds)[0], ~w[[3, 0, 2]])
     np.testing.assert_array_equal(session.read_parameter("w"), ~w)
+
+
+def test_a_bool_input_of_its_own_buffer_is_uploaded_as_words(device):
+    # an input above PACK_MAX_BYTES keeps a buffer of its own, written at each run: booleans widened to u32 there
+    # too (they were written byte for byte: half of 300,000 came out wrong)
+    from eggfuse.runtime.session import PACK_MAX_BYTES
+
+    n = 300_000
+    assert 4 * n > PACK_MAX_BYTES
+    g = Graph()
+    g.set_outputs([g.add_node("Where", (g.input("m", [n], DType.BOOL), g.input("a", [n]), g.input("b", [n])))])
+    rng = np.random.default_rng(5)
+    feeds = {"m": rng.random(n) < 0.5, "a": np.ones(n, np.float32), "b": np.zeros(n, np.float32)}
+    (got,) = Session(lower(g), {}, device=device).run(feeds)
+    np.testing.assert_array_equal(got, feeds["m"].astype(np.float32))
