@@ -73,7 +73,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var mean = 0.0;  // m0
     if (CENTRED) {  // a constant: uniform control flow for row_sum's barriers
-        mean = row_sum(li, lane, s.x + s.y + s.z + s.w) / f32(p.n);
+        // each lane's part divided by n before the row's sum: a row whose n values add up past f32's range
+        // (n * |x| above 3.4e38) keeps a finite mean
+        mean = row_sum(li, lane, (s.x + s.y + s.z + s.w) / f32(p.n));
     }
     var q = vec2<f32>();  // sums of d and d^2
     if (VALUES > 0u) {

@@ -158,3 +158,21 @@ def test_layer_norm_kernels_keep_a_large_means_low_bits(k, mean, lanes, device, 
     assert err < 1e-5, err
     fused = check_row(_row("", 40, k, 9, (), offset=mean), device, subgroups=None)
     assert fused.plan.dispatches[0].kernel.startswith("layer_norm_matmul")
+
+
+@pytest.mark.parametrize("lanes", [True, False], ids=["lanes", "layer_norm.wgsl"])
+def test_layer_norm_of_rows_summing_past_f32s_range_stays_finite(lanes, device, monkeypatch):
+    # rows of 768 values of 1e36 (their sum, 7.7e38, is past float32's 3.4e38): the lanes form divides each lane's
+    # part by n before the row's sum, layer_norm.wgsl sums x - x[row, 0]; a constant row normalises to the bias
+    from eggfuse.ir.ops import norms
+    from eggfuse.pipeline import lower_for
+    from eggfuse.runtime import Session
+
+    monkeypatch.setattr(norms, "ROW_NORM_LANES", lanes)
+    k = 768
+    x = np.repeat(np.array([[1e36], [-1e36], [3e35], [1.0]], np.float32), k, axis=1)
+    g = Graph()
+    g.set_outputs([g.layer_norm(g.input("x", [4, k]), g.parameter("w", [k]), g.parameter("b", [k]), eps=1e-5)])
+    b = np.linspace(-1, 1, k, dtype=np.float32)
+    (got,) = Session(lower_for(g, device), {"w": np.ones(k, np.float32), "b": b}, device=device).run({"x": x})
+    np.testing.assert_array_equal(got, np.broadcast_to(b, (4, k)))
