@@ -41,7 +41,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"model: {result.model}")
     print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")
     print(f"adapter: {result.adapter}")
-    print(dispatches_line(result.dispatches_unfused, result.dispatches_fused, result.plan_dispatches))
+    print(dispatches_line(result.dispatches_unfused, result.dispatches_fused, result.plan_dispatches,
+                          fuse=not args.no_fuse))
     print(precision_line(result.precision, result.f16_weights))
     print(memory_line(result.memory))
     if result.report is not None:

@@ -53,8 +53,12 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(memory_line(result.memory))
     print(f"adapter: {result.adapter}")
     peer = f"; meganeura, 30 layers: {MEGANEURA_DISPATCHES_PER_TOKEN}" if args.model is None else ""
-    print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "
-          f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
+    if args.no_fuse:
+        print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused (--no-fuse; "
+              f"{result.layers} layers)")
+    else:
+        print(f"dispatches per decode step: {result.dispatches_per_decode_step_unfused} unfused -> "
+              f"{result.dispatches_per_decode_step} fused ({result.layers} layers{peer})")
 
 
 def dispatches_line(unfused: int, fused: int, plan: int, fuse: bool = True) -> str:

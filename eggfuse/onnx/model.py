@@ -178,9 +178,11 @@ class Model:
             elem = vi.type.tensor_type.elem_type
             want = elem_numpy(elem) if elem else arr.dtype
             if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")
-                                          or (want.kind in "iu" and arr.dtype.kind in "iu")):
-                raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of {arr.dtype}; "
-                                 f"give it as {want} (numpy: arr.astype(np.{want}))")
+                                          or (want.kind in "iu" and arr.dtype.kind in "iu")
+                                          or (elem in COMPUTED_IN_F32 and arr.dtype.kind in "fiu")):
+                hint = f"; give it as {want.name} (numpy: arr.astype({want.name!r}))" if want.kind in "biuf" else ""
+                raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of "
+                                 f"{arr.dtype}{hint}")
             out[vi.name] = (as_f32(arr, f"input {vi.name!r}", InputError) if elem in COMPUTED_IN_F32
                             else arr)  # computed in float32
         return out

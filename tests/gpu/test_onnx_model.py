@@ -65,7 +65,7 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
     with pytest.raises(InputError, match=r"got 2 inputs, the model takes 1"):
         m.run([np.zeros((2, 3)), np.zeros(2)])
     with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool; give it as "
-                                         r"float32 \(numpy: arr.astype\(np.float32\)\)"):
+                                         r"float32 \(numpy: arr.astype\('float32'\)\)"):
         m.run({"x": np.zeros((2, 3), bool)})
     with pytest.raises(InputError, match=r"input\(s\) 'x' not given"):
         m.run({})
