@@ -530,9 +530,10 @@ def _pair_reads(pairs: list[int], ins, fmt: str, signed: list[bool], limits) -> 
 
 def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]:
     # One dispatch (matmul_split_layer_norm.wgsl, its VALUE the rows' sum) where its bindings fit the
-    # device's storage buffers per stage; with three tables and WebGPU's default of 8 (the one dispatch
-    # binds 9), two: the first two tables' rows summed into the node's scratch buffer
-    # (embedding_sum.wgsl), then the LayerNorm of that sum plus the third table's rows.
+    # device's storage buffers per stage; else two: the first two tables' rows (of three; else the first
+    # table's) summed into the node's scratch buffer (embedding_sum.wgsl), then the LayerNorm of that sum plus
+    # the other tables' rows and the positions' (three tables bind 9 under WebGPU's default of 8; a table read
+    # through windows binds more).
     from ..kernel import SCRATCH, Buffer, elementwise_groups
     from .matmul_kernel import layer_norm_stage, layer_norm_value
 
@@ -543,20 +544,18 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
     signed = [ins[2 + 2 * i].dtype is DType.I32 for i in range(pairs)]
     def tag(pairs_signed: list[bool], pos: bool = False) -> str:  # the name tells the WGSL variants apart
-        signed_tag = ("_i32" if all(pairs_signed) else
+        signed_tag = ("" if not pairs_signed else "_i32" if all(pairs_signed) else
                       "_i32p" + "".join(str(i) for i, s in enumerate(pairs_signed) if s) if any(pairs_signed) else "")
         return ("" if fmt == "f32" else f"_{fmt}") + signed_tag + ("_positions" if pos else "")
 
     common = (("m", "u32", rows), ("n", "u32", n), ("eps", "f32", node.attrs["eps"]))
     norm.update(SPLITS=1, EPILOGUE="")
-    # a table past the binding limit is read through windows of it, a binding each (_pair_reads); (two tables, or
-    # one and the positions, bind at most 8 without windows: a limit below that, under WebGPU's 8, fails
-    # check_limits with the limit named, as do more windows than the device binds)
+    # a table past the binding limit is read through windows of it, a binding each (_pair_reads); a dispatch that
+    # still binds more than the device allows fails check_limits, which names the tables and their windows
     readers, pair_bindings, pair_inputs = _pair_reads(list(range(pairs)), ins, fmt, signed, target.limits)
     windowed = len(pair_bindings) > 2 * pairs
     name = "_windows" if windowed else ""  # (per dispatch: the one binding windows)
-    if (positions or pairs == 2
-            or 3 + len(pair_bindings) <= target.limits.get("max-storage-buffers-per-shader-stage", 8)):
+    if 3 + len(pair_bindings) + bool(positions) <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         value, vocab_params = _gathers(vocabs, fmt, signed, readers, positions=positions)
         return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}{name}_layer_norm",
                       "matmul_split_layer_norm.wgsl", norm_groups,
@@ -564,19 +563,24 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
                       bindings=(*norm_weights, *pair_bindings, *((Buffer("positions"),) if positions else ()),
                                 norm_out),
                       inputs=(0, 1, *pair_inputs, *((len(ins) - 1,) if positions else ())) if windowed else None)
-    readers, pair_bindings, pair_inputs = _pair_reads([0, 1], ins, fmt, signed, target.limits)
-    name = "_windows" if len(pair_bindings) > 4 else ""
-    value, vocab_params = _gathers(vocabs[:2], fmt, signed[:2], readers)
-    first = Kernel(f"embedding2{tag(signed[:2])}{name}_sum", "embedding_sum.wgsl", elementwise_groups(rows * n),
-                   params=(*common, *vocab_params), slots={"VALUE": value},
+    head = [0, 1] if pairs == 3 else [0]  # the pairs the first dispatch sums
+    tail = [p for p in range(pairs) if p not in head]
+    readers, pair_bindings, pair_inputs = _pair_reads(head, ins, fmt, signed, target.limits)
+    name = "_windows" if len(pair_bindings) > 2 * len(head) else ""
+    value, vocab_params = _gathers([vocabs[p] for p in head], fmt, [signed[p] for p in head], readers)
+    first = Kernel(f"embedding{len(head)}{tag([signed[p] for p in head])}{name}_sum", "embedding_sum.wgsl",
+                   elementwise_groups(rows * n), params=(*common, *vocab_params), slots={"VALUE": value},
                    bindings=(*pair_bindings, Buffer("out", write=True)), inputs=pair_inputs, scratch=rows * n)
-    readers, pair_bindings, pair_inputs = _pair_reads([2], ins, fmt, signed, target.limits)
-    name = "_windows" if len(pair_bindings) > 2 else ""
-    value, vocab_params = _gathers(vocabs[2:], fmt, signed[2:], readers, first="x[i * p.n + j]")
-    second = Kernel(f"embedding1{tag(signed[2:])}{name}_add_layer_norm", "matmul_split_layer_norm.wgsl", norm_groups,
+    readers, pair_bindings, pair_inputs = _pair_reads(tail, ins, fmt, signed, target.limits)
+    name = "_windows" if len(pair_bindings) > 2 * len(tail) else ""
+    value, vocab_params = _gathers([vocabs[p] for p in tail], fmt, [signed[p] for p in tail], readers,
+                                   first="x[i * p.n + j]", positions=positions)
+    second = Kernel(f"embedding{len(tail)}{tag([signed[p] for p in tail], bool(positions))}{name}_add_layer_norm",
+                    "matmul_split_layer_norm.wgsl", norm_groups,
                     params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
-                    bindings=(*norm_weights, Buffer("x"), *pair_bindings, norm_out),
-                    inputs=(0, 1, SCRATCH, *pair_inputs))
+                    bindings=(*norm_weights, Buffer("x"), *pair_bindings,
+                              *((Buffer("positions"),) if positions else ()), norm_out),
+                    inputs=(0, 1, SCRATCH, *pair_inputs, *((len(ins) - 1,) if positions else ())))
     return [first, second]
 
 

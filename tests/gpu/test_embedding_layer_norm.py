@@ -70,8 +70,15 @@ def test_two_tables_through_the_rewrites(device):
     inputs, params = _feeds(g)
     opt, _ = run_optimised(g, device, inputs, params)
     assert [n.op for n in opt.nodes if n.op not in ("Input", "Parameter")] == ["EmbeddingSumLayerNorm"]
-    with pytest.raises(LoweringError, match="StorageBuffersPerShaderStage = 6 exceeded: kernel embedding2_layer_norm"):
-        lower(opt, {**device.limits, "max-storage-buffers-per-shader-stage": 6})  # it binds 7
+    # where the device binds 6 (the one dispatch binds 7): the first table's rows summed, then the LayerNorm with
+    # the second's; below that, the second dispatch's 6 are refused with the limit named
+    plan = lower(opt, {**device.limits, "max-storage-buffers-per-shader-stage": 6})
+    assert [d.kernel.removesuffix("+sg") for d in plan.dispatches] == ["embedding1_sum", "embedding1_add_layer_norm"]
+    (got,) = Session(plan, params, device=device).run(inputs)
+    (want,) = evaluate(g, inputs, params)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(LoweringError, match="StorageBuffersPerShaderStage = 5 exceeded: kernel embedding1_add_layer_"):
+        lower(opt, {**device.limits, "max-storage-buffers-per-shader-stage": 5})
 
 
 @pytest.mark.parametrize("broadcast", ["one-row", "one-column"])

@@ -246,3 +246,31 @@ def test_windows_of_a_constant_and_of_a_packed_table_follow_writes_and_shared_se
     shared = Session(lower(g), {}, device=device, share=session)  # whole bindings of the same device buffers
     for x, y in zip(shared.run(feeds), session.run(feeds), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("pairs", [1, 2])
+def test_embeddings_with_positions_split_where_windows_pass_the_binding_count(pairs, device):
+    # BERT's layout (word and token-type tables, a positions table) and one table with positions, the word table
+    # read through 3 windows on a device binding 8 storage buffers (or 6): the one dispatch would bind 10 (or 7),
+    # so the word table's rows are summed first, then the LayerNorm with the rest and the positions
+    g = Graph()
+    h, seq, rows = 24, 7, 14
+    w, bias = g.parameter("w", [h]), g.parameter("bias", [h])
+    vocabs = (900, 2)[:pairs]
+    tables = [g.parameter(f"t{k}", [v, h]) for k, v in enumerate(vocabs)]
+    ids = [g.input(f"i{k}", [rows], DType.U32) for k in range(pairs)]
+    flat = [x for k in range(pairs) for x in (ids[k], tables[k])]
+    g.set_outputs([g.add_node("EmbeddingSumLayerNorm", (w, bias, *flat, g.parameter("pos", [seq, h])), eps=1e-5,
+                              positions=seq)])
+    rng = np.random.default_rng(6)
+    params = {"w": rng.standard_normal(h).astype(np.float32), "bias": rng.standard_normal(h).astype(np.float32),
+              "pos": rng.standard_normal((seq, h)).astype(np.float32),
+              **{f"t{k}": rng.standard_normal((v, h)).astype(np.float32) for k, v in enumerate(vocabs)}}
+    feeds = {f"i{k}": rng.integers(0, v, rows).astype(np.uint32) for k, v in enumerate(vocabs)}
+    feeds["i0"][:2] = (899, 0)
+    plan = lower(g, {**_limits(32768), "max-storage-buffers-per-shader-stage": 8 if pairs == 2 else 6})
+    assert [d.kernel.removesuffix("+sg") for d in plan.dispatches] == [
+        "embedding1_windows_sum", f"embedding{pairs - 1}_positions_add_layer_norm"]
+    (want,) = evaluate(g, feeds, params)
+    (got,) = Session(plan, params, device=device).run(feeds)
+    assert float(np.abs(got - want).max()) <= 1e-5
