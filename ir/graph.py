@@ -217,15 +217,16 @@ class Graph:
         """Leaf id -> the bound of its index values (u32: [0, bound), i32: [-bound, bound)): the
         smallest bound of the ops that read it as indices (``OpSpec.index_bounds``), through
         reshape views."""
-        return {leaf: rows for leaf, (rows, _) in self._index_readers().items()}
+        return {leaf: rows for leaf, (rows, _, _) in self._index_readers().items()}
 
     def index_readers(self) -> dict[NodeId, str]:
         """Leaf id -> the op that sets its :meth:`index_bounds`, for messages: ``"Gather (node 7) of parameter
-        'wte' f32[50257,768]"`` (the parameters it reads with a dimension of that many rows)."""
-        return {leaf: reader for leaf, (_, reader) in self._index_readers().items()}
+        'wte' f32[50257,768]"`` (the table it indexes: the parameter of that many rows nearest the indices)."""
+        return {leaf: self._reader(node, slot, rows) for leaf, (rows, node, slot) in self._index_readers().items()}
 
-    def _index_readers(self) -> dict[NodeId, tuple[int, str]]:
-        out: dict[NodeId, tuple[int, str]] = {}
+    def _index_readers(self) -> dict[NodeId, tuple[int, Node, int]]:
+        # leaf id -> (its bound, the node setting it, the input slot the node reads it at)
+        out: dict[NodeId, tuple[int, Node, int]] = {}
         for node in self.nodes:
             hook = OPS[node.op].index_bounds
             if hook is None:
@@ -234,19 +235,20 @@ class Graph:
                 src = self.nodes[node.inputs[slot]]
                 while OPS[src.op].view:
                     src = self.nodes[src.inputs[0]]
-                if src.id in out and out[src.id][0] <= rows:
-                    continue
-                # the table: a parameter of rank 2 or more with that many rows (along Gather's axis), the nearest
-                # to the indices among the op's inputs (they sit next to their table: ids0, table0, ...; Gather's
-                # data before its indices)
-                axis = node.attrs.get("axis", 0) if node.op == "Gather" else 0
-                tables = sorted((abs(k - slot - 0.5), k) for k, i in enumerate(node.inputs)
-                                if k != slot and self.nodes[i].op == "Parameter" and self.nodes[i].type.rank >= 2
-                                and self.nodes[i].type.shape[axis % self.nodes[i].type.rank] == rows)
-                near = self.nodes[node.inputs[tables[0][1]]] if tables else None
-                table = f" of parameter {near.name!r} {near.type}" if near is not None else ""
-                out[src.id] = (rows, f"{node.op} (node {node.id}){table}")
+                if src.id not in out or rows < out[src.id][0]:
+                    out[src.id] = (rows, node, slot)
         return out
+
+    def _reader(self, node: Node, slot: int, rows: int) -> str:
+        # the table: a parameter of rank 2 or more with that many rows (along Gather's axis), the nearest to the
+        # indices among the op's inputs (they sit next to their table: ids0, table0, ...; Gather's data before its
+        # indices)
+        axis = node.attrs.get("axis", 0) if node.op == "Gather" else 0
+        tables = sorted((abs(k - slot - 0.5), k) for k, i in enumerate(node.inputs)
+                        if k != slot and self.nodes[i].op == "Parameter" and self.nodes[i].type.rank >= 2
+                        and self.nodes[i].type.shape[axis % self.nodes[i].type.rank] == rows)
+        near = self.nodes[node.inputs[tables[0][1]]] if tables else None
+        return f"{node.op} (node {node.id})" + (f" of parameter {near.name!r} {near.type}" if near is not None else "")
 
     def dispatches(self, node: Node) -> int:
         """GPU dispatches ``node`` needs when lowered."""

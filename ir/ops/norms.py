@@ -553,8 +553,7 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     # a table past the binding limit is read through windows of it, a binding each (_pair_reads); a dispatch that
     # still binds more than the device allows fails check_limits, which names the tables and their windows
     readers, pair_bindings, pair_inputs = _pair_reads(list(range(pairs)), ins, fmt, signed, target.limits)
-    windowed = len(pair_bindings) > 2 * pairs
-    name = "_windows" if windowed else ""  # (per dispatch: the one binding windows)
+    name = "_windows" if len(pair_bindings) > 2 * pairs else ""  # (per dispatch: the one binding windows)
     if 3 + len(pair_bindings) + bool(positions) <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         value, vocab_params = _gathers(vocabs, fmt, signed, readers, positions=positions)
         return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}{name}_layer_norm",
@@ -562,7 +561,7 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
                       params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
                       bindings=(*norm_weights, *pair_bindings, *((Buffer("positions"),) if positions else ()),
                                 norm_out),
-                      inputs=(0, 1, *pair_inputs, *((len(ins) - 1,) if positions else ())) if windowed else None)
+                      inputs=(0, 1, *pair_inputs, *((len(ins) - 1,) if positions else ())))
     head = [0, 1] if pairs == 3 else [0]  # the pairs the first dispatch sums
     tail = [p for p in range(pairs) if p not in head]
     readers, pair_bindings, pair_inputs = _pair_reads(head, ins, fmt, signed, target.limits)
