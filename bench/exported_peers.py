@@ -100,7 +100,8 @@ def inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
 
 def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repeats: int, rounds: int) -> None:
     """Our plan lowered as it is (``tree``) and with each ``--variant NAME:MODULE.NAME=VALUE[,...]``'s settings
-    (``plan_ab.parse_setting``), timed alternately (``models.time_alternately``) on random weights; no peer."""
+    (``plan_ab.parse_setting``), or each ``--variant NAME:@FOLDER``'s graph (another save's fused graph, such as one
+    optimised before a rule), timed alternately (``models.time_alternately``) on random weights; no peer."""
     from plan_ab import lowered, parse_setting
 
     from models import random_values, time_alternately
@@ -111,6 +112,12 @@ def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repe
         name, sep, settings = spec.partition(":")
         if not sep or not name or name in plans:
             raise SystemExit(f"--variant {spec!r}: write NAME:eggfuse.MODULE.NAME=VALUE[,...] with a new NAME")
+        if settings.startswith("@"):  # another save's fused graph, lowered as it is
+            other = pickle.loads((Path(settings[1:]) / f"{NAME}.pkl").read_bytes())
+            if set(other["fused"].parameters) != set(saved["fused"].parameters):
+                raise SystemExit(f"--variant {spec!r}: that graph's parameters are not this one's")
+            plans[name] = lowered(other["fused"], [])
+            continue
         # settings split at the commas before "eggfuse.": a value may be a tuple
         plans[name] = lowered(saved["fused"], [parse_setting(s) for s in re.split(r",(?=eggfuse\.)", settings)])
     _, params = random_values(saved["fused"])
@@ -234,7 +241,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--peers", default=torch_peers.DEFAULT_PEERS)
     ap.add_argument("--variant", action="append", default=[], help="time: NAME:eggfuse.MODULE.NAME=VALUE[,...], "
-                    "our plan lowered with those settings against it as it is, alternately (no peer)")
+                    "our plan lowered with those settings against it as it is, alternately (no peer); "
+                    "NAME:@FOLDER, the fused graph another save left in FOLDER")
     ap.add_argument("--rounds", type=int, default=3, help="time --variant: rounds of the alternation")
     ap.add_argument("--profile", action="store_true", help="time: GPU time per kernel of both sides (ours: "
                     "timestamps, each dispatch in a pass of its own; the peer: torch.profiler), in the rows")

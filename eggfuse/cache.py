@@ -380,11 +380,17 @@ def _is_scratch(b, graph: Graph) -> bool:
 def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
     n = len(plan.buffers)
     for i, b in enumerate(plan.buffers):
-        if b.window is not None:  # bytes of a weight's buffer
+        if b.window is not None:  # bytes of a weight's buffer, or a view's (Select) of another value's
             base = plan.buffers[b.window[0]] if 0 <= b.window[0] < n else None
-            if (b.kind != "window" or base is None or base.kind not in ("parameter", "derived", "constant")
+            src = graph.node(b.node) if 0 <= b.node < len(graph.nodes) else None
+            view = src is not None and OPS[src.op].view
+            while src is not None and OPS[src.op].view:  # the value whose buffer a view's window is of
+                src = graph.node(src.inputs[0])
+            if (b.kind != "window" or base is None or base.window is not None or src is None or base.node != src.id
+                    or base.kind not in ("parameter", "derived", "constant",
+                                         *(("intermediate", "input") if view else ()))
                     or b.window[1] < 0 or b.window[1] + b.size_bytes > base.size_bytes or b.dtype != base.dtype):
-                raise CorruptEntry(f"buffer {i} is not a window of a weight of the plan")
+                raise CorruptEntry(f"buffer {i} is not a window of a weight of the plan, nor a view of a value")
         elif b.kind == "window":
             raise CorruptEntry(f"buffer {i} is a window of nothing")
         if b.index != i or not 0 <= b.node < len(graph.nodes) or (b.type != graph.node(b.node).type

@@ -192,6 +192,9 @@ class OpSpec:
     - ``leaf``: Input, Parameter and Constant, fed or uploaded rather than computed.
     - ``view``: the op's value is its first input's bytes seen with another shape (a reshape):
       lowering gives it that input's buffer and no dispatch.
+    - ``view_offset(ins, attrs) -> bytes``: for a view of part of its input (``Select``), where that
+      part begins in the input's bytes, a multiple of :data:`VIEW_ALIGN`; lowering binds the view as
+      a window of the input's buffer from there (None: from byte 0).
     - ``fallback``: a general kernel for what specialised ops do not cover (GeneralAttention):
       extraction prices its e-nodes one byte-equivalent above their kernel's cost, so that of
       two choices of equal cost the specialised op is taken (rewrites.problem).
@@ -219,6 +222,7 @@ class OpSpec:
     pack_store: str = "f32"
     leaf: bool = False
     view: bool = False
+    view_offset: Callable[[list[TensorType], dict[str, Any]], int] | None = None
     fallback: bool = False
     index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int]] | None = None
     max_inputs: int | None = None
@@ -291,6 +295,10 @@ class OpSpec:
             return out.num_elements if self.dispatches else 0
         return int(self.flops(list(ins), out, attrs))
 
+
+#: Bytes a view's offset into its input is a multiple of (``OpSpec.view_offset``): WebGPU's largest
+#: minStorageBufferOffsetAlignment (its default; a device may only lower it), so that every device binds it.
+VIEW_ALIGN = 256
 
 #: Op name -> spec, in registration order (family by family, in the order ``ir.ops`` imports them).
 OPS: dict[str, OpSpec] = {}
@@ -366,7 +374,7 @@ def example(build: Callable[[Any, Callable[..., int]], None], max_dim: int = 7, 
 
 
 __all__ = [
-    "ATTR_KINDS", "NO_GRAD", "OPS", "REQUIRED", "RULES", "Attr", "Example", "OpSpec", "RuleGroup", "ShapeError",
-    "example", "need", "need_f32", "no_grad", "op", "register", "rules",
+    "ATTR_KINDS", "NO_GRAD", "OPS", "REQUIRED", "RULES", "VIEW_ALIGN", "Attr", "Example", "OpSpec", "RuleGroup",
+    "ShapeError", "example", "need", "need_f32", "no_grad", "op", "register", "rules",
 ]
 

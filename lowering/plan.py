@@ -4,8 +4,9 @@ The plan is plain data (buffers, dispatches with specialised WGSL, leaf bindings
 intermediates share a device allocation: ``storage``); the runtime allocates what it lists
 and records its dispatches in order. Lowering follows
 meganeura's ``compile.rs`` (``../shared/seeds``): leaves get buffers the runtime fills,
-``Identity`` aliases its input's buffer, a derived parameter (a Concat of parameters,
-``Graph.is_derived_parameter``) gets a buffer the runtime packs once from the parameters,
+``Identity`` aliases its input's buffer, ``Select`` (a view of one part) is a window of it, a
+derived parameter (a Concat of parameters, ``Graph.is_derived_parameter``) gets a buffer the
+runtime packs once from the parameters,
 and every other op becomes its kernel builder's dispatches: one, except a Concat of more
 inputs than one dispatch may bind and a split-K matmul (partial sums into the node's scratch
 buffer, then their reduction).
@@ -40,9 +41,11 @@ class BufferSpec:
     'intermediate', 'derived' (packed by the runtime from parameters, see
     :class:`DerivedParameter`) or 'host' (a parameter that only derived parameters read:
     the runtime checks it and packs from it, but allocates no device buffer) or 'window' (bytes
-    ``[offset, offset + size_bytes)`` of buffer ``window = (index, offset)``, a weight (a parameter, a
-    constant or a derived parameter) too large for one binding, bound in parts:
-    :class:`~eggfuse.ir.kernel.Window`; no buffer of its own, ``name`` is the buffer's with the byte range). ``name`` is
+    ``[offset, offset + size_bytes)`` of buffer ``window = (index, offset)``: a weight (a parameter, a
+    constant or a derived parameter) too large for one binding, bound in parts
+    (:class:`~eggfuse.ir.kernel.Window`; ``node`` the weight's), or the value of a view of a part of another
+    value (``OpSpec.view_offset``: ``Select``; ``node`` the view's, any buffer kind); no buffer of its own,
+    ``name`` is the buffer's with the byte range). ``name`` is
     the leaf's name or ``<Op>%<node id>``. A node's scratch buffer (``Kernel.scratch``: an
     intermediate of one op's dispatches, such as a split-K matmul's partial sums) is a flat
     'intermediate' f32 buffer named ``<Op>%<node id>.scratch``, whose ``node`` is that op's.
@@ -244,8 +247,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     constants: dict[int, np.ndarray] = {}
     derived: dict[int, DerivedParameter] = {}
     for node in live:
-        if OPS[node.op].view:  # a reshape view: same bytes, same buffer
-            node_buffer[node.id] = node_buffer[node.inputs[0]]
+        if OPS[node.op].view:  # a reshape view: same bytes, same buffer; a view of a part: a window of it
+            node_buffer[node.id] = _view_buffer(graph, node, buffers, node_buffer)
             continue
         if (w := OPS[node.op].writes) is not None:  # updated in place: the written input's buffer
             node_buffer[node.id] = node_buffer[node.inputs[w]]
@@ -287,7 +290,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     state = frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state"))
     if prefetch:
         dispatches = add_prefetch(buffers, dispatches, state, lim)
-    storage, storage_sizes = share_storage_of(buffers, dispatches, {node_buffer[o] for o in graph.outputs}) \
+    outputs = {node_buffer[o] for o in graph.outputs}
+    storage, storage_sizes = share_storage_of(buffers, dispatches, outputs | {buffers[o].window[0] for o in outputs
+                                                                              if buffers[o].window}) \
         if share_storage else ({}, [])
     live_ids = {n.id for n in live}
     unused = frozenset(n.attrs["name"] for n in graph.nodes
@@ -412,6 +417,25 @@ def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], 
     return index
 
 
+def _view_buffer(graph: Graph, node: Node, buffers: list[BufferSpec], node_buffer: dict[NodeId, int]) -> int:
+    # The buffer of a view node: its input's, or (OpSpec.view_offset, a part of it: Select) a window of the buffer
+    # that holds the input's bytes, from the view's offset on (a window of a window is one of the first's buffer)
+    spec, base = OPS[node.op], node_buffer[node.inputs[0]]
+    offset = spec.view_offset([graph.node(node.inputs[0]).type], node.attrs) if spec.view_offset else 0
+    if not offset and node.type.size_bytes == buffers[base].size_bytes:
+        return base
+    if buffers[base].window is not None:
+        base, offset = buffers[base].window[0], buffers[base].window[1] + offset
+    size = max(4, node.type.size_bytes)
+    for b in buffers:
+        if b.window == (base, offset) and b.size_bytes == size and b.shape == node.type.shape:
+            return b.index
+    index = len(buffers)
+    buffers.append(BufferSpec(index, size, node.type.dtype, "window", f"{buffers[base].name}[{offset}:{offset + size}]",
+                              node.id, node.type.shape, (base, offset)))
+    return index
+
+
 def _default_bindings(spec, node: Node, ins: list[TensorType], reads: tuple[int, ...]) -> tuple[Buffer, ...]:
     out_name = spec.input_name(spec.writes) if spec.writes is not None else "out"
     return (*(Buffer(spec.input_name(i), ins[i].dtype.wgsl, write=i in spec.updates) for i in reads),
@@ -438,21 +462,28 @@ def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
     the GPU (the Q, K and V projections of one decode step); a reused allocation would make
     it wait for that dispatch (the barrier before a write to a buffer read earlier), so such
     a dispatch's output gets a new allocation, which later dispatches may reuse.
+
+    A window (``BufferSpec.window``) stands for its buffer: binding a part of an intermediate
+    (a ``Select`` view) keeps the whole intermediate alive, and ``outputs`` must list the buffers
+    of output windows.
     """
+    def whole(b: int) -> int:
+        return buffers[b].window[0] if buffers[b].window else b
+
     last: dict[int, int] = {}
     for i, d in enumerate(dispatches):
         for b in d.bindings:
-            last[b] = i
+            last[whole(b)] = i
     storage: dict[int, int] = {}
     sizes: list[int] = []
     free: list[int] = []
     for i, d in enumerate(dispatches):
-        for b in d.bindings:
+        for b in map(whole, d.bindings):
             if b in storage or b in outputs or buffers[b].kind != "intermediate":
                 continue
             need = buffers[b].size_bytes
             # reuse only where the dispatch waits for its predecessor anyway
-            pool = free if i > 0 and dispatches[i - 1].output in d.inputs else []
+            pool = free if i > 0 and whole(dispatches[i - 1].output) in map(whole, d.inputs) else []
             fits = [a for a in pool if sizes[a] >= need]
             if fits:
                 slot = min(fits, key=lambda a: sizes[a])
@@ -465,7 +496,7 @@ def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
                 slot = len(sizes)
                 sizes.append(need)
             storage[b] = slot
-        for b in dict.fromkeys(d.bindings):
+        for b in dict.fromkeys(map(whole, d.bindings)):
             if last[b] == i and b in storage:
                 free.append(storage[b])
     return storage, sizes

@@ -47,7 +47,7 @@ from .sorts import ARG_SORTS, CHILD_SORTS, SIGNATURES
 #: constructor name -> the IR op it builds (one per arity of an op with optional inputs)
 OP_OF = {name: sig.op for name, sig in SIGNATURES.items() if not sig.leaf}
 #: ops that only view another: a rule building one around another op builds that op
-VIEWS = frozenset({"Identity", "Permute"})
+VIEWS = frozenset({"Identity", "Permute", "Select"})
 
 if TYPE_CHECKING:
     from egglog import Ruleset
@@ -110,7 +110,7 @@ def attach(rep: Report, dag: TermDag | None, enc: Encoding, rulesets: Sequence[R
 
 def _builders(rulesets: Sequence[Ruleset], fired: dict[str, int]) -> dict[str, list[str]]:
     # op -> the fired rules (of rulesets eggfuse built) whose right-hand sides build it: the head call, or
-    # under views (Identity, Permute) the first call that is not one
+    # under views (Identity, Permute, Select) the first call that is not one
     out: dict[str, list[str]] = {}
     for rs in rulesets:
         for rule_name, rule in (members(rs)[1] if id(rs) in _MEMBERS else []):

@@ -18,7 +18,9 @@
 //   itself); EPILOGUE is the product's chain, reading the operands e0, e1, ... as the tiled kernel does;
 // - EmbeddingSumLayerNorm (ir/ops/norms.py): C = the sum of the rows its tables' indices name.
 // STORE defines put(i, u, y) (y: the unit's normalised values, before gamma and beta), writing unit u
-// of row i through gamma (and beta): quads bound as vec4 where WIDTH is 4, else one f32.
+// of row i through gamma (and beta): quads bound as vec4 where WIDTH is 4, else one f32; and
+// put_value(i, u, v), which with PAIR writes the unit's values C themselves (FusedMatMulLayerNormPair:
+// out holds C's rows, then the normalised rows; without PAIR it is never called).
 //
 // A row is cut into units of WIDTH columns (4 where p.n is a multiple of 4, else 1). LANES
 // neighbouring invocations take a row (256 / LANES rows a workgroup), lane l owning its units
@@ -29,6 +31,7 @@
 
 const SPLITS: u32 = {{SPLITS}}u;
 const CENTRED: bool = {{CENTRED}};
+const PAIR: bool = {{PAIR}};
 const VALUES: u32 = {{VALUES}}u;
 const HELD: u32 = max(VALUES, 1u);  // the register array's length
 const LANES: u32 = {{LANES}}u;
@@ -105,12 +108,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var t = 0u; t < VALUES; t = t + 1u) {
             let u = lane + t * LANES;
             if (u < units) {
+                if (PAIR) {
+                    put_value(i, u, held[t]);
+                }
                 put(i, u, ((held[t] - mean) - delta) * rstd);
             }
         }
     } else {
         for (var u = lane; u < units; u = u + LANES) {
-            put(i, u, ((value4(i, u * WIDTH) - mean) - delta) * rstd);
+            let v = value4(i, u * WIDTH);
+            if (PAIR) {
+                put_value(i, u, v);
+            }
+            put(i, u, ((v - mean) - delta) * rstd);
         }
     }
 }

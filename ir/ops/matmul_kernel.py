@@ -981,7 +981,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
     SwiGLUConcat of C), 'layer_norm' (each row of C normalised with ``norm_eps``, then scaled
     and shifted by gamma and beta, which the node holds right after A and B, before the epilogue
-    operands: matmul_split_layer_norm.wgsl) or 'rms_norm' (each row of C divided by sqrt(mean(C^2) +
+    operands: matmul_split_layer_norm.wgsl), 'layer_norm_pair' (the same, its output [2, M, N] holding C's rows
+    and then the normalised rows) or 'rms_norm' (each row of C divided by sqrt(mean(C^2) +
     ``norm_eps``), then scaled by the weight the node holds right after A and B: the same shader).
     Raises LoweringError for an unknown step or final
     step, a transposed A with ``rms_norm`` or ``layer_norm`` (or both), a GEMV ``layer_norm`` with a final
@@ -1188,17 +1189,22 @@ def layer_norm_lanes(n: int) -> tuple[int, int, int]:
     return lanes, values if values * width <= LAYER_NORM_HELD else 0, width
 
 
-def layer_norm_stage(n: int, centred: bool) -> tuple[int, dict, tuple, Buffer]:
+def layer_norm_stage(n: int, centred: bool, pair: bool = False) -> tuple[int, dict, tuple, Buffer]:
     """The layout of matmul_split_layer_norm.wgsl for rows of ``n`` (:func:`layer_norm_lanes`):
     (lanes, slots, the weights' bindings, the output's binding); the caller adds the VALUE slot
     (:func:`layer_norm_value`), SPLITS and EPILOGUE. ``centred``: LayerNorm (gamma and beta) or
-    RmsNorm (gamma)."""
+    RmsNorm (gamma). ``pair``: the output [2, M, N] holds the rows' values, then the normalised rows
+    (FusedMatMulLayerNormPair)."""
     lanes, values, width = layer_norm_lanes(n)
     elem = "vec4<f32>" if width == 4 else "f32"
     shift = " + beta[u]" if centred else ""
-    store = (f"fn put(i: u32, u: u32, y: vec4<f32>) {{\n    out[i * (p.n / {width}u) + u] = "
-             f"y{'' if width == 4 else '.x'} * gamma[u]{shift};\n}}")
+    x = "" if width == 4 else ".x"
+    at = f"i * (p.n / {width}u) + u"
+    normed = f"p.m * (p.n / {width}u) + {at}" if pair else at
+    store = (f"fn put(i: u32, u: u32, y: vec4<f32>) {{\n    out[{normed}] = y{x} * gamma[u]{shift};\n}}\n\n"
+             f"fn put_value(i: u32, u: u32, v: vec4<f32>) {{\n" + (f"    out[{at}] = v{x};\n" if pair else "") + "}")
     slots = dict(VALUES=values, LANES=lanes, WIDTH=width, CENTRED="true" if centred else "false", STORE=store,
+                 PAIR="true" if pair else "false",
                  KEEP="vec4<f32>(1.0)" if width == 4 else "vec4<f32>(1.0, 0.0, 0.0, 0.0)")
     weights = (Buffer("gamma", elem), Buffer("beta", elem)) if centred else (Buffer("gamma", elem),)
     return lanes, slots, weights, Buffer("out", elem, write=True)
@@ -1243,16 +1249,17 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
     # The second dispatch of a two-stage product, reading the first's scratch buffer: the splits'
     # sums, the row scale (row_sums) and the epilogue, then the final step: None (C itself),
     # 'swiglu' (SwiGLUConcat of C), 'layer_norm' (each row of C normalised; gamma and beta are
-    # the node's inputs fixed and fixed + 1, the epilogue operands follow them) or 'rms_norm' (each
+    # the node's inputs fixed and fixed + 1, the epilogue operands follow them), 'layer_norm_pair' (C's
+    # rows, then the normalised rows: an output [2, M, N]) or 'rms_norm' (each
     # row of C divided by its root mean square; its weight is the node's input fixed, the epilogue
     # operands follow it).
     from .fused_epilogue import step_label
 
     chain = "".join(f"+{step_label(s)}" for s in epilogue)
-    if final in ("layer_norm", "rms_norm") and row_sums:
+    if final in ("layer_norm", "layer_norm_pair", "rms_norm") and row_sums:
         raise LoweringError(f"a {final} final step takes no RmsNorm prologue: its reduction does not scale rows")
-    if final in ("layer_norm", "rms_norm"):
-        lanes, slots, weights, out = layer_norm_stage(n, final == "layer_norm")
+    if final in ("layer_norm", "layer_norm_pair", "rms_norm"):
+        lanes, slots, weights, out = layer_norm_stage(n, final != "rms_norm", pair=final == "layer_norm_pair")
         value = _PARTIAL_SUMS_QUADS if slots["WIDTH"] == 4 else layer_norm_value(1, _PARTIAL_SUMS)
         slots.update(SPLITS=splits, EPILOGUE="\n".join(lines), VALUE=value)
         first = fixed + len(weights)  # the first epilogue operand among the node's inputs
@@ -1262,7 +1269,8 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
                       bindings=(Buffer("part", out.elem), *weights, *operands, out),
                       inputs=(SCRATCH, *range(fixed, first), *range(first, first + len(operands))), slots=slots)
     if final not in (None, "swiglu"):
-        raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm', 'rms_norm' or None")
+        raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm', 'layer_norm_pair', "
+                            "'rms_norm' or None")
     gated = final == "swiglu"
     name = f"matmul_split{splits}_reduce" + ("_rms_norm" if row_sums else "") + ("_swiglu" if gated else "") + chain
     return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * (n // 2 if gated else n)),

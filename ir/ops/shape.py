@@ -1,4 +1,5 @@
-"""Data movement: the reshape view (any rank, 0 included), the 2-D Transpose of the seed,
+"""Data movement: the reshape view (any rank, 0 included), the Select view of one part along the
+first axis, the 2-D Transpose of the seed,
 Concat (packed weights among its uses), SliceCols and its adjoint PadCols. Elements are
 copied, never converted, so Concat and SliceCols take u32, i32 and bool tensors as well as
 f32. The N-d movement ops of ONNX are in ``movement.py``.
@@ -11,7 +12,7 @@ import math
 import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
+from ..spec import NO_GRAD, VIEW_ALIGN, Attr, example, need, need_f32, no_grad, op, rules
 from ..types import TensorType
 
 FAMILY = "shape"
@@ -35,6 +36,29 @@ def _identity(ts, a):
 op("Identity", ("x",), _identity, lambda xs, a: xs[0].reshape(a["shape"]), attrs=(Attr("shape", "ints"),),
    dispatches=0, view=True, doc="reshape view (row-major, numpy.reshape): the same bytes, no data movement",
    vjp=lambda b, node, dy, want: [b.reshape(dy, b.type(node.inputs[0]).shape)], flops=lambda ins, out, a: 0)
+
+
+# --- Select: a view of one part along the first axis ---------------------------------------------
+
+
+def _select(ts, a):
+    x, index = ts[0], a["index"]
+    need(x.rank >= 2, f"input must have at least 2 dimensions (parts along the first), got {x}")
+    need(0 <= index < x.shape[0], f"index {index} is outside the input's {x.shape[0]} parts ({x})")
+    part = TensorType(x.shape[1:], x.dtype)
+    need(part.size_bytes % VIEW_ALIGN == 0,
+         f"a part of {x} is {part.size_bytes} bytes, not a multiple of {VIEW_ALIGN} (the offset alignment every "
+         "WebGPU device binds): Select views only parts that align; take other parts with Slice")
+    return part
+
+
+op("Select", ("x",), _select, lambda xs, a: xs[0][a["index"]], attrs=(Attr("index", "int"),),
+   dispatches=0, view=True, view_offset=lambda ins, a: a["index"] * TensorType(ins[0].shape[1:]).size_bytes,
+   vjp=no_grad("a view that extraction makes of a two-output node's value, after autodiff"),
+   flops=lambda ins, out, a: 0,
+   doc="out = x[index] (torch.select(x, 0, index)): a view of part index of x along its first axis, the same "
+       "bytes from offset index * part bytes (each part a multiple of 256 bytes), no data movement; the two "
+       "values of FusedMatMulLayerNormPair are its parts 0 and 1")
 
 
 @rules("algebraic")

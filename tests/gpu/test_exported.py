@@ -87,3 +87,24 @@ def test_exported_matches_torch(file, fuse):
     cut = {k: v[row:row + 1, :n] if v.ndim == 3 else v[row:row + 1] for k, v in want.items()}
     _check(model, small, cut, f"{file} at {small[first].shape}")
     assert len(model.plans) == 2
+
+
+@pytest.mark.parametrize("file", ["gpt2_tiny.classic.onnx", "gpt2_tiny.dynamo.onnx"])
+def test_pre_ln_residual_sums_stored_with_their_layer_norms_match_onnxruntime(file):
+    # at 2 x 8 tokens the [16, hidden] residual sums are a multiple of 256 bytes, so each one the next residual
+    # add and the next LayerNorm read is stored with its LayerNorm by one product (FusedMatMulLayerNormPair, its
+    # two values Select views): against onnxruntime's run of the same file, the first sequence left-padded
+    import onnxruntime
+
+    rng = np.random.default_rng(8)
+    vocab = int(np.load(DATA / "gpt2_tiny.npz")["output.logits"].shape[-1])
+    mask = np.ones((2, 8), np.int64)
+    mask[0, :3] = 0
+    feeds = {"input_ids": rng.integers(0, vocab, (2, 8)).astype(np.int64), "attention_mask": mask}
+    session = onnxruntime.InferenceSession(str(DATA / file), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    want = dict(zip(names, session.run(names, feeds), strict=True))
+    model = Model(DATA / file, fuse=True)
+    _check(model, feeds, want, f"{file} at 2 x 8")
+    ops = [n.op for n in next(iter(model.plans.values())).compiled.graph.live_nodes()]
+    assert ops.count("FusedMatMulLayerNormPair") >= 2 and "Select" in ops, ops

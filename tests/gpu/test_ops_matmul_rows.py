@@ -1,7 +1,6 @@
 """The products with a final row step (ir/ops/matmul_rows.py) on the GPU: FusedMatMulLayerNorm,
-FusedMatMulRmsNorm, FusedMatMulSwiGLU and FusedRmsNormMatMulSwiGLU (their quantised-weight forms:
-tests/gpu/test_ops_quant.py)
-against the numpy reference (``eggfuse.ir.evaluate``),
+FusedMatMulLayerNormPair, FusedMatMulRmsNorm, FusedMatMulSwiGLU and FusedRmsNormMatMulSwiGLU (their quantised-weight
+forms: tests/gpu/test_ops_quant.py) against the numpy reference (``eggfuse.ir.evaluate``),
 through every first stage (the GEMV kernel for M <= 4, the tiled kernel whole or split in K) and an
 epilogue before the final step. Then the rules on graphs of primitive ops (BERT's bias + residual +
 LayerNorm, a LLaMA MLP), optimised and run against the unfused graph's reference, with the product
@@ -15,6 +14,7 @@ from op_table import Row, check_row, run_optimised  # tests/op_table.py
 
 from eggfuse.ir import Graph
 from eggfuse.ir.ops.matmul_kernel import matmul_choice
+from eggfuse.lowering import lower
 
 
 def _operands(g: Graph, epilogue, m: int, n: int) -> list[int]:
@@ -36,6 +36,18 @@ def _layer_norm(variant: str, m: int, k: int, n: int, epilogue=("bias", "add")) 
                           variant=variant, epilogue=epilogue)
 
     return Row("FusedMatMulLayerNorm", f"FusedMatMulLayerNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
+
+
+def _layer_norm_pair(variant: str, m: int, k: int, n: int, epilogue=("bias", "add")) -> Row:
+    def build(g: Graph) -> int:
+        a = g.input("a", [k, m] if variant == "AT" else [m, k])
+        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
+        gamma, beta = g.parameter("gamma", [n]), g.parameter("beta", [n])
+        return g.add_node("FusedMatMulLayerNormPair", (a, w, gamma, beta, *_operands(g, epilogue, m, n)), eps=1e-5,
+                          variant=variant, epilogue=epilogue)
+
+    return Row("FusedMatMulLayerNormPair", f"FusedMatMulLayerNormPair{variant}[{m},{k},{n}]{'+'.join(epilogue)}",
+               build)
 
 
 def _rms_norm(variant: str, m: int, k: int, n: int, epilogue=("bias",), eps: float = 1e-6) -> Row:
@@ -70,6 +82,11 @@ ROWS = [
     _layer_norm("", 2, 40, 30, ("Relu",)),  # GEMV first stage, B stored [K, N]
     _layer_norm("BT", 9, 24, 257, ("add",)),  # 2 columns an invocation in registers, the second only for one
     _layer_norm("BT", 5, 20, 4500, ("bias",)),  # rows too long for registers: each pass computes them again
+    _layer_norm_pair("BT", 1, 40, 37),  # GEMV first stage
+    _layer_norm_pair("BT", 37, 384, 48),  # quads, split in K by the heuristic
+    _layer_norm_pair("", 70, 33, 389, ("bias", "GeluTanh")),  # single columns, in registers
+    _layer_norm_pair("AT", 9, 20, 6, ()),
+    _layer_norm_pair("BT", 5, 20, 4500, ("bias",)),  # rows too long for registers: each pass computes them again
     _rms_norm("BT", 1, 40, 37, ("add",)),  # GEMV first stage
     _rms_norm("", 8, 1024, 384, ()),  # MiniLM's pooling product (8 rows): tiled, split in K by the heuristic
     _rms_norm("AT", 37, 33, 45, ("bias", "Gelu")),
@@ -97,7 +114,8 @@ def test_whole_and_split_first_stages(row, splits, device):
     with matmul_choice(splits=splits):
         session = check_row(row, device, subgroups=None)
     kernels = [d.kernel for d in session.plan.dispatches]
-    final = {"FusedMatMulLayerNorm": "layer_norm", "FusedMatMulRmsNorm": "rms_norm"}.get(row.op)
+    final = {"FusedMatMulLayerNorm": "layer_norm", "FusedMatMulLayerNormPair": "layer_norm_pair",
+             "FusedMatMulRmsNorm": "rms_norm"}.get(row.op)
     assert len(kernels) == 2 and kernels[1].startswith(f"matmul_split{splits}_{final}" if final else
                                                        f"matmul_split{splits}_reduce"), kernels
     assert (f"_split{splits}" in kernels[0]) == (splits > 1) and ("_split" in kernels[0]) == (splits > 1), kernels
@@ -212,6 +230,55 @@ def test_layer_norm_rule_leaves_a_stored_product(device):
     g, feeds, params = _bert_block(37, 64, 45, product_out=True)
     opt, _ = run_optimised(g, device, feeds, params)
     assert not any(n.op == "FusedMatMulLayerNorm" for n in opt.live_nodes())
+
+
+def _pre_ln_blocks(m: int, k: int, n: int, layers: int, sum_out: bool) -> tuple[Graph, dict, dict]:
+    # GPT-2's pre-LN blocks (Radford et al. 2019) without attention: h1 = LayerNorm(h) W1^T + b1 + h, then
+    # h2 = gelu_tanh(LayerNorm(h1) W2^T + b2) W3^T + b3 + h1, and a final LayerNorm. Each residual sum is read by
+    # the next LayerNorm and the next residual add; with ``sum_out`` the last block's h1 is a graph output too
+    g = Graph()
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    params = {}
+
+    def param(name, shape, scale=1.0):
+        params[name] = (rng.standard_normal(shape) * scale).astype(np.float32)
+        return g.parameter(name, list(shape))
+
+    h = g.input("x", [m, n])
+    outs = []
+    for i in range(layers):
+        a = g.layer_norm(h, param(f"g1_{i}", (n,)), param(f"c1_{i}", (n,)))
+        h1 = g.add(g.bias_add(g.matmul_bt(a, param(f"w1_{i}", (n, n), n ** -0.5)), param(f"b1_{i}", (n,))), h)
+        c = g.layer_norm(h1, param(f"g2_{i}", (n,)), param(f"c2_{i}", (n,)))
+        f = g.add_node("GeluTanh", (g.bias_add(g.matmul_bt(c, param(f"w2_{i}", (k, n), n ** -0.5)),
+                                               param(f"b2_{i}", (k,))),))
+        h = g.add(g.bias_add(g.matmul_bt(f, param(f"w3_{i}", (n, k), k ** -0.5)), param(f"b3_{i}", (n,))), h1)
+        outs = [h1] if sum_out else []
+    g.set_outputs([g.layer_norm(h, param("gf", (n,)), param("cf", (n,))), *outs])
+    return g, {"x": rng.standard_normal((m, n)).astype(np.float32)}, params
+
+
+@pytest.mark.parametrize("m, k, n, sum_out", [(16, 40, 48, False), (5, 24, 64, True), (64, 9, 4, False),
+                                               (5, 24, 45, False)])
+def test_layer_norm_pair_rule_on_pre_ln_blocks(m, k, n, sum_out, device):
+    # each residual sum read by a LayerNorm and a residual add is stored with its LayerNorm by one product
+    # (FusedMatMulLayerNormPair) and read through Select views at offsets 0 and M N; parts of a multiple of 256
+    # bytes only (5 x 45 f32 are 900: no pair, the LayerNorms stay). Residual sums as a graph output read back
+    # through their window; 16 x 48, 5 x 64 (odd M), 64 x 4 (N of one quad)
+    g, feeds, params = _pre_ln_blocks(m, k, n, 2, sum_out)
+    opt, _ = run_optimised(g, device, feeds, params)
+    ops = [node.op for node in opt.live_nodes()]
+    aligned = m * n % 64 == 0
+    # the last sum is read by the final LayerNorm alone: FusedMatMulLayerNorm, which stores half as much
+    assert ops.count("FusedMatMulLayerNormPair") == (3 if aligned else 0), ops
+    assert ops.count("Select") == (6 if aligned else 0), ops
+    assert ops.count("FusedMatMulLayerNorm") == 1, ops
+    assert ops.count("LayerNorm") == (1 if aligned else 4), ops  # the first block's, of the input
+    if aligned:
+        plan = lower(opt, dict(device.limits))
+        windows = [b for b in plan.buffers if b.kind == "window"]
+        assert {b.window[1] for b in windows} == {0, m * n * 4}, windows
+        assert not set(plan.storage) & {b.window[0] for b in windows if b.index in plan.outputs}
 
 
 def _pooled_embedding(b: int, s: int, n: int, pooled_out: bool) -> tuple[Graph, dict, dict]:
