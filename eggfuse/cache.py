@@ -384,8 +384,9 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
             base = plan.buffers[b.window[0]] if 0 <= b.window[0] < n else None
             src = graph.node(b.node) if 0 <= b.node < len(graph.nodes) else None
             view = src is not None and OPS[src.op].view
-            while src is not None and OPS[src.op].view:  # the value whose buffer a view's window is of
-                src = graph.node(src.inputs[0])
+            while src is not None and (OPS[src.op].view or OPS[src.op].writes is not None):
+                # the value whose buffer a view's window is of (an in-place update's value is in its input's)
+                src = graph.node(src.inputs[0 if OPS[src.op].view else OPS[src.op].writes])
             if (b.kind != "window" or base is None or base.window is not None or src is None or base.node != src.id
                     or base.kind not in ("parameter", "derived", "constant",
                                          *(("intermediate", "input") if view else ()))

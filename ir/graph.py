@@ -222,27 +222,38 @@ class Graph:
     def index_readers(self) -> dict[NodeId, str]:
         """Leaf id -> the op that sets its :meth:`index_bounds`, for messages: ``"Gather (node 7) of parameter
         'wte' f32[50257,768]"`` (the table it indexes: the parameter of that many rows nearest the indices)."""
-        return {leaf: self._reader(node, slot, rows) for leaf, (rows, node, slot) in self._index_readers().items()}
+        return {leaf: self.reader_label(node, slot, rows) for leaf, (rows, node, slot) in self._index_readers().items()}
 
     def _index_readers(self) -> dict[NodeId, tuple[int, Node, int]]:
         # leaf id -> (its bound, the node setting it, the input slot the node reads it at)
         out: dict[NodeId, tuple[int, Node, int]] = {}
+        for leaf, reads in self.index_reads().items():
+            for rows, node, slot, _ in reads:
+                if leaf not in out or rows < out[leaf][0]:
+                    out[leaf] = (rows, node, slot)
+        return out
+
+    def index_reads(self) -> dict[NodeId, list[tuple[int, Node, int, bool]]]:
+        """Leaf id -> every read of it as indices: (the bound, the reading node, the input slot, whether it reads a
+        part of the leaf through a view of one, ``Select``), through views; the leaf's :meth:`index_bounds` is the
+        smallest bound."""
+        out: dict[NodeId, list[tuple[int, Node, int, bool]]] = {}
         for node in self.nodes:
             hook = OPS[node.op].index_bounds
             if hook is None:
                 continue
             for slot, rows in hook([self.nodes[i].type for i in node.inputs], node.attrs).items():
-                src = self.nodes[node.inputs[slot]]
+                src, part = self.nodes[node.inputs[slot]], False
                 while OPS[src.op].view:
+                    part = part or OPS[src.op].view_offset is not None
                     src = self.nodes[src.inputs[0]]
-                if src.id not in out or rows < out[src.id][0]:
-                    out[src.id] = (rows, node, slot)
+                out.setdefault(src.id, []).append((rows, node, slot, part))
         return out
 
-    def _reader(self, node: Node, slot: int, rows: int) -> str:
-        # the table: a parameter of rank 2 or more with that many rows (along Gather's axis), the nearest to the
-        # indices among the op's inputs (they sit next to their table: ids0, table0, ...; Gather's data before its
-        # indices)
+    def reader_label(self, node: Node, slot: int, rows: int) -> str:
+        """``node`` (reading indices at input ``slot``, bounded by ``rows``) for messages, with the table it indexes:
+        the parameter of rank 2 or more with that many rows (along Gather's axis) nearest to the indices among its
+        inputs (they sit next to their table: ids0, table0, ...; Gather's data before its indices)."""
         axis = node.attrs.get("axis", 0) if node.op == "Gather" else 0
         tables = sorted((abs(k - slot - 0.5), k) for k, i in enumerate(node.inputs)
                         if k != slot and self.nodes[i].op == "Parameter" and self.nodes[i].type.rank >= 2

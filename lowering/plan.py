@@ -278,6 +278,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             continue
         ins = [graph.node(i).type for i in node.inputs]
         dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks))
+    _check_exclusive_writes(dispatches, buffers)
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
@@ -385,13 +386,35 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     return out
 
 
+def _check_exclusive_writes(dispatches: list[Dispatch], buffers: list[BufferSpec]) -> None:
+    # A dispatch may not bind a buffer it writes (its output, an input it updates in place) a second time, as an
+    # input or through a view of it (Identity, a Select window): WebGPU refuses a storage buffer used read-write
+    # and read-only in one dispatch, and the kernel would read what it is overwriting.
+    def whole(b: int) -> int:
+        return buffers[b].window[0] if buffers[b].window else b
+
+    for d in dispatches:
+        written = {len(d.bindings) - 1, *d.writable}
+        for i in written:
+            others = [j for j, b in enumerate(d.bindings) if j != i and whole(b) == whole(d.bindings[i])]
+            if others:
+                b = buffers[whole(d.bindings[i])]
+                raise LoweringError(f"{d.label} writes {b.kind} {b.name!r} ({b.type}) and reads it again in the same "
+                                    f"dispatch (bindings {i} and {', '.join(map(str, others))}): an op cannot read "
+                                    "the buffer it updates in place, through another view of it or a part of it; "
+                                    "keep the value it reads in a tensor of its own (another parameter or input)")
+
+
 def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], node_buffer: dict[NodeId, int],
                    limits: Mapping[str, int], label: str) -> int:
     """The buffer of window ``w`` of ``node``'s input (one of ``buffers``, appended the first time it is asked
-    for): a parameter's or a constant's bytes [w.offset, w.offset + w.size). Raises DeviceLimitError for
-    another input (an intermediate's or an input's), LoweringError for a window that is not aligned or not inside
-    the input."""
+    for): a parameter's or a constant's bytes [w.offset, w.offset + w.size), of the weight's buffer from the
+    input's own offset where the input is a part of it (a Select view). Raises DeviceLimitError for another input
+    (an intermediate's or an input's), LoweringError for a window that is not aligned or not inside the input."""
     base = buffers[node_buffer[node.inputs[w.input]]]
+    shift, room = 0, base.size_bytes
+    if base.window is not None:  # a part of a buffer: a window of that buffer from the part's offset
+        base, shift = buffers[base.window[0]], base.window[1]
     if base.kind not in ("parameter", "constant", "derived"):
         what = ("give it as a parameter (a weight uploaded once, such as an ONNX initializer), "
                 if base.kind == "input" else "")
@@ -403,17 +426,19 @@ def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], 
             f"for the adapter's limit), or at smaller shapes")
     align = int(limits["min-storage-buffer-offset-alignment"])
     elem = base.dtype.size_bytes
-    if (w.offset % align or w.size <= 0 or w.size % elem or w.offset % elem
-            or w.offset + w.size > base.size_bytes):
+    if ((shift + w.offset) % align or w.size <= 0 or w.size % elem or w.offset % elem
+            or w.offset + w.size > room):
         raise LoweringError(f"kernel {k.name} of {label} asks for bytes {w.offset}..{w.offset + w.size} of input "
-                            f"{w.input} ({base.size_bytes} bytes): a window must lie inside it, start at a multiple of "
+                            f"{w.input} ({room} bytes{f' from byte {shift} of {base.name!r}' if shift else ''}): a "
+                            f"window must lie inside it, start at a multiple of "
                             f"{limit_name('min-storage-buffer-offset-alignment')} = {align} and hold whole elements")
+    start = shift + w.offset
     for b in buffers:
-        if b.window == (base.index, w.offset) and b.size_bytes == w.size:
+        if b.window == (base.index, start) and b.size_bytes == w.size and b.node == base.node:
             return b.index
     index = len(buffers)
-    buffers.append(BufferSpec(index, w.size, base.dtype, "window", f"{base.name}[{w.offset}:{w.offset + w.size}]",
-                              base.node, (w.size // elem,), (base.index, w.offset)))
+    buffers.append(BufferSpec(index, w.size, base.dtype, "window", f"{base.name}[{start}:{start + w.size}]",
+                              base.node, (w.size // elem,), (base.index, start)))
     return index
 
 
@@ -428,7 +453,7 @@ def _view_buffer(graph: Graph, node: Node, buffers: list[BufferSpec], node_buffe
         base, offset = buffers[base].window[0], buffers[base].window[1] + offset
     size = max(4, node.type.size_bytes)
     for b in buffers:
-        if b.window == (base, offset) and b.size_bytes == size and b.shape == node.type.shape:
+        if b.window == (base, offset) and b.size_bytes == size and b.shape == node.type.shape and b.node == node.id:
             return b.index
     index = len(buffers)
     buffers.append(BufferSpec(index, size, node.type.dtype, "window", f"{buffers[base].name}[{offset}:{offset + size}]",
@@ -573,6 +598,12 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
     # The runtime rejects out-of-range indices in an input, as the reference does; a
     # constant index table is checked here once (Graph.index_bounds: the ops' own hooks).
     live_ids = {n.id for n in live}
+    for nid, reads in graph.index_reads().items():
+        if nid in live_ids and any(part for *_, part in reads) and len({rows for rows, *_ in reads}) > 1:
+            which = "; ".join(f"{graph.reader_label(node, slot, rows)}: {rows} rows" for rows, node, slot, _ in reads)
+            raise LoweringError(f"{graph.node(nid).describe()} is read as indices in parts (Select) by ops of "
+                                f"different bounds ({which}), and its values are checked as a whole: give each part "
+                                "as a tensor of its own")
     bounds: dict[str, int] = {}
     for nid, rows in graph.index_bounds().items():
         src = graph.node(nid)

@@ -177,6 +177,7 @@ class Session:
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
         # dispatch may not bind one buffer both read-only and writable), as does a large one.
         written = {d.output for d in plan.dispatches} | {d.bindings[i] for d in plan.dispatches for i in d.writable}
+        written |= {plan.buffers[i].window[0] for i in written if plan.buffers[i].window}  # a part's: the whole's
         packed_inputs = [i for i in plan.inputs.values()
                          if i not in written and plan.buffers[i].size_bytes <= PACK_MAX_BYTES]
         offsets, size = _aligned_offsets([plan.buffers[i].size_bytes for i in packed_inputs],

@@ -437,8 +437,8 @@ op("FusedLayerNormMatMul", ("x", "gamma", "beta", "w", "*operands"), _fused_laye
 
 def _ln_mm_example(variant: str):
     def build(g, dim):
-        k = dim("k")
-        x = g.layer_norm(g.input("x", [dim("m"), k]), g.parameter("g", [k]), g.parameter("b", [k]))
+        k = dim("k")  # more rows than GEMV_MAX_ROWS, where the rule applies
+        x = g.layer_norm(g.input("x", [dim("m", GEMV_MAX_ROWS + 1), k]), g.parameter("g", [k]), g.parameter("b", [k]))
         if variant == "BT":
             _out(g, g.relu(g.matmul_bt(x, g.parameter("W", [dim("n"), k]))))
         else:

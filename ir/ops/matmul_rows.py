@@ -167,7 +167,8 @@ def _pair_ref(xs, a):
 
 op("FusedMatMulLayerNormPair", ("a", "b", "gamma", "beta", "*operands"), _pair, _pair_ref,
    attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), kernel=_kernel, dispatches=2,
-   vjp=no_grad("extraction makes it of a product and its LayerNorm, after autodiff"), flops=_mm_layer_norm_flops,
+   vjp=no_grad("the optimiser makes it of a product and its LayerNorm: differentiate the graph before "
+                                     "optimising it"), flops=_mm_layer_norm_flops,
    doc="[C, LayerNorm(C, gamma, beta, eps)] for C = epilogue(A op B) [M,N] (Ba et al. 2016), output [2, M, N]: a "
        "pre-LN transformer's residual sum, which the next residual add reads, and its LayerNorm, which the next "
        "block reads (GPT-2: Radford et al. 2019), each read through a Select view; inputs [A, B, gamma [N], beta "

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import NO_GRAD, VIEW_ALIGN, Attr, example, need, need_f32, no_grad, op, rules
+from ..spec import NO_GRAD, VIEW_ALIGN, Attr, example, need, need_f32, op, rules
 from ..types import TensorType
 
 FAMILY = "shape"
@@ -52,10 +52,17 @@ def _select(ts, a):
     return part
 
 
+def _select_vjp(b, node, dy, want):
+    # dx: dy in part index, zeros in the others (Pad of dy as one part along the first axis)
+    x = b.type(node.inputs[0])
+    index, rest = node.attrs["index"], (0,) * (x.rank - 1)
+    part = b.reshape(b.real(dy), (1, *x.shape[1:]))
+    return [b.emit("Pad", (part,), pads=(index, *rest, x.shape[0] - 1 - index, *rest), mode="constant", fill=0)]
+
+
 op("Select", ("x",), _select, lambda xs, a: xs[0][a["index"]], attrs=(Attr("index", "int"),),
-   dispatches=0, view=True, view_offset=lambda ins, a: a["index"] * TensorType(ins[0].shape[1:]).size_bytes,
-   vjp=no_grad("a view that extraction makes of a two-output node's value, after autodiff"),
-   flops=lambda ins, out, a: 0,
+   dispatches=0, view=True, vjp=_select_vjp, flops=lambda ins, out, a: 0,
+   view_offset=lambda ins, a: a["index"] * TensorType(ins[0].shape[1:], ins[0].dtype).size_bytes,
    doc="out = x[index] (torch.select(x, 0, index)): a view of part index of x along its first axis, the same "
        "bytes from offset index * part bytes (each part a multiple of 256 bytes), no data movement; the two "
        "values of FusedMatMulLayerNormPair are its parts 0 and 1")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from eggfuse import cache
-from eggfuse.ir import Graph, GraphError, evaluate
+from eggfuse.ir import DType, Graph, GraphError, LoweringError, evaluate
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 
@@ -105,3 +105,72 @@ def test_select_refuses_parts_it_cannot_view(shape, index, message):
     x = g.input("x", shape)
     with pytest.raises(GraphError, match=message):
         g.add_node("Select", (x,), index=index)
+
+
+def test_an_in_place_update_of_a_part_of_an_input_runs(device):
+    # CacheWrite into part 1 of an input: the input keeps a buffer of its own (a buffer written in place is not
+    # packed with the inputs one dispatch reads), so the dispatch does not bind one buffer read-only and writable
+    rng = np.random.default_rng(3)
+    g = Graph()
+    c = g.input("c", [2, 4, 64])
+    part = g.add_node("Select", (c,), index=1)
+    g.set_outputs([g.add_node("CacheWrite", (part, g.input("new", [1, 64]), g.input("pos", [1], DType.U32)))])
+    _check(g, {"c": rng.standard_normal((2, 4, 64)).astype(np.float32),
+               "new": rng.standard_normal((1, 64)).astype(np.float32), "pos": np.array([2], np.uint32)}, {}, device)
+
+
+@pytest.mark.parametrize("through", ["Select", "Identity"])
+def test_a_dispatch_that_writes_a_buffer_it_also_reads_is_refused_by_name(through):
+    # SgdUpdate of part 1 of p by part 0 of p (or of p by a reshape of p): one buffer read and written by one
+    # dispatch, which WebGPU refuses; lowering names the node and the parameter instead
+    g = Graph()
+    p = g.parameter("p", [2, 64])
+    if through == "Select":
+        update = (g.add_node("Select", (p,), index=1), g.add_node("Select", (p,), index=0))
+    else:
+        update = (p, g.reshape(p, [2, 64]))
+    g.set_outputs([g.add_node("SgdUpdate", update, lr=0.5)])
+    with pytest.raises(LoweringError, match=r"node \d+ SgdUpdate\(.*\) -> f32\[.*\] writes parameter 'p' "
+                                            r"\(f32\[2,64\]\) and reads it again in the same dispatch .* keep the "
+                                            r"value it reads in a tensor"):
+        lower(g)
+
+
+def test_indices_read_in_parts_by_tables_of_different_sizes_are_refused():
+    # the runtime checks a fed index input as a whole, against the smallest table that reads it: parts of it read
+    # by tables of 4 and 100 rows would refuse valid indices of the second part; parts of one bound are checked
+    for rows in ((4, 100), (100, 100)):
+        h = Graph()
+        h_idx = h.input("idx", [2, 64], DType.U32)
+        outs = [h.embedding(h.add_node("Select", (h_idx,), index=i), h.parameter(f"t{i}", [r, 8]))
+                for i, r in enumerate(rows)]
+        h.set_outputs(outs)
+        if rows[0] != rows[1]:
+            with pytest.raises(LoweringError, match=r"Input 'idx'.* is read as indices in parts \(Select\) by ops of "
+                                                    r"different bounds \(Embedding \(node \d+\) of parameter 't0' "
+                                                    r"f32\[4,8\]: 4 rows; .*100 rows\).* give each part as a tensor"):
+                lower(h)
+        else:
+            assert lower(h).index_bounds == {"idx": 100}
+
+
+def test_a_part_of_an_in_place_update_and_a_part_of_a_large_weight(device):
+    # a Select of a reshape of CacheWrite's value (a window of the state's buffer) survives the compile cache's
+    # check; a Gather of a part of a weight larger than a binding reads it through windows of the weight's buffer
+    rng = np.random.default_rng(4)
+    g = Graph()
+    w = g.add_node("CacheWrite", (g.state("kv", [4, 64]), g.input("new", [1, 64]), g.input("pos", [1], DType.U32)))
+    g.set_outputs([g.add_node("Select", (g.reshape(w, [2, 2, 64]),), index=1)])
+    plan = lower(g, dict(device.limits))
+    assert cache.decode_plan(json.loads(json.dumps(cache.encode_plan(plan))), g).buffers == plan.buffers
+
+    g = Graph()
+    table = g.parameter("w", [2, 304, 8])  # parts of 9,728 bytes, read through windows of at most 2,048
+    g.set_outputs([g.add_node("Gather", (g.add_node("Select", (table,), index=1), g.input("ids", [5], DType.I32)),
+                              axis=0)])
+    params = {"w": rng.standard_normal((2, 304, 8)).astype(np.float32)}
+    feeds = {"ids": np.array([0, 5, 303, 100, -1], np.int32)}
+    plan = lower(g, {**dict(device.limits), "max-storage-buffer-binding-size": 2048})
+    starts = sorted(b.window[1] for b in plan.buffers if b.kind == "window" and b.node == g.nodes[table].id)
+    assert starts[0] == 9728 and len(starts) == 5, starts
+    np.testing.assert_array_equal(Session(plan, params, device=device).run(feeds)[0], evaluate(g, feeds, params)[0])

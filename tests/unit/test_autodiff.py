@@ -353,6 +353,7 @@ ROWS = [
     _attention("CausalAttentionRoPE", nh=2, nkv=1, batch=1, seq=4, theta=10000.0, pairing="adjacent", packed=True),
     Row("Transpose", lambda g: g.transpose(P(g, "x", [3, 5]))),
     Row("Identity", lambda g: g.reshape(P(g, "x", [3, 4]), [2, 6])),
+    Row("Select", lambda g: g.add_node("Select", (P(g, "x", [3, 2, 32]),), index=1)),
     Row("SumAll", lambda g: g.sum_all(P(g, "x", [3, 5]))),
     Row("MeanAll", lambda g: g.mean_all(P(g, "x", [3, 5]))),
     Row("Concat-axis0", lambda g: g.concat([P(g, "a", [2, 3]), P(g, "b", [4, 3])], axis=0)),
