@@ -311,6 +311,38 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 
 
+def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Initializers that are exactly the transpose of another: {copy: original}. An exporter stores a tied
+    table twice, as the embedding's W [V, H] and as the LM head's W^T [H, V] (torch.onnx, classic and dynamo).
+    The copy is the one only MatMul nodes read (as their B), so that the rewrite folds its Transpose into the
+    product; a pair where neither is, or an initializer a subgraph reads, is left alone."""
+    readers: dict[str, set[str]] = {}
+
+    def scan(g: onnx.GraphProto, outer: bool) -> None:
+        for node in g.node:
+            for k, name in enumerate(node.input):
+                readers.setdefault(name, set()).add(node.op_type if outer and (node.op_type, k) == ("MatMul", 1)
+                                                    else "other")
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    scan(sub, False)
+
+    scan(graph, True)
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    for name, arr in arrays.items():
+        if arr.ndim == 2 and arr.size >= 2:
+            by_shape.setdefault(arr.shape, []).append(name)
+    out: dict[str, str] = {}
+    for name, arr in arrays.items():
+        if arr.ndim != 2 or name in out or readers.get(name, {"other"}) != {"MatMul"}:
+            continue
+        for other in by_shape.get(arr.shape[::-1], ()):
+            if other != name and other not in out and np.array_equal(arrays[other].T, arr):
+                out[name] = other
+                break
+    return out
+
+
 def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
     out: list[int | str | None] = []
     for d in vi.type.tensor_type.shape.dim:
@@ -353,6 +385,10 @@ class Importer:
         #: IR node id -> the name of the ONNX node whose import added it (its first output's name
         #: when it has none; the outermost node for an expanded function or an inlined If)
         self.origin: dict[int, str] = {}
+        #: initializer name -> the initializer it is the transpose of (:func:`transposed_copies`): read as a
+        #: Transpose of that one, so the table is stored once
+        self.transposed_of: dict[str, str] = {}
+        self._initializers: dict[str, Value] = {}
         #: Slices whose end ONNX clamped to a shorter axis (a finite end, not the "to the end"
         #: idiom): a later shape error names the last three, as a sequence longer than a position
         #: table fails only at the Add that meets the shorter rows
@@ -378,6 +414,11 @@ class Importer:
             if lo < -2**31 or hi >= 2**31:
                 raise OnnxError(f"{where}tensor {v.name!r} ({elem_name(v.elem)}) holds {lo}..{hi}, outside the int32 "
                                 "range eggfuse narrows int64 tensors to (WGSL has no 64-bit integers)")
+        if v.name in self.transposed_of and v.param and v is self._initializers.get(v.name):
+            # a tied table's second copy (an LM head's W^T beside the embedding's W): W read transposed, which
+            # the matmul rules fold into the product (MatMul(x, Transpose(W)) -> MatMulBT(x, W))
+            v.node = self.graph.transpose(self.materialise(self._initializers[self.transposed_of[v.name]], ctx))
+            return v.node
         if v.param and dtype is DType.F32 and not baked(arr, TensorType(tuple(arr.shape), dtype)):
             name = self._unique(v.name or "param")
             v.node = self.graph.parameter(name, arr.shape)
@@ -410,6 +451,9 @@ class Importer:
         for t in g.initializer:
             arr = tensor_array(t, f"initializer {t.name!r}")
             env[t.name] = in_f32(Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True))
+        self._initializers = {t.name: env[t.name] for t in g.initializer}
+        self.transposed_of = transposed_copies(g, {k: v.const for k, v in self._initializers.items()
+                                                   if ELEM_DTYPE.get(v.elem) is DType.F32})
         self._inputs(g, env)
         self._nodes(g.node, env, version)
         if self.unsupported:

@@ -281,3 +281,39 @@ def test_a_damaged_tensor_is_an_onnx_error_naming_it():
     m.graph.initializer.append(w)
     with pytest.raises(OnnxError, match="initializer 'w': its stored data does not match"):
         load(m)
+
+
+def _tied(head_bt: np.ndarray, other_reader: bool = False) -> tuple:
+    # an exporter's tied table: Gather(w, ids) for the embedding and MatMul(h, wt) for the LM head, wt = w^T stored
+    # again (torch.onnx); ``other_reader``: wt is read by an Add of an input too
+    w = np.arange(24, dtype=np.float32).reshape(6, 4) / 7
+    nodes = [node("Gather", ["w", "ids"], ["h"]), node("MatMul", ["h", "wt"], ["y"])]
+    inputs, outputs = [("ids", I64, [3])], [("y", F, None)]
+    if other_reader:
+        nodes.append(node("Add", ["wt", "x"], ["z"]))
+        inputs.append(("x", F, [4, 6]))
+        outputs.append(("z", F, None))
+    return model(nodes, inputs, outputs, [("w", w), ("wt", head_bt)]), w
+
+
+def test_a_tied_table_stored_twice_is_read_once_as_its_transpose():
+    m, w = _tied(np.ascontiguousarray(np.arange(24, dtype=np.float32).reshape(6, 4).T / 7))
+    g, params = load(m)
+    assert list(params) == ["w"]  # wt is Transpose(w): one table
+    assert [n.op for n in g.live_nodes()].count("Transpose") == 1
+    ids = np.array([0, 5, 2], np.int64)
+    (got,) = evaluate(g, {"ids": ids}, params)
+    np.testing.assert_allclose(got, w[ids].astype(np.float64) @ w.T.astype(np.float64), rtol=1e-6)
+    from eggfuse.rewrites import optimize
+
+    opt, _ = optimize(g)
+    assert "Transpose" not in [n.op for n in opt.live_nodes()]  # folded: the product reads w's rows (MatMulBT)
+
+
+@pytest.mark.parametrize("case", ["one element differs", "read by another op too"])
+def test_a_near_copy_or_a_copy_read_elsewhere_stays_a_parameter(case):
+    wt = np.ascontiguousarray(np.arange(24, dtype=np.float32).reshape(6, 4).T / 7)
+    if case == "one element differs":
+        wt[3, 5] = np.nextafter(wt[3, 5], np.float32(np.inf))
+    g, params = load(_tied(wt, other_reader=case == "read by another op too")[0])
+    assert sorted(params) == ["w", "wt"] and "Transpose" not in [n.op for n in g.live_nodes()]
