@@ -311,30 +311,39 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 
 
-def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
-    """Initializers that are exactly the transpose of another: {copy: original}. An exporter stores a tied
-    table twice, as the embedding's W [V, H] and as the LM head's W^T [H, V] (torch.onnx, classic and dynamo).
-    The copy is the one only MatMul nodes read (as their B), so that the rewrite folds its Transpose into the
-    product; a pair where neither is, or an initializer a subgraph reads, is left alone."""
+def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
+    """Value name -> how the graph reads it: ``"MatMul"`` as a MatMul's B (input 1) in the graph itself,
+    ``"other:<node>"`` by another input of a node or inside a subgraph (If, Loop, Scan), one entry a node."""
     readers: dict[str, set[str]] = {}
+    count = iter(range(1 << 62))
 
     def scan(g: onnx.GraphProto, outer: bool) -> None:
         for node in g.node:
+            at = next(count)
             for k, name in enumerate(node.input):
                 readers.setdefault(name, set()).add(node.op_type if outer and (node.op_type, k) == ("MatMul", 1)
-                                                    else "other")
+                                                    else f"other:{at}")
             for a in node.attribute:
                 for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                     scan(sub, False)
 
     scan(graph, True)
+    return readers
+
+
+def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Initializers that are exactly the transpose of another: {copy: original}. An exporter stores a tied
+    table twice, as the embedding's W [V, H] and as the LM head's W^T [H, V] (torch.onnx, classic and dynamo).
+    The copy is the one only MatMul nodes read (as their B), so that the rewrite folds its Transpose into the
+    product; a pair where neither is, or an initializer a subgraph reads, is left alone."""
+    readers = matmul_b_readers(graph)
     by_shape: dict[tuple[int, ...], list[str]] = {}
     for name, arr in arrays.items():
         if arr.ndim == 2 and arr.size >= 2:
             by_shape.setdefault(arr.shape, []).append(name)
     out: dict[str, str] = {}
     for name, arr in arrays.items():
-        if arr.ndim != 2 or name in out or readers.get(name, {"other"}) != {"MatMul"}:
+        if arr.ndim != 2 or name in out or readers.get(name) != {"MatMul"}:
             continue
         for other in by_shape.get(arr.shape[::-1], ()):
             if other != name and other not in out and np.array_equal(arrays[other].T, arr):
@@ -389,6 +398,7 @@ class Importer:
         #: Transpose of that one, so the table is stored once
         self.transposed_of: dict[str, str] = {}
         self._initializers: dict[str, Value] = {}
+        self._readers: dict[str, set[str]] = {}  # value name -> its readers (matmul_b_readers)
         #: Slices whose end ONNX clamped to a shorter axis (a finite end, not the "to the end"
         #: idiom): a later shape error names the last three, as a sequence longer than a position
         #: table fails only at the Add that meets the shorter rows
@@ -454,6 +464,7 @@ class Importer:
         self._initializers = {t.name: env[t.name] for t in g.initializer}
         self.transposed_of = transposed_copies(g, {k: v.const for k, v in self._initializers.items()
                                                    if ELEM_DTYPE.get(v.elem) is DType.F32})
+        self._readers = matmul_b_readers(g)
         self._inputs(g, env)
         self._nodes(g.node, env, version)
         if self.unsupported:
@@ -582,6 +593,13 @@ class Importer:
         foldable = (node.domain in ("", "ai.onnx") and node.op_type not in NO_FOLD and not blocked
                     and all(v.const is not None for v in given)
                     and (given or node.op_type in ("Constant", "ConstantOfShape", "Range", "EyeLike")))
+        if (foldable and node.op_type == "Transpose" and node.output and len(given) == 1 and given[0].param
+                and given[0].const.ndim == 2 and self._readers.get(node.output[0]) == {"MatMul"}
+                and len(self._readers.get(node.input[0], ())) > 1):
+            # a weight that other nodes read too, transposed for MatMuls (the dynamo exporter's tied LM head, W
+            # also the embedding): imported as a Transpose of the weight, which the matmul rules fold into the
+            # products, rather than folded into a second copy of it
+            foldable = False
         if blocked and key not in CONVERTERS and not self._expandable(node, version):
             self._mark_unsupported(key, node)
         if blocked:

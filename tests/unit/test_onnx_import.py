@@ -317,3 +317,22 @@ def test_a_near_copy_or_a_copy_read_elsewhere_stays_a_parameter(case):
         wt[3, 5] = np.nextafter(wt[3, 5], np.float32(np.inf))
     g, params = load(_tied(wt, other_reader=case == "read by another op too")[0])
     assert sorted(params) == ["w", "wt"] and "Transpose" not in [n.op for n in g.live_nodes()]
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_weight_transposed_in_the_graph_for_a_matmul_is_not_copied_where_it_is_read_elsewhere(tied):
+    # the dynamo exporter's tied head: Transpose(w) read by the head's MatMul, w also the embedding's table: a
+    # Transpose of the one parameter (folded into the product by the rewrite). A weight only that Transpose reads
+    # is folded at load time as before: one parameter either way
+    w = np.arange(24, dtype=np.float32).reshape(6, 4) / 7
+    nodes = [node("Transpose", ["w"], ["wt"], perm=[1, 0]), node("MatMul", ["x", "wt"], ["y"])]
+    outputs = [("y", F, None)]
+    if tied:
+        nodes.append(node("Gather", ["w", "ids"], ["h"]))
+        outputs.append(("h", F, None))
+    g, params = load(model(nodes, [("x", F, [3, 4]), ("ids", I64, [3])], outputs, [("w", w)]))
+    assert len(params) == 1 and next(iter(params.values())).shape == ((6, 4) if tied else (4, 6))
+    assert ("Transpose" in [n.op for n in g.live_nodes()]) == tied
+    x, ids = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([1, 0, 5], np.int64)
+    got = evaluate(g, {"x": x, "ids": ids}, params)
+    np.testing.assert_allclose(got[0], x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-6)
