@@ -598,8 +598,9 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
     # The runtime rejects out-of-range indices in an input, as the reference does; a
     # constant index table is checked here once (Graph.index_bounds: the ops' own hooks).
     live_ids = {n.id for n in live}
-    for nid, reads in graph.index_reads().items():
-        if nid in live_ids and any(part for *_, part in reads) and len({rows for rows, *_ in reads}) > 1:
+    for nid, reads in graph.index_reads().items():  # (an intermediate's values are not checked: clamped)
+        if (nid in live_ids and graph.node(nid).op in ("Input", "Constant") and any(part for *_, part in reads)
+                and len({rows for rows, *_ in reads}) > 1):
             which = "; ".join(f"{graph.reader_label(node, slot, rows)}: {rows} rows" for rows, node, slot, _ in reads)
             raise LoweringError(f"{graph.node(nid).describe()} is read as indices in parts (Select) by ops of "
                                 f"different bounds ({which}), and its values are checked as a whole: give each part "

@@ -166,7 +166,11 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
             continue
         own = [n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf]
         if OPS[entry[0]].view and entry[2] and not members.get(dag.eclasses[entry[2][0]]):
-            roots.setdefault(entry[2][0], []).extend(own)  # a view of a new term: the term replaced them
+            k = entry[2][0]  # a view of a new term (through views of it: a Reshape of a Select): the term replaced them
+            while (entries[k] is not None and OPS[entries[k][0]].view and entries[k][2]
+                   and not members.get(dag.eclasses[entries[k][2][0]])):
+                k = entries[k][2][0]
+            roots.setdefault(k, []).extend(own)
         elif own:
             roots.setdefault(j, []).extend(own)
     out: dict[str, list[list[int]]] = {}

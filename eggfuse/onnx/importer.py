@@ -334,8 +334,10 @@ def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
 def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
     """Initializers that are exactly the transpose of another: {copy: original}. An exporter stores a tied
     table twice, as the embedding's W [V, H] and as the LM head's W^T [H, V] (torch.onnx, classic and dynamo).
-    The copy is the one only MatMul nodes read (as their B), so that the rewrite folds its Transpose into the
-    product; a pair where neither is, or an initializer a subgraph reads, is left alone."""
+    The copy is one that only MatMul nodes read (as their B), so that the rewrite folds its Transpose into the
+    product, and the original one that another node reads (the embedding's Gather): two MatMul weights that
+    merely hold equal values (identity initialisations) stay two parameters, as training needs them. A pair
+    of other readers, or an initializer a subgraph reads, is left alone."""
     readers = matmul_b_readers(graph)
     by_shape: dict[tuple[int, ...], list[str]] = {}
     for name, arr in arrays.items():
@@ -346,7 +348,9 @@ def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray]) 
         if arr.ndim != 2 or name in out or readers.get(name) != {"MatMul"}:
             continue
         for other in by_shape.get(arr.shape[::-1], ()):
-            if other != name and other not in out and np.array_equal(arrays[other].T, arr):
+            if (other != name and other not in out and readers.get(other, {"MatMul"}) != {"MatMul"}
+                    and np.array_equal(arrays[other][:, 0], arr[0])  # one row first: most pairs differ there
+                    and np.array_equal(arrays[other].T, arr)):
                 out[name] = other
                 break
     return out

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import GraphError, InputError
 from ..kernel import Kernel
-from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
+from ..spec import NO_GRAD, OPS, VIEW_ALIGN, Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
 from .elementwise import like, sigmoid
 
@@ -537,9 +537,11 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     from ..kernel import SCRATCH, Buffer, elementwise_groups
     from .matmul_kernel import layer_norm_stage, layer_norm_value
 
-    rows, n = _rows(node.type)
-    lanes, norm, norm_weights, norm_out = layer_norm_stage(n, centred=True)
+    pair = node.op == "EmbeddingSumLayerNormPair"  # the output [2, T, H]: the rows' sums, then their LayerNorm
+    rows, n = _rows(TensorType(node.type.shape[-2:]))
+    lanes, norm, norm_weights, norm_out = layer_norm_stage(n, centred=True, pair=pair)
     norm_groups = math.ceil(rows * lanes / 256)
+    paired = "_pair" if pair else ""
     pairs, fmt, positions = _pairs_of(len(ins), node.attrs), node.attrs["format"], node.attrs["positions"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
     signed = [ins[2 + 2 * i].dtype is DType.I32 for i in range(pairs)]
@@ -556,7 +558,7 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     name = "_windows" if len(pair_bindings) > 2 * pairs else ""  # (per dispatch: the one binding windows)
     if 3 + len(pair_bindings) + bool(positions) <= target.limits.get("max-storage-buffers-per-shader-stage", 8):
         value, vocab_params = _gathers(vocabs, fmt, signed, readers, positions=positions)
-        return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}{name}_layer_norm",
+        return Kernel(f"embedding{pairs}{tag(signed, bool(positions))}{name}_layer_norm{paired}",
                       "matmul_split_layer_norm.wgsl", norm_groups,
                       params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
                       bindings=(*norm_weights, *pair_bindings, *((Buffer("positions"),) if positions else ()),
@@ -574,7 +576,8 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     name = "_windows" if len(pair_bindings) > 2 * len(tail) else ""
     value, vocab_params = _gathers([vocabs[p] for p in tail], fmt, [signed[p] for p in tail], readers,
                                    first="x[i * p.n + j]", positions=positions)
-    second = Kernel(f"embedding{len(tail)}{tag([signed[p] for p in tail], bool(positions))}{name}_add_layer_norm",
+    second = Kernel(f"embedding{len(tail)}{tag([signed[p] for p in tail], bool(positions))}{name}_add_layer_norm"
+                    f"{paired}",
                     "matmul_split_layer_norm.wgsl", norm_groups,
                     params=(*common, *vocab_params), slots={**norm, "VALUE": layer_norm_value(norm["WIDTH"], value)},
                     bindings=(*norm_weights, Buffer("x"), *pair_bindings,
@@ -641,6 +644,29 @@ op("EmbeddingSumLayerNorm", ("w", "bias", "indices0", "table0", "indices1?", "ta
        "et al. 2016)")
 
 
+def _embedding_sum_pair(ts, a):
+    out = _embedding_sum_layer_norm(ts, a)
+    return TensorType((2, *out.shape))
+
+
+def _embedding_sum_pair_ref(xs, a):
+    rows = _embedding_rows(xs, a)
+    return np.stack([rows, _layer_norm_ref([rows, xs[0], xs[1]], a)])
+
+
+op("EmbeddingSumLayerNormPair", ("w", "bias", "indices0", "table0", "indices1?", "table1?", "indices2?", "table2?",
+                                 "positions?"),
+   _embedding_sum_pair, _embedding_sum_pair_ref, attrs=OPS["EmbeddingSumLayerNorm"].attrs,
+   vjp=no_grad("the optimiser makes it of an embedding sum and its LayerNorm: differentiate the graph before "
+               "optimising it"),
+   kernel=_embedding_sum_layer_norm_kernel, flops=lambda ins, out, a: 5 * out.num_elements,
+   index_bounds=OPS["EmbeddingSumLayerNorm"].index_bounds,
+   doc="[S, LayerNorm(S, w, bias, eps)] for S the rows' sum of EmbeddingSumLayerNorm (its inputs and "
+       "attributes), output [2, T, H]: a pre-LN transformer's embeddings (GPT-2: Radford et al. 2019), which the "
+       "first residual add reads, and their LayerNorm, which the first block reads, each through a Select view; "
+       "the same dispatches as EmbeddingSumLayerNorm, whose stage also stores the sum")
+
+
 def _embedding_ln_example(terms: str):
     def build(g, dim):
         t, h = dim("t"), dim("h")
@@ -678,16 +704,17 @@ def _embedding_sum_layer_norm_rules(e):
                   example=_embedding_ln_example("1+(2)"))
 
 
-def _gathered_ln_example(form: str, flat: bool):
+def _gathered_ln_example(form: str, flat: bool, pair: bool = False):
+    # pair: the sum is a graph output too (as a pre-LN transformer's first residual reads it), rows of 64
     def build(g, dim):
-        b, s, h = dim("b", 1, 3), dim("s", 1, 4), dim("h")
+        b, s, h = dim("b", 1, 3), dim("s", 1, 4), 64 if pair else dim("h")
         rows = [g.add_node("Gather", (g.parameter(f"table{i}", [dim(f"v{i}"), h]),
                                       g.input(f"ids{i}", [b, s], DType.I32)), axis=0) for i in range(3)]
         pos = g.parameter("pos", [1, s, h])
         x = (g.add(g.add(rows[0], rows[1]), pos) if form == "2" else g.add(rows[0], pos) if form == "1" else
              g.add(rows[0], rows[1]) if form == "2g" else g.add(g.add(rows[0], rows[1]), rows[2]))
         g.set_outputs([g.layer_norm(g.reshape(x, [b * s, h]) if flat else x, g.parameter("w", [h]),
-                                    g.parameter("b", [h]), 1e-12)])
+                                    g.parameter("b", [h]), 1e-12), *((x,) if pair else ())])
 
     return example(build)
 
@@ -714,6 +741,7 @@ def _gathered_embedding_layer_norm_rules(e):
                                         second),
                                        ("G0+P", e.Add(rows[0], p), (ids[0], t0), ())):
         fused = e.EmbeddingSumLayerNorm(w, bias, *pairs, pos, eps=eps, format=e.String("f32"), positions=sg[1])
+        both = e.EmbeddingSumLayerNormPair(w, bias, *pairs, pos, eps=eps, format=e.String("f32"), positions=sg[1])
         for flat in (True, False):
             lhs = e.LayerNorm(e.Identity(total, shape=sl) if flat else total, w, bias, eps=eps)
             shape_of_x = (e.eq(sl).to(e.Vec(tokens, sg[2])),) if flat else ()
@@ -724,6 +752,18 @@ def _gathered_embedding_layer_norm_rules(e):
                 e.union(lhs).with_(fused if flat else e.Identity(fused, shape=sg)),
                 *(e.set_(e.shape(t)).to(e.Vec(tokens)) for t in pairs[::2]),
                 e.set_(e.shape(pos)).to(e.Vec(sg[1], sg[2])), e.set_(e.shape(fused)).to(e.Vec(tokens, sg[2])))
+            # and where the sum is read too (a pre-LN transformer's first residual add: GPT-2), the pair: the sum
+            # -> Reshape(Select(P, 0)), the LayerNorm -> Select(P, 1), parts of a multiple of VIEW_ALIGN bytes
+            normed = e.Select(both, index=1)
+            yield e.rule(lhs, *guards, *extra, *shape_of_x,
+                         e.eq((tokens * sg[2] * e.i64(4)) % e.i64(VIEW_ALIGN)).to(e.i64(0)),
+                         name=f"LayerNorm({'Reshape(' if flat else ''}{label}{')' if flat else ''}) of Gathers -> "
+                              f"Select(EmbeddingSumLayerNormPair(..., positions), 1)",
+                         example=_gathered_ln_example("2" if len(pairs) == 4 else "1", flat, pair=True)).then(
+                e.union(lhs).with_(normed if flat else e.Identity(normed, shape=sg)),
+                e.union(total).with_(e.Identity(e.Select(both, index=0), shape=sg)),
+                *(e.set_(e.shape(t)).to(e.Vec(tokens)) for t in pairs[::2]),
+                e.set_(e.shape(pos)).to(e.Vec(sg[1], sg[2])))
     # LayerNorm(Reshape((G0 + G1) + G2, [B S, H])) -> EmbeddingSumLayerNorm(Reshape(i0, [B S]), T0, ..., T2)   for
     # three Gathers by i32 indices [B, S] (RoBERTa: word rows, token types, and positions whose ids are computed
     # from the padding, so no Gather of them is folded), and LayerNorm(Reshape(G0 + G1)) for two (MPNet: word rows

@@ -144,7 +144,7 @@ def test_an_index_past_a_table_is_refused_with_its_input_named(device):
     np.testing.assert_allclose(got, evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-4)
 
 
-def _exported_embeddings(pairs: int, flat: bool, b: int = 3, s: int = 7, h: int = 37) -> Graph:
+def _exported_embeddings(pairs: int, flat: bool, b: int = 3, s: int = 7, h: int = 37, residual: bool = False) -> Graph:
     # an exporter's BERT embeddings: Gathers of the word (and token type) tables by i32 ids [B, S], the
     # folded position rows [1, S, H] added last, then LayerNorm over the [B S, H] view (flat) or [B, S, H];
     # the second table's ids are computed (ids1 + 1), so the runtime cannot check them and the kernel clamps
@@ -157,8 +157,9 @@ def _exported_embeddings(pairs: int, flat: bool, b: int = 3, s: int = 7, h: int 
             for i, v in enumerate((50, 2)[:pairs])]
     x = g.add(rows[0], rows[1]) if pairs == 2 else rows[0]
     x = g.add(x, g.parameter("pos", [1, s, h]))
-    g.set_outputs([g.layer_norm(g.reshape(x, [b * s, h]) if flat else x, g.parameter("w", [h]),
-                                g.parameter("b", [h]), 1e-12)])
+    y = g.layer_norm(g.reshape(x, [b * s, h]) if flat else x, g.parameter("w", [h]), g.parameter("b", [h]), 1e-12)
+    # residual: the sum is read again, as a pre-LN transformer's first residual add reads it (GPT-2)
+    g.set_outputs([g.add(y, g.reshape(x, [b * s, h]) if flat else x) if residual else y])
     return g
 
 
@@ -178,6 +179,25 @@ def test_an_exporters_gathers_and_position_rows_are_one_dispatch(device, pairs, 
     plan = lower(opt, device.limits)
     assert plan.dispatches[-1].kernel.split("+")[0] == f"embedding{pairs}_i32_positions_layer_norm"
     assert y.shape == ((21, 37) if flat else (3, 7, 37))
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["rows", "3d"])
+@pytest.mark.parametrize("pairs, h", [(1, 32), (2, 32), (1, 37)])
+def test_embeddings_whose_sum_a_residual_reads_store_it_with_their_layer_norm(device, pairs, h, flat):
+    # GPT-2's first block: the sum of the token and position rows is normalised and read again by the residual
+    # add; one dispatch stores both (EmbeddingSumLayerNormPair, read through Select views) where [B S, H] f32 is
+    # a multiple of 256 bytes (2 x 4 x 32), else the sum and its norm are apart (2 x 4 x 37)
+    g = _exported_embeddings(pairs, flat, b=2, s=4, h=h, residual=True)
+    inputs, params = _feeds(g)
+    inputs["ids0"] = np.random.default_rng(13).integers(-50, 50, (2, 4)).astype(np.int32)
+    if pairs == 2:
+        inputs["ids1"] = np.random.default_rng(14).choice([-2, -1, 0], (2, 4)).astype(np.int32)
+    opt, _ = run_optimised(g, device, inputs, params)  # checked against the unfused graph's reference
+    ops = [n.op for n in opt.live_nodes()]
+    assert ("EmbeddingSumLayerNormPair" in ops) == (h == 32) and ("Select" in ops) == (h == 32), ops
+    if h == 32:
+        kernels = [d.kernel.split("+")[0] for d in lower(opt, device.limits).dispatches]
+        assert f"embedding{pairs}_i32_positions_layer_norm_pair" in kernels, kernels
 
 
 @pytest.mark.parametrize("pairs", [1, 2])

@@ -85,16 +85,20 @@ def _embedding(ids: list[int], vocab: int, width: int) -> Row:
     return Row("Embedding", f"Embedding[{len(ids)}]x[{vocab},{width}]", build, {"ids": np.array(ids)})
 
 
-def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int) -> Row:
-    # indices spread over every row of each table, repeats and the last row included
+def _embedding_layer_norm(vocabs: tuple[int, ...], t: int, h: int, positions: int = 0, pair: bool = False) -> Row:
+    # indices spread over every row of each table, repeats and the last row included; ``pair``: the op that stores
+    # the rows' sum too ([2, T, H])
     ids = {f"i{k}": (np.arange(t) * (k + 3)) % v for k, v in enumerate(vocabs)}
+    op = "EmbeddingSumLayerNormPair" if pair else "EmbeddingSumLayerNorm"
 
     def build(g: Graph) -> int:
         pairs = [x for k, v in enumerate(vocabs) for x in (g.input(f"i{k}", [t], DType.U32),
                                                             g.parameter(f"t{k}", [v, h]))]
-        return g.add_node("EmbeddingSumLayerNorm", (g.parameter("w", [h]), g.parameter("b", [h]), *pairs), eps=1e-12)
+        pos = [g.parameter("pos", [positions, h])] if positions else []
+        return g.add_node(op, (g.parameter("w", [h]), g.parameter("b", [h]), *pairs, *pos), eps=1e-12,
+                          positions=positions)
 
-    return Row("EmbeddingSumLayerNorm", f"EmbeddingSumLayerNorm{list(vocabs)}x[{t},{h}]", build, ids, scale=3.0)
+    return Row(op, f"{op}{list(vocabs)}x[{t},{h}]p{positions}", build, ids, scale=3.0)
 
 
 def _attention(op: str, nh: int, nkv: int, hd: int, batch: int, seq: int, mask=None, masked_rows: str = "",
@@ -477,6 +481,9 @@ ROWS: list[Row] = [
     _embedding_layer_norm((11, 5), 9, 6),  # a row narrower than a subgroup
     _embedding_layer_norm((30, 7, 2), 13, 300),  # rows longer than the workgroup's 256 lanes
     _embedding_layer_norm((5, 3), 3, 4100),  # too long to hold in registers (gathered again in each pass)
+    _embedding_layer_norm((11,), 8, 32, positions=4, pair=True),  # GPT-2's form: token rows and positions
+    _embedding_layer_norm((11, 5), 9, 6, pair=True),  # single columns
+    _embedding_layer_norm((5, 3), 3, 4100, pair=True),  # gathered again in each pass, the sum stored from the last
     *[_rope(pairing, batch, offset) for pairing in ("half", "adjacent")
       for batch, offset in ((1, 0), (2, 3), (5, 17))],
     _attention("FullAttention", 4, 2, 8, 2, 5),

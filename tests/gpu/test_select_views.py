@@ -174,3 +174,18 @@ def test_a_part_of_an_in_place_update_and_a_part_of_a_large_weight(device):
     starts = sorted(b.window[1] for b in plan.buffers if b.kind == "window" and b.node == g.nodes[table].id)
     assert starts[0] == 9728 and len(starts) == 5, starts
     np.testing.assert_array_equal(Session(plan, params, device=device).run(feeds)[0], evaluate(g, feeds, params)[0])
+
+
+def test_computed_indices_read_in_parts_by_tables_of_different_sizes_run(device):
+    # indices the graph computes are not checked at run time (a kernel clamps them), so parts of them may index
+    # tables of different sizes
+    rng = np.random.default_rng(5)
+    g = Graph()
+    ids = g.add(g.input("ids", [2, 64], DType.I32), g.constant(np.zeros((), np.int32), shape=(), dtype=DType.I32))
+    outs = [g.add_node("Gather", (g.parameter(f"t{i}", [rows, 8]), g.add_node("Select", (ids,), index=i)), axis=0)
+            for i, rows in enumerate((10, 100))]
+    g.set_outputs(outs)
+    feeds = {"ids": np.stack([rng.integers(0, 10, 64), rng.integers(0, 100, 64)]).astype(np.int32)}
+    params = {"t0": rng.standard_normal((10, 8)).astype(np.float32),
+              "t1": rng.standard_normal((100, 8)).astype(np.float32)}
+    _check(g, feeds, params, device)

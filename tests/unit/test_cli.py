@@ -70,12 +70,12 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
     gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.classic.onnx")
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "(inputs input_ids 2x7, attention_mask 2x7)" in out and "dispatches 79 -> 18" in out, out
+    assert "(inputs input_ids 2x7, attention_mask 2x7)" in out and "dispatches 80 -> 16" in out, out
     assert "verified: the optimised graph's outputs on the numpy reference (float64, random inputs) are within" in out
     # the optional LayerNorm prologue: its pre-attention, pre-MLP and final LayerNorms in the next products
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--with-ruleset", "layer_norm_prologue"]) == 0
     out = capsys.readouterr().out
-    assert "dispatches 79 -> 13" in out and "FusedLayerNormMatMul" in out, out
+    assert "dispatches 80 -> 12" in out and "FusedLayerNormMatMul" in out, out
     from eggfuse.rewrites.rulesets import SCHEDULE
 
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--rulesets", ",".join(SCHEDULE),
@@ -129,9 +129,9 @@ def test_rulesets_all_and_optional_ones(capsys):
 
     gpt2 = str(Path(__file__).resolve().parent.parent / "data" / "exported" / "gpt2_tiny.classic.onnx")
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--rulesets", "all,layer_norm_prologue"]) == 0
-    assert "dispatches 79 -> 13" in capsys.readouterr().out
+    assert "dispatches 80 -> 12" in capsys.readouterr().out
     assert cli.main(["optimize", gpt2, "--shape", "input_ids=2x7", "--rulesets", "all"]) == 0
-    assert "dispatches 79 -> 18" in capsys.readouterr().out
+    assert "dispatches 80 -> 16" in capsys.readouterr().out
     assert cli.main(["optimize", gpt2, "--rulesets", "recogniton"]) == 2
     err = capsys.readouterr().err
     assert err.count("layer_norm_prologue") == 1, err  # listed once, as optional

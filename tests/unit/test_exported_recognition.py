@@ -320,10 +320,13 @@ def test_exported_fixture_is_recognised_and_matches_torch(name):
         assert all(n.attrs["packed"] for n in opt.live_nodes() if n.op == "GeneralAttention"), name
 
 
-#: pre-LN fixtures with the optional layer_norm_prologue ruleset: {op: count}, dispatches (GPT-2's pre-attention,
-#: pre-MLP and final LayerNorms, ViT's pre-attention and pre-MLP ones, as the next products' prologue)
-PROLOGUE_FIXTURES = {"gpt2_tiny.classic.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
-                     "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 5}, 13),
+#: pre-LN fixtures with the optional layer_norm_prologue ruleset: {op: count}, dispatches (GPT-2's pre-MLP, final and
+#: second pre-attention LayerNorms, ViT's pre-attention and pre-MLP ones, as the next products' prologue; GPT-2's
+#: first, of the embeddings' sum, stored with that sum by the embedding kernel)
+PROLOGUE_FIXTURES = {"gpt2_tiny.classic.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 4,
+                                                 "EmbeddingSumLayerNormPair": 1}, 12),
+                     "gpt2_tiny.dynamo.onnx": ({"CausalAttention": 2, "FusedLayerNormMatMul": 4,
+                                                "EmbeddingSumLayerNormPair": 1}, 12),
                      "vit_tiny.classic.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15),
                      "vit_tiny.dynamo.onnx": ({"FullAttentionPacked": 2, "FusedLayerNormMatMul": 4}, 15)}
 

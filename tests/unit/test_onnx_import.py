@@ -336,3 +336,13 @@ def test_a_weight_transposed_in_the_graph_for_a_matmul_is_not_copied_where_it_is
     x, ids = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([1, 0, 5], np.int64)
     got = evaluate(g, {"x": x, "ids": ids}, params)
     np.testing.assert_allclose(got[0], x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-6)
+
+
+def test_two_matmul_weights_that_merely_hold_transposed_values_stay_two_parameters():
+    # identity initialisations: w2 = w1^T, both read only by MatMuls; tying them would make one parameter of
+    # two (training would sum their gradients), so only a copy of a table another op reads is tied
+    eye = np.eye(4, dtype=np.float32)
+    m = model([node("MatMul", ["x", "w1"], ["h"]), node("MatMul", ["h", "w2"], ["y"])], [("x", F, [3, 4])],
+              [("y", F, None)], [("w1", eye), ("w2", eye.copy())])
+    g, params = load(m)
+    assert sorted(params) == ["w1", "w2"] and "Transpose" not in [n.op for n in g.live_nodes()]

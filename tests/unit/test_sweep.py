@@ -107,15 +107,17 @@ def test_sweep_sizes_onnx_files_with_shape(tmp_path):
         assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress",
                          "--no-plots", *shape]) == 0
         (row,) = json.loads((out / "results.json").read_text())
-        assert row["dispatches_after"] == 18 and row["shapes"] == (shape[1] if shape else ""), row
+        # at 1 x 1 a [1, 32] residual sum is 128 bytes, no part of a pair (VIEW_ALIGN): two dispatches more
+        assert row["dispatches_after"] == (16 if shape else 18) and row["shapes"] == (shape[1] if shape else ""), row
         moved[bool(shape)] = row["bytes_after"]
     assert moved[True] > moved[False], moved
-    # with the optional LayerNorm prologue among the rulesets: its five products take their norms
+    # with the optional LayerNorm prologue among the rulesets: four products take their norms (the first norm is
+    # stored with the embeddings' sum, EmbeddingSumLayerNormPair)
     out = tmp_path / "prologue"
     assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
                      "--shape", "input_ids=2x7", "--rulesets", ",".join([*SCHEDULE, "layer_norm_prologue"])]) == 0
     (row,) = json.loads((out / "results.json").read_text())
-    assert row["dispatches_after"] == 13 and row["rulesets"].endswith(",layer_norm_prologue"), row
+    assert row["dispatches_after"] == 12 and row["rulesets"].endswith(",layer_norm_prologue"), row
     out = tmp_path / "bad"
     assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
                      "--shape", "ids=2x7"]) == 2  # every run failed: not an exit status of success
