@@ -27,27 +27,18 @@ def _operands(g: Graph, epilogue, m: int, n: int) -> list[int]:
     return out
 
 
-def _layer_norm(variant: str, m: int, k: int, n: int, epilogue=("bias", "add")) -> Row:
+def _layer_norm(variant: str, m: int, k: int, n: int, epilogue=("bias", "add"), pair: bool = False) -> Row:
+    # pair: FusedMatMulLayerNormPair, the product's rows stored too ([2, M, N])
+    op, eps = ("FusedMatMulLayerNormPair", 1e-5) if pair else ("FusedMatMulLayerNorm", 1e-12)
+
     def build(g: Graph) -> int:
         a = g.input("a", [k, m] if variant == "AT" else [m, k])
         w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
         gamma, beta = g.parameter("gamma", [n]), g.parameter("beta", [n])
-        return g.add_node("FusedMatMulLayerNorm", (a, w, gamma, beta, *_operands(g, epilogue, m, n)), eps=1e-12,
-                          variant=variant, epilogue=epilogue)
+        return g.add_node(op, (a, w, gamma, beta, *_operands(g, epilogue, m, n)), eps=eps, variant=variant,
+                          epilogue=epilogue)
 
-    return Row("FusedMatMulLayerNorm", f"FusedMatMulLayerNorm{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
-
-
-def _layer_norm_pair(variant: str, m: int, k: int, n: int, epilogue=("bias", "add")) -> Row:
-    def build(g: Graph) -> int:
-        a = g.input("a", [k, m] if variant == "AT" else [m, k])
-        w = g.parameter("w", [n, k] if variant == "BT" else [k, n])
-        gamma, beta = g.parameter("gamma", [n]), g.parameter("beta", [n])
-        return g.add_node("FusedMatMulLayerNormPair", (a, w, gamma, beta, *_operands(g, epilogue, m, n)), eps=1e-5,
-                          variant=variant, epilogue=epilogue)
-
-    return Row("FusedMatMulLayerNormPair", f"FusedMatMulLayerNormPair{variant}[{m},{k},{n}]{'+'.join(epilogue)}",
-               build)
+    return Row(op, f"{op}{variant}[{m},{k},{n}]{'+'.join(epilogue)}", build)
 
 
 def _rms_norm(variant: str, m: int, k: int, n: int, epilogue=("bias",), eps: float = 1e-6) -> Row:
@@ -82,11 +73,11 @@ ROWS = [
     _layer_norm("", 2, 40, 30, ("Relu",)),  # GEMV first stage, B stored [K, N]
     _layer_norm("BT", 9, 24, 257, ("add",)),  # 2 columns an invocation in registers, the second only for one
     _layer_norm("BT", 5, 20, 4500, ("bias",)),  # rows too long for registers: each pass computes them again
-    _layer_norm_pair("BT", 1, 40, 37),  # GEMV first stage
-    _layer_norm_pair("BT", 37, 384, 48),  # quads, split in K by the heuristic
-    _layer_norm_pair("", 70, 33, 389, ("bias", "GeluTanh")),  # single columns, in registers
-    _layer_norm_pair("AT", 9, 20, 6, ()),
-    _layer_norm_pair("BT", 5, 20, 4500, ("bias",)),  # rows too long for registers: each pass computes them again
+    _layer_norm("BT", 1, 40, 37, pair=True),  # GEMV first stage
+    _layer_norm("BT", 37, 384, 48, pair=True),  # quads, split in K by the heuristic
+    _layer_norm("", 70, 33, 389, ("bias", "GeluTanh"), pair=True),  # single columns, in registers
+    _layer_norm("AT", 9, 20, 6, (), pair=True),
+    _layer_norm("BT", 5, 20, 4500, ("bias",), pair=True),  # rows too long for registers: each pass computes them
     _rms_norm("BT", 1, 40, 37, ("add",)),  # GEMV first stage
     _rms_norm("", 8, 1024, 384, ()),  # MiniLM's pooling product (8 rows): tiled, split in K by the heuristic
     _rms_norm("AT", 37, 33, 45, ("bias", "Gelu")),
