@@ -15,7 +15,8 @@ time. DOUBLE, FLOAT16 and BFLOAT16 tensors are computed in float32 (:data:`COMPU
 Float initializers become parameters, named as in the model, except those a value fact
 describes (``eggfuse.ir.facts``: one-element scalars, causal masks, RoPE tables, folded or not):
 those stay constants, whose values the rewrite rules read (the value facts ``eggfuse.rewrites.encode``
-writes), never a parameter's.
+writes), never a parameter's; and a tied table's transposed copy (:func:`transposed_copies`: an LM
+head's W^T beside the embedding's W), which is read as ``Transpose(W)``, so the table is stored once.
 """
 
 from __future__ import annotations
@@ -870,7 +871,8 @@ def load(model: str | os.PathLike | onnx.ModelProto, shapes: Mapping[str, Sequen
     ``If`` whose condition depends only on them is inlined).
 
     The graph's inputs and outputs keep their ONNX names and order; float initializers become
-    parameters (``params``: name -> float32 array). Element types: float32, int32, int64
+    parameters (``params``: name -> float32 array), but for a tied table's transposed copy, read as a
+    Transpose of the table (:func:`transposed_copies`). Element types: float32, int32, int64
     (narrowed to int32) and bool. Raises :class:`~eggfuse.ir.UnsupportedOpsError` listing every
     op type eggfuse cannot run (count and first node of each), and
     :class:`~eggfuse.ir.OnnxError` for an unreadable file, an opset older than 7, an
