@@ -282,7 +282,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     # A parameter that only derived parameters read needs no device buffer of its own.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
-    on_device |= {buffers[i].window[0] for i in on_device if buffers[i].window}
+    on_device |= {_whole(buffers, i) for i in on_device}
     packed_from = {name for d in derived.values() for name in d.sources}
     for name, index in parameters.items():
         if index not in on_device and name in packed_from:
@@ -291,10 +291,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     state = frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state"))
     if prefetch:
         dispatches = add_prefetch(buffers, dispatches, state, lim)
-    outputs = {node_buffer[o] for o in graph.outputs}
-    storage, storage_sizes = share_storage_of(buffers, dispatches, outputs | {buffers[o].window[0] for o in outputs
-                                                                              if buffers[o].window}) \
-        if share_storage else ({}, [])
+    outputs = {_whole(buffers, node_buffer[o]) for o in graph.outputs}  # an output window keeps its buffer whole
+    storage, storage_sizes = share_storage_of(buffers, dispatches, outputs) if share_storage else ({}, [])
     live_ids = {n.id for n in live}
     unused = frozenset(n.attrs["name"] for n in graph.nodes
                        if n.op in ("Input", "Parameter") and n.id not in live_ids)
@@ -386,19 +384,34 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     return out
 
 
+def _whole(buffers: list[BufferSpec], b: int) -> int:
+    # the buffer a window (BufferSpec.window) is part of; any other buffer itself
+    return buffers[b].window[0] if buffers[b].window else b
+
+
+def _add_window(buffers: list[BufferSpec], base: int, offset: int, size: int, dtype: DType, node: NodeId,
+                shape: tuple[int, ...]) -> int:
+    # the window buffer of bytes [offset, offset + size) of buffer ``base`` (itself no window), made once
+    for b in buffers:
+        if b.window == (base, offset) and b.size_bytes == size and b.shape == shape and b.node == node:
+            return b.index
+    index = len(buffers)
+    buffers.append(BufferSpec(index, size, dtype, "window", f"{buffers[base].name}[{offset}:{offset + size}]", node,
+                              shape, (base, offset)))
+    return index
+
+
 def _check_exclusive_writes(dispatches: list[Dispatch], buffers: list[BufferSpec]) -> None:
     # A dispatch may not bind a buffer it writes (its output, an input it updates in place) a second time, as an
     # input or through a view of it (Identity, a Select window): WebGPU refuses a storage buffer used read-write
     # and read-only in one dispatch, and the kernel would read what it is overwriting.
-    def whole(b: int) -> int:
-        return buffers[b].window[0] if buffers[b].window else b
-
     for d in dispatches:
         written = {len(d.bindings) - 1, *d.writable}
         for i in written:
-            others = [j for j, b in enumerate(d.bindings) if j != i and whole(b) == whole(d.bindings[i])]
+            whole = _whole(buffers, d.bindings[i])
+            others = [j for j, b in enumerate(d.bindings) if j != i and _whole(buffers, b) == whole]
             if others:
-                b = buffers[whole(d.bindings[i])]
+                b = buffers[whole]
                 raise LoweringError(f"{d.label} writes {b.kind} {b.name!r} ({b.type}) and reads it again in the same "
                                     f"dispatch (bindings {i} and {', '.join(map(str, others))}): an op cannot read "
                                     "the buffer it updates in place, through another view of it or a part of it; "
@@ -432,14 +445,7 @@ def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], 
                             f"{w.input} ({room} bytes{f' from byte {shift} of {base.name!r}' if shift else ''}): a "
                             f"window must lie inside it, start at a multiple of "
                             f"{limit_name('min-storage-buffer-offset-alignment')} = {align} and hold whole elements")
-    start = shift + w.offset
-    for b in buffers:
-        if b.window == (base.index, start) and b.size_bytes == w.size and b.node == base.node:
-            return b.index
-    index = len(buffers)
-    buffers.append(BufferSpec(index, w.size, base.dtype, "window", f"{base.name}[{start}:{start + w.size}]",
-                              base.node, (w.size // elem,), (base.index, start)))
-    return index
+    return _add_window(buffers, base.index, shift + w.offset, w.size, base.dtype, base.node, (w.size // elem,))
 
 
 def _view_buffer(graph: Graph, node: Node, buffers: list[BufferSpec], node_buffer: dict[NodeId, int]) -> int:
@@ -451,14 +457,7 @@ def _view_buffer(graph: Graph, node: Node, buffers: list[BufferSpec], node_buffe
         return base
     if buffers[base].window is not None:
         base, offset = buffers[base].window[0], buffers[base].window[1] + offset
-    size = max(4, node.type.size_bytes)
-    for b in buffers:
-        if b.window == (base, offset) and b.size_bytes == size and b.shape == node.type.shape and b.node == node.id:
-            return b.index
-    index = len(buffers)
-    buffers.append(BufferSpec(index, size, node.type.dtype, "window", f"{buffers[base].name}[{offset}:{offset + size}]",
-                              node.id, node.type.shape, (base, offset)))
-    return index
+    return _add_window(buffers, base, offset, max(4, node.type.size_bytes), node.type.dtype, node.id, node.type.shape)
 
 
 def _default_bindings(spec, node: Node, ins: list[TensorType], reads: tuple[int, ...]) -> tuple[Buffer, ...]:
@@ -493,7 +492,7 @@ def share_storage_of(buffers: list[BufferSpec], dispatches: list[Dispatch],
     of output windows.
     """
     def whole(b: int) -> int:
-        return buffers[b].window[0] if buffers[b].window else b
+        return _whole(buffers, b)
 
     last: dict[int, int] = {}
     for i, d in enumerate(dispatches):
