@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from eggfuse.ir import Graph, InputError
+from eggfuse.ir import Graph, InputError, LoweringError
 from eggfuse.ir.reference import check_mapping
 from eggfuse.lowering import ExecutionPlan, lower
 
@@ -202,7 +202,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     unknown or mis-shaped parameters, for a ``cache`` that is not a bool, and for an unknown
     ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
-    :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded and
+    :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded (its ``sources``: the
+    nodes of ``graph`` concerned, through the optimisation) and
     :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
     are not modified.
     """
@@ -248,7 +249,12 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             run_graph, report = optimize(graph, **optimizer, verify=verify)
             timings["optimize_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks)
+        try:
+            plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks)
+        except LoweringError as e:
+            if report is not None:  # the nodes of ``graph`` the optimised nodes compute
+                e.sources = tuple(sorted({i for n in e.nodes for i in report.origins.get(n, ())}))
+            raise
         timings["lower_s"] = time.perf_counter() - t
         if store is not None:
             t = time.perf_counter()

@@ -277,7 +277,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters
             continue
         ins = [graph.node(i).type for i in node.inputs]
-        dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks))
+        try:
+            dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks))
+        except LoweringError as e:
+            if e.nodes:
+                raise
+            # a kernel builder's error (a tile's storage, a grid): named with the node it was building
+            raise type(e)(f"{e} ({_label(node, ins)})", nodes=(node.id,)) from None
     _check_exclusive_writes(dispatches, buffers)
 
     # A parameter that only derived parameters read needs no device buffer of its own.
@@ -333,7 +339,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     ``inputs`` say SCRATCH."""
     spec = OPS[node.op]
     if spec.kernel is None:
-        raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})")
+        raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})", nodes=(node.id,))
     w = spec.writes
     with subgroups_form(target.subgroups) as use:
         built = spec.kernel(node, ins, target)
@@ -344,18 +350,18 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             bindings = k.bindings if k.bindings is not None else _default_bindings(spec, node, ins, reads)
             if len(bindings) != len(reads) + 1:
                 raise LoweringError(f"kernel {k.name} of {node.op} declares {len(bindings)} bindings for "
-                                    f"{len(reads)} inputs and the output ({_label(node, ins)})")
+                                    f"{len(reads)} inputs and the output ({_label(node, ins)})", nodes=(node.id,))
             stray = [b.name for b, i in zip(bindings[:-1], reads, strict=True) if b.write and i not in spec.updates]
             if stray:
                 raise LoweringError(f"kernel {k.name} of {node.op} binds {stray} read_write, inputs the op does "
-                                    f"not declare in OpSpec.updates ({_label(node, ins)})")
+                                    f"not declare in OpSpec.updates ({_label(node, ins)})", nodes=(node.id,))
             writable = tuple(i for i, b in enumerate(bindings[:-1]) if b.write)
             rendered.append((k, reads, writable, *render_kernel(k.body, bindings, k.params, k.slots)))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
     sizes = {k.scratch for k, *_ in rendered if k.scratch > 0}
     if len(sizes) > 1 or (not sizes and any(SCRATCH in reads for _, reads, *_ in rendered)):
         raise LoweringError(f"the kernels of {node.op} disagree on its scratch buffer (sizes {sorted(sizes)}; "
-                            f"{_label(node, ins)})")
+                            f"{_label(node, ins)})", nodes=(node.id,))
     scratch = None
     if sizes:
         scratch = len(buffers)
@@ -374,8 +380,8 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             label += " -> scratch" if k.scratch > 0 else ""
         grid = split_grid(k.groups, max_dim)
         if grid is None:
-            raise LoweringError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
-                                f"{k.groups} workgroups do not fit a 3-D grid for {label}")
+            raise DeviceLimitError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
+                                   f"{k.groups} workgroups do not fit a 3-D grid for {label}", nodes=(node.id,))
         bound = tuple(_window_buffer(node, i, k, buffers, node_buffer, target.limits, label) if isinstance(i, Window)
                       else scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
         bound += (scratch if k.scratch > 0 else node_buffer[node.id],)
@@ -415,7 +421,8 @@ def _check_exclusive_writes(dispatches: list[Dispatch], buffers: list[BufferSpec
                 raise LoweringError(f"{d.label} writes {b.kind} {b.name!r} ({b.type}) and reads it again in the same "
                                     f"dispatch (bindings {i} and {', '.join(map(str, others))}): an op cannot read "
                                     "the buffer it updates in place, through another view of it or a part of it; "
-                                    "keep the value it reads in a tensor of its own (another parameter or input)")
+                                    "keep the value it reads in a tensor of its own (another parameter or input)",
+                                    nodes=(d.node,))
 
 
 def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], node_buffer: dict[NodeId, int],
@@ -436,7 +443,7 @@ def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], 
             f"exceeded: kernel {k.name} reads input {w.input} of {label}, {base.kind} {base.name!r} ({base.type}, "
             f"{base.size_bytes} bytes), in windows of at most that size, and only a weight (a parameter, a constant "
             f"or one packed from parameters) can be read so; {what}run on a device that binds more (eggfuse asks "
-            f"for the adapter's limit), or at smaller shapes")
+            f"for the adapter's limit), or at smaller shapes", nodes=(node.id,))
     align = int(limits["min-storage-buffer-offset-alignment"])
     elem = base.dtype.size_bytes
     if ((shift + w.offset) % align or w.size <= 0 or w.size % elem or w.offset % elem
@@ -444,7 +451,8 @@ def _window_buffer(node: Node, w: Window, k: Kernel, buffers: list[BufferSpec], 
         raise LoweringError(f"kernel {k.name} of {label} asks for bytes {w.offset}..{w.offset + w.size} of input "
                             f"{w.input} ({room} bytes{f' from byte {shift} of {base.name!r}' if shift else ''}): a "
                             f"window must lie inside it, start at a multiple of "
-                            f"{limit_name('min-storage-buffer-offset-alignment')} = {align} and hold whole elements")
+                            f"{limit_name('min-storage-buffer-offset-alignment')} = {align} and hold whole elements",
+                            nodes=(node.id,))
     return _add_window(buffers, base.index, shift + w.offset, w.size, base.dtype, base.node, (w.size // elem,))
 
 
@@ -584,13 +592,14 @@ def schedule(graph: Graph) -> list[Node]:
     for o in graph.outputs:
         if version[o] < latest[storage[o]]:
             raise LoweringError(f"output node {o} ({by_id[o].op}) is a value whose buffer a later in-place "
-                                f"update overwrites; output the updated node instead")
+                                f"update overwrites; output the updated node instead", nodes=(o,))
     try:
         return [by_id[i] for i in nx.lexicographical_topological_sort(dag)]
     except nx.NetworkXUnfeasible:
         cycle = nx.find_cycle(dag)
         raise LoweringError("a node reads a buffer's old contents only after an in-place update of it "
-                            f"(dependency cycle {' -> '.join(str(u) for u, _ in cycle)})") from None
+                            f"(dependency cycle {' -> '.join(str(u) for u, _ in cycle)})",
+                            nodes=[u for u, _ in cycle]) from None
 
 
 def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
@@ -603,7 +612,7 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
             which = "; ".join(f"{graph.reader_label(node, slot, rows)}: {rows} rows" for rows, node, slot, _ in reads)
             raise LoweringError(f"{graph.node(nid).describe()} is read as indices in parts (Select) by ops of "
                                 f"different bounds ({which}), and its values are checked as a whole: give each part "
-                                "as a tensor of its own")
+                                "as a tensor of its own", nodes=(nid,))
     bounds: dict[str, int] = {}
     for nid, rows in graph.index_bounds().items():
         src = graph.node(nid)
@@ -613,10 +622,10 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
             bounds[src.attrs["name"]] = rows
         elif src.op == "Constant" and np.any(src.attrs["value"] >= rows):
             raise LoweringError(f"{src.describe()}: constant indices reach {int(np.max(src.attrs['value']))}, "
-                                f"which an op reading them bounds at {rows} rows")
+                                f"which an op reading them bounds at {rows} rows", nodes=(nid,))
         elif src.op == "Constant" and np.any(src.attrs["value"] < -rows):  # i32 (ONNX Gather's): from the end
             raise LoweringError(f"{src.describe()}: constant indices reach {int(np.min(src.attrs['value']))}, "
-                                f"below -{rows}, the most an op reading them counts from the end")
+                                f"below -{rows}, the most an op reading them counts from the end", nodes=(nid,))
     return bounds
 
 
@@ -631,18 +640,18 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
     """
     lim = resolve_limits(limits)
 
-    def fail(key: str, what: str) -> None:
-        raise DeviceLimitError(f"{limit_name(key)} = {lim[key]} exceeded: {what}")
+    def fail(key: str, what: str, node: NodeId) -> None:
+        raise DeviceLimitError(f"{limit_name(key)} = {lim[key]} exceeded: {what}", nodes=(node,))
 
     for b in plan.buffers:
         if b.window and b.window[1] % lim["min-storage-buffer-offset-alignment"]:
             key = "min-storage-buffer-offset-alignment"
             raise DeviceLimitError(f"{limit_name(key)} = {lim[key]}: buffer {b.index} ({b.name!r}) is a window of "
                                    f"buffer {b.window[0]} from byte {b.window[1]}, not a multiple of it (the plan was "
-                                   f"lowered for another device: lower it for this one)")
+                                   f"lowered for another device: lower it for this one)", nodes=(b.node,))
         if b.kind != "host" and b.size_bytes > lim["max-buffer-size"]:
             fail("max-buffer-size", f"buffer {b.index} ({b.kind} {b.name!r}, node {b.node}, {b.type}) "
-                                    f"is {b.size_bytes} bytes")
+                                    f"is {b.size_bytes} bytes", b.node)
     for d in plan.dispatches:
         if len(d.bindings) + len(d.prefetch) > lim["max-storage-buffers-per-shader-stage"]:
             # a table read through windows (BufferSpec.window): which, in how many, of what size
@@ -656,7 +665,7 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
             hint = ("; run on a device that binds larger buffers or more storage buffers per stage (eggfuse asks "
                     "for the adapter's limits)") if parts else ""
             fail("max-storage-buffers-per-shader-stage", f"kernel {d.kernel} binds {len(d.bindings) + len(d.prefetch)} "
-                                                         f"storage buffers for {d.label}{why}{hint}")
+                                                         f"storage buffers for {d.label}{why}{hint}", d.node)
         ahead = len(d.bindings) + (1 if d.params else 0)  # the prefetched buffers bind after the uniform
         slots = [*range(len(d.bindings)), *range(ahead, ahead + len(d.prefetch))]
         for slot, index in zip(slots, d.bindings + d.prefetch, strict=True):
@@ -672,8 +681,8 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
                      "; run on a device that binds more (eggfuse asks for the adapter's limit), or at smaller shapes")
                 fail("max-storage-buffer-binding-size",
                      f"binding {slot} of {d.label} is buffer {b.index} ({b.name!r}, {b.type}) "
-                     f"of {b.size_bytes} bytes{hint}")
+                     f"of {b.size_bytes} bytes{hint}", d.node)
         if len(d.params) > lim["max-uniform-buffer-binding-size"]:
-            fail("max-uniform-buffer-binding-size", f"{len(d.params)}-byte uniform for {d.label}")
+            fail("max-uniform-buffer-binding-size", f"{len(d.params)}-byte uniform for {d.label}", d.node)
         if max(d.workgroups) > lim["max-compute-workgroups-per-dimension"]:
-            fail("max-compute-workgroups-per-dimension", f"grid {d.workgroups} for {d.label}")
+            fail("max-compute-workgroups-per-dimension", f"grid {d.workgroups} for {d.label}", d.node)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from egglog import EGraph, Ruleset, back_off, run, seq
 
-from ..ir import DType, Graph, RewriteError, evaluate
+from ..ir import OPS, DType, Graph, RewriteError, evaluate
 from . import egglog_private
 from .cost import CostModel
 from .encode import Encoding, encode
@@ -19,7 +19,7 @@ from .extract import rebuild
 from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
-from .report import Phase, Report, input_classes, replaced_nodes
+from .report import Phase, Report, input_classes, node_origins, replaced_nodes
 from .rulesets import analysis_ruleset, relevant, scheduled_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
@@ -226,10 +226,14 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
         rep.extractor = f"input ({rep.extractor} result cost more)"
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
-    rep.recognised = {} if keep_input else replaced_nodes(graph, dag, input_classes(enc.raw))
+    class_of = input_classes(enc.raw)
+    rep.recognised = {} if keep_input else replaced_nodes(graph, dag, class_of)
     t = time.perf_counter()
-    out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc))
+    built: dict[int, int] = {}
+    out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc, built))
     rep.rebuild_s = time.perf_counter() - t
+    rep.origins = ({new: [n.id] for new, n in enumerate(graph.live_nodes()) if not OPS[n.op].leaf} if keep_input
+                   else node_origins(graph, dag, class_of, built))
     rep.phases["rebuild"] = Phase(rep.rebuild_s, rep.eclasses, rep.enodes)
     rep.total_s = rep.insert_s + rep.analysis_s + rep.saturation_s + rep.extraction_s + rep.rebuild_s
     rep.nodes_after = len(out.live_nodes())

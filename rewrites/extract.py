@@ -204,8 +204,9 @@ def _rest(steps, operands: list[int]) -> list[tuple]:
     return out
 
 
-def rebuild(dag: TermDag, enc: Encoding) -> Graph:
-    """A new Graph computing the extracted DAG, one node per DAG entry reached from the outputs.
+def rebuild(dag: TermDag, enc: Encoding, built: dict[int, int] | None = None) -> Graph:
+    """A new Graph computing the extracted DAG, one node per DAG entry reached from the outputs
+    (``built``, when given, receives DAG entry -> node id).
 
     Every node goes through the IR builder, so its shape rule is checked again, and its type
     (shape and dtype) is compared with its e-class's type (``dag.types``). Raises
@@ -214,7 +215,7 @@ def rebuild(dag: TermDag, enc: Encoding) -> Graph:
     outputs.
     """
     g = Graph()
-    built: dict[int, int] = {}
+    built = {} if built is None else built
     outs = outputs(dag)
     for start in outs:
         stack = [(start, False)]

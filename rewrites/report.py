@@ -75,6 +75,10 @@ class Report:
     #: a fused matmul with its epilogue steps) -> one list per occurrence of the input graph's
     #: node ids it computes in their place (:func:`replaced_nodes`)
     recognised: dict[str, list[list[int]]] = field(default_factory=dict)
+    #: node id of the extracted graph -> the input graph's node ids it computes, sorted (:func:`node_origins`;
+    #: with the input graph kept, each node's own id): how an error about a node of the optimised graph
+    #: (``LoweringError.sources``) names the nodes a user wrote
+    origins: dict[int, list[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Every field; ``rules``, ``rulesets`` and ``rule_groups`` only when computed."""
@@ -92,7 +96,11 @@ class Report:
         phases = d.get("phases", {})
         if not isinstance(phases, dict):
             raise ValueError("a Report's phases must be a dict")
-        return cls(**{**d, "phases": {str(k): Phase(**v) for k, v in phases.items()}})
+        origins = d.get("origins", {})
+        if not isinstance(origins, dict):
+            raise ValueError("a Report's origins must be a dict")
+        return cls(**{**d, "phases": {str(k): Phase(**v) for k, v in phases.items()},
+                      "origins": {int(k): [int(i) for i in v] for k, v in origins.items()}})
 
     def recognised_line(self, origin: Mapping[int, str] | None = None) -> str:
         """The recognised ops as text, e.g. ``LayerNorm x13 from 117 nodes``; with ``origin``
@@ -151,6 +159,34 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
     views are not counted, nor an op that replaced one node.
     """
     from ..ir import OPS
+
+    entries, roots, cones = _cones(graph, dag, class_of)
+    out: dict[str, list[list[int]]] = {}
+    claimed: set[int] = set()
+    for j in sorted(roots):
+        op, attrs, _ = entries[j]
+        spec = OPS[op]
+        if spec.view or spec.leaf or all(graph.node(n).op == op for n in roots[j]):
+            continue
+        cone = cones[j]
+        if len(cone) >= 2:
+            if spec.expr_attr is not None:  # a generated kernel: named by its ops, a one-op region by the op
+                ops = [s[0] for s in attrs[spec.expr_attr.name] if s[0] not in ("input", "const")]
+                label = ops[0] if len(ops) == 1 else f"{op}({', '.join(ops)})"
+            else:
+                steps = attrs.get(spec.epilogue_attr.name) if spec.epilogue_attr else None
+                label = f"{op}({', '.join(map(step_label, steps))})" if steps else op
+            out.setdefault(label, []).append(sorted(n for n in cone if n not in claimed))
+            claimed.update(cone)
+    return out
+
+
+def _cones(graph: Any, dag: Any, class_of: Mapping[int, str]) -> tuple[list, dict[int, list[int]],
+                                                                      dict[int, list[int]]]:
+    # (the DAG's tensor e-nodes, None for the others; entry -> the input graph's nodes of its e-class, a view's
+    # counted for the new term it views; entry -> those nodes and, through their inputs, every input node whose
+    # e-class the extracted graph does not compute, leaves and views left out)
+    from ..ir import OPS
     from .extract import dag_enode
     from .sorts import SIGNATURES
 
@@ -173,14 +209,9 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
             roots.setdefault(k, []).extend(own)
         elif own:
             roots.setdefault(j, []).extend(own)
-    out: dict[str, list[list[int]]] = {}
-    claimed: set[int] = set()
-    for j in sorted(roots):
-        op, attrs, _ = entries[j]
-        spec = OPS[op]
-        if spec.view or spec.leaf or all(graph.node(n).op == op for n in roots[j]):
-            continue
-        cone, seen, stack = [], set(), list(roots[j])
+    cones: dict[int, list[int]] = {}
+    for j, start in roots.items():
+        cone, seen, stack = [], set(), list(start)
         while stack:
             n = stack.pop()
             node = graph.node(n)
@@ -190,15 +221,29 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
             if not OPS[node.op].view:
                 cone.append(n)
             stack.extend(i for i in node.inputs if class_of.get(i) not in computed or class_of.get(i) == class_of[n])
-        if len(cone) >= 2:
-            if spec.expr_attr is not None:  # a generated kernel: named by its ops, a one-op region by the op
-                ops = [s[0] for s in attrs[spec.expr_attr.name] if s[0] not in ("input", "const")]
-                label = ops[0] if len(ops) == 1 else f"{op}({', '.join(ops)})"
-            else:
-                steps = attrs.get(spec.epilogue_attr.name) if spec.epilogue_attr else None
-                label = f"{op}({', '.join(map(step_label, steps))})" if steps else op
-            out.setdefault(label, []).append(sorted(n for n in cone if n not in claimed))
-            claimed.update(cone)
+        cones[j] = cone
+    return entries, roots, cones
+
+
+def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], built: Mapping[int, int]) -> dict[int, list[int]]:
+    """:attr:`Report.origins`: for each node of the extracted graph (``built``: DAG entry -> its node id, as
+    :func:`~.extract.rebuild` fills it) the input ``graph``'s node ids it computes, sorted: those of its
+    e-class and, for a fused or recognised op, what it replaced (as :func:`replaced_nodes` finds them, a node
+    that several ops replaced listed for each). A view of a new term (a ``Select`` of a pair) is listed with
+    the input nodes of its own e-class. Leaves are left out, and nodes that compute no input node."""
+    from ..ir import OPS
+
+    entries, _, cones = _cones(graph, dag, class_of)
+    members: dict[str, list[int]] = {}
+    for nid, c in class_of.items():
+        members.setdefault(c, []).append(nid)
+    out: dict[int, list[int]] = {}
+    for j, nid in built.items():
+        found = set(cones.get(j, ()))
+        if entries[j] is not None and OPS[entries[j][0]].view:
+            found.update(n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf)
+        if found:
+            out[nid] = sorted(found)
     return out
 
 
@@ -212,4 +257,4 @@ def input_classes(raw: Mapping[str, Any]) -> dict[int, str]:
     return out
 
 
-__all__ = ["Phase", "Report", "input_classes", "replaced_nodes"]
+__all__ = ["Phase", "Report", "input_classes", "node_origins", "replaced_nodes"]

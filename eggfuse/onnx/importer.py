@@ -31,7 +31,16 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from eggfuse.ir import DamagedFileError, DType, Graph, GraphError, OnnxError, TensorType, UnsupportedOpsError
+from eggfuse.ir import (
+    DamagedFileError,
+    DType,
+    Graph,
+    GraphError,
+    LoweringError,
+    OnnxError,
+    TensorType,
+    UnsupportedOpsError,
+)
 from eggfuse.ir.facts import baked
 
 #: The oldest default-domain opset the converters are written for.
@@ -884,8 +893,27 @@ def load(model: str | os.PathLike | onnx.ModelProto, shapes: Mapping[str, Sequen
 
 
 def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], values: Mapping[str, Any]
-                 ) -> tuple[Graph, dict[str, np.ndarray], list[Value]]:
+                 ) -> tuple[Graph, dict[str, np.ndarray], list[Value], dict[int, str]]:
     """:func:`load` for :class:`~eggfuse.onnx.Model`: also returns the output Values (their
-    ONNX element types); the outputs known at load time are not graph outputs (their
-    ``const`` is the result), and the graph has no outputs when all are known."""
-    return Importer(model, dict(shapes), dict(values), known_outputs=True).run()
+    ONNX element types; the outputs known at load time are not graph outputs, their
+    ``const`` is the result, and the graph has no outputs when all are known) and
+    :attr:`Importer.origin` (graph node id -> the ONNX node that made it)."""
+    importer = Importer(model, dict(shapes), dict(values), known_outputs=True)
+    return (*importer.run(), importer.origin)
+
+
+def with_onnx_nodes(error: LoweringError, origin: Mapping[int, str], graph: onnx.GraphProto,
+                    shown: int = 6) -> LoweringError:
+    """``error`` (raised compiling an imported graph) with the ONNX nodes it is about named at the end of its
+    message, e.g. ``[ONNX nodes '/mlp/fc/MatMul' (MatMul), '/mlp/fc/Add' (Add), '/mlp/act/Relu' (Relu)]``:
+    the nodes whose import made ``error.sources`` (:attr:`Importer.origin`), in the model's order, the first
+    ``shown`` and a count of the others. ``error`` itself when it names no such node; else a new error of its
+    type with its ``nodes`` and ``sources``."""
+    names = list(dict.fromkeys(origin[i] for i in sorted(error.sources) if i in origin))
+    if not names:
+        return error
+    op_type = {n.name or (n.output[0] if n.output else n.op_type): n.op_type for n in graph.node}
+    listed = ", ".join(f"{n!r} ({op_type[n]})" if n in op_type else repr(n) for n in names[:shown])
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return type(error)(f"{error} [ONNX node{'s' if len(names) > 1 else ''} {listed}{more}]", nodes=error.nodes,
+                       sources=error.sources)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from eggfuse.ir import Graph, InputError, OnnxError
+from eggfuse.ir import Graph, InputError, LoweringError, OnnxError
 
 from .importer import (
     COMPUTED_IN_F32,
@@ -25,6 +25,7 @@ from .importer import (
     graph_inputs,
     import_model,
     unknown_input,
+    with_onnx_nodes,
 )
 
 
@@ -66,7 +67,10 @@ class Model:
     model cannot be imported, also at the shapes of a run's feeds (a feed whose shape does not
     match the model's declared dimensions is an OnnxError naming the input);
     :class:`~eggfuse.ir.InputError` for other feeds that do not fit: a missing or unknown
-    input, a wrong dtype, and indices outside the axis a Gather reads them along.
+    input, a wrong dtype, and indices outside the axis a Gather reads them along;
+    :class:`~eggfuse.ir.LoweringError` (:class:`~eggfuse.ir.DeviceLimitError`) when a plan exceeds
+    the device's limits, its message ending with the ONNX nodes concerned (those whose ops a fused
+    dispatch computes), e.g. ``[ONNX nodes '/fc/MatMul' (MatMul), '/fc/Add' (Add)]``.
     """
 
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -129,7 +133,7 @@ class Model:
             return self.plans[key]
         t = time.perf_counter()
         try:
-            graph, params, outs = import_model(self.proto, shapes, values)
+            graph, params, outs, origin = import_model(self.proto, shapes, values)
         except NeedsValuesError as e:
             if not e.inputs or not set(e.inputs) <= set(feeds) or set(e.inputs) <= control:
                 raise
@@ -144,9 +148,15 @@ class Model:
 
         if graph.outputs:
             # ONNX feeds may hold NaN and infinities (IsNaN, IsInf): the session takes them
-            spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
-                                          verify=self.verify, device=self.device, finite_inputs=False,
-                                          cache=self.cache, precision=self.precision, rulesets=self.rulesets)
+            try:
+                spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
+                                              verify=self.verify, device=self.device, finite_inputs=False,
+                                              cache=self.cache, precision=self.precision, rulesets=self.rulesets)
+            except LoweringError as e:  # named by the ONNX nodes it is about
+                named = with_onnx_nodes(e, origin, self.proto.graph)
+                if named is e:
+                    raise
+                raise named from None
             spec.timings.update(spec.compiled.timings)
         self.plans[key] = spec
         return spec

@@ -307,3 +307,41 @@ def test_run_keeps_the_random_inputs_hint_for_a_lowering_error_of_their_shapes(t
     assert main(["run", str(path), "--shape", "x=2x5", "--repeats", "0", "--no-fuse"]) == 0
     out = capsys.readouterr().out
     assert "dispatches per run: 1 unfused (--no-fuse)" in out and "fused" not in out.replace("unfused", ""), out
+
+
+class _Limited:
+    # the process's device with some limits lowered: lowering reads them, nothing runs on it
+    def __init__(self, device, **limits):
+        self._device, self.limits = device, {**dict(device.limits), **limits}
+
+    def __getattr__(self, name):
+        return getattr(self._device, name)
+
+
+def _dense_relu():
+    # relu(x @ w + b) of 40 rows: one FusedMatMul when fused, three dispatches when not
+    rng = np.random.default_rng(0)
+    return model([node("MatMul", ["x", "w"], ["p"], name="fc/MatMul"), node("Add", ["p", "b"], ["q"], name="fc/Add"),
+                  node("Relu", ["q"], ["y"], name="act/Relu")], [("x", F, [40, 24])], [("y", F, None)],
+                 [("w", rng.standard_normal((24, 40)).astype(np.float32)),
+                  ("b", rng.standard_normal(40).astype(np.float32))])
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_device_limit_names_the_onnx_nodes_of_the_dispatch(fuse):
+    from eggfuse.ir import DeviceLimitError
+    from eggfuse.runtime.device import get_device
+
+    # no workgroup grid fits one workgroup a dimension: the first dispatch fails, fused (the product with its bias and
+    # Relu, all three ONNX nodes) or not (the MatMul alone)
+    device = _Limited(get_device(), **{"max-compute-workgroups-per-dimension": 1})
+    m = Model(_dense_relu(), fuse=fuse, device=device, cache=False)
+    named = r"\[ONNX nodes 'fc/MatMul' \(MatMul\), 'fc/Add' \(Add\), 'act/Relu' \(Relu\)\]$" if fuse else \
+        r"\[ONNX node 'fc/MatMul' \(MatMul\)\]$"
+    with pytest.raises(DeviceLimitError, match=r"maxComputeWorkgroupsPerDimension = 1: .*" + named) as info:
+        m.run({"x": np.zeros((40, 24), np.float32)})
+    assert info.value.nodes and len(info.value.sources) == (3 if fuse else 1)
+    # the binding limit below the weight's 3,840 bytes: a DeviceLimitError, named the same way
+    device = _Limited(get_device(), **{"max-storage-buffer-binding-size": 1024})
+    with pytest.raises(DeviceLimitError, match=named):
+        Model(_dense_relu(), fuse=fuse, device=device, cache=False).run({"x": np.zeros((40, 24), np.float32)})

@@ -264,3 +264,42 @@ def test_a_lossless_cast_chain_is_removed_and_a_lossy_one_kept():
     where = out.node(out.outputs[0])  # Where reads the mask itself, the cast pair gone
     assert out.node(where.inputs[0]).op == "Less" or (where.op == "Fused" and "Cast" not in {
         s[0] for s in where.attrs["expr"]})
+
+
+def test_report_origins_map_each_optimised_node_to_the_nodes_it_computes():
+    import json
+    import pickle
+
+    from eggfuse.ir import DeviceLimitError
+    from eggfuse.onnx.importer import Importer, with_onnx_nodes
+
+    proto = _onnx_layer_norm_model()
+    imp = Importer(proto, {}, {})
+    g, _, _ = imp.run()
+    out, rep = optimize(g, verify=True)
+    by_op = {out.node(i).op: {imp.origin[n] for n in ids} for i, ids in rep.origins.items()}
+    assert by_op["LayerNorm"] == {"ln/mean", "ln/sub", "ln/pow", "ln/var", "ln/add", "ln/sqrt", "ln/div", "ln/mul",
+                                  "ln/add_1"}
+    assert by_op["FusedMatMul"] == {"dense/matmul", "dense/add"}
+    assert all(g.node(n).op not in ("Input", "Parameter", "Constant") for ids in rep.origins.values() for n in ids)
+    assert not {i for i in rep.origins if out.node(i).op in ("Input", "Parameter")}
+    assert type(rep).from_dict(json.loads(json.dumps(rep.to_dict()))).origins == rep.origins  # as cached (int keys)
+
+    # an error about the product (as pipeline.compile sets its sources) names its two ONNX nodes; pickled whole
+    product = next(i for i in rep.origins if out.node(i).op == "FusedMatMul")
+    err = DeviceLimitError("too big", nodes=(product,), sources=rep.origins[product])
+    named = with_onnx_nodes(err, imp.origin, proto.graph)
+    assert type(named) is DeviceLimitError and named.nodes == (product,) and named.sources == err.sources
+    assert str(named) == "too big [ONNX nodes 'dense/matmul' (MatMul), 'dense/add' (Add)]"
+    back = pickle.loads(pickle.dumps(named))
+    assert (type(back), str(back), back.nodes, back.sources) == (DeviceLimitError, str(named), named.nodes,
+                                                                 named.sources)
+    assert with_onnx_nodes(DeviceLimitError("none"), imp.origin, proto.graph).nodes == ()  # names nothing: as it was
+    shown = with_onnx_nodes(DeviceLimitError("many", sources=sorted(imp.origin)), imp.origin, proto.graph, shown=2)
+    assert str(shown).endswith("and 9 more]"), str(shown)
+
+    # no rules: every node of the extracted graph (views too) stands for one node of the same op
+    kept, rep = optimize(g, rulesets=[])
+    computing = [n for n in kept.live_nodes() if n.op not in ("Input", "Parameter", "Constant")]
+    assert len(computing) == 13 and sorted(rep.origins) == [n.id for n in computing]
+    assert all(len(rep.origins[n.id]) == 1 and g.node(rep.origins[n.id][0]).op == n.op for n in computing)
