@@ -25,7 +25,7 @@ class LoweringError(EggfuseError):
     """A graph cannot be lowered to the device (a limit is exceeded, an op has no kernel).
 
     ``nodes``: the ids of the nodes of the lowered graph the error is about (empty when it is about
-    none, e.g. a missing shader file). ``sources``: the ids of the nodes of the graph given to
+    none, e.g. a plan lowered for another device). ``sources``: the ids of the nodes of the graph given to
     ``eggfuse.compile`` that those compute (the same ids when it was not optimised; through the
     rewrite report's :attr:`~eggfuse.rewrites.Report.origins` when it was), which an ONNX
     :class:`~eggfuse.onnx.Model` names by their ONNX node names in the message.
@@ -36,13 +36,6 @@ class LoweringError(EggfuseError):
         super().__init__(message)
         self.nodes = tuple(int(n) for n in nodes)
         self.sources = self.nodes if sources is None else tuple(int(n) for n in sources)
-
-    def __reduce__(self):  # pickled with its node ids (a sweep's worker process sends it back)
-        return _rebuild_error, (type(self), str(self), self.nodes, self.sources)
-
-
-def _rebuild_error(cls: type, message: str, nodes: tuple[int, ...], sources: tuple[int, ...]) -> LoweringError:
-    return cls(message, nodes=nodes, sources=sources)
 
 
 class DeviceLimitError(LoweringError):

@@ -47,12 +47,12 @@ def windows(total: int, elem: int, limits: Mapping[str, int]) -> list[tuple[int,
     step = math.lcm(elem, int(limits["min-storage-buffer-offset-alignment"]))
     part = limit // step * step
     if part == 0:
-        from .errors import LoweringError
+        from .errors import DeviceLimitError
 
-        raise LoweringError(f"no window of a table of {total} bytes fits: maxStorageBufferBindingSize = {limit} "
-                            f"bytes is less than the windows' step of {step} bytes ({elem}-byte elements at "
-                            f"minStorageBufferOffsetAlignment = {limits['min-storage-buffer-offset-alignment']}); "
-                            f"lower for the device's own limits")
+        raise DeviceLimitError(f"no window of a table of {total} bytes fits: maxStorageBufferBindingSize = {limit} "
+                               f"bytes is less than the windows' step of {step} bytes ({elem}-byte elements at "
+                               f"minStorageBufferOffsetAlignment = {limits['min-storage-buffer-offset-alignment']}); "
+                               f"lower for the device's own limits")
     return [(off, min(part, total - off)) for off in range(0, total, part)]
 
 

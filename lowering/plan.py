@@ -283,7 +283,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             if e.nodes:
                 raise
             # a kernel builder's error (a tile's storage, a grid): named with the node it was building
-            raise type(e)(f"{e} ({_label(node, ins)})", nodes=(node.id,)) from None
+            named = str(e) if f"node {node.id} " in str(e) else f"{e} ({_label(node, ins)})"
+            raise type(e)(named, nodes=(node.id,)) from None
     _check_exclusive_writes(dispatches, buffers)
 
     # A parameter that only derived parameters read needs no device buffer of its own.

@@ -204,9 +204,10 @@ def _rest(steps, operands: list[int]) -> list[tuple]:
     return out
 
 
-def rebuild(dag: TermDag, enc: Encoding, built: dict[int, int] | None = None) -> Graph:
+def rebuild(dag: TermDag, enc: Encoding, made: dict[int, int] | None = None) -> Graph:
     """A new Graph computing the extracted DAG, one node per DAG entry reached from the outputs
-    (``built``, when given, receives DAG entry -> node id).
+    (``made``, when given, receives node id -> the DAG entry it was built for, for every node an
+    entry's builder made).
 
     Every node goes through the IR builder, so its shape rule is checked again, and its type
     (shape and dtype) is compared with its e-class's type (``dag.types``). Raises
@@ -215,7 +216,7 @@ def rebuild(dag: TermDag, enc: Encoding, built: dict[int, int] | None = None) ->
     outputs.
     """
     g = Graph()
-    built = {} if built is None else built
+    built: dict[int, int] = {}
     outs = outputs(dag)
     for start in outs:
         stack = [(start, False)]
@@ -228,7 +229,11 @@ def rebuild(dag: TermDag, enc: Encoding, built: dict[int, int] | None = None) ->
                 stack.append((j, True))
                 stack.extend((k, False) for k in kids if k not in built)
                 continue
+            before = len(g.nodes)
             built[j] = build_node(g, op, attrs, [built[k] for k in kids], enc)
+            if made is not None:
+                made.update(dict.fromkeys(range(before, len(g.nodes)), j))
+                made.setdefault(built[j], j)
             if j < len(dag.types) and (want := dag.types[j]) is not None and (got := g.node(built[j]).type) != want:
                 raise RewriteError(f"a rule made e-class {dag.eclasses[j]} of type {want} hold {op}, of type {got}: "
                                    "a rule whose two sides have different shapes or dtypes is unsound (check the "

@@ -160,7 +160,7 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
     """
     from ..ir import OPS
 
-    entries, roots, cones = _cones(graph, dag, class_of)
+    entries, roots, _, computed = _roots(graph, dag, class_of)
     out: dict[str, list[list[int]]] = {}
     claimed: set[int] = set()
     for j in sorted(roots):
@@ -168,7 +168,7 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
         spec = OPS[op]
         if spec.view or spec.leaf or all(graph.node(n).op == op for n in roots[j]):
             continue
-        cone = cones[j]
+        cone = _walk(graph, roots[j], class_of, computed)[0]
         if len(cone) >= 2:
             if spec.expr_attr is not None:  # a generated kernel: named by its ops, a one-op region by the op
                 ops = [s[0] for s in attrs[spec.expr_attr.name] if s[0] not in ("input", "const")]
@@ -181,11 +181,10 @@ def replaced_nodes(graph: Any, dag: Any, class_of: Mapping[int, str]) -> dict[st
     return out
 
 
-def _cones(graph: Any, dag: Any, class_of: Mapping[int, str]) -> tuple[list, dict[int, list[int]],
-                                                                      dict[int, list[int]]]:
-    # (the DAG's tensor e-nodes, None for the others; entry -> the input graph's nodes of its e-class, a view's
-    # counted for the new term it views; entry -> those nodes and, through their inputs, every input node whose
-    # e-class the extracted graph does not compute, leaves and views left out)
+def _roots(graph: Any, dag: Any, class_of: Mapping[int, str]) -> tuple[list, dict[int, list[int]],
+                                                                      dict[str, list[int]], set[str]]:
+    # (the DAG's tensor e-nodes, None for the others; entry -> the input graph's non-leaf nodes of its e-class, a
+    # view's counted for the new term it views; e-class -> its input graph nodes; the e-classes the DAG computes)
     from ..ir import OPS
     from .extract import dag_enode
     from .sorts import SIGNATURES
@@ -193,7 +192,6 @@ def _cones(graph: Any, dag: Any, class_of: Mapping[int, str]) -> tuple[list, dic
     members: dict[str, list[int]] = {}
     for nid, c in class_of.items():
         members.setdefault(c, []).append(nid)
-    computed = set(dag.eclasses)
     # tensor e-nodes only: lists and epilogue chains are structure, Ex terms the inside of a Fused kernel
     entries = [dag_enode(dag, j) if dag.nodes[j][0] in SIGNATURES else None for j in range(len(dag.nodes))]
     roots: dict[int, list[int]] = {}
@@ -209,42 +207,72 @@ def _cones(graph: Any, dag: Any, class_of: Mapping[int, str]) -> tuple[list, dic
             roots.setdefault(k, []).extend(own)
         elif own:
             roots.setdefault(j, []).extend(own)
-    cones: dict[int, list[int]] = {}
-    for j, start in roots.items():
-        cone, seen, stack = [], set(), list(start)
-        while stack:
-            n = stack.pop()
-            node = graph.node(n)
-            if n in seen or OPS[node.op].leaf:
-                continue
-            seen.add(n)
-            if not OPS[node.op].view:
-                cone.append(n)
-            stack.extend(i for i in node.inputs if class_of.get(i) not in computed or class_of.get(i) == class_of[n])
-        cones[j] = cone
-    return entries, roots, cones
+    return entries, roots, members, set(dag.eclasses)
 
 
-def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], built: Mapping[int, int]) -> dict[int, list[int]]:
-    """:attr:`Report.origins`: for each node of the extracted graph (``built``: DAG entry -> its node id, as
-    :func:`~.extract.rebuild` fills it) the input ``graph``'s node ids it computes, sorted: those of its
-    e-class and, for a fused or recognised op, what it replaced (as :func:`replaced_nodes` finds them, a node
-    that several ops replaced listed for each). A view of a new term (a ``Select`` of a pair) is listed with
-    the input nodes of its own e-class. Leaves are left out, and nodes that compute no input node."""
+def _walk(graph: Any, start: list[int], class_of: Mapping[int, str], computed: set[str],
+          stop: set[int] | frozenset = frozenset()) -> tuple[list[int], set[int]]:
+    # (the nodes of ``start`` and, through their inputs, every input node whose e-class is not computed, leaves,
+    # views and ``stop`` left out; every node visited, views included)
     from ..ir import OPS
 
-    entries, _, cones = _cones(graph, dag, class_of)
-    members: dict[str, list[int]] = {}
-    for nid, c in class_of.items():
-        members.setdefault(c, []).append(nid)
-    out: dict[int, list[int]] = {}
-    for j, nid in built.items():
-        found = set(cones.get(j, ()))
-        if entries[j] is not None and OPS[entries[j][0]].view:
-            found.update(n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf)
-        if found:
-            out[nid] = sorted(found)
-    return out
+    cone, seen, stack = [], set(), list(start)
+    while stack:
+        n = stack.pop()
+        node = graph.node(n)
+        if n in seen or n in stop or OPS[node.op].leaf:
+            continue
+        seen.add(n)
+        if not OPS[node.op].view:
+            cone.append(n)
+        stack.extend(i for i in node.inputs if class_of.get(i) not in computed or class_of.get(i) == class_of[n])
+    return cone, seen
+
+
+def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], made: Mapping[int, int],
+                 out: Any) -> dict[int, list[int]]:
+    """:attr:`Report.origins`: for each node of the extracted graph ``out`` (``made``: node id -> the DAG entry it
+    was built for, as :func:`~.extract.rebuild` fills it) the input ``graph``'s node ids it computes, sorted.
+
+    A node's ids are those of its e-class and, through their inputs, the input nodes whose e-classes the
+    extracted graph does not compute (what a fused or recognised op replaced), each given to one node only: the
+    first, in ``out``'s order, whose e-class or inputs reach it (so the residual sums of an exported transformer,
+    computed in another form by the fused products, go to the first op that reads them, not to every later
+    layer). A view of a new term (a ``Select`` of a pair) has the input nodes of its own e-class too. A node that
+    computes no input node (a packed product, a new term nothing of the input graph equals) has the ids of its
+    first reader that has some: what the nodes reading it compute. Leaves and views of the input graph are not
+    listed; leaves of ``out`` have none."""
+    from ..ir import OPS
+
+    entries, roots, members, computed = _roots(graph, dag, class_of)
+    claimed: set[int] = set()
+    own: dict[int, list[int]] = {}
+    for nid in sorted(made):  # producers first
+        j = made[nid]
+        if j in own or j not in roots or OPS[entries[j][0]].leaf:
+            continue
+        own[j], seen = _walk(graph, roots[j], class_of, computed, claimed)
+        claimed |= seen
+    origins: dict[int, list[int]] = {}
+    for nid, j in made.items():
+        entry = entries[j]
+        if entry is None or OPS[entry[0]].leaf:
+            continue
+        ids = set(own.get(j, ()))
+        if OPS[entry[0]].view:
+            ids.update(n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf)
+        if ids:
+            origins[nid] = sorted(ids)
+    readers: dict[int, list[int]] = {}
+    for node in out.nodes:
+        for i in node.inputs:
+            readers.setdefault(i, []).append(node.id)
+    for node in reversed(out.nodes):  # readers before what they read
+        if node.id not in origins and not OPS[node.op].leaf:
+            first = next((r for r in sorted(readers.get(node.id, ())) if r in origins), None)
+            if first is not None:
+                origins[node.id] = origins[first]
+    return origins
 
 
 def input_classes(raw: Mapping[str, Any]) -> dict[int, str]:

@@ -906,14 +906,21 @@ def with_onnx_nodes(error: LoweringError, origin: Mapping[int, str], graph: onnx
                     shown: int = 6) -> LoweringError:
     """``error`` (raised compiling an imported graph) with the ONNX nodes it is about named at the end of its
     message, e.g. ``[ONNX nodes '/mlp/fc/MatMul' (MatMul), '/mlp/fc/Add' (Add), '/mlp/act/Relu' (Relu)]``:
-    the nodes whose import made ``error.sources`` (:attr:`Importer.origin`), in the model's order, the first
-    ``shown`` and a count of the others. ``error`` itself when it names no such node; else a new error of its
-    type with its ``nodes`` and ``sources``."""
+    the nodes whose import made ``error.sources`` (:attr:`Importer.origin`), in the model's order; of more than
+    ``shown``, the first and the last (where a fused op's inputs and its result are) and the count. ``error``
+    itself when it names no such node; else a new error of its type with its ``nodes`` and ``sources``."""
     names = list(dict.fromkeys(origin[i] for i in sorted(error.sources) if i in origin))
     if not names:
         return error
     op_type = {n.name or (n.output[0] if n.output else n.op_type): n.op_type for n in graph.node}
-    listed = ", ".join(f"{n!r} ({op_type[n]})" if n in op_type else repr(n) for n in names[:shown])
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return type(error)(f"{error} [ONNX node{'s' if len(names) > 1 else ''} {listed}{more}]", nodes=error.nodes,
+
+    def named(ns: list[str]) -> str:
+        return ", ".join(f"{n!r} ({op_type[n]})" if n in op_type else repr(n) for n in ns)
+
+    if len(names) > shown:
+        head = shown // 2
+        listed = f"{named(names[:head])}, ..., {named(names[head - shown:])}; {len(names)} in all"
+    else:
+        listed = named(names)
+    return type(error)(f"{error} [ONNX node{'s' if len(names) > 1 else ''} {listed}]", nodes=error.nodes,
                        sources=error.sources)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import GraphError, LoweringError
+from ..errors import DeviceLimitError, GraphError, LoweringError
 from ..kernel import Buffer, Include, Kernel
 from ..spec import NO_GRAD, Attr, example, need, need_f32, op, rules
 from ..types import DType, TensorType
@@ -291,9 +291,9 @@ def attention_tiles(hd: int, storage: int = ATTENTION_TILE_BYTES,
     while bk > 4 and attention_tile_bytes(hd, bq, bk, wg) > storage:
         bk //= 2
     if attention_tile_bytes(hd, bq, bk, wg) > storage:
-        raise LoweringError(f"attention with head_dim {hd} needs {attention_tile_bytes(hd, bq, bk, wg)} bytes of "
-                            f"workgroup memory for its smallest tiles ({bq} query rows, {bk} keys); this device "
-                            f"offers {storage} (maxComputeWorkgroupStorageSize): use a smaller head_dim")
+        raise DeviceLimitError(f"attention with head_dim {hd} needs {attention_tile_bytes(hd, bq, bk, wg)} bytes of "
+                               f"workgroup memory for its smallest tiles ({bq} query rows, {bk} keys); this device "
+                               f"offers {storage} (maxComputeWorkgroupStorageSize): use a smaller head_dim")
     return AttentionTiles(wg, bq, bk)
 
 
@@ -598,10 +598,10 @@ def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
                             f"lane, and rows / per_lane * lanes at most 256 invocations; force a split that is, or "
                             f"leave the choice to lane_tiles")
     if (size := lane_tile_bytes(hd, tiles, f.rope)) > storage:
-        raise LoweringError(f"{what}: attention_lanes.wgsl at the split {tiles} given by lane_tiles needs {size} "
-                            f"bytes of workgroup memory; this device offers {storage} "
-                            f"(maxComputeWorkgroupStorageSize): force fewer rows or keys per tile, or leave the "
-                            f"choice to lane_tiles")
+        raise DeviceLimitError(f"{what}: attention_lanes.wgsl at the split {tiles} given by lane_tiles needs {size} "
+                               f"bytes of workgroup memory; this device offers {storage} "
+                               f"(maxComputeWorkgroupStorageSize): force fewer rows or keys per tile, or leave the "
+                               f"choice to lane_tiles")
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=f.names[1], V=f.names[2],
                  KEY_END="qi + 1u" if f.causal else "p.seq",
                  TILES_END="min(p.seq, q0 + R)" if f.causal else "p.seq",

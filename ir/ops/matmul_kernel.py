@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ..errors import LoweringError
+from ..errors import DeviceLimitError, LoweringError
 from ..kernel import SCRATCH, Buffer, Include, Kernel, elementwise_groups
 
 #: Epilogue steps that read an operand: ``bias`` reads operand[j] ([N] or [1,N]), ``add``
@@ -1008,9 +1008,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
             forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
     tile = tile or forced_tile or matmul_tile(m, k, n, variant)
     if tile.storage > workgroup_storage:
-        raise LoweringError(f"the matmul tile {tile.name} of [{m},{k}] x [{k},{n}] needs {tile.storage} bytes of "
-                            f"workgroup memory; this device offers {workgroup_storage} "
-                            f"(maxComputeWorkgroupStorageSize): choose a tile of MATMUL_TILES")
+        raise DeviceLimitError(f"the matmul tile {tile.name} of [{m},{k}] x [{k},{n}] needs {tile.storage} bytes of "
+                               f"workgroup memory; this device offers {workgroup_storage} "
+                               f"(maxComputeWorkgroupStorageSize): choose a tile of MATMUL_TILES")
     if tile.gemv and variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
         lanes = f"{MATMUL_WG // tile.bn} lanes a column" if tile.bn > 0 else "no lanes"
         raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes}; the kernel needs a power of two of "
