@@ -27,6 +27,12 @@ here rebuild it in steps, each an equality of the IR's reference semantics:
    those tensors (its 3-D layout), which without mask or options is ``CausalAttention`` or
    ``FullAttention`` on [batch * seq, heads * head_dim] rows (``attention_layout.py``).
 
+DeBERTa writes the products on merged heads, [B H, S, D] views of the 4-D heads, and adds its relative
+position terms to the scores before masking them with ``Where(pairwise mask, float32 min, .)``: a product
+of merged-head views is the view of the heads' product, the view of a sum of same-shaped operands the sum
+of their views, and that ``Where`` under the softmax the ``Where`` of the added terms alone (the mask of
+step 3).
+
 Masks use the value facts of constants (``eggfuse.ir.facts``): ``value(c, v)`` for scalars and
 ``all_true(c)``, and ``causal_mask(m, offset)``, defined here. Fully masked rows: mode 3 and
 GeneralAttention give zero rows, as SDPA's guard does; a softmax without the guard gives NaN
@@ -254,6 +260,114 @@ def _scale_out_of_a_product(e):
             e.union(lhs).with_(e.Mul(product, c)), e.set_(e.shape(product)).to(sl))
 
 
+def _merged_heads_example(scaled: str):
+    def build(g, dim):
+        # DeBERTa's exporters: q and k as [B H, S, D] views of their heads, k^T a Permute of that view, divided by the
+        # scale: the product of [B H, S, D] and [B H, D, T]
+        q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
+        kt = g.add_node("Permute", (g.reshape(k, [b * h, t, d]),), perm=[0, 2, 1])
+        c = g.constant(np.array(2.83), shape=())
+        if scaled == "Div":
+            kt = g.add_node("Div", (kt, c))
+        elif scaled:
+            kt = g.mul(kt, c) if scaled == "Mul" else g.mul(c, kt)
+        g.set_outputs([g.add_node("BatchMatMul", (g.reshape(q, [b * h, s, d]), kt))])
+
+    return build
+
+
+def _merged_probabilities_example(g, dim):
+    # the probabilities [B, H, S, T] and v [B, H, T, D] as [B H, ...] views, multiplied (DeBERTa's exporters)
+    _, _, v, (b, h, kv, s, t, d) = _qkv(g, dim)
+    p = g.softmax(g.input("x", [b, h, s, t]))
+    g.set_outputs([g.add_node("BatchMatMul", (g.reshape(p, [b * h, s, t]), g.reshape(v, [b * h, t, d])))])
+
+
+@rules("attention")
+def _merged_heads(e):
+    a, b, c = e.vars("a b c")
+    (v,) = e.vars("v", e.f64)
+    sa, sb, sa3, sb3 = e.vars("sa sb sa3 sb3", e.Vec[e.i64])
+    f = e.Bool(False)
+    swap = e.Vec(e.i64(0), e.i64(2), e.i64(1))
+    four = e.i64(4)
+    heads = (e.eq(e.shape(a)).to(sa), e.eq(e.shape(b)).to(sb), e.eq(sa.length()).to(four),
+             e.eq(sb.length()).to(four), e.eq(sa[0]).to(sb[0]), e.eq(sa[1]).to(sb[1]))
+    merged_a = e.Identity(a, shape=sa3)
+    merged_b = e.Identity(b, shape=sb3)
+    # BatchMatMul(Reshape(a, [B H, S, D]), Permute(Reshape(b, [B H, T, D]), [0, 2, 1]) [/ c]) ->
+    #   Reshape(BatchMatMul(a, b, trans_b) [/ c], [B H, S, T])   a [B, H, S, D], b [B, H, T, D]
+    # (DeBERTa's scores, q times the scaled k^T of merged heads, as both exporters write them: as a product of
+    # the 4-D heads, AttentionScores takes it). The [B H, ...] views keep the heads' element order, so the
+    # product of each [S, D] and [D, T] pair is the same; the new product and its scaled form get shape facts.
+    guards = (*heads, e.eq(sa3).to(e.Vec(sa[0] * sa[1], sa[2], sa[3])),
+              e.eq(sb3).to(e.Vec(sb[0] * sb[1], sb[2], sb[3])), e.eq(sa[3]).to(sb[3]))
+    kt = e.Permute(merged_b, perm=swap)
+    product = e.BatchMatMul(a, b, trans_a=f, trans_b=e.Bool(True))
+    out_shape = e.Vec(sa[0], sa[1], sa[2], sb[2])
+    merged_out = e.Vec(sa[0] * sa[1], sa[2], sb[2])
+    for scaled, rhs_of, operand in (("", lambda: product, kt), ("Div", lambda: e.Div(product, c), e.Div(kt, c)),
+                                    ("Mul", lambda: e.Mul(product, c), e.Mul(kt, c)),
+                                    ("Mul(c", lambda: e.Mul(c, product), e.Mul(c, kt))):
+        lhs = e.BatchMatMul(merged_a, operand, trans_a=f, trans_b=f)
+        rhs = rhs_of()
+        scale = (e.value(c, v), e.eq(e.shape(operand)).to(e.shape(kt))) if scaled else ()
+        if scaled == "Div":
+            scale += (e.ne(v).to(e.f64(0.0)),)
+        label = {"": "k^T", "Div": "Div(k^T, c)", "Mul": "Mul(k^T, c)", "Mul(c": "Mul(c, k^T)"}[scaled]
+        actions = [e.union(lhs).with_(e.Identity(rhs, shape=merged_out)), e.set_(e.shape(product)).to(out_shape)]
+        if scaled:
+            actions.append(e.set_(e.shape(rhs)).to(out_shape))
+        yield e.rule(lhs, *guards, *scale,
+                     name=f"BatchMatMul(Reshape(q, [B H, S, D]), {label} of Reshape(k, [B H, T, D])) -> "
+                          f"Reshape({'' if not scaled else 'Div(' if scaled == 'Div' else 'Mul('}"
+                          f"BatchMatMul(q, k^T){', c)' if scaled else ''}, [B H, S, T])",
+                     example=example(_merged_heads_example(scaled))).then(*actions)
+    # BatchMatMul(Reshape(p, [B H, S, T]), Reshape(v, [B H, T, D])) -> Reshape(BatchMatMul(p, v), [B H, S, D])
+    #   p [B, H, S, T], v [B, H, T, D] (DeBERTa's probabilities times v)
+    lhs = e.BatchMatMul(merged_a, merged_b, trans_a=f, trans_b=f)
+    product = e.BatchMatMul(a, b, trans_a=f, trans_b=f)
+    yield e.rule(lhs, *heads, e.eq(sa3).to(e.Vec(sa[0] * sa[1], sa[2], sa[3])),
+                 e.eq(sb3).to(e.Vec(sb[0] * sb[1], sb[2], sb[3])), e.eq(sa[3]).to(sb[2]),
+                 name="BatchMatMul(Reshape(p, [B H, S, T]), Reshape(v, [B H, T, D])) -> "
+                      "Reshape(BatchMatMul(p, v), [B H, S, D])",
+                 example=example(_merged_probabilities_example)).then(
+        e.union(lhs).with_(e.Identity(product, shape=e.Vec(sa[0] * sa[1], sa[2], sb[3]))),
+        e.set_(e.shape(product)).to(e.Vec(sa[0], sa[1], sa[2], sb[3])))
+
+
+def _merged_sum_example(first: bool):
+    def build(g, dim):
+        # DeBERTa: the scores of merged heads [B H, S, T] plus its relative position bias, viewed as [B, H, S, T]
+        b, h, s, t = dim("b", 1, 3), dim("h", 1, 3), dim("s", 1, 5), dim("t", 1, 5)
+        x3 = g.reshape(g.input("x", [b, h, s, t]), [b * h, s, t])
+        y = g.input("y", [b * h, s, t])
+        g.set_outputs([g.reshape(g.add(y, x3) if first else g.add(x3, y), [b, h, s, t])])
+
+    return build
+
+
+@rules("attention")
+def _merged_sum(e):
+    x, y = e.vars("x y")
+    s3, s4 = e.vars("s3 s4", e.Vec[e.i64])
+    # Reshape(Add(Reshape(x, s3), y), s4) -> Add(x, Reshape(y, s4))   (and Add(y, Reshape(x, s3))) where x has shape
+    # s4 and y the sum's shape s3: the view of a sum of same-shaped operands is the sum of their views (DeBERTa's
+    # scores of merged heads plus its position bias, viewed as [B, H, S, T], are the 4-D scores plus a 4-D bias,
+    # which the mask rule reads)
+    for first in (False, True):
+        merged = e.Identity(x, shape=s3)
+        inner = e.Add(y, merged) if first else e.Add(merged, y)
+        lhs = e.Identity(inner, shape=s4)
+        view = e.Identity(y, shape=s4)
+        rhs = e.Add(view, x) if first else e.Add(x, view)
+        yield e.rule(lhs, e.eq(e.shape(x)).to(s4), e.eq(e.shape(y)).to(s3), e.eq(e.shape(inner)).to(s3),
+                     name=f"Reshape(Add({'y, Reshape(x, s3)' if first else 'Reshape(x, s3), y'}), s4) -> "
+                          f"Add({'Reshape(y, s4), x' if first else 'x, Reshape(y, s4)'})   (x of shape s4)",
+                     example=example(_merged_sum_example(first))).then(
+            e.union(lhs).with_(rhs), e.set_(e.shape(view)).to(s4), e.set_(e.shape(rhs)).to(s4))
+
+
 def _repeat_guards(e, rep, inner, x, s5, sx, sr):
     """Guards that ``rep`` = Reshape(Expand(Reshape(x, [B,KV,1,S,D]), [B,KV,G,S,D]), [B,KV G,S,D])."""
     return (e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(4)), e.eq(s5).to(e.Vec(sx[0], sx[1], e.i64(1), sx[2],
@@ -437,6 +551,48 @@ def _softmax_of_scores(e):
     # Where(IsNaN(p), 0, p) -> p   for p = AttentionScores(q, k, mode 3), which has no NaN
     yield e.equal("Where(IsNaN(p), 0, p) -> p (p = AttentionScores(q, k, mode 3))", e.Where(e.IsNaN(p), z, p), p,
                   e.eq(p).to(plain), e.value(z, e.f64(0.0)), example=example(_softmax_example("unneeded guard")))
+
+
+def _where_into_scores_example(first_rank: int):
+    def build(g, dim):
+        # DeBERTa: scores plus a bias of unknown values (an input), then Where(b, float32 min, .) of a pairwise bool
+        # mask [B, 1, S, T] (about half the pairs masked, so fully masked rows occur), then the softmax
+        q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
+        bias = g.input("bias", [b, h, s, t][4 - first_rank:])
+        masked = g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.constant(np.array(np.finfo(np.float32).min),
+                                                                              shape=()),
+                                      g.add(scores_of(g, q, k, 0.5), bias)))
+        g.set_outputs([g.softmax(masked)])
+
+    return build
+
+
+@rules("attention")
+def _where_into_scores(e):
+    q, k, m, b, c = e.vars("q k m b c")
+    s, v = e.vars("s v", e.f64)
+    sa, sb, sm = e.vars("sa sb sm", e.Vec[e.i64])
+    opts = _option_vars(e)
+    four = e.i64(4)
+    scores = e.AttentionScores(q, k, m, scale=s, **opts, mode=e.i64(2))
+    lhs = e.Softmax(e.Where(b, c, scores))
+    mask = e.Where(b, c, m)
+    new = e.AttentionScores(q, k, mask, scale=s, **opts, mode=e.i64(2))
+    # Softmax(Where(b, c, AttentionScores(q, k, m, mode 2))) -> Softmax(AttentionScores(q, k, Where(b, c, m), mode 2))
+    # for a scalar c <= MASKED_BELOW and b, m [4-D] that broadcast to the scores without enlarging them (DeBERTa's
+    # float32 min over a pairwise mask, after its relative position bias): where b holds, the score c + S of the
+    # right-hand side is c itself for any score S below 1e22 in magnitude (float64's rounding at c; float32's
+    # below 1e31), and where a row keeps keys, c's exp underflows to 0 against them on both sides, so the two
+    # softmaxes are equal (a row that b masks wholly is uniform on both sides)
+    yield e.rule(lhs, e.value(c, v), v <= e.f64(MASKED_BELOW), e.eq(e.shape(scores)).to(sa),
+                 e.eq(e.shape(e.Where(b, c, scores))).to(sa), e.eq(e.shape(b)).to(sb), e.eq(e.shape(m)).to(sm),
+                 e.eq(sb.length()).to(four), e.eq(sm.length()).to(four),
+                 name="Softmax(Where(b, c, AttentionScores(q, k, m, mode 2))) -> "
+                      "Softmax(AttentionScores(q, k, Where(b, c, m), mode 2))   (c <= MASKED_BELOW)",
+                 example=example(_where_into_scores_example(4))).then(
+        e.union(lhs).with_(e.Softmax(new)),
+        e.set_(e.shape(mask)).to(e.Vec(*(sb[e.i64(i)].max(sm[e.i64(i)]) for i in range(4)))),
+        e.set_(e.shape(new)).to(sa))
 
 
 def _attention_example(masked: bool):
