@@ -131,16 +131,17 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
     if args.no_fuse and args.precision == "f16":
         raise InputError("--precision f16 stores weights through the rewrite engine: drop --no-fuse, or run f32")
-    if args.no_fuse and args.with_ruleset:
-        raise InputError("--with-ruleset adds rules to the rewrite engine, which --no-fuse leaves out: give one")
+    if args.no_fuse and (args.with_ruleset or args.disable_rule):
+        what = "--with-ruleset adds rules to" if args.with_ruleset else "--disable-rule leaves a rule out of"
+        raise InputError(f"{what} the rewrite engine, which --no-fuse leaves out: give one")
     t = time.perf_counter()
     rulesets = None
-    if args.with_ruleset:
+    if args.with_ruleset or args.disable_rule:
         from eggfuse.cli_options import refuse_f16
         from eggfuse.rewrites.rulesets import select
 
         refuse_f16(args.with_ruleset)
-        rulesets = select(optional=args.with_ruleset)
+        rulesets = select(None, args.disable_rule, optional=args.with_ruleset)
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
                   rulesets=rulesets)
     given = dict(args.input or [])
@@ -295,6 +296,9 @@ def add_run(sub) -> None:
     r.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
                    help="also run an optional ruleset (repeatable): layer_norm_prologue (a LayerNorm as the next "
                         "product's prologue: one dispatch fewer a product, measured slower on an H200)")
+    r.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
+                   help="leave out one rule, named as `eggfuse rules` lists it (repeatable): the plan without it, "
+                        "to time what the rule pays")
     add_no_cache(r)
     add_precision(r)
     r.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",

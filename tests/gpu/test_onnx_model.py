@@ -345,3 +345,27 @@ def test_a_device_limit_names_the_onnx_nodes_of_the_dispatch(fuse):
     device = _Limited(get_device(), **{"max-storage-buffer-binding-size": 1024})
     with pytest.raises(DeviceLimitError, match=named):
         Model(_dense_relu(), fuse=fuse, device=device, cache=False).run({"x": np.zeros((40, 24), np.float32)})
+
+
+def test_run_leaves_out_a_disabled_rule(tmp_path, capsys):
+    # DeBERTa's masked scores: without the rule that takes Where(b, float32 min, .) into the bias the attention reads,
+    # the scores, mask, softmax and product stay apart; the outputs agree with torch's either way
+    fixture = Path(__file__).resolve().parent.parent / "data" / "exported"
+    npz = fixture / "deberta_tiny.npz"
+    want = np.load(npz)["output.last_hidden_state"]
+    base = ["run", str(fixture / "deberta_tiny.dynamo.onnx"), "--input", f"input_ids={npz}", "--input",
+            f"attention_mask={npz}", "--repeats", "0", "--json", "--no-cache", "--save"]
+    rule = ("Softmax(Where(b, c, AttentionScores(q, k, m, mode 2))) -> Softmax(AttentionScores(q, k, Where(b, c, m), "
+            "mode 2))   (c <= MASKED_BELOW)")
+    counts = []
+    for i, extra in enumerate(([], ["--disable-rule", rule])):
+        assert main([*base, str(tmp_path / f"{i}.npz"), *extra]) == 0
+        counts.append(json.loads(capsys.readouterr().out)["dispatches_fused"])
+        got = np.load(tmp_path / f"{i}.npz")["last_hidden_state"]
+        assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+    assert counts[0] == 39 < counts[1], counts
+    assert main(["run", str(fixture / "deberta_tiny.dynamo.onnx"), "--disable-rule", "no such rule"]) == 2
+    assert "unknown rule 'no such rule'" in capsys.readouterr().err
+    assert main(["run", str(fixture / "deberta_tiny.dynamo.onnx"), "--no-fuse", "--disable-rule", rule]) == 2
+    assert "--disable-rule leaves a rule out of the rewrite engine, which --no-fuse leaves out" in \
+        capsys.readouterr().err
