@@ -15,6 +15,7 @@ buffer, then their reduction).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -283,7 +284,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             if e.nodes:
                 raise
             # a kernel builder's error (a tile's storage, a grid): named with the node it was building
-            named = str(e) if f"node {node.id} " in str(e) else f"{e} ({_label(node, ins)})"
+            named = str(e) if re.search(rf"\bnode {node.id}\b", str(e)) else f"{e} ({_label(node, ins)})"
             raise type(e)(named, nodes=(node.id,)) from None
     _check_exclusive_writes(dispatches, buffers)
 

@@ -233,7 +233,7 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
     out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc, made))
     rep.rebuild_s = time.perf_counter() - t
     rep.origins = ({new: [n.id] for new, n in enumerate(graph.live_nodes()) if not OPS[n.op].leaf} if keep_input
-                   else node_origins(graph, dag, class_of, made, out))
+                   else node_origins(graph, dag, class_of, made, out, enc.raw))
     rep.phases["rebuild"] = Phase(rep.rebuild_s, rep.eclasses, rep.enodes)
     rep.total_s = rep.insert_s + rep.analysis_s + rep.saturation_s + rep.extraction_s + rep.rebuild_s
     rep.nodes_after = len(out.live_nodes())

@@ -229,8 +229,28 @@ def _walk(graph: Any, start: list[int], class_of: Mapping[int, str], computed: s
     return cone, seen
 
 
+def _view_aliases(raw: Mapping[str, Any], class_of: Mapping[int, str], computed: set[str]) -> dict[str, str]:
+    # e-class of input nodes the DAG does not compute -> the computed e-class it is a view of (an e-node of it is a
+    # view op of that class: a residual sum an exporter writes in 3-D, computed in 2-D by a fused product's epilogue)
+    from ..ir import OPS
+    from .sorts import SIGNATURES
+
+    nodes, data = raw["nodes"], raw["class_data"]
+    wanted = set(class_of.values()) - computed
+    alias: dict[str, str] = {}
+    for node in nodes.values():
+        c = node["eclass"]
+        sig = SIGNATURES.get(node["op"])
+        if c not in wanted or c in alias or sig is None or not OPS[sig.op].view:
+            continue
+        kids = [nodes[k]["eclass"] for k in node["children"] if data.get(nodes[k]["eclass"], {}).get("type") == "T"]
+        if len(kids) == 1 and kids[0] in computed:
+            alias[c] = kids[0]
+    return alias
+
+
 def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], made: Mapping[int, int],
-                 out: Any) -> dict[int, list[int]]:
+                 out: Any, raw: Mapping[str, Any] | None = None) -> dict[int, list[int]]:
     """:attr:`Report.origins`: for each node of the extracted graph ``out`` (``made``: node id -> the DAG entry it
     was built for, as :func:`~.extract.rebuild` fills it) the input ``graph``'s node ids it computes, sorted.
 
@@ -238,12 +258,17 @@ def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], made: Mappin
     extracted graph does not compute (what a fused or recognised op replaced), each given to one node only: the
     first, in ``out``'s order, whose e-class or inputs reach it (so the residual sums of an exported transformer,
     computed in another form by the fused products, go to the first op that reads them, not to every later
-    layer). A view of a new term (a ``Select`` of a pair) has the input nodes of its own e-class too. A node that
-    computes no input node (a packed product, a new term nothing of the input graph equals) has the ids of its
-    first reader that has some: what the nodes reading it compute. Leaves and views of the input graph are not
-    listed; leaves of ``out`` have none."""
+    layer). With ``raw`` (egglog's serialisation of the saturated e-graph), an input node whose e-class is not
+    computed but holds a view of a computed one (a residual sum the exporter writes in 3-D, computed in 2-D by a
+    fused product's epilogue) counts as that e-class's. A view of a new term (a ``Select`` of a pair) has the
+    input nodes of its own e-class too. A node that computes no input node (a packed product, a new term nothing
+    of the input graph equals) has the ids of its first reader that has some: what the nodes reading it compute.
+    Leaves and views of the input graph are not listed; leaves of ``out`` have none."""
     from ..ir import OPS
 
+    if raw is not None:
+        alias = _view_aliases(raw, class_of, set(dag.eclasses))
+        class_of = {n: alias.get(c, c) for n, c in class_of.items()}
     entries, roots, members, computed = _roots(graph, dag, class_of)
     claimed: set[int] = set()
     own: dict[int, list[int]] = {}
@@ -260,7 +285,8 @@ def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], made: Mappin
             continue
         ids = set(own.get(j, ()))
         if OPS[entry[0]].view:
-            ids.update(n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf)
+            ids.update(n for n in members.get(dag.eclasses[j], ()) if not OPS[graph.node(n).op].leaf
+                       and not OPS[graph.node(n).op].view)
         if ids:
             origins[nid] = sorted(ids)
     readers: dict[int, list[int]] = {}

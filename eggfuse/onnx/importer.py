@@ -919,7 +919,7 @@ def with_onnx_nodes(error: LoweringError, origin: Mapping[int, str], graph: onnx
 
     if len(names) > shown:
         head = shown // 2
-        listed = f"{named(names[:head])}, ..., {named(names[head - shown:])}; {len(names)} in all"
+        listed = f"{named(names[:head]) + ', ' if head else ''}..., {named(names[head - shown:])}; {len(names)} in all"
     else:
         listed = named(names)
     return type(error)(f"{error} [ONNX node{'s' if len(names) > 1 else ''} {listed}]", nodes=error.nodes,

@@ -192,8 +192,9 @@ def _scale_into_scores(e):
     (mode,) = e.vars("mode", e.i64)
     opts = _option_vars(e)
     # AttentionScores(Mul(q, c), k, s) -> AttentionScores(q, k, s v)   (and Mul(c, q), and the same on k)
-    # for a one-element constant c (value(c, v)) that keeps q's shape; any mode (a mask is added to the
-    # scores only once they are scaled: the rule that adds it matches every form of the scores)
+    # for a finite one-element constant c (value(c, v); an infinite scale stays a Mul) that keeps q's shape; any
+    # mode (a mask is added to the scores only once they are scaled: the rule that adds it matches every form of the
+    # scores)
     for side in ("q", "k"):
         for first in (False, True):
             scaled = e.Mul(c, x) if first else e.Mul(x, c)
@@ -204,7 +205,7 @@ def _scale_into_scores(e):
                           "AttentionScores(q, k, s v)",
                           e.AttentionScores(*args, scale=s, **opts, mode=mode),
                           e.AttentionScores(*new, scale=s * v, **opts, mode=mode),
-                          e.value(c, v), e.eq(e.shape(scaled)).to(e.shape(x)),
+                          e.value(c, v), e.finite(c), e.eq(e.shape(scaled)).to(e.shape(x)),
                           example=example(_scaled_operand_example(side, first)))
     # Mul(AttentionScores(q, k, s), c) -> AttentionScores(q, k, s v), Mul(c, .) and Div(., c): s / v   (mode 0)
     scores = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(0))
@@ -219,7 +220,7 @@ def _scale_into_scores(e):
             sc = scores_of(g, q, k)
             g.set_outputs([g.add_node(op, (c, sc) if label.startswith("Mul(c") else (sc, c))])
 
-        guards = (e.value(c, v), e.eq(e.shape(lhs)).to(e.shape(scores)))
+        guards = (e.value(c, v), e.finite(c), e.eq(e.shape(lhs)).to(e.shape(scores)))
         if label.startswith("Div"):
             guards += (e.ne(v).to(e.f64(0.0)),)
         yield e.equal(f"{label} -> AttentionScores(q, k, {'s / v' if label.startswith('Div') else 's v'})", lhs,
@@ -553,15 +554,15 @@ def _softmax_of_scores(e):
                   e.eq(p).to(plain), e.value(z, e.f64(0.0)), example=example(_softmax_example("unneeded guard")))
 
 
-def _where_into_scores_example(first_rank: int):
+def _where_into_scores_example(first: bool):
     def build(g, dim):
         # DeBERTa: scores plus a bias of unknown values (an input), then Where(b, float32 min, .) of a pairwise bool
         # mask [B, 1, S, T] (about half the pairs masked, so fully masked rows occur), then the softmax
         q, k, _, (b, h, kv, s, t, d) = _qkv(g, dim)
-        bias = g.input("bias", [b, h, s, t][4 - first_rank:])
+        bias, sc = g.input("bias", [b, h, s, t]), scores_of(g, q, k, 0.5)
         masked = g.add_node("Where", (bool_mask(g, [b, 1, s, t]), g.constant(np.array(np.finfo(np.float32).min),
                                                                               shape=()),
-                                      g.add(scores_of(g, q, k, 0.5), bias)))
+                                      g.add(bias, sc) if first else g.add(sc, bias)))
         g.set_outputs([g.softmax(masked)])
 
     return build
@@ -574,25 +575,31 @@ def _where_into_scores(e):
     sa, sb, sm = e.vars("sa sb sm", e.Vec[e.i64])
     opts = _option_vars(e)
     four = e.i64(4)
-    scores = e.AttentionScores(q, k, m, scale=s, **opts, mode=e.i64(2))
-    lhs = e.Softmax(e.Where(b, c, scores))
+    # the scores of a plain attention: no causal flag, offset or window, which a score replaced by c would undo
+    alone = {**opts, "causal": e.Bool(False), "offset": e.i64(0), "left_window": e.i64(-1), "right_window": e.i64(-1)}
+    scores = e.AttentionScores(q, k, scale=s, **alone, mode=e.i64(0))
     mask = e.Where(b, c, m)
-    new = e.AttentionScores(q, k, mask, scale=s, **opts, mode=e.i64(2))
-    # Softmax(Where(b, c, AttentionScores(q, k, m, mode 2))) -> Softmax(AttentionScores(q, k, Where(b, c, m), mode 2))
-    # for a scalar c <= MASKED_BELOW and b, m [4-D] that broadcast to the scores without enlarging them (DeBERTa's
-    # float32 min over a pairwise mask, after its relative position bias): where b holds, the score c + S of the
-    # right-hand side is c itself for any score S below 1e22 in magnitude (float64's rounding at c; float32's
-    # below 1e31), and where a row keeps keys, c's exp underflows to 0 against them on both sides, so the two
-    # softmaxes are equal (a row that b masks wholly is uniform on both sides)
-    yield e.rule(lhs, e.value(c, v), v <= e.f64(MASKED_BELOW), e.eq(e.shape(scores)).to(sa),
-                 e.eq(e.shape(e.Where(b, c, scores))).to(sa), e.eq(e.shape(b)).to(sb), e.eq(e.shape(m)).to(sm),
-                 e.eq(sb.length()).to(four), e.eq(sm.length()).to(four),
-                 name="Softmax(Where(b, c, AttentionScores(q, k, m, mode 2))) -> "
-                      "Softmax(AttentionScores(q, k, Where(b, c, m), mode 2))   (c <= MASKED_BELOW)",
-                 example=example(_where_into_scores_example(4))).then(
-        e.union(lhs).with_(e.Softmax(new)),
-        e.set_(e.shape(mask)).to(e.Vec(*(sb[e.i64(i)].max(sm[e.i64(i)]) for i in range(4)))),
-        e.set_(e.shape(new)).to(sa))
+    # Softmax(Where(b, c, Add(S, m))) -> Softmax(Add(S, Where(b, c, m)))   (and Add(m, S)) for the scores S, a scalar
+    # c <= MASKED_BELOW, and b, m [4-D] that broadcast to the scores without enlarging them, m over every key (an
+    # f32 term added to them: DeBERTa's relative position bias under float32's min where its pairwise mask drops a
+    # pair): where b holds, the score S + c of the right-hand side is c itself for any score S below 1e22 in
+    # magnitude (float64's rounding at c; float32's below 1e31), and where a row keeps keys, c's exp underflows to 0
+    # against them on both sides, so the two softmaxes are equal (a row that b masks wholly is uniform on both
+    # sides); the mask rule then makes the sum mode 2
+    for first in (False, True):
+        summed = e.Add(m, scores) if first else e.Add(scores, m)
+        lhs = e.Softmax(e.Where(b, c, summed))
+        new = e.Add(scores, mask)
+        yield e.rule(lhs, e.value(c, v), v <= e.f64(MASKED_BELOW), e.eq(e.shape(scores)).to(sa),
+                     e.eq(e.shape(summed)).to(sa), e.eq(e.shape(e.Where(b, c, summed))).to(sa),
+                     e.eq(e.shape(b)).to(sb), e.eq(e.shape(m)).to(sm), e.eq(sb.length()).to(four),
+                     e.eq(sm.length()).to(four), e.eq(sm[e.i64(3)]).to(sa[e.i64(3)]),
+                     name=f"Softmax(Where(b, c, Add({'m, S' if first else 'S, m'}))) -> Softmax(Add(S, Where(b, c, m)))"
+                          "   (S = AttentionScores(q, k), c <= MASKED_BELOW)",
+                     example=example(_where_into_scores_example(first))).then(
+            e.union(lhs).with_(e.Softmax(new)),
+            e.set_(e.shape(mask)).to(e.Vec(*(sb[e.i64(i)].max(sm[e.i64(i)]) for i in range(4)))),
+            e.set_(e.shape(new)).to(sa))
 
 
 def _attention_example(masked: bool):

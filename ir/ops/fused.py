@@ -449,6 +449,18 @@ def _view_example(f: Fusable):
 _SHAPED = ("Expand", "BroadcastTo", "BiasAdd")
 
 
+def _view_scalar_example(f: Fusable, first: bool):
+    def build(g, dim):
+        m, n = dim("m", 1, 3), dim("n", 1, 3)
+        x = _operand(g, f.example_dtypes[1 if first else 0], "x", [m, n])
+        c = _operand(g, f.example_dtypes[0 if first else 1], "c", [])
+        attrs = {k: (2, m, n) if v == "2,m,n" else v for k, v in f.example_attrs.items()}
+        view = g.reshape(g.add_node(f.op, (c, x) if first else (x, c), **attrs), [m * n])
+        g.set_outputs([g.add_node("Cast", (view,), to="f32")])  # an elementwise reader: the view lies in a region
+
+    return example(build)
+
+
 @rules("elementwise_fusion")
 def _views_through_regions(e):
     (s,) = e.vars("s", e.Vec[e.i64])
@@ -473,6 +485,27 @@ def _views_through_regions(e):
                      example=_view_example(f)).then(
             e.union(view).with_(getattr(e, f.op)(*views, **attrs)),
             *(e.set_(e.stored_uses(v)).to(e.i64(0)) for v in views))
+    # Identity(Op(a, c), s) -> Op(Identity(a, s), c)   (and Op(c, a)) for a binary op whose other operand c is a
+    # scalar (rank 0, broadcast to every element), under the same condition: the view of a scaled value is the
+    # scaled view (DeBERTa's position terms, each divided by the scale before their [B, H, S, T] view)
+    (sc,) = e.vars("sc", e.Vec[e.i64])
+    x, c = e.vars("x c")
+    for f in FUSABLE.values():
+        if f.op in _SHAPED or f.arity != 2 or f.same_shape:  # (gradients take operands of one shape)
+            continue
+        attrs = e.attrs_of(f.op)
+        for first in (False, True) if f.op != "PRelu" else (False,):  # PRelu's slope broadcasts to x, not x to it
+            value = getattr(e, f.op)(c, x, **attrs) if first else getattr(e, f.op)(x, c, **attrs)
+            view = e.Identity(value, shape=s)
+            moved = e.Identity(x, shape=s)
+            new = getattr(e, f.op)(c, moved, **attrs) if first else getattr(e, f.op)(moved, c, **attrs)
+            label = "c, a" if first else "a, c"
+            yield e.rule(view, e.eq(e.stored_uses(view)).to(e.i64(0)), e.eq(e.shape(x)).to(e.shape(value)),
+                         e.eq(e.shape(c)).to(sc), e.eq(sc.length()).to(e.i64(0)),
+                         name=f"Identity({f.op}({label}), s) -> {f.op}({label.replace('a', 'Identity(a, s)')})   "
+                              "(c a scalar)",
+                         example=_view_scalar_example(f, first)).then(
+                e.union(view).with_(new), e.set_(e.stored_uses(moved)).to(e.i64(0)))
 
 
 __all__ = ["FUSABLE", "MAX_INPUTS", "Fusable", "add_fused", "full_attrs", "fused_kernel", "ops_of", "step_types",

@@ -289,9 +289,11 @@ FIXTURES = {
     # content-to-position and position-to-content terms (products with the position projections, gathered by
     # relative position buckets), under float32's min where the pairwise padding mask drops a pair, softmaxed and
     # times v: GeneralAttention over that bias (51 while its scores, sum, mask, softmax, product and three
-    # Permutes a layer stayed apart); the position terms' products and gathers stay, and read q and k as heads
-    "deberta_tiny.classic.onnx": ({"GeneralAttention": 2, "FusedMatMulLayerNorm": 4}, 39),
-    "deberta_tiny.dynamo.onnx": ({"GeneralAttention": 2, "FusedMatMulLayerNorm": 4}, 39),
+    # Permutes a layer stayed apart; 39 while the position terms' sum, divided by the scale, was a kernel apart
+    # from the mask's, its [B, H, S, T] view between them); the position terms' products and gathers stay, and
+    # read q and k as heads
+    "deberta_tiny.classic.onnx": ({"GeneralAttention": 2, "FusedMatMulLayerNorm": 4}, 37),
+    "deberta_tiny.dynamo.onnx": ({"GeneralAttention": 2, "FusedMatMulLayerNorm": 4}, 37),
 }
 #: fixtures whose attention reads terms that batched products compute (DeBERTa's relative position scores): their
 #: BatchMatMuls stay, and q and k are read as heads, not packed
@@ -387,3 +389,32 @@ def test_a_plus_infinite_mask_and_a_window_that_empties_rows_stay_sound():
         sc = g.add_node("AttentionScores", (q, k, g.constant(mask, shape=[4, 2])), scale=0.5, mode=2, left_window=0)
         g.set_outputs([g.softmax(sc)])
         check_sound(g)
+
+
+def test_a_float32_min_mask_over_other_masks_stays_sound():
+    # Where(b, float32 min, .) around scores that already carry a bool mask (an additive Where(c, 0, -inf), or a
+    # causal And of a lower triangle and the padding): the rule that moves the Where onto an added f32 term must not
+    # take a bool mask form for that term, nor drop the causal masking a float32-min score would bring back
+    from eggfuse.rewrites.soundness import check_sound
+
+    fmin = float(np.finfo(np.float32).min)
+    b, h, s, d = 2, 2, 4, 4
+
+    def build(causal: bool):
+        g = Graph()
+        q, k = g.input("q", [b, h, s, d]), g.input("k", [b, h, s, d])
+        sc = g.mul(g.add_node("BatchMatMul", (q, k), trans_b=True), g.constant(np.array(0.5), shape=()))
+        keep = g.add_node("Less", (g.input("m1", [b, 1, 1 if causal else s, s]), g.constant(np.array(0.0), shape=())))
+        if causal:
+            tril = g.constant(np.tril(np.ones((s, s), dtype=bool)), shape=[1, 1, s, s], dtype=DType.BOOL)
+            keep = g.add_node("And", (tril, keep))
+        masked = g.add(sc, g.add_node("Where", (keep, g.constant(np.array(0.0), shape=()),
+                                                g.constant(np.array(-np.inf), shape=()))))
+        pad = g.add_node("Less", (g.input("m2", [b, 1, s, s]), g.constant(np.array(0.0), shape=())))
+        g.set_outputs([g.softmax(g.add_node("Where", (pad, g.constant(np.array(fmin), shape=()), masked)))])
+        return g
+
+    for causal in (False, True):
+        check_sound(build(causal))
+        _, rep = optimize(build(causal), verify=True)
+        assert rep.verified_max_diff < 1e-12, rep.verified_max_diff
