@@ -256,11 +256,11 @@ def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], made: Mappin
 
     A node's ids are those of its e-class and, through their inputs, the input nodes whose e-classes the
     extracted graph does not compute (what a fused or recognised op replaced), each given to one node only: the
-    first, in ``out``'s order, whose e-class or inputs reach it (so the residual sums of an exported transformer,
-    computed in another form by the fused products, go to the first op that reads them, not to every later
-    layer). With ``raw`` (egglog's serialisation of the saturated e-graph), an input node whose e-class is not
-    computed but holds a view of a computed one (a residual sum the exporter writes in 3-D, computed in 2-D by a
-    fused product's epilogue) counts as that e-class's. A view of a new term (a ``Select`` of a pair) has the
+    first, in ``out``'s order, whose e-class or inputs reach it (so an input node that no e-class of ``out``
+    holds goes to the first op that reads it, not to every later layer). With ``raw`` (egglog's serialisation
+    of the saturated e-graph), an input node whose e-class is not computed but holds a view of a computed one (a
+    residual sum the exporter writes in 3-D, computed in 2-D by a fused product's epilogue) counts as that
+    e-class's. A view of a new term (a ``Select`` of a pair) has the
     input nodes of its own e-class too. A node that computes no input node (a packed product, a new term nothing
     of the input graph equals) has the ids of its first reader that has some: what the nodes reading it compute.
     Leaves and views of the input graph are not listed; leaves of ``out`` have none."""
