@@ -199,8 +199,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
     :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
-    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, and for an unknown
-    ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
+    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, a ``device`` that is not
+    a wgpu device, and for an unknown ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded (its ``sources``: the
     nodes of ``graph`` concerned, through the optimisation) and
@@ -212,6 +212,9 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
     graph.check_outputs()  # both checked before the (slower) optimisation
     check_mapping("parameter", params, graph.parameters)
+    if device is not None and not (hasattr(device, "limits") and hasattr(device, "adapter")):
+        raise InputError(f"device must be a wgpu device (eggfuse.runtime.device.get_device() gives the process's) or "
+                         f"None for that one, got {type(device).__name__} {device!r}")
     if not isinstance(cache, bool):
         raise InputError(f"cache must be True or False, got {cache!r}")
     rulesets = precision_rulesets(precision, rulesets)

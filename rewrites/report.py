@@ -297,8 +297,43 @@ def node_origins(graph: Any, dag: Any, class_of: Mapping[int, str], made: Mappin
         if node.id not in origins and not OPS[node.op].leaf:
             first = next((r for r in sorted(readers.get(node.id, ())) if r in origins), None)
             if first is not None:
-                origins[node.id] = origins[first]
+                origins[node.id] = _computed_from(graph, node, out, origins, origins[first])
     return origins
+
+
+#: Families of the products: where a walk forward from a new product's inputs stops (what reads a product's
+#: value is not computed by it).
+_PRODUCTS = ("matmul", "linalg", "conv", "matmul_rows")
+#: Families of elementwise ops: all that an elementwise kernel (``Fused``) can compute.
+_ELEMENTWISE = ("arithmetic", "elementwise", "unary", "fused")
+
+
+def _computed_from(graph: Any, node: Any, out: Any, origins: Mapping[int, list[int]], reader: list[int]) -> list[int]:
+    # Of ``reader`` (the ids its reader computes), those that ``node`` of ``out`` computes: reached from what its
+    # inputs compute through the input graph (views passed through), a product's readers left out when ``node`` is
+    # a product (a packed Q/K/V product: the norm and the three projections, not the attention's mask or softmax)
+    # and only elementwise ops for an elementwise kernel; ``reader`` itself where nothing is reached
+    from ..ir import OPS
+
+    def source(g: Any, i: int) -> int:  # behind views
+        while OPS[g.node(i).op].view and g.node(i).inputs:
+            i = g.node(i).inputs[0]
+        return i
+
+    given = {i for x in node.inputs for i in origins.get(source(out, x), ())}
+    wanted, got = set(reader), set()
+    product, region = OPS[node.op].family in _PRODUCTS, OPS[node.op].family == "fused"
+    if region:  # a region computes elementwise ops only, of its inputs and of leaves (a mask input, constants)
+        wanted = {n for n in wanted if OPS[graph.node(n).op].family in _ELEMENTWISE}
+
+    for n in sorted(wanted):  # the input graph's order: inputs first
+        for i in graph.node(n).inputs:
+            s = source(graph, i)
+            if (s in given or (region and OPS[graph.node(s).op].leaf)
+                    or (s in got and not (product and OPS[graph.node(s).op].family in _PRODUCTS))):
+                got.add(n)
+                break
+    return sorted(got) or list(reader)
 
 
 def input_classes(raw: Mapping[str, Any]) -> dict[int, str]:

@@ -109,6 +109,13 @@ def _plain(e, scale) -> dict:
                 offset=e.i64(0), left_window=e.i64(-1), right_window=e.i64(-1), masked_rows=e.String("zero"))
 
 
+def _raw_options(e) -> dict:
+    """:func:`_option_vars` with no softcap, causal flag, offset or window: scores whose mode 0 (the raw product)
+    and modes 1-3 differ only by the mask and the softmax."""
+    return {**_option_vars(e), "softcap": e.f64(0.0), "causal": e.Bool(False), "offset": e.i64(0),
+            "left_window": e.i64(-1), "right_window": e.i64(-1)}
+
+
 def _option_vars(e) -> dict:
     nh, nkv, off, lw, rw = e.vars("nh nkv off lw rw", e.i64)
     (cap,) = e.vars("cap", e.f64)
@@ -436,7 +443,8 @@ def _mask_into_scores(e):
     q, k, m = e.vars("q k m")
     (s,) = e.vars("s", e.f64)
     sa, sm = e.vars("sa sm", e.Vec[e.i64])
-    opts = _option_vars(e)
+    # raw scores without a softcap, causal flag or window: mode 0 applies none of them, mode 2 all
+    opts = _raw_options(e)
     scores = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(0))
     # Add(AttentionScores(q, k), m) -> AttentionScores(q, k, m, mode 2)   (and Add(m, .)) for an f32 mask m
     # of rank <= 4 over all Skv keys that does not enlarge the scores (it broadcasts to them)
@@ -544,10 +552,12 @@ def _softmax_of_scores(e):
                   e.Softmax(e.AttentionScores(q, k, m, scale=s, **zero_rows, mode=e.i64(2))),
                   e.AttentionScores(q, k, m, scale=s, **{**opts, "masked_rows": e.String("nan")}, mode=e.i64(3)),
                   example=example(_softmax_example("unguarded")))
-    # Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)   (no mask)
-    plain = e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(3))
+    # Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)   (no mask; no softcap, causal flag or window,
+    # which mode 0 does not apply and mode 3 does; no row is then empty, so mode 3 has no NaN)
+    raw = _raw_options(e)
+    plain = e.AttentionScores(q, k, scale=s, **raw, mode=e.i64(3))
     yield e.equal("Softmax(AttentionScores(q, k)) -> AttentionScores(q, k, mode 3)",
-                  e.Softmax(e.AttentionScores(q, k, scale=s, **opts, mode=e.i64(0))), plain,
+                  e.Softmax(e.AttentionScores(q, k, scale=s, **raw, mode=e.i64(0))), plain,
                   example=example(_softmax_example("plain")))
     # Where(IsNaN(p), 0, p) -> p   for p = AttentionScores(q, k, mode 3), which has no NaN
     yield e.equal("Where(IsNaN(p), 0, p) -> p (p = AttentionScores(q, k, mode 3))", e.Where(e.IsNaN(p), z, p), p,
@@ -573,19 +583,17 @@ def _where_into_scores(e):
     q, k, m, b, c = e.vars("q k m b c")
     s, v = e.vars("s v", e.f64)
     sa, sb, sm = e.vars("sa sb sm", e.Vec[e.i64])
-    opts = _option_vars(e)
     four = e.i64(4)
-    # the scores of a plain attention: no causal flag, offset or window, which a score replaced by c would undo
-    alone = {**opts, "causal": e.Bool(False), "offset": e.i64(0), "left_window": e.i64(-1), "right_window": e.i64(-1)}
-    scores = e.AttentionScores(q, k, scale=s, **alone, mode=e.i64(0))
+    # raw scores (no softcap, causal flag, offset or window: a score replaced by c would undo the masking)
+    scores = e.AttentionScores(q, k, scale=s, **_raw_options(e), mode=e.i64(0))
     mask = e.Where(b, c, m)
     # Softmax(Where(b, c, Add(S, m))) -> Softmax(Add(S, Where(b, c, m)))   (and Add(m, S)) for the scores S, a scalar
     # c <= MASKED_BELOW, and b, m [4-D] that broadcast to the scores without enlarging them, m over every key (an
     # f32 term added to them: DeBERTa's relative position bias under float32's min where its pairwise mask drops a
-    # pair): where b holds, the score S + c of the right-hand side is c itself for any score S below 1e22 in
-    # magnitude (float64's rounding at c; float32's below 1e31), and where a row keeps keys, c's exp underflows to 0
-    # against them on both sides, so the two softmaxes are equal (a row that b masks wholly is uniform on both
-    # sides); the mask rule then makes the sum mode 2
+    # pair): where b holds, the score S + c of the right-hand side rounds to c itself for scores below half c's ulp
+    # in magnitude (float64's: 7e13 at c = -1e30, 1.9e22 at float32's min; float32's: 3.8e22 and 1e31), and where a
+    # row keeps keys, c's exp underflows to 0 against them on both sides, so the two softmaxes are equal (a row that
+    # b masks wholly is uniform on both sides); the mask rule then makes the sum mode 2
     for first in (False, True):
         summed = e.Add(m, scores) if first else e.Add(scores, m)
         lhs = e.Softmax(e.Where(b, c, summed))

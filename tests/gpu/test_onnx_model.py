@@ -370,3 +370,8 @@ def test_run_leaves_out_a_disabled_rule(tmp_path, capsys):
     assert main(["run", str(fixture / "deberta_tiny.dynamo.onnx"), "--no-fuse", "--disable-rule", rule]) == 2
     assert "--disable-rule leaves a rule out of the rewrite engine, which --no-fuse leaves out" in \
         capsys.readouterr().err
+
+
+def test_a_device_that_is_not_a_wgpu_device_is_refused():
+    with pytest.raises(InputError, match=r"device must be a wgpu device .* got str 'cuda'"):
+        Model(_dense_relu(), device="cuda").run({"x": np.zeros((40, 24), np.float32)})

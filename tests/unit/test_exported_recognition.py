@@ -418,3 +418,21 @@ def test_a_float32_min_mask_over_other_masks_stays_sound():
         check_sound(build(causal))
         _, rep = optimize(build(causal), verify=True)
         assert rep.verified_max_diff < 1e-12, rep.verified_max_diff
+
+
+@pytest.mark.parametrize("options", [dict(softcap=0.5), dict(causal=True), dict(left_window=1, right_window=0)])
+def test_raw_scores_with_options_are_not_given_them_by_a_mask_or_softmax(options):
+    # ONNX Attention's qk_matmul_output (mode 0) is the raw scaled product: its softcap, causal flag and windows
+    # apply from mode 1 on. A mask added to it, or its softmax, is not the attention's mode 2 or 3 with those options
+    from eggfuse.rewrites.soundness import check_sound
+
+    for masked in (False, True):
+        g = Graph()
+        q, k = g.input("q", [1, 2, 3, 5]), g.input("k", [1, 2, 4, 5])
+        scores = g.add_node("AttentionScores", (q, k), scale=0.5, mode=0, **options)
+        if masked:
+            scores = g.add(scores, g.input("m", [1, 2, 3, 4]))
+        g.set_outputs([g.softmax(scores)])
+        check_sound(g)
+        _, rep = optimize(g, verify=True)
+        assert rep.verified_max_diff < 1e-12

@@ -355,3 +355,12 @@ def test_report_origins_of_an_exported_decoder_name_each_layers_own_onnx_nodes()
         layers = {re.search(r"layers\.(\d+)/", x).group(1) for x in names}
         assert len(names) == 2 and len(layers) == 1, names
         assert re.search(r"/Add(_1)?$", names[0]) and names[1].endswith("_proj/MatMul"), names
+    # the packed Q/K/V product (a new term, no input node's e-class) computes the norm and the three projections
+    # its reader, the attention, would list with its mask and rotations
+    packed = [sorted(origin[i] for i in rep.origins[n.id]) for n in out.live_nodes() if n.op == "FusedRmsNormMatMul"
+              and any(out.node(r).op == "CausalAttentionRoPE" for r in range(n.id + 1, len(out.nodes))
+                      if n.id in out.node(r).inputs)]
+    assert len(packed) == 2, packed
+    for names in packed:
+        assert sum(x.endswith(("q_proj/MatMul", "k_proj/MatMul", "v_proj/MatMul")) for x in names) == 3, names
+        assert all("input_layernorm/" in x or x.endswith("_proj/MatMul") for x in names), names
