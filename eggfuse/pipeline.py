@@ -102,15 +102,22 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). Raises InputError for a
     ``runtime_checks`` not None/True/False or a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
-    the graph exceeds the device's limits, DeviceError when there is no device.
+    the graph exceeds the device's limits (on a CPU adapter also the loops lavapipe would cut short:
+    ``lowering.plan.check_cpu_loops``), DeviceError when there is no device.
     """
     from eggfuse.runtime.device import get_device
 
     device = device if device is not None else get_device()
+    cpu = device.adapter.info.get("adapter_type") == "CPU"
     if prefetch is None:
-        prefetch = device.adapter.info.get("adapter_type") != "CPU"
-    return lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
+        prefetch = not cpu
+    plan = lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
                  runtime_checks=runtime_checks_for(runtime_checks))
+    if cpu:  # lavapipe cuts long shader loops short, silently
+        from eggfuse.lowering.plan import check_cpu_loops
+
+        check_cpu_loops(plan)
+    return plan
 
 
 #: The environment variable that makes :func:`lower_for` and :func:`compile` keep naga's runtime checks.

@@ -631,6 +631,59 @@ def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
     return bounds
 
 
+#: Loop iterations one invocation of a shader may run on Mesa's llvmpipe (lavapipe), all loops together: gallivm's
+#: ``LP_MAX_TGSI_LOOP_ITERATIONS``. Past it the loops stop early and the dispatch's results are silently wrong.
+LLVMPIPE_LOOP_ITERATIONS = 65_535
+#: The passes over its data a kernel may make (a softmax's max, sum and write): :func:`check_cpu_loops` refuses a
+#: dispatch with more than ``LLVMPIPE_LOOP_ITERATIONS // CPU_LOOP_PASSES`` elements of one binding per invocation.
+CPU_LOOP_PASSES = 4
+
+_WORKGROUP_SIZE = re.compile(r"@workgroup_size\(([^)]*)\)\s*fn\s+(\w+)")
+
+
+def workgroup_size(source: str, entry_point: str) -> int | None:
+    """Invocations per workgroup of ``entry_point`` in WGSL ``source`` (its ``@workgroup_size``, literals or
+    ``const`` names of ``source``); None when it cannot be read."""
+    for args, name in _WORKGROUP_SIZE.findall(source):
+        if name != entry_point:
+            continue
+        size = 1
+        for arg in (a.strip() for a in args.split(",") if a.strip()):
+            if not (m := re.fullmatch(r"(\d+)[ui]?", arg)):
+                m = re.search(rf"const\s+{re.escape(arg)}\s*(?::\s*\w+)?\s*=\s*(\d+)[ui]?\s*;", source)
+            if not m:
+                return None
+            size *= int(m.group(1))
+        return size
+    return None
+
+
+def check_cpu_loops(plan: ExecutionPlan) -> None:
+    """Raise DeviceLimitError for a dispatch that lavapipe (Mesa's llvmpipe, a CPU adapter) would cut short.
+
+    llvmpipe stops an invocation's loops after :data:`LLVMPIPE_LOOP_ITERATIONS` iterations in all, with no error,
+    and a kernel's invocations stride through their data (a row's reduction on one workgroup of 256 invocations:
+    a softmax over 5.6 million elements already needs more). A dispatch whose largest binding holds more than
+    ``LLVMPIPE_LOOP_ITERATIONS // CPU_LOOP_PASSES`` 4-byte elements per invocation it launches is refused, naming
+    its node (the error's ``nodes``) and what to do: a GPU adapter, or smaller shapes. Dispatches whose workgroup
+    size cannot be read from their WGSL are not checked, nor those of ops that read a table's rows by index
+    (``OpSpec.index_bounds``: an invocation reads the rows its indices name, not the table)."""
+    per = LLVMPIPE_LOOP_ITERATIONS // CPU_LOOP_PASSES
+    for d in plan.dispatches:
+        size = workgroup_size(d.source, d.entry_point)
+        if size is None or OPS[d.op].index_bounds is not None:
+            continue
+        invocations = size * d.workgroups[0] * d.workgroups[1] * d.workgroups[2]
+        largest = max((plan.buffers[i] for i in d.bindings), key=lambda b: b.size_bytes, default=None)
+        if largest is None or largest.size_bytes // 4 <= per * invocations:
+            continue
+        raise DeviceLimitError(
+            f"lavapipe (Mesa's llvmpipe) ends a shader invocation's loops after {LLVMPIPE_LOOP_ITERATIONS} iterations "
+            f"without an error: {d.label} (kernel {d.kernel}) runs {invocations} invocations over buffer "
+            f"{largest.index} ({largest.name!r}, {largest.type}), more than {per} elements each, and would give wrong "
+            "values; run it on a GPU adapter, or at smaller shapes (a shorter axis to reduce)", nodes=(d.node,))
+
+
 def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -> None:
     """Raise LoweringError if ``plan`` exceeds ``limits`` (wgpu ``device.limits`` keys).
 
