@@ -241,6 +241,14 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
             if home is not None:
                 raise RewriteError(f"rule {rule!r} is of the optional ruleset {home!r}, which does not run unless "
                                    f"asked for (eggfuse optimize --with-ruleset {home}; select(optional=[{home!r}]))")
+            if rule in by_name or rule in OPTIONAL:
+                raise RewriteError(f"{rule!r} is a ruleset, not a rule: to leave a ruleset out, name the rulesets to "
+                                   "run (eggfuse optimize --rulesets NAME,NAME; select(names=[...])); `eggfuse rules` "
+                                   "lists both")
+            left_out = next((name for name, rs in by_name.items() if rule in (rules_of(rs) or ())), None)
+            if left_out is not None:
+                raise RewriteError(f"rule {rule!r} is of the ruleset {left_out!r}, which the selected rulesets "
+                                   f"({', '.join(names or ())}) leave out: it does not run anyway")
             raise RewriteError(f"unknown rule {rule!r}" + (": analysis rules always run" if analysis else
                                f" in the selected rulesets ({', '.join(by_name if names is None else names)})"
                                f"{_closest(rule, known)}; `eggfuse rules` lists them"))

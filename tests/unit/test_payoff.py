@@ -93,7 +93,11 @@ LN_PROLOGUE = "FusedMatMul(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul(x, g,
     (["matmul_epilog"], [], "unknown ruleset 'matmul_epilog'.*did you mean 'matmul_epilogue'"),
     (["analysis"], [], "analysis ruleset always runs"),
     (None, ["Gelu(FusedMatMul(a,b,e))->FusedMatMul(a,b,e+[Gelu])"], "unknown rule .*did you mean"),
-    (["algebraic"], [GELU], "unknown rule .* in the selected rulesets \\(algebraic\\)"),
+    (["algebraic"], [GELU], "rule .* is of the ruleset 'matmul_epilogue', which the selected rulesets \\(algebraic\\) "
+                            "leave out: it does not run anyway"),
+    (None, ["matmul_epilogue"], "'matmul_epilogue' is a ruleset, not a rule: to leave a ruleset out, name the "
+                                "rulesets to run"),
+    (["algebraic"], ["Gelu -> nothing"], "unknown rule .* in the selected rulesets \\(algebraic\\)"),
     (None, [LN_PROLOGUE], "is of the optional ruleset 'layer_norm_prologue', which does not run unless asked for "
                           "\\(eggfuse optimize --with-ruleset layer_norm_prologue"),
     (["recognition", "f16"], [], "f16 ruleset rounds weights to float16: compile with precision='f16'"),
