@@ -298,7 +298,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     state = frozenset(n.attrs["name"] for n in live if n.op == "Parameter" and n.attrs.get("state"))
     if prefetch:
-        dispatches = add_prefetch(buffers, dispatches, state, lim)
+        dispatches = add_prefetch(buffers, dispatches, state, lim, written_buffers(buffers, dispatches))
     outputs = {_whole(buffers, node_buffer[o]) for o in graph.outputs}  # an output window keeps its buffer whole
     storage, storage_sizes = share_storage_of(buffers, dispatches, outputs) if share_storage else ({}, [])
     live_ids = {n.id for n in live}
@@ -395,6 +395,13 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
 def _whole(buffers: list[BufferSpec], b: int) -> int:
     # the buffer a window (BufferSpec.window) is part of; any other buffer itself
     return buffers[b].window[0] if buffers[b].window else b
+
+
+def written_buffers(buffers: list[BufferSpec], dispatches: list[Dispatch]) -> set[int]:
+    """The buffers ``dispatches`` write (outputs, inputs updated in place), with the whole buffer of each window
+    written (a part of a value, a Select view, is written with it)."""
+    written = {d.output for d in dispatches} | {d.bindings[i] for d in dispatches for i in d.writable}
+    return written | {_whole(buffers, i) for i in written}
 
 
 def _add_window(buffers: list[BufferSpec], base: int, offset: int, size: int, dtype: DType, node: NodeId,

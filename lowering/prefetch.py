@@ -115,10 +115,10 @@ def with_prefetch(d, prefetch: tuple[int, ...], grid: tuple[int, int, int]):
     return dataclasses.replace(d, source=source, workgroups=grid, prefetch=prefetch, kernel=base + "+prefetch" + sg)
 
 
-def add_prefetch(buffers: Sequence, dispatches: list, state: frozenset[str], limits: Mapping[str, int]) -> list:
-    """``dispatches`` with every narrow one prefetching the weights of its window (module docstring)."""
-    written = {d.output for d in dispatches} | {d.bindings[i] for d in dispatches for i in d.writable}
-    written |= {buffers[i].window[0] for i in written if buffers[i].window}  # a part's (a Select view): the whole's
+def add_prefetch(buffers: Sequence, dispatches: list, state: frozenset[str], limits: Mapping[str, int],
+                 written: set[int]) -> list:
+    """``dispatches`` with every narrow one prefetching the weights of its window (module docstring); ``written``:
+    the buffers they write (``plan.written_buffers``), never prefetched."""
     narrow = [k for k, d in enumerate(dispatches) if is_narrow(d)]
     out = list(dispatches)
     for n, k in enumerate(narrow):

@@ -22,7 +22,7 @@ from ..ir.ops.quant import F16_MAX, f16_rows
 from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
 from ..lowering import ExecutionPlan, check_limits
-from ..lowering.plan import DerivedParameter
+from ..lowering.plan import DerivedParameter, written_buffers
 from .device import (
     adapter_description,
     device_error,
@@ -176,8 +176,7 @@ class Session:
         # The inputs share one device buffer (each at an aligned offset), written with one
         # write per run; an input that a kernel writes in place keeps a buffer of its own (one
         # dispatch may not bind one buffer both read-only and writable), as does a large one.
-        written = {d.output for d in plan.dispatches} | {d.bindings[i] for d in plan.dispatches for i in d.writable}
-        written |= {plan.buffers[i].window[0] for i in written if plan.buffers[i].window}  # a part's: the whole's
+        written = written_buffers(plan.buffers, plan.dispatches)
         packed_inputs = [i for i in plan.inputs.values()
                          if i not in written and plan.buffers[i].size_bytes <= PACK_MAX_BYTES]
         offsets, size = _aligned_offsets([plan.buffers[i].size_bytes for i in packed_inputs],

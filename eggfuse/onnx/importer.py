@@ -341,14 +341,16 @@ def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
     return readers
 
 
-def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+def transposed_copies(graph: onnx.GraphProto, arrays: Mapping[str, np.ndarray],
+                      readers: Mapping[str, set[str]] | None = None) -> dict[str, str]:
     """Initializers that are exactly the transpose of another: {copy: original}. An exporter stores a tied
     table twice, as the embedding's W [V, H] and as the LM head's W^T [H, V] (torch.onnx, classic and dynamo).
     The copy is one that only MatMul nodes read (as their B), so that the rewrite folds its Transpose into the
     product, and the original one that another node reads (the embedding's Gather): two MatMul weights that
     merely hold equal values (identity initialisations) stay two parameters, as training needs them. A pair
-    of other readers, or an initializer a subgraph reads, is left alone."""
-    readers = matmul_b_readers(graph)
+    of other readers, or an initializer a subgraph reads, is left alone. ``readers``: the graph's
+    :func:`matmul_b_readers`, when computed already."""
+    readers = matmul_b_readers(graph) if readers is None else readers
     by_shape: dict[tuple[int, ...], list[str]] = {}
     for name, arr in arrays.items():
         if arr.ndim == 2 and arr.size >= 2:
@@ -476,9 +478,9 @@ class Importer:
             arr = tensor_array(t, f"initializer {t.name!r}")
             env[t.name] = in_f32(Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True))
         self._initializers = {t.name: env[t.name] for t in g.initializer}
-        self.transposed_of = transposed_copies(g, {k: v.const for k, v in self._initializers.items()
-                                                   if ELEM_DTYPE.get(v.elem) is DType.F32})
         self._readers = matmul_b_readers(g)
+        self.transposed_of = transposed_copies(g, {k: v.const for k, v in self._initializers.items()
+                                                   if ELEM_DTYPE.get(v.elem) is DType.F32}, self._readers)
         self._inputs(g, env)
         self._nodes(g.node, env, version)
         if self.unsupported:
