@@ -1,7 +1,9 @@
-"""An exported model against compiled torch: GPT-2 small as torch.onnx writes it, imported by
+"""An exported model against compiled torch: GPT-2 small (``--model gpt2_small``, the default) or
+DeBERTa-v3-small (``--model deberta_v3_small``) as torch.onnx's classic (GPT-2) or dynamo (DeBERTa) exporter writes
+it, imported by
 ``eggfuse.onnx`` (the rewrite engine rediscovering its attention, GELU and epilogues), against
-transformers' ``GPT2Model`` with the same weights, eager and ``torch.compile(mode="reduce-overhead")``
-(CUDA graphs), fp32 (TF32 off) and bf16, on the same device.
+transformers' ``GPT2Model`` or ``DebertaV2Model`` with the same weights, eager and
+``torch.compile(mode="reduce-overhead")`` (CUDA graphs), fp32 (TF32 off) and bf16, on the same device.
 
 Three steps, since the export needs torch (a Python 3.11 venv here), the optimisation egglog (the
 eggfuse venv), and the timing a GPU machine without either of those problems::
@@ -10,21 +12,23 @@ eggfuse venv), and the timing a GPU machine without either of those problems::
     .venv/bin/python bench/exported_peers.py save --graphs bench/graphs_exported   # import, optimise, pickle
     python3 bench/exported_peers.py time --graphs bench/graphs_exported --json FILE  # GPU machine
 
-``save`` imports ``build/exported/gpt2_small.classic.onnx`` at ``--batch`` x ``--seq`` tokens (default
-8 x 128), optimises it and pickles the unfused and fused graphs with ``gpt2_small.names.json`` (which
-``state_dict`` entry each initializer holds), which weight's first rows the import folded into a
-parameter (the position rows of ``arange(S)``), and the values of the other initializers (the
-exporter's constants). ``time`` builds ``GPT2Model(GPT2Config())`` with random weights
+``save`` imports ``build/exported/MODEL.classic.onnx`` (DeBERTa's ``.dynamo.onnx``) at ``--batch`` x ``--seq``
+tokens (default 8 x 128), optimises it and pickles the unfused and fused graphs with ``MODEL.names.json`` (which
+``state_dict`` entry each initializer holds), the file without those initializers' values (a few
+hundred KB) and DeBERTa's ``MODEL.config.json``. ``time`` builds ``GPT2Model(GPT2Config())``
+or ``DebertaV2Model`` with random weights
 (``torch_peers._redraw``: 0.02 N(0, 1) for all, GPT-2's LayerNorm weights ``ln_*`` too, whose names
-hold no ``norm``), gives our parameters the same values through that map, and times both
+hold no ``norm``), puts them into that file through the map and imports it again (:func:`peer_params`: what
+the import computes from the weights at load time, such as GPT-2's position rows of ``arange(S)`` or DeBERTa's
+position keys and queries, comes from the peer's weights too), and times both
 sides as ``bench/models.py`` does (``--calls`` back-to-back calls per sample, ``--repeats`` samples,
 median and p90 of the wall clock per call, ours also by GPU timestamps, the peer also by CUDA events;
-outputs left on the device). Inputs: random token ids, the second sequence left-padded by 3 tokens
-(``attention_mask`` 0 there); both sides' ``last_hidden_state`` are compared at the kept rows
-(``rel_diff_vs_ours``: max |peer - ours| / max |ours|).
+outputs left on the device). Inputs: random token ids, the second sequence padded by 3 tokens, on the left
+for GPT-2 and on the right for DeBERTa (``attention_mask`` 0 there); both sides' ``last_hidden_state`` are
+compared at the kept rows (``rel_diff_vs_ours``: max |peer - ours| / max |ours|).
 
-JSON: rows as ``bench/models.py``'s (``model`` ``gpt2_small_onnx``, ``ours_ms``, ``ours_p90_ms``,
-``ours_gpu_ms``, ``ours_dispatches``, ``ours_unfused_ms``, ``peer``, ``peer_mode``, ``peer_dtype``,
+JSON: rows as ``bench/models.py``'s (``model`` ``gpt2_small_onnx`` or ``deberta_v3_small_onnx``, ``ours_ms``,
+``ours_p90_ms``, ``ours_gpu_ms``, ``ours_dispatches``, ``ours_unfused_ms``, ``peer``, ``peer_mode``, ``peer_dtype``,
 ``peer_ms``, ``peer_p90_ms``, ``ratio``, ``rel_diff_vs_ours``, ...) with ``optimise_s`` and
 ``onnx_nodes``.
 """
@@ -32,6 +36,7 @@ JSON: rows as ``bench/models.py``'s (``model`` ``gpt2_small_onnx``, ``ours_ms``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pickle
 import re
@@ -48,12 +53,44 @@ import torch_peers  # noqa: E402
 from models import _ms, time_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ONNX = ROOT / "build" / "exported" / "gpt2_small.classic.onnx"
-NAME = "gpt2_small_onnx"
-PADDING = 3  # tokens of left padding of the second sequence
+EXPORTED = ROOT / "build" / "exported"
+PADDING = 3  # tokens of padding of the second sequence
 
 
-def save(folder: Path, onnx_path: Path, batch: int, seq: int) -> None:
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """A model exported by scripts/export_torch_fixtures.py --real (``EXPORTED/{stem}.classic.onnx`` with
+    ``{stem}.names.json``): its rows' ``model`` (``{stem}_onnx``), the transformers class of its peer, its
+    vocabulary (the inputs' token ids are drawn below it), the side its second sequence is padded on, and the
+    exporter whose file ``save`` reads by default (DeBERTa's classic file holds its position keys and queries as
+    constants computed from the weights, which other weights would not match)."""
+
+    stem: str
+    peer_class: str
+    vocab: int
+    padding_side: str
+    exporter: str = "classic"
+
+    @property
+    def name(self) -> str:
+        return f"{self.stem}_onnx"
+
+    def peer(self, transformers, config: dict | None):
+        """The peer with transformers' initial weights (``time`` draws them again): GPT-2 small (``GPT2Config()``)
+        or DeBERTa-v3-small (``DebertaV2Config`` from the export's ``{stem}.config.json``, kept by ``save``)."""
+        if self.peer_class == "GPT2Model":
+            return transformers.GPT2Model(transformers.GPT2Config(use_cache=False))
+        if config is None:
+            raise SystemExit(f"{self.stem}: save found no {self.stem}.config.json beside the export: run "
+                             f"scripts/export_torch_fixtures.py --real --only {self.stem} again")
+        return transformers.DebertaV2Model(transformers.DebertaV2Config(**config))
+
+
+MODELS = {"gpt2_small": Exported("gpt2_small", "GPT2Model", 50257, "left"),
+          "deberta_v3_small": Exported("deberta_v3_small", "DebertaV2Model", 128100, "right", "dynamo")}
+
+
+def save(folder: Path, model: Exported, onnx_path: Path, batch: int, seq: int) -> None:
     import onnx
 
     from eggfuse.onnx import load
@@ -64,41 +101,41 @@ def save(folder: Path, onnx_path: Path, batch: int, seq: int) -> None:
     t = time.perf_counter()
     fused, rep = optimize(unfused)
     seconds = time.perf_counter() - t
-    constants = {k: v for k, v in params.items() if k not in names}
-    # a parameter the import folded from a weight's first rows (the position rows of the sequence's positions,
-    # wpe[:S] gathered by arange): those rows of the time step's weight, not the exported values
-    derived = {}
-    proto = onnx.load(str(onnx_path))  # once: 498 MB of weights inside the file
-    weights = {i.name: i for i in proto.graph.initializer if i.name in names}
-    for k, c in constants.items():
-        for n, init in weights.items():
-            w = onnx.numpy_helper.to_array(init)
-            if w.ndim == 2 and c.size % w.shape[1] == 0 and c.size <= w.size:
-                rows = c.size // w.shape[1]
-                if np.array_equal(c.reshape(rows, w.shape[1]), w[:rows]):
-                    derived[k] = {**names[n], "rows": rows, "shape": list(c.shape)}
-                    break
-    constants = {k: v for k, v in constants.items() if k not in derived}
-    if any(v.size > 1 << 16 for v in constants.values()):
-        raise SystemExit(f"initializers of no parameter are too large to carry: {sorted(constants)}")
+    # the file without the mapped weights' values (the skeleton): ``time`` puts the peer's in and imports it again,
+    # so that what the import computed from the weights at load time (GPT-2's position rows of arange(S),
+    # DeBERTa's position keys and queries) is computed from the peer's too
+    proto = onnx.load(str(onnx_path))  # once: 500 MB of weights inside the file
+    kept = {i.name for i in proto.graph.initializer}
+    if set(names) - kept:
+        raise SystemExit(f"{onnx_path.name} has no initializers {sorted(set(names) - kept)[:5]}: export it again")
+    for init in proto.graph.initializer:
+        if init.name in names:
+            init.CopyFrom(onnx.TensorProto(name=init.name, data_type=init.data_type, dims=init.dims))
+    # the exporter's small constants, for time --variant (random weights, no peer)
+    constants = {k: v for k, v in params.items() if k not in names and v.size <= 1 << 16}
     nodes = len(proto.graph.node)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{NAME}.pkl").write_bytes(pickle.dumps(
-        {"unfused": unfused, "fused": fused, "names": {k: v for k, v in names.items() if k in params},
-         "constants": constants, "derived": derived, "batch": batch, "seq": seq, "optimise_s": seconds,
-         "onnx_nodes": nodes, "file": onnx_path.name}))
+    config = onnx_path.with_name(model.stem + ".config.json")
+    (folder / f"{model.name}.pkl").write_bytes(pickle.dumps(
+        {"unfused": unfused, "fused": fused, "names": names, "skeleton": proto.SerializeToString(),
+         "constants": constants, "batch": batch, "seq": seq, "optimise_s": seconds,
+         "onnx_nodes": nodes, "file": onnx_path.name,
+         "config": json.loads(config.read_text()) if config.exists() else None}))
     print(f"{onnx_path.name}: {nodes} ONNX nodes, dispatches {rep.dispatches_before} -> {rep.dispatches_after}, "
-          f"optimised in {seconds:.2f} s; wrote {folder / (NAME + '.pkl')}")
+          f"optimised in {seconds:.2f} s; wrote {folder / (model.name + '.pkl')}")
 
 
-def inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
+def inputs(model: Exported, batch: int, seq: int) -> dict[str, np.ndarray]:
+    """Random token ids below the model's vocabulary, [batch, seq] int64, and an ``attention_mask`` of ones but for
+    PADDING tokens of the second sequence (the first where there is one) on the model's padding side."""
     rng = np.random.default_rng(0)
     mask = np.ones((batch, seq), np.int64)
-    mask[1 % batch, :PADDING] = 0
-    return {"input_ids": rng.integers(0, 50257, (batch, seq)).astype(np.int64), "attention_mask": mask}
+    mask[1 % batch, slice(None, PADDING) if model.padding_side == "left" else slice(seq - PADDING, None)] = 0
+    return {"input_ids": rng.integers(0, model.vocab, (batch, seq)).astype(np.int64), "attention_mask": mask}
 
 
-def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repeats: int, rounds: int) -> None:
+def time_variants(folder: Path, model: Exported, out: Path, variants: list[str], calls: int, repeats: int,
+                  rounds: int) -> None:
     """Our plan lowered as it is (``tree``) and with each ``--variant NAME:MODULE.NAME=VALUE[,...]``'s settings
     (``plan_ab.parse_setting``), or each ``--variant NAME:@FOLDER``'s graph (another save's fused graph, such as one
     optimised before a rule), timed alternately (``models.time_alternately``) on random weights; no peer."""
@@ -106,14 +143,14 @@ def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repe
 
     from models import random_values, time_alternately
 
-    saved = pickle.loads((folder / f"{NAME}.pkl").read_bytes())
+    saved = pickle.loads((folder / f"{model.name}.pkl").read_bytes())
     plans = {"tree": lowered(saved["fused"], [])}
     for spec in variants:
         name, sep, settings = spec.partition(":")
         if not sep or not name or name in plans:
             raise SystemExit(f"--variant {spec!r}: write NAME:eggfuse.MODULE.NAME=VALUE[,...] with a new NAME")
         if settings.startswith("@"):  # another save's fused graph, lowered as it is
-            other = pickle.loads((Path(settings[1:]) / f"{NAME}.pkl").read_bytes())
+            other = pickle.loads((Path(settings[1:]) / f"{model.name}.pkl").read_bytes())
             if set(other["fused"].parameters) != set(saved["fused"].parameters):
                 raise SystemExit(f"--variant {spec!r}: that graph's parameters are not this one's")
             plans[name] = lowered(other["fused"], [])
@@ -122,46 +159,62 @@ def time_variants(folder: Path, out: Path, variants: list[str], calls: int, repe
         plans[name] = lowered(saved["fused"], [parse_setting(s) for s in re.split(r",(?=eggfuse\.)", settings)])
     _, params = random_values(saved["fused"])
     params.update(saved["constants"])  # the exporter's constants as they are; weights (and rows of them) random
-    x = inputs(saved["batch"], saved["seq"])
+    x = inputs(model, saved["batch"], saved["seq"])
     feeds = [{k: v.astype(np.int32) for k, v in x.items()}] * calls
     rows = time_alternately(plans, params, feeds, calls, repeats, rounds)
-    out.write_text(json.dumps([{"model": NAME, **r} for r in rows], indent=1))
+    out.write_text(json.dumps([{"model": model.name, **r} for r in rows], indent=1))
     print(f"wrote {out}")
 
 
-def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int, profile: bool = False) -> None:
+def peer_params(saved: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our parameters for the peer's ``state`` (``state_dict`` key -> array): save's skeleton with the mapped
+    weights' values from ``state`` (transposed where the names map says so), imported again by ``eggfuse.onnx.load``
+    at save's shapes. Exits where a weight's shape differs or the import's parameters are not the saved graph's."""
+    import onnx
+
+    from eggfuse.onnx import load
+
+    proto = onnx.ModelProto.FromString(saved["skeleton"])
+    for init in proto.graph.initializer:
+        m = saved["names"].get(init.name)
+        if m is None:
+            continue
+        value = state[m["key"]].T if m["transpose"] else state[m["key"]]
+        if list(value.shape) != list(init.dims):
+            raise SystemExit(f"{init.name}: the peer's {m['key']} is {list(value.shape)}, the file's {list(init.dims)}")
+        init.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(value, np.float32), init.name))
+    shape = [saved["batch"], saved["seq"]]
+    graph, params = load(proto, shapes={"input_ids": shape, "attention_mask": shape})
+    if set(graph.parameters) != set(saved["fused"].parameters):
+        raise SystemExit("the import of the peer's weights gave other parameters than save's: save again")
+    return params
+
+
+def time_all(folder: Path, exported: Exported, out: Path, peers: list, calls: int, repeats: int,
+             profile: bool = False) -> None:
     from eggfuse.pipeline import lower_for
 
-    saved = pickle.loads((folder / f"{NAME}.pkl").read_bytes())
+    saved = pickle.loads((folder / f"{exported.name}.pkl").read_bytes())
     torch, transformers = torch_peers.load_torch()
     if torch is None:
         raise SystemExit(f"time needs torch and transformers ({transformers})")
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     torch_peers.set_fp32_precision(torch)
-    model = transformers.GPT2Model(transformers.GPT2Config(use_cache=False)).eval()
+    model = exported.peer(transformers, saved.get("config")).eval()
     torch_peers._redraw(torch, model, 0)
-    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    params = {name: np.ascontiguousarray(state[m["key"]].T if m["transpose"] else state[m["key"]], np.float32)
-              for name, m in saved["names"].items()}
-    params.update(saved["constants"])
-    for k, d in saved["derived"].items():
-        source = state[d["key"]].T if d["transpose"] else state[d["key"]]
-        params[k] = np.ascontiguousarray(source[:d["rows"]].reshape(d["shape"]), np.float32)
-    missing = sorted(set(saved["fused"].parameters) - set(params))
-    if missing:
-        raise SystemExit(f"no values for the parameters {missing[:5]}")
+    params = peer_params(saved, {k: v.detach().numpy() for k, v in model.state_dict().items()})
     model.to(device)
-    x = inputs(saved["batch"], saved["seq"])
+    x = inputs(model, saved["batch"], saved["seq"])
     feeds = [{k: v.astype(np.int32) for k, v in x.items()}] * calls
     kept = x["attention_mask"].astype(bool)
     copy_bps, copy_src = torch_peers.copy_bandwidth(torch, cuda)
-    weight_bytes = sum(v.nbytes for k, v in params.items() if k in saved["names"])
+    weight_bytes = sum(v.nbytes for k, v in params.items() if k in saved["names"])  # the mapped weights
     plan = lower_for(saved["fused"])
     ours = time_plan(plan, params, feeds, calls, repeats)
     unfused = time_plan(lower_for(saved["unfused"]), params, feeds, calls, repeats)
     ours_out = ours["output"][kept]
-    base = {"model": NAME, "file": saved["file"], "batch": saved["batch"], "seq": saved["seq"], "calls": calls,
+    base = {"model": exported.name, "file": saved["file"], "batch": saved["batch"], "seq": saved["seq"], "calls": calls,
             "samples": repeats, "weights": "f32", "weight_bytes": weight_bytes, "copy_gbs": copy_bps / 1e9,
             "copy_source": copy_src, "floor_fp32_ms": weight_bytes / copy_bps * 1e3,
             "floor_bf16_ms": weight_bytes / 2 / copy_bps * 1e3, "onnx_nodes": saved["onnx_nodes"],
@@ -193,7 +246,7 @@ def time_all(folder: Path, out: Path, peers: list, calls: int, repeats: int, pro
             return m(input_ids=ids, attention_mask=mask).last_hidden_state
 
         fn = forward if mode == "eager" else torch.compile(forward, mode=mode, fullgraph=True, dynamic=False)
-        pr = torch_peers.Peer("transformers GPT2Model", mode, dtype, lambda fn=fn: fn(t["input_ids"],
+        pr = torch_peers.Peer(f"transformers {exported.peer_class}", mode, dtype, lambda fn=fn: fn(t["input_ids"],
                                                                                     t["attention_mask"]), None,
                               model.config._attn_implementation)
         row = {**base, "peer": pr.name, "peer_mode": mode, "peer_dtype": dtype, "peer_tf32": False,
@@ -234,7 +287,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("save", "time"))
     ap.add_argument("--graphs", type=Path, required=True, help="the folder of save's pickle")
-    ap.add_argument("--onnx", type=Path, default=ONNX, help=f"save: the exported file (default {ONNX})")
+    ap.add_argument("--model", choices=sorted(MODELS), default="gpt2_small", help="the exported model")
+    ap.add_argument("--onnx", type=Path, help=f"save: the exported file (default {EXPORTED}/MODEL.classic.onnx, "
+                    "DeBERTa's MODEL.dynamo.onnx)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--calls", type=int, default=10)
@@ -248,14 +303,16 @@ def main() -> None:
                     "timestamps, each dispatch in a pass of its own; the peer: torch.profiler), in the rows")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "exported_peers.json")
     args = ap.parse_args()
+    model = MODELS[args.model]
     if args.command == "save":
-        save(args.graphs, args.onnx, args.batch, args.seq)
+        save(args.graphs, model, args.onnx or EXPORTED / f"{model.stem}.{model.exporter}.onnx", args.batch, args.seq)
     elif args.variant:
         if args.profile:
             raise SystemExit("--profile profiles the peers' run; time --variant profiles nothing: give one of them")
-        time_variants(args.graphs, args.json, args.variant, args.calls, args.repeats, args.rounds)
+        time_variants(args.graphs, model, args.json, args.variant, args.calls, args.repeats, args.rounds)
     else:
-        time_all(args.graphs, args.json, torch_peers.parse_peers(args.peers), args.calls, args.repeats, args.profile)
+        time_all(args.graphs, model, args.json, torch_peers.parse_peers(args.peers), args.calls, args.repeats,
+                 args.profile)
 
 
 if __name__ == "__main__":

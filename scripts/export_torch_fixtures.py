@@ -551,29 +551,40 @@ def smollm2_padded(out_dir: Path, venv: Path) -> list[dict]:
                        {n: {0: "batch", 1: "seq"} for n in names}, extra={"gguf": np.array(str(gguf))})
 
 
+#: DeBERTa-v3-small's architecture (microsoft/deberta-v3-small's config.json): ``DebertaV2Config``'s arguments,
+#: written beside the export as ``deberta_v3_small.config.json`` for bench/exported_peers.py's peer.
+DEBERTA_V3_SMALL = dict(vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=512, type_vocab_size=0,
+                        relative_attention=True, position_buckets=256, max_relative_positions=-1,
+                        pos_att_type=["p2c", "c2p"], position_biased_input=False, norm_rel_ebd="layer_norm",
+                        share_att_key=True, hidden_act="gelu", layer_norm_eps=1e-7)
+
+
 def deberta_v3_small(out_dir: Path, venv: Path) -> list[dict]:
     """DeBERTa-v3-small's architecture (6 layers, hidden 768, 12 heads, intermediate 3,072, 256 relative
     position buckets up to distance 512, 128,100 tokens) as ``DebertaV2Model`` (``last_hidden_state``; random
     weights, :func:`randomise`, as no DeBERTa weights are at hand offline), inputs ``input_ids`` and
     ``attention_mask`` (the second of two sequences right-padded by 3), both exporters: for
-    ``bench/exported.py`` (its disentangled attention at a model's size)."""
+    ``bench/exported.py`` (its disentangled attention at a model's size); ``deberta_v3_small.names.json``
+    (:func:`write_names`, the dynamo file's) and ``deberta_v3_small.config.json`` for bench/exported_peers.py."""
     from transformers import DebertaV2Config, DebertaV2Model
 
     torch.manual_seed(0)
-    cfg = DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
-                          intermediate_size=3072, max_position_embeddings=512, type_vocab_size=0,
-                          relative_attention=True, position_buckets=256, max_relative_positions=-1,
-                          pos_att_type=["p2c", "c2p"], position_biased_input=False, norm_rel_ebd="layer_norm",
-                          share_att_key=True, hidden_act="gelu", layer_norm_eps=1e-7)
-    model = randomise(DebertaV2Model(cfg)).eval()
+    model = randomise(DebertaV2Model(DebertaV2Config(**DEBERTA_V3_SMALL))).eval()
+    cfg = model.config
     rng = np.random.default_rng(0)
     mask = np.ones((BATCH, 16), np.int64)
     mask[1, 13:] = 0
     feeds = {"input_ids": rng.integers(1, cfg.vocab_size, (BATCH, 16)).astype(np.int64) * mask,
              "attention_mask": mask}
     names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
-    return run_exports("deberta_v3_small", wrap(model, names, outs), feeds, outs, out_dir,
+    rows = run_exports("deberta_v3_small", wrap(model, names, outs), feeds, outs, out_dir,
                        {n: {0: "batch", 1: "seq"} for n in names})
+    # the dynamo file's: the classic exporter folds the position keys and queries (each layer's projection of
+    # the relative embeddings) into constants computed from the weights, which other weights would not match
+    write_names(model, out_dir / "deberta_v3_small.dynamo.onnx", out_dir / "deberta_v3_small.names.json")
+    (out_dir / "deberta_v3_small.config.json").write_text(json.dumps(DEBERTA_V3_SMALL, indent=1) + "\n")
+    return rows
 
 
 def gpt2_small(out_dir: Path, venv: Path) -> list[dict]:
@@ -597,9 +608,18 @@ def gpt2_small(out_dir: Path, venv: Path) -> list[dict]:
     names, outs = ("input_ids", "attention_mask"), ("last_hidden_state",)
     rows = run_exports("gpt2_small", wrap(model, names, outs), feeds, outs, out_dir,
                        {n: {0: "batch", 1: "seq"} for n in names}, kinds=("classic",))
+    write_names(model, out_dir / "gpt2_small.classic.onnx", out_dir / "gpt2_small.names.json")
+    return rows
+
+
+def write_names(model: torch.nn.Module, onnx_path: Path, out: Path) -> None:
+    """Write ``out``: each float initializer of ``onnx_path`` that holds a ``state_dict`` entry of ``model`` (equal
+    values, or the transpose of a matrix) mapped to ``{"key": ..., "transpose": bool}``, so that a benchmark can give
+    both sides another model's weights (bench/exported_peers.py); initializers of no parameter (the exporter's
+    constants, or values it computed from weights) are not listed."""
     state = {k: v.detach().numpy() for k, v in model.state_dict().items() if v.is_floating_point()}
     mapping = {}
-    for init in onnx.load(str(out_dir / "gpt2_small.classic.onnx")).graph.initializer:
+    for init in onnx.load(str(onnx_path)).graph.initializer:
         arr = onnx.numpy_helper.to_array(init)
         if arr.dtype != np.float32 or arr.size < 2:
             continue
@@ -610,9 +630,8 @@ def gpt2_small(out_dir: Path, venv: Path) -> list[dict]:
             if v.ndim == 2 and v.T.shape == arr.shape and np.array_equal(v.T, arr):
                 mapping[init.name] = {"key": key, "transpose": True}
                 break
-    (out_dir / "gpt2_small.names.json").write_text(json.dumps(mapping, indent=1) + "\n")
-    print(f"gpt2_small.names.json: {len(mapping)} initializers of {len(state)} float state_dict entries")
-    return rows
+    out.write_text(json.dumps(mapping, indent=1) + "\n")
+    print(f"{out.name}: {len(mapping)} initializers of {len(state)} float state_dict entries")
 
 
 #: The prompts of the greedy reference (bench/quant_accuracy.py's five).
