@@ -44,6 +44,32 @@ class Specialised:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def _feed_f32(arr: np.ndarray, name: str, elem: int) -> np.ndarray:
+    """The feed ``arr`` (integers or floats) of the input ``name`` of ONNX element type ``elem`` (FLOAT, or one of
+    COMPUTED_IN_F32), as float32: InputError where an integer does not convert exactly (float32 holds every integer up
+    to 2^24 in magnitude, beyond that only some) or a finite float lies beyond float32's range. A float64 value is
+    rounded to the nearest float32, as a float32 model computes it anyway."""
+    if arr.dtype.kind in "iu":
+        out = arr.astype(np.float32)
+        big = np.abs(arr.astype(np.float64)) > 2**24  # every integer up to 2^24 is exact; beyond, compared exactly
+        inexact = [v for v, f in zip(arr[big].tolist(), out[big].tolist(), strict=True) if v != int(f)]
+        if inexact:
+            raise InputError(f"input {name!r} ({elem_name(elem)}, computed in float32): {len(inexact)} integer "
+                             f"value(s) such as {inexact[0]} have no exact float32 (float32 holds every integer up "
+                             f"to 2^24 = 16777216, beyond that only some); convert them yourself, "
+                             f"arr.astype('float32'), if that rounding is intended")
+        return out
+    if elem in COMPUTED_IN_F32:  # a DOUBLE (FLOAT16, BFLOAT16) input eggfuse computes in float32
+        return as_f32(arr, f"input {name!r}", InputError)
+    with np.errstate(over="ignore"):
+        out = arr.astype(np.float32)
+    bad = np.isinf(out) & np.isfinite(arr)
+    if bad.any():
+        raise InputError(f"input {name!r} takes float32; {int(bad.sum())} value(s) of the {arr.dtype} feed, up to "
+                         f"{float(np.max(np.abs(arr[bad]))):.3g}, lie beyond its range (+-3.4e+38)")
+    return out
+
+
 class Model:
     """An ONNX model run by eggfuse on the GPU (or lavapipe).
 
@@ -60,9 +86,11 @@ class Model:
     in the model's output order, in their ONNX dtypes (float32, int64, int32, bool). A feed is
     converted to the type eggfuse computes in: an integer input (int64 or int32, computed in
     int32) takes any integer array whose values fit int32, a float input any real array
-    (to float32); onnxruntime, stricter, refuses a dtype other than the declared one. An input
-    the import must know (a Reshape's shape fed as an input, an ``If``'s condition) is bound
-    at load time to its fed value: the model is imported once per such value.
+    (to float32: a float64 value rounded to the nearest, an integer only where float32 holds it
+    exactly, every one up to 2^24 in magnitude); onnxruntime, stricter, refuses a dtype other
+    than the declared one. An input the import must know (a Reshape's shape fed as an input, an
+    ``If``'s condition) is bound at load time to its fed value: the model is imported once per
+    such value.
     Raises :class:`~eggfuse.ir.OnnxError` / :class:`~eggfuse.ir.UnsupportedOpsError` when the
     model cannot be imported, also at the shapes of a run's feeds (a feed whose shape does not
     match the model's declared dimensions is an OnnxError naming the input);
@@ -193,8 +221,10 @@ class Model:
                 hint = f"; give it as {want.name} (numpy: arr.astype({want.name!r}))" if want.kind in "biuf" else ""
                 raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of "
                                  f"{arr.dtype}{hint}")
-            out[vi.name] = (as_f32(arr, f"input {vi.name!r}", InputError) if elem in COMPUTED_IN_F32
-                            else arr)  # computed in float32
+            if elem in COMPUTED_IN_F32 or (want.kind == "f" and arr.dtype != want):
+                out[vi.name] = _feed_f32(arr, vi.name, elem)  # computed in float32
+            else:
+                out[vi.name] = arr
         return out
 
     def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

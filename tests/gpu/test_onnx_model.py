@@ -67,6 +67,17 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
     with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool; give it as "
                                          r"float32 \(numpy: arr.astype\('float32'\)\)"):
         m.run({"x": np.zeros((2, 3), bool)})
+    # integers and float64 for a float input: taken where float32 holds them, refused where it would change them
+    exact = np.array([[-2**24, 3, 2**31], [2**40, -(2**62), 7]], np.int64)  # float32 holds each exactly
+    assert m.run({"x": exact})[0].tolist() == [[float(v) for v in row] for row in exact.tolist()]
+    halves = np.array([[0.1, 1 / 3, -2.5], [1e-40, 3e38, 0.0]])
+    assert np.array_equal(m.run({"x": halves})[0], halves.astype(np.float32))
+    with pytest.raises(InputError, match=r"input 'x' \(FLOAT, computed in float32\): 2 integer value\(s\) such as "
+                                         r"16777217 have no exact float32"):
+        m.run({"x": np.array([[1, 2, 2**24 + 1], [0, 2**62 + 1, 0]], np.int64)})
+    with pytest.raises(InputError, match=r"input 'x' takes float32; 1 value\(s\) of the float64 feed, up to 1e\+39, "
+                                         r"lie beyond its range"):
+        m.run({"x": np.array([[1e39, 0, 0], [0, 0, 0]])})
     with pytest.raises(InputError, match=r"input\(s\) 'x' not given"):
         m.run({})
 
