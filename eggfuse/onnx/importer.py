@@ -303,8 +303,22 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
                         f"version converter could not upgrade it: {str(e).splitlines()[0] if str(e) else e}") from None
 
 
+def _check_opset(model: onnx.ModelProto, what: str) -> None:
+    # ONNX requires the default domain's opset to be imported where a node uses it; a model without it (a file cut
+    # short, since protobuf writes opset_import after the graph) would otherwise import at the newest opset
+    if any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        return
+    used = next((n for n in model.graph.node if n.domain in ("", "ai.onnx")), None)
+    if used is not None:
+        raise OnnxError(f"{what} imports no opset of ONNX's default domain (its opset_import lists "
+                        f"{[o.domain for o in model.opset_import] or 'nothing'}), yet its node {used.name!r} is a "
+                        f"{used.op_type} of that domain: a file cut short loses its opset_import (written after the "
+                        "graph); export or copy the model again")
+
+
 def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
+        _check_opset(model, "the model")
         return upgraded(model)
     if isinstance(model, str | os.PathLike):
         path = os.fspath(model)
@@ -317,6 +331,7 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
         if not proto.graph.output:  # protobuf parses an empty file (or another message's bytes) as an empty model
             raise OnnxError(f"{path!r} is not an ONNX model with a graph: it declares no outputs "
                             f"({os.path.getsize(path)} bytes); give the exported .onnx file")
+        _check_opset(proto, repr(path))
         return upgraded(proto)
     raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 

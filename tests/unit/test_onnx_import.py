@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper, numpy_helper
 from onnx_models import I64, F, model, node  # tests/onnx_models.py
@@ -152,6 +153,32 @@ def test_unsupported_element_types_and_opsets_are_refused():
         load(bad)
     with pytest.raises(OnnxError, match=r"no ONNX file at"):
         load("/no/such/model.onnx")
+
+
+def test_a_file_cut_short_of_its_opset_import_is_refused(tmp_path):
+    # protobuf writes opset_import after the graph: a file missing its last bytes can lose it alone and still parse
+    whole = model([node("Relu", ["x"], ["y"], name="act")], [("x", F, [2])], [("y", F, None)]).SerializeToString()
+    def parses_without_opsets(data: bytes) -> bool:
+        try:
+            return not onnx.load_from_string(data).opset_import
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError for a cut inside a field
+            return False
+
+    cut = next(whole[:-k] for k in range(1, 16) if parses_without_opsets(whole[:-k]))
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(cut)
+    assert onnx.load(str(path)).graph.output  # the cut file parses
+    with pytest.raises(OnnxError, match=r"cut.onnx' imports no opset of ONNX's default domain \(its opset_import "
+                                        r"lists nothing\), yet its node 'act' is a Relu of that domain"):
+        load(path)
+    with pytest.raises(OnnxError, match=r"the model imports no opset"):
+        load(onnx.load(str(path)))
+    custom = onnx.load_from_string(whole)  # nodes of another domain only need no default opset
+    custom.graph.node[0].domain = "com.example"
+    del custom.opset_import[:]
+    custom.opset_import.add(domain="com.example", version=1)
+    with pytest.raises(UnsupportedOpsError):
+        load(custom)
 
 
 def test_a_known_if_is_inlined_and_an_input_dependent_one_refused():
