@@ -141,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         from eggfuse.rewrites.rulesets import select
 
         refuse_f16(args.with_ruleset)
-        rulesets = select(None, args.disable_rule, optional=args.with_ruleset)
+        rulesets = select(None, args.disable_rule, optional=args.with_ruleset, precision=args.precision)
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
                   rulesets=rulesets)
     given = dict(args.input or [])

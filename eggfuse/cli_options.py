@@ -69,7 +69,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     kw = schedule_kwargs(args)
     refuse_f16([*args.with_ruleset, *(args.rulesets or ())])
     if args.rulesets is not None or args.disable_rule or args.with_ruleset:
-        kw["rulesets"] = select(args.rulesets, args.disable_rule, optional=args.with_ruleset)
+        kw["rulesets"] = select(args.rulesets, args.disable_rule, optional=args.with_ruleset,
+                                precision=getattr(args, "precision", "f32"))
     return dict(kw, cost_model=cost_model_from_spec(args.cost_model), extractor=args.extractor)
 
 

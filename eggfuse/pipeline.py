@@ -158,14 +158,17 @@ PRECISIONS = ("f32", "f16")
 
 def precision_rulesets(precision: str, rulesets: Sequence[Ruleset] | None = None) -> Sequence[Ruleset] | None:
     """The rulesets that :func:`compile` runs for ``precision``: ``rulesets`` (None: the shipped
-    ones) as given for ``"f32"``; for ``"f16"`` the optional ``f16`` ruleset first, then those.
-    Raises InputError for another precision."""
+    ones) as given for ``"f32"``; for ``"f16"`` the optional ``f16`` ruleset first, then those (as
+    given where they hold it already: ``rewrites.rulesets.select(..., precision="f16")``, with some
+    of its rules left out). Raises InputError for another precision."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "f32":
         return rulesets
-    from eggfuse.rewrites.rulesets import optional_ruleset, scheduled_rulesets
+    from eggfuse.rewrites.rulesets import optional_ruleset, ruleset_name, scheduled_rulesets
 
+    if rulesets is not None and any(ruleset_name(rs) == "f16" for rs in rulesets):
+        return rulesets
     return (optional_ruleset("f16"), *(scheduled_rulesets() if rulesets is None else rulesets))
 
 

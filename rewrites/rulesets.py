@@ -200,17 +200,25 @@ def without_rules(rs: Ruleset, drop: set[str]) -> Ruleset:
 
 
 def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
-           rulesets: Sequence[Ruleset] | None = None, optional: Sequence[str] = ()) -> tuple[Ruleset, ...]:
+           rulesets: Sequence[Ruleset] | None = None, optional: Sequence[str] = (),
+           precision: str = "f32") -> tuple[Ruleset, ...]:
     """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
     those named in ``names`` (None: all; the name ``all`` stands for all of them), then the
     :data:`OPTIONAL` ones named in ``optional`` or ``names``, less the rules named in ``disable``.
-    The analysis ruleset is not among them: it always runs.
+    The analysis ruleset is not among them: it always runs. ``precision="f16"`` puts the ``f16``
+    ruleset first, as ``eggfuse.compile(..., precision="f16")`` runs it, so that ``disable`` can
+    name its rules too (``compile`` then adds no second one).
 
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
     name; a rule of an optional ruleset not asked for says so), the analysis ruleset, a rule of a
-    ruleset eggfuse did not build, or ``f16`` (``precision="f16"`` runs that one).
+    ruleset eggfuse did not build, or ``f16`` in ``names`` or ``optional`` (``precision="f16"``
+    runs that one).
     """
+    if precision not in ("f32", "f16"):
+        raise RewriteError(f"precision must be 'f32' or 'f16', got {precision!r}")
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
+    if precision == "f16" and not any(ruleset_name(rs) == "f16" for rs in pool):
+        pool = (optional_ruleset("f16"), *pool)
     if names is not None and "all" in names:  # all,layer_norm_prologue
         names = list(dict.fromkeys(x for n in names for x in (map(ruleset_name, pool) if n == "all" else (n,))))
     for n in optional:
@@ -232,12 +240,16 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
                     f"rulesets: {', '.join(x for x in by_name if x not in OPTIONAL)}; optional: {', '.join(OPTIONAL)}" \
                     f"{_closest(n, [*by_name, *OPTIONAL])}"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
-        pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional})
+        pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional}
+                     or (precision == "f16" and name == "f16"))
     known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()} if disable else {}
     for rule in disable:
         if rule not in known:
             analysis = rule in (rules_of(analysis_ruleset()) or ())
-            home = next((n for n in OPTIONAL if n != "f16" and rule in (rules_of(optional_ruleset(n)) or ())), None)
+            home = next((n for n in OPTIONAL if rule in (rules_of(optional_ruleset(n)) or ())), None)
+            if home == "f16":
+                raise RewriteError(f"rule {rule!r} is of the f16 ruleset, which runs only with precision='f16' "
+                                   "(eggfuse optimize/run --precision f16; select(..., precision='f16'))")
             if home is not None:
                 raise RewriteError(f"rule {rule!r} is of the optional ruleset {home!r}, which does not run unless "
                                    f"asked for (eggfuse optimize --with-ruleset {home}; select(optional=[{home!r}]))")

@@ -59,6 +59,15 @@ def test_rulesets_and_disable_rule(capsys, graph_file):
     assert "unknown rule 'Gelu -> fused'" in capsys.readouterr().err
 
 
+def test_disable_rule_takes_a_rule_of_the_f16_ruleset_with_precision_f16(capsys, graph_file):
+    rounding = "MatMul(a, P) -> MatMulBT(a, Dequant(ToF16(P, transposed)))"  # mlp's w [64, 32]
+    assert rounding in _json(capsys, ["optimize", f"{graph_file}:mlp", "--precision", "f16", "--json"])["rules_fired"]
+    out = _json(capsys, ["optimize", f"{graph_file}:mlp", "--precision", "f16", "--disable-rule", rounding, "--json"])
+    assert rounding not in out["rules_fired"] and out["dispatches_after"] == 1
+    assert cli.main(["optimize", f"{graph_file}:mlp", "--disable-rule", rounding]) == 2
+    assert "is of the f16 ruleset, which runs only with precision='f16'" in capsys.readouterr().err
+
+
 def test_cost_model_extractor_and_schedule_options(capsys):
     out = _json(capsys, ["optimize", "llama:1", "--cost-model", "roofline:lavapipe", "--extractor", "greedy",
                          "--match-limit", "50", "--ban-length", "2", "--no-decomp", "--json"])

@@ -87,6 +87,7 @@ def test_select_keeps_rulesets_and_drops_a_rule():
 
 
 LN_PROLOGUE = "FusedMatMul(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul(x, g, b, W, e)"
+F16_MATMUL = "MatMulBT(a, P) -> MatMulBT(a, Dequant(ToF16(P)))"
 
 
 @pytest.mark.parametrize("names, disable, match", [
@@ -101,6 +102,7 @@ LN_PROLOGUE = "FusedMatMul(LayerNorm(x,g,b), W, e) -> FusedLayerNormMatMul(x, g,
     (None, [LN_PROLOGUE], "is of the optional ruleset 'layer_norm_prologue', which does not run unless asked for "
                           "\\(eggfuse optimize --with-ruleset layer_norm_prologue"),
     (["recognition", "f16"], [], "f16 ruleset rounds weights to float16: compile with precision='f16'"),
+    (None, [F16_MATMUL], "rule .* is of the f16 ruleset, which runs only with precision='f16'"),
 ])
 def test_select_names_what_it_does_not_know(names, disable, match):
     with pytest.raises(RewriteError, match=match):
@@ -123,6 +125,26 @@ def test_select_adds_optional_rulesets_to_those_named():
         select(optional=["f32"])
     with pytest.raises(RewriteError, match="f16 ruleset"):
         select(optional=["f16"])
+
+
+def test_a_rule_of_the_f16_ruleset_is_left_out_with_precision_f16():
+    from eggfuse.pipeline import precision_rulesets
+
+    g = _mlp()  # x @ w, w [64, 32]: its K a multiple of 32
+    rounded = lambda rs: sum(n.op == "ToF16" for n in optimize(g, rulesets=rs)[0].nodes)  # noqa: E731
+    every = precision_rulesets("f16")
+    assert rounded(every) > 0
+    kept = select(None, [F16_MATMUL], precision="f16")
+    (f16,) = [r for r in kept if ruleset_name(r) == "f16"]
+    assert kept[0] is f16 and F16_MATMUL not in rules_of(f16) and len(rules_of(f16)) == len(rules_of(every[0])) - 1
+    assert precision_rulesets("f16", kept) is kept  # compile adds no second f16 ruleset
+    assert [ruleset_name(r) for r in select(["algebraic"], precision="f16")] == ["f16", "algebraic"]
+    assert "f16" not in [ruleset_name(r) for r in select(["algebraic"])]
+    without = select(None, [F16_MATMUL, "MatMul(a, P) -> MatMulBT(a, Dequant(ToF16(P, transposed)))"],
+                     precision="f16")
+    assert rounded(without) == 0 < rounded(every)
+    with pytest.raises(RewriteError, match="precision must be 'f32' or 'f16', got 'f8'"):
+        select(precision="f8")
 
 
 def test_payoff_of_a_ruleset_of_ones_own():
