@@ -8,6 +8,7 @@ from .errors import (
     DeviceLimitError,
     EggfuseError,
     GraphError,
+    IndexRangeError,
     InputError,
     LoweringError,
     ModelError,
@@ -22,6 +23,6 @@ from .types import DType, TensorType
 
 __all__ = [
     "NO_GRAD", "OPS", "RULES", "Attr", "DamagedFileError", "DType", "DeviceError", "DeviceLimitError", "EggfuseError",
-    "Graph", "GraphError", "InputError", "LoweringError", "ModelError", "Node", "NodeId", "OnnxError", "OpSpec",
-    "RewriteError", "ShapeError", "TensorType", "UnsupportedOpsError", "evaluate",
+    "Graph", "GraphError", "IndexRangeError", "InputError", "LoweringError", "ModelError", "Node", "NodeId",
+    "OnnxError", "OpSpec", "RewriteError", "ShapeError", "TensorType", "UnsupportedOpsError", "evaluate",
 ]

@@ -17,6 +17,23 @@ class InputError(EggfuseError, ValueError):
     """Data given at run time (feeds, parameters, sentences) does not match the graph."""
 
 
+class IndexRangeError(InputError):
+    """An input of indices holds one outside the axis an op indexes with it. ``input``: the input's
+    name; ``index``: the first such value found (the largest, or the smallest where that one is
+    out of range); ``rows``: the axis's length."""
+
+    def __init__(self, message: str, *, input: str, index: int, rows: int) -> None:  # noqa: A002 - the field's name
+        super().__init__(message)
+        self.input, self.index, self.rows = input, int(index), int(rows)
+
+    def __reduce__(self):
+        return _index_range_error, (str(self), self.input, self.index, self.rows), self.__dict__
+
+
+def _index_range_error(message: str, input: str, index: int, rows: int) -> IndexRangeError:  # noqa: A002
+    return IndexRangeError(message, input=input, index=index, rows=rows)
+
+
 class RewriteError(EggfuseError):
     """The rewrite engine failed: extraction, rebuild or verification went wrong."""
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import wgpu
 
-from ..ir.errors import DeviceError, InputError, LoweringError
+from ..ir.errors import DeviceError, IndexRangeError, InputError, LoweringError
 from ..ir.ops.quant import F16_MAX, f16_rows
 from ..ir.reference import check_array, check_mapping
 from ..ir.types import DType
@@ -808,13 +808,15 @@ class _InputSlot:
             top = int(arr.max())
             low = int(arr.min()) if arr.dtype.kind == "i" else 0  # (a second pass only for signed indices)
             if arr.dtype.kind == "i" and (top >= self.rows or low < -self.rows):  # ONNX Gather's: from the end
-                raise InputError(f"input {self.name!r}: index {top if top >= self.rows else low} out of range for "
-                                 f"the axis of {self.rows} that {self.reader} indexes with it (ONNX makes an index "
-                                 f"outside [-{self.rows}, {self.rows}) an error); give indices from -{self.rows} to "
-                                 f"{self.rows - 1}")
+                bad = top if top >= self.rows else low
+                raise IndexRangeError(f"input {self.name!r}: index {bad} out of range for the axis of {self.rows} "
+                                      f"that {self.reader} indexes with it (ONNX makes an index outside "
+                                      f"[-{self.rows}, {self.rows}) an error); give indices from -{self.rows} to "
+                                      f"{self.rows - 1}", input=self.name, index=bad, rows=self.rows)
             if arr.dtype.kind == "u" and top >= self.rows:
-                raise InputError(f"input {self.name!r}: index {top} out of range for the {self.rows} rows that "
-                                 f"{self.reader} indexes with it; give indices below {self.rows}")
+                raise IndexRangeError(f"input {self.name!r}: index {top} out of range for the {self.rows} rows that "
+                                      f"{self.reader} indexes with it; give indices below {self.rows}",
+                                      input=self.name, index=top, rows=self.rows)
         return arr
 
 

@@ -919,6 +919,28 @@ def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], va
     return (*importer.run(), importer.origin)
 
 
+#: Ops that pass an input's values on unchanged (as indices still), and the ops that index with their input 1.
+_PASS_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Transpose",
+                          "Slice", "Concat", "Tile"})
+_INDEXING = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter"})
+
+
+def onnx_index_readers(graph: onnx.GraphProto, name: str) -> list[str]:
+    """The nodes of ``graph`` that index with the graph input ``name`` (their input 1: Gather, GatherElements,
+    GatherND and the scatters), directly or through ops that pass its values on (Cast, Reshape, Unsqueeze, ...),
+    as ``'node name' (OpType)``, in the graph's order."""
+    reached, found = {name}, []
+    for node in graph.node:  # topologically sorted, as ONNX requires
+        reads = [i for i, x in enumerate(node.input) if x in reached]
+        if not reads:
+            continue
+        if node.op_type in _INDEXING and 1 in reads:
+            found.append(f"{node.name or node.output[0]!r} ({node.op_type})")
+        elif node.op_type in _PASS_VALUES:
+            reached.update(o for o in node.output if o)
+    return found
+
+
 def with_onnx_nodes(error: LoweringError, origin: Mapping[int, str], graph: onnx.GraphProto,
                     shown: int = 6) -> LoweringError:
     """``error`` (raised compiling an imported graph) with the ONNX nodes it is about named at the end of its

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from eggfuse.ir import Graph, InputError, LoweringError, OnnxError
+from eggfuse.ir import Graph, IndexRangeError, InputError, LoweringError, OnnxError
 
 from .importer import (
     COMPUTED_IN_F32,
@@ -24,6 +24,7 @@ from .importer import (
     elem_numpy,
     graph_inputs,
     import_model,
+    onnx_index_readers,
     unknown_input,
     with_onnx_nodes,
 )
@@ -231,12 +232,20 @@ class Model:
         """The model's outputs for ``feeds`` (name -> array, or arrays in input order), in output order
         and ONNX dtypes. A set of input shapes not seen before is imported and compiled first (one
         plan per set, kept). Raises :class:`~eggfuse.ir.InputError` for a missing or unknown input,
-        a wrong dtype, a value out of int32's range, or Gather indices outside their axis, and
+        a wrong dtype, a value out of int32's range, or (:class:`~eggfuse.ir.IndexRangeError`, naming the
+        ONNX nodes that index with the input) Gather indices outside their axis, and
         :class:`~eggfuse.ir.OnnxError` for shapes the model does not take (the class's errors)."""
         feeds = self._feeds(feeds)
         spec = self.specialise(feeds)
         runtime = {n: a for n, a in feeds.items() if n not in spec.values}
-        results = iter(spec.compiled.run(runtime) if spec.compiled is not None else ())
+        try:
+            results = iter(spec.compiled.run(runtime) if spec.compiled is not None else ())
+        except IndexRangeError as e:  # named by the ONNX nodes that index with the input
+            readers = onnx_index_readers(self.proto.graph, e.input)
+            if not readers:
+                raise
+            raise IndexRangeError(f"{e} [ONNX node{'s' if len(readers) > 1 else ''} indexing with it: "
+                                  f"{', '.join(readers)}]", input=e.input, index=e.index, rows=e.rows) from None
         out = []
         for v in spec.outputs:
             r = v.const.copy() if v.const is not None else next(results)

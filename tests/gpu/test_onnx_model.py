@@ -192,6 +192,36 @@ def test_cli_run_says_when_the_inputs_it_failed_on_were_drawn_at_random(tmp_path
     assert "input 'ids': index 4 out of range for the axis of 4 that Gather" in err and "hint" not in err, err
 
 
+def test_an_index_out_of_range_names_the_onnx_nodes_indexing_with_the_input():
+    import pickle
+
+    from eggfuse.ir import IndexRangeError
+
+    i64 = onnx.TensorProto.INT64
+    m = model([node("Cast", ["ids"], ["ids32"], name="to_int32", to=onnx.TensorProto.INT32),
+               node("Unsqueeze", ["ids32", "zero"], ["ids2"], name="unsq"),
+               node("Gather", ["table", "ids2"], ["rows"], name="emb/word_embeddings/Gather"),
+               node("Gather", ["ids", "zero"], ["first"], name="first_id"),  # reads ids as data, not as indices
+               node("LayerNormalization", ["rows", "gamma", "beta"], ["y"], name="emb/LayerNorm", axis=-1)],
+              [("ids", i64, [3])], [("y", F, None), ("first", i64, None)])
+    m.graph.initializer.extend([onnx.numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(5, 8), "table"),
+                                onnx.numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+                                onnx.numpy_helper.from_array(np.zeros(8, np.float32), "beta"),
+                                onnx.numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    mod = Model(m)
+    y, first = mod.run({"ids": np.array([4, 0, -5], np.int64)})
+    assert y.shape == (1, 3, 8) and list(first) == [4]
+    with pytest.raises(IndexRangeError) as info:
+        mod.run({"ids": np.array([1, 5, 0], np.int64)})
+    e = info.value
+    assert (e.input, e.index, e.rows) == ("ids", 5, 5)
+    assert str(e).startswith("input 'ids': index 5 out of range for the axis of 5 that ")
+    assert str(e).endswith("[ONNX node indexing with it: 'emb/word_embeddings/Gather' (Gather)]"), str(e)
+    again = pickle.loads(pickle.dumps(e))
+    assert isinstance(again, InputError) and (again.input, again.index, again.rows, str(again)) == \
+        (e.input, e.index, e.rows, str(e))
+
+
 def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):
     # x and m share "batch" and "seq": --shape of x sizes the random m too; a .npy of another size is refused
     path = tmp_path / "add.onnx"
