@@ -143,6 +143,44 @@ op("BatchMatMul", ("a", "b"), _batch_matmul, _batch_matmul_ref,
    vjp=_INFERENCE, kernel=_batch_matmul_kernel, flops=_batch_matmul_flops)
 
 
+def _expanded_operand_example(side: int, trans: bool):
+    def build(g, dim):
+        # a [N, R, M, K] times b [1, R, K, P] expanded over N first (or a expanded, b full): the product of the
+        # broadcast reads the small operand itself
+        n, r, m, k, p = dim("n", 1, 3), dim("r", 1, 3), dim("m", 1, 4), dim("k", 1, 4), dim("p", 1, 4)
+        full = g.input("full", [n, r, m, k] if side == 1 else [n, r, k, p])
+        small_shape = ([1, r, p, k] if trans else [1, r, k, p]) if side == 1 else [1, r, m, k]
+        wide = g.add_node("Expand", (g.input("small", small_shape),),
+                          shape=[n, *small_shape[1:]])
+        a, b = (full, wide) if side == 1 else (wide, full)
+        g.set_outputs([g.add_node("BatchMatMul", (a, b), trans_b=trans and side == 1)])
+
+    return build
+
+
+@rules("algebraic")
+def _expanded_operands(e):
+    a, y = e.vars("a y")
+    sa, sy, s = e.vars("sa sy s", e.Vec[e.i64])
+    ta, tb = e.vars("ta tb", e.Bool)
+    four = e.i64(4)
+    # BatchMatMul(a, Expand(y, s)) -> BatchMatMul(a, y) (and the same with a expanded): numpy's matmul broadcasts
+    # the batch axes itself, so where the other operand already has the expanded batch axes [N, R] and the
+    # expansion leaves y's matrix axes as they are, the two products are the same
+    for side in (1, 0):
+        wide = e.Expand(y, shape=s)
+        ops = (a, wide) if side == 1 else (wide, a)
+        lhs = e.BatchMatMul(*ops, trans_a=ta, trans_b=tb)
+        rhs = e.BatchMatMul(*((a, y) if side == 1 else (y, a)), trans_a=ta, trans_b=tb)
+        yield e.rule(lhs, e.eq(e.shape(a)).to(sa), e.eq(e.shape(y)).to(sy), e.eq(sa.length()).to(four),
+                     e.eq(sy.length()).to(four), e.eq(s.length()).to(four), e.eq(s[0]).to(sa[0]),
+                     e.eq(s[1]).to(sa[1]), e.eq(s[2]).to(sy[2]), e.eq(s[3]).to(sy[3]),
+                     name=f"BatchMatMul({'a, Expand(y)' if side == 1 else 'Expand(y), a'}) -> "
+                          f"BatchMatMul({'a, y' if side == 1 else 'y, a'}) (y broadcast over a's batch axes)",
+                     example=example(_expanded_operand_example(side, side == 1))).then(
+            e.union(lhs).with_(rhs))
+
+
 # --- the epilogue of a matmul seen through a reshape -----------------------------------------
 # ONNX MatMul of a [..., M, K] activation by a [K, N] weight is imported as the 2-D MatMul of a
 # [rows, K] view, viewed back as [..., N]; the bias, residual and activation that follow act on

@@ -276,6 +276,37 @@ op("Tile", ("x",), _tile, lambda xs, a: np.tile(xs[0], a["repeats"]), attrs=(Att
    doc="ONNX Tile (https://onnx.ai/onnx/operators/onnx__Tile.html): numpy.tile(x, repeats), one repeat per axis")
 
 
+def _leading_tile_example(rank: int):
+    def build(g, dim):
+        # x repeated along its first axis only (DeBERTa's position keys repeated over the batch), read by a product
+        x = g.input("x", [dim(f"d{i}", 1, 3) for i in range(rank)])
+        g.set_outputs([g.add_node("Tile", (x,), repeats=[dim("n", 1, 3), *[1] * (rank - 1)])])
+
+    return build
+
+
+@rules("algebraic")
+def _leading_tile(e):
+    (x,) = e.vars("x")
+    reps, sx = e.vars("reps sx", e.Vec[e.i64])
+    one = e.i64(1)
+    for r in (2, 3, 4):
+        # Tile(x, [N, 1, ..., 1]) -> Reshape(Expand(Reshape(x, [1, *sx]), [N, *sx]), [N sx0, sx1, ...]):
+        # np.tile along the first axis stacks N copies of x, as the broadcast of x [1, ...] to N copies
+        # does; the products read that broadcast without the copies (linalg.py's BatchMatMul of an Expand)
+        lead = e.Identity(x, shape=e.Vec(one, *(sx[e.i64(i)] for i in range(r))))
+        wide = e.Expand(lead, shape=e.Vec(reps[e.i64(0)], *(sx[e.i64(i)] for i in range(r))))
+        flat = e.Vec(reps[e.i64(0)] * sx[e.i64(0)], *(sx[e.i64(i)] for i in range(1, r)))
+        lhs = e.Tile(x, repeats=reps)
+        yield e.rule(lhs, e.eq(e.shape(x)).to(sx), e.eq(sx.length()).to(e.i64(r)), e.eq(reps.length()).to(e.i64(r)),
+                     *(e.eq(reps[e.i64(i)]).to(one) for i in range(1, r)),
+                     name=f"Tile(x, [N, 1, ...]) -> Reshape(Expand(Reshape(x, [1, ...]), [N, ...])) (rank {r})",
+                     example=example(_leading_tile_example(r))).then(
+            e.union(lhs).with_(e.Identity(wide, shape=flat)),
+            e.set_(e.shape(lead)).to(e.Vec(one, *(sx[e.i64(i)] for i in range(r)))),
+            e.set_(e.shape(wide)).to(e.Vec(reps[e.i64(0)], *(sx[e.i64(i)] for i in range(r)))))
+
+
 # --- Trilu, ReverseSequence ------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from onnx_models import I64, B, F, model, node  # tests/onnx_models.py
 
 from eggfuse.cli import main
 from eggfuse.ir import InputError, OnnxError
-from eggfuse.onnx import Model
+from eggfuse.onnx import Model, load
 from eggfuse.onnx.backend import EggfuseBackend
 
 
@@ -416,3 +416,38 @@ def test_run_leaves_out_a_disabled_rule(tmp_path, capsys):
 def test_a_device_that_is_not_a_wgpu_device_is_refused():
     with pytest.raises(InputError, match=r"device must be a wgpu device .* got str 'cuda'"):
         Model(_dense_relu(), device="cuda").run({"x": np.zeros((40, 24), np.float32)})
+
+
+def test_a_large_tile_of_known_values_is_read_as_a_broadcast(monkeypatch):
+    # DeBERTa's exporters: each layer's position keys, computed from weights (folded at load time), repeated over
+    # the batch by a Tile and transposed, multiplied by q's merged heads. Folded, the Tile's copies would be stored
+    # (151 MB at DeBERTa-v3-small's 8 x 128 tokens); imported as a Tile, the product reads the keys themselves.
+    import onnxruntime as ort
+
+    import eggfuse.onnx.importer as importer
+    from eggfuse.rewrites import optimize
+
+    b, h, s, d, p, e = 3, 2, 5, 4, 6, 7
+    rng = np.random.default_rng(0)
+    inits = [("rel", rng.standard_normal((p, e)).astype(np.float32)),
+             ("wk", rng.standard_normal((e, h * d)).astype(np.float32)),
+             ("heads", np.array([p, h, d], np.int64)), ("reps", np.array([b, 1, 1], np.int64)),
+             ("merged", np.array([b * h, s, d], np.int64))]
+    m = model([node("MatMul", ["rel", "wk"], ["pk"]), node("Reshape", ["pk", "heads"], ["pk3"]),
+               node("Transpose", ["pk3"], ["pkh"], perm=[1, 0, 2]),  # [H, P, D]
+               node("Tile", ["pkh", "reps"], ["tiled"], name="repeat"),  # [B H, P, D]
+               node("Transpose", ["tiled"], ["pkt"], perm=[0, 2, 1]),  # [B H, D, P]
+               node("Reshape", ["q", "merged"], ["q3"]), node("MatMul", ["q3", "pkt"], ["y"])],
+              [("q", F, [b, h, s, d])], [("y", F, None)], inits)
+    q = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"q": q})[0]
+    folded_graph, folded = load(m)
+    monkeypatch.setattr(importer, "LAZY_TILE_BYTES", 64)  # the keys' copies take b h p d 4 = 576 bytes
+    graph, params = load(m)
+    assert "Tile" in {n.op for n in graph.nodes} and "Tile" not in {n.op for n in folded_graph.nodes}
+    assert sum(a.nbytes for a in params.values()) == h * p * d * 4  # the keys once, not b times
+    assert sum(a.nbytes for a in folded.values()) == b * h * p * d * 4
+    opt, rep = optimize(graph)
+    assert {"Tile", "Expand"}.isdisjoint(n.op for n in opt.nodes), rep.rules_fired
+    assert rep.dispatches_after == optimize(folded_graph)[1].dispatches_after
+    np.testing.assert_allclose(Model(m).run({"q": q})[0], want, rtol=1e-5, atol=1e-5)
