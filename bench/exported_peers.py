@@ -59,7 +59,7 @@ PADDING = 3  # tokens of padding of the second sequence
 
 @dataclasses.dataclass(frozen=True)
 class Exported:
-    """A model exported by scripts/export_torch_fixtures.py --real (``EXPORTED/{stem}.classic.onnx`` with
+    """A model exported by scripts/export_torch_fixtures.py --real (``EXPORTED/{stem}.{exporter}.onnx`` with
     ``{stem}.names.json``): its rows' ``model`` (``{stem}_onnx``), the transformers class of its peer, its
     vocabulary (the inputs' token ids are drawn below it), the side its second sequence is padded on, and the
     exporter whose file ``save`` reads by default (DeBERTa's classic file holds its position keys and queries as
@@ -174,6 +174,8 @@ def peer_params(saved: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarr
 
     from eggfuse.onnx import load
 
+    if "skeleton" not in saved:
+        raise SystemExit("this pickle is from an older save, without the file's skeleton: run save again")
     proto = onnx.ModelProto.FromString(saved["skeleton"])
     for init in proto.graph.initializer:
         m = saved["names"].get(init.name)
@@ -205,7 +207,7 @@ def time_all(folder: Path, exported: Exported, out: Path, peers: list, calls: in
     torch_peers._redraw(torch, model, 0)
     params = peer_params(saved, {k: v.detach().numpy() for k, v in model.state_dict().items()})
     model.to(device)
-    x = inputs(model, saved["batch"], saved["seq"])
+    x = inputs(exported, saved["batch"], saved["seq"])
     feeds = [{k: v.astype(np.int32) for k, v in x.items()}] * calls
     kept = x["attention_mask"].astype(bool)
     copy_bps, copy_src = torch_peers.copy_bandwidth(torch, cuda)

@@ -160,14 +160,21 @@ def precision_rulesets(precision: str, rulesets: Sequence[Ruleset] | None = None
     """The rulesets that :func:`compile` runs for ``precision``: ``rulesets`` (None: the shipped
     ones) as given for ``"f32"``; for ``"f16"`` the optional ``f16`` ruleset first, then those (as
     given where they hold it already: ``rewrites.rulesets.select(..., precision="f16")``, with some
-    of its rules left out). Raises InputError for another precision."""
+    of its rules left out). Raises InputError for another precision, and for ``"f32"`` with rulesets
+    that hold the f16 ruleset."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "f32":
-        return rulesets
+    if precision == "f32" and rulesets is None:
+        return None
     from eggfuse.rewrites.rulesets import optional_ruleset, ruleset_name, scheduled_rulesets
 
-    if rulesets is not None and any(ruleset_name(rs) == "f16" for rs in rulesets):
+    holds_f16 = rulesets is not None and any(ruleset_name(rs) == "f16" for rs in rulesets)
+    if precision == "f32":
+        if holds_f16:
+            raise InputError("the rulesets hold the f16 ruleset, which rounds weights to float16: compile with "
+                             "precision='f16' (select(..., precision='f16') gives the rulesets for it)")
+        return rulesets
+    if holds_f16:
         return rulesets
     return (optional_ruleset("f16"), *(scheduled_rulesets() if rulesets is None else rulesets))
 

@@ -19,19 +19,19 @@ class InputError(EggfuseError, ValueError):
 
 class IndexRangeError(InputError):
     """An input of indices holds one outside the axis an op indexes with it. ``input``: the input's
-    name; ``index``: the first such value found (the largest, or the smallest where that one is
-    out of range); ``rows``: the axis's length."""
+    name; ``index``: the value the message names (the input's largest where that one is out of
+    range, else its smallest); ``rows``: the axis's length."""
 
     def __init__(self, message: str, *, input: str, index: int, rows: int) -> None:  # noqa: A002 - the field's name
         super().__init__(message)
         self.input, self.index, self.rows = input, int(index), int(rows)
 
     def __reduce__(self):
-        return _index_range_error, (str(self), self.input, self.index, self.rows), self.__dict__
+        return _index_range_error, (type(self), str(self), self.input, self.index, self.rows), self.__dict__
 
 
-def _index_range_error(message: str, input: str, index: int, rows: int) -> IndexRangeError:  # noqa: A002
-    return IndexRangeError(message, input=input, index=index, rows=rows)
+def _index_range_error(cls: type, message: str, input: str, index: int, rows: int) -> IndexRangeError:  # noqa: A002
+    return cls(message, input=input, index=index, rows=rows)
 
 
 class RewriteError(EggfuseError):

@@ -217,18 +217,21 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     if precision not in ("f32", "f16"):
         raise RewriteError(f"precision must be 'f32' or 'f16', got {precision!r}")
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
-    if precision == "f16" and not any(ruleset_name(rs) == "f16" for rs in pool):
-        pool = (optional_ruleset("f16"), *pool)
-    if names is not None and "all" in names:  # all,layer_norm_prologue
-        names = list(dict.fromkeys(x for n in names for x in (map(ruleset_name, pool) if n == "all" else (n,))))
     for n in optional:
         if n not in OPTIONAL:
             raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: "
                                f"{', '.join(x for x in OPTIONAL if x != 'f16')} (f16: precision='f16')"
                                f"{_closest(n, OPTIONAL)}")
     if "f16" in [*optional, *(names or ())]:
-        raise RewriteError("the f16 ruleset rounds weights to float16: compile with precision='f16' "
+        raise RewriteError("precision='f16' adds the f16 ruleset already: leave it out of the names"
+                           if precision == "f16" else
+                           "the f16 ruleset rounds weights to float16: compile with precision='f16' "
                            "(eggfuse.pipeline.precision_rulesets), which also reports it")
+    if precision == "f16" and not any(ruleset_name(rs) == "f16" for rs in pool):
+        pool = (optional_ruleset("f16"), *pool)
+    if names is not None and "all" in names:  # all,layer_norm_prologue (f16 comes with the precision alone)
+        names = list(dict.fromkeys(x for n in names for x in (
+            (r for r in map(ruleset_name, pool) if r != "f16") if n == "all" else (n,))))
     wanted = [*optional, *(n for n in names or () if n in OPTIONAL)]
     have = {ruleset_name(rs) for rs in pool}
     pool += tuple(optional_ruleset(n) for n in dict.fromkeys(wanted) if n not in have)

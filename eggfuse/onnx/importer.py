@@ -325,8 +325,9 @@ def _check_opset(model: onnx.ModelProto, what: str) -> None:
         return
     used = next((n for n in model.graph.node if n.domain in ("", "ai.onnx")), None)
     if used is not None:
+        label = used.name or (used.output[0] if used.output else used.op_type)
         raise OnnxError(f"{what} imports no opset of ONNX's default domain (its opset_import lists "
-                        f"{[o.domain for o in model.opset_import] or 'nothing'}), yet its node {used.name!r} is a "
+                        f"{[o.domain for o in model.opset_import] or 'nothing'}), yet its node {label!r} is a "
                         f"{used.op_type} of that domain: a file cut short loses its opset_import (written after the "
                         "graph); export or copy the model again")
 
@@ -936,23 +937,29 @@ def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], va
     return (*importer.run(), importer.origin)
 
 
-#: Ops that pass an input's values on unchanged (as indices still), and the ops that index with their input 1.
-_PASS_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Transpose",
-                          "Slice", "Concat", "Tile"})
-_INDEXING = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter"})
+#: Ops that pass every value of their input on unchanged, in as many elements (views and a Cast of indices).
+_PASS_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten"})
 
 
-def onnx_index_readers(graph: onnx.GraphProto, name: str) -> list[str]:
-    """The nodes of ``graph`` that index with the graph input ``name`` (their input 1: Gather, GatherElements,
-    GatherND and the scatters), directly or through ops that pass its values on (Cast, Reshape, Unsqueeze, ...),
-    as ``'node name' (OpType)``, in the graph's order."""
+def onnx_index_readers(graph: onnx.GraphProto, name: str, rows: int) -> list[str]:
+    """The Gather nodes of ``graph`` that index an axis of ``rows`` with the graph input ``name`` (as their
+    indices, directly or through Cast, Reshape, Unsqueeze, Squeeze, Flatten or Identity), as
+    ``'node name' (Gather)``, in the graph's order: those whose indices the session bounds before a run
+    (``IndexRangeError``). A Gather whose data's shape the file does not declare is listed whatever its rows."""
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    for vi in (*graph.input, *graph.value_info):
+        shape = vi.type.tensor_type.shape
+        if vi.type.HasField("tensor_type") and all(d.HasField("dim_value") for d in shape.dim):
+            dims.setdefault(vi.name, [d.dim_value for d in shape.dim])
     reached, found = {name}, []
     for node in graph.node:  # topologically sorted, as ONNX requires
-        reads = [i for i, x in enumerate(node.input) if x in reached]
-        if not reads:
+        if not any(x in reached for x in node.input):
             continue
-        if node.op_type in _INDEXING and 1 in reads:
-            found.append(f"{node.name or node.output[0]!r} ({node.op_type})")
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in reached:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            shape = dims.get(node.input[0])
+            if shape is None or -len(shape) <= axis < len(shape) and shape[axis] == rows:
+                found.append(f"{node.name or node.output[0]!r} (Gather)")
         elif node.op_type in _PASS_VALUES:
             reached.update(o for o in node.output if o)
     return found

@@ -53,11 +53,14 @@ def _feed_f32(arr: np.ndarray, name: str, elem: int) -> np.ndarray:
     if arr.dtype.kind in "iu":
         out = arr.astype(np.float32)
         big = np.abs(arr.astype(np.float64)) > 2**24  # every integer up to 2^24 is exact; beyond, compared exactly
-        inexact = [v for v, f in zip(arr[big].tolist(), out[big].tolist(), strict=True) if v != int(f)]
-        if inexact:
-            raise InputError(f"input {name!r} ({elem_name(elem)}, computed in float32): {len(inexact)} integer "
-                             f"value(s) such as {inexact[0]} have no exact float32 (float32 holds every integer up "
-                             f"to 2^24 = 16777216, beyond that only some); convert them yourself, "
+        given, rounded = arr[big], out[big].astype(np.float64)  # float32's integers, exact in float64
+        top = float(np.iinfo(arr.dtype).max) + 1  # 2^bits: the rounding may reach the integer type's end
+        fits = rounded < top
+        inexact = given[~fits | (np.where(fits, rounded, 0).astype(arr.dtype) != given)]
+        if inexact.size:
+            raise InputError(f"input {name!r} ({elem_name(elem)}, computed in float32): {inexact.size} integer "
+                             f"value(s) such as {inexact.flat[0]} have no exact float32 (float32 holds every "
+                             f"integer up to 2^24 = 16777216, beyond that only some); convert them yourself, "
                              f"arr.astype('float32'), if that rounding is intended")
         return out
     if elem in COMPUTED_IN_F32:  # a DOUBLE (FLOAT16, BFLOAT16) input eggfuse computes in float32
@@ -67,7 +70,8 @@ def _feed_f32(arr: np.ndarray, name: str, elem: int) -> np.ndarray:
     bad = np.isinf(out) & np.isfinite(arr)
     if bad.any():
         raise InputError(f"input {name!r} takes float32; {int(bad.sum())} value(s) of the {arr.dtype} feed, up to "
-                         f"{float(np.max(np.abs(arr[bad]))):.3g}, lie beyond its range (+-3.4e+38)")
+                         f"{float(np.max(np.abs(arr[bad]))):.3g}, lie beyond its range (+-3.4e+38): rescale them, or "
+                         f"give infinities where infinities are meant")
     return out
 
 
@@ -96,7 +100,8 @@ class Model:
     model cannot be imported, also at the shapes of a run's feeds (a feed whose shape does not
     match the model's declared dimensions is an OnnxError naming the input);
     :class:`~eggfuse.ir.InputError` for other feeds that do not fit: a missing or unknown
-    input, a wrong dtype, and indices outside the axis a Gather reads them along;
+    input, a wrong dtype, an integer or float64 value float32 cannot hold (a float input), and
+    indices outside the axis a Gather reads them along (``IndexRangeError``);
     :class:`~eggfuse.ir.LoweringError` (:class:`~eggfuse.ir.DeviceLimitError`) when a plan exceeds
     the device's limits, its message ending with the ONNX nodes concerned (those whose ops a fused
     dispatch computes), e.g. ``[ONNX nodes '/fc/MatMul' (MatMul), '/fc/Add' (Add)]``.
@@ -232,8 +237,9 @@ class Model:
         """The model's outputs for ``feeds`` (name -> array, or arrays in input order), in output order
         and ONNX dtypes. A set of input shapes not seen before is imported and compiled first (one
         plan per set, kept). Raises :class:`~eggfuse.ir.InputError` for a missing or unknown input,
-        a wrong dtype, a value out of int32's range, or (:class:`~eggfuse.ir.IndexRangeError`, naming the
-        ONNX nodes that index with the input) Gather indices outside their axis, and
+        a wrong dtype, a value out of int32's range, an integer or float64 value of a float input that float32
+        cannot hold, or (:class:`~eggfuse.ir.IndexRangeError`, naming the ONNX Gathers that index with the
+        input) Gather indices outside their axis, and
         :class:`~eggfuse.ir.OnnxError` for shapes the model does not take (the class's errors)."""
         feeds = self._feeds(feeds)
         spec = self.specialise(feeds)
@@ -241,7 +247,7 @@ class Model:
         try:
             results = iter(spec.compiled.run(runtime) if spec.compiled is not None else ())
         except IndexRangeError as e:  # named by the ONNX nodes that index with the input
-            readers = onnx_index_readers(self.proto.graph, e.input)
+            readers = onnx_index_readers(self.proto.graph, e.input, e.rows)
             if not readers:
                 raise
             raise IndexRangeError(f"{e} [ONNX node{'s' if len(readers) > 1 else ''} indexing with it: "

@@ -145,6 +145,19 @@ def test_a_rule_of_the_f16_ruleset_is_left_out_with_precision_f16():
     assert rounded(without) == 0 < rounded(every)
     with pytest.raises(RewriteError, match="precision must be 'f32' or 'f16', got 'f8'"):
         select(precision="f8")
+    # all, with the precision's f16 first; f16 named beside the precision; f16's rulesets compiled at f32
+    default = [ruleset_name(r) for r in select()]
+    assert [ruleset_name(r) for r in select(["all"], precision="f16")] == ["f16", *default]
+    assert [ruleset_name(r) for r in select(["all", "layer_norm_prologue"], precision="f16")] == \
+        ["f16", *default, "layer_norm_prologue"]
+    with pytest.raises(RewriteError, match="precision='f16' adds the f16 ruleset already: leave it out of the names"):
+        select(["f16", "algebraic"], precision="f16")
+    from eggfuse.ir import InputError
+
+    with pytest.raises(InputError, match="the rulesets hold the f16 ruleset, which rounds weights to float16: "
+                                         "compile with precision='f16'"):
+        precision_rulesets("f32", kept)
+    assert precision_rulesets("f32", select(["algebraic"]))  # without it, as given
 
 
 def test_payoff_of_a_ruleset_of_ones_own():
