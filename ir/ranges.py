@@ -27,6 +27,7 @@ Range = tuple[int, int]
 
 #: Ops whose values are elements of their first input (moved, selected or repeated).
 _SELECTS = frozenset({"Identity", "Expand", "Permute", "Transpose", "Slice", "Tile", "Gather", "GatherElements",
+                      "GatherElementsBroadcast",
                       "GatherND", "SliceCols"})
 
 

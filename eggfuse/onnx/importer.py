@@ -22,6 +22,7 @@ head's W^T beside the embedding's W), which is read as ``Transpose(W)``, so the 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -273,20 +274,35 @@ STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.preview", "ai.onnx.preview.training"
 NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
            "BatchNormalization", "If", "Loop", "Scan", "Identity", "Dropout"}
 
-#: A float Tile known at load time whose result would take at least this many bytes (and its input's bytes
-#: at least twice over) is imported as a Tile of its folded input, not folded into the copies: the rewrite engine
-#: reads a Tile along the leading axis as a broadcast (ir/ops/movement.py), so that a product reads the input
-#: itself. DeBERTa's exporters repeat each layer's position keys and queries over the batch so: folded, they
-#: took 12.6 MB each at 8 x 128 tokens, 151 MB for DeBERTa-v3-small's 12, growing with the batch.
-LAZY_TILE_BYTES = 1 << 20
+#: Copies known at load time whose result would take at least this many bytes (and their input's bytes at least
+#: twice over) are imported as the op over its folded input, not folded into the copies, where the rewrite
+#: engine reads them as broadcasts: a float Tile (along the leading axis, a view of an Expand, which a product
+#: reads as its broadcast operand: ir/ops/movement.py, linalg.py), and an integer Expand that only GatherElements
+#: read as indices (GatherElementsBroadcast: ir/ops/indexing.py). DeBERTa's exporters repeat each layer's position
+#: keys and queries over the batch so (folded, 12.6 MB each at 8 x 128 tokens, 151 MB for DeBERTa-v3-small's 12),
+#: and its relative position buckets over the batch and heads (two tables of 6.3 MB at 8 x 128, 805 MB at
+#: 32 x 512), each growing with the batch.
+LAZY_COPY_BYTES = 1 << 20
 
 
 def _large_tile(given: list[Value]) -> bool:
-    # a float Tile of known input and repeats whose copies LAZY_TILE_BYTES bounds (see there)
+    # a float Tile of known input and repeats whose copies LAZY_COPY_BYTES bounds (see there)
     if len(given) < 2 or given[0].elem != _T.FLOAT or given[1].const is None:
         return False
     times = int(np.prod(given[1].const))
-    return times >= 2 and given[0].const.nbytes * times >= LAZY_TILE_BYTES
+    return times >= 2 and given[0].const.nbytes * times >= LAZY_COPY_BYTES
+
+
+def _large_expand(given: list[Value]) -> bool:
+    # an integer Expand of known input and shape whose copies LAZY_COPY_BYTES bounds (narrowed to int32: 4 bytes)
+    if len(given) < 2 or given[0].elem not in (_T.INT64, _T.INT32) or given[1].const is None:
+        return False
+    try:
+        out = np.broadcast_shapes(given[0].shape, tuple(int(d) for d in given[1].const))
+    except ValueError:
+        return False  # the converter names the error
+    size, elems = math.prod(out), math.prod(given[0].shape)
+    return size >= 2 * elems and 4 * size >= LAZY_COPY_BYTES
 
 
 def converter(*op_types: str) -> Callable[[Converter], Converter]:
@@ -354,7 +370,8 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
 
 def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
     """Value name -> how the graph reads it: ``"MatMul"`` as a MatMul's B (input 1) in the graph itself,
-    ``"other:<node>"`` by another input of a node or inside a subgraph (If, Loop, Scan), one entry a node."""
+    ``"GatherElements"`` as a GatherElements' indices (input 1) there, ``"other:<node>"`` by another input of
+    a node or inside a subgraph (If, Loop, Scan), one entry a node."""
     readers: dict[str, set[str]] = {}
     count = iter(range(1 << 62))
 
@@ -362,8 +379,8 @@ def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
         for node in g.node:
             at = next(count)
             for k, name in enumerate(node.input):
-                readers.setdefault(name, set()).add(node.op_type if outer and (node.op_type, k) == ("MatMul", 1)
-                                                    else f"other:{at}")
+                kept = outer and k == 1 and node.op_type in ("MatMul", "GatherElements")
+                readers.setdefault(name, set()).add(node.op_type if kept else f"other:{at}")
             for a in node.attribute:
                 for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                     scan(sub, False)
@@ -647,7 +664,8 @@ class Importer:
             # also the embedding): imported as a Transpose of the weight, which the matmul rules fold into the
             # products, rather than folded into a second copy of it
             foldable = False
-        if foldable and node.op_type == "Tile" and _large_tile(given):
+        if foldable and (node.op_type == "Tile" and _large_tile(given) or node.op_type == "Expand"
+                         and self._readers.get(node.output[0]) == {"GatherElements"} and _large_expand(given)):
             foldable = False
         if blocked and key not in CONVERTERS and not self._expandable(node, version):
             self._mark_unsupported(key, node)

@@ -134,19 +134,69 @@ def _gather_elements_ref(xs, a):
 
 
 def _gather_elements_kernel(node, ins, target) -> Kernel:
+    # gather_elements.wgsl over the output's dims; the indices' element strides are 0 along the axes they are
+    # broadcast over (GatherElementsBroadcast), their row strides otherwise
     data, idx = ins
     axis = node.attrs["axis"] % data.rank
     n = node.type.num_elements
+    istr = [0 if i == 1 and o != 1 else s for i, o, s in zip(idx.shape, node.type.shape, row_strides(idx.shape),
+                                                               strict=True)]
     return Kernel(f"gather_elements_{data.dtype.wgsl}", "gather_elements.wgsl", elementwise_groups(n),
                   params=(("n", "u32", n), ("rank", "u32", data.rank), ("axis", "u32", axis),
-                          ("dim", "i32", data.shape[axis]), ("dims", "array<vec4<u32>, 2>", _vec8(idx.shape)),
-                          ("dstr", "array<vec4<u32>, 2>", _vec8(row_strides(data.shape)))))
+                          ("dim", "i32", data.shape[axis]), ("dims", "array<vec4<u32>, 2>", _vec8(node.type.shape)),
+                          ("dstr", "array<vec4<u32>, 2>", _vec8(row_strides(data.shape))),
+                          ("istr", "array<vec4<u32>, 2>", _vec8(istr))))
 
 
 op("GatherElements", ("data", "indices"), _gather_elements, _gather_elements_ref, attrs=(Attr("axis", "int", 0),),
    vjp=_NO_GRAD, kernel=_gather_elements_kernel, flops=lambda ins, out, a: 0,
    doc="ONNX GatherElements (https://onnx.ai/onnx/operators/onnx__GatherElements.html): "
        "out[c] = data[c with c[axis] = indices[c]] (numpy.take_along_axis), out of indices' shape")
+
+
+def _gather_elements_broadcast(ts, a):
+    data, idx = ts
+    shape = tuple(a["shape"])
+    need(idx.rank == len(shape) and all(i in (1, s) for i, s in zip(idx.shape, shape, strict=True)),
+         f"indices {idx} must broadcast to shape {list(shape)} at its own rank")
+    return _gather_elements((data, TensorType(shape, idx.dtype)), a)
+
+
+def _gather_elements_broadcast_ref(xs, a):
+    return _gather_elements_ref((xs[0], np.broadcast_to(xs[1], tuple(a["shape"]))), a)
+
+
+op("GatherElementsBroadcast", ("data", "indices"), _gather_elements_broadcast, _gather_elements_broadcast_ref,
+   attrs=(Attr("axis", "int", 0), Attr("shape", "ints")), vjp=_NO_GRAD, kernel=_gather_elements_kernel,
+   flops=lambda ins, out, a: 0,
+   doc="GatherElements(data, Expand(indices, shape)) without the expanded copy: the indices (of the output's rank, "
+       "each axis 1 or the output's) read with stride 0 along the axes they are broadcast over (DeBERTa's relative "
+       "position buckets, one [1, S, T] table for every batch and head)")
+
+
+def _broadcast_indices_example(g, dim):
+    # DeBERTa's exporters: the position-term scores [B H, S, P] gathered along P by a bucket table [1, S, S]
+    # expanded over B H
+    n, s, p = dim("n", 1, 4), dim("s", 1, 5), dim("p", 1, 6)
+    idx = g.constant(np.random.default_rng(0).integers(-p, p, (1, s, s)).astype(np.int32), shape=(1, s, s),
+                     dtype=DType.I32)
+    wide = g.add_node("Expand", (idx,), shape=[n, s, s])
+    g.set_outputs([g.add_node("GatherElements", (g.input("x", [n, s, p]), wide), axis=-1)])
+
+
+@rules("algebraic")
+def _gather_elements_of_expanded_indices(e):
+    d, i = e.vars("d i")
+    s, si, so = e.vars("s si so", e.Vec[e.i64])
+    (ax,) = e.vars("ax", e.i64)
+    # GatherElements(d, Expand(i, s), axis) -> GatherElementsBroadcast(d, i, axis, shape of the Expand): each output
+    # element reads the index the copy held, i at its coordinates with the broadcast axes at 0
+    wide = e.Expand(i, shape=s)
+    lhs = e.GatherElements(d, wide, axis=ax)
+    yield e.rule(lhs, e.eq(e.shape(i)).to(si), e.eq(e.shape(wide)).to(so), e.eq(si.length()).to(so.length()),
+                 name="GatherElements(d, Expand(i, s)) -> GatherElementsBroadcast(d, i)   (i of the output's rank)",
+                 example=example(_broadcast_indices_example)).then(
+        e.union(lhs).with_(e.GatherElementsBroadcast(d, i, axis=ax, shape=so)))
 
 
 def _scatter_elements(ts, a):

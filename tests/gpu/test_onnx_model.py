@@ -442,7 +442,7 @@ def test_a_large_tile_of_known_values_is_read_as_a_broadcast(monkeypatch):
     q = rng.standard_normal((b, h, s, d)).astype(np.float32)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"q": q})[0]
     folded_graph, folded = load(m)
-    monkeypatch.setattr(importer, "LAZY_TILE_BYTES", 64)  # the keys' copies take b h p d 4 = 576 bytes
+    monkeypatch.setattr(importer, "LAZY_COPY_BYTES", 64)  # the keys' copies take b h p d 4 = 576 bytes
     graph, params = load(m)
     assert "Tile" in {n.op for n in graph.nodes} and "Tile" not in {n.op for n in folded_graph.nodes}
     assert sum(a.nbytes for a in params.values()) == h * p * d * 4  # the keys once, not b times
@@ -451,3 +451,35 @@ def test_a_large_tile_of_known_values_is_read_as_a_broadcast(monkeypatch):
     assert {"Tile", "Expand"}.isdisjoint(n.op for n in opt.nodes), rep.rules_fired
     assert rep.dispatches_after == optimize(folded_graph)[1].dispatches_after
     np.testing.assert_allclose(Model(m).run({"q": q})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_large_expanded_indices_of_a_gather_elements_are_read_broadcast(monkeypatch):
+    # DeBERTa's relative position buckets [1, S, T], expanded over batch and heads for GatherElements: folded they
+    # would be stored B H times (805 MB at 32 x 512 tokens); imported as an Expand, the gather reads the table once
+    import onnxruntime as ort
+
+    import eggfuse.onnx.importer as importer
+    from eggfuse.rewrites import optimize
+
+    n, s, p = 6, 5, 9
+    rng = np.random.default_rng(1)
+    buckets = rng.integers(-p, p, (1, s, s)).astype(np.int64)
+    m = model([node("Expand", ["buckets", "shape"], ["idx"], name="expand"),
+               node("GatherElements", ["x", "idx"], ["y"], name="gather", axis=-1),
+               node("Expand", ["buckets", "shape"], ["idx2"], name="other_use"),  # also read otherwise: folded
+               node("Cast", ["idx2"], ["z"], to=onnx.TensorProto.FLOAT)],
+              [("x", F, [n, s, p])], [("y", F, None), ("z", F, None)],
+              [("buckets", buckets), ("shape", np.array([n, s, s], np.int64))])
+    x = rng.standard_normal((n, s, p)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    folded_graph, _ = load(m)
+    monkeypatch.setattr(importer, "LAZY_COPY_BYTES", 64)  # the copies take n s s 4 = 600 bytes
+    graph, _ = load(m)
+    expands = [nd for nd in graph.nodes if nd.op == "Expand"]
+    assert len(expands) == 1 and graph.node(expands[0].inputs[0]).type.shape == (1, s, s)  # the gather's only
+    assert "Expand" not in {nd.op for nd in folded_graph.nodes}
+    opt, rep = optimize(graph)
+    assert "GatherElementsBroadcast" in {nd.op for nd in opt.nodes} and "Expand" not in {nd.op for nd in opt.nodes}
+    assert rep.dispatches_after == optimize(folded_graph)[1].dispatches_after
+    for got, ref in zip(Model(m).run({"x": x}), want, strict=True):
+        np.testing.assert_array_equal(got, ref)

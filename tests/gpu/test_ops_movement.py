@@ -87,6 +87,12 @@ ROWS = [
           ([2, 2], [2, 2], [[0, 0], [1, 0]], 1, F), ([3, 3], [2, 3], [[1, 2, 0], [2, 0, 0]], 0, I32),
           ([3, 4, 2], [3, 2, 1], [[[-1], [0]], [[2], [-4]], [[3], [1]]], 1, B))],
     _row("GatherElements", "-random", [("data", [4, 5, 6], F), ("indices", [4, 7, 3], I32)], axis=1),
+    # GatherElementsBroadcast: indices broadcast over the leading axes, or a middle one; along the last axis, the first
+    *[_row("GatherElementsBroadcast", f"-{name}", [("data", s, d), ("indices", si, I32)], axis=ax, shape=out)
+      for name, s, si, out, ax, d in (
+          ("lead", [6, 5, 7], [1, 5, 3], [6, 5, 3], -1, F), ("middle", [3, 4, 5], [3, 1, 5], [3, 4, 5], 2, I32),
+          ("axis0", [4, 3, 2], [2, 1, 2], [2, 3, 2], 0, B),
+          ("odd", [5, 3, 17, 9], [1, 1, 13, 4], [5, 3, 13, 4], 3, F))],
     # GatherND: batch_dims 0 and 1, full index tuples (scalar gathers), negative indices
     *[_row("GatherND", f"-b{b}", [("data", s, d), ("indices", si, I32)], {"indices": _ints(iv)}, batch_dims=b)
       for s, si, iv, b, d in (
