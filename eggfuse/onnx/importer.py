@@ -276,20 +276,65 @@ NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 
 #: Copies known at load time whose result would take at least this many bytes (and their input's bytes at least
 #: twice over) are imported as the op over its folded input, not folded into the copies, where the rewrite
-#: engine reads them as broadcasts: a float Tile (along the leading axis, a view of an Expand, which a product
-#: reads as its broadcast operand: ir/ops/movement.py, linalg.py), and an integer Expand that only GatherElements
-#: read as indices (GatherElementsBroadcast: ir/ops/indexing.py). DeBERTa's exporters repeat each layer's position
+#: engine reads them as broadcasts and nothing needs their values at load time (:func:`lazy_copies`): a float
+#: Tile along the leading axis that products read as B, through a Transpose or not (a view of an Expand, which a
+#: product reads as its broadcast operand: ir/ops/movement.py, linalg.py), and an integer Expand that only
+#: GatherElements read as indices (GatherElementsBroadcast: ir/ops/indexing.py), the products' A and the
+#: gathers' data computed at run time. DeBERTa's exporters repeat each layer's position
 #: keys and queries over the batch so (folded, 12.6 MB each at 8 x 128 tokens, 151 MB for DeBERTa-v3-small's 12),
 #: and its relative position buckets over the batch and heads (two tables of 6.3 MB at 8 x 128, 805 MB at
 #: 32 x 512), each growing with the batch.
 LAZY_COPY_BYTES = 1 << 20
 
 
+def lazy_copies(graph: onnx.GraphProto, fed: set[str]) -> set[str]:
+    """The outputs of ``graph``'s Tile and Expand nodes that LAZY_COPY_BYTES may leave unfolded, by their readers
+    alone: a Tile of repeats [N, 1, ..., 1] (rank 2 to 4) whose readers are MatMuls reading it as B, directly or
+    through Transposes read only so; an Expand whose readers are GatherElements reading it as indices. Every such
+    product's A and gather's data depend on ``fed`` (the inputs given at run time, through any op but Shape and
+    Size), so their results are run-time values either way, and none of these values is a graph output or read
+    inside a subgraph. (The sizes and element types are checked at import, :func:`_large_tile`, ``_large_expand``.)
+    """
+    standard = [n for n in graph.node if n.domain in ("", "ai.onnx")]
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, k))
+    kept = {o.name for o in graph.output}  # graph outputs and values a subgraph reads: not lazy
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                kept.update(x for n2 in sub.node for x in n2.input)
+    runtime = set(fed)
+    for node in graph.node:  # topologically sorted
+        if node.op_type not in ("Shape", "Size") and any(x in runtime for x in node.input):
+            runtime.update(node.output)
+
+    def std(n: onnx.NodeProto, op_type: str) -> bool:
+        return n.op_type == op_type and n.domain in ("", "ai.onnx")
+
+    def read_as(name: str, op_type: str, through: str | None = None) -> bool:
+        # name read only as input 1 of op_type nodes whose input 0 is a run-time value (or, with through, also
+        # as the input of such nodes whose output is read so)
+        rs = readers.get(name, [])
+        return bool(rs) and name not in kept and all(
+            (std(n, op_type) and j == 1 and n.input[0] in runtime)
+            or (through is not None and std(n, through) and j == 0 and bool(n.output) and read_as(n.output[0], op_type))
+            for n, j in rs)
+
+    return {n.output[0] for n in standard if n.output and (
+        (n.op_type == "Expand" and read_as(n.output[0], "GatherElements"))
+        or (n.op_type == "Tile" and read_as(n.output[0], "MatMul", through="Transpose")))}
+
+
 def _large_tile(given: list[Value]) -> bool:
-    # a float Tile of known input and repeats whose copies LAZY_COPY_BYTES bounds (see there)
+    # a float Tile of known input and repeats [N, 1, ..., 1] (rank 2 to 4) whose copies LAZY_COPY_BYTES bounds
     if len(given) < 2 or given[0].elem != _T.FLOAT or given[1].const is None:
         return False
-    times = int(np.prod(given[1].const))
+    reps = [int(r) for r in np.ravel(given[1].const)]
+    if not 2 <= len(reps) <= 4 or len(reps) != len(given[0].shape) or any(r != 1 for r in reps[1:]):
+        return False
+    times = reps[0]
     return times >= 2 and given[0].const.nbytes * times >= LAZY_COPY_BYTES
 
 
@@ -370,8 +415,7 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
 
 def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
     """Value name -> how the graph reads it: ``"MatMul"`` as a MatMul's B (input 1) in the graph itself,
-    ``"GatherElements"`` as a GatherElements' indices (input 1) there, ``"other:<node>"`` by another input of
-    a node or inside a subgraph (If, Loop, Scan), one entry a node."""
+    ``"other:<node>"`` by another input of a node or inside a subgraph (If, Loop, Scan), one entry a node."""
     readers: dict[str, set[str]] = {}
     count = iter(range(1 << 62))
 
@@ -379,7 +423,7 @@ def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
         for node in g.node:
             at = next(count)
             for k, name in enumerate(node.input):
-                kept = outer and k == 1 and node.op_type in ("MatMul", "GatherElements")
+                kept = outer and (node.op_type, k) == ("MatMul", 1) and node.domain in ("", "ai.onnx")
                 readers.setdefault(name, set()).add(node.op_type if kept else f"other:{at}")
             for a in node.attribute:
                 for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
@@ -527,6 +571,7 @@ class Importer:
             env[t.name] = in_f32(Value(t.name, t.data_type, tuple(arr.shape), const=arr, param=True))
         self._initializers = {t.name: env[t.name] for t in g.initializer}
         self._readers = matmul_b_readers(g)
+        self._lazy = lazy_copies(g, {vi.name for vi in g.input} - {t.name for t in g.initializer} - set(self.values))
         self.transposed_of = transposed_copies(g, {k: v.const for k, v in self._initializers.items()
                                                    if ELEM_DTYPE.get(v.elem) is DType.F32}, self._readers)
         self._inputs(g, env)
@@ -664,8 +709,8 @@ class Importer:
             # also the embedding): imported as a Transpose of the weight, which the matmul rules fold into the
             # products, rather than folded into a second copy of it
             foldable = False
-        if foldable and (node.op_type == "Tile" and _large_tile(given) or node.op_type == "Expand"
-                         and self._readers.get(node.output[0]) == {"GatherElements"} and _large_expand(given)):
+        if foldable and node.output and node.output[0] in self._lazy and (
+                _large_tile(given) if node.op_type == "Tile" else _large_expand(given)):
             foldable = False
         if blocked and key not in CONVERTERS and not self._expandable(node, version):
             self._mark_unsupported(key, node)
@@ -752,6 +797,24 @@ class Importer:
                                     f"{axis % data.ndim} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim})): the model takes at most {dim} there (a position table, say), "
                                     "and an input's length makes it index past that; give a shorter input")
+        if (node.op_type == "GatherElements" and len(ins) > 1 and ins[0] is not None and ins[1] is not None
+                and len(ins[0].shape) == len(ins[1].shape) >= 1):
+            # onnx's reference evaluator refuses indices smaller than the data off the axis and more than 64 along
+            # it; numpy's take_along_axis on the data cut to the indices' extent is the op (ir/ops/indexing.py)
+            data, idx = np.asarray(ins[0].const), np.asarray(ins[1].const).astype(np.int64)
+            axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+            pairs = enumerate(zip(idx.shape, data.shape, strict=True))
+            if -data.ndim <= axis < data.ndim and all(i <= d for k, (i, d) in pairs if k != axis % data.ndim):
+                axis %= data.ndim
+                dim = data.shape[axis]
+                bad = idx[(idx >= dim) | (idx < -dim)]
+                if bad.size:
+                    raise OnnxError(f"GatherElements node {node.name!r}: index {int(bad.flat[0])} is out of range "
+                                    f"for axis {axis} of {list(data.shape)} (ONNX refuses an index outside "
+                                    f"[-{dim}, {dim}))")
+                part = data[tuple(slice(0, i) if k != axis else slice(None) for k, i in enumerate(idx.shape))]
+                out = np.take_along_axis(part, np.where(idx < 0, idx + dim, idx), axis=axis)
+                return [Value("", ins[0].elem, tuple(out.shape), const=out)]
         if node.op_type == "Slice" and version >= 10 and ins[0] is not None:  # folded, yet it may clamp
             ends = [int(e) for e in np.asarray(ins[2].const).reshape(-1)]
             axes = ([int(a) % max(len(ins[0].shape), 1) for a in np.asarray(ins[3].const).reshape(-1)]

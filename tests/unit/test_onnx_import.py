@@ -176,6 +176,43 @@ def test_onnx_index_readers_are_the_gathers_of_its_rows_through_views_and_casts(
     assert onnx_index_readers(m.graph, "ids2", 3) == []
 
 
+def test_lazy_copies_are_those_read_as_broadcasts_of_run_time_products_and_gathers():
+    from eggfuse.onnx.importer import lazy_copies
+
+    m = model([node("Tile", ["w", "reps"], ["t_mm"]), node("Transpose", ["t_mm"], ["tt"], perm=[0, 2, 1]),
+               node("MatMul", ["x", "tt"], ["y1"]),  # through a Transpose into a run-time product's B: lazy
+               node("Tile", ["w", "reps"], ["t_known"]), node("MatMul", ["w2", "t_known"], ["y2"]),  # A known
+               node("Tile", ["w", "reps"], ["t_add"]), node("Add", ["t_add", "x"], ["y3"]),  # not a product
+               node("Tile", ["w", "reps"], ["t_out"]), node("MatMul", ["x", "t_out"], ["y4"]),  # a graph output
+               node("Expand", ["idx", "shape"], ["e_rt"]), node("GatherElements", ["x", "e_rt"], ["y5"]),
+               node("Expand", ["idx", "shape"], ["e_known"]), node("GatherElements", ["w", "e_known"], ["y6"]),
+               node("Shape", ["x"], ["sx"]), node("Expand", ["idx", "sx"], ["e_shape"]),
+               node("GatherElements", ["sx_data", "e_shape"], ["y7"])],  # data known: x's shape only
+              [("x", F, [6, 4, 5]), ("sx_data", F, [6, 4, 5])],
+              [("y1", F, None), ("t_out", F, None), ("y5", F, None), ("y6", F, None)],
+              [("w", np.ones((2, 4, 5), np.float32)), ("w2", np.ones((6, 4, 4), np.float32)),
+               ("reps", np.array([3, 1, 1], np.int64)), ("idx", np.zeros((1, 4, 5), np.int64)),
+               ("shape", np.array([6, 4, 5], np.int64))])
+    assert lazy_copies(m.graph, {"x", "sx_data"}) == {"t_mm", "e_rt", "e_shape"}
+    assert lazy_copies(m.graph, {"x"}) == {"t_mm", "e_rt"}  # sx_data given at load time (Model's values)
+
+
+def test_a_gather_elements_of_known_values_folds_as_onnx_defines_it():
+    # indices smaller than the data off the axis, and more than 64 along it (onnx's reference evaluator refuses both)
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((3, 70)).astype(np.float32)
+    idx = rng.integers(-70, 70, (2, 80)).astype(np.int64)
+    m = model([node("GatherElements", ["data", "idx"], ["g"], axis=1), node("Add", ["g", "x"], ["y"])],
+              [("x", F, [2, 80])], [("y", F, None)], [("data", data), ("idx", idx)])
+    g, params = load(m)
+    folded = next(a for a in params.values() if a.shape == (2, 80))
+    np.testing.assert_array_equal(folded, np.take_along_axis(data[:2], np.where(idx < 0, idx + 70, idx), axis=1))
+    bad = model([node("GatherElements", ["data", "idx"], ["g"], name="ge", axis=1), node("Add", ["g", "x"], ["y"])],
+                [("x", F, [2, 80])], [("y", F, None)], [("data", data), ("idx", np.full((2, 80), 70, np.int64))])
+    with pytest.raises(OnnxError, match=r"GatherElements node 'ge': index 70 is out of range for axis 1 of \[3, 70\]"):
+        load(bad)
+
+
 def test_a_file_cut_short_of_its_opset_import_is_refused(tmp_path):
     # protobuf writes opset_import after the graph: a file missing its last bytes can lose it alone and still parse
     whole = model([node("Relu", ["x"], ["y"], name="act")], [("x", F, [2])], [("y", F, None)]).SerializeToString()
