@@ -1006,11 +1006,16 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         forced_tile, forced_splits = None, None
         if forced_cols is not None and variant == "BT":
             forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
-    tile = tile or forced_tile or matmul_tile(m, k, n, variant)
+    given = tile or forced_tile  # a caller's or matmul_choice's tile
+    tile = given or matmul_tile(m, k, n, variant)
     if tile.storage > workgroup_storage:
+        below = (": give matmul_choice a smaller tile" if given else
+                 f", less than the {WORKGROUP_STORAGE} every WebGPU device offers: run on a device that meets "
+                 "WebGPU's limits" if workgroup_storage < WORKGROUP_STORAGE else
+                 ": run on a device that offers more, or at shapes whose products take smaller tiles")
         raise DeviceLimitError(f"the matmul tile {tile.name} of [{m},{k}] x [{k},{n}] needs {tile.storage} bytes of "
                                f"workgroup memory; this device offers {workgroup_storage} "
-                               f"(maxComputeWorkgroupStorageSize): choose a tile of MATMUL_TILES")
+                               f"(maxComputeWorkgroupStorageSize){below}")
     if tile.gemv and variant == "BT" and tile.bn not in GEMV_COLS_ALLOWED:
         lanes = f"{MATMUL_WG // tile.bn} lanes a column" if tile.bn > 0 else "no lanes"
         raise LoweringError(f"a 'BT' GEMV tile of {tile.bn} columns leaves {lanes}; the kernel needs a power of two of "

@@ -197,5 +197,10 @@ def test_deep_tiles_need_the_workgroup_memory_they_take():
     with matmul_choice(tile=MATMUL_TILES_DEEP[-1]):
         assert "_32x32x64_" in lower(g, {"max-compute-workgroup-storage-size": DEEP_STORAGE}).dispatches[0].kernel
         with pytest.raises(LoweringError, match=r"32x32x64 .* needs 32768 bytes of workgroup memory; this device "
-                                                r"offers 16384 \(maxComputeWorkgroupStorageSize\)"):
+                                                r"offers 16384 \(maxComputeWorkgroupStorageSize\): give "
+                                                r"matmul_choice a smaller tile"):
             lower(g)
+    # a device below WebGPU's guaranteed 16384 bytes: no tile of the heuristic's fits
+    with pytest.raises(LoweringError, match=r"offers 8192 \(maxComputeWorkgroupStorageSize\), less than the 16384 "
+                                            r"every WebGPU device offers: run on a device that meets WebGPU's limits"):
+        lower(g, {"max-compute-workgroup-storage-size": 8192})
