@@ -97,14 +97,14 @@ def save(folder: Path, model: Exported, onnx_path: Path, batch: int, seq: int) -
     from eggfuse.rewrites import optimize
 
     names = json.loads(onnx_path.with_name(onnx_path.name.split(".")[0] + ".names.json").read_text())
-    unfused, params = load(onnx_path, shapes={"input_ids": [batch, seq], "attention_mask": [batch, seq]})
+    proto = onnx.load(str(onnx_path))  # once: 500 MB of weights inside the file (load does not modify it)
+    unfused, params = load(proto, shapes={"input_ids": [batch, seq], "attention_mask": [batch, seq]})
     t = time.perf_counter()
     fused, rep = optimize(unfused)
     seconds = time.perf_counter() - t
     # the file without the mapped weights' values (the skeleton): ``time`` puts the peer's in and imports it again,
     # so that what the import computed from the weights at load time (GPT-2's position rows of arange(S),
     # DeBERTa's position keys and queries) is computed from the peer's too
-    proto = onnx.load(str(onnx_path))  # once: 500 MB of weights inside the file
     kept = {i.name for i in proto.graph.initializer}
     if set(names) - kept:
         raise SystemExit(f"{onnx_path.name} has no initializers {sorted(set(names) - kept)[:5]}: export it again")

@@ -33,6 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from eggfuse.ir import (
+    OPS,
     DamagedFileError,
     DType,
     Graph,
@@ -800,7 +801,7 @@ class Importer:
         if (node.op_type == "GatherElements" and len(ins) > 1 and ins[0] is not None and ins[1] is not None
                 and len(ins[0].shape) == len(ins[1].shape) >= 1):
             # onnx's reference evaluator refuses indices smaller than the data off the axis and more than 64 along
-            # it; numpy's take_along_axis on the data cut to the indices' extent is the op (ir/ops/indexing.py)
+            # it; the IR op's reference (ir/ops/indexing.py) takes both
             data, idx = np.asarray(ins[0].const), np.asarray(ins[1].const).astype(np.int64)
             axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
             pairs = enumerate(zip(idx.shape, data.shape, strict=True))
@@ -812,8 +813,7 @@ class Importer:
                     raise OnnxError(f"GatherElements node {node.name!r}: index {int(bad.flat[0])} is out of range "
                                     f"for axis {axis} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim}))")
-                part = data[tuple(slice(0, i) if k != axis else slice(None) for k, i in enumerate(idx.shape))]
-                out = np.take_along_axis(part, np.where(idx < 0, idx + dim, idx), axis=axis)
+                out = OPS["GatherElements"].reference([data, idx], {"axis": axis})
                 return [Value("", ins[0].elem, tuple(out.shape), const=out)]
         if node.op_type == "Slice" and version >= 10 and ins[0] is not None:  # folded, yet it may clamp
             ends = [int(e) for e in np.asarray(ins[2].const).reshape(-1)]
