@@ -59,7 +59,7 @@ from eggfuse.ir import DType, Graph, TensorType
 from eggfuse.ir.spec import OPS
 from eggfuse.lowering import ExecutionPlan
 from eggfuse.lowering.limits import resolve_limits
-from eggfuse.lowering.plan import BufferSpec, DerivedParameter, Dispatch
+from eggfuse.lowering.plan import BufferSpec, DerivedParameter, Dispatch, IndexPart
 
 if TYPE_CHECKING:
     from eggfuse.rewrites import Report
@@ -69,7 +69,7 @@ log = logging.getLogger("eggfuse.cache")
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 6
+FORMAT = 7
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -312,8 +312,8 @@ def decode_graph(doc: dict) -> Graph:
 
 
 _PLAN_FIELDS = {"buffers", "dispatches", "inputs", "parameters", "constants", "outputs", "output_types",
-                "unused_leaves", "index_bounds", "index_readers", "derived", "limits", "state", "subgroups", "storage",
-                "storage_sizes"}
+                "unused_leaves", "index_bounds", "index_readers", "index_parts", "derived", "limits", "state",
+                "subgroups", "storage", "storage_sizes"}
 
 
 def encode_plan(plan: ExecutionPlan) -> dict:
@@ -336,6 +336,8 @@ def encode_plan(plan: ExecutionPlan) -> dict:
         "outputs": plan.outputs, "output_types": [_plain(t) for t in plan.output_types],
         "unused_leaves": sorted(plan.unused_leaves), "index_bounds": plan.index_bounds,
         "index_readers": plan.index_readers,
+        "index_parts": {name: [[p.rows, _array(p.positions, False), p.reader] for p in parts]
+                        for name, parts in plan.index_parts.items()},
         "derived": [[i, list(d.sources), d.axis, d.store, d.transpose] for i, d in plan.derived.items()],
         "limits": plan.limits, "state": sorted(plan.state), "subgroups": plan.subgroups,
         "storage": [[i, j] for i, j in plan.storage.items()], "storage_sizes": plan.storage_sizes,
@@ -362,6 +364,8 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
         output_types=[_value(t) for t in doc["output_types"]],
         unused_leaves=frozenset(_str(n) for n in doc["unused_leaves"]), index_bounds=names(doc["index_bounds"]),
         index_readers={_str(k): _str(v) for k, v in doc["index_readers"].items()},
+        index_parts={_str(name): [IndexPart(_int(rows), _positions(pos), _str(reader)) for rows, pos, reader in parts]
+                     for name, parts in doc["index_parts"].items()},
         derived={_int(i): DerivedParameter(tuple(_str(s) for s in srcs), _int(axis), _str(store), bool(transpose))
                  for i, srcs, axis, store, transpose in doc["derived"]},
         limits=names(doc["limits"]), state=frozenset(_str(n) for n in doc["state"]),
@@ -375,6 +379,13 @@ def _is_scratch(b, graph: Graph) -> bool:
     # a node's scratch buffer (lowering.plan: Kernel.scratch), a flat f32 intermediate
     return (b.kind == "intermediate" and b.dtype == DType.F32 and len(b.shape) == 1
             and b.name == f"{graph.node(b.node).op}%{b.node}.scratch")
+
+
+def _positions(v: Any) -> np.ndarray:
+    a = _value(v)
+    if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1:
+        raise CorruptEntry("an index part's positions are not a list of int64")
+    return a
 
 
 def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
@@ -416,6 +427,10 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
         raise CorruptEntry("the plan's outputs do not match the graph's")
     if any(not 0 <= j < len(plan.storage_sizes) for j in plan.storage.values()):
         raise CorruptEntry("the plan's shared storage does not match its allocations")
+    for name, parts in plan.index_parts.items():
+        if name not in plan.inputs or any(len(p.positions) and not 0 <= int(p.positions.min()) <= int(
+                p.positions.max()) < leaves[name].num_elements for p in parts):
+            raise CorruptEntry(f"the index parts of input {name!r} do not fit it")
 
 
 # --- the folder -----------------------------------------------------------------------------

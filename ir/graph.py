@@ -234,21 +234,55 @@ class Graph:
         return out
 
     def index_reads(self) -> dict[NodeId, list[tuple[int, Node, int, bool]]]:
-        """Leaf id -> every read of it as indices: (the bound, the reading node, the input slot, whether it reads a
-        part of the leaf through a view of one, ``Select``), through views; the leaf's :meth:`index_bounds` is the
-        smallest bound."""
+        """Node id -> every read of its values as indices: (the bound, the reading node, the input slot, whether
+        the read may take only part of the node's elements), followed back through ops that move elements
+        (views and ``OpSpec.moves``: Slice, Concat, Transpose, ...) to the nodes the elements come from (a
+        leaf, or a node that computes them); its :meth:`index_bounds` is the smallest bound. Where the read is
+        of a part, :meth:`index_positions` tells which elements."""
         out: dict[NodeId, list[tuple[int, Node, int, bool]]] = {}
         for node in self.nodes:
             hook = OPS[node.op].index_bounds
             if hook is None:
                 continue
             for slot, rows in hook([self.nodes[i].type for i in node.inputs], node.attrs).items():
-                src, part = self.nodes[node.inputs[slot]], False
-                while OPS[src.op].view:
-                    part = part or OPS[src.op].view_offset is not None
-                    src = self.nodes[src.inputs[0]]
-                out.setdefault(src.id, []).append((rows, node, slot, part))
+                for src, part in self._moved_from(node.inputs[slot]):
+                    out.setdefault(src, []).append((rows, node, slot, part))
         return out
+
+    def _moved_from(self, nid: NodeId) -> list[tuple[NodeId, bool]]:
+        # (source, whether only part of it may be read): the nodes whose elements node nid's are copies of
+        out: dict[NodeId, bool] = {}
+        todo = [(nid, False)]
+        while todo:
+            i, part = todo.pop()
+            spec = OPS[self.nodes[i].op]
+            if spec.view or spec.moves:
+                part = part or not (spec.view and spec.view_offset is None)  # anything but a reshape
+                todo.extend((j, part) for j in self.nodes[i].inputs)
+            else:
+                out[i] = out.get(i, False) or part
+        return list(out.items())
+
+    def index_positions(self, source: NodeId, node: Node, slot: int) -> np.ndarray:
+        """The flat (row-major) positions of ``source``'s elements that ``node`` reads as indices at input
+        ``slot`` (sorted, unique int64), where :meth:`index_reads` lists that read: the moving ops between
+        them (their references) run on the element numbers 0..n-1 of ``source``, every other node as -1."""
+        memo: dict[NodeId, np.ndarray] = {}
+
+        def numbers(i: NodeId) -> np.ndarray:
+            if i not in memo:
+                n = self.nodes[i]
+                spec = OPS[n.op]
+                if i == source:
+                    memo[i] = np.arange(n.type.num_elements, dtype=np.int64).reshape(n.type.shape)
+                elif spec.view or spec.moves:
+                    memo[i] = np.asarray(spec.reference([numbers(j) for j in n.inputs], n.attrs))
+                else:
+                    memo[i] = np.full(n.type.shape, -1, dtype=np.int64)
+            return memo[i]
+
+        got = numbers(node.inputs[slot])
+        return np.unique(got[got >= 0])
 
     def reader_label(self, node: Node, slot: int, rows: int) -> str:
         """``node`` (reading indices at input ``slot``, bounded by ``rows``) for messages, with the table it indexes:

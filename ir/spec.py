@@ -198,6 +198,10 @@ class OpSpec:
     - ``fallback``: a general kernel for what specialised ops do not cover (GeneralAttention):
       extraction prices its e-nodes one byte-equivalent above their kernel's cost, so that of
       two choices of equal cost the specialised op is taken (rewrites.problem).
+    - ``moves``: every element of the op's value is a copy of an element of its inputs, which are all data
+      (Transpose, Slice, Concat, Expand, ...; views move too): the runtime's index checks follow indices
+      through such ops to the input they come from (``Graph.index_reads``), and the op's reference, run on
+      element numbers, tells which of that input's elements are read (``Graph.index_positions``).
     - ``index_bounds(ins, attrs) -> {input slot: rows}``: the index inputs the op reads and
       the bound of their values: u32 ones in [0, rows) (an Embedding's table rows), i32 ones
       (ONNX Gather's, negative from the end) in [-rows, rows); the runtime refuses a fed index
@@ -223,6 +227,7 @@ class OpSpec:
     leaf: bool = False
     view: bool = False
     view_offset: Callable[[list[TensorType], dict[str, Any]], int] | None = None
+    moves: bool = False
     fallback: bool = False
     index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int]] | None = None
     max_inputs: int | None = None

@@ -116,6 +116,17 @@ class DerivedParameter:
     transpose: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class IndexPart:
+    """A check of some elements of an index input (``ExecutionPlan.index_parts``): those at the flat
+    (row-major) ``positions`` must lie in [0, rows) (u32) or [-rows, rows) (i32, ONNX Gather's), as the op
+    ``reader`` (a label for messages) reads them, through ops that move elements (Split, Slice, Select)."""
+
+    rows: int
+    positions: np.ndarray
+    reader: str
+
+
 @dataclass
 class ExecutionPlan:
     """What the runtime allocates and records for one graph.
@@ -125,9 +136,11 @@ class ExecutionPlan:
     graph's output order, with ``output_types`` (several outputs may share a buffer).
     ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
     ignored at run time); ``index_bounds`` maps an index input to the rows of the smallest
-    table it indexes (Embedding, Gather) or writes (ScatterAdd): u32 values must lie in
-    [0, rows), i32 ones (ONNX Gather's) in [-rows, rows); ``index_readers`` names, for the messages,
-    the op setting that bound (``Graph.index_readers``). ``derived`` maps the buffer index
+    table that reads all of it as indices (Embedding, Gather) or writes (ScatterAdd): u32 values
+    must lie in [0, rows), i32 ones (ONNX Gather's) in [-rows, rows); ``index_readers`` names, for
+    the messages, the op setting that bound; ``index_parts`` lists, for an index input that ops
+    read in parts (through Slice, Split, Select, Concat, ...), the elements each part's reader
+    bounds more tightly (:class:`IndexPart`). ``derived`` maps the buffer index
     of each derived parameter to how it is packed. ``limits`` are the device limits the plan
     was checked against; ``subgroups`` is true when a kernel uses subgroup operations (the
     device must then have usable subgroups). ``storage`` maps the buffer index of each
@@ -145,6 +158,7 @@ class ExecutionPlan:
     unused_leaves: frozenset[str] = frozenset()
     index_bounds: dict[str, int] = field(default_factory=dict)
     index_readers: dict[str, str] = field(default_factory=dict)
+    index_parts: dict[str, list[IndexPart]] = field(default_factory=dict)
     derived: dict[int, DerivedParameter] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
     state: frozenset[str] = frozenset()
@@ -304,6 +318,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     live_ids = {n.id for n in live}
     unused = frozenset(n.attrs["name"] for n in graph.nodes
                        if n.op in ("Input", "Parameter") and n.id not in live_ids)
+    index_bounds, index_readers, index_parts = _index_checks(graph, live)
     plan = ExecutionPlan(
         buffers=buffers,
         dispatches=dispatches,
@@ -313,9 +328,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         outputs=[node_buffer[o] for o in graph.outputs],
         output_types=[graph.node(o).type for o in graph.outputs],
         unused_leaves=unused,
-        index_bounds=_index_bounds(graph, live),
-        index_readers={graph.node(i).attrs["name"]: reader for i, reader in graph.index_readers().items()
-                       if graph.node(i).op == "Input" and i in live_ids},
+        index_bounds=index_bounds, index_readers=index_readers, index_parts=index_parts,
         derived=derived,
         limits=lim,
         state=state,
@@ -611,31 +624,47 @@ def schedule(graph: Graph) -> list[Node]:
                             nodes=[u for u, _ in cycle]) from None
 
 
-def _index_bounds(graph: Graph, live: list[Node]) -> dict[str, int]:
-    # The runtime rejects out-of-range indices in an input, as the reference does; a
-    # constant index table is checked here once (Graph.index_bounds: the ops' own hooks).
+def _index_checks(graph: Graph, live: list[Node]) -> tuple[dict[str, int], dict[str, str], dict[str, list[IndexPart]]]:
+    # The runtime rejects out-of-range indices in an input, as the reference and onnxruntime do: bounds (name ->
+    # rows) for the inputs read whole, with the op setting each bound, and the parts of inputs that ops read
+    # through Slice, Split or Select (each part its own bound). A constant index table is checked here once.
+    # (Indices the device computes are not checked: clamped, ir/ops/indexing.py.)
     live_ids = {n.id for n in live}
-    for nid, reads in graph.index_reads().items():  # (an intermediate's values are not checked: clamped)
-        if (nid in live_ids and graph.node(nid).op in ("Input", "Constant") and any(part for *_, part in reads)
-                and len({rows for rows, *_ in reads}) > 1):
-            which = "; ".join(f"{graph.reader_label(node, slot, rows)}: {rows} rows" for rows, node, slot, _ in reads)
-            raise LoweringError(f"{graph.node(nid).describe()} is read as indices in parts (Select) by ops of "
-                                f"different bounds ({which}), and its values are checked as a whole: give each part "
-                                "as a tensor of its own", nodes=(nid,))
     bounds: dict[str, int] = {}
-    for nid, rows in graph.index_bounds().items():
+    readers: dict[str, str] = {}
+    parts: dict[str, list[IndexPart]] = {}
+    for nid, reads in graph.index_reads().items():
         src = graph.node(nid)
-        if nid not in live_ids:
+        if nid not in live_ids or src.op not in ("Input", "Constant"):
             continue
+        whole: list[tuple[int, Node, int]] = []
+        some: list[IndexPart] = []
+        for rows, node, slot, part in reads:
+            pos = graph.index_positions(nid, node, slot) if part else None
+            if pos is None or len(pos) == src.type.num_elements:
+                whole.append((rows, node, slot))
+            elif len(pos):
+                some.append(IndexPart(rows, pos, graph.reader_label(node, slot, rows)))
+        top = min(whole, key=lambda r: r[0]) if whole else None
+        some = [p for p in some if top is None or p.rows < top[0]]  # (a whole read's check covers the rest)
         if src.op == "Input":
-            bounds[src.attrs["name"]] = rows
-        elif src.op == "Constant" and np.any(src.attrs["value"] >= rows):
-            raise LoweringError(f"{src.describe()}: constant indices reach {int(np.max(src.attrs['value']))}, "
-                                f"which an op reading them bounds at {rows} rows", nodes=(nid,))
-        elif src.op == "Constant" and np.any(src.attrs["value"] < -rows):  # i32 (ONNX Gather's): from the end
-            raise LoweringError(f"{src.describe()}: constant indices reach {int(np.min(src.attrs['value']))}, "
-                                f"below -{rows}, the most an op reading them counts from the end", nodes=(nid,))
-    return bounds
+            if top is not None:
+                bounds[src.attrs["name"]] = top[0]
+                readers[src.attrs["name"]] = graph.reader_label(top[1], top[2], top[0])
+            if some:
+                parts[src.attrs["name"]] = some
+            continue
+        value = np.asarray(src.attrs["value"]).reshape(-1)
+        checks = ([(top[0], value, graph.reader_label(top[1], top[2], top[0]))] if top is not None else []) + [
+            (p.rows, value[p.positions], p.reader) for p in some]
+        for rows, vals, reader in checks:
+            if np.any(vals >= rows):
+                raise LoweringError(f"{src.describe()}: constant indices reach {int(np.max(vals))}, which {reader} "
+                                    f"reading them bounds at {rows} rows", nodes=(nid,))
+            if np.any(vals < -rows):  # i32 (ONNX Gather's): from the end
+                raise LoweringError(f"{src.describe()}: constant indices reach {int(np.min(vals))}, below -{rows}, "
+                                    f"the most {reader} reading them counts from the end", nodes=(nid,))
+    return bounds, readers, parts
 
 
 #: Loop iterations one invocation of a shader may run on Mesa's llvmpipe (lavapipe), all loops together: gallivm's

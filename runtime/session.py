@@ -206,11 +206,13 @@ class Session:
         self._input_slots = {name: _InputSlot(name, index, plan.buffers[index].type, plan.index_bounds.get(name),
                                               getattr(plan, "index_readers", {}).get(name),
                                               self._input_staging, self._offsets[index], index in packed_inputs,
-                                              bool(finite_inputs))
+                                              bool(finite_inputs), getattr(plan, "index_parts", {}).get(name, ()))
                              for name, index in plan.inputs.items()}
-        self._packed_slots = [slot for slot in self._input_slots.values() if slot.packed]
         self._own_slots = [slot for slot in self._input_slots.values() if not slot.packed]
-        # the packed inputs as the compiled staging (_record.stage) takes them
+        # the packed inputs the compiled staging (_record.stage) checks, as it takes them, then the others
+        # (those with parts of their own bounds: IndexPart)
+        self._packed_slots = [slot for slot in self._input_slots.values() if slot.packed and not slot.parts]
+        self._checked_slots = [slot for slot in self._input_slots.values() if slot.packed and slot.parts]
         self._stage_slots = None
         if getattr(_c_record, "stage", None) is not None:
             self._stage_slots = tuple((slot.name, self._offsets[slot.index], tuple(map(int, slot.type.shape)),
@@ -562,8 +564,9 @@ class Session:
         if self._stage_slots is not None and type(inputs) is dict:
             # compiled: copies and checks the inputs that are arrays of their type already
             rest = [self._packed_slots[i] for i in _c_record.stage(self._input_staging, inputs, self._stage_slots)]
+            rest += self._checked_slots
         else:
-            rest = self._packed_slots
+            rest = self._packed_slots + self._checked_slots
         for slot in rest:  # into the host copy of the input buffer
             slot.view[...] = slot.check(inputs[slot.name])
         own = [(slot, slot.check(inputs[slot.name])) for slot in self._own_slots]
@@ -788,11 +791,12 @@ def _host_array(raw, ty, fresh: bool = False) -> np.ndarray:
 class _InputSlot:
     """One graph input of a session: its checks, and where :meth:`Session.run` puts it."""
 
-    __slots__ = ("name", "index", "type", "rows", "reader", "packed", "view", "finite")
+    __slots__ = ("name", "index", "type", "rows", "reader", "packed", "view", "finite", "parts")
 
     def __init__(self, name: str, index: int, ty, rows: int | None, reader: str | None, staging: np.ndarray,
-                 offset: int, packed: bool, finite: bool = True) -> None:
+                 offset: int, packed: bool, finite: bool = True, parts=()) -> None:
         self.name, self.index, self.type, self.rows, self.packed = name, index, ty, rows, packed
+        self.parts = tuple(parts)  # IndexPart: elements that an op reads through Slice / Split / Select
         self.reader = reader or "the op reading it"  # (plans from before ExecutionPlan.index_readers: none)
         self.finite = finite
         # its bytes in the host copy of the session's input buffer, as an array of its type
@@ -805,19 +809,25 @@ class _InputSlot:
         # out of range. (The compiled staging hands non-finite values to this check.)
         arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite)
         if self.rows is not None and arr.size:
-            top = int(arr.max())
-            low = int(arr.min()) if arr.dtype.kind == "i" else 0  # (a second pass only for signed indices)
-            if arr.dtype.kind == "i" and (top >= self.rows or low < -self.rows):  # ONNX Gather's: from the end
-                bad = top if top >= self.rows else low
-                raise IndexRangeError(f"input {self.name!r}: index {bad} out of range for the axis of {self.rows} "
-                                      f"that {self.reader} indexes with it (ONNX makes an index outside "
-                                      f"[-{self.rows}, {self.rows}) an error); give indices from -{self.rows} to "
-                                      f"{self.rows - 1}", input=self.name, index=bad, rows=self.rows)
-            if arr.dtype.kind == "u" and top >= self.rows:
-                raise IndexRangeError(f"input {self.name!r}: index {top} out of range for the {self.rows} rows that "
-                                      f"{self.reader} indexes with it; give indices below {self.rows}",
-                                      input=self.name, index=top, rows=self.rows)
+            self._check_range(arr, self.rows, self.reader, "")
+        for part in self.parts:
+            self._check_range(arr.reshape(-1)[part.positions], part.rows, part.reader,
+                              f" (the {len(part.positions)} of its {arr.size} elements that op reads)")
         return arr
+
+    def _check_range(self, arr: np.ndarray, rows: int, reader: str, which: str) -> None:
+        top = int(arr.max())
+        low = int(arr.min()) if arr.dtype.kind == "i" else 0  # (a second pass only for signed indices)
+        if arr.dtype.kind == "i" and (top >= rows or low < -rows):  # ONNX Gather's: from the end
+            bad = top if top >= rows else low
+            raise IndexRangeError(f"input {self.name!r}: index {bad} out of range for the axis of {rows} that "
+                                  f"{reader} indexes with it{which} (ONNX makes an index outside [-{rows}, {rows}) "
+                                  f"an error); give indices from -{rows} to {rows - 1}",
+                                  input=self.name, index=bad, rows=rows)
+        if arr.dtype.kind == "u" and top >= rows:
+            raise IndexRangeError(f"input {self.name!r}: index {top} out of range for the {rows} rows that {reader} "
+                                  f"indexes with it{which}; give indices below {rows}", input=self.name, index=top,
+                                  rows=rows)
 
 
 class _Background:

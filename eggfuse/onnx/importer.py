@@ -1018,13 +1018,16 @@ def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], va
     return (*importer.run(), importer.origin)
 
 
-#: Ops that pass every value of their input on unchanged, in as many elements (views and a Cast of indices).
-_PASS_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+#: Ops whose outputs' elements are their inputs' values, unchanged (views, a Cast of indices, and ops that move
+#: elements: the session follows indices through them, ``Graph.index_reads``).
+_PASS_VALUES = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Split", "Slice",
+                          "Transpose", "Concat", "Expand", "Tile"})
 
 
 def onnx_index_readers(graph: onnx.GraphProto, name: str, rows: int) -> list[str]:
     """The Gather nodes of ``graph`` that index an axis of ``rows`` with the graph input ``name`` (as their
-    indices, directly or through Cast, Reshape, Unsqueeze, Squeeze, Flatten or Identity), as
+    indices, directly or through Cast, Reshape, Unsqueeze, Squeeze, Flatten, Identity, or ops that move
+    elements: Split, Slice, Transpose, Concat, Expand, Tile), as
     ``'node name' (Gather)``, in the graph's order: those whose indices the session bounds before a run
     (``IndexRangeError``). A Gather whose data's shape the file does not declare is listed whatever its rows."""
     dims = {t.name: list(t.dims) for t in graph.initializer}

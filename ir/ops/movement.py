@@ -142,7 +142,7 @@ def _permute_kernel(node, ins, target) -> Kernel:
 
 
 op("Permute", ("x",), _permute, lambda xs, a: np.transpose(xs[0], a["perm"]), attrs=(Attr("perm", "ints"),),
-   vjp=_NO_GRAD, kernel=_permute_kernel, flops=lambda ins, out, a: 0,
+   vjp=_NO_GRAD, kernel=_permute_kernel, flops=lambda ins, out, a: 0, moves=True,
    doc="out = numpy.transpose(x, perm), any rank and dtype: ONNX Transpose "
        "(https://onnx.ai/onnx/operators/onnx__Transpose.html); the 2-D f32 transpose of the seed is Transpose")
 
@@ -191,7 +191,7 @@ def _slice_kernel(node, ins, target) -> Kernel:
 
 op("Slice", ("x",), _slice, _slice_ref,
    attrs=(Attr("starts", "ints"), Attr("ends", "ints"), Attr("axes", "ints", ()), Attr("steps", "ints", ())),
-   vjp=_NO_GRAD, kernel=_slice_kernel, flops=lambda ins, out, a: 0,
+   vjp=_NO_GRAD, kernel=_slice_kernel, flops=lambda ins, out, a: 0, moves=True,
    doc="ONNX Slice (https://onnx.ai/onnx/operators/onnx__Slice.html): x[start:end:step] on each listed axis, "
        "negative starts/ends counted from the end and clamped to the axis, negative steps backwards")
 
@@ -218,7 +218,7 @@ def _expand_kernel(node, ins, target) -> Kernel:
 
 op("Expand", ("x",), _expand,
    lambda xs, a: np.broadcast_to(xs[0], np.broadcast_shapes(xs[0].shape, a["shape"])).copy(),
-   attrs=(Attr("shape", "ints"),), vjp=_NO_GRAD, kernel=_expand_kernel, flops=lambda ins, out, a: 0,
+   attrs=(Attr("shape", "ints"),), vjp=_NO_GRAD, kernel=_expand_kernel, flops=lambda ins, out, a: 0, moves=True,
    doc="ONNX Expand (https://onnx.ai/onnx/operators/onnx__Expand.html): x broadcast with ``shape`` in both "
        "directions, numpy.broadcast_to(x, numpy.broadcast_shapes(x.shape, shape))")
 
@@ -272,7 +272,7 @@ def _tile_kernel(node, ins, target) -> Kernel:
 
 
 op("Tile", ("x",), _tile, lambda xs, a: np.tile(xs[0], a["repeats"]), attrs=(Attr("repeats", "ints"),),
-   vjp=_NO_GRAD, kernel=_tile_kernel, flops=lambda ins, out, a: 0,
+   vjp=_NO_GRAD, kernel=_tile_kernel, flops=lambda ins, out, a: 0, moves=True,
    doc="ONNX Tile (https://onnx.ai/onnx/operators/onnx__Tile.html): numpy.tile(x, repeats), one repeat per axis")
 
 

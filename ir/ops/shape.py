@@ -100,7 +100,7 @@ def _transpose_kernel(node, ins, target) -> Kernel:
 
 
 op("Transpose", ("x",), _transpose, lambda xs, a: xs[0].T, doc="out[j, i] = x[i, j] of a 2-D x",
-   vjp=lambda b, node, dy, want: [b.emit("Transpose", (dy,))], kernel=_transpose_kernel)
+   vjp=lambda b, node, dy, want: [b.emit("Transpose", (dy,))], kernel=_transpose_kernel, moves=True)
 
 
 @rules("algebraic")
@@ -185,7 +185,7 @@ def _concat_vjp(b, node, dy, want):
 
 op("Concat", ("x", "*xs"), _concat, lambda xs, a: np.concatenate(xs, axis=a["axis"]),
    attrs=(Attr("axis", "int"),), packs_parameters=True, vjp=_concat_vjp, kernel=_concat_kernel,
-   flops=lambda ins, out, a: 0,
+   flops=lambda ins, out, a: 0, moves=True,
    doc="concatenation along ``axis`` (numpy.concatenate) of any number of tensors of one dtype; of "
        "parameters only, a derived parameter that a session packs once when it is created (no dispatch)")
 
@@ -220,7 +220,7 @@ def _slice_cols_vjp(b, node, dy, want):
 
 op("SliceCols", ("x",), _slice_cols, lambda xs, a: xs[0][:, a["start"]:a["start"] + a["size"]],
    attrs=(Attr("start", "int"), Attr("size", "int")), vjp=_slice_cols_vjp, kernel=_slice_cols_kernel,
-   flops=lambda ins, out, a: 0, doc="out[i, j] = x[i, start + j] for j < size")
+   flops=lambda ins, out, a: 0, moves=True, doc="out[i, j] = x[i, start + j] for j < size")
 
 
 def _pad_cols(ts, a):

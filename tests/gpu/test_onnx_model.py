@@ -14,7 +14,7 @@ from onnx import helper
 from onnx_models import I64, B, F, model, node  # tests/onnx_models.py
 
 from eggfuse.cli import main
-from eggfuse.ir import InputError, OnnxError
+from eggfuse.ir import IndexRangeError, InputError, OnnxError
 from eggfuse.onnx import Model, load
 from eggfuse.onnx.backend import EggfuseBackend
 
@@ -195,8 +195,6 @@ def test_cli_run_says_when_the_inputs_it_failed_on_were_drawn_at_random(tmp_path
 def test_an_index_out_of_range_names_the_onnx_nodes_indexing_with_the_input():
     import pickle
 
-    from eggfuse.ir import IndexRangeError
-
     i64 = onnx.TensorProto.INT64
     m = model([node("Cast", ["ids"], ["ids32"], name="to_int32", to=onnx.TensorProto.INT32),
                node("Unsqueeze", ["ids32", "zero"], ["ids2"], name="unsq"),
@@ -220,6 +218,35 @@ def test_an_index_out_of_range_names_the_onnx_nodes_indexing_with_the_input():
     again = pickle.loads(pickle.dumps(e))
     assert isinstance(again, InputError) and (again.input, again.index, again.rows, str(again)) == \
         (e.input, e.index, e.rows, str(e))
+
+
+def test_columns_of_a_split_index_input_are_checked_against_their_own_tables():
+    # ids [2, 3] Split into columns, column k indexing a table of its own (a recommender's categorical features):
+    # each column's values are checked against its table before the run, as onnxruntime checks each Gather; a
+    # value valid for a larger table is not refused in a column that reads it. Values against onnxruntime.
+    ort = pytest.importorskip("onnxruntime")
+    rows = (5, 7, 3)
+    m = model([node("Split", ["ids"], ["a", "b", "c"], name="split", axis=1),
+               *[node("Gather", [f"t{k}", col], [f"g{k}"], name=f"emb{k}") for k, col in enumerate("abc")],
+               node("Concat", ["g0", "g1", "g2"], ["y"], name="cat", axis=1)],
+              [("ids", I64, [2, 3])], [("y", F, None)])
+    rng = np.random.default_rng(0)
+    m.graph.initializer.extend(onnx.numpy_helper.from_array(rng.standard_normal((r, 4)).astype(np.float32), f"t{k}")
+                               for k, r in enumerate(rows))
+    peer = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod = Model(m, cache=False)
+    good = np.array([[4, 6, 2], [-5, -7, -3]], np.int64)
+    np.testing.assert_allclose(mod.run({"ids": good})[0], peer.run(None, {"ids": good})[0], rtol=1e-6)
+    for col, bad in ((0, 5), (1, -8), (2, 3)):
+        ids = good.copy()
+        ids[0, col] = bad
+        with pytest.raises(Exception, match="out of range|out of data bounds"):
+            peer.run(None, {"ids": ids})
+        with pytest.raises(IndexRangeError, match=rf"input 'ids': index {bad} out of range for the axis of "
+                                                  rf"{rows[col]} that Gather \(node \d+\) of parameter .* \(the 2 of "
+                                                  rf"its 6 elements that op reads\) .*\[ONNX node indexing with it: "
+                                                  rf"'emb{col}' \(Gather\)\]"):
+            mod.run({"ids": ids})
 
 
 def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):

@@ -136,24 +136,6 @@ def test_a_dispatch_that_writes_a_buffer_it_also_reads_is_refused_by_name(throug
         lower(g)
 
 
-def test_indices_read_in_parts_by_tables_of_different_sizes_are_refused():
-    # the runtime checks a fed index input as a whole, against the smallest table that reads it: parts of it read
-    # by tables of 4 and 100 rows would refuse valid indices of the second part; parts of one bound are checked
-    for rows in ((4, 100), (100, 100)):
-        h = Graph()
-        h_idx = h.input("idx", [2, 64], DType.U32)
-        outs = [h.embedding(h.add_node("Select", (h_idx,), index=i), h.parameter(f"t{i}", [r, 8]))
-                for i, r in enumerate(rows)]
-        h.set_outputs(outs)
-        if rows[0] != rows[1]:
-            with pytest.raises(LoweringError, match=r"Input 'idx'.* is read as indices in parts \(Select\) by ops of "
-                                                    r"different bounds \(Embedding \(node \d+\) of parameter 't0' "
-                                                    r"f32\[4,8\]: 4 rows; .*100 rows\).* give each part as a tensor"):
-                lower(h)
-        else:
-            assert lower(h).index_bounds == {"idx": 100}
-
-
 def test_a_part_of_an_in_place_update_and_a_part_of_a_large_weight(device):
     # a Select of a reshape of CacheWrite's value (a window of the state's buffer) survives the compile cache's
     # check; a Gather of a part of a weight larger than a binding reads it through windows of the weight's buffer

@@ -155,7 +155,7 @@ def test_unsupported_element_types_and_opsets_are_refused():
         load("/no/such/model.onnx")
 
 
-def test_onnx_index_readers_are_the_gathers_of_its_rows_through_views_and_casts():
+def test_onnx_index_readers_are_the_gathers_of_its_rows_through_views_casts_and_moves():
     from eggfuse.onnx.importer import onnx_index_readers
 
     i64 = onnx.TensorProto.INT64
@@ -164,14 +164,14 @@ def test_onnx_index_readers_are_the_gathers_of_its_rows_through_views_and_casts(
                node("Gather", ["table", "u"], ["a"], name="emb"),  # 5 rows: listed
                node("Gather", ["big", "ids"], ["b"], name="other_table"),  # 100 rows: another axis's bound
                node("Gather", ["ids", "zero"], ["c"], name="data_read"),  # ids as data
-               node("Expand", ["ids", "shape"], ["e"], name="copies"),  # a copy: not followed
+               node("Expand", ["ids", "shape"], ["e"], name="copies"),  # copies ids' elements: followed
                node("Gather", ["table", "e"], ["d"], name="through_expand"),
                node("GatherElements", ["t2", "ids2"], ["f"], name="ge")],  # clamps, is not bounded
               [("ids", i64, [3]), ("ids2", i64, [3])], [("a", F, None)],
               [("table", np.ones((5, 2), np.float32)), ("big", np.ones((100, 2), np.float32)),
                ("t2", np.ones(3, np.float32)), ("zero", np.array([0], np.int64)), ("shape", np.array([3], np.int64))])
     m.graph.node[0].name = ""  # named by its output in messages
-    assert onnx_index_readers(m.graph, "ids", 5) == ["'emb' (Gather)"]
+    assert onnx_index_readers(m.graph, "ids", 5) == ["'emb' (Gather)", "'through_expand' (Gather)"]
     assert onnx_index_readers(m.graph, "ids", 100) == ["'other_table' (Gather)"]
     assert onnx_index_readers(m.graph, "ids2", 3) == []
 
