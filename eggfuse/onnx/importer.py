@@ -38,6 +38,7 @@ from eggfuse.ir import (
     DType,
     Graph,
     GraphError,
+    IndexRangeError,
     LoweringError,
     OnnxError,
     TensorType,
@@ -635,7 +636,7 @@ class Importer:
             elem = tt.elem_type
             if vi.name in self.values:
                 arr = np.asarray(self.values[vi.name], dtype=elem_numpy(elem))
-                env[vi.name] = in_f32(Value(vi.name, elem, tuple(arr.shape), const=arr))
+                env[vi.name] = in_f32(Value(vi.name, elem, tuple(arr.shape), const=arr, deps=frozenset([vi.name])))
                 continue
             if elem not in ELEM_DTYPE and elem not in COMPUTED_IN_F32:
                 raise OnnxError(f"input {vi.name!r} has element type {elem_name(elem)}, which eggfuse does not run "
@@ -749,7 +750,10 @@ class Importer:
             if any(v is i for i in ins):  # passed through (Identity): the same value, one leaf
                 env[name] = v
                 continue
-            deps = v.deps if v.const is not None or v.deps else frozenset().union(*(i.deps for i in ins if i))
+            if v.const is not None:  # a value known at load time: from the inputs given by value, if any
+                deps = v.deps or frozenset().union(*(i.deps for i in ins if i is not None and i.const is not None))
+            else:
+                deps = v.deps or frozenset().union(*(i.deps for i in ins if i))
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
                 i is not None and i.param for i in ins)), v.blocked, deps, v.declared)  # blocked stays so
             env[name] = in_f32(v)
@@ -794,6 +798,7 @@ class Importer:
                 dim = data.shape[axis]
                 bad = idx[(idx >= dim) | (idx < -dim)]
                 if bad.size:
+                    _fed_index_error(node, ins[1], int(bad.flat[0]), axis % data.ndim, data.shape)
                     raise OnnxError(f"Gather node {node.name!r}: index {int(bad.flat[0])} is out of range for axis "
                                     f"{axis % data.ndim} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim})): the model takes at most {dim} there (a position table, say), "
@@ -810,6 +815,7 @@ class Importer:
                 dim = data.shape[axis]
                 bad = idx[(idx >= dim) | (idx < -dim)]
                 if bad.size:
+                    _fed_index_error(node, ins[1], int(bad.flat[0]), axis, data.shape)
                     raise OnnxError(f"GatherElements node {node.name!r}: index {int(bad.flat[0])} is out of range "
                                     f"for axis {axis} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim}))")
@@ -1016,6 +1022,19 @@ def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], va
     :attr:`Importer.origin` (graph node id -> the ONNX node that made it)."""
     importer = Importer(model, dict(shapes), dict(values), known_outputs=True)
     return (*importer.run(), importer.origin)
+
+
+def _fed_index_error(node: onnx.NodeProto, idx: Value, bad: int, axis: int, shape: Sequence[int]) -> None:
+    # A Gather's indices out of range that come from inputs the import was given by value (the model needs
+    # them at load time): the feed's fault, an IndexRangeError naming the input, as the session's check is
+    if idx.deps:
+        dim = int(shape[axis])
+        name, fed = sorted(idx.deps)[0], ", ".join(map(repr, sorted(idx.deps)))
+        which = f"input {fed}" if len(idx.deps) == 1 else f"inputs {fed}"
+        raise IndexRangeError(f"input {name!r}: index {bad} out of range for axis {axis} of {list(shape)} that "
+                              f"{node.op_type} node {node.name!r} indexes with it (the indices come from {which}, "
+                              f"whose values the model needs at load time; ONNX refuses an index outside [-{dim}, "
+                              f"{dim})); give indices from -{dim} to {dim - 1}", input=name, index=bad, rows=dim)
 
 
 #: Ops whose outputs' elements are their inputs' values, unchanged (views, a Cast of indices, and ops that move

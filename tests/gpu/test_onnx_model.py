@@ -249,6 +249,24 @@ def test_columns_of_a_split_index_input_are_checked_against_their_own_tables():
             mod.run({"ids": ids})
 
 
+
+def test_indices_of_an_input_the_import_reads_by_value_out_of_range_name_the_input():
+    # idx picks a shape for Reshape, so the import needs its value (a plan per value); an index outside the table
+    # is the feed's fault: IndexRangeError naming the input, as the session's check of a run-time input does
+    m = model([node("Gather", ["opts", "idx"], ["shape"], name="pick"), node("Reshape", ["x", "shape"], ["y"])],
+              [("x", F, [6]), ("idx", I64, [])], [("y", F, None)],
+              [("opts", np.array([[2, 3], [3, 2], [6, 1]], np.int64))])
+    mod = Model(m, cache=False)
+    x = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(mod.run({"x": x, "idx": np.array(-2)})[0], x.reshape(3, 2))
+    for bad in (3, -4):
+        with pytest.raises(IndexRangeError, match=rf"input 'idx': index {bad} out of range for axis 0 of \[3, 2\] "
+                                                  r"that Gather node 'pick' indexes with it \(the indices come from "
+                                                  r"input 'idx', whose values the model needs at load time.*give "
+                                                  r"indices from -3 to 2") as e:
+            mod.run({"x": x, "idx": np.array(bad)})
+        assert (e.value.input, e.value.index, e.value.rows) == ("idx", bad, 3)
+
 def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):
     # x and m share "batch" and "seq": --shape of x sizes the random m too; a .npy of another size is refused
     path = tmp_path / "add.onnx"
