@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -384,15 +384,29 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
 def _check_opset(model: onnx.ModelProto, what: str) -> None:
     # ONNX requires the default domain's opset to be imported where a node uses it; a model without it (a file cut
     # short, since protobuf writes opset_import after the graph) would otherwise import at the newest opset
+    # (nodes of subgraphs, If's and Loop's bodies, count too, and those of a local function that imports no
+    # default-domain opset of its own, which then takes the model's)
     if any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         return
-    used = next((n for n in model.graph.node if n.domain in ("", "ai.onnx")), None)
+    used = next((n for n in _all_nodes(model) if n.domain in ("", "ai.onnx")), None)
     if used is not None:
         label = used.name or (used.output[0] if used.output else used.op_type)
         raise OnnxError(f"{what} imports no opset of ONNX's default domain (its opset_import lists "
                         f"{[o.domain for o in model.opset_import] or 'nothing'}), yet its node {label!r} is a "
                         f"{used.op_type} of that domain: a file cut short loses its opset_import (written after the "
                         "graph); export or copy the model again")
+
+
+def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    # the nodes that take the model's opsets: its graph's, their subgraphs' (any depth), then those of its local
+    # functions that import no default-domain opset of their own
+    todo = [model.graph.node, *(f.node for f in model.functions
+                                if not any(o.domain in ("", "ai.onnx") for o in f.opset_import))]
+    while todo:
+        for node in todo.pop(0):
+            yield node
+            for a in node.attribute:
+                todo.extend(g.node for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
 
 
 def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:

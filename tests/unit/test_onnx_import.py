@@ -237,6 +237,29 @@ def test_a_file_cut_short_of_its_opset_import_is_refused(tmp_path):
     custom.opset_import.add(domain="com.example", version=1)
     with pytest.raises(UnsupportedOpsError):
         load(custom)
+    # a default-domain node inside an If's branch, or inside a local function, needs the opset too
+    branch = onnx.helper.make_graph([node("Relu", ["x"], ["r"], name="inner_act")], "then", [],
+                                    [onnx.helper.make_tensor_value_info("r", F, None)])
+    nested = model([node("If", ["c"], ["y"], name="choose", then_branch=branch, else_branch=branch)],
+                   [("c", onnx.TensorProto.BOOL, []), ("x", F, [2])], [("y", F, None)])
+    nested.graph.node[0].domain = "com.example"
+    del nested.opset_import[:]
+    with pytest.raises(OnnxError, match=r"imports no opset.* its node 'inner_act' is a Relu"):
+        load(nested)
+    # (a function's body takes the function's own default-domain opset where it imports one)
+    for own in (False, True):
+        fn = onnx.helper.make_function("local", "act_fn", ["a"], ["b"], [node("Relu", ["a"], ["b"], name="fn_act")],
+                                       [onnx.helper.make_opsetid("", 17)] if own else [])
+        calls = model([node("act_fn", ["x"], ["y"], name="call")], [("x", F, [2])], [("y", F, None)])
+        calls.graph.node[0].domain = "local"
+        calls.functions.append(fn)
+        del calls.opset_import[:]
+        calls.opset_import.add(domain="local", version=1)
+        if own:
+            assert load(calls) is not None
+        else:
+            with pytest.raises(OnnxError, match=r"imports no opset.* its node 'fn_act' is a Relu"):
+                load(calls)
 
 
 def test_a_known_if_is_inlined_and_an_input_dependent_one_refused():
