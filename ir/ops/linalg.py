@@ -143,6 +143,113 @@ op("BatchMatMul", ("a", "b"), _batch_matmul, _batch_matmul_ref,
    vjp=_INFERENCE, kernel=_batch_matmul_kernel, flops=_batch_matmul_flops)
 
 
+# --- PermutedBatchMatMul: A read through a permutation of its axes ---------------------------------
+
+
+def strided_batch_layout(out: tuple[int, ...], a: tuple[int, ...], sa: tuple[int, ...], b: tuple[int, ...],
+                         sb: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """:func:`batch_layout` of operands whose batch axes ``a`` / ``b`` have element strides ``sa`` / ``sb``:
+    (size, element stride of A, of B) of each batch dimension, adjacent ones merged where both strides allow,
+    at least one."""
+    pad_a, pad_b = len(out) - len(a), len(out) - len(b)
+    a, sa = (1,) * pad_a + tuple(a), (0,) * pad_a + tuple(sa)
+    b, sb = (1,) * pad_b + tuple(b), (0,) * pad_b + tuple(sb)
+    dims: list[tuple[int, int, int]] = []
+    for d in range(len(out) - 1, -1, -1):
+        if out[d] == 1:
+            continue
+        da, db = (sa[d] if a[d] != 1 else 0), (sb[d] if b[d] != 1 else 0)
+        if dims and dims[0][1] * dims[0][0] == da and dims[0][2] * dims[0][0] == db:
+            size, ia, ib = dims[0]
+            dims[0] = (size * out[d], ia, ib)
+        else:
+            dims.insert(0, (out[d], da, db))
+    return dims or [(1, 0, 0)]
+
+
+def _permuted_a(ts, a) -> tuple[TensorType, tuple[int, ...]]:
+    # (A' = transpose(A, perm) as a type, the element strides of A' in A's row-major storage)
+    x = ts[0]
+    perm = tuple(a["perm"])
+    need(x.rank >= 2 and sorted(perm) == list(range(x.rank)),
+         f"perm {list(perm)} is not a permutation of A's {x.rank} axes (A {x}, rank >= 2)")
+    strides = [math.prod(x.shape[i + 1:]) for i in range(x.rank)]
+    return TensorType(tuple(x.shape[i] for i in perm), x.dtype), tuple(strides[i] for i in perm)
+
+
+def _permuted_layout(ts, a):
+    seen, strides = _permuted_a(ts, a)
+    ba, bb, m, k, n = _matrices([seen, ts[1]], {**a, "trans_a": False})
+    try:
+        batch = np.broadcast_shapes(ba, bb)
+    except ValueError:
+        need(False, f"batch dimensions {list(ba)} and {list(bb)} do not broadcast")
+    sb = [math.prod(bb[i + 1:]) * k * n for i in range(len(bb))]
+    dims = strided_batch_layout(batch, ba, strides[:-2], bb, tuple(sb))
+    need(len(dims) <= MAX_BATCH_DIMS,
+         f"batch dimensions {list(ba)} (permuted) and {list(bb)} take more than {MAX_BATCH_DIMS} separate groups")
+    return seen, strides, batch, dims, m, k, n
+
+
+def _permuted_batch_matmul(ts, a):
+    need(ts[0].rank >= 2 and ts[1].rank >= 2, f"needs A and B of rank >= 2, got A {ts[0]} and B {ts[1]}")
+    _, _, batch, _, m, _, n = _permuted_layout(ts, a)
+    return TensorType((*batch, m, n))
+
+
+def _permuted_batch_matmul_ref(xs, a):
+    return _batch_matmul_ref([np.transpose(xs[0], a["perm"]), xs[1]], {"trans_a": False, "trans_b": a["trans_b"]})
+
+
+def _permuted_batch_matmul_kernel(node, ins, target) -> Kernel:
+    a = node.attrs
+    _, strides, batch, dims, m, k, n = _permuted_layout(ins, a)
+    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
+    gemm, slots, tiles = gemm_params(m, k, n, math.prod(batch))
+    sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
+    params = (*gemm, ("batch", "vec4<u32>", [d[0] for d in dims]), ("a_batch", "vec4<u32>", [d[1] for d in dims]),
+              ("b_batch", "vec4<u32>", [d[2] for d in dims]),
+              ("sa", "vec4<u32>", [strides[-2], strides[-1], 0, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
+    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles, params=params,
+                  slots=slots, bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+
+
+op("PermutedBatchMatMul", ("a", "b"), _permuted_batch_matmul, _permuted_batch_matmul_ref,
+   attrs=(Attr("perm", "ints"), Attr("trans_b", "bool", False)),
+   doc="numpy.matmul(numpy.transpose(A, perm), B') with B' = B, or B with its last two axes swapped when "
+       "trans_b: BatchMatMul of a permuted A read in place, its element (.., m, k) at A's strides permuted (an "
+       "exporter's head split [B, S, H, D] -> [B, H, S, D] before a product, no copy); A and B of rank >= 2",
+   vjp=_INFERENCE, kernel=_permuted_batch_matmul_kernel,
+   flops=lambda ins, out, a: _batch_matmul_flops([_permuted_a(ins, a)[0], ins[1]], out, {**a, "trans_a": False}))
+
+
+def _permuted_a_example(rank: int):
+    def build(g, dim):
+        # q [B, S, H, D] split into heads by a Permute, times keys [1, H, P, D] transposed: DeBERTa's position
+        # term (rank 3: one sequence, [S, H, D] -> [H, S, D])
+        b, s, h, d, p = dim("b", 1, 3), dim("s", 1, 4), dim("h", 1, 3), dim("d", 1, 4), dim("p", 1, 4)
+        q = g.input("q", [b, s, h, d] if rank == 4 else [s, h, d])
+        heads = g.add_node("Permute", (q,), perm=[0, 2, 1, 3] if rank == 4 else [1, 0, 2])
+        g.set_outputs([g.add_node("BatchMatMul", (heads, g.input("k", [1, h, p, d][4 - rank:])), trans_b=True)])
+
+    return build
+
+
+@rules("algebraic")
+def _permute_read_in_place(e):
+    x, b = e.vars("x b")
+    (p,) = e.vars("p", e.Vec[e.i64])
+    (t,) = e.vars("t", e.Bool)
+    # BatchMatMul(Permute(x, p), b) -> PermutedBatchMatMul(x, b, perm=p)   if p keeps the last axis (K) last, so
+    # that A's rows are read as stored; rank 3 and 4
+    for r in (3, 4):
+        lhs = e.BatchMatMul(e.Permute(x, perm=p), b, trans_a=e.Bool(False), trans_b=t)
+        yield e.rule(lhs, e.eq(p.length()).to(e.i64(r)), e.eq(p[e.i64(r - 1)]).to(e.i64(r - 1)),
+                     name=f"BatchMatMul(Permute(x, p), b) -> PermutedBatchMatMul(x, b, perm=p) (rank {r}, p keeps "
+                          "the last axis)", example=example(_permuted_a_example(r))).then(
+            e.union(lhs).with_(e.PermutedBatchMatMul(x, b, perm=p, trans_b=t)))
+
+
 def _expanded_operand_example(side: int, trans: bool):
     def build(g, dim):
         # a [N, R, M, K] times b [1, R, K, P] expanded over N first (or a expanded, b full): the product of the

@@ -1,4 +1,4 @@
-"""BatchMatMul and Einsum (ir/ops/linalg.py) on the GPU against the numpy reference: numpy
+"""BatchMatMul, PermutedBatchMatMul and Einsum (ir/ops/linalg.py) on the GPU against the numpy reference: numpy
 matmul's 1-D operands and broadcast batches, transposed operands, each tile of the shared GEMM
 kernel with edge tiles; einsum transposes, diagonals, traces, sums, ellipses, three operands."""
 
@@ -15,6 +15,13 @@ def _bmm(a, b, trans_a: bool = False, trans_b: bool = False) -> Row:
         return g.add_node("BatchMatMul", (g.input("a", a), g.parameter("b", b)), trans_a=trans_a, trans_b=trans_b)
 
     return Row("BatchMatMul", f"BatchMatMul{a}{b}{'-ta' if trans_a else ''}{'-tb' if trans_b else ''}", build)
+
+
+def _permuted(a, perm, b, trans_b: bool = False) -> Row:
+    def build(g: Graph) -> int:
+        return g.add_node("PermutedBatchMatMul", (g.input("a", a), g.parameter("b", b)), perm=perm, trans_b=trans_b)
+
+    return Row("PermutedBatchMatMul", f"PermutedBatchMatMul{a}{perm}{b}{'-tb' if trans_b else ''}", build)
 
 
 def _einsum(equation: str, *shapes) -> Row:
@@ -37,6 +44,14 @@ ROWS = [
     _bmm([2, 7, 5], [9, 7], trans_a=True, trans_b=True),
     _bmm([5, 3], [2, 5, 6], trans_a=True),
     _bmm([2, 6, 5], [2, 4, 5], trans_b=True),
+    # A read through a permutation: DeBERTa's head split times position keys (B broadcast over the batch),
+    # 64x64 tiles with edges; K strided (the last axis moved); M and K swapped; rank 3; B batched in full
+    _permuted([2, 70, 3, 33], [0, 2, 1, 3], [1, 3, 65, 33], trans_b=True),
+    _permuted([2, 5, 3, 4], [0, 2, 1, 3], [2, 3, 4, 6]),
+    _permuted([3, 4, 2, 5], [2, 0, 3, 1], [4, 5]),
+    _permuted([6, 3, 4], [1, 0, 2], [3, 7, 4], trans_b=True),
+    _permuted([5, 7], [1, 0], [5, 3]),
+    _permuted([2, 3, 30, 17], [1, 0, 2, 3], [17, 130]),  # 32x128, the batch axes swapped
     _einsum("ij->ji", [3, 4]),
     _einsum("abc->cab", [2, 3, 4]),
     _einsum("bii->bi", [3, 5, 5]),

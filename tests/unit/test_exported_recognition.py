@@ -326,6 +326,20 @@ def test_exported_fixture_is_recognised_and_matches_torch(name):
         assert all(n.attrs["packed"] for n in opt.live_nodes() if n.op == "GeneralAttention"), name
 
 
+def test_deberta_position_products_read_q_and_k_heads_in_place(monkeypatch):
+    # At real sizes the dynamo export's position keys, repeated over the batch by a Tile, are imported as a
+    # broadcast (importer.lazy_copies, from 1 MiB): each position product is then BatchMatMul(Permute(q heads),
+    # keys [1, H, P, D]), which PermutedBatchMatMul computes reading q [B, S, H, D] in place, with no Permute
+    # dispatch. The tiny fixture's copies are small; the threshold at 0 gives it the real form. Outputs vs torch.
+    import eggfuse.onnx.importer as importer
+
+    monkeypatch.setattr(importer, "LAZY_COPY_BYTES", 0)
+    ops, opt = _optimised_fixture("deberta_tiny.dynamo.onnx")
+    assert ops["PermutedBatchMatMul"] == 4 and not ops["BatchMatMul"], ops
+    assert ops["Permute"] == 2, ops  # the p2c term's transpose after its gather, one a layer
+    assert opt.dispatch_count() == 33
+
+
 #: pre-LN fixtures with the optional layer_norm_prologue ruleset: {op: count}, dispatches (GPT-2's pre-MLP, final and
 #: second pre-attention LayerNorms, ViT's pre-attention and pre-MLP ones, as the next products' prologue; GPT-2's
 #: first, of the embeddings' sum, stored with that sum by the embedding kernel)
