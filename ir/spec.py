@@ -198,6 +198,8 @@ class OpSpec:
     - ``fallback``: a general kernel for what specialised ops do not cover (GeneralAttention):
       extraction prices its e-nodes one byte-equivalent above their kernel's cost, so that of
       two choices of equal cost the specialised op is taken (rewrites.problem).
+    - ``read_bytes(ins, attrs) -> bytes``: for an op that reads only part of an input (a column window of a
+      packed product), the bytes it reads; the cost model charges those (default: every input whole).
     - ``moves``: every element of the op's value is a copy of an element of its inputs, which are all data
       (Transpose, Slice, Concat, Expand, ...; views move too): the runtime's index checks follow indices
       through such ops to the input they come from (``Graph.index_reads``), and the op's reference, run on
@@ -228,6 +230,7 @@ class OpSpec:
     view: bool = False
     view_offset: Callable[[list[TensorType], dict[str, Any]], int] | None = None
     moves: bool = False
+    read_bytes: Callable[[list[TensorType], dict[str, Any]], int] | None = None
     fallback: bool = False
     index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int]] | None = None
     max_inputs: int | None = None

@@ -1,7 +1,8 @@
 """Cost model: bytes moved per kernel plus a fixed per-dispatch cost, from shapes.
 
 Unit: byte-equivalents. A kernel costs ``bytes_read + bytes_written`` (each input and the
-output read or written once) plus ``dispatch_bytes`` per dispatch, the launch overhead
+output read or written once; an op that reads part of an input says how much, ``OpSpec.read_bytes``) plus
+``dispatch_bytes`` per dispatch, the launch overhead
 expressed as the bytes the device could move in that time (default 1 MiB: about 6 us of host
 time per dispatch, as measured on an H200, at ~170 GB/s of effective small-kernel
 bandwidth). Views (reshape), leaves and derived parameters cost nothing; a leaf's bytes are
@@ -71,8 +72,8 @@ def kernel_info(op: str, attrs: dict[str, Any], ins: tuple[TensorType, ...], out
     """The :class:`KernelInfo` of one node of ``op`` reading ``ins`` and writing ``out``."""
     spec = OPS[op]
     n = spec.dispatches if dispatches is None else dispatches
-    return KernelInfo(op, n, sum(t.size_bytes for t in ins), out.size_bytes, spec.count_flops(ins, out, attrs),
-                      ins, out, attrs)
+    read = spec.read_bytes(list(ins), attrs) if spec.read_bytes is not None else sum(t.size_bytes for t in ins)
+    return KernelInfo(op, n, read, out.size_bytes, spec.count_flops(ins, out, attrs), ins, out, attrs)
 
 
 def fused_read_info(tensor: TensorType) -> KernelInfo:

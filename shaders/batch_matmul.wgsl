@@ -1,8 +1,8 @@
 //#include "gemm_tiled.wgsl"
 // BatchMatMul (ir/ops/linalg.py): out[z] = A'[z] @ B'[z] through the tiled kernel of
 // gemm_tiled.wgsl. z runs over the broadcast batch, whose (merged) dimensions are p.batch;
-// matrix z of A starts at the element sum_d index_d * p.a_batch[d] (0 where A broadcasts),
-// likewise B. Element (m, k) of A' is at m * p.sa.x + k * p.sa.y (A stored [M,K], or [K,M]
+// matrix z of A starts at the element p.sa.z + sum_d index_d * p.a_batch[d] (0 where A
+// broadcasts), likewise B from 0. Element (m, k) of A' is at m * p.sa.x + k * p.sa.y (A stored [M,K], or [K,M]
 // when transposed), (k, n) of B' at k * p.sb.x + n * p.sb.y.
 
 var<private> a_base: u32;
@@ -12,7 +12,7 @@ var<private> col0: u32;
 
 fn gemm_begin(z: u32, col: u32) {
     var rest = z;
-    a_base = 0u;
+    a_base = p.sa.z;  // A's element offset (0, or a column window's start: PermutedBatchMatMul)
     b_base = 0u;
     for (var d = 3; d >= 0; d = d - 1) {
         let i = rest % p.batch[d];

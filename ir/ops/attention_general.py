@@ -392,6 +392,7 @@ op("GeneralAttention", ("q", "k", "v", "mask?", "kv_lens?"), _general_rule, gene
    attrs=(*_ATTRS, Attr("packed", "bool", False, "q, k and v are one [B, S, (H + 2 KV) D] tensor, given three "
                                                  "times: q's columns, then k's, then v's (unpacked)")),
    vjp=_NO_GRAD, kernel=_general_kernel, flops=_general_flops, fallback=True,
+   read_bytes=lambda ins, a: sum(t.size_bytes for t in (ins[:1] + ins[3:] if a.get("packed") else ins)),
    doc="ONNX Attention's output Y (https://onnx.ai/onnx/operators/onnx__Attention.html; onnx.reference "
        "_compute_attention) for the present key and value: softmax(softcap(scale q k^T) + bias) v over the "
        "allowed keys (see the module docstring), a zero row where none is allowed (NaN with masked_rows nan); q, k, "

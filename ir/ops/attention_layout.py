@@ -421,12 +421,16 @@ def _packed_general_attention(e):
     # GeneralAttention(Reshape(h@Wq + bq, [B, S, H D]), Reshape(h@Wk + bk), Reshape(h@Wv + bv), m?; rows)
     #   -> GeneralAttention(P, P, P, m?; packed)   P = Reshape(h@Concat(Wq, Wk, Wv, axis 1) + Concat(bq, bk, bv),
     #   [B, S, (H + 2 KV) D]), and the same without biases (T5): one product for the three projections, which the
-    #   attention reads at its column offsets. q, k and v of one head size D over the same rows of h [B S, E]
+    #   attention reads at its column offsets. q, k and v of one head size D over the same rows of h [B S, E].
+    #   Each projection is also SliceCols(P2, its columns) of the 2-D product P2, for its other readers (DeBERTa's
+    #   position terms read q and k, through PermutedBatchMatMul where they lie in P2)
+    from .attention import projection_slices
+
     for biased in (True, False):
         proj = [e.BiasAdd(e.MatMul(h, wi), bi) if biased else e.MatMul(h, wi) for wi, bi in zip(w, bias, strict=True)]
         product = e.MatMul(h, e.Concat(*w, axis=e.i64(1)))
-        packed = e.Identity(e.BiasAdd(product, e.Concat(*bias, axis=e.i64(0))) if biased else product,
-                            shape=e.Vec(sq[0], sq[1], width))
+        flat = e.BiasAdd(product, e.Concat(*bias, axis=e.i64(0))) if biased else product
+        packed = e.Identity(flat, shape=e.Vec(sq[0], sq[1], width))
         guards = (e.eq(e.shape(h)).to(sh), e.eq(sh.length()).to(e.i64(2)), e.eq(sh[0]).to(sq[0] * sq[1]),
                   e.eq(sq.length()).to(e.i64(3)), e.eq(sk[0]).to(sq[0]), e.eq(sk[1]).to(sq[1]), e.eq(sv).to(sk),
                   nh >= e.i64(1), nkv >= e.i64(1), e.eq(hd * nh).to(sq[2]), e.eq(hd * nkv).to(sk[2]),
@@ -442,4 +446,6 @@ def _packed_general_attention(e):
                               f"GeneralAttention(P, P, P{', m' if masked else ''}; packed)",
                          example=example(_packed_general_example(biased, masked))).then(
                 e.union(lhs).with_(e.GeneralAttention(packed, packed, packed, *extra, **attrs, packed=e.Bool(True))),
-                e.set_(e.shape(packed)).to(e.Vec(sq[0], sq[1], width)))
+                e.set_(e.shape(packed)).to(e.Vec(sq[0], sq[1], width)),
+                e.set_(e.shape(flat)).to(e.Vec(sq[0] * sq[1], width)),
+                *projection_slices(e, flat, list(zip(proj, (sq[2], sk[2], sv[2]), strict=True))))

@@ -167,18 +167,37 @@ def strided_batch_layout(out: tuple[int, ...], a: tuple[int, ...], sa: tuple[int
     return dims or [(1, 0, 0)]
 
 
-def _permuted_a(ts, a) -> tuple[TensorType, tuple[int, ...]]:
-    # (A' = transpose(A, perm) as a type, the element strides of A' in A's row-major storage)
+def _a_view(x: TensorType, a) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    # (the shape A is read as, its element strides in A's storage, the element offset): A as it is, or with
+    # ``view``, columns [start, start + size) of a 2-D A [R, C] seen as ``view`` (leading axes the R rows, the
+    # rest the size columns)
+    view = tuple(a.get("view") or ())
+    if not view:
+        return x.shape, tuple(math.prod(x.shape[i + 1:]) for i in range(x.rank)), 0
+    need(x.rank == 2, f"with view {list(view)}, A must be 2-D (rows, columns), got {x}")
+    rows, cols = x.shape
+    split = next((j for j in range(len(view) + 1) if math.prod(view[:j]) == rows), None)
+    need(split is not None and min(view) >= 1, f"view {list(view)} does not split A's {rows} rows from its columns")
+    size, start = math.prod(view[split:]), a.get("start", 0)
+    need(0 <= start and start + size <= cols, f"view {list(view)} from column {start} takes columns "
+                                              f"[{start}, {start + size}) of A {x}, which has {cols}")
+    strides = [math.prod(view[i + 1:]) for i in range(len(view))]
+    strides[:split] = [math.prod(view[i + 1:split]) * cols for i in range(split)]
+    return view, tuple(strides), start
+
+
+def _permuted_a(ts, a) -> tuple[TensorType, tuple[int, ...], int]:
+    # (A' = transpose(A seen as its view, perm) as a type, the element strides of A' in A's storage, the offset)
     x = ts[0]
+    shape, strides, offset = _a_view(x, a)
     perm = tuple(a["perm"])
-    need(x.rank >= 2 and sorted(perm) == list(range(x.rank)),
-         f"perm {list(perm)} is not a permutation of A's {x.rank} axes (A {x}, rank >= 2)")
-    strides = [math.prod(x.shape[i + 1:]) for i in range(x.rank)]
-    return TensorType(tuple(x.shape[i] for i in perm), x.dtype), tuple(strides[i] for i in perm)
+    need(len(shape) >= 2 and sorted(perm) == list(range(len(shape))),
+         f"perm {list(perm)} is not a permutation of A's {len(shape)} axes (A {x}, rank >= 2)")
+    return TensorType(tuple(shape[i] for i in perm), x.dtype), tuple(strides[i] for i in perm), offset
 
 
 def _permuted_layout(ts, a):
-    seen, strides = _permuted_a(ts, a)
+    seen, strides, offset = _permuted_a(ts, a)
     ba, bb, m, k, n = _matrices([seen, ts[1]], {**a, "trans_a": False})
     try:
         batch = np.broadcast_shapes(ba, bb)
@@ -188,39 +207,46 @@ def _permuted_layout(ts, a):
     dims = strided_batch_layout(batch, ba, strides[:-2], bb, tuple(sb))
     need(len(dims) <= MAX_BATCH_DIMS,
          f"batch dimensions {list(ba)} (permuted) and {list(bb)} take more than {MAX_BATCH_DIMS} separate groups")
-    return seen, strides, batch, dims, m, k, n
+    return seen, strides, offset, batch, dims, m, k, n
 
 
 def _permuted_batch_matmul(ts, a):
     need(ts[0].rank >= 2 and ts[1].rank >= 2, f"needs A and B of rank >= 2, got A {ts[0]} and B {ts[1]}")
-    _, _, batch, _, m, _, n = _permuted_layout(ts, a)
+    _, _, _, batch, _, m, _, n = _permuted_layout(ts, a)
     return TensorType((*batch, m, n))
 
 
 def _permuted_batch_matmul_ref(xs, a):
-    return _batch_matmul_ref([np.transpose(xs[0], a["perm"]), xs[1]], {"trans_a": False, "trans_b": a["trans_b"]})
+    x = xs[0]
+    if a.get("view"):
+        size = math.prod(a["view"]) // x.shape[0]
+        x = x[:, a["start"]:a["start"] + size].reshape(a["view"])
+    return _batch_matmul_ref([np.transpose(x, a["perm"]), xs[1]], {"trans_a": False, "trans_b": a["trans_b"]})
 
 
 def _permuted_batch_matmul_kernel(node, ins, target) -> Kernel:
     a = node.attrs
-    _, strides, batch, dims, m, k, n = _permuted_layout(ins, a)
+    _, strides, offset, batch, dims, m, k, n = _permuted_layout(ins, a)
     dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
     gemm, slots, tiles = gemm_params(m, k, n, math.prod(batch))
     sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
     params = (*gemm, ("batch", "vec4<u32>", [d[0] for d in dims]), ("a_batch", "vec4<u32>", [d[1] for d in dims]),
               ("b_batch", "vec4<u32>", [d[2] for d in dims]),
-              ("sa", "vec4<u32>", [strides[-2], strides[-1], 0, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
+              ("sa", "vec4<u32>", [strides[-2], strides[-1], offset, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
     return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles, params=params,
                   slots=slots, bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
 
 
 op("PermutedBatchMatMul", ("a", "b"), _permuted_batch_matmul, _permuted_batch_matmul_ref,
-   attrs=(Attr("perm", "ints"), Attr("trans_b", "bool", False)),
-   doc="numpy.matmul(numpy.transpose(A, perm), B') with B' = B, or B with its last two axes swapped when "
-       "trans_b: BatchMatMul of a permuted A read in place, its element (.., m, k) at A's strides permuted (an "
-       "exporter's head split [B, S, H, D] -> [B, H, S, D] before a product, no copy); A and B of rank >= 2",
+   attrs=(Attr("perm", "ints"), Attr("trans_b", "bool", False), Attr("view", "ints", ()), Attr("start", "int", 0)),
+   doc="numpy.matmul(numpy.transpose(A', perm), B') with A' = A, or with ``view`` columns [start, start + size) "
+       "of a 2-D A [R, C] reshaped to ``view`` (its leading axes the R rows, the rest the size columns: one part "
+       "of a packed product), and B' = B, or B with its last two axes swapped when trans_b: BatchMatMul of a "
+       "permuted A read in place, its element (.., m, k) at A's strides permuted (an exporter's head split "
+       "[B, S, H, D] -> [B, H, S, D] before a product, no copy); A' and B of rank >= 2",
    vjp=_INFERENCE, kernel=_permuted_batch_matmul_kernel,
-   flops=lambda ins, out, a: _batch_matmul_flops([_permuted_a(ins, a)[0], ins[1]], out, {**a, "trans_a": False}))
+   flops=lambda ins, out, a: _batch_matmul_flops([_permuted_a(ins, a)[0], ins[1]], out, {**a, "trans_a": False}),
+   read_bytes=lambda ins, a: _permuted_a(ins, a)[0].size_bytes + ins[1].size_bytes)
 
 
 def _permuted_a_example(rank: int):
@@ -235,11 +261,22 @@ def _permuted_a_example(rank: int):
     return build
 
 
+def _window_example(g, dim):
+    # q, the first columns of a packed product P [B S, 3 H D], seen as heads [B, S, H, D] and permuted
+    b, s, h, d, p = dim("b", 1, 3), dim("s", 1, 4), dim("h", 1, 3), dim("d", 1, 4), dim("p", 1, 4)
+    packed = g.input("P", [b * s, 3 * h * d])
+    q = g.reshape(g.add_node("SliceCols", (packed,), start=h * d, size=h * d), [b, s, h, d])
+    g.set_outputs([g.add_node("PermutedBatchMatMul", (q, g.input("k", [1, h, p, d])), perm=[0, 2, 1, 3],
+                              trans_b=True)])
+
+
 @rules("algebraic")
 def _permute_read_in_place(e):
-    x, b = e.vars("x b")
-    (p,) = e.vars("p", e.Vec[e.i64])
+    x, b, w = e.vars("x b w")
+    p, s, sw = e.vars("p s sw", e.Vec[e.i64])
     (t,) = e.vars("t", e.Bool)
+    st, size = e.vars("st size", e.i64)
+    plain = dict(view=e.Vec[e.i64].empty(), start=e.i64(0))
     # BatchMatMul(Permute(x, p), b) -> PermutedBatchMatMul(x, b, perm=p)   if p keeps the last axis (K) last, so
     # that A's rows are read as stored; rank 3 and 4
     for r in (3, 4):
@@ -247,7 +284,18 @@ def _permute_read_in_place(e):
         yield e.rule(lhs, e.eq(p.length()).to(e.i64(r)), e.eq(p[e.i64(r - 1)]).to(e.i64(r - 1)),
                      name=f"BatchMatMul(Permute(x, p), b) -> PermutedBatchMatMul(x, b, perm=p) (rank {r}, p keeps "
                           "the last axis)", example=example(_permuted_a_example(r))).then(
-            e.union(lhs).with_(e.PermutedBatchMatMul(x, b, perm=p, trans_b=t)))
+            e.union(lhs).with_(e.PermutedBatchMatMul(x, b, perm=p, trans_b=t, **plain)))
+    # PermutedBatchMatMul(Reshape(SliceCols(w, st, size), s), b, p) -> PermutedBatchMatMul(w, b, p; view s from
+    # column st)   s = [B, S, H, D] with B S the rows of w [R, C] and H D = size: one part of a packed product
+    # (Q/K/V) read where it lies, with no copy of the part
+    lhs = e.PermutedBatchMatMul(e.Identity(e.SliceCols(w, start=st, size=size), shape=s), b, perm=p, trans_b=t,
+                                **plain)
+    yield e.rule(lhs, e.eq(e.shape(w)).to(sw), e.eq(sw.length()).to(e.i64(2)), e.eq(s.length()).to(e.i64(4)),
+                 e.eq(s[0] * s[1]).to(sw[0]), e.eq(s[2] * s[3]).to(size),
+                 name="PermutedBatchMatMul(Reshape(SliceCols(w, st, n), s), b) -> "
+                      "PermutedBatchMatMul(w, b, view s from column st)",
+                 example=example(_window_example)).then(
+        e.union(lhs).with_(e.PermutedBatchMatMul(w, b, perm=p, trans_b=t, view=s, start=st)))
 
 
 def _expanded_operand_example(side: int, trans: bool):

@@ -17,11 +17,13 @@ def _bmm(a, b, trans_a: bool = False, trans_b: bool = False) -> Row:
     return Row("BatchMatMul", f"BatchMatMul{a}{b}{'-ta' if trans_a else ''}{'-tb' if trans_b else ''}", build)
 
 
-def _permuted(a, perm, b, trans_b: bool = False) -> Row:
+def _permuted(a, perm, b, trans_b: bool = False, view=(), start: int = 0) -> Row:
     def build(g: Graph) -> int:
-        return g.add_node("PermutedBatchMatMul", (g.input("a", a), g.parameter("b", b)), perm=perm, trans_b=trans_b)
+        return g.add_node("PermutedBatchMatMul", (g.input("a", a), g.parameter("b", b)), perm=perm, trans_b=trans_b,
+                          view=view, start=start)
 
-    return Row("PermutedBatchMatMul", f"PermutedBatchMatMul{a}{perm}{b}{'-tb' if trans_b else ''}", build)
+    window = f"-view{list(view)}@{start}" if view else ""
+    return Row("PermutedBatchMatMul", f"PermutedBatchMatMul{a}{window}{perm}{b}{'-tb' if trans_b else ''}", build)
 
 
 def _einsum(equation: str, *shapes) -> Row:
@@ -52,6 +54,11 @@ ROWS = [
     _permuted([6, 3, 4], [1, 0, 2], [3, 7, 4], trans_b=True),
     _permuted([5, 7], [1, 0], [5, 3]),
     _permuted([2, 3, 30, 17], [1, 0, 2, 3], [17, 130]),  # 32x128, the batch axes swapped
+    # a column window of a packed product [B S, 3 H D] seen as heads: q's columns and k's (DeBERTa's position
+    # terms reading the packed Q/K/V product); a window of a 2-D A seen as [rows, H, D], the heads leading
+    _permuted([14, 96], [0, 2, 1, 3], [1, 4, 16, 8], trans_b=True, view=(2, 7, 4, 8), start=32),
+    _permuted([14, 96], [0, 2, 1, 3], [2, 4, 8, 5], view=(2, 7, 4, 8)),
+    _permuted([12, 40], [1, 0, 2], [5, 6, 3], view=(12, 5, 6), start=7),
     _einsum("ij->ji", [3, 4]),
     _einsum("abc->cab", [2, 3, 4]),
     _einsum("bii->bi", [3, 5, 5]),
@@ -71,3 +78,20 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_op_matches_reference(row: Row, device):
     check_row(row, device, subgroups=None)
+
+
+@pytest.mark.parametrize("a, attrs, b, message", [
+    ([2, 3, 4], dict(perm=[0, 2]), [4, 5], r"perm \[0, 2\] is not a permutation of A's 3 axes"),
+    ([14, 96], dict(perm=[0, 2, 1, 3], view=(3, 5, 4, 8)), [8, 2],
+     r"view \[3, 5, 4, 8\] does not split A's 14 rows from its columns"),
+    ([14, 96], dict(perm=[0, 2, 1, 3], view=(2, 7, 4, 8), start=70), [8, 2],
+     r"view \[2, 7, 4, 8\] from column 70 takes columns \[70, 102\) of A f32\[14,96\], which has 96"),
+    ([2, 14, 96], dict(perm=[0, 2, 1, 3], view=(2, 7, 4, 8)), [8, 2], r"with view \[2, 7, 4, 8\], A must be 2-D"),
+    ([2, 5, 3, 4], dict(perm=[0, 2, 1, 3]), [5, 2], r"inner dimensions differ"),
+])
+def test_permuted_batch_matmul_refuses_what_it_cannot_read(a, attrs, b, message):
+    from eggfuse.ir import GraphError
+
+    g = Graph()
+    with pytest.raises(GraphError, match=r"PermutedBatchMatMul \(new node 2\): " + message):
+        g.add_node("PermutedBatchMatMul", (g.input("a", a), g.input("b", b)), **attrs)
