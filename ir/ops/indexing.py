@@ -135,17 +135,20 @@ def _gather_elements_ref(xs, a):
 
 def _gather_elements_kernel(node, ins, target) -> Kernel:
     # gather_elements.wgsl over the output's dims; the indices' element strides are 0 along the axes they are
-    # broadcast over (GatherElementsBroadcast), their row strides otherwise
+    # broadcast over (GatherElementsBroadcast), their row strides otherwise. GatherElementsBroadcast's perm: the
+    # output's axes are the gathered value's in that order, so the kernel walks them with the strides permuted
     data, idx = ins
     axis = node.attrs["axis"] % data.rank
+    shape = tuple(node.attrs.get("shape") or node.type.shape)  # the gathered value's (before perm)
+    perm = tuple(node.attrs.get("perm") or range(data.rank))
     n = node.type.num_elements
-    istr = [0 if i == 1 and o != 1 else s for i, o, s in zip(idx.shape, node.type.shape, row_strides(idx.shape),
-                                                               strict=True)]
+    istr = [0 if i == 1 and o != 1 else s for i, o, s in zip(idx.shape, shape, row_strides(idx.shape), strict=True)]
+    dstr = row_strides(data.shape)
     return Kernel(f"gather_elements_{data.dtype.wgsl}", "gather_elements.wgsl", elementwise_groups(n),
-                  params=(("n", "u32", n), ("rank", "u32", data.rank), ("axis", "u32", axis),
+                  params=(("n", "u32", n), ("rank", "u32", data.rank), ("axis", "u32", perm.index(axis)),
                           ("dim", "i32", data.shape[axis]), ("dims", "array<vec4<u32>, 2>", _vec8(node.type.shape)),
-                          ("dstr", "array<vec4<u32>, 2>", _vec8(row_strides(data.shape))),
-                          ("istr", "array<vec4<u32>, 2>", _vec8(istr))))
+                          ("dstr", "array<vec4<u32>, 2>", _vec8([dstr[j] for j in perm])),
+                          ("istr", "array<vec4<u32>, 2>", _vec8([istr[j] for j in perm]))))
 
 
 op("GatherElements", ("data", "indices"), _gather_elements, _gather_elements_ref, attrs=(Attr("axis", "int", 0),),
@@ -159,19 +162,26 @@ def _gather_elements_broadcast(ts, a):
     shape = tuple(a["shape"])
     need(idx.rank == len(shape) and all(i in (1, s) for i, s in zip(idx.shape, shape, strict=True)),
          f"indices {idx} must broadcast to shape {list(shape)} at its own rank")
-    return _gather_elements((data, TensorType(shape, idx.dtype)), a)
+    out = _gather_elements((data, TensorType(shape, idx.dtype)), a)
+    perm = tuple(a.get("perm") or ())
+    if not perm:
+        return out
+    need(sorted(perm) == list(range(out.rank)), f"perm {list(perm)} is not a permutation of the {out.rank} axes")
+    return TensorType(tuple(out.shape[j] for j in perm), out.dtype)
 
 
 def _gather_elements_broadcast_ref(xs, a):
-    return _gather_elements_ref((xs[0], np.broadcast_to(xs[1], tuple(a["shape"]))), a)
+    out = _gather_elements_ref((xs[0], np.broadcast_to(xs[1], tuple(a["shape"]))), a)
+    return np.transpose(out, a["perm"]) if a.get("perm") else out
 
 
 op("GatherElementsBroadcast", ("data", "indices"), _gather_elements_broadcast, _gather_elements_broadcast_ref,
-   attrs=(Attr("axis", "int", 0), Attr("shape", "ints")), vjp=_NO_GRAD, kernel=_gather_elements_kernel,
-   flops=lambda ins, out, a: 0,
+   attrs=(Attr("axis", "int", 0), Attr("shape", "ints"), Attr("perm", "ints", ())), vjp=_NO_GRAD,
+   kernel=_gather_elements_kernel, flops=lambda ins, out, a: 0,
    doc="GatherElements(data, Expand(indices, shape)) without the expanded copy: the indices (of the output's rank, "
        "each axis 1 or the output's) read with stride 0 along the axes they are broadcast over (DeBERTa's relative "
-       "position buckets, one [1, S, T] table for every batch and head)")
+       "position buckets, one [1, S, T] table for every batch and head); with ``perm``, that value transposed "
+       "(numpy.transpose), written in that order with no copy (DeBERTa's position-to-content term)")
 
 
 def _broadcast_indices_example(g, dim):
@@ -182,6 +192,16 @@ def _broadcast_indices_example(g, dim):
                      dtype=DType.I32)
     wide = g.add_node("Expand", (idx,), shape=[n, s, s])
     g.set_outputs([g.add_node("GatherElements", (g.input("x", [n, s, p]), wide), axis=-1)])
+
+
+def _permuted_gather_example(g, dim):
+    # DeBERTa's position-to-content term: gathered along its last axis, then transposed
+    n, s, p = dim("n", 1, 4), dim("s", 1, 5), dim("p", 1, 6)
+    idx = g.constant(np.random.default_rng(1).integers(-p, p, (1, s, s)).astype(np.int32), shape=(1, s, s),
+                     dtype=DType.I32)
+    wide = g.add_node("Expand", (idx,), shape=[n, s, s])
+    gathered = g.add_node("GatherElements", (g.input("x", [n, s, p]), wide), axis=-1)
+    g.set_outputs([g.add_node("Permute", (gathered,), perm=[0, 2, 1])])
 
 
 @rules("algebraic")
@@ -196,7 +216,15 @@ def _gather_elements_of_expanded_indices(e):
     yield e.rule(lhs, e.eq(e.shape(i)).to(si), e.eq(e.shape(wide)).to(so), e.eq(si.length()).to(so.length()),
                  name="GatherElements(d, Expand(i, s)) -> GatherElementsBroadcast(d, i)   (i of the output's rank)",
                  example=example(_broadcast_indices_example)).then(
-        e.union(lhs).with_(e.GatherElementsBroadcast(d, i, axis=ax, shape=so)))
+        e.union(lhs).with_(e.GatherElementsBroadcast(d, i, axis=ax, shape=so, perm=e.Vec[e.i64].empty())))
+    # Permute(GatherElementsBroadcast(d, i), p) -> GatherElementsBroadcast(d, i, perm=p): the gather writes its
+    # value in p's order (each output element computes the element it holds), no transposed copy
+    (p,) = e.vars("p", e.Vec[e.i64])
+    gathered = e.GatherElementsBroadcast(d, i, axis=ax, shape=s, perm=e.Vec[e.i64].empty())
+    lhs = e.Permute(gathered, perm=p)
+    yield e.rule(lhs, name="Permute(GatherElementsBroadcast(d, i), p) -> GatherElementsBroadcast(d, i, perm=p)",
+                 example=example(_permuted_gather_example)).then(
+        e.union(lhs).with_(e.GatherElementsBroadcast(d, i, axis=ax, shape=s, perm=p)))
 
 
 def _scatter_elements(ts, a):

@@ -93,6 +93,13 @@ ROWS = [
           ("lead", [6, 5, 7], [1, 5, 3], [6, 5, 3], -1, F), ("middle", [3, 4, 5], [3, 1, 5], [3, 4, 5], 2, I32),
           ("axis0", [4, 3, 2], [2, 1, 2], [2, 3, 2], 0, B),
           ("odd", [5, 3, 17, 9], [1, 1, 13, 4], [5, 3, 13, 4], 3, F))],
+    # ... written transposed (perm): DeBERTa's position-to-content term, the gathered axis moved, rank 4 reversed
+    *[_row("GatherElementsBroadcast", f"-{name}", [("data", s, d), ("indices", si, I32)], axis=ax, shape=out,
+           perm=perm)
+      for name, s, si, out, ax, perm, d in (
+          ("p2c", [6, 5, 7], [1, 5, 5], [6, 5, 5], -1, [0, 2, 1], F),
+          ("moved-axis", [3, 4, 5], [3, 1, 5], [3, 4, 5], 2, [2, 0, 1], I32),
+          ("reversed", [5, 3, 17, 9], [1, 1, 13, 4], [5, 3, 13, 4], 3, [3, 2, 1, 0], F))],
     # GatherND: batch_dims 0 and 1, full index tuples (scalar gathers), negative indices
     *[_row("GatherND", f"-b{b}", [("data", s, d), ("indices", si, I32)], {"indices": _ints(iv)}, batch_dims=b)
       for s, si, iv, b, d in (
