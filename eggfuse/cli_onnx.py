@@ -148,9 +148,14 @@ def cmd_run(args: argparse.Namespace) -> None:
     feeds = feeds_for(model, given, shape_map(args.shape), args.seed)
     try:
         spec = model.specialise(feeds)
-        if spec.compiled is not None:  # random indices within the tables they index (the plan's index_bounds)
+        if spec.compiled is not None:  # random indices within the tables they index (the plan's index_bounds, and
+            # of an input read in parts the smallest part's table: index_parts)
             rng = np.random.default_rng(args.seed)
-            for name, rows in spec.compiled.plan.index_bounds.items():
+            plan = spec.compiled.plan
+            bounds = dict(plan.index_bounds)
+            for name, parts in getattr(plan, "index_parts", {}).items():
+                bounds[name] = min([bounds.get(name, parts[0].rows), *(p.rows for p in parts)])
+            for name, rows in bounds.items():
                 if name not in given and name in feeds and rows < 10:
                     feeds[name] = rng.integers(0, rows, np.shape(feeds[name])).astype(feeds[name].dtype)
         first = time.perf_counter() - t

@@ -252,9 +252,12 @@ class Graph:
     def _moved_from(self, nid: NodeId) -> list[tuple[NodeId, bool]]:
         # (source, whether only part of it may be read): the nodes whose elements node nid's are copies of
         out: dict[NodeId, bool] = {}
-        todo = [(nid, False)]
+        todo, seen = [(nid, False)], set()
         while todo:
             i, part = todo.pop()
+            if (i, part) in seen:
+                continue
+            seen.add((i, part))
             spec = OPS[self.nodes[i].op]
             if spec.view or spec.moves:
                 part = part or not (spec.view and spec.view_offset is None)  # anything but a reshape

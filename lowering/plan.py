@@ -126,6 +126,12 @@ class IndexPart:
     positions: np.ndarray
     reader: str
 
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, IndexPart) and (self.rows, self.reader) == (other.rows, other.reader)
+                and np.array_equal(self.positions, other.positions))
+
+    __hash__ = None  # type: ignore[assignment]  # (positions: an array)
+
 
 @dataclass
 class ExecutionPlan:

@@ -764,8 +764,11 @@ class Importer:
             if any(v is i for i in ins):  # passed through (Identity): the same value, one leaf
                 env[name] = v
                 continue
-            if v.const is not None:  # a value known at load time: from the inputs given by value, if any
-                deps = v.deps or frozenset().union(*(i.deps for i in ins if i is not None and i.const is not None))
+            if v.const is not None:  # a value known at load time: from the inputs given by value, if any (their
+                # values; not a Shape's or Size's, which read only the shape)
+                shape_only = node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx")
+                deps = v.deps or (frozenset() if shape_only else
+                                  frozenset().union(*(i.deps for i in ins if i is not None and i.const is not None)))
             else:
                 deps = v.deps or frozenset().union(*(i.deps for i in ins if i))
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
@@ -812,7 +815,7 @@ class Importer:
                 dim = data.shape[axis]
                 bad = idx[(idx >= dim) | (idx < -dim)]
                 if bad.size:
-                    _fed_index_error(node, ins[1], int(bad.flat[0]), axis % data.ndim, data.shape)
+                    fed_index_error(node, ins[1], int(bad.flat[0]), axis % data.ndim, data.shape)
                     raise OnnxError(f"Gather node {node.name!r}: index {int(bad.flat[0])} is out of range for axis "
                                     f"{axis % data.ndim} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim})): the model takes at most {dim} there (a position table, say), "
@@ -829,7 +832,7 @@ class Importer:
                 dim = data.shape[axis]
                 bad = idx[(idx >= dim) | (idx < -dim)]
                 if bad.size:
-                    _fed_index_error(node, ins[1], int(bad.flat[0]), axis, data.shape)
+                    fed_index_error(node, ins[1], int(bad.flat[0]), axis, data.shape)
                     raise OnnxError(f"GatherElements node {node.name!r}: index {int(bad.flat[0])} is out of range "
                                     f"for axis {axis} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim}))")
@@ -1038,9 +1041,11 @@ def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], va
     return (*importer.run(), importer.origin)
 
 
-def _fed_index_error(node: onnx.NodeProto, idx: Value, bad: int, axis: int, shape: Sequence[int]) -> None:
-    # A Gather's indices out of range that come from inputs the import was given by value (the model needs
-    # them at load time): the feed's fault, an IndexRangeError naming the input, as the session's check is
+def fed_index_error(node: onnx.NodeProto, idx: Value, bad: int, axis: int, shape: Sequence[int]) -> None:
+    """Raise IndexRangeError for a Gather's (GatherElements') index ``bad``, outside axis ``axis`` of data of
+    ``shape``, where the indices ``idx`` come from inputs the import was given by value (the model needs them
+    at load time): the feed's fault, named by the input, as the session's check names a run-time input. Returns
+    where they do not (the caller raises its own error)."""
     if idx.deps:
         dim = int(shape[axis])
         name, fed = sorted(idx.deps)[0], ", ".join(map(repr, sorted(idx.deps)))

@@ -273,15 +273,17 @@ def _window_example(g, dim):
 @rules("algebraic")
 def _permute_read_in_place(e):
     x, b, w = e.vars("x b w")
-    p, s, sw = e.vars("p s sw", e.Vec[e.i64])
+    p, s, sw, sb = e.vars("p s sw sb", e.Vec[e.i64])
     (t,) = e.vars("t", e.Bool)
     st, size = e.vars("st size", e.i64)
     plain = dict(view=e.Vec[e.i64].empty(), start=e.i64(0))
     # BatchMatMul(Permute(x, p), b) -> PermutedBatchMatMul(x, b, perm=p)   if p keeps the last axis (K) last, so
-    # that A's rows are read as stored; rank 3 and 4
+    # that A's rows are read as stored; rank 3 and 4, B of rank 2 or more (a 1-D B's axis is dropped from the
+    # product, which PermutedBatchMatMul does not do)
     for r in (3, 4):
         lhs = e.BatchMatMul(e.Permute(x, perm=p), b, trans_a=e.Bool(False), trans_b=t)
         yield e.rule(lhs, e.eq(p.length()).to(e.i64(r)), e.eq(p[e.i64(r - 1)]).to(e.i64(r - 1)),
+                     e.eq(e.shape(b)).to(sb), sb.length() >= e.i64(2),
                      name=f"BatchMatMul(Permute(x, p), b) -> PermutedBatchMatMul(x, b, perm=p) (rank {r}, p keeps "
                           "the last axis)", example=example(_permuted_a_example(r))).then(
             e.union(lhs).with_(e.PermutedBatchMatMul(x, b, perm=p, trans_b=t, **plain)))

@@ -267,6 +267,50 @@ def test_indices_of_an_input_the_import_reads_by_value_out_of_range_name_the_inp
             mod.run({"x": x, "idx": np.array(bad)})
         assert (e.value.input, e.value.index, e.value.rows) == ("idx", bad, 3)
 
+
+def test_an_index_input_read_by_value_over_run_time_data_and_a_length_past_a_table():
+    # n sizes a Range (the import needs its value) and indexes x, data of the run: its Gather is not folded, and
+    # an n outside x's rows is the feed's fault (IndexRangeError naming n); positions Range(0, len(s)) into a
+    # table of 4 rows, where s is needed by value too: a fifth position is the input's length, not its values,
+    # so the error advises a shorter input (OnnxError)
+    m = model([node("Range", ["zero", "n", "one"], ["r"]), node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
+               node("ReduceSum", ["rf"], ["total"], keepdims=0), node("Gather", ["x", "n"], ["row"], name="pick")],
+              [("x", F, [4, 3]), ("n", I64, [])], [("total", F, None), ("row", F, None)],
+              [("zero", np.array(0, np.int64)), ("one", np.array(1, np.int64))], opset=13)
+    mod = Model(m, cache=False)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(mod.run({"x": x, "n": np.array(-1)})[1], x[3])
+    for bad in (4, -5):
+        with pytest.raises(IndexRangeError, match=rf"input 'n': index {bad} out of range for axis 0 of \[4, 3\] "
+                                                  r"that Gather node 'pick'"):
+            mod.run({"x": x, "n": np.array(bad)})
+    m = model([node("ReduceMax", ["s"], ["top"], keepdims=0), node("Range", ["zero", "top", "one"], ["r"]),
+               node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT), node("ReduceSum", ["rf"], ["total"], keepdims=0),
+               node("Shape", ["s"], ["shape"]), node("Gather", ["shape", "i0"], ["len"], axis=0),
+               node("Squeeze", ["len"], ["n"]), node("Range", ["zero", "n", "one"], ["positions"]),
+               node("Gather", ["table", "positions"], ["rows"], name="position_rows")],
+              [("s", I64, ["S"])], [("total", F, None), ("rows", F, None)],
+              [("zero", np.array(0, np.int64)), ("one", np.array(1, np.int64)), ("i0", np.array([0], np.int64)),
+               ("table", np.arange(12, dtype=np.float32).reshape(4, 3))], opset=13)
+    mod = Model(m, cache=False)
+    assert mod.run({"s": np.array([1, 2, 3], np.int64)})[1].shape == (3, 3)
+    with pytest.raises(OnnxError, match=r"Gather node 'position_rows': index 4 is out of range .* give a shorter "
+                                        r"input") as e:
+        mod.run({"s": np.zeros(6, np.int64)})
+    assert not isinstance(e.value, InputError)
+
+
+def test_cli_run_draws_indices_below_each_part_of_a_split_index_input(tmp_path, capsys):
+    # ids [2, 2] Split into columns indexing tables of 3 and 20 rows: indices drawn at random fit the smaller
+    path = tmp_path / "split.onnx"
+    onnx.save(model([node("Split", ["ids", "sizes"], ["a", "b"], axis=1), node("Gather", ["t0", "a"], ["y0"]),
+                     node("Gather", ["t1", "b"], ["y1"])], [("ids", I64, [2, 2])], [("y0", F, None), ("y1", F, None)],
+                    [("t0", np.ones((3, 4), np.float32)), ("t1", np.ones((20, 4), np.float32)),
+                     ("sizes", np.array([1, 1], np.int64))], opset=13), path)
+    for seed in range(4):
+        assert main(["run", str(path), "--no-cache", "--seed", str(seed), "--repeats", "0"]) == 0, \
+            capsys.readouterr().err
+
 def test_cli_run_gives_a_named_dimension_of_one_input_to_the_others(tmp_path, capsys):
     # x and m share "batch" and "seq": --shape of x sizes the random m too; a .npy of another size is refused
     path = tmp_path / "add.onnx"

@@ -95,3 +95,21 @@ def test_permuted_batch_matmul_refuses_what_it_cannot_read(a, attrs, b, message)
     g = Graph()
     with pytest.raises(GraphError, match=r"PermutedBatchMatMul \(new node 2\): " + message):
         g.add_node("PermutedBatchMatMul", (g.input("a", a), g.input("b", b)), **attrs)
+
+
+def test_a_product_of_a_permuted_a_and_a_1d_b_keeps_its_form():
+    # BatchMatMul drops a 1-D B's axis from its product; PermutedBatchMatMul does not take a 1-D B, so the rule
+    # reading the Permute in place leaves this product alone (it used to fail the optimisation)
+    import numpy as np
+
+    from eggfuse.ir import evaluate
+    from eggfuse.rewrites import optimize
+
+    g = Graph()
+    x = g.input("x", [2, 5, 3, 4])
+    g.set_outputs([g.add_node("BatchMatMul", (g.add_node("Permute", (x,), perm=[0, 2, 1, 3]), g.input("b", [4])))])
+    opt, _ = optimize(g)
+    assert "PermutedBatchMatMul" not in {n.op for n in opt.live_nodes()}
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5, 3, 4)).astype(np.float32),
+             "b": np.arange(4, dtype=np.float32)}
+    np.testing.assert_allclose(evaluate(opt, feeds, {})[0], evaluate(g, feeds, {})[0], rtol=1e-6)

@@ -12,7 +12,7 @@ from eggfuse.ir import DType, Graph, GraphError, TensorType
 from eggfuse.ir.facts import baked
 from eggfuse.ir.spec import OPS, ShapeError
 
-from ..importer import ELEM_DTYPE, NodeContext, Value, converter
+from ..importer import ELEM_DTYPE, NodeContext, Value, converter, fed_index_error
 from .movement import axis_of, same
 
 _REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -65,9 +65,23 @@ def _uniform(ctx: NodeContext, op: str, **attrs) -> Value | None:
     return same(ctx, ctx.importer.materialise(full, ctx))
 
 
+def _check_fed_indices(ctx: NodeContext, axis: int) -> None:
+    # indices known at load time because they come from an input given by value, over data computed at run
+    # time (the Gather is not folded): a value outside the axis is the feed's fault (IndexRangeError)
+    idx = ctx.inputs[1]
+    if idx is None or idx.const is None or not idx.deps:
+        return
+    dim = ctx.shape(0)[axis]
+    vals = np.asarray(idx.const).astype(np.int64)
+    bad = vals[(vals >= dim) | (vals < -dim)]
+    if bad.size:
+        fed_index_error(ctx.node, idx, int(bad.flat[0]), axis, ctx.shape(0))
+
+
 @converter("Gather")
 def _gather(ctx: NodeContext) -> Value:
     axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
+    _check_fed_indices(ctx, axis)
     known = _uniform(ctx, "Gather", axis=axis)
     return known or same(ctx, ctx.add("Gather", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
 
@@ -75,6 +89,7 @@ def _gather(ctx: NodeContext) -> Value:
 @converter("GatherElements")
 def _gather_elements(ctx: NodeContext) -> Value:
     axis = axis_of(ctx, ctx.attr("axis", 0), len(ctx.shape(0)))
+    _check_fed_indices(ctx, axis)
     known = _uniform(ctx, "GatherElements", axis=axis)
     return known or same(ctx, ctx.add("GatherElements", [ctx.tensor(0), ctx.tensor(1)], axis=axis))
 
