@@ -170,12 +170,13 @@ def _gather_elements_broadcast(ts, a):
     return TensorType(tuple(out.shape[j] for j in perm), out.dtype)
 
 
-def _gather_elements_broadcast_ref(xs, a):
+def gather_elements_broadcast_ref(xs, a):
+    """GatherElementsBroadcast's reference: numpy.take_along_axis of data by the broadcast indices, transposed."""
     out = _gather_elements_ref((xs[0], np.broadcast_to(xs[1], tuple(a["shape"]))), a)
     return np.transpose(out, a["perm"]) if a.get("perm") else out
 
 
-op("GatherElementsBroadcast", ("data", "indices"), _gather_elements_broadcast, _gather_elements_broadcast_ref,
+op("GatherElementsBroadcast", ("data", "indices"), _gather_elements_broadcast, gather_elements_broadcast_ref,
    attrs=(Attr("axis", "int", 0), Attr("shape", "ints"), Attr("perm", "ints", ())), vjp=_NO_GRAD,
    kernel=_gather_elements_kernel, flops=lambda ins, out, a: 0,
    doc="GatherElements(data, Expand(indices, shape)) without the expanded copy: the indices (of the output's rank, "

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
-from ..types import TensorType
+from ..types import DType, TensorType
+from .indexing import gather_elements_broadcast_ref
 
 FAMILY = "linalg"
 
@@ -247,6 +248,95 @@ op("PermutedBatchMatMul", ("a", "b"), _permuted_batch_matmul, _permuted_batch_ma
    vjp=_INFERENCE, kernel=_permuted_batch_matmul_kernel,
    flops=lambda ins, out, a: _batch_matmul_flops([_permuted_a(ins, a)[0], ins[1]], out, {**a, "trans_a": False}),
    read_bytes=lambda ins, a: _permuted_a(ins, a)[0].size_bytes + ins[1].size_bytes)
+
+
+# --- GatheredBatchMatMul: the elements a GatherElements takes of a product, computed alone ----------
+
+
+def _gathered_parts(ts, a):
+    # (the product's batch dims layout, strides, offset, M, K, N, G's shape [Z, M, T], the output type)
+    x, y, idx = ts
+    _, strides, offset, batch, dims, m, k, n = _permuted_layout([x, y], a)
+    shape = tuple(a["shape"])
+    need(len(shape) == 3 and shape[0] == math.prod(batch) and shape[1] == m,
+         f"shape {list(shape)} is not [batch {math.prod(batch)}, rows {m}, T] of the product "
+         f"[{', '.join(map(str, (*batch, m, n)))}]")
+    need(idx.dtype is DType.I32 and idx.rank == 3 and all(i in (1, s) for i, s in zip(idx.shape, shape, strict=True)),
+         f"indices {idx} must be i32 of rank 3 broadcasting to shape {list(shape)}")
+    perm = tuple(a.get("out_perm") or (0, 1, 2))
+    need(sorted(perm) == [0, 1, 2], f"out_perm {list(perm)} is not a permutation of 3 axes")
+    return strides, offset, dims, m, k, n, shape, TensorType(tuple(shape[j] for j in perm))
+
+
+def _gathered_batch_matmul_ref(xs, a):
+    prod = _permuted_batch_matmul_ref(xs[:2], a)
+    prod = prod.reshape(-1, *prod.shape[-2:])
+    return gather_elements_broadcast_ref([prod, xs[2]], {"axis": 2, "shape": a["shape"],
+                                                          "perm": a.get("out_perm") or ()})
+
+
+def _gathered_batch_matmul_kernel(node, ins, target) -> Kernel:
+    a = node.attrs
+    strides, offset, dims, _, k, n, shape, out = _gathered_parts(ins, a)
+    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
+    sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
+    idx = ins[2]
+    istr = [0 if i == 1 and s != 1 else st for i, s, st in zip(idx.shape, shape, (idx.shape[1] * idx.shape[2],
+                                                                                   idx.shape[2], 1), strict=True)]
+    perm = list(a.get("out_perm") or (0, 1, 2))
+    params = (("total", "u32", out.num_elements), ("n", "u32", n), ("k", "u32", k),
+              ("odims", "vec4<u32>", [*out.shape, 0]), ("perm", "vec4<u32>", [*perm, 0]),
+              ("istr", "vec4<u32>", [*istr, 0]), ("batch", "vec4<u32>", [d[0] for d in dims]),
+              ("a_batch", "vec4<u32>", [d[1] for d in dims]), ("b_batch", "vec4<u32>", [d[2] for d in dims]),
+              ("sa", "vec4<u32>", [strides[-2], strides[-1], offset, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
+    return Kernel("gathered_matmul", "gathered_matmul.wgsl", elementwise_groups(out.num_elements), params=params)
+
+
+op("GatheredBatchMatMul", ("a", "b", "indices"), lambda ts, a: _gathered_parts(ts, a)[-1],
+   _gathered_batch_matmul_ref,
+   attrs=(Attr("perm", "ints"), Attr("trans_b", "bool", False), Attr("view", "ints", ()), Attr("start", "int", 0),
+          Attr("shape", "ints"), Attr("out_perm", "ints", ())),
+   doc="GatherElementsBroadcast(Reshape(PermutedBatchMatMul(a, b; perm, trans_b, view, start), [Z, M, N]), "
+       "indices, axis 2, shape [Z, M, T], perm out_perm): the product's elements that the gather takes along its "
+       "last axis, each computed alone as a K-long dot product, without the [Z, M, N] product (DeBERTa's "
+       "relative-position terms: q's heads times the position keys of each pair's bucket); indices i32 of rank 3, "
+       "each axis 1 or shape's, ONNX's negative indices from the end, clamped",
+   vjp=_INFERENCE, kernel=_gathered_batch_matmul_kernel,
+   flops=lambda ins, out, a: 2 * out.num_elements * _gathered_parts(ins, a)[4],
+   read_bytes=lambda ins, a: _permuted_a(ins, a)[0].size_bytes + ins[1].size_bytes + ins[2].size_bytes)
+
+
+def _gathered_example(perm):
+    def build(g, dim):
+        # DeBERTa's position terms: q heads [B, S, H, D] times position keys [1, H, P, D]^T, viewed [B H, S, P],
+        # gathered along P by a bucket table [1, S, S] (values from -P to P-1), maybe transposed after
+        b, s, h, d, p = dim("b", 1, 3), dim("s", 1, 4), dim("h", 1, 3), dim("d", 1, 4), dim("p", 1, 5)
+        heads = g.add_node("Permute", (g.input("q", [b, s, h, d]),), perm=[0, 2, 1, 3])
+        prod = g.add_node("BatchMatMul", (heads, g.input("k", [1, h, p, d])), trans_b=True)
+        idx = g.constant(np.random.default_rng(2).integers(-p, p, (1, s, s)).astype(np.int32), shape=(1, s, s),
+                         dtype=DType.I32)
+        wide = g.add_node("Expand", (idx,), shape=[b * h, s, s])
+        gathered = g.add_node("GatherElements", (g.reshape(prod, [b * h, s, p]), wide), axis=2)
+        g.set_outputs([g.add_node("Permute", (gathered,), perm=perm) if perm else gathered])
+
+    return build
+
+
+@rules("algebraic")
+def _gathered_product(e):
+    x, b, i = e.vars("x b i")
+    p, v, s3, sp, so, op = e.vars("p v s3 sp so op", e.Vec[e.i64])
+    (t,) = e.vars("t", e.Bool)
+    (st,) = e.vars("st", e.i64)
+    # GatherElementsBroadcast(Reshape(PermutedBatchMatMul(x, b), [B H, M, N]), i, axis 2) -> GatheredBatchMatMul(x,
+    # b, i): the gathered elements of the product computed alone (the rank-4 product's batch axes merged)
+    prod = e.PermutedBatchMatMul(x, b, perm=p, trans_b=t, view=v, start=st)
+    lhs = e.GatherElementsBroadcast(e.Identity(prod, shape=s3), i, axis=e.i64(2), shape=so, perm=op)
+    yield e.rule(lhs, e.eq(e.shape(prod)).to(sp), e.eq(sp.length()).to(e.i64(4)), e.eq(s3.length()).to(e.i64(3)),
+                 e.eq(s3[0]).to(sp[0] * sp[1]), e.eq(s3[1]).to(sp[2]), e.eq(s3[2]).to(sp[3]),
+                 name="GatherElementsBroadcast(Reshape(PermutedBatchMatMul(x, b)), i) -> GatheredBatchMatMul(x, b, i)",
+                 example=example(_gathered_example([0, 2, 1]))).then(
+        e.union(lhs).with_(e.GatheredBatchMatMul(x, b, i, perm=p, trans_b=t, view=v, start=st, shape=so, out_perm=op)))
 
 
 def _permuted_a_example(rank: int):

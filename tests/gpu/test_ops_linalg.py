@@ -1,13 +1,15 @@
-"""BatchMatMul, PermutedBatchMatMul and Einsum (ir/ops/linalg.py) on the GPU against the numpy reference: numpy
-matmul's 1-D operands and broadcast batches, transposed operands, each tile of the shared GEMM
-kernel with edge tiles; einsum transposes, diagonals, traces, sums, ellipses, three operands."""
+"""BatchMatMul, PermutedBatchMatMul, GatheredBatchMatMul and Einsum (ir/ops/linalg.py) on the GPU against the
+numpy reference: numpy matmul's 1-D operands and broadcast batches, transposed operands, each tile of the shared
+GEMM kernel with edge tiles; permuted operands and column windows; gathered products; einsum transposes,
+diagonals, traces, sums, ellipses, three operands."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
-from eggfuse.ir import Graph
+from eggfuse.ir import DType, Graph
 
 
 def _bmm(a, b, trans_a: bool = False, trans_b: bool = False) -> Row:
@@ -24,6 +26,18 @@ def _permuted(a, perm, b, trans_b: bool = False, view=(), start: int = 0) -> Row
 
     window = f"-view{list(view)}@{start}" if view else ""
     return Row("PermutedBatchMatMul", f"PermutedBatchMatMul{a}{window}{perm}{b}{'-tb' if trans_b else ''}", build)
+
+
+def _gathered(a, perm, b, idx, shape, n: int, trans_b: bool = False, view=(), start: int = 0, out_perm=()) -> Row:
+    # n: the product's columns, which the indices (drawn in [-n, n), ONNX's negative ones from the end) pick
+    def build(g: Graph) -> int:
+        values = np.random.default_rng(sum(idx)).integers(-n, n, idx).astype(np.int32)
+        return g.add_node("GatheredBatchMatMul", (g.input("a", a), g.parameter("b", b),
+                                                  g.constant(values, shape=idx, dtype=DType.I32)),
+                          perm=perm, trans_b=trans_b, view=view, start=start, shape=shape, out_perm=out_perm)
+
+    window = f"-view{list(view)}@{start}" if view else ""
+    return Row("GatheredBatchMatMul", f"GatheredBatchMatMul{a}{window}{perm}{b}{idx}->{shape}{list(out_perm)}", build)
 
 
 def _einsum(equation: str, *shapes) -> Row:
@@ -59,6 +73,15 @@ ROWS = [
     _permuted([14, 96], [0, 2, 1, 3], [1, 4, 16, 8], trans_b=True, view=(2, 7, 4, 8), start=32),
     _permuted([14, 96], [0, 2, 1, 3], [2, 4, 8, 5], view=(2, 7, 4, 8)),
     _permuted([12, 40], [1, 0, 2], [5, 6, 3], view=(12, 5, 6), start=7),
+    # the gathered elements of such products: DeBERTa's position terms, q's window of a packed product times
+    # position keys [1, H, P, D]^T gathered by a bucket table [1, S, S] over B H, as is and transposed; odd sizes,
+    # indices in full (no broadcast), a product of plain A
+    _gathered([14, 96], [0, 2, 1, 3], [1, 4, 16, 8], [1, 7, 7], [8, 7, 7], 16, trans_b=True, view=(2, 7, 4, 8),
+              start=32),
+    _gathered([14, 96], [0, 2, 1, 3], [1, 4, 16, 8], [1, 7, 7], [8, 7, 7], 16, trans_b=True, view=(2, 7, 4, 8),
+              out_perm=(0, 2, 1)),
+    _gathered([3, 5, 2, 9], [0, 2, 1, 3], [3, 2, 9, 11], [6, 5, 4], [6, 5, 4], 11),
+    _gathered([2, 3, 5, 4], [0, 1, 2, 3], [1, 3, 13, 4], [1, 5, 6], [6, 5, 6], 13, trans_b=True, out_perm=(2, 0, 1)),
     _einsum("ij->ji", [3, 4]),
     _einsum("abc->cab", [2, 3, 4]),
     _einsum("bii->bi", [3, 5, 5]),
@@ -100,8 +123,6 @@ def test_permuted_batch_matmul_refuses_what_it_cannot_read(a, attrs, b, message)
 def test_a_product_of_a_permuted_a_and_a_1d_b_keeps_its_form():
     # BatchMatMul drops a 1-D B's axis from its product; PermutedBatchMatMul does not take a 1-D B, so the rule
     # reading the Permute in place leaves this product alone (it used to fail the optimisation)
-    import numpy as np
-
     from eggfuse.ir import evaluate
     from eggfuse.rewrites import optimize
 
@@ -113,3 +134,17 @@ def test_a_product_of_a_permuted_a_and_a_1d_b_keeps_its_form():
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 5, 3, 4)).astype(np.float32),
              "b": np.arange(4, dtype=np.float32)}
     np.testing.assert_allclose(evaluate(opt, feeds, {})[0], evaluate(g, feeds, {})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("idx, shape, message", [
+    ((1, 7, 7), [8, 6, 7], r"shape \[8, 6, 7\] is not \[batch 8, rows 7, T\] of the product \[2, 4, 7, 16\]"),
+    ((2, 7, 7), [8, 7, 7], r"indices i32\[2,7,7\] must be i32 of rank 3 broadcasting to shape \[8, 7, 7\]"),
+])
+def test_gathered_batch_matmul_refuses_shapes_that_do_not_fit(idx, shape, message):
+    from eggfuse.ir import GraphError
+
+    g = Graph()
+    ids = g.input("ids", list(idx), DType.I32)
+    with pytest.raises(GraphError, match=r"GatheredBatchMatMul \(new node 3\): " + message):
+        g.add_node("GatheredBatchMatMul", (g.input("a", [14, 96]), g.input("b", [1, 4, 16, 8]), ids),
+                   perm=[0, 2, 1, 3], trans_b=True, view=(2, 7, 4, 8), shape=shape)
