@@ -300,7 +300,9 @@ def add_run(sub) -> None:
     r.add_argument("--no-fuse", action="store_true", help="run the graph without the rewrite engine")
     r.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
                    help="also run an optional ruleset (repeatable): layer_norm_prologue (a LayerNorm as the next "
-                        "product's prologue: one dispatch fewer a product, measured slower on an H200)")
+                        "product's prologue: one dispatch fewer a product, measured slower on an H200), "
+                        "gathered_products (GatheredBatchMatMul: a gather of a product's elements computed alone, "
+                        "measured slower on an H100)")
     r.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
                    help="leave out one rule, named as `eggfuse rules` lists it (repeatable): the plan without it, "
                         "to time what the rule pays")

@@ -24,7 +24,8 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
         p.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
                        help="also run an optional ruleset, not run by default (repeatable): layer_norm_prologue "
                             "(a LayerNorm as the next product's prologue: one dispatch fewer a product, measured "
-                            "slower on an H200)")
+                            "slower on an H200), gathered_products (GatheredBatchMatMul: a gather of a product's "
+                            "elements computed alone, measured slower on an H100)")
         p.add_argument("--cost-model", metavar="MODEL", default="bytes",
                        help="bytes (default: byte-equivalents), roofline (h200 profile), roofline:PROFILE, or "
                             "module:Class (a CostModel subclass)")

@@ -33,8 +33,11 @@ ANALYSIS = "analysis"
 #: ``compile(..., precision="f16")``; ``layer_norm_prologue`` (a LayerNorm as the next product's prologue,
 #: ``FusedLayerNormMatMul``) saves a dispatch a product but measured slower on an H200: GPT-2 small's c_attn and c_fc
 #: 21% slower at 1,024 rows and 48% at 128 than LayerNorm and product apart
-#: (``bench/results/layer_norm_prologue_h200.json``).
-OPTIONAL = ("f16", "layer_norm_prologue")
+#: (``bench/results/layer_norm_prologue_h200.json``); ``gathered_products`` (``GatheredBatchMatMul``: the elements a
+#: GatherElements takes of a product, each a dot product of its own, DeBERTa's position terms) saves 12 dispatches
+#: of DeBERTa-v3-small but measured 2.2x slower on an H100, 11.24 against 4.99 ms a run
+#: (``bench/results/deberta_h100/ab_deberta.json``): its one-element-an-invocation kernel reads each key row apart.
+OPTIONAL = ("f16", "layer_norm_prologue", "gathered_products")
 
 #: Rulesets whose rules are built on first use, each with the constructors one of which every rule
 #: of it reads in its query (a test checks it): :func:`relevant` builds one only for an e-graph that

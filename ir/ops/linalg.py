@@ -322,7 +322,7 @@ def _gathered_example(perm):
     return build
 
 
-@rules("algebraic")
+@rules("gathered_products")  # optional: measured slower (rewrites.rulesets.OPTIONAL)
 def _gathered_product(e):
     x, b, i = e.vars("x b i")
     p, v, s3, sp, so, op = e.vars("p v s3 sp so op", e.Vec[e.i64])

@@ -112,14 +112,18 @@ def test_pre_ln_residual_sums_stored_with_their_layer_norms_match_onnxruntime(fi
 
 def test_deberta_in_its_real_form_matches_torch(monkeypatch):
     # the dynamo DeBERTa's batch-sized copies imported as broadcasts (importer.lazy_copies, from 1 MiB at real
-    # sizes; at 0 here), so its position terms read q's and k's heads in place, in the packed Q/K/V product, and
-    # take only the elements of the products their bucket tables pick (GatheredBatchMatMul): the plan on the device
-    # against torch
+    # sizes; at 0 here), so its position terms read q's and k's heads in place, in the packed Q/K/V product
+    # (PermutedBatchMatMul), and gather with the bucket tables broadcast (GatherElementsBroadcast); with the
+    # optional gathered_products, only the elements the tables pick (GatheredBatchMatMul): the plans on the
+    # device against torch
     import eggfuse.onnx.importer as importer
 
     monkeypatch.setattr(importer, "LAZY_COPY_BYTES", 0)
+    from eggfuse.rewrites.rulesets import select
+
     feeds, want = _expected("deberta_tiny.dynamo.onnx")
-    model = Model(DATA / "deberta_tiny.dynamo.onnx", fuse=True, cache=False)
-    _check(model, feeds, want, "deberta_tiny.dynamo.onnx with lazy copies")
-    ops = [n.op for n in next(iter(model.plans.values())).compiled.graph.live_nodes()]
-    assert ops.count("GatheredBatchMatMul") == 4 and "GatherElementsBroadcast" not in ops, ops
+    for optional, op in (([], "PermutedBatchMatMul"), (["gathered_products"], "GatheredBatchMatMul")):
+        model = Model(DATA / "deberta_tiny.dynamo.onnx", fuse=True, cache=False, rulesets=select(optional=optional))
+        _check(model, feeds, want, f"deberta_tiny.dynamo.onnx with lazy copies and {optional}")
+        ops = [n.op for n in next(iter(model.plans.values())).compiled.graph.live_nodes()]
+        assert ops.count(op) == 4, ops

@@ -332,22 +332,31 @@ def test_deberta_position_products_read_q_and_k_heads_in_place(monkeypatch):
     # keys [1, H, P, D]), which PermutedBatchMatMul computes reading q [B, S, H, D] in place, with no Permute
     # dispatch, and reading it where it lies in the packed Q/K/V product P (its column window), so the attention
     # reads P too: one product for the three projections; the position-to-content term's gather writes its value
-    # transposed (GatherElementsBroadcast's perm), no Permute left; and each gather takes only the elements of
-    # the product it needs, computed alone (GatheredBatchMatMul), never the [B H, S, P] product. The tiny
-    # fixture's copies are small; the threshold at 0 gives it the real form. Outputs vs torch.
+    # transposed (GatherElementsBroadcast's perm), no Permute left. With the optional ruleset gathered_products,
+    # each gather takes only the elements of the product it needs, computed alone (GatheredBatchMatMul), never
+    # the [B H, S, P] product. The tiny fixture's copies are small; the threshold at 0 gives it the real form.
+    # Outputs vs torch.
     import eggfuse.onnx.importer as importer
+    from eggfuse.rewrites.rulesets import select
 
     monkeypatch.setattr(importer, "LAZY_COPY_BYTES", 0)
     ops, opt = _optimised_fixture("deberta_tiny.dynamo.onnx")
-    assert ops["GatheredBatchMatMul"] == 4 and not ops["BatchMatMul"] and not ops["PermutedBatchMatMul"], ops
-    assert not ops["Permute"] and not ops["GatherElementsBroadcast"], ops
-    gathered = [n.attrs for n in opt.live_nodes() if n.op == "GatheredBatchMatMul"]
-    assert sorted(a["out_perm"] for a in gathered) == [(), (), (0, 2, 1), (0, 2, 1)]
+    assert ops["PermutedBatchMatMul"] == 4 and not ops["BatchMatMul"], ops
+    assert not ops["Permute"] and not ops["GatheredBatchMatMul"], ops
+    assert sorted(n.attrs["perm"] for n in opt.live_nodes() if n.op == "GatherElementsBroadcast") == [(), (), (0, 2, 1),
+                                                                                                   (0, 2, 1)]
     assert ops["FusedMatMul"] == 4, ops  # a layer: the packed Q/K/V product and the FFN's first
     live = opt.live_nodes()
     assert all(n.attrs["packed"] for n in live if n.op == "GeneralAttention")
-    windows = sorted((a["view"], a["start"]) for a in gathered)
+    windows = sorted((n.attrs["view"], n.attrs["start"]) for n in live if n.op == "PermutedBatchMatMul")
     assert windows == [((2, 7, 4, 8), 0)] * 2 + [((2, 7, 4, 8), 32)] * 2, windows  # q's columns, then k's
+    assert opt.dispatch_count() == 27
+
+    ops, opt = _optimised_fixture("deberta_tiny.dynamo.onnx", select(optional=["gathered_products"]))
+    assert ops["GatheredBatchMatMul"] == 4 and not ops["PermutedBatchMatMul"] and not ops["GatherElementsBroadcast"]
+    gathered = [n.attrs for n in opt.live_nodes() if n.op == "GatheredBatchMatMul"]
+    assert sorted(a["out_perm"] for a in gathered) == [(), (), (0, 2, 1), (0, 2, 1)]
+    assert sorted((a["view"], a["start"]) for a in gathered) == windows
     assert opt.dispatch_count() == 23
 
 
