@@ -256,10 +256,12 @@ op("PermutedBatchMatMul", ("a", "b"), _permuted_batch_matmul, _permuted_batch_ma
 def _gathered_parts(ts, a):
     # (the product's batch dims layout, strides, offset, M, K, N, G's shape [Z, M, T], the output type)
     x, y, idx = ts
+    need(x.rank >= 2 and y.rank >= 2, f"needs A and B of rank >= 2, got A {x} and B {y}")
     _, strides, offset, batch, dims, m, k, n = _permuted_layout([x, y], a)
     shape = tuple(a["shape"])
-    need(len(shape) == 3 and shape[0] == math.prod(batch) and shape[1] == m,
-         f"shape {list(shape)} is not [batch {math.prod(batch)}, rows {m}, T] of the product "
+    # (as GatherElements, the gathered value may take fewer matrices and rows than the product has)
+    need(len(shape) == 3 and 1 <= shape[0] <= math.prod(batch) and 1 <= shape[1] <= m,
+         f"shape {list(shape)} is not [at most batch {math.prod(batch)}, at most rows {m}, T] of the product "
          f"[{', '.join(map(str, (*batch, m, n)))}]")
     need(idx.dtype is DType.I32 and idx.rank == 3 and all(i in (1, s) for i, s in zip(idx.shape, shape, strict=True)),
          f"indices {idx} must be i32 of rank 3 broadcasting to shape {list(shape)}")

@@ -82,6 +82,8 @@ ROWS = [
               out_perm=(0, 2, 1)),
     _gathered([3, 5, 2, 9], [0, 2, 1, 3], [3, 2, 9, 11], [6, 5, 4], [6, 5, 4], 11),
     _gathered([2, 3, 5, 4], [0, 1, 2, 3], [1, 3, 13, 4], [1, 5, 6], [6, 5, 6], 13, trans_b=True, out_perm=(2, 0, 1)),
+    # fewer matrices and rows gathered than the product has (as GatherElements allows)
+    _gathered([2, 3, 5, 4], [0, 1, 2, 3], [1, 3, 13, 4], [1, 2, 6], [4, 2, 6], 13, trans_b=True),
     _einsum("ij->ji", [3, 4]),
     _einsum("abc->cab", [2, 3, 4]),
     _einsum("bii->bi", [3, 5, 5]),
@@ -137,7 +139,8 @@ def test_a_product_of_a_permuted_a_and_a_1d_b_keeps_its_form():
 
 
 @pytest.mark.parametrize("idx, shape, message", [
-    ((1, 7, 7), [8, 6, 7], r"shape \[8, 6, 7\] is not \[batch 8, rows 7, T\] of the product \[2, 4, 7, 16\]"),
+    ((1, 7, 7), [9, 6, 7], r"shape \[9, 6, 7\] is not \[at most batch 8, at most rows 7, T\] of the product "
+                          r"\[2, 4, 7, 16\]"),
     ((2, 7, 7), [8, 7, 7], r"indices i32\[2,7,7\] must be i32 of rank 3 broadcasting to shape \[8, 7, 7\]"),
 ])
 def test_gathered_batch_matmul_refuses_shapes_that_do_not_fit(idx, shape, message):
