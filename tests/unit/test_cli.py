@@ -82,7 +82,8 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
                      "--with-ruleset", "layer_norm_prologue"]) == 0  # beside --rulesets, too
     assert "FusedLayerNormMatMul" in capsys.readouterr().out
     for argv, message in ((["--with-ruleset", "layer_norm_prolog"], "unknown optional ruleset 'layer_norm_prolog': "
-                                                                    "optional rulesets: layer_norm_prologue (f16: "
+                                                                    "optional rulesets: layer_norm_prologue, "
+                                                                    "gathered_products (f16: "
                                                                     "precision='f16') (did you mean "
                                                                     "'layer_norm_prologue'?)"),
                           (["--with-ruleset", "f16"], "ask for it with --precision f16"),
