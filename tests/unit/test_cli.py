@@ -88,8 +88,8 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
                                                                     "'layer_norm_prologue'?)"),
                           (["--with-ruleset", "f16"], "ask for it with --precision f16"),
                           (["--rulesets", "recognition,f16"], "ask for it with --precision f16"),
-                          (["--rulesets", "recogniton"], "optional: f16, layer_norm_prologue (did you mean "
-                                                         "'recognition'?)")):
+                          (["--rulesets", "recogniton"], "optional: f16, layer_norm_prologue, gathered_products "
+                                                         "(did you mean 'recognition'?)")):
         assert cli.main(["optimize", gpt2, *argv]) == 2
         assert message in capsys.readouterr().err
     assert cli.main(["optimize", gpt2]) == 0  # symbolic dimensions 1, and the header says so
