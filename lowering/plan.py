@@ -760,7 +760,10 @@ def check_limits(plan: ExecutionPlan, limits: Mapping[str, int] | None = None) -
                           f"is read through {len(sizes)} windows of up to {max(sizes)} bytes (the binding limit)"
                           for t, sizes in sorted(parts.items()))
             hint = ("; run on a device that binds larger buffers or more storage buffers per stage (eggfuse asks "
-                    "for the adapter's limits)") if parts else ""
+                    "for the adapter's limits)") if parts else (
+                "; run on a device that binds more storage buffers per stage (eggfuse asks for the adapter's "
+                "limits), or, where a rewrite made this op, compile without that rule (`eggfuse rules` lists them; "
+                "--disable-rule NAME, or rulesets=select(disable=[NAME]))")
             fail("max-storage-buffers-per-shader-stage", f"kernel {d.kernel} binds {len(d.bindings) + len(d.prefetch)} "
                                                          f"storage buffers for {d.label}{why}{hint}", d.node)
         ahead = len(d.bindings) + (1 if d.params else 0)  # the prefetched buffers bind after the uniform

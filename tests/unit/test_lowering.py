@@ -758,6 +758,21 @@ def test_a_limit_below_one_input_and_the_output_is_refused_with_its_name():
         lower(_wide_concat(3), {"max-storage-buffers-per-shader-stage": 1})
 
 
+def test_a_fused_op_binding_too_many_storage_buffers_says_what_to_do():
+    # the residual sum and its LayerNorm stored by one product (a rewrite's op): its LayerNorm stage binds six
+    g = Graph()
+    x, r = g.input("x", [64, 32]), g.input("r", [64, 64])
+    pair = g.add_node("FusedMatMulLayerNormPair", (x, g.parameter("w", [32, 64]), g.parameter("g", [64]),
+                                                   g.parameter("b", [64]), g.parameter("bias", [64]), r),
+                      eps=1e-5, epilogue=("bias", "add"))
+    g.set_outputs([g.add_node("Select", (pair,), index=i) for i in (0, 1)])
+    with pytest.raises(LoweringError, match=r"maxStorageBuffersPerShaderStage = 4 exceeded: kernel \S+ binds 6 "
+                                            r"storage buffers for node \d+ FusedMatMulLayerNormPair.*; run on a "
+                                            r"device that binds more storage buffers per stage .*compile without "
+                                            r"that rule \(`eggfuse rules` lists them; --disable-rule NAME"):
+        lower(g, {"max-storage-buffers-per-shader-stage": 4})
+
+
 def test_no_kernel_body_defines_a_helper_twice_through_its_includes():
     # Two helper files that define the same function and reach one kernel through its
     # includes fail only when a pipeline is built; this names the kernel and the function
