@@ -18,6 +18,7 @@ from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
 from .indexing import gather_elements_broadcast_ref
+from .movement import row_strides
 
 FAMILY = "linalg"
 
@@ -56,23 +57,9 @@ def _matrices(ts, a) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
 def batch_layout(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[int, int, int]]:
     """The batch dimensions of a broadcast product as (size, stride of A, stride of B), in
     matrices (stride 0 where an operand broadcasts), adjacent dimensions merged where both
-    strides allow, at least one."""
-    a = (1,) * (len(out) - len(a)) + tuple(a)
-    b = (1,) * (len(out) - len(b)) + tuple(b)
-    dims: list[tuple[int, int, int]] = []
-    sa = sb = 1
-    for d in range(len(out) - 1, -1, -1):
-        if out[d] == 1:
-            continue
-        da, db = (sa if a[d] != 1 else 0), (sb if b[d] != 1 else 0)
-        if dims and dims[0][1] * dims[0][0] == da and dims[0][2] * dims[0][0] == db:
-            size, ia, ib = dims[0]
-            dims[0] = (size * out[d], ia, ib)
-        else:
-            dims.insert(0, (out[d], da, db))
-        sa *= a[d]
-        sb *= b[d]
-    return dims or [(1, 0, 0)]
+    strides allow, at least one: :func:`strided_batch_layout` of row-major operands."""
+    return strided_batch_layout(out, tuple(a), tuple(math.prod(a[i + 1:]) for i in range(len(a))),
+                                tuple(b), tuple(math.prod(b[i + 1:]) for i in range(len(b))))
 
 
 def gemm_tile(m: int) -> tuple[int, int, int]:
@@ -111,22 +98,35 @@ def _batch_matmul_ref(xs, a):
     return np.matmul(x, y)
 
 
+def batch_operand_params(dims: list[tuple[int, int, int]], sa: tuple[int, int, int], k: int, n: int,
+                         trans_b: bool) -> tuple[tuple[str, str, list[int]], ...]:
+    """The uniform fields naming a batched product's operands (batch_matmul.wgsl, gathered_matmul.wgsl):
+    ``dims`` its batch dimensions (size, element stride of A, of B; :func:`strided_batch_layout`, at most
+    MAX_BATCH_DIMS), ``sa`` A's element strides of a row and a column and its element offset, B [K, N] row-major
+    or, with ``trans_b``, [N, K]."""
+    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + list(dims)
+    sbk, sbn = (1, k) if trans_b else (n, 1)
+    return (("batch", "vec4<u32>", [d[0] for d in dims]), ("a_batch", "vec4<u32>", [d[1] for d in dims]),
+            ("b_batch", "vec4<u32>", [d[2] for d in dims]), ("sa", "vec4<u32>", [*sa, 0]),
+            ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
+
+
+def _batch_gemm_kernel(dims, sa, m: int, k: int, n: int, z: int, trans_b: bool) -> Kernel:
+    # batch_matmul.wgsl over z problems of [m, k] x [k, n] (BatchMatMul, PermutedBatchMatMul)
+    gemm, slots, tiles = gemm_params(m, k, n, z)
+    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles,
+                  params=(*gemm, *batch_operand_params(dims, sa, k, n, trans_b)), slots=slots,
+                  bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+
+
 def _batch_matmul_kernel(node, ins, target) -> Kernel:
     a = node.attrs
     ba, bb, m, k, n = _matrices(ins, a)
     batch = np.broadcast_shapes(ba, bb)
-    dims = batch_layout(batch, ba, bb)
-    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
-    gemm, slots, tiles = gemm_params(m, k, n, math.prod(batch))
-    # A stored [M,K] (element (m, k) at m K + k) or, transposed, [K,M]; B [K,N] or [N,K]
-    sam, sak = (1, m) if a["trans_a"] else (k, 1)
-    sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
-    params = (*gemm, ("batch", "vec4<u32>", [d[0] for d in dims]),
-              ("a_batch", "vec4<u32>", [d[1] * m * k for d in dims]),
-              ("b_batch", "vec4<u32>", [d[2] * k * n for d in dims]),
-              ("sa", "vec4<u32>", [sam, sak, 0, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
-    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles, params=params,
-                  slots=slots, bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+    dims = [(size, sa * m * k, sb * k * n) for size, sa, sb in batch_layout(batch, ba, bb)]  # in elements
+    # A stored [M,K] (element (m, k) at m K + k) or, transposed, [K,M]
+    sa = (1, m, 0) if a["trans_a"] else (k, 1, 0)
+    return _batch_gemm_kernel(dims, sa, m, k, n, math.prod(batch), a["trans_b"])
 
 
 def _batch_matmul_flops(ins, out, a):
@@ -228,14 +228,7 @@ def _permuted_batch_matmul_ref(xs, a):
 def _permuted_batch_matmul_kernel(node, ins, target) -> Kernel:
     a = node.attrs
     _, strides, offset, batch, dims, m, k, n = _permuted_layout(ins, a)
-    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
-    gemm, slots, tiles = gemm_params(m, k, n, math.prod(batch))
-    sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
-    params = (*gemm, ("batch", "vec4<u32>", [d[0] for d in dims]), ("a_batch", "vec4<u32>", [d[1] for d in dims]),
-              ("b_batch", "vec4<u32>", [d[2] for d in dims]),
-              ("sa", "vec4<u32>", [strides[-2], strides[-1], offset, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
-    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles, params=params,
-                  slots=slots, bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+    return _batch_gemm_kernel(dims, (strides[-2], strides[-1], offset), m, k, n, math.prod(batch), a["trans_b"])
 
 
 op("PermutedBatchMatMul", ("a", "b"), _permuted_batch_matmul, _permuted_batch_matmul_ref,
@@ -280,17 +273,13 @@ def _gathered_batch_matmul_ref(xs, a):
 def _gathered_batch_matmul_kernel(node, ins, target) -> Kernel:
     a = node.attrs
     strides, offset, dims, _, k, n, shape, out = _gathered_parts(ins, a)
-    dims = [(1, 0, 0)] * (MAX_BATCH_DIMS - len(dims)) + dims
-    sbk, sbn = (1, k) if a["trans_b"] else (n, 1)
     idx = ins[2]
-    istr = [0 if i == 1 and s != 1 else st for i, s, st in zip(idx.shape, shape, (idx.shape[1] * idx.shape[2],
-                                                                                   idx.shape[2], 1), strict=True)]
+    istr = [0 if i == 1 and s != 1 else st for i, s, st in zip(idx.shape, shape, row_strides(idx.shape), strict=True)]
     perm = list(a.get("out_perm") or (0, 1, 2))
     params = (("total", "u32", out.num_elements), ("n", "u32", n), ("k", "u32", k),
               ("odims", "vec4<u32>", [*out.shape, 0]), ("perm", "vec4<u32>", [*perm, 0]),
-              ("istr", "vec4<u32>", [*istr, 0]), ("batch", "vec4<u32>", [d[0] for d in dims]),
-              ("a_batch", "vec4<u32>", [d[1] for d in dims]), ("b_batch", "vec4<u32>", [d[2] for d in dims]),
-              ("sa", "vec4<u32>", [strides[-2], strides[-1], offset, 0]), ("sb", "vec4<u32>", [sbk, sbn, 0, 0]))
+              ("istr", "vec4<u32>", [*istr, 0]),
+              *batch_operand_params(dims, (strides[-2], strides[-1], offset), k, n, a["trans_b"]))
     return Kernel("gathered_matmul", "gathered_matmul.wgsl", elementwise_groups(out.num_elements), params=params)
 
 
