@@ -813,10 +813,9 @@ class Importer:
             axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
             if data.ndim and idx.size and -data.ndim <= axis < data.ndim:
                 dim = data.shape[axis]
-                bad = idx[(idx >= dim) | (idx < -dim)]
-                if bad.size:
-                    fed_index_error(node, ins[1], int(bad.flat[0]), axis % data.ndim, data.shape)
-                    raise OnnxError(f"Gather node {node.name!r}: index {int(bad.flat[0])} is out of range for axis "
+                if (bad := first_out_of_range(idx, dim)) is not None:
+                    fed_index_error(node, ins[1], bad, axis % data.ndim, data.shape)
+                    raise OnnxError(f"Gather node {node.name!r}: index {bad} is out of range for axis "
                                     f"{axis % data.ndim} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim})): the model takes at most {dim} there (a position table, say), "
                                     "and an input's length makes it index past that; give a shorter input")
@@ -830,10 +829,9 @@ class Importer:
             if -data.ndim <= axis < data.ndim and all(i <= d for k, (i, d) in pairs if k != axis % data.ndim):
                 axis %= data.ndim
                 dim = data.shape[axis]
-                bad = idx[(idx >= dim) | (idx < -dim)]
-                if bad.size:
-                    fed_index_error(node, ins[1], int(bad.flat[0]), axis, data.shape)
-                    raise OnnxError(f"GatherElements node {node.name!r}: index {int(bad.flat[0])} is out of range "
+                if (bad := first_out_of_range(idx, dim)) is not None:
+                    fed_index_error(node, ins[1], bad, axis, data.shape)
+                    raise OnnxError(f"GatherElements node {node.name!r}: index {bad} is out of range "
                                     f"for axis {axis} of {list(data.shape)} (ONNX refuses an index outside "
                                     f"[-{dim}, {dim}))")
                 out = OPS["GatherElements"].reference([data, idx], {"axis": axis})
@@ -1039,6 +1037,13 @@ def import_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], va
     :attr:`Importer.origin` (graph node id -> the ONNX node that made it)."""
     importer = Importer(model, dict(shapes), dict(values), known_outputs=True)
     return (*importer.run(), importer.origin)
+
+
+def first_out_of_range(indices: np.ndarray, dim: int) -> int | None:
+    """The first of ``indices`` outside [-dim, dim) (ONNX's range for an axis of ``dim``), or None."""
+    bad = np.asarray(indices)
+    bad = bad[(bad >= dim) | (bad < -dim)]
+    return int(bad.flat[0]) if bad.size else None
 
 
 def fed_index_error(node: onnx.NodeProto, idx: Value, bad: int, axis: int, shape: Sequence[int]) -> None:

@@ -12,7 +12,7 @@ from eggfuse.ir import DType, Graph, GraphError, TensorType
 from eggfuse.ir.facts import baked
 from eggfuse.ir.spec import OPS, ShapeError
 
-from ..importer import ELEM_DTYPE, NodeContext, Value, converter, fed_index_error
+from ..importer import ELEM_DTYPE, NodeContext, Value, converter, fed_index_error, first_out_of_range
 from .movement import axis_of, same
 
 _REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -71,11 +71,8 @@ def _check_fed_indices(ctx: NodeContext, axis: int) -> None:
     idx = ctx.inputs[1]
     if idx is None or idx.const is None or not idx.deps:
         return
-    dim = ctx.shape(0)[axis]
-    vals = np.asarray(idx.const).astype(np.int64)
-    bad = vals[(vals >= dim) | (vals < -dim)]
-    if bad.size:
-        fed_index_error(ctx.node, idx, int(bad.flat[0]), axis, ctx.shape(0))
+    if (bad := first_out_of_range(np.asarray(idx.const).astype(np.int64), ctx.shape(0)[axis])) is not None:
+        fed_index_error(ctx.node, idx, bad, axis, ctx.shape(0))
 
 
 @converter("Gather")
