@@ -32,7 +32,12 @@
 // MASK_LOAD (masked: the tile's key_mask flags into k_masked; key_mask is f32, i32 or a bool's u32,
 // ir/ops/attention.py key_dropped_wgsl); KEY_END (keys row qi sees: p.seq,
 // or qi + 1u for causal) and TILES_END (keys any row of the block sees); IO the accessors of
-// the bindings (ir/ops/attention.py attention_io), K and V the arrays read.
+// the bindings (ir/ops/attention.py attention_io), K and V the arrays read; ROW0 the first row of the
+// (sequence, head) where rows are counted over sequences, KV_BASE the element of key k0 + i / HD4's row
+// in K and V before p.k_off and p.v_off (ir/ops/attention.py LaneAddressing).
+// GeneralAttention (ir/ops/attention_general.py _general_lanes_kernel) addresses q, k, v and out through its
+// (batch, head, row) strides instead, with MASK_ROW and SCORE reading its additive or bool mask, and KEY_END
+// and TILES_END the keys its mask covers.
 
 const HD: u32 = {{HEAD_DIM}}u;
 const HD4: u32 = (HD + 3u) / 4u;
@@ -59,6 +64,7 @@ fn key_end_of(qi: u32) -> u32 {
     return {{KEY_END}};
 }
 {{MEAN_V}}
+{{SCORE_FN}}
 
 // A lane's weight of one score against the running maximum mt (0 for a key it may not see).
 fn weight(s: f32, mt: f32) -> f32 {
@@ -78,7 +84,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let h = bh % p.nh;
     let b = bh / p.nh;
     let kh = h / p.group;
-    let row0 = b * p.seq;
+{{ROW0}}
     let q0 = qb * R;
     let g = li / L;  // the lane's row group: rows g * P + u of the block, u < P
     let lane = li % L;
@@ -93,7 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var kv = vec4<f32>();
             var vv = vec4<f32>();
             if (i / HD4 < nk) {
-                let base = (row0 + k0 + i / HD4) * p.kv_stride + kh * HD;
+                let base = {{KV_BASE}};
                 kv = {{K}}4(base + p.k_off, i % HD4);
                 vv = {{V}}4(base + p.v_off, i % HD4);
             }

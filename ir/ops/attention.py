@@ -419,8 +419,38 @@ def takes_lanes(op: str, hd: int, tiles: LaneTiles | None, workgroups: int) -> b
             and workgroups >= LANES_WIDE_MIN_WORKGROUPS)
 
 
-def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False,
-                 mean_rows: bool = False, mask_dtype: DType = DType.F32) -> dict[str, str]:
+class LaneAddressing(NamedTuple):
+    """Where attention_lanes.wgsl finds its rows: WGSL text, ``{u}`` standing for the lane's row index u < P
+    (row ``qi{u}``). ``row0``: the ROW0 statement (the first row of the (sequence, head)); ``kv_base``: the
+    KV_BASE expression (key ``k0 + i / HD4``'s row in k and v before ``p.k_off`` / ``p.v_off``); ``q_row`` and
+    ``out_row``: the element where row ``qi{u}``'s q and output start; ``rows``: the query rows of the sequence.
+    GeneralAttention's (ir/ops/attention_general.py) adds ``mask_row``, a statement per row of its mask's row
+    base, ``score``, the expression of an allowed key's score (``d{u}_{i}`` the log2-scaled q.k of key ``j{i}``),
+    ``score_fn``, WGSL functions it calls, and ``empty_row``, the output of a row without an allowed key
+    (then ``lr > 0`` decides, as attention_general.wgsl does, instead of the MASK_SENTINEL test)."""
+
+    row0: str
+    kv_base: str
+    q_row: str
+    out_row: str
+    rows: str
+    mask_row: str = ""
+    score: str = ""
+    score_fn: str = ""
+    empty_row: str = ""
+
+
+#: FullAttention's rows: ``batch`` sequences of ``p.seq`` rows, q [rows, nh * HD] (``p.q_stride`` apart), k and v
+#: [rows, nkv * HD] (``p.kv_stride``), out [rows, nh * HD].
+FULL_ADDRESSING = LaneAddressing(row0="    let row0 = b * p.seq;",
+                                 kv_base="(row0 + k0 + i / HD4) * p.kv_stride + kh * HD",
+                                 q_row="(row0 + min(qi{u}, p.seq - 1u)) * p.q_stride + h * HD",
+                                 out_row="(row0 + qi{u}) * p.nh * HD + h * HD", rows="p.seq")
+
+
+def lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zero_rows: bool = False,
+                 mean_rows: bool = False, mask_dtype: DType = DType.F32,
+                 addr: LaneAddressing = FULL_ADDRESSING) -> dict[str, str]:
     # attention_lanes.wgsl's unrolled statements over named registers: of row u < P, q's quads qv{u}_{c} and the
     # output's ov{u}_{c} (c < hd4), the running m{u} and l{u}, the scores d{u}_{i} of the lane's keys
     # j{i} = lane + i * L (i < BK / L)
@@ -432,7 +462,9 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, ze
         setup += [f"    let r{u} = g * P + {u}u;",
                   f"    let qi{u} = q0 + r{u};",
                   f"    let key_end{u} = key_end_of(qi{u});",
-                  f"    let qbase{u} = (row0 + min(qi{u}, p.seq - 1u)) * p.q_stride + h * HD;"]
+                  f"    let qbase{u} = {addr.q_row.format(u=u)};"]
+        if addr.mask_row:
+            setup.append(addr.mask_row.format(u=u))
         setup += [f"    let qv{u}_{c} = " + (f"q_tile[r{u}][{c}u]" if rope else f"{q}4(qbase{u}, {c}u)") + " * qs;"
                   for c in quads]
         setup += [f"    var ov{u}_{c} = vec4<f32>();" for c in quads]
@@ -448,7 +480,8 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, ze
         for i in keys:
             pv += [f"{i8}var s{u}_{i} = MAX_INIT;",
                    f"{i8}if (j{i} < nk && k0 + j{i} < key_end{u}) {{",
-                   f"{i8}    s{u}_{i} = " + (f"select(d{u}_{i}, MASK_SENTINEL, km{i});" if masked else f"d{u}_{i};"),
+                   f"{i8}    s{u}_{i} = " + (f"select(d{u}_{i}, MASK_SENTINEL, km{i});" if masked
+                                             else addr.score.format(u=u, i=i) + ";" if addr.score else f"d{u}_{i};"),
                    f"{i8}}}"]
         smax = f"s{u}_{kpl - 1}"
         for i in reversed(range(kpl - 1)):
@@ -481,15 +514,18 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, ze
         stats += [f"    ov{u}_{c} = ov{u}_{c} * f{u};" for c in quads]
     store = []
     for u in us:
-        store += [f"{i8}if (qi{u} < p.seq) {{",
+        store += [f"{i8}if (qi{u} < {addr.rows}) {{",
                   f"{i12}var lr = 0.0;",
                   f"{i12}for (var t = 0u; t < L; t = t + 1u) {{",
                   f"{i12}    lr = lr + lane_l[r{u} * L + t];",
                   f"{i12}}}",
                   f"{i12}let inv = " + (f"select(1.0 / lr, 0.0, mr{u} <= MASK_SENTINEL);  // no key kept: zeros"
                                         if zero_rows else "1.0 / lr;"),
-                  f"{i12}let obase = (row0 + qi{u}) * p.nh * HD + h * HD;"]
-        if mean_rows:  # a causal row that keeps no key: the mean of all the sequence's v rows
+                  f"{i12}let obase = {addr.out_row.format(u=u)};"]
+        if addr.empty_row:  # GeneralAttention: a row without an allowed key, or whose sum is NaN
+            store += [f"{i12}store_out(obase, {c}u, select(vec4<f32>({addr.empty_row}), ov{u}_{c} * inv, lr > 0.0));"
+                      for c in quads]
+        elif mean_rows:  # a causal row that keeps no key: the mean of all the sequence's v rows
             store += [f"{i12}if (mr{u} <= MASK_SENTINEL) {{"]
             store += [f"{i12}    store_out(obase, {c}u, mean_v(row0, kh, {c}u));" for c in quads]
             store += [f"{i12}}} else {{"]
@@ -509,7 +545,8 @@ def _lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, ze
         "    }",
         "    workgroupBarrier();",
         "    prepare_q_tile(li, q0);"]) if rope else ""
-    return dict(Q_TILE="const BQ: u32 = R;\nvar<workgroup> q_tile: array<array<vec4<f32>, HD4>, BQ>;" if rope else "",
+    return dict(ROW0=addr.row0, KV_BASE=addr.kv_base, SCORE_FN=addr.score_fn,
+                Q_TILE="const BQ: u32 = R;\nvar<workgroup> q_tile: array<array<vec4<f32>, HD4>, BQ>;" if rope else "",
                 QK=Include("attention_qk_rope.wgsl") if rope else "", Q_PREPARE=q_prepare,
                 K_PREPARE="        prepare_k_tile(li, k0, nk);" if rope else "",
                 ROW_SETUP="\n".join(setup), SCORE_DOTS="\n".join(dots), SOFTMAX_PV="\n".join(pv),
@@ -605,7 +642,7 @@ def _lanes_kernel(node, ins, tiles: LaneTiles, storage: int) -> Kernel:
     slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=f.names[1], V=f.names[2],
                  KEY_END="qi + 1u" if f.causal else "p.seq",
                  TILES_END="min(p.seq, q0 + R)" if f.causal else "p.seq",
-                 MEAN_V=_mean_v(f), **_lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows, f.mean_rows,
+                 MEAN_V=_mean_v(f), **lanes_slots(hd, tiles, f.masked, f.names[0], f.rope, f.zero_rows, f.mean_rows,
                                                     f.mask_dtype))
     name = f"attention_lanes_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
     return _attention_dispatch(node, f, "attention_lanes.wgsl", rows, name, slots)

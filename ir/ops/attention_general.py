@@ -32,6 +32,7 @@ from ..errors import InputError, LoweringError
 from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import Attr, need, need_f32, no_grad, op
 from ..types import DType, TensorType
+from .attention import ATTENTION_TILE_BYTES, LaneAddressing, LaneTiles, attention_io, lane_tiles, lanes_slots
 
 FAMILY = "attention_general"
 
@@ -335,7 +336,86 @@ def _common(node, ins, with_v: bool):
     return d, fields, slots, extra
 
 
+#: Largest head size (q, k and v alike) at which GeneralAttention runs on attention_lanes.wgsl
+#: (:func:`general_lanes_tiles`) instead of attention_general.wgsl; 0 keeps every GeneralAttention on the latter.
+GENERAL_LANES_MAX_HEAD_DIM = 64
+
+#: attention_lanes.wgsl's score of an allowed key of GeneralAttention from its log2-scaled q.k ``d`` and its mask
+#: value: an additive float mask's value times log2(e) (-inf: the key is not allowed, MAX_INIT), held above
+#: MAX_INIT (a mask of the lowest f32, as transformers' masked_fill writes, overflows to -inf there, and stays
+#: an allowed key as in the reference); a bool mask keeps the key where true.
+_LANES_SCORE_FN = {
+    DType.F32: "\n".join([
+        "const ALLOWED_MIN: f32 = -3.4028232635611926e38;  // the f32 above MAX_INIT",
+        "fn general_score(d: f32, mv: f32) -> f32 {",
+        "    if (bitcast<u32>(mv) == 0xff800000u) {  // -inf",
+        "        return MAX_INIT;",
+        "    }",
+        "    let s = d + mv * 1.4426950408889634;",
+        "    return select(max(s, ALLOWED_MIN), s, s != s);  // NaN stays NaN: the row's sum is then NaN",
+        "}"]),
+    DType.BOOL: "fn general_score(d: f32, keep: u32) -> f32 { return select(MAX_INIT, d, keep != 0u); }"}
+
+
+def general_lanes_tiles(node, ins, storage: int) -> LaneTiles | None:
+    """The attention_lanes.wgsl split (ir/ops/attention.py :func:`lane_tiles`) GeneralAttention ``node`` runs at,
+    or None where it runs on attention_general.wgsl: head sizes above :data:`GENERAL_LANES_MAX_HEAD_DIM` or v's
+    apart from q's, causal, a window, a softcap, kv lengths, v laid out apart from k, or no split that fits
+    ``storage`` bytes of workgroup memory."""
+    a = node.attrs
+    d = attention_dims(ins, a)
+    if (d["D"] != d["Dv"] or d["D"] > GENERAL_LANES_MAX_HEAD_DIM or a["causal"] or a["left_window"] >= 0
+            or a["right_window"] >= 0 or a["softcap"] > 0 or len(ins) > 4):
+        return None
+    k, v = unpacked(ins, a)[1:3]
+    packed = ins[0] if a.get("packed") else None
+    if layout_strides(k, d["KV"], d["D"], packed) != layout_strides(v, d["KV"], d["Dv"], packed):
+        return None
+    return lane_tiles(d["D"], storage)
+
+
+def _general_lanes_kernel(node, ins, tiles: LaneTiles) -> Kernel:
+    # GeneralAttention on attention_lanes.wgsl: q, k, v and out through their (batch, head, row) strides, the mask
+    # read per (row, key) where the key is scored
+    a = node.attrs
+    d, fields, _, _ = _common(node, ins, True)
+    hd, packed = d["D"], bool(a.get("packed"))
+    masked = len(ins) == 4
+    mask_dtype = ins[3].dtype if masked else DType.F32
+    os = layout_strides(node.type, d["H"], d["Dv"])
+    wq, wk, _ = packed_widths(ins[0], a) if packed else (0, 0, 0)
+    q_blocks = math.ceil(d["Sq"] / tiles.rows)
+    total = d["B"] * d["H"] * q_blocks
+    key_end = min(d["Skv"], ins[3].shape[-1]) if masked else d["Skv"]
+    params = (*fields, *zip(("o_sb", "o_sh", "o_ss"), ("u32",) * 3, os, strict=True),
+              ("q_blocks", "u32", q_blocks), ("total", "u32", total), ("key_end", "u32", key_end),
+              ("q_off", "u32", 0), ("k_off", "u32", wq), ("v_off", "u32", wq + wk))
+    addr = LaneAddressing(
+        row0="", kv_base="b * p.k_sb + kh * p.k_sh + (k0 + i / HD4) * p.k_ss",
+        q_row="p.q_off + b * p.q_sb + h * p.q_sh + min(qi{u}, p.q_seq - 1u) * p.q_ss",
+        out_row="b * p.o_sb + h * p.o_sh + qi{u} * p.o_ss", rows="p.q_seq",
+        mask_row="    let mrow{u} = b * p.m_sb + h * p.m_sh + min(qi{u}, p.q_seq - 1u) * p.m_sq;" if masked else "",
+        score="general_score(d{u}_{i}, mask[mrow{u} + k0 + j{i}])" if masked else "",
+        score_fn=_LANES_SCORE_FN[mask_dtype] if masked else "",
+        empty_row="0.0" if a["masked_rows"] == "zero" else "nan_f32()")
+    names = ("qkv",) * 3 if packed else ("q", "k", "v")
+    io, out, accessors = attention_io(names, hd)
+    rows, lanes, bk, per_lane = tiles
+    slots = dict(HEAD_DIM=hd, ROWS=rows, LANES=lanes, BK=bk, PER_LANE=per_lane, K=names[1], V=names[2],
+                 KEY_END="p.key_end", TILES_END="p.key_end", MEAN_V="", IO=accessors,
+                 **lanes_slots(hd, tiles, False, names[0], False, addr=addr))
+    bindings = (*io, *((Buffer("mask", mask_dtype.wgsl),) if masked else ()), out)
+    inputs = ((0, 3) if masked else (0,)) if packed else None
+    name = (f"attention_lanes_general_hd{hd}_{rows}x{lanes}k{bk}" + (f"p{per_lane}" if per_lane > 1 else "")
+            + (f"_mask_{mask_dtype.value}" if masked else "") + ("_packed" if packed else ""))
+    return Kernel(name, "attention_lanes.wgsl", total, params=params, slots=slots, bindings=bindings, inputs=inputs)
+
+
 def _general_kernel(node, ins, target) -> Kernel:
+    lanes = general_lanes_tiles(node, ins, target.limits.get("max-compute-workgroup-storage-size",
+                                                             ATTENTION_TILE_BYTES))
+    if lanes is not None:
+        return _general_lanes_kernel(node, ins, lanes)
     d, fields, slots, extra = _common(node, ins, True)
     tiles = general_tiles(d["D"], d["Dv"])
     if tiles is None:

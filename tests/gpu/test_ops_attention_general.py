@@ -1,7 +1,11 @@
 """GeneralAttention, AttentionScores, SplitHeads and RotaryEmbedding on the GPU against the
 numpy reference (tests/op_table.py): both layouts, GQA, head sizes of V apart from Q/K and not
 multiples of 4, every mask kind (additive with -inf, boolean, broadcast, shorter than the
-keys), fully masked rows, causal offsets, windows, kv lengths, softcap, several key tiles."""
+keys), fully masked rows, causal offsets, windows, kv lengths, softcap, several key tiles.
+GeneralAttention's rows run on both of its kernels: attention_lanes.wgsl where the lowering takes it
+(general_lanes_tiles) and attention_general.wgsl (GENERAL_LANES_MAX_HEAD_DIM 0); LANES_ROWS are the forms
+the lanes kernel takes, with masks of -inf, of the lowest f32 (transformers' masked_fill) and of +inf,
+fully masked rows, more query rows than a workgroup's and more keys than a tile's."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
+from eggfuse.ir.ops import attention_general
 
 
 def _qkv(g: Graph, rank: int, b: int, nh: int, nkv: int, sq: int, skv: int, d: int, dv: int):
@@ -138,6 +143,40 @@ ROWS += [
 ]
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-def test_op_matches_reference(row: Row, device):
+def _lowest_mask(shape, seed: int) -> np.ndarray:
+    # transformers' masked_fill(mask, finfo.min): row 1 all lowest (the reference averages v there), a third of
+    # the others' keys lowest
+    m = _neg_inf_mask(shape, seed)
+    lowest = np.finfo(np.float32).min
+    m[np.isneginf(m)] = lowest
+    m[..., 1, :] = lowest
+    return m
+
+
+LANES_ROWS: list[Row] = [
+    _general("lanes-4d-float-mask-short-gqa", 4, 2, 4, 2, 70, 37, 16, 16, mask=_neg_inf_mask([2, 1, 70, 33], 8, 3)),
+    _general("lanes-4d-float-mask-nan-rows", 4, 1, 2, 2, 9, 21, 8, 8, mask=_neg_inf_mask([1, 2, 9, 21], 9, 4),
+             masked_rows="nan", finite=False),
+    _general("lanes-3d-lowest-mask", 3, 2, 2, 1, 6, 19, 12, 12, mask=_lowest_mask([2, 2, 6, 19], 10)),
+    _general("lanes-3d-plus-inf", 3, 1, 1, 1, 3, 5, 4, 4, mask=_plus_inf_mask(), finite=False),
+    _general("lanes-3d-hd6-heads-mask", 3, 2, 3, 3, 5, 8, 6, 6, mask=_neg_inf_mask([3, 5, 8], 11)),
+    _general("lanes-4d-hd64-bool", 4, 1, 2, 1, 65, 20, 64, 64, mask=([1, 1, 65, 20], DType.BOOL)),
+    _packed("lanes-hd64-bias-4d", 2, 2, 2, 20, 64, mask=([2, 2, 20, 20], DType.F32)),
+]
+
+
+_CASES = [pytest.param(r, True, id=r.id) for r in ROWS + LANES_ROWS] + [
+    pytest.param(r, False, id=f"{r.id}-general-kernel") for r in ROWS + LANES_ROWS if r.op == "GeneralAttention"]
+
+
+@pytest.mark.parametrize(("row", "lanes"), _CASES)
+def test_op_matches_reference(row: Row, lanes: bool, device, monkeypatch):
+    if not lanes:  # GeneralAttention on attention_general.wgsl whatever its form
+        monkeypatch.setattr(attention_general, "GENERAL_LANES_MAX_HEAD_DIM", 0)
     check_row(row, device, subgroups=None)
+
+
+@pytest.mark.parametrize("row", LANES_ROWS, ids=[r.id for r in LANES_ROWS])
+def test_lanes_rows_take_the_lanes_kernel(row: Row, device):
+    session = check_row(row, device, subgroups=None)
+    assert [d.kernel.split("_hd")[0] for d in session.plan.dispatches] == ["attention_lanes_general"]
