@@ -29,7 +29,10 @@ each as microseconds per run:
   written with ``queue.write_buffer``; ``--rings``), one session per value and round, the values
   alternating over ``--rounds`` rounds: medians of each round (``*_us_rounds``) and their mean;
 - ``stamped_one_buffer``: the N passes in one command buffer, one submission: the gap between
-  two compute passes alone.
+  two compute passes alone;
+- ``one_buffer_scaling`` (``--scaling N ...``): one command buffer of N plan copies per N, the host's
+  submit and wait times and the wall time against the GPU's stamped span: whether the wall time's
+  excess over the GPU time is a fixed latency or grows with the work in the buffer.
 
 The gaps show what a submission costs on the device (wgpu's fences and barriers between
 command buffers, the input copy) apart from the host. Graphs are those of ``bench/models.py
@@ -139,6 +142,53 @@ def wall_one_buffer(session: Session, calls: int) -> float:
     return (time.perf_counter() - t) / calls
 
 
+def one_buffer_scaling(session: Session, counts: list[int], samples: int) -> dict[int, dict[str, float]]:
+    """Per count n of ``counts``: one command buffer of n copies of the plan (one compute pass each; n = 0: one
+    empty pass), stamped at the beginning of the first pass and the end of the last, submitted after a wait and
+    waited for, ``samples`` times. Medians in microseconds of the whole buffer: ``submit`` (the host's
+    ``queue.submit`` call), ``wait`` (from its return to the wait's), ``wall`` (both), ``gpu`` (first stamp to
+    last) and ``rest`` (wall - gpu: the host's and the device's latency around the GPU's work). A ``rest`` that
+    grows with n is work per plan copy outside the stamped span."""
+    device = session.device
+    query = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+    resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    out = {}
+    for n in counts:
+        values: dict[str, list[float]] = {"submit": [], "wait": [], "wall": [], "gpu": []}
+        for _ in range(samples):
+            encoder = device.create_command_encoder()
+            for i in range(max(n, 1)):
+                stamps = {"query_set": query}
+                if i == 0:
+                    stamps["beginning_of_pass_write_index"] = 0
+                if i == max(n, 1) - 1:
+                    stamps["end_of_pass_write_index"] = 1
+                compute = encoder.begin_compute_pass(timestamp_writes=stamps)
+                if n:
+                    for pipeline, bind_group, grid in session._commands:
+                        compute.set_pipeline(pipeline)
+                        compute.set_bind_group(0, bind_group)
+                        compute.dispatch_workgroups(*grid)
+                compute.end()
+            encoder.resolve_query_set(query, 0, 2, resolve, 0)
+            buffer = encoder.finish()
+            session.wait()
+            t0 = time.perf_counter()
+            device.queue.submit([buffer])
+            t1 = time.perf_counter()
+            session.wait()
+            t2 = time.perf_counter()
+            ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64)
+            values["submit"].append(t1 - t0)
+            values["wait"].append(t2 - t1)
+            values["wall"].append(t2 - t0)
+            values["gpu"].append(float(ticks[1] - ticks[0]) * 1e-9)
+        row = {key: float(np.median(v)) * 1e6 for key, v in values.items()}
+        row["rest"] = float(np.median(np.array(values["wall"]) - np.array(values["gpu"]))) * 1e6
+        out[n] = row
+    return out
+
+
 def ring_rounds(plan, params: dict, feeds: list[dict], samples: int, rings: list[int], rounds: int) -> dict:
     """``wall_runs`` (gpu_timing.wall_per_call) of a session made with each ``session.INPUT_RING`` of
     ``rings``, alternating, ``rounds`` times: per ring the median of each round (seconds per run)."""
@@ -205,6 +255,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20, help="samples of each way")
     ap.add_argument("--rings", type=int, nargs="*", default=[3, 0], help="INPUT_RING values to alternate")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --rings alternation")
+    ap.add_argument("--scaling", type=int, nargs="*", default=[],
+                    help="plan copies per command buffer to time one submission of each (one_buffer_scaling)")
+    ap.add_argument("--only-scaling", action="store_true", help="time nothing but --scaling")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
     if min(args.calls, args.repeats) < 2:
@@ -213,10 +266,17 @@ def main() -> None:
     for kind in args.model or ["minilm"]:
         fused, params, feeds, meta = models.saved_model(args.graphs, kind, args.calls)
         plan = lower_for(fused)
-        row = {"model": kind, "weights": meta["weights"], **measure(plan, params, feeds, args.calls, args.repeats)}
-        for ring, values in ring_rounds(plan, params, feeds, args.repeats, args.rings, args.rounds).items():
-            row[f"wall_runs_ring_{ring}_us_rounds"] = [v * 1e6 for v in values]
-            row[f"wall_runs_ring_{ring}_us"] = float(np.mean(values)) * 1e6
+        row = {"model": kind, "weights": meta["weights"]}
+        if not args.only_scaling:
+            row.update(measure(plan, params, feeds, args.calls, args.repeats))
+            for ring, values in ring_rounds(plan, params, feeds, args.repeats, args.rings, args.rounds).items():
+                row[f"wall_runs_ring_{ring}_us_rounds"] = [v * 1e6 for v in values]
+                row[f"wall_runs_ring_{ring}_us"] = float(np.mean(values)) * 1e6
+        if args.scaling:
+            s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
+            s.run(feeds[0], read=())
+            gpu_timing.wall_per_call(s, feeds, 2)  # warm: the clock ramps up
+            row["one_buffer_scaling"] = one_buffer_scaling(s, args.scaling, args.repeats)
         rows.append(row)
         print(json.dumps(row, indent=1), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
