@@ -1,6 +1,7 @@
 //#include "common.wgsl"
-// Scaled dot-product attention with GQA for FullAttention, FullAttentionPacked, CausalAttention and
-// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference) with a query row's state in
+// Scaled dot-product attention with GQA for FullAttention, FullAttentionPacked, CausalAttention,
+// CausalAttentionRoPE (Vaswani et al. 2017, eq. 1; ir/ops/attention.py attention_reference) and GeneralAttention
+// without causality, windows, softcap or kv lengths (ir/ops/attention_general.py) with a query row's state in
 // registers: a workgroup of WG = R / P * L invocations takes R query rows of one (sequence, head), L
 // lanes to a row, P rows to a lane. Lane t of row r keeps the row's q (pre-scaled by scale * log2(e))
 // and its own online-softmax state (Milakov & Gimelshein 2018: running maximum m, sum l, output o) in
