@@ -38,10 +38,6 @@ fn load_b4(k: u32) -> vec4<f32> {
     return v;
 }
 
-fn load_b(k: u32, n: u32) -> f32 {
-    return b[b_base + k * p.sb.x + n * p.sb.y];
-}
-
 fn out_row(m: u32) -> u32 {
     return c_base + m * p.n;
 }

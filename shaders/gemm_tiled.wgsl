@@ -20,9 +20,7 @@
 // reads one vec4 of each per step. Element e = li + 256 r of A's slice is row e / SLICE,
 // column e % SLICE (neighbouring invocations read neighbouring k); quad q = li + 256 r of B's
 // is slice row q / TX, the tile's quad column li % TX (the same for every r, as TX divides
-// 256). Elements outside the problem load as zeros. With B_STAGE by K (ir/ops/linalg.py GEMM_B_BY_K, for a B
-// stored [N, K]: neighbouring k are neighbours in memory) element e = li + 256 r of B's slice is column
-// e / SLICE, slice row e % SLICE instead, read by load_b(k, n).
+// 256). Elements outside the problem load as zeros.
 // Workgroups are numbered tile column fastest, then tile row, then z (p.tiles_n,
 // p.tiles_m); past p.tiles (a split grid) a workgroup returns at once.
 
@@ -71,7 +69,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 a_tile[ak * BM4 + am / 4u][am % 4u] = va;
             }
         }
-{{B_STAGE}}
+        for (var r = 0u; r < B_LOADS; r = r + 1u) {
+            let bk = li / TX + B_ROWS * r;
+            var vb = vec4<f32>();
+            if (bk < SLICE && k0 + bk < p.k) {
+                vb = load_b4(k0 + bk);
+            }
+            if (bk < SLICE) {
+                b_tile[bk * TX + b_q] = vb;
+            }
+        }
         workgroupBarrier();
         for (var kk = 0u; kk < SLICE; kk = kk + 1u) {
             let a = a_tile[kk * BM4 + ty];

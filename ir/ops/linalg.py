@@ -26,8 +26,6 @@ FAMILY = "linalg"
 #: invocations; the two staged slices take 4 * slice * (rows + columns) bytes of workgroup memory,
 #: within the WebGPU default maxComputeWorkgroupStorageSize (matmul_kernel.WORKGROUP_STORAGE).
 GEMM_TILES = ((64, 64, 16), (32, 128, 16), (16, 256, 8))
-#: Whether BatchMatMul and PermutedBatchMatMul with ``trans_b`` stage B's slices by K (:data:`GEMM_B_BY_K`).
-TRANS_B_BY_K = True
 #: Batch dimensions BatchMatMul's kernel addresses after merging (uniform vec4s).
 MAX_BATCH_DIMS = 4
 #: Letters (after expanding "...") and operands the Einsum kernel takes.
@@ -70,45 +68,14 @@ def gemm_tile(m: int) -> tuple[int, int, int]:
     return next((t for t in reversed(GEMM_TILES) if m <= t[0]), GEMM_TILES[0])
 
 
-#: gemm_tiled.wgsl's B_STAGE: B's K slice staged by rows of B (quads of 4 columns through load_b4), for a B whose
-#: neighbouring columns are neighbours in memory.
-GEMM_B_BY_ROWS = """\
-        for (var r = 0u; r < B_LOADS; r = r + 1u) {
-            let bk = li / TX + B_ROWS * r;
-            var vb = vec4<f32>();
-            if (bk < SLICE && k0 + bk < p.k) {
-                vb = load_b4(k0 + bk);
-            }
-            if (bk < SLICE) {
-                b_tile[bk * TX + b_q] = vb;
-            }
-        }"""
-#: gemm_tiled.wgsl's B_STAGE for a B stored [N, K] (BatchMatMul's trans_b): neighbouring invocations read
-#: neighbouring k of one column (load_b), as A's slice is read, instead of four columns K elements apart each.
-GEMM_B_BY_K = """\
-        for (var r = 0u; r < (SLICE * BN + 255u) / 256u; r = r + 1u) {
-            let e = li + 256u * r;
-            let bn = e / SLICE;
-            let bk = e % SLICE;
-            var vb = 0.0;
-            if (e < SLICE * BN && n0 + bn < p.n && k0 + bk < p.k) {
-                vb = load_b(k0 + bk, n0 + bn);
-            }
-            if (e < SLICE * BN) {
-                b_tile[bk * TX + bn / 4u][bn % 4u] = vb;
-            }
-        }"""
-
-
-def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, object], int]:
-    """(uniform fields, slots, workgroups) of gemm_tiled.wgsl for z problems of [m, k] x [k, n] (B staged by
-    rows: :data:`GEMM_B_BY_ROWS`)."""
+def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, int], int]:
+    """(uniform fields, slots, workgroups) of gemm_tiled.wgsl for z problems of [m, k] x [k, n]."""
     bm, bn, slice_k = gemm_tile(m)
     tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
     tiles = tiles_m * tiles_n * z
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_m", "u32", tiles_m),
               ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles))
-    return params, {"BM": bm, "BN": bn, "SLICE": slice_k, "B_STAGE": GEMM_B_BY_ROWS}, tiles
+    return params, {"BM": bm, "BN": bn, "SLICE": slice_k}, tiles
 
 
 def _batch_matmul(ts, a):
@@ -147,10 +114,7 @@ def batch_operand_params(dims: list[tuple[int, int, int]], sa: tuple[int, int, i
 def _batch_gemm_kernel(dims, sa, m: int, k: int, n: int, z: int, trans_b: bool) -> Kernel:
     # batch_matmul.wgsl over z problems of [m, k] x [k, n] (BatchMatMul, PermutedBatchMatMul)
     gemm, slots, tiles = gemm_params(m, k, n, z)
-    if trans_b and TRANS_B_BY_K:
-        slots["B_STAGE"] = GEMM_B_BY_K
-    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}" + ("_bk" if slots["B_STAGE"] is GEMM_B_BY_K else ""),
-                  "batch_matmul.wgsl", tiles,
+    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles,
                   params=(*gemm, *batch_operand_params(dims, sa, k, n, trans_b)), slots=slots,
                   bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
 
