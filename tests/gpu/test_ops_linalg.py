@@ -60,6 +60,10 @@ ROWS = [
     _bmm([2, 7, 5], [9, 7], trans_a=True, trans_b=True),
     _bmm([5, 3], [2, 5, 6], trans_a=True),
     _bmm([2, 6, 5], [2, 4, 5], trans_b=True),
+    # B stored [N, K] on each tile: 64x64 with edges in N and K, 32x128 with B broadcast, 16x256 (slices of 8)
+    _bmm([3, 70, 37], [3, 133, 37], trans_b=True),
+    _bmm([2, 20, 19], [150, 19], trans_b=True),
+    _bmm([2, 10, 21], [2, 300, 21], trans_b=True),
     # A read through a permutation: DeBERTa's head split times position keys (B broadcast over the batch),
     # 64x64 tiles with edges; K strided (the last axis moved); M and K swapped; rank 3; B batched in full
     _permuted([2, 70, 3, 33], [0, 2, 1, 3], [1, 3, 65, 33], trans_b=True),
