@@ -163,7 +163,7 @@ def one_buffer_scaling(session: Session, counts: list[int], samples: int) -> dic
                     stamps["beginning_of_pass_write_index"] = 0
                 if i == max(n, 1) - 1:
                     stamps["end_of_pass_write_index"] = 1
-                compute = encoder.begin_compute_pass(timestamp_writes=stamps)
+                compute = encoder.begin_compute_pass(timestamp_writes=stamps if len(stamps) > 1 else None)
                 if n:
                     for pipeline, bind_group, grid in session._commands:
                         compute.set_pipeline(pipeline)
