@@ -148,7 +148,8 @@ def one_buffer_scaling(session: Session, counts: list[int], samples: int) -> dic
     waited for, ``samples`` times. Medians in microseconds of the whole buffer: ``submit`` (the host's
     ``queue.submit`` call), ``wait`` (from its return to the wait's), ``wall`` (both), ``gpu`` (first stamp to
     last) and ``rest`` (wall - gpu: the host's and the device's latency around the GPU's work). A ``rest`` that
-    grows with n is work per plan copy outside the stamped span."""
+    grows with n is work per plan copy outside the stamped span. The copies compute on the inputs the session
+    last wrote."""
     device = session.device
     query = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
     resolve = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
@@ -262,6 +263,8 @@ def main() -> None:
     args = ap.parse_args()
     if min(args.calls, args.repeats) < 2:
         raise SystemExit("--calls and --repeats must be at least 2")
+    if args.only_scaling and not args.scaling:
+        raise SystemExit("--only-scaling times --scaling's counts: give them (e.g. --scaling 1 10)")
     rows = []
     for kind in args.model or ["minilm"]:
         fused, params, feeds, meta = models.saved_model(args.graphs, kind, args.calls)
@@ -274,6 +277,8 @@ def main() -> None:
                 row[f"wall_runs_ring_{ring}_us"] = float(np.mean(values)) * 1e6
         if args.scaling:
             s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
+            if not gpu_timing.has_timestamps(s.device):
+                raise SystemExit(f"--scaling needs timestamp queries, which {s.adapter} lacks")
             s.run(feeds[0], read=())
             gpu_timing.wall_per_call(s, feeds, 2)  # warm: the clock ramps up
             row["one_buffer_scaling"] = one_buffer_scaling(s, args.scaling, args.repeats)

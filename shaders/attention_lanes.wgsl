@@ -29,7 +29,7 @@
 // Template slots: HEAD_DIM, ROWS (R), LANES (L, a power of two), BK (a multiple of L), PER_LANE (P,
 // dividing R: each K and V read from workgroup memory serves P rows); ROW_SETUP, SCORE_DOTS,
 // SOFTMAX_PV, MERGE_STATS, REDUCE_WRITE, REDUCE_ADD, STORE: the per-row, per-quad and per-key
-// statements over named registers (ir/ops/attention.py _lanes_slots);
+// statements over named registers (ir/ops/attention.py lanes_slots);
 // MASK_LOAD (masked: the tile's key_mask flags into k_masked; key_mask is f32, i32 or a bool's u32,
 // ir/ops/attention.py key_dropped_wgsl); KEY_END (keys row qi sees: p.seq,
 // or qi + 1u for causal) and TILES_END (keys any row of the block sees); IO the accessors of
@@ -37,8 +37,10 @@
 // (sequence, head) where rows are counted over sequences, KV_BASE the element of key k0 + i / HD4's row
 // in K and V before p.k_off and p.v_off (ir/ops/attention.py LaneAddressing).
 // GeneralAttention (ir/ops/attention_general.py _general_lanes_kernel) addresses q, k, v and out through its
-// (batch, head, row) strides instead, with MASK_ROW and SCORE reading its additive or bool mask, and KEY_END
-// and TILES_END the keys its mask covers.
+// (batch, head, row) strides instead, reads its additive or bool mask where ROW_SETUP and SOFTMAX_PV score a key
+// (SCORE_FN: the function they call), and KEY_END and TILES_END are the keys its mask covers. EXP and LOG2E:
+// the weights are EXP(s - m) of scores scaled by LOG2E (exp2 and log2(e); GeneralAttention: exp and 1, so that
+// a mask value added to a score keeps the f32 range the reference has).
 
 const HD: u32 = {{HEAD_DIM}}u;
 const HD4: u32 = (HD + 3u) / 4u;
@@ -69,7 +71,7 @@ fn key_end_of(qi: u32) -> u32 {
 
 // A lane's weight of one score against the running maximum mt (0 for a key it may not see).
 fn weight(s: f32, mt: f32) -> f32 {
-    return select(0.0, exp2(s - mt), s != MAX_INIT);
+    return select(0.0, {{EXP}}(s - mt), s != MAX_INIT);
 }
 
 @compute @workgroup_size(WG)
@@ -89,7 +91,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let q0 = qb * R;
     let g = li / L;  // the lane's row group: rows g * P + u of the block, u < P
     let lane = li % L;
-    let qs = p.scale * 1.4426950408889634;  // log2(e): weights by exp2
+    let qs = p.scale * {{LOG2E}};  // log2(e): weights by exp2 (GeneralAttention: 1, weights by exp)
 {{Q_PREPARE}}
 {{ROW_SETUP}}
     let tiles_end = {{TILES_END}};

@@ -427,7 +427,8 @@ class LaneAddressing(NamedTuple):
     GeneralAttention's (ir/ops/attention_general.py) adds ``mask_row``, a statement per row of its mask's row
     base, ``score``, the expression of an allowed key's score (``d{u}_{i}`` the log2-scaled q.k of key ``j{i}``),
     ``score_fn``, WGSL functions it calls, and ``empty_row``, the output of a row without an allowed key
-    (then ``lr > 0`` decides, as attention_general.wgsl does, instead of the MASK_SENTINEL test)."""
+    (then ``lr > 0`` decides, as attention_general.wgsl does, instead of the MASK_SENTINEL test); ``exp``: the
+    weights' exponential, ``exp2`` of log2(e)-scaled scores or ``exp`` of the scores as they are."""
 
     row0: str
     kv_base: str
@@ -438,6 +439,7 @@ class LaneAddressing(NamedTuple):
     score: str = ""
     score_fn: str = ""
     empty_row: str = ""
+    exp: str = "exp2"
 
 
 #: FullAttention's rows: ``batch`` sequences of ``p.seq`` rows, q [rows, nh * HD] (``p.q_stride`` apart), k and v
@@ -487,7 +489,7 @@ def lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zer
         for i in reversed(range(kpl - 1)):
             smax = f"max(s{u}_{i}, {smax})"
         pv += [f"{i8}let mt{u} = max(m{u}, {smax});",
-               f"{i8}let corr{u} = exp2(m{u} - mt{u});",
+               f"{i8}let corr{u} = {addr.exp}(m{u} - mt{u});",
                f"{i8}m{u} = mt{u};"]
         pv += [f"{i8}let w{u}_{i} = weight(s{u}_{i}, mt{u});" for i in keys]
         pv.append(f"{i8}l{u} = l{u} * corr{u} + ({' + '.join(f'w{u}_{i}' for i in keys)});")
@@ -509,7 +511,7 @@ def lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zer
                   "    for (var t = 0u; t < L; t = t + 1u) {",
                   f"        mr{u} = max(mr{u}, lane_m[r{u} * L + t]);",
                   "    }",
-                  f"    let f{u} = exp2(m{u} - mr{u});  // 0 for a lane that saw no key; 1 where no lane did",
+                  f"    let f{u} = {addr.exp}(m{u} - mr{u});  // 0 for a lane that saw no key; 1 where no lane did",
                   f"    lane_l[r{u} * L + lane] = l{u} * f{u};"]
         stats += [f"    ov{u}_{c} = ov{u}_{c} * f{u};" for c in quads]
     store = []
@@ -545,7 +547,8 @@ def lanes_slots(hd: int, tiles: LaneTiles, masked: bool, q: str, rope: bool, zer
         "    }",
         "    workgroupBarrier();",
         "    prepare_q_tile(li, q0);"]) if rope else ""
-    return dict(ROW0=addr.row0, KV_BASE=addr.kv_base, SCORE_FN=addr.score_fn,
+    return dict(ROW0=addr.row0, KV_BASE=addr.kv_base, SCORE_FN=addr.score_fn, EXP=addr.exp,
+                LOG2E="1.4426950408889634" if addr.exp == "exp2" else "1.0",
                 Q_TILE="const BQ: u32 = R;\nvar<workgroup> q_tile: array<array<vec4<f32>, HD4>, BQ>;" if rope else "",
                 QK=Include("attention_qk_rope.wgsl") if rope else "", Q_PREPARE=q_prepare,
                 K_PREPARE="        prepare_k_tile(li, k0, nk);" if rope else "",

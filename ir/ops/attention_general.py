@@ -340,21 +340,32 @@ def _common(node, ins, with_v: bool):
 #: (:func:`general_lanes_tiles`) instead of attention_general.wgsl; 0 keeps every GeneralAttention on the latter.
 GENERAL_LANES_MAX_HEAD_DIM = 64
 
-#: attention_lanes.wgsl's score of an allowed key of GeneralAttention from its log2-scaled q.k ``d`` and its mask
-#: value: an additive float mask's value times log2(e) (-inf: the key is not allowed, MAX_INIT), held above
-#: MAX_INIT (a mask of the lowest f32, as transformers' masked_fill writes, overflows to -inf there, and stays
-#: an allowed key as in the reference); a bool mask keeps the key where true.
+#: attention_lanes.wgsl's score of an allowed key of GeneralAttention (weights by exp) from its scaled q.k ``d``
+#: and its mask value: ``d`` plus an additive float mask's value (-inf: the key is not allowed, MAX_INIT), a bool
+#: mask's key kept where true. A NaN score becomes +inf, which makes the row's sum NaN and the row empty (zeros,
+#: or NaN with masked_rows nan), as the reference's NaN softmax; a finite ``d`` plus the mask is held above
+#: MAX_INIT (a mask of the lowest f32, as transformers' masked_fill writes, stays an allowed key, as in the
+#: reference), a ``d`` of -inf (infinite inputs) weighs 0.
+_LANES_SCORE_COMMON = "\n".join([
+    "const ALLOWED_MIN: f32 = -3.4028232635611926e38;  // the f32 above MAX_INIT",
+    "fn allowed_score(d: f32, s: f32) -> f32 {",
+    "    if ((bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u) {  // NaN",
+    "        return bitcast<f32>(0x7f800000u);",
+    "    }",
+    "    return select(s, max(s, ALLOWED_MIN), bitcast<u32>(d) != 0xff800000u);",
+    "}"])
 _LANES_SCORE_FN = {
+    None: _LANES_SCORE_COMMON + "\nfn general_score(d: f32) -> f32 { return allowed_score(d, d); }",
     DType.F32: "\n".join([
-        "const ALLOWED_MIN: f32 = -3.4028232635611926e38;  // the f32 above MAX_INIT",
+        _LANES_SCORE_COMMON,
         "fn general_score(d: f32, mv: f32) -> f32 {",
-        "    if (bitcast<u32>(mv) == 0xff800000u) {  // -inf",
+        "    if (bitcast<u32>(mv) == 0xff800000u) {  // -inf: not allowed",
         "        return MAX_INIT;",
         "    }",
-        "    let s = d + mv * 1.4426950408889634;",
-        "    return select(max(s, ALLOWED_MIN), s, s != s);  // NaN stays NaN: the row's sum is then NaN",
+        "    return allowed_score(d, d + mv);",
         "}"]),
-    DType.BOOL: "fn general_score(d: f32, keep: u32) -> f32 { return select(MAX_INIT, d, keep != 0u); }"}
+    DType.BOOL: _LANES_SCORE_COMMON + "\nfn general_score(d: f32, keep: u32) -> f32 { return select(MAX_INIT, "
+                                      "allowed_score(d, d), keep != 0u); }"}
 
 
 def general_lanes_tiles(node, ins, storage: int) -> LaneTiles | None:
@@ -395,9 +406,9 @@ def _general_lanes_kernel(node, ins, tiles: LaneTiles) -> Kernel:
         q_row="p.q_off + b * p.q_sb + h * p.q_sh + min(qi{u}, p.q_seq - 1u) * p.q_ss",
         out_row="b * p.o_sb + h * p.o_sh + qi{u} * p.o_ss", rows="p.q_seq",
         mask_row="    let mrow{u} = b * p.m_sb + h * p.m_sh + min(qi{u}, p.q_seq - 1u) * p.m_sq;" if masked else "",
-        score="general_score(d{u}_{i}, mask[mrow{u} + k0 + j{i}])" if masked else "",
-        score_fn=_LANES_SCORE_FN[mask_dtype] if masked else "",
-        empty_row="0.0" if a["masked_rows"] == "zero" else "nan_f32()")
+        score="general_score(d{u}_{i}, mask[mrow{u} + k0 + j{i}])" if masked else "general_score(d{u}_{i})",
+        score_fn=_LANES_SCORE_FN[mask_dtype if masked else None],
+        empty_row="0.0" if a["masked_rows"] == "zero" else "nan_f32()", exp="exp")
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     rows, lanes, bk, per_lane = tiles

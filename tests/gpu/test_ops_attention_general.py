@@ -153,6 +153,24 @@ def _lowest_mask(shape, seed: int) -> np.ndarray:
     return m
 
 
+def _nan_mask() -> np.ndarray:
+    m = _neg_inf_mask([3, 6], 5)
+    m[1, 2] = np.nan
+    return m
+
+
+def _huge_mask() -> np.ndarray:
+    # values past f32 max / log2(e): row 0's key 1 dominates, row 2 keeps its key 3 of -2.5e38 among keys of -3e38
+    m = np.zeros([3, 6], np.float32)
+    m[0, 1] = 3e38
+    m[2, :] = -3e38
+    m[2, 3] = -2.5e38
+    return m
+
+
+_NAN_K = np.random.default_rng(12).standard_normal([1, 2, 6, 4]).astype(np.float32)
+_NAN_K[0, 0, 2, 1] = np.nan  # head 0's rows all see it
+
 LANES_ROWS: list[Row] = [
     _general("lanes-4d-float-mask-short-gqa", 4, 2, 4, 2, 70, 37, 16, 16, mask=_neg_inf_mask([2, 1, 70, 33], 8, 3)),
     _general("lanes-4d-float-mask-nan-rows", 4, 1, 2, 2, 9, 21, 8, 8, mask=_neg_inf_mask([1, 2, 9, 21], 9, 4),
@@ -162,6 +180,11 @@ LANES_ROWS: list[Row] = [
     _general("lanes-3d-hd6-heads-mask", 3, 2, 3, 3, 5, 8, 6, 6, mask=_neg_inf_mask([3, 5, 8], 11)),
     _general("lanes-4d-hd64-bool", 4, 1, 2, 1, 65, 20, 64, 64, mask=([1, 1, 65, 20], DType.BOOL)),
     _packed("lanes-hd64-bias-4d", 2, 2, 2, 20, 64, mask=([2, 2, 20, 20], DType.F32)),
+    # a NaN score (from the mask, or from k) empties its row: zeros, or NaN with masked_rows nan
+    *[_general(f"lanes-nan-mask-{rows}", 4, 1, 1, 1, 3, 6, 4, 4, mask=_nan_mask(), masked_rows=rows, finite=False)
+      for rows in ("zero", "nan")],
+    _general("lanes-nan-key", 4, 1, 2, 2, 3, 6, 4, 4, feeds={"k": _NAN_K}, finite=False),
+    _general("lanes-huge-mask", 4, 1, 1, 1, 3, 6, 4, 4, mask=_huge_mask()),
 ]
 
 
