@@ -12,9 +12,8 @@
 //   finish(m, at, v)    the value stored at out[at] for result v of row m
 //
 // One workgroup of 256 invocations computes a BM x BN tile of C (BM * BN = 4096: 64 x 64,
-// 32 x 128 or 16 x 256, chosen per problem; or 128 x 64 with TM = 8). Invocation (tx, ty), tx = li % TX, owns the
-// TM x 4 outputs (TM = 4, or 8) at rows ty * TM .. + TM - 1 and columns tx * 4 .. + 3 of the tile
-// (ACCUMULATORS, MICRO_TILE: ir/ops/linalg.py gemm_micro_tile). K is walked in
+// 32 x 128 or 16 x 256, chosen per problem). Invocation (tx, ty), tx = li % TX, owns the
+// 4 x 4 outputs at rows ty * 4 .. + 3 and columns tx * 4 .. + 3 of the tile. K is walked in
 // slices of SLICE (16, or 8 for 16 x 256, so that 4 SLICE (BM + BN) bytes stay within the
 // 16384 of workgroup memory every WebGPU device has), both operands staged in workgroup
 // memory as vec4 (A transposed: [SLICE][BM / 4], B [SLICE][BN / 4]), so the inner product
@@ -29,7 +28,6 @@ const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
 const SLICE: u32 = {{SLICE}}u;
 const TX: u32 = BN / 4u;  // invocations across the tile, each 4 columns
-const TM: u32 = {{TM}}u;  // rows of the tile an invocation computes
 const BM4: u32 = BM / 4u;
 const A_ELEMS: u32 = BM * SLICE;  // elements of A's slice
 const B_QUADS: u32 = SLICE * TX;  // quads of B's slice
@@ -54,7 +52,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let ty = li / TX;
     let b_q = li % TX;  // the quad of B columns this invocation stages
     gemm_begin(z, n0 + 4u * b_q);
-{{ACCUMULATORS}}
+    var c0 = vec4<f32>();
+    var c1 = vec4<f32>();
+    var c2 = vec4<f32>();
+    var c3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.k; k0 = k0 + SLICE) {
         for (var r = 0u; r < A_LOADS; r = r + 1u) {
             let e = li + 256u * r;
@@ -80,18 +81,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         for (var kk = 0u; kk < SLICE; kk = kk + 1u) {
+            let a = a_tile[kk * BM4 + ty];
             let b = b_tile[kk * TX + tx];
-{{MICRO_TILE}}
+            c0 = fma(vec4<f32>(a.x), b, c0);
+            c1 = fma(vec4<f32>(a.y), b, c1);
+            c2 = fma(vec4<f32>(a.z), b, c2);
+            c3 = fma(vec4<f32>(a.w), b, c3);
         }
         workgroupBarrier();
     }
-    let acc = array<vec4<f32>, TM>({{ACC_LIST}});
+    let acc = array<vec4<f32>, 4>(c0, c1, c2, c3);
     var cols: array<u32, 4>;
     for (var j = 0u; j < 4u; j = j + 1u) {
         cols[j] = out_col(min(n0 + tx * 4u + j, p.n - 1u));
     }
-    for (var i = 0u; i < TM; i = i + 1u) {
-        let m = m0 + ty * TM + i;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let m = m0 + ty * 4u + i;
         if (m >= p.m) {
             break;
         }

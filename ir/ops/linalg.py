@@ -26,10 +26,6 @@ FAMILY = "linalg"
 #: invocations; the two staged slices take 4 * slice * (rows + columns) bytes of workgroup memory,
 #: within the WebGPU default maxComputeWorkgroupStorageSize (matmul_kernel.WORKGROUP_STORAGE).
 GEMM_TILES = ((64, 64, 16), (32, 128, 16), (16, 256, 8))
-#: A tile of 8 x 4 outputs an invocation (8192 a workgroup) for problems of GEMM_TALL_MIN_ROWS rows or more
-#: (0: never): a K step's 32 FMAs read three vec4 of workgroup memory, against 16 and two on the 4 x 4 tiles.
-GEMM_TALL_TILE = (128, 64, 16)
-GEMM_TALL_MIN_ROWS = 128
 #: Batch dimensions BatchMatMul's kernel addresses after merging (uniform vec4s).
 MAX_BATCH_DIMS = 4
 #: Letters (after expanding "...") and operands the Einsum kernel takes.
@@ -68,33 +64,18 @@ def batch_layout(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -
 
 def gemm_tile(m: int) -> tuple[int, int, int]:
     """The tile (BM, BN, K slice) of gemm_tiled.wgsl for a problem of ``m`` rows: the narrowest
-    that covers them (a 64-row tile over 16 rows would compute 75% zeros), else 64 x 64, or with
-    :data:`GEMM_TALL_MIN_ROWS` rows or more :data:`GEMM_TALL_TILE` (8 rows an invocation)."""
-    if GEMM_TALL_MIN_ROWS and m >= GEMM_TALL_MIN_ROWS:
-        return GEMM_TALL_TILE
+    that covers them (a 64-row tile over 16 rows would compute 75% zeros), else 64 x 64."""
     return next((t for t in reversed(GEMM_TILES) if m <= t[0]), GEMM_TILES[0])
 
 
-def gemm_micro_tile(tm: int) -> dict[str, str]:
-    """gemm_tiled.wgsl's ACCUMULATORS, MICRO_TILE and ACC_LIST for ``tm`` rows an invocation (a multiple of 4):
-    vec4 accumulators c0 .. c{tm-1} of its rows, and per K step the tm / 4 quads of A's staged column (a0, ...)
-    each broadcast against the step's quad b of B."""
-    acc = [f"    var c{i} = vec4<f32>();" for i in range(tm)]
-    step = [f"            let a{g} = a_tile[kk * BM4 + ty * {tm // 4}u + {g}u];" for g in range(tm // 4)]
-    step += [f"            c{4 * g + e} = fma(vec4<f32>(a{g}.{'xyzw'[e]}), b, c{4 * g + e});"
-             for g in range(tm // 4) for e in range(4)]
-    return {"TM": tm, "ACCUMULATORS": "\n".join(acc), "MICRO_TILE": "\n".join(step),
-            "ACC_LIST": ", ".join(f"c{i}" for i in range(tm))}
-
-
-def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, object], int]:
+def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, int], int]:
     """(uniform fields, slots, workgroups) of gemm_tiled.wgsl for z problems of [m, k] x [k, n]."""
     bm, bn, slice_k = gemm_tile(m)
     tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
     tiles = tiles_m * tiles_n * z
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_m", "u32", tiles_m),
               ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles))
-    return params, {"BM": bm, "BN": bn, "SLICE": slice_k, **gemm_micro_tile(bm * bn // 4096 * 4)}, tiles
+    return params, {"BM": bm, "BN": bn, "SLICE": slice_k}, tiles
 
 
 def _batch_matmul(ts, a):
