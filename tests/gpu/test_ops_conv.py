@@ -38,6 +38,7 @@ ROWS = [
     _conv("Conv", [2, 8, 9, 7], [34, 4, 3, 2], bias=False, strides=[1, 2], pads=[0, 1, 2, 1], dilations=[2, 1],
           group=2),
     _conv("Conv", [1, 5, 6, 7], [70, 5, 3, 3], pads=[1, 1, 1, 1]),
+    _conv("Conv", [1, 5, 6, 7], [130, 5, 3, 3], pads=[1, 1, 1, 1], tag="-130"),  # three row blocks
     _conv("Conv", [2, 4, 50], [20, 4, 5], strides=[3], pads=[2, 1]),
     _conv("Conv", [1, 2, 5, 6, 7], [17, 2, 2, 3, 2], strides=[1, 2, 1], pads=[1, 0, 1, 0, 1, 1], dilations=[2, 1, 1]),
     # the direct loop: depthwise (with a channel multiplier), a few output channels, 1-D and 3-D
