@@ -30,6 +30,8 @@ each as microseconds per run:
   alternating over ``--rounds`` rounds: medians of each round (``*_us_rounds``) and their mean;
 - ``stamped_one_buffer``: the N passes in one command buffer, one submission: the gap between
   two compute passes alone;
+- ``wall_runs_spin_<S>`` (``--spin-caps S ...``): ``wall_runs`` of one session with ``SPIN_WAIT_S`` = S,
+  the values alternating over ``--rounds`` rounds (spin_rounds);
 - ``one_buffer_scaling`` (``--scaling N ...``): one command buffer of N plan copies per N, the host's
   submit and wait times and the wall time against the GPU's stamped span: whether the wall time's
   excess over the GPU time is a fixed latency or grows with the work in the buffer.
@@ -190,6 +192,26 @@ def one_buffer_scaling(session: Session, counts: list[int], samples: int) -> dic
     return out
 
 
+def spin_rounds(plan, params: dict, feeds: list[dict], samples: int, caps: list[float], rounds: int) -> dict:
+    """``wall_runs`` (gpu_timing.wall_per_call) of one session with each ``session.SPIN_WAIT_S`` of ``caps``
+    (the longest a wait polls without blocking before it blocks), alternating, ``rounds`` times: per cap the
+    median of each round (seconds per run)."""
+    from eggfuse.runtime import session as session_module
+
+    out: dict[float, list[float]] = {c: [] for c in caps}
+    before = session_module.SPIN_WAIT_S
+    s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
+    s.run(feeds[0])
+    try:
+        for _ in range(rounds):
+            for cap in caps:
+                session_module.SPIN_WAIT_S = cap
+                out[cap].append(gpu_timing.median_p90(gpu_timing.wall_per_call(s, feeds, samples))[0])
+    finally:
+        session_module.SPIN_WAIT_S = before
+    return out
+
+
 def ring_rounds(plan, params: dict, feeds: list[dict], samples: int, rings: list[int], rounds: int) -> dict:
     """``wall_runs`` (gpu_timing.wall_per_call) of a session made with each ``session.INPUT_RING`` of
     ``rings``, alternating, ``rounds`` times: per ring the median of each round (seconds per run)."""
@@ -258,13 +280,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --rings alternation")
     ap.add_argument("--scaling", type=int, nargs="*", default=[],
                     help="plan copies per command buffer to time one submission of each (one_buffer_scaling)")
-    ap.add_argument("--only-scaling", action="store_true", help="time nothing but --scaling")
+    ap.add_argument("--spin-caps", type=float, nargs="*", default=[],
+                    help="SPIN_WAIT_S values (seconds) to alternate over --rounds rounds (spin_rounds)")
+    ap.add_argument("--only-scaling", action="store_true", help="time nothing but --scaling and --spin-caps")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
     if min(args.calls, args.repeats) < 2:
         raise SystemExit("--calls and --repeats must be at least 2")
-    if args.only_scaling and not args.scaling:
-        raise SystemExit("--only-scaling times --scaling's counts: give them (e.g. --scaling 1 10)")
+    if args.only_scaling and not (args.scaling or args.spin_caps):
+        raise SystemExit("--only-scaling times --scaling's counts and --spin-caps: give them (e.g. --scaling 1 10)")
     rows = []
     for kind in args.model or ["minilm"]:
         fused, params, feeds, meta = models.saved_model(args.graphs, kind, args.calls)
@@ -275,6 +299,9 @@ def main() -> None:
             for ring, values in ring_rounds(plan, params, feeds, args.repeats, args.rings, args.rounds).items():
                 row[f"wall_runs_ring_{ring}_us_rounds"] = [v * 1e6 for v in values]
                 row[f"wall_runs_ring_{ring}_us"] = float(np.mean(values)) * 1e6
+        for cap, values in spin_rounds(plan, params, feeds, args.repeats, args.spin_caps, args.rounds).items():
+            row[f"wall_runs_spin_{cap:g}_us_rounds"] = [v * 1e6 for v in values]
+            row[f"wall_runs_spin_{cap:g}_us"] = float(np.mean(values)) * 1e6
         if args.scaling:
             s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
             if not gpu_timing.has_timestamps(s.device):
