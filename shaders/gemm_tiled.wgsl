@@ -21,6 +21,9 @@
 // column e % SLICE (neighbouring invocations read neighbouring k); quad q = li + 256 r of B's
 // is slice row q / TX, the tile's quad column li % TX (the same for every r, as TX divides
 // 256). Elements outside the problem load as zeros.
+// STORE writes the 4 x 4 results: through out_row, out_col and finish, element by element
+// (ir/ops/linalg.py GEMM_STORE), or, for a row-major C of N % 4 == 0, each row's quad as one
+// vec4 (GEMM_STORE_QUADS: out bound as vec4, finish the identity).
 // Workgroups are numbered tile column fastest, then tile row, then z (p.tiles_n,
 // p.tiles_m); past p.tiles (a split grid) a workgroup returns at once.
 
@@ -91,20 +94,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     let acc = array<vec4<f32>, 4>(c0, c1, c2, c3);
-    var cols: array<u32, 4>;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        cols[j] = out_col(min(n0 + tx * 4u + j, p.n - 1u));
-    }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let m = m0 + ty * 4u + i;
-        if (m >= p.m) {
-            break;
-        }
-        let row = out_row(m);
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            if (n0 + tx * 4u + j < p.n) {
-                out[row + cols[j]] = finish(m, row + cols[j], acc[i][j]);
-            }
-        }
-    }
+{{STORE}}
 }

@@ -68,6 +68,41 @@ def gemm_tile(m: int) -> tuple[int, int, int]:
     return next((t for t in reversed(GEMM_TILES) if m <= t[0]), GEMM_TILES[0])
 
 
+#: gemm_tiled.wgsl's STORE: each result through out_row, out_col and finish (any layout, any N).
+GEMM_STORE = """\
+    var cols: array<u32, 4>;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        cols[j] = out_col(min(n0 + tx * 4u + j, p.n - 1u));
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let m = m0 + ty * 4u + i;
+        if (m >= p.m) {
+            break;
+        }
+        let row = out_row(m);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            if (n0 + tx * 4u + j < p.n) {
+                out[row + cols[j]] = finish(m, row + cols[j], acc[i][j]);
+            }
+        }
+    }"""
+#: gemm_tiled.wgsl's STORE for a row-major C whose N is a multiple of 4 (out bound as vec4): a row's 4 results
+#: as one 16-byte store, wholly inside or outside the matrix; neighbouring invocations write neighbouring quads.
+GEMM_STORE_QUADS = """\
+    let n = n0 + tx * 4u;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let m = m0 + ty * 4u + i;
+        if (m >= p.m) {
+            break;
+        }
+        if (n < p.n) {
+            out[(out_row(m) + n) / 4u] = acc[i];
+        }
+    }"""
+#: Whether BatchMatMul's kernels of N % 4 == 0 store quads (GEMM_STORE_QUADS).
+BATCH_STORE_QUADS = True
+
+
 def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, int], ...], dict[str, int], int]:
     """(uniform fields, slots, workgroups) of gemm_tiled.wgsl for z problems of [m, k] x [k, n]."""
     bm, bn, slice_k = gemm_tile(m)
@@ -75,7 +110,7 @@ def gemm_params(m: int, k: int, n: int, z: int) -> tuple[tuple[tuple[str, str, i
     tiles = tiles_m * tiles_n * z
     params = (("m", "u32", m), ("k", "u32", k), ("n", "u32", n), ("tiles_m", "u32", tiles_m),
               ("tiles_n", "u32", tiles_n), ("tiles", "u32", tiles))
-    return params, {"BM": bm, "BN": bn, "SLICE": slice_k}, tiles
+    return params, {"BM": bm, "BN": bn, "SLICE": slice_k, "STORE": GEMM_STORE}, tiles
 
 
 def _batch_matmul(ts, a):
@@ -114,9 +149,12 @@ def batch_operand_params(dims: list[tuple[int, int, int]], sa: tuple[int, int, i
 def _batch_gemm_kernel(dims, sa, m: int, k: int, n: int, z: int, trans_b: bool) -> Kernel:
     # batch_matmul.wgsl over z problems of [m, k] x [k, n] (BatchMatMul, PermutedBatchMatMul)
     gemm, slots, tiles = gemm_params(m, k, n, z)
-    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}", "batch_matmul.wgsl", tiles,
+    quads = BATCH_STORE_QUADS and n % 4 == 0
+    if quads:
+        slots["STORE"] = GEMM_STORE_QUADS
+    return Kernel(f"batch_matmul_{slots['BM']}x{slots['BN']}" + ("_q" if quads else ""), "batch_matmul.wgsl", tiles,
                   params=(*gemm, *batch_operand_params(dims, sa, k, n, trans_b)), slots=slots,
-                  bindings=(Buffer("a"), Buffer("b"), Buffer("out", write=True)))
+                  bindings=(Buffer("a"), Buffer("b"), Buffer("out", "vec4<f32>" if quads else "f32", write=True)))
 
 
 def _batch_matmul_kernel(node, ins, target) -> Kernel:

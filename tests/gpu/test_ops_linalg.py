@@ -66,10 +66,14 @@ ROWS = [
     _bmm([2, 10, 21], [2, 300, 21], trans_b=True),
     _bmm([2, 150, 37], [37, 70]),  # three row blocks, the last partial
     _bmm([3, 131, 20], [3, 67, 20], trans_b=True),
+    # N % 4 == 0: results stored as quads (GEMM_STORE_QUADS) on 64x64 and 32x128 tiles, edges in M and N
+    _bmm([2, 70, 37], [37, 68]),
+    _bmm([2, 20, 9], [2, 132, 9], trans_b=True),
     # A read through a permutation: DeBERTa's head split times position keys (B broadcast over the batch),
     # 64x64 tiles with edges; K strided (the last axis moved); M and K swapped; rank 3; B batched in full
     _permuted([2, 70, 3, 33], [0, 2, 1, 3], [1, 3, 65, 33], trans_b=True),
     _permuted([2, 130, 3, 16], [0, 2, 1, 3], [1, 3, 70, 16], trans_b=True),
+    _permuted([2, 70, 3, 16], [0, 2, 1, 3], [1, 3, 132, 16], trans_b=True),  # quads, DeBERTa's form
     _permuted([2, 5, 3, 4], [0, 2, 1, 3], [2, 3, 4, 6]),
     _permuted([3, 4, 2, 5], [2, 0, 3, 1], [4, 5]),
     _permuted([6, 3, 4], [1, 0, 2], [3, 7, 4], trans_b=True),
