@@ -664,8 +664,13 @@ _STAGE_KIND = {DType.F32: 0, DType.U32: 1, DType.I32: 2, DType.BOOL: -1}
 #: SmolLM2's decode step 974.9 / 964.3 / 977.0, its prefill 3132.7 / 3103.9 / 3139.1; with this code
 #: (gaps_spin.json) 1218.2 blocking against 1195.0 polling, 974.8 against 963.3, 3138.2 against 3130.8.
 #: One run and its wait: mixed, 1328.1 against 1275.6 us for MiniLM in one call, 1322.2 against 1337.1
-#: in the other.
-SPIN_WAIT_S = 0.01
+#: in the other. A wait that blocks after polling cost up to about 0.4 ms more than one that polls to the
+#: end: on an H100 (bench/results/deberta_lanes_h100/gaps_spin.json, --spin-caps 0.01 0.1, three alternated
+#: rounds) 10 back-to-back prefill runs, one 31 ms wait, took 3186.3-3192.5 us a run with a 10 ms cap and
+#: 3150.5-3157.0 with 100 ms; MiniLM's (11 ms) and the decode step's (10 ms) were within their rounds' spread
+#: (1133.2-1140.3 against 1129.6-1138.6, 1009.7-1013.3 against 1007.0-1014.4). CUDA's default schedule
+#: polls without a limit where a process has fewer contexts than cores.
+SPIN_WAIT_S = 0.1
 #: Map callbacks' results by request (_map_read): written by the callback, on whichever thread polls.
 _map_status: dict[int, int] = {}
 _map_requests = itertools.count(1)
