@@ -133,6 +133,43 @@ def _gather_elements_ref(xs, a):
     return np.take_along_axis(part, normalise(idx, data.shape[axis]), axis=axis)
 
 
+#: gather_elements.wgsl's INDEX over the uniforms: a loop over the axes, the sizes and strides read per element.
+_GATHER_ELEMENTS_LOOP = """\
+    var t = i;
+    var at = 0u;
+    var ix = 0u;
+    for (var s = 0u; s < p.rank; s = s + 1u) {
+        let d = p.rank - 1u - s;
+        let size = p.dims[d / 4u][d % 4u];
+        let c = t % size;
+        if (d != p.axis) {
+            at = at + c * p.dstr[d / 4u][d % 4u];
+        }
+        ix = ix + c * p.istr[d / 4u][d % 4u];
+        t = t / size;
+    }"""
+#: Whether gather_elements.wgsl's INDEX is unrolled over the axes with their sizes and strides as constants
+#: (:func:`_gather_elements_index`: divisions by constants) instead of the loop over the uniforms.
+GATHER_ELEMENTS_UNROLLED = True
+
+
+def _gather_elements_index(dims, dstr, istr, axis: int) -> str:
+    # gather_elements.wgsl's INDEX unrolled: the output's coordinates from the last axis, each by a constant
+    lines, at, ix = ["    var t = i;"], [], []
+    for d in reversed(range(len(dims))):
+        if dims[d] == 1:
+            continue
+        lines.append(f"    let c{d} = t % {dims[d]}u;")
+        lines.append(f"    t = t / {dims[d]}u;")
+        if d != axis and dstr[d]:
+            at.append(f"c{d} * {dstr[d]}u")
+        if istr[d]:
+            ix.append(f"c{d} * {istr[d]}u")
+    lines.append(f"    let at = {' + '.join(at) or '0u'};")
+    lines.append(f"    let ix = {' + '.join(ix) or '0u'};")
+    return "\n".join(lines)
+
+
 def _gather_elements_kernel(node, ins, target) -> Kernel:
     # gather_elements.wgsl over the output's dims; the indices' element strides are 0 along the axes they are
     # broadcast over (GatherElementsBroadcast), their row strides otherwise. GatherElementsBroadcast's perm: the
@@ -144,7 +181,10 @@ def _gather_elements_kernel(node, ins, target) -> Kernel:
     n = node.type.num_elements
     istr = [0 if i == 1 and o != 1 else s for i, o, s in zip(idx.shape, shape, row_strides(idx.shape), strict=True)]
     dstr = row_strides(data.shape)
+    index = (_gather_elements_index(node.type.shape, [dstr[j] for j in perm], [istr[j] for j in perm],
+                                    perm.index(axis)) if GATHER_ELEMENTS_UNROLLED else _GATHER_ELEMENTS_LOOP)
     return Kernel(f"gather_elements_{data.dtype.wgsl}", "gather_elements.wgsl", elementwise_groups(n),
+                  slots={"INDEX": index},
                   params=(("n", "u32", n), ("rank", "u32", data.rank), ("axis", "u32", perm.index(axis)),
                           ("dim", "i32", data.shape[axis]), ("dims", "array<vec4<u32>, 2>", _vec8(node.type.shape)),
                           ("dstr", "array<vec4<u32>, 2>", _vec8([dstr[j] for j in perm])),
