@@ -339,6 +339,9 @@ def _common(node, ins, with_v: bool):
 #: Largest head size (q, k and v alike) at which GeneralAttention runs on attention_lanes.wgsl
 #: (:func:`general_lanes_tiles`) instead of attention_general.wgsl; 0 keeps every GeneralAttention on the latter.
 GENERAL_LANES_MAX_HEAD_DIM = 64
+#: Whether GeneralAttention's weights on attention_lanes.wgsl are exp2 of log2(e)-scaled scores (the other ops'
+#: form; mask values past f32 max / log2(e), about 2.4e38, then saturate) instead of exp of the scores.
+GENERAL_LANES_EXP2 = False
 
 #: attention_lanes.wgsl's score of an allowed key of GeneralAttention (weights by exp) from its scaled q.k ``d``
 #: and its mask value: ``d`` plus an additive float mask's value (-inf: the key is not allowed, MAX_INIT), a bool
@@ -362,7 +365,7 @@ _LANES_SCORE_FN = {
         "    if (bitcast<u32>(mv) == 0xff800000u) {  // -inf: not allowed",
         "        return MAX_INIT;",
         "    }",
-        "    return allowed_score(d, d + mv);",
+        "    return allowed_score(d, d + mv * MASK_SCALE);",
         "}"]),
     DType.BOOL: _LANES_SCORE_COMMON + "\nfn general_score(d: f32, keep: u32) -> f32 { return select(MAX_INIT, "
                                       "allowed_score(d, d), keep != 0u); }"}
@@ -407,8 +410,9 @@ def _general_lanes_kernel(node, ins, tiles: LaneTiles) -> Kernel:
         out_row="b * p.o_sb + h * p.o_sh + qi{u} * p.o_ss", rows="p.q_seq",
         mask_row="    let mrow{u} = b * p.m_sb + h * p.m_sh + min(qi{u}, p.q_seq - 1u) * p.m_sq;" if masked else "",
         score="general_score(d{u}_{i}, mask[mrow{u} + k0 + j{i}])" if masked else "general_score(d{u}_{i})",
-        score_fn=_LANES_SCORE_FN[mask_dtype if masked else None],
-        empty_row="0.0" if a["masked_rows"] == "zero" else "nan_f32()", exp="exp")
+        score_fn=f"const MASK_SCALE: f32 = {1.4426950408889634 if GENERAL_LANES_EXP2 else 1.0};\n"
+        + _LANES_SCORE_FN[mask_dtype if masked else None],
+        empty_row="0.0" if a["masked_rows"] == "zero" else "nan_f32()", exp="exp2" if GENERAL_LANES_EXP2 else "exp")
     names = ("qkv",) * 3 if packed else ("q", "k", "v")
     io, out, accessors = attention_io(names, hd)
     rows, lanes, bk, per_lane = tiles
