@@ -85,6 +85,29 @@ def has_timestamps(device) -> bool:
     return "timestamp-query" in device.features
 
 
+def stamped_copies(session, query, resolve, passes: int, per_pass: int):
+    """A finished command buffer of ``passes`` compute passes, each ``per_pass`` copies of the session's
+    plan (0: empty passes), the first pass's beginning stamped into ``query`` entry 0 and the last's end into
+    entry 1, both resolved into ``resolve`` (16 bytes)."""
+    encoder = session.device.create_command_encoder()
+    for p in range(passes):
+        stamps = {"query_set": query}
+        if p == 0:
+            stamps["beginning_of_pass_write_index"] = 0
+        if p == passes - 1:
+            stamps["end_of_pass_write_index"] = 1
+        compute = encoder.begin_compute_pass(timestamp_writes=stamps if len(stamps) > 1 else None)
+        for _ in range(per_pass):
+            # Session._commands: each dispatch's pipeline, bind group and grid (as runtime.profile uses it)
+            for pipeline, bind_group, grid in session._commands:
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(*grid)
+        compute.end()
+    encoder.resolve_query_set(query, 0, 2, resolve, 0)
+    return encoder.finish()
+
+
 def gpu_per_call(session, calls: int, samples: int, one_pass: bool = False) -> list[float] | None:
     """Seconds per plan run on the GPU, one value per sample, from timestamp queries around
     ``calls`` back-to-back copies of the plan in one command buffer: one compute pass per copy
@@ -100,23 +123,7 @@ def gpu_per_call(session, calls: int, samples: int, one_pass: bool = False) -> l
     per_pass = calls if one_pass else 1
     out = []
     for _ in range(samples):
-        encoder = device.create_command_encoder()
-        for p in range(passes):
-            stamps = {"query_set": query}
-            if p == 0:
-                stamps["beginning_of_pass_write_index"] = 0
-            if p == passes - 1:
-                stamps["end_of_pass_write_index"] = 1
-            compute = encoder.begin_compute_pass(timestamp_writes=stamps if len(stamps) > 1 else None)
-            for _ in range(per_pass):
-                # Session._commands: each dispatch's pipeline, bind group and grid (as runtime.profile uses it)
-                for pipeline, bind_group, grid in session._commands:
-                    compute.set_pipeline(pipeline)
-                    compute.set_bind_group(0, bind_group)
-                    compute.dispatch_workgroups(*grid)
-            compute.end()
-        encoder.resolve_query_set(query, 0, 2, resolve, 0)
-        device.queue.submit([encoder.finish()])
+        device.queue.submit([stamped_copies(session, query, resolve, passes, per_pass)])
         ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64)
         out.append(float(ticks[1] - ticks[0]) * 1e-9 / calls)  # WebGPU timestamps are nanoseconds
     return out

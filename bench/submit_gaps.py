@@ -159,22 +159,7 @@ def one_buffer_scaling(session: Session, counts: list[int], samples: int) -> dic
     for n in counts:
         values: dict[str, list[float]] = {"submit": [], "wait": [], "wall": [], "gpu": []}
         for _ in range(samples):
-            encoder = device.create_command_encoder()
-            for i in range(max(n, 1)):
-                stamps = {"query_set": query}
-                if i == 0:
-                    stamps["beginning_of_pass_write_index"] = 0
-                if i == max(n, 1) - 1:
-                    stamps["end_of_pass_write_index"] = 1
-                compute = encoder.begin_compute_pass(timestamp_writes=stamps if len(stamps) > 1 else None)
-                if n:
-                    for pipeline, bind_group, grid in session._commands:
-                        compute.set_pipeline(pipeline)
-                        compute.set_bind_group(0, bind_group)
-                        compute.dispatch_workgroups(*grid)
-                compute.end()
-            encoder.resolve_query_set(query, 0, 2, resolve, 0)
-            buffer = encoder.finish()
+            buffer = gpu_timing.stamped_copies(session, query, resolve, max(n, 1), 1 if n else 0)
             session.wait()
             t0 = time.perf_counter()
             device.queue.submit([buffer])
