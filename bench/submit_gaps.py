@@ -179,7 +179,8 @@ def one_buffer_scaling(session: Session, counts: list[int], samples: int) -> dic
 
 def spin_rounds(plan, params: dict, feeds: list[dict], samples: int, caps: list[float], rounds: int) -> dict:
     """``wall_runs`` (gpu_timing.wall_per_call) of one session with each ``session.SPIN_WAIT_S`` of ``caps``
-    (the longest a wait polls without blocking before it blocks), alternating, ``rounds`` times: per cap the
+    (the longest a wait polls without blocking before it blocks; read at each wait, so one session serves all,
+    though a cap of 0 there still polls once before blocking), alternating, ``rounds`` times: per cap the
     median of each round (seconds per run)."""
     from eggfuse.runtime import session as session_module
 
@@ -284,9 +285,10 @@ def main() -> None:
             for ring, values in ring_rounds(plan, params, feeds, args.repeats, args.rings, args.rounds).items():
                 row[f"wall_runs_ring_{ring}_us_rounds"] = [v * 1e6 for v in values]
                 row[f"wall_runs_ring_{ring}_us"] = float(np.mean(values)) * 1e6
-        for cap, values in spin_rounds(plan, params, feeds, args.repeats, args.spin_caps, args.rounds).items():
-            row[f"wall_runs_spin_{cap:g}_us_rounds"] = [v * 1e6 for v in values]
-            row[f"wall_runs_spin_{cap:g}_us"] = float(np.mean(values)) * 1e6
+        if args.spin_caps:
+            for cap, values in spin_rounds(plan, params, feeds, args.repeats, args.spin_caps, args.rounds).items():
+                row[f"wall_runs_spin_{cap:g}_us_rounds"] = [v * 1e6 for v in values]
+                row[f"wall_runs_spin_{cap:g}_us"] = float(np.mean(values)) * 1e6
         if args.scaling:
             s = Session(plan, {k: v for k, v in params.items() if k in plan.parameters})
             if not gpu_timing.has_timestamps(s.device):
