@@ -340,7 +340,8 @@ def _common(node, ins, with_v: bool):
 #: (:func:`general_lanes_tiles`) instead of attention_general.wgsl; 0 keeps every GeneralAttention on the latter.
 GENERAL_LANES_MAX_HEAD_DIM = 64
 #: Whether GeneralAttention's weights on attention_lanes.wgsl are exp2 of log2(e)-scaled scores (the other ops'
-#: form; mask values past f32 max / log2(e), about 2.4e38, then saturate) instead of exp of the scores.
+#: form) instead of exp of the scores. Off: a mask value past f32 max / log2(e), about 2.4e38, overflows there
+#: (+inf empties its row, -inf is held above MAX_INIT with every other such key), unlike the reference.
 GENERAL_LANES_EXP2 = False
 
 #: attention_lanes.wgsl's score of an allowed key of GeneralAttention (weights by exp) from its scaled q.k ``d``
