@@ -170,6 +170,12 @@ def _gather_elements_index(dims, dstr, istr, axis: int) -> str:
     return "\n".join(lines)
 
 
+def broadcast_index_strides(idx_shape: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
+    """Element strides of indices of ``idx_shape`` read at the coordinates of ``shape`` (same rank, each axis 1
+    or shape's): their row-major strides, 0 along the axes they are broadcast over."""
+    return [0 if i == 1 and o != 1 else s for i, o, s in zip(idx_shape, shape, row_strides(idx_shape), strict=True)]
+
+
 def _gather_elements_kernel(node, ins, target) -> Kernel:
     # gather_elements.wgsl over the output's dims; the indices' element strides are 0 along the axes they are
     # broadcast over (GatherElementsBroadcast), their row strides otherwise. GatherElementsBroadcast's perm: the
@@ -179,7 +185,7 @@ def _gather_elements_kernel(node, ins, target) -> Kernel:
     shape = tuple(node.attrs.get("shape") or node.type.shape)  # the gathered value's (before perm)
     perm = tuple(node.attrs.get("perm") or range(data.rank))
     n = node.type.num_elements
-    istr = [0 if i == 1 and o != 1 else s for i, o, s in zip(idx.shape, shape, row_strides(idx.shape), strict=True)]
+    istr = broadcast_index_strides(idx.shape, shape)
     dstr = row_strides(data.shape)
     index = (_gather_elements_index(node.type.shape, [dstr[j] for j in perm], [istr[j] for j in perm],
                                     perm.index(axis)) if GATHER_ELEMENTS_UNROLLED else _GATHER_ELEMENTS_LOOP)

@@ -17,8 +17,7 @@ import numpy as np
 from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
-from .indexing import gather_elements_broadcast_ref
-from .movement import row_strides
+from .indexing import broadcast_index_strides, gather_elements_broadcast_ref
 
 FAMILY = "linalg"
 
@@ -311,8 +310,7 @@ def _gathered_batch_matmul_ref(xs, a):
 def _gathered_batch_matmul_kernel(node, ins, target) -> Kernel:
     a = node.attrs
     strides, offset, dims, _, k, n, shape, out = _gathered_parts(ins, a)
-    idx = ins[2]
-    istr = [0 if i == 1 and s != 1 else st for i, s, st in zip(idx.shape, shape, row_strides(idx.shape), strict=True)]
+    istr = broadcast_index_strides(ins[2].shape, shape)
     perm = list(a.get("out_perm") or (0, 1, 2))
     params = (("total", "u32", out.num_elements), ("n", "u32", n), ("k", "u32", k),
               ("odims", "vec4<u32>", [*out.shape, 0]), ("perm", "vec4<u32>", [*perm, 0]),
