@@ -199,6 +199,16 @@ def test_op_matches_reference(row: Row, lanes: bool, device, monkeypatch):
     check_row(row, device, subgroups=None)
 
 
+_EXP2_ROWS = [r for r in LANES_ROWS if "huge" not in r.id]  # (exp2 of mask values past 2.4e38 overflows)
+
+
+@pytest.mark.parametrize("row", _EXP2_ROWS, ids=[r.id for r in _EXP2_ROWS])
+def test_lanes_rows_with_exp2_weights(row: Row, device, monkeypatch):
+    # GENERAL_LANES_EXP2: the other lanes ops' exp2 of log2(e)-scaled scores, kept for timing against exp
+    monkeypatch.setattr(attention_general, "GENERAL_LANES_EXP2", True)
+    check_row(row, device, subgroups=None)
+
+
 @pytest.mark.parametrize("row", LANES_ROWS, ids=[r.id for r in LANES_ROWS])
 def test_lanes_rows_take_the_lanes_kernel(row: Row, device):
     session = check_row(row, device, subgroups=None)
