@@ -15,8 +15,7 @@ step, 8 rounds of the matmul micro-tile's form, ``c_r = fma(vec4(a_r), b, c_r)``
 - ``wide16`` and ``wide16_barrier_lds``: ``plain`` and ``barrier_lds`` with 16 vec4 accumulators fed by four
   quads of a and one of b (a 16x4 micro-tile: 64 FMAs a round, as many as the 8x8 one's; five quads read a round
   where the 8x8 reads four);
-- ``f32vars``: ``plain`` with 32 f32 accumulators in variables of their own instead of 8 vec4s;
-- ``rot`` and ``rot_barrier_lds``: ``plain`` and ``barrier_lds`` with b's lanes rotated by one (``b.yzwx``).
+- ``f32vars``: ``plain`` with 32 f32 accumulators in variables of their own instead of 8 vec4s.
 
 The grid is ``--per-sm`` workgroups per multiprocessor (``--sms``, 132 on an H200); time by GPU
 timestamps around ``--calls`` dispatches, median of ``--samples``. FMA/s is 32 (64 for wide16) * 8 * steps per
@@ -83,8 +82,6 @@ _LDS = """        a0 = tiles[(li / 16u + {r}u * 16u) % 512u]; a1 = tiles[(li / 1
         b = tiles[(li % 16u + {r}u * 16u + 256u) % 512u];
 """
 
-_ROUND_ROT = _ROUND.replace(", b, ", ", b.yzwx, ")
-
 _ROUND_MULADD = "\n".join(f"        c{i} = c{i} + vec4<f32>(a{i // 4}.{'xyzw'[i % 4]}) * b;" for i in range(8))
 
 _ROUND_SCALAR = "\n".join(f"        c{i}.{e} = fma(a{i // 4}.{'xyzw'[i % 4]}, b.{e}, c{i}.{e});" for i in range(8)
@@ -100,15 +97,14 @@ _LDS_WIDE = _LDS + """        a2 = tiles[(li / 16u + {r}u * 16u + 4u) % 512u];
 """
 
 FORMS = ("plain", "barrier", "barrier_lds", "muladd", "muladd_barrier_lds", "scalar", "wide16", "wide16_barrier_lds",
-         "f32vars", "rot", "rot_barrier_lds")
+         "f32vars")
 #: FMAs a round of each form (the others: 32)
 ROUND_FMAS = {"wide16": 64, "wide16_barrier_lds": 64}
 
 
 def shader(form: str, wg: int) -> str:
     body = {"scalar": _ROUND_SCALAR, "f32vars": _ROUND_F32}.get(
-        form, _ROUND_WIDE if form.startswith("wide16") else _ROUND_MULADD if form.startswith("muladd")
-        else _ROUND_ROT if form.startswith("rot") else _ROUND)
+        form, _ROUND_WIDE if form.startswith("wide16") else _ROUND_MULADD if form.startswith("muladd") else _ROUND)
     lds = (_LDS_WIDE if form.startswith("wide16") else _LDS) if form.endswith("barrier_lds") else ""
     rounds = "\n".join(lds.format(r=r) + body for r in range(8))
     if form == "f32vars":  # 32 f32 accumulators

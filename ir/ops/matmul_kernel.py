@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-import random
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -458,11 +457,7 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
     not tiled. The rule is by rows, not by micro-tile: of MATMUL_TILES_WIDE, 128x64 with 8x8 keeps
     the checks and the 64-row tiles with 8-row micro-tiles do not, which was not measured both ways
     (the sweep of bench/results/wide_h200/ ran them as lowered)."""
-    return not tile.gemv and tile.bm >= CHECKED_TILE_ROWS
-
-
-#: :func:`keeps_runtime_checks`: tiles of at least this many rows keep naga's runtime checks.
-CHECKED_TILE_ROWS = 128
+    return not tile.gemv and tile.bm == 128
 
 
 #: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
@@ -721,21 +716,6 @@ def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: st
     return qa + "\n\n" + qb
 
 
-#: How the tiled kernel's micro-tile holds and updates its accumulators (:func:`_micro_tile`): "rows", a vec4
-#: per row quad of columns, updated by fma(vec4(a), b, c); "cols", a vec4 per column's quad of rows, updated by
-#: fma(a, vec4(b), d); "scalar_rows" / "scalar_cols", one f32 each, updated in row-major or column-major order;
-#: "rows_rot" / "cols_rot", "rows" / "cols" with each accumulator's lanes rotated by one (the operand read as
-#: b.yzwx or a.yzwx); "auto", "cols" for micro-tiles 8 columns wide, else "rows". Each output's sum takes its
-#: terms in the same order in every form; the forms differ in the registers the driver's compiler gives them.
-MICRO_TILE_FORM = "rows"
-MICRO_TILE_FORMS = ("rows", "cols", "scalar_rows", "scalar_cols", "rows_rot", "cols_rot", "auto")
-
-#: A seed: other than 0, the micro-tile's accumulator declarations and each K element's FMAs are written in an
-#: order shuffled by it (each sum's terms keep their order: the results are bit for bit those of 0), which
-#: changes the registers the driver's compiler gives them (bench/vulkan_sass.py).
-MICRO_TILE_ORDER = 0
-
-
 def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     # The unrolled micro-tile of invocation (tx, ty) in K group kg (matmul.wgsl): the
     # accumulator declarations, the inner product over its bk / ksplit elements of a K
@@ -749,21 +729,7 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     ty_count, tx_count = tile.bm // tile.tm, tile.bn // tile.tn
     row_groups, col_groups = tile.tm // 4, tile.tn // 4
     accs = [(4 * g + e, h) for g in range(row_groups) for e in range(4) for h in range(col_groups)]
-    form = MICRO_TILE_FORM
-    if form not in MICRO_TILE_FORMS:
-        raise LoweringError(f"MICRO_TILE_FORM is {form!r}; it must be one of {', '.join(MICRO_TILE_FORMS)}")
-    if form == "auto":
-        form = "cols" if tile.tn == 8 else "rows"
-    rot = ".yzwx" if form.endswith("_rot") else ""
-    if form.startswith("rows"):
-        decl = [f"    var c{r}_{h} = vec4<f32>();" for r, h in accs]
-    elif form.startswith("cols"):  # d{column}_{g}: rows 4g .. 4g + 3 of one column
-        decl = [f"    var d{c}_{g} = vec4<f32>();" for g in range(row_groups) for c in range(tile.tn)]
-    else:
-        decl = [f"    var s{r}_{c} = 0.0;" for r in range(tile.tm) for c in range(tile.tn)]
-    order = random.Random(MICRO_TILE_ORDER)
-    if MICRO_TILE_ORDER:
-        order.shuffle(decl)
+    decl = [f"    var c{r}_{h} = vec4<f32>();" for r, h in accs]
     body = []
     steps = tile.bk // tile.ksplit
     for step in range(steps):
@@ -772,41 +738,15 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
             body.append(f"        let a{g}_{step} = tiles[a_at + {step * tile.bm // 4 + g * ty_count}u];")
         for h in range(col_groups):
             body.append(f"        let b{h}_{step} = tiles[b_at + {step * tile.bn // 4 + h * tx_count}u];")
-        fmas = []
-        if form.startswith("rows"):
-            for r, h in accs:
-                a = f"a{r // 4}_{step}.{'xyzw'[r % 4]}"
-                fmas.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}{rot}, c{r}_{h});")
-        elif form.startswith("cols"):
-            for c in range(tile.tn):
-                b = f"b{c // 4}_{step}.{'xyzw'[c % 4]}"
-                fmas += [f"        d{c}_{g} = fma(a{g}_{step}{rot}, vec4<f32>({b}), d{c}_{g});"
-                         for g in range(row_groups)]
-        else:
-            cells = ([(r, c) for r in range(tile.tm) for c in range(tile.tn)] if form == "scalar_rows"
-                     else [(r, c) for c in range(tile.tn) for r in range(tile.tm)])
-            fmas += [f"        s{r}_{c} = fma(a{r // 4}_{step}.{'xyzw'[r % 4]}, b{c // 4}_{step}.{'xyzw'[c % 4]}, "
-                     f"s{r}_{c});" for r, c in cells]
-        if MICRO_TILE_ORDER:
-            order.shuffle(fmas)
-        body += fmas
-    if form.startswith("cols"):  # the row quads the reduction and the stores take
-        decl_rows = [f"    var c{r}_{h} = vec4<f32>(" + ", ".join(
-            f"d{4 * h + j}_{r // 4}.{'wxyz'[r % 4] if rot else 'xyzw'[r % 4]}" for j in range(4)) + ");"
-            for r, h in accs]
-    elif form == "rows_rot":
-        decl_rows = [f"    c{r}_{h} = c{r}_{h}.wxyz;" for r, h in accs]
-    elif form != "rows":
-        decl_rows = [f"    var c{r}_{h} = vec4<f32>(" + ", ".join(f"s{r}_{4 * h + j}" for j in range(4)) + ");"
-                     for r, h in accs]
-    else:
-        decl_rows = []
+        for r, h in accs:
+            a = f"a{r // 4}_{step}.{'xyzw'[r % 4]}"
+            body.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}, c{r}_{h});")
     store = []
     for j, (r, h) in enumerate(accs):
         line = (f"store4(row0, col0, {(r // 4) * 4 * ty_count + r % 4}u + ty * 4u, {h * 4 * tx_count}u + tx * 4u, "
                 f"c{r}_{h});")
         store.append(f"    {line}" if tile.ksplit == 1 else f"    if (kg == {j % tile.ksplit}u) {{ {line} }}")
-    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(decl_rows + _group_sums(tile, accs))
+    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(_group_sums(tile, accs))
 
 
 def _group_sums(tile: MatmulTile, accs: list[tuple[int, int]]) -> list[str]:
