@@ -456,7 +456,10 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
     reduction 19.9 against 23.4 us, 1024 x 384 x 1536 on 64x64 tiles 52.5 against 53.5). The GEMV is
     not tiled. The rule is by rows, not by micro-tile: of MATMUL_TILES_WIDE, 128x64 with 8x8 keeps
     the checks and the 64-row tiles with 8-row micro-tiles do not, which was not measured both ways
-    (the sweep of bench/results/wide_h200/ ran them as lowered)."""
+    (the sweep of bench/results/wide_h200/ ran them as lowered). Why (bench/vulkan_sass.py, on an H100,
+    bench/results/vulkan_sass_h100/sass_checks.json): without the checks the driver's register choice for
+    4096^3's 128x128 loop puts 352 of its 512 FFMAs' two register reads in one bank, against 139 with
+    them; that loop is issue-bound, and the conflicts outweigh the 36 index clamps the checks add."""
     return not tile.gemv and tile.bm == 128
 
 
