@@ -10,24 +10,29 @@ toolkit, also inside Triton's wheel) disassembles as a raw instruction binary.
 Two steps, so that the disassembly can run where the GPU is not:
 
 - ``compile`` (the GPU machine): each kernel is compiled in a child process whose cache is a fresh
-  folder, kept as ``OUT/NAME.cache`` beside ``OUT/NAME.wgsl``. Kernels: ``--fma-forms plain,wide16``
-  (``bench/fma_peak.py``'s kernels, ``--wg`` invocations); ``--matmul M,K,N;...`` (the dispatches of one
-  MatMulBT of each shape, as ``lower_for`` lowers it; ``M,K,N@TILE/SPLITS`` on a tile of
+  folder, kept as ``OUT/NAME.cache`` beside ``OUT/NAME.wgsl``, and one child makes the device alone
+  (``OUT/_baseline.cache``: wgpu's own pipelines, which every cache holds too). Kernels: ``--fma-forms
+  plain,wide16`` (``bench/fma_peak.py``'s kernels, ``--wg`` invocations); ``--matmul M,K,N;...`` (the
+  dispatches of one MatMulBT of each shape, as ``lower_for`` lowers it; ``M,K,N@TILE/SPLITS`` on a tile of
   MATMUL_TILES_ALL); ``--graphs DIR --model NAME`` (each distinct kernel of a saved benchmark graph,
   ``bench/models.py --save-graphs DIR``; ``--only SUBSTRING`` keeps some). ``--set MODULE.NAME=VALUE``
   (``bench/plan_ab.py``'s form) sets a lowering constant first. Each kernel is compiled as the runtime
   compiles it (``runtime.pipelines.get_pipeline``, with or without naga's runtime checks as the plan
-  says; ``--unchecked``: every kernel without them).
+  says; ``--unchecked``: every kernel of ``--matmul`` and ``--graphs`` without them). The child refuses an
+  adapter that is not NVIDIA's.
 - ``read`` (anywhere with ``nvdisasm`` and zstd, the ``zstandard`` module or the ``zstd`` command): the
-  largest kernel in each ``NAME.cache`` (the driver caches wgpu's own small pipelines beside it) to
-  ``NAME.sass``, and ``summary.json``: per kernel its instruction counts, the innermost loop holding the
-  most FFMAs (instructions, FFMAs), and the FFMAs whose two register-file reads fall in one bank.
+  kernel of each ``NAME.cache`` (the ``NVDANVVMNVuc`` blob not in ``_baseline.cache``; without that
+  folder, the largest) to ``NAME.sass``, and ``summary.json``: per kernel its instruction counts, the
+  innermost loop holding the most FFMAs (its instructions, FFMAs and opcode counts), and the FFMAs whose
+  register-file reads fall in one bank.
 
 The bank model (an assumption, checked against timings): two banks, a register's bank its number mod 2; an
-FFMA operand marked ``.reuse`` on the instruction before, in the same slot, is not read again; two reads
-from one bank cost an issue cycle. It matches ``bench/fma_peak.py`` on an H100: the ``plain`` form's
-loop, 256 FFMAs of 270 instructions with 128 conflicts, bounds it at 67% of the peak (62-64% measured),
-``wide16``'s 512 of 522 with 136 at 79% (77%).
+FFMA source marked ``.reuse`` on the FFMA just before, in the same slot, is not read again; an FFMA with two
+or three reads in one bank counts as one conflict, costing one issue cycle (three in one bank would cost
+two; and a ``.reuse`` set by another instruction is not followed: two simplifications). ``loop_ffma_bound``
+= FFMAs / (loop instructions + conflicts). On an H100 it gives ``bench/fma_peak.py``'s ``plain`` loop (270
+instructions, 256 FFMAs, 129 conflicts) 64% of the peak, measured 62-64%, and ``wide16`` (522, 512, 137)
+78%, measured 77% on an H200; ``barrier_lds`` (390, 256, 123) 50%, measured 52-56%: no upper bound there.
 
     python3 bench/vulkan_sass.py compile --fma-forms plain,wide16 --matmul "1024,384,1536" --out /tmp/sass
     python3 bench/vulkan_sass.py read --out /tmp/sass --nvdisasm PATH   # here, on what came back
@@ -51,6 +56,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: seconds a child may take to compile one kernel
+CHILD_TIMEOUT_S = 300
+#: the folder of the device alone's cache (wgpu's own pipelines), beside the kernels'
+BASELINE = "_baseline"
 NVUC_MAGIC = b"NVDANVVMNVuc"
 
 
@@ -61,7 +70,12 @@ def _child(spec_path: str) -> None:
 
     spec = json.loads(Path(spec_path).read_text())
     device = get_device()
-    if spec.get("layout_auto"):
+    adapter = " ".join(str(v) for v in device.adapter.info.values())
+    if "nvidia" not in adapter.lower():
+        raise SystemExit(f"vulkan_sass: the adapter is not NVIDIA's ({adapter}); its shader cache is another format")
+    if spec.get("baseline"):  # the device alone
+        pass
+    elif spec.get("layout_auto"):
         module = device.create_shader_module(code=spec["source"])
         device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": spec["entry"]})
     else:
@@ -75,23 +89,33 @@ def compile_kernel(name: str, spec: dict, out: Path) -> dict:
     cache = out / f"{name}.cache"
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
-    (out / f"{name}.wgsl").write_text(spec["source"])
+    if not spec.get("baseline"):
+        (out / f"{name}.wgsl").write_text(spec["source"])
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
         env = {**os.environ, "__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cache),
                "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1"}
-        r = subprocess.run([sys.executable, __file__, "child", "--spec", str(spec_path)], env=env,
-                           capture_output=True, text=True, timeout=300)
+        try:
+            r = subprocess.run([sys.executable, __file__, "child", "--spec", str(spec_path)], env=env,
+                               capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"kernel": name, "error": f"compile took over {CHILD_TIMEOUT_S} s"}
     files = [p for p in cache.rglob("*") if p.is_file()]
     if r.returncode:
-        return {"kernel": name, "error": f"compile failed: {r.stderr[-2000:]}"}
+        return {"kernel": name, "error": f"compile failed: {r.stderr.strip()[-2000:]}"}
+    if not files:
+        return {"kernel": name, "error": "the driver wrote no cache file (is its shader disk cache off?)"}
     return {"kernel": name, "cache_files": len(files), "cache_bytes": sum(p.stat().st_size for p in files)}
 
 
 def fma_specs(forms: list[str], wg: int) -> dict[str, dict]:
     import fma_peak
 
+    unknown = [f for f in forms if f not in fma_peak.FORMS]
+    if unknown:
+        raise SystemExit(f"vulkan_sass: --fma-forms {', '.join(unknown)}: not forms of bench/fma_peak.py "
+                         f"({', '.join(fma_peak.FORMS)})")
     return {f"fma_{form}_wg{wg}": {"source": fma_peak.shader(form, wg), "entry": "main", "layout_auto": True}
             for form in forms}
 
@@ -115,16 +139,23 @@ def matmul_specs(shapes: str) -> dict[str, dict]:
 
     tiles = {t.name: t for t in MATMUL_TILES_ALL}
     specs = {}
-    for item in filter(None, shapes.split(";")):
+    for item in filter(None, (x.strip() for x in shapes.split(";"))):
         triple, _, choice = item.partition("@")
-        m, k, n = (int(v) for v in triple.split(","))
         tile, _, splits = choice.partition("/")
+        try:
+            m, k, n = (int(v) for v in triple.split(","))
+            splits = int(splits) if splits else None
+        except ValueError:
+            raise SystemExit(f"vulkan_sass: --matmul item {item!r}: write M,K,N, M,K,N@TILE or M,K,N@TILE/SPLITS "
+                             f"(positive integers)") from None
+        if min(m, k, n) < 1 or (splits is not None and splits < 1):
+            raise SystemExit(f"vulkan_sass: --matmul item {item!r}: sizes and splits must be positive")
         if tile and tile not in tiles:
             raise SystemExit(f"vulkan_sass: {tile!r} is not a tile of MATMUL_TILES_ALL ({', '.join(tiles)})")
         g = Graph()
         a, b = g.input("a", [m, k]), g.parameter("b", [n, k])
         g.set_outputs([g.matmul_bt(a, b)])
-        with matmul_choice(tiles[tile] if tile else None, int(splits) if splits else None):
+        with matmul_choice(tiles[tile] if tile else None, splits):
             plan = lower_for(g)
         specs.update({f"{m}x{k}x{n}_{name}": s for name, s in plan_specs(plan).items()})
     return specs
@@ -134,23 +165,29 @@ def matmul_specs(shapes: str) -> dict[str, dict]:
 
 def _zstd_frames(blob: bytes) -> list[bytes]:
     # each zstd frame of blob, decompressed (the cache files hold several, between headers of the driver's)
-    starts = [m.start() for m in re.finditer(re.escape(ZSTD_MAGIC), blob)]
-    out = []
     try:
         import zstandard
     except ImportError:
         zstandard = None
+    out = []
+    if zstandard is not None:  # each frame decoded to its end; a magic inside a decoded frame is skipped
+        at = blob.find(ZSTD_MAGIC)
+        while at >= 0:
+            obj = zstandard.ZstdDecompressor().decompressobj()
+            try:
+                out.append(obj.decompress(blob[at:]))
+                at += len(blob) - at - len(obj.unused_data)
+            except zstandard.ZstdError:
+                at += 1
+            at = blob.find(ZSTD_MAGIC, at)
+        return out
+    if not shutil.which("zstd"):
+        raise SystemExit("vulkan_sass read: needs the zstandard module (pip install zstandard) or the zstd command")
+    # the command: each piece from one magic to the next (the driver's bytes after a frame are ignored)
+    starts = [m.start() for m in re.finditer(re.escape(ZSTD_MAGIC), blob)]
     for i, start in enumerate(starts):
         piece = blob[start:starts[i + 1] if i + 1 < len(starts) else len(blob)]
-        if zstandard is not None:
-            try:
-                out.append(zstandard.ZstdDecompressor().decompressobj().decompress(piece))
-            except zstandard.ZstdError:
-                continue
-        else:
-            if not shutil.which("zstd"):
-                raise SystemExit("vulkan_sass read: needs the zstandard module or the zstd command")
-            out.append(subprocess.run(["zstd", "-d", "-c", "-q"], input=piece, capture_output=True).stdout)
+        out.append(subprocess.run(["zstd", "-d", "-c", "-q"], input=piece, capture_output=True).stdout)
     return out
 
 
@@ -208,15 +245,16 @@ def bank_conflicts(ins: list[tuple[int, str, str, str]], banks: int = 2) -> int:
 
 
 def hottest_loop(ins: list[tuple[int, str, str, str]]) -> list[tuple[int, str, str, str]]:
-    """The instructions of the backward branch's range holding the most FFMAs (the K loop of a matmul)."""
-    best: list = []
+    """The instructions of the innermost loop (a backward branch's range holding no other) with the most FFMAs:
+    the K loop of a matmul. Empty where there is no loop."""
+    ranges = []
     for at, op, _, operands in ins:
         target = re.search(r"0x([0-9a-f]+)", operands) if op == "BRA" else None
         if target and int(target.group(1), 16) < at:
-            body = [x for x in ins if int(target.group(1), 16) <= x[0] <= at]
-            if sum(x[1] == "FFMA" for x in body) > sum(x[1] == "FFMA" for x in best):
-                best = body
-    return best
+            ranges.append((int(target.group(1), 16), at))
+    inner = [r for r in ranges if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in ranges)]
+    bodies = [[x for x in ins if lo <= x[0] <= hi] for lo, hi in inner]
+    return max(bodies, key=lambda b: sum(x[1] == "FFMA" for x in b), default=[])
 
 
 def summarise(sass: str) -> dict:
@@ -227,21 +265,44 @@ def summarise(sass: str) -> dict:
     ffma = sum(x[1] == "FFMA" for x in loop)
     conflicts = bank_conflicts(loop)
     regs = [int(r) for r in re.findall(r"\bR(\d+)\b", sass)]
-    return {"instructions": len(ins), "registers_max": max(regs, default=-1) + 1, "counts": dict(kinds.most_common()),
-            "loop_instructions": len(loop), "loop_ffma": ffma, "loop_conflicts": conflicts,
-            "loop_ffma_bound": round(ffma / (len(loop) + conflicts), 3) if loop else None}
+    return {"instructions": len(ins), "highest_register_named": max(regs, default=-1),
+            "counts": dict(kinds.most_common()), "loop_instructions": len(loop), "loop_ffma": ffma,
+            "loop_conflicts": conflicts, "loop_ffma_bound": round(ffma / (len(loop) + conflicts), 3) if loop else None,
+            "loop_counts": dict(Counter(op for _, op, _, _ in loop).most_common())}
+
+
+def cache_codes(cache: Path) -> list[bytes]:
+    """The instructions of every ``NVDANVVMNVuc`` blob in the cache folder ``cache``."""
+    return [c for f in sorted(cache.rglob("*.bin")) for frame in _zstd_frames(f.read_bytes())
+            if (c := nvuc_code(frame))]
+
+
+def kernel_code(codes: list[bytes], baseline: list[bytes] | None) -> bytes | str:
+    """The kernel's instructions among a cache's ``codes``: the one blob not in ``baseline`` (wgpu's own
+    pipelines), or without a baseline the largest; a message where that is not one blob."""
+    if baseline is None:
+        return max(codes, key=len) if codes else "no NVDANVVMNVuc blob in the cache (another driver's format?)"
+    left = [c for c in codes if c not in baseline]
+    if len(left) != 1:
+        return (f"{len(left)} blobs besides the {len(baseline)} of {BASELINE}.cache "
+                f"(sizes {sorted(len(c) for c in left)}), where the kernel makes one")
+    return left[0]
 
 
 def read(out: Path, nvdisasm: str, arch: str) -> list[dict]:
+    caches = sorted(c for c in out.glob("*.cache") if c.name != f"{BASELINE}.cache")
+    if not caches:
+        raise SystemExit(f"vulkan_sass read: {out} holds no NAME.cache folder (made by compile)")
+    base = out / f"{BASELINE}.cache"
+    baseline = cache_codes(base) if base.is_dir() else None
     rows = []
-    for cache in sorted(out.glob("*.cache")):
+    for cache in caches:
         name = cache.name[:-len(".cache")]
-        codes = [c for f in sorted(cache.rglob("*.bin")) for frame in _zstd_frames(f.read_bytes())
-                 if (c := nvuc_code(frame))]
-        if not codes:
-            rows.append({"kernel": name, "error": "no NVDANVVMNVuc blob in the cache (another driver's format?)"})
+        code = kernel_code(cache_codes(cache), baseline)
+        if isinstance(code, str):
+            rows.append({"kernel": name, "error": code})
             continue
-        sass = disassemble(max(codes, key=len), nvdisasm, arch)
+        sass = disassemble(code, nvdisasm, arch)
         (out / f"{name}.sass").write_text(sass)
         rows.append({"kernel": name, **summarise(sass)})
     return rows
@@ -258,10 +319,10 @@ def main() -> None:
                     "@TILE or @TILE/SPLITS (a tile of MATMUL_TILES_ALL, as matmul_choice takes it)")
     ap.add_argument("--graphs", type=Path, help="compile: a folder of bench/models.py --save-graphs")
     ap.add_argument("--model", action="append", default=[], help="compile: a model of --graphs (repeatable)")
-    ap.add_argument("--only", default="", help="compile: keep the kernels whose name holds this")
+    ap.add_argument("--only", default="", help="compile: keep the --graphs kernels whose name holds this")
     ap.add_argument("--set", action="append", default=[], help="compile: MODULE.NAME=VALUE before lowering")
-    ap.add_argument("--unchecked", action="store_true", help="compile: every kernel without naga's runtime checks, "
-                    "also those the plan keeps them for (ir.ops.matmul_kernel.keeps_runtime_checks)")
+    ap.add_argument("--unchecked", action="store_true", help="compile: every --matmul and --graphs kernel without "
+                    "naga's runtime checks, also those the plan keeps them for (keeps_runtime_checks)")
     ap.add_argument("--prefix", default="", help="compile: put before each kernel's name (e.g. the --set's)")
     ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm",
                     help="read: the disassembler")
@@ -273,16 +334,18 @@ def main() -> None:
     if args.out is None:
         ap.error("--out is required")
     if args.command == "read":
-        if not Path(args.nvdisasm).exists():
-            raise SystemExit(f"vulkan_sass read: no nvdisasm at {args.nvdisasm} (give --nvdisasm)")
+        if not shutil.which(args.nvdisasm):
+            raise SystemExit(f"vulkan_sass read: no nvdisasm program at {args.nvdisasm} (give --nvdisasm)")
+        if not args.out.is_dir():
+            raise SystemExit(f"vulkan_sass read: no folder {args.out}")
         rows = read(args.out, args.nvdisasm, args.arch)
         (args.out / "summary.json").write_text(json.dumps(rows, indent=1))
-        print(f"{'kernel':72s} {'regs':>4s} {'loop':>5s} {'FFMA':>5s} {'confl':>5s} {'bound':>5s}")
+        print(f"{'kernel':72s} {'hiReg':>5s} {'loop':>5s} {'FFMA':>5s} {'confl':>5s} {'bound':>5s}")
         for r in rows:
             if "error" in r:
                 print(f"{r['kernel'][:72]:72s} {r['error']}")
             else:
-                print(f"{r['kernel'][:72]:72s} {r['registers_max']:4d} {r['loop_instructions']:5d} "
+                print(f"{r['kernel'][:72]:72s} {r['highest_register_named']:5d} {r['loop_instructions']:5d} "
                       f"{r['loop_ffma']:5d} {r['loop_conflicts']:5d} {r['loop_ffma_bound'] or 0:5.2f}")
         return
     if args.set:
@@ -290,6 +353,10 @@ def main() -> None:
 
         for module, name, value in map(parse_setting, args.set):
             setattr(importlib.import_module(module), name, value)
+    if args.model and args.graphs is None or args.graphs is not None and not args.model:
+        ap.error("--graphs and --model go together")
+    if not (args.fma_forms or args.matmul or args.model):
+        ap.error("compile: name kernels with --fma-forms, --matmul or --graphs and --model")
     args.out.mkdir(parents=True, exist_ok=True)
     specs = fma_specs([f for f in args.fma_forms.split(",") if f], args.wg)
     specs.update(matmul_specs(args.matmul))
@@ -300,6 +367,7 @@ def main() -> None:
         loaded, _ = models.load_graphs(args.graphs)
         for name in args.model:
             specs.update({f"{name}_{k}": s for k, s in plan_specs(lower_for(loaded[name][1]), args.only).items()})
+    print(json.dumps(compile_kernel(BASELINE, {"source": "", "baseline": True}, args.out)), flush=True)
     for name, spec in specs.items():
         if args.unchecked and not spec.get("layout_auto"):
             spec = {**spec, "checks": False}
