@@ -18,6 +18,7 @@ from ..kernel import Buffer, Kernel, elementwise_groups
 from ..spec import Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
 from .indexing import broadcast_index_strides, gather_elements_broadcast_ref
+from .movement import row_strides
 
 FAMILY = "linalg"
 
@@ -57,8 +58,7 @@ def batch_layout(out: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -
     """The batch dimensions of a broadcast product as (size, stride of A, stride of B), in
     matrices (stride 0 where an operand broadcasts), adjacent dimensions merged where both
     strides allow, at least one: :func:`strided_batch_layout` of row-major operands."""
-    return strided_batch_layout(out, tuple(a), tuple(math.prod(a[i + 1:]) for i in range(len(a))),
-                                tuple(b), tuple(math.prod(b[i + 1:]) for i in range(len(b))))
+    return strided_batch_layout(out, tuple(a), tuple(row_strides(a)), tuple(b), tuple(row_strides(b)))
 
 
 def gemm_tile(m: int) -> tuple[int, int, int]:
@@ -211,7 +211,7 @@ def _a_view(x: TensorType, a) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     # rest the size columns)
     view = tuple(a.get("view") or ())
     if not view:
-        return x.shape, tuple(math.prod(x.shape[i + 1:]) for i in range(x.rank)), 0
+        return x.shape, tuple(row_strides(x.shape)), 0
     need(x.rank == 2, f"with view {list(view)}, A must be 2-D (rows, columns), got {x}")
     rows, cols = x.shape
     split = next((j for j in range(len(view) + 1) if math.prod(view[:j]) == rows), None)
@@ -219,7 +219,7 @@ def _a_view(x: TensorType, a) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     size, start = math.prod(view[split:]), a.get("start", 0)
     need(0 <= start and start + size <= cols, f"view {list(view)} from column {start} takes columns "
                                               f"[{start}, {start + size}) of A {x}, which has {cols}")
-    strides = [math.prod(view[i + 1:]) for i in range(len(view))]
+    strides = row_strides(view)
     strides[:split] = [math.prod(view[i + 1:split]) * cols for i in range(split)]
     return view, tuple(strides), start
 
@@ -241,7 +241,7 @@ def _permuted_layout(ts, a):
         batch = np.broadcast_shapes(ba, bb)
     except ValueError:
         need(False, f"batch dimensions {list(ba)} and {list(bb)} do not broadcast")
-    sb = [math.prod(bb[i + 1:]) * k * n for i in range(len(bb))]
+    sb = [s * k * n for s in row_strides(bb)]
     dims = strided_batch_layout(batch, ba, strides[:-2], bb, tuple(sb))
     need(len(dims) <= MAX_BATCH_DIMS,
          f"batch dimensions {list(ba)} (permuted) and {list(bb)} take more than {MAX_BATCH_DIMS} separate groups")
