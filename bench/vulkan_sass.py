@@ -41,6 +41,7 @@ instructions, 256 FFMAs, 129 conflicts) 64% of the peak, measured 62-64%, and ``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -73,9 +74,10 @@ def _child(spec_path: str) -> None:
     adapter = " ".join(str(v) for v in device.adapter.info.values())
     if "nvidia" not in adapter.lower():
         raise SystemExit(f"vulkan_sass: the adapter is not NVIDIA's ({adapter}); its shader cache is another format")
-    if spec.get("baseline"):  # the device alone
-        pass
-    elif spec.get("layout_auto"):
+    if spec.get("baseline"):  # the device alone: wgpu's own pipelines
+        device.queue.submit([])
+        return
+    if spec.get("layout_auto"):
         module = device.create_shader_module(code=spec["source"])
         device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": spec["entry"]})
     else:
@@ -121,11 +123,16 @@ def fma_specs(forms: list[str], wg: int) -> dict[str, dict]:
 
 
 def plan_specs(plan, only: str = "") -> dict[str, dict]:
-    specs = {}
+    """Each distinct kernel source of ``plan`` (whose name holds ``only``), named after its kernel (with the
+    source's digest where two sources share a name)."""
+    specs, seen = {}, set()
     for d in plan.dispatches:
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", d.kernel)[:120]
-        if name in specs or (only and only not in d.kernel):
+        if d.source in seen or (only and only not in d.kernel):
             continue
+        seen.add(d.source)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", d.kernel)[:120]
+        if name in specs:
+            name += "_" + hashlib.sha256(d.source.encode()).hexdigest()[:8]
         specs[name] = {"source": d.source, "entry": d.entry_point, "num_storage": len(d.bindings),
                        "has_uniform": bool(d.params), "writable": list(d.writable), "prefetch": len(d.prefetch),
                        "checks": d.runtime_checks}

@@ -136,3 +136,18 @@ def test_unknown_choices_are_named(tmp_path):
         vulkan_sass.matmul_specs("64,64,64@65x64x16")
     with pytest.raises(SystemExit, match="no NAME.cache"):
         vulkan_sass.read(tmp_path, "nvdisasm", "SM90")
+
+
+def test_each_distinct_source_of_a_plan_is_compiled_once():
+    from types import SimpleNamespace
+
+    def dispatch(kernel, source):
+        return SimpleNamespace(kernel=kernel, source=source, entry_point="main", bindings=(0, 1), params=b"",
+                               writable=(), prefetch=(), runtime_checks=False)
+
+    plan = SimpleNamespace(dispatches=[dispatch("k+bias", "A"), dispatch("k+bias", "A"), dispatch("k+bias", "B"),
+                                       dispatch("other", "C")])
+    specs = vulkan_sass.plan_specs(plan)
+    assert sorted(s["source"] for s in specs.values()) == ["A", "B", "C"]
+    assert "k_bias" in specs and specs["k_bias"]["source"] == "A"
+    assert set(vulkan_sass.plan_specs(plan, only="other")) == {"other"}
