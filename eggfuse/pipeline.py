@@ -91,7 +91,8 @@ def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Seq
 
 
 def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
-              prefetch: bool | None = None, runtime_checks: bool | None = None) -> ExecutionPlan:
+              prefetch: bool | None = None, runtime_checks: bool | None = None,
+              constant_params: bool | None = None) -> ExecutionPlan:
     """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
 
     ``subgroups``: lower reductions with subgroup operations; None (default) when the device
@@ -99,8 +100,10 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     :func:`eggfuse.lowering.lower`'s (narrow attention dispatches read the next dispatches'
     weights into the L2 cache); None (default) on every adapter but a CPU one. ``runtime_checks``: as
     :func:`eggfuse.lowering.lower`'s; None (default): :func:`runtime_checks_for` (False, kernels
-    without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). Raises InputError for a
-    ``runtime_checks`` not None/True/False or a bad EGGFUSE_RUNTIME_CHECKS, for
+    without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). ``constant_params``: as
+    :func:`eggfuse.lowering.lower`'s (kernels read their parameters as WGSL constants, a pipeline per
+    size); None (default) on every adapter but a CPU one. Raises InputError for a
+    ``runtime_checks`` or ``constant_params`` not None/True/False, a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits (on a CPU adapter also the loops lavapipe would cut short:
     ``lowering.plan.check_cpu_loops``), DeviceError when there is no device.
@@ -111,8 +114,10 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     cpu = device.adapter.info.get("adapter_type") == "CPU"
     if prefetch is None:
         prefetch = not cpu
+    if constant_params is None:
+        constant_params = not cpu
     plan = lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
-                 runtime_checks=runtime_checks_for(runtime_checks))
+                 runtime_checks=runtime_checks_for(runtime_checks), constant_params=constant_params)
     if cpu:  # lavapipe cuts long shader loops short, silently
         from eggfuse.lowering.plan import check_cpu_loops
 

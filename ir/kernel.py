@@ -121,6 +121,11 @@ class Kernel:
     - ``runtime_checks``: compile this kernel with naga's runtime checks even in a plan lowered
       without them (``lower(..., runtime_checks=False)``), for a kernel measured faster with them
       (the tiled matmul's 128-row tiles: :mod:`.ops.matmul_kernel`).
+    - ``constant_params``: whether the kernel may read ``params`` as a WGSL module constant rather than
+      from the uniform (which stays bound), its pipeline then serving these values only; lowering does so
+      where ``lower(..., constant_params=True)`` and every field is a u32, i32 or finite f32. False for a
+      kernel measured slower so (the tiled matmul's LM heads and 128-row tiles, the GEMV of 4 rows and 16
+      columns a workgroup: :mod:`.ops.matmul_kernel` ``constant_shape``).
     """
 
     name: str
@@ -133,6 +138,7 @@ class Kernel:
     entry_point: str = "main"
     scratch: int = 0
     runtime_checks: bool = False
+    constant_params: bool = True
 
 
 @dataclass(frozen=True)

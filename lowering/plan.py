@@ -225,7 +225,8 @@ def _label(node: Node, ins: list[TensorType]) -> str:
 
 
 def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
-          share_storage: bool = True, prefetch: bool = True, runtime_checks: bool = False) -> ExecutionPlan:
+          share_storage: bool = True, prefetch: bool = True, runtime_checks: bool = False,
+          constant_params: bool = True) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -245,10 +246,18 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     are those of the checked kernels up to the driver's instruction choice (on an H200: bit for bit
     for SmolLM2, within 4e-8 for MiniLM), and plans run 7-13% faster (``bench/runtime_checks.py``);
     ``runtime_checks=True`` keeps WebGPU's checks everywhere (an index out of bounds is then clamped:
-    for debugging a kernel).
+    for debugging a kernel). ``constant_params=True`` has each kernel read its uniform parameters (sizes,
+    strides, eps) as a WGSL module constant where they are u32, i32 or finite f32 and the kernel does not decline
+    (``Kernel.constant_params``; the tiled matmul declines where measured slower, ``matmul_kernel.constant_shape``):
+    the driver's compiler folds them, and kernels of other sizes no longer share a pipeline. On an H100 it made
+    the SmolLM2 decode step 7.6% faster, the 128-token prefill 1.7% and MiniLM 0.6%
+    (bench/results/constants_h100/). False keeps them in the uniform. On lavapipe a 1024 x 384 x 1536 product
+    with GELU ran its first time in 0.42-0.45 s with constants (the compilation) against 0.24-0.27 with a
+    pipeline of another shape, and then in 0.13-0.16: constants pay there only for a plan run many times, so
+    ``eggfuse.pipeline.lower_for`` leaves them off on a CPU adapter.
 
-    Raises InputError for a ``runtime_checks`` that is not a bool, GraphError when the graph has no
-    outputs, LoweringError when an op has no kernel or the plan
+    Raises InputError for a ``runtime_checks`` or ``constant_params`` that is not a bool, GraphError when the
+    graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
     other node gets its kernel builder's dispatches, one for every op but a Concat of more
@@ -258,6 +267,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     """
     if not isinstance(runtime_checks, bool):
         raise InputError(f"runtime_checks must be True or False, got {runtime_checks!r}")
+    if not isinstance(constant_params, bool):
+        raise InputError(f"constant_params must be True or False, got {constant_params!r}")
     graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)
@@ -299,7 +310,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             continue
         ins = [graph.node(i).type for i in node.inputs]
         try:
-            dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks))
+            dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks,
+                                               constant_params))
         except LoweringError as e:
             if e.nodes:
                 raise
@@ -346,9 +358,14 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     return plan
 
 
+def _literal_params(params) -> bool:
+    # parameters a WGSL module constant can hold (lowering.wgsl.binding_header): u32, i32 and finite f32
+    return all(t in ("u32", "i32") or (t == "f32" and np.isfinite(np.float32(v))) for _, t, v in params)
+
+
 def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Target,
                      node_buffer: dict[NodeId, int], buffers: list[BufferSpec],
-                     runtime_checks: bool) -> list[Dispatch]:
+                     runtime_checks: bool, constant_params: bool) -> list[Dispatch]:
     """The dispatches of one node: its op's kernel builder (``OpSpec.kernel``) rendered to WGSL.
 
     A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
@@ -377,7 +394,9 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
                 raise LoweringError(f"kernel {k.name} of {node.op} binds {stray} read_write, inputs the op does "
                                     f"not declare in OpSpec.updates ({_label(node, ins)})", nodes=(node.id,))
             writable = tuple(i for i, b in enumerate(bindings[:-1]) if b.write)
-            rendered.append((k, reads, writable, *render_kernel(k.body, bindings, k.params, k.slots)))
+            constant = constant_params and k.constant_params and _literal_params(k.params)
+            text, data = render_kernel(k.body, bindings, k.params, k.slots, constant)
+            rendered.append((k, reads, writable, text, data))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
     sizes = {k.scratch for k, *_ in rendered if k.scratch > 0}
     if len(sizes) > 1 or (not sizes and any(SCRATCH in reads for _, reads, *_ in rendered)):

@@ -15,6 +15,7 @@ import logging
 
 import wgpu
 
+from ..lowering.wgsl import uniform_form
 from .device import device_errors
 
 try:  # wgpu-native's own entry point for modules without runtime checks (wgpu-py 0.32 exposes it through cffi)
@@ -78,6 +79,19 @@ def create_module(device: wgpu.GPUDevice, source: str, label: str = "", checks: 
     return GPUShaderModule(label, handle, device)
 
 
+def _module_or_uniform_form(device: wgpu.GPUDevice, source: str, label: str, checks: bool) -> wgpu.GPUShaderModule:
+    # a kernel rendered with its parameters as a WGSL constant (lowering.wgsl.uniform_form) whose constant
+    # expressions do not evaluate (a division by a size of 0, say) is compiled reading them from the uniform
+    try:
+        return create_module(device, source, label, checks)
+    except wgpu.GPUError:
+        fallback = uniform_form(source)
+        if fallback is None:
+            raise
+    log.info("%s: its parameters as constants do not compile; it reads them from the uniform", label)
+    return create_module(device, fallback, label, checks)
+
+
 def unchecked_modules_allowed(device: wgpu.GPUDevice) -> bool:
     """Whether the runtime gives a dispatch lowered without runtime checks a module without them
     (:func:`create_module`): on the Vulkan backend only, whose robustBufferAccess keeps buffer
@@ -104,7 +118,7 @@ def get_pipeline(
     with device_errors(f"compiling kernel for {label or entry_point}"):
         module = _modules.get((id(device), digest, checks))
         if module is None:
-            module = create_module(device, source, label, checks)
+            module = _module_or_uniform_form(device, source, label, checks)
             _modules[(id(device), digest, checks)] = module
         bgl = device.create_bind_group_layout(entries=layout_entries(num_storage, has_uniform, writable, prefetch))
         layout = device.create_pipeline_layout(bind_group_layouts=[bgl])

@@ -583,6 +583,13 @@ def matmul_vec4(variant: str, m: int, k: int, n: int, gemv: bool = False) -> tup
     return vec_a, vec_b
 
 
+#: The tiled kernel's form of _QUAD_VEC4 where every quad it loads lies inside the matrix (:func:`covers`).
+_QUAD_VEC4_INSIDE = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
+    // elements (r, c..c+3) of {x} stored row-major [{rows}, {cols}]; {cols} % 4 == 0 == c % 4; the
+    // tiles cover the matrix exactly, so no quad is outside
+    return {x}[(r * {cols} + c) / 4u];
+}}"""
+
 _QUAD_VEC4 = """fn quad_{x}(r: u32, c: u32) -> vec4<f32> {{
     // elements (r, c..c+3) of {x} stored row-major [{rows}, {cols}]; {cols} % 4 == 0 == c % 4
     if (r < {rows} && c < {cols}) {{
@@ -640,12 +647,14 @@ _QUAD_BLOCKS_SELECT = """fn quad_b(r: u32, c: u32) -> vec4<f32> {{
 }}"""
 
 
-def _quad(x: str, rows: str, cols: str, index: str, vec4: bool, select: bool = False) -> str:
+def _quad(x: str, rows: str, cols: str, index: str, vec4: bool, select: bool = False, inside: bool = False) -> str:
     # quad_<x>(r, c): 4 consecutive elements of a row of a [rows, cols] matrix; ``index``
     # addresses element (r, cc) in the scalar form (a transposed view for GEMV 'AT'); ``select``:
-    # the vec4 form without a branch (_QUAD_VEC4_SELECT).
+    # the vec4 form without a branch (_QUAD_VEC4_SELECT); ``inside``: the vec4 form without a check
+    # (_QUAD_VEC4_INSIDE).
     if vec4:
-        return (_QUAD_VEC4_SELECT if select else _QUAD_VEC4).format(x=x, rows=rows, cols=cols)
+        form = _QUAD_VEC4_INSIDE if inside else _QUAD_VEC4_SELECT if select else _QUAD_VEC4
+        return form.format(x=x, rows=rows, cols=cols)
     return _QUAD_SCALAR.format(x=x, rows=rows, cols=cols, index=index)
 
 
@@ -695,27 +704,28 @@ def _norm_quads(vec4: bool) -> str:
 
 
 def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: str | None = None,
-                   swiglu: bool = False, select: bool | None = None) -> str:
+                   swiglu: bool = False, select: bool | None = None, inside: bool = False) -> str:
     # A: tiled reads quads of its stored rows ([M,K], or [K,M] for 'AT'); GEMV reads rows of
     # op(A) ([M,K]), through a transposed view for 'AT'; with ``swiglu`` (not 'AT') the quads of
     # SwiGLUConcat(A), A [M, 2K]. B: quads of its stored rows, [K,N] or [N,K] for 'BT'; with
     # ``quant`` ('BT' only) decoded from the blocks of binding q. ``select`` (default: ``gemv``):
-    # f32 vec4 quads in the form without a branch (see gemv_select_loads).
+    # f32 vec4 quads in the form without a branch (see gemv_select_loads). ``inside`` (the tiled kernel
+    # where :func:`covers`): f32 vec4 quads without a check.
     select = gemv if select is None else select
     if swiglu:
         qa = _QUAD_SWIGLU.format(body=(_SWIGLU_VEC4 if vec_a else _SWIGLU_SCALAR).format())
     elif variant == "AT" and gemv:
         qa = _quad("a", "p.m", "p.k", "cc * p.m + r", False)
     elif variant == "AT":
-        qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a)
+        qa = _quad("a", "p.k", "p.m", "r * p.m + cc", vec_a, inside=inside)
     else:
-        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a, select and quant is None)
+        qa = _quad("a", "p.m", "p.k", "r * p.k + cc", vec_a, select and quant is None, inside)
     if quant is not None:
         qb = (_QUAD_BLOCKS_SELECT if gemv else _QUAD_BLOCKS).format(fmt=quant)
     elif variant == "BT":
-        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b, select)
+        qb = _quad("b", "p.n", "p.k", "r * p.k + cc", vec_b, select, inside)
     else:
-        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b, select)
+        qb = _quad("b", "p.k", "p.n", "r * p.n + cc", vec_b, select, inside)
     return qa + "\n\n" + qb
 
 
@@ -860,6 +870,103 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
     out[(i * p.n + j) / 4u] = vec4<f32>(epilogue(i, j, s.x), epilogue(i, j + 1u, s.y), epilogue(i, j + 2u, s.z),
                                         epilogue(i, j + 3u, s.w));
 }"""
+
+#: _STORE4_VEC4 and _STORE4_SCALAR where the tiles cover the output exactly (:func:`covers`): no check.
+_STORE4_CHECK = """    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+3 are all inside or all outside
+        return;
+    }
+"""
+_STORE4_VEC4_INSIDE = _STORE4_VEC4.replace(_STORE4_CHECK, "")
+_STORE4_SCALAR_INSIDE = """fn put_row_sum(at: u32, v: f32) {
+    out[at] = v;
+}
+
+fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (SPLITS > 1u) {
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            out[part_base + i * p.n + j + e] = v[e];
+        }
+        return;
+    }
+    let s = v * row_scale(r);
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        out[i * p.n + j + e] = epilogue(i, j + e, s[e]);
+    }
+}"""
+
+#: Which tiled products leave out their bounds checks where :func:`covers` (see :func:`inside_form`):
+#: "rms_norm" (those with the RmsNorm prologue), "all" or "none" (for timing them:
+#: ``bench/plan_ab.py --variant NAME:eggfuse.ir.ops.matmul_kernel.MATMUL_INSIDE='all'``).
+MATMUL_INSIDE = "rms_norm"
+
+
+#: Whether the tiled kernel may read its shape as WGSL constants (see :func:`constant_shape`).
+MATMUL_CONSTANT_SHAPES = True
+#: ... for products of N below this (see :func:`constant_shape`).
+CONSTANT_SHAPES_MAX_N = 8192
+
+
+def constant_shape(tile: MatmulTile, n: int) -> bool:
+    """Whether the tiled kernel of a product of N = ``n`` on ``tile`` may read its parameters (M, K, N, the
+    tile counts, the K range, eps) as WGSL constants rather than from its uniform (``Kernel.constant_params``,
+    which ``lower(..., constant_params=True)`` honours): a pipeline per shape, whose index arithmetic the
+    driver folds. Where :data:`MATMUL_CONSTANT_SHAPES`, N is below :data:`CONSTANT_SHAPES_MAX_N` and the tile
+    is not one of 128 rows (as for keeps_runtime_checks:
+    4096^3 'BT' on 128x128x8 took 3886 us with constants against 3607-3632 without, in two calls:
+    ``mm_const.json``, ``mm_checked.json``, ``matmul_bt_4096.json``). For the GEMV kernel (a ``tile.gemv``
+    tile) where its workgroup's rows times columns is below 64: with constants its 4-row, 16-column form took
+    4 x 576 x 1536 in 8.05 us and 4 x 576 x 49152 in 155.4 (``bench/results/constants_h100/matmul_final.json``)
+    against 5.36 and 46.3 from the uniform in a call before (``inside_h100/matmul_h100.json``), while its
+    other forms took 0.85-1.02x their time (``gemv1x16`` for SmolLM2's LM head 0.988x).
+
+    Measured on an H100 (bench/results/inside_h100/; GPU us): MiniLM's plan 1081-1090 against 1096-1100 read
+    from the uniform (``ab3_minilm.json``, three alternated rounds), SmolLM2's 128-token prefill 2900-2998
+    against 2959-2963 (``ab3_smollm2_prefill.json``); the 80 single products of ``bench/matmul.py``
+    (``mm_tree.json`` against ``mm_before.json``, plain products: only the constants differ) 0.977x the time
+    (geometric mean; 1024 x 384 x 1536 even, 256 x 384 x 384 0.845x), except the 49152-wide LM heads, none
+    faster: 1.005x on 32x64x16m4x8, 0.999x on 64x128x8, 1.026x and 1.036x on 128x128x8, and 1.233x at 64 x 576
+    x 49152 (64x64x16m8x4; 125.1 against 154.4 us), where the driver gave the kernel 88 registers against 77
+    (``sass_const.json``, bench/vulkan_sass.py): two workgroups a multiprocessor instead of three."""
+    if tile.gemv:
+        return MATMUL_CONSTANT_SHAPES and tile.bm * tile.bn < 64
+    return MATMUL_CONSTANT_SHAPES and n < CONSTANT_SHAPES_MAX_N and tile.bm != 128
+
+
+def covers(tile: MatmulTile, m: int, k: int, n: int, splits: int) -> bool:
+    """Whether the tiled kernel's workgroups for an [M,K] x [K,N] product on ``tile`` in ``splits`` K
+    ranges load and store only inside the matrices: M and N multiples of the tile's sides, K a multiple
+    of its slice depth, and every K range non-empty (the first slice of each is loaded before the loop
+    checks its length). Then its quads and stores need no bounds checks (_QUAD_VEC4_INSIDE,
+    _STORE4_VEC4_INSIDE, _STORE4_SCALAR_INSIDE)."""
+    if tile.gemv or m % tile.bm or n % tile.bn or k % tile.bk:
+        return False
+    return (splits - 1) * _k_chunk(tile, k, splits) < k
+
+
+def inside_form(tile: MatmulTile, m: int, k: int, n: int, splits: int, prologue: str, f32_quads: bool) -> bool:
+    """Whether the tiled kernel of an [M,K] x [K,N] product in ``splits`` K ranges loads its quads and stores
+    its results without bounds checks (_QUAD_VEC4_INSIDE, _STORE4_VEC4_INSIDE, _STORE4_SCALAR_INSIDE): where
+    its tiles cover the matrices (:func:`covers`), A and B are read as f32 vec4 quads (``f32_quads``: not
+    quantised blocks, not the SwiGLU prologue's), and the product has the RmsNorm prologue (``prologue``
+    "rms_norm"; :data:`MATMUL_INSIDE` "rms_norm"; "all": with no prologue, "none", too; never the LayerNorm
+    prologue, "layer_norm", whose statistics pass reads A through the same quads).
+
+    Measured on an H100 (``bench/plan_ab.py --profile``, bench/results/inside_h100/prof_*.json, GPU us for
+    the calls of a plan, with checks / without): SmolLM2's 128-token prefill, whose products carry the RmsNorm
+    prologue, took 906.5 / 820.4 for its Q/K/V and gate/up products (64x64x16 in 4 K ranges) and 490.8 / 415.6
+    for the 32x64x16 ones in 6, the plan 3122-3124 us against 2970-3054; without a prologue the form was slower
+    or even: MiniLM's up projection with bias and GELU (64x64x16m8x4) 294.0 / 319.0, its down projection's
+    partial sums (64x128x8 in 8) 286.4 / 300.2, the plan 1098 against 1140-1148 us; single products
+    (``bench/matmul.py``, ``mm_checked.json`` / ``mm_inside.json``) 1024 x 384 x 1536 42.3 / 48.3 us, 128 x 576
+    x 49152 243.8 / 259.8, 4096^3 on 128x128 3608 / 4083, the others within 2%. Where it helps or hurts
+    follows the driver's register choices (bench/vulkan_sass.py), not the instructions left out."""
+    if MATMUL_INSIDE not in ("rms_norm", "all", "none"):
+        raise LoweringError(f"MATMUL_INSIDE is {MATMUL_INSIDE!r}: set 'rms_norm', 'all' or 'none'")
+    wanted = (prologue == "rms_norm" if MATMUL_INSIDE == "rms_norm" else
+              MATMUL_INSIDE == "all" and prologue != "layer_norm")
+    return wanted and f32_quads and covers(tile, m, k, n, splits)
 
 
 def _slice_loads(tile: MatmulTile) -> dict[str, str]:
@@ -1074,11 +1181,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     name += "".join(f"+{step_label(s)}" for s in epilogue)
     lanes = (MATMUL_WG // tile.bn if variant == "BT" else 32) if tile.gemv else 0  # the GEMV's lanes a column
     select = tile.gemv and (variant != "BT" or gemv_select_loads(tile.bm, k, lanes))
-    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant, swiglu, select),
+    prologue = "rms_norm" if rms_norm else "layer_norm" if layer_norm else "none"
+    inside = inside_form(tile, m, k, n, splits, prologue, vec_a and vec_b and quant is None and not swiglu)
+    slots = dict(QUADS=_operand_quads(variant, vec_a, vec_b, tile.gemv, quant, swiglu, select, inside),
                  EPILOGUE="\n".join(lines),
                  B_ALONG_K="true" if variant == "BT" else "false",
                  DECODE=Include("quant_decode.wgsl") if quant is not None else "")
-    prologue = "rms_norm" if rms_norm else "layer_norm" if layer_norm else "none"
     fixed = 2 + (1 if rms_norm else 0) + len(ln)  # A, (w_norm | gamma, beta,) B: a two-stage product's first stage
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
@@ -1087,11 +1195,12 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,
                           **_gemv_chunk(tile.bm, k, variant == "BT", k2, lanes), **slots)
         if final is None:
-            return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings, slots=gemv_slots)
+            return Kernel(name, "matmul_gemv.wgsl", tiles, params=params, bindings=bindings, slots=gemv_slots,
+                          constant_params=constant_shape(tile, n))
         # the product, rows scaled, into the scratch buffer; the final stage applies the epilogue
         first = Kernel(name.split("+")[0], "matmul_gemv.wgsl", tiles, params=params,
                        bindings=(*bindings[:fixed], Buffer("out", write=True)), inputs=tuple(range(fixed)),
-                       slots={**gemv_slots, "EPILOGUE": ""}, scratch=m * n)
+                       slots={**gemv_slots, "EPILOGUE": ""}, scratch=m * n, constant_params=constant_shape(tile, n))
         return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
     if layer_norm and (tile.wg < tile.bm or tile.bm * (tile.wg // tile.bm + 1) > tile.storage // 16):
         raise LoweringError(f"the LayerNorm prologue takes a row's mean and variance with one or more invocations "
@@ -1105,11 +1214,13 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                  **_slice_loads(tile))
     checks = keeps_runtime_checks(tile)
     vec_out = out_vec4(tile, n, splits, rms_norm)
-    tiled["STORE4"] = _STORE4_VEC4 if vec_out else _STORE4_SCALAR
+    tiled["STORE4"] = ((_STORE4_VEC4_INSIDE if inside else _STORE4_VEC4) if vec_out else
+                       _STORE4_SCALAR_INSIDE if inside else _STORE4_SCALAR)
     out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)
     if splits == 1 and final is None:
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
-                      slots={**slots, **tiled}, runtime_checks=checks)
+                      slots={**slots, **tiled}, runtime_checks=checks,
+                      constant_params=constant_shape(tile, n))
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
     # a final step and one split, the product (rows scaled, no epilogue) there
     scratch = _scratch_elements(splits, m, n, rms_norm) if splits > 1 else m * n
@@ -1120,7 +1231,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], out), inputs=tuple(range(fixed)),
-                     slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks)
+                     slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks,
+                     constant_params=constant_shape(tile, n))
     return [partial, _final_stage(final, splits, rms_norm and splits > 1, m, k, n, eps, norm_eps, epilogue, operands,
                                   lines, fixed)]
 

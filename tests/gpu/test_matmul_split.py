@@ -15,22 +15,28 @@ import numpy as np
 import pytest
 from op_table import check_row  # tests/op_table.py
 from test_ops import _fused, _matmul, _rms_norm_matmul  # tests/gpu/test_ops.py's row builders
+from test_ops_layer_norm_matmul import _row as _ln_row
 from test_ops_quant import _qmm, _qswiglu
 
 from eggfuse.ir import Graph, evaluate
 from eggfuse.ir.errors import LoweringError
+from eggfuse.ir.ops import matmul_kernel
 from eggfuse.ir.ops.matmul_kernel import (
     DEEP_STORAGE,
     MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
     THREE_QUARTER_TILE,
+    MatmulTile,
+    covers,
     matmul_choice,
     matmul_splits,
     matmul_tile,
 )
 from eggfuse.lowering import lower
 from eggfuse.pipeline import compile as compile_graph
+from eggfuse.pipeline import lower_for
 from eggfuse.rewrites import random_feeds
+from eggfuse.runtime import Session
 
 
 def _rows(tile):
@@ -92,6 +98,104 @@ def test_every_tile_stores_quads_where_n_is_a_multiple_of_4(tile, splits, row, d
     vec4 = tile.bm != 128 and (splits == 1 or (tile.micro is None and row.op != "FusedRmsNormMatMul"))
     assert ("var<storage, read_write> out: array<vec4<f32>>;" in first.source) == vec4, first.kernel
     assert ("out[(i * p.n + j) / 4u] = vec4<f32>(epilogue(" in first.source) == vec4, first.kernel
+
+
+def _covered_rows(tile):
+    # shapes the tiles cover exactly (matmul_kernel.covers): 2 x 3 tiles, 6 slices of K (3 splits of 2 each)
+    m, n, k = 2 * tile.bm, 3 * tile.bn, 6 * tile.bk
+    return [_matmul("MatMul", m, k, n), _matmul("MatMulAT", m, k, n), _matmul("MatMulBT", m, k, n),
+            _fused("BT", m, k, n, ("bias", "add", "Gelu")), _rms_norm_matmul("", m, k, n, ("add",))]
+
+
+COVERED_CASES = [(tile, splits, row) for tile in MATMUL_TILES_ALL for row in _covered_rows(tile) for splits in (1, 3)]
+
+
+@pytest.mark.parametrize("tile, splits, row", COVERED_CASES,
+                         ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in COVERED_CASES])
+def test_tiles_that_cover_the_matrices_load_and_store_without_checks(tile, splits, row, device, monkeypatch):
+    monkeypatch.setattr(matmul_kernel, "MATMUL_INSIDE", "all")
+    first = _run_with(tile, splits, row, device).plan.dispatches[0]
+    assert covers(tile, *_shape(row), splits)
+    assert "tiles cover the matrix exactly, so no quad is outside" in first.source, first.kernel
+    assert "if (i >= p.m" not in first.source, first.kernel
+
+
+def _shape(row):
+    m, k, n = (int(v) for v in row.id.split("[")[1].split("]")[0].split(","))
+    return m, k, n
+
+
+@pytest.mark.parametrize("shape, splits, inside", [((64, 32, 64), 3, False),  # 2 slices in 3 ranges: one empty
+                                                   ((64, 48, 64), 3, True),
+                                                   ((65, 48, 64), 1, False), ((64, 48, 68), 1, False),
+                                                   ((64, 40, 64), 1, False)])
+def test_a_range_past_k_or_an_edge_tile_keeps_the_checks(shape, splits, inside, device, monkeypatch):
+    # a K range that starts at or past K would load its first slice outside A and B; edge tiles in M, N or K
+    monkeypatch.setattr(matmul_kernel, "MATMUL_INSIDE", "all")
+    tile = next(t for t in MATMUL_TILES_ALL if t.name == "64x64x16")
+    m, k, n = shape
+    row = _fused("BT", m, k, n, ("bias",))
+    assert covers(tile, m, k, n, splits) == inside
+    first = _run_with(tile, splits, row, device).plan.dispatches[0]
+    assert ("tiles cover the matrix exactly" in first.source) == inside
+
+
+def test_by_default_only_rms_norm_products_leave_out_the_checks(device, monkeypatch):
+    # matmul_kernel.inside_form: measured faster with the RmsNorm prologue only; never the LayerNorm prologue
+    tile = next(t for t in MATMUL_TILES_ALL if t.name == "64x64x16")
+    m, k, n = 128, 96, 192
+    for setting, row, inside in [("rms_norm", _rms_norm_matmul("BT", m, k, n, ("bias",)), True),
+                                 ("rms_norm", _fused("BT", m, k, n, ("bias",)), False),
+                                 ("none", _rms_norm_matmul("BT", m, k, n, ("bias",)), False),
+                                 ("all", _ln_row("BT", m, k, n), False)]:
+        monkeypatch.setattr(matmul_kernel, "MATMUL_INSIDE", setting)
+        first = _run_with(tile, 1, row, device).plan.dispatches[0]
+        assert ("tiles cover the matrix exactly" in first.source) == inside, (setting, row.id)
+
+
+def test_an_unknown_inside_setting_is_a_lowering_error(monkeypatch):
+    monkeypatch.setattr(matmul_kernel, "MATMUL_INSIDE", "yes")
+    with pytest.raises(LoweringError, match="MATMUL_INSIDE is 'yes': set 'rms_norm', 'all' or 'none'"):
+        matmul_kernel.matmul_kernel_for("BT", (), 64, 64, 64)
+
+
+def test_the_lm_heads_128_row_tiles_and_the_widest_gemv_read_their_shape_from_the_uniform():
+    # matmul_kernel.constant_shape: measured no faster at N = 49152, and 1.23x slower at 64 x 576 x 49152
+    wide = matmul_kernel.matmul_kernel_for("BT", (), 64, 576, 49152, splits=1)
+    narrow = matmul_kernel.matmul_kernel_for("BT", (), 64, 576, 1536, splits=1)
+    assert not wide.constant_params and narrow.constant_params
+    tile = next(t for t in MATMUL_TILES_ALL if t.name == "64x64x16")
+    assert matmul_kernel.constant_shape(tile, matmul_kernel.CONSTANT_SHAPES_MAX_N - 1)
+    assert not matmul_kernel.constant_shape(tile, matmul_kernel.CONSTANT_SHAPES_MAX_N)
+    # nor the tiles of 128 rows: 4096^3 'BT' measured 1.07x slower with constants
+    assert not any(matmul_kernel.constant_shape(t, 1536) for t in MATMUL_TILES_ALL if t.bm == 128)
+    # nor the GEMV of 4 rows and 16 columns a workgroup (1.50x and 3.36x slower), but its other forms
+    gemv = {(m, c): matmul_kernel.matmul_kernel_for("BT", (), m, 576, 1536, tile=MatmulTile(m, c, 0, gemv=True))
+            for m, c in ((4, 16), (4, 8), (1, 16))}
+    assert [gemv[key].constant_params for key in ((4, 16), (4, 8), (1, 16))] == [False, True, True]
+
+
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("tile", [t for t in MATMUL_TILES_ALL if t.name in ("64x64x16m8x4", "64x48x16m8x4w192",
+                                                                            "32x64x16")], ids=lambda t: t.name)
+def test_shapes_as_constants_or_uniforms_compute_the_product(tile, constant, device):
+    # lower(constant_params=...): the tiled kernel's shape as a WGSL constant (lower_for's default on a GPU) or read
+    # from the uniform (its default on a CPU adapter such as this one)
+    for row in [_fused("BT", 2 * tile.bm, 6 * tile.bk, 3 * tile.bn, ("bias", "Gelu")),
+                _rms_norm_matmul("", tile.bm + 3, 3 * tile.bk + 4, tile.bn + 4, ("add",))]:
+        g = Graph()
+        g.set_outputs([row.build(g)])
+        inputs, params = random_feeds(g, seed=3)
+        for splits in (1, 3):
+            with matmul_choice(tile=tile, splits=splits):
+                plan = lower_for(g, device, constant_params=constant)
+            first = plan.dispatches[0].source
+            assert ("const p = Params(" in first) == constant
+            assert ("var<uniform> p_bound: Params;" in first) == constant
+            assert ("var<uniform> p: Params;" in first) != constant
+            (got,) = Session(plan, params, device=device).run(inputs)
+            (want,) = evaluate(g, inputs, params)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("row", [_qmm("q4_1", 37, 160, 45, ("bias", "add")), _qmm("q4_0", 19, 96, 21, (), rms=True),

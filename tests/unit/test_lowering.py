@@ -9,8 +9,10 @@ import struct
 
 import numpy as np
 import pytest
+from every_op import every_op_graph  # tests/every_op.py
 
 from eggfuse.ir import OPS, DType, Graph, GraphError, LoweringError
+from eggfuse.ir.kernel import Buffer
 from eggfuse.ir.ops import matmul_kernel as matmul_kernel_module
 from eggfuse.ir.ops.attention import ATTENTION_TILE_BYTES, attention_tile_bytes, attention_tiles
 from eggfuse.ir.ops.elementwise import broadcast_strides
@@ -43,7 +45,7 @@ from eggfuse.ir.ops.matmul_kernel import (
 from eggfuse.ir.ops.reductions import reduce_dims
 from eggfuse.lowering import DerivedParameter, lower
 from eggfuse.lowering.limits import limit_name, split_grid
-from eggfuse.lowering.wgsl import pack_params, render, render_kernel
+from eggfuse.lowering.wgsl import binding_header, pack_params, render, render_kernel, uniform_form
 
 
 def matmul_source(variant, epilogue, rms_norm=False, tile=MATMUL_TILES[3], vec4=(False, False)) -> str:
@@ -555,26 +557,29 @@ def test_uniform_params_pack_by_wgsl_layout():
         pack_params((("a", "array<f32, 4>", [0.0] * 4),))
 
 
+def test_params_as_constants_keep_the_uniform_bound_and_each_value_exact():
+    params = (("m", "u32", 1024), ("d", "i32", -3), ("eps", "f32", 1e-5))
+    head, data = binding_header((Buffer("a"), Buffer("out", write=True)), params, constant=True)
+    assert data == pack_params(params)[1]  # the uniform the runtime binds is unchanged
+    assert "@group(0) @binding(2) var<uniform> p_bound: Params;" in head
+    const = next(line for line in head.splitlines() if line.startswith("const p = Params("))
+    m, d, eps = const[len("const p = Params("):-2].split(", ")
+    assert (m, d) == ("1024u", "-3i") and eps.endswith("f")
+    assert np.float32(float(eps[:-1])) == np.float32(1e-5)  # the literal is the f32's own value
+    with pytest.raises(LoweringError, match="uniform field eps: inf has no WGSL literal"):
+        binding_header((), (("eps", "f32", float("inf")),), constant=True)
+    with pytest.raises(LoweringError, match="uniform field d: type 'vec4<u32>' has no constant form"):
+        binding_header((), (("d", "vec4<u32>", (1, 2, 3, 4)),), constant=True)
+    with pytest.raises(LoweringError, match="does not fit in u32"):
+        binding_header((), (("n", "u32", -1),), constant=True)
+    # the runtime's fallback form is the uniform header, byte for byte
+    uniform, _ = binding_header((Buffer("a"), Buffer("out", write=True)), params)
+    assert uniform_form(head) == uniform and uniform_form(uniform) is None
+
+
 def test_every_kernel_renders():
     # A graph using every op; lowering renders every template with all slots filled.
-    g = Graph()
-    x = g.input("x", [4, 8])
-    w = g.parameter("w", [8, 8])
-    q = g.rope(x, 10000.0, head_dim=4, pairing="adjacent")
-    att = g.full_attention(q, x, x, 2, 2, 4, key_mask=g.input("m", [1, 4]))
-    outs = [att, g.causal_attention(x, x, x, 2, 2, 4),
-            g.layer_norm(x, g.parameter("lw", [8]), g.parameter("lb", [8])),
-            g.rms_norm(x, g.parameter("rw", [8])), g.softmax(x), g.transpose(x), g.mean_all(x), g.sum_all(x),
-            g.swiglu(x, x), g.mul(x, x), g.matmul_at(x, x), g.matmul_bt(x, w),
-            g.embedding(g.input("ids", [3], DType.U32), w),
-            g.add_node("FusedRmsNormMatMul", (x, g.parameter("nw", [8]), w), eps=1e-5, variant="BT",
-                       epilogue=("Silu",)),
-            g.concat([x, w], axis=0), g.concat([w, g.parameter("w2", [8, 8])], axis=1), g.slice_cols(x, 2, 3),
-            g.swiglu_concat(x), g.causal_attention_rope(x, x, x, 2, 2, 4, 10000.0, pairing="adjacent"),
-            g.group_norm(g.reshape(x, [2, 4, 4]), g.parameter("gw", [4]), g.parameter("gb", [4]), 2),
-            g.add_node("GroupNormSilu", (g.reshape(x, [1, 8, 4]), g.parameter("sw", [8]), g.parameter("sb", [8])),
-                       num_groups=4, eps=1e-5)]
-    g.set_outputs(outs)
+    g = every_op_graph()
     plan = lower(g)
     assert len(plan.dispatches) == g.dispatch_count() and len(plan.derived) == 1  # Concat(w, w2)
     assert all("{{" not in d.source for d in plan.dispatches)
