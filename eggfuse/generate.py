@@ -129,8 +129,10 @@ class Generator:
         from eggfuse.pipeline import compile as compile_graph
 
         params = {name: self.model.params[name] for name in graph.parameters if name in self.model.params}
+        # a prefill plan per prompt length reads its sizes from the uniform, so its pipelines serve every length
+        # (compiled once); the decode plan, run for every token, takes them as constants where lower_for does
         compiled = compile_graph(graph, params, fuse=self.fuse, device=self.device, share=share, cache=self.cache,
-                                 precision=self.precision)
+                                 precision=self.precision, constant_params=False if what == "prefill" else None)
         self.cache_status[key] = compiled.cache
         self.timings.setdefault("device_s", compiled.timings["device_s"])  # the first compile gets the device
         self.timings[f"{what}_optimize_s"] = compiled.timings.get("optimize_s", 0.0)

@@ -102,8 +102,8 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     :func:`eggfuse.lowering.lower`'s; None (default): :func:`runtime_checks_for` (False, kernels
     without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). ``constant_params``: as
     :func:`eggfuse.lowering.lower`'s (kernels read their parameters as WGSL constants, a pipeline per
-    size); None (default) on every adapter but a CPU one. Raises InputError for a
-    ``runtime_checks`` or ``constant_params`` not None/True/False, a bad EGGFUSE_RUNTIME_CHECKS, for
+    size); None (default): :data:`CONSTANT_PARAMS` where set, else on every adapter but a CPU one. Raises
+    InputError for a ``runtime_checks`` or ``constant_params`` not None/True/False, a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits (on a CPU adapter also the loops lavapipe would cut short:
     ``lowering.plan.check_cpu_loops``), DeviceError when there is no device.
@@ -114,15 +114,30 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     cpu = device.adapter.info.get("adapter_type") == "CPU"
     if prefetch is None:
         prefetch = not cpu
-    if constant_params is None:
-        constant_params = not cpu
     plan = lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
-                 runtime_checks=runtime_checks_for(runtime_checks), constant_params=constant_params)
+                 runtime_checks=runtime_checks_for(runtime_checks),
+                 constant_params=constant_params_for(device, constant_params))
     if cpu:  # lavapipe cuts long shader loops short, silently
         from eggfuse.lowering.plan import check_cpu_loops
 
         check_cpu_loops(plan)
     return plan
+
+
+#: What :func:`lower_for`'s ``constant_params=None`` means when set (True or False on every adapter), for
+#: timing the form: ``bench/plan_ab.py --variant uniform:eggfuse.pipeline.CONSTANT_PARAMS=False``.
+CONSTANT_PARAMS: bool | None = None
+
+def constant_params_for(device, constant_params: bool | None) -> bool | object:
+    """``constant_params`` of :func:`lower_for` and :func:`compile`: as given (a value that is not a bool
+    is left for ``lowering.lower`` to reject); None: :data:`CONSTANT_PARAMS` where set, else True on
+    every adapter but a CPU one (lavapipe, where a pipeline compiled per size costs more than it saves
+    in a run or two: ``lowering.lower``)."""
+    if constant_params is not None:
+        return constant_params
+    if CONSTANT_PARAMS is not None:
+        return CONSTANT_PARAMS
+    return device.adapter.info.get("adapter_type") != "CPU"
 
 
 #: The environment variable that makes :func:`lower_for` and :func:`compile` keep naga's runtime checks.
@@ -188,7 +203,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
             device=None, share: Session | None = None, subgroups: bool | None = None,
             prerecord: bool = True, finite_inputs: bool = True, cache: bool = True,
-            precision: str = "f32") -> Compiled:
+            precision: str = "f32", constant_params: bool | None = None) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
 
@@ -197,7 +212,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     (``eggfuse.rewrites.make_ruleset``).
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
-    ``Session``); ``subgroups`` as :func:`lower_for`; kernels keep naga's runtime checks when the
+    ``Session``); ``subgroups`` and ``constant_params`` as :func:`lower_for` (the latter part of the
+    compile cache's key; a value not None/True/False raises InputError); kernels keep naga's runtime checks when the
     environment variable EGGFUSE_RUNTIME_CHECKS is 1 (:func:`runtime_checks_for`); ``prerecord``
     and ``finite_inputs`` (False: float inputs may hold NaN and infinities) as ``Session``.
     ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
@@ -251,7 +267,10 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     checks = runtime_checks_for(None)
     timings["device_s"] = time.perf_counter() - t
     optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
-    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks)
+    constants = constant_params_for(device, constant_params)
+    if not isinstance(constants, bool):
+        raise InputError(f"constant_params must be None, True or False, got {constant_params!r}")
+    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants)
     if loaded is not None:
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
         if fuse:
@@ -275,7 +294,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             timings["optimize_s"] = time.perf_counter() - t
         t = time.perf_counter()
         try:
-            plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks)
+            plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks, constant_params=constants)
         except LoweringError as e:
             if report is not None:  # the nodes of ``graph`` the optimised nodes compute
                 e.sources = tuple(sorted({i for n in e.nodes for i in report.origins.get(n, ())}))
@@ -297,7 +316,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
 
 def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool,
-                  runtime_checks: bool):
+                  runtime_checks: bool, constant_params: bool):
     # (the cache, the key, the entry loaded or None); the cache and key are None when it is off
     # or the compile cannot be keyed (an optimiser argument that is not plain data).
     from eggfuse.ir.ops.matmul_kernel import matmul_choice_active
@@ -309,12 +328,12 @@ def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device
     t = time.perf_counter()
     try:
         key = entry_key(graph, fuse=fuse, optimizer=optimizer, device=device_identity(device), subgroups=subgroups,
-                        runtime_checks=runtime_checks)
+                        runtime_checks=runtime_checks, constant_params=constant_params)
     except (Unstorable, OSError):  # OSError: eggfuse's source files could not be read for the digest
         return None, None, None
     store = CompileCache()
     return store, key, store.load(key, runs=None if fuse else graph, started=t)
 
 
-__all__ = ["PRECISIONS", "RUNTIME_CHECKS_ENV", "Compiled", "compile", "lower_for", "optimize", "precision_rulesets",
-           "runtime_checks_for", "subgroups_for"]
+__all__ = ["CONSTANT_PARAMS", "PRECISIONS", "RUNTIME_CHECKS_ENV", "Compiled", "compile", "constant_params_for",
+           "lower_for", "optimize", "precision_rulesets", "runtime_checks_for", "subgroups_for"]

@@ -124,8 +124,8 @@ class Kernel:
     - ``constant_params``: whether the kernel may read ``params`` as a WGSL module constant rather than
       from the uniform (which stays bound), its pipeline then serving these values only; lowering does so
       where ``lower(..., constant_params=True)`` and every field is a u32, i32 or finite f32. False for a
-      kernel measured slower so (the tiled matmul's LM heads and 128-row tiles, the GEMV of 4 rows and 16
-      columns a workgroup: :mod:`.ops.matmul_kernel` ``constant_shape``).
+      kernel measured slower so (the tiled matmul's products of N >= 8192, the LM heads, and its 128-row
+      tiles, the GEMV of 4 rows and 16 columns a workgroup: :mod:`.ops.matmul_kernel` ``constant_shape``).
     """
 
     name: str

@@ -242,19 +242,21 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     checks (``Dispatch.runtime_checks``; a kernel may keep them, ``Kernel.runtime_checks``): no clamping
     of workgroup and function array indices, no loop-bounding counters; the runtime honours it on the
     Vulkan backend only, whose robustBufferAccess keeps buffer accesses checked. eggfuse's kernels
-    bound their loops by the uniform's sizes and check every global index themselves, so results
+    bound their loops by the uniform's sizes and check every global index themselves (but the tiled matmul
+    where its tiles cover the matrices exactly, ``matmul_kernel.inside_form``), so results
     are those of the checked kernels up to the driver's instruction choice (on an H200: bit for bit
     for SmolLM2, within 4e-8 for MiniLM), and plans run 7-13% faster (``bench/runtime_checks.py``);
     ``runtime_checks=True`` keeps WebGPU's checks everywhere (an index out of bounds is then clamped:
     for debugging a kernel). ``constant_params=True`` has each kernel read its uniform parameters (sizes,
     strides, eps) as a WGSL module constant where they are u32, i32 or finite f32 and the kernel does not decline
     (``Kernel.constant_params``; the tiled matmul declines where measured slower, ``matmul_kernel.constant_shape``):
-    the driver's compiler folds them, and kernels of other sizes no longer share a pipeline. On an H100 it made
-    the SmolLM2 decode step 7.6% faster, the 128-token prefill 1.7% and MiniLM 0.6%
-    (bench/results/constants_h100/). False keeps them in the uniform. On lavapipe a 1024 x 384 x 1536 product
-    with GELU ran its first time in 0.42-0.45 s with constants (the compilation) against 0.24-0.27 with a
-    pipeline of another shape, and then in 0.13-0.16: constants pay there only for a plan run many times, so
-    ``eggfuse.pipeline.lower_for`` leaves them off on a CPU adapter.
+    the driver's compiler folds them, and kernels of other sizes no longer share a pipeline. On an H100, with the
+    tiled matmul's constants in both, the other kernels' made the SmolLM2 decode step 7.6% faster, the 128-token
+    prefill 1.7% and MiniLM 0.6% (bench/results/constants_h100/everywhere_*.json); the matmul's own, the prefill
+    2.0% and MiniLM 1.2% (bench/results/inside_h100/ab3_*.json). False keeps them in the uniform. On lavapipe a
+    1024 x 384 x 1536 product with GELU ran its first time in 0.42-0.45 s with constants (the compilation)
+    against 0.24-0.27 with a pipeline of another shape, and then in 0.13-0.16: constants pay there only for a
+    plan run many times, so ``eggfuse.pipeline.lower_for`` leaves them off on a CPU adapter.
 
     Raises InputError for a ``runtime_checks`` or ``constant_params`` that is not a bool, GraphError when the
     graph has no outputs, LoweringError when an op has no kernel or the plan

@@ -163,6 +163,8 @@ def _literal(name: str, wgsl_type: str, value) -> str:
         return f"{f!r}f"
     if wgsl_type in ("u32", "i32"):
         _scalar_bytes(wgsl_type, value)  # range check
+        if wgsl_type == "i32" and int(value) == -(2**31):
+            return "(-2147483647i - 1i)"  # -2147483648i is not a WGSL literal (its magnitude is past i32)
         return f"{int(value)}{wgsl_type[0]}"
     raise LoweringError(f"uniform field {name}: type {wgsl_type!r} has no constant form here (only u32, i32 and f32); "
                         "pass it in the uniform")
@@ -199,7 +201,8 @@ def uniform_form(source: str) -> str | None:
     module constant (:func:`binding_header` ``constant=True``); None for a source without such a header. The
     runtime compiles it where the constant form does not compile: WGSL evaluates constant expressions when the
     shader is created, so an expression the uniform form computes at run time (a division by a size of 0, a
-    float that overflows) is an error there."""
+    float that overflows, a constant index past a fixed-size array, even in code that never runs) is an error
+    there."""
     form, count = _CONSTANT_HEADER.subn(r"\1p\2", source, count=1)
     return form if count else None
 

@@ -58,7 +58,8 @@ def create_module(device: wgpu.GPUDevice, source: str, label: str = "", checks: 
     (``WGPUShaderRuntimeChecks_None``): buffer accesses stay checked only where the backend checks them
     (Vulkan's robustBufferAccess), so the kernel's own indices must be in bounds and its loops finite,
     as eggfuse's kernels are by construction (each bounds its loops by the uniform's sizes and checks
-    every global index). Where wgpu-py does not expose that entry point the module keeps the checks, and
+    every global index, but where the tiled matmul's tiles cover its matrices: ``matmul_kernel.inside_form``).
+    Where wgpu-py does not expose that entry point the module keeps the checks, and
     a warning says so once. Raises a wgpu GPUError (DeviceError through the caller's ``device_errors``)
     for WGSL that does not compile, as ``create_shader_module`` does."""
     global _warned
@@ -77,19 +78,6 @@ def create_module(device: wgpu.GPUDevice, source: str, label: str = "", checks: 
     if handle == ffi.NULL:  # libf raised already for invalid WGSL; a null handle otherwise
         raise wgpu.GPUValidationError(f"shader module creation failed for {label}")
     return GPUShaderModule(label, handle, device)
-
-
-def _module_or_uniform_form(device: wgpu.GPUDevice, source: str, label: str, checks: bool) -> wgpu.GPUShaderModule:
-    # a kernel rendered with its parameters as a WGSL constant (lowering.wgsl.uniform_form) whose constant
-    # expressions do not evaluate (a division by a size of 0, say) is compiled reading them from the uniform
-    try:
-        return create_module(device, source, label, checks)
-    except wgpu.GPUError:
-        fallback = uniform_form(source)
-        if fallback is None:
-            raise
-    log.info("%s: its parameters as constants do not compile; it reads them from the uniform", label)
-    return create_module(device, fallback, label, checks)
 
 
 def unchecked_modules_allowed(device: wgpu.GPUDevice) -> bool:
@@ -116,13 +104,29 @@ def get_pipeline(
     if hit is not None:
         return hit[0], hit[1]
     with device_errors(f"compiling kernel for {label or entry_point}"):
-        module = _modules.get((id(device), digest, checks))
-        if module is None:
-            module = _module_or_uniform_form(device, source, label, checks)
-            _modules[(id(device), digest, checks)] = module
         bgl = device.create_bind_group_layout(entries=layout_entries(num_storage, has_uniform, writable, prefetch))
         layout = device.create_pipeline_layout(bind_group_layouts=[bgl])
-        stage = {"module": module, "entry_point": entry_point}
-        pipeline = device.create_compute_pipeline(layout=layout, compute=stage, label=label)
+        try:
+            pipeline = _compiled(device, source, digest, entry_point, label, checks, layout)
+        except (wgpu.GPUError, wgpu.GPUPipelineError):
+            # a kernel rendered with its parameters as a WGSL constant whose constant expressions do not evaluate
+            # (lowering.wgsl.uniform_form: a division by a size of 0, say) is compiled reading them from the uniform
+            fallback = uniform_form(source)
+            if fallback is None:
+                raise
+            log.info("%s: its parameters as constants do not compile; it reads them from the uniform", label)
+            pipeline = _compiled(device, fallback, hashlib.sha256(fallback.encode()).hexdigest(), entry_point, label,
+                                 checks, layout)
     _pipelines[key] = (pipeline, bgl, device)  # holding the device keeps id(device) unique
     return pipeline, bgl
+
+
+def _compiled(device: wgpu.GPUDevice, source: str, digest: str, entry_point: str, label: str, checks: bool,
+              layout) -> wgpu.GPUComputePipeline:
+    # the pipeline of ``source`` (its module cached per process by digest)
+    module = _modules.get((id(device), digest, checks))
+    if module is None:
+        module = create_module(device, source, label, checks)
+        _modules[(id(device), digest, checks)] = module
+    return device.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": entry_point},
+                                          label=label)

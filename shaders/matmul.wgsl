@@ -53,7 +53,9 @@
 //
 // Edge tiles need no separate path: quads past M, N or K load as zeros (a vec4 quad is
 // wholly inside or outside, its row length being a multiple of 4) and the store checks
-// each element (bound as vec4, N % 4 == 0: each quad, wholly inside or outside).
+// each element (bound as vec4, N % 4 == 0: each quad, wholly inside or outside). Where the
+// tiles cover the matrices exactly, the QUADS and STORE4 forms may leave those checks out
+// (ir/ops/matmul_kernel.py inside_form).
 
 const SPLITS: u32 = {{SPLITS}}u;
 const BM: u32 = {{BM}}u;

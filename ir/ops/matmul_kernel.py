@@ -913,9 +913,9 @@ def constant_shape(tile: MatmulTile, n: int) -> bool:
     tile counts, the K range, eps) as WGSL constants rather than from its uniform (``Kernel.constant_params``,
     which ``lower(..., constant_params=True)`` honours): a pipeline per shape, whose index arithmetic the
     driver folds. Where :data:`MATMUL_CONSTANT_SHAPES`, N is below :data:`CONSTANT_SHAPES_MAX_N` and the tile
-    is not one of 128 rows (as for keeps_runtime_checks:
-    4096^3 'BT' on 128x128x8 took 3886 us with constants against 3607-3632 without, in two calls:
-    ``mm_const.json``, ``mm_checked.json``, ``matmul_bt_4096.json``). For the GEMV kernel (a ``tile.gemv``
+    is not one of 128 rows (as for keeps_runtime_checks: 4096^3 'BT' on 128x128x8 took 3886 us with constants,
+    ``matmul_bt_4096.json``, against 3608 and 3623 without, ``mm_checked.json`` and ``final_bt_4096_uniform.json``,
+    each in a call of its own). For the GEMV kernel (a ``tile.gemv``
     tile) where its workgroup's rows times columns is below 64: with constants its 4-row, 16-column form took
     4 x 576 x 1536 in 8.05 us and 4 x 576 x 49152 in 155.4 (``bench/results/constants_h100/matmul_final.json``)
     against 5.36 and 46.3 from the uniform in a call before (``inside_h100/matmul_h100.json``), while its
@@ -923,12 +923,14 @@ def constant_shape(tile: MatmulTile, n: int) -> bool:
 
     Measured on an H100 (bench/results/inside_h100/; GPU us): MiniLM's plan 1081-1090 against 1096-1100 read
     from the uniform (``ab3_minilm.json``, three alternated rounds), SmolLM2's 128-token prefill 2900-2998
-    against 2959-2963 (``ab3_smollm2_prefill.json``); the 80 single products of ``bench/matmul.py``
-    (``mm_tree.json`` against ``mm_before.json``, plain products: only the constants differ) 0.977x the time
-    (geometric mean; 1024 x 384 x 1536 even, 256 x 384 x 384 0.845x), except the 49152-wide LM heads, none
-    faster: 1.005x on 32x64x16m4x8, 0.999x on 64x128x8, 1.026x and 1.036x on 128x128x8, and 1.233x at 64 x 576
-    x 49152 (64x64x16m8x4; 125.1 against 154.4 us), where the driver gave the kernel 88 registers against 77
-    (``sass_const.json``, bench/vulkan_sass.py): two workgroups a multiprocessor instead of three."""
+    against 2959-2963 (``ab3_smollm2_prefill.json``); the 81 single products of ``bench/matmul.py`` (its 80 LLM
+    shapes and 4096^3; ``mm_tree.json`` against ``mm_before.json``, plain products: only the constants differ)
+    0.977x the time (geometric mean; 0.970x over the 71 not 49152 wide; 256 x 384 x 384 0.845x; MiniLM's 1024 x
+    384 x 1536, not in that list, 48.7 against 48.3 us unchecked, ``mm_const.json``, ``mm_inside.json``), except
+    the 49152-wide LM heads, none faster: 1.005x on 32x64x16m4x8, 0.999x on 64x128x8, 1.026x and 1.036x on
+    128x128x8, and 1.233x at 64 x 576 x 49152 (64x64x16m8x4; 125.1 against 154.4 us), where the driver gave the
+    kernel 88 registers against 77 (``sass_const.json``, bench/vulkan_sass.py): two workgroups a multiprocessor
+    instead of three."""
     if tile.gemv:
         return MATMUL_CONSTANT_SHAPES and tile.bm * tile.bn < 64
     return MATMUL_CONSTANT_SHAPES and n < CONSTANT_SHAPES_MAX_N and tile.bm != 128
@@ -951,7 +953,7 @@ def inside_form(tile: MatmulTile, m: int, k: int, n: int, splits: int, prologue:
     its tiles cover the matrices (:func:`covers`), A and B are read as f32 vec4 quads (``f32_quads``: not
     quantised blocks, not the SwiGLU prologue's), and the product has the RmsNorm prologue (``prologue``
     "rms_norm"; :data:`MATMUL_INSIDE` "rms_norm"; "all": with no prologue, "none", too; never the LayerNorm
-    prologue, "layer_norm", whose statistics pass reads A through the same quads).
+    prologue, "layer_norm", whose products were not measured without the checks).
 
     Measured on an H100 (``bench/plan_ab.py --profile``, bench/results/inside_h100/prof_*.json, GPU us for
     the calls of a plan, with checks / without): SmolLM2's 128-token prefill, whose products carry the RmsNorm

@@ -164,6 +164,10 @@ def test_the_lm_heads_128_row_tiles_and_the_widest_gemv_read_their_shape_from_th
     wide = matmul_kernel.matmul_kernel_for("BT", (), 64, 576, 49152, splits=1)
     narrow = matmul_kernel.matmul_kernel_for("BT", (), 64, 576, 1536, splits=1)
     assert not wide.constant_params and narrow.constant_params
+    g = Graph()  # and lowering keeps the uniform for it
+    g.set_outputs([g.matmul_bt(g.input("x", [64, 576]), g.parameter("w", [49152, 576]))])
+    source = lower(g, constant_params=True).dispatches[0].source
+    assert "var<uniform> p: Params;" in source and "const p = Params(" not in source
     tile = next(t for t in MATMUL_TILES_ALL if t.name == "64x64x16")
     assert matmul_kernel.constant_shape(tile, matmul_kernel.CONSTANT_SHAPES_MAX_N - 1)
     assert not matmul_kernel.constant_shape(tile, matmul_kernel.CONSTANT_SHAPES_MAX_N)

@@ -255,15 +255,18 @@ def test_op_matches_reference(row: Row, device):
     check_row(row, device, subgroups=None)
 
 
-def test_attribute_values_are_uniforms_one_pipeline_for_all(device):
-    # LeakyRelu with two alphas lowers to the same WGSL: the value is a uniform field
+@pytest.mark.parametrize("constant", [False, True])
+def test_attribute_values_are_uniforms_one_pipeline_for_all(constant, device):
+    # LeakyRelu with two alphas lowers to the same WGSL where the value is a uniform field (constant_params=False,
+    # the default on a CPU adapter), to a source per alpha where parameters are WGSL constants (on a GPU)
     from eggfuse.pipeline import lower_for
 
     dispatches = []
     for alpha in (0.01, 0.5):
         g = Graph()
         g.set_outputs([g.add_node("LeakyRelu", (g.input("x", [5]),), alpha=alpha)])
-        (d,) = lower_for(g, device).dispatches
+        (d,) = lower_for(g, device, constant_params=constant).dispatches
         dispatches.append(d)
-    assert dispatches[0].source == dispatches[1].source and "p.alpha" in dispatches[0].source
+    assert (dispatches[0].source == dispatches[1].source) != constant and "p.alpha" in dispatches[0].source
     assert dispatches[0].params != dispatches[1].params
+    assert ("const p = Params(5u, 0.5f);" in dispatches[1].source) == constant

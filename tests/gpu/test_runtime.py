@@ -257,14 +257,23 @@ def test_unused_leaves_are_accepted(device):
     np.testing.assert_array_equal(got, -np.ones((2, 3)))
 
 
-def test_pipelines_are_shared_between_sessions(device):
-    Session(lower_for(_linear(), device), _params(), device=device)
+@pytest.mark.parametrize("constant", [False, True])
+def test_pipelines_are_shared_between_sessions(constant, device):
+    # sizes in the uniform (constant_params=False): one pipeline serves every size; sizes as WGSL constants (the
+    # default on a GPU): a pipeline per size, shared by sessions of the same sizes
+    first = lower_for(_linear(), device, constant_params=constant)
+    Session(first, _params(), device=device)
     count = len(pipeline_cache._pipelines)
     g = Graph()  # same kernels (matmul: same tile, and N % 4 == 0 as before), other shapes
     x = g.input("x", [9, 2])
     g.set_outputs([g.relu(g.bias_add(g.matmul(x, g.parameter("w", [2, 8])), g.parameter("b", [8])))])
-    Session(lower_for(g, device), {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
-    assert len(pipeline_cache._pipelines) == count
+    plan = lower_for(g, device, constant_params=constant)
+    Session(plan, {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
+    grown = len(pipeline_cache._pipelines) - count
+    new_sources = {d.source for d in plan.dispatches} - {d.source for d in first.dispatches}
+    assert grown == len(new_sources) and (grown > 0) == constant
+    Session(lower_for(g, device, constant_params=constant), {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
+    assert len(pipeline_cache._pipelines) - count == grown
 
 
 def test_no_adapter_is_a_device_error(monkeypatch):
