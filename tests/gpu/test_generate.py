@@ -115,6 +115,18 @@ def test_generate_api_streams_and_reports(model):
     assert draws[0] == draws[1]
 
 
+def test_prefill_plans_keep_their_sizes_in_the_uniform(model, monkeypatch):
+    # a prefill plan per prompt length: its pipelines serve every length only with the sizes in the uniform,
+    # while the decode plan takes them as constants where lower_for does (forced here: lavapipe does not)
+    from eggfuse import pipeline
+
+    monkeypatch.setattr(pipeline, "CONSTANT_PARAMS", True)
+    gen = gen_mod.Generator(model, cache=False, **SMALL)
+    constant = "const p = Params("
+    assert any(constant in d.source for d in gen.decode.plan.dispatches)
+    assert not any(constant in d.source for d in gen.prefill_session(5).plan.dispatches)
+
+
 def test_generation_stops_when_the_cache_is_full():
     gen = gen_mod._generator(SMALL["max_seq"], SMALL["layers"], True)
     result = gen.generate(list(range(100, 130)), 10, stop_at_eos=False)

@@ -68,6 +68,13 @@ def test_outputs_and_fusing_are_in_the_key():
     assert key(g, fuse=False) != key(g)
 
 
+def test_runtime_checks_and_constant_params_are_in_the_key():
+    # plans differ in their kernels' sources (lower(..., runtime_checks, constant_params))
+    g = small_graph()
+    keys = {key(g, runtime_checks=r, constant_params=c) for r in (False, True) for c in (False, True)}
+    assert len(keys) == 4
+
+
 def test_rule_set_cost_model_device_and_subgroups_change_the_key():
     g = small_graph()
     base = key(g)

@@ -572,6 +572,9 @@ def test_params_as_constants_keep_the_uniform_bound_and_each_value_exact():
         binding_header((), (("d", "vec4<u32>", (1, 2, 3, 4)),), constant=True)
     with pytest.raises(LoweringError, match="does not fit in u32"):
         binding_header((), (("n", "u32", -1),), constant=True)
+    # i32's least value has no literal of its own (2147483648 is past i32): a constant expression instead
+    least, _ = binding_header((), (("d", "i32", -(2**31)),), constant=True)
+    assert "const p = Params((-2147483647i - 1i));" in least
     # the runtime's fallback form is the uniform header, byte for byte
     uniform, _ = binding_header((Buffer("a"), Buffer("out", write=True)), params)
     assert uniform_form(head) == uniform and uniform_form(uniform) is None
