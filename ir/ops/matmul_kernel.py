@@ -915,11 +915,11 @@ def constant_shape(tile: MatmulTile, n: int) -> bool:
     driver folds. Where :data:`MATMUL_CONSTANT_SHAPES`, N is below :data:`CONSTANT_SHAPES_MAX_N` and the tile
     is not one of 128 rows (as for keeps_runtime_checks: 4096^3 'BT' on 128x128x8 took 3886 us with constants,
     ``matmul_bt_4096.json``, against 3608 and 3623 without, ``mm_checked.json`` and ``final_bt_4096_uniform.json``,
-    each in a call of its own). For the GEMV kernel (a ``tile.gemv``
-    tile) where its workgroup's rows times columns is below 64: with constants its 4-row, 16-column form took
-    4 x 576 x 1536 in 8.05 us and 4 x 576 x 49152 in 155.4 (``bench/results/constants_h100/matmul_final.json``)
-    against 5.36 and 46.3 from the uniform in a call before (``inside_h100/matmul_h100.json``), while its
-    other forms took 0.85-1.02x their time (``gemv1x16`` for SmolLM2's LM head 0.988x).
+    each in a call of its own). The GEMV kernel (a ``tile.gemv`` tile) may where its workgroup's rows times
+    columns is below 64: with constants its 4-row, 16-column form took 4 x 576 x 1536 in 8.05 us and 4 x 576 x
+    49152 in 155.4 (``bench/results/constants_h100/matmul_final.json``) against 5.36 and 46.3 from the uniform
+    in a call before (``inside_h100/matmul_h100.json``), while its other forms took 0.85-1.02x their time
+    (``gemv1x16`` for SmolLM2's LM head 0.988x).
 
     Measured on an H100 (bench/results/inside_h100/; GPU us): MiniLM's plan 1081-1090 against 1096-1100 read
     from the uniform (``ab3_minilm.json``, three alternated rounds), SmolLM2's 128-token prefill 2900-2998
@@ -958,9 +958,10 @@ def inside_form(tile: MatmulTile, m: int, k: int, n: int, splits: int, prologue:
     Measured on an H100 (``bench/plan_ab.py --profile``, bench/results/inside_h100/prof_*.json, GPU us for
     the calls of a plan, with checks / without): SmolLM2's 128-token prefill, whose products carry the RmsNorm
     prologue, took 906.5 / 820.4 for its Q/K/V and gate/up products (64x64x16 in 4 K ranges) and 490.8 / 415.6
-    for the 32x64x16 ones in 6, the plan 3122-3124 us against 2970-3054; without a prologue the form was slower
-    or even: MiniLM's up projection with bias and GELU (64x64x16m8x4) 294.0 / 319.0, its down projection's
-    partial sums (64x128x8 in 8) 286.4 / 300.2, the plan 1098 against 1140-1148 us; single products
+    for the 32x64x16 ones in 6, the plan 3122-3124 us against 2970-3054 (unchecked on every covered product);
+    without a prologue the form was slower or even: MiniLM's up projection with bias and GELU (64x64x16m8x4)
+    294.0 / 319.0, its down projection's partial sums (64x128x8 in 8) 286.4 / 300.2, the plan 1097-1100 against
+    1138-1148 us (``ab_minilm.json``); single products
     (``bench/matmul.py``, ``mm_checked.json`` / ``mm_inside.json``) 1024 x 384 x 1536 42.3 / 48.3 us, 128 x 576
     x 49152 243.8 / 259.8, 4096^3 on 128x128 3608 / 4083, the others within 2%. Where it helps or hurts
     follows the driver's register choices (bench/vulkan_sass.py), not the instructions left out."""
