@@ -128,13 +128,16 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
 #: timing the form: ``bench/plan_ab.py --variant uniform:eggfuse.pipeline.CONSTANT_PARAMS=False``.
 CONSTANT_PARAMS: bool | None = None
 
-def constant_params_for(device, constant_params: bool | None) -> bool | object:
-    """``constant_params`` of :func:`lower_for` and :func:`compile`: as given (a value that is not a bool
-    is left for ``lowering.lower`` to reject); None: :data:`CONSTANT_PARAMS` where set, else True on
-    every adapter but a CPU one (lavapipe, where a pipeline compiled per size costs more than it saves
-    in a run or two: ``lowering.lower``)."""
-    if constant_params is not None:
+
+def constant_params_for(device, constant_params: bool | None) -> bool:
+    """``constant_params`` of :func:`lower_for` and :func:`compile`: True or False as given; None:
+    :data:`CONSTANT_PARAMS` where set, else True on every adapter but a CPU one (lavapipe, where a pipeline
+    compiled per size costs more than it saves in a run or two: ``lowering.lower``). Raises InputError for
+    another value."""
+    if isinstance(constant_params, bool):
         return constant_params
+    if constant_params is not None:
+        raise InputError(f"constant_params must be None, True or False, got {constant_params!r}")
     if CONSTANT_PARAMS is not None:
         return CONSTANT_PARAMS
     return device.adapter.info.get("adapter_type") != "CPU"
@@ -213,7 +216,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
     ``Session``); ``subgroups`` and ``constant_params`` as :func:`lower_for` (the latter part of the
-    compile cache's key; a value not None/True/False raises InputError); kernels keep naga's runtime checks when the
+    compile cache's key: :func:`constant_params_for`); kernels keep naga's runtime checks when the
     environment variable EGGFUSE_RUNTIME_CHECKS is 1 (:func:`runtime_checks_for`); ``prerecord``
     and ``finite_inputs`` (False: float inputs may hold NaN and infinities) as ``Session``.
     ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
@@ -268,8 +271,6 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     timings["device_s"] = time.perf_counter() - t
     optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
     constants = constant_params_for(device, constant_params)
-    if not isinstance(constants, bool):
-        raise InputError(f"constant_params must be None, True or False, got {constant_params!r}")
     store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants)
     if loaded is not None:
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)

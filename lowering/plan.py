@@ -29,7 +29,7 @@ from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
 from .limits import limit_name, resolve_limits, split_grid
 from .prefetch import add_prefetch
-from .wgsl import render_kernel
+from .wgsl import literal_params, render_kernel
 from .wgsl import subgroups as subgroups_form
 
 _LEAF_KIND = {"Input": "input", "Parameter": "parameter", "Constant": "constant"}
@@ -360,11 +360,6 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     return plan
 
 
-def _literal_params(params) -> bool:
-    # parameters a WGSL module constant can hold (lowering.wgsl.binding_header): u32, i32 and finite f32
-    return all(t in ("u32", "i32") or (t == "f32" and np.isfinite(np.float32(v))) for _, t, v in params)
-
-
 def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Target,
                      node_buffer: dict[NodeId, int], buffers: list[BufferSpec],
                      runtime_checks: bool, constant_params: bool) -> list[Dispatch]:
@@ -396,7 +391,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
                 raise LoweringError(f"kernel {k.name} of {node.op} binds {stray} read_write, inputs the op does "
                                     f"not declare in OpSpec.updates ({_label(node, ins)})", nodes=(node.id,))
             writable = tuple(i for i, b in enumerate(bindings[:-1]) if b.write)
-            constant = constant_params and k.constant_params and _literal_params(k.params)
+            constant = constant_params and k.constant_params and literal_params(k.params)
             text, data = render_kernel(k.body, bindings, k.params, k.slots, constant)
             rendered.append((k, reads, writable, text, data))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]

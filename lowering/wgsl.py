@@ -170,6 +170,17 @@ def _literal(name: str, wgsl_type: str, value) -> str:
                         "pass it in the uniform")
 
 
+def literal_params(params) -> bool:
+    """Whether every field of ``params`` ((name, type, value)) has a WGSL literal, so that
+    :func:`binding_header` can make them a module constant: u32, i32 and finite f32 values."""
+    try:
+        for name, wgsl_type, value in params:
+            _literal(name, wgsl_type, value)
+    except LoweringError:
+        return False
+    return True
+
+
 def binding_header(bindings: tuple[Buffer, ...], params, constant: bool = False) -> tuple[str, bytes]:
     """The generated head of a kernel: one ``@binding`` per storage buffer in order, then the
     ``Params`` struct and its uniform binding (when ``params`` is not empty); and the uniform's

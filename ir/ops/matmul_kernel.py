@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import re
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -876,25 +877,13 @@ _STORE4_CHECK = """    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+
         return;
     }
 """
-_STORE4_VEC4_INSIDE = _STORE4_VEC4.replace(_STORE4_CHECK, "")
-_STORE4_SCALAR_INSIDE = """fn put_row_sum(at: u32, v: f32) {
-    out[at] = v;
-}
-
-fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
-    let i = row0 + r;
-    let j = col0 + c;
-    if (SPLITS > 1u) {
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            out[part_base + i * p.n + j + e] = v[e];
-        }
+_STORE4_ROW_CHECK = """    if (i >= p.m) {
         return;
     }
-    let s = v * row_scale(r);
-    for (var e = 0u; e < 4u; e = e + 1u) {
-        out[i * p.n + j + e] = epilogue(i, j + e, s[e]);
-    }
-}"""
+"""
+_STORE4_VEC4_INSIDE = _STORE4_VEC4.replace(_STORE4_CHECK, "")
+_STORE4_SCALAR_INSIDE = re.sub(r"if \(j \+ e < p\.n\) \{\n\s+(.*;)\n\s+\}", r"\1",
+                               _STORE4_SCALAR.replace(_STORE4_ROW_CHECK, ""))
 
 #: Which tiled products leave out their bounds checks where :func:`covers` (see :func:`inside_form`):
 #: "rms_norm" (those with the RmsNorm prologue), "all" or "none" (for timing them:

@@ -84,8 +84,10 @@ def test_lower_for_takes_the_constants_on_a_gpu_only(device, monkeypatch):
     g.set_outputs([g.relu(g.matmul_bt(g.input("x", [128, 96]), g.parameter("w", [192, 96])))])
     cpu = device.adapter.info.get("adapter_type") == "CPU"
     assert (CONSTANT in lower_for(g, device).dispatches[0].source) == (not cpu)
-    with pytest.raises(InputError, match="constant_params must be True or False, got 'yes'"):
+    with pytest.raises(InputError, match="constant_params must be None, True or False, got 'yes'"):
         lower_for(g, device, constant_params="yes")
+    with pytest.raises(InputError, match="constant_params must be True or False, got 'yes'"):
+        lower(g, constant_params="yes")
     # the module's switch, for timing the form either way on any adapter
     for forced in (True, False):
         monkeypatch.setattr(pipeline, "CONSTANT_PARAMS", forced)

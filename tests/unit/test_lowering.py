@@ -45,7 +45,7 @@ from eggfuse.ir.ops.matmul_kernel import (
 from eggfuse.ir.ops.reductions import reduce_dims
 from eggfuse.lowering import DerivedParameter, lower
 from eggfuse.lowering.limits import limit_name, split_grid
-from eggfuse.lowering.wgsl import binding_header, pack_params, render, render_kernel, uniform_form
+from eggfuse.lowering.wgsl import binding_header, literal_params, pack_params, render, render_kernel, uniform_form
 
 
 def matmul_source(variant, epilogue, rms_norm=False, tile=MATMUL_TILES[3], vec4=(False, False)) -> str:
@@ -575,6 +575,9 @@ def test_params_as_constants_keep_the_uniform_bound_and_each_value_exact():
     # i32's least value has no literal of its own (2147483648 is past i32): a constant expression instead
     least, _ = binding_header((), (("d", "i32", -(2**31)),), constant=True)
     assert "const p = Params((-2147483647i - 1i));" in least
+    # lowering asks literal_params which kernels may take the form: the fields binding_header accepts
+    assert literal_params(params) and literal_params((("d", "i32", -(2**31)),)) and literal_params(())
+    assert not literal_params((("eps", "f32", float("inf")),)) and not literal_params((("d", "vec4<u32>", (1,) * 4),))
     # the runtime's fallback form is the uniform header, byte for byte
     uniform, _ = binding_header((Buffer("a"), Buffer("out", write=True)), params)
     assert uniform_form(head) == uniform and uniform_form(uniform) is None

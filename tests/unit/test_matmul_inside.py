@@ -71,3 +71,13 @@ def test_what_covers_refuses_would_load_or_store_outside(tile):
     for shape in [(m + 4, k, n, 1), (m, k, n + 4, 1), (m, k + 4, n, 1), (m, k, n, 5)]:
         assert not mk.covers(tile, *shape)
         assert _outside(tile, *shape, "BT"), (tile.name, shape)
+
+
+def test_the_inside_stores_are_the_checked_ones_without_their_checks():
+    # _STORE4_*_INSIDE are derived from the checked forms: the same stores, no row or column check left
+    for inside, checked in ((mk._STORE4_SCALAR_INSIDE, mk._STORE4_SCALAR), (mk._STORE4_VEC4_INSIDE, mk._STORE4_VEC4)):
+        assert "p.m" in checked and "p.m" not in inside
+        assert "j + e < p.n" not in inside and "j >= p.n" not in inside
+        stores = [[line.strip() for line in form.splitlines() if line.strip().startswith("out[")]
+                  for form in (inside, checked)]
+        assert stores[0] == stores[1] and len(stores[0]) >= 2
