@@ -59,7 +59,6 @@ import numpy as np
 
 from eggfuse.ir import DType, Graph
 from eggfuse.ir.ops.matmul_kernel import (
-    GEMV_MAX_ROWS,
     MATMUL_TILES_ALL,
     MatmulTile,
     matmul_choice,
@@ -160,11 +159,13 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
     return rows
 
 
-def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None) -> MatmulTile:
-    """The tile our kernel takes: the heuristic's, or the GEMV with ``gemv_cols`` columns forced."""
-    if gemv_cols is not None and op == "MatMulBT" and m <= GEMV_MAX_ROWS:
+def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None, weights: str = "f32") -> MatmulTile:
+    """The tile our kernel takes: the heuristic's (B stored as ``weights``), or the GEMV with ``gemv_cols``
+    columns forced."""
+    tile = matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "", quantised=weights != "f32")
+    if gemv_cols is not None and op == "MatMulBT" and tile.gemv:
         return MatmulTile(m, gemv_cols, 0, gemv=True)
-    return matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "")
+    return tile
 
 
 @functools.lru_cache(maxsize=2)
@@ -328,8 +329,8 @@ def main() -> None:
                                            f"{','.join(map(str, SWEEP_SPLITS))}; each tile's own count is "
                                            f"always timed)")
     ap.add_argument("--max-m", type=int, help="only the shapes of at most this M (e.g. 4: the GEMV kernel's)")
-    ap.add_argument("--gemv-cols", type=int, help="output columns per workgroup of every 'BT' GEMV (M <= 4) instead "
-                                                   "of gemv_bt_cols's (matmul_choice)")
+    ap.add_argument("--gemv-cols", type=int, help="output columns per workgroup of every 'BT' GEMV (M <= 4, or "
+                    "5-16 rows where gemv_bt_rows says) instead of gemv_bt_cols's (matmul_choice)")
     ap.add_argument("--weights", default="f32", choices=("f32", *FORMATS),
                     help="B's storage: fp32, or a block format of eggfuse.ir.ops.quant (QuantMatMul, MatMulBT shapes "
                          "only; the peer gets the blocks' values)")
@@ -397,7 +398,7 @@ def main() -> None:
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
         row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
                "kernel": "; ".join(d.kernel for d in session.plan.dispatches),
-               "tile": (tile := _tile(op, m, k, n, args.gemv_cols)).name, "gemv_cols": args.gemv_cols,
+               "tile": (tile := _tile(op, m, k, n, args.gemv_cols, args.weights)).name, "gemv_cols": args.gemv_cols,
                "splits": matmul_splits(tile, m, k, n),
                "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
                "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,

@@ -3,7 +3,7 @@
 //#include "derivatives.wgsl"
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 //#include "matmul_gemv_reduce.wgsl"
-// C[M,N] = epilogue(op(A) @ op(B)) for M <= 4 (decode): the GEMV form of matmul.wgsl,
+// C[M,N] = epilogue(op(A) @ op(B)) for M <= 4 (decode), 'BT' up to 16: the GEMV form of matmul.wgsl,
 // chosen by ir/ops/matmul_kernel.py (matmul_tile). A GEMV reads each element of B once
 // and does 2 flops with it, so it is bound by memory bandwidth: the kernel keeps many
 // vec4 loads of B in flight and spends nothing on staging.
@@ -26,7 +26,8 @@
 //
 // Template slots: ROWS (M), COLS, LANES, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the
 // chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)
-// and FMA_B; DECODE, QUADS and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads
+// and FMA_B; SUMS_BT ('BT') the calls of store_rows, one per pair of rows (unrolled with constant
+// indices into acc and stat, or a loop: ir/ops/matmul_kernel.py GEMV_UNROLL_MIN_ROWS); DECODE, QUADS and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads
 // op(A)'s row i along K. LANE_K is a lane's first k and K2 the offset of its second quad: for
 // f32, quads l and l + LANES (lane * 4, 4 * LANES), so a warp reads 512 contiguous bytes per
 // load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's LANES / 4
@@ -59,6 +60,19 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     var v = acc;
 {{EPILOGUE}}
     return v;
+}
+
+// 'BT': rows i and i + 1 of column col from a lane's accumulators (a, b) and row statistics (sa, sb): one
+// column per lane, so the dot products and statistics of the two rows share one lane sum (dot, stat of
+// row i, then of row i + 1); lane 0 stores them. An odd last row passes its own twice; only one is stored.
+fn store_rows(li: u32, lane: u32, col: u32, i: u32, a: vec4<f32>, sa: f32, b: vec4<f32>, sb: f32) {
+    let total = lanes_sum(li, lane, 1u, vec4<f32>(a.x + a.y + a.z + a.w, sa, b.x + b.y + b.z + b.w, sb));
+    if (lane == 0u && col < p.n) {
+        out[i * p.n + col] = epilogue(i, col, total.x * row_scale(total.y));
+        if (i + 1u < ROWS) {
+            out[(i + 1u) * p.n + col] = epilogue(i + 1u, col, total.z * row_scale(total.w));
+        }
+    }
 }
 
 @compute @workgroup_size(256, 1, 1)
@@ -113,24 +127,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
-    // 'BT': one column per lane, so its dot products and the row statistics of two rows share
-    // one lane sum (dot, stat of row i, then of row i + 1); otherwise one row at a time
-    for (var i = 0u; i < ROWS; i = i + select(1u, 2u, B_ALONG_K)) {
-        var part = acc[i];
-        if (B_ALONG_K) {
-            let i2 = min(i + 1u, ROWS - 1u);  // an odd last row sums its own twice; only one is stored
-            part = vec4<f32>(part.x + part.y + part.z + part.w, stat[i],
-                             acc[i2].x + acc[i2].y + acc[i2].z + acc[i2].w, stat[i2]);
-        }
-        let total = lanes_sum(li, lane, stride, part);  // valid in lane 0
-        if (B_ALONG_K) {
-            if (lane == 0u && col < p.n) {
-                out[i * p.n + col] = epilogue(i, col, total.x * row_scale(total.y));
-                if (i + 1u < ROWS) {
-                    out[(i + 1u) * p.n + col] = epilogue(i + 1u, col, total.z * row_scale(total.w));
-                }
-            }
-        } else {
+    if (B_ALONG_K) {
+{{SUMS_BT}}
+    } else {
+        for (var i = 0u; i < ROWS; i = i + 1u) {  // one row at a time
+            let total = lanes_sum(li, lane, stride, acc[i]);  // valid in lane 0
             var row_total = 0.0;
             if (ROW_STAT) {
                 row_total = lanes_sum(li, lane, stride, vec4<f32>(stat[i])).x;

@@ -13,7 +13,8 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
   A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
   tiled kernel then writes each K range's partial sums into the node's scratch buffer and
   ``matmul_split_reduce.wgsl``, a second dispatch, adds them and applies the epilogue.
-- ``matmul_gemv.wgsl``, for M <= 4 (decode): a workgroup computes a block of output
+- ``matmul_gemv.wgsl``, for M <= 4 (decode), and 'BT' products of up to 16 rows
+  (:func:`gemv_bt_rows`): a workgroup computes a block of output
   columns for every row; its invocations split K and reduce in workgroup memory.
 
 Both read their operands a quad (4 consecutive elements of a stored row) at a time: as
@@ -58,6 +59,10 @@ MATMUL_WG = 256
 #: 9.8, 8 x 576 x 49152 262.6 against 83.5, 16 x 576 x 576 14.4-26.1 against 6.8; MiniLM's 8-row pooling
 #: product as a GEMV made its plan 1228-1230 us GPU against 1218-1222.
 GEMV_MAX_ROWS = 4
+#: Most rows of a 'BT' product (B stored [N,K], the LLM layout) that the GEMV kernel may take beyond
+#: GEMV_MAX_ROWS (:func:`gemv_bt_rows`); the rewrite rules that depend on which kernel a product gets (the
+#: LayerNorm and SwiGLU prologues) keep GEMV_MAX_ROWS.
+GEMV_BT_MAX_ROWS = 16
 #: Workgroups a tiled product should give, counting split-K (:func:`matmul_tile`,
 #: :func:`matmul_splits`): about three per multiprocessor of an H100/H200 (132 of them), so
 #: that each has another workgroup to run while one waits for its loads.
@@ -204,17 +209,21 @@ GEMV_ROW_N = 1536
 GEMV_COLS_ALLOWED = (1, 2, 4, 8, 16, 32, 64)
 
 
-def gemv_bt_cols(m: int, k: int, n: int) -> int:
+def gemv_bt_cols(m: int, k: int, n: int, quantised: bool = False) -> int:
     """Output columns per workgroup of the 'BT' GEMV (B stored [N,K]) of an [m,k] x [k,n] product
-    (m <= GEMV_MAX_ROWS); each column takes 256 / columns invocations, matmul_gemv.wgsl's lanes (a
-    power of two, as its lanes' tree halves them, and at least 4, as quantised B takes blocks of 4 lanes).
+    (m <= GEMV_MAX_ROWS, or :func:`gemv_bt_rows`); each column takes 256 / columns invocations,
+    matmul_gemv.wgsl's lanes (a power of two, as its lanes' tree halves them, and at least 4, as quantised B
+    takes blocks of 4 lanes).
 
     - m = 1: 16 where N > GEMV_WIDE_N (the LM head), else 1 where K > GEMV_LONG_K (each of N
       workgroups walks K with all its lanes, in one step up to K = 2048), else 8 where
-      N >= GEMV_ROW_N, else 4.
+      N >= GEMV_ROW_N or B is f32 (not ``quantised``), else 4.
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
-    - m >= 3, N >= 1536 and K <= 576: 8 at m = 3, 16 at m = 4;
+    - m = 3 or 4, N >= 1536 and K <= 576: 8;
+    - m > 4 (:func:`gemv_bt_rows`): 16 where N > GEMV_WIDE_N, or m > 8, N >= 1536 and K <= 576; else 8
+      (8 x 576 x 1536 5.98 / 5.89 us with 8 / 16 columns, 8 x 384 x 1536 5.04 / 5.49, 16 x 576 x 1536
+      10.94 / 8.37, 16 x 384 x 384 5.86 / 6.43, 8 x 576 x 49152 86.2 / 61.1: ``ab_rows.json``);
     - else 8 where K <= GEMV_SHORT_K (64 lanes would leave a quarter or more of each lane's step
       outside K), otherwise 4.
 
@@ -255,6 +264,14 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     1074.2 / 1019.0. So 8 columns from N = GEMV_ROW_N; the output projection's 7-14 us are left, as
     a rule taking them would also take N = 960's loss of 23-29 us (the two differ in the RmsNorm prologue,
     the Q/K/V product's, and 72 against 120 workgroups; which one decides was not measured).
+    On an H100 since (the f32 lane sums unrolled from 4 rows, GEMV_UNROLL_MIN_ROWS; ``bench/plan_ab.py --profile``,
+    three rounds, bench/results/gemv_rows_h100/ab_m1_decode.json), 8 columns at every N of K <= GEMV_LONG_K took
+    the f32 decode step from 907.1-908.6 to 896.2-900.1 us GPU (the Q/K/V product, N = 960, 199.7 against 195.6
+    us for 30 calls, the output projection 187.9 against 176.7), and the Q4_1 step from 743.0-749.4 to 747.6-751.6
+    (ab_m1_decode_q4_1.json): so 8 for f32 B, GEMV_ROW_N for blocks. Single products (``bench/matmul_ab.py``,
+    ab_cols.json, us with 4 / 8 / 16 columns): 4 x 576 x 1536 5.02 / 4.62 / 5.14, 4 x 384 x 1536 5.88 / 4.82 /
+    5.48, 4 x 576 x 3072 12.93 / 5.77 / 6.09 (16 was the rule at 4 rows), 4 x 576 x 960 4.67 / 4.36 / 4.90;
+    ab_cols1.json: 1 x 576 x 192 3.03 / 2.73 / 3.02, 1 x 576 x 576 3.25 / 2.84 / 4.00.
     At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
     nor any N but 576 at K above 1024 was measured. On lavapipe (2 cores; the f32 step, two rounds
     of 3 samples of 2 runs, bench/results/gemv_lavapipe/decode_down_cols.json) the one column took
@@ -262,33 +279,69 @@ def gemv_bt_cols(m: int, k: int, n: int) -> int:
     1-7% slower there; the rule follows the GPU.
     """
     if m == 1:
-        return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 8 if n >= GEMV_ROW_N else 4
+        return 16 if n > GEMV_WIDE_N else 1 if k > GEMV_LONG_K else 8 if n >= GEMV_ROW_N or not quantised else 4
+    if m > 4:
+        return 16 if n > GEMV_WIDE_N or (m > 8 and n >= 1536 and k <= 576) else 8
     if n > GEMV_WIDE_N:
         return 8 if m == 2 else 16
     if m >= 3 and n >= 1536 and k <= 576:
-        return 8 if m == 3 else 16
+        return 8
     return 8 if k <= GEMV_SHORT_K else 4
 
 
-def gemv_bt_lanes(m: int, k: int, n: int) -> int:
+def gemv_bt_lanes(m: int, k: int, n: int, quantised: bool = False) -> int:
     """Lanes (invocations) per column of the 'BT' GEMV of an [m,k] x [k,n] product: 256 /
     :func:`gemv_bt_cols`; the other GEMV layout has 32."""
-    return MATMUL_WG // gemv_bt_cols(m, k, n)
+    return MATMUL_WG // gemv_bt_cols(m, k, n, quantised)
 
 
-def gemv_tile(m: int, k: int, n: int, variant: str) -> MatmulTile:
+#: Widest N of a 'BT' product of 9 to GEMV_BT_MAX_ROWS rows that the GEMV kernel takes (:func:`gemv_bt_rows`).
+GEMV_MANY_ROWS_N = 1536
+
+
+def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
+    """Whether a 'BT' product of ``m`` rows, GEMV_MAX_ROWS < m <= GEMV_BT_MAX_ROWS, takes the GEMV kernel
+    (one dispatch reading each weight once) instead of the tiled one: up to 8 rows always; 9 to
+    GEMV_BT_MAX_ROWS where B is f32 (not ``quantised``), N <= GEMV_MANY_ROWS_N and K <= GEMV_LONG_K.
+
+    Measured on an H100 (``bench/matmul_ab.py``, the two kernels alternated in one process, rounds 1 and 2
+    of three, bench/results/gemv_rows_h100/ab_rows.json, us, GEMV against tiled): at 8 rows it was faster
+    at all eight LLM shapes, 8 x 576 x 192 5.16 against 6.76, 8 x 576 x 576 5.27 / 6.93, 8 x 576 x 1536
+    5.98 / 9.83, 8 x 1536 x 576 6.97 / 11.36, 8 x 384 x 384 4.37 / 6.86, 8 x 384 x 1536 5.04 / 8.29,
+    8 x 1536 x 384 6.89 / 8.83, 8 x 576 x 49152 61.1 / 86.8 (the tiled kernel's 32-row tiles in split-K
+    ranges, two dispatches, against one); at 16 rows at the five of K <= 576 and N <= 1536 (16 x 576 x 1536
+    8.29 against 9.85, 16 x 384 x 384 5.86 / 6.79) and at 16 x 1536 x 576 (9.24 / 11.27, not taken), slower
+    at 16 x 1536 x 384 (9.65 / 8.73) and 16 x 576 x 49152 (141.1 / 91.0); 12 x 576 x 1536 7.11 against 9.71.
+    On Q4_1 blocks (``--weights q4_1``, two rounds, ab_q4_1.json): at 8 rows faster at five shapes (8 x 576 x
+    1536 6.45 against 9.90, 8 x 1536 x 576 7.39 / 11.59, 8 x 576 x 3072 10.58 / 11.79), even at 8 x 576 x
+    49152 (78.6); at 16 rows slower at three of four (16 x 576 x 3072 17.15 against 11.89, 16 x 576 x 576
+    7.61 / 7.16), 16 x 576 x 1536 9.66 against 9.86. SmolLM2's prefill of 8 tokens (``bench/plan_ab.py``,
+    three rounds, GPU us a run): 1541-1544 against 1697-1699 in f32 (ab_prefill8.json), 1518-1531 against
+    1604-1606 on Q4_1 blocks (ab_prefill8_q4_1.json). The columns per workgroup are :func:`gemv_bt_cols`'s
+    (8 or 16: 4 and 32 were slower at every shape)."""
+    if m <= GEMV_MAX_ROWS or m > GEMV_BT_MAX_ROWS:
+        return False
+    return m <= 8 or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_LONG_K)
+
+
+def gemv_tile(m: int, k: int, n: int, variant: str, quantised: bool = False) -> MatmulTile:
     """The GEMV work split of an [m,k] x [k,n] product, ``m`` <= GEMV_MAX_ROWS: with 'BT' (B stored
     [N,K]) :func:`gemv_bt_cols` columns per workgroup; otherwise 32 columns (8 quads), 32
     invocations each."""
-    return MatmulTile(m, gemv_bt_cols(m, k, n) if variant == "BT" else 32, 0, gemv=True)
+    return MatmulTile(m, gemv_bt_cols(m, k, n, quantised) if variant == "BT" else 32, 0, gemv=True)
 
 
-def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
+def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
+                quantised: bool = False) -> MatmulTile:
     """The work split of an [M,K] x [K,N] product, chosen at lowering time (a tile of MATMUL_TILES or
-    MATMUL_TILES_WIDE, or THREE_QUARTER_TILE). ``variant`` does not change the choice: products with an
-    RmsNorm or SwiGLU prologue or quantised B take the tile of their shape (measured as f32 'BT' products).
+    MATMUL_TILES_WIDE, or THREE_QUARTER_TILE). ``variant`` changes the choice only between GEMV_MAX_ROWS
+    and GEMV_BT_MAX_ROWS rows, where 'BT' products may take the GEMV kernel: products with an RmsNorm or
+    SwiGLU prologue or quantised B take the tile of their shape (measured as f32 'BT' products).
 
-    M <= GEMV_MAX_ROWS: the GEMV kernel (:func:`gemv_tile`). Otherwise the tiled kernel:
+    M <= GEMV_MAX_ROWS, or a 'BT' product that :func:`gemv_bt_rows` gives the GEMV (B as blocks where
+    ``quantised``) and that has no LayerNorm prologue (``layer_norm``; the GEMV's form of it is two
+    dispatches): the GEMV kernel
+    (:func:`gemv_tile`). Otherwise the tiled kernel:
     walking 128x128, 64x64 and 64x32 (the longer side along the larger of M and N), the first
     tile whose workgroups reach MIN_WORKGROUPS: a 128-sided tile by its tiles alone (split-K
     ranges of it measured up to 1.8x slower), the others times the split-K count they would take
@@ -331,8 +384,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "") -> MatmulTile:
     10 got slower, by 1.04x or less but two: 128 x 576 x 1536 (64x64 tiles in 6 ranges of 96,
     21.2 against 18.7 us) and 256 x 1536 x 576 (1.09x).
     """
-    if m <= GEMV_MAX_ROWS:
-        return gemv_tile(m, k, n, variant)
+    if m <= GEMV_MAX_ROWS or (variant == "BT" and not layer_norm and gemv_bt_rows(m, k, n, quantised)):
+        return gemv_tile(m, k, n, variant, quantised)
 
     def fits(side: int, dim: int) -> bool:
         return side == 32 or dim >= side
@@ -516,7 +569,8 @@ _CHOICE: ContextVar[tuple[tuple[MatmulTile | None, int | None, int | None, froze
 def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
                   gemv_cols: int | None = None,
                   shapes: Collection[tuple[int, int, int]] | None = None) -> Iterator[None]:
-    """Within the block, every tiled product (M > GEMV_MAX_ROWS) lowered takes ``tile`` (one of
+    """Within the block, every tiled product (M > GEMV_MAX_ROWS but the GEMVs of :func:`gemv_bt_rows`) lowered
+    takes ``tile`` (one of
     MATMUL_TILES_ALL) and ``splits`` instead of :func:`matmul_tile`
     and :func:`matmul_splits`'s choice, and every 'BT' GEMV ``gemv_cols`` output columns per workgroup
     instead of :func:`gemv_bt_cols`'s (None: the heuristic's); for tuning sweeps (``bench/matmul.py
@@ -1032,7 +1086,7 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
     RELOAD_B loads the next chunk's, FMA_B adds their products with the staged quads of op(A) into each
     row's accumulator, and the quads' row_stat into its statistic."""
     if not along_k:
-        return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="")
+        return dict(CHUNK=1, LOAD_B="", RELOAD_B="", FMA_B="", SUMS_BT="")
     chunk = _gemv_steps(rows, k, lanes)
     at = [f"k0 + {8 * lanes * s}u" + extra for s in range(chunk) for extra in ("", f" + {k2}")]
     load = [f"        var w{j} = quad_b(col, {a});" for j, a in enumerate(at)]
@@ -1043,7 +1097,31 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
             fma += [f"            let x{j}_{i} = quad_a({i}u, {a});",
                     f"            stat[{i}] = stat[{i}] + row_stat(x{j}_{i});",
                     f"            acc[{i}] = fma(stage_x(x{j}_{i}, {a}), w{j}, acc[{i}]);"]
-    return dict(CHUNK=chunk, LOAD_B="\n".join(load), RELOAD_B="\n".join(reload), FMA_B="\n".join(fma))
+    return dict(CHUNK=chunk, LOAD_B="\n".join(load), RELOAD_B="\n".join(reload), FMA_B="\n".join(fma),
+                SUMS_BT=_gemv_sums(rows))
+
+
+#: Fewest rows of a 'BT' GEMV whose lane sums and stores name each row's accumulator by a constant index
+#: (one ``store_rows`` call per pair of rows, unrolled here) instead of a loop over the rows, whose run-time
+#: index into the accumulators ``acc`` costs where the driver keeps them in memory. Measured on an H100
+#: (``bench/matmul_ab.py``, both forms alternated in one process, three rounds,
+#: bench/results/gemv_rows_h100/ab_sums.json, us, unrolled against the loop): at 4 rows 4 x 1536 x 576
+#: 5.22-5.39 against 10.06-10.19, 4 x 1536 x 384 5.01 / 8.63-8.69, 4 x 576 x 576 5.04-5.28 / 7.27-7.62,
+#: 4 x 384 x 384 3.49 / 3.94-3.99, the other four 1.5-5% faster; at 2 and 3 rows the loop was faster by
+#: 4-7% (2 x 1536 x 576 3.96-4.01 against 4.22-4.26, 3 x 576 x 1536 4.51-4.56 / 4.78-4.86); SmolLM2's
+#: decode step (one row) 909.8-911.2 us GPU against 910.6-914.6 (ab_decode.json).
+GEMV_UNROLL_MIN_ROWS = 4
+
+
+def _gemv_sums(rows: int) -> str:
+    # matmul_gemv.wgsl's SUMS_BT: store_rows for rows (i, i + 1), the last row paired with itself when odd
+    if rows < GEMV_UNROLL_MIN_ROWS:
+        return ("        for (var i = 0u; i < ROWS; i = i + 2u) {\n"
+                "            let i2 = min(i + 1u, ROWS - 1u);\n"
+                "            store_rows(li, lane, col, i, acc[i], stat[i], acc[i2], stat[i2]);\n"
+                "        }")
+    return "\n".join(f"        store_rows(li, lane, col, {i}u, acc[{i}], stat[{i}], acc[{min(i + 1, rows - 1)}], "
+                      f"stat[{min(i + 1, rows - 1)}]);" for i in range(0, rows, 2))
 
 
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
@@ -1104,12 +1182,13 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
     forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
-    if m <= GEMV_MAX_ROWS:
-        forced_tile, forced_splits = None, None
+    quantised = quant is not None
+    if m <= GEMV_MAX_ROWS or (forced_tile is None and matmul_tile(m, k, n, variant, layer_norm, quantised).gemv):
+        forced_tile, forced_splits = None, None  # matmul_choice's tiles are the tiled kernel's
         if forced_cols is not None and variant == "BT":
             forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
     given = tile or forced_tile  # a caller's or matmul_choice's tile
-    tile = given or matmul_tile(m, k, n, variant)
+    tile = given or matmul_tile(m, k, n, variant, layer_norm, quantised)
     if tile.storage > workgroup_storage:
         below = (": give matmul_choice a smaller tile" if given else
                  f", less than the {WORKGROUP_STORAGE} every WebGPU device offers: run on a device that meets "

@@ -635,9 +635,8 @@ ROWS += [
     _fused("BT", 1, _chunk_k(1, 9) + 4, 9, ("bias",)),
     _rms_norm_matmul("BT", 2, 2 * _chunk_k(2, 11) + 4, 11, ("add",)),
     _rms_norm_matmul("BT", 3, _chunk_k(3, 6) + 4, 6, ("bias",)),
-    # the column splits of gemv_bt_cols at M >= 2: 8 columns (K <= GEMV_SHORT_K; N > GEMV_WIDE_N at M = 2),
-    # 16 (N > GEMV_WIDE_N at M = 3 and 4; M = 4, N >= 1536, K <= 576; 8 there at M = 3), the wide ones over two
-    # chunks of K
+    # the column splits of gemv_bt_cols at M >= 2: 8 columns (K <= GEMV_SHORT_K; N > GEMV_WIDE_N at M = 2;
+    # M = 3 and 4, N >= 1536, K <= 576), 16 (N > GEMV_WIDE_N at M = 3 and 4), the wide ones over two chunks of K
     _fused("BT", 2, 100, 37, ("bias", "add")),
     _fused("BT", 2, _chunk_k(2, 8195) + 4, 8195, ("bias",)),
     _rms_norm_matmul("BT", 4, _chunk_k(4, 8195) + 4, 8195, ()),
@@ -649,6 +648,19 @@ ROWS += [
     # step (the decode step's down projection, with its SwiGLU prologue and residual add, at an odd size)
     _fused("BT", 1, GEMV_LONG_K + 3, 7, ("bias", "add")),
     _swiglu_matmul("BT", 1, GEMV_LONG_K + 100, 5, ("add",)),
+    # 'BT' GEMVs of 5 to 16 rows (gemv_bt_rows; above 8 rows at N <= 1536 and K <= GEMV_LONG_K): 8 columns a
+    # workgroup, or 16 past GEMV_WIDE_N and, above 8 rows, at N >= 1536 and K <= 576; from 4 rows each pair of
+    # rows' lane sum is unrolled (GEMV_UNROLL_MIN_ROWS), an odd last row paired with itself; K past a chunk, not
+    # a multiple of 4 (scalar A), past GEMV_LONG_K
+    _fused("BT", 4, 1537, 130, ("bias",)),
+    _fused("BT", 5, 577, 130, ("add", "Gelu")),
+    _rms_norm_matmul("BT", 7, _chunk_k(7, 11) + 4, 11, ("bias",)),
+    _fused("BT", 8, 96, 8195, ("bias",)),
+    _rms_norm_matmul("BT", 9, 576, 1536, ("add",)),
+    _fused("BT", 13, 1023, 37, ("bias", "add")),
+    _swiglu_matmul("BT", 16, 100, 33, ("add",)),
+    _matmul("MatMulBT", 16, GEMV_LONG_K + 1, 40),  # the tiled kernel: K past GEMV_LONG_K at 16 rows
+    _fused("", 8, 96, 40, ("bias",)),  # B stored [K, N]: the tiled kernel above GEMV_MAX_ROWS
 ]
 
 

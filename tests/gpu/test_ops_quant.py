@@ -161,10 +161,11 @@ def test_op_matches_reference(row: Row, device):
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-@pytest.mark.parametrize("m", [1, 3, 40])
+@pytest.mark.parametrize("m", [1, 3, 7, 9, 40])
 def test_quant_matmul_matches_gguf_dequantised_weights(fmt, m, device):
     # A @ W^T with W given as blocks, against gguf's dequantiser and numpy (float64): the
-    # GEMV (m <= 4) and the tiled kernel; K = 96 is three blocks, so Q4_0/Q8_0 rows are padded
+    # GEMV (m <= 8 for blocks: gemv_bt_rows) and the tiled kernel (9 rows on); K = 96 is three
+    # blocks, so Q4_0/Q8_0 rows are padded
     k, n = 96, 37
     q, w = blocks(fmt, n, k, f"gguf-{fmt}-{m}")
     a = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
@@ -177,7 +178,7 @@ def test_quant_matmul_matches_gguf_dequantised_weights(fmt, m, device):
 
 @pytest.mark.parametrize("subgroups", [False, None], ids=["tree", "device"])
 @pytest.mark.parametrize("cols", GEMV_COLS_ALLOWED)
-@pytest.mark.parametrize("fmt,m", [("q4_1", 1), ("q8_0", 3), ("f32", 2)])
+@pytest.mark.parametrize("fmt,m", [("q4_1", 1), ("q8_0", 3), ("f32", 2), ("q4_0", 7)])
 def test_gemv_every_column_count_matches_gguf(fmt, m, cols, subgroups, device):
     # RmsNorm(x) @ W^T as the 'BT' GEMV with each column count forced: the lane sums of 256 / cols
     # lanes (a butterfly of subgroup shuffles where the device has subgroups at least that wide,

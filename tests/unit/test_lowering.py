@@ -21,6 +21,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     GEMV_LONG_K,
     GEMV_MAX_ROWS,
     GEMV_ROW_N,
+    GEMV_WIDE_N,
     MATMUL_TILES,
     MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
@@ -32,7 +33,9 @@ from eggfuse.ir.ops.matmul_kernel import (
     WORKGROUP_STORAGE,
     MatmulTile,
     gemv_bt_cols,
+    gemv_bt_rows,
     gemv_select_loads,
+    gemv_tile,
     layer_norm_lanes,
     matmul_choice,
     matmul_choice_active,
@@ -324,11 +327,27 @@ def test_matmul_tile_heuristic():
     for (m, k, n), (name, splits) in cases.items():
         tile = matmul_tile(m, k, n)
         assert (tile.name, matmul_splits(tile, m, k, n)) == (name, splits), (m, k, n)
-        assert matmul_tile(m, k, n, "BT") == matmul_tile(m, k, n, "AT") == tile  # the variant does not choose
+        assert matmul_tile(m, k, n, "AT") == tile  # the variant does not choose, but between 5 and 16 rows
+        assert matmul_tile(m, k, n, "BT") == (gemv_tile(m, k, n, "BT") if gemv_bt_rows(m, k, n) else tile)
     # K = 600 in 32-element slices: 19 slices and 6 splits asked, so ranges of 4 slices: 5 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 5
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 1056, 40) == 7
+    # 'BT' products of 5 to 16 rows take the GEMV (gemv_bt_rows): up to 8 rows always, up to 16 where B is
+    # f32, N <= 1536 and K <= GEMV_LONG_K; never with the LayerNorm prologue (two dispatches there)
+    taken = {(m, k, n, q): gemv_bt_rows(m, k, n, q) for m, k, n, q in itertools.product(
+        (4, 5, 8, 9, 16, 17), (576, GEMV_LONG_K, GEMV_LONG_K + 1), (1536, 1537, GEMV_WIDE_N + 1), (False, True))}
+    assert taken == {(m, k, n, q): 4 < m <= 8 or (8 < m <= 16 and not q and k <= GEMV_LONG_K and n <= 1536)
+                     for m, k, n, q in taken}
+    assert matmul_kernel_for("BT", (), 8, 64, 40, quant="q4_1", row_words=12).name == "matmul_BT_gemv8x8_q4_1_v41"
+    assert matmul_kernel_for("BT", (), 9, 64, 40, quant="q4_1", row_words=12).name == "matmul_BT_32x32x32_q4_1_v41"
+    assert matmul_tile(8, 576, 1536, "BT").gemv and not matmul_tile(8, 576, 1536, "").gemv
+    assert not matmul_tile(8, 576, 1536, "BT", layer_norm=True).gemv
+    fused_norm = matmul_kernel_for("BT", (), 8, 576, 1536, layer_norm=True, eps=1e-5)
+    assert fused_norm[0].name.startswith("layer_norm_matmul_BT_32")
+    assert matmul_kernel_for("BT", (), 16, 576, 1536).name == "matmul_BT_gemv16x16_v44"
+    with matmul_choice(MATMUL_TILES[-1]):  # a tuning sweep's tile is the tiled kernel's, as for more rows
+        assert matmul_kernel_for("BT", (), 8, 576, 1536)[0].name.startswith("matmul_BT_32x32x32")
     for m in range(1, GEMV_MAX_ROWS + 1):
         assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x{gemv_bt_cols(m, 576, 1536)}"
         assert matmul_tile(m, 576, 1536, "").name == f"gemv{m}x32"
@@ -337,18 +356,23 @@ def test_matmul_tile_heuristic():
 
 def test_gemv_columns_follow_m_k_and_n():
     # the H200 measurements of gemv_bt_cols's docstring, one shape each
-    assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [16, 4, 1]
+    assert [gemv_bt_cols(1, k, n) for k, n in ((576, 49152), (384, 384), (1536, 576))] == [16, 8, 1]
     # one row: 1 column of 256 lanes past GEMV_LONG_K (not for the LM head's width)
-    assert [gemv_bt_cols(1, k, 576) for k in (GEMV_LONG_K, GEMV_LONG_K + 1, 8192)] == [4, 1, 1]
-    # one row, K <= GEMV_LONG_K: 8 columns (32 lanes) from N = GEMV_ROW_N, the gate/up product's 3072
-    assert [gemv_bt_cols(1, 576, n) for n in (960, GEMV_ROW_N - 1, GEMV_ROW_N, 3072, 8192)] == [4, 4, 8, 8, 8]
+    assert [gemv_bt_cols(1, k, 576, True) for k in (GEMV_LONG_K, GEMV_LONG_K + 1, 8192)] == [4, 1, 1]
+    # one row, K <= GEMV_LONG_K: 8 columns (32 lanes); on blocks from N = GEMV_ROW_N, the gate/up product's 3072
+    assert [gemv_bt_cols(1, 576, n) for n in (960, GEMV_ROW_N - 1, GEMV_ROW_N, 3072, 8192)] == [8, 8, 8, 8, 8]
+    assert [gemv_bt_cols(1, 576, n, True) for n in (960, GEMV_ROW_N - 1, GEMV_ROW_N, 3072, 8192)] == [4, 4, 8, 8, 8]
     assert gemv_bt_cols(1, 1536, 49152) == 16
     assert [gemv_bt_cols(m, 576, 49152) for m in (2, 3, 4)] == [8, 16, 16]  # the LM head
     assert [gemv_bt_cols(m, 384, 384) for m in (2, 4)] == [8, 8]  # MiniLM's K: one step of 64 lanes too long
-    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 3, 4)] == [8, 8, 16]
-    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 3, 4)] == [4, 8, 16]
+    assert [gemv_bt_cols(m, 384, 1536) for m in (2, 3, 4)] == [8, 8, 8]
+    assert [gemv_bt_cols(m, 576, 1536) for m in (2, 3, 4)] == [4, 8, 8]
     assert [gemv_bt_cols(3, 576, n) for n in (1535, 3072, 8192, 8193)] == [4, 8, 8, 16]  # 3 rows: 16 past GEMV_WIDE_N
     assert [gemv_bt_cols(m, 1536, 576) for m in (2, 4)] == [4, 4]
+    # 5 to 16 rows (gemv_bt_rows): 16 columns past GEMV_WIDE_N, or above 8 rows at N >= 1536 and K <= 576
+    assert [gemv_bt_cols(m, 576, 49152) for m in (5, 8)] == [16, 16]
+    assert [gemv_bt_cols(m, 576, 1536) for m in (5, 8, 9, 16)] == [8, 8, 16, 16]
+    assert [gemv_bt_cols(m, k, n) for m, k, n in ((16, 576, 576), (16, 1024, 1536), (12, 384, 1535))] == [8, 8, 8]
     kernel = matmul_kernel_for("BT", (), 4, 576, 49152)
     assert kernel.name == "matmul_BT_gemv4x16_v44" and kernel.groups == 49152 // 16
     assert kernel.slots["LANES"] == MATMUL_WG // 16
@@ -381,7 +405,7 @@ def test_gemv_loads_without_branches_and_tiled_loads_behind_them():
     assert "select(vec4<f32>(), inside" not in tiled and "array<f32>;" in _binding(tiled, "w_norm")
 
 
-@pytest.mark.parametrize("m, k, n, select", [(4, 576, 49152, False), (4, 576, 1536, False), (4, 384, 1536, False),
+@pytest.mark.parametrize("m, k, n, select", [(4, 576, 49152, False), (4, 576, 1536, False), (4, 384, 1536, True),
                                              (4, 1536, 576, False), (4, 384, 384, True), (4, 576, 576, True),
                                              (2, 576, 49152, True), (1, 576, 49152, True), (3, 576, 1536, False),
                                              (3, 1536, 576, False), (2, 1536, 576, True)])
