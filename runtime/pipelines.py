@@ -1,4 +1,5 @@
-"""Compute pipelines with explicit bind group layouts, cached per process.
+"""Compute pipelines with explicit bind group layouts, cached per process (the least recently used
+beyond :data:`CACHE_SIZE` dropped).
 
 The layout follows the dispatch convention of :class:`~eggfuse.lowering.Dispatch`:
 read-only storage at bindings 0..n-2 (read_write at the dispatch's ``writable`` positions),
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+from collections import OrderedDict
 
 import wgpu
 
@@ -28,8 +31,34 @@ except ImportError:
 log = logging.getLogger("eggfuse.runtime")
 _warned = False
 
-_modules: dict[tuple[int, str, bool], wgpu.GPUShaderModule] = {}
-_pipelines: dict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout, wgpu.GPUDevice]] = {}
+#: Most pipelines, and most shader modules, the process-wide caches keep: past it the least recently used
+#: entry is dropped. A session holds the pipelines it uses, so dropping one from the cache ends nothing
+#: that runs; a later session of the same kernel compiles it again. Without a bound, a process that
+#: compiles many graphs (sweeps over shapes, rule sets or cost models) would keep every pipeline, and
+#: every device it made, alive until it exits.
+CACHE_SIZE = 2048
+
+_modules: OrderedDict[tuple[int, str, bool], wgpu.GPUShaderModule] = OrderedDict()
+_pipelines: OrderedDict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout, wgpu.GPUDevice]] = OrderedDict()
+_lock = threading.Lock()  # sessions may be created on several threads
+
+
+def _cached(cache: OrderedDict, key):
+    # the entry of ``key`` (None if absent), made the most recently used
+    with _lock:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+        return hit
+
+
+def _keep(cache: OrderedDict, key, value) -> None:
+    # store ``value`` as the most recently used entry, dropping the least recently used past CACHE_SIZE
+    with _lock:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > max(CACHE_SIZE, 1):
+            cache.popitem(last=False)
 
 
 def layout_entries(num_storage: int, has_uniform: bool, writable: tuple[int, ...] = (),
@@ -95,12 +124,13 @@ def get_pipeline(
     (``writable``: the storage bindings besides the last that are read_write; ``prefetch``: the
     read-only storage bindings after the uniform; ``checks``: naga's runtime checks, :func:`create_module`).
 
-    Cached by (device, source hash, entry point, binding signature). Raises DeviceError
+    Cached by (device, source hash, entry point, binding signature), at most CACHE_SIZE of them (the least
+    recently used dropped first). Raises DeviceError
     if the shader does not compile (a kernel bug), naming ``label``.
     """
     digest = hashlib.sha256(source.encode()).hexdigest()
     key = (id(device), digest, entry_point, num_storage, has_uniform, tuple(writable), prefetch, checks)
-    hit = _pipelines.get(key)
+    hit = _cached(_pipelines, key)
     if hit is not None:
         return hit[0], hit[1]
     with device_errors(f"compiling kernel for {label or entry_point}"):
@@ -117,16 +147,16 @@ def get_pipeline(
             log.info("%s: its parameters as constants do not compile; it reads them from the uniform", label)
             pipeline = _compiled(device, fallback, hashlib.sha256(fallback.encode()).hexdigest(), entry_point, label,
                                  checks, layout)
-    _pipelines[key] = (pipeline, bgl, device)  # holding the device keeps id(device) unique
+    _keep(_pipelines, key, (pipeline, bgl, device))  # holding the device keeps id(device) unique
     return pipeline, bgl
 
 
 def _compiled(device: wgpu.GPUDevice, source: str, digest: str, entry_point: str, label: str, checks: bool,
               layout) -> wgpu.GPUComputePipeline:
     # the pipeline of ``source`` (its module cached per process by digest)
-    module = _modules.get((id(device), digest, checks))
+    module = _cached(_modules, (id(device), digest, checks))
     if module is None:
         module = create_module(device, source, label, checks)
-        _modules[(id(device), digest, checks)] = module
+        _keep(_modules, (id(device), digest, checks), module)
     return device.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": entry_point},
                                           label=label)

@@ -258,9 +258,10 @@ def test_unused_leaves_are_accepted(device):
 
 
 @pytest.mark.parametrize("constant", [False, True])
-def test_pipelines_are_shared_between_sessions(constant, device):
+def test_pipelines_are_shared_between_sessions(constant, device, monkeypatch):
     # sizes in the uniform (constant_params=False): one pipeline serves every size; sizes as WGSL constants (the
     # default on a GPU): a pipeline per size, shared by sessions of the same sizes
+    monkeypatch.setattr(pipeline_cache, "CACHE_SIZE", 10**9)  # nothing dropped: the count shows what is compiled
     first = lower_for(_linear(), device, constant_params=constant)
     Session(first, _params(), device=device)
     count = len(pipeline_cache._pipelines)
@@ -274,6 +275,42 @@ def test_pipelines_are_shared_between_sessions(constant, device):
     assert grown == len(new_sources) and (grown > 0) == constant
     Session(lower_for(g, device, constant_params=constant), {"w": np.ones((2, 8)), "b": np.ones(8)}, device=device)
     assert len(pipeline_cache._pipelines) - count == grown
+
+
+def _doubled(rows: int) -> Graph:
+    g = Graph()
+    g.set_outputs([g.add(*[g.input("x", [rows, 5])] * 2)])
+    return g
+
+
+def test_the_pipeline_cache_keeps_the_most_recently_used(device, monkeypatch):
+    # runtime.pipelines.CACHE_SIZE: past it the least recently used pipeline (and module) is dropped; a session
+    # keeps the pipelines it holds, and a later session of a dropped kernel compiles it again. Sizes as WGSL
+    # constants make x + x of 3, 4 and 5 rows three kernels.
+    monkeypatch.setattr(pipeline_cache, "CACHE_SIZE", 2)
+    monkeypatch.setattr(pipeline_cache, "_pipelines", type(pipeline_cache._pipelines)())
+    monkeypatch.setattr(pipeline_cache, "_modules", type(pipeline_cache._modules)())
+    plans = {rows: lower_for(_doubled(rows), device, constant_params=True) for rows in (3, 4, 5)}
+    assert len({d.source for p in plans.values() for d in p.dispatches}) == 3
+    keys, sessions = {}, {}
+    for rows in (3, 4, 5):
+        before = set(pipeline_cache._pipelines), set(pipeline_cache._modules)
+        sessions[rows] = Session(plans[rows], {}, device=device)
+        keys[rows] = set(pipeline_cache._pipelines) - before[0], set(pipeline_cache._modules) - before[1]
+        assert all(len(new) == 1 for new in keys[rows])  # one pipeline and one module compiled
+        if rows == 4:
+            Session(plans[3], {}, device=device)  # a hit: 3 rows' pipeline is now the most recently used
+    # the third kernel dropped 4 rows' pipeline, the least recently used, and kept 3 rows'; the modules, used only
+    # to compile pipelines, dropped 3 rows' (the hit on its pipeline did not touch it)
+    assert set(pipeline_cache._pipelines) == keys[3][0] | keys[5][0]
+    assert set(pipeline_cache._modules) == keys[4][1] | keys[5][1]
+    for rows in (4, 5, 3):  # 4 rows' compiled again; every session's numbers as the reference's
+        x = RNG.standard_normal((rows, 5)).astype(np.float32)
+        (got,) = Session(plans[rows], {}, device=device).run({"x": x})
+        np.testing.assert_array_equal(got, x + x)
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    (got,) = sessions[4].run({"x": x})  # a session whose pipeline left the cache still runs it
+    np.testing.assert_array_equal(got, x + x)
 
 
 def test_no_adapter_is_a_device_error(monkeypatch):
