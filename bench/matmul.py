@@ -48,6 +48,7 @@ configuration runs SWEEP_WARMUP_S of calls before its samples. ``--sweep-shapes`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import json
@@ -130,18 +131,19 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
     storage = int(device.limits["max-compute-workgroup-storage-size"])  # what a forced tile may take
     for m, k, n in todo:
         if True:
-            pick = matmul_tile(m, k, n, "BT")
+            pick = matmul_tile(m, k, n, "BT", quantised=weights != "f32")
             pick_splits = matmul_splits(pick, m, k, n)
             best = None
             for tile in dict.fromkeys((*tiles, pick)):  # the heuristic's pick even when not among ``tiles``
-                if not all(side == 32 or dim >= side for side, dim in ((tile.bm, m), (tile.bn, n))):
+                if not tile.gemv and not all(side == 32 or dim >= side for side, dim in ((tile.bm, m), (tile.bn, n))):
                     continue
                 if tile.storage > storage:
                     continue
-                for splits in sorted({*split_counts, matmul_splits(tile, m, k, n)}):
+                for splits in ([1] if tile.gemv else sorted({*split_counts, matmul_splits(tile, m, k, n)})):
                     if splits > 1 and k // splits < 64:
                         continue
-                    with matmul_choice(tile=tile, splits=splits):
+                    # the GEMV pick (gemv_bt_rows, 5-16 rows) as the lowering makes it; tiles through matmul_choice
+                    with contextlib.nullcontext() if tile.gemv else matmul_choice(tile=tile, splits=splits):
                         session = matmul_session("MatMulBT", m, k, n, device, weights=weights)
                     calls = calls_for(session, budget, repeats)
                     warm_up(session, SWEEP_WARMUP_S, calls)

@@ -15,7 +15,7 @@ variant again after a short warm-up of its own. Inputs and weights are ``bench/m
 (``matmul_session``).
 
     python3 bench/matmul_ab.py --shapes "4,1536,576;8,576,1536" \\
-        --variant "loop:eggfuse.ir.ops.matmul_kernel.GEMV_UNROLLED_SUMS=False" --json ab.json
+        --variant "loop:eggfuse.ir.ops.matmul_kernel.GEMV_UNROLL_MIN_ROWS=99" --json ab.json
 
 ``--weights FORMAT`` stores B as blocks (``bench/matmul.py``'s option). JSON: one row per (shape, variant, round)
 with ``op``, ``m``, ``k``, ``n``, ``weights``, ``variant``, ``round``,

@@ -5,7 +5,8 @@ process: our wall and GPU time per run, and each variant's largest output differ
 A variant is ``NAME=CHOICE[;CHOICE...]``, each CHOICE ``M,K,N:key=value[,key=value]`` for the
 [M,K] x [K,N] products of that shape, with keys ``tile`` (a name of MATMUL_TILES_ALL, e.g.
 ``64x64x16m8x4``; tiled products, M > 4), ``splits`` (split-K count) and ``cols`` (output columns per
-workgroup of a 'BT' GEMV, M <= 4), applied through
+workgroup of a 'BT' GEMV: M <= 4, or 5-16 rows where ``matmul_kernel.gemv_bt_rows`` gives one; a ``tile``
+puts such a product on the tiled kernel), applied through
 ``eggfuse.ir.ops.matmul_kernel.matmul_choice(..., shapes=...)``. Graphs are those of
 ``bench/models.py --save-graphs``; parameters and inputs are its random ones. Timing is
 bench/models.py's (``time_plan``: ``gpu_timing.wall_per_call``, N back-to-back runs and one wait,
@@ -120,8 +121,8 @@ def main() -> None:
         same = [name for name, plan in plans.items() if name != "base" and _work(plan) == _work(plans["base"])]
         if same:
             raise SystemExit(f"{folder}: the variants {same} lower {args.model} to base's kernels and grids: no "
-                             f"product of their shapes, or keys that do not apply to it (tile, splits: M > 4; "
-                             f"cols: 'BT' GEMVs, M <= 4)")
+                             f"product of their shapes, or keys that do not apply to it (tile, splits: tiled products; "
+                             f"cols: 'BT' GEMVs, M <= 4 or gemv_bt_rows)")
         timed = models.time_alternately(plans, params, feeds, args.calls, args.repeats, args.rounds)
         rows += [{"model": args.model, "graphs": str(folder), "weights": meta["weights"], "spec": specs[row["variant"]],
                   **row} for row in timed]

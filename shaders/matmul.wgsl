@@ -3,8 +3,8 @@
 //#include "derivatives.wgsl"
 // (arith and derivatives: the helpers of generated epilogue regions, ir/ops/fused_epilogue.py)
 // C[M,N] = epilogue(op(A) @ op(B)) for MatMul, MatMulAT, MatMulBT, FusedMatMul and
-// FusedRmsNormMatMul: the tiled kernel (ir/ops/matmul_kernel.py; M <= 4 takes
-// matmul_gemv.wgsl).
+// FusedRmsNormMatMul: the tiled kernel (ir/ops/matmul_kernel.py; M <= 4, and 'BT' products of up to 16
+// rows where gemv_bt_rows says, take matmul_gemv.wgsl).
 //
 // One workgroup of WG invocations (256; 128 and 64 for ir/ops/matmul_kernel.py's MATMUL_TILES_SMALL, 192 and
 // 96 for MATMUL_TILES_THREE_QUARTER)

@@ -53,11 +53,15 @@ EPILOGUE_BINARY = ("bias", "add")
 #: maxComputeInvocationsPerWorkgroup), but for the tiles of MATMUL_TILES_SMALL and MATMUL_TILES_THREE_QUARTER
 #: (``MatmulTile.wg``).
 MATMUL_WG = 256
-#: Largest M that takes the GEMV kernel (its accumulators are per row, in registers). At 8 and 16 rows it
-#: was slower than the tiled kernel at every LLM shape of ``bench/matmul.py`` on the H200, with any column
+#: Largest M that takes the GEMV kernel in every variant (its accumulators are per row, in registers), and
+#: the row count the rewrite rules that depend on the kernel (the LayerNorm and SwiGLU prologues) assume;
+#: 'BT' products of up to GEMV_BT_MAX_ROWS may take it too (:func:`gemv_bt_rows`). At 8 and 16 rows it was
+#: slower than the tiled kernel at every LLM shape of ``bench/matmul.py`` on the H200, with any column
 #: count (bench/results/gemv_rows_h200/, ``--set ...GEMV_MAX_ROWS=8|16``): 8 x 576 x 1536 13.7 us against
 #: 9.8, 8 x 576 x 49152 262.6 against 83.5, 16 x 576 x 576 14.4-26.1 against 6.8; MiniLM's 8-row pooling
-#: product as a GEMV made its plan 1228-1230 us GPU against 1218-1222.
+#: product as a GEMV made its plan 1228-1230 us GPU against 1218-1222. That was the loop over the rows' lane
+#: sums, whose run-time index into the accumulators cost most from 4 rows (GEMV_UNROLL_MIN_ROWS); unrolled,
+#: the GEMV beat the tiled kernel at 8 rows (bench/results/gemv_rows_h100/, :func:`gemv_bt_rows`).
 GEMV_MAX_ROWS = 4
 #: Most rows of a 'BT' product (B stored [N,K], the LLM layout) that the GEMV kernel may take beyond
 #: GEMV_MAX_ROWS (:func:`gemv_bt_rows`); the rewrite rules that depend on which kernel a product gets (the
@@ -195,14 +199,15 @@ MATMUL_TILES_ALL = (MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE + MATMU
 
 #: Widest N of a 'BT' GEMV of M >= 2 rows below which its columns per workgroup follow K (:func:`gemv_bt_cols`).
 GEMV_WIDE_N = 8192
-#: Longest K of a 'BT' GEMV of M >= 2 rows that takes 8 columns per workgroup (32 lanes a column) below
-#: GEMV_WIDE_N: one step of 64 lanes covers 512 elements of K.
+#: Longest K of a 'BT' GEMV of 2 to 4 rows that takes 8 columns per workgroup (32 lanes a column) below
+#: GEMV_WIDE_N but where :func:`gemv_bt_cols` says otherwise: one step of 64 lanes covers 512 elements of K.
 GEMV_SHORT_K = 512
 #: Longest K of a one-row 'BT' GEMV (N <= GEMV_WIDE_N) that takes 4 or 8 columns per workgroup; a longer one
 #: takes 1 column of 256 lanes, whose one step covers 2048 elements of K (:func:`gemv_bt_cols`).
 GEMV_LONG_K = 1024
-#: Narrowest N of a one-row 'BT' GEMV with K <= GEMV_LONG_K (and N <= GEMV_WIDE_N) that takes 8 columns per
-#: workgroup (32 lanes a column, one subgroup on the H200) instead of 4 (:func:`gemv_bt_cols`).
+#: Narrowest N of a one-row 'BT' GEMV on quantised blocks with K <= GEMV_LONG_K (and N <= GEMV_WIDE_N) that takes
+#: 8 columns per workgroup (32 lanes a column, one subgroup on the H200) instead of 4; f32 B takes 8 at every
+#: such N (:func:`gemv_bt_cols`).
 GEMV_ROW_N = 1536
 #: Column counts the 'BT' GEMV can take: the lanes of a column (256 / columns) halve in its tree, and
 #: quantised B takes blocks of 4 lanes.
@@ -295,14 +300,16 @@ def gemv_bt_lanes(m: int, k: int, n: int, quantised: bool = False) -> int:
     return MATMUL_WG // gemv_bt_cols(m, k, n, quantised)
 
 
-#: Widest N of a 'BT' product of 9 to GEMV_BT_MAX_ROWS rows that the GEMV kernel takes (:func:`gemv_bt_rows`).
+#: Most rows of a 'BT' product that takes the GEMV kernel whatever its K, N and B (:func:`gemv_bt_rows`).
+GEMV_BT_ALWAYS_ROWS = 8
+#: Widest N of a 'BT' product of more than GEMV_BT_ALWAYS_ROWS rows that the GEMV kernel takes (:func:`gemv_bt_rows`).
 GEMV_MANY_ROWS_N = 1536
 
 
 def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
     """Whether a 'BT' product of ``m`` rows, GEMV_MAX_ROWS < m <= GEMV_BT_MAX_ROWS, takes the GEMV kernel
-    (one dispatch reading each weight once) instead of the tiled one: up to 8 rows always; 9 to
-    GEMV_BT_MAX_ROWS where B is f32 (not ``quantised``), N <= GEMV_MANY_ROWS_N and K <= GEMV_LONG_K.
+    (one dispatch reading each weight once) instead of the tiled one: up to GEMV_BT_ALWAYS_ROWS (8) rows always;
+    more, up to GEMV_BT_MAX_ROWS, where B is f32 (not ``quantised``), N <= GEMV_MANY_ROWS_N and K <= GEMV_LONG_K.
 
     Measured on an H100 (``bench/matmul_ab.py``, the two kernels alternated in one process, rounds 1 and 2
     of three, bench/results/gemv_rows_h100/ab_rows.json, us, GEMV against tiled): at 8 rows it was faster
@@ -318,14 +325,16 @@ def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
     7.61 / 7.16), 16 x 576 x 1536 9.66 against 9.86. SmolLM2's prefill of 8 tokens (``bench/plan_ab.py``,
     three rounds, GPU us a run): 1541-1544 against 1697-1699 in f32 (ab_prefill8.json), 1518-1531 against
     1604-1606 on Q4_1 blocks (ab_prefill8_q4_1.json). The columns per workgroup are :func:`gemv_bt_cols`'s
-    (8 or 16: 4 and 32 were slower at every shape)."""
+    (8 or 16: 4 and 32 were slower at every shape). Of 5 to 7 rows on 8 columns, the GEMV reads its sizes as
+    WGSL constants (:func:`constant_shape`: rows x columns below 64); no A/B measured 5 to 7 rows."""
     if m <= GEMV_MAX_ROWS or m > GEMV_BT_MAX_ROWS:
         return False
-    return m <= 8 or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_LONG_K)
+    return m <= GEMV_BT_ALWAYS_ROWS or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_LONG_K)
 
 
 def gemv_tile(m: int, k: int, n: int, variant: str, quantised: bool = False) -> MatmulTile:
-    """The GEMV work split of an [m,k] x [k,n] product, ``m`` <= GEMV_MAX_ROWS: with 'BT' (B stored
+    """The GEMV work split of an [m,k] x [k,n] product (``m`` <= GEMV_MAX_ROWS, or a 'BT' product of
+    :func:`gemv_bt_rows`; ``quantised``: B as blocks): with 'BT' (B stored
     [N,K]) :func:`gemv_bt_cols` columns per workgroup; otherwise 32 columns (8 quads), 32
     invocations each."""
     return MatmulTile(m, gemv_bt_cols(m, k, n, quantised) if variant == "BT" else 32, 0, gemv=True)
@@ -334,9 +343,11 @@ def gemv_tile(m: int, k: int, n: int, variant: str, quantised: bool = False) -> 
 def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
                 quantised: bool = False) -> MatmulTile:
     """The work split of an [M,K] x [K,N] product, chosen at lowering time (a tile of MATMUL_TILES or
-    MATMUL_TILES_WIDE, or THREE_QUARTER_TILE). ``variant`` changes the choice only between GEMV_MAX_ROWS
-    and GEMV_BT_MAX_ROWS rows, where 'BT' products may take the GEMV kernel: products with an RmsNorm or
-    SwiGLU prologue or quantised B take the tile of their shape (measured as f32 'BT' products).
+    MATMUL_TILES_WIDE, or THREE_QUARTER_TILE). ``variant``, ``layer_norm`` and ``quantised`` change the choice
+    only between GEMV_MAX_ROWS and GEMV_BT_MAX_ROWS rows, where 'BT' products may take the GEMV kernel
+    (:func:`gemv_bt_rows`), and ``quantised`` a 'BT' GEMV's columns (:func:`gemv_bt_cols`); otherwise products
+    with an RmsNorm or SwiGLU prologue or quantised B take the tile of their shape (measured as f32 'BT'
+    products).
 
     M <= GEMV_MAX_ROWS, or a 'BT' product that :func:`gemv_bt_rows` gives the GEMV (B as blocks where
     ``quantised``) and that has no LayerNorm prologue (``layer_norm``; the GEMV's form of it is two
@@ -1104,10 +1115,10 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
 #: Fewest rows of a 'BT' GEMV whose lane sums and stores name each row's accumulator by a constant index
 #: (one ``store_rows`` call per pair of rows, unrolled here) instead of a loop over the rows, whose run-time
 #: index into the accumulators ``acc`` costs where the driver keeps them in memory. Measured on an H100
-#: (``bench/matmul_ab.py``, both forms alternated in one process, three rounds,
+#: (``bench/matmul_ab.py``, both forms alternated in one process, rounds 1 and 2 of three,
 #: bench/results/gemv_rows_h100/ab_sums.json, us, unrolled against the loop): at 4 rows 4 x 1536 x 576
 #: 5.22-5.39 against 10.06-10.19, 4 x 1536 x 384 5.01 / 8.63-8.69, 4 x 576 x 576 5.04-5.28 / 7.27-7.62,
-#: 4 x 384 x 384 3.49 / 3.94-3.99, the other four 1.5-5% faster; at 2 and 3 rows the loop was faster by
+#: 4 x 384 x 384 3.49 / 3.94-3.99, the other four 2-8% faster; at 2 and 3 rows the loop was faster by
 #: 4-7% (2 x 1536 x 576 3.96-4.01 against 4.22-4.26, 3 x 576 x 1536 4.51-4.56 / 4.78-4.86); SmolLM2's
 #: decode step (one row) 909.8-911.2 us GPU against 910.6-914.6 (ab_decode.json).
 GEMV_UNROLL_MIN_ROWS = 4

@@ -94,6 +94,7 @@ ROWS = [
     _swiglu(False, "", 40, 300, 33, ("bias", "add")),
     _swiglu(False, "AT", 17, 9, 5, ()),
     _swiglu(True, "BT", 2, 64, 24, ()),
+    _swiglu(True, "BT", 8, 64, 20),  # GEMV first stage of 8 rows (an 8-token prefill's gate/up product)
     _swiglu(True, "BT", 37, 576, 48),
     _swiglu(True, "", 65, 30, 70, ("add",)),
 ]
@@ -108,7 +109,7 @@ def _gemv_first(row: Row) -> bool:
 def test_the_gemv_first_stages_are_the_rows_meant():
     assert [r.id.split("[")[1].split("]")[0] for r in ROWS if _gemv_first(r)] == [
         "1,40,37", "2,40,30", "9,24,257", "1,40,37", "5,20,4500", "1,40,37", "8,24,4500", "2,9,10", "3,64,40",
-        "2,64,48"]
+        "2,64,48", "8,64,40"]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)

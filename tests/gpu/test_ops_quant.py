@@ -131,7 +131,8 @@ ROWS = [
     _qmm("q8_0", 1, 96, 8195, rms=True),  # the LM head's form: one row, 16 columns a workgroup
     # one row past GEMV_LONG_K: 1 column of 256 lanes (64 blocks a step; 35 blocks, rows padded for q4_0/q8_0)
     *(_qmm(fmt, 1, GEMV_LONG_K + 96, 7, rms=fmt == "q4_1") for fmt in FORMATS),
-    *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((5, 64, 9), (70, 160, 33))),  # tiled, edge tiles
+    *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((9, 64, 9), (70, 160, 33))),  # tiled, edge tiles
+    *(_qmm(fmt, 6, 64, 9, rms=fmt == "q8_0") for fmt in FORMATS),  # the GEMV of 6 rows (gemv_bt_rows: blocks, <= 8)
     _qmm("q4_1", 130, 64, 130),  # 128-row tiles
     _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),
     _qmm("q8_0", 37, 96, 20, ("add", "Relu")),
@@ -150,6 +151,7 @@ ROWS = [
     _quant_rms("q8_0", 40, 96, 45, ("bias", "add")),
     _quant_rms("f16", 19, 64, 20, ()),
     _quant("q4_1", False, 3, 96, 20),
+    _quant("q4_1", False, 6, 96, 20),  # a GEMV first stage of 6 rows, then the SwiGLU step
     _quant("q4_0", False, 37, 64, 24, ("bias", "add")),
     _quant("f16", False, 70, 128, 33),
 ]
