@@ -26,7 +26,6 @@ the tree's output), ``max_abs_err`` (against numpy's float64 product) and ``adap
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 import sys
@@ -37,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import gpu_timing  # noqa: E402
 import matmul as mb  # noqa: E402
-from plan_ab import parse_setting  # noqa: E402
+from plan_ab import parse_setting, settings_applied  # noqa: E402
 
 from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, matmul_choice  # noqa: E402
 from eggfuse.pipeline import lower_for  # noqa: E402
@@ -49,17 +48,8 @@ def lower_with(settings: list[tuple[str, str, object]], cols: int | None = None)
     """A ``lower(graph, device)`` that lowers with ``settings`` in force (and every 'BT' GEMV on ``cols``
     columns a workgroup: ``matmul_choice(gemv_cols=...)``), restoring them afterwards."""
     def lower(graph, device):
-        before = []
-        for module, name, value in settings:
-            mod = importlib.import_module(module)
-            before.append((mod, name, getattr(mod, name)))
-            setattr(mod, name, value)
-        try:
-            with matmul_choice(gemv_cols=cols):
-                return lower_for(graph, device)
-        finally:
-            for mod, name, value in reversed(before):
-                setattr(mod, name, value)
+        with settings_applied(settings), matmul_choice(gemv_cols=cols):
+            return lower_for(graph, device)
     return lower
 
 

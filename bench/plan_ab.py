@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import hashlib
 import importlib
 import json
@@ -67,20 +68,28 @@ def parse_setting(text: str) -> tuple[str, str, object]:
     return module, name, literal
 
 
-def lowered(fused, settings: list[tuple[str, str, object]]):
-    """``fused`` lowered for the device with ``settings`` in force (restored afterwards)."""
-    from eggfuse.pipeline import lower_for
-
+@contextlib.contextmanager
+def settings_applied(settings: list[tuple[str, str, object]]):
+    """Within the block, the module constants of ``settings`` (:func:`parse_setting`'s) hold their values;
+    restored afterwards."""
     before = []
     for module, name, value in settings:
         mod = importlib.import_module(module)
         before.append((mod, name, getattr(mod, name)))
         setattr(mod, name, value)
     try:
-        return lower_for(fused)
+        yield
     finally:
         for mod, name, value in reversed(before):
             setattr(mod, name, value)
+
+
+def lowered(fused, settings: list[tuple[str, str, object]]):
+    """``fused`` lowered for the device with ``settings`` in force (restored afterwards)."""
+    from eggfuse.pipeline import lower_for
+
+    with settings_applied(settings):
+        return lower_for(fused)
 
 
 def kernel_times(plan, params: dict, feed: dict) -> list[dict]:
