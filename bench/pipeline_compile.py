@@ -12,7 +12,7 @@ Each sample is a child process that lowers the model's fused graph (``bench/mode
 the device: the pipelines' compilation (naga's translation and the driver's), bind groups and the
 parameters' upload. The child sets ``__GL_SHADER_DISK_CACHE=0`` (NVIDIA) and
 ``MESA_SHADER_CACHE_DISABLE=true`` (Mesa) before the device exists, so the driver compiles every
-pipeline; forms alternate, ``--repeats`` children each.
+pipeline; forms alternate, each first in every other repeat, ``--repeats`` children each.
 
     python3 bench/pipeline_compile.py --graphs bench/graphs --model smollm2_decode --json out.json
 
@@ -74,7 +74,7 @@ def main() -> None:
     rows = []
     for model in args.model or list(models.MODELS):
         for repeat in range(args.repeats):
-            for form in FORMS:
+            for form in FORMS if repeat % 2 == 0 else FORMS[::-1]:  # each form first in every other repeat
                 out = subprocess.run([sys.executable, __file__, "--graphs", str(args.graphs), "--child", model, form],
                                      env=env, capture_output=True, text=True)
                 if out.returncode:

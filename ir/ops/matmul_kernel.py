@@ -1118,7 +1118,7 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
 #: (``bench/matmul_ab.py``, both forms alternated in one process, rounds 1 and 2 of three,
 #: bench/results/gemv_rows_h100/ab_sums.json, us, unrolled against the loop): at 4 rows 4 x 1536 x 576
 #: 5.22-5.39 against 10.06-10.19, 4 x 1536 x 384 5.01 / 8.63-8.69, 4 x 576 x 576 5.04-5.28 / 7.27-7.62,
-#: 4 x 384 x 384 3.49 / 3.94-3.99, the other four 2-8% faster; at 2 and 3 rows the loop was faster by
+#: 4 x 384 x 384 3.49 / 3.94-3.99, the other four 1.5-12% faster; at 2 and 3 rows the loop was faster by
 #: 4-7% (2 x 1536 x 576 3.96-4.01 against 4.22-4.26, 3 x 576 x 1536 4.51-4.56 / 4.78-4.86); SmolLM2's
 #: decode step (one row) 909.8-911.2 us GPU against 910.6-914.6 (ab_decode.json).
 GEMV_UNROLL_MIN_ROWS = 4

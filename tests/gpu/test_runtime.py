@@ -306,8 +306,11 @@ def test_the_pipeline_cache_keeps_the_most_recently_used(device, monkeypatch):
     assert set(pipeline_cache._modules) == keys[4][1] | keys[5][1]
     for rows in (4, 5, 3):  # 4 rows' compiled again; every session's numbers as the reference's
         x = RNG.standard_normal((rows, 5)).astype(np.float32)
+        before = set(pipeline_cache._pipelines)
         (got,) = Session(plans[rows], {}, device=device).run({"x": x})
         np.testing.assert_array_equal(got, x + x)
+        if rows == 4:
+            assert set(pipeline_cache._pipelines) - before  # a new entry: 4 rows' kernel compiled again
     x = RNG.standard_normal((4, 5)).astype(np.float32)
     (got,) = sessions[4].run({"x": x})  # a session whose pipeline left the cache still runs it
     np.testing.assert_array_equal(got, x + x)
