@@ -27,10 +27,10 @@
 // Template slots: ROWS (M), COLS, LANES, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the
 // chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)
 // and FMA_B; SUMS_BT ('BT') the calls of store_rows, one per pair of rows (unrolled with constant
-// indices into acc and stat, or a loop: ir/ops/matmul_kernel.py GEMV_UNROLL_MIN_ROWS); DECODE, QUADS and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads
-// op(A)'s row i along K. LANE_K is a lane's first k and K2 the offset of its second quad: for
-// f32, quads l and l + LANES (lane * 4, 4 * LANES), so a warp reads 512 contiguous bytes per
-// load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's LANES / 4
+// indices into acc and stat, or a loop: ir/ops/matmul_kernel.py GEMV_UNROLL_MIN_ROWS); DECODE, QUADS
+// and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K. LANE_K is
+// a lane's first k and K2 the offset of its second quad: for f32, quads l and l + LANES (lane * 4,
+// 4 * LANES), so a warp reads 512 contiguous bytes per load; for quantised B (blocks of 32 along K), lane l takes block l / 4 of the step's LANES / 4
 // and in it the quads j = l % 4 * 4 and j + 16 (K2 16), which a 4-bit block keeps in the low and
 // high nibbles of one word, so both quads share the block's scale and its word of nibbles.
 // W_NORM: with the RmsNorm prologue, w_norm_quad(k), weights k..k+3 of its w_norm (binding w_norm
