@@ -1193,13 +1193,13 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
     forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
-    quantised = quant is not None
-    if m <= GEMV_MAX_ROWS or (forced_tile is None and matmul_tile(m, k, n, variant, layer_norm, quantised).gemv):
+    heuristic = matmul_tile(m, k, n, variant, layer_norm, quant is not None)
+    if heuristic.gemv and (m <= GEMV_MAX_ROWS or forced_tile is None):
         forced_tile, forced_splits = None, None  # matmul_choice's tiles are the tiled kernel's
         if forced_cols is not None and variant == "BT":
             forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
     given = tile or forced_tile  # a caller's or matmul_choice's tile
-    tile = given or matmul_tile(m, k, n, variant, layer_norm, quantised)
+    tile = given or heuristic
     if tile.storage > workgroup_storage:
         below = (": give matmul_choice a smaller tile" if given else
                  f", less than the {WORKGROUP_STORAGE} every WebGPU device offers: run on a device that meets "
