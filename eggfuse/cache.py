@@ -377,9 +377,11 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
 
 
 def _is_scratch(b, graph: Graph) -> bool:
-    # a node's scratch buffer (lowering.plan: Kernel.scratch), a flat f32 intermediate
-    return (b.kind == "intermediate" and b.dtype == DType.F32 and len(b.shape) == 1
-            and b.name == f"{graph.node(b.node).op}%{b.node}.scratch")
+    # a node's scratch buffer (lowering.plan: Kernel.scratch), a flat f32 intermediate, or its
+    # counters (Kernel.counters), a flat u32 buffer of kind 'counters'
+    op = graph.node(b.node).op
+    return len(b.shape) == 1 and ((b.kind, b.dtype, b.name) == ("intermediate", DType.F32, f"{op}%{b.node}.scratch")
+                                  or (b.kind, b.dtype, b.name) == ("counters", DType.U32, f"{op}%{b.node}.counters"))
 
 
 def _positions(v: Any) -> np.ndarray:

@@ -22,6 +22,10 @@ ELEMENTWISE_WG = 256
 #: wrote (:attr:`Kernel.scratch`), instead of one of its inputs.
 SCRATCH = -1
 
+#: In :attr:`Kernel.inputs`: the node's counters (:attr:`Kernel.counters`), u32s that are zero before and
+#: after each of its dispatches, bound read_write as ``array<atomic<u32>>``.
+COUNTERS = -2
+
 @dataclass(frozen=True)
 class Window:
     """In :attr:`Kernel.inputs`: bytes ``[offset, offset + size)`` of the node's input ``input``, bound as a
@@ -117,7 +121,13 @@ class Kernel:
     - ``scratch``: when positive, this dispatch writes the node's scratch buffer of that many
       f32 elements instead of its output (an intermediate of the op alone, such as the partial
       sums of a split-K matmul); a later dispatch of the node reads it (:data:`SCRATCH` in its
-      ``inputs``). Every dispatch of a node that gives it gives the same size.
+      ``inputs``). Every dispatch of a node that gives it gives the same size. A dispatch that also
+      names :data:`SCRATCH` in its ``inputs``, bound ``write=True``, writes its output and both writes
+      and reads the scratch buffer (a split-K matmul whose last K range to finish a tile adds the
+      others' partial sums: :mod:`.ops.matmul_kernel`).
+    - ``counters``: when positive, the node's counter buffer holds that many u32s (:data:`COUNTERS` in
+      ``inputs``): zero when the session creates it and kept by it across runs, never shared with another
+      value; each dispatch that binds it must leave it zero again.
     - ``runtime_checks``: compile this kernel with naga's runtime checks even in a plan lowered
       without them (``lower(..., runtime_checks=False)``), for a kernel measured faster with them
       (the tiled matmul's 128-row tiles: :mod:`.ops.matmul_kernel`).
@@ -137,6 +147,7 @@ class Kernel:
     inputs: tuple[int | Window, ...] | None = None
     entry_point: str = "main"
     scratch: int = 0
+    counters: int = 0
     runtime_checks: bool = False
     constant_params: bool = True
 
@@ -160,5 +171,5 @@ def u32s(prefix: str, values) -> tuple[tuple[str, str, Any], ...]:
     return tuple((f"{prefix}{i}", "u32", int(v)) for i, v in enumerate(values))
 
 
-__all__ = ["ELEMENTWISE_WG", "PARAM_TYPES", "Buffer", "Include", "Kernel", "Target", "Window", "elementwise_groups",
-           "u32s", "windowed_reader", "windows"]
+__all__ = ["COUNTERS", "ELEMENTWISE_WG", "PARAM_TYPES", "Buffer", "Include", "Kernel", "Target", "Window",
+           "elementwise_groups", "u32s", "windowed_reader", "windows"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..ir.errors import DeviceLimitError, InputError, LoweringError
 from ..ir.graph import Graph, Node, NodeId
-from ..ir.kernel import SCRATCH, Buffer, Kernel, Target, Window
+from ..ir.kernel import COUNTERS, SCRATCH, Buffer, Kernel, Target, Window
 from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
 from .limits import limit_name, resolve_limits, split_grid
@@ -49,7 +49,9 @@ class BufferSpec:
     ``name`` is the buffer's with the byte range). ``name`` is
     the leaf's name or ``<Op>%<node id>``. A node's scratch buffer (``Kernel.scratch``: an
     intermediate of one op's dispatches, such as a split-K matmul's partial sums) is a flat
-    'intermediate' f32 buffer named ``<Op>%<node id>.scratch``, whose ``node`` is that op's.
+    'intermediate' f32 buffer named ``<Op>%<node id>.scratch``, whose ``node`` is that op's. Its counters
+    (``Kernel.counters``) are a u32 buffer of kind 'counters' named ``<Op>%<node id>.counters``: zero when a
+    session creates it, never shared with another value, left zero by each dispatch that binds it.
     """
 
     index: int
@@ -197,7 +199,7 @@ class ExecutionPlan:
                     cache += b.size_bytes
                 else:
                     weights += b.size_bytes
-            elif b.kind == "input" or (b.kind == "intermediate" and b.index not in self.storage):
+            elif b.kind in ("input", "counters") or (b.kind == "intermediate" and b.index not in self.storage):
                 inter += b.size_bytes
         return {"weights_bytes": weights, "cache_bytes": cache, "intermediate_bytes": inter + sum(self.storage_sizes)}
 
@@ -386,7 +388,8 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             if len(bindings) != len(reads) + 1:
                 raise LoweringError(f"kernel {k.name} of {node.op} declares {len(bindings)} bindings for "
                                     f"{len(reads)} inputs and the output ({_label(node, ins)})", nodes=(node.id,))
-            stray = [b.name for b, i in zip(bindings[:-1], reads, strict=True) if b.write and i not in spec.updates]
+            stray = [b.name for b, i in zip(bindings[:-1], reads, strict=True)
+                     if b.write and i not in spec.updates and i not in (SCRATCH, COUNTERS)]
             if stray:
                 raise LoweringError(f"kernel {k.name} of {node.op} binds {stray} read_write, inputs the op does "
                                     f"not declare in OpSpec.updates ({_label(node, ins)})", nodes=(node.id,))
@@ -405,23 +408,35 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         elements = sizes.pop()
         buffers.append(BufferSpec(scratch, 4 * elements, DType.F32, "intermediate", f"{node.op}%{node.id}.scratch",
                                   node.id, (elements,)))
+    counts = {k.counters for k, *_ in rendered if k.counters > 0}
+    if len(counts) > 1 or (not counts and any(COUNTERS in reads for _, reads, *_ in rendered)):
+        raise LoweringError(f"the kernels of {node.op} disagree on its counters (sizes {sorted(counts)}; "
+                            f"{_label(node, ins)})", nodes=(node.id,))
+    counters = None
+    if counts:
+        counters = len(buffers)
+        elements = counts.pop()
+        buffers.append(BufferSpec(counters, 4 * elements, DType.U32, "counters", f"{node.op}%{node.id}.counters",
+                                  node.id, (elements,)))
     out = []
     for part, (k, reads, writable, source, params) in enumerate(rendered):
         label = _label(node, ins)
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
             windows = [i.input for i in reads if isinstance(i, Window)]
             named = list(dict.fromkeys(f"{i.input} ({windows.count(i.input)} windows)" if isinstance(i, Window)
-                                       else "scratch" if i == SCRATCH else str(i) for i in reads))
-            span = ", ".join(named) if SCRATCH in reads or windows else f"{named[0]}..{named[-1]}"
+                                       else "scratch" if i == SCRATCH else "counters" if i == COUNTERS else str(i)
+                                       for i in reads))
+            span = ", ".join(named) if SCRATCH in reads or COUNTERS in reads or windows else f"{named[0]}..{named[-1]}"
             label += f" part {part + 1}/{len(rendered)}" + (f": inputs {span}" if reads else "")
-            label += " -> scratch" if k.scratch > 0 else ""
+            label += " -> scratch" if k.scratch > 0 and SCRATCH not in reads else ""
         grid = split_grid(k.groups, max_dim)
         if grid is None:
             raise DeviceLimitError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
                                    f"{k.groups} workgroups do not fit a 3-D grid for {label}", nodes=(node.id,))
         bound = tuple(_window_buffer(node, i, k, buffers, node_buffer, target.limits, label) if isinstance(i, Window)
-                      else scratch if i == SCRATCH else node_buffer[node.inputs[i]] for i in reads)
-        bound += (scratch if k.scratch > 0 else node_buffer[node.id],)
+                      else scratch if i == SCRATCH else counters if i == COUNTERS else node_buffer[node.inputs[i]]
+                      for i in reads)
+        bound += (scratch if k.scratch > 0 and SCRATCH not in reads else node_buffer[node.id],)
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
                             params, grid, label, writable, runtime_checks=runtime_checks or k.runtime_checks))
     return out

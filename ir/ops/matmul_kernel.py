@@ -11,8 +11,9 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
   slices staged, double-buffered, in workgroup memory (A transposed, so the inner product
   reads vec4 of A and of B); the inner product is unrolled here, in Python.
   A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
-  tiled kernel then writes each K range's partial sums into the node's scratch buffer and
-  ``matmul_split_reduce.wgsl``, a second dispatch, adds them and applies the epilogue.
+  tiled kernel then writes each K range's partial sums into the node's scratch buffer, and the
+  workgroup that finishes a tile's last K range adds them and applies the epilogue (:func:`last_split`;
+  after the RmsNorm prologue ``matmul_split_reduce.wgsl``, a second dispatch, does).
 - ``matmul_gemv.wgsl``, for M <= 4 (decode), and 'BT' products of up to 16 rows
   (:func:`gemv_bt_rows`): a workgroup computes a block of output
   columns for every row; its invocations split K and reduce in workgroup memory.
@@ -43,7 +44,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..errors import DeviceLimitError, LoweringError
-from ..kernel import SCRATCH, Buffer, Include, Kernel, elementwise_groups
+from ..kernel import COUNTERS, SCRATCH, Buffer, Include, Kernel, elementwise_groups
 
 #: Epilogue steps that read an operand: ``bias`` reads operand[j] ([N] or [1,N]), ``add``
 #: operand[i,j] ([M,N]).
@@ -552,8 +553,9 @@ def matmul_splits(tile: MatmulTile, m: int, k: int, n: int) -> int:
     of few tiles (SmolLM2's prefill at M = 128 with 32x32 tiles: 72 workgroups on an H200's
     132 multiprocessors, the 1536-long down projection 48 slices each) is bound by that
     latency: split into S ranges, S times as many workgroups walk 1/S of the slices each, and
-    a second dispatch (matmul_split_reduce.wgsl) adds the S partial sums and applies the row
-    scale and the epilogue. S brings the workgroups nearest TARGET_WORKGROUPS, up to
+    the workgroup that finishes each tile's last range adds the S partial sums and applies the
+    epilogue (:func:`last_split`; with the RmsNorm prologue a second dispatch, matmul_split_reduce.wgsl,
+    adds them and applies the row scale and the epilogue). S brings the workgroups nearest TARGET_WORKGROUPS, up to
     SPLIT_MAX and at least SPLIT_MIN_K elements of K per range (the last range may be shorter),
     then the fewest ranges of whole slices that gives. 1 for the GEMV kernel."""
     if tile.gemv:
@@ -937,6 +939,129 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
                                         epilogue(i, j + 3u, s.w));
 }"""
 
+#: Whether a split-K product without a final step or the RmsNorm prologue runs in one dispatch, its
+#: last K range to finish a tile adding the partial sums (:func:`last_split`).
+LAST_SPLIT = True
+
+
+def last_split(splits: int, rms_norm: bool) -> bool:
+    """Whether the tiled kernel of a product in ``splits`` K ranges (no final step) adds its partial sums
+    itself (matmul.wgsl's LAST_SPLIT: the workgroup that finishes each tile's last K range, known by the
+    tile's counter), instead of a second dispatch of matmul_split_reduce.wgsl: where :data:`LAST_SPLIT`,
+    ``splits`` > 1 and not ``rms_norm`` (whose row sums come from the row block's first tile only). The
+    sums are added in the same order as the reduction's, so C is the same bit for bit; the product takes
+    one dispatch instead of two. With a final step (:mod:`.matmul_rows`) the sums go to the first split's
+    place, and the final stage reads one product instead of the partial sums.
+
+    The counter: after its stores each workgroup passes ``storageBarrier`` (naga: an OpControlBarrier with
+    device-scope acquire-release semantics), one invocation adds 1 to the tile's u32 (``atomicAdd``), the
+    workgroup that reads ``splits - 1`` passes a second ``storageBarrier``, resets the u32 to 0 and reads
+    every split's sums back; no workgroup waits for another. The counters are a buffer of the node's
+    (``Kernel.counters``, kind 'counters': zero when created, never shared, zero after every dispatch).
+
+    Measured on an H100 (``bench/matmul_ab.py``, ``LAST_SPLIT=False`` alternated in one process,
+    bench/results/last_split_h100/ab_products.json): the 37 split products of bench/matmul.py's SmolLM2 and
+    MiniLM shapes 0.954x the time (geometric mean), 32 faster (32 x 384 x 384 5.97 against 7.13 us, 16 x
+    1536 x 384 7.48 against 8.71), the slowest 128 x 576 x 192 at 1.03x; SmolLM2's 128-token prefill
+    2844-2847 us GPU against 2863-2865 (``ab_prefill.json``). The forms before (``tried/``, VARIANTS.md):
+    the count through a workgroup variable of its own, the tile's index kept through the K loop, ran the
+    64x64x16 tiles, whose slices take 16 KiB, 1.2-1.4x slower (256 x 576 x 1536 32.0 against 24.0 us; the
+    two not separated); the last workgroup adding the others' sums to
+    its registers in its micro-tile's order, 1.09x the time over the 37 (6 faster)."""
+    return LAST_SPLIT and splits > 1 and not rms_norm
+
+
+_LAST_SPLIT = """    storageBarrier();  // this workgroup's partial sums, before its arrival is counted
+    let counter = row0 / BM * p.tiles_n + col0 / BN;  // the tile's (from values the stores keep anyway)
+    if (li == 0u) {  // the count passes through the slices' memory, free now (see last_split)
+        tiles[0].x = bitcast<f32>(atomicAdd(&count[counter], 1u));
+    }
+    if (bitcast<u32>(workgroupUniformLoad(&tiles[0]).x) + 1u < SPLITS) {
+        return;  // another K range of the tile is still to finish, and adds the sums
+    }
+    storageBarrier();  // the other K ranges' partial sums, stored before their arrivals
+    if (li == 0u) {
+        atomicStore(&count[counter], 0u);  // zero again for the next dispatch
+    }
+    for (var q = li; q < BM * BN4; q = q + WG) {  // the tile's quads, a row's side by side
+        finish4(row0, col0, q / BN4, q % BN4 * 4u);
+    }"""
+
+
+_FINISH4_VEC4 = """
+
+fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+3 are all inside or all outside
+        return;
+    }
+    let at = i * p.n + j;
+    var s = vec4<f32>();
+    for (var t = 0u; t < SPLITS; t = t + 1u) {
+        s = s + part[(t * p.m * p.n + at) / 4u];
+    }
+    out[at / 4u] = vec4<f32>(epilogue(i, j, s.x), epilogue(i, j + 1u, s.y), epilogue(i, j + 2u, s.z),
+                             epilogue(i, j + 3u, s.w));
+}"""
+_FINISH4_SCALAR = """
+
+fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m) {
+        return;
+    }
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        if (j + e < p.n) {
+            let at = i * p.n + j + e;
+            var s = 0.0;
+            for (var t = 0u; t < SPLITS; t = t + 1u) {
+                s = s + part[t * p.m * p.n + at];
+            }
+            out[at] = epilogue(i, j + e, s);
+        }
+    }
+}"""
+#: finish4 of a product with a final step (LAST_SPLIT): the splits' sums, in the order the reduction adds
+#: them, into the first split's place of the scratch buffer (out), where the final stage reads the product.
+_SUM4_VEC4 = """
+
+fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+3 are all inside or all outside
+        return;
+    }
+    let at = i * p.n + j;
+    var s = vec4<f32>();
+    for (var t = 0u; t < SPLITS; t = t + 1u) {
+        s = s + out[(t * p.m * p.n + at) / 4u];
+    }
+    out[at / 4u] = s;
+}"""
+_SUM4_SCALAR = """
+
+fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
+    let i = row0 + r;
+    let j = col0 + c;
+    if (i >= p.m) {
+        return;
+    }
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        if (j + e < p.n) {
+            let at = i * p.n + j + e;
+            var s = 0.0;
+            for (var t = 0u; t < SPLITS; t = t + 1u) {
+                s = s + out[t * p.m * p.n + at];
+            }
+            out[at] = s;
+        }
+    }
+}"""
+_FINISH4_COLUMN_CHECK = "        if (j + e < p.n) {\n"
+_FINISH4_COLUMN_INSIDE = "        {\n"
+
 #: _STORE4_VEC4 and _STORE4_SCALAR where the tiles cover the output exactly (:func:`covers`): no check.
 _STORE4_CHECK = """    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+3 are all inside or all outside
         return;
@@ -1162,14 +1287,17 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     by the loader (shaders/quant_decode.wgsl) wherever the f32 kernel reads a quad of B. A
     generated region step (``fused_epilogue.py``) reads its operands, whose TensorTypes
     ``operand_types`` lists (every epilogue operand's, in chain order), with numpy broadcasting
-    to [M,N]. ``splits`` (None: :func:`matmul_splits`) above 1 gives two kernels, the tiled
+    to [M,N]. ``splits`` (None: :func:`matmul_splits`) above 1 gives one kernel over K ranges whose
+    partial sums go to the node's scratch buffer (bound read_write after the epilogue operands, then the
+    node's counters, :func:`last_split`), or with ``rms_norm`` two kernels, the tiled
     kernel over K ranges writing the node's scratch buffer and matmul_split_reduce.wgsl (which
     binds the scratch, then the epilogue operands, taken to follow A, w_norm and B among the
     node's inputs); the heuristic's count is lowered until the scratch buffer fits
     ``max_scratch_bytes`` (when positive: the device's buffer limits). ``final`` (the products of
     :mod:`.matmul_rows`) always gives two kernels, the first writing the scratch buffer (the
-    splits' partial sums, or with one split or the GEMV kernel the product with its rows scaled
-    and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
+    product, its splits added by the last K range of each tile to finish, or with the RmsNorm prologue the
+    splits' partial sums; with one split or the GEMV kernel its rows scaled; no epilogue), the second the
+    epilogue and then the final step: 'swiglu' (output [M, N/2],
     SwiGLUConcat of C), 'layer_norm' (each row of C normalised with ``norm_eps``, then scaled
     and shifted by gamma and beta, which the node holds right after A and B, before the epilogue
     operands: matmul_split_layer_norm.wgsl), 'layer_norm_pair' (the same, its output [2, M, N] holding C's rows
@@ -1292,7 +1420,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
-                 NORM_QUADS=_norm_quads(vec_a) if layer_norm else "",
+                 NORM_QUADS=_norm_quads(vec_a) if layer_norm else "", LAST_SPLIT="",
                  **_slice_loads(tile))
     checks = keeps_runtime_checks(tile)
     vec_out = out_vec4(tile, n, splits, rms_norm)
@@ -1303,6 +1431,22 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
                       slots={**slots, **tiled}, runtime_checks=checks,
                       constant_params=constant_shape(tile, n))
+    if final is None and last_split(splits, rms_norm):
+        # split-K in one dispatch: the partial sums into the scratch buffer, the last K range of each tile to
+        # finish adds them and stores C
+        finish4 = _FINISH4_VEC4 if vec_out else _FINISH4_SCALAR
+        if inside:
+            finish4 = finish4.replace(_STORE4_CHECK, "").replace(_STORE4_ROW_CHECK, "").replace(
+                _FINISH4_COLUMN_CHECK, _FINISH4_COLUMN_INSIDE)
+        tiled.update(STORE4=tiled["STORE4"].replace("out[part_base", "part[part_base").replace(
+            "out[(part_base", "part[(part_base") + finish4, LAST_SPLIT=_LAST_SPLIT)
+        return Kernel(name.replace("+", f"_split{splits}_last+", 1) if "+" in name else f"{name}_split{splits}_last",
+                      "matmul.wgsl", tiles * splits, params=params,
+                      bindings=(*bindings[:-1], Buffer("part", out.elem, write=True),
+                                Buffer("count", "atomic<u32>", write=True), out),
+                      inputs=(*range(fixed + len(operands)), SCRATCH, COUNTERS), slots={**slots, **tiled},
+                      scratch=splits * m * n, counters=tiles, runtime_checks=checks,
+                      constant_params=constant_shape(tile, n))
     # split-K: partial sums (and sums of x^2) into the scratch buffer, then one reduction; or with
     # a final step and one split, the product (rows scaled, no epilogue) there
     scratch = _scratch_elements(splits, m, n, rms_norm) if splits > 1 else m * n
@@ -1311,6 +1455,20 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             f"{4 * scratch} bytes; this device binds at most {max_scratch_bytes}: optimise the graph "
                             f"without the ruleset that fused the {final} step")
     partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
+    if last_split(splits, rms_norm):
+        # a final step after a split: the last K range of each tile to finish adds the partial sums into the
+        # first split's place, so the final stage reads one [M, N] product, as after one split
+        sums = _SUM4_VEC4 if vec_out else _SUM4_SCALAR
+        if inside:
+            sums = sums.replace(_STORE4_CHECK, "").replace(_STORE4_ROW_CHECK, "").replace(
+                _FINISH4_COLUMN_CHECK, _FINISH4_COLUMN_INSIDE)
+        first = Kernel(f"{partial_name}_last", "matmul.wgsl", tiles * splits, params=params,
+                       bindings=(*bindings[:fixed], Buffer("count", "atomic<u32>", write=True), out),
+                       inputs=(*range(fixed), COUNTERS),
+                       slots={**slots, **tiled, "EPILOGUE": "", "STORE4": tiled["STORE4"] + sums,
+                              "LAST_SPLIT": _LAST_SPLIT},
+                       scratch=scratch, counters=tiles, runtime_checks=checks, constant_params=constant_shape(tile, n))
+        return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], out), inputs=tuple(range(fixed)),
                      slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks,

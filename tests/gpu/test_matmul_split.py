@@ -69,8 +69,14 @@ def test_every_tile_whole_and_split_matches_the_reference(tile, splits, row, dev
     session = _run_with(tile, splits, row, device)
     kernels = [d.kernel for d in session.plan.dispatches]
     assert f"_{tile.name}_" in kernels[0], kernels  # the tiled kernel (the reduction has no tile)
-    if splits > 1:
+    if splits > 1 and row.op == "FusedRmsNormMatMul":  # its row sums: the reduction's (matmul_kernel.last_split)
         assert len(kernels) == 2 and kernels[0].endswith(f"_split{splits}") and "reduce" in kernels[1], kernels
+    elif splits > 1:  # the last K range of each tile to finish adds the partial sums
+        assert len(kernels) == 1 and f"_split{splits}_last" in kernels[0], kernels
+        m, n = session.plan.output_types[0].shape
+        (counters,) = [b for b in session.plan.buffers if b.kind == "counters"]
+        assert counters.shape == (-(-m // tile.bm) * -(-n // tile.bn),)
+    if splits > 1:
         scratch = [b for b in session.plan.buffers if b.name.endswith(".scratch")]
         m, n = session.plan.output_types[0].shape
         rows = m if row.op == "FusedRmsNormMatMul" else 0
@@ -207,7 +213,8 @@ def test_shapes_as_constants_or_uniforms_compute_the_product(tile, constant, dev
 def test_quantised_and_gated_products_split(row, device):
     with matmul_choice(splits=3):
         session = check_row(row, device, subgroups=None)
-    assert [d.kernel.rsplit("_", 1)[-1] for d in session.plan.dispatches][:1] == ["split3"]
+    first = session.plan.dispatches[0].kernel
+    assert first.endswith("_split3") if row.op == "QuantRmsNormMatMul" else "_split3_last" in first, first
 
 
 @pytest.mark.parametrize("splits", [1, 3])
@@ -233,9 +240,52 @@ def test_the_heuristic_splits_a_product_of_few_tiles(device):
     inputs, params = random_feeds(g, seed=3)
     compiled = compile_graph(g, params, device=device, cache=False)
     kernels = [d.kernel for d in compiled.plan.dispatches]
-    assert sum(k.endswith("_split5") for k in kernels) == sum("_reduce" in k for k in kernels) >= 1, kernels
+    assert sum("_split5_last" in k for k in kernels) >= 1 and not any("_reduce" in k for k in kernels), kernels
     for got, want in zip(compiled.run(inputs), evaluate(g, inputs, params), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+def test_the_last_split_leaves_its_counters_zero_run_after_run(device):
+    # matmul_kernel.last_split: each tile's counter must be zero again after every dispatch, or the next run
+    # would finish a tile before all of its K ranges are in. Three runs of other inputs, each against the
+    # reference, through products of two tiles (the second's edge in N) sharing an input and one feeding the
+    # other, the first also an output; then a second session of the same plan.
+    g = Graph()
+    x, r = g.input("x", [37, 600]), g.input("r", [37, 70])
+    first = g.matmul_bt(x, g.parameter("w1", [70, 600]))
+    second = g.add(g.matmul_bt(g.concat([first, x], axis=1), g.parameter("w2", [70, 670])), r)
+    g.set_outputs([second, first])
+    with matmul_choice(tile=next(t for t in MATMUL_TILES_ALL if t.name == "32x64x16"), splits=4):
+        plan = lower_for(g, device)
+    assert sum("_split4_last" in d.kernel for d in plan.dispatches) == 2, [d.kernel for d in plan.dispatches]
+    params = random_feeds(g, seed=7)[1]
+    for session in (Session(plan, params, device=device), Session(plan, params, device=device)):
+        for seed in range(3):
+            inputs = random_feeds(g, seed=10 + seed)[0]
+            for got, want in zip(session.run(inputs), evaluate(g, inputs, params), strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+@pytest.mark.parametrize("shape", [(37, 600, 70), (64, 576, 192), (33, 1544, 385)])
+def test_the_last_split_adds_as_the_reduction_does(shape, device, monkeypatch):
+    # the same sums in the same order as matmul_split_reduce.wgsl's: the same floats, bit for bit (both checked
+    # against the numpy reference first)
+    m, k, n = shape
+    row = _fused("BT", m, k, n, ("bias", "Gelu"))
+    with matmul_choice(splits=5):
+        one = check_row(row, device, subgroups=None)
+    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT", False)
+    with matmul_choice(splits=5):
+        two = check_row(row, device, subgroups=None)
+    assert (len(one.plan.dispatches), len(two.plan.dispatches)) == (1, 2)
+    inputs = random_feeds(_graph(row), seed=1)[0]  # the rows' parameters are the same (seeded by the row's id)
+    np.testing.assert_array_equal(one.run(inputs)[0], two.run(inputs)[0])
+
+
+def _graph(row) -> Graph:
+    g = Graph()
+    g.set_outputs([row.build(g)])
+    return g
 
 
 def test_a_split_plan_round_trips_through_the_compile_cache(device, tmp_path, monkeypatch):
@@ -277,10 +327,10 @@ def test_the_heuristic_splits_less_where_the_scratch_would_exceed_the_buffer_lim
     g.set_outputs([g.matmul_bt(g.input("x", [512, 1536]), g.parameter("w", [576, 1536]))])
     # a long K: 64x128 tiles (LONG_K_SPLIT_TILE) in 8 ranges of K, 8 x 512 x 576 floats of partial sums, 9 MiB
     tiled = "matmul_BT_64x128x8_v44"
-    assert [d.kernel for d in lower(g).dispatches] == [f"{tiled}_split8", "matmul_split8_reduce"]
+    assert [d.kernel for d in lower(g).dispatches] == [f"{tiled}_split8_last"]
     small = {"max-buffer-size": 4 << 20, "max-storage-buffer-binding-size": 4 << 20}  # w alone is 3.4 MiB
     # 4 ranges take 4.5 MiB, 3 take 3.4
-    assert [d.kernel for d in lower(g, small).dispatches] == [f"{tiled}_split3", "matmul_split3_reduce"]
+    assert [d.kernel for d in lower(g, small).dispatches] == [f"{tiled}_split3_last"]
     with matmul_choice(splits=5), pytest.raises(LoweringError, match="maxBufferSize"):  # a forced count is kept
         lower(g, small)
 
@@ -293,9 +343,9 @@ def test_compile_skips_the_cache_inside_matmul_choice(device, tmp_path, monkeypa
     assert compile_graph(g, params, device=device).cache == "miss"
     with matmul_choice(splits=2):
         forced = compile_graph(g, params, device=device)
-    assert forced.cache == "off" and forced.plan.dispatches[0].kernel.endswith("_split2")
+    assert forced.cache == "off" and forced.plan.dispatches[0].kernel.endswith("_split2_last")
     assert compile_graph(g, params, device=device).cache == "hit"
-    assert forced.plan_dispatches == 2 and forced.dispatches_fused == 1
+    assert forced.plan_dispatches == 1 and forced.dispatches_fused == 1  # the split in one (last_split)
 
 
 def test_deep_tiles_need_the_workgroup_memory_they_take():

@@ -167,10 +167,13 @@ def graphs():
     decode = llama.build_llama_cache_graph(cfg, 1, 16, layers=1)
     training = model_graph("llama:1", seq=4, training=True)
     fused, _ = optimize(model_graph("llama:2", seq=4))
-    return {"small": small_graph(), "decode (state, u32 inputs)": decode, "training": training, "fused": fused}
+    split = Graph()  # a split-K product in one dispatch: a scratch buffer and counters (matmul_kernel.last_split)
+    split.set_outputs([split.matmul_bt(split.input("a", (64, 576)), split.parameter("b", (192, 576)))])
+    return {"small": small_graph(), "decode (state, u32 inputs)": decode, "training": training, "fused": fused,
+            "split": split}
 
 
-@pytest.mark.parametrize("name", ["small", "decode (state, u32 inputs)", "training", "fused"])
+@pytest.mark.parametrize("name", ["small", "decode (state, u32 inputs)", "training", "fused", "split"])
 def test_graphs_and_plans_round_trip_exactly(name):
     g = graphs()[name]
     back = cache.decode_graph(json.loads(json.dumps(cache.encode_graph(g))))
@@ -186,6 +189,7 @@ def test_graphs_and_plans_round_trip_exactly(name):
                 assert a.attrs[k] == b.attrs[k] and type(a.attrs[k]) is type(b.attrs[k]), k
     assert back.parameters == g.parameters and back.inputs == g.inputs
     plan = lower(g)
+    assert name != "split" or [b.kind for b in plan.buffers].count("counters") == 1
     again = cache.decode_plan(json.loads(json.dumps(cache.encode_plan(plan))), back)
     for f in dataclasses.fields(plan):
         want, got = getattr(plan, f.name), getattr(again, f.name)

@@ -344,10 +344,10 @@ def test_matmul_tile_heuristic():
     assert matmul_tile(8, 576, 1536, "BT").gemv and not matmul_tile(8, 576, 1536, "").gemv
     assert not matmul_tile(8, 576, 1536, "BT", layer_norm=True).gemv
     fused_norm = matmul_kernel_for("BT", (), 8, 576, 1536, layer_norm=True, eps=1e-5)
-    assert fused_norm[0].name.startswith("layer_norm_matmul_BT_32")
+    assert fused_norm.name.startswith("layer_norm_matmul_BT_32") and fused_norm.name.endswith("_last")
     assert matmul_kernel_for("BT", (), 16, 576, 1536).name == "matmul_BT_gemv16x16_v44"
     with matmul_choice(MATMUL_TILES[-1]):  # a tuning sweep's tile is the tiled kernel's, as for more rows
-        assert matmul_kernel_for("BT", (), 8, 576, 1536)[0].name.startswith("matmul_BT_32x32x32")
+        assert matmul_kernel_for("BT", (), 8, 576, 1536).name.startswith("matmul_BT_32x32x32")
     for m in range(1, GEMV_MAX_ROWS + 1):
         assert matmul_tile(m, 576, 1536, "BT").name == f"gemv{m}x{gemv_bt_cols(m, 576, 1536)}"
         assert matmul_tile(m, 576, 1536, "").name == f"gemv{m}x32"
@@ -439,6 +439,45 @@ def test_gemv_chunk_cap_shortens_chunks(monkeypatch):
     assert kernel().slots["CHUNK"] == 1
 
 
+def _split_product(m: int, k: int, n: int, rms_norm: bool = False) -> Graph:
+    g = Graph()
+    a, b = g.input("a", (m, k)), g.parameter("b", (n, k))
+    g.set_outputs([g.add_node("FusedRmsNormMatMul", (a, g.parameter("w", (k,)), b), eps=1e-6, variant="BT",
+                              epilogue=()) if rms_norm else g.matmul_bt(a, b)])
+    return g
+
+
+def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
+    # matmul_kernel.last_split: the workgroup finishing a tile's last K range adds the partial sums (scratch,
+    # bound read_write) and stores C (the node's buffer); the tile counters are a buffer of their own, of kind
+    # 'counters', which the storage sharing leaves out (zero between dispatches, kept across runs)
+    import eggfuse.ir.ops.matmul_kernel as mk
+
+    g = _split_product(64, 576, 192)
+    tile = matmul_tile(64, 576, 192, "BT")
+    splits = matmul_splits(tile, 64, 576, 192)
+    assert splits > 1
+    plan = lower(g)
+    (d,) = plan.dispatches
+    assert d.kernel == f"matmul_BT_{tile.name}_v44_split{splits}_last"
+    kinds = [plan.buffers[i].kind for i in d.bindings]
+    assert kinds == ["input", "parameter", "intermediate", "counters", "intermediate"]
+    scratch, counters = (plan.buffers[i] for i in d.bindings[2:4])
+    assert scratch.name.endswith(".scratch") and scratch.size_bytes == 4 * splits * 64 * 192
+    tiles = math.ceil(64 / tile.bm) * math.ceil(192 / tile.bn)
+    assert (counters.dtype, counters.shape, counters.size_bytes) == (DType.U32, (tiles,), 4 * tiles)
+    assert counters.index not in plan.storage and d.writable == (2, 3)
+    assert "atomic<u32>" in _binding(d.source, "count") and "read_write" in _binding(d.source, "part")
+    assert plan.memory()["intermediate_bytes"] >= 4 * tiles
+    monkeypatch.setattr(mk, "LAST_SPLIT", False)
+    assert [d.kernel for d in lower(g).dispatches] == [f"matmul_BT_{tile.name}_v44_split{splits}",
+                                                       f"matmul_split{splits}_reduce"]
+    monkeypatch.setattr(mk, "LAST_SPLIT", True)
+    # the RmsNorm prologue's row sums come from a row block's first tile: two dispatches there
+    rms = lower(_split_product(64, 576, 192, rms_norm=True))
+    assert len(rms.dispatches) == 2 and "counters" not in [b.kind for b in rms.buffers]
+
+
 def _binding(source: str, name: str) -> str:
     return next(line for line in source.splitlines() if f" {name}: " in line and "@binding" in line)
 
@@ -453,7 +492,7 @@ def test_matmul_choice_for_some_shapes_nests():
             assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
             assert matmul_kernel_for("BT", (), 1, 1536, 576).name == "matmul_BT_gemv1x8_v44"  # the outer block's
             with matmul_choice(tile=MATMUL_TILES[0], splits=2, shapes=[(256, 384, 256)]):
-                assert matmul_kernel_for("", (), 256, 384, 256)[0].name == f"matmul_{MATMUL_TILES[0].name}_v44_split2"
+                assert matmul_kernel_for("", (), 256, 384, 256).name == f"matmul_{MATMUL_TILES[0].name}_v44_split2_last"
                 assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
         with matmul_choice(shapes=[(1, 1536, 576)]):  # a block of no choice: the heuristic's for its shapes
             assert matmul_kernel_for("BT", (), 1, 1536, 576).name == f"matmul_BT_gemv1x{gemv_bt_cols(1, 1536, 576)}_v44"
