@@ -950,8 +950,12 @@ def last_split(splits: int, rms_norm: bool) -> bool:
     tile's counter), instead of a second dispatch of matmul_split_reduce.wgsl: where :data:`LAST_SPLIT`,
     ``splits`` > 1 and not ``rms_norm`` (whose row sums come from the row block's first tile only). The
     sums are added in the same order as the reduction's, so C is the same bit for bit; the product takes
-    one dispatch instead of two. With a final step (:mod:`.matmul_rows`) the sums go to the first split's
-    place, and the final stage reads one product instead of the partial sums.
+    one dispatch instead of two. Products with a final step (:mod:`.matmul_rows`) keep the final stage
+    adding the partial sums: MiniLM's plan, whose output and down projections (64x64x16 in 4 K ranges,
+    64x128x8 in 8) have a LayerNorm stage, took 1116-1131 us GPU with their last K ranges adding the sums into
+    the first split's place for the stage, against 1077-1079 (bench/results/last_split_h100/tried/
+    ab_minilm_final_step.json: the products 442.1 against 390.1 us for 12 calls, the stages 94.7 against 106.7):
+    a tile's last workgroup reads 8 x 64 x 128 floats there, which the stage spreads over the GPU.
 
     The counter: after its stores each workgroup passes ``storageBarrier`` (naga: an OpControlBarrier with
     device-scope acquire-release semantics), one invocation adds 1 to the tile's u32 (``atomicAdd``), the
@@ -1020,42 +1024,6 @@ fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
                 s = s + part[t * p.m * p.n + at];
             }
             out[at] = epilogue(i, j + e, s);
-        }
-    }
-}"""
-#: finish4 of a product with a final step (LAST_SPLIT): the splits' sums, in the order the reduction adds
-#: them, into the first split's place of the scratch buffer (out), where the final stage reads the product.
-_SUM4_VEC4 = """
-
-fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
-    let i = row0 + r;
-    let j = col0 + c;
-    if (i >= p.m || j >= p.n) {  // N % 4 == 0: columns j..j+3 are all inside or all outside
-        return;
-    }
-    let at = i * p.n + j;
-    var s = vec4<f32>();
-    for (var t = 0u; t < SPLITS; t = t + 1u) {
-        s = s + out[(t * p.m * p.n + at) / 4u];
-    }
-    out[at / 4u] = s;
-}"""
-_SUM4_SCALAR = """
-
-fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
-    let i = row0 + r;
-    let j = col0 + c;
-    if (i >= p.m) {
-        return;
-    }
-    for (var e = 0u; e < 4u; e = e + 1u) {
-        if (j + e < p.n) {
-            let at = i * p.n + j + e;
-            var s = 0.0;
-            for (var t = 0u; t < SPLITS; t = t + 1u) {
-                s = s + out[t * p.m * p.n + at];
-            }
-            out[at] = s;
         }
     }
 }"""
@@ -1295,9 +1263,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     node's inputs); the heuristic's count is lowered until the scratch buffer fits
     ``max_scratch_bytes`` (when positive: the device's buffer limits). ``final`` (the products of
     :mod:`.matmul_rows`) always gives two kernels, the first writing the scratch buffer (the
-    product, its splits added by the last K range of each tile to finish, or with the RmsNorm prologue the
-    splits' partial sums; with one split or the GEMV kernel its rows scaled; no epilogue), the second the
-    epilogue and then the final step: 'swiglu' (output [M, N/2],
+    splits' partial sums, or with one split or the GEMV kernel the product with its rows scaled
+    and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
     SwiGLUConcat of C), 'layer_norm' (each row of C normalised with ``norm_eps``, then scaled
     and shifted by gamma and beta, which the node holds right after A and B, before the epilogue
     operands: matmul_split_layer_norm.wgsl), 'layer_norm_pair' (the same, its output [2, M, N] holding C's rows
@@ -1455,20 +1422,6 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             f"{4 * scratch} bytes; this device binds at most {max_scratch_bytes}: optimise the graph "
                             f"without the ruleset that fused the {final} step")
     partial_name = name.split("+")[0] + (f"_split{splits}" if splits > 1 else "")
-    if last_split(splits, rms_norm):
-        # a final step after a split: the last K range of each tile to finish adds the partial sums into the
-        # first split's place, so the final stage reads one [M, N] product, as after one split
-        sums = _SUM4_VEC4 if vec_out else _SUM4_SCALAR
-        if inside:
-            sums = sums.replace(_STORE4_CHECK, "").replace(_STORE4_ROW_CHECK, "").replace(
-                _FINISH4_COLUMN_CHECK, _FINISH4_COLUMN_INSIDE)
-        first = Kernel(f"{partial_name}_last", "matmul.wgsl", tiles * splits, params=params,
-                       bindings=(*bindings[:fixed], Buffer("count", "atomic<u32>", write=True), out),
-                       inputs=(*range(fixed), COUNTERS),
-                       slots={**slots, **tiled, "EPILOGUE": "", "STORE4": tiled["STORE4"] + sums,
-                              "LAST_SPLIT": _LAST_SPLIT},
-                       scratch=scratch, counters=tiles, runtime_checks=checks, constant_params=constant_shape(tile, n))
-        return [first, _final_stage(final, 1, False, m, k, n, eps, norm_eps, epilogue, operands, lines, fixed)]
     partial = Kernel(partial_name, "matmul.wgsl", tiles * splits, params=params,
                      bindings=(*bindings[:fixed], out), inputs=tuple(range(fixed)),
                      slots={**slots, **tiled, "EPILOGUE": ""}, scratch=scratch, runtime_checks=checks,
