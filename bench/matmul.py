@@ -216,7 +216,7 @@ def _wall_per_call(session: Session, calls: int, samples: int) -> list[float]:
         encoder = session.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
         for _ in range(calls):
-            for pipeline, bind_group, grid in session._commands:  # a split-K product has two dispatches
+            for pipeline, bind_group, grid in session._commands:  # a split-K product after the RmsNorm prologue has two
                 compute.set_pipeline(pipeline)
                 compute.set_bind_group(0, bind_group)
                 compute.dispatch_workgroups(*grid)

@@ -36,8 +36,10 @@ class Compiled:
     :class:`~eggfuse.rewrites.Report` (None when not fused). ``dispatches_unfused`` /
     ``dispatches_fused`` count the ops that dispatch (``Graph.dispatch_count``, what the cost
     model counts) of the original and the compiled graph; ``plan_dispatches`` the plan's GPU
-    dispatches per run, which lowering may add to (the reduction of a split-K product with the RmsNorm
-    prologue, ``ir/ops/matmul_kernel.py`` ``matmul_splits``, ``last_split``).
+    dispatches per run, which lowering may add to: the reduction of a split-K product with the RmsNorm
+    prologue or too many bindings for one kernel (``ir/ops/matmul_kernel.py`` ``matmul_splits``,
+    ``last_split``), the LayerNorm before a GEMV, an embedding LayerNorm split where the device binds
+    few buffers.
     ``timings`` holds seconds per step: ``device_s`` (getting the device and probing its
     subgroup operations, where this compile did it), ``optimize_s`` (when fused), ``lower_s``,
     ``bind_s`` (buffers, uploads, pipelines), ``compile_s`` (lower + bind) and, when an entry

@@ -187,7 +187,7 @@ class ExecutionPlan:
           constants; a parameter only packed from ('host') has no device buffer and counts 0;
         - ``cache_bytes``: state tensors (KV caches, optimiser moments), kept across runs;
         - ``intermediate_bytes``: the intermediates' allocations after sharing
-          (``storage_sizes``, and those of their own) and the graph inputs' buffers.
+          (``storage_sizes``, and those of their own), the graph inputs' buffers and the counters.
 
         A session that shares another's buffers (``Session(..., share=)``) binds those without
         allocating them: the prefill plan of generation reports the decode plan's weights and
@@ -369,11 +369,13 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
 
     A kernel binds the node's inputs it names (``Kernel.inputs``; by default all but the one an
     in-place op writes) read-only, but for those it declares ``Buffer(write=True)``, which must
-    be inputs the op updates (``OpSpec.updates``; else LoweringError), then the output
-    read_write: the node's buffer, which for an in-place op is the written input's, or for a
-    kernel with ``scratch`` the node's scratch buffer, an intermediate appended to ``buffers``
-    (named ``<Op>%<node id>.scratch``) that the node's later dispatches read where their
-    ``inputs`` say SCRATCH."""
+    be inputs the op updates (``OpSpec.updates``; else LoweringError) or the node's scratch buffer
+    or counters (SCRATCH, COUNTERS), then the output read_write: the node's buffer, which for an
+    in-place op is the written input's, or for a kernel with ``scratch`` (and no SCRATCH among its
+    inputs) the node's scratch buffer, an intermediate appended to ``buffers`` (named
+    ``<Op>%<node id>.scratch``) that the node's later dispatches read where their ``inputs`` say
+    SCRATCH. A kernel with ``counters`` gets the node's counter buffer (kind 'counters', named
+    ``<Op>%<node id>.counters``) where its ``inputs`` say COUNTERS."""
     spec = OPS[node.op]
     if spec.kernel is None:
         raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})", nodes=(node.id,))

@@ -51,13 +51,16 @@
 // partial sums of x^2 of its rows at out[SPLITS * M * N + s * M + i]: no row scale, no
 // epilogue. matmul_split_reduce.wgsl adds the SPLITS partials and applies both. Or in one
 // dispatch (LAST_SPLIT, ir/ops/matmul_kernel.py last_split): the partial sums go to the binding
-// part instead, and the workgroup that finishes a tile's last K range adds them (split by split,
-// in order: matmul_split_reduce.wgsl's sums), applies the epilogue and stores C. It knows itself
-// by the tile's counter (count, u32s that are zero between dispatches): each workgroup stores its
-// partial sums, then storageBarrier (a device-scope release in SPIR-V, as CUDA's
-// __threadfence before the count in its threadFenceReduction sample), then one invocation adds 1;
-// the workgroup that reads SPLITS - 1 passes a second storageBarrier (the acquire), resets the
-// counter and reads the others' sums. No workgroup waits for another.
+// part instead, as u32 atomics, and the workgroup that finishes a tile's last K range adds them
+// (split by split, in order: matmul_split_reduce.wgsl's sums), applies the epilogue and stores C.
+// It knows itself by the tile's counter (count, u32s that are zero between dispatches): each
+// workgroup stores its partial sums, then storageBarrier (in naga's SPIR-V a control barrier with
+// device-scope acquire-release semantics), then one invocation adds 1; the workgroup that reads
+// SPLITS - 1 passes a second storageBarrier, resets the counter and reads the others' sums. The
+// sums are atomics because naga declares storage buffers without the Coherent decoration (GLSL450
+// memory model), where a plain store of another workgroup need not become visible; WGSL itself
+// gives barriers workgroup scope only, so this relies on how naga lowers them (see last_split).
+// No workgroup waits for another.
 //
 // Edge tiles need no separate path: quads past M, N or K load as zeros (a vec4 quad is
 // wholly inside or outside, its row length being a multiple of 4) and the store checks
@@ -164,8 +167,9 @@ var<private> part_base: u32;  // SPLITS > 1: where this workgroup's partial sums
 // store4(row0, col0, r, c, v): columns j..j+3 of row i = row0 + r (tile row r) of C, through the
 // epilogue (SPLITS > 1: the partial sums); put_row_sum(at, v): the float out[at]. Both in the form
 // of out's binding: ir/ops/matmul_kernel.py _STORE4_SCALAR, or _STORE4_VEC4 (out bound as
-// vec4<f32>, one write a quad; N % 4 == 0). With LAST_SPLIT also finish4(row0, col0, r, c, v, s):
-// the same quad of C from the splits' partial sums (v those of split s), through the epilogue.
+// vec4<f32>, one write a quad; N % 4 == 0). With LAST_SPLIT the partial sums go to part (u32 atomics:
+// put_part, part4) and finish4(row0, col0, r, c) stores the quad of C at tile row r, column c from the
+// splits' partial sums, through the epilogue.
 {{STORE4}}
 
 @compute @workgroup_size({{WG}}, 1, 1)

@@ -944,11 +944,13 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
 LAST_SPLIT = True
 
 
-def last_split(splits: int, rms_norm: bool) -> bool:
+def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: int = 0) -> bool:
     """Whether the tiled kernel of a product in ``splits`` K ranges (no final step) adds its partial sums
     itself (matmul.wgsl's LAST_SPLIT: the workgroup that finishes each tile's last K range, known by the
     tile's counter), instead of a second dispatch of matmul_split_reduce.wgsl: where :data:`LAST_SPLIT`,
-    ``splits`` > 1 and not ``rms_norm`` (whose row sums come from the row block's first tile only). The
+    ``splits`` > 1, not ``rms_norm`` (whose row sums come from the row block's first tile only) and the kernel's
+    ``bindings`` (its operands, the partial sums, the counters and C) within the device's ``storage_buffers``
+    (maxStorageBuffersPerShaderStage; 0: no limit), which the two dispatches need fewer of. The
     sums are added in the same order as the reduction's, so C is the same bit for bit; the product takes
     one dispatch instead of two. Products with a final step (:mod:`.matmul_rows`) keep the final stage
     adding the partial sums: MiniLM's plan, whose output and down projections (64x64x16 in 4 K ranges,
@@ -961,9 +963,15 @@ def last_split(splits: int, rms_norm: bool) -> bool:
     device-scope acquire-release semantics), one invocation adds 1 to the tile's u32 (``atomicAdd``), the
     workgroup that reads ``splits - 1`` passes a second ``storageBarrier``, resets the u32 to 0 and reads
     every split's sums back; no workgroup waits for another. The counters are a buffer of the node's
-    (``Kernel.counters``, kind 'counters': zero when created, never shared, zero after every dispatch).
+    (``Kernel.counters``, kind 'counters': zero when created, never shared, zero after every dispatch). The
+    partial sums are stored and read as u32 atomics (``_PART_ATOMICS``): naga's SPIR-V uses the GLSL450 memory
+    model and declares storage buffers without the Coherent decoration, under which only atomics are sure to
+    carry a store from one workgroup to another across those barriers. WGSL's own barriers have workgroup
+    scope, so the pattern rests on naga's device scope (SPIR-V; DX12's DeviceMemoryBarrierWithGroupSync); on
+    Metal naga's storageBarrier is a threadgroup barrier on device memory, and the form is unproven there.
 
-    Measured on an H100 (``bench/matmul_ab.py``, ``LAST_SPLIT=False`` alternated in one process,
+    Measured on an H100 with plain f32 partial sums (the form before the atomics, which were not timed on a GPU;
+    ``bench/matmul_ab.py``, ``LAST_SPLIT=False`` alternated in one process,
     bench/results/last_split_h100/ab_products.json): the 37 split products of bench/matmul.py's SmolLM2 and
     MiniLM shapes 0.954x the time (geometric mean), 32 faster (32 x 384 x 384 5.97 against 7.13 us, 16 x
     1536 x 384 7.48 against 8.71), the slowest 128 x 576 x 192 at 1.03x; SmolLM2's 128-token prefill
@@ -972,18 +980,18 @@ def last_split(splits: int, rms_norm: bool) -> bool:
     64x64x16 tiles, whose slices take 16 KiB, 1.2-1.4x slower (256 x 576 x 1536 32.0 against 24.0 us; the
     two not separated); the last workgroup adding the others' sums to
     its registers in its micro-tile's order, 1.09x the time over the 37 (6 faster)."""
-    return LAST_SPLIT and splits > 1 and not rms_norm
+    return LAST_SPLIT and splits > 1 and not rms_norm and not (storage_buffers and bindings > storage_buffers)
 
 
 _LAST_SPLIT = """    storageBarrier();  // this workgroup's partial sums, before its arrival is counted
     let counter = row0 / BM * p.tiles_n + col0 / BN;  // the tile's (from values the stores keep anyway)
     if (li == 0u) {  // the count passes through the slices' memory, free now (see last_split)
-        tiles[0].x = bitcast<f32>(atomicAdd(&count[counter], 1u));
+        tiles[0].x = f32(atomicAdd(&count[counter], 1u));  // exact: below SPLITS
     }
-    if (bitcast<u32>(workgroupUniformLoad(&tiles[0]).x) + 1u < SPLITS) {
+    if (u32(workgroupUniformLoad(&tiles[0]).x) + 1u < SPLITS) {
         return;  // another K range of the tile is still to finish, and adds the sums
     }
-    storageBarrier();  // the other K ranges' partial sums, stored before their arrivals
+    storageBarrier();  // the other K ranges' partial sums, stored (atomically) before their arrivals
     if (li == 0u) {
         atomicStore(&count[counter], 0u);  // zero again for the next dispatch
     }
@@ -991,6 +999,23 @@ _LAST_SPLIT = """    storageBarrier();  // this workgroup's partial sums, before
         finish4(row0, col0, q / BN4, q % BN4 * 4u);
     }"""
 
+
+#: The partial sums of LAST_SPLIT, as u32 atomics (``part: array<atomic<u32>>``): naga's SPIR-V declares
+#: storage buffers without the Coherent decoration under the GLSL450 memory model, where only atomics are
+#: sure to be seen by another workgroup after the barriers; stores and loads of a quad are 4 atomic ones.
+_PART_ATOMICS = """
+
+fn put_part(at: u32, v: vec4<f32>) {  // partial sums at part[at..at+3]
+    atomicStore(&part[at], bitcast<u32>(v.x));
+    atomicStore(&part[at + 1u], bitcast<u32>(v.y));
+    atomicStore(&part[at + 2u], bitcast<u32>(v.z));
+    atomicStore(&part[at + 3u], bitcast<u32>(v.w));
+}
+
+fn part4(at: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(atomicLoad(&part[at])), bitcast<f32>(atomicLoad(&part[at + 1u])),
+                     bitcast<f32>(atomicLoad(&part[at + 2u])), bitcast<f32>(atomicLoad(&part[at + 3u])));
+}"""
 
 _FINISH4_VEC4 = """
 
@@ -1003,7 +1028,7 @@ fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
     let at = i * p.n + j;
     var s = vec4<f32>();
     for (var t = 0u; t < SPLITS; t = t + 1u) {
-        s = s + part[(t * p.m * p.n + at) / 4u];
+        s = s + part4(t * p.m * p.n + at);
     }
     out[at / 4u] = vec4<f32>(epilogue(i, j, s.x), epilogue(i, j + 1u, s.y), epilogue(i, j + 2u, s.z),
                              epilogue(i, j + 3u, s.w));
@@ -1021,7 +1046,7 @@ fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
             let at = i * p.n + j + e;
             var s = 0.0;
             for (var t = 0u; t < SPLITS; t = t + 1u) {
-                s = s + part[t * p.m * p.n + at];
+                s = s + bitcast<f32>(atomicLoad(&part[t * p.m * p.n + at]));
             }
             out[at] = epilogue(i, j + e, s);
         }
@@ -1233,7 +1258,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                       vec4: tuple[bool, bool] | None = None, quant: str | None = None, row_words: int = 0,
                       operand_types: tuple = (), swiglu: bool = False,
                       splits: int | None = None, max_scratch_bytes: int = 0, final: str | None = None,
-                      norm_eps: float = 0.0, workgroup_storage: int = WORKGROUP_STORAGE) -> Kernel | list[Kernel]:
+                      norm_eps: float = 0.0, workgroup_storage: int = WORKGROUP_STORAGE,
+                      storage_buffers: int = 0) -> Kernel | list[Kernel]:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -1261,7 +1287,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     kernel over K ranges writing the node's scratch buffer and matmul_split_reduce.wgsl (which
     binds the scratch, then the epilogue operands, taken to follow A, w_norm and B among the
     node's inputs); the heuristic's count is lowered until the scratch buffer fits
-    ``max_scratch_bytes`` (when positive: the device's buffer limits). ``final`` (the products of
+    ``max_scratch_bytes`` (when positive: the device's buffer limits); ``storage_buffers`` (when positive:
+    maxStorageBuffersPerShaderStage) keeps two kernels where the one would bind more. ``final`` (the products of
     :mod:`.matmul_rows`) always gives two kernels, the first writing the scratch buffer (the
     splits' partial sums, or with one split or the GEMV kernel the product with its rows scaled
     and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
@@ -1398,18 +1425,21 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
                       slots={**slots, **tiled}, runtime_checks=checks,
                       constant_params=constant_shape(tile, n))
-    if final is None and last_split(splits, rms_norm):
+    if final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers):
         # split-K in one dispatch: the partial sums into the scratch buffer, the last K range of each tile to
         # finish adds them and stores C
         finish4 = _FINISH4_VEC4 if vec_out else _FINISH4_SCALAR
         if inside:
             finish4 = finish4.replace(_STORE4_CHECK, "").replace(_STORE4_ROW_CHECK, "").replace(
                 _FINISH4_COLUMN_CHECK, _FINISH4_COLUMN_INSIDE)
-        tiled.update(STORE4=tiled["STORE4"].replace("out[part_base", "part[part_base").replace(
-            "out[(part_base", "part[(part_base") + finish4, LAST_SPLIT=_LAST_SPLIT)
+        store4 = tiled["STORE4"].replace("out[(part_base + i * p.n + j) / 4u] = v;",
+                                         "put_part(part_base + i * p.n + j, v);")
+        store4 = store4.replace("out[part_base + i * p.n + j + e] = v[e];",
+                                "atomicStore(&part[part_base + i * p.n + j + e], bitcast<u32>(v[e]));")
+        tiled.update(STORE4=store4 + _PART_ATOMICS + finish4, LAST_SPLIT=_LAST_SPLIT)
         return Kernel(name.replace("+", f"_split{splits}_last+", 1) if "+" in name else f"{name}_split{splits}_last",
                       "matmul.wgsl", tiles * splits, params=params,
-                      bindings=(*bindings[:-1], Buffer("part", out.elem, write=True),
+                      bindings=(*bindings[:-1], Buffer("part", "atomic<u32>", write=True),
                                 Buffer("count", "atomic<u32>", write=True), out),
                       inputs=(*range(fixed + len(operands)), SCRATCH, COUNTERS), slots={**slots, **tiled},
                       scratch=splits * m * n, counters=tiles, runtime_checks=checks,
@@ -1602,6 +1632,11 @@ def workgroup_storage(target) -> int:
     return int(target.limits.get("max-compute-workgroup-storage-size", WORKGROUP_STORAGE))
 
 
+def max_storage_buffers(target) -> int:
+    """The storage buffers ``target`` lets one kernel bind (maxStorageBuffersPerShaderStage)."""
+    return int(target.limits.get("max-storage-buffers-per-shader-stage", 8))
+
+
 def max_scratch_bytes(target) -> int:
     """The largest scratch buffer ``target``'s limits allow one dispatch to bind."""
     return min(int(target.limits["max-storage-buffer-binding-size"]), int(target.limits["max-buffer-size"]))
@@ -1622,4 +1657,5 @@ def matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
                              layer_norm=layer_norm, eps=float(node.attrs["eps"]) if rms_norm or layer_norm else 0.0,
                              operand_types=tuple(ins[fixed:]),
                              swiglu=swiglu, max_scratch_bytes=max_scratch_bytes(target),
+                             storage_buffers=max_storage_buffers(target),
                              workgroup_storage=workgroup_storage(target))

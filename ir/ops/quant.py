@@ -47,7 +47,7 @@ from .attention import packed_qkv_rule
 from .fused_epilogue import epilogue_ops
 from .kv_cache import decode_step, packed_decode_rule
 from .matmul import SWIGLU_PROLOGUE_MAX_ROWS, apply_epilogue, check_epilogue
-from .matmul_kernel import matmul_kernel_for, max_scratch_bytes, workgroup_storage
+from .matmul_kernel import matmul_kernel_for, max_scratch_bytes, max_storage_buffers, workgroup_storage
 
 FAMILY = "quant"
 
@@ -200,7 +200,7 @@ def _quant_matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
     return matmul_kernel_for("BT", tuple(node.attrs["epilogue"]), m, k // 2 if swiglu else k, n, rms_norm=rms,
                              eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words,
                              operand_types=tuple(ins[3 if rms else 2:]), swiglu=swiglu,
-                             max_scratch_bytes=max_scratch_bytes(target),
+                             max_scratch_bytes=max_scratch_bytes(target), storage_buffers=max_storage_buffers(target),
                              workgroup_storage=workgroup_storage(target))
 
 

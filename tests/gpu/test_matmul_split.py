@@ -259,11 +259,15 @@ def test_the_last_split_leaves_its_counters_zero_run_after_run(device):
         plan = lower_for(g, device)
     assert sum("_split4_last" in d.kernel for d in plan.dispatches) == 2, [d.kernel for d in plan.dispatches]
     params = random_feeds(g, seed=7)[1]
+    counters = [b for b in plan.buffers if b.kind == "counters"]
+    assert len(counters) == 2
     for session in (Session(plan, params, device=device), Session(plan, params, device=device)):
         for seed in range(3):
             inputs = random_feeds(g, seed=10 + seed)[0]
             for got, want in zip(session.run(inputs), evaluate(g, inputs, params), strict=True):
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+            for b in counters:  # (with a counter left at SPLITS, every K range would finish its tile)
+                np.testing.assert_array_equal(session._read_buffer(b.index, b.type, "the counters"), 0)
 
 
 @pytest.mark.parametrize("shape", [(37, 600, 70), (64, 576, 192), (33, 1544, 385)])
@@ -305,7 +309,7 @@ def test_a_split_plan_round_trips_through_the_compile_cache(device, tmp_path, mo
 def test_scratch_buffers_share_storage_with_other_intermediates():
     g = Graph()
     h = g.input("x", [40, 600])
-    for i in range(3):  # three split products in a row: each scratch is free once its reduction ran
+    for i in range(3):  # three split products in a row: each scratch is free once its product ran
         h = g.tanh(g.matmul_bt(h, g.parameter(f"w{i}", [600, 600])))
     g.set_outputs([h])
     plan = lower(g)
