@@ -33,14 +33,24 @@ from eggfuse.pipeline import lower_for  # noqa: E402
 
 @contextlib.contextmanager
 def shader_replaced(name: str, text: str | None):
-    """Lowering inside takes ``text`` for shaders/``name`` (None: the tree's file)."""
-    real = wgsl.shader_text
+    """Lowering inside takes ``text`` for shaders/``name`` (None: the tree's file). A slot the tree's lowering
+    fills with nothing and ``text`` lacks (a hook added since that revision, empty where unused) is left out
+    for it, so an older revision still renders."""
+    real, real_render = wgsl.shader_text, wgsl.render
+
+    def render(shader: str, **slots: object) -> str:
+        if shader == name:
+            wanted = set(wgsl._SLOT.findall(wgsl._expand(shader, {shader})))
+            slots = {k: v for k, v in slots.items() if k in wanted or v != ""}
+        return real_render(shader, **slots)
+
     if text is not None:
         wgsl.shader_text = lambda n: text if n == name else real(n)
+        wgsl.render = render
     try:
         yield
     finally:
-        wgsl.shader_text = real
+        wgsl.shader_text, wgsl.render = real, real_render
 
 
 def lowered_with(graph, name: str, text: str | None):
