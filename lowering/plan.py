@@ -400,26 +400,8 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             text, data = render_kernel(k.body, bindings, k.params, k.slots, constant)
             rendered.append((k, reads, writable, text, data))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
-    sizes = {k.scratch for k, *_ in rendered if k.scratch > 0}
-    if len(sizes) > 1 or (not sizes and any(SCRATCH in reads for _, reads, *_ in rendered)):
-        raise LoweringError(f"the kernels of {node.op} disagree on its scratch buffer (sizes {sorted(sizes)}; "
-                            f"{_label(node, ins)})", nodes=(node.id,))
-    scratch = None
-    if sizes:
-        scratch = len(buffers)
-        elements = sizes.pop()
-        buffers.append(BufferSpec(scratch, 4 * elements, DType.F32, "intermediate", f"{node.op}%{node.id}.scratch",
-                                  node.id, (elements,)))
-    counts = {k.counters for k, *_ in rendered if k.counters > 0}
-    if len(counts) > 1 or (not counts and any(COUNTERS in reads for _, reads, *_ in rendered)):
-        raise LoweringError(f"the kernels of {node.op} disagree on its counters (sizes {sorted(counts)}; "
-                            f"{_label(node, ins)})", nodes=(node.id,))
-    counters = None
-    if counts:
-        counters = len(buffers)
-        elements = counts.pop()
-        buffers.append(BufferSpec(counters, 4 * elements, DType.U32, "counters", f"{node.op}%{node.id}.counters",
-                                  node.id, (elements,)))
+    scratch = _own_buffer(node, ins, rendered, buffers, "scratch", SCRATCH, DType.F32, "intermediate")
+    counters = _own_buffer(node, ins, rendered, buffers, "counters", COUNTERS, DType.U32, "counters")
     out = []
     for part, (k, reads, writable, source, params) in enumerate(rendered):
         label = _label(node, ins)
@@ -442,6 +424,23 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
                             params, grid, label, writable, runtime_checks=runtime_checks or k.runtime_checks))
     return out
+
+
+def _own_buffer(node: Node, ins: list[TensorType], rendered: list, buffers: list[BufferSpec], what: str,
+                marker: int, dtype: DType, kind: str) -> int | None:
+    # the node's scratch buffer or counters (Kernel.scratch, Kernel.counters: ``what``), appended to ``buffers``
+    # where a kernel asks for it; every kernel that does gives the same size, and one that binds it (``marker``
+    # in its inputs) needs a kernel that sizes it
+    sizes = {getattr(k, what) for k, *_ in rendered if getattr(k, what) > 0}
+    if len(sizes) > 1 or (not sizes and any(marker in reads for _, reads, *_ in rendered)):
+        raise LoweringError(f"the kernels of {node.op} disagree on its {what} (sizes {sorted(sizes)}; "
+                            f"{_label(node, ins)})", nodes=(node.id,))
+    if not sizes:
+        return None
+    elements = sizes.pop()
+    buffers.append(BufferSpec(len(buffers), 4 * elements, dtype, kind, f"{node.op}%{node.id}.{what}", node.id,
+                              (elements,)))
+    return len(buffers) - 1
 
 
 def _whole(buffers: list[BufferSpec], b: int) -> int:
