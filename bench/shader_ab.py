@@ -35,7 +35,8 @@ from eggfuse.pipeline import lower_for  # noqa: E402
 def shader_replaced(name: str, text: str | None):
     """Lowering inside takes ``text`` for shaders/``name`` (None: the tree's file). A slot the tree's lowering
     fills with nothing and ``text`` lacks (a hook added since that revision, empty where unused) is left out
-    for it, so an older revision still renders."""
+    for it, so an older revision renders the kernels that leave the hook empty; one the tree fills (matmul.wgsl's
+    LAST_SPLIT in a split product without the RmsNorm prologue) still raises LoweringError naming the slot."""
     real, real_render = wgsl.shader_text, wgsl.render
 
     def render(shader: str, **slots: object) -> str:

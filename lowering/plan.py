@@ -400,8 +400,9 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             text, data = render_kernel(k.body, bindings, k.params, k.slots, constant)
             rendered.append((k, reads, writable, text, data))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
-    scratch = _own_buffer(node, ins, rendered, buffers, "scratch", SCRATCH, DType.F32, "intermediate")
-    counters = _own_buffer(node, ins, rendered, buffers, "counters", COUNTERS, DType.U32, "counters")
+    scratch = _own_buffer(node, ins, rendered, buffers, "scratch", "scratch buffer", SCRATCH, DType.F32,
+                          "intermediate")
+    counters = _own_buffer(node, ins, rendered, buffers, "counters", "counters", COUNTERS, DType.U32, "counters")
     out = []
     for part, (k, reads, writable, source, params) in enumerate(rendered):
         label = _label(node, ins)
@@ -427,13 +428,13 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
 
 
 def _own_buffer(node: Node, ins: list[TensorType], rendered: list, buffers: list[BufferSpec], what: str,
-                marker: int, dtype: DType, kind: str) -> int | None:
+                called: str, marker: int, dtype: DType, kind: str) -> int | None:
     # the node's scratch buffer or counters (Kernel.scratch, Kernel.counters: ``what``), appended to ``buffers``
     # where a kernel asks for it; every kernel that does gives the same size, and one that binds it (``marker``
     # in its inputs) needs a kernel that sizes it
     sizes = {getattr(k, what) for k, *_ in rendered if getattr(k, what) > 0}
     if len(sizes) > 1 or (not sizes and any(marker in reads for _, reads, *_ in rendered)):
-        raise LoweringError(f"the kernels of {node.op} disagree on its {what} (sizes {sorted(sizes)}; "
+        raise LoweringError(f"the kernels of {node.op} disagree on its {called} (sizes {sorted(sizes)}; "
                             f"{_label(node, ins)})", nodes=(node.id,))
     if not sizes:
         return None

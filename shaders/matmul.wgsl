@@ -168,8 +168,9 @@ var<private> part_base: u32;  // SPLITS > 1: where this workgroup's partial sums
 // epilogue (SPLITS > 1: the partial sums); put_row_sum(at, v): the float out[at]. Both in the form
 // of out's binding: ir/ops/matmul_kernel.py _STORE4_SCALAR, or _STORE4_VEC4 (out bound as
 // vec4<f32>, one write a quad; N % 4 == 0). With LAST_SPLIT the partial sums go to part (u32 atomics:
-// put_part, part4) and finish4(row0, col0, r, c) stores the quad of C at tile row r, column c from the
-// splits' partial sums, through the epilogue.
+// put_part and part4 for a quad, atomicStore and atomicLoad of one in the scalar form) and
+// finish4(row0, col0, r, c) stores the quad of C at tile row r, column c from the splits' partial sums,
+// through the epilogue.
 {{STORE4}}
 
 @compute @workgroup_size({{WG}}, 1, 1)

@@ -13,7 +13,8 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
   A product of few tiles splits K across workgroups as well (:func:`matmul_splits`): the
   tiled kernel then writes each K range's partial sums into the node's scratch buffer, and the
   workgroup that finishes a tile's last K range adds them and applies the epilogue (:func:`last_split`;
-  after the RmsNorm prologue ``matmul_split_reduce.wgsl``, a second dispatch, does).
+  after the RmsNorm prologue, with a final step, or where one kernel would bind too many buffers, a second
+  dispatch, ``matmul_split_reduce.wgsl`` or the final stage, does).
 - ``matmul_gemv.wgsl``, for M <= 4 (decode), and 'BT' products of up to 16 rows
   (:func:`gemv_bt_rows`): a workgroup computes a block of output
   columns for every row; its invocations split K and reduce in workgroup memory.
@@ -554,8 +555,9 @@ def matmul_splits(tile: MatmulTile, m: int, k: int, n: int) -> int:
     132 multiprocessors, the 1536-long down projection 48 slices each) is bound by that
     latency: split into S ranges, S times as many workgroups walk 1/S of the slices each, and
     the workgroup that finishes each tile's last range adds the S partial sums and applies the
-    epilogue (:func:`last_split`; with the RmsNorm prologue a second dispatch, matmul_split_reduce.wgsl,
-    adds them and applies the row scale and the epilogue). S brings the workgroups nearest TARGET_WORKGROUPS, up to
+    epilogue (:func:`last_split`; with the RmsNorm prologue, a final step or too many bindings for one kernel a
+    second dispatch, matmul_split_reduce.wgsl or the final stage, adds them and applies the row scale and the
+    epilogue). S brings the workgroups nearest TARGET_WORKGROUPS, up to
     SPLIT_MAX and at least SPLIT_MIN_K elements of K per range (the last range may be shorter),
     then the fewest ranges of whole slices that gives. 1 for the GEMV kernel."""
     if tile.gemv:
@@ -1436,6 +1438,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                                          "put_part(part_base + i * p.n + j, v);")
         store4 = store4.replace("out[part_base + i * p.n + j + e] = v[e];",
                                 "atomicStore(&part[part_base + i * p.n + j + e], bitcast<u32>(v[e]));")
+        plain = "out[part_base" in store4 or "out[(part_base" in store4
+        if plain or ("put_part(part_base" not in store4 and "atomicStore(&part[part_base" not in store4):
+            raise LoweringError(f"the tiled kernel {tile.name}: its partial sums' stores are in a form the split in "
+                                "one dispatch does not rewrite into atomics (matmul_kernel._STORE4_*)")
         tiled.update(STORE4=store4 + _PART_ATOMICS + finish4, LAST_SPLIT=_LAST_SPLIT)
         return Kernel(name.replace("+", f"_split{splits}_last+", 1) if "+" in name else f"{name}_split{splits}_last",
                       "matmul.wgsl", tiles * splits, params=params,

@@ -470,6 +470,8 @@ def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
     assert "atomic<u32>" in _binding(d.source, "count") and "atomic<u32>" in _binding(d.source, "part")
     # every partial sum stored and read back as an atomic (naga declares storage buffers without Coherent)
     assert "put_part(part_base" in d.source and "out[(part_base" not in d.source and "part4(" in d.source
+    odd = lower(_split_product(64, 576, 193)).dispatches[0].source  # N % 4 != 0: the scalar stores
+    assert "atomicStore(&part[part_base" in odd and "out[part_base" not in odd and "atomicLoad(&part[" in odd
     others = sum(plan.storage_sizes) + sum(b.size_bytes for b in plan.buffers if b.kind == "input" or (
         b.kind == "intermediate" and b.index not in plan.storage))  # (C, a graph output, keeps its own)
     assert plan.memory()["intermediate_bytes"] == others + 4 * tiles  # the counters count as intermediates
