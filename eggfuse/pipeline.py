@@ -104,7 +104,8 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     :func:`eggfuse.lowering.lower`'s; None (default): :func:`runtime_checks_for` (False, kernels
     without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). ``constant_params``: as
     :func:`eggfuse.lowering.lower`'s (kernels read their parameters as WGSL constants, a pipeline per
-    size); None (default): :data:`CONSTANT_PARAMS` where set, else on every adapter but a CPU one. Raises
+    size); None (default): :data:`CONSTANT_PARAMS` where set, else on every adapter but a CPU one. On Metal the
+    plan keeps split-K products in two dispatches (:func:`device_barriers_for`). Raises
     InputError for a ``runtime_checks`` or ``constant_params`` not None/True/False, a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
     the graph exceeds the device's limits (on a CPU adapter also the loops lavapipe would cut short:
@@ -118,12 +119,20 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
         prefetch = not cpu
     plan = lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
                  runtime_checks=runtime_checks_for(runtime_checks),
-                 constant_params=constant_params_for(device, constant_params))
+                 constant_params=constant_params_for(device, constant_params),
+                 device_barriers=device_barriers_for(device))
     if cpu:  # lavapipe cuts long shader loops short, silently
         from eggfuse.lowering.plan import check_cpu_loops
 
         check_cpu_loops(plan)
     return plan
+
+
+def device_barriers_for(device) -> bool:
+    """Whether lowering for ``device`` may let workgroups pass values through atomics ordered by ``storageBarrier``
+    (``eggfuse.lowering.lower``'s ``device_barriers``): on every backend but Metal, where naga's ``storageBarrier``
+    is a threadgroup barrier (``threadgroup_barrier(mem_flags::mem_device)``)."""
+    return device.adapter.info.get("backend_type") != "Metal"
 
 
 #: What :func:`lower_for`'s ``constant_params=None`` means when set (True or False on every adapter), for
@@ -339,4 +348,4 @@ def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device
 
 
 __all__ = ["CONSTANT_PARAMS", "PRECISIONS", "RUNTIME_CHECKS_ENV", "Compiled", "compile", "constant_params_for",
-           "lower_for", "optimize", "precision_rulesets", "runtime_checks_for", "subgroups_for"]
+           "device_barriers_for", "lower_for", "optimize", "precision_rulesets", "runtime_checks_for", "subgroups_for"]

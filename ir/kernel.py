@@ -155,10 +155,14 @@ class Kernel:
 @dataclass(frozen=True)
 class Target:
     """What a kernel builder may know about the device: its limits (wgpu-py keys, WebGPU
-    defaults filled in) and whether reductions may use subgroup operations."""
+    defaults filled in), whether reductions may use subgroup operations, and ``device_barriers``: whether
+    ``storageBarrier`` orders a workgroup's atomics before and after another workgroup's (naga gives it device
+    scope in SPIR-V, HLSL and GLSL, but a threadgroup barrier in MSL: False on Metal), which a kernel whose
+    workgroups pass values to one another needs (the split-K matmul in one dispatch, ``ops.matmul_kernel``)."""
 
     limits: Mapping[str, int]
     subgroups: bool = False
+    device_barriers: bool = True
 
 
 def elementwise_groups(n: int) -> int:

@@ -228,7 +228,7 @@ def _label(node: Node, ins: list[TensorType]) -> str:
 
 def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
           share_storage: bool = True, prefetch: bool = True, runtime_checks: bool = False,
-          constant_params: bool = True) -> ExecutionPlan:
+          constant_params: bool = True, device_barriers: bool = True) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -260,12 +260,17 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     against 0.24-0.27 with a pipeline of another shape, and then in 0.13-0.16: constants pay there only for a
     plan run many times, so ``eggfuse.pipeline.lower_for`` leaves them off on a CPU adapter.
 
+    ``device_barriers=True`` lets a kernel's workgroups pass values to one another through storage atomics
+    ordered by ``storageBarrier`` (``ir.kernel.Target.device_barriers``: the split-K matmul in one dispatch,
+    ``matmul_kernel.last_split``); False (for Metal, where naga's ``storageBarrier`` is a threadgroup barrier:
+    ``eggfuse.pipeline.lower_for``) keeps such products in two dispatches.
+
     Raises InputError for a ``runtime_checks`` or ``constant_params`` that is not a bool, GraphError when the
     graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
     other node gets its kernel builder's dispatches, one for every op but a Concat of more
-    inputs than one dispatch may bind, a split-K matmul (two) and a CachedAttentionRoPEAppend
+    inputs than one dispatch may bind, a split-K matmul that keeps its reduction (two) and a CachedAttentionRoPEAppend
     of several new rows (three), so
     ``len(plan.dispatches) >= graph.dispatch_count()``.
     """
@@ -307,7 +312,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             derived[index] = DerivedParameter(sources, 1 if transpose else int(node.attrs.get("axis", 0)),
                                               OPS[node.op].pack_store, transpose)
 
-    target = Target(lim, subgroups)
+    target = Target(lim, subgroups, device_barriers)
     dispatches: list[Dispatch] = []
     for node in live:
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters

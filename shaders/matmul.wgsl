@@ -59,7 +59,8 @@
 // SPLITS - 1 passes a second storageBarrier, resets the counter and reads the others' sums. The
 // sums are atomics because naga declares storage buffers without the Coherent decoration (GLSL450
 // memory model), where a plain store of another workgroup need not become visible; WGSL itself
-// gives barriers workgroup scope only, so this relies on how naga lowers them (see last_split).
+// gives barriers workgroup scope only, so this relies on how naga lowers them (see last_split; on
+// Metal the lowering keeps two dispatches).
 // No workgroup waits for another.
 //
 // Edge tiles need no separate path: quads past M, N or K load as zeros (a vec4 quad is

@@ -970,7 +970,8 @@ def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: 
     model and declares storage buffers without the Coherent decoration, under which only atomics are sure to
     carry a store from one workgroup to another across those barriers. WGSL's own barriers have workgroup
     scope, so the pattern rests on naga's device scope (SPIR-V; DX12's DeviceMemoryBarrierWithGroupSync); on
-    Metal naga's storageBarrier is a threadgroup barrier on device memory, and the form is unproven there.
+    Metal naga's storageBarrier is a threadgroup barrier on device memory, so there (``Target.device_barriers``
+    False, ``eggfuse.pipeline.lower_for``) the products keep two dispatches.
 
     Measured on an H100 with plain f32 partial sums (the form before the atomics, which were not timed on a GPU;
     ``bench/matmul_ab.py``, ``LAST_SPLIT=False`` alternated in one process,
@@ -1261,7 +1262,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                       operand_types: tuple = (), swiglu: bool = False,
                       splits: int | None = None, max_scratch_bytes: int = 0, final: str | None = None,
                       norm_eps: float = 0.0, workgroup_storage: int = WORKGROUP_STORAGE,
-                      storage_buffers: int = 0) -> Kernel | list[Kernel]:
+                      storage_buffers: int = 0, device_barriers: bool = True) -> Kernel | list[Kernel]:
     """The :class:`Kernel` of an [M,K] x [K,N] product for ``variant`` ('' | 'AT' | 'BT') and an
     epilogue chain, with a tile (:func:`matmul_tile` unless given; a GEMV tile selects
     matmul_gemv.wgsl) and vec4 reads of A and B (:func:`matmul_vec4` unless given; True only
@@ -1290,7 +1291,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     binds the scratch, then the epilogue operands, taken to follow A, w_norm and B among the
     node's inputs); the heuristic's count is lowered until the scratch buffer fits
     ``max_scratch_bytes`` (when positive: the device's buffer limits); ``storage_buffers`` (when positive:
-    maxStorageBuffersPerShaderStage) keeps two kernels where the one would bind more. ``final`` (the products of
+    maxStorageBuffersPerShaderStage) keeps two kernels where the one would bind more, and ``device_barriers=False``
+    (``Target.device_barriers``) everywhere. ``final`` (the products of
     :mod:`.matmul_rows`) always gives two kernels, the first writing the scratch buffer (the
     splits' partial sums, or with one split or the GEMV kernel the product with its rows scaled
     and no epilogue), the second the epilogue and then the final step: 'swiglu' (output [M, N/2],
@@ -1427,7 +1429,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
                       slots={**slots, **tiled}, runtime_checks=checks,
                       constant_params=constant_shape(tile, n))
-    if final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers):
+    if final is None and device_barriers and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers):
         # split-K in one dispatch: the partial sums into the scratch buffer, the last K range of each tile to
         # finish adds them and stores C
         finish4 = _FINISH4_VEC4 if vec_out else _FINISH4_SCALAR
@@ -1663,5 +1665,5 @@ def matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
                              layer_norm=layer_norm, eps=float(node.attrs["eps"]) if rms_norm or layer_norm else 0.0,
                              operand_types=tuple(ins[fixed:]),
                              swiglu=swiglu, max_scratch_bytes=max_scratch_bytes(target),
-                             storage_buffers=max_storage_buffers(target),
+                             storage_buffers=max_storage_buffers(target), device_barriers=target.device_barriers,
                              workgroup_storage=workgroup_storage(target))

@@ -201,7 +201,7 @@ def _quant_matmul_kernel(node, ins, target) -> Kernel | list[Kernel]:
                              eps=float(node.attrs["eps"]) if rms else 0.0, quant=node.attrs["format"], row_words=words,
                              operand_types=tuple(ins[3 if rms else 2:]), swiglu=swiglu,
                              max_scratch_bytes=max_scratch_bytes(target), storage_buffers=max_storage_buffers(target),
-                             workgroup_storage=workgroup_storage(target))
+                             device_barriers=target.device_barriers, workgroup_storage=workgroup_storage(target))
 
 
 _EPILOGUE = Attr("epilogue", "epilogue", ())

@@ -487,6 +487,15 @@ def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
     assert [d.kernel for d in lower(g).dispatches] == [f"matmul_BT_{tile.name}_v44_split{splits}",
                                                        f"matmul_split{splits}_reduce"]
     monkeypatch.setattr(mk, "LAST_SPLIT", True)
+    # on Metal naga's storageBarrier is a threadgroup barrier (Target.device_barriers): two dispatches there
+    assert len(lower(g, device_barriers=False).dispatches) == 2
+    from types import SimpleNamespace
+
+    from eggfuse.pipeline import device_barriers_for
+
+    on = {b: device_barriers_for(SimpleNamespace(adapter=SimpleNamespace(info={"backend_type": b})))
+          for b in ("Vulkan", "D3D12", "OpenGL", "Metal")}
+    assert on == {"Vulkan": True, "D3D12": True, "OpenGL": True, "Metal": False}
     # the RmsNorm prologue's row sums come from a row block's first tile: two dispatches there
     rms = lower(_split_product(64, 576, 192, rms_norm=True))
     assert len(rms.dispatches) == 2 and "counters" not in [b.kind for b in rms.buffers]
