@@ -166,10 +166,11 @@ fn store_b(li: u32, buf: u32, v: vec4<f32>) {
 var<private> part_base: u32;  // SPLITS > 1: where this workgroup's partial sums start in out
 
 // store4(row0, col0, r, c, v): columns j..j+3 of row i = row0 + r (tile row r) of C, through the
-// epilogue (SPLITS > 1: the partial sums); put_row_sum(at, v): the float out[at]. Both in the form
-// of out's binding: ir/ops/matmul_kernel.py _STORE4_SCALAR, or _STORE4_VEC4 (out bound as
-// vec4<f32>, one write a quad; N % 4 == 0). With LAST_SPLIT the partial sums go to part (u32 atomics:
-// put_part and part4 for a quad, atomicStore and atomicLoad of one in the scalar form) and
+// epilogue (SPLITS > 1: the partial sums, through put_part4 or put_part1); put_row_sum(at, v): the
+// float out[at]. Both in the form of out's binding: ir/ops/matmul_kernel.py _STORE4_SCALAR, or
+// _STORE4_VEC4 (out bound as vec4<f32>, one write a quad; N % 4 == 0). put_part4(at, v) and
+// put_part1(at, v) store partial sums at element at of [SPLITS, M, N]: into out (_PART_OUT_*), or with
+// LAST_SPLIT into part as u32 atomics (_PART_ATOMICS, with part4(at), the load of a quad), where
 // finish4(row0, col0, r, c) stores the quad of C at tile row r, column c from the splits' partial sums,
 // through the epilogue.
 {{STORE4}}

@@ -910,7 +910,7 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
     if (SPLITS > 1u) {
         for (var e = 0u; e < 4u; e = e + 1u) {
             if (j + e < p.n) {
-                out[part_base + i * p.n + j + e] = v[e];
+                put_part1(part_base + i * p.n + j + e, v[e]);
             }
         }
         return;
@@ -933,7 +933,7 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
         return;
     }
     if (SPLITS > 1u) {
-        out[(part_base + i * p.n + j) / 4u] = v;
+        put_part4(part_base + i * p.n + j, v);
         return;
     }
     let s = v * row_scale(r);
@@ -946,13 +946,15 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
 LAST_SPLIT = True
 
 
-def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: int = 0) -> bool:
+def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: int = 0,
+               device_barriers: bool = True) -> bool:
     """Whether the tiled kernel of a product in ``splits`` K ranges (no final step) adds its partial sums
     itself (matmul.wgsl's LAST_SPLIT: the workgroup that finishes each tile's last K range, known by the
     tile's counter), instead of a second dispatch of matmul_split_reduce.wgsl: where :data:`LAST_SPLIT`,
     ``splits`` > 1, not ``rms_norm`` (whose row sums come from the row block's first tile only) and the kernel's
     ``bindings`` (its operands, the partial sums, the counters and C) within the device's ``storage_buffers``
-    (maxStorageBuffersPerShaderStage; 0: no limit), which the two dispatches need fewer of. The
+    (maxStorageBuffersPerShaderStage; 0: no limit), which the two dispatches need fewer of, where the device's
+    ``storageBarrier`` has device scope (``device_barriers``, ``Target.device_barriers``: not on Metal). The
     sums are added in the same order as the reduction's, so C is the same bit for bit; the product takes
     one dispatch instead of two. Products with a final step (:mod:`.matmul_rows`) keep the final stage
     adding the partial sums: MiniLM's plan, whose output and down projections (64x64x16 in 4 K ranges,
@@ -966,7 +968,8 @@ def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: 
     workgroup that reads ``splits - 1`` passes a second ``storageBarrier``, resets the u32 to 0 and reads
     every split's sums back; no workgroup waits for another. The counters are a buffer of the node's
     (``Kernel.counters``, kind 'counters': zero when created, never shared, zero after every dispatch). The
-    partial sums are stored and read as u32 atomics (``_PART_ATOMICS``): naga's SPIR-V uses the GLSL450 memory
+    partial sums are stored and read as u32 atomics (``_PART_ATOMICS``, the STORE4 forms' put_part4 and put_part1
+    defined so): naga's SPIR-V uses the GLSL450 memory
     model and declares storage buffers without the Coherent decoration, under which only atomics are sure to
     carry a store from one workgroup to another across those barriers. WGSL's own barriers have workgroup
     scope, so the pattern rests on naga's device scope (SPIR-V; DX12's DeviceMemoryBarrierWithGroupSync); on
@@ -983,7 +986,8 @@ def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: 
     64x64x16 tiles, whose slices take 16 KiB, 1.2-1.4x slower (256 x 576 x 1536 32.0 against 24.0 us; the
     two not separated); the last workgroup adding the others' sums to
     its registers in its micro-tile's order, 1.09x the time over the 37 (6 faster)."""
-    return LAST_SPLIT and splits > 1 and not rms_norm and not (storage_buffers and bindings > storage_buffers)
+    return (LAST_SPLIT and device_barriers and splits > 1 and not rms_norm
+            and not (storage_buffers and bindings > storage_buffers))
 
 
 _LAST_SPLIT = """    storageBarrier();  // this workgroup's partial sums, before its arrival is counted
@@ -1003,16 +1007,34 @@ _LAST_SPLIT = """    storageBarrier();  // this workgroup's partial sums, before
     }"""
 
 
-#: The partial sums of LAST_SPLIT, as u32 atomics (``part: array<atomic<u32>>``): naga's SPIR-V declares
-#: storage buffers without the Coherent decoration under the GLSL450 memory model, where only atomics are
-#: sure to be seen by another workgroup after the barriers; stores and loads of a quad are 4 atomic ones.
+#: STORE4's stores of a split's partial sums (put_part4: a quad at element ``at`` of the [SPLITS, M, N] sums,
+#: put_part1: one float) into the binding out, for matmul_split_reduce.wgsl: _PART_OUT_VEC4 where out is
+#: bound as vec4<f32>, else _PART_OUT_SCALAR.
+_PART_OUT_VEC4 = """
+
+fn put_part4(at: u32, v: vec4<f32>) {
+    out[at / 4u] = v;
+}"""
+_PART_OUT_SCALAR = """
+
+fn put_part1(at: u32, v: f32) {
+    out[at] = v;
+}"""
+
+#: The same for LAST_SPLIT, into the binding part as u32 atomics (``part: array<atomic<u32>>``), and part4, the
+#: load of a quad: naga's SPIR-V declares storage buffers without the Coherent decoration under the GLSL450
+#: memory model, where only atomics are sure to be seen by another workgroup after the barriers.
 _PART_ATOMICS = """
 
-fn put_part(at: u32, v: vec4<f32>) {  // partial sums at part[at..at+3]
-    atomicStore(&part[at], bitcast<u32>(v.x));
-    atomicStore(&part[at + 1u], bitcast<u32>(v.y));
-    atomicStore(&part[at + 2u], bitcast<u32>(v.z));
-    atomicStore(&part[at + 3u], bitcast<u32>(v.w));
+fn put_part1(at: u32, v: f32) {
+    atomicStore(&part[at], bitcast<u32>(v));
+}
+
+fn put_part4(at: u32, v: vec4<f32>) {  // partial sums at part[at..at+3]
+    put_part1(at, v.x);
+    put_part1(at + 1u, v.y);
+    put_part1(at + 2u, v.z);
+    put_part1(at + 3u, v.w);
 }
 
 fn part4(at: u32) -> vec4<f32> {
@@ -1424,27 +1446,21 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     vec_out = out_vec4(tile, n, splits, rms_norm)
     tiled["STORE4"] = ((_STORE4_VEC4_INSIDE if inside else _STORE4_VEC4) if vec_out else
                        _STORE4_SCALAR_INSIDE if inside else _STORE4_SCALAR)
+    last = final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers, device_barriers)
+    tiled["STORE4"] += _PART_ATOMICS if last else _PART_OUT_VEC4 if vec_out else _PART_OUT_SCALAR
     out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)
     if splits == 1 and final is None:
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
                       slots={**slots, **tiled}, runtime_checks=checks,
                       constant_params=constant_shape(tile, n))
-    if final is None and device_barriers and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers):
+    if last:
         # split-K in one dispatch: the partial sums into the scratch buffer, the last K range of each tile to
         # finish adds them and stores C
         finish4 = _FINISH4_VEC4 if vec_out else _FINISH4_SCALAR
         if inside:
             finish4 = finish4.replace(_STORE4_CHECK, "").replace(_STORE4_ROW_CHECK, "").replace(
                 _FINISH4_COLUMN_CHECK, _FINISH4_COLUMN_INSIDE)
-        store4 = tiled["STORE4"].replace("out[(part_base + i * p.n + j) / 4u] = v;",
-                                         "put_part(part_base + i * p.n + j, v);")
-        store4 = store4.replace("out[part_base + i * p.n + j + e] = v[e];",
-                                "atomicStore(&part[part_base + i * p.n + j + e], bitcast<u32>(v[e]));")
-        plain = "out[part_base" in store4 or "out[(part_base" in store4
-        if plain or ("put_part(part_base" not in store4 and "atomicStore(&part[part_base" not in store4):
-            raise LoweringError(f"the tiled kernel {tile.name}: its partial sums' stores are in a form the split in "
-                                "one dispatch does not rewrite into atomics (matmul_kernel._STORE4_*)")
-        tiled.update(STORE4=store4 + _PART_ATOMICS + finish4, LAST_SPLIT=_LAST_SPLIT)
+        tiled.update(STORE4=tiled["STORE4"] + finish4, LAST_SPLIT=_LAST_SPLIT)
         return Kernel(name.replace("+", f"_split{splits}_last+", 1) if "+" in name else f"{name}_split{splits}_last",
                       "matmul.wgsl", tiles * splits, params=params,
                       bindings=(*bindings[:-1], Buffer("part", "atomic<u32>", write=True),

@@ -469,9 +469,15 @@ def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
     assert counters.index not in plan.storage and d.writable == (2, 3)
     assert "atomic<u32>" in _binding(d.source, "count") and "atomic<u32>" in _binding(d.source, "part")
     # every partial sum stored and read back as an atomic (naga declares storage buffers without Coherent)
-    assert "put_part(part_base" in d.source and "out[(part_base" not in d.source and "part4(" in d.source
+    stored = "atomicStore(&part[at], bitcast<u32>(v));"  # put_part1, which put_part4 calls
+    assert "put_part4(part_base" in d.source and stored in d.source and "out[at / 4u] = v;" not in d.source
+    assert "part4(t * p.m * p.n + at)" in d.source
     odd = lower(_split_product(64, 576, 193)).dispatches[0].source  # N % 4 != 0: the scalar stores
-    assert "atomicStore(&part[part_base" in odd and "out[part_base" not in odd and "atomicLoad(&part[" in odd
+    plain1 = "fn put_part1(at: u32, v: f32) {\n    out[at] = v;"
+    assert "put_part1(part_base" in odd and stored in odd and plain1 not in odd and "atomicLoad(&part[" in odd
+    # the two-dispatch form stores the same calls into out
+    two = lower(_split_product(64, 576, 192), device_barriers=False).dispatches[0].source
+    assert "put_part4(part_base" in two and "out[at / 4u] = v;" in two and "atomicStore" not in two
     others = sum(plan.storage_sizes) + sum(b.size_bytes for b in plan.buffers if b.kind == "input" or (
         b.kind == "intermediate" and b.index not in plan.storage))  # (C, a graph output, keeps its own)
     assert plan.memory()["intermediate_bytes"] == others + 4 * tiles  # the counters count as intermediates
