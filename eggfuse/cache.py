@@ -376,7 +376,7 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
     return plan
 
 
-def _is_scratch(b, graph: Graph) -> bool:
+def _is_node_buffer(b, graph: Graph) -> bool:
     # a node's scratch buffer (lowering.plan: Kernel.scratch), a flat f32 intermediate, or its
     # counters (Kernel.counters), a flat u32 buffer of kind 'counters'
     op = graph.node(b.node).op
@@ -409,7 +409,7 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
         elif b.kind == "window":
             raise CorruptEntry(f"buffer {i} is a window of nothing")
         if b.index != i or not 0 <= b.node < len(graph.nodes) or (b.type != graph.node(b.node).type
-                                                                   and not _is_scratch(b, graph) and not b.window):
+                                                                   and not _is_node_buffer(b, graph) and not b.window):
             raise CorruptEntry(f"buffer {i} does not hold a value of the graph")
         if b.size_bytes < max(4, b.type.size_bytes) or b.size_bytes % 4:
             raise CorruptEntry(f"buffer {i} has {b.size_bytes} bytes for {b.type}")

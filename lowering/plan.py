@@ -411,6 +411,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     out = []
     for part, (k, reads, writable, source, params) in enumerate(rendered):
         label = _label(node, ins)
+        to_scratch = k.scratch > 0 and SCRATCH not in reads  # its output is the node's scratch buffer
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
             windows = [i.input for i in reads if isinstance(i, Window)]
             named = list(dict.fromkeys(f"{i.input} ({windows.count(i.input)} windows)" if isinstance(i, Window)
@@ -418,7 +419,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
                                        for i in reads))
             span = ", ".join(named) if SCRATCH in reads or COUNTERS in reads or windows else f"{named[0]}..{named[-1]}"
             label += f" part {part + 1}/{len(rendered)}" + (f": inputs {span}" if reads else "")
-            label += " -> scratch" if k.scratch > 0 and SCRATCH not in reads else ""
+            label += " -> scratch" if to_scratch else ""
         grid = split_grid(k.groups, max_dim)
         if grid is None:
             raise DeviceLimitError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
@@ -426,7 +427,7 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
         bound = tuple(_window_buffer(node, i, k, buffers, node_buffer, target.limits, label) if isinstance(i, Window)
                       else scratch if i == SCRATCH else counters if i == COUNTERS else node_buffer[node.inputs[i]]
                       for i in reads)
-        bound += (scratch if k.scratch > 0 and SCRATCH not in reads else node_buffer[node.id],)
+        bound += (scratch if to_scratch else node_buffer[node.id],)
         out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
                             params, grid, label, writable, runtime_checks=runtime_checks or k.runtime_checks))
     return out
