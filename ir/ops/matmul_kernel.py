@@ -1023,7 +1023,11 @@ fn put_part1(at: u32, v: f32) {
 
 #: The same for LAST_SPLIT, into the binding part as u32 atomics (``part: array<atomic<u32>>``), and part4, the
 #: load of a quad: naga's SPIR-V declares storage buffers without the Coherent decoration under the GLSL450
-#: memory model, where only atomics are sure to be seen by another workgroup after the barriers.
+#: memory model, where only atomics are sure to be seen by another workgroup after the barriers. The binding is
+#: the kernel's own, so its layout is free: with out bound as vec4 (_PART_ATOMICS_PLANES, where
+#: :data:`PART_PLANES`) element e of the quad at element ``at`` goes to plane e of four [SPLITS, M, N / 4], so
+#: that the neighbouring quads of a subgroup's invocations make one coalesced access a plane (an atomic
+#: access is a single u32); otherwise (_PART_ATOMICS, by floats) element ``at`` of [SPLITS, M, N].
 _PART_ATOMICS = """
 
 fn put_part1(at: u32, v: f32) {
@@ -1041,6 +1045,28 @@ fn part4(at: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<f32>(atomicLoad(&part[at])), bitcast<f32>(atomicLoad(&part[at + 1u])),
                      bitcast<f32>(atomicLoad(&part[at + 2u])), bitcast<f32>(atomicLoad(&part[at + 3u])));
 }"""
+_PART_ATOMICS_PLANES = """
+
+fn put_part4(at: u32, v: vec4<f32>) {  // the quad at element at (a multiple of 4): element e into plane e
+    let plane = SPLITS * p.m * p.n / 4u;
+    let q = at / 4u;
+    atomicStore(&part[q], bitcast<u32>(v.x));
+    atomicStore(&part[plane + q], bitcast<u32>(v.y));
+    atomicStore(&part[2u * plane + q], bitcast<u32>(v.z));
+    atomicStore(&part[3u * plane + q], bitcast<u32>(v.w));
+}
+
+fn part4(at: u32) -> vec4<f32> {
+    let plane = SPLITS * p.m * p.n / 4u;
+    let q = at / 4u;
+    return vec4<f32>(bitcast<f32>(atomicLoad(&part[q])), bitcast<f32>(atomicLoad(&part[plane + q])),
+                     bitcast<f32>(atomicLoad(&part[2u * plane + q])), bitcast<f32>(atomicLoad(&part[3u * plane + q])));
+}"""
+#: Whether a LAST_SPLIT product whose out is bound as vec4 keeps its partial sums in planes (_PART_ATOMICS_PLANES).
+PART_PLANES = True
+#: Whether the last K range's sums of a quad (finish4, out bound as vec4) load every split's quad before adding
+#: them (:func:`_finish4_vec4`), rather than in a loop of load-and-add.
+FINISH_UNROLLED = True
 
 _FINISH4_VEC4 = """
 
@@ -1051,13 +1077,28 @@ fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
         return;
     }
     let at = i * p.n + j;
-    var s = vec4<f32>();
-    for (var t = 0u; t < SPLITS; t = t + 1u) {
-        s = s + part4(t * p.m * p.n + at);
-    }
+{SUMS}
     out[at / 4u] = vec4<f32>(epilogue(i, j, s.x), epilogue(i, j + 1u, s.y), epilogue(i, j + 2u, s.z),
                              epilogue(i, j + 3u, s.w));
 }"""
+_SUMS_LOOP = """    var s = vec4<f32>();
+    for (var t = 0u; t < SPLITS; t = t + 1u) {
+        s = s + part4(t * p.m * p.n + at);
+    }"""
+
+
+def _finish4_vec4(splits: int) -> str:
+    # finish4 for out bound as vec4: the splits' quads added in order from zero, as matmul_split_reduce.wgsl adds
+    # them (so C is the same bit for bit); with FINISH_UNROLLED every quad is loaded before the first addition
+    if not FINISH_UNROLLED:
+        return _FINISH4_VEC4.replace("{SUMS}", _SUMS_LOOP)
+    loads = "\n".join(f"    let s{t} = part4({t}u * p.m * p.n + at);" for t in range(splits))
+    total = "vec4<f32>()"
+    for t in range(splits):
+        total = f"({total} + s{t})"
+    return _FINISH4_VEC4.replace("{SUMS}", f"{loads}\n    let s = {total};")
+
+
 _FINISH4_SCALAR = """
 
 fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
@@ -1447,7 +1488,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     tiled["STORE4"] = ((_STORE4_VEC4_INSIDE if inside else _STORE4_VEC4) if vec_out else
                        _STORE4_SCALAR_INSIDE if inside else _STORE4_SCALAR)
     last = final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers, device_barriers)
-    tiled["STORE4"] += _PART_ATOMICS if last else _PART_OUT_VEC4 if vec_out else _PART_OUT_SCALAR
+    tiled["STORE4"] += ((_PART_ATOMICS_PLANES if vec_out and PART_PLANES else _PART_ATOMICS) if last
+                        else _PART_OUT_VEC4 if vec_out else _PART_OUT_SCALAR)
     out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)
     if splits == 1 and final is None:
         return Kernel(name, "matmul.wgsl", tiles, params=params, bindings=(*bindings[:-1], out),
@@ -1456,7 +1498,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     if last:
         # split-K in one dispatch: the partial sums into the scratch buffer, the last K range of each tile to
         # finish adds them and stores C
-        finish4 = _FINISH4_VEC4 if vec_out else _FINISH4_SCALAR
+        finish4 = _finish4_vec4(splits) if vec_out else _FINISH4_SCALAR
         if inside:
             finish4 = finish4.replace(_STORE4_CHECK, "").replace(_STORE4_ROW_CHECK, "").replace(
                 _FINISH4_COLUMN_CHECK, _FINISH4_COLUMN_INSIDE)
