@@ -184,14 +184,15 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def entry_key(graph: Graph, *, fuse: bool, optimizer: Mapping[str, Any], device: Mapping[str, Any],
-              subgroups: bool, runtime_checks: bool = False, constant_params: bool = False) -> str:
+              subgroups: bool, runtime_checks: bool = False, constant_params: bool = False,
+              weights_along_n: bool = True) -> str:
     """The key (64 hex digits) of compiling ``graph``: see the module docstring. ``device`` is
     :func:`device_identity`'s dict. Raises :class:`Unstorable` for a graph or optimiser
     argument that is not plain data."""
     doc = {"format": FORMAT, "versions": versions(), "graph": encode_graph(graph, digest=True), "fuse": bool(fuse),
            "optimizer": optimizer_identity(optimizer) if fuse else None, "device": dict(device),
            "subgroups": bool(subgroups), "runtime_checks": bool(runtime_checks),
-           "constant_params": bool(constant_params)}
+           "constant_params": bool(constant_params), "weights_along_n": bool(weights_along_n)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -384,6 +385,15 @@ def _is_node_buffer(b, graph: Graph) -> bool:
                                   or (b.kind, b.dtype, b.name) == ("counters", DType.U32, f"{op}%{b.node}.counters"))
 
 
+def _is_transposed_weight(plan: ExecutionPlan, b, graph: Graph) -> bool:
+    # a weight the tiled matmul reads stored [K, N] (lowering.layout): a derived parameter, packed transposed,
+    # of the weight's transposed type
+    d = plan.derived.get(b.index)
+    t = graph.node(b.node).type
+    return (b.kind == "derived" and d is not None and d.transpose and len(b.shape) == 2
+            and (b.shape[::-1], b.dtype) == (t.shape, t.dtype))
+
+
 def _positions(v: Any) -> np.ndarray:
     a = _value(v)
     if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1:
@@ -409,7 +419,8 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
         elif b.kind == "window":
             raise CorruptEntry(f"buffer {i} is a window of nothing")
         if b.index != i or not 0 <= b.node < len(graph.nodes) or (b.type != graph.node(b.node).type
-                                                                   and not _is_node_buffer(b, graph) and not b.window):
+                                                                   and not _is_node_buffer(b, graph) and not b.window
+                                                                   and not _is_transposed_weight(plan, b, graph)):
             raise CorruptEntry(f"buffer {i} does not hold a value of the graph")
         if b.size_bytes < max(4, b.type.size_bytes) or b.size_bytes % 4:
             raise CorruptEntry(f"buffer {i} has {b.size_bytes} bytes for {b.type}")

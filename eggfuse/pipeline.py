@@ -94,7 +94,7 @@ def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Seq
 
 def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
               prefetch: bool | None = None, runtime_checks: bool | None = None,
-              constant_params: bool | None = None) -> ExecutionPlan:
+              constant_params: bool | None = None, weights_along_n: bool | None = None) -> ExecutionPlan:
     """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
 
     ``subgroups``: lower reductions with subgroup operations; None (default) when the device
@@ -104,7 +104,9 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     :func:`eggfuse.lowering.lower`'s; None (default): :func:`runtime_checks_for` (False, kernels
     without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). ``constant_params``: as
     :func:`eggfuse.lowering.lower`'s (kernels read their parameters as WGSL constants, a pipeline per
-    size); None (default): :data:`CONSTANT_PARAMS` where set, else on every adapter but a CPU one. On Metal the
+    size); None (default): :data:`CONSTANT_PARAMS` where set, else on every adapter but a CPU one.
+    ``weights_along_n``: as :func:`eggfuse.lowering.lower`'s (the tiled products' weights stored [K, N], a transposed
+    copy each; None: ``lowering.layout.WEIGHTS_ALONG_N``). On Metal the
     plan keeps split-K products in two dispatches (:func:`device_barriers_for`). Raises
     InputError for a ``runtime_checks`` or ``constant_params`` not None/True/False, a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
@@ -120,7 +122,7 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     plan = lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
                  runtime_checks=runtime_checks_for(runtime_checks),
                  constant_params=constant_params_for(device, constant_params),
-                 device_barriers=device_barriers_for(device))
+                 device_barriers=device_barriers_for(device), weights_along_n=weights_along_n)
     if cpu:  # lavapipe cuts long shader loops short, silently
         from eggfuse.lowering.plan import check_cpu_loops
 
@@ -226,8 +228,9 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     (``eggfuse.rewrites.make_ruleset``).
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
-    ``Session``); ``subgroups`` and ``constant_params`` as :func:`lower_for` (the latter part of the
-    compile cache's key: :func:`constant_params_for`); kernels keep naga's runtime checks when the
+    ``Session``), and then keeps every weight as stored (``lowering.layout``: no transposed copies, which
+    the other session's buffers are not); ``subgroups`` and ``constant_params`` as :func:`lower_for` (the
+    latter part of the compile cache's key: :func:`constant_params_for`); kernels keep naga's runtime checks when the
     environment variable EGGFUSE_RUNTIME_CHECKS is 1 (:func:`runtime_checks_for`); ``prerecord``
     and ``finite_inputs`` (False: float inputs may hold NaN and infinities) as ``Session``.
     ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
@@ -282,7 +285,9 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     timings["device_s"] = time.perf_counter() - t
     optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
     constants = constant_params_for(device, constant_params)
-    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants)
+    # a session that binds another's weights reads them as that one stores them
+    along_n = None if share is None else False
+    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants, along_n)
     if loaded is not None:
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
         if fuse:
@@ -306,7 +311,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             timings["optimize_s"] = time.perf_counter() - t
         t = time.perf_counter()
         try:
-            plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks, constant_params=constants)
+            plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks, constant_params=constants,
+                             weights_along_n=along_n)
         except LoweringError as e:
             if report is not None:  # the nodes of ``graph`` the optimised nodes compute
                 e.sources = tuple(sorted({i for n in e.nodes for i in report.origins.get(n, ())}))
@@ -327,8 +333,14 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
                     status, steps)
 
 
+def _weights_along_n(given: bool | None) -> bool:
+    from eggfuse.lowering import layout
+
+    return layout.WEIGHTS_ALONG_N if given is None else given
+
+
 def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool,
-                  runtime_checks: bool, constant_params: bool):
+                  runtime_checks: bool, constant_params: bool, weights_along_n: bool | None):
     # (the cache, the key, the entry loaded or None); the cache and key are None when it is off
     # or the compile cannot be keyed (an optimiser argument that is not plain data).
     from eggfuse.ir.ops.matmul_kernel import matmul_choice_active
@@ -340,7 +352,8 @@ def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device
     t = time.perf_counter()
     try:
         key = entry_key(graph, fuse=fuse, optimizer=optimizer, device=device_identity(device), subgroups=subgroups,
-                        runtime_checks=runtime_checks, constant_params=constant_params)
+                        runtime_checks=runtime_checks, constant_params=constant_params,
+                        weights_along_n=_weights_along_n(weights_along_n))
     except (Unstorable, OSError):  # OSError: eggfuse's source files could not be read for the digest
         return None, None, None
     store = CompileCache()

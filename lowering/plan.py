@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ from ..ir.graph import Graph, Node, NodeId
 from ..ir.kernel import COUNTERS, SCRATCH, Buffer, Kernel, Target, Window
 from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
+from . import layout
 from .limits import limit_name, resolve_limits, split_grid
 from .prefetch import add_prefetch
 from .wgsl import literal_params, render_kernel
@@ -41,7 +43,8 @@ class BufferSpec:
     ``node`` with ``shape`` and ``dtype``. ``kind`` is 'parameter', 'input', 'constant',
     'intermediate', 'derived' (packed by the runtime from parameters, see
     :class:`DerivedParameter`) or 'host' (a parameter that only derived parameters read:
-    the runtime checks it and packs from it, but allocates no device buffer) or 'window' (bytes
+    the runtime checks it and packs from it, but allocates no device buffer; or a derived parameter that only
+    its transposed copy is read as, :mod:`.layout`: neither packed nor allocated) or 'window' (bytes
     ``[offset, offset + size_bytes)`` of buffer ``window = (index, offset)``: a weight (a parameter, a
     constant or a derived parameter) too large for one binding, bound in parts
     (:class:`~eggfuse.ir.kernel.Window`; ``node`` the weight's), or the value of a view of a part of another
@@ -228,7 +231,8 @@ def _label(node: Node, ins: list[TensorType]) -> str:
 
 def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
           share_storage: bool = True, prefetch: bool = True, runtime_checks: bool = False,
-          constant_params: bool = True, device_barriers: bool = True) -> ExecutionPlan:
+          constant_params: bool = True, device_barriers: bool = True,
+          weights_along_n: bool | None = None) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -265,7 +269,15 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     ``matmul_kernel.last_split``); False (for Metal, where naga's ``storageBarrier`` is a threadgroup barrier:
     ``eggfuse.pipeline.lower_for``) keeps such products in two dispatches.
 
-    Raises InputError for a ``runtime_checks`` or ``constant_params`` that is not a bool, GraphError when the
+    ``weights_along_n=True`` (None: :data:`.layout.WEIGHTS_ALONG_N`) gives the tiled products of weights stored
+    [N, K] that :func:`.layout.weights_along_n` picks a derived parameter of their own, the weight transposed
+    ([K, N], packed once by the session), and lowers them as products of B stored [K, N] (same values, bit for
+    bit; faster loads: see :mod:`.layout`); a weight that no dispatch then reads as stored gets no device
+    buffer. False keeps every weight as stored (``eggfuse.compile`` with ``share``: the other session's
+    buffers are the weights as stored).
+
+    Raises InputError for a ``runtime_checks``, ``constant_params`` or ``weights_along_n`` that is not a bool
+    (or None for the latter), GraphError when the
     graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every
@@ -278,6 +290,10 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         raise InputError(f"runtime_checks must be True or False, got {runtime_checks!r}")
     if not isinstance(constant_params, bool):
         raise InputError(f"constant_params must be True or False, got {constant_params!r}")
+    if weights_along_n is not None and not isinstance(weights_along_n, bool):
+        raise InputError(f"weights_along_n must be True, False or None, got {weights_along_n!r}")
+    if weights_along_n is None:
+        weights_along_n = layout.WEIGHTS_ALONG_N
     graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)
@@ -312,14 +328,36 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             derived[index] = DerivedParameter(sources, 1 if transpose else int(node.attrs.get("axis", 0)),
                                               OPS[node.op].pack_store, transpose)
 
+    # weights the tiled matmul reads stored [K, N]: a derived parameter each, the weight transposed
+    along = layout.weights_along_n(graph, live) if weights_along_n else {}
+    transposed: dict[NodeId, int] = {}
+    for product, slot in along.items():
+        weight = graph.node(product).inputs[slot]
+        if weight in transposed:
+            continue
+        stored = buffers[node_buffer[weight]]
+        d = derived.get(stored.index)
+        transposed[weight] = index = len(buffers)
+        buffers.append(BufferSpec(index, stored.size_bytes, DType.F32, "derived", f"{stored.name}.T", weight,
+                                  stored.shape[::-1]))
+        derived[index] = DerivedParameter(d.sources if d else (stored.name,), d.axis if d else 0, "f32", True)
+
     target = Target(lim, subgroups, device_barriers)
     dispatches: list[Dispatch] = []
     for node in live:
         if graph.dispatches(node) == 0:  # leaves, views and derived parameters
             continue
         ins = [graph.node(i).type for i in node.inputs]
+        reads = node_buffer
+        if node.id in along:  # the product of B stored [K, N], on the transposed weight
+            slot = along[node.id]
+            weight = node.inputs[slot]
+            node = dataclasses.replace(node, op="MatMul", attrs={}) if node.op == "MatMulBT" else \
+                dataclasses.replace(node, attrs={**node.attrs, "variant": ""})
+            ins[slot] = TensorType(ins[slot].shape[::-1], ins[slot].dtype)
+            reads = ChainMap({weight: transposed[weight]}, node_buffer)
         try:
-            dispatches.extend(_node_dispatches(graph, node, ins, target, node_buffer, buffers, runtime_checks,
+            dispatches.extend(_node_dispatches(graph, node, ins, target, reads, buffers, runtime_checks,
                                                constant_params))
         except LoweringError as e:
             if e.nodes:
@@ -329,9 +367,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             raise type(e)(named, nodes=(node.id,)) from None
     _check_exclusive_writes(dispatches, buffers)
 
-    # A parameter that only derived parameters read needs no device buffer of its own.
+    # A parameter that only derived parameters read needs no device buffer of its own, nor a derived parameter
+    # that only its transposed copy replaced.
     on_device = {i for d in dispatches for i in d.bindings} | {node_buffer[o] for o in graph.outputs}
     on_device |= {_whole(buffers, i) for i in on_device}
+    for index in [i for i in derived if i not in on_device and buffers[i].node in transposed]:
+        del derived[index]
+        buffers[index] = dataclasses.replace(buffers[index], kind="host")
     packed_from = {name for d in derived.values() for name in d.sources}
     for name, index in parameters.items():
         if index not in on_device and name in packed_from:
@@ -381,9 +423,13 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
     ``<Op>%<node id>.scratch``) that the node's later dispatches read where their ``inputs`` say
     SCRATCH. A kernel with ``counters`` gets the node's counter buffer (kind 'counters', named
     ``<Op>%<node id>.counters``) where its ``inputs`` say COUNTERS."""
+    # the node as the graph has it names the buffers and dispatches (a product of a weight stored [K, N] is
+    # built as another op or variant: lowering.layout)
+    own = graph.node(node.id)
+    label = _label(own, [graph.node(i).type for i in own.inputs])
     spec = OPS[node.op]
     if spec.kernel is None:
-        raise LoweringError(f"op {node.op} has no kernel ({_label(node, ins)})", nodes=(node.id,))
+        raise LoweringError(f"op {node.op} has no kernel ({label})", nodes=(node.id,))
     w = spec.writes
     with subgroups_form(target.subgroups) as use:
         built = spec.kernel(node, ins, target)
@@ -394,23 +440,23 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
             bindings = k.bindings if k.bindings is not None else _default_bindings(spec, node, ins, reads)
             if len(bindings) != len(reads) + 1:
                 raise LoweringError(f"kernel {k.name} of {node.op} declares {len(bindings)} bindings for "
-                                    f"{len(reads)} inputs and the output ({_label(node, ins)})", nodes=(node.id,))
+                                    f"{len(reads)} inputs and the output ({label})", nodes=(node.id,))
             stray = [b.name for b, i in zip(bindings[:-1], reads, strict=True)
                      if b.write and i not in spec.updates and i not in (SCRATCH, COUNTERS)]
             if stray:
                 raise LoweringError(f"kernel {k.name} of {node.op} binds {stray} read_write, inputs the op does "
-                                    f"not declare in OpSpec.updates ({_label(node, ins)})", nodes=(node.id,))
+                                    f"not declare in OpSpec.updates ({label})", nodes=(node.id,))
             writable = tuple(i for i, b in enumerate(bindings[:-1]) if b.write)
             constant = constant_params and k.constant_params and literal_params(k.params)
             text, data = render_kernel(k.body, bindings, k.params, k.slots, constant)
             rendered.append((k, reads, writable, text, data))
     max_dim = target.limits["max-compute-workgroups-per-dimension"]
-    scratch = _own_buffer(node, ins, rendered, buffers, "scratch", "scratch buffer", SCRATCH, DType.F32,
+    scratch = _own_buffer(own, label, rendered, buffers, "scratch", "scratch buffer", SCRATCH, DType.F32,
                           "intermediate")
-    counters = _own_buffer(node, ins, rendered, buffers, "counters", "counters", COUNTERS, DType.U32, "counters")
+    counters = _own_buffer(own, label, rendered, buffers, "counters", "counters", COUNTERS, DType.U32, "counters")
     out = []
     for part, (k, reads, writable, source, params) in enumerate(rendered):
-        label = _label(node, ins)
+        part_label = label
         to_scratch = k.scratch > 0 and SCRATCH not in reads  # its output is the node's scratch buffer
         if len(rendered) > 1:  # one of several dispatches of the node: which inputs it binds
             windows = [i.input for i in reads if isinstance(i, Window)]
@@ -418,22 +464,23 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
                                        else "scratch" if i == SCRATCH else "counters" if i == COUNTERS else str(i)
                                        for i in reads))
             span = ", ".join(named) if SCRATCH in reads or COUNTERS in reads or windows else f"{named[0]}..{named[-1]}"
-            label += f" part {part + 1}/{len(rendered)}" + (f": inputs {span}" if reads else "")
-            label += " -> scratch" if to_scratch else ""
+            part_label += f" part {part + 1}/{len(rendered)}" + (f": inputs {span}" if reads else "")
+            part_label += " -> scratch" if to_scratch else ""
         grid = split_grid(k.groups, max_dim)
         if grid is None:
             raise DeviceLimitError(f"{limit_name('max-compute-workgroups-per-dimension')} = {max_dim}: "
-                                   f"{k.groups} workgroups do not fit a 3-D grid for {label}", nodes=(node.id,))
-        bound = tuple(_window_buffer(node, i, k, buffers, node_buffer, target.limits, label) if isinstance(i, Window)
+                                   f"{k.groups} workgroups do not fit a 3-D grid for {part_label}", nodes=(node.id,))
+        bound = tuple(_window_buffer(node, i, k, buffers, node_buffer, target.limits, part_label)
+                      if isinstance(i, Window)
                       else scratch if i == SCRATCH else counters if i == COUNTERS else node_buffer[node.inputs[i]]
                       for i in reads)
         bound += (scratch if to_scratch else node_buffer[node.id],)
-        out.append(Dispatch(node.id, node.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
-                            params, grid, label, writable, runtime_checks=runtime_checks or k.runtime_checks))
+        out.append(Dispatch(node.id, own.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
+                            params, grid, part_label, writable, runtime_checks=runtime_checks or k.runtime_checks))
     return out
 
 
-def _own_buffer(node: Node, ins: list[TensorType], rendered: list, buffers: list[BufferSpec], what: str,
+def _own_buffer(node: Node, label: str, rendered: list, buffers: list[BufferSpec], what: str,
                 called: str, marker: int, dtype: DType, kind: str) -> int | None:
     # the node's scratch buffer or counters (Kernel.scratch, Kernel.counters: ``what``), appended to ``buffers``
     # where a kernel asks for it; every kernel that does gives the same size, and one that binds it (``marker``
@@ -441,7 +488,7 @@ def _own_buffer(node: Node, ins: list[TensorType], rendered: list, buffers: list
     sizes = {getattr(k, what) for k, *_ in rendered if getattr(k, what) > 0}
     if len(sizes) > 1 or (not sizes and any(marker in reads for _, reads, *_ in rendered)):
         raise LoweringError(f"the kernels of {node.op} disagree on its {called} (sizes {sorted(sizes)}; "
-                            f"{_label(node, ins)})", nodes=(node.id,))
+                            f"{label})", nodes=(node.id,))
     if not sizes:
         return None
     elements = sizes.pop()

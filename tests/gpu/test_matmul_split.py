@@ -39,6 +39,15 @@ from eggfuse.rewrites import random_feeds
 from eggfuse.runtime import Session
 
 
+@pytest.fixture(autouse=True)
+def _weights_as_stored(monkeypatch):
+    # the products read B as the rows store it, the tiled kernel's three variants; the weights the lowering
+    # transposes for the tiled kernel (lowering/layout.py) are tests/gpu/test_weights_layout.py's
+    from eggfuse.lowering import layout
+
+    monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)
+
+
 def _rows(tile):
     m, n = tile.bm + 3, tile.bn + 5
     k = 3 * tile.bk * 3 + 5  # 10 slices, in 3 splits of 4, 4 and 2 (the last slice short); odd: scalar reads

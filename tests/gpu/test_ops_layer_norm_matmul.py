@@ -66,7 +66,10 @@ TILES = (*MATMUL_TILES, *MATMUL_TILES_WIDE, *MATMUL_TILES_SMALL, *MATMUL_TILES_T
 
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.name)
 @pytest.mark.parametrize("splits", [1, 3])
-def test_every_tile_whole_and_split(tile, splits, device):
+def test_every_tile_whole_and_split(tile, splits, device, monkeypatch):
+    from eggfuse.lowering import layout
+
+    monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)  # B [N, K] as stored (transposed: test_weights_layout)
     row = _row("BT", 67, 150, 70, ("bias",))
     with matmul_choice(tile=tile, splits=splits):
         session = check_row(row, device, subgroups=None)
