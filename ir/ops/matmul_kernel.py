@@ -941,13 +941,16 @@ fn store4(row0: u32, col0: u32, r: u32, c: u32, v: vec4<f32>) {
                                         epilogue(i, j + 3u, s.w));
 }"""
 
-#: Whether a split-K product without a final step or the RmsNorm prologue runs in one dispatch, its
+#: Whether a split-K product without a final step or the RmsNorm prologue may run in one dispatch, its
 #: last K range to finish a tile adding the partial sums (:func:`last_split`).
 LAST_SPLIT = True
+#: The most partial sums (K ranges x the tile's outputs) the last workgroup of a tile adds in one dispatch
+#: (:func:`last_split`): 32 KiB of them.
+LAST_SPLIT_MAX_SUMS = 8192
 
 
 def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: int = 0,
-               device_barriers: bool = True) -> bool:
+               device_barriers: bool = True, tile_outputs: int = 0) -> bool:
     """Whether the tiled kernel of a product in ``splits`` K ranges (no final step) adds its partial sums
     itself (matmul.wgsl's LAST_SPLIT: the workgroup that finishes each tile's last K range, known by the
     tile's counter), instead of a second dispatch of matmul_split_reduce.wgsl: where :data:`LAST_SPLIT`,
@@ -968,26 +971,35 @@ def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: 
     workgroup that reads ``splits - 1`` passes a second ``storageBarrier``, resets the u32 to 0 and reads
     every split's sums back; no workgroup waits for another. The counters are a buffer of the node's
     (``Kernel.counters``, kind 'counters': zero when created, never shared, zero after every dispatch). The
-    partial sums are stored and read as u32 atomics (``_PART_ATOMICS``, the STORE4 forms' put_part4 and put_part1
-    defined so): naga's SPIR-V uses the GLSL450 memory
-    model and declares storage buffers without the Coherent decoration, under which only atomics are sure to
-    carry a store from one workgroup to another across those barriers. WGSL's own barriers have workgroup
-    scope, so the pattern rests on naga's device scope (SPIR-V; DX12's DeviceMemoryBarrierWithGroupSync); on
-    Metal naga's storageBarrier is a threadgroup barrier on device memory, so there (``Target.device_barriers``
-    False, ``eggfuse.pipeline.lower_for``) the products keep two dispatches.
+    partial sums are stored and read as u32 atomics (the STORE4 forms' put_part4 and put_part1 defined so:
+    ``_PART_ATOMICS_PLANES``, a quad's four floats in four planes, where out is bound as vec4, else
+    ``_PART_ATOMICS``): naga's SPIR-V uses the GLSL450 memory model and declares storage buffers without the
+    Coherent decoration, under which only atomics are sure to carry a store from one workgroup to another
+    across those barriers. WGSL's own barriers have workgroup scope, so the pattern rests on naga's device
+    scope (SPIR-V; DX12's DeviceMemoryBarrierWithGroupSync); on Metal naga's storageBarrier is a threadgroup
+    barrier on device memory, so there (``Target.device_barriers`` False, ``eggfuse.pipeline.lower_for``) the
+    products keep two dispatches.
 
-    Measured on an H100 with plain f32 partial sums (the form before the atomics, which were not timed on a GPU;
-    ``bench/matmul_ab.py``, ``LAST_SPLIT=False`` alternated in one process,
-    bench/results/last_split_h100/ab_products.json): the 37 split products of bench/matmul.py's SmolLM2 and
-    MiniLM shapes 0.954x the time (geometric mean), 32 faster (32 x 384 x 384 5.97 against 7.13 us, 16 x
-    1536 x 384 7.48 against 8.71), the slowest 128 x 576 x 192 at 1.03x; SmolLM2's 128-token prefill
-    2844-2847 us GPU against 2863-2865 (``ab_prefill.json``). The forms before (``tried/``, VARIANTS.md):
-    the count through a workgroup variable of its own, the tile's index kept through the K loop, ran the
-    64x64x16 tiles, whose slices take 16 KiB, 1.2-1.4x slower (256 x 576 x 1536 32.0 against 24.0 us; the
-    two not separated); the last workgroup adding the others' sums to
-    its registers in its micro-tile's order, 1.09x the time over the 37 (6 faster)."""
+    The last workgroup adds ``splits`` x ``tile_outputs`` (the tile's BM x BN) partial sums on its own, so
+    the one dispatch is taken where those are at most LAST_SPLIT_MAX_SUMS (8192, 32 KiB). Measured on an H100
+    (``bench/matmul_ab.py``, both forms alternated in one process, weights stored [K, N]:
+    bench/results/weights_kn_h100/ab_products_forms.json, 'tree' against 'two'), over the 37 split products of
+    bench/matmul.py's SmolLM2 and MiniLM shapes: one dispatch everywhere 0.987x the time of two (geometric
+    mean; faster at every M <= 32, 32 x 384 x 384 6.02 against 6.87 us, 16 x 1536 x 384 7.45 against 8.18;
+    slower at 512 x 1536 x 576 on 64x128 tiles in 8 ranges, 46.7 against 43.2, and 128 x 576 x 1536 on 64x64
+    in 6, 18.2 against 16.7); with the bound, 16 of them in one dispatch (32x32 tiles in up to 8 ranges,
+    32x64 in up to 4), 0.979x, one slower (128 x 384 x 1536, 11.92 against 11.82). SmolLM2's 128-token prefill,
+    whose split products (32x64 in 6 and 8 ranges) the bound leaves in two dispatches, took 2748-2751 us GPU
+    in one dispatch against 2728-2733 in two (``ab_prefill_layout.json``, 'tree' against 'two', rounds 1-2 of
+    three). Before the planes and the loads before the sums (``bench/results/last_split_h100/atomic/``), the
+    atomic form took 1.12x the time of two over the 37 and the prefill 3018-3020 us against 2866-2871. The
+    form with plain f32 partial sums, which the memory model does not cover (bench/results/last_split_h100/
+    ab_products.json), took 0.954x. The forms before (``tried/``, VARIANTS.md): the count through a workgroup
+    variable of its own, the tile's index kept through the K loop, ran the 64x64x16 tiles, whose slices take
+    16 KiB, 1.2-1.4x slower (256 x 576 x 1536 32.0 against 24.0 us; the two not separated); the last workgroup
+    adding the others' sums to its registers in its micro-tile's order, 1.09x the time over the 37."""
     return (LAST_SPLIT and device_barriers and splits > 1 and not rms_norm
-            and not (storage_buffers and bindings > storage_buffers))
+            and splits * tile_outputs <= LAST_SPLIT_MAX_SUMS and not (storage_buffers and bindings > storage_buffers))
 
 
 _LAST_SPLIT = """    storageBarrier();  // this workgroup's partial sums, before its arrival is counted
@@ -1487,7 +1499,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     vec_out = out_vec4(tile, n, splits, rms_norm)
     tiled["STORE4"] = ((_STORE4_VEC4_INSIDE if inside else _STORE4_VEC4) if vec_out else
                        _STORE4_SCALAR_INSIDE if inside else _STORE4_SCALAR)
-    last = final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers, device_barriers)
+    last = final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers, device_barriers,
+                                        tile.bm * tile.bn)
     tiled["STORE4"] += ((_PART_ATOMICS_PLANES if vec_out and PART_PLANES else _PART_ATOMICS) if last
                         else _PART_OUT_VEC4 if vec_out else _PART_OUT_SCALAR)
     out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)

@@ -41,11 +41,14 @@ from eggfuse.runtime import Session
 
 @pytest.fixture(autouse=True)
 def _weights_as_stored(monkeypatch):
-    # the products read B as the rows store it, the tiled kernel's three variants; the weights the lowering
-    # transposes for the tiled kernel (lowering/layout.py) are tests/gpu/test_weights_layout.py's
+    # the products read B as the rows store it, the tiled kernel's three variants (the weights the lowering
+    # transposes for the tiled kernel, lowering/layout.py, are tests/gpu/test_weights_layout.py's); every tile's
+    # split takes the one dispatch (matmul_kernel.last_split, whose bound on the partial sums is
+    # test_the_last_split_is_bounded_by_its_partial_sums)
     from eggfuse.lowering import layout
 
     monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)
+    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT_MAX_SUMS", 1 << 30)
 
 
 def _rows(tile):
@@ -375,3 +378,18 @@ def test_deep_tiles_need_the_workgroup_memory_they_take():
     with pytest.raises(LoweringError, match=r"offers 8192 \(maxComputeWorkgroupStorageSize\), less than the 16384 "
                                             r"every WebGPU device offers: run on a device that meets WebGPU's limits"):
         lower(g, {"max-compute-workgroup-storage-size": 8192})
+
+
+def test_the_last_split_is_bounded_by_its_partial_sums(monkeypatch):
+    # one dispatch where the last workgroup of a tile adds at most LAST_SPLIT_MAX_SUMS partial sums (K ranges x
+    # the tile's outputs), else the reduction's dispatch; the same values either way (bit for bit)
+    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT_MAX_SUMS", 8192)
+    g = Graph()
+    g.set_outputs([g.matmul_bt(g.input("x", [40, 600]), g.parameter("w", [48, 600]))])
+    for tile, splits, one in ((MatmulTile(32, 32, 32), 8, True), (MatmulTile(32, 64, 16), 4, True),
+                              (MatmulTile(32, 64, 16), 5, False), (MatmulTile(64, 64, 16), 3, False)):
+        assert (tile.bm * tile.bn * splits <= 8192) == one
+        with matmul_choice(tile=tile, splits=splits):
+            kernels = [d.kernel for d in lower(g).dispatches]
+        assert kernels == ([f"matmul_BT_{tile.name}_v44_split{splits}_last"] if one else
+                           [f"matmul_BT_{tile.name}_v44_split{splits}", f"matmul_split{splits}_reduce"]), kernels

@@ -33,7 +33,9 @@ def test_an_older_template_without_the_last_split_slot_still_renders(monkeypatch
         plan = lower(_split_product())
     assert [d.kernel.split("_")[-1] for d in plan.dispatches] == ["split6", "reduce"]
     assert "atomicAdd" not in plan.dispatches[0].source
-    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT", True)  # filled: the older text cannot take it
+    # filled (the bound on the partial sums lifted): the older text cannot take it
+    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT", True)
+    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT_MAX_SUMS", 1 << 30)
     with shader_ab.shader_replaced("matmul.wgsl", older), pytest.raises(LoweringError, match="LAST_SPLIT"):
         lower(_split_product())
     assert (wgsl.render, wgsl.shader_text) == (render, shader_text)  # restored

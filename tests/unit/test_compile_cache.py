@@ -168,7 +168,7 @@ def graphs():
     training = model_graph("llama:1", seq=4, training=True)
     fused, _ = optimize(model_graph("llama:2", seq=4))
     split = Graph()  # a split-K product in one dispatch: a scratch buffer and counters (matmul_kernel.last_split)
-    split.set_outputs([split.matmul_bt(split.input("a", (64, 576)), split.parameter("b", (192, 576)))])
+    split.set_outputs([split.matmul_bt(split.input("a", (32, 576)), split.parameter("b", (192, 576)))])
     return {"small": small_graph(), "decode (state, u32 inputs)": decode, "training": training, "fused": fused,
             "split": split}
 

@@ -455,6 +455,7 @@ def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
     from eggfuse.lowering import layout
 
     monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)  # B as stored ([N, K]; transposed: test_weights_layout)
+    monkeypatch.setattr(mk, "LAST_SPLIT_MAX_SUMS", 1 << 30)  # 32x64 tiles in 6 K ranges: 12288 sums a tile
     g = _split_product(64, 576, 192)
     tile = matmul_tile(64, 576, 192, "BT")
     splits = matmul_splits(tile, 64, 576, 192)
@@ -535,7 +536,9 @@ def test_matmul_choice_for_some_shapes_nests():
             assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
             assert matmul_kernel_for("BT", (), 1, 1536, 576).name == "matmul_BT_gemv1x8_v44"  # the outer block's
             with matmul_choice(tile=MATMUL_TILES[0], splits=2, shapes=[(256, 384, 256)]):
-                assert matmul_kernel_for("", (), 256, 384, 256).name == f"matmul_{MATMUL_TILES[0].name}_v44_split2_last"
+                # 128x128 tiles in 2 K ranges: 32768 partial sums a tile, so the reduction's dispatch too
+                assert [k.name for k in matmul_kernel_for("", (), 256, 384, 256)] == [
+                    f"matmul_{MATMUL_TILES[0].name}_v44_split2", "matmul_split2_reduce"]
                 assert matmul_kernel_for("BT", (), 1, 576, 960).name == "matmul_BT_gemv1x2_v44"
         with matmul_choice(shapes=[(1, 1536, 576)]):  # a block of no choice: the heuristic's for its shapes
             assert matmul_kernel_for("BT", (), 1, 1536, 576).name == f"matmul_BT_gemv1x{gemv_bt_cols(1, 1536, 576)}_v44"
