@@ -219,7 +219,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
             device=None, share: Session | None = None, subgroups: bool | None = None,
             prerecord: bool = True, finite_inputs: bool = True, cache: bool = True,
-            precision: str = "f32", constant_params: bool | None = None) -> Compiled:
+            precision: str = "f32", constant_params: bool | None = None,
+            weights_along_n: bool | None = None) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
 
@@ -229,9 +230,12 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
     ``Session``), and then keeps every weight as stored (``lowering.layout``: no transposed copies, which
-    the other session's buffers are not); ``subgroups`` and ``constant_params`` as :func:`lower_for` (the
-    latter part of the compile cache's key: :func:`constant_params_for`); kernels keep naga's runtime checks when the
-    environment variable EGGFUSE_RUNTIME_CHECKS is 1 (:func:`runtime_checks_for`); ``prerecord``
+    the other session's buffers are not; a weight the other session holds only transposed raises InputError:
+    compile that one with ``weights_along_n=False``); ``weights_along_n`` as :func:`lower_for`'s (None: on,
+    but off with ``share``; part of the compile cache's key); ``subgroups`` and ``constant_params`` as
+    :func:`lower_for` (the latter part of the compile cache's key: :func:`constant_params_for`); kernels keep
+    naga's runtime checks when the environment variable EGGFUSE_RUNTIME_CHECKS is 1
+    (:func:`runtime_checks_for`); ``prerecord``
     and ``finite_inputs`` (False: float inputs may hold NaN and infinities) as ``Session``.
     ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
     compile stored them, and stores them otherwise (:mod:`eggfuse.cache`: keyed by the graph,
@@ -254,7 +258,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
     :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
-    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, a ``device`` that is not
+    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, a ``weights_along_n`` not None/True/False,
+    a weight ``share`` holds only transposed, a ``device`` that is not
     a wgpu device, and for an unknown ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded (its ``sources``: the
@@ -272,6 +277,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
                          f"None for that one, got {type(device).__name__} {device!r}")
     if not isinstance(cache, bool):
         raise InputError(f"cache must be True or False, got {cache!r}")
+    if weights_along_n is not None and not isinstance(weights_along_n, bool):
+        raise InputError(f"weights_along_n must be True, False or None, got {weights_along_n!r}")
     rulesets = precision_rulesets(precision, rulesets)
     if precision == "f16" and (not fuse or verify):
         raise InputError("precision='f16' is chosen by the rewrite engine (the f16 ruleset rounds weights), so it "
@@ -286,7 +293,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
     constants = constant_params_for(device, constant_params)
     # a session that binds another's weights reads them as that one stores them
-    along_n = None if share is None else False
+    along_n = weights_along_n if weights_along_n is not None or share is None else False
     store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants, along_n)
     if loaded is not None:
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)

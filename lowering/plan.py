@@ -328,10 +328,11 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             derived[index] = DerivedParameter(sources, 1 if transpose else int(node.attrs.get("axis", 0)),
                                               OPS[node.op].pack_store, transpose)
 
-    # weights the tiled matmul reads stored [K, N]: a derived parameter each, the weight transposed
+    # weights the tiled matmul reads the other way (lowering.layout): a derived parameter each, the weight
+    # transposed
     along = layout.weights_along_n(graph, live) if weights_along_n else {}
     transposed: dict[NodeId, int] = {}
-    for product, slot in along.items():
+    for product, (slot, _) in along.items():
         weight = graph.node(product).inputs[slot]
         if weight in transposed:
             continue
@@ -349,11 +350,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             continue
         ins = [graph.node(i).type for i in node.inputs]
         reads = node_buffer
-        if node.id in along:  # the product of B stored [K, N], on the transposed weight
-            slot = along[node.id]
+        if node.id in along:  # the product on the transposed weight, with the other variant
+            slot, variant = along[node.id]
             weight = node.inputs[slot]
-            node = dataclasses.replace(node, op="MatMul", attrs={}) if node.op == "MatMulBT" else \
-                dataclasses.replace(node, attrs={**node.attrs, "variant": ""})
+            if node.op in ("MatMul", "MatMulBT"):
+                node = dataclasses.replace(node, op="MatMulBT" if variant == "BT" else "MatMul")
+            else:
+                node = dataclasses.replace(node, attrs={**node.attrs, "variant": variant})
             ins[slot] = TensorType(ins[slot].shape[::-1], ins[slot].dtype)
             reads = ChainMap({weight: transposed[weight]}, node_buffer)
         try:
@@ -363,7 +366,9 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
             if e.nodes:
                 raise
             # a kernel builder's error (a tile's storage, a grid): named with the node it was building
-            named = str(e) if re.search(rf"\bnode {node.id}\b", str(e)) else f"{e} ({_label(node, ins)})"
+            own = graph.node(node.id)  # the graph's node (a product on a transposed weight is built as another)
+            named = str(e) if re.search(rf"\bnode {node.id}\b", str(e)) else \
+                f"{e} ({_label(own, [graph.node(i).type for i in own.inputs])})"
             raise type(e)(named, nodes=(node.id,)) from None
     _check_exclusive_writes(dispatches, buffers)
 

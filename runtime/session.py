@@ -943,10 +943,21 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBu
             raise InputError(f"parameter {name!r} is {mine} in this plan but {theirs} in the shared session")
         if plan.buffers[index].kind != "host" and share._buffers[other] is not None:
             out[index] = share._buffers[other]
+        elif plan.buffers[index].kind != "host":
+            # the shared session reads this weight only through a transposed copy (lowering.layout)
+            raise InputError(f"parameter {name!r}: the shared session holds it only transposed (a copy its tiled "
+                             "products read), this plan as stored, so the two would not share it; lower the shared "
+                             "session's plan with weights_along_n=False (eggfuse.compile(..., "
+                             "weights_along_n=False)), or create this session first and share it")
     packed = {d: index for index, d in share.plan.derived.items()}
     for index, d in plan.derived.items():
         if (other := packed.get(d)) is not None:
             out[index] = share._buffers[other]
+        elif d.transpose and d.store == "f32" and any(n in share.plan.parameters for n in d.sources):
+            raise InputError(f"parameter(s) {', '.join(map(repr, d.sources))}: this plan reads them transposed (a "
+                             "copy of its own, lowering.layout), the shared session as stored, so the two would not "
+                             "share them; lower this plan with weights_along_n=False (eggfuse.compile(..., share=) "
+                             "does)")
     return out
 
 

@@ -50,8 +50,8 @@ def _product(op: str, m: int, k: int, n: int) -> Graph:
 
 OPS = ["MatMulBT", "FusedMatMul", "FusedRmsNormMatMul", "FusedRmsNormMatMulSwiGLU", "FusedLayerNormMatMul",
        "FusedMatMulLayerNorm"]
-#: (M, K, N): a product in one K range and one split across workgroups; N even (SwiGLU halves it)
-SHAPES = [(37, 67, 70), (24, 403, 38)]
+#: (M, K, N): a product in one K range and one split across workgroups; N a multiple of 4 (lowering.layout)
+SHAPES = [(37, 67, 72), (24, 403, 44)]
 
 
 def _run(g: Graph, device, along_n: bool, seed: int = 0) -> tuple[Session, list[np.ndarray]]:
@@ -129,7 +129,7 @@ def test_weights_that_keep_their_layout(device, monkeypatch):
         tile = matmul_tile(m, k, n, "BT")
         assert tile.gemv or tile.bm == 128
         assert not any(b.name == "w.T" for b in plan.buffers) and "_BT_" in plan.dispatches[0].kernel
-    g = _product("MatMulBT", 37, 67, 70)
+    g = _product("MatMulBT", 37, 67, 72)
     monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)
     assert "_BT_" in lower_for(g, device).dispatches[0].kernel
 
@@ -140,13 +140,84 @@ def test_a_session_sharing_weights_reads_them_as_stored(device, tmp_path, monkey
     from eggfuse.pipeline import compile as compile_graph
 
     monkeypatch.setenv("EGGFUSE_CACHE", str(tmp_path))
-    g = _product("FusedMatMul", 37, 67, 70)
+    g = _product("FusedMatMul", 37, 67, 72)
     inputs, params = _leaves(g, 3)
     first = compile_graph(g, params, device=device, fuse=False)
     assert any(b.name == "w.T" for b in first.plan.buffers) and first.cache == "miss"
-    shared = compile_graph(g, params, device=device, fuse=False, share=first.session)
-    assert shared.cache == "miss" and not any(b.name.endswith(".T") for b in shared.plan.buffers)
-    assert shared.plan.buffers[shared.plan.parameters["w"]].kind == "parameter"
+    stored = compile_graph(g, params, device=device, fuse=False, weights_along_n=False)
+    assert stored.cache == "miss" and not any(b.name.endswith(".T") for b in stored.plan.buffers)
+    shared = compile_graph(g, params, device=device, fuse=False, share=stored.session)
+    assert shared.cache == "hit" and shared.plan.buffers[shared.plan.parameters["w"]].kind == "parameter"
     for a, b in zip(first.session.run(inputs), shared.session.run(inputs), strict=True):
         np.testing.assert_array_equal(a, b)
     assert compile_graph(g, params, device=device, fuse=False).cache == "hit"
+
+
+def test_a_weight_stored_k_by_n_on_128_row_tiles_is_read_as_n_by_k(device):
+    # the other direction: MatMul (B [K, N], an exporter's layout) on 128x128 tiles reads a copy stored [N, K]
+    from eggfuse.ir.ops.matmul_kernel import matmul_tile
+
+    for op in ("MatMul", "FusedMatMul"):
+        g = Graph()
+        x, w = g.input("x", (640, 16)), g.parameter("w", (16, 8192))
+        y = g.add_node("MatMul", (x, w)) if op == "MatMul" else g.add_node(
+            op, (x, w, g.parameter("bias", (8192,))), variant="", epilogue=("bias",))
+        g.set_outputs([y])
+        assert matmul_tile(640, 16, 8192, "").bm == 128
+        kn, got = _run(g, device, True)
+        _, want = _run(g, device, False)
+        (t,) = [b for b in kn.plan.buffers if b.name == "w.T"]
+        assert t.shape == (8192, 16) and "_BT_128x128x8_" in kn.plan.dispatches[0].kernel
+        assert kn.plan.dispatches[0].op == op
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_weights_kept_as_stored_output_and_rows_not_of_quads(device):
+    # a weight that is also a graph output keeps its one buffer; so does one whose other layout's rows would
+    # not load as quads (N not a multiple of 4 for a weight stored [N, K])
+    g = Graph()
+    w = g.parameter("w", (70, 64))
+    g.set_outputs([g.add_node("MatMulBT", (g.input("x", (100, 64)), w)), w])
+    assert not any(b.name == "w.T" for b in _lower(g, device, True).buffers)
+    g = Graph()
+    g.set_outputs([g.add_node("MatMulBT", (g.input("x", (100, 64)), g.parameter("w", (70, 64))))])
+    assert "_BT_" in _lower(g, device, True).dispatches[0].kernel
+    g = Graph()
+    g.set_outputs([g.add_node("MatMulBT", (g.input("x", (100, 64)), g.parameter("w", (72, 64))))])
+    assert "_BT_" not in _lower(g, device, True).dispatches[0].kernel
+
+
+def test_sharing_with_a_session_that_holds_a_weight_only_transposed_is_refused(device):
+    # A reads w only through its transposed copy; B reads w as stored (a GEMV of 2 rows): B cannot bind A's w, so
+    # it is refused with what to do, rather than uploading a second copy that A's writes would not reach
+    from eggfuse.ir import InputError
+    from eggfuse.pipeline import compile as compile_graph
+
+    g = _product("MatMulBT", 37, 64, 72)
+    inputs, params = _leaves(g, 4)
+    a = compile_graph(g, params, device=device, fuse=False, cache=False)
+    assert a.plan.buffers[a.plan.parameters["w"]].kind == "host"
+    decode = Graph()
+    decode.set_outputs([decode.add_node("MatMulBT", (decode.input("x", (2, 64)), decode.parameter("w", (72, 64))))])
+    with pytest.raises(InputError, match="parameter 'w': the shared session holds it only transposed"):
+        compile_graph(decode, {}, device=device, fuse=False, cache=False, share=a.session)
+    # compiled with weights_along_n=False, A holds w as stored, and the decode session shares it
+    a = compile_graph(g, params, device=device, fuse=False, cache=False, weights_along_n=False)
+    b = compile_graph(decode, {}, device=device, fuse=False, cache=False, share=a.session)
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(b.session.run({"x": x})[0], x @ params["w"].T, rtol=1e-5, atol=1e-5)
+    a.session.write_parameter("w", params["w"] * 2)
+    np.testing.assert_allclose(b.session.run({"x": x})[0], x @ (2 * params["w"]).T, rtol=1e-5, atol=1e-5)
+    # a plan lowered with its own transposed copy refuses a session holding the weight as stored
+    with pytest.raises(InputError, match="this plan reads them transposed"):
+        Session(_lower(g, device, True), {}, device=device, share=a.session)
+
+
+def test_a_kernel_builders_error_names_the_graphs_node(device):
+    # an error raised while building a product on a transposed weight names the node as the graph has it
+    from eggfuse.ir.errors import LoweringError
+    from eggfuse.lowering import lower
+
+    g = _product("MatMulBT", 37, 67, 72)
+    with pytest.raises(LoweringError, match=r"node 2 MatMulBT\(f32\[37,67\], f32\[72,67\]\)"):
+        lower(g, {"max-compute-workgroup-storage-size": 1024}, weights_along_n=True)
