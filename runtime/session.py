@@ -245,8 +245,12 @@ class Session:
         uploading = _Background(self._upload, values, borrowed, uploads)
         try:
             # the sources of derived parameters, kept to repack those when one is written
-            # (write_parameter): copies, unless no one can write them (read-only memory)
-            self._packed_sources = {name: _kept(values[name]) if name in values else share._packed_sources[name]
+            # (write_parameter): copies, unless no one can write them (read-only memory); but a parameter whose
+            # derived parameters each pack it alone as f32 (a weight transposed for the tiled matmul,
+            # lowering.layout) is repacked from the written value and read back from the device: None
+            self._unkept = _packed_alone(plan)
+            self._packed_sources = {name: None if name in self._unkept else
+                                    _kept(values[name]) if name in values else share._packed_sources[name]
                                     for d in plan.derived.values() for name in d.sources}
             # every dispatch's parameters in one uniform buffer, each at an aligned offset: one
             # buffer for wgpu-native to track per run instead of one per dispatch
@@ -347,11 +351,16 @@ class Session:
     def read_parameter(self, name: str) -> np.ndarray:
         """The current device contents of parameter or state ``name`` (float32, its shape):
         after in-place updates (optimiser steps, KV-cache writes) not the uploaded value.
-        A parameter only derived parameters read (kind 'host') comes from its host copy.
+        A parameter only derived parameters read (kind 'host') comes from its host copy, or, where each of them
+        packs it alone in f32 (a weight transposed for the tiled matmul: ``lowering.layout``), from the device.
         Raises InputError for an unknown name."""
         index = self.plan.parameters.get(name)
         if index is None:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
+        if self._buffers[index] is None and self._packed_sources[name] is None:  # from the one it is packed into
+            packed, d = next((i, d) for i, d in self.plan.derived.items() if d.sources == (name,))
+            value = self._read_buffer(packed, self.plan.buffers[packed].type, f"reading parameter {name!r}")
+            return np.ascontiguousarray(value.T) if d.transpose else value
         if self._buffers[index] is None:
             return self._packed_sources[name].copy()
         return self._read_buffer(index, self.plan.buffers[index].type, f"reading parameter {name!r}")
@@ -370,10 +379,14 @@ class Session:
                 self.device.queue.write_buffer(self._buffers[index], 0, arr)
             if name in self._packed_sources:
                 self._packed_sources[name] = arr
-                for packed, d in self.plan.derived.items():
-                    if name in d.sources:
-                        _write_packed(self.device.queue.write_buffer, self._buffers[packed],
-                                      [self._packed_sources[n] for n in d.sources], d)
+                try:
+                    for packed, d in self.plan.derived.items():
+                        if name in d.sources:
+                            _write_packed(self.device.queue.write_buffer, self._buffers[packed],
+                                          [self._packed_sources[n] for n in d.sources], d)
+                finally:
+                    if name in self._unkept:
+                        self._packed_sources[name] = None
 
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
@@ -943,12 +956,15 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBu
             raise InputError(f"parameter {name!r} is {mine} in this plan but {theirs} in the shared session")
         if plan.buffers[index].kind != "host" and share._buffers[other] is not None:
             out[index] = share._buffers[other]
-        elif plan.buffers[index].kind != "host":
-            # the shared session reads this weight only through a transposed copy (lowering.layout)
+        elif plan.buffers[index].kind != "host" and any(
+                d.transpose and d.store == "f32" and d.sources == (name,) for d in share.plan.derived.values()):
+            # the shared session reads this weight only through a transposed copy (lowering.layout); a weight it
+            # packs otherwise (with others, or rounded) this session uploads itself, as before
             raise InputError(f"parameter {name!r}: the shared session holds it only transposed (a copy its tiled "
                              "products read), this plan as stored, so the two would not share it; lower the shared "
                              "session's plan with weights_along_n=False (eggfuse.compile(..., "
-                             "weights_along_n=False)), or create this session first and share it")
+                             "weights_along_n=False)), or create this session first and compile the other with "
+                             "eggfuse.compile(..., share=), which keeps weights as stored")
     packed = {d: index for index, d in share.plan.derived.items()}
     for index, d in plan.derived.items():
         if (other := packed.get(d)) is not None:
@@ -996,6 +1012,14 @@ def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.nd
             offset += a.nbytes
     else:
         put(buffer, 0, np.ascontiguousarray(np.concatenate(sources, axis=axis)))
+
+
+def _packed_alone(plan: ExecutionPlan) -> frozenset[str]:
+    # Parameters whose derived parameters each pack that parameter alone, as f32 (transposed or not), so that
+    # the written value alone repacks them and their contents give it back
+    sources = [d for d in plan.derived.values()]
+    names = {n for d in sources for n in d.sources}
+    return frozenset(n for n in names if all(d.sources == (n,) and d.store == "f32" for d in sources if n in d.sources))
 
 
 def _kept(arr: np.ndarray) -> np.ndarray:

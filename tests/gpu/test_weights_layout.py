@@ -221,3 +221,35 @@ def test_a_kernel_builders_error_names_the_graphs_node(device):
     g = _product("MatMulBT", 37, 67, 72)
     with pytest.raises(LoweringError, match=r"node 2 MatMulBT\(f32\[37,67\], f32\[72,67\]\)"):
         lower(g, {"max-compute-workgroup-storage-size": 1024}, weights_along_n=True)
+
+
+def test_a_transposed_weight_is_read_written_and_not_kept_on_the_host(device):
+    # the session keeps no host copy of a weight it only holds transposed: read_parameter reads the device's copy
+    # back, write_parameter repacks it from the value written
+    g = _product("FusedMatMul", 37, 67, 72)
+    inputs, params = _leaves(g, 6)
+    s = Session(_lower(g, device, True), params, device=device)
+    assert s._packed_sources["w"] is None
+    np.testing.assert_array_equal(s.read_parameter("w"), params["w"])
+    w2 = (params["w"] * -0.5).astype(np.float32)
+    s.write_parameter("w", w2)
+    assert s._packed_sources["w"] is None
+    np.testing.assert_array_equal(s.read_parameter("w"), w2)
+    want = evaluate(g, inputs, {**params, "w": w2})[0]
+    np.testing.assert_allclose(s.run(inputs)[0], want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_a_weight_the_shared_session_packs_with_others_is_uploaded_as_before(device):
+    # a shared session holding w0 only inside a packed weight (Q/K/V-like, not transposed): this session uploads
+    # its own w0, as before the layouts; only a weight held transposed alone is refused
+    a = Graph()
+    w = [a.parameter(f"w{i}", (8, 64)) for i in range(2)]
+    a.set_outputs([a.add_node("MatMulBT", (a.input("x", (2, 64)), a.add_node("Concat", w, axis=0)))])
+    _, params = _leaves(a, 7)
+    first = Session(_lower(a, device, True), params, device=device)
+    assert first.plan.buffers[first.plan.parameters["w0"]].kind == "host"
+    b = Graph()
+    b.set_outputs([b.add_node("MatMulBT", (b.input("x", (2, 64)), b.parameter("w0", (8, 64))))])
+    second = Session(_lower(b, device, True), {"w0": params["w0"]}, device=device, share=first)
+    x = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(second.run({"x": x})[0], x @ params["w0"].T, rtol=1e-5, atol=1e-5)
