@@ -269,12 +269,12 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     ``matmul_kernel.last_split``); False (for Metal, where naga's ``storageBarrier`` is a threadgroup barrier:
     ``eggfuse.pipeline.lower_for``) keeps such products in two dispatches.
 
-    ``weights_along_n=True`` (None: :data:`.layout.WEIGHTS_ALONG_N`) gives the tiled products of weights stored
-    [N, K] that :func:`.layout.weights_along_n` picks a derived parameter of their own, the weight transposed
-    ([K, N], packed once by the session), and lowers them as products of B stored [K, N] (same values, bit for
-    bit; faster loads: see :mod:`.layout`); a weight that no dispatch then reads as stored gets no device
-    buffer. False keeps every weight as stored (``eggfuse.compile`` with ``share``: the other session's
-    buffers are the weights as stored).
+    ``weights_along_n=True`` (None: :data:`.layout.WEIGHTS_ALONG_N`) gives the tiled products that
+    :func:`.layout.weights_along_n` picks (a weight stored [N, K] on a tile of fewer than 128 rows, or [K, N] on
+    one of 128) a derived parameter of their own, the weight transposed (packed once by the session), and lowers
+    them with the other variant on it (same values, bit for bit; faster loads: see :mod:`.layout`); a weight
+    that no dispatch then reads as stored gets no device buffer. False keeps every weight as stored
+    (``eggfuse.compile`` with ``share``: the other session's buffers are the weights as stored).
 
     Raises InputError for a ``runtime_checks``, ``constant_params`` or ``weights_along_n`` that is not a bool
     (or None for the latter), GraphError when the
