@@ -1036,26 +1036,15 @@ fn put_part1(at: u32, v: f32) {
 #: The same for LAST_SPLIT, into the binding part as u32 atomics (``part: array<atomic<u32>>``), and part4, the
 #: load of a quad: naga's SPIR-V declares storage buffers without the Coherent decoration under the GLSL450
 #: memory model, where only atomics are sure to be seen by another workgroup after the barriers. The binding is
-#: the kernel's own, so its layout is free: with out bound as vec4 (_PART_ATOMICS_PLANES, where
-#: :data:`PART_PLANES`) element e of the quad at element ``at`` goes to plane e of four [SPLITS, M, N / 4], so
-#: that the neighbouring quads of a subgroup's invocations make one coalesced access a plane (an atomic
-#: access is a single u32); otherwise (_PART_ATOMICS, by floats) element ``at`` of [SPLITS, M, N].
+#: the kernel's own, so its layout is free: with out bound as vec4 (_PART_ATOMICS_PLANES) element e of the quad
+#: at element ``at`` goes to plane e of four [SPLITS, M, N / 4], so that the neighbouring quads of a subgroup's
+#: invocations make one coalesced access a plane (an atomic access is a single u32); by floats (_PART_ATOMICS)
+#: element ``at`` of [SPLITS, M, N]. (A quad's floats side by side, read back in a loop of load-and-add, took
+#: 1.12x the time of two dispatches: see :func:`last_split`.)
 _PART_ATOMICS = """
 
 fn put_part1(at: u32, v: f32) {
     atomicStore(&part[at], bitcast<u32>(v));
-}
-
-fn put_part4(at: u32, v: vec4<f32>) {  // partial sums at part[at..at+3]
-    put_part1(at, v.x);
-    put_part1(at + 1u, v.y);
-    put_part1(at + 2u, v.z);
-    put_part1(at + 3u, v.w);
-}
-
-fn part4(at: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<f32>(atomicLoad(&part[at])), bitcast<f32>(atomicLoad(&part[at + 1u])),
-                     bitcast<f32>(atomicLoad(&part[at + 2u])), bitcast<f32>(atomicLoad(&part[at + 3u])));
 }"""
 _PART_ATOMICS_PLANES = """
 
@@ -1074,11 +1063,6 @@ fn part4(at: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<f32>(atomicLoad(&part[q])), bitcast<f32>(atomicLoad(&part[plane + q])),
                      bitcast<f32>(atomicLoad(&part[2u * plane + q])), bitcast<f32>(atomicLoad(&part[3u * plane + q])));
 }"""
-#: Whether a LAST_SPLIT product whose out is bound as vec4 keeps its partial sums in planes (_PART_ATOMICS_PLANES).
-PART_PLANES = True
-#: Whether the last K range's sums of a quad (finish4, out bound as vec4) load every split's quad before adding
-#: them (:func:`_finish4_vec4`), rather than in a loop of load-and-add.
-FINISH_UNROLLED = True
 
 _FINISH4_VEC4 = """
 
@@ -1093,17 +1077,11 @@ fn finish4(row0: u32, col0: u32, r: u32, c: u32) {
     out[at / 4u] = vec4<f32>(epilogue(i, j, s.x), epilogue(i, j + 1u, s.y), epilogue(i, j + 2u, s.z),
                              epilogue(i, j + 3u, s.w));
 }"""
-_SUMS_LOOP = """    var s = vec4<f32>();
-    for (var t = 0u; t < SPLITS; t = t + 1u) {
-        s = s + part4(t * p.m * p.n + at);
-    }"""
 
 
 def _finish4_vec4(splits: int) -> str:
-    # finish4 for out bound as vec4: the splits' quads added in order from zero, as matmul_split_reduce.wgsl adds
-    # them (so C is the same bit for bit); with FINISH_UNROLLED every quad is loaded before the first addition
-    if not FINISH_UNROLLED:
-        return _FINISH4_VEC4.replace("{SUMS}", _SUMS_LOOP)
+    # finish4 for out bound as vec4: every split's quad loaded, then added in order from zero, as
+    # matmul_split_reduce.wgsl adds them (so C is the same bit for bit)
     loads = "\n".join(f"    let s{t} = part4({t}u * p.m * p.n + at);" for t in range(splits))
     total = "vec4<f32>()"
     for t in range(splits):
@@ -1501,7 +1479,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                        _STORE4_SCALAR_INSIDE if inside else _STORE4_SCALAR)
     last = final is None and last_split(splits, rms_norm, fixed + len(operands) + 3, storage_buffers, device_barriers,
                                         tile.bm * tile.bn)
-    tiled["STORE4"] += ((_PART_ATOMICS_PLANES if vec_out and PART_PLANES else _PART_ATOMICS) if last
+    tiled["STORE4"] += ((_PART_ATOMICS_PLANES if vec_out else _PART_ATOMICS) if last
                         else _PART_OUT_VEC4 if vec_out else _PART_OUT_SCALAR)
     out = Buffer("out", "vec4<f32>" if vec_out else "f32", write=True)
     if splits == 1 and final is None:
