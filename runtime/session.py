@@ -245,13 +245,12 @@ class Session:
         uploading = _Background(self._upload, values, borrowed, uploads)
         try:
             # the sources of derived parameters, kept to repack those when one is written
-            # (write_parameter): copies, unless no one can write them (read-only memory); but a parameter whose
+            # (write_parameter): copies, unless no one can write them (read-only memory); not a parameter whose
             # derived parameters each pack it alone as f32 (a weight transposed for the tiled matmul,
-            # lowering.layout) is repacked from the written value and read back from the device: None
+            # lowering.layout), which the written value alone repacks and the device gives back
             self._unkept = _packed_alone(plan)
-            self._packed_sources = {name: None if name in self._unkept else
-                                    _kept(values[name]) if name in values else share._packed_sources[name]
-                                    for d in plan.derived.values() for name in d.sources}
+            self._packed_sources = {name: _kept(values[name]) if name in values else share._packed_sources[name]
+                                    for d in plan.derived.values() for name in d.sources if name not in self._unkept}
             # every dispatch's parameters in one uniform buffer, each at an aligned offset: one
             # buffer for wgpu-native to track per run instead of one per dispatch
             offsets, size = _aligned_offsets([len(d.params) for d in plan.dispatches],
@@ -357,7 +356,7 @@ class Session:
         index = self.plan.parameters.get(name)
         if index is None:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
-        if self._buffers[index] is None and self._packed_sources[name] is None:  # from the one it is packed into
+        if self._buffers[index] is None and name in self._unkept:  # from the one it is packed into
             packed, d = next((i, d) for i, d in self.plan.derived.items() if d.sources == (name,))
             value = self._read_buffer(packed, self.plan.buffers[packed].type, f"reading parameter {name!r}")
             return np.ascontiguousarray(value.T) if d.transpose else value
@@ -379,14 +378,10 @@ class Session:
                 self.device.queue.write_buffer(self._buffers[index], 0, arr)
             if name in self._packed_sources:
                 self._packed_sources[name] = arr
-                try:
-                    for packed, d in self.plan.derived.items():
-                        if name in d.sources:
-                            _write_packed(self.device.queue.write_buffer, self._buffers[packed],
-                                          [self._packed_sources[n] for n in d.sources], d)
-                finally:
-                    if name in self._unkept:
-                        self._packed_sources[name] = None
+            for packed, d in self.plan.derived.items():
+                if name in d.sources:
+                    _write_packed(self.device.queue.write_buffer, self._buffers[packed],
+                                  [arr if n == name else self._packed_sources[n] for n in d.sources], d)
 
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
@@ -1017,9 +1012,9 @@ def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.nd
 def _packed_alone(plan: ExecutionPlan) -> frozenset[str]:
     # Parameters whose derived parameters each pack that parameter alone, as f32 (transposed or not), so that
     # the written value alone repacks them and their contents give it back
-    sources = [d for d in plan.derived.values()]
-    names = {n for d in sources for n in d.sources}
-    return frozenset(n for n in names if all(d.sources == (n,) and d.store == "f32" for d in sources if n in d.sources))
+    derived = list(plan.derived.values())
+    names = {n for d in derived for n in d.sources}
+    return frozenset(n for n in names if all(d.sources == (n,) and d.store == "f32" for d in derived if n in d.sources))
 
 
 def _kept(arr: np.ndarray) -> np.ndarray:
