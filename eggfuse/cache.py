@@ -185,14 +185,14 @@ def optimizer_identity(args: Mapping[str, Any]) -> dict[str, Any]:
 
 def entry_key(graph: Graph, *, fuse: bool, optimizer: Mapping[str, Any], device: Mapping[str, Any],
               subgroups: bool, runtime_checks: bool = False, constant_params: bool = False,
-              weights_along_n: bool = True) -> str:
+              transpose_weights: bool = True) -> str:
     """The key (64 hex digits) of compiling ``graph``: see the module docstring. ``device`` is
     :func:`device_identity`'s dict. Raises :class:`Unstorable` for a graph or optimiser
     argument that is not plain data."""
     doc = {"format": FORMAT, "versions": versions(), "graph": encode_graph(graph, digest=True), "fuse": bool(fuse),
            "optimizer": optimizer_identity(optimizer) if fuse else None, "device": dict(device),
            "subgroups": bool(subgroups), "runtime_checks": bool(runtime_checks),
-           "constant_params": bool(constant_params), "weights_along_n": bool(weights_along_n)}
+           "constant_params": bool(constant_params), "transpose_weights": bool(transpose_weights)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -94,7 +94,7 @@ def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Seq
 
 def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
               prefetch: bool | None = None, runtime_checks: bool | None = None,
-              constant_params: bool | None = None, weights_along_n: bool | None = None) -> ExecutionPlan:
+              constant_params: bool | None = None, transpose_weights: bool | None = None) -> ExecutionPlan:
     """Lower ``graph`` against ``device``'s limits (default: the process-wide device).
 
     ``subgroups``: lower reductions with subgroup operations; None (default) when the device
@@ -105,8 +105,8 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     without naga's runtime checks, unless EGGFUSE_RUNTIME_CHECKS=1). ``constant_params``: as
     :func:`eggfuse.lowering.lower`'s (kernels read their parameters as WGSL constants, a pipeline per
     size); None (default): :data:`CONSTANT_PARAMS` where set, else on every adapter but a CPU one.
-    ``weights_along_n``: as :func:`eggfuse.lowering.lower`'s (the tiled products' weights stored [K, N], a transposed
-    copy each; None: ``lowering.layout.WEIGHTS_ALONG_N``). On Metal the
+    ``transpose_weights``: as :func:`eggfuse.lowering.lower`'s (a tiled product reads a transposed copy of its
+    weight where the other layout loads faster; None: ``lowering.layout.TRANSPOSE_WEIGHTS``). On Metal the
     plan keeps split-K products in two dispatches (:func:`device_barriers_for`). Raises
     InputError for a ``runtime_checks`` or ``constant_params`` not None/True/False, a bad EGGFUSE_RUNTIME_CHECKS, for
     ``subgroups`` not None/True/False or True on a device without them, LoweringError when
@@ -122,7 +122,7 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     plan = lower(graph, dict(device.limits), subgroups=subgroups_for(device, subgroups), prefetch=bool(prefetch),
                  runtime_checks=runtime_checks_for(runtime_checks),
                  constant_params=constant_params_for(device, constant_params),
-                 device_barriers=device_barriers_for(device), weights_along_n=weights_along_n)
+                 device_barriers=device_barriers_for(device), transpose_weights=transpose_weights)
     if cpu:  # lavapipe cuts long shader loops short, silently
         from eggfuse.lowering.plan import check_cpu_loops
 
@@ -220,7 +220,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             device=None, share: Session | None = None, subgroups: bool | None = None,
             prerecord: bool = True, finite_inputs: bool = True, cache: bool = True,
             precision: str = "f32", constant_params: bool | None = None,
-            weights_along_n: bool | None = None) -> Compiled:
+            transpose_weights: bool | None = None) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
     bind it: parameters uploaded once, pipelines and bind groups built.
 
@@ -231,7 +231,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     ``share`` binds to another session's buffers of the same names (weights, KV caches: see
     ``Session``), and then keeps every weight as stored (``lowering.layout``: no transposed copies, which
     the other session's buffers are not; a weight the other session holds only transposed raises InputError:
-    compile that one with ``weights_along_n=False``); ``weights_along_n`` as :func:`lower_for`'s (None: on,
+    compile that one with ``transpose_weights=False``); ``transpose_weights`` as :func:`lower_for`'s (None: on,
     but off with ``share``; part of the compile cache's key); ``subgroups`` and ``constant_params`` as
     :func:`lower_for` (the latter part of the compile cache's key: :func:`constant_params_for`); kernels keep
     naga's runtime checks when the environment variable EGGFUSE_RUNTIME_CHECKS is 1
@@ -258,7 +258,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
     :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
-    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, a ``weights_along_n`` not None/True/False,
+    unknown or mis-shaped parameters, for a ``cache`` that is not a bool, a ``transpose_weights`` not None/True/False,
     a weight ``share`` holds only transposed, a ``device`` that is not
     a wgpu device, and for an unknown ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
     :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
@@ -277,8 +277,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
                          f"None for that one, got {type(device).__name__} {device!r}")
     if not isinstance(cache, bool):
         raise InputError(f"cache must be True or False, got {cache!r}")
-    if weights_along_n is not None and not isinstance(weights_along_n, bool):
-        raise InputError(f"weights_along_n must be True, False or None, got {weights_along_n!r}")
+    if transpose_weights is not None and not isinstance(transpose_weights, bool):
+        raise InputError(f"transpose_weights must be True, False or None, got {transpose_weights!r}")
     rulesets = precision_rulesets(precision, rulesets)
     if precision == "f16" and (not fuse or verify):
         raise InputError("precision='f16' is chosen by the rewrite engine (the f16 ruleset rounds weights), so it "
@@ -293,8 +293,12 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     optimizer = {"cost_model": cost_model, "rulesets": rulesets}  # what reaches the rewrite engine (and the key)
     constants = constant_params_for(device, constant_params)
     # a session that binds another's weights reads them as that one stores them
-    along_n = weights_along_n if weights_along_n is not None or share is None else False
-    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants, along_n)
+    if transpose_weights is None:
+        from eggfuse.lowering import layout
+
+        transpose_weights = layout.TRANSPOSE_WEIGHTS and share is None
+    store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants,
+                                       transpose_weights)
     if loaded is not None:
         run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
         if fuse:
@@ -319,7 +323,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
         t = time.perf_counter()
         try:
             plan = lower_for(run_graph, device, subgroups=usable, runtime_checks=checks, constant_params=constants,
-                             weights_along_n=along_n)
+                             transpose_weights=transpose_weights)
         except LoweringError as e:
             if report is not None:  # the nodes of ``graph`` the optimised nodes compute
                 e.sources = tuple(sorted({i for n in e.nodes for i in report.origins.get(n, ())}))
@@ -340,14 +344,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
                     status, steps)
 
 
-def _weights_along_n(given: bool | None) -> bool:
-    from eggfuse.lowering import layout
-
-    return layout.WEIGHTS_ALONG_N if given is None else given
-
-
 def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device, subgroups: bool,
-                  runtime_checks: bool, constant_params: bool, weights_along_n: bool | None):
+                  runtime_checks: bool, constant_params: bool, transpose_weights: bool):
     # (the cache, the key, the entry loaded or None); the cache and key are None when it is off
     # or the compile cannot be keyed (an optimiser argument that is not plain data).
     from eggfuse.ir.ops.matmul_kernel import matmul_choice_active
@@ -360,7 +358,7 @@ def _cache_lookup(graph: Graph, cache: bool, fuse: bool, optimizer: dict, device
     try:
         key = entry_key(graph, fuse=fuse, optimizer=optimizer, device=device_identity(device), subgroups=subgroups,
                         runtime_checks=runtime_checks, constant_params=constant_params,
-                        weights_along_n=_weights_along_n(weights_along_n))
+                        transpose_weights=transpose_weights)
     except (Unstorable, OSError):  # OSError: eggfuse's source files could not be read for the digest
         return None, None, None
     store = CompileCache()

@@ -13,7 +13,7 @@ and lowers the product with the other variant on it; the parameter itself then n
 'host'), so the plan's weight bytes are unchanged. The values are the same bit for bit: the kernel adds the
 same products in the same order, only the loads differ.
 
-Which products (:func:`weights_along_n`): a 'BT' or '' product whose tiled kernel is chosen (not the GEMV of
+Which products (:func:`transposed_weights`): a 'BT' or '' product whose tiled kernel is chosen (not the GEMV of
 ``matmul_kernel.matmul_tile``, which reads B as stored), stored [N, K] on a tile of fewer than 128 rows or
 [K, N] on one of 128, of a weight that is an f32 parameter (not state a step updates, not written in place)
 or a derived parameter of such parameters packed along N as f32, where every live reader of that weight is
@@ -25,7 +25,7 @@ Measured on an H100 (``bench/matmul.py --shapes MatMul:M,K,N;M,K,N``, one call, 
 product in turn, bench/results/weights_kn_h100/layout_ab.json, us [K, N] / [N, K]): 1024 x 768 x 3072 on
 64x64x16m8x4 147.7 / 157.4; 1024 x 768 x 2304 125.5 / 133.6; on 64x128x8 in 4 K ranges 1024 x 3072 x 768
 158.7 / 179.4, 1024 x 768 x 768 57.9 / 62.9, 512 x 576 x 1536 50.3 / 53.6; 4096^3 on 128x128x8 3957 / 3623.
-Whole plans alternated with WEIGHTS_ALONG_N=False (``bench/plan_ab.py``, three rounds, us GPU): MiniLM
+Whole plans alternated with TRANSPOSE_WEIGHTS=False (``bench/plan_ab.py``, three rounds, us GPU): MiniLM
 1028.7-1041.4 against 1075.0-1083.4 (``ab_minilm_layout.json``), SmolLM2's 128-token prefill 2728.1-2733.2
 against 2862.4-2863.0 (``ab_prefill_layout.json``).
 """
@@ -39,9 +39,9 @@ from ..ir.ops.matmul_kernel import matmul_tile
 from ..ir.spec import OPS
 from ..ir.types import DType
 
-#: Whether :func:`eggfuse.lowering.lower` transposes the weights :func:`weights_along_n` picks (its
-#: ``weights_along_n`` argument, when None).
-WEIGHTS_ALONG_N = True
+#: Whether :func:`eggfuse.lowering.lower` transposes the weights :func:`transposed_weights` picks (its
+#: ``transpose_weights`` argument, when None).
+TRANSPOSE_WEIGHTS = True
 
 
 def weight_slot(node: Node) -> tuple[int, str] | None:
@@ -86,7 +86,7 @@ def _flipped(node: Node, graph: Graph, slot: int, stored: str) -> bool:
     return not tile.gemv and (tile.bm < 128 if stored == "BT" else tile.bm == 128)
 
 
-def weights_along_n(graph: Graph, live: list[Node]) -> dict[NodeId, tuple[int, str]]:
+def transposed_weights(graph: Graph, live: list[Node]) -> dict[NodeId, tuple[int, str]]:
     """The products of ``live`` (a schedule of ``graph``) whose weight :func:`~eggfuse.lowering.lower` reads
     transposed: product node id -> (the input slot of its weight, the variant it is lowered with: '' for a
     weight stored [N, K] read as [K, N], 'BT' for one stored [K, N] read as [N, K]); see the module's docstring

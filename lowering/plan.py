@@ -232,7 +232,7 @@ def _label(node: Node, ins: list[TensorType]) -> str:
 def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: bool = False,
           share_storage: bool = True, prefetch: bool = True, runtime_checks: bool = False,
           constant_params: bool = True, device_barriers: bool = True,
-          weights_along_n: bool | None = None) -> ExecutionPlan:
+          transpose_weights: bool | None = None) -> ExecutionPlan:
     """Lower the live part of ``graph`` to an :class:`ExecutionPlan`.
 
     ``limits`` is a dict keyed like wgpu's ``device.limits``; missing keys take the WebGPU
@@ -269,14 +269,14 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     ``matmul_kernel.last_split``); False (for Metal, where naga's ``storageBarrier`` is a threadgroup barrier:
     ``eggfuse.pipeline.lower_for``) keeps such products in two dispatches.
 
-    ``weights_along_n=True`` (None: :data:`.layout.WEIGHTS_ALONG_N`) gives the tiled products that
-    :func:`.layout.weights_along_n` picks (a weight stored [N, K] on a tile of fewer than 128 rows, or [K, N] on
+    ``transpose_weights=True`` (None: :data:`.layout.TRANSPOSE_WEIGHTS`) gives the tiled products that
+    :func:`.layout.transposed_weights` picks (a weight stored [N, K] on a tile of fewer than 128 rows, or [K, N] on
     one of 128) a derived parameter of their own, the weight transposed (packed once by the session), and lowers
     them with the other variant on it (same values, bit for bit; faster loads: see :mod:`.layout`); a weight
     that no dispatch then reads as stored gets no device buffer. False keeps every weight as stored
     (``eggfuse.compile`` with ``share``: the other session's buffers are the weights as stored).
 
-    Raises InputError for a ``runtime_checks``, ``constant_params`` or ``weights_along_n`` that is not a bool
+    Raises InputError for a ``runtime_checks``, ``constant_params`` or ``transpose_weights`` that is not a bool
     (or None for the latter), GraphError when the
     graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
@@ -290,10 +290,10 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         raise InputError(f"runtime_checks must be True or False, got {runtime_checks!r}")
     if not isinstance(constant_params, bool):
         raise InputError(f"constant_params must be True or False, got {constant_params!r}")
-    if weights_along_n is not None and not isinstance(weights_along_n, bool):
-        raise InputError(f"weights_along_n must be True, False or None, got {weights_along_n!r}")
-    if weights_along_n is None:
-        weights_along_n = layout.WEIGHTS_ALONG_N
+    if transpose_weights is not None and not isinstance(transpose_weights, bool):
+        raise InputError(f"transpose_weights must be True, False or None, got {transpose_weights!r}")
+    if transpose_weights is None:
+        transpose_weights = layout.TRANSPOSE_WEIGHTS
     graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)
@@ -330,7 +330,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     # weights the tiled matmul reads the other way (lowering.layout): a derived parameter each, the weight
     # transposed
-    along = layout.weights_along_n(graph, live) if weights_along_n else {}
+    along = layout.transposed_weights(graph, live) if transpose_weights else {}
     transposed: dict[NodeId, int] = {}
     for product, (slot, _) in along.items():
         weight = graph.node(product).inputs[slot]

@@ -957,8 +957,8 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBu
             # packs otherwise (with others, or rounded) this session uploads itself, as before
             raise InputError(f"parameter {name!r}: the shared session holds it only transposed (a copy its tiled "
                              "products read), this plan as stored, so the two would not share it; lower the shared "
-                             "session's plan with weights_along_n=False (eggfuse.compile(..., "
-                             "weights_along_n=False)), or create this session first and compile the other with "
+                             "session's plan with transpose_weights=False (eggfuse.compile(..., "
+                             "transpose_weights=False)), or create this session first and compile the other with "
                              "eggfuse.compile(..., share=), which keeps weights as stored")
     packed = {d: index for index, d in share.plan.derived.items()}
     for index, d in plan.derived.items():
@@ -967,7 +967,7 @@ def _shared_buffers(plan: ExecutionPlan, share: Session) -> dict[int, wgpu.GPUBu
         elif d.transpose and d.store == "f32" and any(n in share.plan.parameters for n in d.sources):
             raise InputError(f"parameter(s) {', '.join(map(repr, d.sources))}: this plan reads them transposed (a "
                              "copy of its own, lowering.layout), the shared session as stored, so the two would not "
-                             "share them; lower this plan with weights_along_n=False (eggfuse.compile(..., share=) "
+                             "share them; lower this plan with transpose_weights=False (eggfuse.compile(..., share=) "
                              "does)")
     return out
 

@@ -47,7 +47,7 @@ def _weights_as_stored(monkeypatch):
     # test_the_last_split_is_bounded_by_its_partial_sums)
     from eggfuse.lowering import layout
 
-    monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)
+    monkeypatch.setattr(layout, "TRANSPOSE_WEIGHTS", False)
     monkeypatch.setattr(matmul_kernel, "LAST_SPLIT_MAX_SUMS", 1 << 30)
 
 

@@ -70,7 +70,7 @@ TILES = (*MATMUL_TILES, *MATMUL_TILES_WIDE, *MATMUL_TILES_SMALL, *MATMUL_TILES_T
 def test_every_tile_whole_and_split(tile, splits, device, monkeypatch):
     from eggfuse.lowering import layout
 
-    monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)  # B [N, K] as stored (transposed: test_weights_layout)
+    monkeypatch.setattr(layout, "TRANSPOSE_WEIGHTS", False)  # B [N, K] as stored (transposed: test_weights_layout)
     monkeypatch.setattr(matmul_kernel, "LAST_SPLIT_MAX_SUMS", 1 << 30)  # every tile's split in one dispatch
     row = _row("BT", 67, 150, 70, ("bias",))
     with matmul_choice(tile=tile, splits=splits):

@@ -54,16 +54,16 @@ OPS = ["MatMulBT", "FusedMatMul", "FusedRmsNormMatMul", "FusedRmsNormMatMulSwiGL
 SHAPES = [(37, 67, 72), (24, 403, 44)]
 
 
-def _run(g: Graph, device, along_n: bool, seed: int = 0) -> tuple[Session, list[np.ndarray]]:
+def _run(g: Graph, device, transpose: bool, seed: int = 0) -> tuple[Session, list[np.ndarray]]:
     inputs, params = _leaves(g, seed)
-    session = Session(_lower(g, device, along_n), params, device=device)
+    session = Session(_lower(g, device, transpose), params, device=device)
     return session, session.run(inputs)
 
 
-def _lower(g: Graph, device, along_n: bool):
+def _lower(g: Graph, device, transpose: bool):
     from eggfuse.lowering import lower
 
-    return lower(g, dict(device.limits), weights_along_n=along_n)
+    return lower(g, dict(device.limits), transpose_weights=transpose)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -119,7 +119,7 @@ def test_packed_and_shared_weights(device):
 
 
 def test_weights_that_keep_their_layout(device, monkeypatch):
-    # the GEMV (few rows) and the tiles of 128 rows read B as stored; WEIGHTS_ALONG_N False turns it off
+    # the GEMV (few rows) and the tiles of 128 rows read B as stored; TRANSPOSE_WEIGHTS False turns it off
     from eggfuse.ir.ops.matmul_kernel import matmul_tile
 
     for m, k, n in ((3, 64, 96), (12, 64, 96), (640, 16, 8192)):
@@ -130,7 +130,7 @@ def test_weights_that_keep_their_layout(device, monkeypatch):
         assert tile.gemv or tile.bm == 128
         assert not any(b.name == "w.T" for b in plan.buffers) and "_BT_" in plan.dispatches[0].kernel
     g = _product("MatMulBT", 37, 67, 72)
-    monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)
+    monkeypatch.setattr(layout, "TRANSPOSE_WEIGHTS", False)
     assert "_BT_" in lower_for(g, device).dispatches[0].kernel
 
 
@@ -144,7 +144,7 @@ def test_a_session_sharing_weights_reads_them_as_stored(device, tmp_path, monkey
     inputs, params = _leaves(g, 3)
     first = compile_graph(g, params, device=device, fuse=False)
     assert any(b.name == "w.T" for b in first.plan.buffers) and first.cache == "miss"
-    stored = compile_graph(g, params, device=device, fuse=False, weights_along_n=False)
+    stored = compile_graph(g, params, device=device, fuse=False, transpose_weights=False)
     assert stored.cache == "miss" and not any(b.name.endswith(".T") for b in stored.plan.buffers)
     shared = compile_graph(g, params, device=device, fuse=False, share=stored.session)
     assert shared.cache == "hit" and shared.plan.buffers[shared.plan.parameters["w"]].kind == "parameter"
@@ -201,8 +201,8 @@ def test_sharing_with_a_session_that_holds_a_weight_only_transposed_is_refused(d
     decode.set_outputs([decode.add_node("MatMulBT", (decode.input("x", (2, 64)), decode.parameter("w", (72, 64))))])
     with pytest.raises(InputError, match="parameter 'w': the shared session holds it only transposed"):
         compile_graph(decode, {}, device=device, fuse=False, cache=False, share=a.session)
-    # compiled with weights_along_n=False, A holds w as stored, and the decode session shares it
-    a = compile_graph(g, params, device=device, fuse=False, cache=False, weights_along_n=False)
+    # compiled with transpose_weights=False, A holds w as stored, and the decode session shares it
+    a = compile_graph(g, params, device=device, fuse=False, cache=False, transpose_weights=False)
     b = compile_graph(decode, {}, device=device, fuse=False, cache=False, share=a.session)
     x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
     np.testing.assert_allclose(b.session.run({"x": x})[0], x @ params["w"].T, rtol=1e-5, atol=1e-5)
@@ -220,7 +220,7 @@ def test_a_kernel_builders_error_names_the_graphs_node(device):
 
     g = _product("MatMulBT", 37, 67, 72)
     with pytest.raises(LoweringError, match=r"node 2 MatMulBT\(f32\[37,67\], f32\[72,67\]\)"):
-        lower(g, {"max-compute-workgroup-storage-size": 1024}, weights_along_n=True)
+        lower(g, {"max-compute-workgroup-storage-size": 1024}, transpose_weights=True)
 
 
 def test_a_transposed_weight_is_read_written_and_not_kept_on_the_host(device):

@@ -454,7 +454,7 @@ def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
     import eggfuse.ir.ops.matmul_kernel as mk
     from eggfuse.lowering import layout
 
-    monkeypatch.setattr(layout, "WEIGHTS_ALONG_N", False)  # B as stored ([N, K]; transposed: test_weights_layout)
+    monkeypatch.setattr(layout, "TRANSPOSE_WEIGHTS", False)  # B as stored ([N, K]; transposed: test_weights_layout)
     monkeypatch.setattr(mk, "LAST_SPLIT_MAX_SUMS", 1 << 30)  # 32x64 tiles in 6 K ranges: 12288 sums a tile
     g = _split_product(64, 576, 192)
     tile = matmul_tile(64, 576, 192, "BT")
