@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernel import Buffer, Kernel
+from ..kernel import COUNTERS, SCRATCH, Buffer, Kernel
 from ..spec import Attr, example, need, op, rules
 from ..types import DType, TensorType
 
@@ -25,6 +25,12 @@ MIN_NORM = 1e-12
 #: Rows a lane loads before it sums them (shaders/token_pool.wgsl STEP): the loads in flight of a kernel whose
 #: workgroup reads a whole sentence.
 TOKEN_POOL_STEP = 8
+#: Whether a sentence's tokens are spread over several workgroups (:func:`token_pool_chunks`).
+TOKEN_POOL_CHUNKS = True
+#: Steps of TOKEN_POOL_STEP rows each group of a chunk's workgroup takes.
+TOKEN_POOL_CHUNK_STEPS = 1
+#: Most chunks of a sentence.
+TOKEN_POOL_MAX_CHUNKS = 64
 
 
 def _token_pool_infer(ts, a):
@@ -46,21 +52,74 @@ def token_pool_ref(xs, a):
     return pooled
 
 
+def token_pool_chunks(batch: int, s: int, groups: int, device_barriers: bool = True) -> tuple[int, int]:
+    """(chunks, rows) of TokenPool's kernel for ``batch`` sentences of ``s`` tokens whose workgroups hold
+    ``groups`` row groups: each sentence's tokens cut into ``chunks`` workgroups of ``rows`` tokens
+    (shaders/token_pool_chunks.wgsl, whose last workgroup of a sentence adds the chunks' sums), or (1, s), a
+    workgroup a sentence (shaders/token_pool.wgsl). A chunk holds TOKEN_POOL_CHUNK_STEPS steps of
+    TOKEN_POOL_STEP rows a group, so each lane's loads are in flight at once, and a sentence at most
+    TOKEN_POOL_MAX_CHUNKS chunks (its last workgroup adds that many sums a unit); one workgroup a sentence
+    where TOKEN_POOL_CHUNKS is off, the sentence fits one chunk, or the device's ``storageBarrier`` does not
+    order one workgroup's atomics before another's (``device_barriers``, ``Target.device_barriers``: Metal)."""
+    rows = groups * TOKEN_POOL_STEP * TOKEN_POOL_CHUNK_STEPS
+    if not (TOKEN_POOL_CHUNKS and device_barriers) or s <= rows:
+        return 1, s
+    rows = max(rows, -(-s // TOKEN_POOL_MAX_CHUNKS))
+    return -(-s // rows), rows
+
+
 def _token_pool_kernel(node, ins, target) -> Kernel:
     x, w = ins
     batch, s, h = x.shape
     quads = h % 4 == 0
     cols = h // 4 if quads else h
     unit_lanes = min(cols, 256)
+    groups = 256 // unit_lanes
     vec = "vec4<f32>" if quads else "f32"
     a = node.attrs
-    return Kernel(f"token_pool_{'vec4' if quads else 'f32'}", "token_pool.wgsl", batch,
-                  params=(("batch", "u32", batch), ("s", "u32", s), ("cols", "u32", cols),
-                          ("unit_lanes", "u32", unit_lanes), ("groups", "u32", 256 // unit_lanes),
-                          ("min_count", "f32", a["min_count"]), ("min_norm", "f32", a["min_norm"])),
-                  slots={"VEC": vec, "SQUARES": "dot(v, v)" if quads else "v * v", "STEP": TOKEN_POOL_STEP,
-                         "MEAN": "true" if a["mean"] else "false", "NORMALIZE": "true" if a["normalize"] else "false"},
-                  bindings=(Buffer("x", vec), Buffer("w", w.dtype.wgsl), Buffer("out", vec, write=True)))
+    chunks, rows = token_pool_chunks(batch, s, groups, target.device_barriers)
+    params = (("batch", "u32", batch), ("s", "u32", s), ("cols", "u32", cols), ("unit_lanes", "u32", unit_lanes),
+              ("groups", "u32", groups), ("min_count", "f32", a["min_count"]), ("min_norm", "f32", a["min_norm"]))
+    slots = {"VEC": vec, "SQUARES": "dot(v, v)" if quads else "v * v", "STEP": TOKEN_POOL_STEP,
+             "MEAN": "true" if a["mean"] else "false", "NORMALIZE": "true" if a["normalize"] else "false"}
+    x_b, w_b, out = Buffer("x", vec), Buffer("w", w.dtype.wgsl), Buffer("out", vec, write=True)
+    form = "vec4" if quads else "f32"
+    if chunks == 1:
+        return Kernel(f"token_pool_{form}", "token_pool.wgsl", batch, params=params, slots=slots,
+                      bindings=(x_b, w_b, out))
+    return Kernel(f"token_pool_{form}_chunks{chunks}", "token_pool_chunks.wgsl", batch * chunks,
+                  params=(*params, ("chunk_rows", "u32", rows)),
+                  slots={**slots, "CHUNKS": chunks, "SUMS": _SUMS_VEC4 if quads else _SUMS_F32},
+                  bindings=(x_b, w_b, Buffer("sums", "atomic<u32>", write=True),
+                            Buffer("count", "atomic<u32>", write=True), out),
+                  inputs=(0, 1, SCRATCH, COUNTERS), scratch=batch * chunks * h, counters=batch)
+
+
+#: token_pool_chunks.wgsl's SUMS for rows of quads: a quad's floats in four planes of [batch, CHUNKS, cols],
+#: so that neighbouring lanes' atomics are neighbouring u32s.
+_SUMS_VEC4 = """fn put_sum(at: u32, v: vec4<f32>) {
+    let plane = p.batch * CHUNKS * p.cols;
+    atomicStore(&sums[at], bitcast<u32>(v.x));
+    atomicStore(&sums[plane + at], bitcast<u32>(v.y));
+    atomicStore(&sums[2u * plane + at], bitcast<u32>(v.z));
+    atomicStore(&sums[3u * plane + at], bitcast<u32>(v.w));
+}
+
+fn get_sum(at: u32) -> vec4<f32> {
+    let plane = p.batch * CHUNKS * p.cols;
+    return vec4<f32>(bitcast<f32>(atomicLoad(&sums[at])), bitcast<f32>(atomicLoad(&sums[plane + at])),
+                     bitcast<f32>(atomicLoad(&sums[2u * plane + at])),
+                     bitcast<f32>(atomicLoad(&sums[3u * plane + at])));
+}"""
+
+#: The same for rows of single columns.
+_SUMS_F32 = """fn put_sum(at: u32, v: f32) {
+    atomicStore(&sums[at], bitcast<u32>(v));
+}
+
+fn get_sum(at: u32) -> f32 {
+    return bitcast<f32>(atomicLoad(&sums[at]));
+}"""
 
 
 def _token_pool_vjp(b, node, dy, want):

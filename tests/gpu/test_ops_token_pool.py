@@ -87,3 +87,59 @@ def test_wholly_masked_sequence_pools_to_zeros(device):
     (got,) = Session(lower_for(g, device), {}, device=device).run({"x": x, "m": np.array([[1, 1, 0], [0, 0, 0]],
                                                                                            np.int32)})
     np.testing.assert_allclose(got, [[2 / 13 ** 0.5, 3 / 13 ** 0.5], [0, 0]], rtol=1e-6)
+
+
+# (shape, chunks): sentences cut into chunks of workgroups (token_pool_chunks), up to TOKEN_POOL_MAX_CHUNKS
+_CHUNKED = [((2, 130, 384), 9), ((8, 128, 384), 8), ((1, 19, 1028), 3), ((3, 70, 30), 2), ((1, 530, 1028), 59)]
+
+
+@pytest.mark.parametrize("shape,chunks", _CHUNKED, ids=[str(list(s)) for s, _ in _CHUNKED])
+def test_chunked_sentences_match_the_reference_run_after_run(shape, chunks, device):
+    # the last workgroup of each sentence adds the chunks' sums, and zeroes the sentence's counter for the next
+    # run: three runs of one session on other inputs each match the reference, and leave the counters (a buffer of
+    # the node's, one a sentence) zero (one left non-zero would let a workgroup pool its sentence before the other
+    # chunks' sums were stored)
+    from eggfuse.ir.ops.token_pool import token_pool_ref
+
+    b, s, h = shape
+    g = Graph()
+    g.set_outputs([g.add_node("TokenPool", (g.input("x", list(shape)), g.input("m", [b, s], DType.I32)), mean=True,
+                              normalize=True)])
+    plan = lower_for(g, device)
+    assert [d.kernel.split("+")[0] for d in plan.dispatches] == [f"token_pool_{'vec4' if h % 4 == 0 else 'f32'}"
+                                                                  f"_chunks{chunks}"]
+    (counters,) = [buf for buf in plan.buffers if buf.kind == "counters"]
+    assert counters.shape == (b,)
+    session = Session(plan, {}, device=device)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.standard_normal(shape).astype(np.float32)
+        m = (rng.random((b, s)) < 0.6).astype(np.int32)
+        (got,) = session.run({"x": x, "m": m})
+        want = token_pool_ref((x, m), {"mean": True, "normalize": True, "min_count": 1e-9, "min_norm": 1e-12})
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
+        np.testing.assert_array_equal(session._read_buffer(counters.index, counters.type, "the counters"), 0)
+
+
+def test_one_workgroup_a_sentence_where_barriers_do_not_reach_other_workgroups(monkeypatch):
+    # on Metal (device_barriers False) and with TOKEN_POOL_CHUNKS off a sentence keeps one workgroup
+    from eggfuse.ir.ops import token_pool
+    from eggfuse.lowering import lower
+
+    g = Graph()
+    g.set_outputs([g.add_node("TokenPool", (g.input("x", [2, 130, 384]), g.input("w", [2, 130])))])
+    assert lower(g).dispatches[0].kernel == "token_pool_vec4_chunks9"
+    assert lower(g, device_barriers=False).dispatches[0].kernel == "token_pool_vec4"
+    monkeypatch.setattr(token_pool, "TOKEN_POOL_CHUNKS", False)
+    assert lower(g).dispatches[0].kernel == "token_pool_vec4"
+
+
+@pytest.mark.parametrize("batch,s,groups,want", [(8, 128, 2, (8, 16)), (8, 16, 2, (1, 16)), (8, 17, 2, (2, 16)),
+                                                  (1, 530, 1, (59, 9)), (4, 300, 256, (1, 300)),
+                                                  (1, 64 * 8 + 1, 1, (57, 9))])
+def test_token_pool_chunks(batch, s, groups, want):
+    # a chunk holds TOKEN_POOL_STEP rows a group (8), a sentence at most TOKEN_POOL_MAX_CHUNKS (64) chunks
+    from eggfuse.ir.ops.token_pool import token_pool_chunks
+
+    assert token_pool_chunks(batch, s, groups) == want
+    assert token_pool_chunks(batch, s, groups, device_barriers=False) == (1, s)
