@@ -23,7 +23,7 @@
 // out holds C's rows, then the normalised rows; without PAIR it is never called).
 //
 // A row is cut into units of WIDTH columns (4 where p.n is a multiple of 4, else 1). LANES
-// neighbouring invocations take a row (256 / LANES rows a workgroup), lane l owning its units
+// neighbouring invocations take a row (WG / LANES rows a workgroup of WG), lane l owning its units
 // l, l + LANES, ...: with VALUES > 0 (at most VALUES units a lane) each computes its units once and
 // keeps them in registers for both passes and the output; with VALUES 0 (rows too long for that)
 // each pass computes them again. The row sums are row_lanes.wgsl's (in registers where a row's
@@ -35,7 +35,7 @@ const PAIR: bool = {{PAIR}};
 const VALUES: u32 = {{VALUES}}u;
 const HELD: u32 = max(VALUES, 1u);  // the register array's length
 const LANES: u32 = {{LANES}}u;
-const ROWS: u32 = 256u / LANES;
+const ROWS: u32 = {{WG}}u / LANES;
 const WIDTH: u32 = {{WIDTH}}u;
 // the components of a unit that hold columns
 const KEEP: vec4<f32> = {{KEEP}};
@@ -50,7 +50,7 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
 
 {{STORE}}
 
-@compute @workgroup_size(256)
+@compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let lane = li % LANES;

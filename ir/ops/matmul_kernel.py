@@ -1542,17 +1542,21 @@ LAYER_NORM_MIN_LANES = 128
 LAYER_NORM_QUAD_MIN_LANES = 128
 #: Whether rows of a multiple of 4 columns are cut into quads (False: single columns, as other rows).
 LAYER_NORM_QUADS = True
+#: Invocations of a workgroup of matmul_split_layer_norm.wgsl (WG / lanes rows a workgroup; :func:`layer_norm_stage`'s
+#: slot WG, :func:`layer_norm_groups`).
+LAYER_NORM_WG = MATMUL_WG
 
 
 def layer_norm_lanes(n: int) -> tuple[int, int, int]:
     """(lanes, values, width) of the LayerNorm final stage (matmul_split_layer_norm.wgsl) for rows of
     ``n``: a row is cut into units of ``width`` columns, 4 (quads, bound as vec4) where ``n`` is a
-    multiple of 4 and LAYER_NORM_QUADS, else 1; ``lanes`` (neighbouring invocations, 256 / lanes rows a
-    workgroup) take a row, the fewest power of two from LAYER_NORM_QUAD_MIN_LANES (quads) or
-    LAYER_NORM_MIN_LANES up to 256 whose lanes each hold at most LAYER_NORM_HELD columns; ``values`` is
-    the units a lane keeps in registers, ceil(n / width / lanes), or 0 (each pass computes them again)
-    where its columns are above LAYER_NORM_HELD even at 256 lanes. Raises LoweringError where the
-    minimum is not a power of two from 1 to 256. Rows of 32 lanes or fewer lie in one subgroup on the
+    multiple of 4 and LAYER_NORM_QUADS, else 1; ``lanes`` (neighbouring invocations, LAYER_NORM_WG / lanes
+    rows a workgroup) take a row, the fewest power of two from LAYER_NORM_QUAD_MIN_LANES (quads) or
+    LAYER_NORM_MIN_LANES up to LAYER_NORM_WG whose lanes each hold at most LAYER_NORM_HELD columns; ``values``
+    is the units a lane keeps in registers, ceil(n / width / lanes), or 0 (each pass computes them again)
+    where its columns are above LAYER_NORM_HELD even at LAYER_NORM_WG lanes. Raises LoweringError where
+    LAYER_NORM_WG is not a power of two from 1 to 256, or the minimum not one from 1 to LAYER_NORM_WG. Rows of 32
+    lanes or fewer lie in one subgroup on the
     H200 (32 lanes), whose butterfly (row_lanes_subgroup.wgsl) then adds them in registers; longer rows
     add subgroup parts through workgroup memory.
 
@@ -1579,11 +1583,14 @@ def layer_norm_lanes(n: int) -> tuple[int, int, int]:
     width = 4 if quads else 1
     lanes = LAYER_NORM_QUAD_MIN_LANES if quads else LAYER_NORM_MIN_LANES
     name = "LAYER_NORM_QUAD_MIN_LANES" if quads else "LAYER_NORM_MIN_LANES"
-    if not (isinstance(lanes, int) and 1 <= lanes <= MATMUL_WG and lanes & (lanes - 1) == 0):
-        raise LoweringError(f"{name} must be a power of two from 1 to {MATMUL_WG} (the lanes of a row "
-                            f"in a workgroup of {MATMUL_WG}), got {lanes!r}")
+    wg = LAYER_NORM_WG
+    if not (isinstance(wg, int) and 1 <= wg <= 256 and wg & (wg - 1) == 0):
+        raise LoweringError(f"LAYER_NORM_WG must be a power of two from 1 to 256, got {wg!r}")
+    if not (isinstance(lanes, int) and 1 <= lanes <= wg and lanes & (lanes - 1) == 0):
+        raise LoweringError(f"{name} must be a power of two from 1 to {wg} (the lanes of a row "
+                            f"in a workgroup of LAYER_NORM_WG = {wg}), got {lanes!r}")
     units = n // width
-    while lanes < MATMUL_WG and math.ceil(units / lanes) * width > LAYER_NORM_HELD:
+    while lanes < wg and math.ceil(units / lanes) * width > LAYER_NORM_HELD:
         lanes *= 2
     values = math.ceil(units / lanes)
     return lanes, values if values * width <= LAYER_NORM_HELD else 0, width
@@ -1603,11 +1610,17 @@ def layer_norm_stage(n: int, centred: bool, pair: bool = False) -> tuple[int, di
     normed = f"p.m * (p.n / {width}u) + {at}" if pair else at
     store = (f"fn put(i: u32, u: u32, y: vec4<f32>) {{\n    out[{normed}] = y{x} * gamma[u]{shift};\n}}\n\n"
              f"fn put_value(i: u32, u: u32, v: vec4<f32>) {{\n" + (f"    out[{at}] = v{x};\n" if pair else "") + "}")
-    slots = dict(VALUES=values, LANES=lanes, WIDTH=width, CENTRED="true" if centred else "false", STORE=store,
-                 PAIR="true" if pair else "false",
+    slots = dict(VALUES=values, LANES=lanes, WG=LAYER_NORM_WG, WIDTH=width, CENTRED="true" if centred else "false",
+                 STORE=store, PAIR="true" if pair else "false",
                  KEEP="vec4<f32>(1.0)" if width == 4 else "vec4<f32>(1.0, 0.0, 0.0, 0.0)")
     weights = (Buffer("gamma", elem), Buffer("beta", elem)) if centred else (Buffer("gamma", elem),)
     return lanes, slots, weights, Buffer("out", elem, write=True)
+
+
+def layer_norm_groups(rows: int, lanes: int) -> int:
+    """Workgroups of matmul_split_layer_norm.wgsl over ``rows`` rows of ``lanes`` lanes (:func:`layer_norm_stage`):
+    LAYER_NORM_WG / lanes rows a workgroup."""
+    return math.ceil(rows * lanes / LAYER_NORM_WG)
 
 
 def layer_norm_value(width: int, value: str) -> str:
@@ -1664,7 +1677,7 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
         slots.update(SPLITS=splits, EPILOGUE="\n".join(lines), VALUE=value)
         first = fixed + len(weights)  # the first epilogue operand among the node's inputs
         return Kernel(f"matmul_split{splits}_{final}{chain}", "matmul_split_layer_norm.wgsl",
-                      math.ceil(m * lanes / MATMUL_WG),
+                      layer_norm_groups(m, lanes),
                       params=(("m", "u32", m), ("n", "u32", n), ("eps", "f32", norm_eps)),
                       bindings=(Buffer("part", out.elem), *weights, *operands, out),
                       inputs=(SCRATCH, *range(fixed, first), *range(first, first + len(operands))), slots=slots)

@@ -75,7 +75,7 @@ def _row_norm_lanes(op: str, rows: int, n: int, eps: float) -> Kernel:
     # matmul_split_layer_norm.wgsl with VALUE reading x (bound as vec4 where a row is quads): the weights' bindings
     # come first there, so inputs (w, bias, x) or (w, x)
     from ..kernel import Buffer
-    from .matmul_kernel import layer_norm_stage, layer_norm_value
+    from .matmul_kernel import layer_norm_groups, layer_norm_stage, layer_norm_value
 
     centred = op == "LayerNorm"
     lanes, slots, weights, out = layer_norm_stage(n, centred)
@@ -86,7 +86,7 @@ def _row_norm_lanes(op: str, rows: int, n: int, eps: float) -> Kernel:
         value, x = layer_norm_value(1, "fn value(i: u32, j: u32) -> f32 {\n    return x[i * p.n + j];\n}"), Buffer("x")
     slots.update(SPLITS=1, EPILOGUE="", VALUE=value)
     return Kernel(f"{'layer' if centred else 'rms'}_norm_lanes", "matmul_split_layer_norm.wgsl",
-                  math.ceil(rows * lanes / 256), params=(("m", "u32", rows), ("n", "u32", n), ("eps", "f32", eps)),
+                  layer_norm_groups(rows, lanes), params=(("m", "u32", rows), ("n", "u32", n), ("eps", "f32", eps)),
                   slots=slots, bindings=(*weights, x, out), inputs=(1, 2, 0) if centred else (1, 0))
 
 
@@ -535,12 +535,12 @@ def _embedding_sum_layer_norm_kernel(node, ins, target) -> Kernel | list[Kernel]
     # the other tables' rows and the positions' (three tables bind 9 under WebGPU's default of 8; a table read
     # through windows binds more).
     from ..kernel import SCRATCH, Buffer, elementwise_groups
-    from .matmul_kernel import layer_norm_stage, layer_norm_value
+    from .matmul_kernel import layer_norm_groups, layer_norm_stage, layer_norm_value
 
     pair = node.op == "EmbeddingSumLayerNormPair"  # the output [2, T, H]: the rows' sums, then their LayerNorm
     rows, n = _rows(TensorType(node.type.shape[-2:]))
     lanes, norm, norm_weights, norm_out = layer_norm_stage(n, centred=True, pair=pair)
-    norm_groups = math.ceil(rows * lanes / 256)
+    norm_groups = layer_norm_groups(rows, lanes)
     paired = "_pair" if pair else ""
     pairs, fmt, positions = _pairs_of(len(ins), node.attrs), node.attrs["format"], node.attrs["positions"]
     vocabs = [ins[3 + 2 * i].shape[0] for i in range(pairs)]
