@@ -145,11 +145,13 @@ def test_quantised_forms_whole_and_split(fmt, layer_norm, splits, device):
 @pytest.mark.parametrize("quads", [False, True])
 @pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("min_lanes", [4, 32])
-def test_layer_norm_rows_of_few_lanes(min_lanes, subgroups, quads, monkeypatch, device):
+@pytest.mark.parametrize("wg", [256, 64])
+def test_layer_norm_rows_of_few_lanes(wg, min_lanes, subgroups, quads, monkeypatch, device):
     # The final stage's lanes a row (matmul_kernel.layer_norm_lanes): 4, 8 or 32 lanes; rows of 4 or 8 lie in
     # one of lavapipe's subgroups (the butterfly of row_lanes_subgroup.wgsl), rows of 32 span several (their
     # parts in workgroup memory); without subgroups the tree of row_lanes.wgsl. 70 rows: the last workgroup
-    # holds rows past M. Rows of single columns or of quads (N % 4 == 0 here), which reach the same lanes.
+    # holds rows past M. Rows of single columns or of quads (N % 4 == 0 here), which reach the same lanes. Workgroups
+    # of 256 invocations and of 64 (LAYER_NORM_WG).
     import eggfuse.ir.ops.matmul_kernel as mk
     from eggfuse.runtime.device import subgroup_reductions_usable
 
@@ -158,6 +160,7 @@ def test_layer_norm_rows_of_few_lanes(min_lanes, subgroups, quads, monkeypatch, 
     monkeypatch.setattr(mk, "LAYER_NORM_MIN_LANES", min_lanes)
     monkeypatch.setattr(mk, "LAYER_NORM_QUAD_MIN_LANES", min_lanes)
     monkeypatch.setattr(mk, "LAYER_NORM_QUADS", quads)
+    monkeypatch.setattr(mk, "LAYER_NORM_WG", wg)
     for m, k, n, epilogue in ((70, 33, 40, ("bias", "Gelu")), (9, 24, 100, ("add",)), (70, 20, 300, ())):
         session = check_row(_layer_norm("BT", m, k, n, epilogue), device, subgroups=subgroups)
         lanes, values, width = mk.layer_norm_lanes(n)
