@@ -1578,7 +1578,12 @@ def layer_norm_lanes(n: int) -> tuple[int, int, int]:
     32 / 64 / 128 / 256 lanes 1338-1341 / 1297-1299 / 1276-1280 / 1284-1290; 32 lanes, where a row's sums
     stay in one subgroup's registers, leave 128 workgroups of 12 columns a lane, and the 12 stages took
     171.2 us (lanes32_profile_minilm.json) against 113.7 in one workgroup a row. In the per-kernel profile
-    of the final plans (out_vec4_h200/minilm.json) the 12 stages took 111.5 us at 128 lanes, 121.6 at 256."""
+    of the final plans (out_vec4_h200/minilm.json) the 12 stages took 111.5 us at 128 lanes, 121.6 at 256.
+
+    Workgroups of fewer invocations (LAYER_NORM_WG), on an H100 (``bench/plan_ab.py``, MiniLM's plan, three
+    alternated rounds, bench/results/token_pool_chunks_h100/ab_minilm_variants.json, GPU us per run): 128 lanes
+    in 256 (the defaults) 1030.0-1034.8, 32 lanes in 64 1036.0-1036.7, 32 in 32 (a row a workgroup, its sums in
+    one subgroup) 1032.0-1034.5, 64 in 64 1037.1-1037.5."""
     quads = LAYER_NORM_QUADS and n % 4 == 0
     width = 4 if quads else 1
     lanes = LAYER_NORM_QUAD_MIN_LANES if quads else LAYER_NORM_MIN_LANES
