@@ -22,8 +22,8 @@ FAMILY = "token_pool"
 MIN_COUNT = 1e-9
 #: ``torch.nn.functional.normalize``'s default eps: a norm below it divides by it instead.
 MIN_NORM = 1e-12
-#: Rows a lane loads before it sums them (shaders/token_pool.wgsl STEP): the loads in flight of a kernel whose
-#: workgroup reads a whole sentence.
+#: Rows a lane loads before it sums them (STEP of shaders/token_pool.wgsl and token_pool_chunks.wgsl): the loads
+#: in flight of each lane of a workgroup.
 TOKEN_POOL_STEP = 8
 #: Whether a sentence's tokens are spread over several workgroups (:func:`token_pool_chunks`).
 TOKEN_POOL_CHUNKS = True
@@ -52,15 +52,16 @@ def token_pool_ref(xs, a):
     return pooled
 
 
-def token_pool_chunks(batch: int, s: int, groups: int, device_barriers: bool = True) -> tuple[int, int]:
-    """(chunks, rows) of TokenPool's kernel for ``batch`` sentences of ``s`` tokens whose workgroups hold
-    ``groups`` row groups: each sentence's tokens cut into ``chunks`` workgroups of ``rows`` tokens
+def token_pool_chunks(s: int, groups: int, device_barriers: bool = True) -> tuple[int, int]:
+    """(chunks, rows) of TokenPool's kernel for sentences of ``s`` tokens whose workgroups hold ``groups`` row
+    groups: each sentence's tokens cut into ``chunks`` workgroups of ``rows`` tokens
     (shaders/token_pool_chunks.wgsl, whose last workgroup of a sentence adds the chunks' sums), or (1, s), a
     workgroup a sentence (shaders/token_pool.wgsl). A chunk holds TOKEN_POOL_CHUNK_STEPS steps of
-    TOKEN_POOL_STEP rows a group, so each lane's loads are in flight at once, and a sentence at most
-    TOKEN_POOL_MAX_CHUNKS chunks (its last workgroup adds that many sums a unit); one workgroup a sentence
-    where TOKEN_POOL_CHUNKS is off, the sentence fits one chunk, or the device's ``storageBarrier`` does not
-    order one workgroup's atomics before another's (``device_barriers``, ``Target.device_barriers``: Metal).
+    TOKEN_POOL_STEP rows a group, so each lane's loads are in flight at once, or (a sentence is at most
+    TOKEN_POOL_MAX_CHUNKS chunks, whose sums its last workgroup adds) the fewest multiple of those steps; one
+    workgroup a sentence where TOKEN_POOL_CHUNKS is off, the sentence fits one chunk, or the device's
+    ``storageBarrier`` does not order one workgroup's atomics before another's (``device_barriers``,
+    ``Target.device_barriers``: Metal). The batch does not change the choice (only a batch of 8 was timed).
 
     On an H100 (``bench/plan_ab.py``, MiniLM's plan: 8 sentences of 128 tokens, rows of 96 quads, so 2 groups
     and 8 chunks of 16 rows, 64 workgroups against 8; five alternated rounds,
@@ -68,10 +69,10 @@ def token_pool_chunks(batch: int, s: int, groups: int, device_barriers: bool = T
     1036.2-1041.6 with a workgroup a sentence (wall 1061.2-1066.7 against 1067.7-1070.5); each dispatch in a
     pass of its own (profile_minilm.json), the kernel took 9.4 us against 13.7 in the previous profile
     (weights_kn_h100/profile_h100.json)."""
-    rows = groups * TOKEN_POOL_STEP * TOKEN_POOL_CHUNK_STEPS
-    if not (TOKEN_POOL_CHUNKS and device_barriers) or s <= rows:
+    step = groups * TOKEN_POOL_STEP * TOKEN_POOL_CHUNK_STEPS
+    if not (TOKEN_POOL_CHUNKS and device_barriers) or s <= step:
         return 1, s
-    rows = max(rows, -(-s // TOKEN_POOL_MAX_CHUNKS))
+    rows = -(-s // TOKEN_POOL_MAX_CHUNKS // step) * step if s > step * TOKEN_POOL_MAX_CHUNKS else step
     return -(-s // rows), rows
 
 
@@ -84,7 +85,7 @@ def _token_pool_kernel(node, ins, target) -> Kernel:
     groups = 256 // unit_lanes
     vec = "vec4<f32>" if quads else "f32"
     a = node.attrs
-    chunks, rows = token_pool_chunks(batch, s, groups, target.device_barriers)
+    chunks, rows = token_pool_chunks(s, groups, target.device_barriers)
     params = (("batch", "u32", batch), ("s", "u32", s), ("cols", "u32", cols), ("unit_lanes", "u32", unit_lanes),
               ("groups", "u32", groups), ("min_count", "f32", a["min_count"]), ("min_norm", "f32", a["min_norm"]))
     slots = {"VEC": vec, "SQUARES": "dot(v, v)" if quads else "v * v", "STEP": TOKEN_POOL_STEP,

@@ -89,25 +89,36 @@ def test_wholly_masked_sequence_pools_to_zeros(device):
     np.testing.assert_allclose(got, [[2 / 13 ** 0.5, 3 / 13 ** 0.5], [0, 0]], rtol=1e-6)
 
 
-# (shape, chunks): sentences cut into chunks of workgroups (token_pool_chunks), up to TOKEN_POOL_MAX_CHUNKS
-_CHUNKED = [((2, 130, 384), 9), ((8, 128, 384), 8), ((1, 19, 1028), 3), ((3, 70, 30), 2), ((1, 530, 1028), 59)]
+# (shape, chunks): sentences cut into chunks of workgroups (token_pool_chunks), up to TOKEN_POOL_MAX_CHUNKS; rows of
+# quads and of single columns, of more than 256 units (two passes over the units), the last chunk short
+_CHUNKED = [((2, 130, 384), 9), ((8, 128, 384), 8), ((1, 19, 1028), 3), ((3, 70, 30), 2), ((2, 20, 1030), 3),
+            ((1, 530, 1028), 34)]
 
 
-@pytest.mark.parametrize("shape,chunks", _CHUNKED, ids=[str(list(s)) for s, _ in _CHUNKED])
-def test_chunked_sentences_match_the_reference_run_after_run(shape, chunks, device):
-    # the last workgroup of each sentence adds the chunks' sums, and zeroes the sentence's counter for the next
-    # run: three runs of one session on other inputs each match the reference, and leave the counters (a buffer of
-    # the node's, one a sentence) zero (one left non-zero would let a workgroup pool its sentence before the other
-    # chunks' sums were stored)
-    from eggfuse.ir.ops.token_pool import token_pool_ref
-
-    b, s, h = shape
+def _pool_graph(shape) -> Graph:
+    b, s, _ = shape
     g = Graph()
     g.set_outputs([g.add_node("TokenPool", (g.input("x", list(shape)), g.input("m", [b, s], DType.I32)), mean=True,
                               normalize=True)])
-    plan = lower_for(g, device)
-    assert [d.kernel.split("+")[0] for d in plan.dispatches] == [f"token_pool_{'vec4' if h % 4 == 0 else 'f32'}"
-                                                                  f"_chunks{chunks}"]
+    return g
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("shape,chunks", _CHUNKED, ids=[str(list(s)) for s, _ in _CHUNKED])
+def test_chunked_sentences_match_the_reference_run_after_run(shape, chunks, subgroups, device):
+    # the last workgroup of each sentence adds the chunks' sums, and zeroes the sentence's counter for the next
+    # run: three runs of one session on other inputs each match the reference, and leave the counters (a buffer of
+    # the node's, one a sentence) zero (one left non-zero would let a workgroup pool its sentence before the other
+    # chunks' sums were stored); the count's and the norm's sums in subgroups and as trees (reduce.wgsl)
+    from eggfuse.ir.ops.token_pool import token_pool_ref
+    from eggfuse.runtime.device import subgroup_reductions_usable
+
+    if subgroups and not subgroup_reductions_usable(device):
+        pytest.skip("the device has no usable subgroups")
+    b, s, h = shape
+    plan = lower_for(_pool_graph(shape), device, subgroups=subgroups)
+    assert [d.kernel for d in plan.dispatches] == [f"token_pool_{'vec4' if h % 4 == 0 else 'f32'}_chunks{chunks}"
+                                                   + ("+sg" if subgroups else "")]
     (counters,) = [buf for buf in plan.buffers if buf.kind == "counters"]
     assert counters.shape == (b,)
     session = Session(plan, {}, device=device)
@@ -119,6 +130,23 @@ def test_chunked_sentences_match_the_reference_run_after_run(shape, chunks, devi
         want = token_pool_ref((x, m), {"mean": True, "normalize": True, "min_count": 1e-9, "min_norm": 1e-12})
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
         np.testing.assert_array_equal(session._read_buffer(counters.index, counters.type, "the counters"), 0)
+
+
+def test_chunked_sentences_keep_the_clamps_and_the_nans(device):
+    # [3, 40, 384]: 3 chunks of 16 tokens a sentence. Sentence 0 keeps no token (its mean 0 / 1e-9 and its norm
+    # max(0, 1e-12): zeros), sentence 1 has a NaN in its last chunk (a NaN embedding), sentence 2 an infinity under
+    # a zero weight in its second chunk (0 * inf: NaN, as the reference's sum gives)
+    b, s, h = 3, 40, 384
+    x = np.random.default_rng(7).standard_normal((b, s, h)).astype(np.float32)
+    m = np.ones((b, s), np.int32)
+    m[0] = 0
+    x[1, 37, 5] = np.nan
+    x[2, 20, 3], m[2, 20] = np.inf, 0
+    plan = lower_for(_pool_graph((b, s, h)), device)
+    assert plan.dispatches[0].kernel.startswith("token_pool_vec4_chunks3")
+    (got,) = Session(plan, {}, device=device, finite_inputs=False).run({"x": x, "m": m})
+    np.testing.assert_array_equal(got[0], 0)
+    assert np.isnan(got[1]).all() and np.isnan(got[2]).all()
 
 
 def test_one_workgroup_a_sentence_where_barriers_do_not_reach_other_workgroups(monkeypatch):
@@ -134,12 +162,13 @@ def test_one_workgroup_a_sentence_where_barriers_do_not_reach_other_workgroups(m
     assert lower(g).dispatches[0].kernel == "token_pool_vec4"
 
 
-@pytest.mark.parametrize("batch,s,groups,want", [(8, 128, 2, (8, 16)), (8, 16, 2, (1, 16)), (8, 17, 2, (2, 16)),
-                                                  (1, 530, 1, (59, 9)), (4, 300, 256, (1, 300)),
-                                                  (1, 64 * 8 + 1, 1, (57, 9))])
-def test_token_pool_chunks(batch, s, groups, want):
-    # a chunk holds TOKEN_POOL_STEP rows a group (8), a sentence at most TOKEN_POOL_MAX_CHUNKS (64) chunks
+@pytest.mark.parametrize("s,groups,want", [(128, 2, (8, 16)), (16, 2, (1, 16)), (17, 2, (2, 16)), (512, 1, (64, 8)),
+                                           (513, 1, (33, 16)), (530, 1, (34, 16)), (300, 256, (1, 300)),
+                                           (5000, 2, (63, 80))])
+def test_token_pool_chunks(s, groups, want):
+    # a chunk holds TOKEN_POOL_STEP rows a group (8), a sentence at most TOKEN_POOL_MAX_CHUNKS (64) chunks, longer
+    # sentences chunks of a multiple of the 8 rows
     from eggfuse.ir.ops.token_pool import token_pool_chunks
 
-    assert token_pool_chunks(batch, s, groups) == want
-    assert token_pool_chunks(batch, s, groups, device_barriers=False) == (1, s)
+    assert token_pool_chunks(s, groups) == want
+    assert token_pool_chunks(s, groups, device_barriers=False) == (1, s)
