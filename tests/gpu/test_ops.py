@@ -930,3 +930,24 @@ def test_extra_kernels_on_a_split_grid(device):
              "kv": rng.standard_normal((140, 8))}
     for got, want in zip(Session(plan, params, device=device).run(feeds), evaluate(g, feeds, params), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+_SMALL_WORKGROUP_NORMS = [_norm("LayerNorm", 5, 768), _norm("RmsNorm", 3, 771), _norm("LayerNorm", 2, 8200),
+                          _embedding_layer_norm((30, 7, 2), 13, 300), _embedding_layer_norm((11, 5), 37, 384)]
+
+
+@pytest.mark.parametrize("row", _SMALL_WORKGROUP_NORMS, ids=[r.id for r in _SMALL_WORKGROUP_NORMS])
+def test_row_norms_in_workgroups_of_64(row, monkeypatch, device):
+    # matmul_split_layer_norm.wgsl's workgroup size is a slot (matmul_kernel.LAYER_NORM_WG): the row kernels of
+    # LayerNorm and RmsNorm and EmbeddingSumLayerNorm's in workgroups of 64 invocations, rows of 32 lanes or more,
+    # each dispatch's grid counted in them
+    import eggfuse.ir.ops.matmul_kernel as mk
+
+    monkeypatch.setattr(mk, "LAYER_NORM_WG", 64)
+    monkeypatch.setattr(mk, "LAYER_NORM_MIN_LANES", 32)
+    monkeypatch.setattr(mk, "LAYER_NORM_QUAD_MIN_LANES", 32)
+    session = check_row(row, device, subgroups=None)
+    (norm,) = [d for d in session.plan.dispatches if "@workgroup_size(64)" in d.source]
+    lanes = int(norm.source.split("const LANES: u32 = ")[1].split("u")[0])
+    rows = int(np.prod(session.plan.buffers[session.plan.outputs[0]].shape[:-1]))
+    assert lanes >= 32 and norm.workgroups[0] == -(-rows * lanes // 64), norm
