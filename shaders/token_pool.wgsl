@@ -1,6 +1,7 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
 //#include "arith.wgsl"
+//#include "token_pool_rows.wgsl"
 // TokenPool (ir/ops/token_pool.py): out[b] = sum_t w[b, t] x[b, t] / c_b, c_b = max(sum_t w[b, t],
 // p.min_count) when MEAN else 1, then out[b] / max(|out[b]|, p.min_norm) when NORMALIZE. x is
 // [batch, s, cols] units (VEC: vec4<f32> where the row holds quads, else f32), w [batch, s] (read by
@@ -11,18 +12,6 @@
 // it applies to what it stored itself. Every w[b, t] is multiplied in, so a NaN or infinity of x
 // under a zero weight gives NaN as the reference's sum does; the clamps are max_f32 (a NaN count or
 // norm stays NaN, as numpy's maximum and the unfused Clip give) and divide (a subnormal clamp too).
-
-const STEP: u32 = {{STEP}}u;
-
-var<workgroup> part: array<{{VEC}}, 256>;
-
-fn weight(i: u32) -> f32 {
-    return f32(w[i]);
-}
-
-fn squares(v: {{VEC}}) -> f32 {
-    return {{SQUARES}};
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -45,31 +34,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var sq = 0.0;
     for (var u0 = 0u; u0 < p.cols; u0 = u0 + p.unit_lanes) {
         let col = u0 + u;
-        var acc = {{VEC}}(0.0);
-        if (g < p.groups && col < p.cols) {
-            var t = g;
-            let step = p.groups;
-            for (; t + (STEP - 1u) * step < p.s; t = t + STEP * step) {
-                var xs: array<{{VEC}}, STEP>;
-                for (var k = 0u; k < STEP; k = k + 1u) {
-                    xs[k] = x[(rows + t + k * step) * p.cols + col];
-                }
-                for (var k = 0u; k < STEP; k = k + 1u) {
-                    acc = acc + weight(rows + t + k * step) * xs[k];
-                }
-            }
-            for (; t < p.s; t = t + step) {
-                acc = acc + weight(rows + t) * x[(rows + t) * p.cols + col];
-            }
-        }
-        part[li] = acc;
+        part[li] = group_sum(rows, 0u, p.s, g, col);
         workgroupBarrier();
         if (g == 0u && col < p.cols) {
-            var total = part[u];
-            for (var k = 1u; k < p.groups; k = k + 1u) {
-                total = total + part[k * p.unit_lanes + u];
-            }
-            total = total / count;
+            let total = groups_total(u) / count;
             out[b * p.cols + col] = total;
             sq = sq + squares(total);
         }

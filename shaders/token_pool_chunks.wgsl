@@ -1,6 +1,7 @@
 //#include "common.wgsl"
 //#include "reduce.wgsl"
 //#include "arith.wgsl"
+//#include "token_pool_rows.wgsl"
 // TokenPool (ir/ops/token_pool.py) with each sentence's tokens spread over CHUNKS workgroups, in one
 // dispatch: out[b] = sum_t w[b, t] x[b, t] / c_b, c_b = max(sum_t w[b, t], p.min_count) when MEAN else 1,
 // then out[b] / max(|out[b]|, p.min_norm) when NORMALIZE (token_pool.wgsl's formula; that kernel takes a
@@ -23,19 +24,9 @@
 // zero weight gives NaN as the reference's sum does; the clamps are max_f32 and divide as in
 // token_pool.wgsl.
 
-const STEP: u32 = {{STEP}}u;
 const CHUNKS: u32 = {{CHUNKS}}u;
 
-var<workgroup> part: array<{{VEC}}, 256>;
 var<workgroup> arrived: u32;
-
-fn weight(i: u32) -> f32 {
-    return f32(w[i]);
-}
-
-fn squares(v: {{VEC}}) -> f32 {
-    return {{SQUARES}};
-}
 
 // put_sum(at, v) and get_sum(at): unit `at` of the [batch, CHUNKS, cols] chunk sums, float e in plane e
 {{SUMS}}
@@ -55,31 +46,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let t_end = min(p.s, (c + 1u) * p.chunk_rows);
     for (var u0 = 0u; u0 < p.cols; u0 = u0 + p.unit_lanes) {
         let col = u0 + u;
-        var acc = {{VEC}}(0.0);
-        if (g < p.groups && col < p.cols) {
-            var t = c * p.chunk_rows + g;
-            let step = p.groups;
-            for (; t + (STEP - 1u) * step < t_end; t = t + STEP * step) {
-                var xs: array<{{VEC}}, STEP>;
-                for (var k = 0u; k < STEP; k = k + 1u) {
-                    xs[k] = x[(rows + t + k * step) * p.cols + col];
-                }
-                for (var k = 0u; k < STEP; k = k + 1u) {
-                    acc = acc + weight(rows + t + k * step) * xs[k];
-                }
-            }
-            for (; t < t_end; t = t + step) {
-                acc = acc + weight(rows + t) * x[(rows + t) * p.cols + col];
-            }
-        }
-        part[li] = acc;
+        part[li] = group_sum(rows, c * p.chunk_rows, t_end, g, col);
         workgroupBarrier();
         if (g == 0u && col < p.cols) {
-            var total = part[u];
-            for (var k = 1u; k < p.groups; k = k + 1u) {
-                total = total + part[k * p.unit_lanes + u];
-            }
-            put_sum((b * CHUNKS + c) * p.cols + col, total);
+            put_sum((b * CHUNKS + c) * p.cols + col, groups_total(u));
         }
         workgroupBarrier();
     }
