@@ -84,7 +84,10 @@ SWEEP_SPLITS = (1, 2, 3, 4, 6, 8)
 #: session leaves the GPU idle long enough for its SM clock to fall (gpu_timing.WARMUP_S); without this,
 #: samples of a few milliseconds each were timed at the low clock, up to 5x the configuration's time
 #: (a Q8_0 GEMV of 1 x 576 x 49152 after seconds of quantising: 109 us a call, against 27 with the clock up).
-SWEEP_WARMUP_S = 0.1
+#: 0.1 s was too short on an H100 at ``--budget 0.05``: the heuristic's picks of 256 x 1536 x 576, 512 x 1536 x 576
+#: and 128 x 576 x 1536 timed 136.5, 50.8 and 57.8 us a call, against 27.8, 43.6 and 17.1 with 0.5 s
+#: (bench/results/token_pool_chunks_h100/sweep_split.json; VARIANTS.md there).
+SWEEP_WARMUP_S = 0.5
 SQUARE = (4096,)
 BIG = (8192,)
 QUICK = [("MatMul", 256, 256, 256), ("MatMulBT", 1, 576, 1536), ("MatMulBT", 16, 576, 192),

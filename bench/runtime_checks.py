@@ -8,7 +8,7 @@ in an unchecked plan (``Kernel.runtime_checks``: the tiled matmul's 128-row tile
 ``ir.ops.matmul_kernel.keeps_runtime_checks``) keep them in both; ``--all-unchecked`` drops them there
 too, to measure that choice. Times as ``bench/prefetch.py`` takes them (GPU timestamps around ``--calls``
 back-to-back plan copies, median of ``--repeats`` samples); matmuls as ``bench/matmul.py`` (one pass of
-back-to-back dispatches sized to about 30 ms, after 0.1 s of them: ``SWEEP_WARMUP_S``). The graphs are
+back-to-back dispatches sized to about 30 ms, after ``SWEEP_WARMUP_S`` of them). The graphs are
 those ``bench/models.py --save-graphs`` pickles (random weights)::
 
     .venv/bin/python bench/models.py --save-graphs bench/graphs                 # here (egglog)
