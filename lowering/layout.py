@@ -13,8 +13,9 @@ and lowers the product with the other variant on it; the parameter itself then n
 'host'), so the plan's weight bytes are unchanged. The values are the same bit for bit: the kernel adds the
 same products in the same order, only the loads differ.
 
-Which products (:func:`transposed_weights`): a 'BT' or '' product whose tiled kernel is chosen (not the GEMV of
-``matmul_kernel.matmul_tile``, which reads B as stored), stored [N, K] on a tile of fewer than 128 rows or
+Which products (:func:`transposed_weights`): a 'BT' or '' product whose tiled kernel is chosen
+(``matmul_kernel.chosen_tile``, a ``matmul_choice`` block's tile or ``matmul_tile``'s; not the GEMV, which reads B
+as stored), stored [N, K] on a tile of fewer than 128 rows or
 [K, N] on one of 128, of a weight that is an f32 parameter (not state a step updates, not written in place)
 or a derived parameter of such parameters packed along N as f32, where every live reader of that weight is
 such a product and the weight is no graph output (a weight also read another way, a tied embedding table
@@ -35,7 +36,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..ir.graph import Graph, Node, NodeId
-from ..ir.ops.matmul_kernel import matmul_tile
+from ..ir.ops.matmul_kernel import chosen_tile
 from ..ir.spec import OPS
 from ..ir.types import DType
 
@@ -82,7 +83,8 @@ def _flipped(node: Node, graph: Graph, slot: int, stored: str) -> bool:
     n, k = b.shape if stored == "BT" else b.shape[::-1]
     if (n if stored == "BT" else k) % 4:  # the other layout's rows would not load as quads (measured: as quads)
         return False
-    tile = matmul_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul")
+    # the tile it takes (an open matmul_choice block's, as lowering gives it)
+    tile = chosen_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul")
     return not tile.gemv and (tile.bm < 128 if stored == "BT" else tile.bm == 128)
 
 

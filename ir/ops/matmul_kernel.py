@@ -640,6 +640,27 @@ def _choice_for(m: int, k: int, n: int) -> tuple[MatmulTile | None, int | None, 
     return None, None, None
 
 
+def _forced_choice(m: int, k: int, n: int, variant: str, layer_norm: bool,
+                   quantised: bool) -> tuple[MatmulTile | None, int | None, MatmulTile]:
+    # (matmul_choice's tile, its split count, matmul_tile's pick) for a product: a forced tile applies to the tiled
+    # kernel (a product of more than GEMV_MAX_ROWS rows), forced GEMV columns to a 'BT' GEMV
+    forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
+    heuristic = matmul_tile(m, k, n, variant, layer_norm, quantised)
+    if heuristic.gemv and (m <= GEMV_MAX_ROWS or forced_tile is None):
+        forced_tile, forced_splits = None, None  # matmul_choice's tiles are the tiled kernel's
+        if forced_cols is not None and variant == "BT":
+            forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
+    return forced_tile, forced_splits, heuristic
+
+
+def chosen_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
+                quantised: bool = False) -> MatmulTile:
+    """The tile :func:`matmul_kernel_for` takes for an [M,K] x [K,N] product when its caller gives none: an open
+    :func:`matmul_choice` block's for the product's shape, else :func:`matmul_tile`'s."""
+    forced_tile, _, heuristic = _forced_choice(m, k, n, variant, layer_norm, quantised)
+    return forced_tile or heuristic
+
+
 def matmul_vec4(variant: str, m: int, k: int, n: int, gemv: bool = False) -> tuple[bool, bool]:
     """Whether A and B are read as vec4: the stored row the kernel reads quads along is a
     multiple of 4 long. The tiled kernel reads A along K, or along M for 'AT'; B along N,
@@ -1371,12 +1392,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             "or a norm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
-    forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
-    heuristic = matmul_tile(m, k, n, variant, layer_norm, quant is not None)
-    if heuristic.gemv and (m <= GEMV_MAX_ROWS or forced_tile is None):
-        forced_tile, forced_splits = None, None  # matmul_choice's tiles are the tiled kernel's
-        if forced_cols is not None and variant == "BT":
-            forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
+    forced_tile, forced_splits, heuristic = _forced_choice(m, k, n, variant, layer_norm, quant is not None)
     given = tile or forced_tile  # a caller's or matmul_choice's tile
     tile = given or heuristic
     if tile.storage > workgroup_storage:

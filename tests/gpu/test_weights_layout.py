@@ -172,6 +172,27 @@ def test_a_weight_stored_k_by_n_on_128_row_tiles_is_read_as_n_by_k(device):
         np.testing.assert_array_equal(got[0], want[0])
 
 
+def test_a_forced_tile_decides_the_layout(device):
+    # under matmul_choice (bench/matmul.py --sweep, bench/plan_variants.py) the layout follows the tile the product
+    # takes, not matmul_tile's pick: a 128-row tile forced on a [N, K] weight whose pick has 64 rows keeps it
+    # [N, K], a 64-row tile forced on a [K, N] weight whose pick has 128 rows reads it [K, N] as stored
+    from eggfuse.ir.ops.matmul_kernel import MATMUL_TILES_ALL, matmul_choice, matmul_tile
+
+    tiles = {t.name: t for t in MATMUL_TILES_ALL}
+    for op, (m, k, n), forced, flipped in (("MatMulBT", (256, 64, 256), "128x128x8", False),
+                                           ("MatMulBT", (256, 64, 256), "64x64x16", True),
+                                           ("MatMul", (640, 16, 8192), "64x64x16", False),
+                                           ("MatMul", (640, 16, 8192), "128x128x8", True)):
+        g = Graph()
+        shape = (n, k) if op == "MatMulBT" else (k, n)
+        g.set_outputs([g.add_node(op, (g.input("x", (m, k)), g.parameter("w", shape)))])
+        assert (matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "").bm == 128) == (op == "MatMul")
+        with matmul_choice(tile=tiles[forced], splits=1):
+            plan = _lower(g, device, True)
+        assert any(b.name == "w.T" for b in plan.buffers) == flipped, (op, forced)
+        assert plan.dispatches[0].kernel.startswith(f"matmul_{'BT_' if forced.startswith('128') else ''}{forced}_")
+
+
 def test_weights_kept_as_stored_output_and_rows_not_of_quads(device):
     # a weight that is also a graph output keeps its one buffer; so does one whose other layout's rows would
     # not load as quads (N not a multiple of 4 for a weight stored [N, K])
