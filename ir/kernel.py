@@ -165,6 +165,32 @@ class Target:
     device_barriers: bool = True
 
 
+def atomic_quad_planes(binding: str, plane: str, put: str, get: str, unit: str = "at") -> str:
+    """WGSL functions ``put(at: u32, v: vec4<f32>)`` and ``get(at: u32) -> vec4<f32>`` storing and loading the quad
+    of unit ``unit`` (an expression of ``at``) as u32 atomics of ``binding`` (``array<atomic<u32>>``), float e of
+    it in plane e (``plane``: an expression, the units a plane holds), so that neighbouring invocations' quads are
+    neighbouring u32s of each plane. For values one workgroup passes to another within a dispatch (naga declares
+    storage buffers without the Coherent decoration: only atomics are sure to be seen across its device-scope
+    ``storageBarrier``): the split-K matmul's partial sums (``ops.matmul_kernel.last_split``), TokenPool's chunk
+    sums (``ops.token_pool``)."""
+    return f"""fn {put}(at: u32, v: vec4<f32>) {{
+    let plane = {plane};
+    let q = {unit};
+    atomicStore(&{binding}[q], bitcast<u32>(v.x));
+    atomicStore(&{binding}[plane + q], bitcast<u32>(v.y));
+    atomicStore(&{binding}[2u * plane + q], bitcast<u32>(v.z));
+    atomicStore(&{binding}[3u * plane + q], bitcast<u32>(v.w));
+}}
+
+fn {get}(at: u32) -> vec4<f32> {{
+    let plane = {plane};
+    let q = {unit};
+    return vec4<f32>(bitcast<f32>(atomicLoad(&{binding}[q])), bitcast<f32>(atomicLoad(&{binding}[plane + q])),
+                     bitcast<f32>(atomicLoad(&{binding}[2u * plane + q])),
+                     bitcast<f32>(atomicLoad(&{binding}[3u * plane + q])));
+}}"""
+
+
 def elementwise_groups(n: int) -> int:
     """Workgroups of an elementwise kernel over ``n`` elements (:data:`ELEMENTWISE_WG` each)."""
     return max(1, math.ceil(n / ELEMENTWISE_WG))

@@ -45,7 +45,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..errors import DeviceLimitError, LoweringError
-from ..kernel import COUNTERS, SCRATCH, Buffer, Include, Kernel, elementwise_groups
+from ..kernel import COUNTERS, SCRATCH, Buffer, Include, Kernel, atomic_quad_planes, elementwise_groups
 
 #: Epilogue steps that read an operand: ``bias`` reads operand[j] ([N] or [1,N]), ``add``
 #: operand[i,j] ([M,N]).
@@ -1067,23 +1067,8 @@ _PART_ATOMICS = """
 fn put_part1(at: u32, v: f32) {
     atomicStore(&part[at], bitcast<u32>(v));
 }"""
-_PART_ATOMICS_PLANES = """
-
-fn put_part4(at: u32, v: vec4<f32>) {  // the quad at element at (a multiple of 4): element e into plane e
-    let plane = SPLITS * p.m * p.n / 4u;
-    let q = at / 4u;
-    atomicStore(&part[q], bitcast<u32>(v.x));
-    atomicStore(&part[plane + q], bitcast<u32>(v.y));
-    atomicStore(&part[2u * plane + q], bitcast<u32>(v.z));
-    atomicStore(&part[3u * plane + q], bitcast<u32>(v.w));
-}
-
-fn part4(at: u32) -> vec4<f32> {
-    let plane = SPLITS * p.m * p.n / 4u;
-    let q = at / 4u;
-    return vec4<f32>(bitcast<f32>(atomicLoad(&part[q])), bitcast<f32>(atomicLoad(&part[plane + q])),
-                     bitcast<f32>(atomicLoad(&part[2u * plane + q])), bitcast<f32>(atomicLoad(&part[3u * plane + q])));
-}"""
+_PART_ATOMICS_PLANES = "\n\n" + atomic_quad_planes("part", "SPLITS * p.m * p.n / 4u", "put_part4", "part4",
+                                                   unit="at / 4u")  # at: the quad's element, a multiple of 4
 
 _FINISH4_VEC4 = """
 

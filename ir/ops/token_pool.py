@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernel import COUNTERS, SCRATCH, Buffer, Kernel
+from ..kernel import COUNTERS, SCRATCH, Buffer, Kernel, atomic_quad_planes
 from ..spec import Attr, example, need, op, rules
 from ..types import DType, TensorType
 
@@ -103,22 +103,8 @@ def _token_pool_kernel(node, ins, target) -> Kernel:
                   inputs=(0, 1, SCRATCH, COUNTERS), scratch=batch * chunks * h, counters=batch)
 
 
-#: token_pool_chunks.wgsl's SUMS for rows of quads: a quad's floats in four planes of [batch, CHUNKS, cols],
-#: so that neighbouring lanes' atomics are neighbouring u32s.
-_SUMS_VEC4 = """fn put_sum(at: u32, v: vec4<f32>) {
-    let plane = p.batch * CHUNKS * p.cols;
-    atomicStore(&sums[at], bitcast<u32>(v.x));
-    atomicStore(&sums[plane + at], bitcast<u32>(v.y));
-    atomicStore(&sums[2u * plane + at], bitcast<u32>(v.z));
-    atomicStore(&sums[3u * plane + at], bitcast<u32>(v.w));
-}
-
-fn get_sum(at: u32) -> vec4<f32> {
-    let plane = p.batch * CHUNKS * p.cols;
-    return vec4<f32>(bitcast<f32>(atomicLoad(&sums[at])), bitcast<f32>(atomicLoad(&sums[plane + at])),
-                     bitcast<f32>(atomicLoad(&sums[2u * plane + at])),
-                     bitcast<f32>(atomicLoad(&sums[3u * plane + at])));
-}"""
+#: token_pool_chunks.wgsl's SUMS for rows of quads: a quad's floats in four planes of [batch, CHUNKS, cols].
+_SUMS_VEC4 = atomic_quad_planes("sums", "p.batch * CHUNKS * p.cols", "put_sum", "get_sum")
 
 #: The same for rows of single columns.
 _SUMS_F32 = """fn put_sum(at: u32, v: f32) {
