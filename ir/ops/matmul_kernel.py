@@ -279,6 +279,10 @@ def gemv_bt_cols(m: int, k: int, n: int, quantised: bool = False) -> int:
     ab_cols.json, us with 4 / 8 / 16 columns): 4 x 576 x 1536 5.02 / 4.62 / 5.14, 4 x 384 x 1536 5.88 / 4.82 /
     5.48, 4 x 576 x 3072 12.93 / 5.77 / 6.09 (16 was the rule at 4 rows), 4 x 576 x 960 4.67 / 4.36 / 4.90;
     ab_cols1.json: 1 x 576 x 192 3.03 / 2.73 / 3.02, 1 x 576 x 576 3.25 / 2.84 / 4.00.
+    On an H100 (bench/plan_variants.py, three alternated rounds, bench/results/split_ranges_h100/decode_down_cols.json)
+    the f32 decode step with its down projection on 1 / 4 / 8 columns took 896.8-899.9 / 927.8-933.9 / 977.3-983.6 us
+    GPU, though the product alone, without the prologue and re-reading its weight from the L2 cache, took 4.05 / 3.78
+    / 3.56 us (bench/results/token_pool_chunks_h100/gemv_cols/): the plan's one column stays.
     At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
     nor any N but 576 at K above 1024 was measured. On lavapipe (2 cores; the f32 step, two rounds
     of 3 samples of 2 runs, bench/results/gemv_lavapipe/decode_down_cols.json) the one column took
@@ -394,7 +398,7 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
     ``bench/matmul.py``'s table (bench/results/wide_h200/matmul_vs_cublas.json against
     runtime_checks_h200/), the rule changed the pick of 45, and their time by a geometric mean of
     0.88x (0.83x over the 21 that now take 32x32 tiles at M = 8 to 32; 512 x 1536 x 576 0.80x);
-    10 got slower, by 1.04x or less but two: 128 x 576 x 1536 (64x64 tiles in 6 ranges of 96,
+    10 got slower, by 1.04x or less but two: 128 x 576 x 1536 (64x64 tiles in 6 ranges of 96, 8 since SPLIT_MIN_K is 72,
     21.2 against 18.7 us) and 256 x 1536 x 576 (1.09x).
     """
     if m <= GEMV_MAX_ROWS or (variant == "BT" and not layer_norm and gemv_bt_rows(m, k, n, quantised)):
@@ -531,8 +535,18 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
 
 
 #: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
-#: elements of K ...
-SPLIT_MIN_K = 96
+#: elements of K (72: K = 576, SmolLM2's, splits in up to 8 ranges of 5 slices of 16, the last one slice) ...
+#: On an H100 (``bench/matmul_ab.py``, three alternated rounds, bench/results/split_ranges_h100/ab_split_min_k.json)
+#: 72 against 96 took every product of K = 576 whose split count it changes, 6 to 8 ranges at M = 64 to 512 (5 to 8
+#: at 256 x 576 x 576, there on 64x64 tiles instead of 32x64), 0.92-0.99x the time (128 x 576 x 1536 15.63 against
+#: 16.95 us, 512 x 576 x 192 11.54 / 12.30), and at K = 384 (4 to 5 ranges) 0.96-1.02x (256 x 384 x 384 9.13 /
+#: 9.52, 64 x 384 x 384 7.81 / 7.67); summed over the 17 products so changed, 166.2 against 172.5 us. 64 (6
+#: ranges at K = 384) took those 0.93-1.14x (128 x 384 x 1536 13.55 / 11.91 us, 64x64 tiles instead of 32x64), 170.1
+#: in all. SmolLM2's 128-token prefill (its output projections 6 to 8 ranges; ab_prefill_split_min_k.json) took
+#: 2724.7-2727.5 us GPU against 2732.3-2735.0 in rounds 2 and 3 of three. Against cuBLAS (matmul_h100.json, the
+#: next call): 64 x 576 x 1536 1.181x its time (1.265x before, weights_kn_h100/matmul_final_h100.json), 128 x 576 x
+#: 1536 1.248x (1.353x), 512 x 576 x 192 1.266x (1.358x).
+SPLIT_MIN_K = 72
 #: ... and a product has at most this many splits.
 SPLIT_MAX = 8
 

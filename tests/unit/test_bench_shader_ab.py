@@ -19,7 +19,7 @@ from eggfuse.lowering import lower, wgsl  # noqa: E402
 
 
 def _split_product() -> Graph:
-    g = Graph()  # a product in 6 K ranges (matmul_splits)
+    g = Graph()  # a product in 8 K ranges (matmul_splits)
     g.set_outputs([g.matmul_bt(g.input("a", (64, 576)), g.parameter("b", (192, 576)))])
     return g
 
@@ -31,7 +31,7 @@ def test_an_older_template_without_the_last_split_slot_still_renders(monkeypatch
     monkeypatch.setattr(matmul_kernel, "LAST_SPLIT", False)  # the slot is empty: the two-dispatch form
     with shader_ab.shader_replaced("matmul.wgsl", older):
         plan = lower(_split_product())
-    assert [d.kernel.split("_")[-1] for d in plan.dispatches] == ["split6", "reduce"]
+    assert [d.kernel.split("_")[-1] for d in plan.dispatches] == ["split8", "reduce"]
     assert "atomicAdd" not in plan.dispatches[0].source
     # filled (the bound on the partial sums lifted): the older text cannot take it
     monkeypatch.setattr(matmul_kernel, "LAST_SPLIT", True)

@@ -312,7 +312,7 @@ def test_matmul_tile_heuristic():
         (2048, 1536, 100): ("64x64x16m8x4", 6),   # 64x64: 64 x 6, 256 of K each, but N below 128
         (448, 1536, 576): ("64x64x16m8x4", 6),    # 64x128: 35 x 8 = 280 workgroups, below 288
         (768, 1536, 576): ("64x128x8", 6),        # 64x64: 108 x 4, 384 of K each; 64x128: 60 x 6
-        (128, 576, 576): ("32x64x16", 6),         # 32x64 (N >= M): 36 x 6 = 216, the most walked
+        (128, 576, 576): ("32x64x16", 8),         # 32x64 (N >= M): 36 x 8 = 288 (at most 8 ranges of 72 or more)
         (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
         (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
         (256, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows
@@ -320,8 +320,8 @@ def test_matmul_tile_heuristic():
         (128, 40, 36868): ("64x128x8", 1),        # tests/gpu/test_ops.py's row: 289 tiles of 128x128
         (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
         (16, 576, 576): ("32x32x32", 6),          # 32x64: 9 x 6 = 54; 32x32: 18 x 6 = 108
-        (130, 70, 257): ("32x64x16", 1),          # K below 96: no split
-        (40, 600, 40): ("32x32x32", 5),           # M and N below 64
+        (130, 70, 257): ("32x64x16", 1),          # K below SPLIT_MIN_K (72): no split
+        (40, 600, 40): ("32x32x32", 7),           # M and N below 64
         (5, 7, 9): ("32x32x32", 1),
     }
     for (m, k, n), (name, splits) in cases.items():
@@ -329,8 +329,8 @@ def test_matmul_tile_heuristic():
         assert (tile.name, matmul_splits(tile, m, k, n)) == (name, splits), (m, k, n)
         assert matmul_tile(m, k, n, "AT") == tile  # the variant does not choose, but between 5 and 16 rows
         assert matmul_tile(m, k, n, "BT") == (gemv_tile(m, k, n, "BT") if gemv_bt_rows(m, k, n) else tile)
-    # K = 600 in 32-element slices: 19 slices and 6 splits asked, so ranges of 4 slices: 5 of them
-    assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 5
+    # K = 600 in 32-element slices: 19 slices and 8 splits asked, so ranges of 3 slices: 7 of them
+    assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 7
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 1056, 40) == 7
     # 'BT' products of 5 to 16 rows take the GEMV (gemv_bt_rows): up to 8 rows always, up to 16 where B is
@@ -455,7 +455,7 @@ def test_a_split_product_adds_its_partial_sums_in_its_one_dispatch(monkeypatch):
     from eggfuse.lowering import layout
 
     monkeypatch.setattr(layout, "TRANSPOSE_WEIGHTS", False)  # B as stored ([N, K]; transposed: test_weights_layout)
-    monkeypatch.setattr(mk, "LAST_SPLIT_MAX_SUMS", 1 << 30)  # 32x64 tiles in 6 K ranges: 12288 sums a tile
+    monkeypatch.setattr(mk, "LAST_SPLIT_MAX_SUMS", 1 << 30)  # 32x64 tiles in 8 K ranges: 16384 sums a tile
     g = _split_product(64, 576, 192)
     tile = matmul_tile(64, 576, 192, "BT")
     splits = matmul_splits(tile, 64, 576, 192)
