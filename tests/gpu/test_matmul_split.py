@@ -257,6 +257,26 @@ def test_the_heuristic_splits_a_product_of_few_tiles(device):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
 
 
+@pytest.mark.parametrize("bounded", [True, False], ids=["as-lowered", "one-dispatch"])
+@pytest.mark.parametrize("shape", [(64, 576, 192), (128, 576, 576)])
+def test_k_576_takes_eight_ranges_the_last_one_slice(shape, bounded, device, monkeypatch):
+    # SPLIT_MIN_K (72): K = 576 in 36 slices of 16 splits into 8 ranges of 5 slices, the last range one slice, on
+    # 32x64 tiles. As lowered (the module's fixture undone: weights transposed, the last split bounded by its partial
+    # sums) the 8 x 2048 sums a tile take two dispatches; with the bound lifted, one
+    if bounded:
+        monkeypatch.undo()
+    m, k, n = shape
+    tile = matmul_tile(m, k, n, "BT")
+    assert (tile.name, matmul_splits(tile, m, k, n)) == ("32x64x16", 8)
+    session = check_row(_fused("BT", m, k, n, ("bias", "add", "Gelu")), device, subgroups=None)
+    kernels = [d.kernel for d in session.plan.dispatches]
+    if bounded:
+        assert len(kernels) == 2 and "_split8" in kernels[0] and "_last" not in kernels[0], kernels
+        assert "reduce" in kernels[1], kernels
+    else:
+        assert len(kernels) == 1 and "_split8_last" in kernels[0], kernels
+
+
 def test_the_last_split_leaves_its_counters_zero_run_after_run(device):
     # matmul_kernel.last_split: each tile's counter must be zero again after every dispatch, or the next run
     # would finish a tile before all of its K ranges are in. Three runs of other inputs, each against the
