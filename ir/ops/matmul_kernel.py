@@ -540,12 +540,13 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
 #: 72 against 96 took every product of K = 576 whose split count it changes, 6 to 8 ranges at M = 64 to 512 (5 to 8
 #: at 256 x 576 x 576, there on 64x64 tiles instead of 32x64), 0.92-0.99x the time (128 x 576 x 1536 15.63 against
 #: 16.95 us, 512 x 576 x 192 11.54 / 12.30), and at K = 384 (4 to 5 ranges) 0.96-1.02x (256 x 384 x 384 9.13 /
-#: 9.52, 64 x 384 x 384 7.81 / 7.67); summed over the 17 products so changed, 166.2 against 172.5 us. 64 (6
-#: ranges at K = 384) took those 0.93-1.14x (128 x 384 x 1536 13.55 / 11.91 us, 64x64 tiles instead of 32x64), 170.1
-#: in all. SmolLM2's 128-token prefill (its output projections 6 to 8 ranges; ab_prefill_split_min_k.json) took
-#: 2724.7-2727.5 us GPU against 2732.3-2735.0 in rounds 2 and 3 of three. Against cuBLAS (matmul_h100.json, the
-#: next call): 64 x 576 x 1536 1.181x its time (1.265x before, weights_kn_h100/matmul_final_h100.json), 128 x 576 x
-#: 1536 1.248x (1.353x), 512 x 576 x 192 1.266x (1.358x).
+#: 9.52, 64 x 384 x 384 7.81 / 7.67; there 5 ranges of 32x64 tiles exceed LAST_SPLIT_MAX_SUMS, so two dispatches
+#: instead of one); summed over the 13 products it changes, 128.0 against 134.4 us. 64 (6 ranges at K = 384) took the
+#: 17 products either value changes 0.93-1.14x (128 x 384 x 1536 13.55 / 11.91 us, 64x64 tiles instead of 32x64),
+#: 170.1 us in all against 172.5 (72: 166.2). SmolLM2's 128-token prefill (its output projections 6 to 8 ranges;
+#: ab_prefill_split_min_k.json) took 2724.7-2727.5 us GPU against 2732.3-2735.0 in rounds 2 and 3 of three.
+#: Against cuBLAS (matmul_h100.json, the next call): 64 x 576 x 1536 1.181x its time (1.265x before,
+#: weights_kn_h100/matmul_final_h100.json), 128 x 576 x 1536 1.248x (1.353x), 512 x 576 x 192 1.266x (1.358x).
 SPLIT_MIN_K = 72
 #: ... and a product has at most this many splits.
 SPLIT_MAX = 8
@@ -1022,9 +1023,10 @@ def last_split(splits: int, rms_norm: bool, bindings: int = 0, storage_buffers: 
     bench/matmul.py's SmolLM2 and MiniLM shapes: one dispatch everywhere 0.987x the time of two (geometric
     mean; faster at every M <= 32, 32 x 384 x 384 6.02 against 6.87 us, 16 x 1536 x 384 7.45 against 8.18;
     slower at 512 x 1536 x 576 on 64x128 tiles in 8 ranges, 46.7 against 43.2, and 128 x 576 x 1536 on 64x64
-    in 6, 18.2 against 16.7); with the bound, 16 of them in one dispatch (32x32 tiles in up to 8 ranges,
-    32x64 in up to 4), 0.979x, one slower (128 x 384 x 1536, 11.92 against 11.82). SmolLM2's 128-token prefill,
-    whose split products (32x64 in 6 and 8 ranges) the bound leaves in two dispatches, took 2748-2751 us GPU
+    in 6, 18.2 against 16.7); with the bound, 16 of them in one dispatch (12 since SPLIT_MIN_K is 72; 32x32
+    tiles in up to 8 ranges, 32x64 in up to 4), 0.979x, one slower (128 x 384 x 1536, 11.92 against 11.82).
+    SmolLM2's 128-token prefill, whose split products (32x64 in 6 and 8 ranges) the bound leaves in two
+    dispatches, took 2748-2751 us GPU
     in one dispatch against 2728-2733 in two (``ab_prefill_layout.json``, 'tree' against 'two', rounds 1-2 of
     three). Before the planes and the loads before the sums (``bench/results/last_split_h100/atomic/``), the
     atomic form took 1.12x the time of two over the 37 and the prefill 3018-3020 us against 2866-2871. The

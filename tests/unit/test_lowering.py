@@ -283,7 +283,7 @@ def test_matmul_template_vec4_reads_and_tiles():
 def test_matmul_tile_heuristic():
     # (M, K, N): tile, splits. The walk 128x128 -> 64x64 -> 64x32 stops at the first tile whose
     # workgroups reach 288: a 128-sided tile's tiles alone, the others' times their splits
-    # (nearest 384 / tiles, at most 8, at least 96 elements of K each); else the walked tile of the
+    # (nearest 384 / tiles, at most 8, at least 72 elements of K each); else the walked tile of the
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
     # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200),
@@ -303,6 +303,7 @@ def test_matmul_tile_heuristic():
         (960, 384, 1152): ("32x64x16m4x8", 1),    # 64x64: 270 workgroups, below 288: not picked
         (320, 576, 3072): ("64x128x8", 3),        # 64x64: 240 x 2, 288 of K each: a long K (not timed at this M)
         (1024, 384, 384): ("64x64x16", 4),        # 64x64: 96 x 4 = 384, each split 96 of K
+        (64, 384, 384): ("32x64x16", 5),          # 32x64: 12 x 5 (at most 384 // 72), ranges of 5, 5, 5, 5, 4 slices
         (512, 1536, 576): ("64x128x8", 8),        # 64x64: 72 x 5, each split 320 of K: a long K (LONG_K_SPLIT_TILE)
         (1024, 1536, 384): ("64x128x8", 8),       # 64x64: 96 x 4, 384 of K each; 64x128: 48 x 8
         (2048, 1536, 384): ("64x128x8", 4),       # 64x64: 192 x 2, 768 of K each (LONG_K_MIN_SPLITS 2); 64x128: 96 x 4
