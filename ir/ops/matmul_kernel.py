@@ -411,6 +411,9 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
     sides_walk = [(128, 128), (64, 64), (64, 32)] + ([(32, 32)] if min(m, n) < 64 else [])
     for long, short in sides_walk:
         sides = (long, short) if m >= n else (short, long)
+        if NARROW_ROWS_ON_TIES and sides == (64, 32) and fits(64, n) and _tiles(
+                _TILE_BY_SIDES[(32, 64)], m, n) == _tiles(_TILE_BY_SIDES[(64, 32)], m, n):
+            sides = (32, 64)
         if not (fits(sides[0], m) and fits(sides[1], n)):
             sides = (sides[1], sides[0])
             if not (fits(sides[0], m) and fits(sides[1], n)):
@@ -427,6 +430,14 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
             return _widened(tile, m, k, n)
         walked.append((workgroups, tile))
     return _widened(max(walked, key=lambda w: w[0])[1], m, k, n)
+
+
+#: Whether :func:`matmul_tile` takes 32x64 over 64x32 where both cut the product into as many tiles (and so
+#: into as many split-K ranges): on an H100 32x64 (or its wide 4x8 form) took 0.82-1.00x the time of 64x32 at
+#: all 16 products timed (``bench/matmul_ab.py``, three alternated rounds, bench/results/narrow_rows_h100/
+#: ab_narrow.json; 471.4 against 525.0 us summed): 1472 x 768 x 768 78.1 against 94.9, 1920 x 576 x 576 59.7 /
+#: 72.2, 1024 x 1536 x 128 21.6 / 25.1, 512 x 576 x 192 10.9 / 11.4, 704 x 1536 x 192 27.0 / 27.0.
+NARROW_ROWS_ON_TIES = True
 
 
 #: The tile :func:`matmul_tile` takes instead of 128x128 where M is 128 (one row of 128-row tiles: a product

@@ -614,7 +614,7 @@ ROWS += [
     _rms_norm_matmul("BT", 1024, 9, 2048, ("bias",)),              # 64x128, RmsNorm prologue, scalar
     _rms_norm_matmul("BT", 128, 40, 36868, ()),                    # 64x128 for one row of 128x128 tiles (LM head)
     _fused("BT", 1024, 12, 1024, ("bias", "Silu")),                # 64x64
-    _matmul("MatMul", 1024, 8, 510),                               # 64x32 (K split in 2), scalar B
+    _matmul("MatMul", 1024, 8, 510),                               # 32x64 (tied with 64x32), scalar B
     _rms_norm_matmul("", 510, 16, 1024, ("add",)),                 # 32x64 (K split in 2), RmsNorm prologue
     _matmul("MatMulAT", 510, 8, 1024),                             # 32x64, AT with scalar A
     *[_matmul(op, *mkn) for op in ("MatMul", "MatMulAT", "MatMulBT")  # 32x32 (K split in 4), edge tiles

@@ -287,7 +287,8 @@ def test_matmul_tile_heuristic():
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
     # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200),
-    # and a 64x64 pick in 4 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A widened
+    # and a 64x64 pick in 4 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A 64x32
+    # pick whose 32x64 counterpart cuts as many tiles takes 32x64 (NARROW_ROWS_ON_TIES). A widened
     # 64x64 pick in one range below 384 workgroups takes 64x48 (THREE_QUARTER_TILE) where those stay within 384.
     cases = {
         (4096, 4096, 4096): ("128x128x8", 1),     # 1024 tiles
@@ -321,6 +322,9 @@ def test_matmul_tile_heuristic():
         (128, 40, 36868): ("64x128x8", 1),        # tests/gpu/test_ops.py's row: 289 tiles of 128x128
         (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
         (16, 576, 576): ("32x32x32", 6),          # 32x64: 9 x 6 = 54; 32x32: 18 x 6 = 108
+        (512, 576, 192): ("32x64x16", 8),         # 64x32 and 32x64 both 48 tiles: 32x64 (NARROW_ROWS_ON_TIES)
+        (1920, 576, 576): ("32x64x16m4x8", 1),    # 540 tiles either way, K 576: the wide 4x8
+        (512, 576, 160): ("64x32x16", 8),         # 64x32: 40 tiles, 32x64: 48 (an edge tile): no tie
         (130, 70, 257): ("32x64x16", 1),          # K below SPLIT_MIN_K (72): no split
         (40, 600, 40): ("32x32x32", 7),           # M and N below 64
         (5, 7, 9): ("32x32x32", 1),
@@ -624,7 +628,7 @@ def test_matmul_dispatch_follows_the_tile():
     gemv, tiled = lower(g).dispatches
     cols = gemv_bt_cols(1, 576, 1536)
     assert gemv.kernel == f"matmul_BT_gemv1x{cols}_v44" and gemv.workgroups == (1536 // cols, 1, 1)
-    assert tiled.kernel == "matmul_64x32x16_v11" and tiled.workgroups == (16 * 16, 1, 1)
+    assert tiled.kernel == "matmul_32x64x16_v11" and tiled.workgroups == (32 * 8, 1, 1)  # 64x32's 16 x 16 tied
 
 
 def test_matmul_template_rms_norm_prologue():
