@@ -92,31 +92,37 @@ class Graph:
         inputs, an input id that does not exist, a missing, unknown or ill-typed attribute,
         or shapes the op rejects.
         """
+        return self._add_node(op, inputs, attrs)
+
+    def _add_node(self, op: str, inputs: Sequence[NodeId], attrs: dict[str, Any], call: str | None = None) -> NodeId:
+        # add_node's work; ``call`` names the op in the messages where the builder the user called makes a node of
+        # another op (reshape: an Identity)
         spec = OPS.get(op)
         if spec is None:
             raise GraphError(f"unknown op {op!r}; known ops: {', '.join(sorted(OPS))}")
+        what = call or op
         try:
             given = list(inputs)
             inputs = tuple(int(i) for i in given)
         except (TypeError, ValueError):
-            raise GraphError(f"{op}: inputs must be node ids (ints), got {inputs!r}") from None
+            raise GraphError(f"{what}: inputs must be node ids (ints), got {inputs!r}") from None
         if (other := _foreign(self, given)) is not None:
-            raise GraphError(f"{op}: input {int(other)} is a node of another Graph; build each graph from its "
+            raise GraphError(f"{what}: input {int(other)} is a node of another Graph; build each graph from its "
                              f"own nodes (the ids its methods return)")
         limit = spec.input_limit
         if len(inputs) < spec.min_inputs or (limit is not None and len(inputs) > limit):
             takes = f"{spec.min_inputs}.." + ("" if limit is None else str(limit))
-            raise GraphError(f"{op}: takes {takes} inputs ({', '.join(spec.inputs) or 'none'}), got {len(inputs)}")
+            raise GraphError(f"{what}: takes {takes} inputs ({', '.join(spec.inputs) or 'none'}), got {len(inputs)}")
         for i in inputs:
             if not 0 <= i < len(self.nodes):
-                raise GraphError(f"{op}: input id {i} is not a node of this graph ({len(self.nodes)} nodes)")
+                raise GraphError(f"{what}: input id {i} is not a node of this graph ({len(self.nodes)} nodes)")
         full = self._attributes(spec, attrs)
         types = [self.nodes[i].type for i in inputs]
         try:
             ty = spec.infer(types, full)
         except ShapeError as e:
             shapes = ", ".join(f"node {i} {t}" for i, t in zip(inputs, types, strict=True))
-            raise GraphError(f"{op} (new node {len(self.nodes)}): {e} [inputs: {shapes}]") from None
+            raise GraphError(f"{what} (new node {len(self.nodes)}): {e} [inputs: {shapes}]") from None
         node = Node(len(self.nodes), op, inputs, full, ty)
         self.nodes.append(node)
         return NodeRef(node.id, self)
@@ -509,7 +515,8 @@ class Graph:
 
     def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
         """A view of x with another shape and the same element count (no dispatch)."""
-        return self.add_node("Identity", (x,), shape=self._shape("Identity", shape))
+        # an Identity node (a view); the messages name the call, Reshape
+        return self._add_node("Identity", (x,), {"shape": self._shape("Reshape", shape)}, call="Reshape")
 
     def sum_all(self, x: NodeId) -> NodeId:
         return self.add_node("SumAll", (x,))

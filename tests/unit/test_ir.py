@@ -98,6 +98,19 @@ def test_bad_leaves_and_ids():
         g.set_outputs(5)
 
 
+def test_a_reshape_error_names_reshape_not_its_identity_node():
+    g = Graph()
+    x = g.input("x", [4, 6])
+    with pytest.raises(GraphError, match=r"^Reshape \(new node 1\): cannot reshape f32\[4,6\] to \[5, 5\]: element "
+                                         r"counts differ \[inputs: node 0 f32\[4,6\]\]$"):
+        g.reshape(x, [5, 5])
+    with pytest.raises(GraphError, match=r"^Reshape: every dimension must be >= 1"):
+        g.reshape(x, [0, 24])
+    with pytest.raises(GraphError, match=r"^Reshape: input id 9 is not a node of this graph"):
+        g.reshape(9, [24])
+    assert g.node(g.reshape(x, [24])).op == "Identity"  # the IR keeps its view op
+
+
 def test_a_node_of_another_graph_is_refused():
     # ids are ints, so another graph's node 0 would be this graph's node 0: the builders refuse it
     g1, g2 = Graph(), Graph()
