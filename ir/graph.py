@@ -329,19 +329,28 @@ class Graph:
             raise GraphError(f"{op} {name!r}: name already used by {self.nodes[self._leaf_names[name]].describe()}")
 
     @staticmethod
-    def _shape(op: str, shape: Sequence[int]) -> tuple[int, ...]:
+    def _shape(op: str, shape: Sequence[int], name: str | None = None) -> tuple[int, ...]:
+        # the shape every builder that takes one checks: ints (numpy's too), never floats or bools, which int()
+        # would truncate (2.5 -> 2, True -> 1)
+        what = op if name is None else f"{op} {name!r}"
         try:
-            dims = tuple(int(d) for d in shape)
-        except (TypeError, ValueError):
-            raise GraphError(f"{op}: shape must be a sequence of ints, got {shape!r}") from None
+            given = list(shape)
+        except TypeError:
+            raise GraphError(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
+        for k, d in enumerate(given):
+            if isinstance(d, bool) or not isinstance(d, int | np.integer):
+                raise GraphError(f"{what}: dimension {k} of shape {given!r} is {d!r} ({type(d).__name__}), not an "
+                                 f"integer; give every dimension as an int")
+        dims = tuple(int(d) for d in given)
         if any(d < 1 for d in dims):
-            raise GraphError(f"{op}: every dimension must be >= 1 (an empty tensor cannot be stored), got {list(dims)}")
+            raise GraphError(f"{what}: every dimension must be >= 1 (an empty tensor cannot be stored), got "
+                             f"{list(dims)}")
         return dims
 
     def input(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
         """A tensor fed at every run, of ``shape`` (``()`` for a scalar) and ``dtype``."""
         self._check_name("Input", name)
-        nid = self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape), dtype))
+        nid = self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape, name), dtype))
         self._leaf_names[name] = int(nid)
         return nid
 
@@ -351,7 +360,7 @@ class Graph:
         zeros unless given a value."""
         self._check_name("Parameter", name)
         nid = self.add_node("Parameter", (), name=name, state=True,
-                            type=TensorType(self._shape("Parameter", shape)))
+                            type=TensorType(self._shape("Parameter", shape, name)))
         self._leaf_names[name] = int(nid)
         return nid
 
@@ -359,7 +368,7 @@ class Graph:
         """A named weight of ``dtype`` (f32; u32 for packed data such as quantised blocks, see
         ``ir/ops/quant.py``), uploaded once per session."""
         self._check_name("Parameter", name)
-        nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape), dtype))
+        nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape, name), dtype))
         self._leaf_names[name] = int(nid)
         return nid
 

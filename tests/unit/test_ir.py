@@ -2,6 +2,7 @@
 
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -96,6 +97,32 @@ def test_bad_leaves_and_ids():
         g.concat(5)
     with pytest.raises(GraphError, match="outputs must be node ids"):
         g.set_outputs(5)
+
+
+@pytest.mark.parametrize("dim", [2.5, 2.0, True, np.float32(2.0), np.float64(3.0), np.bool_(True)])
+def test_a_dimension_that_is_not_an_integer_is_refused_naming_the_leaf(dim):
+    # int() would truncate it into a tensor of another shape: [2.5, 3] -> f32[2,3], [True, 3] -> f32[1,3]
+    builds = ((lambda g: g.input("f", [dim, 3]), "Input 'f'", 0),
+              (lambda g: g.parameter("w", [3, dim]), "Parameter 'w'", 1),
+              (lambda g: g.state("kv", [dim]), "Parameter 'kv'", 0),
+              (lambda g: g.constant(np.zeros(6), [dim, 3]), "Constant", 0),
+              (lambda g: g.reshape(g.input("x", [2, 3]), [3, dim]), "Reshape", 1))
+    for build, label, k in builds:
+        g = Graph()
+        with pytest.raises(GraphError, match=rf"^{label}: dimension {k} of shape \[.*\] is {re.escape(repr(dim))} "
+                                             rf"\({type(dim).__name__}\), not an integer; give every dimension "
+                                             r"as an int$"):
+            build(g)
+        assert len(g) == (label == "Reshape")  # no node made (reshape's input only)
+
+
+def test_numpy_integer_dimensions_are_taken():
+    g = Graph()
+    x = g.input("x", [np.int64(2), np.int32(3)])
+    w = g.parameter("w", np.array([3, 4]))
+    r = g.reshape(g.matmul(x, w), (np.uint8(4), 2))
+    assert [g.node(n).type.shape for n in (x, w, r)] == [(2, 3), (3, 4), (4, 2)]
+    assert all(type(d) is int for n in (x, w, r) for d in g.node(n).type.shape)
 
 
 def test_a_reshape_error_names_reshape_not_its_identity_node():
