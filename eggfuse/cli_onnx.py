@@ -104,9 +104,9 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
                 fits = value.is_integer() and np.iinfo(dtype).min <= value <= np.iinfo(dtype).max
             elif dtype.kind == "b":
                 fits = value in (0.0, 1.0)
-            else:
+            else:  # nan and inf are values of every float dtype (Model.run takes them); a finite one must fit
                 with np.errstate(over="ignore"):
-                    fits = bool(np.isfinite(dtype.type(value)))
+                    fits = not np.isfinite(value) or bool(np.isfinite(dtype.type(value)))
             if not fits:
                 raise InputError(f"input {vi.name!r}: {given[vi.name]!r} is not a value of its dtype {dtype.name}; "
                                  f"give one it holds, or the array in a .npy file")

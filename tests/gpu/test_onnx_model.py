@@ -129,6 +129,17 @@ def test_cli_run_takes_numbers_as_inputs_and_checks_shapes(tmp_path, capsys):
         assert "every dimension a positive integer" in capsys.readouterr().err, bad
 
 
+def test_cli_run_takes_nan_and_infinities_for_a_float_input(tmp_path, capsys):
+    # "'nan' is not a value of its dtype float32" before; Model.run takes them
+    path = tmp_path / "m.onnx"
+    onnx.save(_shape_model(), path)
+    for text in ("nan", "inf", "-inf"):
+        out = tmp_path / f"{text}.npz"
+        assert main(["run", str(path), "--input", f"x={text}", "--shape", "x=2x3", "--repeats", "0",
+                     "--save", str(out)]) == 0, capsys.readouterr().err
+        np.testing.assert_array_equal(np.load(out)["y"], np.full((2, 3), float(text), np.float32))
+
+
 def test_cli_run_sizes_a_random_input_from_another_inputs_file(tmp_path, capsys):
     # x and m share the named dimensions: m, drawn at random, takes x's [3, 4] from its .npy file
     path = tmp_path / "add.onnx"
