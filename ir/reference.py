@@ -24,6 +24,10 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
         arr = np.asarray(value)
     except Exception as e:  # noqa: BLE001 - anything numpy cannot take is a user error
         raise InputError(f"{what}: cannot convert {type(value).__name__} to an array ({e})") from None
+    if value is None or (arr.dtype == object and arr.ndim == 0):  # else "expected shape [2, 3], got []"
+        got = "None" if value is None else f"a {type(value).__name__}"
+        raise InputError(f"{what}: got {got}, not an array; pass an array of shape {list(ty.shape)} and dtype "
+                         f"{ty.dtype.numpy.name} ({ty})")
     if arr.shape != ty.shape:
         raise InputError(f"{what}: expected shape {list(ty.shape)} ({ty}), got {list(arr.shape)}")
     if ty.dtype in (DType.U32, DType.I32):

@@ -96,6 +96,16 @@ def test_a_misspelt_feed_is_named_with_the_closest_known_name(fuse, device):
         compiled.run({"x": feeds["x"], "zzz": np.zeros(1)})
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_none_as_a_feed_is_named_as_none(fuse, device):
+    # np.asarray(None) has shape (): "expected shape [3, 5] ... got []" before
+    g, params, feeds = _with_dead_leaves()
+    compiled = eggfuse.compile(g, params, fuse=fuse, device=device)
+    with pytest.raises(InputError, match=r"^input 'x': got None, not an array; pass an array of shape \[3, 5\] and "
+                                         r"dtype float32 \(f32\[3,5\]\)$"):
+        compiled.run({"x": None})
+
+
 @pytest.mark.parametrize("n", [7, 16])
 def test_a_concat_of_up_to_16_computed_inputs_compiles_fused(n, device):
     # 'node 7 (Concat, f32[3,35]): 7 inputs; give op Concat a constructor' before
