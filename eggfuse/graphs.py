@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -97,6 +98,17 @@ def from_function(spec: str) -> Graph:
     fn = getattr(module, name, None)
     if not callable(fn):
         raise InputError(f"graph source {spec!r}: {where} has no function {name!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # none to read (a builtin): called as it is
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind()
+    except TypeError as e:  # a parameter without a default
+        raise InputError(f"graph source {spec!r}: eggfuse calls {name}() with no arguments, but {name}{signature} "
+                         f"requires some ({e}); give its parameters defaults, or name a function that takes none "
+                         "and calls it") from None
     graph = fn()
     if not isinstance(graph, Graph):
         raise InputError(f"graph source {spec!r}: {name}() returned {type(graph).__name__}, not an eggfuse Graph")

@@ -22,6 +22,9 @@ def mlp():
 
 def not_a_graph():
     return 3
+
+def needs_arg(n):
+    return mlp()
 '''
 
 
@@ -85,6 +88,9 @@ def test_module_function_graph_sources(capsys, graph_file, monkeypatch):
     assert _json(capsys, ["optimize", "mygraphs:mlp", "--json"])["nodes_before"] == 6
     for spec, msg in ((f"{graph_file}:not_a_graph", "returned int, not an eggfuse Graph"),
                       (f"{graph_file}:missing", "has no function 'missing'"),
+                      (f"{graph_file}:needs_arg", "eggfuse calls needs_arg() with no arguments, but needs_arg(n) "
+                                                  "requires some (missing a required argument: 'n'); give its "
+                                                  "parameters defaults"),
                       ("no_such_mod_xyz:fn", "cannot import 'no_such_mod_xyz'")):
         assert cli.main(["optimize", spec]) == 2
         assert msg in capsys.readouterr().err
