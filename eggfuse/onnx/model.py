@@ -211,7 +211,8 @@ class Model:
                 raise unknown_input(name, self.input_names, InputError)
         missing = [n for n in self.input_names if n not in given]
         if missing:
-            raise InputError(f"input(s) {', '.join(map(repr, missing))} not given")
+            raise InputError(f"input(s) {', '.join(map(repr, missing))} not given; the model's inputs are: "
+                             f"{', '.join(self._describe(vi) for vi in self.inputs)}")
         out = {}
         for vi in self.inputs:
             try:
@@ -232,6 +233,18 @@ class Model:
             else:
                 out[vi.name] = arr
         return out
+
+    def _describe(self, vi: onnx.ValueInfoProto) -> str:
+        # 'x' (FLOAT [batch, 3]): an input's name, element type and shape (as given in ``shapes``, else as declared: a
+        # name for a symbolic dimension, ? for an unknown one)
+        elem = vi.type.tensor_type.elem_type
+        if vi.name in self.shapes:
+            shape = str(list(self.shapes[vi.name]))
+        elif vi.type.tensor_type.HasField("shape"):
+            shape = f"[{', '.join('?' if d is None else str(d) for d in _dims(vi))}]"
+        else:
+            shape = "of any shape"
+        return f"{vi.name!r} ({elem_name(elem) if elem else 'any type'} {shape})"
 
     def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
         """The model's outputs for ``feeds`` (name -> array, or arrays in input order), in output order

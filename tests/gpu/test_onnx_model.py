@@ -82,6 +82,17 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
         m.run({})
 
 
+def test_a_missing_input_is_named_with_the_models_inputs():
+    # "input(s) 'sr' not given" before, without what the model takes
+    two = model([node("Add", ["x", "sr"], ["y"])], [("x", F, ["n", 3]), ("sr", F, []), ("ids", I64, None)],
+                [("y", F, None)])
+    with pytest.raises(InputError, match=re.escape("input(s) 'sr', 'ids' not given; the model's inputs are: 'x' "
+                                                   "(FLOAT [n, 3]), 'sr' (FLOAT []), 'ids' (INT64 of any shape)")):
+        Model(two).run({"x": np.zeros((2, 3), np.float32)})
+    with pytest.raises(InputError, match=re.escape("the model's inputs are: 'x' (FLOAT [2, 3]), 'sr' (FLOAT [])")):
+        Model(two, shapes={"x": [2, 3]}).run({})
+
+
 def test_backend_prepares_and_runs_by_position():
     rep = EggfuseBackend.prepare(_static(), "CPU")
     (y, s) = rep.run([np.ones((4, 3), np.float32)])
