@@ -12,13 +12,15 @@ from .spec import OPS
 from .types import DType, TensorType
 
 
-def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: bool = True) -> np.ndarray:
+def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: bool = True,
+                exact: bool = False) -> np.ndarray:
     """Return ``value`` as an array of ``ty``; raise :class:`InputError` if it does not fit.
 
     The result is a fresh array (a copy or a new conversion), or with ``copy=False``
     ``value`` itself when it is already an array of ``ty``'s dtype (for a caller that only
-    reads it). Floats must be finite unless ``finite=False``. The caller's array is never
-    modified.
+    reads it). Floats must be finite unless ``finite=False``. With ``exact=True`` integers
+    given for an F32 tensor must convert to float32 exactly (every one up to 2^24 in magnitude
+    does, beyond that only some). The caller's array is never modified.
     """
     try:
         arr = np.asarray(value)
@@ -54,6 +56,14 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
             out = arr.astype(np.float32, copy=copy)
     else:  # (no errstate on the common path: it costs a microsecond a feed)
         out = arr.astype(np.float32, copy=copy)
+    if exact and arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4 and arr.size:
+        inexact = _inexact_f32(arr, out)
+        if inexact.size:
+            at = [int(i) for i in np.unravel_index(inexact[0], arr.shape)]
+            raise InputError(f"{what}: {inexact.size} of {arr.size} integer values have no exact float32 for {ty}, the "
+                             f"first {arr.flat[inexact[0]]} at {at} (float32 holds every integer up to 2^24 = 16777216 "
+                             f"in magnitude, beyond that only some); pass float32 values (arr.astype(np.float32), if "
+                             f"that rounding is intended)")
     if finite and not np.isfinite(out).all():
         if np.isfinite(arr).all():
             big = arr.flat[int(np.argmax(np.abs(arr)))]
@@ -65,6 +75,15 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
                          f"{float(out[tuple(at)])} at {at}); eggfuse computes only with finite arrays: give finite "
                          "values")
     return out
+
+
+def _inexact_f32(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
+    # the flat positions of the integers of ``arr`` that ``out`` (arr as float32) does not hold exactly
+    flat = arr.reshape(-1)
+    big = np.flatnonzero(np.abs(flat.astype(np.float64)) > 2**24)  # every integer up to 2^24 is exact
+    given, rounded = flat[big], out.reshape(-1)[big].astype(np.float64)  # float32's integers, exact in float64
+    fits = rounded < float(np.iinfo(arr.dtype).max) + 1  # the rounding may reach 2^bits, past the integer type
+    return big[~fits | (np.where(fits, rounded, 0).astype(arr.dtype) != given)]
 
 
 def as_reference(value, ty: TensorType) -> np.ndarray:

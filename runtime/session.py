@@ -818,9 +818,10 @@ class _InputSlot:
 
     def check(self, value) -> np.ndarray:
         # The value as an array of the input's type (not a copy when it is one already), or
-        # InputError: wrong shape or dtype, NaN / infinity (check_array, unless allowed), an index
-        # out of range. (The compiled staging hands non-finite values to this check.)
-        arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite)
+        # InputError: wrong shape or dtype, NaN / infinity (check_array, unless allowed), an integer
+        # that float32 does not hold exactly (an f32 input), an index out of range. (The compiled
+        # staging hands non-finite values to this check.)
+        arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite, exact=True)
         if self.rows is not None and arr.size:
             self._check_range(arr, self.rows, self.reader, "")
         for part in self.parts:

@@ -106,6 +106,23 @@ def test_none_as_a_feed_is_named_as_none(fuse, device):
         compiled.run({"x": None})
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_integer_feeds_of_an_f32_input_must_convert_exactly(fuse, device):
+    # 2**24 + 1 became 16777216 before; onnx.Model.run refuses such a feed too
+    g = Graph()
+    g.set_outputs([g.neg(g.input("x", [2, 3]))])
+    compiled = eggfuse.compile(g, {}, fuse=fuse, device=device)
+    exact = np.array([[-2**24, 3, 2**31], [2**40, -(2**62), 7]], np.int64)  # float32 holds each exactly
+    np.testing.assert_array_equal(compiled.run({"x": exact})[0], -exact.astype(np.float32))
+    np.testing.assert_array_equal(compiled.run({"x": np.arange(6, dtype=np.int32).reshape(2, 3)})[0],
+                                  -np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(InputError, match=r"^input 'x': 2 of 6 integer values have no exact float32 for f32\[2,3\], "
+                                         r"the first 16777217 at \[0, 2\] .*; pass float32 values"):
+        compiled.run({"x": np.array([[1, 2, 2**24 + 1], [0, 2**62 + 1, 0]], np.int64)})
+    with pytest.raises(InputError, match=r"the first 4294967295 at \[1, 0\]"):
+        compiled.run({"x": np.array([[0, 0, 0], [2**32 - 1, 0, 0]], np.uint32)})
+
+
 @pytest.mark.parametrize("n", [7, 16])
 def test_a_concat_of_up_to_16_computed_inputs_compiles_fused(n, device):
     # 'node 7 (Concat, f32[3,35]): 7 inputs; give op Concat a constructor' before
