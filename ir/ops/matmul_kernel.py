@@ -445,7 +445,10 @@ NARROW_ROWS_ON_TIES = True
 #: 128x128x8 on an H200 (``bench/matmul.py --sweep``, every tile, bench/results/rerun_h200/sweep_lm_head.json);
 #: at M = 256 and 512 128x128x8 was fastest (417.2 us against 490.8, 815.7 against 960.4 on 64x128x8). The
 #: rule takes every product of M = 128 whose 128x128 tiles reach MIN_WORKGROUPS (N > 36736); only K = 576,
-#: N = 49152 was measured.
+#: N = 49152 was measured. Since, on an H100 the plain product took 224.1 us on 64x64x16m8x4 against 245.7 on
+#: 64x128x8 (bench/results/narrow_rows_h100/sweep_heads.json), but SmolLM2's prefill plan on an H200, whose LM
+#: head has the RmsNorm prologue, 2727.3-2829.3 us GPU with it on 64x64x16m8x4 against 2689.0-2691.2 on 64x128x8
+#: (``bench/plan_variants.py``, three alternated rounds, bench/results/narrow_rows_h200/head_prefill.json): kept.
 ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
