@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -337,11 +338,16 @@ class Graph:
             given = list(shape)
         except TypeError:
             raise GraphError(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
+        dims = []
         for k, d in enumerate(given):
-            if isinstance(d, bool) or not isinstance(d, int | np.integer):
+            try:  # an int, numpy's integers and 0-d integer arrays; not a float, str or bool
+                if isinstance(d, bool | np.bool_):
+                    raise TypeError
+                dims.append(operator.index(d))
+            except TypeError:
                 raise GraphError(f"{what}: dimension {k} of shape {given!r} is {d!r} ({type(d).__name__}), not an "
-                                 f"integer; give every dimension as an int")
-        dims = tuple(int(d) for d in given)
+                                 f"integer; give every dimension as an int") from None
+        dims = tuple(dims)
         if any(d < 1 for d in dims):
             raise GraphError(f"{what}: every dimension must be >= 1 (an empty tensor cannot be stored), got "
                              f"{list(dims)}")

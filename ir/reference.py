@@ -26,12 +26,14 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
         arr = np.asarray(value)
     except Exception as e:  # noqa: BLE001 - anything numpy cannot take is a user error
         raise InputError(f"{what}: cannot convert {type(value).__name__} to an array ({e})") from None
-    if value is None or (arr.dtype == object and arr.ndim == 0):  # else "expected shape [2, 3], got []"
-        got = "None" if value is None else f"a {type(value).__name__}"
-        raise InputError(f"{what}: got {got}, not an array; pass an array of shape {list(ty.shape)} and dtype "
-                         f"{ty.dtype.numpy.name} ({ty})")
-    if arr.shape != ty.shape:
-        raise InputError(f"{what}: expected shape {list(ty.shape)} ({ty}), got {list(arr.shape)}")
+    if arr.shape != ty.shape or arr.dtype.kind == "O":
+        if arr.ndim == 0 and arr.dtype.kind == "O":  # None, or one object numpy holds as no number: not "got []"
+            got = "None, not an array" if value is None else (f"{type(value).__name__} {value!r:.40}, which numpy "
+                                                              "holds as an object, not a number")
+            raise InputError(f"{what}: got {got}; pass an array of shape {list(ty.shape)} and dtype "
+                             f"{ty.dtype.numpy.name} ({ty})")
+        if arr.shape != ty.shape:
+            raise InputError(f"{what}: expected shape {list(ty.shape)} ({ty}), got {list(arr.shape)}")
     if ty.dtype in (DType.U32, DType.I32):
         info = np.iinfo(ty.dtype.numpy)
         if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
@@ -56,7 +58,7 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
             out = arr.astype(np.float32, copy=copy)
     else:  # (no errstate on the common path: it costs a microsecond a feed)
         out = arr.astype(np.float32, copy=copy)
-    if exact and arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4 and arr.size:
+    if exact and arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4 and arr.size and np.abs(out).max() >= 2**24:
         inexact = _inexact_f32(arr, out)
         if inexact.size:
             at = [int(i) for i in np.unravel_index(inexact[0], arr.shape)]

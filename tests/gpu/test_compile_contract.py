@@ -101,8 +101,8 @@ def test_none_as_a_feed_is_named_as_none(fuse, device):
     # np.asarray(None) has shape (): "expected shape [3, 5] ... got []" before
     g, params, feeds = _with_dead_leaves()
     compiled = eggfuse.compile(g, params, fuse=fuse, device=device)
-    with pytest.raises(InputError, match=r"^input 'x': got None, not an array; pass an array of shape \[3, 5\] and "
-                                         r"dtype float32 \(f32\[3,5\]\)$"):
+    with pytest.raises(InputError, match=r"^input 'x': got None, not an array; pass an array of shape "
+                                         r"\[3, 5\] and dtype float32 \(f32\[3,5\]\)$"):
         compiled.run({"x": None})
 
 

@@ -99,7 +99,7 @@ def test_bad_leaves_and_ids():
         g.set_outputs(5)
 
 
-@pytest.mark.parametrize("dim", [2.5, 2.0, True, np.float32(2.0), np.float64(3.0), np.bool_(True)])
+@pytest.mark.parametrize("dim", [2.5, 2.0, True, np.float32(2.0), np.float64(3.0), np.bool_(True), "3"])
 def test_a_dimension_that_is_not_an_integer_is_refused_naming_the_leaf(dim):
     # int() would truncate it into a tensor of another shape: [2.5, 3] -> f32[2,3], [True, 3] -> f32[1,3]
     builds = ((lambda g: g.input("f", [dim, 3]), "Input 'f'", 0),
@@ -120,7 +120,7 @@ def test_numpy_integer_dimensions_are_taken():
     g = Graph()
     x = g.input("x", [np.int64(2), np.int32(3)])
     w = g.parameter("w", np.array([3, 4]))
-    r = g.reshape(g.matmul(x, w), (np.uint8(4), 2))
+    r = g.reshape(g.matmul(x, w), (np.uint8(4), np.array(2)))  # a 0-d integer array is an index too
     assert [g.node(n).type.shape for n in (x, w, r)] == [(2, 3), (3, 4), (4, 2)]
     assert all(type(d) is int for n in (x, w, r) for d in g.node(n).type.shape)
 
