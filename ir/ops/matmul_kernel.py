@@ -435,8 +435,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
 #: Whether :func:`matmul_tile` takes 32x64 over 64x32 where both cut the product into as many tiles (and so
 #: into as many split-K ranges): on an H100 32x64 (or its wide 4x8 form) took 0.82-1.00x the time of 64x32 at
 #: all 16 products timed (``bench/matmul_ab.py``, three alternated rounds, bench/results/narrow_rows_h100/
-#: ab_narrow.json; 471.4 against 525.0 us summed): 1472 x 768 x 768 78.1 against 94.9, 1920 x 576 x 576 59.7 /
-#: 72.2, 1024 x 1536 x 128 21.6 / 25.1, 512 x 576 x 192 10.9 / 11.4, 704 x 1536 x 192 27.0 / 27.0.
+#: ab_narrow.json; medians, 472.1 against 525.3 us summed): 1472 x 768 x 768 78.1 against 94.9, 1920 x 576 x 576
+#: 59.7 / 72.2, 1024 x 1536 x 128 21.6 / 25.1, 512 x 576 x 192 11.0 / 11.4, 704 x 1536 x 192 27.0 / 27.0.
 NARROW_ROWS_ON_TIES = True
 
 

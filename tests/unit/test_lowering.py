@@ -287,7 +287,7 @@ def test_matmul_tile_heuristic():
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
     # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200),
-    # and a 64x64 pick in 4 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A 64x32
+    # and a 64x64 pick in 2 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A 64x32
     # pick whose 32x64 counterpart cuts as many tiles takes 32x64 (NARROW_ROWS_ON_TIES). A widened
     # 64x64 pick in one range below 384 workgroups takes 64x48 (THREE_QUARTER_TILE) where those stay within 384.
     cases = {
