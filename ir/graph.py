@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import weakref
 from collections.abc import Iterable, Sequence
@@ -529,9 +530,40 @@ class Graph:
         return self.add_node("Transpose", (x,))
 
     def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
-        """A view of x with another shape and the same element count (no dispatch)."""
+        """A view of x with another shape and the same element count (no dispatch). One dimension may be -1,
+        inferred from x's element count as numpy's ``reshape`` infers it. GraphError for a dimension that is not
+        an integer, more than one -1, or another element count."""
         # an Identity node (a view); the messages name the call, Reshape
-        return self._add_node("Identity", (x,), {"shape": self._shape("Reshape", shape)}, call="Reshape")
+        return self._add_node("Identity", (x,), {"shape": self._shape("Reshape", self._inferred(x, shape))},
+                              call="Reshape")
+
+    def _inferred(self, x: NodeId, shape: Sequence[int]) -> Sequence[int]:
+        # ``shape`` with its one -1 replaced by what x's element count leaves for it; as given where it has no -1 or
+        # a dimension that is no integer (the checks that follow name those)
+        try:
+            given = [d if isinstance(d, bool | np.bool_) else operator.index(d) for d in shape]
+        except TypeError:
+            return shape
+        at = [k for k, d in enumerate(given) if d == -1]
+        if not at:
+            return shape
+        if len(at) > 1:
+            raise GraphError(f"Reshape: at most one dimension may be -1 (inferred from the element count), got "
+                             f"{given!r}")
+        try:
+            node = self.nodes[int(x)] if _foreign(self, [x]) is None and 0 <= int(x) < len(self.nodes) else None
+        except (TypeError, ValueError):
+            node = None
+        if node is None:  # a placeholder: _add_node refuses x, naming it
+            return [1 if k == at[0] else d for k, d in enumerate(given)]
+        rest = [d for k, d in enumerate(given) if k != at[0]]
+        if any(isinstance(d, bool | np.bool_) or d < 1 for d in rest):
+            return shape
+        count, known = node.type.num_elements, math.prod(rest)
+        if count % known:
+            raise GraphError(f"Reshape: cannot infer the -1 of {given!r}: node {int(x)} {node.type} has {count} "
+                             f"elements, not a multiple of the other dimensions' product {known}")
+        return [*given[:at[0]], count // known, *given[at[0] + 1:]]
 
     def sum_all(self, x: NodeId) -> NodeId:
         return self.add_node("SumAll", (x,))

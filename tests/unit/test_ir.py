@@ -138,6 +138,28 @@ def test_a_reshape_error_names_reshape_not_its_identity_node():
     assert g.node(g.reshape(x, [24])).op == "Identity"  # the IR keeps its view op
 
 
+def test_reshape_infers_one_dimension_of_minus_one():
+    g = Graph()
+    x = g.input("x", [2, 3, 4])
+    shapes = {(-1, 4): (6, 4), (2, -1): (2, 12), (-1,): (24,), (np.int64(-1), 3, 2): (4, 3, 2), (1, -1, 1): (1, 24, 1)}
+    for given, want in shapes.items():
+        assert g.node(g.reshape(x, given)).type.shape == want, given
+    with pytest.raises(GraphError, match=r"^Reshape: at most one dimension may be -1 \(inferred from the element "
+                                         r"count\), got \[-1, -1\]$"):
+        g.reshape(x, [-1, -1])
+    with pytest.raises(GraphError, match=r"^Reshape: cannot infer the -1 of \[5, -1\]: node 0 f32\[2,3,4\] has 24 "
+                                         r"elements, not a multiple of the other dimensions' product 5$"):
+        g.reshape(x, [5, -1])
+    for bad in ([-1, 0], [-2, 12], [-1, 2.0]):  # the usual checks name the other dimension
+        with pytest.raises(GraphError, match=r"^Reshape: (every dimension must be >= 1|dimension 1 of shape)"):
+            g.reshape(x, bad)
+    with pytest.raises(GraphError, match=r"^Reshape: input id 9 is not a node of this graph"):
+        g.reshape(9, [-1])
+    other = Graph()
+    with pytest.raises(GraphError, match=r"^Reshape: input 0 is a node of another Graph"):
+        g.reshape(other.input("y", [4]), [-1])
+
+
 def test_a_node_of_another_graph_is_refused():
     # ids are ints, so another graph's node 0 would be this graph's node 0: the builders refuse it
     g1, g2 = Graph(), Graph()
