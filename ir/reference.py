@@ -59,7 +59,7 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
     else:  # (no errstate on the common path: it costs a microsecond a feed)
         out = arr.astype(np.float32, copy=copy)
     if exact and arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4 and arr.size and np.abs(out).max() >= 2**24:
-        inexact = _inexact_f32(arr, out)
+        inexact = inexact_f32(arr, out)
         if inexact.size:
             at = [int(i) for i in np.unravel_index(inexact[0], arr.shape)]
             raise InputError(f"{what}: {inexact.size} of {arr.size} integer values have no exact float32 for {ty}, the "
@@ -79,8 +79,10 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
     return out
 
 
-def _inexact_f32(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
-    # the flat positions of the integers of ``arr`` that ``out`` (arr as float32) does not hold exactly
+def inexact_f32(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The flat positions of the integers of ``arr`` (an integer array) that ``out``, ``arr`` as float32, does not
+    hold exactly: float32 holds every integer up to 2^24 in magnitude, beyond that only some, and the rounding may
+    reach 2^bits, past the integer type's end."""
     flat = arr.reshape(-1)
     big = np.flatnonzero(np.abs(flat.astype(np.float64)) > 2**24)  # every integer up to 2^24 is exact
     given, rounded = flat[big], out.reshape(-1)[big].astype(np.float64)  # float32's integers, exact in float64

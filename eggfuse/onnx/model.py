@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from eggfuse.ir import Graph, IndexRangeError, InputError, LoweringError, OnnxError
+from eggfuse.ir.reference import inexact_f32
 
 from .importer import (
     COMPUTED_IN_F32,
@@ -52,14 +53,10 @@ def _feed_f32(arr: np.ndarray, name: str, elem: int) -> np.ndarray:
     rounded to the nearest float32, as a float32 model computes it anyway."""
     if arr.dtype.kind in "iu":
         out = arr.astype(np.float32)
-        big = np.abs(arr.astype(np.float64)) > 2**24  # every integer up to 2^24 is exact; beyond, compared exactly
-        given, rounded = arr[big], out[big].astype(np.float64)  # float32's integers, exact in float64
-        top = float(np.iinfo(arr.dtype).max) + 1  # 2^bits: the rounding may reach the integer type's end
-        fits = rounded < top
-        inexact = given[~fits | (np.where(fits, rounded, 0).astype(arr.dtype) != given)]
+        inexact = inexact_f32(arr, out)
         if inexact.size:
             raise InputError(f"input {name!r} ({elem_name(elem)}, computed in float32): {inexact.size} integer "
-                             f"value(s) such as {inexact.flat[0]} have no exact float32 (float32 holds every "
+                             f"value(s) such as {arr.flat[inexact[0]]} have no exact float32 (float32 holds every "
                              f"integer up to 2^24 = 16777216, beyond that only some); convert them yourself, "
                              f"arr.astype('float32'), if that rounding is intended")
         return out
