@@ -36,6 +36,14 @@ class NodeRef(int):
         return int(self)
 
 
+def _dimension(d: Any) -> int:
+    # a dimension of a shape as an int: an int, a numpy integer or a 0-d integer array; TypeError for anything else,
+    # a bool, a float or a str too (int() would truncate 2.5 to 2 and take True as 1)
+    if isinstance(d, bool | np.bool_):
+        raise TypeError(f"{d!r} is a bool")
+    return operator.index(d)
+
+
 def _foreign(graph: Graph, ids: Sequence[Any]) -> Any:
     # the first of ``ids`` made by another live graph whose node of that number is not ``graph``'s (a
     # graph copied node for node, as step_graph copies one, shares its nodes: their ids are the same
@@ -341,10 +349,8 @@ class Graph:
             raise GraphError(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
         dims = []
         for k, d in enumerate(given):
-            try:  # an int, numpy's integers and 0-d integer arrays; not a float, str or bool
-                if isinstance(d, bool | np.bool_):
-                    raise TypeError
-                dims.append(operator.index(d))
+            try:
+                dims.append(_dimension(d))
             except TypeError:
                 raise GraphError(f"{what}: dimension {k} of shape {given!r} is {d!r} ({type(d).__name__}), not an "
                                  f"integer; give every dimension as an int") from None
@@ -541,7 +547,7 @@ class Graph:
         # ``shape`` with its one -1 replaced by what x's element count leaves for it; as given where it has no -1 or
         # a dimension that is no integer (the checks that follow name those)
         try:
-            given = [d if isinstance(d, bool | np.bool_) else operator.index(d) for d in shape]
+            given = [_dimension(d) for d in shape]
         except TypeError:
             return shape
         at = [k for k, d in enumerate(given) if d == -1]
@@ -557,7 +563,7 @@ class Graph:
         if node is None:  # a placeholder: _add_node refuses x, naming it
             return [1 if k == at[0] else d for k, d in enumerate(given)]
         rest = [d for k, d in enumerate(given) if k != at[0]]
-        if any(isinstance(d, bool | np.bool_) or d < 1 for d in rest):
+        if any(d < 1 for d in rest):
             return shape
         count, known = node.type.num_elements, math.prod(rest)
         if count % known:
