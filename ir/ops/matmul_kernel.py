@@ -545,11 +545,7 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
     bench/results/vulkan_sass_h100/sass_checks.json): without the checks the driver's register choice for
     4096^3's 128x128 loop puts 352 of its 512 FFMAs' two register reads in one bank, against 139 with
     them; that loop is issue-bound, and the conflicts outweigh the 36 index clamps the checks add."""
-    return not tile.gemv and tile.bm >= CHECKED_MIN_ROWS
-
-
-#: Fewest rows of a tile that keeps the runtime checks (:func:`keeps_runtime_checks`).
-CHECKED_MIN_ROWS = 128
+    return not tile.gemv and tile.bm == 128
 
 
 #: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
@@ -853,101 +849,7 @@ def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: st
     return qa + "\n\n" + qb
 
 
-#: matmul.wgsl's SLICES and SLICE_STORES, flat: the K slices in one array of vec4, indexed tiles[a_at + c]
-_SLICES_FLAT = """// [2][BK][BM / 4] slices of A, then [2][BK][BN / 4] slices of B.
-var<workgroup> tiles: array<vec4<f32>, 2u * (A_SIZE + B_SIZE)>;"""
-
-_SLICE_STORES_FLAT = """// Store a quad loaded along K as 4 elements of a column of the [BK][side] slice at `at`.
-// The KQ quads of a row go to neighbouring invocations, which read the row's 4 * BK bytes
-// together; their stores meet 2-way bank conflicts (neighbouring rows instead: no
-// conflicts, but each warp reads half-sectors, and on an H200 it ran 3% slower at 4096^3,
-// 15% at 1024^3).
-fn store_transposed(at: u32, li: u32, side4: u32, v: vec4<f32>) {
-    let m = li / KQ;
-    let base = at + li % KQ * 4u * side4 + m / 4u;
-    let e = m % 4u;
-    tiles[base][e] = v.x;
-    tiles[base + side4][e] = v.y;
-    tiles[base + 2u * side4][e] = v.z;
-    tiles[base + 3u * side4][e] = v.w;
-}
-
-fn store_a(li: u32, buf: u32, v: vec4<f32>) {
-    if (li < A_QUADS) {
-        if (A_ALONG_K) {
-            store_transposed(buf * A_SIZE, li, BM4, v);
-        } else {
-            tiles[buf * A_SIZE + li] = v;
-        }
-    }
-}
-
-fn store_b(li: u32, buf: u32, v: vec4<f32>) {
-    if (li < B_QUADS) {
-        if (B_ALONG_K) {
-            store_transposed(B_START + buf * B_SIZE, li, BN4, v);
-        } else {
-            tiles[B_START + buf * B_SIZE + li] = v;
-        }
-    }
-}
-"""
-
-#: ... indexed: the same memory as an array [operand][buffer][row group][lane] (square tiles of square
-#: micro-tiles and one K group, so that A's and B's slices have one shape), which the inner product indexes by
-#: constants, the buffer and tx or ty: naga's clamps of tx and ty stay out of the loop (MATMUL_INDEXED_SLICES).
-_SLICES_INDEXED = """// [A, B][2 buffers][BK * TM / 4 row groups][TX lanes]: the slices of A and of B
-var<workgroup> slices: array<array<array<array<vec4<f32>, {lanes}>, {groups}>, 2>, 2>;"""
-
-_SLICE_STORES_INDEXED = """fn slice_quad(x: u32, buf: u32, at: u32, v: vec4<f32>) {
-    slices[x][buf][at / TX][at % TX] = v;
-}
-
-// Store a quad loaded along K as 4 elements of a column of the [BK][side] slice x of buffer buf.
-fn store_transposed(x: u32, buf: u32, li: u32, side4: u32, v: vec4<f32>) {
-    let m = li / KQ;
-    let base = li % KQ * 4u * side4 + m / 4u;
-    let e = m % 4u;
-    slices[x][buf][base / TX][base % TX][e] = v.x;
-    slices[x][buf][(base + side4) / TX][(base + side4) % TX][e] = v.y;
-    slices[x][buf][(base + 2u * side4) / TX][(base + 2u * side4) % TX][e] = v.z;
-    slices[x][buf][(base + 3u * side4) / TX][(base + 3u * side4) % TX][e] = v.w;
-}
-
-fn store_a(li: u32, buf: u32, v: vec4<f32>) {
-    if (li < A_QUADS) {
-        if (A_ALONG_K) {
-            store_transposed(0u, buf, li, BM4, v);
-        } else {
-            slice_quad(0u, buf, li, v);
-        }
-    }
-}
-
-fn store_b(li: u32, buf: u32, v: vec4<f32>) {
-    if (li < B_QUADS) {
-        if (B_ALONG_K) {
-            store_transposed(1u, buf, li, BN4, v);
-        } else {
-            slice_quad(1u, buf, li, v);
-        }
-    }
-}
-"""
-
-#: Whether square tiles of square micro-tiles and one K group, in one K range and without a prologue, index
-#: their slices as [operand][buffer][row group][lane] (_SLICES_INDEXED) instead of flat (_SLICES_FLAT).
-MATMUL_INDEXED_SLICES = False
-
-
-def indexed_slices(tile: MatmulTile, splits: int, prologue: str, final: str | None) -> bool:
-    """Whether the tiled kernel of ``tile`` indexes its slices as [operand][buffer][row group][lane]
-    (MATMUL_INDEXED_SLICES; where A's and B's slices have one shape, one K group, one K range, no prologue)."""
-    return (MATMUL_INDEXED_SLICES and tile.bm == tile.bn and tile.tm == tile.tn and tile.ksplit == 1
-            and splits == 1 and prologue == "none" and final is None)
-
-
-def _micro_tile(tile: MatmulTile, indexed: bool = False) -> tuple[str, str, str, str]:
+def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     # The unrolled micro-tile of invocation (tx, ty) in K group kg (matmul.wgsl): the
     # accumulator declarations, the inner product over its bk / ksplit elements of a K
     # slice, the store, and the split-K reduction. Rows g*4*TY + ty*4 + e, columns
@@ -966,11 +868,9 @@ def _micro_tile(tile: MatmulTile, indexed: bool = False) -> tuple[str, str, str,
     for step in range(steps):
         body.append(f"        // K slice element kg * {steps} + {step}")
         for g in range(row_groups):
-            body.append(f"        let a{g}_{step} = slices[0u][buf][{step * row_groups + g}u][ty];" if indexed else
-                        f"        let a{g}_{step} = tiles[a_at + {step * tile.bm // 4 + g * ty_count}u];")
+            body.append(f"        let a{g}_{step} = tiles[a_at + {step * tile.bm // 4 + g * ty_count}u];")
         for h in range(col_groups):
-            body.append(f"        let b{h}_{step} = slices[1u][buf][{step * col_groups + h}u][tx];" if indexed else
-                        f"        let b{h}_{step} = tiles[b_at + {step * tile.bn // 4 + h * tx_count}u];")
+            body.append(f"        let b{h}_{step} = tiles[b_at + {step * tile.bn // 4 + h * tx_count}u];")
         for r, h in accs:
             a = f"a{r // 4}_{step}.{'xyzw'[r % 4]}"
             body.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}, c{r}_{h});")
@@ -1336,14 +1236,6 @@ def inside_form(tile: MatmulTile, m: int, k: int, n: int, splits: int, prologue:
     return wanted and f32_quads and covers(tile, m, k, n, splits)
 
 
-#: Whether the tiled kernel bounds its invocation index and K group by no-op remainders (li % WG, kg % KSPLIT),
-#: from which the driver may prove the slices' indices in range and drop naga's clamps of them (matmul.wgsl's
-#: RANGE_HINTS; they matter on the tiles that keep the runtime checks, :func:`keeps_runtime_checks`).
-MATMUL_RANGE_HINTS = False
-#: ... and the global loads' invocation index too (then the driver may drop the loads' branch, li >= A_QUADS).
-MATMUL_RANGE_HINTS_LOADS = False
-
-
 def _slice_loads(tile: MatmulTile) -> dict[str, str]:
     # matmul.wgsl's LOAD_FIRST, LOAD_NEXT and STORE_NEXT: invocation li loads quads li, li + wg, ...
     # of each slice (tile.loads of A and of B), held in next_a0, next_b0, ... while the workgroup
@@ -1355,9 +1247,9 @@ def _slice_loads(tile: MatmulTile) -> dict[str, str]:
     a_loads, b_loads = tile.loads
     quads = [("a", r, "row0") for r in range(a_loads)] + [("b", r, "col0") for r in range(b_loads)]
     wg = tile.wg
-    first = [f"    var next_{x}{r} = load_{x}(li_load + {wg * r}u, {at}, k0);" for x, r, at in quads]
+    first = [f"    var next_{x}{r} = load_{x}(li + {wg * r}u, {at}, k0);" for x, r, at in quads]
     first += [f"    store_{x}(li + {wg * r}u, 0u, next_{x}{r});" for x, r, _ in quads]
-    load = [f"            next_{x}{r} = load_{x}(li_load + {wg * r}u, {at}, k_next);" for x, r, at in quads]
+    load = [f"            next_{x}{r} = load_{x}(li + {wg * r}u, {at}, k_next);" for x, r, at in quads]
     store = [f"            store_{x}(li + {wg * r}u, 1u - buf, next_{x}{r});" for x, r, _ in quads]
     return dict(LOAD_FIRST="\n".join(first), LOAD_NEXT="\n".join(load), STORE_NEXT="\n".join(store))
 
@@ -1606,17 +1498,11 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         raise LoweringError(f"the LayerNorm prologue takes a row's mean and variance with one or more invocations "
                             f"a row, kept in the slices' memory, which the tile {tile.name} has too few of: choose "
                             "another tile of MATMUL_TILES")
-    indexed = indexed_slices(tile, splits, prologue, final)
-    decl, body, store, reduce = _micro_tile(tile, indexed)
-    slices = (_SLICES_INDEXED.format(lanes=tile.bn // tile.tn, groups=tile.bk * tile.tm // 4) if indexed
-              else _SLICES_FLAT)
-    tiled = dict(SLICES=slices, SLICE_STORES=_SLICE_STORES_INDEXED if indexed else _SLICE_STORES_FLAT,
-                 BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
+    decl, body, store, reduce = _micro_tile(tile)
+    tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
                  NORM_QUADS=_norm_quads(vec_a) if layer_norm else "", LAST_SPLIT="",
-                 RANGE_HINTS="true" if MATMUL_RANGE_HINTS else "false",
-                 RANGE_HINTS_LOADS="true" if MATMUL_RANGE_HINTS and MATMUL_RANGE_HINTS_LOADS else "false",
                  **_slice_loads(tile))
     checks = keeps_runtime_checks(tile)
     vec_out = out_vec4(tile, n, splits, rms_norm)
