@@ -21,10 +21,12 @@ receives a :class:`KernelInfo` with the op, its input and output types, attribut
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import OPS, Graph, TensorType
+from ..ir import OPS, Graph, RewriteError, TensorType
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,20 @@ class CostModel:
             if (n := graph.dispatches(node)) == 0:
                 continue
             ins = tuple(graph.node(i).type for i in node.inputs)
-            total += self.kernel_cost(kernel_info(node.op, node.attrs, ins, node.type, n))
+            total += checked_cost(self, kernel_info(node.op, node.attrs, ins, node.type, n))
         return total
+
+
+def checked_cost(model: CostModel, k: KernelInfo) -> float:
+    """``model.kernel_cost(k)`` as a float, or :class:`RewriteError` naming the model, the op and the value
+    where it is not a finite number >= 0 (a NaN would stall the greedy extractor, an infinity or a negative
+    cost break the ILP's objective)."""
+    cost = model.kernel_cost(k)
+    if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not math.isfinite(cost) or cost < 0:
+        raise RewriteError(f"cost model {type(model).__name__}: kernel_cost of {k.op} (inputs "
+                           f"{[str(t) for t in k.inputs]}, output {k.output}) returned {cost!r}; a cost must be a "
+                           "finite number >= 0 (byte-equivalents): fix its kernel_cost")
+    return float(cost)
 
 
 def kernel_info(op: str, attrs: dict[str, Any], ins: tuple[TensorType, ...], out: TensorType,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -119,6 +120,27 @@ def saturate(graph: Graph, rep: Report, *, rulesets: Sequence[Ruleset] | None = 
     return enc
 
 
+def _check_options(cost_model, rulesets, dump_egglog, **limits) -> None:
+    # optimize's arguments, before any work: RewriteError naming the argument and what it takes
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        what = f"the class {cost_model.__name__}" if isinstance(cost_model, type) else repr(cost_model)
+        raise RewriteError(f"optimize: cost_model must be a CostModel instance (eggfuse.rewrites.cost.CostModel or "
+                           f"a subclass, e.g. CostModel()), got {what}")
+    if rulesets is not None:
+        if isinstance(rulesets, (str, bytes)) or not isinstance(rulesets, Sequence):
+            raise RewriteError(f"optimize: rulesets must be a list of egglog Rulesets, got {rulesets!r}")
+        for i, r in enumerate(rulesets):
+            if not isinstance(r, Ruleset):
+                raise RewriteError(f"optimize: rulesets[{i}] is {r!r}, not an egglog Ruleset: pass the shipped ones "
+                                   "(eggfuse.rewrites.optimization_rulesets()) and your own from make_ruleset")
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise RewriteError(f"optimize: {name} must be a positive number, got {value!r}")
+    if dump_egglog is not None and os.path.isdir(dump_egglog):
+        raise RewriteError(f"optimize: dump_egglog is a file path for the egglog program; {dump_egglog!r} is a "
+                           "directory: give a file name in it")
+
+
 def optimize(
     graph: Graph,
     *,
@@ -175,6 +197,9 @@ def optimize(
     """
     if extractor not in EXTRACTORS:
         raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
+    _check_options(cost_model, rulesets, dump_egglog, match_limit=match_limit, ban_length=ban_length,
+                   max_iterations=max_iterations, max_enodes=max_enodes, time_limit_s=time_limit_s,
+                   ilp_time_limit_s=ilp_time_limit_s)
     graph.check_outputs()
     with _gc_paused():
         return _optimize(graph, cost_model, rulesets, extractor, ilp_time_limit_s, verify, seed, dump_egglog, payoff,

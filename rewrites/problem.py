@@ -22,7 +22,7 @@ from ..ir import OPS, DType, RewriteError, TensorType
 from ..ir.ops.fused import FUSABLE
 from ..ir.spec import ShapeError, json_value
 from . import egglog_private
-from .cost import CostModel, KernelInfo, epilogue_operand_info, fused_read_info, kernel_info
+from .cost import CostModel, KernelInfo, checked_cost, epilogue_operand_info, fused_read_info, kernel_info
 from .encode import Encoding
 from .extract import TermDag
 from .sorts import ARG_SORTS, CHILD_SORTS, EX_SIGNATURES, SIGNATURES
@@ -390,14 +390,14 @@ def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostMo
                            "two sides have different shapes or dtypes is unsound (check the rules of the rulesets "
                            "passed to optimize)")
     if x.op == "leaf":
-        return float(model.kernel_cost(fused_read_info(types[x.args[0]])))
+        return checked_cost(model, fused_read_info(types[x.args[0]]))
     if x.op in ("const", "acc"):
         return 0.0
     out = types[c]
     # plus one unit: of two regions that move the same bytes, the one of fewer ops is extracted (a
     # recognised op such as SwiGLU rather than the Silu and Mul it was recognised from)
-    return 1.0 + float(model.kernel_cost(KernelInfo(f"fused:{x.op}", 0, 0, 0, out.num_elements,
-                                                    tuple(types[a] for a in x.args), out, x.attrs)))
+    return 1.0 + checked_cost(model, KernelInfo(f"fused:{x.op}", 0, 0, 0, out.num_elements,
+                                                tuple(types[a] for a in x.args), out, x.attrs))
 
 
 #: What extraction adds to the cost of a ``fallback`` op's e-node (OpSpec.fallback): one
@@ -411,7 +411,7 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
     name = dec.nodes[nid]["op"]
     if name in ("Epi.bias", "Epi.add"):
         operand = dec.cls[dec.nodes[nid]["children"][1]]
-        return model.kernel_cost(epilogue_operand_info(name[4:], types[operand]))
+        return checked_cost(model, epilogue_operand_info(name[4:], types[operand]))
     if name == "ExLeaf" or name == "ExConst" or name in EX_SIGNATURES:
         return _ex_cost(dec, nid, types, model, inferred is not None)
     if name == "Fused":  # one dispatch writing its output; what it reads is charged to its ExLeaf e-nodes
@@ -421,7 +421,7 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
                                "whose two sides have different shapes or dtypes is unsound (check the rules of the "
                                "rulesets passed to optimize)")
         out = types[c]
-        return float(model.kernel_cost(KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out)))
+        return checked_cost(model, KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out))
     if name not in SIGNATURES:
         return 0.0  # list cells, Epi.none, Epi.act: structure
     sig = SIGNATURES[name]
@@ -440,7 +440,7 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
     # epilogue operands are charged to their Epi steps: the op reads its fixed inputs
     reads = e.inputs[:sig.tensors] if sig.epilogue else e.inputs
     ins = tuple(types[i] for i in reads)
-    cost = float(model.kernel_cost(kernel_info(op, full, ins, types[dec.cls[nid]])))
+    cost = checked_cost(model, kernel_info(op, full, ins, types[dec.cls[nid]]))
     return cost + FALLBACK_COST if spec.fallback else cost
 
 

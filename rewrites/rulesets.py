@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from egglog import Ruleset, ruleset
+from egglog import RewriteOrRule, Ruleset, ruleset
 
 from ..ir import RULES, RewriteError
 from . import egglog_private
@@ -165,9 +165,29 @@ def make_ruleset(name: str, fn: Callable[[Namespace], Iterable[Any]]) -> Ruleset
     """An egglog ruleset of the rules ``fn(e)`` yields, written as the shipped rule groups are
     (``e`` is a :class:`~.dsl.Namespace`): a rule of your own without editing eggfuse. Pass it to
     ``optimize(..., rulesets=[*optimization_rulesets(), mine])``."""
+    if not isinstance(name, str) or not name:
+        raise RewriteError(f"make_ruleset: the name must be a non-empty str, got {name!r}")
+    if not callable(fn):
+        raise RewriteError(f"make_ruleset({name!r}): fn must be a function of the namespace e yielding rules, "
+                           f"got {fn!r}")
     ns = Namespace()
     ns.ruleset, ns.family = name, "user"
-    return _register(ruleset(name=name), name, list(fn(ns)))
+    label = getattr(fn, "__qualname__", repr(fn))
+    hint = "it must yield rules made with e.equal(name, lhs, rhs) or e.rule(..., name=...)"
+    try:
+        made = fn(ns)
+        rules = None if made is None else list(made)
+    except RewriteError:
+        raise
+    except Exception as err:  # the user's function: its error, named
+        raise RewriteError(f"make_ruleset({name!r}): {label}(e) raised {type(err).__name__}: {err}") from err
+    if rules is None:
+        raise RewriteError(f"make_ruleset({name!r}): {label}(e) returned None; {hint}")
+    for i, r in enumerate(rules):
+        if not isinstance(r, RewriteOrRule):
+            raise RewriteError(f"make_ruleset({name!r}): item {i} that {label}(e) yielded is {r!r} "
+                               f"({type(r).__name__}), not a rule; {hint}")
+    return _register(ruleset(name=name), name, rules)
 
 
 def shipped_name(rs: Ruleset) -> str | None:

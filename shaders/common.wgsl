@@ -22,10 +22,15 @@ fn sigmoid(x: f32) -> f32 {
     return select(e * s, s, x >= 0.0);
 }
 
+// clamp(x, lo, hi) that keeps a NaN, as numpy's clip does (WGSL's clamp, min and max need not).
+fn clamp_nan(x: f32, lo: f32, hi: f32) -> f32 {
+    return select(select(x, hi, x > hi), lo, x < lo);
+}
+
 // tanh with the argument clamped so exp-based implementations cannot overflow
 // (tanh(10) rounds to 1 in f32).
 fn tanh_clamped(x: f32) -> f32 {
-    return tanh(clamp(x, -10.0, 10.0));
+    return tanh(clamp_nan(x, -10.0, 10.0));
 }
 
 fn silu(x: f32) -> f32 {

@@ -163,7 +163,8 @@ class Unary:
 
 #: Every row, in registration order (:func:`register_unary` appends the rows of other modules).
 UNARY: list[Unary] = [
-    Unary("Relu", lambda x: np.maximum(x, 0), "max({x}, 0.0)",
+    # select, not max: WGSL's max need not return a NaN operand, and np.maximum (the reference) does
+    Unary("Relu", lambda x: np.maximum(x, 0), "select({x}, 0.0, {x} < 0.0)",
           lambda x: (x > 0).astype(np.float64), "select(0.0, 1.0, {x} > 0.0)",
           "max(x, 0) (ONNX Relu, f32 and int)", "1 if x > 0 else 0 (0 at x = 0, as PyTorch)",
           wgsl_int="max({x}, 0)"),

@@ -70,9 +70,10 @@ def _act(name: str, x, alpha: float, beta: float):
 
 #: WGSL of each activation of ``{x}`` with ``{a}``, ``{b}`` its alpha and beta (f32 literals).
 ACTIVATIONS = {
-    "Relu": "max({x}, 0.0)", "Tanh": "tanh_clamped({x})", "Sigmoid": "sigmoid({x})", "Affine": "{a} * {x} + {b}",
+    "Relu": "select({x}, 0.0, {x} < 0.0)", "Tanh": "tanh_clamped({x})", "Sigmoid": "sigmoid({x})",
+    "Affine": "{a} * {x} + {b}",
     "LeakyRelu": "select({a} * {x}, {x}, {x} >= 0.0)", "ThresholdedRelu": "select(0.0, {x}, {x} > {a})",
-    "ScaledTanh": "{a} * tanh_clamped({b} * {x})", "HardSigmoid": "clamp({a} * {x} + {b}, 0.0, 1.0)",
+    "ScaledTanh": "{a} * tanh_clamped({b} * {x})", "HardSigmoid": "clamp_nan({a} * {x} + {b}, 0.0, 1.0)",
     "Elu": "select({a} * (exp(min({x}, 0.0)) - 1.0), {x}, {x} >= 0.0)", "Softsign": "{x} / (1.0 + abs({x}))",
     "Softplus": "softplus({x})",
 }

@@ -135,3 +135,26 @@ def test_refusals_name_the_node_and_the_reason():
         load(one_op("Sqrt", [3], 13, elem=I64))
     with pytest.raises(OnnxError, match=r"Shrink node .*element type INT32; eggfuse runs Shrink on float32"):
         load(one_op("Shrink", [3], 9, elem=I32))
+
+
+#: Activations whose WGSL was written with max, min or clamp, which WGSL lets drop a NaN operand.
+NAN_CASES = [("Relu", 14, {}), ("HardSigmoid", 7, {}), ("HardSigmoid", 17, {"alpha": 0.35, "beta": 0.45}),
+             ("Celu", 12, {}), ("HardSwish", 14, {}), ("Softplus", 7, {}), ("Clip", 6, {"min": -0.5, "max": 0.5})]
+
+
+@pytest.mark.parametrize("op, opset, attrs", NAN_CASES, ids=[f"{c[0]}-{c[1]}" for c in NAN_CASES])
+def test_activations_keep_nan(op, opset, attrs):
+    # NaN in, NaN out, as onnxruntime and numpy's maximum and clip give (Relu, HardSigmoid and Celu gave 0)
+    x = np.array([[np.nan, 1.0, -2.0, 3.0], [0.25, np.nan, -0.75, np.inf]], dtype=np.float32)
+    got = check(one_op(op, x.shape, opset, **attrs), {"x": x})[0]
+    assert np.isnan(got[0, 0]) and np.isnan(got[1, 1])
+
+
+def test_relu_fused_into_matmul_keeps_nan():
+    # a NaN row of A makes its row of C NaN, through the matmul's Relu epilogue too
+    x = np.array([[np.nan, 1, -2, 3], [1, 2, 3, 4], [-1, 0.5, 2, -3]], dtype=np.float32)
+    w = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    m = model([node("MatMul", ["x", "w"], ["t"]), node("Relu", ["t"], ["y"])], [("x", F, [3, 4])], [("y", F, None)],
+              [("w", w)], opset=14)
+    got = check(m, {"x": x})[0]
+    assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()

@@ -252,7 +252,7 @@ def test_matmul_template_epilogue_and_variants():
     assert "@binding(4) var<storage, read_write> out" in src and "@binding(5) var<uniform> p" in src
     body = re.search(r"fn epilogue.*?return v;", src, re.S).group(0)
     steps = re.findall(r"^ +v = (.*?);", body, re.M)
-    assert steps == ["v + e0[j]", "max(v, 0.0)", "v + e1[i * p.n + j]", "gelu_erf(v)"]
+    assert steps == ["v + e0[j]", "select(v, 0.0, v < 0.0)", "v + e1[i * p.n + j]", "gelu_erf(v)"]
     # scalar reads by default: quads of the stored rows, A [M,K] and B [N,K] along K
     assert "a[r * p.k + cc]" in src and "b[r * p.k + cc]" in src and "const B_ALONG_K: bool = true;" in src
     at = matmul_source("AT", ())

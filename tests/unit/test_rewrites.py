@@ -445,3 +445,84 @@ def test_an_encoders_biased_qkv_packs_only_with_one_dimensional_biases(bias_rows
     feeds, params = random_feeds(g, seed=1)
     feeds["m"] = np.array([[1, 1, 0], [1, 0, 1]], np.float32)
     np.testing.assert_allclose(evaluate(opt, feeds, params)[0], evaluate(g, feeds, params)[0], rtol=1e-5, atol=1e-6)
+
+
+def _small_mlp() -> Graph:
+    g = Graph()
+    x, w, b = g.input("x", [4, 8]), g.parameter("w", [8, 8]), g.parameter("b", [8])
+    g.set_outputs([g.gelu(g.bias_add(g.matmul(x, w), b))])
+    return g
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, None, "x", True])
+@pytest.mark.parametrize("extractor", ["greedy", "ilp"])
+def test_a_cost_model_returning_no_finite_cost_is_named(bad, extractor):
+    # a NaN cost made the greedy extractor loop forever; inf and strings failed inside scipy or numpy
+    from eggfuse.ir import RewriteError
+
+    class Bad(CostModel):
+        def kernel_cost(self, k):
+            return bad
+
+    with pytest.raises(RewriteError, match=r"cost model Bad: kernel_cost of \w+ .*returned .*finite number >= 0"):
+        optimize(_small_mlp(), cost_model=Bad(), extractor=extractor)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_iterations=0), "max_iterations must be a positive number, got 0"),
+    (dict(max_iterations=-1), "max_iterations must be a positive number"),
+    (dict(match_limit=None), "match_limit must be a positive number, got None"),
+    (dict(time_limit_s=float("nan")), "time_limit_s must be a positive number"),
+    (dict(rulesets=["algebraic"]), r"rulesets\[0\] is 'algebraic', not an egglog Ruleset"),
+    (dict(rulesets=[None]), r"rulesets\[0\] is None"),
+    (dict(rulesets="algebraic"), "rulesets must be a list of egglog Rulesets"),
+    (dict(cost_model=CostModel), "cost_model must be a CostModel instance .* got the class CostModel"),
+    (dict(cost_model="bytes"), "cost_model must be a CostModel instance .* got 'bytes'"),
+])
+def test_optimize_arguments_are_checked(kwargs, match):
+    from eggfuse.ir import RewriteError
+
+    with pytest.raises(RewriteError, match=match):
+        optimize(_small_mlp(), **kwargs)
+
+
+def test_dump_egglog_to_a_directory_is_refused(tmp_path):
+    from eggfuse.ir import RewriteError
+
+    with pytest.raises(RewriteError, match="is a directory: give a file name in it"):
+        optimize(_small_mlp(), dump_egglog=str(tmp_path))
+
+
+def _yields_int(e):
+    yield 42
+
+
+def _returns_none(e):
+    return None
+
+
+def _unknown_op(e):
+    x = e.var("x")
+    yield e.equal("foo_x", e.Foo(x), x)
+
+
+def _same_names(e):
+    x = e.var("x")
+    yield e.equal("same", e.Relu(e.Relu(x)), e.Relu(x))
+    yield e.equal("same", e.Neg(e.Neg(x)), x)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (_yields_int, r"item 0 that _yields_int\(e\) yielded is 42 \(int\), not a rule; it must yield rules made with"),
+    (_returns_none, r"_returns_none\(e\) returned None; it must yield rules"),
+    (_unknown_op, r"_unknown_op\(e\) raised AttributeError: no op named 'Foo'"),
+    (_same_names, r"_same_names\(e\) raised ValueError: two rules are named 'same'"),
+    ("not a function", "fn must be a function of the namespace e"),
+])
+def test_make_ruleset_names_a_malformed_rule_function(fn, match):
+    # a non-rule item was reported as an egglog version problem; the others as raw Python errors
+    from eggfuse.ir import RewriteError
+    from eggfuse.rewrites import make_ruleset
+
+    with pytest.raises(RewriteError, match=match):
+        make_ruleset("mine", fn)
