@@ -65,11 +65,11 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
     of the model's shapes for the others (symbolic dimensions from ``shapes``, a named one from the
     shape given for another input that has it, or of another input's .npy array, else 1). Raises
     InputError for an unknown name, a bad file, or a number the input's dtype cannot hold."""
-    from eggfuse.onnx.importer import elem_numpy, unknown_input
+    from eggfuse.onnx.importer import elem_numpy, overridable_inputs, unknown_input
 
     for name in [*given, *shapes]:
         if name not in model.input_names:
-            raise unknown_input(name, model.input_names, InputError)
+            raise unknown_input(name, model.input_names, InputError, defaults=overridable_inputs(model.proto))
     rng = np.random.default_rng(seed)
     loaded = {}  # the .npy arrays, read first: their shapes size the named dimensions of the other inputs
     for name, source in given.items():
@@ -271,14 +271,14 @@ def onnx_graph(path: str, shapes: dict[str, list[int]]):
     inputs with a symbolic dimension nothing sized (taken as 1). Raises InputError for a name of
     ``shapes`` that is not an input."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
-    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs, unknown_input
+    from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs, overridable_inputs, unknown_input
 
     proto = _load_proto(path)
     inputs = graph_inputs(proto)
     names = [vi.name for vi in inputs]
     for name in shapes:
         if name not in names:
-            raise unknown_input(name, names, InputError)
+            raise unknown_input(name, names, InputError, defaults=overridable_inputs(proto))
     importer = Importer(proto, input_shapes(inputs, shapes), {})
     graph, _, _ = importer.run()
     return graph, len(proto.graph.node), importer.origin, defaulted_inputs(inputs, shapes)

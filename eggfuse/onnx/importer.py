@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +45,7 @@ from eggfuse.ir import (
     UnsupportedOpsError,
 )
 from eggfuse.ir.facts import baked
+from eggfuse.ir.graph import _dimension
 
 #: The oldest default-domain opset the converters are written for.
 MIN_OPSET = 7
@@ -485,10 +486,19 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
     return out
 
 
-def unknown_input(name: str, names: Sequence[str], error: type = OnnxError, what: str = "") -> Exception:
+def unknown_input(name: str, names: Sequence[str], error: type = OnnxError, what: str = "",
+                  defaults: Collection[str] = ()) -> Exception:
     """``error`` saying that ``name`` is not one of the model's inputs ``names``, with the closest name
-    as a hint and every input listed; ``what`` prefixes the message (where the name came from)."""
-    close = difflib.get_close_matches(name, names, n=1)
+    as a hint and every input listed; ``what`` prefixes the message (where the name came from).
+    ``defaults``: the graph inputs that have an initializer (:func:`overridable_inputs`): one of them
+    is named as such, a weight eggfuse keeps constant, not an input it feeds."""
+    if name in defaults:
+        return error(f"{what}{name!r} is an input of the model with a default value (an initializer), which eggfuse "
+                     "treats as a constant weight, so it cannot be fed, nor given a shape or a value; to feed it, "
+                     "remove the initializer from the model, which makes it a plain input (onnx's API: delete it "
+                     "from model.graph.initializer); the inputs eggfuse feeds are: "
+                     f"{', '.join(repr(n) for n in names) or 'none'}")
+    close = difflib.get_close_matches(str(name), names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return error(f"{what}{name!r} is not an input of the model{hint}; its inputs are: "
                  f"{', '.join(repr(n) for n in names) or 'none'}")
@@ -498,6 +508,54 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The inputs a caller feeds: graph inputs that are not initializers."""
     inits = {t.name for t in model.graph.initializer}
     return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def overridable_inputs(model: onnx.ModelProto) -> frozenset[str]:
+    """The graph inputs that are initializers too (ONNX: an input with a default value): eggfuse
+    treats them as constant weights, which a caller cannot feed."""
+    return frozenset(vi.name for vi in model.graph.input) & frozenset(t.name for t in model.graph.initializer)
+
+
+def checked_shapes(shapes: Any, model: onnx.ModelProto, what: str = "shapes") -> dict[str, tuple[int, ...]]:
+    """``shapes`` (input name -> shape, as :func:`load` and :class:`~eggfuse.onnx.Model` take it) with
+    each shape a tuple of ints. OnnxError where ``shapes`` is not a mapping (None is none), a name is
+    not an input the caller feeds (an input with an initializer named as such), or a shape is not a
+    sequence of positive integers (Python or numpy integers; a bool, a float or a str is refused, not
+    truncated) of the input's declared rank, its fixed dimensions as declared."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise OnnxError(f"{what} must be a mapping of input name -> shape, e.g. {{'x': [2, 4]}}; got a "
+                        f"{type(shapes).__name__}: {shapes!r}")
+    inputs = graph_inputs(model)
+    names = [vi.name for vi in inputs]
+    out: dict[str, tuple[int, ...]] = {}
+    for name, shape in shapes.items():
+        if name not in names:
+            raise unknown_input(name, names, what=f"{what}: ", defaults=overridable_inputs(model))
+        bad = (f"{what}: input {name!r} given {shape!r}; a shape is a sequence of dimensions, every one a positive "
+               "integer (a Python or numpy int; not a bool, a float or a str)")
+        if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray) or np.ndim(shape) != 1:
+            raise OnnxError(f"{bad}, e.g. [2, 4]")
+        for k, d in enumerate(shape):
+            try:
+                size = _dimension(d)
+            except TypeError:
+                raise OnnxError(f"{bad}: its dimension {k} is a {type(d).__name__}, {d!r}") from None
+            if size < 1:
+                empty = (f"; an empty input can only be known at load time: leave it out of {what} and give its "
+                         f"value, load(..., values={{{name!r}: ...}}) (eggfuse.onnx.Model takes it from the feed)"
+                         if size == 0 else "")
+                raise OnnxError(f"{bad}: its dimension {k} is {size}{empty}")
+        dims = tuple(_dimension(d) for d in shape)
+        vi = inputs[names.index(name)]
+        declared = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
+        if declared is not None and (len(declared) != len(dims) or any(
+                isinstance(d, int) and d > 0 and d != s for d, s in zip(declared, dims, strict=True))):
+            raise OnnxError(f"{what}: input {name!r} given {list(dims)}, but the model declares {declared}; give a "
+                            "shape of its rank, its fixed dimensions as declared")
+        out[name] = dims
+    return out
 
 
 class Importer:
@@ -635,7 +693,7 @@ class Importer:
         names = [vi.name for vi in fed]
         for key in list(self.shapes) + list(self.values):
             if key not in names:
-                raise unknown_input(key, names)
+                raise unknown_input(key, names, defaults=overridable_inputs(self.model))
         named: dict[str, tuple[int, str]] = {}  # a named (dim_param) dimension: its size, the input that set it
         given: dict[str, set[int]] = {}  # a named dimension's sizes in the shapes given (one: an input without
         for vi in fed:                   # its own shape takes it)
@@ -1022,10 +1080,14 @@ def load(model: str | os.PathLike | onnx.ModelProto, shapes: Mapping[str, Sequen
     (narrowed to int32) and bool. Raises :class:`~eggfuse.ir.UnsupportedOpsError` listing every
     op type eggfuse cannot run (count and first node of each), and
     :class:`~eggfuse.ir.OnnxError` for an unreadable file, an opset older than 7, an
-    unsupported element type, attribute or shape, naming the node and tensor.
+    unsupported element type, attribute or shape, naming the node and tensor, and for ``shapes``
+    that are not a mapping of the model's inputs to shapes of their rank, every dimension a positive
+    integer (:func:`checked_shapes`).
     """
     proto = _load_proto(model)
-    graph, params, _ = Importer(proto, dict(shapes or {}), dict(values or {})).run()
+    if values is not None and not isinstance(values, Mapping):
+        raise OnnxError(f"values must be a mapping of input name -> array; got a {type(values).__name__}")
+    graph, params, _ = Importer(proto, checked_shapes(shapes, proto), dict(values or {})).run()
     return graph, params
 
 

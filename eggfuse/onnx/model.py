@@ -21,11 +21,13 @@ from .importer import (
     _dims,
     _load_proto,
     as_f32,
+    checked_shapes,
     elem_name,
     elem_numpy,
     graph_inputs,
     import_model,
     onnx_index_readers,
+    overridable_inputs,
     unknown_input,
     with_onnx_nodes,
 )
@@ -114,16 +116,7 @@ class Model:
             if not vi.type.HasField("tensor_type"):
                 raise OnnxError(f"{vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
         self.output_names = [vi.name for vi in self.proto.graph.output]
-        self.shapes = {k: tuple(int(d) for d in v) for k, v in dict(shapes or {}).items()}
-        for k, shape in self.shapes.items():
-            if k not in self.input_names:
-                raise unknown_input(k, self.input_names, what="shapes: ")
-            vi = self.inputs[self.input_names.index(k)]
-            dims = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
-            if any(s < 1 for s in shape) or (dims is not None and (len(dims) != len(shape) or any(
-                    isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape, strict=True)))):
-                raise OnnxError(f"shapes: input {k!r} given {list(shape)}, but the model declares {dims}; give a "
-                                "shape of its rank, every dimension >= 1 and the fixed ones as declared")
+        self.shapes = checked_shapes(shapes, self.proto)
         self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache
         self.rulesets = rulesets
         from eggfuse.pipeline import precision_rulesets
@@ -205,7 +198,7 @@ class Model:
                              f"{type(feeds).__name__}")
         for name in given:
             if name not in self.input_names:
-                raise unknown_input(name, self.input_names, InputError)
+                raise unknown_input(name, self.input_names, InputError, defaults=overridable_inputs(self.proto))
         missing = [n for n in self.input_names if n not in given]
         if missing:
             raise InputError(f"input(s) {', '.join(map(repr, missing))} not given; the model's inputs are: "

@@ -54,7 +54,9 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
         m.run({"xx": np.zeros((2, 3), np.float32)})
     with pytest.raises(OnnxError, match=r"shapes: 'xx' is not an input of the model \(did you mean 'x'\?\)"):
         Model(_shape_model(), shapes={"xx": [2, 3]})
-    for bad in ([2, 3, 1], [0, 3], [2, 4]):  # another rank, an empty axis, a fixed dimension changed
+    with pytest.raises(OnnxError, match=r"shapes: input 'x' given \[0, 3\]; .*: its dimension 0 is 0"):
+        Model(_shape_model(), shapes={"x": [0, 3]})
+    for bad in ([2, 3, 1], [2, 4]):  # another rank, a fixed dimension changed
         with pytest.raises(OnnxError, match=rf"shapes: input 'x' given {re.escape(str(bad))}, but the model declares "
                                             r"\['n', 3\]"):
             Model(_shape_model(), shapes={"x": bad})
@@ -80,6 +82,31 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
         m.run({"x": np.array([[1e39, 0, 0], [0, 0, 0]])})
     with pytest.raises(InputError, match=r"input\(s\) 'x' not given"):
         m.run({})
+
+
+def test_feeding_an_input_with_an_initializer_says_it_is_a_constant_weight():
+    # it was "'w' is not an input of the model; its inputs are: 'x'" though the model lists 'w' as an input
+    m = model([node("Add", ["x", "w"], ["y"])], [("x", F, [2, 4]), ("w", F, [4])], [("y", F, None)],
+              [("w", np.ones(4, np.float32))])
+    with pytest.raises(InputError, match=r"^'w' is an input of the model with a default value \(an initializer\), "
+                                         r"which eggfuse treats as a constant weight, so it cannot be fed.*remove "
+                                         r"the initializer from the model.*the inputs eggfuse feeds are: 'x'$"):
+        Model(m).run({"x": np.ones((2, 4), np.float32), "w": np.zeros(4, np.float32)})
+
+
+def test_a_gather_by_an_initializer_out_of_range_names_the_onnx_node_and_the_initializer():
+    # it was a LoweringError naming "node 0 (Constant 'const0', i32[1])" and "Gather (node 2)", neither ONNX name
+    m = model([node("Gather", ["x", "idx"], ["y"], name="my_gather", axis=0)], [("x", F, [3, 4])], [("y", F, None)],
+              [("idx", np.array([5], np.int64))])
+    with pytest.raises(OnnxError, match=r"^Gather node 'my_gather': its indices 'idx', known at load time .*hold 5, "
+                                        r"out of range for axis 0 of \[3, 4\]"):
+        Model(m).run({"x": np.ones((3, 4), np.float32)})
+    symbolic = model([node("Gather", ["x", "idx"], ["y"], name="my_gather", axis=0)], [("x", F, ["n", 4])],
+                     [("y", F, None)], [("idx", np.array([-4], np.int64))])
+    with pytest.raises(OnnxError, match=r"'my_gather': its indices 'idx'.*hold -4, out of range for axis 0 of "
+                                        r"\[3, 4\] \(the data's shape at the shapes of the input\(s\) 'x'\)"):
+        Model(symbolic).run({"x": np.ones((3, 4), np.float32)})
+    assert Model(symbolic).run({"x": np.arange(16, dtype=np.float32).reshape(4, 4)})[0].tolist() == [[0, 1, 2, 3]]
 
 
 def test_a_missing_input_is_named_with_the_models_inputs():
@@ -441,8 +468,8 @@ def test_run_refuses_shapes_that_disagree(tmp_path, capsys):
 
 
 def test_run_keeps_the_random_inputs_hint_for_a_lowering_error_of_their_shapes(tmp_path, capsys):
-    # Gather(x [B, S], indices [3], axis 1): at S = 1 (a symbolic dimension's default) index 3 is past the rows; a
-    # LoweringError that --shape cures, so the hint stays (device limits, which no shape cures, drop it)
+    # Gather(x [B, S], indices [3], axis 1): at S = 1 (a symbolic dimension's default) index 3 is past the rows; an
+    # error that --shape cures, so the hint stays (device limits, which no shape cures, drop it)
     from onnx import numpy_helper
 
     m = model([node("Gather", ["x", "i"], ["y"], axis=1)], [("x", F, ["b", "s"])], [("y", F, None)])
@@ -451,7 +478,8 @@ def test_run_keeps_the_random_inputs_hint_for_a_lowering_error_of_their_shapes(t
     onnx.save(m, path)
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "constant indices reach 3" in err and "hint: inputs drawn at random" in err, err
+    assert ("Gather node 'Gather_y': its indices 'i', known at load time (an initializer or a constant), hold 3, out "
+            "of range for axis 1 of [1, 1]" in err and "hint: inputs drawn at random" in err), err
     assert main(["run", str(path), "--shape", "x=2x5", "--repeats", "0"]) == 0
     capsys.readouterr()
     assert main(["run", str(path), "--no-fuse", "--with-ruleset", "layer_norm_prologue"]) == 2

@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 from onnx_models import I64, F, model, node  # tests/onnx_models.py
 
 from eggfuse.ir import DamagedFileError, DType, Graph, OnnxError, UnsupportedOpsError, evaluate
-from eggfuse.onnx import load
+from eggfuse.onnx import Model, load
 
 
 def test_inputs_and_initializers_keep_their_names_and_shape_arithmetic_folds():
@@ -44,8 +44,58 @@ def test_symbolic_dimension_needs_a_shape_and_a_misspelt_name_gets_the_closest()
     assert g.node(0).type.shape == (2, 3)
     with pytest.raises(OnnxError, match=r"'xx' is not an input of the model \(did you mean 'x'\?\)"):
         load(m, shapes={"xx": [2, 3]})
-    with pytest.raises(OnnxError, match=r"shape \[2, 4\] does not match the model's \['batch', 3\]"):
+    with pytest.raises(OnnxError, match=r"input 'x' given \[2, 4\], but the model declares \['batch', 3\]"):
         load(m, shapes={"x": [2, 4]})
+
+
+@pytest.mark.parametrize("given, says", [
+    ("2x4", r"given '2x4'; a shape is a sequence of dimensions, every one a positive integer"),
+    ([2.5, 4], r"given \[2.5, 4\]; .* positive integer .*: its dimension 0 is a float, 2.5"),
+    ([True, 4], r"given \[True, 4\]; .* positive integer .*: its dimension 0 is a bool, True"),
+    ([-1, 4], r"given \[-1, 4\]; .* positive integer .*: its dimension 0 is -1$"),
+    ([2, 0], r"given \[2, 0\]; .*: its dimension 1 is 0; an empty input can only be known at load time"),
+    ([2], r"given \[2\], but the model declares \['n', 4\]"),
+    ([2, 4, 1], r"given \[2, 4, 1\], but the model declares \['n', 4\]"),
+    (3, r"given 3; a shape is a sequence of dimensions"),
+])
+def test_shapes_must_be_positive_integers_of_the_inputs_rank(given, says):
+    # "2x4" was int()'s ValueError, [2.5, 4] silently (2, 4), [-1, 4] "an empty tensor cannot be fed"
+    m = model([node("Relu", ["x"], ["y"])], [("x", F, ["n", 4])], [("y", F, None)])
+    for make in (lambda s: load(m, shapes=s), lambda s: Model(m, shapes=s)):
+        with pytest.raises(OnnxError, match=r"^shapes: input 'x' " + says):
+            make({"x": given})
+    with pytest.raises(OnnxError, match=r"^shapes must be a mapping of input name -> shape.* got a list"):
+        load(m, shapes=[("x", [2, 4])])
+    with pytest.raises(OnnxError, match=r"^shapes: 'z' is not an input of the model; its inputs are: 'x'"):
+        load(m, shapes={"z": [2, 4]})
+    for fine in ([np.int64(2), 4], np.array([2, 4]), (2, 4)):  # numpy integers are integers
+        assert load(m, shapes={"x": fine})[0].node(0).type.shape == (2, 4)
+        assert Model(m, shapes={"x": fine}).shapes == {"x": (2, 4)}
+
+
+def test_an_input_with_an_initializer_is_named_as_a_constant_weight():
+    # it was "'w' is not an input of the model" though the model lists it as one
+    m = model([node("Add", ["x", "w"], ["y"])], [("x", F, [2, 4]), ("w", F, [4])], [("y", F, None)],
+              [("w", np.ones(4, np.float32))])
+    says = (r"'w' is an input of the model with a default value \(an initializer\), which eggfuse treats as a "
+            r"constant weight, so it cannot be fed.*remove the initializer from the model")
+    with pytest.raises(OnnxError, match=r"^shapes: " + says):
+        load(m, shapes={"w": [4]})
+    with pytest.raises(OnnxError, match=r"^" + says):
+        load(m, values={"w": np.zeros(4, np.float32)})
+    with pytest.raises(OnnxError, match=r"^shapes: " + says):
+        Model(m, shapes={"w": [4]})
+
+
+@pytest.mark.parametrize("op", ["Gather", "GatherElements"])
+def test_constant_indices_out_of_range_name_the_node_and_the_indices_at_load_time(op):
+    # it was a LoweringError at compile time naming "node 0 (Constant 'const0', i32[1])" and neither
+    idx = np.array([5], np.int64) if op == "Gather" else np.array([[5, 0, 0, 0]], np.int64)
+    m = model([node(op, ["x", "idx"], ["y"], name="my_gather", axis=0)], [("x", F, [3, 4])], [("y", F, None)],
+              [("idx", idx)])
+    with pytest.raises(OnnxError, match=rf"^{op} node 'my_gather': its indices 'idx', known at load time .*hold 5, "
+                                        r"out of range for axis 0 of \[3, 4\].*\[-3, 3\)"):
+        load(m)
 
 
 def test_a_named_dimension_has_one_size_across_the_inputs():

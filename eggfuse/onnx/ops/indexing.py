@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eggfuse.ir import DType, Graph, GraphError, TensorType
+from eggfuse.ir import DType, Graph, GraphError, OnnxError, TensorType
 from eggfuse.ir.facts import baked
 from eggfuse.ir.spec import OPS, ShapeError
 
@@ -66,13 +66,24 @@ def _uniform(ctx: NodeContext, op: str, **attrs) -> Value | None:
 
 
 def _check_fed_indices(ctx: NodeContext, axis: int) -> None:
-    # indices known at load time because they come from an input given by value, over data computed at run
-    # time (the Gather is not folded): a value outside the axis is the feed's fault (IndexRangeError)
+    # indices known at load time, over data computed at run time (the Gather is not folded): a value outside the
+    # axis is the feed's fault (IndexRangeError) where they come from an input given by value, else the model's
+    # (an initializer or a Constant): OnnxError naming the node and the indices, before any kernel clamps them
     idx = ctx.inputs[1]
-    if idx is None or idx.const is None or not idx.deps:
+    if idx is None or idx.const is None or not np.asarray(idx.const).size:
         return
-    if (bad := first_out_of_range(np.asarray(idx.const).astype(np.int64), ctx.shape(0)[axis])) is not None:
-        fed_index_error(ctx.node, idx, bad, axis, ctx.shape(0))
+    shape = ctx.shape(0)
+    if (bad := first_out_of_range(np.asarray(idx.const).astype(np.int64), shape[axis])) is None:
+        return
+    fed_index_error(ctx.node, idx, bad, axis, shape)
+    dim, node = int(shape[axis]), ctx.node
+    source = node.input[1]
+    data = ctx.inputs[0]
+    sized = (f" (the data's shape at the shapes of the input(s) {', '.join(map(repr, sorted(data.deps)))})"
+             if data is not None and data.deps else "")
+    raise OnnxError(f"{node.op_type} node {node.name!r}: its indices {source!r}, known at load time (an initializer "
+                    f"or a constant), hold {bad}, out of range for axis {axis} of {list(shape)}{sized}; ONNX refuses "
+                    f"an index outside [-{dim}, {dim})")
 
 
 @converter("Gather")
