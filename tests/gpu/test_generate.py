@@ -177,6 +177,86 @@ def test_bad_input_is_one_clear_error(capsys):
                                                                   "--layers", "2", "--max-seq", "32"])
 
 
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_new_tokens": None}, r"max_new_tokens must be an integer >= 1, got None"),
+    ({"max_new_tokens": "x"}, r"max_new_tokens must be an integer >= 1, got 'x'"),
+    ({"max_new_tokens": 2.5}, r"max_new_tokens must be an integer >= 1, got 2.5"),
+    ({"seed": -1, "temperature": 1.0}, r"seed must be None or a non-negative integer, got -1"),
+    ({"seed": 1.5, "temperature": 1.0}, r"seed must be None or a non-negative integer, got 1.5"),
+    ({"temperature": "x"}, r"temperature must be a number >= 0"),
+    ({"temperature": None}, r"temperature must be a number >= 0"),
+    ({"top_k": "x", "temperature": 1.0}, r"top_k must be None or an integer >= 1, got 'x'"),
+    ({"top_k": 1.5, "temperature": 1.0}, r"top_k must be None or an integer >= 1, got 1.5"),
+    ({"max_seq": "32"}, r"max_seq must be None or an integer, got '32'"),
+])
+def test_bad_arguments_are_input_errors_before_loading(monkeypatch, kwargs, message):
+    def load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(gen_mod, "_model", load)
+    kwargs = {"max_new_tokens": 2, **kwargs}
+    for chat in (False, True):  # the chat entry point checks them the same way
+        with pytest.raises(InputError, match=message):
+            eggfuse.generate("hi", chat=chat, **kwargs)
+
+
+def test_negative_seed_is_one_clear_cli_error(capsys):
+    line = _one_error_line(capsys, ["generate", "hi", "--seed", "-1", "--temperature", "1", "--layers", "2",
+                                    "--max-seq", "32"])
+    assert "seed must be None or a non-negative integer, got -1" in line
+
+
+def test_bad_generator_arguments_and_token_ids_are_refused_before_the_gpu_runs(monkeypatch):
+    from eggfuse.ir import IndexRangeError
+
+    gen = gen_mod._generator(SMALL["max_seq"], SMALL["layers"], True)
+    vocab = gen.model.config.vocab_size
+
+    def run(*args, **kwargs):
+        raise AssertionError("the model ran before the arguments were checked")
+
+    monkeypatch.setattr(gen, "prefill_session", run)
+    with pytest.raises(InputError, match="max_new_tokens must be an integer >= 1, got None"):
+        gen.generate("Hi", None)
+    with pytest.raises(InputError, match="seed must be None or a non-negative integer, got -1"):
+        gen.generate("Hi", 2, temperature=1.0, seed=-1)
+    for prompt, bad, position in (([1, -1], -1, 1), ([2**40], 2**40, 0), ([5, 6, vocab], vocab, 2),
+                                  (np.array([3, -2]), -2, 1)):
+        given = list(prompt)
+        with pytest.raises(IndexRangeError, match=rf"prompt: token id {bad} at position {position} is outside the "
+                                                  rf"vocabulary: give ids in \[0, {vocab}\)") as info:
+            gen.generate(prompt, 2)
+        assert (info.value.input, info.value.index, info.value.rows) == ("prompt", bad, vocab)
+        assert list(prompt) == given  # not modified
+    for prompt, message in (([[1, 2]], r"element 0 is \[1, 2\] \(list\), not a token id"),
+                            ([1.7, 2.2], r"element 0 is 1.7 \(float\), not a token id"),
+                            ([4, True], r"element 1 is True \(bool\), not a token id"),
+                            (np.array([1.0, 2.0]), r"token ids must be integers in \[0, \d+\), got an array of "
+                                                   r"dtype float64"),
+                            (np.array([[1, 2]]), r"flat sequence, got an array of shape \[1, 2\]"),
+                            ([], "empty prompt"), (7, "expected text or token ids")):
+        with pytest.raises(InputError, match=message):
+            gen.generate(prompt, 2)
+    with pytest.raises(IndexRangeError, match="token: token id -1 at position 0"):
+        gen.step(-1, 3)
+
+
+def test_sampler_is_stable_at_any_positive_temperature():
+    logits = np.array([1.0, 3.0, 2.0, -50.0], dtype=np.float32)
+    for temperature in (1e-320, 5e-324, 1e-30):
+        for top_k in (None, 2):
+            draw = gen_mod.sampler(temperature, top_k, 0)
+            assert [draw(logits) for _ in range(5)] == [1] * 5  # the limit: greedy
+    assert gen_mod.sampler(1e300, None, 0)(logits) in range(4)  # nearly uniform, still a valid draw
+    assert gen_mod.sampler(1.0, None, 0)(np.array([1.0, np.inf, 0.0])) == 1  # logits not finite: argmax
+
+
+def test_a_tiny_temperature_generates_greedily():
+    gen = gen_mod._generator(SMALL["max_seq"], SMALL["layers"], True)
+    greedy = gen.generate("Hi", 3, stop_at_eos=False).generated_ids
+    assert gen.generate("Hi", 3, temperature=1e-320, stop_at_eos=False).generated_ids == greedy
+
+
 def test_missing_model_package(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(gen_mod, "_shipped", gen_mod._shipped.__wrapped__)  # bypass the loaded model
