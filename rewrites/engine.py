@@ -191,7 +191,10 @@ def optimize(
     ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
     graph is not modified. Raises ``ValueError`` for an unknown ``extractor``,
-    :class:`GraphError` for a graph without outputs and :class:`RewriteError` for a rule
+    :class:`GraphError` for a graph without outputs, :class:`RewriteError` for a ``cost_model`` that is
+    not a :class:`CostModel` instance, a ``rulesets`` item that is not an egglog ``Ruleset``, a limit that
+    is not a positive number, a ``dump_egglog`` path that is a directory, a ``kernel_cost`` that is not a
+    finite number >= 0 (naming the op), and for a rule
     that joins terms of different shapes or dtypes (an e-node whose shape rule gives another
     type than its e-class's, named with both types).
     """
