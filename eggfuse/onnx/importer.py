@@ -537,6 +537,7 @@ def checked_shapes(shapes: Any, model: onnx.ModelProto, what: str = "shapes") ->
                "integer (a Python or numpy int; not a bool, a float or a str)")
         if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray) or np.ndim(shape) != 1:
             raise OnnxError(f"{bad}, e.g. [2, 4]")
+        sizes = []
         for k, d in enumerate(shape):
             try:
                 size = _dimension(d)
@@ -547,7 +548,8 @@ def checked_shapes(shapes: Any, model: onnx.ModelProto, what: str = "shapes") ->
                          f"value, load(..., values={{{name!r}: ...}}) (eggfuse.onnx.Model takes it from the feed)"
                          if size == 0 else "")
                 raise OnnxError(f"{bad}: its dimension {k} is {size}{empty}")
-        dims = tuple(_dimension(d) for d in shape)
+            sizes.append(size)
+        dims = tuple(sizes)
         vi = inputs[names.index(name)]
         declared = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
         if declared is not None and (len(declared) != len(dims) or any(
