@@ -66,6 +66,17 @@ def test_noop_with_empty_axes_and_rank_zero_results():
     assert y.shape == ()
 
 
+@pytest.mark.parametrize("op", _REDUCE)
+def test_noop_with_empty_axes_keeps_each_reductions_elementwise_part(op):
+    # a reduction over no axes: ReduceSumSquare squares, ReduceL1 / ReduceL2 take |x|, ReduceLogSum the log
+    x = np.array([[-2.0, 0.5, 3.0], [1.5, -0.25, 4.0]], np.float32)
+    if op == "ReduceLogSum":
+        x = np.abs(x)
+    for axes in (None, ()):  # no axes input, and an empty one
+        (y,) = check(_reduce_model(op, [2, 3], axes, 1, 18, noop_with_empty_axes=1), {"x": x})
+        assert y.shape == x.shape
+
+
 def test_axes_fed_as_an_input_are_bound_at_load_time():
     m = model([node("ReduceMax", ["x", "axes"], ["y"], keepdims=0)], [("x", F, [4, 6]), ("axes", I64, [1])],
               [("y", F, None)], opset=18)

@@ -60,10 +60,25 @@ def _reduce(ctx: NodeContext) -> Value:
         axes = list(ctx.attr("axes", ()))
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
-            return ctx.value(0)
+            return _over_no_axes(ctx, elem)
         axes = list(range(rank))
     nid = ctx.add(ctx.op_type, [ctx.tensor(0)], axes=axes_of(ctx, axes, rank), keepdims=bool(ctx.attr("keepdims", 1)))
     return ctx.out(nid, elem=elem)
+
+
+def _over_no_axes(ctx: NodeContext, elem: int) -> Value:
+    # noop_with_empty_axes with no axes: the reduction over none, each element on its own, as onnx's reference
+    # computes it (np.sum over axis=()): the input for most, but squared, |x|, sqrt(x * x) or log(x) for these
+    x = ctx.tensor(0)
+    if ctx.op_type == "ReduceSumSquare":
+        return ctx.out(ctx.add("Mul", [x, x]), elem=elem)
+    if ctx.op_type == "ReduceL1":
+        return ctx.out(ctx.add("Abs", [x]), elem=elem)
+    if ctx.op_type == "ReduceL2":
+        return ctx.out(ctx.add("Sqrt", [ctx.add("Mul", [x, x])]), elem=elem)
+    if ctx.op_type == "ReduceLogSum":
+        return ctx.out(ctx.add("Log", [x]), elem=elem)
+    return ctx.value(0)
 
 
 @converter("ArgMax", "ArgMin")
