@@ -189,8 +189,14 @@ class Namespace:
 
         Raises :class:`RewriteError` naming the rule and the variables when ``rhs`` has a
         variable that neither ``lhs`` nor a guard binds (an attribute the right side leaves
-        out is such a variable: give it, or bind it to a variable on the left).
+        out is such a variable: give it, or bind it to a variable on the left), and naming the
+        rule when ``lhs`` is a bare variable (egglog matches a term, not every e-class).
         """
+        if egglog_private.is_variable(lhs):
+            var = egglog_private.variables(lhs).pop()
+            raise RewriteError(f"rule {name!r}: its left side is the bare variable {var!r}; a rule matches a term: "
+                               "write the op it applies to on the left (e.g. e.Neg(a)), and swap the sides if the "
+                               "op is on the right")
         self._check_bound(name, rhs, lhs, *guards)
         self._record(name, example)
         return egglog.rule(lhs, *guards, name=name).then(egglog.union(lhs).with_(rhs))

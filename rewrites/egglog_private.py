@@ -84,6 +84,16 @@ def variables(*terms: Any) -> set[str]:
     return {d.name for d in _walk(roots) if type(d) is UnboundVarDecl}
 
 
+def is_variable(term: Any) -> bool:
+    """Whether ``term`` (an egglog-python expression) is a bare pattern variable (``egglog.var``)."""
+    from egglog.declarations import UnboundVarDecl
+
+    if not hasattr(term, "__egg_typed_expr__"):
+        return False
+    return _internal("RuntimeExpr.__egg_typed_expr__.expr",
+                     lambda: type(term.__egg_typed_expr__.expr) is UnboundVarDecl)
+
+
 def _walk(root: Any) -> Iterator[Any]:
     """Every declaration below ``root`` (egglog-python's dataclasses, in tuples and lists), each
     object once; type references and identifiers are not entered (they hold no variables and no

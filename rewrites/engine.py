@@ -21,7 +21,7 @@ from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
 from .report import Phase, Report, input_classes, node_origins, replaced_nodes
-from .rulesets import analysis_ruleset, relevant, scheduled_rulesets
+from .rulesets import analysis_ruleset, check_rule_names, relevant, scheduled_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
 EXTRACTORS = ("ilp", "greedy", "compare")
@@ -190,19 +190,22 @@ def optimize(
     (:mod:`.payoff`: one more optimisation per rule that fired and per ruleset).
     ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
-    graph is not modified. Raises ``ValueError`` for an unknown ``extractor``,
-    :class:`GraphError` for a graph without outputs, :class:`RewriteError` for a ``cost_model`` that is
-    not a :class:`CostModel` instance, a ``rulesets`` item that is not an egglog ``Ruleset``, a limit that
+    graph is not modified. Raises :class:`GraphError` for a graph without outputs, :class:`RewriteError` for
+    an unknown ``extractor``, a ``cost_model`` that is not a :class:`CostModel` instance, a ``rulesets`` item
+    that is not an egglog ``Ruleset``, a rule of a ruleset of one's own named as another rule that runs with it
+    (egglog keeps one rule per name), a limit that
     is not a positive number, a ``dump_egglog`` path that is a directory, a ``kernel_cost`` that is not a
     finite number >= 0 (naming the op), and for a rule
     that joins terms of different shapes or dtypes (an e-node whose shape rule gives another
     type than its e-class's, named with both types).
     """
     if extractor not in EXTRACTORS:
-        raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
+        raise RewriteError(f"optimize: extractor must be one of {', '.join(EXTRACTORS)}, got {extractor!r}")
     _check_options(cost_model, rulesets, dump_egglog, match_limit=match_limit, ban_length=ban_length,
                    max_iterations=max_iterations, max_enodes=max_enodes, time_limit_s=time_limit_s,
                    ilp_time_limit_s=ilp_time_limit_s)
+    if rulesets is not None:
+        check_rule_names(rulesets)
     graph.check_outputs()
     with _gc_paused():
         return _optimize(graph, cost_model, rulesets, extractor, ilp_time_limit_s, verify, seed, dump_egglog, payoff,

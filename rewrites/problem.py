@@ -331,9 +331,9 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
         cost[j] = _enode_cost(dec, nid, types, model, free_params, inferred)
     class_nodes = [[] for _ in classes]
     node_class = np.array([cindex[dec.cls[nid]] for nid in node_ids], dtype=np.int64)
-    regions = _as_regions(dec, node_ids)
+    left_out = _one_op_regions(dec, node_ids, cost)
     for j, c in enumerate(node_class):
-        if j not in regions:
+        if j not in left_out:
             class_nodes[c].append(j)
     needs = _necessary(class_nodes, children)
     for c, members in enumerate(class_nodes):
@@ -395,7 +395,8 @@ def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostMo
         return 0.0
     out = types[c]
     # plus one unit: of two regions that move the same bytes, the one of fewer ops is extracted (a
-    # recognised op such as SwiGLU rather than the Silu and Mul it was recognised from)
+    # recognised op such as SwiGLU rather than the Silu and Mul it was recognised from); the Fused
+    # e-node takes one unit back, so that a region of one op costs what the op's own kernel does
     return 1.0 + checked_cost(model, KernelInfo(f"fused:{x.op}", 0, 0, 0, out.num_elements,
                                                 tuple(types[a] for a in x.args), out, x.attrs))
 
@@ -421,7 +422,8 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
                                "whose two sides have different shapes or dtypes is unsound (check the rules of the "
                                "rulesets passed to optimize)")
         out = types[c]
-        return checked_cost(model, KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out))
+        # less the unit its first op carries (_ex_cost): a region of one op costs what the op's own kernel does
+        return max(0.0, checked_cost(model, KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out)) - 1.0)
     if name not in SIGNATURES:
         return 0.0  # list cells, Epi.none, Epi.act: structure
     sig = SIGNATURES[name]
@@ -444,20 +446,24 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
     return cost + FALLBACK_COST if spec.fallback else cost
 
 
-def _as_regions(dec: Decoder, node_ids: list[str]) -> set[int]:
-    """The e-nodes ``Op(a, ...)`` of fusable ops whose e-class also holds ``Fused(ExOp(ExLeaf(a), ...))``
-    (same attributes): that region of one op is the op's own kernel (``ir.ops.fused.add_fused``
-    rebuilds it so), priced as a region, so the plain e-node is left out of extraction: two
-    choices of one cost for every elementwise op would only slow the ILP down (a third of the
-    e-classes of a decoder tie so)."""
+def _one_op_regions(dec: Decoder, node_ids: list[str], cost: np.ndarray) -> set[int]:
+    """The e-nodes ``Op(a, ...)`` of fusable ops left out of extraction: those whose e-class also holds
+    ``Fused(ExOp(ExLeaf(a), ...))`` (same attributes), the region of that one op, which
+    ``ir.ops.fused.add_fused`` rebuilds as the op's own kernel, and which ``cost`` prices no dearer
+    (its ``Fused``, ``ExOp`` and ``ExLeaf`` e-nodes together; under the shipped cost models the two
+    cost the same). Two choices for every elementwise op would only slow the ILP down (a third of the
+    e-classes of a decoder have one). Where a cost model prices the plain kernel lower (one that
+    charges ``Fused`` kernels more), both stay. The ``Fused`` e-node itself always stays: through
+    the e-nodes of its ``Ex`` e-classes it is also every larger region of that output."""
     nodes = dec.nodes
-    leaf_class = {}  # tensor e-class -> the Ex e-class of ExLeaf(it)
-    fused_of: dict[str, set[str]] = {}  # tensor e-class -> the Ex e-classes of its Fused e-nodes
-    for n in nodes.values():
+    index = {nid: j for j, nid in enumerate(node_ids)}
+    leaf_of = {}  # tensor e-class -> its ExLeaf e-node
+    fused_of: dict[str, dict[str, str]] = {}  # tensor e-class -> {Ex e-class: its Fused e-node}
+    for nid, n in nodes.items():
         if n["op"] == "ExLeaf":
-            leaf_class[dec.cls[n["children"][0]]] = n["eclass"]
+            leaf_of[dec.cls[n["children"][0]]] = nid
         elif n["op"] == "Fused":
-            fused_of.setdefault(n["eclass"], set()).add(dec.cls[n["children"][0]])
+            fused_of.setdefault(n["eclass"], {})[dec.cls[n["children"][0]]] = nid
 
     def key(nid: str, leaf) -> tuple | None:
         n = nodes[nid]
@@ -471,18 +477,30 @@ def _as_regions(dec: Decoder, node_ids: list[str]) -> set[int]:
                 parts.append(nodes[ch]["op"])
         return tuple(parts)
 
-    ex_at: dict[tuple, str] = {}  # (op, literals and operand Ex e-classes) -> its Ex e-class
+    def leaf_class(c: str) -> str | None:
+        return nodes[leaf_of[c]]["eclass"] if c in leaf_of else None
+
+    ex_at: dict[tuple, str] = {}  # (op, literals and operand Ex e-classes) -> its Ex e-node
     for nid, n in nodes.items():
         if n["op"] in EX_SIGNATURES and (k := key(nid, lambda c: c)) is not None:
-            ex_at[(EX_SIGNATURES[n["op"]].op, *k)] = n["eclass"]
+            ex_at[(EX_SIGNATURES[n["op"]].op, *k)] = nid
     out = set()
     for j, nid in enumerate(node_ids):
         n = nodes[nid]
         sig = SIGNATURES.get(n["op"])
         if sig is None or sig.op not in FUSABLE or n["eclass"] not in fused_of:
             continue
-        k = key(nid, leaf_class.get)
-        if k is not None and ex_at.get((sig.op, *k)) in fused_of[n["eclass"]]:
+        k = key(nid, leaf_class)
+        ex = ex_at.get((sig.op, *k)) if k is not None else None
+        fused = fused_of[n["eclass"]].get(nodes[ex]["eclass"]) if ex is not None else None
+        if fused is None:
+            continue
+        leaves = {leaf_of[dec.cls[ch]] for sort, ch in zip(ARG_SORTS[n["op"]], n["children"], strict=True)
+                  if sort == "T"}
+        parts = [fused, ex, *leaves]
+        if any(p not in index for p in parts):
+            continue
+        if cost[j] >= sum(cost[index[p]] for p in parts):
             out.add(j)
     return out
 

@@ -50,6 +50,7 @@ LAZY = {"conv_epilogue": frozenset({"Conv", "Conv_2", "FusedConv", "FusedConvBn"
 #: Read it through :func:`members`, which builds a :data:`LAZY` ruleset's rules first.
 _MEMBERS: dict[int, tuple[str, list[tuple[str, Any]]]] = {}
 _PENDING: dict[int, Callable[[], None]] = {}  # a LAZY ruleset not built yet -> what builds its rules
+_USER: set[int] = set()  # the rulesets of make_ruleset (and those without_rules made of them)
 _BUILD_LOCK = threading.RLock()
 _ablated = itertools.count()
 
@@ -187,7 +188,13 @@ def make_ruleset(name: str, fn: Callable[[Namespace], Iterable[Any]]) -> Ruleset
         if not isinstance(r, RewriteOrRule):
             raise RewriteError(f"make_ruleset({name!r}): item {i} that {label}(e) yielded is {r!r} "
                                f"({type(r).__name__}), not a rule; {hint}")
-    return _register(ruleset(name=name), name, rules)
+    return _user_made(_register(ruleset(name=name), name, rules))
+
+
+def _user_made(rs: Ruleset) -> Ruleset:
+    _USER.add(id(rs))
+    weakref.finalize(rs, _USER.discard, id(rs))
+    return rs
 
 
 def shipped_name(rs: Ruleset) -> str | None:
@@ -218,8 +225,8 @@ def without_rules(rs: Ruleset, drop: set[str]) -> Ruleset:
     keep = [r for n, r in rules if n not in drop]
     if len(keep) == len(rules):
         return rs
-    return _register(ruleset(name=f"{name}_ablated_{next(_ablated)}"), name,
-                     keep)
+    out = _register(ruleset(name=f"{name}_ablated_{next(_ablated)}"), name, keep)
+    return _user_made(out) if id(rs) in _USER else out
 
 
 def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
@@ -315,6 +322,27 @@ def _calls(rs: Ruleset) -> list[tuple[str, frozenset[str], frozenset[str]]]:
 def _forget(key: int) -> None:
     _CALLS.pop(key, None)
     _PRUNED.pop(key, None)
+
+
+def check_rule_names(rulesets: Sequence[Ruleset]) -> None:
+    """Raise :class:`RewriteError` where ``rulesets`` hold one of :func:`make_ruleset` and a rule runs with
+    another of its name (of another ruleset given, or of the analysis ruleset): egglog keeps one rule per
+    name, so one of the two would silently not run. Rulesets eggfuse did not build (their rule names
+    unknown) are not checked; a ruleset given twice is one ruleset. Builds the lazy rulesets given."""
+    given = list({id(rs): rs for rs in rulesets}.values())
+    if not any(id(rs) in _USER for rs in given):
+        return  # the shipped rules share one namespace, which refuses a second rule of a name
+    seen: dict[str, str] = {}
+    for rs in (analysis_ruleset(), *given):
+        if id(rs) not in _MEMBERS:
+            continue
+        name, rules = members(rs)
+        for rule, _ in rules:
+            if rule in seen and seen[rule] != name:
+                raise RewriteError(f"optimize: rule {rule!r} of ruleset {name!r} has the name of a rule of ruleset "
+                                   f"{seen[rule]!r}; egglog keeps one rule per name, so one of them would not run: "
+                                   "give your rule another name (the first argument of e.equal, name= of e.rule)")
+            seen[rule] = name
 
 
 def relevant(rulesets: Sequence[Ruleset], present: Iterable[str]) -> tuple[Ruleset, ...]:
