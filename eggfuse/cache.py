@@ -69,7 +69,7 @@ log = logging.getLogger("eggfuse.cache")
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 7
+FORMAT = 8
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -327,7 +327,7 @@ def encode_plan(plan: ExecutionPlan) -> dict:
     sources: dict[str, int] = {}
     dispatches = [[d.node, d.op, d.kernel, sources.setdefault(d.source, len(sources)), d.entry_point,
                    list(d.bindings), base64.b64encode(d.params).decode(), list(d.workgroups), d.label,
-                   list(d.writable), list(d.prefetch), bool(d.runtime_checks)]
+                   list(d.writable), list(d.prefetch), bool(d.runtime_checks), int(d.loop_iterations)]
                   for d in plan.dispatches]
     return {
         "buffers": [[b.index, b.size_bytes, b.dtype.value, b.kind, b.name, b.node, list(b.shape),
@@ -356,8 +356,8 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
     dispatches = [Dispatch(_int(node), _str(op), _str(kernel), sources[_int(src)], _str(entry),
                            tuple(_int(b) for b in binds), base64.b64decode(params, validate=True),
                            tuple(_int(w) for w in wg), _str(label), tuple(_int(i) for i in writable),
-                           tuple(_int(i) for i in prefetch), _bool(checks))
-                  for node, op, kernel, src, entry, binds, params, wg, label, writable, prefetch, checks
+                           tuple(_int(i) for i in prefetch), _bool(checks), _int(loops))
+                  for node, op, kernel, src, entry, binds, params, wg, label, writable, prefetch, checks, loops
                   in doc["dispatches"]]
     names = lambda m: {_str(k): _int(v) for k, v in m.items()}  # noqa: E731
     plan = ExecutionPlan(

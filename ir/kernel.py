@@ -131,6 +131,11 @@ class Kernel:
     - ``runtime_checks``: compile this kernel with naga's runtime checks even in a plan lowered
       without them (``lower(..., runtime_checks=False)``), for a kernel measured faster with them
       (the tiled matmul's 128-row tiles: :mod:`.ops.matmul_kernel`).
+    - ``loop_iterations``: the most loop iterations one invocation runs, all its loops together
+      (:func:`nested_iterations`), where its loops do not stride through its data (a direct
+      convolution's taps and channels, a pooling window, TopK's pass over a line): what
+      ``lowering.plan.check_cpu_loops`` checks against lavapipe's limit; 0 where the elements of its
+      largest binding over its invocations bound them.
     - ``constant_params``: whether the kernel may read ``params`` as a WGSL module constant rather than
       from the uniform (which stays bound), its pipeline then serving these values only; lowering does so
       where ``lower(..., constant_params=True)`` and every field is a u32, i32 or finite f32. False for a
@@ -150,6 +155,7 @@ class Kernel:
     counters: int = 0
     runtime_checks: bool = False
     constant_params: bool = True
+    loop_iterations: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,16 @@ fn {get}(at: u32) -> vec4<f32> {{
                      bitcast<f32>(atomicLoad(&{binding}[2u * plane + q])),
                      bitcast<f32>(atomicLoad(&{binding}[3u * plane + q])));
 }}"""
+
+
+def nested_iterations(*counts: int) -> int:
+    """Iterations of loops nested in the order given (outermost first) of ``counts`` steps each, all
+    loops together: ``cin + cin * kh + cin * kh * kw`` for (cin, kh, kw) (:attr:`Kernel.loop_iterations`)."""
+    total, runs = 0, 1
+    for c in counts:
+        runs *= c
+        total += runs
+    return total
 
 
 def elementwise_groups(n: int) -> int:

@@ -83,6 +83,7 @@ class Dispatch:
     dispatches after it (:mod:`.prefetch`). ``workgroups`` is the (x, y, z) grid; ``label``
     names the op and its shapes for errors and profiling. ``runtime_checks``: whether the runtime
     compiles ``source`` with naga's runtime checks (``runtime.pipelines.create_module``).
+    ``loop_iterations``: the kernel's ``Kernel.loop_iterations`` (0: not given).
     """
 
     node: NodeId
@@ -97,6 +98,7 @@ class Dispatch:
     writable: tuple[int, ...] = ()
     prefetch: tuple[int, ...] = ()
     runtime_checks: bool = True
+    loop_iterations: int = 0
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -481,7 +483,8 @@ def _node_dispatches(graph: Graph, node: Node, ins: list[TensorType], target: Ta
                       for i in reads)
         bound += (scratch if to_scratch else node_buffer[node.id],)
         out.append(Dispatch(node.id, own.op, k.name + ("+sg" if use.used else ""), source, k.entry_point, bound,
-                            params, grid, part_label, writable, runtime_checks=runtime_checks or k.runtime_checks))
+                            params, grid, part_label, writable, runtime_checks=runtime_checks or k.runtime_checks,
+                            loop_iterations=k.loop_iterations))
     return out
 
 
@@ -798,11 +801,20 @@ def check_cpu_loops(plan: ExecutionPlan) -> None:
     and a kernel's invocations stride through their data (a row's reduction on one workgroup of 256 invocations:
     a softmax over 5.6 million elements already needs more). A dispatch whose largest binding holds more than
     ``LLVMPIPE_LOOP_ITERATIONS // CPU_LOOP_PASSES`` 4-byte elements per invocation it launches is refused, naming
-    its node (the error's ``nodes``) and what to do: a GPU adapter, or smaller shapes. Dispatches whose workgroup
-    size cannot be read from their WGSL are not checked, nor those of ops that read a table's rows by index
-    (``OpSpec.index_bounds``: an invocation reads the rows its indices name, not the table)."""
+    its node (the error's ``nodes``) and what to do: a GPU adapter, or smaller shapes. So is one whose kernel runs
+    more than :data:`LLVMPIPE_LOOP_ITERATIONS` iterations an invocation by its own count (``Kernel.loop_iterations``:
+    a direct convolution of 300 input channels and a 15x15 kernel gave 65,061 of its 67,500 terms). Dispatches
+    whose workgroup size cannot be read from their WGSL are not checked by their bindings, nor those of ops that
+    read a table's rows by index (``OpSpec.index_bounds``: an invocation reads the rows its indices name, not the
+    table)."""
     per = LLVMPIPE_LOOP_ITERATIONS // CPU_LOOP_PASSES
     for d in plan.dispatches:
+        if d.loop_iterations > LLVMPIPE_LOOP_ITERATIONS:
+            raise DeviceLimitError(
+                f"lavapipe (Mesa's llvmpipe) ends a shader invocation's loops after {LLVMPIPE_LOOP_ITERATIONS} "
+                f"iterations without an error: {d.label} (kernel {d.kernel}) runs {d.loop_iterations} an invocation "
+                "and would give wrong values; run it on a GPU adapter, or at smaller shapes (fewer input channels, "
+                "a smaller window or a shorter axis)", nodes=(d.node,))
         size = workgroup_size(d.source, d.entry_point)
         if size is None or OPS[d.op].index_bounds is not None:
             continue

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from ..kernel import Buffer, Kernel, elementwise_groups
+from ..kernel import Buffer, Kernel, elementwise_groups, nested_iterations
 from ..spec import Attr, need, need_f32, no_grad, op
 from ..types import TensorType
 from .linalg import gemm_params
@@ -241,7 +241,7 @@ def conv_kernel(node, ins, epilogue: tuple[str, ...], target) -> Kernel:
     params.append(("total", "u32", total))
     slots["CG"] = c // g
     return Kernel(name + "_direct", "conv_direct.wgsl", elementwise_groups(total), params=tuple(params), slots=slots,
-                  bindings=bindings)
+                  bindings=bindings, loop_iterations=nested_iterations(*_pad3(w.shape[2:], 1), c // g))
 
 
 def _conv_flops(ins, out, a):

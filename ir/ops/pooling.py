@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..kernel import Buffer, Kernel, elementwise_groups
+from ..kernel import Buffer, Kernel, elementwise_groups, nested_iterations
 from ..spec import Attr, need, need_f32, no_grad, op
 from ..types import DType, TensorType
 from .conv import MAX_SPATIAL, geometry
@@ -133,7 +133,8 @@ def _pool_kernel(node, ins, target) -> Kernel:
     elem = node.type.dtype.wgsl
     return Kernel(f"pool_{node.op}", "pool.wgsl", elementwise_groups(total), params=params,
                   slots={"MODE": _MODE[node.op], "STORE": _STORE[node.op]},
-                  bindings=(Buffer("x"), Buffer("out", elem, write=True)))
+                  bindings=(Buffer("x"), Buffer("out", elem, write=True)),
+                  loop_iterations=nested_iterations(*_pad3(a["kernel_shape"], 1)))
 
 
 def _pool_flops(ins, out, a):

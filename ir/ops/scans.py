@@ -188,7 +188,8 @@ def _top_k_kernel(node, ins, target) -> Kernel:
     return Kernel(f"{node.op.lower()}_{t}", "top_k.wgsl", elementwise_groups(lines * x.shape[axis]),
                   params=(*params, ("k", "u32", node.attrs["k"])),
                   slots={"T": t, "NAN": "is_nan(v)" if t == "f32" else "false", "STORE": store,
-                         "LARGEST": "true" if node.attrs["largest"] else "false"})
+                         "LARGEST": "true" if node.attrs["largest"] else "false"},
+                  loop_iterations=x.shape[axis])
 
 
 _TOP_K_ATTRS = (Attr("k", "int"), Attr("axis", "int"), Attr("largest", "bool", True))

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..kernel import Buffer, Kernel, elementwise_groups
+from ..kernel import Buffer, Kernel, elementwise_groups, nested_iterations
 from ..spec import NO_GRAD, Attr, need, need_f32, op
 from ..types import TensorType
 from .attention import MASK_SENTINEL
@@ -38,8 +38,10 @@ def _conv_kernel(node, ins, target) -> Kernel:
     values = (n, x[0], x[1], x[2], x[3], k[0], k[2], k[3], y[2], y[3], a["stride"], a["padding_h"], a["padding_w"])
     names = ("n", "batch", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "stride", "ph", "pw")
     reads = {"Conv2d": ("x", "kern"), "Conv2dGradInput": ("dy", "kern"), "Conv2dGradWeight": ("dy", "x")}[node.op]
+    loops = {"Conv2d": (x[1], k[2], k[3]), "Conv2dGradInput": (k[2], k[3], k[0])}.get(node.op, ())
     return Kernel(body[:-5], body, groups, params=tuple(zip(names, ("u32",) * 13, values, strict=True)),
-                  bindings=(*(Buffer(r) for r in reads), Buffer("out", write=True)))
+                  bindings=(*(Buffer(r) for r in reads), Buffer("out", write=True)),
+                  loop_iterations=nested_iterations(*loops))
 
 
 def _max_pool_kernel(node, ins, target) -> Kernel:
@@ -50,7 +52,10 @@ def _max_pool_kernel(node, ins, target) -> Kernel:
     values = (n, x[2], x[3], y[2], y[3], a["kernel_h"], a["kernel_w"], a["stride"], a["padding"])
     names = ("n", "h", "w", "oh", "ow", "kh", "kw", "stride", "pad")
     body = "max_pool.wgsl" if node.op == "MaxPool2d" else "max_pool_grad.wgsl"
-    return Kernel(body[:-5], body, elementwise_groups(n), params=tuple(zip(names, ("u32",) * 9, values, strict=True)))
+    kh, kw, s = a["kernel_h"], a["kernel_w"], a["stride"]
+    loops = (kh, kw) if node.op == "MaxPool2d" else (-(-kh // s), -(-kw // s))  # the gradient's: windows holding it
+    return Kernel(body[:-5], body, elementwise_groups(n), params=tuple(zip(names, ("u32",) * 9, values, strict=True)),
+                  loop_iterations=nested_iterations(*loops))
 
 
 #: Both entry points of global_avg_pool.wgsl and upsample.wgsl read ``x`` (the gradient's dy).

@@ -33,3 +33,29 @@ def test_a_softmax_row_past_lavapipes_loop_limit_is_refused_and_a_shorter_one_ru
             with pytest.raises(DeviceLimitError, match=rf"ends a shader invocation's loops after "
                                                        rf"{LLVMPIPE_LOOP_ITERATIONS} iterations .* node 1 Softmax"):
                 eggfuse.compile(g, {}, cache=False)
+
+
+@pytest.mark.skipif(get_device().adapter.info.get("adapter_type") != "CPU", reason="lavapipe's loop limit only")
+def test_kernels_that_count_their_own_loops_are_refused_past_the_limit():
+    # a direct convolution loops over its taps and channels, a pool over its window, TopK over its line, however
+    # many invocations there are (Kernel.loop_iterations): 300 channels of 15x15 gave 65,061 of 67,500 terms
+    from onnx_models import I64, F, model, node  # tests/onnx_models.py
+
+    from eggfuse.onnx import Model
+
+    def conv(c: int):
+        return model([node("Conv", ["x", "w"], ["y"])], [("x", F, [1, c, 15, 15])], [("y", F, [1, 1, 1, 1])],
+                     [("w", np.ones((1, c, 15, 15), np.float32))])
+
+    x = np.ones((1, 280, 15, 15), np.float32)  # 63,241 iterations: runs
+    assert Model(conv(280), cache=False).run({"x": x})[0].item() == 280 * 225
+    with pytest.raises(DeviceLimitError, match=r"Conv\(f32\[1,300,15,15\].* runs 67741 an invocation"):
+        Model(conv(300), cache=False).run({"x": np.ones((1, 300, 15, 15), np.float32)})
+    pool = model([node("MaxPool", ["x"], ["y"], kernel_shape=[1, 70_000])], [("x", F, [1, 1, 1, 70_000])],
+                 [("y", F, [1, 1, 1, 1])])
+    with pytest.raises(DeviceLimitError, match=r"MaxPool.* runs 70002 an invocation"):
+        Model(pool, cache=False).run({"x": np.ones((1, 1, 1, 70_000), np.float32)})
+    top_k = model([node("TopK", ["x", "k"], ["v", "i"])], [("x", F, [1, 70_000])],
+                  [("v", F, [1, 3]), ("i", I64, [1, 3])], [("k", np.array([3], np.int64))])
+    with pytest.raises(DeviceLimitError, match=r"TopKValues.* runs 70000 an invocation"):
+        Model(top_k, cache=False).run({"x": np.ones((1, 70_000), np.float32)})

@@ -5,7 +5,8 @@ global pools), over 1 to 3 spatial axes.
 resolved here into the explicit begin/end pads of the IR ops (``ir/ops/conv.py``,
 ``ir/ops/pooling.py``), following the formulas of the ONNX operator pages.
 GlobalAveragePool is GlobalAvgPool (a workgroup reduction per channel) and a reshape;
-GlobalMaxPool and GlobalLpPool are MaxPool and LpPool with the whole input as the window.
+GlobalMaxPool and GlobalLpPool are reductions over the spatial axes (ReduceMax; ReduceL1, ReduceL2, or
+(ReduceSum of |x|^p)^(1/p)), whose invocations share each channel's elements.
 MaxUnpool is a ScatterElements into zeros, Col2Im a grouped ConvTranspose with a one-hot kernel.
 """
 
@@ -187,14 +188,25 @@ def _global_average_pool(ctx: NodeContext) -> Value:
 
 @converter("GlobalMaxPool")
 def _global_max_pool(ctx: NodeContext) -> Value:
+    # a reduction over the spatial axes, whose invocations share a channel's elements (a window of all of
+    # them, one invocation a channel, would loop over the whole map)
     x, window, out = _global(ctx)
-    return ctx.out(reshape(ctx, ctx.add("MaxPool", [x], kernel_shape=window), out))
+    axes = tuple(range(2, 2 + len(window)))
+    return ctx.out(reshape(ctx, ctx.add("ReduceMax", [x], axes=axes, keepdims=True), out))
 
 
 @converter("GlobalLpPool")
 def _global_lp_pool(ctx: NodeContext) -> Value:
+    # (sum |x|^p)^(1/p) over the spatial axes (https://onnx.ai/onnx/operators/onnx__GlobalLpPool.html), as reductions
     x, window, out = _global(ctx)
-    return ctx.out(reshape(ctx, ctx.add("LpPool", [x], kernel_shape=window, p=int(ctx.attr("p", 2))), out))
+    axes = tuple(range(2, 2 + len(window)))
+    p = int(ctx.attr("p", 2))
+    if p in (1, 2):
+        y = ctx.add(f"ReduceL{p}", [x], axes=axes, keepdims=True)
+    else:
+        powered = ctx.add("Pow", [ctx.add("Abs", [x]), ctx.constant(float(p))])
+        y = ctx.add("Pow", [ctx.add("ReduceSum", [powered], axes=axes, keepdims=True), ctx.constant(1.0 / p)])
+    return ctx.out(reshape(ctx, y, out))
 
 
 @converter("MaxUnpool")
