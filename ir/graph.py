@@ -244,25 +244,31 @@ class Graph:
         # leaf id -> (its bound, the node setting it, the input slot the node reads it at)
         out: dict[NodeId, tuple[int, Node, int]] = {}
         for leaf, reads in self.index_reads().items():
-            for rows, node, slot, _ in reads:
-                if leaf not in out or rows < out[leaf][0]:
+            for rows, node, slot, _, component in reads:
+                if component is None and (leaf not in out or rows < out[leaf][0]):
                     out[leaf] = (rows, node, slot)
         return out
 
-    def index_reads(self) -> dict[NodeId, list[tuple[int, Node, int, bool]]]:
+    def index_reads(self) -> dict[NodeId, list[tuple[int, Node, int, bool, int | None]]]:
         """Node id -> every read of its values as indices: (the bound, the reading node, the input slot, whether
-        the read may take only part of the node's elements), followed back through ops that move elements
+        the read may take only part of the node's elements, and for a bound of the elements at one position
+        along the read input's last axis, that position), followed back through ops that move elements
         (views and ``OpSpec.moves``: Slice, Concat, Transpose, ...) to the nodes the elements come from (a
-        leaf, or a node that computes them); its :meth:`index_bounds` is the smallest bound. Where the read is
-        of a part, :meth:`index_positions` tells which elements."""
-        out: dict[NodeId, list[tuple[int, Node, int, bool]]] = {}
+        leaf, or a node that computes them); its :meth:`index_bounds` is the smallest bound of a whole read.
+        Where the read is of a part, :meth:`index_positions` tells which elements."""
+        out: dict[NodeId, list[tuple[int, Node, int, bool, int | None]]] = {}
         for node in self.nodes:
             hook = OPS[node.op].index_bounds
             if hook is None:
                 continue
             for slot, rows in hook([self.nodes[i].type for i in node.inputs], node.attrs).items():
+                if isinstance(rows, tuple) and len(set(rows)) == 1:
+                    rows = rows[0]
                 for src, part in self._moved_from(node.inputs[slot]):
-                    out.setdefault(src, []).append((rows, node, slot, part))
+                    if isinstance(rows, tuple):  # one bound a position of the last axis (GatherND's tuples)
+                        out.setdefault(src, []).extend((r, node, slot, True, j) for j, r in enumerate(rows))
+                    else:
+                        out.setdefault(src, []).append((rows, node, slot, part, None))
         return out
 
     def _moved_from(self, nid: NodeId) -> list[tuple[NodeId, bool]]:
@@ -282,10 +288,11 @@ class Graph:
                 out[i] = out.get(i, False) or part
         return list(out.items())
 
-    def index_positions(self, source: NodeId, node: Node, slot: int) -> np.ndarray:
+    def index_positions(self, source: NodeId, node: Node, slot: int, component: int | None = None) -> np.ndarray:
         """The flat (row-major) positions of ``source``'s elements that ``node`` reads as indices at input
-        ``slot`` (sorted, unique int64), where :meth:`index_reads` lists that read: the moving ops between
-        them (their references) run on the element numbers 0..n-1 of ``source``, every other node as -1."""
+        ``slot`` (sorted, unique int64), where :meth:`index_reads` lists that read (``component``: only those at
+        that position along the input's last axis): the moving ops between them (their references) run on the
+        element numbers 0..n-1 of ``source``, every other node as -1."""
         memo: dict[NodeId, np.ndarray] = {}
 
         def numbers(i: NodeId) -> np.ndarray:
@@ -301,6 +308,8 @@ class Graph:
             return memo[i]
 
         got = numbers(node.inputs[slot])
+        if component is not None:
+            got = got[..., component]
         return np.unique(got[got >= 0])
 
     def reader_label(self, node: Node, slot: int, rows: int) -> str:

@@ -206,8 +206,9 @@ class OpSpec:
       element numbers, tells which of that input's elements are read (``Graph.index_positions``).
     - ``index_bounds(ins, attrs) -> {input slot: rows}``: the index inputs the op reads and
       the bound of their values: u32 ones in [0, rows) (an Embedding's table rows), i32 ones
-      (ONNX Gather's, negative from the end) in [-rows, rows); the runtime refuses a fed index
-      outside, as the reference (u32) and onnxruntime (i32) do.
+      (ONNX Gather's, negative from the end) in [-rows, rows); ``rows`` a tuple bounds the elements
+      at each position along the input's last axis apart (GatherND's index tuples). The runtime
+      refuses a fed index outside, as the reference (u32) and onnxruntime (i32) do.
     """
 
     name: str
@@ -232,7 +233,7 @@ class OpSpec:
     moves: bool = False
     read_bytes: Callable[[list[TensorType], dict[str, Any]], int] | None = None
     fallback: bool = False
-    index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int]] | None = None
+    index_bounds: Callable[[list[TensorType], dict[str, Any]], dict[int, int | tuple[int, ...]]] | None = None
     max_inputs: int | None = None
     family: str = ""
 

@@ -739,12 +739,15 @@ def _index_checks(graph: Graph, live: list[Node]) -> tuple[dict[str, int], dict[
             continue
         whole: list[tuple[int, Node, int]] = []
         some: list[IndexPart] = []
-        for rows, node, slot, part in reads:
-            pos = graph.index_positions(nid, node, slot) if part else None
+        for rows, node, slot, part, component in reads:
+            pos = graph.index_positions(nid, node, slot, component) if part else None
             if pos is None or len(pos) == src.type.num_elements:
                 whole.append((rows, node, slot))
             elif len(pos):
-                some.append(IndexPart(rows, pos, graph.reader_label(node, slot, rows)))
+                label = graph.reader_label(node, slot, rows)
+                if component is not None:
+                    label += f" at position {component} of its index tuples"
+                some.append(IndexPart(rows, pos, label))
         top = min(whole, key=lambda r: r[0]) if whole else None
         some = [p for p in some if top is None or p.rows < top[0]]  # (a whole read's check covers the rest)
         if src.op == "Input":

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..facts import value_fact
-from ..kernel import Buffer, Kernel, elementwise_groups, windowed_reader
+from ..kernel import Buffer, Kernel, elementwise_groups, nested_iterations, windowed_reader
 from ..spec import Attr, example, need, no_grad, op, rules
 from ..types import DType, TensorType
 from .movement import MAX_RANK, row_strides
@@ -199,8 +199,10 @@ def _gather_elements_kernel(node, ins, target) -> Kernel:
 
 op("GatherElements", ("data", "indices"), _gather_elements, _gather_elements_ref, attrs=(Attr("axis", "int", 0),),
    vjp=_NO_GRAD, kernel=_gather_elements_kernel, flops=lambda ins, out, a: 0,
+   index_bounds=lambda ins, a: {1: ins[0].shape[a["axis"] % ins[0].rank]},
    doc="ONNX GatherElements (https://onnx.ai/onnx/operators/onnx__GatherElements.html): "
-       "out[c] = data[c with c[axis] = indices[c]] (numpy.take_along_axis), out of indices' shape")
+       "out[c] = data[c with c[axis] = indices[c]] (numpy.take_along_axis), out of indices' shape; fed indices "
+       "outside [-dim, dim) refused (InputError), computed ones clamped")
 
 
 def _gather_elements_broadcast(ts, a):
@@ -327,16 +329,18 @@ def _scatter_elements_kernel(node, ins, target) -> Kernel:
                           ("along", "u32", idx.shape[axis]), ("ddims", "array<vec4<u32>, 2>", _vec8(data.shape)),
                           ("udims", "array<vec4<u32>, 2>", _vec8(idx.shape)),
                           ("ustr", "array<vec4<u32>, 2>", _vec8(row_strides(idx.shape)))),
-                  slots={"REDUCE": REDUCTIONS[reduction]})
+                  slots={"REDUCE": REDUCTIONS[reduction]}, loop_iterations=data.rank + idx.shape[axis])
 
 
 op("ScatterElements", ("data", "indices", "updates"), _scatter_elements, _scatter_elements_ref,
    attrs=(Attr("axis", "int", 0), Attr("reduction", "str", "none")), vjp=_NO_GRAD, kernel=_scatter_elements_kernel,
    flops=lambda ins, out, a: out.num_elements * ins[1].shape[a["axis"] % ins[1].rank],
+   index_bounds=lambda ins, a: {1: ins[0].shape[a["axis"] % ins[0].rank]},
    doc="ONNX ScatterElements (https://onnx.ai/onnx/operators/onnx__ScatterElements.html): a copy of data with "
        "out[c with c[axis] = indices[c]] = updates[c], or combined with it by reduction add/mul/max/min, in "
        "row-major order of the updates (duplicates apply in that order). Each output element scans the "
-       "updates.shape[axis] updates that may land on it")
+       "updates.shape[axis] updates that may land on it. Fed indices outside [-dim, dim) refused (InputError), "
+       "computed ones clamped")
 
 
 # --- GatherND, ScatterND ---------------------------------------------------------------------
@@ -383,9 +387,11 @@ def _gather_nd_kernel(node, ins, target) -> Kernel:
 
 op("GatherND", ("data", "indices"), _gather_nd, _gather_nd_ref, attrs=(Attr("batch_dims", "int", 0),), vjp=_NO_GRAD,
    kernel=_gather_nd_kernel, flops=lambda ins, out, a: 0,
+   index_bounds=lambda ins, a: {1: tuple(ins[0].shape[a["batch_dims"]:a["batch_dims"] + ins[1].shape[-1]])},
    doc="ONNX GatherND (https://onnx.ai/onnx/operators/onnx__GatherND.html): out[B.., M..] = data[B.., "
        "indices[B.., M.., :]] with the first batch_dims dims shared, of shape indices.shape[:-1] + "
-       "data.shape[batch_dims + k:]")
+       "data.shape[batch_dims + k:]; a fed index tuple's element j outside [-dim, dim) of data's axis "
+       "batch_dims + j refused (InputError), computed ones clamped")
 
 
 # --- gathers of every element in order: views ----------------------------------------------------
@@ -489,16 +495,19 @@ def _scatter_nd_kernel(node, ins, target) -> Kernel:
                           ("rows", "u32", math.prod(idx.shape[:-1])), ("k", "u32", k),
                           ("idims", "array<vec4<u32>, 2>", _vec8(data.shape[:k])),
                           ("istr", "array<vec4<u32>, 2>", _vec8(row_strides(data.shape)[:k]))),
-                  slots={"REDUCE": REDUCTIONS[reduction]})
+                  slots={"REDUCE": REDUCTIONS[reduction]},
+                  loop_iterations=nested_iterations(math.prod(idx.shape[:-1]), k))
 
 
 op("ScatterND", ("data", "indices", "updates"), _scatter_nd, _scatter_nd_ref,
    attrs=(Attr("reduction", "str", "none"),), vjp=_NO_GRAD, kernel=_scatter_nd_kernel,
    flops=lambda ins, out, a: out.num_elements * math.prod(ins[1].shape[:-1]) * ins[1].shape[-1],
+   index_bounds=lambda ins, a: {1: tuple(ins[0].shape[:ins[1].shape[-1]])},
    doc="ONNX ScatterND (https://onnx.ai/onnx/operators/onnx__ScatterND.html): a copy of data with the slices "
        "data[indices[r]] = updates[r] (or combined by reduction add/mul/max/min) in row order r. Each output "
        "element scans every index row: cost elements x rows x k, fine for the few rows of a cache update or a "
-       "masked write, slow for a scatter of many rows")
+       "masked write, slow for a scatter of many rows. A fed index tuple's element j outside [-dim, dim) of "
+       "data's axis j refused (InputError), computed ones clamped")
 
 
 # --- OneHot ----------------------------------------------------------------------------------

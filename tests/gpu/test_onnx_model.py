@@ -299,6 +299,36 @@ def test_columns_of_a_split_index_input_are_checked_against_their_own_tables():
 
 
 
+@pytest.mark.parametrize("op, attrs, good, bad, which", [
+    ("GatherElements", dict(axis=1), [[0, -1], [2, 1], [0, 0], [-3, 1]], ((0, 1, 3), (3, 0, -4)), "the axis of 3"),
+    ("ScatterElements", dict(axis=0), [[3, 0, -4]], ((0, 0, 4), (0, 2, -5)), "the axis of 4"),
+    ("GatherND", {}, [[0, 2], [-4, -1]], ((1, 0, 4), (0, 1, 3)), r"the axis of (4|3) that GatherND \(node \d+\) at "
+                                                                 r"position (0|1) of its index tuples"),
+    ("ScatterND", {}, [[3], [-4]], ((1, 0, 4), (0, 0, -5)), "the axis of 4"),
+])
+def test_fed_indices_out_of_range_are_refused_by_the_other_gathers_and_scatters(op, attrs, good, bad, which):
+    # they were clamped without a word (onnxruntime raises); Gather's check, each element of GatherND's and
+    # ScatterND's index tuples against its own axis
+    ort = pytest.importorskip("onnxruntime")
+    scatter = op.startswith("Scatter")
+    good = np.array(good, np.int64)
+    upd = np.full(good.shape if op == "ScatterElements" else (good.shape[0], 3), -1.0, np.float32)
+    m = model([node(op, ["x", "i", "u"] if scatter else ["x", "i"], ["y"], **attrs)],
+              [("x", F, [4, 3]), ("i", I64, list(good.shape))] + ([("u", F, list(upd.shape))] if scatter else []),
+              [("y", F, None)])
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "i": good} | ({"u": upd} if scatter else {})
+    peer = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod = Model(m, cache=False)
+    np.testing.assert_array_equal(mod.run(feeds)[0], peer.run(None, feeds)[0])
+    for row, col, value in bad:
+        i = good.copy()
+        i[row, col] = value
+        with pytest.raises(Exception, match="(?i)out of|invalid"):
+            peer.run(None, feeds | {"i": i})
+        with pytest.raises(IndexRangeError, match=rf"input 'i': index {value} out of range for {which}"):
+            mod.run(feeds | {"i": i})
+
+
 def test_indices_of_an_input_the_import_reads_by_value_out_of_range_name_the_input():
     # idx picks a shape for Reshape, so the import needs its value (a plan per value); an index outside the table
     # is the feed's fault: IndexRangeError naming the input, as the session's check of a run-time input does
@@ -622,3 +652,4 @@ def test_large_expanded_indices_of_a_gather_elements_are_read_broadcast(monkeypa
     assert rep.dispatches_after == optimize(folded_graph)[1].dispatches_after
     for got, ref in zip(Model(m).run({"x": x}), want, strict=True):
         np.testing.assert_array_equal(got, ref)
+
