@@ -88,6 +88,7 @@ def _body(importer: Importer, node: onnx.NodeProto, graph: onnx.GraphProto, args
         raise OnnxError(f"{node.op_type} node {node.name!r}: its body takes {len(graph.input)} inputs, the node gives "
                         f"{len(args)}")
     inner = dict(env)
+    importer.local_initializers(graph, inner)
     for vi, v in zip(graph.input, args, strict=True):
         inner[vi.name] = v
     importer._nodes(graph.node, inner, version)

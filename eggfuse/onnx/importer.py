@@ -382,6 +382,44 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
                         f"version converter could not upgrade it: {str(e).splitlines()[0] if str(e) else e}") from None
 
 
+def _subgraphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``g`` and every graph nested in its nodes' attributes (If's branches, Loop's and Scan's bodies)."""
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                yield from _subgraphs(sub)
+
+
+def dense_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or where a graph of it (a subgraph too) has sparse initializers a copy in which each is a dense
+    initializer of its name: zeros but at its ``indices`` (NNZ linear positions, or an [NNZ, rank] array of
+    coordinates: https://onnx.ai/onnx/repo-docs/IR.html#sparse-tensors), which take its ``values``. Raises
+    OnnxError for indices that do not fit its dims."""
+    if not any(g.sparse_initializer for g in _subgraphs(model.graph)):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for g in _subgraphs(out.graph):
+        for sp in g.sparse_initializer:
+            name, dims = sp.values.name, [int(d) for d in sp.dims]
+            values = tensor_array(sp.values, f"sparse initializer {name!r}").reshape(-1)
+            idx = tensor_array(sp.indices, f"sparse initializer {name!r}'s indices").astype(np.int64)
+            size = math.prod(dims)
+            try:
+                flat = idx.reshape(-1) if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), dims)
+                if flat.shape != values.shape or np.any((flat < 0) | (flat >= size)):
+                    raise ValueError(f"{flat.size} positions for {values.size} values in a tensor of {size}")
+            except ValueError as e:
+                raise OnnxError(f"sparse initializer {name!r} of dims {dims}: its indices {list(idx.shape)} do not "
+                                f"place its {values.size} values ({e}); fix or densify it in the exporter") from None
+            dense = np.zeros(size, values.dtype)
+            dense[flat] = values
+            g.initializer.append(numpy_helper.from_array(dense.reshape(dims), name))
+        del g.sparse_initializer[:]
+    return out
+
+
 def _check_opset(model: onnx.ModelProto, what: str) -> None:
     # ONNX requires the default domain's opset to be imported where a node uses it; a model without it (a file cut
     # short, since protobuf writes opset_import after the graph) would otherwise import at the newest opset
@@ -413,7 +451,7 @@ def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
 def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         _check_opset(model, "the model")
-        return upgraded(model)
+        return upgraded(dense_initializers(model))
     if isinstance(model, str | os.PathLike):
         path = os.fspath(model)
         if not os.path.exists(path):
@@ -426,7 +464,7 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
             raise OnnxError(f"{path!r} is not an ONNX model with a graph: it declares no outputs "
                             f"({os.path.getsize(path)} bytes); give the exported .onnx file")
         _check_opset(proto, repr(path))
-        return upgraded(proto)
+        return upgraded(dense_initializers(proto))
     raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
 
 
@@ -940,6 +978,7 @@ class Importer:
         branch = "then_branch" if bool(np.asarray(cond.const).reshape(-1)[0]) else "else_branch"
         sub = next(a.g for a in node.attribute if a.name == branch)
         inner = dict(env)
+        self.local_initializers(sub, inner)
         self._nodes(sub.node, inner, version)
         out = []
         for vi in sub.output:
@@ -950,6 +989,13 @@ class Importer:
             if k not in env and v.blocked:
                 env[k] = v
         return out
+
+    def local_initializers(self, sub: onnx.GraphProto, inner: dict[str, Value]) -> None:
+        """Bind the initializers of subgraph ``sub`` (an If branch, a Loop or Scan body) in ``inner``, its scope:
+        constants, which hide a value of the enclosing graph of the same name, as ONNX scoping has it."""
+        for t in sub.initializer:
+            arr = tensor_array(t, f"initializer {t.name!r} of subgraph {sub.name!r}")
+            inner[t.name] = in_f32(Value(t.name, t.data_type, tuple(arr.shape), const=arr))
 
     def _domain_version(self, domain: str, version: int) -> int:
         """The opset of ``domain`` the model imports (``version`` for the default domain)."""

@@ -101,3 +101,28 @@ def test_an_if_inside_a_function_body_reads_the_bodys_names(device):
     m.opset_import.append(helper.make_opsetid("local", 1))
     for c in (True, False):
         check_against_ort(m, {"x": _f(3), "c": np.array(c)}, device=device)
+
+
+@pytest.mark.parametrize("outer_k", [False, True])
+def test_initializers_of_subgraphs_are_their_own_and_hide_the_enclosing_graphs(outer_k, device):
+    # a branch's and a body's initializers were ignored: the outer value of the name was taken in their stead, or
+    # a valid model was refused ("computed by no earlier node")
+    then_g = helper.make_graph([node("Add", ["x", "k"], ["o"])], "then", [], [vi("o", F, [2, 3])],
+                               [helper.make_tensor("k", F, [], [100.0])])
+    else_g = helper.make_graph([node("Neg", ["x"], ["o2"])], "else", [], [vi("o2", F, [2, 3])])
+    body = helper.make_graph([node("Identity", ["c"], ["c2"]), node("Mul", ["s", "k"], ["s2"])], "body",
+                             [vi("i", I64, []), vi("c", B, []), vi("s", F, [2, 3])],
+                             [vi("c2", B, []), vi("s2", F, [2, 3])], [helper.make_tensor("k", F, [3], [2.0, 3.0, 4.0])])
+    nodes = [node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             node("Loop", ["M", "", "x"], ["z"], body=body)]
+    outs = [("y", F, None), ("z", F, None)]
+    inits = [("M", np.array(2, np.int64))]
+    if outer_k:  # the graph's own k, read by the graph too
+        nodes.append(node("Sub", ["x", "k"], ["w"]))
+        outs.append(("w", F, None))
+        inits.append(("k", np.array(1.0, np.float32)))
+    m = model(nodes, [("x", F, [2, 3]), ("c", B, [])], outs, inits, opset=17)
+    x = _f(2, 3)
+    ys = check_against_ort(m, {"x": x, "c": np.array(True)}, device=device).run({"x": x, "c": np.array(True)})
+    np.testing.assert_allclose(ys[0], x + 100.0, rtol=1e-6)
+    np.testing.assert_allclose(ys[1], x * np.array([4.0, 9.0, 16.0], np.float32), rtol=1e-6)

@@ -653,3 +653,24 @@ def test_large_expanded_indices_of_a_gather_elements_are_read_broadcast(monkeypa
     for got, ref in zip(Model(m).run({"x": x}), want, strict=True):
         np.testing.assert_array_equal(got, ref)
 
+
+def test_sparse_initializers_are_made_dense():
+    # a valid model was refused ("input 'c' is computed by no earlier node"); indices as linear positions and as
+    # [NNZ, rank] coordinates, against onnxruntime
+    ort = pytest.importorskip("onnxruntime")
+    m = model([node("Add", ["x", "c"], ["s"]), node("MatMul", ["s", "w"], ["y"])], [("x", F, [2, 3])],
+              [("y", F, None)])
+    m.graph.sparse_initializer.extend([
+        helper.make_sparse_tensor(onnx.numpy_helper.from_array(np.array([5.0, 7.0], np.float32), "c"),
+                                  onnx.numpy_helper.from_array(np.array([1, 4], np.int64)), [2, 3]),
+        helper.make_sparse_tensor(onnx.numpy_helper.from_array(np.array([1.5, -2.0, 3.0], np.float32), "w"),
+                                  onnx.numpy_helper.from_array(np.array([[0, 1], [2, 0], [2, 3]], np.int64)), [3, 4])])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(Model(m, cache=False).run({"x": x})[0], want, rtol=1e-6)
+    assert len(m.graph.sparse_initializer) == 2  # the model given is not modified
+    bad = onnx.ModelProto()
+    bad.CopyFrom(m)
+    bad.graph.sparse_initializer[0].indices.CopyFrom(onnx.numpy_helper.from_array(np.array([1, 9], np.int64)))
+    with pytest.raises(OnnxError, match=r"sparse initializer 'c' of dims \[2, 3\]: its indices \[2\] do not place"):
+        Model(bad, cache=False)
