@@ -50,6 +50,17 @@ def test_float16_inputs_are_exact_in_float32_and_outputs_round_once(device):
     np.testing.assert_array_equal(y, want)  # f32 arithmetic is exact here, then one rounding
 
 
+def test_a_float16_output_past_its_range_is_inf_without_a_warning(device):
+    import warnings
+
+    m = model([node("Mul", ["a", "k"], ["y"])], [("a", H, [3])], [("y", H, None)], [("k", np.array(1e4, np.float16))],
+              opset=13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" was printed
+        (y,) = Model(m, device=device).run({"a": np.array([1.0, 10.0, -100.0], np.float16)})
+    np.testing.assert_array_equal(y, np.array([1e4, np.inf, -np.inf], np.float16))
+
+
 @pytest.mark.parametrize("to", [H, BF])
 def test_a_cast_to_a_narrow_float_rounds_on_the_device(to, device):
     # Cast(x, to) feeds a float32 Mul: the rounding happens in the graph, not at the output

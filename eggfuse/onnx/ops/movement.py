@@ -206,6 +206,13 @@ def slice_node(ctx: NodeContext, starts, ends, axes, steps) -> Value:
         raise ctx.fail(str(e)) from None
     if all(r == range(d) for r, d in zip(ranges, shape, strict=True)):
         return ctx.value(0)
+    empty = next((k for k, r in enumerate(ranges) if not len(r)), None)
+    if empty is not None:  # this Slice's own axis, not an earlier one's clamp (NodeContext.add's hint)
+        k = next(k for k, a in enumerate(axes) if a % len(shape) == empty)
+        d, v = shape[empty], starts[k]
+        cut = f" (ONNX clamps start {v} to {d})" if steps[k] > 0 and d < v < 2**31 - 1 else ""
+        raise ctx.fail(f"along axis {empty} of {list(shape)} start {v}, end {ends[k]} and step {steps[k]} select no "
+                       f"elements{cut}; eggfuse cannot store an empty tensor (every dimension must be >= 1)")
     return same(ctx, ctx.add("Slice", [ctx.tensor(0)], **attrs))
 
 
