@@ -204,21 +204,35 @@ def training_graph(forward: Graph, loss: str = "cross_entropy") -> Graph:
     """Forward + backward graph: a loss on ``forward``'s first output, and the gradient of
     every parameter (outputs ``[loss, *grads]``, see :func:`eggfuse.ir.autodiff.grad`).
 
-    ``loss="cross_entropy"``: CrossEntropyLoss of the output (logits [M, V]) against an
-    input ``labels`` [M, V] (one-hot rows); ``"mse"``: mean((y - target)^2) against an input
-    ``target`` of the output's shape. ``forward`` is not modified.
+    A first output of one element (shape ``()`` or ``[1]``) is the loss itself. Otherwise
+    ``loss="cross_entropy"``: CrossEntropyLoss of the output (logits [M, V]) against a new
+    input ``labels`` [M, V] (one-hot rows); ``"mse"``: mean((y - target)^2) against a new input
+    ``target`` of the output's shape. ``forward`` is not modified. Raises InputError for an
+    unknown ``loss``, logits that are not [M, V], or a graph that has an input of the new input's name.
     """
     from eggfuse.ir.autodiff import grad
 
+    if loss not in ("cross_entropy", "mse"):
+        raise InputError(f"unknown loss {loss!r}: use cross_entropy or mse")
     g = forward.pruned()
     (y,) = g.outputs[:1]
-    shape = g.node(y).type.shape
-    if loss == "cross_entropy":
-        value = g.add_node("CrossEntropyLoss", (y, g.input("labels", shape)))
-    elif loss == "mse":
-        diff = g.add(y, g.neg(g.input("target", shape)))
-        value = g.mean_all(g.mul(diff, diff))
+    out = g.node(y).type
+    if out.num_elements == 1:  # the graph's own loss
+        value = y if out.shape == (1,) else g.reshape(y, [1])
     else:
-        raise InputError(f"unknown loss {loss!r}: use cross_entropy or mse")
+        name = "labels" if loss == "cross_entropy" else "target"
+        if any(n.op in ("Input", "Parameter") and n.attrs["name"] == name for n in g.nodes):
+            raise InputError(f"training adds an input {name!r} for the {loss} loss of the first output ({out}), and "
+                             f"the graph has one of that name: rename it, or make the first output the loss itself "
+                             "(a tensor of one element), which training then takes as it is")
+        if loss == "cross_entropy":
+            if out.rank != 2:
+                raise InputError(f"the cross_entropy loss takes the first output as logits [M, V], but it is {out}: "
+                                 "reshape it to [M, V], or make the first output the loss itself (a tensor of one "
+                                 "element)")
+            value = g.add_node("CrossEntropyLoss", (y, g.input("labels", out.shape)))
+        else:
+            diff = g.add(y, g.neg(g.input("target", out.shape)))
+            value = g.mean_all(g.mul(diff, diff))
     g.set_outputs([value])
     return grad(g, value)

@@ -735,3 +735,29 @@ def test_fused_llama_block_matches_unfused_gradients():
     ops = {n.op for n in tgf.nodes[len(gf):]}
     assert {"Concat", "AttentionGradQ", "RoPEGrad", "SwiGLUConcatGrad", "RmsNormGradX"} <= ops
     assert "PadCols" not in ops  # q, k, v slices tile the packed output: their grads are concatenated
+
+
+def test_training_graph_takes_a_first_output_of_one_element_as_the_loss_and_names_clashes():
+    # `eggfuse optimize FILE.py:fn --training` added a CrossEntropyLoss on any first output: a graph ending in
+    # its own loss failed on a node the user never wrote, an input named labels on a name clash
+    from eggfuse.api import training_graph
+    from eggfuse.ir import InputError
+
+    g = Graph()
+    x, w = g.input("x", [5, 7]), g.parameter("w", [7, 3])
+    g.set_outputs([g.mean_all(g.relu(g.matmul(x, w)))])
+    t = training_graph(g)
+    rng = np.random.default_rng(0)
+    xv, wv = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+    loss, dw = evaluate(t, {"x": xv}, {"w": wv})
+    h = xv @ wv
+    np.testing.assert_allclose(loss.reshape(()), np.maximum(h, 0).mean(), rtol=1e-6)
+    np.testing.assert_allclose(dw, xv.T @ ((h > 0) / h.size), rtol=1e-5, atol=1e-7)
+    clash = Graph()
+    clash.set_outputs([clash.matmul(clash.input("labels", [5, 7]), clash.parameter("w", [7, 7]))])
+    with pytest.raises(InputError, match="training adds an input 'labels' .* the graph has one of that name"):
+        training_graph(clash)
+    cube = Graph()
+    cube.set_outputs([cube.relu(cube.input("x", [2, 3, 4]))])
+    with pytest.raises(InputError, match=r"takes the first output as logits \[M, V\], but it is f32\[2,3,4\]"):
+        training_graph(cube)
