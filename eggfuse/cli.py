@@ -67,6 +67,12 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     if args.shape and kind != "onnx":
         raise InputError(f"--shape sizes an ONNX file's inputs; {args.model!r} is " + (
             "a shipped model, sized by --seq and --batch" if kind == "model" else "a function, its graph's own shapes"))
+    if args.dot and os.path.abspath(args.dot[0]) == os.path.abspath(args.dot[1]):
+        raise InputError(f"--dot BEFORE AFTER: both are {args.dot[0]!r}, so the second picture would replace the "
+                         "first; give two file names")
+    if args.dot_depth < 0:
+        raise InputError(f"--dot-depth is the levels of e-classes drawn below the one asked for: 0 or more, got "
+                         f"{args.dot_depth}")
     seq = (16 if args.seq is None else args.seq) if kind == "model" else None
     batch = 2 if args.batch is None else args.batch
     graph, source = load_graph(args.model, seq=16 if seq is None else seq, batch=batch, training=args.training,

@@ -9,7 +9,11 @@ from eggfuse.ir import InputError
 
 
 def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:  # an empty --rulesets ran no optimisation ruleset at all
+        raise argparse.ArgumentTypeError(f"expected comma-separated ruleset names, got {text!r} ('all' for every "
+                                         "scheduled one; `eggfuse rules` lists them)")
+    return names
 
 
 def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
@@ -28,7 +32,7 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
                             "elements computed alone, measured slower on an H100)")
         p.add_argument("--cost-model", metavar="MODEL", default="bytes",
                        help="bytes (default: byte-equivalents), roofline (h200 profile), roofline:PROFILE, or "
-                            "module:Class (a CostModel subclass)")
+                            "module:Class or file.py:Class (a CostModel subclass)")
         p.add_argument("--extractor", choices=["ilp", "greedy", "compare"], default="ilp",
                        help="ilp: optimal (default); greedy; compare: both, reporting the gap")
     s = p.add_argument_group("egglog schedule")

@@ -23,6 +23,13 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _positive_ints(text: str) -> list[int]:
+    values = _ints(text)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers of 1 or more, got {text!r}")
+    return values
+
+
 def cmd_sweep(args: argparse.Namespace) -> None:
     from eggfuse import sweep
 
@@ -79,7 +86,7 @@ def add_sweep(sub) -> None:
     s.add_argument("--cost-models", type=_list, default=["bytes"], metavar="bytes,roofline",
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")
-    s.add_argument("--match-limits", type=_ints, metavar="N,N", help="back-off match limits to sweep")
+    s.add_argument("--match-limits", type=_positive_ints, metavar="N,N", help="back-off match limits to sweep")
     s.add_argument("--no-decomp-values", choices=["off", "on", "both"], default="on",
                    help="egglog's no_decomp: on (default), off, or both")
     where = s.add_mutually_exclusive_group()

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
-import importlib.util
-import inspect
-import sys
-from pathlib import Path
 
 from eggfuse.ir import Graph, InputError
+from eggfuse.ir.sources import call_without_arguments, named_object
 
 SHIPPED = ("minilm", "smollm2", "llama:LAYERS")
 
@@ -80,37 +76,16 @@ def _onnx(path: str, shapes: tuple) -> tuple[Graph, int, dict[int, str], list[st
 
 
 def from_function(spec: str) -> Graph:
-    """Call ``module:function`` (or ``file.py:function``) with no arguments; its Graph."""
-    where, _, name = spec.rpartition(":")
-    try:
-        if where.endswith(".py"):
-            path = Path(where).expanduser().resolve()
-            mod_spec = importlib.util.spec_from_file_location(f"_eggfuse_graph_{path.stem}", path)
-            if mod_spec is None or not path.is_file():
-                raise FileNotFoundError(f"no file {path}")
-            module = importlib.util.module_from_spec(mod_spec)
-            sys.modules[mod_spec.name] = module
-            mod_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import
-        raise InputError(f"graph source {spec!r}: cannot import {where!r}: {type(e).__name__}: {e}") from e
-    fn = getattr(module, name, None)
+    """Call ``module:function`` (a module importable, or in the current folder) or ``file.py:function`` with no
+    arguments; its Graph. Raises InputError for a module that does not import, a missing or uncallable
+    name, a function that needs arguments or returns no Graph."""
+    fn = named_object(spec, "graph source", "function")
     if not callable(fn):
+        where, _, name = spec.rpartition(":")
         raise InputError(f"graph source {spec!r}: {where} has no function {name!r}")
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # none to read (a builtin): called as it is
-        signature = None
-    try:
-        if signature is not None:
-            signature.bind()
-    except TypeError as e:  # a parameter without a default
-        raise InputError(f"graph source {spec!r}: eggfuse calls {name}() with no arguments, but {name}{signature} "
-                         f"requires some ({e}); give its parameters defaults, or name a function that takes none "
-                         "and calls it") from None
-    graph = fn()
+    graph = call_without_arguments(fn, spec, "graph source")
     if not isinstance(graph, Graph):
+        name = getattr(fn, "__name__", spec)
         raise InputError(f"graph source {spec!r}: {name}() returned {type(graph).__name__}, not an eggfuse Graph")
     return graph
 

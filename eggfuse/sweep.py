@@ -15,7 +15,8 @@ empty for the full set, ``cost_model``, ``extractor``, ``match_limit``, ``no_dec
 ``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
 ``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the
 graph's construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU
-seconds for the optimisation), results (``dispatches_before``/``after``, ``cost_before``/
+seconds for the ``optimize`` call: with ``payoff`` its re-optimisations too, and in a worker's first
+row building the rulesets and declaring them to egglog, once a process), results (``dispatches_before``/``after``, ``cost_before``/
 ``after`` in the cost model's unit, ``bytes_before``/``after``), ``rules_fired`` (rules that
 matched), ``rules_paid`` (with ``payoff``: rules whose removal raises the cost; else empty),
 ``worker`` (host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the
@@ -232,6 +233,9 @@ class _executor:
                 self.client = Client(self.scheduler, timeout=30)
             except OSError as e:
                 raise InputError(f"no Dask scheduler answers at {self.scheduler}: {e}") from e
+            except ValueError as e:  # distributed's parse of the address
+                raise InputError(f"{self.scheduler!r} is not a Dask scheduler's address ({e}); give "
+                                 "tcp://HOST:PORT, as `dask scheduler` prints it") from e
             return (lambda fn, c: self.client.submit(fn, c, pure=False)), as_completed
         import concurrent.futures as cf
         import multiprocessing

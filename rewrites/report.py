@@ -14,6 +14,11 @@ from typing import Any
 from ..ir.ops.fused_epilogue import step_label
 
 
+def _cost(value: float) -> str:
+    # a cost as the summary prints it: 4,195,020 (a cost model's whole units), 12.35 otherwise
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
+
+
 @dataclass
 class Phase:
     """One phase of an optimisation: wall-clock seconds and the e-graph's size after it."""
@@ -51,13 +56,13 @@ class Report:
     nodes_after: int = 0
     dispatches_before: int = 0
     dispatches_after: int = 0
-    cost_before: int = 0
-    cost_after: int = 0
+    cost_before: float = 0
+    cost_after: float = 0
     bytes_before: int = 0
     bytes_after: int = 0
     extractor: str = ""
-    greedy_cost: int | None = None
-    ilp_cost: int | None = None
+    greedy_cost: float | None = None
+    ilp_cost: float | None = None
     ilp_optimal: bool | None = None
     ilp_s: float | None = None
     #: with ``optimize(..., payoff=True)``: per rule and per ruleset, what it pays
@@ -122,11 +127,11 @@ class Report:
                            for name, p in self.phases.items())
         gap = ""
         if self.ilp_cost is not None and self.greedy_cost:
-            gap = (f", greedy {self.greedy_cost:,} vs ILP {self.ilp_cost:,}"
+            gap = (f", greedy {_cost(self.greedy_cost)} vs ILP {_cost(self.ilp_cost)}"
                    f"{' (optimal)' if self.ilp_optimal else ''}")
         text = (
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
-            f"{self.dispatches_after}, cost {self.cost_before:,} -> {self.cost_after:,}\n"
+            f"{self.dispatches_after}, cost {_cost(self.cost_before)} -> {_cost(self.cost_after)}\n"
             f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
             f"phases (total {self.total_s:.3f}s; a caller's optimize_s also counts loading egglog and declaring "
             f"the rulesets, once a process):\n{phases}\n"

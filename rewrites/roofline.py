@@ -18,13 +18,13 @@ with it on a GPU machine that has no rewrite engine.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..ir import InputError
+from ..ir.sources import call_without_arguments, named_object
 from .cost import CostModel, KernelInfo
 
 
@@ -139,9 +139,10 @@ COST_MODELS = ("bytes", "roofline", "roofline:PROFILE", "module:Class")
 def cost_model_from_spec(spec: str) -> CostModel:
     """A cost model by name: ``bytes`` (:class:`~.cost.CostModel`, byte-equivalents),
     ``roofline`` (:class:`RooflineCostModel` with the ``h200`` profile), ``roofline:PROFILE``
-    (a profile of :data:`PROFILES`), or ``module:Class`` (a :class:`~.cost.CostModel` subclass
-    there, made with no arguments). Raises :class:`~eggfuse.ir.InputError` for an unknown name,
-    a module or class that does not import, or a class that is not a ``CostModel``."""
+    (a profile of :data:`PROFILES`), or ``module:Class`` / ``path/to/file.py:Class`` (a
+    :class:`~.cost.CostModel` subclass there, made with no arguments; a module of the current folder
+    imports too). Raises :class:`~eggfuse.ir.InputError` for an unknown name, a module or class that
+    does not import, a class that is not a ``CostModel`` or that needs arguments."""
     if spec == "bytes":
         return CostModel()
     if spec == "roofline":
@@ -150,14 +151,10 @@ def cost_model_from_spec(spec: str) -> CostModel:
         return RooflineCostModel(spec.split(":", 1)[1])
     if ":" not in spec:
         raise InputError(f"unknown cost model {spec!r}: use {', '.join(COST_MODELS)}")
-    where, _, name = spec.rpartition(":")
-    try:
-        cls = getattr(importlib.import_module(where), name)
-    except (ImportError, AttributeError) as e:
-        raise InputError(f"cost model {spec!r} does not import: {type(e).__name__}: {e}") from e
+    cls = named_object(spec, "cost model", "class")
     if not (isinstance(cls, type) and issubclass(cls, CostModel)):
         raise InputError(f"cost model {spec!r} is not a subclass of eggfuse.rewrites.CostModel")
-    return cls()
+    return call_without_arguments(cls, spec, "cost model")
 
 
 __all__ = ["COST_MODELS", "PROFILES", "DeviceProfile", "RooflineCostModel", "cost_model_from_spec", "fit_profile"]

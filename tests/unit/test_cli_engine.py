@@ -1,5 +1,6 @@
 """eggfuse optimize's selection, payoff report, graph sources and pictures."""
 
+import contextlib
 import json
 import shutil
 
@@ -80,11 +81,11 @@ def test_cost_model_extractor_and_schedule_options(capsys):
     out = _json(capsys, ["optimize", "llama:1", "--max-iterations", "1", "--json"])
     assert out["stop_reason"] == "iteration limit 1"
     assert cli.main(["optimize", "llama:1", "--cost-model", "nosuch:Model"]) == 2
-    assert "does not import" in capsys.readouterr().err
+    assert "cannot import 'nosuch'" in capsys.readouterr().err
 
 
 def test_module_function_graph_sources(capsys, graph_file, monkeypatch):
-    monkeypatch.syspath_prepend(str(graph_file.parent))
+    monkeypatch.chdir(graph_file.parent)  # a module of the current folder, as `python -m` finds one
     assert _json(capsys, ["optimize", "mygraphs:mlp", "--json"])["nodes_before"] == 6
     for spec, msg in ((f"{graph_file}:not_a_graph", "returned int, not an eggfuse Graph"),
                       (f"{graph_file}:missing", "has no function 'missing'"),
@@ -125,3 +126,17 @@ def test_dot_without_graphviz_writes_the_dot_text(tmp_path, capsys, graph_file, 
     assert "FusedMatMul" in (tmp_path / "a.dot").read_text()
     assert cli.main(["optimize", f"{graph_file}:mlp", "--dot-eclass", "99", str(tmp_path / "e.dot")]) == 2
     assert "no e-class holds graph node 99" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["optimize", "llama:1", "--rulesets", ""], "expected comma-separated ruleset names, got ''"),
+    (["optimize", "llama:1", "--dot", "a.svg", "a.svg"], "both are 'a.svg', so the second picture would replace"),
+    (["optimize", "llama:1", "--dot-eclass", "3", "e.svg", "--dot-depth", "-1"], "--dot-depth is the levels"),
+    (["sweep", "--models", "llama:1", "--match-limits", "0,-1"], "expected comma-separated integers of 1 or more"),
+])
+def test_option_values_that_would_do_nothing_or_overwrite_are_refused(args, message, capsys, tmp_path, monkeypatch):
+    # they ran with no ruleset, drew one picture over the other, or failed in every sweep row
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) if args[-1] == "0,-1" or args[-1] == "" else contextlib.nullcontext():
+        assert cli.main(args) == 2
+    assert message in capsys.readouterr().err

@@ -57,10 +57,27 @@ def test_cost_models_by_name():
         cost_model_from_spec("roofline:tpu")
     with pytest.raises(InputError, match="unknown cost model 'flops'"):
         cost_model_from_spec("flops")
-    with pytest.raises(InputError, match="does not import"):
+    with pytest.raises(InputError, match="cannot import 'no_such_module_here'"):
         cost_model_from_spec("no_such_module_here:Model")
     with pytest.raises(InputError, match="not a subclass"):
         cost_model_from_spec("eggfuse.rewrites.roofline:DeviceProfile")
+
+
+def test_a_cost_model_of_ones_own_from_a_file_or_the_current_folder(tmp_path, monkeypatch):
+    # a module of the folder the command runs from did not import under the console script; a class needing
+    # arguments was Python's TypeError; a file had no form
+    (tmp_path / "my_costs.py").write_text(
+        "from eggfuse.rewrites import CostModel\n"
+        "class Flat(CostModel):\n    def kernel_cost(self, k):\n        return 1.0\n"
+        "class NeedsArg(CostModel):\n    def __init__(self, scale):\n        super().__init__()\n")
+    monkeypatch.chdir(tmp_path)
+    assert type(cost_model_from_spec("my_costs:Flat")).__name__ == "Flat"
+    assert type(cost_model_from_spec(f"{tmp_path / 'my_costs.py'}:Flat")).__name__ == "Flat"
+    with pytest.raises(InputError, match=r"cost model 'my_costs:NeedsArg': eggfuse calls NeedsArg\(\) with no "
+                                         r"arguments, but NeedsArg\(scale\) requires some .*name a class that takes"):
+        cost_model_from_spec("my_costs:NeedsArg")
+    with pytest.raises(InputError, match="my_costs has no class 'Missing'"):
+        cost_model_from_spec("my_costs:Missing")
 
 
 def test_the_cost_models_load_without_egglog():

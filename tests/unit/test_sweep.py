@@ -93,6 +93,10 @@ def test_sweep_refuses_an_unknown_scheduler(tmp_path, capsys):
     assert cli.main(["sweep", "--models", "llama:1", "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path),
                      "--no-progress"]) == 2
     assert "no Dask scheduler answers at tcp://127.0.0.1:9" in capsys.readouterr().err
+    for address in ("notaurl", "localhost:8786x"):  # distributed's ValueError, raw before
+        assert cli.main(["sweep", "--models", "llama:1", "--scheduler", address, "--out", str(tmp_path),
+                         "--no-progress"]) == 2
+        assert f"{address!r} is not a Dask scheduler's address" in capsys.readouterr().err
 
 
 def test_sweep_sizes_onnx_files_with_shape(tmp_path):

@@ -1,0 +1,79 @@
+"""Objects named on a command line as ``module:name`` or ``path/to/file.py:name``: a graph source
+(``eggfuse optimize module:function``) or a cost model (``--cost-model module:Class``)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .errors import InputError
+
+
+def _module(where: str) -> ModuleType:
+    if where.endswith(".py"):
+        path = Path(where).expanduser().resolve()
+        spec = importlib.util.spec_from_file_location(f"_eggfuse_source_{path.stem}", path)
+        if spec is None or not path.is_file():
+            raise FileNotFoundError(f"no file {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as e:
+        # a module of the folder the command runs from, as `python -m` finds it (the console script's own
+        # folder comes first on sys.path instead); only where the module is not found elsewhere
+        if e.name != where.split(".")[0] or os.getcwd() in sys.path:
+            raise
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(where)
+    finally:
+        sys.path.remove(os.getcwd())
+
+
+def named_object(spec: str, what: str, kind: str) -> Any:
+    """The object ``name`` of ``module:name`` (a module importable from ``sys.path`` or the current folder)
+    or of ``path/to/file.py:name``. Raises :class:`InputError` naming ``what`` (e.g. ``"graph source"``) and
+    ``spec`` when the module does not import (with its error) or has no such name (a ``kind``, e.g.
+    ``"function"``)."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise InputError(f"{what} {spec!r}: give module:name or path/to/file.py:name")
+    try:
+        module = _module(where)
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import
+        raise InputError(f"{what} {spec!r}: cannot import {where!r}: {type(e).__name__}: {e}") from e
+    if not hasattr(module, name):
+        raise InputError(f"{what} {spec!r}: {where} has no {kind} {name!r}")
+    return getattr(module, name)
+
+
+def call_without_arguments(fn: Callable[[], Any], spec: str, what: str) -> Any:
+    """``fn()``; an :class:`InputError` naming ``what`` and ``spec`` instead of Python's TypeError where ``fn``
+    (a function or a class) has parameters without defaults."""
+    name = getattr(fn, "__name__", repr(fn))
+    kind = "class" if inspect.isclass(fn) else "function"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # none to read (a builtin): called as it is
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind()
+    except TypeError as e:  # a parameter without a default
+        raise InputError(f"{what} {spec!r}: eggfuse calls {name}() with no arguments, but {name}{signature} "
+                         f"requires some ({e}); give its parameters defaults, or name a {kind} that takes "
+                         "none") from None
+    return fn()
+
+
+__all__ = ["call_without_arguments", "named_object"]
