@@ -39,7 +39,8 @@ class Row:
 
 
 def random_leaves(g: Graph, row: Row, rng: np.random.Generator, device) -> tuple[dict, dict]:
-    bounds = lower(g, dict(device.limits)).index_bounds
+    plan = lower(g, dict(device.limits))
+    bounds = plan.index_bounds
     inputs, params = {}, {}
     for leaves, out in ((g.inputs, inputs), (g.parameters, params)):
         for name, ty in leaves.items():
@@ -47,8 +48,12 @@ def random_leaves(g: Graph, row: Row, rng: np.random.Generator, device) -> tuple
                 out[name] = row.feeds[name]
             elif ty.dtype is DType.U32:
                 out[name] = rng.integers(0, bounds.get(name, 10), size=ty.shape)
-            elif ty.dtype is DType.I32:
-                out[name] = rng.integers(-9, 10, size=ty.shape).astype(np.int32)
+            elif ty.dtype is DType.I32:  # indices within the axes they index (from the end too), as ONNX requires
+                low, high = (-bounds[name], bounds[name]) if name in bounds else (-9, 10)
+                values = rng.integers(low, high, size=ty.shape).astype(np.int32)
+                for part in plan.index_parts.get(name, ()):
+                    values.reshape(-1)[part.positions] = rng.integers(-part.rows, part.rows, size=len(part.positions))
+                out[name] = values
             elif ty.dtype is DType.BOOL:
                 out[name] = rng.integers(0, 2, size=ty.shape).astype(bool)
             else:
