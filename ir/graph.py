@@ -113,9 +113,15 @@ class Graph:
         what = call or op
         try:
             given = list(inputs)
-            inputs = tuple(int(i) for i in given)
-        except (TypeError, ValueError):
+        except TypeError:
             raise GraphError(f"{what}: inputs must be node ids (ints), got {inputs!r}") from None
+        for i in given:  # a float was rounded down to a node id (g.mul(x, 1.0) multiplied by node 1)
+            if isinstance(i, bool) or not isinstance(i, int | np.integer):
+                hint = (f"; for the number {i!r} add a constant, g.constant({i!r})"
+                        if isinstance(i, float | np.floating) else "")
+                raise GraphError(f"{what}: inputs must be node ids (ints, as the graph's methods return them), got "
+                                 f"{i!r} ({type(i).__name__}){hint}")
+        inputs = tuple(int(i) for i in given)
         if (other := _foreign(self, given)) is not None:
             raise GraphError(f"{what}: input {int(other)} is a node of another Graph; build each graph from its "
                              f"own nodes (the ids its methods return)")
@@ -369,9 +375,33 @@ class Graph:
                              f"{list(dims)}")
         return dims
 
+    @staticmethod
+    def _dtype(op: str, name: str, dtype: Any) -> DType:
+        # a DType, its value ("f32") or the numpy dtype it is stored as (np.float32); another string was kept as the
+        # dtype and failed in a later builder with an AttributeError
+        if isinstance(dtype, DType):
+            return dtype
+        if isinstance(dtype, str) and dtype in {d.value for d in DType}:
+            return DType(dtype)
+        try:
+            as_numpy = np.dtype(dtype)
+        except TypeError:
+            as_numpy = None
+        for d in DType:
+            if as_numpy is not None and as_numpy == d.numpy:
+                return d
+        kinds = ", ".join(f"DType.{d.name}" for d in DType)
+        values = ", ".join(repr(d.value) for d in DType)
+        raise GraphError(f"{op} {name!r}: dtype {dtype!r} is not one eggfuse computes in: give a DType ({kinds}), "
+                         f"its value ({values}) or the numpy dtype it is stored as (np.float32, np.uint32, np.int32, "
+                         "np.bool_)")
+
     def input(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
-        """A tensor fed at every run, of ``shape`` (``()`` for a scalar) and ``dtype``."""
+        """A tensor fed at every run, of ``shape`` (``()`` for a scalar) and ``dtype`` (a :class:`DType`, its value
+        such as ``"i32"``, or the numpy dtype it is stored as). Raises :class:`GraphError` for a bad name, shape or
+        dtype."""
         self._check_name("Input", name)
+        dtype = self._dtype("Input", name, dtype)
         nid = self.add_node("Input", (), name=name, type=TensorType(self._shape("Input", shape, name), dtype))
         self._leaf_names[name] = int(nid)
         return nid
@@ -388,8 +418,9 @@ class Graph:
 
     def parameter(self, name: str, shape: Sequence[int], dtype: DType = DType.F32) -> NodeId:
         """A named weight of ``dtype`` (f32; u32 for packed data such as quantised blocks, see
-        ``ir/ops/quant.py``), uploaded once per session."""
+        ``ir/ops/quant.py``; given as for :meth:`input`), uploaded once per session."""
         self._check_name("Parameter", name)
+        dtype = self._dtype("Parameter", name, dtype)
         nid = self.add_node("Parameter", (), name=name, type=TensorType(self._shape("Parameter", shape, name), dtype))
         self._leaf_names[name] = int(nid)
         return nid

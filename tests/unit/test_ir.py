@@ -95,6 +95,13 @@ def test_bad_leaves_and_ids():
         g.set_outputs(["x"])
     with pytest.raises(GraphError, match="inputs must be node ids"):
         g.concat(5)
+    g.input("y", [2, 3])  # node 1: a float 1.0 was rounded down to it, g.mul(x, 1.0) computing x * y
+    for bad, hint in ((1.0, r"got 1.0 \(float\); for the number 1.0 add a constant, g.constant\(1.0\)"),
+                      (np.float32(1), r"got np.float32\(1.0\) \(float32\); for the number"),
+                      (True, r"got True \(bool\)")):
+        with pytest.raises(GraphError, match=rf"Mul: inputs must be node ids .*{hint}"):
+            g.mul(x, bad)
+    assert g.node(g.mul(x, np.int64(1))).inputs == (0, 1)  # numpy's integers are node ids
     with pytest.raises(GraphError, match="outputs must be node ids"):
         g.set_outputs(5)
 
@@ -292,3 +299,16 @@ def test_embedding_sum_layer_norm_refuses_what_its_kernel_cannot_take():
             ([(u32, 5), (u32, 2)], dict(positions=3, pos_rows=2), r"positions table must be f32 \[3, 4\]")):
         with pytest.raises(GraphError, match=f"EmbeddingSumLayerNorm.*{message}"):
             _embedding_ln(Graph(), pairs, **kw)
+
+
+def test_leaf_dtypes_as_dtypes_values_or_numpy_dtypes():
+    # a string dtype was kept as is and failed in the next builder with an AttributeError
+    g = Graph()
+    assert [g.node(g.input(n, [2], d)).type.dtype for n, d in (("a", "i32"), ("b", np.float32), ("c", np.bool_),
+                                                                 ("d", DType.U32))] == [DType.I32, DType.F32,
+                                                                                       DType.BOOL, DType.U32]
+    for bad in ("u64", np.float64, "x"):
+        with pytest.raises(GraphError, match=r"Input 'e': dtype .* is not one eggfuse computes in: give a DType"):
+            g.input("e", [2], bad)
+    with pytest.raises(GraphError, match=r"Parameter 'p': dtype 'f16' is not one"):
+        g.parameter("p", [2], "f16")
