@@ -67,6 +67,17 @@ _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsa
 INPUT_RING = 0
 
 
+def _one_at_a_time(method: Callable) -> Callable:
+    """``method`` of a Session under its lock: calls from several threads run one after another (two runs at once
+    had one map the staging buffers the other submitted with, and wgpu aborted the process)."""
+    @functools.wraps(method)
+    def serialised(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return serialised
+
+
 class Session:
     """A lowered plan on a device, with its parameters uploaded once.
 
@@ -105,7 +116,8 @@ class Session:
     Raises InputError for a plan that is not an ExecutionPlan, a missing, unknown or
     mis-shaped parameter (or one whose type differs from the shared session's),
     LoweringError when the plan exceeds the device's limits (or needs subgroups the device
-    lacks), DeviceError when there is no device. Not thread-safe: one :meth:`run` at a time.
+    lacks), DeviceError when there is no device. Calls from several threads (:meth:`run`, the parameter and
+    output reads and writes) run one at a time, under the session's lock.
 
     Kernels: a dispatch lowered without naga's runtime checks (``Dispatch.runtime_checks`` False,
     eggfuse's default) gets a module without them on the Vulkan backend only, whose robustBufferAccess
@@ -136,6 +148,7 @@ class Session:
     def __init__(self, plan: ExecutionPlan, params: Mapping[str, np.ndarray],
                  device: wgpu.GPUDevice | None = None, *, share: Session | None = None,
                  prerecord: bool = True, finite_inputs: bool = True) -> None:
+        self._lock = threading.RLock()
         if not isinstance(plan, ExecutionPlan):
             raise InputError(f"Session takes an ExecutionPlan, got {type(plan).__name__}: lower a graph first, "
                              "with eggfuse.pipeline.lower_for(graph, device), or compile it with eggfuse.compile")
@@ -347,6 +360,7 @@ class Session:
             bind_group = self.device.create_bind_group(layout=bgl, entries=entries, label=d.label)
         return pipeline, bind_group, d.workgroups
 
+    @_one_at_a_time
     def read_parameter(self, name: str) -> np.ndarray:
         """The current device contents of parameter or state ``name`` (float32, its shape):
         after in-place updates (optimiser steps, KV-cache writes) not the uploaded value.
@@ -364,6 +378,7 @@ class Session:
             return self._packed_sources[name].copy()
         return self._read_buffer(index, self.plan.buffers[index].type, f"reading parameter {name!r}")
 
+    @_one_at_a_time
     def write_parameter(self, name: str, value: np.ndarray) -> None:
         """Replace the device contents of parameter or state ``name`` (checked like the
         session's parameters; the array is not modified), and repack every derived
@@ -383,6 +398,7 @@ class Session:
                     _write_packed(self.device.queue.write_buffer, self._buffers[packed],
                                   [arr if n == name else self._packed_sources[n] for n in d.sources], d)
 
+    @_one_at_a_time
     def read_output(self, index: int) -> np.ndarray:
         """The current contents of graph output ``index`` (its shape and dtype), as the
         last :meth:`run` left them; waits for the device. Lets a caller that ran with
@@ -405,12 +421,14 @@ class Session:
             return "wgpu-py calls"
         return "C loop" if _c_record is not None else "cffi loop"
 
+    @_one_at_a_time
     def record_and_submit(self) -> None:
         """Record the plan and submit it, without writing inputs, pre-recording or waiting:
         the host cost of recording alone (benchmarks)."""
         with device_errors("running the plan"):
             self.device.queue.submit(self._record_plan())
 
+    @_one_at_a_time
     def wait(self) -> None:
         """Block until the device has finished the submitted work: on a discrete GPU, polls that return
         at once for up to SPIN_WAIT_S seconds (one host core busy; ``EGGFUSE_SPIN_WAIT=0`` in the
@@ -543,6 +561,7 @@ class Session:
             encoder.copy_buffer_to_buffer(self._buffers[index], self._offsets[index], staging, 0, staging.size)
         return [encoder.finish()]
 
+    @_one_at_a_time
     def run(self, inputs: Mapping[str, np.ndarray], read: Sequence[int] | None = None) -> list[np.ndarray]:
         """Run the plan once; returns one new array per graph output (its shape and dtype).
 

@@ -786,3 +786,29 @@ def test_a_bool_input_of_its_own_buffer_is_uploaded_as_words(device):
     feeds = {"m": rng.random(n) < 0.5, "a": np.ones(n, np.float32), "b": np.zeros(n, np.float32)}
     (got,) = Session(lower(g), {}, device=device).run(feeds)
     np.testing.assert_array_equal(got, feeds["m"].astype(np.float32))
+
+
+def test_one_session_run_from_two_threads_runs_one_call_at_a_time(device):
+    # two runs at once had one map the staging buffers the other had submitted with: wgpu aborted the process
+    import eggfuse
+
+    g = Graph()
+    g.set_outputs([g.relu(g.matmul(g.input("x", [8, 64]), g.parameter("w", [64, 32])))])
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    c = eggfuse.compile(g, {"w": w}, device=device, cache=False)
+    errors = []
+
+    def worker(k: int) -> None:
+        x = np.full((8, 64), k + 1.0, np.float32)  # each thread's own input, so a mixed-up output shows
+        want = np.maximum(x @ w, 0)
+        for _ in range(60):
+            got = c.run({"x": x})[0]
+            if not np.allclose(got, want, rtol=1e-5, atol=1e-4):
+                errors.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
