@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +52,10 @@ def resolve_model(model, kind: str, weights: str = "f32", *, cache: bool = True)
     loaded = (_load(str(Path(model).expanduser().resolve()), weights, bool(cache)) if isinstance(model, (str, Path))
               else model)
     want, other = (SentenceEncoder, "generate") if kind == "encoder" else (CausalLM, "embed")
+    if not isinstance(loaded, SentenceEncoder | CausalLM):  # (3, a dict, ...: neither kind of model)
+        paths = "a Hugging Face folder" + (" or a .gguf file" if kind == "decoder" else "")
+        raise InputError(f"model must be a path to {paths} or a loaded model (eggfuse.load_model), got {model!r} "
+                         f"({type(model).__name__})")
     if not isinstance(loaded, want):
         what = getattr(loaded, "kind", type(loaded).__name__)
         raise InputError(f"{getattr(loaded, 'name', model)} is a {what} model, not a{'n' if kind == 'encoder' else ''} "
@@ -143,6 +147,8 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     """
     if isinstance(sentences, str):
         raise InputError("sentences must be a list of strings, got a single str")
+    if not isinstance(sentences, Iterable):
+        raise InputError(f"sentences must be a list of strings, got {sentences!r} ({type(sentences).__name__})")
     from eggfuse.pipeline import precision_rulesets
 
     precision_rulesets(precision)  # checks precision before the model loads

@@ -112,6 +112,7 @@ class Generator:
         # (the types here; the graph builder and the check below give the ranges)
         self.max_seq = model.config.max_seq if max_seq is None else _integer("max_seq", max_seq, None, "an integer")
         self.layers = model.config.num_layers if layers is None else _integer("layers", layers, None, "an integer")
+        _integer("max_seq", self.max_seq, 1)
         self.fuse, self.cache, self.precision = fuse, cache, precision
         self.timings: dict[str, float] = {}
         self.cache_status: dict[object, str] = {}  # plan ("decode", or the prefill key) -> hit, miss or off
@@ -187,6 +188,7 @@ class Generator:
     def _check_ids(self, ids, pos: int, what: str = "prompt") -> np.ndarray:
         # ids as a new uint32 array, checked against the vocabulary and the cache
         ids = check_token_ids(ids, self.model.config.vocab_size, what)
+        pos = _integer("pos", pos, 0)
         if pos == 0 and ids.size > self.max_seq:
             raise InputError(f"prompt has {ids.size} tokens, more than max_seq {self.max_seq}")
         if not 0 <= pos <= self.max_seq - ids.size:
@@ -461,9 +463,10 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
     if not prompt:
         raise InputError("empty prompt: nothing to run the model on")
     check_generate_arguments(max_new_tokens, temperature, top_k, seed)  # before anything is loaded or compiled
-    for name, value in (("max_seq", max_seq), ("layers", layers)):  # their ranges: the model's, checked later
+    for name, value in (("max_seq", max_seq), ("layers", layers)):  # their upper bounds: the model's, checked later
         if value is not None:
             _integer(name, value, None, "None or an integer")
+            _integer(name, value, 1)  # (max_seq 0 was reported as a prompt longer than it)
     from eggfuse.api import resolve_model
     from eggfuse.pipeline import precision_rulesets
 

@@ -77,10 +77,17 @@ class Trainer:
         """Run one training step on ``inputs`` (every Input of the graph; the optimiser's step
         count is fed here). Returns the step's loss when ``read_loss`` (waits for the
         device), else None without waiting. Raises InputError as ``Session.run``."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"Trainer.step takes a mapping of input name -> array, got {type(inputs).__name__}")
         feeds = dict(inputs)
         if self.step_graph.step_input is not None:
             if self.step_graph.step_input in feeds:
                 raise InputError(f"input {self.step_graph.step_input!r} is fed by the Trainer")
+            wanted = set(self.session.plan.inputs) - {self.step_graph.step_input}
+            if missing := sorted(wanted - feeds.keys()):  # (the session's message would list the step count too)
+                raise InputError(f"Trainer.step: missing input(s) {', '.join(map(repr, missing))}; give "
+                                 f"{', '.join(map(repr, sorted(wanted)))} (the Trainer feeds "
+                                 f"{self.step_graph.step_input!r} itself)")
             feeds[self.step_graph.step_input] = np.array([self.steps + 1], dtype=np.uint32)
         out = self.session.run(feeds, read=(0,) if read_loss else ())
         self.steps += 1

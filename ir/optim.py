@@ -15,6 +15,7 @@ which appends its ops for one parameter.
 from __future__ import annotations
 
 import copy
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,8 @@ STEP_INPUT = "optimizer.step"
 
 
 def _check(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # float("x") was a raw ValueError
+        raise InputError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
     value = float(value)
     ok = (lo < value if lo_open else lo <= value) and value < hi
     if not ok:

@@ -7,12 +7,13 @@ import contextlib
 import difflib
 import functools
 import itertools
+import numbers
 import os
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import wgpu
@@ -581,7 +582,11 @@ class Session:
         if read is None:
             read = range(len(plan.outputs))
         else:
+            if isinstance(read, str | bytes) or not isinstance(read, Iterable):
+                raise InputError(f"read must be a sequence of output indices, got {read!r}")
             read = list(read)
+            if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in read):
+                raise InputError(f"read must hold output indices (ints), got {read!r}")
             bad = [i for i in read if not 0 <= i < len(plan.outputs)]
             if bad:
                 raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import re
 
 import llama_numpy  # tests/llama_numpy.py: the independent oracle (pytest pythonpath)
 import numpy as np
@@ -188,6 +189,8 @@ def test_bad_input_is_one_clear_error(capsys):
     ({"top_k": "x", "temperature": 1.0}, r"top_k must be None or an integer >= 1, got 'x'"),
     ({"top_k": 1.5, "temperature": 1.0}, r"top_k must be None or an integer >= 1, got 1.5"),
     ({"max_seq": "32"}, r"max_seq must be None or an integer, got '32'"),
+    ({"max_seq": 0}, r"max_seq must be >= 1, got 0"),  # was a prompt "more than max_seq 0"
+    ({"layers": -1}, r"layers must be >= 1, got -1"),
 ])
 def test_bad_arguments_are_input_errors_before_loading(monkeypatch, kwargs, message):
     def load(*args, **kwargs):
@@ -237,6 +240,9 @@ def test_bad_generator_arguments_and_token_ids_are_refused_before_the_gpu_runs(m
                             ([], "empty prompt"), (7, "expected text or token ids")):
         with pytest.raises(InputError, match=message):
             gen.generate(prompt, 2)
+    for pos in ("1", None, 1.0):  # raw TypeErrors before
+        with pytest.raises(InputError, match=rf"pos must be an integer >= 0, got {re.escape(repr(pos))}"):
+            gen.step(1, pos)
     with pytest.raises(IndexRangeError, match="token: token id -1 at position 0"):
         gen.step(-1, 3)
 

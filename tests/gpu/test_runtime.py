@@ -812,3 +812,16 @@ def test_one_session_run_from_two_threads_runs_one_call_at_a_time(device):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_read_takes_output_indices_only(device):
+    # read=[0.0] and read="0" were raw TypeErrors
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [2, 4]))])
+    session = Session(lower(g, dict(device.limits)), {}, device=device)
+    x = np.ones((2, 4), np.float32)
+    for read, message in (([0.0], r"read must hold output indices \(ints\), got \[0.0\]"),
+                          ("0", "read must be a sequence of output indices, got '0'"), ([True], "ints")):
+        with pytest.raises(InputError, match=message):
+            session.run({"x": x}, read=read)
+    np.testing.assert_array_equal(session.run({"x": x}, read=[0])[0], x)

@@ -120,6 +120,13 @@ def test_loss_is_read_back_only_when_asked(device):
     assert list(again.session._staging) == [again.session.plan.outputs[0]]  # the loss's buffer only
     with pytest.raises(InputError, match="fed by the Trainer"):
         _mlp_trainer(Adam(0.1), device=device).step({**feeds, STEP_INPUT: [1]})
+    missing = dict(feeds)
+    name = sorted(missing)[0]
+    del missing[name]  # the message listed the step count among the inputs to give
+    with pytest.raises(InputError, match=rf"Trainer.step: missing input\(s\) '{name}'; give .* \(the Trainer feeds "
+                                         rf"'{STEP_INPUT}' itself\)") as info:
+        _mlp_trainer(Adam(0.1), device=device).step(missing)
+    assert str(info.value).count(STEP_INPUT) == 1
 
 
 def test_save_and_load_round_trip(tmp_path, device):

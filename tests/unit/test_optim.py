@@ -95,7 +95,8 @@ def test_errors():
     with pytest.raises(GraphError, match="already used"):
         step_graph(g, loss, SGD(0.1, momentum=0.5))
     for bad in (lambda: SGD(0.0), lambda: SGD(0.1, momentum=1.0), lambda: SGD(0.1, weight_decay=-1),
-                lambda: Adam(-1.0), lambda: Adam(betas=(0.9, 1.0)), lambda: Adam(eps=0.0), lambda: Adam(betas=(0.9,))):
+                lambda: Adam(-1.0), lambda: Adam(betas=(0.9, 1.0)), lambda: Adam(eps=0.0), lambda: Adam(betas=(0.9,)),
+                lambda: Adam("x"), lambda: SGD(None), lambda: Adam(eps=True)):  # (float("x") was a ValueError)
         with pytest.raises(InputError):
             bad()
 
