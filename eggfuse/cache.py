@@ -45,6 +45,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -68,6 +69,12 @@ log = logging.getLogger("eggfuse.cache")
 
 #: The environment variable that moves the cache folder.
 ENV = "EGGFUSE_CACHE"
+#: The environment variable that sets the most megabytes of compile-cache entries kept (:data:`MAX_MB` by default).
+MAX_ENV = "EGGFUSE_CACHE_MAX_MB"
+#: Megabytes of compile-cache entries kept: past it a store removes the least recently used entries (loading one
+#: marks it used) down to 90% of it. An entry of MiniLM or SmolLM2 holds about 0.3 to 0.5 MB; one is written for
+#: each new shape a model runs at (a sentence length, a prompt length), so the folder grew without end.
+MAX_MB = 1024
 #: The entry format; part of every key, so a new format never reads an old entry.
 FORMAT = 8
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
@@ -85,6 +92,23 @@ class CorruptEntry(Exception):
 class Unstorable(Exception):
     """A compile the cache cannot key or store: a value that is not plain data (internal: the
     compile runs uncached)."""
+
+
+def _max_mb() -> float:
+    # MAX_MB, or $EGGFUSE_CACHE_MAX_MB
+    text = os.environ.get(MAX_ENV)
+    if not text:
+        return MAX_MB
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and math.isfinite(value)):
+        from eggfuse.ir import InputError
+
+        raise InputError(f"${MAX_ENV} is the most megabytes of compile-cache entries kept: a positive number, got "
+                         f"{text!r}")
+    return value
 
 
 def cache_dir() -> Path:
@@ -497,7 +521,34 @@ class CompileCache:
             log.warning("eggfuse: ignoring compile-cache entry %s (%s: %s); it is rewritten", path,
                         type(e).__name__, e)
             return None
+        with contextlib.suppress(OSError):  # used now: the last that a trim removes
+            os.utime(path)
         return Loaded(graph, report, plan, t_plan - t, time.perf_counter() - t_plan)
+
+    def trim(self, max_bytes: int | None = None) -> int:
+        """Remove the least recently used entries (by modification time, which :meth:`load` renews) while the
+        entries hold more than ``max_bytes`` (default ``$EGGFUSE_CACHE_MAX_MB`` or :data:`MAX_MB` megabytes),
+        down to 90% of it; returns how many were removed. An entry another process removes meanwhile is skipped.
+        Raises InputError for a ``$EGGFUSE_CACHE_MAX_MB`` that is not a positive number."""
+        if max_bytes is None:
+            max_bytes = int(_max_mb() * 2**20)
+        sized = []
+        for p in self.entries():
+            with contextlib.suppress(OSError):
+                st = p.stat()
+                sized.append((st.st_mtime, st.st_size, p))
+        total = sum(size for _, size, _ in sized)
+        removed = 0
+        if total <= max_bytes:
+            return 0
+        for _, size, p in sorted(sized, key=lambda e: e[0]):
+            if total <= 0.9 * max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed += 1
+            total -= size
+        return removed
 
     def store(self, key: str, graph: Graph | None, report: Report | None, plan: ExecutionPlan) -> Path | None:
         """Write the entry of ``key`` (``graph`` and ``report`` None for an unfused compile);
@@ -515,6 +566,7 @@ class CompileCache:
         except OSError as e:
             log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder, e)
             return None
+        self.trim()
         return path
 
     def entries(self) -> list[Path]:
@@ -586,5 +638,5 @@ def _report(doc: dict | None) -> Report | None:
     return None if doc is None else Report.from_dict(doc)
 
 
-__all__ = ["ENV", "CompileCache", "Loaded", "cache_dir", "device_identity", "entry_key", "optimizer_identity",
-           "versions"]
+__all__ = ["ENV", "MAX_ENV", "MAX_MB", "CompileCache", "Loaded", "cache_dir", "device_identity", "entry_key",
+           "optimizer_identity", "versions"]

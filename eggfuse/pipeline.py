@@ -44,7 +44,8 @@ class Compiled:
     subgroup operations, where this compile did it), ``optimize_s`` (when fused), ``lower_s``,
     ``bind_s`` (buffers, uploads, pipelines), ``compile_s`` (lower + bind) and, when an entry
     was written, ``cache_write_s``. ``cache`` says whether the compile cache (``eggfuse.cache``)
-    had the result: ``hit``, ``miss`` or ``off``; ``cache_loaded`` names the steps whose
+    had the result: ``hit``, ``miss`` (computed, and stored) or ``off`` (not asked for, or its folder could not
+    be written: a warning says why); ``cache_loaded`` names the steps whose
     results it loaded (``optimize``, ``lower``), whose timings are then the time spent loading.
     """
 
@@ -332,8 +333,10 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
         if store is not None:
             t = time.perf_counter()
             stored = dataclasses.replace(report, verified_max_diff=None) if report is not None else None
-            store.store(key, run_graph if fuse else None, stored, plan)
-            timings["cache_write_s"] = time.perf_counter() - t
+            if store.store(key, run_graph if fuse else None, stored, plan) is None:
+                store = None  # not written (logged): no cache for this compile, said as "off"
+            else:
+                timings["cache_write_s"] = time.perf_counter() - t
     t = time.perf_counter()
     session = Session(plan, params, device=device, share=share, prerecord=prerecord, finite_inputs=finite_inputs)
     timings["bind_s"] = time.perf_counter() - t

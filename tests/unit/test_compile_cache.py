@@ -14,7 +14,7 @@ import pytest
 
 from eggfuse import cache, cli
 from eggfuse.api import model_graph
-from eggfuse.ir import DType, Graph
+from eggfuse.ir import DType, Graph, InputError
 from eggfuse.lowering import lower
 from eggfuse.models import llama
 from eggfuse.rewrites import CostModel, make_ruleset, optimization_rulesets, optimize
@@ -225,6 +225,31 @@ def test_a_stored_entry_loads_back(store):
     store.store(key(g, fuse=False), None, None, unfused)
     back = store.load(key(g, fuse=False), runs=g)
     assert back.graph is None and back.report is None and back.plan.buffers == unfused.buffers
+
+
+def test_the_folder_keeps_the_most_recently_used_entries_under_its_size_limit(store, monkeypatch):
+    # an entry a shape, without end: 1,034 entries and 579 MB in a user's folder
+    import os
+    import time
+
+    g = small_graph()
+    fused, report = optimize(g)
+    plan = lower(fused)
+    paths = []
+    for k in range(6):
+        paths.append(store.store(f"{k:064x}", fused, report, plan))
+        os.utime(paths[-1], (time.time() - 100 + k, time.time() - 100 + k))  # stored in that order
+    size = paths[0].stat().st_size
+    os.utime(paths[0])  # entry 0 used last (as a load marks it)
+    assert store.trim(max_bytes=int(3.5 * size)) == 3  # down to 90% of 3.5 entries: 3 kept
+    assert [p.exists() for p in paths] == [True, False, False, False, True, True]
+    assert store.trim(max_bytes=10 * size) == 0
+    monkeypatch.setenv(cache.MAX_ENV, str(2.5 * size / 2**20))  # the limit a store keeps
+    store.store(f"{6:064x}", fused, report, plan)
+    assert len(store.entries()) == 2 and paths[0].exists()
+    monkeypatch.setenv(cache.MAX_ENV, "lots")
+    with pytest.raises(InputError, match=r"\$EGGFUSE_CACHE_MAX_MB .* a positive number, got 'lots'"):
+        store.trim()
 
 
 def entry(store) -> tuple[str, bytes]:
