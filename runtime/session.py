@@ -111,6 +111,11 @@ class Session:
     session is seen by both. That is how a prefill plan and a decode plan of one model hold
     one copy of the weights and the same KV cache.
 
+    Device memory: the buffers a session creates are destroyed (``GPUBuffer.destroy``) once it and every
+    session sharing them (``share=``) have been collected, rather than left to wgpu-native's release of the
+    last reference: with wgpu-native 29 a command buffer that is finished but never submitted (the next
+    run's, pre-recorded, when a session is dropped) keeps every buffer its bind groups bind alive for good.
+
     ``finite_inputs=False`` lets float inputs hold NaN and infinities (an ONNX model's feeds
     may: IsNaN, IsInf); by default :meth:`run` refuses them, as a sign of a bug upstream.
 
@@ -157,6 +162,11 @@ class Session:
         if share is not None and device is not None and device is not share.device:
             raise InputError("a Session can share buffers only with a session on the same device")
         self.device = device if device is not None else share.device if share is not None else get_device()
+        # the buffers this session creates, destroyed when no session uses them: this one, or one sharing them,
+        # which holds them (and those they borrow) through this tuple
+        self._owned = _Owned()
+        self._holds = (self._owned, *(share._holds if share is not None else ()))
+        own = self._owned.add
         limits = dict(self.device.limits)
         check_limits(plan, limits)
         if plan.subgroups and not subgroup_reductions_usable(self.device):
@@ -204,16 +214,16 @@ class Session:
                    | set(plan.derived) | set(plan.constants)) - set(borrowed)
         self._mapped_uploads = mapped_uploads(self.device)
         with device_errors("creating the session's buffers"):
-            arena = self.device.create_buffer(size=size, usage=_STORAGE, label="inputs") if size else None
+            arena = own(self.device.create_buffer(size=size, usage=_STORAGE, label="inputs")) if size else None
             self._input_buffer = arena
-            shared = [self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}")
+            shared = [own(self.device.create_buffer(size=n, usage=_STORAGE, label=f"intermediates {k}"))
                       for k, n in enumerate(plan.storage_sizes)]
             self._buffers: list[wgpu.GPUBuffer | None] = [
                 borrowed[b.index] if b.index in borrowed else None if b.kind in ("host", "window")
                 else arena if b.index in packed_inputs
                 else shared[plan.storage[b.index]] if b.index in plan.storage
                 else None if b.index in uploads  # created by _upload, beside the pipelines
-                else self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
+                else own(self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name))
                 for b in plan.buffers]
         # run(): each input's checks and its place in the host copy of the input buffer
         self._input_staging = np.zeros(size, dtype=np.uint8)
@@ -247,8 +257,9 @@ class Session:
         if (INPUT_RING > 0 and self._raw is not None and self._raw[1] is not None and self._input_staging.size
                 and plan.dispatches):
             with device_errors("creating the session's input ring"):
-                self._ring = [self.device.create_buffer(size=self._input_staging.nbytes, label=f"input ring {k}",
-                                                        usage=wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC)
+                usage = wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC
+                self._ring = [own(self.device.create_buffer(size=self._input_staging.nbytes, label=f"input ring {k}",
+                                                            usage=usage))
                               for k in range(INPUT_RING)]
             self._ring_requests = [_map_async(b, _lib.WGPUMapMode_Write, ring=True) for b in self._ring]
             self._ring_submissions = [None] * INPUT_RING
@@ -275,8 +286,8 @@ class Session:
                 for d, offset in zip(plan.dispatches, offsets, strict=True):
                     packed[offset:offset + len(d.params)] = np.frombuffer(d.params, dtype=np.uint8)
                 with device_errors("creating the dispatches' uniform buffer"):
-                    self._uniform = self.device.create_buffer_with_data(data=packed,
-                                                                        usage=wgpu.BufferUsage.UNIFORM)
+                    self._uniform = own(self.device.create_buffer_with_data(data=packed,
+                                                                            usage=wgpu.BufferUsage.UNIFORM))
             pipelines = [self._pipeline(d) for d in plan.dispatches]
         finally:
             uploading.join()  # raises what the upload raised
@@ -298,9 +309,9 @@ class Session:
         # A device buffer of its own; one this session uploads is created mapped where the
         # device allows (mapped_uploads), so the upload is one host copy into it.
         if uploaded and self._mapped_uploads:
-            return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE | wgpu.BufferUsage.MAP_WRITE,
-                                             mapped_at_creation=True, label=b.name)
-        return self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name)
+            return self._owned.add(self.device.create_buffer(
+                size=b.size_bytes, usage=_STORAGE | wgpu.BufferUsage.MAP_WRITE, mapped_at_creation=True, label=b.name))
+        return self._owned.add(self.device.create_buffer(size=b.size_bytes, usage=_STORAGE, label=b.name))
 
     def _upload(self, values: Mapping[str, np.ndarray], borrowed: Mapping[int, wgpu.GPUBuffer],
                 uploads: set[int]) -> None:
@@ -679,8 +690,8 @@ class Session:
     def _staging_buffer(self, index: int) -> wgpu.GPUBuffer:
         # The read-back (MAP_READ) buffer of an output's buffer, made on its first read.
         if index not in self._staging:
-            self._staging[index] = self.device.create_buffer(
-                size=self.plan.buffers[index].size_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+            self._staging[index] = self._owned.add(self.device.create_buffer(
+                size=self.plan.buffers[index].size_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST))
         return self._staging[index]
 
 
@@ -866,6 +877,36 @@ class _InputSlot:
             raise IndexRangeError(f"input {self.name!r}: index {top} out of range for the {rows} rows that {reader} "
                                   f"indexes with it{which}; give indices below {rows}", input=self.name, index=top,
                                   rows=rows)
+
+
+class _Owned:
+    """The device buffers one session created: destroyed (``GPUBuffer.destroy``) when this object is collected,
+    i.e. when that session and every session sharing its buffers (each holds it: ``Session._holds``) are.
+
+    wgpu-native frees a buffer when its last reference goes, but a command buffer that was finished and never
+    submitted (a session's pre-recorded next run, left behind when the session is dropped) keeps the bind groups it
+    binds, and through them their buffers, alive for good (wgpu-native 29): a dropped SmolLM2 decode session kept
+    its weights, 120 MB on lavapipe, each time. Destroying the buffers frees their memory whatever still refers to
+    them (once the device has run the work submitted with them)."""
+
+    __slots__ = ("buffers", "__weakref__")
+
+    def __init__(self) -> None:
+        self.buffers: list[wgpu.GPUBuffer] = []
+        # not at exit: the process's memory goes with it
+        weakref.finalize(self, _destroy_buffers, self.buffers).atexit = False
+
+    def add(self, buffer: wgpu.GPUBuffer) -> wgpu.GPUBuffer:
+        self.buffers.append(buffer)
+        return buffer
+
+
+def _destroy_buffers(buffers: list[wgpu.GPUBuffer]) -> None:
+    # (the finalizer of _Owned: on whichever thread collected it)
+    for buffer in buffers:
+        with contextlib.suppress(Exception):
+            buffer.destroy()
+    buffers.clear()
 
 
 class _Background:
