@@ -19,7 +19,7 @@ import numpy as np
 
 from eggfuse.ir import InputError, ModelError
 
-from .text import read_json
+from .config_fields import json_kind, read_json, read_json_object
 
 #: model_type values of the decoders (:mod:`.hf_llama`) and encoders (:mod:`.minilm`) that load.
 DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3")
@@ -74,14 +74,35 @@ def load_model(path: Any, *, weights: str = "f32"):
                      f"{', '.join(DECODER_TYPES)} (decoders), {', '.join(ENCODER_TYPES)} (encoders)")
 
 
+def read_modules(root: Path) -> list[dict] | None:
+    """The modules a sentence-transformers ``modules.json`` of ``root`` lists (None without the
+    file): an array of objects whose ``type`` and ``path`` are strings. Raises
+    :class:`ModelError` naming the file and the entry otherwise."""
+    path = root / "modules.json"
+    if not path.is_file():
+        return None
+    modules = read_json(path)
+    if not isinstance(modules, list):
+        raise ModelError(f"{path}: must hold a JSON array of module objects ({{\"type\": ..., \"path\": ...}}), "
+                         f"got a JSON {json_kind(modules)}; correct or replace the file")
+    for i, module in enumerate(modules):
+        if not isinstance(module, dict):
+            raise ModelError(f"{path}: entry {i} must be a module object ({{\"type\": ..., \"path\": ...}}), "
+                             f"got {module!r}; correct it in the file")
+        for key in ("type", "path"):
+            if not isinstance(module.get(key, ""), str):
+                raise ModelError(f"{path}: entry {i}: {key} must be a string, got {module[key]!r}; correct it in "
+                                 "the file")
+    return modules
+
+
 def transformer_folder(root: Path) -> Path:
     """The folder holding the transformer's config.json: ``root``, or the path of the
-    ``Transformer`` module that a sentence-transformers ``modules.json`` names."""
-    modules = root / "modules.json"
-    if modules.is_file():
-        for module in read_json(modules):
-            if isinstance(module, dict) and str(module.get("type", "")).endswith(".Transformer"):
-                return root / module.get("path", "")
+    ``Transformer`` module that a sentence-transformers ``modules.json`` names (ModelError
+    for a malformed one, see :func:`read_modules`)."""
+    for module in read_modules(root) or []:
+        if module.get("type", "").endswith(".Transformer"):
+            return root / module.get("path", "")
     return root
 
 
@@ -90,9 +111,7 @@ def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
         raise ModelError(f"{folder}: not a Hugging Face model folder: no config.json (and not a .gguf file)")
-    raw = read_json(path)
-    if not isinstance(raw, dict):
-        raise ModelError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    raw = read_json_object(path)
     if raw.get("quantization_config"):
         method = raw["quantization_config"].get("quant_method", "?") if isinstance(raw["quantization_config"],
                                                                                   dict) else "?"
@@ -116,9 +135,7 @@ def weight_files(folder: Path) -> list[Path]:
     present, else ``model.safetensors``. Raises ModelError naming what is missing."""
     index = folder / INDEX_FILE
     if index.is_file():
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ModelError(f"{index}: no weight_map (tensor name -> shard file)")
+        weight_map = _weight_map(index)
         files = [folder / name for name in dict.fromkeys(weight_map.values())]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
@@ -131,6 +148,18 @@ def weight_files(folder: Path) -> list[Path]:
                 "model.save_pretrained(dir, safe_serialization=True))") if others else ""
         raise ModelError(f"{folder}: missing {WEIGHTS_FILE} (or {INDEX_FILE} with its shards){hint}")
     return [path]
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    # model.safetensors.index.json's tensor name -> shard file name
+    weight_map = read_json_object(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelError(f"{index}: no weight_map (tensor name -> shard file)")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise ModelError(f"{index}: weight_map[{name!r}] must be a shard's file name, got {shard!r}; correct it "
+                             "in the file")
+    return weight_map
 
 
 def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str = "") -> dict[str, np.ndarray]:
@@ -165,7 +194,7 @@ def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str 
             if np.issubdtype(arr.dtype, np.floating) or arr.dtype.name == "bfloat16":
                 weights[_strip(name, prefixes)] = np.ascontiguousarray(arr, dtype=np.float32)
     if (folder / INDEX_FILE).is_file():
-        for name, shard in read_json(folder / INDEX_FILE)["weight_map"].items():
+        for name, shard in _weight_map(folder / INDEX_FILE).items():
             if name not in seen:
                 raise ModelError(f"{folder / shard}: lacks tensor {name!r}, which {INDEX_FILE} places there")
     return weights

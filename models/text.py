@@ -18,18 +18,10 @@ from typing import Any
 
 from eggfuse.ir import InputError, ModelError
 
+from .config_fields import read_json_object
+
 #: transformers' SPECIAL_TOKENS_ATTRIBUTES: the special tokens a chat template can read.
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-
-
-def read_json(path: Path, what: str = "") -> Any:
-    """The JSON document at ``path``; ModelError naming the file if it is unreadable or malformed."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ModelError(f"{path}: cannot read {what or path.name} ({e.strerror or e})") from None
-    except ValueError as e:
-        raise ModelError(f"{path}: not valid JSON ({e})") from None
 
 
 def load_tokenizer_json(path: Path, *, padding: bool = False):
@@ -53,23 +45,27 @@ def load_tokenizer_json(path: Path, *, padding: bool = False):
     return tok
 
 
-def _token_text(value: Any) -> str | None:
-    # A special token as tokenizer_config.json stores it: a string or an AddedToken dict.
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
+def _token_text(value: Any, path: Path, key: str) -> str | None:
+    # A special token as tokenizer_config.json stores it: a string, an AddedToken dict, or null.
+    text = value.get("content") if isinstance(value, dict) else value
+    if text is not None and not isinstance(text, str):
+        raise ModelError(f"{path}: {key} must be the token's text (a string, or an object with a string "
+                         f"\"content\"), got {value!r}; correct it in the file")
+    return text
 
 
 def special_tokens(folder: Path) -> dict[str, str]:
     """The named special tokens of a model folder (``bos_token``: "<s>", ...), from
-    ``tokenizer_config.json``, else the legacy ``special_tokens_map.json``; absent ones left out."""
+    ``tokenizer_config.json``, else the legacy ``special_tokens_map.json``; absent ones left out.
+    Raises :class:`ModelError` naming the file for one that is not a JSON object, or a token
+    that is not text."""
     found: dict[str, str] = {}
     for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the second wins
         path = folder / name
         if path.is_file():
-            data = read_json(path)
+            data = read_json_object(path)
             for key in SPECIAL_TOKEN_NAMES:
-                if (text := _token_text(data.get(key))) is not None:
+                if (text := _token_text(data.get(key), path, key)) is not None:
                     found[key] = text
     return found
 
@@ -80,7 +76,8 @@ def find_chat_template(folder: Path) -> tuple[str, str] | None:
     As transformers looks for it: ``chat_template.jinja`` first, then ``chat_template.json``
     (``{"chat_template": ...}``), then the ``chat_template`` entry of ``tokenizer_config.json``
     (a string, or a list of ``{"name", "template"}`` of which ``default`` is taken).
-    Raises :class:`ModelError` for a list without a ``default`` template.
+    Raises :class:`ModelError` for a list without a ``default`` template, a ``chat_template``
+    of another type, or a file that is not a JSON object.
     """
     path = folder / "chat_template.jinja"
     if path.is_file():
@@ -89,12 +86,19 @@ def find_chat_template(folder: Path) -> tuple[str, str] | None:
         path = folder / name
         if not path.is_file():
             continue
-        template = read_json(path).get("chat_template")
+        template = read_json_object(path).get("chat_template")
+        if template is not None and not isinstance(template, (str, list)):
+            raise ModelError(f"{path}: chat_template must be a string (the Jinja source) or a list of "
+                             f"{{\"name\", \"template\"}} objects, got {template!r}; correct it in the file")
         if isinstance(template, list):
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             if "default" not in named:
-                raise ModelError(f"{path}: chat_template lists templates {sorted(named)} but none named 'default'")
+                raise ModelError(f"{path}: chat_template lists templates {sorted(map(str, named))} but none named "
+                                 "'default'")
             template = named["default"]
+            if not isinstance(template, str):
+                raise ModelError(f"{path}: chat_template's 'default' template must be a string (the Jinja source), "
+                                 f"got {template!r}; correct it in the file")
         if isinstance(template, str):
             return template, name
     return None

@@ -4,6 +4,7 @@ through eggfuse.load_model, on the numpy reference interpreter, against tests/hf
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
@@ -158,4 +159,127 @@ def test_missing_tensor_is_named(tmp_path):
     del w["roberta.encoder.layer.1.output.dense.bias"]
     save_file(w, str(folder / "model.safetensors"))
     with pytest.raises(ModelError, match=r"lack tensor 'encoder\.layer\.1\.output\.dense\.bias' f32\[32\]"):
+        eggfuse.load_model(folder)
+
+
+# --- malformed files: a ModelError naming the file, the key and the value ------------------------
+
+
+def _copy(hf_folder, tmp_path, **options):
+    """A fresh copy of a session-wide BERT folder, to edit."""
+    folder = tmp_path / "m"
+    shutil.copytree(hf_folder("bert-malformed", "encoder", "bert", **options), folder)
+    return folder
+
+
+def _write(folder, name, document):
+    (folder / name).write_text(json.dumps(document))
+
+
+def _edit(folder, name, **changes):
+    _write(folder, name, {**json.loads((folder / name).read_text()), **changes})
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("num_hidden_layers", -1, "an integer >= 1"),
+    ("num_hidden_layers", 0, "an integer >= 1"),
+    ("num_hidden_layers", 2.0, "an integer >= 1"),
+    ("num_hidden_layers", "2", "an integer >= 1"),
+    ("num_hidden_layers", True, "an integer >= 1"),
+    ("num_attention_heads", 0, "an integer >= 1"),
+    ("hidden_size", -32, "an integer >= 1"),
+    ("intermediate_size", 0, "an integer >= 1"),
+    ("vocab_size", 0, "an integer >= 1"),
+    ("max_position_embeddings", 0, "an integer >= 1"),
+    ("type_vocab_size", 0, "an integer >= 1"),
+    ("layer_norm_eps", 0, "a positive finite number"),
+    ("layer_norm_eps", -1e-12, "a positive finite number"),
+    ("layer_norm_eps", "1e-12", "a positive finite number"),
+    ("pad_token_id", -1, "an integer >= 0"),
+])
+def test_malformed_config_values_are_named(hf_folder, tmp_path, key, value, expected):
+    folder = _copy(hf_folder, tmp_path)
+    _edit(folder, "config.json", **{key: value})
+    with pytest.raises(ModelError) as err:
+        eggfuse.load_model(folder)
+    want = f"{folder / 'config.json'}: {key} must be {expected}, got {value!r}; correct it in the file"
+    assert str(err.value) == want
+
+
+def test_config_values_checked_against_each_other(hf_folder, tmp_path):
+    folder = _copy(hf_folder, tmp_path)
+    _edit(folder, "config.json", pad_token_id=5000)  # the folder's vocabulary is smaller
+    with pytest.raises(ModelError, match=r"config\.json: pad_token_id must be an id below vocab_size \d+, got 5000"):
+        eggfuse.load_model(folder)
+    roberta = tmp_path / "roberta"
+    shutil.copytree(hf_folder("roberta-malformed", "encoder", "roberta"), roberta)
+    # RoBERTa's positions start at pad_token_id + 1 = 2: three positions hold one, not [CLS] and [SEP]
+    _edit(roberta, "config.json", max_position_embeddings=3)
+    with pytest.raises(ModelError, match=r"config\.json: max_position_embeddings must be at least 4, to hold \[CLS\] "
+                                         r"and \[SEP\] \(RoBERTa's positions start at pad_token_id \+ 1 = 2\), got 3"):
+        eggfuse.load_model(roberta)
+
+
+def test_the_shipped_minilm_folder_with_no_layers_is_refused(tmp_path):
+    # all-MiniLM-L6-v2 with num_hidden_layers -1 used to run as an encoder of no layers
+    shipped = minilm.find_model_dir()
+    folder = tmp_path / "minilm"
+    shutil.copytree(shipped, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "model.safetensors").symlink_to(shipped / "model.safetensors")
+    for layers in (-1, 0):
+        _edit(folder, "config.json", num_hidden_layers=layers)
+        with pytest.raises(ModelError, match=rf"config\.json: num_hidden_layers must be an integer >= 1, got {layers}"):
+            eggfuse.embed(["hello world"], model=folder, cache=False)
+
+
+@pytest.mark.parametrize("name, document, message", [
+    ("modules.json", ["sentence_transformers.models.Transformer"],
+     r"modules\.json: entry 0 must be a module object .*, got 'sentence_transformers\.models\.Transformer'"),
+    ("modules.json", {"0": "Transformer"}, r"modules\.json: must hold a JSON array of module objects .*, got a JSON "
+                                           "object"),
+    ("modules.json", [{"type": "sentence_transformers.models.Pooling", "path": 1}],
+     r"modules\.json: entry 0: path must be a string, got 1"),
+    ("1_Pooling/config.json", [], r"1_Pooling/config\.json: must hold a JSON object .*, got a JSON array"),
+    ("1_Pooling/config.json", {"pooling_mode": 3}, r"1_Pooling/config\.json: pooling_mode must be a mode's name .*, "
+                                                   r"got 3"),
+    ("1_Pooling/config.json", {"pooling_mode": [["mean"]]},
+     r"pooling_mode must be a mode's name .*, got \[\['mean'\]\]"),
+    ("sentence_bert_config.json", [], r"sentence_bert_config\.json: must hold a JSON object .*, got a JSON array"),
+    ("sentence_bert_config.json", {"max_seq_length": "256"}, r"sentence_bert_config\.json: max_seq_length must be an "
+                                                             r"integer >= 2, got '256'"),
+    ("sentence_bert_config.json", {"max_seq_length": 1}, r"max_seq_length must be an integer >= 2, got 1"),
+    ("tokenizer_config.json", [], r"tokenizer_config\.json: must hold a JSON object .*, got a JSON array"),
+    ("tokenizer_config.json", {"pad_token": 0}, r"tokenizer_config\.json: pad_token must be the token's text .*, "
+                                                r"got 0"),
+    ("config.json", [], r"config\.json: must hold a JSON object .*, got a JSON array"),
+])
+def test_malformed_side_files_are_named(hf_folder, tmp_path, name, document, message):
+    folder = _copy(hf_folder, tmp_path)
+    _write(folder, name, document)
+    with pytest.raises(ModelError, match=message) as err:
+        eggfuse.load_model(folder)
+    assert str(folder / name) in str(err.value)
+
+
+def test_a_malformed_model_max_length_is_named(hf_folder, tmp_path):
+    folder = _copy(hf_folder, tmp_path)
+    (folder / "sentence_bert_config.json").unlink()  # the tokenizer's limit is read only without it
+    for value in ("128", 1):
+        _edit(folder, "tokenizer_config.json", model_max_length=value)
+        with pytest.raises(ModelError, match=rf"tokenizer_config\.json: model_max_length must be .*, got {value!r}"):
+            eggfuse.load_model(folder)
+    _edit(folder, "tokenizer_config.json", model_max_length=1e30)  # transformers' "no limit"
+    assert eggfuse.load_model(folder).max_length == 64  # the position table's
+
+
+@pytest.mark.parametrize("document, message", [
+    ([], r"must hold a JSON object .*, got a JSON array"),
+    ({"weight_map": {"embeddings.word_embeddings.weight": 1}},
+     r"weight_map\['embeddings\.word_embeddings\.weight'\] must be a shard's file name, got 1"),
+])
+def test_a_malformed_shard_index_is_named(hf_folder, tmp_path, document, message):
+    folder = tmp_path / "sharded"
+    shutil.copytree(hf_folder("bert-sharded", "encoder", "bert", shards=2), folder)
+    _write(folder, "model.safetensors.index.json", document)
+    with pytest.raises(ModelError, match=re.escape(f"{folder / 'model.safetensors.index.json'}: ") + message):
         eggfuse.load_model(folder)
