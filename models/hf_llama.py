@@ -22,8 +22,8 @@ from typing import Any
 
 from eggfuse.ir import ModelError
 
-from .config_fields import read_json
-from .hf import config_dtype, load_safetensors
+from .config_fields import ConfigFields, read_json_object
+from .hf import config_dtype, load_safetensors, read_config
 from .llama import LlamaConfig, graph_parameters
 from .text import ChatTemplate, find_chat_template, load_tokenizer_json, special_tokens
 
@@ -79,56 +79,65 @@ def hf_name(graph: str) -> str:
 def config_from_hf(raw: dict, where: str = "config.json") -> LlamaConfig:
     """The :class:`LlamaConfig` of a decoder's ``config.json`` (see the module docstring).
 
-    Raises :class:`ModelError` naming ``where`` and the key for a missing required key, a
-    model_type not in :data:`FAMILIES`, or a setting the graph does not implement (another
-    activation, partial rotary, another rope type, per-layer RoPE parameters, an odd
-    head_dim, heads not a multiple of KV heads).
+    Raises :class:`ModelError` naming ``where``, the key and the value for a missing required
+    key, a malformed value (sizes and counts must be integers >= 1, ``rope_theta``, epsilons
+    and RoPE factors positive numbers, flags true or false), a model_type not in
+    :data:`FAMILIES`, or a setting the graph does not implement (another activation, partial
+    rotary, another rope type, per-layer RoPE parameters, an odd head_dim, heads not a
+    multiple of KV heads).
     """
     model_type = raw.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ModelError(f"{where}: model_type {model_type!r} is not a LLaMA-family decoder ({', '.join(FAMILIES)})")
     family = FAMILIES[model_type]
+    read = ConfigFields(raw, where, f"a {model_type} config")
 
-    def need(key: str) -> Any:
-        if raw.get(key) is None:
-            raise ModelError(f"{where}: lacks {key!r}, which a {model_type} config needs")
-        return raw[key]
+    def family_int(key: str) -> Any:
+        # transformers' default when absent; a null stays None (the value then follows from others)
+        return read.integer(key, default=None) if key in raw else family.get(key)
 
-    def get(key: str) -> Any:
-        return raw[key] if key in raw else family.get(key)
-
-    hidden, heads, layers = int(need("hidden_size")), int(need("num_attention_heads")), int(need("num_hidden_layers"))
-    kv_heads = int(get("num_key_value_heads") or heads)
-    head_dim = int(get("head_dim") or hidden // heads)
+    hidden, heads, layers = (read.integer(k) for k in ("hidden_size", "num_attention_heads", "num_hidden_layers"))
+    kv_heads = family_int("num_key_value_heads") or heads
+    head_dim = family_int("head_dim") or hidden // heads
+    if head_dim < 1:
+        raise ModelError(f"{where}: head_dim would be hidden_size {hidden} // num_attention_heads {heads} = 0; "
+                         "correct them or set head_dim in the file")
     if raw.get("hidden_act", "silu") != "silu":
         raise ModelError(f"{where}: hidden_act {raw['hidden_act']!r} is not supported (only 'silu', SwiGLU)")
     if head_dim % 2 or heads % kv_heads:
         raise ModelError(f"{where}: head_dim {head_dim} must be even and num_attention_heads {heads} a multiple "
                          f"of num_key_value_heads {kv_heads}")
-    theta, scaling = _rope(raw, get("rope_theta"), where)
+    max_seq = read.integer("max_position_embeddings", default=family["max_position_embeddings"])
+    theta, scaling = _rope(raw, family["rope_theta"], max_seq, where)
     biases = set(family["bias"])
     for key in ("attention_bias", "mlp_bias"):
-        if raw.get(key) and key in family:
+        if read.flag(key) and key in family:
             biases.update(family[key])
     rope_layers = None
     if model_type == "smollm3":
-        interval = int(raw.get("no_rope_layer_interval", 4))
+        interval = read.integer("no_rope_layer_interval", default=4)
         flags = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+        if not isinstance(flags, list) or not all(isinstance(f, int) and f in (0, 1) for f in flags):
+            raise read.fail("no_rope_layers", flags, "a list of flags, 1 or 0 (the layer applies RoPE or not)")
         if len(flags) != layers:
             raise ModelError(f"{where}: no_rope_layers has {len(flags)} entries for {layers} layers")
         rope_layers = tuple(bool(f) for f in flags)
-    window = _sliding_window(raw, model_type, get, layers, rope_layers)
-    max_seq = int(get("max_position_embeddings"))
+    window = _sliding_window(read, model_type, family_int, layers, rope_layers)
+    tied = read.flag("tie_word_embeddings") if "tie_word_embeddings" in raw else family["tie_word_embeddings"]
     return LlamaConfig(
         hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=int(need("intermediate_size")), vocab_size=int(need("vocab_size")),
-        rope_theta=float(theta), norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        tied_embeddings=bool(get("tie_word_embeddings")), max_seq=max_seq if window is None else min(max_seq, window),
+        intermediate_size=read.integer("intermediate_size"), vocab_size=read.integer("vocab_size"),
+        rope_theta=theta, norm_eps=read.number("rms_norm_eps", default=1e-6),
+        tied_embeddings=tied, max_seq=max_seq if window is None else min(max_seq, window),
         biases=frozenset(biases), qk_norm=model_type == "qwen3", rope_scaling=scaling, rope_layers=rope_layers,
         sliding_window=window)
 
 
-def _rope(raw: dict, default_theta: float, where: str) -> tuple[float, tuple | None]:
+#: The keys each RoPE scaling type reads from its parameters.
+_ROPE_KEYS = {"default": (), "linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+
+
+def _rope(raw: dict, default_theta: float, max_positions: int, where: str) -> tuple[float, tuple | None]:
     """RoPE's base and scaling from ``rope_parameters`` (transformers 5) or ``rope_theta`` and
     ``rope_scaling`` (transformers 4), as ``RotaryEmbeddingConfigMixin.standardize_rope_params``."""
     params = raw.get("rope_parameters")
@@ -138,49 +147,44 @@ def _rope(raw: dict, default_theta: float, where: str) -> tuple[float, tuple | N
     if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
         raise ModelError(f"{where}: {key} {params!r} is not supported (only one set of RoPE parameters for "
                          "every layer)")
-    theta = params.get("rope_theta", raw.get("rope_theta", default_theta))
-    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    if float(partial) != 1.0:
+    top, rope = ConfigFields(raw, where), ConfigFields(params, where, prefix=f"{key}.")
+    theta = rope.number("rope_theta", default=None) or top.number("rope_theta", default=default_theta)
+    partial = rope.number("partial_rotary_factor", default=None) or top.number("partial_rotary_factor", default=1.0)
+    if partial != 1.0:
         raise ModelError(f"{where}: partial_rotary_factor {partial} is not supported (RoPE on whole heads only)")
     kind = params.get("rope_type", params.get("type", "default"))
-    try:
-        if kind == "default":
-            return theta, None
-        if kind == "linear":
-            return theta, ("linear", float(params["factor"]))
-        if kind == "llama3":
-            context = params.get("original_max_position_embeddings", raw.get("max_position_embeddings"))
-            return theta, ("llama3", float(params["factor"]), float(params["low_freq_factor"]),
-                           float(params["high_freq_factor"]), float(context))
-    except (KeyError, TypeError) as e:
-        raise ModelError(f"{where}: {key} of rope_type {kind!r} lacks {e}") from None
-    raise ModelError(f"{where}: RoPE scaling rope_type {kind!r} ({key}) is not supported; supported: "
-                     "default, linear, llama3")
+    if not isinstance(kind, str) or kind not in _ROPE_KEYS:
+        raise ModelError(f"{where}: RoPE scaling rope_type {kind!r} ({key}) is not supported; supported: "
+                         f"{', '.join(_ROPE_KEYS)}")
+    for name in _ROPE_KEYS[kind]:
+        if params.get(name) is None:
+            raise ModelError(f"{where}: {key} of rope_type {kind!r} lacks {name!r}")
+    if kind == "linear":
+        return theta, ("linear", rope.number("factor"))
+    if kind == "llama3":
+        context = rope.integer("original_max_position_embeddings", default=max_positions)
+        return theta, ("llama3", *(rope.number(k) for k in _ROPE_KEYS[kind]), float(context))
+    return theta, None
 
 
-def _sliding_window(raw: dict, model_type: str, get, layers: int, rope_layers) -> int | None:
+def _sliding_window(read: ConfigFields, model_type: str, family_int, layers: int, rope_layers) -> int | None:
     """The attention window of the windowed layers (None: every layer attends causally)."""
     if model_type == "llama":
         return None
-    window = get("sliding_window")
+    window = family_int("sliding_window")
     if model_type == "mistral":
-        return None if window is None else int(window)
-    if not raw.get("use_sliding_window") or window is None:
+        return window
+    if not read.flag("use_sliding_window") or window is None:
         return None
-    types = raw.get("layer_types")
+    types = read.raw.get("layer_types")
     if types is None and model_type == "smollm3":
         types = ["full_attention" if rope_layers[i] else "sliding_attention" for i in range(layers)]
     elif types is None:
-        first = int(raw.get("max_window_layers", 28))
+        first = read.integer("max_window_layers", minimum=0, default=28)
         types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
-    return int(window) if "sliding_attention" in types else None
-
-
-def _token_ids(value: Any) -> list[int]:
-    # eos_token_id / bos_token_id as configs store them: an int, a list of ints, or null
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+    elif not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise read.fail("layer_types", types, "a list of attention types ('full_attention', 'sliding_attention')")
+    return window if "sliding_attention" in types else None
 
 
 def load_causal_lm(folder: Path, raw: dict | None = None):
@@ -191,14 +195,16 @@ def load_causal_lm(folder: Path, raw: dict | None = None):
     ``lm_head.weight`` is not read, as transformers ties them), ``tokenizer.json``, the
     special tokens of ``tokenizer_config.json``, the chat template (:func:`.text.find_chat_template`),
     and the end-of-sequence ids: config.json's and ``generation_config.json``'s
-    ``eos_token_id`` and the tokenizer's ``eos_token``. Raises :class:`ModelError` naming the
-    file and tensor at fault.
+    ``eos_token_id`` (an id or a list of ids, each in the vocabulary) and the tokenizer's
+    ``eos_token``. Raises :class:`ModelError` naming the file and the key, value or tensor at
+    fault.
     """
     from .causal_lm import CausalLM
 
     where = str(folder / "config.json")
-    raw = read_json(folder / "config.json") if raw is None else raw
+    raw = read_config(folder) if raw is None else raw
     config = config_from_hf(raw, where)
+    read, vocab = ConfigFields(raw, where), config.vocab_size
     dtype = config_dtype(raw, where)
     weights = {}
     for name, arr in load_safetensors(folder).items():
@@ -207,14 +213,15 @@ def load_causal_lm(folder: Path, raw: dict | None = None):
     params = graph_parameters(config, weights, where=f"the safetensors files of {folder}", file_name=hf_name)
     tokenizer = load_tokenizer_json(folder / "tokenizer.json")
     tokens = special_tokens(folder)
-    eos = _token_ids(raw.get("eos_token_id"))
-    if (folder / "generation_config.json").is_file():
-        eos += _token_ids(read_json(folder / "generation_config.json").get("eos_token_id"))
+    eos = read.token_ids("eos_token_id", vocab)
+    if (generation := folder / "generation_config.json").is_file():
+        eos += ConfigFields(read_json_object(generation), generation).token_ids("eos_token_id", vocab)
     if "eos_token" in tokens and tokenizer.token_to_id(tokens["eos_token"]) is not None:
         eos.append(tokenizer.token_to_id(tokens["eos_token"]))
+    bos_ids = read.token_ids("bos_token_id", vocab)
     bos = tokenizer.token_to_id(tokens["bos_token"]) if "bos_token" in tokens else None
-    if bos is None and _token_ids(raw.get("bos_token_id")):
-        bos = _token_ids(raw["bos_token_id"])[0]
+    if bos is None and bos_ids:
+        bos = bos_ids[0]
     found = find_chat_template(folder)
     chat = None if found is None else ChatTemplate(found[0], tokens, str(folder / found[1]))
     return CausalLM(config, params, tokenizer, bos_id=bos, eos_ids=eos, chat=chat, name=str(folder),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
 
 import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
 import hf_numpy
@@ -249,3 +251,121 @@ def test_an_encoder_is_refused_by_generate_and_a_decoder_by_embed(hf_folder):
         eggfuse.generate("hi", model=hf_folder("bert", "encoder", "bert"))
     with pytest.raises(InputError, match="is a llama model, not an encoder: use generate"):
         eggfuse.embed(["hi"], model=hf_folder("llama4", "decoder", "llama", generation=4))
+
+
+# --- malformed values: a ModelError naming the file, the key and the value ------------------------
+
+
+def _copy(hf_folder, tmp_path, model_type="llama", **options):
+    """A fresh copy of a session-wide decoder folder, to edit."""
+    folder = tmp_path / "m"
+    shutil.copytree(hf_folder(f"{model_type}-malformed", "decoder", model_type, **options), folder)
+    return folder
+
+
+def _edit(folder, name, **changes):
+    path = folder / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("num_hidden_layers", -1, "an integer >= 1"),    # was a GraphError naming no file
+    ("num_hidden_layers", 0, "an integer >= 1"),
+    ("num_attention_heads", 0, "an integer >= 1"),
+    ("max_position_embeddings", 0, "an integer >= 1"),
+    ("num_key_value_heads", 0, "an integer >= 1"),
+    ("head_dim", 0, "an integer >= 1"),
+    ("hidden_size", "32", "an integer >= 1"),
+    ("intermediate_size", 64.0, "an integer >= 1"),
+    ("vocab_size", False, "an integer >= 1"),
+    ("rope_theta", "abc", "a positive finite number"),  # was a ValueError
+    ("rope_theta", -1.0, "a positive finite number"),
+    ("rms_norm_eps", 0, "a positive finite number"),
+    ("tie_word_embeddings", "false", "true or false"),   # was read as true
+    ("attention_bias", 1, "true or false"),
+])
+def test_malformed_config_values_are_named(hf_folder, tmp_path, key, value, expected):
+    folder = _copy(hf_folder, tmp_path)
+    _edit(folder, "config.json", **{key: value})
+    with pytest.raises(ModelError) as err:
+        eggfuse.load_model(folder)
+    want = f"{folder / 'config.json'}: {key} must be {expected}, got {value!r}; correct it in the file"
+    assert str(err.value) == want
+
+
+@pytest.mark.parametrize("model_type, generation, changes, message", [
+    ("llama", 4, {"rope_scaling": {"rope_type": "linear", "factor": "2"}},
+     r"rope_scaling\.factor must be a positive finite number, got '2'"),
+    ("llama", 5, {"rope_parameters": {"rope_type": "default", "rope_theta": None}, "rope_theta": "1e4"},
+     r"rope_theta must be a positive finite number, got '1e4'"),
+    ("llama", 5, {"rope_parameters": {**hf_folders.LLAMA3_SCALING, "original_max_position_embeddings": 64.5}},
+     r"rope_parameters\.original_max_position_embeddings must be an integer >= 1, got 64\.5"),
+    ("llama", 4, {"rope_scaling": {"rope_type": ["linear"], "factor": 2.0}},
+     r"RoPE scaling rope_type \['linear'\] \(rope_scaling\) is not supported"),
+    ("llama", 4, {"partial_rotary_factor": "half"}, r"partial_rotary_factor must be a positive finite number"),
+    ("llama", 4, {"hidden_size": 2, "head_dim": None}, r"head_dim would be hidden_size 2 // num_attention_heads 4 = 0"),
+    ("smollm3", 4, {"no_rope_layers": ["yes", 1, 1, 0]}, r"no_rope_layers must be a list of flags, 1 or 0"),
+    ("qwen2", 4, {"use_sliding_window": "true"}, r"use_sliding_window must be true or false, got 'true'"),
+    ("qwen2", 4, {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": -1},
+     r"max_window_layers must be an integer >= 0, got -1"),
+    ("qwen2", 5, {"use_sliding_window": True, "sliding_window": 16, "layer_types": "sliding_attention"},
+     r"layer_types must be a list of attention types"),
+    ("mistral", 4, {"sliding_window": 0}, r"sliding_window must be an integer >= 1, got 0"),
+])
+def test_malformed_nested_and_family_values_are_named(tmp_path, model_type, generation, changes, message):
+    folder = hf_folders.decoder_folder(tmp_path / "m", model_type, generation=generation)
+    _edit(folder, "config.json", **changes)
+    with pytest.raises(ModelError, match=re.escape(f"{folder / 'config.json'}: ") + message):
+        eggfuse.load_model(folder)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("config.json", 4.7),            # was truncated to 4
+    ("config.json", "</s>"),
+    ("config.json", True),
+    ("config.json", [4, [5]]),
+    ("config.json", -1),
+    ("config.json", 10**6),          # past the vocabulary: no token could end the text
+    ("generation_config.json", 4.7),
+    ("generation_config.json", "x"),
+    ("generation_config.json", [4, 5.5]),
+])
+def test_malformed_end_of_sequence_ids_are_named(hf_folder, tmp_path, name, value):
+    folder = _copy(hf_folder, tmp_path)
+    _edit(folder, name, eos_token_id=value)
+    with pytest.raises(ModelError) as err:
+        eggfuse.load_model(folder)
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    assert str(err.value) == (f"{folder / name}: eos_token_id must be a token id (an integer in [0, vocab_size "
+                              f"{vocab})) or a list of them, got {value!r}; correct it in the file")
+
+
+def test_end_of_sequence_ids_as_lists_of_ints(hf_folder, tmp_path):
+    folder = _copy(hf_folder, tmp_path)
+    tok = eggfuse.load_model(folder).tokenizer
+    _edit(folder, "config.json", eos_token_id=[tok.token_to_id("<|end_of_text|>"), tok.token_to_id("<|eot_id|>")])
+    _edit(folder, "generation_config.json", eos_token_id=[tok.token_to_id("<|start_header_id|>")])
+    model = eggfuse.load_model(folder)
+    assert [tok.id_to_token(i) for i in model.eos_ids] == ["<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>"]
+    _edit(folder, "config.json", bos_token_id="<|begin_of_text|>")
+    with pytest.raises(ModelError, match=r"config\.json: bos_token_id must be a token id"):
+        eggfuse.load_model(folder)
+
+
+@pytest.mark.parametrize("name, document, message", [
+    ("generation_config.json", [], r"must hold a JSON object .*, got a JSON array"),
+    ("tokenizer_config.json", [], r"must hold a JSON object .*, got a JSON array"),
+    ("tokenizer_config.json", {"eos_token": 4.7}, r"eos_token must be the token's text .*, got 4\.7"),
+    ("tokenizer_config.json", {"bos_token": {"content": 0}}, r"bos_token must be the token's text .*, "
+                                                             r"got \{'content': 0\}"),
+    ("tokenizer_config.json", {"chat_template": 5}, r"chat_template must be a string .*, got 5"),
+    ("tokenizer_config.json", {"chat_template": [{"name": "default", "template": None}]},
+     r"chat_template's 'default' template must be a string"),
+    ("tokenizer_config.json", {"chat_template": [{"template": "x"}, {"name": "tool_use", "template": "y"}]},
+     r"chat_template lists templates \['None', 'tool_use'\] but none named 'default'"),
+])
+def test_malformed_side_files_are_named(hf_folder, tmp_path, name, document, message):
+    folder = _copy(hf_folder, tmp_path)
+    (folder / name).write_text(json.dumps(document))
+    with pytest.raises(ModelError, match=re.escape(f"{folder / name}: ") + message):
+        eggfuse.load_model(folder)
