@@ -4,6 +4,7 @@ one), against the independent numpy oracle tests/hf_numpy.py; the --model option
 from __future__ import annotations
 
 import json
+import shutil
 
 import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
 import hf_numpy
@@ -122,9 +123,19 @@ def test_cli_generate_with_a_folder_and_with_a_gguf_path(hf_folder, capsys):
 
 
 def test_cli_model_errors_are_one_line(hf_folder, tmp_path, capsys):
+    encoder, decoder = tmp_path / "bert", tmp_path / "llama"
+    shutil.copytree(hf_folder("bert", "encoder", "bert"), encoder)
+    shutil.copytree(hf_folder("llama4", "decoder", "llama", generation=4), decoder)
+    for path, changes in ((encoder / "config.json", {"num_hidden_layers": -1}),
+                          (decoder / "generation_config.json", {"eos_token_id": 4.7})):
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
     for argv, message in ((["generate", "hi", "--model", str(tmp_path / "nowhere")], "no such file or folder"),
                           (["embed", "hi", "--model", str(hf_folder("llama4", "decoder", "llama", generation=4))],
-                           "not an encoder: use generate")):
+                           "not an encoder: use generate"),
+                          (["embed", "hi", "--model", str(encoder)],
+                           f"{encoder / 'config.json'}: num_hidden_layers must be an integer >= 1, got -1"),
+                          (["generate", "hi", "--model", str(decoder)],
+                           f"{decoder / 'generation_config.json'}: eos_token_id must be a token id")):
         assert cli.main(argv) == 2
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
