@@ -13,14 +13,14 @@ Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``tra
 empty for the full set, ``cost_model``, ``extractor``, ``match_limit``, ``no_decomp``,
 ``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
 ``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
-``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the
-graph's construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU
-seconds for the ``optimize`` call: with ``payoff`` its re-optimisations too, and in a worker's first
-row building the rulesets and declaring them to egglog, once a process), results (``dispatches_before``/``after``, ``cost_before``/
-``after`` in the cost model's unit, ``bytes_before``/``after``), ``rules_fired`` (rules that
-matched), ``rules_paid`` (with ``payoff``: rules whose removal raises the cost; else empty),
-``worker`` (host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the
-run succeeded: else the exception's type and message).
+``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the graph's
+construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU seconds for the
+``optimize`` call: with ``payoff`` its re-optimisations too, and in a worker's first row building the rulesets
+and declaring them to egglog, once a process), results (``dispatches_before``/``after``,
+``cost_before``/``after`` in the cost model's unit, ``bytes_before``/``after``), ``rules_fired`` (rules that
+matched), ``rules_paid`` (with ``payoff``: rules whose removal raises the cost; else empty), ``worker``
+(host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the run succeeded: else the
+exception's type and message).
 """
 
 from __future__ import annotations
