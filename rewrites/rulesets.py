@@ -332,17 +332,20 @@ def check_rule_names(rulesets: Sequence[Ruleset]) -> None:
     given = list({id(rs): rs for rs in rulesets}.values())
     if not any(id(rs) in _USER for rs in given):
         return  # the shipped rules share one namespace, which refuses a second rule of a name
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, Any]] = {}  # rule name -> (its ruleset's name, the egglog rule)
     for rs in (analysis_ruleset(), *given):
         if id(rs) not in _MEMBERS:
             continue
         name, rules = members(rs)
-        for rule, _ in rules:
-            if rule in seen and seen[rule] != name:
-                raise RewriteError(f"optimize: rule {rule!r} of ruleset {name!r} has the name of a rule of ruleset "
-                                   f"{seen[rule]!r}; egglog keeps one rule per name, so one of them would not run: "
-                                   "give your rule another name (the first argument of e.equal, name= of e.rule)")
-            seen[rule] = name
+        for rule, made in rules:
+            # a rule object of another ruleset (without_rules' copies share the rule objects of the one they thin)
+            if rule in seen and seen[rule][1] is not made:
+                other = seen[rule][0]
+                where = f"another ruleset named {other!r}" if other == name else f"ruleset {other!r}"
+                raise RewriteError(f"optimize: rule {rule!r} of ruleset {name!r} has the name of a rule of {where}; "
+                                   "egglog keeps one rule per name, so one of them would not run: give your rule "
+                                   "another name (the first argument of e.equal, name= of e.rule)")
+            seen[rule] = (name, made)
 
 
 def relevant(rulesets: Sequence[Ruleset], present: Iterable[str]) -> tuple[Ruleset, ...]:

@@ -561,6 +561,12 @@ def test_a_rule_of_ones_own_named_as_another_that_runs_is_refused():
                                            "ruleset 'one'"):
         optimize(_small_mlp(), rulesets=two)
     optimize(_small_mlp(), rulesets=[*optimization_rulesets(), two[0], two[0]])  # one ruleset twice: no clash
+    alike = [make_ruleset("mine", renamed), make_ruleset("mine", renamed)]  # two rulesets of one name
+    with pytest.raises(RewriteError, match="has the name of a rule of another ruleset named 'mine'"):
+        optimize(_small_mlp(), rulesets=alike)
+    shadow = make_ruleset("matmul_epilogue", drops_relu)  # a shipped ruleset's name, a shipped rule's name
+    with pytest.raises(RewriteError, match="of ruleset 'matmul_epilogue' has the name of a rule of another ruleset"):
+        optimize(_small_mlp(), rulesets=[*optimization_rulesets(), shadow])
 
 
 def test_a_cost_model_pricing_generated_kernels_higher_keeps_the_plain_op():
