@@ -206,36 +206,38 @@ def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fa
     return training_graph(graph, loss) if training else graph
 
 
-def training_graph(forward: Graph, loss: str = "cross_entropy") -> Graph:
+def training_graph(forward: Graph, loss: str | None = None) -> Graph:
     """Forward + backward graph: a loss on ``forward``'s first output, and the gradient of
     every parameter (outputs ``[loss, *grads]``, see :func:`eggfuse.ir.autodiff.grad`).
 
-    A first output of one element (shape ``()`` or ``[1]``) is the loss itself. Otherwise
-    ``loss="cross_entropy"``: CrossEntropyLoss of the output (logits [M, V]) against a new
-    input ``labels`` [M, V] (one-hot rows); ``"mse"``: mean((y - target)^2) against a new input
-    ``target`` of the output's shape. ``forward`` is not modified. Raises InputError for an
-    unknown ``loss``, logits that are not [M, V], or a graph that has an input of the new input's name.
+    ``loss=None`` (the default): a first output of shape ``()`` or ``[1]`` is the loss itself, any other
+    takes ``"cross_entropy"``. ``loss="cross_entropy"``: CrossEntropyLoss of the output (logits [M, V])
+    against a new input ``labels`` [M, V] (one-hot rows); ``"mse"``: mean((y - target)^2) against a new input
+    ``target`` of the output's shape. ``forward`` is not modified. Raises InputError for an unknown ``loss``,
+    logits that are not [M, V], or a graph that has an input of the new input's name.
     """
     from eggfuse.ir.autodiff import grad
 
-    if loss not in ("cross_entropy", "mse"):
-        raise InputError(f"unknown loss {loss!r}: use cross_entropy or mse")
+    if loss not in (None, "cross_entropy", "mse"):
+        raise InputError(f"unknown loss {loss!r}: use cross_entropy or mse (or None: the output itself where it "
+                         "has one element)")
     g = forward.pruned()
     (y,) = g.outputs[:1]
     out = g.node(y).type
-    if out.num_elements == 1:  # the graph's own loss
+    if loss is None and out.shape in ((), (1,)):  # the graph's own loss
         value = y if out.shape == (1,) else g.reshape(y, [1])
     else:
+        loss = loss or "cross_entropy"
         name = "labels" if loss == "cross_entropy" else "target"
         if any(n.op in ("Input", "Parameter") and n.attrs["name"] == name for n in g.nodes):
             raise InputError(f"training adds an input {name!r} for the {loss} loss of the first output ({out}), and "
                              f"the graph has one of that name: rename it, or make the first output the loss itself "
-                             "(a tensor of one element), which training then takes as it is")
+                             "(of shape [] or [1]), which training then takes as it is")
         if loss == "cross_entropy":
             if out.rank != 2:
                 raise InputError(f"the cross_entropy loss takes the first output as logits [M, V], but it is {out}: "
-                                 "reshape it to [M, V], or make the first output the loss itself (a tensor of one "
-                                 "element)")
+                                 "reshape it to [M, V], or make the first output the loss itself (of shape [] or "
+                                 "[1])")
             value = g.add_node("CrossEntropyLoss", (y, g.input("labels", out.shape)))
         else:
             diff = g.add(y, g.neg(g.input("target", out.shape)))

@@ -757,6 +757,9 @@ def test_training_graph_takes_a_first_output_of_one_element_as_the_loss_and_name
     clash.set_outputs([clash.matmul(clash.input("labels", [5, 7]), clash.parameter("w", [7, 7]))])
     with pytest.raises(InputError, match="training adds an input 'labels' .* the graph has one of that name"):
         training_graph(clash)
+    one = Graph()  # a batch-1 regressor's prediction [1, 1], asked for mse: its target stays
+    one.set_outputs([one.matmul(one.input("x", [1, 4]), one.parameter("w", [4, 1]))])
+    assert sorted(training_graph(one, loss="mse").inputs) == ["target", "x"]
     cube = Graph()
     cube.set_outputs([cube.relu(cube.input("x", [2, 3, 4]))])
     with pytest.raises(InputError, match=r"takes the first output as logits \[M, V\], but it is f32\[2,3,4\]"):
