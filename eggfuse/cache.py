@@ -488,10 +488,13 @@ class Loaded:
 
 
 class CompileCache:
-    """The entries in ``folder`` (default :func:`cache_dir`)."""
+    """The entries in ``folder`` (default :func:`cache_dir`), at most ``$EGGFUSE_CACHE_MAX_MB`` (:data:`MAX_MB`)
+    megabytes of them. Raises InputError for a ``$EGGFUSE_CACHE_MAX_MB`` that is not a positive number (before
+    any compile work, which makes the cache first)."""
 
     def __init__(self, folder: str | os.PathLike | None = None) -> None:
         self.folder = Path(folder) if folder is not None else cache_dir()
+        self.max_bytes = int(_max_mb() * 2**20)
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -525,13 +528,13 @@ class CompileCache:
             os.utime(path)
         return Loaded(graph, report, plan, t_plan - t, time.perf_counter() - t_plan)
 
-    def trim(self, max_bytes: int | None = None) -> int:
+    def trim(self, max_bytes: int | None = None, keep: Path | None = None) -> int:
         """Remove the least recently used entries (by modification time, which :meth:`load` renews) while the
-        entries hold more than ``max_bytes`` (default ``$EGGFUSE_CACHE_MAX_MB`` or :data:`MAX_MB` megabytes),
-        down to 90% of it; returns how many were removed. An entry another process removes meanwhile is skipped.
-        Raises InputError for a ``$EGGFUSE_CACHE_MAX_MB`` that is not a positive number."""
+        entries hold more than ``max_bytes`` (default :attr:`max_bytes`), down to 90% of it, never the entry at
+        ``keep`` (the one just stored); returns how many were removed. An entry another process removes
+        meanwhile is skipped."""
         if max_bytes is None:
-            max_bytes = int(_max_mb() * 2**20)
+            max_bytes = self.max_bytes
         sized = []
         for p in self.entries():
             with contextlib.suppress(OSError):
@@ -544,6 +547,8 @@ class CompileCache:
         for _, size, p in sorted(sized, key=lambda e: e[0]):
             if total <= 0.9 * max_bytes:
                 break
+            if p == keep:
+                continue
             with contextlib.suppress(OSError):
                 p.unlink()
                 removed += 1
@@ -566,7 +571,7 @@ class CompileCache:
         except OSError as e:
             log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder, e)
             return None
-        self.trim()
+        self.trim(keep=path)
         return path
 
     def entries(self) -> list[Path]:

@@ -245,11 +245,14 @@ def test_the_folder_keeps_the_most_recently_used_entries_under_its_size_limit(st
     assert [p.exists() for p in paths] == [True, False, False, False, True, True]
     assert store.trim(max_bytes=10 * size) == 0
     monkeypatch.setenv(cache.MAX_ENV, str(2.5 * size / 2**20))  # the limit a store keeps
-    store.store(f"{6:064x}", fused, report, plan)
-    assert len(store.entries()) == 2 and paths[0].exists()
-    monkeypatch.setenv(cache.MAX_ENV, "lots")
+    limited = cache.CompileCache()
+    limited.store(f"{6:064x}", fused, report, plan)
+    assert len(limited.entries()) == 2 and paths[0].exists()
+    monkeypatch.setenv(cache.MAX_ENV, str(0.5 * size / 2**20))  # less than one entry: the one stored stays
+    assert cache.CompileCache().store(f"{7:064x}", fused, report, plan).exists()
+    monkeypatch.setenv(cache.MAX_ENV, "lots")  # refused before any compile work, which makes the cache first
     with pytest.raises(InputError, match=r"\$EGGFUSE_CACHE_MAX_MB .* a positive number, got 'lots'"):
-        store.trim()
+        cache.CompileCache()
 
 
 def entry(store) -> tuple[str, bytes]:
