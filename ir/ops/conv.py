@@ -240,8 +240,11 @@ def conv_kernel(node, ins, epilogue: tuple[str, ...], target) -> Kernel:
     total = node.type.num_elements
     params.append(("total", "u32", total))
     slots["CG"] = c // g
+    # the tap loops step by the stride in a transposed convolution without dilation (conv_common.wgsl tap_step)
+    steps = [s if transposed and d == 1 else 1 for s, d in zip(_pad3(strides, 1), _pad3(dilations, 1), strict=True)]
+    taps_walked = [-(-k // step) for k, step in zip(_pad3(w.shape[2:], 1), steps, strict=True)]
     return Kernel(name + "_direct", "conv_direct.wgsl", elementwise_groups(total), params=tuple(params), slots=slots,
-                  bindings=bindings, loop_iterations=nested_iterations(*_pad3(w.shape[2:], 1), c // g))
+                  bindings=bindings, loop_iterations=nested_iterations(*taps_walked, c // g))
 
 
 def _conv_flops(ins, out, a):

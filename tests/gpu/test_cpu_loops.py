@@ -59,3 +59,21 @@ def test_kernels_that_count_their_own_loops_are_refused_past_the_limit():
                   [("v", F, [1, 3]), ("i", I64, [1, 3])], [("k", np.array([3], np.int64))])
     with pytest.raises(DeviceLimitError, match=r"TopKValues.* runs 70000 an invocation"):
         Model(top_k, cache=False).run({"x": np.ones((1, 70_000), np.float32)})
+
+
+@pytest.mark.skipif(get_device().adapter.info.get("adapter_type") != "CPU", reason="lavapipe's loop limit only")
+def test_a_strided_conv_transpose_counts_the_taps_it_walks():
+    # its tap loops step by the stride (conv_common.wgsl tap_step): 256 channels x 2 x 2 of its 16 x 16 taps, not
+    # 256 x 256, which refused a model that runs correctly
+    import onnxruntime as ort
+    from onnx_models import F, model, node  # tests/onnx_models.py
+
+    from eggfuse.onnx import Model
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 1, 16, 16)).astype(np.float32)
+    m = model([node("ConvTranspose", ["x", "w"], ["y"], strides=[8, 8])], [("x", F, [1, 256, 2, 2])],
+              [("y", F, None)], [("w", w)])
+    x = rng.standard_normal((1, 256, 2, 2)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(Model(m, cache=False).run({"x": x})[0], want, rtol=1e-4, atol=1e-4)

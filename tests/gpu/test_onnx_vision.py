@@ -103,6 +103,14 @@ def test_global_lp_pool_of_other_orders(p, device):
     check_against_ort(_one("GlobalLpPool", [2, 3, 4, 5], {"p": p}), {"x": _f(2, 3, 4, 5)}, device=device)
 
 
+def test_global_lp_pool_of_order_zero_is_refused():
+    from eggfuse.ir import OnnxError
+    from eggfuse.onnx import load
+
+    with pytest.raises(OnnxError, match="p = 0: the norm's order must be 1 or more"):
+        load(_one("GlobalLpPool", [2, 3, 4, 5], {"p": 0}))
+
+
 def test_global_max_pool_over_a_map_longer_than_lavapipes_loops(device):
     # 70,000 elements a channel: a window of the whole map, one invocation a channel, looped past
     # llvmpipe's 65,535 iterations; as a reduction the invocations share them

@@ -201,6 +201,8 @@ def _global_lp_pool(ctx: NodeContext) -> Value:
     x, window, out = _global(ctx)
     axes = tuple(range(2, 2 + len(window)))
     p = int(ctx.attr("p", 2))
+    if p < 1:
+        raise ctx.fail(f"p = {p}: the norm's order must be 1 or more")
     if p in (1, 2):
         y = ctx.add(f"ReduceL{p}", [x], axes=axes, keepdims=True)
     else:
