@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 
+import hf_checks  # tests/: the config check both families share
 import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
 import hf_numpy
 import numpy as np
@@ -285,12 +286,7 @@ def _edit(folder, name, **changes):
     ("attention_bias", 1, "true or false"),
 ])
 def test_malformed_config_values_are_named(hf_folder, tmp_path, key, value, expected):
-    folder = _copy(hf_folder, tmp_path)
-    _edit(folder, "config.json", **{key: value})
-    with pytest.raises(ModelError) as err:
-        eggfuse.load_model(folder)
-    want = f"{folder / 'config.json'}: {key} must be {expected}, got {value!r}; correct it in the file"
-    assert str(err.value) == want
+    hf_checks.check_config_value_refused(_copy(hf_folder, tmp_path), key, value, expected)
 
 
 @pytest.mark.parametrize("model_type, generation, changes, message", [

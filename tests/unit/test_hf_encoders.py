@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 
+import hf_checks  # tests/: the config check both families share
 import hf_folders  # tests/: the folder writer and the oracle (pytest pythonpath)
 import hf_numpy
 import numpy as np
@@ -198,12 +199,7 @@ def _edit(folder, name, **changes):
     ("pad_token_id", -1, "an integer >= 0"),
 ])
 def test_malformed_config_values_are_named(hf_folder, tmp_path, key, value, expected):
-    folder = _copy(hf_folder, tmp_path)
-    _edit(folder, "config.json", **{key: value})
-    with pytest.raises(ModelError) as err:
-        eggfuse.load_model(folder)
-    want = f"{folder / 'config.json'}: {key} must be {expected}, got {value!r}; correct it in the file"
-    assert str(err.value) == want
+    hf_checks.check_config_value_refused(_copy(hf_folder, tmp_path), key, value, expected)
 
 
 def test_config_values_checked_against_each_other(hf_folder, tmp_path):
