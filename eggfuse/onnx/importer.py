@@ -382,7 +382,7 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
                         f"version converter could not upgrade it: {str(e).splitlines()[0] if str(e) else e}") from None
 
 
-def _subgraphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def _subgraphs(g: onnx.GraphProto | onnx.FunctionProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
     """``g`` and every graph nested in its nodes' attributes (If's branches, Loop's and Scan's bodies)."""
     yield g
     for n in g.node:
@@ -437,15 +437,12 @@ def _check_opset(model: onnx.ModelProto, what: str) -> None:
 
 
 def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
-    # the nodes that take the model's opsets: its graph's, their subgraphs' (any depth), then those of its local
-    # functions that import no default-domain opset of their own
-    todo = [model.graph.node, *(f.node for f in model.functions
-                                if not any(o.domain in ("", "ai.onnx") for o in f.opset_import))]
-    while todo:
-        for node in todo.pop(0):
-            yield node
-            for a in node.attribute:
-                todo.extend(g.node for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
+    # the nodes that take the model's opsets: its graph's, then those of its local functions that import no
+    # default-domain opset of their own, each with their subgraphs' (any depth)
+    for root in (model.graph, *(f for f in model.functions
+                                if not any(o.domain in ("", "ai.onnx") for o in f.opset_import))):
+        for g in _subgraphs(root):
+            yield from g.node
 
 
 def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
