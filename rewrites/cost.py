@@ -17,6 +17,10 @@ charged once; a tensor read by a region and by another kernel is charged to both
 The extractor sums marginal costs over the extracted DAG, counting a shared sub-term once.
 Pass your own model by subclassing :class:`CostModel` and overriding :meth:`kernel_cost`; it
 receives a :class:`KernelInfo` with the op, its input and output types, attributes and FLOPs.
+A cost may be any finite number >= 0, fractional or not, in any unit: extraction keeps costs as
+floats and scales them by a power of two where they are all small (or very large), so that
+multiplying every cost by a constant does not change the extracted graph, up to ties
+(:func:`~.problem.cost_scale`); reported costs are in the model's own units.
 """
 
 from __future__ import annotations
@@ -50,12 +54,22 @@ class KernelInfo:
 
 
 class CostModel:
-    """Default cost: ``dispatches * dispatch_bytes + bytes_read + bytes_written``."""
+    """Default cost: ``dispatches * dispatch_bytes + bytes_read + bytes_written``.
+
+    A subclass overrides :meth:`kernel_cost`, which returns a finite number >= 0 in any unit
+    (bytes, seconds, nanoseconds; fractions are kept, nothing is rounded). Only the ratios of
+    costs matter: extraction multiplies them by a power of two that brings the smallest positive
+    cost to at least 1 and the largest to at most 2**40 where they fall outside that range, so
+    that its tie-breaking units (one each, e.g. in favour of a specialised op over a fallback of
+    equal cost) stay small beside them; a model scaled by a constant extracts the same graph
+    (up to ties). Reports give costs in the model's units. Where ``kernel_cost`` returns anything
+    else, optimising raises :class:`RewriteError` naming the model, the op and the value.
+    """
 
     def __init__(self, dispatch_bytes: int = 1 << 20) -> None:
         self.dispatch_bytes = int(dispatch_bytes)
 
-    def kernel_cost(self, k: KernelInfo) -> int:
+    def kernel_cost(self, k: KernelInfo) -> float:
         return k.dispatches * self.dispatch_bytes + k.bytes_read + k.bytes_written
 
     def graph_cost(self, graph: Graph) -> int:
@@ -77,7 +91,7 @@ def checked_cost(model: CostModel, k: KernelInfo) -> float:
     if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not math.isfinite(cost) or cost < 0:
         raise RewriteError(f"cost model {type(model).__name__}: kernel_cost of {k.op} (inputs "
                            f"{[str(t) for t in k.inputs]}, output {k.output}) returned {cost!r}; a cost must be a "
-                           "finite number >= 0 (byte-equivalents): fix its kernel_cost")
+                           "finite number >= 0 (in any unit): fix its kernel_cost")
     return float(cost)
 
 

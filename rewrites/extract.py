@@ -25,11 +25,12 @@ class TermDag:
     child index (``int`` in a tensor, epilogue or list position) or a literal (str, int,
     float, bool, or a tuple for a Vec). ``root`` is the index of the output list.
     ``eclasses[i]`` is the e-class entry ``i`` was chosen for and ``types[i]`` that e-class's
-    IR type (None for an epilogue or list entry); both empty for a DAG built by hand."""
+    IR type (None for an epilogue or list entry); both empty for a DAG built by hand.
+    ``cost``: the extraction's cost of the DAG, in the cost model's units (not rounded)."""
 
     nodes: list[tuple[str, tuple]]
     root: int
-    cost: int
+    cost: float
     eclasses: list[str] = field(default_factory=list)
     types: list[TensorType | None] = field(default_factory=list)
 

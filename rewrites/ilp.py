@@ -155,7 +155,7 @@ def mandatory(problem: Problem) -> list[int]:
 @dataclass
 class IlpResult:
     dag: TermDag
-    cost: int
+    cost: float
     optimal: bool
     seconds: float
     variables: int

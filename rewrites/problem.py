@@ -14,6 +14,7 @@ solve this problem.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,7 +174,9 @@ class Problem:
     """``classes[i]`` an e-class id; e-node j is in class ``node_class[j]``, costs
     ``cost[j]`` and needs the classes ``node_children[j]`` (distinct, sorted;
     ``node_args[j]`` lists them in argument order); ``root`` is the outputs' class;
-    ``types`` the IR type of each tensor e-class."""
+    ``types`` the IR type of each tensor e-class. ``cost`` is in extraction units: the cost
+    model's costs times ``scale`` (:func:`cost_scale`) plus the tie-breaking units of
+    :func:`build_problem`."""
 
     classes: list[str]
     class_nodes: list[list[int]]
@@ -185,10 +188,12 @@ class Problem:
     root: int
     raw: dict
     types: dict[str, TensorType]
+    scale: float = 1.0
 
     def term(self, choice: dict[int, int]) -> TermDag:
         """The :class:`TermDag` of ``choice`` (class index -> chosen e-node index) from the root;
-        its cost is the sum of the chosen e-nodes' costs, each e-class reached counted once."""
+        its cost is the sum of the chosen e-nodes' costs, each e-class reached counted once, in the
+        cost model's units (divided by ``scale``)."""
         nodes = self.raw["nodes"]
         cost = 0.0
         index: dict[int, int] = {}
@@ -213,7 +218,7 @@ class Problem:
             out.append((node["op"], tuple(args)))
             eclasses.append(self.classes[c])
             cost += self.cost[j]
-        return TermDag(out, index[self.root], int(round(cost)), eclasses, [self.types.get(e) for e in eclasses])
+        return TermDag(out, index[self.root], cost / self.scale, eclasses, [self.types.get(e) for e in eclasses])
 
 
 def _ex_type(dec: Decoder, nid: str, types: dict[str, TensorType]) -> TensorType | None:
@@ -296,8 +301,17 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
     ``check_types``: apply the shape rule of every reachable e-node to its inputs' types and
     compare the result (shape and dtype) with its e-class's type, so that an unsound rule (one
     whose sides differ in shape or dtype) is named even when extraction would not pick its
-    e-node. Raises :class:`RewriteError` when an e-class the outputs need has no type, and
-    for an e-node whose type differs from its e-class's or whose inputs its shape rule rejects.
+    e-node.
+
+    An e-node's extraction cost is its cost under ``model`` times :func:`cost_scale` of all of
+    them, plus tie-breaking units (:data:`FALLBACK_COST`, the unit an ``Ex`` op carries and its
+    ``Fused`` e-node takes back): the scale keeps those units small beside the model's costs
+    whatever the model's unit, so that multiplying every cost by a constant does not change the
+    extracted term (up to ties).
+
+    Raises :class:`RewriteError` when an e-class the outputs need has no type, for an e-node
+    whose type differs from its e-class's or whose inputs its shape rule rejects, and for a
+    ``kernel_cost`` that raises or returns no finite number >= 0 (:func:`~.cost.checked_cost`).
     """
     raw = egglog_private.serialize(enc.egraph) if raw is None else raw
     dec = Decoder(raw)
@@ -321,14 +335,17 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
     free_params = {c for c in reach for nid in dec.members.get(c, [])
                       if nodes[nid]["op"] == "Parameter" and dec.enode(nid).attrs["name"] not in enc.written}
 
-    cost = np.zeros(len(node_ids))
+    priced = np.zeros(len(node_ids))  # the cost model's cost of each e-node
+    units = np.zeros(len(node_ids))  # and the tie-breaking units extraction adds to it
     children, ordered = [], []
     inferred = {} if check_types else None
     for j, nid in enumerate(node_ids):
         kids = sorted_kids(nid)
         ordered.append([cindex[c] for c in kids])
         children.append(sorted(set(ordered[-1])))
-        cost[j] = _enode_cost(dec, nid, types, model, free_params, inferred)
+        priced[j], units[j] = _enode_cost(dec, nid, types, model, free_params, inferred)
+    scale = cost_scale(priced)
+    cost = np.maximum(priced * scale + units, 0.0)
     class_nodes = [[] for _ in classes]
     node_class = np.array([cindex[dec.cls[nid]] for nid in node_ids], dtype=np.int64)
     left_out = _one_op_regions(dec, node_ids, cost)
@@ -339,7 +356,8 @@ def build_problem(enc: Encoding, model: CostModel, raw: dict | None = None, *, c
     for c, members in enumerate(class_nodes):
         if len(members) > 1:
             class_nodes[c] = _undominated(members, cost, children, needs)
-    return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw, types)
+    return Problem(classes, class_nodes, node_ids, node_class, children, ordered, cost, cindex[root_class], raw, types,
+                   scale)
 
 
 def _without_regions(op: str, attrs: dict) -> dict:
@@ -379,10 +397,12 @@ def _check_type(dec: Decoder, nid: str, e: ENode, full: dict, types: dict[str, T
                            "(check the rules of the rulesets passed to optimize)")
 
 
-def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, check: bool) -> float:
-    """An ``Ex`` e-node's cost: a leaf, the bytes of reading its tensor; an op, its FLOPs (no
-    dispatch, no bytes: inside a region nothing is stored) and one unit. With ``check``, raise
-    :class:`RewriteError` unless its type is its e-class's."""
+def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel,
+             check: bool) -> tuple[float, float]:
+    """An ``Ex`` e-node's cost under ``model`` and its tie-breaking units: a leaf, the bytes of
+    reading its tensor; an op, its FLOPs (no dispatch, no bytes: inside a region nothing is
+    stored) and one unit. With ``check``, raise :class:`RewriteError` unless its type is its
+    e-class's."""
     c = dec.cls[nid]
     x = dec.ex_node(nid)
     if check and (got := _ex_type(dec, nid, types)) != types[c]:
@@ -390,29 +410,57 @@ def _ex_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostMo
                            "two sides have different shapes or dtypes is unsound (check the rules of the rulesets "
                            "passed to optimize)")
     if x.op == "leaf":
-        return checked_cost(model, fused_read_info(types[x.args[0]]))
+        return checked_cost(model, fused_read_info(types[x.args[0]])), 0.0
     if x.op in ("const", "acc"):
-        return 0.0
+        return 0.0, 0.0
     out = types[c]
     # plus one unit: of two regions that move the same bytes, the one of fewer ops is extracted (a
     # recognised op such as SwiGLU rather than the Silu and Mul it was recognised from); the Fused
     # e-node takes one unit back, so that a region of one op costs what the op's own kernel does
-    return 1.0 + checked_cost(model, KernelInfo(f"fused:{x.op}", 0, 0, 0, out.num_elements,
-                                                tuple(types[a] for a in x.args), out, x.attrs))
+    return checked_cost(model, KernelInfo(f"fused:{x.op}", 0, 0, 0, out.num_elements,
+                                          tuple(types[a] for a in x.args), out, x.attrs)), 1.0
 
 
-#: What extraction adds to the cost of a ``fallback`` op's e-node (OpSpec.fallback): one
-#: byte-equivalent, so that a specialised op of equal cost is preferred and ties do not fall to
-#: the solver's order.
+#: What extraction adds to the cost of a ``fallback`` op's e-node (OpSpec.fallback): one unit
+#: (a byte-equivalent under the default model; see :func:`cost_scale`), so that a specialised op
+#: of equal cost is preferred and ties do not fall to the solver's order.
 FALLBACK_COST = 1.0
+
+#: The largest cost :func:`cost_scale` leaves a model's costs at (2**40, a terabyte under the
+#: default model): beside it a tie-breaking unit still counts in float64 sums and the ILP solver's
+#: tolerances.
+MAX_SCALED_COST = 2.0 ** 40
+
+
+def cost_scale(costs: np.ndarray) -> float:
+    """The power of two extraction multiplies a cost model's costs by, so that the tie-breaking
+    units added to them (one each: :data:`FALLBACK_COST`, the unit of an ``Ex`` op) stay small
+    beside the model's costs but still count, whatever the model's unit (seconds, tens of
+    megabytes, picobytes), and multiplying every cost by a constant does not change the extracted
+    term (up to ties). 1 where the positive costs lie in [1, :data:`MAX_SCALED_COST`] (the default
+    model's bytes, the roofline's nanoseconds); where the smallest is below 1, the power that
+    brings it into [1, 2) (or the largest to :data:`MAX_SCALED_COST`, if that comes first); where
+    the largest is above :data:`MAX_SCALED_COST`, the power that brings it there (or the smallest
+    to [1, 2), if that comes first). A power of two changes no cost's significant bits."""
+    positive = costs[costs > 0]
+    if positive.size == 0:
+        return 1.0
+    smallest, largest = float(positive.min()), float(positive.max())
+    lift = 1 - math.frexp(smallest)[1]  # smallest * 2**lift in [1, 2)
+    cap = math.frexp(MAX_SCALED_COST / largest)[1] - 1  # the largest power with largest * 2**cap <= the bound
+    if lift > 0:
+        return math.ldexp(1.0, max(0, min(lift, cap)))
+    return math.ldexp(1.0, min(0, max(lift, cap)))
 
 
 def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: CostModel, free_params: set[str],
-                inferred: dict[tuple, TensorType] | None) -> float:
+                inferred: dict[tuple, TensorType] | None) -> tuple[float, float]:
+    """An e-node's cost under ``model`` and the tie-breaking units extraction adds to it (scaled
+    costs plus units below 0 count as 0)."""
     name = dec.nodes[nid]["op"]
     if name in ("Epi.bias", "Epi.add"):
         operand = dec.cls[dec.nodes[nid]["children"][1]]
-        return checked_cost(model, epilogue_operand_info(name[4:], types[operand]))
+        return checked_cost(model, epilogue_operand_info(name[4:], types[operand])), 0.0
     if name == "ExLeaf" or name == "ExConst" or name in EX_SIGNATURES:
         return _ex_cost(dec, nid, types, model, inferred is not None)
     if name == "Fused":  # one dispatch writing its output; what it reads is charged to its ExLeaf e-nodes
@@ -423,27 +471,27 @@ def _enode_cost(dec: Decoder, nid: str, types: dict[str, TensorType], model: Cos
                                "rulesets passed to optimize)")
         out = types[c]
         # less the unit its first op carries (_ex_cost): a region of one op costs what the op's own kernel does
-        return max(0.0, checked_cost(model, KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out)) - 1.0)
+        return checked_cost(model, KernelInfo("Fused", 1, 0, out.size_bytes, 0, (), out)), -1.0
     if name not in SIGNATURES:
-        return 0.0  # list cells, Epi.none, Epi.act: structure
+        return 0.0, 0.0  # list cells, Epi.none, Epi.act: structure
     sig = SIGNATURES[name]
     op = sig.op
     spec = OPS[op]
     if spec.leaf or (spec.dispatches == 0 and inferred is None):
-        return 0.0  # a leaf has no inputs to check
+        return 0.0, 0.0  # a leaf has no inputs to check
     e = dec.enode(nid)
     full = {a.name: a.default for a in spec.attrs} | e.attrs
     if inferred is not None:
         _check_type(dec, nid, e, full, types, inferred)
     if spec.dispatches == 0:
-        return 0.0
+        return 0.0, 0.0
     if spec.packs_parameters and all(i in free_params for i in e.inputs):
-        return 0.0  # a derived parameter, packed once when a session is created
+        return 0.0, 0.0  # a derived parameter, packed once when a session is created
     # epilogue operands are charged to their Epi steps: the op reads its fixed inputs
     reads = e.inputs[:sig.tensors] if sig.epilogue else e.inputs
     ins = tuple(types[i] for i in reads)
     cost = checked_cost(model, kernel_info(op, full, ins, types[dec.cls[nid]]))
-    return cost + FALLBACK_COST if spec.fallback else cost
+    return cost, FALLBACK_COST if spec.fallback else 0.0
 
 
 def _one_op_regions(dec: Decoder, node_ids: list[str], cost: np.ndarray) -> set[int]:
@@ -554,4 +602,4 @@ def _undominated(members: list[int], cost: np.ndarray, children: list[list[int]]
     return keep
 
 
-__all__ = ["Decoder", "ENode", "ExNode", "Problem", "build_problem", "decode", "literal"]
+__all__ = ["Decoder", "ENode", "ExNode", "Problem", "build_problem", "cost_scale", "decode", "literal"]

@@ -7,8 +7,8 @@ insightful visual performance model", with a fixed launch cost per dispatch adde
 
 ``bytes`` is ``bytes_read + bytes_written`` and ``flops`` the op's FLOPs
 (``OpSpec.count_flops``), both from the :class:`~.cost.KernelInfo`. The unit of
-:meth:`RooflineCostModel.kernel_cost` is nanoseconds (integers, as the extractor sums
-them). A :class:`DeviceProfile` holds the three constants; :data:`PROFILES` has one per
+:meth:`RooflineCostModel.kernel_cost` is nanoseconds (whole ones; any unit would do, see
+:class:`~.cost.CostModel`). A :class:`DeviceProfile` holds the three constants; :data:`PROFILES` has one per
 device measured, and :func:`fit_profile` calibrates one from per-kernel GPU times
 (``bench/cost_model.py`` measures those with timestamp queries and calls it).
 
