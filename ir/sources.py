@@ -13,13 +13,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .errors import InputError
+from .errors import EggfuseError, InputError
+
+#: The name under which a module given as ``path/to/file.py`` is imported (then its stem).
+SOURCE_MODULE_PREFIX = "_eggfuse_source_"
 
 
 def _module(where: str) -> ModuleType:
     if where.endswith(".py"):
         path = Path(where).expanduser().resolve()
-        spec = importlib.util.spec_from_file_location(f"_eggfuse_source_{path.stem}", path)
+        spec = importlib.util.spec_from_file_location(f"{SOURCE_MODULE_PREFIX}{path.stem}", path)
         if spec is None or not path.is_file():
             raise FileNotFoundError(f"no file {path}")
         module = importlib.util.module_from_spec(spec)
@@ -58,8 +61,9 @@ def named_object(spec: str, what: str, kind: str) -> Any:
 
 
 def call_without_arguments(fn: Callable[[], Any], spec: str, what: str) -> Any:
-    """``fn()``; an :class:`InputError` naming ``what`` and ``spec`` instead of Python's TypeError where ``fn``
-    (a function or a class) has parameters without defaults."""
+    """``fn()``. Raises :class:`InputError` naming ``what`` and ``spec`` instead of Python's TypeError where
+    ``fn`` (a function or a class) has parameters without defaults, and where ``fn()`` raises (the exception
+    chained; an eggfuse error, such as a builder's GraphError, passes through as it is)."""
     name = getattr(fn, "__name__", repr(fn))
     kind = "class" if inspect.isclass(fn) else "function"
     try:
@@ -73,7 +77,12 @@ def call_without_arguments(fn: Callable[[], Any], spec: str, what: str) -> Any:
         raise InputError(f"{what} {spec!r}: eggfuse calls {name}() with no arguments, but {name}{signature} "
                          f"requires some ({e}); give its parameters defaults, or name a {kind} that takes "
                          "none") from None
-    return fn()
+    try:
+        return fn()
+    except EggfuseError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the user's function raises
+        raise InputError(f"{what} {spec!r}: {name}() raised {type(e).__name__}: {e}") from e
 
 
-__all__ = ["call_without_arguments", "named_object"]
+__all__ = ["SOURCE_MODULE_PREFIX", "call_without_arguments", "named_object"]

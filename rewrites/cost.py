@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import OPS, Graph, RewriteError, TensorType
+from ..ir import OPS, EggfuseError, Graph, RewriteError, TensorType
+from ..ir.sources import SOURCE_MODULE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ class CostModel:
     cost to at least 1 and the largest to at most 2**40 where they fall outside that range, so
     that its tie-breaking units (one each, e.g. in favour of a specialised op over a fallback of
     equal cost) stay small beside them; a model scaled by a constant extracts the same graph
-    (up to ties). Reports give costs in the model's units. Where ``kernel_cost`` returns anything
-    else, optimising raises :class:`RewriteError` naming the model, the op and the value.
+    (up to ties). Reports give costs in the model's units. Where ``kernel_cost`` raises or returns
+    anything else, optimising raises :class:`RewriteError` naming the model, the op and the
+    exception or value.
     """
 
     def __init__(self, dispatch_bytes: int = 1 << 20) -> None:
@@ -83,13 +86,30 @@ class CostModel:
         return total
 
 
+def model_name(model: CostModel) -> str:
+    """``module:Class`` of ``model``'s class (``path/to/file.py:Class`` for a class loaded from a file
+    by :func:`~eggfuse.ir.sources.named_object`), as errors name a cost model."""
+    cls = type(model)
+    module = sys.modules.get(cls.__module__)
+    where = getattr(module, "__file__", None) if cls.__module__.startswith(SOURCE_MODULE_PREFIX) else None
+    return f"{where or cls.__module__}:{cls.__qualname__}"
+
+
 def checked_cost(model: CostModel, k: KernelInfo) -> float:
-    """``model.kernel_cost(k)`` as a float, or :class:`RewriteError` naming the model, the op and the value
-    where it is not a finite number >= 0 (a NaN would stall the greedy extractor, an infinity or a negative
-    cost break the ILP's objective)."""
-    cost = model.kernel_cost(k)
+    """``model.kernel_cost(k)`` as a float. Raises :class:`RewriteError` naming the model (``module:Class``),
+    the op and its types, where ``kernel_cost`` raises (the exception chained; an eggfuse error passes
+    through as it is) or returns no finite number >= 0 (a NaN would stall the greedy extractor, an infinity
+    or a negative cost break the ILP's objective)."""
+    try:
+        cost = model.kernel_cost(k)
+    except EggfuseError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the model's own code raises
+        raise RewriteError(f"cost model {model_name(model)}: kernel_cost of {k.op} (inputs "
+                           f"{[str(t) for t in k.inputs]}, output {k.output}) raised {type(e).__name__}: {e}; fix "
+                           "its kernel_cost") from e
     if isinstance(cost, bool) or not isinstance(cost, numbers.Real) or not math.isfinite(cost) or cost < 0:
-        raise RewriteError(f"cost model {type(model).__name__}: kernel_cost of {k.op} (inputs "
+        raise RewriteError(f"cost model {model_name(model)}: kernel_cost of {k.op} (inputs "
                            f"{[str(t) for t in k.inputs]}, output {k.output}) returned {cost!r}; a cost must be a "
                            "finite number >= 0 (in any unit): fix its kernel_cost")
     return float(cost)

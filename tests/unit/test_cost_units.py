@@ -1,12 +1,14 @@
 """Cost models in any unit: extraction neither rounds costs nor lets its tie-breaking units outweigh
-them, so a model scaled by a constant extracts the same graph."""
+them, so a model scaled by a constant extracts the same graph; and errors raised inside a cost model's
+or a graph source's own code come out as eggfuse errors naming it."""
 
 import numpy as np
 import pytest
 
+from eggfuse import cli
 from eggfuse.api import model_graph
-from eggfuse.graphs import graph_hash
-from eggfuse.ir import Graph
+from eggfuse.graphs import graph_hash, load_graph
+from eggfuse.ir import Graph, GraphError, InputError, RewriteError
 from eggfuse.rewrites import CostModel, optimize
 from eggfuse.rewrites.problem import MAX_SCALED_COST, cost_scale
 
@@ -96,3 +98,69 @@ def test_costs_below_one_are_not_rounded():
     want = CostModel().graph_cost(out) * 1e-12
     assert rep.cost_after == pytest.approx(want, rel=1e-12) and 0 < rep.cost_after < rep.cost_before < 1e-5
     assert rep.ilp_optimal and rep.extractor == "ilp" and rep.ilp_cost == pytest.approx(rep.cost_after, rel=1e-5)
+
+
+class _KeyErrorCost(CostModel):
+    def __init__(self, op: str) -> None:
+        super().__init__()
+        self.op = op
+
+    def kernel_cost(self, k):
+        if k.op == self.op:
+            return {"MatMul": 1}[k.op]
+        return super().kernel_cost(k)
+
+
+@pytest.mark.parametrize("op", ["BiasAdd", "FusedMatMul"])  # in the input graph / only in the e-graph
+@pytest.mark.parametrize("extractor", ["ilp", "greedy"])
+def test_a_kernel_cost_that_raises_is_named(op, extractor):
+    with pytest.raises(RewriteError, match=rf"cost model {__name__}:_KeyErrorCost: kernel_cost of {op} \(inputs "
+                                           rf"\[.*\], output f32\[.*\]\) raised KeyError: '{op}'") as info:
+        optimize(_mlp(), cost_model=_KeyErrorCost(op), extractor=extractor)
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+RAISING_PY = '''
+from eggfuse.rewrites import CostModel
+
+class Raising(CostModel):
+    def kernel_cost(self, k):
+        return {"MatMul": 1}[k.op]
+
+def boom():
+    raise RuntimeError("boom in the builder")
+
+def bad_shapes():
+    from eggfuse.ir import Graph
+    g = Graph()
+    g.matmul(g.input("x", [2, 3]), g.input("y", [4, 5]))
+'''
+
+
+@pytest.fixture
+def raising_file(tmp_path):
+    path = tmp_path / "raising.py"
+    path.write_text(RAISING_PY)
+    return path
+
+
+def test_a_graph_source_that_raises_is_named(raising_file):
+    with pytest.raises(InputError, match=rf"graph source '{raising_file}:boom': boom\(\) raised RuntimeError: "
+                                         "boom in the builder$") as info:
+        load_graph(f"{raising_file}:boom")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    with pytest.raises(GraphError):  # an eggfuse error of the builder's passes through as it is
+        load_graph(f"{raising_file}:bad_shapes")
+
+
+def test_the_cli_prints_errors_of_ones_own_code_on_one_line(raising_file, capsys, monkeypatch):
+    monkeypatch.chdir(raising_file.parent)
+    assert cli.main(["optimize", "raising:boom"]) == 2
+    err = capsys.readouterr().err
+    assert err == "eggfuse: error: graph source 'raising:boom': boom() raised RuntimeError: boom in the builder\n"
+    assert cli.main(["optimize", "llama:1", "--cost-model", "raising:Raising"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eggfuse: error: cost model raising:Raising: kernel_cost of ") and err.count("\n") == 1
+    assert "raised KeyError" in err and "Traceback" not in err
+    assert cli.main(["optimize", "llama:1", "--cost-model", f"{raising_file}:Raising"]) == 2
+    assert capsys.readouterr().err.startswith(f"eggfuse: error: cost model {raising_file}:Raising: kernel_cost of ")
