@@ -73,9 +73,11 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     ``ablate`` (all, then each ruleset left out in turn), ``ablate-rules`` (all, then each rule
     left out in turn), or comma-joined ruleset names to keep. ``common``: the other
     :class:`RunConfig` fields. Raises :class:`~eggfuse.ir.InputError` for an empty list, an
-    unknown ruleset name or extractor."""
-    from eggfuse.ir import InputError
+    unknown ruleset name, extractor or cost model, and a cost model ``module:Class`` that does not
+    load (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`)."""
+    from eggfuse.ir import InputError, RewriteError
     from eggfuse.rewrites.engine import EXTRACTORS
+    from eggfuse.rewrites.roofline import cost_model_from_spec
     from eggfuse.rewrites.rulesets import SCHEDULE, catalog, ruleset_name, select
 
     for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
@@ -85,6 +87,8 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     for x in extractors:
         if x not in EXTRACTORS:
             raise InputError(f"unknown extractor {x!r}: use {', '.join(EXTRACTORS)}")
+    for spec in dict.fromkeys(cost_models):  # here, not in every row
+        cost_model_from_spec(spec)
     full = ",".join(SCHEDULE)
     if rulesets == "all":
         sets = [(full, "")]
@@ -98,7 +102,10 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
             raise InputError("the sweep optimises f32 graphs: the f16 ruleset (weights rounded to float16, "
                              "--precision f16 of eggfuse run and optimize) is not among its rulesets")
         # unknown names raise here, not in every worker; "all" stands for the scheduled rulesets
-        sets = [(",".join(ruleset_name(rs) for rs in select(names)), "")]
+        try:
+            sets = [(",".join(ruleset_name(rs) for rs in select(names)), "")]
+        except RewriteError as e:
+            raise InputError(str(e)) from e
     out = []
     for model in models:
         for kept, disabled in sets:

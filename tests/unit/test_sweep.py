@@ -34,6 +34,26 @@ def test_grid_keeps_an_optional_ruleset_it_is_given():
         sweep.grid(["llama:1"], "recognition,f16")
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(cost_models=["bytes", "bites"]), "unknown cost model 'bites': use bytes, roofline"),
+    (dict(cost_models=["roofline:h100x"]), "unknown device profile 'h100x'"),
+    (dict(cost_models=["nosuch:Model"]), "cost model 'nosuch:Model': cannot import 'nosuch'"),
+    (dict(rulesets="recognition,matmul_epilog"), "unknown ruleset 'matmul_epilog'.*did you mean 'matmul_epilogue'"),
+])
+def test_grid_refuses_an_unknown_cost_model_or_ruleset_before_any_run(kwargs, message, tmp_path, capsys):
+    # a cost model typo failed in every row at run time; a ruleset typo raised RewriteError, not the InputError
+    # the docstring names
+    with pytest.raises(InputError, match=message):
+        sweep.grid(["llama:1"], **kwargs)
+    flags = {"cost_models": "--cost-models", "rulesets": "--rulesets"}
+    args = ["sweep", "--models", "llama:1", "--out", str(tmp_path / "out"), "--no-progress"]
+    for key, value in kwargs.items():
+        args += [flags[key], value if isinstance(value, str) else ",".join(value)]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err.startswith("eggfuse: error: ")
+    assert not (tmp_path / "out").exists()
+
+
 def test_run_one_gives_a_row_and_a_failure_is_a_row():
     from eggfuse.api import model_graph
     from eggfuse.rewrites import optimize
