@@ -102,11 +102,14 @@ class Namespace:
         return egglog.var(name, sort)
 
     def vars(self, names: str, sort: Any = T) -> list[Any]:
-        """Pattern variables, one per space-separated name."""
+        """Pattern variables, one per space-separated name, as a list even for one name:
+        ``a, b = e.vars("a b")``, ``(x,) = e.vars("x")`` (or ``x = e.var("x")``)."""
         return [self.var(n, sort) for n in names.split()]
 
     def tensors(self, *xs: Any) -> TList:
         """The ``TList`` of ``xs`` (the inputs of a variadic op, in order)."""
+        for i, x in enumerate(xs):
+            _refuse_sequence(x, f"e.tensors: argument {i + 1}")
         out = TList.nil()
         for x in reversed(xs):
             out = TList.cons(x, out)
@@ -136,6 +139,11 @@ class Namespace:
 
     def _wrap(self, op: str) -> Callable[..., Any]:
         def build(*tensors: Any, epilogue: Any = None, **attrs: Any) -> Any:
+            for i, x in enumerate(tensors):
+                _refuse_sequence(x, f"e.{op}: tensor argument {i + 1}")
+            for key, x in attrs.items():
+                _refuse_sequence(x, f"e.{op}: attribute {key}")
+            _refuse_sequence(epilogue, f"e.{op}: epilogue")
             name = constructor_name(op, len(tensors))  # by arity, for an op with optional inputs
             sig, ctor = SIGNATURES[name], CONSTRUCTORS[name]
             if sig.leaf or sig.expr:
@@ -166,6 +174,10 @@ class Namespace:
             raise AttributeError(f"no Ex constructor for {op!r}: a generated kernel holds the ops of "
                                  "eggfuse.ir.ops.fused.FUSABLE")
         sig = EX_SIGNATURES[name]
+        for i, x in enumerate(operands):
+            _refuse_sequence(x, f"e.ex({op!r}): operand {i + 1}")
+        for key, x in attrs.items():
+            _refuse_sequence(x, f"e.ex({op!r}): attribute {key}")
         if len(operands) != sig.arity:
             raise TypeError(f"Ex{op} takes {sig.arity} operands, got {len(operands)}")
         return EX_CONSTRUCTORS[op](*self.attrs_of(op, **attrs).values(), *operands)
@@ -190,8 +202,14 @@ class Namespace:
         Raises :class:`RewriteError` naming the rule and the variables when ``rhs`` has a
         variable that neither ``lhs`` nor a guard binds (an attribute the right side leaves
         out is such a variable: give it, or bind it to a variable on the left), and naming the
-        rule when ``lhs`` is a bare variable (egglog matches a term, not every e-class).
+        rule when ``lhs`` is a bare variable (egglog matches a term, not every e-class), and
+        naming the rule and the side when ``lhs``, ``rhs`` or a guard is a list or tuple (such as
+        what :meth:`vars` returns) where one term belongs.
         """
+        _refuse_sequence(lhs, f"rule {name!r}: the left-hand side")
+        _refuse_sequence(rhs, f"rule {name!r}: the right-hand side")
+        for i, g in enumerate(guards):
+            _refuse_sequence(g, f"rule {name!r}: guard {i + 1}")
         if egglog_private.is_variable(lhs):
             var = egglog_private.variables(lhs).pop()
             raise RewriteError(f"rule {name!r}: its left side is the bare variable {var!r}; a rule matches a term: "
@@ -221,6 +239,19 @@ class Namespace:
         of equal terms, or a fact), recorded under ``name`` like :meth:`equal`."""
         self._record(name, example)
         return egglog.rule(*facts, name=name)
+
+
+def _refuse_sequence(value: Any, where: str) -> None:
+    """RewriteError where a list or tuple stands for one term: egglog's own error (``Cannot convert
+    [x] of type <class 'list'> to T``) names neither the cause nor the fix."""
+    if not isinstance(value, list | tuple):
+        return
+    shown = ", ".join(map(str, value[:4])) + (", ..." if len(value) > 4 else "")
+    raise RewriteError(f"{where} is a {type(value).__name__} of {len(value)} ([{shown}]), where one term belongs "
+                       "(an e-node or a pattern variable). e.vars(...) returns a list, one variable per name, even "
+                       "for one name: write `(x,) = e.vars(\"x\")` or `x = e.var(\"x\")`, not `x = e.vars(\"x\")`; "
+                       "several inputs of a variadic op go as separate arguments (e.Concat(a, b), not "
+                       "e.Concat([a, b]))")
 
 
 __all__ = ["Namespace", "RuleRecord"]

@@ -519,6 +519,17 @@ def _bare_variable_left(e):
     yield e.equal("x -> Neg(Neg(x))", x, e.Neg(e.Neg(x)))
 
 
+def _vars_list_as_one(e):
+    x = e.vars("x")  # a list of one variable
+    yield e.equal("Neg(Neg(x)) -> x", e.Neg(e.Neg(x)), x)
+
+
+def _vars_list_as_rhs(e):
+    x = e.vars("x")
+    (y,) = e.vars("y")
+    yield e.equal("Relu(Neg(y)) -> x", e.Relu(e.Neg(y)), x)
+
+
 @pytest.mark.parametrize("fn, match", [
     (_bare_variable_left, r"rule 'x -> Neg\(Neg\(x\)\)': its left side is the bare variable 'x'; a rule matches"),
     (_yields_int, r"item 0 that _yields_int\(e\) yielded is 42 \(int\), not a rule; it must yield rules made with"),
@@ -526,6 +537,11 @@ def _bare_variable_left(e):
     (_unknown_op, r"_unknown_op\(e\) raised AttributeError: no op named 'Foo'"),
     (_same_names, r"_same_names\(e\) raised ValueError: two rules are named 'same'"),
     ("not a function", "fn must be a function of the namespace e"),
+    # egglog said "Cannot convert [x] of type <class 'list'> to T"
+    (_vars_list_as_one, r"e\.Neg: tensor argument 1 is a list of 1 \(\[x\]\), where one term belongs .* write "
+                        r"`\(x,\) = e\.vars\(\"x\"\)` or `x = e\.var\(\"x\"\)`"),
+    (_vars_list_as_rhs, r"rule 'Relu\(Neg\(y\)\) -> x': the right-hand side is a list of 1 \(\[x\]\).*"
+                        r"`\(x,\) = e\.vars"),
 ])
 def test_make_ruleset_names_a_malformed_rule_function(fn, match):
     # a non-rule item was reported as an egglog version problem; the others as raw Python errors
