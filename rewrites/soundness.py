@@ -20,7 +20,8 @@ from ..ir.reference import as_reference
 from .diagnose import unsound_culprits
 from .engine import Report, random_feeds, saturate
 from .problem import Decoder
-from .rulesets import optimization_rulesets
+from .rulesets import _MEMBERS, _closest, analysis_ruleset, optimization_rulesets, rules_of, ruleset_name
+from .rulesets import rulesets as shipped_rulesets
 from .sorts import ARG_SORTS, SIGNATURES
 
 
@@ -208,6 +209,29 @@ def _single_leaf(leaf) -> Graph:
     return g
 
 
+def _check_rule_known(rule: str, rulesets: Sequence[Ruleset]) -> None:
+    """RewriteError where none of ``rulesets`` nor the analysis ruleset has a rule named ``rule``: it
+    could never fire, and the property test would run every example first. Rulesets eggfuse did not
+    build (their rule names unknown) leave the name unchecked."""
+    known: dict[str, str] = {}
+    for rs in (analysis_ruleset(), *rulesets):
+        names = rules_of(rs)
+        if names is None:
+            return
+        known.update((n, ruleset_name(rs)) for n in names)
+    if rule in known:
+        return
+    searched = list(dict.fromkeys(ruleset_name(rs) for rs in rulesets))
+    where = ", ".join(searched) or "none"
+    shipped_rulesets()  # every shipped ruleset's rules built, so that _MEMBERS lists them
+    home = next((name for name, rules in list(_MEMBERS.values()) if any(n == rule for n, _ in rules)), None)
+    if home is not None:
+        raise RewriteError(f"rule {rule!r} is of the ruleset {home!r}, which rulesets= does not hold (rulesets "
+                           f"searched: {where}, and the analysis ruleset): pass that ruleset too")
+    raise RewriteError(f"unknown rule {rule!r} in the rulesets searched ({where}, and the analysis ruleset)"
+                       f"{_closest(rule, known)}; `eggfuse rules` lists the shipped ones")
+
+
 def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = None, max_examples: int = 10,
                       max_dim: int = 7, tol: float | None = None) -> None:
     """Property test of one rule: on graphs from ``build`` with random sizes, the rule fires
@@ -218,9 +242,13 @@ def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = 
     example (``dim(name, lo, hi)`` to choose the range). Needs the ``hypothesis`` package
     (the ``dev`` extra). ``tol`` (relative and absolute) replaces :func:`check_sound`'s
     tolerances for a rule that changes values within a bound (``Example.tol``). Raises
-    ``AssertionError`` if the rule never fires, and
-    :class:`RewriteError` (shrunk to a small example) if an e-class is inconsistent.
+    ``AssertionError`` if the rule never fires,
+    :class:`RewriteError` (shrunk to a small example) if an e-class is inconsistent, and, before any
+    example runs, :class:`RewriteError` naming the rulesets searched when no ruleset of ``rulesets``
+    (nor the analysis ruleset) has a rule named ``rule`` (with the closest name, or the ruleset
+    that has it and was not passed).
     """
+    _check_rule_known(rule, tuple(optimization_rulesets() if rulesets is None else rulesets))
     from hypothesis import given, settings
     from hypothesis import strategies as st
 

@@ -2,6 +2,8 @@
 the op family module that holds it) with random shapes it fires, and every e-class of the
 saturated e-graph evaluates to one value (numpy reference)."""
 
+import re
+
 import pytest
 
 from eggfuse.ir import DType, Graph, RewriteError
@@ -76,3 +78,39 @@ def test_a_rule_that_merges_shapes_is_named_with_both_shapes():
                                            r"e-class \S+ of shape \[3, 4\], and its right side, e-class \S+ of "
                                            r"shape \[4, 3\]"):
         optimize(g, rulesets=[make_ruleset("merges_call_for_test", bad_call)])
+
+
+def _factor_matmul(e):
+    a, b, c = e.vars("a b c")
+    yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
+                  e.Add(e.MatMul(a, b), e.MatMul(a, c)), e.MatMul(a, e.Add(b, c)))
+
+
+def test_assert_rule_sound_refuses_a_rule_name_no_ruleset_has_before_running():
+    # a name one space off, or a rule whose ruleset was not passed, ran every example and then said
+    # "rule ... never fired on 10 graphs"
+    built = []
+
+    def build(g, dim):
+        built.append(1)
+        x = g.input("x", [dim("m"), dim("k")])
+        w1, w2 = g.parameter("w1", [dim("k"), dim("n")]), g.parameter("w2", [dim("k"), dim("n")])
+        g.set_outputs([g.add(g.matmul(x, w1), g.matmul(x, w2))])
+
+    mine = make_ruleset("factor_for_test", _factor_matmul)
+    rulesets = [*optimization_rulesets(), mine]
+    rule = "Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))"
+    off = rule.replace("a, Add", "a,Add")  # one space off
+    with pytest.raises(RewriteError, match=re.escape(f"unknown rule {off!r} in the rulesets searched (algebraic, ")
+                       + r".*factor_for_test, and the analysis ruleset\) " + re.escape(f"(did you mean {rule!r}?)")):
+        assert_rule_sound(off, build, rulesets=rulesets)
+    with pytest.raises(RewriteError, match=re.escape(f"rule {rule!r} is of the ruleset 'factor_for_test', which "
+                                                     "rulesets= does not hold (rulesets searched: algebraic, ")
+                       + r".*elementwise_fusion, and the analysis ruleset\)"):
+        assert_rule_sound(rule, build)
+    layer_norm_rule = next(r.name for r in RULES.values() if r.ruleset == "layer_norm_prologue")
+    with pytest.raises(RewriteError, match="is of the ruleset 'layer_norm_prologue', which rulesets= does not hold"):
+        assert_rule_sound(layer_norm_rule, build)
+    assert not built  # refused before any example ran
+    assert_rule_sound(rule, build, rulesets=rulesets, max_examples=2)
+    assert built
