@@ -22,7 +22,8 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
     if not grid:
         p.add_argument("--rulesets", metavar="NAME,NAME", type=_names,
                        help="run only these optimisation rulesets (`eggfuse rules` lists them; 'all' stands for the "
-                            "scheduled ones, the default)")
+                            "scheduled ones, the default); a ruleset of your own (make_ruleset) as module:NAME or "
+                            "file.py:NAME: all,mymodule:MINE")
         p.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
                        help="leave out one rule, named as `eggfuse rules` lists it (repeatable)")
         p.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],

@@ -82,7 +82,8 @@ def add_sweep(sub) -> None:
                    help="graphs: minilm, smollm2, llama:LAYERS, .onnx files, module:function")
     s.add_argument("--rulesets", default="all", metavar="all|ablate|ablate-rules|NAME,NAME",
                    help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out; "
-                        "or the rulesets to run, optional ones included: all,layer_norm_prologue")
+                        "or the rulesets to run, optional ones and your own (make_ruleset; module:NAME or "
+                        "file.py:NAME) included: all,layer_norm_prologue,mymodule:MINE")
     s.add_argument("--cost-models", type=_list, default=["bytes"], metavar="bytes,roofline",
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")

@@ -48,7 +48,8 @@ RULESET_MODES = ("all", "ablate", "ablate-rules")
 class RunConfig:
     """One run of the grid. ``rulesets``: the optimisation rulesets kept (comma-joined, in
     schedule order); ``disabled``: the ruleset or the rule left out ("" for none); the rest
-    as ``eggfuse optimize``'s options."""
+    as ``eggfuse optimize``'s options. A ruleset of one's own is named in ``rulesets`` by its
+    ``module:NAME`` (see :func:`grid`)."""
 
     model: str
     rulesets: str
@@ -74,11 +75,16 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     left out in turn), or comma-joined ruleset names to keep. ``common``: the other
     :class:`RunConfig` fields. Raises :class:`~eggfuse.ir.InputError` for an empty list, an
     unknown ruleset name, extractor or cost model, and a cost model ``module:Class`` that does not
-    load (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`)."""
+    load (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`).
+
+    A ruleset of one's own (made with ``make_ruleset``) goes among the names as ``module:NAME`` or
+    ``path/to/file.py:NAME`` (``all,mymodule:MINE``), kept by that text in :attr:`RunConfig.rulesets`
+    for each worker to import again; InputError too where the module does not import, NAME is not such
+    a ruleset, or its name is another ruleset's (the RewriteError chained)."""
     from eggfuse.ir import InputError, RewriteError
     from eggfuse.rewrites.engine import EXTRACTORS
     from eggfuse.rewrites.roofline import cost_model_from_spec
-    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, ruleset_name, select
+    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, ruleset_name, ruleset_spec, select
 
     for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
                          ("match limits", match_limits)):
@@ -101,9 +107,10 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
         if "f16" in names:
             raise InputError("the sweep optimises f32 graphs: the f16 ruleset (weights rounded to float16, "
                              "--precision f16 of eggfuse run and optimize) is not among its rulesets")
-        # unknown names raise here, not in every worker; "all" stands for the scheduled rulesets
+        # unknown names raise here, not in every worker; "all" stands for the scheduled rulesets; a ruleset of
+        # one's own is kept as its module:NAME, which each worker imports again
         try:
-            sets = [(",".join(ruleset_name(rs) for rs in select(names)), "")]
+            sets = [(",".join(ruleset_spec(rs) or ruleset_name(rs) for rs in select(names)), "")]
         except RewriteError as e:
             raise InputError(str(e)) from e
     out = []

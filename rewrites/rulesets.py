@@ -18,7 +18,8 @@ from typing import Any
 
 from egglog import RewriteOrRule, Ruleset, ruleset
 
-from ..ir import RULES, RewriteError
+from ..ir import RULES, InputError, RewriteError
+from ..ir.sources import named_object
 from . import egglog_private
 from .dsl import Namespace, RuleRecord
 from .sorts import ARG_SORTS
@@ -51,6 +52,7 @@ LAZY = {"conv_epilogue": frozenset({"Conv", "Conv_2", "FusedConv", "FusedConvBn"
 _MEMBERS: dict[int, tuple[str, list[tuple[str, Any]]]] = {}
 _PENDING: dict[int, Callable[[], None]] = {}  # a LAZY ruleset not built yet -> what builds its rules
 _USER: set[int] = set()  # the rulesets of make_ruleset (and those without_rules made of them)
+_SPEC: dict[int, str] = {}  # a ruleset of named_ruleset -> the module:NAME it was named by
 _BUILD_LOCK = threading.RLock()
 _ablated = itertools.count()
 
@@ -197,6 +199,39 @@ def _user_made(rs: Ruleset) -> Ruleset:
     return rs
 
 
+def named_ruleset(spec: str) -> Ruleset:
+    """The ruleset ``NAME`` of ``module:NAME`` (a module importable from ``sys.path`` or the current folder) or
+    ``path/to/file.py:NAME``, a ruleset made with :func:`make_ruleset`: how ``--rulesets`` and :func:`select`
+    take a ruleset of one's own by its source, which a sweep's worker process imports again.
+
+    Raises :class:`InputError` naming ``spec`` when the module does not import (its error, its own
+    :func:`make_ruleset` call's included), has no such name, or ``NAME`` is not a ruleset made with
+    :func:`make_ruleset` (a rule function, an egglog ruleset made otherwise, anything else)."""
+    obj = named_object(spec, "ruleset", "ruleset")
+    if id(obj) not in _USER:
+        where, _, name = spec.rpartition(":")
+        how = "make_ruleset(name, rule_function), from eggfuse.rewrites"
+        if isinstance(obj, Ruleset):
+            fix = ("an egglog ruleset eggfuse did not build (its rules unknown to the report and the checks): "
+                   f"make it with {how}")
+        elif callable(obj):
+            kind = "class" if isinstance(obj, type) else "function"
+            fix = (f"a {kind}, not a ruleset: for a rule function, make a ruleset of it in {where} "
+                   f"(MINE = make_ruleset(\"mine\", {name})) and give {where}:MINE")
+        else:
+            fix = f"of type {type(obj).__name__}, not a ruleset: give the name of a ruleset made with {how}"
+        raise InputError(f"ruleset {spec!r}: {name} in {where} is {fix}")
+    if id(obj) not in _SPEC:
+        weakref.finalize(obj, _SPEC.pop, id(obj), None)
+    _SPEC[id(obj)] = spec
+    return obj
+
+
+def ruleset_spec(rs: Ruleset) -> str | None:
+    """The ``module:NAME`` that :func:`named_ruleset` last found ``rs`` by, else None."""
+    return _SPEC.get(id(rs))
+
+
 def shipped_name(rs: Ruleset) -> str | None:
     """The name of ``rs`` when it is one of the rulesets eggfuse ships (their rules are eggfuse's source,
     which a compile cache key already covers), else None; builds no lazy ruleset's rules."""
@@ -234,24 +269,32 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
            precision: str = "f32") -> tuple[Ruleset, ...]:
     """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
     those named in ``names`` (None: all; the name ``all`` stands for all of them), then the
-    :data:`OPTIONAL` ones named in ``optional`` or ``names``, less the rules named in ``disable``.
+    :data:`OPTIONAL` ones named in ``optional`` or ``names``, then rulesets of one's own named in
+    ``names`` as ``module:NAME`` or ``path/to/file.py:NAME`` (:func:`named_ruleset`), less the rules
+    named in ``disable`` (theirs included).
     The analysis ruleset is not among them: it always runs. ``precision="f16"`` puts the ``f16``
     ruleset first, as ``eggfuse.compile(..., precision="f16")`` runs it, so that ``disable`` can
     name its rules too (``compile`` then adds no second one).
 
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
     name; a rule of an optional ruleset not asked for says so), the analysis ruleset, a rule of a
-    ruleset eggfuse did not build, or ``f16`` in ``names`` or ``optional`` (``precision="f16"``
-    runs that one).
+    ruleset eggfuse did not build, ``f16`` in ``names`` or ``optional`` (``precision="f16"``
+    runs that one), or a ruleset of one's own whose name is that of another ruleset; and
+    :class:`InputError` for a ``module:NAME`` that is not a ruleset (:func:`named_ruleset`).
     """
     if precision not in ("f32", "f16"):
         raise RewriteError(f"precision must be 'f32' or 'f16', got {precision!r}")
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     for n in optional:
         if n not in OPTIONAL:
+            hint = " (a ruleset of your own, module:NAME, goes among the names: all,module:NAME)" if ":" in n else ""
             raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: "
                                f"{', '.join(x for x in OPTIONAL if x != 'f16')} (f16: precision='f16')"
-                               f"{_closest(n, OPTIONAL)}")
+                               f"{_closest(n, OPTIONAL)}{hint}")
+    user: dict[str, Ruleset] = {}  # the rulesets of module:NAME entries of names, by their names
+    if names is not None:
+        taken = {ANALYSIS, *SCHEDULE, *OPTIONAL, *map(ruleset_name, pool)}
+        names = [_user_entry(n, user, taken) if ":" in n else n for n in names]
     if "f16" in [*optional, *(names or ())]:
         raise RewriteError("precision='f16' adds the f16 ruleset already: leave it out of the names"
                            if precision == "f16" else
@@ -265,13 +308,15 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     wanted = [*optional, *(n for n in names or () if n in OPTIONAL)]
     have = {ruleset_name(rs) for rs in pool}
     pool += tuple(optional_ruleset(n) for n in dict.fromkeys(wanted) if n not in have)
+    pool += tuple(user.values())
     by_name = {ruleset_name(rs): rs for rs in pool}
     if names is not None:
         for n in names:
             if n not in by_name:
                 what = "the analysis ruleset always runs and cannot be selected" if n == ANALYSIS else \
                     f"rulesets: {', '.join(x for x in by_name if x not in OPTIONAL)}; optional: {', '.join(OPTIONAL)}" \
-                    f"{_closest(n, [*by_name, *OPTIONAL])}"
+                    f"{_closest(n, [*by_name, *OPTIONAL])}; a ruleset of your own (make_ruleset): module:NAME or " \
+                    "path/to/file.py:NAME"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
         pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional}
                      or (precision == "f16" and name == "f16"))
@@ -299,6 +344,24 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
                                f"{_closest(rule, known)}; `eggfuse rules` lists them"))
     drop = set(disable)
     return tuple(without_rules(rs, drop) if drop and id(rs) in _MEMBERS else rs for rs in pool)
+
+
+def _user_entry(spec: str, user: dict[str, Ruleset], taken: set[str]) -> str:
+    """The name of the ruleset ``spec`` (``module:NAME``) names, added to ``user``: :func:`select`'s
+    ``names`` entry of a ruleset of one's own. RewriteError where its name is another ruleset's."""
+    rs = named_ruleset(spec)
+    name = ruleset_name(rs)
+    if name in taken or user.get(name, rs) is not rs:
+        if name in user:
+            other = f"the ruleset of another entry ({ruleset_spec(user[name])})"
+        elif name in (ANALYSIS, *SCHEDULE, *OPTIONAL):
+            other = "a shipped ruleset"
+        else:
+            other = "a ruleset of those to select from"
+        raise RewriteError(f"ruleset {spec!r} is named {name!r}, as {other} is: give it a name of its own "
+                           "(the first argument of make_ruleset)")
+    user[name] = rs
+    return name
 
 
 #: Ruleset id -> (rule name, constructors its query calls, constructors its actions call) per rule,
@@ -411,5 +474,6 @@ def catalog() -> dict[str, list[str]]:
 
 
 __all__ = ["ANALYSIS", "LAZY", "OPTIONAL", "SCHEDULE", "analysis_ruleset", "catalog", "fingerprint", "make_ruleset",
-           "members", "optimization_rulesets", "optional_ruleset", "scheduled_rulesets",
-           "relevant", "rule_records", "rules_of", "ruleset_name", "rulesets", "select", "without_rules"]
+           "members", "named_ruleset", "optimization_rulesets", "optional_ruleset", "scheduled_rulesets",
+           "relevant", "rule_records", "rules_of", "ruleset_name", "ruleset_spec", "rulesets", "select",
+           "without_rules"]

@@ -140,3 +140,66 @@ def test_option_values_that_would_do_nothing_or_overwrite_are_refused(args, mess
     with pytest.raises(SystemExit) if args[-1] == "0,-1" or args[-1] == "" else contextlib.nullcontext():
         assert cli.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+FACTOR = "Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))"
+RULES_PY = '''
+from eggfuse.ir import Graph
+from eggfuse.rewrites import make_ruleset
+
+
+def factor_matmul(e):
+    a, b, c = e.vars("a b c")
+    yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
+                  e.Add(e.MatMul(a, b), e.MatMul(a, c)), e.MatMul(a, e.Add(b, c)))
+
+
+MINE = make_ruleset("factor_for_cli_test", factor_matmul)
+SHADOW = make_ruleset("algebraic", factor_matmul)
+NUMBER = 3
+
+
+def two_products():
+    # relu(x @ w1 + x @ w2): MatMul, MatMul, Add, Relu, 4 dispatches unoptimised; with the rule, Add(w1, w2),
+    # one MatMul and Relu: 3
+    g = Graph()
+    x = g.input("x", [8, 32])
+    w1, w2 = g.parameter("w1", [32, 16]), g.parameter("w2", [32, 16])
+    g.set_outputs([g.relu(g.add(g.matmul(x, w1), g.matmul(x, w2)))])
+    return g
+'''
+
+
+@pytest.fixture
+def rules_file(tmp_path):
+    path = tmp_path / "user_rules_for_cli_test.py"
+    path.write_text(RULES_PY)
+    return path
+
+
+def test_optimize_runs_a_ruleset_of_ones_own_named_module_colon_name(capsys, rules_file, monkeypatch):
+    # --rulesets took only shipped names: "unknown ruleset 'user_rules_for_cli_test:MINE'"
+    graph = f"{rules_file}:two_products"
+    assert _json(capsys, ["optimize", graph, "--rulesets", "algebraic", "--json"])["dispatches_after"] == 4
+    out = _json(capsys, ["optimize", graph, "--rulesets", f"{rules_file}:MINE", "--report", "--json"])
+    assert out["dispatches_after"] == 3
+    assert [r for r in out["rules"] if r["matches"]] == [
+        {"name": FACTOR, "ruleset": "factor_for_cli_test", "matches": 1, "extracted_enodes": 2,
+         "saved_cost": out["cost_before"] - out["cost_after"], "saved_dispatches": 1,
+         "saved_bytes": out["bytes_before"] - out["bytes_after"]}]
+    monkeypatch.chdir(rules_file.parent)  # a module of the current folder, as `python -m` finds one
+    assert cli.main(["optimize", graph, "--rulesets", "all,user_rules_for_cli_test:MINE", "--report"]) == 0
+    text = capsys.readouterr().out
+    assert f"{FACTOR} [factor_for_cli_test]" in text and "  factor_for_cli_test\n" in text
+    for spec, msg in (("user_rules_for_cli_test:factor_matmul", "factor_matmul in user_rules_for_cli_test is a "
+                                                               "function, not a ruleset: for a rule function, make a "
+                                                               "ruleset of it"),
+                      ("user_rules_for_cli_test:NUMBER", "NUMBER in user_rules_for_cli_test is of type int, not a "
+                                                         "ruleset"),
+                      ("user_rules_for_cli_test:NOPE", "user_rules_for_cli_test has no ruleset 'NOPE'"),
+                      ("user_rules_for_cli_test:SHADOW", "ruleset 'user_rules_for_cli_test:SHADOW' is named "
+                                                         "'algebraic', as a shipped ruleset is")):
+        assert cli.main(["optimize", graph, "--rulesets", f"all,{spec}"]) == 2
+        assert msg in capsys.readouterr().err
+    assert cli.main(["optimize", graph, "--rulesets", "all,factor_for_cli_test"]) == 2
+    assert "a ruleset of your own (make_ruleset): module:NAME or path/to/file.py:NAME" in capsys.readouterr().err

@@ -3,6 +3,8 @@ same code path), failures as rows, the CSV / JSON / PNG files."""
 
 import csv
 import json
+import os
+import socket
 
 import pytest
 
@@ -96,6 +98,47 @@ def test_sweep_command_on_a_local_pool(tmp_path, capsys):
     assert left_out["algebraic"]["dispatches_after"] == full[0]["dispatches_after"]
     assert "cannot import 'nope'" in next(r for r in rows if r["model"] == "nope:fn")["error"]
     assert "runs, " in capsys.readouterr().out
+
+
+RULES_PY = """
+from eggfuse.ir import Graph
+from eggfuse.rewrites import make_ruleset
+
+
+def factor_matmul(e):
+    a, b, c = e.vars("a b c")
+    yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
+                  e.Add(e.MatMul(a, b), e.MatMul(a, c)), e.MatMul(a, e.Add(b, c)))
+
+
+MINE = make_ruleset("factor_for_sweep_test", factor_matmul)
+
+
+def two_products():  # MatMul, MatMul, Add, Relu: 4 dispatches; with the rule Add(w1, w2), MatMul, Relu: 3
+    g = Graph()
+    x = g.input("x", [8, 32])
+    w1, w2 = g.parameter("w1", [32, 16]), g.parameter("w2", [32, 16])
+    g.set_outputs([g.relu(g.add(g.matmul(x, w1), g.matmul(x, w2)))])
+    return g
+"""
+
+
+def test_sweep_runs_a_ruleset_of_ones_own_in_its_worker_processes(tmp_path):
+    # --rulesets all,module:NAME was "unknown ruleset"; the row keeps its source text for the workers to import
+    path = tmp_path / "rules_for_sweep_test.py"
+    path.write_text(RULES_PY)
+    mine, graph = f"{path}:MINE", f"{path}:two_products"
+    (kept,) = sweep.grid([graph], f"all,{mine}")
+    assert kept.rulesets == ",".join([*SCHEDULE, mine])
+    configs = [*sweep.grid([graph], "algebraic"), *sweep.grid([graph], mine, payoff=True)]
+    rows = sweep.run_sweep(configs, workers=2, progress=False)
+    assert [r["error"] for r in rows] == ["", ""]
+    assert (rows[0]["dispatches_after"], rows[1]["dispatches_after"]) == (4, 3)
+    assert (rows[1]["rulesets"], rows[1]["rules_fired"], rows[1]["rules_paid"]) == (mine, 1, 1)
+    assert rows[1]["worker"] != f"{socket.gethostname()}:{os.getpid()}"  # a worker process imported it again
+    assert sweep.label(rows[1]).startswith(f"{mine} bytes ilp")
+    with pytest.raises(InputError, match="factor_matmul in .*rules_for_sweep_test.py is a function, not a ruleset"):
+        sweep.grid([graph], f"all,{path}:factor_matmul")
 
 
 def test_sweep_on_a_dask_local_cluster(tmp_path):
