@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,10 +20,19 @@ from .errors import EggfuseError, InputError
 #: The name under which a module given as ``path/to/file.py`` is imported (then its stem).
 SOURCE_MODULE_PREFIX = "_eggfuse_source_"
 
+#: The folder a relative ``file.py`` path is taken from, and a ``module`` that ``sys.path`` lacks is imported
+#: from; None: the current folder. A sweep's run sets it to the folder the sweep was started from, so that a
+#: worker started elsewhere (a Dask worker) finds what the command's folder holds, not what its own does.
+SOURCE_FOLDER: ContextVar[str | None] = ContextVar("eggfuse_source_folder", default=None)
+
+
+def _folder() -> str:
+    return SOURCE_FOLDER.get() or os.getcwd()
+
 
 def _module(where: str) -> ModuleType:
     if where.endswith(".py"):
-        path = Path(where).expanduser().resolve()
+        path = (Path(_folder()) / Path(where).expanduser()).resolve()
         spec = importlib.util.spec_from_file_location(f"{SOURCE_MODULE_PREFIX}{path.stem}", path)
         if spec is None or not path.is_file():
             raise FileNotFoundError(f"no file {path}")
@@ -29,18 +40,46 @@ def _module(where: str) -> ModuleType:
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         return module
+    folder = _folder()
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as e:
         # a module of the folder the command runs from, as `python -m` finds it (the console script's own
         # folder comes first on sys.path instead); only where the module is not found elsewhere
-        if e.name != where.split(".")[0] or os.getcwd() in sys.path:
+        if e.name != where.split(".")[0] or folder in sys.path:
             raise
-    sys.path.insert(0, os.getcwd())
+    sys.path.insert(0, folder)
     try:
         return importlib.import_module(where)
     finally:
-        sys.path.remove(os.getcwd())
+        sys.path.remove(folder)
+
+
+def resolved_source(spec: str, folder: str | None = None) -> str:
+    """``spec`` (``module:name`` or ``path/to/file.py:name``) named so that it means the same object from any
+    folder: a ``file.py`` path made absolute (taken from ``folder``, default the current one; symbolic links
+    followed), and a top-level ``module`` that is one ``.py`` file (found on ``sys.path``, else in ``folder``,
+    as :func:`named_object` looks, searched afresh: not a module of that name imported before) as that
+    file's absolute path. A package's module, a module that is not a
+    ``.py`` file, and one not found are left as given (imported by name, from ``folder`` where ``sys.path``
+    lacks them, see :data:`SOURCE_FOLDER`). Imports nothing; raises nothing."""
+    folder = folder or os.getcwd()
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where:
+        return spec
+    if where.endswith(".py"):
+        return f"{(Path(folder) / Path(where).expanduser()).resolve()}:{name}"
+    if "." in where or not where.isidentifier() or where in sys.builtin_module_names:
+        return spec
+    try:  # the file a fresh import finds, not a module of that name imported before (from another folder)
+        found = (importlib.machinery.PathFinder.find_spec(where)
+                 or importlib.machinery.PathFinder.find_spec(where, [folder]))
+    except (ImportError, ValueError):
+        return spec
+    if (found is None or not found.has_location or found.submodule_search_locations is not None
+            or not str(found.origin or "").endswith(".py")):
+        return spec
+    return f"{Path(found.origin).resolve()}:{name}"
 
 
 def named_object(spec: str, what: str, kind: str) -> Any:
@@ -85,4 +124,4 @@ def call_without_arguments(fn: Callable[[], Any], spec: str, what: str) -> Any:
         raise InputError(f"{what} {spec!r}: {name}() raised {type(e).__name__}: {e}") from e
 
 
-__all__ = ["SOURCE_MODULE_PREFIX", "call_without_arguments", "named_object"]
+__all__ = ["SOURCE_FOLDER", "SOURCE_MODULE_PREFIX", "call_without_arguments", "named_object", "resolved_source"]
