@@ -37,13 +37,13 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     schedule.pop("match_limit")
     schedule.pop("no_decomp")
     nd = {"off": [False], "on": [True], "both": [False, True]}[args.no_decomp_values]
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
     configs = sweep.grid(args.models, args.rulesets, args.cost_models, args.extractors,
                          args.match_limits or [args.match_limit], nd, repeats=args.repeats, seq=args.seq,
                          batch=args.batch, training=args.training, payoff=args.payoff,
                          shapes=tuple(sorted((name, tuple(dims)) for name, dims in shape_map(args.shape).items())),
                          schedule=tuple(sorted(schedule.items())))
-    if args.repeats < 1:
-        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():  # before the runs, not after them
         raise InputError(f"--out {args.out!r} is a file: the sweep writes results.csv and results.json into a folder")
@@ -79,7 +79,8 @@ def add_sweep(sub) -> None:
     """Register ``sweep`` on the CLI's subparsers."""
     s = sub.add_parser("sweep", help="optimise a grid of graphs x rulesets x cost models x extractors, in parallel")
     s.add_argument("--models", type=_list, required=True, metavar="M1,M2",
-                   help="graphs: minilm, smollm2, llama:LAYERS, .onnx files, module:function")
+                   help="graphs, each once: minilm, smollm2, llama:LAYERS, .onnx files, module:function, "
+                        "file.py:function (paths and modules of the current folder, also on a Dask cluster)")
     s.add_argument("--rulesets", default="all", metavar="all|ablate|ablate-rules|NAME,NAME",
                    help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out; "
                         "or the rulesets to run, optional ones and your own (make_ruleset; module:NAME or "
@@ -98,7 +99,7 @@ def add_sweep(sub) -> None:
     s.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
     s.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="an ONNX input's shape where a file leaves dimensions symbolic (default 1), for every .onnx "
-                        "file of --models (a name a file lacks is an error in that file's rows)")
+                        "file of --models that has the input (a name no such file has is refused)")
     s.add_argument("--training", action="store_true", help="the forward + backward graphs")
     s.add_argument("--repeats", type=int, default=1, help="runs of each configuration (default 1)")
     s.add_argument("--payoff", action="store_true", help="also the per-rule payoff of each run (rules_paid; slower)")

@@ -7,11 +7,16 @@ submits :func:`run_one` per configuration and collects rows as they finish. A ru
 becomes a row whose ``error`` says why; the sweep goes on. :func:`write_results` writes the
 tidy table (one row per run) as CSV and JSON, and :func:`plot` the PNGs (matplotlib).
 
-Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``training``,
-``seq``, ``shapes`` the ONNX inputs' shapes given (``NAME=DxD`` joined by ``;``, empty for none),
-``rulesets`` the names used, comma-joined, ``disabled`` the ruleset or rule left out,
-empty for the full set, ``cost_model``, ``extractor``, ``match_limit``, ``no_decomp``,
-``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
+Sources are resolved where the sweep starts (:func:`resolve`), so a run finds the same graph and cost
+model in-process, in the local pool or on a Dask worker started in another folder (of the same machine,
+or one that sees the same files at the same paths).
+
+Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``source`` the graph source
+the run loaded: an absolute path for a file, ``training``, ``seq``, ``shapes`` the shapes that sized
+this graph's inputs (``NAME=DxD`` joined by ``;``, empty for none: always for a graph that is not an
+ONNX file), ``rulesets`` the names used, comma-joined, ``disabled`` the ruleset or rule left out,
+empty for the full set, ``cost_model`` as given, ``cost_source`` as loaded, ``extractor``,
+``match_limit``, ``no_decomp``, ``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
 ``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
 ``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the graph's
 construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU seconds for the
@@ -26,6 +31,7 @@ exception's type and message).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import socket
@@ -36,19 +42,25 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-COLUMNS = ("model", "training", "seq", "shapes", "rulesets", "disabled", "cost_model", "extractor", "match_limit",
-           "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes", "iterations", "stop_reason",
-           "insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s", "total_s", "load_s", "cpu_s",
-           "dispatches_before", "dispatches_after", "cost_before", "cost_after", "bytes_before", "bytes_after",
-           "rules_fired", "rules_paid", "worker", "eggfuse_version", "egglog_version", "error")
+from eggfuse.sweep_inputs import applied_shapes, dims_text, distinct_sources, resolve, resolve_cost_model, shape_pairs
+
+COLUMNS = ("model", "source", "training", "seq", "shapes", "rulesets", "disabled", "cost_model", "cost_source",
+           "extractor", "match_limit", "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes",
+           "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s",
+           "total_s", "load_s", "cpu_s", "dispatches_before", "dispatches_after", "cost_before", "cost_after",
+           "bytes_before", "bytes_after", "rules_fired", "rules_paid", "worker", "eggfuse_version", "egglog_version",
+           "error")
 RULESET_MODES = ("all", "ablate", "ablate-rules")
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """One run of the grid. ``rulesets``: the optimisation rulesets kept (comma-joined, in
-    schedule order); ``disabled``: the ruleset or the rule left out ("" for none); the rest
-    as ``eggfuse optimize``'s options. A ruleset of one's own is named in ``rulesets`` by its
+    schedule order); ``disabled``: the ruleset or the rule left out ("" for none); ``source`` and
+    ``cost_source``: ``model`` and ``cost_model`` as resolved where the sweep started (:func:`resolve`;
+    "" for as given), what the run loads; ``folder``: where the sweep started, the folder a
+    module that ``sys.path`` lacks is imported from ("" for the worker's own); the rest as
+    ``eggfuse optimize``'s options. A ruleset of one's own is named in ``rulesets`` by its
     ``module:NAME`` (see :func:`grid`)."""
 
     model: str
@@ -65,36 +77,74 @@ class RunConfig:
     repeat: int = 0
     payoff: bool = False
     schedule: tuple = ()  # further optimize() keywords as (name, value) pairs: ban_length, max_iterations, ...
+    source: str = ""
+    cost_source: str = ""
+    folder: str = ""
 
 
 def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str] = ("bytes",),
          extractors: Sequence[str] = ("ilp",), match_limits: Sequence[int] = (20_000,),
          no_decomp: Sequence[bool] = (True,), *, repeats: int = 1, **common) -> list[RunConfig]:
-    """Every combination, models outermost. ``rulesets``: ``all`` (the shipped rulesets),
-    ``ablate`` (all, then each ruleset left out in turn), ``ablate-rules`` (all, then each rule
-    left out in turn), or comma-joined ruleset names to keep. ``common``: the other
-    :class:`RunConfig` fields. Raises :class:`~eggfuse.ir.InputError` for an empty list, an
-    unknown ruleset name, extractor or cost model, and a cost model ``module:Class`` that does not
-    load (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`).
+    """Every combination, models outermost. ``models``: a list of graph sources (``minilm``, ``smollm2``,
+    ``llama:LAYERS``, ``.onnx`` files, ``module:function``, ``path/to/file.py:function``), each given once.
+    ``rulesets``: ``all`` (the shipped rulesets), ``ablate`` (all, then each ruleset left out in turn),
+    ``ablate-rules`` (all, then each rule left out in turn), or comma-joined ruleset names to keep.
+    ``common``: the other :class:`RunConfig` fields; ``shapes`` a list of ``(NAME, (D, D, ...))`` pairs or
+    ``"NAME=DxD"`` strings, each sizing that input of every ``.onnx`` file of ``models`` that has it.
 
     A ruleset of one's own (made with ``make_ruleset``) goes among the names as ``module:NAME`` or
     ``path/to/file.py:NAME`` (``all,mymodule:MINE``), kept by that text in :attr:`RunConfig.rulesets`
-    for each worker to import again; InputError too where the module does not import, NAME is not such
-    a ruleset, or its name is another ruleset's (the RewriteError chained)."""
+    for each worker to import again.
+
+    Sources are resolved here, against the current folder, so that every worker runs the same graph
+    (:func:`resolve`): a config's ``source``, ``cost_source`` and ``folder``. Two models are the same graph
+    when their resolved sources are equal: the same file (after symbolic links) and function, or the same
+    module name and function where the module is not one ``.py`` file; ``mygraphs:mlp`` and
+    ``./mygraphs.py:mlp`` are one where ``mygraphs`` imports from ``./mygraphs.py``.
+
+    Raises :class:`~eggfuse.ir.InputError` for an empty list, a string where a list is due, a model given
+    twice, an unknown ruleset name, extractor or cost model, a cost model ``module:Class`` that does not
+    load (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`), a ruleset of one's own whose module does
+    not import, whose NAME is not such a ruleset or whose name is another ruleset's (the RewriteError
+    chained), a match limit that is not a positive integer, ``repeats`` below 1, an unknown ``common``
+    field, a shape that is not ``NAME=DxD`` (positive integers) or gives a name twice, and a shape naming an
+    input of no ``.onnx`` file of ``models``."""
     from eggfuse.ir import InputError, RewriteError
     from eggfuse.rewrites.engine import EXTRACTORS
     from eggfuse.rewrites.roofline import cost_model_from_spec
     from eggfuse.rewrites.rulesets import SCHEDULE, catalog, ruleset_name, ruleset_spec, select
 
+    if not isinstance(rulesets, str):
+        raise InputError(f"rulesets must be a str ({', '.join(RULESET_MODES)} or comma-joined ruleset names), got "
+                         f"{type(rulesets).__name__} {rulesets!r}")
+    for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
+                         ("match limits", match_limits), ("no_decomp values", no_decomp)):
+        if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+            raise InputError(f"{name} must be a list, got {type(values).__name__} {values!r}; e.g. [{values!r}]")
+    models, cost_models, extractors = list(models), list(cost_models), list(extractors)
+    match_limits, no_decomp = list(match_limits), list(no_decomp)
     for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
                          ("match limits", match_limits)):
         if not values:
             raise InputError(f"the sweep needs at least one of {name}")
+    for m in models:
+        if not isinstance(m, str) or not m:
+            raise InputError(f"a model must be a graph source's name (a non-empty str), got {m!r}")
     for x in extractors:
         if x not in EXTRACTORS:
             raise InputError(f"unknown extractor {x!r}: use {', '.join(EXTRACTORS)}")
     for spec in dict.fromkeys(cost_models):  # here, not in every row
         cost_model_from_spec(spec)
+    for limit in match_limits:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InputError(f"a match limit must be an integer of 1 or more, got {limit!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"repeats must be an integer of 1 or more, got {repeats!r}")
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - _GRID_FIELDS
+    unknown = sorted(set(common) - fields)
+    if unknown:
+        raise InputError(f"grid() has no field {', '.join(map(repr, unknown))}: the other fields are "
+                         f"{', '.join(sorted(fields))}")
     full = ",".join(SCHEDULE)
     if rulesets == "all":
         sets = [(full, "")]
@@ -113,8 +163,12 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
             sets = [(",".join(ruleset_spec(rs) or ruleset_name(rs) for rs in select(names)), "")]
         except RewriteError as e:
             raise InputError(str(e)) from e
+    folder = os.getcwd()
+    sources = distinct_sources(models, folder)
+    applied = applied_shapes(sources, shape_pairs(common.pop("shapes", ())))
+    cost_sources = {cost: resolve_cost_model(cost, folder) for cost in cost_models}
     out = []
-    for model in models:
+    for model, source in zip(models, sources, strict=True):
         for kept, disabled in sets:
             for cost in cost_models:
                 for extractor in extractors:
@@ -122,8 +176,14 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
                         for nd in no_decomp:
                             for r in range(repeats):
                                 out.append(RunConfig(model, kept, disabled, cost, extractor, int(limit), bool(nd),
-                                                     repeat=r, **common))
+                                                     repeat=r, shapes=applied[source], source=source,
+                                                     cost_source=cost_sources[cost], folder=folder, **common))
     return out
+
+
+#: RunConfig fields grid() sets itself, not taken as ``common``
+_GRID_FIELDS = {"model", "rulesets", "disabled", "cost_model", "extractor", "match_limit", "no_decomp", "repeat",
+                "source", "cost_source", "folder"}
 
 
 def _versions() -> tuple[str, str]:
@@ -139,28 +199,35 @@ def _versions() -> tuple[str, str]:
 def run_one(config: RunConfig) -> dict:
     """Optimise one configuration; its row (see the module docstring). Never raises: a
     failure is a row with ``error`` set."""
+    try:
+        row = _config_row(config)
+    except Exception as e:  # noqa: BLE001 - a RunConfig built by hand with fields of the wrong kind
+        return _failed(config, e)
     eggfuse_version, egglog_version = _versions()
-    row = {c: "" for c in COLUMNS} | asdict(config)
-    for key in ("batch", "payoff", "schedule"):
-        row.pop(key)
-    row["shapes"] = _shapes_text(config.shapes)
     row.update(worker=f"{socket.gethostname()}:{os.getpid()}", eggfuse_version=eggfuse_version,
                egglog_version=egglog_version)
+    token = None
     try:
-        from eggfuse.graphs import graph_hash, load_graph
+        from eggfuse.graphs import describe, graph_hash, load_graph
+        from eggfuse.ir.sources import SOURCE_FOLDER
         from eggfuse.rewrites import optimize
         from eggfuse.rewrites.roofline import cost_model_from_spec
         from eggfuse.rewrites.rulesets import SCHEDULE, select
 
+        token = SOURCE_FOLDER.set(config.folder or None)
+        source = config.source or config.model
+        if describe(source) != "onnx":
+            row["shapes"] = ""  # shapes size ONNX files' inputs only
         t = time.perf_counter()
-        graph, _ = load_graph(config.model, seq=config.seq, batch=config.batch, training=config.training,
+        graph, _ = load_graph(source, seq=config.seq, batch=config.batch, training=config.training,
                               shapes={name: list(dims) for name, dims in config.shapes})
         row["load_s"] = time.perf_counter() - t
         names = config.rulesets.split(",") if config.rulesets else []
         rule_left_out = config.disabled and config.disabled not in SCHEDULE
         rulesets = select(names, [config.disabled] if rule_left_out else [])
+        cost_model = cost_model_from_spec(config.cost_source or config.cost_model)
         cpu = time.process_time()
-        _, rep = optimize(graph, rulesets=rulesets, cost_model=cost_model_from_spec(config.cost_model),
+        _, rep = optimize(graph, rulesets=rulesets, cost_model=cost_model,
                           extractor=config.extractor, match_limit=config.match_limit, no_decomp=config.no_decomp,
                           payoff=config.payoff, **dict(config.schedule))
         row["cpu_s"] = time.process_time() - cpu
@@ -175,26 +242,48 @@ def run_one(config: RunConfig) -> dict:
     except Exception as e:  # noqa: BLE001 - a failed run is a row; the sweep goes on
         row["error"] = f"{type(e).__name__}: {e}".strip()
         row["error_trace"] = traceback.format_exc(limit=-3)
+    finally:
+        if token is not None:
+            SOURCE_FOLDER.reset(token)
+    return row
+
+
+def _config_row(config: RunConfig) -> dict:
+    """A row's configuration columns: the config's fields, ``source``/``cost_source`` as loaded."""
+    row = {c: "" for c in COLUMNS} | asdict(config)
+    for key in ("batch", "payoff", "schedule", "folder"):
+        row.pop(key)
+    row.update(source=config.source or config.model, cost_source=config.cost_source or config.cost_model,
+               shapes=_shapes_text(config.shapes))
     return row
 
 
 def _shapes_text(shapes: tuple) -> str:
-    return ";".join(f"{name}={'x'.join(map(str, dims))}" for name, dims in shapes)
+    return ";".join(f"{name}={dims_text(dims)}" for name, dims in shapes)
 
 
 def _failed(config: RunConfig, e: BaseException) -> dict:
-    """The row of a run whose worker failed before :func:`run_one` could answer (a worker died, ...)."""
-    row = {c: "" for c in COLUMNS} | asdict(config)
-    for key in ("batch", "payoff", "schedule"):
-        row.pop(key)
-    row["shapes"] = _shapes_text(config.shapes)
+    """The row of a run that failed before :func:`run_one` could answer (a worker died, a config it could
+    not read, ...): the config's fields as they are."""
+    row = {c: "" for c in COLUMNS}
+    for key in row:
+        if hasattr(config, key):
+            row[key] = getattr(config, key)
+    row["source"] = getattr(config, "source", "") or getattr(config, "model", "")
+    row["cost_source"] = getattr(config, "cost_source", "") or getattr(config, "cost_model", "")
+    row["shapes"] = repr(getattr(config, "shapes", ""))
+    try:
+        row["shapes"] = _shapes_text(config.shapes)
+    except Exception:  # noqa: BLE001 - not name/dims pairs: shown as given
+        pass
     row["error"] = f"{type(e).__name__}: {e}".strip() or type(e).__name__
     return row
 
 
 def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, scheduler: str | None = None,
               progress: bool = True, on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every configuration; rows in the order of ``configs``.
+    """Run every configuration; rows in the order of ``configs``. A configuration whose sources
+    :func:`grid` did not resolve (no ``folder``) is resolved here first, against the current folder.
 
     Local (default): a process pool of ``workers`` processes (default: the CPU count), started
     with ``spawn``, each running one compile at a time and keeping the graphs it built.
@@ -209,6 +298,8 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
         raise InputError("give either workers (a local pool) or scheduler (a Dask cluster), not both")
     if workers is not None and workers < 1:
         raise InputError(f"workers must be at least 1, got {workers}")
+    folder = os.getcwd()
+    configs = [_resolved(c, folder) for c in configs]
     rows: list[dict | None] = [None] * len(configs)
     bar = _bar(len(configs), progress)
     with _executor(workers, scheduler) as (submit, completed):
@@ -227,6 +318,15 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
                 bar.set_postfix_str(f"{sum(1 for r in rows if r and r['error'])} failed", refresh=False)
     bar.close()
     return rows  # type: ignore[return-value]
+
+
+def _resolved(config: RunConfig, folder: str) -> RunConfig:
+    """``config`` with its sources resolved here, where :func:`grid` did not (a RunConfig made by hand)."""
+    if config.folder or not isinstance(config.model, str) or not isinstance(config.cost_model, str):
+        return config
+    return dataclasses.replace(config, source=config.source or resolve(config.model, folder),
+                               cost_source=config.cost_source or resolve_cost_model(config.cost_model, folder),
+                               folder=folder)
 
 
 class _executor:
@@ -399,5 +499,5 @@ def plot(rows: Sequence[dict], out: str | Path) -> list[Path]:
     return paths
 
 
-__all__ = ["COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "plot", "run_one", "run_sweep", "table",
-           "write_results"]
+__all__ = ["COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "plot", "resolve", "resolve_cost_model", "run_one",
+           "run_sweep", "table", "write_results"]

@@ -185,8 +185,188 @@ def test_sweep_sizes_onnx_files_with_shape(tmp_path):
                      "--shape", "input_ids=2x7", "--rulesets", ",".join([*SCHEDULE, "layer_norm_prologue"])]) == 0
     (row,) = json.loads((out / "results.json").read_text())
     assert row["dispatches_after"] == 12 and row["rulesets"].endswith(",layer_norm_prologue"), row
-    out = tmp_path / "bad"
+    out = tmp_path / "bad"  # a name no file of the sweep has: refused before any run
     assert cli.main(["sweep", "--models", gpt2, "--workers", "1", "--out", str(out), "--no-progress", "--no-plots",
-                     "--shape", "ids=2x7"]) == 2  # every run failed: not an exit status of success
-    (row,) = json.loads((out / "results.json").read_text())
-    assert "'ids' is not an input of the model" in row["error"]
+                     "--shape", "ids=2x7"]) == 2
+    assert not (out / "results.json").exists()
+
+
+# a graph source and a cost model as a user's folder holds them; WORKER_GRAPHS, of the same names, as another holds
+CLIENT_GRAPHS = """
+from eggfuse import Graph
+
+
+def mlp():
+    g = Graph()
+    x = g.input("x", [8, 64])
+    h = g.gelu(g.matmul(x, g.parameter("w1", [64, 32])))
+    g.set_outputs([g.matmul(h, g.parameter("w2", [32, 16]))])
+    return g
+
+
+def attn():
+    g = Graph()
+    x = g.input("x", [8, 16])
+    s = g.matmul(x, g.transpose(g.matmul(x, g.parameter("wk", [16, 16]))))
+    g.set_outputs([g.matmul(g.softmax(s), x)])
+    return g
+"""
+WORKER_GRAPHS = """
+from eggfuse import Graph
+
+
+def mlp():
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [4, 4]))])
+    return g
+"""
+CLIENT_COST = """
+from eggfuse.rewrites import CostModel
+
+
+class Cost(CostModel):
+    def kernel_cost(self, k):
+        return 7 * k.dispatches + k.bytes_read
+"""
+WORKER_COST = CLIENT_COST.replace("7 * k.dispatches + k.bytes_read", "1")
+
+
+def _onnx_file(path):
+    """A MatMul + Relu ONNX file whose input x is [batch, 32], batch symbolic."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((32, 8), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    """(the folder a sweep runs from, another holding other files of the same names); the current folder the
+    first."""
+    client, other = tmp_path / "client", tmp_path / "other"
+    client.mkdir()
+    other.mkdir()
+    (client / "mygraphs.py").write_text(CLIENT_GRAPHS)
+    (client / "mycost.py").write_text(CLIENT_COST)
+    (other / "mygraphs.py").write_text(WORKER_GRAPHS)
+    (other / "mycost.py").write_text(WORKER_COST)
+    _onnx_file(client / "mm.onnx")
+    monkeypatch.chdir(client)
+    return client, other
+
+
+def _by_file(path, name):
+    """``name`` of the Python file at ``path``, imported here, apart from eggfuse's own loading."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"sweep_test_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_sweep_on_dask_workers_started_in_another_folder(folders, monkeypatch, tmp_path):
+    # relative sources name the files of the folder the sweep runs from, not those of the workers' folder
+    from eggfuse.graphs import graph_hash
+    from eggfuse.rewrites import optimize
+
+    distributed = pytest.importorskip("distributed", reason="Dask distributed (the sweep extra) not installed")
+    client, other = folders
+    monkeypatch.chdir(other)  # the workers' current folder
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        monkeypatch.chdir(client)
+        out = tmp_path / "out"
+        assert cli.main(["sweep", "--models", "mygraphs:mlp,mygraphs.py:attn,mm.onnx", "--cost-models", "mycost:Cost",
+                         "--shape", "x=4x32", "--scheduler", lc.scheduler_address, "--out", str(out), "--no-progress",
+                         "--no-plots", "--json"]) == 0
+    rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())}
+    assert all(not r["error"] for r in rows.values()), rows
+    cost = _by_file(client / "mycost.py", "Cost")()
+    for model, fn in (("mygraphs:mlp", "mlp"), ("mygraphs.py:attn", "attn")):
+        graph = _by_file(client / "mygraphs.py", fn)()
+        _, rep = optimize(graph, cost_model=cost)
+        assert (rows[model]["graph_hash"], rows[model]["cost_after"]) == (graph_hash(graph), rep.cost_after), model
+        assert rows[model]["source"] == f"{client / 'mygraphs.py'}:{fn}" and rows[model]["shapes"] == ""
+        row = rows[model]
+        assert (row["cost_model"], row["cost_source"]) == ("mycost:Cost", f"{client / 'mycost.py'}:Cost")
+    onnx_row = rows["mm.onnx"]
+    assert onnx_row["source"] == str(client / "mm.onnx") and onnx_row["shapes"] == "x=4x32"
+    assert onnx_row["graph_nodes"] and onnx_row["dispatches_before"] >= 1
+
+
+def test_a_source_missing_where_the_run_goes_fails_naming_its_path(folders, monkeypatch):
+    client, other = folders
+    configs = sweep.grid(["mygraphs:mlp", "mm.onnx"])
+    (client / "mygraphs.py").unlink()
+    (client / "mm.onnx").unlink()
+    monkeypatch.chdir(other)  # a worker whose own folder holds a mygraphs.py
+    graph_row, onnx_row = (sweep.run_one(c) for c in configs)
+    assert f"no file {client / 'mygraphs.py'}" in graph_row["error"] and graph_row["model"] == "mygraphs:mlp"
+    assert str(client / "mm.onnx") in onnx_row["error"] and onnx_row["model"] == "mm.onnx"
+
+
+def test_grid_refuses_arguments_of_the_wrong_form():
+    for call, message in (
+            (lambda: sweep.grid("llama:1"), r"models must be a list, got str 'llama:1'"),
+            (lambda: sweep.grid(["llama:1"], extractors="ilp"), "extractors must be a list"),
+            (lambda: sweep.grid(["llama:1"], repeats=0), "repeats must be an integer of 1 or more"),
+            (lambda: sweep.grid(["llama:1"], match_limits=[0]), "a match limit must be an integer of 1 or more"),
+            (lambda: sweep.grid(["llama:1"], sead=3), "grid.. has no field 'sead'"),
+            (lambda: sweep.grid(["llama:1"], shapes="x=8x32"), "shapes must be a list of .* got str 'x=8x32'"),
+            (lambda: sweep.grid(["llama:1"], shapes={"x": (8, 32)}), "shapes must be a list"),
+            (lambda: sweep.grid(["llama:1"], shapes=[("x", "8x32")]), r"got \('x', '8x32'\)"),
+            (lambda: sweep.grid(["llama:1"], shapes=[("x", (8, 0))]), "every dimension a positive integer"),
+            (lambda: sweep.grid(["llama:1"], shapes=["x=8xk"]), "expected NAME=DxDx"),
+            (lambda: sweep.grid(["llama:1"], shapes=["x=8x32", ("x", (8, 16))]), "shapes give 'x' twice")):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+def test_grid_takes_shapes_as_pairs_or_text_and_gives_each_graph_those_of_its_inputs(folders):
+    as_text = sweep.grid(["mm.onnx", "mygraphs:attn"], shapes=["x=4x32"])
+    as_pairs = sweep.grid(["mm.onnx", "mygraphs:attn"], shapes=[("x", [4, 32])])
+    assert [c.shapes for c in as_text] == [c.shapes for c in as_pairs] == [(("x", (4, 32)),), ()]
+    # a graph that is not an ONNX file is not sized by a shape, whatever its config says
+    row = sweep.run_one(sweep.RunConfig("mygraphs:attn", ",".join(SCHEDULE), shapes=(("x", (8, 32)),)))
+    assert row["error"] == "" and row["shapes"] == ""
+    with pytest.raises(InputError, match=r"'y' is an input of no .onnx file of the sweep \(their inputs: mm.onnx: 'x'"):
+        sweep.grid(["mm.onnx", "mygraphs:attn"], shapes=["y=3x3"])
+    with pytest.raises(InputError, match="none of the models is one"):
+        sweep.grid(["mygraphs:mlp"], shapes=["x=8x64"])
+
+
+def test_run_one_and_the_pool_never_raise_on_a_config_made_by_hand():
+    bad = sweep.RunConfig("llama:1", ",".join(SCHEDULE), shapes=("x=8x32",))
+    assert sweep.run_one(bad)["error"].startswith("ValueError")
+    rows = sweep.run_sweep([bad, sweep.RunConfig("llama:1", ",".join(SCHEDULE))], workers=1, progress=False)
+    assert rows[0]["error"] and rows[1]["error"] == "", rows
+
+
+def test_grid_refuses_a_graph_given_twice(folders, capsys):
+    client, _ = folders
+    (client / "sub").mkdir()
+    (client / "sub" / "mygraphs.py").write_text(CLIENT_GRAPHS)
+    for models, message in ((["mygraphs:mlp", "./mygraphs.py:mlp"], "'mygraphs:mlp' and './mygraphs.py:mlp' both name "
+                             f"{client / 'mygraphs.py'}:mlp"),
+                            (["mygraphs:mlp", str(client / "mygraphs.py") + ":mlp"], "both name"),
+                            (["mm.onnx", "sub/../mm.onnx"], f"both name {client / 'mm.onnx'}"),
+                            (["llama:1", "llama:1"], "'llama:1' is given twice")):
+        with pytest.raises(InputError, match=message):
+            sweep.grid(models)
+    # another file, another function: not the same graph
+    assert len(sweep.grid(["mygraphs:mlp", "sub/mygraphs.py:mlp", "mygraphs:attn"], repeats=2)) == 6
+    assert cli.main(["sweep", "--models", "mygraphs:mlp,mygraphs:mlp", "--out", str(client / "out"),
+                     "--no-progress"]) == 2
+    assert "'mygraphs:mlp' is given twice; give each graph once" in capsys.readouterr().err
+
+
+def test_sweep_command_refuses_a_shape_that_sizes_no_graph(folders, capsys):
+    client, _ = folders
+    assert cli.main(["sweep", "--models", "mygraphs:mlp", "--shape", "y=3x3", "--out", str(client / "out"),
+                     "--no-progress"]) == 2
+    assert "shape y=3x3 sizes no graph of the sweep" in capsys.readouterr().err
