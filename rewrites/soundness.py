@@ -224,10 +224,12 @@ def _check_rule_known(rule: str, rulesets: Sequence[Ruleset]) -> None:
     searched = list(dict.fromkeys(ruleset_name(rs) for rs in rulesets))
     where = ", ".join(searched) or "none"
     shipped_rulesets()  # every shipped ruleset's rules built, so that _MEMBERS lists them
-    home = next((name for name, rules in list(_MEMBERS.values()) if any(n == rule for n, _ in rules)), None)
-    if home is not None:
-        raise RewriteError(f"rule {rule!r} is of the ruleset {home!r}, which rulesets= does not hold (rulesets "
-                           f"searched: {where}, and the analysis ruleset): pass that ruleset too")
+    homes = list(dict.fromkeys(name for name, rules in list(_MEMBERS.values()) if any(n == rule for n, _ in rules)))
+    if homes:
+        which = (f"the ruleset {homes[0]!r}, which rulesets= does not hold" if len(homes) == 1 else
+                 f"the rulesets {', '.join(map(repr, homes))}, which rulesets= does not hold")
+        raise RewriteError(f"rule {rule!r} is of {which} (rulesets searched: {where}, and the analysis ruleset): "
+                           f"pass {'that ruleset' if len(homes) == 1 else 'the one you mean'} too")
     raise RewriteError(f"unknown rule {rule!r} in the rulesets searched ({where}, and the analysis ruleset)"
                        f"{_closest(rule, known)}; `eggfuse rules` lists the shipped ones")
 

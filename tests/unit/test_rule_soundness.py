@@ -104,8 +104,9 @@ def test_assert_rule_sound_refuses_a_rule_name_no_ruleset_has_before_running():
     with pytest.raises(RewriteError, match=re.escape(f"unknown rule {off!r} in the rulesets searched (algebraic, ")
                        + r".*factor_for_test, and the analysis ruleset\) " + re.escape(f"(did you mean {rule!r}?)")):
         assert_rule_sound(off, build, rulesets=rulesets)
-    with pytest.raises(RewriteError, match=re.escape(f"rule {rule!r} is of the ruleset 'factor_for_test', which "
-                                                     "rulesets= does not hold (rulesets searched: algebraic, ")
+    # other tests of the process may hold a ruleset with a rule of that name too: each is named
+    with pytest.raises(RewriteError, match=re.escape(f"rule {rule!r} is of the ruleset") + r".*'factor_for_test'.*"
+                       + re.escape("which rulesets= does not hold (rulesets searched: algebraic, ")
                        + r".*elementwise_fusion, and the analysis ruleset\)"):
         assert_rule_sound(rule, build)
     layer_norm_rule = next(r.name for r in RULES.values() if r.ruleset == "layer_norm_prologue")
