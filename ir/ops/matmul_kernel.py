@@ -189,9 +189,18 @@ MATMUL_TILES_THREE_QUARTER = (MatmulTile(64, 48, 16, micro=(8, 4), wg=192),
                               MatmulTile(48, 64, 16, micro=(8, 4), wg=192),
                               MatmulTile(64, 48, 16, wg=192), MatmulTile(48, 64, 16, wg=192),
                               MatmulTile(64, 48, 16, micro=(8, 4), wg=96), MatmulTile(48, 64, 16, micro=(8, 4), wg=96))
+#: Tiles sized so that a product's workgroups fill whole waves of the multiprocessors where the tables above
+#: leave a partial one: a side of 96 (128x96 with 8x8 per invocation in 192 invocations, three quarters of a
+#: 128x128 tile's work: SmolLM2's 128-row LM head, 128 x 576 x 49152, gives 384 tiles of 128x128, 1.45 rounds of
+#: an H100's 264 resident workgroups, and 512 of 128x96, 1.94), and 32-row tiles 128 wide or 32 deep for the
+#: 32-row LM head. Only through :func:`matmul_choice`; not yet timed on a GPU (``bench/matmul.py --sweep
+#: --sweep-tiles 128x96x8m8x8w192,... --sweep-shapes 128,576,49152;...`` times them against the picks).
+MATMUL_TILES_96 = (MatmulTile(128, 96, 8, micro=(8, 8), wg=192), MatmulTile(64, 96, 16, micro=(8, 4), wg=192),
+                   MatmulTile(64, 96, 16, micro=(4, 8), wg=192), MatmulTile(32, 128, 16, micro=(4, 8)),
+                   MatmulTile(32, 128, 16, micro=(4, 8), wg=128), MatmulTile(32, 64, 32, micro=(4, 8)))
 #: Every tile :func:`matmul_choice` takes.
 MATMUL_TILES_ALL = (MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE + MATMUL_TILES_SMALL
-                    + MATMUL_TILES_THREE_QUARTER)
+                    + MATMUL_TILES_THREE_QUARTER + MATMUL_TILES_96)
 # Not among them, measured slower on the H200 (commit af174f5 had them; bench/results/tile_order_h200/):
 # the wide micro-tiles on slices of 32 elements of K (64x64x32m8x4, 64x32x32m8x4, 32x64x32m4x8; half the
 # barriers, two quads of each operand loaded a slice). 1024 x 384 x 1536 took 67.5 us on 64x64x32m8x4
@@ -629,7 +638,7 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
     a shape that is not three positive ints."""
     if tile is not None and tile not in MATMUL_TILES_ALL:
         raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP, "
-                            f"MATMUL_TILES_WIDE, MATMUL_TILES_SMALL or MATMUL_TILES_THREE_QUARTER")
+                            f"MATMUL_TILES_WIDE, MATMUL_TILES_SMALL, MATMUL_TILES_THREE_QUARTER or MATMUL_TILES_96")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:

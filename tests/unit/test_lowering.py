@@ -23,6 +23,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     GEMV_ROW_N,
     GEMV_WIDE_N,
     MATMUL_TILES,
+    MATMUL_TILES_96,
     MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
     MATMUL_TILES_SMALL,
@@ -577,6 +578,11 @@ def test_matmul_tiles_fit_their_workgroup_memory():
         slices = 2 * t.bk * (t.bm + t.bn)
         assert (t.ksplit - 1) * (t.wg // t.ksplit) <= slices // 4 and t.bm * t.bk // 4 + 2 * t.bm <= slices, t
     assert THREE_QUARTER_TILE == MATMUL_TILES_THREE_QUARTER[0] and THREE_QUARTER_TILE.name == "64x48x16m8x4w192"
+    for t in MATMUL_TILES_96:  # whole warps, K groups dividing the slice, a row each for the RmsNorm sums
+        assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == t.wg and t.wg % 32 == 0 and t.bm <= t.wg, t
+        assert t.bk % (4 * t.ksplit) == 0 and t.storage <= DEEP_STORAGE, t
+        slices = 2 * t.bk * (t.bm + t.bn)
+        assert (t.ksplit - 1) * (t.wg // t.ksplit) <= slices // 4 and t.bm * t.bk // 4 + 2 * t.bm <= slices, t
     assert len({t.name for t in MATMUL_TILES_ALL}) == len(MATMUL_TILES_ALL)  # names pick tiles in sweeps
 
 
