@@ -302,7 +302,8 @@ def add_run(sub) -> None:
                    help="also run an optional ruleset (repeatable): layer_norm_prologue (a LayerNorm as the next "
                         "product's prologue: one dispatch fewer a product, measured slower on an H200), "
                         "gathered_products (GatheredBatchMatMul: a gather of a product's elements computed alone, "
-                        "measured slower on an H100)")
+                        "measured slower on an H100), or a ruleset of your own (make_ruleset) as module:NAME or "
+                        "file.py:NAME, on top of the default ones")
     r.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
                    help="leave out one rule, named as `eggfuse rules` lists it (repeatable): the plan without it, "
                         "to time what the rule pays")

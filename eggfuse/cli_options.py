@@ -30,7 +30,8 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
                        help="also run an optional ruleset, not run by default (repeatable): layer_norm_prologue "
                             "(a LayerNorm as the next product's prologue: one dispatch fewer a product, measured "
                             "slower on an H200), gathered_products (GatheredBatchMatMul: a gather of a product's "
-                            "elements computed alone, measured slower on an H100)")
+                            "elements computed alone, measured slower on an H100), or a ruleset of your own "
+                            "(make_ruleset) as module:NAME or file.py:NAME, on top of the default ones")
         p.add_argument("--cost-model", metavar="MODEL", default="bytes",
                        help="bytes (default: byte-equivalents), roofline (h200 profile), roofline:PROFILE, or "
                             "module:Class or file.py:Class (a CostModel subclass)")

@@ -270,8 +270,9 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     """The optimisation rulesets to run: of ``rulesets`` (default :func:`optimization_rulesets`)
     those named in ``names`` (None: all; the name ``all`` stands for all of them), then the
     :data:`OPTIONAL` ones named in ``optional`` or ``names``, then rulesets of one's own named in
-    ``names`` as ``module:NAME`` or ``path/to/file.py:NAME`` (:func:`named_ruleset`), less the rules
-    named in ``disable`` (theirs included).
+    ``names`` or ``optional`` as ``module:NAME`` or ``path/to/file.py:NAME`` (:func:`named_ruleset`; in
+    ``optional``, as ``--with-ruleset``, run on top of the selection), less the rules named in
+    ``disable`` (theirs included).
     The analysis ruleset is not among them: it always runs. ``precision="f16"`` puts the ``f16``
     ruleset first, as ``eggfuse.compile(..., precision="f16")`` runs it, so that ``disable`` can
     name its rules too (``compile`` then adds no second one).
@@ -286,15 +287,17 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
         raise RewriteError(f"precision must be 'f32' or 'f16', got {precision!r}")
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     for n in optional:
-        if n not in OPTIONAL:
-            hint = " (a ruleset of your own, module:NAME, goes among the names: all,module:NAME)" if ":" in n else ""
+        if n not in OPTIONAL and ":" not in n:
             raise RewriteError(f"unknown optional ruleset {n!r}: optional rulesets: "
                                f"{', '.join(x for x in OPTIONAL if x != 'f16')} (f16: precision='f16')"
-                               f"{_closest(n, OPTIONAL)}{hint}")
-    user: dict[str, Ruleset] = {}  # the rulesets of module:NAME entries of names, by their names
+                               f"{_closest(n, OPTIONAL)}; a ruleset of your own (make_ruleset): module:NAME or "
+                               "path/to/file.py:NAME")
+    user: dict[str, Ruleset] = {}  # the rulesets of module:NAME entries of names and optional, by their names
+    taken = {ANALYSIS, *SCHEDULE, *OPTIONAL, *map(ruleset_name, pool)}
     if names is not None:
-        taken = {ANALYSIS, *SCHEDULE, *OPTIONAL, *map(ruleset_name, pool)}
         names = [_user_entry(n, user, taken) if ":" in n else n for n in names]
+    added = [_user_entry(n, user, taken) for n in optional if ":" in n]  # run on top of the selection
+    optional = [n for n in optional if ":" not in n]
     if "f16" in [*optional, *(names or ())]:
         raise RewriteError("precision='f16' adds the f16 ruleset already: leave it out of the names"
                            if precision == "f16" else
@@ -318,7 +321,7 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
                     f"{_closest(n, [*by_name, *OPTIONAL])}; a ruleset of your own (make_ruleset): module:NAME or " \
                     "path/to/file.py:NAME"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
-        pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional}
+        pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional, *added}
                      or (precision == "f16" and name == "f16"))
     known = {rule: ruleset_name(rs) for rs in pool for rule in rules_of(rs) or ()} if disable else {}
     for rule in disable:

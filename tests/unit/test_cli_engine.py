@@ -203,3 +203,18 @@ def test_optimize_runs_a_ruleset_of_ones_own_named_module_colon_name(capsys, rul
         assert msg in capsys.readouterr().err
     assert cli.main(["optimize", graph, "--rulesets", "all,factor_for_cli_test"]) == 2
     assert "a ruleset of your own (make_ruleset): module:NAME or path/to/file.py:NAME" in capsys.readouterr().err
+
+
+def test_with_ruleset_runs_a_ruleset_of_ones_own_on_top_of_the_default_ones(capsys, rules_file):
+    # --with-ruleset took only the optional shipped rulesets ("unknown optional ruleset")
+    graph = f"{rules_file}:two_products"
+    default = _json(capsys, ["optimize", graph, "--json"])
+    out = _json(capsys, ["optimize", graph, "--with-ruleset", f"{rules_file}:MINE", "--report", "--json"])
+    mine = [r for r in out["rules"] if r["ruleset"] == "factor_for_cli_test"]
+    assert [(r["name"], r["matches"]) for r in mine] == [(FACTOR, 1)]
+    assert {r["ruleset"] for r in out["rules"] if r["matches"]} - {"factor_for_cli_test"}  # the default ones ran
+    assert out["dispatches_after"] <= default["dispatches_after"]
+    assert cli.main(["optimize", graph, "--with-ruleset", f"{rules_file}:NOPE"]) == 2
+    assert "has no ruleset 'NOPE'" in capsys.readouterr().err
+    assert cli.main(["optimize", graph, "--with-ruleset", "layer_norm_prologu"]) == 2
+    assert "unknown optional ruleset 'layer_norm_prologu'" in capsys.readouterr().err
