@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+from user_rules import FACTOR, rules_module  # tests/: a rule of one's own, as a module's text
 
 from eggfuse import cli
 
@@ -142,38 +143,10 @@ def test_option_values_that_would_do_nothing_or_overwrite_are_refused(args, mess
     assert message in capsys.readouterr().err
 
 
-FACTOR = "Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))"
-RULES_PY = '''
-from eggfuse.ir import Graph
-from eggfuse.rewrites import make_ruleset
-
-
-def factor_matmul(e):
-    a, b, c = e.vars("a b c")
-    yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
-                  e.Add(e.MatMul(a, b), e.MatMul(a, c)), e.MatMul(a, e.Add(b, c)))
-
-
-MINE = make_ruleset("factor_for_cli_test", factor_matmul)
-SHADOW = make_ruleset("algebraic", factor_matmul)
-NUMBER = 3
-
-
-def two_products():
-    # relu(x @ w1 + x @ w2): MatMul, MatMul, Add, Relu, 4 dispatches unoptimised; with the rule, Add(w1, w2),
-    # one MatMul and Relu: 3
-    g = Graph()
-    x = g.input("x", [8, 32])
-    w1, w2 = g.parameter("w1", [32, 16]), g.parameter("w2", [32, 16])
-    g.set_outputs([g.relu(g.add(g.matmul(x, w1), g.matmul(x, w2)))])
-    return g
-'''
-
-
 @pytest.fixture
 def rules_file(tmp_path):
     path = tmp_path / "user_rules_for_cli_test.py"
-    path.write_text(RULES_PY)
+    path.write_text(rules_module("factor_for_cli_test"))
     return path
 
 

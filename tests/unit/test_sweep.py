@@ -7,6 +7,7 @@ import os
 import socket
 
 import pytest
+from user_rules import rules_module  # tests/: a rule of one's own, as a module's text
 
 from eggfuse import cli, sweep
 from eggfuse.ir import InputError
@@ -100,33 +101,10 @@ def test_sweep_command_on_a_local_pool(tmp_path, capsys):
     assert "runs, " in capsys.readouterr().out
 
 
-RULES_PY = """
-from eggfuse.ir import Graph
-from eggfuse.rewrites import make_ruleset
-
-
-def factor_matmul(e):
-    a, b, c = e.vars("a b c")
-    yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
-                  e.Add(e.MatMul(a, b), e.MatMul(a, c)), e.MatMul(a, e.Add(b, c)))
-
-
-MINE = make_ruleset("factor_for_sweep_test", factor_matmul)
-
-
-def two_products():  # MatMul, MatMul, Add, Relu: 4 dispatches; with the rule Add(w1, w2), MatMul, Relu: 3
-    g = Graph()
-    x = g.input("x", [8, 32])
-    w1, w2 = g.parameter("w1", [32, 16]), g.parameter("w2", [32, 16])
-    g.set_outputs([g.relu(g.add(g.matmul(x, w1), g.matmul(x, w2)))])
-    return g
-"""
-
-
 def test_sweep_runs_a_ruleset_of_ones_own_in_its_worker_processes(tmp_path):
     # --rulesets all,module:NAME was "unknown ruleset"; the row keeps its source text for the workers to import
     path = tmp_path / "rules_for_sweep_test.py"
-    path.write_text(RULES_PY)
+    path.write_text(rules_module("factor_for_sweep_test"))
     mine, graph = f"{path}:MINE", f"{path}:two_products"
     (kept,) = sweep.grid([graph], f"all,{mine}")
     assert kept.rulesets == ",".join([*SCHEDULE, mine])
