@@ -30,17 +30,44 @@ def _folder() -> str:
     return SOURCE_FOLDER.get() or os.getcwd()
 
 
+def _load_file(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{SOURCE_MODULE_PREFIX}{path.stem}", path)
+    if spec is None or not path.is_file():
+        raise FileNotFoundError(f"no file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _one_file_module(where: str, folder: str) -> Path | None:
+    """The ``.py`` file that a fresh import of the top-level module ``where`` finds (on ``sys.path``, else in
+    ``folder``), whatever ``sys.modules`` holds; None where it is not one such file (a package, a builtin, a
+    dotted name, none found)."""
+    if "." in where or not where.isidentifier() or where in sys.builtin_module_names:
+        return None
+    try:
+        found = (importlib.machinery.PathFinder.find_spec(where)
+                 or importlib.machinery.PathFinder.find_spec(where, [folder]))
+    except (ImportError, ValueError):
+        return None
+    if (found is None or not found.has_location or found.submodule_search_locations is not None
+            or not str(found.origin or "").endswith(".py")):
+        return None
+    return Path(found.origin).resolve()
+
+
 def _module(where: str) -> ModuleType:
     if where.endswith(".py"):
-        path = (Path(_folder()) / Path(where).expanduser()).resolve()
-        spec = importlib.util.spec_from_file_location(f"{SOURCE_MODULE_PREFIX}{path.stem}", path)
-        if spec is None or not path.is_file():
-            raise FileNotFoundError(f"no file {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
+        return _load_file((Path(_folder()) / Path(where).expanduser()).resolve())
     folder = _folder()
+    imported = sys.modules.get(where)
+    if imported is not None and getattr(imported, "__file__", None):
+        # a module of this name imported before from another folder (the command's folder changed, or a
+        # sweep's SOURCE_FOLDER differs): the file a fresh import finds now, not the one imported then
+        path = _one_file_module(where, folder)
+        if path is not None and Path(imported.__file__).resolve() != path:
+            return _load_file(path)
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as e:
@@ -69,17 +96,8 @@ def resolved_source(spec: str, folder: str | None = None) -> str:
         return spec
     if where.endswith(".py"):
         return f"{(Path(folder) / Path(where).expanduser()).resolve()}:{name}"
-    if "." in where or not where.isidentifier() or where in sys.builtin_module_names:
-        return spec
-    try:  # the file a fresh import finds, not a module of that name imported before (from another folder)
-        found = (importlib.machinery.PathFinder.find_spec(where)
-                 or importlib.machinery.PathFinder.find_spec(where, [folder]))
-    except (ImportError, ValueError):
-        return spec
-    if (found is None or not found.has_location or found.submodule_search_locations is not None
-            or not str(found.origin or "").endswith(".py")):
-        return spec
-    return f"{Path(found.origin).resolve()}:{name}"
+    path = _one_file_module(where, folder)
+    return spec if path is None else f"{path}:{name}"
 
 
 def named_object(spec: str, what: str, kind: str) -> Any:
