@@ -15,7 +15,8 @@
   matched. For a ruleset, the distinct e-nodes credited to any of its rules;
 - ``saved_cost``, ``saved_dispatches``, ``saved_bytes``: the result of saturating and extracting
   again without that rule (or ruleset), under the same cost model, extractor and schedule,
-  minus the result with everything: cost in the cost model's unit, dispatches per run, bytes
+  minus the result with everything: cost in the cost model's unit (an int where its costs are whole,
+  else a float, see :func:`saved_cost`), dispatches per run, bytes
   read + written by the kernels. Positive means the rule pays. A rule that never matched
   saves 0 without a second run (removing it changes nothing: egglog's schedule is
   deterministic). A rule can save nothing alone and much with others, when another rule
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from . import egglog_private
 from .extract import TermDag, dag_enode
 from .problem import Decoder, literal
+from .report import cost_text
 from .rulesets import _MEMBERS, members, rules_of, ruleset_name, without_rules
 from .sorts import ARG_SORTS, CHILD_SORTS, SIGNATURES
 
@@ -64,7 +66,7 @@ class Payoff:
     ruleset: str
     matches: int = 0
     extracted_enodes: int = 0
-    saved_cost: int = 0
+    saved_cost: float = 0
     saved_dispatches: int = 0
     saved_bytes: int = 0
 
@@ -135,8 +137,18 @@ def _built_op(pattern: Any) -> str | None:
     return op
 
 
+def saved_cost(without: float, with_all: float) -> float | int:
+    """``without - with_all``, in the cost model's unit: an int where both costs are whole (the shipped
+    models'), else a float (a model in seconds or other small units: truncating to an int would make every
+    saving 0); a difference within float rounding of the sum (1e-12 of the larger cost) is 0."""
+    diff = without - with_all
+    if abs(diff) <= 1e-12 * max(abs(without), abs(with_all)):
+        return 0
+    return int(diff) if float(diff).is_integer() else float(diff)
+
+
 def _saved(row: Payoff, rep: Report, without: Report) -> None:
-    row.saved_cost = int(without.cost_after - rep.cost_after)
+    row.saved_cost = saved_cost(without.cost_after, rep.cost_after)
     row.saved_dispatches = int(without.dispatches_after - rep.dispatches_after)
     row.saved_bytes = int(without.bytes_after - rep.bytes_after)
 
@@ -235,8 +247,8 @@ def payoff_table(rep: Report) -> str:
     head = f"  {'matches':>7} {'e-nodes':>7} {'saved cost':>14} {'dispatches':>10} {'bytes':>14}  "
 
     def line(r: dict, name: str) -> str:
-        return (f"  {r['matches']:7d} {r['extracted_enodes']:7d} {r['saved_cost']:14,} {r['saved_dispatches']:10d} "
-                f"{r['saved_bytes']:14,}  {name}")
+        return (f"  {r['matches']:7d} {r['extracted_enodes']:7d} {cost_text(r['saved_cost']):>14} "
+                f"{r['saved_dispatches']:10d} {r['saved_bytes']:14,}  {name}")
 
     lines = ["payoff (saved: optimised again without it, minus with everything):", head + "ruleset"]
     lines += [line(r, r["name"]) for r in rep.rulesets or ()]
@@ -248,4 +260,4 @@ def payoff_table(rep: Report) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Payoff", "attach", "payoff_table"]
+__all__ = ["Payoff", "attach", "payoff_table", "saved_cost"]

@@ -14,8 +14,9 @@ from typing import Any
 from ..ir.ops.fused_epilogue import step_label
 
 
-def _cost(value: float) -> str:
-    # a cost as the summary prints it: 4,195,020 (a cost model's whole units), 12.35 otherwise
+def cost_text(value: float) -> str:
+    """A cost as reports print it: ``4,195,020`` (a cost model's whole units), ``12.35`` (4 significant
+    digits) otherwise."""
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
 
 
@@ -127,11 +128,11 @@ class Report:
                            for name, p in self.phases.items())
         gap = ""
         if self.ilp_cost is not None and self.greedy_cost:
-            gap = (f", greedy {_cost(self.greedy_cost)} vs ILP {_cost(self.ilp_cost)}"
+            gap = (f", greedy {cost_text(self.greedy_cost)} vs ILP {cost_text(self.ilp_cost)}"
                    f"{' (optimal)' if self.ilp_optimal else ''}")
         text = (
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
-            f"{self.dispatches_after}, cost {_cost(self.cost_before)} -> {_cost(self.cost_after)}\n"
+            f"{self.dispatches_after}, cost {cost_text(self.cost_before)} -> {cost_text(self.cost_after)}\n"
             f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
             f"phases (total {self.total_s:.3f}s; a caller's optimize_s also counts loading egglog and declaring "
             f"the rulesets, once a process):\n{phases}\n"

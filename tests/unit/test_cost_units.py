@@ -100,6 +100,19 @@ def test_costs_below_one_are_not_rounded():
     assert rep.ilp_optimal and rep.extractor == "ilp" and rep.ilp_cost == pytest.approx(rep.cost_after, rel=1e-5)
 
 
+def test_the_payoff_of_a_model_in_small_units_is_its_saving_not_zero():
+    # savings were truncated to an int: every rule of a model in seconds saved 0 and none "paid"
+    _, whole = optimize(_mlp(), payoff=True)
+    _, small = optimize(_mlp(), cost_model=_scaled(1e-7), payoff=True)
+    for field in ("rulesets", "rules"):
+        want = {r["name"]: r["saved_cost"] * 1e-7 for r in getattr(whole, field)}
+        got = {r["name"]: r["saved_cost"] for r in getattr(small, field)}
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-18)
+    assert {r["name"] for r in small.rulesets if r["saved_cost"] > 0} == {"matmul_epilogue"}
+    paid = next(r for r in whole.rulesets if r["name"] == "matmul_epilogue")["saved_cost"]
+    assert isinstance(paid, int) and paid > 0  # a model of whole units keeps whole savings
+
+
 class _KeyErrorCost(CostModel):
     def __init__(self, op: str) -> None:
         super().__init__()
