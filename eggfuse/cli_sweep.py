@@ -58,6 +58,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
     csv_path, json_path = sweep.write_results(rows, args.out)
     written = [csv_path, json_path]
+    payoff_path = sweep.write_payoff(rows, args.out)
+    if payoff_path is not None:
+        written.append(payoff_path)
     failed = sum(1 for r in rows if r["error"])
     if not args.no_plots and len(rows) > failed:
         try:
@@ -68,6 +71,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         print(json.dumps({"runs": len(rows), "failed": failed, "files": [str(p) for p in written]}))
     else:
         print(sweep.table(rows))
+        if args.payoff and (paid := sweep.payoff_table(rows)):
+            print("\nsaved by each ruleset (optimised again without it, minus with everything):")
+            print(paid)
         print(f"{len(rows)} runs, {failed} failed; written: {', '.join(str(p) for p in written)}")
     if rows and failed == len(rows):  # a script must not take an empty sweep for results
         first = rows[0]["error"].strip().splitlines()[-1] if rows[0]["error"].strip() else "?"
@@ -102,7 +108,9 @@ def add_sweep(sub) -> None:
                         "file of --models that has the input (a name no such file has is refused)")
     s.add_argument("--training", action="store_true", help="the forward + backward graphs")
     s.add_argument("--repeats", type=int, default=1, help="runs of each configuration (default 1)")
-    s.add_argument("--payoff", action="store_true", help="also the per-rule payoff of each run (rules_paid; slower)")
+    s.add_argument("--payoff", action="store_true",
+                   help="also what each ruleset and rule saves in each run (rules_paid, rulesets_paid, DIR/payoff.csv "
+                        "and a table; one more optimisation per ruleset and matched rule)")
     s.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--json", action="store_true", help="print one JSON object (runs, failed, files)")

@@ -23,9 +23,16 @@ construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's 
 ``optimize`` call: with ``payoff`` its re-optimisations too, and in a worker's first row building the rulesets
 and declaring them to egglog, once a process), results (``dispatches_before``/``after``,
 ``cost_before``/``after`` in the cost model's unit, ``bytes_before``/``after``), ``rules_fired`` (rules that
-matched), ``rules_paid`` (with ``payoff``: rules whose removal raises the cost; else empty), ``worker``
+matched), ``rules_paid`` and ``rulesets_paid`` (with ``payoff``: rules, rulesets whose removal raises the cost;
+else empty), ``worker``
 (host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the run succeeded: else the
 exception's type and message).
+
+With ``payoff`` a row also holds ``payoff`` (in ``results.json``, not the CSV): what each ruleset, each rule
+that matched and each group of rules building one op saves, as ``optimize(payoff=True)`` reports it
+(:mod:`eggfuse.rewrites.payoff`), a dict per entry with ``kind`` (``ruleset``, ``rule``, ``rule group``);
+:func:`write_payoff` writes them as ``payoff.csv`` (:data:`PAYOFF_COLUMNS`) and :func:`payoff_table` sums
+them up per model and configuration.
 """
 
 from __future__ import annotations
@@ -48,8 +55,13 @@ COLUMNS = ("model", "source", "training", "seq", "shapes", "rulesets", "disabled
            "extractor", "match_limit", "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes",
            "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s",
            "total_s", "load_s", "cpu_s", "dispatches_before", "dispatches_after", "cost_before", "cost_after",
-           "bytes_before", "bytes_after", "rules_fired", "rules_paid", "worker", "eggfuse_version", "egglog_version",
-           "error")
+           "bytes_before", "bytes_after", "rules_fired", "rules_paid", "rulesets_paid", "worker", "eggfuse_version",
+           "egglog_version", "error")
+#: Columns of ``payoff.csv`` (:func:`write_payoff`): one row per ruleset, matched rule and rule group of each
+#: run with ``payoff``; ``run`` is the run's index in ``results.csv``/``results.json``.
+PAYOFF_COLUMNS = ("run", "model", "configuration", "cost_model", "extractor", "repeat", "kind", "name", "ruleset",
+                  "matches", "extracted_enodes", "saved_cost", "saved_dispatches", "saved_bytes", "cost_after",
+                  "dispatches_after")
 RULESET_MODES = ("all", "ablate", "ablate-rules")
 
 
@@ -239,6 +251,11 @@ def run_one(config: RunConfig) -> dict:
         row["rules_fired"] = sum(1 for n in rep.rules_fired.values() if n)
         if rep.rules is not None:
             row["rules_paid"] = sum(1 for r in rep.rules if r["saved_cost"] > 0)
+            row["rulesets_paid"] = sum(1 for r in rep.rulesets if r["saved_cost"] > 0)
+            row["payoff"] = ([{"kind": "ruleset", **r, "ruleset": r["name"]} for r in rep.rulesets]
+                             + [{"kind": "rule", **r} for r in rep.rules if r["matches"]]
+                             + [{"kind": "rule group", **r, "ruleset": "", "rules": list(r["rules"])}
+                                for r in rep.rule_groups or ()])
     except Exception as e:  # noqa: BLE001 - a failed run is a row; the sweep goes on
         row["error"] = f"{type(e).__name__}: {e}".strip()
         row["error_trace"] = traceback.format_exc(limit=-3)
@@ -393,6 +410,60 @@ def write_results(rows: Iterable[dict], out: str | Path) -> tuple[Path, Path]:
     return csv_path, json_path
 
 
+def write_payoff(rows: Sequence[dict], out: str | Path) -> Path | None:
+    """``out/payoff.csv``: one row per ruleset, matched rule and rule group of each run that has a payoff
+    (:data:`PAYOFF_COLUMNS`; a rule group's ``name`` is ``rules building OP``, its ``ruleset`` empty), with the
+    run's index, model and configuration label. Returns its path, or None (no file) where no row has a
+    payoff (a sweep without ``payoff``)."""
+    entries = []
+    for i, row in enumerate(rows):
+        for p in row.get("payoff") or ():
+            entries.append({"run": i, "model": row["model"], "configuration": label(row),
+                            "cost_model": row["cost_model"], "extractor": row["extractor"],
+                            "repeat": row["repeat"], "cost_after": row["cost_after"],
+                            "dispatches_after": row["dispatches_after"], **p})
+    if not entries:
+        return None
+    path = Path(out) / "payoff.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=PAYOFF_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(entries)
+    return path
+
+
+def payoff_table(rows: Sequence[dict]) -> str:
+    """A text table of what each ruleset saves, per model and configuration (runs with ``payoff`` only; empty
+    text where none has one): matches, saved dispatches, saved cost in the cost model's unit and as a share of
+    the cost after optimisation, medians over repeats. Rulesets that matched nothing are left out."""
+    import statistics
+
+    from eggfuse.rewrites.report import cost_text
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("payoff") and not r["error"]:
+            groups.setdefault((r["model"], label(r)), []).append(r)
+    if not groups:
+        return ""
+    lines = [f"{'model':<12} {'configuration':<34} {'ruleset':<22} {'matches':>8} {'dispatches':>10} "
+             f"{'saved cost':>14} {'of cost':>8}"]
+    for (model, lab), rs in groups.items():
+        names = list(dict.fromkeys(p["name"] for r in rs for p in r["payoff"] if p["kind"] == "ruleset"))
+        for name in names:
+            sets = [next(p for p in r["payoff"] if p["kind"] == "ruleset" and p["name"] == name) for r in rs]
+            if not any(p["matches"] for p in sets):
+                continue
+            saved = statistics.median(p["saved_cost"] for p in sets)
+            after = statistics.median(float(r["cost_after"]) for r in rs)
+            share = f"{100 * saved / after:7.1f}%" if after else f"{'':>8}"
+            lines.append(f"{model:<12} {lab:<34} {name:<22} {sets[0]['matches']:>8} "
+                         f"{statistics.median(p['saved_dispatches'] for p in sets):>10g} "
+                         f"{cost_text(saved):>14} {share}")
+    return "\n".join(lines)
+
+
 def label(row: dict) -> str:
     """A configuration's short label for tables and plots: ruleset choice, cost model, extractor."""
     from eggfuse.rewrites.rulesets import SCHEDULE
@@ -410,6 +481,8 @@ def table(rows: Sequence[dict]) -> str:
     """A text table of the runs: configuration, dispatches, cost, total seconds (median over repeats)."""
     import statistics
 
+    from eggfuse.rewrites.report import cost_text
+
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["model"], label(r)), []).append(r)
@@ -422,7 +495,7 @@ def table(rows: Sequence[dict]) -> str:
         r = ok[0]
         t = statistics.median(float(x["total_s"]) for x in ok)
         lines.append(f"{model:<12} {lab:<34} {r['dispatches_before']:>5} ->{r['dispatches_after']:>4} "
-                     f"{r['cost_after']:>16,} {t:>8.3f}")
+                     f"{cost_text(r['cost_after']):>16} {t:>8.3f}")
     return "\n".join(lines)
 
 
@@ -499,5 +572,5 @@ def plot(rows: Sequence[dict], out: str | Path) -> list[Path]:
     return paths
 
 
-__all__ = ["COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "plot", "resolve", "resolve_cost_model", "run_one",
-           "run_sweep", "table", "write_results"]
+__all__ = ["COLUMNS", "PAYOFF_COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "payoff_table", "plot",
+           "resolve", "resolve_cost_model", "run_one", "run_sweep", "table", "write_payoff", "write_results"]

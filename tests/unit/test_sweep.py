@@ -74,6 +74,42 @@ def test_run_one_gives_a_row_and_a_failure_is_a_row():
     assert bad["error"].startswith("InputError: unknown model 'resnet'")
 
 
+def test_a_payoff_row_gives_what_each_ruleset_saves_as_the_ablation_rows_measure_it(tmp_path, capsys):
+    # the payoff of a ruleset is the ablation sweep's row without it minus the full row, per cost model
+    for cost in ("bytes", "roofline"):
+        ablate = [sweep.run_one(c) for c in sweep.grid(["llama:1"], "ablate", [cost])]
+        full, without = ablate[0], {r["disabled"]: r for r in ablate[1:]}
+        (paid,) = [sweep.run_one(c) for c in sweep.grid(["llama:1"], "all", [cost], payoff=True)]
+        sets = {p["name"]: p for p in paid["payoff"] if p["kind"] == "ruleset"}
+        assert list(sets) == list(SCHEDULE)
+        for name in SCHEDULE:
+            assert sets[name]["saved_dispatches"] == without[name]["dispatches_after"] - full["dispatches_after"]
+            assert sets[name]["saved_cost"] == pytest.approx(without[name]["cost_after"] - full["cost_after"])
+        assert paid["rulesets_paid"] == sum(1 for n in SCHEDULE if without[n]["cost_after"] > full["cost_after"]) >= 3
+        rules = [p for p in paid["payoff"] if p["kind"] == "rule"]
+        assert rules and all(p["matches"] for p in rules) and paid["rules_paid"] == sum(
+            1 for p in rules if p["saved_cost"] > 0)
+    path = sweep.write_payoff([full, paid], tmp_path)
+    with path.open() as f:
+        written = list(csv.DictReader(f))
+    assert len(written) == len(paid["payoff"]) and {w["run"] for w in written} == {"1"}  # the run's index
+    assert {w["name"]: int(w["saved_dispatches"]) for w in written if w["kind"] == "ruleset"} == {
+        n: p["saved_dispatches"] for n, p in sets.items()}
+    assert sweep.write_payoff([full], tmp_path / "none") is None
+    text = sweep.payoff_table([paid])
+    assert "matmul_epilogue" in text and "algebraic" not in text  # a ruleset that matched nothing is left out
+    assert sweep.payoff_table([full]) == ""
+
+
+def test_sweep_command_payoff_writes_payoff_csv_and_prints_what_each_ruleset_saves(tmp_path, capsys):
+    assert cli.main(["sweep", "--models", "llama:1", "--payoff", "--workers", "1", "--out", str(tmp_path),
+                     "--no-progress", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "saved by each ruleset" in out and "matmul_epilogue" in out
+    assert "payoff.csv" in out and (tmp_path / "payoff.csv").is_file()
+    assert "rulesets_paid" in (tmp_path / "results.csv").read_text().splitlines()[0]
+
+
 def _check_files(out, expect_rows, failed_models=()):
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
