@@ -15,9 +15,11 @@ from ..ir.ops.fused_epilogue import step_label
 
 
 def cost_text(value: float) -> str:
-    """A cost as reports print it: ``4,195,020`` (a cost model's whole units), ``12.35`` (4 significant
-    digits) otherwise."""
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
+    """A cost as reports print it: ``4,195,020`` (a cost model's whole units), ``112,340.3`` (a fraction of
+    1,000 or more: one decimal), ``12.35`` (below 1,000: 4 significant digits)."""
+    if float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:,.4g}"
 
 
 @dataclass

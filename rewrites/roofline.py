@@ -7,7 +7,7 @@ insightful visual performance model", with a fixed launch cost per dispatch adde
 
 ``bytes`` is ``bytes_read + bytes_written`` and ``flops`` the op's FLOPs
 (``OpSpec.count_flops``), both from the :class:`~.cost.KernelInfo`. The unit of
-:meth:`RooflineCostModel.kernel_cost` is nanoseconds (whole ones; any unit would do, see
+:meth:`RooflineCostModel.kernel_cost` is nanoseconds (fractions kept; any unit would do, see
 :class:`~.cost.CostModel`). A :class:`DeviceProfile` holds the three constants; :data:`PROFILES` has one per
 device measured, and :func:`fit_profile` calibrates one from per-kernel GPU times
 (``bench/cost_model.py`` measures those with timestamp queries and calls it).
@@ -80,8 +80,9 @@ class RooflineCostModel(CostModel):
         return k.dispatches * p.dispatch_s + max((k.bytes_read + k.bytes_written) / p.bandwidth,
                                                  k.flops / p.peak_flops)
 
-    def kernel_cost(self, k: KernelInfo) -> int:
-        return int(round(self.seconds(k) * 1e9))
+    def kernel_cost(self, k: KernelInfo) -> float:
+        """:meth:`seconds` in nanoseconds, fractions kept (a small epilogue read costs under 1 ns)."""
+        return self.seconds(k) * 1e9
 
 
 def fit_profile(samples: Sequence[tuple[KernelInfo, float]], name: str, source: str = "",
