@@ -400,15 +400,18 @@ class Session:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
         arr = _device_form(np.ascontiguousarray(check_array(f"parameter {name!r}", value,
                                                              self.plan.buffers[index].type)))
+        for d in self.plan.derived.values():  # refused before anything is written: the session stays as it was
+            if name in d.sources and d.store == "f16":
+                _check_f16_range(name, arr)
         with device_errors(f"writing parameter {name!r}"):
             if self._buffers[index] is not None:
                 self.device.queue.write_buffer(self._buffers[index], 0, arr)
-            if name in self._packed_sources:
-                self._packed_sources[name] = arr
             for packed, d in self.plan.derived.items():
                 if name in d.sources:
                     _write_packed(self.device.queue.write_buffer, self._buffers[packed],
                                   [arr if n == name else self._packed_sources[n] for n in d.sources], d)
+            if name in self._packed_sources:
+                self._packed_sources[name] = arr
 
     @_one_at_a_time
     def read_output(self, index: int) -> np.ndarray:
@@ -1046,6 +1049,14 @@ def _needed_parameters(plan: ExecutionPlan, borrowed: Mapping[int, wgpu.GPUBuffe
             if name in packing or (index not in borrowed and plan.buffers[index].kind != "host")}
 
 
+def _check_f16_range(name: str, a: np.ndarray) -> None:
+    # InputError where parameter ``name`` holds a finite value beyond float16's range (stored as float16)
+    peak = float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a)))
+    if peak > F16_MAX:
+        raise InputError(f"parameter {name!r} {list(a.shape)} holds {peak:g}, beyond float16's largest "
+                         f"value {F16_MAX:g}: compile it with precision='f32'")
+
+
 def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.ndarray], d: DerivedParameter) -> None:
     # A derived parameter: ``sources`` concatenated along ``d.axis`` into ``buffer`` with
     # put(buffer, offset, array). Along axis 0 of contiguous arrays that is their bytes one
@@ -1055,10 +1066,7 @@ def _write_packed(put: Callable, buffer: wgpu.GPUBuffer, sources: Sequence[np.nd
     axis = d.axis
     if d.store == "f16":
         for name, a in zip(d.sources, sources, strict=True):
-            peak = float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a)))
-            if peak > F16_MAX:
-                raise InputError(f"parameter {name!r} {list(a.shape)} holds {peak:g}, beyond float16's largest "
-                                 f"value {F16_MAX:g}: compile it with precision='f32'")
+            _check_f16_range(name, a)
         whole = np.concatenate(sources, axis=axis)
         put(buffer, 0, f16_rows(whole.T if d.transpose else whole))
         return

@@ -85,6 +85,31 @@ def test_writing_a_parameter_stored_f16_repacks_it(device):
     np.testing.assert_array_equal(compiled.session.read_parameter("W"), w2)  # the host copy, unrounded
 
 
+def test_a_refused_write_of_a_packed_f16_parameter_leaves_the_session_as_it_was(device):
+    # q/k/v packed into one f16 buffer: a wk beyond float16's range was refused, but read_parameter gave it
+    # back afterwards and every later write of wq/wv was refused for wk's sake
+    g = Graph()
+    x = g.input("x", [4, 32])
+    q, k, v = (g.matmul_bt(x, g.parameter(n, [32, 32])) for n in ("wq", "wk", "wv"))
+    g.set_outputs([g.full_attention(q, k, v, 2, 2, 16)])
+    rng = np.random.default_rng(9)
+    w = {n: 0.2 * rng.standard_normal((32, 32)).astype(np.float32) for n in ("wq", "wk", "wv")}
+    compiled = eggfuse.compile(g, w, device=device, precision="f16", cache=False)
+    assert any(set(d.sources) == set(w) and d.store == "f16" for d in compiled.plan.derived.values())
+    bad = w["wk"].copy()
+    bad[0, 0] = 1e6
+    with pytest.raises(InputError, match=r"parameter 'wk' \[32, 32\] holds 1e\+06, beyond float16's largest"):
+        compiled.session.write_parameter("wk", bad)
+    np.testing.assert_array_equal(compiled.session.read_parameter("wk"), w["wk"])
+    new_q = 0.2 * rng.standard_normal((32, 32)).astype(np.float32)
+    compiled.session.write_parameter("wq", new_q)
+    np.testing.assert_array_equal(compiled.session.read_parameter("wq"), new_q)
+    xv = rng.standard_normal((4, 32)).astype(np.float32)
+    rounded = {n: a.astype(np.float16).astype(np.float32) for n, a in {**w, "wq": new_q}.items()}
+    (want,) = eggfuse.evaluate(g, {"x": xv}, rounded)  # the numpy reference, on the written weights
+    np.testing.assert_allclose(compiled.run({"x": xv})[0], want, rtol=1e-4, atol=1e-5)
+
+
 def test_precision_errors(device):
     g = Graph()
     g.set_outputs([g.matmul_bt(g.input("x", [2, 32]), g.parameter("W", [4, 32]))])
