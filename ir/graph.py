@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .errors import GraphError
-from .spec import OPS, REQUIRED, ShapeError
+from .spec import OPS, REQUIRED, BelowMinimum, ShapeError
 from .types import DType, TensorType
 
 NodeId = int
@@ -158,6 +158,8 @@ class Graph:
                 continue
             try:
                 full[a.name] = a.normalise(attrs[a.name])
+            except BelowMinimum as e:
+                raise GraphError(f"{spec.name}: attribute {e}") from None
             except (TypeError, ValueError) as e:
                 raise GraphError(f"{spec.name}: attribute {a.name} must be {a.kind}, got {attrs[a.name]!r} ({e})") \
                     from None

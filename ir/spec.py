@@ -40,6 +40,10 @@ def need_f32(t: TensorType, what: str) -> None:
         raise ShapeError(f"{what} must be f32, got {t}")
 
 
+class BelowMinimum(ValueError):
+    """An attribute's value below its :attr:`Attr.minimum` (a norm's negative epsilon)."""
+
+
 #: An attribute without a default must be given.
 REQUIRED = object()
 
@@ -85,6 +89,8 @@ class Attr:
     kind: str
     default: Any = REQUIRED
     doc: str = ""
+    #: the least value a "float" or "int" attribute takes (a norm's epsilon: 0), None for any
+    minimum: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ATTR_KINDS:
@@ -96,6 +102,8 @@ class Attr:
         if k == "int":
             if isinstance(value, bool) or int(value) != value:
                 raise ValueError(f"{value!r} is not an integer")
+            if self.minimum is not None and int(value) < self.minimum:
+                raise BelowMinimum(f"{self.name} must be at least {self.minimum:g}, got {value!r}")
             return int(value)
         if k == "float":
             if isinstance(value, str | bytes):
@@ -103,6 +111,8 @@ class Attr:
             v = float(value)
             if not math.isfinite(v):
                 raise ValueError(f"{value!r} is not finite")
+            if self.minimum is not None and v < self.minimum:
+                raise BelowMinimum(f"{self.name} must be at least {self.minimum:g}, got {value!r}")
             return v
         if k == "str":
             if not isinstance(value, str):

@@ -168,7 +168,7 @@ def _batch_norm_kernel(node, ins, target) -> Kernel:
 
 
 op("BatchNormalization", ("x", "scale", "bias", "input_mean", "input_var"), _batch_norm_infer, _batch_norm_ref,
-   attrs=(Attr("epsilon", "float", 1e-5),), vjp=INFERENCE, kernel=_batch_norm_kernel,
+   attrs=(Attr("epsilon", "float", 1e-5, minimum=0.0),), vjp=INFERENCE, kernel=_batch_norm_kernel,
    flops=lambda ins, out, a: 5 * out.num_elements,
    doc="(x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + bias[c] per channel c = axis 1, with the given running "
        "statistics (inference mode; Ioffe & Szegedy 2015); ONNX BatchNormalization "

@@ -144,7 +144,7 @@ op("FusedConv", ("x", "w", "*operands"), _fused_conv,
 
 op("FusedConvBn", ("x", "w", "scale", "bias", "mean", "var", "*operands"), _fused_conv_bn,
    lambda xs, a: _chain_ref(_bn_ref(_conv_ref(xs[:2], a), *xs[2:6], a["epsilon"]), a["epilogue"], xs[6:]),
-   attrs=(*_ATTRS, Attr("epsilon", "float", 1e-5), Attr("epilogue", "epilogue", ())), vjp=_INFERENCE,
+   attrs=(*_ATTRS, Attr("epsilon", "float", 1e-5, minimum=0.0), Attr("epilogue", "epilogue", ())), vjp=_INFERENCE,
    kernel=_fused_conv_bn_kernel, flops=lambda ins, out, a: _chain_flops(ins, out, a) + 5 * out.num_elements,
    doc="epilogue(BatchNormalization(Conv(x, w))): the convolution, then (v - mean[o]) / sqrt(var[o] + epsilon) * "
        "scale[o] + bias[o] per output channel o (inference batch norm; Ioffe & Szegedy 2015), then the chain as "

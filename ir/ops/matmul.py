@@ -360,7 +360,7 @@ def _rms_flops(ins, out, attrs):
 
 
 op("FusedRmsNormMatMul", ("x", "w_norm", "w", "*operands"), _fused_rms_norm_matmul, _fused_rms_norm_matmul_ref,
-   attrs=(Attr("eps", "float"), Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())),
+   attrs=(Attr("eps", "float", minimum=0.0), Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())),
    doc="C = epilogue(RmsNorm(x, w_norm, eps) op W); inputs [x, w_norm, W, *epilogue operands]; the seed's "
        "FusedRmsNormMatMul with a matmul variant and an epilogue chain",
    vjp=_fused_rms_norm_matmul_vjp, kernel=matmul_kernel, flops=_rms_flops)
@@ -426,7 +426,7 @@ def _layer_norm_flops(ins, out, attrs):
 
 op("FusedLayerNormMatMul", ("x", "gamma", "beta", "w", "*operands"), _fused_layer_norm_matmul,
    _fused_layer_norm_matmul_ref,
-   attrs=(Attr("eps", "float"), Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())),
+   attrs=(Attr("eps", "float", minimum=0.0), Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())),
    doc="C = epilogue(LayerNorm(x, gamma, beta, eps) op W) (Ba et al. 2016: biased variance); inputs [x [M, K], "
        "gamma [K], beta [K], W [K, N] or [N, K] for 'BT', *epilogue operands]: a pre-LN transformer's norm as the "
        "next product's prologue (the tiled kernel normalises each row of A as it is loaded, from the row's mean "

@@ -59,6 +59,8 @@ from .quant import _FORMAT, _NO_GRAD, _quant_matmul, _quant_param, _quant_rms_no
 FAMILY = "matmul_rows"
 
 _VARIANT, _EPILOGUE = Attr("variant", "str", ""), Attr("epilogue", "epilogue", ())
+_EPS = Attr("eps", "float", 1e-5, minimum=0.0)  # a norm's epsilon: 0 or more
+_EPS_REQUIRED = Attr("eps", "float", minimum=0.0)
 
 
 def _through(b, inner: int, outer: int, dy: int, want_inner: tuple, want_extra: tuple) -> tuple[list, list]:
@@ -145,7 +147,7 @@ def _mm_layer_norm_flops(ins, out, a):
 
 
 op("FusedMatMulLayerNorm", ("a", "b", "gamma", "beta", "*operands"), _normed(_fused_matmul), _normed_ref("FusedMatMul"),
-   attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_layer_norm_vjp, kernel=_kernel, dispatches=2,
+   attrs=(_EPS, _VARIANT, _EPILOGUE), vjp=_mm_layer_norm_vjp, kernel=_kernel, dispatches=2,
    flops=_mm_layer_norm_flops,
    doc="LayerNorm(epilogue(A op B), gamma, beta, eps) over each row of the [M,N] product (Ba et al. 2016); "
        "inputs [A, B, gamma [N], beta [N], *epilogue operands]; two dispatches: the product, then its epilogue "
@@ -166,7 +168,7 @@ def _pair_ref(xs, a):
 
 
 op("FusedMatMulLayerNormPair", ("a", "b", "gamma", "beta", "*operands"), _pair, _pair_ref,
-   attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), kernel=_kernel, dispatches=2,
+   attrs=(_EPS, _VARIANT, _EPILOGUE), kernel=_kernel, dispatches=2,
    vjp=no_grad("the optimiser makes it of a product and its LayerNorm: differentiate the graph before "
                                      "optimising it"), flops=_mm_layer_norm_flops,
    doc="[C, LayerNorm(C, gamma, beta, eps)] for C = epilogue(A op B) [M,N] (Ba et al. 2016), output [2, M, N]: a "
@@ -215,7 +217,7 @@ def _mm_rms_norm_flops(ins, out, a):
 
 
 op("FusedMatMulRmsNorm", ("a", "b", "w", "*operands"), _rms_normed(_fused_matmul), _rms_normed_ref("FusedMatMul"),
-   attrs=(Attr("eps", "float", 1e-5), _VARIANT, _EPILOGUE), vjp=_mm_rms_norm_vjp, kernel=_kernel, dispatches=2,
+   attrs=(_EPS, _VARIANT, _EPILOGUE), vjp=_mm_rms_norm_vjp, kernel=_kernel, dispatches=2,
    flops=_mm_rms_norm_flops,
    doc="RmsNorm(epilogue(A op B), w, eps) = C / sqrt(mean(C^2) + eps) * w over each row of the [M,N] product C "
        "(Zhang & Sennrich 2019): a projection ending in a normalisation; inputs [A, B, w [N], *epilogue "
@@ -257,7 +259,7 @@ op("FusedMatMulSwiGLU", ("a", "b", "*operands"), lambda ts, a: _gated(_fused_mat
        "dispatches: the product, then its epilogue and the gate")
 op("FusedRmsNormMatMulSwiGLU", ("x", "w_norm", "w", "*operands"),
    lambda ts, a: _gated(_fused_rms_norm_matmul(ts, a), a["epilogue"]),
-   _gated_ref("FusedRmsNormMatMul"), attrs=(Attr("eps", "float"), _VARIANT, _EPILOGUE), vjp=_gated_vjp,
+   _gated_ref("FusedRmsNormMatMul"), attrs=(_EPS_REQUIRED, _VARIANT, _EPILOGUE), vjp=_gated_vjp,
    kernel=_kernel, dispatches=2, flops=_gated_flops(3),
    doc="SwiGLUConcat(epilogue(RmsNorm(x, w_norm, eps) op W)) (Zhang & Sennrich 2019; Shazeer 2020): the "
        "packed gate/up projection of a LLaMA MLP with its gate; inputs [x, w_norm, W, *epilogue operands]; "
@@ -381,7 +383,7 @@ def _gated_rules(e):
 
 
 op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _normed(_quant_matmul), _normed_ref("QuantMatMul"),
-   attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
+   attrs=(_EPS, _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
    flops=lambda ins, out, a: 2 * out.num_elements * ins[0].shape[1] + out.num_elements * (
        epilogue_ops(a["epilogue"]) + 7),
    doc="LayerNorm(epilogue(A @ Dequant(q)^T), gamma, beta, eps): FusedMatMulLayerNorm 'BT' with B as "
@@ -389,7 +391,7 @@ op("QuantMatMulLayerNorm", ("a", "q", "gamma", "beta", "*operands"), _normed(_qu
 
 
 op("QuantMatMulRmsNorm", ("a", "q", "w", "*operands"), _rms_normed(_quant_matmul), _rms_normed_ref("QuantMatMul"),
-   attrs=(Attr("eps", "float", 1e-5), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
+   attrs=(_EPS, _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
    flops=lambda ins, out, a: 2 * out.num_elements * ins[0].shape[1] + out.num_elements * (
        epilogue_ops(a["epilogue"]) + 4),
    doc="RmsNorm(epilogue(A @ Dequant(q)^T), w, eps): FusedMatMulRmsNorm 'BT' with B as blocks (q u32 [N, "
@@ -398,7 +400,7 @@ op("QuantMatMulRmsNorm", ("a", "q", "w", "*operands"), _rms_normed(_quant_matmul
 
 op("QuantRmsNormMatMulSwiGLU", ("x", "w_norm", "q", "*operands"),
    lambda ts, a: _gated(_quant_rms_norm_matmul(ts, a), a["epilogue"]), _gated_ref("QuantRmsNormMatMul"),
-   attrs=(Attr("eps", "float"), _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
+   attrs=(_EPS_REQUIRED, _FORMAT, _EPILOGUE), vjp=_NO_GRAD, kernel=_kernel, dispatches=2,
    flops=lambda ins, out, a: 2 * ins[0].shape[0] * ins[0].shape[1] * ins[2].shape[0] + 3 * ins[0].num_elements
    + 2 * out.num_elements * epilogue_ops(a["epilogue"]) + 5 * out.num_elements,
    doc="SwiGLUConcat(epilogue(RmsNorm(x, w_norm, eps) @ Dequant(q)^T)): FusedRmsNormMatMulSwiGLU 'BT' with B "

@@ -128,7 +128,7 @@ def _layer_norm_vjp(b, node, dy, want):
     return grads
 
 
-_EPS = (Attr("eps", "float", 1e-5),)
+_EPS = (Attr("eps", "float", 1e-5, minimum=0.0),)
 op("RmsNorm", ("x", "w?"), _row_norm, rms_norm_ref, attrs=_EPS, vjp=_rms_norm_vjp, kernel=_row_norm_kernel,
    flops=lambda ins, out, a: 4 * out.num_elements,
    doc="x / sqrt(mean(x^2) + eps) * w over the last axis of x (rank >= 1; w [N], or none: 1) "
@@ -281,7 +281,7 @@ def _group_norm_silu_vjp(b, node, dy, want):
     return _group_norm_vjp(b, b.g.node(z), b.emit("SiluGrad", (dy, z)), want)
 
 
-_GROUP_ATTRS = (Attr("num_groups", "int"), Attr("eps", "float", 1e-5))
+_GROUP_ATTRS = (Attr("num_groups", "int"), Attr("eps", "float", 1e-5, minimum=0.0))
 op("GroupNorm", ("x", "w", "bias"), _group_norm, _group_norm_ref, attrs=_GROUP_ATTRS, vjp=_group_norm_vjp,
    kernel=_group_norm_kernel, flops=lambda ins, out, a: 7 * out.num_elements,
    doc="normalise each group of C/num_groups channels over channels and space, then scale and shift per "

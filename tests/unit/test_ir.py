@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from eggfuse.ir import DType, Graph, GraphError, InputError, evaluate
+from eggfuse.ir import DType, EggfuseError, Graph, GraphError, InputError, evaluate
 
 
 def test_matmul_shape_mismatch_names_op_and_shapes():
@@ -312,3 +312,33 @@ def test_leaf_dtypes_as_dtypes_values_or_numpy_dtypes():
             g.input("e", [2], bad)
     with pytest.raises(GraphError, match=r"Parameter 'p': dtype 'f16' is not one"):
         g.parameter("p", [2], "f16")
+
+
+@pytest.mark.parametrize("op, inputs, attr", [
+    ("RmsNorm", ("x", "w"), "eps"), ("LayerNorm", ("x", "w", "w"), "eps"),
+    ("BatchNormalization", ("x4", "w", "w", "w", "var"), "epsilon")])
+def test_a_negative_norm_epsilon_is_refused(op, inputs, attr):
+    # a negative epsilon ran and gave NaN rows (sqrt of a negative variance + eps); NaN was refused already
+    g = Graph()
+    leaves = {"x": g.input("x", [3, 8]), "x4": g.input("x4", [2, 8, 3, 3]), "w": g.parameter("w", [8]),
+              "var": g.parameter("var", [8])}
+    with pytest.raises(GraphError, match=f"{op}: attribute {attr} must be at least 0, got -0.001"):
+        g.add_node(op, [leaves[n] for n in inputs], **{attr: -1e-3})
+    g.add_node(op, [leaves[n] for n in inputs], **{attr: 0.0})  # 0 is the formula's own edge: allowed
+
+
+def test_an_onnx_layer_normalization_with_a_negative_epsilon_is_refused_naming_the_node(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from eggfuse.onnx import load
+
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], epsilon=-1.0, name="ln0")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(np.ones(8, np.float32), "s"), numpy_helper.from_array(np.zeros(8, np.float32), "b")])
+    path = tmp_path / "ln.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(EggfuseError, match="LayerNormalization node 'ln0': LayerNorm: attribute eps must be at least "):
+        load(path)
