@@ -467,27 +467,52 @@ class Graph:
         return self.add_node("MatMulBT", (a, b))
 
     def add(self, a: NodeId, b: NodeId) -> NodeId:
-        """Elementwise a + b with numpy broadcasting."""
-        return self.add_node("Add", (a, b))
+        """Elementwise a + b with numpy broadcasting (shapes aligned from the last axis). ``a``, ``b``: ids
+        the graph's methods returned; a number is a node too (``g.constant(1.0)``). Raises
+        :class:`GraphError` for a plain int (``g.add(x, 1)`` would add node 1; :meth:`ref` names a node by
+        number) and for shapes that do not broadcast."""
+        return self.add_node("Add", self._operands("add", (a, b)))
 
     def mul(self, a: NodeId, b: NodeId) -> NodeId:
-        """Elementwise a * b with numpy broadcasting."""
-        return self.add_node("Mul", (a, b))
+        """Elementwise a * b with numpy broadcasting; ``a``, ``b`` and errors as :meth:`add`."""
+        return self.add_node("Mul", self._operands("mul", (a, b)))
+
+    def ref(self, nid: NodeId) -> NodeId:
+        """Node ``nid`` (an int: a position in :attr:`nodes`, an id of :attr:`outputs` or of a node's
+        ``inputs``) as the builder's methods return ids. Raises :class:`GraphError` where the graph has no
+        such node."""
+        if isinstance(nid, bool) or not isinstance(nid, int | np.integer) or not 0 <= int(nid) < len(self.nodes):
+            raise GraphError(f"ref: {nid!r} is not a node of this graph (ids 0..{len(self.nodes) - 1})")
+        return NodeRef(int(nid), self)
+
+    def _operands(self, call: str, ids: tuple) -> tuple:
+        # an arithmetic builder's inputs: a plain Python int is refused, as a float is (a number where a node
+        # belongs); ids the builder returned (NodeRef) and numpy integers pass
+        for i in ids:
+            if type(i) is int:
+                raise GraphError(f"{call}: input {i!r} is a plain int, not a node id the graph's methods returned; "
+                                 f"for the number {i} add a constant, g.constant({float(i)!r}); for node {i} of "
+                                 f"this graph write g.ref({i})")
+        return ids
 
     def bias_add(self, x: NodeId, bias: NodeId) -> NodeId:
         """x[M,N] + bias[N] (or [1,N]) broadcast over rows."""
         return self.add_node("BiasAdd", (x, bias))
 
     def relu(self, x: NodeId) -> NodeId:
+        """max(x, 0) elementwise, the shape and dtype of ``x`` (f32 or i32; ONNX Relu)."""
         return self.add_node("Relu", (x,))
 
     def sigmoid(self, x: NodeId) -> NodeId:
+        """1 / (1 + exp(-x)) elementwise, f32, the shape of ``x`` (ONNX Sigmoid)."""
         return self.add_node("Sigmoid", (x,))
 
     def tanh(self, x: NodeId) -> NodeId:
+        """tanh(x) elementwise, f32, the shape of ``x`` (ONNX Tanh)."""
         return self.add_node("Tanh", (x,))
 
     def neg(self, x: NodeId) -> NodeId:
+        """-x elementwise, the shape and dtype of ``x`` (f32 or i32, where -(-2^31) wraps; ONNX Neg)."""
         return self.add_node("Neg", (x,))
 
     def gelu(self, x: NodeId, approximate: str = "erf") -> NodeId:
@@ -497,6 +522,7 @@ class Graph:
         return self.add_node("Gelu" if approximate == "erf" else "GeluTanh", (x,))
 
     def silu(self, x: NodeId) -> NodeId:
+        """x * sigmoid(x) elementwise (SiLU / swish; Elfwing et al. 2018), f32, the shape of ``x``."""
         return self.add_node("Silu", (x,))
 
     def swiglu(self, gate: NodeId, up: NodeId) -> NodeId:
@@ -504,6 +530,8 @@ class Graph:
         return self.add_node("SwiGLU", (gate, up))
 
     def softmax(self, x: NodeId) -> NodeId:
+        """exp(x - max) / sum(exp(x - max)) over the last axis of ``x`` (f32; the max subtracted per row), the
+        shape of ``x``."""
         return self.add_node("Softmax", (x,))
 
     def rms_norm(self, x: NodeId, weight: NodeId, eps: float = 1e-5) -> NodeId:
@@ -515,7 +543,9 @@ class Graph:
         return self.add_node("LayerNorm", (x, weight, bias), eps=eps)
 
     def embedding(self, indices: NodeId, table: NodeId) -> NodeId:
-        """out[T,H] = table[V,H][indices[T]] (indices u32)."""
+        """out[T, H] = table[V, H][indices[T]]: ``indices`` a u32 input or node (an input is fed any integer
+        array, numpy or a list, checked at each run to lie in 0..V-1: :class:`~eggfuse.ir.IndexRangeError`
+        otherwise), ``table`` f32 [V, H]."""
         return self.add_node("Embedding", (indices, table))
 
     def rope(self, x: NodeId, theta: float, head_dim: int, pos_offset: int = 0,
@@ -575,6 +605,8 @@ class Graph:
                              scaling=scaling, masked_rows=masked_rows)
 
     def transpose(self, x: NodeId) -> NodeId:
+        """out[j, i] = x[i, j] of a 2-D ``x`` [M, N] -> [N, M] (other ranks: ``add_node("Permute", [x], perm=[...])``,
+        ONNX Transpose). Raises :class:`GraphError` for another rank."""
         return self.add_node("Transpose", (x,))
 
     def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
@@ -614,7 +646,9 @@ class Graph:
         return [*given[:at[0]], count // known, *given[at[0] + 1:]]
 
     def sum_all(self, x: NodeId) -> NodeId:
+        """The sum of every element of ``x`` (f32), as shape [1]."""
         return self.add_node("SumAll", (x,))
 
     def mean_all(self, x: NodeId) -> NodeId:
+        """The mean of every element of ``x`` (f32), as shape [1] (a loss: ``mean_all(mul(d, d))``)."""
         return self.add_node("MeanAll", (x,))
