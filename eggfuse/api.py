@@ -57,9 +57,10 @@ def resolve_model(model, kind: str, weights: str = "f32", *, cache: bool = True)
         raise InputError(f"model must be a path to {paths} or a loaded model (eggfuse.load_model), got {model!r} "
                          f"({type(model).__name__})")
     if not isinstance(loaded, want):
-        what = getattr(loaded, "kind", type(loaded).__name__)
-        raise InputError(f"{getattr(loaded, 'name', model)} is a {what} model, not a{'n' if kind == 'encoder' else ''} "
-                         f"{kind}: use {other} with it")
+        found = "a decoder" if kind == "encoder" else "an encoder"
+        raise InputError(f"{getattr(loaded, 'name', model)} is {found} ({getattr(loaded, 'kind', '') or 'a'} "
+                         f"{type(loaded).__name__}), not a{'n' if kind == 'encoder' else ''} {kind}: use {other} "
+                         "with it")
     return loaded
 
 

@@ -357,7 +357,7 @@ def sampler(temperature: float = 0.0, top_k: int | None = None, seed: int | None
         raise InputError(f"temperature must be a number >= 0 (0: greedy), got {_shown(temperature)}")
     temperature = float(temperature)
     if not np.isfinite(temperature) or temperature < 0:
-        raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+        raise InputError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature}")
     if top_k is not None:
         top_k = _integer("top_k", top_k, 1, "None or an integer >= 1")
     if seed is not None:

@@ -12,6 +12,7 @@ decoders ``rope_theta`` + ``rope_scaling`` or ``rope_parameters`` (see :mod:`.hf
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,17 @@ def load_model(path: Any, *, weights: str = "f32"):
     quantised to it) or ``f16`` (every 2-D weight rounded to float16; see
     :meth:`.causal_lm.CausalLM.with_weights`).
 
-    Raises :class:`InputError` for an unknown ``weights``, or one other than ``f32`` for an
-    encoder; :class:`ModelError` naming the path and the file or setting at fault: no such
+    Raises :class:`InputError` for a ``path`` that is not a str or path object, an unknown ``weights``, or
+    one other than ``f32`` for an encoder; :class:`ModelError` naming the path and the file or setting at fault: no such
     path, no ``config.json``, an unsupported ``model_type`` or setting, missing weights or
     tensors.
     """
     from .gguf import check_weights
 
     check_weights(weights)
+    if not isinstance(path, str | os.PathLike):
+        raise InputError(f"load_model takes a path (str or pathlib.Path) to a Hugging Face model folder or a .gguf "
+                         f"file, got {path!r} ({type(path).__name__})")
     p = Path(path).expanduser()
     if p.is_file() and p.suffix == ".gguf":
         from .causal_lm import CausalLM

@@ -174,8 +174,8 @@ def test_bad_input_is_one_clear_error(capsys):
                                                              "4"])
     assert "max_new_tokens must be >= 1" in _one_error_line(capsys, ["generate", "hi", "--max-new-tokens", "0",
                                                                      "--layers", "2", "--max-seq", "32"])
-    assert "temperature must be >= 0" in _one_error_line(capsys, ["generate", "hi", "--temperature", "-1",
-                                                                  "--layers", "2", "--max-seq", "32"])
+    assert "temperature must be a finite number >= 0" in _one_error_line(
+        capsys, ["generate", "hi", "--temperature", "-1", "--layers", "2", "--max-seq", "32"])
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -238,6 +238,9 @@ def test_missing_files_and_tensors_are_named(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(ModelError, match="not a model"):
         eggfuse.load_model(tmp_path / "notes.txt")
+    for not_a_path in (None, 3, b"folder"):  # pathlib's raw TypeError before
+        with pytest.raises(InputError, match=rf"load_model takes a path .*got {re.escape(repr(not_a_path))} "):
+            eggfuse.load_model(not_a_path)
 
 
 def test_lfs_pointer_instead_of_weights(tmp_path):
@@ -248,9 +251,9 @@ def test_lfs_pointer_instead_of_weights(tmp_path):
 
 
 def test_an_encoder_is_refused_by_generate_and_a_decoder_by_embed(hf_folder):
-    with pytest.raises(InputError, match="is a bert model, not a decoder: use embed"):
+    with pytest.raises(InputError, match=r"is an encoder \(bert SentenceEncoder\), not a decoder: use embed"):
         eggfuse.generate("hi", model=hf_folder("bert", "encoder", "bert"))
-    with pytest.raises(InputError, match="is a llama model, not an encoder: use generate"):
+    with pytest.raises(InputError, match=r"is a decoder \(llama CausalLM\), not an encoder: use generate"):
         eggfuse.embed(["hi"], model=hf_folder("llama4", "decoder", "llama", generation=4))
 
 
