@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -78,10 +78,11 @@ class Compiled:
         """The parameters the plan stores as float16 (``precision="f16"``), sorted."""
         return sorted({name for d in self.plan.derived.values() if d.store == "f16" for name in d.sources})
 
-    def run(self, inputs: Mapping[str, np.ndarray], **kw: Any) -> list[np.ndarray]:
-        """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``
-        (``Session.run``'s keywords pass through)."""
-        return self.session.run(inputs, **kw)
+    def run(self, inputs: Mapping[str, np.ndarray], read: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``: as
+        :meth:`Session.run <eggfuse.runtime.Session.run>`, whose ``read`` (the output indices to copy back;
+        None: all) and errors these are."""
+        return self.session.run(inputs, read)
 
 
 def optimize(graph: Graph, *, cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None,

@@ -859,13 +859,35 @@ class _InputSlot:
         # InputError: wrong shape or dtype, NaN / infinity (check_array, unless allowed), an integer
         # that float32 does not hold exactly (an f32 input), an index out of range. (The compiled
         # staging hands non-finite values to this check.)
-        arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite, exact=True)
+        try:
+            arr = check_array(f"input {self.name!r}", value, self.type, copy=False, finite=self.finite, exact=True)
+        except InputError:
+            self._check_unsigned_range(value)  # an index below 0 (or from 2^32): named as one out of range
+            raise
         if self.rows is not None and arr.size:
             self._check_range(arr, self.rows, self.reader, "")
         for part in self.parts:
             self._check_range(arr.reshape(-1)[part.positions], part.rows, part.reader,
                               f" (the {len(part.positions)} of its {arr.size} elements that op reads)")
         return arr
+
+    def _check_unsigned_range(self, value) -> None:
+        # IndexRangeError naming the op and its rows where ``value``, refused for u32 indices, holds one below 0
+        # (or from 2^32); nothing otherwise (the caller's error stands)
+        if self.rows is None or self.type.dtype is not DType.U32:
+            return
+        try:
+            arr = np.asarray(value)
+        except Exception:  # noqa: BLE001 - whatever it is, check_array's error says so
+            return
+        if arr.size == 0 or arr.dtype.kind not in "iu":
+            return
+        low, top = int(arr.min()), int(arr.max())
+        bad = low if low < 0 else top
+        if low < 0 or top >= self.rows:
+            raise IndexRangeError(f"input {self.name!r}: index {bad} out of range for the {self.rows} rows that "
+                                  f"{self.reader} indexes with it; give indices from 0 to {self.rows - 1}",
+                                  input=self.name, index=bad, rows=self.rows) from None
 
     def _check_range(self, arr: np.ndarray, rows: int, reader: str, which: str) -> None:
         top = int(arr.max())

@@ -13,7 +13,7 @@ import pytest
 from op_table import run_optimised  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph, InputError, evaluate
-from eggfuse.ir.errors import LoweringError
+from eggfuse.ir.errors import IndexRangeError, LoweringError
 from eggfuse.lowering import lower
 from eggfuse.pipeline import compile as compile_graph
 from eggfuse.pipeline import precision_rulesets
@@ -142,6 +142,13 @@ def test_an_index_past_a_table_is_refused_with_its_input_named(device):
     assert (bad["ids2"] == 2).all()  # nothing passed in was changed
     (got,) = session.run(inputs)  # and the session still runs
     np.testing.assert_allclose(got, evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-4)
+    # a negative id (or one from 2^32) was "indices must lie in [0, 2^32)", naming neither op nor table
+    for ids, shown in ((np.r_[-1, np.zeros(22, np.int64)], "-1"), (np.r_[2**32 + 1, np.zeros(22, np.int64)],
+                                                                       "4294967297")):
+        with pytest.raises(IndexRangeError, match=rf"input 'ids2': index {shown} out of range for the 2 rows that "
+                                                  r"EmbeddingSumLayerNorm \(node \d+\) of parameter '\w+' f32\[2,\d+\] "
+                                                  r"indexes with it; give indices from 0 to 1"):
+            session.run({**inputs, "ids2": ids})
 
 
 def _exported_embeddings(pairs: int, flat: bool, b: int = 3, s: int = 7, h: int = 37, residual: bool = False) -> Graph:
