@@ -467,33 +467,14 @@ class Graph:
         return self.add_node("MatMulBT", (a, b))
 
     def add(self, a: NodeId, b: NodeId) -> NodeId:
-        """Elementwise a + b with numpy broadcasting (shapes aligned from the last axis). ``a``, ``b``: ids
-        the graph's methods returned; a number is a node too (``g.constant(1.0)``). Raises
-        :class:`GraphError` for a plain int (``g.add(x, 1)`` would add node 1; :meth:`ref` names a node by
-        number) and for shapes that do not broadcast."""
-        return self.add_node("Add", self._operands("add", (a, b)))
+        """Elementwise a + b with numpy broadcasting (shapes aligned from the last axis). ``a``, ``b``: node ids
+        (ints: a number is a node too, ``g.constant(1.0)``; ``g.add(x, 1)`` adds node 1). Raises
+        :class:`GraphError` for shapes that do not broadcast, and for a float where an id belongs."""
+        return self.add_node("Add", (a, b))
 
     def mul(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise a * b with numpy broadcasting; ``a``, ``b`` and errors as :meth:`add`."""
-        return self.add_node("Mul", self._operands("mul", (a, b)))
-
-    def ref(self, nid: NodeId) -> NodeId:
-        """Node ``nid`` (an int: a position in :attr:`nodes`, an id of :attr:`outputs` or of a node's
-        ``inputs``) as the builder's methods return ids. Raises :class:`GraphError` where the graph has no
-        such node."""
-        if isinstance(nid, bool) or not isinstance(nid, int | np.integer) or not 0 <= int(nid) < len(self.nodes):
-            raise GraphError(f"ref: {nid!r} is not a node of this graph (ids 0..{len(self.nodes) - 1})")
-        return NodeRef(int(nid), self)
-
-    def _operands(self, call: str, ids: tuple) -> tuple:
-        # an arithmetic builder's inputs: a plain Python int is refused, as a float is (a number where a node
-        # belongs); ids the builder returned (NodeRef) and numpy integers pass
-        for i in ids:
-            if type(i) is int:
-                raise GraphError(f"{call}: input {i!r} is a plain int, not a node id the graph's methods returned; "
-                                 f"for the number {i} add a constant, g.constant({float(i)!r}); for node {i} of "
-                                 f"this graph write g.ref({i})")
-        return ids
+        return self.add_node("Mul", (a, b))
 
     def bias_add(self, x: NodeId, bias: NodeId) -> NodeId:
         """x[M,N] + bias[N] (or [1,N]) broadcast over rows."""

@@ -343,20 +343,3 @@ def test_an_onnx_layer_normalization_with_a_negative_epsilon_is_refused_naming_t
     with pytest.raises(EggfuseError, match="LayerNormalization node 'ln0': LayerNorm: attribute eps must be at least "):
         load(path)
 
-
-def test_a_plain_int_given_to_add_or_mul_is_refused_not_taken_as_a_node():
-    # g.add(a, 1) added node 1 (another input here) without a word, where a float was refused already
-    g = Graph()
-    a, b = g.input("a", [2, 3]), g.input("b", [2, 3])
-    for call in (g.add, g.mul):
-        with pytest.raises(GraphError, match=r"input 1 is a plain int.*g\.constant\(1\.0\).*g\.ref\(1\)"):
-            call(a, 1)
-    one = g.constant(1.0)
-    g.set_outputs([g.add(a, one), g.mul(g.ref(int(b)), a), g.add(g.ref(0), b)])  # node 0 is a
-    x, y = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
-    got = evaluate(g, {"a": x, "b": y}, {})
-    np.testing.assert_array_equal(got[0], x + 1)
-    np.testing.assert_array_equal(got[1], x * y)
-    np.testing.assert_array_equal(got[2], x + y)
-    with pytest.raises(GraphError, match=r"ref: 99 is not a node of this graph"):
-        g.ref(99)
