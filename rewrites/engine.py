@@ -238,30 +238,40 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
 
     t = time.perf_counter()
     problem = build_problem(enc, model, enc.raw)
-    dag = None
+    candidates = []  # (extractor, its DAG): the graph of each is priced below as the graph it rebuilds
     if extractor in ("ilp", "compare"):
         try:
             ilp = extract_ilp(problem, time_limit_s=ilp_time_limit_s)
         except RewriteError:  # no solution within the time limit: the greedy one below
             rep.ilp_optimal = False
         else:
-            rep.ilp_cost, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
-            dag, rep.extractor = ilp.dag, "ilp"
+            rep.ilp_objective, rep.ilp_optimal, rep.ilp_s = ilp.cost, ilp.optimal, ilp.seconds
+            candidates.append(("ilp", ilp.dag))
     if extractor in ("greedy", "compare") or not rep.ilp_optimal:
         greedy = problem.term(extract_greedy_dag(problem))
-        rep.greedy_cost = greedy.cost
-        if dag is None or greedy.cost < dag.cost:
-            dag, rep.extractor = greedy, "greedy"
-    keep_input = dag.cost > rep.cost_before
-    if keep_input:
-        rep.extractor = f"input ({rep.extractor} result cost more)"
+        rep.greedy_objective = greedy.cost
+        candidates.append(("greedy", greedy))
     rep.extraction_s = time.perf_counter() - t
     rep.phases["extraction"] = Phase(rep.extraction_s, rep.eclasses, rep.enodes)
-    class_of = input_classes(enc.raw)
-    rep.recognised = {} if keep_input else replaced_nodes(graph, dag, class_of)
+    # The extraction problem prices a tensor that two generated regions read (their shared ExLeaf e-node) once,
+    # where the kernels read it once each: its objective can sit below the cost of the graph it gives. Each
+    # candidate is therefore rebuilt and priced as a graph; the cheapest is kept, and the input graph where
+    # every candidate costs more than it.
     t = time.perf_counter()
-    made: dict[int, int] = {}
-    out = _with_leaves_of(graph, graph.pruned() if keep_input else rebuild(dag, enc, made))
+    built = []
+    for name, candidate in candidates:
+        made: dict[int, int] = {}
+        rebuilt = _with_leaves_of(graph, rebuild(candidate, enc, made))
+        cost = model.graph_cost(rebuilt)
+        setattr(rep, f"{name}_cost", cost)
+        built.append((cost, name, candidate, made, rebuilt))
+    cost, rep.extractor, dag, made, out = min(built, key=lambda b: b[0])  # ties: the first (the ILP's)
+    keep_input = cost > rep.cost_before
+    class_of = input_classes(enc.raw)
+    if keep_input:
+        rep.extractor = f"input ({rep.extractor} result cost more)"
+        out, dag = _with_leaves_of(graph, graph.pruned()), None
+    rep.recognised = {} if keep_input else replaced_nodes(graph, dag, class_of)
     rep.rebuild_s = time.perf_counter() - t
     rep.origins = ({new: [n.id] for new, n in enumerate(graph.live_nodes()) if not OPS[n.op].leaf} if keep_input
                    else node_origins(graph, dag, class_of, made, out, enc.raw))
@@ -269,7 +279,7 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
     rep.total_s = rep.insert_s + rep.analysis_s + rep.saturation_s + rep.extraction_s + rep.rebuild_s
     rep.nodes_after = len(out.live_nodes())
     rep.dispatches_after = out.dispatch_count()
-    rep.cost_after = model.graph_cost(out)
+    rep.cost_after = rep.cost_before if keep_input else cost
     rep.bytes_after = _BYTES.graph_cost(out)
     if dump_egglog is not None:
         with open(dump_egglog, "w") as f:
@@ -283,7 +293,7 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
             return optimize(graph, cost_model=model, rulesets=without, extractor=extractor,
                             ilp_time_limit_s=ilp_time_limit_s, **schedule)[1]
 
-        attach(rep, None if keep_input else dag, enc, rulesets, again)
+        attach(rep, dag, enc, rulesets, again)
     return out, rep
 
 

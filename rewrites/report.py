@@ -40,6 +40,13 @@ class Report:
     saturation (the optimisation rulesets), extraction and rebuild; ``total_s`` is their
     sum, the wall clock of the whole optimisation. ``rules_fired`` counts matches per rule
     over all iterations (a rule can match a term again after a merge changes its children).
+
+    ``ilp_cost`` and ``greedy_cost`` are the costs of the graphs the ILP and the greedy extractor give (rebuilt
+    and priced as ``cost_after`` is; None for one that did not run), ``ilp_objective`` and
+    ``greedy_objective`` their extraction problem's objective: it prices a tensor that two generated
+    elementwise regions read once, where their kernels read it once each, so it can sit below the graph's
+    cost. ``ilp_optimal``: the ILP's objective is optimal (HiGHS proved it within the time limit). The
+    cheapest graph is kept (``extractor`` names which), or the input graph where each costs more.
     """
 
     rules_fired: dict[str, int] = field(default_factory=dict)
@@ -66,6 +73,8 @@ class Report:
     extractor: str = ""
     greedy_cost: float | None = None
     ilp_cost: float | None = None
+    greedy_objective: float | None = None
+    ilp_objective: float | None = None
     ilp_optimal: bool | None = None
     ilp_s: float | None = None
     #: with ``optimize(..., payoff=True)``: per rule and per ruleset, what it pays
@@ -129,9 +138,11 @@ class Report:
         phases = "\n".join(f"  {name:<10} {p.seconds:7.3f}s  {p.eclasses:6d} e-classes  {p.enodes:6d} e-nodes"
                            for name, p in self.phases.items())
         gap = ""
-        if self.ilp_cost is not None and self.greedy_cost:
+        if self.ilp_cost is not None and self.greedy_cost is not None:
+            objective = (f"; its objective {cost_text(self.ilp_objective)}, shared region reads priced once"
+                         if self.ilp_objective is not None and self.ilp_objective != self.ilp_cost else "")
             gap = (f", greedy {cost_text(self.greedy_cost)} vs ILP {cost_text(self.ilp_cost)}"
-                   f"{' (optimal)' if self.ilp_optimal else ''}")
+                   f"{' (optimal' + objective + ')' if self.ilp_optimal else ''}")
         text = (
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
             f"{self.dispatches_after}, cost {cost_text(self.cost_before)} -> {cost_text(self.cost_after)}\n"
