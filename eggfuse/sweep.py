@@ -12,11 +12,12 @@ model in-process, in the local pool or on a Dask worker started in another folde
 or one that sees the same files at the same paths).
 
 Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``source`` the graph source
-the run loaded: an absolute path for a file, ``training``, ``seq``, ``shapes`` the shapes that sized
-this graph's inputs (``NAME=DxD`` joined by ``;``, empty for none: always for a graph that is not an
-ONNX file), ``rulesets`` the names used, comma-joined, ``disabled`` the ruleset or rule left out,
-empty for the full set, ``cost_model`` as given, ``cost_source`` as loaded, ``extractor``,
-``match_limit``, ``no_decomp``, ``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
+the run loaded: an absolute path for a file, ``training``, ``seq``, ``batch``, ``shapes`` the shapes that
+sized this graph's inputs (``NAME=DxD`` joined by ``;``, empty for none: always for a graph that is not an
+ONNX file), ``schedule`` the further scheduler settings (``NAME=VALUE`` joined by ``;``), ``rulesets``
+the names used, comma-joined, ``disabled`` the ruleset or rule left out, empty for the full set,
+``cost_model`` as given, ``cost_source`` as loaded, ``extractor``, ``match_limit``, ``no_decomp``,
+``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
 ``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
 ``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the graph's
 construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU seconds for the
@@ -51,15 +52,16 @@ from pathlib import Path
 
 from eggfuse.sweep_inputs import applied_shapes, dims_text, distinct_sources, resolve, resolve_cost_model, shape_pairs
 
-COLUMNS = ("model", "source", "training", "seq", "shapes", "rulesets", "disabled", "cost_model", "cost_source",
-           "extractor", "match_limit", "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses", "enodes",
-           "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s",
-           "total_s", "load_s", "cpu_s", "dispatches_before", "dispatches_after", "cost_before", "cost_after",
-           "bytes_before", "bytes_after", "rules_fired", "rules_paid", "rulesets_paid", "worker", "eggfuse_version",
-           "egglog_version", "error")
+COLUMNS = ("model", "source", "training", "seq", "batch", "shapes", "schedule", "rulesets", "disabled", "cost_model",
+           "cost_source", "extractor", "match_limit", "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses",
+           "enodes", "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s",
+           "rebuild_s", "total_s", "load_s", "cpu_s", "dispatches_before", "dispatches_after", "cost_before",
+           "cost_after", "bytes_before", "bytes_after", "rules_fired", "rules_paid", "rulesets_paid", "worker",
+           "eggfuse_version", "egglog_version", "error")
 #: Columns of ``payoff.csv`` (:func:`write_payoff`): one row per ruleset, matched rule and rule group of each
 #: run with ``payoff``; ``run`` is the run's index in ``results.csv``/``results.json``.
-PAYOFF_COLUMNS = ("run", "model", "configuration", "cost_model", "extractor", "repeat", "kind", "name", "ruleset",
+PAYOFF_COLUMNS = ("run", "model", "configuration", "training", "seq", "batch", "shapes", "schedule", "cost_model",
+                  "extractor", "repeat", "kind", "name", "ruleset",
                   "matches", "extracted_enodes", "saved_cost", "saved_dispatches", "saved_bytes", "cost_after",
                   "dispatches_after")
 RULESET_MODES = ("all", "ablate", "ablate-rules")
@@ -268,11 +270,16 @@ def run_one(config: RunConfig) -> dict:
 def _config_row(config: RunConfig) -> dict:
     """A row's configuration columns: the config's fields, ``source``/``cost_source`` as loaded."""
     row = {c: "" for c in COLUMNS} | asdict(config)
-    for key in ("batch", "payoff", "schedule", "folder"):
+    for key in ("payoff", "folder"):
         row.pop(key)
     row.update(source=config.source or config.model, cost_source=config.cost_source or config.cost_model,
-               shapes=_shapes_text(config.shapes))
+               shapes=_shapes_text(config.shapes), schedule=_schedule_text(config.schedule))
     return row
+
+
+def _schedule_text(schedule: tuple) -> str:
+    # the further optimize() keywords as NAME=VALUE joined by ";" ("" for none)
+    return ";".join(f"{name}={value}" for name, value in schedule)
 
 
 def _shapes_text(shapes: tuple) -> str:
@@ -289,8 +296,10 @@ def _failed(config: RunConfig, e: BaseException) -> dict:
     row["source"] = getattr(config, "source", "") or getattr(config, "model", "")
     row["cost_source"] = getattr(config, "cost_source", "") or getattr(config, "cost_model", "")
     row["shapes"] = repr(getattr(config, "shapes", ""))
+    row["schedule"] = repr(getattr(config, "schedule", ""))
     try:
         row["shapes"] = _shapes_text(config.shapes)
+        row["schedule"] = _schedule_text(config.schedule)
     except Exception:  # noqa: BLE001 - not name/dims pairs: shown as given
         pass
     row["error"] = f"{type(e).__name__}: {e}".strip() or type(e).__name__
@@ -418,10 +427,8 @@ def write_payoff(rows: Sequence[dict], out: str | Path) -> Path | None:
     entries = []
     for i, row in enumerate(rows):
         for p in row.get("payoff") or ():
-            entries.append({"run": i, "model": row["model"], "configuration": label(row),
-                            "cost_model": row["cost_model"], "extractor": row["extractor"],
-                            "repeat": row["repeat"], "cost_after": row["cost_after"],
-                            "dispatches_after": row["dispatches_after"], **p})
+            entries.append({"run": i, **{k: row.get(k, "") for k in PAYOFF_COLUMNS[1:]}, "configuration": label(row),
+                            **p})
     if not entries:
         return None
     path = Path(out) / "payoff.csv"
@@ -465,7 +472,9 @@ def payoff_table(rows: Sequence[dict]) -> str:
 
 
 def label(row: dict) -> str:
-    """A configuration's short label for tables and plots: ruleset choice, cost model, extractor."""
+    """A configuration's short label for tables and plots: ruleset choice, cost model, extractor, then what is
+    not the default among match limit, decomposition, training, seq, batch, shapes and schedule (so that
+    :func:`table` merges only repeats of one configuration)."""
     from eggfuse.rewrites.rulesets import SCHEDULE
 
     names = row["rulesets"].split(",") if row["rulesets"] else []
@@ -474,6 +483,12 @@ def label(row: dict) -> str:
         "+".join(["all", *names[len(SCHEDULE):]]) if full else row["rulesets"] or "none")
     extra = "" if row.get("match_limit") in ("", 20_000) else f" ml{row['match_limit']}"
     extra += " decomp" if row.get("no_decomp") is False else ""
+    # what sizes or schedules the graph where not the default: runs that differ in it are not repeats
+    extra += " training" if row.get("training") is True or row.get("training") == "True" else ""
+    extra += "" if str(row.get("seq", "")) in ("", "16") else f" seq{row['seq']}"
+    extra += "" if str(row.get("batch", "")) in ("", "2") else f" batch{row['batch']}"
+    extra += f" {row['shapes']}" if row.get("shapes") else ""
+    extra += f" {row['schedule']}" if row.get("schedule") else ""
     return f"{sets} {row['cost_model']} {row['extractor']}{extra}"
 
 

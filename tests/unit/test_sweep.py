@@ -101,6 +101,24 @@ def test_a_payoff_row_gives_what_each_ruleset_saves_as_the_ablation_rows_measure
     assert sweep.payoff_table([full]) == ""
 
 
+def test_runs_that_differ_in_training_seq_or_schedule_are_not_merged_as_repeats(tmp_path):
+    # table() and payoff_table() took a training run for a repeat of the forward one (label() left it out)
+    configs = [*sweep.grid(["llama:1"], payoff=True), *sweep.grid(["llama:1"], training=True, payoff=True),
+               *sweep.grid(["llama:1"], seq=8), *sweep.grid(["llama:1"], schedule=(("ban_length", 2),))]
+    rows = [sweep.run_one(c) for c in configs]
+    assert [r["error"] for r in rows] == [""] * 4
+    assert len({sweep.label(r) for r in rows}) == 4
+    assert [r["schedule"] for r in rows] == ["", "", "", "ban_length=2"] and rows[2]["seq"] == 8
+    lines = sweep.table(rows).splitlines()[1:]
+    assert [int(line.split("->")[1].split()[0]) for line in lines] == [r["dispatches_after"] for r in rows]
+    assert rows[1]["dispatches_after"] != rows[0]["dispatches_after"]  # the training graph's own
+    paid = sweep.payoff_table(rows).splitlines()[1:]
+    assert any("training" in line for line in paid) and any("training" not in line for line in paid)
+    with sweep.write_payoff(rows, tmp_path).open() as f:
+        written = list(csv.DictReader(f))
+    assert {w["training"] for w in written} == {"False", "True"}
+
+
 def test_sweep_command_payoff_writes_payoff_csv_and_prints_what_each_ruleset_saves(tmp_path, capsys):
     assert cli.main(["sweep", "--models", "llama:1", "--payoff", "--workers", "1", "--out", str(tmp_path),
                      "--no-progress", "--no-plots"]) == 0
