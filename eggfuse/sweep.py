@@ -116,10 +116,11 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     module name and function where the module is not one ``.py`` file; ``mygraphs:mlp`` and
     ``./mygraphs.py:mlp`` are one where ``mygraphs`` imports from ``./mygraphs.py``.
 
-    Raises :class:`~eggfuse.ir.InputError` for an empty list, a string where a list is due, a model given
-    twice, an unknown ruleset name, extractor or cost model, a cost model ``module:Class`` that does not
-    load (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`), a ruleset of one's own whose module does
-    not import, whose NAME is not such a ruleset or whose name is another ruleset's (the RewriteError
+    Raises :class:`~eggfuse.ir.InputError` for an empty list, a string where a list is due, a model, cost
+    model, extractor, match limit or no_decomp value given twice, an unknown ruleset name, extractor or
+    cost model, a cost model ``module:Class`` that does not load
+    (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`), a ruleset of one's own whose module does not
+    import, whose NAME is not such a ruleset or whose name is another ruleset's (the RewriteError
     chained), a match limit that is not a positive integer, ``repeats`` below 1, an unknown ``common``
     field, a shape that is not ``NAME=DxD`` (positive integers) or gives a name twice, and a shape naming an
     input of no ``.onnx`` file of ``models``."""
@@ -141,6 +142,12 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
                          ("match limits", match_limits)):
         if not values:
             raise InputError(f"the sweep needs at least one of {name}")
+    for name, values in (("cost model", cost_models), ("extractor", extractors), ("match limit", match_limits),
+                         ("no_decomp value", no_decomp)):
+        twice = [v for v in dict.fromkeys(values) if values.count(v) > 1]
+        if twice:  # its runs would be two rows with the same repeat index
+            raise InputError(f"{name} {twice[0]!r} is given twice; give each once (repeats runs a configuration "
+                             "more than once)")
     for m in models:
         if not isinstance(m, str) or not m:
             raise InputError(f"a model must be a graph source's name (a non-empty str), got {m!r}")

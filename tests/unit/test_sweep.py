@@ -390,6 +390,11 @@ def test_grid_refuses_a_graph_given_twice(folders, capsys):
                             (["llama:1", "llama:1"], "'llama:1' is given twice")):
         with pytest.raises(InputError, match=message):
             sweep.grid(models)
+    for kwargs, message in (({"cost_models": ["bytes", "roofline", "bytes"]}, "cost model 'bytes' is given twice"),
+                            ({"extractors": ["ilp", "ilp"]}, "extractor 'ilp' is given twice"),
+                            ({"match_limits": [50, 50]}, "match limit 50 is given twice")):
+        with pytest.raises(InputError, match=message):  # two rows of the same configuration and repeat index
+            sweep.grid(["llama:1"], **kwargs)
     # another file, another function: not the same graph
     assert len(sweep.grid(["mygraphs:mlp", "sub/mygraphs.py:mlp", "mygraphs:attn"], repeats=2)) == 6
     assert cli.main(["sweep", "--models", "mygraphs:mlp,mygraphs:mlp", "--out", str(client / "out"),
