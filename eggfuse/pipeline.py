@@ -220,7 +220,7 @@ def precision_rulesets(precision: str, rulesets: Sequence[Ruleset] | None = None
 def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True,
             cost_model: CostModel | None = None, rulesets: Sequence[Ruleset] | None = None, verify: bool = False,
             device=None, share: Session | None = None, subgroups: bool | None = None,
-            prerecord: bool = True, finite_inputs: bool = True, cache: bool = True,
+            prerecord: bool = True, finite_inputs: bool = True, finite_parameters: bool = True, cache: bool = True,
             precision: str = "f32", constant_params: bool | None = None,
             transpose_weights: bool | None = None) -> Compiled:
     """Optimise ``graph`` with the egglog rulesets (``fuse=True``), lower it for ``device`` and
@@ -238,7 +238,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     :func:`lower_for` (the latter part of the compile cache's key: :func:`constant_params_for`); kernels keep
     naga's runtime checks when the environment variable EGGFUSE_RUNTIME_CHECKS is 1
     (:func:`runtime_checks_for`); ``prerecord``
-    and ``finite_inputs`` (False: float inputs may hold NaN and infinities) as ``Session``.
+    and ``finite_inputs`` / ``finite_parameters`` (False: float inputs / parameters may hold NaN and
+    infinities) as ``Session``.
     ``cache=True`` loads the optimised graph and the plan from the compile cache when an earlier
     compile stored them, and stores them otherwise (:mod:`eggfuse.cache`: keyed by the graph,
     the optimiser's arguments, the device and the versions; never by parameter values);
@@ -339,7 +340,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
             else:
                 timings["cache_write_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    session = Session(plan, params, device=device, share=share, prerecord=prerecord, finite_inputs=finite_inputs)
+    session = Session(plan, params, device=device, share=share, prerecord=prerecord, finite_inputs=finite_inputs,
+                      finite_parameters=finite_parameters)
     timings["bind_s"] = time.perf_counter() - t
     timings["compile_s"] = timings["lower_s"] + timings["bind_s"]
     status = "off" if store is None else "hit" if loaded is not None else "miss"

@@ -118,6 +118,8 @@ class Session:
 
     ``finite_inputs=False`` lets float inputs hold NaN and infinities (an ONNX model's feeds
     may: IsNaN, IsInf); by default :meth:`run` refuses them, as a sign of a bug upstream.
+    ``finite_parameters=False`` does the same for parameters (here and in :meth:`write_parameter`): an
+    ONNX file's initializers may hold them (an additive mask of -inf).
 
     Raises InputError for a plan that is not an ExecutionPlan, a missing, unknown or
     mis-shaped parameter (or one whose type differs from the shared session's),
@@ -153,8 +155,9 @@ class Session:
 
     def __init__(self, plan: ExecutionPlan, params: Mapping[str, np.ndarray],
                  device: wgpu.GPUDevice | None = None, *, share: Session | None = None,
-                 prerecord: bool = True, finite_inputs: bool = True) -> None:
+                 prerecord: bool = True, finite_inputs: bool = True, finite_parameters: bool = True) -> None:
         self._lock = threading.RLock()
+        self._finite_parameters = bool(finite_parameters)
         if not isinstance(plan, ExecutionPlan):
             raise InputError(f"Session takes an ExecutionPlan, got {type(plan).__name__}: lower a graph first, "
                              "with eggfuse.pipeline.lower_for(graph, device), or compile it with eggfuse.compile")
@@ -194,7 +197,7 @@ class Session:
                 given[name] = np.zeros(plan.buffers[plan.parameters[name]].shape, dtype=np.float32)
         # the arrays as given where they are float32 and contiguous already: uploaded, not copied
         values = _check_leaves("parameter", given, {n: i for n, i in needed.items() if n not in zeroed}, plan,
-                               copy=False)
+                               copy=False, finite=self._finite_parameters)
         values = {n: _device_form(a) for n, a in values.items()}
 
         # The inputs share one device buffer (each at an aligned offset), written with one
@@ -399,7 +402,8 @@ class Session:
         if index is None:
             raise InputError(f"no parameter {name!r} on the device; parameters: {', '.join(self.plan.parameters)}")
         arr = _device_form(np.ascontiguousarray(check_array(f"parameter {name!r}", value,
-                                                             self.plan.buffers[index].type)))
+                                                             self.plan.buffers[index].type,
+                                                             finite=self._finite_parameters)))
         for d in self.plan.derived.values():  # refused before anything is written: the session stays as it was
             if name in d.sources and d.store == "f16":
                 _check_f16_range(name, arr)
@@ -1133,7 +1137,7 @@ def _device_form(arr: np.ndarray) -> np.ndarray:
 
 
 def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[str, int],
-                  plan: ExecutionPlan, copy: bool = True) -> dict[str, np.ndarray]:
+                  plan: ExecutionPlan, copy: bool = True, finite: bool = True) -> dict[str, np.ndarray]:
     # Every name present, none unknown, every array of the right shape: the InputError
     # names the leaf and both shapes (check_array), before wgpu sees anything. ``copy=False``
     # returns the given arrays themselves where they are contiguous and of the leaf's dtype.
@@ -1148,7 +1152,7 @@ def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[st
         names = ", ".join(repr(n) for n in wanted) or "none"
         raise InputError(f"{'; '.join(parts)}; the graph's {kind}s are: {names}")
     return {name: np.ascontiguousarray(check_array(f"{kind} {name!r}", given[name], plan.buffers[i].type,
-                                                   copy=copy))
+                                                   copy=copy, finite=finite))
             for name, i in wanted.items()}
 
 

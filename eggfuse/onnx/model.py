@@ -175,6 +175,7 @@ class Model:
             try:
                 spec.compiled = compile_graph(graph, params, fuse=self.fuse, cost_model=self.cost_model,
                                               verify=self.verify, device=self.device, finite_inputs=False,
+                                              finite_parameters=False,
                                               cache=self.cache, precision=self.precision, rulesets=self.rulesets)
             except LoweringError as e:  # named by the ONNX nodes it is about
                 named = with_onnx_nodes(e, origin, self.proto.graph)

@@ -94,6 +94,19 @@ def test_feeding_an_input_with_an_initializer_says_it_is_a_constant_weight():
         Model(m).run({"x": np.ones((2, 4), np.float32), "w": np.zeros(4, np.float32)})
 
 
+def test_an_initializer_holding_minus_infinity_runs():
+    # an additive key mask [0, -inf, 0, 0, 0, -inf, 0] in the file: "parameter 'keymask': contains NaN or
+    # infinity ... give finite values", though the user gave nothing and onnxruntime runs the model
+    mask = np.array([0, -np.inf, 0, 0, 0, -np.inf, 0], np.float32)
+    m = model([node("Add", ["x", "keymask"], ["s"]), node("Softmax", ["s"], ["y"], axis=-1)], [("x", F, [3, 7])],
+              [("y", F, None)], [("keymask", mask)])
+    x = np.random.default_rng(4).standard_normal((3, 7)).astype(np.float32)
+    (got,) = Model(m).run({"x": x})
+    e = np.exp((x + mask) - (x + mask).max(axis=-1, keepdims=True))  # numpy: exp(-inf) = 0
+    np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert (got[:, [1, 5]] == 0).all()
+
+
 def test_a_gather_by_an_initializer_out_of_range_names_the_onnx_node_and_the_initializer():
     # it was a LoweringError naming "node 0 (Constant 'const0', i32[1])" and "Gather (node 2)", neither ONNX name
     m = model([node("Gather", ["x", "idx"], ["y"], name="my_gather", axis=0)], [("x", F, [3, 4])], [("y", F, None)],
