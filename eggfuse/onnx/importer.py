@@ -253,7 +253,14 @@ class NodeContext:
 def tensor_array(t: onnx.TensorProto, where: str) -> np.ndarray:
     """The array of a TensorProto (an initializer or a Constant's value); DamagedFileError (an OnnxError)
     naming ``where`` and its declared shape where the stored data does not fill it (a truncated or
-    hand-edited file)."""
+    hand-edited file), OnnxError where the data is still in an external file (a ModelProto loaded with
+    ``load_external_data=False``)."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        # onnx would read the file named in external_data from the current folder (maybe another model's)
+        location = next((e.value for e in t.external_data if e.key == "location"), "?")
+        raise OnnxError(f"{where}: its data is in an external file ({location!r}) that was not loaded: give the "
+                        "path of the .onnx file (its external data is read from beside it), or load the model "
+                        "with onnx.load(path), which reads external data by default")
     try:
         return numpy_helper.to_array(t)
     except (ValueError, TypeError, KeyError) as e:

@@ -504,3 +504,24 @@ def test_two_matmul_weights_that_merely_hold_transposed_values_stay_two_paramete
               [("y", F, None)], [("w1", eye), ("w2", eye.copy())])
     g, params = load(m)
     assert sorted(params) == ["w1", "w2"] and "Transpose" not in [n.op for n in g.live_nodes()]
+
+
+def test_external_data_comes_from_beside_the_file_and_a_proto_without_it_is_refused(tmp_path, monkeypatch):
+    # a ModelProto loaded with load_external_data=False raised onnx's raw ValidationError, and onnx reads the
+    # named file from the current folder: another model's file of that name there would have been read
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    m = model([node("MatMul", ["x", "W"], ["y"])], [("x", F, [2, 16])], [("y", F, None)], [("W", w)])
+    (tmp_path / "m").mkdir()
+    onnx.save(m, str(tmp_path / "m" / "mm.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="mm.data", size_threshold=0)
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    graph, params = load(tmp_path / "m" / "mm.onnx")
+    np.testing.assert_array_equal(params["W"], w)
+    np.testing.assert_allclose(evaluate(graph, {"x": x}, params)[0], x @ w, rtol=1e-5)
+    proto = onnx.load(str(tmp_path / "m" / "mm.onnx"), load_external_data=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.data").write_bytes(np.zeros(16 * 8, np.float32).tobytes())  # another file of that name
+    with pytest.raises(OnnxError, match=r"initializer 'W': its data is in an external file \('mm.data'\) that was "
+                                        r"not loaded: give the path of the .onnx file"):
+        load(proto)
