@@ -237,7 +237,12 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
     egraph = enc.egraph
 
     t = time.perf_counter()
-    problem = build_problem(enc, model, enc.raw)
+    try:
+        problem = build_problem(enc, model, enc.raw)
+    except RewriteError as e:
+        if not str(e).startswith("a rule put"):
+            raise
+        raise RewriteError(_with_culprits(str(e), graph, rulesets, rep.rules_fired, schedule)) from None
     candidates = []  # (extractor, its DAG): the graph of each is priced below as the graph it rebuilds
     if extractor in ("ilp", "compare"):
         try:
@@ -295,6 +300,25 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
 
         attach(rep, dag, enc, rulesets, again)
     return out, rep
+
+
+def _with_culprits(message: str, graph: Graph, rulesets: Sequence[Ruleset], fired: dict[str, int],
+                   schedule: dict) -> str:
+    # ``message`` (a rule put an e-node of another type into an e-class) led by the rules that fired without
+    # which saturation gives no such e-node (diagnose.unsound_culprits: one saturation per rule that fired,
+    # on this error path only)
+    from .diagnose import unsound_culprits
+
+    def still_fails(rs: Sequence[Ruleset]) -> bool:
+        enc = saturate(graph, Report(), rulesets=rs, **schedule)
+        try:
+            build_problem(enc, CostModel(), enc.raw)
+        except RewriteError:
+            return True
+        return False
+
+    who = unsound_culprits(rulesets, fired, still_fails)
+    return (f"unsound {' and '.join(who)}: " if who else "") + message
 
 
 def _with_leaves_of(graph: Graph, out: Graph) -> Graph:

@@ -80,6 +80,33 @@ def test_a_rule_that_merges_shapes_is_named_with_both_shapes():
         optimize(g, rulesets=[make_ruleset("merges_call_for_test", bad_call)])
 
 
+def _drop_transpose(e):
+    a, b = e.vars("a b")
+    yield e.equal("MatMul(Transpose(a),b) -> MatMul(a,b) (wrong)", e.MatMul(e.Transpose(a), b), e.MatMul(a, b))
+
+
+def test_a_rule_that_builds_an_op_on_inputs_it_cannot_take_is_named_everywhere():
+    # the right side MatMul(a, b) of shapes [6, 4] and [6, 5]: check_sound raised the shape rule's raw
+    # ShapeError, assert_rule_sound hypothesis's ExceptionGroup, optimize a RewriteError naming no rule
+    from eggfuse.rewrites import optimize
+
+    rulesets = [*optimization_rulesets(), make_ruleset("drop_transpose_for_test", _drop_transpose)]
+    named = r"unsound rule 'MatMul\(Transpose\(a\),b\) -> MatMul\(a,b\) \(wrong\)' \(ruleset drop_transpose_for_test\)"
+
+    def build(g, dim):
+        a, b = g.input("a", [dim("k"), dim("m")]), g.input("b", [dim("k"), dim("n", 2, 7)])
+        g.set_outputs([g.matmul(g.transpose(a), b)])
+
+    g = Graph()
+    build(g, lambda name, lo=1, hi=7: {"k": 6, "m": 4, "n": 5}[name])
+    with pytest.raises(RewriteError, match=named + r": e-class \S+: e-node MatMul cannot be computed"):
+        check_sound(g, rulesets=rulesets)
+    with pytest.raises(RewriteError, match=named + r": a rule put MatMul of inputs \['f32\[6,4\]', 'f32\[6,5\]'\]"):
+        optimize(g, rulesets=rulesets)
+    with pytest.raises(RewriteError, match=named):
+        assert_rule_sound("MatMul(Transpose(a),b) -> MatMul(a,b) (wrong)", build, rulesets=rulesets, max_examples=8)
+
+
 def _factor_matmul(e):
     a, b, c = e.vars("a b c")
     yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
