@@ -525,3 +525,24 @@ def test_external_data_comes_from_beside_the_file_and_a_proto_without_it_is_refu
     with pytest.raises(OnnxError, match=r"initializer 'W': its data is in an external file \('mm.data'\) that was "
                                         r"not loaded: give the path of the .onnx file"):
         load(proto)
+
+
+def test_a_gemm_with_alpha_and_beta_keeps_its_initializers_as_parameters():
+    # alpha * B was folded at load time into a constant of the graph: W left params, the compile cache held
+    # the weight, and --precision f16 never stored it as float16. A bias row C scaled by beta is folded still
+    # (small, and so the product's bias epilogue); a C of the output's shape stays a parameter
+    from eggfuse.rewrites import optimize
+
+    rng = np.random.default_rng(6)
+    w, c, x = (rng.standard_normal(s).astype(np.float32) for s in ((8, 13), (8,), (2, 13)))
+    full = rng.standard_normal((2, 8)).astype(np.float32)
+    for alpha, beta, bias in ((0.5, 2.0, c), (1.0, 1.0, c), (0.5, 2.0, full)):
+        m = model([node("Gemm", ["x", "W", "C"], ["y"], transB=1, alpha=alpha, beta=beta)], [("x", F, [2, 13])],
+                  [("y", F, None)], [("W", w), ("C", bias)])
+        graph, params = load(m)
+        assert sorted(params) == (["W"] if beta != 1.0 and bias.ndim == 1 else ["C", "W"])
+        np.testing.assert_array_equal(params["W"], w)  # as in the file, not scaled
+        (got,) = evaluate(graph, {"x": x}, params)
+        np.testing.assert_allclose(got, alpha * (x @ w.T) + beta * bias, rtol=1e-5, atol=1e-6)
+        assert not any(n.op == "Constant" and n.type.num_elements > 8 for n in graph.nodes)
+        assert optimize(graph)[1].dispatches_after == 1  # the scaling and C fused into the product's store

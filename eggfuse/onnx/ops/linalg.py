@@ -106,8 +106,10 @@ def _gemm(ctx: NodeContext) -> Value:
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     a = ctx.tensor(0)
     bv = ctx.value(1)
-    if alpha != 1.0 and bv.const is not None:  # a known B is scaled at load time
+    if alpha != 1.0 and bv.const is not None and not bv.param:  # a known B is scaled at load time
         bv, alpha = Value(bv.name, bv.elem, bv.shape, const=alpha * bv.const.astype("float64")), 1.0
+    # (an initializer stays a parameter, its product scaled by alpha: a scaled copy would be a constant of the
+    # graph, in the compile cache's entry and never stored as float16)
     name = {(False, False): "MatMul", (True, False): "MatMulAT", (False, True): "MatMulBT", (True, True): "MatMulBT"}
     if ta and tb:  # A^T B^T = (A^T) B^T
         a = ctx.add("Transpose", [a])
@@ -121,7 +123,9 @@ def _gemm(ctx: NodeContext) -> Value:
         return ctx.out(y)
     m, n = ctx.graph.node(y).type.shape
     c_value = ctx.value(2)
-    if beta != 1.0 and c_value.const is not None:  # folded at load time
+    # a known C folded at load time: a bias row ([N], [1, N]; small) even from an initializer, so that it
+    # stays the matmul's bias epilogue; a larger initializer stays a parameter, scaled after
+    if beta != 1.0 and c_value.const is not None and (not c_value.param or tuple(c_value.shape) in ((n,), (1, n))):
         c = ctx.constant(beta * c_value.const.astype("float64"))
     else:
         c = ctx.tensor(2)
