@@ -432,7 +432,11 @@ def _check_opset(model: onnx.ModelProto, what: str) -> None:
     # short, since protobuf writes opset_import after the graph) would otherwise import at the newest opset
     # (nodes of subgraphs, If's and Loop's bodies, count too, and those of a local function that imports no
     # default-domain opset of its own, which then takes the model's)
-    if any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if versions and max(versions) > onnx.defs.onnx_opset_version():  # before any input is looked at
+        raise OnnxError(f"{what}: the model's opset is {max(versions)}, newer than this onnx package knows "
+                        f"({onnx.defs.onnx_opset_version()}); upgrade onnx")
+    if versions:
         return
     used = next((n for n in _all_nodes(model) if n.domain in ("", "ai.onnx")), None)
     if used is not None:
@@ -613,6 +617,7 @@ class Importer:
         self.params: dict[str, np.ndarray] = {}
         self.opsets = {o.domain: o.version for o in model.opset_import}
         self.unsupported: dict[str, list[str]] = {}
+        self.unsupported_inputs: list[tuple[str, str]] = []  # (input, its element type) eggfuse does not run
         self._names: set[str] = set()
         self._functions = {(f.domain, f.name): f for f in model.functions}
         self._count = 0
@@ -694,10 +699,17 @@ class Importer:
                                                    if ELEM_DTYPE.get(v.elem) is DType.F32}, self._readers)
         self._inputs(g, env)
         self._nodes(g.node, env, version)
+        inputs = ", ".join(f"{name!r} ({elem})" for name, elem in self.unsupported_inputs)
         if self.unsupported:
             ops = {k: (len(v), v[0]) for k, v in self.unsupported.items()}
             listing = "; ".join(f"{k} x{n} (first: {first!r})" for k, (n, first) in sorted(ops.items()))
-            raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}", ops)
+            also = (f"; and inputs of element types it does not run: {inputs} (inputs of {SUPPORTED_ELEMS} are "
+                    "supported)" if inputs else "")
+            raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}{also}", ops)
+        if self.unsupported_inputs:
+            name, elem = self.unsupported_inputs[0]
+            raise OnnxError(f"input {name!r} has element type {elem}, which eggfuse does not run (inputs of "
+                            f"{SUPPORTED_ELEMS} are supported)")
         outs = []
         for vi in g.output:
             if not vi.type.HasField("tensor_type"):
@@ -755,8 +767,10 @@ class Importer:
                 env[vi.name] = in_f32(Value(vi.name, elem, tuple(arr.shape), const=arr, deps=frozenset([vi.name])))
                 continue
             if elem not in ELEM_DTYPE and elem not in COMPUTED_IN_F32:
-                raise OnnxError(f"input {vi.name!r} has element type {elem_name(elem)}, which eggfuse does not run "
-                                f"(inputs of {SUPPORTED_ELEMS} are supported)")
+                # refused after the nodes, with every op type eggfuse cannot run: what reads it is blocked
+                self.unsupported_inputs.append((vi.name, elem_name(elem)))
+                env[vi.name] = Value(vi.name, _T.FLOAT, (), blocked=True, deps=frozenset([vi.name]))
+                continue
             elem = _T.FLOAT if elem in COMPUTED_IN_F32 else elem
             dims = _dims(vi) if tt.HasField("shape") else None
             if vi.name in self.shapes:

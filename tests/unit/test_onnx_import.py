@@ -546,3 +546,29 @@ def test_a_gemm_with_alpha_and_beta_keeps_its_initializers_as_parameters():
         np.testing.assert_allclose(got, alpha * (x @ w.T) + beta * bias, rtol=1e-5, atol=1e-6)
         assert not any(n.op == "Constant" and n.type.num_elements > 8 for n in graph.nodes)
         assert optimize(graph)[1].dispatches_after == 1  # the scaling and C fused into the product's store
+
+
+def test_an_input_of_a_type_eggfuse_does_not_run_is_listed_with_the_op_types_it_cannot_run():
+    # a STRING input stopped the import at once: the unsupported op types were never listed, and
+    # eggfuse.onnx.Model.run blamed the strings fed for not being STRING
+    from onnx import TensorProto
+
+    m = model([node("StringNormalizer", ["s"], ["t"], name="sn"), node("Det", ["m"], ["d"], name="det1"),
+               node("Relu", ["x"], ["y"])],
+              [("x", F, [3]), ("s", TensorProto.STRING, [2]), ("m", F, [2, 3, 3])],
+              [("y", F, None), ("t", TensorProto.STRING, None), ("d", F, None)])
+    want = (r"op types eggfuse cannot run: Det x1 \(first: 'det1'\); StringNormalizer x1 \(first: 'sn'\); and "
+            r"inputs of element types it does not run: 's' \(STRING\)")
+    with pytest.raises(UnsupportedOpsError, match=want):
+        load(m)
+    with pytest.raises(UnsupportedOpsError, match=want):
+        Model(m).run({"x": np.ones(3, np.float32), "s": np.array(["a", "b"]), "m": np.zeros((2, 3, 3), np.float32)})
+    alone = model([node("Relu", ["x"], ["y"])], [("x", F, [3]), ("s", TensorProto.STRING, [2])], [("y", F, None)])
+    with pytest.raises(OnnxError, match=r"input 's' has element type STRING, which eggfuse does not run"):
+        load(alone)
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused_when_the_model_loads():
+    m = model([node("Relu", ["x"], ["y"])], [("x", F, [3])], [("y", F, None)], opset=99)
+    with pytest.raises(OnnxError, match=r"the model's opset is 99, newer than this onnx package knows"):
+        Model(m)  # before any input is drawn or fed
