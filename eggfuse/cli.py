@@ -10,7 +10,7 @@ import sys
 
 from eggfuse.cli_cache import add_cache, add_no_cache, add_precision, cache_line
 from eggfuse.cli_generate import add_generate, dispatches_line, memory_line, precision_line
-from eggfuse.cli_onnx import _shape_arg, add_run, shape_map
+from eggfuse.cli_onnx import _input_arg, _shape_arg, add_run, load_time_values, shape_map
 from eggfuse.cli_options import add_engine_options
 from eggfuse.cli_sweep import add_sweep
 from eggfuse.cli_train import add_train_digits
@@ -64,6 +64,8 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         raise InputError("--seq and --batch size the shipped models; " + (
             "an ONNX file's inputs take --shape NAME=DxD (its symbolic dimensions are 1 otherwise)" if kind == "onnx"
             else f"the function {args.model!r} builds its graph at its own shapes"))
+    if args.input and kind != "onnx":
+        raise InputError(f"--input fixes an ONNX file's inputs at load time; {args.model!r} is not an .onnx file")
     if args.shape and kind != "onnx":
         raise InputError(f"--shape sizes an ONNX file's inputs; {args.model!r} is " + (
             "a shipped model, sized by --seq and --batch" if kind == "model" else "a function, its graph's own shapes"))
@@ -75,8 +77,9 @@ def cmd_optimize(args: argparse.Namespace) -> None:
                          f"{args.dot_depth}")
     seq = (16 if args.seq is None else args.seq) if kind == "model" else None
     batch = 2 if args.batch is None else args.batch
+    values = load_time_values(args.model, args.input, shape_map(args.shape)) if args.input else None
     graph, source = load_graph(args.model, seq=16 if seq is None else seq, batch=batch, training=args.training,
-                               shapes=shape_map(args.shape))
+                               shapes=shape_map(args.shape), values=values)
     onnx_nodes, origin = source.get("onnx_nodes"), source.get("origin")
     kw = engine_kwargs(args)
     if args.precision == "f16":  # the f16 ruleset first, as compile(..., precision="f16") runs it
@@ -185,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  "module:function (or file.py:function) returning an eggfuse Graph")
     o.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="an ONNX input's shape where the model leaves dimensions symbolic (default 1)")
+    o.add_argument("--input", metavar="NAME=FILE.npy", type=_input_arg, action="append",
+                   help="an ONNX input fixed at load time (repeatable; folded as a constant, an If on it inlined): a "
+                        ".npy file (or an .npz holding an array NAME or input.NAME) or a number filling its shape "
+                        "(e.g. sr=16000)")
     o.add_argument("--training", action="store_true", help="the forward + backward (training) graph")
     o.add_argument("--seq", type=int, help="tokens per sequence of a shipped model (default 16; an ONNX file's "
                                            "inputs take --shape)")

@@ -59,6 +59,19 @@ def _input_arg(text: str) -> tuple[str, str]:
     return name, path
 
 
+def load_time_values(path: str, given: list[tuple[str, str]] | None, shapes: dict[str, list[int]]
+                     ) -> dict[str, np.ndarray]:
+    """``eggfuse optimize``'s ``--input NAME=FILE.npy|NUMBER`` pairs as arrays (read as :func:`feeds_for` reads
+    them; a number fills the input's shape, its symbolic dimensions from ``shapes`` or 1), for
+    ``load(..., values=)``: inputs fixed at load time. Raises InputError as :func:`feeds_for`."""
+    if not given:
+        return {}
+    from eggfuse.onnx import Model
+
+    names = dict(given)
+    return {n: a for n, a in feeds_for(Model(path), names, shapes).items() if n in names}
+
+
 def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
     """The feeds of ``model`` (an :class:`eggfuse.onnx.Model`): arrays loaded from ``given``
     (name -> .npy path, or a number: the input's shape filled with it in its dtype), random values
@@ -264,12 +277,12 @@ def _named_sizes(inputs, given: dict[str, list[int]]) -> dict[str, int]:
     return named
 
 
-def onnx_graph(path: str, shapes: dict[str, list[int]]):
+def onnx_graph(path: str, shapes: dict[str, list[int]], values: dict[str, np.ndarray] | None = None):
     """The graph of the ONNX model at ``path`` for ``eggfuse optimize`` (symbolic dimensions
-    from ``shapes``; a named one an input's given shape sizes, as ``eggfuse run`` does; else 1),
-    its ONNX node count, the ONNX node each graph node came from (node id -> name), and the
-    inputs with a symbolic dimension nothing sized (taken as 1). Raises InputError for a name of
-    ``shapes`` that is not an input."""
+    from ``shapes``; a named one an input's given shape sizes, as ``eggfuse run`` does; else 1;
+    ``values``: inputs fixed at load time, as ``load(..., values=)``), its ONNX node count, the ONNX node
+    each graph node came from (node id -> name), and the inputs with a symbolic dimension nothing sized
+    (taken as 1). Raises InputError for a name of ``shapes`` that is not an input."""
     from eggfuse.onnx import load  # noqa: F401  (registers the converters)
     from eggfuse.onnx.importer import Importer, _load_proto, graph_inputs, overridable_inputs, unknown_input
 
@@ -279,9 +292,10 @@ def onnx_graph(path: str, shapes: dict[str, list[int]]):
     for name in shapes:
         if name not in names:
             raise unknown_input(name, names, InputError, defaults=overridable_inputs(proto))
-    importer = Importer(proto, input_shapes(inputs, shapes), {})
+    sizes = {**{n: list(np.shape(a)) for n, a in (values or {}).items()}, **shapes}
+    importer = Importer(proto, input_shapes(inputs, sizes), dict(values or {}))
     graph, _, _ = importer.run()
-    return graph, len(proto.graph.node), importer.origin, defaulted_inputs(inputs, shapes)
+    return graph, len(proto.graph.node), importer.origin, defaulted_inputs(inputs, sizes)
 
 
 def add_run(sub) -> None:

@@ -27,14 +27,15 @@ def describe(spec: str) -> str:
 
 
 def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False,
-               shapes: dict[str, list[int]] | None = None) -> tuple[Graph, dict]:
+               shapes: dict[str, list[int]] | None = None, values: dict | None = None) -> tuple[Graph, dict]:
     """The graph ``spec`` names, and facts about its source (``source``; for an ONNX file
     ``onnx_nodes``, its node count, and ``origin``, graph node id -> the ONNX node it came from).
 
     ``spec``: a shipped model (``minilm``, ``smollm2``, ``llama:LAYERS``; ``seq``, ``batch``
     and ``training`` as :func:`eggfuse.api.model_graph`), an ``.onnx`` file (``shapes`` gives
-    the symbolic input dimensions, 1 where not given; ``input_shapes`` in ``source``: each graph
-    input's shape as sized, ``defaulted``: the inputs with a dimension taken as 1), or ``module:function`` /
+    the symbolic input dimensions, 1 where not given; ``values`` inputs fixed at load time, as
+    ``eggfuse.onnx.load(..., values=)``; ``input_shapes`` in ``source``: each graph input's shape as sized,
+    ``defaulted``: the inputs with a dimension taken as 1), or ``module:function`` /
     ``path/to/file.py:function``: a function called with no arguments that returns a
     ``Graph`` (``training=True`` then appends its backward pass, as for a model).
 
@@ -47,7 +48,13 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
     if kind == "onnx":
         if training:
             raise InputError("--training applies to the shipped models and functions, not to an ONNX file")
-        graph, nodes, origin, defaulted = _onnx(spec, tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
+        key = tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items()))
+        if values:  # arrays: not a cache key
+            from eggfuse.cli_onnx import onnx_graph
+
+            graph, nodes, origin, defaulted = onnx_graph(spec, {k: list(v) for k, v in key}, values)
+        else:
+            graph, nodes, origin, defaulted = _onnx(spec, key)
         sized = {name: list(ty.shape) for name, ty in graph.inputs.items()}
         return graph, {"source": "onnx", "onnx_nodes": nodes, "origin": origin, "input_shapes": sized,
                        "defaulted": defaulted}

@@ -92,6 +92,11 @@ def as_f32(values: Any, what: str, error: type[Exception] = OnnxError) -> np.nda
     return out
 
 
+def _sets_type(node: onnx.NodeProto) -> bool:
+    # a node whose attributes choose its output's element type (Cast's to, a generator's dtype): not its inputs'
+    return any(a.name in ("to", "dtype", "output_dtype") for a in node.attribute) or node.op_type == "CastLike"
+
+
 def in_f32(v: Value) -> Value:
     """``v``, or for a :data:`COMPUTED_IN_F32` type the FLOAT value eggfuse computes instead
     (its known contents converted to float32; :class:`OnnxError` when one lies beyond
@@ -210,7 +215,7 @@ class NodeContext:
                 f"{self.where()}: input {i} ({what or v.name!r}) must be known at load time (an initializer, a "
                 f"Constant or computed from them), but it depends on the graph's inputs "
                 f"{', '.join(map(repr, sorted(v.deps)))}: give them with load(..., values={{...}}) (eggfuse.onnx.Model "
-                "does so itself, one plan per value)", v.deps)
+                "does so itself, one plan per value; eggfuse optimize: --input NAME=FILE.npy or NAME=NUMBER)", v.deps)
         return v.const
 
     def tensor(self, i: int) -> int:
@@ -771,6 +776,7 @@ class Importer:
                 self.unsupported_inputs.append((vi.name, elem_name(elem)))
                 env[vi.name] = Value(vi.name, _T.FLOAT, (), blocked=True, deps=frozenset([vi.name]))
                 continue
+            declared = elem if elem in COMPUTED_IN_F32 else 0
             elem = _T.FLOAT if elem in COMPUTED_IN_F32 else elem
             dims = _dims(vi) if tt.HasField("shape") else None
             if vi.name in self.shapes:
@@ -805,7 +811,7 @@ class Importer:
                     "(eggfuse.onnx.Model does so itself)", frozenset([vi.name]))
             self._names.add(vi.name)
             nid = self.graph.input(vi.name, shape, ELEM_DTYPE[elem])
-            env[vi.name] = Value(vi.name, elem, shape, node=nid, deps=frozenset([vi.name]))
+            env[vi.name] = Value(vi.name, elem, shape, node=nid, deps=frozenset([vi.name]), declared=declared)
 
     def _nodes(self, nodes: Sequence[onnx.NodeProto], env: dict[str, Value], version: int) -> None:
         for node in nodes:
@@ -887,8 +893,12 @@ class Importer:
                                   frozenset().union(*(i.deps for i in ins if i is not None and i.const is not None)))
             else:
                 deps = v.deps or frozenset().union(*(i.deps for i in ins if i))
+            declared = v.declared
+            if not declared and v.elem == _T.FLOAT and not _sets_type(node):
+                # a float16 (bfloat16) op computed in float32: its output is of its float inputs' type (ONNX's T)
+                declared = next((i.declared for i in ins if i is not None and i.elem == _T.FLOAT and i.declared), 0)
             v = Value(name, v.elem, v.shape, v.const, v.node, v.param or (v.const is not None and any(
-                i is not None and i.param for i in ins)), v.blocked, deps, v.declared)  # blocked stays so
+                i is not None and i.param for i in ins)), v.blocked, deps, declared)  # blocked stays so
             env[name] = in_f32(v)
 
     def note_clamped(self, where: str, shape: Sequence[int], ends: Sequence[int], axes: Sequence[int],
@@ -992,7 +1002,8 @@ class Importer:
                 f"If node {node.name!r}: its condition {node.input[0]!r} depends on the graph's inputs "
                 f"{', '.join(map(repr, sorted(cond.deps if cond else ())))}; eggfuse inlines an If only when the "
                 "condition is known at load time: give them with load(..., values={...}) (eggfuse.onnx.Model does "
-                "so itself, one plan per value)", cond.deps if cond else frozenset())
+                "so itself, one plan per value; eggfuse optimize: --input NAME=FILE.npy or NAME=NUMBER)",
+                cond.deps if cond else frozenset())
         branch = "then_branch" if bool(np.asarray(cond.const).reshape(-1)[0]) else "else_branch"
         sub = next(a.g for a in node.attribute if a.name == branch)
         inner = dict(env)

@@ -114,6 +114,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, UnsupportedOpsError):
+        if "inputs of element types it does not run" in msg:  # a case eggfuse cannot feed, whatever its ops
+            return "unsupported dtype", msg.split("; and ")[-1]
         return "unsupported op", ", ".join(sorted(exc.ops))
     if isinstance(exc, OnnxError):
         if "element type" in msg:

@@ -687,3 +687,21 @@ def test_sparse_initializers_are_made_dense():
     bad.graph.sparse_initializer[0].indices.CopyFrom(onnx.numpy_helper.from_array(np.array([1, 9], np.int64)))
     with pytest.raises(OnnxError, match=r"sparse initializer 'c' of dims \[2, 3\]: its indices \[2\] do not place"):
         Model(bad, cache=False)
+
+
+def test_a_cast_of_a_float16_tensor_reads_its_float16_value():
+    # y = x * x declared FLOAT16 is computed in float32; Cast(y, FLOAT) read the float32 value (90000 for
+    # x = 300) while the output y gave inf: two outputs of one tensor disagreed
+    from onnx import TensorProto
+
+    m = model([node("Mul", ["x", "x"], ["y"]), node("Cast", ["y"], ["z"], to=TensorProto.FLOAT),
+               node("Cast", ["y"], ["n"], to=TensorProto.INT64)],
+              [("x", TensorProto.FLOAT16, [3])],
+              [("y", TensorProto.FLOAT16, [3]), ("z", F, [3]), ("n", I64, [3])])
+    x = np.array([3.1, 300.0, -2.7], np.float16)
+    y, z, n = Model(m).run({"x": x})
+    with np.errstate(over="ignore"):  # 90000 is beyond float16's range: inf
+        want = (x.astype(np.float32) * x.astype(np.float32)).astype(np.float16)  # IEEE: the product rounded once
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(z, want.astype(np.float32))  # [9.609375, inf, 7.2890625]
+    assert n[0] == 9 and n[2] == 7

@@ -4,6 +4,7 @@ import contextlib
 import json
 import shutil
 
+import numpy as np
 import pytest
 from user_rules import FACTOR, rules_module  # tests/: a rule of one's own, as a module's text
 
@@ -191,3 +192,34 @@ def test_with_ruleset_runs_a_ruleset_of_ones_own_on_top_of_the_default_ones(caps
     assert "has no ruleset 'NOPE'" in capsys.readouterr().err
     assert cli.main(["optimize", graph, "--with-ruleset", "layer_norm_prologu"]) == 2
     assert "unknown optional ruleset 'layer_norm_prologu'" in capsys.readouterr().err
+
+
+def test_optimize_fixes_an_onnx_input_at_load_time_with_input(tmp_path, capsys):
+    # an If on an input: optimize's hint named load(..., values=), a Python argument, and no option took it
+    import onnx
+    from onnx import TensorProto, helper
+
+    from eggfuse.graphs import load_graph
+
+    out = helper.make_tensor_value_info
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [out("t", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [out("e", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                               helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [out("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert cli.main(["optimize", str(path)]) == 2
+    assert "eggfuse optimize: --input NAME=FILE.npy or NAME=NUMBER" in capsys.readouterr().err
+    for value in ("1", "0"):
+        report = _json(capsys, ["optimize", str(path), "--input", f"c={value}", "--json"])
+        assert report["input_shapes"] == {"x": [3]}  # c is no input of the graph: a constant
+    np.save(tmp_path / "c.npy", np.array(False))
+    from_file = _json(capsys, ["optimize", str(path), "--input", f"c={tmp_path / 'c.npy'}", "--json"])
+    assert from_file["dispatches_after"] == 1
+    for value, op in ((np.array(True), "Relu"), (np.array(False), "Neg")):  # the branch of that value
+        graph, _ = load_graph(str(path), values={"c": value})
+        assert [n.op for n in graph.live_nodes() if n.op != "Input"] == [op]
+    assert cli.main(["optimize", "llama:1", "--input", "c=1"]) == 2
+    assert "--input fixes an ONNX file's inputs at load time" in capsys.readouterr().err

@@ -99,9 +99,14 @@ def _cast(ctx: NodeContext, to: int) -> Value:
         raise ctx.fail(f"a cast to element type {elem_name(to)} is not supported: eggfuse computes in float32, int32 "
                        "(int64 is narrowed to it) and bool (float64, float16 and bfloat16 in float32)")
     x = ctx.tensor(0)
+    source = ctx.value(0).declared
+    if source in _ROUND_TO and source != to:
+        # a float16 (bfloat16) tensor, computed in float32: the cast reads its float16 value, as the graph's
+        # output of it gives it (y = x * x of 300 is inf as float16, and so is Cast(y, FLOAT))
+        x = ctx.add(_ROUND_TO[source], [x])
     if ELEM_DTYPE[ctx.elem(0)] is not target:  # else the same device type (int32 <-> int64, or no change)
         x = ctx.add("Cast", [x], to=target.value)
-    if to in _ROUND_TO and (ctx.value(0).declared or ctx.elem(0)) != to:
+    if to in _ROUND_TO:  # also from a float16 tensor: computed in float32, its values may lie between float16's
         x = ctx.add(_ROUND_TO[to], [x])
     return ctx.out(x, elem=to)
 
