@@ -177,3 +177,12 @@ def test_the_cli_prints_errors_of_ones_own_code_on_one_line(raising_file, capsys
     assert "raised KeyError" in err and "Traceback" not in err
     assert cli.main(["optimize", "llama:1", "--cost-model", f"{raising_file}:Raising"]) == 2
     assert capsys.readouterr().err.startswith(f"eggfuse: error: cost model {raising_file}:Raising: kernel_cost of ")
+
+
+@pytest.mark.parametrize("value, text", [(4195020, "4,195,020"), (4195020.0, "4,195,020"), (112340.25, "112,340.2"),
+                                         (12.3456, "12.35"), (2.1e-7, "2.1e-07"), (4.3264e36, "4.326e+36"),
+                                         (-16384, "-16,384")])
+def test_reports_print_costs_in_the_models_own_unit(value, text):
+    from eggfuse.rewrites.report import cost_text
+
+    assert cost_text(value) == text
