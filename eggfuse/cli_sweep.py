@@ -31,11 +31,17 @@ def _positive_ints(text: str) -> list[int]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
+    import inspect
+
     from eggfuse import sweep
+    from eggfuse.rewrites.engine import saturate
 
     schedule = schedule_kwargs(args)
     schedule.pop("match_limit")
     schedule.pop("no_decomp")
+    # only the options given other values than optimize's own: the rows' schedule, and their labels, name those
+    defaults = {k: p.default for k, p in inspect.signature(saturate).parameters.items()}
+    schedule = {k: v for k, v in schedule.items() if k not in defaults or defaults[k] != v}
     nd = {"off": [False], "on": [True], "both": [False, True]}[args.no_decomp_values]
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
@@ -88,9 +94,10 @@ def add_sweep(sub) -> None:
                    help="graphs, each once: minilm, smollm2, llama:LAYERS, .onnx files, module:function, "
                         "file.py:function (paths and modules of the current folder, also on a Dask cluster)")
     s.add_argument("--rulesets", default="all", metavar="all|ablate|ablate-rules|NAME,NAME",
-                   help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out; "
-                        "or the rulesets to run, optional ones and your own (make_ruleset; module:NAME or "
-                        "file.py:NAME) included: all,layer_norm_prologue,mymodule:MINE")
+                   help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out "
+                        "(both take further rulesets: ablate,mymodule:MINE); or the rulesets to run, optional ones "
+                        "and your own (make_ruleset; module:NAME or file.py:NAME) included: "
+                        "all,layer_norm_prologue,mymodule:MINE")
     s.add_argument("--cost-models", type=_list, default=["bytes"], metavar="bytes,roofline",
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")

@@ -103,6 +103,8 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     ``llama:LAYERS``, ``.onnx`` files, ``module:function``, ``path/to/file.py:function``), each given once.
     ``rulesets``: ``all`` (the shipped rulesets), ``ablate`` (all, then each ruleset left out in turn),
     ``ablate-rules`` (all, then each rule left out in turn), or comma-joined ruleset names to keep.
+    ``ablate`` and ``ablate-rules`` take further rulesets after a comma (``ablate,myrules:MINE``,
+    ``ablate-rules,layer_norm_prologue``): run with the shipped ones, and left out (or taken apart) too.
     ``common``: the other :class:`RunConfig` fields; ``shapes`` a list of ``(NAME, (D, D, ...))`` pairs or
     ``"NAME=DxD"`` strings, each sizing that input of every ``.onnx`` file of ``models`` that has it.
 
@@ -127,7 +129,7 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     from eggfuse.ir import InputError, RewriteError
     from eggfuse.rewrites.engine import EXTRACTORS
     from eggfuse.rewrites.roofline import cost_model_from_spec
-    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, ruleset_name, ruleset_spec, select
+    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, rules_of, ruleset_name, ruleset_spec, select
 
     if not isinstance(rulesets, str):
         raise InputError(f"rulesets must be a str ({', '.join(RULESET_MODES)} or comma-joined ruleset names), got "
@@ -167,12 +169,24 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
         raise InputError(f"grid() has no field {', '.join(map(repr, unknown))}: the other fields are "
                          f"{', '.join(sorted(fields))}")
     full = ",".join(SCHEDULE)
+    mode, _, rest = rulesets.partition(",")
     if rulesets == "all":
         sets = [(full, "")]
-    elif rulesets == "ablate":
-        sets = [(full, "")] + [(",".join(n for n in SCHEDULE if n != left), left) for left in SCHEDULE]
-    elif rulesets == "ablate-rules":
-        sets = [(full, "")] + [(full, rule) for name in SCHEDULE for rule in catalog()[name]]
+    elif mode.strip() in ("ablate", "ablate-rules"):
+        # the scheduled rulesets and any named after the mode (optional ones, one's own), then each left out
+        extra = [n.strip() for n in rest.split(",") if n.strip()]
+        try:
+            chosen = select(extra, rulesets=()) if extra else ()
+        except RewriteError as e:
+            raise InputError(str(e)) from e
+        names = [*SCHEDULE, *(ruleset_spec(rs) or ruleset_name(rs) for rs in chosen)]
+        everything = ",".join(names)
+        if mode.strip() == "ablate":
+            sets = [(everything, "")] + [(",".join(n for n in names if n != left), left) for left in names]
+        else:
+            own = [rule for rs in chosen for rule in (rules_of(rs) or ())]
+            sets = [(everything, "")] + [(everything, rule) for name in SCHEDULE for rule in catalog()[name]] + [
+                (everything, rule) for rule in own]
     else:
         names = [n.strip() for n in rulesets.split(",") if n.strip()]
         if "f16" in names:
@@ -233,7 +247,7 @@ def run_one(config: RunConfig) -> dict:
         from eggfuse.ir.sources import SOURCE_FOLDER
         from eggfuse.rewrites import optimize
         from eggfuse.rewrites.roofline import cost_model_from_spec
-        from eggfuse.rewrites.rulesets import SCHEDULE, select
+        from eggfuse.rewrites.rulesets import select
 
         token = SOURCE_FOLDER.set(config.folder or None)
         source = config.source or config.model
@@ -244,7 +258,8 @@ def run_one(config: RunConfig) -> dict:
                               shapes={name: list(dims) for name, dims in config.shapes})
         row["load_s"] = time.perf_counter() - t
         names = config.rulesets.split(",") if config.rulesets else []
-        rule_left_out = config.disabled and config.disabled not in SCHEDULE
+        # a rule left out keeps every ruleset; a ruleset left out (shipped, optional or one's own) is not among them
+        rule_left_out = config.disabled and not _names_a_ruleset(config.disabled)
         rulesets = select(names, [config.disabled] if rule_left_out else [])
         cost_model = cost_model_from_spec(config.cost_source or config.cost_model)
         cpu = time.process_time()
@@ -272,6 +287,19 @@ def run_one(config: RunConfig) -> dict:
         if token is not None:
             SOURCE_FOLDER.reset(token)
     return row
+
+
+def _names_a_ruleset(name: str) -> bool:
+    # a shipped or optional ruleset's name, or the module:NAME / file.py:NAME of one's own (a rule's name else)
+    from eggfuse.rewrites.rulesets import OPTIONAL, SCHEDULE, select
+
+    if name in SCHEDULE or name in OPTIONAL:
+        return True
+    try:
+        select([name], rulesets=())
+    except Exception:  # noqa: BLE001 - not a ruleset: a rule's name (an unknown one fails its row there)
+        return False
+    return True
 
 
 def _config_row(config: RunConfig) -> dict:

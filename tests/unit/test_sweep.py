@@ -7,7 +7,7 @@ import os
 import socket
 
 import pytest
-from user_rules import rules_module  # tests/: a rule of one's own, as a module's text
+from user_rules import FACTOR, rules_module  # tests/: a rule of one's own, as a module's text
 
 from eggfuse import cli, sweep
 from eggfuse.ir import InputError
@@ -171,6 +171,25 @@ def test_sweep_runs_a_ruleset_of_ones_own_in_its_worker_processes(tmp_path):
     assert sweep.label(rows[1]).startswith(f"{mine} bytes ilp")
     with pytest.raises(InputError, match="factor_matmul in .*rules_for_sweep_test.py is a function, not a ruleset"):
         sweep.grid([graph], f"all,{path}:factor_matmul")
+
+
+def test_ablate_takes_rulesets_of_ones_own_and_leaves_each_out(tmp_path):
+    # --rulesets ablate,myrules:MINE was "unknown ruleset 'ablate'": one's own rules could not be ablated
+    path = tmp_path / "rules_for_ablation_test.py"
+    path.write_text(rules_module("factor_for_ablation_test"))
+    mine, graph = f"{path}:MINE", f"{path}:two_products"
+    configs = sweep.grid([graph], f"ablate,{mine}")
+    assert [c.disabled for c in configs] == ["", *SCHEDULE, mine]
+    assert configs[0].rulesets == ",".join([*SCHEDULE, mine]) and mine not in configs[-1].rulesets.split(",")
+    full, without = sweep.run_one(configs[0]), sweep.run_one(configs[-1])
+    assert (full["error"], without["error"]) == ("", "")
+    assert without["rules_fired"] == full["rules_fired"] - 1  # its one rule, left out
+    assert sweep.label(without).startswith(f"-{mine} ")
+    rules = sweep.grid([graph], f"ablate-rules,{mine}")
+    assert rules[-1].disabled == FACTOR and rules[-1].rulesets == configs[0].rulesets
+    assert sweep.run_one(rules[-1])["rules_fired"] == without["rules_fired"]
+    with pytest.raises(InputError, match="nosuch"):
+        sweep.grid([graph], "ablate,nosuch")
 
 
 def test_sweep_on_a_dask_local_cluster(tmp_path):
