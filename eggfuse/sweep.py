@@ -347,7 +347,8 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
     :func:`grid` did not resolve (no ``folder``) is resolved here first, against the current folder.
 
     Local (default): a process pool of ``workers`` processes (default: the CPU count), started
-    with ``spawn``, each running one compile at a time and keeping the graphs it built.
+    with ``spawn``, each running one compile at a time and keeping the graphs it built. ``spawn`` imports
+    the calling script again in each worker: a script calls this under ``if __name__ == "__main__":``.
     ``scheduler``: the address of a Dask distributed scheduler (``tcp://HOST:PORT``); its
     workers need eggfuse installed. ``progress`` draws a tqdm bar on stderr; ``on_row`` is
     called with each row as it arrives. Raises :class:`~eggfuse.ir.InputError` for both
@@ -371,6 +372,10 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
                 row = fut.result()
             except Exception as e:  # noqa: BLE001 - the worker itself failed
                 row = _failed(configs[i], e)
+                if type(e).__name__ == "BrokenProcessPool":  # (concurrent.futures.process)
+                    row["error"] += (" (a worker process died before it ran; a script that runs a sweep on the local "
+                                     "pool needs its code under `if __name__ == \"__main__\":`, since each worker "
+                                     "process imports the script again)")
             rows[i] = row
             if on_row is not None:
                 on_row(row)

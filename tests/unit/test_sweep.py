@@ -426,3 +426,18 @@ def test_sweep_command_refuses_a_shape_that_sizes_no_graph(folders, capsys):
     assert cli.main(["sweep", "--models", "mygraphs:mlp", "--shape", "y=3x3", "--out", str(client / "out"),
                      "--no-progress"]) == 2
     assert "shape y=3x3 sizes no graph of the sweep" in capsys.readouterr().err
+
+
+def test_a_script_without_a_main_guard_is_told_why_its_workers_died(tmp_path):
+    # every row was a bare BrokenProcessPool: spawn imports the script again in each worker, which runs the
+    # sweep again at import, and the pool breaks
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded_sweep.py"
+    script.write_text("from eggfuse.sweep import grid, run_sweep\n"
+                      "rows = run_sweep(grid(['llama:1']), workers=1, progress=False)\n"
+                      "print('ERROR:', rows[0]['error'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    line = next(s for s in out.stdout.splitlines() if s.startswith("ERROR:"))
+    assert "BrokenProcessPool" in line and 'needs its code under `if __name__ == "__main__":`' in line
