@@ -133,14 +133,14 @@ def test_a_gemm_weight_over_the_binding_limit_runs_in_blocks(opset, ta, tb, alph
     (spec,) = eg.plans.values()
     ops = plan_ops(eg)
     assert ops.count("Concat") == 1 and sum(o.startswith("MatMul") for o in ops) == 3, ops  # N = 5: blocks 2, 2, 1
-    # every block is a parameter named after the weight (a constant when alpha scaled it at load time);
-    # a [5] or [1, 5] bias is split with it
+    # every block is a parameter named after the weight, whatever alpha (the product scaled at its store; alpha
+    # folded into the weight made every block a constant of the graph); a [5] or [1, 5] bias is split with it
     blocks = {"b[0:2]", "b[2:4]", "b[4:5]"} if tb else {"b[:, 0:2]", "b[:, 2:4]", "b[:, 4:5]"}
     biases = {"c[0:2]", "c[2:4]", "c[4:5]"} if c in ([5], [1, 5]) and beta == 1.0 else set()
     kept = {"c"} if c is not None and not biases and beta != 0.0 else set()  # C added (or scaled) at run time
     # a block or bias of one element is a Constant, not a parameter (the importer bakes one-element floats)
     one = {"c[4:5]"} | ({"c"} if c is not None and int(np.prod(c)) == 1 else set())
-    assert set(spec.params) == ((blocks if alpha == 1.0 else set()) | biases | kept) - one, sorted(spec.params)
+    assert set(spec.params) == (blocks | biases | kept) - one, sorted(spec.params)
 
 
 def test_a_matmul_weight_over_the_binding_limit_runs_in_column_blocks_that_fuse_their_epilogues(device, monkeypatch):

@@ -150,12 +150,12 @@ def _gemm_blocks(ctx: NodeContext, a: int, bv: Value, op: str, tb: bool, blocks:
     ys = []
     for lo, hi in blocks:
         y = ctx.add(op, [a, weight_block(ctx, bv, 0 if tb else 1, lo, hi)])
+        if alpha != 1.0:  # alpha scales the product only, before the bias (it scaled the bias too)
+            y = ctx.add("Mul", [y, ctx.constant(alpha)])
         if bias is not None:
             y = ctx.add("BiasAdd", [y, weight_block(ctx, bias, 0, lo, hi)])
         ys.append(y)
     y = ctx.add("Concat", ys, axis=1)
-    if alpha != 1.0:
-        y = ctx.add("Mul", [y, ctx.constant(alpha)])
     if c is None or bias is not None:
         return y
     cn = ctx.tensor(2)
