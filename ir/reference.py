@@ -26,6 +26,11 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
         arr = np.asarray(value)
     except Exception as e:  # noqa: BLE001 - anything numpy cannot take is a user error
         raise InputError(f"{what}: cannot convert {type(value).__name__} to an array ({e})") from None
+    if arr.dtype.kind in "US":  # text: numpy makes a string array of it, whose shape says nothing
+        got = (f"an array of {arr.dtype} {list(arr.shape)}" if isinstance(value, np.ndarray)
+               else f"{type(value).__name__} {value!r:.40}")
+        raise InputError(f"{what}: expected numbers, got text ({got}); pass an array of shape {list(ty.shape)} and "
+                         f"dtype {ty.dtype.numpy.name} ({ty})")
     if arr.shape != ty.shape or arr.dtype.kind == "O":
         if arr.ndim == 0 and arr.dtype.kind == "O":  # None, or one object numpy holds as no number: not "got []"
             got = "None, not an array" if value is None else (f"{type(value).__name__} {value!r:.40}, which numpy "

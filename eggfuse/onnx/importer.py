@@ -461,7 +461,7 @@ def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
             yield from g.node
 
 
-def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+def _load_proto(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         _check_opset(model, "the model")
         return upgraded(dense_initializers(model))
@@ -478,7 +478,16 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
                             f"({os.path.getsize(path)} bytes); give the exported .onnx file")
         _check_opset(proto, repr(path))
         return upgraded(dense_initializers(proto))
-    raise OnnxError(f"expected a path or an onnx.ModelProto, got {type(model).__name__}")
+    if isinstance(model, bytes | bytearray):  # a serialised model, as onnxruntime takes it
+        try:
+            proto = onnx.load_from_string(bytes(model))
+        except Exception as e:  # noqa: BLE001 - protobuf raises many kinds
+            raise OnnxError(f"the bytes given are not a serialised ONNX model: {e}") from None
+        if not proto.graph.output:
+            raise OnnxError(f"the {len(model)} bytes given are not an ONNX model with a graph: it declares no outputs")
+        _check_opset(proto, "the model")
+        return upgraded(dense_initializers(proto))
+    raise OnnxError(f"expected a path, an onnx.ModelProto or its serialised bytes, got {type(model).__name__}")
 
 
 def matmul_b_readers(graph: onnx.GraphProto) -> dict[str, set[str]]:
@@ -549,7 +558,8 @@ def unknown_input(name: str, names: Sequence[str], error: type = OnnxError, what
                      "remove the initializer from the model, which makes it a plain input (onnx's API: delete it "
                      "from model.graph.initializer); the inputs eggfuse feeds are: "
                      f"{', '.join(repr(n) for n in names) or 'none'}")
-    close = difflib.get_close_matches(str(name), names, n=1)
+    same_case = [n for n in names if n.lower() == str(name).lower()]  # 'X' for 'x': too short for difflib
+    close = same_case or difflib.get_close_matches(str(name), names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return error(f"{what}{name!r} is not an input of the model{hint}; its inputs are: "
                  f"{', '.join(repr(n) for n in names) or 'none'}")
@@ -833,7 +843,10 @@ class Importer:
             elif name in env:
                 ins.append(env[name])
             else:
-                raise OnnxError(f"{node.op_type} node {node.name!r}: input {name!r} is computed by no earlier node")
+                label = node.name or (f"computing {node.output[0]!r}" if node.output else "(unnamed)")
+                raise OnnxError(f"{node.op_type} node {label if not node.name else repr(label)}: input {name!r} is "
+                                "computed by no earlier node (ONNX lists nodes in topological order: sort the graph, "
+                                "or export it again)")
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         blocked = any(v is not None and v.blocked for v in ins)
         given = [v for v in ins if v is not None]

@@ -123,6 +123,13 @@ class Model:
         from eggfuse.pipeline import precision_rulesets
 
         precision_rulesets(precision)  # checked now, not at the first run
+        if cost_model is not None:
+            from eggfuse.rewrites.cost import CostModel
+
+            if not isinstance(cost_model, CostModel):  # it failed at the first run, inside the rewrite engine
+                raise InputError(f"cost_model must be a CostModel (eggfuse.rewrites), got {type(cost_model).__name__} "
+                                 f"{cost_model!r:.60}; for a name as the command line takes it, "
+                                 "eggfuse.rewrites.roofline.cost_model_from_spec('roofline') makes one")
         if precision == "f16" and (not fuse or verify):
             raise InputError("precision='f16' is chosen by the rewrite engine (the f16 ruleset rounds weights), so it "
                              f"needs fuse=True and verify=False; got fuse={fuse!r}, verify={verify!r}")
@@ -207,6 +214,8 @@ class Model:
                              f"{', '.join(self._describe(vi) for vi in self.inputs)}")
         out = {}
         for vi in self.inputs:
+            if given[vi.name] is None:  # numpy makes an object array of it: "got an array of object"
+                raise InputError(f"input {vi.name!r}: got None, not an array; give {self._describe(vi)} an array")
             try:
                 arr = np.asarray(given[vi.name])
             except ValueError as e:

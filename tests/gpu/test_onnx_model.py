@@ -82,6 +82,31 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
         m.run({"x": np.array([[1e39, 0, 0], [0, 0, 0]])})
     with pytest.raises(InputError, match=r"input\(s\) 'x' not given"):
         m.run({})
+    # None was "an array of object", a str "expected shape [2, 3], got []", 'X' got no "did you mean"
+    with pytest.raises(InputError, match=r"input 'x': got None, not an array"):
+        m.run({"x": None})
+    with pytest.raises(InputError, match=r"'X' is not an input of the model \(did you mean 'x'\?\)"):
+        m.run({"X": np.zeros((2, 3), np.float32)})
+
+
+def test_a_model_from_bytes_a_cost_model_checked_at_once_and_nodes_out_of_order_named():
+    import eggfuse
+
+    proto = _shape_model()
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(Model(proto.SerializeToString()).run({"x": x})[0], Model(proto).run({"x": x})[0])
+    with pytest.raises(OnnxError, match="not a serialised ONNX model|not an ONNX model with a graph"):
+        Model(b"not a model")
+    with pytest.raises(InputError, match=r"cost_model must be a CostModel .*got str 'roofline'.*cost_model_from_spec"):
+        Model(proto, cost_model="roofline")  # it failed at the first run, inside the rewrite engine
+    swapped = model([helper.make_node("Relu", ["h"], ["y"]), node("Neg", ["x"], ["h"])], [("x", F, [3])],
+                    [("y", F, None)])  # the Relu unnamed, as exporters often leave nodes
+    with pytest.raises(OnnxError, match=r"Relu node computing 'y': input 'h' is computed by no earlier node \(ONNX "
+                                        r"lists nodes in topological order"):
+        load(swapped)
+    with pytest.raises(InputError, match=r"input 'x': expected numbers, got text \(str 'abc'\); pass an array of "
+                                         r"shape \[2, 3\]"):
+        eggfuse.compile(*load(proto, shapes={"x": [2, 3]})).run({"x": "abc"})
 
 
 def test_feeding_an_input_with_an_initializer_says_it_is_a_constant_weight():
