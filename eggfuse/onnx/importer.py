@@ -1155,11 +1155,11 @@ def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphPr
     return g
 
 
-def load(model: str | os.PathLike | onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None, *,
+def load(model: str | os.PathLike | onnx.ModelProto | bytes, shapes: Mapping[str, Sequence[int]] | None = None, *,
          values: Mapping[str, Any] | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
     """Import an ONNX model as an eggfuse graph and its parameters.
 
-    ``model``: a path to an ``.onnx`` file or an ``onnx.ModelProto`` (not modified).
+    ``model``: a path to an ``.onnx`` file, an ``onnx.ModelProto`` (not modified) or its serialised bytes.
     ``shapes``: input name -> shape, for inputs whose dimensions are not fixed in the model.
     ``values``: input name -> array, inputs fixed at load time (folded as constants; an
     ``If`` whose condition depends only on them is inlined).

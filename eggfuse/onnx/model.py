@@ -107,7 +107,8 @@ class Model:
     dispatch computes), e.g. ``[ONNX nodes '/fc/MatMul' (MatMul), '/fc/Add' (Add)]``.
     """
 
-    def __init__(self, model: str | os.PathLike | onnx.ModelProto, *, shapes: Mapping[str, Sequence[int]] | None = None,
+    def __init__(self, model: str | os.PathLike | onnx.ModelProto | bytes, *,
+                 shapes: Mapping[str, Sequence[int]] | None = None,
                  fuse: bool = True, cost_model=None, verify: bool = False, device=None, cache: bool = True,
                  precision: str = "f32", rulesets=None) -> None:
         self.proto = _load_proto(model)
