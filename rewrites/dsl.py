@@ -26,6 +26,7 @@ naming the rule and the attribute).
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,7 +132,9 @@ class Namespace:
         if op in FACTS:  # a value fact's relation (ir.facts): e.value(c, v) as a guard binds v
             return FACTS[op]
         if op not in OPS:
-            raise AttributeError(f"no op named {op!r} and no value fact of that name (rules name ops as "
+            close = difflib.get_close_matches(op, [*OPS, *FACTS], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise AttributeError(f"no op named {op!r} and no value fact of that name{hint} (rules name ops as "
                                  "eggfuse.ir.OPS does, facts as eggfuse.ir.facts.VALUE_FACTS)")
         if op not in self._ops:
             self._ops[op] = self._wrap(op)
@@ -185,6 +188,9 @@ class Namespace:
     # --- rules ---------------------------------------------------------------------------
 
     def _record(self, name: str, example: Example | None) -> None:
+        if not isinstance(name, str) or not name.strip():  # reports, --disable-rule and payoff name rules by it
+            raise RewriteError(f"a rule's name must be a non-empty str (reports and --disable-rule name it; write "
+                               f"it as lhs -> rhs), got {name!r}")
         if name in self._names:
             raise ValueError(f"two rules are named {name!r}; rule names must be unique")
         self.records.append(RuleRecord(name, self.ruleset, self.family, example))

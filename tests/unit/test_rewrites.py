@@ -509,6 +509,16 @@ def _unknown_op(e):
     yield e.equal("foo_x", e.Foo(x), x)
 
 
+def _misspelt_op(e):
+    x = e.var("x")
+    yield e.equal("MatMull(x, x) -> x", e.MatMull(x, x), x)
+
+
+def _unnamed(e):
+    x = e.var("x")
+    yield e.equal("", e.Relu(e.Relu(x)), e.Relu(x))
+
+
 def _same_names(e):
     x = e.var("x")
     yield e.equal("same", e.Relu(e.Relu(x)), e.Relu(x))
@@ -537,6 +547,8 @@ def _vars_list_as_rhs(e):
     (_returns_none, r"_returns_none\(e\) returned None; it must yield rules"),
     (_unknown_op, r"_unknown_op\(e\) raised AttributeError: no op named 'Foo'"),
     (_same_names, r"_same_names\(e\) raised ValueError: two rules are named 'same'"),
+    (_misspelt_op, r"no op named 'MatMull' and no value fact of that name \(did you mean 'MatMul'\?\)"),
+    (_unnamed, r"a rule's name must be a non-empty str .*got ''"),
     ("not a function", "fn must be a function of the namespace e"),
     # egglog said "Cannot convert [x] of type <class 'list'> to T"
     (_vars_list_as_one, r"e\.Neg: tensor argument 1 is a list of 1 \(\[x\]\), where one term belongs .* write "
