@@ -41,7 +41,8 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
             raise InputError(f"{what}: expected shape {list(ty.shape)} ({ty}), got {list(arr.shape)}")
     if ty.dtype in (DType.U32, DType.I32):
         info = np.iinfo(ty.dtype.numpy)
-        if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+        if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_ and ty.dtype is DType.I32):
+            # (bools for indices were read as rows 0 and 1: a mask given where indices belong, most likely)
             kind = "integer indices" if ty.dtype is DType.U32 else "integers"
             raise InputError(f"{what}: expected {kind} for {ty}, got dtype {arr.dtype}")
         if arr.size and not np.can_cast(arr.dtype, ty.dtype.numpy) and (

@@ -527,6 +527,8 @@ def test_input_layouts_and_dtypes_are_converted_without_touching_the_caller(devi
      r"input 'ids': index -1 out of range for the 3 rows that .* give indices from 0 to 2"),
     (np.zeros((6, 5), np.float32), [0, 0, 0, 0], r"input 'x': expected shape \[5, 6\]"),
     (np.zeros((5, 6), np.float32), np.zeros(4, np.float32), "input 'ids': expected integer indices"),
+    (np.zeros((5, 6), np.float32), np.ones(4, bool),
+     r"input 'ids': expected integer indices for u32\[4\], got dtype bool"),
 ])
 def test_bad_input_values_are_refused_by_name(x, ids, match, device):
     g = Graph()
