@@ -91,7 +91,11 @@ def feeds_for(model, given: dict[str, str], shapes: dict[str, list[int]], seed: 
                 arr = np.load(source, allow_pickle=False)
             except OSError as e:
                 raise InputError(f"input {name!r}: cannot read {source!r} ({e.strerror or e})") from None
-            except ValueError:  # numpy's message for bytes that are no .npy guesses a pickle: not what to tell
+            except ValueError as e:  # numpy's message for bytes that are no .npy guesses a pickle: not what to tell
+                if "Object arrays cannot be loaded" in str(e):  # a .npy of Python objects (strings, None, ...)
+                    raise InputError(f"input {name!r}: {source!r} holds an array of Python objects, not numbers "
+                                     "(eggfuse reads numeric .npy files only, never pickles): save a numeric "
+                                     "array, arr.astype('float32')") from None
                 raise InputError(f"input {name!r}: {source!r} is not a .npy or .npz array file (numpy.save / "
                                  "numpy.savez write them)") from None
             if isinstance(arr, np.lib.npyio.NpzFile):  # an .npz: the array named as the input, or input.NAME

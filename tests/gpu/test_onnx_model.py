@@ -515,6 +515,10 @@ def test_run_messages_for_files_and_options(tmp_path, capsys):
     assert main(["run", str(path), "--input", f"input_ids={garbage}"]) == 2
     err = capsys.readouterr().err
     assert "is not a .npy or .npz array file" in err and "pickle" not in err, err
+    objects = tmp_path / "objects.npy"
+    np.save(objects, np.array(["a", None], dtype=object))  # was "not a .npy file" too
+    assert main(["run", str(path), "--input", f"input_ids={objects}"]) == 2
+    assert "holds an array of Python objects, not numbers" in capsys.readouterr().err
     assert main(["run", str(path), "--no-fuse", "--precision", "f16"]) == 2
     assert "drop --no-fuse" in capsys.readouterr().err
     assert main(["run", str(path), "--repeats", "0", "--no-cache", "--save", str(tmp_path / "out")]) == 0
