@@ -494,7 +494,11 @@ def payoff_table(rows: Sequence[dict]) -> str:
             groups.setdefault((r["model"], label(r)), []).append(r)
     if not groups:
         return ""
-    lines = [f"{'model':<12} {'configuration':<34} {'ruleset':<22} {'matches':>8} {'dispatches':>10} "
+    mw = max([12, *(len(str(m)) for m, _ in groups)])
+    lw = max([34, *(len(lab) for _, lab in groups)])
+    nw = max([22, *(len(p["name"]) for rs in groups.values() for r in rs for p in r["payoff"]
+                    if p["kind"] == "ruleset")])
+    lines = [f"{'model':<{mw}} {'configuration':<{lw}} {'ruleset':<{nw}} {'matches':>8} {'dispatches':>10} "
              f"{'saved cost':>14} {'of cost':>8}"]
     for (model, lab), rs in groups.items():
         names = list(dict.fromkeys(p["name"] for r in rs for p in r["payoff"] if p["kind"] == "ruleset"))
@@ -505,7 +509,7 @@ def payoff_table(rows: Sequence[dict]) -> str:
             saved = statistics.median(p["saved_cost"] for p in sets)
             after = statistics.median(float(r["cost_after"]) for r in rs)
             share = f"{100 * saved / after:7.1f}%" if after else f"{'':>8}"
-            lines.append(f"{model:<12} {lab:<34} {name:<22} {sets[0]['matches']:>8} "
+            lines.append(f"{model:<{mw}} {lab:<{lw}} {name:<{nw}} {sets[0]['matches']:>8} "
                          f"{statistics.median(p['saved_dispatches'] for p in sets):>10g} "
                          f"{cost_text(saved):>14} {share}")
     return "\n".join(lines)
@@ -541,15 +545,17 @@ def table(rows: Sequence[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["model"], label(r)), []).append(r)
-    lines = [f"{'model':<12} {'configuration':<34} {'dispatches':>12} {'cost after':>16} {'total_s':>8}  error"]
+    mw = max([12, *(len(str(m)) for m, _ in groups)])  # columns as wide as the longest name
+    lw = max([34, *(len(lab) for _, lab in groups)])
+    lines = [f"{'model':<{mw}} {'configuration':<{lw}} {'dispatches':>12} {'cost after':>16} {'total_s':>8}  error"]
     for (model, lab), rs in groups.items():
         ok = [r for r in rs if not r["error"]]
         if not ok:
-            lines.append(f"{model:<12} {lab:<34} {'':>12} {'':>16} {'':>8}  {rs[0]['error'][:60]}")
+            lines.append(f"{model:<{mw}} {lab:<{lw}} {'':>12} {'':>16} {'':>8}  {rs[0]['error'][:60]}")
             continue
         r = ok[0]
         t = statistics.median(float(x["total_s"]) for x in ok)
-        lines.append(f"{model:<12} {lab:<34} {r['dispatches_before']:>5} ->{r['dispatches_after']:>4} "
+        lines.append(f"{model:<{mw}} {lab:<{lw}} {r['dispatches_before']:>5} ->{r['dispatches_after']:>4} "
                      f"{cost_text(r['cost_after']):>16} {t:>8.3f}")
     return "\n".join(lines)
 
