@@ -156,6 +156,13 @@ def cmd_rules(args: argparse.Namespace) -> None:
     from eggfuse.rewrites.rulesets import OPTIONAL
 
     rules = catalog()
+    own = {}
+    for spec in args.with_ruleset or ():  # rulesets of one's own: listed after the shipped ones, by their source
+        from eggfuse.rewrites.rulesets import named_ruleset, rules_of, ruleset_name
+
+        rs = named_ruleset(spec)
+        own[f"{ruleset_name(rs)} ({spec})"] = list(rules_of(rs) or ())
+    rules.update(own)
     if args.json:
         print(json.dumps(rules))
         return
@@ -213,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("rules", help="list every rewrite rule by ruleset")
     r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.add_argument("--with-ruleset", metavar="MODULE:NAME", action="append", default=[],
+                   help="also list a ruleset of your own (make_ruleset; module:NAME or file.py:NAME), repeatable")
     r.set_defaults(func=cmd_rules)
     add_cache(sub)
     add_train_digits(sub)

@@ -192,6 +192,10 @@ def test_with_ruleset_runs_a_ruleset_of_ones_own_on_top_of_the_default_ones(caps
     assert "has no ruleset 'NOPE'" in capsys.readouterr().err
     assert cli.main(["optimize", graph, "--with-ruleset", "layer_norm_prologu"]) == 2
     assert "unknown optional ruleset 'layer_norm_prologu'" in capsys.readouterr().err
+    # eggfuse rules lists it too, after the shipped rulesets (it listed the shipped ones only)
+    listed = _json(capsys, ["rules", "--with-ruleset", f"{rules_file}:MINE", "--json"])
+    assert listed[f"factor_for_cli_test ({rules_file}:MINE)"] == [FACTOR] and "algebraic" in listed
+    assert cli.main(["rules", "--with-ruleset", f"{rules_file}:NOPE"]) == 2
 
 
 def test_optimize_fixes_an_onnx_input_at_load_time_with_input(tmp_path, capsys):
