@@ -227,3 +227,24 @@ def test_optimize_fixes_an_onnx_input_at_load_time_with_input(tmp_path, capsys):
         assert [n.op for n in graph.live_nodes() if n.op != "Input"] == [op]
     assert cli.main(["optimize", "llama:1", "--input", "c=1"]) == 2
     assert "--input fixes an ONNX file's inputs at load time" in capsys.readouterr().err
+
+
+def test_check_sound_names_an_unsound_rule_of_ones_own_from_the_command_line(capsys, rules_file, tmp_path):
+    # soundness needed Python (check_sound, or assert_rule_sound and hypothesis); no command ran it
+    graph = f"{rules_file}:two_products"
+    out = _json(capsys, ["check-sound", graph, "--with-ruleset", f"{rules_file}:MINE", "--json"])
+    assert out["sound"] and out["rules_fired"][FACTOR] == 1 and out["enodes_checked"] > out["eclasses_checked"]
+    wrong = tmp_path / "wrong_rules_for_cli_test.py"
+    wrong.write_text("from eggfuse.rewrites import make_ruleset\n\n\n"
+                     "def swap(e):\n"
+                     "    a, b = e.vars('a b')\n"
+                     "    yield e.equal('MatMul(a,b) -> MatMul(b,a) (wrong)', e.MatMul(a, b), e.MatMul(b, a))\n\n\n"
+                     "SWAP = make_ruleset('swap_for_cli_test', swap)\n\n\n"
+                     "def square():\n"
+                     "    from eggfuse.ir import Graph\n"
+                     "    g = Graph()\n"
+                     "    g.set_outputs([g.matmul(g.input('x', [4, 4]), g.parameter('w', [4, 4]))])\n"
+                     "    return g\n")
+    assert cli.main(["check-sound", f"{wrong}:square", "--with-ruleset", f"{wrong}:SWAP"]) == 2
+    assert ("unsound rule 'MatMul(a,b) -> MatMul(b,a) (wrong)' (ruleset swap_for_cli_test)"
+            in capsys.readouterr().err)
