@@ -82,7 +82,7 @@ class Model:
     shape for dimensions the model leaves symbolic; dimensions not given are taken from each
     run's feeds, and a plan is imported, optimised (``fuse``), lowered and cached per set of
     input shapes. ``fuse``, ``cost_model``, ``verify``, ``device``, ``cache``, ``precision`` and
-    ``rulesets`` (None: the default ones; ``rewrites.rulesets.select(optional=["layer_norm_prologue"])``
+    ``rulesets`` (None: the default ones; ``eggfuse.rewrites.rulesets.select(optional=["layer_norm_prologue"])``
     adds an optional one) go to :func:`eggfuse.compile` (``precision="f16"``: the initializers the
     rewrite engine finds as the B of a ``MatMul`` [K, N] or ``MatMulBT`` [N, K] with K a multiple of
     32, and the tables a ``Gather`` reads with rows a multiple of 32 long, are stored as float16).
