@@ -46,11 +46,30 @@ def _cross_entropy_grad_ref(xs, a):
     return (p * labels.sum(axis=-1, keepdims=True) - labels) / logits.shape[0]
 
 
+#: Loop iterations of one workgroup reduction of reduce.wgsl as llvmpipe counts them (its 8 halving steps and
+#: their barriers): fitted to where cross_entropy.wgsl's loss went wrong on lavapipe, between 480 and 490 rows of
+#: 10 classes (4 reductions and 3 loop steps a row: 65,535 / 485 = 135).
+REDUCTION_ITERATIONS = 33
+
+
+def cross_entropy_iterations(rows: int, n: int) -> tuple[int, int]:
+    """Loop iterations an invocation runs, as ``Kernel.loop_iterations`` counts them, of CrossEntropyLoss's two
+    kernels for logits [rows, n]: (cross_entropy.wgsl: every row by the whole workgroup, four reductions each;
+    cross_entropy_rows.wgsl: rows split among the 256 invocations, one reduction at the end)."""
+    by_workgroup = rows * (1 + 2 * -(-n // 256) + 4 * REDUCTION_ITERATIONS)
+    by_invocation = -(-rows // 256) * (1 + 2 * n) + REDUCTION_ITERATIONS
+    return by_workgroup, by_invocation
+
+
 def _cross_entropy_kernel(node, ins, target) -> Kernel:
     rows, n = ins[0].shape
     params = (("rows", "u32", rows), ("n", "u32", n), ("inv_rows", "f32", 1.0 / rows))
-    if node.op == "CrossEntropyLoss":
-        return Kernel("cross_entropy", "cross_entropy.wgsl", 1, params=params)
+    if node.op == "CrossEntropyLoss":  # the kernel of fewer iterations an invocation (few long rows or many short)
+        by_workgroup, by_invocation = cross_entropy_iterations(rows, n)
+        if by_invocation < by_workgroup:
+            return Kernel("cross_entropy_rows", "cross_entropy_rows.wgsl", 1, params=params,
+                          loop_iterations=by_invocation)
+        return Kernel("cross_entropy", "cross_entropy.wgsl", 1, params=params, loop_iterations=by_workgroup)
     return Kernel("cross_entropy_grad", "cross_entropy_grad.wgsl", rows, params=params)
 
 
