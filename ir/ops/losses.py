@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..kernel import Kernel, elementwise_groups
+from ..kernel import REDUCTION_ITERATIONS, Kernel, elementwise_groups
 from ..spec import NO_GRAD, need, need_f32, op
 from ..types import TensorType
 from .norms import log_softmax, softmax_ref
@@ -44,12 +44,6 @@ def _cross_entropy_grad_ref(xs, a):
     logits, labels = xs
     p = softmax_ref([logits], a)
     return (p * labels.sum(axis=-1, keepdims=True) - labels) / logits.shape[0]
-
-
-#: Loop iterations of one workgroup reduction of reduce.wgsl as llvmpipe counts them (its 8 halving steps and
-#: their barriers): fitted to where cross_entropy.wgsl's loss went wrong on lavapipe, between 480 and 490 rows of
-#: 10 classes (4 reductions and 3 loop steps a row: 65,535 / 485 = 135).
-REDUCTION_ITERATIONS = 33
 
 
 def cross_entropy_iterations(rows: int, n: int) -> tuple[int, int]:

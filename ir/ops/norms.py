@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..errors import GraphError, InputError
-from ..kernel import Kernel
+from ..kernel import REDUCTION_ITERATIONS, Kernel
 from ..spec import NO_GRAD, OPS, VIEW_ALIGN, Attr, example, need, need_f32, no_grad, op, rules
 from ..types import DType, TensorType
 from .elementwise import like, sigmoid
@@ -334,9 +334,13 @@ def _group_norm_grad_input_ref(xs, a):
 def _group_norm_grad_w_kernel(node, ins, target) -> Kernel:
     n, c, size = ins[1].shape
     cpg = c // node.attrs["num_groups"]
+    blocks = -(-(cpg * size) // 256)  # a group's elements an invocation walks
+    # every sample by the whole workgroup: two passes over its group and two reductions, one over the channel
+    per_sample = 1 + 2 * blocks + -(-size // 256) + 2 * REDUCTION_ITERATIONS
     return Kernel("group_norm_grad_w", "group_norm_grad_w.wgsl", c,
                   params=(("channels", "u32", c), ("samples", "u32", n), ("cpg", "u32", cpg), ("s", "u32", size),
-                          ("eps", "f32", node.attrs["eps"])))
+                          ("eps", "f32", node.attrs["eps"])),
+                  loop_iterations=n * per_sample + REDUCTION_ITERATIONS)
 
 
 op("GroupNormGradInput", ("dy", "x", "w"), _group_norm_grad, _group_norm_grad_input_ref, attrs=_GROUP_ATTRS,
