@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -106,6 +107,13 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
         raise InputError(f"unknown optimizer {optimizer!r}: use adam or sgd")
     if hidden < 1:
         raise InputError(f"hidden must be >= 1, got {hidden}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # numpy's raw ValueError before
+        raise InputError(f"seed must be an integer >= 0, got {seed!r}")
+    if save is not None:  # before the training, not after it
+        folder = os.path.dirname(os.path.abspath(os.fspath(save)))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise InputError(f"cannot write {save}: {folder} is not a folder this process may write; give --save a "
+                             "path in one")
     lr = LR[optimizer] if lr is None else float(lr)
     opt = Adam(lr) if optimizer == "adam" else SGD(lr, momentum=MOMENTUM)
     data = load_digits_split(seed)
@@ -131,6 +139,11 @@ def train_digits(steps: int = STEPS, batch: int = BATCH, lr: float | None = None
     end = time.perf_counter()
 
     params = trainer.parameters()
+    diverged = sorted(n for n, v in params.items() if not np.isfinite(v).all())
+    if diverged:  # the NaN parameters were blamed on the user ("give finite values") and saved
+        raise InputError(f"training diverged: after {steps} steps parameters {', '.join(map(repr, diverged))} hold NaN "
+                         f"or infinity (the loss {last_loss}); lower the learning rate (now {lr:g}, --lr)"
+                         + ("; nothing was saved" if save is not None else ""))
     if save is not None:
         trainer.save(save)
 

@@ -47,6 +47,18 @@ class Trainer:
     def __init__(self, graph: Graph, loss: NodeId | None, params: Mapping[str, np.ndarray], optimizer: Optimizer,
                  *, frozen: Iterable[str] = (), fuse: bool = True, cost_model: CostModel | None = None,
                  device=None, cache: bool = True) -> None:
+        # what the caller passed, checked before any of it is used (Python's AttributeError, or numpy's "truth
+        # value of an array is ambiguous", before)
+        if not isinstance(graph, Graph):
+            raise InputError(f"Trainer takes an eggfuse Graph first, got {type(graph).__name__}")
+        if not isinstance(optimizer, Optimizer):
+            raise InputError(f"Trainer's optimizer must be eggfuse.SGD(lr, ...) or eggfuse.Adam(lr, ...), got "
+                             f"{type(optimizer).__name__} {optimizer!r:.40}")
+        if not isinstance(params, Mapping):
+            raise InputError(f"Trainer's params must map each parameter's name to its array, got "
+                             f"{type(params).__name__}; e.g. {{'w1': w1, 'b1': b1}}")
+        if isinstance(frozen, str):  # read letter by letter: "frozen names ['1', 'w'] are not parameters"
+            raise InputError(f"frozen is a list of parameter names, got the str {frozen!r}; write frozen=[{frozen!r}]")
         self.step_graph: StepGraph = step_graph(graph, loss, optimizer, frozen=frozen)
         self.optimizer = optimizer
         self.report: Report | None = None

@@ -87,8 +87,8 @@ class Adam:
 
     def __post_init__(self) -> None:
         _check("Adam lr", self.lr, 0.0, float("inf"), lo_open=True)
-        if len(self.betas) != 2:
-            raise InputError(f"Adam betas must be a pair (beta1, beta2), got {self.betas!r}")
+        if isinstance(self.betas, str | bytes) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
+            raise InputError(f"Adam betas must be a pair (beta1, beta2), got {self.betas!r}; e.g. betas=(0.9, 0.999)")
         for i, b in enumerate(self.betas):
             _check(f"Adam beta{i + 1}", b, 0.0, 1.0)
         _check("Adam eps", self.eps, 0.0, float("inf"), lo_open=True)

@@ -49,3 +49,34 @@ def test_bad_options_are_one_error_line(capsys):
     assert capsys.readouterr().err.strip().splitlines() == ["eggfuse: error: steps must be >= 1, got 0"]
     assert cli.main(["train-digits", "--lr", "-1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["eggfuse: error: Adam lr must lie in (0.0, inf), got -1.0"]
+    # a numpy ValueError before; a --save folder that does not exist was found after the training
+    assert cli.main(["train-digits", "--seed", "-1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["eggfuse: error: seed must be an integer >= 0, got -1"]
+    assert cli.main(["train-digits", "--save", "/nonexistent-folder/w.safetensors"]) == 2
+    assert "is not a folder this process may write" in capsys.readouterr().err
+
+
+def test_a_diverged_run_says_so_and_saves_nothing(capsys, tmp_path):
+    # it was "parameter 'w1': contains NaN or infinity ... give finite values", after the NaN file was written
+    target = tmp_path / "w.safetensors"
+    assert cli.main(["train-digits", "--lr", "1e30", "--steps", "3", "--batch", "16", "--save", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "training diverged: after 3 steps parameters" in err and "lower the learning rate" in err, err
+    assert not target.exists()
+
+
+def test_the_first_loss_of_a_large_batch_is_numpys(capsys):
+    # the loss of 1000 rows came from a kernel llvmpipe cut short: first_loss 1.17 where numpy gives ~2.4
+    import numpy as np
+
+    from eggfuse.cli_train import HIDDEN, SEED
+    from eggfuse.models.mlp import DIGITS_CLASSES, DIGITS_FEATURES, batches, init_mlp_params, load_digits_split
+
+    run = train_digits(steps=1, batch=1000, cache=False)
+    data = load_digits_split(SEED)
+    idx = next(batches(len(data.x_train), 1000, SEED))
+    p = {k: v.astype(np.float64) for k, v in init_mlp_params((DIGITS_FEATURES, HIDDEN, DIGITS_CLASSES), SEED).items()}
+    z = np.maximum(data.x_train[idx] @ p["w1"] + p["b1"], 0) @ p["w2"] + p["b2"]  # the MLP before its first step
+    z -= z.max(axis=1, keepdims=True)
+    want = float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(1000), data.y_train[idx]]))
+    assert abs(run.first_loss - want) < 1e-4 * want, (run.first_loss, want)

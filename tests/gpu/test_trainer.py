@@ -167,6 +167,25 @@ def test_trainer_refuses_missing_or_unknown_parameters(device):
         Trainer(g, loss, {**init_mlp_params(SIZES), "zz": np.ones(1)}, SGD(0.1), fuse=False, device=device)
 
 
+def test_trainer_refuses_arguments_of_the_wrong_kind_by_name(device):
+    # Python's AttributeError ('str' object has no attribute 'uses_step'), numpy's "truth value of an array is
+    # ambiguous", and frozen="w1" read letter by letter ("frozen names ['1', 'w'] are not parameters")
+    g, loss = build_mlp_graph(BATCH, SIZES)
+    params = init_mlp_params(SIZES)
+    for args, message in (((g, loss, params, "adam"), r"optimizer must be eggfuse\.SGD\(lr, \.\.\.\) or "
+                                                      r"eggfuse\.Adam\(lr, \.\.\.\), got str"),
+                          ((g, loss, params, None), "optimizer must be .* got NoneType"),
+                          ((None, 0, {}, SGD(0.1)), "Trainer takes an eggfuse Graph first, got NoneType"),
+                          ((g, loss, list(params.values()), SGD(0.1)), "params must map each parameter's name")):
+        with pytest.raises(InputError, match=message):
+            Trainer(*args, fuse=False, device=device)
+    with pytest.raises(InputError, match=r"frozen is a list of parameter names, got the str 'w1'; write "
+                                         r"frozen=\['w1'\]"):
+        Trainer(g, loss, params, SGD(0.1), frozen="w1", fuse=False, device=device)
+    with pytest.raises(InputError, match=r"Adam betas must be a pair \(beta1, beta2\), got 0\.9"):
+        Adam(1e-3, betas=0.9)
+
+
 def test_frozen_and_unreached_parameters_stay_as_given(tmp_path, device):
     g = Graph()
     x = g.input("x", [4, 3])
