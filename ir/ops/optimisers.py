@@ -9,6 +9,9 @@ Kingma & Ba 2015 (Algorithm 1, bias-corrected) with decoupled weight decay as in
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
@@ -27,13 +30,17 @@ def _same_as_first(ts, a):
     return ts[0]
 
 
-def _update_kernel(reads: tuple[tuple[str, str], ...], written: str, hyper: tuple[str, ...], update: str):
+def _update_kernel(reads: tuple[tuple[str, str], ...], written: str, hyper: tuple[str, ...], update: str,
+                   derived: Mapping[str, Callable[[dict], float]] | None = None):
     """Kernel builder of one update: optimizer.wgsl binding ``reads`` (name, element type) then the
-    written input, with ``update`` (WGSL of element i) reading the hyperparameters ``hyper`` as p.NAME."""
+    written input, with ``update`` (WGSL of element i) reading the hyperparameters ``hyper`` as p.NAME, and
+    ``derived`` ones (name -> a function of the node's attributes, evaluated in float64 on the host: 1 - beta in
+    float32 loses 1.3e-5 of 0.001 to the rounding of beta = 0.999) as p.NAME too."""
 
     def build(node, ins, target) -> Kernel:
         n = ins[1].num_elements if node.op == "AdamMoments" else node.type.num_elements
-        params = (("n", "u32", n), *((h, "f32", node.attrs[h]) for h in hyper))
+        params = (("n", "u32", n), *((h, "f32", node.attrs[h]) for h in hyper),
+                  *((name, "f32", float(fn(node.attrs))) for name, fn in (derived or {}).items()))
         return Kernel(f"optimizer_{node.op}", "optimizer.wgsl", elementwise_groups(n), params=params,
                       slots={"UPDATE": update},
                       bindings=(*(Buffer(r, t) for r, t in reads), Buffer(written, write=True)))
@@ -75,10 +82,23 @@ op("AdamMoments", ("moments", "grad"), _moments, _moments_ref, attrs=(Attr("beta
    writes=0, vjp=UPDATE,
    kernel=_update_kernel((("grad", "f32"),), "moments", ("beta1", "beta2"),
                          "    let g = grad[i];\n"
-                         "    moments[i] = p.beta1 * moments[i] + (1.0 - p.beta1) * g;\n"
-                         "    moments[p.n + i] = p.beta2 * moments[p.n + i] + (1.0 - p.beta2) * g * g;"),
+                         "    moments[i] = p.beta1 * moments[i] + p.one_minus_beta1 * g;\n"
+                         "    moments[p.n + i] = p.beta2 * moments[p.n + i] + p.one_minus_beta2 * g * g;",
+                         {"one_minus_beta1": lambda a: 1.0 - a["beta1"],
+                          "one_minus_beta2": lambda a: 1.0 - a["beta2"]}),
    flops=lambda ins, out, a: 6 * ins[1].num_elements,
    doc="moments[0] <- b1 m + (1 - b1) g, moments[1] <- b2 v + (1 - b2) g^2 (Kingma & Ba 2015, Alg. 1)")
+
+
+#: WGSL of 1 - exp(x) for x <= 0 to float32's precision: its Taylor series to x^5 where x > -0.1 (the
+#: truncation below 2e-8 of the value), 1 - exp(x) beyond (exp's rounding below 1e-6 of it)
+_ONE_MINUS_EXP = ("select(1.0 - exp({x}), -{x} * (1.0 + {x} * (0.5 + {x} * (0.16666667 + {x} * (0.041666668 + {x} "
+                  "* 0.008333334)))), {x} > -0.1)")
+
+
+def _ln(beta: float) -> float:
+    # log(beta) for 1 - beta^t, in float64; beta = 0 (allowed: no averaging) as -100, whose exp is 0 in float32
+    return math.log(beta) if beta > 0 else -100.0
 
 
 def _adam_step(ts, a):
@@ -103,10 +123,17 @@ op("AdamStep", ("param", "moments", "step"), _adam_step, _adam_step_ref,
    kernel=_update_kernel((("moments", "f32"), ("step", "u32")), "param",
                          ("lr", "beta1", "beta2", "eps", "weight_decay"),
                          "    let t = f32(step[0]);\n"
-                         "    let m_hat = moments[i] / (1.0 - pow(p.beta1, t));\n"
-                         "    let v_hat = moments[p.n + i] / (1.0 - pow(p.beta2, t));\n"
+                         # 1 - beta^t = -expm1(t ln beta): a series where t ln beta is small (1 - pow(beta, t) in
+                         # float32 made the first step 6e-5 too long), 1 - exp above
+                         "    let x1 = t * p.ln_beta1;\n"
+                         "    let x2 = t * p.ln_beta2;\n"
+                         f"    let c1 = {_ONE_MINUS_EXP.format(x='x1')};\n"
+                         f"    let c2 = {_ONE_MINUS_EXP.format(x='x2')};\n"
+                         "    let m_hat = moments[i] / c1;\n"
+                         "    let v_hat = moments[p.n + i] / c2;\n"
                          "    param[i] = param[i] - p.lr * (m_hat / (sqrt(v_hat) + p.eps)\n"
-                         "        + p.weight_decay * param[i]);"),
+                         "        + p.weight_decay * param[i]);",
+                         {"ln_beta1": lambda a: _ln(a["beta1"]), "ln_beta2": lambda a: _ln(a["beta2"])}),
    flops=lambda ins, out, a: 10 * out.num_elements,
    doc="param <- param - lr (m_hat / (sqrt(v_hat) + eps) + wd param), m_hat = m / (1 - b1^t), v_hat = v / "
        "(1 - b2^t); inputs [param, moments, step u32[1]] (AdamW when wd > 0)")

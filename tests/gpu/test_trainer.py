@@ -254,3 +254,21 @@ def test_writing_a_packed_parameter_repacks_it(device):
 def test_adam_step_input_is_u32(device):
     trainer = _mlp_trainer(Adam(0.01), device=device)
     assert trainer.step_graph.inputs[STEP_INPUT].dtype is DType.U32
+
+
+def test_adams_first_steps_are_lr_long_to_float32s_precision(device):
+    # 1 - pow(beta2, t) and 1 - beta2 in float32 (beta2 = 0.999 is 0.99900001287 there) made the first step
+    # 1.0000596 lr long; the corrections now come from float64 on the host and a series on the device
+    g = Graph()
+    x, w = g.input("x", [6]), g.parameter("w", [6])
+    loss = g.sum_all(g.mul(w, x))
+    g.set_outputs([loss])
+    xs = np.array([1.0, -2.0, 1e-3, 3.0, -0.5, 100.0], np.float32)
+    for betas in ((0.9, 0.999), (0.0, 0.99)):
+        trainer = Trainer(g, loss, {"w": np.zeros(6, np.float32)}, Adam(1.0, betas=betas, eps=1e-8), fuse=False,
+                          device=device)
+        for t in (1, 2):
+            trainer.step({"x": xs})
+            # the gradient is x every step: m_hat = x, v_hat = x^2 exactly, so each step moves w by -sign(x)
+            want = -t * xs.astype(np.float64) / (np.abs(xs) + 1e-8)
+            np.testing.assert_allclose(trainer.parameters()["w"], want, rtol=2e-6, err_msg=f"betas {betas}, step {t}")
