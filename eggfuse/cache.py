@@ -111,6 +111,15 @@ def _max_mb() -> float:
     return value
 
 
+def not_a_folder(folder: Path) -> str:
+    """Why ``folder`` cannot be a cache folder where it, or a folder above it, is a file ("" otherwise): a
+    bare ``[Errno 17] File exists`` says neither which nor what to do."""
+    for p in (folder, *folder.parents):
+        if p.exists() and not p.is_dir():
+            return f"{p} is a file, not a folder; point ${ENV} at a folder"
+    return ""
+
+
 def cache_dir() -> Path:
     """The cache folder: ``$EGGFUSE_CACHE`` when set, else platformdirs' user cache folder."""
     env = os.environ.get(ENV)
@@ -569,7 +578,8 @@ class CompileCache:
         try:
             write_replacing(path, self.folder / f".{key}.{os.getpid()}.tmp", framed("eggfuse_cache", FORMAT, key, body))
         except OSError as e:
-            log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder, e)
+            log.warning("eggfuse: cannot write the compile cache in %s (%s); continuing without it", self.folder,
+                        not_a_folder(self.folder) or e)
             return None
         self.trim(keep=path)
         return path

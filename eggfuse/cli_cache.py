@@ -52,7 +52,10 @@ def cmd_cache(args: argparse.Namespace) -> None:
         print(json.dumps({**info, "model_entries": model_info["entries"], "model_configs": model_info["configs"],
                           "model_bytes": model_info["bytes"]}))
         return
-    print(f"folder: {info['folder']}")
+    from eggfuse.cache import not_a_folder
+
+    problem = not_a_folder(store.folder)
+    print(f"folder: {info['folder']}" + (f" (unusable: {problem})" if problem else ""))
     print(f"entries: {info['entries']}")
     print(f"total size: {info['bytes'] / 1e6:.2f} MB ({info['bytes']} bytes)")
     print(f"model entries: {model_info['entries']} (and {model_info['configs']} config entries) "
