@@ -118,12 +118,18 @@ class Trainer:
     def save(self, path: str | PathLike) -> None:
         """Write :meth:`parameters` to a safetensors file (F32 tensors named as the graph's
         parameters; metadata ``steps``). Optimiser state is not saved. Raises ModelError
-        when the file cannot be written."""
+        when the file cannot be written, or a parameter holds NaN or infinity (nothing is written then:
+        :meth:`load` refuses such values)."""
         from safetensors import SafetensorError
         from safetensors.numpy import save_file
 
+        params = self.parameters()
+        bad = sorted(n for n, v in params.items() if not np.isfinite(v).all())
+        if bad:  # load() refuses such a file: writing it would lose the last good weights for nothing
+            raise ModelError(f"not saving to {path}: parameters {', '.join(map(repr, bad))} hold NaN or infinity after "
+                             f"{self.steps} steps (training diverged: lower the learning rate); nothing was written")
         try:
-            save_file(self.parameters(), str(path), metadata={"steps": str(self.steps)})
+            save_file(params, str(path), metadata={"steps": str(self.steps)})
         except (OSError, SafetensorError) as e:  # the Rust writer reports I/O errors as SafetensorError
             raise ModelError(f"cannot write parameters to {path}: {e}") from None
 

@@ -155,6 +155,13 @@ def test_save_and_load_round_trip(tmp_path, device):
     _assert_same_parameters(fresh.parameters(), saved, atol=0)  # failed loads wrote nothing
     with pytest.raises(ModelError, match="cannot write"):
         trainer.save(tmp_path / "no" / "dir" / "x.safetensors")
+    # a diverged run's weights: load() refuses them, so save() writes nothing (it wrote a file load refused)
+    diverged = _mlp_trainer(SGD(1e30), device=device)
+    for _ in range(3):
+        diverged.step(feeds)
+    with pytest.raises(ModelError, match=r"not saving to .*hold NaN or infinity after 3 steps \(training diverged"):
+        diverged.save(tmp_path / "nan.safetensors")
+    assert not (tmp_path / "nan.safetensors").exists()
 
 
 def test_trainer_refuses_missing_or_unknown_parameters(device):
