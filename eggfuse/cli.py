@@ -153,24 +153,43 @@ def _write_dots(args: argparse.Namespace, graph, opt, kw: dict) -> list[str]:
 
 def cmd_check_sound(args: argparse.Namespace) -> None:
     from eggfuse.graphs import describe, load_graph
-    from eggfuse.rewrites.rulesets import select
+    from eggfuse.ir import RewriteError
+    from eggfuse.rewrites.rulesets import _USER, rules_of, ruleset_name, select
     from eggfuse.rewrites.soundness import check_sound
 
-    if args.shape and describe(args.model) != "onnx":
+    kind = describe(args.model)
+    if args.shape and kind != "onnx":
         raise InputError(f"--shape sizes an ONNX file's inputs; {args.model!r} is not an .onnx file")
-    graph, _ = load_graph(args.model, seq=args.seq, training=args.training, shapes=shape_map(args.shape))
+    if args.seq is not None and kind != "model":
+        raise InputError(f"--seq sizes the shipped models; the graph {args.model!r} has its own shapes")
+    if args.seed < 0:
+        raise InputError(f"--seed must be 0 or more, got {args.seed}")
+    graph, _ = load_graph(args.model, seq=16 if args.seq is None else args.seq, training=args.training,
+                          shapes=shape_map(args.shape))
     rulesets = select(args.rulesets, args.disable_rule, optional=args.with_ruleset)
-    rep = check_sound(graph, rulesets=rulesets, seed=args.seed)  # a RewriteError names the unsound rule
+    try:
+        rep = check_sound(graph, rulesets=rulesets, seed=args.seed)  # a RewriteError names the unsound rule
+    except RewriteError as e:
+        if args.json:  # the verdict on stdout too, for a script; the error line and exit status 2 as always
+            print(json.dumps({"model": args.model, "sound": False, "seed": args.seed, "error": str(e)}))
+        raise
     fired = {k: v for k, v in rep.rules_fired.items() if v}
+    # the rules of one's own rulesets that never matched: sound here only because they were not tested
+    untested = [rule for rs in rulesets if id(rs) in _USER for rule in (rules_of(rs) or ()) if not fired.get(rule)]
     if args.json:
         print(json.dumps({"model": args.model, "sound": True, "eclasses_checked": rep.eclasses_checked,
-                          "enodes_checked": rep.enodes_checked, "seed": args.seed, "rules_fired": fired}))
+                          "enodes_checked": rep.enodes_checked, "seed": args.seed, "rules_fired": fired,
+                          "rules_not_fired": untested}))
         return
     print(f"{args.model}: sound: every e-class consistent ({rep.eclasses_checked} e-classes, {rep.enodes_checked} "
           f"e-nodes evaluated with the numpy reference on random inputs, seed {args.seed}); {len(fired)} rules "
           "fired:")
     for name, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:5d}  {name}")
+    for rule in untested:
+        rs = next(ruleset_name(r) for r in rulesets if rule in (rules_of(r) or ()))
+        print(f"warning: rule {rule!r} (ruleset {rs}) never matched this graph: not tested; give a graph it "
+              "matches", file=sys.stderr)
 
 
 def cmd_rules(args: argparse.Namespace) -> None:
@@ -181,6 +200,9 @@ def cmd_rules(args: argparse.Namespace) -> None:
     own = {}
     for spec in args.with_ruleset or ():  # rulesets of one's own: listed after the shipped ones, by their source
         from eggfuse.rewrites.rulesets import named_ruleset, rules_of, ruleset_name
+
+        if spec in OPTIONAL:  # a shipped optional ruleset, as optimize takes it: listed already
+            continue
 
         rs = named_ruleset(spec)
         own[f"{ruleset_name(rs)} ({spec})"] = list(rules_of(rs) or ())
@@ -251,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--disable-rule", metavar="NAME", action="append", default=[], help="leave out one rule")
     c.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
                    help="an ONNX input's shape where the model leaves dimensions symbolic (default 1)")
-    c.add_argument("--seq", type=int, default=16, help="tokens per sequence of a shipped model (default 16)")
+    c.add_argument("--seq", type=int, help="tokens per sequence of a shipped model (default 16)")
     c.add_argument("--training", action="store_true", help="the forward + backward graph")
     c.add_argument("--seed", type=int, default=0, help="the random inputs' seed (default 0)")
     c.add_argument("--json", action="store_true", help="print one JSON object")

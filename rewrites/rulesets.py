@@ -408,7 +408,7 @@ def check_rule_names(rulesets: Sequence[Ruleset]) -> None:
             if rule in seen and seen[rule][1] is not made:
                 other = seen[rule][0]
                 where = f"another ruleset named {other!r}" if other == name else f"ruleset {other!r}"
-                raise RewriteError(f"optimize: rule {rule!r} of ruleset {name!r} has the name of a rule of {where}; "
+                raise RewriteError(f"rule {rule!r} of ruleset {name!r} has the name of a rule of {where}; "
                                    "egglog keeps one rule per name, so one of them would not run: give your rule "
                                    "another name (the first argument of e.equal, name= of e.rule)")
             seen[rule] = (name, made)

@@ -21,7 +21,15 @@ from ..ir.spec import ShapeError
 from .diagnose import unsound_culprits
 from .engine import Report, random_feeds, saturate
 from .problem import Decoder
-from .rulesets import _MEMBERS, _closest, analysis_ruleset, optimization_rulesets, rules_of, ruleset_name
+from .rulesets import (
+    _MEMBERS,
+    _closest,
+    analysis_ruleset,
+    check_rule_names,
+    optimization_rulesets,
+    rules_of,
+    ruleset_name,
+)
 from .rulesets import rulesets as shipped_rulesets
 from .sorts import ARG_SORTS, SIGNATURES
 
@@ -44,6 +52,7 @@ def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed
     two disagreeing e-nodes if any e-node computes something else than its e-class.
     """
     rulesets = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    check_rule_names(rulesets)  # two rules of one name: egglog runs one of them, and the other went unchecked
     rep, failure = _check(graph, rulesets, seed, rtol, atol)
     if failure is None:
         return rep
@@ -88,9 +97,11 @@ def _check(graph: Graph, rulesets: Sequence[Ruleset], seed: int, rtol: float,
                                                                         equal_nan=True):
                     other = next(m for m in dec.members[c] if m not in pending[c] and m != nid)
                     err = float(np.nanmax(np.abs(result - values[c]))) if result.shape == values[c].shape else None
+                    how = (f"max abs error {err:.6g}" if err is not None else
+                           f"their shapes differ: {list(result.shape)} vs {list(values[c].shape)}")
                     return SoundnessReport(rep.rules_fired, len(values), checked), (
                         f"e-class {c}: e-node {dec.nodes[nid]['op']} and e-node {dec.nodes[other]['op']} differ "
-                        f"(max abs error {err}, shapes {result.shape} vs {values[c].shape})")
+                        f"({how})")
             if not pending[c]:
                 del pending[c]
     return SoundnessReport(rep.rules_fired, len(values), checked), None

@@ -245,6 +245,24 @@ def test_check_sound_names_an_unsound_rule_of_ones_own_from_the_command_line(cap
                      "    g = Graph()\n"
                      "    g.set_outputs([g.matmul(g.input('x', [4, 4]), g.parameter('w', [4, 4]))])\n"
                      "    return g\n")
-    assert cli.main(["check-sound", f"{wrong}:square", "--with-ruleset", f"{wrong}:SWAP"]) == 2
-    assert ("unsound rule 'MatMul(a,b) -> MatMul(b,a) (wrong)' (ruleset swap_for_cli_test)"
-            in capsys.readouterr().err)
+    assert cli.main(["check-sound", f"{wrong}:square", "--with-ruleset", f"{wrong}:SWAP", "--json"]) == 2
+    out = capsys.readouterr()
+    assert "unsound rule 'MatMul(a,b) -> MatMul(b,a) (wrong)' (ruleset swap_for_cli_test)" in out.err
+    verdict = json.loads(out.out)  # a script gets the verdict on stdout too
+    assert verdict["sound"] is False and "swap_for_cli_test" in verdict["error"]
+    # a rule that never matched the graph was "sound" without a word: it was not tested
+    assert cli.main(["check-sound", "llama:1", "--with-ruleset", f"{rules_file}:MINE"]) == 0
+    assert f"warning: rule {FACTOR!r} (ruleset factor_for_cli_test) never matched this graph" in capsys.readouterr().err
+    # a rule named as a shipped one: egglog runs one of the two, and the other was called sound unchecked
+    shadow = tmp_path / "shadow_rules_for_cli_test.py"
+    shadow.write_text("from eggfuse.rewrites import make_ruleset\n\n\n"
+                      "def wrong(e):\n"
+                      "    (a,) = e.vars('a')\n"
+                      "    yield e.equal('Relu(Relu(x)) -> Relu(x)', e.Sigmoid(a), e.Tanh(a))\n\n\n"
+                      "SHADOW = make_ruleset('shadow_for_cli_test', wrong)\n")
+    assert cli.main(["check-sound", "llama:1", "--with-ruleset", f"{shadow}:SHADOW"]) == 2
+    assert "has the name of a rule of ruleset 'algebraic'" in capsys.readouterr().err
+    for args, message in ((["--seed", "-1"], "--seed must be 0 or more"),
+                          (["--seq", "32"], "--seq sizes the shipped models")):
+        assert cli.main(["check-sound", graph, *args]) == 2
+        assert message in capsys.readouterr().err
