@@ -12,7 +12,8 @@ model in-process, in the local pool or on a Dask worker started in another folde
 or one that sees the same files at the same paths).
 
 Columns of a row (:data:`COLUMNS`): the configuration (``model`` as given, ``source`` the graph source
-the run loaded: an absolute path for a file, ``training``, ``seq``, ``batch``, ``shapes`` the shapes that
+the run loaded: an absolute path for a file, ``training``, ``seq`` and ``batch`` (empty where they size
+nothing: a graph that is not a shipped model; ``batch`` sizes MiniLM alone), ``shapes`` the shapes that
 sized this graph's inputs (``NAME=DxD`` joined by ``;``, empty for none: always for a graph that is not an
 ONNX file), ``schedule`` the further scheduler settings (``NAME=VALUE`` joined by ``;``), ``rulesets``
 the names used, comma-joined, ``disabled`` the ruleset or rule left out, empty for the full set,
@@ -251,8 +252,13 @@ def run_one(config: RunConfig) -> dict:
 
         token = SOURCE_FOLDER.set(config.folder or None)
         source = config.source or config.model
-        if describe(source) != "onnx":
+        kind = describe(source)
+        if kind != "onnx":
             row["shapes"] = ""  # shapes size ONNX files' inputs only
+        if kind != "model":
+            row["seq"] = row["batch"] = ""  # seq and batch size the shipped models only
+        elif not str(source).startswith("minilm"):
+            row["batch"] = ""  # (and batch MiniLM's alone)
         t = time.perf_counter()
         graph, _ = load_graph(source, seq=config.seq, batch=config.batch, training=config.training,
                               shapes={name: list(dims) for name, dims in config.shapes})
@@ -523,10 +529,20 @@ def label(row: dict) -> str:
 
     names = row["rulesets"].split(",") if row["rulesets"] else []
     full = names[:len(SCHEDULE)] == list(SCHEDULE)
-    sets = f"-{row['disabled']}" if row["disabled"] else (
-        "+".join(["all", *names[len(SCHEDULE):]]) if full else row["rulesets"] or "none")
-    extra = "" if row.get("match_limit") in ("", 20_000) else f" ml{row['match_limit']}"
-    extra += " decomp" if row.get("no_decomp") is False else ""
+    disabled = row["disabled"]
+    if disabled:
+        shipped = [n for n in names if n in SCHEDULE]
+        extra = [n for n in names if n not in SCHEDULE]
+        # the schedule less what was left out, and the rulesets added to it (ablate,mine: "-algebraic +mine" is
+        # not "-algebraic")
+        rest = set(SCHEDULE) - set(shipped) - {disabled}
+        sets = (f"-{disabled}" if not rest else f"{','.join(shipped) or 'none'} -{disabled}") + (
+            f" +{','.join(extra)}" if extra else "")
+    else:
+        sets = "+".join(["all", *names[len(SCHEDULE):]]) if full else row["rulesets"] or "none"
+    # (rows of results.json or of results.csv, whose values are text)
+    extra = "" if str(row.get("match_limit", "")) in ("", "20000") else f" ml{row['match_limit']}"
+    extra += " decomp" if str(row.get("no_decomp")) == "False" else ""
     # what sizes or schedules the graph where not the default: runs that differ in it are not repeats
     extra += " training" if row.get("training") is True or row.get("training") == "True" else ""
     extra += "" if str(row.get("seq", "")) in ("", "16") else f" seq{row['seq']}"

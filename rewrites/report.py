@@ -17,9 +17,10 @@ from ..ir.ops.fused_epilogue import step_label
 def cost_text(value: float) -> str:
     """A cost as reports print it: ``4,195,020`` (a cost model's whole units), ``112,340.3`` (a fraction of
     1,000 or more: one decimal), ``12.35`` (below 1,000: 4 significant digits), ``4.326e+36`` (from 1e15)."""
+    value = float(value)  # (a number read back from a CSV file is text)
     if abs(value) >= 1e15:  # beyond float64's whole digits: 4.326e+36, not 37 digits of which 21 are noise
         return f"{value:.4g}"
-    if float(value).is_integer():
+    if value.is_integer():
         return f"{value:,.0f}"
     return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:,.4g}"
 

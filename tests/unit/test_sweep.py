@@ -2,6 +2,7 @@
 same code path), failures as rows, the CSV / JSON / PNG files."""
 
 import csv
+import dataclasses
 import json
 import os
 import socket
@@ -126,6 +127,10 @@ def test_sweep_command_payoff_writes_payoff_csv_and_prints_what_each_ruleset_sav
     assert "saved by each ruleset" in out and "matmul_epilogue" in out
     assert "payoff.csv" in out and (tmp_path / "payoff.csv").is_file()
     assert "rulesets_paid" in (tmp_path / "results.csv").read_text().splitlines()[0]
+    # the table of rows read back from results.csv (text) is that of the run's rows (a TypeError before)
+    with (tmp_path / "results.csv").open() as f:
+        from_csv = list(csv.DictReader(f))
+    assert sweep.table(from_csv) == sweep.table(json.loads((tmp_path / "results.json").read_text()))
 
 
 def _check_files(out, expect_rows, failed_models=()):
@@ -188,6 +193,12 @@ def test_ablate_takes_rulesets_of_ones_own_and_leaves_each_out(tmp_path):
     rules = sweep.grid([graph], f"ablate-rules,{mine}")
     assert rules[-1].disabled == FACTOR and rules[-1].rulesets == configs[0].rulesets
     assert sweep.run_one(rules[-1])["rules_fired"] == without["rules_fired"]
+    # "-algebraic" of ablate and of ablate,MINE were one label: table() took them for repeats of one configuration
+    plain = sweep.grid([graph], "ablate")[1]
+    assert sweep.label(dataclasses.asdict(plain)) == "-algebraic bytes ilp"
+    assert sweep.label(dataclasses.asdict(configs[1])) == f"-algebraic +{mine} bytes ilp"
+    # seq and batch size the shipped models only: a function's row leaves them empty, as shapes
+    assert (full["seq"], full["batch"], full["shapes"]) == ("", "", "")
     with pytest.raises(InputError, match="nosuch"):
         sweep.grid([graph], "ablate,nosuch")
 
