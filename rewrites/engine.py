@@ -240,7 +240,7 @@ def _optimize(graph: Graph, cost_model, rulesets, extractor: str, ilp_time_limit
     try:
         problem = build_problem(enc, model, enc.raw)
     except RewriteError as e:
-        if not str(e).startswith("a rule put"):
+        if not str(e).startswith(("a rule put", "a rule built")):  # an e-node of another type, or of none
             raise
         raise RewriteError(_with_culprits(str(e), graph, rulesets, rep.rules_fired, schedule)) from None
     candidates = []  # (extractor, its DAG): the graph of each is priced below as the graph it rebuilds

@@ -107,6 +107,22 @@ def test_a_rule_that_builds_an_op_on_inputs_it_cannot_take_is_named_everywhere()
         assert_rule_sound("MatMul(Transpose(a),b) -> MatMul(a,b) (wrong)", build, rulesets=rulesets, max_examples=8)
 
 
+def _bt_as_mm(e):
+    a, b = e.vars("a b")
+    yield e.equal("MatMulBT(a,b) -> MatMul(a,b) (wrong)", e.MatMulBT(a, b), e.MatMul(a, b))
+
+
+def test_a_rule_whose_wrong_type_shows_in_an_op_another_rule_builds_is_named():
+    # QKV packing built a Concat of the wrongly typed weights: "a rule built Concat of inputs [...]" named no rule
+    from eggfuse.api import model_graph
+    from eggfuse.rewrites import optimize
+
+    rulesets = [*optimization_rulesets(), make_ruleset("bt_as_mm_for_test", _bt_as_mm)]
+    with pytest.raises(RewriteError, match=r"unsound rule 'MatMulBT\(a,b\) -> MatMul\(a,b\) \(wrong\)' \(ruleset "
+                                           r"bt_as_mm_for_test\): a rule built "):
+        optimize(model_graph("llama:1"), rulesets=rulesets)
+
+
 def _factor_matmul(e):
     a, b, c = e.vars("a b c")
     yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Add(b,c))",
