@@ -47,8 +47,8 @@ class Report:
     ``ilp_cost`` and ``greedy_cost`` are the costs of the graphs the ILP and the greedy extractor give (rebuilt
     and priced as ``cost_after`` is; None for one that did not run), ``ilp_objective`` and
     ``greedy_objective`` their extraction problem's objective: it prices a tensor that two generated
-    elementwise regions read once, where their kernels read it once each, so it can sit below the graph's
-    cost. ``ilp_optimal``: the ILP's objective is optimal (HiGHS proved it within the time limit). The
+    elementwise regions read once, where their kernels read it once each, and prices a region op by op, so it
+    can differ from the graph's cost (mostly below it). ``ilp_optimal``: the ILP's objective is optimal (HiGHS proved it within the time limit). The
     cheapest graph is kept (``extractor`` names which), or the input graph where each costs more.
     """
 
@@ -142,7 +142,8 @@ class Report:
                            for name, p in self.phases.items())
         gap = ""
         if self.ilp_cost is not None and self.greedy_cost is not None:
-            objective = (f"; its objective {cost_text(self.ilp_objective)}, shared region reads priced once"
+            # (the objective prices generated regions its own way: a tensor two regions read once, say)
+            objective = (f"; the extraction problem's objective {cost_text(self.ilp_objective)}"
                          if self.ilp_objective is not None and self.ilp_objective != self.ilp_cost else "")
             gap = (f", greedy {cost_text(self.greedy_cost)} vs ILP {cost_text(self.ilp_cost)}"
                    f"{' (optimal' + objective + ')' if self.ilp_optimal else ''}")
