@@ -24,7 +24,9 @@ the names used, comma-joined, ``disabled`` the ruleset or rule left out, empty f
 construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU seconds for the
 ``optimize`` call: with ``payoff`` its re-optimisations too, and in a worker's first row building the rulesets
 and declaring them to egglog, once a process), results (``dispatches_before``/``after``,
-``cost_before``/``after`` in the cost model's unit, ``bytes_before``/``after``), ``rules_fired`` (rules that
+``cost_before``/``after`` in the cost model's unit, ``bytes_before``/``after``, ``kept`` the extractor whose graph
+was kept (or ``input (...)``), ``greedy_cost``/``ilp_cost`` the costs of the graphs the extractors that ran gave
+and ``ilp_objective`` the ILP's objective: both with ``compare``), ``rules_fired`` (rules that
 matched), ``rules_paid`` and ``rulesets_paid`` (with ``payoff``: rules, rulesets whose removal raises the cost;
 else empty), ``worker``
 (host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the run succeeded: else the
@@ -57,8 +59,8 @@ COLUMNS = ("model", "source", "training", "seq", "batch", "shapes", "schedule", 
            "cost_source", "extractor", "match_limit", "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses",
            "enodes", "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s",
            "rebuild_s", "total_s", "load_s", "cpu_s", "dispatches_before", "dispatches_after", "cost_before",
-           "cost_after", "bytes_before", "bytes_after", "rules_fired", "rules_paid", "rulesets_paid", "worker",
-           "eggfuse_version", "egglog_version", "error")
+           "cost_after", "bytes_before", "bytes_after", "kept", "greedy_cost", "ilp_cost", "ilp_objective",
+           "rules_fired", "rules_paid", "rulesets_paid", "worker", "eggfuse_version", "egglog_version", "error")
 #: Columns of ``payoff.csv`` (:func:`write_payoff`): one row per ruleset, matched rule and rule group of each
 #: run with ``payoff``; ``run`` is the run's index in ``results.csv``/``results.json``.
 PAYOFF_COLUMNS = ("run", "model", "configuration", "training", "seq", "batch", "shapes", "schedule", "cost_model",
@@ -176,10 +178,18 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     elif mode.strip() in ("ablate", "ablate-rules"):
         # the scheduled rulesets and any named after the mode (optional ones, one's own), then each left out
         extra = [n.strip() for n in rest.split(",") if n.strip()]
+        shipped = [n for n in extra if n in SCHEDULE or n == "all"]
+        if shipped:
+            raise InputError(f"{mode.strip()} runs every shipped ruleset already ({shipped[0]!r} among them); name "
+                             "after it only optional rulesets and your own (module:NAME, file.py:NAME)")
         try:
             chosen = select(extra, rulesets=()) if extra else ()
-        except RewriteError as e:
-            raise InputError(str(e)) from e
+        except RewriteError:
+            try:  # the message that lists every ruleset there is
+                select(extra)
+            except RewriteError as e:
+                raise InputError(str(e)) from e
+            raise
         names = [*SCHEDULE, *(ruleset_spec(rs) or ruleset_name(rs) for rs in chosen)]
         everything = ",".join(names)
         if mode.strip() == "ablate":
@@ -278,6 +288,9 @@ def run_one(config: RunConfig) -> dict:
                     "extraction_s", "rebuild_s", "total_s", "dispatches_before", "dispatches_after", "cost_before",
                     "cost_after", "bytes_before", "bytes_after"):
             row[key] = getattr(rep, key)
+        row["kept"] = rep.extractor  # the extractor whose graph was kept (or "input (...)")
+        for key in ("greedy_cost", "ilp_cost", "ilp_objective"):  # of the extractors that ran ("" for none)
+            row[key] = "" if getattr(rep, key) is None else getattr(rep, key)
         row["rules_fired"] = sum(1 for n in rep.rules_fired.values() if n)
         if rep.rules is not None:
             row["rules_paid"] = sum(1 for r in rep.rules if r["saved_cost"] > 0)

@@ -47,9 +47,10 @@ class Report:
     ``ilp_cost`` and ``greedy_cost`` are the costs of the graphs the ILP and the greedy extractor give (rebuilt
     and priced as ``cost_after`` is; None for one that did not run), ``ilp_objective`` and
     ``greedy_objective`` their extraction problem's objective: it prices a tensor that two generated
-    elementwise regions read once, where their kernels read it once each, and prices a region op by op, so it
-    can differ from the graph's cost (mostly below it). ``ilp_optimal``: the ILP's objective is optimal (HiGHS proved it within the time limit). The
-    cheapest graph is kept (``extractor`` names which), or the input graph where each costs more.
+    elementwise regions read once, where their kernels read it once each, and prices a region op by op,
+    so it can differ from the graph's cost (mostly below it). ``ilp_optimal``: the ILP's objective is optimal
+    (HiGHS proved it within the time limit). The cheapest graph is kept (``extractor`` names which), or the
+    input graph where each costs more.
     """
 
     rules_fired: dict[str, int] = field(default_factory=dict)

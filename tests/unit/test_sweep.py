@@ -201,6 +201,12 @@ def test_ablate_takes_rulesets_of_ones_own_and_leaves_each_out(tmp_path):
     assert (full["seq"], full["batch"], full["shapes"]) == ("", "", "")
     with pytest.raises(InputError, match="nosuch"):
         sweep.grid([graph], "ablate,nosuch")
+    with pytest.raises(InputError, match=r"ablate runs every shipped ruleset already \('algebraic' among them\)"):
+        sweep.grid([graph], "ablate,algebraic")
+    # compare rows say which graph was kept and what each extractor's graph cost (they said neither)
+    row = sweep.run_one(sweep.RunConfig("llama:1", ",".join(SCHEDULE), extractor="compare"))
+    assert row["kept"] in ("ilp", "greedy") and row["cost_after"] == min(row["greedy_cost"], row["ilp_cost"])
+    assert row["ilp_objective"] != ""
 
 
 def test_sweep_on_a_dask_local_cluster(tmp_path):
