@@ -23,12 +23,14 @@ from .engine import Report, random_feeds, saturate
 from .problem import Decoder
 from .rulesets import (
     _MEMBERS,
+    _USER,
     _closest,
     analysis_ruleset,
     check_rule_names,
     optimization_rulesets,
     rules_of,
     ruleset_name,
+    without_rules,
 )
 from .rulesets import rulesets as shipped_rulesets
 from .sorts import ARG_SORTS, SIGNATURES
@@ -56,12 +58,28 @@ def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed
     rep, failure = _check(graph, rulesets, seed, rtol, atol)
     if failure is None:
         return rep
-    who = unsound_culprits(rulesets, rep.rules_fired,
-                           lambda rs: _check(graph, rs, seed, rtol, atol)[1] is not None)
+    fails = lambda rs: _check(graph, rs, seed, rtol, atol)[1] is not None  # noqa: E731
+    who = unsound_culprits(rulesets, rep.rules_fired, fails) or _alone_culprits(rulesets, rep.rules_fired, fails)
     named = (f"unsound {' and '.join(who)}: " if who else
              "unsound rules (no single rule left out makes it consistent; rules that fired: "
              f"{', '.join(sorted(rep.rules_fired))}): ")
     raise RewriteError(named + failure)
+
+
+def _alone_culprits(rulesets: Sequence[Ruleset], fired: dict[str, int], fails) -> list[str]:
+    """Where no one rule left out makes the check pass (two unsound rules): each fired rule of a ruleset of
+    one's own run alone beside the other rulesets (the shipped ones, tested rule by rule): the rules with which
+    it fails (one saturation and check per such rule, on this error path only)."""
+    out = []
+    for i, rs in enumerate(rulesets):
+        if id(rs) not in _USER or id(rs) not in _MEMBERS:
+            continue
+        others = [r for j, r in enumerate(rulesets) if j != i and id(r) not in _USER]
+        names = rules_of(rs) or ()
+        for rule in names:
+            if fired.get(rule) and fails([*others, without_rules(rs, set(names) - {rule})]):
+                out.append(f"rule {rule!r} (ruleset {ruleset_name(rs)})")
+    return out
 
 
 def _check(graph: Graph, rulesets: Sequence[Ruleset], seed: int, rtol: float,
