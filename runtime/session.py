@@ -157,7 +157,7 @@ class Session:
                  device: wgpu.GPUDevice | None = None, *, share: Session | None = None,
                  prerecord: bool = True, finite_inputs: bool = True, finite_parameters: bool = True) -> None:
         self._lock = threading.RLock()
-        self._finite_parameters = bool(finite_parameters)
+        self._finite_inputs, self._finite_parameters = bool(finite_inputs), bool(finite_parameters)
         if not isinstance(plan, ExecutionPlan):
             raise InputError(f"Session takes an ExecutionPlan, got {type(plan).__name__}: lower a graph first, "
                              "with eggfuse.pipeline.lower_for(graph, device), or compile it with eggfuse.compile")
@@ -610,7 +610,8 @@ class Session:
                 raise InputError(f"read: output(s) {bad} out of range; the graph has {len(plan.outputs)} outputs")
         slots = self._input_slots
         if not isinstance(inputs, Mapping) or inputs.keys() != slots.keys():
-            _check_leaves("input", inputs, plan.inputs, plan)  # raises for a missing or unknown input
+            # raises for a missing or unknown input (an input no output reads is neither: values as the slots take them)
+            _check_leaves("input", inputs, plan.inputs, plan, finite=self._finite_inputs)
         if self._stage_slots is not None and type(inputs) is dict:
             # compiled: copies and checks the inputs that are arrays of their type already
             rest = [self._packed_slots[i] for i in _c_record.stage(self._input_staging, inputs, self._stage_slots)]

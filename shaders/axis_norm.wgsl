@@ -6,7 +6,8 @@
 // axes) is normalised by statistics of its own. Group o holds
 // x[at(o, keep_dims, keep_st) + at(r, red_dims, red_st)] for r < red_len (axes_common.wgsl).
 // Passes: the centre c (CENTRE 0: none, 1: the maximum, so exp(v - c) never overflows,
-// 2: the mean), then s = sum of TERM(v, c), then every element becomes OUT(v, c, s).
+// 2: the mean, taken about the group's first element x0, so that a group of equal values has exactly
+// that mean and MVN's (v - c) is 0, not float32's rounding over a std of about as little), then s = sum of TERM(v, c), then every element becomes OUT(v, c, s).
 // Entry points: `per_group`, a workgroup per group (trees of reduce.wgsl), and
 // `per_element`, an invocation per group (short groups, or many whose innermost axis is kept).
 
@@ -44,11 +45,12 @@ fn per_element(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         for (var r = 1u; r < p.red_len; r = r + 1u) {
             c = max(c, x[base + red_at(r)]);
         }
-    } else if (CENTRE == 2u) {
-        for (var r = 0u; r < p.red_len; r = r + 1u) {
-            c = c + x[base + red_at(r)];
+    } else if (CENTRE == 2u) {  // the mean as x0 + mean(x - x0): exactly x0 on a line of equal values
+        let x0 = x[base];
+        for (var r = 1u; r < p.red_len; r = r + 1u) {
+            c = c + (x[base + red_at(r)] - x0);
         }
-        c = c / f32(p.red_len);
+        c = x0 + c / f32(p.red_len);
     }
     var s = 0.0;
     for (var r = 0u; r < p.red_len; r = r + 1u) {
@@ -75,12 +77,13 @@ fn per_group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             m = max(m, x[base + red_at(r)]);
         }
         c = workgroup_max(li, m);
-    } else if (CENTRE == 2u) {
+    } else if (CENTRE == 2u) {  // the mean as x0 + mean(x - x0): exactly x0 on a line of equal values
+        let x0 = x[base];
         var t = 0.0;
         for (var r = li; r < p.red_len; r = r + RED) {
-            t = t + x[base + red_at(r)];
+            t = t + (x[base + red_at(r)] - x0);
         }
-        c = workgroup_sum(li, t) / f32(p.red_len);
+        c = x0 + workgroup_sum(li, t) / f32(p.red_len);
     }
     var q = 0.0;
     for (var r = li; r < p.red_len; r = r + RED) {

@@ -884,3 +884,30 @@ def test_sessions_dropped_after_several_runs_give_their_memory_back(device):
     for _ in range(6):
         round_trip()
     assert resident_mb() - before < 64, "dropped sessions kept their device memory"  # 6 x 32 MB if kept
+
+
+def test_finite_inputs_false_holds_with_an_input_no_output_reads(device):
+    # an input no output reads sent run() through another check, which refused the NaN of the input read
+    xv = np.array([[np.nan, 1.0], [np.inf, -2.0]], np.float32)
+    for unused in (False, True):
+        g = Graph()
+        x = g.input("x", [2, 2])
+        if unused:
+            g.input("y", [2, 2])
+        g.set_outputs([g.relu(x)])
+        feeds = {"x": xv, **({"y": np.zeros((2, 2), np.float32)} if unused else {})}
+        s = Session(lower_for(g, device), {}, device=device, finite_inputs=False)
+        np.testing.assert_array_equal(s.run(feeds)[0], np.array([[np.nan, 1.0], [np.inf, 0.0]], np.float32))
+
+
+@pytest.mark.parametrize("length", [5, 300])  # an invocation a group, and a workgroup a group
+def test_mean_variance_normalization_of_a_line_of_equal_values_is_zero(length, device):
+    # the float32 mean of equal values came out beside them, and (v - mean) / (std + 1e-9) gave 0.88 to 0.99
+    x = np.repeat(np.array([[0.1049], [-0.2188], [1.9603], [0.3]], np.float32), length, axis=1)
+    x[3] = np.linspace(-1, 1, length)  # and a line that is not constant, against the reference
+    g = Graph()
+    g.set_outputs([g.add_node("MeanVarianceNormalization", [g.input("x", list(x.shape))], axes=[1])])
+    (got,) = Session(lower_for(g, device), {}, device=device).run({"x": x})
+    (want,) = evaluate(g, {"x": x}, {})
+    np.testing.assert_array_equal(got[:3], 0.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
