@@ -428,12 +428,14 @@ class Graph:
         return nid
 
     def constant(self, value: Any, shape: Sequence[int] | None = None, dtype: DType = DType.F32) -> NodeId:
-        """A constant baked into the graph, of ``dtype`` (copied; the caller's array is not
+        """A constant baked into the graph, of ``dtype`` (a :class:`DType`, its value such as ``"i32"``, or the
+        numpy dtype it is stored as, as :meth:`input` takes it; copied: the caller's array is not
         kept). A 0-d value becomes shape ``[1]`` unless ``shape=()`` asks for a scalar. Raises
         :class:`GraphError` when the values do not fill ``shape`` or do not fit ``dtype``."""
         from .errors import InputError
         from .reference import check_array
 
+        dtype = self._dtype("Constant", "value", dtype)  # "f32" or np.int32, as input() takes them
         arr = np.array(value, copy=True)
         if shape is not None:
             shape = self._shape("Constant", shape)

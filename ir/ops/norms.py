@@ -362,6 +362,13 @@ def _same_f32(ts, a):
     return ts[0]
 
 
+def _over_last_axis(ts, a):
+    # Softmax / LogSoftmax: rows of the last axis, so rank >= 1 (a scalar passed the builder and failed lowering
+    # with an IndexError)
+    need(ts[0].rank >= 1, f"input must have rank >= 1 (rows of its last axis), got {ts[0]}")
+    return _same_f32(ts, a)
+
+
 def softmax_ref(xs, a):
     x = xs[0]
     e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -396,7 +403,8 @@ def _softmax_grad_kernel(node, ins, target) -> Kernel:
                   slots={"TERM": "dy[i]", "GRAD": "dy[i] - exp(y[i]) * total"})
 
 
-op("Softmax", ("x",), _same_f32, softmax_ref, kernel=_softmax_kernel, flops=lambda ins, out, a: 4 * out.num_elements,
+op("Softmax", ("x",), _over_last_axis, softmax_ref, kernel=_softmax_kernel,
+   flops=lambda ins, out, a: 4 * out.num_elements,
    vjp=lambda b, node, dy, want: [b.emit("SoftmaxGrad", (dy, node.id))],
    doc="softmax over the last axis, max-subtracted: exp(x - max) / sum exp(x - max)")
 op("SoftmaxGrad", ("dy", "y"), lambda ts, a: like(ts, "y", 1),
@@ -404,7 +412,7 @@ op("SoftmaxGrad", ("dy", "y"), lambda ts, a: like(ts, "y", 1),
    kernel=_softmax_grad_kernel,
    doc="dx = y * (dy - sum_j dy[.,j] y[.,j]) over the last axis; inputs [dy, y] with y the Softmax output "
        "(Jacobian y_i (delta_ij - y_j))")
-op("LogSoftmax", ("x",), _same_f32, lambda xs, a: log_softmax(xs[0]), kernel=_softmax_kernel,
+op("LogSoftmax", ("x",), _over_last_axis, lambda xs, a: log_softmax(xs[0]), kernel=_softmax_kernel,
    flops=lambda ins, out, a: 4 * out.num_elements,
    vjp=lambda b, node, dy, want: [b.emit("LogSoftmaxGrad", (dy, node.id))],
    doc="x - max - log(sum exp(x - max)) over the last axis, max-subtracted so it is exact for large logits "

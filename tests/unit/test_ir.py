@@ -343,3 +343,20 @@ def test_an_onnx_layer_normalization_with_a_negative_epsilon_is_refused_naming_t
     with pytest.raises(EggfuseError, match="LayerNormalization node 'ln0': LayerNorm: attribute eps must be at least "):
         load(path)
 
+
+
+def test_a_constants_dtype_is_taken_as_input_takes_it_and_a_scalar_softmax_is_refused():
+    # g.constant(..., dtype="f32") kept the str as its dtype and the next builder failed with an AttributeError;
+    # Softmax of a scalar built, then lowering failed with an IndexError
+    g = Graph()
+    x = g.input("x", [3], dtype="f32")
+    for dtype, want in (("f32", DType.F32), (np.int32, DType.I32), ("u32", DType.U32)):
+        assert g.node(g.constant(np.ones(3, np.int64 if want is not DType.F32 else np.float32),
+                                 dtype=dtype)).type.dtype is want
+    g.set_outputs([g.add(x, g.constant(np.ones(3), dtype="f32"))])
+    np.testing.assert_array_equal(evaluate(g, {"x": np.zeros(3, np.float32)}, {})[0], np.ones(3))
+    with pytest.raises(GraphError, match="dtype 'float' is not one eggfuse computes in"):
+        g.constant(1.0, dtype="float")
+    for op in ("Softmax", "LogSoftmax"):
+        with pytest.raises(GraphError, match=rf"{op} \(new node \d+\): input must have rank >= 1"):
+            g.add_node(op, [g.constant(1.0, shape=())])
