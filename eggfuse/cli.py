@@ -11,7 +11,7 @@ import sys
 from eggfuse.cli_cache import add_cache, add_no_cache, add_precision, cache_line
 from eggfuse.cli_generate import add_generate, dispatches_line, memory_line, precision_line
 from eggfuse.cli_onnx import _input_arg, _shape_arg, add_run, load_time_values, shape_map
-from eggfuse.cli_options import add_engine_options
+from eggfuse.cli_options import _names, add_engine_options
 from eggfuse.cli_sweep import add_sweep
 from eggfuse.cli_train import add_train_digits
 from eggfuse.ir import EggfuseError, InputError
@@ -175,38 +175,33 @@ def cmd_check_sound(args: argparse.Namespace) -> None:
         raise
     fired = {k: v for k, v in rep.rules_fired.items() if v}
     # the rules of one's own rulesets that never matched: sound here only because they were not tested
-    untested = [rule for rs in rulesets if id(rs) in _USER for rule in (rules_of(rs) or ()) if not fired.get(rule)]
+    untested = [(rule, ruleset_name(rs)) for rs in rulesets if id(rs) in _USER for rule in (rules_of(rs) or ())
+                if not fired.get(rule)]
     if args.json:
         print(json.dumps({"model": args.model, "sound": True, "eclasses_checked": rep.eclasses_checked,
                           "enodes_checked": rep.enodes_checked, "seed": args.seed, "rules_fired": fired,
-                          "rules_not_fired": untested}))
+                          "rules_not_fired": [rule for rule, _ in untested]}))
         return
     print(f"{args.model}: sound: every e-class consistent ({rep.eclasses_checked} e-classes, {rep.enodes_checked} "
           f"e-nodes evaluated with the numpy reference on random inputs, seed {args.seed}); {len(fired)} rules "
           "fired:")
     for name, n in sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:5d}  {name}")
-    for rule in untested:
-        rs = next(ruleset_name(r) for r in rulesets if rule in (rules_of(r) or ()))
+    for rule, rs in untested:
         print(f"warning: rule {rule!r} (ruleset {rs}) never matched this graph: not tested; give a graph it "
               "matches", file=sys.stderr)
 
 
 def cmd_rules(args: argparse.Namespace) -> None:
     from eggfuse.rewrites import catalog
-    from eggfuse.rewrites.rulesets import OPTIONAL
+    from eggfuse.rewrites.rulesets import OPTIONAL, named_ruleset, rules_of, ruleset_name
 
     rules = catalog()
-    own = {}
-    for spec in args.with_ruleset or ():  # rulesets of one's own: listed after the shipped ones, by their source
-        from eggfuse.rewrites.rulesets import named_ruleset, rules_of, ruleset_name
-
+    for spec in args.with_ruleset:  # rulesets of one's own: listed after the shipped ones, by their source
         if spec in OPTIONAL:  # a shipped optional ruleset, as optimize takes it: listed already
             continue
-
         rs = named_ruleset(spec)
-        own[f"{ruleset_name(rs)} ({spec})"] = list(rules_of(rs) or ())
-    rules.update(own)
+        rules[f"{ruleset_name(rs)} ({spec})"] = list(rules_of(rs) or ())
     if args.json:
         print(json.dumps(rules))
         return
@@ -266,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "numpy reference: is each rule that fired sound on it?")
     c.add_argument("model", help="as for optimize: a shipped model, an .onnx file, module:function or "
                                  "file.py:function")
-    c.add_argument("--rulesets", metavar="NAME,NAME", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+    c.add_argument("--rulesets", metavar="NAME,NAME", type=_names,
                    help="the rulesets to saturate with (default all; yours as module:NAME or file.py:NAME)")
     c.add_argument("--with-ruleset", metavar="NAME", action="append", default=[],
                    help="also an optional ruleset or one of your own (module:NAME, file.py:NAME), repeatable")
