@@ -590,6 +590,34 @@ class CompileCache:
             return []
         return sorted(p for p in self.folder.iterdir() if _ENTRY.match(p.name) and p.is_file())
 
+    def describe(self) -> list[dict[str, Any]]:
+        """One dict per entry, the most recently used first (the order :meth:`trim` keeps them in): ``key``,
+        ``bytes`` (file size), ``used`` (POSIX seconds: its last load or write), ``created`` (POSIX seconds),
+        ``fused`` (whether it holds a rewritten graph), ``inputs`` (the graph's input names and shapes),
+        ``parameters`` and ``outputs`` (counts), ``dispatches`` (the plan's), ``eggfuse`` (the version that
+        wrote it); or, for an entry that does not check out (a compile with its key rewrites it), ``key``,
+        ``bytes``, ``used`` and ``error`` (why). Reads every entry whole; changes none (not even its time of
+        use)."""
+        out = []
+        for path in self.entries():
+            try:
+                st = path.stat()
+            except OSError:  # removed meanwhile
+                continue
+            row: dict[str, Any] = {"key": path.stem, "bytes": st.st_size, "used": st.st_mtime}
+            try:
+                body = verified_body(path.read_bytes(), path.stem)
+                plan = body["plan"]
+                shapes = {b[0]: b[6] for b in plan["buffers"]}
+                row |= {"created": float(body["created"]), "fused": body["graph"] is not None,
+                        "inputs": {name: shapes.get(i) for name, i in plan["inputs"].items()},
+                        "parameters": len(plan["parameters"]), "outputs": len(plan["outputs"]),
+                        "dispatches": len(plan["dispatches"]), "eggfuse": body["versions"].get("eggfuse")}
+            except Exception as e:  # noqa: BLE001 - any failure to read an entry: report it, as load ignores it
+                row["error"] = f"{type(e).__name__}: {e}"
+            out.append(row)
+        return sorted(out, key=lambda r: -r["used"])
+
     def info(self) -> dict[str, Any]:
         """``folder`` (str), ``entries`` (count) and ``bytes`` (their total size)."""
         entries = self.entries()

@@ -1,4 +1,4 @@
-"""``eggfuse cache info|clear`` (the compile cache, :mod:`eggfuse.cache`, and the model cache in
+"""``eggfuse cache info|list|clear`` (the compile cache, :mod:`eggfuse.cache`, and the model cache in
 its ``models`` folder, :mod:`eggfuse.model_cache`), and the ``--no-cache`` option of the
 commands that compile."""
 
@@ -47,6 +47,9 @@ def cmd_cache(args: argparse.Namespace) -> None:
             print(f"removed {removed} entries from {store.folder}"
                   + (f", {removed_models} model entries from {models.folder}" if removed_models else ""))
         return
+    if args.action == "list":
+        _list(store, args.json)
+        return
     info, model_info = store.info(), models.info()
     if args.json:
         print(json.dumps({**info, "model_entries": model_info["entries"], "model_configs": model_info["configs"],
@@ -63,12 +66,39 @@ def cmd_cache(args: argparse.Namespace) -> None:
           f"{model_info['bytes'] / 1e6:.2f} MB ({model_info['bytes']} bytes)")
 
 
+def _list(store, as_json: bool) -> None:
+    """``eggfuse cache list``: the compile cache's entries, the most recently used first."""
+    import time
+
+    rows = store.describe()
+    if as_json:
+        print(json.dumps({"folder": str(store.folder), "entries": rows}))
+        return
+    if not rows:
+        print(f"no compile-cache entries in {store.folder}")
+        return
+    print(f"{len(rows)} compile-cache entries in {store.folder}, the most recently used first "
+          "(an entry is its key's file, <key>.json):")
+    print(f"{'key':<16}  {'MB':>7}  {'last used':<19}  {'kind':<7}  {'dispatches':>10}  inputs")
+    for r in rows:
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["used"]))
+        if "error" in r:
+            print(f"{r['key'][:16]:<16}  {r['bytes'] / 1e6:>7.2f}  {used:<19}  unreadable ({r['error']}; the next "
+                  "compile with its key rewrites it)")
+            continue
+        inputs = ", ".join(f"{n}{list(s) if s is not None else ''}" for n, s in r["inputs"].items()) or "-"
+        print(f"{r['key'][:16]:<16}  {r['bytes'] / 1e6:>7.2f}  {used:<19}  {'fused' if r['fused'] else 'unfused':<7}"
+              f"  {r['dispatches']:>10}  {inputs}")
+
+
 def add_cache(sub) -> None:
     """Register ``cache`` on the CLI's subparsers."""
-    c = sub.add_parser("cache", help="the compile and model cache: its folder, entries and size (info), or remove "
-                                     "them (clear)")
-    c.add_argument("action", choices=["info", "clear"],
+    c = sub.add_parser("cache", help="the compile and model cache: its folder, entries and size (info), its "
+                                     "compiled entries one by one (list), or remove them (clear)")
+    c.add_argument("action", choices=["info", "list", "clear"],
                    help="info: the folder ($EGGFUSE_CACHE or the user cache folder), entries, total size, and "
-                        "the model entries (GGUF models as loaded) in its models folder; clear: remove them all")
+                        "the model entries (GGUF models as loaded) in its models folder; list: each compiled "
+                        "entry (key, size, last use, fused or not, dispatches, the graph's inputs), the most "
+                        "recently used first; clear: remove them all")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_cache)

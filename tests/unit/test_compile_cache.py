@@ -1,5 +1,5 @@
 """The compile cache without a GPU (eggfuse/cache.py): keys, the entry format, corruption, the
-folder, and ``eggfuse cache info|clear``. Lowered plans here use the WebGPU default limits; the
+folder, and ``eggfuse cache info|list|clear``. Lowered plans here use the WebGPU default limits; the
 hits and misses of real compiles are in tests/gpu/test_compile_cache_gpu.py."""
 
 from __future__ import annotations
@@ -366,6 +366,44 @@ def test_info_and_clear(store, capsys):
     assert cli.main(["cache", "clear", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"folder": str(store.folder), "removed": 0, "removed_models": 0}
     assert store.load(key(g, fuse=False), runs=g) is None
+
+
+def test_list_shows_each_entry_most_recently_used_first_and_why_one_is_unreadable(store, capsys):
+    import os
+
+    assert cli.main(["cache", "list"]) == 0
+    assert capsys.readouterr().out.strip() == f"no compile-cache entries in {store.folder}"
+    g = small_graph(rows=9)
+    fused, report = optimize(g)
+    fused_plan = lower(fused)
+    store.store(key(g), fused, report, fused_plan)
+    h = small_graph(rows=5, name="tokens")
+    store.store(key(h, fuse=False), None, None, lower(h))
+    bad = store.path("b" * 64)
+    bad.write_bytes(b'{"eggfuse_cache": 1}\nnot json')
+    for age, k in ((300, key(g)), (200, "b" * 64), (100, key(h, fuse=False))):  # oldest use first
+        os.utime(store.path(k), (1_700_000_000 - age, 1_700_000_000 - age))
+    before = {p.name: (p.stat().st_mtime, p.read_bytes()) for p in store.entries()}
+    assert cli.main(["cache", "list", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["folder"] == str(store.folder)
+    rows = doc["entries"]
+    assert [r["key"] for r in rows] == [key(h, fuse=False), "b" * 64, key(g)]
+    unfused, unreadable, cached = rows
+    assert unfused["fused"] is False and unfused["inputs"] == {"tokens": [5, 16]}
+    assert unfused["dispatches"] == len(lower(h).dispatches) and unfused["parameters"] == 2
+    assert cached["fused"] is True and cached["inputs"] == {"x": [9, 16]}
+    assert cached["dispatches"] == len(fused_plan.dispatches) < unfused["dispatches"]
+    assert cached["outputs"] == 1 and cached["eggfuse"] == cache.versions()["eggfuse"]
+    assert cached["bytes"] == store.path(key(g)).stat().st_size and cached["created"] > 1_700_000_000
+    assert set(unreadable) == {"key", "bytes", "used", "error"} and unreadable["error"].startswith("CorruptEntry")
+    assert cli.main(["cache", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"3 compile-cache entries in {store.folder}")
+    assert lines[2].startswith(key(h, fuse=False)[:16]) and "unfused" in lines[2] and "tokens[5, 16]" in lines[2]
+    assert lines[3].startswith("b" * 16) and "unreadable (" in lines[3]
+    assert lines[4].startswith(key(g)[:16]) and " fused " in lines[4] and "x[9, 16]" in lines[4]
+    assert {p.name: (p.stat().st_mtime, p.read_bytes()) for p in store.entries()} == before  # nothing touched
 
 
 def test_cache_info_of_a_folder_not_made_yet(tmp_path, monkeypatch, capsys):
