@@ -14,7 +14,7 @@ Graphs (``eggfuse.ir``) are encoded into egglog, fused by declarative rulesets
 """
 
 from eggfuse.api import Compiled, EmbedResult, compile, embed
-from eggfuse.generate import GenerateResult, Generator, generate  # noqa: F401  (text generation)
+from eggfuse.generate import GenerateResult, Generator, generate
 from eggfuse.ir import (
     DeviceError,
     DType,
@@ -48,7 +48,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'eggfuse' has no attribute {name!r}")
 
 __all__ = [
-    "SGD", "Adam", "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "Graph",
-    "GraphError", "InputError", "KernelInfo", "LoweringError", "ModelError", "Report", "RewriteError", "TensorType",
-    "Trainer", "compile", "embed", "evaluate", "load_model", "optimize",
+    "SGD", "Adam", "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "GenerateResult",
+    "Generator", "Graph", "GraphError", "InputError", "KernelInfo", "LoweringError", "ModelError", "Report",
+    "RewriteError", "TensorType", "Trainer", "compile", "embed", "evaluate", "generate", "load_model", "optimize",
 ]

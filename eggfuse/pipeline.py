@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from eggfuse.ir import Graph, InputError, LoweringError
+from eggfuse.ir import Graph, InputError, LoweringError, require_graph
 from eggfuse.ir.reference import check_mapping
 from eggfuse.lowering import ExecutionPlan, lower
 
@@ -79,7 +79,8 @@ class Compiled:
         return sorted({name for d in self.plan.derived.values() if d.store == "f16" for name in d.sources})
 
     def run(self, inputs: Mapping[str, np.ndarray], read: Sequence[int] | None = None) -> list[np.ndarray]:
-        """Outputs (float32 / uint32 numpy arrays, in graph output order) for ``inputs``: as
+        """Outputs (numpy arrays in graph output order, each of its output's dtype: float32 for f32, uint32 for
+        u32, int32 for i32, bool for bool: ``self.plan.output_types``) for ``inputs``: as
         :meth:`Session.run <eggfuse.runtime.Session.run>`, whose ``read`` (the output indices to copy back;
         None: all) and errors these are."""
         return self.session.run(inputs, read)
@@ -117,6 +118,7 @@ def lower_for(graph: Graph, device=None, *, subgroups: bool | None = None,
     """
     from eggfuse.runtime.device import get_device
 
+    require_graph("lower_for", graph)
     device = device if device is not None else get_device()
     cpu = device.adapter.info.get("adapter_type") == "CPU"
     if prefetch is None:
@@ -260,11 +262,14 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     optimised graph keeps the leaves no output reads, and a session ignores their values).
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
-    :class:`~eggfuse.ir.InputError` for ``params`` that is not a mapping and for missing,
+    :class:`~eggfuse.ir.InputError` for a ``graph`` that is not a Graph (an ONNX path or model: load it with
+    ``eggfuse.onnx.load``), ``params`` that is not a mapping and for missing,
     unknown or mis-shaped parameters, for a ``cache`` that is not a bool, a ``transpose_weights`` not None/True/False,
-    a weight ``share`` holds only transposed, a ``device`` that is not
-    a wgpu device, and for an unknown ``precision`` or ``"f16"`` with ``fuse=False`` or ``verify=True``,
-    :class:`~eggfuse.ir.RewriteError` if ``verify=True`` finds the optimised graph differs,
+    a weight ``share`` holds only transposed, a ``fuse``, ``verify`` or ``prerecord`` that is not a bool, a
+    ``device`` that is not a wgpu device, and for an unknown ``precision`` or ``"f16"`` with ``fuse=False`` or
+    ``verify=True``,
+    :class:`~eggfuse.ir.RewriteError` for ``rulesets`` that is not a list of egglog Rulesets (names: select them with
+    ``eggfuse.rewrites.select``) and if ``verify=True`` finds the optimised graph differs,
     :class:`~eggfuse.ir.LoweringError` when the device's limits are exceeded (its ``sources``: the
     nodes of ``graph`` concerned, through the optimisation) and
     :class:`~eggfuse.ir.DeviceError` when no wgpu adapter exists. ``graph`` and ``params``
@@ -273,15 +278,21 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     from eggfuse.runtime import Session  # wgpu is only imported when something runs
     from eggfuse.runtime.device import get_device
 
+    require_graph("eggfuse.compile", graph)
     graph.check_outputs()  # both checked before the (slower) optimisation
     check_mapping("parameter", params, graph.parameters)
     if device is not None and not (hasattr(device, "limits") and hasattr(device, "adapter")):
         raise InputError(f"device must be a wgpu device (eggfuse.runtime.device.get_device() gives the process's) or "
                          f"None for that one, got {type(device).__name__} {device!r}")
-    if not isinstance(cache, bool):
-        raise InputError(f"cache must be True or False, got {cache!r}")
+    for name, flag in (("fuse", fuse), ("verify", verify), ("cache", cache), ("prerecord", prerecord)):
+        if not isinstance(flag, bool | np.bool_):
+            raise InputError(f"{name} must be True or False, got {flag!r}")
     if transpose_weights is not None and not isinstance(transpose_weights, bool):
         raise InputError(f"transpose_weights must be True, False or None, got {transpose_weights!r}")
+    if rulesets is not None:
+        from eggfuse.rewrites.rulesets import check_ruleset_objects
+
+        check_ruleset_objects(rulesets, "eggfuse.compile")
     rulesets = precision_rulesets(precision, rulesets)
     if precision == "f16" and (not fuse or verify):
         raise InputError("precision='f16' is chosen by the rewrite engine (the f16 ruleset rounds weights), so it "

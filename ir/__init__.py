@@ -16,7 +16,7 @@ from .errors import (
     RewriteError,
     UnsupportedOpsError,
 )
-from .graph import Graph, Node, NodeId
+from .graph import Graph, Node, NodeId, require_graph
 from .reference import evaluate
 from .spec import NO_GRAD, OPS, RULES, Attr, OpSpec, ShapeError
 from .types import DType, TensorType
@@ -25,4 +25,5 @@ __all__ = [
     "NO_GRAD", "OPS", "RULES", "Attr", "DamagedFileError", "DType", "DeviceError", "DeviceLimitError", "EggfuseError",
     "Graph", "GraphError", "IndexRangeError", "InputError", "LoweringError", "ModelError", "Node", "NodeId",
     "OnnxError", "OpSpec", "RewriteError", "ShapeError", "TensorType", "UnsupportedOpsError", "evaluate",
+    "require_graph",
 ]

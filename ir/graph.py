@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GraphError
+from .errors import GraphError, InputError
 from .spec import OPS, REQUIRED, BelowMinimum, ShapeError
 from .types import DType, TensorType
 
@@ -166,14 +167,25 @@ class Graph:
         return full
 
     def node(self, nid: NodeId) -> Node:
+        """The node of id ``nid`` (an int its builder returned). Raises :class:`GraphError` for an id that is
+        not one of this graph's nodes (a negative one included)."""
+        if isinstance(nid, bool) or not isinstance(nid, int | np.integer) or not 0 <= nid < len(self.nodes):
+            raise GraphError(f"node id {nid!r} is not a node of this graph ({len(self.nodes)} nodes, ids 0.."
+                             f"{len(self.nodes) - 1}; use the ids the graph's methods return)")
         return self.nodes[nid]
 
     def set_outputs(self, outputs: Iterable[NodeId]) -> None:
+        """Declare the graph's outputs: node ids (ints, as the graph's methods return them), at least one.
+        Raises :class:`GraphError` otherwise."""
         try:
             outputs = list(outputs)
-            outs = [int(o) for o in outputs]
-        except (TypeError, ValueError):
-            raise GraphError(f"outputs must be node ids (ints), got {outputs!r}") from None
+        except TypeError:
+            raise GraphError(f"outputs must be node ids (ints) in a list, got {outputs!r}") from None
+        for o in outputs:
+            if isinstance(o, bool) or not isinstance(o, int | np.integer):
+                raise GraphError(f"outputs must be node ids (ints, as the graph's methods return them), got {o!r} "
+                                 f"({type(o).__name__})")
+        outs = [int(o) for o in outputs]
         if (other := _foreign(self, outputs)) is not None:
             raise GraphError(f"output {int(other)} is a node of another Graph; declare this graph's own nodes")
         for o in outs:
@@ -430,8 +442,10 @@ class Graph:
     def constant(self, value: Any, shape: Sequence[int] | None = None, dtype: DType = DType.F32) -> NodeId:
         """A constant baked into the graph, of ``dtype`` (a :class:`DType`, its value such as ``"i32"``, or the
         numpy dtype it is stored as, as :meth:`input` takes it; copied: the caller's array is not
-        kept). A 0-d value becomes shape ``[1]`` unless ``shape=()`` asks for a scalar. Raises
-        :class:`GraphError` when the values do not fill ``shape`` or do not fit ``dtype``."""
+        kept). A 0-d value becomes shape ``[1]`` unless ``shape=()`` asks for a scalar. Infinities and NaN given
+        as such are kept (a -inf mask). Raises :class:`GraphError` when the values do not fill ``shape`` or do
+        not fit ``dtype``: a finite value beyond float32's range, an integer float32 does not hold exactly (beyond
+        2^24), an integer beyond an integer dtype's range."""
         from .errors import InputError
         from .reference import check_array
 
@@ -448,9 +462,18 @@ class Graph:
         if dtype is DType.F32 and arr.dtype == np.bool_:
             arr = arr.astype(np.float32)
         try:
-            arr = check_array("Constant", arr, ty, finite=False)
+            out = check_array("Constant", arr, ty, finite=False, exact=True)
         except InputError as e:
             raise GraphError(str(e)) from None
+        if dtype is DType.F32 and arr.dtype.kind in "fiu":
+            with np.errstate(invalid="ignore"):
+                overflow = np.isfinite(arr) & ~np.isfinite(out)  # a finite value float32 holds as infinity
+            if overflow.any():
+                at = [int(i) for i in np.argwhere(overflow)[0]]
+                raise GraphError(f"Constant: {float(arr[tuple(at)]):g} at {at} is beyond float32's range "
+                                 f"(|x| < 3.4e38) for {ty}; give a value in range, or float('inf') where infinity "
+                                 "is meant")
+        arr = out
         arr.setflags(write=False)
         return self.add_node("Constant", (), name=f"const{len(self.nodes)}", value=arr, type=ty)
 
@@ -635,3 +658,23 @@ class Graph:
     def mean_all(self, x: NodeId) -> NodeId:
         """The mean of every element of ``x`` (f32), as shape [1] (a loss: ``mean_all(mul(d, d))``)."""
         return self.add_node("MeanAll", (x,))
+
+
+def require_graph(what: str, graph: Any) -> None:
+    """Raise :class:`~eggfuse.ir.InputError` unless ``graph`` is a :class:`Graph`: ``what`` names the function
+    (``eggfuse.compile``), the message says what was given and how to get a Graph from it (an ONNX file or
+    model, :func:`eggfuse.onnx.load`'s ``(graph, params)`` pair, an ExecutionPlan)."""
+    if isinstance(graph, Graph):
+        return
+    kind = type(graph).__name__
+    if isinstance(graph, tuple) and graph and isinstance(graph[0], Graph):
+        hint = ("eggfuse.onnx.load gives a (graph, params) pair: unpack it, graph, params = eggfuse.onnx.load(path), "
+                "and pass the graph (and the params where they are asked for)")
+    elif isinstance(graph, str | bytes | os.PathLike) or kind == "ModelProto":
+        hint = ("for an ONNX file or ModelProto use graph, params = eggfuse.onnx.load(model), or "
+                "eggfuse.onnx.Model(model) to compile and run it in one step")
+    elif kind == "ExecutionPlan":
+        hint = "an ExecutionPlan is already lowered: run it with eggfuse.runtime.Session(plan, params)"
+    else:
+        hint = "build one with eggfuse.Graph() and its methods (g.input, g.parameter, g.matmul, ..., g.set_outputs)"
+    raise InputError(f"{what} takes an eggfuse Graph, got {kind} {graph!r:.60}; {hint}")

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import InputError
-from .graph import Graph, NodeId
+from .graph import Graph, NodeId, require_graph
 from .spec import OPS
 from .types import DType, TensorType
 
@@ -134,6 +134,7 @@ def evaluate(
     infinity in a float leaf, :class:`~eggfuse.ir.GraphError` when ``outputs`` is not given
     and the graph has none. The arrays passed in are not modified.
     """
+    require_graph("evaluate", graph)
     if outputs is None:
         graph.check_outputs()
     check_mapping("input", inputs, graph.inputs)

@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 
 from ..ir.errors import DeviceLimitError, InputError, LoweringError
-from ..ir.graph import Graph, Node, NodeId
+from ..ir.graph import Graph, Node, NodeId, require_graph
 from ..ir.kernel import COUNTERS, SCRATCH, Buffer, Kernel, Target, Window
 from ..ir.spec import OPS
 from ..ir.types import DType, TensorType
@@ -296,6 +296,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         raise InputError(f"transpose_weights must be True, False or None, got {transpose_weights!r}")
     if transpose_weights is None:
         transpose_weights = layout.TRANSPOSE_WEIGHTS
+    require_graph("lower", graph)
     graph.check_outputs()
     lim = resolve_limits(limits)
     live = schedule(graph)

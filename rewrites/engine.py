@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from egglog import EGraph, Ruleset, back_off, run, seq
 
-from ..ir import OPS, DType, Graph, RewriteError, evaluate
+from ..ir import OPS, DType, Graph, RewriteError, evaluate, require_graph
 from . import egglog_private
 from .cost import CostModel
 from .encode import Encoding, encode
@@ -21,7 +21,7 @@ from .greedy import extract_greedy_dag
 from .ilp import extract_ilp
 from .problem import build_problem
 from .report import Phase, Report, input_classes, node_origins, replaced_nodes
-from .rulesets import analysis_ruleset, check_rule_names, relevant, scheduled_rulesets
+from .rulesets import analysis_ruleset, check_rule_names, check_ruleset_objects, relevant, scheduled_rulesets
 from .sorts import ANALYSES, Epi, T, TList, shape
 
 EXTRACTORS = ("ilp", "greedy", "compare")
@@ -127,12 +127,7 @@ def _check_options(cost_model, rulesets, dump_egglog, **limits) -> None:
         raise RewriteError(f"optimize: cost_model must be a CostModel instance (eggfuse.rewrites.cost.CostModel or "
                            f"a subclass, e.g. CostModel()), got {what}")
     if rulesets is not None:
-        if isinstance(rulesets, (str, bytes)) or not isinstance(rulesets, Sequence):
-            raise RewriteError(f"optimize: rulesets must be a list of egglog Rulesets, got {rulesets!r}")
-        for i, r in enumerate(rulesets):
-            if not isinstance(r, Ruleset):
-                raise RewriteError(f"optimize: rulesets[{i}] is {r!r}, not an egglog Ruleset: pass the shipped ones "
-                                   "(eggfuse.rewrites.optimization_rulesets()) and your own from make_ruleset")
+        check_ruleset_objects(rulesets, "optimize")
     for name, value in limits.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise RewriteError(f"optimize: {name} must be a positive number, got {value!r}")
@@ -204,6 +199,7 @@ def optimize(
     _check_options(cost_model, rulesets, dump_egglog, match_limit=match_limit, ban_length=ban_length,
                    max_iterations=max_iterations, max_enodes=max_enodes, time_limit_s=time_limit_s,
                    ilp_time_limit_s=ilp_time_limit_s)
+    require_graph("optimize", graph)
     if rulesets is not None:
         check_rule_names(rulesets)
     graph.check_outputs()

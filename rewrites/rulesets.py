@@ -280,11 +280,15 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
     Raises :class:`RewriteError` naming an unknown ruleset or rule (with the closest known
     name; a rule of an optional ruleset not asked for says so), the analysis ruleset, a rule of a
     ruleset eggfuse did not build, ``f16`` in ``names`` or ``optional`` (``precision="f16"``
-    runs that one), or a ruleset of one's own whose name is that of another ruleset; and
+    runs that one), a ruleset of one's own whose name is that of another ruleset, or a string where a list of
+    names belongs (``disable="rule"``); and
     :class:`InputError` for a ``module:NAME`` that is not a ruleset (:func:`named_ruleset`).
     """
     if precision not in ("f32", "f16"):
         raise RewriteError(f"precision must be 'f32' or 'f16', got {precision!r}")
+    for arg, given in (("names", names), ("disable", disable), ("optional", optional)):
+        if isinstance(given, str | bytes):  # a bare name would be read letter by letter
+            raise RewriteError(f"select's {arg} is a list of names, got the string {given!r}: write {arg}=[{given!r}]")
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     for n in optional:
         if n not in OPTIONAL and ":" not in n:
@@ -388,6 +392,23 @@ def _calls(rs: Ruleset) -> list[tuple[str, frozenset[str], frozenset[str]]]:
 def _forget(key: int) -> None:
     _CALLS.pop(key, None)
     _PRUNED.pop(key, None)
+
+
+def check_ruleset_objects(rulesets: Any, what: str) -> None:
+    """Raise :class:`RewriteError` (its text starting with ``what``, the function given them) unless ``rulesets``
+    is a list (or other sequence) of egglog Rulesets: names given where Ruleset objects belong
+    (``rulesets=["algebraic"]``) are answered with the function that takes names (:func:`select`)."""
+    from egglog import Ruleset as EggRuleset
+
+    by_name = ("pass the shipped ones (eggfuse.rewrites.optimization_rulesets()) and your own from make_ruleset; "
+               "for rulesets by name use eggfuse.rewrites.select(['algebraic', ...]) (`eggfuse rules` lists them)")
+    if isinstance(rulesets, str | bytes) or not isinstance(rulesets, Sequence):
+        raise RewriteError(f"{what}: rulesets must be a list of egglog Rulesets, got {type(rulesets).__name__} "
+                           f"{rulesets!r:.60}; {by_name}")
+    for i, rs in enumerate(rulesets):
+        if not isinstance(rs, EggRuleset):
+            raise RewriteError(f"{what}: rulesets[{i}] is {type(rs).__name__} {rs!r:.60}, not an egglog Ruleset; "
+                               f"{by_name}")
 
 
 def check_rule_names(rulesets: Sequence[Ruleset]) -> None:

@@ -360,3 +360,46 @@ def test_a_constants_dtype_is_taken_as_input_takes_it_and_a_scalar_softmax_is_re
     for op in ("Softmax", "LogSoftmax"):
         with pytest.raises(GraphError, match=rf"{op} \(new node \d+\): input must have rank >= 1"):
             g.add_node(op, [g.constant(1.0, shape=())])
+
+
+def test_a_constant_float32_cannot_hold_is_refused_and_infinities_given_as_such_are_kept():
+    g = Graph()
+    for value, says in ((1e300, "1e+300 at [0] is beyond float32's range"),
+                        ([1.0, -1e39], "-1e+39 at [1] is beyond float32's range"),
+                        (2**25 + 1, "no exact float32")):
+        with pytest.raises(GraphError, match=re.escape(says)):
+            g.constant(value)
+    assert len(g) == 0  # nothing added by the refused ones
+    kept = g.node(g.constant([float("-inf"), 3e38, 2**24])).attrs["value"]
+    np.testing.assert_array_equal(kept, np.array([-np.inf, 3e38, 2**24], np.float32))
+    big = np.array([7e38], np.float64)
+    with pytest.raises(GraphError):
+        g.constant(big)
+    assert big[0] == 7e38  # the caller's array untouched
+
+
+@pytest.mark.parametrize("nid", [99, -1, 1.0, True, "0"])
+def test_node_and_set_outputs_refuse_what_is_not_a_node_id(nid):
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [2]))])
+    with pytest.raises(GraphError, match=f"node id {re.escape(repr(nid))} is not a node of this graph"):
+        g.node(nid)
+    int_id = isinstance(nid, int) and not isinstance(nid, bool)
+    with pytest.raises(GraphError, match=f"output id {nid} is not a node" if int_id else r"must be node ids \(ints"):
+        g.set_outputs([nid])
+    assert g.outputs == [1]  # unchanged
+
+
+@pytest.mark.parametrize("given, says", [
+    ("model.onnx", "eggfuse.onnx.load"), (("graph", "params"), "a Graph"), (None, "eggfuse.Graph()")])
+def test_functions_that_take_a_graph_say_what_they_got_and_how_to_get_one(given, says):
+    from eggfuse.lowering import lower
+
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [2]))])
+    if given == ("graph", "params"):
+        given = (g, {})
+        says = "unpack it"
+    for call in (lambda: evaluate(given, {}, {}), lambda: lower(given)):
+        with pytest.raises(InputError, match=re.escape(says)):
+            call()

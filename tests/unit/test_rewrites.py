@@ -4,6 +4,7 @@ Soundness is checked by ``optimize(verify=True)``: the optimised and original gr
 evaluated by the numpy reference on random inputs and must agree.
 """
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eggfuse.ir import Graph, evaluate
+from eggfuse.ir import Graph, RewriteError, evaluate
 from eggfuse.rewrites import CostModel, optimize, random_feeds
 
 dims = st.integers(min_value=1, max_value=9)
@@ -475,7 +476,7 @@ def test_a_cost_model_returning_no_finite_cost_is_named(bad, extractor):
     (dict(max_iterations=-1), "max_iterations must be a positive number"),
     (dict(match_limit=None), "match_limit must be a positive number, got None"),
     (dict(time_limit_s=float("nan")), "time_limit_s must be a positive number"),
-    (dict(rulesets=["algebraic"]), r"rulesets\[0\] is 'algebraic', not an egglog Ruleset"),
+    (dict(rulesets=["algebraic"]), r"rulesets\[0\] is str 'algebraic', not an egglog Ruleset"),
     (dict(rulesets=[None]), r"rulesets\[0\] is None"),
     (dict(rulesets="algebraic"), "rulesets must be a list of egglog Rulesets"),
     (dict(cost_model=CostModel), "cost_model must be a CostModel instance .* got the class CostModel"),
@@ -662,3 +663,38 @@ def test_the_ilp_is_never_dearer_than_the_greedy_extractor(seed):
     out, rep = optimize(random_graph(seed).graph, extractor="compare")
     assert rep.ilp_objective <= rep.greedy_objective  # optimal for the extraction problem
     assert rep.cost_after == CostModel().graph_cost(out) == min(rep.ilp_cost, rep.greedy_cost)  # the graphs' costs
+
+
+@pytest.mark.parametrize("rulesets, says", [(["algebraic"], "rulesets[0] is str 'algebraic'"),
+                                            ("algebraic", "a list of egglog"), ([None], "rulesets[0] is NoneType")])
+def test_rulesets_that_are_not_egglog_rulesets_are_answered_with_select(rulesets, says):
+    import eggfuse
+    from eggfuse.rewrites import optimize
+
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [2, 4]))])
+    for call in (lambda: optimize(g, rulesets=rulesets), lambda: eggfuse.compile(g, {}, rulesets=rulesets)):
+        with pytest.raises(RewriteError, match=re.escape(says) + ".*eggfuse.rewrites.select"):
+            call()
+
+
+def test_select_refuses_a_bare_string_where_a_list_of_names_belongs():
+    from eggfuse.rewrites.rulesets import select
+
+    for kw in (dict(disable="MatMul(a,b) -> FusedMatMul(a,b,[])"), dict(names="algebraic"), dict(optional="f16")):
+        (arg, given), = kw.items()
+        with pytest.raises(RewriteError, match=re.escape(f"write {arg}=[{given!r}]")):
+            select(**kw)
+
+
+@pytest.mark.parametrize("flag", ["fuse", "verify", "cache", "prerecord"])
+def test_compile_refuses_a_flag_that_is_not_a_bool(flag):
+    import eggfuse
+    from eggfuse.ir import InputError
+
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [2, 4]))])
+    with pytest.raises(InputError, match=f"{flag} must be True or False, got 'no'"):
+        eggfuse.compile(g, {}, **{flag: "no"})
+    with pytest.raises(InputError, match="eggfuse.onnx.load"):
+        eggfuse.compile("model.onnx", {})
