@@ -16,7 +16,8 @@ same products in the same order, only the loads differ.
 Which products (:func:`transposed_weights`): a 'BT' or '' product whose tiled kernel is chosen
 (``matmul_kernel.chosen_tile``, a ``matmul_choice`` block's tile or ``matmul_tile``'s; not the GEMV, which reads B
 as stored), stored [N, K] on a tile of fewer than 128 rows or
-[K, N] on one of 128, of a weight that is an f32 parameter (not state a step updates, not written in place)
+[K, N] on one of 128 or more (``matmul_kernel.WIDE_HEAD_TILE``'s 256 timed only on [N, K]), of a weight that
+is an f32 parameter (not state a step updates, not written in place)
 or a derived parameter of such parameters packed along N as f32, where every live reader of that weight is
 such a product and the weight is no graph output (a weight also read another way, a tied embedding table
 say, keeps its layout rather than being stored twice), and where the rows of the other layout are a multiple
@@ -84,8 +85,9 @@ def _flipped(node: Node, graph: Graph, slot: int, stored: str) -> bool:
     if (n if stored == "BT" else k) % 4:  # the other layout's rows would not load as quads (measured: as quads)
         return False
     # the tile it takes (an open matmul_choice block's, as lowering gives it)
-    tile = chosen_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul")
-    return not tile.gemv and (tile.bm < 128 if stored == "BT" else tile.bm == 128)
+    tile = chosen_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul",
+                       prologue=node.op in ("FusedRmsNormMatMul", "FusedSwiGLUMatMul"))
+    return not tile.gemv and (tile.bm < 128 if stored == "BT" else tile.bm >= 128)
 
 
 def transposed_weights(graph: Graph, live: list[Node]) -> dict[NodeId, tuple[int, str]]:

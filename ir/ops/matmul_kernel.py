@@ -89,8 +89,8 @@ class MatmulTile:
     bk * (bm + bn) * 2 buffers * 4 bytes (``storage``) fits WORKGROUP_STORAGE (MATMUL_TILES) or
     DEEP_STORAGE (MATMUL_TILES_DEEP); each invocation loads ``loads`` quads of A and of B per
     slice. GEMV (``gemv`` True): bm is M (1..4), bn the output columns per workgroup, bk unused (0).
-    ``micro`` (tm, tn) sets the micro-tile (4 or 8 each) instead of 8 for a side of 128 and 4
-    otherwise (MATMUL_TILES_WIDE).
+    ``micro`` (tm, tn) sets the micro-tile (4, 8 or 16 each, MATMUL_TILES_TALL's 16) instead of 8 for a side
+    of 128 and 4 otherwise (MATMUL_TILES_WIDE).
     """
 
     bm: int
@@ -193,14 +193,31 @@ MATMUL_TILES_THREE_QUARTER = (MatmulTile(64, 48, 16, micro=(8, 4), wg=192),
 #: leave a partial one: a side of 96 (128x96 with 8x8 per invocation in 192 invocations, three quarters of a
 #: 128x128 tile's work: SmolLM2's 128-row LM head, 128 x 576 x 49152, gives 384 tiles of 128x128, 1.45 rounds of
 #: an H100's 264 resident workgroups, and 512 of 128x96, 1.94), and 32-row tiles 128 wide or 32 deep for the
-#: 32-row LM head. Only through :func:`matmul_choice`; not yet timed on a GPU (``bench/matmul.py --sweep
-#: --sweep-tiles 128x96x8m8x8w192,... --sweep-shapes 128,576,49152;...`` times them against the picks).
+#: 32-row LM head. Only through :func:`matmul_choice`: on an H100 (``bench/matmul.py --sweep``, 2026-12-07,
+#: bench/results/tiles_96_h100/sweep_heads.json, sweep_split.json) none was the fastest configuration but at
+#: 32 x 576 x 49152, where 32x64x32m4x8 took 85.4 us against 87.9 on the pick (32x64x16m4x8; cuBLAS 65.9, so
+#: neither reaches 0.8x its speed); 128 x 576 x 49152 took 282.0 us on 128x96x8m8x8w192 (the wave count
+#: predicted about 209) and 229.3 on 64x96x16m8x4w192, against 225.0 on 64x64x16m8x4 and 247.5 on the pick
+#: (64x128x8); SmolLM2's prefill plan with its LM head on 128x96x8m8x8w192 took 2892.9 us GPU against 2831.4
+#: (``bench/plan_variants.py``, three alternated rounds, ab_prefill_head.json); the 64x96 tiles took 1.12-2.3x
+#: the pick's time at the five split products of N = 384 to 1536 swept (2 to 8 ranges).
 MATMUL_TILES_96 = (MatmulTile(128, 96, 8, micro=(8, 8), wg=192), MatmulTile(64, 96, 16, micro=(8, 4), wg=192),
                    MatmulTile(64, 96, 16, micro=(4, 8), wg=192), MatmulTile(32, 128, 16, micro=(4, 8)),
                    MatmulTile(32, 128, 16, micro=(4, 8), wg=128), MatmulTile(32, 64, 32, micro=(4, 8)))
+#: Tiles whose invocations each hold 128 accumulators: 256x128 in 256 invocations of 16x8 (WIDE_HEAD_TILE, which
+#: :func:`matmul_tile` takes for wide products), twice the 8x8 micro-tile's FMAs per value read from workgroup
+#: memory. Timed beside it on an H100 and dropped (``bench/matmul.py --sweep``, 2026-12-07,
+#: bench/results/tiles_tall_h100/sweep_tall.json; us at 4096^3 / 512 x 576 x 49152 / 256 x 576 x 49152, against
+#: 3644.0 / 821.3 / 421.8 on 128x128x8 and 4300.8 / 786.4 / 394.9 on 256x128x8m16x8): 128x128 in 128 invocations
+#: of 16x8 (cuBLAS's fp32 layout on Hopper) 6610.8 / 1054.5 / 528.6, of 8x16 6645.7 / 1076.2 / 541.6, in slices of
+#: 16 8094.5 / 2008.1 / 1029.1, and 128x256x8m8x16 6588.8 / 1098.8 / 555.3. The tiles of more than 128 rows keep
+#: the kernel's other forms of tiles under 128 rows (no runtime checks, quads stored whole): with those of the
+#: 128-row tiles (:func:`keeps_runtime_checks`, :func:`out_vec4`) 256x128x8m16x8 took 512.6 / 1013.8 us at 256 /
+#: 512 x 576 x 49152 (sweep_tall3.json).
+MATMUL_TILES_TALL = (MatmulTile(256, 128, 8, micro=(16, 8)),)
 #: Every tile :func:`matmul_choice` takes.
 MATMUL_TILES_ALL = (MATMUL_TILES + MATMUL_TILES_DEEP + MATMUL_TILES_WIDE + MATMUL_TILES_SMALL
-                    + MATMUL_TILES_THREE_QUARTER + MATMUL_TILES_96)
+                    + MATMUL_TILES_THREE_QUARTER + MATMUL_TILES_96 + MATMUL_TILES_TALL)
 # Not among them, measured slower on the H200 (commit af174f5 had them; bench/results/tile_order_h200/):
 # the wide micro-tiles on slices of 32 elements of K (64x64x32m8x4, 64x32x32m8x4, 32x64x32m4x8; half the
 # barriers, two quads of each operand loaded a slice). 1024 x 384 x 1536 took 67.5 us on 64x64x32m8x4
@@ -356,12 +373,13 @@ def gemv_tile(m: int, k: int, n: int, variant: str, quantised: bool = False) -> 
 
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
-                quantised: bool = False) -> MatmulTile:
+                quantised: bool = False, prologue: bool = False) -> MatmulTile:
     """The work split of an [M,K] x [K,N] product, chosen at lowering time (a tile of MATMUL_TILES or
-    MATMUL_TILES_WIDE, or THREE_QUARTER_TILE). ``variant``, ``layer_norm`` and ``quantised`` change the choice
-    only between GEMV_MAX_ROWS and GEMV_BT_MAX_ROWS rows, where 'BT' products may take the GEMV kernel
-    (:func:`gemv_bt_rows`), and ``quantised`` a 'BT' GEMV's columns (:func:`gemv_bt_cols`); otherwise products
-    with an RmsNorm or SwiGLU prologue or quantised B take the tile of their shape (measured as f32 'BT'
+    MATMUL_TILES_WIDE, THREE_QUARTER_TILE or WIDE_HEAD_TILE). ``variant``, ``layer_norm`` and ``quantised`` change
+    the choice between GEMV_MAX_ROWS and GEMV_BT_MAX_ROWS rows, where 'BT' products may take the GEMV kernel
+    (:func:`gemv_bt_rows`), and ``quantised`` a 'BT' GEMV's columns (:func:`gemv_bt_cols`); ``layer_norm``,
+    ``quantised`` and ``prologue`` (an RmsNorm or SwiGLU prologue) keep a wide product off WIDE_HEAD_TILE;
+    otherwise products with a prologue or quantised B take the tile of their shape (measured as f32 'BT'
     products).
 
     M <= GEMV_MAX_ROWS, or a 'BT' product that :func:`gemv_bt_rows` gives the GEMV (B as blocks where
@@ -382,7 +400,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
     by its tiles (a product as wide as an LM head), ONE_ROW_BLOCK_TILE (64x128) instead; where 64x64 would
     split a long K into LONG_K_MIN_SPLITS (2) or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more
     ranges); where a widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if
-    its workgroups come nearer without passing it.
+    its workgroups come nearer without passing it; where 128x128 reaches it with M of 256 or more, N of
+    WIDE_HEAD_MIN_N (8192) or more in quads, f32 B and no prologue, WIDE_HEAD_TILE (256x128, 16x8 an invocation).
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
@@ -432,6 +451,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
         if workgroups >= MIN_WORKGROUPS and long != 32:
             if sides == (128, 128) and m <= 128:  # one row of tiles: halve its rows (ONE_ROW_BLOCK_TILE)
                 return ONE_ROW_BLOCK_TILE
+            if sides == (128, 128) and _wide_head(m, n, layer_norm or quantised or prologue):
+                return WIDE_HEAD_TILE
             if _long_k_split(tile, m, k, n):
                 return LONG_K_SPLIT_TILE
             if _three_quarter(tile, m, k, n):
@@ -459,6 +480,33 @@ NARROW_ROWS_ON_TIES = True
 #: head has the RmsNorm prologue, 2727.3-2829.3 us GPU with it on 64x64x16m8x4 against 2689.0-2691.2 on 64x128x8
 #: (``bench/plan_variants.py``, three alternated rounds, bench/results/narrow_rows_h200/head_prefill.json): kept.
 ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
+
+#: The tile :func:`matmul_tile` takes instead of 128x128 for a wide product (an LM head, a vocabulary projection):
+#: M of at least 256, N of at least WIDE_HEAD_MIN_N and a multiple of 4 (its quads stored whole; MATMUL_TILES_TALL's
+#: 256x128x8m16x8, 256 invocations of 16x8, in one K range: :func:`matmul_splits`). It needs 24 KiB of workgroup
+#: memory; on a device that offers less (WebGPU's default is 16 KiB) :func:`matmul_kernel_for` takes 128x128x8.
+#: On an H100 (``bench/matmul.py --sweep``, 2026-12-07, bench/results/tiles_tall_h100/sweep_tall4.json; the tile
+#: reading its sizes from the uniform, as the tiles of 128 rows do, :func:`constant_shape`) it took 0.932-0.987x
+#: 128x128x8's time at all eight such products timed: 256 / 512 / 1024 x 576 x 49152 395.7 / 787.2 / 1562.4 us
+#: against 423.4 / 818.3 / 1607.9, 256 x 1024 x 32000 459.1 / 492.8, 512 x 2048 x 32000 1806.4 / 1846.2,
+#: 1024 x 2048 x 8192 907.8 / 924.8, 1024 x 4096 x 8192 1798.9 / 1822.1, 512 x 4096 x 16384 1797.6 / 1831.6.
+#: Left out: N = 50257 (its stores one float at a time, :func:`out_vec4`), 1024 x 768 x 50257 2592.8 against
+#: 2114.3; and N below 8192, where it was faster at three products (2048 / 4096 x 1024 x 4096 0.943x / 0.948x,
+#: 2048 x 4096 x 4096 0.986x) and slower at three: 4096 x 576 x 1536 1.20x, 2048 x 768 x 3072 1.24x and 4096^3
+#: 1.73x (6272.0 against 3635.8 us; 4300.8 against 3644.0 in another call, sweep_tall.json, with its sizes as
+#: constants, which made it slower at the others: sweep_tall2.json). Only for products with f32 B and no prologue:
+#: SmolLM2's prefill of 512 tokens, whose LM head (512 x 576 x 49152) has the RmsNorm prologue, took 9228.0-9231.6
+#: us GPU with it on this tile against 9139.4-9141.9 on 128x128x8 (``bench/plan_variants.py``, three alternated
+#: rounds, ab_prefill512_head.json); quantised B and the LayerNorm and SwiGLU prologues were not timed on it.
+WIDE_HEAD_TILE = MATMUL_TILES_TALL[0]
+WIDE_HEAD_MIN_N = 8192
+
+
+def _wide_head(m: int, n: int, unmeasured: bool) -> bool:
+    # WIDE_HEAD_TILE for a product whose pick is 128x128: at least 256 rows, N of at least WIDE_HEAD_MIN_N in quads,
+    # and (``unmeasured`` False) plain f32 B with no prologue, the products it was measured faster on (with the
+    # RmsNorm prologue slower: see WIDE_HEAD_TILE)
+    return not unmeasured and m >= WIDE_HEAD_TILE.bm and n >= WIDE_HEAD_MIN_N and n % 4 == 0
 
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
 #: (4x8 per invocation, slices of 8), in about twice the K ranges. On an H200 (``bench/matmul.py --sweep``,
@@ -597,8 +645,9 @@ def matmul_splits(tile: MatmulTile, m: int, k: int, n: int) -> int:
     second dispatch, matmul_split_reduce.wgsl or the final stage, adds them and applies the row scale and the
     epilogue). S brings the workgroups nearest TARGET_WORKGROUPS, up to
     SPLIT_MAX and at least SPLIT_MIN_K elements of K per range (the last range may be shorter),
-    then the fewest ranges of whole slices that gives. 1 for the GEMV kernel."""
-    if tile.gemv:
+    then the fewest ranges of whole slices that gives. 1 for the GEMV kernel and the tiles of more than 128
+    rows (WIDE_HEAD_TILE)."""
+    if tile.gemv or tile.bm > 128:  # (WIDE_HEAD_TILE: measured in one range)
         return 1
     return _whole_ranges(math.ceil(k / tile.bk), _split_count(tile, m, k, n))
 
@@ -638,7 +687,8 @@ def matmul_choice(tile: MatmulTile | None = None, splits: int | None = None,
     a shape that is not three positive ints."""
     if tile is not None and tile not in MATMUL_TILES_ALL:
         raise LoweringError(f"matmul_choice: {tile} is not one of MATMUL_TILES, MATMUL_TILES_DEEP, "
-                            f"MATMUL_TILES_WIDE, MATMUL_TILES_SMALL, MATMUL_TILES_THREE_QUARTER or MATMUL_TILES_96")
+                            f"MATMUL_TILES_WIDE, MATMUL_TILES_SMALL, MATMUL_TILES_THREE_QUARTER, MATMUL_TILES_96 or "
+                            "MATMUL_TILES_TALL")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise LoweringError(f"matmul_choice: splits must be a positive int, got {splits!r}")
     if gemv_cols is not None and gemv_cols not in GEMV_COLS_ALLOWED:
@@ -678,12 +728,12 @@ def _choice_for(m: int, k: int, n: int) -> tuple[MatmulTile | None, int | None, 
     return None, None, None
 
 
-def _forced_choice(m: int, k: int, n: int, variant: str, layer_norm: bool,
-                   quantised: bool) -> tuple[MatmulTile | None, int | None, MatmulTile]:
+def _forced_choice(m: int, k: int, n: int, variant: str, layer_norm: bool, quantised: bool,
+                   prologue: bool = False) -> tuple[MatmulTile | None, int | None, MatmulTile]:
     # (matmul_choice's tile, its split count, matmul_tile's pick) for a product: a forced tile applies to the tiled
     # kernel (a product of more than GEMV_MAX_ROWS rows), forced GEMV columns to a 'BT' GEMV
     forced_tile, forced_splits, forced_cols = _choice_for(m, k, n)
-    heuristic = matmul_tile(m, k, n, variant, layer_norm, quantised)
+    heuristic = matmul_tile(m, k, n, variant, layer_norm, quantised, prologue)
     if heuristic.gemv and (m <= GEMV_MAX_ROWS or forced_tile is None):
         forced_tile, forced_splits = None, None  # matmul_choice's tiles are the tiled kernel's
         if forced_cols is not None and variant == "BT":
@@ -692,10 +742,10 @@ def _forced_choice(m: int, k: int, n: int, variant: str, layer_norm: bool,
 
 
 def chosen_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
-                quantised: bool = False) -> MatmulTile:
+                quantised: bool = False, prologue: bool = False) -> MatmulTile:
     """The tile :func:`matmul_kernel_for` takes for an [M,K] x [K,N] product when its caller gives none: an open
     :func:`matmul_choice` block's for the product's shape, else :func:`matmul_tile`'s."""
-    forced_tile, _, heuristic = _forced_choice(m, k, n, variant, layer_norm, quantised)
+    forced_tile, _, heuristic = _forced_choice(m, k, n, variant, layer_norm, quantised, prologue)
     return forced_tile or heuristic
 
 
@@ -1186,7 +1236,8 @@ def constant_shape(tile: MatmulTile, n: int) -> bool:
     tile counts, the K range, eps) as WGSL constants rather than from its uniform (``Kernel.constant_params``,
     which ``lower(..., constant_params=True)`` honours): a pipeline per shape, whose index arithmetic the
     driver folds. Where :data:`MATMUL_CONSTANT_SHAPES`, N is below :data:`CONSTANT_SHAPES_MAX_N` and the tile
-    is not one of 128 rows (as for keeps_runtime_checks: 4096^3 'BT' on 128x128x8 took 3886 us with constants,
+    has fewer than 128 rows (WIDE_HEAD_TILE's 256: see there; for those of 128 as for keeps_runtime_checks:
+    4096^3 'BT' on 128x128x8 took 3886 us with constants,
     ``matmul_bt_4096.json``, against 3608 and 3623 without, ``mm_checked.json`` and ``final_bt_4096_uniform.json``,
     each in a call of its own). The GEMV kernel (a ``tile.gemv`` tile) may where its workgroup's rows times
     columns is below 64: with constants its 4-row, 16-column form took 4 x 576 x 1536 in 8.05 us and 4 x 576 x
@@ -1206,7 +1257,7 @@ def constant_shape(tile: MatmulTile, n: int) -> bool:
     instead of three."""
     if tile.gemv:
         return MATMUL_CONSTANT_SHAPES and tile.bm * tile.bn < 64
-    return MATMUL_CONSTANT_SHAPES and n < CONSTANT_SHAPES_MAX_N and tile.bm != 128
+    return MATMUL_CONSTANT_SHAPES and n < CONSTANT_SHAPES_MAX_N and tile.bm < 128
 
 
 def covers(tile: MatmulTile, m: int, k: int, n: int, splits: int) -> bool:
@@ -1416,7 +1467,10 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             "or a norm prologue")
     if quant is not None and variant != "BT":
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
-    forced_tile, forced_splits, heuristic = _forced_choice(m, k, n, variant, layer_norm, quant is not None)
+    forced_tile, forced_splits, heuristic = _forced_choice(m, k, n, variant, layer_norm, quant is not None,
+                                                           rms_norm or swiglu)
+    if heuristic == WIDE_HEAD_TILE and heuristic.storage > workgroup_storage:
+        heuristic = _TILE_BY_SIDES[(128, 128)]  # the tile WIDE_HEAD_TILE stands in for, in 16 KiB
     given = tile or forced_tile  # a caller's or matmul_choice's tile
     tile = given or heuristic
     if tile.storage > workgroup_storage:

@@ -119,15 +119,17 @@ def test_packed_and_shared_weights(device):
 
 
 def test_weights_that_keep_their_layout(device, monkeypatch):
-    # the GEMV (few rows) and the tiles of 128 rows read B as stored; TRANSPOSE_WEIGHTS False turns it off
+    # the GEMV (few rows) and the tiles of 128 rows or more (WIDE_HEAD_TILE's 256) read B as stored;
+    # TRANSPOSE_WEIGHTS False turns it off
     from eggfuse.ir.ops.matmul_kernel import matmul_tile
 
-    for m, k, n in ((3, 64, 96), (12, 64, 96), (640, 16, 8192)):
+    shapes = ((3, 64, 96), (12, 64, 96), (640, 16, 8188), (640, 16, 8192))
+    for (m, k, n), rows in zip(shapes, (3, 12, 128, 256), strict=True):
         g = Graph()
         g.set_outputs([g.add_node("MatMulBT", (g.input("x", (m, k)), g.parameter("w", (n, k))))])
         plan = _lower(g, device, True)
         tile = matmul_tile(m, k, n, "BT")
-        assert tile.gemv or tile.bm == 128
+        assert tile.bm == rows
         assert not any(b.name == "w.T" for b in plan.buffers) and "_BT_" in plan.dispatches[0].kernel
     g = _product("MatMulBT", 37, 67, 72)
     monkeypatch.setattr(layout, "TRANSPOSE_WEIGHTS", False)
@@ -159,15 +161,15 @@ def test_a_weight_stored_k_by_n_on_128_row_tiles_is_read_as_n_by_k(device):
 
     for op in ("MatMul", "FusedMatMul"):
         g = Graph()
-        x, w = g.input("x", (640, 16)), g.parameter("w", (16, 8192))
+        x, w = g.input("x", (640, 16)), g.parameter("w", (16, 8188))  # N below WIDE_HEAD_MIN_N: 128x128
         y = g.add_node("MatMul", (x, w)) if op == "MatMul" else g.add_node(
-            op, (x, w, g.parameter("bias", (8192,))), variant="", epilogue=("bias",))
+            op, (x, w, g.parameter("bias", (8188,))), variant="", epilogue=("bias",))
         g.set_outputs([y])
-        assert matmul_tile(640, 16, 8192, "").bm == 128
+        assert matmul_tile(640, 16, 8188, "").bm == 128
         kn, got = _run(g, device, True)
         _, want = _run(g, device, False)
         (t,) = [b for b in kn.plan.buffers if b.name == "w.T"]
-        assert t.shape == (8192, 16) and "_BT_128x128x8_" in kn.plan.dispatches[0].kernel
+        assert t.shape == (8188, 16) and "_BT_128x128x8_" in kn.plan.dispatches[0].kernel
         assert kn.plan.dispatches[0].op == op
         np.testing.assert_array_equal(got[0], want[0])
 
@@ -181,8 +183,8 @@ def test_a_forced_tile_decides_the_layout(device):
     tiles = {t.name: t for t in MATMUL_TILES_ALL}
     for op, (m, k, n), forced, flipped in (("MatMulBT", (256, 64, 256), "128x128x8", False),
                                            ("MatMulBT", (256, 64, 256), "64x64x16", True),
-                                           ("MatMul", (640, 16, 8192), "64x64x16", False),
-                                           ("MatMul", (640, 16, 8192), "128x128x8", True)):
+                                           ("MatMul", (640, 16, 8188), "64x64x16", False),
+                                           ("MatMul", (640, 16, 8188), "128x128x8", True)):
         g = Graph()
         shape = (n, k) if op == "MatMulBT" else (k, n)
         g.set_outputs([g.add_node(op, (g.input("x", (m, k)), g.parameter("w", shape)))])

@@ -27,6 +27,7 @@ from eggfuse.ir.ops.matmul_kernel import (
     MATMUL_TILES_ALL,
     MATMUL_TILES_DEEP,
     MATMUL_TILES_SMALL,
+    MATMUL_TILES_TALL,
     MATMUL_TILES_THREE_QUARTER,
     MATMUL_TILES_WIDE,
     MATMUL_WG,
@@ -287,7 +288,8 @@ def test_matmul_tile_heuristic():
     # (nearest 384 / tiles, at most 8, at least 72 elements of K each); else the walked tile of the
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
-    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200),
+    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200), one of
+    # 256 rows or more, N of 8192 or more and a multiple of 4 256x128 (WIDE_HEAD_TILE, measured faster on an H100),
     # and a 64x64 pick in 2 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A 64x32
     # pick whose 32x64 counterpart cuts as many tiles takes 32x64 (NARROW_ROWS_ON_TIES). A widened
     # 64x64 pick in one range below 384 workgroups takes 64x48 (THREE_QUARTER_TILE) where those stay within 384.
@@ -318,7 +320,11 @@ def test_matmul_tile_heuristic():
         (128, 576, 576): ("32x64x16", 8),         # 32x64 (N >= M): 36 x 8 = 288 (at most 8 ranges of 72 or more)
         (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
         (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
-        (256, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows
+        (256, 576, 49152): ("256x128x8m16x8", 1),  # wide, 256 rows or more (WIDE_HEAD_TILE): one range
+        (1024, 2048, 8192): ("256x128x8m16x8", 1),  # 256 tiles of 256x128: one range still
+        (255, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows of 128
+        (4096, 576, 1536): ("128x128x8", 1),      # N below WIDE_HEAD_MIN_N (measured slower on 256x128)
+        (1024, 768, 50257): ("128x128x8", 1),     # N not a multiple of 4
         (129, 576, 49152): ("128x128x8", 1),
         (128, 40, 36868): ("64x128x8", 1),        # tests/gpu/test_ops.py's row: 289 tiles of 128x128
         (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
@@ -578,12 +584,36 @@ def test_matmul_tiles_fit_their_workgroup_memory():
         slices = 2 * t.bk * (t.bm + t.bn)
         assert (t.ksplit - 1) * (t.wg // t.ksplit) <= slices // 4 and t.bm * t.bk // 4 + 2 * t.bm <= slices, t
     assert THREE_QUARTER_TILE == MATMUL_TILES_THREE_QUARTER[0] and THREE_QUARTER_TILE.name == "64x48x16m8x4w192"
-    for t in MATMUL_TILES_96:  # whole warps, K groups dividing the slice, a row each for the RmsNorm sums
+    for t in MATMUL_TILES_96 + MATMUL_TILES_TALL:  # whole warps, K groups dividing the slice, a row each for RmsNorm
         assert t.ksplit * (t.bm // t.tm) * (t.bn // t.tn) == t.wg and t.wg % 32 == 0 and t.bm <= t.wg, t
         assert t.bk % (4 * t.ksplit) == 0 and t.storage <= DEEP_STORAGE, t
         slices = 2 * t.bk * (t.bm + t.bn)
         assert (t.ksplit - 1) * (t.wg // t.ksplit) <= slices // 4 and t.bm * t.bk // 4 + 2 * t.bm <= slices, t
     assert len({t.name for t in MATMUL_TILES_ALL}) == len(MATMUL_TILES_ALL)  # names pick tiles in sweeps
+
+
+@pytest.mark.parametrize("storage, tile", [(32768, "256x128x8m16x8"), (24576, "256x128x8m16x8"),
+                                           (16384, "128x128x8")])
+def test_a_wide_product_takes_the_256_row_tile_where_the_device_offers_its_workgroup_memory(storage, tile):
+    # WIDE_HEAD_TILE needs 24 KiB; WebGPU's default limit is 16 KiB, where the 128x128 tile it stands in for runs
+    g = Graph()
+    x, w = g.input("x", [1024, 64]), g.parameter("w", [8192, 64])  # 512 tiles of 128x128
+    g.set_outputs([g.matmul_bt(x, w)])
+    plan = lower(g, {"max-compute-workgroup-storage-size": storage})
+    (d,) = plan.dispatches
+    assert f"_{tile}_" in d.kernel + "_" and matmul_kernel_module.WIDE_HEAD_TILE.storage == 24576, d.kernel
+
+
+def test_a_wide_product_with_a_prologue_or_quantised_b_keeps_the_128_row_tile():
+    # WIDE_HEAD_TILE was measured faster on plain f32 products only (with the RmsNorm prologue slower)
+    for flags in (dict(prologue=True), dict(layer_norm=True), dict(quantised=True)):
+        assert matmul_tile(256, 576, 49152, "BT", **flags).name == "128x128x8", flags
+    g = Graph()
+    x, w = g.input("x", [1024, 64]), g.parameter("w", [8192, 64])
+    g.set_outputs([g.add_node("FusedRmsNormMatMul", (x, g.parameter("g", [64]), w), eps=1e-6, variant="BT",
+                              epilogue=())])
+    kernels = [d.kernel for d in lower(g, {"max-compute-workgroup-storage-size": 32768}).dispatches]
+    assert len(kernels) == 1 and "_128x128x8_" in kernels[0], kernels
 
 
 def test_the_tiled_kernel_stores_quads_where_n_is_a_multiple_of_4():
