@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..kernel import Kernel, elementwise_groups
-from ..spec import Attr, need, need_f32, op
+from ..spec import Attr, need, need_axes, need_f32, op
 from .reduce_axes import INFERENCE, arg_kernel, check_axes, layout_params
 
 FAMILY = "axis_norms"
@@ -25,7 +25,7 @@ FAMILY = "axis_norms"
 def _axis_f32(ts, a):
     x = ts[0]
     need_f32(x, "input")
-    need(0 <= a["axis"] < x.rank, f"axis {a['axis']} out of range for {x}")
+    need_axes([a["axis"]], x)
     return x
 
 

@@ -34,7 +34,8 @@ def matmul_dims(ts: list[TensorType], variant: str) -> tuple[int, int, int]:
     need_f32(a, "A")
     need_f32(b, "B")
     if a.rank != 2 or b.rank != 2:  # messages built only when raised: this runs for every matmul priced
-        need(False, f"needs 2-D operands, got A {a} and B {b}")
+        need(False, f"needs 2-D operands, got A {a} and B {b}: reshape a batch of rows to [B*S, K] first, or "
+                    "use BatchMatMul (g.add_node('BatchMatMul', ...)) for a product per batch")
     if variant == "AT":  # C = A^T B, A [K,M], B [K,N]
         (k, m), (k2, n) = a.shape, b.shape
     elif variant == "BT":  # C = A B^T, A [M,K], B [N,K]

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..kernel import Kernel, elementwise_groups
-from ..spec import Attr, need, no_grad, op
+from ..spec import Attr, need, need_axes, no_grad, op
 from ..types import DType, TensorType
 
 FAMILY = "reduce_axes"
@@ -92,7 +92,7 @@ def layout_params(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple,
 
 
 def check_axes(t: TensorType, axes: tuple[int, ...]) -> None:
-    need(all(0 <= a < t.rank for a in axes), f"axes {list(axes)} out of range for {t}")
+    need_axes(axes, t, "axes")
     need(list(axes) == sorted(set(axes)), f"axes {list(axes)} must be sorted and distinct")
 
 
@@ -269,7 +269,7 @@ def arg_kernel(node, x: TensorType, axis: int, cmp: str, last: bool, store: str)
 def _arg_infer(ts, a):
     x = ts[0]
     need(x.dtype in (DType.F32, DType.I32), f"input must be f32 or i32, got {x}")
-    need(0 <= a["axis"] < x.rank, f"axis {a['axis']} out of range for {x}")
+    need_axes([a["axis"]], x)
     return TensorType(reduced_shape(x.shape, (a["axis"],), a["keepdims"]), DType.I32)
 
 

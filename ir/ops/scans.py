@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import Attr, example, need, op, rules
+from ..spec import Attr, example, need, need_axes, op, rules
 from ..types import DType, TensorType
 from .reduce_axes import INFERENCE, line_params, wrap_i32
 
@@ -25,7 +25,7 @@ SCAN_GROUP_MIN_LEN = 128
 def _numeric_axis(ts, a) -> TensorType:
     x = ts[0]
     need(x.dtype in (DType.F32, DType.I32), f"input must be f32 or i32, got {x}")
-    need(0 <= a["axis"] < x.rank, f"axis {a['axis']} out of range for {x}")
+    need_axes([a["axis"]], x)
     return x
 
 
@@ -81,7 +81,7 @@ op("CumProd", ("x",), _numeric_axis, _scan_ref(np.cumprod, 1), attrs=_SCAN_ATTRS
 def _padded_positions_infer(ts, a):
     x = ts[0]
     need(x.dtype is DType.I32, f"ids must be i32, got {x}")
-    need(0 <= a["axis"] < x.rank, f"axis {a['axis']} out of range for {x}")
+    need_axes([a["axis"]], x)
     return x
 
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..kernel import Buffer, Kernel, elementwise_groups
-from ..spec import NO_GRAD, VIEW_ALIGN, Attr, example, need, need_f32, op, rules
+from ..spec import NO_GRAD, VIEW_ALIGN, Attr, example, need, need_axes, need_f32, op, rules
 from ..types import TensorType
 
 FAMILY = "shape"
@@ -123,7 +123,7 @@ CONCAT_INPUTS_PER_DISPATCH = 16
 def _concat(ts, a):
     axis = a["axis"]
     first = ts[0]
-    need(axis in range(first.rank), f"axis {axis} out of range for {first}")
+    need_axes([axis], first)
     for t in ts[1:]:
         need(t.dtype == first.dtype and t.rank == first.rank
              and all(d == e for i, (d, e) in enumerate(zip(t.shape, first.shape, strict=True)) if i != axis),

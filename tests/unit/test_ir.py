@@ -403,3 +403,18 @@ def test_functions_that_take_a_graph_say_what_they_got_and_how_to_get_one(given,
     for call in (lambda: evaluate(given, {}, {}), lambda: lower(given)):
         with pytest.raises(InputError, match=re.escape(says)):
             call()
+
+
+def test_a_negative_axis_is_answered_with_the_axis_to_write_and_a_3d_matmul_with_its_forms():
+    g = Graph()
+    x = g.input("x", [2, 8, 32])
+    for build in (lambda: g.add_node("ReduceMean", [x], axes=[-1], keepdims=True), lambda: g.concat([x, x], axis=-1),
+                  lambda: g.add_node("CumSum", [x], axis=-1)):
+        with pytest.raises(GraphError, match=re.escape("count axes from 0 (0..2 here): write axis + rank for a "
+                                                       "negative one (-1 is 2)")):
+            build()
+    # no hint where the axis is not negative
+    with pytest.raises(GraphError, match=r"axes \[5\] out of range for f32\[2,8,32\] \[inputs"):
+        g.add_node("ReduceMean", [x], axes=[5], keepdims=True)
+    with pytest.raises(GraphError, match=re.escape("reshape a batch of rows to [B*S, K] first, or use BatchMatMul")):
+        g.matmul(x, g.parameter("w", [32, 4]))
