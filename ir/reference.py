@@ -49,7 +49,7 @@ def check_array(what: str, value, ty: TensorType, *, copy: bool = True, finite: 
                 arr.min() < info.min or arr.max() > info.max):
             what_ = "indices" if ty.dtype is DType.U32 else "values"
             span = "[0, 2^32)" if ty.dtype is DType.U32 else f"[-2^31, 2^31) for {ty}"
-            narrowed = (" (eggfuse computes ONNX's int64 as int32: give values that fit 32 bits)"
+            narrowed = (" (eggfuse's integers are 32-bit, an ONNX model's int64 too: give values that fit 32 bits)"
                         if arr.dtype == np.int64 and ty.dtype is DType.I32 else "")
             raise InputError(f"{what}: {what_} must lie in {span}, got {arr.min()}..{arr.max()}{narrowed}")
         return arr.astype(ty.dtype.numpy, copy=copy)
@@ -121,12 +121,13 @@ def check_mapping(kind: str, value, names: Iterable[str]) -> None:
 def evaluate(
     graph: Graph,
     inputs: Mapping[str, np.ndarray],
-    params: Mapping[str, np.ndarray],
+    params: Mapping[str, np.ndarray] | None = None,
     outputs: Sequence[NodeId] | None = None,
     *,
     check_finite: bool = True,
 ) -> list[np.ndarray]:
-    """Evaluate ``graph`` in float64 numpy; returns one array per output node.
+    """Evaluate ``graph`` in float64 numpy; returns one array per output node. ``params`` None: the graph has no
+    parameters.
 
     ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
     dtype; integer indices for U32 inputs). Raises :class:`InputError` for a missing or
@@ -135,6 +136,7 @@ def evaluate(
     and the graph has none. The arrays passed in are not modified.
     """
     require_graph("evaluate", graph)
+    params = {} if params is None else params
     if outputs is None:
         graph.check_outputs()
     check_mapping("input", inputs, graph.inputs)

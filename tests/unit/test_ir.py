@@ -418,3 +418,14 @@ def test_a_negative_axis_is_answered_with_the_axis_to_write_and_a_3d_matmul_with
         g.add_node("ReduceMean", [x], axes=[5], keepdims=True)
     with pytest.raises(GraphError, match=re.escape("reshape a batch of rows to [B*S, K] first, or use BatchMatMul")):
         g.matmul(x, g.parameter("w", [32, 4]))
+
+
+def test_evaluate_takes_no_params_for_a_graph_without_parameters():
+    g = Graph()
+    g.set_outputs([g.relu(g.input("x", [3]))])
+    (y,) = evaluate(g, {"x": np.array([-1.0, 0.5, 2.0])})
+    np.testing.assert_array_equal(y, [0.0, 0.5, 2.0])
+    h = Graph()
+    h.set_outputs([h.add(h.input("x", [3]), h.parameter("w", [3]))])
+    with pytest.raises(InputError, match=r"Parameter 'w' \(f32\[3\]\) was not given"):
+        evaluate(h, {"x": np.zeros(3)})
