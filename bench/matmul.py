@@ -60,8 +60,10 @@ import numpy as np
 
 from eggfuse.ir import DType, Graph
 from eggfuse.ir.ops.matmul_kernel import (
+    DEEP_STORAGE,
     MATMUL_TILES_ALL,
     MatmulTile,
+    fitted_tile,
     matmul_choice,
     matmul_splits,
     matmul_tile,
@@ -134,7 +136,7 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
     storage = int(device.limits["max-compute-workgroup-storage-size"])  # what a forced tile may take
     for m, k, n in todo:
         if True:
-            pick = matmul_tile(m, k, n, "BT", quantised=weights != "f32")
+            pick = fitted_tile(matmul_tile(m, k, n, "BT", quantised=weights != "f32"), storage)
             pick_splits = matmul_splits(pick, m, k, n)
             best = None
             for tile in dict.fromkeys((*tiles, pick)):  # the heuristic's pick even when not among ``tiles``
@@ -164,10 +166,11 @@ def sweep(device, budget: float, repeats: int, todo: list[tuple[int, int, int]],
     return rows
 
 
-def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None, weights: str = "f32") -> MatmulTile:
-    """The tile our kernel takes: the heuristic's (B stored as ``weights``), or the GEMV with ``gemv_cols``
-    columns forced."""
-    tile = matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "", quantised=weights != "f32")
+def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None, weights: str = "f32",
+          storage: int = DEEP_STORAGE) -> MatmulTile:
+    """The tile our kernel takes on a device of ``storage`` bytes of workgroup memory: the heuristic's (B stored as
+    ``weights``), or the GEMV with ``gemv_cols`` columns forced."""
+    tile = fitted_tile(matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "", quantised=weights != "f32"), storage)
     if gemv_cols is not None and op == "MatMulBT" and tile.gemv:
         return MatmulTile(m, gemv_cols, 0, gemv=True)
     return tile
@@ -403,7 +406,9 @@ def main() -> None:
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
         row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
                "kernel": "; ".join(d.kernel for d in session.plan.dispatches),
-               "tile": (tile := _tile(op, m, k, n, args.gemv_cols, args.weights)).name, "gemv_cols": args.gemv_cols,
+               "tile": (tile := _tile(op, m, k, n, args.gemv_cols, args.weights,
+                                      int(device.limits["max-compute-workgroup-storage-size"]))).name,
+               "gemv_cols": args.gemv_cols,
                "splits": matmul_splits(tile, m, k, n),
                "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
                "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,

@@ -169,7 +169,7 @@ class Graph:
     def node(self, nid: NodeId) -> Node:
         """The node of id ``nid`` (an int its builder returned). Raises :class:`GraphError` for an id that is
         not one of this graph's nodes (a negative one included)."""
-        if isinstance(nid, bool) or not isinstance(nid, int | np.integer) or not 0 <= nid < len(self.nodes):
+        if isinstance(nid, bool) or not isinstance(nid, _ID_TYPES) or not 0 <= nid < len(self.nodes):
             raise GraphError(f"node id {nid!r} is not a node of this graph ({len(self.nodes)} nodes, ids 0.."
                              f"{len(self.nodes) - 1}; use the ids the graph's methods return)")
         return self.nodes[nid]
@@ -446,7 +446,6 @@ class Graph:
         as such are kept (a -inf mask). Raises :class:`GraphError` when the values do not fill ``shape`` or do
         not fit ``dtype``: a finite value beyond float32's range, an integer float32 does not hold exactly (beyond
         2^24), an integer beyond an integer dtype's range."""
-        from .errors import InputError
         from .reference import check_array
 
         dtype = self._dtype("Constant", "value", dtype)  # "f32" or np.int32, as input() takes them
@@ -660,6 +659,9 @@ class Graph:
         return self.add_node("MeanAll", (x,))
 
 
+_ID_TYPES = (int, np.integer)  # what a node id may be (bool excluded apart)
+
+
 def require_graph(what: str, graph: Any) -> None:
     """Raise :class:`~eggfuse.ir.InputError` unless ``graph`` is a :class:`Graph`: ``what`` names the function
     (``eggfuse.compile``), the message says what was given and how to get a Graph from it (an ONNX file or
@@ -670,9 +672,15 @@ def require_graph(what: str, graph: Any) -> None:
     if isinstance(graph, tuple) and graph and isinstance(graph[0], Graph):
         hint = ("eggfuse.onnx.load gives a (graph, params) pair: unpack it, graph, params = eggfuse.onnx.load(path), "
                 "and pass the graph (and the params where they are asked for)")
-    elif isinstance(graph, str | bytes | os.PathLike) or kind == "ModelProto":
+    elif kind == "ModelProto" or str(graph).endswith(".onnx"):
         hint = ("for an ONNX file or ModelProto use graph, params = eggfuse.onnx.load(model), or "
                 "eggfuse.onnx.Model(model) to compile and run it in one step")
+    elif isinstance(graph, str | os.PathLike):
+        hint = ("a shipped model's graph by name is eggfuse.api.model_graph('minilm' | 'smollm2' | 'llama:LAYERS'); "
+                "a Hugging Face folder or .gguf file runs through eggfuse.load_model; an ONNX file through "
+                "eggfuse.onnx.load")
+    elif kind == "Model" and type(graph).__module__.startswith("eggfuse.onnx"):
+        hint = "an eggfuse.onnx.Model compiles itself: call its run(feeds)"
     elif kind == "ExecutionPlan":
         hint = "an ExecutionPlan is already lowered: run it with eggfuse.runtime.Session(plan, params)"
     else:

@@ -130,7 +130,7 @@ def evaluate(
     parameters.
 
     ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
-    dtype; integer indices for U32 inputs). Raises :class:`InputError` for a missing or
+    dtype; integer indices for U32 inputs). Raises :class:`InputError` for a ``graph`` that is not a Graph, a missing or
     mis-shaped leaf, feeds that are not mappings and (unless ``check_finite=False``) a NaN or
     infinity in a float leaf, :class:`~eggfuse.ir.GraphError` when ``outputs`` is not given
     and the graph has none. The arrays passed in are not modified.

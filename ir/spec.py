@@ -37,12 +37,12 @@ def need(cond: bool, msg: str) -> None:
 
 def need_axes(axes: Sequence[int], t: TensorType, what: str = "axis") -> None:
     """Raise :class:`ShapeError` unless each of ``axes`` is an axis of ``t`` counted from 0 (0 .. rank - 1), as the
-    graph's ops take them (the ONNX importer turns ONNX's negative axes into these): ``what`` names them in the
+    ops that call this take them (the ONNX importer turns ONNX's negative axes into these): ``what`` names them in the
     message ("axis" shows the one, "axes" the list), which says how to write a negative one."""
     if all(0 <= a < t.rank for a in axes):
         return
     shown = axes[0] if what == "axis" else list(axes)
-    hint = (f"; the graph's ops count axes from 0 (0..{t.rank - 1} here): write axis + rank for a negative one "
+    hint = (f"; this op counts axes from 0 (0..{t.rank - 1} here): write axis + rank for a negative one "
             f"(-1 is {t.rank - 1})" if any(a < 0 for a in axes) and t.rank else "")
     raise ShapeError(f"{what} {shown} out of range for {t}{hint}")
 

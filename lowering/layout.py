@@ -5,7 +5,7 @@ a fused matmul of ``variant='BT'``) or [K, N] (an ONNX exporter's ``MatMul`` ini
 ``variant=''``). The tiled matmul kernel reads B in slices of BK rows of K: stored [N, K], each quad it loads
 runs along K and is stored into workgroup memory as four floats of a column (``store_transposed`` in
 ``shaders/matmul.wgsl``); stored [K, N], a quad runs along N and is stored whole. Which is faster depends on
-the tile: [K, N] on the tiles of fewer than 128 rows, [N, K] on those of 128 (measured below). So where a
+the tile: [K, N] on the tiles of fewer than 128 rows, [N, K] on those of 128 or more (measured below). So where a
 product's weight is a parameter (or a derived parameter packing parameters along N, such as the Q/K/V weights
 concatenated) in the other layout, :func:`~eggfuse.lowering.lower` gives the product a derived parameter of
 its own, the weight transposed once on the host when a session is created (``DerivedParameter.transpose``),
@@ -85,8 +85,8 @@ def _flipped(node: Node, graph: Graph, slot: int, stored: str) -> bool:
     if (n if stored == "BT" else k) % 4:  # the other layout's rows would not load as quads (measured: as quads)
         return False
     # the tile it takes (an open matmul_choice block's, as lowering gives it)
-    tile = chosen_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul",
-                       prologue=node.op in ("FusedRmsNormMatMul", "FusedSwiGLUMatMul"))
+    # (a prologue changes the pick between WIDE_HEAD_TILE and 128x128 only, both of 128 rows or more: not asked)
+    tile = chosen_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul")
     return not tile.gemv and (tile.bm < 128 if stored == "BT" else tile.bm >= 128)
 
 

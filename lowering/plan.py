@@ -273,13 +273,13 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
 
     ``transpose_weights=True`` (None: :data:`.layout.TRANSPOSE_WEIGHTS`) gives the tiled products that
     :func:`.layout.transposed_weights` picks (a weight stored [N, K] on a tile of fewer than 128 rows, or [K, N] on
-    one of 128) a derived parameter of their own, the weight transposed (packed once by the session), and lowers
+    one of 128 or more) a derived parameter of their own, the weight transposed (packed once by the session), and lowers
     them with the other variant on it (same values, bit for bit; faster loads: see :mod:`.layout`); a weight
     that no dispatch then reads as stored gets no device buffer. False keeps every weight as stored
     (``eggfuse.compile`` with ``share``: the other session's buffers are the weights as stored).
 
-    Raises InputError for a ``runtime_checks``, ``constant_params`` or ``transpose_weights`` that is not a bool
-    (or None for the latter), GraphError when the
+    Raises InputError for a ``graph`` that is not a Graph, a ``runtime_checks``, ``constant_params`` or
+    ``transpose_weights`` that is not a bool (or None for the latter), GraphError when the
     graph has no outputs, LoweringError when an op has no kernel or the plan
     exceeds a limit (the message names the limit as the WebGPU spec spells it, the node,
     the op and the shapes). Live ops with no dispatch (``Graph.dispatches``) get none; every

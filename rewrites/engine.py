@@ -185,7 +185,8 @@ def optimize(
     (:mod:`.payoff`: one more optimisation per rule that fired and per ruleset).
     ``dump_egglog`` is a file path
     that receives the egglog program (graph, rules, schedule) for replay. The input
-    graph is not modified. Raises :class:`GraphError` for a graph without outputs, :class:`RewriteError` for
+    graph is not modified. Raises :class:`InputError` for a ``graph`` that is not a Graph (a path or ModelProto:
+    ``eggfuse.onnx.load``), :class:`GraphError` for a graph without outputs, :class:`RewriteError` for
     an unknown ``extractor``, a ``cost_model`` that is not a :class:`CostModel` instance, a ``rulesets`` item
     that is not an egglog ``Ruleset``, a rule of a ruleset of one's own named as another rule that runs with it
     (egglog keeps one rule per name), a limit that

@@ -407,7 +407,7 @@ def check_ruleset_objects(rulesets: Any, what: str) -> None:
                            f"{rulesets!r:.60}; {by_name}")
     for i, rs in enumerate(rulesets):
         if not isinstance(rs, EggRuleset):
-            raise RewriteError(f"{what}: rulesets[{i}] is {type(rs).__name__} {rs!r:.60}, not an egglog Ruleset; "
+            raise RewriteError(f"{what}: rulesets[{i}] is {rs!r:.60} ({type(rs).__name__}), not an egglog Ruleset; "
                                f"{by_name}")
 
 

@@ -451,7 +451,7 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
         if workgroups >= MIN_WORKGROUPS and long != 32:
             if sides == (128, 128) and m <= 128:  # one row of tiles: halve its rows (ONE_ROW_BLOCK_TILE)
                 return ONE_ROW_BLOCK_TILE
-            if sides == (128, 128) and _wide_head(m, n, layer_norm or quantised or prologue):
+            if sides == (128, 128) and _wide_head(m, n, variant, layer_norm or quantised or prologue):
                 return WIDE_HEAD_TILE
             if _long_k_split(tile, m, k, n):
                 return LONG_K_SPLIT_TILE
@@ -481,10 +481,12 @@ NARROW_ROWS_ON_TIES = True
 #: (``bench/plan_variants.py``, three alternated rounds, bench/results/narrow_rows_h200/head_prefill.json): kept.
 ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 
-#: The tile :func:`matmul_tile` takes instead of 128x128 for a wide product (an LM head, a vocabulary projection):
-#: M of at least 256, N of at least WIDE_HEAD_MIN_N and a multiple of 4 (its quads stored whole; MATMUL_TILES_TALL's
-#: 256x128x8m16x8, 256 invocations of 16x8, in one K range: :func:`matmul_splits`). It needs 24 KiB of workgroup
-#: memory; on a device that offers less (WebGPU's default is 16 KiB) :func:`matmul_kernel_for` takes 128x128x8.
+#: The tile :func:`matmul_tile` takes instead of 128x128 for a wide product (an LM head, a vocabulary projection)
+#: within the shapes it was measured faster on (:func:`_wide_head`): B read [N, K], M of 256 to WIDE_HEAD_MAX_M padded
+#: to no more rows than on 128x128, N of at least WIDE_HEAD_MIN_N and a multiple of 4 (its quads stored whole), at
+#: least WIDE_HEAD_MIN_WORKGROUPS tiles, f32 B, no prologue (MATMUL_TILES_TALL's 256x128x8m16x8, 256 invocations of
+#: 16x8, in one K range: :func:`matmul_splits`). It needs 24 KiB of workgroup memory; on a device that offers less
+#: (WebGPU's default is 16 KiB) :func:`matmul_kernel_for` takes 128x128x8 (:func:`fitted_tile`).
 #: On an H100 (``bench/matmul.py --sweep``, 2026-12-07, bench/results/tiles_tall_h100/sweep_tall4.json; the tile
 #: reading its sizes from the uniform, as the tiles of 128 rows do, :func:`constant_shape`) it took 0.932-0.987x
 #: 128x128x8's time at all eight such products timed: 256 / 512 / 1024 x 576 x 49152 395.7 / 787.2 / 1562.4 us
@@ -500,13 +502,26 @@ ONE_ROW_BLOCK_TILE = _TILE_BY_SIDES[(64, 128)]
 #: rounds, ab_prefill512_head.json); quantised B and the LayerNorm and SwiGLU prologues were not timed on it.
 WIDE_HEAD_TILE = MATMUL_TILES_TALL[0]
 WIDE_HEAD_MIN_N = 8192
+#: The most rows and the fewest workgroups of the products WIDE_HEAD_TILE was measured faster on (1024 rows;
+#: 256 x 1024 x 32000's 250 tiles); 4096^3, beyond both, was 1.73x slower on it.
+WIDE_HEAD_MAX_M = 1024
+WIDE_HEAD_MIN_WORKGROUPS = 250
 
 
-def _wide_head(m: int, n: int, unmeasured: bool) -> bool:
-    # WIDE_HEAD_TILE for a product whose pick is 128x128: at least 256 rows, N of at least WIDE_HEAD_MIN_N in quads,
-    # and (``unmeasured`` False) plain f32 B with no prologue, the products it was measured faster on (with the
-    # RmsNorm prologue slower: see WIDE_HEAD_TILE)
-    return not unmeasured and m >= WIDE_HEAD_TILE.bm and n >= WIDE_HEAD_MIN_N and n % 4 == 0
+def fitted_tile(tile: MatmulTile, workgroup_storage: int) -> MatmulTile:
+    """The tile a product :func:`matmul_tile` gives ``tile`` runs on, on a device of ``workgroup_storage`` bytes of
+    workgroup memory: ``tile``, but 128x128x8 for WIDE_HEAD_TILE where that offers less than its 24 KiB."""
+    return _TILE_BY_SIDES[(128, 128)] if tile == WIDE_HEAD_TILE and tile.storage > workgroup_storage else tile
+
+
+def _wide_head(m: int, n: int, variant: str, unmeasured: bool) -> bool:
+    # WIDE_HEAD_TILE for a product whose pick is 128x128, within what it was measured faster on (see WIDE_HEAD_TILE):
+    # B read [N, K] ('BT'; a weight stored [K, N] is read so by then, lowering/layout.py), 256 to WIDE_HEAD_MAX_M rows
+    # padded to no more rows than 128x128's (M % 256 0 or above 128), N of at least WIDE_HEAD_MIN_N in quads, at
+    # least WIDE_HEAD_MIN_WORKGROUPS tiles, and (``unmeasured`` False) f32 B and no prologue (the RmsNorm one slower)
+    return (not unmeasured and variant == "BT" and WIDE_HEAD_TILE.bm <= m <= WIDE_HEAD_MAX_M
+            and 2 * math.ceil(m / WIDE_HEAD_TILE.bm) == math.ceil(m / (WIDE_HEAD_TILE.bm // 2))
+            and n >= WIDE_HEAD_MIN_N and n % 4 == 0 and _tiles(WIDE_HEAD_TILE, m, n) >= WIDE_HEAD_MIN_WORKGROUPS)
 
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
 #: (4x8 per invocation, slices of 8), in about twice the K ranges. On an H200 (``bench/matmul.py --sweep``,
@@ -1469,8 +1484,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         raise LoweringError(f"quantised B ({quant}) is decoded along K, which only variant 'BT' stores rows of")
     forced_tile, forced_splits, heuristic = _forced_choice(m, k, n, variant, layer_norm, quant is not None,
                                                            rms_norm or swiglu)
-    if heuristic == WIDE_HEAD_TILE and heuristic.storage > workgroup_storage:
-        heuristic = _TILE_BY_SIDES[(128, 128)]  # the tile WIDE_HEAD_TILE stands in for, in 16 KiB
+    heuristic = fitted_tile(heuristic, workgroup_storage)
     given = tile or forced_tile  # a caller's or matmul_choice's tile
     tile = given or heuristic
     if tile.storage > workgroup_storage:

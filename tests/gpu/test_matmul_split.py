@@ -245,20 +245,22 @@ def test_quantised_and_gated_products_on_the_three_quarter_tile(row, splits, dev
                                  _qswiglu("q4_1", 258, 64, 131, ("bias", "Relu")),
                                  _ln_row("BT", 261, 44, 135, ("bias", "add"), offset=3.0)], ids=lambda r: r.id)
 def test_quantised_gated_and_layer_norm_products_on_the_wide_head_tile(row, device):
-    # matmul_tile gives WIDE_HEAD_TILE (256 rows, 16x8 a invocation) whatever the prologue or B's format: quantised B,
-    # the RmsNorm, SwiGLU and LayerNorm prologues on it (256 rows: a row an invocation), edge tiles in M and N
+    # WIDE_HEAD_TILE (256 rows, 16x8 an invocation), forced: matmul_tile gives it to none of these, but a matmul_choice
+    # block may: quantised B, the RmsNorm, SwiGLU and LayerNorm prologues on it (256 rows: a row an invocation), edge
+    # tiles in M and N
     with matmul_choice(tile=WIDE_HEAD_TILE):
         session = check_row(row, device, subgroups=None)
     assert f"_{WIDE_HEAD_TILE.name}_" in session.plan.dispatches[0].kernel
 
 
 def test_a_wide_product_takes_the_wide_head_tile_and_matches_the_reference(device):
-    # [1027, 36] x [36, 8196]^T with a bias: N of 8192 or more and a multiple of 4, M 256 or more (513 tiles of 128x128
-    # reach MIN_WORKGROUPS), so the heuristic's own pick, edge tiles in M, in one K range (lavapipe's 32 KiB hold it)
+    # [1000, 36] x [8196, 36]^T with a bias: N of 8192 or more and a multiple of 4, 1000 rows (520 tiles of 128x128
+    # reach MIN_WORKGROUPS; 260 of 256x128), so the heuristic's own pick, an edge tile in M and in N, in one K range
+    # (lavapipe's 32 KiB hold it)
     from eggfuse.ir.ops.matmul_kernel import matmul_tile
 
-    assert matmul_tile(1027, 36, 8196, "BT") == WIDE_HEAD_TILE
-    session = check_row(_fused("BT", 1027, 36, 8196, ("bias",)), device, subgroups=None)
+    assert matmul_tile(1000, 36, 8196, "BT") == WIDE_HEAD_TILE
+    session = check_row(_fused("BT", 1000, 36, 8196, ("bias",)), device, subgroups=None)
     assert [d.kernel.split("_v")[0] for d in session.plan.dispatches] == [f"matmul_BT_{WIDE_HEAD_TILE.name}"]
 
 

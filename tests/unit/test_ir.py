@@ -391,7 +391,8 @@ def test_node_and_set_outputs_refuse_what_is_not_a_node_id(nid):
 
 
 @pytest.mark.parametrize("given, says", [
-    ("model.onnx", "eggfuse.onnx.load"), (("graph", "params"), "a Graph"), (None, "eggfuse.Graph()")])
+    ("model.onnx", "eggfuse.onnx.load"), ("minilm", "eggfuse.api.model_graph('minilm'"),
+    (("graph", "params"), "a Graph"), (None, "eggfuse.Graph()")])
 def test_functions_that_take_a_graph_say_what_they_got_and_how_to_get_one(given, says):
     from eggfuse.lowering import lower
 
@@ -410,8 +411,8 @@ def test_a_negative_axis_is_answered_with_the_axis_to_write_and_a_3d_matmul_with
     x = g.input("x", [2, 8, 32])
     for build in (lambda: g.add_node("ReduceMean", [x], axes=[-1], keepdims=True), lambda: g.concat([x, x], axis=-1),
                   lambda: g.add_node("CumSum", [x], axis=-1)):
-        with pytest.raises(GraphError, match=re.escape("count axes from 0 (0..2 here): write axis + rank for a "
-                                                       "negative one (-1 is 2)")):
+        with pytest.raises(GraphError, match=re.escape("this op counts axes from 0 (0..2 here): write axis + rank "
+                                                       "for a negative one (-1 is 2)")):
             build()
     # no hint where the axis is not negative
     with pytest.raises(GraphError, match=r"axes \[5\] out of range for f32\[2,8,32\] \[inputs"):

@@ -288,8 +288,8 @@ def test_matmul_tile_heuristic():
     # (nearest 384 / tiles, at most 8, at least 72 elements of K each); else the walked tile of the
     # most workgroups, 32x32 among them where M or N is below 64. Then 64x64, 64x32 and 32x64 take
     # their wide micro-tiles where a workgroup walks 256 or more elements of K. A 128x128 pick of one row
-    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200), one of
-    # 256 rows or more, N of 8192 or more and a multiple of 4 256x128 (WIDE_HEAD_TILE, measured faster on an H100),
+    # of tiles (M = 128) takes 64x128 rows (ONE_ROW_BLOCK_TILE: the LM head, measured faster on the H200), a wide
+    # 'BT' one 256x128 (WIDE_HEAD_TILE, measured faster on an H100: below),
     # and a 64x64 pick in 2 or more ranges of 256 or more elements of K 64x128 (LONG_K_SPLIT_TILE). A 64x32
     # pick whose 32x64 counterpart cuts as many tiles takes 32x64 (NARROW_ROWS_ON_TIES). A widened
     # 64x64 pick in one range below 384 workgroups takes 64x48 (THREE_QUARTER_TILE) where those stay within 384.
@@ -320,11 +320,7 @@ def test_matmul_tile_heuristic():
         (128, 576, 576): ("32x64x16", 8),         # 32x64 (N >= M): 36 x 8 = 288 (at most 8 ranges of 72 or more)
         (128, 1536, 576): ("32x64x16", 8),        # 36 x 8
         (128, 576, 49152): ("64x128x8", 1),       # 128x128: 384 tiles in one row; 64x128: 768
-        (256, 576, 49152): ("256x128x8m16x8", 1),  # wide, 256 rows or more (WIDE_HEAD_TILE): one range
-        (1024, 2048, 8192): ("256x128x8m16x8", 1),  # 256 tiles of 256x128: one range still
-        (255, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows of 128
-        (4096, 576, 1536): ("128x128x8", 1),      # N below WIDE_HEAD_MIN_N (measured slower on 256x128)
-        (1024, 768, 50257): ("128x128x8", 1),     # N not a multiple of 4
+        (255, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows (256 rows 'BT': WIDE_HEAD_TILE, below)
         (129, 576, 49152): ("128x128x8", 1),
         (128, 40, 36868): ("64x128x8", 1),        # tests/gpu/test_ops.py's row: 289 tiles of 128x128
         (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
@@ -341,6 +337,20 @@ def test_matmul_tile_heuristic():
         assert (tile.name, matmul_splits(tile, m, k, n)) == (name, splits), (m, k, n)
         assert matmul_tile(m, k, n, "AT") == tile  # the variant does not choose, but between 5 and 16 rows
         assert matmul_tile(m, k, n, "BT") == (gemv_tile(m, k, n, "BT") if gemv_bt_rows(m, k, n) else tile)
+    # B read [N, K], M of 256 to 1024 padded to no more rows than on 128x128, N of 8192 or more in quads, 250 or more
+    # 256x128 tiles, f32 B and no prologue: WIDE_HEAD_TILE, in one K range (measured faster on an H100)
+    wide = {(256, 576, 49152): True, (1000, 576, 49152): True, (1024, 2048, 8192): True, (512, 4096, 16384): True,
+            (255, 576, 49152): False,   # 767 rows: 128x128 (three rows of tiles)
+            (300, 576, 49152): False,   # 512 rows computed on 256x128 against 384 on 128x128
+            (2048, 576, 49152): False,  # beyond WIDE_HEAD_MAX_M
+            (256, 576, 18432): False,   # 144 tiles of 256x128, below WIDE_HEAD_MIN_WORKGROUPS
+            (4096, 576, 1536): False,   # N below WIDE_HEAD_MIN_N (measured slower on 256x128)
+            (1024, 768, 50257): False}  # N not a multiple of 4 (measured slower)
+    for (m, k, n), takes in wide.items():
+        tile = matmul_tile(m, k, n, "BT")
+        assert (tile.name, matmul_splits(tile, m, k, n)) == (("256x128x8m16x8", 1) if takes else ("128x128x8", 1)), (
+            m, k, n)
+        assert matmul_tile(m, k, n, "").name == matmul_tile(m, k, n, "AT").name == "128x128x8"  # B read [K, N]
     # K = 600 in 32-element slices: 19 slices and 8 splits asked, so ranges of 3 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 7
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
@@ -614,6 +624,17 @@ def test_a_wide_product_with_a_prologue_or_quantised_b_keeps_the_128_row_tile():
                               epilogue=())])
     kernels = [d.kernel for d in lower(g, {"max-compute-workgroup-storage-size": 32768}).dispatches]
     assert len(kernels) == 1 and "_128x128x8_" in kernels[0], kernels
+
+
+def test_a_wide_products_weight_stored_k_by_n_is_read_as_n_by_k_on_the_256_row_tile():
+    # lowering/layout.py: a [K, N] weight of a product on a tile of 128 rows or more is read from a copy stored
+    # [N, K], the form WIDE_HEAD_TILE was measured in
+    g = Graph()
+    g.set_outputs([g.matmul(g.input("x", [1024, 64]), g.parameter("w", [64, 8192]))])
+    plan = lower(g, {"max-compute-workgroup-storage-size": 32768})
+    (d,) = plan.dispatches
+    assert d.kernel.startswith("matmul_BT_256x128x8m16x8_"), d.kernel
+    assert [b.shape for b in plan.buffers if b.name == "w.T"] == [(8192, 64)]
 
 
 def test_the_tiled_kernel_stores_quads_where_n_is_a_multiple_of_4():

@@ -476,8 +476,8 @@ def test_a_cost_model_returning_no_finite_cost_is_named(bad, extractor):
     (dict(max_iterations=-1), "max_iterations must be a positive number"),
     (dict(match_limit=None), "match_limit must be a positive number, got None"),
     (dict(time_limit_s=float("nan")), "time_limit_s must be a positive number"),
-    (dict(rulesets=["algebraic"]), r"rulesets\[0\] is str 'algebraic', not an egglog Ruleset"),
-    (dict(rulesets=[None]), r"rulesets\[0\] is None"),
+    (dict(rulesets=["algebraic"]), r"rulesets\[0\] is 'algebraic' \(str\), not an egglog Ruleset"),
+    (dict(rulesets=[None]), r"rulesets\[0\] is None \(NoneType\)"),
     (dict(rulesets="algebraic"), "rulesets must be a list of egglog Rulesets"),
     (dict(cost_model=CostModel), "cost_model must be a CostModel instance .* got the class CostModel"),
     (dict(cost_model="bytes"), "cost_model must be a CostModel instance .* got 'bytes'"),
@@ -665,8 +665,9 @@ def test_the_ilp_is_never_dearer_than_the_greedy_extractor(seed):
     assert rep.cost_after == CostModel().graph_cost(out) == min(rep.ilp_cost, rep.greedy_cost)  # the graphs' costs
 
 
-@pytest.mark.parametrize("rulesets, says", [(["algebraic"], "rulesets[0] is str 'algebraic'"),
-                                            ("algebraic", "a list of egglog"), ([None], "rulesets[0] is NoneType")])
+@pytest.mark.parametrize("rulesets, says", [(["algebraic"], "rulesets[0] is 'algebraic' (str)"),
+                                            ("algebraic", "a list of egglog"),
+                                            ([None], "rulesets[0] is None (NoneType)")])
 def test_rulesets_that_are_not_egglog_rulesets_are_answered_with_select(rulesets, says):
     import eggfuse
     from eggfuse.rewrites import optimize
