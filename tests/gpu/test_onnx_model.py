@@ -484,8 +484,8 @@ def test_cli_optimize_gives_a_named_dimension_of_one_input_to_the_others(tmp_pat
 def test_an_int64_value_beyond_int32_is_refused_naming_the_narrowing():
     m = Model(model([node("Identity", ["x"], ["y"])], [("x", I64, [3])], [("y", I64, None)]))
     assert list(m.run({"x": np.array([1, -2, 3], np.int64)})[0]) == [1, -2, 3]
-    with pytest.raises(InputError, match=r"values must lie in \[-2\^31, 2\^31\) .*\(eggfuse computes ONNX's int64 "
-                                         r"as int32"):
+    with pytest.raises(InputError, match=r"values must lie in \[-2\^31, 2\^31\) .*\(eggfuse's integers are 32-bit, "
+                                         r"an ONNX model's int64 too"):
         m.run({"x": np.array([1, 2, 2**40], np.int64)})
 
 
