@@ -77,8 +77,8 @@ def _list(store, as_json: bool) -> None:
     if not rows:
         print(f"no compile-cache entries in {store.folder}")
         return
-    print(f"{len(rows)} compile-cache entries in {store.folder}, the most recently used first "
-          "(an entry is its key's file, <key>.json):")
+    print(f"{len(rows)} compile-cache entr{'y' if len(rows) == 1 else 'ies'} in {store.folder}, the most recently used "
+          "first (an entry is its key's file, <key>.json):")
     print(f"{'key':<16}  {'MB':>7}  {'last used':<19}  {'kind':<7}  {'dispatches':>10}  inputs")
     for r in rows:
         used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["used"]))
