@@ -59,6 +59,9 @@ def _foreign(graph: Graph, ids: Sequence[Any]) -> Any:
     return None
 
 
+#: What a node id may be (bools are refused apart).
+_ID_TYPES = (int, np.integer)
+
 @dataclass(frozen=True)
 class Node:
     """One op application. ``inputs`` are ids of earlier nodes; ``attrs`` are the op's attributes."""
@@ -117,7 +120,7 @@ class Graph:
         except TypeError:
             raise GraphError(f"{what}: inputs must be node ids (ints), got {inputs!r}") from None
         for i in given:  # a float was rounded down to a node id (g.mul(x, 1.0) multiplied by node 1)
-            if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            if isinstance(i, bool) or not isinstance(i, _ID_TYPES):
                 hint = (f"; for the number {i!r} add a constant, g.constant({i!r})"
                         if isinstance(i, float | np.floating) else "")
                 raise GraphError(f"{what}: inputs must be node ids (ints, as the graph's methods return them), got "
@@ -182,7 +185,7 @@ class Graph:
         except TypeError:
             raise GraphError(f"outputs must be node ids (ints) in a list, got {outputs!r}") from None
         for o in outputs:
-            if isinstance(o, bool) or not isinstance(o, int | np.integer):
+            if isinstance(o, bool) or not isinstance(o, _ID_TYPES):
                 raise GraphError(f"outputs must be node ids (ints, as the graph's methods return them), got {o!r} "
                                  f"({type(o).__name__})")
         outs = [int(o) for o in outputs]
@@ -464,7 +467,7 @@ class Graph:
             out = check_array("Constant", arr, ty, finite=False, exact=True)
         except InputError as e:
             raise GraphError(str(e)) from None
-        if dtype is DType.F32 and arr.dtype.kind in "fiu":
+        if dtype is DType.F32 and arr.dtype.kind == "f":  # (every integer type fits float32's range)
             with np.errstate(invalid="ignore"):
                 overflow = np.isfinite(arr) & ~np.isfinite(out)  # a finite value float32 holds as infinity
             if overflow.any():
@@ -658,8 +661,6 @@ class Graph:
         """The mean of every element of ``x`` (f32), as shape [1] (a loss: ``mean_all(mul(d, d))``)."""
         return self.add_node("MeanAll", (x,))
 
-
-_ID_TYPES = (int, np.integer)  # what a node id may be (bool excluded apart)
 
 
 def require_graph(what: str, graph: Any) -> None:

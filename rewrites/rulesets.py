@@ -398,15 +398,13 @@ def check_ruleset_objects(rulesets: Any, what: str) -> None:
     """Raise :class:`RewriteError` (its text starting with ``what``, the function given them) unless ``rulesets``
     is a list (or other sequence) of egglog Rulesets: names given where Ruleset objects belong
     (``rulesets=["algebraic"]``) are answered with the function that takes names (:func:`select`)."""
-    from egglog import Ruleset as EggRuleset
-
     by_name = ("pass the shipped ones (eggfuse.rewrites.optimization_rulesets()) and your own from make_ruleset; "
                "for rulesets by name use eggfuse.rewrites.select(['algebraic', ...]) (`eggfuse rules` lists them)")
     if isinstance(rulesets, str | bytes) or not isinstance(rulesets, Sequence):
         raise RewriteError(f"{what}: rulesets must be a list of egglog Rulesets, got {type(rulesets).__name__} "
                            f"{rulesets!r:.60}; {by_name}")
     for i, rs in enumerate(rulesets):
-        if not isinstance(rs, EggRuleset):
+        if not isinstance(rs, Ruleset):
             raise RewriteError(f"{what}: rulesets[{i}] is {rs!r:.60} ({type(rs).__name__}), not an egglog Ruleset; "
                                f"{by_name}")
 

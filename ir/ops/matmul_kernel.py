@@ -757,10 +757,10 @@ def _forced_choice(m: int, k: int, n: int, variant: str, layer_norm: bool, quant
 
 
 def chosen_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
-                quantised: bool = False, prologue: bool = False) -> MatmulTile:
+                quantised: bool = False) -> MatmulTile:
     """The tile :func:`matmul_kernel_for` takes for an [M,K] x [K,N] product when its caller gives none: an open
     :func:`matmul_choice` block's for the product's shape, else :func:`matmul_tile`'s."""
-    forced_tile, _, heuristic = _forced_choice(m, k, n, variant, layer_norm, quantised, prologue)
+    forced_tile, _, heuristic = _forced_choice(m, k, n, variant, layer_norm, quantised)
     return forced_tile or heuristic
 
 
