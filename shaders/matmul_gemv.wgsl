@@ -8,7 +8,9 @@
 // and does 2 flops with it, so it is bound by memory bandwidth: the kernel keeps many
 // vec4 loads of B in flight and spends nothing on staging.
 //
-// A workgroup of 256 invocations computes COLS output columns for all ROWS rows. Its
+// A workgroup of 256 invocations computes COLS output columns for ROWS rows: all M rows, or one of ROW_BLOCKS
+// blocks of ROWS rows ('BT' products of more rows: ir/ops/matmul_kernel.py GEMV_ROW_BLOCK; neighbouring
+// workgroups take the row blocks of one block of columns, so that they read its weights together). Its
 // invocations are COLS-or-COLS/4 column owners times LANES lanes that split K in quads
 // (4 consecutive k), lane l taking quads l, l + LANES, l + 2 * LANES, ... (two per step; for
 // quantised B see LANE_K below):
@@ -24,8 +26,8 @@
 // usable subgroups, where a column's lanes fit in one, log2(LANES) subgroup shuffles,
 // matmul_gemv_reduce_subgroup.wgsl), and lane 0 stores through the epilogue.
 //
-// Template slots: ROWS (M), COLS, LANES, B_ALONG_K; CHUNK (steps per chunk of K, 'BT') and the
-// chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)
+// Template slots: ROWS (M, or a row block's rows), ROW_BLOCKS, COLS, LANES, B_ALONG_K; CHUNK (steps per
+// chunk of K, 'BT') and the chunk's unrolled code LOAD_B (declares w0.. and loads them), RELOAD_B (loads the next chunk)
 // and FMA_B; SUMS_BT ('BT') the calls of store_rows, one per pair of rows (unrolled with constant
 // indices into acc and stat, or a loop: ir/ops/matmul_kernel.py GEMV_UNROLL_MIN_ROWS); DECODE, QUADS
 // and EPILOGUE as in matmul.wgsl, except that quad_a(i, k) reads op(A)'s row i along K. LANE_K is
@@ -41,6 +43,7 @@
 // all K): matmul_gemv_prologue_none.wgsl or matmul_gemv_prologue_rms_norm.wgsl.
 
 const ROWS: u32 = {{ROWS}}u;
+const ROW_BLOCKS: u32 = {{ROW_BLOCKS}}u;
 const COLS: u32 = {{COLS}}u;
 const B_ALONG_K: bool = {{B_ALONG_K}};
 const LANES: u32 = {{LANES}}u;  // invocations per column ('BT': 256 / COLS), else 32
@@ -62,14 +65,14 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
     return v;
 }
 
-// 'BT': rows i and i + 1 of column col from a lane's accumulators (a, b) and row statistics (sa, sb): one
+// 'BT': rows i and i + 1 (of C) of column col from a lane's accumulators (a, b) and row statistics (sa, sb): one
 // column per lane, so the dot products and statistics of the two rows share one lane sum (dot, stat of
 // row i, then of row i + 1); lane 0 stores them. An odd last row passes its own twice; only one is stored.
 fn store_rows(li: u32, lane: u32, col: u32, i: u32, a: vec4<f32>, sa: f32, b: vec4<f32>, sb: f32) {
     let total = lanes_sum(li, lane, 1u, vec4<f32>(a.x + a.y + a.z + a.w, sa, b.x + b.y + b.z + b.w, sb));
-    if (lane == 0u && col < p.n) {
+    if (lane == 0u && col < p.n && i < p.m) {
         out[i * p.n + col] = epilogue(i, col, total.x * row_scale(total.y));
-        if (i + 1u < ROWS) {
+        if (i + 1u < p.m) {
             out[(i + 1u) * p.n + col] = epilogue(i + 1u, col, total.z * row_scale(total.w));
         }
     }
@@ -82,9 +85,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (group >= p.tiles) {
         return;
     }
+    let row0 = group % ROW_BLOCKS * ROWS;  // the workgroup's first row
+    let columns = group / ROW_BLOCKS;  // and block of columns
     let lane = select(li / 8u, li % LANES, B_ALONG_K);
     let stride = select(8u, 1u, B_ALONG_K);  // invocations between neighbouring lanes
-    let col = select(group * COLS + li % 8u * 4u, group * COLS + li / LANES, B_ALONG_K);
+    let col = select(columns * COLS + li % 8u * 4u, columns * COLS + li / LANES, B_ALONG_K);
     var acc: array<vec4<f32>, ROWS>;
     var stat: array<f32, ROWS>;  // row_stat of the quads of op(A) this lane loads
     if (B_ALONG_K) {
@@ -115,8 +120,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let w6 = quad_b(k2 + 2u, col);
             let w7 = quad_b(k2 + 3u, col);
             for (var i = 0u; i < ROWS; i = i + 1u) {
-                let xa = quad_a(i, k);
-                let ya = quad_a(i, k2);
+                let xa = quad_a(row0 + i, k);
+                let ya = quad_a(row0 + i, k2);
                 stat[i] = stat[i] + row_stat(xa) + row_stat(ya);
                 let x = stage_x(xa, k);
                 let y = stage_x(ya, k2);
@@ -140,7 +145,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let v = total * row_scale(row_total);
                 for (var e = 0u; e < 4u; e = e + 1u) {
                     if (col + e < p.n) {
-                        out[i * p.n + col + e] = epilogue(i, col + e, v[e]);
+                        out[(row0 + i) * p.n + col + e] = epilogue(row0 + i, col + e, v[e]);
                     }
                 }
             }

@@ -17,7 +17,8 @@ on two WGSL kernels chosen per problem size (the ops' blocks are in :mod:`.matmu
   dispatch, ``matmul_split_reduce.wgsl`` or the final stage, does).
 - ``matmul_gemv.wgsl``, for M <= 4 (decode), and 'BT' products of up to 16 rows
   (:func:`gemv_bt_rows`): a workgroup computes a block of output
-  columns for every row; its invocations split K and reduce in workgroup memory.
+  columns for every row (or, past 4 rows, for a block of GEMV_ROW_BLOCK rows); its invocations split K and reduce
+  in workgroup memory.
 
 Both read their operands a quad (4 consecutive elements of a stored row) at a time: as
 one ``vec4`` load when the stored row length is a multiple of 4, as four bounds-checked
@@ -254,7 +255,8 @@ def gemv_bt_cols(m: int, k: int, n: int, quantised: bool = False) -> int:
     - m >= 2 and N > GEMV_WIDE_N: 8 at m = 2, 16 at m = 3 and 4 (the workgroups are many anyway,
       and a lane's accumulators and loads of op(A) grow with m);
     - m = 3 or 4, N >= 1536 and K <= 576: 8;
-    - m > 4 (:func:`gemv_bt_rows`): 16 where N > GEMV_WIDE_N, or m > 8, N >= 1536 and K <= 576; else 8
+    - m > 4 (:func:`gemv_bt_rows`; in blocks of GEMV_ROW_BLOCK rows where N <= GEMV_WIDE_N, which take the count
+      of their rows, :func:`gemv_tile`): 16 where N > GEMV_WIDE_N, or m > 8, N >= 1536 and K <= 576; else 8
       (8 x 576 x 1536 5.98 / 5.89 us with 8 / 16 columns, 8 x 384 x 1536 5.04 / 5.49, 16 x 576 x 1536
       10.94 / 8.37, 16 x 384 x 384 5.86 / 6.43, 8 x 576 x 49152 86.2 / 61.1: ``ab_rows.json``);
     - else 8 where K <= GEMV_SHORT_K (64 lanes would leave a quarter or more of each lane's step
@@ -336,6 +338,14 @@ def gemv_bt_lanes(m: int, k: int, n: int, quantised: bool = False) -> int:
 GEMV_BT_ALWAYS_ROWS = 8
 #: Widest N of a 'BT' product of more than GEMV_BT_ALWAYS_ROWS rows that the GEMV kernel takes (:func:`gemv_bt_rows`).
 GEMV_MANY_ROWS_N = 1536
+#: Longest K of such a product. In 4-row blocks (GEMV_ROW_BLOCK) on an H100 (``bench/matmul_ab.py``,
+#: bench/results/gemv_row_blocks_h100/ab_long_k_rows.json, us, GEMV against the tiled kernel) K = 1536 and 2048
+#: were faster at 16 x 1536 x 384 (6.12 / 7.45), 12 x 1536 x 576 (6.98 / 9.53) and 16 x 2048 x 384 (6.83 / 8.51),
+#: slower at 16 x 1536 x 576 (10.42 / 9.69), 16 x 1536 x 1536 (16.23 / 11.72) and 16 x 2048 x 1536 (17.30 / 14.04),
+#: and SmolLM2's 16-token prefill took 1618.9-1621.2 us GPU with K up to 2048 against 1606.6-1606.8
+#: (ab_prefill16_k2048.json); with K up to 4096 and N up to 8192 at once, 1744.7-1746.4 against 1602.9-1603.7
+#: (ab_prefill16_more.json).
+GEMV_MANY_ROWS_K = 1024
 
 
 def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
@@ -361,15 +371,38 @@ def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
     WGSL constants (:func:`constant_shape`: rows x columns below 64); no A/B measured 5 to 7 rows."""
     if m <= GEMV_MAX_ROWS or m > GEMV_BT_MAX_ROWS:
         return False
-    return m <= GEMV_BT_ALWAYS_ROWS or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_LONG_K)
+    return m <= GEMV_BT_ALWAYS_ROWS or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_MANY_ROWS_K)
+
+
+#: Rows of the blocks a 'BT' GEMV of more than GEMV_MAX_ROWS rows (:func:`gemv_bt_rows`) and N <= GEMV_WIDE_N splits
+#: its rows into, a workgroup for each block of rows and of columns (:func:`gemv_tile`; the row blocks of a block of
+#: columns neighbours, so that they read its weights together); 0: one block of all rows. A workgroup of fewer rows
+#: holds fewer accumulators and loads of op(A) a lane, and the product gets more workgroups (16 x 384 x 384: 192
+#: against 48). Measured on an H100 (``bench/matmul_ab.py``, three alternated rounds, medians of rounds 1 and 2,
+#: bench/results/gemv_row_blocks_h100/ab_row_blocks.json, us, blocks of 4 / 8 / all rows): faster with 4 at all 14
+#: products of 5 to 16 rows and N <= 1536, 16 x 384 x 384 3.59 / 4.66 / 6.19, 8 x 384 x 1536 4.02 / 5.16 / 5.13,
+#: 8 x 1536 x 384 5.69 / 7.10 / 7.10, 12 x 576 x 1536 5.72 / 9.45 / 7.31, 16 x 576 x 1536 8.27 / 9.78 / 8.49 (the
+#: least), 5 x 576 x 1536 4.86 / 5.09 / 4.99; slower at 8 x 576 x 49152, 68.2 against 62.2 (so not past
+#: GEMV_WIDE_N). SmolLM2's prefill (``bench/plan_ab.py``, three rounds, GPU us a run) of 8 tokens 1362.7-1362.8
+#: with blocks of 4 against 1600.7-1601.7 (ab_prefill8.json), of 16 tokens 1604.8-1605.1 against 2022.4-2027.3
+#: (blocks of 8 1601.9-1606.8, ab_prefill16.json); on Q4_1 blocks, 8 tokens, 1460.2-1462.5 against 1584.2-1584.8
+#: (ab_prefill8_q4_1.json), though single Q4_1 products were faster with 4-row blocks at 8 x 576 x 1536 (6.19
+#: against 6.56) and 8 x 1536 x 576 (6.71 / 7.50) and slower at 5 x 576 x 960 (6.25 / 5.15), 8 x 576 x 576
+#: (6.55 / 5.48) and 8 x 576 x 3072 (11.17 / 10.86; ab_q4_1.json): the plan, whose products carry the RmsNorm and
+#: SwiGLU prologues, decides.
+GEMV_ROW_BLOCK = 4
 
 
 def gemv_tile(m: int, k: int, n: int, variant: str, quantised: bool = False) -> MatmulTile:
     """The GEMV work split of an [m,k] x [k,n] product (``m`` <= GEMV_MAX_ROWS, or a 'BT' product of
     :func:`gemv_bt_rows`; ``quantised``: B as blocks): with 'BT' (B stored
-    [N,K]) :func:`gemv_bt_cols` columns per workgroup; otherwise 32 columns (8 quads), 32
-    invocations each."""
-    return MatmulTile(m, gemv_bt_cols(m, k, n, quantised) if variant == "BT" else 32, 0, gemv=True)
+    [N,K]) :func:`gemv_bt_cols` columns per workgroup, for all rows or, past GEMV_MAX_ROWS, for blocks of
+    GEMV_ROW_BLOCK rows where that is set; otherwise 32 columns (8 quads), 32 invocations each, for all rows.
+    The tile's ``bm`` is the rows a workgroup computes."""
+    rows = m
+    if variant == "BT" and GEMV_ROW_BLOCK and m > max(GEMV_MAX_ROWS, GEMV_ROW_BLOCK) and n <= GEMV_WIDE_N:
+        rows = GEMV_ROW_BLOCK
+    return MatmulTile(rows, gemv_bt_cols(rows, k, n, quantised) if variant == "BT" else 32, 0, gemv=True)
 
 
 def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = False,
@@ -752,7 +785,7 @@ def _forced_choice(m: int, k: int, n: int, variant: str, layer_norm: bool, quant
     if heuristic.gemv and (m <= GEMV_MAX_ROWS or forced_tile is None):
         forced_tile, forced_splits = None, None  # matmul_choice's tiles are the tiled kernel's
         if forced_cols is not None and variant == "BT":
-            forced_tile = MatmulTile(m, forced_cols, 0, gemv=True)
+            forced_tile = MatmulTile(heuristic.bm, forced_cols, 0, gemv=True)
     return forced_tile, forced_splits, heuristic
 
 
@@ -1390,7 +1423,7 @@ def _gemv_chunk(rows: int, k: int, along_k: bool, k2: str, lanes: int) -> dict[s
     fma = []
     for j, a in enumerate(at):
         for i in range(rows):
-            fma += [f"            let x{j}_{i} = quad_a({i}u, {a});",
+            fma += [f"            let x{j}_{i} = quad_a(row0 + {i}u, {a});",
                     f"            stat[{i}] = stat[{i}] + row_stat(x{j}_{i});",
                     f"            acc[{i}] = fma(stage_x(x{j}_{i}, {a}), w{j}, acc[{i}]);"]
     return dict(CHUNK=chunk, LOAD_B="\n".join(load), RELOAD_B="\n".join(reload), FMA_B="\n".join(fma),
@@ -1414,10 +1447,11 @@ def _gemv_sums(rows: int) -> str:
     if rows < GEMV_UNROLL_MIN_ROWS:
         return ("        for (var i = 0u; i < ROWS; i = i + 2u) {\n"
                 "            let i2 = min(i + 1u, ROWS - 1u);\n"
-                "            store_rows(li, lane, col, i, acc[i], stat[i], acc[i2], stat[i2]);\n"
+                "            store_rows(li, lane, col, row0 + i, acc[i], stat[i], acc[i2], stat[i2]);\n"
                 "        }")
-    return "\n".join(f"        store_rows(li, lane, col, {i}u, acc[{i}], stat[{i}], acc[{min(i + 1, rows - 1)}], "
-                      f"stat[{min(i + 1, rows - 1)}]);" for i in range(0, rows, 2))
+    pairs = [(i, min(i + 1, rows - 1)) for i in range(0, rows, 2)]
+    return "\n".join(f"        store_rows(li, lane, col, row0 + {i}u, acc[{i}], stat[{i}], acc[{j}], stat[{j}]);"
+                     for i, j in pairs)
 
 
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,
@@ -1545,6 +1579,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     name = ("rms_norm_" if rms_norm else "") + ("layer_norm_" if layer_norm else "") + ("swiglu_" if swiglu else "")
     name += "matmul"
     name += (f"_{variant}" if variant else "") + f"_{tile.name}"
+    name += f"_blocks{math.ceil(m / tile.bm)}" if tile.gemv and m > tile.bm else ""
     name += f"_{quant}" if quant is not None else ""
     name += "_v" + ("4" if vec_a else "1") + ("4" if vec_b else "1")
     name += "".join(f"+{step_label(s)}" for s in epilogue)
@@ -1559,7 +1594,8 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
     fixed = 2 + (1 if rms_norm else 0) + len(ln)  # A, (w_norm | gamma, beta,) B: a two-stage product's first stage
     if tile.gemv:
         k2 = "16u" if quant else "4u * LANES"
-        gemv_slots = dict(ROWS=tile.bm, COLS=tile.bn, LANES=lanes, W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
+        gemv_slots = dict(ROWS=tile.bm, ROW_BLOCKS=math.ceil(m / tile.bm), COLS=tile.bn, LANES=lanes,
+                          W_NORM=_w_norm_quad(vec_a) if rms_norm else "",
                           PROLOGUE=Include(f"matmul_gemv_prologue_{prologue}.wgsl"),
                           LANE_K="lane / 4u * 32u + lane % 4u * 4u" if quant else "lane * 4u", K2=k2,
                           **_gemv_chunk(tile.bm, k, variant == "BT", k2, lanes), **slots)

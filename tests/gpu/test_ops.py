@@ -651,10 +651,11 @@ ROWS += [
     # step (the decode step's down projection, with its SwiGLU prologue and residual add, at an odd size)
     _fused("BT", 1, GEMV_LONG_K + 3, 7, ("bias", "add")),
     _swiglu_matmul("BT", 1, GEMV_LONG_K + 100, 5, ("add",)),
-    # 'BT' GEMVs of 5 to 16 rows (gemv_bt_rows; above 8 rows at N <= 1536 and K <= GEMV_LONG_K): 8 columns a
-    # workgroup, or 16 past GEMV_WIDE_N and, above 8 rows, at N >= 1536 and K <= 576; from 4 rows each pair of
-    # rows' lane sum is unrolled (GEMV_UNROLL_MIN_ROWS), an odd last row paired with itself; K past a chunk, not
-    # a multiple of 4 (scalar A), past GEMV_LONG_K
+    # 'BT' GEMVs of 5 to 16 rows (gemv_bt_rows; above 8 rows at N <= 1536 and K <= GEMV_LONG_K): in blocks of
+    # GEMV_ROW_BLOCK (4) rows up to GEMV_WIDE_N, the last block partly past M (5, 7, 9 and 13 rows), else one block
+    # (8 x 96 x 8195) of 16 columns a workgroup; from 4 rows each pair of rows' lane sum is unrolled
+    # (GEMV_UNROLL_MIN_ROWS), an odd last row paired with itself; K past a chunk, not a multiple of 4 (scalar A),
+    # past GEMV_LONG_K
     _fused("BT", 4, 1537, 130, ("bias",)),
     _fused("BT", 5, 577, 130, ("add", "Gelu")),
     _rms_norm_matmul("BT", 7, _chunk_k(7, 11) + 4, 11, ("bias",)),

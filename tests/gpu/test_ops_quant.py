@@ -18,7 +18,14 @@ import pytest
 from op_table import Row, check_row  # tests/op_table.py
 
 from eggfuse.ir import DType, Graph
-from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes, matmul_choice
+from eggfuse.ir.ops.matmul_kernel import (
+    GEMV_COLS_ALLOWED,
+    GEMV_LONG_K,
+    GEMV_MAX_CHUNK,
+    gemv_bt_lanes,
+    gemv_tile,
+    matmul_choice,
+)
 from eggfuse.ir.ops.quant import FORMATS, pack_rows
 from eggfuse.pipeline import lower_for
 from eggfuse.runtime import Session
@@ -132,7 +139,7 @@ ROWS = [
     # one row past GEMV_LONG_K: 1 column of 256 lanes (64 blocks a step; 35 blocks, rows padded for q4_0/q8_0)
     *(_qmm(fmt, 1, GEMV_LONG_K + 96, 7, rms=fmt == "q4_1") for fmt in FORMATS),
     *(_qmm(fmt, m, k, n) for fmt in FORMATS for m, k, n in ((9, 64, 9), (70, 160, 33))),  # tiled, edge tiles
-    *(_qmm(fmt, 6, 64, 9, rms=fmt == "q8_0") for fmt in FORMATS),  # the GEMV of 6 rows (gemv_bt_rows: blocks, <= 8)
+    *(_qmm(fmt, 6, 64, 9, rms=fmt == "q8_0") for fmt in FORMATS),  # 6 rows: the GEMV (<= 8), in two blocks of 4 rows
     _qmm("q4_1", 130, 64, 130),  # 128-row tiles
     _qmm("q4_1", 3, 64, 24, ("bias", "Silu", "add")),
     _qmm("q8_0", 37, 96, 20, ("add", "Relu")),
@@ -203,7 +210,8 @@ def test_gemv_every_column_count_matches_gguf(fmt, m, cols, subgroups, device):
                                   epilogue=())])
     with matmul_choice(gemv_cols=cols):
         plan = lower_for(g, device, subgroups=subgroups)
-    assert f"gemv{m}x{cols}_" in plan.dispatches[0].kernel
+    rows = gemv_tile(m, k, n, "BT", fmt != "f32").bm  # 7 rows: two blocks of GEMV_ROW_BLOCK (4)
+    assert f"gemv{rows}x{cols}_" in plan.dispatches[0].kernel and rows == min(m, 4)
     uses_subgroups = subgroups is None and subgroup_reductions_usable(device)
     assert ("subgroupShuffleXor" in plan.dispatches[0].source) == uses_subgroups
     (got,) = Session(plan, {"q": q, "w_norm": w_norm}, device=device).run({"x": x})

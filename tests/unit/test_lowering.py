@@ -361,13 +361,24 @@ def test_matmul_tile_heuristic():
         (4, 5, 8, 9, 16, 17), (576, GEMV_LONG_K, GEMV_LONG_K + 1), (1536, 1537, GEMV_WIDE_N + 1), (False, True))}
     assert taken == {(m, k, n, q): 4 < m <= 8 or (8 < m <= 16 and not q and k <= GEMV_LONG_K and n <= 1536)
                      for m, k, n, q in taken}
-    assert matmul_kernel_for("BT", (), 8, 64, 40, quant="q4_1", row_words=12).name == "matmul_BT_gemv8x8_q4_1_v41"
+    assert (matmul_kernel_for("BT", (), 8, 64, 40, quant="q4_1", row_words=12).name
+            == "matmul_BT_gemv4x8_blocks2_q4_1_v41")
     assert matmul_kernel_for("BT", (), 9, 64, 40, quant="q4_1", row_words=12).name == "matmul_BT_32x32x32_q4_1_v41"
     assert matmul_tile(8, 576, 1536, "BT").gemv and not matmul_tile(8, 576, 1536, "").gemv
     assert not matmul_tile(8, 576, 1536, "BT", layer_norm=True).gemv
     fused_norm = matmul_kernel_for("BT", (), 8, 576, 1536, layer_norm=True, eps=1e-5)
     assert fused_norm.name.startswith("layer_norm_matmul_BT_32") and fused_norm.name.endswith("_last")
-    assert matmul_kernel_for("BT", (), 16, 576, 1536).name == "matmul_BT_gemv16x16_v44"
+    # in blocks of GEMV_ROW_BLOCK (4) rows up to N = GEMV_WIDE_N, a workgroup for each block of rows and of columns,
+    # the columns those of the block's rows; past it one block of all rows
+    blocks = {(16, 576, 1536): ("gemv4x8_blocks4", 4 * 1536 // 8), (13, 1023, 37): ("gemv4x4_blocks4", 4 * 10),
+              (5, 576, GEMV_WIDE_N): ("gemv4x8_blocks2", 2 * GEMV_WIDE_N // 8),
+              (8, 576, GEMV_WIDE_N + 4): ("gemv8x16", (GEMV_WIDE_N + 4 + 15) // 16)}
+    for (m, k, n), (name, groups) in blocks.items():
+        kernel = matmul_kernel_for("BT", (), m, k, n)
+        assert (kernel.name, kernel.groups) == (f"matmul_BT_{name}_v{44 if k % 4 == 0 else 11}", groups), (m, k, n)
+        rows = gemv_tile(m, k, n, "BT").bm
+        assert kernel.slots["ROWS"] == rows and kernel.slots["ROW_BLOCKS"] == -(-m // rows)
+    assert matmul_tile(4, 576, 1536, "BT").bm == matmul_tile(4, 576, 40, "").bm == 4  # one block up to 4 rows
     with matmul_choice(MATMUL_TILES[-1]):  # a tuning sweep's tile is the tiled kernel's, as for more rows
         assert matmul_kernel_for("BT", (), 8, 576, 1536).name.startswith("matmul_BT_32x32x32")
     for m in range(1, GEMV_MAX_ROWS + 1):
