@@ -233,11 +233,27 @@ class Model:
                 hint = f"; give it as {want.name} (numpy: arr.astype({want.name!r}))" if want.kind in "biuf" else ""
                 raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of "
                                  f"{arr.dtype}{hint}")
+            self._check_declared_shape(vi, arr.shape)
             if elem in COMPUTED_IN_F32 or (want.kind == "f" and arr.dtype != want):
                 out[vi.name] = _feed_f32(arr, vi.name, elem)  # computed in float32
             else:
                 out[vi.name] = arr
         return out
+
+    def _check_declared_shape(self, vi: onnx.ValueInfoProto, shape: tuple[int, ...]) -> None:
+        # InputError for a feed whose rank or fixed dimensions differ from the input's declared shape (as
+        # onnxruntime refuses it); a symbolic or unknown dimension takes any size. Shapes given to the Model
+        # (``shapes``) are checked by specialise instead.
+        if vi.name in self.shapes or not vi.type.tensor_type.HasField("shape"):
+            return
+        dims = _dims(vi)
+        wrong = len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(dims, shape, strict=True))
+        if wrong:
+            what = (f"{len(shape)} dimensions" if len(dims) != len(shape) else
+                    ", ".join(f"dimension {i} is {g}" for i, (d, g) in enumerate(zip(dims, shape, strict=True))
+                              if isinstance(d, int) and d != g))
+            raise InputError(f"input {vi.name!r}: fed an array of shape {list(shape)} ({what}), but the model declares "
+                             f"{self._describe(vi)}; feed an array of that shape (named dimensions take any size)")
 
     def _describe(self, vi: onnx.ValueInfoProto) -> str:
         # 'x' (FLOAT [batch, 3]): an input's name, element type and shape (as given in ``shapes``, else as declared: a
@@ -257,8 +273,9 @@ class Model:
         plan per set, kept). Raises :class:`~eggfuse.ir.InputError` for a missing or unknown input,
         a wrong dtype, a value out of int32's range, an integer or float64 value of a float input that float32
         cannot hold, or (:class:`~eggfuse.ir.IndexRangeError`, naming the ONNX Gathers that index with the
-        input) Gather indices outside their axis, and
-        :class:`~eggfuse.ir.OnnxError` for shapes the model does not take (the class's errors)."""
+        input) Gather indices outside their axis or a feed whose rank or fixed dimensions differ from the
+        input's declared shape, and :class:`~eggfuse.ir.OnnxError` for other shapes the model does not take (the
+        class's errors)."""
         feeds = self._feeds(feeds)
         spec = self.specialise(feeds)
         runtime = {n: a for n, a in feeds.items() if n not in spec.values}

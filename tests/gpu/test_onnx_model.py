@@ -64,6 +64,12 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
     with pytest.raises(InputError, match=r"input 'x': fed an array of shape \[4, 3\], but this Model was made with "
                                          r"shapes=\{'x': \[2, 3\]\}"):
         fixed.run({"x": np.zeros((4, 3), np.float32)})
+    # against the declared [n, 3] (onnxruntime refuses these too); the import raised OnnxError
+    for bad, what in (((2, 4), "dimension 1 is 4"), ((6,), "1 dimensions"), ((2, 3, 1), "3 dimensions")):
+        shape = re.escape(str(list(bad)))
+        with pytest.raises(InputError, match=rf"input 'x': fed an array of shape {shape} \({what}\), but the model "
+                                             r"declares 'x' \(FLOAT \[n, 3\]\)"):
+            m.run({"x": np.zeros(bad, np.float32)})
     with pytest.raises(InputError, match=r"got 2 inputs, the model takes 1"):
         m.run([np.zeros((2, 3)), np.zeros(2)])
     with pytest.raises(InputError, match=r"input 'x': the model takes FLOAT, got an array of bool; give it as "
