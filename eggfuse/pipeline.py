@@ -4,6 +4,7 @@ through :func:`compile`; each step is timed and can be called on its own."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import time
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 class Compiled:
     """A graph compiled for a device: run it with :meth:`run`.
 
-    ``graph`` is the graph that runs (the optimised one unless ``fuse=False``), ``plan`` its
+    ``graph`` is the graph that runs (the optimised one, or with ``fuse=False`` a copy of the one given), ``plan`` its
     :class:`~eggfuse.lowering.ExecutionPlan`, ``session`` the bound
     :class:`~eggfuse.runtime.Session`, ``report`` the rewrite engine's
     :class:`~eggfuse.rewrites.Report` (None when not fused). ``dispatches_unfused`` /
@@ -314,7 +315,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     store, key, loaded = _cache_lookup(graph, cache, fuse, optimizer, device, usable, checks, constants,
                                        transpose_weights)
     if loaded is not None:
-        run_graph, report, plan = (loaded.graph, loaded.report, loaded.plan) if fuse else (graph, None, loaded.plan)
+        run_graph, report, plan = ((loaded.graph, loaded.report, loaded.plan) if fuse
+                                   else (copy.deepcopy(graph), None, loaded.plan))
         if fuse:
             timings["optimize_s"] = loaded.optimize_s
             verified = None
@@ -329,7 +331,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
         timings["lower_s"] = loaded.lower_s + (0.0 if fuse else loaded.optimize_s)
     else:
         report = None
-        run_graph = graph
+        run_graph = graph if fuse else copy.deepcopy(graph)  # the graph that runs, whatever becomes of the caller's
         if fuse:
             t = time.perf_counter()
             run_graph, report = optimize(graph, **optimizer, verify=verify)

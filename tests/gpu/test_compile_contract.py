@@ -40,6 +40,19 @@ def test_dead_leaves_are_accepted_fused_and_unfused(fuse, device):
     np.testing.assert_array_equal(again, got)
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_the_compiled_graph_is_not_the_callers(fuse, device):
+    # Compiled.graph is the graph that runs: the caller's graph, changed after compile, changes neither it nor the
+    # results (with fuse=False it was the caller's object itself)
+    g, params, feeds = _with_dead_leaves()
+    compiled = eggfuse.compile(g, params, fuse=fuse, device=device, cache=False)
+    (want,) = evaluate(g, feeds, params)
+    outputs = list(compiled.graph.outputs)
+    g.set_outputs([g.neg(g.outputs[0])])
+    assert compiled.graph is not g and compiled.graph.outputs == outputs
+    np.testing.assert_allclose(compiled.run(feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_compiled_graph_and_its_plan_print_as_one_line(device):
     # what a REPL shows for `compiled` and `compiled.plan`: counts, not every dispatch's WGSL
     g, params, _ = _with_dead_leaves()
