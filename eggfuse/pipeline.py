@@ -4,7 +4,6 @@ through :func:`compile`; each step is timed and can be called on its own."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import time
@@ -316,7 +315,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
                                        transpose_weights)
     if loaded is not None:
         run_graph, report, plan = ((loaded.graph, loaded.report, loaded.plan) if fuse
-                                   else (copy.deepcopy(graph), None, loaded.plan))
+                                   else (graph.copy(), None, loaded.plan))
         if fuse:
             timings["optimize_s"] = loaded.optimize_s
             verified = None
@@ -331,7 +330,7 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
         timings["lower_s"] = loaded.lower_s + (0.0 if fuse else loaded.optimize_s)
     else:
         report = None
-        run_graph = graph if fuse else copy.deepcopy(graph)  # the graph that runs, whatever becomes of the caller's
+        run_graph = graph if fuse else graph.copy()  # the graph that runs, whatever becomes of the caller's
         if fuse:
             t = time.perf_counter()
             run_graph, report = optimize(graph, **optimizer, verify=verify)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 import os
@@ -200,6 +201,15 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def copy(self) -> Graph:
+        """A graph of the same class, nodes and outputs that later changes to either (new nodes, other outputs)
+        leave the other as it was. The nodes themselves, which no method changes, and the arrays of their
+        attributes (a Constant's value) are shared, so a copy costs a list of references, not the constants."""
+        new = type(self).__new__(type(self))
+        for attr, value in vars(self).items():
+            setattr(new, attr, copy.copy(value))
+        return new
 
     def check_outputs(self) -> None:
         """Raise :class:`GraphError` unless :meth:`set_outputs` has declared outputs (what

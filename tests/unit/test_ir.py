@@ -430,3 +430,22 @@ def test_evaluate_takes_no_params_for_a_graph_without_parameters():
     h.set_outputs([h.add(h.input("x", [3]), h.parameter("w", [3]))])
     with pytest.raises(InputError, match=r"Parameter 'w' \(f32\[3\]\) was not given"):
         evaluate(h, {"x": np.zeros(3)})
+
+
+def test_a_copy_of_a_graph_changes_apart_from_it():
+    g = Graph()
+    x = g.input("x", [2, 3])
+    c = g.constant(np.arange(6.0).reshape(2, 3))
+    y = g.add(x, c)
+    g.set_outputs([y])
+    h = g.copy()
+    assert type(h) is Graph and len(h) == len(g) and h.outputs == g.outputs
+    assert h.nodes[c].attrs["value"] is g.nodes[c].attrs["value"]  # the constant is shared, not copied
+    z = h.neg(y)  # the original's ids work in the copy, whose nodes are the same
+    h.set_outputs([z])
+    assert len(g) == 3 and g.outputs == [y] and h.outputs == [z]
+    w = g.relu(y)
+    assert len(h) == 4 and h.nodes[w].op == "Neg" and g.nodes[w].op == "Relu"
+    feeds = {"x": np.ones((2, 3), np.float32)}
+    np.testing.assert_array_equal(evaluate(h, feeds, {})[0], -(1.0 + np.arange(6.0).reshape(2, 3)))
+    assert "x" in h.inputs and g.inputs == h.inputs
