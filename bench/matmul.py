@@ -172,7 +172,7 @@ def _tile(op: str, m: int, k: int, n: int, gemv_cols: int | None, weights: str =
     ``weights``), or the GEMV with ``gemv_cols`` columns forced."""
     tile = fitted_tile(matmul_tile(m, k, n, "BT" if op == "MatMulBT" else "", quantised=weights != "f32"), storage)
     if gemv_cols is not None and op == "MatMulBT" and tile.gemv:
-        return MatmulTile(m, gemv_cols, 0, gemv=True)
+        return MatmulTile(tile.bm, gemv_cols, 0, gemv=True)  # the rows of a workgroup's block (gemv_tile)
     return tile
 
 

@@ -67,12 +67,13 @@ fn epilogue(i: u32, j: u32, acc: f32) -> f32 {
 
 // 'BT': rows i and i + 1 (of C) of column col from a lane's accumulators (a, b) and row statistics (sa, sb): one
 // column per lane, so the dot products and statistics of the two rows share one lane sum (dot, stat of
-// row i, then of row i + 1); lane 0 stores them. An odd last row passes its own twice; only one is stored.
-fn store_rows(li: u32, lane: u32, col: u32, i: u32, a: vec4<f32>, sa: f32, b: vec4<f32>, sb: f32) {
+// row i, then of row i + 1); lane 0 stores them. The last row of a block of an odd count passes its own twice
+// (pair false): only one is stored. Rows past M are not stored.
+fn store_rows(li: u32, lane: u32, col: u32, i: u32, a: vec4<f32>, sa: f32, b: vec4<f32>, sb: f32, pair: bool) {
     let total = lanes_sum(li, lane, 1u, vec4<f32>(a.x + a.y + a.z + a.w, sa, b.x + b.y + b.z + b.w, sb));
     if (lane == 0u && col < p.n && i < p.m) {
         out[i * p.n + col] = epilogue(i, col, total.x * row_scale(total.y));
-        if (i + 1u < p.m) {
+        if (pair && i + 1u < p.m) {
             out[(i + 1u) * p.n + col] = epilogue(i + 1u, col, total.z * row_scale(total.w));
         }
     }
@@ -141,7 +142,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (ROW_STAT) {
                 row_total = lanes_sum(li, lane, stride, vec4<f32>(stat[i])).x;
             }
-            if (lane == 0u) {
+            if (lane == 0u && row0 + i < p.m) {
                 let v = total * row_scale(row_total);
                 for (var e = 0u; e < 4u; e = e + 1u) {
                     if (col + e < p.n) {

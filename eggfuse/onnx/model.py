@@ -97,10 +97,10 @@ class Model:
     ``If``'s condition) is bound at load time to its fed value: the model is imported once per
     such value.
     Raises :class:`~eggfuse.ir.OnnxError` / :class:`~eggfuse.ir.UnsupportedOpsError` when the
-    model cannot be imported, also at the shapes of a run's feeds (a feed whose shape does not
-    match the model's declared dimensions is an OnnxError naming the input);
-    :class:`~eggfuse.ir.InputError` for other feeds that do not fit: a missing or unknown
-    input, a wrong dtype, an integer or float64 value float32 cannot hold (a float input), and
+    model cannot be imported, also at the shapes of a run's feeds;
+    :class:`~eggfuse.ir.InputError` for feeds that do not fit: a missing or unknown
+    input, a wrong dtype, a rank or fixed dimension other than the input declares, an integer or
+    float64 value float32 cannot hold (a float input), and
     indices outside the axis a Gather reads them along (``IndexRangeError``);
     :class:`~eggfuse.ir.LoweringError` (:class:`~eggfuse.ir.DeviceLimitError`) when a plan exceeds
     the device's limits, its message ending with the ONNX nodes concerned (those whose ops a fused
@@ -249,7 +249,7 @@ class Model:
         dims = _dims(vi)
         wrong = len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(dims, shape, strict=True))
         if wrong:
-            what = (f"{len(shape)} dimensions" if len(dims) != len(shape) else
+            what = (f"rank {len(shape)}" if len(dims) != len(shape) else
                     ", ".join(f"dimension {i} is {g}" for i, (d, g) in enumerate(zip(dims, shape, strict=True))
                               if isinstance(d, int) and d != g))
             raise InputError(f"input {vi.name!r}: fed an array of shape {list(shape)} ({what}), but the model declares "
@@ -271,10 +271,10 @@ class Model:
         """The model's outputs for ``feeds`` (name -> array, or arrays in input order), in output order
         and ONNX dtypes. A set of input shapes not seen before is imported and compiled first (one
         plan per set, kept). Raises :class:`~eggfuse.ir.InputError` for a missing or unknown input,
-        a wrong dtype, a value out of int32's range, an integer or float64 value of a float input that float32
-        cannot hold, or (:class:`~eggfuse.ir.IndexRangeError`, naming the ONNX Gathers that index with the
-        input) Gather indices outside their axis or a feed whose rank or fixed dimensions differ from the
-        input's declared shape, and :class:`~eggfuse.ir.OnnxError` for other shapes the model does not take (the
+        a wrong dtype, a feed whose rank or fixed dimensions differ from the input's declared shape, a value out
+        of int32's range, an integer or float64 value of a float input that float32 cannot hold, or
+        (:class:`~eggfuse.ir.IndexRangeError`, naming the ONNX Gathers that index with the input) Gather indices
+        outside their axis, and :class:`~eggfuse.ir.OnnxError` for other shapes the model does not take (the
         class's errors)."""
         feeds = self._feeds(feeds)
         spec = self.specialise(feeds)

@@ -351,10 +351,13 @@ GEMV_MANY_ROWS_K = 1024
 def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
     """Whether a 'BT' product of ``m`` rows, GEMV_MAX_ROWS < m <= GEMV_BT_MAX_ROWS, takes the GEMV kernel
     (one dispatch reading each weight once) instead of the tiled one: up to GEMV_BT_ALWAYS_ROWS (8) rows always;
-    more, up to GEMV_BT_MAX_ROWS, where B is f32 (not ``quantised``), N <= GEMV_MANY_ROWS_N and K <= GEMV_LONG_K.
+    more, up to GEMV_BT_MAX_ROWS, where B is f32 (not ``quantised``), N <= GEMV_MANY_ROWS_N and
+    K <= GEMV_MANY_ROWS_K.
 
-    Measured on an H100 (``bench/matmul_ab.py``, the two kernels alternated in one process, rounds 1 and 2
-    of three, bench/results/gemv_rows_h100/ab_rows.json, us, GEMV against tiled): at 8 rows it was faster
+    Measured on an H100 before the GEMV took its rows in blocks (GEMV_ROW_BLOCK, which made it faster still at
+    N <= GEMV_WIDE_N; the bounds were measured with blocks too: GEMV_MANY_ROWS_K), with ``bench/matmul_ab.py``
+    (the two kernels alternated in one process, rounds 1 and 2 of three, bench/results/gemv_rows_h100/ab_rows.json,
+    us, GEMV against tiled): at 8 rows it was faster
     at all eight LLM shapes, 8 x 576 x 192 5.16 against 6.76, 8 x 576 x 576 5.27 / 6.93, 8 x 576 x 1536
     5.98 / 9.83, 8 x 1536 x 576 6.97 / 11.36, 8 x 384 x 384 4.37 / 6.86, 8 x 384 x 1536 5.04 / 8.29,
     8 x 1536 x 384 6.89 / 8.83, 8 x 576 x 49152 61.1 / 86.8 (the tiled kernel's 32-row tiles in split-K
@@ -366,9 +369,10 @@ def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
     49152 (78.6); at 16 rows slower at three of four (16 x 576 x 3072 17.15 against 11.89, 16 x 576 x 576
     7.61 / 7.16), 16 x 576 x 1536 9.66 against 9.86. SmolLM2's prefill of 8 tokens (``bench/plan_ab.py``,
     three rounds, GPU us a run): 1541-1544 against 1697-1699 in f32 (ab_prefill8.json), 1518-1531 against
-    1604-1606 on Q4_1 blocks (ab_prefill8_q4_1.json). The columns per workgroup are :func:`gemv_bt_cols`'s
-    (8 or 16: 4 and 32 were slower at every shape). Of 5 to 7 rows on 8 columns, the GEMV reads its sizes as
-    WGSL constants (:func:`constant_shape`: rows x columns below 64); no A/B measured 5 to 7 rows."""
+    1604-1606 on Q4_1 blocks (ab_prefill8_q4_1.json). The columns per workgroup were then :func:`gemv_bt_cols`'s
+    of all the rows (8 or 16: 4 and 32 were slower at every shape); in blocks they are those of the block's rows
+    (4 where K > GEMV_SHORT_K, but 8 at N >= 1536 and K <= 576), and a block's rows x columns below 64 read the
+    sizes as WGSL constants (:func:`constant_shape`)."""
     if m <= GEMV_MAX_ROWS or m > GEMV_BT_MAX_ROWS:
         return False
     return m <= GEMV_BT_ALWAYS_ROWS or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_MANY_ROWS_K)
@@ -1443,15 +1447,16 @@ GEMV_UNROLL_MIN_ROWS = 4
 
 
 def _gemv_sums(rows: int) -> str:
-    # matmul_gemv.wgsl's SUMS_BT: store_rows for rows (i, i + 1), the last row paired with itself when odd
+    # matmul_gemv.wgsl's SUMS_BT: store_rows for rows (i, i + 1) of the block, the last row paired with itself
+    # (and stored once) when the block's rows are odd
     if rows < GEMV_UNROLL_MIN_ROWS:
         return ("        for (var i = 0u; i < ROWS; i = i + 2u) {\n"
                 "            let i2 = min(i + 1u, ROWS - 1u);\n"
-                "            store_rows(li, lane, col, row0 + i, acc[i], stat[i], acc[i2], stat[i2]);\n"
+                "            store_rows(li, lane, col, row0 + i, acc[i], stat[i], acc[i2], stat[i2], i2 > i);\n"
                 "        }")
     pairs = [(i, min(i + 1, rows - 1)) for i in range(0, rows, 2)]
-    return "\n".join(f"        store_rows(li, lane, col, row0 + {i}u, acc[{i}], stat[{i}], acc[{j}], stat[{j}]);"
-                     for i, j in pairs)
+    return "\n".join(f"        store_rows(li, lane, col, row0 + {i}u, acc[{i}], stat[{i}], acc[{j}], stat[{j}], "
+                     f"{'true' if j > i else 'false'});" for i, j in pairs)
 
 
 def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n: int, *, rms_norm: bool = False,

@@ -437,3 +437,15 @@ def test_the_last_split_is_bounded_by_its_partial_sums(monkeypatch):
             kernels = [d.kernel for d in lower(g).dispatches]
         assert kernels == ([f"matmul_BT_{tile.name}_v44_split{splits}_last"] if one else
                            [f"matmul_BT_{tile.name}_v44_split{splits}", f"matmul_split{splits}_reduce"]), kernels
+
+
+@pytest.mark.parametrize("block", [3, 5, 16])
+@pytest.mark.parametrize("row", [_fused("BT", 7, 577, 130, ("bias", "Gelu")),
+                                 _rms_norm_matmul("BT", 13, 96, 37, ("add",)), _qmm("q4_1", 7, 64, 9, rms=True)],
+                         ids=lambda r: r.id)
+def test_the_gemv_in_row_blocks_of_any_size(block, row, device, monkeypatch):
+    # the 'BT' GEMV of 5 to 16 rows in blocks of GEMV_ROW_BLOCK rows (4 by default; matmul_kernel.gemv_tile): a block
+    # of an odd count pairs its last row with itself and stores it once, the last block reaches past M; 16: one block
+    monkeypatch.setattr(matmul_kernel, "GEMV_ROW_BLOCK", block)
+    session = check_row(row, device, subgroups=None)
+    assert ("_blocks" in session.plan.dispatches[0].kernel) == (block < 7)

@@ -65,7 +65,7 @@ def test_feeds_that_do_not_fit_are_refused_clearly():
                                          r"shapes=\{'x': \[2, 3\]\}"):
         fixed.run({"x": np.zeros((4, 3), np.float32)})
     # against the declared [n, 3] (onnxruntime refuses these too); the import raised OnnxError
-    for bad, what in (((2, 4), "dimension 1 is 4"), ((6,), "1 dimensions"), ((2, 3, 1), "3 dimensions")):
+    for bad, what in (((2, 4), "dimension 1 is 4"), ((6,), "rank 1"), ((2, 3, 1), "rank 3")):
         shape = re.escape(str(list(bad)))
         with pytest.raises(InputError, match=rf"input 'x': fed an array of shape {shape} \({what}\), but the model "
                                              r"declares 'x' \(FLOAT \[n, 3\]\)"):

@@ -13,7 +13,7 @@ import pytest
 from op_table import Row, all_rows, check_row  # tests/op_table.py
 
 from eggfuse.ir import OPS, DType, Graph, evaluate
-from eggfuse.ir.ops.matmul_kernel import GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes
+from eggfuse.ir.ops.matmul_kernel import GEMV_LONG_K, GEMV_MAX_CHUNK, gemv_bt_lanes, gemv_tile
 from eggfuse.lowering import lower
 from eggfuse.runtime import Session
 from eggfuse.runtime.device import subgroup_reductions_usable
@@ -426,8 +426,9 @@ _SHAPES = ([1], [7, 13], [65, 33])
 
 def _chunk_k(m: int, n: int) -> int:
     """K of one chunk of the 'BT' GEMV of ``m`` rows and ``n`` columns at a K past the short-K column
-    splits (matmul_kernel.gemv_bt_cols; matmul_gemv.wgsl): GEMV_MAX_CHUNK steps of two quads per lane."""
-    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(m, 1 << 16, n)
+    splits (matmul_kernel.gemv_bt_cols, of the rows of a workgroup's block: gemv_tile; matmul_gemv.wgsl):
+    GEMV_MAX_CHUNK steps of two quads per lane."""
+    return GEMV_MAX_CHUNK * 8 * gemv_bt_lanes(gemv_tile(m, 1 << 16, n, "BT").bm, 1 << 16, n)
 
 
 
