@@ -378,22 +378,22 @@ def gemv_bt_rows(m: int, k: int, n: int, quantised: bool = False) -> bool:
     return m <= GEMV_BT_ALWAYS_ROWS or (not quantised and n <= GEMV_MANY_ROWS_N and k <= GEMV_MANY_ROWS_K)
 
 
-#: Rows of the blocks a 'BT' GEMV of more than GEMV_MAX_ROWS rows (:func:`gemv_bt_rows`) and N <= GEMV_WIDE_N splits
-#: its rows into, a workgroup for each block of rows and of columns (:func:`gemv_tile`; the row blocks of a block of
-#: columns neighbours, so that they read its weights together); 0: one block of all rows. A workgroup of fewer rows
-#: holds fewer accumulators and loads of op(A) a lane, and the product gets more workgroups (16 x 384 x 384: 192
-#: against 48). Measured on an H100 (``bench/matmul_ab.py``, three alternated rounds, medians of rounds 1 and 2,
-#: bench/results/gemv_row_blocks_h100/ab_row_blocks.json, us, blocks of 4 / 8 / all rows): faster with 4 at all 14
-#: products of 5 to 16 rows and N <= 1536, 16 x 384 x 384 3.59 / 4.66 / 6.19, 8 x 384 x 1536 4.02 / 5.16 / 5.13,
-#: 8 x 1536 x 384 5.69 / 7.10 / 7.10, 12 x 576 x 1536 5.72 / 9.45 / 7.31, 16 x 576 x 1536 8.27 / 9.78 / 8.49 (the
-#: least), 5 x 576 x 1536 4.86 / 5.09 / 4.99; slower at 8 x 576 x 49152, 68.2 against 62.2 (so not past
-#: GEMV_WIDE_N). SmolLM2's prefill (``bench/plan_ab.py``, three rounds, GPU us a run) of 8 tokens 1362.7-1362.8
-#: with blocks of 4 against 1600.7-1601.7 (ab_prefill8.json), of 16 tokens 1604.8-1605.1 against 2022.4-2027.3
-#: (blocks of 8 1601.9-1606.8, ab_prefill16.json); on Q4_1 blocks, 8 tokens, 1460.2-1462.5 against 1584.2-1584.8
-#: (ab_prefill8_q4_1.json), though single Q4_1 products were faster with 4-row blocks at 8 x 576 x 1536 (6.19
-#: against 6.56) and 8 x 1536 x 576 (6.71 / 7.50) and slower at 5 x 576 x 960 (6.25 / 5.15), 8 x 576 x 576
-#: (6.55 / 5.48) and 8 x 576 x 3072 (11.17 / 10.86; ab_q4_1.json): the plan, whose products carry the RmsNorm and
-#: SwiGLU prologues, decides.
+#: Rows of the blocks a 'BT' GEMV of more than GEMV_MAX_ROWS rows (:func:`gemv_bt_rows`) and N <= GEMV_WIDE_N splits its
+#: rows into, a workgroup for each block of rows and of columns (:func:`gemv_tile`; the row blocks of a block of columns
+#: are neighbours, so that they read its weights together); 0: one block of all rows. A workgroup of fewer rows holds
+#: fewer accumulators and loads of op(A) a lane, and the product gets more workgroups (16 x 384 x 384: 192 against 48).
+#: Measured on an H100 (``bench/matmul_ab.py``, three alternated rounds, medians of rounds 1 and 2,
+#: bench/results/gemv_row_blocks_h100/ab_row_blocks.json, us, blocks of 4 / 8 / all rows): 4 faster than all rows at all
+#: 14 products of 5 to 16 rows and N <= 1536, and than 8 at all but 16 x 576 x 576 (6.03 / 5.94): 16 x 384 x 384 3.59 /
+#: 4.66 / 6.19, 8 x 384 x 1536 4.02 / 5.16 / 5.13, 8 x 1536 x 384 5.69 / 7.10 / 7.10, 12 x 576 x 1536 5.72 / 9.45 /
+#: 7.31, 16 x 576 x 1536 8.27 / 9.78 / 8.49 (the least), 5 x 576 x 1536 4.86 / 5.09 / 4.99; slower at 8 x 576 x 49152,
+#: 68.2 against 62.2 (so not past GEMV_WIDE_N). SmolLM2's prefill (``bench/plan_ab.py``, three rounds, GPU us a run) of
+#: 8 tokens 1362.7-1362.8 with blocks of 4 against 1600.7-1601.7 (ab_prefill8.json), of 16 tokens 1604.8-1605.1 against
+#: 2022.4-2027.3 (blocks of 8 1601.9-1606.8, ab_prefill16.json); on Q4_1 blocks, 8 tokens, 1460.2-1462.5 against
+#: 1584.2-1584.8 (ab_prefill8_q4_1.json), though single Q4_1 products were faster with 4-row blocks at 8 x 576 x 1536
+#: (6.19 against 6.56) and 8 x 1536 x 576 (6.71 / 7.50) and slower at 5 x 576 x 960 (6.25 / 5.15), 8 x 576 x 576 (6.55 /
+#: 5.48) and 8 x 576 x 3072 (11.17 / 10.86; ab_q4_1.json): the plan, whose products carry the RmsNorm and SwiGLU
+#: prologues, decides.
 GEMV_ROW_BLOCK = 4
 
 
