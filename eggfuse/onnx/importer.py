@@ -778,7 +778,7 @@ class Importer:
                 raise OnnxError(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
             elem = tt.elem_type
             if vi.name in self.values:
-                arr = np.asarray(self.values[vi.name], dtype=elem_numpy(elem))
+                arr = _load_value(vi, self.values[vi.name])
                 env[vi.name] = in_f32(Value(vi.name, elem, tuple(arr.shape), const=arr, deps=frozenset([vi.name])))
                 continue
             if elem not in ELEM_DTYPE and elem not in COMPUTED_IN_F32:
@@ -1155,6 +1155,41 @@ def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphPr
     return g
 
 
+def _load_value(vi: onnx.ValueInfoProto, value: Any) -> np.ndarray:
+    # a value given for an input at load time (load's ``values``, a Model's inputs bound at load), as its element
+    # type: OnnxError for None, what numpy makes no array of numbers from, another kind of number than the input's
+    # (floats for an integer input, numbers for a bool one; integers for a float one are taken), an integer the type
+    # does not hold, or a rank or fixed dimension other than the input declares
+    elem = vi.type.tensor_type.elem_type
+    if elem not in ELEM_DTYPE and elem not in COMPUTED_IN_F32:
+        return np.asarray(value)  # a type eggfuse does not run: the import refuses it, with every op it cannot run
+    want = elem_numpy(elem)
+    declared = f"{elem_name(elem)} {[d if d is not None else '?' for d in _dims(vi)]}"
+    what = f"values: input {vi.name!r} ({declared})"
+    try:
+        arr = None if value is None else np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise OnnxError(f"{what}: numpy makes no array of the {type(value).__name__} given ({e}); "
+                        "give an array") from None
+    if arr is None or arr.dtype.kind not in "biuf":
+        got = "None" if arr is None else f"{type(value).__name__} {value!r:.40} (to numpy an array of {arr.dtype})"
+        raise OnnxError(f"{what}: got {got}; give an array of {want.name}")
+    kind = "f" if elem in COMPUTED_IN_F32 else want.kind  # (bfloat16 is not a numpy float kind)
+    fits = arr.dtype.kind == kind or (kind in "iu" and arr.dtype.kind in "iu") or (
+        kind == "f" and arr.dtype.kind in "iuf")
+    if not fits:
+        raise OnnxError(f"{what}: got an array of {arr.dtype}; give it as {want.name} "
+                        f"(numpy: arr.astype({want.name!r}))")
+    if kind in "iu" and arr.size and (arr.min() < np.iinfo(want).min or arr.max() > np.iinfo(want).max):
+        raise OnnxError(f"{what}: a value outside {want.name}'s range")
+    if vi.type.tensor_type.HasField("shape"):
+        dims = _dims(vi)
+        if len(dims) != arr.ndim or any(isinstance(d, int) and d != g for d, g in zip(dims, arr.shape, strict=True)):
+            raise OnnxError(f"{what}: got shape {list(arr.shape)}; give an array of the declared shape (named "
+                            "dimensions take any size)")
+    return arr.astype(want)
+
+
 def load(model: str | os.PathLike | onnx.ModelProto | bytes, shapes: Mapping[str, Sequence[int]] | None = None, *,
          values: Mapping[str, Any] | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
     """Import an ONNX model as an eggfuse graph and its parameters.
@@ -1170,9 +1205,11 @@ def load(model: str | os.PathLike | onnx.ModelProto | bytes, shapes: Mapping[str
     (narrowed to int32) and bool. Raises :class:`~eggfuse.ir.UnsupportedOpsError` listing every
     op type eggfuse cannot run (count and first node of each), and
     :class:`~eggfuse.ir.OnnxError` for an unreadable file, an opset older than 7, an
-    unsupported element type, attribute or shape, naming the node and tensor, and for ``shapes``
+    unsupported element type, attribute or shape, naming the node and tensor, for ``shapes``
     that are not a mapping of the model's inputs to shapes of their rank, every dimension a positive
-    integer (:func:`checked_shapes`).
+    integer (:func:`checked_shapes`), and for ``values`` that do not fit their input: None, not numbers,
+    another kind of number than the input's (integers for a float input are taken), an integer the input's type
+    does not hold, or another rank or fixed dimension than the input declares.
     """
     proto = _load_proto(model)
     if values is not None and not isinstance(values, Mapping):

@@ -326,6 +326,20 @@ def test_a_known_if_is_inlined_and_an_input_dependent_one_refused():
         load(m)
 
 
+def test_values_given_at_load_time_are_checked_against_their_inputs():
+    # they were cast to the input's type without a look (16000.5 for an int64 input ran as 16000, '1' as 1), and
+    # None, a dict or [] raised a bare TypeError or IndexError
+    m = model([node("Cast", ["n"], ["nf"], to=F), node("Add", ["x", "nf"], ["y"])],
+              [("x", F, [3]), ("n", I64, [])], [("y", F, None)])
+    g, _ = load(m, values={"n": 4})
+    np.testing.assert_array_equal(evaluate(g, {"x": np.ones(3, np.float32)}, {})[0], [5.0, 5.0, 5.0])
+    for bad, says in ((None, "got None"), ({}, "got dict {} .*array of object"), ("4", "got str '4'"),
+                      (4.5, "got an array of float64; give it as int64"), (True, "got an array of bool"),
+                      ([4, 5], r"got shape \[2\]"), (2**70, "got int 1180591620717411303424")):
+        with pytest.raises(OnnxError, match=rf"values: input 'n' \(INT64 \[\]\): ({says})"):
+            load(m, values={"n": bad})
+
+
 def test_the_passed_model_is_not_modified():
     m = model([node("Shape", ["x"], ["s"])], [("x", F, [2, 3])], [("s", I64, None)])
     before = m.SerializeToString()
