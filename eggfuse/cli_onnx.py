@@ -42,6 +42,16 @@ def shape_map(pairs: list[tuple[str, list[int]]] | None) -> dict[str, list[int]]
     return out
 
 
+def input_map(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
+    """``--input`` values as a dict; InputError for a name given twice with different values."""
+    out: dict[str, str] = {}
+    for name, source in pairs or []:
+        if name in out and out[name] != source:
+            raise InputError(f"--input gives {name!r} twice: {out[name]!r} and {source!r}; give it once")
+        out[name] = source
+    return out
+
+
 def _number(text: str) -> float | None:
     # the value of --input NAME=NUMBER, or None where the text names a file or is not a number
     if Path(text).exists():
@@ -68,7 +78,7 @@ def load_time_values(path: str, given: list[tuple[str, str]] | None, shapes: dic
         return {}
     from eggfuse.onnx import Model
 
-    names = dict(given)
+    names = input_map(given)
     return {n: a for n, a in feeds_for(Model(path), names, shapes).items() if n in names}
 
 
@@ -161,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         rulesets = select(None, args.disable_rule, optional=args.with_ruleset, precision=args.precision)
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
                   rulesets=rulesets)
-    given = dict(args.input or [])
+    given = input_map(args.input)
     feeds = feeds_for(model, given, shape_map(args.shape), args.seed)
     try:
         spec = model.specialise(feeds)
@@ -228,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         return
     print(f"model: {info['model']} ({info['onnx_nodes']} ONNX nodes)")
     print(f"adapter: {info['adapter']}")
-    given = dict(args.input or [])
+    given = input_map(args.input)
     for name, shape in info["inputs"].items():
         src = "random" if name not in given else "file" if _number(given[name]) is None else f"= {given[name]}"
         print(f"input  {name}: {shape} ({src})")

@@ -543,6 +543,10 @@ def test_run_refuses_shapes_that_disagree(tmp_path, capsys):
     assert "--shape gives 'input_ids' twice: 2x7 and 3x7" in capsys.readouterr().err
     assert main(["optimize", str(path), "--shape", "input_ids=2x7", "--shape", "input_ids=3x7"]) == 2
     assert "twice" in capsys.readouterr().err
+    # an --input given twice kept the last one
+    for command in ("run", "optimize"):
+        assert main([command, str(path), "--input", f"input_ids={ids}", "--input", "input_ids=3"]) == 2
+        assert f"--input gives 'input_ids' twice: '{ids}' and '3'; give it once" in capsys.readouterr().err
 
 
 def test_run_keeps_the_random_inputs_hint_for_a_lowering_error_of_their_shapes(tmp_path, capsys):
