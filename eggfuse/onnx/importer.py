@@ -1155,6 +1155,27 @@ def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphPr
     return g
 
 
+def takes_kind(elem: int, dtype: np.dtype) -> bool:
+    """Whether an array of ``dtype`` may stand for an input of ONNX element type ``elem`` (eggfuse runs it, or
+    computes it in float32), converted to it: the same kind of number, any integers for an integer input, integers or
+    floats for a float one (DOUBLE, FLOAT16 and BFLOAT16 too: bfloat16 is no numpy float kind)."""
+    kind = "f" if elem in COMPUTED_IN_F32 else elem_numpy(elem).kind
+    return dtype.kind == kind or (kind in "iu" and dtype.kind in "iu") or (kind == "f" and dtype.kind in "iuf")
+
+
+def declared_mismatch(vi: onnx.ValueInfoProto, shape: Sequence[int]) -> str | None:
+    """How ``shape`` differs from the input's declared shape ('rank 3', or 'dimension 1 is 4, ...'), or None where it
+    fits it or the input declares none: a named or unknown dimension takes any size (as onnxruntime checks feeds)."""
+    if not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = _dims(vi)
+    if len(dims) != len(shape):
+        return f"rank {len(shape)}"
+    wrong = [f"dimension {i} is {g}" for i, (d, g) in enumerate(zip(dims, shape, strict=True))
+             if isinstance(d, int) and d != g]
+    return ", ".join(wrong) or None
+
+
 def _load_value(vi: onnx.ValueInfoProto, value: Any) -> np.ndarray:
     # a value given for an input at load time (load's ``values``, a Model's inputs bound at load), as its element
     # type: OnnxError for None, what numpy makes no array of numbers from, another kind of number than the input's
@@ -1174,19 +1195,14 @@ def _load_value(vi: onnx.ValueInfoProto, value: Any) -> np.ndarray:
     if arr is None or arr.dtype.kind not in "biuf":
         got = "None" if arr is None else f"{type(value).__name__} {value!r:.40} (to numpy an array of {arr.dtype})"
         raise OnnxError(f"{what}: got {got}; give an array of {want.name}")
-    kind = "f" if elem in COMPUTED_IN_F32 else want.kind  # (bfloat16 is not a numpy float kind)
-    fits = arr.dtype.kind == kind or (kind in "iu" and arr.dtype.kind in "iu") or (
-        kind == "f" and arr.dtype.kind in "iuf")
-    if not fits:
+    if not takes_kind(elem, arr.dtype):
         raise OnnxError(f"{what}: got an array of {arr.dtype}; give it as {want.name} "
                         f"(numpy: arr.astype({want.name!r}))")
-    if kind in "iu" and arr.size and (arr.min() < np.iinfo(want).min or arr.max() > np.iinfo(want).max):
+    if want.kind in "iu" and arr.size and (arr.min() < np.iinfo(want).min or arr.max() > np.iinfo(want).max):
         raise OnnxError(f"{what}: a value outside {want.name}'s range")
-    if vi.type.tensor_type.HasField("shape"):
-        dims = _dims(vi)
-        if len(dims) != arr.ndim or any(isinstance(d, int) and d != g for d, g in zip(dims, arr.shape, strict=True)):
-            raise OnnxError(f"{what}: got shape {list(arr.shape)}; give an array of the declared shape (named "
-                            "dimensions take any size)")
+    if declared_mismatch(vi, arr.shape):
+        raise OnnxError(f"{what}: got shape {list(arr.shape)}; give an array of the declared shape (named "
+                        "dimensions take any size)")
     return arr.astype(want)
 
 

@@ -23,12 +23,14 @@ from .importer import (
     _load_proto,
     as_f32,
     checked_shapes,
+    declared_mismatch,
     elem_name,
     elem_numpy,
     graph_inputs,
     import_model,
     onnx_index_readers,
     overridable_inputs,
+    takes_kind,
     unknown_input,
     with_onnx_nodes,
 )
@@ -227,9 +229,7 @@ class Model:
                 out[vi.name] = arr  # a type eggfuse does not run: the import refuses it, listing every op it cannot run
                 continue
             want = elem_numpy(elem) if elem else arr.dtype
-            if arr.dtype != want and not (arr.dtype.kind == want.kind or (want.kind == "f" and arr.dtype.kind in "iu")
-                                          or (want.kind in "iu" and arr.dtype.kind in "iu")
-                                          or (elem in COMPUTED_IN_F32 and arr.dtype.kind in "fiu")):
+            if elem and not takes_kind(elem, arr.dtype):
                 hint = f"; give it as {want.name} (numpy: arr.astype({want.name!r}))" if want.kind in "biuf" else ""
                 raise InputError(f"input {vi.name!r}: the model takes {elem_name(elem)}, got an array of "
                                  f"{arr.dtype}{hint}")
@@ -244,14 +244,8 @@ class Model:
         # InputError for a feed whose rank or fixed dimensions differ from the input's declared shape (as
         # onnxruntime refuses it); a symbolic or unknown dimension takes any size. Shapes given to the Model
         # (``shapes``) are checked by specialise instead.
-        if vi.name in self.shapes or not vi.type.tensor_type.HasField("shape"):
-            return
-        dims = _dims(vi)
-        wrong = len(dims) != len(shape) or any(isinstance(d, int) and d != g for d, g in zip(dims, shape, strict=True))
-        if wrong:
-            what = (f"rank {len(shape)}" if len(dims) != len(shape) else
-                    ", ".join(f"dimension {i} is {g}" for i, (d, g) in enumerate(zip(dims, shape, strict=True))
-                              if isinstance(d, int) and d != g))
+        what = None if vi.name in self.shapes else declared_mismatch(vi, shape)
+        if what:
             raise InputError(f"input {vi.name!r}: fed an array of shape {list(shape)} ({what}), but the model declares "
                              f"{self._describe(vi)}; feed an array of that shape (named dimensions take any size)")
 
