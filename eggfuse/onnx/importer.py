@@ -1157,10 +1157,12 @@ def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphPr
 
 def takes_kind(elem: int, dtype: np.dtype) -> bool:
     """Whether an array of ``dtype`` may stand for an input of ONNX element type ``elem`` (eggfuse runs it, or
-    computes it in float32), converted to it: the same kind of number, any integers for an integer input, integers or
-    floats for a float one (DOUBLE, FLOAT16 and BFLOAT16 too: bfloat16 is no numpy float kind)."""
-    kind = "f" if elem in COMPUTED_IN_F32 else elem_numpy(elem).kind
-    return dtype.kind == kind or (kind in "iu" and dtype.kind in "iu") or (kind == "f" and dtype.kind in "iuf")
+    computes it in float32), converted to it: its own dtype, the same kind of number, any integers for an integer
+    input, integers or floats for a float one (DOUBLE, FLOAT16 and BFLOAT16 too: bfloat16 is no numpy float kind)."""
+    want = elem_numpy(elem)
+    kind = "f" if elem in COMPUTED_IN_F32 else want.kind
+    return dtype == want or dtype.kind == kind or (kind in "iu" and dtype.kind in "iu") or (
+        kind == "f" and dtype.kind in "iuf")
 
 
 def declared_mismatch(vi: onnx.ValueInfoProto, shape: Sequence[int]) -> str | None:
