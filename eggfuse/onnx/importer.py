@@ -160,8 +160,9 @@ class NodeContext:
         return f"{self.node.op_type} node {name!r}"
 
     def fail(self, msg: str) -> OnnxError:
-        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name."""
-        return OnnxError(f"{self.where()}: {msg}")
+        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name, followed by
+        the sizes the caller gave the model's symbolic input dimensions, if any (:meth:`Importer.chosen_sizes`)."""
+        return OnnxError(f"{self.where()}: {msg}{self.importer.chosen_sizes()}")
 
     # --- attributes --------------------------------------------------------------------
 
@@ -649,6 +650,24 @@ class Importer:
         #: idiom): a later shape error names the last three, as a sequence longer than a position
         #: table fails only at the Add that meets the shorter rows
         self.clamped: list[str] = []
+
+    def chosen_sizes(self) -> str:
+        """For a node's error (:meth:`NodeContext.fail`): the sizes the caller chose for the model's symbolic input
+        dimensions (``shapes`` or a Model's feeds) and the small input values given at load time (``values``),
+        which a model fails on where its ops cannot take them (an image too small for a pooling window, a sample
+        rate it has no branch for); empty where the caller chose neither."""
+        chosen = []
+        for vi in self.model.graph.input:
+            dims = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
+            given = self.shapes.get(vi.name)
+            if given is not None and (dims is None or any(not (isinstance(d, int) and d > 0) for d in dims)):
+                chosen.append(f"{vi.name!r} {list(given)} (declared {dims if dims is not None else 'without a shape'})")
+        values = [f"{name!r} = {np.asarray(v).tolist()}" for name, v in self.values.items() if np.size(v) <= 8]
+        if not chosen and not values:
+            return ""
+        given = "; ".join(([f"symbolic input dimensions given as {', '.join(chosen)}"] if chosen else [])
+                          + ([f"input values given at load time: {', '.join(values)}"] if values else []))
+        return f" (the model's {given}; where the model does not take these, give the sizes or values it was made for)"
 
     # --- values ------------------------------------------------------------------------
 

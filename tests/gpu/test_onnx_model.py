@@ -744,3 +744,26 @@ def test_a_cast_of_a_float16_tensor_reads_its_float16_value():
     np.testing.assert_array_equal(y, want)
     np.testing.assert_array_equal(z, want.astype(np.float32))  # [9.609375, inf, 7.2890625]
     assert n[0] == 9 and n[2] == 7
+
+
+def test_a_nodes_error_names_the_sizes_and_values_the_caller_chose():
+    # A MaxPool window larger than the image the feed gives, on the If branch a fed flag picks: the error names
+    # the node and, since the model leaves the image's size to the caller, the sizes and values it was given
+    pool = helper.make_graph([node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3])], "pool", [],
+                             [helper.make_tensor_value_info("p", F, None)])
+    same = helper.make_graph([node("Identity", ["x"], ["i"])], "same", [],
+                             [helper.make_tensor_value_info("i", F, None)])
+    m = Model(model([node("If", ["c"], ["y"], then_branch=pool, else_branch=same)],
+                    [("x", F, [1, 2, "h", "w"]), ("c", B, [])], [("y", F, None)]))
+    x = np.ones((1, 2, 2, 5), np.float32)
+    with pytest.raises(OnnxError, match=r"MaxPool node .*window of \[3, 3\].* \(the model's symbolic input "
+                                        r"dimensions given as 'x' \[1, 2, 2, 5\] \(declared \[1, 2, 'h', 'w'\]\); "
+                                        r"input values given at load time: 'c' = True; where the model does not take "
+                                        r"these, give the sizes or values it was made for\)"):
+        m.run({"x": x, "c": np.array(True)})
+    assert np.array_equal(m.run({"x": x, "c": np.array(False)})[0], x)
+    fixed = Model(model([node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])], [("x", F, [1, 2, 2, 5])],
+                        [("y", F, None)]))
+    with pytest.raises(OnnxError, match=r"window of \[3, 3\]") as e:  # the model fixes the sizes: nothing to add
+        fixed.run({"x": x})
+    assert "given" not in str(e.value)
