@@ -37,6 +37,7 @@ kernel: 3.2 TFLOP/s), and the M = 1 GEMV of SmolLM2's LM head at 3.8 TB/s (0.91x
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import operator
 import re
@@ -960,12 +961,13 @@ def _operand_quads(variant: str, vec_a: bool, vec_b: bool, gemv: bool, quant: st
     return qa + "\n\n" + qb
 
 
-def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
+def _micro_tile(tile: MatmulTile, splits: int = 1) -> tuple[str, str, str, str]:
     # The unrolled micro-tile of invocation (tx, ty) in K group kg (matmul.wgsl): the
     # accumulator declarations, the inner product over its bk / ksplit elements of a K
     # slice, the store, and the split-K reduction. Rows g*4*TY + ty*4 + e, columns
-    # h*4*TX + tx*4 + (0..3), as vec4 c{row}_{h}. Unrolled here because the NVIDIA driver
-    # does not unroll the loop itself: on an H200 the unrolled 128x128 tile ran 34 TFLOP/s
+    # h*4*TX + tx*4 + (0..3), as vec4 c{row}_{h} (in the form micro_tile_form says: the cols form
+    # holds them as vec4 d{column}_{g} and gathers the c{row}_{h} after the K loop). Unrolled here
+    # because the NVIDIA driver does not unroll the loop itself: on an H200 the unrolled 128x128 tile ran 34 TFLOP/s
     # at 4096^3 against 29 for the loop, 31 for 2 steps per iteration. WGSL's fma, not c + a * b
     # (OpFMul and OpFAdd): on an H100 GPT-2 small's exported plan took 6,846-6,856 us GPU written
     # so against 6,541-6,564, MiniLM's 1,108-1,110 against 1,094-1,103
@@ -973,7 +975,18 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
     ty_count, tx_count = tile.bm // tile.tm, tile.bn // tile.tn
     row_groups, col_groups = tile.tm // 4, tile.tn // 4
     accs = [(4 * g + e, h) for g in range(row_groups) for e in range(4) for h in range(col_groups)]
-    decl = [f"    var c{r}_{h} = vec4<f32>();" for r, h in accs]
+    form = micro_tile_form(tile, splits)
+    kind, _, loops = form.partition("_")  # loops: the FMAs' nesting, outermost first (micro_tile_form)
+    if kind == "rows":
+        decl = [f"    var c{r}_{h} = vec4<f32>();" for r, h in accs]
+    elif kind == "scalar":
+        decl = [f"    var s{r}_{c} = 0.0;" for r in range(tile.tm) for c in range(tile.tn)]
+    else:  # d{column}_{g}: rows 4g .. 4g + 3 of one column
+        decl = [f"    var d{c}_{g} = vec4<f32>();" for g in range(row_groups) for c in range(tile.tn)]
+    if MICRO_TILE_DECL_REVERSED:
+        decl.reverse()
+    ranges = {"g": range(row_groups), "e": range(4), "h": range(col_groups), "j": range(4)}
+    nest = [dict(zip(loops, idx, strict=True)) for idx in itertools.product(*(ranges[x] for x in loops))]
     body = []
     steps = tile.bk // tile.ksplit
     for step in range(steps):
@@ -982,15 +995,83 @@ def _micro_tile(tile: MatmulTile) -> tuple[str, str, str, str]:
             body.append(f"        let a{g}_{step} = tiles[a_at + {step * tile.bm // 4 + g * ty_count}u];")
         for h in range(col_groups):
             body.append(f"        let b{h}_{step} = tiles[b_at + {step * tile.bn // 4 + h * tx_count}u];")
-        for r, h in accs:
-            a = f"a{r // 4}_{step}.{'xyzw'[r % 4]}"
-            body.append(f"        c{r}_{h} = fma(vec4<f32>({a}), b{h}_{step}, c{r}_{h});")
+        for i in nest:
+            g, h = i["g"], i["h"]
+            if kind == "rows":
+                r = 4 * g + i["e"]
+                body.append(f"        c{r}_{h} = fma(vec4<f32>(a{g}_{step}.{'xyzw'[i['e']]}), b{h}_{step}, c{r}_{h});")
+            elif kind == "cols":
+                c = 4 * h + i["j"]
+                body.append(f"        d{c}_{g} = fma(a{g}_{step}, vec4<f32>(b{h}_{step}.{'xyzw'[i['j']]}), d{c}_{g});")
+            else:
+                r, c = 4 * g + i["e"], 4 * h + i["j"]
+                body.append(f"        s{r}_{c} = fma(a{g}_{step}.{'xyzw'[i['e']]}, b{h}_{step}.{'xyzw'[i['j']]}, "
+                            f"s{r}_{c});")
+    if kind == "rows":
+        as_rows = []
+    elif kind == "scalar":  # the row quads the reduction and the stores take
+        as_rows = [f"    var c{r}_{h} = vec4<f32>(" + ", ".join(f"s{r}_{4 * h + j}" for j in range(4)) + ");"
+                   for r, h in accs]
+    else:
+        as_rows = [f"    var c{r}_{h} = vec4<f32>(" + ", ".join(
+            f"d{4 * h + j}_{r // 4}.{'xyzw'[r % 4]}" for j in range(4)) + ");" for r, h in accs]
     store = []
     for j, (r, h) in enumerate(accs):
         line = (f"store4(row0, col0, {(r // 4) * 4 * ty_count + r % 4}u + ty * 4u, {h * 4 * tx_count}u + tx * 4u, "
                 f"c{r}_{h});")
         store.append(f"    {line}" if tile.ksplit == 1 else f"    if (kg == {j % tile.ksplit}u) {{ {line} }}")
-    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(_group_sums(tile, accs))
+    return "\n".join(decl), "\n".join(body), "\n".join(store), "\n".join(as_rows + _group_sums(tile, accs))
+
+
+#: How the tiled kernel's micro-tile holds its accumulators (:func:`micro_tile_form`): "rows_<loops>", a vec4 per
+#: row and quad of columns, updated by fma(vec4(a), b, c); "cols_<loops>", a vec4 per column and quad of rows,
+#: updated by fma(a, vec4(b), d); "scalar_<loops>", one f32 each. <loops> orders the nested loops over a K element's
+#: FMAs, outermost first: g the quad of rows (the vec4 a read), e the row in it, h the quad of columns (the vec4 b
+#: read), j the column in it ("rows" takes g, e and h, "cols" g, h and j, "scalar" all four). Each output's sum
+#: takes its terms in the same order in every form; the forms differ in the registers the driver's compiler
+#: gives them. None: :func:`micro_tile_form`'s rule; a form: that form on the tiles MICRO_TILE_FORM_TILES names
+#: (for measurement: ``bench/matmul_ab.py --variant``). Short names: "rows" is rows_geh, "cols" cols_hjg.
+MICRO_TILE_FORM: str | None = None
+_FORM_NAMES = {"rows": "rows_geh", "cols": "cols_hjg", "scalar": "scalar_gehj"}
+
+#: The tiles a set MICRO_TILE_FORM applies to (the others take :func:`micro_tile_form`'s rule): "square", 8x8
+#: micro-tiles of 128x128 tiles; "tn8", micro-tiles 8 columns and at most 8 rows; "all".
+MICRO_TILE_FORM_TILES = "square"
+
+#: Declare the accumulators in the reverse of their order (for measurement: the registers the driver gives them).
+MICRO_TILE_DECL_REVERSED = False
+
+
+def micro_tile_form(tile: MatmulTile, splits: int = 1) -> str:
+    """The accumulator form of ``tile``'s micro-tile in a product of ``splits`` K ranges (MICRO_TILE_FORM's forms,
+    in full): "cols_ghj" for the 128x128x8 tile (8x8 micro-tiles in 256 invocations), "cols_jhg" for the 64x128x8
+    tile (4x8) in one K range, "rows_geh" for the others. LoweringError for a bad MICRO_TILE_FORM.
+
+    Measured on an H100 (``bench/matmul_ab.py``, three alternated rounds a call; bench/results/micro_tile_cols_h100/
+    ab_forms.json and ab_orders.json), time against rows_geh: on 128x128x8 4096^3 0.980-0.982 (3550.5 against
+    3625.1-3635.9 us), 4096 x 576 x 1536 0.958, 2048 x 768 x 3072 0.972 with g outermost (cols_ghj, cols_gjh) or
+    h then g (cols_hgj); with j before g 0.99 at 4096^3 but 1.27 at the other two. On 64x128x8, the LM head of 128
+    rows (128 x 576 x 49152) 0.918-0.930 in every order of the cols form, but in 4 and 8 K ranges (512 x 576 x 1536,
+    512 x 1536 x 576) 1.004-1.014, hence one range only. Slower elsewhere: the 32-row LM head on 32x64x16m4x8
+    1.03-1.06, the 512-row one on 256x128x8m16x8 1.20. The rows form's other orders: 0.99-1.03."""
+    where = MICRO_TILE_FORM_TILES
+    if MICRO_TILE_FORM is not None:
+        form = _FORM_NAMES.get(MICRO_TILE_FORM, MICRO_TILE_FORM)
+        kind, _, loops = form.partition("_")
+        letters = {"rows": "geh", "cols": "ghj", "scalar": "gehj"}.get(kind)
+        if letters is None or sorted(loops) != sorted(letters) or where not in ("square", "tn8", "all"):
+            raise LoweringError(f"MICRO_TILE_FORM is {MICRO_TILE_FORM!r} and MICRO_TILE_FORM_TILES {where!r}: the "
+                                "form must be None or rows_, cols_ or scalar_ followed by an order of the letters geh, "
+                                f"ghj or gehj (or one of {', '.join(_FORM_NAMES)}), the tiles 'square', 'tn8' or "
+                                "'all'")
+        if {"square": tile.bm == tile.bn == 128 and tile.tm == tile.tn == 8,
+                "tn8": tile.tn == 8 and tile.tm <= 8, "all": True}[where]:
+            return form
+    if tile == _TILE_BY_SIDES[(128, 128)]:
+        return "cols_ghj"
+    if tile == _TILE_BY_SIDES[(64, 128)] and splits == 1:
+        return "cols_jhg"
+    return "rows_geh"
 
 
 def _group_sums(tile: MatmulTile, accs: list[tuple[int, int]]) -> list[str]:
@@ -1616,7 +1697,7 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
         raise LoweringError(f"the LayerNorm prologue takes a row's mean and variance with one or more invocations "
                             f"a row, kept in the slices' memory, which the tile {tile.name} has too few of: choose "
                             "another tile of MATMUL_TILES")
-    decl, body, store, reduce = _micro_tile(tile)
+    decl, body, store, reduce = _micro_tile(tile, splits)
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
                  A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),

@@ -449,3 +449,38 @@ def test_the_gemv_in_row_blocks_of_any_size(block, row, device, monkeypatch):
     monkeypatch.setattr(matmul_kernel, "GEMV_ROW_BLOCK", block)
     session = check_row(row, device, subgroups=None)
     assert ("_blocks" in session.plan.dispatches[0].kernel) == (block < 7)
+
+
+FORM_TILES = [MatmulTile(128, 128, 8), MatmulTile(64, 128, 8), MatmulTile(32, 64, 16, micro=(4, 8)),
+              MatmulTile(64, 64, 16, micro=(8, 4), wg=128)]
+FORM_CASES = [(form, tile, splits) for form in ("rows_hge", "cols_jgh", "cols_ghj", "scalar_hjeg")
+              for tile in FORM_TILES for splits in (1, 3)]
+
+
+@pytest.mark.parametrize("form, tile, splits", FORM_CASES, ids=[f"{f}-{t.name}-split{s}" for f, t, s in FORM_CASES])
+def test_every_micro_tile_form_matches_the_reference(form, tile, splits, device, monkeypatch):
+    # matmul_kernel.MICRO_TILE_FORM on every tile: the accumulators in rows, columns or single floats, their FMAs
+    # in another nesting (and declared in reverse), with an edge tile, a short last slice, a GELU epilogue and
+    # an RmsNorm prologue
+    monkeypatch.setattr(matmul_kernel, "MICRO_TILE_FORM", form)
+    monkeypatch.setattr(matmul_kernel, "MICRO_TILE_FORM_TILES", "all")
+    monkeypatch.setattr(matmul_kernel, "MICRO_TILE_DECL_REVERSED", form == "cols_ghj")
+    m, n, k = tile.bm + 3, tile.bn + 4, 2 * tile.bk * 3 + 4
+    for row in (_fused("BT", m, k, n, ("bias", "Gelu")), _rms_norm_matmul("", m, k + 1, n, ("add",))):
+        _run_with(tile, splits, row, device)
+
+
+def test_the_micro_tile_forms_rule_and_a_bad_setting(monkeypatch):
+    # 128x128x8 in columns with the quad of rows outermost, 64x128x8 in columns in one K range only, the others
+    # in rows (matmul_kernel.micro_tile_form's measurements)
+    form = matmul_kernel.micro_tile_form
+    assert form(MatmulTile(128, 128, 8)) == "cols_ghj" and form(MatmulTile(128, 128, 8), 4) == "cols_ghj"
+    assert form(MatmulTile(64, 128, 8)) == "cols_jhg" and form(MatmulTile(64, 128, 8), 2) == "rows_geh"
+    assert {form(t) for t in MATMUL_TILES_ALL if t not in (MatmulTile(128, 128, 8), MatmulTile(64, 128, 8))} == {
+        "rows_geh"}
+    monkeypatch.setattr(matmul_kernel, "MICRO_TILE_FORM", "cols")
+    assert form(MatmulTile(128, 128, 8)) == "cols_hjg" and form(MatmulTile(64, 64, 16)) == "rows_geh"
+    for bad in ("cols_geh", "rows_gg", "diagonal"):
+        monkeypatch.setattr(matmul_kernel, "MICRO_TILE_FORM", bad)
+        with pytest.raises(LoweringError, match=rf"MICRO_TILE_FORM is '{bad}'.*the form must be None or rows_"):
+            form(MatmulTile(64, 64, 16))

@@ -268,7 +268,9 @@ def test_matmul_template_vec4_reads_and_tiles():
     assert "var<storage, read> a: array<vec4<f32>>;" in src and "var<storage, read> b: array<f32>;" in src
     assert "return a[(r * p.k + c) / 4u];" in src and "b[r * p.n + cc]" in src
     assert "const BM: u32 = 128u;" in src and "const BK: u32 = 8u;" in src
-    assert len(re.findall(r"^ +var c\d+_\d+ = vec4<f32>\(\);", src, re.M)) == 16  # 8x8 outputs as vec4
+    # 8x8 outputs as vec4, a column's quads of rows (matmul_kernel.micro_tile_form: cols_ghj on 128x128x8)
+    assert len(re.findall(r"^ +var d\d_\d = vec4<f32>\(\);", src, re.M)) == 16
+    assert "d0_0 = fma(a0_0, vec4<f32>(b0_0.x), d0_0);\n        d1_0 = fma(a0_0, vec4<f32>(b0_0.y), d1_0);" in src
     assert src.count("= fma(") == 8 * 16  # the K slice unrolled: 8 steps of 16 vec4 FMAs
     assert "if (kg" not in src  # one K group: no split-K reduction, every invocation stores its micro-tile
     small = matmul_source("", (), tile=MATMUL_TILES[-1])
