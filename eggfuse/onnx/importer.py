@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -160,9 +161,11 @@ class NodeContext:
         return f"{self.node.op_type} node {name!r}"
 
     def fail(self, msg: str) -> OnnxError:
-        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name, followed by
-        the sizes the caller gave the model's symbolic input dimensions, if any (:meth:`Importer.chosen_sizes`)."""
-        return OnnxError(f"{self.where()}: {msg}{self.importer.chosen_sizes()}")
+        """An :class:`OnnxError` for this node (raise it): ``msg`` prefixed by the op type and name; where ``msg``
+        names a shape (a bracketed list of integers), followed by the sizes the caller gave the model's symbolic
+        input dimensions and the small input values it gave, if any (:meth:`Importer.chosen_sizes`)."""
+        about_shapes = _SHAPE_IN_MESSAGE.search(msg) is not None
+        return OnnxError(f"{self.where()}: {msg}{self.importer.chosen_sizes() if about_shapes else ''}")
 
     # --- attributes --------------------------------------------------------------------
 
@@ -622,6 +625,10 @@ def checked_shapes(shapes: Any, model: onnx.ModelProto, what: str = "shapes") ->
     return out
 
 
+#: NodeContext.fail: a message that names a shape (a bracketed list of integers, "[1, 200, 1, 1]")
+_SHAPE_IN_MESSAGE = re.compile(r"\[-?\d+(, -?\d+)*\]")
+
+
 class Importer:
     """One import of ``model`` for the given input shapes (see :func:`load`)."""
 
@@ -653,21 +660,25 @@ class Importer:
 
     def chosen_sizes(self) -> str:
         """For a node's error (:meth:`NodeContext.fail`): the sizes the caller chose for the model's symbolic input
-        dimensions (``shapes`` or a Model's feeds) and the small input values given at load time (``values``),
-        which a model fails on where its ops cannot take them (an image too small for a pooling window, a sample
-        rate it has no branch for); empty where the caller chose neither."""
+        dimensions (``shapes``, or a Model's feeds) and the input values of at most 8 elements the import was
+        specialised to (``values``, or a Model's feeds of the inputs it reads by value), which a model fails on
+        where its ops cannot take them (an image too small for a pooling window, a sample rate it has no branch
+        for); empty where the caller chose neither."""
         chosen = []
         for vi in self.model.graph.input:
             dims = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
             given = self.shapes.get(vi.name)
-            if given is not None and (dims is None or any(not (isinstance(d, int) and d > 0) for d in dims)):
-                chosen.append(f"{vi.name!r} {list(given)} (declared {dims if dims is not None else 'without a shape'})")
-        values = [f"{name!r} = {np.asarray(v).tolist()}" for name, v in self.values.items() if np.size(v) <= 8]
+            if given is not None and (dims is None or any(not isinstance(d, int) for d in dims)):
+                declared = (f"[{', '.join('?' if d is None else str(d) for d in dims)}]" if dims is not None
+                            else "of any shape")
+                chosen.append(f"{vi.name!r} {list(given)} (declared {declared})")
+        values = [f"{name!r} = {np.array2string(np.asarray(v), separator=', ')}" for name, v in self.values.items()
+                  if np.size(v) <= 8]
         if not chosen and not values:
             return ""
-        given = "; ".join(([f"symbolic input dimensions given as {', '.join(chosen)}"] if chosen else [])
-                          + ([f"input values given at load time: {', '.join(values)}"] if values else []))
-        return f" (the model's {given}; where the model does not take these, give the sizes or values it was made for)"
+        given = "; ".join(([f"the model's inputs shaped {', '.join(chosen)}"] if chosen else [])
+                          + ([f"the input values {', '.join(values)}"] if values else []))
+        return f" (imported for {given}; where the model does not take these, give the sizes or values it was made for)"
 
     # --- values ------------------------------------------------------------------------
 

@@ -756,14 +756,23 @@ def test_a_nodes_error_names_the_sizes_and_values_the_caller_chose():
     m = Model(model([node("If", ["c"], ["y"], then_branch=pool, else_branch=same)],
                     [("x", F, [1, 2, "h", "w"]), ("c", B, [])], [("y", F, None)]))
     x = np.ones((1, 2, 2, 5), np.float32)
-    with pytest.raises(OnnxError, match=r"MaxPool node .*window of \[3, 3\].* \(the model's symbolic input "
-                                        r"dimensions given as 'x' \[1, 2, 2, 5\] \(declared \[1, 2, 'h', 'w'\]\); "
-                                        r"input values given at load time: 'c' = True; where the model does not take "
-                                        r"these, give the sizes or values it was made for\)"):
+    with pytest.raises(OnnxError, match=r"MaxPool node .*window of \[3, 3\].* \(imported for the model's inputs "
+                                        r"shaped 'x' \[1, 2, 2, 5\] \(declared \[1, 2, h, w\]\); the input values "
+                                        r"'c' = True; where the model does not take these, give the sizes or values "
+                                        r"it was made for\)"):
         m.run({"x": x, "c": np.array(True)})
     assert np.array_equal(m.run({"x": x, "c": np.array(False)})[0], x)
     fixed = Model(model([node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])], [("x", F, [1, 2, 2, 5])],
                         [("y", F, None)]))
     with pytest.raises(OnnxError, match=r"window of \[3, 3\]") as e:  # the model fixes the sizes: nothing to add
         fixed.run({"x": x})
-    assert "given" not in str(e.value)
+    assert "imported for" not in str(e.value)
+    # an error that names no shape (an attribute) gets no note; an input without a shape is "of any shape"
+    free = model([node("Relu", ["x"], ["y"], bogus=1)], [("x", F, None)], [("y", F, None)])
+    with pytest.raises(OnnxError, match=r"bogus") as e:
+        Model(free).run({"x": x})
+    assert "imported for" not in str(e.value)
+    pool = model([node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])], [("x", F, None)], [("y", F, None)])
+    with pytest.raises(OnnxError, match=r"window .*\(imported for the model's inputs shaped 'x' \[1, 2, 2, 5\] "
+                                        r"\(declared of any shape\); where"):
+        Model(pool).run({"x": x})
