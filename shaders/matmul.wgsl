@@ -13,7 +13,8 @@
 // and columns h*4*TX + tx*4 + (0..3) of the tile (g < TM/4, h < TN/4): a TM x TN
 // micro-tile (8x8 for 128x128) of vec4 accumulators c{row}_{h}, updated with one vec4
 // FMA per row and column group (or, ir/ops/matmul_kernel.py micro_tile_form, d{column}_{g},
-// a vec4 per column and row group, gathered into the c{row}_{h} after the K loop). K is walked in slices of BK: A's slice is staged
+// a vec4 per column and row group, gathered into the c{row}_{h} after the K loop). K is walked
+// in slices of BK: A's slice is staged
 // transposed ([BK][BM], so the inner loop reads 4 rows of A as one vec4) and B's as is
 // ([BK][BN]), in two buffers: while the workgroup computes on one, each invocation holds
 // its quads (4 consecutive stored elements; quads li, li + WG, ... of a slice, as many as

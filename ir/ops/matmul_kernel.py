@@ -1047,13 +1047,14 @@ def micro_tile_form(tile: MatmulTile, splits: int = 1) -> str:
     in full): "cols_ghj" for the 128x128x8 tile (8x8 micro-tiles in 256 invocations), "cols_jhg" for the 64x128x8
     tile (4x8) in one K range, "rows_geh" for the others. LoweringError for a bad MICRO_TILE_FORM.
 
-    Measured on an H100 (``bench/matmul_ab.py``, three alternated rounds a call; bench/results/micro_tile_cols_h100/
-    ab_forms.json and ab_orders.json), time against rows_geh: on 128x128x8 4096^3 0.980-0.982 (3550.5 against
-    3625.1-3635.9 us), 4096 x 576 x 1536 0.958, 2048 x 768 x 3072 0.972 with g outermost (cols_ghj, cols_gjh) or
-    h then g (cols_hgj); with j before g 0.99 at 4096^3 but 1.27 at the other two. On 64x128x8, the LM head of 128
-    rows (128 x 576 x 49152) 0.918-0.930 in every order of the cols form, but in 4 and 8 K ranges (512 x 576 x 1536,
-    512 x 1536 x 576) 1.004-1.014, hence one range only. Slower elsewhere: the 32-row LM head on 32x64x16m4x8
-    1.03-1.06, the 512-row one on 256x128x8m16x8 1.20. The rows form's other orders: 0.99-1.03."""
+    Measured on an H100 (``bench/matmul_ab.py``, three alternated rounds a call, two calls;
+    bench/results/micro_tile_cols_h100/ab_forms.json and ab_orders.json), time against rows_geh by medians: on
+    128x128x8 with g outermost (cols_ghj, cols_gjh) or h then g (cols_hgj) 4096^3 0.98 (cols_ghj 3550.5-3563.5 us
+    against 3621.0-3635.9), 4096 x 576 x 1536 0.96, 2048 x 768 x 3072 0.97; with j before g 0.99 at 4096^3 but 1.27
+    at the other two. On 64x128x8 the LM head of 128 rows (128 x 576 x 49152) 0.92-0.93 in every order of the cols
+    form, but in 4 and 8 K ranges (512 x 576 x 1536, 512 x 1536 x 576) 1.004-1.014, hence one range only. Slower
+    elsewhere: the 32-row LM head on 32x64x16m4x8 1.03-1.06, the 512-row one on 256x128x8m16x8 1.20. The rows
+    form's other orders: 0.987-1.034."""
     where = MICRO_TILE_FORM_TILES
     if MICRO_TILE_FORM is not None:
         form = _FORM_NAMES.get(MICRO_TILE_FORM, MICRO_TILE_FORM)

@@ -466,8 +466,13 @@ def test_every_micro_tile_form_matches_the_reference(form, tile, splits, device,
     monkeypatch.setattr(matmul_kernel, "MICRO_TILE_FORM_TILES", "all")
     monkeypatch.setattr(matmul_kernel, "MICRO_TILE_DECL_REVERSED", form == "cols_ghj")
     m, n, k = tile.bm + 3, tile.bn + 4, 2 * tile.bk * 3 + 4
+    sign = {"rows_hge": "c0_0 = fma(vec4<f32>(a0_0.x), b0_0, c0_0);\n        "
+                        "c1_0 = fma(vec4<f32>(a0_0.y), b0_0, c1_0);",
+            "cols_jgh": "var d0_0 = vec4<f32>();", "cols_ghj": "var d0_0 = vec4<f32>();",
+            "scalar_hjeg": "var s0_0 = 0.0;"}
     for row in (_fused("BT", m, k, n, ("bias", "Gelu")), _rms_norm_matmul("", m, k + 1, n, ("add",))):
-        _run_with(tile, splits, row, device)
+        source = _run_with(tile, splits, row, device).plan.dispatches[0].source
+        assert sign[form] in source  # the form asked for, not the rule's
 
 
 def test_the_micro_tile_forms_rule_and_a_bad_setting(monkeypatch):
