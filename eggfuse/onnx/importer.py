@@ -666,12 +666,10 @@ class Importer:
         for); empty where the caller chose neither."""
         chosen = []
         for vi in self.model.graph.input:
-            dims = _dims(vi) if vi.type.tensor_type.HasField("shape") else None
             given = self.shapes.get(vi.name)
-            if given is not None and (dims is None or any(not isinstance(d, int) for d in dims)):
-                declared = (f"[{', '.join('?' if d is None else str(d) for d in dims)}]" if dims is not None
-                            else "of any shape")
-                chosen.append(f"{vi.name!r} {list(given)} (declared {declared})")
+            if given is not None and (not vi.type.tensor_type.HasField("shape")
+                                      or any(not isinstance(d, int) for d in _dims(vi))):
+                chosen.append(f"{vi.name!r} {list(given)} (declared {declared_shape(vi)})")
         values = [f"{name!r} = {np.array2string(np.asarray(v), separator=', ')}" for name, v in self.values.items()
                   if np.size(v) <= 8]
         if not chosen and not values:
@@ -1185,6 +1183,14 @@ def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphPr
     return g
 
 
+def declared_shape(vi: onnx.ValueInfoProto) -> str:
+    """An input's declared shape as messages print it: "[batch, 3, ?]" (a name for a symbolic dimension, ? for an
+    unknown one), or "of any shape" where it declares none."""
+    if not vi.type.tensor_type.HasField("shape"):
+        return "of any shape"
+    return f"[{', '.join('?' if d is None else str(d) for d in _dims(vi))}]"
+
+
 def takes_kind(elem: int, dtype: np.dtype) -> bool:
     """Whether an array of ``dtype`` may stand for an input of ONNX element type ``elem`` (eggfuse runs it, or
     computes it in float32), converted to it: its own dtype, the same kind of number, any integers for an integer
@@ -1217,7 +1223,7 @@ def _load_value(vi: onnx.ValueInfoProto, value: Any) -> np.ndarray:
     if elem not in ELEM_DTYPE and elem not in COMPUTED_IN_F32:
         return np.asarray(value)  # a type eggfuse does not run: the import refuses it, with every op it cannot run
     want = elem_numpy(elem)
-    declared = f"{elem_name(elem)} {[d if d is not None else '?' for d in _dims(vi)]}"
+    declared = f"{elem_name(elem)} {declared_shape(vi)}"
     what = f"values: input {vi.name!r} ({declared})"
     try:
         arr = None if value is None else np.asarray(value)

@@ -24,6 +24,7 @@ from .importer import (
     as_f32,
     checked_shapes,
     declared_mismatch,
+    declared_shape,
     elem_name,
     elem_numpy,
     graph_inputs,
@@ -253,12 +254,7 @@ class Model:
         # 'x' (FLOAT [batch, 3]): an input's name, element type and shape (as given in ``shapes``, else as declared: a
         # name for a symbolic dimension, ? for an unknown one)
         elem = vi.type.tensor_type.elem_type
-        if vi.name in self.shapes:
-            shape = str(list(self.shapes[vi.name]))
-        elif vi.type.tensor_type.HasField("shape"):
-            shape = f"[{', '.join('?' if d is None else str(d) for d in _dims(vi))}]"
-        else:
-            shape = "of any shape"
+        shape = str(list(self.shapes[vi.name])) if vi.name in self.shapes else declared_shape(vi)
         return f"{vi.name!r} ({elem_name(elem) if elem else 'any type'} {shape})"
 
     def run(self, feeds: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
