@@ -85,11 +85,70 @@ def has_timestamps(device) -> bool:
     return "timestamp-query" in device.features
 
 
-def stamped_copies(session, query, resolve, passes: int, per_pass: int):
+#: Bytes of weights :func:`weight_copies` spreads a plan's reads over by default (``--cold``): four times the
+#: 50 MiB L2 cache of an H100 or H200, so that no weight read is still in the L2 cache from its last use.
+COLD_BYTES = 4 * 50 * 2**20
+#: The most copies :func:`weight_copies` makes (the small products': 64 copies of 1 x 1536 x 576's 3.4 MiB).
+COLD_MAX_COPIES = 64
+
+
+def weight_bytes(session) -> int:
+    """Bytes of the buffers the session's dispatches bind that hold weights: parameters, and parameters packed
+    for the kernels (``plan.parameters``, ``plan.derived``)."""
+    plan = session.plan
+    held = (set(plan.parameters.values()) | set(plan.derived)) & {i for d in plan.dispatches for i in d.bindings}
+    return sum(plan.buffers[i].size_bytes for i in held)
+
+
+def copies_for(session, cold_bytes: int = COLD_BYTES) -> int:
+    """How many copies of the session's weights (:func:`weight_copies`) hold ``cold_bytes`` or more: at least 2
+    where there are weights, at most COLD_MAX_COPIES; 1 for a plan without weights."""
+    size = weight_bytes(session)
+    return 1 if size == 0 else max(2, min(COLD_MAX_COPIES, -(-cold_bytes // size)))
+
+
+def weight_copies(session, copies: int) -> list[list[tuple]]:
+    """The session's dispatches (``Session._commands``: pipeline, bind group, grid) ``copies`` times: the first
+    the session's own, each other binding copies (made on the device) of the buffers that :func:`weight_bytes`
+    counts and the session's own inputs, outputs, scratch and uniform. Runs recorded from the lists in turn read
+    their weights from a different place each time, from memory rather than the L2 cache once the copies
+    together outgrow it, and still write the same outputs, so they run one after another as the session's own
+    runs do (each waits for the last to write). ``bench/matmul.py --cold`` times products so."""
+    from eggfuse.runtime.session import _STORAGE, _aligned_offsets
+
+    plan, device = session.plan, session.device
+    held = (set(plan.parameters.values()) | set(plan.derived)) & {i for d in plan.dispatches for i in d.bindings}
+    align = int(dict(device.limits).get("min-uniform-buffer-offset-alignment", 256))
+    offsets, _ = _aligned_offsets([len(d.params) for d in plan.dispatches], align)
+    own = session._buffers
+    out = [list(session._commands)]
+    for _ in range(copies - 1):
+        encoder = device.create_command_encoder()
+        buffers = list(own)
+        for i in held:
+            size = plan.buffers[i].size_bytes
+            buffers[i] = device.create_buffer(size=size, usage=_STORAGE, label=f"{plan.buffers[i].name} copy")
+            encoder.copy_buffer_to_buffer(own[i], session._offsets[i], buffers[i], 0, size)
+        device.queue.submit([encoder.finish()])
+        copy_offsets = dict(session._offsets) | dict.fromkeys(held, 0)  # buffer index -> offset
+        session._buffers, saved_offsets = buffers, session._offsets
+        session._offsets = copy_offsets
+        try:  # Session._bind reads the buffers from these two lists
+            out.append([session._bind(d, *session._pipeline(d), offset)
+                        for d, offset in zip(plan.dispatches, offsets, strict=True)])
+        finally:
+            session._buffers, session._offsets = own, saved_offsets
+    return out
+
+
+def stamped_copies(session, query, resolve, passes: int, per_pass: int, commands: list[list[tuple]] | None = None):
     """A finished command buffer of ``passes`` compute passes, each ``per_pass`` copies of the session's
     plan (0: empty passes), the first pass's beginning stamped into ``query`` entry 0 and the last's end into
-    entry 1, both resolved into ``resolve`` (16 bytes)."""
+    entry 1, both resolved into ``resolve`` (16 bytes). ``commands`` (:func:`weight_copies`): the copies of the
+    plan to record in turn instead of the session's own."""
+    commands = commands or [session._commands]
     encoder = session.device.create_command_encoder()
+    copy = 0
     for p in range(passes):
         stamps = {"query_set": query}
         if p == 0:
@@ -99,21 +158,24 @@ def stamped_copies(session, query, resolve, passes: int, per_pass: int):
         compute = encoder.begin_compute_pass(timestamp_writes=stamps if len(stamps) > 1 else None)
         for _ in range(per_pass):
             # Session._commands: each dispatch's pipeline, bind group and grid (as runtime.profile uses it)
-            for pipeline, bind_group, grid in session._commands:
+            for pipeline, bind_group, grid in commands[copy % len(commands)]:
                 compute.set_pipeline(pipeline)
                 compute.set_bind_group(0, bind_group)
                 compute.dispatch_workgroups(*grid)
+            copy += 1
         compute.end()
     encoder.resolve_query_set(query, 0, 2, resolve, 0)
     return encoder.finish()
 
 
-def gpu_per_call(session, calls: int, samples: int, one_pass: bool = False) -> list[float] | None:
+def gpu_per_call(session, calls: int, samples: int, one_pass: bool = False,
+                 commands: list[list[tuple]] | None = None) -> list[float] | None:
     """Seconds per plan run on the GPU, one value per sample, from timestamp queries around
     ``calls`` back-to-back copies of the plan in one command buffer: one compute pass per copy
     (as ``Session.run`` records a run), or with ``one_pass`` every dispatch of every copy in one
     compute pass. The first pass writes the beginning timestamp, the last the end one. Runs on
-    the inputs the session last wrote. None when the device has no ``timestamp-query``."""
+    the inputs the session last wrote; ``commands`` (:func:`weight_copies`): on those copies of its
+    weights in turn. None when the device has no ``timestamp-query``."""
     device = session.device
     if not has_timestamps(device) or not session._commands:
         return None
@@ -123,7 +185,7 @@ def gpu_per_call(session, calls: int, samples: int, one_pass: bool = False) -> l
     per_pass = calls if one_pass else 1
     out = []
     for _ in range(samples):
-        device.queue.submit([stamped_copies(session, query, resolve, passes, per_pass)])
+        device.queue.submit([stamped_copies(session, query, resolve, passes, per_pass, commands)])
         ticks = np.frombuffer(device.queue.read_buffer(resolve), dtype=np.uint64)
         out.append(float(ticks[1] - ticks[0]) * 1e-9 / calls)  # WebGPU timestamps are nanoseconds
     return out

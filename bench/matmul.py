@@ -12,6 +12,12 @@ f16) stores B as gguf's blocks of it (QuantMatMul: the kernel decodes them while
 shapes only) and gives the peer the blocks' values; ``--peer-dtype bf16`` runs cuBLAS in bf16, the
 quantised decode's peer.
 
+Both sides re-read the same B call after call, so a B of up to tens of MiB is read from the L2 cache (50 MiB
+on an H100 or H200), not from memory as a model's weights are, each read once a run. ``--cold`` reads it from
+memory: each call reads the next of as many copies of B as hold ``gpu_timing.COLD_BYTES`` (200 MiB; at least 2,
+at most 64 copies), ours through bind groups that differ in B alone (``gpu_timing.weight_copies``), cuBLAS
+through copies of the tensor in its captured calls; both still write one output, call after call.
+
 Timing, per shape, N calls (N sized so that N of our calls take about ``--budget`` /
 ``--repeats`` seconds, 2..1000), ``--repeats`` samples, median and p90:
 
@@ -28,7 +34,8 @@ Columns (JSON fields, one row per shape): ``op``, ``m``, ``k``, ``n``, ``calls``
 ``ratio`` = ours_us / peer_us (below 1: ours faster); ``ours_gflops``/``peer_gflops``
 (2*M*N*K flops per matmul); ``kernel``/``tile``/``splits``: our kernels (a split-K product
 has two: the tiled kernel over ``splits`` K ranges and the reduction); ``gemv_cols``: the GEMV
-column count ``--gemv-cols`` forced (``matmul_choice``), or None. Without CUDA (or with
+column count ``--gemv-cols`` forced (``matmul_choice``), or None; ``weight_copies``: the copies of B each side
+read in turn (1; ``--cold``: more). Without CUDA (or with
 ``--no-torch``) the peer fields say "skipped: no CUDA". The rows go to ``--json`` (a list), a
 PNG beside it when matplotlib is importable.
 
@@ -51,6 +58,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import itertools
 import json
 import sys
 import time
@@ -233,41 +241,48 @@ def _wall_per_call(session: Session, calls: int, samples: int) -> list[float]:
     return out
 
 
-def time_ours(session: Session, calls: int, samples: int) -> list[float]:
-    """Seconds per dispatch, one value per sample of ``calls`` back-to-back dispatches in one pass."""
-    stamps = gpu_timing.gpu_per_call(session, calls, samples, one_pass=True)
+def time_ours(session: Session, calls: int, samples: int, commands: list[list[tuple]] | None = None) -> list[float]:
+    """Seconds per dispatch, one value per sample of ``calls`` back-to-back dispatches in one pass;
+    ``commands`` (``gpu_timing.weight_copies``, ``--cold``): on those copies of B in turn. Wall clock (hot
+    only) where the device has no ``timestamp-query``."""
+    stamps = gpu_timing.gpu_per_call(session, calls, samples, one_pass=True, commands=commands)
+    if stamps is None and commands is not None and len(commands) > 1:
+        raise SystemExit("--cold needs GPU timestamps (the device's timestamp-query feature)")
     return stamps if stamps is not None else _wall_per_call(session, calls, samples)
 
 
-def warm_up(session: Session, seconds: float, calls: int) -> None:
+def warm_up(session: Session, seconds: float, calls: int, commands: list[list[tuple]] | None = None) -> None:
     """Samples of ``calls`` back-to-back dispatches of ours for ``seconds``, so that the GPU's clock is
     up when timing starts (gpu_timing.WARMUP_S)."""
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        time_ours(session, calls, 1)
+        time_ours(session, calls, 1, commands)
 
 
-def calls_for(session: Session, budget_s: float, samples: int) -> int:
+def calls_for(session: Session, budget_s: float, samples: int, commands: list[list[tuple]] | None = None) -> int:
     """N back-to-back calls so that one sample of ours takes about ``budget_s / samples``."""
-    one = time_ours(session, 2, 1)[0]
+    one = time_ours(session, 2, 1, commands)[0]
     return int(min(1000, max(2, budget_s / samples / max(one, 1e-7))))
 
 
 def time_peer(torch, op: str, m: int, k: int, n: int, calls: int, samples: int, dtype: str = "fp32",
-              values: np.ndarray | None = None) -> list[float]:
+              values: np.ndarray | None = None, copies: int = 1) -> list[float]:
     """Seconds per torch.matmul (``dtype`` fp32 with TF32 off, or bf16), one value per sample:
     ``calls`` matmuls captured in one CUDA graph, each replay timed by CUDA events. ``values``: B's
-    values (default random)."""
+    values (default random). ``copies`` (``--cold``): the calls read that many copies of B in turn, as ours
+    do (``gpu_timing.weight_copies``), writing the same output on one stream."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     a = torch.randn(m, k, device="cuda", dtype=dt)
     b = (torch.from_numpy(values).to("cuda", dt) if values is not None
          else torch.randn((n, k) if op == "MatMulBT" else (k, n), device="cuda", dtype=dt))
-    w = b.t() if op == "MatMulBT" else b  # x @ W^T, as F.linear computes it
+    ws = [b.t() if op == "MatMulBT" else b]  # x @ W^T, as F.linear computes it
+    ws += [w.clone() for w in ws * (copies - 1)]  # a clone of a transposed view keeps its strides
     c = torch.empty(m, n, device="cuda", dtype=dt)
+    turn = itertools.cycle(ws)
     # warm-up (cuBLAS handle, workspace) on a side stream, then the capture and its replays
-    return gpu_timing.cuda_graph_per_call(torch, lambda: torch.matmul(a, w, out=c), calls, samples)
+    return gpu_timing.cuda_graph_per_call(torch, lambda: torch.matmul(a, next(turn), out=c), calls, samples)
 
 
 def _torch_cuda():
@@ -346,6 +361,9 @@ def main() -> None:
                     help="cuBLAS's dtype (fp32 with TF32 off, or bf16: the quantised decode's peer)")
     ap.add_argument("--shapes", help="M,K,N;M,K,N;... MatMulBT shapes instead of the default list; "
                                      "MatMul:M,K,N for B stored [K,N]")
+    ap.add_argument("--cold", action="store_true",
+                    help="both sides read B from memory, not the L2 cache: each call reads the next of as many "
+                         "copies of B as hold gpu_timing.COLD_BYTES (200 MiB; at most 64 copies)")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     ap.add_argument("--set", action="append", default=[], help="MODULE.NAME=VALUE: a constant of an eggfuse module "
                     "set before lowering (bench/plan_ab.py's form), e.g. "
@@ -359,9 +377,9 @@ def main() -> None:
 
     device = get_device()
     torch = None if args.no_torch else _torch_cuda()
-    if args.sweep and (args.max_m is not None or args.gemv_cols is not None):
-        raise SystemExit("--max-m and --gemv-cols apply to the timed run, not to --sweep (--sweep-shapes picks "
-                         "its shapes)")
+    if args.sweep and (args.max_m is not None or args.gemv_cols is not None or args.cold):
+        raise SystemExit("--max-m, --gemv-cols and --cold apply to the timed run, not to --sweep (--sweep-shapes "
+                         "picks its shapes)")
     listed = ([_op_shape(t) for t in args.shapes.split(";")] if args.shapes
               else shapes(args.quick, args.big))
     if args.weights != "f32":
@@ -400,10 +418,12 @@ def main() -> None:
     for op, m, k, n in todo:
         with matmul_choice(gemv_cols=args.gemv_cols):
             session = matmul_session(op, m, k, n, device, weights=args.weights)
-        calls = calls_for(session, args.budget, args.repeats)
-        warm_up(session, SWEEP_WARMUP_S, calls)  # making the session (quantising B: seconds) idles the GPU
+        copies = gpu_timing.copies_for(session) if args.cold else 1
+        commands = gpu_timing.weight_copies(session, copies) if args.cold else None
+        calls = calls_for(session, args.budget, args.repeats, commands)
+        warm_up(session, SWEEP_WARMUP_S, calls, commands)  # making the session (quantising B: seconds) idles the GPU
         flops = 2.0 * m * n * k
-        ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats))
+        ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats, commands))
         row = {"op": op, "m": m, "k": k, "n": n, "calls": calls, "samples": args.repeats,
                "kernel": "; ".join(d.kernel for d in session.plan.dispatches),
                "tile": (tile := _tile(op, m, k, n, args.gemv_cols, args.weights,
@@ -412,14 +432,15 @@ def main() -> None:
                "splits": matmul_splits(tile, m, k, n),
                "adapter": session.adapter, "ours_timing": ours_timing, "ours_us": ours * 1e6,
                "ours_p90_us": ours_p90 * 1e6, "ours_gflops": flops / ours * 1e-9,
-               "weights": args.weights, "peer": SKIPPED, "peer_dtype": args.peer_dtype, "peer_tf32": False,
+               "weights": args.weights, "weight_copies": copies, "peer": SKIPPED, "peer_dtype": args.peer_dtype,
+               "peer_tf32": False,
                "peer_timing": SKIPPED,
                "peer_us": None, "peer_p90_us": None, "peer_gflops": None, "ratio": None}
-        del session
+        del session, commands
         if torch is not None:
             values = weight_values(op, k, n, args.weights)[1] if args.weights != "f32" else None
             peer, peer_p90 = gpu_timing.median_p90(time_peer(torch, op, m, k, n, calls, args.repeats,
-                                                             args.peer_dtype, values))
+                                                             args.peer_dtype, values, copies))
             row.update({"peer": f"torch.matmul (cuBLAS) on {torch.cuda.get_device_name()}", "peer_timing": "cuda-graph",
                         "peer_us": peer * 1e6, "peer_p90_us": peer_p90 * 1e6, "peer_gflops": flops / peer * 1e-9,
                         "ratio": ours / peer, "torch": torch.__version__})

@@ -17,10 +17,11 @@ variant again after a short warm-up of its own. Inputs and weights are ``bench/m
     python3 bench/matmul_ab.py --shapes "4,1536,576;8,576,1536" \\
         --variant "loop:eggfuse.ir.ops.matmul_kernel.GEMV_UNROLL_MIN_ROWS=99" --json ab.json
 
-``--weights FORMAT`` stores B as blocks (``bench/matmul.py``'s option). JSON: one row per (shape, variant, round)
-with ``op``, ``m``, ``k``, ``n``, ``weights``, ``variant``, ``round``,
-``us`` (median), ``p90_us``, ``calls``, ``kernels`` (the plan's dispatches), ``max_abs_diff`` (against
-the tree's output), ``max_abs_err`` (against numpy's float64 product) and ``adapter``.
+``--weights FORMAT`` stores B as blocks and ``--cold`` reads B from memory, not the L2 cache (``bench/matmul.py``'s
+options; every variant on as many copies of B as the tree's plan takes). JSON: one row per (shape, variant, round)
+with ``op``, ``m``, ``k``, ``n``, ``weights``, ``variant``, ``round``, ``us`` (median), ``p90_us``, ``calls``,
+``weight_copies`` (1 unless ``--cold``), ``kernels`` (the plan's dispatches), ``max_abs_diff`` (against the tree's
+output), ``max_abs_err`` (against numpy's float64 product) and ``adapter``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of calls before the first shape")
     ap.add_argument("--weights", default="f32", choices=("f32", *mb.FORMATS),
                     help="B's storage: f32, or a block format of eggfuse.ir.ops.quant (MatMulBT shapes only)")
+    ap.add_argument("--cold", action="store_true",
+                    help="read B from memory, not the L2 cache (bench/matmul.py --cold: copies of B in turn)")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
     variants = [("tree", [], None)] + [parse_variant(v) for v in args.variant]
@@ -101,16 +104,18 @@ def main() -> None:
         sessions = {name: mb.matmul_session(op, m, k, n, device, lower=lower_with(settings, cols),
                                             weights=args.weights) for name, settings, cols in variants}
         outputs = {name: output_of(s, a) for name, s in sessions.items()}
+        copies = gpu_timing.copies_for(sessions["tree"]) if args.cold else 1
+        commands = {name: gpu_timing.weight_copies(s, copies) if args.cold else None for name, s in sessions.items()}
         if not warmed:
-            mb.warm_up(sessions["tree"], args.warmup, 50)
+            mb.warm_up(sessions["tree"], args.warmup, 50, commands["tree"])
             warmed = True
-        calls = mb.calls_for(sessions["tree"], args.budget, args.repeats)
+        calls = mb.calls_for(sessions["tree"], args.budget, args.repeats, commands["tree"])
         for r in range(args.rounds):
             for name, session in sessions.items():
-                mb.warm_up(session, 0.05, calls)
-                median, p90 = gpu_timing.median_p90(mb.time_ours(session, calls, args.repeats))
+                mb.warm_up(session, 0.05, calls, commands[name])
+                median, p90 = gpu_timing.median_p90(mb.time_ours(session, calls, args.repeats, commands[name]))
                 rows.append({"op": op, "m": m, "k": k, "n": n, "weights": args.weights, "variant": name, "round": r,
-                             "us": median * 1e6, "p90_us": p90 * 1e6, "calls": calls,
+                             "us": median * 1e6, "p90_us": p90 * 1e6, "calls": calls, "weight_copies": copies,
                              "kernels": [d.kernel for d in session.plan.dispatches],
                              "max_abs_diff": float(np.abs(outputs[name] - outputs["tree"]).max()),
                              "max_abs_err": float(np.abs(outputs[name] - exact).max()), "adapter": adapter})
