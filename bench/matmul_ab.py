@@ -7,7 +7,8 @@ run minutes apart can differ by 30% at the same kernel (the clock, other tenants
 variants within one process, round after round, compares them under the same conditions.
 
 Each ``--variant NAME:MODULE.NAME=VALUE[,MODULE.NAME=VALUE...]`` (``bench/plan_ab.py``'s settings, set
-while lowering only; ``cols=N`` puts every 'BT' GEMV on N columns a workgroup, ``matmul_choice``) adds a
+while lowering only; ``cols=N`` puts every 'BT' GEMV on N columns a workgroup, ``tile=NAME`` every tiled product
+on that tile of ``MATMUL_TILES_ALL`` (e.g. ``64x64x16m8x4``) and ``splits=N`` in N K ranges: ``matmul_choice``) adds a
 plan per shape beside the tree's (``tree``). Timing is ``bench/matmul.py``'s
 (``time_ours``: GPU timestamps around ``calls`` back-to-back dispatches in one pass, ``--repeats``
 samples, their median), after ``--warmup`` seconds of calls of the first plan, and every round times each
@@ -39,36 +40,49 @@ import gpu_timing  # noqa: E402
 import matmul as mb  # noqa: E402
 from plan_ab import parse_setting, settings_applied  # noqa: E402
 
-from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, matmul_choice  # noqa: E402
+from eggfuse.ir.ops.matmul_kernel import GEMV_COLS_ALLOWED, MATMUL_TILES_ALL, matmul_choice  # noqa: E402
 from eggfuse.pipeline import lower_for  # noqa: E402
 from eggfuse.runtime import get_device  # noqa: E402
 from eggfuse.runtime.device import adapter_description  # noqa: E402
 
 
-def lower_with(settings: list[tuple[str, str, object]], cols: int | None = None):
+def lower_with(settings: list[tuple[str, str, object]], cols: int | None = None, choice: dict | None = None):
     """A ``lower(graph, device)`` that lowers with ``settings`` in force (and every 'BT' GEMV on ``cols``
-    columns a workgroup: ``matmul_choice(gemv_cols=...)``), restoring them afterwards."""
+    columns a workgroup, every tiled product on ``choice``'s ``tile`` and ``splits``: ``matmul_choice``),
+    restoring them afterwards."""
     def lower(graph, device):
-        with settings_applied(settings), matmul_choice(gemv_cols=cols):
+        with settings_applied(settings), matmul_choice(gemv_cols=cols, **(choice or {})):
             return lower_for(graph, device)
     return lower
 
 
-def parse_variant(text: str) -> tuple[str, list[tuple[str, str, object]], int | None]:
-    """``NAME:SETTING[,SETTING...]`` -> (name, settings, GEMV columns); a SETTING is
-    ``eggfuse.MODULE.NAME=VALUE`` or ``cols=N``; SystemExit naming the problem for a bad one."""
+_TILES = {t.name: t for t in MATMUL_TILES_ALL}
+
+
+def parse_variant(text: str) -> tuple[str, list[tuple[str, str, object]], int | None, dict]:
+    """``NAME:SETTING[,SETTING...]`` -> (name, settings, GEMV columns, tiled products' choice); a SETTING is
+    ``eggfuse.MODULE.NAME=VALUE``, ``cols=N``, ``tile=NAME`` or ``splits=N``; SystemExit naming the problem for a
+    bad one."""
     name, sep, rest = text.partition(":")
     if not sep or not name or name == "tree":
         raise SystemExit(f"variant {text!r}: write NAME:eggfuse.MODULE.NAME=VALUE[,...] (NAME not 'tree')")
-    settings, cols = [], None
-    for item in re.split(r",(?=eggfuse\.|cols=)", rest):  # a VALUE may hold commas
+    settings, cols, choice = [], None, {}
+    for item in re.split(r",(?=eggfuse\.|cols=|tile=|splits=)", rest):  # a VALUE may hold commas
         if item.startswith("cols="):
             if not item[5:].isdigit() or int(item[5:]) not in GEMV_COLS_ALLOWED:
                 raise SystemExit(f"variant {text!r}: cols is one of {GEMV_COLS_ALLOWED}")
             cols = int(item[5:])
+        elif item.startswith("tile="):
+            if item[5:] not in _TILES:
+                raise SystemExit(f"variant {text!r}: tile is one of {', '.join(_TILES)}")
+            choice["tile"] = _TILES[item[5:]]
+        elif item.startswith("splits="):
+            if not item[7:].isdigit() or int(item[7:]) < 1:
+                raise SystemExit(f"variant {text!r}: splits is a positive integer")
+            choice["splits"] = int(item[7:])
         elif item:
             settings.append(parse_setting(item))
-    return name, settings, cols
+    return name, settings, cols, choice
 
 
 def output_of(session, a: np.ndarray) -> np.ndarray:
@@ -91,7 +105,7 @@ def main() -> None:
                     help="read B from memory, not the L2 cache (bench/matmul.py --cold: copies of B in turn)")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
-    variants = [("tree", [], None)] + [parse_variant(v) for v in args.variant]
+    variants = [("tree", [], None, {})] + [parse_variant(v) for v in args.variant]
     device = get_device()
     adapter = adapter_description(device)
     rows, warmed = [], False
@@ -101,8 +115,8 @@ def main() -> None:
             raise SystemExit(f"--weights {args.weights} stores B as blocks along K: give MatMulBT shapes")
         b = mb.weight_values(op, k, n, args.weights)[1].astype(np.float64)  # the blocks' values
         exact = a.astype(np.float64) @ (b.T if op == "MatMulBT" else b)
-        sessions = {name: mb.matmul_session(op, m, k, n, device, lower=lower_with(settings, cols),
-                                            weights=args.weights) for name, settings, cols in variants}
+        sessions = {name: mb.matmul_session(op, m, k, n, device, lower=lower_with(settings, cols, choice),
+                                            weights=args.weights) for name, settings, cols, choice in variants}
         outputs = {name: output_of(s, a) for name, s in sessions.items()}
         copies = gpu_timing.copies_for(sessions["tree"]) if args.cold else 1
         commands = {name: gpu_timing.weight_copies(s, copies) if args.cold else None for name, s in sessions.items()}
