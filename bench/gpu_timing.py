@@ -88,8 +88,10 @@ def has_timestamps(device) -> bool:
 #: Bytes of weights :func:`weight_copies` spreads a plan's reads over by default (``--cold``): four times the
 #: 50 MiB L2 cache of an H100 or H200, so that no weight read is still in the L2 cache from its last use.
 COLD_BYTES = 4 * 50 * 2**20
-#: The most copies :func:`weight_copies` makes (the small products': 64 copies of 1 x 1536 x 576's 3.4 MiB).
-COLD_MAX_COPIES = 64
+#: The most copies :func:`weight_copies` makes: enough for COLD_BYTES of the smallest B of ``bench/matmul.py``'s
+#: shapes (474 copies of 576 x 192's 432 KiB). With 64, a first call (bench/results/cold_h100/VARIANTS.md) left the
+#: B of 0.8 MiB and less within the L2 cache.
+COLD_MAX_COPIES = 1024
 
 
 def weight_bytes(session) -> int:

@@ -15,7 +15,7 @@ quantised decode's peer.
 Both sides re-read the same B call after call, so a B of up to tens of MiB is read from the L2 cache (50 MiB
 on an H100 or H200), not from memory as a model's weights are, each read once a run. ``--cold`` reads it from
 memory: each call reads the next of as many copies of B as hold ``gpu_timing.COLD_BYTES`` (200 MiB; at least 2,
-at most 64 copies), ours through bind groups that differ in B alone (``gpu_timing.weight_copies``), cuBLAS
+at most 1024 copies), ours through bind groups that differ in B alone (``gpu_timing.weight_copies``), cuBLAS
 through copies of the tensor in its captured calls; both still write one output, call after call.
 
 Timing, per shape, N calls (N sized so that N of our calls take about ``--budget`` /
@@ -363,7 +363,7 @@ def main() -> None:
                                      "MatMul:M,K,N for B stored [K,N]")
     ap.add_argument("--cold", action="store_true",
                     help="both sides read B from memory, not the L2 cache: each call reads the next of as many "
-                         "copies of B as hold gpu_timing.COLD_BYTES (200 MiB; at most 64 copies)")
+                         "copies of B as hold gpu_timing.COLD_BYTES (200 MiB; at most 1024 copies)")
     ap.add_argument("--json", type=Path, default=RESULTS / "matmul.json")
     ap.add_argument("--set", action="append", default=[], help="MODULE.NAME=VALUE: a constant of an eggfuse module "
                     "set before lowering (bench/plan_ab.py's form), e.g. "

@@ -85,7 +85,8 @@ def _flipped(node: Node, graph: Graph, slot: int, stored: str) -> bool:
     if (n if stored == "BT" else k) % 4:  # the other layout's rows would not load as quads (measured: as quads)
         return False
     # the tile it takes (an open matmul_choice block's, as lowering gives it)
-    # (a prologue changes the pick between WIDE_HEAD_TILE and 128x128 only, both of 128 rows or more: not asked)
+    # (a prologue changes the pick between WIDE_HEAD_TILE and 128x128, both of 128 rows or more, and between
+    # NARROW_HEAD_TILE and 32x64x16m4x8, both of 32: not asked)
     tile = chosen_tile(m, k, n, stored, layer_norm=node.op == "FusedLayerNormMatMul")
     return not tile.gemv and (tile.bm < 128 if stored == "BT" else tile.bm >= 128)
 

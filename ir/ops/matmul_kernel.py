@@ -311,7 +311,13 @@ def gemv_bt_cols(m: int, k: int, n: int, quantised: bool = False) -> int:
     On an H100 (bench/plan_variants.py, three alternated rounds, bench/results/split_ranges_h100/decode_down_cols.json)
     the f32 decode step with its down projection on 1 / 4 / 8 columns took 896.8-899.9 / 927.8-933.9 / 977.3-983.6 us
     GPU, though the product alone, without the prologue and re-reading its weight from the L2 cache, took 4.05 / 3.78
-    / 3.56 us (bench/results/token_pool_chunks_h100/gemv_cols/): the plan's one column stays.
+    / 3.56 us (bench/results/token_pool_chunks_h100/gemv_cols/): the plan's one column stays. The L2 cache decides:
+    alternated in one process (``bench/matmul_ab.py``, three rounds, bench/results/cold_h100/ab_cols_*.json), 1 x 1536
+    x 576 took 4.04-4.05 / 3.58-3.98 / 3.76-4.11 / 3.48-3.73 us on 1 / 2 / 4 / 8 columns with B re-read from the L2
+    cache, as ``bench/matmul.py`` times it, and 4.70-4.93 / 4.48-4.75 / 4.88-5.11 / 5.17-5.36 with B read from memory
+    (``--cold``), as a model's weights are (1 x 1536 x 384: 4.10-4.38 / 3.89-4.26 / 4.01-4.25 / 3.82-4.07 and
+    4.83-5.31 / 4.97-5.17 / 5.52-5.77 / 5.84-6.09). 2 columns, a little faster from memory at N = 576, took the
+    H200's f32 decode step 1048 against 1041 us (above).
     At m = 1 neither K between 577 and 1535 (GEMV_LONG_K splits it)
     nor any N but 576 at K above 1024 was measured. On lavapipe (2 cores; the f32 step, two rounds
     of 3 samples of 2 runs, bench/results/gemv_lavapipe/decode_down_cols.json) the one column took
@@ -439,7 +445,9 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
     split a long K into LONG_K_MIN_SPLITS (2) or more ranges of WIDE_MIN_K or more, LONG_K_SPLIT_TILE (64x128, more
     ranges); where a widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if
     its workgroups come nearer without passing it; where 128x128 reaches it with M of 256 or more, N of
-    WIDE_HEAD_MIN_N (8192) or more in quads, f32 B and no prologue, WIDE_HEAD_TILE (256x128, 16x8 an invocation).
+    WIDE_HEAD_MIN_N (8192) or more in quads, f32 B and no prologue, WIDE_HEAD_TILE (256x128, 16x8 an invocation);
+    where 32x64x16m4x8 reaches it in one K range with NARROW_HEAD_MAX_M (32) rows or fewer, f32 B and no prologue (an
+    LM head), NARROW_HEAD_TILE (32x64 in slices of 32).
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
@@ -495,7 +503,10 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
                 return LONG_K_SPLIT_TILE
             if _three_quarter(tile, m, k, n):
                 return THREE_QUARTER_TILE
-            return _widened(tile, m, k, n)
+            widened = _widened(tile, m, k, n)
+            if _narrow_head(widened, m, k, n, layer_norm or quantised or prologue):
+                return NARROW_HEAD_TILE
+            return widened
         walked.append((workgroups, tile))
     return _widened(max(walked, key=lambda w: w[0])[1], m, k, n)
 
@@ -548,8 +559,11 @@ WIDE_HEAD_MIN_WORKGROUPS = 250
 
 def fitted_tile(tile: MatmulTile, workgroup_storage: int) -> MatmulTile:
     """The tile a product :func:`matmul_tile` gives ``tile`` runs on, on a device of ``workgroup_storage`` bytes of
-    workgroup memory: ``tile``, but 128x128x8 for WIDE_HEAD_TILE where that offers less than its 24 KiB."""
-    return _TILE_BY_SIDES[(128, 128)] if tile == WIDE_HEAD_TILE and tile.storage > workgroup_storage else tile
+    workgroup memory: ``tile``, but where that offers less than its 24 KiB 128x128x8 for WIDE_HEAD_TILE and
+    32x64x16m4x8 for NARROW_HEAD_TILE."""
+    if tile.storage <= workgroup_storage:
+        return tile
+    return {WIDE_HEAD_TILE: _TILE_BY_SIDES[(128, 128)], NARROW_HEAD_TILE: _WIDE_BY_SIDES[(32, 64)]}.get(tile, tile)
 
 
 def _wide_head(m: int, n: int, variant: str, unmeasured: bool) -> bool:
@@ -560,6 +574,33 @@ def _wide_head(m: int, n: int, variant: str, unmeasured: bool) -> bool:
     return (not unmeasured and variant == "BT" and WIDE_HEAD_TILE.bm <= m <= WIDE_HEAD_MAX_M
             and 2 * math.ceil(m / WIDE_HEAD_TILE.bm) == math.ceil(m / (WIDE_HEAD_TILE.bm // 2))
             and n >= WIDE_HEAD_MIN_N and n % 4 == 0 and _tiles(WIDE_HEAD_TILE, m, n) >= WIDE_HEAD_MIN_WORKGROUPS)
+
+#: The tile :func:`matmul_tile` takes instead of 32x64x16m4x8 (the widened 32x64) for a wide product of few rows
+#: (:func:`_narrow_head`): 32x64x32m4x8, the same tile in K slices of 32, half the slices and barriers of a K range,
+#: timed as the products of a weight stored [N, K] run on it, reading the weight's copy stored [K, N]. It
+#: needs 24 KiB of workgroup memory; on a device that offers less :func:`matmul_kernel_for` takes 32x64x16m4x8
+#: (:func:`fitted_tile`). On an H100 (``bench/matmul_ab.py``, three alternated rounds, 2026-12-07,
+#: bench/results/cold_h100/ab_heads.json, ab_k32.json), in us against 32x64x16m4x8: 16 / 24 / 32 x 576 x 49152 73.0-73.1
+#: / 76.5-76.6 / 80.9-81.3 against 80.0-80.1 / 83.0-83.3 / 84.5-86.5, 32 x 1024 x 32000 98.4-98.8 against 139.1-139.5,
+#: 32 x 2048 x 32000 191.3-191.5 against 273.6-273.9 (each shape's first round aside, a warm-up: 1031 and 643 us).
+#: Only for f32 B and no prologue: SmolLM2's prefill of 16 tokens, whose LM head (16 x 576 x 49152) has the RmsNorm
+#: prologue, took 1623.0-1623.8 us GPU with it on this tile against 1604.0-1605.0 on 32x64x16m4x8
+#: (``bench/plan_variants.py``, three alternated rounds, pv_k32_seq16.json); quantised B was not timed on it.
+NARROW_HEAD_TILE = MATMUL_TILES_96[5]
+
+
+#: The most rows of the products NARROW_HEAD_TILE was measured faster on (32; 16 and 24 too).
+NARROW_HEAD_MAX_M = 32
+
+
+def _narrow_head(tile: MatmulTile, m: int, k: int, n: int, unmeasured: bool) -> bool:
+    # NARROW_HEAD_TILE for a product of up to NARROW_HEAD_MAX_M rows whose pick is the widened 32x64 (32x64x16m4x8) in
+    # one K range, as measured faster (see NARROW_HEAD_TILE), with (``unmeasured`` False) f32 B and no prologue. Every
+    # variant, though only B read [K, N] was timed (a weight stored [N, K] is read so by then, lowering/layout.py): so
+    # that a weight read transposed and one read as stored take one tile and give the same sums, bit for bit
+    return (not unmeasured and m <= NARROW_HEAD_MAX_M and tile == _WIDE_BY_SIDES[(32, 64)]
+            and matmul_splits(tile, m, k, n) == 1)
+
 
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128
 #: (4x8 per invocation, slices of 8), in about twice the K ranges. On an H200 (``bench/matmul.py --sweep``,

@@ -50,8 +50,9 @@ def _product(op: str, m: int, k: int, n: int) -> Graph:
 
 OPS = ["MatMulBT", "FusedMatMul", "FusedRmsNormMatMul", "FusedRmsNormMatMulSwiGLU", "FusedLayerNormMatMul",
        "FusedMatMulLayerNorm"]
-#: (M, K, N): a product in one K range and one split across workgroups; N a multiple of 4 (lowering.layout)
-SHAPES = [(37, 67, 72), (24, 403, 44)]
+#: (M, K, N): a product in one K range and one split across workgroups; N a multiple of 4 (lowering.layout); one as
+#: wide as an LM head of few rows (without a prologue: NARROW_HEAD_TILE, matmul_kernel.matmul_tile)
+SHAPES = [(37, 67, 72), (24, 403, 44), (17, 259, 18444)]
 
 
 def _run(g: Graph, device, transpose: bool, seed: int = 0) -> tuple[Session, list[np.ndarray]]:

@@ -325,7 +325,7 @@ def test_matmul_tile_heuristic():
         (255, 576, 49152): ("128x128x8", 1),      # 768 tiles in two rows (256 rows 'BT': WIDE_HEAD_TILE, below)
         (129, 576, 49152): ("128x128x8", 1),
         (128, 40, 36868): ("64x128x8", 1),        # tests/gpu/test_ops.py's row: 289 tiles of 128x128
-        (16, 576, 49152): ("32x64x16m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64
+        (16, 576, 49152): ("32x64x32m4x8", 1),    # no side of 64 along 16 rows: 768 tiles of 32x64, deep (below)
         (16, 576, 576): ("32x32x32", 6),          # 32x64: 9 x 6 = 54; 32x32: 18 x 6 = 108
         (512, 576, 192): ("32x64x16", 8),         # 64x32 and 32x64 both 48 tiles: 32x64 (NARROW_ROWS_ON_TIES)
         (1920, 576, 576): ("32x64x16m4x8", 1),    # 540 tiles either way, K 576: the wide 4x8
@@ -353,6 +353,21 @@ def test_matmul_tile_heuristic():
         assert (tile.name, matmul_splits(tile, m, k, n)) == (("256x128x8m16x8", 1) if takes else ("128x128x8", 1)), (
             m, k, n)
         assert matmul_tile(m, k, n, "").name == matmul_tile(m, k, n, "AT").name == "128x128x8"  # B read [K, N]
+    # up to 32 rows, f32 B, no prologue, a widened 32x64 pick (32x64x16m4x8) in one K range: NARROW_HEAD_TILE
+    narrow = {(16, 576, 49152): True, (32, 576, 49152): True, (32, 2048, 32000): True, (17, 259, 18444): True,
+              (32, 2048, 8192): False,  # 32x64x16m4x8 in 3 K ranges
+              (32, 200, 49152): False,  # K too short to widen: 32x64x16
+              (32, 576, 1536): False,   # 32x32x32 in 6 ranges
+              (33, 576, 49152): False,  # past NARROW_HEAD_MAX_M (32x64x16m4x8 on two rows of tiles: not measured)
+              (1920, 576, 576): False,  # 32x64x16m4x8 in one range, 1920 rows
+              (64, 576, 49152): False}  # 64x64x16m8x4
+    for (m, k, n), takes in narrow.items():
+        tile = matmul_tile(m, k, n)
+        assert (tile.name == "32x64x32m4x8" and matmul_splits(tile, m, k, n) == 1) == takes, (m, k, n, tile.name)
+        if takes:
+            assert matmul_tile(m, k, n, "BT") == matmul_tile(m, k, n, "AT") == tile  # B read either way: one tile
+            for flags in (dict(prologue=True), dict(layer_norm=True), dict(quantised=True)):
+                assert matmul_tile(m, k, n, "BT", **flags).name == "32x64x16m4x8", (m, k, n, flags)
     # K = 600 in 32-element slices: 19 slices and 8 splits asked, so ranges of 3 slices: 7 of them
     assert matmul_splits(MATMUL_TILES[-1], 40, 600, 40) == 7
     # K = 1056: 33 slices and 8 splits asked, so ranges of 5 slices: 7 of them
@@ -625,6 +640,16 @@ def test_a_wide_product_takes_the_256_row_tile_where_the_device_offers_its_workg
     plan = lower(g, {"max-compute-workgroup-storage-size": storage})
     (d,) = plan.dispatches
     assert f"_{tile}_" in d.kernel + "_" and matmul_kernel_module.WIDE_HEAD_TILE.storage == 24576, d.kernel
+
+
+@pytest.mark.parametrize("storage, tile", [(32768, "32x64x32m4x8"), (24576, "32x64x32m4x8"),
+                                           (16384, "32x64x16m4x8")])
+def test_a_wide_product_of_few_rows_takes_deep_slices_where_the_device_offers_their_workgroup_memory(storage, tile):
+    # NARROW_HEAD_TILE needs 24 KiB; at WebGPU's default 16 KiB the 32x64x16m4x8 it stands in for runs
+    g = Graph()
+    g.set_outputs([g.matmul_bt(g.input("x", [32, 576]), g.parameter("w", [49152, 576]))])
+    (d,) = lower(g, {"max-compute-workgroup-storage-size": storage}).dispatches
+    assert f"_{tile}_" in d.kernel + "_" and matmul_kernel_module.NARROW_HEAD_TILE.storage == 24576, d.kernel
 
 
 def test_a_wide_product_with_a_prologue_or_quantised_b_keeps_the_128_row_tile():
