@@ -695,8 +695,13 @@ def keeps_runtime_checks(tile: MatmulTile) -> bool:
     (the sweep of bench/results/wide_h200/ ran them as lowered). Why (bench/vulkan_sass.py, on an H100,
     bench/results/vulkan_sass_h100/sass_checks.json): without the checks the driver's register choice for
     4096^3's 128x128 loop puts 352 of its 512 FFMAs' two register reads in one bank, against 139 with
-    them; that loop is issue-bound, and the conflicts outweigh the 36 index clamps the checks add."""
-    return not tile.gemv and tile.bm == 128
+    them; that loop is issue-bound, and the conflicts outweigh the 36 index clamps the checks add.
+    KEEP_CHECKS_ROWS names the rows (``bench/matmul_ab.py --variant``: an empty tuple keeps none)."""
+    return not tile.gemv and tile.bm in KEEP_CHECKS_ROWS
+
+
+#: The tile rows for which :func:`keeps_runtime_checks` keeps naga's runtime checks.
+KEEP_CHECKS_ROWS = (128,)
 
 
 #: Split-K across workgroups (:func:`matmul_splits`): each split walks at least this many
