@@ -586,6 +586,9 @@ def _wide_head(m: int, n: int, variant: str, unmeasured: bool) -> bool:
 #: Only for f32 B and no prologue: SmolLM2's prefill of 16 tokens, whose LM head (16 x 576 x 49152) has the RmsNorm
 #: prologue, took 1623.0-1623.8 us GPU with it on this tile against 1604.0-1605.0 on 32x64x16m4x8
 #: (``bench/plan_variants.py``, three alternated rounds, pv_k32_seq16.json); quantised B was not timed on it.
+#: In ``bench/matmul.py``'s table, a later call (matmul_h100.json), it gained less: 16 / 32 x 576 x 49152 took 76.2 /
+#: 85.1 us against cuBLAS's 65.4 / 66.2, 1.165x / 1.285x its time (1.236x / 1.335x on 32x64x16m4x8 in the first
+#: call's table, matmul_hot.json: 80.1 / 87.5 us).
 NARROW_HEAD_TILE = MATMUL_TILES_96[5]
 
 
