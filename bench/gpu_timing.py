@@ -89,17 +89,23 @@ def has_timestamps(device) -> bool:
 #: 50 MiB L2 cache of an H100 or H200, so that no weight read is still in the L2 cache from its last use.
 COLD_BYTES = 4 * 50 * 2**20
 #: The most copies :func:`weight_copies` makes: enough for COLD_BYTES of the smallest B of ``bench/matmul.py``'s
-#: shapes (474 copies of 576 x 192's 432 KiB). With 64, a first call (bench/results/cold_h100/VARIANTS.md) left the
+#: shapes (475 copies of 576 x 192's 432 KiB). With 64, a first call (bench/results/cold_h100/VARIANTS.md) left the
 #: B of 0.8 MiB and less within the L2 cache.
 COLD_MAX_COPIES = 1024
 
 
+def _weights(plan) -> set[int]:
+    # the buffer indices the dispatches bind that hold weights no dispatch writes: parameters and parameters packed
+    # for the kernels (not state such as a KV cache or an optimiser's moments, nor a weight read through a window)
+    bound = {i for d in plan.dispatches for i in d.bindings}
+    written = {d.bindings[slot] for d in plan.dispatches for slot in d.writable}
+    return ((set(plan.parameters.values()) | set(plan.derived)) & bound) - written
+
+
 def weight_bytes(session) -> int:
-    """Bytes of the buffers the session's dispatches bind that hold weights: parameters, and parameters packed
-    for the kernels (``plan.parameters``, ``plan.derived``)."""
-    plan = session.plan
-    held = (set(plan.parameters.values()) | set(plan.derived)) & {i for d in plan.dispatches for i in d.bindings}
-    return sum(plan.buffers[i].size_bytes for i in held)
+    """Bytes of the buffers the session's dispatches bind that hold weights none of them writes: parameters, and
+    parameters packed for the kernels (``plan.parameters``, ``plan.derived``)."""
+    return sum(session.plan.buffers[i].size_bytes for i in _weights(session.plan))
 
 
 def copies_for(session, cold_bytes: int = COLD_BYTES) -> int:
@@ -109,17 +115,25 @@ def copies_for(session, cold_bytes: int = COLD_BYTES) -> int:
     return 1 if size == 0 else max(2, min(COLD_MAX_COPIES, -(-cold_bytes // size)))
 
 
+def cold_calls(calls: int, copies: int) -> int:
+    """The back-to-back calls of a sample that reads ``copies`` copies of the weights in turn: ``calls`` rounded
+    down to a multiple of ``copies``, at least ``copies``, so that each sample (on either side: a captured graph
+    replays one sequence) ends where the next begins and every copy is read ``copies`` calls after its last use."""
+    return max(copies, calls // copies * copies)
+
+
 def weight_copies(session, copies: int) -> list[list[tuple]]:
     """The session's dispatches (``Session._commands``: pipeline, bind group, grid) ``copies`` times: the first
     the session's own, each other binding copies (made on the device) of the buffers that :func:`weight_bytes`
     counts and the session's own inputs, outputs, scratch and uniform. Runs recorded from the lists in turn read
     their weights from a different place each time, from memory rather than the L2 cache once the copies
     together outgrow it, and still write the same outputs, so they run one after another as the session's own
-    runs do (each waits for the last to write). ``bench/matmul.py --cold`` times products so."""
+    runs do (each waits for the last to write). ``bench/matmul.py --cold`` times products so, in a number of calls
+    that is a multiple of ``copies`` (:func:`cold_calls`)."""
     from eggfuse.runtime.session import _STORAGE, _aligned_offsets
 
     plan, device = session.plan, session.device
-    held = (set(plan.parameters.values()) | set(plan.derived)) & {i for d in plan.dispatches for i in d.bindings}
+    held = _weights(plan)
     align = int(dict(device.limits).get("min-uniform-buffer-offset-alignment", 256))
     offsets, _ = _aligned_offsets([len(d.params) for d in plan.dispatches], align)
     own = session._buffers

@@ -16,7 +16,8 @@ Both sides re-read the same B call after call, so a B of up to tens of MiB is re
 on an H100 or H200), not from memory as a model's weights are, each read once a run. ``--cold`` reads it from
 memory: each call reads the next of as many copies of B as hold ``gpu_timing.COLD_BYTES`` (200 MiB; at least 2,
 at most 1024 copies), ours through bind groups that differ in B alone (``gpu_timing.weight_copies``), cuBLAS
-through copies of the tensor in its captured calls; both still write one output, call after call.
+through copies of the tensor in its captured calls; both still write one output, call after call. N is then a
+multiple of the copies (``gpu_timing.cold_calls``), so that every copy is read that many calls after its last use.
 
 Timing, per shape, N calls (N sized so that N of our calls take about ``--budget`` /
 ``--repeats`` seconds, 2..1000), ``--repeats`` samples, median and p90:
@@ -420,7 +421,7 @@ def main() -> None:
             session = matmul_session(op, m, k, n, device, weights=args.weights)
         copies = gpu_timing.copies_for(session) if args.cold else 1
         commands = gpu_timing.weight_copies(session, copies) if args.cold else None
-        calls = calls_for(session, args.budget, args.repeats, commands)
+        calls = gpu_timing.cold_calls(calls_for(session, args.budget, args.repeats, commands), copies)
         warm_up(session, SWEEP_WARMUP_S, calls, commands)  # making the session (quantising B: seconds) idles the GPU
         flops = 2.0 * m * n * k
         ours, ours_p90 = gpu_timing.median_p90(time_ours(session, calls, args.repeats, commands))

@@ -124,6 +124,7 @@ def main() -> None:
             mb.warm_up(sessions["tree"], args.warmup, 50, commands["tree"])
             warmed = True
         calls = mb.calls_for(sessions["tree"], args.budget, args.repeats, commands["tree"])
+        calls = gpu_timing.cold_calls(calls, copies)  # unchanged with one copy
         for r in range(args.rounds):
             for name, session in sessions.items():
                 mb.warm_up(session, 0.05, calls, commands[name])

@@ -446,8 +446,8 @@ def matmul_tile(m: int, k: int, n: int, variant: str = "", layer_norm: bool = Fa
     ranges); where a widened 64x64 in one K range falls short of TARGET_WORKGROUPS, THREE_QUARTER_TILE (64x48) if
     its workgroups come nearer without passing it; where 128x128 reaches it with M of 256 or more, N of
     WIDE_HEAD_MIN_N (8192) or more in quads, f32 B and no prologue, WIDE_HEAD_TILE (256x128, 16x8 an invocation);
-    where 32x64x16m4x8 reaches it in one K range with NARROW_HEAD_MAX_M (32) rows or fewer, f32 B and no prologue (an
-    LM head), NARROW_HEAD_TILE (32x64 in slices of 32).
+    where 32x64x16m4x8 reaches it in one K range with 16 to 32 rows, K of 576 or more, N a multiple of 4, f32 B and no
+    prologue (an LM head), NARROW_HEAD_TILE (32x64 in slices of 32).
     MATMUL_TILES_DEEP is never chosen (measured slower: see there).
 
     The workgroups of a product run in row-major tile order. Bands of 4, 8 or 16 row blocks walked
@@ -581,10 +581,10 @@ def _wide_head(m: int, n: int, variant: str, unmeasured: bool) -> bool:
 #: needs 24 KiB of workgroup memory; on a device that offers less :func:`matmul_kernel_for` takes 32x64x16m4x8
 #: (:func:`fitted_tile`). On an H100 (``bench/matmul_ab.py``, three alternated rounds, 2026-12-07,
 #: bench/results/cold_h100/ab_heads.json, ab_k32.json), in us against 32x64x16m4x8: 16 / 24 / 32 x 576 x 49152 73.0-73.1
-#: / 76.5-76.6 / 80.9-81.3 against 80.0-80.1 / 83.0-83.3 / 84.5-86.5, 32 x 1024 x 32000 98.4-98.8 against 139.1-139.5,
-#: 32 x 2048 x 32000 191.3-191.5 against 273.6-273.9 (each shape's first round aside, a warm-up: 1031 and 643 us).
+#: / 76.5-76.6 / 80.9-81.3 against 80.0-80.1 / 83.0-83.3 / 84.5-86.5, 32 x 1024 x 32000 98.35-98.75 against 139.1-139.5,
+#: 32 x 2048 x 32000 191.3-191.5 against 273.6-273.9 (its first round aside, at a low clock: 643 against 1031 us).
 #: Only for f32 B and no prologue: SmolLM2's prefill of 16 tokens, whose LM head (16 x 576 x 49152) has the RmsNorm
-#: prologue, took 1623.0-1623.8 us GPU with it on this tile against 1604.0-1605.0 on 32x64x16m4x8
+#: prologue, took 1623.0-1623.8 us GPU with it on this tile against 1604.0-1606.8 on 32x64x16m4x8
 #: (``bench/plan_variants.py``, three alternated rounds, pv_k32_seq16.json); quantised B was not timed on it.
 #: In ``bench/matmul.py``'s table, a later call (matmul_h100.json), it gained less: 16 / 32 x 576 x 49152 took 76.2 /
 #: 85.1 us against cuBLAS's 65.4 / 66.2, 1.165x / 1.285x its time (1.236x / 1.335x on 32x64x16m4x8 in the first
@@ -592,17 +592,22 @@ def _wide_head(m: int, n: int, variant: str, unmeasured: bool) -> bool:
 NARROW_HEAD_TILE = MATMUL_TILES_96[5]
 
 
-#: The most rows of the products NARROW_HEAD_TILE was measured faster on (32; 16 and 24 too).
+#: The rows (16 to 32) and the shortest K (576) of the products NARROW_HEAD_TILE was measured faster on; K up to 2048
+#: was measured, the gain growing with it.
+NARROW_HEAD_MIN_M = 16
 NARROW_HEAD_MAX_M = 32
+NARROW_HEAD_MIN_K = 576
 
 
 def _narrow_head(tile: MatmulTile, m: int, k: int, n: int, unmeasured: bool) -> bool:
-    # NARROW_HEAD_TILE for a product of up to NARROW_HEAD_MAX_M rows whose pick is the widened 32x64 (32x64x16m4x8) in
-    # one K range, as measured faster (see NARROW_HEAD_TILE), with (``unmeasured`` False) f32 B and no prologue. Every
-    # variant, though only B read [K, N] was timed (a weight stored [N, K] is read so by then, lowering/layout.py): so
-    # that a weight read transposed and one read as stored take one tile and give the same sums, bit for bit
-    return (not unmeasured and m <= NARROW_HEAD_MAX_M and tile == _WIDE_BY_SIDES[(32, 64)]
-            and matmul_splits(tile, m, k, n) == 1)
+    # NARROW_HEAD_TILE for a product of NARROW_HEAD_MIN_M to NARROW_HEAD_MAX_M rows, K of NARROW_HEAD_MIN_K or more and
+    # N a multiple of 4, whose pick is the widened 32x64 (32x64x16m4x8) in one K range, as measured faster (see
+    # NARROW_HEAD_TILE), with (``unmeasured`` False) f32 B and no prologue. Only B read [K, N] was timed (a weight
+    # stored [N, K] is read so by then where N is a multiple of 4, lowering/layout.py); the rule takes every variant
+    # alike, so that a weight read transposed and one read as stored take one tile and give the same sums, bit for bit
+    # (a B that is no weight, read [N, K], takes it unmeasured)
+    return (not unmeasured and NARROW_HEAD_MIN_M <= m <= NARROW_HEAD_MAX_M and k >= NARROW_HEAD_MIN_K and n % 4 == 0
+            and tile == _WIDE_BY_SIDES[(32, 64)] and matmul_splits(tile, m, k, n) == 1)
 
 
 #: The tile :func:`matmul_tile` takes instead of 64x64 for a long K over few tiles (:func:`_long_k_split`): 64x128

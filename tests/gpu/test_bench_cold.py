@@ -1,7 +1,8 @@
 """``bench/matmul.py --cold``'s copies of a plan's weights (``bench/gpu_timing.weight_copies``): each copy of the
 dispatches computes the product of the numpy reference and reads weights of its own (a write to the session's
-weight after the copies are made changes copy 0 only), for a weight read as stored ('BT'), one packed for the
-tiled kernel (B stored [K, N] and transposed by the session) and a split-K product."""
+weight after the copies are made changes copy 0 only), for weights read as stored (a 'BT' GEMV, B stored [K, N] on
+the tiled kernel), one the session packs transposed for the tiled kernel (B stored [N, K]) and a split-K product;
+and the calls of a cold sample."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def _run(session: Session, commands: list[tuple]) -> np.ndarray:
     return session.read_output(0)
 
 
-@pytest.mark.parametrize(("bt", "m", "k", "n"), [(True, 1, 40, 24), (False, 33, 20, 70), (True, 17, 600, 36)],
-                         ids=["gemv_bt", "tiled_kn", "split_k"])
+@pytest.mark.parametrize(("bt", "m", "k", "n"), [(True, 1, 40, 24), (False, 33, 20, 70), (True, 33, 20, 72),
+                                                 (True, 17, 600, 36)],
+                         ids=["gemv_bt", "tiled_kn", "tiled_transposed", "split_k"])
 def test_weight_copies_compute_the_product_from_their_own_weights(device, bt, m, k, n):
     rng = np.random.default_rng(3)
     g = Graph()
@@ -49,6 +51,8 @@ def test_weight_copies_compute_the_product_from_their_own_weights(device, bt, m,
     session.run({"a": av})
     if bt and m == 17:  # K ranges, added by the last workgroup of each tile (matmul_kernel.last_split)
         assert "split" in session.plan.dispatches[0].kernel, [d.kernel for d in session.plan.dispatches]
+    if bt and m == 33:  # the weight read from its copy transposed for the tiled kernel (lowering/layout.py)
+        assert session.plan.derived and not session.plan.dispatches[0].kernel.startswith("matmul_BT")
     expected = av.astype(np.float64) @ (bv.T if bt else bv)
     assert gpu_timing.weight_bytes(session) >= bv.nbytes
     copies = gpu_timing.weight_copies(session, 3)
@@ -70,3 +74,10 @@ def test_copies_for_fills_the_cold_bytes(device):
     assert gpu_timing.copies_for(session, 10 * size) == 10
     assert gpu_timing.copies_for(session, size) == 2  # at least one copy besides the session's own
     assert gpu_timing.copies_for(session, 10**12) == gpu_timing.COLD_MAX_COPIES
+
+
+def test_cold_calls_are_whole_rounds_of_the_copies():
+    assert gpu_timing.cold_calls(1000, 475) == 950
+    assert gpu_timing.cold_calls(100, 475) == 475  # at least one round
+    assert gpu_timing.cold_calls(7, 4) == 4
+    assert gpu_timing.cold_calls(283, 1) == 283  # one copy: as asked

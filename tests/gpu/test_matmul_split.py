@@ -265,15 +265,15 @@ def test_a_wide_product_takes_the_wide_head_tile_and_matches_the_reference(devic
 
 
 def test_a_wide_product_of_few_rows_takes_deep_slices_and_matches_the_reference(device):
-    # [17, 259] x [18444, 259]^T with a bias and GELU: 289 tiles of 32x64 in one K range, so the heuristic's
-    # NARROW_HEAD_TILE (slices of 32: nine, the last 3 long), an edge tile in M and in N; and with the RmsNorm
+    # [17, 579] x [18444, 579]^T with a bias and GELU: 289 tiles of 32x64 in one K range, so the heuristic's
+    # NARROW_HEAD_TILE (slices of 32: 19, the last 3 long), an edge tile in M and in N; and with the RmsNorm
     # prologue the 32x64x16m4x8 it stands in for
     from eggfuse.ir.ops.matmul_kernel import NARROW_HEAD_TILE, matmul_tile
 
-    assert matmul_tile(17, 259, 18444, "BT") == NARROW_HEAD_TILE
-    session = check_row(_fused("BT", 17, 259, 18444, ("bias", "Gelu")), device, subgroups=None)
+    assert matmul_tile(17, 579, 18444, "BT") == NARROW_HEAD_TILE
+    session = check_row(_fused("BT", 17, 579, 18444, ("bias", "Gelu")), device, subgroups=None)
     assert [d.kernel.split("_v")[0] for d in session.plan.dispatches] == [f"matmul_BT_{NARROW_HEAD_TILE.name}"]
-    session = check_row(_rms_norm_matmul("BT", 17, 259, 18444, ("add",)), device, subgroups=None)
+    session = check_row(_rms_norm_matmul("BT", 17, 579, 18444, ("add",)), device, subgroups=None)
     assert [d.kernel.split("_v")[0] for d in session.plan.dispatches] == ["rms_norm_matmul_BT_32x64x16m4x8"]
 
 

@@ -353,8 +353,12 @@ def test_matmul_tile_heuristic():
         assert (tile.name, matmul_splits(tile, m, k, n)) == (("256x128x8m16x8", 1) if takes else ("128x128x8", 1)), (
             m, k, n)
         assert matmul_tile(m, k, n, "").name == matmul_tile(m, k, n, "AT").name == "128x128x8"  # B read [K, N]
-    # up to 32 rows, f32 B, no prologue, a widened 32x64 pick (32x64x16m4x8) in one K range: NARROW_HEAD_TILE
-    narrow = {(16, 576, 49152): True, (32, 576, 49152): True, (32, 2048, 32000): True, (17, 259, 18444): True,
+    # 16 to 32 rows, K of 576 or more, N a multiple of 4, f32 B, no prologue, a widened 32x64 pick (32x64x16m4x8) in
+    # one K range: NARROW_HEAD_TILE
+    narrow = {(16, 576, 49152): True, (32, 576, 49152): True, (32, 2048, 32000): True, (17, 579, 18444): True,
+              (15, 576, 49152): False,  # fewer rows than measured
+              (32, 575, 49152): False,  # a shorter K than measured
+              (32, 576, 49154): False,  # N not a multiple of 4 (a weight then read as stored, [N, K]: not measured)
               (32, 2048, 8192): False,  # 32x64x16m4x8 in 3 K ranges
               (32, 200, 49152): False,  # K too short to widen: 32x64x16
               (32, 576, 1536): False,   # 32x32x32 in 6 ranges
