@@ -130,30 +130,20 @@ def weight_copies(session, copies: int) -> list[list[tuple]]:
     together outgrow it, and still write the same outputs, so they run one after another as the session's own
     runs do (each waits for the last to write). ``bench/matmul.py --cold`` times products so, in a number of calls
     that is a multiple of ``copies`` (:func:`cold_calls`)."""
-    from eggfuse.runtime.session import _STORAGE, _aligned_offsets
+    from eggfuse.runtime.session import _STORAGE
 
     plan, device = session.plan, session.device
     held = _weights(plan)
-    align = int(dict(device.limits).get("min-uniform-buffer-offset-alignment", 256))
-    offsets, _ = _aligned_offsets([len(d.params) for d in plan.dispatches], align)
-    own = session._buffers
     out = [list(session._commands)]
     for _ in range(copies - 1):
         encoder = device.create_command_encoder()
-        buffers = list(own)
+        copied = {}
         for i in held:
             size = plan.buffers[i].size_bytes
-            buffers[i] = device.create_buffer(size=size, usage=_STORAGE, label=f"{plan.buffers[i].name} copy")
-            encoder.copy_buffer_to_buffer(own[i], session._offsets[i], buffers[i], 0, size)
+            copied[i] = device.create_buffer(size=size, usage=_STORAGE, label=f"{plan.buffers[i].name} copy")
+            encoder.copy_buffer_to_buffer(session._buffers[i], session._offsets[i], copied[i], 0, size)
         device.queue.submit([encoder.finish()])
-        copy_offsets = dict(session._offsets) | dict.fromkeys(held, 0)  # buffer index -> offset
-        session._buffers, saved_offsets = buffers, session._offsets
-        session._offsets = copy_offsets
-        try:  # Session._bind reads the buffers from these two lists
-            out.append([session._bind(d, *session._pipeline(d), offset)
-                        for d, offset in zip(plan.dispatches, offsets, strict=True)])
-        finally:
-            session._buffers, session._offsets = own, saved_offsets
+        out.append(session._rebound(copied))
     return out
 
 

@@ -91,16 +91,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
 def _rebind(session: Session, pipelines: list) -> None:
     # the session's commands made again from its (possibly replaced) buffers, with the given pipelines
-    from eggfuse.runtime.session import _aligned_offsets
-
-    plan = session.plan
-    offsets = _aligned_offsets([len(d.params) for d in plan.dispatches],
-                               int(dict(session.device.limits).get("min-uniform-buffer-offset-alignment", 256)))[0]
-    commands = []
-    for d, offset, pipeline in zip(plan.dispatches, offsets, pipelines, strict=True):
-        own, bgl = session._pipeline(d)
-        commands.append(session._bind(d, pipeline or own, bgl, offset))
-    session._commands = commands
+    session._commands = session._rebound(pipelines=pipelines)
     session._native = None  # recorded again from the new commands on the next run
 
 

@@ -298,6 +298,7 @@ class Session:
             if b.window is not None:
                 self._buffers[b.index] = self._buffers[b.window[0]]
                 self._offsets[b.index] = self._offsets[b.window[0]] + b.window[1]
+        self._uniform_offsets = offsets  # each dispatch's range of the uniform buffer starts here
         self._commands = [self._bind(d, *pipeline, offset)
                           for d, pipeline, offset in zip(plan.dispatches, pipelines, offsets, strict=True)]
         self._prerecord = bool(prerecord)
@@ -356,12 +357,20 @@ class Session:
                             label=f"{d.kernel}: {d.label}", writable=d.writable, prefetch=len(d.prefetch),
                             checks=d.runtime_checks or not self._unchecked_ok)
 
-    def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout,
-              uniform_offset: int) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
-        # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch.
+    def _bind(self, d, pipeline: wgpu.GPUComputePipeline, bgl: wgpu.GPUBindGroupLayout, uniform_offset: int,
+              replaced: Mapping[int, wgpu.GPUBuffer] | None = None
+              ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]:
+        # Pipeline, bind group (with the dispatch's range of the uniform buffer) and grid of one dispatch; a buffer
+        # index of ``replaced`` bound to that buffer, from its start, instead of the session's.
+        replaced = replaced or {}
+
+        def resource(index: int, size: int) -> dict:
+            if index in replaced:
+                return {"buffer": replaced[index], "offset": 0, "size": size}
+            return {"buffer": self._buffers[index], "offset": self._offsets[index], "size": size}
+
         with device_errors(f"binding buffers for {d.label}"):
-            entries = [{"binding": slot, "resource": {"buffer": self._buffers[index], "offset": self._offsets[index],
-                                                      "size": self.plan.buffers[index].size_bytes}}
+            entries = [{"binding": slot, "resource": resource(index, self.plan.buffers[index].size_bytes)}
                        for slot, index in enumerate(d.bindings)]
             if d.params:
                 entries.append({"binding": len(d.bindings),
@@ -369,11 +378,22 @@ class Session:
                                              "size": len(d.params)}})
             # the buffers it prefetches, read as vec4s: whole ones
             entries += [{"binding": len(entries) + j,
-                         "resource": {"buffer": self._buffers[index], "offset": self._offsets[index],
-                                      "size": self.plan.buffers[index].size_bytes // 16 * 16}}
+                         "resource": resource(index, self.plan.buffers[index].size_bytes // 16 * 16)}
                         for j, index in enumerate(d.prefetch)]
             bind_group = self.device.create_bind_group(layout=bgl, entries=entries, label=d.label)
         return pipeline, bind_group, d.workgroups
+
+    def _rebound(self, replaced: Mapping[int, wgpu.GPUBuffer] | None = None,
+                 pipelines: Sequence[wgpu.GPUComputePipeline | None] | None = None) -> list[tuple]:
+        # The dispatches' commands (as _commands holds them) made again: a buffer index of ``replaced`` bound to
+        # that buffer instead of the session's, a dispatch's pipeline of ``pipelines`` (None: its own) instead of
+        # its own. For the benchmarks (bench/prefetch.py, bench/gpu_timing.weight_copies).
+        pipelines = pipelines or [None] * len(self.plan.dispatches)
+        out = []
+        for d, offset, pipeline in zip(self.plan.dispatches, self._uniform_offsets, pipelines, strict=True):
+            own, bgl = self._pipeline(d)
+            out.append(self._bind(d, pipeline or own, bgl, offset, replaced))
+        return out
 
     @_one_at_a_time
     def read_parameter(self, name: str) -> np.ndarray:
