@@ -20,7 +20,8 @@
 // its quads (4 consecutive stored elements; quads li, li + WG, ... of a slice, as many as
 // MatmulTile.loads in ir/ops/matmul_kernel.py) of the next slice in registers, stores them
 // into the other buffer after the inner product, and a single barrier per slice separates
-// the two. K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
+// the two (with ir/ops/matmul_kernel.py's PIPELINE_STAGES = 3, two sets of registers, each
+// slice's quads loaded two slices ahead, the loop doing two slices an iteration). K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
 // (KSPLIT 2 or 4) thus keep WG invocations busy, and wide micro-tiles (8x4, 4x8 or 8x8,
 // MATMUL_TILES_WIDE: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
 // are added in workgroup memory at the end (REDUCE_SPLIT, in rounds of as many accumulators
@@ -36,8 +37,8 @@
 // whose A is stored [K,M]) and B_ALONG_K (true for 'BT', whose B is stored [N,K]) say
 // along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
 // REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
-// each result; LOAD_FIRST, LOAD_NEXT and STORE_NEXT are the unrolled loads and stores of each
-// invocation's quads (next_a0, next_b0, ...). PROLOGUE defines the hooks stage_a (the quad
+// each result; K_LOOP is the K loop (ir/ops/matmul_kernel.py _k_loop): the unrolled loads and stores
+// of each invocation's quads (next_a0, next_b0, ...) around the micro-tile's inner product. PROLOGUE defines the hooks stage_a (the quad
 // staged for 4 elements of a row of A at column k, from the invocation's load r of the
 // slice), start_rows (called once before the first slice is loaded, in uniform control flow),
 // finish_rows (called once after the K loop, in uniform control flow), row_scale
@@ -197,24 +198,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let ty = t / TX;
 {{ACCUMULATORS}}
     start_rows(li, row0);
-{{LOAD_FIRST}}
-    workgroupBarrier();
-    let steps = select(0u, (k_end - k0 + BK - 1u) / BK, k_end > k0);
-    for (var s = 0u; s < steps; s = s + 1u) {
-        let buf = s % 2u;
-        let more = s + 1u < steps;
-        if (more) {  // the next slice's quads, in flight during the inner product
-            let k_next = k0 + (s + 1u) * BK;
-{{LOAD_NEXT}}
-        }
-        let a_at = buf * A_SIZE + kg * (BK / KSPLIT) * BM4 + ty;
-        let b_at = B_START + buf * B_SIZE + kg * (BK / KSPLIT) * BN4 + tx;
-{{MICRO_TILE}}
-        if (more) {
-{{STORE_NEXT}}
-        }
-        workgroupBarrier();
-    }
+{{K_LOOP}}
 {{REDUCE_SPLIT}}
     finish_rows(li);
     if (SPLITS > 1u && tile % p.tiles_n == 0u) {  // one workgroup per row block and split

@@ -1484,22 +1484,94 @@ def inside_form(tile: MatmulTile, m: int, k: int, n: int, splits: int, prologue:
     return wanted and f32_quads and covers(tile, m, k, n, splits)
 
 
-def _slice_loads(tile: MatmulTile) -> dict[str, str]:
-    # matmul.wgsl's LOAD_FIRST, LOAD_NEXT and STORE_NEXT: invocation li loads quads li, li + wg, ...
-    # of each slice (tile.loads of A and of B), held in next_a0, next_b0, ... while the workgroup
-    # computes on the other buffer. Loading them after the inner product instead, right before their
-    # stores (fewer registers held through it; commit e97c55f's MATMUL_LOADS_EARLY=False) was slower on
-    # the H200 (bench/results/loads_late_h200/): MiniLM's plan 1272-1277 us GPU against 1202-1213, the
-    # prefill 3264-3266 against 3074-3134, 1024 x 384 x 1536 47.8 against 42.6 us, 4096^3 'BT' 4262
-    # against 3625 (4096^3 with B [K, N] 3954 against 3985-3986, the one shape it helped).
+#: K slices whose quads the tiled kernel's invocations hold in flight (matmul.wgsl's K loop, :func:`_k_loop`):
+#: 2 loads the next slice's quads while the workgroup computes on the current one and stores them after it;
+#: 3 keeps two sets of registers, loading each slice's quads two slices ahead (the loop unrolled to two slices
+#: an iteration, so that each set's loads have two inner products to land in; cuBLAS's FFMA kernels keep three
+#: stages). For measurement (``bench/matmul_ab.py --variant``); the sums are the same bit for bit.
+PIPELINE_STAGES = 2
+
+
+def _k_loop(tile: MatmulTile, body: str, stages: int | None = None) -> str:
+    """matmul.wgsl's K_LOOP: the loads of the first slice(s), then the K loop around the micro-tile's
+    inner product ``body`` (:func:`_micro_tile`), in :data:`PIPELINE_STAGES` (or ``stages``) stages.
+    Invocation li loads quads li, li + wg, ... of each slice (tile.loads of A and of B), held in next_a0,
+    next_b0, ... (and with 3 stages later_a0, later_b0, ...) while the workgroup computes on the other
+    buffer. Loading them after the inner product instead, right before their stores (fewer registers held
+    through it; commit e97c55f's MATMUL_LOADS_EARLY=False) was slower on the H200
+    (bench/results/loads_late_h200/): MiniLM's plan 1272-1277 us GPU against 1202-1213, the prefill
+    3264-3266 against 3074-3134, 1024 x 384 x 1536 47.8 against 42.6 us, 4096^3 'BT' 4262 against 3625
+    (4096^3 with B [K, N] 3954 against 3985-3986, the one shape it helped)."""
+    stages = PIPELINE_STAGES if stages is None else stages
+    if stages not in (2, 3):
+        raise LoweringError(f"PIPELINE_STAGES is {stages!r}: the tiled matmul kernel keeps 2 or 3 K slices in "
+                            "flight; set it to 2 or 3")
     a_loads, b_loads = tile.loads
     quads = [("a", r, "row0") for r in range(a_loads)] + [("b", r, "col0") for r in range(b_loads)]
     wg = tile.wg
+
+    def load(held: str, k: str, pad: str) -> list[str]:
+        return [f"{pad}{held}_{x}{r} = load_{x}(li + {wg * r}u, {at}, {k});" for x, r, at in quads]
+
+    def store(held: str, buf: str, pad: str) -> list[str]:
+        return [f"{pad}store_{x}(li + {wg * r}u, {buf}, {held}_{x}{r});" for x, r, _ in quads]
+
+    def inner(buf: str, pad: str) -> list[str]:
+        return [f"{pad}let a_at = {buf} * A_SIZE + kg * (BK / KSPLIT) * BM4 + ty;",
+                f"{pad}let b_at = B_START + {buf} * B_SIZE + kg * (BK / KSPLIT) * BN4 + tx;",
+                *(pad[8:] + line for line in body.split("\n"))]
+
+    steps = "    let steps = select(0u, (k_end - k0 + BK - 1u) / BK, k_end > k0);"
     first = [f"    var next_{x}{r} = load_{x}(li + {wg * r}u, {at}, k0);" for x, r, at in quads]
-    first += [f"    store_{x}(li + {wg * r}u, 0u, next_{x}{r});" for x, r, _ in quads]
-    load = [f"            next_{x}{r} = load_{x}(li + {wg * r}u, {at}, k_next);" for x, r, at in quads]
-    store = [f"            store_{x}(li + {wg * r}u, 1u - buf, next_{x}{r});" for x, r, _ in quads]
-    return dict(LOAD_FIRST="\n".join(first), LOAD_NEXT="\n".join(load), STORE_NEXT="\n".join(store))
+    first += store("next", "0u", "    ")
+    if stages == 2:
+        lines = [*first, "    workgroupBarrier();", steps,
+                 "    for (var s = 0u; s < steps; s = s + 1u) {",
+                 "        let buf = s % 2u;",
+                 "        let more = s + 1u < steps;",
+                 "        if (more) {  // the next slice's quads, in flight during the inner product",
+                 "            let k_next = k0 + (s + 1u) * BK;",
+                 *load("next", "k_next", "            "),
+                 "        }",
+                 *inner("buf", "        "),
+                 "        if (more) {",
+                 *store("next", "1u - buf", "            "),
+                 "        }",
+                 "        workgroupBarrier();",
+                 "    }"]
+        return "\n".join(lines)
+    # 3 stages: slice s in buffer s % 2; next_* hold the even slices' quads, later_* the odd ones'
+    lines = [*first, steps,
+             *(f"    var later_{x}{r} = vec4<f32>();" for x, r, _ in quads),
+             "    if (steps > 1u) {  // slice 1's quads, in flight during slice 0's inner product",
+             *load("later", "k0 + BK", "        "),
+             "    }",
+             "    workgroupBarrier();",
+             "    for (var s = 0u; s < steps; s = s + 2u) {",
+             "        if (s + 2u < steps) {  // slice s + 2's quads, in flight during two inner products",
+             "            let k_next = k0 + (s + 2u) * BK;",
+             *load("next", "k_next", "            "),
+             "        }",
+             "        {",
+             *inner("0u", "            "),
+             "        }",
+             "        if (s + 1u < steps) {",
+             *store("later", "1u", "            "),
+             "        }",
+             "        workgroupBarrier();",
+             "        if (s + 1u < steps) {",
+             "            if (s + 3u < steps) {",
+             "                let k_next = k0 + (s + 3u) * BK;",
+             *load("later", "k_next", "                "),
+             "            }",
+             *inner("1u", "            "),
+             "            if (s + 2u < steps) {",
+             *store("next", "0u", "                "),
+             "            }",
+             "            workgroupBarrier();",
+             "        }",
+             "    }"]
+    return "\n".join(lines)
 
 
 #: Most steps of K (two quads per lane) whose loads of B a GEMV lane issues together (matmul_gemv.wgsl's
@@ -1754,10 +1826,9 @@ def matmul_kernel_for(variant: str, epilogue: tuple[str, ...], m: int, k: int, n
                             "another tile of MATMUL_TILES")
     decl, body, store, reduce = _micro_tile(tile, splits)
     tiled = dict(BM=tile.bm, BN=tile.bn, BK=tile.bk, TM=tile.tm, TN=tile.tn, WG=tile.wg, SPLITS=splits,
-                 A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl, MICRO_TILE=body,
+                 A_ALONG_K="false" if variant == "AT" else "true", ACCUMULATORS=decl,
                  STORE=store, REDUCE_SPLIT=reduce, PROLOGUE=Include(f"matmul_prologue_{prologue}.wgsl"),
-                 NORM_QUADS=_norm_quads(vec_a) if layer_norm else "", LAST_SPLIT="",
-                 **_slice_loads(tile))
+                 NORM_QUADS=_norm_quads(vec_a) if layer_norm else "", LAST_SPLIT="", K_LOOP=_k_loop(tile, body))
     checks = keeps_runtime_checks(tile)
     vec_out = out_vec4(tile, n, splits, rms_norm)
     tiled["STORE4"] = ((_STORE4_VEC4_INSIDE if inside else _STORE4_VEC4) if vec_out else

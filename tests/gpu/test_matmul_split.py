@@ -139,6 +139,44 @@ def test_tiles_that_cover_the_matrices_load_and_store_without_checks(tile, split
     assert "if (i >= p.m" not in first.source, first.kernel
 
 
+_STAGED_TILES = ("128x128x8", "64x64x16", "32x64x16", "32x32x32", "64x64x16m8x4w128", "64x48x16m8x4w192",
+                 "32x64x32m4x8", "256x128x8m16x8", "64x128x32")
+
+
+def _staged_rows(tile):
+    m, n = tile.bm + 3, tile.bn + 5
+    return [  # K slices: 8 (ranges of 3, 3, 2 in 3 splits), 7 (3, 3, 1), 1 with a short K, 2
+        (_matmul("MatMul", m, 7 * tile.bk + 5, n), (1, 3)),
+        (_fused("AT", m, 7 * tile.bk - 4, n, ("bias", "add")), (1, 3)),
+        (_rms_norm_matmul("BT", m, 6 * tile.bk + 4, n, ("bias",)), (1, 3)),
+        (_ln_row("BT", m, 2 * tile.bk, n), (1,)),
+        (_matmul("MatMulBT", m, tile.bk // 2 + 1, n), (1,)),
+    ]
+
+
+STAGED_CASES = [(tile, splits, row) for tile in MATMUL_TILES_ALL if tile.name in _STAGED_TILES
+                for row, counts in _staged_rows(tile) for splits in counts]
+
+
+@pytest.mark.parametrize("tile, splits, row", STAGED_CASES,
+                         ids=[f"{t.name}-split{s}-{r.id}" for t, s, r in STAGED_CASES])
+def test_three_pipeline_stages_match_the_reference(tile, splits, row, device, monkeypatch):
+    # PIPELINE_STAGES = 3: two sets of registers loaded two slices ahead, two slices an iteration; ranges of
+    # an odd and an even number of slices, one slice, and the prologues, whose row statistics are taken as
+    # the quads are loaded (each slice once)
+    if row.op == "FusedLayerNormMatMul" and tile.bm * (tile.wg // tile.bm + 1) > tile.storage // 16:
+        pytest.skip(f"{tile.name} holds too few invocations a row for the LayerNorm prologue")
+    monkeypatch.setattr(matmul_kernel, "PIPELINE_STAGES", 3)
+    session = _run_with(tile, splits, row, device)
+    assert "later_a0" in session.plan.dispatches[0].source
+
+
+def test_pipeline_stages_other_than_2_or_3_are_a_lowering_error(monkeypatch):
+    monkeypatch.setattr(matmul_kernel, "PIPELINE_STAGES", 4)
+    with pytest.raises(LoweringError, match="PIPELINE_STAGES is 4.*set it to 2 or 3"):
+        matmul_kernel.matmul_kernel_for("BT", (), 64, 64, 64, tile=MATMUL_TILES_ALL[0])
+
+
 def _shape(row):
     m, k, n = (int(v) for v in row.id.split("[")[1].split("]")[0].split(","))
     return m, k, n
