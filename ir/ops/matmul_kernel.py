@@ -1488,13 +1488,33 @@ def inside_form(tile: MatmulTile, m: int, k: int, n: int, splits: int, prologue:
 #: 2 loads the next slice's quads while the workgroup computes on the current one and stores them after it;
 #: 3 keeps two sets of registers, loading each slice's quads two slices ahead (the loop unrolled to two slices
 #: an iteration, so that each set's loads have two inner products to land in; cuBLAS's FFMA kernels keep three
-#: stages). For measurement (``bench/matmul_ab.py --variant``); the sums are the same bit for bit.
-PIPELINE_STAGES = 2
+#: stages). None: :func:`pipeline_stages`'s rule; 2 or 3: every tile (for measurement, ``bench/matmul_ab.py
+#: --variant``). The sums are the same bit for bit.
+PIPELINE_STAGES: int | None = None
+#: The tiles :func:`pipeline_stages` gives 3 stages where THREE_STAGES_RULE holds.
+THREE_STAGE_TILES = ("64x64x16", "64x128x8")
+THREE_STAGES_RULE = False
+
+
+def pipeline_stages(tile: MatmulTile) -> int:
+    """K slices in flight in the tiled kernel on ``tile`` (:data:`PIPELINE_STAGES`, :func:`_k_loop`).
+
+    On an H100 (``bench/matmul_ab.py``, two alternated rounds, bench/results/stages_h100/ab_s3*.json, us, 3
+    stages against 2), 3 stages on every tile took the products on the 64x64x16 and 64x128x8 tiles 0.3-2.7%
+    less time (128 x 576 x 49152 on 64x128x8 219.9 against 226.0, 512 x 576 x 576 20.39-20.55 against
+    20.74-20.94, 512 x 1536 x 384 27.57-27.62 against 27.85-27.88, 256 x 1536 x 576 27.22-27.33 against
+    27.52-27.63) and the others more: 1024 x 384 x 1536 on 64x64x16m8x4 47.5-48.4 against 39.4-41.6, 4096^3 on
+    128x128x8 3870-3871 against 3549-3550, 32 x 576 x 49152 on 32x64x32m4x8 85.9-86.0 against 81.9-82.0;
+    MiniLM's plan 1163 against 1029 us GPU, SmolLM2's prefill 2891 against 2828-2833 (ab_s3_minilm.json,
+    ab_s3_prefill.json)."""
+    if PIPELINE_STAGES is not None:
+        return PIPELINE_STAGES
+    return 3 if THREE_STAGES_RULE and tile.name in THREE_STAGE_TILES else 2
 
 
 def _k_loop(tile: MatmulTile, body: str, stages: int | None = None) -> str:
     """matmul.wgsl's K_LOOP: the loads of the first slice(s), then the K loop around the micro-tile's
-    inner product ``body`` (:func:`_micro_tile`), in :data:`PIPELINE_STAGES` (or ``stages``) stages.
+    inner product ``body`` (:func:`_micro_tile`), in :func:`pipeline_stages` (or ``stages``) stages.
     Invocation li loads quads li, li + wg, ... of each slice (tile.loads of A and of B), held in next_a0,
     next_b0, ... (and with 3 stages later_a0, later_b0, ...) while the workgroup computes on the other
     buffer. Loading them after the inner product instead, right before their stores (fewer registers held
@@ -1502,7 +1522,7 @@ def _k_loop(tile: MatmulTile, body: str, stages: int | None = None) -> str:
     (bench/results/loads_late_h200/): MiniLM's plan 1272-1277 us GPU against 1202-1213, the prefill
     3264-3266 against 3074-3134, 1024 x 384 x 1536 47.8 against 42.6 us, 4096^3 'BT' 4262 against 3625
     (4096^3 with B [K, N] 3954 against 3985-3986, the one shape it helped)."""
-    stages = PIPELINE_STAGES if stages is None else stages
+    stages = pipeline_stages(tile) if stages is None else stages
     if stages not in (2, 3):
         raise LoweringError(f"PIPELINE_STAGES is {stages!r}: the tiled matmul kernel keeps 2 or 3 K slices in "
                             "flight; set it to 2 or 3")
