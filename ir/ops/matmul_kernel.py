@@ -1500,13 +1500,13 @@ def pipeline_stages(tile: MatmulTile) -> int:
     """K slices in flight in the tiled kernel on ``tile`` (:data:`PIPELINE_STAGES`, :func:`_k_loop`).
 
     On an H100 (``bench/matmul_ab.py``, two alternated rounds, bench/results/stages_h100/ab_s3*.json, us, 3
-    stages against 2), 3 stages on every tile took the products on the 64x64x16 and 64x128x8 tiles 0.3-2.7%
-    less time (128 x 576 x 49152 on 64x128x8 219.9 against 226.0, 512 x 576 x 576 20.39-20.55 against
+    stages against 2), 3 stages on every tile took five of the six products on the 64x64x16 and 64x128x8 tiles
+    0.3-2.7% less time (128 x 576 x 49152 on 64x128x8 219.9 against 226.0, 512 x 576 x 576 20.39-20.55 against
     20.74-20.94, 512 x 1536 x 384 27.57-27.62 against 27.85-27.88, 256 x 1536 x 576 27.22-27.33 against
-    27.52-27.63) and the others more: 1024 x 384 x 1536 on 64x64x16m8x4 47.5-48.4 against 39.4-41.6, 4096^3 on
-    128x128x8 3870-3871 against 3549-3550, 32 x 576 x 49152 on 32x64x32m4x8 85.9-86.0 against 81.9-82.0;
-    MiniLM's plan 1163 against 1029 us GPU, SmolLM2's prefill 2891 against 2828-2833 (ab_s3_minilm.json,
-    ab_s3_prefill.json)."""
+    27.52-27.63), 512 x 1536 x 576 on 64x128x8 as long (43.36-43.41 against 43.29-43.40), and the others
+    more: 1024 x 384 x 1536 on 64x64x16m8x4 47.5-48.4 against 39.4-41.6, 4096^3 on 128x128x8 3870-3871
+    against 3549-3550, 32 x 576 x 49152 on 32x64x32m4x8 85.9-86.0 against 81.9-82.0; MiniLM's plan 1163
+    against 1029 us GPU, SmolLM2's prefill 2891 against 2828-2833 (ab_s3_minilm.json, ab_s3_prefill.json)."""
     if PIPELINE_STAGES is not None:
         return PIPELINE_STAGES
     return 3 if THREE_STAGES_RULE and tile.name in THREE_STAGE_TILES else 2
