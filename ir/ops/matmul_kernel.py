@@ -1506,7 +1506,12 @@ def pipeline_stages(tile: MatmulTile) -> int:
     27.52-27.63), 512 x 1536 x 576 on 64x128x8 as long (43.36-43.41 against 43.29-43.40), and the others
     more: 1024 x 384 x 1536 on 64x64x16m8x4 47.5-48.4 against 39.4-41.6, 4096^3 on 128x128x8 3870-3871
     against 3549-3550, 32 x 576 x 49152 on 32x64x32m4x8 85.9-86.0 against 81.9-82.0; MiniLM's plan 1163
-    against 1029 us GPU, SmolLM2's prefill 2891 against 2828-2833 (ab_s3_minilm.json, ab_s3_prefill.json)."""
+    against 1029 us GPU, SmolLM2's prefill 2891 against 2828-2833 (ab_s3_minilm.json, ab_s3_prefill.json).
+    THREE_STAGES_RULE (3 stages on those two tiles only), three alternated rounds in a later call: their products
+    0.1-2.5% less time (ab_r3.json; 128 x 576 x 49152 220.8-220.9 against 225.9-226.5), but MiniLM's plan
+    1033.2-1035.2 against 1028.1-1029.8 us GPU, the 128-token prefill 2867.4-2868.8 against 2826.7-2828.0 and
+    the 512-token one 9125.6-9166.4 against 9101.2-9150.5 (ab_r3_*.json); in ``bench/matmul.py``'s table with it
+    (matmul_r3.json) 70 of 80 shapes reached 0.8x cuBLAS, as without it. So the rule stays off."""
     if PIPELINE_STAGES is not None:
         return PIPELINE_STAGES
     return 3 if THREE_STAGES_RULE and tile.name in THREE_STAGE_TILES else 2
