@@ -21,7 +21,8 @@
 // MatmulTile.loads in ir/ops/matmul_kernel.py) of the next slice in registers, stores them
 // into the other buffer after the inner product, and a single barrier per slice separates
 // the two (with ir/ops/matmul_kernel.py's PIPELINE_STAGES = 3, two sets of registers, each
-// slice's quads loaded two slices ahead, the loop doing two slices an iteration). K group kg takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
+// slice's quads loaded two slices ahead, the loop doing two slices an iteration). K group kg
+// takes elements [kg, kg + 1) * BK / KSPLIT of each slice; small tiles
 // (KSPLIT 2 or 4) thus keep WG invocations busy, and wide micro-tiles (8x4, 4x8 or 8x8,
 // MATMUL_TILES_WIDE: KSPLIT 2 to 8) read fewer vec4 of workgroup memory per FMA; the groups' sums
 // are added in workgroup memory at the end (REDUCE_SPLIT, in rounds of as many accumulators
@@ -35,10 +36,11 @@
 // outside the matrix (DECODE: empty, or for quantised B, ir/ops/quant.py, the block decoders of
 // quant_decode.wgsl, which quad_b calls on the u32 binding q); A_ALONG_K (false for 'AT',
 // whose A is stored [K,M]) and B_ALONG_K (true for 'BT', whose B is stored [N,K]) say
-// along which dimension a stored row of each operand runs; ACCUMULATORS, MICRO_TILE,
-// REDUCE_SPLIT and STORE are the unrolled micro-tile; EPILOGUE is the chain applied to
-// each result; K_LOOP is the K loop (ir/ops/matmul_kernel.py _k_loop): the unrolled loads and stores
-// of each invocation's quads (next_a0, next_b0, ...) around the micro-tile's inner product. PROLOGUE defines the hooks stage_a (the quad
+// along which dimension a stored row of each operand runs; ACCUMULATORS, REDUCE_SPLIT and
+// STORE are the unrolled micro-tile; EPILOGUE is the chain applied to each result; K_LOOP is
+// the K loop (ir/ops/matmul_kernel.py _k_loop): the unrolled loads and stores of each
+// invocation's quads (next_a0, next_b0, ...) around the micro-tile's unrolled inner product.
+// PROLOGUE defines the hooks stage_a (the quad
 // staged for 4 elements of a row of A at column k, from the invocation's load r of the
 // slice), start_rows (called once before the first slice is loaded, in uniform control flow),
 // finish_rows (called once after the K loop, in uniform control flow), row_scale

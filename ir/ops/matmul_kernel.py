@@ -1500,16 +1500,17 @@ def pipeline_stages(tile: MatmulTile) -> int:
     """K slices in flight in the tiled kernel on ``tile`` (:data:`PIPELINE_STAGES`, :func:`_k_loop`).
 
     On an H100 (``bench/matmul_ab.py``, two alternated rounds, bench/results/stages_h100/ab_s3*.json, us, 3
-    stages against 2), 3 stages on every tile took five of the six products on the 64x64x16 and 64x128x8 tiles
-    0.3-2.7% less time (128 x 576 x 49152 on 64x128x8 219.9 against 226.0, 512 x 576 x 576 20.39-20.55 against
+    stages against 2), 3 stages on every tile took six of the seven products on the 64x64x16 and 64x128x8 tiles
+    0.5-2.7% less time (128 x 576 x 49152 on 64x128x8 219.9 against 226.0, 512 x 576 x 576 20.39-20.55 against
     20.74-20.94, 512 x 1536 x 384 27.57-27.62 against 27.85-27.88, 256 x 1536 x 576 27.22-27.33 against
     27.52-27.63), 512 x 1536 x 576 on 64x128x8 as long (43.36-43.41 against 43.29-43.40), and the others
     more: 1024 x 384 x 1536 on 64x64x16m8x4 47.5-48.4 against 39.4-41.6, 4096^3 on 128x128x8 3870-3871
-    against 3549-3550, 32 x 576 x 49152 on 32x64x32m4x8 85.9-86.0 against 81.9-82.0; MiniLM's plan
+    against 3549-3550, 32 x 576 x 49152 on 32x64x32m4x8 85.9-86.0 against 81.9-82.0 (512 x 576 x 49152 on
+    256x128x8m16x8 unsteady: 1812.5 / 1352.6 against 2925.7 / 1128.4); MiniLM's plan
     1163.2-1168.7 against 1028.7-1034.8 us GPU, SmolLM2's prefill 2879.7-2891.4 against 2825.0-2833.3
     (ab_s3_minilm.json, ab_s3_prefill.json).
-    THREE_STAGES_RULE (3 stages on those two tiles only), three alternated rounds in a later call: their products
-    0.1-2.5% less time (ab_r3.json; 128 x 576 x 49152 220.8-220.9 against 225.9-226.5), but MiniLM's plan
+    THREE_STAGES_RULE (3 stages on those two tiles only), three alternated rounds in a later call: their six
+    products 0.1-2.5% less time (ab_r3.json; 128 x 576 x 49152 220.8-220.9 against 225.9-226.5), but MiniLM's plan
     1033.2-1035.2 against 1028.1-1029.8 us GPU, the 128-token prefill 2867.4-2868.8 against 2826.7-2828.0 and
     the 512-token one 9125.6-9166.4 against 9101.2-9150.5 (ab_r3_*.json); in ``bench/matmul.py``'s table with it
     (matmul_r3.json) 70 of 80 shapes reached 0.8x cuBLAS, as without it. So the rule stays off."""

@@ -140,7 +140,7 @@ def test_tiles_that_cover_the_matrices_load_and_store_without_checks(tile, split
 
 
 _STAGED_TILES = ("128x128x8", "64x64x16", "32x64x16", "32x32x32", "64x64x16m8x4w128", "64x48x16m8x4w192",
-                 "32x64x32m4x8", "256x128x8m16x8", "64x128x32")
+                 "32x64x32m4x8", "256x128x8m16x8", "64x128x8", "64x64x32")
 
 
 def _staged_rows(tile):
@@ -156,6 +156,7 @@ def _staged_rows(tile):
 
 STAGED_CASES = [(tile, splits, row) for tile in MATMUL_TILES_ALL if tile.name in _STAGED_TILES
                 for row, counts in _staged_rows(tile) for splits in counts]
+assert len({t.name for t, _, _ in STAGED_CASES}) == len(_STAGED_TILES), "a tile of _STAGED_TILES is not a tile"
 
 
 @pytest.mark.parametrize("tile, splits, row", STAGED_CASES,

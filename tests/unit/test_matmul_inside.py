@@ -31,7 +31,7 @@ def _outside(tile, m: int, k: int, n: int, splits: int, variant: str) -> list[st
         k_end = min(k, k0 + k_chunk)
         steps = (k_end - k0 + bk - 1) // bk if k_end > k0 else 0
         row0, col0 = tile_index // tiles_n * bm, tile_index % tiles_n * bn
-        for ks in [k0] + [k0 + s * bk for s in range(1, steps)]:  # LOAD_FIRST, then LOAD_NEXT's k_next
+        for ks in [k0] + [k0 + s * bk for s in range(1, steps)]:  # slice 0, then each next (K_LOOP)
             if variant == "AT":  # A stored [K, M]: quad li at (ks + li / BM4, row0 + li % BM4 * 4)
                 r, c, rows, cols = ks + a_quads // bm4, row0 + a_quads % bm4 * 4, k, m
             else:  # A [M, K] along K
