@@ -1519,9 +1519,9 @@ def pipeline_stages(tile: MatmulTile) -> int:
     return 3 if THREE_STAGES_RULE and tile.name in THREE_STAGE_TILES else 2
 
 
-def _k_loop(tile: MatmulTile, body: str, stages: int | None = None) -> str:
+def _k_loop(tile: MatmulTile, body: str) -> str:
     """matmul.wgsl's K_LOOP: the loads of the first slice(s), then the K loop around the micro-tile's
-    inner product ``body`` (:func:`_micro_tile`), in :func:`pipeline_stages` (or ``stages``) stages.
+    inner product ``body`` (:func:`_micro_tile`), in :func:`pipeline_stages` stages.
     Invocation li loads quads li, li + wg, ... of each slice (tile.loads of A and of B), held in next_a0,
     next_b0, ... (and with 3 stages later_a0, later_b0, ...) while the workgroup computes on the other
     buffer. Loading them after the inner product instead, right before their stores (fewer registers held
@@ -1529,7 +1529,7 @@ def _k_loop(tile: MatmulTile, body: str, stages: int | None = None) -> str:
     (bench/results/loads_late_h200/): MiniLM's plan 1272-1277 us GPU against 1202-1213, the prefill
     3264-3266 against 3074-3134, 1024 x 384 x 1536 47.8 against 42.6 us, 4096^3 'BT' 4262 against 3625
     (4096^3 with B [K, N] 3954 against 3985-3986, the one shape it helped)."""
-    stages = pipeline_stages(tile) if stages is None else stages
+    stages = pipeline_stages(tile)
     if stages not in (2, 3):
         raise LoweringError(f"PIPELINE_STAGES is {stages!r}: the tiled matmul kernel keeps 2 or 3 K slices in "
                             "flight; set it to 2 or 3")
