@@ -22,7 +22,8 @@ variant again after a short warm-up of its own. Inputs and weights are ``bench/m
 options; every variant on as many copies of B as the tree's plan takes). JSON: one row per (shape, variant, round)
 with ``op``, ``m``, ``k``, ``n``, ``weights``, ``variant``, ``round``, ``us`` (median), ``p90_us``, ``calls``,
 ``weight_copies`` (1 unless ``--cold``), ``kernels`` (the plan's dispatches), ``max_abs_diff`` (against the tree's
-output), ``max_abs_err`` (against numpy's float64 product) and ``adapter``.
+output), ``max_abs_err`` (against numpy's float64 product) and ``adapter``; with ``--per-dispatch``, ``dispatch_us``:
+each dispatch's median GPU µs per call when it runs alone (a split product's K ranges, its reduction).
 """
 
 from __future__ import annotations
@@ -91,6 +92,19 @@ def output_of(session, a: np.ndarray) -> np.ndarray:
     return np.asarray(out[0] if isinstance(out, (list, tuple)) else next(iter(out.values())))
 
 
+def dispatch_times(session, calls: int, samples: int, commands: list[list[tuple]] | None) -> list[float]:
+    """Median GPU µs per call of each of the plan's dispatches alone: ``calls`` back-to-back calls of that one
+    dispatch in one pass (``gpu_timing.gpu_per_call`` on a one-dispatch command list; with ``--cold``, on each
+    copy of B in turn). A later dispatch then reads what its own last call left, not what the one before it
+    wrote: the time of its work, not of the plan's order. Wall clock is no use here: NaN without timestamps."""
+    out = []
+    for i in range(len(session._commands)):
+        alone = [[copy[i]] for copy in (commands or [session._commands])]
+        stamps = gpu_timing.gpu_per_call(session, calls, samples, one_pass=True, commands=alone)
+        out.append(gpu_timing.median_p90(stamps)[0] * 1e6 if stamps else float("nan"))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", required=True, help="M,K,N;... MatMulBT shapes (MatMul:M,K,N: B stored [K,N])")
@@ -103,6 +117,8 @@ def main() -> None:
                     help="B's storage: f32, or a block format of eggfuse.ir.ops.quant (MatMulBT shapes only)")
     ap.add_argument("--cold", action="store_true",
                     help="read B from memory, not the L2 cache (bench/matmul.py --cold: copies of B in turn)")
+    ap.add_argument("--per-dispatch", action="store_true",
+                    help="also time each dispatch of a plan alone, the same number of calls back to back")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
     variants = [("tree", [], None, {})] + [parse_variant(v) for v in args.variant]
@@ -134,8 +150,12 @@ def main() -> None:
                              "kernels": [d.kernel for d in session.plan.dispatches],
                              "max_abs_diff": float(np.abs(outputs[name] - outputs["tree"]).max()),
                              "max_abs_err": float(np.abs(outputs[name] - exact).max()), "adapter": adapter})
+                if args.per_dispatch:
+                    rows[-1]["dispatch_us"] = dispatch_times(session, calls, args.repeats, commands[name])
                 print(f"{op}[{m},{k},{n}] {name:<12} round {r}: {median * 1e6:8.2f} us  "
-                      f"{'+'.join(rows[-1]['kernels'])}  err {rows[-1]['max_abs_err']:.2e}", flush=True)
+                      f"{'+'.join(rows[-1]['kernels'])}  err {rows[-1]['max_abs_err']:.2e}"
+                      + (f"  alone {' + '.join(f'{t:.2f}' for t in rows[-1]['dispatch_us'])}"
+                         if args.per_dispatch else ""), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))
 
