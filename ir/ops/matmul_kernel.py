@@ -2073,13 +2073,66 @@ def _final_stage(final: str | None, splits: int, row_sums: bool, m: int, k: int,
         raise LoweringError(f"unknown final step {final!r} of a matmul: 'swiglu', 'layer_norm', 'layer_norm_pair', "
                             "'rms_norm' or None")
     gated = final == "swiglu"
+    width = n // 2 if gated else n
+    quads = reduce_quads(m, n, width, splits, row_sums)
     name = f"matmul_split{splits}_reduce" + ("_rms_norm" if row_sums else "") + ("_swiglu" if gated else "") + chain
-    return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * (n // 2 if gated else n)),
+    elem = "vec4<f32>" if quads else "f32"
+    return Kernel(name, "matmul_split_reduce.wgsl", elementwise_groups(m * width // (4 if quads else 1)),
                   params=(("m", "u32", m), ("n", "u32", n), ("k", "u32", k), ("eps", "f32", eps)),
-                  bindings=(Buffer("part"), *operands, Buffer("out", write=True)),
+                  bindings=(Buffer("part", elem), *operands, Buffer("out", elem, write=True)),
                   inputs=(SCRATCH, *range(fixed, fixed + len(operands))),
                   slots=dict(SPLITS=splits, ROW_SUMS="true" if row_sums else "false",
-                             GATED="true" if gated else "false", EPILOGUE="\n".join(lines)))
+                             GATED="true" if gated else "false", QUADS="true" if quads else "false",
+                             ACCESS=_REDUCE_QUADS if quads else _REDUCE_FLOATS, EPILOGUE="\n".join(lines)))
+
+
+#: Whether matmul_split_reduce.wgsl adds a quad of output columns an invocation (part and out bound as
+#: vec4<f32>) rather than one float: :func:`reduce_quads`. Off until it is timed on a GPU against the floats
+#: (``bench/matmul_ab.py --per-dispatch --variant "quads:eggfuse.ir.ops.matmul_kernel.SPLIT_REDUCE_QUADS=True"``
+#: on the split products, ``bench/plan_ab.py`` on the prefill's plan); the sums are the same bit for bit.
+SPLIT_REDUCE_QUADS = False
+
+
+def reduce_quads(m: int, n: int, width: int, splits: int, row_sums: bool) -> bool:
+    """Whether the second dispatch of a split product of ``m`` x ``n`` (an output ``width`` wide: ``n`` / 2
+    after SwiGLU) reads and writes quads: :data:`SPLIT_REDUCE_QUADS`, ``n`` and ``width`` multiples of 4 (each
+    quad within a row) and, after the RmsNorm prologue, the row sums' ``splits * m`` floats too (the scratch
+    buffer then holds whole vec4s)."""
+    return SPLIT_REDUCE_QUADS and n % 4 == 0 and width % 4 == 0 and (not row_sums or splits * m % 4 == 0)
+
+
+#: matmul_split_reduce.wgsl's ACCESS with part and out bound as f32 / as vec4<f32> (QUADS).
+_REDUCE_FLOATS = """fn part1(e: u32) -> f32 {
+    return part[e];
+}
+
+fn part4(e: u32) -> vec4<f32> {  // unused: QUADS is false
+    return vec4<f32>(part[e], part[e + 1u], part[e + 2u], part[e + 3u]);
+}
+
+fn put1(at: u32, v: f32) {
+    out[at] = v;
+}
+
+fn put4(at: u32, v: vec4<f32>) {  // unused: QUADS is false
+    out[at] = v.x;
+}"""
+
+_REDUCE_QUADS = """fn part1(e: u32) -> f32 {
+    return part[e / 4u][e % 4u];
+}
+
+fn part4(e: u32) -> vec4<f32> {
+    return part[e / 4u];
+}
+
+fn put1(at: u32, v: f32) {  // unused: QUADS is true
+    out[at / 4u][at % 4u] = v;
+}
+
+fn put4(at: u32, v: vec4<f32>) {
+    out[at / 4u] = v;
+}"""
 
 
 _PLAIN_VARIANT = {"MatMul": "", "MatMulAT": "AT", "MatMulBT": "BT"}

@@ -16,6 +16,7 @@ import pytest
 from op_table import check_row  # tests/op_table.py
 from test_ops import _fused, _matmul, _rms_norm_matmul  # tests/gpu/test_ops.py's row builders
 from test_ops_layer_norm_matmul import _row as _ln_row
+from test_ops_matmul_rows import _swiglu as _swiglu_final
 from test_ops_quant import _qmm, _qswiglu
 
 from eggfuse.ir import Graph, evaluate
@@ -390,6 +391,32 @@ def test_the_last_split_adds_as_the_reduction_does(shape, device, monkeypatch):
     assert (len(one.plan.dispatches), len(two.plan.dispatches)) == (1, 2)
     inputs = random_feeds(_graph(row), seed=1)[0]  # the rows' parameters are the same (seeded by the row's id)
     np.testing.assert_array_equal(one.run(inputs)[0], two.run(inputs)[0])
+
+
+@pytest.mark.parametrize("row, quads", [
+    (_fused("BT", 37, 600, 72, ("bias", "Gelu")), True),
+    (_matmul("MatMul", 5, 96, 36), True),
+    (_fused("", 33, 100, 70, ("add",)), False),  # N not a multiple of 4: floats
+    (_rms_norm_matmul("BT", 36, 96, 40, ("add",)), True),  # the row sums' 3 * 36 floats: whole quads
+    (_rms_norm_matmul("", 37, 96, 44, ()), False),  # 3 * 37: floats
+    (_swiglu_final(False, "BT", 21, 64, 20), True),  # gated: quads of the [M, N / 2] output
+    (_swiglu_final(True, "", 40, 96, 24, ("add",)), True),
+    (_swiglu_final(True, "BT", 37, 96, 48), False),
+    (_swiglu_final(False, "", 40, 100, 33, ("bias", "add")), False),  # an output 33 wide
+], ids=lambda r: r.id if hasattr(r, "id") else f"quads{r}")
+def test_the_reduction_in_quads_adds_as_in_floats(row, quads, device, monkeypatch):
+    # matmul_split_reduce.wgsl with QUADS (a quad of an output row an invocation) against one float an invocation:
+    # the same sums in the same order, so the same floats bit for bit (both checked against the numpy reference)
+    monkeypatch.setattr(matmul_kernel, "LAST_SPLIT", False)
+    outputs = []
+    for on in (True, False):
+        monkeypatch.setattr(matmul_kernel, "SPLIT_REDUCE_QUADS", on)
+        with matmul_choice(splits=3):
+            session = check_row(row, device, subgroups=None)
+        (reduce,) = [d for d in session.plan.dispatches if "_split3_reduce" in d.kernel]
+        assert ("const QUADS: bool = true;" in reduce.source) == (on and quads), reduce.kernel
+        outputs.append(session.run(random_feeds(_graph(row), seed=1)[0])[0])
+    np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
 def _graph(row) -> Graph:
