@@ -147,13 +147,13 @@ class ExecutionPlan:
     ``inputs`` / ``parameters`` map leaf names to buffer indices; ``constants`` maps buffer
     indices to the f32 arrays uploaded once; ``outputs`` are the buffers read back, in the
     graph's output order, with ``output_types`` (several outputs may share a buffer).
-    ``unused_leaves`` names Input/Parameter leaves no output depends on (accepted and
-    ignored at run time); ``index_bounds`` maps an index input to the rows of the smallest
-    table that reads all of it as indices (Embedding, Gather) or writes (ScatterAdd): u32 values
-    must lie in [0, rows), i32 ones (ONNX Gather's) in [-rows, rows); ``index_readers`` names, for
-    the messages, the op setting that bound; ``index_parts`` lists, for an index input that ops
-    read in parts (through Slice, Split, Select, Concat, ...), the elements each part's reader
-    bounds more tightly (:class:`IndexPart`). ``derived`` maps the buffer index
+    ``unused_leaves`` maps the Input/Parameter leaves no output depends on to their types (a value given
+    for one is checked as a used leaf's is, then ignored); ``index_bounds`` maps an index input to the
+    rows of the smallest table that reads all of it as indices (Embedding, Gather) or writes
+    (ScatterAdd): u32 values must lie in [0, rows), i32 ones (ONNX Gather's) in [-rows, rows);
+    ``index_readers`` names, for the messages, the op setting that bound; ``index_parts`` lists, for an
+    index input that ops read in parts (through Slice, Split, Select, Concat, ...), the elements each
+    part's reader bounds more tightly (:class:`IndexPart`). ``derived`` maps the buffer index
     of each derived parameter to how it is packed. ``limits`` are the device limits the plan
     was checked against; ``subgroups`` is true when a kernel uses subgroup operations (the
     device must then have usable subgroups). ``storage`` maps the buffer index of each
@@ -168,7 +168,7 @@ class ExecutionPlan:
     constants: dict[int, np.ndarray]
     outputs: list[int]
     output_types: list[TensorType]
-    unused_leaves: frozenset[str] = frozenset()
+    unused_leaves: dict[str, TensorType] = field(default_factory=dict)
     index_bounds: dict[str, int] = field(default_factory=dict)
     index_readers: dict[str, str] = field(default_factory=dict)
     index_parts: dict[str, list[IndexPart]] = field(default_factory=dict)
@@ -393,8 +393,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     outputs = {_whole(buffers, node_buffer[o]) for o in graph.outputs}  # an output window keeps its buffer whole
     storage, storage_sizes = share_storage_of(buffers, dispatches, outputs) if share_storage else ({}, [])
     live_ids = {n.id for n in live}
-    unused = frozenset(n.attrs["name"] for n in graph.nodes
-                       if n.op in ("Input", "Parameter") and n.id not in live_ids)
+    unused = {n.attrs["name"]: n.type for n in graph.nodes if n.op in ("Input", "Parameter") and n.id not in live_ids}
     index_bounds, index_readers, index_parts = _index_checks(graph, live)
     plan = ExecutionPlan(
         buffers=buffers,

@@ -1172,6 +1172,10 @@ def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[st
             parts.append(f"unknown {kind}(s) " + ", ".join(_with_closest(n, known) for n in unknown))
         names = ", ".join(repr(n) for n in wanted) or "none"
         raise InputError(f"{'; '.join(parts)}; the graph's {kind}s are: {names}")
+    for name in given:  # a leaf no output reads: checked as the others are (a sign of a mistake), then ignored
+        if name not in wanted:
+            check_array(f"{kind} {name!r} (which no output reads)", given[name], plan.unused_leaves[name], copy=False,
+                        finite=finite)
     return {name: np.ascontiguousarray(check_array(f"{kind} {name!r}", given[name], plan.buffers[i].type,
                                                    copy=copy, finite=finite))
             for name, i in wanted.items()}

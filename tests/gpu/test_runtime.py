@@ -259,6 +259,25 @@ def test_unused_leaves_are_accepted(device):
     np.testing.assert_array_equal(got, -np.ones((2, 3)))
 
 
+@pytest.mark.parametrize("kind, value, says", [
+    ("input", np.ones((7, 7)), r"input 'unused' \(which no output reads\).*\[1\]"),
+    ("input", np.full(1, np.nan), r"input 'unused' \(which no output reads\).*(NaN|finite)"),
+    ("input", "garbage", r"input 'unused' \(which no output reads\).*text"),
+    ("parameter", np.ones(9), r"parameter 'pooler' \(which no output reads\).*\[3, 3\]"),
+])
+def test_a_bad_value_for_an_unused_leaf_is_refused(kind, value, says, device):
+    # a leaf no output reads is still declared: a value that does not fit it is a mistake, refused as for a used one
+    g = Graph()
+    x = g.input("x", [2, 3])
+    g.parameter("pooler", [3, 3])
+    g.input("unused", [1])
+    g.set_outputs([g.neg(x)])
+    plan = lower_for(g, device)
+    params = {"pooler": value if kind == "parameter" else np.zeros((3, 3))}
+    with pytest.raises(InputError, match=says):
+        Session(plan, params, device=device).run({"x": np.ones((2, 3)), "unused": value})
+
+
 @pytest.mark.parametrize("constant", [False, True])
 def test_pipelines_are_shared_between_sessions(constant, device, monkeypatch):
     # sizes in the uniform (constant_params=False): one pipeline serves every size; sizes as WGSL constants (the
