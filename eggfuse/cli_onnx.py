@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from eggfuse.cli_cache import add_no_cache, add_precision
-from eggfuse.ir import DamagedFileError, DeviceLimitError, EggfuseError, InputError, UnsupportedOpsError
+from eggfuse.ir import DamagedFileError, DeviceLimitError, EggfuseError, InputError, RewriteError, UnsupportedOpsError
 
 
 def _shape_arg(text: str) -> tuple[str, list[int]]:
@@ -156,6 +156,10 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     if args.repeats < 0:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
+    if args.model.suffix == ".py" or ":" in args.model.name:
+        raise InputError(f"eggfuse run takes an .onnx file, not {str(args.model)!r}: a graph built in Python "
+                         "(module:function or file.py:function) runs from Python with eggfuse.compile(graph, "
+                         "params).run(inputs), and eggfuse optimize shows what the rewrites make of it")
     if args.no_fuse and args.precision == "f16":
         raise InputError("--precision f16 stores weights through the rewrite engine: drop --no-fuse, or run f32")
     if args.no_fuse and (args.with_ruleset or args.disable_rule):
@@ -169,8 +173,11 @@ def cmd_run(args: argparse.Namespace) -> None:
 
         refuse_f16(args.with_ruleset)
         rulesets = select(None, args.disable_rule, optional=args.with_ruleset, precision=args.precision)
+    if args.verify and args.no_fuse:
+        raise InputError("--verify compares the rewrite engine's graph with the unfused one, which --no-fuse runs "
+                         "alone: give one")
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
-                  rulesets=rulesets)
+                  rulesets=rulesets, verify=args.verify)
     given = input_map(args.input)
     feeds = feeds_for(model, given, shape_map(args.shape), args.seed)
     try:
@@ -192,7 +199,8 @@ def cmd_run(args: argparse.Namespace) -> None:
         # an error about an input the user gave, naming none drawn at random, is about that input alone
         about_given = (any(f"input {n!r}" in str(e) for n in given)
                        and not any(f"input {n!r}" in str(e) for n in feeds if n not in given))
-        if drawn and not about_given and not isinstance(e, DamagedFileError | UnsupportedOpsError | DeviceLimitError):
+        if drawn and not about_given and not isinstance(e, DamagedFileError | UnsupportedOpsError | DeviceLimitError
+                                                        | RewriteError):  # --verify: its own random inputs
             # the model may only fail on values it was never meant to get (a damaged file, an op eggfuse lacks or a
             # device limit fails on any)
             e.add_note(f"hint: inputs drawn at random: {', '.join(drawn)} (symbolic dimensions 1 unless --shape "
@@ -335,6 +343,10 @@ def add_run(sub) -> None:
     r.add_argument("--disable-rule", metavar="NAME", action="append", default=[],
                    help="leave out one rule, named as `eggfuse rules` lists it (repeatable): the plan without it, "
                         "to time what the rule pays")
+    r.add_argument("--verify", action="store_true",
+                   help="before running, evaluate the optimised graph and the unfused one with the numpy reference on "
+                        "random inputs and refuse a difference (RewriteError naming the output): a rule of your own "
+                        "that is unsound is caught here (eggfuse check-sound names the rule)")
     add_no_cache(r)
     add_precision(r)
     r.add_argument("--profile", metavar="TRACE.json", nargs="?", const="eggfuse-trace.json",

@@ -22,6 +22,7 @@ head's W^T beside the embedding's W), which is read as ``Transpose(W)``, so the 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 import re
@@ -456,6 +457,91 @@ def _check_opset(model: onnx.ModelProto, what: str) -> None:
                         "graph); export or copy the model again")
 
 
+_ATTRIBUTE_TYPES = {v: k for k, v in onnx.AttributeProto.AttributeType.items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema(op_type: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, version, "" if domain == "ai.onnx" else domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def check_attribute_types(node: onnx.NodeProto, version: int) -> None:
+    """Refuse (OnnxError naming the node) an attribute of a standard op that its ONNX schema at ``version`` does
+    not declare, or whose stored type is not the schema's (``axes=-1``, an INT, where ReduceMean takes INTS; a
+    string or a float where an int belongs), as onnxruntime refuses such a model when it loads it. Ops without a
+    schema (model-local functions, other domains) are left to their converters."""
+    schema = _schema(node.op_type, version, node.domain)
+    if schema is None:
+        return
+    label = f"{node.op_type} node {node.name or (node.output[0] if node.output else '(unnamed)')!r}"
+    for a in node.attribute:
+        declared = schema.attributes.get(a.name)
+        if declared is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise OnnxError(f"{label}: attribute {a.name!r} is not one of {node.op_type}'s at opset {version} "
+                            f"(its attributes: {known}); export the model again, or remove the attribute")
+        want = int(declared.type)
+        if a.type != want:
+            got = _ATTRIBUTE_TYPES.get(a.type, str(a.type))
+            raise OnnxError(f"{label}: attribute {a.name!r} is stored as {got}, where {node.op_type} (opset {version}) "
+                            f"takes {_ATTRIBUTE_TYPES.get(want, str(want))}"
+                            + (" (a list)" if _ATTRIBUTE_TYPES.get(want, "").endswith("S") else "")
+                            + "; write it with that type (onnx.helper.make_attribute infers it from the Python value)")
+
+
+def _check_text(model: onnx.ModelProto, what: str) -> None:
+    # protobuf hands back a string field that is not UTF-8 (a damaged or hand-edited file) as bytes, which no later
+    # step expects: refused here, naming where
+    def bad(v) -> bool:
+        return not isinstance(v, str)
+
+    graphs = [*_subgraphs(model.graph), *(g for f in model.functions for g in _subgraphs(f))]
+    for g in graphs:
+        for v in (*g.input, *g.output, *getattr(g, "initializer", ())):  # a FunctionProto's are names
+            if bad(v if isinstance(v, str | bytes) else v.name):
+                raise DamagedFileError(f"{what}: a graph input, output or initializer name is not UTF-8 text "
+                                       "(stored bytes of no text): the file is damaged; export or copy the model again")
+        for i, n in enumerate(g.node):
+            fields = (n.op_type, n.domain, n.name, *n.input, *n.output, *(a.name for a in n.attribute))
+            if any(bad(f) for f in fields):
+                raise DamagedFileError(f"{what}: node {i} of a graph has an op type, domain, name, input, output or "
+                                       "attribute name that is not UTF-8 text: the file is damaged; export or copy the "
+                                       "model again")
+
+
+def raise_non_tensor(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> None:
+    """Raise for graph input or output ``vi``, which is no tensor (a sequence, map or optional): an
+    :class:`UnsupportedOpsError` listing the op types of the graph that eggfuse has no converter for (an ML
+    pipeline's ZipMap, say, where they make that value), else an :class:`OnnxError` naming the value and the node
+    that makes it."""
+    kind = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
+            "sparse_tensor_type": "a sparse tensor"}.get(vi.type.WhichOneof("value"), "of no type")
+    maker = next((n for n in model.graph.node if vi.name in n.output), None)
+    made = f", made by {maker.op_type} node {maker.name or maker.output[0]!r}" if maker is not None else ""
+    what = f"graph {'output' if any(o.name == vi.name for o in model.graph.output) else 'input'} {vi.name!r}"
+    versions = {o.domain: o.version for o in model.opset_import}
+    missing: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        if key in CONVERTERS or n.op_type in ("If", "Loop", "Scan") and n.domain in ("", "ai.onnx"):
+            continue
+        schema = _schema(n.op_type, versions.get(n.domain, versions.get("ai.onnx", 1)), n.domain) \
+            if n.domain in STANDARD_DOMAINS else None
+        if schema is not None and (schema.function_opset_versions or schema.context_dependent_function_opset_versions):
+            continue  # imported through its ONNX function
+        if not any((f.domain, f.name) == (n.domain, n.op_type) for f in model.functions):
+            missing.setdefault(key, []).append(n.name or (n.output[0] if n.output else key))
+    note = f"{what} is {kind}, not a tensor{made}: eggfuse runs tensors only"
+    if missing:
+        ops = {k: (len(v), v[0]) for k, v in missing.items()}
+        listing = "; ".join(f"{k} x{c} (first: {first!r})" for k, (c, first) in sorted(ops.items()))
+        raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}; and {note}", ops)
+    raise OnnxError(f"{note} (sequences, maps and optionals are not supported)")
+
+
 def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
     # the nodes that take the model's opsets: its graph's, then those of its local functions that import no
     # default-domain opset of their own, each with their subgraphs' (any depth)
@@ -467,6 +553,7 @@ def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
 
 def _load_proto(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
+        _check_text(model, "the model")
         _check_opset(model, "the model")
         return upgraded(dense_initializers(model))
     if isinstance(model, str | os.PathLike):
@@ -480,6 +567,7 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.Mode
         if not proto.graph.output:  # protobuf parses an empty file (or another message's bytes) as an empty model
             raise OnnxError(f"{path!r} is not an ONNX model with a graph: it declares no outputs "
                             f"({os.path.getsize(path)} bytes); give the exported .onnx file")
+        _check_text(proto, repr(path))
         _check_opset(proto, repr(path))
         return upgraded(dense_initializers(proto))
     if isinstance(model, bytes | bytearray):  # a serialised model, as onnxruntime takes it
@@ -489,6 +577,7 @@ def _load_proto(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.Mode
             raise OnnxError(f"the bytes given are not a serialised ONNX model: {e}") from None
         if not proto.graph.output:
             raise OnnxError(f"the {len(model)} bytes given are not an ONNX model with a graph: it declares no outputs")
+        _check_text(proto, "the model")
         _check_opset(proto, "the model")
         return upgraded(dense_initializers(proto))
     raise OnnxError(f"expected a path, an onnx.ModelProto or its serialised bytes, got {type(model).__name__}")
@@ -864,6 +953,8 @@ class Importer:
             self.origin.update(dict.fromkeys(range(first, len(self.graph.nodes)), name))
 
     def _convert(self, node: onnx.NodeProto, env: dict[str, Value], version: int) -> None:
+        if node.domain in STANDARD_DOMAINS:
+            check_attribute_types(node, self._domain_version(node.domain, version))
         ins: list[Value | None] = []
         for name in node.input:
             if not name:

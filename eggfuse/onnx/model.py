@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from eggfuse.ir import Graph, IndexRangeError, InputError, LoweringError, OnnxError
+from eggfuse.ir import Graph, IndexRangeError, InputError, LoweringError
 from eggfuse.ir.reference import inexact_f32
 
 from .importer import (
@@ -31,6 +31,7 @@ from .importer import (
     import_model,
     onnx_index_readers,
     overridable_inputs,
+    raise_non_tensor,
     takes_kind,
     unknown_input,
     with_onnx_nodes,
@@ -119,7 +120,7 @@ class Model:
         self.input_names = [vi.name for vi in self.inputs]
         for vi in [*self.inputs, *self.proto.graph.output]:
             if not vi.type.HasField("tensor_type"):
-                raise OnnxError(f"{vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
+                raise_non_tensor(self.proto, vi)
         self.output_names = [vi.name for vi in self.proto.graph.output]
         self.shapes = checked_shapes(shapes, self.proto)
         self.fuse, self.cost_model, self.verify, self.device, self.cache = fuse, cost_model, verify, device, cache

@@ -14,7 +14,7 @@ from onnx import helper
 from onnx_models import I64, B, F, model, node  # tests/onnx_models.py
 
 from eggfuse.cli import main
-from eggfuse.ir import IndexRangeError, InputError, OnnxError
+from eggfuse.ir import DamagedFileError, IndexRangeError, InputError, OnnxError, UnsupportedOpsError
 from eggfuse.onnx import Model, load
 from eggfuse.onnx.backend import EggfuseBackend
 
@@ -776,3 +776,66 @@ def test_a_nodes_error_names_the_sizes_and_values_the_caller_chose():
     with pytest.raises(OnnxError, match=r"window .*\(imported for the model's inputs shaped 'x' \[1, 2, 2, 5\] "
                                         r"\(declared of any shape\); where"):
         Model(pool).run({"x": x})
+
+
+def test_run_verify_refuses_an_unsound_rule_of_ones_own(tmp_path, capsys, monkeypatch):
+    # `eggfuse run --with-ruleset mod:NAME --verify`: Relu(x) -> x changes the numbers; without --verify the run
+    # would print them, with it the run stops with the output that differs
+    (tmp_path / "unsound_rules.py").write_text(
+        "from eggfuse.rewrites import make_ruleset\n\n\n"
+        "def drop_relu(e):\n"
+        "    x = e.var('x')\n"
+        "    yield e.equal('Relu(x) -> x', e.Relu(x), x)\n\n\n"
+        "BAD = make_ruleset('drop_relu', drop_relu)\n")
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "mlp.onnx"
+    w = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    onnx.save(model([node("MatMul", ["x", "w"], ["m"]), node("Relu", ["m"], ["y"])], [("x", F, [4, 8])],
+                    [("y", F, [4, 16])], [("w", w)]), path)
+    args = ["run", str(path), "--repeats", "0", "--no-cache", "--with-ruleset", "unsound_rules:BAD"]
+    assert main([*args, "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "differs after optimisation" in err and "Relu" in err and "drawn at random" not in err, err
+    assert main(args[:4] + ["--verify"]) == 0  # the shipped rules pass
+    capsys.readouterr()
+    assert main([*args[:4], "--verify", "--no-fuse"]) == 2
+    assert "--verify compares the rewrite engine's graph with the unfused one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("made, says", [
+    (node("ReduceMean", ["x"], ["y"], "rm", axes=-1),
+     "ReduceMean node 'rm': attribute 'axes' is stored as INT, where ReduceMean (opset 17) takes INTS (a list)"),
+    (node("Concat", ["x", "x"], ["y"], "cc", axis="1"), "Concat node 'cc': attribute 'axis' is stored as STRING"),
+    (node("Softmax", ["x"], ["y"], "sm", axis=1.0), "attribute 'axis' is stored as FLOAT, where Softmax"),
+    (node("LeakyRelu", ["x"], ["y"], "lr", alpha="0.1"), "attribute 'alpha' is stored as STRING, where LeakyRelu"),
+    (node("ReduceSum", ["x"], ["y"], "rs", axes=[1]),
+     "ReduceSum node 'rs': attribute 'axes' is not one of ReduceSum's at opset 17 (its attributes: keepdims, "
+     "noop_with_empty_axes)"),
+], ids=["int-for-ints", "string-for-int", "float-for-int", "string-for-float", "not-in-schema"])
+def test_an_attribute_of_another_type_than_the_schemas_is_refused(made, says):
+    # onnxruntime refuses these when it loads the model; an attribute read as the wrong type was a bare TypeError
+    # or, worse, taken
+    m = model([made], [("x", F, [2, 3])], [("y", F, None)])
+    with pytest.raises(OnnxError, match=re.escape(says)):
+        Model(m, cache=False).run({"x": np.ones((2, 3), np.float32)})
+
+
+def test_a_name_that_is_not_utf8_text_is_a_damaged_file(tmp_path):
+    # protobuf hands back a string field of bytes that are no UTF-8 as bytes: a damaged file, said so
+    m = model([node("Relu", ["x"], ["y"], "relu")], [("x", F, [2])], [("y", F, [2])])
+    raw = m.SerializeToString().replace(b"relu", b"r\xffl\xfe")
+    path = tmp_path / "damaged.onnx"
+    path.write_bytes(raw)
+    with pytest.raises(DamagedFileError, match="not UTF-8 text: the file is damaged"):
+        load(path)
+
+
+def test_a_sequence_output_of_an_op_without_a_converter_lists_the_op():
+    seq = helper.make_tensor_sequence_value_info("y", F, None)
+    g = helper.make_graph([node("SplitToSequence", ["x"], ["y"], "sts")], "g",
+                          [helper.make_tensor_value_info("x", F, [4])], [seq])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpsError, match=re.escape(
+            "the model uses op types eggfuse cannot run: SplitToSequence x1 (first: 'sts'); and graph output 'y' is "
+            "a sequence, not a tensor, made by SplitToSequence node 'sts'")):
+        Model(m)
