@@ -45,7 +45,16 @@ def __getattr__(name: str):
         from eggfuse.trainer import Trainer
 
         return Trainer
+    if name == "onnx":  # eggfuse.onnx.load(...) after a bare `import eggfuse`; the onnx package loads then
+        import importlib
+
+        return importlib.import_module("eggfuse.onnx")
     raise AttributeError(f"module 'eggfuse' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the names loaded on first use (above) and the onnx subpackage too, for dir() and tab completion
+    return sorted({*globals(), *__all__, "onnx"})
 
 __all__ = [
     "SGD", "Adam", "Compiled", "CostModel", "DType", "DeviceError", "EggfuseError", "EmbedResult", "GenerateResult",

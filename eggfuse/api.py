@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from eggfuse.ir import Graph, InputError
+from eggfuse.ir import Graph, InputError, ModelError
 from eggfuse.pipeline import Compiled, compile  # noqa: F401  (the facade's compile)
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ def resolve_model(model, kind: str, weights: str = "f32", *, cache: bool = True)
     from eggfuse.models.causal_lm import CausalLM
     from eggfuse.models.minilm import SentenceEncoder
 
+    if isinstance(model, (str, Path)) and kind == "encoder" and not Path(model).expanduser().exists():
+        raise ModelError(f"{Path(model).expanduser()}: no such folder (give a Hugging Face or sentence-transformers "
+                         "encoder folder, e.g. one holding config.json and model.safetensors)")
     loaded = (_load(str(Path(model).expanduser().resolve()), weights, bool(cache)) if isinstance(model, (str, Path))
               else model)
     want, other = (SentenceEncoder, "generate") if kind == "encoder" else (CausalLM, "embed")
@@ -75,7 +78,9 @@ class EmbedResult:
     ``hit``, ``miss`` or ``off`` and ``cache_loaded`` the steps loaded from the compile cache.
     ``memory`` gives the plan's device memory in bytes, ``{"embed": {"weights_bytes": ...,
     "cache_bytes": ..., "intermediate_bytes": ...}}`` (``ExecutionPlan.memory``). ``precision`` is
-    :func:`eggfuse.compile`'s, and ``f16_weights`` names the parameters stored as float16.
+    :func:`eggfuse.compile`'s, and ``f16_weights`` names the parameters stored as float16. ``truncated``:
+    the indices of the sentences cut to ``max_length`` tokens (the model's ``max_seq_length``, special tokens
+    included; the tokens past it are left out, as sentence-transformers leaves them).
     """
 
     sentences: list[str]
@@ -94,6 +99,8 @@ class EmbedResult:
     precision: str = "f32"
     f16_weights: list[str] = field(default_factory=list)
     plan_dispatches: int = 0
+    truncated: list[int] = field(default_factory=list)
+    max_length: int = 0
 
     def similarity(self) -> np.ndarray:
         """Cosine similarity matrix [B, B] (a dot product of the rows scaled to unit norm)."""
@@ -119,6 +126,8 @@ class EmbedResult:
             "memory": self.memory,
             "precision": self.precision,
             "f16_weights": self.f16_weights,
+            "truncated": self.truncated,
+            "max_length": self.max_length,
             "profile": None if self.profile is None else [
                 {"kernel": k.kernel, "op": k.label, "gpu_ms": k.gpu_ms} for k in self.profile.kernels],
         }
@@ -171,7 +180,8 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     pooling = {"mode": model.pooling.mode, "normalize": model.pooling.normalize, "source": model.pooling.source}
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
                        compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded,
-                       {"embed": compiled.plan.memory()}, precision, compiled.f16_weights, compiled.plan_dispatches)
+                       {"embed": compiled.plan.memory()}, precision, compiled.f16_weights, compiled.plan_dispatches,
+                       list(model.tokenize(sentences).truncated), model.max_length)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -37,6 +37,10 @@ def cmd_embed(args: argparse.Namespace) -> None:
         print(json.dumps(result.to_dict()))
         return
     _print_matrix(result.sentences, result.similarity())
+    if result.truncated:
+        cut = ", ".join(str(i) for i in result.truncated)
+        print(f"note: sentence{'s' if len(result.truncated) > 1 else ''} {cut} cut to the model's {result.max_length} "
+              "tokens (max_seq_length; the rest is left out, as sentence-transformers does)")
     p = result.pooling
     print(f"model: {result.model}")
     print(f"pooling: {p['mode']}{', L2-normalised' if p['normalize'] else ', not normalised'} ({p['source']})")

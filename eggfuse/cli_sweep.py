@@ -103,7 +103,8 @@ def add_sweep(sub) -> None:
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")
     s.add_argument("--match-limits", type=_positive_ints, metavar="N,N", help="back-off match limits to sweep")
     s.add_argument("--no-decomp-values", choices=["off", "on", "both"], default="on",
-                   help="egglog's no_decomp: on (default), off, or both")
+                   help="egglog's EGraph(no_decomp=...), whether its queries skip their decomposition into "
+                        "sub-queries: on (True, optimize's default), off (False), or both (each point twice)")
     where = s.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="local worker processes (default: the CPU count)")
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a Dask distributed scheduler's address")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 
 from eggfuse.ir import Graph, InputError
 from eggfuse.ir.sources import call_without_arguments, named_object
@@ -18,8 +19,11 @@ SHIPPED = ("minilm", "smollm2", "llama:LAYERS")
 
 
 def describe(spec: str) -> str:
-    """What kind of source ``spec`` names: ``"onnx"``, ``"function"`` or ``"model"``."""
-    if spec.endswith(".onnx"):
+    """What kind of source ``spec`` names: ``"onnx"`` (a name ending in .onnx, in any case, or another file that
+    is not a .py one), ``"function"`` or ``"model"``."""
+    if spec in ("minilm", "smollm2") or spec.startswith("llama:"):
+        return "model"
+    if spec.lower().endswith(".onnx") or (os.path.isfile(spec) and not spec.endswith(".py")):
         return "onnx"
     if ":" in spec and not spec.startswith("llama:"):
         return "function"
@@ -65,6 +69,10 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
 
             graph = training_graph(graph)
         return graph, {"source": "function"}
+    if spec not in ("minilm", "smollm2") and not spec.startswith("llama:"):
+        hint = " (a .py file names its function: file.py:function)" if spec.endswith(".py") else ""
+        raise InputError(f"unknown model {spec!r}{hint}: give minilm, smollm2, llama:LAYERS, an .onnx file, or "
+                         "module:function (or file.py:function) returning an eggfuse Graph")
     return _model(spec, seq, batch, training), {"source": "model"}
 
 

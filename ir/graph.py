@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import operator
 import os
+import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -114,7 +116,7 @@ class Graph:
         # another op (reshape: an Identity)
         spec = OPS.get(op)
         if spec is None:
-            raise GraphError(f"unknown op {op!r}; known ops: {', '.join(sorted(OPS))}")
+            raise GraphError(_unknown_op(op))
         what = call or op
         try:
             given = list(inputs)
@@ -697,3 +699,17 @@ def require_graph(what: str, graph: Any) -> None:
     else:
         hint = "build one with eggfuse.Graph() and its methods (g.input, g.parameter, g.matmul, ..., g.set_outputs)"
     raise InputError(f"{what} takes an eggfuse Graph, got {kind} {graph!r:.60}; {hint}")
+
+
+def _unknown_op(op) -> str:
+    # add_node's message for an op name OPS lacks: the closest names (case ignored), and where to find them all
+    text = f"unknown op {op!r}"
+    if isinstance(op, str):
+        lower = {k.lower(): k for k in sorted(OPS)}
+        close = difflib.get_close_matches(op.lower(), list(lower), n=3, cutoff=0.6)
+        if close:
+            text += f" (did you mean {' or '.join(repr(lower[c]) for c in close)}?)"
+        method = re.sub(r"(?<!^)(?=[A-Z])", "_", op).lower()
+        if hasattr(Graph, method) and not method.startswith("_"):
+            text += f", or call the builder method g.{method}(...)"
+    return text + f"; op names are ONNX-style CamelCase: the {len(OPS)} known ones are the keys of eggfuse.ir.OPS"

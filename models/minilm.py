@@ -232,13 +232,16 @@ class Batch:
     """Tokenized sentences padded on the right to the longest one.
 
     ``input_ids`` and ``token_type_ids`` are uint32 [B, S]; ``attention_mask`` is float32
-    [B, S] with 1 for a real token ([CLS] and [SEP] included) and 0 for padding.
+    [B, S] with 1 for a real token ([CLS] and [SEP] included) and 0 for padding. ``truncated``: the
+    indices of the sentences cut to ``max_length`` tokens (their tokens past it are left out, as
+    sentence-transformers leaves them).
     """
 
     sentences: tuple[str, ...]
     input_ids: np.ndarray
     attention_mask: np.ndarray
     token_type_ids: np.ndarray
+    truncated: tuple[int, ...] = ()
 
     @property
     def batch(self) -> int:
@@ -278,6 +281,7 @@ def tokenize(tokenizer, sentences: Sequence[str], max_length: int, pad_id: int =
         input_ids=np.array([e.ids for e in encodings], dtype=np.uint32),
         attention_mask=np.array([e.attention_mask for e in encodings], dtype=np.float32),
         token_type_ids=np.array([e.type_ids for e in encodings], dtype=np.uint32),
+        truncated=tuple(i for i, e in enumerate(encodings) if e.overflowing),
     )
 
 

@@ -288,7 +288,10 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
         raise RewriteError(f"precision must be 'f32' or 'f16', got {precision!r}")
     for arg, given in (("names", names), ("disable", disable), ("optional", optional)):
         if isinstance(given, str | bytes):  # a bare name would be read letter by letter
-            raise RewriteError(f"select's {arg} is a list of names, got the string {given!r}: write {arg}=[{given!r}]")
+            # ruleset names hold no comma (the command line's NAME,NAME form); rule names may
+            listed = ([n.strip() for n in given.split(",") if n.strip()] if isinstance(given, str) and arg != "disable"
+                      else [given])
+            raise RewriteError(f"select's {arg} is a list of names, got the string {given!r}: write {arg}={listed!r}")
     pool = tuple(scheduled_rulesets() if rulesets is None else rulesets)
     for n in optional:
         if n not in OPTIONAL and ":" not in n:

@@ -130,6 +130,8 @@ def test_cli_model_errors_are_one_line(hf_folder, tmp_path, capsys):
                           (decoder / "generation_config.json", {"eos_token_id": 4.7})):
         path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
     for argv, message in ((["generate", "hi", "--model", str(tmp_path / "nowhere")], "no such file or folder"),
+                          (["embed", "hi", "--model", str(tmp_path / "nowhere")],
+                           "no such folder (give a Hugging Face or sentence-transformers encoder folder"),
                           (["embed", "hi", "--model", str(hf_folder("llama4", "decoder", "llama", generation=4))],
                            "not an encoder: use generate"),
                           (["embed", "hi", "--model", str(encoder)],

@@ -29,7 +29,8 @@ def test_optimize_text_and_dump(capsys, tmp_path):
 def test_optimize_bad_model_is_one_error_line(capsys):
     assert cli.main(["optimize", "resnet"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "eggfuse: error: unknown model 'resnet': use minilm, smollm2 or llama:LAYERS"]
+        "eggfuse: error: unknown model 'resnet': give minilm, smollm2, llama:LAYERS, an .onnx file, or "
+        "module:function (or file.py:function) returning an eggfuse Graph"]
 
 
 def test_an_unknown_option_is_reported_by_its_subcommand_with_the_closest_one(capsys):

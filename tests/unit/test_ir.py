@@ -89,6 +89,9 @@ def test_bad_leaves_and_ids():
         g.relu(7)
     with pytest.raises(GraphError, match="unknown op"):
         g.add_node("Frobnicate", (x,))
+    with pytest.raises(GraphError, match=r"unknown op 'relu' \(did you mean 'Relu'.*\), or call the builder method "
+                                         r"g\.relu\(\.\.\.\); .* keys of eggfuse\.ir\.OPS$"):
+        g.add_node("relu", (x,))
     with pytest.raises(GraphError):
         g.set_outputs([])
     with pytest.raises(GraphError, match="outputs must be node ids"):

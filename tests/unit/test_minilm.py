@@ -36,6 +36,14 @@ def oracle(model: MiniLM, batch) -> np.ndarray:
                                           cfg.num_attention_heads, cfg.layer_norm_eps)
 
 
+def test_a_sentence_past_max_length_is_cut_and_named(model, batch_result):
+    assert batch_result[0].truncated == ()
+    batch = model.tokenize(["Hi", "word " * 300, "A man is eating food."])
+    # 300 words and [CLS] / [SEP] past the 256 tokens of sentence_bert_config.json's max_seq_length
+    assert model.max_length == 256 and batch.truncated == (1,) and batch.seq == 256
+    assert batch.attention_mask.sum(axis=1).tolist() == [3, 256, 8]
+
+
 def test_graph_matches_numpy_oracle(model, batch_result):
     batch, _, emb = batch_result
     assert batch.attention_mask.sum(axis=1).tolist() == [8, 14, 3]  # three lengths, two padded

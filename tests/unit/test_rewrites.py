@@ -265,6 +265,25 @@ def test_readme_rule_example():
     assert ops(out) == Counter({"MatMul": 1})
 
 
+def test_readme_constant_guard_example():
+    # README's double_as_sum: a constant matched through a variable and a guard on its value (and not another)
+    from eggfuse.rewrites import make_ruleset, optimization_rulesets
+
+    def double_as_sum(e):
+        x, c = e.vars("x c")
+        yield e.equal("Mul(x, 2) -> Add(x, x) (readme)", e.Mul(x, c), e.Add(x, x), e.value(c, e.f64(2.0)))
+
+    mine = make_ruleset("readme_constant", double_as_sum)
+    fired = []
+    for value in (2.0, 3.0):
+        g = Graph()
+        x = g.input("x", [3, 5])
+        g.set_outputs([g.tanh(g.mul(x, g.constant(np.float32(value), shape=())))])
+        _, rep = check(g, rulesets=[*optimization_rulesets(), mine])
+        fired.append(rep.rules_fired.get("Mul(x, 2) -> Add(x, x) (readme)", 0))
+    assert fired[0] >= 1 and fired[1] == 0, fired
+
+
 def test_budget_stops_saturation_and_says_so():
     g = Graph()
     x = g.input("x", [4, 4])
@@ -686,6 +705,8 @@ def test_select_refuses_a_bare_string_where_a_list_of_names_belongs():
         (arg, given), = kw.items()
         with pytest.raises(RewriteError, match=re.escape(f"write {arg}=[{given!r}]")):
             select(**kw)
+    with pytest.raises(RewriteError, match=re.escape("write names=['all', 'myrules:MINE']")):  # as the CLI writes it
+        select("all,myrules:MINE")
 
 
 @pytest.mark.parametrize("flag", ["fuse", "verify", "cache", "prerecord"])
