@@ -156,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     if args.repeats < 0:
         raise InputError(f"repeats must be >= 0, got {args.repeats}")
-    if args.model.suffix == ".py" or ":" in args.model.name:
+    if args.model.suffix.lower() == ".py" or (":" in args.model.name and not args.model.exists()):
         raise InputError(f"eggfuse run takes an .onnx file, not {str(args.model)!r}: a graph built in Python "
                          "(module:function or file.py:function) runs from Python with eggfuse.compile(graph, "
                          "params).run(inputs), and eggfuse optimize shows what the rewrites make of it")
@@ -176,6 +176,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.verify and args.no_fuse:
         raise InputError("--verify compares the rewrite engine's graph with the unfused one, which --no-fuse runs "
                          "alone: give one")
+    if args.verify and args.precision == "f16":
+        raise InputError("--verify compares with the f32 graph and would refuse the f16 weights' rounding: use it "
+                         "with --precision f32")
     model = Model(args.model, fuse=not args.no_fuse, cache=not args.no_cache, precision=args.precision,
                   rulesets=rulesets, verify=args.verify)
     given = input_map(args.input)

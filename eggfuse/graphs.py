@@ -23,7 +23,7 @@ def describe(spec: str) -> str:
     is not a .py one), ``"function"`` or ``"model"``."""
     if spec in ("minilm", "smollm2") or spec.startswith("llama:"):
         return "model"
-    if spec.lower().endswith(".onnx") or (os.path.isfile(spec) and not spec.endswith(".py")):
+    if spec.lower().endswith(".onnx") or (os.path.isfile(spec) and not spec.lower().endswith(".py")):
         return "onnx"
     if ":" in spec and not spec.startswith("llama:"):
         return "function"
@@ -70,7 +70,7 @@ def load_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = Fal
             graph = training_graph(graph)
         return graph, {"source": "function"}
     if spec not in ("minilm", "smollm2") and not spec.startswith("llama:"):
-        hint = " (a .py file names its function: file.py:function)" if spec.endswith(".py") else ""
+        hint = " (a .py file names its function: file.py:function)" if spec.lower().endswith(".py") else ""
         raise InputError(f"unknown model {spec!r}{hint}: give minilm, smollm2, llama:LAYERS, an .onnx file, or "
                          "module:function (or file.py:function) returning an eggfuse Graph")
     return _model(spec, seq, batch, training), {"source": "model"}

@@ -259,7 +259,8 @@ def compile(graph: Graph, params: Mapping[str, np.ndarray], *, fuse: bool = True
     would refuse the rounding: use it with ``"f32"``.
 
     The accepted inputs and parameters are those of ``graph`` as built, fused or not (the
-    optimised graph keeps the leaves no output reads, and a session ignores their values).
+    optimised graph keeps the leaves no output reads; a session checks a value given for one, as for the others,
+    then ignores it).
 
     Raises :class:`~eggfuse.ir.GraphError` for a graph without outputs,
     :class:`~eggfuse.ir.InputError` for a ``graph`` that is not a Graph (an ONNX path or model: load it with

@@ -186,7 +186,8 @@ class NodeContext:
         return default
 
     def attrs_present(self) -> set[str]:
-        return {a.name for a in self.node.attribute}
+        """The node's attribute names but ONNX's reserved ones (beginning with ``__``: hints, which change nothing)."""
+        return {a.name for a in self.node.attribute if not a.name.startswith("__")}
 
     def refuse_attrs(self, allowed: Sequence[str]) -> None:
         """Raise :meth:`fail` for any attribute outside ``allowed``."""
@@ -478,6 +479,8 @@ def check_attribute_types(node: onnx.NodeProto, version: int) -> None:
         return
     label = f"{node.op_type} node {node.name or (node.output[0] if node.output else '(unnamed)')!r}"
     for a in node.attribute:
+        if a.name.startswith("__") or a.ref_attr_name:  # ONNX's reserved names (hints, which its checker and
+            continue  # onnxruntime let pass), and a function body's references to its caller's attributes
         declared = schema.attributes.get(a.name)
         if declared is None:
             known = ", ".join(sorted(schema.attributes)) or "none"
@@ -526,8 +529,8 @@ def raise_non_tensor(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> None:
     missing: dict[str, list[str]] = {}
     for n in model.graph.node:
         key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-        if key in CONVERTERS or n.op_type in ("If", "Loop", "Scan") and n.domain in ("", "ai.onnx"):
-            continue
+        if key in CONVERTERS or n.op_type in ("If", "Loop", "Scan", "Constant") and n.domain in ("", "ai.onnx"):
+            continue  # (a Constant is computed at load time)
         schema = _schema(n.op_type, versions.get(n.domain, versions.get("ai.onnx", 1)), n.domain) \
             if n.domain in STANDARD_DOMAINS else None
         if schema is not None and (schema.function_opset_versions or schema.context_dependent_function_opset_versions):
@@ -539,7 +542,8 @@ def raise_non_tensor(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> None:
         ops = {k: (len(v), v[0]) for k, v in missing.items()}
         listing = "; ".join(f"{k} x{c} (first: {first!r})" for k, (c, first) in sorted(ops.items()))
         raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}; and {note}", ops)
-    raise OnnxError(f"{note} (sequences, maps and optionals are not supported)")
+    raise OnnxError(f"{note} (sequences, maps and optionals are not supported): export the model with tensor "
+                    "inputs and outputs (an ML pipeline without its ZipMap, a sequence given as its tensors)")
 
 
 def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:

@@ -839,3 +839,10 @@ def test_a_sequence_output_of_an_op_without_a_converter_lists_the_op():
             "the model uses op types eggfuse cannot run: SplitToSequence x1 (first: 'sts'); and graph output 'y' is "
             "a sequence, not a tensor, made by SplitToSequence node 'sts'")):
         Model(m)
+
+
+def test_an_attribute_of_a_reserved_name_is_left_alone():
+    # ONNX reserves names beginning with "__" (hints); its checker and onnxruntime let them pass, and so does eggfuse
+    m = model([node("Relu", ["x"], ["y"], "relu", __hint=1)], [("x", F, [2, 3])], [("y", F, [2, 3])])
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(Model(m, cache=False).run({"x": x})[0], np.maximum(x, 0))
