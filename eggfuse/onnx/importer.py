@@ -1239,7 +1239,7 @@ class Importer:
                 elif a.type == onnx.AttributeProto.GRAPH:  # an If's branch reads the body's names
                     a2 = onnx.AttributeProto()
                     a2.CopyFrom(a)
-                    a2.g.CopyFrom(_scoped(a.g, lambda i: rename.get(i, prefix + i)))
+                    a2.g.CopyFrom(_scoped(a.g, lambda i: rename.get(i, prefix + i), attrs))
                     n2.attribute.append(a2)
                 else:
                     n2.attribute.append(a)
@@ -1256,9 +1256,12 @@ class Importer:
         return out
 
 
-def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphProto:
+def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str],
+            refs: Mapping[str, onnx.AttributeProto] | None = None) -> onnx.GraphProto:
     """A copy of the subgraph ``graph`` whose references to names of the enclosing scope (those
-    it does not define itself) are renamed by ``outer``, in nested subgraphs too."""
+    it does not define itself) are renamed by ``outer``, in nested subgraphs too; with ``refs`` (a function's
+    attributes as its caller gives them), its nodes' attribute references (``ref_attr_name``) are replaced by
+    the attributes they name (left out where the caller gives none), at any depth."""
     g = onnx.GraphProto()
     g.CopyFrom(graph)
     inner = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
@@ -1270,9 +1273,21 @@ def _scoped(graph: onnx.GraphProto, outer: Callable[[str], str]) -> onnx.GraphPr
         names = [fix(i) for i in n.input]
         del n.input[:]
         n.input.extend(names)
+        if refs is not None and any(a.ref_attr_name for a in n.attribute):
+            kept = []
+            for a in n.attribute:
+                if not a.ref_attr_name:
+                    kept.append(a)
+                elif a.ref_attr_name in refs:
+                    a2 = onnx.AttributeProto()
+                    a2.CopyFrom(refs[a.ref_attr_name])
+                    a2.name = a.name
+                    kept.append(a2)
+            del n.attribute[:]
+            n.attribute.extend(kept)
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                a.g.CopyFrom(_scoped(a.g, fix))
+                a.g.CopyFrom(_scoped(a.g, fix, refs))
     for vi in g.output:
         vi.name = fix(vi.name)
     return g

@@ -5,6 +5,7 @@ the refusals."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 from onnx_models import I64, B, F, model, node  # tests/onnx_models.py
@@ -101,6 +102,27 @@ def test_an_if_inside_a_function_body_reads_the_bodys_names(device):
     m.opset_import.append(helper.make_opsetid("local", 1))
     for c in (True, False):
         check_against_ort(m, {"x": _f(3), "c": np.array(c)}, device=device)
+
+
+def test_a_branch_inside_a_function_body_takes_the_callers_attributes(device):
+    # a node of an If's branch inside a model-local function refers to the function's attribute alpha
+    # (ref_attr_name): filled in from the calling node at any depth (it was only in the body's own nodes)
+    leaky = helper.make_node("LeakyRelu", ["x"], ["t"])
+    leaky.attribute.append(helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT))
+    then = helper.make_graph([leaky], "then", [], [vi("t", F, [4])])
+    other = helper.make_graph([node("Neg", ["x"], ["e"])], "else", [], [vi("e", F, [4])])
+    fn = helper.make_function("local", "LeakyOrNeg", ["x", "c"], ["y"],
+                              [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                              [helper.make_opsetid("", 13)], attributes=["alpha"])
+    m = model([helper.make_node("LeakyOrNeg", ["x", "c"], ["y"], domain="local", alpha=0.25)],
+              [("x", F, [4]), ("c", B, [])], [("y", F, None)], opset=13)
+    m.functions.append(fn)
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    x = np.array([-2.0, -0.5, 1.0, 3.0], np.float32)
+    (got,) = Model(m, cache=False).run({"x": x, "c": np.array(True)})
+    np.testing.assert_allclose(got, np.where(x < 0, 0.25 * x, x), rtol=1e-6)
+    for c in (True, False):
+        check_against_ort(m, {"x": x, "c": np.array(c)}, device=device)
 
 
 @pytest.mark.parametrize("outer_k", [False, True])
