@@ -500,11 +500,12 @@ class Loaded:
 class CompileCache:
     """The entries in ``folder`` (default :func:`cache_dir`), at most ``$EGGFUSE_CACHE_MAX_MB`` (:data:`MAX_MB`)
     megabytes of them. Raises InputError for a ``$EGGFUSE_CACHE_MAX_MB`` that is not a positive number (before
-    any compile work, which makes the cache first)."""
+    any compile work, which makes the cache first); with ``check_limit=False`` (``eggfuse cache``: listing and
+    clearing need no limit) only when :meth:`trim` needs it."""
 
-    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+    def __init__(self, folder: str | os.PathLike | None = None, *, check_limit: bool = True) -> None:
         self.folder = Path(folder) if folder is not None else cache_dir()
-        self.max_bytes = int(_max_mb() * 2**20)
+        self.max_bytes = int(_max_mb() * 2**20) if check_limit else None
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -545,7 +546,7 @@ class CompileCache:
         ``keep`` (the one just stored); returns how many were removed. An entry another process removes
         meanwhile is skipped."""
         if max_bytes is None:
-            max_bytes = self.max_bytes
+            max_bytes = self.max_bytes if self.max_bytes is not None else int(_max_mb() * 2**20)
         sized = []
         for p in self.entries():
             with contextlib.suppress(OSError):

@@ -38,14 +38,15 @@ def cmd_cache(args: argparse.Namespace) -> None:
     from eggfuse.cache import CompileCache
     from eggfuse.model_cache import ModelCache
 
-    store, models = CompileCache(), ModelCache()
+    store, models = CompileCache(check_limit=False), ModelCache()  # a bad $EGGFUSE_CACHE_MAX_MB may be cleared past
     if args.action == "clear":
         removed, removed_models = store.clear(), models.clear()
         if args.json:
             print(json.dumps({"folder": str(store.folder), "removed": removed, "removed_models": removed_models}))
         else:
-            print(f"removed {removed} entries from {store.folder}"
-                  + (f", {removed_models} model entries from {models.folder}" if removed_models else ""))
+            print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {store.folder}"
+                  + (f", {removed_models} model entr{'y' if removed_models == 1 else 'ies'} from {models.folder}"
+                     if removed_models else ""))
         return
     if args.action == "list":
         _list(store, args.json)

@@ -209,11 +209,12 @@ class Generator:
         InputError for an empty prompt, one longer than ``max_seq``, a token-id prompt that is
         not a flat sequence of integers (the message names the element and its position),
         ``max_new_tokens`` that is not an integer >= 1, a temperature that is not a finite number
-        >= 0, ``top_k`` not None or an integer >= 1, ``seed`` not None or a non-negative integer;
+        >= 0, ``top_k`` not None or an integer >= 1, ``seed`` not None or a non-negative integer, an ``on_token``
+        that is neither None nor callable;
         :class:`~eggfuse.ir.IndexRangeError` (an InputError) for a token id outside the
         vocabulary [0, V), negative ones included.
         """
-        sample = check_generate_arguments(max_new_tokens, temperature, top_k, seed)
+        sample = check_generate_arguments(max_new_tokens, temperature, top_k, seed, on_token)
         ids = self._check_ids(self.model.encode(prompt) if isinstance(prompt, str) else prompt, 0)
         text_prompt = prompt if isinstance(prompt, str) else self.model.decode(ids)
 
@@ -334,10 +335,14 @@ def check_token_ids(ids, vocab: int, what: str = "prompt") -> np.ndarray:
     return np.array(values, dtype=np.uint32)
 
 
-def check_generate_arguments(max_new_tokens, temperature=0.0, top_k=None, seed=0) -> Callable[[np.ndarray], int]:
+def check_generate_arguments(max_new_tokens, temperature=0.0, top_k=None, seed=0,
+                             on_token=None) -> Callable[[np.ndarray], int]:
     """Check the arguments :func:`generate` and :meth:`Generator.generate` share, before anything is loaded or
     run; return the :func:`sampler` they give. Raises InputError naming the argument."""
     _integer("max_new_tokens", max_new_tokens, 1)
+    if on_token is not None and not callable(on_token):
+        raise InputError(f"on_token is called with each token as on_token(token_id, text): give a function or None, "
+                         f"got {on_token!r:.40} ({type(on_token).__name__})")
     return sampler(temperature, top_k, seed)
 
 
@@ -462,7 +467,7 @@ def generate(prompt: str, max_new_tokens: int = 32, *, temperature: float = 0.0,
         raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
     if not prompt:
         raise InputError("empty prompt: nothing to run the model on")
-    check_generate_arguments(max_new_tokens, temperature, top_k, seed)  # before anything is loaded or compiled
+    check_generate_arguments(max_new_tokens, temperature, top_k, seed, on_token)  # before anything is loaded
     for name, value in (("max_seq", max_seq), ("layers", layers)):  # their upper bounds: the model's, checked later
         if value is not None:
             _integer(name, value, None, "None or an integer")

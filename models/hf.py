@@ -166,12 +166,30 @@ def _weight_map(index: Path) -> dict[str, str]:
     return weight_map
 
 
-def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str = "") -> dict[str, np.ndarray]:
+class Weights(dict):
+    """:func:`load_safetensors`'s tensors by name; ``skipped`` maps each tensor left out for not being floats to
+    its dtype's name and file, for the message of a weight found missing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: dict[str, tuple[str, Path]] = {}
+
+    def not_float(self, name: str) -> str:
+        """Why ``name`` is missing where the file holds it in another dtype ("" where it holds none)."""
+        if name not in self.skipped:
+            return ""
+        dtype, path = self.skipped[name]
+        return (f"{path}: tensor {name!r} is stored as {dtype}; eggfuse reads weights stored as floats (f32, f16 "
+                "or bf16): save it as one")
+
+
+def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str = "") -> Weights:
     """Every floating-point tensor of a folder's safetensors files, as float32 arrays by name.
 
     A name starting with one of ``prefixes`` loses it (``bert.``, ``roberta.``: checkpoints
     saved from a model with a task head carry the base model's prefix). Integer buffers
-    (``position_ids``) are left out. ``hint`` ends the message of a file that cannot be read.
+    (``position_ids``) are left out, named in the result's ``skipped`` (:class:`Weights`). ``hint`` ends the
+    message of a file that cannot be read.
     Raises :class:`ModelError` naming the file (missing, unreadable, a Git LFS pointer
     instead of the weights), or a tensor that the index assigns to a shard lacking it.
     """
@@ -181,7 +199,7 @@ def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str 
         import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy, which safetensors then reads
     except ImportError:
         pass
-    weights: dict[str, np.ndarray] = {}
+    weights = Weights()
     seen: set[str] = set()
     for path in weight_files(folder):
         try:
@@ -197,6 +215,8 @@ def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str 
         for name, arr in raw.items():
             if np.issubdtype(arr.dtype, np.floating) or arr.dtype.name == "bfloat16":
                 weights[_strip(name, prefixes)] = np.ascontiguousarray(arr, dtype=np.float32)
+            else:
+                weights.skipped[_strip(name, prefixes)] = (arr.dtype.name, path)
     if (folder / INDEX_FILE).is_file():
         for name, shard in _weight_map(folder / INDEX_FILE).items():
             if name not in seen:

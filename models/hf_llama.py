@@ -207,9 +207,13 @@ def load_causal_lm(folder: Path, raw: dict | None = None):
     read, vocab = ConfigFields(raw, where), config.vocab_size
     dtype = config_dtype(raw, where)
     weights = {}
-    for name, arr in load_safetensors(folder).items():
+    loaded = load_safetensors(folder)
+    for name, arr in loaded.items():
         if (graph := graph_name(name)) is not None and not (graph == "output.weight" and config.tied_embeddings):
             weights[graph] = arr
+    for name in loaded.skipped:  # a weight the graph reads, stored as integers: not "missing"
+        if (graph := graph_name(name)) is not None and not (graph == "output.weight" and config.tied_embeddings):
+            raise ModelError(loaded.not_float(name))
     params = graph_parameters(config, weights, where=f"the safetensors files of {folder}", file_name=hf_name)
     tokenizer = load_tokenizer_json(folder / "tokenizer.json")
     tokens = special_tokens(folder)

@@ -206,7 +206,10 @@ def _pooling_mode(folder: Path) -> str:
     # sentence-transformers 5+ writes "pooling_mode" (a mode or a list of them); earlier versions one
     # boolean per mode, "mean" when none is set (its _convert_legacy_pooling_kwargs)
     path = folder / "config.json"
-    cfg = read_json_object(path) if path.is_file() else {}
+    if not path.is_file():  # sentence-transformers' Pooling.load reads it: it cannot load the folder either
+        raise ModelError(f"{path}: missing, though modules.json names a Pooling module at {folder.name or '.'} (its "
+                         "mode is in that file): restore it, or remove the module from modules.json")
+    cfg = read_json_object(path)
     mode = cfg.get("pooling_mode")
     if mode is None:
         modes = [m for key, m in _POOLING_KEYS.items() if cfg.get(key)] or ["mean"]
@@ -400,8 +403,9 @@ def graph_parameters(config: BertConfig, weights: dict[str, np.ndarray]) -> dict
     params = {}
     for name, ty in build_bert_graph(config, 1, 1).parameters.items():
         if name not in weights:
-            raise ModelError(f"the safetensors weights lack tensor {name!r} {ty} (with or without a bert. / "
-                             "roberta. prefix), which config.json implies")
+            stored = weights.not_float(name) if hasattr(weights, "not_float") else ""
+            raise ModelError(stored or f"the safetensors weights lack tensor {name!r} {ty} (with or without a bert. "
+                             "/ roberta. prefix), which config.json implies")
         if weights[name].shape != ty.shape:
             raise ModelError(f"parameter {name!r}: file has shape {list(weights[name].shape)}, "
                              f"config.json implies {list(ty.shape)}")

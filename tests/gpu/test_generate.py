@@ -191,6 +191,8 @@ def test_bad_input_is_one_clear_error(capsys):
     ({"max_seq": "32"}, r"max_seq must be None or an integer, got '32'"),
     ({"max_seq": 0}, r"max_seq must be >= 1, got 0"),  # was a prompt "more than max_seq 0"
     ({"layers": -1}, r"layers must be >= 1, got -1"),
+    ({"on_token": 5}, r"on_token is called with each token as on_token\(token_id, text\): give a function or None, "
+                      r"got 5 \(int\)"),  # was a bare TypeError after the prefill ran
 ])
 def test_bad_arguments_are_input_errors_before_loading(monkeypatch, kwargs, message):
     def load(*args, **kwargs):

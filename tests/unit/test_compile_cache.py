@@ -347,7 +347,7 @@ def test_the_test_session_never_uses_the_user_cache_folder(compile_cache_folder)
     assert cache.cache_dir() == compile_cache_folder != cache.Path(platformdirs.user_cache_dir("eggfuse"))
 
 
-def test_info_and_clear(store, capsys):
+def test_info_and_clear(store, capsys, monkeypatch):
     assert store.info() == {"folder": str(store.folder), "entries": 0, "bytes": 0}
     g = small_graph()
     for rows in (8, 9):
@@ -362,6 +362,9 @@ def test_info_and_clear(store, capsys):
     assert cli.main(["cache", "info"]) == 0
     text = capsys.readouterr().out
     assert f"folder: {store.folder}" in text and "entries: 2" in text and f"({info['bytes']} bytes)" in text
+    monkeypatch.setenv(cache.MAX_ENV, "0")  # a bad limit refuses compiles, not the cache command that lists and clears
+    assert cli.main(["cache", "list"]) == 0
+    capsys.readouterr()
     assert cli.main(["cache", "clear"]) == 0
     assert capsys.readouterr().out.strip() == f"removed 2 entries from {store.folder}"
     assert store.info()["entries"] == 0

@@ -243,6 +243,19 @@ def test_missing_files_and_tensors_are_named(tmp_path):
             eggfuse.load_model(not_a_path)
 
 
+def test_a_weight_stored_as_integers_is_named_so_not_missing(tmp_path):
+    # load_safetensors leaves out integer tensors (buffers such as position_ids): a weight the graph reads stored as
+    # int32 was reported as missing
+    folder = hf_folders.decoder_folder(tmp_path / "m", "llama")
+    w = load_file(str(folder / "model.safetensors"))
+    w["model.norm.weight"] = w["model.norm.weight"].astype(np.int32)
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=re.escape(
+            f"{folder / 'model.safetensors'}: tensor 'model.norm.weight' is stored as int32; eggfuse reads weights "
+            "stored as floats (f32, f16 or bf16): save it as one")):
+        eggfuse.load_model(folder)
+
+
 def test_lfs_pointer_instead_of_weights(tmp_path):
     folder = hf_folders.decoder_folder(tmp_path / "m", "mistral")
     (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n")

@@ -136,6 +136,13 @@ def test_unsupported_modules_and_pooling_combinations(tmp_path):
     (folder / "modules.json").write_text(json.dumps(modules[:1]))
     with pytest.raises(ModelError, match="no Pooling module"):
         eggfuse.load_model(folder)
+    # the Pooling module's folder gone: sentence-transformers cannot load it; it was taken as mean pooling, with
+    # the missing file named as the source
+    (folder / "modules.json").write_text(json.dumps([m for m in modules if m["path"] != "2_Dense"]))
+    shutil.rmtree(folder / "1_Pooling")
+    with pytest.raises(ModelError, match=re.escape(f"{folder / '1_Pooling' / 'config.json'}: missing, though "
+                                                   "modules.json names a Pooling module at 1_Pooling")):
+        eggfuse.load_model(folder)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -160,6 +167,12 @@ def test_missing_tensor_is_named(tmp_path):
     del w["roberta.encoder.layer.1.output.dense.bias"]
     save_file(w, str(folder / "model.safetensors"))
     with pytest.raises(ModelError, match=r"lack tensor 'encoder\.layer\.1\.output\.dense\.bias' f32\[32\]"):
+        eggfuse.load_model(folder)
+    # stored as integers it is named so (load_safetensors leaves integer buffers out; it read as missing)
+    w["roberta.encoder.layer.1.output.dense.bias"] = np.arange(32, dtype=np.int16)
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=re.escape(
+            f"{folder / 'model.safetensors'}: tensor 'encoder.layer.1.output.dense.bias' is stored as int16")):
         eggfuse.load_model(folder)
 
 
