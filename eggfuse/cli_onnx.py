@@ -171,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         from eggfuse.cli_options import refuse_f16
         from eggfuse.rewrites.rulesets import select
 
-        refuse_f16(args.with_ruleset)
+        refuse_f16(args.with_ruleset, args.precision)
         rulesets = select(None, args.disable_rule, optional=args.with_ruleset, precision=args.precision)
     if args.verify and args.no_fuse:
         raise InputError("--verify compares the rewrite engine's graph with the unfused one, which --no-fuse runs "

@@ -16,6 +16,10 @@ def _names(text: str) -> list[str]:
     return names
 
 
+#: --match-limit's default (egglog's back-off scheduler's match limit, optimize's own)
+MATCH_LIMIT = 20_000
+
+
 def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
     """Add the selection and scheduler options to ``p``. With ``grid`` (the sweep) the
     ruleset, cost-model and extractor options are lists, added by the sweep itself."""
@@ -38,7 +42,7 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
         p.add_argument("--extractor", choices=["ilp", "greedy", "compare"], default="ilp",
                        help="ilp: optimal (default); greedy; compare: both, reporting the gap")
     s = p.add_argument_group("egglog schedule")
-    s.add_argument("--match-limit", type=int, default=20_000,
+    s.add_argument("--match-limit", type=int, default=MATCH_LIMIT,
                    help="back-off: a rule matching more often in one pass is banned for a while (default 20000)")
     s.add_argument("--ban-length", type=int, default=5, help="back-off: passes a banned rule sits out (default 5)")
     s.add_argument("--max-iterations", type=int, default=50, help="passes at most (default 50)")
@@ -51,10 +55,12 @@ def add_engine_options(p: argparse.ArgumentParser, *, grid: bool = False) -> Non
                    help="egglog's EGraph(no_decomp=True) (the default)")
 
 
-def refuse_f16(names) -> None:
+def refuse_f16(names, precision: str = "f32") -> None:
     """InputError where ``names`` (of --rulesets or --with-ruleset) holds f16, which --precision f16 runs."""
     if "f16" in names:
-        raise InputError("the f16 ruleset rounds weights to float16: ask for it with --precision f16")
+        raise InputError("--precision f16 runs the f16 ruleset already: leave f16 out of the ruleset names"
+                         if precision == "f16" else
+                         "the f16 ruleset rounds weights to float16: ask for it with --precision f16")
 
 
 def schedule_kwargs(args: argparse.Namespace) -> dict:
@@ -62,7 +68,7 @@ def schedule_kwargs(args: argparse.Namespace) -> dict:
     for name in ("match_limit", "ban_length", "max_iterations", "max_enodes"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.time_limit <= 0:
+    if not args.time_limit > 0:  # (NaN too)
         raise InputError(f"--time-limit must be positive, got {args.time_limit}")
     return dict(match_limit=args.match_limit, ban_length=args.ban_length, max_iterations=args.max_iterations,
                 max_enodes=args.max_enodes, time_limit_s=args.time_limit, no_decomp=args.no_decomp)
@@ -74,7 +80,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     from eggfuse.rewrites.rulesets import select
 
     kw = schedule_kwargs(args)
-    refuse_f16([*args.with_ruleset, *(args.rulesets or ())])
+    refuse_f16([*args.with_ruleset, *(args.rulesets or ())], getattr(args, "precision", "f32"))
     if args.rulesets is not None or args.disable_rule or args.with_ruleset:
         kw["rulesets"] = select(args.rulesets, args.disable_rule, optional=args.with_ruleset,
                                 precision=getattr(args, "precision", "f32"))

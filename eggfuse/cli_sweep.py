@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from eggfuse.cli_onnx import _shape_arg, shape_map
-from eggfuse.cli_options import add_engine_options, schedule_kwargs
+from eggfuse.cli_options import MATCH_LIMIT, add_engine_options, schedule_kwargs
 from eggfuse.ir import InputError
 
 
@@ -36,17 +36,28 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     from eggfuse import sweep
     from eggfuse.rewrites.engine import saturate
 
+    # --match-limit and --no-decomp/--decomp (optimize's) beside their grid forms: refused, not one side dropped
+    if args.match_limits is not None and args.match_limit is not None:
+        raise InputError(f"--match-limit {args.match_limit} and --match-limits {','.join(map(str, args.match_limits))} "
+                         "both set the match limit: give one (--match-limits N for one value)")
+    if args.no_decomp_values is not None and args.no_decomp is not None:
+        flag = "--no-decomp" if args.no_decomp else "--decomp"
+        raise InputError(f"{flag} and --no-decomp-values {args.no_decomp_values} both set egglog's no_decomp: give "
+                         "one (--no-decomp-values off, on or both)")
+    match_limits = args.match_limits or [MATCH_LIMIT if args.match_limit is None else args.match_limit]
+    no_decomp = args.no_decomp_values or {None: "on", True: "on", False: "off"}[args.no_decomp]
+    args.match_limit, args.no_decomp = match_limits[0], True
     schedule = schedule_kwargs(args)
     schedule.pop("match_limit")
     schedule.pop("no_decomp")
     # only the options given other values than optimize's own: the rows' schedule, and their labels, name those
     defaults = {k: p.default for k, p in inspect.signature(saturate).parameters.items()}
     schedule = {k: v for k, v in schedule.items() if k not in defaults or defaults[k] != v}
-    nd = {"off": [False], "on": [True], "both": [False, True]}[args.no_decomp_values]
+    nd = {"off": [False], "on": [True], "both": [False, True]}[no_decomp]
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
     configs = sweep.grid(args.models, args.rulesets, args.cost_models, args.extractors,
-                         args.match_limits or [args.match_limit], nd, repeats=args.repeats, seq=args.seq,
+                         match_limits, nd, repeats=args.repeats, seq=args.seq,
                          batch=args.batch, training=args.training, payoff=args.payoff,
                          shapes=tuple(sorted((name, tuple(dims)) for name, dims in shape_map(args.shape).items())),
                          schedule=tuple(sorted(schedule.items())))
@@ -102,7 +113,7 @@ def add_sweep(sub) -> None:
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")
     s.add_argument("--match-limits", type=_positive_ints, metavar="N,N", help="back-off match limits to sweep")
-    s.add_argument("--no-decomp-values", choices=["off", "on", "both"], default="on",
+    s.add_argument("--no-decomp-values", choices=["off", "on", "both"],
                    help="egglog's EGraph(no_decomp=...), whether its queries skip their decomposition into "
                         "sub-queries: on (True, optimize's default), off (False), or both (each point twice)")
     where = s.add_mutually_exclusive_group()
@@ -123,7 +134,7 @@ def add_sweep(sub) -> None:
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--json", action="store_true", help="print one JSON object (runs, failed, files)")
     add_engine_options(s, grid=True)
-    s.set_defaults(func=cmd_sweep)
+    s.set_defaults(func=cmd_sweep, match_limit=None, no_decomp=None)  # None: not given (see cmd_sweep)
 
 
 __all__ = ["add_sweep"]

@@ -36,7 +36,15 @@ def _load_file(path: Path) -> ModuleType:
         raise FileNotFoundError(f"no file {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    folder = str(path.parent)  # its own imports of modules beside it, as a script's (python file.py puts its folder
+    added = folder not in sys.path  # first on sys.path): as when the same module is imported by name from there
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.path.remove(folder)
     return module
 
 

@@ -173,6 +173,15 @@ class Weights(dict):
     def __init__(self) -> None:
         super().__init__()
         self.skipped: dict[str, tuple[str, Path]] = {}
+        self.files: dict[str, Path] = {}  # each tensor's file
+
+    def check_finite(self, name: str) -> None:
+        """Raise :class:`ModelError` naming the file and tensor ``name`` where it holds a NaN or an infinity."""
+        arr = self[name]
+        bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+        if bad:
+            raise ModelError(f"{self.files.get(name, 'the weights')}: tensor {name!r} holds NaN or infinity ({bad} of "
+                             f"{arr.size} elements): the weights are damaged; export or download them again")
 
     def not_float(self, name: str) -> str:
         """Why ``name`` is missing where the file holds it in another dtype ("" where it holds none)."""
@@ -215,6 +224,7 @@ def load_safetensors(folder: Path, *, prefixes: tuple[str, ...] = (), hint: str 
         for name, arr in raw.items():
             if np.issubdtype(arr.dtype, np.floating) or arr.dtype.name == "bfloat16":
                 weights[_strip(name, prefixes)] = np.ascontiguousarray(arr, dtype=np.float32)
+                weights.files[_strip(name, prefixes)] = path
             else:
                 weights.skipped[_strip(name, prefixes)] = (arr.dtype.name, path)
     if (folder / INDEX_FILE).is_file():

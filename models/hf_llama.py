@@ -215,6 +215,8 @@ def load_causal_lm(folder: Path, raw: dict | None = None):
         if (graph := graph_name(name)) is not None and not (graph == "output.weight" and config.tied_embeddings):
             raise ModelError(loaded.not_float(name))
     params = graph_parameters(config, weights, where=f"the safetensors files of {folder}", file_name=hf_name)
+    for name in params:  # named as the file names them, at load time (a session would name the graph's name)
+        loaded.check_finite(hf_name(name))
     tokenizer = load_tokenizer_json(folder / "tokenizer.json")
     tokens = special_tokens(folder)
     eos = read.token_ids("eos_token_id", vocab)

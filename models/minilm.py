@@ -409,6 +409,8 @@ def graph_parameters(config: BertConfig, weights: dict[str, np.ndarray]) -> dict
         if weights[name].shape != ty.shape:
             raise ModelError(f"parameter {name!r}: file has shape {list(weights[name].shape)}, "
                              f"config.json implies {list(ty.shape)}")
+        if hasattr(weights, "check_finite"):  # loaded from files: named with its file, at load time
+            weights.check_finite(name)
         params[name] = weights[name]
     return params
 

@@ -124,8 +124,10 @@ def _check_options(cost_model, rulesets, dump_egglog, **limits) -> None:
     # optimize's arguments, before any work: RewriteError naming the argument and what it takes
     if cost_model is not None and not isinstance(cost_model, CostModel):
         what = f"the class {cost_model.__name__}" if isinstance(cost_model, type) else repr(cost_model)
+        hint = ("; for a name as the command line takes it, eggfuse.rewrites.roofline.cost_model_from_spec("
+                f"{cost_model!r}) makes one" if isinstance(cost_model, str) else "")
         raise RewriteError(f"optimize: cost_model must be a CostModel instance (eggfuse.rewrites.cost.CostModel or "
-                           f"a subclass, e.g. CostModel()), got {what}")
+                           f"a subclass, e.g. CostModel()), got {what}{hint}")
     if rulesets is not None:
         check_ruleset_objects(rulesets, "optimize")
     for name, value in limits.items():

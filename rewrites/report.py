@@ -151,7 +151,8 @@ class Report:
         text = (
             f"nodes {self.nodes_before} -> {self.nodes_after}, dispatches {self.dispatches_before} -> "
             f"{self.dispatches_after}, cost {cost_text(self.cost_before)} -> {cost_text(self.cost_after)}\n"
-            f"schedule: {self.iterations} iterations ({self.stop_reason}); extractor {self.extractor}{gap}\n"
+            f"schedule: {self.iterations} iteration{'' if self.iterations == 1 else 's'} ({self.stop_reason}); "
+            f"extractor {self.extractor}{gap}\n"
             f"phases (total {self.total_s:.3f}s; a caller's optimize_s also counts loading egglog and declaring "
             f"the rulesets, once a process):\n{phases}\n"
             f"rules fired (matches):\n{fired or '  none'}\n"

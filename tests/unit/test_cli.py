@@ -89,6 +89,8 @@ def test_optimize_an_onnx_file_says_which_shapes_and_refuses_options_it_would_ig
                                                                     "'layer_norm_prologue'?)"),
                           (["--with-ruleset", "f16"], "ask for it with --precision f16"),
                           (["--rulesets", "recognition,f16"], "ask for it with --precision f16"),
+                          (["--precision", "f16", "--with-ruleset", "f16"],  # was told to do what it did
+                           "--precision f16 runs the f16 ruleset already: leave f16 out of the ruleset names"),
                           (["--rulesets", "recogniton"], "optional: f16, layer_norm_prologue, gathered_products "
                                                          "(did you mean 'recognition'?)")):
         assert cli.main(["optimize", gpt2, *argv]) == 2

@@ -256,6 +256,19 @@ def test_a_weight_stored_as_integers_is_named_so_not_missing(tmp_path):
         eggfuse.load_model(folder)
 
 
+def test_a_weight_holding_nan_or_infinity_is_named_with_its_file_at_load_time(tmp_path):
+    # it was refused only when a session was made, under the graph's GGUF-style name (blk.0.ffn_up.weight), with
+    # "give finite values"
+    folder = hf_folders.decoder_folder(tmp_path / "m", "llama")
+    w = load_file(str(folder / "model.safetensors"))
+    w["model.layers.0.mlp.up_proj.weight"][0, 0] = np.inf
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=re.escape(
+            f"{folder / 'model.safetensors'}: tensor 'model.layers.0.mlp.up_proj.weight' holds NaN or infinity "
+            "(1 of ")):
+        eggfuse.load_model(folder)
+
+
 def test_lfs_pointer_instead_of_weights(tmp_path):
     folder = hf_folders.decoder_folder(tmp_path / "m", "mistral")
     (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n")

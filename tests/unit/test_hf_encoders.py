@@ -174,6 +174,12 @@ def test_missing_tensor_is_named(tmp_path):
     with pytest.raises(ModelError, match=re.escape(
             f"{folder / 'model.safetensors'}: tensor 'encoder.layer.1.output.dense.bias' is stored as int16")):
         eggfuse.load_model(folder)
+    w["roberta.encoder.layer.1.output.dense.bias"] = np.full(32, np.nan, np.float32)  # damaged: named at load time
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=re.escape(
+            f"{folder / 'model.safetensors'}: tensor 'encoder.layer.1.output.dense.bias' holds NaN or infinity "
+            "(32 of 32 elements)")):
+        eggfuse.load_model(folder)
 
 
 # --- malformed files: a ModelError naming the file, the key and the value ------------------------

@@ -499,7 +499,9 @@ def test_a_cost_model_returning_no_finite_cost_is_named(bad, extractor):
     (dict(rulesets=[None]), r"rulesets\[0\] is None \(NoneType\)"),
     (dict(rulesets="algebraic"), "rulesets must be a list of egglog Rulesets"),
     (dict(cost_model=CostModel), "cost_model must be a CostModel instance .* got the class CostModel"),
-    (dict(cost_model="bytes"), "cost_model must be a CostModel instance .* got 'bytes'"),
+    (dict(cost_model="bytes"), "cost_model must be a CostModel instance .* got 'bytes'; for a name as the "
+                               r"command line takes it, eggfuse\.rewrites\.roofline\.cost_model_from_spec\('bytes'\) "
+                               "makes one"),
     (dict(extractor="optimal"), "extractor must be one of ilp, greedy, compare, got 'optimal'"),
 ])
 def test_optimize_arguments_are_checked(kwargs, match):

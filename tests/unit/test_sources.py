@@ -35,3 +35,15 @@ def test_a_module_imported_from_its_own_file_is_not_loaded_again(tmp_path, monke
     counter = named_object(f"{MODULE}:count", "cost model", "class")
     assert named_object(f"{MODULE}:count", "cost model", "class") is counter  # the module imported once
     sys.modules.pop(MODULE, None)
+
+
+def test_a_file_importing_a_module_beside_it_loads_by_path_as_by_name(tmp_path, monkeypatch):
+    # a sweep resolves mygraphs:relu to /abs/mygraphs.py:relu for its workers; that file's `import helper` (a module
+    # beside it) worked by name (optimize) but failed by path ("No module named ...")
+    (tmp_path / "sibling_of_graphs.py").write_text("VALUE = 7\n")
+    (tmp_path / "graphs_with_sibling.py").write_text("import sibling_of_graphs\n\n\ndef value():\n"
+                                                     "    return sibling_of_graphs.VALUE\n")
+    monkeypatch.chdir("/")
+    fn = named_object(f"{tmp_path / 'graphs_with_sibling.py'}:value", "graph source", "function")
+    assert fn() == 7 and str(tmp_path) not in sys.path
+    sys.modules.pop("sibling_of_graphs", None)

@@ -220,6 +220,21 @@ def test_sweep_on_a_dask_local_cluster(tmp_path):
     assert len({r["graph_hash"] for r in rows}) == 1
 
 
+def test_sweep_refuses_a_setting_given_both_alone_and_as_a_grid(tmp_path, capsys):
+    # --match-limit beside --match-limits, --no-decomp beside --no-decomp-values: one side was silently dropped
+    base = ["sweep", "--models", "llama:1", "--workers", "1", "--out", str(tmp_path), "--no-progress", "--no-plots"]
+    for extra, says in ((["--match-limits", "10", "--match-limit", "5"], "--match-limit 5 and --match-limits 10 both "
+                         "set the match limit: give one"),
+                        (["--no-decomp-values", "off", "--no-decomp"], "--no-decomp and --no-decomp-values off both "
+                         "set egglog's no_decomp: give one")):
+        assert cli.main([*base, *extra]) == 2
+        assert says in capsys.readouterr().err
+    assert cli.main([*base, "--decomp", "--match-limit", "7"]) == 0  # alone, each is taken
+    with (tmp_path / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["match_limit"], r["no_decomp"]) for r in rows] == [("7", "False")]
+
+
 def test_sweep_refuses_an_unknown_scheduler(tmp_path, capsys):
     assert cli.main(["sweep", "--models", "llama:1", "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path),
                      "--no-progress"]) == 2
