@@ -166,7 +166,8 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     t = time.perf_counter()
     model = _minilm() if model is None else resolve_model(model, "encoder", cache=cache)
     load_s = time.perf_counter() - t
-    graph, feeds = model.graph_for(sentences)
+    batch = model.tokenize(sentences)
+    graph, feeds = model.graph_of(batch)
     compiled = compile(graph, model.params, fuse=fuse, device=device, cache=cache, precision=precision)
     t = time.perf_counter()
     (emb,) = compiled.run(feeds)
@@ -181,7 +182,7 @@ def embed(sentences: Sequence[str], *, fuse: bool = True, device=None, profile: 
     return EmbedResult(sentences, emb, compiled.adapter, compiled.dispatches_unfused, compiled.dispatches_fused,
                        compiled.report, timings, prof, model.name, pooling, compiled.cache, compiled.cache_loaded,
                        {"embed": compiled.plan.memory()}, precision, compiled.f16_weights, compiled.plan_dispatches,
-                       list(model.tokenize(sentences).truncated), model.max_length)
+                       list(batch.truncated), model.max_length)
 
 
 def model_graph(spec: str, *, seq: int = 16, batch: int = 2, training: bool = False) -> Graph:

@@ -94,11 +94,11 @@ class Unstorable(Exception):
     compile runs uncached)."""
 
 
-def _max_mb() -> float:
-    # MAX_MB, or $EGGFUSE_CACHE_MAX_MB
+def _max_bytes() -> int:
+    # MAX_MB, or $EGGFUSE_CACHE_MAX_MB, in bytes
     text = os.environ.get(MAX_ENV)
     if not text:
-        return MAX_MB
+        return MAX_MB * 2**20
     try:
         value = float(text)
     except ValueError:
@@ -108,7 +108,7 @@ def _max_mb() -> float:
 
         raise InputError(f"${MAX_ENV} is the most megabytes of compile-cache entries kept: a positive number, got "
                          f"{text!r}")
-    return value
+    return int(value * 2**20)
 
 
 def not_a_folder(folder: Path) -> str:
@@ -505,7 +505,7 @@ class CompileCache:
 
     def __init__(self, folder: str | os.PathLike | None = None, *, check_limit: bool = True) -> None:
         self.folder = Path(folder) if folder is not None else cache_dir()
-        self.max_bytes = int(_max_mb() * 2**20) if check_limit else None
+        self.max_bytes = _max_bytes() if check_limit else None
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -546,7 +546,7 @@ class CompileCache:
         ``keep`` (the one just stored); returns how many were removed. An entry another process removes
         meanwhile is skipped."""
         if max_bytes is None:
-            max_bytes = self.max_bytes if self.max_bytes is not None else int(_max_mb() * 2**20)
+            max_bytes = self.max_bytes if self.max_bytes is not None else _max_bytes()
         sized = []
         for p in self.entries():
             with contextlib.suppress(OSError):

@@ -46,8 +46,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                          "one (--no-decomp-values off, on or both)")
     match_limits = args.match_limits or [MATCH_LIMIT if args.match_limit is None else args.match_limit]
     no_decomp = args.no_decomp_values or {None: "on", True: "on", False: "off"}[args.no_decomp]
-    args.match_limit, args.no_decomp = match_limits[0], True
-    schedule = schedule_kwargs(args)
+    schedule = schedule_kwargs(argparse.Namespace(**{**vars(args), "match_limit": match_limits[0], "no_decomp": True}))
     schedule.pop("match_limit")
     schedule.pop("no_decomp")
     # only the options given other values than optimize's own: the rows' schedule, and their labels, name those

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
@@ -36,16 +37,24 @@ def _load_file(path: Path) -> ModuleType:
         raise FileNotFoundError(f"no file {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    folder = str(path.parent)  # its own imports of modules beside it, as a script's (python file.py puts its folder
-    added = folder not in sys.path  # first on sys.path): as when the same module is imported by name from there
-    if added:
-        sys.path.insert(0, folder)
-    try:
+    # its own imports of modules beside it, as a script's (python file.py puts its folder first on sys.path): as
+    # when the same module is imported by name from there
+    with _first_on_path(str(path.parent)):
         spec.loader.exec_module(module)
-    finally:
-        if added:
-            sys.path.remove(folder)
     return module
+
+
+@contextlib.contextmanager
+def _first_on_path(folder: str) -> Iterator[None]:
+    # ``folder`` first on sys.path for the imports inside, where it is not on it already
+    if folder in sys.path:
+        yield
+        return
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
 
 
 def _one_file_module(where: str, folder: str) -> Path | None:
@@ -83,11 +92,8 @@ def _module(where: str) -> ModuleType:
         # folder comes first on sys.path instead); only where the module is not found elsewhere
         if e.name != where.split(".")[0] or folder in sys.path:
             raise
-    sys.path.insert(0, folder)
-    try:
+    with _first_on_path(folder):
         return importlib.import_module(where)
-    finally:
-        sys.path.remove(folder)
 
 
 def resolved_source(spec: str, folder: str | None = None) -> str:

@@ -464,7 +464,10 @@ class SentenceEncoder:
 
     def graph_for(self, sentences: Sequence[str]) -> tuple[Graph, dict[str, np.ndarray]]:
         """The graph for this batch's shape and its feeds; run it with :attr:`params`."""
-        batch = self.tokenize(sentences)
+        return self.graph_of(self.tokenize(sentences))
+
+    def graph_of(self, batch: Batch) -> tuple[Graph, dict[str, np.ndarray]]:
+        """:meth:`graph_for` of sentences tokenized already (:meth:`tokenize`)."""
         graph = build_bert_graph(self.config, batch.batch, batch.seq, normalize=self.pooling.normalize)
         padding_idx = self.config.pad_token_id if self.config.position_offset else None
         return graph, feeds(batch, pooling=self.pooling.mode, padding_idx=padding_idx)

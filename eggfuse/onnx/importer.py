@@ -515,6 +515,14 @@ def _check_text(model: onnx.ModelProto, what: str) -> None:
                                        "model again")
 
 
+def unsupported_ops_error(nodes: Mapping[str, Sequence[str]], also: str = "") -> UnsupportedOpsError:
+    """The error listing every op type eggfuse cannot run, from each one's node names (``nodes``), its count
+    and its first node; ``also`` ends the message."""
+    ops = {k: (len(v), v[0]) for k, v in nodes.items()}
+    listing = "; ".join(f"{k} x{n} (first: {first!r})" for k, (n, first) in sorted(ops.items()))
+    return UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}{also}", ops)
+
+
 def raise_non_tensor(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> None:
     """Raise for graph input or output ``vi``, which is no tensor (a sequence, map or optional): an
     :class:`UnsupportedOpsError` listing the op types of the graph that eggfuse has no converter for (an ML
@@ -539,9 +547,7 @@ def raise_non_tensor(model: onnx.ModelProto, vi: onnx.ValueInfoProto) -> None:
             missing.setdefault(key, []).append(n.name or (n.output[0] if n.output else key))
     note = f"{what} is {kind}, not a tensor{made}: eggfuse runs tensors only"
     if missing:
-        ops = {k: (len(v), v[0]) for k, v in missing.items()}
-        listing = "; ".join(f"{k} x{c} (first: {first!r})" for k, (c, first) in sorted(ops.items()))
-        raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}; and {note}", ops)
+        raise unsupported_ops_error(missing, f"; and {note}")
     raise OnnxError(f"{note} (sequences, maps and optionals are not supported): export the model with tensor "
                     "inputs and outputs (an ML pipeline without its ZipMap, a sequence given as its tensors)")
 
@@ -837,11 +843,8 @@ class Importer:
         self._nodes(g.node, env, version)
         inputs = ", ".join(f"{name!r} ({elem})" for name, elem in self.unsupported_inputs)
         if self.unsupported:
-            ops = {k: (len(v), v[0]) for k, v in self.unsupported.items()}
-            listing = "; ".join(f"{k} x{n} (first: {first!r})" for k, (n, first) in sorted(ops.items()))
-            also = (f"; and inputs of element types it does not run: {inputs} (inputs of {SUPPORTED_ELEMS} are "
-                    "supported)" if inputs else "")
-            raise UnsupportedOpsError(f"the model uses op types eggfuse cannot run: {listing}{also}", ops)
+            raise unsupported_ops_error(self.unsupported, f"; and inputs of element types it does not run: {inputs} "
+                                        f"(inputs of {SUPPORTED_ELEMS} are supported)" if inputs else "")
         if self.unsupported_inputs:
             name, elem = self.unsupported_inputs[0]
             raise OnnxError(f"input {name!r} has element type {elem}, which eggfuse does not run (inputs of "
@@ -849,8 +852,7 @@ class Importer:
         outs = []
         for vi in g.output:
             if not vi.type.HasField("tensor_type"):
-                raise OnnxError(f"graph output {vi.name!r} is not a tensor (sequences, maps and optionals are not "
-                                "supported)")
+                raise_non_tensor(self.model, vi)
             if vi.name not in env:
                 raise OnnxError(f"graph output {vi.name!r} is computed by no node")
             v = env[vi.name]
@@ -896,7 +898,7 @@ class Importer:
         for vi in fed:
             tt = vi.type.tensor_type
             if not vi.type.HasField("tensor_type"):
-                raise OnnxError(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
+                raise_non_tensor(self.model, vi)
             elem = tt.elem_type
             if vi.name in self.values:
                 arr = _load_value(vi, self.values[vi.name])

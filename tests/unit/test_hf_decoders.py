@@ -243,29 +243,31 @@ def test_missing_files_and_tensors_are_named(tmp_path):
             eggfuse.load_model(not_a_path)
 
 
-def test_a_weight_stored_as_integers_is_named_so_not_missing(tmp_path):
-    # load_safetensors leaves out integer tensors (buffers such as position_ids): a weight the graph reads stored as
-    # int32 was reported as missing
-    folder = hf_folders.decoder_folder(tmp_path / "m", "llama")
-    w = load_file(str(folder / "model.safetensors"))
-    w["model.norm.weight"] = w["model.norm.weight"].astype(np.int32)
-    save_file(w, str(folder / "model.safetensors"))
-    with pytest.raises(ModelError, match=re.escape(
-            f"{folder / 'model.safetensors'}: tensor 'model.norm.weight' is stored as int32; eggfuse reads weights "
-            "stored as floats (f32, f16 or bf16): save it as one")):
-        eggfuse.load_model(folder)
+def _as_int32(a):
+    return a.astype(np.int32)
 
 
-def test_a_weight_holding_nan_or_infinity_is_named_with_its_file_at_load_time(tmp_path):
-    # it was refused only when a session was made, under the graph's GGUF-style name (blk.0.ffn_up.weight), with
-    # "give finite values"
+def _one_infinity(a):
+    a = a.copy()
+    a.flat[0] = np.inf
+    return a
+
+
+@pytest.mark.parametrize("tensor, damage, says", [
+    # load_safetensors leaves out integer tensors (buffers such as position_ids): such a weight read as missing
+    ("model.norm.weight", _as_int32,
+     "tensor 'model.norm.weight' is stored as int32; eggfuse reads weights stored as floats (f32, f16 or bf16): save "
+     "it as one"),
+    # refused only when a session was made, under the graph's GGUF-style name (blk.0.ffn_up.weight)
+    ("model.layers.0.mlp.up_proj.weight", _one_infinity,
+     "tensor 'model.layers.0.mlp.up_proj.weight' holds NaN or infinity (1 of "),
+], ids=["integers", "infinity"])
+def test_a_damaged_weight_is_named_with_its_file_at_load_time(tmp_path, tensor, damage, says):
     folder = hf_folders.decoder_folder(tmp_path / "m", "llama")
     w = load_file(str(folder / "model.safetensors"))
-    w["model.layers.0.mlp.up_proj.weight"][0, 0] = np.inf
+    w[tensor] = damage(w[tensor])
     save_file(w, str(folder / "model.safetensors"))
-    with pytest.raises(ModelError, match=re.escape(
-            f"{folder / 'model.safetensors'}: tensor 'model.layers.0.mlp.up_proj.weight' holds NaN or infinity "
-            "(1 of ")):
+    with pytest.raises(ModelError, match=re.escape(f"{folder / 'model.safetensors'}: {says}")):
         eggfuse.load_model(folder)
 
 
