@@ -76,7 +76,7 @@ MAX_ENV = "EGGFUSE_CACHE_MAX_MB"
 #: each new shape a model runs at (a sentence length, a prompt length), so the folder grew without end.
 MAX_MB = 1024
 #: The entry format; part of every key, so a new format never reads an old entry.
-FORMAT = 9  # 9: the plan's unused leaves with their types
+FORMAT = 10  # 10: the plan's unused inputs and parameters apart (9: unused leaves with their types)
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.json$")
 _TEMP = re.compile(r"^\.[0-9a-f]{64}\.\d+\.tmp$")
 #: The packages whose source files the eggfuse digest covers.
@@ -347,8 +347,8 @@ def decode_graph(doc: dict) -> Graph:
 
 
 _PLAN_FIELDS = {"buffers", "dispatches", "inputs", "parameters", "constants", "outputs", "output_types",
-                "unused_leaves", "index_bounds", "index_readers", "index_parts", "derived", "limits", "state",
-                "subgroups", "storage", "storage_sizes"}
+                "unused_inputs", "unused_parameters", "index_bounds", "index_readers", "index_parts", "derived",
+                "limits", "state", "subgroups", "storage", "storage_sizes"}
 
 
 def encode_plan(plan: ExecutionPlan) -> dict:
@@ -369,7 +369,8 @@ def encode_plan(plan: ExecutionPlan) -> dict:
         "inputs": plan.inputs, "parameters": plan.parameters,
         "constants": [[i, _array(a, False)] for i, a in plan.constants.items()],
         "outputs": plan.outputs, "output_types": [_plain(t) for t in plan.output_types],
-        "unused_leaves": [[name, _plain(t)] for name, t in sorted(plan.unused_leaves.items())],
+        "unused_inputs": [[name, _plain(t)] for name, t in sorted(plan.unused_inputs.items())],
+        "unused_parameters": [[name, _plain(t)] for name, t in sorted(plan.unused_parameters.items())],
         "index_bounds": plan.index_bounds,
         "index_readers": plan.index_readers,
         "index_parts": {name: [[p.rows, _array(p.positions, False), p.reader] for p in parts]
@@ -398,7 +399,9 @@ def decode_plan(doc: dict, graph: Graph) -> ExecutionPlan:
         buffers=buffers, dispatches=dispatches, inputs=names(doc["inputs"]), parameters=names(doc["parameters"]),
         constants={_int(i): _value(a) for i, a in doc["constants"]}, outputs=[_int(o) for o in doc["outputs"]],
         output_types=[_value(t) for t in doc["output_types"]],
-        unused_leaves={_str(n): _value(t) for n, t in doc["unused_leaves"]}, index_bounds=names(doc["index_bounds"]),
+        unused_inputs={_str(n): _value(t) for n, t in doc["unused_inputs"]},
+        unused_parameters={_str(n): _value(t) for n, t in doc["unused_parameters"]},
+        index_bounds=names(doc["index_bounds"]),
         index_readers={_str(k): _str(v) for k, v in doc["index_readers"].items()},
         index_parts={_str(name): [IndexPart(_int(rows), _positions(pos), _str(reader)) for rows, pos, reader in parts]
                      for name, parts in doc["index_parts"].items()},
@@ -465,10 +468,13 @@ def _check_plan(plan: ExecutionPlan, graph: Graph) -> None:
                 or any(plan.buffers[i].kind not in ("parameter", "derived", "constant") for i in d.prefetch):
             raise CorruptEntry(f"dispatch {d.label!r:.60} does not fit the plan's buffers")
     leaves = {x.attrs["name"]: x.type for x in graph.nodes if x.op in ("Input", "Parameter")}
+    kinds = {x.attrs["name"]: x.op for x in graph.nodes if x.op in ("Input", "Parameter")}
     for name, i in {**plan.inputs, **plan.parameters}.items():
         if not 0 <= i < n or leaves.get(name) != plan.buffers[i].type:
             raise CorruptEntry(f"leaf {name!r} does not match the graph's")
-    if any(leaves.get(name) != t for name, t in plan.unused_leaves.items()) \
+    if any(leaves.get(name) != t or kinds[name] != op
+           for op, unused in (("Input", plan.unused_inputs), ("Parameter", plan.unused_parameters))
+           for name, t in unused.items()) \
             or any(not 0 <= i < n for i in (*plan.outputs, *plan.constants, *plan.derived, *plan.storage)):
         raise CorruptEntry("the plan's leaves or outputs do not match the graph's")
     if plan.output_types != [graph.node(o).type for o in graph.outputs]:

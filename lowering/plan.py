@@ -147,8 +147,9 @@ class ExecutionPlan:
     ``inputs`` / ``parameters`` map leaf names to buffer indices; ``constants`` maps buffer
     indices to the f32 arrays uploaded once; ``outputs`` are the buffers read back, in the
     graph's output order, with ``output_types`` (several outputs may share a buffer).
-    ``unused_leaves`` maps the Input/Parameter leaves no output depends on to their types (a value given
-    for one is checked as a used leaf's is, then ignored); ``index_bounds`` maps an index input to the
+    ``unused_inputs`` / ``unused_parameters`` map the Input / Parameter leaves no output depends on to
+    their types (a value given for one, under its own kind, is checked as a used leaf's is, then ignored);
+    ``index_bounds`` maps an index input to the
     rows of the smallest table that reads all of it as indices (Embedding, Gather) or writes
     (ScatterAdd): u32 values must lie in [0, rows), i32 ones (ONNX Gather's) in [-rows, rows);
     ``index_readers`` names, for the messages, the op setting that bound; ``index_parts`` lists, for an
@@ -168,7 +169,8 @@ class ExecutionPlan:
     constants: dict[int, np.ndarray]
     outputs: list[int]
     output_types: list[TensorType]
-    unused_leaves: dict[str, TensorType] = field(default_factory=dict)
+    unused_inputs: dict[str, TensorType] = field(default_factory=dict)
+    unused_parameters: dict[str, TensorType] = field(default_factory=dict)
     index_bounds: dict[str, int] = field(default_factory=dict)
     index_readers: dict[str, str] = field(default_factory=dict)
     index_parts: dict[str, list[IndexPart]] = field(default_factory=dict)
@@ -393,7 +395,8 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
     outputs = {_whole(buffers, node_buffer[o]) for o in graph.outputs}  # an output window keeps its buffer whole
     storage, storage_sizes = share_storage_of(buffers, dispatches, outputs) if share_storage else ({}, [])
     live_ids = {n.id for n in live}
-    unused = {n.attrs["name"]: n.type for n in graph.nodes if n.op in ("Input", "Parameter") and n.id not in live_ids}
+    unused = {op: {n.attrs["name"]: n.type for n in graph.nodes if n.op == op and n.id not in live_ids}
+              for op in ("Input", "Parameter")}
     index_bounds, index_readers, index_parts = _index_checks(graph, live)
     plan = ExecutionPlan(
         buffers=buffers,
@@ -403,7 +406,7 @@ def lower(graph: Graph, limits: Mapping[str, int] | None = None, *, subgroups: b
         constants=constants,
         outputs=[node_buffer[o] for o in graph.outputs],
         output_types=[graph.node(o).type for o in graph.outputs],
-        unused_leaves=unused,
+        unused_inputs=unused["Input"], unused_parameters=unused["Parameter"],
         index_bounds=index_bounds, index_readers=index_readers, index_parts=index_parts,
         derived=derived,
         limits=lim,

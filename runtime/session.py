@@ -1164,17 +1164,18 @@ def _check_leaves(kind: str, given: Mapping[str, np.ndarray], wanted: Mapping[st
     # returns the given arrays themselves where they are contiguous and of the leaf's dtype.
     check_mapping(kind, given, wanted)
     missing = [f"{n!r} ({plan.buffers[i].type})" for n, i in wanted.items() if n not in given]
-    unknown = [n for n in given if n not in wanted and n not in plan.unused_leaves]
+    unused = plan.unused_inputs if kind == "input" else plan.unused_parameters
+    unknown = [n for n in given if n not in wanted and n not in unused]
     if missing or unknown:
         parts = [f"{kind}(s) not given: {', '.join(missing)}"] if missing else []
         if unknown:
-            known = [*wanted, *sorted(plan.unused_leaves)]
+            known = [*wanted, *sorted(unused)]
             parts.append(f"unknown {kind}(s) " + ", ".join(_with_closest(n, known) for n in unknown))
         names = ", ".join(repr(n) for n in wanted) or "none"
         raise InputError(f"{'; '.join(parts)}; the graph's {kind}s are: {names}")
     for name in given:  # a leaf no output reads: checked as the others are (a sign of a mistake), then ignored
         if name not in wanted:
-            check_array(f"{kind} {name!r} (which no output reads)", given[name], plan.unused_leaves[name], copy=False,
+            check_array(f"{kind} {name!r} (which no output reads)", given[name], unused[name], copy=False,
                         finite=finite)
     return {name: np.ascontiguousarray(check_array(f"{kind} {name!r}", given[name], plan.buffers[i].type,
                                                    copy=copy, finite=finite))

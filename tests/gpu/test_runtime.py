@@ -278,6 +278,21 @@ def test_a_bad_value_for_an_unused_leaf_is_refused(kind, value, says, device):
         Session(plan, params, device=device).run({"x": np.ones((2, 3)), "unused": value})
 
 
+def test_an_unused_leaf_is_given_under_its_own_kind(device):
+    # an unused input's name among the parameters (or the reverse) is an unknown name there, as for a used leaf
+    g = Graph()
+    x = g.input("x", [2, 3])
+    g.parameter("pooler", [3, 3])
+    g.input("unused", [1])
+    g.set_outputs([g.neg(x)])
+    plan = lower_for(g, device)
+    with pytest.raises(InputError, match=r"unknown parameter\(s\) 'unused'"):
+        Session(plan, {"pooler": np.zeros((3, 3)), "unused": np.zeros(1)}, device=device)
+    session = Session(plan, {"pooler": np.zeros((3, 3))}, device=device)
+    with pytest.raises(InputError, match=r"unknown input\(s\) 'pooler'"):
+        session.run({"x": np.ones((2, 3)), "pooler": np.zeros((3, 3))})
+
+
 @pytest.mark.parametrize("constant", [False, True])
 def test_pipelines_are_shared_between_sessions(constant, device, monkeypatch):
     # sizes in the uniform (constant_params=False): one pipeline serves every size; sizes as WGSL constants (the
@@ -681,12 +696,13 @@ def test_waits_that_poll_without_blocking_read_the_reference_numbers(device, mon
     spun, spin = [], session_module._spin_until_idle
     monkeypatch.setattr(session_module, "_spin_until_idle", lambda dev: spun.append(polls and spin(dev)) or spun[-1])
     monkeypatch.setattr(session_module, "SPIN_WAIT_S", 5.0)  # a slow, busy machine still polls to the end
+    g, params = _linear(), _params()
+    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
+    plan = lower_for(g, device)  # first: its subgroup probe (once a device) reads back through wgpu-py
     kind = type(device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ))
     maps, map_async = [], kind.map_async
     monkeypatch.setattr(kind, "map_async", lambda buf, *a, **k: maps.append(a) or map_async(buf, *a, **k))
-    g, params = _linear(), _params()
-    g.set_outputs([g.outputs[0], g.tanh(g.outputs[0])])
-    s = Session(lower_for(g, device), params, device=device)
+    s = Session(plan, params, device=device)
     assert not s._spin or device.adapter.info.get("adapter_type") == "DiscreteGPU"
     s._spin = True
     for _ in range(3):  # a round: one wait, a read of both outputs, a read of one

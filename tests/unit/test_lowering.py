@@ -85,7 +85,8 @@ def test_buffers_kinds_and_identity_alias():
     plan = lower(g)
     kinds = [b.kind for b in plan.buffers]
     assert kinds.count("input") == 1 and kinds.count("parameter") == 2 and kinds.count("constant") == 1
-    assert set(plan.parameters) == {"table", "w"} and set(plan.unused_leaves) == {"dead_w"}
+    assert set(plan.parameters) == {"table", "w"} and set(plan.unused_parameters) == {"dead_w"} \
+        and not plan.unused_inputs
     by_node = {b.node: b.index for b in plan.buffers}
     assert n["r"] not in by_node  # the reshape has no buffer of its own
     assert plan.outputs == [by_node[n["out"]], by_node[n["h"]]]
