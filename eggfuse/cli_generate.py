@@ -47,7 +47,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
           f"({', '.join(f'{k} {v}' for k, v in result.cache_plans.items())})")
     print(f"model: {result.model}")
     formats = ", ".join(f"{n} {k}" for k, n in sorted(result.weight_formats.items()))
-    print(f"weights: {result.weights} ({formats} parameters)")
+    kept = sorted(set(result.weight_formats) - {result.weights, "f32", "f16"})
+    note = (f"; {'/'.join(kept)}: the file's blocks, kept as stored" if kept and result.weights not in ("f32", "f16")
+            else "")  # --weights q8_0 on SmolLM2's Q4_1 file keeps its Q4_1 blocks: said so, not hidden in a count
+    print(f"weights: {result.weights} ({formats} parameters{note})")
     if result.precision != "f32":
         print(f"precision: {result.precision} (the rewrite engine stores the weights held in f32 as float16)")
     print(memory_line(result.memory))

@@ -117,7 +117,8 @@ def test_cli_weights_json_and_text(capsys):
     assert out["weights"] == "q4_1" and out["memory"]["decode"]["weights_bytes"] < 40e6
     assert cli.main(args) == 0
     text = capsys.readouterr().out
-    assert "weights: q4_1 (5 f32, 14 q4_1, 1 q8_0 parameters)" in text  # what the 2-layer plans hold
+    # what the 2-layer plans hold, and that the embedding's Q8_0 is the file's own
+    assert "weights: q4_1 (5 f32, 14 q4_1, 1 q8_0 parameters; q8_0: the file's blocks, kept as stored)" in text
     assert "device memory: decode plan: weights " in text and "prefill plan: weights" in text
 
 
