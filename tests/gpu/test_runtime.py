@@ -248,13 +248,18 @@ def test_two_outputs_sharing_nodes_and_a_constant(device):
     _close(Session(lower_for(g, device), {}, device=device).run(feeds), evaluate(g, feeds, {}))
 
 
-def test_unused_leaves_are_accepted(device):
+def _with_unused_leaves() -> Graph:
+    # -x, beside a parameter 'pooler' [3, 3] and an input 'unused' [1] that no output depends on
     g = Graph()
     x = g.input("x", [2, 3])
-    g.parameter("pooler", [3, 3])  # dead: no output depends on it
+    g.parameter("pooler", [3, 3])
     g.input("unused", [1])
     g.set_outputs([g.neg(x)])
-    s = Session(lower_for(g, device), {"pooler": np.zeros((3, 3))}, device=device)
+    return g
+
+
+def test_unused_leaves_are_accepted(device):
+    s = Session(lower_for(_with_unused_leaves(), device), {"pooler": np.zeros((3, 3))}, device=device)
     (got,) = s.run({"x": np.ones((2, 3)), "unused": np.zeros(1)})
     np.testing.assert_array_equal(got, -np.ones((2, 3)))
 
@@ -267,12 +272,7 @@ def test_unused_leaves_are_accepted(device):
 ])
 def test_a_bad_value_for_an_unused_leaf_is_refused(kind, value, says, device):
     # a leaf no output reads is still declared: a value that does not fit it is a mistake, refused as for a used one
-    g = Graph()
-    x = g.input("x", [2, 3])
-    g.parameter("pooler", [3, 3])
-    g.input("unused", [1])
-    g.set_outputs([g.neg(x)])
-    plan = lower_for(g, device)
+    plan = lower_for(_with_unused_leaves(), device)
     params = {"pooler": value if kind == "parameter" else np.zeros((3, 3))}
     with pytest.raises(InputError, match=says):
         Session(plan, params, device=device).run({"x": np.ones((2, 3)), "unused": value})
@@ -280,12 +280,7 @@ def test_a_bad_value_for_an_unused_leaf_is_refused(kind, value, says, device):
 
 def test_an_unused_leaf_is_given_under_its_own_kind(device):
     # an unused input's name among the parameters (or the reverse) is an unknown name there, as for a used leaf
-    g = Graph()
-    x = g.input("x", [2, 3])
-    g.parameter("pooler", [3, 3])
-    g.input("unused", [1])
-    g.set_outputs([g.neg(x)])
-    plan = lower_for(g, device)
+    plan = lower_for(_with_unused_leaves(), device)
     with pytest.raises(InputError, match=r"unknown parameter\(s\) 'unused'"):
         Session(plan, {"pooler": np.zeros((3, 3)), "unused": np.zeros(1)}, device=device)
     session = Session(plan, {"pooler": np.zeros((3, 3))}, device=device)
