@@ -181,3 +181,38 @@ def test_assert_rule_sound_refuses_a_rule_name_no_ruleset_has_before_running():
     assert not built  # refused before any example ran
     assert_rule_sound(rule, build, rulesets=rulesets, max_examples=2)
     assert built
+
+
+def _factor_matmul_wrong(e):
+    a, b, c = e.vars("a b c")
+    yield e.equal("Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Mul(b,c)) (wrong)",
+                  e.Add(e.MatMul(a, b), e.MatMul(a, c)), e.MatMul(a, e.Mul(b, c)),
+                  e.eq(e.shape(b)).to(e.shape(c)))
+
+
+def test_assert_rule_sound_names_an_unsound_rule_of_ones_own():
+    # the property shrinks on the check alone and names the culprit once, on the smallest failing graph (with the
+    # culprit search inside every shrinking step, a 3-node graph took about 3 minutes to fail)
+    def build(g, dim):
+        x = g.input("x", [dim("m"), dim("k")])
+        w1, w2 = g.parameter("w1", [dim("k"), dim("n")]), g.parameter("w2", [dim("k"), dim("n")])
+        g.set_outputs([g.add(g.matmul(x, w1), g.matmul(x, w2))])
+
+    rule = "Add(MatMul(a,b), MatMul(a,c)) -> MatMul(a, Mul(b,c)) (wrong)"
+    mine = make_ruleset("factor_wrong_for_test", _factor_matmul_wrong)
+    with pytest.raises(RewriteError, match=re.escape(f"unsound rule {rule!r} (ruleset factor_wrong_for_test): "
+                                                     "e-class") + r".*max abs error"):
+        assert_rule_sound(rule, build, rulesets=[*optimization_rulesets(), mine], max_examples=4)
+
+
+def test_a_value_that_is_nan_on_one_side_only_is_named_as_such():
+    # Exp(Log(x)) is NaN where x < 0: the message says so, where the largest error over the numbers hid it
+    def exp_log(e):
+        (x,) = e.vars("x")
+        yield e.equal("Exp(Log(x)) -> x (wrong for x < 0)", e.Exp(e.Log(x)), x)
+
+    g = Graph()
+    g.set_outputs([g.add_node("Exp", [g.add_node("Log", [g.input("x", [4, 8])])])])
+    with pytest.raises(RewriteError, match=r"differ \(NaN in one and a number in the other at \d+ of 32 elements, "
+                                           r"the first at index \[\d, \d\]\)"):
+        check_sound(g, rulesets=[make_ruleset("exp_log_for_test", exp_log)])
