@@ -144,8 +144,6 @@ class Namespace:
         def build(*tensors: Any, epilogue: Any = None, **attrs: Any) -> Any:
             for i, x in enumerate(tensors):
                 _refuse_sequence(x, f"e.{op}: tensor argument {i + 1}")
-            for key, x in attrs.items():
-                _refuse_sequence(x, f"e.{op}: attribute {key}")
             _refuse_sequence(epilogue, f"e.{op}: epilogue")
             name = constructor_name(op, len(tensors))  # by arity, for an op with optional inputs
             sig, ctor = SIGNATURES[name], CONSTRUCTORS[name]
@@ -155,6 +153,12 @@ class Namespace:
             if unknown:
                 raise TypeError(f"{op}: no attribute(s) {sorted(unknown)}; its attributes are "
                                 f"{[a.name for a in sig.attrs]}")
+            kinds = {a.name: a.kind for a in OPS[op].egg_attrs}
+            for key, x in attrs.items():
+                if isinstance(x, list | tuple) and kinds.get(key) in ("ints", "floats"):
+                    attrs[key] = _vector(op, key, x, kinds[key])  # perm=(1, 0): the Vec egglog holds
+                else:
+                    _refuse_sequence(x, f"e.{op}: attribute {key}")
             args = list(self.attrs_of(op, **attrs).values())
             if sig.tensors is None:
                 args.append(self.tensors(*tensors))
@@ -245,6 +249,19 @@ class Namespace:
         of equal terms, or a fact), recorded under ``name`` like :meth:`equal`."""
         self._record(name, example)
         return egglog.rule(*facts, name=name)
+
+
+def _vector(op: str, key: str, values: list | tuple, kind: str) -> Any:
+    """An ints or floats attribute given as a list or tuple (of numbers, or of i64 / f64 terms and variables)
+    as the ``Vec`` egglog holds it; RewriteError naming the attribute for an item of another kind."""
+    sort = ATTR_SORTS[kind]
+    try:
+        return egglog.convert(tuple(values), sort)
+    except Exception as err:  # noqa: BLE001 - egglog's conversion error names neither the op nor the attribute
+        item = "int" if kind == "ints" else "float"
+        raise RewriteError(f"e.{op}: attribute {key} is a list of {item}s ({kind}); got {list(values)!r}, which "
+                           f"egglog cannot take as one ({type(err).__name__}): give {item}s or "
+                           f"e.{'i64' if kind == 'ints' else 'f64'} terms, e.g. {key}=(1, 0)") from None
 
 
 def _refuse_sequence(value: Any, where: str) -> None:

@@ -179,6 +179,9 @@ def make_ruleset(name: str, fn: Callable[[Namespace], Iterable[Any]]) -> Ruleset
     hint = "it must yield rules made with e.equal(name, lhs, rhs) or e.rule(..., name=...)"
     try:
         made = fn(ns)
+        if isinstance(made, RewriteOrRule):  # `return e.equal(...)`: iterating the rule itself said only "not iterable"
+            raise RewriteError(f"make_ruleset({name!r}): {label}(e) returned one rule instead of yielding it: write "
+                               "`yield e.equal(...)` for each rule (or return a list of them)")
         rules = None if made is None else list(made)
     except RewriteError:
         raise

@@ -552,6 +552,21 @@ def _bare_variable_left(e):
     yield e.equal("x -> Neg(Neg(x))", x, e.Neg(e.Neg(x)))
 
 
+def _returns_a_rule(e):
+    x = e.var("x")
+    return e.equal("Neg(Neg(x)) -> x", e.Neg(e.Neg(x)), x)
+
+
+def _ints_of_text(e):
+    a = e.var("a")
+    yield e.equal("Permute(a, [1, z]) -> a", e.Permute(a, perm=(1, "z")), a)
+
+
+def _attribute_of_another_op(e):
+    a = e.var("a")
+    yield e.equal("Transpose(a, perm) -> a", e.Transpose(a, perm=(1, 0)), a)
+
+
 def _vars_list_as_one(e):
     x = e.vars("x")  # a list of one variable
     yield e.equal("Neg(Neg(x)) -> x", e.Neg(e.Neg(x)), x)
@@ -567,6 +582,10 @@ def _vars_list_as_rhs(e):
     (_bare_variable_left, r"rule 'x -> Neg\(Neg\(x\)\)': its left side is the bare variable 'x'; a rule matches"),
     (_yields_int, r"item 0 that _yields_int\(e\) yielded is 42 \(int\), not a rule; it must yield rules made with"),
     (_returns_none, r"_returns_none\(e\) returned None; it must yield rules"),
+    (_ints_of_text, r"e\.Permute: attribute perm is a list of ints \(ints\); got \[1, 'z'\], which egglog cannot"),
+    # the advice about e.vars's lists came first, for an attribute Transpose does not have
+    (_attribute_of_another_op, r"Transpose: no attribute\(s\) \['perm'\]; its attributes are \[\]"),
+    (_returns_a_rule, r"_returns_a_rule\(e\) returned one rule instead of yielding it: write `yield e\.equal"),
     (_unknown_op, r"_unknown_op\(e\) raised AttributeError: no op named 'Foo'"),
     (_same_names, r"_same_names\(e\) raised ValueError: two rules are named 'same'"),
     (_misspelt_op, r"no op named 'MatMull' and no value fact of that name \(did you mean 'MatMul'\?\)"),
@@ -585,6 +604,23 @@ def test_make_ruleset_names_a_malformed_rule_function(fn, match):
 
     with pytest.raises(RewriteError, match=match):
         make_ruleset("mine", fn)
+
+
+def test_an_ints_attribute_is_written_as_a_tuple_or_list():
+    # perm=(1, 0) and perm=[1, 0] are the Vec[i64] egglog holds (the message sent users to e.vars's lists)
+    from eggfuse.rewrites import make_ruleset
+    from eggfuse.rewrites.soundness import check_sound
+
+    def twice(e):
+        a = e.var("a")
+        yield e.equal("Permute(Permute(a, (1, 0)), [1, 0]) -> a (mine)", e.Permute(e.Permute(a, perm=(1, 0)),
+                                                                                   perm=[1, 0]), a)
+
+    g = Graph()
+    x = g.input("x", [3, 5])
+    g.set_outputs([g.relu(g.add_node("Permute", (g.add_node("Permute", (x,), perm=[1, 0]),), perm=[1, 0]))])
+    report = check_sound(g, rulesets=[make_ruleset("permute_twice_for_test", twice)])
+    assert report.rules_fired.get("Permute(Permute(a, (1, 0)), [1, 0]) -> a (mine)")  # it matched
 
 
 def test_a_rule_of_ones_own_named_as_another_that_runs_is_refused():
