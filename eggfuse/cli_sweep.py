@@ -55,9 +55,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     nd = {"off": [False], "on": [True], "both": [False, True]}[no_decomp]
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
-    configs = sweep.grid(args.models, args.rulesets, args.cost_models, args.extractors,
+    configs = sweep.grid(args.models, args.rulesets or ["all"], args.cost_models, args.extractors,
                          match_limits, nd, repeats=args.repeats, seq=args.seq,
-                         batch=args.batch, training=args.training, payoff=args.payoff,
+                         batch=args.batch, training=args.training, payoff=args.payoff, verify=args.verify,
                          shapes=tuple(sorted((name, tuple(dims)) for name, dims in shape_map(args.shape).items())),
                          schedule=tuple(sorted(schedule.items())))
     out = Path(args.out)
@@ -71,6 +71,13 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     except OSError as e:
         raise InputError(f"--out {args.out!r}: cannot write there ({e.strerror or e}); give a folder you can "
                          "write") from None
+    # an earlier sweep's files there: removed, so that none this sweep does not write (payoff.csv without
+    # --payoff, the PNGs with --no-plots) is read as its own
+    stale = [out / name for name in sweep.OUTPUTS if (out / name).is_file()]
+    for path in stale:
+        path.unlink()
+    if stale:
+        print(f"note: replaced an earlier sweep's files in {out}: {', '.join(p.name for p in stale)}", file=sys.stderr)
     rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
     csv_path, json_path = sweep.write_results(rows, args.out)
     written = [csv_path, json_path]
@@ -88,7 +95,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     else:
         print(sweep.table(rows))
         if args.payoff and (paid := sweep.payoff_table(rows)):
-            print("\nsaved by each ruleset (optimised again without it, minus with everything):")
+            print("\nsaved by each ruleset (optimised again without it, minus with everything"
+                  + ("; outputs verified" if args.verify else "; not whether it is sound: --verify checks that")
+                  + "):")
             print(paid)
         print(f"{len(rows)} runs, {failed} failed; written: {', '.join(str(p) for p in written)}")
     if rows and failed == len(rows):  # a script must not take an empty sweep for results
@@ -103,11 +112,12 @@ def add_sweep(sub) -> None:
     s.add_argument("--models", type=_list, required=True, metavar="M1,M2",
                    help="graphs, each once: minilm, smollm2, llama:LAYERS, .onnx files, module:function, "
                         "file.py:function (paths and modules of the current folder, also on a Dask cluster)")
-    s.add_argument("--rulesets", default="all", metavar="all|ablate|ablate-rules|NAME,NAME",
+    s.add_argument("--rulesets", action="append", metavar="all|ablate|ablate-rules|NAME,NAME",
                    help="all (default); ablate: all, then each ruleset left out; ablate-rules: each rule left out "
                         "(both take further rulesets: ablate,mymodule:MINE); or the rulesets to run, optional ones "
                         "and your own (make_ruleset; module:NAME or file.py:NAME) included: "
-                        "all,layer_norm_prologue,mymodule:MINE")
+                        "all,layer_norm_prologue,mymodule:MINE. Repeat it to sweep several selections: "
+                        "--rulesets all --rulesets all,mymodule:MINE")
     s.add_argument("--cost-models", type=_list, default=["bytes"], metavar="bytes,roofline",
                    help="cost models (bytes, roofline, roofline:PROFILE, module:Class; default bytes)")
     s.add_argument("--extractors", type=_list, default=["ilp"], metavar="ilp,greedy", help="default ilp")
@@ -118,7 +128,9 @@ def add_sweep(sub) -> None:
     where = s.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="local worker processes (default: the CPU count)")
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a Dask distributed scheduler's address")
-    s.add_argument("--out", required=True, metavar="DIR", help="writes DIR/results.csv, results.json and the PNGs")
+    s.add_argument("--out", required=True, metavar="DIR",
+                   help="writes DIR/results.csv, results.json, payoff.csv and the PNGs (an earlier sweep's there "
+                        "replaced)")
     s.add_argument("--seq", type=int, default=16, help="tokens per sequence (default 16)")
     s.add_argument("--batch", type=int, default=2, help="sentences per batch, minilm only (default 2)")
     s.add_argument("--shape", metavar="NAME=DxD...", type=_shape_arg, action="append",
@@ -129,6 +141,9 @@ def add_sweep(sub) -> None:
     s.add_argument("--payoff", action="store_true",
                    help="also what each ruleset and rule saves in each run (rules_paid, rulesets_paid, DIR/payoff.csv "
                         "and a table; one more optimisation per ruleset and matched rule)")
+    s.add_argument("--verify", action="store_true",
+                   help="compare each run's extracted graph's outputs with the input graph's (numpy reference, "
+                        "random inputs): a difference fails the run (an unsound rule's saving is not a result)")
     s.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--json", action="store_true", help="print one JSON object (runs, failed, files)")

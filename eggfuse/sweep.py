@@ -18,7 +18,8 @@ sized this graph's inputs (``NAME=DxD`` joined by ``;``, empty for none: always 
 ONNX file), ``schedule`` the further scheduler settings (``NAME=VALUE`` joined by ``;``), ``rulesets``
 the names used, comma-joined, ``disabled`` the ruleset or rule left out, empty for the full set,
 ``cost_model`` as given, ``cost_source`` as loaded, ``extractor``, ``match_limit``, ``no_decomp``,
-``repeat``), the graph (``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
+``repeat``, ``verify``: whether the run compared its graph's outputs with the input graph's), the graph
+(``graph_hash``, ``graph_nodes``), the e-graph (``eclasses``,
 ``enodes``, ``iterations``, ``stop_reason``), seconds per phase (``insert_s``, ``analysis_s``,
 ``saturation_s``, ``extraction_s``, ``rebuild_s``, their sum ``total_s``), ``load_s`` (the graph's
 construction; 0 when the worker had it cached), ``cpu_s`` (the worker process's CPU seconds for the
@@ -28,7 +29,8 @@ and declaring them to egglog, once a process), results (``dispatches_before``/``
 was kept (or ``input (...)``), ``greedy_cost``/``ilp_cost`` the costs of the graphs the extractors that ran gave
 and ``ilp_objective`` the ILP's objective: both with ``compare``), ``rules_fired`` (rules that
 matched), ``rules_paid`` and ``rulesets_paid`` (with ``payoff``: rules, rulesets whose removal raises the cost;
-else empty), ``worker``
+else empty), ``verified_max_diff`` (with ``verify``: the largest difference of the outputs, else empty),
+``worker``
 (host:pid), ``eggfuse_version``, ``egglog_version`` and ``error`` (empty when the run succeeded: else the
 exception's type and message).
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import json
 import os
 import socket
@@ -56,11 +59,12 @@ from pathlib import Path
 from eggfuse.sweep_inputs import applied_shapes, dims_text, distinct_sources, resolve, resolve_cost_model, shape_pairs
 
 COLUMNS = ("model", "source", "training", "seq", "batch", "shapes", "schedule", "rulesets", "disabled", "cost_model",
-           "cost_source", "extractor", "match_limit", "no_decomp", "repeat", "graph_hash", "graph_nodes", "eclasses",
-           "enodes", "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s",
+           "cost_source", "extractor", "match_limit", "no_decomp", "repeat", "verify", "graph_hash", "graph_nodes",
+           "eclasses", "enodes", "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s", "extraction_s",
            "rebuild_s", "total_s", "load_s", "cpu_s", "dispatches_before", "dispatches_after", "cost_before",
            "cost_after", "bytes_before", "bytes_after", "kept", "greedy_cost", "ilp_cost", "ilp_objective",
-           "rules_fired", "rules_paid", "rulesets_paid", "worker", "eggfuse_version", "egglog_version", "error")
+           "rules_fired", "rules_paid", "rulesets_paid", "verified_max_diff", "worker", "eggfuse_version",
+           "egglog_version", "error")
 #: Columns of ``payoff.csv`` (:func:`write_payoff`): one row per ruleset, matched rule and rule group of each
 #: run with ``payoff``; ``run`` is the run's index in ``results.csv``/``results.json``.
 PAYOFF_COLUMNS = ("run", "model", "configuration", "training", "seq", "batch", "shapes", "schedule", "cost_model",
@@ -68,6 +72,8 @@ PAYOFF_COLUMNS = ("run", "model", "configuration", "training", "seq", "batch", "
                   "matches", "extracted_enodes", "saved_cost", "saved_dispatches", "saved_bytes", "cost_after",
                   "dispatches_after")
 RULESET_MODES = ("all", "ablate", "ablate-rules")
+#: The files a sweep writes into its folder (:func:`write_results`, :func:`write_payoff`, :func:`plot`).
+OUTPUTS = ("results.csv", "results.json", "payoff.csv", "compile_time.png", "phases.png", "dispatches_bytes.png")
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,9 @@ class RunConfig:
     "" for as given), what the run loads; ``folder``: where the sweep started, the folder a
     module that ``sys.path`` lacks is imported from ("" for the worker's own); the rest as
     ``eggfuse optimize``'s options. A ruleset of one's own is named in ``rulesets`` by its
-    ``module:NAME`` (see :func:`grid`)."""
+    ``module:NAME`` (see :func:`grid`). ``verify``: the extracted graph's outputs compared with the input
+    graph's (numpy reference, random inputs; ``optimize(verify=True)``): a difference fails the run, so that
+    an unsound rule's saving is not taken for a result."""
 
     model: str
     rulesets: str
@@ -93,20 +101,23 @@ class RunConfig:
     shapes: tuple = ()  # an ONNX file's input shapes as (name, (dims...)) pairs, sorted
     repeat: int = 0
     payoff: bool = False
+    verify: bool = False
     schedule: tuple = ()  # further optimize() keywords as (name, value) pairs: ban_length, max_iterations, ...
     source: str = ""
     cost_source: str = ""
     folder: str = ""
 
 
-def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str] = ("bytes",),
+def grid(models: Sequence[str], rulesets: str | Sequence[str] = "all", cost_models: Sequence[str] = ("bytes",),
          extractors: Sequence[str] = ("ilp",), match_limits: Sequence[int] = (20_000,),
          no_decomp: Sequence[bool] = (True,), *, repeats: int = 1, **common) -> list[RunConfig]:
     """Every combination, models outermost. ``models``: a list of graph sources (``minilm``, ``smollm2``,
     ``llama:LAYERS``, ``.onnx`` files, ``module:function``, ``path/to/file.py:function``), each given once.
     ``rulesets``: ``all`` (the shipped rulesets), ``ablate`` (all, then each ruleset left out in turn),
-    ``ablate-rules`` (all, then each rule left out in turn), or comma-joined ruleset names to keep.
-    ``ablate`` and ``ablate-rules`` take further rulesets after a comma (``ablate,myrules:MINE``,
+    ``ablate-rules`` (all, then each rule left out in turn), or comma-joined ruleset names to keep; or a
+    list of these, each a selection of the grid (``["all", "all,mymodule:MINE"]``: with and without one's own
+    rules; a configuration two of them give runs once). ``ablate`` and ``ablate-rules`` take further
+    rulesets after a comma (``ablate,myrules:MINE``,
     ``ablate-rules,layer_norm_prologue``): run with the shipped ones, and left out (or taken apart) too.
     ``common``: the other :class:`RunConfig` fields; ``shapes`` a list of ``(NAME, (D, D, ...))`` pairs or
     ``"NAME=DxD"`` strings, each sizing that input of every ``.onnx`` file of ``models`` that has it.
@@ -121,22 +132,18 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     module name and function where the module is not one ``.py`` file; ``mygraphs:mlp`` and
     ``./mygraphs.py:mlp`` are one where ``mygraphs`` imports from ``./mygraphs.py``.
 
-    Raises :class:`~eggfuse.ir.InputError` for an empty list, a string where a list is due, a model, cost
-    model, extractor, match limit or no_decomp value given twice, an unknown ruleset name, extractor or
+    Raises :class:`~eggfuse.ir.InputError` for an empty list, a string where a list is due, a model, ruleset
+    selection, cost model, extractor, match limit or no_decomp value given twice, an unknown ruleset name, extractor or
     cost model, a cost model ``module:Class`` that does not load
     (:func:`~eggfuse.rewrites.roofline.cost_model_from_spec`), a ruleset of one's own whose module does not
     import, whose NAME is not such a ruleset or whose name is another ruleset's (the RewriteError
     chained), a match limit that is not a positive integer, ``repeats`` below 1, an unknown ``common``
     field, a shape that is not ``NAME=DxD`` (positive integers) or gives a name twice, and a shape naming an
     input of no ``.onnx`` file of ``models``."""
-    from eggfuse.ir import InputError, RewriteError
+    from eggfuse.ir import InputError
     from eggfuse.rewrites.engine import EXTRACTORS
     from eggfuse.rewrites.roofline import cost_model_from_spec
-    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, rules_of, ruleset_name, ruleset_spec, select
 
-    if not isinstance(rulesets, str):
-        raise InputError(f"rulesets must be a str ({', '.join(RULESET_MODES)} or comma-joined ruleset names), got "
-                         f"{type(rulesets).__name__} {rulesets!r}")
     for name, values in (("models", models), ("cost models", cost_models), ("extractors", extractors),
                          ("match limits", match_limits), ("no_decomp values", no_decomp)):
         if isinstance(values, str | bytes) or not isinstance(values, Iterable):
@@ -171,6 +178,38 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
     if unknown:
         raise InputError(f"grid() has no field {', '.join(map(repr, unknown))}: the other fields are "
                          f"{', '.join(sorted(fields))}")
+    specs = [rulesets] if isinstance(rulesets, str) else list(rulesets)
+    if not specs or any(not isinstance(x, str) for x in specs):
+        raise InputError(f"rulesets must be a str or a list of them ({', '.join(RULESET_MODES)} or comma-joined "
+                         f"ruleset names), got {rulesets!r}")
+    twice = [x for x in dict.fromkeys(specs) if specs.count(x) > 1]
+    if twice:
+        raise InputError(f"rulesets {twice[0]!r} is given twice; give each once")
+    # every selection's (rulesets kept, left out) pairs, once each (all and ablate share the full set)
+    sets = list(dict.fromkeys(pair for spec in specs for pair in _ruleset_sets(spec)))
+    folder = os.getcwd()
+    sources = distinct_sources(models, folder)
+    applied = applied_shapes(sources, shape_pairs(common.pop("shapes", ())))
+    cost_sources = {cost: resolve_cost_model(cost, folder) for cost in cost_models}
+    out = []
+    for model, source in zip(models, sources, strict=True):
+        for kept, disabled in sets:
+            for cost in cost_models:
+                for extractor in extractors:
+                    for limit in match_limits:
+                        for nd in no_decomp:
+                            for r in range(repeats):
+                                out.append(RunConfig(model, kept, disabled, cost, extractor, int(limit), bool(nd),
+                                                     repeat=r, shapes=applied[source], source=source,
+                                                     cost_source=cost_sources[cost], folder=folder, **common))
+    return out
+
+
+def _ruleset_sets(rulesets: str) -> list[tuple[str, str]]:
+    """The (rulesets kept, ruleset or rule left out) pairs of one ``rulesets`` selection of :func:`grid`."""
+    from eggfuse.ir import InputError, RewriteError
+    from eggfuse.rewrites.rulesets import SCHEDULE, catalog, rules_of, ruleset_name, ruleset_spec, select
+
     full = ",".join(SCHEDULE)
     mode, _, rest = rulesets.partition(",")
     if rulesets == "all":
@@ -208,23 +247,11 @@ def grid(models: Sequence[str], rulesets: str = "all", cost_models: Sequence[str
         try:
             sets = [(",".join(ruleset_spec(rs) or ruleset_name(rs) for rs in select(names)), "")]
         except RewriteError as e:
-            raise InputError(str(e)) from e
-    folder = os.getcwd()
-    sources = distinct_sources(models, folder)
-    applied = applied_shapes(sources, shape_pairs(common.pop("shapes", ())))
-    cost_sources = {cost: resolve_cost_model(cost, folder) for cost in cost_models}
-    out = []
-    for model, source in zip(models, sources, strict=True):
-        for kept, disabled in sets:
-            for cost in cost_models:
-                for extractor in extractors:
-                    for limit in match_limits:
-                        for nd in no_decomp:
-                            for r in range(repeats):
-                                out.append(RunConfig(model, kept, disabled, cost, extractor, int(limit), bool(nd),
-                                                     repeat=r, shapes=applied[source], source=source,
-                                                     cost_source=cost_sources[cost], folder=folder, **common))
-    return out
+            close = difflib.get_close_matches(names[0] if names else "", RULESET_MODES[1:], n=1, cutoff=0.6)
+            modes = f"; or, alone first, a mode of the sweep: {', '.join(RULESET_MODES[1:])}" + (
+                f" (did you mean {close[0]!r}?)" if close else "")
+            raise InputError(f"{e}{modes}") from e
+    return sets
 
 
 #: RunConfig fields grid() sets itself, not taken as ``common``
@@ -281,7 +308,7 @@ def run_one(config: RunConfig) -> dict:
         cpu = time.process_time()
         _, rep = optimize(graph, rulesets=rulesets, cost_model=cost_model,
                           extractor=config.extractor, match_limit=config.match_limit, no_decomp=config.no_decomp,
-                          payoff=config.payoff, **dict(config.schedule))
+                          payoff=config.payoff, verify=config.verify, **dict(config.schedule))
         row["cpu_s"] = time.process_time() - cpu
         row.update(graph_hash=graph_hash(graph), graph_nodes=rep.nodes_before)
         for key in ("eclasses", "enodes", "iterations", "stop_reason", "insert_s", "analysis_s", "saturation_s",
@@ -292,6 +319,8 @@ def run_one(config: RunConfig) -> dict:
         for key in ("greedy_cost", "ilp_cost", "ilp_objective"):  # of the extractors that ran ("" for none)
             row[key] = "" if getattr(rep, key) is None else getattr(rep, key)
         row["rules_fired"] = sum(1 for n in rep.rules_fired.values() if n)
+        if config.verify:
+            row["verified_max_diff"] = rep.verified_max_diff
         if rep.rules is not None:
             row["rules_paid"] = sum(1 for r in rep.rules if r["saved_cost"] > 0)
             row["rulesets_paid"] = sum(1 for r in rep.rulesets if r["saved_cost"] > 0)
@@ -371,10 +400,16 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
     ``scheduler``: the address of a Dask distributed scheduler (``tcp://HOST:PORT``); its
     workers need eggfuse installed. ``progress`` draws a tqdm bar on stderr; ``on_row`` is
     called with each row as it arrives. Raises :class:`~eggfuse.ir.InputError` for both
-    ``workers`` and ``scheduler``, or a scheduler that does not answer.
+    ``workers`` and ``scheduler``, a scheduler that does not answer, a local pool whose workers died before
+    any run finished (a script without the ``__main__`` guard), and a call from a worker process importing
+    such a script.
     """
+    import multiprocessing
+
     from eggfuse.ir import InputError
 
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # a spawned worker importing the script
+        raise InputError(_UNGUARDED)
     if workers is not None and scheduler is not None:
         raise InputError("give either workers (a local pool) or scheduler (a Dask cluster), not both")
     if workers is not None and workers < 1:
@@ -392,9 +427,10 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
             except Exception as e:  # noqa: BLE001 - the worker itself failed
                 row = _failed(configs[i], e)
                 if type(e).__name__ == "BrokenProcessPool":  # (concurrent.futures.process)
-                    row["error"] += (" (a worker process died before it ran; a script that runs a sweep on the local "
-                                     "pool needs its code under `if __name__ == \"__main__\":`, since each worker "
-                                     "process imports the script again)")
+                    if not any(r and not r["error"] for r in rows):  # nothing ran: no rows to keep, say why
+                        raise InputError(f"the sweep's worker processes died before any run finished: {_UNGUARDED}; "
+                                         "else a worker was killed (out of memory?)") from e
+                    row["error"] += f" (a worker process died before it ran: {_UNGUARDED})"
             rows[i] = row
             if on_row is not None:
                 on_row(row)
@@ -403,6 +439,10 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
                 bar.set_postfix_str(f"{sum(1 for r in rows if r and r['error'])} failed", refresh=False)
     bar.close()
     return rows  # type: ignore[return-value]
+
+
+_UNGUARDED = ("a script that runs a sweep on the local pool needs its code under `if __name__ == \"__main__\":`, "
+              "since each worker process imports the script again")
 
 
 def _resolved(config: RunConfig, folder: str) -> RunConfig:
@@ -501,8 +541,10 @@ def write_payoff(rows: Sequence[dict], out: str | Path) -> Path | None:
 
 def payoff_table(rows: Sequence[dict]) -> str:
     """A text table of what each ruleset saves, per model and configuration (runs with ``payoff`` only; empty
-    text where none has one): matches, saved dispatches, saved cost in the cost model's unit and as a share of
-    the cost after optimisation, medians over repeats. Rulesets that matched nothing are left out."""
+    text where none has one): matches, saved dispatches, saved cost in the cost model's unit, and ``cut``, the
+    share of the cost without the ruleset that it removes (saved / (cost after + saved), at most 100%; it was the
+    saved cost over the cost after, which read 199.7% for a ruleset that removes two thirds), medians over
+    repeats. Rulesets that matched nothing are left out. A saving says nothing of soundness (``verify``)."""
     import statistics
 
     from eggfuse.rewrites.report import cost_text
@@ -518,7 +560,7 @@ def payoff_table(rows: Sequence[dict]) -> str:
     nw = max([22, *(len(p["name"]) for rs in groups.values() for r in rs for p in r["payoff"]
                     if p["kind"] == "ruleset")])
     lines = [f"{'model':<{mw}} {'configuration':<{lw}} {'ruleset':<{nw}} {'matches':>8} {'dispatches':>10} "
-             f"{'saved cost':>14} {'of cost':>8}"]
+             f"{'saved cost':>14} {'cut':>8}"]
     for (model, lab), rs in groups.items():
         names = list(dict.fromkeys(p["name"] for r in rs for p in r["payoff"] if p["kind"] == "ruleset"))
         for name in names:
@@ -527,7 +569,7 @@ def payoff_table(rows: Sequence[dict]) -> str:
                 continue
             saved = statistics.median(p["saved_cost"] for p in sets)
             after = statistics.median(float(r["cost_after"]) for r in rs)
-            share = f"{100 * saved / after:7.1f}%" if after else f"{'':>8}"
+            share = f"{100 * saved / (after + saved):7.1f}%" if after + saved else f"{'':>8}"
             lines.append(f"{model:<{mw}} {lab:<{lw}} {name:<{nw}} {sets[0]['matches']:>8} "
                          f"{statistics.median(p['saved_dispatches'] for p in sets):>10g} "
                          f"{cost_text(saved):>14} {share}")
@@ -589,11 +631,36 @@ def table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+#: The numeric columns :func:`plot` draws.
+_PLOTTED = ("enodes", "total_s", "insert_s", "analysis_s", "saturation_s", "extraction_s", "rebuild_s",
+            "dispatches_after", "bytes_after")
+
+
+def read_results(out: str | Path) -> list[dict]:
+    """The rows a sweep wrote to ``out/results.json`` (:func:`write_results`), values as they were (numbers as
+    numbers, unlike ``results.csv``'s text): for :func:`table`, :func:`payoff_table` and :func:`plot` again.
+    Raises :class:`~eggfuse.ir.InputError` where the file is missing or is not a sweep's results."""
+    from eggfuse.ir import InputError
+
+    path = Path(out) / "results.json"
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path} does not exist: give the folder a sweep wrote (its --out)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path} cannot be read as a sweep's results: {e}") from None
+    if not isinstance(rows, list) or any(not isinstance(r, dict) or not {"model", "error"} <= set(r) for r in rows):
+        raise InputError(f"{path} is not a sweep's results: a list of rows with the columns of sweep.COLUMNS")
+    return rows
+
+
 def plot(rows: Sequence[dict], out: str | Path) -> list[Path]:
     """PNGs under ``out``: ``compile_time.png`` (total seconds against e-nodes, per model and
     extractor), ``phases.png`` (median seconds per phase, per model and extractor) and
     ``dispatches_bytes.png`` (dispatches and bytes after optimisation per configuration,
-    per model). Failed runs are left out. Raises ImportError without matplotlib."""
+    per model). Failed runs are left out; the folder is made if need be. ``rows`` as :func:`run_sweep`,
+    :func:`read_results` or ``csv.DictReader`` over ``results.csv`` give them. Raises ImportError without
+    matplotlib."""
     import statistics
 
     import matplotlib
@@ -602,7 +669,9 @@ def plot(rows: Sequence[dict], out: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    ok = [r for r in rows if not r["error"]]
+    out.mkdir(parents=True, exist_ok=True)
+    # the rows of run_sweep or read_results; those of results.csv hold text: the plotted columns as numbers
+    ok = [{**r, **{k: float(r[k]) for k in _PLOTTED}} for r in rows if not r["error"]]
     paths = []
     models = list(dict.fromkeys(r["model"] for r in ok))
     extractors = list(dict.fromkeys(r["extractor"] for r in ok))
@@ -662,5 +731,6 @@ def plot(rows: Sequence[dict], out: str | Path) -> list[Path]:
     return paths
 
 
-__all__ = ["COLUMNS", "PAYOFF_COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "payoff_table", "plot",
-           "resolve", "resolve_cost_model", "run_one", "run_sweep", "table", "write_payoff", "write_results"]
+__all__ = ["COLUMNS", "OUTPUTS", "PAYOFF_COLUMNS", "RULESET_MODES", "RunConfig", "grid", "label", "payoff_table",
+           "plot", "read_results", "resolve", "resolve_cost_model", "run_one", "run_sweep", "table", "write_payoff",
+           "write_results"]

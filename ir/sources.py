@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -127,7 +128,10 @@ def named_object(spec: str, what: str, kind: str) -> Any:
     except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import
         raise InputError(f"{what} {spec!r}: cannot import {where!r}: {type(e).__name__}: {e}") from e
     if not hasattr(module, name):
-        raise InputError(f"{what} {spec!r}: {where} has no {kind} {name!r}")
+        public = [n for n in vars(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, public, n=1, cutoff=0.6)
+        raise InputError(f"{what} {spec!r}: {where} has no {kind} {name!r}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
     return getattr(module, name)
 
 

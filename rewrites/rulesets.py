@@ -327,8 +327,9 @@ def select(names: Sequence[str] | None = None, disable: Sequence[str] = (),
         for n in names:
             if n not in by_name:
                 what = "the analysis ruleset always runs and cannot be selected" if n == ANALYSIS else \
-                    f"rulesets: {', '.join(x for x in by_name if x not in OPTIONAL)}; optional: {', '.join(OPTIONAL)}" \
-                    f"{_closest(n, [*by_name, *OPTIONAL])}; a ruleset of your own (make_ruleset): module:NAME or " \
+                    f"rulesets: all (the scheduled ones), {', '.join(x for x in by_name if x not in OPTIONAL)}; " \
+                    f"optional: {', '.join(OPTIONAL)}{_closest(n, ['all', *by_name, *OPTIONAL])}; a ruleset of " \
+                    "your own (make_ruleset): module:NAME or " \
                     "path/to/file.py:NAME"
                 raise RewriteError(f"unknown ruleset {n!r}: {what}")
         pool = tuple(rs for name, rs in by_name.items() if name in {*names, *optional, *added}

@@ -469,7 +469,78 @@ def test_a_script_without_a_main_guard_is_told_why_its_workers_died(tmp_path):
     script = tmp_path / "unguarded_sweep.py"
     script.write_text("from eggfuse.sweep import grid, run_sweep\n"
                       "rows = run_sweep(grid(['llama:1']), workers=1, progress=False)\n"
-                      "print('ERROR:', rows[0]['error'])\n")
+                      "print('ROWS:', rows)\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    line = next(s for s in out.stdout.splitlines() if s.startswith("ERROR:"))
-    assert "BrokenProcessPool" in line and 'needs its code under `if __name__ == "__main__":`' in line
+    assert out.returncode != 0 and "ROWS:" not in out.stdout  # no rows that hold only the pool's failure
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("eggfuse.ir.errors.InputError: the sweep's worker processes died before any run finished")
+    assert 'needs its code under `if __name__ == "__main__":`' in last
+    # each worker, importing the script, is told the same (not multiprocessing's bootstrapping RuntimeError)
+    assert out.stderr.count("InputError: a script that runs a sweep on the local pool needs its code under") >= 1
+
+
+def test_verify_fails_the_runs_of_an_unsound_rule_that_pays(tmp_path, capsys, monkeypatch):
+    # the payoff of an unsound rule read as a saving: --verify compares each run's outputs with the input graph's
+    path = tmp_path / "rules_for_verify_test.py"
+    unsound = rules_module("factor_for_verify_test").replace("e.MatMul(a, e.Add(b, c))", "e.MatMul(a, e.Mul(b, c))")
+    path.write_text(unsound
+                    + "\n\ndef tall():  # x read once instead of twice: the unsound rule's graph costs less\n"
+                      "    g = Graph()\n    x = g.input('x', [512, 64])\n"
+                      "    w1, w2 = g.parameter('w1', [64, 16]), g.parameter('w2', [64, 16])\n"
+                      "    g.set_outputs([g.relu(g.add(g.matmul(x, w1), g.matmul(x, w2)))])\n    return g\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", "--models", f"{path}:tall", "--rulesets", "all", "--rulesets", f"all,{path}:MINE",
+            "--workers", "1", "--out", "out", "--no-progress", "--no-plots", "--payoff"]
+    assert cli.main(args) == 0
+    plain = sweep.read_results(tmp_path / "out")
+    assert [r["error"] for r in plain] == ["", ""] and plain[1]["rules_paid"] >= 1  # two selections, it "pays"
+    assert "not whether it is sound: --verify checks that" in capsys.readouterr().out
+    assert cli.main([*args, "--verify"]) == 0
+    checked = sweep.read_results(tmp_path / "out")
+    assert [r["verify"] for r in checked] == [True, True]
+    assert checked[0]["error"] == "" and checked[0]["verified_max_diff"] < 1e-5
+    assert checked[1]["error"].startswith("RewriteError: ") and "differ" in checked[1]["error"]
+
+
+def test_a_folder_of_an_earlier_sweep_keeps_none_of_its_files(tmp_path, capsys):
+    # payoff.csv and the PNGs of an earlier sweep stayed beside the new results.csv, read as its own
+    out = tmp_path / "out"
+    assert cli.main(["sweep", "--models", "llama:1", "--payoff", "--workers", "1", "--out", str(out),
+                     "--no-progress"]) == 0
+    assert {p.name for p in out.iterdir()} == set(sweep.OUTPUTS)
+    capsys.readouterr()
+    assert cli.main(["sweep", "--models", "llama:1", "--workers", "1", "--out", str(out), "--no-progress",
+                     "--no-plots"]) == 0
+    assert {p.name for p in out.iterdir()} == {"results.csv", "results.json"}
+    assert "note: replaced an earlier sweep's files in" in capsys.readouterr().err
+
+
+def test_results_read_back_plot_again(tmp_path):
+    rows = [sweep.run_one(c) for c in sweep.grid(["llama:1"], ["all", "ablate"][:1], ["bytes", "roofline"])]
+    sweep.write_results(rows, tmp_path)
+    again = sweep.read_results(tmp_path)
+    assert again == json.loads(json.dumps(rows, default=str)) and sweep.table(again) == sweep.table(rows)
+    with (tmp_path / "results.csv").open() as f:
+        text_rows = list(csv.DictReader(f))
+    for source, folder in ((again, tmp_path / "new" / "a"), (text_rows, tmp_path / "new" / "b")):
+        paths = sweep.plot(source, folder)  # a folder not there yet; the CSV's text rows (a TypeError before)
+        assert [p.read_bytes()[:4] for p in paths] == [b"\x89PNG"] * 3
+    with pytest.raises(InputError, match=r"results\.json does not exist: give the folder a sweep wrote"):
+        sweep.read_results(tmp_path / "new")
+
+
+def test_ruleset_selections_misnamed_or_given_twice_are_refused(tmp_path, capsys):
+    with pytest.raises(InputError, match=r"unknown ruleset 'al': rulesets: all \(the scheduled ones\).*"
+                                         r"did you mean 'all'\?"):
+        sweep.grid(["llama:1"], "al")
+    with pytest.raises(InputError, match=r"or, alone first, a mode of the sweep: ablate, ablate-rules "
+                                         r"\(did you mean 'ablate'\?\)"):
+        sweep.grid(["llama:1"], "ablat")
+    with pytest.raises(InputError, match="rulesets 'all' is given twice"):
+        sweep.grid(["llama:1"], ["all", "all"])
+    # all and ablate share the full configuration: it runs once
+    assert len(sweep.grid(["llama:1"], ["all", "ablate"])) == len(sweep.grid(["llama:1"], "ablate"))
+    path = tmp_path / "rules_for_typo_test.py"
+    path.write_text(rules_module("factor_for_typo_test"))
+    with pytest.raises(InputError, match=r"has no ruleset 'MIEN' \(did you mean 'MINE'\?\)"):
+        sweep.grid(["llama:1"], f"all,{path}:MIEN")
