@@ -117,10 +117,20 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         sized = f", seq {seq}" if seq is not None else ""
         print(f"{args.model} ({what}{sized}): {len(graph.live_nodes())} nodes")
     print(report.summary(origin))
+    if args.report and not args.verify and _own_rulesets(kw.get("rulesets")):
+        print("note: what a rule saves says nothing of whether it is sound: --verify compares the outputs, "
+              "`eggfuse check-sound` evaluates every e-class", file=sys.stderr)
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")
     for note in notes:
         print(note)
+
+
+def _own_rulesets(rulesets) -> bool:
+    # whether a ruleset of one's own (make_ruleset) is among ``rulesets`` (None: the shipped ones)
+    from eggfuse.rewrites.rulesets import _USER
+
+    return any(id(rs) in _USER for rs in rulesets or ())
 
 
 def recognised_counts(recognised: dict[str, list[list[int]]], origin: dict[int, str] | None) -> dict[str, dict]:

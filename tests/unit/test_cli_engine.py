@@ -163,8 +163,13 @@ def test_optimize_runs_a_ruleset_of_ones_own_named_module_colon_name(capsys, rul
          "saved_bytes": out["bytes_before"] - out["bytes_after"]}]
     monkeypatch.chdir(rules_file.parent)  # a module of the current folder, as `python -m` finds one
     assert cli.main(["optimize", graph, "--rulesets", "all,user_rules_for_cli_test:MINE", "--report"]) == 0
-    text = capsys.readouterr().out
-    assert f"{FACTOR} [factor_for_cli_test]" in text and "  factor_for_cli_test\n" in text
+    captured = capsys.readouterr()
+    assert f"{FACTOR} [factor_for_cli_test]" in captured.out and "  factor_for_cli_test\n" in captured.out
+    # a saving of one's own rule is not its soundness: the report says where to check that
+    assert "note: what a rule saves says nothing of whether it is sound: --verify" in captured.err
+    assert cli.main(["optimize", graph, "--rulesets", "all,user_rules_for_cli_test:MINE", "--report",
+                     "--verify"]) == 0
+    assert "note: what a rule saves" not in capsys.readouterr().err
     for spec, msg in (("user_rules_for_cli_test:factor_matmul", "factor_matmul in user_rules_for_cli_test is a "
                                                                "function, not a ruleset: for a rule function, make a "
                                                                "ruleset of it"),
