@@ -118,8 +118,9 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         print(f"{args.model} ({what}{sized}): {len(graph.live_nodes())} nodes")
     print(report.summary(origin))
     if args.report and not args.verify and _own_rulesets(kw.get("rulesets")):
-        print("note: what a rule saves says nothing of whether it is sound: --verify compares the outputs, "
-              "`eggfuse check-sound` evaluates every e-class", file=sys.stderr)
+        verify = "" if args.precision == "f16" else "--verify compares the outputs, "
+        print(f"note: what a rule saves says nothing of whether it is sound: {verify}`eggfuse check-sound` "
+              "evaluates every e-class", file=sys.stderr)
     if args.dump_egglog:
         print(f"egglog program written to {args.dump_egglog}")
     for note in notes:

@@ -71,14 +71,14 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     except OSError as e:
         raise InputError(f"--out {args.out!r}: cannot write there ({e.strerror or e}); give a folder you can "
                          "write") from None
-    # an earlier sweep's files there: removed, so that none this sweep does not write (payoff.csv without
-    # --payoff, the PNGs with --no-plots) is read as its own
+    rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
+    # an earlier sweep's files there, once this one has rows to write: removed, so that none this sweep does not
+    # write (payoff.csv without --payoff, the PNGs with --no-plots) is read as its own
     stale = [out / name for name in sweep.OUTPUTS if (out / name).is_file()]
     for path in stale:
         path.unlink()
     if stale:
         print(f"note: replaced an earlier sweep's files in {out}: {', '.join(p.name for p in stale)}", file=sys.stderr)
-    rows = sweep.run_sweep(configs, workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
     csv_path, json_path = sweep.write_results(rows, args.out)
     written = [csv_path, json_path]
     payoff_path = sweep.write_payoff(rows, args.out)

@@ -178,10 +178,14 @@ def grid(models: Sequence[str], rulesets: str | Sequence[str] = "all", cost_mode
     if unknown:
         raise InputError(f"grid() has no field {', '.join(map(repr, unknown))}: the other fields are "
                          f"{', '.join(sorted(fields))}")
-    specs = [rulesets] if isinstance(rulesets, str) else list(rulesets)
-    if not specs or any(not isinstance(x, str) for x in specs):
-        raise InputError(f"rulesets must be a str or a list of them ({', '.join(RULESET_MODES)} or comma-joined "
-                         f"ruleset names), got {rulesets!r}")
+    if isinstance(rulesets, str):
+        specs = [rulesets]
+    elif isinstance(rulesets, list | tuple) and rulesets and all(isinstance(x, str) for x in rulesets):
+        specs = list(rulesets)
+    else:
+        raise InputError(f"rulesets must be a str or a non-empty list of them ({', '.join(RULESET_MODES)} or "
+                         f"comma-joined ruleset names), got {type(rulesets).__name__} {rulesets!r}")
+    specs = [",".join(n.strip() for n in x.split(",") if n.strip()) for x in specs]  # "all, mine," is "all,mine"
     twice = [x for x in dict.fromkeys(specs) if specs.count(x) > 1]
     if twice:
         raise InputError(f"rulesets {twice[0]!r} is given twice; give each once")
@@ -427,10 +431,11 @@ def run_sweep(configs: Sequence[RunConfig], *, workers: int | None = None, sched
             except Exception as e:  # noqa: BLE001 - the worker itself failed
                 row = _failed(configs[i], e)
                 if type(e).__name__ == "BrokenProcessPool":  # (concurrent.futures.process)
-                    if not any(r and not r["error"] for r in rows):  # nothing ran: no rows to keep, say why
+                    if all(r is None for r in rows):  # no run finished: no rows to keep, and say why
                         raise InputError(f"the sweep's worker processes died before any run finished: {_UNGUARDED}; "
                                          "else a worker was killed (out of memory?)") from e
-                    row["error"] += f" (a worker process died before it ran: {_UNGUARDED})"
+                    # (a script without the guard finishes no run: not the cause here)
+                    row["error"] += " (a worker process died, killed or out of memory, before this run finished)"
             rows[i] = row
             if on_row is not None:
                 on_row(row)
@@ -542,9 +547,9 @@ def write_payoff(rows: Sequence[dict], out: str | Path) -> Path | None:
 def payoff_table(rows: Sequence[dict]) -> str:
     """A text table of what each ruleset saves, per model and configuration (runs with ``payoff`` only; empty
     text where none has one): matches, saved dispatches, saved cost in the cost model's unit, and ``cut``, the
-    share of the cost without the ruleset that it removes (saved / (cost after + saved), at most 100%; it was the
-    saved cost over the cost after, which read 199.7% for a ruleset that removes two thirds), medians over
-    repeats. Rulesets that matched nothing are left out. A saving says nothing of soundness (``verify``)."""
+    share of the cost without the ruleset that it removes (saved / (cost after + saved); ``n/a`` where the
+    ruleset saves nothing or raises the cost), medians over repeats. Rulesets that matched nothing are left
+    out. A saving says nothing of soundness (``verify``)."""
     import statistics
 
     from eggfuse.rewrites.report import cost_text
@@ -568,8 +573,9 @@ def payoff_table(rows: Sequence[dict]) -> str:
             if not any(p["matches"] for p in sets):
                 continue
             saved = statistics.median(p["saved_cost"] for p in sets)
-            after = statistics.median(float(r["cost_after"]) for r in rs)
-            share = f"{100 * saved / (after + saved):7.1f}%" if after + saved else f"{'':>8}"
+            cuts = [p["saved_cost"] / (float(r["cost_after"]) + p["saved_cost"]) for p, r in zip(sets, rs, strict=True)
+                    if p["saved_cost"] > 0]
+            share = f"{100 * statistics.median(cuts):7.1f}%" if len(cuts) == len(sets) else f"{'n/a':>8}"
             lines.append(f"{model:<{mw}} {lab:<{lw}} {name:<{nw}} {sets[0]['matches']:>8} "
                          f"{statistics.median(p['saved_dispatches'] for p in sets):>10g} "
                          f"{cost_text(saved):>14} {share}")

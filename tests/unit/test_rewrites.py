@@ -562,6 +562,11 @@ def _ints_of_text(e):
     yield e.equal("Permute(a, [1, z]) -> a", e.Permute(a, perm=(1, "z")), a)
 
 
+def _ints_of_bools(e):
+    a = e.var("a")
+    yield e.equal("Permute(a, [True, False]) -> a", e.Permute(a, perm=(True, False)), a)
+
+
 def _attribute_of_another_op(e):
     a = e.var("a")
     yield e.equal("Transpose(a, perm) -> a", e.Transpose(a, perm=(1, 0)), a)
@@ -583,6 +588,8 @@ def _vars_list_as_rhs(e):
     (_yields_int, r"item 0 that _yields_int\(e\) yielded is 42 \(int\), not a rule; it must yield rules made with"),
     (_returns_none, r"_returns_none\(e\) returned None; it must yield rules"),
     (_ints_of_text, r"e\.Permute: attribute perm is a list of ints \(ints\); got \[1, 'z'\], which egglog cannot"),
+    # egglog made a Vec of Bool terms of them, the wrong sort
+    (_ints_of_bools, r"e\.Permute: attribute perm is a list of ints \(ints\); got \[True, False\]"),
     # the advice about e.vars's lists came first, for an attribute Transpose does not have
     (_attribute_of_another_op, r"Transpose: no attribute\(s\) \['perm'\]; its attributes are \[\]"),
     (_returns_a_rule, r"_returns_a_rule\(e\) returned one rule instead of yielding it: write `yield e\.equal"),

@@ -99,6 +99,13 @@ def test_a_payoff_row_gives_what_each_ruleset_saves_as_the_ablation_rows_measure
     assert sweep.write_payoff([full], tmp_path / "none") is None
     text = sweep.payoff_table([paid])
     assert "matmul_epilogue" in text and "algebraic" not in text  # a ruleset that matched nothing is left out
+    # cut: the share of the cost without the ruleset that it removes, n/a where it saves nothing
+    for line in text.splitlines()[1:]:
+        name, cut = line.split()[-5], line.split()[-1]
+        if sets[name]["saved_cost"] > 0:
+            assert cut == f"{100 * sets[name]['saved_cost'] / (paid['cost_after'] + sets[name]['saved_cost']):.1f}%"
+        else:
+            assert cut == "n/a"
     assert sweep.payoff_table([full]) == ""
 
 
@@ -516,7 +523,7 @@ def test_a_folder_of_an_earlier_sweep_keeps_none_of_its_files(tmp_path, capsys):
 
 
 def test_results_read_back_plot_again(tmp_path):
-    rows = [sweep.run_one(c) for c in sweep.grid(["llama:1"], ["all", "ablate"][:1], ["bytes", "roofline"])]
+    rows = [sweep.run_one(c) for c in sweep.grid(["llama:1"], "all", ["bytes", "roofline"])]
     sweep.write_results(rows, tmp_path)
     again = sweep.read_results(tmp_path)
     assert again == json.loads(json.dumps(rows, default=str)) and sweep.table(again) == sweep.table(rows)
@@ -536,11 +543,29 @@ def test_ruleset_selections_misnamed_or_given_twice_are_refused(tmp_path, capsys
     with pytest.raises(InputError, match=r"or, alone first, a mode of the sweep: ablate, ablate-rules "
                                          r"\(did you mean 'ablate'\?\)"):
         sweep.grid(["llama:1"], "ablat")
-    with pytest.raises(InputError, match="rulesets 'all' is given twice"):
-        sweep.grid(["llama:1"], ["all", "all"])
+    for twice in (["all", "all"], ["all", " all, "]):
+        with pytest.raises(InputError, match="rulesets 'all' is given twice"):
+            sweep.grid(["llama:1"], twice)
+    for wrong in (None, 3, {"all": 1}, [], ["all", None]):  # a TypeError, or a dict's keys taken
+        with pytest.raises(InputError, match="rulesets must be a str or a non-empty list of them"):
+            sweep.grid(["llama:1"], wrong)
     # all and ablate share the full configuration: it runs once
     assert len(sweep.grid(["llama:1"], ["all", "ablate"])) == len(sweep.grid(["llama:1"], "ablate"))
     path = tmp_path / "rules_for_typo_test.py"
     path.write_text(rules_module("factor_for_typo_test"))
     with pytest.raises(InputError, match=r"has no ruleset 'MIEN' \(did you mean 'MINE'\?\)"):
         sweep.grid(["llama:1"], f"all,{path}:MIEN")
+
+
+def test_a_worker_killed_after_a_run_finished_keeps_the_rows(tmp_path, monkeypatch):
+    # the pool breaks when a worker dies: with a run finished, its row is kept and the others say a worker died;
+    # with none finished, the sweep stops with why (the missing __main__ guard, or a killed worker)
+    (tmp_path / "dies_for_sweep_test.py").write_text("import os\n\n\ndef graph():\n    os._exit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    configs = [*sweep.grid(["llama:1"]), *sweep.grid(["dies_for_sweep_test:graph"])]
+    rows = sweep.run_sweep(configs, workers=1, progress=False)
+    assert rows[0]["error"] == "" and "BrokenProcessPool" in rows[1]["error"]
+    assert "a worker process died, killed or out of memory, before this run finished" in rows[1]["error"]
+    assert "__main__" not in rows[1]["error"]
+    with pytest.raises(InputError, match="the sweep's worker processes died before any run finished"):
+        sweep.run_sweep(configs[1:], workers=1, progress=False)
