@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class Trainer:
     """A training step compiled once: ``Trainer(graph, loss, params, optimizer)``.
 
-    ``graph`` with its f32[1] node ``loss`` (or a ``TrainingGraph`` with ``loss=None``) is
+    ``graph`` with its f32[1] (or f32[]) node ``loss`` (or a ``TrainingGraph`` with ``loss=None``) is
     turned into one :class:`~eggfuse.ir.optim.StepGraph`: forward, backward
     (:func:`~eggfuse.ir.autodiff.grad`) and the in-place updates of ``optimizer``
     (:class:`~eggfuse.ir.optim.SGD` or :class:`~eggfuse.ir.optim.Adam`) of every parameter
@@ -39,7 +39,12 @@ class Trainer:
     :class:`~eggfuse.pipeline.Compiled` times them; ``cache`` says whether the compile cache
     had the step (``hit``, ``miss``, ``off``; ``cache=False`` skips it, see :func:`eggfuse.compile`).
 
-    Raises GraphError for a loss or names ``grad`` refuses, InputError for missing,
+    Its device buffers are released when the Trainer (and its ``session``) are no longer referenced (``del
+    trainer``); for inference, compile the forward graph with :meth:`parameters` (``eggfuse.compile(graph,
+    trainer.parameters())``, at any batch size the graph is built for).
+
+    Raises GraphError for a loss or names ``grad`` refuses (a loss that reaches no parameter trained
+    among them), InputError for missing,
     unknown or mis-shaped parameters, RewriteError, LoweringError or DeviceError from
     the later stages. Not thread-safe.
     """
@@ -101,9 +106,20 @@ class Trainer:
                                  f"{', '.join(map(repr, sorted(wanted)))} (the Trainer feeds "
                                  f"{self.step_graph.step_input!r} itself)")
             feeds[self.step_graph.step_input] = np.array([self.steps + 1], dtype=np.uint32)
+        self._check_labels(feeds)
         out = self.session.run(feeds, read=(0,) if read_loss else ())
         self.steps += 1
         return float(out[0][0]) if read_loss else None
+
+    def _check_labels(self, feeds: dict) -> None:
+        # class ids [B] where an input takes [B, C] rows (one-hot labels): the shape error, with the fix
+        for name, i in self.session.plan.inputs.items():
+            value, ty = feeds.get(name), self.session.plan.buffers[i].type
+            if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1 and len(ty.shape) == 2 \
+                    and value.shape[0] == ty.shape[0]:
+                raise InputError(f"input {name!r}: expected {ty} rows, got {value.dtype}[{value.shape[0]}], class ids "
+                                 f"it seems: give one-hot rows, eggfuse.models.mlp.one_hot({name}, {ty.shape[1]}) "
+                                 "(a row of probabilities is taken as it is: soft labels)")
 
     def loss(self) -> float:
         """The loss of the last step (waits for the device). Raises InputError before any step."""

@@ -166,13 +166,14 @@ def grad(graph: Graph, loss: NodeId, wrt: Sequence[str] | None = None,
          frozen: Iterable[str] = ()) -> TrainingGraph:
     """A new training graph with outputs ``[loss, d loss / d leaf for leaf in wrt]``.
 
-    ``loss`` must be an f32[1] node of ``graph``. ``wrt`` names Parameters (or f32 Inputs)
+    ``loss`` must be an f32[1] node of ``graph``, or an f32[] one (differentiated as its [1] reshape).
+    ``wrt`` names Parameters (or f32 Inputs)
     to differentiate, in the order of the outputs; by default every Parameter not in
     ``frozen``, in graph order. A leaf the loss does not depend on gets a zero gradient
     (BroadcastTo of a [1] zero Constant) and is listed in ``zero_grads``. The result's
     ``grad_outputs`` maps each name to its output index. ``graph`` is not modified.
 
-    Raises :class:`GraphError` for a loss that is not an f32[1] node of ``graph``, an unknown,
+    Raises :class:`GraphError` for a loss that is not an f32[1] or f32[] node of ``graph``, an unknown,
     repeated or frozen name in ``wrt``, an unknown name in ``frozen``, labels of a
     CrossEntropyLoss that depend on a wanted leaf, or a path to the loss through an op with
     no gradient rule (the ``*Grad`` ops: no second derivatives).
@@ -181,8 +182,12 @@ def grad(graph: Graph, loss: NodeId, wrt: Sequence[str] | None = None,
         raise GraphError(f"grad: loss {loss!r} is not a node of this graph ({len(graph.nodes)} nodes)")
     loss = int(loss)
     loss_node = graph.node(loss)
+    if loss_node.type == TensorType((), DType.F32):  # a scalar loss: as its [1] reshape (a copy; graph untouched)
+        graph = graph.copy()
+        loss = int(graph.reshape(loss, [1]))
+        loss_node = graph.node(loss)
     if loss_node.type != TensorType((1,), DType.F32):
-        raise GraphError(f"grad: the loss must be an f32[1] node, got {loss_node.describe()}")
+        raise GraphError(f"grad: the loss must be an f32[1] or f32[] node, got {loss_node.describe()}")
     leaves = {n.attrs["name"]: n for n in graph.nodes if n.op in ("Input", "Parameter")}
     params = [n.attrs["name"] for n in graph.leaves("Parameter")]
     frozen = set(frozen)

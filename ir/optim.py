@@ -129,14 +129,15 @@ def step_graph(graph: Graph, loss: NodeId | None, optimizer: Optimizer, *, wrt: 
                frozen: Iterable[str] = ()) -> StepGraph:
     """Forward + backward + in-place updates of ``graph`` as one :class:`StepGraph`.
 
-    ``loss`` is an f32[1] node of ``graph``, differentiated with respect to ``wrt`` (default:
+    ``loss`` is an f32[1] (or f32[]) node of ``graph``, differentiated with respect to ``wrt`` (default:
     every parameter not in ``frozen``; see :func:`~eggfuse.ir.autodiff.grad`). With
     ``loss=None``, ``graph`` must already be a :class:`TrainingGraph` (outputs ``[loss,
     *grads]``). A parameter whose gradient is zero (the loss does not reach it) is not
     updated. ``graph`` is not modified.
 
     Raises GraphError for what ``grad`` refuses, a ``wrt`` name that is an Input rather
-    than a Parameter, a graph that already has a leaf with an optimiser state's name or
+    than a Parameter, a loss that depends on none of the parameters trained (nothing to update), a graph
+    that already has a leaf with an optimiser state's name or
     :data:`STEP_INPUT`, or ``loss=None`` with a graph that is not a TrainingGraph.
     """
     if loss is None:
@@ -154,6 +155,11 @@ def step_graph(graph: Graph, loss: NodeId | None, optimizer: Optimizer, *, wrt: 
     for name in tg.grad_outputs:
         if name not in params:
             raise GraphError(f"step_graph: {name!r} is an Input; only Parameters can be trained")
+    if tg.grad_outputs and set(tg.grad_outputs) <= set(tg.zero_grads):  # a step that would change nothing
+        loss_node = tg.node(tg.outputs[tg.loss_output])
+        raise GraphError(f"step_graph: the loss ({loss_node.describe()}) depends on none of the parameters it is "
+                         f"trained with respect to ({', '.join(map(repr, tg.grad_outputs))}): no step would change "
+                         "them; build the loss from the model's outputs")
     step = g.input(STEP_INPUT, [1], DType.U32) if optimizer.uses_step else None
     g.step_input = STEP_INPUT if optimizer.uses_step else None
     outs = [tg.outputs[tg.loss_output]]

@@ -130,7 +130,10 @@ def evaluate(
     parameters.
 
     ``inputs`` and ``params`` map leaf names to arrays of the leaf's shape (any float
-    dtype; integer indices for U32 inputs). Raises :class:`InputError` for a ``graph`` that is not a Graph, a missing or
+    dtype; integer indices for U32 inputs). Each leaf's value is first rounded to its type, float32 for an
+    f32 leaf, as the device holds it; the ops then run in float64 (a finite difference of a step below
+    float32's resolution, such as 1e-5 on a value near 1, measures that rounding: take 2**-10).
+    Raises :class:`InputError` for a ``graph`` that is not a Graph, a missing or
     mis-shaped leaf, feeds that are not mappings and (unless ``check_finite=False``) a NaN or
     infinity in a float leaf, :class:`~eggfuse.ir.GraphError` when ``outputs`` is not given
     and the graph has none. The arrays passed in are not modified.

@@ -30,7 +30,7 @@ def build_mlp_graph(batch: int, sizes: Sequence[int] = (DIGITS_FEATURES, 64, DIG
     all-zero row adds nothing to the loss sum but still counts in the mean). Parameters
     ``w{i}`` [sizes[i-1], sizes[i]] and ``b{i}`` [sizes[i]] for i = 1.. . The graph's output
     is the logits [batch, classes]; the returned node is the f32[1] loss, for
-    :class:`~eggfuse.runtime.Trainer`. Raises GraphError for fewer than two sizes or a
+    :class:`~eggfuse.trainer.Trainer`. Raises GraphError for fewer than two sizes or a
     size or batch below 1.
     """
     if len(sizes) < 2:

@@ -127,6 +127,10 @@ def test_loss_is_read_back_only_when_asked(device):
                                          rf"'{STEP_INPUT}' itself\)") as info:
         _mlp_trainer(Adam(0.1), device=device).step(missing)
     assert str(info.value).count(STEP_INPUT) == 1
+    ids = np.random.default_rng(0).integers(0, 5, BATCH)  # class ids where one-hot rows belong: the fix named
+    with pytest.raises(InputError, match=r"input 'labels': expected f32\[8,5\] rows, got int64\[8\], class ids it "
+                                         r"seems: give one-hot rows, eggfuse\.models\.mlp\.one_hot\(labels, 5\)"):
+        _mlp_trainer(SGD(0.1), device=device).step({**feeds, "labels": ids})
 
 
 def test_save_and_load_round_trip(tmp_path, device):

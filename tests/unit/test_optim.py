@@ -137,3 +137,33 @@ def test_concat_of_updated_parameters_is_dispatched():
     assert not sg.is_derived_parameter(sg.node(packed))
     plan = lower(sg)
     assert "Concat" in [d.op for d in plan.dispatches] and not plan.derived
+
+
+def test_a_loss_that_reaches_no_parameter_is_refused():
+    # every step changed nothing, silently (torch refuses a loss that needs no gradient the same way)
+    g = Graph()
+    x = g.input("x", [4, 3])
+    g.parameter("w", [3, 2])
+    loss = g.mean_all(g.mul(x, x))
+    with pytest.raises(GraphError, match=r"the loss \(.*MeanAll.*\) depends on none of the parameters it is "
+                                         r"trained with respect to \('w'\): no step would change them"):
+        step_graph(g, loss, SGD(0.1))
+    g, loss = _regression()  # one unreached parameter among reached ones: left as it is
+    assert step_graph(g, loss, SGD(0.1)).frozen == ("unused",)
+
+
+def test_a_scalar_loss_trains_as_its_one_element_reshape():
+    # an f32[] loss was refused ("the loss must be an f32[1] node"), where the command line's --training took it
+    g, loss = _regression()
+    scalar = g.reshape(loss, [])
+    before = g.summary()
+    values = _values()
+    got = _updated(step_graph(g, scalar, SGD(0.1), frozen=["scale"]), values)
+    want = _updated(step_graph(g, loss, SGD(0.1), frozen=["scale"]), values)
+    assert g.summary() == before and got.keys() == want.keys() == {"w", "b"}
+    for name in got:
+        np.testing.assert_array_equal(got[name], want[name])
+    h = Graph()
+    rows = h.matmul(h.input("x", [4, 3]), h.parameter("w", [3, 2]))
+    with pytest.raises(GraphError, match=r"the loss must be an f32\[1\] or f32\[\] node, got .*f32\[4,2\]"):
+        step_graph(h, rows, SGD(0.1))
