@@ -542,7 +542,8 @@ def test_every_forward_op_has_a_rule_and_a_row():
         g = Graph()
         row.build(g)
         covered |= {n.op for n in g.nodes}
-    assert forward <= covered, forward - covered
+    assert forward <= covered, (f"op(s) {sorted(forward - covered)} have a gradient rule but no finite-difference "
+                                "row: add one to ROWS in tests/unit/test_autodiff.py")
 
 
 # --- structure of the training graph ---------------------------------------------------------

@@ -52,6 +52,21 @@ def test_op_spec_is_complete(name):
     assert not problems, f"op {name} ({OPS[name].family} family): " + "; ".join(problems)
 
 
+def test_every_row_of_the_unary_table_has_its_gpu_rows():
+    # the check above took an op of ir/ops/elementwise.py's UNARY as covered by the special-values row that
+    # tests/gpu/test_ops_unary.py makes of every unary op: its random rows (UNARY_ROWS of tests/gpu/test_ops.py,
+    # or rows of its own) were never required
+    from op_table import all_rows
+
+    from eggfuse.ir.ops.elementwise import UNARY
+
+    covered = {row.op for row in all_rows() if not row.id.endswith("-specials")}
+    missing = sorted(u.name for u in UNARY if u.name not in covered)
+    assert not missing, (f"unary op(s) {missing} of ir/ops/elementwise.py's UNARY have no GPU rows but the special "
+                         "values': add \"Op\": (precision sweep, has a gradient op) to UNARY_ROWS in "
+                         "tests/gpu/test_ops.py")
+
+
 def test_every_vjp_takes_the_builder_node_dy_and_want():
     for name, spec in OPS.items():
         if callable(spec.vjp):
