@@ -62,6 +62,7 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     from eggfuse.cli_options import engine_kwargs
     from eggfuse.graphs import describe, load_graph
     from eggfuse.rewrites import optimize
+    from eggfuse.rewrites.rulesets import is_own
 
     kind = describe(args.model)
     if kind != "model" and (args.seq is not None or args.batch is not None):
@@ -117,7 +118,7 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         sized = f", seq {seq}" if seq is not None else ""
         print(f"{args.model} ({what}{sized}): {len(graph.live_nodes())} nodes")
     print(report.summary(origin))
-    if args.report and not args.verify and _own_rulesets(kw.get("rulesets")):
+    if args.report and not args.verify and any(map(is_own, kw.get("rulesets") or ())):
         verify = "" if args.precision == "f16" else "--verify compares the outputs, "
         print(f"note: what a rule saves says nothing of whether it is sound: {verify}`eggfuse check-sound` "
               "evaluates every e-class", file=sys.stderr)
@@ -125,13 +126,6 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         print(f"egglog program written to {args.dump_egglog}")
     for note in notes:
         print(note)
-
-
-def _own_rulesets(rulesets) -> bool:
-    # whether a ruleset of one's own (make_ruleset) is among ``rulesets`` (None: the shipped ones)
-    from eggfuse.rewrites.rulesets import _USER
-
-    return any(id(rs) in _USER for rs in rulesets or ())
 
 
 def recognised_counts(recognised: dict[str, list[list[int]]], origin: dict[int, str] | None) -> dict[str, dict]:
@@ -169,7 +163,7 @@ def _write_dots(args: argparse.Namespace, graph, opt, kw: dict) -> list[str]:
 def cmd_check_sound(args: argparse.Namespace) -> None:
     from eggfuse.graphs import describe, load_graph
     from eggfuse.ir import RewriteError
-    from eggfuse.rewrites.rulesets import _USER, rules_of, ruleset_name, select
+    from eggfuse.rewrites.rulesets import is_own, rules_of, ruleset_name, select
     from eggfuse.rewrites.soundness import check_sound
 
     kind = describe(args.model)
@@ -190,7 +184,7 @@ def cmd_check_sound(args: argparse.Namespace) -> None:
         raise
     fired = {k: v for k, v in rep.rules_fired.items() if v}
     # the rules of one's own rulesets that never matched: sound here only because they were not tested
-    untested = [(rule, ruleset_name(rs)) for rs in rulesets if id(rs) in _USER for rule in (rules_of(rs) or ())
+    untested = [(rule, ruleset_name(rs)) for rs in rulesets if is_own(rs) for rule in (rules_of(rs) or ())
                 if not fired.get(rule)]
     if args.json:
         print(json.dumps({"model": args.model, "sound": True, "eclasses_checked": rep.eclasses_checked,

@@ -106,13 +106,16 @@ class Trainer:
                                  f"{', '.join(map(repr, sorted(wanted)))} (the Trainer feeds "
                                  f"{self.step_graph.step_input!r} itself)")
             feeds[self.step_graph.step_input] = np.array([self.steps + 1], dtype=np.uint32)
-        self._check_labels(feeds)
-        out = self.session.run(feeds, read=(0,) if read_loss else ())
+        try:
+            out = self.session.run(feeds, read=(0,) if read_loss else ())
+        except InputError:
+            self._check_labels(feeds)  # the class ids' hint in place of the shape error
+            raise
         self.steps += 1
         return float(out[0][0]) if read_loss else None
 
     def _check_labels(self, feeds: dict) -> None:
-        # class ids [B] where an input takes [B, C] rows (one-hot labels): the shape error, with the fix
+        # class ids [B] where an input takes [B, C] rows (one-hot labels): the session's shape error, with the fix
         for name, i in self.session.plan.inputs.items():
             value, ty = feeds.get(name), self.session.plan.buffers[i].type
             if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1 and len(ty.shape) == 2 \

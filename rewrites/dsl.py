@@ -254,15 +254,16 @@ class Namespace:
 def _vector(op: str, key: str, values: list | tuple, kind: str) -> Any:
     """An ints or floats attribute given as a list or tuple (of numbers, or of i64 / f64 terms and variables)
     as the ``Vec`` egglog holds it; RewriteError naming the attribute for an item of another kind."""
-    sort, item = ATTR_SORTS[kind], "int" if kind == "ints" else "float"
+    item = "int" if kind == "ints" else "float"
+    wrong = RewriteError(f"e.{op}: attribute {key} is a list of {item}s ({kind}); got {list(values)!r}, which "
+                         f"egglog cannot take as one: give {item}s or e.{'i64' if kind == 'ints' else 'f64'} terms, "
+                         f"e.g. {key}=(1, 0)")
+    if any(isinstance(v, bool) for v in values):  # egglog makes Bool terms of them: a Vec of the wrong sort
+        raise wrong
     try:
-        if any(isinstance(v, bool) for v in values):  # egglog makes Bool terms of them, a Vec of the wrong sort
-            raise TypeError("a bool")
-        return egglog.convert(tuple(values), sort)
-    except Exception as err:  # noqa: BLE001 - egglog's conversion error names neither the op nor the attribute
-        raise RewriteError(f"e.{op}: attribute {key} is a list of {item}s ({kind}); got {list(values)!r}, which "
-                           f"egglog cannot take as one ({type(err).__name__}): give {item}s or "
-                           f"e.{'i64' if kind == 'ints' else 'f64'} terms, e.g. {key}=(1, 0)") from None
+        return egglog.convert(tuple(values), ATTR_SORTS[kind])
+    except Exception:  # noqa: BLE001 - egglog's conversion error names neither the op nor the attribute
+        raise wrong from None
 
 
 def _refuse_sequence(value: Any, where: str) -> None:

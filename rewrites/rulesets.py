@@ -196,6 +196,11 @@ def make_ruleset(name: str, fn: Callable[[Namespace], Iterable[Any]]) -> Ruleset
     return _user_made(_register(ruleset(name=name), name, rules))
 
 
+def is_own(rs: Ruleset) -> bool:
+    """Whether ``rs`` is a ruleset of one's own, made with :func:`make_ruleset`."""
+    return id(rs) in _USER
+
+
 def _user_made(rs: Ruleset) -> Ruleset:
     _USER.add(id(rs))
     weakref.finalize(rs, _USER.discard, id(rs))

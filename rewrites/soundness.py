@@ -43,8 +43,12 @@ class SoundnessReport:
     enodes_checked: int
 
 
+#: check_sound's default tolerances, relative and absolute, between two e-nodes' float64 values.
+RTOL, ATOL = 1e-5, 1e-6
+
+
 def check_sound(graph: Graph, *, rulesets: Sequence[Ruleset] | None = None, seed: int = 0,
-                rtol: float = 1e-5, atol: float = 1e-6) -> SoundnessReport:
+                rtol: float = RTOL, atol: float = ATOL) -> SoundnessReport:
     """Saturate ``graph`` with ``rulesets`` (default: all) and check every e-class numerically.
 
     Inputs and parameters are random (see :func:`~.engine.random_feeds`); values are the
@@ -297,7 +301,10 @@ def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = 
     (nor the analysis ruleset) has a rule named ``rule`` (with the closest name, or the ruleset
     that has it and was not passed).
     """
-    _check_rule_known(rule, tuple(optimization_rulesets() if rulesets is None else rulesets))
+    chosen = tuple(optimization_rulesets() if rulesets is None else rulesets)
+    _check_rule_known(rule, chosen)
+    check_rule_names(chosen)
+    tolerances = (RTOL, ATOL) if tol is None else (tol, tol)
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -322,9 +329,6 @@ def assert_rule_sound(rule: str, build, *, rulesets: Sequence[Ruleset] | None = 
             raise _Inconsistent(g)
         fired.append(report.rules_fired.get(rule, 0))
 
-    chosen = tuple(optimization_rulesets() if rulesets is None else rulesets)
-    check_rule_names(chosen)
-    tolerances = (1e-5, 1e-6) if tol is None else (tol, tol)
     try:
         run()
     except _Inconsistent as e:
